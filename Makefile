@@ -1,0 +1,77 @@
+# qwen35 — C11 host + hand-written CUDA kernels. `make` builds build/qwen35; `make test` runs
+# the CPU test suite; `make test-gpu` runs the GPU tests (needs an NVIDIA GPU).
+# CUDA=0 builds without the CUDA backend (src/cuda/stub.c stands in). SAN=1: ASan + UBSan.
+CC       ?= gcc
+NVCC     ?= nvcc
+CUDA     ?= 1
+CUDA_HOME ?= /usr/local/cuda
+CUARCH   ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=compute_80
+BUILD    ?= build
+SAN      ?= 0
+DEBUG    ?= 0
+
+CFLAGS   = -std=c11 -O2 -g -Wall -Wextra -Werror -fopenmp -MMD -MP -Iinclude -Isrc -D_GNU_SOURCE
+NVFLAGS  = -O3 -lineinfo -std=c++17 $(CUARCH) -Xcompiler -Wall -MMD -MP -Isrc --expt-relaxed-constexpr
+LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lm -fopenmp -lpthread
+ifeq ($(SAN),1)
+  CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDLIBS += -fsanitize=address,undefined
+endif
+ifeq ($(DEBUG),1)
+  CFLAGS  += -DQ35_DEBUG_SYNC -O0
+  NVFLAGS += -DQ35_DEBUG_SYNC -G
+endif
+
+CORE_SRC = $(filter-out src/main.c,$(wildcard src/*.c)) $(wildcard src/cpu/*.c)
+CLI_OBJ  = $(patsubst %.c,$(BUILD)/%.o,src/main.c $(wildcard src/cli/*.c))
+ifeq ($(CUDA),1)
+  CU_SRC   = $(wildcard src/cuda/*.cu)
+  CU_OBJ   = $(CU_SRC:%.cu=$(BUILD)/%.o)
+  STUB_OBJ =
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+else
+  CU_OBJ   =
+  STUB_OBJ = $(BUILD)/src/cuda/stub.o
+endif
+CORE_OBJ = $(CORE_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ) $(STUB_OBJ)
+LIB      = $(BUILD)/libqwen35.a
+
+TEST_SRC = $(wildcard tests/test_*.c)
+TEST_BIN = $(TEST_SRC:%.c=$(BUILD)/%)
+GPU_TEST_SRC = $(wildcard tests/gpu/test_*.c)
+GPU_TEST_BIN = $(GPU_TEST_SRC:%.c=$(BUILD)/%)
+BENCH_BIN = $(BUILD)/bench/bench_kernels
+
+.PHONY: all test test-gpu gpu-tests bench debug format loc clean
+all: $(BUILD)/qwen35 $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+$(LIB): $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/qwen35: $(CLI_OBJ) $(LIB)
+	$(CC) $^ -o $@ $(LDLIBS)
+$(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
+
+test: $(BUILD)/qwen35 $(TEST_BIN)
+	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
+gpu-tests: $(GPU_TEST_BIN) $(BUILD)/qwen35
+test-gpu: gpu-tests
+	@BUILD=$(BUILD) sh tests/run.sh $(GPU_TEST_BIN)
+debug:
+	$(MAKE) DEBUG=1 BUILD=build-debug
+format:
+	clang-format -i $(wildcard include/*.h src/*.[ch] src/*/*.[ch] src/cuda/*.cu* tests/*.[ch] tests/*/*.[ch])
+loc:
+	@sh tools/loc.sh
+clean:
+	rm -rf build build-debug build-san
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,110 @@
+/* qwen35.h — public API of the qwen35 inference engine (Qwen3.5 hybrid + dense Qwen3).
+ * Opaque engine and tokenizer handles; every call that can fail returns 0 or a negative
+ * Q35_ERR_* code and fills a Q35Err. Nothing here exits the process. */
+#ifndef QWEN35_H
+#define QWEN35_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    Q35_OK = 0,
+    Q35_ERR_IO = -1,          /* file missing, unreadable, short read */
+    Q35_ERR_FORMAT = -2,      /* malformed safetensors / JSON / tokenizer file */
+    Q35_ERR_CONFIG = -3,      /* unsupported or inconsistent config.json value */
+    Q35_ERR_ARG = -4,         /* bad argument from the caller (ids out of range, ...) */
+    Q35_ERR_OOM = -5,         /* host or device allocation failed */
+    Q35_ERR_CUDA = -6,        /* CUDA runtime error or CUDA backend unavailable */
+    Q35_ERR_UNSUPPORTED = -7, /* feature not available in this build / backend */
+    Q35_ERR_CONTEXT = -8,     /* sequence would exceed the context limit */
+    Q35_ERR_UTF8 = -9,        /* invalid UTF-8 input */
+    Q35_ERR_NET = -10,        /* network / HTTP failure */
+};
+
+typedef struct Q35Err {
+    int code;
+    char msg[256];
+} Q35Err;
+
+typedef struct Q35Engine Q35Engine;
+typedef struct Q35Tokenizer Q35Tokenizer;
+
+typedef struct Q35Options {
+    const char *model_dir; /* HF model directory; NULL when dummy is set */
+    const char *dummy;     /* "qwen3.5-0.8b" | "qwen3-0.6b": random weights at real shapes */
+    uint64_t dummy_seed;   /* seed for dummy weights */
+    const char *backend;   /* "cpu" | "cuda" | NULL (auto: cuda if a GPU is usable, else cpu) */
+    int max_seq;           /* context cap in tokens; 0 = min(4096, max_position_embeddings) */
+    int keep_f32_params;   /* 1: keep F32 A_log / gated-norm weight as F32; 0 (default): round to bf16 like HF */
+    int strict;            /* 1: unknown tensor names are an error (default 0: warning) */
+    int threads;           /* CPU threads; 0 = all cores */
+    int deterministic;     /* CUDA: deterministic split-K reductions */
+    int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */
+} Q35Options;
+
+typedef struct Q35Sampling {
+    float temperature;      /* 0 = greedy */
+    int top_k;              /* 0 = off */
+    float top_p;            /* 1 = off */
+    float min_p;            /* 0 = off */
+    float presence_penalty; /* subtracted from logits of ids already generated; 0 = off */
+    float repetition_penalty; /* HF-style: logit/p if >0 else logit*p, for seen ids; 1 = off */
+    uint64_t seed;
+} Q35Sampling;
+
+/* Fills s with the model's defaults (generation_config.json when present, else greedy). */
+void q35_sampling_defaults(const Q35Engine *e, Q35Sampling *s);
+
+void q35_options_init(Q35Options *o);
+int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err);
+void q35_engine_close(Q35Engine *e);
+
+/* Human-readable description (architecture, layer kinds, params, bytes, dtypes). */
+int q35_engine_describe(const Q35Engine *e, char *buf, size_t n);
+const char *q35_backend_name(const Q35Engine *e);
+int q35_vocab_size(const Q35Engine *e);   /* rows of the LM head (padded) */
+int q35_context_size(const Q35Engine *e); /* max_seq */
+int q35_position(const Q35Engine *e);     /* tokens already in the sequence */
+/* The engine's tokenizer (loaded from the model dir when tokenizer.json is there), or NULL. */
+Q35Tokenizer *q35_engine_tokenizer(Q35Engine *e);
+
+/* Start a new sequence: clears KV cache, conv and DeltaNet state. */
+int q35_reset(Q35Engine *e, Q35Err *err);
+/* Appends n ids to the sequence in one forward call. logits: NULL, or [n][vocab] when
+ * all_logits, else [vocab] for the last position only. */
+int q35_forward(Q35Engine *e, const int *ids, int n, int all_logits, float *logits, Q35Err *err);
+
+/* Token callback for generation: return non-zero to stop. */
+typedef int (*Q35TokenFn)(void *user, int id);
+
+typedef struct Q35GenStats {
+    int n_prompt, n_generated;
+    double prefill_s, decode_s; /* wall time */
+    int stop_reason;            /* 0 = length, 1 = stop id, 2 = callback, 3 = context full */
+} Q35GenStats;
+
+/* Appends prompt ids, then samples up to max_new tokens, calling fn for each. Stops on the
+ * model's stop ids. The sequence keeps its state, so a later call continues it (chat). */
+int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, const Q35Sampling *s,
+                 Q35TokenFn fn, void *user, Q35GenStats *stats, Q35Err *err);
+
+/* ---- tokenizer ---- */
+int q35_tokenizer_load(Q35Tokenizer **out, const char *model_dir, Q35Err *err);
+void q35_tokenizer_free(Q35Tokenizer *t);
+/* Encodes UTF-8 text (len bytes). *ids is malloc'ed; caller frees. Invalid UTF-8 -> Q35_ERR_UTF8
+ * with the byte offset in the message. */
+int q35_tokenize(const Q35Tokenizer *t, const char *text, size_t len, int **ids, int *n, Q35Err *err);
+/* Decodes ids to UTF-8 (invalid sequences -> U+FFFD). *text is malloc'ed and NUL-terminated. */
+int q35_detokenize(const Q35Tokenizer *t, const int *ids, int n, int skip_special, char **text, Q35Err *err);
+int q35_tokenizer_size(const Q35Tokenizer *t); /* vocab + added tokens */
+
+const char *q35_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

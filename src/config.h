@@ -1,0 +1,67 @@
+/* config.h — config.json -> Config. Field names are the HF config keys (nested keys keep
+ * their leaf name). Values in comments are Qwen3.5-0.8B's. config_parse checks every field
+ * the engine relies on and fills the derived sizes at the bottom. */
+#ifndef Q35_CONFIG_H
+#define Q35_CONFIG_H
+
+#include "util.h"
+
+enum { FAMILY_QWEN35 = 1, FAMILY_QWEN3 = 2 };
+enum { LAYER_LINEAR_ATTN = 0, LAYER_FULL_ATTN = 1 };
+#define Q35_MAX_LAYERS 256
+
+typedef struct Config {
+    int family;                   /* FAMILY_QWEN35 (qwen3_5 / qwen3_5_text) or FAMILY_QWEN3 */
+    char model_type[32];          /* as in the file: "qwen3_5", "qwen3_5_text", "qwen3" */
+    int hidden_size;              /* 1024 (D) */
+    int num_hidden_layers;        /* 24 (L) */
+    int intermediate_size;        /* 3584 (F) */
+    float rms_norm_eps;           /* 1e-6 */
+    int vocab_size;               /* 248320 (padded embedding rows) */
+    int tie_word_embeddings;      /* 1 */
+    int num_attention_heads;      /* 8 (Hq) */
+    int num_key_value_heads;      /* 2 (Hkv) */
+    int head_dim;                 /* 256 (hd) */
+    int attn_output_gate;         /* 1 for Qwen3.5, 0 for Qwen3 */
+    float rope_theta;             /* 1e7 */
+    float partial_rotary_factor;  /* 0.25 */
+    int linear_num_key_heads;     /* 16 (Hk) */
+    int linear_num_value_heads;   /* 16 (Hv) */
+    int linear_key_head_dim;      /* 128 (dk) */
+    int linear_value_head_dim;    /* 128 (dv) */
+    int linear_conv_kernel_dim;   /* 4 (K) */
+    int full_attention_interval;  /* 4 (used only when layer_types is absent) */
+    int max_position_embeddings;  /* 262144 */
+    int layer_types[Q35_MAX_LAYERS]; /* LAYER_LINEAR_ATTN / LAYER_FULL_ATTN per layer */
+
+    /* derived */
+    int rotary_dim;   /* R = int(head_dim * partial_rotary_factor): 64 */
+    int q_proj_rows;  /* (1 + attn_output_gate) * Hq * hd: 4096 */
+    int kv_dim;       /* Hkv * hd: 512 */
+    int attn_dim;     /* Hq * hd: 2048 */
+    int key_dim;      /* Hk * dk: 2048 */
+    int value_dim;    /* Hv * dv: 2048 */
+    int conv_dim;     /* 2 * key_dim + value_dim: 6144 */
+    int n_linear_layers, n_full_layers;
+} Config;
+
+/* Parses config.json text (path is used in messages only). */
+int config_parse(Config *c, const char *json_text, const char *path, Err *err);
+/* Reads <dir>/config.json. */
+int config_load(Config *c, const char *dir, Err *err);
+/* Built-in configs for --dummy: "qwen3.5-0.8b", "qwen3-0.6b". */
+int config_builtin(Config *c, const char *name, Err *err);
+/* Fills the derived fields and checks consistency (Hq % Hkv, Hv % Hk, R even, ...). */
+int config_finish(Config *c, const char *path, Err *err);
+
+/* generation_config.json: stop ids and sampling defaults (absent file = defaults). */
+typedef struct GenConfig {
+    int eos_ids[8];
+    int n_eos;
+    int do_sample;
+    float temperature, top_p, min_p, repetition_penalty, presence_penalty;
+    int top_k;
+} GenConfig;
+int genconfig_load(GenConfig *g, const char *dir, const Config *c, Err *err);
+
+#endif

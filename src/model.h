@@ -1,0 +1,64 @@
+/* model.h — Weights bound by HF tensor name, for both layouts (model.language_model.* and
+ * model.*), shards, tied/untied head, BF16/F16/F32 storage; and dummy weights at real shapes.
+ * Every Tensor points into an mmap (or into memory the Model owns for --dummy) and keeps its
+ * stored dtype; backends convert as they need. Shapes are [out, in] (PyTorch Linear). */
+#ifndef Q35_MODEL_H
+#define Q35_MODEL_H
+
+#include "config.h"
+#include "safetensors.h"
+
+typedef struct LayerWeights {
+    int type;                       /* LAYER_LINEAR_ATTN / LAYER_FULL_ATTN */
+    Tensor input_layernorm;         /* (D) zero-centred for Qwen3.5, plain for Qwen3 */
+    Tensor post_attention_layernorm;/* (D) */
+    /* Gated DeltaNet (linear_attn.*) */
+    Tensor in_proj_qkv;             /* (conv_dim, D): rows q | k | v, head-major */
+    Tensor in_proj_z;               /* (value_dim, D) */
+    Tensor in_proj_b;               /* (Hv, D) */
+    Tensor in_proj_a;               /* (Hv, D) */
+    Tensor conv1d;                  /* (conv_dim, 1, K); tap K-1 multiplies the current token */
+    Tensor dt_bias;                 /* (Hv) */
+    Tensor A_log;                   /* (Hv) usually F32 */
+    Tensor linear_norm;             /* linear_attn.norm.weight (dv), plain weight, usually F32 */
+    Tensor out_proj;                /* (D, value_dim) */
+    /* full attention (self_attn.*) */
+    Tensor q_proj;                  /* (q_proj_rows, D): [q_h | gate_h] per head when gated */
+    Tensor k_proj, v_proj;          /* (kv_dim, D) */
+    Tensor o_proj;                  /* (D, attn_dim) */
+    Tensor q_norm, k_norm;          /* (hd) */
+    /* MLP */
+    Tensor gate_proj, up_proj;      /* (F, D) */
+    Tensor down_proj;               /* (D, F) */
+} LayerWeights;
+
+typedef struct Weights {
+    Tensor embed_tokens; /* (V, D) */
+    Tensor norm;         /* (D) final norm */
+    Tensor lm_head;      /* (V, D); equals embed_tokens when tied */
+    LayerWeights *layers;
+} Weights;
+
+typedef struct Model {
+    Config config;
+    GenConfig gen;
+    Weights w;
+    SafeTensors *files;
+    int n_files;
+    void **owned;        /* allocations owned by the model (dummy weights, rounded F32 params) */
+    int n_owned, cap_owned;
+    int64_t n_params;    /* parameters bound (tied head counted once) */
+    int64_t n_bytes;     /* bytes of bound tensors as stored */
+} Model;
+
+typedef struct ModelLoadOptions {
+    int keep_f32_params; /* 0: round F32 A_log / linear_attn.norm.weight to bf16 (HF bf16 parity) */
+    int strict;          /* unknown tensor names are errors */
+} ModelLoadOptions;
+
+int model_load(Model *m, const char *dir, const ModelLoadOptions *o, Err *err);
+/* Random weights at the shapes of a built-in config; activations stay O(1). */
+int model_dummy(Model *m, const char *name, uint64_t seed, Err *err);
+void model_free(Model *m);
+
+#endif

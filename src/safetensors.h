@@ -1,0 +1,41 @@
+/* safetensors.h — mmap a .safetensors file, parse and validate its header, look tensors up by
+ * name. Knows nothing about Qwen. Every header entry is checked: dtype known, offsets inside
+ * the data section, no overlap, byte size == shape x dtype size. */
+#ifndef Q35_SAFETENSORS_H
+#define Q35_SAFETENSORS_H
+
+#include <stdint.h>
+
+#include "util.h"
+
+typedef enum { DT_BF16 = 0, DT_F16 = 1, DT_F32 = 2, DT_I32 = 3, DT_I64 = 4, DT_U8 = 5 } DType;
+#define ST_MAX_DIMS 8
+
+typedef struct Tensor {
+    const char *name; /* full name as stored in the file */
+    DType dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    int64_t numel;
+    const void *data; /* into the mmap (or owned memory for dummy weights) */
+    size_t nbytes;
+} Tensor;
+
+typedef struct SafeTensors {
+    char *path;
+    void *map;
+    size_t map_len;
+    char *header_json; /* copy of the JSON header, NUL-terminated */
+    Tensor *tensors;
+    int n_tensors;
+    char *metadata_json; /* "__metadata__" object as JSON text, or NULL */
+} SafeTensors;
+
+int dtype_size(DType t);
+const char *dtype_name(DType t);
+
+int safetensors_open(SafeTensors *st, const char *path, Err *err);
+void safetensors_close(SafeTensors *st);
+const Tensor *safetensors_find(const SafeTensors *st, const char *name);
+
+#endif

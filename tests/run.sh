@@ -1,0 +1,13 @@
+#!/bin/sh
+# Runs each test binary, then prints the closing line "N passed, N failed" over all checks.
+pass=0; fail=0; bad=0
+for t in "$@"; do
+    out=$("$t" 2>&1); rc=$?
+    printf '%s\n' "$out" | tail -n 40
+    line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    p=$(printf '%s' "$line" | sed -E 's/.* ([0-9]+) passed.*/\1/'); f=$(printf '%s' "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    [ -n "$p" ] && pass=$((pass + p)); [ -n "$f" ] && fail=$((fail + f))
+    if [ $rc -ne 0 ]; then bad=$((bad + 1)); echo "BINARY FAILED: $t (exit $rc)"; [ -z "$line" ] && fail=$((fail + 1)); fi
+done
+echo "tests: $pass passed, $fail failed"
+[ $fail -eq 0 ] && [ $bad -eq 0 ]
