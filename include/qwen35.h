@@ -88,7 +88,9 @@ typedef struct Q35GenStats {
 } Q35GenStats;
 
 /* Appends prompt ids, then samples up to max_new tokens, calling fn for each. Stops on the
- * model's stop ids. The sequence keeps its state, so a later call continues it (chat). */
+ * model's stop ids. The sequence keeps its state, so a later call continues it (chat); the last
+ * generated id is NOT fed to the model (it is only sampled), so a continuation starts its prompt
+ * with that id (e.g. the <|im_end|> that ended the reply). */
 int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, const Q35Sampling *s,
                  Q35TokenFn fn, void *user, Q35GenStats *stats, Q35Err *err);
 
