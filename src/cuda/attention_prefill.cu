@@ -1,0 +1,279 @@
+/* attention_prefill.cu — full-attention layers for T > 1 tokens (MODEL.md §3.2, §5):
+ *   attn_prep_bf16_rows:   per (token, head): RMSNorm over hd, partial NeoX RoPE, K/V cache append.
+ *   attn_prefill_bf16_flash: causal GQA flash attention (FA2 scheme on mma.sync): a CTA of 4 warps
+ *     owns 64 query rows of one head (16 per warp), streams key/value tiles of BKV rows through a
+ *     double-buffered cp.async ring, keeps S = Q K^T and the running max / sum in registers, feeds
+ *     P (bf16) straight from the S accumulators into P V, and applies the sigmoid output gate on
+ *     the way out. Masked scores are set to a finite -1e30 (key 0 is visible to every query, so no
+ *     row is ever fully masked). When there are more (head, q-tile) pairs than SMs, a CTA takes
+ *     q-tile i and then tile n-1-i, so every CTA does the same causal work. */
+#include "cuda/mma.cuh"
+#include "cuda/ops.h"
+
+#define ATTN_BQ 64
+#define ATTN_MASK (-1.0e30f)
+
+/* ---- prep: norm + RoPE + cache append --------------------------------------------------- */
+
+/* grid (T, ceil((Hq + 2 Hkv) / 4)), 128 threads: warp w handles head unit blockIdx.y*4 + w
+ * (q heads, then k heads, then v heads) of token blockIdx.x; element e = lane + 32 i. */
+__global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant__ AttnPrepParams p) {
+    __shared__ float buf[4][256];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int unit = blockIdx.y * 4 + warp, t = blockIdx.x, hd = p.hd, n = hd / 32;
+    if (unit >= p.Hq + 2 * p.Hkv) return;
+    const uint16_t *row = p.qkv + (size_t)t * p.ld;
+    const int pos = p.pos + t;
+    if (unit >= p.Hq + p.Hkv) { /* v: copied as projected */
+        const int i = unit - p.Hq - p.Hkv;
+        const uint16_t *src = row + p.v_off + i * hd;
+        uint16_t *dst = p.v_cache + ((size_t)i * p.max_seq + pos) * hd;
+        for (int e = lane; e < hd; e += 32) dst[e] = src[e];
+        return;
+    }
+    const bool is_q = unit < p.Hq;
+    const uint16_t *src = is_q ? row + unit * p.q_hs : row + p.k_off + (unit - p.Hq) * hd;
+    const float *w = is_q ? p.q_norm : p.k_norm;
+    float x[8];
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        x[i] = i < n ? __uint_as_float((uint32_t)src[lane + 32 * i] << 16) : 0.0f;
+        ss += x[i] * x[i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = rsqrtf(ss / (float)hd + p.eps);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (i >= n) break;
+        const int e = lane + 32 * i;
+        x[i] = p.unit_offset ? round_bf16(x[i] * r * (1.0f + w[e])) : round_bf16(w[e] * round_bf16(x[i] * r));
+        buf[warp][e] = x[i];
+    }
+    __syncwarp();
+    uint16_t *dst = is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd
+                         : p.k_cache + ((size_t)(unit - p.Hq) * p.max_seq + pos) * hd;
+    const int half = p.R / 2;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (i >= n) break;
+        const int e = lane + 32 * i;
+        float y = x[i];
+        if (e < p.R) {
+            const int f = e < half ? e : e - half;
+            float sn, cs;
+            sincosf((float)pos * p.inv_freq[f], &sn, &cs);
+            const float c = round_bf16(cs), s = round_bf16(sn);
+            y = e < half ? round_bf16(round_bf16(x[i] * c) - round_bf16(buf[warp][e + half] * s))
+                         : round_bf16(round_bf16(x[i] * c) + round_bf16(buf[warp][e - half] * s));
+        }
+        dst[e] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
+    }
+}
+
+extern "C" int cuda_attn_prep(const AttnPrepParams *p, cudaStream_t s) {
+    if (p->T < 1 || p->hd % 32 || p->hd > 256 || p->hd < 32 || p->R < 2 || p->R % 2 || p->R > p->hd || p->Hq < 1 ||
+        p->Hkv < 1 || p->pos < 0 || p->pos + p->T > p->max_seq)
+        return (int)cudaErrorInvalidValue;
+    dim3 grid(p->T, (p->Hq + 2 * p->Hkv + 3) / 4);
+    attn_prep_bf16_rows<<<grid, 128, 0, s>>>(*p);
+    return prefill_launch_status(s);
+}
+
+/* ---- flash attention ------------------------------------------------------------------- */
+
+template <int HD, int BKV>
+struct AttnShape {
+    static constexpr int NCH = HD / 8;
+    static constexpr int Q_BYTES = ATTN_BQ * HD * 2, KV_BYTES = BKV * HD * 2;
+    static constexpr int SMEM = Q_BYTES + 4 * KV_BYTES; /* Q, K[2], V[2] */
+};
+
+/* cp.async of key/value tile kt (rows kt*BKV ..) into ring slot `slot`; rows >= kv_len zero. */
+template <int HD, int BKV>
+__device__ __forceinline__ void attn_load_kv(uint32_t sK, uint32_t sV, const uint16_t *Kh, const uint16_t *Vh,
+                                             int kt, int kv_len, int tid) {
+    using S = AttnShape<HD, BKV>;
+    static_assert((BKV * S::NCH) % 128 == 0, "kv load split");
+#pragma unroll
+    for (int j = 0; j < BKV * S::NCH / 128; j++) {
+        const int i = tid + j * 128, r = i / S::NCH, c = i % S::NCH, key = kt * BKV + r;
+        const bool ok = key < kv_len;
+        const size_t off = ok ? (size_t)key * HD + c * 8 : 0;
+        cp_async16(sK + swz<S::NCH>(r, c) * 16, Kh + off, ok);
+        cp_async16(sV + swz<S::NCH>(r, c) * 16, Vh + off, ok);
+    }
+}
+
+/* One 64-row query tile qt of head j: rows q0 = 64 qt .. of the T new tokens. */
+template <int HD, int BKV>
+__device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int qt, uint32_t sbase) {
+    using S = AttnShape<HD, BKV>;
+    constexpr int NCH = S::NCH, NT = BKV / 8, DT = HD / 8;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int kvh = j / (p.Hq / p.Hkv);
+    const uint16_t *Kh = p.k_cache + (size_t)kvh * p.max_seq * HD;
+    const uint16_t *Vh = p.v_cache + (size_t)kvh * p.max_seq * HD;
+    const int q0 = qt * ATTN_BQ;
+    const int kv_len = min(p.pos + q0 + ATTN_BQ, p.pos + p.T);
+    const int n_kv = (kv_len + BKV - 1) / BKV;
+    const uint32_t sQ = sbase, sK0 = sbase + S::Q_BYTES, sV0 = sK0 + 2 * S::KV_BYTES;
+
+    __syncthreads(); /* the previous tile of this CTA is done with shared memory */
+#pragma unroll
+    for (int jj = 0; jj < ATTN_BQ * NCH / 128; jj++) {
+        const int i = tid + jj * 128, r = i / NCH, c = i % NCH, tok = q0 + r;
+        const bool ok = tok < p.T;
+        cp_async16(sQ + swz<NCH>(r, c) * 16, p.q + (ok ? ((size_t)tok * p.Hq + j) * HD + c * 8 : 0), ok);
+    }
+    attn_load_kv<HD, BKV>(sK0, sV0, Kh, Vh, 0, kv_len, tid);
+    cp_async_commit();
+
+    float o[DT][4];
+#pragma unroll
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m0 = ATTN_MASK, m1 = ATTN_MASK, l0 = 0.0f, l1 = 0.0f;
+    const int qp0 = p.pos + q0 + warp * 16 + g, qp1 = qp0 + 8; /* absolute positions of this thread's rows */
+    const float sl2 = p.scale * 1.4426950408889634f;            /* scores in log2 units */
+
+    for (int kt = 0; kt < n_kv; kt++) {
+        cp_async_wait<0>();
+        __syncthreads(); /* tile kt landed; slot (kt+1)&1 is free */
+        if (kt + 1 < n_kv)
+            attn_load_kv<HD, BKV>(sK0 + ((kt + 1) & 1) * S::KV_BYTES, sV0 + ((kt + 1) & 1) * S::KV_BYTES, Kh, Vh,
+                                  kt + 1, kv_len, tid);
+        cp_async_commit();
+        const uint32_t sK = sK0 + (kt & 1) * S::KV_BYTES, sV = sV0 + (kt & 1) * S::KV_BYTES;
+
+        float sc[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4(ldsm_addr_a<NCH>(sQ, warp * 16, kk * 16, lane), a);
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t b[4];
+                ldsm_x4(ldsm_addr_bt<NCH>(sK, np * 16, kk * 16, lane), b);
+                mma_bf16(sc[2 * np], a, b[0], b[1]);
+                mma_bf16(sc[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+        /* scale, causal mask, tile row max */
+        const int key0 = kt * BKV;
+        const bool need_mask = key0 + BKV - 1 > p.pos + q0;
+        float mx0 = ATTN_MASK, mx1 = ATTN_MASK;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = key0 + n * 8 + 2 * t + (e & 1);
+                float v = sc[n][e] * sl2;
+                if (need_mask && key > (e < 2 ? qp0 : qp1)) v = ATTN_MASK;
+                sc[n][e] = v;
+            }
+            mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+            mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        const float al0 = exp2f(m0 - mn0), al1 = exp2f(m1 - mn1);
+        m0 = mn0, m1 = mn1;
+        float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            sc[n][0] = exp2f(sc[n][0] - m0), sc[n][1] = exp2f(sc[n][1] - m0);
+            sc[n][2] = exp2f(sc[n][2] - m1), sc[n][3] = exp2f(sc[n][3] - m1);
+            rs0 += sc[n][0] + sc[n][1], rs1 += sc[n][2] + sc[n][3];
+        }
+        l0 = l0 * al0 + rs0, l1 = l1 * al1 + rs1;
+#pragma unroll
+        for (int d = 0; d < DT; d++) o[d][0] *= al0, o[d][1] *= al0, o[d][2] *= al1, o[d][3] *= al1;
+        /* O += P V: the S accumulators of n-tiles 2kk, 2kk+1 are the A fragment of keys 16kk .. */
+#pragma unroll
+        for (int kk = 0; kk < BKV / 16; kk++) {
+            uint32_t a[4];
+            a[0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+            a[1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+            a[2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+            a[3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+                uint32_t b[4];
+                ldsm_x4_t(ldsm_addr_bk<NCH>(sV, kk * 16, dp * 16, lane), b);
+                mma_bf16(o[2 * dp], a, b[0], b[1]);
+                mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
+            }
+        }
+    }
+
+    /* normalise, gate, store */
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv[2] = {1.0f / l0, 1.0f / l1};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int tok = q0 + warp * 16 + g + 8 * h;
+        if (tok >= p.T) continue;
+        uint16_t *dst = p.out + ((size_t)tok * p.Hq + j) * HD;
+        const uint16_t *gt = p.gate ? p.gate + (size_t)tok * p.gate_ld + (size_t)j * p.gate_hs : nullptr;
+#pragma unroll
+        for (int d = 0; d < DT; d++) {
+            const int col = d * 8 + 2 * t;
+            float v0 = round_bf16(o[d][2 * h] * inv[h]), v1 = round_bf16(o[d][2 * h + 1] * inv[h]);
+            if (gt) {
+                const uint32_t gg = *(const uint32_t *)(gt + col);
+                const float g0 = __uint_as_float(gg << 16), g1 = __uint_as_float(gg & 0xffff0000u);
+                v0 *= round_bf16(1.0f / (1.0f + expf(-g0)));
+                v1 *= round_bf16(1.0f / (1.0f + expf(-g1)));
+            }
+            *(uint32_t *)(dst + col) = pack_bf16(v0, v1);
+        }
+    }
+}
+
+/* grid (Hq, units): unit u covers q-tile n-1-u (heaviest first), or with `paired` the tiles u and
+ * n-1-u; 128 threads. */
+template <int HD, int BKV>
+__global__ void __launch_bounds__(128) attn_prefill_bf16_flash(const __grid_constant__ AttnPrefillParams p,
+                                                                int paired) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    const uint32_t sbase = smem_addr(smem);
+    const int j = blockIdx.x, u = blockIdx.y, n_qt = (p.T + ATTN_BQ - 1) / ATTN_BQ;
+    const int n_tiles = paired && u < n_qt - 1 - u ? 2 : 1;
+    for (int k = 0; k < n_tiles; k++) attn_tile<HD, BKV>(p, j, k == 0 ? n_qt - 1 - u : u, sbase);
+}
+
+template <int HD, int BKV>
+static int attn_launch(const AttnPrefillParams *p, cudaStream_t s) {
+    using S = AttnShape<HD, BKV>;
+    void (*kern)(const AttnPrefillParams, int) = attn_prefill_bf16_flash<HD, BKV>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+    if (e != cudaSuccess) return (int)e;
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int n_qt = (p->T + ATTN_BQ - 1) / ATTN_BQ;
+    const int paired = p->Hq * n_qt > sms;
+    dim3 grid(p->Hq, paired ? (n_qt + 1) / 2 : n_qt);
+    kern<<<grid, 128, S::SMEM, s>>>(*p, paired);
+    return prefill_launch_status(s);
+}
+
+extern "C" int cuda_attn_prefill(const AttnPrefillParams *p, cudaStream_t s) {
+    if (p->T < 1 || p->Hq < 1 || p->Hkv < 1 || p->Hq % p->Hkv || p->pos < 0 || p->pos + p->T > p->max_seq ||
+        ((uintptr_t)p->q & 15) || ((uintptr_t)p->k_cache & 15) || ((uintptr_t)p->v_cache & 15) || ((uintptr_t)p->out & 3) ||
+        (p->gate && (p->gate_ld % 2 || p->gate_hs % 2 || ((uintptr_t)p->gate & 3))))
+        return (int)cudaErrorInvalidValue;
+    switch (p->hd) {
+    case 128: return attn_launch<128, 64>(p, s);
+    case 256: return attn_launch<256, 32>(p, s);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}

@@ -1,0 +1,119 @@
+/* mma.cuh — tensor-core building blocks of the prefill kernels (gemm.cu, attention_prefill.cu,
+ * deltanet_prefill.cu): cp.async with zero fill, ldmatrix (plain and transposed), mma.sync
+ * m16n8k16 bf16 x bf16 -> fp32, and the XOR swizzle of 16-byte chunks that keeps ldmatrix free
+ * of bank conflicts.
+ *
+ * Fragment layouts of mma.m16n8k16 (g = lane/4, t = lane%4; each u32 holds two bf16, the lower
+ * column in the low half):
+ *   A 16x16 row-major: a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+ *   B 16x8  (k x n):   b0 = B[2t..2t+1][g],  b1 = B[2t+8..2t+9][g]
+ *   C 16x8  fp32:      c0,c1 = C[g][2t, 2t+1],  c2,c3 = C[g+8][2t, 2t+1]
+ * The C layout of two adjacent n8 tiles equals the A layout of one 16x16 tile (flash attention
+ * reuses the probabilities in registers that way). */
+#ifndef Q35_CUDA_MMA_CUH
+#define Q35_CUDA_MMA_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16-byte global -> shared copy; when pred is false nothing is read and 16 zero bytes are written. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Four 8x8 bf16 matrices; lane l gives the address of row l%8 of matrix l/8. */
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c += a b (m16n8k16, bf16 inputs, fp32 accumulators). */
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two fp32 -> one u32 of two bf16 (round to nearest even); lo goes to the low half. */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+/* bf16 rounding of an fp32 value, kept as fp32. */
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float bf16_val(__nv_bfloat16 h) { return __bfloat162float(h); }
+
+/* Swizzled position of 16-byte chunk c of row r in a tile whose rows hold NCH chunks
+ * (NCH * 8 bf16): the chunk index is XORed with row bits so that the 8 row addresses of one
+ * ldmatrix matrix fall into 8 different 16-byte bank groups. Returns the chunk number in the
+ * tile; multiply by 16 for bytes. NCH must be 2, 4 or a multiple of 8. */
+template <int NCH>
+__device__ __forceinline__ int swz(int r, int c) {
+    static_assert(NCH == 2 || NCH == 4 || NCH % 8 == 0, "swizzle needs 2, 4 or 8k chunks per row");
+    if constexpr (NCH % 8 == 0) return r * NCH + (c ^ (r & 7));
+    else if constexpr (NCH == 4) return r * NCH + (c ^ ((r >> 1) & 3));
+    else return r * NCH + (c ^ ((r >> 2) & 1));
+}
+/* Byte offset of element (r, col) in such a tile. */
+template <int NCH>
+__device__ __forceinline__ uint32_t swz_off(int r, int col) {
+    return (uint32_t)swz<NCH>(r, col >> 3) * 16u + (uint32_t)(col & 7) * 2u;
+}
+
+/* ldmatrix addresses for a 16x16 bf16 block at (r0, c0) of a swizzled tile with NCH chunks per
+ * row, arranged so that the four result registers are:
+ *   ldsm_addr_a:  stored [m][k]  -> A fragment a0..a3 (x4, no trans)
+ *   ldsm_addr_bt: stored [n][k]  -> B fragments of two n8 tiles {r0,r1} (n0..7), {r2,r3} (n8..15) (x4)
+ *   ldsm_addr_bk: stored [k][n]  -> the same B fragments (x4.trans)
+ *   ldsm_addr_at: stored [k][m]  -> A fragment a0..a3 (x4.trans) */
+template <int NCH>
+__device__ __forceinline__ uint32_t ldsm_addr_a(uint32_t base, int r0, int c0, int lane) {
+    return base + swz<NCH>(r0 + (lane & 15), (c0 >> 3) + (lane >> 4)) * 16;
+}
+template <int NCH>
+__device__ __forceinline__ uint32_t ldsm_addr_bt(uint32_t base, int n0, int k0, int lane) {
+    return base + swz<NCH>(n0 + (lane & 7) + ((lane >> 4) << 3), (k0 >> 3) + ((lane >> 3) & 1)) * 16;
+}
+template <int NCH>
+__device__ __forceinline__ uint32_t ldsm_addr_bk(uint32_t base, int k0, int n0, int lane) {
+    return base + swz<NCH>(k0 + (lane & 15), (n0 >> 3) + (lane >> 4)) * 16;
+}
+template <int NCH>
+__device__ __forceinline__ uint32_t ldsm_addr_at(uint32_t base, int k0, int m0, int lane) {
+    return base + swz<NCH>(k0 + (lane & 7) + ((lane >> 4) << 3), (m0 >> 3) + ((lane >> 3) & 1)) * 16;
+}
+
+/* Status of the last launch (0 or a cudaError_t value); a Q35_DEBUG_SYNC build synchronises so a
+ * fault is reported by the kernel that made it. */
+static inline int prefill_launch_status(cudaStream_t s) {
+    cudaError_t e = cudaGetLastError();
+#ifdef Q35_DEBUG_SYNC
+    if (e == cudaSuccess) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(s, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone)
+            e = cudaStreamSynchronize(s);
+    }
+#else
+    (void)s;
+#endif
+    return (int)e;
+}
+
+#endif
