@@ -1,0 +1,608 @@
+/* deltanet_prefill.cu — the Gated DeltaNet mixer for T > 1 tokens (MODEL.md §3.3, §3.4), as four
+ * kernels over chunks of C = 64 tokens (dk = dv = 128; head j of Hv reads k-head n = j/(Hv/Hk)):
+ *   1. dn_conv_bf16_chunk   (chunks x head units): causal conv + SiLU, l2norm of q/k, gates.
+ *   2. dn_local_bf16_chunk  (chunks x Hv, all chunks in parallel), with gamma = cumsum(g) and
+ *        A[r][s] = beta_r (k_r . k_s) e^(gamma_r - gamma_s) (s < r), T = (I + A)^-1 (fp32, 16x16
+ *        blocks), W = T diag(beta e^gamma) K,  U = T diag(beta) V.
+ *   3. dn_scan_bf16_split   (Hv x dv/32; sequential over chunks, the only serial part), per chunk:
+ *        store S (bf16), V' = U - W S,  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
+ *   4. dn_out_bf16_chunk    (chunks x Hv): O = diag(e^gamma) Q S + ((Q K^T) o Gamma) V', o = bf16(O),
+ *        then the gated RMSNorm with z.
+ * Matrix products run on mma.sync (bf16 in, fp32 out); the state lives in fp32 registers in
+ * kernel 3. Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
+#include "cuda/mma.cuh"
+#include "cuda/ops.h"
+
+#define DN_C 64  /* chunk length */
+#define DN_D 128 /* dk = dv */
+#define DN_DVS 32 /* value columns per CTA in the state scan */
+
+static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
+
+extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base, int T, int Hk, int Hv, int dk,
+                                                 int dv) {
+    const size_t Tp = (size_t)(T + DN_C - 1) / DN_C * DN_C, nc = Tp / DN_C;
+    const size_t sz[8] = {Tp * Hk * dk * 2, Tp * Hk * dk * 2, Tp * Hv * dv * 2, Tp * Hv * 4,
+                          Tp * Hv * 4,      Tp * Hv * dk * 2, Tp * Hv * dv * 2, nc * Hv * dk * dv * 2};
+    size_t off[8], total = 0;
+    for (int i = 0; i < 8; i++) off[i] = total, total += dn_align(sz[i]);
+    if (sc && base) {
+        char *b = (char *)base;
+        sc->q = (uint16_t *)(b + off[0]), sc->k = (uint16_t *)(b + off[1]), sc->v = (uint16_t *)(b + off[2]);
+        sc->beta = (float *)(b + off[3]), sc->g = (float *)(b + off[4]);
+        sc->w = (uint16_t *)(b + off[5]), sc->u = (uint16_t *)(b + off[6]), sc->s = (uint16_t *)(b + off[7]);
+    }
+    return total;
+}
+
+/* Inclusive prefix sum of the chunk's 64 log-decays: lane l holds g[2l], g[2l+1] and returns
+ * gamma[2l], gamma[2l+1]. */
+__device__ __forceinline__ void dn_gamma_scan(float g0, float g1, int lane, float &y0, float &y1) {
+    float s = g0 + g1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float v = __shfl_up_sync(0xffffffffu, s, o);
+        if (lane >= o) s += v;
+    }
+    y1 = s, y0 = s - g1;
+}
+/* gamma[r] from the scan registers of the warp (all lanes must call). */
+__device__ __forceinline__ float dn_gamma_at(float y0, float y1, int r) {
+    const float a = __shfl_sync(0xffffffffu, y0, r >> 1), b = __shfl_sync(0xffffffffu, y1, r >> 1);
+    return (r & 1) ? b : a;
+}
+
+/* ---- 1. conv + SiLU + l2norm + gates --------------------------------------------------- */
+
+/* grid (Tp/64, ceil((2Hk + Hv)/4)), 128 threads. Warp = one head unit (q heads, k heads, v heads;
+ * 128 channels, channel lane + 32i) over the 64 tokens of its chunk, with the K-1 previous
+ * pre-conv rows in registers. The chunk-0 warps also write the new conv state (the last K-1 rows
+ * of [old state; m]); they are the only readers of the old state. */
+template <int KC>
+__global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant__ DeltaNetPrefillParams p,
+                                                         const __grid_constant__ DeltaNetScratch sc) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int unit = blockIdx.y * 4 + warp, t0 = blockIdx.x * DN_C;
+    if (unit >= 2 * p.Hk + p.Hv) return;
+    const int kind = unit < p.Hk ? 0 : unit < 2 * p.Hk ? 1 : 2; /* q, k, v */
+    const int head = kind == 0 ? unit : kind == 1 ? unit - p.Hk : unit - 2 * p.Hk;
+    const int ch0 = kind == 2 ? 2 * p.Hk * DN_D + head * DN_D : (kind * p.Hk + head) * DN_D;
+
+    float w[4][KC], hist[KC - 1][4], old[KC - 1][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int ch = ch0 + lane + 32 * i;
+#pragma unroll
+        for (int j = 0; j < KC; j++) w[i][j] = p.conv_w[ch * KC + j];
+#pragma unroll
+        for (int j = 0; j < KC - 1; j++) {
+            const int u = t0 - (KC - 1) + j;
+            hist[j][i] = u >= 0 ? __uint_as_float((uint32_t)p.proj[(size_t)u * p.ld_proj + ch] << 16)
+                                : p.conv_state[(KC - 1 + u) * p.cs_row + ch * p.cs_ch];
+            old[j][i] = hist[j][i];
+        }
+    }
+    const float qscale = kind == 0 ? rsqrtf((float)DN_D) : 1.0f;
+    for (int tt = 0; tt < DN_C; tt++) {
+        const int t = t0 + tt;
+        const bool real = t < p.T;
+        float c[4], ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float cur = real ? __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + ch0 + lane + 32 * i] << 16)
+                                   : 0.0f;
+            float acc = w[i][KC - 1] * cur;
+#pragma unroll
+            for (int j = 0; j < KC - 1; j++) acc += w[i][j] * hist[j][i];
+#pragma unroll
+            for (int j = 0; j < KC - 2; j++) hist[j][i] = hist[j + 1][i];
+            hist[KC - 2][i] = cur;
+            const float a = round_bf16(acc);
+            c[i] = real ? round_bf16(a / (1.0f + expf(-a))) : 0.0f;
+            ss += c[i] * c[i];
+        }
+        if (kind < 2) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float inv = rsqrtf(ss + 1e-6f);
+            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + ((size_t)t * p.Hk + head) * DN_D;
+#pragma unroll
+            for (int i = 0; i < 4; i++) dst[lane + 32 * i] = __bfloat16_as_ushort(__float2bfloat16_rn(c[i] * inv * qscale));
+        } else {
+            uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D;
+#pragma unroll
+            for (int i = 0; i < 4; i++) dst[lane + 32 * i] = __bfloat16_as_ushort(__float2bfloat16_rn(c[i]));
+            if (lane == 0) {
+                float beta = 0.0f, g = 0.0f;
+                if (real) {
+                    const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
+                    const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
+                    beta = round_bf16(1.0f / (1.0f + expf(-b)));
+                    const float x = a + p.dt_bias[head];
+                    g = -expf(p.A_log[head]) * (x > 20.0f ? x : log1pf(expf(x)));
+                }
+                sc.beta[(size_t)t * p.Hv + head] = beta;
+                sc.g[(size_t)t * p.Hv + head] = g;
+            }
+        }
+    }
+    if (blockIdx.x == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int ch = ch0 + lane + 32 * i;
+#pragma unroll
+            for (int j = 0; j < KC - 1; j++) {
+                const int u = p.T - (KC - 1) + j;
+                float v = 0.0f;
+#pragma unroll
+                for (int jj = 0; jj < KC - 1; jj++)
+                    if (u < 0 && KC - 1 + u == jj) v = old[jj][i];
+                if (u >= 0) v = __uint_as_float((uint32_t)p.proj[(size_t)u * p.ld_proj + ch] << 16);
+                p.conv_state[j * p.cs_row + ch * p.cs_ch] = v;
+            }
+        }
+    }
+}
+
+/* ---- 2. chunk-local transform ---------------------------------------------------------- */
+
+struct DnLocalSmem {
+    static constexpr int K = 0, V = K + DN_C * DN_D * 2, T1 = V + DN_C * DN_D * 2, T2 = T1 + DN_C * DN_C * 2;
+    static constexpr int A = T2 + DN_C * DN_C * 2;          /* fp32 [64][65] */
+    static constexpr int TI = A + DN_C * (DN_C + 1) * 4;     /* fp32 [64][65] */
+    static constexpr int X = TI + DN_C * (DN_C + 1) * 4;     /* fp32 [3][16][16] */
+    static constexpr int VEC = X + 3 * 256 * 4;              /* fp32 beta[64], gamma[64], beta e^gamma[64] */
+    static constexpr int BYTES = VEC + 3 * DN_C * 4;
+};
+
+/* grid (Tp/64, Hv), 256 threads. */
+__global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant__ DeltaNetPrefillParams p,
+                                                          const __grid_constant__ DeltaNetScratch sc) {
+    using L = DnLocalSmem;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const uint32_t sb = smem_addr(smem);
+    float *sA = (float *)(smem + L::A), *sTi = (float *)(smem + L::TI), *sX = (float *)(smem + L::X);
+    float *sbeta = (float *)(smem + L::VEC), *sgam = sbeta + DN_C, *sbg = sgam + DN_C;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int c = blockIdx.x, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
+
+#pragma unroll
+    for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
+        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
+        cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
+        cp_async16(sb + L::V + swz<16>(r, ch) * 16, sc.v + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
+    }
+    cp_async_commit();
+    for (int i = tid; i < DN_C * (DN_C + 1); i += 256) sTi[i] = 0.0f;
+    if (warp == 0) {
+        const float g0 = sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], g1 = sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
+        float y0, y1;
+        dn_gamma_scan(g0, g1, lane, y0, y1);
+        const float b0 = sc.beta[(size_t)(t0 + 2 * lane) * p.Hv + j], b1 = sc.beta[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
+        sgam[2 * lane] = y0, sgam[2 * lane + 1] = y1;
+        sbeta[2 * lane] = b0, sbeta[2 * lane + 1] = b1;
+        sbg[2 * lane] = b0 * expf(y0), sbg[2 * lane + 1] = b1 * expf(y1);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* A = (diag(beta) K K^T) o Gamma, strictly lower: warp -> rows 16 (w%4), cols 32 (w/4) */
+    {
+        const int wm = warp & 3, wn = warp >> 2;
+        float acc[4][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < DN_D / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4(ldsm_addr_a<16>(sb + L::K, wm * 16, kk * 16, lane), a);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                ldsm_x4(ldsm_addr_bt<16>(sb + L::K, wn * 32 + np * 16, kk * 16, lane), b);
+                mma_bf16(acc[2 * np], a, b[0], b[1]);
+                mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = wm * 16 + g + (e >> 1) * 8, s = wn * 32 + nt * 8 + 2 * t + (e & 1);
+                sA[r * (DN_C + 1) + s] = s < r ? sbeta[r] * acc[nt][e] * expf(sgam[r] - sgam[s]) : 0.0f;
+            }
+    }
+    __syncthreads();
+
+    /* T = (I + A)^-1. Diagonal 16x16 blocks by forward substitution (warp b, lane = column) */
+    if (warp < 4 && lane < 16) {
+        const int b0 = warp * 16;
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float v = i == lane ? 1.0f : 0.0f;
+#pragma unroll
+            for (int s = 0; s < i; s++) v -= sA[(b0 + i) * (DN_C + 1) + b0 + s] * x[s];
+            x[i] = v;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) sTi[(b0 + i) * (DN_C + 1) + b0 + lane] = x[i];
+    }
+    __syncthreads();
+    /* block row bi: X_bj = sum_{bj <= bk < bi} A[bi][bk] T[bk][bj];  T[bi][bj] = -T[bi][bi] X_bj */
+    for (int bi = 1; bi < 4; bi++) {
+        for (int e = tid; e < bi * 256; e += 256) {
+            const int bj = e >> 8, i = (e >> 4) & 15, cc = e & 15;
+            float v = 0.0f;
+            for (int s = bj * 16; s < bi * 16; s++) v += sA[(bi * 16 + i) * (DN_C + 1) + s] * sTi[s * (DN_C + 1) + bj * 16 + cc];
+            sX[e] = v;
+        }
+        __syncthreads();
+        for (int e = tid; e < bi * 256; e += 256) {
+            const int bj = e >> 8, i = (e >> 4) & 15, cc = e & 15;
+            float v = 0.0f;
+#pragma unroll
+            for (int s = 0; s < 16; s++) v -= sTi[(bi * 16 + i) * (DN_C + 1) + bi * 16 + s] * sX[bj * 256 + s * 16 + cc];
+            sTi[(bi * 16 + i) * (DN_C + 1) + bj * 16 + cc] = v;
+        }
+        __syncthreads();
+    }
+
+    /* T1 = T diag(beta e^gamma), T2 = T diag(beta) as bf16 tiles: thread -> row tid/4, 16 columns */
+    {
+        const int r = tid >> 2, c0 = (tid & 3) * 16;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t u1[4], u2[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int s = c0 + h * 8 + 2 * q;
+                const float x0 = sTi[r * (DN_C + 1) + s], x1 = sTi[r * (DN_C + 1) + s + 1];
+                u1[q] = pack_bf16(x0 * sbg[s], x1 * sbg[s + 1]);
+                u2[q] = pack_bf16(x0 * sbeta[s], x1 * sbeta[s + 1]);
+            }
+            const int ch = (c0 >> 3) + h;
+            *(uint4 *)(smem + L::T1 + swz<8>(r, ch) * 16) = make_uint4(u1[0], u1[1], u1[2], u1[3]);
+            *(uint4 *)(smem + L::T2 + swz<8>(r, ch) * 16) = make_uint4(u2[0], u2[1], u2[2], u2[3]);
+        }
+    }
+    __syncthreads();
+
+    /* W = T1 K (warps 0-3), U = T2 V (warps 4-7): rows 16 (w%4), all 128 columns */
+    {
+        const int wm = warp & 3, which = warp >> 2;
+        const uint32_t sT = sb + (which ? L::T2 : L::T1), sR = sb + (which ? L::V : L::K);
+        float acc[16][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < DN_C / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4(ldsm_addr_a<8>(sT, wm * 16, kk * 16, lane), a);
+#pragma unroll
+            for (int np = 0; np < 8; np++) {
+                uint32_t b[4];
+                ldsm_x4_t(ldsm_addr_bk<16>(sR, kk * 16, np * 16, lane), b);
+                mma_bf16(acc[2 * np], a, b[0], b[1]);
+                mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+        uint16_t *dst = which ? sc.u : sc.w;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = wm * 16 + g + 8 * h;
+            uint16_t *row = dst + ((size_t)(t0 + r) * p.Hv + j) * DN_D;
+#pragma unroll
+            for (int nt = 0; nt < 16; nt++) *(uint32_t *)(row + nt * 8 + 2 * t) = pack_bf16(acc[nt][2 * h], acc[nt][2 * h + 1]);
+        }
+    }
+}
+
+/* ---- 3. sequential state scan ---------------------------------------------------------- */
+
+struct DnScanSmem {
+    static constexpr int W = 0, K = W + DN_C * DN_D * 2, U = K + DN_C * DN_D * 2;
+    static constexpr int STAGE = U + DN_C * DN_DVS * 2; /* W, K: [64][128]; U: [64][32] */
+    static constexpr int S = 2 * STAGE;                 /* bf16 [128][32] */
+    static constexpr int VS = S + DN_D * DN_DVS * 2;    /* bf16 [64][32] */
+    static constexpr int BYTES = VS + DN_C * DN_DVS * 2;
+};
+
+__device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, const DeltaNetScratch &sc, uint32_t st,
+                                             int c, int j, int n, int e0, int tid) {
+    using L = DnScanSmem;
+    const int t0 = c * DN_C;
+#pragma unroll
+    for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
+        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
+        cp_async16(st + L::W + swz<16>(r, ch) * 16, sc.w + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
+        cp_async16(st + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
+    }
+    {
+        const int r = tid >> 2, ch = tid & 3;
+        cp_async16(st + L::U + swz<4>(r, ch) * 16, sc.u + ((size_t)(t0 + r) * p.Hv + j) * DN_D + e0 + ch * 8, true);
+    }
+}
+
+/* grid (Hv, dv/32), 256 threads. The CTA owns S[:, e0 .. e0+31] of head j in registers: warp w
+ * holds rows 16w .. 16w+15 as the accumulators of 4 n8 tiles. */
+__global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant__ DeltaNetPrefillParams p,
+                                                         const __grid_constant__ DeltaNetScratch sc) {
+    using L = DnScanSmem;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const uint32_t sb = smem_addr(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int j = blockIdx.x, e0 = blockIdx.y * DN_DVS, n = j / (p.Hv / p.Hk);
+    const int nc = (p.T + DN_C - 1) / DN_C;
+    float *state = p.state + (size_t)j * DN_D * DN_D;
+
+    float S[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float2 v = *(const float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
+            S[nt][2 * h] = v.x, S[nt][2 * h + 1] = v.y;
+        }
+    dn_scan_load(p, sc, sb, 0, j, n, e0, tid);
+    cp_async_commit();
+    float gn0 = sc.g[(size_t)(2 * lane) * p.Hv + j], gn1 = sc.g[(size_t)(2 * lane + 1) * p.Hv + j];
+
+    for (int c = 0; c < nc; c++) {
+        cp_async_wait<0>();
+        __syncthreads(); /* chunk c landed; everyone is done with chunk c-1 */
+        if (c + 1 < nc) dn_scan_load(p, sc, sb + ((c + 1) & 1) * L::STAGE, c + 1, j, n, e0, tid);
+        cp_async_commit();
+        const uint32_t st = sb + (c & 1) * L::STAGE;
+        float y0, y1;
+        dn_gamma_scan(gn0, gn1, lane, y0, y1);
+        const float gL = __shfl_sync(0xffffffffu, y1, 31);
+        if (c + 1 < nc) {
+            gn0 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane) * p.Hv + j];
+            gn1 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane + 1) * p.Hv + j];
+        }
+
+        /* S entering the chunk -> bf16 tile (and the copy kernel 4 reads) */
+        uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * DN_D * DN_D;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = warp * 16 + g + 8 * h, col = nt * 8 + 2 * t;
+                const uint32_t v = pack_bf16(S[nt][2 * h], S[nt][2 * h + 1]);
+                *(uint32_t *)(smem + L::S + swz_off<4>(r, col)) = v;
+                *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = v;
+            }
+        __syncthreads();
+
+        /* V' = U - W S: warp -> rows 16 (w%4), columns 16 (w/4) */
+        {
+            const int wm = warp & 3, wn = warp >> 2;
+            float acc[2][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < DN_D / 16; kk++) {
+                uint32_t a[4], b[4];
+                ldsm_x4(ldsm_addr_a<16>(st + L::W, wm * 16, kk * 16, lane), a);
+                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::S, kk * 16, wn * 16, lane), b);
+                mma_bf16(acc[0], a, b[0], b[1]);
+                mma_bf16(acc[1], a, b[2], b[3]);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wm * 16 + g + 8 * h;
+                const float dec = expf(gL - dn_gamma_at(y0, y1, r));
+                uint16_t *vg = sc.u + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0;
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const int col = wn * 16 + nt * 8 + 2 * t;
+                    const uint32_t uu = *(const uint32_t *)(smem + (st - sb) + L::U + swz_off<4>(r, col));
+                    const float v0 = round_bf16(__uint_as_float(uu << 16) - acc[nt][2 * h]);
+                    const float v1 = round_bf16(__uint_as_float(uu & 0xffff0000u) - acc[nt][2 * h + 1]);
+                    *(uint32_t *)(vg + col) = pack_bf16(v0, v1);
+                    *(uint32_t *)(smem + L::VS + swz_off<4>(r, col)) = pack_bf16(v0 * dec, v1 * dec);
+                }
+            }
+        }
+        __syncthreads();
+
+        /* S <- e^gamma_L S + K^T Vs: warp -> dk rows 16w, 4 n8 tiles; k = the chunk's 64 rows */
+        const float eL = expf(gL);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) S[nt][e] *= eL;
+#pragma unroll
+        for (int kk = 0; kk < DN_C / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4_t(ldsm_addr_at<16>(st + L::K, kk * 16, warp * 16, lane), a);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::VS, kk * 16, np * 16, lane), b);
+                mma_bf16(S[2 * np], a, b[0], b[1]);
+                mma_bf16(S[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            *(float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t) =
+                make_float2(S[nt][2 * h], S[nt][2 * h + 1]);
+}
+
+/* ---- 4. chunk output + gated RMSNorm --------------------------------------------------- */
+
+struct DnOutSmem {
+    static constexpr int Q = 0, K = Q + DN_C * DN_D * 2, S = K + DN_C * DN_D * 2, V = S + DN_D * DN_D * 2;
+    static constexpr int P = V + DN_C * DN_D * 2;     /* bf16 [64][64] */
+    static constexpr int GAM = P + DN_C * DN_C * 2;   /* fp32 [64] */
+    static constexpr int RED = GAM + DN_C * 4;        /* fp32 [2][64] */
+    static constexpr int BYTES = RED + 2 * DN_C * 4;
+};
+
+/* grid (Tp/64, Hv), 256 threads. */
+__global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__ DeltaNetPrefillParams p,
+                                                        const __grid_constant__ DeltaNetScratch sc) {
+    using L = DnOutSmem;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const uint32_t sb = smem_addr(smem);
+    float *sgam = (float *)(smem + L::GAM), *sred = (float *)(smem + L::RED);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int c = blockIdx.x, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
+    const int wm = warp & 3, wn = warp >> 2;
+
+#pragma unroll
+    for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
+        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
+        cp_async16(sb + L::Q + swz<16>(r, ch) * 16, sc.q + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
+        cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
+        cp_async16(sb + L::V + swz<16>(r, ch) * 16, sc.u + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
+    }
+    const uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * DN_D * DN_D;
+#pragma unroll
+    for (int jj = 0; jj < DN_D * 16 / 256; jj++) {
+        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
+        cp_async16(sb + L::S + swz<16>(r, ch) * 16, Sg + (size_t)r * DN_D + ch * 8, true);
+    }
+    cp_async_commit();
+    if (warp == 0) {
+        float y0, y1;
+        dn_gamma_scan(sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j], lane, y0, y1);
+        sgam[2 * lane] = y0, sgam[2 * lane + 1] = y1;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* P = (Q K^T) o Gamma, s <= r: warp -> rows 16 wm, columns 32 wn */
+    {
+        float acc[4][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < DN_D / 16; kk++) {
+            uint32_t a[4];
+            ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, kk * 16, lane), a);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                ldsm_x4(ldsm_addr_bt<16>(sb + L::K, wn * 32 + np * 16, kk * 16, lane), b);
+                mma_bf16(acc[2 * np], a, b[0], b[1]);
+                mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wm * 16 + g + 8 * h, s = wn * 32 + nt * 8 + 2 * t;
+                const float gr = sgam[r];
+                const float v0 = s <= r ? acc[nt][2 * h] * expf(gr - sgam[s]) : 0.0f;
+                const float v1 = s + 1 <= r ? acc[nt][2 * h + 1] * expf(gr - sgam[s + 1]) : 0.0f;
+                *(uint32_t *)(smem + L::P + swz_off<8>(r, s)) = pack_bf16(v0, v1);
+            }
+    }
+    __syncthreads();
+
+    /* O = diag(e^gamma) Q S + P V': warp -> rows 16 wm, columns 64 wn */
+    float acc[8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < DN_D / 16; kk++) {
+        uint32_t a[4];
+        ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, kk * 16, lane), a);
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t b[4];
+            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::S, kk * 16, wn * 64 + np * 16, lane), b);
+            mma_bf16(acc[2 * np], a, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+    const int r0 = wm * 16 + g;
+    const float eg0 = expf(sgam[r0]), eg1 = expf(sgam[r0 + 8]);
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) acc[nt][0] *= eg0, acc[nt][1] *= eg0, acc[nt][2] *= eg1, acc[nt][3] *= eg1;
+#pragma unroll
+    for (int kk = 0; kk < DN_C / 16; kk++) {
+        uint32_t a[4];
+        ldsm_x4(ldsm_addr_a<8>(sb + L::P, wm * 16, kk * 16, lane), a);
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t b[4];
+            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::V, kk * 16, wn * 64 + np * 16, lane), b);
+            mma_bf16(acc[2 * np], a, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+
+    /* gated RMSNorm over the 128 columns of each row (two warps share a row) */
+    float ss[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            acc[nt][e] = round_bf16(acc[nt][e]);
+            ss[e >> 1] += acc[nt][e] * acc[nt][e];
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 1);
+        ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 2);
+        if (t == 0) sred[wn * DN_C + r0 + 8 * h] = ss[h];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h, tok = t0 + r;
+        if (tok >= p.T) continue;
+        const float inv = rsqrtf((sred[r] + sred[DN_C + r]) / (float)DN_D + p.eps);
+        const uint16_t *zr = p.proj + (size_t)tok * p.ld_proj + p.z_off + j * DN_D;
+        uint16_t *yr = p.y + ((size_t)tok * p.Hv + j) * DN_D;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            const int col = wn * 64 + nt * 8 + 2 * t;
+            const uint32_t zz = *(const uint32_t *)(zr + col);
+            float v[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float z = __uint_as_float(e ? (zz & 0xffff0000u) : (zz << 16));
+                const float u = round_bf16(acc[nt][2 * h + e] * inv);
+                v[e] = round_bf16(p.norm_w[col + e] * u) * (z / (1.0f + expf(-z)));
+            }
+            *(uint32_t *)(yr + col) = pack_bf16(v[0], v[1]);
+        }
+    }
+}
+
+/* ---- launcher -------------------------------------------------------------------------- */
+
+template <int KC>
+static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, cudaStream_t s) {
+    dim3 grid(nc, (2 * p->Hk + p->Hv + 3) / 4);
+    dn_conv_bf16_chunk<KC><<<grid, 128, 0, s>>>(*p, sc);
+    return prefill_launch_status(s);
+}
+
+extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, cudaStream_t s) {
+    if (p->T < 1 || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 2 ||
+        p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) || p->ld_proj % 2 || p->z_off % 2 ||
+        ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) || ((uintptr_t)p->state & 7))
+        return (int)cudaErrorInvalidValue;
+    DeltaNetScratch sc;
+    cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
+    const int nc = (p->T + DN_C - 1) / DN_C;
+    int rc = p->K == 4 ? dn_launch_conv<4>(p, sc, nc, s) : p->K == 3 ? dn_launch_conv<3>(p, sc, nc, s)
+                                                                      : dn_launch_conv<2>(p, sc, nc, s);
+    if (rc) return rc;
+
+    cudaError_t e = cudaFuncSetAttribute(dn_local_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         DnLocalSmem::BYTES);
+    if (e != cudaSuccess) return (int)e;
+    dn_local_bf16_chunk<<<dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, s>>>(*p, sc);
+    if ((rc = prefill_launch_status(s))) return rc;
+
+    e = cudaFuncSetAttribute(dn_scan_bf16_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem::BYTES);
+    if (e != cudaSuccess) return (int)e;
+    dn_scan_bf16_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem::BYTES, s>>>(*p, sc);
+    if ((rc = prefill_launch_status(s))) return rc;
+
+    e = cudaFuncSetAttribute(dn_out_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
+    if (e != cudaSuccess) return (int)e;
+    dn_out_bf16_chunk<<<dim3(nc, p->Hv), 256, DnOutSmem::BYTES, s>>>(*p, sc);
+    return prefill_launch_status(s);
+}

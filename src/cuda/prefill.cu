@@ -1,0 +1,129 @@
+/* prefill.cu — row ops of the prefill path (RMSNorm to bf16, embedding rows) and the launch
+ * sequence of one whole layer for T tokens, so the backend calls one function per layer:
+ *   attention: rmsnorm -> GEMM [q|gate,k,v] -> attn_prep -> flash attention -> GEMM o (+= x)
+ *   DeltaNet:  rmsnorm -> GEMM [qkv,z,b,a]  -> deltanet_prefill            -> GEMM out (+= x)
+ *   then MLP:  rmsnorm -> GEMM gate_up with SwiGLU -> GEMM down (+= x)
+ * (MODEL.md §3.7; the residual adds and roundings happen in the GEMM epilogues). */
+#include "cuda/mma.cuh"
+#include "cuda/ops.h"
+
+/* ---- row ops --------------------------------------------------------------------------- */
+
+/* grid ceil(T/8), 256 threads: warp per row, float4 loads. */
+__global__ void __launch_bounds__(256) rmsnorm_f32_rows_bf16(const __grid_constant__ RmsnormRowsParams p) {
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= p.T) return;
+    const float4 *x = (const float4 *)(p.x + (size_t)row * p.D);
+    const float4 *w = (const float4 *)p.w;
+    uint2 *y = (uint2 *)(p.y + (size_t)row * p.D);
+    const int n4 = p.D / 4;
+    float ss = 0.0f;
+    for (int i = lane; i < n4; i += 32) {
+        const float4 v = x[i];
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = rsqrtf(ss / (float)p.D + p.eps);
+    for (int i = lane; i < n4; i += 32) {
+        const float4 v = x[i], g = w[i];
+        float o[4];
+        const float xv[4] = {v.x, v.y, v.z, v.w}, wv[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[e] = p.unit_offset ? xv[e] * r * (1.0f + wv[e]) : wv[e] * round_bf16(xv[e] * r);
+        y[i] = make_uint2(pack_bf16(o[0], o[1]), pack_bf16(o[2], o[3]));
+    }
+}
+
+extern "C" int cuda_rmsnorm_rows_bf16(const RmsnormRowsParams *p, cudaStream_t s) {
+    if (p->T < 1 || p->D < 4 || p->D % 4 || ((uintptr_t)p->x & 15) || ((uintptr_t)p->w & 15) || ((uintptr_t)p->y & 7))
+        return (int)cudaErrorInvalidValue;
+    rmsnorm_f32_rows_bf16<<<(p->T + 7) / 8, 256, 0, s>>>(*p);
+    return prefill_launch_status(s);
+}
+
+/* grid T, 128 threads. */
+__global__ void __launch_bounds__(128) embed_bf16_rows(const __grid_constant__ EmbedRowsParams p) {
+    const int t = blockIdx.x, tok = p.tokens[t];
+    const bool ok = tok >= 0 && tok < p.V;
+    const uint16_t *e = p.E + (size_t)(ok ? tok : 0) * p.D;
+    float *x = p.x + (size_t)t * p.D;
+    for (int i = threadIdx.x; i < p.D; i += 128) x[i] = ok ? __uint_as_float((uint32_t)e[i] << 16) : 0.0f;
+}
+
+extern "C" int cuda_embed_rows(const EmbedRowsParams *p, cudaStream_t s) {
+    if (p->T < 1 || p->D < 1 || p->V < 1) return (int)cudaErrorInvalidValue;
+    embed_bf16_rows<<<p->T, 128, 0, s>>>(*p);
+    return prefill_launch_status(s);
+}
+
+/* ---- layers ---------------------------------------------------------------------------- */
+
+static int imax(int a, int b) { return a > b ? a : b; }
+static int q_rows(const PrefillDims *d) { return d->Hq * d->hd * (d->attn_gate ? 2 : 1); }
+static int conv_dim(const PrefillDims *d) { return 2 * d->Hk * d->dk + d->Hv * d->dv; }
+
+extern "C" void cuda_prefill_buffer_sizes(const PrefillDims *d, int T, size_t *h, size_t *proj, size_t *q,
+                                          size_t *act, size_t *scratch_bytes) {
+    const int n_attn = q_rows(d) + 2 * d->Hkv * d->hd;
+    const int n_dn = d->Hk > 0 ? conv_dim(d) + d->Hv * d->dv + 2 * d->Hv : 0;
+    *h = (size_t)T * d->D;
+    *proj = (size_t)T * imax(n_attn, n_dn);
+    *q = (size_t)T * d->Hq * d->hd;
+    *act = (size_t)T * imax(d->F, imax(d->Hq * d->hd, d->Hv * d->dv));
+    *scratch_bytes = d->Hk > 0 ? cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv) : 0;
+}
+
+static int prefill_norm(const PrefillDims *d, const float *w, const PrefillBuffers *b, int T, cudaStream_t s) {
+    RmsnormRowsParams np = {b->x, w, b->h, T, d->D, d->unit_offset, d->eps};
+    return cuda_rmsnorm_rows_bf16(&np, s);
+}
+
+/* x += down(SwiGLU(gate_up(norm(x, ln2)))) */
+static int prefill_mlp(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
+                       cudaStream_t s) {
+    int rc = prefill_norm(d, w->ln2, b, T, s);
+    if (rc) return rc;
+    GemmParams gu = {b->h, w->gate_up, b->act, T, 2 * d->F, d->D, d->D, d->D, d->F, GEMM_EPI_SWIGLU_BF16,
+                     d->glu_group};
+    if ((rc = cuda_gemm_bf16(&gu, s))) return rc;
+    GemmParams dn = {b->act, w->down, b->x, T, d->D, d->F, d->F, d->F, d->D, GEMM_EPI_ADD_F32, 0};
+    return cuda_gemm_bf16(&dn, s);
+}
+
+extern "C" int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b,
+                                       int T, int pos, cudaStream_t s) {
+    const int hd = d->hd, nq = q_rows(d), n = nq + 2 * d->Hkv * hd;
+    int rc = prefill_norm(d, w->ln1, b, T, s);
+    if (rc) return rc;
+    GemmParams qkv = {b->h, w->qkv, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0};
+    if ((rc = cuda_gemm_bf16(&qkv, s))) return rc;
+    AttnPrepParams pp = {b->proj, n, d->attn_gate ? 2 * hd : hd, nq, nq + d->Hkv * hd, w->q_norm, w->k_norm,
+                         w->inv_freq, b->q, w->k_cache, w->v_cache, T, pos, d->Hq, d->Hkv, hd, d->R, d->max_seq,
+                         d->unit_offset, d->eps};
+    if ((rc = cuda_attn_prep(&pp, s))) return rc;
+    AttnPrefillParams ap = {b->q, w->k_cache, w->v_cache, d->attn_gate ? b->proj + hd : NULL, n, 2 * hd, b->act,
+                            T, pos, d->Hq, d->Hkv, hd, d->max_seq, 1.0f / sqrtf((float)hd)};
+    if ((rc = cuda_attn_prefill(&ap, s))) return rc;
+    const int no = d->Hq * hd;
+    GemmParams o = {b->act, w->o, b->x, T, d->D, no, no, no, d->D, GEMM_EPI_ADD_F32, 0};
+    if ((rc = cuda_gemm_bf16(&o, s))) return rc;
+    return prefill_mlp(d, w, b, T, s);
+}
+
+extern "C" int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLayerWeights *w,
+                                           const PrefillBuffers *b, int T, cudaStream_t s) {
+    const int cd = conv_dim(d), vd = d->Hv * d->dv, n = cd + vd + 2 * d->Hv;
+    int rc = prefill_norm(d, w->ln1, b, T, s);
+    if (rc) return rc;
+    GemmParams in = {b->h, w->qkvzba, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0};
+    if ((rc = cuda_gemm_bf16(&in, s))) return rc;
+    DeltaNetPrefillParams dp = {b->proj,  n,          cd,         cd + vd,   cd + vd + d->Hv, w->conv_w, w->A_log,
+                                w->dt_bias, w->norm_w, w->conv_state, cd,  1,               w->state,  b->act,
+                                b->scratch, T,         d->Hk,     d->Hv,     d->dk,           d->dv,     d->K,
+                                d->eps};
+    if ((rc = cuda_deltanet_prefill(&dp, s))) return rc;
+    GemmParams o = {b->act, w->out, b->x, T, d->D, vd, vd, vd, d->D, GEMM_EPI_ADD_F32, 0};
+    if ((rc = cuda_gemm_bf16(&o, s))) return rc;
+    return prefill_mlp(d, w, b, T, s);
+}
