@@ -1,0 +1,251 @@
+/* test_gemm.c — the prefill GEMM (cuda_gemm_bf16) against a double-precision CPU product of the
+ * same bf16 inputs, on fresh random shapes (ragged M = 1, 63, 64, 65, 2048 and random M, N, K),
+ * all four epilogues, NaN-poisoned outputs and guard rows/columns that must stay untouched.
+ * Large shapes are checked on a random subset of rows. Ends with a timing table (TFLOP/s) for
+ * the Qwen3.5-0.8B prefill shapes at M = 2048. Usage: test_gemm [seed]. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/ops.h"
+#include "test.h"
+#include "util.h"
+
+static Rng rng;
+
+#define CU(call)                                                                                         \
+    do {                                                                                                 \
+        cudaError_t e_ = (call);                                                                         \
+        if (e_ != cudaSuccess) {                                                                         \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
+            exit(2);                                                                                     \
+        }                                                                                                \
+    } while (0)
+
+static uint16_t *rand_bf16(size_t n, float scale) {
+    uint16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(scale * rng_normal(&rng));
+    return h;
+}
+static void *dev_copy(const void *h, size_t bytes) {
+    void *d = NULL;
+    CU(cudaMalloc(&d, bytes));
+    CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ref[n] = sum_k x[m][k] w[n][k] and sabs[n] = sum_k |x w| for one row m (double). */
+static void ref_row(const uint16_t *x, const uint16_t *w, int m, int N, int K, double *ref, double *sabs) {
+    const uint16_t *xr = x + (size_t)m * K;
+    for (int n = 0; n < N; n++) {
+        const uint16_t *wr = w + (size_t)n * K;
+        double s = 0, a = 0;
+        for (int k = 0; k < K; k++) {
+            const double p = (double)bf16_to_f32(xr[k]) * bf16_to_f32(wr[k]);
+            s += p, a += fabs(p);
+        }
+        ref[n] = s, sabs[n] = a;
+    }
+}
+
+/* One case, checked element by element (failures reported through CHECK). */
+static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
+    const int ycols = epi == GEMM_EPI_SWIGLU_BF16 ? N / 2 : N, ldy = ycols + ldy_extra, guard = 3;
+    const int esz = (epi == GEMM_EPI_F32 || epi == GEMM_EPI_ADD_F32) ? 4 : 2;
+    uint16_t *x = rand_bf16((size_t)M * K, 1.0f), *w = rand_bf16((size_t)N * K, 1.0f / sqrtf((float)K));
+    const size_t ybytes = (size_t)(M + guard) * ldy * esz;
+    unsigned char *y0 = malloc(ybytes), *y1 = malloc(ybytes);
+    /* initial y: NaN everywhere (poison), except ADD, whose live part holds a residual */
+    for (size_t i = 0; i < (size_t)(M + guard) * ldy; i++) {
+        if (esz == 4) {
+            float v = NAN;
+            if (epi == GEMM_EPI_ADD_F32 && i < (size_t)M * ldy && (int)(i % ldy) < ycols)
+                v = round_bf16(rng_normal(&rng));
+            memcpy(y0 + i * 4, &v, 4);
+        } else {
+            const uint16_t v = 0x7fc1;
+            memcpy(y0 + i * 2, &v, 2);
+        }
+    }
+    uint16_t *dx = dev_copy(x, (size_t)M * K * 2), *dw = dev_copy(w, (size_t)N * K * 2);
+    void *dy = dev_copy(y0, ybytes);
+    GemmParams p = {dx, dw, dy, M, N, K, K, K, ldy, epi, G};
+    const int rc = cuda_gemm_bf16(&p, 0);
+    CHECK(rc == 0, "launch M=%d N=%d K=%d epi=%d: %s", M, N, K, epi, cudaGetErrorString((cudaError_t)rc));
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(y1, dy, ybytes, cudaMemcpyDeviceToHost));
+
+    /* rows to check: all for small problems, else 40 random rows plus the first and last */
+    const int all = (double)M * N * K <= 3e8;
+    const int nrows = all ? M : 42;
+    double *ref = malloc((size_t)N * sizeof(double)), *sabs = malloc((size_t)N * sizeof(double));
+    long bad = 0, checked = 0;
+    double worst = 0;
+    for (int ri = 0; ri < nrows; ri++) {
+        const int m = all ? ri : ri == 0 ? 0 : ri == 1 ? M - 1 : (int)(rng_u64(&rng) % (uint64_t)M);
+        ref_row(x, w, m, N, K, ref, sabs);
+        for (int c = 0; c < ycols; c++) {
+            double got, want, tol;
+            const size_t i = (size_t)m * ldy + c;
+            if (epi == GEMM_EPI_SWIGLU_BF16) {
+                const int gr = (c / G) * 2 * G + c % G, ur = gr + G;
+                const double g = round_bf16((float)ref[gr]), u = round_bf16((float)ref[ur]);
+                const double act = round_bf16(silu((float)g));
+                want = act * u;
+                const double dg = ldexp(fabs(g), -8) + 1e-5 * sabs[gr], du = ldexp(fabs(u), -8) + 1e-5 * sabs[ur];
+                tol = 1.1 * dg * fabs(u) + fabs(act) * du + ldexp(fabs(want), -7) + 1e-30;
+                uint16_t h;
+                memcpy(&h, y1 + i * 2, 2);
+                got = bf16_to_f32(h);
+            } else if (epi == GEMM_EPI_BF16 || epi == GEMM_EPI_F32) {
+                want = ref[c];
+                tol = ldexp(fabs(want), -8) + 1e-5 * sabs[c] + 1e-30;
+                if (esz == 2) {
+                    uint16_t h;
+                    memcpy(&h, y1 + i * 2, 2);
+                    got = bf16_to_f32(h);
+                } else {
+                    float f;
+                    memcpy(&f, y1 + i * 4, 4);
+                    got = f;
+                    if (round_bf16(f) != f) got = NAN; /* F32 output must hold bf16 values */
+                }
+            } else {
+                float f0, f;
+                memcpy(&f0, y0 + i * 4, 4);
+                memcpy(&f, y1 + i * 4, 4);
+                want = f0 + round_bf16((float)ref[c]);
+                tol = ldexp(fabs(f0) + fabs(ref[c]), -7) + 1e-5 * sabs[c] + 1e-30;
+                got = round_bf16(f) == f ? f : NAN;
+            }
+            const double err = fabs(got - want);
+            checked++;
+            if (!(err <= tol)) {
+                if (bad < 3)
+                    fprintf(stderr, "  M=%d N=%d K=%d epi=%d G=%d: y[%d][%d] = %g, want %g (tol %g)\n", M, N, K, epi,
+                            G, m, c, got, want, tol);
+                bad++;
+            } else if (err / (tol > 0 ? tol : 1) > worst) {
+                worst = err / tol;
+            }
+        }
+    }
+    /* guard columns and rows must keep their initial bytes */
+    long touched = 0;
+    for (int r = 0; r < M + guard; r++)
+        for (int c = 0; c < ldy; c++) {
+            if (r < M && c < ycols) continue;
+            const size_t i = ((size_t)r * ldy + c) * esz;
+            if (memcmp(y0 + i, y1 + i, esz)) touched++;
+        }
+    CHECK(bad == 0, "M=%d N=%d K=%d epi=%d G=%d: %ld of %ld elements out of tolerance", M, N, K, epi, G, bad, checked);
+    CHECK(touched == 0, "M=%d N=%d K=%d epi=%d: %ld guard elements written", M, N, K, epi, touched);
+    printf("  M=%4d N=%5d K=%5d epi=%d G=%2d ldy=%5d: %ld checked, worst err/tol %.3f\n", M, N, K, epi, G, ldy,
+           checked, worst);
+    free(ref), free(sabs), free(x), free(w), free(y0), free(y1);
+    CU(cudaFree(dx));
+    CU(cudaFree(dw));
+    CU(cudaFree(dy));
+}
+
+static int rand_mult8(int lo, int hi) { return 8 * (lo / 8 + (int)(rng_u64(&rng) % (uint64_t)((hi - lo) / 8 + 1))); }
+
+static void test_shapes(void) {
+    static const int fixed[][3] = {{1, 64, 64},     {63, 136, 72},   {64, 256, 1024}, {65, 264, 200},
+                                   {1, 8224, 1024}, {2048, 1024, 3584}, {2048, 8224, 1024}, {130, 520, 16}};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        for (int epi = 0; epi < 3; epi++) run_case(fixed[i][0], fixed[i][1], fixed[i][2], epi, 0, epi == 1 ? 6 : 0);
+    for (int i = 0; i < 4; i++) {
+        const int M = 1 + (int)(rng_u64(&rng) % 300), N = rand_mult8(8, 640), K = rand_mult8(8, 1200);
+        run_case(M, N, K, (int)(rng_u64(&rng) % 3), 0, (int)(rng_u64(&rng) % 3) * 2);
+    }
+    /* SwiGLU: gate/up interleave G in {8, 16, 32} */
+    static const int glu[][3] = {{2048, 7168, 1024}, {65, 256, 64}, {1, 192, 40}, {300, 1024, 520}};
+    for (size_t i = 0; i < sizeof glu / sizeof glu[0]; i++)
+        for (int G = 8; G <= 32; G *= 2) run_case(glu[i][0], glu[i][1], glu[i][2], GEMM_EPI_SWIGLU_BF16, G, 0);
+}
+
+static void test_bad_args(void) {
+    void *buf = NULL;
+    CU(cudaMalloc(&buf, 4096));
+    CU(cudaMemset(buf, 0, 4096));
+    GemmParams p = {buf, buf, buf, 4, 16, 16, 16, 16, 16, GEMM_EPI_BF16, 0};
+    CHECK(cuda_gemm_bf16(&p, 0) == 0, "a valid 4 x 16 x 16 problem must be accepted");
+    CU(cudaDeviceSynchronize());
+    p.N = 12;
+    CHECK(cuda_gemm_bf16(&p, 0) != 0, "N not a multiple of 8 must be refused");
+    p.N = 16, p.K = 12;
+    CHECK(cuda_gemm_bf16(&p, 0) != 0, "K not a multiple of 8 must be refused");
+    p.K = 16, p.M = 0;
+    CHECK(cuda_gemm_bf16(&p, 0) != 0, "M = 0 must be refused");
+    p.M = 4, p.epi = GEMM_EPI_SWIGLU_BF16, p.glu_group = 12;
+    CHECK(cuda_gemm_bf16(&p, 0) != 0, "glu_group 12 must be refused");
+    p.epi = GEMM_EPI_BF16, p.x = (const uint16_t *)((char *)buf + 8);
+    CHECK(cuda_gemm_bf16(&p, 0) != 0, "x not 16-byte aligned must be refused");
+    CU(cudaFree(buf));
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median time of 20 launches after 3 warm-ups, as TFLOP/s. */
+static void bench(const char *name, int M, int N, int K, int epi) {
+    uint16_t *x = rand_bf16((size_t)M * K, 1.0f), *w = rand_bf16((size_t)N * K, 0.03f);
+    const int ycols = epi == GEMM_EPI_SWIGLU_BF16 ? N / 2 : N;
+    uint16_t *dx = dev_copy(x, (size_t)M * K * 2), *dw = dev_copy(w, (size_t)N * K * 2);
+    void *dy = NULL;
+    CU(cudaMalloc(&dy, (size_t)M * ycols * 4));
+    CU(cudaMemset(dy, 0, (size_t)M * ycols * 4));
+    GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 16};
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    CU(cudaEventCreate(&e1));
+    float ms[20];
+    int rc = 0;
+    for (int i = 0; i < 3; i++) rc |= cuda_gemm_bf16(&p, 0);
+    for (int i = 0; i < 20; i++) {
+        CU(cudaEventRecord(e0, 0));
+        rc |= cuda_gemm_bf16(&p, 0);
+        CU(cudaEventRecord(e1, 0));
+        CU(cudaEventSynchronize(e1));
+        CU(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    CHECK(rc == 0, "bench %s launch", name);
+    qsort(ms, 20, sizeof(float), cmp_float);
+    const double flop = 2.0 * M * N * K;
+    printf("  %-34s [%d x %d] x [%d x %d]^T  %8.1f us  %6.1f TFLOP/s\n", name, M, K, N, K, ms[10] * 1e3,
+           flop / (ms[10] * 1e-3) / 1e12);
+    CU(cudaEventDestroy(e0));
+    CU(cudaEventDestroy(e1));
+    CU(cudaFree(dx));
+    CU(cudaFree(dw));
+    CU(cudaFree(dy));
+    free(x), free(w);
+}
+
+int main(int argc, char **argv) {
+    const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
+    printf("test_gemm: seed %llu (replay: test_gemm %llu)\n", (unsigned long long)seed, (unsigned long long)seed);
+    rng_seed(&rng, seed);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        CHECK(0, "no CUDA device");
+        return TEST_SUMMARY("gemm");
+    }
+    test_bad_args();
+    test_shapes();
+    printf("timing (median of 20):\n");
+    bench("DeltaNet in_proj qkvzba (bf16 out)", 2048, 8224, 1024, GEMM_EPI_BF16);
+    bench("attention q|gate,k,v (bf16 out)", 2048, 5120, 1024, GEMM_EPI_BF16);
+    bench("MLP gate+up (SwiGLU out)", 2048, 7168, 1024, GEMM_EPI_SWIGLU_BF16);
+    bench("MLP down (+= residual)", 2048, 1024, 3584, GEMM_EPI_ADD_F32);
+    bench("out_proj / o_proj (+= residual)", 2048, 1024, 2048, GEMM_EPI_ADD_F32);
+    bench("square 4096 (bf16 out)", 4096, 4096, 4096, GEMM_EPI_BF16);
+    return TEST_SUMMARY("gemm");
+}
