@@ -1,0 +1,493 @@
+/* test_prefill.c — the prefill kernels against the fp32 CPU reference ops (src/cpu/ops.h) on fresh
+ * random inputs: attention prep + flash attention (Qwen3.5 gated 8/2 x 256 and Qwen3 16/8 x 128,
+ * fresh and continuation prefill over a cached prefix), the chunked DeltaNet mixer (conv and
+ * recurrent state carried across calls, Hv = Hk and Hv = 2 Hk, calls shorter than the conv
+ * window), and the whole-layer sequences (cuda_prefill_layer_attn / _deltanet). Outputs and
+ * unwritten cache rows are NaN-poisoned. The GPU rounds to bf16 where HF does and the CPU
+ * reference does not round, so results are compared by relative L2 (bound 1e-2); bit-exact
+ * where no arithmetic happens (V cache rows, conv state). Usage: test_prefill [seed]. */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu/ops.h"
+#include "cuda/ops.h"
+#include "test.h"
+#include "util.h"
+
+static Rng rng;
+#define TOL 1e-2
+#define BF16_POISON 0x7fc1
+
+#define CU(call)                                                                                         \
+    do {                                                                                                 \
+        cudaError_t e_ = (call);                                                                         \
+        if (e_ != cudaSuccess) {                                                                         \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
+            exit(2);                                                                                     \
+        }                                                                                                \
+    } while (0)
+
+/* ---- host/device helpers ----------------------------------------------------------------- */
+
+static float *fvec(size_t n) { return calloc(n, sizeof(float)); }
+/* n values mean + scale N(0,1), rounded to bf16 */
+static float *rand_bf(size_t n, float mean, float scale) {
+    float *p = fvec(n);
+    for (size_t i = 0; i < n; i++) p[i] = round_bf16(mean + scale * rng_normal(&rng));
+    return p;
+}
+static void *dmalloc(size_t bytes) {
+    void *d = NULL;
+    CU(cudaMalloc(&d, bytes));
+    return d;
+}
+static uint16_t *up_bf16(const float *x, size_t n) {
+    uint16_t *h = malloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(x[i]);
+    uint16_t *d = dmalloc(n * 2 + 16);
+    CU(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+static float *up_f32(const float *x, size_t n) {
+    float *d = dmalloc(n * 4 + 16);
+    CU(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+    return d;
+}
+static void poison_bf16(uint16_t *d, size_t n) {
+    uint16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) h[i] = BF16_POISON;
+    CU(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+    free(h);
+}
+static float *down_bf16(const uint16_t *d, size_t n) {
+    uint16_t *h = malloc(n * 2);
+    CU(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
+    float *f = fvec(n);
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
+    free(h);
+    return f;
+}
+static float *down_f32(const float *d, size_t n) {
+    float *f = fvec(n);
+    CU(cudaMemcpy(f, d, n * 4, cudaMemcpyDeviceToHost));
+    return f;
+}
+/* ||a - ref|| / ||ref||; NaN anywhere gives NaN, which fails every <= check */
+static double rel_l2(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1e-300));
+}
+/* y[T][w] = columns [c0, c0+w) of x[T][ld] */
+static float *cols(const float *x, int T, int ld, int c0, int w) {
+    float *y = fvec((size_t)T * w);
+    for (int t = 0; t < T; t++) memcpy(y + (size_t)t * w, x + (size_t)t * ld + c0, (size_t)w * 4);
+    return y;
+}
+
+/* ---- CPU references ---------------------------------------------------------------------- */
+
+typedef struct AttnDims {
+    int Hq, Hkv, hd, R, gate, uo, max_seq;
+    float theta, eps;
+} AttnDims;
+
+/* Attention mixer on T tokens at pos from the projection output qkv [T][ld] ([q|gate] per head or
+ * q, then k, then v); appends to the fp32 caches Kc/Vc [Hkv][max_seq][hd]; out [T][Hq*hd]; q_ref
+ * (optional) receives q after norm + RoPE. */
+static void ref_attn(const AttnDims *a, const float *qkv, int ld, int T, int pos, const float *qn, const float *kn,
+                     float *Kc, float *Vc, float *out, float *q_ref) {
+    const int hd = a->hd, qhs = a->gate ? 2 * hd : hd, nq = a->Hq * qhs, kvd = a->Hkv * hd;
+    float *q = fvec((size_t)T * a->Hq * hd), *k = cols(qkv, T, ld, nq, kvd), *v = cols(qkv, T, ld, nq + kvd, kvd);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < a->Hq; j++) memcpy(q + ((size_t)t * a->Hq + j) * hd, qkv + (size_t)t * ld + j * qhs, hd * 4);
+    float *inv_freq = fvec((size_t)a->R / 2);
+    cpu_rope_inv_freq(inv_freq, a->R, a->theta);
+    cpu_rmsnorm(q, q, qn, T * a->Hq, hd, a->eps, a->uo);
+    cpu_rmsnorm(k, k, kn, T * a->Hkv, hd, a->eps, a->uo);
+    cpu_rope(q, T, a->Hq, hd, a->R, pos, inv_freq);
+    cpu_rope(k, T, a->Hkv, hd, a->R, pos, inv_freq);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < a->Hkv; i++) {
+            memcpy(Kc + ((size_t)i * a->max_seq + pos + t) * hd, k + ((size_t)t * a->Hkv + i) * hd, hd * 4);
+            memcpy(Vc + ((size_t)i * a->max_seq + pos + t) * hd, v + ((size_t)t * a->Hkv + i) * hd, hd * 4);
+        }
+    cpu_attention(out, q, Kc, Vc, T, pos, a->Hq, a->Hkv, hd, a->max_seq, 1.0f / sqrtf((float)hd));
+    if (a->gate)
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < a->Hq; j++)
+                cpu_sigmoid_mul(out + ((size_t)t * a->Hq + j) * hd, qkv + (size_t)t * ld + j * qhs + hd, hd);
+    if (q_ref) memcpy(q_ref, q, (size_t)T * a->Hq * hd * 4);
+    free(q), free(k), free(v), free(inv_freq);
+}
+
+typedef struct DnDims {
+    int Hk, Hv, dk, dv, K;
+    float eps;
+} DnDims;
+typedef struct DnWeights {
+    float *conv_w, *A_log, *dt_bias, *norm_w; /* [cd][K], [Hv], [Hv], [dv] */
+} DnWeights;
+typedef struct DnRefOut {
+    float *q, *k, *v, *beta, *g; /* intermediates, [T][..] */
+} DnRefOut;
+
+/* DeltaNet mixer on T tokens from proj [T][ld] (qkv | z | b | a); updates conv_state [K-1][cd] and
+ * S [Hv][dk][dv]; y [T][Hv*dv]; optional intermediates. */
+static void ref_deltanet(const DnDims *d, const DnWeights *w, const float *proj, int ld, int T, float *conv_state,
+                         float *S, float *y, DnRefOut *io) {
+    const int kd = d->Hk * d->dk, vd = d->Hv * d->dv, cd = 2 * kd + vd;
+    float *m = cols(proj, T, ld, 0, cd), *c = fvec((size_t)T * cd);
+    cpu_conv1d(c, conv_state, m, w->conv_w, T, cd, d->K);
+    float *q = cols(c, T, cd, 0, kd), *k = cols(c, T, cd, kd, kd), *v = cols(c, T, cd, 2 * kd, vd);
+    cpu_l2norm(q, T * d->Hk, d->dk, 1.0f / sqrtf((float)d->dk));
+    cpu_l2norm(k, T * d->Hk, d->dk, 1.0f);
+    float *z = cols(proj, T, ld, cd, vd), *b = cols(proj, T, ld, cd + vd, d->Hv), *a = cols(proj, T, ld, cd + vd + d->Hv, d->Hv);
+    float *beta = fvec((size_t)T * d->Hv), *g = fvec((size_t)T * d->Hv), *o = fvec((size_t)T * vd);
+    cpu_deltanet_gates(beta, g, b, a, w->A_log, w->dt_bias, T, d->Hv);
+    float *scr = fvec((size_t)cpu_deltanet_chunked_scratch(d->Hv, d->dk, d->dv));
+    cpu_deltanet_chunked(o, S, q, k, v, g, beta, T, d->Hk, d->Hv, d->dk, d->dv, scr);
+    cpu_gated_rmsnorm(y, o, z, w->norm_w, T * d->Hv, d->dv, d->eps);
+    if (io) {
+        io->q = q, io->k = k, io->v = v, io->beta = beta, io->g = g;
+    } else {
+        free(q), free(k), free(v), free(beta), free(g);
+    }
+    free(m), free(c), free(z), free(b), free(a), free(o), free(scr);
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+static void test_attn(const AttnDims *a, int T, int pos) {
+    const int hd = a->hd, qhs = a->gate ? 2 * hd : hd, nq = a->Hq * qhs, kvd = a->Hkv * hd;
+    const int n = nq + 2 * kvd, ld = n + 8, ms = a->max_seq;
+    const size_t cache_n = (size_t)a->Hkv * ms * hd, qn_ = (size_t)T * a->Hq * hd;
+    float *qkv = rand_bf((size_t)T * ld, 0.0f, 1.0f);
+    float *qn = rand_bf(hd, a->uo ? 0.0f : 1.0f, 0.1f), *kn = rand_bf(hd, a->uo ? 0.0f : 1.0f, 0.1f);
+    float *Kc = fvec(cache_n), *Vc = fvec(cache_n);
+    for (int i = 0; i < a->Hkv; i++)
+        for (int p = 0; p < ms; p++)
+            for (int e = 0; e < hd; e++) {
+                const size_t o = ((size_t)i * ms + p) * hd + e;
+                Kc[o] = p < pos ? round_bf16(rng_normal(&rng)) : NAN;
+                Vc[o] = p < pos ? round_bf16(rng_normal(&rng)) : NAN;
+            }
+    float *inv_freq = fvec((size_t)a->R / 2);
+    cpu_rope_inv_freq(inv_freq, a->R, a->theta);
+
+    uint16_t *d_qkv = up_bf16(qkv, (size_t)T * ld), *d_K = up_bf16(Kc, cache_n), *d_V = up_bf16(Vc, cache_n);
+    float *d_qn = up_f32(qn, hd), *d_kn = up_f32(kn, hd), *d_if = up_f32(inv_freq, a->R / 2);
+    uint16_t *d_q = dmalloc(qn_ * 2), *d_out = dmalloc(qn_ * 2);
+    poison_bf16(d_q, qn_), poison_bf16(d_out, qn_);
+    AttnPrepParams pp = {d_qkv, ld, qhs, nq, nq + kvd, d_qn, d_kn, d_if, d_q, d_K, d_V,
+                         T,     pos, a->Hq, a->Hkv, hd, a->R, ms, a->uo, a->eps};
+    int rc = cuda_attn_prep(&pp, 0);
+    CHECK(rc == 0, "attn_prep launch: %s", cudaGetErrorString((cudaError_t)rc));
+    AttnPrefillParams ap = {d_q, d_K, d_V, a->gate ? d_qkv + hd : NULL, ld, 2 * hd, d_out, T, pos, a->Hq, a->Hkv, hd,
+                            ms,  1.0f / sqrtf((float)hd)};
+    rc = cuda_attn_prefill(&ap, 0);
+    CHECK(rc == 0, "attn_prefill launch: %s", cudaGetErrorString((cudaError_t)rc));
+    CU(cudaDeviceSynchronize());
+    float *g_q = down_bf16(d_q, qn_), *g_out = down_bf16(d_out, qn_);
+    float *g_K = down_bf16(d_K, cache_n), *g_V = down_bf16(d_V, cache_n);
+
+    float *r_q = fvec(qn_), *r_out = fvec(qn_);
+    ref_attn(a, qkv, ld, T, pos, qn, kn, Kc, Vc, r_out, r_q); /* Kc, Vc now hold the new rows too */
+    /* reference on the GPU's own q and K (isolates the flash kernel from the prep numerics) */
+    float *r2_out = fvec(qn_);
+    cpu_attention(r2_out, g_q, g_K, g_V, T, pos, a->Hq, a->Hkv, hd, ms, 1.0f / sqrtf((float)hd));
+    if (a->gate)
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < a->Hq; j++)
+                cpu_sigmoid_mul(r2_out + ((size_t)t * a->Hq + j) * hd, qkv + (size_t)t * ld + j * qhs + hd, hd);
+
+    /* cache rows: prefix kept, new rows written, rows past pos+T untouched (NaN) */
+    long prefix_bad = 0, tail_bad = 0, v_bad = 0;
+    float *kn_new = fvec((size_t)T * kvd), *kr_new = fvec((size_t)T * kvd);
+    for (int i = 0; i < a->Hkv; i++)
+        for (int p = 0; p < ms; p++)
+            for (int e = 0; e < hd; e++) {
+                const size_t o = ((size_t)i * ms + p) * hd + e;
+                if (p < pos) prefix_bad += g_K[o] != Kc[o] || g_V[o] != Vc[o];
+                else if (p >= pos + T) tail_bad += !isnan(g_K[o]) || !isnan(g_V[o]);
+                else {
+                    v_bad += g_V[o] != Vc[o];
+                    kn_new[((size_t)(p - pos) * a->Hkv + i) * hd + e] = g_K[o];
+                    kr_new[((size_t)(p - pos) * a->Hkv + i) * hd + e] = Kc[o];
+                }
+            }
+    const double eq = rel_l2(g_q, r_q, qn_), ek = rel_l2(kn_new, kr_new, (size_t)T * kvd);
+    const double eo = rel_l2(g_out, r_out, qn_), eo2 = rel_l2(g_out, r2_out, qn_);
+    printf("  attn Hq=%d Hkv=%d hd=%d R=%d gate=%d T=%4d pos=%4d: rel L2 q %.2e k %.2e out %.2e (on gpu q/k: %.2e)\n",
+           a->Hq, a->Hkv, hd, a->R, a->gate, T, pos, eq, ek, eo, eo2);
+    CHECK(eq <= TOL, "attn q after norm+rope: rel L2 %.3e (T=%d pos=%d hd=%d)", eq, T, pos, hd);
+    CHECK(ek <= TOL, "attn K cache rows: rel L2 %.3e (T=%d pos=%d hd=%d)", ek, T, pos, hd);
+    CHECK(v_bad == 0, "attn V cache rows: %ld differ from v_proj output", v_bad);
+    CHECK(prefix_bad == 0, "attn cached prefix changed in %ld places", prefix_bad);
+    CHECK(tail_bad == 0, "attn cache rows past pos+T written in %ld places", tail_bad);
+    CHECK(eo2 <= TOL, "flash attention vs CPU on the same q/K/V: rel L2 %.3e (T=%d pos=%d hd=%d)", eo2, T, pos, hd);
+    CHECK(eo <= TOL, "attention output: rel L2 %.3e (T=%d pos=%d hd=%d)", eo, T, pos, hd);
+
+    free(qkv), free(qn), free(kn), free(Kc), free(Vc), free(inv_freq), free(g_q), free(g_out), free(g_K), free(g_V);
+    free(r_q), free(r_out), free(r2_out), free(kn_new), free(kr_new);
+    void *dev[] = {d_qkv, d_K, d_V, d_qn, d_kn, d_if, d_q, d_out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CU(cudaFree(dev[i]));
+}
+
+/* ---- DeltaNet ------------------------------------------------------------------------------- */
+
+static DnWeights dn_weights(const DnDims *d) {
+    const int cd = 2 * d->Hk * d->dk + d->Hv * d->dv;
+    DnWeights w = {rand_bf((size_t)cd * d->K, 0.0f, 0.5f), fvec(d->Hv), rand_bf(d->Hv, -2.0f, 0.5f),
+                   rand_bf(d->dv, 1.0f, 0.1f)};
+    for (int j = 0; j < d->Hv; j++) w.A_log[j] = round_bf16(logf(0.1f + 1.9f * rng_uniform(&rng)));
+    return w;
+}
+
+/* Runs the calls of lengths Ts[0..ncalls) in sequence (state carried) on GPU and CPU. */
+static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int rand_state) {
+    const int kd = d->Hk * d->dk, vd = d->Hv * d->dv, cd = 2 * kd + vd, n = cd + vd + 2 * d->Hv, ld = n + 8;
+    const size_t sn = (size_t)d->Hv * d->dk * d->dv, csn = (size_t)(d->K - 1) * cd;
+    int Tmax = 0;
+    for (int i = 0; i < ncalls; i++) Tmax = Ts[i] > Tmax ? Ts[i] : Tmax;
+    DnWeights w = dn_weights(d);
+    float *cstate = rand_state ? rand_bf(csn, 0.0f, 1.0f) : fvec(csn);
+    float *S = fvec(sn);
+    for (size_t i = 0; rand_state && i < sn; i++) S[i] = 0.05f * rng_normal(&rng);
+
+    float *d_convw = up_f32(w.conv_w, (size_t)cd * d->K), *d_Alog = up_f32(w.A_log, d->Hv);
+    float *d_dt = up_f32(w.dt_bias, d->Hv), *d_nw = up_f32(w.norm_w, d->dv);
+    float *d_cs = up_f32(cstate, csn), *d_S = up_f32(S, sn);
+    const size_t scr_bytes = cuda_deltanet_prefill_scratch(NULL, NULL, Tmax, d->Hk, d->Hv, d->dk, d->dv);
+    void *d_scr = dmalloc(scr_bytes);
+    uint16_t *d_y = dmalloc((size_t)Tmax * vd * 2);
+    for (int call = 0; call < ncalls; call++) {
+        const int T = Ts[call];
+        DeltaNetScratch sc; /* the regions as the launcher carves them for this T */
+        cuda_deltanet_prefill_scratch(&sc, d_scr, T, d->Hk, d->Hv, d->dk, d->dv);
+        float *proj = rand_bf((size_t)T * ld, 0.0f, 1.0f);
+        uint16_t *d_proj = up_bf16(proj, (size_t)T * ld);
+        poison_bf16(d_y, (size_t)T * vd);
+        DeltaNetPrefillParams p = {d_proj, ld,   cd,   cd + vd, cd + vd + d->Hv, d_convw, d_Alog, d_dt,
+                                   d_nw,   d_cs, cd,   1,       d_S,             d_y,     d_scr,  T,
+                                   d->Hk,  d->Hv, d->dk, d->dv, d->K,            d->eps};
+        const int rc = cuda_deltanet_prefill(&p, 0);
+        CHECK(rc == 0, "deltanet_prefill launch: %s", cudaGetErrorString((cudaError_t)rc));
+        CU(cudaDeviceSynchronize());
+        float *g_y = down_bf16(d_y, (size_t)T * vd), *g_S = down_f32(d_S, sn), *g_cs = down_f32(d_cs, csn);
+        float *g_q = down_bf16(sc.q, (size_t)T * kd), *g_k = down_bf16(sc.k, (size_t)T * kd);
+        float *g_v = down_bf16(sc.v, (size_t)T * vd), *g_beta = down_f32(sc.beta, (size_t)T * d->Hv);
+        float *g_g = down_f32(sc.g, (size_t)T * d->Hv);
+
+        float *r_y = fvec((size_t)T * vd);
+        DnRefOut io;
+        ref_deltanet(d, &w, proj, ld, T, cstate, S, r_y, &io);
+        long cs_bad = 0;
+        for (size_t i = 0; i < csn; i++) cs_bad += g_cs[i] != cstate[i];
+        const double ey = rel_l2(g_y, r_y, (size_t)T * vd), eS = rel_l2(g_S, S, sn);
+        const double eq = rel_l2(g_q, io.q, (size_t)T * kd), ek = rel_l2(g_k, io.k, (size_t)T * kd);
+        const double ev = rel_l2(g_v, io.v, (size_t)T * vd), eb = rel_l2(g_beta, io.beta, (size_t)T * d->Hv);
+        const double eg = rel_l2(g_g, io.g, (size_t)T * d->Hv);
+        printf("  deltanet Hk=%d Hv=%d call %d T=%4d: rel L2 q %.1e k %.1e v %.1e beta %.1e g %.1e | y %.2e "
+               "state %.2e\n",
+               d->Hk, d->Hv, call, T, eq, ek, ev, eb, eg, ey, eS);
+        CHECK(eq <= TOL && ek <= TOL && ev <= TOL, "deltanet conv/l2norm: q %.2e k %.2e v %.2e", eq, ek, ev);
+        CHECK(eb <= TOL && eg <= 1e-4, "deltanet gates: beta %.2e g %.2e", eb, eg);
+        CHECK(cs_bad == 0, "deltanet conv state: %ld of %zu values differ (call %d, T=%d)", cs_bad, csn, call, T);
+        CHECK(ey <= TOL, "deltanet output y: rel L2 %.3e (call %d, T=%d)", ey, call, T);
+        CHECK(eS <= TOL, "deltanet state: rel L2 %.3e (call %d, T=%d)", eS, call, T);
+        free(proj), free(g_y), free(g_S), free(g_cs), free(g_q), free(g_k), free(g_v), free(g_beta), free(g_g);
+        free(r_y), free(io.q), free(io.k), free(io.v), free(io.beta), free(io.g);
+        CU(cudaFree(d_proj));
+    }
+    free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w), free(cstate), free(S);
+    void *dev[] = {d_convw, d_Alog, d_dt, d_nw, d_cs, d_S, d_scr, d_y};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CU(cudaFree(dev[i]));
+}
+
+/* ---- whole layers --------------------------------------------------------------------------- */
+
+/* x += act(W h) chain pieces on the CPU */
+static void ref_matmul_add(float *x, const float *in, const float *W, int T, int N, int K) {
+    float *y = fvec((size_t)T * N);
+    uint16_t *wb = malloc((size_t)N * K * 2);
+    for (size_t i = 0; i < (size_t)N * K; i++) wb[i] = f32_to_bf16(W[i]);
+    cpu_matmul(y, in, wb, DT_BF16, T, N, K);
+    cpu_add(x, y, (int64_t)T * N);
+    free(y), free(wb);
+}
+static float *ref_matmul(const float *in, const float *W, int T, int N, int K) {
+    float *y = fvec((size_t)T * N);
+    uint16_t *wb = malloc((size_t)N * K * 2);
+    for (size_t i = 0; i < (size_t)N * K; i++) wb[i] = f32_to_bf16(W[i]);
+    cpu_matmul(y, in, wb, DT_BF16, T, N, K);
+    free(wb);
+    return y;
+}
+static void ref_mlp(const PrefillDims *d, const float *ln2, const float *Wgu, const float *Wd, float *x, int T) {
+    const int D = d->D, F = d->F, G = d->glu_group;
+    float *h = fvec((size_t)T * D), *act = fvec((size_t)T * F);
+    cpu_rmsnorm(h, x, ln2, T, D, d->eps, d->unit_offset);
+    float *gu = ref_matmul(h, Wgu, T, 2 * F, D);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < F; i++) {
+            const int gr = (i / G) * 2 * G + i % G;
+            const float g = gu[(size_t)t * 2 * F + gr], u = gu[(size_t)t * 2 * F + gr + G];
+            act[(size_t)t * F + i] = g / (1.0f + expf(-g)) * u;
+        }
+    ref_matmul_add(x, act, Wd, T, D, F);
+    free(h), free(act), free(gu);
+}
+
+static void test_layers(const int *Ts, int ncalls) {
+    PrefillDims d = {1024, 3584, 8, 2, 256, 64, 1, 1, 16, 16, 128, 128, 4, 16, 0, 1e-6f};
+    const int D = d.D, F = d.F, hd = d.hd, nq = 2 * d.Hq * hd, kvd = d.Hkv * hd, na = nq + 2 * kvd;
+    const int kd = d.Hk * d.dk, vd = d.Hv * d.dv, cd = 2 * kd + vd, nd = cd + vd + 2 * d.Hv;
+    int Tsum = 0, Tmax = 0;
+    for (int i = 0; i < ncalls; i++) Tsum += Ts[i], Tmax = Ts[i] > Tmax ? Ts[i] : Tmax;
+    d.max_seq = Tsum + 5;
+    const AttnDims ad = {d.Hq, d.Hkv, hd, d.R, 1, 1, d.max_seq, 1e7f, d.eps};
+    const DnDims dd = {d.Hk, d.Hv, d.dk, d.dv, d.K, d.eps};
+    const float sD = 1.0f / sqrtf((float)D);
+    /* weights (bf16 values) */
+    float *ln1 = rand_bf(D, 0.0f, 0.1f), *ln2 = rand_bf(D, 0.0f, 0.1f);
+    float *Wgu = rand_bf((size_t)2 * F * D, 0.0f, sD), *Wd = rand_bf((size_t)D * F, 0.0f, 1.0f / sqrtf((float)F));
+    float *Wqkv = rand_bf((size_t)na * D, 0.0f, sD), *Wo = rand_bf((size_t)D * d.Hq * hd, 0.0f, 1.0f / sqrtf(2048.0f));
+    float *qn = rand_bf(hd, 0.0f, 0.1f), *kn = rand_bf(hd, 0.0f, 0.1f);
+    float *Wdn = rand_bf((size_t)nd * D, 0.0f, sD), *Wout = rand_bf((size_t)D * vd, 0.0f, 1.0f / sqrtf((float)vd));
+    DnWeights dw = dn_weights(&dd);
+    float *inv_freq = fvec(d.R / 2);
+    cpu_rope_inv_freq(inv_freq, d.R, ad.theta);
+    /* device weights and state */
+    PrefillLayerWeights w = {0};
+    w.ln1 = up_f32(ln1, D), w.ln2 = up_f32(ln2, D), w.gate_up = up_bf16(Wgu, (size_t)2 * F * D);
+    w.down = up_bf16(Wd, (size_t)D * F), w.qkv = up_bf16(Wqkv, (size_t)na * D), w.q_norm = up_f32(qn, hd);
+    w.k_norm = up_f32(kn, hd), w.o = up_bf16(Wo, (size_t)D * d.Hq * hd), w.inv_freq = up_f32(inv_freq, d.R / 2);
+    const size_t cache_n = (size_t)d.Hkv * d.max_seq * hd, csn = (size_t)(d.K - 1) * cd, sn = (size_t)d.Hv * 128 * 128;
+    w.k_cache = dmalloc(cache_n * 2), w.v_cache = dmalloc(cache_n * 2);
+    poison_bf16(w.k_cache, cache_n), poison_bf16(w.v_cache, cache_n);
+    w.qkvzba = up_bf16(Wdn, (size_t)nd * D), w.conv_w = up_f32(dw.conv_w, (size_t)cd * d.K);
+    w.A_log = up_f32(dw.A_log, d.Hv), w.dt_bias = up_f32(dw.dt_bias, d.Hv), w.norm_w = up_f32(dw.norm_w, d.dv);
+    w.out = up_bf16(Wout, (size_t)D * vd);
+    float *zero = fvec(sn);
+    w.conv_state = up_f32(zero, csn), w.state = up_f32(zero, sn);
+    /* buffers */
+    size_t nh, np, nqb, nact, nscr;
+    cuda_prefill_buffer_sizes(&d, Tmax, &nh, &np, &nqb, &nact, &nscr);
+    PrefillBuffers b = {dmalloc((size_t)Tmax * D * 4), dmalloc(nh * 2), dmalloc(np * 2), dmalloc(nqb * 2),
+                        dmalloc(nact * 2), dmalloc(nscr)};
+    /* CPU state */
+    float *Kc = fvec(cache_n), *Vc = fvec(cache_n), *cstate = fvec(csn), *S = fvec(sn);
+
+    int pos = 0;
+    for (int call = 0; call < ncalls; call++) {
+        const int T = Ts[call];
+        float *x = rand_bf((size_t)T * D, 0.0f, 1.0f), *xr = malloc((size_t)T * D * 4);
+        memcpy(xr, x, (size_t)T * D * 4);
+        CU(cudaMemcpy(b.x, x, (size_t)T * D * 4, cudaMemcpyHostToDevice));
+        /* GPU: attention layer then DeltaNet layer on the same stream */
+        int rc = cuda_prefill_layer_attn(&d, &w, &b, T, pos, 0);
+        CHECK(rc == 0, "cuda_prefill_layer_attn: %s", cudaGetErrorString((cudaError_t)rc));
+        CU(cudaDeviceSynchronize());
+        float *g_x1 = down_f32(b.x, (size_t)T * D);
+        rc = cuda_prefill_layer_deltanet(&d, &w, &b, T, 0);
+        CHECK(rc == 0, "cuda_prefill_layer_deltanet: %s", cudaGetErrorString((cudaError_t)rc));
+        CU(cudaDeviceSynchronize());
+        float *g_x2 = down_f32(b.x, (size_t)T * D);
+        /* CPU */
+        float *h = fvec((size_t)T * D), *mix = fvec((size_t)T * vd);
+        cpu_rmsnorm(h, xr, ln1, T, D, d.eps, 1);
+        float *proj = ref_matmul(h, Wqkv, T, na, D);
+        ref_attn(&ad, proj, na, T, pos, qn, kn, Kc, Vc, mix, NULL);
+        ref_matmul_add(xr, mix, Wo, T, D, d.Hq * hd);
+        ref_mlp(&d, ln2, Wgu, Wd, xr, T);
+        const double e1 = rel_l2(g_x1, xr, (size_t)T * D);
+        free(proj);
+        cpu_rmsnorm(h, xr, ln1, T, D, d.eps, 1);
+        proj = ref_matmul(h, Wdn, T, nd, D);
+        ref_deltanet(&dd, &dw, proj, nd, T, cstate, S, mix, NULL);
+        ref_matmul_add(xr, mix, Wout, T, D, vd);
+        ref_mlp(&d, ln2, Wgu, Wd, xr, T);
+        const double e2 = rel_l2(g_x2, xr, (size_t)T * D);
+        /* the residual update alone (x_out - x_in) is the sharper measure */
+        double num = 0, den = 0;
+        for (size_t i = 0; i < (size_t)T * D; i++) {
+            const double dg = (double)g_x2[i] - x[i], dr = (double)xr[i] - x[i];
+            num += (dg - dr) * (dg - dr), den += dr * dr;
+        }
+        const double eu = sqrt(num / (den > 0 ? den : 1e-300));
+        printf("  layers T=%d pos=%d: rel L2 x after attn layer %.2e, after DeltaNet layer %.2e (update %.2e)\n", T,
+               pos, e1, e2, eu);
+        CHECK(e1 <= TOL, "attention layer output: rel L2 %.3e (T=%d pos=%d)", e1, T, pos);
+        CHECK(e2 <= TOL, "DeltaNet layer output: rel L2 %.3e (T=%d pos=%d)", e2, T, pos);
+        CHECK(eu <= 3 * TOL, "two-layer residual update: rel L2 %.3e (T=%d pos=%d)", eu, T, pos);
+        free(x), free(xr), free(g_x1), free(g_x2), free(h), free(mix), free(proj);
+        pos += T;
+    }
+    free(ln1), free(ln2), free(Wgu), free(Wd), free(Wqkv), free(Wo), free(qn), free(kn), free(Wdn), free(Wout);
+    free(dw.conv_w), free(dw.A_log), free(dw.dt_bias), free(dw.norm_w), free(inv_freq), free(zero);
+    free(Kc), free(Vc), free(cstate), free(S);
+    void *dev[] = {(void *)w.ln1,    (void *)w.ln2,    (void *)w.gate_up, (void *)w.down,   (void *)w.qkv,
+                   (void *)w.q_norm, (void *)w.k_norm, (void *)w.o,       (void *)w.inv_freq, w.k_cache,
+                   w.v_cache,        (void *)w.qkvzba, (void *)w.conv_w,  (void *)w.A_log,  (void *)w.dt_bias,
+                   (void *)w.norm_w, (void *)w.out,    w.conv_state,      w.state,          b.x,
+                   b.h,              b.proj,           b.q,               b.act,            b.scratch};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CU(cudaFree(dev[i]));
+}
+
+static void test_bad_args(void) {
+    AttnPrefillParams ap = {0};
+    ap.T = 4, ap.Hq = 8, ap.Hkv = 3, ap.hd = 256, ap.max_seq = 16;
+    CHECK(cuda_attn_prefill(&ap, 0) != 0, "Hq not a multiple of Hkv must be refused");
+    ap.Hkv = 2, ap.hd = 192;
+    CHECK(cuda_attn_prefill(&ap, 0) != 0, "hd 192 must be refused");
+    ap.hd = 128, ap.pos = 14;
+    CHECK(cuda_attn_prefill(&ap, 0) != 0, "pos + T > max_seq must be refused");
+    DeltaNetPrefillParams dp = {0};
+    dp.T = 4, dp.Hk = 16, dp.Hv = 16, dp.dk = 64, dp.dv = 128, dp.K = 4;
+    CHECK(cuda_deltanet_prefill(&dp, 0) != 0, "dk 64 must be refused");
+}
+
+int main(int argc, char **argv) {
+    const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
+    printf("test_prefill: seed %llu (replay: test_prefill %llu)\n", (unsigned long long)seed, (unsigned long long)seed);
+    rng_seed(&rng, seed);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        CHECK(0, "no CUDA device");
+        return TEST_SUMMARY("prefill");
+    }
+    test_bad_args();
+
+    const AttnDims q35 = {8, 2, 256, 64, 1, 1, 0, 1e7f, 1e-6f}, q3 = {16, 8, 128, 128, 0, 0, 0, 1e6f, 1e-6f};
+    static const int attn_cases[][2] = {{1, 0}, {63, 0}, {64, 0}, {65, 0}, {700, 0}, {300, 450}, {64, 129}, {1, 77}};
+    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
+        AttnDims a = q35;
+        a.max_seq = attn_cases[i][0] + attn_cases[i][1] + 3;
+        test_attn(&a, attn_cases[i][0], attn_cases[i][1]);
+    }
+    {
+        AttnDims a = q3;
+        a.max_seq = 500;
+        test_attn(&a, 150, 0);
+        test_attn(&a, 77, 200);
+    }
+
+    const DnDims dn = {16, 16, 128, 128, 4, 1e-6f}, dn2 = {4, 8, 128, 128, 4, 1e-6f};
+    const int calls_a[] = {300, 70, 2}, calls_b[] = {64, 1, 129}, calls_c[] = {2048};
+    test_deltanet(&dn, calls_a, 3, 0);
+    test_deltanet(&dn2, calls_b, 3, 1);
+    test_deltanet(&dn, calls_c, 1, 1);
+
+    const int layer_calls[] = {100, 37};
+    test_layers(layer_calls, 2);
+    return TEST_SUMMARY("prefill");
+}
