@@ -15,52 +15,63 @@
 #define GEMM_BK 64
 #define GEMM_GROUP_M 8
 
-template <int BM, int BN, int STAGES>
+/* Shared-memory ring of a BM x BN tile loop: per stage A [BM][64] then B [BN][64] bf16, swizzled. */
+template <int BM, int BN, int STAGES, int THREADS>
 struct GemmShape {
-    static constexpr int WARPS_M = BM / 64, WARPS_N = BN / 64;
-    static constexpr int THREADS = WARPS_M * WARPS_N * 32;
     static constexpr int NCH = GEMM_BK / 8; /* 16-byte chunks per smem row */
     static constexpr int A_BYTES = BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
     static constexpr int SMEM = STAGES * STAGE_BYTES;
 };
 
-/* Issues the cp.async copies of k-tile kt into ring slot `slot` (A: BM x 64, B: BN x 64). */
-template <int BM, int BN, int STAGES>
-__device__ __forceinline__ void gemm_load_tile(const GemmParams &p, uint32_t sbase, int slot, int kt, int m0,
-                                               int n0, int tid) {
-    using S = GemmShape<BM, BN, STAGES>;
-    const uint32_t sA = sbase + slot * S::STAGE_BYTES, sB = sA + S::A_BYTES;
+/* Grouped tile order: GROUP_M tile rows at a time, column-major inside the group. */
+template <int BM, int BN>
+__device__ __forceinline__ void gemm_tile_coords(const GemmParams &p, int &m0, int &n0) {
+    const int tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
+    const int per_group = GEMM_GROUP_M * tiles_n, bid = blockIdx.x;
+    const int first_m = (bid / per_group) * GEMM_GROUP_M;
+    const int gm = min(tiles_m - first_m, GEMM_GROUP_M);
+    m0 = (first_m + (bid % per_group) % gm) * BM;
+    n0 = ((bid % per_group) / gm) * BN;
+}
+
+/* Issues the cp.async copies of k-tile kt into the stage at sA (A: BM x 64, then B: BN x 64). */
+template <int BM, int BN, int THREADS>
+__device__ __forceinline__ void gemm_load_tile(const GemmParams &p, uint32_t sA, int kt, int m0, int n0, int tid) {
+    using S = GemmShape<BM, BN, 1, THREADS>;
+    const uint32_t sB = sA + S::A_BYTES;
     const int k0 = kt * GEMM_BK;
-    static_assert((BM * S::NCH) % S::THREADS == 0 && (BN * S::NCH) % S::THREADS == 0, "load split");
+    static_assert((BM * S::NCH) % THREADS == 0 && (BN * S::NCH) % THREADS == 0, "load split");
 #pragma unroll
-    for (int j = 0; j < BM * S::NCH / S::THREADS; j++) {
-        const int i = tid + j * S::THREADS, r = i / S::NCH, c = i % S::NCH, gr = m0 + r, gk = k0 + c * 8;
+    for (int j = 0; j < BM * S::NCH / THREADS; j++) {
+        const int i = tid + j * THREADS, r = i / S::NCH, c = i % S::NCH, gr = m0 + r, gk = k0 + c * 8;
         const bool ok = gr < p.M && gk < p.K;
         cp_async16(sA + swz<S::NCH>(r, c) * 16, p.x + (ok ? (size_t)gr * p.ldx + gk : 0), ok);
     }
 #pragma unroll
-    for (int j = 0; j < BN * S::NCH / S::THREADS; j++) {
-        const int i = tid + j * S::THREADS, r = i / S::NCH, c = i % S::NCH, gr = n0 + r, gk = k0 + c * 8;
+    for (int j = 0; j < BN * S::NCH / THREADS; j++) {
+        const int i = tid + j * THREADS, r = i / S::NCH, c = i % S::NCH, gr = n0 + r, gk = k0 + c * 8;
         const bool ok = gr < p.N && gk < p.K;
         cp_async16(sB + swz<S::NCH>(r, c) * 16, p.w + (ok ? (size_t)gr * p.ldw + gk : 0), ok);
     }
 }
 
-/* SwiGLU epilogue for gate group size G: fragment nt is a gate fragment when (8 nt / G) is even;
- * its up fragment is nt + G/8 (the warp's 64 columns start at a multiple of 64 >= 2G). */
-template <int G>
-__device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*acc)[8][4], int row0, int col0,
+/* SwiGLU epilogue for gate group size G over MT x NT accumulator tiles (rows row0 + 16 mt + .., columns
+ * col0 + 8 nt + ..): fragment nt is a gate fragment when (8 nt / G) is even; its up fragment is
+ * nt + G/8 (col0 is a multiple of 2G, and NT*8 of 2G). */
+template <int G, int MT, int NT>
+__device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*acc)[NT][4], int row0, int col0,
                                                   int g, int t) {
+    static_assert((NT * 8) % (2 * G) == 0, "gate/up pairs must stay inside the thread's columns");
     uint16_t *y = (uint16_t *)p.y;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) {
+    for (int nt = 0; nt < NT; nt++) {
         if (((nt * 8 / G) & 1) != 0) continue;
         const int c = col0 + nt * 8 + 2 * t; /* gate column (even) */
         if (c >= p.N) continue;
         const int oc = (c / (2 * G)) * G + c % (2 * G);
 #pragma unroll
-        for (int mt = 0; mt < 4; mt++) {
+        for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = row0 + mt * 16 + g + h * 8;
@@ -79,53 +90,54 @@ __device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*a
     }
 }
 
-/* Plain epilogues (BF16, F32, ADD_F32) of one warp's 64 x 64 accumulators. */
-template <int EPI>
-__device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[8][4], int row0, int col0, int g,
+/* All epilogues of MT x NT accumulator tiles in the mma C layout. */
+template <int EPI, int MT, int NT>
+__device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT][4], int row0, int col0, int g,
                                            int t) {
+    if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
+        if (p.glu_group == 8) gemm_store_swiglu<8, MT, NT>(p, acc, row0, col0, g, t);
+        else if (p.glu_group == 16) gemm_store_swiglu<16, MT, NT>(p, acc, row0, col0, g, t);
+        else gemm_store_swiglu<32, MT, NT>(p, acc, row0, col0, g, t);
+    } else {
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++) {
+        for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            const int c = col0 + nt * 8 + 2 * t;
-            if (c >= p.N) continue;
+            for (int nt = 0; nt < NT; nt++) {
+                const int c = col0 + nt * 8 + 2 * t;
+                if (c >= p.N) continue;
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = row0 + mt * 16 + g + h * 8;
-                if (r >= p.M) continue;
-                const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
-                const size_t o = (size_t)r * p.ldy + c;
-                if constexpr (EPI == GEMM_EPI_BF16) {
-                    *(uint32_t *)((uint16_t *)p.y + o) = pack_bf16(v0, v1);
-                } else if constexpr (EPI == GEMM_EPI_F32) {
-                    *(float2 *)((float *)p.y + o) = make_float2(round_bf16(v0), round_bf16(v1));
-                } else { /* GEMM_EPI_ADD_F32 */
-                    float2 *yp = (float2 *)((float *)p.y + o);
-                    const float2 old = *yp;
-                    *yp = make_float2(round_bf16(old.x + round_bf16(v0)), round_bf16(old.y + round_bf16(v1)));
+                for (int h = 0; h < 2; h++) {
+                    const int r = row0 + mt * 16 + g + h * 8;
+                    if (r >= p.M) continue;
+                    const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+                    const size_t o = (size_t)r * p.ldy + c;
+                    if constexpr (EPI == GEMM_EPI_BF16) {
+                        *(uint32_t *)((uint16_t *)p.y + o) = pack_bf16(v0, v1);
+                    } else if constexpr (EPI == GEMM_EPI_F32) {
+                        *(float2 *)((float *)p.y + o) = make_float2(round_bf16(v0), round_bf16(v1));
+                    } else { /* GEMM_EPI_ADD_F32 */
+                        float2 *yp = (float2 *)((float *)p.y + o);
+                        const float2 old = *yp;
+                        *yp = make_float2(round_bf16(old.x + round_bf16(v0)), round_bf16(old.y + round_bf16(v1)));
+                    }
                 }
             }
         }
     }
 }
 
-/* y = epilogue(X W^T) for one BM x BN tile per CTA; contract in ops.h (GemmParams). */
+/* ---- mma.sync path (sm_80+) ------------------------------------------------------------
+ * BM x BN tile per CTA, warps of 64 x 64 (4 x 8 mma tiles, 128 accumulators per thread). */
 template <int BM, int BN, int STAGES, int EPI>
-__global__ void __launch_bounds__(GemmShape<BM, BN, STAGES>::THREADS)
-    gemm_bf16_mma(const __grid_constant__ GemmParams p) {
-    using S = GemmShape<BM, BN, STAGES>;
-    extern __shared__ __align__(128) uint8_t smem[];
+__global__ void __launch_bounds__((BM / 64) * (BN / 64) * 32) gemm_bf16_mma(const __grid_constant__ GemmParams p) {
+    constexpr int WARPS_N = BN / 64, THREADS = (BM / 64) * WARPS_N * 32;
+    using S = GemmShape<BM, BN, STAGES, THREADS>;
+    extern __shared__ __align__(1024) uint8_t smem[];
     const uint32_t sbase = smem_addr(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wm = warp / S::WARPS_N, wn = warp % S::WARPS_N;
-
-    /* grouped tile order: GROUP_M tile rows at a time, column-major inside the group */
-    const int tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
-    const int per_group = GEMM_GROUP_M * tiles_n, bid = blockIdx.x;
-    const int first_m = (bid / per_group) * GEMM_GROUP_M;
-    const int gm = min(tiles_m - first_m, GEMM_GROUP_M);
-    const int tm = first_m + (bid % per_group) % gm, tn = (bid % per_group) / gm;
-    const int m0 = tm * BM, n0 = tn * BN;
+    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
+    int m0, n0;
+    gemm_tile_coords<BM, BN>(p, m0, n0);
 
     float acc[4][8][4];
 #pragma unroll
@@ -138,14 +150,14 @@ __global__ void __launch_bounds__(GemmShape<BM, BN, STAGES>::THREADS)
     const int ktiles = (p.K + GEMM_BK - 1) / GEMM_BK;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < ktiles) gemm_load_tile<BM, BN, STAGES>(p, sbase, s, s, m0, n0, tid);
+        if (s < ktiles) gemm_load_tile<BM, BN, THREADS>(p, sbase + s * S::STAGE_BYTES, s, m0, n0, tid);
         cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; kt++) {
         cp_async_wait<STAGES - 2>();
         __syncthreads(); /* k-tile kt landed; every warp is done with slot (kt-1) % STAGES */
         const int nk = kt + STAGES - 1;
-        if (nk < ktiles) gemm_load_tile<BM, BN, STAGES>(p, sbase, nk % STAGES, nk, m0, n0, tid);
+        if (nk < ktiles) gemm_load_tile<BM, BN, THREADS>(p, sbase + (nk % STAGES) * S::STAGE_BYTES, nk, m0, n0, tid);
         cp_async_commit();
 
         const uint32_t sA = sbase + (kt % STAGES) * S::STAGE_BYTES, sB = sA + S::A_BYTES;
@@ -167,39 +179,109 @@ __global__ void __launch_bounds__(GemmShape<BM, BN, STAGES>::THREADS)
         }
     }
     cp_async_wait<0>();
-
-    const int g = lane >> 2, t = lane & 3;
-    const int row0 = m0 + wm * 64, col0 = n0 + wn * 64;
-    if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
-        if (p.glu_group == 8) gemm_store_swiglu<8>(p, acc, row0, col0, g, t);
-        else if (p.glu_group == 16) gemm_store_swiglu<16>(p, acc, row0, col0, g, t);
-        else gemm_store_swiglu<32>(p, acc, row0, col0, g, t);
-    } else {
-        gemm_store<EPI>(p, acc, row0, col0, g, t);
-    }
+    gemm_store<EPI, 4, 8>(p, acc, m0 + wm * 64, n0 + wn * 64, lane >> 2, lane & 3);
 }
 
-template <int BM, int BN, int STAGES, int EPI>
-static int gemm_launch(const GemmParams *p, cudaStream_t s) {
-    using S = GemmShape<BM, BN, STAGES>;
-    void (*kern)(const GemmParams) = gemm_bf16_mma<BM, BN, STAGES, EPI>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+/* ---- wgmma path (sm_90a) ---------------------------------------------------------------
+ * 128 x BN tile per CTA, two warpgroups of 64 x BN (m64nBNk16 wgmma, BN/2 accumulators per
+ * thread). cp.async fills a 4-stage ring (swizzled rows of 128 B = wgmma's 128-byte swizzle,
+ * stage bases 1024-byte aligned); loads run 2 stages ahead and one wgmma group stays in flight,
+ * so the slot refilled at k-tile kt (read by the wgmma of kt-2) is free once every thread has
+ * passed wgmma_wait<1> in iteration kt-1 and the barrier of iteration kt. */
+#define WG_STAGES 4
+template <int BN>
+struct WgShape {
+    using S = GemmShape<128, BN, WG_STAGES, 256>;
+    static constexpr int SMEM = S::SMEM + 1024; /* + slack to align the ring to 1024 B */
+};
+
+template <int BN, int EPI>
+__global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma(const __grid_constant__ GemmParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using S = GemmShape<128, BN, WG_STAGES, 256>;
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
+    int m0, n0;
+    gemm_tile_coords<128, BN>(p, m0, n0);
+
+    float acc[1][BN / 8][4];
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
+
+    const int ktiles = (p.K + GEMM_BK - 1) / GEMM_BK;
+#pragma unroll
+    for (int s = 0; s < WG_STAGES - 2; s++) {
+        if (s < ktiles) gemm_load_tile<128, BN, 256>(p, sbase + s * S::STAGE_BYTES, s, m0, n0, tid);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; kt++) {
+        cp_async_wait<WG_STAGES - 3>();
+        fence_proxy_async();
+        __syncthreads();
+        const int nk = kt + WG_STAGES - 2;
+        if (nk < ktiles) gemm_load_tile<128, BN, 256>(p, sbase + (nk % WG_STAGES) * S::STAGE_BYTES, nk, m0, n0, tid);
+        cp_async_commit();
+
+        const uint32_t sA = sbase + (kt % WG_STAGES) * S::STAGE_BYTES + wg * 64 * 128, sB = sA - wg * 64 * 128 + S::A_BYTES;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) reg_fence(acc[0][j][e]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < GEMM_BK / 16; kk++) {
+            const uint64_t da = wgmma_desc(sA + kk * 32), db = wgmma_desc(sB + kk * 32);
+            if constexpr (BN == 256) wgmma_m64n256k16(acc[0], da, db);
+            else wgmma_m64n128k16(acc[0], da, db);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) reg_fence(acc[0][j][e]);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) reg_fence(acc[0][j][e]);
+    cp_async_wait<0>();
+    gemm_store<EPI, 1, BN / 8>(p, acc, m0 + wg * 64 + wq * 16, n0, lane >> 2, lane & 3);
+#else
+    (void)p;
+    __trap(); /* built without sm_90a: the launcher never selects this kernel then */
+#endif
+}
+
+/* ---- launch ---------------------------------------------------------------------------- */
+
+template <typename KernelPtr>
+static int gemm_run(KernelPtr kern, int smem, int threads, int tiles, const GemmParams *p, cudaStream_t s) {
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return (int)e;
-    const int tiles = ((p->M + BM - 1) / BM) * ((p->N + BN - 1) / BN);
-    kern<<<tiles, S::THREADS, S::SMEM, s>>>(*p);
+    kern<<<tiles, threads, smem, s>>>(*p);
     return prefill_launch_status(s);
 }
 
-/* Two tile shapes: 128 x 256 (8 warps, 3 stages, 144 KiB) when it yields at least one tile per
- * SM, otherwise 128 x 128 (4 warps, 4 stages, 128 KiB) for narrow N such as the 1024-wide down,
- * out and o projections. */
+static int tiles_of(const GemmParams *p, int bm, int bn) { return ((p->M + bm - 1) / bm) * ((p->N + bn - 1) / bn); }
+
+/* Tile shape: 128 x 256 when that gives at least one tile per SM, else 128 x 128 (narrow N such as
+ * the 1024-wide down / out / o projections, or short prompts). mma.sync: 8 warps, 3 stages
+ * (144 KiB) or 4 warps, 4 stages (128 KiB); wgmma: 2 warpgroups, 4 stages (193 / 129 KiB). */
 template <int EPI>
-static int gemm_dispatch(const GemmParams *p, cudaStream_t s) {
-    int dev = 0, sms = 132;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    const long big_tiles = (long)((p->M + 127) / 128) * ((p->N + 255) / 256);
-    if (big_tiles >= sms) return gemm_launch<128, 256, 3, EPI>(p, s);
-    return gemm_launch<128, 128, 4, EPI>(p, s);
+static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, cudaStream_t s) {
+    const int wide = tiles_of(p, 128, 256) >= sms;
+    if (use_wgmma) {
+        if (wide) return gemm_run(gemm_bf16_wgmma<256, EPI>, WgShape<256>::SMEM, 256, tiles_of(p, 128, 256), p, s);
+        return gemm_run(gemm_bf16_wgmma<128, EPI>, WgShape<128>::SMEM, 256, tiles_of(p, 128, 128), p, s);
+    }
+    if (wide)
+        return gemm_run(gemm_bf16_mma<128, 256, 3, EPI>, GemmShape<128, 256, 3, 256>::SMEM, 256, tiles_of(p, 128, 256),
+                        p, s);
+    return gemm_run(gemm_bf16_mma<128, 128, 4, EPI>, GemmShape<128, 128, 4, 128>::SMEM, 128, tiles_of(p, 128, 128), p,
+                    s);
 }
 
 extern "C" int cuda_gemm_bf16(const GemmParams *p, cudaStream_t s) {
@@ -207,15 +289,22 @@ extern "C" int cuda_gemm_bf16(const GemmParams *p, cudaStream_t s) {
     const int G = p->glu_group;
     if (p->M < 1 || p->N < 8 || p->K < 8 || p->N % 8 || p->K % 8 || p->ldx < p->K || p->ldw < p->K ||
         p->ldx % 8 || p->ldw % 8 || p->ldy < ycols || p->ldy % 2 || ((uintptr_t)p->x & 15) ||
-        ((uintptr_t)p->w & 15) || !p->y)
+        ((uintptr_t)p->w & 15) || !p->y || p->algo < GEMM_ALGO_AUTO || p->algo > GEMM_ALGO_WGMMA)
         return (int)cudaErrorInvalidValue;
+    if (p->epi == GEMM_EPI_SWIGLU_BF16 && ((G != 8 && G != 16 && G != 32) || p->N % (2 * G)))
+        return (int)cudaErrorInvalidValue;
+    int dev = 0, sms = 132, major = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e != cudaSuccess) return (int)e;
+    if (p->algo == GEMM_ALGO_WGMMA && major != 9) return (int)cudaErrorInvalidDeviceFunction;
+    const int wg = p->algo == GEMM_ALGO_WGMMA || (p->algo == GEMM_ALGO_AUTO && major == 9);
     switch (p->epi) {
-    case GEMM_EPI_BF16: return gemm_dispatch<GEMM_EPI_BF16>(p, s);
-    case GEMM_EPI_F32: return gemm_dispatch<GEMM_EPI_F32>(p, s);
-    case GEMM_EPI_ADD_F32: return gemm_dispatch<GEMM_EPI_ADD_F32>(p, s);
-    case GEMM_EPI_SWIGLU_BF16:
-        if ((G != 8 && G != 16 && G != 32) || p->N % (2 * G)) return (int)cudaErrorInvalidValue;
-        return gemm_dispatch<GEMM_EPI_SWIGLU_BF16>(p, s);
+    case GEMM_EPI_BF16: return gemm_dispatch<GEMM_EPI_BF16>(p, wg, sms, s);
+    case GEMM_EPI_F32: return gemm_dispatch<GEMM_EPI_F32>(p, wg, sms, s);
+    case GEMM_EPI_ADD_F32: return gemm_dispatch<GEMM_EPI_ADD_F32>(p, wg, sms, s);
+    case GEMM_EPI_SWIGLU_BF16: return gemm_dispatch<GEMM_EPI_SWIGLU_BF16>(p, wg, sms, s);
     default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -35,9 +35,13 @@ typedef struct GemmParams {
     int ldx, ldw, ldy; /* row strides in elements; ldx, ldw multiples of 8, ldy even */
     int epi;           /* GEMM_EPI_* */
     int glu_group;     /* SWIGLU only: 8, 16 or 32 */
+    int algo;          /* GEMM_ALGO_*: AUTO picks wgmma on sm_90, mma.sync elsewhere */
 } GemmParams;
-/* Tensor-core GEMM (mma.sync m16n8k16, cp.async multi-stage pipeline, swizzled tile order).
- * x, w 16-byte aligned. Returns cudaErrorInvalidValue for shapes outside the contract. */
+enum { GEMM_ALGO_AUTO = 0, GEMM_ALGO_MMA = 1, GEMM_ALGO_WGMMA = 2 };
+/* Tensor-core GEMM: Hopper wgmma (sm_90a) or mma.sync m16n8k16 (sm_80+), both fed by a cp.async
+ * multi-stage shared-memory pipeline, tiles walked in L2-friendly groups. x, w 16-byte aligned.
+ * Returns cudaErrorInvalidValue for shapes outside the contract (and cudaErrorInvalidDeviceFunction
+ * for GEMM_ALGO_WGMMA on a device other than sm_90). */
 int cuda_gemm_bf16(const GemmParams *p, cudaStream_t s);
 
 /* ---- full attention, prefill (attention_prefill.cu) ---- */

@@ -2,7 +2,8 @@
  * same bf16 inputs, on fresh random shapes (ragged M = 1, 63, 64, 65, 2048 and random M, N, K),
  * all four epilogues, NaN-poisoned outputs and guard rows/columns that must stay untouched.
  * Large shapes are checked on a random subset of rows. Ends with a timing table (TFLOP/s) for
- * the Qwen3.5-0.8B prefill shapes at M = 2048. Usage: test_gemm [seed]. */
+ * the Qwen3.5-0.8B prefill shapes at M = 2048. Both algorithms (mma.sync, and wgmma on sm_90)
+ * run every case. Usage: test_gemm [seed]. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "util.h"
 
 static Rng rng;
+static int n_algos = 1; /* GEMM_ALGO_MMA, plus GEMM_ALGO_WGMMA on sm_90 */
 
 #define CU(call)                                                                                         \
     do {                                                                                                 \
@@ -53,7 +55,7 @@ static void ref_row(const uint16_t *x, const uint16_t *w, int m, int N, int K, d
 }
 
 /* One case, checked element by element (failures reported through CHECK). */
-static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
+static void run_case1(int M, int N, int K, int epi, int G, int ldy_extra, int algo) {
     const int ycols = epi == GEMM_EPI_SWIGLU_BF16 ? N / 2 : N, ldy = ycols + ldy_extra, guard = 3;
     const int esz = (epi == GEMM_EPI_F32 || epi == GEMM_EPI_ADD_F32) ? 4 : 2;
     uint16_t *x = rand_bf16((size_t)M * K, 1.0f), *w = rand_bf16((size_t)N * K, 1.0f / sqrtf((float)K));
@@ -73,9 +75,10 @@ static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
     }
     uint16_t *dx = dev_copy(x, (size_t)M * K * 2), *dw = dev_copy(w, (size_t)N * K * 2);
     void *dy = dev_copy(y0, ybytes);
-    GemmParams p = {dx, dw, dy, M, N, K, K, K, ldy, epi, G};
+    GemmParams p = {dx, dw, dy, M, N, K, K, K, ldy, epi, G, algo};
     const int rc = cuda_gemm_bf16(&p, 0);
-    CHECK(rc == 0, "launch M=%d N=%d K=%d epi=%d: %s", M, N, K, epi, cudaGetErrorString((cudaError_t)rc));
+    CHECK(rc == 0, "launch M=%d N=%d K=%d epi=%d algo=%d: %s", M, N, K, epi, algo,
+          cudaGetErrorString((cudaError_t)rc));
     CU(cudaDeviceSynchronize());
     CU(cudaMemcpy(y1, dy, ybytes, cudaMemcpyDeviceToHost));
 
@@ -126,8 +129,8 @@ static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
             checked++;
             if (!(err <= tol)) {
                 if (bad < 3)
-                    fprintf(stderr, "  M=%d N=%d K=%d epi=%d G=%d: y[%d][%d] = %g, want %g (tol %g)\n", M, N, K, epi,
-                            G, m, c, got, want, tol);
+                    fprintf(stderr, "  M=%d N=%d K=%d epi=%d G=%d algo=%d: y[%d][%d] = %g, want %g (tol %g)\n", M, N,
+                            K, epi, G, algo, m, c, got, want, tol);
                 bad++;
             } else if (err / (tol > 0 ? tol : 1) > worst) {
                 worst = err / tol;
@@ -142,14 +145,24 @@ static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
             const size_t i = ((size_t)r * ldy + c) * esz;
             if (memcmp(y0 + i, y1 + i, esz)) touched++;
         }
-    CHECK(bad == 0, "M=%d N=%d K=%d epi=%d G=%d: %ld of %ld elements out of tolerance", M, N, K, epi, G, bad, checked);
-    CHECK(touched == 0, "M=%d N=%d K=%d epi=%d: %ld guard elements written", M, N, K, epi, touched);
-    printf("  M=%4d N=%5d K=%5d epi=%d G=%2d ldy=%5d: %ld checked, worst err/tol %.3f\n", M, N, K, epi, G, ldy,
-           checked, worst);
+    CHECK(bad == 0, "M=%d N=%d K=%d epi=%d G=%d algo=%d: %ld of %ld elements out of tolerance", M, N, K, epi, G, algo,
+          bad, checked);
+    CHECK(touched == 0, "M=%d N=%d K=%d epi=%d algo=%d: %ld guard elements written", M, N, K, epi, algo, touched);
+    printf("  algo=%d M=%4d N=%5d K=%5d epi=%d G=%2d ldy=%5d: %ld checked, worst err/tol %.3f\n", algo, M, N, K, epi, G,
+           ldy, checked, worst);
     free(ref), free(sabs), free(x), free(w), free(y0), free(y1);
     CU(cudaFree(dx));
     CU(cudaFree(dw));
     CU(cudaFree(dy));
+}
+
+/* The same case under each algorithm (same inputs: the RNG is rewound). */
+static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
+    const Rng saved = rng;
+    for (int a = 0; a < n_algos; a++) {
+        rng = saved;
+        run_case1(M, N, K, epi, G, ldy_extra, a == 0 ? GEMM_ALGO_MMA : GEMM_ALGO_WGMMA);
+    }
 }
 
 static int rand_mult8(int lo, int hi) { return 8 * (lo / 8 + (int)(rng_u64(&rng) % (uint64_t)((hi - lo) / 8 + 1))); }
@@ -173,7 +186,7 @@ static void test_bad_args(void) {
     void *buf = NULL;
     CU(cudaMalloc(&buf, 4096));
     CU(cudaMemset(buf, 0, 4096));
-    GemmParams p = {buf, buf, buf, 4, 16, 16, 16, 16, 16, GEMM_EPI_BF16, 0};
+    GemmParams p = {buf, buf, buf, 4, 16, 16, 16, 16, 16, GEMM_EPI_BF16, 0, GEMM_ALGO_AUTO};
     CHECK(cuda_gemm_bf16(&p, 0) == 0, "a valid 4 x 16 x 16 problem must be accepted");
     CU(cudaDeviceSynchronize());
     p.N = 12;
@@ -186,6 +199,8 @@ static void test_bad_args(void) {
     CHECK(cuda_gemm_bf16(&p, 0) != 0, "glu_group 12 must be refused");
     p.epi = GEMM_EPI_BF16, p.x = (const uint16_t *)((char *)buf + 8);
     CHECK(cuda_gemm_bf16(&p, 0) != 0, "x not 16-byte aligned must be refused");
+    p.x = buf, p.algo = 7;
+    CHECK(cuda_gemm_bf16(&p, 0) != 0, "unknown algo must be refused");
     CU(cudaFree(buf));
 }
 
@@ -195,14 +210,14 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 /* Median time of 20 launches after 3 warm-ups, as TFLOP/s. */
-static void bench(const char *name, int M, int N, int K, int epi) {
+static void bench(const char *name, int M, int N, int K, int epi, int algo) {
     uint16_t *x = rand_bf16((size_t)M * K, 1.0f), *w = rand_bf16((size_t)N * K, 0.03f);
     const int ycols = epi == GEMM_EPI_SWIGLU_BF16 ? N / 2 : N;
     uint16_t *dx = dev_copy(x, (size_t)M * K * 2), *dw = dev_copy(w, (size_t)N * K * 2);
     void *dy = NULL;
     CU(cudaMalloc(&dy, (size_t)M * ycols * 4));
     CU(cudaMemset(dy, 0, (size_t)M * ycols * 4));
-    GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 16};
+    GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 16, algo};
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
@@ -219,7 +234,8 @@ static void bench(const char *name, int M, int N, int K, int epi) {
     CHECK(rc == 0, "bench %s launch", name);
     qsort(ms, 20, sizeof(float), cmp_float);
     const double flop = 2.0 * M * N * K;
-    printf("  %-34s [%d x %d] x [%d x %d]^T  %8.1f us  %6.1f TFLOP/s\n", name, M, K, N, K, ms[10] * 1e3,
+    printf("  %-6s %-34s [%d x %d] x [%d x %d]^T  %8.1f us  %6.1f TFLOP/s\n",
+           algo == GEMM_ALGO_MMA ? "mma" : "wgmma", name, M, K, N, K, ms[10] * 1e3,
            flop / (ms[10] * 1e-3) / 1e12);
     CU(cudaEventDestroy(e0));
     CU(cudaEventDestroy(e1));
@@ -238,14 +254,22 @@ int main(int argc, char **argv) {
         CHECK(0, "no CUDA device");
         return TEST_SUMMARY("gemm");
     }
+    int dev = 0, major = 0;
+    CU(cudaGetDevice(&dev));
+    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    n_algos = major == 9 ? 2 : 1;
+    printf("compute capability major %d: testing %s\n", major, n_algos == 2 ? "mma.sync and wgmma" : "mma.sync");
     test_bad_args();
     test_shapes();
     printf("timing (median of 20):\n");
-    bench("DeltaNet in_proj qkvzba (bf16 out)", 2048, 8224, 1024, GEMM_EPI_BF16);
-    bench("attention q|gate,k,v (bf16 out)", 2048, 5120, 1024, GEMM_EPI_BF16);
-    bench("MLP gate+up (SwiGLU out)", 2048, 7168, 1024, GEMM_EPI_SWIGLU_BF16);
-    bench("MLP down (+= residual)", 2048, 1024, 3584, GEMM_EPI_ADD_F32);
-    bench("out_proj / o_proj (+= residual)", 2048, 1024, 2048, GEMM_EPI_ADD_F32);
-    bench("square 4096 (bf16 out)", 4096, 4096, 4096, GEMM_EPI_BF16);
+    for (int a = 0; a < n_algos; a++) {
+        const int algo = a == 0 ? GEMM_ALGO_MMA : GEMM_ALGO_WGMMA;
+        bench("DeltaNet in_proj qkvzba (bf16 out)", 2048, 8224, 1024, GEMM_EPI_BF16, algo);
+        bench("attention q|gate,k,v (bf16 out)", 2048, 5120, 1024, GEMM_EPI_BF16, algo);
+        bench("MLP gate+up (SwiGLU out)", 2048, 7168, 1024, GEMM_EPI_SWIGLU_BF16, algo);
+        bench("MLP down (+= residual)", 2048, 1024, 3584, GEMM_EPI_ADD_F32, algo);
+        bench("out_proj / o_proj (+= residual)", 2048, 1024, 2048, GEMM_EPI_ADD_F32, algo);
+        bench("square 4096 (bf16 out)", 4096, 4096, 4096, GEMM_EPI_BF16, algo);
+    }
     return TEST_SUMMARY("gemm");
 }
