@@ -149,6 +149,47 @@ __device__ __forceinline__ ArgMax warp_argmax(ArgMax a) {
     return a;
 }
 
+/* ---- RMSNorm pieces shared by the GEMV prologue and norm.cu ------------------------------ */
+
+/* One normed element (ops.h NORM_*): zero-centred h = bf16(x r (1 + w)); plain h = bf16(w bf16(x r)). */
+__device__ __forceinline__ float norm_apply(float x, float r, float w, int mode) {
+    if (mode == NORM_ZC) return rbf(x * r * (1.0f + w));
+    if (mode == NORM_PLAIN) return rbf(w * rbf(x * r));
+    return x;
+}
+
+/* Stages one input row of n into shared xs[n] and normalises it in place (all threads call;
+ * each thread touches only indices tid, tid + blockDim, ..., so no barrier is needed between
+ * the staging and the norm; the caller syncs before other threads read xs):
+ *   embed != NULL: x = E row (bf16);
+ *   else x = bf16( res[i] + bf16( sum_{s<n_parts} parts[s*n + i] ) ), or x = res when parts is NULL.
+ * x_out (if set) <- x; then, when w is set, xs <- RMSNorm(x) (mode NORM_ZC / NORM_PLAIN).
+ * Activation reads bypass L1 (__ldcg): they were written by the previous kernel. */
+__device__ __forceinline__ void stage_norm_row(float *xs, float *red, int n, const uint16_t *embed, const float *res,
+                                               const float *parts, int n_parts, float *x_out, const float *w,
+                                               int mode, float eps) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v;
+        if (embed) {
+            v = bf16u(embed[i]);
+        } else if (parts) {
+            float a = 0.0f;
+            for (int s = 0; s < n_parts; s++) a += __ldcg(parts + (size_t)s * n + i);
+            v = rbf(__ldcg(res + i) + rbf(a));
+        } else {
+            v = __ldcg(res + i);
+        }
+        xs[i] = v;
+        if (x_out) x_out[i] = v;
+        ss += v * v;
+    }
+    if (!w) return;
+    ss = block_sum(ss, red);
+    float r = rsqrtf(ss / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = norm_apply(xs[i], r, w[i], mode);
+}
+
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 #endif
