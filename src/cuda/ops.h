@@ -179,6 +179,81 @@ size_t cuda_sample_scratch_bytes(int n_sm);
 
 /* ---- mixer ops (cudab) ---- */
 
+/* ---- Gated DeltaNet decode step (deltanet.cu) ------------------------------------------------
+ * One token through the DeltaNet mixer between the stacked in_proj GEMV and out_proj (MODEL.md
+ * §3.3, numerics §4.1). key_dim = Hk*dk, value_dim = Hv*dv, conv_dim = 2*key_dim + value_dim.
+ *   proj [conv_dim + value_dim + 2*Hv] = [m | z | b | a], the GEMV output (bf16-valued)
+ *   c   = bf16(silu(bf16( sum_{j<K-1} w[ch][j] m_{pos-(K-1)+j}[ch] + w[ch][K-1] m[ch] )))   (conv)
+ *   q,k = c[0:key_dim], c[key_dim:2 key_dim] as [Hk][dk];  v = c[2 key_dim:] as [Hv][dv]
+ *   k^ = k rsqrt(sum k^2 + 1e-6),  q^ = q rsqrt(sum q^2 + 1e-6) dk^-1/2   (fp32, per k-head)
+ *   beta = bf16(sigmoid(b)),  g = -exp(A_log) softplus(a + dt_bias)       (v-head j -> k-head j/(Hv/Hk))
+ *   S *= exp(g);  delta = beta (v - S^T k^);  S += k^ delta^T;  o = bf16(S^T q^)
+ *   y = bf16( bf16(w * bf16(o rsqrt(mean_dv o^2 + eps))) * silu(z) )      (gated RMSNorm per v-head)
+ * Conv state: a ring of K rows, conv_ring bf16 [K][conv_dim]; row p % K holds the pre-conv m of
+ * position p (K*conv_dim*2 bytes per layer, 48 KiB for 0.8B). The step reads rows (pos-K+1 .. pos-1)
+ * mod K and writes row pos % K, so no block ever reads a row another block writes. Zero the ring
+ * at sequence start (positions < 0 read as 0); a prefill that fills it must use the same indexing.
+ * Grid: (splits, Hv) blocks in clusters of `splits` (sm_90): each block owns a slice of one head's
+ * dv columns (see docs/PERF_NOTES_mixer.md); the gated norm's sum of squares is exchanged through
+ * distributed shared memory. Needs Hv % Hk == 0, dv <= 1024, dk <= 1024. Deterministic. */
+typedef struct DeltanetStepParams {
+    const float *proj;      /* [conv_dim + value_dim + 2*Hv] in_proj output: [m | z | b | a] */
+    const float *conv_w;    /* [conv_dim][K] conv1d taps (bf16-valued); tap K-1 = current token */
+    uint16_t *conv_ring;    /* bf16 [K][conv_dim], in/out (see above) */
+    const float *A_log;     /* [Hv] */
+    const float *dt_bias;   /* [Hv] */
+    const float *norm_w;    /* [dv] linear_attn.norm.weight (plain weight, bf16-valued by default) */
+    float *S;               /* [Hv][dk][dv] fp32 recurrent state, in/out */
+    float *y;               /* [Hv*dv] gated-norm output (bf16-valued), the out_proj input */
+    float *o;               /* optional (NULL): [Hv*dv] bf16(o) before the norm (probes, tests) */
+    const StepParams *step; /* step->pos */
+    int Hk, Hv, dk, dv, K;
+    float eps;              /* rms_norm_eps (gated norm) */
+} DeltanetStepParams;
+int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch *l);
+/* Bytes of conv_ring per layer: K * conv_dim * 2. */
+size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, int K);
+
+/* ---- full-attention decode (attention.cu) ----------------------------------------------------
+ * One token of GQA attention over one layer's bf16 KV cache (MODEL.md §3.2 Qwen3.5, §5 Qwen3).
+ * Query head j reads kv head j / G, G = Hq/Hkv; pos = step->pos, kv_len = pos + 1.
+ *   qkv = [q part | k [Hkv][hd] | v [Hkv][hd]], the stacked q|k|v GEMV output (bf16-valued);
+ *         q part = [Hq][2 hd] rows [q_j | gate_j] when gated (Qwen3.5), else [Hq][hd].
+ *   head norm over hd:  NORM_ZC    y = bf16( x r (1 + w) )        (Qwen3.5 q_norm/k_norm)
+ *                       NORM_PLAIN y = bf16( w bf16(x r) )         (Qwen3),  r = rsqrt(mean x^2 + eps)
+ *   RoPE (NeoX, dims [0,R), pairs (i, i+R/2)): c = bf16(cos(pos inv_freq[i])), s = bf16(sin(..)),
+ *         x'[i] = bf16(bf16(x[i] c) - bf16(x[i+R/2] s)),  x'[i+R/2] = bf16(bf16(x[i+R/2] c) + bf16(x[i] s))
+ *   K[pos] = bf16(rope(norm(k))), V[pos] = bf16(v) appended to the cache, then
+ *   o_j = sum_{t<=pos} softmax_t(q_j . K_t / sqrt(hd)) V_t   (fp32 softmax and accumulation)
+ *   out_j = bf16(o_j), and when gated out_j = bf16( bf16(o_j) * bf16(sigmoid(gate_j)) ).
+ * Two kernels (PDL-chained): attn_decode_splitkv, grid (n_split, Hkv): block (s, h) handles the G
+ * query heads of kv head h over positions [s*chunk, min(kv_len, (s+1)*chunk)),
+ * chunk = max(32, round_up(ceil(kv_len / n_split), 32)); blocks past kv_len exit; the block holding
+ * pos writes K/V[pos]. Partials (m, l, O) go to `work`; attn_combine, grid (hd/64, Hq), merges them
+ * in fixed order (deterministic) and applies the gate. hd in {128, 256}; G in {1, 2, 4, 8}; R even,
+ * 2 <= R <= hd. A step with pos outside [0, max_seq) writes nothing. */
+typedef struct AttnDecodeParams {
+    const float *qkv;        /* [q part + 2*Hkv*hd] */
+    const float *q_norm_w;   /* [hd] */
+    const float *k_norm_w;   /* [hd] */
+    const float *inv_freq;   /* [R/2] rotary inverse frequencies (cpu_rope_inv_freq) */
+    uint16_t *k_cache;       /* bf16 [Hkv][max_seq][hd] of this layer, K after norm + RoPE */
+    uint16_t *v_cache;       /* bf16 [Hkv][max_seq][hd] */
+    float *out;              /* [Hq*hd] (bf16-valued), the o_proj input */
+    float *work;             /* cuda_attn_decode_work_bytes(); no init needed; may be shared by layers */
+    float *q_out;            /* optional (NULL): [Hq*hd] q after norm + RoPE (probes, tests) */
+    const StepParams *step;  /* step->pos */
+    int Hq, Hkv, hd, R, max_seq;
+    int gated;               /* 1: Qwen3.5 interleaved q|gate rows + sigmoid output gate */
+    int norm_mode;           /* NORM_ZC or NORM_PLAIN */
+    float eps;               /* rms_norm_eps */
+} AttnDecodeParams;
+int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l);
+/* n_split (blocks per kv head) for a cache of max_seq positions. */
+int cuda_attn_decode_splits(int Hkv, int max_seq);
+/* Bytes of `work`: Hq * n_split * (hd + 2) floats. */
+size_t cuda_attn_decode_work_bytes(int Hq, int Hkv, int hd, int max_seq);
+
 #ifdef __cplusplus
 }
 #endif
