@@ -2,6 +2,7 @@
  * activations sized for max_seq, weight upload with stacking/interleaving), the decode step as
  * a CUDA graph captured once per mode (greedy / sampling) and replayed per token, forward() as
  * n decode steps, reset, close, and the bench hook. forward.cu holds the step's launches. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -43,6 +44,23 @@ static int check_model(const Model *m, Err *err) {
         return err_set(err, Q35_ERR_CONFIG,
                        "cuda backend: hidden_size %d, intermediate_size %d, attention and value widths must be "
                        "multiples of 8", D, F);
+    if (c->n_full_layers) {
+        const int G = c->num_key_value_heads > 0 ? c->num_attention_heads / c->num_key_value_heads : 0;
+        if ((hd != 128 && hd != 256) || G * c->num_key_value_heads != c->num_attention_heads ||
+            (G != 1 && G != 2 && G != 4 && G != 8) || c->rotary_dim < 2 || c->rotary_dim % 2 || c->rotary_dim > hd)
+            return err_set(err, Q35_ERR_CONFIG,
+                           "cuda backend: attention needs head_dim 128 or 256, Hq/Hkv in {1,2,4,8} and an even "
+                           "rotary_dim <= head_dim (got head_dim %d, %d/%d heads, rotary_dim %d)",
+                           hd, c->num_attention_heads, c->num_key_value_heads, c->rotary_dim);
+    }
+    if (c->n_linear_layers &&
+        (c->linear_num_key_heads < 1 || c->linear_num_value_heads % c->linear_num_key_heads ||
+         c->linear_key_head_dim < 1 || c->linear_key_head_dim > 1024 || c->linear_value_head_dim < 1 ||
+         c->linear_value_head_dim > 1024 || c->linear_conv_kernel_dim < 1))
+        return err_set(err, Q35_ERR_CONFIG,
+                       "cuda backend: DeltaNet needs Hv %% Hk == 0 and head dims <= 1024 (Hk %d, Hv %d, dk %d, dv %d, "
+                       "K %d)", c->linear_num_key_heads, c->linear_num_value_heads, c->linear_key_head_dim,
+                       c->linear_value_head_dim, c->linear_conv_kernel_dim);
     int rc;
     if ((rc = check_w(&w->embed_tokens, V, D, -1, "embed_tokens", err)) ||
         (rc = check_w(&w->norm, D, 1, -1, "norm", err)) || (rc = check_w(&w->lm_head, V, D, -1, "lm_head", err)))
@@ -109,6 +127,10 @@ static void layout(CudaCtx *ctx, Arena *a) {
     else
         CARVE(a, ctx->lm_head, (size_t)V * D);
     CARVE(a, ctx->final_norm, D);
+    CARVE(a, ctx->inv_freq, c->rotary_dim / 2 > 0 ? c->rotary_dim / 2 : 1);
+    if (c->n_full_layers)
+        ctx->attn_work = (float *)carve(a, cuda_attn_decode_work_bytes(c->num_attention_heads, c->num_key_value_heads,
+                                                                       hd, ctx->max_seq));
     for (int l = 0; l < L; l++) {
         CudaLayer *ly = &ctx->layers[l];
         ly->type = c->layer_types[l];
@@ -219,6 +241,14 @@ static int upload_weights(CudaCtx *ctx, Err *err) {
     int rc = upload_rows(ctx, stage, ctx->embed, &w->embed_tokens, V, D, 0, 1, err);
     if (!rc && ctx->lm_head != ctx->embed) rc = upload_rows(ctx, stage, ctx->lm_head, &w->lm_head, V, D, 0, 1, err);
     if (!rc) rc = upload_vec(ctx->final_norm, &w->norm, D, err);
+    if (!rc && c->rotary_dim >= 2) { /* inv_freq[i] = 1 / theta^(2i/R), exponent in fp32, power in double (as HF) */
+        float inv[1024];
+        const int half = c->rotary_dim / 2 < 1024 ? c->rotary_dim / 2 : 1024;
+        for (int i = 0; i < half; i++)
+            inv[i] = (float)(1.0 / pow((double)c->rope_theta, (double)((float)(2 * i) / (float)c->rotary_dim)));
+        cudaError_t e = cudaMemcpy(ctx->inv_freq, inv, sizeof(float) * (size_t)half, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) rc = cfail(e, "inv_freq upload", err);
+    }
     for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
         const LayerWeights *L = &w->layers[l];
         CudaLayer *ly = &ctx->layers[l];
@@ -323,6 +353,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->splits_down = cuda_matvec_splits(D, F, ctx->n_sm);
         ctx->max_splits = imax(imax(ctx->splits_out[0], ctx->splits_out[1]), ctx->splits_down);
         ctx->lm_blocks = cuda_matvec_blocks(V, 1, ctx->n_sm);
+        ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
         Arena a = {NULL, 0};
         layout(ctx, &a);
         ctx->arena_bytes = a.off;

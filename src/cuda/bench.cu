@@ -156,7 +156,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     const int iters = rq->iters > 0 ? rq->iters : 200;
     const int det0 = ctx->deterministic, pdl0 = ctx->pdl, ng0 = ctx->no_graph;
     cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(res->device, sizeof res->device, "%s", prop.name);
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(res->device, sizeof res->device, "%.63s", prop.name);
     res->n_sm = ctx->n_sm;
 
     /* random KV contents for every full-attention layer; the DeltaNet state stays as it is */

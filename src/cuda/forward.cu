@@ -125,10 +125,49 @@ static int deltanet(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
 }
 
 static int attention(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
-    (void)lc;
-    (void)l;
-    (void)ctx;
-    return err_set(err, Q35_ERR_UNSUPPORTED, "cuda: attention kernels not merged yet");
+    const Config *c = ctx->c;
+    CudaLayer *ly = &ctx->layers[l];
+    AttnDecodeParams p;
+    memset(&p, 0, sizeof p);
+    p.qkv = ctx->proj;
+    p.q_norm_w = ly->q_norm;
+    p.k_norm_w = ly->k_norm;
+    p.inv_freq = ctx->inv_freq;
+    p.k_cache = ly->Kc;
+    p.v_cache = ly->Vc;
+    p.out = ctx->mix;
+    p.work = ctx->attn_work;
+    p.q_out = ctx->probe.dir ? ctx->probe_dev : NULL;
+    p.step = ctx->step_dev;
+    p.Hq = c->num_attention_heads;
+    p.Hkv = c->num_key_value_heads;
+    p.hd = c->head_dim;
+    p.R = c->rotary_dim;
+    p.max_seq = ctx->max_seq;
+    p.gated = c->attn_output_gate;
+    p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
+    p.eps = c->rms_norm_eps;
+    const double kv_len = ctx->step_host->pos + 1.0;
+    const double bytes = 4.0 * (c->q_proj_rows + 2 * c->kv_dim) + 2.0 * 2 * p.Hkv * kv_len * p.hd +
+                         4.0 * c->attn_dim + 4.0 * p.Hq * ctx->attn_splits * (p.hd + 2) * 2;
+    char name[40];
+    snprintf(name, sizeof name, "L%02d.attention", l);
+    op_begin(ctx);
+    int rc = op_end(ctx, cuda_attn_decode(&p, lc), name, bytes, err);
+    if (rc || !ctx->probe.dir) return rc;
+    /* L..attn.q, L..attn.k (the cache row at pos), L..attn.core (gated, before o_proj) */
+    snprintf(name, sizeof name, "L%02d.attn.q", l);
+    if ((rc = probe_dev(ctx, name, ctx->probe_dev, (size_t)c->attn_dim, err))) return rc;
+    const int Hkv = p.Hkv, hd = p.hd, pos = ctx->step_host->pos;
+    uint16_t *kb = (uint16_t *)(ctx->probe_buf + c->kv_dim);
+    cudaError_t e = cudaMemcpy2D(kb, (size_t)hd * 2, ly->Kc + (size_t)pos * hd, (size_t)ctx->max_seq * hd * 2,
+                                 (size_t)hd * 2, (size_t)Hkv, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return cuda_fail((int)e, "probe readback", err);
+    for (int i = 0; i < Hkv * hd; i++) ctx->probe_buf[i] = bf16_to_f32(kb[i]);
+    snprintf(name, sizeof name, "L%02d.attn.k", l);
+    probe(&ctx->probe, name, ctx->probe_buf, (size_t)Hkv * hd);
+    snprintf(name, sizeof name, "L%02d.attn.core", l);
+    return probe_dev(ctx, name, ctx->mix, (size_t)c->attn_dim, err);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */

@@ -60,6 +60,9 @@ typedef struct CudaCtx {
     CudaLayer *layers;        /* (L), host array of device pointers */
     uint16_t *embed, *lm_head;
     float *final_norm;        /* (D) */
+    float *inv_freq;          /* (R/2) RoPE inverse frequencies */
+    float *attn_work;         /* cuda_attn_decode_work_bytes(), shared by the attention layers */
+    int attn_splits;          /* cuda_attn_decode_splits(Hkv, max_seq) */
     /* activations */
     float *x[2];              /* (D) residual stream ping-pong */
     float *pa, *pb;           /* (max_splits, D): mixer-out and down-proj partials (atomic: [0] only) */
