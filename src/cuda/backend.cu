@@ -21,13 +21,25 @@ static int cfail(cudaError_t e, const char *what, Err *err) {
 
 /* ---- weight checks --------------------------------------------------------------------------- */
 
+static const char *dt_name(DType t) {
+    switch (t) {
+    case DT_BF16: return "BF16";
+    case DT_F16: return "F16";
+    case DT_F32: return "F32";
+    case DT_I32: return "I32";
+    case DT_I64: return "I64";
+    case DT_U8: return "U8";
+    }
+    return "unknown";
+}
+
 static int check_w(const Tensor *t, int64_t rows, int64_t cols, int layer, const char *what, Err *err) {
     char where[32] = "";
     if (layer >= 0) snprintf(where, sizeof where, "layer %d: ", layer);
     if (!t->data) return err_set(err, Q35_ERR_FORMAT, "cuda backend: %s%s is missing", where, what);
     if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
         return err_set(err, Q35_ERR_FORMAT, "cuda backend: %s%s (%s) has dtype %s, expected BF16/F16/F32", where, what,
-                       t->name ? t->name : "?", dtype_name(t->dtype));
+                       t->name ? t->name : "?", dt_name(t->dtype));
     if (t->numel != rows * cols || (cols > 1 && t->ndim >= 2 && t->shape[0] != rows))
         return err_set(err, Q35_ERR_FORMAT, "cuda backend: %s%s (%s) has %lld elements, expected %lld x %lld", where,
                        what, t->name ? t->name : "?", (long long)t->numel, (long long)rows, (long long)cols);
