@@ -167,8 +167,13 @@ static int parse_tree(Config *c, Ctx *x, Err *err) {
     if ((rc = get_int(x, "num_attention_heads", &c->num_attention_heads, err))) return rc;
     if ((rc = get_int_opt(x, "num_key_value_heads", c->num_attention_heads, &c->num_key_value_heads, err)))
         return rc;
-    int hd_def = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
-    if ((rc = get_int_opt(x, "head_dim", hd_def, &c->head_dim, err))) return rc;
+    /* head_dim: dense qwen3 defaults to hidden / heads; the hybrid family must state it. */
+    if (c->family == FAMILY_QWEN35) {
+        if ((rc = get_int(x, "head_dim", &c->head_dim, err))) return rc;
+    } else {
+        int hd_def = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
+        if ((rc = get_int_opt(x, "head_dim", hd_def, &c->head_dim, err))) return rc;
+    }
     if ((rc = get_int_opt(x, "max_position_embeddings", 32768, &c->max_position_embeddings, err))) return rc;
 
     /* tie_word_embeddings: text_config, then the top level (kp does exactly that). */

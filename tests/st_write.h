@@ -34,8 +34,8 @@ static size_t st_nbytes(const StSpec *t) {
 }
 
 /* Raw file: 8-byte LE length hlen (which may lie), header bytes, then data. */
-__attribute__((unused)) static int st_write_raw(const char *path, uint64_t hlen, const char *header, size_t header_len, const void *data,
-                        size_t n) {
+__attribute__((unused)) static int st_write_raw(const char *path, uint64_t hlen, const char *header,
+                                                size_t header_len, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     uint8_t len[8];

@@ -188,7 +188,7 @@ static void test_config_flat_and_fallback(void) {
           "fallback to the top level, text_config first: %s", err.msg);
     /* tie only at the top level; text_config says nothing. */
     rc = config_parse(&c,
-                      "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"text_config\":{\"hidden_size\":64,"
+                      "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"head_dim\":16,\"text_config\":{\"hidden_size\":64,"
                       "\"num_hidden_layers\":4,\"intermediate_size\":96,\"vocab_size\":50,\"num_attention_heads\":4,"
                       "\"rope_parameters\":{\"rope_theta\":1e6},\"linear_num_key_heads\":2,"
                       "\"linear_num_value_heads\":2,\"linear_key_head_dim\":8,\"linear_value_head_dim\":8,"
@@ -198,7 +198,7 @@ static void test_config_flat_and_fallback(void) {
           "tie at top level: %s", err.msg);
     /* text_config false overrides a top-level true. */
     rc = config_parse(&c,
-                      "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"text_config\":{\"hidden_size\":64,"
+                      "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"head_dim\":16,\"text_config\":{\"hidden_size\":64,"
                       "\"num_hidden_layers\":4,\"intermediate_size\":96,\"vocab_size\":50,\"num_attention_heads\":4,"
                       "\"rope_theta\":1e6,\"linear_num_key_heads\":2,\"tie_word_embeddings\":false,"
                       "\"linear_num_value_heads\":2,\"linear_key_head_dim\":8,\"linear_value_head_dim\":8,"
@@ -251,7 +251,8 @@ static void test_config_errors(void) {
                                           "[\"full_attention\",\"mamba\"]"), Q35_ERR_CONFIG, "layer_types[1]", "mamba");
     expect_err("layer_types not strings", fmt(j, sizeof j, FLAT_FMT, 2, 2, 2, 2, ",\"rope_theta\":1e4,\"layer_types\":"
                                               "[1,0]"), Q35_ERR_CONFIG, "layer_types[0]", NULL);
-    expect_err("interval 0", fmt(j, sizeof j, FLAT_FMT, 2, 2, 2, 2, ",\"rope_theta\":1e4,\"full_attention_interval\":0"),
+    expect_err("interval 0",
+               fmt(j, sizeof j, FLAT_FMT, 2, 2, 2, 2, ",\"rope_theta\":1e4,\"full_attention_interval\":0"),
                Q35_ERR_CONFIG, "full_attention_interval", NULL);
     expect_err("hidden_size string", "{\"model_type\":\"qwen3\",\"hidden_size\":\"1024\"}", Q35_ERR_CONFIG,
                "'hidden_size'", "integer");
@@ -276,8 +277,11 @@ static void test_config_errors(void) {
                "\"intermediate_size\":8,\"vocab_size\":8,\"num_attention_heads\":65536,\"head_dim\":65536,"
                "\"rope_theta\":1e4}", Q35_ERR_CONFIG, "q_proj rows", NULL);
     expect_err("missing linear key", "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":64,\"num_hidden_layers\":1,"
-               "\"intermediate_size\":8,\"vocab_size\":8,\"num_attention_heads\":4,\"rope_theta\":1e4}",
-               Q35_ERR_CONFIG, "linear_num_key_heads", "missing");
+               "\"intermediate_size\":8,\"vocab_size\":8,\"num_attention_heads\":4,\"head_dim\":16,"
+               "\"rope_theta\":1e4}", Q35_ERR_CONFIG, "linear_num_key_heads", "missing");
+    expect_err("hybrid head_dim missing", "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":64,"
+               "\"num_hidden_layers\":1,\"intermediate_size\":8,\"vocab_size\":8,\"num_attention_heads\":4}",
+               Q35_ERR_CONFIG, "head_dim", "missing");
 
     /* config_finish on a hand-made config. */
     Config c;

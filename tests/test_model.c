@@ -187,7 +187,8 @@ static int check_bound(const Model *m, const TList *l, const char *pre, int keep
             if (li >= m->config.num_hidden_layers) continue; /* deliberately unknown */
             const char *suf = strchr(c + 7, '.') + 1;
             for (size_t k = 0; k < sizeof FIELDS / sizeof FIELDS[0]; k++)
-                if (!strcmp(suf, FIELDS[k].suffix)) t = (const Tensor *)((const char *)&m->w.layers[li] + FIELDS[k].off);
+                if (!strcmp(suf, FIELDS[k].suffix))
+                    t = (const Tensor *)((const char *)&m->w.layers[li] + FIELDS[k].off);
             f32param = strstr(suf, "A_log") || strstr(suf, "linear_attn.norm");
         }
         if (!t && strstr(c, ".foo.")) continue; /* deliberately unknown */
