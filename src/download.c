@@ -619,8 +619,8 @@ static int pick_shards(Hub *hub, const Listing *ls, const char *index_path, cons
     const cJSON *e;
     cJSON_ArrayForEach(e, map) {
         if (!cJSON_IsString(e) || !file_name_ok(e->valuestring)) {
-            rc = err_set(err, Q35_ERR_FORMAT, "%s: weight_map[\"%s\"] is not a plain file name", index_path,
-                         e->string);
+            rc = err_set(err, Q35_ERR_FORMAT, "%s: weight_map[\"%.60s\"] = \"%.80s\" is not a plain file name",
+                         index_path, e->string, cJSON_IsString(e) ? e->valuestring : "(not a string)");
             break;
         }
         const RepoFile *f = listing_find(ls, e->valuestring);
