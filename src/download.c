@@ -62,6 +62,7 @@ typedef struct Hub { /* state of one download_model call */
     Headers h;
     DownloadProgress pr;
     int64_t bytes_before; /* sizes of the files finished before the current one */
+    double t0;            /* when the current file's transfer started */
     DownloadStats *st;
 } Hub;
 
@@ -412,17 +413,16 @@ typedef struct Fetch {
     int started; /* first body byte seen */
     long code;
     int fail, io_errno;
-    double t0;
 } Fetch;
 
-static void report(Hub *hub, int event, const RepoFile *f, int64_t done, double t0) {
+static void report(Hub *hub, int event, const RepoFile *f, int64_t done) {
     DownloadProgress *p = &hub->pr;
     p->event = event;
     p->file = f->path;
     p->done = done;
     p->size = f->size;
     p->all_done = hub->bytes_before + done;
-    p->seconds = now_s() - t0;
+    p->seconds = now_s() - hub->t0;
     if (hub->o->progress) hub->o->progress(hub->o->progress_user, p);
 }
 
@@ -466,7 +466,7 @@ static size_t on_file_data(char *p, size_t sz, size_t nm, void *user) {
     EVP_DigestUpdate(x->hash.md, p, n);
     x->off += (int64_t)n;
     x->hub->st->bytes_fetched += (int64_t)n;
-    report(x->hub, DL_EV_DATA, x->f, x->off, x->t0);
+    report(x->hub, DL_EV_DATA, x->f, x->off);
     return n;
 }
 
@@ -537,18 +537,12 @@ static int existing_ok(Hub *hub, const RepoFile *f, const char *path, Err *err) 
     return ok && !strcmp(got, expected_hash(f));
 }
 
-static int fetch_file(Hub *hub, const RepoFile *f, const char *dir, Err *err) {
-    char path[1280], part[1300];
-    if (path_join(path, sizeof path, dir, f->path) || snprintf(part, sizeof part, "%s.part", path) >= (int)sizeof part)
-        return err_set(err, Q35_ERR_ARG, "%s/%s: path too long", dir, f->path);
-    double t0 = now_s();
-    hub->pr.resumed = 0;
-    if (existing_ok(hub, f, path, err)) {
-        hub->st->skipped++;
-        report(hub, DL_EV_SKIP, f, f->size, t0);
-        return 0;
-    }
-    Fetch x = {.hub = hub, .f = f, .t0 = t0};
+/* Completes, verifies and syncs <part>: resumes from its current length, hashing what is
+ * there first. *resumed: that length; *bad_hash: set when the result failed its hash (the part
+ * is then removed). */
+static int fetch_part(Hub *hub, const RepoFile *f, const char *part, int64_t *resumed, int *bad_hash, Err *err) {
+    Fetch x = {.hub = hub, .f = f};
+    hub->t0 = now_s();
     x.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (x.fd < 0) return err_set(err, Q35_ERR_IO, "%s: %s", part, strerror(errno));
     int rc = 0;
@@ -570,14 +564,15 @@ static int fetch_file(Hub *hub, const RepoFile *f, const char *dir, Err *err) {
         goto out;
     }
     if ((rc = hash_fd(&x.hash, x.fd, x.off, part, err))) goto out;
-    hub->pr.resumed = x.off;
-    report(hub, DL_EV_START, f, x.off, t0);
+    hub->pr.resumed = *resumed = x.off;
+    report(hub, DL_EV_START, f, x.off);
     if (x.off < f->size && (rc = fetch_rest(&x, part, err))) goto out;
 
     char got[65];
     hash_hex(&x.hash, got);
     if (strcmp(got, expected_hash(f)) != 0) {
         unlink(part);
+        *bad_hash = 1;
         rc = err_set(err, Q35_ERR_NET, "%s: %s mismatch (want %.16s..., got %.16s...); removed the download",
                      f->path, hash_name(f), expected_hash(f), got);
         goto out;
@@ -588,15 +583,33 @@ static int fetch_file(Hub *hub, const RepoFile *f, const char *dir, Err *err) {
         goto out;
     }
     x.fd = -1;
-    if (rename(part, path) != 0) {
-        rc = err_set(err, Q35_ERR_IO, "rename %s -> %s: %s", part, path, strerror(errno));
-        goto out;
-    }
-    report(hub, DL_EV_DONE, f, f->size, t0);
 out:
     if (x.fd >= 0) close(x.fd);
     EVP_MD_CTX_free(x.hash.md);
     return rc;
+}
+
+static int fetch_file(Hub *hub, const RepoFile *f, const char *dir, Err *err) {
+    char path[1280], part[1300];
+    if (path_join(path, sizeof path, dir, f->path) || snprintf(part, sizeof part, "%s.part", path) >= (int)sizeof part)
+        return err_set(err, Q35_ERR_ARG, "%s/%s: path too long", dir, f->path);
+    hub->pr.resumed = 0;
+    if (existing_ok(hub, f, path, err)) {
+        hub->st->skipped++;
+        hub->t0 = now_s();
+        report(hub, DL_EV_SKIP, f, f->size);
+        return 0;
+    }
+    for (int attempt = 0;; attempt++) {
+        int64_t resumed = 0;
+        int bad_hash = 0, rc = fetch_part(hub, f, part, &resumed, &bad_hash, err);
+        if (rc && bad_hash && resumed > 0 && attempt == 0) continue; /* a stale part: once more from byte 0 */
+        if (rc) return rc;
+        break;
+    }
+    if (rename(part, path) != 0) return err_set(err, Q35_ERR_IO, "rename %s -> %s: %s", part, path, strerror(errno));
+    report(hub, DL_EV_DONE, f, f->size);
+    return 0;
 }
 
 /* ---- picking ---- */
