@@ -488,6 +488,7 @@ static int fetch_rest(Fetch *x, const char *part, Err *err) {
     request_setup(hub, url);
     curl_easy_setopt(hub->curl, CURLOPT_WRITEFUNCTION, on_file_data);
     curl_easy_setopt(hub->curl, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(hub->curl, CURLOPT_BUFFERSIZE, 256L << 10);
     if (x->off > 0) {
         snprintf(range, sizeof range, "%lld-", (long long)x->off);
         curl_easy_setopt(hub->curl, CURLOPT_RANGE, range);
