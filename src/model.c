@@ -17,7 +17,7 @@
 /* How model_dummy draws a tensor's values (n = N(0,1), u = U(0,1)). */
 enum {
     INIT_MATRIX, /* n / sqrt(in_features) */
-    INIT_EMBED,  /* 0.5 n */
+    INIT_EMBED,  /* 0.15 n: with the tied head, logits rms ~ 0.15 sqrt(D) ~ 5 as in a trained model */
     INIT_NORM,   /* zero-centred (Qwen3.5): 0.1 n; plain (Qwen3): 1 + 0.1 n */
     INIT_GNORM,  /* gated norm, plain weight: 1 + 0.1 n (F32) */
     INIT_ALOG,   /* log(1 + 15 u) (F32) */
@@ -439,7 +439,8 @@ static int dummy_alloc(Model *m, void *base, const Slot *s, const char *name, ui
     t->name = own_str(m, name);
     t->data = own(m, t->nbytes);
     if (!t->name || !t->data) return err_set(err, Q35_ERR_OOM, "out of memory for dummy tensor '%s'", name);
-    *j = (DummyJob){t, s->init, 0.0f, 0.5f, key}; /* INIT_EMBED, INIT_DTBIAS: 0.5 n */
+    *j = (DummyJob){t, s->init, 0.0f, 0.5f, key}; /* INIT_DTBIAS: 0.5 n */
+    if (s->init == INIT_EMBED) j->scale = 0.15f;
     if (s->init == INIT_MATRIX) j->scale = 1.0f / sqrtf((float)s->shape[s->ndim - 1]);
     if (s->init == INIT_CONV) j->scale = 1.0f / sqrtf((float)s->shape[2]);
     if (s->init == INIT_NORM) j->off = m->config.family == FAMILY_QWEN3 ? 1.0f : 0.0f, j->scale = 0.1f;

@@ -188,7 +188,8 @@ static void test_config_flat_and_fallback(void) {
           "fallback to the top level, text_config first: %s", err.msg);
     /* tie only at the top level; text_config says nothing. */
     rc = config_parse(&c,
-                      "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"head_dim\":16,\"text_config\":{\"hidden_size\":64,"
+                      "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"head_dim\":16,"
+                      "\"text_config\":{\"hidden_size\":64,"
                       "\"num_hidden_layers\":4,\"intermediate_size\":96,\"vocab_size\":50,\"num_attention_heads\":4,"
                       "\"rope_parameters\":{\"rope_theta\":1e6},\"linear_num_key_heads\":2,"
                       "\"linear_num_value_heads\":2,\"linear_key_head_dim\":8,\"linear_value_head_dim\":8,"
@@ -198,7 +199,8 @@ static void test_config_flat_and_fallback(void) {
           "tie at top level: %s", err.msg);
     /* text_config false overrides a top-level true. */
     rc = config_parse(&c,
-                      "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"head_dim\":16,\"text_config\":{\"hidden_size\":64,"
+                      "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"head_dim\":16,"
+                      "\"text_config\":{\"hidden_size\":64,"
                       "\"num_hidden_layers\":4,\"intermediate_size\":96,\"vocab_size\":50,\"num_attention_heads\":4,"
                       "\"rope_theta\":1e6,\"linear_num_key_heads\":2,\"tie_word_embeddings\":false,"
                       "\"linear_num_value_heads\":2,\"linear_key_head_dim\":8,\"linear_value_head_dim\":8,"
