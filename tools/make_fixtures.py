@@ -326,7 +326,10 @@ def text_config_kwargs(s):
               attention_bias=False, tie_word_embeddings=s.tied, rope_parameters=rope_parameters(s),
               bos_token_id=None, eos_token_id=None, pad_token_id=None)
     if s.hybrid:
-        kw.update(layer_types=list(s.layer_types), linear_num_key_heads=s.lin_k_heads,
+        # partial_rotary_factor also as a plain kwarg: Qwen3_5TextConfig.__post_init__ otherwise injects its own
+        # default (0.25) as a stray top-level attribute that config.json would carry next to rope_parameters.
+        kw.update(layer_types=list(s.layer_types), partial_rotary_factor=float(s.rotary_factor),
+                  linear_num_key_heads=s.lin_k_heads,
                   linear_num_value_heads=s.lin_v_heads, linear_key_head_dim=s.lin_k_dim,
                   linear_value_head_dim=s.lin_v_dim, linear_conv_kernel_dim=s.conv_k)
     return kw
@@ -367,6 +370,9 @@ def check_config(cfg, s):
         bad.append(f"rope_parameters={rp!r} (rope_theta)")
     if s.hybrid and float(rp.get("partial_rotary_factor", -1)) != float(s.rotary_factor):
         bad.append(f"rope_parameters={rp!r} (partial_rotary_factor)")
+    top = getattr(t, "partial_rotary_factor", None)
+    if s.hybrid and top is not None and float(top) != float(s.rotary_factor):
+        bad.append(f"top-level partial_rotary_factor={top!r}")
     if s.layout == "vl" and getattr(cfg, "tie_word_embeddings", None) != s.tied:
         bad.append(f"top-level tie_word_embeddings={getattr(cfg, 'tie_word_embeddings', None)!r}")
     if bad:
@@ -657,6 +663,29 @@ def check_checkpoint(d, s, master, mtp_names, check_values=True):
             "lm_head_in_file": str(lm_head_in_file)}
 
 
+def check_config_json(d, s):
+    """Report which MODEL.md 1.2 keys config.json carries (text_config first, then top level). Missing keys are
+    warnings: this is what HF writes, and the engine's loader has to cope with it."""
+    with open(os.path.join(d, "config.json")) as f:
+        top = json.load(f)
+    text = dict(top, **top.get("text_config", {}))
+    keys = ["model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "hidden_act", "rms_norm_eps",
+            "vocab_size", "tie_word_embeddings", "num_attention_heads", "num_key_value_heads", "head_dim"]
+    if s.hybrid:
+        keys += ["layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                 "linear_value_head_dim", "linear_conv_kernel_dim"]
+    missing = [k for k in keys if k not in text]
+    if "rope_parameters" not in text and "rope_theta" not in text:
+        missing.append("rope_parameters/rope_theta")
+    if missing:
+        warn(f"{s.name}: config.json lacks {missing}")
+    rope = {k: text[k] for k in ("rope_parameters", "rope_theta", "partial_rotary_factor", "rope_scaling")
+            if k in text}
+    print(f"  config.json: model_type {top.get('model_type')}, architectures {top.get('architectures')}, "
+          f"dtype {text.get('dtype', text.get('torch_dtype'))}, rope {rope}", flush=True)
+    return {"config_json_missing": ",".join(missing) or "none", "config_json_rope": json.dumps(rope, sort_keys=True)}
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Reference runs
 # ----------------------------------------------------------------------------------------------------------------
@@ -918,6 +947,7 @@ def make_fixture(s, args, env, fp32st, vers, out_dir, lengths, steps):
     del model
     mtp = fix_checkpoint(d, s, seed)
     ck = check_checkpoint(d, s, master, mtp)
+    ck.update(check_config_json(d, s))
     print(f"  {nparam} parameters, saved in {time.time() - t0:.1f}s", flush=True)
 
     cases = case_ids(s, seed, lengths)
@@ -1063,6 +1093,7 @@ def full_mode(args, env, fp32st, vers):
     del model
     fix_checkpoint(d, s, seed)
     ck = check_checkpoint(d, s, master, [])
+    ck.update(check_config_json(d, s))
     timings["save_and_check_s"] = time.time() - t
 
     g = torch.Generator().manual_seed(seed + 5)
