@@ -56,6 +56,7 @@ DIR in bf16, and DIR/reference.safetensors with:
   decode.ids          I32  [steps]    HF bf16 greedy continuation (manual loop with past_key_values, eos disabled)
   decode.logits_bf16  BF16 [steps, V] row i = the logits that produced decode.ids[i] (row 0 = prefill last position)
   prefill.logits_f32  F32  [V]        the float32 model (same weights) at the last prompt position
+  decode.logits_f32   F32  [steps, V] the float32 model over prompt + decode.ids[:-1]: row i at the position of row i above
 """
 
 import argparse
@@ -1116,8 +1117,13 @@ def full_mode(args, env, fp32st, vers):
     ref = load_reference(s, d, torch.float32, dev)
     other32 = compare_loaded(ref, master, torch.float32, s)
     with torch.no_grad():
-        pre32 = ref(input_ids=torch.tensor([prompt], dtype=torch.long, device=dev),
-                    use_cache=False).logits[0, -1].float().cpu()
+        # one float32 forward over prompt + the bf16 greedy ids: row P-1+i is the fp32 logits at the
+        # position that produced decode.ids[i] (the tolerance baseline for every decode step)
+        seq32 = torch.tensor([prompt + toks[:-1]], dtype=torch.long, device=dev)
+        all32 = ref(input_ids=seq32, use_cache=False).logits[0].float().cpu()
+        dec32 = all32[len(prompt) - 1:].contiguous()
+        pre32 = dec32[0].clone()
+        del all32
     timings["load_and_prefill_f32_s"] = time.time() - t
     del ref
     if dev.type == "cuda":
@@ -1141,7 +1147,8 @@ def full_mode(args, env, fp32st, vers):
     ref_tensors = {"prompt.ids": torch.tensor(prompt, dtype=torch.int32),
                    "decode.ids": torch.tensor(toks, dtype=torch.int32),
                    "decode.logits_bf16": dec_logits.to(torch.bfloat16).contiguous(),
-                   "prefill.logits_f32": pre32.contiguous()}
+                   "prefill.logits_f32": pre32.contiguous(),
+                   "decode.logits_f32": dec32}
     save_file(ref_tensors, os.path.join(d, "reference.safetensors"), metadata=meta)
     for k, v in timings.items():
         print(f"  {k}: {v:.3f}")
