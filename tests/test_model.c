@@ -473,6 +473,34 @@ static void test_model_bad(Rng *r) {
     tl_free(&l);
 }
 
+/* HF-written fixtures (tools/make_fixtures.py), when present: strict load, exact count. */
+static void test_model_fixtures(void) {
+    static const char *dirs[] = {"tests/fixtures/qwen35_vl", "tests/fixtures/qwen35_text", "tests/fixtures/qwen35_gqa",
+                                 "tests/fixtures/qwen3_dense"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char p[256];
+        if (!file_exists(pj(p, sizeof p, dirs[i], "config.json"))) {
+            printf("skip %s (not present)\n", dirs[i]);
+            continue;
+        }
+        Model m;
+        Err err;
+        ModelLoadOptions o = {0, 1};
+        int rc = model_load(&m, dirs[i], &o, &err);
+        CHECK(rc == 0, "%s: %s", dirs[i], err.msg);
+        if (!rc) {
+            CHECK(m.n_params == model_param_count(&m.config), "%s: count", dirs[i]);
+            CHECK((m.w.lm_head.data == m.w.embed_tokens.data) == m.config.tie_word_embeddings, "%s: head", dirs[i]);
+            for (int l = 0; l < m.config.num_hidden_layers; l++)
+                if (m.w.layers[l].type == LAYER_LINEAR_ATTN && m.w.layers[l].A_log.dtype == DT_F32) {
+                    const float *a = m.w.layers[l].A_log.data;
+                    CHECK(a[0] == round_bf16(a[0]), "%s: F32 A_log rounded", dirs[i]);
+                }
+        }
+        model_free(&m);
+    }
+}
+
 /* ---- dummy weights ---- */
 
 static double stdev(const Tensor *t, double *mean) {
@@ -595,6 +623,7 @@ int main(int argc, char **argv) {
     test_model_qwen3(&rng);
     test_model_unknown_and_alignment(&rng);
     test_model_bad(&rng);
+    test_model_fixtures();
     test_model_dummy_tiny(seed);
     test_model_dummy_real(seed);
     rm_rf(dir);
