@@ -667,3 +667,76 @@ void q35_detok_close(Q35Detok *d) {
     free(d->out.p);
     free(d);
 }
+
+/* ---- JSON string literals ----
+ * cJSON keeps strings NUL-terminated, so a "\u0000" inside one would cut it short; the --jsonl input and
+ * the test corpus need every code point, so this decodes one literal (RFC 8259 escapes, surrogate pairs).
+ * s points at the opening quote; returns 0 and a malloc'ed *out (NUL-terminated, *n bytes) with *end just
+ * past the closing quote, or -1 on a malformed literal (lone surrogates included). */
+static int hex4(const char *s, uint32_t *v) {
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *v = *v * 16 + (uint32_t)d;
+    }
+    return 0;
+}
+
+int tokenizer_json_string(const char *s, char **out, size_t *n, const char **end) {
+    *out = NULL;
+    if (*s != '"') return -1;
+    size_t cap = strlen(s) + 1, k = 0;
+    unsigned char *o = malloc(cap);
+    if (!o) return -1;
+    const char *p = s + 1;
+    for (;;) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') break;
+        if (c < 0x20) goto bad; /* includes the terminating NUL */
+        if (c != '\\') { o[k++] = c; p++; continue; }
+        p++;
+        uint32_t u;
+        switch (*p) {
+        case '"': case '\\': case '/': o[k++] = (unsigned char)*p; p++; continue;
+        case 'b': o[k++] = '\b'; p++; continue;
+        case 'f': o[k++] = '\f'; p++; continue;
+        case 'n': o[k++] = '\n'; p++; continue;
+        case 'r': o[k++] = '\r'; p++; continue;
+        case 't': o[k++] = '\t'; p++; continue;
+        case 'u':
+            if (hex4(p + 1, &u)) goto bad;
+            p += 5;
+            if (u >= 0xDC00 && u <= 0xDFFF) goto bad;
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                uint32_t lo;
+                if (p[0] != '\\' || p[1] != 'u' || hex4(p + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) goto bad;
+                p += 6;
+                u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            if (u < 0x80) o[k++] = (unsigned char)u;
+            else if (u < 0x800) { o[k++] = (unsigned char)(0xC0 | (u >> 6)); o[k++] = (unsigned char)(0x80 | (u & 0x3F)); }
+            else if (u < 0x10000) {
+                o[k++] = (unsigned char)(0xE0 | (u >> 12));
+                o[k++] = (unsigned char)(0x80 | ((u >> 6) & 0x3F));
+                o[k++] = (unsigned char)(0x80 | (u & 0x3F));
+            } else {
+                o[k++] = (unsigned char)(0xF0 | (u >> 18));
+                o[k++] = (unsigned char)(0x80 | ((u >> 12) & 0x3F));
+                o[k++] = (unsigned char)(0x80 | ((u >> 6) & 0x3F));
+                o[k++] = (unsigned char)(0x80 | (u & 0x3F));
+            }
+            continue;
+        default: goto bad;
+        }
+    }
+    o[k] = 0;
+    *out = (char *)o;
+    *n = k;
+    *end = p + 1;
+    return 0;
+bad:
+    free(o);
+    return -1;
+}

@@ -74,6 +74,10 @@ size_t utf8_first_invalid(const unsigned char *s, size_t len);
  * the start of a valid sequence; used by the decoders' U+FFFD replacement. */
 int utf8_valid_prefix(const unsigned char *s, size_t n);
 
+/* Decodes the JSON string literal at s (which must start with '"'): malloc'ed *out of *n bytes, *end past
+ * the closing quote. Unlike cJSON it keeps "\u0000". Returns 0, or -1 if the literal is malformed. */
+int tokenizer_json_string(const char *s, char **out, size_t *n, const char **end);
+
 /* Growable id list. */
 typedef struct IdVec {
     int *v;
@@ -89,7 +93,8 @@ static inline uint64_t tok_hash_bytes(const void *p, size_t n) {
     const unsigned char *s = p;
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
-    return h ^ (h >> 29);
+    h *= 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 32);
 }
 static inline uint64_t tok_pair_key(uint32_t a, uint32_t b) { return ((uint64_t)(a + 1) << 32) | b; }
 static inline uint32_t tok_pair_slot(uint64_t key, uint32_t mask) {

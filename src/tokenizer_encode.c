@@ -28,10 +28,53 @@ int idvec_push(IdVec *a, int id) {
 
 /* ---- regex ---- */
 
+/* Unicode White_Space, which is what \s means in Oniguruma (HF's regex engine). PCRE2's \s differs
+ * (e.g. it takes U+180E), so \s and \S are spelled out with this set before compiling. */
+static const char WHITE_SPACE[] = "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+                                  "\\x{202F}\\x{205F}\\x{3000}";
+
+/* Copies pattern with \s -> [WS] (or WS inside a class) and \S -> [^WS] outside classes. */
+static char *rewrite_spaces(const char *pattern) {
+    size_t n = strlen(pattern), ws = strlen(WHITE_SPACE);
+    char *out = malloc(n * (ws + 4) + 1), *o = out;
+    if (!out) return NULL;
+    int in_class = 0;
+    for (const char *p = pattern; *p; p++) {
+        if (*p == '\\' && p[1]) {
+            if (p[1] == 's' || (p[1] == 'S' && !in_class)) {
+                if (!in_class) *o++ = '[';
+                if (p[1] == 'S') *o++ = '^';
+                memcpy(o, WHITE_SPACE, ws);
+                o += ws;
+                if (!in_class) *o++ = ']';
+            } else {
+                *o++ = p[0];
+                *o++ = p[1];
+            }
+            p++;
+            continue;
+        }
+        if (!in_class && *p == '[') {
+            in_class = 1;
+            *o++ = *p;
+            if (p[1] == '^') *o++ = *++p;
+            if (p[1] == ']') *o++ = *++p; /* a leading ] is literal */
+            continue;
+        }
+        if (in_class && *p == ']') in_class = 0;
+        *o++ = *p;
+    }
+    *o = 0;
+    return out;
+}
+
 int tokenizer_compile_regex(Tokenizer *t, const char *pattern, Err *err) {
     int ec;
     PCRE2_SIZE eo;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    char *rewritten = rewrite_spaces(pattern);
+    if (!rewritten) return err_set(err, Q35_ERR_OOM, "out of memory");
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    free(rewritten);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);
