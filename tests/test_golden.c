@@ -30,7 +30,7 @@ static double rel_l2(const float *a, const float *ref, int64_t n) {
 /* Largest per-position relative L2 error of got [n][V] against ref [n][V]; NaN sticks. */
 static double worst_row(const float *got, const float *ref, int n, int V, int *at) {
     double mx = 0;
-    *at = -1;
+    *at = 0;
     for (int t = 0; t < n; t++) {
         const double e = rel_l2(got + (int64_t)t * V, ref + (int64_t)t * V, V);
         if (!(e <= mx)) mx = e, *at = t;
