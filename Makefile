@@ -12,7 +12,7 @@ DEBUG    ?= 0
 
 CFLAGS   = -std=c11 -O2 -g -Wall -Wextra -Werror -fopenmp -MMD -MP -Iinclude -Isrc -D_GNU_SOURCE
 NVFLAGS  = -O3 -lineinfo -std=c++17 $(CUARCH) -Xcompiler -Wall -MMD -MP -Isrc --expt-relaxed-constexpr
-LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lm -fopenmp -lpthread
+LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lcrypto -lm -fopenmp -lpthread
 ifeq ($(SAN),1)
   CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDLIBS += -fsanitize=address,undefined

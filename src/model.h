@@ -57,8 +57,16 @@ typedef struct ModelLoadOptions {
 } ModelLoadOptions;
 
 int model_load(Model *m, const char *dir, const ModelLoadOptions *o, Err *err);
-/* Random weights at the shapes of a built-in config; activations stay O(1). */
+/* Random weights at the shapes of a built-in config ("qwen3.5-0.8b", "qwen3-0.6b"); activations
+ * stay O(1). Deterministic for a seed (independent of the thread count). Stop ids per TOKENIZER.md §6. */
 int model_dummy(Model *m, const char *name, uint64_t seed, Err *err);
+/* The same for any config (e.g. a tiny one for tests); c is checked with config_finish first.
+ * Untied configs get a separate random lm_head. Gen config: greedy, no stop ids. */
+int model_dummy_config(Model *m, const Config *c, uint64_t seed, Err *err);
+/* Releases the mmaps and owned memory; safe on a zeroed or partially loaded Model. */
 void model_free(Model *m);
+/* Parameters a checkpoint for config c holds (tied head counted once): the count model_load and
+ * model_dummy report in n_params. */
+int64_t model_param_count(const Config *c);
 
 #endif
