@@ -67,7 +67,8 @@ static void run_case(const char *fx, int ci, const Backend *be, void *ctx, const
         CHECK(rc == 0, "%s case %d %s: %s", fx, ci, modes[mode], err.msg);
         int at;
         const double e = worst_row(buf, ref, n, V, &at);
-        printf("  case %d (%d ids) %-15s worst position %3d: rel L2 %.2e\n", ci, n, modes[mode], at, e);
+        printf("  case %d (%d ids) %-15s rel L2 all positions %.2e, worst position %3d: %.2e\n", ci, n, modes[mode],
+               rel_l2(buf, ref, (int64_t)n * V), at, e);
         CHECK(e <= GOLD_TOL, "%s case %d %s: position %d rel L2 %.3g > %g", fx, ci, modes[mode], at, e, GOLD_TOL);
         if (!(e <= worst[mode])) worst[mode] = e;
     }
