@@ -44,6 +44,7 @@ typedef struct Q35Options {
     int threads;           /* CPU threads; 0 = all cores */
     int deterministic;     /* CUDA: deterministic split-K reductions */
     int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */
+    const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
 } Q35Options;
 
 typedef struct Q35Sampling {
