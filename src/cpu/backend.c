@@ -226,4 +226,4 @@ static void be_close(void *ctx) {
     free(ctx);
 }
 
-const Backend cpu_backend = {"cpu", be_open, be_forward, NULL, be_reset, be_close};
+const Backend cpu_backend = {"cpu", be_open, be_forward, NULL, be_reset, be_close, NULL};
