@@ -64,6 +64,7 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
 test: $(BUILD)/qwen35 $(TEST_BIN)
+	@sh scripts/fetch_tokenizer.sh
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
 gpu-tests: $(GPU_TEST_BIN) $(BUILD)/qwen35
 test-gpu: gpu-tests
