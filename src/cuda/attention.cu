@@ -33,7 +33,7 @@ struct AttnCfg {
     static constexpr int E = HD / 32;                      /* dims per lane */
     static constexpr int NW = G * HD <= 1024 ? 8 : 4;
     static constexpr int NT = NW * 32;
-    static constexpr int U = G * E <= 32 ? 4 : 2;          /* positions per warp per batch */
+    static constexpr int U = G * E <= 8 ? 8 : G * E <= 32 ? 4 : 2; /* positions per warp per batch */
 };
 
 /* E bf16 values at p (E*2-byte aligned) as E/2 packed words. */

@@ -123,6 +123,7 @@ __device__ __forceinline__ float conv_history(const DeltanetStepParams &p, int c
                                               float *tap) {
     const float *w = p.conv_w + (size_t)ch * p.K;
     float acc = 0.0f;
+#pragma unroll 4
     for (int j = 0; j < p.K - 1; j++) {
         int row = rc + 1 + j;
         row -= row >= p.K ? p.K : 0;

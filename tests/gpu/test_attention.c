@@ -7,8 +7,8 @@
  * (must be untouched, bit-exact). Shapes: Qwen3.5 (gated, zero-centred norms, hd 256, R 64), Qwen3 (plain
  * norms, hd 128, full RoPE, no gate), G = 1 and 8; kv_len = 1, chunk edges, kv_len not a multiple of the
  * chunk, consecutive positions, the last position of max_seq, 16k context. Prints timings of the Qwen3.5
- * shape at several contexts (graphs over enough caches that L2 cannot hold them). Usage:
- * test_attention [seed]. Skips without GPU. */
+ * and Qwen3 shapes at several contexts (graphs over enough caches that L2 cannot hold them). Usage:
+ * test_attention [seed] [--no-timing]. Skips without GPU. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -328,7 +328,14 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
+    uint64_t seed = (uint64_t)time(NULL);
+    int timing = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--no-timing") == 0)
+            timing = 0;
+        else
+            seed = strtoull(argv[i], NULL, 0);
+    }
     printf("test_attention: seed %llu (replay: %s %llu)\n", (unsigned long long)seed, argv[0], (unsigned long long)seed);
     rng_seed(&rng, seed);
     int n_dev = 0;
@@ -345,8 +352,8 @@ int main(int argc, char **argv) {
     if (have_gpu) {
         test_misc();
         const int ctxs[] = {128, 1024, 4096, 16384};
-        for (int i = 0; i < 4; i++) time_ctx(8, 2, 256, 64, 1, ctxs[i]);
-        for (int i = 0; i < 4; i++) time_ctx(16, 8, 128, 128, 0, ctxs[i]);
+        for (int i = 0; i < 4 && timing; i++) time_ctx(8, 2, 256, 64, 1, ctxs[i]);
+        for (int i = 0; i < 4 && timing; i++) time_ctx(16, 8, 128, 128, 0, ctxs[i]);
     }
     return TEST_SUMMARY("attention");
 }

@@ -5,7 +5,7 @@
  * Checked per step: y, o (NaN-poisoned before each call), the whole state S, the whole conv ring (bit-exact).
  * Shapes: Qwen3.5-0.8B, Hv = 2 Hk, dk != dv (16/24 like the fixtures, 128/256), dv % 4 != 0, K = 3, a
  * start at pos 0 (zero ring) and at pos > 0 (random history). Prints a timing of the 0.8B shape (graph of
- * launches over 64 distinct states so L2 cannot hold them). Usage: test_deltanet [seed]. Skips without GPU. */
+ * launches over 64 distinct states so L2 cannot hold them). Usage: test_deltanet [seed] [--no-timing]. Skips without GPU. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -335,7 +335,14 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
+    uint64_t seed = (uint64_t)time(NULL);
+    int timing = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--no-timing") == 0)
+            timing = 0;
+        else
+            seed = strtoull(argv[i], NULL, 0);
+    }
     printf("test_deltanet: seed %llu (replay: %s %llu)\n", (unsigned long long)seed, argv[0], (unsigned long long)seed);
     rng_seed(&rng, seed);
     int n_dev = 0;
@@ -352,7 +359,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     if (have_gpu) {
         test_deterministic();
-        time_08b();
+        if (timing) time_08b();
     }
     return TEST_SUMMARY("deltanet");
 }
