@@ -84,6 +84,7 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     bo.deterministic = opt->deterministic;
     bo.no_graph = opt->no_graph;
     bo.probe.dir = opt->probe_dir;
+    bo.n_valid = e->n_valid;
     if ((rc = e->be->open(&e->bctx, &e->model, &bo, err))) goto fail;
     e->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     if (!e->logits) {
