@@ -7,6 +7,7 @@
  *     the way out. Masked scores are set to a finite -1e30 (key 0 is visible to every query, so no
  *     row is ever fully masked). When there are more (head, q-tile) pairs than SMs, a CTA takes
  *     q-tile i and then tile n-1-i, so every CTA does the same causal work. */
+#include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant
     for (int i = 0; i < 8; i++) {
         if (i >= n) break;
         const int e = lane + 32 * i;
-        x[i] = p.unit_offset ? round_bf16(x[i] * r * (1.0f + w[e])) : round_bf16(w[e] * round_bf16(x[i] * r));
+        x[i] = norm_apply(x[i], r, w[e], p.norm_mode);
         buf[warp][e] = x[i];
     }
     __syncwarp();
@@ -64,21 +65,22 @@ __global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant
             const int f = e < half ? e : e - half;
             float sn, cs;
             sincosf((float)pos * p.inv_freq[f], &sn, &cs);
-            const float c = round_bf16(cs), s = round_bf16(sn);
-            y = e < half ? round_bf16(round_bf16(x[i] * c) - round_bf16(buf[warp][e + half] * s))
-                         : round_bf16(round_bf16(x[i] * c) + round_bf16(buf[warp][e - half] * s));
+            const float c = rbf(cs), s = rbf(sn);
+            y = e < half ? rbf(rbf(x[i] * c) - rbf(buf[warp][e + half] * s))
+                         : rbf(rbf(x[i] * c) + rbf(buf[warp][e - half] * s));
         }
         dst[e] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
     }
 }
 
-extern "C" int cuda_attn_prep(const AttnPrepParams *p, cudaStream_t s) {
+extern "C" int cuda_attn_prep(const AttnPrepParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->hd % 32 || p->hd > 256 || p->hd < 32 || p->R < 2 || p->R % 2 || p->R > p->hd || p->Hq < 1 ||
+        (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN) ||
         p->Hkv < 1 || p->pos < 0 || p->pos + p->T > p->max_seq)
         return (int)cudaErrorInvalidValue;
     dim3 grid(p->T, (p->Hq + 2 * p->Hkv + 3) / 4);
-    attn_prep_bf16_rows<<<grid, 128, 0, s>>>(*p);
-    return prefill_launch_status(s);
+    attn_prep_bf16_rows<<<grid, 128, 0, l->stream>>>(*p);
+    return launch_status(l->stream);
 }
 
 /* ---- flash attention ------------------------------------------------------------------- */
@@ -227,12 +229,12 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
 #pragma unroll
         for (int d = 0; d < DT; d++) {
             const int col = d * 8 + 2 * t;
-            float v0 = round_bf16(o[d][2 * h] * inv[h]), v1 = round_bf16(o[d][2 * h + 1] * inv[h]);
+            float v0 = rbf(o[d][2 * h] * inv[h]), v1 = rbf(o[d][2 * h + 1] * inv[h]);
             if (gt) {
                 const uint32_t gg = *(const uint32_t *)(gt + col);
                 const float g0 = __uint_as_float(gg << 16), g1 = __uint_as_float(gg & 0xffff0000u);
-                v0 *= round_bf16(1.0f / (1.0f + expf(-g0)));
-                v1 *= round_bf16(1.0f / (1.0f + expf(-g1)));
+                v0 *= rbf(1.0f / (1.0f + expf(-g0)));
+                v1 *= rbf(1.0f / (1.0f + expf(-g1)));
             }
             *(uint32_t *)(dst + col) = pack_bf16(v0, v1);
         }
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(128) attn_prefill_bf16_flash(const __grid_cons
 }
 
 template <int HD, int BKV>
-static int attn_launch(const AttnPrefillParams *p, cudaStream_t s) {
+static int attn_launch(const AttnPrefillParams *p, const CudaLaunch *l) {
     using S = AttnShape<HD, BKV>;
     void (*kern)(const AttnPrefillParams, int) = attn_prefill_bf16_flash<HD, BKV>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
@@ -262,18 +264,18 @@ static int attn_launch(const AttnPrefillParams *p, cudaStream_t s) {
     const int n_qt = (p->T + ATTN_BQ - 1) / ATTN_BQ;
     const int paired = p->Hq * n_qt > sms;
     dim3 grid(p->Hq, paired ? (n_qt + 1) / 2 : n_qt);
-    kern<<<grid, 128, S::SMEM, s>>>(*p, paired);
-    return prefill_launch_status(s);
+    kern<<<grid, 128, S::SMEM, l->stream>>>(*p, paired);
+    return launch_status(l->stream);
 }
 
-extern "C" int cuda_attn_prefill(const AttnPrefillParams *p, cudaStream_t s) {
+extern "C" int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->Hq < 1 || p->Hkv < 1 || p->Hq % p->Hkv || p->pos < 0 || p->pos + p->T > p->max_seq ||
         ((uintptr_t)p->q & 15) || ((uintptr_t)p->k_cache & 15) || ((uintptr_t)p->v_cache & 15) || ((uintptr_t)p->out & 3) ||
         (p->gate && (p->gate_ld % 2 || p->gate_hs % 2 || ((uintptr_t)p->gate & 3))))
         return (int)cudaErrorInvalidValue;
     switch (p->hd) {
-    case 128: return attn_launch<128, 64>(p, s);
-    case 256: return attn_launch<256, 32>(p, s);
+    case 128: return attn_launch<128, 64>(p, l);
+    case 256: return attn_launch<256, 32>(p, l);
     default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -10,6 +10,7 @@
  *        then the gated RMSNorm with z.
  * Matrix products run on mma.sync (bf16 in, fp32 out); the state lives in fp32 registers in
  * kernel 3. Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
+#include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 
@@ -56,8 +57,10 @@ __device__ __forceinline__ float dn_gamma_at(float y0, float y1, int r) {
 
 /* grid (Tp/64, ceil((2Hk + Hv)/4)), 128 threads. Warp = one head unit (q heads, k heads, v heads;
  * 128 channels, channel lane + 32i) over the 64 tokens of its chunk, with the K-1 previous
- * pre-conv rows in registers. The chunk-0 warps also write the new conv state (the last K-1 rows
- * of [old state; m]); they are the only readers of the old state. */
+ * pre-conv rows in registers. Rows before the call come from the conv ring (row q % K holds
+ * position q; positions < 0 are 0). Only the chunk-0 warps read the ring, and after reading they
+ * write the new rows of positions max(pos, pos+T-K) .. pos+T-1 (their own channels), so no
+ * thread reads a ring row another thread writes. */
 template <int KC>
 __global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant__ DeltaNetPrefillParams p,
                                                          const __grid_constant__ DeltaNetScratch sc) {
@@ -67,8 +70,9 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant_
     const int kind = unit < p.Hk ? 0 : unit < 2 * p.Hk ? 1 : 2; /* q, k, v */
     const int head = kind == 0 ? unit : kind == 1 ? unit - p.Hk : unit - 2 * p.Hk;
     const int ch0 = kind == 2 ? 2 * p.Hk * DN_D + head * DN_D : (kind * p.Hk + head) * DN_D;
+    const int cd = (2 * p.Hk + p.Hv) * DN_D; /* conv_dim */
 
-    float w[4][KC], hist[KC - 1][4], old[KC - 1][4];
+    float w[4][KC], hist[KC - 1][4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int ch = ch0 + lane + 32 * i;
@@ -76,10 +80,10 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant_
         for (int j = 0; j < KC; j++) w[i][j] = p.conv_w[ch * KC + j];
 #pragma unroll
         for (int j = 0; j < KC - 1; j++) {
-            const int u = t0 - (KC - 1) + j;
-            hist[j][i] = u >= 0 ? __uint_as_float((uint32_t)p.proj[(size_t)u * p.ld_proj + ch] << 16)
-                                : p.conv_state[(KC - 1 + u) * p.cs_row + ch * p.cs_ch];
-            old[j][i] = hist[j][i];
+            const int u = t0 - (KC - 1) + j, q = p.pos + u; /* call row, absolute position */
+            hist[j][i] = u >= 0  ? __uint_as_float((uint32_t)p.proj[(size_t)u * p.ld_proj + ch] << 16)
+                         : q >= 0 ? __uint_as_float((uint32_t)p.conv_ring[(size_t)(q % KC) * cd + ch] << 16)
+                                  : 0.0f;
         }
     }
     const float qscale = kind == 0 ? rsqrtf((float)DN_D) : 1.0f;
@@ -97,8 +101,8 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant_
 #pragma unroll
             for (int j = 0; j < KC - 2; j++) hist[j][i] = hist[j + 1][i];
             hist[KC - 2][i] = cur;
-            const float a = round_bf16(acc);
-            c[i] = real ? round_bf16(a / (1.0f + expf(-a))) : 0.0f;
+            const float a = rbf(acc);
+            c[i] = real ? rbf(a / (1.0f + expf(-a))) : 0.0f;
             ss += c[i] * c[i];
         }
         if (kind < 2) {
@@ -117,7 +121,7 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant_
                 if (real) {
                     const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
                     const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
-                    beta = round_bf16(1.0f / (1.0f + expf(-b)));
+                    beta = rbf(1.0f / (1.0f + expf(-b)));
                     const float x = a + p.dt_bias[head];
                     g = -expf(p.A_log[head]) * (x > 20.0f ? x : log1pf(expf(x)));
                 }
@@ -127,18 +131,12 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant_
         }
     }
     if (blockIdx.x == 0) {
+        for (int u = max(0, p.T - KC); u < p.T; u++) {
+            const size_t ring_row = (size_t)((p.pos + u) % KC) * cd;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int ch = ch0 + lane + 32 * i;
-#pragma unroll
-            for (int j = 0; j < KC - 1; j++) {
-                const int u = p.T - (KC - 1) + j;
-                float v = 0.0f;
-#pragma unroll
-                for (int jj = 0; jj < KC - 1; jj++)
-                    if (u < 0 && KC - 1 + u == jj) v = old[jj][i];
-                if (u >= 0) v = __uint_as_float((uint32_t)p.proj[(size_t)u * p.ld_proj + ch] << 16);
-                p.conv_state[j * p.cs_row + ch * p.cs_ch] = v;
+            for (int i = 0; i < 4; i++) {
+                const int ch = ch0 + lane + 32 * i;
+                p.conv_ring[ring_row + ch] = p.proj[(size_t)u * p.ld_proj + ch];
             }
         }
     }
@@ -392,8 +390,8 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
                 for (int nt = 0; nt < 2; nt++) {
                     const int col = wn * 16 + nt * 8 + 2 * t;
                     const uint32_t uu = *(const uint32_t *)(smem + (st - sb) + L::U + swz_off<4>(r, col));
-                    const float v0 = round_bf16(__uint_as_float(uu << 16) - acc[nt][2 * h]);
-                    const float v1 = round_bf16(__uint_as_float(uu & 0xffff0000u) - acc[nt][2 * h + 1]);
+                    const float v0 = rbf(__uint_as_float(uu << 16) - acc[nt][2 * h]);
+                    const float v1 = rbf(__uint_as_float(uu & 0xffff0000u) - acc[nt][2 * h + 1]);
                     *(uint32_t *)(vg + col) = pack_bf16(v0, v1);
                     *(uint32_t *)(smem + L::VS + swz_off<4>(r, col)) = pack_bf16(v0 * dec, v1 * dec);
                 }
@@ -536,7 +534,7 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            acc[nt][e] = round_bf16(acc[nt][e]);
+            acc[nt][e] = rbf(acc[nt][e]);
             ss[e >> 1] += acc[nt][e] * acc[nt][e];
         }
 #pragma unroll
@@ -561,8 +559,8 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const float z = __uint_as_float(e ? (zz & 0xffff0000u) : (zz << 16));
-                const float u = round_bf16(acc[nt][2 * h + e] * inv);
-                v[e] = round_bf16(p.norm_w[col + e] * u) * (z / (1.0f + expf(-z)));
+                const float u = rbf(acc[nt][2 * h + e] * inv);
+                v[e] = rbf(p.norm_w[col + e] * u) * (z / (1.0f + expf(-z)));
             }
             *(uint32_t *)(yr + col) = pack_bf16(v[0], v[1]);
         }
@@ -572,37 +570,37 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
 /* ---- launcher -------------------------------------------------------------------------- */
 
 template <int KC>
-static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, cudaStream_t s) {
+static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
     dim3 grid(nc, (2 * p->Hk + p->Hv + 3) / 4);
-    dn_conv_bf16_chunk<KC><<<grid, 128, 0, s>>>(*p, sc);
-    return prefill_launch_status(s);
+    dn_conv_bf16_chunk<KC><<<grid, 128, 0, l->stream>>>(*p, sc);
+    return launch_status(l->stream);
 }
 
-extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, cudaStream_t s) {
-    if (p->T < 1 || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 2 ||
+extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {
+    if (p->T < 1 || p->pos < 0 || !p->conv_ring || !p->state || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 2 ||
         p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) || p->ld_proj % 2 || p->z_off % 2 ||
         ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) || ((uintptr_t)p->state & 7))
         return (int)cudaErrorInvalidValue;
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
     const int nc = (p->T + DN_C - 1) / DN_C;
-    int rc = p->K == 4 ? dn_launch_conv<4>(p, sc, nc, s) : p->K == 3 ? dn_launch_conv<3>(p, sc, nc, s)
-                                                                      : dn_launch_conv<2>(p, sc, nc, s);
+    int rc = p->K == 4 ? dn_launch_conv<4>(p, sc, nc, l) : p->K == 3 ? dn_launch_conv<3>(p, sc, nc, l)
+                                                                      : dn_launch_conv<2>(p, sc, nc, l);
     if (rc) return rc;
 
     cudaError_t e = cudaFuncSetAttribute(dn_local_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          DnLocalSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_local_bf16_chunk<<<dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, s>>>(*p, sc);
-    if ((rc = prefill_launch_status(s))) return rc;
+    dn_local_bf16_chunk<<<dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, l->stream>>>(*p, sc);
+    if ((rc = launch_status(l->stream))) return rc;
 
     e = cudaFuncSetAttribute(dn_scan_bf16_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_scan_bf16_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem::BYTES, s>>>(*p, sc);
-    if ((rc = prefill_launch_status(s))) return rc;
+    dn_scan_bf16_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem::BYTES, l->stream>>>(*p, sc);
+    if ((rc = launch_status(l->stream))) return rc;
 
     e = cudaFuncSetAttribute(dn_out_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_out_bf16_chunk<<<dim3(nc, p->Hv), 256, DnOutSmem::BYTES, s>>>(*p, sc);
-    return prefill_launch_status(s);
+    dn_out_bf16_chunk<<<dim3(nc, p->Hv), 256, DnOutSmem::BYTES, l->stream>>>(*p, sc);
+    return launch_status(l->stream);
 }

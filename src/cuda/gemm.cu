@@ -9,6 +9,7 @@
  * inside a group) so the X rows and W rows that concurrent CTAs share stay in L2.
  * Epilogues (GemmParams.epi) round like HF bf16 Linear layers: bf16(acc), the residual add
  * bf16(y + bf16(acc)), and SwiGLU bf16(bf16(silu(bf16 gate)) * bf16 up) on interleaved rows. */
+#include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 
@@ -79,13 +80,39 @@ __device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*a
                 float v[2];
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const float gt = round_bf16(acc[mt][nt][2 * h + e]);
-                    const float up = round_bf16(acc[mt][nt + G / 8][2 * h + e]);
-                    const float act = round_bf16(gt / (1.0f + expf(-gt)));
+                    const float gt = rbf(acc[mt][nt][2 * h + e]);
+                    const float up = rbf(acc[mt][nt + G / 8][2 * h + e]);
+                    const float act = rbf(gt / (1.0f + expf(-gt)));
                     v[e] = act * up;
                 }
                 *(uint32_t *)(y + (size_t)r * p.ldy + oc) = pack_bf16(v[0], v[1]);
             }
+        }
+    }
+}
+
+/* SwiGLU epilogue for rows interleaved one by one (gate_0, up_0, gate_1, ...): the thread's column
+ * pair (2t, 2t+1) of fragment nt is (gate, up) of output column (col0 + 8 nt)/2 + t. Lanes t and
+ * t^1 swap one value so each stores a bf16 pair: even t row g, odd t row g + 8. */
+template <int MT, int NT>
+__device__ __forceinline__ void gemm_store_swiglu1(const GemmParams &p, float (*acc)[NT][4], int row0, int col0,
+                                                   int g, int t) {
+    uint16_t *y = (uint16_t *)p.y;
+    const int odd = t & 1;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            float v[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float gt = rbf(acc[mt][nt][2 * h]), up = rbf(acc[mt][nt][2 * h + 1]);
+                v[h] = rbf(gt / (1.0f + expf(-gt))) * up;
+            }
+            const float recv = __shfl_xor_sync(0xffffffffu, odd ? v[0] : v[1], 1);
+            const int r = row0 + mt * 16 + g + 8 * odd, oc = (col0 + nt * 8) / 2 + (t & ~1);
+            if (r < p.M && col0 + nt * 8 < p.N)
+                *(uint32_t *)(y + (size_t)r * p.ldy + oc) = odd ? pack_bf16(recv, v[1]) : pack_bf16(v[0], recv);
         }
     }
 }
@@ -95,7 +122,8 @@ template <int EPI, int MT, int NT>
 __device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT][4], int row0, int col0, int g,
                                            int t) {
     if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
-        if (p.glu_group == 8) gemm_store_swiglu<8, MT, NT>(p, acc, row0, col0, g, t);
+        if (p.glu_group == 1) gemm_store_swiglu1<MT, NT>(p, acc, row0, col0, g, t);
+        else if (p.glu_group == 8) gemm_store_swiglu<8, MT, NT>(p, acc, row0, col0, g, t);
         else if (p.glu_group == 16) gemm_store_swiglu<16, MT, NT>(p, acc, row0, col0, g, t);
         else gemm_store_swiglu<32, MT, NT>(p, acc, row0, col0, g, t);
     } else {
@@ -114,11 +142,11 @@ __device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT]
                     if constexpr (EPI == GEMM_EPI_BF16) {
                         *(uint32_t *)((uint16_t *)p.y + o) = pack_bf16(v0, v1);
                     } else if constexpr (EPI == GEMM_EPI_F32) {
-                        *(float2 *)((float *)p.y + o) = make_float2(round_bf16(v0), round_bf16(v1));
+                        *(float2 *)((float *)p.y + o) = make_float2(rbf(v0), rbf(v1));
                     } else { /* GEMM_EPI_ADD_F32 */
                         float2 *yp = (float2 *)((float *)p.y + o);
                         const float2 old = *yp;
-                        *yp = make_float2(round_bf16(old.x + round_bf16(v0)), round_bf16(old.y + round_bf16(v1)));
+                        *yp = make_float2(rbf(old.x + rbf(v0)), rbf(old.y + rbf(v1)));
                     }
                 }
             }
@@ -258,11 +286,11 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma(const __grid_constant_
 /* ---- launch ---------------------------------------------------------------------------- */
 
 template <typename KernelPtr>
-static int gemm_run(KernelPtr kern, int smem, int threads, int tiles, const GemmParams *p, cudaStream_t s) {
+static int gemm_run(KernelPtr kern, int smem, int threads, int tiles, const GemmParams *p, const CudaLaunch *l) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return (int)e;
-    kern<<<tiles, threads, smem, s>>>(*p);
-    return prefill_launch_status(s);
+    kern<<<tiles, threads, smem, l->stream>>>(*p);
+    return launch_status(l->stream);
 }
 
 static int tiles_of(const GemmParams *p, int bm, int bn) { return ((p->M + bm - 1) / bm) * ((p->N + bn - 1) / bn); }
@@ -271,27 +299,27 @@ static int tiles_of(const GemmParams *p, int bm, int bn) { return ((p->M + bm - 
  * the 1024-wide down / out / o projections, or short prompts). mma.sync: 8 warps, 3 stages
  * (144 KiB) or 4 warps, 4 stages (128 KiB); wgmma: 2 warpgroups, 4 stages (193 / 129 KiB). */
 template <int EPI>
-static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, cudaStream_t s) {
+static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, const CudaLaunch *l) {
     const int wide = tiles_of(p, 128, 256) >= sms;
     if (use_wgmma) {
-        if (wide) return gemm_run(gemm_bf16_wgmma<256, EPI>, WgShape<256>::SMEM, 256, tiles_of(p, 128, 256), p, s);
-        return gemm_run(gemm_bf16_wgmma<128, EPI>, WgShape<128>::SMEM, 256, tiles_of(p, 128, 128), p, s);
+        if (wide) return gemm_run(gemm_bf16_wgmma<256, EPI>, WgShape<256>::SMEM, 256, tiles_of(p, 128, 256), p, l);
+        return gemm_run(gemm_bf16_wgmma<128, EPI>, WgShape<128>::SMEM, 256, tiles_of(p, 128, 128), p, l);
     }
     if (wide)
         return gemm_run(gemm_bf16_mma<128, 256, 3, EPI>, GemmShape<128, 256, 3, 256>::SMEM, 256, tiles_of(p, 128, 256),
-                        p, s);
+                        p, l);
     return gemm_run(gemm_bf16_mma<128, 128, 4, EPI>, GemmShape<128, 128, 4, 128>::SMEM, 128, tiles_of(p, 128, 128), p,
-                    s);
+                    l);
 }
 
-extern "C" int cuda_gemm_bf16(const GemmParams *p, cudaStream_t s) {
+extern "C" int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l) {
     const int ycols = p->epi == GEMM_EPI_SWIGLU_BF16 ? p->N / 2 : p->N;
     const int G = p->glu_group;
     if (p->M < 1 || p->N < 8 || p->K < 8 || p->N % 8 || p->K % 8 || p->ldx < p->K || p->ldw < p->K ||
         p->ldx % 8 || p->ldw % 8 || p->ldy < ycols || p->ldy % 2 || ((uintptr_t)p->x & 15) ||
         ((uintptr_t)p->w & 15) || !p->y || p->algo < GEMM_ALGO_AUTO || p->algo > GEMM_ALGO_WGMMA)
         return (int)cudaErrorInvalidValue;
-    if (p->epi == GEMM_EPI_SWIGLU_BF16 && ((G != 8 && G != 16 && G != 32) || p->N % (2 * G)))
+    if (p->epi == GEMM_EPI_SWIGLU_BF16 && ((G != 1 && G != 8 && G != 16 && G != 32) || p->N % (2 * G)))
         return (int)cudaErrorInvalidValue;
     int dev = 0, sms = 132, major = 0;
     cudaError_t e = cudaGetDevice(&dev);
@@ -301,10 +329,10 @@ extern "C" int cuda_gemm_bf16(const GemmParams *p, cudaStream_t s) {
     if (p->algo == GEMM_ALGO_WGMMA && major != 9) return (int)cudaErrorInvalidDeviceFunction;
     const int wg = p->algo == GEMM_ALGO_WGMMA || (p->algo == GEMM_ALGO_AUTO && major == 9);
     switch (p->epi) {
-    case GEMM_EPI_BF16: return gemm_dispatch<GEMM_EPI_BF16>(p, wg, sms, s);
-    case GEMM_EPI_F32: return gemm_dispatch<GEMM_EPI_F32>(p, wg, sms, s);
-    case GEMM_EPI_ADD_F32: return gemm_dispatch<GEMM_EPI_ADD_F32>(p, wg, sms, s);
-    case GEMM_EPI_SWIGLU_BF16: return gemm_dispatch<GEMM_EPI_SWIGLU_BF16>(p, wg, sms, s);
+    case GEMM_EPI_BF16: return gemm_dispatch<GEMM_EPI_BF16>(p, wg, sms, l);
+    case GEMM_EPI_F32: return gemm_dispatch<GEMM_EPI_F32>(p, wg, sms, l);
+    case GEMM_EPI_ADD_F32: return gemm_dispatch<GEMM_EPI_ADD_F32>(p, wg, sms, l);
+    case GEMM_EPI_SWIGLU_BF16: return gemm_dispatch<GEMM_EPI_SWIGLU_BF16>(p, wg, sms, l);
     default: return (int)cudaErrorInvalidValue;
     }
 }

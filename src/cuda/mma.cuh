@@ -13,9 +13,7 @@
 #ifndef Q35_CUDA_MMA_CUH
 #define Q35_CUDA_MMA_CUH
 
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-#include <stdint.h>
+#include "cuda/common.cuh"
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -56,9 +54,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
 }
-/* bf16 rounding of an fp32 value, kept as fp32. */
-__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-__device__ __forceinline__ float bf16_val(__nv_bfloat16 h) { return __bfloat162float(h); }
 
 /* Swizzled position of 16-byte chunk c of row r in a tile whose rows hold NCH chunks
  * (NCH * 8 bf16): the chunk index is XORed with row bits so that the 8 row addresses of one
@@ -179,22 +174,6 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (*d)[4], uint64_t da, uin
           "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
           "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
         : "l"(da), "l"(db), "r"(1));
-}
-
-/* Status of the last launch (0 or a cudaError_t value); a Q35_DEBUG_SYNC build synchronises so a
- * fault is reported by the kernel that made it. */
-static inline int prefill_launch_status(cudaStream_t s) {
-    cudaError_t e = cudaGetLastError();
-#ifdef Q35_DEBUG_SYNC
-    if (e == cudaSuccess) {
-        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(s, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone)
-            e = cudaStreamSynchronize(s);
-    }
-#else
-    (void)s;
-#endif
-    return (int)e;
 }
 
 #endif

@@ -266,9 +266,10 @@ enum {
     GEMM_EPI_BF16 = 0,        /* Y bf16:  y = bf16(acc) */
     GEMM_EPI_F32 = 1,         /* Y fp32:  y = bf16(acc) kept as fp32 */
     GEMM_EPI_ADD_F32 = 2,     /* Y fp32 residual: y = bf16(y + bf16(acc)) */
-    GEMM_EPI_SWIGLU_BF16 = 3, /* Y bf16 [M][N/2]: W rows come in groups of glu_group gate rows then
-                                 glu_group up rows; y[m][i] = bf16(bf16(silu(bf16(gate_i))) bf16(up_i))
-                                 where gate row i is W row (i/G)*2G + i%G, up row that + G */
+    GEMM_EPI_SWIGLU_BF16 = 3, /* Y bf16 [M][N/2]: W rows come in groups of G = glu_group gate rows then
+                                 G up rows; y[m][i] = bf16(bf16(silu(bf16(gate_i))) bf16(up_i)) where
+                                 gate row i is W row (i/G)*2G + i%G, up row that + G. G = 1 is the
+                                 backend's w_gu layout [gate_0; up_0; gate_1; up_1; ...] */
 };
 typedef struct GemmParams {
     const uint16_t *x; /* bf16 [M][ldx] */
@@ -277,7 +278,7 @@ typedef struct GemmParams {
     int M, N, K;       /* M >= 1 any; N, K multiples of 8 (SWIGLU: N multiple of 2*glu_group) */
     int ldx, ldw, ldy; /* row strides in elements; ldx, ldw multiples of 8, ldy even */
     int epi;           /* GEMM_EPI_* */
-    int glu_group;     /* SWIGLU only: 8, 16 or 32 */
+    int glu_group;     /* SWIGLU only: 1, 8, 16 or 32 */
     int algo;          /* GEMM_ALGO_*: AUTO picks wgmma on sm_90, mma.sync elsewhere */
 } GemmParams;
 enum { GEMM_ALGO_AUTO = 0, GEMM_ALGO_MMA = 1, GEMM_ALGO_WGMMA = 2 };
@@ -285,7 +286,7 @@ enum { GEMM_ALGO_AUTO = 0, GEMM_ALGO_MMA = 1, GEMM_ALGO_WGMMA = 2 };
  * multi-stage shared-memory pipeline, tiles walked in L2-friendly groups. x, w 16-byte aligned.
  * Returns cudaErrorInvalidValue for shapes outside the contract (and cudaErrorInvalidDeviceFunction
  * for GEMM_ALGO_WGMMA on a device other than sm_90). */
-int cuda_gemm_bf16(const GemmParams *p, cudaStream_t s);
+int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l);
 
 /* ---- full attention, prefill (attention_prefill.cu) ---- */
 /* Prepares T tokens at positions pos .. pos+T-1 from the fused projection output qkv:
@@ -301,11 +302,11 @@ typedef struct AttnPrepParams {
     uint16_t *q_out;         /* bf16 [T][Hq][hd] */
     uint16_t *k_cache, *v_cache; /* bf16 [Hkv][max_seq][hd], this layer; rows pos .. pos+T-1 written */
     int T, pos, Hq, Hkv, hd, R, max_seq;
-    int unit_offset;         /* 1: zero-centred y = bf16(x r (1+w)) (Qwen3.5); 0: y = bf16(w bf16(x r)) (Qwen3) */
+    int norm_mode;           /* NORM_ZC: y = bf16(x r (1+w)) (Qwen3.5); NORM_PLAIN: y = bf16(w bf16(x r)) (Qwen3) */
     float eps;
 } AttnPrepParams;
 /* hd a multiple of 32 and <= 256, R even and <= hd, pos + T <= max_seq. */
-int cuda_attn_prep(const AttnPrepParams *p, cudaStream_t s);
+int cuda_attn_prep(const AttnPrepParams *p, const CudaLaunch *l);
 
 /* Causal GQA flash attention of T queries at positions pos .. pos+T-1 over cached keys
  * 0 .. pos+T-1 (the cached prefix included), with the Qwen3.5 output gate:
@@ -322,12 +323,12 @@ typedef struct AttnPrefillParams {
     float scale;             /* 1/sqrt(hd) */
 } AttnPrefillParams;
 /* hd 128 or 256; Hq a multiple of Hkv. */
-int cuda_attn_prefill(const AttnPrefillParams *p, cudaStream_t s);
+int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l);
 
 /* ---- Gated DeltaNet, prefill (deltanet_prefill.cu) ---- */
 /* The mixer of one DeltaNet layer for T tokens, from the fused projection output to the input of
  * out_proj (MODEL.md §3.3, chunked form §3.4 with C = 64):
- *   conv + SiLU over [stored K-1 pre-conv rows; qkv] (conv state updated), l2norm of q, k (q also
+ *   conv + SiLU over [stored K-1 pre-conv rows; qkv] (conv ring updated), l2norm of q, k (q also
  *   * dk^-1/2), beta = bf16(sigmoid(b)), g = -exp(A_log) softplus(a + dt_bias), the chunked delta
  *   rule starting from `state` (left holding the state after the last token), o -> bf16, and
  *   y = bf16(bf16(w * bf16(o rsqrt(mean o^2 + eps))) silu(z)) per v-head.
@@ -351,28 +352,29 @@ typedef struct DeltaNetPrefillParams {
     const float *conv_w;   /* fp32 [conv_dim][K] (conv1d.weight; tap K-1 multiplies the current token) */
     const float *A_log, *dt_bias; /* fp32 [Hv] */
     const float *norm_w;   /* fp32 [dv] linear_attn.norm.weight (plain weight) */
-    float *conv_state;     /* fp32 pre-conv row i (0 = oldest) of channel c at conv_state[i*cs_row + c*cs_ch] */
-    int cs_row, cs_ch;
+    uint16_t *conv_ring;   /* bf16 [K][conv_dim], in/out: row p % K holds the pre-conv m of position p (the
+                              decode step's ring, cuda_deltanet_step); positions < 0 read as 0 */
     float *state;          /* fp32 [Hv][dk][dv] recurrent state, in/out */
     uint16_t *y;           /* bf16 [T][Hv*dv] */
     void *scratch;         /* cuda_deltanet_prefill_scratch(NULL, NULL, T, ...) bytes, 256-byte aligned */
-    int T, Hk, Hv, dk, dv, K;
+    int T, pos;            /* tokens, absolute position of the first */
+    int Hk, Hv, dk, dv, K;
     float eps;             /* rms_norm_eps of the gated norm */
 } DeltaNetPrefillParams;
 /* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
-int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, cudaStream_t s);
+int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);
 
 /* ---- row ops and whole layers (prefill.cu) ---- */
-/* y[t] = bf16 RMSNorm of x[t] over D:  unit_offset 1: bf16(x r (1 + w));  0: bf16(w bf16(x r)),
+/* y[t] = bf16 RMSNorm of x[t] over D:  NORM_ZC: bf16(x r (1 + w));  NORM_PLAIN: bf16(w bf16(x r)),
  * r = rsqrt(mean(x^2) + eps). x fp32 [T][D], w fp32 [D], y bf16 [T][D]; D a multiple of 4. */
 typedef struct RmsnormRowsParams {
     const float *x;
     const float *w;
     uint16_t *y;
-    int T, D, unit_offset;
+    int T, D, mode;
     float eps;
 } RmsnormRowsParams;
-int cuda_rmsnorm_rows_bf16(const RmsnormRowsParams *p, cudaStream_t s);
+int cuda_rmsnorm_rows_bf16(const RmsnormRowsParams *p, const CudaLaunch *l);
 
 /* x[t][:] = E[tokens[t]][:] as fp32 (tokens on the device, each in [0, V); out-of-range rows are
  * written as zeros). E bf16 [V][D]. */
@@ -382,16 +384,16 @@ typedef struct EmbedRowsParams {
     float *x;
     int T, D, V;
 } EmbedRowsParams;
-int cuda_embed_rows(const EmbedRowsParams *p, cudaStream_t s);
+int cuda_embed_rows(const EmbedRowsParams *p, const CudaLaunch *l);
 
 /* Dimensions of one model for the layer helpers below (Config values). */
 typedef struct PrefillDims {
     int D, F;                       /* hidden_size, intermediate_size */
     int Hq, Hkv, hd, R;             /* attention heads, head_dim, rotary dims */
     int attn_gate;                  /* 1: Qwen3.5 q_proj rows [q_j | gate_j] per head; 0: Qwen3 */
-    int unit_offset;                /* 1: zero-centred norms (Qwen3.5); 0: plain weights (Qwen3) */
+    int norm_mode;                  /* NORM_ZC (Qwen3.5) or NORM_PLAIN (Qwen3) */
     int Hk, Hv, dk, dv, K;          /* DeltaNet heads, head dims, conv taps */
-    int glu_group;                  /* gate/up row interleave of the stacked MLP weight (8, 16, 32) */
+    int glu_group;                  /* gate/up row interleave of the stacked MLP weight (1 = w_gu of forward.cuh) */
     int max_seq;
     float eps;                      /* rms_norm_eps */
 } PrefillDims;
@@ -413,7 +415,7 @@ typedef struct PrefillLayerWeights {
     const float *A_log, *dt_bias;    /* [Hv] */
     const float *norm_w;             /* [dv] */
     const uint16_t *out;             /* [D][Hv*dv] */
-    float *conv_state;               /* [K-1][conv_dim] of this layer (row i = i-th oldest) */
+    uint16_t *conv_ring;             /* bf16 [K][conv_dim] of this layer (row p % K = position p) */
     float *state;                    /* [Hv][dk][dv] of this layer */
 } PrefillLayerWeights;
 
@@ -432,12 +434,12 @@ void cuda_prefill_buffer_sizes(const PrefillDims *d, int T, size_t *h, size_t *p
 
 /* One whole layer on T tokens at positions pos .. pos+T-1, updating x in place:
  *   x = bf16(x + mixer(norm(x, ln1)));  x = bf16(x + down(bf16(silu(gate) up)(norm(x, ln2)))).
- * attn: K/V of the new tokens are appended to the layer's cache; DeltaNet: conv state and state
- * are read and left after the last token. */
+ * attn: K/V of the new tokens are appended to the layer's cache; DeltaNet: the conv ring and the
+ * state are read and left after the last token. */
 int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
-                            int pos, cudaStream_t s);
+                            int pos, const CudaLaunch *l);
 int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
-                                cudaStream_t s);
+                                int pos, const CudaLaunch *l);
 
 #ifdef __cplusplus
 }

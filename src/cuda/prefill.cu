@@ -4,6 +4,7 @@
  *   DeltaNet:  rmsnorm -> GEMM [qkv,z,b,a]  -> deltanet_prefill            -> GEMM out (+= x)
  *   then MLP:  rmsnorm -> GEMM gate_up with SwiGLU -> GEMM down (+= x)
  * (MODEL.md §3.7; the residual adds and roundings happen in the GEMM epilogues). */
+#include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 
@@ -30,16 +31,17 @@ __global__ void __launch_bounds__(256) rmsnorm_f32_rows_bf16(const __grid_consta
         float o[4];
         const float xv[4] = {v.x, v.y, v.z, v.w}, wv[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
-        for (int e = 0; e < 4; e++) o[e] = p.unit_offset ? xv[e] * r * (1.0f + wv[e]) : wv[e] * round_bf16(xv[e] * r);
+        for (int e = 0; e < 4; e++) o[e] = norm_apply(xv[e], r, wv[e], p.mode);
         y[i] = make_uint2(pack_bf16(o[0], o[1]), pack_bf16(o[2], o[3]));
     }
 }
 
-extern "C" int cuda_rmsnorm_rows_bf16(const RmsnormRowsParams *p, cudaStream_t s) {
-    if (p->T < 1 || p->D < 4 || p->D % 4 || ((uintptr_t)p->x & 15) || ((uintptr_t)p->w & 15) || ((uintptr_t)p->y & 7))
+extern "C" int cuda_rmsnorm_rows_bf16(const RmsnormRowsParams *p, const CudaLaunch *l) {
+    if (p->T < 1 || p->D < 4 || p->D % 4 || ((uintptr_t)p->x & 15) || ((uintptr_t)p->w & 15) || ((uintptr_t)p->y & 7) ||
+        (p->mode != NORM_ZC && p->mode != NORM_PLAIN))
         return (int)cudaErrorInvalidValue;
-    rmsnorm_f32_rows_bf16<<<(p->T + 7) / 8, 256, 0, s>>>(*p);
-    return prefill_launch_status(s);
+    rmsnorm_f32_rows_bf16<<<(p->T + 7) / 8, 256, 0, l->stream>>>(*p);
+    return launch_status(l->stream);
 }
 
 /* grid T, 128 threads. */
@@ -51,10 +53,10 @@ __global__ void __launch_bounds__(128) embed_bf16_rows(const __grid_constant__ E
     for (int i = threadIdx.x; i < p.D; i += 128) x[i] = ok ? __uint_as_float((uint32_t)e[i] << 16) : 0.0f;
 }
 
-extern "C" int cuda_embed_rows(const EmbedRowsParams *p, cudaStream_t s) {
+extern "C" int cuda_embed_rows(const EmbedRowsParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->D < 1 || p->V < 1) return (int)cudaErrorInvalidValue;
-    embed_bf16_rows<<<p->T, 128, 0, s>>>(*p);
-    return prefill_launch_status(s);
+    embed_bf16_rows<<<p->T, 128, 0, l->stream>>>(*p);
+    return launch_status(l->stream);
 }
 
 /* ---- layers ---------------------------------------------------------------------------- */
@@ -74,56 +76,58 @@ extern "C" void cuda_prefill_buffer_sizes(const PrefillDims *d, int T, size_t *h
     *scratch_bytes = d->Hk > 0 ? cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv) : 0;
 }
 
-static int prefill_norm(const PrefillDims *d, const float *w, const PrefillBuffers *b, int T, cudaStream_t s) {
-    RmsnormRowsParams np = {b->x, w, b->h, T, d->D, d->unit_offset, d->eps};
-    return cuda_rmsnorm_rows_bf16(&np, s);
+static int prefill_norm(const PrefillDims *d, const float *w, const PrefillBuffers *b, int T, const CudaLaunch *l) {
+    RmsnormRowsParams np = {b->x, w, b->h, T, d->D, d->norm_mode, d->eps};
+    return cuda_rmsnorm_rows_bf16(&np, l);
 }
 
 /* x += down(SwiGLU(gate_up(norm(x, ln2)))) */
 static int prefill_mlp(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
-                       cudaStream_t s) {
-    int rc = prefill_norm(d, w->ln2, b, T, s);
+                       const CudaLaunch *l) {
+    int rc = prefill_norm(d, w->ln2, b, T, l);
     if (rc) return rc;
     GemmParams gu = {b->h, w->gate_up, b->act, T, 2 * d->F, d->D, d->D, d->D, d->F, GEMM_EPI_SWIGLU_BF16,
                      d->glu_group};
-    if ((rc = cuda_gemm_bf16(&gu, s))) return rc;
+    if ((rc = cuda_gemm_bf16(&gu, l))) return rc;
     GemmParams dn = {b->act, w->down, b->x, T, d->D, d->F, d->F, d->F, d->D, GEMM_EPI_ADD_F32, 0};
-    return cuda_gemm_bf16(&dn, s);
+    return cuda_gemm_bf16(&dn, l);
 }
 
 extern "C" int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b,
-                                       int T, int pos, cudaStream_t s) {
+                                       int T, int pos, const CudaLaunch *l) {
     const int hd = d->hd, nq = q_rows(d), n = nq + 2 * d->Hkv * hd;
-    int rc = prefill_norm(d, w->ln1, b, T, s);
+    int rc = prefill_norm(d, w->ln1, b, T, l);
     if (rc) return rc;
     GemmParams qkv = {b->h, w->qkv, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0};
-    if ((rc = cuda_gemm_bf16(&qkv, s))) return rc;
+    if ((rc = cuda_gemm_bf16(&qkv, l))) return rc;
     AttnPrepParams pp = {b->proj, n, d->attn_gate ? 2 * hd : hd, nq, nq + d->Hkv * hd, w->q_norm, w->k_norm,
                          w->inv_freq, b->q, w->k_cache, w->v_cache, T, pos, d->Hq, d->Hkv, hd, d->R, d->max_seq,
-                         d->unit_offset, d->eps};
-    if ((rc = cuda_attn_prep(&pp, s))) return rc;
+                         d->norm_mode, d->eps};
+    if ((rc = cuda_attn_prep(&pp, l))) return rc;
     AttnPrefillParams ap = {b->q, w->k_cache, w->v_cache, d->attn_gate ? b->proj + hd : NULL, n, 2 * hd, b->act,
                             T, pos, d->Hq, d->Hkv, hd, d->max_seq, 1.0f / sqrtf((float)hd)};
-    if ((rc = cuda_attn_prefill(&ap, s))) return rc;
+    if ((rc = cuda_attn_prefill(&ap, l))) return rc;
     const int no = d->Hq * hd;
     GemmParams o = {b->act, w->o, b->x, T, d->D, no, no, no, d->D, GEMM_EPI_ADD_F32, 0};
-    if ((rc = cuda_gemm_bf16(&o, s))) return rc;
-    return prefill_mlp(d, w, b, T, s);
+    if ((rc = cuda_gemm_bf16(&o, l))) return rc;
+    return prefill_mlp(d, w, b, T, l);
 }
 
 extern "C" int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLayerWeights *w,
-                                           const PrefillBuffers *b, int T, cudaStream_t s) {
+                                           const PrefillBuffers *b, int T, int pos, const CudaLaunch *l) {
     const int cd = conv_dim(d), vd = d->Hv * d->dv, n = cd + vd + 2 * d->Hv;
-    int rc = prefill_norm(d, w->ln1, b, T, s);
+    int rc = prefill_norm(d, w->ln1, b, T, l);
     if (rc) return rc;
     GemmParams in = {b->h, w->qkvzba, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0};
-    if ((rc = cuda_gemm_bf16(&in, s))) return rc;
-    DeltaNetPrefillParams dp = {b->proj,  n,          cd,         cd + vd,   cd + vd + d->Hv, w->conv_w, w->A_log,
-                                w->dt_bias, w->norm_w, w->conv_state, cd,  1,               w->state,  b->act,
-                                b->scratch, T,         d->Hk,     d->Hv,     d->dk,           d->dv,     d->K,
-                                d->eps};
-    if ((rc = cuda_deltanet_prefill(&dp, s))) return rc;
+    if ((rc = cuda_gemm_bf16(&in, l))) return rc;
+    DeltaNetPrefillParams dp = {};
+    dp.proj = b->proj, dp.ld_proj = n, dp.z_off = cd, dp.b_off = cd + vd, dp.a_off = cd + vd + d->Hv;
+    dp.conv_w = w->conv_w, dp.A_log = w->A_log, dp.dt_bias = w->dt_bias, dp.norm_w = w->norm_w;
+    dp.conv_ring = w->conv_ring, dp.state = w->state, dp.y = b->act, dp.scratch = b->scratch;
+    dp.T = T, dp.pos = pos, dp.Hk = d->Hk, dp.Hv = d->Hv, dp.dk = d->dk, dp.dv = d->dv, dp.K = d->K;
+    dp.eps = d->eps;
+    if ((rc = cuda_deltanet_prefill(&dp, l))) return rc;
     GemmParams o = {b->act, w->out, b->x, T, d->D, vd, vd, vd, d->D, GEMM_EPI_ADD_F32, 0};
-    if ((rc = cuda_gemm_bf16(&o, s))) return rc;
-    return prefill_mlp(d, w, b, T, s);
+    if ((rc = cuda_gemm_bf16(&o, l))) return rc;
+    return prefill_mlp(d, w, b, T, l);
 }

@@ -13,12 +13,14 @@
 
 #include "cuda/ops.h"
 #include "test.h"
+#include "gpu_common.h"
 #include "util.h"
 
 static Rng rng;
+static const CudaLaunch L0 = {0, 0}; /* default stream, no PDL */
 static int n_algos = 1; /* GEMM_ALGO_MMA, plus GEMM_ALGO_WGMMA on sm_90 */
 
-#define CU(call)                                                                                         \
+#define CUDA_OK(call)                                                                                         \
     do {                                                                                                 \
         cudaError_t e_ = (call);                                                                         \
         if (e_ != cudaSuccess) {                                                                         \
@@ -32,10 +34,10 @@ static uint16_t *rand_bf16(size_t n, float scale) {
     for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(scale * rng_normal(&rng));
     return h;
 }
-static void *dev_copy(const void *h, size_t bytes) {
+static void *dcopy(const void *h, size_t bytes) {
     void *d = NULL;
-    CU(cudaMalloc(&d, bytes));
-    CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMalloc(&d, bytes));
+    CUDA_OK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
     return d;
 }
 static float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -73,14 +75,14 @@ static void run_case1(int M, int N, int K, int epi, int G, int ldy_extra, int al
             memcpy(y0 + i * 2, &v, 2);
         }
     }
-    uint16_t *dx = dev_copy(x, (size_t)M * K * 2), *dw = dev_copy(w, (size_t)N * K * 2);
-    void *dy = dev_copy(y0, ybytes);
+    uint16_t *dx = dcopy(x, (size_t)M * K * 2), *dw = dcopy(w, (size_t)N * K * 2);
+    void *dy = dcopy(y0, ybytes);
     GemmParams p = {dx, dw, dy, M, N, K, K, K, ldy, epi, G, algo};
-    const int rc = cuda_gemm_bf16(&p, 0);
+    const int rc = cuda_gemm_bf16(&p, &L0);
     CHECK(rc == 0, "launch M=%d N=%d K=%d epi=%d algo=%d: %s", M, N, K, epi, algo,
           cudaGetErrorString((cudaError_t)rc));
-    CU(cudaDeviceSynchronize());
-    CU(cudaMemcpy(y1, dy, ybytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(y1, dy, ybytes, cudaMemcpyDeviceToHost));
 
     /* rows to check: all for small problems, else 40 random rows plus the first and last */
     const int all = (double)M * N * K <= 3e8;
@@ -151,9 +153,9 @@ static void run_case1(int M, int N, int K, int epi, int G, int ldy_extra, int al
     printf("  algo=%d M=%4d N=%5d K=%5d epi=%d G=%2d ldy=%5d: %ld checked, worst err/tol %.3f\n", algo, M, N, K, epi, G,
            ldy, checked, worst);
     free(ref), free(sabs), free(x), free(w), free(y0), free(y1);
-    CU(cudaFree(dx));
-    CU(cudaFree(dw));
-    CU(cudaFree(dy));
+    CUDA_OK(cudaFree(dx));
+    CUDA_OK(cudaFree(dw));
+    CUDA_OK(cudaFree(dy));
 }
 
 /* The same case under each algorithm (same inputs: the RNG is rewound). */
@@ -176,32 +178,32 @@ static void test_shapes(void) {
         const int M = 1 + (int)(rng_u64(&rng) % 300), N = rand_mult8(8, 640), K = rand_mult8(8, 1200);
         run_case(M, N, K, (int)(rng_u64(&rng) % 3), 0, (int)(rng_u64(&rng) % 3) * 2);
     }
-    /* SwiGLU: gate/up interleave G in {8, 16, 32} */
+    /* SwiGLU: gate/up interleave G in {1, 8, 16, 32} (1 = the backend's w_gu) */
     static const int glu[][3] = {{2048, 7168, 1024}, {65, 256, 64}, {1, 192, 40}, {300, 1024, 520}};
     for (size_t i = 0; i < sizeof glu / sizeof glu[0]; i++)
-        for (int G = 8; G <= 32; G *= 2) run_case(glu[i][0], glu[i][1], glu[i][2], GEMM_EPI_SWIGLU_BF16, G, 0);
+        for (int G = 1; G <= 32; G = G == 1 ? 8 : 2 * G) run_case(glu[i][0], glu[i][1], glu[i][2], GEMM_EPI_SWIGLU_BF16, G, 0);
 }
 
 static void test_bad_args(void) {
     void *buf = NULL;
-    CU(cudaMalloc(&buf, 4096));
-    CU(cudaMemset(buf, 0, 4096));
+    CUDA_OK(cudaMalloc(&buf, 4096));
+    CUDA_OK(cudaMemset(buf, 0, 4096));
     GemmParams p = {buf, buf, buf, 4, 16, 16, 16, 16, 16, GEMM_EPI_BF16, 0, GEMM_ALGO_AUTO};
-    CHECK(cuda_gemm_bf16(&p, 0) == 0, "a valid 4 x 16 x 16 problem must be accepted");
-    CU(cudaDeviceSynchronize());
+    CHECK(cuda_gemm_bf16(&p, &L0) == 0, "a valid 4 x 16 x 16 problem must be accepted");
+    CUDA_OK(cudaDeviceSynchronize());
     p.N = 12;
-    CHECK(cuda_gemm_bf16(&p, 0) != 0, "N not a multiple of 8 must be refused");
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "N not a multiple of 8 must be refused");
     p.N = 16, p.K = 12;
-    CHECK(cuda_gemm_bf16(&p, 0) != 0, "K not a multiple of 8 must be refused");
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "K not a multiple of 8 must be refused");
     p.K = 16, p.M = 0;
-    CHECK(cuda_gemm_bf16(&p, 0) != 0, "M = 0 must be refused");
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "M = 0 must be refused");
     p.M = 4, p.epi = GEMM_EPI_SWIGLU_BF16, p.glu_group = 12;
-    CHECK(cuda_gemm_bf16(&p, 0) != 0, "glu_group 12 must be refused");
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "glu_group 12 must be refused");
     p.epi = GEMM_EPI_BF16, p.x = (const uint16_t *)((char *)buf + 8);
-    CHECK(cuda_gemm_bf16(&p, 0) != 0, "x not 16-byte aligned must be refused");
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "x not 16-byte aligned must be refused");
     p.x = buf, p.algo = 7;
-    CHECK(cuda_gemm_bf16(&p, 0) != 0, "unknown algo must be refused");
-    CU(cudaFree(buf));
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "unknown algo must be refused");
+    CUDA_OK(cudaFree(buf));
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -213,23 +215,23 @@ static int cmp_float(const void *a, const void *b) {
 static void bench(const char *name, int M, int N, int K, int epi, int algo) {
     uint16_t *x = rand_bf16((size_t)M * K, 1.0f), *w = rand_bf16((size_t)N * K, 0.03f);
     const int ycols = epi == GEMM_EPI_SWIGLU_BF16 ? N / 2 : N;
-    uint16_t *dx = dev_copy(x, (size_t)M * K * 2), *dw = dev_copy(w, (size_t)N * K * 2);
+    uint16_t *dx = dcopy(x, (size_t)M * K * 2), *dw = dcopy(w, (size_t)N * K * 2);
     void *dy = NULL;
-    CU(cudaMalloc(&dy, (size_t)M * ycols * 4));
-    CU(cudaMemset(dy, 0, (size_t)M * ycols * 4));
-    GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 16, algo};
+    CUDA_OK(cudaMalloc(&dy, (size_t)M * ycols * 4));
+    CUDA_OK(cudaMemset(dy, 0, (size_t)M * ycols * 4));
+    GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 1, algo};
     cudaEvent_t e0, e1;
-    CU(cudaEventCreate(&e0));
-    CU(cudaEventCreate(&e1));
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
     float ms[20];
     int rc = 0;
-    for (int i = 0; i < 3; i++) rc |= cuda_gemm_bf16(&p, 0);
+    for (int i = 0; i < 3; i++) rc |= cuda_gemm_bf16(&p, &L0);
     for (int i = 0; i < 20; i++) {
-        CU(cudaEventRecord(e0, 0));
-        rc |= cuda_gemm_bf16(&p, 0);
-        CU(cudaEventRecord(e1, 0));
-        CU(cudaEventSynchronize(e1));
-        CU(cudaEventElapsedTime(&ms[i], e0, e1));
+        CUDA_OK(cudaEventRecord(e0, 0));
+        rc |= cuda_gemm_bf16(&p, &L0);
+        CUDA_OK(cudaEventRecord(e1, 0));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
     }
     CHECK(rc == 0, "bench %s launch", name);
     qsort(ms, 20, sizeof(float), cmp_float);
@@ -237,11 +239,11 @@ static void bench(const char *name, int M, int N, int K, int epi, int algo) {
     printf("  %-6s %-34s [%d x %d] x [%d x %d]^T  %8.1f us  %6.1f TFLOP/s\n",
            algo == GEMM_ALGO_MMA ? "mma" : "wgmma", name, M, K, N, K, ms[10] * 1e3,
            flop / (ms[10] * 1e-3) / 1e12);
-    CU(cudaEventDestroy(e0));
-    CU(cudaEventDestroy(e1));
-    CU(cudaFree(dx));
-    CU(cudaFree(dw));
-    CU(cudaFree(dy));
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
+    CUDA_OK(cudaFree(dx));
+    CUDA_OK(cudaFree(dw));
+    CUDA_OK(cudaFree(dy));
     free(x), free(w);
 }
 
@@ -249,14 +251,10 @@ int main(int argc, char **argv) {
     const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     printf("test_gemm: seed %llu (replay: test_gemm %llu)\n", (unsigned long long)seed, (unsigned long long)seed);
     rng_seed(&rng, seed);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        CHECK(0, "no CUDA device");
-        return TEST_SUMMARY("gemm");
-    }
+    GPU_TEST_PROLOGUE("gemm");
     int dev = 0, major = 0;
-    CU(cudaGetDevice(&dev));
-    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_OK(cudaGetDevice(&dev));
+    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     n_algos = major == 9 ? 2 : 1;
     printf("compute capability major %d: testing %s\n", major, n_algos == 2 ? "mma.sync and wgmma" : "mma.sync");
     test_bad_args();

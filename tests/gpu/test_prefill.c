@@ -16,13 +16,15 @@
 #include "cpu/ops.h"
 #include "cuda/ops.h"
 #include "test.h"
+#include "gpu_common.h"
 #include "util.h"
 
 static Rng rng;
+static const CudaLaunch L0 = {0, 0}; /* default stream, no PDL */
 #define TOL 1e-2
 #define BF16_POISON 0x7fc1
 
-#define CU(call)                                                                                         \
+#define CUDA_OK(call)                                                                                         \
     do {                                                                                                 \
         cudaError_t e_ = (call);                                                                         \
         if (e_ != cudaSuccess) {                                                                         \
@@ -42,31 +44,31 @@ static float *rand_bf(size_t n, float mean, float scale) {
 }
 static void *dmalloc(size_t bytes) {
     void *d = NULL;
-    CU(cudaMalloc(&d, bytes));
+    CUDA_OK(cudaMalloc(&d, bytes));
     return d;
 }
 static uint16_t *up_bf16(const float *x, size_t n) {
     uint16_t *h = malloc(n * 2 + 2);
     for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(x[i]);
     uint16_t *d = dmalloc(n * 2 + 16);
-    CU(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
     free(h);
     return d;
 }
 static float *up_f32(const float *x, size_t n) {
     float *d = dmalloc(n * 4 + 16);
-    CU(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
     return d;
 }
 static void poison_bf16(uint16_t *d, size_t n) {
     uint16_t *h = malloc(n * 2);
     for (size_t i = 0; i < n; i++) h[i] = BF16_POISON;
-    CU(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
     free(h);
 }
 static float *down_bf16(const uint16_t *d, size_t n) {
     uint16_t *h = malloc(n * 2);
-    CU(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
     float *f = fvec(n);
     for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(h[i]);
     free(h);
@@ -74,17 +76,8 @@ static float *down_bf16(const uint16_t *d, size_t n) {
 }
 static float *down_f32(const float *d, size_t n) {
     float *f = fvec(n);
-    CU(cudaMemcpy(f, d, n * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(f, d, n * 4, cudaMemcpyDeviceToHost));
     return f;
-}
-/* ||a - ref|| / ||ref||; NaN anywhere gives NaN, which fails every <= check */
-static double rel_l2(const float *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1e-300));
 }
 /* y[T][w] = columns [c0, c0+w) of x[T][ld] */
 static float *cols(const float *x, int T, int ld, int c0, int w) {
@@ -188,14 +181,14 @@ static void test_attn(const AttnDims *a, int T, int pos) {
     uint16_t *d_q = dmalloc(qn_ * 2), *d_out = dmalloc(qn_ * 2);
     poison_bf16(d_q, qn_), poison_bf16(d_out, qn_);
     AttnPrepParams pp = {d_qkv, ld, qhs, nq, nq + kvd, d_qn, d_kn, d_if, d_q, d_K, d_V,
-                         T,     pos, a->Hq, a->Hkv, hd, a->R, ms, a->uo, a->eps};
-    int rc = cuda_attn_prep(&pp, 0);
+                         T,     pos, a->Hq, a->Hkv, hd, a->R, ms, a->uo ? NORM_ZC : NORM_PLAIN, a->eps};
+    int rc = cuda_attn_prep(&pp, &L0);
     CHECK(rc == 0, "attn_prep launch: %s", cudaGetErrorString((cudaError_t)rc));
     AttnPrefillParams ap = {d_q, d_K, d_V, a->gate ? d_qkv + hd : NULL, ld, 2 * hd, d_out, T, pos, a->Hq, a->Hkv, hd,
                             ms,  1.0f / sqrtf((float)hd)};
-    rc = cuda_attn_prefill(&ap, 0);
+    rc = cuda_attn_prefill(&ap, &L0);
     CHECK(rc == 0, "attn_prefill launch: %s", cudaGetErrorString((cudaError_t)rc));
-    CU(cudaDeviceSynchronize());
+    CUDA_OK(cudaDeviceSynchronize());
     float *g_q = down_bf16(d_q, qn_), *g_out = down_bf16(d_out, qn_);
     float *g_K = down_bf16(d_K, cache_n), *g_V = down_bf16(d_V, cache_n);
 
@@ -239,7 +232,7 @@ static void test_attn(const AttnDims *a, int T, int pos) {
     free(qkv), free(qn), free(kn), free(Kc), free(Vc), free(inv_freq), free(g_q), free(g_out), free(g_K), free(g_V);
     free(r_q), free(r_out), free(r2_out), free(kn_new), free(kr_new);
     void *dev[] = {d_qkv, d_K, d_V, d_qn, d_kn, d_if, d_q, d_out};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CU(cudaFree(dev[i]));
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
 }
 
 /* ---- DeltaNet ------------------------------------------------------------------------------- */
@@ -252,23 +245,42 @@ static DnWeights dn_weights(const DnDims *d) {
     return w;
 }
 
-/* Runs the calls of lengths Ts[0..ncalls) in sequence (state carried) on GPU and CPU. */
-static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int rand_state) {
+/* GPU conv ring (bf16 [K][cd], row q % K = position q) from the CPU conv state (the K-1 rows before
+ * position pos, oldest first); the one slot that no read may touch is NaN. */
+static uint16_t *ring_from_state(const float *cstate, int K, int cd, int pos) {
+    uint16_t *ring = malloc((size_t)K * cd * 2);
+    for (size_t i = 0; i < (size_t)K * cd; i++) ring[i] = BF16_POISON;
+    for (int j = 0; j < K - 1; j++) {
+        const int q = pos - (K - 1) + j;
+        if (q < 0) continue;
+        for (int c = 0; c < cd; c++) ring[(size_t)(q % K) * cd + c] = f32_to_bf16(cstate[(size_t)j * cd + c]);
+    }
+    return ring;
+}
+
+/* Runs the calls of lengths Ts[0..ncalls) in sequence (state carried) on GPU and CPU, the first
+ * at position pos0 (pos0 > 0: random conv rows and state stand for the earlier tokens). */
+static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0) {
     const int kd = d->Hk * d->dk, vd = d->Hv * d->dv, cd = 2 * kd + vd, n = cd + vd + 2 * d->Hv, ld = n + 8;
     const size_t sn = (size_t)d->Hv * d->dk * d->dv, csn = (size_t)(d->K - 1) * cd;
     int Tmax = 0;
     for (int i = 0; i < ncalls; i++) Tmax = Ts[i] > Tmax ? Ts[i] : Tmax;
     DnWeights w = dn_weights(d);
-    float *cstate = rand_state ? rand_bf(csn, 0.0f, 1.0f) : fvec(csn);
+    float *cstate = pos0 > 0 ? rand_bf(csn, 0.0f, 1.0f) : fvec(csn);
+    for (int j = 0; j < d->K - 1; j++) /* rows of positions < 0 are zero */
+        if (pos0 - (d->K - 1) + j < 0) memset(cstate + (size_t)j * cd, 0, (size_t)cd * 4);
     float *S = fvec(sn);
-    for (size_t i = 0; rand_state && i < sn; i++) S[i] = 0.05f * rng_normal(&rng);
+    for (size_t i = 0; pos0 > 0 && i < sn; i++) S[i] = 0.05f * rng_normal(&rng);
 
     float *d_convw = up_f32(w.conv_w, (size_t)cd * d->K), *d_Alog = up_f32(w.A_log, d->Hv);
-    float *d_dt = up_f32(w.dt_bias, d->Hv), *d_nw = up_f32(w.norm_w, d->dv);
-    float *d_cs = up_f32(cstate, csn), *d_S = up_f32(S, sn);
+    float *d_dt = up_f32(w.dt_bias, d->Hv), *d_nw = up_f32(w.norm_w, d->dv), *d_S = up_f32(S, sn);
+    uint16_t *ring = ring_from_state(cstate, d->K, cd, pos0), *d_ring = dmalloc((size_t)d->K * cd * 2);
+    CUDA_OK(cudaMemcpy(d_ring, ring, (size_t)d->K * cd * 2, cudaMemcpyHostToDevice));
     const size_t scr_bytes = cuda_deltanet_prefill_scratch(NULL, NULL, Tmax, d->Hk, d->Hv, d->dk, d->dv);
     void *d_scr = dmalloc(scr_bytes);
     uint16_t *d_y = dmalloc((size_t)Tmax * vd * 2);
+
+    int pos = pos0;
     for (int call = 0; call < ncalls; call++) {
         const int T = Ts[call];
         DeltaNetScratch sc; /* the regions as the launcher carves them for this T */
@@ -276,13 +288,16 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int rand_s
         float *proj = rand_bf((size_t)T * ld, 0.0f, 1.0f);
         uint16_t *d_proj = up_bf16(proj, (size_t)T * ld);
         poison_bf16(d_y, (size_t)T * vd);
-        DeltaNetPrefillParams p = {d_proj, ld,   cd,   cd + vd, cd + vd + d->Hv, d_convw, d_Alog, d_dt,
-                                   d_nw,   d_cs, cd,   1,       d_S,             d_y,     d_scr,  T,
-                                   d->Hk,  d->Hv, d->dk, d->dv, d->K,            d->eps};
-        const int rc = cuda_deltanet_prefill(&p, 0);
+        DeltaNetPrefillParams p = {0};
+        p.proj = d_proj, p.ld_proj = ld, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + d->Hv;
+        p.conv_w = d_convw, p.A_log = d_Alog, p.dt_bias = d_dt, p.norm_w = d_nw, p.conv_ring = d_ring;
+        p.state = d_S, p.y = d_y, p.scratch = d_scr, p.T = T, p.pos = pos;
+        p.Hk = d->Hk, p.Hv = d->Hv, p.dk = d->dk, p.dv = d->dv, p.K = d->K, p.eps = d->eps;
+        const int rc = cuda_deltanet_prefill(&p, &L0);
         CHECK(rc == 0, "deltanet_prefill launch: %s", cudaGetErrorString((cudaError_t)rc));
-        CU(cudaDeviceSynchronize());
-        float *g_y = down_bf16(d_y, (size_t)T * vd), *g_S = down_f32(d_S, sn), *g_cs = down_f32(d_cs, csn);
+        CUDA_OK(cudaDeviceSynchronize());
+        float *g_y = down_bf16(d_y, (size_t)T * vd), *g_S = down_f32(d_S, sn);
+        float *g_ring = down_bf16(d_ring, (size_t)d->K * cd);
         float *g_q = down_bf16(sc.q, (size_t)T * kd), *g_k = down_bf16(sc.k, (size_t)T * kd);
         float *g_v = down_bf16(sc.v, (size_t)T * vd), *g_beta = down_f32(sc.beta, (size_t)T * d->Hv);
         float *g_g = down_f32(sc.g, (size_t)T * d->Hv);
@@ -290,27 +305,34 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int rand_s
         float *r_y = fvec((size_t)T * vd);
         DnRefOut io;
         ref_deltanet(d, &w, proj, ld, T, cstate, S, r_y, &io);
+        pos += T;
+        /* ring rows of the last K-1 positions must equal the CPU conv state rows */
         long cs_bad = 0;
-        for (size_t i = 0; i < csn; i++) cs_bad += g_cs[i] != cstate[i];
+        for (int j = 0; j < d->K - 1; j++) {
+            const int q = pos - (d->K - 1) + j;
+            if (q < 0) continue;
+            for (int c = 0; c < cd; c++) cs_bad += g_ring[(size_t)(q % d->K) * cd + c] != cstate[(size_t)j * cd + c];
+        }
         const double ey = rel_l2(g_y, r_y, (size_t)T * vd), eS = rel_l2(g_S, S, sn);
         const double eq = rel_l2(g_q, io.q, (size_t)T * kd), ek = rel_l2(g_k, io.k, (size_t)T * kd);
         const double ev = rel_l2(g_v, io.v, (size_t)T * vd), eb = rel_l2(g_beta, io.beta, (size_t)T * d->Hv);
         const double eg = rel_l2(g_g, io.g, (size_t)T * d->Hv);
-        printf("  deltanet Hk=%d Hv=%d call %d T=%4d: rel L2 q %.1e k %.1e v %.1e beta %.1e g %.1e | y %.2e "
+        printf("  deltanet Hk=%d Hv=%d call %d T=%4d pos=%4d: rel L2 q %.1e k %.1e v %.1e beta %.1e g %.1e | y %.2e "
                "state %.2e\n",
-               d->Hk, d->Hv, call, T, eq, ek, ev, eb, eg, ey, eS);
+               d->Hk, d->Hv, call, T, pos - T, eq, ek, ev, eb, eg, ey, eS);
         CHECK(eq <= TOL && ek <= TOL && ev <= TOL, "deltanet conv/l2norm: q %.2e k %.2e v %.2e", eq, ek, ev);
         CHECK(eb <= TOL && eg <= 1e-4, "deltanet gates: beta %.2e g %.2e", eb, eg);
-        CHECK(cs_bad == 0, "deltanet conv state: %ld of %zu values differ (call %d, T=%d)", cs_bad, csn, call, T);
+        CHECK(cs_bad == 0, "deltanet conv ring: %ld values differ from the CPU conv state (call %d, T=%d)", cs_bad,
+              call, T);
         CHECK(ey <= TOL, "deltanet output y: rel L2 %.3e (call %d, T=%d)", ey, call, T);
         CHECK(eS <= TOL, "deltanet state: rel L2 %.3e (call %d, T=%d)", eS, call, T);
-        free(proj), free(g_y), free(g_S), free(g_cs), free(g_q), free(g_k), free(g_v), free(g_beta), free(g_g);
+        free(proj), free(g_y), free(g_S), free(g_ring), free(g_q), free(g_k), free(g_v), free(g_beta), free(g_g);
         free(r_y), free(io.q), free(io.k), free(io.v), free(io.beta), free(io.g);
-        CU(cudaFree(d_proj));
+        CUDA_OK(cudaFree(d_proj));
     }
-    free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w), free(cstate), free(S);
-    void *dev[] = {d_convw, d_Alog, d_dt, d_nw, d_cs, d_S, d_scr, d_y};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CU(cudaFree(dev[i]));
+    free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w), free(cstate), free(S), free(ring);
+    void *dev[] = {d_convw, d_Alog, d_dt, d_nw, d_ring, d_S, d_scr, d_y};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
 }
 
 /* ---- whole layers --------------------------------------------------------------------------- */
@@ -335,7 +357,7 @@ static float *ref_matmul(const float *in, const float *W, int T, int N, int K) {
 static void ref_mlp(const PrefillDims *d, const float *ln2, const float *Wgu, const float *Wd, float *x, int T) {
     const int D = d->D, F = d->F, G = d->glu_group;
     float *h = fvec((size_t)T * D), *act = fvec((size_t)T * F);
-    cpu_rmsnorm(h, x, ln2, T, D, d->eps, d->unit_offset);
+    cpu_rmsnorm(h, x, ln2, T, D, d->eps, d->norm_mode == NORM_ZC);
     float *gu = ref_matmul(h, Wgu, T, 2 * F, D);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < F; i++) {
@@ -348,7 +370,7 @@ static void ref_mlp(const PrefillDims *d, const float *ln2, const float *Wgu, co
 }
 
 static void test_layers(const int *Ts, int ncalls) {
-    PrefillDims d = {1024, 3584, 8, 2, 256, 64, 1, 1, 16, 16, 128, 128, 4, 16, 0, 1e-6f};
+    PrefillDims d = {1024, 3584, 8, 2, 256, 64, 1, NORM_ZC, 16, 16, 128, 128, 4, 1, 0, 1e-6f};
     const int D = d.D, F = d.F, hd = d.hd, nq = 2 * d.Hq * hd, kvd = d.Hkv * hd, na = nq + 2 * kvd;
     const int kd = d.Hk * d.dk, vd = d.Hv * d.dv, cd = 2 * kd + vd, nd = cd + vd + 2 * d.Hv;
     int Tsum = 0, Tmax = 0;
@@ -372,13 +394,15 @@ static void test_layers(const int *Ts, int ncalls) {
     w.down = up_bf16(Wd, (size_t)D * F), w.qkv = up_bf16(Wqkv, (size_t)na * D), w.q_norm = up_f32(qn, hd);
     w.k_norm = up_f32(kn, hd), w.o = up_bf16(Wo, (size_t)D * d.Hq * hd), w.inv_freq = up_f32(inv_freq, d.R / 2);
     const size_t cache_n = (size_t)d.Hkv * d.max_seq * hd, csn = (size_t)(d.K - 1) * cd, sn = (size_t)d.Hv * 128 * 128;
+    const size_t ringn = (size_t)d.K * cd;
     w.k_cache = dmalloc(cache_n * 2), w.v_cache = dmalloc(cache_n * 2);
     poison_bf16(w.k_cache, cache_n), poison_bf16(w.v_cache, cache_n);
     w.qkvzba = up_bf16(Wdn, (size_t)nd * D), w.conv_w = up_f32(dw.conv_w, (size_t)cd * d.K);
     w.A_log = up_f32(dw.A_log, d.Hv), w.dt_bias = up_f32(dw.dt_bias, d.Hv), w.norm_w = up_f32(dw.norm_w, d.dv);
     w.out = up_bf16(Wout, (size_t)D * vd);
     float *zero = fvec(sn);
-    w.conv_state = up_f32(zero, csn), w.state = up_f32(zero, sn);
+    w.conv_ring = dmalloc(ringn * 2), w.state = up_f32(zero, sn);
+    CUDA_OK(cudaMemset(w.conv_ring, 0, ringn * 2));
     /* buffers */
     size_t nh, np, nqb, nact, nscr;
     cuda_prefill_buffer_sizes(&d, Tmax, &nh, &np, &nqb, &nact, &nscr);
@@ -392,15 +416,15 @@ static void test_layers(const int *Ts, int ncalls) {
         const int T = Ts[call];
         float *x = rand_bf((size_t)T * D, 0.0f, 1.0f), *xr = malloc((size_t)T * D * 4);
         memcpy(xr, x, (size_t)T * D * 4);
-        CU(cudaMemcpy(b.x, x, (size_t)T * D * 4, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(b.x, x, (size_t)T * D * 4, cudaMemcpyHostToDevice));
         /* GPU: attention layer then DeltaNet layer on the same stream */
-        int rc = cuda_prefill_layer_attn(&d, &w, &b, T, pos, 0);
+        int rc = cuda_prefill_layer_attn(&d, &w, &b, T, pos, &L0);
         CHECK(rc == 0, "cuda_prefill_layer_attn: %s", cudaGetErrorString((cudaError_t)rc));
-        CU(cudaDeviceSynchronize());
+        CUDA_OK(cudaDeviceSynchronize());
         float *g_x1 = down_f32(b.x, (size_t)T * D);
-        rc = cuda_prefill_layer_deltanet(&d, &w, &b, T, 0);
+        rc = cuda_prefill_layer_deltanet(&d, &w, &b, T, pos, &L0);
         CHECK(rc == 0, "cuda_prefill_layer_deltanet: %s", cudaGetErrorString((cudaError_t)rc));
-        CU(cudaDeviceSynchronize());
+        CUDA_OK(cudaDeviceSynchronize());
         float *g_x2 = down_f32(b.x, (size_t)T * D);
         /* CPU */
         float *h = fvec((size_t)T * D), *mix = fvec((size_t)T * vd);
@@ -438,33 +462,31 @@ static void test_layers(const int *Ts, int ncalls) {
     void *dev[] = {(void *)w.ln1,    (void *)w.ln2,    (void *)w.gate_up, (void *)w.down,   (void *)w.qkv,
                    (void *)w.q_norm, (void *)w.k_norm, (void *)w.o,       (void *)w.inv_freq, w.k_cache,
                    w.v_cache,        (void *)w.qkvzba, (void *)w.conv_w,  (void *)w.A_log,  (void *)w.dt_bias,
-                   (void *)w.norm_w, (void *)w.out,    w.conv_state,      w.state,          b.x,
+                   (void *)w.norm_w, (void *)w.out,    w.conv_ring,       w.state,          b.x,
                    b.h,              b.proj,           b.q,               b.act,            b.scratch};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CU(cudaFree(dev[i]));
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
 }
 
 static void test_bad_args(void) {
     AttnPrefillParams ap = {0};
     ap.T = 4, ap.Hq = 8, ap.Hkv = 3, ap.hd = 256, ap.max_seq = 16;
-    CHECK(cuda_attn_prefill(&ap, 0) != 0, "Hq not a multiple of Hkv must be refused");
+    CHECK(cuda_attn_prefill(&ap, &L0) != 0, "Hq not a multiple of Hkv must be refused");
     ap.Hkv = 2, ap.hd = 192;
-    CHECK(cuda_attn_prefill(&ap, 0) != 0, "hd 192 must be refused");
+    CHECK(cuda_attn_prefill(&ap, &L0) != 0, "hd 192 must be refused");
     ap.hd = 128, ap.pos = 14;
-    CHECK(cuda_attn_prefill(&ap, 0) != 0, "pos + T > max_seq must be refused");
+    CHECK(cuda_attn_prefill(&ap, &L0) != 0, "pos + T > max_seq must be refused");
     DeltaNetPrefillParams dp = {0};
     dp.T = 4, dp.Hk = 16, dp.Hv = 16, dp.dk = 64, dp.dv = 128, dp.K = 4;
-    CHECK(cuda_deltanet_prefill(&dp, 0) != 0, "dk 64 must be refused");
+    CHECK(cuda_deltanet_prefill(&dp, &L0) != 0, "dk 64 must be refused");
+    dp.dk = 128, dp.pos = -1;
+    CHECK(cuda_deltanet_prefill(&dp, &L0) != 0, "pos < 0 must be refused");
 }
 
 int main(int argc, char **argv) {
     const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     printf("test_prefill: seed %llu (replay: test_prefill %llu)\n", (unsigned long long)seed, (unsigned long long)seed);
     rng_seed(&rng, seed);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        CHECK(0, "no CUDA device");
-        return TEST_SUMMARY("prefill");
-    }
+    GPU_TEST_PROLOGUE("prefill");
     test_bad_args();
 
     const AttnDims q35 = {8, 2, 256, 64, 1, 1, 0, 1e7f, 1e-6f}, q3 = {16, 8, 128, 128, 0, 0, 0, 1e6f, 1e-6f};
@@ -482,9 +504,9 @@ int main(int argc, char **argv) {
     }
 
     const DnDims dn = {16, 16, 128, 128, 4, 1e-6f}, dn2 = {4, 8, 128, 128, 4, 1e-6f};
-    const int calls_a[] = {300, 70, 2}, calls_b[] = {64, 1, 129}, calls_c[] = {2048};
+    const int calls_a[] = {300, 70, 2}, calls_b[] = {64, 1, 2, 129}, calls_c[] = {2048};
     test_deltanet(&dn, calls_a, 3, 0);
-    test_deltanet(&dn2, calls_b, 3, 1);
+    test_deltanet(&dn2, calls_b, 4, 5);
     test_deltanet(&dn, calls_c, 1, 1);
 
     const int layer_calls[] = {100, 37};
