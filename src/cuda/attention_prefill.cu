@@ -270,8 +270,8 @@ static int attn_launch(const AttnPrefillParams *p, const CudaLaunch *l) {
 
 extern "C" int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->Hq < 1 || p->Hkv < 1 || p->Hq % p->Hkv || p->pos < 0 || p->pos + p->T > p->max_seq ||
-        ((uintptr_t)p->q & 15) || ((uintptr_t)p->k_cache & 15) || ((uintptr_t)p->v_cache & 15) || ((uintptr_t)p->out & 3) ||
-        (p->gate && (p->gate_ld % 2 || p->gate_hs % 2 || ((uintptr_t)p->gate & 3))))
+        ((uintptr_t)p->q & 15) || ((uintptr_t)p->k_cache & 15) || ((uintptr_t)p->v_cache & 15) ||
+        ((uintptr_t)p->out & 3) || (p->gate && (p->gate_ld % 2 || p->gate_hs % 2 || ((uintptr_t)p->gate & 3))))
         return (int)cudaErrorInvalidValue;
     switch (p->hd) {
     case 128: return attn_launch<128, 64>(p, l);

@@ -93,8 +93,8 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant_
         float c[4], ss = 0.0f;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const float cur = real ? __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + ch0 + lane + 32 * i] << 16)
-                                   : 0.0f;
+            const float cur =
+                real ? __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + ch0 + lane + 32 * i] << 16) : 0.0f;
             float acc = w[i][KC - 1] * cur;
 #pragma unroll
             for (int j = 0; j < KC - 1; j++) acc += w[i][j] * hist[j][i];
@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant_
             const float inv = rsqrtf(ss + 1e-6f);
             uint16_t *dst = (kind == 0 ? sc.q : sc.k) + ((size_t)t * p.Hk + head) * DN_D;
 #pragma unroll
-            for (int i = 0; i < 4; i++) dst[lane + 32 * i] = __bfloat16_as_ushort(__float2bfloat16_rn(c[i] * inv * qscale));
+            for (int i = 0; i < 4; i++)
+                dst[lane + 32 * i] = __bfloat16_as_ushort(__float2bfloat16_rn(c[i] * inv * qscale));
         } else {
             uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D;
 #pragma unroll
@@ -176,7 +177,8 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
         const float g0 = sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], g1 = sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
         float y0, y1;
         dn_gamma_scan(g0, g1, lane, y0, y1);
-        const float b0 = sc.beta[(size_t)(t0 + 2 * lane) * p.Hv + j], b1 = sc.beta[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
+        const float b0 = sc.beta[(size_t)(t0 + 2 * lane) * p.Hv + j],
+                    b1 = sc.beta[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
         sgam[2 * lane] = y0, sgam[2 * lane + 1] = y1;
         sbeta[2 * lane] = b0, sbeta[2 * lane + 1] = b1;
         sbg[2 * lane] = b0 * expf(y0), sbg[2 * lane + 1] = b1 * expf(y1);
@@ -230,7 +232,8 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
         for (int e = tid; e < bi * 256; e += 256) {
             const int bj = e >> 8, i = (e >> 4) & 15, cc = e & 15;
             float v = 0.0f;
-            for (int s = bj * 16; s < bi * 16; s++) v += sA[(bi * 16 + i) * (DN_C + 1) + s] * sTi[s * (DN_C + 1) + bj * 16 + cc];
+            for (int s = bj * 16; s < bi * 16; s++)
+                v += sA[(bi * 16 + i) * (DN_C + 1) + s] * sTi[s * (DN_C + 1) + bj * 16 + cc];
             sX[e] = v;
         }
         __syncthreads();
@@ -238,7 +241,8 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
             const int bj = e >> 8, i = (e >> 4) & 15, cc = e & 15;
             float v = 0.0f;
 #pragma unroll
-            for (int s = 0; s < 16; s++) v -= sTi[(bi * 16 + i) * (DN_C + 1) + bi * 16 + s] * sX[bj * 256 + s * 16 + cc];
+            for (int s = 0; s < 16; s++)
+                v -= sTi[(bi * 16 + i) * (DN_C + 1) + bi * 16 + s] * sX[bj * 256 + s * 16 + cc];
             sTi[(bi * 16 + i) * (DN_C + 1) + bj * 16 + cc] = v;
         }
         __syncthreads();
@@ -287,7 +291,8 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
             const int r = wm * 16 + g + 8 * h;
             uint16_t *row = dst + ((size_t)(t0 + r) * p.Hv + j) * DN_D;
 #pragma unroll
-            for (int nt = 0; nt < 16; nt++) *(uint32_t *)(row + nt * 8 + 2 * t) = pack_bf16(acc[nt][2 * h], acc[nt][2 * h + 1]);
+            for (int nt = 0; nt < 16; nt++)
+                *(uint32_t *)(row + nt * 8 + 2 * t) = pack_bf16(acc[nt][2 * h], acc[nt][2 * h + 1]);
         }
     }
 }
@@ -463,7 +468,8 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
     cp_async_commit();
     if (warp == 0) {
         float y0, y1;
-        dn_gamma_scan(sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j], lane, y0, y1);
+        dn_gamma_scan(sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j], lane, y0,
+                      y1);
         sgam[2 * lane] = y0, sgam[2 * lane + 1] = y1;
     }
     cp_async_wait<0>();
@@ -577,9 +583,10 @@ static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch 
 }
 
 extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {
-    if (p->T < 1 || p->pos < 0 || !p->conv_ring || !p->state || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 2 ||
-        p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) || p->ld_proj % 2 || p->z_off % 2 ||
-        ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) || ((uintptr_t)p->state & 7))
+    if (p->T < 1 || p->pos < 0 || !p->conv_ring || !p->state || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 ||
+        p->Hv < 1 || p->Hv % p->Hk || p->K < 2 || p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) ||
+        p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) ||
+        ((uintptr_t)p->state & 7))
         return (int)cudaErrorInvalidValue;
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);

@@ -251,7 +251,8 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma(const __grid_constant_
         if (nk < ktiles) gemm_load_tile<128, BN, 256>(p, sbase + (nk % WG_STAGES) * S::STAGE_BYTES, nk, m0, n0, tid);
         cp_async_commit();
 
-        const uint32_t sA = sbase + (kt % WG_STAGES) * S::STAGE_BYTES + wg * 64 * 128, sB = sA - wg * 64 * 128 + S::A_BYTES;
+        const uint32_t sA = sbase + (kt % WG_STAGES) * S::STAGE_BYTES + wg * 64 * 128,
+                       sB = sA - wg * 64 * 128 + S::A_BYTES;
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll

@@ -395,6 +395,7 @@ typedef struct PrefillDims {
     int Hk, Hv, dk, dv, K;          /* DeltaNet heads, head dims, conv taps */
     int glu_group;                  /* gate/up row interleave of the stacked MLP weight (1 = w_gu of forward.cuh) */
     int max_seq;
+    int gemm_algo;                  /* GEMM_ALGO_* for every projection (AUTO: wgmma on sm_90) */
     float eps;                      /* rms_norm_eps */
 } PrefillDims;
 

@@ -87,9 +87,9 @@ static int prefill_mlp(const PrefillDims *d, const PrefillLayerWeights *w, const
     int rc = prefill_norm(d, w->ln2, b, T, l);
     if (rc) return rc;
     GemmParams gu = {b->h, w->gate_up, b->act, T, 2 * d->F, d->D, d->D, d->D, d->F, GEMM_EPI_SWIGLU_BF16,
-                     d->glu_group};
+                     d->glu_group, d->gemm_algo};
     if ((rc = cuda_gemm_bf16(&gu, l))) return rc;
-    GemmParams dn = {b->act, w->down, b->x, T, d->D, d->F, d->F, d->F, d->D, GEMM_EPI_ADD_F32, 0};
+    GemmParams dn = {b->act, w->down, b->x, T, d->D, d->F, d->F, d->F, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
     return cuda_gemm_bf16(&dn, l);
 }
 
@@ -98,7 +98,7 @@ extern "C" int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerW
     const int hd = d->hd, nq = q_rows(d), n = nq + 2 * d->Hkv * hd;
     int rc = prefill_norm(d, w->ln1, b, T, l);
     if (rc) return rc;
-    GemmParams qkv = {b->h, w->qkv, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0};
+    GemmParams qkv = {b->h, w->qkv, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
     if ((rc = cuda_gemm_bf16(&qkv, l))) return rc;
     AttnPrepParams pp = {b->proj, n, d->attn_gate ? 2 * hd : hd, nq, nq + d->Hkv * hd, w->q_norm, w->k_norm,
                          w->inv_freq, b->q, w->k_cache, w->v_cache, T, pos, d->Hq, d->Hkv, hd, d->R, d->max_seq,
@@ -108,7 +108,7 @@ extern "C" int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerW
                             T, pos, d->Hq, d->Hkv, hd, d->max_seq, 1.0f / sqrtf((float)hd)};
     if ((rc = cuda_attn_prefill(&ap, l))) return rc;
     const int no = d->Hq * hd;
-    GemmParams o = {b->act, w->o, b->x, T, d->D, no, no, no, d->D, GEMM_EPI_ADD_F32, 0};
+    GemmParams o = {b->act, w->o, b->x, T, d->D, no, no, no, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
     if ((rc = cuda_gemm_bf16(&o, l))) return rc;
     return prefill_mlp(d, w, b, T, l);
 }
@@ -118,7 +118,7 @@ extern "C" int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLa
     const int cd = conv_dim(d), vd = d->Hv * d->dv, n = cd + vd + 2 * d->Hv;
     int rc = prefill_norm(d, w->ln1, b, T, l);
     if (rc) return rc;
-    GemmParams in = {b->h, w->qkvzba, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0};
+    GemmParams in = {b->h, w->qkvzba, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
     if ((rc = cuda_gemm_bf16(&in, l))) return rc;
     DeltaNetPrefillParams dp = {};
     dp.proj = b->proj, dp.ld_proj = n, dp.z_off = cd, dp.b_off = cd + vd, dp.a_off = cd + vd + d->Hv;
@@ -127,7 +127,7 @@ extern "C" int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLa
     dp.T = T, dp.pos = pos, dp.Hk = d->Hk, dp.Hv = d->Hv, dp.dk = d->dk, dp.dv = d->dv, dp.K = d->K;
     dp.eps = d->eps;
     if ((rc = cuda_deltanet_prefill(&dp, l))) return rc;
-    GemmParams o = {b->act, w->out, b->x, T, d->D, vd, vd, vd, d->D, GEMM_EPI_ADD_F32, 0};
+    GemmParams o = {b->act, w->out, b->x, T, d->D, vd, vd, vd, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
     if ((rc = cuda_gemm_bf16(&o, l))) return rc;
     return prefill_mlp(d, w, b, T, l);
 }

@@ -181,7 +181,8 @@ static void test_shapes(void) {
     /* SwiGLU: gate/up interleave G in {1, 8, 16, 32} (1 = the backend's w_gu) */
     static const int glu[][3] = {{2048, 7168, 1024}, {65, 256, 64}, {1, 192, 40}, {300, 1024, 520}};
     for (size_t i = 0; i < sizeof glu / sizeof glu[0]; i++)
-        for (int G = 1; G <= 32; G = G == 1 ? 8 : 2 * G) run_case(glu[i][0], glu[i][1], glu[i][2], GEMM_EPI_SWIGLU_BF16, G, 0);
+        for (int G = 1; G <= 32; G = G == 1 ? 8 : 2 * G)
+            run_case(glu[i][0], glu[i][1], glu[i][2], GEMM_EPI_SWIGLU_BF16, G, 0);
 }
 
 static void test_bad_args(void) {

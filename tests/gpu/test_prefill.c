@@ -101,7 +101,8 @@ static void ref_attn(const AttnDims *a, const float *qkv, int ld, int T, int pos
     const int hd = a->hd, qhs = a->gate ? 2 * hd : hd, nq = a->Hq * qhs, kvd = a->Hkv * hd;
     float *q = fvec((size_t)T * a->Hq * hd), *k = cols(qkv, T, ld, nq, kvd), *v = cols(qkv, T, ld, nq + kvd, kvd);
     for (int t = 0; t < T; t++)
-        for (int j = 0; j < a->Hq; j++) memcpy(q + ((size_t)t * a->Hq + j) * hd, qkv + (size_t)t * ld + j * qhs, hd * 4);
+        for (int j = 0; j < a->Hq; j++)
+            memcpy(q + ((size_t)t * a->Hq + j) * hd, qkv + (size_t)t * ld + j * qhs, hd * 4);
     float *inv_freq = fvec((size_t)a->R / 2);
     cpu_rope_inv_freq(inv_freq, a->R, a->theta);
     cpu_rmsnorm(q, q, qn, T * a->Hq, hd, a->eps, a->uo);
@@ -143,7 +144,8 @@ static void ref_deltanet(const DnDims *d, const DnWeights *w, const float *proj,
     float *q = cols(c, T, cd, 0, kd), *k = cols(c, T, cd, kd, kd), *v = cols(c, T, cd, 2 * kd, vd);
     cpu_l2norm(q, T * d->Hk, d->dk, 1.0f / sqrtf((float)d->dk));
     cpu_l2norm(k, T * d->Hk, d->dk, 1.0f);
-    float *z = cols(proj, T, ld, cd, vd), *b = cols(proj, T, ld, cd + vd, d->Hv), *a = cols(proj, T, ld, cd + vd + d->Hv, d->Hv);
+    float *z = cols(proj, T, ld, cd, vd), *b = cols(proj, T, ld, cd + vd, d->Hv),
+          *a = cols(proj, T, ld, cd + vd + d->Hv, d->Hv);
     float *beta = fvec((size_t)T * d->Hv), *g = fvec((size_t)T * d->Hv), *o = fvec((size_t)T * vd);
     cpu_deltanet_gates(beta, g, b, a, w->A_log, w->dt_bias, T, d->Hv);
     float *scr = fvec((size_t)cpu_deltanet_chunked_scratch(d->Hv, d->dk, d->dv));
@@ -370,7 +372,7 @@ static void ref_mlp(const PrefillDims *d, const float *ln2, const float *Wgu, co
 }
 
 static void test_layers(const int *Ts, int ncalls) {
-    PrefillDims d = {1024, 3584, 8, 2, 256, 64, 1, NORM_ZC, 16, 16, 128, 128, 4, 1, 0, 1e-6f};
+    PrefillDims d = {1024, 3584, 8, 2, 256, 64, 1, NORM_ZC, 16, 16, 128, 128, 4, 1, 0, GEMM_ALGO_AUTO, 1e-6f};
     const int D = d.D, F = d.F, hd = d.hd, nq = 2 * d.Hq * hd, kvd = d.Hkv * hd, na = nq + 2 * kvd;
     const int kd = d.Hk * d.dk, vd = d.Hv * d.dv, cd = 2 * kd + vd, nd = cd + vd + 2 * d.Hv;
     int Tsum = 0, Tmax = 0;
