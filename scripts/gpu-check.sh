@@ -48,5 +48,5 @@ if has hf; then
 fi
 echo
 echo "================ summary ================"
-[ -f "$OUT/bench.md" ] && grep -v '^| L\|^| [a-z_]* | [0-9]* |' "$OUT/bench.md"
+[ -f "$OUT/bench.md" ] && cat "$OUT/bench.md"
 for s in "${summary[@]}"; do echo "$s"; done
