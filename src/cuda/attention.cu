@@ -249,6 +249,7 @@ __global__ void __launch_bounds__(ATT_COMBINE_THREADS) attn_combine(const __grid
     }
     L = block_sum(L, red); /* its barriers also publish wts */
     float acc = 0.0f;
+#pragma unroll 8
     for (int s = 0; s < n_act; s++) acc = fmaf(wts[s], __ldcg(po + (size_t)s * HD), acc);
     float o = rbf(acc / L);
     if (p.gated) {
