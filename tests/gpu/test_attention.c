@@ -23,6 +23,7 @@
 
 static Rng rng;
 static int have_gpu;
+static cudaStream_t stream; /* a blocking stream: cudaMemcpy on the legacy stream orders after it */
 
 #define CU(call)                                                                                      \
     do {                                                                                              \
@@ -174,7 +175,7 @@ cpu_only:
         CU(cudaMemset(d_work, 0xff, work_b));
         AttnDecodeParams p = {d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_out, d_work, d_qout, d_step,
                               c->Hq, c->Hkv, hd, c->R, c->max_seq, c->gated, c->norm_mode, eps};
-        CudaLaunch l = {0, t & 1};
+        CudaLaunch l = {stream, t & 1};
         const int rc = cuda_attn_decode(&p, &l);
         CHECK(rc == 0, "%s pos %d: launch -> %d (%s)", c->name, pos, rc, cudaGetErrorString((cudaError_t)rc));
         CU(cudaDeviceSynchronize());
@@ -237,7 +238,7 @@ static void test_misc(void) {
     CU(cudaMemcpy(d_step, &sp, sizeof sp, cudaMemcpyHostToDevice));
     AttnDecodeParams p = {d_qkv, d_w, d_w, d_w + hd, d_K, d_V, d_out, d_work, NULL, d_step,
                           Hq, Hkv, hd, R, max_seq, 1, NORM_ZC, 1e-6f};
-    CudaLaunch l = {0, 1};
+    CudaLaunch l = {stream, 1};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemset(d_out, 0xff, (size_t)Hq * hd * 4));
         CHECK(cuda_attn_decode(&p, &l) == 0, "misc: launch");
@@ -340,6 +341,10 @@ int main(int argc, char **argv) {
     rng_seed(&rng, seed);
     int n_dev = 0;
     have_gpu = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0;
+    if (have_gpu && cudaStreamCreate(&stream) != cudaSuccess) {
+        CHECK(0, "cudaStreamCreate failed");
+        have_gpu = 0;
+    }
     if (!have_gpu) printf("no CUDA device: GPU checks skipped (CPU references still cross-checked)\n");
     const AtCase cases[] = {
         {"qwen35", 8, 2, 256, 64, 2048, 1, NORM_ZC, 1e7f, 9, {0, 1, 2, 3, 31, 32, 33, 1000, 2047}},
@@ -355,5 +360,6 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4 && timing; i++) time_ctx(8, 2, 256, 64, 1, ctxs[i]);
         for (int i = 0; i < 4 && timing; i++) time_ctx(16, 8, 128, 128, 0, ctxs[i]);
     }
+    if (stream) cudaStreamDestroy(stream);
     return TEST_SUMMARY("attention");
 }

@@ -24,6 +24,7 @@
 
 static Rng rng;
 static int have_gpu;
+static cudaStream_t stream; /* a blocking stream: cudaMemcpy on the legacy stream orders after it */
 
 #define CU(call)                                                                                      \
     do {                                                                                              \
@@ -190,7 +191,7 @@ cpu_only:
         CU(cudaMemset(d_o, 0xff, (size_t)vd * 4));
         DeltanetStepParams p = {d_proj, d_conv_w, d_ring, d_A, d_dt, d_nw, d_S, d_y, c->with_o ? d_o : NULL, d_step,
                                 c->Hk, c->Hv, c->dk, c->dv, K, eps};
-        CudaLaunch l = {0, t & 1};
+        CudaLaunch l = {stream, t & 1};
         const int rc = cuda_deltanet_step(&p, &l);
         CHECK(rc == 0, "%s step %d: launch -> %d (%s)", c->name, t, rc, cudaGetErrorString((cudaError_t)rc));
         CU(cudaDeviceSynchronize());
@@ -256,7 +257,7 @@ static void test_deterministic(void) {
     for (size_t i = 0; i < nS; i++) h[i] = 0.3f * rng_normal(&rng);
     DeltanetStepParams p = {d_proj, d_w, d_ring, d_v, d_v + Hv, d_v + 2 * Hv, d_S, d_y, NULL, d_step,
                             Hk, Hv, dk, dv, K, 1e-6f};
-    CudaLaunch l = {0, 1};
+    CudaLaunch l = {stream, 1};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemcpy(d_S, h, nS * 4, cudaMemcpyHostToDevice));
         CHECK(cuda_deltanet_step(&p, &l) == 0, "deterministic: launch");
@@ -347,6 +348,10 @@ int main(int argc, char **argv) {
     rng_seed(&rng, seed);
     int n_dev = 0;
     have_gpu = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0;
+    if (have_gpu && cudaStreamCreate(&stream) != cudaSuccess) {
+        CHECK(0, "cudaStreamCreate failed");
+        have_gpu = 0;
+    }
     if (!have_gpu) printf("no CUDA device: GPU checks skipped (CPU references still cross-checked)\n");
     const DnCase cases[] = {
         {"qwen35-0.8b", 16, 16, 128, 128, 4, 5, 0, 1},
@@ -361,5 +366,6 @@ int main(int argc, char **argv) {
         test_deterministic();
         if (timing) time_08b();
     }
+    if (stream) cudaStreamDestroy(stream);
     return TEST_SUMMARY("deltanet");
 }
