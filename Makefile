@@ -12,7 +12,7 @@ DEBUG    ?= 0
 
 CFLAGS   = -std=c11 -O2 -g -Wall -Wextra -Werror -fopenmp -MMD -MP -Iinclude -Isrc -D_GNU_SOURCE
 NVFLAGS  = -O3 -lineinfo -std=c++17 $(CUARCH) -Xcompiler -Wall -MMD -MP -Isrc --expt-relaxed-constexpr
-LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lm -fopenmp -lpthread
+LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lcrypto -lm -fopenmp -lpthread
 ifeq ($(SAN),1)
   CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDLIBS += -fsanitize=address,undefined
@@ -64,6 +64,7 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
 test: $(BUILD)/qwen35 $(TEST_BIN)
+	@sh scripts/fetch_tokenizer.sh
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
 gpu-tests: $(GPU_TEST_BIN) $(BUILD)/qwen35
 test-gpu: gpu-tests

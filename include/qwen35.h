@@ -44,6 +44,7 @@ typedef struct Q35Options {
     int threads;           /* CPU threads; 0 = all cores */
     int deterministic;     /* CUDA: deterministic split-K reductions */
     int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */
+    const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
 } Q35Options;
 
 typedef struct Q35Sampling {
@@ -94,6 +95,42 @@ typedef struct Q35GenStats {
 int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, const Q35Sampling *s,
                  Q35TokenFn fn, void *user, Q35GenStats *stats, Q35Err *err);
 
+/* ---- decode benchmark (backends with a device timer: CUDA) ---- */
+typedef struct Q35BenchRequest {
+    int ctx_len; /* position of the timed token: KV positions [0, ctx_len) hold random data */
+    int iters;   /* graph replays per timing batch (5 batches, median); 0 = 200 */
+    int ops;     /* 1: also time every launch of one eager step with events (no PDL) */
+} Q35BenchRequest;
+
+#define Q35_BENCH_MAX_OPS 512
+typedef struct Q35BenchOp {
+    char name[40]; /* "L03.qkv", "L03.attention", "L03.o_proj", "L03.gate_up", "L03.down", "lm_head", ... */
+    double us;     /* event time of the launch in an eager step */
+    double bytes;  /* bytes it moves (weights + state + activations); GB/s = bytes / us / 1e3 */
+} Q35BenchOp;
+
+typedef struct Q35BenchResult {
+    double ms_token;        /* graph replay with the options the backend was opened with */
+    double ms_atomic;       /* graph + PDL, atomic split-K */
+    double ms_det;          /* graph + PDL, deterministic split-K */
+    double ms_nopdl;        /* graph, no PDL, atomic */
+    double ms_eager;        /* no graph (launch by launch), PDL, atomic */
+    double ms_sync;         /* per token with the 4-byte readback and host sync (decode_sample) */
+    double ms_sample;       /* sampling graph (temperature 1, top_k 20, top_p 0.95, min_p 0.05) */
+    int launches;           /* kernel nodes in one step's graph (greedy) */
+    double step_bytes;      /* bytes one step moves (sum over its launches) */
+    double copy_gbs;        /* device-to-device cudaMemcpy, (read + write) bytes / s / 1e9 */
+    double read_gbs;        /* streaming-read kernel, bytes / s / 1e9 */
+    char device[64];
+    int n_sm;
+    int n_ops;              /* ops[] filled when rq->ops */
+    Q35BenchOp ops[Q35_BENCH_MAX_OPS];
+} Q35BenchResult;
+/* Times the decode step at context rq->ctx_len (needs ctx_len < the context size). The sequence
+ * state is clobbered: reset before generating again. Q35_ERR_UNSUPPORTED if the backend has no
+ * device benchmark (the CPU backend). */
+int q35_bench_decode(Q35Engine *e, const Q35BenchRequest *rq, Q35BenchResult *res, Q35Err *err);
+
 /* ---- tokenizer ---- */
 int q35_tokenizer_load(Q35Tokenizer **out, const char *model_dir, Q35Err *err);
 void q35_tokenizer_free(Q35Tokenizer *t);
@@ -103,6 +140,48 @@ int q35_tokenize(const Q35Tokenizer *t, const char *text, size_t len, int **ids,
 /* Decodes ids to UTF-8 (invalid sequences -> U+FFFD). *text is malloc'ed and NUL-terminated. */
 int q35_detokenize(const Q35Tokenizer *t, const int *ids, int n, int skip_special, char **text, Q35Err *err);
 int q35_tokenizer_size(const Q35Tokenizer *t); /* vocab + added tokens */
+
+/* ---- tokenizer extensions (issue 3: src/tokenizer.c, src/chat.c) ---- */
+/* Like q35_tokenizer_load, from a tokenizer.json path; tokenizer_config.json, generation_config.json
+ * and chat_template.jinja are read from the same directory when present. */
+int q35_tokenizer_load_file(Q35Tokenizer **out, const char *tokenizer_json, Q35Err *err);
+enum { Q35_TOK_OTHER = 0, Q35_TOK_QWEN3 = 3, Q35_TOK_QWEN35 = 35 };
+int q35_tokenizer_family(const Q35Tokenizer *t); /* from the added-token ids / vocab size */
+/* A note from loading (e.g. "stale Qwen3 split regex replaced by the Qwen3.5 one"), or NULL. */
+const char *q35_tokenizer_warning(const Q35Tokenizer *t);
+/* Id of an added token with exactly this content, else of the vocab entry whose bytes are text; -1 if none. */
+int q35_token_id(const Q35Tokenizer *t, const char *text);
+int q35_token_is_special(const Q35Tokenizer *t, int id); /* added token with special: true */
+/* Stop ids: generation_config.json eos_token_id when present, else tokenizer_config's eos_token plus
+ * <|im_end|> and <|endoftext|>. Returns the count; *ids points into the tokenizer. */
+int q35_tokenizer_stop_ids(const Q35Tokenizer *t, const int **ids);
+
+/* Streaming detokenizer: feed ids one by one; each push returns only complete UTF-8 (an incomplete
+ * trailing sequence is held back; invalid bytes become U+FFFD exactly as q35_detokenize does), so the
+ * pieces concatenated equal q35_detokenize of all ids. */
+typedef struct Q35Detok Q35Detok;
+int q35_detok_open(Q35Detok **out, const Q35Tokenizer *t, int skip_special, Q35Err *err);
+/* *text: NUL-terminated, valid until the next call on d; *len its length (may be 0). */
+int q35_detok_push(Q35Detok *d, int id, const char **text, size_t *len, Q35Err *err);
+/* End of stream: a held incomplete sequence comes out as U+FFFD; the detokenizer is then empty. */
+void q35_detok_flush(Q35Detok *d, const char **text, size_t *len);
+void q35_detok_close(Q35Detok *d);
+
+/* Chat template (ChatML, rendered in C). role: "system" | "user" | "assistant" | "tool".
+ * reasoning: the assistant's thinking, or NULL (then a "<think>...</think>" inside content is used). */
+typedef struct Q35ChatMessage {
+    const char *role;
+    const char *content;
+    const char *reasoning;
+} Q35ChatMessage;
+enum { Q35_THINK_DEFAULT = -1, Q35_THINK_OFF = 0, Q35_THINK_ON = 1 };
+/* The thinking mode a plain generation prompt gives: Qwen3 on, Qwen3.5 small models off. */
+int q35_chat_default_thinking(const Q35Tokenizer *t);
+/* Renders messages (as HF apply_chat_template does) into a malloc'ed NUL-terminated *out. thinking:
+ * Q35_THINK_* for the generation prompt; add_generation_prompt: append "<|im_start|>assistant\n...". */
+int q35_chat_render(const Q35Tokenizer *t, const Q35ChatMessage *msgs, int n, int add_generation_prompt,
+                    int thinking, char **out, Q35Err *err);
+/* ---- end of tokenizer extensions ---- */
 
 const char *q35_strerror(int code);
 

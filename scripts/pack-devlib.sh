@@ -6,7 +6,7 @@ set -e
 mkdir -p .devlib
 ldd build/qwen35 | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
-        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libgcc_s.so*|libstdc++.so*) ;;
+        libc.so*|libm.so*|libresolv.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libgcc_s.so*|libstdc++.so*) ;;
         *) cp -L "$lib" .devlib/ ;;
     esac
 done

@@ -55,6 +55,13 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
             if ((rc = q35_tokenizer_load(&e->tok, opt->model_dir, err))) goto fail;
             int n = q35_tokenizer_size(e->tok);
             if (n > 0 && n < e->n_valid) e->n_valid = n;
+            GenConfig *g = &e->model.gen;
+            if (g->n_eos == 0) { /* no generation_config.json: the tokenizer's stop ids */
+                const int *stop;
+                int k = q35_tokenizer_stop_ids(e->tok, &stop);
+                for (int i = 0; i < k && g->n_eos < (int)(sizeof g->eos_ids / sizeof g->eos_ids[0]); i++)
+                    g->eos_ids[g->n_eos++] = stop[i];
+            }
         }
     }
     if (opt->max_seq < 0) {
@@ -76,6 +83,8 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     bo.threads = opt->threads;
     bo.deterministic = opt->deterministic;
     bo.no_graph = opt->no_graph;
+    bo.probe.dir = opt->probe_dir;
+    bo.n_valid = e->n_valid;
     if ((rc = e->be->open(&e->bctx, &e->model, &bo, err))) goto fail;
     e->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     if (!e->logits) {
@@ -162,6 +171,16 @@ int q35_forward(Q35Engine *e, const int *ids, int n, int all_logits, float *logi
     rc = e->be->forward(e->bctx, ids, n, e->pos, all_logits, logits, err);
     if (rc == 0) e->pos += n;
     return rc;
+}
+
+int q35_bench_decode(Q35Engine *e, const Q35BenchRequest *rq, Q35BenchResult *res, Q35Err *err) {
+    if (!e->be->bench)
+        return err_set(err, Q35_ERR_UNSUPPORTED, "the %s backend has no decode benchmark", e->be->name);
+    if (rq->ctx_len < 0 || rq->ctx_len >= e->max_seq)
+        return err_set(err, Q35_ERR_CONTEXT, "bench context %d does not fit the context size %d (use --ctx)",
+                       rq->ctx_len, e->max_seq);
+    e->pos = 0;
+    return e->be->bench(e->bctx, rq, res, err);
 }
 
 void q35_sampling_defaults(const Q35Engine *e, Q35Sampling *s) {

@@ -40,10 +40,11 @@ int cli_float(const char *flag, const char *s, float *out) {
 
 int cli_model_flag(Q35Options *o, int argc, char **argv, int *i) {
     const char *f = argv[*i], *v;
-    if (!strcmp(f, "--model") || !strcmp(f, "--dummy") || !strcmp(f, "--backend")) {
+    if (!strcmp(f, "--model") || !strcmp(f, "--dummy") || !strcmp(f, "--backend") || !strcmp(f, "--probe")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         if (!strcmp(f, "--model")) o->model_dir = v;
         else if (!strcmp(f, "--dummy")) o->dummy = v;
+        else if (!strcmp(f, "--probe")) o->probe_dir = v;
         else o->backend = v;
         return 1;
     }

@@ -3,7 +3,7 @@
 #define Q35_CLI_COMMON_H
 #include "qwen35.h"
 
-/* If argv[*i] is a model/backend flag (--model, --dummy, --backend, --ctx, --threads, --seed-weights,
+/* If argv[*i] is a model/backend flag (--model, --dummy, --backend, --ctx, --threads, --seed-weights, --probe,
  * --deterministic, --no-graph, --keep-f32-params, --strict), consumes it (and its value) and returns 1;
  * 0 if not such a flag; -1 after printing an error. */
 int cli_model_flag(Q35Options *o, int argc, char **argv, int *i);

@@ -7,39 +7,23 @@
 #include "cli/common.h"
 
 typedef struct RunState {
-    Q35Tokenizer *tok;
-    int print_ids;
-    int *ids;
-    int n, cap;
-    size_t printed; /* bytes of decoded text already written */
+    int print_ids, n;
+    Q35Detok *detok; /* streaming detokenizer: holds back incomplete UTF-8 */
 } RunState;
 
-/* Streams text: decodes all generated ids and writes the new bytes, holding back a trailing
- * U+FFFD that may be an incomplete multi-byte character. */
 static int on_token(void *user, int id) {
     RunState *r = user;
-    if (r->n == r->cap) {
-        int *b = realloc(r->ids, sizeof(int) * (size_t)(r->cap = r->cap ? 2 * r->cap : 64));
-        if (!b) return 1;
-        r->ids = b;
-    }
-    r->ids[r->n++] = id;
     if (r->print_ids) {
-        printf("%s%d", r->n > 1 ? " " : "", id);
+        printf("%s%d", r->n++ ? " " : "", id);
         fflush(stdout);
         return 0;
     }
-    char *text = NULL;
+    const char *text;
+    size_t len;
     Q35Err err = {0};
-    if (q35_detokenize(r->tok, r->ids, r->n, 0, &text, &err)) return 1;
-    size_t len = strlen(text);
-    if (len >= 3 && !memcmp(text + len - 3, "\xEF\xBF\xBD", 3)) len -= 3;
-    if (len > r->printed) {
-        fwrite(text + r->printed, 1, len - r->printed, stdout);
-        fflush(stdout);
-        r->printed = len;
-    }
-    free(text);
+    if (q35_detok_push(r->detok, id, &text, &len, &err)) return 1;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
     return 0;
 }
 
@@ -105,20 +89,23 @@ int cmd_run(int argc, char **argv) {
     if (have_pres) s.presence_penalty = pres;
     if (have_rep) s.repetition_penalty = rep;
     s.seed = (uint64_t)seed;
-    RunState st = {tok, print_ids, NULL, 0, 0, 0};
+    RunState st = {print_ids, 0, NULL};
+    if (!print_ids && q35_detok_open(&st.detok, tok, 0, &err)) { cli_fail(&err); goto done; }
     Q35GenStats gs;
-    if (q35_generate(e, ids, n, n_new, &s, on_token, &st, &gs, &err)) {
-        printf("\n");
-        cli_fail(&err);
-        free(st.ids);
-        goto done;
+    int grc = q35_generate(e, ids, n, n_new, &s, on_token, &st, &gs, &err);
+    if (st.detok) {
+        const char *text;
+        size_t len;
+        q35_detok_flush(st.detok, &text, &len);
+        fwrite(text, 1, len, stdout);
+        q35_detok_close(st.detok);
     }
     printf("\n");
+    if (grc) { cli_fail(&err); goto done; }
     if (!quiet)
         fprintf(stderr, "[%s] prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.2f tok/s)\n",
                 q35_backend_name(e), gs.n_prompt, gs.prefill_s, gs.n_prompt / (gs.prefill_s + 1e-12), gs.n_generated,
                 gs.decode_s, gs.n_generated > 1 ? (gs.n_generated - 1) / (gs.decode_s + 1e-12) : 0.0);
-    free(st.ids);
     rc = 0;
 done:
     free(ids);

@@ -182,20 +182,16 @@ void cpu_ctx_close(CpuCtx *ctx) {
     memset(ctx, 0, sizeof *ctx);
 }
 
+/* The KV cache is not cleared: attention reads only positions < pos + n, which the current
+ * sequence has written. The conv rows and the recurrent state start from zero. */
 void cpu_ctx_reset(CpuCtx *ctx) {
     const Config *c = ctx->c;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         CpuLayer *cl = &ctx->layers[l];
-        if (c->layer_types[l] == LAYER_FULL_ATTN) {
-            const size_t n = (size_t)c->num_key_value_heads * ctx->max_seq * c->head_dim * sizeof(float);
-            memset(cl->Kc, 0, n);
-            memset(cl->Vc, 0, n);
-        } else {
-            memset(cl->conv_state, 0, (size_t)(c->linear_conv_kernel_dim - 1) * c->conv_dim * sizeof(float));
-            memset(cl->S, 0,
-                   (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim *
-                       sizeof(float));
-        }
+        if (c->layer_types[l] == LAYER_FULL_ATTN) continue;
+        memset(cl->conv_state, 0, (size_t)(c->linear_conv_kernel_dim - 1) * c->conv_dim * sizeof(float));
+        memset(cl->S, 0,
+               (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * sizeof(float));
     }
     ctx->n_past = 0;
 }
@@ -230,4 +226,4 @@ static void be_close(void *ctx) {
     free(ctx);
 }
 
-const Backend cpu_backend = {"cpu", be_open, be_forward, NULL, be_reset, be_close};
+const Backend cpu_backend = {"cpu", be_open, be_forward, NULL, be_reset, be_close, NULL};
