@@ -20,32 +20,15 @@
 #include "cuda/ops.h"
 #include "test.h"
 #include "util.h"
+#include "gpu_common.h"
 
 static Rng rng;
 static int have_gpu;
 static cudaStream_t stream; /* a blocking stream: cudaMemcpy on the legacy stream orders after it */
 
-#define CU(call)                                                                                      \
-    do {                                                                                              \
-        cudaError_t e_ = (call);                                                                      \
-        if (e_ != cudaSuccess) {                                                                      \
-            CHECK(0, "%s -> %s", #call, cudaGetErrorString(e_));                                      \
-            goto done;                                                                                \
-        }                                                                                             \
-    } while (0)
-
 static float *falloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 static float rbf(float x) { return round_bf16(x); }
-static float bf_normal(float scale) { return rbf(scale * rng_normal(&rng)); }
 
-static double rel_l2(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1e-300));
-}
 static double rel_max(const float *a, const float *ref, int64_t n) {
     double m = 0, r = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -104,13 +87,13 @@ static void run_case(const AtCase *c) {
     StepParams *d_step = NULL;
 
     for (int d = 0; d < hd; d++) {
-        qw[d] = c->norm_mode == NORM_ZC ? bf_normal(0.2f) : rbf(1.0f + 0.2f * rng_normal(&rng));
-        kw[d] = c->norm_mode == NORM_ZC ? bf_normal(0.2f) : rbf(1.0f + 0.2f * rng_normal(&rng));
+        qw[d] = c->norm_mode == NORM_ZC ? bf_normal(&rng, 0.2f) : rbf(1.0f + 0.2f * rng_normal(&rng));
+        kw[d] = c->norm_mode == NORM_ZC ? bf_normal(&rng, 0.2f) : rbf(1.0f + 0.2f * rng_normal(&rng));
     }
     cpu_rope_inv_freq(inv_freq, c->R, c->theta);
     /* Cache rows of "earlier tokens": keys look like normed heads (rms ~1), values ~N(0,1). */
     for (int64_t i = 0; i < n_cache; i++) {
-        Kbf[i] = K32[i] = bf_normal(1.0f), V[i] = bf_normal(1.0f);
+        Kbf[i] = K32[i] = bf_normal(&rng, 1.0f), V[i] = bf_normal(&rng, 1.0f);
         Kh[i] = f32_to_bf16(Kbf[i]), Vh[i] = f32_to_bf16(V[i]);
     }
     if (!have_gpu) goto cpu_only;
@@ -133,7 +116,7 @@ static void run_case(const AtCase *c) {
 cpu_only:
     for (int t = 0; t < c->n_pos; t++) {
         const int pos = c->pos[t];
-        for (int i = 0; i < n_qkv; i++) qkv[i] = bf_normal(1.0f);
+        for (int i = 0; i < n_qkv; i++) qkv[i] = bf_normal(&rng, 1.0f);
         /* refbf */
         for (int j = 0; j < c->Hq; j++) {
             norm_rope_bf(qbf + (int64_t)j * hd, qkv + (int64_t)j * qs, qw, c, pos, inv_freq, eps);
@@ -223,7 +206,7 @@ static void test_misc(void) {
     StepParams sp;
     memset(&sp, 0, sizeof sp);
     sp.pos = 3000;
-    for (int i = 0; i < n_qkv; i++) h[i] = bf_normal(1.0f);
+    for (int i = 0; i < n_qkv; i++) h[i] = bf_normal(&rng, 1.0f);
     CU(cudaMalloc((void **)&d_qkv, (size_t)n_qkv * 4));
     CU(cudaMemcpy(d_qkv, h, (size_t)n_qkv * 4, cudaMemcpyHostToDevice));
     CU(cudaMalloc((void **)&d_w, (size_t)2 * hd * 4));
@@ -339,8 +322,9 @@ int main(int argc, char **argv) {
     }
     printf("test_attention: seed %llu (replay: %s %llu)\n", (unsigned long long)seed, argv[0], (unsigned long long)seed);
     rng_seed(&rng, seed);
-    int n_dev = 0;
-    have_gpu = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0;
+    const int gp = gpu_present();
+    CHECK(gp >= 0, "CUDA runtime present but failing");
+    have_gpu = gp > 0;
     if (have_gpu && cudaStreamCreate(&stream) != cudaSuccess) {
         CHECK(0, "cudaStreamCreate failed");
         have_gpu = 0;

@@ -17,6 +17,7 @@
 #include "cuda/ops.h"
 #include "test.h"
 #include "util.h"
+#include "gpu_common.h"
 
 /* Bounds vs the unrounded fp32 reference (bf16 noise); the tight bounds vs the bf16-matched one are inline. */
 #define LOOSE_Y 0.15
@@ -26,28 +27,10 @@ static Rng rng;
 static int have_gpu;
 static cudaStream_t stream; /* a blocking stream: cudaMemcpy on the legacy stream orders after it */
 
-#define CU(call)                                                                                      \
-    do {                                                                                              \
-        cudaError_t e_ = (call);                                                                      \
-        if (e_ != cudaSuccess) {                                                                      \
-            CHECK(0, "%s -> %s", #call, cudaGetErrorString(e_));                                      \
-            goto done;                                                                                \
-        }                                                                                             \
-    } while (0)
-
 static float *falloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 static float rbf(float x) { return round_bf16(x); }
-static float bf_normal(float scale) { return rbf(scale * rng_normal(&rng)); }
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-static double rel_l2(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1e-300));
-}
 /* max |a - ref| / max |ref| (NaN-propagating). */
 static double rel_max(const float *a, const float *ref, int64_t n) {
     double m = 0, r = 0;
@@ -130,7 +113,7 @@ static void run_case(const DnCase *c) {
     uint16_t *d_ring = NULL;
     StepParams *d_step = NULL;
 
-    for (int64_t i = 0; i < (int64_t)cd * K; i++) conv_w[i] = bf_normal(0.5f);
+    for (int64_t i = 0; i < (int64_t)cd * K; i++) conv_w[i] = bf_normal(&rng, 0.5f);
     for (int j = 0; j < c->Hv; j++) {
         A_log[j] = rbf(-1.0f + 2.5f * rng_uniform(&rng)); /* decay rates exp(A_log) in (0.37, 4.5) */
         dt_bias[j] = rbf(-2.0f + 3.0f * rng_uniform(&rng));
@@ -141,7 +124,7 @@ static void run_case(const DnCase *c) {
     for (int j = 0; j < K - 1 && c->pos0 > 0; j++) {
         const int p = c->pos0 - (K - 1) + j;
         for (int ch = 0; ch < cd; ch++) {
-            const float v = p >= 0 ? bf_normal(1.0f) : 0.0f;
+            const float v = p >= 0 ? bf_normal(&rng, 1.0f) : 0.0f;
             ring[(int64_t)(p % K + K) % K * cd + ch] = f32_to_bf16(v);
             r32.hist[(int64_t)j * cd + ch] = rbf16.hist[(int64_t)j * cd + ch] = v;
         }
@@ -168,9 +151,9 @@ static void run_case(const DnCase *c) {
 cpu_only:
     for (int t = 0; t < c->steps; t++) {
         const int pos = c->pos0 + t;
-        for (int i = 0; i < cd; i++) proj[i] = bf_normal(1.0f);
-        for (int i = cd; i < cd + vd; i++) proj[i] = bf_normal(1.0f);
-        for (int j = 0; j < c->Hv; j++) proj[cd + vd + j] = bf_normal(1.5f), proj[cd + vd + c->Hv + j] = bf_normal(1.0f);
+        for (int i = 0; i < cd; i++) proj[i] = bf_normal(&rng, 1.0f);
+        for (int i = cd; i < cd + vd; i++) proj[i] = bf_normal(&rng, 1.0f);
+        for (int j = 0; j < c->Hv; j++) proj[cd + vd + j] = bf_normal(&rng, 1.5f), proj[cd + vd + c->Hv + j] = bf_normal(&rng, 1.0f);
         ref_step(&r32, c, proj, conv_w, A_log, dt_bias, norm_w, eps, 0, scratch);
         ref_step(&rbf16, c, proj, conv_w, A_log, dt_bias, norm_w, eps, 1, scratch);
         for (int ch = 0; ch < cd; ch++) ring[(int64_t)(pos % K) * cd + ch] = f32_to_bf16(proj[ch]);
@@ -247,9 +230,9 @@ static void test_deterministic(void) {
     CU(cudaMalloc((void **)&d_ring, ring_b));
     CU(cudaMalloc((void **)&d_step, sizeof sp));
     CU(cudaMemcpy(d_step, &sp, sizeof sp, cudaMemcpyHostToDevice));
-    for (int i = 0; i < n_proj; i++) h[i] = bf_normal(1.0f);
+    for (int i = 0; i < n_proj; i++) h[i] = bf_normal(&rng, 1.0f);
     CU(cudaMemcpy(d_proj, h, (size_t)n_proj * 4, cudaMemcpyHostToDevice));
-    for (int i = 0; i < cd * K; i++) h[i] = bf_normal(0.5f);
+    for (int i = 0; i < cd * K; i++) h[i] = bf_normal(&rng, 0.5f);
     CU(cudaMemcpy(d_w, h, (size_t)cd * K * 4, cudaMemcpyHostToDevice));
     for (int i = 0; i < 2 * Hv + dv; i++) h[i] = i < Hv ? 0.5f : rbf(0.5f + rng_uniform(&rng));
     CU(cudaMemcpy(d_v, h, (size_t)(2 * Hv + dv) * 4, cudaMemcpyHostToDevice));
@@ -346,8 +329,9 @@ int main(int argc, char **argv) {
     }
     printf("test_deltanet: seed %llu (replay: %s %llu)\n", (unsigned long long)seed, argv[0], (unsigned long long)seed);
     rng_seed(&rng, seed);
-    int n_dev = 0;
-    have_gpu = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0;
+    const int gp = gpu_present();
+    CHECK(gp >= 0, "CUDA runtime present but failing");
+    have_gpu = gp > 0;
     if (have_gpu && cudaStreamCreate(&stream) != cudaSuccess) {
         CHECK(0, "cudaStreamCreate failed");
         have_gpu = 0;
