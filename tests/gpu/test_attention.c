@@ -8,7 +8,7 @@
  * norms, hd 128, full RoPE, no gate), G = 1 and 8; kv_len = 1, chunk edges, kv_len not a multiple of the
  * chunk, consecutive positions, the last position of max_seq, 16k context. Prints timings of the Qwen3.5
  * and Qwen3 shapes at several contexts (graphs over enough caches that L2 cannot hold them). Usage:
- * test_attention [seed] [--no-timing]. Skips without GPU. */
+ * test_attention [seed] [--no-timing]. Without a GPU only the two CPU references are cross-checked. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -299,7 +299,8 @@ static void time_ctx(int Hq, int Hkv, int hd, int R, int gated, int ctx) {
     CU(cudaEventElapsedTime(&ms, e0, e1));
     {
         const double us = 1e3 * ms / (REPS * NL);
-        printf("timing: attn decode Hq %d Hkv %d hd %d, kv_len %5d: %7.2f us/call (2 kernels, graph, PDL), KV %.2f TB/s\n",
+        printf("timing: attn decode Hq %d Hkv %d hd %d, kv_len %5d: %7.2f us/call (2 kernels, graph, PDL), "
+               "KV %.2f TB/s\n",
                Hq, Hkv, hd, ctx, us, kv_b / (us * 1e-6) / 1e12);
     }
 done:
@@ -320,7 +321,8 @@ int main(int argc, char **argv) {
         else
             seed = strtoull(argv[i], NULL, 0);
     }
-    printf("test_attention: seed %llu (replay: %s %llu)\n", (unsigned long long)seed, argv[0], (unsigned long long)seed);
+    printf("test_attention: seed %llu (replay: %s %llu)\n", (unsigned long long)seed, argv[0],
+           (unsigned long long)seed);
     rng_seed(&rng, seed);
     const int gp = gpu_present();
     CHECK(gp >= 0, "CUDA runtime present but failing");

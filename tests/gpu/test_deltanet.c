@@ -5,7 +5,8 @@
  * Checked per step: y, o (NaN-poisoned before each call), the whole state S, the whole conv ring (bit-exact).
  * Shapes: Qwen3.5-0.8B, Hv = 2 Hk, dk != dv (16/24 like the fixtures, 128/256), dv % 4 != 0, K = 3, a
  * start at pos 0 (zero ring) and at pos > 0 (random history). Prints a timing of the 0.8B shape (graph of
- * launches over 64 distinct states so L2 cannot hold them). Usage: test_deltanet [seed] [--no-timing]. Skips without GPU. */
+ * launches over 64 distinct states so L2 cannot hold them). Usage: test_deltanet [seed] [--no-timing].
+ * Without a GPU only the two CPU references are cross-checked. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -104,12 +105,14 @@ static void run_case(const DnCase *c) {
            c->steps, c->pos0);
 
     float *conv_w = falloc((int64_t)cd * K), *A_log = falloc(c->Hv), *dt_bias = falloc(c->Hv);
-    float *norm_w = falloc(c->dv), *proj = falloc(n_proj), *S_gpu = falloc(nS), *y_gpu = falloc(vd), *o_gpu = falloc(vd);
+    float *norm_w = falloc(c->dv), *proj = falloc(n_proj), *S_gpu = falloc(nS);
+    float *y_gpu = falloc(vd), *o_gpu = falloc(vd);
     float *scratch = falloc(cd + 2 * c->Hv);
     uint16_t *ring = calloc((size_t)K * cd, 2), *ring_gpu = calloc((size_t)K * cd, 2);
     RefChain r32 = {falloc(nS), falloc((int64_t)(K - 1) * cd), falloc(vd), falloc(vd)};
     RefChain rbf16 = {falloc(nS), falloc((int64_t)(K - 1) * cd), falloc(vd), falloc(vd)};
-    float *d_proj = NULL, *d_conv_w = NULL, *d_A = NULL, *d_dt = NULL, *d_nw = NULL, *d_S = NULL, *d_y = NULL, *d_o = NULL;
+    float *d_proj = NULL, *d_conv_w = NULL, *d_A = NULL, *d_dt = NULL, *d_nw = NULL, *d_S = NULL;
+    float *d_y = NULL, *d_o = NULL;
     uint16_t *d_ring = NULL;
     StepParams *d_step = NULL;
 
@@ -153,7 +156,10 @@ cpu_only:
         const int pos = c->pos0 + t;
         for (int i = 0; i < cd; i++) proj[i] = bf_normal(&rng, 1.0f);
         for (int i = cd; i < cd + vd; i++) proj[i] = bf_normal(&rng, 1.0f);
-        for (int j = 0; j < c->Hv; j++) proj[cd + vd + j] = bf_normal(&rng, 1.5f), proj[cd + vd + c->Hv + j] = bf_normal(&rng, 1.0f);
+        for (int j = 0; j < c->Hv; j++) {
+            proj[cd + vd + j] = bf_normal(&rng, 1.5f);
+            proj[cd + vd + c->Hv + j] = bf_normal(&rng, 1.0f);
+        }
         ref_step(&r32, c, proj, conv_w, A_log, dt_bias, norm_w, eps, 0, scratch);
         ref_step(&rbf16, c, proj, conv_w, A_log, dt_bias, norm_w, eps, 1, scratch);
         for (int ch = 0; ch < cd; ch++) ring[(int64_t)(pos % K) * cd + ch] = f32_to_bf16(proj[ch]);
@@ -162,7 +168,8 @@ cpu_only:
          * norm rescales it; small heads (dv ~ 20) reach ~7e-2 on some seeds.) */
         const double ry = rel_l2(rbf16.y, r32.y, vd), rS = rel_l2(rbf16.S, r32.S, nS);
         CHECK(ry <= LOOSE_Y && rS <= LOOSE_S, "%s step %d: refbf vs ref32: y %.2e S %.2e", c->name, t, ry, rS);
-        if (t == c->steps - 1) printf("   refbf vs ref32 after %d steps: y rel_l2 %.1e, S rel_l2 %.1e\n", c->steps, ry, rS);
+        if (t == c->steps - 1)
+            printf("   refbf vs ref32 after %d steps: y rel_l2 %.1e, S rel_l2 %.1e\n", c->steps, ry, rS);
         if (!have_gpu) continue;
 
         StepParams sp;
@@ -207,7 +214,8 @@ done:
     cudaFree(d_y), cudaFree(d_o), cudaFree(d_ring), cudaFree(d_step);
     free(conv_w), free(A_log), free(dt_bias), free(norm_w), free(proj), free(S_gpu), free(y_gpu), free(o_gpu);
     free(scratch), free(ring), free(ring_gpu);
-    free(r32.S), free(r32.hist), free(r32.y), free(r32.o), free(rbf16.S), free(rbf16.hist), free(rbf16.y), free(rbf16.o);
+    free(r32.S), free(r32.hist), free(r32.y), free(r32.o);
+    free(rbf16.S), free(rbf16.hist), free(rbf16.y), free(rbf16.o);
 }
 
 /* Same inputs twice from the same state: bitwise-identical y and S (no atomics, fixed orders). */
@@ -215,7 +223,8 @@ static void test_deterministic(void) {
     const int Hk = 16, Hv = 16, dk = 128, dv = 128, K = 4, cd = 2 * Hk * dk + Hv * dv, vd = Hv * dv;
     const int n_proj = cd + vd + 2 * Hv;
     const size_t nS = (size_t)Hv * dk * dv, ring_b = cuda_deltanet_conv_ring_bytes(Hk, Hv, dk, dv, K);
-    float *h = falloc((int64_t)nS), *y1 = falloc(vd), *y2 = falloc(vd), *S1 = falloc((int64_t)nS), *S2 = falloc((int64_t)nS);
+    float *h = falloc((int64_t)nS), *y1 = falloc(vd), *y2 = falloc(vd);
+    float *S1 = falloc((int64_t)nS), *S2 = falloc((int64_t)nS);
     float *d_proj = NULL, *d_w = NULL, *d_v = NULL, *d_S = NULL, *d_y = NULL;
     uint16_t *d_ring = NULL;
     StepParams *d_step = NULL;
