@@ -36,10 +36,9 @@ if has sanitizer; then
 fi
 if has bench; then
     echo "== bench"
-    build/qwen35 bench --dummy qwen3.5-0.8b --backend cuda --json "$OUT/bench.json" --md "$OUT/bench.md" 2>&1 |
-        tee "$OUT/bench.log"
-    build/qwen35 bench --dummy qwen3.5-0.8b --backend cuda --ops >"$OUT/bench-ops.log" 2>&1
-    summary+=("bench: see bench.md")
+    build/qwen35 bench --dummy qwen3.5-0.8b --backend cuda --ops --json "$OUT/bench.json" --md "$OUT/bench.md" \
+        2>&1 | tee "$OUT/bench.log"
+    summary+=("bench: exit ${PIPESTATUS[0]}")
 fi
 if has hf; then
     echo "== HF transformers eager reference timings"

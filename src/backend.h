@@ -24,36 +24,11 @@ typedef struct DeviceSampling {
 } DeviceSampling;
 
 /* Decode benchmark request/result (CUDA backend's bench hook). Times are medians. */
-typedef struct BenchRequest {
-    int ctx_len; /* position of the timed token: KV positions [0, ctx_len) hold random data */
-    int iters;   /* graph replays per timing batch (5 batches, median); 0 = 200 */
-    int ops;     /* 1: also time every launch of one eager step with events (no PDL) */
-} BenchRequest;
-
-#define BENCH_MAX_OPS 512
-typedef struct BenchOp {
-    char name[40]; /* "L03.qkv", "L03.attention", "L03.o_proj", "L03.gate_up", "L03.down", "lm_head", ... */
-    double us;     /* event time of the launch in an eager step */
-    double bytes;  /* bytes it moves (weights + state + activations); GB/s = bytes / us / 1e3 */
-} BenchOp;
-
-typedef struct BenchResult {
-    double ms_token;        /* graph replay with the options the backend was opened with */
-    double ms_atomic;       /* graph + PDL, atomic split-K */
-    double ms_det;          /* graph + PDL, deterministic split-K */
-    double ms_nopdl;        /* graph, no PDL, atomic */
-    double ms_eager;        /* no graph (launch by launch), PDL, atomic */
-    double ms_sync;         /* per token with the 4-byte readback and host sync (decode_sample) */
-    double ms_sample;       /* sampling graph (temperature 1, top_k 20, top_p 0.95, min_p 0.05) */
-    int launches;           /* kernel nodes in one step's graph (greedy) */
-    double step_bytes;      /* bytes one step moves (sum over its launches) */
-    double copy_gbs;        /* device-to-device cudaMemcpy, (read + write) bytes / s / 1e9 */
-    double read_gbs;        /* streaming-read kernel, bytes / s / 1e9 */
-    char device[64];
-    int n_sm;
-    int n_ops;              /* ops[] filled when rq->ops */
-    BenchOp ops[BENCH_MAX_OPS];
-} BenchResult;
+/* The decode benchmark structs are public (include/qwen35.h) so `qwen35 bench` can print them. */
+typedef Q35BenchRequest BenchRequest;
+typedef Q35BenchOp BenchOp;
+typedef Q35BenchResult BenchResult;
+#define BENCH_MAX_OPS Q35_BENCH_MAX_OPS
 
 typedef struct Backend {
     const char *name;

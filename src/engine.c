@@ -173,6 +173,16 @@ int q35_forward(Q35Engine *e, const int *ids, int n, int all_logits, float *logi
     return rc;
 }
 
+int q35_bench_decode(Q35Engine *e, const Q35BenchRequest *rq, Q35BenchResult *res, Q35Err *err) {
+    if (!e->be->bench)
+        return err_set(err, Q35_ERR_UNSUPPORTED, "the %s backend has no decode benchmark", e->be->name);
+    if (rq->ctx_len < 0 || rq->ctx_len >= e->max_seq)
+        return err_set(err, Q35_ERR_CONTEXT, "bench context %d does not fit the context size %d (use --ctx)",
+                       rq->ctx_len, e->max_seq);
+    e->pos = 0;
+    return e->be->bench(e->bctx, rq, res, err);
+}
+
 void q35_sampling_defaults(const Q35Engine *e, Q35Sampling *s) {
     const GenConfig *g = &e->model.gen;
     memset(s, 0, sizeof *s);

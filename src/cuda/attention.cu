@@ -249,6 +249,7 @@ __global__ void __launch_bounds__(ATT_COMBINE_THREADS) attn_combine(const __grid
     }
     L = block_sum(L, red); /* its barriers also publish wts */
     float acc = 0.0f;
+#pragma unroll 8
     for (int s = 0; s < n_act; s++) acc = fmaf(wts[s], __ldcg(po + (size_t)s * HD), acc);
     float o = rbf(acc / L);
     if (p.gated) {
@@ -261,11 +262,10 @@ __global__ void __launch_bounds__(ATT_COMBINE_THREADS) attn_combine(const __grid
 template <int HD, int G>
 static int attn_launch(const AttnDecodeParams *p, const CudaLaunch *l) {
     const int n_split = attn_splits(p->Hkv, p->max_seq);
-    int e = launch_kernel(attn_decode_splitkv<HD, G>, dim3((unsigned)n_split, (unsigned)p->Hkv), dim3(AttnCfg<HD, G>::NT),
-                          0, l, *p);
+    const dim3 grid((unsigned)n_split, (unsigned)p->Hkv), cgrid(HD / ATT_COMBINE_THREADS, (unsigned)p->Hq);
+    int e = launch_kernel(attn_decode_splitkv<HD, G>, grid, dim3(AttnCfg<HD, G>::NT), 0, l, *p);
     if (e) return e;
-    return launch_kernel(attn_combine<HD>, dim3(HD / ATT_COMBINE_THREADS, (unsigned)p->Hq), dim3(ATT_COMBINE_THREADS), 0,
-                         l, *p);
+    return launch_kernel(attn_combine<HD>, cgrid, dim3(ATT_COMBINE_THREADS), 0, l, *p);
 }
 
 template <int HD>

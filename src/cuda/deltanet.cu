@@ -46,43 +46,33 @@ typedef struct DnArgs {
     int tpr, cols;
 } DnArgs;
 
-/* ---- cluster helpers (sm_90; the compute_80 PTX has no clusters and traps) -------------------- */
-
-__device__ __forceinline__ void cluster_arrive_release(void) {
+/* ---- cluster helpers (sm_90; the compute_80 PTX has no clusters: stubs that trap, and the
+ * cluster launch itself fails on such devices) ------------------------------------------------ */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void cluster_arrive_release(void) {
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#else
-    __trap();
-#endif
 }
 __device__ __forceinline__ void cluster_arrive_relaxed(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#else
-    __trap();
-#endif
 }
-__device__ __forceinline__ void cluster_wait(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-#else
-    __trap();
-#endif
-}
+__device__ __forceinline__ void cluster_wait(void) { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 /* *local as seen in the shared memory of cluster block `rank`. */
 __device__ __forceinline__ float ld_dsmem(const float *local, unsigned rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     unsigned a = (unsigned)__cvta_generic_to_shared(local), ra;
     float v;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
     return v;
+}
 #else
-    (void)local, (void)rank;
+__device__ __forceinline__ void cluster_arrive_release(void) { __trap(); }
+__device__ __forceinline__ void cluster_arrive_relaxed(void) { __trap(); }
+__device__ __forceinline__ void cluster_wait(void) { __trap(); }
+__device__ __forceinline__ float ld_dsmem(const float *, unsigned) {
     __trap();
     return 0.0f;
-#endif
 }
+#endif
 
 /* ---- small math (accurate expf: these values are rounded to bf16 right after) ----------------- */
 
@@ -229,7 +219,10 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     }
     if (lane < tpr)
 #pragma unroll
-        for (int v = 0; v < VEC; v++) red_m[wid * cols + cg * VEC + v] = mem[v], red_s[wid * cols + cg * VEC + v] = sq[v];
+        for (int v = 0; v < VEC; v++) {
+            red_m[wid * cols + cg * VEC + v] = mem[v];
+            red_s[wid * cols + cg * VEC + v] = sq[v];
+        }
     __syncthreads();
     for (int c = tid; c < ncols; c += nt) {
         float m = 0.0f, q = 0.0f;

@@ -8,7 +8,7 @@
  * norms, hd 128, full RoPE, no gate), G = 1 and 8; kv_len = 1, chunk edges, kv_len not a multiple of the
  * chunk, consecutive positions, the last position of max_seq, 16k context. Prints timings of the Qwen3.5
  * and Qwen3 shapes at several contexts (graphs over enough caches that L2 cannot hold them). Usage:
- * test_attention [seed] [--no-timing]. Skips without GPU. */
+ * test_attention [seed] [--no-timing]. Without a GPU only the two CPU references are cross-checked. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,31 +20,15 @@
 #include "cuda/ops.h"
 #include "test.h"
 #include "util.h"
+#include "gpu_common.h"
 
 static Rng rng;
 static int have_gpu;
-
-#define CU(call)                                                                                      \
-    do {                                                                                              \
-        cudaError_t e_ = (call);                                                                      \
-        if (e_ != cudaSuccess) {                                                                      \
-            CHECK(0, "%s -> %s", #call, cudaGetErrorString(e_));                                      \
-            goto done;                                                                                \
-        }                                                                                             \
-    } while (0)
+static cudaStream_t stream; /* a blocking stream: cudaMemcpy on the legacy stream orders after it */
 
 static float *falloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 static float rbf(float x) { return round_bf16(x); }
-static float bf_normal(float scale) { return rbf(scale * rng_normal(&rng)); }
 
-static double rel_l2(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1e-300));
-}
 static double rel_max(const float *a, const float *ref, int64_t n) {
     double m = 0, r = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -103,13 +87,13 @@ static void run_case(const AtCase *c) {
     StepParams *d_step = NULL;
 
     for (int d = 0; d < hd; d++) {
-        qw[d] = c->norm_mode == NORM_ZC ? bf_normal(0.2f) : rbf(1.0f + 0.2f * rng_normal(&rng));
-        kw[d] = c->norm_mode == NORM_ZC ? bf_normal(0.2f) : rbf(1.0f + 0.2f * rng_normal(&rng));
+        qw[d] = c->norm_mode == NORM_ZC ? bf_normal(&rng, 0.2f) : rbf(1.0f + 0.2f * rng_normal(&rng));
+        kw[d] = c->norm_mode == NORM_ZC ? bf_normal(&rng, 0.2f) : rbf(1.0f + 0.2f * rng_normal(&rng));
     }
     cpu_rope_inv_freq(inv_freq, c->R, c->theta);
     /* Cache rows of "earlier tokens": keys look like normed heads (rms ~1), values ~N(0,1). */
     for (int64_t i = 0; i < n_cache; i++) {
-        Kbf[i] = K32[i] = bf_normal(1.0f), V[i] = bf_normal(1.0f);
+        Kbf[i] = K32[i] = bf_normal(&rng, 1.0f), V[i] = bf_normal(&rng, 1.0f);
         Kh[i] = f32_to_bf16(Kbf[i]), Vh[i] = f32_to_bf16(V[i]);
     }
     if (!have_gpu) goto cpu_only;
@@ -132,7 +116,7 @@ static void run_case(const AtCase *c) {
 cpu_only:
     for (int t = 0; t < c->n_pos; t++) {
         const int pos = c->pos[t];
-        for (int i = 0; i < n_qkv; i++) qkv[i] = bf_normal(1.0f);
+        for (int i = 0; i < n_qkv; i++) qkv[i] = bf_normal(&rng, 1.0f);
         /* refbf */
         for (int j = 0; j < c->Hq; j++) {
             norm_rope_bf(qbf + (int64_t)j * hd, qkv + (int64_t)j * qs, qw, c, pos, inv_freq, eps);
@@ -174,7 +158,7 @@ cpu_only:
         CU(cudaMemset(d_work, 0xff, work_b));
         AttnDecodeParams p = {d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_out, d_work, d_qout, d_step,
                               c->Hq, c->Hkv, hd, c->R, c->max_seq, c->gated, c->norm_mode, eps};
-        CudaLaunch l = {0, t & 1};
+        CudaLaunch l = {stream, t & 1};
         const int rc = cuda_attn_decode(&p, &l);
         CHECK(rc == 0, "%s pos %d: launch -> %d (%s)", c->name, pos, rc, cudaGetErrorString((cudaError_t)rc));
         CU(cudaDeviceSynchronize());
@@ -222,7 +206,7 @@ static void test_misc(void) {
     StepParams sp;
     memset(&sp, 0, sizeof sp);
     sp.pos = 3000;
-    for (int i = 0; i < n_qkv; i++) h[i] = bf_normal(1.0f);
+    for (int i = 0; i < n_qkv; i++) h[i] = bf_normal(&rng, 1.0f);
     CU(cudaMalloc((void **)&d_qkv, (size_t)n_qkv * 4));
     CU(cudaMemcpy(d_qkv, h, (size_t)n_qkv * 4, cudaMemcpyHostToDevice));
     CU(cudaMalloc((void **)&d_w, (size_t)2 * hd * 4));
@@ -237,7 +221,7 @@ static void test_misc(void) {
     CU(cudaMemcpy(d_step, &sp, sizeof sp, cudaMemcpyHostToDevice));
     AttnDecodeParams p = {d_qkv, d_w, d_w, d_w + hd, d_K, d_V, d_out, d_work, NULL, d_step,
                           Hq, Hkv, hd, R, max_seq, 1, NORM_ZC, 1e-6f};
-    CudaLaunch l = {0, 1};
+    CudaLaunch l = {stream, 1};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemset(d_out, 0xff, (size_t)Hq * hd * 4));
         CHECK(cuda_attn_decode(&p, &l) == 0, "misc: launch");
@@ -315,7 +299,8 @@ static void time_ctx(int Hq, int Hkv, int hd, int R, int gated, int ctx) {
     CU(cudaEventElapsedTime(&ms, e0, e1));
     {
         const double us = 1e3 * ms / (REPS * NL);
-        printf("timing: attn decode Hq %d Hkv %d hd %d, kv_len %5d: %7.2f us/call (2 kernels, graph, PDL), KV %.2f TB/s\n",
+        printf("timing: attn decode Hq %d Hkv %d hd %d, kv_len %5d: %7.2f us/call (2 kernels, graph, PDL), "
+               "KV %.2f TB/s\n",
                Hq, Hkv, hd, ctx, us, kv_b / (us * 1e-6) / 1e12);
     }
 done:
@@ -336,10 +321,16 @@ int main(int argc, char **argv) {
         else
             seed = strtoull(argv[i], NULL, 0);
     }
-    printf("test_attention: seed %llu (replay: %s %llu)\n", (unsigned long long)seed, argv[0], (unsigned long long)seed);
+    printf("test_attention: seed %llu (replay: %s %llu)\n", (unsigned long long)seed, argv[0],
+           (unsigned long long)seed);
     rng_seed(&rng, seed);
-    int n_dev = 0;
-    have_gpu = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0;
+    const int gp = gpu_present();
+    CHECK(gp >= 0, "CUDA runtime present but failing");
+    have_gpu = gp > 0;
+    if (have_gpu && cudaStreamCreate(&stream) != cudaSuccess) {
+        CHECK(0, "cudaStreamCreate failed");
+        have_gpu = 0;
+    }
     if (!have_gpu) printf("no CUDA device: GPU checks skipped (CPU references still cross-checked)\n");
     const AtCase cases[] = {
         {"qwen35", 8, 2, 256, 64, 2048, 1, NORM_ZC, 1e7f, 9, {0, 1, 2, 3, 31, 32, 33, 1000, 2047}},
@@ -355,5 +346,6 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 4 && timing; i++) time_ctx(8, 2, 256, 64, 1, ctxs[i]);
         for (int i = 0; i < 4 && timing; i++) time_ctx(16, 8, 128, 128, 0, ctxs[i]);
     }
+    if (stream) cudaStreamDestroy(stream);
     return TEST_SUMMARY("attention");
 }

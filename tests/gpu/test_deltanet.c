@@ -5,7 +5,8 @@
  * Checked per step: y, o (NaN-poisoned before each call), the whole state S, the whole conv ring (bit-exact).
  * Shapes: Qwen3.5-0.8B, Hv = 2 Hk, dk != dv (16/24 like the fixtures, 128/256), dv % 4 != 0, K = 3, a
  * start at pos 0 (zero ring) and at pos > 0 (random history). Prints a timing of the 0.8B shape (graph of
- * launches over 64 distinct states so L2 cannot hold them). Usage: test_deltanet [seed] [--no-timing]. Skips without GPU. */
+ * launches over 64 distinct states so L2 cannot hold them). Usage: test_deltanet [seed] [--no-timing].
+ * Without a GPU only the two CPU references are cross-checked. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "cuda/ops.h"
 #include "test.h"
 #include "util.h"
+#include "gpu_common.h"
 
 /* Bounds vs the unrounded fp32 reference (bf16 noise); the tight bounds vs the bf16-matched one are inline. */
 #define LOOSE_Y 0.15
@@ -24,29 +26,12 @@
 
 static Rng rng;
 static int have_gpu;
-
-#define CU(call)                                                                                      \
-    do {                                                                                              \
-        cudaError_t e_ = (call);                                                                      \
-        if (e_ != cudaSuccess) {                                                                      \
-            CHECK(0, "%s -> %s", #call, cudaGetErrorString(e_));                                      \
-            goto done;                                                                                \
-        }                                                                                             \
-    } while (0)
+static cudaStream_t stream; /* a blocking stream: cudaMemcpy on the legacy stream orders after it */
 
 static float *falloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 static float rbf(float x) { return round_bf16(x); }
-static float bf_normal(float scale) { return rbf(scale * rng_normal(&rng)); }
 static float silu(float x) { return x / (1.0f + expf(-x)); }
 
-static double rel_l2(const float *a, const float *ref, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1e-300));
-}
 /* max |a - ref| / max |ref| (NaN-propagating). */
 static double rel_max(const float *a, const float *ref, int64_t n) {
     double m = 0, r = 0;
@@ -120,16 +105,18 @@ static void run_case(const DnCase *c) {
            c->steps, c->pos0);
 
     float *conv_w = falloc((int64_t)cd * K), *A_log = falloc(c->Hv), *dt_bias = falloc(c->Hv);
-    float *norm_w = falloc(c->dv), *proj = falloc(n_proj), *S_gpu = falloc(nS), *y_gpu = falloc(vd), *o_gpu = falloc(vd);
+    float *norm_w = falloc(c->dv), *proj = falloc(n_proj), *S_gpu = falloc(nS);
+    float *y_gpu = falloc(vd), *o_gpu = falloc(vd);
     float *scratch = falloc(cd + 2 * c->Hv);
     uint16_t *ring = calloc((size_t)K * cd, 2), *ring_gpu = calloc((size_t)K * cd, 2);
     RefChain r32 = {falloc(nS), falloc((int64_t)(K - 1) * cd), falloc(vd), falloc(vd)};
     RefChain rbf16 = {falloc(nS), falloc((int64_t)(K - 1) * cd), falloc(vd), falloc(vd)};
-    float *d_proj = NULL, *d_conv_w = NULL, *d_A = NULL, *d_dt = NULL, *d_nw = NULL, *d_S = NULL, *d_y = NULL, *d_o = NULL;
+    float *d_proj = NULL, *d_conv_w = NULL, *d_A = NULL, *d_dt = NULL, *d_nw = NULL, *d_S = NULL;
+    float *d_y = NULL, *d_o = NULL;
     uint16_t *d_ring = NULL;
     StepParams *d_step = NULL;
 
-    for (int64_t i = 0; i < (int64_t)cd * K; i++) conv_w[i] = bf_normal(0.5f);
+    for (int64_t i = 0; i < (int64_t)cd * K; i++) conv_w[i] = bf_normal(&rng, 0.5f);
     for (int j = 0; j < c->Hv; j++) {
         A_log[j] = rbf(-1.0f + 2.5f * rng_uniform(&rng)); /* decay rates exp(A_log) in (0.37, 4.5) */
         dt_bias[j] = rbf(-2.0f + 3.0f * rng_uniform(&rng));
@@ -140,7 +127,7 @@ static void run_case(const DnCase *c) {
     for (int j = 0; j < K - 1 && c->pos0 > 0; j++) {
         const int p = c->pos0 - (K - 1) + j;
         for (int ch = 0; ch < cd; ch++) {
-            const float v = p >= 0 ? bf_normal(1.0f) : 0.0f;
+            const float v = p >= 0 ? bf_normal(&rng, 1.0f) : 0.0f;
             ring[(int64_t)(p % K + K) % K * cd + ch] = f32_to_bf16(v);
             r32.hist[(int64_t)j * cd + ch] = rbf16.hist[(int64_t)j * cd + ch] = v;
         }
@@ -167,9 +154,12 @@ static void run_case(const DnCase *c) {
 cpu_only:
     for (int t = 0; t < c->steps; t++) {
         const int pos = c->pos0 + t;
-        for (int i = 0; i < cd; i++) proj[i] = bf_normal(1.0f);
-        for (int i = cd; i < cd + vd; i++) proj[i] = bf_normal(1.0f);
-        for (int j = 0; j < c->Hv; j++) proj[cd + vd + j] = bf_normal(1.5f), proj[cd + vd + c->Hv + j] = bf_normal(1.0f);
+        for (int i = 0; i < cd; i++) proj[i] = bf_normal(&rng, 1.0f);
+        for (int i = cd; i < cd + vd; i++) proj[i] = bf_normal(&rng, 1.0f);
+        for (int j = 0; j < c->Hv; j++) {
+            proj[cd + vd + j] = bf_normal(&rng, 1.5f);
+            proj[cd + vd + c->Hv + j] = bf_normal(&rng, 1.0f);
+        }
         ref_step(&r32, c, proj, conv_w, A_log, dt_bias, norm_w, eps, 0, scratch);
         ref_step(&rbf16, c, proj, conv_w, A_log, dt_bias, norm_w, eps, 1, scratch);
         for (int ch = 0; ch < cd; ch++) ring[(int64_t)(pos % K) * cd + ch] = f32_to_bf16(proj[ch]);
@@ -178,7 +168,8 @@ cpu_only:
          * norm rescales it; small heads (dv ~ 20) reach ~7e-2 on some seeds.) */
         const double ry = rel_l2(rbf16.y, r32.y, vd), rS = rel_l2(rbf16.S, r32.S, nS);
         CHECK(ry <= LOOSE_Y && rS <= LOOSE_S, "%s step %d: refbf vs ref32: y %.2e S %.2e", c->name, t, ry, rS);
-        if (t == c->steps - 1) printf("   refbf vs ref32 after %d steps: y rel_l2 %.1e, S rel_l2 %.1e\n", c->steps, ry, rS);
+        if (t == c->steps - 1)
+            printf("   refbf vs ref32 after %d steps: y rel_l2 %.1e, S rel_l2 %.1e\n", c->steps, ry, rS);
         if (!have_gpu) continue;
 
         StepParams sp;
@@ -190,7 +181,7 @@ cpu_only:
         CU(cudaMemset(d_o, 0xff, (size_t)vd * 4));
         DeltanetStepParams p = {d_proj, d_conv_w, d_ring, d_A, d_dt, d_nw, d_S, d_y, c->with_o ? d_o : NULL, d_step,
                                 c->Hk, c->Hv, c->dk, c->dv, K, eps};
-        CudaLaunch l = {0, t & 1};
+        CudaLaunch l = {stream, t & 1};
         const int rc = cuda_deltanet_step(&p, &l);
         CHECK(rc == 0, "%s step %d: launch -> %d (%s)", c->name, t, rc, cudaGetErrorString((cudaError_t)rc));
         CU(cudaDeviceSynchronize());
@@ -223,7 +214,8 @@ done:
     cudaFree(d_y), cudaFree(d_o), cudaFree(d_ring), cudaFree(d_step);
     free(conv_w), free(A_log), free(dt_bias), free(norm_w), free(proj), free(S_gpu), free(y_gpu), free(o_gpu);
     free(scratch), free(ring), free(ring_gpu);
-    free(r32.S), free(r32.hist), free(r32.y), free(r32.o), free(rbf16.S), free(rbf16.hist), free(rbf16.y), free(rbf16.o);
+    free(r32.S), free(r32.hist), free(r32.y), free(r32.o);
+    free(rbf16.S), free(rbf16.hist), free(rbf16.y), free(rbf16.o);
 }
 
 /* Same inputs twice from the same state: bitwise-identical y and S (no atomics, fixed orders). */
@@ -231,7 +223,8 @@ static void test_deterministic(void) {
     const int Hk = 16, Hv = 16, dk = 128, dv = 128, K = 4, cd = 2 * Hk * dk + Hv * dv, vd = Hv * dv;
     const int n_proj = cd + vd + 2 * Hv;
     const size_t nS = (size_t)Hv * dk * dv, ring_b = cuda_deltanet_conv_ring_bytes(Hk, Hv, dk, dv, K);
-    float *h = falloc((int64_t)nS), *y1 = falloc(vd), *y2 = falloc(vd), *S1 = falloc((int64_t)nS), *S2 = falloc((int64_t)nS);
+    float *h = falloc((int64_t)nS), *y1 = falloc(vd), *y2 = falloc(vd);
+    float *S1 = falloc((int64_t)nS), *S2 = falloc((int64_t)nS);
     float *d_proj = NULL, *d_w = NULL, *d_v = NULL, *d_S = NULL, *d_y = NULL;
     uint16_t *d_ring = NULL;
     StepParams *d_step = NULL;
@@ -246,9 +239,9 @@ static void test_deterministic(void) {
     CU(cudaMalloc((void **)&d_ring, ring_b));
     CU(cudaMalloc((void **)&d_step, sizeof sp));
     CU(cudaMemcpy(d_step, &sp, sizeof sp, cudaMemcpyHostToDevice));
-    for (int i = 0; i < n_proj; i++) h[i] = bf_normal(1.0f);
+    for (int i = 0; i < n_proj; i++) h[i] = bf_normal(&rng, 1.0f);
     CU(cudaMemcpy(d_proj, h, (size_t)n_proj * 4, cudaMemcpyHostToDevice));
-    for (int i = 0; i < cd * K; i++) h[i] = bf_normal(0.5f);
+    for (int i = 0; i < cd * K; i++) h[i] = bf_normal(&rng, 0.5f);
     CU(cudaMemcpy(d_w, h, (size_t)cd * K * 4, cudaMemcpyHostToDevice));
     for (int i = 0; i < 2 * Hv + dv; i++) h[i] = i < Hv ? 0.5f : rbf(0.5f + rng_uniform(&rng));
     CU(cudaMemcpy(d_v, h, (size_t)(2 * Hv + dv) * 4, cudaMemcpyHostToDevice));
@@ -256,7 +249,7 @@ static void test_deterministic(void) {
     for (size_t i = 0; i < nS; i++) h[i] = 0.3f * rng_normal(&rng);
     DeltanetStepParams p = {d_proj, d_w, d_ring, d_v, d_v + Hv, d_v + 2 * Hv, d_S, d_y, NULL, d_step,
                             Hk, Hv, dk, dv, K, 1e-6f};
-    CudaLaunch l = {0, 1};
+    CudaLaunch l = {stream, 1};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemcpy(d_S, h, nS * 4, cudaMemcpyHostToDevice));
         CHECK(cuda_deltanet_step(&p, &l) == 0, "deterministic: launch");
@@ -345,8 +338,13 @@ int main(int argc, char **argv) {
     }
     printf("test_deltanet: seed %llu (replay: %s %llu)\n", (unsigned long long)seed, argv[0], (unsigned long long)seed);
     rng_seed(&rng, seed);
-    int n_dev = 0;
-    have_gpu = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0;
+    const int gp = gpu_present();
+    CHECK(gp >= 0, "CUDA runtime present but failing");
+    have_gpu = gp > 0;
+    if (have_gpu && cudaStreamCreate(&stream) != cudaSuccess) {
+        CHECK(0, "cudaStreamCreate failed");
+        have_gpu = 0;
+    }
     if (!have_gpu) printf("no CUDA device: GPU checks skipped (CPU references still cross-checked)\n");
     const DnCase cases[] = {
         {"qwen35-0.8b", 16, 16, 128, 128, 4, 5, 0, 1},
@@ -361,5 +359,6 @@ int main(int argc, char **argv) {
         test_deterministic();
         if (timing) time_08b();
     }
+    if (stream) cudaStreamDestroy(stream);
     return TEST_SUMMARY("deltanet");
 }
