@@ -2,7 +2,8 @@
  * random inputs: attention prep + flash attention (Qwen3.5 gated 8/2 x 256 and Qwen3 16/8 x 128,
  * fresh and continuation prefill over a cached prefix), the chunked DeltaNet mixer (conv and
  * recurrent state carried across calls, Hv = Hk and Hv = 2 Hk, calls shorter than the conv
- * window), and the whole-layer sequences (cuda_prefill_layer_attn / _deltanet). Outputs and
+ * window), the hand-over to the decode kernels (one decode step right after a prefill reads the
+ * KV cache / conv ring / state it left), and the whole-layer sequences. Outputs and
  * unwritten cache rows are NaN-poisoned. The GPU rounds to bf16 where HF does and the CPU
  * reference does not round, so results are compared by relative L2 (bound 1e-2); bit-exact
  * where no arithmetic happens (V cache rows, conv state). Usage: test_prefill [seed]. */
@@ -231,6 +232,33 @@ static void test_attn(const AttnDims *a, int T, int pos) {
     CHECK(eo2 <= TOL, "flash attention vs CPU on the same q/K/V: rel L2 %.3e (T=%d pos=%d hd=%d)", eo2, T, pos, hd);
     CHECK(eo <= TOL, "attention output: rel L2 %.3e (T=%d pos=%d hd=%d)", eo, T, pos, hd);
 
+    /* prefill -> decode handoff: the decode kernel (attention.cu) reads the cache the prefill wrote */
+    if (pos + T < ms) {
+        float *row = rand_bf((size_t)n, 0.0f, 1.0f), *r_o1 = fvec((size_t)a->Hq * hd);
+        float *d_row = up_f32(row, n), *d_o1 = dmalloc((size_t)a->Hq * hd * 4);
+        float *d_work = dmalloc(cuda_attn_decode_work_bytes(a->Hq, a->Hkv, hd, ms));
+        StepParams sp = {0};
+        sp.pos = pos + T;
+        StepParams *d_sp = dmalloc(sizeof sp);
+        CUDA_OK(cudaMemcpy(d_sp, &sp, sizeof sp, cudaMemcpyHostToDevice));
+        AttnDecodeParams dp = {0};
+        dp.qkv = d_row, dp.q_norm_w = d_qn, dp.k_norm_w = d_kn, dp.inv_freq = d_if, dp.k_cache = d_K;
+        dp.v_cache = d_V, dp.out = d_o1, dp.work = d_work, dp.step = d_sp, dp.Hq = a->Hq, dp.Hkv = a->Hkv;
+        dp.hd = hd, dp.R = a->R, dp.max_seq = ms, dp.gated = a->gate, dp.eps = a->eps;
+        dp.norm_mode = a->uo ? NORM_ZC : NORM_PLAIN;
+        rc = cuda_attn_decode(&dp, &L0);
+        CHECK(rc == 0, "attn_decode launch: %s", cudaGetErrorString((cudaError_t)rc));
+        CUDA_OK(cudaDeviceSynchronize());
+        float *g_o1 = down_f32(d_o1, (size_t)a->Hq * hd);
+        ref_attn(a, row, n, 1, pos + T, qn, kn, Kc, Vc, r_o1, NULL);
+        const double e1 = rel_l2(g_o1, r_o1, (size_t)a->Hq * hd);
+        printf("    decode step at pos %d after the prefill: rel L2 %.2e\n", pos + T, e1);
+        CHECK(e1 <= TOL, "attention decode after prefill: rel L2 %.3e (pos %d)", e1, pos + T);
+        free(row), free(r_o1), free(g_o1);
+        void *dd[] = {d_row, d_o1, d_work, d_sp};
+        for (size_t i = 0; i < sizeof dd / sizeof dd[0]; i++) CUDA_OK(cudaFree(dd[i]));
+    }
+
     free(qkv), free(qn), free(kn), free(Kc), free(Vc), free(inv_freq), free(g_q), free(g_out), free(g_K), free(g_V);
     free(r_q), free(r_out), free(r2_out), free(kn_new), free(kr_new);
     void *dev[] = {d_qkv, d_K, d_V, d_qn, d_kn, d_if, d_q, d_out};
@@ -331,6 +359,30 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0) 
         free(proj), free(g_y), free(g_S), free(g_ring), free(g_q), free(g_k), free(g_v), free(g_beta), free(g_g);
         free(r_y), free(io.q), free(io.k), free(io.v), free(io.beta), free(io.g);
         CUDA_OK(cudaFree(d_proj));
+    }
+    /* prefill -> decode handoff: one decode step (deltanet.cu) on the ring and state left behind */
+    {
+        float *row = rand_bf((size_t)n, 0.0f, 1.0f), *r_y1 = fvec((size_t)vd);
+        float *d_row = up_f32(row, n), *d_y1 = dmalloc((size_t)vd * 4);
+        StepParams sp = {0};
+        sp.pos = pos;
+        StepParams *d_sp = dmalloc(sizeof sp);
+        CUDA_OK(cudaMemcpy(d_sp, &sp, sizeof sp, cudaMemcpyHostToDevice));
+        DeltanetStepParams sp1 = {0};
+        sp1.proj = d_row, sp1.conv_w = d_convw, sp1.conv_ring = d_ring, sp1.A_log = d_Alog, sp1.dt_bias = d_dt;
+        sp1.norm_w = d_nw, sp1.S = d_S, sp1.y = d_y1, sp1.step = d_sp, sp1.Hk = d->Hk, sp1.Hv = d->Hv;
+        sp1.dk = d->dk, sp1.dv = d->dv, sp1.K = d->K, sp1.eps = d->eps;
+        const int rc = cuda_deltanet_step(&sp1, &L0);
+        CHECK(rc == 0, "deltanet_step launch: %s", cudaGetErrorString((cudaError_t)rc));
+        CUDA_OK(cudaDeviceSynchronize());
+        float *g_y1 = down_f32(d_y1, (size_t)vd), *g_S = down_f32(d_S, sn);
+        ref_deltanet(d, &w, row, n, 1, cstate, S, r_y1, NULL);
+        const double e1 = rel_l2(g_y1, r_y1, (size_t)vd), eS = rel_l2(g_S, S, sn);
+        printf("    decode step at pos %d after the prefill: rel L2 y %.2e state %.2e\n", pos, e1, eS);
+        CHECK(e1 <= TOL && eS <= TOL, "DeltaNet decode after prefill: y %.3e state %.3e (pos %d)", e1, eS, pos);
+        free(row), free(r_y1), free(g_y1), free(g_S);
+        void *dd[] = {d_row, d_y1, d_sp};
+        for (size_t i = 0; i < sizeof dd / sizeof dd[0]; i++) CUDA_OK(cudaFree(dd[i]));
     }
     free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w), free(cstate), free(S), free(ring);
     void *dev[] = {d_convw, d_Alog, d_dt, d_nw, d_ring, d_S, d_scr, d_y};
