@@ -352,8 +352,9 @@ int tokenizer_load_json(Tokenizer **out, const char *json, size_t len, const cha
             rc = tokenizer_compile_regex(t, pattern, err);
         }
     }
-    if (!rc) rc = tokenizer_build_nfc_table(t, err);
     cJSON_Delete(root);
+    if (!rc) rc = tokenizer_build_nfc_table(t, err);
+    if (!rc) rc = tokenizer_build_direct(t, err);
     if (rc) { q35_tokenizer_free(t); return rc; }
     /* stop ids until a config says otherwise */
     const char *stops[] = {"<|im_end|>", "<|endoftext|>"};
@@ -479,9 +480,12 @@ void q35_tokenizer_free(Q35Tokenizer *t) {
     if (t->added) free((void *)t->added[t->n_added].content);
     free(t->added);
     free(t->nfc_inert);
+    free(t->direct);
     free(t->chat_template);
     free(t);
 }
+
+int tokenizer_vocab_find(const Tokenizer *t, const void *s, size_t n) { return strmap_get(t, &t->vocab, s, n); }
 
 int q35_tokenizer_size(const Q35Tokenizer *t) { return t ? t->n_total : 0; }
 int q35_tokenizer_family(const Q35Tokenizer *t) { return t->family; }
@@ -547,7 +551,7 @@ static int buf_put(Buf *b, const void *s, size_t n) {
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
     return 0;
@@ -558,6 +562,7 @@ static int buf_put(Buf *b, const void *s, size_t n) {
 static int put_lossy(Buf *out, const unsigned char *s, size_t n, int hold, size_t *held) {
     size_t i = 0, start = 0;
     *held = 0;
+    if (!n) return buf_put(out, "", 0);
     while (i < n) {
         if (s[i] < 0x80) { i++; continue; }
         int need = s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : 2;

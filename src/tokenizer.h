@@ -52,6 +52,7 @@ struct Q35Tokenizer {
     int re_jit;
     char *regex;        /* the pattern in use */
     uint8_t *nfc_inert; /* bitmap over code points 0..0x10FFFF: NFC-stable boundary chars (see encode) */
+    uint8_t *direct;    /* bitmap over vocab ids: BPE(bytes of id) == [id] (see tokenizer_build_direct) */
     char warning[256];
     int stop_ids[8], n_stop;
     char *chat_template; /* tokenizer_config.json chat_template or chat_template.jinja; may be NULL */
@@ -64,6 +65,9 @@ int tokenizer_load_configs(Tokenizer *t, const char *dir, Err *err);
 
 /* Built by tokenizer_load_json; used by the encoder. */
 int tokenizer_build_nfc_table(Tokenizer *t, Err *err);
+int tokenizer_build_direct(Tokenizer *t, Err *err);
+/* Id of the vocab entry whose bytes are s[0..n), or -1. */
+int tokenizer_vocab_find(const Tokenizer *t, const void *s, size_t n);
 int tokenizer_compile_regex(Tokenizer *t, const char *pattern, Err *err);
 void tokenizer_free_regex(Tokenizer *t);
 
