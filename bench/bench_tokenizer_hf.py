@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_tokenizer_hf.py — HF tokenizers (python) side of bench_tokenizer.c: encode MB/s, one string per
 call (single-threaded), median of runs, on the same corpus. Usage (repo root):
-  python3 bench/bench_tokenizer_hf.py [.cache/qwen3-tokenizer] [tests/fixtures/tokenizer/corpus.jsonl] [MB] [runs]
+  python3 bench/bench_tokenizer_hf.py [.cache/qwen3-tokenizer] [tests/fixtures/tokenizer/corpus.jsonl | TEXT] [MB] [runs]
 """
 import json
 import sys
@@ -13,8 +13,8 @@ d = sys.argv[1] if len(sys.argv) > 1 else ".cache/qwen3-tokenizer"
 corpus = sys.argv[2] if len(sys.argv) > 2 else "tests/fixtures/tokenizer/corpus.jsonl"
 mb = float(sys.argv[3]) if len(sys.argv) > 3 else 16
 runs = int(sys.argv[4]) if len(sys.argv) > 4 else 5
-with open(corpus, encoding="utf-8", newline="") as f:
-    lines = [json.loads(x) for x in f.read().split("\n") if x]
+with open(corpus, encoding="utf-8", newline="") as f:  # .jsonl: a string per line; else the whole file
+    lines = [json.loads(x) for x in f.read().split("\n") if x] if corpus.endswith(".jsonl") else [f.read()]
 nbytes = sum(len(s.encode()) for s in lines)
 reps = int(mb * 1e6 / nbytes) + 1
 t0 = time.perf_counter()

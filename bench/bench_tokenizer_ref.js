@@ -6,7 +6,10 @@ const fs = require('fs');
 const dir = process.argv[2] || '.cache/qwen3-tokenizer';
 const corpus = process.argv[3] || 'tests/fixtures/tokenizer/corpus.jsonl';
 const mb = Number(process.argv[4] || 4), runs = Number(process.argv[5] || 3);
-const lines = fs.readFileSync(corpus, 'utf8').split('\n').filter((l) => l).map((l) => JSON.parse(l));
+// a .jsonl file: one JSON string per line, one encode call each; any other file: one call on its whole text
+const lines = corpus.endsWith('.jsonl')
+  ? fs.readFileSync(corpus, 'utf8').split('\n').filter((l) => l).map((l) => JSON.parse(l))
+  : [fs.readFileSync(corpus, 'utf8')];
 const bytes = lines.reduce((a, s) => a + Buffer.byteLength(s), 0);
 const reps = Math.ceil((mb * 1e6) / bytes);
 
