@@ -19,9 +19,16 @@ typedef struct AddedToken {
     int special;
 } AddedToken;
 
-/* Byte string -> id, open addressing; slots hold id + 1 (0 = empty). */
+/* Byte string -> id, open addressing. A slot keeps the first 12 bytes of its key inline (zero-padded),
+ * so a probe of a key of <= 12 bytes touches one 16-byte slot; longer keys are confirmed in the arena.
+ * meta = (id + 1) | min(len, 255) << 24; 0 = empty. */
+typedef struct StrSlot {
+    uint64_t k0;
+    uint32_t k1;
+    uint32_t meta;
+} StrSlot;
 typedef struct StrMap {
-    uint32_t *slot;
+    StrSlot *slot;
     uint32_t mask;
 } StrMap;
 
