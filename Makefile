@@ -12,7 +12,7 @@ DEBUG    ?= 0
 
 CFLAGS   = -std=c11 -O2 -g -Wall -Wextra -Werror -fopenmp -MMD -MP -Iinclude -Isrc -D_GNU_SOURCE
 NVFLAGS  = -O3 -lineinfo -std=c++17 $(CUARCH) -Xcompiler -Wall -MMD -MP -Isrc --expt-relaxed-constexpr
-LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lm -fopenmp -lpthread
+LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lcrypto -lm -fopenmp -lpthread
 ifeq ($(SAN),1)
   CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDLIBS += -fsanitize=address,undefined
@@ -42,7 +42,7 @@ GPU_TEST_SRC = $(wildcard tests/gpu/test_*.c)
 GPU_TEST_BIN = $(GPU_TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN = $(BUILD)/bench/bench_kernels
 
-.PHONY: all test test-gpu gpu-tests bench debug format loc clean tokdata fuzz-tokenizer
+.PHONY: all deps test test-gpu gpu-tests bench debug format loc clean tokdata fuzz-tokenizer
 all: $(BUILD)/qwen35 $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 $(BUILD)/%.o: %.c
@@ -56,11 +56,15 @@ $(LIB): $(CORE_OBJ)
 	ar rcs $@ $^
 $(BUILD)/qwen35: $(CLI_OBJ) $(LIB)
 	$(CC) $^ -o $@ $(LDLIBS)
+$(BUILD)/tests/gpu/%: tests/gpu/%.c tests/test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -Itests $< $(LIB) -o $@ $(LDLIBS)
 $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
-test: tokdata $(BUILD)/qwen35 $(TEST_BIN)
+test: $(BUILD)/qwen35 $(TEST_BIN)
+	@sh scripts/fetch_tokenizer.sh
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
 gpu-tests: $(GPU_TEST_BIN) $(BUILD)/qwen35
 test-gpu: gpu-tests
@@ -76,6 +80,9 @@ fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
 $(BUILD)/bench/bench_tokenizer: bench/bench_tokenizer.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
+deps:
+	$(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq make gcc libcjson-dev libpcre2-dev libutf8proc-dev \
+	    libcurl4-openssl-dev libssl-dev
 debug:
 	$(MAKE) DEBUG=1 BUILD=build-debug
 format:

@@ -44,6 +44,7 @@ typedef struct Q35Options {
     int threads;           /* CPU threads; 0 = all cores */
     int deterministic;     /* CUDA: deterministic split-K reductions */
     int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */
+    const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
 } Q35Options;
 
 typedef struct Q35Sampling {
@@ -88,9 +89,47 @@ typedef struct Q35GenStats {
 } Q35GenStats;
 
 /* Appends prompt ids, then samples up to max_new tokens, calling fn for each. Stops on the
- * model's stop ids. The sequence keeps its state, so a later call continues it (chat). */
+ * model's stop ids. The sequence keeps its state, so a later call continues it (chat); the last
+ * generated id is NOT fed to the model (it is only sampled), so a continuation starts its prompt
+ * with that id (e.g. the <|im_end|> that ended the reply). */
 int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, const Q35Sampling *s,
                  Q35TokenFn fn, void *user, Q35GenStats *stats, Q35Err *err);
+
+/* ---- decode benchmark (backends with a device timer: CUDA) ---- */
+typedef struct Q35BenchRequest {
+    int ctx_len; /* position of the timed token: KV positions [0, ctx_len) hold random data */
+    int iters;   /* graph replays per timing batch (5 batches, median); 0 = 200 */
+    int ops;     /* 1: also time every launch of one eager step with events (no PDL) */
+} Q35BenchRequest;
+
+#define Q35_BENCH_MAX_OPS 512
+typedef struct Q35BenchOp {
+    char name[40]; /* "L03.qkv", "L03.attention", "L03.o_proj", "L03.gate_up", "L03.down", "lm_head", ... */
+    double us;     /* event time of the launch in an eager step */
+    double bytes;  /* bytes it moves (weights + state + activations); GB/s = bytes / us / 1e3 */
+} Q35BenchOp;
+
+typedef struct Q35BenchResult {
+    double ms_token;        /* graph replay with the options the backend was opened with */
+    double ms_atomic;       /* graph + PDL, atomic split-K */
+    double ms_det;          /* graph + PDL, deterministic split-K */
+    double ms_nopdl;        /* graph, no PDL, atomic */
+    double ms_eager;        /* no graph (launch by launch), PDL, atomic */
+    double ms_sync;         /* per token with the 4-byte readback and host sync (decode_sample) */
+    double ms_sample;       /* sampling graph (temperature 1, top_k 20, top_p 0.95, min_p 0.05) */
+    int launches;           /* kernel nodes in one step's graph (greedy) */
+    double step_bytes;      /* bytes one step moves (sum over its launches) */
+    double copy_gbs;        /* device-to-device cudaMemcpy, (read + write) bytes / s / 1e9 */
+    double read_gbs;        /* streaming-read kernel, bytes / s / 1e9 */
+    char device[64];
+    int n_sm;
+    int n_ops;              /* ops[] filled when rq->ops */
+    Q35BenchOp ops[Q35_BENCH_MAX_OPS];
+} Q35BenchResult;
+/* Times the decode step at context rq->ctx_len (needs ctx_len < the context size). The sequence
+ * state is clobbered: reset before generating again. Q35_ERR_UNSUPPORTED if the backend has no
+ * device benchmark (the CPU backend). */
+int q35_bench_decode(Q35Engine *e, const Q35BenchRequest *rq, Q35BenchResult *res, Q35Err *err);
 
 /* ---- tokenizer ---- */
 int q35_tokenizer_load(Q35Tokenizer **out, const char *model_dir, Q35Err *err);

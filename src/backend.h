@@ -10,7 +10,10 @@ typedef struct BackendOptions {
     int threads;       /* CPU */
     int deterministic; /* CUDA split-K reduction mode */
     int no_graph;      /* CUDA */
+    int no_pdl;        /* CUDA: launch without programmatic dependent launch */
     Probe probe;       /* activation dumps (forces eager on CUDA) */
+    int n_valid;       /* ids >= n_valid are embedding padding: never argmax'ed or sampled on the
+                        * device (0 = vocab_size); the engine passes the tokenizer size */
 } BackendOptions;
 
 /* On-device sampling request (CUDA): temperature 0 = argmax. */
@@ -19,6 +22,13 @@ typedef struct DeviceSampling {
     int top_k;
     uint64_t seed, step; /* counter-based RNG: (seed, step) -> uniform */
 } DeviceSampling;
+
+/* Decode benchmark request/result (CUDA backend's bench hook). Times are medians. */
+/* The decode benchmark structs are public (include/qwen35.h) so `qwen35 bench` can print them. */
+typedef Q35BenchRequest BenchRequest;
+typedef Q35BenchOp BenchOp;
+typedef Q35BenchResult BenchResult;
+#define BENCH_MAX_OPS Q35_BENCH_MAX_OPS
 
 typedef struct Backend {
     const char *name;
@@ -29,6 +39,8 @@ typedef struct Backend {
     int (*decode_sample)(void *ctx, int token, int pos, const DeviceSampling *s, int *out_id, Err *err);
     int (*reset)(void *ctx, Err *err); /* new sequence: clear KV, conv and delta state */
     void (*close)(void *ctx);
+    /* Optional (NULL if absent): decode timings at rq->ctx_len. Clobbers the sequence (reset after). */
+    int (*bench)(void *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
 } Backend;
 
 extern const Backend cpu_backend;

@@ -45,7 +45,14 @@ typedef struct Config {
     int n_linear_layers, n_full_layers;
 } Config;
 
-/* Parses config.json text (path is used in messages only). */
+/* Parses config.json text (path is used in messages only), then config_finish.
+ * Layouts: text fields from `text_config` when present, else (per key) the top level.
+ * Defaults when absent: num_key_value_heads = heads, rms_norm_eps 1e-6, partial_rotary_factor 1,
+ * tie_word_embeddings false, max_position_embeddings 32768, full_attention_interval 4 (hybrid);
+ * head_dim = hidden/heads for dense qwen3 only (the hybrid family must state it).
+ * rope_type "default" (or "mrope", which is default RoPE for text) only; hidden_act silu only;
+ * attention_bias / use_sliding_window true are refused. Qwen3.5 always uses the output gate.
+ * Errors: malformed JSON -> Q35_ERR_FORMAT; anything else -> Q35_ERR_CONFIG naming file + key. */
 int config_parse(Config *c, const char *json_text, const char *path, Err *err);
 /* Reads <dir>/config.json. */
 int config_load(Config *c, const char *dir, Err *err);
@@ -54,7 +61,9 @@ int config_builtin(Config *c, const char *name, Err *err);
 /* Fills the derived fields and checks consistency (Hq % Hkv, Hv % Hk, R even, ...). */
 int config_finish(Config *c, const char *path, Err *err);
 
-/* generation_config.json: stop ids and sampling defaults (absent file = defaults). */
+/* generation_config.json: stop ids (eos_token_id, int or list, each < vocab_size) and sampling
+ * defaults. Absent file: n_eos = 0 (the engine must add the tokenizer's stop ids), do_sample 0
+ * (greedy), temperature 1, top_k 0 (off), top_p 1, min_p 0, repetition_penalty 1, presence 0. */
 typedef struct GenConfig {
     int eos_ids[8];
     int n_eos;

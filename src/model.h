@@ -56,9 +56,25 @@ typedef struct ModelLoadOptions {
     int strict;          /* unknown tensor names are errors */
 } ModelLoadOptions;
 
+/* Loads <dir>/config.json, model.safetensors (or the shards of model.safetensors.index.json) and
+ * generation_config.json. Every tensor is checked against the exact shape from Config; BF16, F16
+ * and F32 storage are all accepted. Tensor.name is the name as stored in the file. o may be NULL
+ * (defaults). On error m is left zeroed. Unknown names warn on stderr (strict: error). */
 int model_load(Model *m, const char *dir, const ModelLoadOptions *o, Err *err);
-/* Random weights at the shapes of a built-in config; activations stay O(1). */
+/* Random weights at the shapes of a built-in config ("qwen3.5-0.8b", "qwen3-0.6b"), bf16 except
+ * A_log / linear_attn.norm.weight (F32 holding bf16 values, like a default load). Tensor.name is
+ * the canonical name ("layers.3.self_attn.q_proj.weight"). Matrices ~ N(0,1)/sqrt(in), embedding
+ * ~ 0.15 N(0,1) (tied logits rms ~5), zero-centred norms ~ 0.1 N(0,1) (plain Qwen3 norms and the gated norm 1 + that),
+ * A_log = log U(1,16), dt_bias ~ 0.5 N(0,1), conv1d ~ N(0,1)/sqrt(K). Activations
+ * stay O(1). Deterministic for a seed (independent of the thread count). Stop ids per TOKENIZER.md §6. */
 int model_dummy(Model *m, const char *name, uint64_t seed, Err *err);
+/* The same for any config (e.g. a tiny one for tests); c is checked with config_finish first.
+ * Untied configs get a separate random lm_head. Gen config: greedy, no stop ids. */
+int model_dummy_config(Model *m, const Config *c, uint64_t seed, Err *err);
+/* Releases the mmaps and owned memory; safe on a zeroed or partially loaded Model. */
 void model_free(Model *m);
+/* Parameters a checkpoint for config c holds (tied head counted once): the count model_load and
+ * model_dummy report in n_params. */
+int64_t model_param_count(const Config *c);
 
 #endif

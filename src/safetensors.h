@@ -17,7 +17,8 @@ typedef struct Tensor {
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     int64_t numel;
-    const void *data; /* into the mmap (or owned memory for dummy weights) */
+    const void *data; /* into the mmap (or owned memory for dummy weights); the file does not
+                       * guarantee alignment, model_load copies misaligned bound tensors */
     size_t nbytes;
 } Tensor;
 
@@ -34,8 +35,12 @@ typedef struct SafeTensors {
 int dtype_size(DType t);
 const char *dtype_name(DType t);
 
+/* mmaps path read-only and checks the header; errors (Q35_ERR_IO / Q35_ERR_FORMAT) name the file
+ * and the tensor. On error st is left zeroed. Tensors are sorted by name. */
 int safetensors_open(SafeTensors *st, const char *path, Err *err);
+/* Unmaps and frees; safe on a zeroed SafeTensors and idempotent. */
 void safetensors_close(SafeTensors *st);
+/* Binary search by exact stored name; NULL if absent. */
 const Tensor *safetensors_find(const SafeTensors *st, const char *name);
 
 #endif

@@ -6,6 +6,6 @@ static int stub_open(void **ctx, const Model *m, const BackendOptions *o, Err *e
     return err_set(err, Q35_ERR_UNSUPPORTED, "CUDA backend unavailable: this build has CUDA=0");
 }
 
-const Backend cuda_backend = {"cuda", stub_open, NULL, NULL, NULL, NULL};
+const Backend cuda_backend = {"cuda", stub_open, NULL, NULL, NULL, NULL, NULL};
 
 int cuda_available(void) { return 0; }

@@ -1,0 +1,194 @@
+/* cli/download.c — `qwen35 download REPO [--dir DIR] [--endpoint URL] [--revision REV]
+ * [--include-vision] [--token-file FILE] [--verify]`: fetches a Hugging Face model repo's inference
+ * files with download_model(). Progress on stderr: a bar redrawn in place when stderr is a
+ * terminal, otherwise one line per file plus one every 10 s. */
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "download.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: qwen35 download REPO [options]   e.g. qwen35 download Qwen/Qwen3.5-0.8B\n"
+            "  --dir DIR          destination (default: models/<name>)\n"
+            "  --endpoint URL     hub address (default: https://huggingface.co)\n"
+            "  --revision REV     branch, tag or commit (default: main)\n"
+            "  --include-vision   also fetch the image/video preprocessor configs\n"
+            "  --token-file FILE  read a hub access token from FILE (gated or private repos)\n"
+            "  --verify           re-hash weight files that are already complete\n"
+            "Fetches config, tokenizer and generation files and the safetensors weights; an\n"
+            "interrupted run resumes where it stopped. Every file is checked against the hub's\n"
+            "size and sha256 / git sha1.\n");
+}
+
+typedef struct Bar {
+    int tty;
+    int open;        /* a \r line is on screen */
+    double last;     /* time of the last draw or line */
+} Bar;
+
+static void human(char *out, size_t n, double b) {
+    if (b >= 1e9) snprintf(out, n, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(out, n, "%.1f MB", b / 1e6);
+    else if (b >= 1e3) snprintf(out, n, "%.1f kB", b / 1e3);
+    else snprintf(out, n, "%.0f B", b);
+}
+
+static double rate_mb(const DownloadProgress *p) {
+    return p->seconds > 0 ? (double)(p->done - p->resumed) / p->seconds / 1e6 : 0.0;
+}
+
+static double pct(int64_t a, int64_t b) { return b > 0 ? 100.0 * (double)a / (double)b : 100.0; }
+
+/* "[3/10] model.safetensors [#####-----]  812.3 MB / 1.71 GB  47%  95.2 MB/s" */
+static void draw(Bar *b, const DownloadProgress *p) {
+    char done[32], size[32], bar[31];
+    int fill = (int)(pct(p->done, p->size) * 30 / 100);
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '-';
+    bar[30] = 0;
+    human(done, sizeof done, (double)p->done);
+    human(size, sizeof size, (double)p->size);
+    fprintf(stderr, "\r[%d/%d] %-.36s [%s] %s / %s %3.0f%% %6.1f MB/s\033[K", p->index + 1, p->count, p->file, bar,
+            done, size, pct(p->done, p->size), rate_mb(p));
+    b->open = 1;
+}
+
+/* "[3/10] model.safetensors: 812.3 MB / 1.71 GB (47%), 95.2 MB/s; all files 45%" */
+static void line(const DownloadProgress *p) {
+    char done[32], size[32];
+    human(done, sizeof done, (double)p->done);
+    human(size, sizeof size, (double)p->size);
+    fprintf(stderr, "[%d/%d] %s: %s / %s (%.0f%%), %.1f MB/s; all files %.0f%%\n", p->index + 1, p->count, p->file,
+            done, size, pct(p->done, p->size), rate_mb(p), pct(p->all_done, p->all_size));
+}
+
+static void on_progress(void *user, const DownloadProgress *p) {
+    Bar *b = user;
+    double t = now_s();
+    char size[32];
+    switch (p->event) {
+    case DL_EV_SKIP:
+        human(size, sizeof size, (double)p->size);
+        fprintf(stderr, "[%d/%d] %s: already complete (%s)\n", p->index + 1, p->count, p->file, size);
+        break;
+    case DL_EV_START:
+        b->last = t;
+        if (b->tty) {
+            draw(b, p);
+        } else {
+            human(size, sizeof size, (double)p->size);
+            fprintf(stderr, "[%d/%d] %s: fetching %s", p->index + 1, p->count, p->file, size);
+            if (p->resumed > 0) {
+                char r[32];
+                human(r, sizeof r, (double)p->resumed);
+                fprintf(stderr, ", resuming after %s", r);
+            }
+            fprintf(stderr, "\n");
+        }
+        break;
+    case DL_EV_DATA:
+        if (b->tty && t - b->last >= 0.1) {
+            draw(b, p);
+            b->last = t;
+        } else if (!b->tty && t - b->last >= 10) {
+            line(p);
+            b->last = t;
+        }
+        break;
+    case DL_EV_DONE:
+        if (b->tty) {
+            draw(b, p);
+            fprintf(stderr, "\n");
+            b->open = 0;
+        } else {
+            human(size, sizeof size, (double)(p->size - p->resumed));
+            fprintf(stderr, "[%d/%d] %s: done, fetched %s in %.1f s (%.1f MB/s)\n", p->index + 1, p->count, p->file,
+                    size, p->seconds, rate_mb(p));
+        }
+        break;
+    default: break;
+    }
+}
+
+static int read_token(const char *path, char **token, Err *err) {
+    char *t = NULL;
+    size_t n = 0;
+    int rc = read_file(path, &t, &n, err);
+    if (rc) return rc;
+    while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' ' || t[n - 1] == '\t')) t[--n] = 0;
+    if (n == 0 || strpbrk(t, "\r\n")) {
+        free(t);
+        return err_set(err, Q35_ERR_ARG, "%s: want one line holding the token", path);
+    }
+    *token = t;
+    return 0;
+}
+
+int cmd_download(int argc, char **argv) {
+    DownloadOptions o;
+    download_options_init(&o);
+    const char *token_file = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--include-vision")) {
+            o.include_vision = 1;
+        } else if (!strcmp(a, "--verify")) {
+            o.verify_existing = 1;
+        } else if (!strcmp(a, "--dir") && has_value) {
+            o.dir = argv[++i];
+        } else if (!strcmp(a, "--endpoint") && has_value) {
+            o.endpoint = argv[++i];
+        } else if (!strcmp(a, "--revision") && has_value) {
+            o.revision = argv[++i];
+        } else if (!strcmp(a, "--token-file") && has_value) {
+            token_file = argv[++i];
+        } else if (a[0] == '-') {
+            fprintf(stderr, "qwen35 download: unknown option or missing value: %s\n", a);
+            usage(stderr);
+            return 2;
+        } else if (o.repo) {
+            fprintf(stderr, "qwen35 download: one repo at a time (got %s and %s)\n", o.repo, a);
+            return 2;
+        } else {
+            o.repo = a;
+        }
+    }
+    if (!o.repo) {
+        usage(stderr);
+        return 2;
+    }
+    Err err = {0};
+    char *token = NULL;
+    if (token_file && read_token(token_file, &token, &err)) {
+        fprintf(stderr, "qwen35 download: %s\n", err.msg);
+        return 1;
+    }
+    o.token = token;
+    Bar bar = {.tty = isatty(STDERR_FILENO)};
+    o.progress = on_progress;
+    o.progress_user = &bar;
+    DownloadStats st;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = download_model(&o, &st, &err);
+    curl_global_cleanup();
+    free(token);
+    if (bar.open) fprintf(stderr, "\n");
+    if (rc) {
+        fprintf(stderr, "qwen35 download: %s\n", err.msg);
+        return 1;
+    }
+    char fetched[32], total[32];
+    human(fetched, sizeof fetched, (double)st.bytes_fetched);
+    human(total, sizeof total, (double)st.bytes_total);
+    fprintf(stderr, "%s: %d files (%s) in %s; fetched %s, %d already complete\n", o.repo, st.files, total, st.dir,
+            fetched, st.skipped);
+    return 0;
+}

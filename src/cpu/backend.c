@@ -1,0 +1,229 @@
+/* backend.c — the CPU Backend table: open checks every weight the forward pass reads
+ * against Config, converts the small vectors (norms, conv taps, gates) to fp32 once, and
+ * allocates the sequence state and activations for max_seq tokens; reset clears the state. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu/forward.h"
+#include "cpu/ops.h"
+
+static float *falloc(int64_t n, int *failed) {
+    float *p = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+    if (!p) *failed = 1;
+    return p;
+}
+
+static int is_float_dtype(DType t) { return t == DT_BF16 || t == DT_F16 || t == DT_F32; }
+static const char *non_float_name(DType t) {
+    return t == DT_I32 ? "I32" : t == DT_I64 ? "I64" : t == DT_U8 ? "U8" : "unknown";
+}
+
+/* A weight the forward pass reads: present, float, and holding rows x cols elements (rows
+ * checked against shape[0] for matrices). */
+static int check_w(const Tensor *t, int64_t rows, int64_t cols, int layer, const char *what, Err *err) {
+    char where[32] = "";
+    if (layer >= 0) snprintf(where, sizeof where, "layer %d: ", layer);
+    if (!t->data) return err_set(err, Q35_ERR_FORMAT, "cpu backend: %s%s is missing", where, what);
+    if (!is_float_dtype(t->dtype))
+        return err_set(err, Q35_ERR_FORMAT, "cpu backend: %s%s (%s) has dtype %s, expected BF16/F16/F32", where,
+                       what, t->name ? t->name : "?", non_float_name(t->dtype));
+    if (t->numel != rows * cols || (cols > 1 && t->ndim >= 2 && t->shape[0] != rows))
+        return err_set(err, Q35_ERR_FORMAT, "cpu backend: %s%s (%s) has %lld elements, expected %lld x %lld",
+                       where, what, t->name ? t->name : "?", (long long)t->numel, (long long)rows,
+                       (long long)cols);
+    return 0;
+}
+
+/* fp32 copy of a small vector weight (checked to hold n elements). */
+static float *f32_copy(const Tensor *t, int64_t n, int *failed) {
+    float *p = falloc(n, failed);
+    if (p) cpu_to_f32(p, t->data, t->dtype, n);
+    return p;
+}
+
+static int check_weights(const Model *m, Err *err) {
+    const Config *c = &m->config;
+    const Weights *w = &m->w;
+    const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
+    int rc;
+    if ((rc = check_w(&w->embed_tokens, V, D, -1, "embed_tokens", err)) ||
+        (rc = check_w(&w->norm, D, 1, -1, "norm", err)) || (rc = check_w(&w->lm_head, V, D, -1, "lm_head", err)))
+        return rc;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const LayerWeights *L = &w->layers[l];
+        if ((rc = check_w(&L->input_layernorm, D, 1, l, "input_layernorm", err)) ||
+            (rc = check_w(&L->post_attention_layernorm, D, 1, l, "post_attention_layernorm", err)) ||
+            (rc = check_w(&L->gate_proj, F, D, l, "mlp.gate_proj", err)) ||
+            (rc = check_w(&L->up_proj, F, D, l, "mlp.up_proj", err)) ||
+            (rc = check_w(&L->down_proj, D, F, l, "mlp.down_proj", err)))
+            return rc;
+        if (c->layer_types[l] == LAYER_FULL_ATTN) {
+            if ((rc = check_w(&L->q_proj, c->q_proj_rows, D, l, "self_attn.q_proj", err)) ||
+                (rc = check_w(&L->k_proj, c->kv_dim, D, l, "self_attn.k_proj", err)) ||
+                (rc = check_w(&L->v_proj, c->kv_dim, D, l, "self_attn.v_proj", err)) ||
+                (rc = check_w(&L->o_proj, D, c->attn_dim, l, "self_attn.o_proj", err)) ||
+                (rc = check_w(&L->q_norm, hd, 1, l, "self_attn.q_norm", err)) ||
+                (rc = check_w(&L->k_norm, hd, 1, l, "self_attn.k_norm", err)))
+                return rc;
+        } else {
+            const int Hv = c->linear_num_value_heads;
+            if ((rc = check_w(&L->in_proj_qkv, c->conv_dim, D, l, "linear_attn.in_proj_qkv", err)) ||
+                (rc = check_w(&L->in_proj_z, c->value_dim, D, l, "linear_attn.in_proj_z", err)) ||
+                (rc = check_w(&L->in_proj_b, Hv, D, l, "linear_attn.in_proj_b", err)) ||
+                (rc = check_w(&L->in_proj_a, Hv, D, l, "linear_attn.in_proj_a", err)) ||
+                (rc = check_w(&L->conv1d, c->conv_dim, c->linear_conv_kernel_dim, l, "linear_attn.conv1d", err)) ||
+                (rc = check_w(&L->dt_bias, Hv, 1, l, "linear_attn.dt_bias", err)) ||
+                (rc = check_w(&L->A_log, Hv, 1, l, "linear_attn.A_log", err)) ||
+                (rc = check_w(&L->linear_norm, c->linear_value_head_dim, 1, l, "linear_attn.norm", err)) ||
+                (rc = check_w(&L->out_proj, D, c->value_dim, l, "linear_attn.out_proj", err)))
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err) {
+    memset(ctx, 0, sizeof *ctx);
+    const Config *c = &m->config;
+    if (c->num_hidden_layers <= 0 || c->num_hidden_layers > Q35_MAX_LAYERS || !m->w.layers)
+        return err_set(err, Q35_ERR_CONFIG, "cpu backend: model has %d layers", c->num_hidden_layers);
+    if (c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
+        c->num_attention_heads % c->num_key_value_heads || c->rotary_dim % 2 || c->rotary_dim > c->head_dim)
+        return err_set(err, Q35_ERR_CONFIG, "cpu backend: bad attention shape (Hq %d, Hkv %d, hd %d, R %d)",
+                       c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->rotary_dim);
+    if (c->n_linear_layers > 0 &&
+        (c->linear_num_key_heads <= 0 || c->linear_num_value_heads % c->linear_num_key_heads ||
+         c->linear_conv_kernel_dim < 1))
+        return err_set(err, Q35_ERR_CONFIG, "cpu backend: bad DeltaNet shape (Hk %d, Hv %d, K %d)",
+                       c->linear_num_key_heads, c->linear_num_value_heads, c->linear_conv_kernel_dim);
+    int rc = check_weights(m, err);
+    if (rc) return rc;
+    int max_seq = o ? o->max_seq : 0;
+    if (max_seq <= 0) max_seq = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;
+    if (max_seq <= 0) return err_set(err, Q35_ERR_ARG, "cpu backend: max_seq %d", max_seq);
+
+    ctx->m = m;
+    ctx->c = c;
+    ctx->max_seq = max_seq;
+    ctx->threads = o ? o->threads : 0;
+    if (o) ctx->probe = o->probe;
+
+    const int D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim, L = c->num_hidden_layers;
+    const int Hv = c->linear_num_value_heads, K = c->linear_conv_kernel_dim;
+    const int Wd = imax(imax(c->key_dim, c->value_dim), imax(c->attn_dim, c->kv_dim));
+    const int64_t TB = CPU_TB;
+    int failed = 0;
+    ctx->layers = calloc((size_t)L, sizeof(CpuLayer));
+    if (!ctx->layers) return err_set(err, Q35_ERR_OOM, "cpu backend: out of memory");
+    for (int l = 0; l < L && !failed; l++) {
+        const LayerWeights *lw = &m->w.layers[l];
+        CpuLayer *cl = &ctx->layers[l];
+        cl->ln1 = f32_copy(&lw->input_layernorm, D, &failed);
+        cl->ln2 = f32_copy(&lw->post_attention_layernorm, D, &failed);
+        if (c->layer_types[l] == LAYER_FULL_ATTN) {
+            cl->q_norm = f32_copy(&lw->q_norm, hd, &failed);
+            cl->k_norm = f32_copy(&lw->k_norm, hd, &failed);
+            cl->Kc = falloc((int64_t)c->num_key_value_heads * max_seq * hd, &failed);
+            cl->Vc = falloc((int64_t)c->num_key_value_heads * max_seq * hd, &failed);
+        } else {
+            cl->conv_w = f32_copy(&lw->conv1d, (int64_t)c->conv_dim * K, &failed);
+            cl->dt_bias = f32_copy(&lw->dt_bias, Hv, &failed);
+            cl->A_log = f32_copy(&lw->A_log, Hv, &failed);
+            cl->lin_norm = f32_copy(&lw->linear_norm, c->linear_value_head_dim, &failed);
+            cl->conv_state = falloc((int64_t)(K - 1) * c->conv_dim, &failed);
+            cl->S = falloc((int64_t)Hv * c->linear_key_head_dim * c->linear_value_head_dim, &failed);
+        }
+    }
+    ctx->final_norm = f32_copy(&m->w.norm, D, &failed);
+    ctx->inv_freq = falloc(c->rotary_dim / 2, &failed);
+    if (ctx->inv_freq) cpu_rope_inv_freq(ctx->inv_freq, c->rotary_dim, c->rope_theta);
+    ctx->x = falloc(TB * D, &failed);
+    ctx->h = falloc(TB * D, &failed);
+    ctx->out = falloc(TB * D, &failed);
+    ctx->proj = falloc(TB * imax(c->conv_dim, c->q_proj_rows), &failed);
+    ctx->conv = falloc(TB * c->conv_dim, &failed);
+    ctx->q = falloc(TB * Wd, &failed);
+    ctx->k = falloc(TB * Wd, &failed);
+    ctx->v = falloc(TB * Wd, &failed);
+    ctx->gate = falloc(TB * Wd, &failed);
+    ctx->o = falloc(TB * Wd, &failed);
+    ctx->b = falloc(TB * Hv, &failed);
+    ctx->a = falloc(TB * Hv, &failed);
+    ctx->beta = falloc(TB * Hv, &failed);
+    ctx->g = falloc(TB * Hv, &failed);
+    ctx->mlp_g = falloc(TB * F, &failed);
+    ctx->mlp_u = falloc(TB * F, &failed);
+    ctx->dn_scratch =
+        falloc(cpu_deltanet_chunked_scratch(Hv, c->linear_key_head_dim, c->linear_value_head_dim), &failed);
+    if (failed) {
+        cpu_ctx_close(ctx);
+        return err_set(err, Q35_ERR_OOM, "cpu backend: out of memory allocating state for max_seq %d", max_seq);
+    }
+    return 0;
+}
+
+void cpu_ctx_close(CpuCtx *ctx) {
+    if (ctx->layers) {
+        for (int l = 0; l < ctx->c->num_hidden_layers; l++) {
+            CpuLayer *cl = &ctx->layers[l];
+            float *p[] = {cl->ln1,     cl->ln2,   cl->q_norm,   cl->k_norm,     cl->Kc, cl->Vc,
+                          cl->conv_w,  cl->dt_bias, cl->A_log,  cl->lin_norm, cl->conv_state, cl->S};
+            for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+        }
+        free(ctx->layers);
+    }
+    float *p[] = {ctx->final_norm, ctx->inv_freq, ctx->x,    ctx->h,     ctx->out,   ctx->proj,
+                  ctx->conv,       ctx->q,        ctx->k,    ctx->v,     ctx->gate,  ctx->o,
+                  ctx->b,          ctx->a,        ctx->beta, ctx->g,     ctx->mlp_g, ctx->mlp_u,
+                  ctx->dn_scratch};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+    memset(ctx, 0, sizeof *ctx);
+}
+
+/* The KV cache is not cleared: attention reads only positions < pos + n, which the current
+ * sequence has written. The conv rows and the recurrent state start from zero. */
+void cpu_ctx_reset(CpuCtx *ctx) {
+    const Config *c = ctx->c;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        CpuLayer *cl = &ctx->layers[l];
+        if (c->layer_types[l] == LAYER_FULL_ATTN) continue;
+        memset(cl->conv_state, 0, (size_t)(c->linear_conv_kernel_dim - 1) * c->conv_dim * sizeof(float));
+        memset(cl->S, 0,
+               (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * sizeof(float));
+    }
+    ctx->n_past = 0;
+}
+
+/* ---- the Backend table ----------------------------------------------------------------- */
+
+static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err) {
+    CpuCtx *ctx = malloc(sizeof *ctx);
+    if (!ctx) return err_set(err, Q35_ERR_OOM, "cpu backend: out of memory");
+    int rc = cpu_ctx_open(ctx, m, o, err);
+    if (rc) {
+        free(ctx);
+        return rc;
+    }
+    *out = ctx;
+    return 0;
+}
+
+static int be_forward(void *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err) {
+    return cpu_forward(ctx, tokens, n, pos, all_logits, logits, err);
+}
+
+static int be_reset(void *ctx, Err *err) {
+    (void)err;
+    cpu_ctx_reset(ctx);
+    return 0;
+}
+
+static void be_close(void *ctx) {
+    if (!ctx) return;
+    cpu_ctx_close(ctx);
+    free(ctx);
+}
+
+const Backend cpu_backend = {"cpu", be_open, be_forward, NULL, be_reset, be_close, NULL};

@@ -1,0 +1,540 @@
+/* backend.cu — the CUDA Backend table: open (device, checks, one arena for weights + state +
+ * activations sized for max_seq, weight upload with stacking/interleaving), the decode step as
+ * a CUDA graph captured once per mode (greedy / sampling) and replayed per token, forward() as
+ * n decode steps, reset, close, and the bench hook. forward.cu holds the step's launches. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda/forward.cuh"
+
+#define STAGE_ELEMS (8 << 20) /* bf16 elements in the pinned upload staging buffer (16 MiB) */
+
+static int cfail(cudaError_t e, const char *what, Err *err) {
+    return err_set(err, Q35_ERR_CUDA, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+#define CK(call, what)                                              \
+    do {                                                            \
+        cudaError_t e_ = (call);                                    \
+        if (e_ != cudaSuccess) return cfail(e_, what, err);         \
+    } while (0)
+
+/* ---- weight checks --------------------------------------------------------------------------- */
+
+static const char *dt_name(DType t) {
+    switch (t) {
+    case DT_BF16: return "BF16";
+    case DT_F16: return "F16";
+    case DT_F32: return "F32";
+    case DT_I32: return "I32";
+    case DT_I64: return "I64";
+    case DT_U8: return "U8";
+    }
+    return "unknown";
+}
+
+static int check_w(const Tensor *t, int64_t rows, int64_t cols, int layer, const char *what, Err *err) {
+    char where[32] = "";
+    if (layer >= 0) snprintf(where, sizeof where, "layer %d: ", layer);
+    if (!t->data) return err_set(err, Q35_ERR_FORMAT, "cuda backend: %s%s is missing", where, what);
+    if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
+        return err_set(err, Q35_ERR_FORMAT, "cuda backend: %s%s (%s) has dtype %s, expected BF16/F16/F32", where, what,
+                       t->name ? t->name : "?", dt_name(t->dtype));
+    if (t->numel != rows * cols || (cols > 1 && t->ndim >= 2 && t->shape[0] != rows))
+        return err_set(err, Q35_ERR_FORMAT, "cuda backend: %s%s (%s) has %lld elements, expected %lld x %lld", where,
+                       what, t->name ? t->name : "?", (long long)t->numel, (long long)rows, (long long)cols);
+    return 0;
+}
+
+static int check_model(const Model *m, Err *err) {
+    const Config *c = &m->config;
+    const Weights *w = &m->w;
+    const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
+    if (c->num_hidden_layers <= 0 || c->num_hidden_layers > Q35_MAX_LAYERS || !w->layers)
+        return err_set(err, Q35_ERR_CONFIG, "cuda backend: model has %d layers", c->num_hidden_layers);
+    if (D % 8 || F % 8 || c->attn_dim % 8 || (c->n_linear_layers && c->value_dim % 8))
+        return err_set(err, Q35_ERR_CONFIG,
+                       "cuda backend: hidden_size %d, intermediate_size %d, attention and value widths must be "
+                       "multiples of 8", D, F);
+    if (c->n_full_layers) {
+        const int G = c->num_key_value_heads > 0 ? c->num_attention_heads / c->num_key_value_heads : 0;
+        if ((hd != 128 && hd != 256) || G * c->num_key_value_heads != c->num_attention_heads ||
+            (G != 1 && G != 2 && G != 4 && G != 8) || c->rotary_dim < 2 || c->rotary_dim % 2 || c->rotary_dim > hd)
+            return err_set(err, Q35_ERR_CONFIG,
+                           "cuda backend: attention needs head_dim 128 or 256, Hq/Hkv in {1,2,4,8} and an even "
+                           "rotary_dim <= head_dim (got head_dim %d, %d/%d heads, rotary_dim %d)",
+                           hd, c->num_attention_heads, c->num_key_value_heads, c->rotary_dim);
+    }
+    if (c->n_linear_layers &&
+        (c->linear_num_key_heads < 1 || c->linear_num_value_heads % c->linear_num_key_heads ||
+         c->linear_key_head_dim < 1 || c->linear_key_head_dim > 1024 || c->linear_value_head_dim < 1 ||
+         c->linear_value_head_dim > 1024 || c->linear_conv_kernel_dim < 1))
+        return err_set(err, Q35_ERR_CONFIG,
+                       "cuda backend: DeltaNet needs Hv %% Hk == 0 and head dims <= 1024 (Hk %d, Hv %d, dk %d, dv %d, "
+                       "K %d)", c->linear_num_key_heads, c->linear_num_value_heads, c->linear_key_head_dim,
+                       c->linear_value_head_dim, c->linear_conv_kernel_dim);
+    int rc;
+    if ((rc = check_w(&w->embed_tokens, V, D, -1, "embed_tokens", err)) ||
+        (rc = check_w(&w->norm, D, 1, -1, "norm", err)) || (rc = check_w(&w->lm_head, V, D, -1, "lm_head", err)))
+        return rc;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const LayerWeights *L = &w->layers[l];
+        if ((rc = check_w(&L->input_layernorm, D, 1, l, "input_layernorm", err)) ||
+            (rc = check_w(&L->post_attention_layernorm, D, 1, l, "post_attention_layernorm", err)) ||
+            (rc = check_w(&L->gate_proj, F, D, l, "mlp.gate_proj", err)) ||
+            (rc = check_w(&L->up_proj, F, D, l, "mlp.up_proj", err)) ||
+            (rc = check_w(&L->down_proj, D, F, l, "mlp.down_proj", err)))
+            return rc;
+        if (c->layer_types[l] == LAYER_FULL_ATTN) {
+            if ((rc = check_w(&L->q_proj, c->q_proj_rows, D, l, "self_attn.q_proj", err)) ||
+                (rc = check_w(&L->k_proj, c->kv_dim, D, l, "self_attn.k_proj", err)) ||
+                (rc = check_w(&L->v_proj, c->kv_dim, D, l, "self_attn.v_proj", err)) ||
+                (rc = check_w(&L->o_proj, D, c->attn_dim, l, "self_attn.o_proj", err)) ||
+                (rc = check_w(&L->q_norm, hd, 1, l, "self_attn.q_norm", err)) ||
+                (rc = check_w(&L->k_norm, hd, 1, l, "self_attn.k_norm", err)))
+                return rc;
+        } else {
+            const int Hv = c->linear_num_value_heads;
+            if ((rc = check_w(&L->in_proj_qkv, c->conv_dim, D, l, "linear_attn.in_proj_qkv", err)) ||
+                (rc = check_w(&L->in_proj_z, c->value_dim, D, l, "linear_attn.in_proj_z", err)) ||
+                (rc = check_w(&L->in_proj_b, Hv, D, l, "linear_attn.in_proj_b", err)) ||
+                (rc = check_w(&L->in_proj_a, Hv, D, l, "linear_attn.in_proj_a", err)) ||
+                (rc = check_w(&L->conv1d, c->conv_dim, c->linear_conv_kernel_dim, l, "linear_attn.conv1d", err)) ||
+                (rc = check_w(&L->dt_bias, Hv, 1, l, "linear_attn.dt_bias", err)) ||
+                (rc = check_w(&L->A_log, Hv, 1, l, "linear_attn.A_log", err)) ||
+                (rc = check_w(&L->linear_norm, c->linear_value_head_dim, 1, l, "linear_attn.norm", err)) ||
+                (rc = check_w(&L->out_proj, D, c->value_dim, l, "linear_attn.out_proj", err)))
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* ---- arena layout ------------------------------------------------------------------------------ */
+
+typedef struct Arena {
+    char *base; /* NULL: sizing pass */
+    size_t off;
+} Arena;
+
+static void *carve(Arena *a, size_t bytes) {
+    size_t o = (a->off + 255) & ~(size_t)255;
+    a->off = o + bytes;
+    return a->base ? a->base + o : NULL;
+}
+#define CARVE(a, ptr, n) ((ptr) = (__typeof__(ptr))carve((a), sizeof(*(ptr)) * (size_t)(n)))
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+/* Assigns every device pointer of ctx from the arena (run once to size, once to assign). */
+static void layout(CudaCtx *ctx, Arena *a) {
+    const Config *c = ctx->c;
+    const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, L = c->num_hidden_layers;
+    const int Hv = c->linear_num_value_heads, K = c->linear_conv_kernel_dim, hd = c->head_dim;
+    const int tied = ctx->m->w.lm_head.data == ctx->m->w.embed_tokens.data;
+    int max_in = 1;
+    CARVE(a, ctx->embed, (size_t)V * D);
+    if (tied)
+        ctx->lm_head = ctx->embed;
+    else
+        CARVE(a, ctx->lm_head, (size_t)V * D);
+    CARVE(a, ctx->final_norm, D);
+    CARVE(a, ctx->inv_freq, c->rotary_dim / 2 > 0 ? c->rotary_dim / 2 : 1);
+    if (c->n_full_layers)
+        ctx->attn_work = (float *)carve(a, cuda_attn_decode_work_bytes(c->num_attention_heads, c->num_key_value_heads,
+                                                                       hd, ctx->max_seq));
+    for (int l = 0; l < L; l++) {
+        CudaLayer *ly = &ctx->layers[l];
+        ly->type = c->layer_types[l];
+        CARVE(a, ly->ln1, D);
+        CARVE(a, ly->ln2, D);
+        if (ly->type == LAYER_FULL_ATTN) {
+            ly->in_rows = c->q_proj_rows + 2 * c->kv_dim;
+            ly->out_cols = c->attn_dim;
+            CARVE(a, ly->q_norm, hd);
+            CARVE(a, ly->k_norm, hd);
+        } else {
+            ly->in_rows = c->conv_dim + c->value_dim + 2 * Hv;
+            ly->out_cols = c->value_dim;
+            CARVE(a, ly->conv_w, (size_t)c->conv_dim * K);
+            CARVE(a, ly->A_log, Hv);
+            CARVE(a, ly->dt_bias, Hv);
+            CARVE(a, ly->lin_norm, c->linear_value_head_dim);
+        }
+        max_in = imax(max_in, ly->in_rows);
+        CARVE(a, ly->w_in, (size_t)ly->in_rows * D);
+        CARVE(a, ly->w_out, (size_t)D * ly->out_cols);
+        CARVE(a, ly->w_gu, (size_t)2 * F * D);
+        CARVE(a, ly->w_down, (size_t)D * F);
+    }
+    /* sequence state: one contiguous range, cleared by reset */
+    a->off = (a->off + 255) & ~(size_t)255;
+    ctx->state_off = a->off;
+    for (int l = 0; l < L; l++) {
+        CudaLayer *ly = &ctx->layers[l];
+        if (ly->type == LAYER_FULL_ATTN) {
+            CARVE(a, ly->Kc, (size_t)c->num_key_value_heads * ctx->max_seq * hd);
+            CARVE(a, ly->Vc, (size_t)c->num_key_value_heads * ctx->max_seq * hd);
+        } else {
+            CARVE(a, ly->S, (size_t)Hv * c->linear_key_head_dim * c->linear_value_head_dim);
+            ly->conv_ring = (uint16_t *)carve(
+                a, cuda_deltanet_conv_ring_bytes(c->linear_num_key_heads, Hv, c->linear_key_head_dim,
+                                                 c->linear_value_head_dim, K));
+        }
+    }
+    /* split-K partials and the argmax/sampling scratch: zero at first use, kept so by the kernels */
+    CARVE(a, ctx->pa, (size_t)ctx->max_splits * D);
+    CARVE(a, ctx->pb, (size_t)ctx->max_splits * D);
+    CARVE(a, ctx->am_count, 1);
+    ctx->sample_scratch = carve(a, cuda_sample_scratch_bytes(ctx->n_sm));
+    ctx->state_bytes = a->off - ctx->state_off;
+    CARVE(a, ctx->x[0], D);
+    CARVE(a, ctx->x[1], D);
+    CARVE(a, ctx->proj, max_in);
+    CARVE(a, ctx->mix, imax(c->value_dim, c->attn_dim));
+    CARVE(a, ctx->mlp, F);
+    CARVE(a, ctx->logits, V);
+    CARVE(a, ctx->am_val, ctx->lm_blocks);
+    CARVE(a, ctx->am_idx, ctx->lm_blocks);
+    CARVE(a, ctx->out_id, 1);
+    CARVE(a, ctx->out_max, 1);
+    CARVE(a, ctx->step_dev, 1);
+    CARVE(a, ctx->probe_dev, imax(imax(c->value_dim, c->attn_dim), imax(D, c->q_proj_rows)));
+}
+
+/* ---- weight upload ------------------------------------------------------------------------------ */
+
+/* Rows [0, rows) of t (any float dtype) -> bf16 rows row0 + r*step of the device matrix dst
+ * (cols wide), through the pinned staging buffer. */
+static int upload_rows(CudaCtx *ctx, uint16_t *stage, uint16_t *dst, const Tensor *t, int64_t rows, int64_t cols,
+                       int64_t row0, int step, Err *err) {
+    (void)ctx;
+    const int64_t chunk = STAGE_ELEMS / cols > 0 ? STAGE_ELEMS / cols : 1;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t nr = rows - r0 < chunk ? rows - r0 : chunk, n = nr * cols, base = r0 * cols;
+        if (t->dtype == DT_BF16) {
+            memcpy(stage, (const uint16_t *)t->data + base, (size_t)n * 2);
+        } else if (t->dtype == DT_F16) {
+            const uint16_t *s = (const uint16_t *)t->data + base;
+            for (int64_t i = 0; i < n; i++) stage[i] = f32_to_bf16(f16_to_f32(s[i]));
+        } else {
+            const float *s = (const float *)t->data + base;
+            for (int64_t i = 0; i < n; i++) stage[i] = f32_to_bf16(s[i]);
+        }
+        uint16_t *d = dst + (row0 + r0 * step) * cols;
+        cudaError_t e = step == 1 ? cudaMemcpy(d, stage, (size_t)n * 2, cudaMemcpyHostToDevice)
+                                  : cudaMemcpy2D(d, (size_t)step * cols * 2, stage, (size_t)cols * 2,
+                                                 (size_t)cols * 2, (size_t)nr, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) return cfail(e, "weight upload", err);
+    }
+    return 0;
+}
+
+/* A small vector (n elements of any float dtype) -> fp32 on the device. */
+static int upload_vec(float *dst, const Tensor *t, int64_t n, Err *err) {
+    float *h = (float *)malloc(sizeof(float) * (size_t)n);
+    if (!h) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+    for (int64_t i = 0; i < n; i++) {
+        if (t->dtype == DT_F32) h[i] = ((const float *)t->data)[i];
+        else if (t->dtype == DT_F16) h[i] = f16_to_f32(((const uint16_t *)t->data)[i]);
+        else h[i] = bf16_to_f32(((const uint16_t *)t->data)[i]);
+    }
+    cudaError_t e = cudaMemcpy(dst, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice);
+    free(h);
+    return e == cudaSuccess ? 0 : cfail(e, "vector upload", err);
+}
+
+static int upload_weights(CudaCtx *ctx, Err *err) {
+    const Config *c = ctx->c;
+    const Weights *w = &ctx->m->w;
+    const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, Hv = c->linear_num_value_heads;
+    uint16_t *stage = NULL;
+    CK(cudaMallocHost((void **)&stage, (size_t)STAGE_ELEMS * 2), "pinned staging buffer");
+    int rc = upload_rows(ctx, stage, ctx->embed, &w->embed_tokens, V, D, 0, 1, err);
+    if (!rc && ctx->lm_head != ctx->embed) rc = upload_rows(ctx, stage, ctx->lm_head, &w->lm_head, V, D, 0, 1, err);
+    if (!rc) rc = upload_vec(ctx->final_norm, &w->norm, D, err);
+    if (!rc && c->rotary_dim >= 2) { /* inv_freq[i] = 1 / theta^(2i/R), exponent in fp32, power in double (as HF) */
+        float inv[1024];
+        const int half = c->rotary_dim / 2 < 1024 ? c->rotary_dim / 2 : 1024;
+        for (int i = 0; i < half; i++)
+            inv[i] = (float)(1.0 / pow((double)c->rope_theta, (double)((float)(2 * i) / (float)c->rotary_dim)));
+        cudaError_t e = cudaMemcpy(ctx->inv_freq, inv, sizeof(float) * (size_t)half, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) rc = cfail(e, "inv_freq upload", err);
+    }
+    for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
+        const LayerWeights *L = &w->layers[l];
+        CudaLayer *ly = &ctx->layers[l];
+        rc = upload_vec(ly->ln1, &L->input_layernorm, D, err);
+        if (!rc) rc = upload_vec(ly->ln2, &L->post_attention_layernorm, D, err);
+        if (!rc) rc = upload_rows(ctx, stage, ly->w_gu, &L->gate_proj, F, D, 0, 2, err);
+        if (!rc) rc = upload_rows(ctx, stage, ly->w_gu, &L->up_proj, F, D, 1, 2, err);
+        if (!rc) rc = upload_rows(ctx, stage, ly->w_down, &L->down_proj, D, F, 0, 1, err);
+        if (rc) break;
+        if (ly->type == LAYER_FULL_ATTN) {
+            rc = upload_rows(ctx, stage, ly->w_in, &L->q_proj, c->q_proj_rows, D, 0, 1, err);
+            if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->k_proj, c->kv_dim, D, c->q_proj_rows, 1, err);
+            if (!rc)
+                rc = upload_rows(ctx, stage, ly->w_in, &L->v_proj, c->kv_dim, D, c->q_proj_rows + c->kv_dim, 1, err);
+            if (!rc) rc = upload_rows(ctx, stage, ly->w_out, &L->o_proj, D, c->attn_dim, 0, 1, err);
+            if (!rc) rc = upload_vec(ly->q_norm, &L->q_norm, c->head_dim, err);
+            if (!rc) rc = upload_vec(ly->k_norm, &L->k_norm, c->head_dim, err);
+        } else {
+            const int64_t o1 = c->conv_dim, o2 = o1 + c->value_dim, o3 = o2 + Hv;
+            rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_qkv, c->conv_dim, D, 0, 1, err);
+            if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_z, c->value_dim, D, o1, 1, err);
+            if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_b, Hv, D, o2, 1, err);
+            if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_a, Hv, D, o3, 1, err);
+            if (!rc) rc = upload_rows(ctx, stage, ly->w_out, &L->out_proj, D, c->value_dim, 0, 1, err);
+            if (!rc) rc = upload_vec(ly->conv_w, &L->conv1d, (int64_t)c->conv_dim * c->linear_conv_kernel_dim, err);
+            if (!rc) rc = upload_vec(ly->A_log, &L->A_log, Hv, err);
+            if (!rc) rc = upload_vec(ly->dt_bias, &L->dt_bias, Hv, err);
+            if (!rc) rc = upload_vec(ly->lin_norm, &L->linear_norm, c->linear_value_head_dim, err);
+        }
+    }
+    cudaFreeHost(stage);
+    return rc;
+}
+
+/* ---- open / close ------------------------------------------------------------------------------ */
+
+static void be_close(void *p) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    if (!ctx) return;
+    if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    for (int i = 0; i < 2; i++)
+        if (ctx->graph[i]) cudaGraphExecDestroy(ctx->graph[i]);
+    for (int i = 0; i <= CUDA_MAX_OPS && ctx->ev_ready; i++)
+        if (ctx->ev[i]) cudaEventDestroy(ctx->ev[i]);
+    if (ctx->stream) cudaStreamDestroy(ctx->stream);
+    if (ctx->arena) cudaFree(ctx->arena);
+    if (ctx->step_host) cudaFreeHost(ctx->step_host);
+    if (ctx->id_host) cudaFreeHost(ctx->id_host);
+    if (ctx->logits_host) cudaFreeHost(ctx->logits_host);
+    free(ctx->probe_buf);
+    free(ctx->layers);
+    free(ctx);
+}
+
+int cuda_available(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+static int open_device(CudaCtx *ctx, Err *err) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0)
+        return err_set(err, Q35_ERR_CUDA, "cuda backend: no CUDA device available (%s)",
+                       e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+    CK(cudaSetDevice(0), "cudaSetDevice(0)");
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    if (prop.major != 9)
+        return err_set(err, Q35_ERR_CUDA,
+                       "cuda backend: %s has compute capability %d.%d; this build has kernels for sm_90 (H100/H200)",
+                       prop.name, prop.major, prop.minor);
+    ctx->n_sm = prop.multiProcessorCount;
+    return 0;
+}
+
+static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err) {
+    *out = NULL;
+    int rc = check_model(m, err);
+    if (rc) return rc;
+    const Config *c = &m->config;
+    CudaCtx *ctx = (CudaCtx *)calloc(1, sizeof *ctx);
+    if (!ctx) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+    ctx->m = m;
+    ctx->c = c;
+    ctx->max_seq = o && o->max_seq > 0 ? o->max_seq : (c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096);
+    ctx->deterministic = o ? o->deterministic : 0;
+    ctx->no_graph = o ? o->no_graph : 0;
+    ctx->pdl = o ? !o->no_pdl : 1;
+    if (o) ctx->probe = o->probe;
+    ctx->n_valid = o && o->n_valid > 0 && o->n_valid < c->vocab_size ? o->n_valid : c->vocab_size;
+    ctx->layers = (CudaLayer *)calloc((size_t)c->num_hidden_layers, sizeof(CudaLayer));
+    if (!ctx->layers) {
+        free(ctx);
+        return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+    }
+    if ((rc = open_device(ctx, err))) goto fail;
+    {
+        const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+        ctx->splits_out[0] = cuda_matvec_splits(D, c->value_dim > 0 ? c->value_dim : 8, ctx->n_sm);
+        ctx->splits_out[1] = cuda_matvec_splits(D, c->attn_dim, ctx->n_sm);
+        ctx->splits_down = cuda_matvec_splits(D, F, ctx->n_sm);
+        ctx->max_splits = imax(imax(ctx->splits_out[0], ctx->splits_out[1]), ctx->splits_down);
+        ctx->lm_blocks = cuda_matvec_blocks(V, 1, ctx->n_sm);
+        ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
+        Arena a = {NULL, 0};
+        layout(ctx, &a);
+        ctx->arena_bytes = a.off;
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        cudaError_t e = cudaMalloc(&ctx->arena, ctx->arena_bytes);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            ctx->arena = NULL;
+            rc = err_set(err, Q35_ERR_OOM, "GPU out of memory: needed %.0f MiB, %.0f MiB free (context %d)",
+                         ctx->arena_bytes / 1048576.0, free_b / 1048576.0, ctx->max_seq);
+            goto fail;
+        }
+        a.base = (char *)ctx->arena;
+        a.off = 0;
+        layout(ctx, &a);
+        if ((e = cudaMemset((char *)ctx->arena + ctx->state_off, 0, ctx->state_bytes)) != cudaSuccess) {
+            rc = cfail(e, "state clear", err);
+            goto fail;
+        }
+        if ((rc = upload_weights(ctx, err))) goto fail;
+        if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+            (e = cudaMallocHost((void **)&ctx->step_host, sizeof(StepParams))) != cudaSuccess ||
+            (e = cudaMallocHost((void **)&ctx->id_host, sizeof(int))) != cudaSuccess ||
+            (e = cudaMallocHost((void **)&ctx->logits_host, sizeof(float) * (size_t)V)) != cudaSuccess) {
+            rc = e == cudaErrorMemoryAllocation ? err_set(err, Q35_ERR_OOM, "cuda backend: out of pinned host memory")
+                                                : cfail(e, "stream / pinned buffers", err);
+            goto fail;
+        }
+        memset(ctx->step_host, 0, sizeof(StepParams));
+        if (ctx->probe.dir) {
+            size_t n = (size_t)imax(V, imax(c->q_proj_rows, imax(c->value_dim, F))) +
+                       (size_t)(ctx->max_splits + 2) * D;
+            if (!(ctx->probe_buf = (float *)malloc(sizeof(float) * n))) {
+                rc = err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+                goto fail;
+            }
+        }
+    }
+    *out = ctx;
+    return 0;
+fail:
+    be_close(ctx);
+    return rc;
+}
+
+/* ---- running steps -------------------------------------------------------------------------- */
+
+void cuda_graphs_drop(CudaCtx *ctx) {
+    for (int i = 0; i < 2; i++) {
+        if (ctx->graph[i]) cudaGraphExecDestroy(ctx->graph[i]);
+        ctx->graph[i] = NULL;
+    }
+}
+
+/* Captures the step (sample = 0 greedy, 1 sampling) into ctx->graph[sample]. */
+int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err) {
+    cudaGraph_t g = NULL;
+    CK(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal), "begin graph capture");
+    int rc = cuda_step_enqueue(ctx, sample, err);
+    cudaError_t e = cudaStreamEndCapture(ctx->stream, &g);
+    if (rc) {
+        if (g) cudaGraphDestroy(g);
+        return rc;
+    }
+    if (e != cudaSuccess) return cfail(e, "end graph capture", err);
+    size_t n = 0;
+    cudaGraphGetNodes(g, NULL, &n);
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)calloc(n ? n : 1, sizeof *nodes);
+    int kernels = 0;
+    if (nodes && cudaGraphGetNodes(g, nodes, &n) == cudaSuccess)
+        for (size_t i = 0; i < n; i++) {
+            cudaGraphNodeType t;
+            if (cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) kernels++;
+        }
+    free(nodes);
+    ctx->graph_kernels[sample] = kernels;
+    e = cudaGraphInstantiate(&ctx->graph[sample], g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        ctx->graph[sample] = NULL;
+        return cfail(e, "graph instantiate", err);
+    }
+    return 0;
+}
+
+/* Enqueues one step with the StepParams already in step_host (graph replay or eager). */
+int cuda_run_step(CudaCtx *ctx, int sample, Err *err) {
+    if (ctx->no_graph || ctx->probe.dir) return cuda_step_enqueue(ctx, sample, err);
+    if (!ctx->graph[sample]) {
+        int rc = cuda_graph_capture(ctx, sample, err);
+        if (rc) return rc;
+    }
+    CK(cudaGraphLaunch(ctx->graph[sample], ctx->stream), "graph launch");
+    return 0;
+}
+
+static int check_step(CudaCtx *ctx, int token, int pos, Err *err) {
+    if (pos != ctx->n_past)
+        return err_set(err, Q35_ERR_ARG, "cuda forward: pos %d but the sequence holds %d tokens (reset to restart)",
+                       pos, ctx->n_past);
+    if (pos >= ctx->max_seq)
+        return err_set(err, Q35_ERR_CONTEXT, "cuda forward: position %d exceeds the context of %d", pos, ctx->max_seq);
+    if (token < 0 || token >= ctx->c->vocab_size)
+        return err_set(err, Q35_ERR_ARG, "cuda forward: token id %d outside [0, %d)", token, ctx->c->vocab_size);
+    return 0;
+}
+
+static int be_forward(void *p, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    const int V = ctx->c->vocab_size;
+    if (n <= 0 || !tokens) return err_set(err, Q35_ERR_ARG, "cuda forward: %d tokens", n);
+    if ((int64_t)pos + n > ctx->max_seq)
+        return err_set(err, Q35_ERR_CONTEXT, "cuda forward: %d + %d tokens exceed the context of %d", pos, n,
+                       ctx->max_seq);
+    for (int i = 0; i < n; i++) {
+        int rc = check_step(ctx, tokens[i], pos + i, err);
+        if (rc) return rc;
+        const int want = logits && (all_logits || i == n - 1);
+        StepParams *sp = ctx->step_host;
+        memset(sp, 0, sizeof *sp);
+        sp->token = tokens[i], sp->pos = pos + i, sp->write_logits = want, sp->top_p = 1.0f;
+        if ((rc = cuda_run_step(ctx, 0, err))) return rc;
+        if (want)
+            CK(cudaMemcpyAsync(ctx->logits_host, ctx->logits, sizeof(float) * (size_t)V, cudaMemcpyDeviceToHost,
+                               ctx->stream),
+               "logits readback");
+        CK(cudaStreamSynchronize(ctx->stream), "decode step");
+        if (want) memcpy(logits + (all_logits ? (size_t)i * V : 0), ctx->logits_host, sizeof(float) * (size_t)V);
+        ctx->n_past++;
+    }
+    return 0;
+}
+
+static int be_decode_sample(void *p, int token, int pos, const DeviceSampling *s, int *out_id, Err *err) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    int rc = check_step(ctx, token, pos, err);
+    if (rc) return rc;
+    if (!(s->temperature >= 0) || s->top_k < 0 || !(s->top_p > 0 && s->top_p <= 1) || !(s->min_p >= 0 && s->min_p <= 1))
+        return err_set(err, Q35_ERR_ARG, "cuda decode: bad sampling settings (temperature %g, top_k %d, top_p %g, min_p %g)",
+                       s->temperature, s->top_k, s->top_p, s->min_p);
+    const int sample = s->temperature > 0;
+    StepParams *sp = ctx->step_host;
+    memset(sp, 0, sizeof *sp);
+    sp->token = token, sp->pos = pos, sp->write_logits = sample;
+    sp->temperature = s->temperature, sp->top_k = s->top_k, sp->top_p = s->top_p, sp->min_p = s->min_p;
+    sp->seed = s->seed, sp->step = s->step;
+    if ((rc = cuda_run_step(ctx, sample, err))) return rc;
+    CK(cudaMemcpyAsync(ctx->id_host, ctx->out_id, sizeof(int), cudaMemcpyDeviceToHost, ctx->stream), "id readback");
+    CK(cudaStreamSynchronize(ctx->stream), "decode step");
+    *out_id = *ctx->id_host;
+    ctx->n_past++;
+    return 0;
+}
+
+static int be_reset(void *p, Err *err) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    CK(cudaMemsetAsync((char *)ctx->arena + ctx->state_off, 0, ctx->state_bytes, ctx->stream), "reset");
+    CK(cudaStreamSynchronize(ctx->stream), "reset");
+    ctx->n_past = 0;
+    return 0;
+}
+
+static int be_bench(void *p, const BenchRequest *rq, BenchResult *res, Err *err) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    int rc = cuda_bench_run(ctx, rq, res, err);
+    cuda_graphs_drop(ctx);
+    int rc2 = be_reset(ctx, rc ? NULL : err);
+    return rc ? rc : rc2;
+}
+
+const Backend cuda_backend = {"cuda", be_open, be_forward, be_decode_sample, be_reset, be_close, be_bench};

@@ -1,0 +1,195 @@
+/* common.cuh — helpers shared by every kernel file (src/cuda/NAME.cu): launch status, programmatic dependent
+ * launch (PDL), bf16 rounding and unpacking, streaming 16-byte loads, warp/block reductions.
+ * Conventions (CUDA_DESIGN.md): activations are fp32 holding bf16-rounded values where HF
+ * rounds; weights are bf16 row-major [out, in]; every kernel takes one const params struct.
+ *
+ * PDL contract, for every kernel launched through launch_kernel():
+ *   1. before pdl_wait(): read only immutable data (weights, StepParams, KV/state rows of
+ *      earlier tokens), never write anything;
+ *   2. pdl_wait() in EVERY block before its first dependent read or any write, and before
+ *      any early exit (a grid completes only when its blocks do; the next kernel's wait relies
+ *      on this transitively);
+ *   3. pdl_trigger() after pdl_wait() lets the next kernel's blocks launch and prefetch. */
+#ifndef Q35_CUDA_COMMON_CUH
+#define Q35_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/ops.h"
+
+/* Launch status of the last launch on stream s: 0 or a cudaError_t value. In a Q35_DEBUG_SYNC
+ * build (make debug) it also synchronises, so a fault is reported by the kernel that made it. */
+static inline int launch_status(cudaStream_t s) {
+    cudaError_t e = cudaGetLastError();
+#ifdef Q35_DEBUG_SYNC
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (e == cudaSuccess && cudaStreamIsCapturing(s, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone)
+        e = cudaStreamSynchronize(s);
+#else
+    (void)s;
+#endif
+    return (int)e;
+}
+
+/* Launches kern<<<grid, block, smem, l->stream>>>(p) with the PDL attribute when l->pdl is set.
+ * Kernels take their params struct by value (const __grid_constant__ P p). */
+template <typename P>
+static inline int launch_kernel(void (*kern)(P), dim3 grid, dim3 block, size_t smem, const CudaLaunch *l,
+                                const P &p) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = l->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = l->pdl ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)e;
+    }
+    return launch_status(l->stream);
+}
+
+/* griddepcontrol exists from sm_90; older targets (the compute_80 PTX) run without PDL. */
+__device__ __forceinline__ void pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* ---- bf16 ------------------------------------------------------------------------------ */
+
+/* bf16(x) as fp32: round to nearest even. */
+__device__ __forceinline__ float rbf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float bf_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ float bf16u(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* 16-byte streaming load of weights (read once per token: skip L1). */
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+/* Dot product of 8 bf16 weights (one uint4) with 8 fp32 values. */
+__device__ __forceinline__ float dot8(uint4 w, const float *x, float acc) {
+    acc = fmaf(bf_lo(w.x), x[0], acc);
+    acc = fmaf(bf_hi(w.x), x[1], acc);
+    acc = fmaf(bf_lo(w.y), x[2], acc);
+    acc = fmaf(bf_hi(w.y), x[3], acc);
+    acc = fmaf(bf_lo(w.z), x[4], acc);
+    acc = fmaf(bf_hi(w.z), x[5], acc);
+    acc = fmaf(bf_lo(w.w), x[6], acc);
+    acc = fmaf(bf_hi(w.w), x[7], acc);
+    return acc;
+}
+
+/* ---- math ------------------------------------------------------------------------------ */
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+/* ---- reductions -------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+ * red: __shared__ float[32]. Contains __syncthreads(); call from all threads. Fixed order,
+ * so the result is deterministic. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* red may still be read by a previous call */
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+/* (value, index) argmax pair: larger value wins, ties -> smaller index. NaN never wins. */
+struct ArgMax {
+    float v;
+    int i;
+};
+__device__ __forceinline__ ArgMax argmax_better(ArgMax a, ArgMax b) {
+    if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+    return a;
+}
+__device__ __forceinline__ ArgMax warp_argmax(ArgMax a) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        ArgMax b;
+        b.v = __shfl_xor_sync(0xffffffffu, a.v, o);
+        b.i = __shfl_xor_sync(0xffffffffu, a.i, o);
+        a = argmax_better(a, b);
+    }
+    return a;
+}
+
+/* ---- RMSNorm pieces shared by the GEMV prologue and norm.cu ------------------------------ */
+
+/* One normed element (ops.h NORM_*): zero-centred h = bf16(x r (1 + w)); plain h = bf16(w bf16(x r)). */
+__device__ __forceinline__ float norm_apply(float x, float r, float w, int mode) {
+    if (mode == NORM_ZC) return rbf(x * r * (1.0f + w));
+    if (mode == NORM_PLAIN) return rbf(w * rbf(x * r));
+    return x;
+}
+
+/* Stages one input row of n into shared xs[n] and normalises it in place (all threads call;
+ * each thread touches only indices tid, tid + blockDim, ..., so no barrier is needed between
+ * the staging and the norm; the caller syncs before other threads read xs):
+ *   embed != NULL: x = E row (bf16);
+ *   else x = bf16( res[i] + bf16( sum_{s<n_parts} parts[s*n + i] ) ), or x = res when parts is NULL.
+ * x_out (if set) <- x; then, when w is set, xs <- RMSNorm(x) (mode NORM_ZC / NORM_PLAIN).
+ * Activation reads bypass L1 (__ldcg): they were written by the previous kernel. */
+__device__ __forceinline__ void stage_norm_row(float *xs, float *red, int n, const uint16_t *embed, const float *res,
+                                               const float *parts, int n_parts, float *x_out, const float *w,
+                                               int mode, float eps) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v;
+        if (embed) {
+            v = bf16u(embed[i]);
+        } else if (parts) {
+            float a = 0.0f;
+            for (int s = 0; s < n_parts; s++) a += __ldcg(parts + (size_t)s * n + i);
+            v = rbf(__ldcg(res + i) + rbf(a));
+        } else {
+            v = __ldcg(res + i);
+        }
+        xs[i] = v;
+        if (x_out) x_out[i] = v;
+        ss += v * v;
+    }
+    if (!w) return;
+    ss = block_sum(ss, red);
+    float r = rsqrtf(ss / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = norm_apply(xs[i], r, w[i], mode);
+}
+
+static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+#endif

@@ -1,0 +1,273 @@
+/* forward.cu — the launches of one decode step (MODEL.md §3.7), every phase a fused kernel:
+ *   x = E[tok]                                         (prologue of layer 0's first GEMV)
+ *   per layer l:
+ *     proj = W_in · norm1(x)                           GEMV, prologue: residual add + RMSNorm
+ *     mix  = mixer(proj)                               DeltaNet step | attention (cudab kernels)
+ *     pa   = W_out · mix                               split-K GEMV (atomic or partials)
+ *     x    = bf16(x + bf16(pa));  mlp = bf16(silu(W_g h)) * (W_u h),  h = norm2(x)
+ *                                                      GEMV on interleaved gate/up, SwiGLU epilogue
+ *     pb   = W_down · mlp                              split-K GEMV
+ *   x = bf16(x + bf16(pb)); logits = lm_head · norm(x); id = argmax   (one GEMV + last-block argmax)
+ *   [sampling graph: id = sample(logits)]
+ * The residual add of each split-K output happens in the NEXT GEMV's prologue (all its blocks
+ * recompute the 4 KiB norm; block 0 stores x), so there is no separate add/norm kernel.
+ * Atomic split-K: a buffer is zeroed by the GEMV that runs two phases before its adder (the
+ * previous reader has finished by then; see the PDL contract in common.cuh). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda/forward.cuh"
+
+static int cuda_fail(int rc, const char *what, Err *err) {
+    return err_set(err, Q35_ERR_CUDA, "cuda: %s: %s", what, cudaGetErrorString((cudaError_t)rc));
+}
+
+/* Event before a launch (bench --ops timing). */
+static void op_begin(CudaCtx *ctx) {
+    if (ctx->rec_ops == 2 && ctx->n_ops < CUDA_MAX_OPS) cudaEventRecord(ctx->ev[ctx->n_ops], ctx->stream);
+}
+/* Checks a launch and records its name and bytes when recording. */
+static int op_end(CudaCtx *ctx, int rc, const char *name, double bytes, Err *err) {
+    if (rc) return cuda_fail(rc, name, err);
+    if (ctx->rec_ops && ctx->n_ops < CUDA_MAX_OPS) {
+        CudaOp *o = &ctx->ops[ctx->n_ops++];
+        snprintf(o->name, sizeof o->name, "%s", name);
+        o->bytes = bytes;
+    }
+    return 0;
+}
+
+/* ---- probes (eager, synchronous) ---------------------------------------------------------- */
+
+static int probe_fetch(CudaCtx *ctx, float *host, const float *dev, size_t n, Err *err) {
+    cudaError_t e = cudaStreamSynchronize(ctx->stream);
+    if (e == cudaSuccess) e = cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost);
+    return e == cudaSuccess ? 0 : cuda_fail((int)e, "probe readback", err);
+}
+
+static int probe_dev(CudaCtx *ctx, const char *name, const float *dev, size_t n, Err *err) {
+    int rc = probe_fetch(ctx, ctx->probe_buf, dev, n, err);
+    if (!rc) probe(&ctx->probe, name, ctx->probe_buf, n);
+    return rc;
+}
+
+/* Split-K output as the consumer sees it: out = bf16(sum_s parts[s]); when res is set, also
+ * resid = bf16(res + out) (the residual stream after the add), dumped as <l>.resid. */
+static int probe_parts(CudaCtx *ctx, int l, const char *what, const float *parts, int n_parts, const float *res,
+                       Err *err) {
+    const int D = ctx->c->hidden_size;
+    float *h = ctx->probe_buf, *p = h + D, *r = p + (size_t)n_parts * D;
+    int rc = probe_fetch(ctx, p, parts, (size_t)n_parts * D, err);
+    if (!rc && res) rc = probe_fetch(ctx, r, res, (size_t)D, err);
+    if (rc) return rc;
+    for (int i = 0; i < D; i++) {
+        float a = 0.0f;
+        for (int s = 0; s < n_parts; s++) a += p[(size_t)s * D + i];
+        h[i] = round_bf16(a);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "L%02d.%s", l, what);
+    probe(&ctx->probe, name, h, (size_t)D);
+    if (res) {
+        for (int i = 0; i < D; i++) h[i] = round_bf16(r[i] + h[i]);
+        snprintf(name, sizeof name, "L%02d.resid", l);
+        probe(&ctx->probe, name, h, (size_t)D);
+    }
+    return 0;
+}
+
+/* ---- one GEMV ------------------------------------------------------------------------------ */
+
+static int gemv(CudaCtx *ctx, const CudaLaunch *lc, MatvecParams *mv, const char *name, Err *err) {
+    mv->eps = ctx->c->rms_norm_eps;
+    if (mv->blocks <= 0) mv->blocks = cuda_matvec_blocks(mv->rows, mv->splits, ctx->n_sm);
+    double bytes = 2.0 * mv->rows * mv->cols + 4.0 * mv->cols * (1 + mv->n_parts) +
+                   4.0 * mv->rows * (mv->out_mode == MV_OUT_SPLITK && !mv->atomic ? mv->splits : 1);
+    op_begin(ctx);
+    return op_end(ctx, cuda_matvec(mv, lc), name, bytes, err);
+}
+
+/* ---- mixers ---------------------------------------------------------------------------------- */
+
+static int deltanet(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
+    const Config *c = ctx->c;
+    CudaLayer *ly = &ctx->layers[l];
+    DeltanetStepParams p;
+    memset(&p, 0, sizeof p);
+    p.proj = ctx->proj;
+    p.conv_w = ly->conv_w;
+    p.conv_ring = ly->conv_ring;
+    p.A_log = ly->A_log;
+    p.dt_bias = ly->dt_bias;
+    p.norm_w = ly->lin_norm;
+    p.S = ly->S;
+    p.y = ctx->mix;
+    p.o = ctx->probe.dir ? ctx->probe_dev : NULL;
+    p.step = ctx->step_dev;
+    p.Hk = c->linear_num_key_heads;
+    p.Hv = c->linear_num_value_heads;
+    p.dk = c->linear_key_head_dim;
+    p.dv = c->linear_value_head_dim;
+    p.K = c->linear_conv_kernel_dim;
+    p.eps = c->rms_norm_eps;
+    const double state = 4.0 * p.Hv * p.dk * p.dv;
+    const double bytes = 2 * state + 2.0 * p.K * c->conv_dim + 4.0 * c->conv_dim * p.K +
+                         4.0 * (c->conv_dim + c->value_dim + 2 * p.Hv) + 4.0 * c->value_dim;
+    char name[40];
+    snprintf(name, sizeof name, "L%02d.deltanet", l);
+    op_begin(ctx);
+    int rc = op_end(ctx, cuda_deltanet_step(&p, lc), name, bytes, err);
+    if (!rc && ctx->probe.dir) {
+        snprintf(name, sizeof name, "L%02d.delta.core", l);
+        rc = probe_dev(ctx, name, ctx->probe_dev, (size_t)c->value_dim, err);
+    }
+    return rc;
+}
+
+static int attention(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
+    const Config *c = ctx->c;
+    CudaLayer *ly = &ctx->layers[l];
+    AttnDecodeParams p;
+    memset(&p, 0, sizeof p);
+    p.qkv = ctx->proj;
+    p.q_norm_w = ly->q_norm;
+    p.k_norm_w = ly->k_norm;
+    p.inv_freq = ctx->inv_freq;
+    p.k_cache = ly->Kc;
+    p.v_cache = ly->Vc;
+    p.out = ctx->mix;
+    p.work = ctx->attn_work;
+    p.q_out = ctx->probe.dir ? ctx->probe_dev : NULL;
+    p.step = ctx->step_dev;
+    p.Hq = c->num_attention_heads;
+    p.Hkv = c->num_key_value_heads;
+    p.hd = c->head_dim;
+    p.R = c->rotary_dim;
+    p.max_seq = ctx->max_seq;
+    p.gated = c->attn_output_gate;
+    p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
+    p.eps = c->rms_norm_eps;
+    const double kv_len = ctx->step_host->pos + 1.0;
+    const double bytes = 4.0 * (c->q_proj_rows + 2 * c->kv_dim) + 2.0 * 2 * p.Hkv * kv_len * p.hd +
+                         4.0 * c->attn_dim + 4.0 * p.Hq * ctx->attn_splits * (p.hd + 2) * 2;
+    char name[40];
+    snprintf(name, sizeof name, "L%02d.attention", l);
+    op_begin(ctx);
+    int rc = op_end(ctx, cuda_attn_decode(&p, lc), name, bytes, err);
+    if (rc || !ctx->probe.dir) return rc;
+    /* L..attn.q, L..attn.k (the cache row at pos), L..attn.core (gated, before o_proj) */
+    snprintf(name, sizeof name, "L%02d.attn.q", l);
+    if ((rc = probe_dev(ctx, name, ctx->probe_dev, (size_t)c->attn_dim, err))) return rc;
+    const int Hkv = p.Hkv, hd = p.hd, pos = ctx->step_host->pos;
+    uint16_t *kb = (uint16_t *)(ctx->probe_buf + c->kv_dim);
+    cudaError_t e = cudaMemcpy2D(kb, (size_t)hd * 2, ly->Kc + (size_t)pos * hd, (size_t)ctx->max_seq * hd * 2,
+                                 (size_t)hd * 2, (size_t)Hkv, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return cuda_fail((int)e, "probe readback", err);
+    for (int i = 0; i < Hkv * hd; i++) ctx->probe_buf[i] = bf16_to_f32(kb[i]);
+    snprintf(name, sizeof name, "L%02d.attn.k", l);
+    probe(&ctx->probe, name, ctx->probe_buf, (size_t)Hkv * hd);
+    snprintf(name, sizeof name, "L%02d.attn.core", l);
+    return probe_dev(ctx, name, ctx->mix, (size_t)c->attn_dim, err);
+}
+
+/* ---- the step ------------------------------------------------------------------------------ */
+
+int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
+    const Config *c = ctx->c;
+    const int D = c->hidden_size, F = c->intermediate_size, L = c->num_hidden_layers, V = c->vocab_size;
+    const int nm = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN, det = ctx->deterministic;
+    const int probing = ctx->probe.dir != NULL;
+    CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2};
+    ctx->n_ops = 0;
+    cudaError_t e = cudaMemcpyAsync(ctx->step_dev, ctx->step_host, sizeof(StepParams), cudaMemcpyHostToDevice,
+                                    ctx->stream);
+    if (e != cudaSuccess) return cuda_fail((int)e, "step params copy", err);
+    int xi = 0, rc = 0, pb_parts = 1;
+    char name[40];
+    for (int l = 0; l < L && !rc; l++) {
+        CudaLayer *ly = &ctx->layers[l];
+        const int full = ly->type == LAYER_FULL_ATTN, so = ctx->splits_out[full];
+        MatvecParams mv;
+        /* proj = W_in · norm1(x), x = embedding (l = 0) or x + down-proj of layer l-1 */
+        memset(&mv, 0, sizeof mv);
+        mv.W = ly->w_in, mv.rows = ly->in_rows, mv.cols = D, mv.splits = 1;
+        if (l == 0) {
+            mv.in_mode = MV_IN_EMBED, mv.embed = ctx->embed, mv.step = ctx->step_dev, mv.x_out = ctx->x[0];
+            xi = 0;
+        } else {
+            mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = ctx->pb, mv.n_parts = pb_parts;
+            mv.x_out = ctx->x[xi ^ 1];
+            xi ^= 1;
+        }
+        mv.norm_w = ly->ln1, mv.norm_mode = nm;
+        if (!det) mv.zero = ctx->pa, mv.n_zero = D;
+        mv.out_mode = MV_OUT_STORE, mv.y = ctx->proj;
+        snprintf(name, sizeof name, "L%02d.%s", l, full ? "qkv" : "qkvzba");
+        if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
+
+        rc = full ? attention(ctx, &lc, l, err) : deltanet(ctx, &lc, l, err);
+        if (rc) break;
+
+        /* pa = W_out · mix (split-K) */
+        memset(&mv, 0, sizeof mv);
+        mv.W = ly->w_out, mv.rows = D, mv.cols = ly->out_cols, mv.splits = so;
+        mv.in_mode = MV_IN_VEC, mv.x = ctx->mix;
+        mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = ctx->pa;
+        snprintf(name, sizeof name, "L%02d.%s", l, full ? "o_proj" : "out_proj");
+        if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
+        const int pa_parts = det ? so : 1;
+        if (probing && (rc = probe_parts(ctx, l, full ? "attn.out" : "delta.out", ctx->pa, pa_parts, NULL, err)))
+            break;
+
+        /* mlp = SwiGLU(W_gu · norm2(x + pa)) */
+        memset(&mv, 0, sizeof mv);
+        mv.W = ly->w_gu, mv.rows = 2 * F, mv.cols = D, mv.splits = 1;
+        mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = ctx->pa, mv.n_parts = pa_parts;
+        mv.x_out = ctx->x[xi ^ 1];
+        xi ^= 1;
+        mv.norm_w = ly->ln2, mv.norm_mode = nm;
+        if (!det) mv.zero = ctx->pb, mv.n_zero = D;
+        mv.out_mode = MV_OUT_SILU_MUL, mv.y = ctx->mlp;
+        snprintf(name, sizeof name, "L%02d.gate_up", l);
+        if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
+
+        /* pb = W_down · mlp (split-K) */
+        memset(&mv, 0, sizeof mv);
+        mv.W = ly->w_down, mv.rows = D, mv.cols = F, mv.splits = ctx->splits_down;
+        mv.in_mode = MV_IN_VEC, mv.x = ctx->mlp;
+        mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = ctx->pb;
+        snprintf(name, sizeof name, "L%02d.down", l);
+        if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
+        pb_parts = det ? ctx->splits_down : 1;
+        if (probing && (rc = probe_parts(ctx, l, "mlp.out", ctx->pb, pb_parts, ctx->x[xi], err))) break;
+    }
+    if (rc) return rc;
+
+    /* logits = lm_head · norm(x + pb); id = argmax over the tokenizer's ids */
+    MatvecParams mv;
+    memset(&mv, 0, sizeof mv);
+    mv.W = ctx->lm_head, mv.rows = V, mv.cols = D, mv.splits = 1, mv.blocks = ctx->lm_blocks;
+    mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = ctx->pb, mv.n_parts = pb_parts;
+    mv.norm_w = ctx->final_norm, mv.norm_mode = nm;
+    mv.h_out = probing ? ctx->probe_dev : NULL;
+    if (!det) mv.zero = ctx->pa, mv.n_zero = D;
+    mv.out_mode = MV_OUT_ARGMAX, mv.step = ctx->step_dev, mv.logits = ctx->logits, mv.n_valid = ctx->n_valid;
+    mv.am_val = ctx->am_val, mv.am_idx = ctx->am_idx, mv.am_count = ctx->am_count;
+    mv.out_id = ctx->out_id, mv.out_max = ctx->out_max;
+    if ((rc = gemv(ctx, &lc, &mv, "lm_head", err))) return rc;
+    if (ctx->rec_ops) ctx->ops[ctx->n_ops - 1].bytes += 4.0 * V * ctx->step_host->write_logits;
+    if (probing) {
+        if ((rc = probe_dev(ctx, "final.norm", ctx->probe_dev, (size_t)D, err))) return rc;
+        if (ctx->step_host->write_logits && (rc = probe_dev(ctx, "logits", ctx->logits, (size_t)V, err))) return rc;
+    }
+    if (sample) {
+        SampleParams sp;
+        memset(&sp, 0, sizeof sp);
+        sp.logits = ctx->logits, sp.n_valid = ctx->n_valid, sp.step = ctx->step_dev, sp.max_logit = ctx->out_max;
+        sp.scratch = ctx->sample_scratch, sp.out_id = ctx->out_id;
+        op_begin(ctx);
+        if ((rc = op_end(ctx, cuda_sample(&sp, &lc), "sample", 8.0 * ctx->n_valid, err))) return rc;
+    }
+    if (ctx->rec_ops == 2) cudaEventRecord(ctx->ev[ctx->n_ops < CUDA_MAX_OPS ? ctx->n_ops : CUDA_MAX_OPS], ctx->stream);
+    return 0;
+}

@@ -1,0 +1,115 @@
+/* forward.cuh — the CUDA backend's context, shared by backend.cu (open/close, upload, graphs,
+ * bench) and forward.cu (the decode step's launches). Internal to src/cuda.
+ *
+ * Device layout (all in one cudaMalloc arena, sized for max_seq in open()):
+ *   weights bf16: per layer w_in = DeltaNet [in_proj_qkv; in_proj_z; in_proj_b; in_proj_a]
+ *                 (conv_dim + value_dim + 2 Hv, D) or attention [q_proj; k_proj; v_proj]
+ *                 (q_proj_rows + 2 kv_dim, D); w_out = out_proj / o_proj (D, value_dim | attn_dim);
+ *                 w_gu = [gate_0; up_0; gate_1; up_1; ...] (2F, D) interleaved for the SwiGLU
+ *                 epilogue; w_down (D, F); embed (V, D); lm_head (V, D) (= embed when tied).
+ *   small vectors fp32 (bf16-valued unless loaded F32): norms, conv taps, A_log, dt_bias.
+ *   state: DeltaNet S fp32 (Hv, dk, dv) + conv ring bf16 (K, conv_dim) per linear layer; KV
+ *          cache bf16 K, V (Hkv, max_seq, hd) per full layer.
+ *   activations: residual ping-pong x[2] (D), split-K partials pa/pb (max_splits, D), proj
+ *          (GEMV outputs feeding the mixer), mix (mixer output), mlp (F), logits (V). */
+#ifndef Q35_CUDA_FORWARD_CUH
+#define Q35_CUDA_FORWARD_CUH
+
+#include "cuda/common.cuh"
+
+extern "C" {
+#include "backend.h"
+}
+
+#define CUDA_MAX_OPS 512 /* launches per step recorded for the bench */
+
+typedef struct CudaLayer {
+    int type;                 /* LAYER_LINEAR_ATTN / LAYER_FULL_ATTN */
+    float *ln1, *ln2;         /* (D) */
+    uint16_t *w_in;           /* stacked input projections (see above) */
+    uint16_t *w_out;          /* (D, value_dim | attn_dim) */
+    uint16_t *w_gu;           /* (2F, D) interleaved gate/up */
+    uint16_t *w_down;         /* (D, F) */
+    int in_rows, out_cols;    /* rows of w_in, cols of w_out */
+    /* DeltaNet */
+    float *conv_w;            /* (conv_dim, K) */
+    float *A_log, *dt_bias;   /* (Hv) */
+    float *lin_norm;          /* (dv) */
+    float *S;                 /* (Hv, dk, dv) */
+    uint16_t *conv_ring;      /* (K, conv_dim) bf16 */
+    /* attention */
+    float *q_norm, *k_norm;   /* (hd) */
+    uint16_t *Kc, *Vc;        /* (Hkv, max_seq, hd) bf16 */
+} CudaLayer;
+
+/* One recorded launch of the step (bench --ops): name, bytes moved, events around it. */
+typedef struct CudaOp {
+    char name[40];
+    double bytes;
+} CudaOp;
+
+typedef struct CudaCtx {
+    const Model *m;
+    const Config *c;
+    int max_seq, n_past, n_sm, n_valid;
+    int deterministic, no_graph, pdl;
+    Probe probe;
+    cudaStream_t stream;
+    void *arena;              /* the one device allocation */
+    size_t arena_bytes;
+    CudaLayer *layers;        /* (L), host array of device pointers */
+    uint16_t *embed, *lm_head;
+    float *final_norm;        /* (D) */
+    float *inv_freq;          /* (R/2) RoPE inverse frequencies */
+    float *attn_work;         /* cuda_attn_decode_work_bytes(), shared by the attention layers */
+    int attn_splits;          /* cuda_attn_decode_splits(Hkv, max_seq) */
+    /* activations */
+    float *x[2];              /* (D) residual stream ping-pong */
+    float *pa, *pb;           /* (max_splits, D): mixer-out and down-proj partials (atomic: [0] only) */
+    float *proj;              /* (max(in_rows)) */
+    float *mix;               /* (max(value_dim, attn_dim)) */
+    float *mlp;               /* (F) */
+    float *logits;            /* (V) */
+    float *am_val;            /* (lm_blocks) */
+    int *am_idx;
+    unsigned *am_count;
+    int *out_id;
+    float *out_max;
+    void *sample_scratch;
+    int lm_blocks, max_splits;
+    int splits_out[2];        /* split-K of w_out per layer type [LINEAR, FULL] */
+    int splits_down;
+    StepParams *step_dev;     /* device StepParams */
+    /* pinned host */
+    StepParams *step_host;
+    int *id_host;
+    float *logits_host;       /* (V) */
+    float *probe_buf;         /* host scratch for probes (probe mode only) */
+    float *probe_dev;         /* device scratch: DeltaNet o / final norm for probes */
+    size_t state_off, state_bytes; /* arena range of S, conv rings and KV (zeroed by reset) */
+    /* graphs: [0] greedy, [1] sampling; captured lazily with the current pdl/deterministic */
+    cudaGraphExec_t graph[2];
+    int graph_kernels[2];     /* kernel nodes in each graph */
+    /* bench / op recording (eager only) */
+    int rec_ops, n_ops;
+    CudaOp ops[CUDA_MAX_OPS];
+    cudaEvent_t ev[CUDA_MAX_OPS + 1];
+    int ev_ready;
+} CudaCtx;
+
+/* Enqueues one decode step on ctx->stream: the StepParams copy from step_host, then every
+ * kernel (sample = 1 adds the sampling kernels). With probes set it runs eagerly, syncing to
+ * dump activations. Returns 0 or a Q35_ERR_* with err set. */
+int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err);
+
+/* backend.cu: capture ctx->graph[sample] (records graph_kernels[sample]); drop both graphs
+ * (after a mode change); run one step with step_host already filled (graph replay, captured
+ * on first use, or eager when no_graph / probing). */
+int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err);
+void cuda_graphs_drop(CudaCtx *ctx);
+int cuda_run_step(CudaCtx *ctx, int sample, Err *err);
+
+/* bench.cu: the Backend.bench hook's body (the caller drops graphs and resets afterwards). */
+int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
+
+#endif

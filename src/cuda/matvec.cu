@@ -1,0 +1,215 @@
+/* matvec.cu — the GEMV family for one token: y = W x, W bf16 [rows][cols], fp32 accumulation,
+ * with the fused prologues (embedding / residual add + RMSNorm) and epilogues (bf16 store,
+ * SwiGLU, split-K atomic or partials, LM-head argmax) described in ops.h.
+ *
+ * Layout: a warp owns a group of 4 consecutive rows; lane l reads 8 columns (one 16-byte load
+ * per row) at k0 + u*256 + 8l for u < 4, i.e. 16 loads (256 B per lane, 8 KiB per warp) are
+ * issued before the first FMA. The first group's loads are issued before pdl_wait(), so they
+ * overlap the previous kernel's tail. Blocks of 8 warps stride over row groups; grid.y slices
+ * the columns (split-K). x sits in shared memory as fp32 (bf16-valued). */
+#include <limits.h>
+#include <math.h>
+
+#include "cuda/common.cuh"
+
+#define MV_THREADS 256
+#define MV_WARPS (MV_THREADS / 32)
+#define MV_R 4          /* rows per warp group */
+#define MV_U 4          /* 256-column steps per load batch */
+#define MV_BLOCKS_PER_SM 2
+
+/* Columns per split: ceil(cols / splits) rounded up to 8 (16-byte alignment). */
+static __host__ __device__ inline int mv_kchunk(int cols, int splits) { return ((cols + splits - 1) / splits + 7) & ~7; }
+
+/* y = W x with in/out modes of ops.h; one template instance per out_mode.
+ * grid (blocks, splits), block 256; dynamic smem: x slice (VEC) or the whole row (EMBED/RESIDUAL). */
+template <int OUT>
+__global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_constant__ MatvecParams p) {
+    extern __shared__ float xs[];
+    __shared__ float red[32];
+    __shared__ ArgMax am_s[MV_WARPS];
+    __shared__ int am_last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int rows = p.rows, cols = p.cols;
+    const int kc = mv_kchunk(cols, gridDim.y);
+    const int kbeg = min(cols, (int)blockIdx.y * kc), kend = min(cols, kbeg + kc);
+    const int xoff = p.in_mode == MV_IN_VEC ? kbeg : 0; /* xs[k - xoff] holds x[k] */
+    const int ngroups = (rows + MV_R - 1) / MV_R;
+    const int gstride = gridDim.x * MV_WARPS;
+    int g = blockIdx.x * MV_WARPS + warp;
+
+    uint4 w[MV_U][MV_R];
+    auto load = [&](int grp, int k0) {
+#pragma unroll
+        for (int u = 0; u < MV_U; u++) {
+            int k = k0 + u * 256 + lane * 8;
+#pragma unroll
+            for (int r = 0; r < MV_R; r++) {
+                int row = grp * MV_R + r;
+                if (row < rows && k < kend)
+                    w[u][r] = ld_stream(reinterpret_cast<const uint4 *>(p.W + (size_t)row * cols + k));
+                else
+                    w[u][r] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+    };
+    if (g < ngroups) load(g, kbeg); /* weights never depend on the previous kernel */
+    int write_logits = 0;
+    if (OUT == MV_OUT_ARGMAX) write_logits = p.logits && p.step->write_logits;
+
+    pdl_wait();
+    const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
+    if (p.in_mode == MV_IN_VEC) {
+        for (int i = kbeg + threadIdx.x; i < kend; i += blockDim.x) xs[i - kbeg] = __ldcg(p.x + i);
+    } else {
+        const uint16_t *e = p.in_mode == MV_IN_EMBED ? p.embed + (size_t)p.step->token * cols : NULL;
+        stage_norm_row(xs, red, cols, e, p.x, p.parts, p.n_parts, writer ? p.x_out : NULL, p.norm_w, p.norm_mode,
+                       p.eps);
+        if (writer && p.h_out)
+            for (int i = threadIdx.x; i < cols; i += blockDim.x) p.h_out[i] = xs[i];
+    }
+    if (p.zero) {
+        int nthr = gridDim.x * gridDim.y * blockDim.x;
+        for (int i = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < p.n_zero; i += nthr)
+            p.zero[i] = 0.0f;
+    }
+    __syncthreads();
+    pdl_trigger();
+
+    ArgMax best = {-INFINITY, INT_MAX};
+    bool first = true;
+    for (; g < ngroups; g += gstride) {
+        float acc[MV_R];
+#pragma unroll
+        for (int r = 0; r < MV_R; r++) acc[r] = 0.0f;
+        for (int k0 = kbeg; k0 < kend; k0 += 256 * MV_U) {
+            if (!first) load(g, k0);
+            first = false;
+#pragma unroll
+            for (int u = 0; u < MV_U; u++) {
+                int k = k0 + u * 256 + lane * 8;
+                if (k < kend) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(xs + (k - xoff));
+                    float4 a = xp[0], b = xp[1];
+                    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                    for (int r = 0; r < MV_R; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+                }
+            }
+        }
+        /* Reduce the 4 row sums over the warp with 6 shuffles: after it, lanes 8j..8j+7 hold
+         * the sum of row j of the group. */
+        const bool h16 = lane & 16, h8 = lane & 8;
+        float k0v = h16 ? acc[2] : acc[0], k1v = h16 ? acc[3] : acc[1];
+        k0v += __shfl_xor_sync(0xffffffffu, h16 ? acc[0] : acc[2], 16);
+        k1v += __shfl_xor_sync(0xffffffffu, h16 ? acc[1] : acc[3], 16);
+        float s = h8 ? k1v : k0v;
+        s += __shfl_xor_sync(0xffffffffu, h8 ? k0v : k1v, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 4);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        const int row = g * MV_R + (lane >> 3);
+        if (OUT == MV_OUT_SILU_MUL) {
+            /* rows (2i, 2i+1) = (gate_i, up_i): lanes 0 and 16 own pairs i = 2g and 2g + 1 */
+            float up = __shfl_down_sync(0xffffffffu, s, 8);
+            if ((lane & 15) == 0 && row + 1 < rows) {
+                float gt = rbf(s);
+                p.y[row >> 1] = rbf(rbf(silu_f(gt)) * rbf(up));
+            }
+        } else if ((lane & 7) == 0 && row < rows) {
+            if (OUT == MV_OUT_STORE) {
+                p.y[row] = rbf(s);
+            } else if (OUT == MV_OUT_SPLITK) {
+                if (p.atomic)
+                    atomicAdd(p.y + row, s);
+                else
+                    p.y[(size_t)blockIdx.y * rows + row] = s;
+            } else { /* MV_OUT_ARGMAX */
+                float v = rbf(s);
+                if (write_logits) p.logits[row] = v;
+                if (row < p.n_valid) best = argmax_better(best, ArgMax{v, row});
+            }
+        }
+    }
+    if (OUT != MV_OUT_ARGMAX) return;
+
+    /* block argmax -> am_val/am_idx[block]; the last block to finish reduces them in block order */
+    best = warp_argmax(best);
+    if (lane == 0) am_s[warp] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        ArgMax b = am_s[0];
+        for (int i = 1; i < MV_WARPS; i++) b = argmax_better(b, am_s[i]);
+        p.am_val[blockIdx.x] = b.v;
+        p.am_idx[blockIdx.x] = b.i;
+        __threadfence();
+        am_last = atomicAdd(p.am_count, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!am_last) return;
+    __threadfence();
+    ArgMax b = {-INFINITY, INT_MAX};
+    for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x)
+        b = argmax_better(b, ArgMax{__ldcg(p.am_val + i), __ldcg(p.am_idx + i)});
+    b = warp_argmax(b);
+    if (lane == 0) am_s[warp] = b;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        b = am_s[0];
+        for (int i = 1; i < MV_WARPS; i++) b = argmax_better(b, am_s[i]);
+        *p.out_id = b.i == INT_MAX ? 0 : b.i;
+        if (p.out_max) *p.out_max = b.v;
+        *p.am_count = 0u;
+    }
+}
+
+extern "C" int cuda_matvec_blocks(int rows, int splits, int n_sm) {
+    int groups = (rows + MV_R - 1) / MV_R, bx = (groups + MV_WARPS - 1) / MV_WARPS;
+    if (splits > 1) return bx; /* one group per warp; cuda_matvec_splits keeps bx * splits ~ 2 waves */
+    int cap = MV_BLOCKS_PER_SM * (n_sm > 0 ? n_sm : 1);
+    return bx < cap ? bx : cap;
+}
+
+extern "C" int cuda_matvec_splits(int rows, int cols, int n_sm) {
+    int groups = (rows + MV_R - 1) / MV_R, bx = (groups + MV_WARPS - 1) / MV_WARPS;
+    if (bx >= n_sm || cols < 512) return 1;
+    int s = MV_BLOCKS_PER_SM * n_sm / bx, smax = cols / 256;
+    if (s > smax) s = smax;
+    if (s < 1) s = 1;
+    int kc = mv_kchunk(cols, s);
+    return (cols + kc - 1) / kc;
+}
+
+extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
+    if (!p->W || p->rows <= 0 || p->cols <= 0 || p->cols % 8 || p->splits < 1 || p->splits > p->cols / 8 ||
+        (p->splits > 1 && p->out_mode != MV_OUT_SPLITK) || (p->in_mode == MV_IN_VEC && !p->x) ||
+        (p->in_mode == MV_IN_EMBED && (!p->embed || !p->step)) || (p->in_mode == MV_IN_RESIDUAL && !p->x) ||
+        (p->in_mode != MV_IN_VEC && p->x_out && p->x_out == p->x) || (p->norm_w && p->in_mode == MV_IN_VEC))
+        return (int)cudaErrorInvalidValue;
+    if (p->out_mode == MV_OUT_ARGMAX ? (!p->step || !p->am_val || !p->am_idx || !p->am_count || !p->out_id)
+                                     : !p->y)
+        return (int)cudaErrorInvalidValue;
+    if (p->out_mode == MV_OUT_SILU_MUL && p->rows % 2) return (int)cudaErrorInvalidValue;
+    int bx = p->blocks;
+    if (bx <= 0) {
+        int dev = 0, n_sm = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) return (int)e;
+        bx = cuda_matvec_blocks(p->rows, p->splits, n_sm);
+    }
+    size_t smem = sizeof(float) * (size_t)(p->in_mode == MV_IN_VEC ? mv_kchunk(p->cols, p->splits) : p->cols);
+    void (*kern)(MatvecParams);
+    switch (p->out_mode) {
+    case MV_OUT_STORE: kern = matvec_bf16_rows4<MV_OUT_STORE>; break;
+    case MV_OUT_SILU_MUL: kern = matvec_bf16_rows4<MV_OUT_SILU_MUL>; break;
+    case MV_OUT_SPLITK: kern = matvec_bf16_rows4<MV_OUT_SPLITK>; break;
+    case MV_OUT_ARGMAX: kern = matvec_bf16_rows4<MV_OUT_ARGMAX>; break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    if (smem > 40 * 1024) { /* dynamic + static above the 48 KiB default needs the opt-in */
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return (int)e;
+    }
+    return launch_kernel(kern, dim3((unsigned)bx, (unsigned)p->splits), dim3(MV_THREADS), smem, l, *p);
+}

@@ -1,0 +1,260 @@
+/* ops.h — extern "C" launchers of the CUDA kernels, one params struct per op. Included by the
+ * .cu files, by backend.cu/forward.cu and by the C tests in tests/gpu (plain C11 + the CUDA
+ * runtime API). Conventions (CUDA_DESIGN.md):
+ *   - weights bf16 row-major [out, in] (uint16_t bits); small vectors fp32;
+ *   - activations fp32 holding bf16-rounded values where HF rounds (MODEL.md §4.1);
+ *   - every launcher is `int cuda_<op>(const <Op>Params *p, const CudaLaunch *l)` and returns
+ *     0 or a cudaError_t value (cudaErrorInvalidValue for shapes it does not support);
+ *   - per-token values (token id, position, sampling) live in a device StepParams that kernels
+ *     read, so a captured graph replays unchanged. StepParams is written only by the graph's
+ *     first node (a copy from pinned host memory): kernels may read it before pdl_wait();
+ *   - PDL: see the contract at the top of common.cuh. */
+#ifndef Q35_CUDA_OPS_H
+#define Q35_CUDA_OPS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How to launch: the stream, and whether to use programmatic dependent launch. */
+typedef struct CudaLaunch {
+    cudaStream_t stream;
+    int pdl;
+} CudaLaunch;
+
+/* Per-token values, in device memory. */
+typedef struct StepParams {
+    int token;        /* input token id, 0 <= token < vocab_size */
+    int pos;          /* its position; the KV cache holds positions 0 .. pos after the step */
+    int write_logits; /* 1: the LM head stores fp32 logits [V] (forward(), sampling) */
+    int top_k;        /* sampling: 0 = off */
+    float temperature, top_p, min_p; /* temperature <= 0: argmax */
+    int pad_;
+    uint64_t seed, step; /* sampling RNG: u = q35 counter hash of (seed, step), see sample.cu */
+} StepParams;
+
+/* ---- GEMV family (matvec.cu) ----------------------------------------------------------------
+ * y = W x for one token, W bf16 [rows][cols] (cols % 8 == 0, rows 16-byte aligned), fp32
+ * accumulation. A warp owns groups of 4 consecutive rows, lanes stride the columns 8 at a time
+ * (16-byte loads); grid.y = splits cuts the columns into slices (split-K).
+ *
+ * Input prologue (in_mode), computed by every block into shared memory:
+ *   MV_IN_VEC       x[cols] as given (bf16-valued).
+ *   MV_IN_EMBED     x = E[step->token] (bf16 table [V][cols]).
+ *   MV_IN_RESIDUAL  x = bf16( res[i] + bf16( sum_{s < n_parts} parts[s*cols + i] ) )   (residual add;
+ *                   parts are split-K partials, summed in fixed order; n_parts = 1 for an atomic
+ *                   accumulator).
+ *   then EMBED/RESIDUAL: block (0,0) writes x to x_out (the new residual stream; x_out must not
+ *   alias res), and, when norm_w is set, x <- RMSNorm(x):
+ *     NORM_ZC    (Qwen3.5, zero-centred)  h = bf16( x r (1 + w) ),  r = rsqrt(mean x^2 + eps)
+ *     NORM_PLAIN (Qwen3)                  h = bf16( w bf16(x r) )
+ *   h_out (optional, probes): block (0,0) writes the normed input.
+ *   zero (optional): after pdl_wait the grid zeroes zero[0 .. n_zero) (an atomic split-K
+ *   accumulator that a LATER kernel adds into; it must not be read by this kernel).
+ *
+ * Output epilogue (out_mode):
+ *   MV_OUT_STORE    y[r] = bf16( sum )
+ *   MV_OUT_SILU_MUL rows interleaved (gate_0, up_0, gate_1, up_1, ...):
+ *                   y[i] = bf16( bf16(silu(bf16 g_i)) * bf16 u_i ),  y has rows/2 entries
+ *   MV_OUT_SPLITK   atomic = 1: atomicAdd(y[r], partial) into a zeroed y (not rounded);
+ *                   atomic = 0: y[s*rows + r] = partial of split s (deterministic; the consumer sums
+ *                   the splits in order, e.g. MV_IN_RESIDUAL with n_parts = splits)
+ *   MV_OUT_ARGMAX   the LM head: logit[r] = bf16(sum); when step->write_logits, logits[r] = logit
+ *                   for all rows; argmax over r < n_valid (ties -> smallest index) -> *out_id and
+ *                   its value -> *out_max. Needs am_val/am_idx [gridDim.x] scratch and *am_count
+ *                   (zero at first use, left zero). splits must be 1. */
+enum { MV_IN_VEC = 0, MV_IN_EMBED = 1, MV_IN_RESIDUAL = 2 };
+enum { MV_OUT_STORE = 0, MV_OUT_SILU_MUL = 1, MV_OUT_SPLITK = 2, MV_OUT_ARGMAX = 3 };
+enum { NORM_NONE = 0, NORM_ZC = 1, NORM_PLAIN = 2 };
+
+typedef struct MatvecParams {
+    const uint16_t *W; /* bf16 [rows][cols] */
+    int rows, cols;
+    int splits;        /* >= 1; MV_OUT_SPLITK only (others use 1) */
+    int blocks;        /* grid.x; 0 = launcher's choice (cuda_matvec_blocks) */
+    /* input */
+    int in_mode;
+    const float *x;          /* VEC: the input [cols]; RESIDUAL: the residual stream before the add */
+    const float *parts;      /* RESIDUAL: [n_parts][cols] */
+    int n_parts;
+    const uint16_t *embed;   /* EMBED: bf16 [V][cols] */
+    const StepParams *step;  /* EMBED, ARGMAX */
+    float *x_out;            /* EMBED/RESIDUAL: new residual stream [cols] (may be NULL) */
+    const float *norm_w;     /* [cols] or NULL */
+    int norm_mode;
+    float eps;
+    float *h_out;            /* optional: the normed input [cols] */
+    float *zero;             /* optional: zeroed [n_zero] */
+    int n_zero;
+    /* output */
+    int out_mode;
+    int atomic;              /* MV_OUT_SPLITK */
+    float *y;
+    /* MV_OUT_ARGMAX */
+    float *logits;           /* [rows] */
+    int n_valid;
+    float *am_val;           /* [blocks] */
+    int *am_idx;             /* [blocks] */
+    unsigned *am_count;      /* [1] */
+    int *out_id;
+    float *out_max;
+} MatvecParams;
+
+int cuda_matvec(const MatvecParams *p, const CudaLaunch *l);
+/* Split-K factor that fills n_sm SMs for a rows x cols GEMV (1 when rows suffice). Every split
+ * is non-empty. */
+int cuda_matvec_splits(int rows, int cols, int n_sm);
+/* grid.x the launcher uses when p->blocks == 0 (callers size am_val/am_idx with it). */
+int cuda_matvec_blocks(int rows, int splits, int n_sm);
+
+/* ---- norms (norm.cu) --------------------------------------------------------------------------
+ * Standalone RMSNorm of `rows` rows of n (w shared by the rows), same formulas as the GEMV
+ * prologue: y = NORM_ZC / NORM_PLAIN of x. When parts is set (rows must be 1), first
+ * x = bf16(res + bf16(sum of n_parts partials)) and x_out <- x, as MV_IN_RESIDUAL. */
+typedef struct RmsnormParams {
+    const float *x; /* [rows][n] (or res when parts is set) */
+    const float *parts;
+    int n_parts;
+    float *x_out;
+    const float *w; /* [n] */
+    float *y;       /* [rows][n]; may equal x when parts is NULL */
+    int rows, n, mode;
+    float eps;
+} RmsnormParams;
+int cuda_rmsnorm(const RmsnormParams *p, const CudaLaunch *l);
+
+/* ---- elementwise and utility (elementwise.cu) ------------------------------------------------ */
+
+/* y[i] = bf16(E[token][i]) as fp32, i < n; token read from step->token. */
+typedef struct EmbedParams {
+    const uint16_t *E;
+    const StepParams *step;
+    float *y;
+    int n;
+} EmbedParams;
+int cuda_embed(const EmbedParams *p, const CudaLaunch *l);
+
+/* Fills bf16 buf[n] with uniform values in [-scale, scale) from a counter hash of (seed, i)
+ * (bench: random KV cache contents). */
+typedef struct FillParams {
+    uint16_t *buf;
+    int64_t n;
+    uint64_t seed;
+    float scale;
+} FillParams;
+int cuda_fill_bf16(const FillParams *p, const CudaLaunch *l);
+
+/* Bandwidth probe: reads src[n_u4] (16-byte words) once, writes one word per block to sink. */
+typedef struct ReadBwParams {
+    const void *src;
+    int64_t n_u4;
+    unsigned *sink; /* [gridDim.x] */
+    int blocks;
+} ReadBwParams;
+int cuda_read_bw(const ReadBwParams *p, const CudaLaunch *l);
+
+/* ---- sampling (sample.cu) ----------------------------------------------------------------------
+ * One draw from bf16-valued logits[0 .. n_valid) with step->temperature > 0, the same rules as
+ * the host sampler (sampler.c): candidates are ids with logit >= max - 40 T; sort by value
+ * descending, ties by smaller id; top_k keeps the first k; top_p keeps the shortest prefix whose
+ * mass reaches top_p times the kept mass; min_p keeps ids with p >= min_p p_max (at least one);
+ * then r = u * kept mass, and the first id in that order whose running mass exceeds r.
+ * u = uniform from the counter hash of (step->seed, step->step) (q35_uniform in sample.cu).
+ * Two kernels, each multi-block with the last block finishing; scratch from cuda_sample_scratch.
+ * max_logit: the maximum over [0, n_valid) (MV_OUT_ARGMAX's out_max). */
+typedef struct SampleParams {
+    const float *logits;
+    int n_valid;
+    const StepParams *step;
+    const float *max_logit;
+    void *scratch;  /* cuda_sample_scratch_bytes(), zeroed once before first use, left reusable */
+    int blocks;     /* 0 = launcher's choice */
+    int *out_id;
+} SampleParams;
+int cuda_sample(const SampleParams *p, const CudaLaunch *l);
+size_t cuda_sample_scratch_bytes(int n_sm);
+
+/* ---- mixer ops (cudab) ---- */
+
+/* ---- Gated DeltaNet decode step (deltanet.cu) ------------------------------------------------
+ * One token through the DeltaNet mixer between the stacked in_proj GEMV and out_proj (MODEL.md
+ * §3.3, numerics §4.1). key_dim = Hk*dk, value_dim = Hv*dv, conv_dim = 2*key_dim + value_dim.
+ *   proj [conv_dim + value_dim + 2*Hv] = [m | z | b | a], the GEMV output (bf16-valued)
+ *   c   = bf16(silu(bf16( sum_{j<K-1} w[ch][j] m_{pos-(K-1)+j}[ch] + w[ch][K-1] m[ch] )))   (conv)
+ *   q,k = c[0:key_dim], c[key_dim:2 key_dim] as [Hk][dk];  v = c[2 key_dim:] as [Hv][dv]
+ *   k^ = k rsqrt(sum k^2 + 1e-6),  q^ = q rsqrt(sum q^2 + 1e-6) dk^-1/2   (fp32, per k-head)
+ *   beta = bf16(sigmoid(b)),  g = -exp(A_log) softplus(a + dt_bias)       (v-head j -> k-head j/(Hv/Hk))
+ *   S *= exp(g);  delta = beta (v - S^T k^);  S += k^ delta^T;  o = bf16(S^T q^)
+ *   y = bf16( bf16(w * bf16(o rsqrt(mean_dv o^2 + eps))) * silu(z) )      (gated RMSNorm per v-head)
+ * Conv state: a ring of K rows, conv_ring bf16 [K][conv_dim]; row p % K holds the pre-conv m of
+ * position p (K*conv_dim*2 bytes per layer, 48 KiB for 0.8B). The step reads rows (pos-K+1 .. pos-1)
+ * mod K and writes row pos % K, so no block ever reads a row another block writes. Zero the ring
+ * at sequence start (positions < 0 read as 0); a prefill that fills it must use the same indexing.
+ * Grid: (splits, Hv) blocks in clusters of `splits` (sm_90): each block owns a slice of one head's
+ * dv columns (see docs/PERF_NOTES_mixer.md); the gated norm's sum of squares is exchanged through
+ * distributed shared memory. Needs Hv % Hk == 0, dv <= 1024, dk <= 1024. Deterministic. */
+typedef struct DeltanetStepParams {
+    const float *proj;      /* [conv_dim + value_dim + 2*Hv] in_proj output: [m | z | b | a] */
+    const float *conv_w;    /* [conv_dim][K] conv1d taps (bf16-valued); tap K-1 = current token */
+    uint16_t *conv_ring;    /* bf16 [K][conv_dim], in/out (see above) */
+    const float *A_log;     /* [Hv] */
+    const float *dt_bias;   /* [Hv] */
+    const float *norm_w;    /* [dv] linear_attn.norm.weight (plain weight, bf16-valued by default) */
+    float *S;               /* [Hv][dk][dv] fp32 recurrent state, in/out */
+    float *y;               /* [Hv*dv] gated-norm output (bf16-valued), the out_proj input */
+    float *o;               /* optional (NULL): [Hv*dv] bf16(o) before the norm (probes, tests) */
+    const StepParams *step; /* step->pos */
+    int Hk, Hv, dk, dv, K;
+    float eps;              /* rms_norm_eps (gated norm) */
+} DeltanetStepParams;
+int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch *l);
+/* Bytes of conv_ring per layer: K * conv_dim * 2. */
+size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, int K);
+
+/* ---- full-attention decode (attention.cu) ----------------------------------------------------
+ * One token of GQA attention over one layer's bf16 KV cache (MODEL.md §3.2 Qwen3.5, §5 Qwen3).
+ * Query head j reads kv head j / G, G = Hq/Hkv; pos = step->pos, kv_len = pos + 1.
+ *   qkv = [q part | k [Hkv][hd] | v [Hkv][hd]], the stacked q|k|v GEMV output (bf16-valued);
+ *         q part = [Hq][2 hd] rows [q_j | gate_j] when gated (Qwen3.5), else [Hq][hd].
+ *   head norm over hd:  NORM_ZC    y = bf16( x r (1 + w) )        (Qwen3.5 q_norm/k_norm)
+ *                       NORM_PLAIN y = bf16( w bf16(x r) )         (Qwen3),  r = rsqrt(mean x^2 + eps)
+ *   RoPE (NeoX, dims [0,R), pairs (i, i+R/2)): c = bf16(cos(pos inv_freq[i])), s = bf16(sin(..)),
+ *         x'[i] = bf16(bf16(x[i] c) - bf16(x[i+R/2] s)),  x'[i+R/2] = bf16(bf16(x[i+R/2] c) + bf16(x[i] s))
+ *   K[pos] = bf16(rope(norm(k))), V[pos] = bf16(v) appended to the cache, then
+ *   o_j = sum_{t<=pos} softmax_t(q_j . K_t / sqrt(hd)) V_t   (fp32 softmax and accumulation)
+ *   out_j = bf16(o_j), and when gated out_j = bf16( bf16(o_j) * bf16(sigmoid(gate_j)) ).
+ * Two kernels (PDL-chained): attn_decode_splitkv, grid (n_split, Hkv): block (s, h) handles the G
+ * query heads of kv head h over positions [s*chunk, min(kv_len, (s+1)*chunk)),
+ * chunk = max(32, round_up(ceil(kv_len / n_split), 32)); blocks past kv_len exit; the block holding
+ * pos writes K/V[pos]. Partials (m, l, O) go to `work`; attn_combine, grid (hd/64, Hq), merges them
+ * in fixed order (deterministic) and applies the gate. hd in {128, 256}; G in {1, 2, 4, 8}; R even,
+ * 2 <= R <= hd. A step with pos outside [0, max_seq) writes nothing. */
+typedef struct AttnDecodeParams {
+    const float *qkv;        /* [q part + 2*Hkv*hd] */
+    const float *q_norm_w;   /* [hd] */
+    const float *k_norm_w;   /* [hd] */
+    const float *inv_freq;   /* [R/2] rotary inverse frequencies (cpu_rope_inv_freq) */
+    uint16_t *k_cache;       /* bf16 [Hkv][max_seq][hd] of this layer, K after norm + RoPE */
+    uint16_t *v_cache;       /* bf16 [Hkv][max_seq][hd] */
+    float *out;              /* [Hq*hd] (bf16-valued), the o_proj input */
+    float *work;             /* cuda_attn_decode_work_bytes(); no init needed; may be shared by layers */
+    float *q_out;            /* optional (NULL): [Hq*hd] q after norm + RoPE (probes, tests) */
+    const StepParams *step;  /* step->pos */
+    int Hq, Hkv, hd, R, max_seq;
+    int gated;               /* 1: Qwen3.5 interleaved q|gate rows + sigmoid output gate */
+    int norm_mode;           /* NORM_ZC or NORM_PLAIN */
+    float eps;               /* rms_norm_eps */
+} AttnDecodeParams;
+int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l);
+/* n_split (blocks per kv head) for a cache of max_seq positions. */
+int cuda_attn_decode_splits(int Hkv, int max_seq);
+/* Bytes of `work`: Hq * n_split * (hd + 2) floats. */
+size_t cuda_attn_decode_work_bytes(int Hq, int Hkv, int hd, int max_seq);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

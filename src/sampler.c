@@ -1,0 +1,110 @@
+/* sampler.c — host sampling; see sampler.h for the order of operations. */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
+    memset(s, 0, sizeof *s);
+    if (cfg->temperature < 0 || cfg->top_k < 0 || cfg->top_p <= 0 || cfg->top_p > 1 || cfg->min_p < 0 ||
+        cfg->min_p > 1 || cfg->repetition_penalty <= 0 || !isfinite(cfg->presence_penalty))
+        return err_set(err, Q35_ERR_ARG,
+                       "bad sampling settings: temperature %g top_k %d top_p %g min_p %g repetition_penalty %g",
+                       cfg->temperature, cfg->top_k, cfg->top_p, cfg->min_p, cfg->repetition_penalty);
+    s->cfg = *cfg;
+    s->n_vocab = n_vocab;
+    s->n_valid = n_valid < n_vocab ? n_valid : n_vocab;
+    rng_seed(&s->rng, cfg->seed);
+    s->seen = calloc((size_t)n_vocab, 1);
+    s->cand = malloc(sizeof(int) * (size_t)n_vocab);
+    s->prob = malloc(sizeof(float) * (size_t)n_vocab);
+    if (!s->seen || !s->cand || !s->prob) {
+        sampler_free(s);
+        return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
+    }
+    return 0;
+}
+
+void sampler_free(Sampler *s) {
+    free(s->seen);
+    free(s->cand);
+    free(s->prob);
+    memset(s, 0, sizeof *s);
+}
+
+void sampler_observe(Sampler *s, int id, int generated) {
+    if (id < 0 || id >= s->n_vocab) return;
+    s->seen[id] |= (unsigned char)(1 | (generated ? 2 : 0));
+}
+
+int sampler_needs_history(const Q35Sampling *cfg) {
+    return cfg->repetition_penalty != 1.0f || cfg->presence_penalty != 0.0f;
+}
+
+int sampler_argmax(const float *logits, int n_valid) {
+    int best = 0;
+    for (int i = 1; i < n_valid; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+static int cmp_prob_desc(const void *a, const void *b, void *p) {
+    const float *prob = p;
+    float x = prob[*(const int *)a], y = prob[*(const int *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+
+int sampler_sample(Sampler *s, float *logits) {
+    const Q35Sampling *c = &s->cfg;
+    int n = s->n_valid;
+    if (c->repetition_penalty != 1.0f || c->presence_penalty != 0.0f) {
+        for (int i = 0; i < n; i++) {
+            if (!s->seen[i]) continue;
+            if (c->repetition_penalty != 1.0f)
+                logits[i] = logits[i] > 0 ? logits[i] / c->repetition_penalty : logits[i] * c->repetition_penalty;
+            if ((s->seen[i] & 2) && c->presence_penalty != 0.0f) logits[i] -= c->presence_penalty;
+        }
+    }
+    if (c->temperature <= 0.0f) return sampler_argmax(logits, n);
+
+    /* softmax over candidates; ids whose probability is below e^-40 of the max are dropped first */
+    float mx = logits[sampler_argmax(logits, n)];
+    float cut = mx - 40.0f * c->temperature;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (logits[i] >= cut) s->cand[m++] = i;
+    double sum = 0;
+    for (int j = 0; j < m; j++) {
+        int i = s->cand[j];
+        s->prob[i] = expf((logits[i] - mx) / c->temperature);
+        sum += s->prob[i];
+    }
+    for (int j = 0; j < m; j++) s->prob[s->cand[j]] = (float)(s->prob[s->cand[j]] / sum);
+    qsort_r(s->cand, (size_t)m, sizeof(int), cmp_prob_desc, s->prob);
+    if (c->top_k > 0 && c->top_k < m) m = c->top_k;
+    if (c->top_p < 1.0f) { /* on the distribution renormalised after top-k */
+        double mass = 0, acc = 0;
+        for (int j = 0; j < m; j++) mass += s->prob[s->cand[j]];
+        int k = 0;
+        while (k < m) { /* keep the smallest prefix whose mass reaches top_p (at least one) */
+            acc += s->prob[s->cand[k++]];
+            if (acc >= c->top_p * mass) break;
+        }
+        m = k;
+    }
+    if (c->min_p > 0.0f) {
+        float thr = c->min_p * s->prob[s->cand[0]];
+        int k = 1;
+        while (k < m && s->prob[s->cand[k]] >= thr) k++;
+        m = k;
+    }
+    double tot = 0;
+    for (int j = 0; j < m; j++) tot += s->prob[s->cand[j]];
+    double r = rng_uniform(&s->rng) * tot, acc = 0;
+    for (int j = 0; j < m; j++) {
+        acc += s->prob[s->cand[j]];
+        if (r < acc) return s->cand[j];
+    }
+    return s->cand[m - 1];
+}

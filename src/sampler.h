@@ -1,0 +1,32 @@
+/* sampler.h — host-side sampling over one row of logits: penalties, temperature, top-k,
+ * top-p, min-p, then a draw from the Sampler's own RNG (seeded per request).
+ * Order (as HF's logits processors): repetition penalty (ids seen in prompt + output),
+ * presence penalty (ids generated so far, vLLM-style), temperature, top-k, top-p, min-p.
+ * Ids >= n_valid (embedding padding past the tokenizer) are never sampled. */
+#ifndef Q35_SAMPLER_H
+#define Q35_SAMPLER_H
+
+#include "util.h"
+
+typedef struct Sampler {
+    Q35Sampling cfg;
+    Rng rng;
+    int n_vocab;            /* logits row length */
+    int n_valid;            /* ids [0, n_valid) are real tokens */
+    unsigned char *seen;    /* [n_vocab] bit 0: in prompt or output; bit 1: generated */
+    int *cand;              /* [n_vocab] scratch: candidate ids */
+    float *prob;            /* [n_vocab] scratch: candidate probabilities */
+} Sampler;
+
+int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err);
+void sampler_free(Sampler *s);
+/* Records an id of the context: generated = 0 for prompt ids, 1 for sampled ones. */
+void sampler_observe(Sampler *s, int id, int generated);
+/* Picks the next id from logits [n_vocab] (modified in place). */
+int sampler_sample(Sampler *s, float *logits);
+/* argmax over [0, n_valid); ties -> smallest id. */
+int sampler_argmax(const float *logits, int n_valid);
+/* 1 if the config needs host logits (penalties), i.e. device sampling cannot serve it. */
+int sampler_needs_history(const Q35Sampling *cfg);
+
+#endif

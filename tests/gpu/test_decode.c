@@ -1,0 +1,376 @@
+/* test_decode.c — the whole CUDA backend (src/cuda/backend.cu + forward.cu) against the CPU
+ * backend (the fp32 reference) on small random models built here: a Qwen3.5-like hybrid
+ * (DeltaNet layers with Hv = 2 Hk and dk != dv, gated attention with partial RoPE, zero-centred
+ * norms, one F16 and F32 weights) and a Qwen3-like dense model (plain norms, no gate, full RoPE).
+ * Weights are bf16 values in every stored dtype, so the upload is lossless and the only
+ * difference from the CPU is HF's bf16 rounding of activations. Checked:
+ *   - logits of every position (forward with all_logits) within a relative L2 bound of the CPU's,
+ *     argmax agreement where the CPU's top-2 margin is clear;
+ *   - deterministic mode: graph vs no graph vs PDL off, 3 runs with reset: bitwise identical;
+ *     atomic split-K close to deterministic;
+ *   - decode_sample: greedy ids = argmax of the logits; sampling ids inside the top-k, reproducible;
+ *   - probe dumps: the names both backends write agree within the same bound;
+ *   - the bench hook runs and reports; bad positions / ids / overflow give clear errors.
+ * Usage: test_decode [seed]. Skips (exit 0, "no GPU") without a GPU. */
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include "backend.h"
+#include "test.h"
+#include "gpu_common.h"
+
+static Rng rng;
+
+#define MAX_OWN 256
+static void *own[MAX_OWN];
+static int n_own;
+static void *keep(void *p) {
+    if (n_own < MAX_OWN) own[n_own++] = p;
+    return p;
+}
+
+/* rows x cols tensor of bf16 values offset + scale N(0,1), stored as dt (exact in every dtype). */
+static Tensor mk(int64_t rows, int64_t cols, DType dt, float offset, float scale) {
+    Tensor t;
+    memset(&t, 0, sizeof t);
+    const int64_t n = rows * cols;
+    void *data = keep(malloc((size_t)n * (dt == DT_F32 ? 4 : 2)));
+    for (int64_t i = 0; i < n; i++) {
+        float v = round_bf16(offset + scale * rng_normal(&rng));
+        if (dt == DT_F32) ((float *)data)[i] = v;
+        else if (dt == DT_F16) ((uint16_t *)data)[i] = f32_to_f16(v);
+        else ((uint16_t *)data)[i] = f32_to_bf16(v);
+    }
+    t.name = "test";
+    t.dtype = dt;
+    t.ndim = cols > 1 ? 2 : 1;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    t.numel = n;
+    t.data = data;
+    t.nbytes = (size_t)n * (dt == DT_F32 ? 4 : 2);
+    return t;
+}
+
+/* qwen35 = 1: layers D D A D A (D = DeltaNet, A = gated attention); 0: Qwen3-like, 3 A layers. */
+static void small_model(Model *m, int qwen35) {
+    memset(m, 0, sizeof *m);
+    Config *c = &m->config;
+    c->family = qwen35 ? FAMILY_QWEN35 : FAMILY_QWEN3;
+    snprintf(c->model_type, sizeof c->model_type, "%s", qwen35 ? "qwen3_5_text" : "qwen3");
+    c->hidden_size = 256;
+    c->num_hidden_layers = qwen35 ? 5 : 3;
+    c->intermediate_size = qwen35 ? 384 : 320;
+    c->rms_norm_eps = 1e-6f;
+    c->vocab_size = qwen35 ? 1000 : 800;
+    c->tie_word_embeddings = qwen35;
+    c->num_attention_heads = 4;
+    c->num_key_value_heads = qwen35 ? 2 : 4;
+    c->head_dim = 128;
+    c->attn_output_gate = qwen35;
+    c->rope_theta = qwen35 ? 1e7f : 1e6f;
+    c->partial_rotary_factor = qwen35 ? 0.25f : 1.0f;
+    c->linear_num_key_heads = qwen35 ? 2 : 0;
+    c->linear_num_value_heads = qwen35 ? 4 : 0;
+    c->linear_key_head_dim = qwen35 ? 32 : 0;
+    c->linear_value_head_dim = qwen35 ? 48 : 0;
+    c->linear_conv_kernel_dim = qwen35 ? 4 : 0;
+    c->max_position_embeddings = 4096;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        c->layer_types[l] = !qwen35 || l == 2 || l == 4 ? LAYER_FULL_ATTN : LAYER_LINEAR_ATTN;
+    c->rotary_dim = (int)(c->head_dim * c->partial_rotary_factor);
+    c->q_proj_rows = (1 + c->attn_output_gate) * c->num_attention_heads * c->head_dim;
+    c->kv_dim = c->num_key_value_heads * c->head_dim;
+    c->attn_dim = c->num_attention_heads * c->head_dim;
+    c->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
+    c->value_dim = c->linear_num_value_heads * c->linear_value_head_dim;
+    c->conv_dim = 2 * c->key_dim + c->value_dim;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        c->layer_types[l] == LAYER_FULL_ATTN ? c->n_full_layers++ : c->n_linear_layers++;
+
+    const int D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim, Hv = c->linear_num_value_heads;
+    const float nofs = qwen35 ? 0.0f : 1.0f, ws = 1.0f / sqrtf((float)D);
+    Weights *w = &m->w;
+    w->embed_tokens = mk(c->vocab_size, D, DT_BF16, 0.0f, 1.0f);
+    w->norm = mk(D, 1, DT_BF16, nofs, 0.2f);
+    w->lm_head = qwen35 ? w->embed_tokens : mk(c->vocab_size, D, DT_BF16, 0.0f, ws);
+    w->layers = keep(calloc((size_t)c->num_hidden_layers, sizeof(LayerWeights)));
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        LayerWeights *L = &w->layers[l];
+        L->type = c->layer_types[l];
+        L->input_layernorm = mk(D, 1, DT_BF16, nofs, 0.2f);
+        L->post_attention_layernorm = mk(D, 1, DT_BF16, nofs, 0.2f);
+        L->gate_proj = mk(F, D, DT_BF16, 0.0f, ws);
+        L->up_proj = mk(F, D, DT_BF16, 0.0f, ws);
+        L->down_proj = mk(D, F, l == 0 ? DT_F16 : DT_BF16, 0.0f, 1.0f / sqrtf((float)F));
+        if (L->type == LAYER_FULL_ATTN) {
+            L->q_proj = mk(c->q_proj_rows, D, DT_BF16, 0.0f, ws);
+            L->k_proj = mk(c->kv_dim, D, DT_BF16, 0.0f, ws);
+            L->v_proj = mk(c->kv_dim, D, DT_BF16, 0.0f, ws);
+            L->o_proj = mk(D, c->attn_dim, DT_BF16, 0.0f, 1.0f / sqrtf((float)c->attn_dim));
+            L->q_norm = mk(hd, 1, DT_BF16, nofs, 0.2f);
+            L->k_norm = mk(hd, 1, DT_BF16, nofs, 0.2f);
+        } else {
+            L->in_proj_qkv = mk(c->conv_dim, D, DT_BF16, 0.0f, ws);
+            L->in_proj_z = mk(c->value_dim, D, DT_BF16, 0.0f, ws);
+            L->in_proj_b = mk(Hv, D, DT_BF16, 0.0f, ws);
+            L->in_proj_a = mk(Hv, D, DT_BF16, 0.0f, ws);
+            L->conv1d = mk(c->conv_dim, c->linear_conv_kernel_dim, DT_BF16, 0.0f, 0.5f);
+            L->dt_bias = mk(Hv, 1, DT_BF16, 0.0f, 1.0f);
+            L->A_log = mk(Hv, 1, DT_F32, 0.0f, 1.0f);
+            L->linear_norm = mk(c->linear_value_head_dim, 1, DT_F32, 1.0f, 0.2f);
+            L->out_proj = mk(D, c->value_dim, DT_BF16, 0.0f, 1.0f / sqrtf((float)c->value_dim));
+        }
+    }
+}
+
+static int argmax(const float *l, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+/* CUDA forward of all tokens from a reset; logits [n][V]. */
+static int cuda_run(void *ctx, const int *ids, int n, float *logits, Err *err) {
+    int rc = cuda_backend.reset(ctx, err);
+    return rc ? rc : cuda_backend.forward(ctx, ids, n, 0, 1, logits, err);
+}
+
+static int open_cuda(void **ctx, const Model *m, int det, int no_graph, int no_pdl, int n_valid, const char *probe_dir) {
+    BackendOptions o;
+    memset(&o, 0, sizeof o);
+    o.max_seq = 64, o.deterministic = det, o.no_graph = no_graph, o.no_pdl = no_pdl, o.n_valid = n_valid;
+    o.probe.dir = probe_dir;
+    Err err = {0};
+    int rc = cuda_backend.open(ctx, m, &o, &err);
+    CHECK(rc == 0, "cuda open (det %d graph %d pdl %d): %s", det, !no_graph, !no_pdl, err.msg);
+    return rc;
+}
+
+/* Compares every CPU probe file that the CUDA run also wrote (last token's values). */
+static void compare_probes(const char *cpu_dir, const char *cuda_dir, const char *model) {
+    DIR *d = opendir(cuda_dir);
+    if (!d) {
+        CHECK(0, "no probe dir %s", cuda_dir);
+        return;
+    }
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char pa[600], pb[600];
+        snprintf(pa, sizeof pa, "%s/%s", cuda_dir, e->d_name);
+        snprintf(pb, sizeof pb, "%s/%s", cpu_dir, e->d_name);
+        char *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        Err err = {0};
+        if (read_file(pa, &a, &na, &err) || read_file(pb, &b, &nb, &err)) {
+            free(a);
+            continue; /* a CUDA-only name */
+        }
+        CHECK(na == nb, "%s probe %s: %zu vs %zu bytes", model, e->d_name, na, nb);
+        if (na == nb && na) {
+            double r = rel_l2((const float *)a, (const float *)b, (int64_t)(na / 4));
+            CHECK(r < 0.05, "%s probe %s: rel L2 %.4f vs the CPU", model, e->d_name, r);
+            n++;
+        }
+        free(a), free(b);
+    }
+    closedir(d);
+    CHECK(n >= 5, "%s: only %d probe names shared with the CPU", model, n);
+    printf("  %s: %d probe names compared with the CPU\n", model, n);
+}
+
+static void test_model(int qwen35) {
+    Model m;
+    small_model(&m, qwen35);
+    const Config *c = &m.config;
+    const char *name = qwen35 ? "small qwen3.5" : "small qwen3";
+    const int V = c->vocab_size, n_valid = V - 10, n = 12;
+    int ids[12];
+    for (int i = 0; i < n; i++) ids[i] = (int)(rng_u64(&rng) % (uint64_t)n_valid);
+    float *ref = malloc(sizeof(float) * n * V), *got = malloc(sizeof(float) * n * V);
+    float *det1 = malloc(sizeof(float) * n * V), *tmp = malloc(sizeof(float) * n * V);
+    void *cpu = NULL, *gd = NULL, *ga = NULL, *gn = NULL, *gp = NULL;
+    Err err = {0};
+    char cpu_probe[] = "/tmp/q35_probe_cpu_XXXXXX", cuda_probe[] = "/tmp/q35_probe_cuda_XXXXXX";
+    BackendOptions co;
+    memset(&co, 0, sizeof co);
+    co.max_seq = 64;
+    if (cpu_backend.open(&cpu, &m, &co, &err)) {
+        CHECK(0, "cpu open: %s", err.msg);
+        goto done;
+    }
+    if (cpu_backend.forward(cpu, ids, n, 0, 1, ref, &err)) {
+        CHECK(0, "cpu forward: %s", err.msg);
+        goto done;
+    }
+    /* deterministic graph: logits vs CPU */
+    if (open_cuda(&gd, &m, 1, 0, 0, n_valid, NULL)) goto done;
+    if (cuda_run(gd, ids, n, det1, &err)) {
+        CHECK(0, "%s cuda forward: %s", name, err.msg);
+        goto done;
+    }
+    double worst = 0;
+    int agree = 0, clear = 0;
+    for (int t = 0; t < n; t++) {
+        const float *r = ref + (size_t)t * V, *g = det1 + (size_t)t * V;
+        double e = rel_l2(g, r, V);
+        worst = e > worst ? e : worst;
+        int a = argmax(r, n_valid);
+        float second = -INFINITY, sd = 0;
+        for (int i = 0; i < n_valid; i++) {
+            if (i != a && r[i] > second) second = r[i];
+            sd += r[i] * r[i];
+        }
+        sd = sqrtf(sd / n_valid);
+        if (r[a] - second > 0.05f * sd) {
+            clear++;
+            agree += argmax(g, n_valid) == a;
+        }
+    }
+    printf("  %s: logits rel L2 vs CPU fp32: worst %.4f over %d positions; argmax %d/%d where clear\n", name, worst, n,
+           agree, clear);
+    CHECK(worst < 0.03, "%s: logits rel L2 %.4f vs CPU", name, worst);
+    CHECK(agree == clear, "%s: argmax differs at %d of %d clear positions", name, clear - agree, clear);
+
+    /* determinism: same context again (after reset), no graph, no PDL */
+    for (int run = 0; run < 2; run++) {
+        if (cuda_run(gd, ids, n, got, &err)) {
+            CHECK(0, "%s: %s", name, err.msg);
+            goto done;
+        }
+        CHECK(memcmp(got, det1, sizeof(float) * n * V) == 0, "%s: deterministic run %d differs", name, run + 2);
+    }
+    if (open_cuda(&gn, &m, 1, 1, 0, n_valid, NULL) || cuda_run(gn, ids, n, got, &err)) {
+        CHECK(0, "%s no-graph: %s", name, err.msg);
+        goto done;
+    }
+    CHECK(memcmp(got, det1, sizeof(float) * n * V) == 0, "%s: graph vs no graph differ (deterministic)", name);
+    cuda_backend.close(gn), gn = NULL;
+    if (open_cuda(&gn, &m, 1, 0, 1, n_valid, NULL) || cuda_run(gn, ids, n, got, &err)) {
+        CHECK(0, "%s no-pdl: %s", name, err.msg);
+        goto done;
+    }
+    CHECK(memcmp(got, det1, sizeof(float) * n * V) == 0, "%s: PDL on vs off differ (deterministic)", name);
+
+    /* atomic split-K (default) */
+    if (open_cuda(&ga, &m, 0, 0, 0, n_valid, NULL) || cuda_run(ga, ids, n, got, &err)) {
+        CHECK(0, "%s atomic: %s", name, err.msg);
+        goto done;
+    }
+    double ea = rel_l2(got, det1, (int64_t)n * V);
+    CHECK(ea < 1e-2, "%s: atomic vs deterministic rel L2 %.4g", name, ea);
+
+    /* decode_sample: greedy = argmax over n_valid; sampling inside the top-k and reproducible */
+    if (cuda_backend.reset(gd, &err)) {
+        CHECK(0, "reset: %s", err.msg);
+        goto done;
+    }
+    for (int t = 0; t < n; t++) {
+        DeviceSampling s = {0.0f, 1.0f, 0.0f, 0, 1, (uint64_t)t};
+        int id = -1;
+        if (cuda_backend.decode_sample(gd, ids[t], t, &s, &id, &err)) {
+            CHECK(0, "decode_sample: %s", err.msg);
+            goto done;
+        }
+        CHECK(id == argmax(det1 + (size_t)t * V, n_valid), "%s: greedy id %d at %d, argmax %d", name, id, t,
+              argmax(det1 + (size_t)t * V, n_valid));
+    }
+    int first[12];
+    for (int rep = 0; rep < 2; rep++) {
+        if (cuda_backend.reset(gd, &err)) break;
+        for (int t = 0; t < n; t++) {
+            DeviceSampling s = {1.0f, 1.0f, 0.0f, 5, 99, (uint64_t)t};
+            int id = -1;
+            if (cuda_backend.decode_sample(gd, ids[t], t, &s, &id, &err)) {
+                CHECK(0, "decode_sample: %s", err.msg);
+                goto done;
+            }
+            const float *l = det1 + (size_t)t * V;
+            int above = 0;
+            for (int i = 0; i < n_valid; i++) above += l[i] > l[id >= 0 && id < V ? id : 0];
+            CHECK(id >= 0 && id < n_valid && above < 5, "%s: sampled id %d at %d is not in the top 5", name, id, t);
+            if (rep == 0) first[t] = id;
+            else CHECK(id == first[t], "%s: sampling not reproducible at %d (%d vs %d)", name, t, first[t], id);
+        }
+    }
+
+    /* probes: last token's activations vs the CPU's (token-by-token CPU run) */
+    if (mkdtemp(cpu_probe) && mkdtemp(cuda_probe)) {
+        cpu_backend.close(cpu), cpu = NULL;
+        co.probe.dir = cpu_probe;
+        if (cpu_backend.open(&cpu, &m, &co, &err)) {
+            CHECK(0, "cpu open: %s", err.msg);
+            goto done;
+        }
+        for (int t = 0; t < n && !err.code; t++) cpu_backend.forward(cpu, ids + t, 1, t, 0, tmp, &err);
+        if (open_cuda(&gp, &m, 1, 0, 0, n_valid, cuda_probe) || cuda_run(gp, ids, n, got, &err)) {
+            CHECK(0, "%s probe run: %s", name, err.msg);
+            goto done;
+        }
+        CHECK(memcmp(got, det1, sizeof(float) * n * V) == 0, "%s: probe (eager) run differs from graph", name);
+        compare_probes(cpu_probe, cuda_probe, name);
+    }
+
+    /* bench hook */
+    if (cuda_backend.bench) {
+        BenchRequest rq = {5, 3, 1};
+        BenchResult *br = calloc(1, sizeof *br);
+        int rc = cuda_backend.bench(ga, &rq, br, &err);
+        CHECK(rc == 0, "%s bench: %s", name, err.msg);
+        if (!rc) {
+            CHECK(br->ms_token > 0 && br->ms_det > 0 && br->ms_eager > 0 && br->ms_sample > 0 && br->ms_sync > 0,
+                  "%s bench: a time is zero", name);
+            CHECK(br->launches > 0 && br->n_ops > 0 && br->step_bytes > 0, "%s bench: launches %d ops %d bytes %g", name,
+                  br->launches, br->n_ops, br->step_bytes);
+            printf("  %s bench: %.3f ms/token graph, %.3f eager, %d launches, %d ops, copy %.0f GB/s\n", name,
+                   br->ms_token, br->ms_eager, br->launches, br->n_ops, br->copy_gbs);
+        }
+        free(br);
+        if (cuda_run(ga, ids, n, got, &err) == 0) /* usable after the bench */
+            CHECK(rel_l2(got, det1, (int64_t)n * V) < 1e-2, "%s: results changed after the bench", name);
+    }
+
+    /* errors */
+    {
+        int bad = V + 3;
+        cuda_backend.reset(gd, &err);
+        CHECK(cuda_backend.forward(gd, ids, 1, 5, 0, NULL, &err) == Q35_ERR_ARG, "%s: wrong pos accepted", name);
+        CHECK(cuda_backend.forward(gd, &bad, 1, 0, 0, NULL, &err) == Q35_ERR_ARG, "%s: bad id accepted", name);
+        CHECK(strstr(err.msg, "token id") != NULL, "%s: message '%s'", name, err.msg);
+        int *many = calloc(65, sizeof(int));
+        CHECK(cuda_backend.forward(gd, many, 65, 0, 0, NULL, &err) == Q35_ERR_CONTEXT, "%s: overflow accepted", name);
+        free(many);
+    }
+done:
+    if (cpu) cpu_backend.close(cpu);
+    if (gd) cuda_backend.close(gd);
+    if (ga) cuda_backend.close(ga);
+    if (gn) cuda_backend.close(gn);
+    if (gp) cuda_backend.close(gp);
+    free(ref), free(got), free(det1), free(tmp);
+    for (int i = 0; i < n_own; i++) free(own[i]);
+    n_own = 0;
+}
+
+int main(int argc, char **argv) {
+    GPU_TEST_PROLOGUE("decode");
+    rng_seed(&rng, test_seed(argc, argv, "test_decode"));
+    test_model(1);
+    test_model(0);
+    /* a model the kernels cannot run is refused with a clear error */
+    Model m;
+    small_model(&m, 0);
+    m.config.head_dim = 96;
+    void *ctx = NULL;
+    BackendOptions o;
+    memset(&o, 0, sizeof o);
+    o.max_seq = 8;
+    Err err = {0};
+    CHECK(cuda_backend.open(&ctx, &m, &o, &err) == Q35_ERR_CONFIG && strstr(err.msg, "head_dim"),
+          "head_dim 96 not refused clearly: %s", err.msg);
+    for (int i = 0; i < n_own; i++) free(own[i]);
+    return TEST_SUMMARY("decode");
+}

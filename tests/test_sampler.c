@@ -1,0 +1,120 @@
+/* test_sampler.c — host sampling: argmax ties and padding, penalties, top-k/top-p/min-p
+ * support sets, and empirical frequencies vs the softmax they should follow. */
+#include <math.h>
+#include <string.h>
+
+#include "sampler.h"
+#include "test.h"
+
+static Q35Sampling base(void) {
+    Q35Sampling s;
+    memset(&s, 0, sizeof s);
+    s.top_p = 1;
+    s.repetition_penalty = 1;
+    s.seed = 7;
+    return s;
+}
+
+int main(void) {
+    Err err = {0};
+    float l[8] = {1, 3, 3, 0, -1, 2, 9, 9};
+    CHECK(sampler_argmax(l, 6) == 1, "ties -> smallest id, padding [6,8) excluded: got %d", sampler_argmax(l, 6));
+
+    Sampler s;
+    Q35Sampling c = base();
+    CHECK(sampler_init(&s, &c, 8, 6, &err) == 0, "%s", err.msg);
+    float g[8];
+    memcpy(g, l, sizeof g);
+    CHECK(sampler_sample(&s, g) == 1, "greedy");
+    sampler_free(&s);
+
+    /* repetition penalty (HF: divide positive, multiply negative) and presence penalty */
+    c = base();
+    c.repetition_penalty = 2.0f;
+    c.presence_penalty = 0.6f;
+    sampler_init(&s, &c, 8, 6, &err);
+    sampler_observe(&s, 1, 0); /* prompt id: repetition only */
+    sampler_observe(&s, 2, 1); /* generated: both */
+    memcpy(g, l, sizeof g);
+    int id = sampler_sample(&s, g);
+    CHECK(fabsf(g[1] - 1.5f) < 1e-6f && fabsf(g[2] - 0.9f) < 1e-6f, "penalties: %g %g", g[1], g[2]);
+    CHECK(id == 5, "after penalties the best is id 5, got %d", id);
+    sampler_free(&s);
+
+    /* empirical frequencies at temperature 1 vs softmax over the valid ids */
+    float z[6] = {0.5f, 1.0f, -0.5f, 2.0f, 0.0f, 1.5f};
+    double p[6], sum = 0;
+    for (int i = 0; i < 6; i++) sum += p[i] = exp(z[i]);
+    for (int i = 0; i < 6; i++) p[i] /= sum;
+    c = base();
+    c.temperature = 1.0f;
+    sampler_init(&s, &c, 8, 6, &err);
+    int cnt[8] = {0}, N = 200000;
+    for (int t = 0; t < N; t++) {
+        float w[8] = {z[0], z[1], z[2], z[3], z[4], z[5], 50, 50};
+        cnt[sampler_sample(&s, w)]++;
+    }
+    double maxdev = 0;
+    for (int i = 0; i < 6; i++) maxdev = fmax(maxdev, fabs(cnt[i] / (double)N - p[i]));
+    CHECK(maxdev < 0.006, "frequencies vs softmax: max deviation %g", maxdev);
+    CHECK(cnt[6] == 0 && cnt[7] == 0, "padding ids never sampled");
+    sampler_free(&s);
+
+    /* top-k = 2 keeps {3, 5}; top-p 0.5 keeps the smallest prefix reaching half the mass; min-p */
+    c = base();
+    c.temperature = 1.0f;
+    c.top_k = 2;
+    sampler_init(&s, &c, 8, 6, &err);
+    int bad = 0;
+    for (int t = 0; t < 2000; t++) {
+        float w[8] = {z[0], z[1], z[2], z[3], z[4], z[5], 0, 0};
+        int k = sampler_sample(&s, w);
+        bad += k != 3 && k != 5;
+    }
+    CHECK(bad == 0, "top-k 2 sampled %d ids outside {3,5}", bad);
+    sampler_free(&s);
+    c.top_k = 0;
+    c.top_p = 0.3f; /* p[3] ~ 0.37 > 0.3: only id 3 */
+    sampler_init(&s, &c, 8, 6, &err);
+    bad = 0;
+    for (int t = 0; t < 2000; t++) {
+        float w[8] = {z[0], z[1], z[2], z[3], z[4], z[5], 0, 0};
+        bad += sampler_sample(&s, w) != 3;
+    }
+    CHECK(bad == 0, "top-p 0.3 sampled %d ids other than 3", bad);
+    sampler_free(&s);
+    c.top_p = 1;
+    c.min_p = 0.5f; /* keeps ids with p >= 0.5 p_max: 3 (1.0) and 5 (e^-0.5 = 0.61) */
+    sampler_init(&s, &c, 8, 6, &err);
+    bad = 0;
+    for (int t = 0; t < 2000; t++) {
+        float w[8] = {z[0], z[1], z[2], z[3], z[4], z[5], 0, 0};
+        int k = sampler_sample(&s, w);
+        bad += k != 3 && k != 5;
+    }
+    CHECK(bad == 0, "min-p 0.5 sampled %d ids outside {3,5}", bad);
+    sampler_free(&s);
+
+    /* same seed, same stream */
+    c = base();
+    c.temperature = 0.8f;
+    Sampler a, b;
+    sampler_init(&a, &c, 8, 6, &err);
+    sampler_init(&b, &c, 8, 6, &err);
+    int same = 1;
+    for (int t = 0; t < 100; t++) {
+        float w1[8], w2[8];
+        memcpy(w1, z, sizeof z);
+        memcpy(w2, z, sizeof z);
+        same &= sampler_sample(&a, w1) == sampler_sample(&b, w2);
+    }
+    CHECK(same, "same seed gives the same ids");
+    sampler_free(&a);
+    sampler_free(&b);
+
+    c = base();
+    c.top_p = 0;
+    CHECK(sampler_init(&s, &c, 8, 6, &err) == Q35_ERR_ARG && strstr(err.msg, "top_p"), "bad top_p rejected: %s",
+          err.msg);
+    return TEST_SUMMARY("sampler");
+}
