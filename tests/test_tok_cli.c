@@ -1,7 +1,8 @@
 /* test_tok_cli.c — the CLI contract of `qwen35 tokenize` / `qwen35 detokenize`, run as a subprocess:
  * ids on one line; --jsonl over the whole test corpus equals the HF golden ids line by line; --text-file;
  * detokenize; invalid UTF-8 -> one stderr line with the byte offset and a non-zero exit; bad ids and bad
- * JSON lines fail the same way. Binary: argv[1], else $BUILD/qwen35 (tests/run.sh sets BUILD). */
+ * JSON lines fail the same way; `chat` on dummy weights prefills only each turn's new tokens (checked
+ * from its --stats lines). Binary: argv[1], else $BUILD/qwen35 (tests/run.sh sets BUILD). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,51 @@ static char *temp_file(const void *data, size_t n) {
 }
 
 static int one_line(const char *s) { return s[0] && strchr(s, '\n') == s + strlen(s) - 1; }
+
+/* ids of the chat render of one user message (+ generation prompt), after the prefix text */
+static int turn_len(const Q35Tokenizer *t, const char *prefix, const char *user) {
+    Q35ChatMessage m = {"user", user, NULL};
+    char *r, buf[512];
+    int *ids, n = -1;
+    Q35Err err;
+    if (q35_chat_render(t, &m, 1, 1, Q35_THINK_DEFAULT, &r, &err)) return -1;
+    snprintf(buf, sizeof buf, "%s%s", prefix, r);
+    if (q35_tokenize(t, buf, strlen(buf), &ids, &n, &err) == 0) free(ids);
+    free(r);
+    return n;
+}
+
+/* chat with dummy weights: each turn prefills only its new tokens; /reset starts over. */
+static void check_chat(void) {
+    const char *in = "Hi\nAgain\n/reset\nHi\n";
+    char *f = (char *)in, args[512], *out, *err;
+    char path[] = "/tmp/q35cli_chat_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && write(fd, f, strlen(in)) == (ssize_t)strlen(in), "chat input file");
+    close(fd);
+    snprintf(args, sizeof args, "chat --dummy qwen3-0.6b --tokenizer %s --backend cpu --ctx 256 -n 2 --greedy --stats <%s",
+             MODEL, path);
+    int rc = run(args, &out, &err);
+    unlink(path);
+    CHECK(rc == 0, "chat exit %d: %s", rc, err);
+    int a[3] = {0}, g[3] = {0}, p[3] = {0}, k = 0;
+    for (const char *q = err; k < 3 && (q = strstr(q, "[prefill ")); q++, k++)
+        sscanf(q, "[prefill %d tokens %*f ms, %d generated %*f tok/s, position %d]", &a[k], &g[k], &p[k]);
+    CHECK(k == 3, "chat printed %d stats lines: %s", k, err);
+    Q35Tokenizer *t;
+    Q35Err e;
+    if (k == 3 && q35_tokenizer_load(&t, MODEL, &e) == 0) {
+        int first = turn_len(t, "", "Hi"), cont_end = 1 + turn_len(t, "\n", "Again"),
+            cont_cut = 1 + turn_len(t, "<|im_end|>\n", "Again");
+        CHECK(a[0] == first && p[0] == first + g[0] - 1, "turn 1: prefill %d (want %d), position %d", a[0], first, p[0]);
+        CHECK((a[1] == cont_end || a[1] == cont_cut) && p[1] == p[0] + a[1] + g[1] - 1,
+              "turn 2 prefills only the new tokens: %d (want %d or %d), position %d", a[1], cont_end, cont_cut, p[1]);
+        CHECK(a[2] == first && p[2] == first + g[2] - 1, "after /reset: prefill %d, position %d", a[2], p[2]);
+        q35_tokenizer_free(t);
+    }
+    free(out);
+    free(err);
+}
 
 static void check_jsonl_corpus(void) {
     char *out, *err;
@@ -142,6 +188,7 @@ int main(int argc, char **argv) {
     rc = run("tokenize --text hi", &out, &err);
     CHECK(rc != 0 && one_line(err), "missing --model: %d '%s'", rc, err);
     free(out), free(err);
+    check_chat();
     unlink(out_path);
     unlink(err_path);
     return TEST_SUMMARY("tok_cli");
