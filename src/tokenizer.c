@@ -51,20 +51,35 @@ static int strmap_init(StrMap *m, int n) {
     m->mask = cap - 1;
     return m->slot ? 0 : -1;
 }
+/* The inline part of a key and its hash (over the inline words, the length and any bytes past 12). */
+static inline uint64_t strkey(const unsigned char *s, size_t n, uint64_t *k0, uint32_t *k1) {
+    *k0 = 0;
+    *k1 = 0;
+    memcpy(k0, s, n < 8 ? n : 8);
+    if (n > 8) memcpy(k1, s + 8, n < 12 ? n - 8 : 4);
+    uint64_t h = (*k0 ^ ((uint64_t)*k1 << 32 | *k1) * 0xC2B2AE3D27D4EB4Full ^ n) * 0x9E3779B97F4A7C15ull;
+    if (n > 12) h ^= tok_hash_bytes(s + 12, n - 12);
+    return h ^ (h >> 31);
+}
 /* Finds the id of bytes s[0..n) among t's arena strings, or -1. */
 static int strmap_get(const Tokenizer *t, const StrMap *m, const void *s, size_t n) {
-    for (uint32_t i = (uint32_t)tok_hash_bytes(s, n) & m->mask;; i = (i + 1) & m->mask) {
-        uint32_t v = m->slot[i];
-        if (!v) return -1;
-        int id = (int)v - 1;
-        if (t->len[id] == n && !memcmp(t->arena + t->off[id], s, n)) return id;
+    uint64_t k0;
+    uint32_t k1, ln = (uint32_t)(n < 255 ? n : 255);
+    for (uint32_t i = (uint32_t)strkey(s, n, &k0, &k1) & m->mask;; i = (i + 1) & m->mask) {
+        const StrSlot *e = &m->slot[i];
+        if (!e->meta) return -1;
+        if (e->k0 != k0 || e->k1 != k1 || e->meta >> 24 != ln) continue;
+        int id = (int)(e->meta & 0xFFFFFF) - 1;
+        if (n <= 12 || (t->len[id] == n && !memcmp(t->arena + t->off[id] + 12, (const char *)s + 12, n - 12))) return id;
     }
 }
 static void strmap_put(const Tokenizer *t, StrMap *m, int id) {
-    const char *s = t->arena + t->off[id];
-    uint32_t i = (uint32_t)tok_hash_bytes(s, t->len[id]) & m->mask;
-    while (m->slot[i]) i = (i + 1) & m->mask;
-    m->slot[i] = (uint32_t)id + 1;
+    const unsigned char *s = (const unsigned char *)t->arena + t->off[id];
+    size_t n = t->len[id];
+    uint64_t k0;
+    uint32_t k1, i = (uint32_t)strkey(s, n, &k0, &k1) & m->mask;
+    while (m->slot[i].meta) i = (i + 1) & m->mask;
+    m->slot[i] = (StrSlot){k0, k1, (uint32_t)(id + 1) | (uint32_t)(n < 255 ? n : 255) << 24};
 }
 
 static int has_string(const cJSON *o, const char *key, const char *want) {
@@ -138,7 +153,7 @@ static int load_strings(Tokenizer *t, const cJSON *vocab, const cJSON *added, co
     int max_id = -1;
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1e8 || !it->string)
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= 0xFFFFFF || !it->string)
             return err_set(err, Q35_ERR_FORMAT, "%s: model.vocab entry \"%.40s\" has no valid id", what,
                            it->string ? it->string : "");
         bytes += strlen(it->string);
@@ -148,7 +163,7 @@ static int load_strings(Tokenizer *t, const cJSON *vocab, const cJSON *added, co
     cJSON_ArrayForEach(it, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 1e8 || !cJSON_IsString(c) ||
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= 0xFFFFFF || !cJSON_IsString(c) ||
             !c->valuestring[0])
             return err_set(err, Q35_ERR_FORMAT, "%s: added_tokens entry without id/content", what);
         static const char *unsup[] = {"lstrip", "rstrip", "single_word"};
@@ -352,8 +367,9 @@ int tokenizer_load_json(Tokenizer **out, const char *json, size_t len, const cha
             rc = tokenizer_compile_regex(t, pattern, err);
         }
     }
-    if (!rc) rc = tokenizer_build_nfc_table(t, err);
     cJSON_Delete(root);
+    if (!rc) rc = tokenizer_build_nfc_table(t, err);
+    if (!rc) rc = tokenizer_build_direct(t, err);
     if (rc) { q35_tokenizer_free(t); return rc; }
     /* stop ids until a config says otherwise */
     const char *stops[] = {"<|im_end|>", "<|endoftext|>"};
@@ -479,9 +495,12 @@ void q35_tokenizer_free(Q35Tokenizer *t) {
     if (t->added) free((void *)t->added[t->n_added].content);
     free(t->added);
     free(t->nfc_inert);
+    free(t->direct);
     free(t->chat_template);
     free(t);
 }
+
+int tokenizer_vocab_find(const Tokenizer *t, const void *s, size_t n) { return strmap_get(t, &t->vocab, s, n); }
 
 int q35_tokenizer_size(const Q35Tokenizer *t) { return t ? t->n_total : 0; }
 int q35_tokenizer_family(const Q35Tokenizer *t) { return t->family; }
@@ -547,7 +566,7 @@ static int buf_put(Buf *b, const void *s, size_t n) {
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
     return 0;
@@ -558,6 +577,7 @@ static int buf_put(Buf *b, const void *s, size_t n) {
 static int put_lossy(Buf *out, const unsigned char *s, size_t n, int hold, size_t *held) {
     size_t i = 0, start = 0;
     *held = 0;
+    if (!n) return buf_put(out, "", 0);
     while (i < n) {
         if (s[i] < 0x80) { i++; continue; }
         int need = s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : 2;

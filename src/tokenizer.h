@@ -19,9 +19,16 @@ typedef struct AddedToken {
     int special;
 } AddedToken;
 
-/* Byte string -> id, open addressing; slots hold id + 1 (0 = empty). */
+/* Byte string -> id, open addressing. A slot keeps the first 12 bytes of its key inline (zero-padded),
+ * so a probe of a key of <= 12 bytes touches one 16-byte slot; longer keys are confirmed in the arena.
+ * meta = (id + 1) | min(len, 255) << 24; 0 = empty. */
+typedef struct StrSlot {
+    uint64_t k0;
+    uint32_t k1;
+    uint32_t meta;
+} StrSlot;
 typedef struct StrMap {
-    uint32_t *slot;
+    StrSlot *slot;
     uint32_t mask;
 } StrMap;
 
@@ -52,6 +59,7 @@ struct Q35Tokenizer {
     int re_jit;
     char *regex;        /* the pattern in use */
     uint8_t *nfc_inert; /* bitmap over code points 0..0x10FFFF: NFC-stable boundary chars (see encode) */
+    uint8_t *direct;    /* bitmap over vocab ids: BPE(bytes of id) == [id] (see tokenizer_build_direct) */
     char warning[256];
     int stop_ids[8], n_stop;
     char *chat_template; /* tokenizer_config.json chat_template or chat_template.jinja; may be NULL */
@@ -64,6 +72,9 @@ int tokenizer_load_configs(Tokenizer *t, const char *dir, Err *err);
 
 /* Built by tokenizer_load_json; used by the encoder. */
 int tokenizer_build_nfc_table(Tokenizer *t, Err *err);
+int tokenizer_build_direct(Tokenizer *t, Err *err);
+/* Id of the vocab entry whose bytes are s[0..n), or -1. */
+int tokenizer_vocab_find(const Tokenizer *t, const void *s, size_t n);
 int tokenizer_compile_regex(Tokenizer *t, const char *pattern, Err *err);
 void tokenizer_free_regex(Tokenizer *t);
 

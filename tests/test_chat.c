@@ -1,7 +1,7 @@
 /* test_chat.c — the C chat template against HF apply_chat_template (Qwen3's template, golden renders in
  * tests/fixtures/tokenizer/chat_qwen3.jsonl for the conversations of chat_cases.jsonl: text and ids),
  * and the Qwen3.5 format of TOKENIZER.md §7 / shared/data/qwen35_tokenizer_vectors.json (non-thinking
- * default, --think, history turns). With a Qwen3.5 tokenizer.json (argv[1] or .cache/qwen35-tokenizer)
+ * default, --think, history turns). With a Qwen3.5 tokenizer.json (directory argv[1], or found by tokdata.h)
  * the §7 golden ids are checked too. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 
 #include "chat.h"
 #include "test.h"
+#include "tokdata.h"
 #include "tokenizer.h"
 
 static char *slurp(const char *path) {
@@ -140,13 +141,12 @@ static void check_qwen35_format(void) {
     CHECK(q35_chat_default_thinking(&fake) == Q35_THINK_OFF, "template gating thinking: off");
 }
 
-static void check_qwen35_ids(const char *dir) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+static void check_qwen35_ids(const char *arg) {
+    char dir[512];
     Tokenizer *t;
     Err err;
-    if (!file_exists(path) || q35_tokenizer_load(&t, dir, &err)) {
-        printf("SKIP Qwen3.5 chat ids: no %s\n", path);
+    if (!find_qwen35_tokenizer(arg, &t, dir, sizeof dir)) {
+        printf("SKIP Qwen3.5 chat ids: no Qwen3.5 tokenizer.json under .cache/ or models/\n");
         return;
     }
     Q35ChatMessage m[] = {{"system", "You are concise.", NULL}, {"user", "Say hello to Firewing.", NULL}};
@@ -172,6 +172,6 @@ int main(int argc, char **argv) {
         check_qwen3_golden(t);
         q35_tokenizer_free(t);
     }
-    check_qwen35_ids(argc > 1 ? argv[1] : ".cache/qwen35-tokenizer");
+    check_qwen35_ids(argc > 1 ? argv[1] : NULL);
     return TEST_SUMMARY("chat");
 }

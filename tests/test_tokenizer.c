@@ -5,7 +5,7 @@
  * corpus line (Qwen3 regex and Qwen3.5 regex), decode(encode(s)) == NFC(s), "a b" merges == pair merges,
  * streaming decode == batch decode on random ids (seed printed; argv[1] = seed replays), invalid UTF-8
  * errors with the byte offset, malformed tokenizer files fail cleanly, special/stop ids, stale-regex fix.
- * A Qwen3.5 tokenizer.json (argv[2], or .cache/qwen35-tokenizer/) enables the Qwen3.5 vectors. */
+ * A Qwen3.5 tokenizer.json (directory argv[2], or found by tokdata.h) enables the Qwen3.5 vectors. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 #include <utf8proc.h>
 
 #include "test.h"
+#include "tokdata.h"
 #include "tokenizer.h"
 
 static const char *QWEN3_DIR = ".cache/qwen3-tokenizer";
@@ -419,14 +420,16 @@ int main(int argc, char **argv) {
     q35_tokenizer_free(t);
 
     /* Qwen3.5: only with its own tokenizer.json */
-    const char *dir35 = argc > 2 ? argv[2] : ".cache/qwen35-tokenizer";
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir35);
-    if (file_exists(path) && q35_tokenizer_load(&t, dir35, &err) == 0) {
-        CHECK(q35_tokenizer_family(t) == Q35_TOK_QWEN35, "Qwen3.5 family");
+    char dir35[512];
+    if (find_qwen35_tokenizer(argc > 2 ? argv[2] : NULL, &t, dir35, sizeof dir35)) {
+        printf("Qwen3.5 tokenizer: %s%s%s\n", dir35, q35_tokenizer_warning(t) ? " — " : "",
+               q35_tokenizer_warning(t) ? q35_tokenizer_warning(t) : "");
+        CHECK(q35_tokenizer_family(t) == Q35_TOK_QWEN35 && strstr(t->regex, "\\p{M}"), "Qwen3.5 family and regex");
+        CHECK(q35_token_id(t, "<|im_start|>") == 248045 && q35_token_id(t, "hello") == 14556, "Qwen3.5 ids");
         check_vectors(t, "qwen35_tokenizer_vectors.json");
         q35_tokenizer_free(t);
     } else {
-        printf("SKIP Qwen3.5 vectors: no %s\n", path);
+        printf("SKIP Qwen3.5 vectors: no Qwen3.5 tokenizer.json under .cache/ or models/\n");
     }
     return TEST_SUMMARY("tokenizer");
 }

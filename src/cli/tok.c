@@ -2,11 +2,12 @@
  *   qwen35 tokenize   --model DIR (--text TEXT | --text-file F) [--jsonl]   ids, space-separated, one line
  *                     (--jsonl: every input line is a JSON string, tokenized alone, one output line each)
  *   qwen35 detokenize --model DIR --ids 1,2,3 [--skip-special]               the text
- *   qwen35 chat       --model DIR [--system S] [--think | --no-think] [sampling and engine flags]
+ *   qwen35 chat       --model DIR [--system S] [--think | --no-think] [-n N] [--stats] [--tokenizer DIR]
+ *                     [sampling: --temp --top-k --top-p --min-p --presence-penalty --repetition-penalty
+ *                     --seed --greedy] [engine flags of common.h: --backend --ctx --dummy ...]
  *                     interactive multi-turn chat: a user message per stdin line, the reply streamed; the
  *                     engine keeps the conversation, so each turn prefills only its new tokens.
  * Errors are one line on stderr ("qwen35: ...") and a non-zero exit code. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include "../tokenizer.h" /* tokenizer_json_string: --jsonl lines may hold \u0000, which cJSON cannot */
 #include "cli.h"
+#include "common.h"
 #include "qwen35.h"
 
 static int fail(const char *cmd, const char *msg) {
@@ -180,15 +182,15 @@ typedef struct ChatStream {
     Q35Detok *detok;
     int last;
     int failed;
+    Q35Err err; /* why the stream failed */
 } ChatStream;
 
 static int on_token(void *user, int id) {
     ChatStream *cs = user;
     const char *s;
     size_t n;
-    Q35Err err;
     cs->last = id;
-    if (q35_detok_push(cs->detok, id, &s, &n, &err)) { cs->failed = 1; return 1; }
+    if (q35_detok_push(cs->detok, id, &s, &n, &cs->err)) { cs->failed = 1; return 1; }
     fwrite(s, 1, n, stdout);
     fflush(stdout);
     return 0;
@@ -228,63 +230,58 @@ static int turn_ids(const Q35Tokenizer *t, const char *sys, const char *user, in
     return 0;
 }
 
-static int parse_num(const char *flag, const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "qwen35: chat: %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
-        return 1;
-    }
-    *out = v;
-    return 0;
-}
-
 int cmd_chat(int argc, char **argv) {
     Q35Options o;
     q35_options_init(&o);
-    const char *sys = NULL;
-    int think = Q35_THINK_DEFAULT, max_new = 2048, stats = 0;
-    double temp = NAN, top_p = NAN, min_p = NAN, presence = NAN, top_k = NAN, v;
-    const char *seed = NULL;
+    cli_env_options(&o);
+    const char *sys = NULL, *tok_dir = NULL;
+    int think = Q35_THINK_DEFAULT, max_new = 2048, stats = 0, top_k = -1, seed = -1;
+    float temp = -1, top_p = -1, min_p = -1, presence = 0, rep = 1;
+    int have_presence = 0, have_rep = 0;
     for (int i = 0; i < argc; i++) {
+        int k = cli_model_flag(&o, argc, argv, &i);
+        if (k < 0) return 1;
+        if (k) continue;
         const char *a = argv[i], *x = NULL;
-        int need = strcmp(a, "--think") && strcmp(a, "--no-think") && strcmp(a, "--stats") && strcmp(a, "--greedy");
-        if (need && !(x = value("chat", argc, argv, &i))) return 2;
-        if (!strcmp(a, "--model")) o.model_dir = x;
-        else if (!strcmp(a, "--backend")) o.backend = x;
-        else if (!strcmp(a, "--system")) sys = x;
-        else if (!strcmp(a, "--think")) think = Q35_THINK_ON;
-        else if (!strcmp(a, "--no-think")) think = Q35_THINK_OFF;
-        else if (!strcmp(a, "--stats")) stats = 1;
-        else if (!strcmp(a, "--greedy")) temp = 0;
-        else if (!strcmp(a, "--ctx")) { if (parse_num(a, x, 1, 1 << 24, &v)) return 2; o.max_seq = (int)v; }
-        else if (!strcmp(a, "--max-tokens")) { if (parse_num(a, x, 1, 1 << 24, &v)) return 2; max_new = (int)v; }
-        else if (!strcmp(a, "--temp")) { if (parse_num(a, x, 0, 100, &temp)) return 2; }
-        else if (!strcmp(a, "--top-k")) { if (parse_num(a, x, 0, 1 << 24, &top_k)) return 2; }
-        else if (!strcmp(a, "--top-p")) { if (parse_num(a, x, 0, 1, &top_p)) return 2; }
-        else if (!strcmp(a, "--min-p")) { if (parse_num(a, x, 0, 1, &min_p)) return 2; }
-        else if (!strcmp(a, "--presence-penalty")) { if (parse_num(a, x, -100, 100, &presence)) return 2; }
-        else if (!strcmp(a, "--seed")) seed = x;
-        else { fprintf(stderr, "qwen35: chat: unknown flag '%s'\n", a); return 2; }
+        if (!strcmp(a, "--think")) { think = Q35_THINK_ON; continue; }
+        if (!strcmp(a, "--no-think")) { think = Q35_THINK_OFF; continue; }
+        if (!strcmp(a, "--stats")) { stats = 1; continue; }
+        if (!strcmp(a, "--greedy")) { temp = 0; continue; }
+        if (!(x = cli_value(argc, argv, &i))) return 1;
+        int bad = 0;
+        if (!strcmp(a, "--system")) sys = x;
+        else if (!strcmp(a, "--tokenizer")) tok_dir = x;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) bad = cli_int(a, x, 1, 1 << 24, &max_new);
+        else if (!strcmp(a, "--temp")) bad = cli_float(a, x, &temp);
+        else if (!strcmp(a, "--top-k")) bad = cli_int(a, x, 0, 1 << 24, &top_k);
+        else if (!strcmp(a, "--top-p")) bad = cli_float(a, x, &top_p);
+        else if (!strcmp(a, "--min-p")) bad = cli_float(a, x, &min_p);
+        else if (!strcmp(a, "--presence-penalty")) bad = cli_float(a, x, &presence), have_presence = 1;
+        else if (!strcmp(a, "--repetition-penalty")) bad = cli_float(a, x, &rep), have_rep = 1;
+        else if (!strcmp(a, "--seed")) bad = cli_int(a, x, 0, 2147483647, &seed);
+        else { fprintf(stderr, "qwen35: chat: unknown flag '%s'\n", a); return 1; }
+        if (bad) return 1;
     }
-    if (!o.model_dir) return fail("chat", "--model DIR is required");
+    if (!o.model_dir && !o.dummy) return fail("chat", "--model DIR is required");
     Q35Engine *e;
     Q35Err err = {0};
-    if (q35_engine_open(&e, &o, &err)) return fail_err("chat", &err);
-    Q35Tokenizer *t = q35_engine_tokenizer(e);
-    if (!t) { q35_engine_close(e); return fail("chat", "the model directory has no tokenizer.json"); }
+    if (cli_open(&e, &o)) return 1;
+    /* the model's tokenizer; --tokenizer DIR supplies one (e.g. for --dummy weights) */
+    Q35Tokenizer *own = NULL, *t = q35_engine_tokenizer(e);
+    if (tok_dir) {
+        if (q35_tokenizer_load(&own, tok_dir, &err)) { q35_engine_close(e); return fail_err("chat", &err); }
+        t = own;
+    }
+    if (!t) { q35_engine_close(e); return fail("chat", "no tokenizer.json in the model directory (or give --tokenizer DIR)"); }
     Q35Sampling s;
     q35_sampling_defaults(e, &s);
-    if (!isnan(temp)) s.temperature = (float)temp;
-    if (!isnan(top_k)) s.top_k = (int)top_k;
-    if (!isnan(top_p)) s.top_p = (float)top_p;
-    if (!isnan(min_p)) s.min_p = (float)min_p;
-    if (!isnan(presence)) s.presence_penalty = (float)presence;
-    if (seed) {
-        char *end;
-        s.seed = strtoull(seed, &end, 10);
-        if (end == seed || *end) { q35_engine_close(e); return fail("chat", "--seed wants an unsigned integer"); }
-    }
+    if (temp >= 0) s.temperature = temp;
+    if (top_k >= 0) s.top_k = top_k;
+    if (top_p >= 0) s.top_p = top_p;
+    if (min_p >= 0) s.min_p = min_p;
+    if (have_presence) s.presence_penalty = presence;
+    if (have_rep) s.repetition_penalty = rep;
+    if (seed >= 0) s.seed = (uint64_t)seed;
     ChatStream cs = {0};
     int rc = q35_detok_open(&cs.detok, t, 1, &err) ? fail_err("chat", &err) : 0;
     int first = 1, tty = isatty(0);
@@ -315,7 +312,7 @@ int cmd_chat(int argc, char **argv) {
             g = q35_generate(e, ids, n, max_new, &s, on_token, &cs, &st, &err);
             free(ids);
         }
-        if (g || cs.failed) { rc = fail_err("chat", &err); break; }
+        if (g || cs.failed) { rc = fail_err("chat", g ? &err : &cs.err); break; }
         const char *tail;
         size_t tl;
         q35_detok_flush(cs.detok, &tail, &tl);
@@ -330,6 +327,7 @@ int cmd_chat(int argc, char **argv) {
     }
     free(line);
     q35_detok_close(cs.detok);
+    q35_tokenizer_free(own);
     q35_engine_close(e);
     return rc;
 }
