@@ -195,7 +195,8 @@ size_t cuda_sample_scratch_bytes(int n_sm);
  * at sequence start (positions < 0 read as 0); a prefill that fills it must use the same indexing.
  * Grid: (splits, Hv) blocks in clusters of `splits` (sm_90): each block owns a slice of one head's
  * dv columns (see docs/PERF_NOTES_mixer.md); the gated norm's sum of squares is exchanged through
- * distributed shared memory. Needs Hv % Hk == 0, dv <= 1024, dk <= 1024. Deterministic. */
+ * distributed shared memory. Needs Hv % Hk == 0, dv <= 1024, dk <= 1024 and at most 512 threads per block
+ * (tpr * ceil(dk / 4), tpr = threads per state row: 4 for dv 128, 8 for dv 256). Deterministic. */
 typedef struct DeltanetStepParams {
     const float *proj;      /* [conv_dim + value_dim + 2*Hv] in_proj output: [m | z | b | a] */
     const float *conv_w;    /* [conv_dim][K] conv1d taps (bf16-valued); tap K-1 = current token */
