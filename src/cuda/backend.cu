@@ -58,11 +58,12 @@ static int check_model(const Model *m, Err *err) {
                        "multiples of 8", D, F);
     if (c->n_full_layers) {
         const int G = c->num_key_value_heads > 0 ? c->num_attention_heads / c->num_key_value_heads : 0;
-        if ((hd != 128 && hd != 256) || G * c->num_key_value_heads != c->num_attention_heads ||
-            (G != 1 && G != 2 && G != 4 && G != 8) || c->rotary_dim < 2 || c->rotary_dim % 2 || c->rotary_dim > hd)
+        if ((hd != 32 && hd != 64 && hd != 128 && hd != 256) || G < 1 ||
+            G * c->num_key_value_heads != c->num_attention_heads || c->rotary_dim < 2 || c->rotary_dim % 2 ||
+            c->rotary_dim > hd)
             return err_set(err, Q35_ERR_CONFIG,
-                           "cuda backend: attention needs head_dim 128 or 256, Hq/Hkv in {1,2,4,8} and an even "
-                           "rotary_dim <= head_dim (got head_dim %d, %d/%d heads, rotary_dim %d)",
+                           "cuda backend: attention needs head_dim 32, 64, 128 or 256, Hq a multiple of Hkv and an "
+                           "even rotary_dim <= head_dim (got head_dim %d, %d/%d heads, rotary_dim %d)",
                            hd, c->num_attention_heads, c->num_key_value_heads, c->rotary_dim);
     }
     if (c->n_linear_layers &&

@@ -196,7 +196,8 @@ size_t cuda_sample_scratch_bytes(int n_sm);
  * at sequence start (positions < 0 read as 0); a prefill that fills it must use the same indexing.
  * Grid: (splits, Hv) blocks in clusters of `splits` (sm_90): each block owns a slice of one head's
  * dv columns (see docs/PERF_NOTES_mixer.md); the gated norm's sum of squares is exchanged through
- * distributed shared memory. Needs Hv % Hk == 0, dv <= 1024, dk <= 1024. Deterministic. */
+ * distributed shared memory. Needs Hv % Hk == 0, dv <= 1024, dk <= 1024 and at most 512 threads per block
+ * (tpr * ceil(dk / 4), tpr = threads per state row: 4 for dv 128, 8 for dv 256). Deterministic. */
 typedef struct DeltanetStepParams {
     const float *proj;      /* [conv_dim + value_dim + 2*Hv] in_proj output: [m | z | b | a] */
     const float *conv_w;    /* [conv_dim][K] conv1d taps (bf16-valued); tap K-1 = current token */
@@ -227,12 +228,13 @@ size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, int K);
  *   K[pos] = bf16(rope(norm(k))), V[pos] = bf16(v) appended to the cache, then
  *   o_j = sum_{t<=pos} softmax_t(q_j . K_t / sqrt(hd)) V_t   (fp32 softmax and accumulation)
  *   out_j = bf16(o_j), and when gated out_j = bf16( bf16(o_j) * bf16(sigmoid(gate_j)) ).
- * Two kernels (PDL-chained): attn_decode_splitkv, grid (n_split, Hkv): block (s, h) handles the G
- * query heads of kv head h over positions [s*chunk, min(kv_len, (s+1)*chunk)),
- * chunk = max(32, round_up(ceil(kv_len / n_split), 32)); blocks past kv_len exit; the block holding
- * pos writes K/V[pos]. Partials (m, l, O) go to `work`; attn_combine, grid (hd/64, Hq), merges them
- * in fixed order (deterministic) and applies the gate. hd in {128, 256}; G in {1, 2, 4, 8}; R even,
- * 2 <= R <= hd. A step with pos outside [0, max_seq) writes nothing. */
+ * One kernel (attention.cu has the details): grid (n_split, Hkv * n_qg) in clusters of up to 8 blocks
+ * along the sequence; a block takes GB query heads of one kv head (G = GB * n_qg, GB <= 8, GB*hd <= 1024)
+ * over positions [s*chunk, min(kv_len, (s+1)*chunk)), chunk = max(32, round_up(ceil(kv_len / n_split), 32));
+ * the block holding pos writes K/V[pos]; the splits are merged through distributed shared memory inside a
+ * cluster and, past one cluster's reach, through `work` by the last-arriving block. Fixed merge order:
+ * deterministic. hd in {32, 64, 128, 256}; any G = Hq/Hkv; R even, 2 <= R <= hd. A step with pos outside
+ * [0, max_seq) writes nothing. sm_90 (clusters). */
 typedef struct AttnDecodeParams {
     const float *qkv;        /* [q part + 2*Hkv*hd] */
     const float *q_norm_w;   /* [hd] */
@@ -241,7 +243,8 @@ typedef struct AttnDecodeParams {
     uint16_t *k_cache;       /* bf16 [Hkv][max_seq][hd] of this layer, K after norm + RoPE */
     uint16_t *v_cache;       /* bf16 [Hkv][max_seq][hd] */
     float *out;              /* [Hq*hd] (bf16-valued), the o_proj input */
-    float *work;             /* cuda_attn_decode_work_bytes(); no init needed; may be shared by layers */
+    float *work;             /* cuda_attn_decode_work_bytes(); no init needed (zeroed or 0xff-filled memory is
+                                fine, see attn_ticket); may be shared by layers run one after another */
     float *q_out;            /* optional (NULL): [Hq*hd] q after norm + RoPE (probes, tests) */
     const StepParams *step;  /* step->pos */
     int Hq, Hkv, hd, R, max_seq;
@@ -250,9 +253,10 @@ typedef struct AttnDecodeParams {
     float eps;               /* rms_norm_eps */
 } AttnDecodeParams;
 int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l);
-/* n_split (blocks per kv head) for a cache of max_seq positions. */
+/* n_split (blocks per kv head and query group) for a cache of max_seq positions, for G <= 8 at hd <= 128
+ * (byte estimates). */
 int cuda_attn_decode_splits(int Hkv, int max_seq);
-/* Bytes of `work`: Hq * n_split * (hd + 2) floats. */
+/* Bytes of `work`: ticket counters + per-cluster partials (about Hq * n_split / 8 * (hd + 16) floats). */
 size_t cuda_attn_decode_work_bytes(int Hq, int Hkv, int hd, int max_seq);
 
 /* ---- prefill ops ---- */

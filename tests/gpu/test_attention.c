@@ -5,8 +5,10 @@
  *          sigmoid gate and product) -> tight
  * Checked per step: out and q_out (NaN-poisoned, workspace too), K/V[pos] and every other cache row
  * (must be untouched, bit-exact). Shapes: Qwen3.5 (gated, zero-centred norms, hd 256, R 64), Qwen3 (plain
- * norms, hd 128, full RoPE, no gate), G = 1 and 8; kv_len = 1, chunk edges, kv_len not a multiple of the
- * chunk, consecutive positions, the last position of max_seq, 16k context. Prints timings of the Qwen3.5
+ * norms, hd 128, full RoPE, no gate), the golden fixtures (hd 32, R 8/16/32), hd 64, G = 1, 3, 6, 8, 16;
+ * kv_len = 1, chunk edges, kv_len not a multiple of the chunk, consecutive positions, the last position of
+ * max_seq, one cluster (no cross-cluster merge) and many (the last-arriver merge), 16k context. The
+ * workspace is 0xff-poisoned before every call (the merge's ticket counters must cope). Prints timings of the Qwen3.5
  * and Qwen3 shapes at several contexts (graphs over enough caches that L2 cannot hold them). Usage:
  * test_attention [seed] [--no-timing]. Without a GPU only the two CPU references are cross-checked. */
 #include <cuda_runtime_api.h>
@@ -239,11 +241,11 @@ static void test_misc(void) {
     CHECK(isnan(o1[0]) && isnan(o1[Hq * hd - 1]), "misc: pos = max_seq wrote the output");
     p.hd = 96;
     CHECK(cuda_attn_decode(&p, &l) == (int)cudaErrorInvalidValue, "hd 96 accepted");
-    p.hd = hd, p.Hq = 6;
+    p.hd = hd, p.Hq = 7;
     CHECK(cuda_attn_decode(&p, &l) == (int)cudaErrorInvalidValue, "Hq %% Hkv != 0 accepted");
-    p.Hq = 32;
-    CHECK(cuda_attn_decode(&p, &l) == (int)cudaErrorInvalidValue, "G = 16 accepted");
-    p.Hq = Hq, p.R = 63;
+    p.Hq = Hq, p.hd = 48;
+    CHECK(cuda_attn_decode(&p, &l) == (int)cudaErrorInvalidValue, "hd 48 accepted");
+    p.hd = hd, p.R = 63;
     CHECK(cuda_attn_decode(&p, &l) == (int)cudaErrorInvalidValue, "odd R accepted");
 done:
     cudaFree(d_qkv), cudaFree(d_w), cudaFree(d_out), cudaFree(d_work), cudaFree(d_K), cudaFree(d_V), cudaFree(d_step);
@@ -299,7 +301,7 @@ static void time_ctx(int Hq, int Hkv, int hd, int R, int gated, int ctx) {
     CU(cudaEventElapsedTime(&ms, e0, e1));
     {
         const double us = 1e3 * ms / (REPS * NL);
-        printf("timing: attn decode Hq %d Hkv %d hd %d, kv_len %5d: %7.2f us/call (2 kernels, graph, PDL), "
+        printf("timing: attn decode Hq %d Hkv %d hd %d, kv_len %5d: %7.2f us/call (1 kernel, graph, PDL), "
                "KV %.2f TB/s\n",
                Hq, Hkv, hd, ctx, us, kv_b / (us * 1e-6) / 1e12);
     }
@@ -338,6 +340,17 @@ int main(int argc, char **argv) {
         {"G=1 R=32", 4, 4, 128, 32, 300, 1, NORM_ZC, 1e4f, 3, {0, 150, 299}},
         {"G=8", 16, 2, 256, 64, 5000, 1, NORM_ZC, 1e7f, 3, {2500, 2501, 4999}},
         {"qwen35 16k", 8, 2, 256, 64, 16384, 1, NORM_ZC, 1e7f, 3, {4095, 12345, 16383}},
+        /* the golden fixtures' shapes (head_dim 32) and head_dim 64 */
+        {"fixture hd32 G=2 R=8", 4, 2, 32, 8, 40, 1, NORM_ZC, 1e7f, 5, {0, 1, 2, 31, 39}},
+        {"fixture hd32 G=4 R=16", 4, 1, 32, 16, 72, 1, NORM_ZC, 1e7f, 4, {0, 5, 33, 71}},
+        {"fixture hd32 plain R=32", 4, 2, 32, 32, 24, 0, NORM_PLAIN, 1e6f, 3, {0, 7, 23}},
+        {"hd32 G=8 multi-cluster", 16, 2, 32, 32, 3000, 0, NORM_PLAIN, 1e6f, 3, {300, 2000, 2999}},
+        {"hd64 G=2", 8, 4, 64, 64, 1500, 1, NORM_ZC, 1e7f, 5, {0, 63, 64, 700, 1499}},
+        {"hd64 G=8 R=32 plain", 16, 2, 64, 32, 130, 0, NORM_PLAIN, 1e6f, 3, {0, 100, 129}},
+        /* uncommon groups: several blocks per kv head (G = 3: 3 x 1 head, G = 16: 2 x 8, G = 6 at hd 256: 3 x 2) */
+        {"hd128 G=3", 6, 2, 128, 128, 700, 0, NORM_PLAIN, 1e6f, 3, {0, 350, 699}},
+        {"hd128 G=16", 16, 1, 128, 64, 5000, 1, NORM_ZC, 1e7f, 3, {10, 2600, 4999}},
+        {"hd256 G=6", 12, 2, 256, 64, 600, 1, NORM_ZC, 1e7f, 3, {1, 255, 599}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     if (have_gpu) {

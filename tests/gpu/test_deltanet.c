@@ -353,6 +353,7 @@ int main(int argc, char **argv) {
         {"Hv=2Hk 128", 16, 32, 128, 128, 4, 3, 1000, 1},
         {"dk128 dv256", 4, 8, 128, 256, 4, 3, 2, 1},
         {"dk64 dv128 K=2", 4, 4, 64, 128, 2, 3, 1, 1},
+        {"dk8 dv4 (cluster of 1)", 2, 2, 8, 4, 3, 3, 2, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
     if (have_gpu) {
