@@ -780,7 +780,7 @@ static void stage_s(void) {
     cur.name = "current (r4u4t256, splits 8)";
     for (int si = 0; si < N_SHAPES; si++) cur.r[si] = Result{0, {1, 0, 0, SH[si].out == O_SPLITK ? 8 : 0}, 0, 1};
     cur.ahead = -1;
-    StepCfg cfgs[12];
+    StepCfg cfgs[16];
     int n = 0;
     cfgs[n++] = cur;
     StepCfg c = cur;
@@ -790,6 +790,13 @@ static void stage_s(void) {
     c = cur, c.name = "current + pf next GEMV", c.ahead = 0, c.pf_state = 1;
     cfgs[n++] = c;
     c = cur, c.name = "current + pf 16 MB ahead", c.ahead = 16ll << 20, c.pf_state = 1;
+    cfgs[n++] = c;
+    for (int si = 0; si < N_SHAPES; si++) c.r[si].m.trig = 1;
+    c.name = "current + trig + pf 16 MB (engine now)";
+    cfgs[n++] = c;
+    for (int si = 0; si < N_SHAPES; si++)
+        if (si != SH_LM) c.r[si].m.grid = SH[si].out == O_SPLITK ? 4 : 2;
+    c.name = "... + 1 block/SM (splits 4)";
     cfgs[n++] = c;
     StepCfg b = cur;
     b.name = "best of B (no pf)";
