@@ -63,6 +63,12 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
+# GEMV variant lab (bench/kernels/gemv_lab.cu, sm_90a only): see the comment at its top.
+$(BUILD)/bench/gemv_lab: bench/kernels/gemv_lab.cu src/cuda/common.cuh src/cuda/ops.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc \
+	    --expt-relaxed-constexpr $< -o $@
+
 test: $(BUILD)/qwen35 $(TEST_BIN)
 	@sh scripts/fetch_tokenizer.sh
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)

@@ -168,6 +168,11 @@ static void layout(CudaCtx *ctx, Arena *a) {
         CARVE(a, ly->w_gu, (size_t)2 * F * D);
         CARVE(a, ly->w_down, (size_t)D * F);
     }
+    if (L > 0 && a->base) {
+        const CudaLayer *last = &ctx->layers[L - 1];
+        ctx->ws_beg = (const char *)ctx->layers[0].ln1;
+        ctx->ws_layers = (long long)((const char *)(last->w_down + (size_t)D * F) - ctx->ws_beg);
+    }
     /* sequence state: one contiguous range, cleared by reset */
     a->off = (a->off + 255) & ~(size_t)255;
     ctx->state_off = a->off;
@@ -351,6 +356,8 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
     ctx->deterministic = o ? o->deterministic : 0;
     ctx->no_graph = o ? o->no_graph : 0;
     ctx->pdl = o ? !o->no_pdl : 1;
+    ctx->pf_ahead = CUDA_PF_AHEAD;
+    ctx->pdl_early = CUDA_PDL_EARLY;
     if (o) ctx->probe = o->probe;
     ctx->n_valid = o && o->n_valid > 0 && o->n_valid < c->vocab_size ? o->n_valid : c->vocab_size;
     ctx->layers = (CudaLayer *)calloc((size_t)c->num_hidden_layers, sizeof(CudaLayer));

@@ -9,7 +9,12 @@
  *   2. pdl_wait() in EVERY block before its first dependent read or any write, and before
  *      any early exit (a grid completes only when its blocks do; the next kernel's wait relies
  *      on this transitively);
- *   3. pdl_trigger() after pdl_wait() lets the next kernel's blocks launch and prefetch. */
+ *   3. pdl_trigger() lets the next kernel's blocks launch and prefetch. It may come before
+ *      pdl_wait() (the GEMV's early_trigger): the next kernel's own pdl_wait() still waits for
+ *      this grid to COMPLETE, and this grid completes only after its blocks passed their
+ *      pdl_wait(), so "kernel N complete" still implies "every earlier kernel complete".
+ * L2 prefetch (l2_prefetch_share) is a hint and L2 is coherent for all SMs: it may name any
+ * range, written by earlier kernels or not, at any point of the kernel. */
 #ifndef Q35_CUDA_COMMON_CUH
 #define Q35_CUDA_COMMON_CUH
 
@@ -65,6 +70,27 @@ __device__ __forceinline__ void pdl_wait(void) {
 __device__ __forceinline__ void pdl_trigger(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Issues this block's share of an L2 prefetch of [base, base + bytes) (base and bytes multiples
+ * of 16): the range is cut into one contiguous slice per block of the grid, and the block's
+ * threads issue cp.async.bulk.prefetch.L2 of up to 16 KiB each. Fire and forget (no completion
+ * to wait for); a no-op before sm_90 and for an empty range. */
+__device__ __forceinline__ void l2_prefetch_share(const void *base, long long bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (!base || bytes <= 0) return;
+    const long long nb = (long long)gridDim.x * gridDim.y * gridDim.z;
+    const long long b = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    const long long chunk = ((bytes + nb - 1) / nb + 255) & ~255ll, piece = 16384;
+    const long long end = min(bytes, (b + 1) * chunk);
+    for (long long o = b * chunk + (long long)threadIdx.x * piece; o < end; o += (long long)blockDim.x * piece) {
+        const unsigned sz = (unsigned)min(piece, end - o);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)base + o), "r"(sz) : "memory");
+    }
+#else
+    (void)base;
+    (void)bytes;
 #endif
 }
 

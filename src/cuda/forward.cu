@@ -76,10 +76,39 @@ static int probe_parts(CudaCtx *ctx, int l, const char *what, const float *parts
     return 0;
 }
 
+/* ---- L2 prefetch frontier ------------------------------------------------------------------ */
+
+/* The step reads its weights as one stream (forward.cuh: the layers' arena range in consumption
+ * order, then the LM head). *front is the stream position prefetched so far. The GEMV reading w
+ * [w_bytes] prefetches the stream from the frontier to pf_ahead bytes past its own weights (its
+ * own are loaded directly), into mv->pf[1..2] (the part in the LM head at most pf_ahead long:
+ * that kernel streams at full rate by itself). So DRAM always has about pf_ahead bytes queued
+ * while the dependent chain of kernels, mixers included, reads its weights from L2. */
+static void pf_window(const CudaCtx *ctx, long long *front, const void *w, long long w_bytes, MatvecParams *mv) {
+    if (ctx->pf_ahead <= 0 || !ctx->ws_beg) return;
+    const long long nl = ctx->ws_layers, lm = (long long)ctx->c->vocab_size * ctx->c->hidden_size * 2;
+    const long long e = (long long)((const char *)w - ctx->ws_beg) + w_bytes;
+    const long long cap = nl + (ctx->pf_ahead < lm ? ctx->pf_ahead : lm);
+    long long want = e + ctx->pf_ahead;
+    if (want > cap) want = cap;
+    if (*front < e) *front = e;
+    if (want <= *front) return;
+    if (*front < nl) {
+        const long long end = want < nl ? want : nl;
+        mv->pf[1].ptr = ctx->ws_beg + *front, mv->pf[1].bytes = end - *front;
+    }
+    if (want > nl) {
+        const long long s0 = *front > nl ? *front - nl : 0;
+        mv->pf[2].ptr = (const char *)ctx->lm_head + s0, mv->pf[2].bytes = want - nl - s0;
+    }
+    *front = want;
+}
+
 /* ---- one GEMV ------------------------------------------------------------------------------ */
 
 static int gemv(CudaCtx *ctx, const CudaLaunch *lc, MatvecParams *mv, const char *name, Err *err) {
     mv->eps = ctx->c->rms_norm_eps;
+    mv->early_trigger = ctx->pdl_early;
     if (mv->blocks <= 0) mv->blocks = cuda_matvec_blocks(mv->rows, mv->splits, ctx->n_sm);
     double bytes = 2.0 * mv->rows * mv->cols + 4.0 * mv->cols * (1 + mv->n_parts) +
                    4.0 * mv->rows * (mv->out_mode == MV_OUT_SPLITK && !mv->atomic ? mv->splits : 1);
@@ -183,6 +212,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
                                     ctx->stream);
     if (e != cudaSuccess) return cuda_fail((int)e, "step params copy", err);
     int xi = 0, rc = 0, pb_parts = 1;
+    long long front = 0; /* L2 prefetch frontier (pf_window) */
     char name[40];
     for (int l = 0; l < L && !rc; l++) {
         CudaLayer *ly = &ctx->layers[l];
@@ -202,6 +232,14 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         mv.norm_w = ly->ln1, mv.norm_mode = nm;
         if (!det) mv.zero = ctx->pa, mv.n_zero = D;
         mv.out_mode = MV_OUT_STORE, mv.y = ctx->proj;
+        pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
+        if (!full && ctx->pf_ahead > 0) { /* first: the DeltaNet step's S and conv ring (contiguous) */
+            const size_t ring = cuda_deltanet_conv_ring_bytes(c->linear_num_key_heads, c->linear_num_value_heads,
+                                                              c->linear_key_head_dim, c->linear_value_head_dim,
+                                                              c->linear_conv_kernel_dim);
+            mv.pf[0].ptr = ly->S;
+            mv.pf[0].bytes = (long long)((const char *)ly->conv_ring + ring - (const char *)ly->S) & ~15LL;
+        }
         snprintf(name, sizeof name, "L%02d.%s", l, full ? "qkv" : "qkvzba");
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
 
@@ -213,6 +251,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         mv.W = ly->w_out, mv.rows = D, mv.cols = ly->out_cols, mv.splits = so;
         mv.in_mode = MV_IN_VEC, mv.x = ctx->mix;
         mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = ctx->pa;
+        pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
         snprintf(name, sizeof name, "L%02d.%s", l, full ? "o_proj" : "out_proj");
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
         const int pa_parts = det ? so : 1;
@@ -228,6 +267,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         mv.norm_w = ly->ln2, mv.norm_mode = nm;
         if (!det) mv.zero = ctx->pb, mv.n_zero = D;
         mv.out_mode = MV_OUT_SILU_MUL, mv.y = ctx->mlp;
+        pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
         snprintf(name, sizeof name, "L%02d.gate_up", l);
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
 
@@ -236,6 +276,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         mv.W = ly->w_down, mv.rows = D, mv.cols = F, mv.splits = ctx->splits_down;
         mv.in_mode = MV_IN_VEC, mv.x = ctx->mlp;
         mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = ctx->pb;
+        pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
         snprintf(name, sizeof name, "L%02d.down", l);
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
         pb_parts = det ? ctx->splits_down : 1;

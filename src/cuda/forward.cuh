@@ -22,6 +22,12 @@ extern "C" {
 }
 
 #define CUDA_MAX_OPS 512 /* launches per step recorded for the bench */
+/* L2 prefetch frontier (forward.cu): every GEMV prefetches the weight stream up to this many
+ * bytes past the end of its own weights (0 = off). Current phase + window + the DeltaNet state
+ * must fit the 60 MB L2 with room to spare: see docs/PERF_NOTES.md §3. */
+#define CUDA_PF_AHEAD ((long long)16 << 20)
+/* 1: GEMVs trigger their dependents at kernel start (ops.h early_trigger). */
+#define CUDA_PDL_EARLY 1
 
 typedef struct CudaLayer {
     int type;                 /* LAYER_LINEAR_ATTN / LAYER_FULL_ATTN */
@@ -77,6 +83,12 @@ typedef struct CudaCtx {
     float *out_max;
     void *sample_scratch;
     int lm_blocks, max_splits;
+    /* weight stream in consumption order: the layers' arena range [ws_beg, ws_beg + ws_layers)
+     * (per layer: norms, small vectors, w_in, w_out, w_gu, w_down), then lm_head */
+    const char *ws_beg;
+    long long ws_layers;
+    long long pf_ahead;       /* CUDA_PF_AHEAD unless changed (bench) */
+    int pdl_early;            /* CUDA_PDL_EARLY unless changed (bench) */
     int splits_out[2];        /* split-K of w_out per layer type [LINEAR, FULL] */
     int splits_down;
     StepParams *step_dev;     /* device StepParams */

@@ -6,7 +6,9 @@
  * per row) at k0 + u*256 + 8l for u < 4, i.e. 16 loads (256 B per lane, 8 KiB per warp) are
  * issued before the first FMA. The first group's loads are issued before pdl_wait(), so they
  * overlap the previous kernel's tail. Blocks of 8 warps stride over row groups; grid.y slices
- * the columns (split-K). x sits in shared memory as fp32 (bf16-valued). */
+ * the columns (split-K). x sits in shared memory as fp32 (bf16-valued).
+ * Before that, the grid issues the L2 prefetch hints of p.pf (later phases' weights, the next
+ * mixer's state: forward.cu keeps a prefetch frontier ahead of the consumer). */
 #include <limits.h>
 #include <math.h>
 
@@ -31,6 +33,9 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     __shared__ int am_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rows = p.rows, cols = p.cols;
+    if (p.early_trigger) pdl_trigger();
+#pragma unroll
+    for (int i = 0; i < MV_MAX_PF; i++) l2_prefetch_share(p.pf[i].ptr, p.pf[i].bytes);
     const int kc = mv_kchunk(cols, gridDim.y);
     const int kbeg = min(cols, (int)blockIdx.y * kc), kend = min(cols, kbeg + kc);
     const int xoff = p.in_mode == MV_IN_VEC ? kbeg : 0; /* xs[k - xoff] holds x[k] */
@@ -74,7 +79,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
             p.zero[i] = 0.0f;
     }
     __syncthreads();
-    pdl_trigger();
+    if (!p.early_trigger) pdl_trigger();
 
     ArgMax best = {-INFINITY, INT_MAX};
     bool first = true;
@@ -190,6 +195,10 @@ extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
                                      : !p->y)
         return (int)cudaErrorInvalidValue;
     if (p->out_mode == MV_OUT_SILU_MUL && p->rows % 2) return (int)cudaErrorInvalidValue;
+    for (int i = 0; i < MV_MAX_PF; i++)
+        if ((uintptr_t)p->pf[i].ptr % 16 || p->pf[i].bytes % 16 || p->pf[i].bytes < 0 ||
+            (p->pf[i].bytes && !p->pf[i].ptr))
+            return (int)cudaErrorInvalidValue;
     int bx = p->blocks;
     if (bx <= 0) {
         int dev = 0, n_sm = 0;

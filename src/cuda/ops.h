@@ -56,6 +56,13 @@ typedef struct StepParams {
  *   zero (optional): after pdl_wait the grid zeroes zero[0 .. n_zero) (an atomic split-K
  *   accumulator that a LATER kernel adds into; it must not be read by this kernel).
  *
+ * Latency hiding (optional, results unchanged):
+ *   pf[i]           L2 prefetch hints issued at kernel start, before pdl_wait, spread over the
+ *                   grid (ptr and bytes multiples of 16; NULL/0 = none): the engine names the
+ *                   weights of the next phases and the state the next mixer reads, so DRAM keeps
+ *                   streaming across kernel boundaries (forward.cu, docs/PERF_NOTES.md).
+ *   early_trigger   1: launch_dependents at kernel start instead of after the prologue.
+ *
  * Output epilogue (out_mode):
  *   MV_OUT_STORE    y[r] = bf16( sum )
  *   MV_OUT_SILU_MUL rows interleaved (gate_0, up_0, gate_1, up_1, ...):
@@ -70,6 +77,12 @@ typedef struct StepParams {
 enum { MV_IN_VEC = 0, MV_IN_EMBED = 1, MV_IN_RESIDUAL = 2 };
 enum { MV_OUT_STORE = 0, MV_OUT_SILU_MUL = 1, MV_OUT_SPLITK = 2, MV_OUT_ARGMAX = 3 };
 enum { NORM_NONE = 0, NORM_ZC = 1, NORM_PLAIN = 2 };
+#define MV_MAX_PF 3
+
+typedef struct MatvecPrefetch {
+    const void *ptr;
+    long long bytes;
+} MatvecPrefetch;
 
 typedef struct MatvecParams {
     const uint16_t *W; /* bf16 [rows][cols] */
@@ -102,6 +115,9 @@ typedef struct MatvecParams {
     unsigned *am_count;      /* [1] */
     int *out_id;
     float *out_max;
+    /* latency hiding */
+    MatvecPrefetch pf[MV_MAX_PF];
+    int early_trigger;
 } MatvecParams;
 
 int cuda_matvec(const MatvecParams *p, const CudaLaunch *l);

@@ -6,7 +6,8 @@
  *              (deterministic bitwise equal over 3 runs), ARGMAX (logits, ties -> smallest id across
  *              blocks, padding rows excluded, counter left at 0 for the next call);
  *   awkward shapes: rows not multiples of 4 or 32, cols = 8, cols not multiples of 256, splits that
- *   leave a short last slice; PDL on and off; rejected shapes.
+ *   leave a short last slice; PDL on and off, early trigger, L2 prefetch hints (results unchanged);
+ *   rejected shapes and prefetch ranges.
  * Usage: test_matvec [seed]. Skips (exit 0, "no GPU") without a GPU. */
 #include "cpu/ops.h"
 #include "cuda/ops.h"
@@ -61,6 +62,10 @@ static void test_vec(int rows, int cols, int splits, int pdl) {
     MatvecParams p;
     memset(&p, 0, sizeof p);
     p.W = dW, p.rows = rows, p.cols = cols, p.splits = splits, p.in_mode = MV_IN_VEC, p.x = dx, p.y = dy;
+    /* latency hints must not change results: prefetch W itself (and x), trigger early with PDL */
+    p.pf[0].ptr = dW, p.pf[0].bytes = (nw * 2) & ~15LL;
+    p.pf[2].ptr = dx, p.pf[2].bytes = (long long)sizeof(float) * cols & ~15LL;
+    p.early_trigger = pdl;
     if (splits == 1) {
         p.out_mode = MV_OUT_STORE;
         LAUNCH(cuda_matvec(&p, &l));
@@ -149,6 +154,7 @@ static void test_prologue(int in_mode, int norm_mode, int out_mode, int rows, in
     p.x = dres, p.parts = dparts, p.n_parts = n_parts, p.embed = dE, p.step = dsp, p.x_out = dxo;
     p.norm_w = dw, p.norm_mode = norm_mode, p.eps = 1e-6f, p.h_out = dho, p.zero = dz, p.n_zero = 100;
     p.out_mode = out_mode, p.y = dy;
+    p.pf[1].ptr = dE, p.pf[1].bytes = ((int64_t)V * cols * 2) & ~15LL, p.early_trigger = rows % 2;
     LAUNCH(cuda_matvec(&p, &l));
     CU(cudaDeviceSynchronize());
     CU(cudaMemcpy(gx, dxo, sizeof(float) * cols, cudaMemcpyDeviceToHost));
@@ -269,6 +275,13 @@ static void test_rejects(void) {
     CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "splits > 1 with STORE accepted");
     p.splits = 1, p.out_mode = MV_OUT_SILU_MUL, p.rows = 5;
     CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "odd rows with SILU_MUL accepted");
+    p.rows = 4, p.out_mode = MV_OUT_STORE, p.pf[1].ptr = (const char *)d + 8, p.pf[1].bytes = 64;
+    CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "misaligned prefetch range accepted");
+    p.pf[1].ptr = d, p.pf[1].bytes = 40;
+    CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "prefetch length %% 16 != 0 accepted");
+    p.pf[1].bytes = 64;
+    CHECK(cuda_matvec(&p, &l) == 0, "valid prefetch range rejected");
+    cudaDeviceSynchronize();
     cudaFree(d);
 }
 
