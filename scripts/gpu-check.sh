@@ -1,15 +1,18 @@
 #!/bin/bash
 # GPU check, run ON the GPU machine from the repository root, with build/ (made here by
-# `make`) and .devlib/ (scripts/pack-devlib.sh) carried along. Runs the GPU tests, the
+# `make`) and .devlib/ (scripts/pack-devlib.sh) carried along, or both packed into
+# .devpack/pack.tgz by scripts/devpack.sh (unpacked here first). Runs the GPU tests, the
 # CUDA-vs-HF golden checks, the full-size comparison against HF bf16, compute-sanitizer, and
 # the benchmark, writing logs to $OUT (or ./gpu-out) and printing a short table last.
-#   usage: scripts/gpu-check.sh [tests] [full] [sanitizer] [bench] [hf]   (default: all)
+#   usage: scripts/gpu-check.sh [tests] [full] [sanitizer] [bench] [hf] [lab] [tok]
+#   (default: tests full sanitizer bench hf)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.devlib:${LD_LIBRARY_PATH:-}"
 export PYTHONUNBUFFERED=1
 steps="${*:-tests full sanitizer bench hf}"
+[ -f .devpack/pack.tgz ] && tar xzf .devpack/pack.tgz
 has() { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
 summary=()
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
@@ -45,6 +48,28 @@ if has hf; then
     [ -d /tmp/full08 ] || python3 tools/make_fixtures.py --full /tmp/full08 --steps 4 >/dev/null 2>&1
     python3 tools/hf_bench.py /tmp/full08 --out "$OUT/hf.json" 2>&1 | tail -n 3
     summary+=("hf: $(cat "$OUT/hf.json" 2>/dev/null | tr -d '\n ')")
+fi
+if has lab; then
+    echo "== GEMV lab"
+    build/bench/gemv_lab 2>&1 | tee "$OUT/gemv-lab.log" | tail -n 60
+    summary+=("gemv lab: exit ${PIPESTATUS[0]}")
+fi
+if has tok; then
+    echo "== tokenizer: HF goldens regenerated with python tokenizers, and encode speed C vs HF on this CPU"
+    mkdir -p "$OUT/tok"
+    python3 tools/make_tokenizer_golden.py --tokenizer .cache/qwen3-tokenizer/tokenizer.json \
+        --config .cache/qwen3-tokenizer/tokenizer_config.json --corpus tests/fixtures/tokenizer/corpus.jsonl \
+        --chat tests/fixtures/tokenizer/chat_cases.jsonl --out "$OUT/tok" >"$OUT/tok/make.log" 2>&1
+    rc=$?; tail -n 3 "$OUT/tok/make.log"
+    for f in "$OUT"/tok/*.jsonl; do
+        cmp -s "$f" "tests/fixtures/tokenizer/$(basename "$f")" && echo "same: $(basename "$f")" ||
+            echo "DIFFERS: $(basename "$f")"
+    done | tee "$OUT/tok/cmp.log"
+    build/bench/bench_tokenizer --model .cache/qwen3-tokenizer --jsonl tests/fixtures/tokenizer/corpus.jsonl 2>&1 |
+        tail -n 2 | tee "$OUT/tok/bench-c.log"
+    python3 bench/bench_tokenizer_hf.py .cache/qwen3-tokenizer tests/fixtures/tokenizer/corpus.jsonl 2>&1 |
+        tail -n 2 | tee "$OUT/tok/bench-hf.log"
+    summary+=("tok goldens: exit $rc, $(grep -c DIFFERS "$OUT/tok/cmp.log") files differ; C: $(tail -n 1 "$OUT/tok/bench-c.log"); HF: $(tail -n 1 "$OUT/tok/bench-hf.log")")
 fi
 echo
 echo "================ summary ================"

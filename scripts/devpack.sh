@@ -1,0 +1,10 @@
+#!/bin/sh
+# Packs what the GPU machine needs into .devpack/pack.tgz (ignored by git; carry ".devpack"):
+# the binaries, the shared libraries they need (scripts/pack-devlib.sh) and the Qwen3 tokenizer data.
+set -e
+cd "$(dirname "$0")/.."
+rm -rf .devlib && sh scripts/pack-devlib.sh >/dev/null
+mkdir -p .devpack
+tar czf .devpack/pack.tgz --exclude='*.d' build/qwen35 build/tests/gpu $(ls -d build/bench 2>/dev/null) .devlib \
+    $(ls -d .cache/qwen3-tokenizer 2>/dev/null)
+ls -la .devpack/pack.tgz
