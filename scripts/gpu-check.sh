@@ -75,3 +75,5 @@ echo
 echo "================ summary ================"
 [ -f "$OUT/bench.md" ] && cat "$OUT/bench.md"
 for s in "${summary[@]}"; do echo "$s"; done
+# everything in one archive: the device tool brings back at most 8 files
+(cd "$OUT" && tar czf ../gpu-out.tgz . && rm -rf ./* && mv ../gpu-out.tgz all.tgz)
