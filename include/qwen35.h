@@ -100,6 +100,11 @@ typedef struct Q35BenchRequest {
     int ctx_len; /* position of the timed token: KV positions [0, ctx_len) hold random data */
     int iters;   /* graph replays per timing batch (5 batches, median); 0 = 200 */
     int ops;     /* 1: also time every launch of one eager step with events (no PDL) */
+    /* prefill (CUDA, issue 5): n_prefill > 0 times prefill instead of decode: one prompt of each
+     * length from position 0 (last-row logits on the device), plus a 4096^3 GEMM of our own kernel;
+     * with ops, the launches of one eager prefill of min(2048, piece size) tokens go to ops[]. */
+    int n_prefill;
+    int prefill_lens[8];
 } Q35BenchRequest;
 
 #define Q35_BENCH_MAX_OPS 512
@@ -107,7 +112,15 @@ typedef struct Q35BenchOp {
     char name[40]; /* "L03.qkv", "L03.attention", "L03.o_proj", "L03.gate_up", "L03.down", "lm_head", ... */
     double us;     /* event time of the launch in an eager step */
     double bytes;  /* bytes it moves (weights + state + activations); GB/s = bytes / us / 1e3 */
+    double flop;   /* prefill ops: floating-point operations (2 per multiply-add) */
 } Q35BenchOp;
+
+/* One prefill timing (Q35BenchRequest.n_prefill). */
+typedef struct Q35BenchPrefill {
+    int tokens;
+    double ms;     /* median over runs, device events around the whole prefill */
+    double tflop;  /* useful work: linear layers, causal attention, chunked DeltaNet, conv, LM head (1 row) */
+} Q35BenchPrefill;
 
 typedef struct Q35BenchResult {
     double ms_token;        /* graph replay with the options the backend was opened with */
@@ -125,6 +138,13 @@ typedef struct Q35BenchResult {
     int n_sm;
     int n_ops;              /* ops[] filled when rq->ops */
     Q35BenchOp ops[Q35_BENCH_MAX_OPS];
+    /* prefill (rq->n_prefill > 0) */
+    int n_prefill;
+    Q35BenchPrefill prefill[8];
+    int prefill_piece;      /* tokens per prefill piece (longer prompts run in pieces) */
+    int ops_tokens;         /* tokens of the prefill whose launches are in ops[] */
+    double gemm_tflops;     /* our bf16 GEMM (no cuBLAS) on gemm_m x gemm_n x gemm_k, same run */
+    int gemm_m, gemm_n, gemm_k;
 } Q35BenchResult;
 /* Times the decode step at context rq->ctx_len (needs ctx_len < the context size). The sequence
  * state is clobbered: reset before generating again. Q35_ERR_UNSUPPORTED if the backend has no

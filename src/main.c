@@ -12,6 +12,7 @@ static const char *usage =
     "  logits     --model DIR --ids 1,2,3 [--mode prefill|decode] --out FILE   raw float32 [n x vocab]\n"
     "  info       --model DIR | --dummy NAME\n"
     "  bench      --model DIR | --dummy qwen3.5-0.8b [--backend cpu|cuda] [--ops] [--json FILE] [--md FILE]\n"
+    "             [--ctx-list 128,2048,16384] [--prefill-list 128,512,2048,8192,32768]\n"
     "  tokenize   --model DIR (--text TEXT | --text-file F) [--jsonl]\n"
     "  detokenize --model DIR --ids 1,2,3\n"
     "  download   REPO [--dir DIR]   e.g. qwen35 download Qwen/Qwen3.5-0.8B\n"

@@ -1,7 +1,9 @@
 /* bench.c — `qwen35 bench`: decode ms/token at several context lengths (device timers over many
  * graph replays, median, when the backend has them; wall clock otherwise), achieved GB/s against
  * the copy/read bandwidth measured in the same run, launches per step, atomic vs deterministic
- * split-K, graph/PDL on/off, an optional per-op breakdown (--ops), and prefill time. Prints
+ * split-K, graph/PDL on/off, an optional per-op breakdown (--ops), and prefill: device-timed
+ * prompts of --prefill-list lengths with TFLOP/s against our GEMM's rate in the same run (and with
+ * a per-launch breakdown of one 2048-token piece), plus the wall-clock q35_forward. Prints
  * markdown; --json/--md write the results. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,12 +63,59 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
             r->step_bytes / tot_us / 1e3, 100 * r->step_bytes / tot_us / 1e3 / r->read_gbs);
 }
 
+/* Prefill timings (device events) at each length, the GEMM rate of the same run, and with ops the
+ * per-launch breakdown of one prefill piece grouped by kind. Returns 1 on a hard failure. */
+static int prefill_bench(Q35Engine *e, const int *lens, int n, int ops, Buf *md, Buf *js, Q35BenchResult *r) {
+    Q35BenchRequest rq = {0, 0, ops, n, {0}};
+    memcpy(rq.prefill_lens, lens, sizeof(int) * (size_t)n);
+    Q35Err err = {0};
+    if (q35_bench_decode(e, &rq, r, &err)) {
+        if (err.code != Q35_ERR_UNSUPPORTED) { cli_fail(&err); return 1; }
+        bprintf(md, "\nPrefill: %s\n", err.msg);
+        return 0;
+    }
+    bprintf(md, "\nPrefill on %s, pieces of %d tokens; our bf16 GEMM (hand-written, no cuBLAS) at %dx%dx%d: "
+                "%.0f TFLOP/s in this run\n\n| tokens | ms | tok/s | TFLOP | TFLOP/s | %% of GEMM rate |\n"
+                "|---|---|---|---|---|---|\n", r->device, r->prefill_piece, r->gemm_m, r->gemm_n, r->gemm_k,
+            r->gemm_tflops);
+    bprintf(js, ",\"gemm_tflops\":%.1f,\"prefill_piece\":%d,\"prefill\":[", r->gemm_tflops, r->prefill_piece);
+    for (int i = 0; i < r->n_prefill; i++) {
+        const Q35BenchPrefill *p = &r->prefill[i];
+        const double tf = p->tflop / (p->ms * 1e-3);
+        bprintf(md, "| %d | %.2f | %.0f | %.3f | %.0f | %.0f |\n", p->tokens, p->ms, p->tokens / (p->ms * 1e-3),
+                p->tflop, tf, r->gemm_tflops > 0 ? 100 * tf / r->gemm_tflops : 0.0);
+        bprintf(js, "%s{\"tokens\":%d,\"ms\":%.3f,\"tflop\":%.4f}", i ? "," : "", p->tokens, p->ms, p->tflop);
+    }
+    bprintf(js, "]");
+    if (!ops || !r->n_ops) return 0;
+    char names[64][40];
+    double us[64] = {0}, fl[64] = {0}, tot = 0, tot_fl = 0;
+    int cnt[64] = {0}, k = 0;
+    for (int i = 0; i < r->n_ops; i++) {
+        const char *nm = r->ops[i].name;
+        if (nm[0] == 'L' && strchr(nm, '.')) nm = strchr(nm, '.') + 1;
+        int j = 0;
+        while (j < k && strcmp(names[j], nm)) j++;
+        if (j == k && k < 64) snprintf(names[k++], 40, "%s", nm);
+        if (j < 64) us[j] += r->ops[i].us, fl[j] += r->ops[i].flop, cnt[j]++;
+        tot += r->ops[i].us, tot_fl += r->ops[i].flop;
+    }
+    bprintf(md, "\nPer-launch breakdown of one eager prefill of %d tokens (events; summed over layers):\n\n"
+                "| op | launches | us | %% of prefill | GFLOP | TFLOP/s |\n|---|---|---|---|---|---|\n", r->ops_tokens);
+    for (int j = 0; j < k; j++)
+        bprintf(md, "| %s | %d | %.1f | %.1f | %.1f | %.0f |\n", names[j], cnt[j], us[j], 100 * us[j] / tot,
+                fl[j] / 1e9, us[j] > 0 ? fl[j] / us[j] / 1e6 : 0.0);
+    bprintf(md, "| total | %d | %.1f | 100 | %.1f | %.0f |\n", r->n_ops, tot, tot_fl / 1e9, tot_fl / tot / 1e6);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     Q35Options o;
     q35_options_init(&o);
     cli_env_options(&o);
     int n_prompt = 0, n_gen = 16, ops = 0, iters = 0;
     int ctxs[8] = {128, 2048, 16384}, n_ctx = 3;
+    int plens[8] = {128, 512, 2048, 8192, 32768}, n_plen = 5;
     const char *json = NULL, *md_path = NULL;
     for (int i = 0; i < argc; i++) {
         int k = cli_model_flag(&o, argc, argv, &i);
@@ -87,12 +136,21 @@ int cmd_bench(int argc, char **argv) {
             n_ctx = n > 8 ? 8 : n;
             memcpy(ctxs, l, sizeof(int) * (size_t)n_ctx);
             free(l);
+        } else if (!strcmp(f, "--prefill-list")) {
+            int *l, n;
+            if (cli_parse_ids(v, &l, &n)) return 1;
+            n_plen = n > 8 ? 8 : n;
+            memcpy(plens, l, sizeof(int) * (size_t)n_plen);
+            free(l);
+            for (int j = 0; j < n_plen; j++)
+                if (plens[j] < 1) { fprintf(stderr, "qwen35 bench: --prefill-list lengths must be >= 1\n"); return 1; }
         } else { fprintf(stderr, "qwen35 bench: unknown flag %s\n", f); return 1; }
         if (bad) return 1;
     }
     int max_ctx = 0;
     for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
     if (!n_prompt) n_prompt = o.backend && !strcmp(o.backend, "cpu") ? 64 : 2048;
+    for (int i = 0; i < n_plen; i++) max_ctx = plens[i] > max_ctx ? plens[i] : max_ctx;
     if (!o.max_seq) o.max_seq = (max_ctx > n_prompt + n_gen ? max_ctx : n_prompt + n_gen) + 1;
     Q35Engine *e;
     if (cli_open(&e, &o)) return 1;
@@ -106,7 +164,8 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_prompt; i++) ids[i] = (int)((1103515245u * (unsigned)i + 12345u) % (unsigned)(V < 50000 ? V : 50000));
 
     bprintf(&js, "{\"backend\":\"%s\",\"decode\":[", q35_backend_name(e));
-    Q35BenchRequest rq = {ctxs[0], iters, 0};
+    Q35BenchRequest rq = {0};
+    rq.ctx_len = ctxs[0], rq.iters = iters;
     int dev = q35_bench_decode(e, &rq, res, &err) == 0;
     if (dev) {
         bprintf(&md, "Decode on %s (%d SMs); copy %.0f GB/s (read+write), streaming read %.0f GB/s; %.3f GB per step "
@@ -136,19 +195,22 @@ int cmd_bench(int argc, char **argv) {
             if (q35_bench_decode(e, &rq, res, &err)) { cli_fail(&err); goto done; }
             ops_table(&md, res);
         }
+        bprintf(&js, "]");
+        if (prefill_bench(e, plens, n_plen, 1, &md, &js, res)) goto done; /* breakdown always: one prefill */
         if (q35_reset(e, &err)) { cli_fail(&err); goto done; }
     } else if (err.code != Q35_ERR_UNSUPPORTED) {
         cli_fail(&err);
         goto done;
+    } else {
+        bprintf(&js, "]");
     }
-    bprintf(&js, "]");
 
     /* prefill (logits for the last position) and, without a device timer, wall-clock decode */
     err.code = 0;
     double t0 = wall();
     if (q35_forward(e, ids, n_prompt, 0, logits, &err)) { cli_fail(&err); goto done; }
     double t_prefill = wall() - t0;
-    bprintf(&md, "\n| backend | prefill tokens | prefill ms | prefill tok/s |");
+    bprintf(&md, "\n| backend | prefill tokens | prefill ms (wall, q35_forward) | prefill tok/s |");
     if (!dev) bprintf(&md, " decode ctx | decode ms/token (wall) | decode tok/s |");
     bprintf(&md, "\n|---|---|---|---|%s\n| %s | %d | %.2f | %.1f |", dev ? "" : "---|---|---|", q35_backend_name(e),
             n_prompt, 1e3 * t_prefill, n_prompt / t_prefill);

@@ -274,6 +274,8 @@ extern "C" int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l
         ((uintptr_t)p->out & 3) || (p->gate && (p->gate_ld % 2 || p->gate_hs % 2 || ((uintptr_t)p->gate & 3))))
         return (int)cudaErrorInvalidValue;
     switch (p->hd) {
+    case 32: return attn_launch<32, 64>(p, l);
+    case 64: return attn_launch<64, 64>(p, l);
     case 128: return attn_launch<128, 64>(p, l);
     case 256: return attn_launch<256, 32>(p, l);
     default: return (int)cudaErrorInvalidValue;

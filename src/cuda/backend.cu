@@ -307,6 +307,7 @@ static void be_close(void *p) {
     CudaCtx *ctx = (CudaCtx *)p;
     if (!ctx) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    cuda_prefill_close(ctx); /* prefill */
     for (int i = 0; i < 2; i++)
         if (ctx->graph[i]) cudaGraphExecDestroy(ctx->graph[i]);
     for (int i = 0; i <= CUDA_MAX_OPS && ctx->ev_ready; i++)
@@ -404,6 +405,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
             goto fail;
         }
         memset(ctx->step_host, 0, sizeof(StepParams));
+        if ((rc = cuda_prefill_open(ctx, o ? o->prefill_piece : 0, err))) goto fail; /* prefill buffers */
         if (ctx->probe.dir) {
             size_t n = (size_t)imax(V, imax(c->q_proj_rows, imax(c->value_dim, F))) +
                        (size_t)(ctx->max_splits + 2) * D;
@@ -489,6 +491,8 @@ static int be_forward(void *p, const int *tokens, int n, int pos, int all_logits
     if ((int64_t)pos + n > ctx->max_seq)
         return err_set(err, Q35_ERR_CONTEXT, "cuda forward: %d + %d tokens exceed the context of %d", pos, n,
                        ctx->max_seq);
+    if (n > 1 && ctx->pf && !ctx->probe.dir) /* prefill path (forward_prefill.cu) */
+        return cuda_prefill_forward(ctx, tokens, n, pos, all_logits, logits, err);
     for (int i = 0; i < n; i++) {
         int rc = check_step(ctx, tokens[i], pos + i, err);
         if (rc) return rc;
@@ -539,7 +543,7 @@ static int be_reset(void *p, Err *err) {
 
 static int be_bench(void *p, const BenchRequest *rq, BenchResult *res, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
-    int rc = cuda_bench_run(ctx, rq, res, err);
+    int rc = rq->n_prefill > 0 ? cuda_prefill_bench(ctx, rq, res, err) : cuda_bench_run(ctx, rq, res, err);
     cuda_graphs_drop(ctx);
     int rc2 = be_reset(ctx, rc ? NULL : err);
     return rc ? rc : rc2;

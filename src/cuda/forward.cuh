@@ -107,6 +107,7 @@ typedef struct CudaCtx {
     CudaOp ops[CUDA_MAX_OPS];
     cudaEvent_t ev[CUDA_MAX_OPS + 1];
     int ev_ready;
+    struct CudaPrefill *pf;   /* prefill buffers (forward_prefill.cu); NULL: forward(n > 1) runs n decode steps */
 } CudaCtx;
 
 /* Enqueues one decode step on ctx->stream: the StepParams copy from step_host, then every
@@ -123,5 +124,16 @@ int cuda_run_step(CudaCtx *ctx, int sample, Err *err);
 
 /* bench.cu: the Backend.bench hook's body (the caller drops graphs and resets afterwards). */
 int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
+
+/* ---- prefill (forward_prefill.cu) ----
+ * open: after the weights and the stream exist; allocates the buffers for pieces of
+ * min(piece > 0 ? piece : 2048, max_seq) tokens when the prefill kernels support the model's
+ * shapes (else leaves ctx->pf NULL and returns 0). forward: tokens at
+ * pos .. pos+n-1 (pos == n_past), in pieces of at most the piece size; logits NULL, [V] (last row)
+ * or [n][V] (all_logits); n_past += n. bench: prefill timings when rq->n_prefill > 0. */
+int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err);
+void cuda_prefill_close(CudaCtx *ctx);
+int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err);
+int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
 
 #endif

@@ -342,7 +342,7 @@ typedef struct AttnPrefillParams {
     int T, pos, Hq, Hkv, hd, max_seq;
     float scale;             /* 1/sqrt(hd) */
 } AttnPrefillParams;
-/* hd 128 or 256; Hq a multiple of Hkv. */
+/* hd 32, 64, 128 or 256; Hq a multiple of Hkv. */
 int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l);
 
 /* ---- Gated DeltaNet, prefill (deltanet_prefill.cu) ---- */

@@ -316,7 +316,8 @@ static void test_model(int qwen35) {
 
     /* bench hook */
     if (cuda_backend.bench) {
-        BenchRequest rq = {5, 3, 1};
+        BenchRequest rq = {0};
+        rq.ctx_len = 5, rq.iters = 3, rq.ops = 1;
         BenchResult *br = calloc(1, sizeof *br);
         int rc = cuda_backend.bench(ga, &rq, br, &err);
         CHECK(rc == 0, "%s bench: %s", name, err.msg);

@@ -247,8 +247,16 @@ static void test_attn(const AttnDims *a, int T, int pos) {
         dp.hd = hd, dp.R = a->R, dp.max_seq = ms, dp.gated = a->gate, dp.eps = a->eps;
         dp.norm_mode = a->uo ? NORM_ZC : NORM_PLAIN;
         rc = cuda_attn_decode(&dp, &L0);
-        CHECK(rc == 0, "attn_decode launch: %s", cudaGetErrorString((cudaError_t)rc));
+        const int no_decode = rc == (int)cudaErrorInvalidValue && hd < 128; /* decode kernel: hd 128/256 only */
+        if (no_decode) printf("    (decode attention does not take hd %d: hand-over check skipped)\n", hd);
+        CHECK(rc == 0 || no_decode, "attn_decode launch: %s", cudaGetErrorString((cudaError_t)rc));
         CUDA_OK(cudaDeviceSynchronize());
+        if (no_decode) {
+            void *dd[] = {d_row, d_o1, d_work, d_sp};
+            for (size_t i = 0; i < sizeof dd / sizeof dd[0]; i++) CUDA_OK(cudaFree(dd[i]));
+            free(row), free(r_o1);
+            goto skip_decode;
+        }
         float *g_o1 = down_f32(d_o1, (size_t)a->Hq * hd);
         ref_attn(a, row, n, 1, pos + T, qn, kn, Kc, Vc, r_o1, NULL);
         const double e1 = rel_l2(g_o1, r_o1, (size_t)a->Hq * hd);
@@ -258,7 +266,7 @@ static void test_attn(const AttnDims *a, int T, int pos) {
         void *dd[] = {d_row, d_o1, d_work, d_sp};
         for (size_t i = 0; i < sizeof dd / sizeof dd[0]; i++) CUDA_OK(cudaFree(dd[i]));
     }
-
+skip_decode:
     free(qkv), free(qn), free(kn), free(Kc), free(Vc), free(inv_freq), free(g_q), free(g_out), free(g_K), free(g_V);
     free(r_q), free(r_out), free(r2_out), free(kn_new), free(kr_new);
     void *dev[] = {d_qkv, d_K, d_V, d_qn, d_kn, d_if, d_q, d_out};
@@ -527,6 +535,8 @@ static void test_bad_args(void) {
     CHECK(cuda_attn_prefill(&ap, &L0) != 0, "Hq not a multiple of Hkv must be refused");
     ap.Hkv = 2, ap.hd = 192;
     CHECK(cuda_attn_prefill(&ap, &L0) != 0, "hd 192 must be refused");
+    ap.hd = 48;
+    CHECK(cuda_attn_prefill(&ap, &L0) != 0, "hd 48 must be refused");
     ap.hd = 128, ap.pos = 14;
     CHECK(cuda_attn_prefill(&ap, &L0) != 0, "pos + T > max_seq must be refused");
     DeltaNetPrefillParams dp = {0};
@@ -555,6 +565,17 @@ int main(int argc, char **argv) {
         a.max_seq = 500;
         test_attn(&a, 150, 0);
         test_attn(&a, 77, 200);
+    }
+    { /* small head dims (the golden fixtures use hd 32) */
+        const AttnDims s64 = {4, 2, 64, 32, 1, 1, 0, 1e7f, 1e-6f}, s32 = {4, 1, 32, 32, 0, 0, 0, 1e6f, 1e-6f};
+        AttnDims a = s64;
+        a.max_seq = 300;
+        test_attn(&a, 130, 0);
+        test_attn(&a, 65, 100);
+        a = s32;
+        a.max_seq = 300;
+        test_attn(&a, 1, 0);
+        test_attn(&a, 200, 33);
     }
 
     const DnDims dn = {16, 16, 128, 128, 4, 1e-6f}, dn2 = {4, 8, 128, 128, 4, 1e-6f};

@@ -1,0 +1,263 @@
+/* test_prefill_model.c — the CUDA backend's prefill path (forward with n > 1, src/cuda/
+ * forward_prefill.cu) against its own decode path (n single-token steps) on the same ids.
+ *   Small random models (model_dummy_config): a Qwen3.5-like hybrid (layers D D A D A; DeltaNet
+ *   Hk 2, Hv 4, dk = dv = 128; gated attention 4/1 heads x 256, partial RoPE) and a Qwen3-like
+ *   dense model (3 attention layers, 4/2 x 128, plain norms, untied head), each with the default
+ *   piece size and with small pieces (so a prompt runs in several pieces). For T = 1, 63, 64, 65,
+ *   130 prompt tokens:
+ *     - every row of forward(T, all_logits) vs the decode loop: rel L2 <= 3e-2 per row, greedy id
+ *       equal wherever the decode loop's top-2 margin is clear;
+ *     - forward(T) with last-row logits only equals the all_logits call's last row (rel L2 <= 1e-3);
+ *     - 3 decode steps after the prefill vs the decode loop going on (the hand-over of KV cache,
+ *       conv ring, DeltaNet state and position), same bounds;
+ *   and a prefill continuing a prefill (65 then 70 tokens), then one decode step.
+ *   The 0.8B shapes (model_dummy "qwen3.5-0.8b"): prefill(2048) last-row logits vs the decode loop
+ *   over the same 2048 ids: rel L2 <= 2e-2 and the same greedy id; then one decode step after each.
+ *   Bad calls (pos != tokens held, id out of range, past the context) give errors.
+ * Usage: test_prefill_model [seed] [--no-big]. Skips (exit 0, "no GPU") without a GPU. */
+#include "backend.h"
+#include "test.h"
+#include "gpu_common.h"
+
+static Rng rng;
+
+static int argmax_n(const float *x, int n) {
+    int a = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[a]) a = i;
+    return a;
+}
+
+/* Rows of got vs ref: worst rel L2 <= tol, and the same argmax where ref's top-2 margin is clear. */
+static void compare_rows(const char *what, const float *got, const float *ref, int rows, int V, double tol) {
+    double worst = 0;
+    int at = -1, agree = 0, clear = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *g = got + (size_t)r * V, *f = ref + (size_t)r * V;
+        const double e = rel_l2(g, f, V);
+        if (!(e <= worst)) worst = e, at = r; /* NaN counts as worst */
+        const int a = argmax_n(f, V);
+        float second = -INFINITY, ss = 0;
+        for (int i = 0; i < V; i++) {
+            if (i != a && f[i] > second) second = f[i];
+            ss += f[i] * f[i];
+        }
+        if (f[a] - second > 0.05f * sqrtf(ss / V)) {
+            clear++;
+            agree += argmax_n(g, V) == a;
+        }
+    }
+    printf("    %-46s rows %3d: worst rel L2 %.2e (row %d), argmax %d/%d where clear\n", what, rows, worst, at, agree,
+           clear);
+    CHECK(worst <= tol, "%s: rel L2 %.3e > %.1e at row %d", what, worst, tol, at);
+    CHECK(agree == clear, "%s: argmax differs at %d of %d clear rows", what, clear - agree, clear);
+}
+
+static void fill_nan(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+/* reset, then n single-token steps; logits of step t -> out[t][V] (out may be NULL; last: [V] of the
+ * final step, may be NULL). */
+static int decode_loop(void *ctx, const int *ids, int n, float *out, float *last, int V, Err *err) {
+    int rc = cuda_backend.reset(ctx, err);
+    for (int t = 0; t < n && !rc; t++) {
+        float *dst = out ? out + (size_t)t * V : t == n - 1 ? last : NULL;
+        rc = cuda_backend.forward(ctx, ids + t, 1, t, 1, dst, err);
+    }
+    if (!rc && out && last) memcpy(last, out + (size_t)(n - 1) * V, sizeof(float) * (size_t)V);
+    return rc;
+}
+
+static void small_config(Config *c, int hybrid) {
+    Err err = {0};
+    CHECK(config_builtin(c, hybrid ? "qwen3.5-0.8b" : "qwen3-0.6b", &err) == 0, "config_builtin: %s", err.msg);
+    c->hidden_size = 256;
+    c->num_hidden_layers = hybrid ? 5 : 3;
+    c->intermediate_size = hybrid ? 384 : 320;
+    c->vocab_size = hybrid ? 1000 : 800;
+    c->tie_word_embeddings = hybrid;
+    c->num_attention_heads = 4;
+    c->num_key_value_heads = hybrid ? 1 : 2;
+    c->head_dim = hybrid ? 256 : 128;
+    if (hybrid) {
+        c->linear_num_key_heads = 2, c->linear_num_value_heads = 4;
+        c->linear_key_head_dim = c->linear_value_head_dim = 128;
+    }
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        c->layer_types[l] = !hybrid || l == 2 || l == 4 ? LAYER_FULL_ATTN : LAYER_LINEAR_ATTN;
+    CHECK(config_finish(c, "test config", &err) == 0, "config_finish: %s", err.msg);
+}
+
+#define SMALL_SEQ 160
+#define N_REF 140
+
+static void run_small(const char *name, const Model *m, int piece) {
+    const int V = m->config.vocab_size;
+    void *ctx = NULL;
+    BackendOptions o;
+    memset(&o, 0, sizeof o);
+    o.max_seq = SMALL_SEQ, o.prefill_piece = piece;
+    Err err = {0};
+    int ids[N_REF];
+    for (int i = 0; i < N_REF; i++) ids[i] = (int)(rng_u64(&rng) % (uint64_t)V);
+    float *ref = malloc(sizeof(float) * (size_t)N_REF * V), *got = malloc(sizeof(float) * (size_t)N_REF * V);
+    float *last = malloc(sizeof(float) * (size_t)V);
+    char what[96];
+    printf("  %s, prefill piece %d:\n", name, piece);
+    if (cuda_backend.open(&ctx, m, &o, &err)) {
+        CHECK(0, "%s: cuda open: %s", name, err.msg);
+        goto done;
+    }
+    if (decode_loop(ctx, ids, N_REF, ref, NULL, V, &err)) {
+        CHECK(0, "%s: decode loop: %s", name, err.msg);
+        goto done;
+    }
+    static const int Ts[] = {1, 63, 64, 65, 130};
+    for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+        const int T = Ts[k];
+        fill_nan(got, (size_t)N_REF * V);
+        int rc = cuda_backend.reset(ctx, &err);
+        if (!rc) rc = cuda_backend.forward(ctx, ids, T, 0, 1, got, &err);
+        for (int i = 0; i < 3 && !rc; i++)
+            rc = cuda_backend.forward(ctx, ids + T + i, 1, T + i, 1, got + (size_t)(T + i) * V, &err);
+        if (rc) {
+            CHECK(0, "%s T=%d: %s", name, T, err.msg);
+            continue;
+        }
+        snprintf(what, sizeof what, "T=%d prefill (all rows) vs decode", T);
+        compare_rows(what, got, ref, T, V, 3e-2);
+        snprintf(what, sizeof what, "T=%d then 3 decode steps vs decode", T);
+        compare_rows(what, got + (size_t)T * V, ref + (size_t)T * V, 3, V, 3e-2);
+        fill_nan(last, (size_t)V);
+        rc = cuda_backend.reset(ctx, &err);
+        if (!rc) rc = cuda_backend.forward(ctx, ids, T, 0, 0, last, &err);
+        CHECK(rc == 0, "%s T=%d last row: %s", name, T, err.msg);
+        const double e = rel_l2(last, got + (size_t)(T - 1) * V, V);
+        CHECK(rc || e <= 1e-3, "%s T=%d: last-row logits differ from the all_logits row (rel L2 %.3e)", name, T, e);
+    }
+    /* prefill after prefill, then decode */
+    {
+        fill_nan(got, (size_t)N_REF * V);
+        int rc = cuda_backend.reset(ctx, &err);
+        if (!rc) rc = cuda_backend.forward(ctx, ids, 65, 0, 1, got, &err);
+        if (!rc) rc = cuda_backend.forward(ctx, ids + 65, 70, 65, 1, got + (size_t)65 * V, &err);
+        if (!rc) rc = cuda_backend.forward(ctx, ids + 135, 1, 135, 1, got + (size_t)135 * V, &err);
+        CHECK(rc == 0, "%s: 65 + 70 + 1: %s", name, err.msg);
+        if (!rc) compare_rows("prefill 65, prefill 70, decode 1 vs decode", got, ref, 136, V, 3e-2);
+    }
+    /* bad calls */
+    {
+        int rc = cuda_backend.reset(ctx, &err);
+        CHECK(rc == 0, "reset: %s", err.msg);
+        rc = cuda_backend.forward(ctx, ids, 5, 3, 0, NULL, &err);
+        CHECK(rc != 0 && err.msg[0], "prefill at pos 3 of an empty sequence must fail");
+        printf("    pos mismatch -> %s\n", err.msg);
+        int bad[4] = {1, 2, V, 3};
+        err.msg[0] = 0;
+        rc = cuda_backend.forward(ctx, bad, 4, 0, 0, NULL, &err);
+        CHECK(rc != 0 && err.msg[0], "id %d must be refused", V);
+        printf("    bad id -> %s\n", err.msg);
+        err.msg[0] = 0;
+        int *many = calloc(SMALL_SEQ + 1, sizeof(int));
+        rc = cuda_backend.forward(ctx, many, SMALL_SEQ + 1, 0, 0, NULL, &err);
+        free(many);
+        CHECK(rc != 0 && err.msg[0], "a prompt longer than the context must be refused");
+        printf("    too long -> %s\n", err.msg);
+    }
+done:
+    if (ctx) cuda_backend.close(ctx);
+    free(ref), free(got), free(last);
+}
+
+/* Qwen3.5-0.8B shapes, random weights: prefill(2048) vs 2048 decode steps. */
+static void run_big(uint64_t seed) {
+    const int T = 2048;
+    Model m;
+    Err err = {0};
+    double t0 = now_s();
+    if (model_dummy(&m, "qwen3.5-0.8b", seed, &err)) {
+        CHECK(0, "model_dummy: %s", err.msg);
+        return;
+    }
+    printf("  qwen3.5-0.8b dummy weights in %.1f s\n", now_s() - t0);
+    const int V = m.config.vocab_size;
+    void *ctx = NULL;
+    BackendOptions o;
+    memset(&o, 0, sizeof o);
+    o.max_seq = T + 8;
+    int *ids = malloc(sizeof(int) * (T + 1));
+    float *dl = malloc(sizeof(float) * (size_t)V), *dn = malloc(sizeof(float) * (size_t)V);
+    float *pl = malloc(sizeof(float) * (size_t)V), *pn = malloc(sizeof(float) * (size_t)V);
+    for (int i = 0; i <= T; i++) ids[i] = (int)(rng_u64(&rng) % 50000u);
+    if (cuda_backend.open(&ctx, &m, &o, &err)) {
+        CHECK(0, "0.8b: cuda open: %s", err.msg);
+        goto done;
+    }
+    t0 = now_s();
+    int rc = decode_loop(ctx, ids, T, NULL, dl, V, &err);
+    const double t_dec = now_s() - t0;
+    if (!rc) rc = cuda_backend.forward(ctx, ids + T, 1, T, 0, dn, &err);
+    if (rc) {
+        CHECK(0, "0.8b decode loop: %s", err.msg);
+        goto done;
+    }
+    fill_nan(pl, (size_t)V), fill_nan(pn, (size_t)V);
+    rc = cuda_backend.reset(ctx, &err);
+    for (int rep = 0; rep < 2 && !rc; rep++) { /* the second one is timed (first launches set attributes) */
+        if (rep) rc = cuda_backend.reset(ctx, &err);
+        t0 = now_s();
+        if (!rc) rc = cuda_backend.forward(ctx, ids, T, 0, 0, pl, &err);
+    }
+    const double t_pre = now_s() - t0;
+    if (!rc) rc = cuda_backend.forward(ctx, ids + T, 1, T, 0, pn, &err);
+    if (rc) {
+        CHECK(0, "0.8b prefill: %s", err.msg);
+        goto done;
+    }
+    printf("  0.8b: %d tokens: decode loop %.0f ms, prefill %.1f ms (wall, incl. the logits readback)\n", T,
+           1e3 * t_dec, 1e3 * t_pre);
+    const double e1 = rel_l2(pl, dl, V), e2 = rel_l2(pn, dn, V);
+    const int a1 = argmax_n(dl, V), b1 = argmax_n(pl, V), a2 = argmax_n(dn, V), b2 = argmax_n(pn, V);
+    printf("    last row: rel L2 %.2e, greedy id %d vs %d; next decode step: rel L2 %.2e, greedy id %d vs %d\n", e1,
+           b1, a1, e2, b2, a2);
+    CHECK(e1 <= 2e-2, "0.8b prefill(2048) last row vs decode loop: rel L2 %.3e", e1);
+    CHECK(a1 == b1, "0.8b prefill(2048): greedy id %d, decode loop %d", b1, a1);
+    CHECK(e2 <= 2e-2, "0.8b decode after prefill(2048) vs after the decode loop: rel L2 %.3e", e2);
+    CHECK(a2 == b2, "0.8b decode after prefill(2048): greedy id %d vs %d", b2, a2);
+done:
+    if (ctx) cuda_backend.close(ctx);
+    model_free(&m);
+    free(ids), free(dl), free(dn), free(pl), free(pn);
+}
+
+int main(int argc, char **argv) {
+    int big = 1, ac = 1;
+    char *av[2] = {argv[0], NULL};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--no-big")) big = 0;
+        else if (ac < 2) av[ac++] = argv[i];
+    }
+    const uint64_t seed = test_seed(ac, av, "test_prefill_model");
+    rng_seed(&rng, seed);
+    GPU_TEST_PROLOGUE("prefill_model");
+    static const struct {
+        const char *name;
+        int hybrid, pieces[3];
+    } models[] = {{"hybrid (DeltaNet 128, attn 4/1 x 256)", 1, {0, 64, 100}}, {"dense (attn 4/2 x 128)", 0, {0, 48, 0}}};
+    for (int k = 0; k < 2; k++) {
+        Config c;
+        Model m;
+        Err err = {0};
+        small_config(&c, models[k].hybrid);
+        if (model_dummy_config(&m, &c, seed + (uint64_t)k, &err)) {
+            CHECK(0, "model_dummy_config: %s", err.msg);
+            continue;
+        }
+        for (int p = 0; p < 3; p++)
+            if (p == 0 || models[k].pieces[p]) run_small(models[k].name, &m, models[k].pieces[p]);
+        model_free(&m);
+    }
+    if (big) run_big(seed);
+    return TEST_SUMMARY("prefill_model");
+}
