@@ -3,7 +3,8 @@
 pass=0; fail=0; bad=0
 for t in "$@"; do
     out=$("$t" 2>&1); rc=$?
-    printf '%s\n' "$out" | tail -n 40
+    printf '%s\n' "$out" | grep -E '^FAIL' | head -n 20
+    printf '%s\n' "$out" | grep -vE '^FAIL' | tail -n 40
     line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
     p=$(printf '%s' "$line" | sed -E 's/.* ([0-9]+) passed.*/\1/'); f=$(printf '%s' "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
     [ -n "$p" ] && pass=$((pass + p)); [ -n "$f" ] && fail=$((fail + f))
