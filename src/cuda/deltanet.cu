@@ -7,16 +7,12 @@
  * (cheap) conv + l2norm of its k/q head so blocks need no data from each other, except the gated
  * norm's sum over all dv columns, exchanged inside the head's thread-block cluster (sm_90 DSMEM).
  * State slice stays in registers: thread (row lane rl, column group cg) holds rows rl + i*nrl
- * (i < DN_RPT) x VEC columns, and computes the conv of exactly the q/k rows and v columns it needs
- * (redundantly across the threads that share them: a few FMAs), so that one block barrier suffices:
- *   mk = S^T k,  mq = S^T q  (raw conv outputs; the l2norm factors are per-head scalars applied after)
- *   delta = beta (v - decay rk mk),  o = decay rq mq + delta (k^ . q^),  S' = decay S + k^ delta^T.
- * Barriers after the dependency wait: one __syncthreads (cross-warp sums) and one cluster barrier (each
- * block pushes its sum of o^2 into every block of the head's cluster, so nothing is read remotely and no
- * trailing barrier is needed). */
-#include "cuda/cluster.cuh"
+ * (i < DN_RPT) x VEC columns. Per column:
+ *   mem = S^T k^,  sq = S^T q^   (one pass over the undecayed S, scaled by decay after)
+ *   delta = beta (v - decay mem),  o = decay sq + delta (k^ . q^),  S' = decay S + k^ delta^T. */
+#include "cuda/common.cuh"
 
-enum { DN_RPT = 4, DN_MAX_SPLIT = 8, DN_MAX_THREADS = 512 };
+enum { DN_RPT = 4, DN_MAX_SPLIT = 8 };
 
 /* Launch shape for (dk, dv): VEC columns per thread (4 when dv % 4 == 0), tpr threads per state row
  * (a power of two <= 32), cols = tpr*VEC columns per block, splits = blocks (= cluster size) per head. */
@@ -35,13 +31,14 @@ static int dn_shape(int dk, int dv, DnShape *s) {
     s->cols = tpr * s->vec;
     s->splits = ceil_div(dv, s->cols);
     s->threads = ceil_div(tpr * ceil_div(dk, DN_RPT), 32) * 32;
-    return s->threads > DN_MAX_THREADS ? -1 : 0;
+    return s->threads > 1024 ? -1 : 0;
 }
 
-/* floats of dynamic shared memory: red_m, red_s [nw][cols]; red3 [96]; parts [DN_MAX_SPLIT] */
-static size_t dn_smem_bytes(const DnShape *s) {
+/* floats of dynamic shared memory: pq,pk,tq,tk [dk]; pv,tv,zs,wn,dl,ob [cols]; red_m,red_s [nw][cols];
+ * red3 [96]; part [1] */
+static size_t dn_smem_bytes(int dk, const DnShape *s) {
     const int nw = s->threads / 32;
-    return sizeof(float) * ((size_t)2 * nw * s->cols + 96 + DN_MAX_SPLIT);
+    return sizeof(float) * ((size_t)4 * dk + 6 * s->cols + 2 * nw * s->cols + 96 + 1);
 }
 
 typedef struct DnArgs {
@@ -49,10 +46,49 @@ typedef struct DnArgs {
     int tpr, cols;
 } DnArgs;
 
+/* ---- cluster helpers (sm_90; the compute_80 PTX has no clusters: stubs that trap, and the
+ * cluster launch itself fails on such devices) ------------------------------------------------ */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void cluster_arrive_release(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed(void) {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait(void) { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+/* *local as seen in the shared memory of cluster block `rank`. */
+__device__ __forceinline__ float ld_dsmem(const float *local, unsigned rank) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(local), ra;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+    return v;
+}
+#else
+__device__ __forceinline__ void cluster_arrive_release(void) { __trap(); }
+__device__ __forceinline__ void cluster_arrive_relaxed(void) { __trap(); }
+__device__ __forceinline__ void cluster_wait(void) { __trap(); }
+__device__ __forceinline__ float ld_dsmem(const float *, unsigned) {
+    __trap();
+    return 0.0f;
+}
+#endif
+
 /* ---- small math (accurate expf: these values are rounded to bf16 right after) ----------------- */
 
 __device__ __forceinline__ float dn_silu(float x) { return x / (1.0f + expf(-x)); }
 static __device__ __forceinline__ uint16_t bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+
+/* Sum of three values over the block, in fixed order; red: shared float[96]. */
+__device__ __forceinline__ void block_sum3(float *a, float *b, float *c, float *red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float x = warp_sum(*a), y = warp_sum(*b), z = warp_sum(*c);
+    if (lane == 0) red[w] = x, red[32 + w] = y, red[64 + w] = z;
+    __syncthreads();
+    x = y = z = 0.0f;
+    for (int i = 0; i < nw; i++) x += red[i], y += red[32 + i], z += red[64 + i];
+    *a = x, *b = y, *c = z;
+}
 
 template <int VEC>
 __device__ __forceinline__ void ld_vec(const float *src, float *d) {
@@ -93,23 +129,22 @@ __device__ __forceinline__ float conv_finish(float hist, float tap, float x) {
 
 /* grid (splits, Hv), cluster (splits, 1, 1), block tpr * nrl threads. */
 template <int VEC>
-__global__ void __launch_bounds__(DN_MAX_THREADS) deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
+__global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     const DeltanetStepParams &p = args.p;
     extern __shared__ float sm[];
     const int dk = p.dk, dv = p.dv, Hv = p.Hv, cols = args.cols, tpr = args.tpr;
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, wid = tid >> 5, nw = nt >> 5;
-    const int split = blockIdx.x, n_splits = gridDim.x, j = blockIdx.y, n = j / (Hv / p.Hk);
+    const int split = blockIdx.x, j = blockIdx.y, n = j / (Hv / p.Hk);
     const int key_dim = p.Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
     const int e0 = split * cols, ncols = min(cols, dv - e0);
     const int nrl = nt / tpr, cg = tid % tpr, rl = tid / tpr;
     const bool col_ok = cg * VEC < ncols; /* VEC = 4: dv % 4 == 0, so all 4 columns exist */
-    const bool head_row = rl == 0;        /* the tpr threads (warp 0) that finish this block's columns */
-    float *red_m = sm, *red_s = red_m + nw * cols, *red3 = red_s + nw * cols, *parts = red3 + 96;
 
-    cluster_arrive_relaxed(); /* phase 1 (this block has started), waited on before the push below */
+    float *pq = sm, *pk = pq + dk, *tq = pk + dk, *tk = tq + dk; /* pq/pk become q/k after the conv */
+    float *pv = tk + dk, *tv = pv + cols, *zs = tv + cols, *wn = zs + cols, *dl = wn + cols, *ob = dl + cols;
+    float *red_m = ob + cols, *red_s = red_m + nw * cols, *red3 = red_s + nw * cols, *part = red3 + 96;
 
-    /* 1. Before the dependency wait: only data of earlier tokens and weights (PDL contract): the state
-     *    slice, the history part of the conv of this thread's q/k rows and v columns, small weights. */
+    /* 1. Before the dependency wait: only data of earlier tokens and weights (PDL contract). */
     float s[DN_RPT][VEC];
     float *Sh = p.S + (size_t)j * dk * dv;
 #pragma unroll
@@ -122,145 +157,117 @@ __global__ void __launch_bounds__(DN_MAX_THREADS) deltanet_step_f32_cluster(cons
             for (int v = 0; v < VEC; v++) s[i][v] = 0.0f;
     }
     const int pos = p.step->pos, rc = pos % p.K;
-    const int qch0 = n * dk, kch0 = key_dim + n * dk, vch0 = 2 * key_dim + j * dv + e0 + cg * VEC;
-    float hq[DN_RPT], hk[DN_RPT], tq[DN_RPT], tk[DN_RPT], hv[VEC], tv[VEC], wn[VEC];
-#pragma unroll
-    for (int i = 0; i < DN_RPT; i++) {
-        const int d = rl + i * nrl;
-        hq[i] = hk[i] = tq[i] = tk[i] = 0.0f;
-        if (d < dk) {
-            hq[i] = conv_history(p, conv_dim, qch0 + d, rc, &tq[i]);
-            hk[i] = conv_history(p, conv_dim, kch0 + d, rc, &tk[i]);
-        }
+    const int qch0 = n * dk, kch0 = key_dim + n * dk, vch0 = 2 * key_dim + j * dv + e0;
+    for (int d = tid; d < dk; d += nt) {
+        pq[d] = conv_history(p, conv_dim, qch0 + d, rc, &tq[d]);
+        pk[d] = conv_history(p, conv_dim, kch0 + d, rc, &tk[d]);
     }
-#pragma unroll
-    for (int v = 0; v < VEC; v++) {
-        hv[v] = tv[v] = wn[v] = 0.0f;
-        if (col_ok) {
-            hv[v] = conv_history(p, conv_dim, vch0 + v, rc, &tv[v]);
-            if (head_row) wn[v] = p.norm_w[e0 + cg * VEC + v];
-        }
+    for (int c = tid; c < ncols; c += nt) {
+        pv[c] = conv_history(p, conv_dim, vch0 + c, rc, &tv[c]);
+        wn[c] = p.norm_w[e0 + c];
     }
     const float A_log = p.A_log[j], dt_bias = p.dt_bias[j];
 
     pdl_wait();
     pdl_trigger();
 
-    /* 2. Current inputs (one round of independent L2 loads), conv + SiLU, ring row of this position
-     *    (q/k rows by one block per k-head, v columns by their owner). */
+    /* 2. Conv + SiLU of this block's q/k head and v columns; store the current row in the ring
+     *    (q/k rows by one block per k-head, v rows by their owner). */
     const float *tail = p.proj + conv_dim + value_dim;
     const float b_in = tail[j], a_in = tail[Hv + j];
-    float xq[DN_RPT], xk[DN_RPT], xv[VEC], zv[VEC];
-#pragma unroll
-    for (int i = 0; i < DN_RPT; i++) {
-        const int d = rl + i * nrl;
-        xq[i] = d < dk ? p.proj[qch0 + d] : 0.0f;
-        xk[i] = d < dk ? p.proj[kch0 + d] : 0.0f;
-    }
-#pragma unroll
-    for (int v = 0; v < VEC; v++) {
-        xv[v] = col_ok ? p.proj[vch0 + v] : 0.0f;
-        zv[v] = col_ok && head_row ? p.proj[conv_dim + j * dv + e0 + cg * VEC + v] : 0.0f;
-    }
     uint16_t *ring_row = p.conv_ring + (size_t)rc * conv_dim;
-    const bool qk_writer = split == 0 && j % (Hv / p.Hk) == 0 && cg == 0;
-    float cq[DN_RPT], ck[DN_RPT], ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
-#pragma unroll
-    for (int i = 0; i < DN_RPT; i++) {
-        const int d = rl + i * nrl;
-        cq[i] = d < dk ? conv_finish(hq[i], tq[i], xq[i]) : 0.0f;
-        ck[i] = d < dk ? conv_finish(hk[i], tk[i], xk[i]) : 0.0f;
-        if (cg == 0) ssq = fmaf(cq[i], cq[i], ssq), ssk = fmaf(ck[i], ck[i], ssk), sqk = fmaf(cq[i], ck[i], sqk);
-        if (qk_writer && d < dk) ring_row[qch0 + d] = bf16_bits(xq[i]), ring_row[kch0 + d] = bf16_bits(xk[i]);
+    const bool qk_writer = split == 0 && j % (Hv / p.Hk) == 0;
+    float ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
+    for (int d = tid; d < dk; d += nt) {
+        const float xq = p.proj[qch0 + d], xk = p.proj[kch0 + d];
+        const float cq = conv_finish(pq[d], tq[d], xq), ck = conv_finish(pk[d], tk[d], xk);
+        pq[d] = cq, pk[d] = ck;
+        ssq = fmaf(cq, cq, ssq), ssk = fmaf(ck, ck, ssk), sqk = fmaf(cq, ck, sqk);
+        if (qk_writer) ring_row[qch0 + d] = bf16_bits(xq), ring_row[kch0 + d] = bf16_bits(xk);
     }
-    float cv[VEC];
-#pragma unroll
-    for (int v = 0; v < VEC; v++) {
-        cv[v] = conv_finish(hv[v], tv[v], xv[v]);
-        if (col_ok && head_row) ring_row[vch0 + v] = bf16_bits(xv[v]);
+    for (int c = tid; c < ncols; c += nt) {
+        const float xv = p.proj[vch0 + c];
+        pv[c] = conv_finish(pv[c], tv[c], xv);
+        zs[c] = p.proj[conv_dim + j * dv + e0 + c];
+        ring_row[vch0 + c] = bf16_bits(xv);
     }
+    block_sum3(&ssq, &ssk, &sqk, red3); /* also publishes pq/pk/pv/zs to the block */
 
-    /* 3. mk = S^T k, mq = S^T q over this thread's rows, then the warp's rows (lanes of equal cg), then
-     *    the block (shared memory, the one block barrier); the l2norm sums likewise. */
-    float mk[VEC], mq[VEC];
-#pragma unroll
-    for (int v = 0; v < VEC; v++) {
-        float a = 0.0f, b = 0.0f;
-#pragma unroll
-        for (int i = 0; i < DN_RPT; i++) a = fmaf(s[i][v], ck[i], a), b = fmaf(s[i][v], cq[i], b);
-        for (int o = 16; o >= tpr; o >>= 1)
-            a += __shfl_xor_sync(0xffffffffu, a, o), b += __shfl_xor_sync(0xffffffffu, b, o);
-        mk[v] = a, mq[v] = b;
-    }
-    ssq = warp_sum(ssq), ssk = warp_sum(ssk), sqk = warp_sum(sqk);
-    if (lane < tpr)
-#pragma unroll
-        for (int v = 0; v < VEC; v++) {
-            red_m[wid * cols + cg * VEC + v] = mk[v];
-            red_s[wid * cols + cg * VEC + v] = mq[v];
-        }
-    if (lane == 0) red3[wid] = ssq, red3[32 + wid] = ssk, red3[64 + wid] = sqk;
-    __syncthreads();
-    ssq = ssk = sqk = 0.0f;
-    for (int w = 0; w < nw; w++) ssq += red3[w], ssk += red3[32 + w], sqk += red3[64 + w];
-#pragma unroll
-    for (int v = 0; v < VEC; v++) {
-        float a = 0.0f, b = 0.0f;
-        for (int w = 0; w < nw; w++) a += red_m[w * cols + cg * VEC + v], b += red_s[w * cols + cg * VEC + v];
-        mk[v] = a, mq[v] = b;
-    }
-
-    /* 4. l2norm factors, gates, delta and o of this thread's columns, S' = decay S + k^ delta^T. */
+    /* 3. l2norm factors, gates. */
     const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
     const float kq = sqk * rq * rk; /* k^ . q^ */
     const float beta = rbf(1.0f / (1.0f + expf(-b_in)));
     const float xa = a_in + dt_bias;
     const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
-    float dl[VEC], ob[VEC];
+
+    /* 4. mem = S^T k^, sq = S^T q^ over this thread's rows, then over the block. */
+    float kd[DN_RPT], qd[DN_RPT], mem[VEC], sq[VEC];
+#pragma unroll
+    for (int i = 0; i < DN_RPT; i++) {
+        const int d = rl + i * nrl;
+        kd[i] = d < dk ? pk[d] * rk : 0.0f;
+        qd[i] = d < dk ? pq[d] * rq : 0.0f;
+    }
 #pragma unroll
     for (int v = 0; v < VEC; v++) {
-        dl[v] = beta * (cv[v] - decay * (mk[v] * rk));
-        ob[v] = rbf(fmaf(dl[v], kq, decay * (mq[v] * rq)));
+        float m = 0.0f, q = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DN_RPT; i++) m = fmaf(s[i][v], kd[i], m), q = fmaf(s[i][v], qd[i], q);
+        for (int o = 16; o >= tpr; o >>= 1)
+            m += __shfl_xor_sync(0xffffffffu, m, o), q += __shfl_xor_sync(0xffffffffu, q, o);
+        mem[v] = m, sq[v] = q;
     }
+    if (lane < tpr)
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            red_m[wid * cols + cg * VEC + v] = mem[v];
+            red_s[wid * cols + cg * VEC + v] = sq[v];
+        }
+    __syncthreads();
+    for (int c = tid; c < ncols; c += nt) {
+        float m = 0.0f, q = 0.0f;
+        for (int w = 0; w < nw; w++) m += red_m[w * cols + c], q += red_s[w * cols + c];
+        const float delta = beta * (pv[c] - decay * m);
+        dl[c] = delta;
+        ob[c] = rbf(fmaf(delta, kq, decay * q));
+    }
+    __syncthreads();
+
+    /* 5. S' = decay S + k^ delta^T. */
 #pragma unroll
     for (int i = 0; i < DN_RPT; i++) {
         const int d = rl + i * nrl;
         if (d < dk && col_ok) {
-            const float kd = ck[i] * rk;
             float t[VEC];
 #pragma unroll
-            for (int v = 0; v < VEC; v++) t[v] = fmaf(kd, dl[v], decay * s[i][v]);
+            for (int v = 0; v < VEC; v++) t[v] = fmaf(kd[i], dl[cg * VEC + v], decay * s[i][v]);
             st_vec<VEC>(Sh + (size_t)d * dv + e0 + cg * VEC, t);
         }
     }
 
-    /* 5. Gated RMSNorm: this block's sum of bf16(o)^2 (lanes < tpr of warp 0, fixed order) pushed into
-     *    slot `split` of every block of the cluster; after the barrier each block sums the slots in rank
-     *    order, so all get the same value. */
+    /* 6. Gated RMSNorm: the head's sum of bf16(o)^2 gathered over the cluster (fixed rank order,
+     *    so every block gets the same value). */
     float ss = 0.0f;
-    if (wid == 0) {
-        if (head_row && col_ok)
-#pragma unroll
-            for (int v = 0; v < VEC; v++) ss = fmaf(ob[v], ob[v], ss);
-        for (int o = 1; o < tpr; o <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    }
-    cluster_wait(); /* phase 1: every block of the cluster runs */
-    if (tid == 0)
-        for (int r = 0; r < n_splits; r++) st_dsmem(&parts[split], (unsigned)r, ss);
+    for (int c = tid; c < ncols; c += nt) ss = fmaf(ob[c], ob[c], ss);
+    ss = block_sum(ss, red3);
+    if (tid == 0) part[0] = ss;
     cluster_arrive_release();
-    cluster_wait(); /* phase 2: parts[] complete */
-    if (head_row && col_ok) {
-        float tot = 0.0f;
-        for (int r = 0; r < n_splits; r++) tot += parts[r];
-        const float rstd = rsqrtf(tot / (float)dv + p.eps);
-#pragma unroll
-        for (int v = 0; v < VEC; v++) {
-            const size_t e = (size_t)j * dv + e0 + cg * VEC + v;
-            const float u = rbf(ob[v] * rstd), wu = rbf(wn[v] * u);
-            p.y[e] = rbf(wu * dn_silu(zv[v]));
-            if (p.o) p.o[e] = ob[v];
-        }
+    cluster_wait();
+    if (wid == 0) {
+        float v = lane < (int)gridDim.x ? ld_dsmem(part, (unsigned)lane) : 0.0f;
+        v = warp_sum(v);
+        if (lane == 0) red3[0] = v; /* block_sum's readers are past its last barrier */
     }
+    cluster_arrive_relaxed(); /* our DSMEM reads are done (their values are consumed above) */
+    __syncthreads();
+    const float rstd = rsqrtf(red3[0] / (float)dv + p.eps);
+    for (int c = tid; c < ncols; c += nt) {
+        const size_t e = (size_t)j * dv + e0 + c;
+        const float u = rbf(ob[c] * rstd), wu = rbf(wn[c] * u);
+        p.y[e] = rbf(wu * dn_silu(zs[c]));
+        if (p.o) p.o[e] = ob[c];
+    }
+    cluster_wait(); /* keep our shared memory alive until the cluster has read `part` */
 }
 
 extern "C" size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, int K) {
@@ -277,8 +284,25 @@ extern "C" int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch 
     a.p = *p;
     a.tpr = sh.tpr;
     a.cols = sh.cols;
-    const dim3 grid((unsigned)sh.splits, (unsigned)p->Hv), block((unsigned)sh.threads);
-    const size_t smem = dn_smem_bytes(&sh);
-    return sh.vec == 4 ? launch_cluster(deltanet_step_f32_cluster<4>, grid, block, smem, (unsigned)sh.splits, l, a)
-                       : launch_cluster(deltanet_step_f32_cluster<1>, grid, block, smem, (unsigned)sh.splits, l, a);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)sh.splits, (unsigned)p->Hv, 1);
+    cfg.blockDim = dim3((unsigned)sh.threads, 1, 1);
+    cfg.dynamicSmemBytes = dn_smem_bytes(p->dk, &sh);
+    cfg.stream = l->stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)sh.splits;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = l->pdl ? 2 : 1;
+    cudaError_t e = sh.vec == 4 ? cudaLaunchKernelEx(&cfg, deltanet_step_f32_cluster<4>, a)
+                                : cudaLaunchKernelEx(&cfg, deltanet_step_f32_cluster<1>, a);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)e;
+    }
+    return launch_status(l->stream);
 }
