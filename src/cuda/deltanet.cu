@@ -10,6 +10,7 @@
  * (i < DN_RPT) x VEC columns. Per column:
  *   mem = S^T k^,  sq = S^T q^   (one pass over the undecayed S, scaled by decay after)
  *   delta = beta (v - decay mem),  o = decay sq + delta (k^ . q^),  S' = decay S + k^ delta^T. */
+#include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 
 enum { DN_RPT = 4, DN_MAX_SPLIT = 8 };
@@ -45,34 +46,6 @@ typedef struct DnArgs {
     DeltanetStepParams p;
     int tpr, cols;
 } DnArgs;
-
-/* ---- cluster helpers (sm_90; the compute_80 PTX has no clusters: stubs that trap, and the
- * cluster launch itself fails on such devices) ------------------------------------------------ */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void cluster_arrive_release(void) {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed(void) {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait(void) { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
-/* *local as seen in the shared memory of cluster block `rank`. */
-__device__ __forceinline__ float ld_dsmem(const float *local, unsigned rank) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(local), ra;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-    return v;
-}
-#else
-__device__ __forceinline__ void cluster_arrive_release(void) { __trap(); }
-__device__ __forceinline__ void cluster_arrive_relaxed(void) { __trap(); }
-__device__ __forceinline__ void cluster_wait(void) { __trap(); }
-__device__ __forceinline__ float ld_dsmem(const float *, unsigned) {
-    __trap();
-    return 0.0f;
-}
-#endif
 
 /* ---- small math (accurate expf: these values are rounded to bf16 right after) ----------------- */
 
@@ -291,25 +264,8 @@ extern "C" int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch 
     a.p = *p;
     a.tpr = sh.tpr;
     a.cols = sh.cols;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)sh.splits, (unsigned)p->Hv, 1);
-    cfg.blockDim = dim3((unsigned)sh.threads, 1, 1);
-    cfg.dynamicSmemBytes = dn_smem_bytes(p->dk, &sh);
-    cfg.stream = l->stream;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)sh.splits;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = l->pdl ? 2 : 1;
-    cudaError_t e = sh.vec == 4 ? cudaLaunchKernelEx(&cfg, deltanet_step_f32_cluster<4>, a)
-                                : cudaLaunchKernelEx(&cfg, deltanet_step_f32_cluster<1>, a);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return (int)e;
-    }
-    return launch_status(l->stream);
+    const dim3 grid((unsigned)sh.splits, (unsigned)p->Hv, 1), block((unsigned)sh.threads, 1, 1);
+    const size_t smem = dn_smem_bytes(p->dk, &sh);
+    return sh.vec == 4 ? launch_cluster(deltanet_step_f32_cluster<4>, grid, block, smem, (unsigned)sh.splits, l, a)
+                       : launch_cluster(deltanet_step_f32_cluster<1>, grid, block, smem, (unsigned)sh.splits, l, a);
 }
