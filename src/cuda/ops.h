@@ -301,7 +301,8 @@ typedef struct GemmParams {
     int glu_group;     /* SWIGLU only: 1, 8, 16 or 32 */
     int algo;          /* GEMM_ALGO_*: AUTO picks wgmma on sm_90, mma.sync elsewhere */
 } GemmParams;
-enum { GEMM_ALGO_AUTO = 0, GEMM_ALGO_MMA = 1, GEMM_ALGO_WGMMA = 2 };
+/* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue). */
+enum { GEMM_ALGO_AUTO = 0, GEMM_ALGO_MMA = 1, GEMM_ALGO_WGMMA = 2, GEMM_ALGO_WGMMA_P = 3 };
 /* Tensor-core GEMM: Hopper wgmma (sm_90a) or mma.sync m16n8k16 (sm_80+), both fed by a cp.async
  * multi-stage shared-memory pipeline, tiles walked in L2-friendly groups. x, w 16-byte aligned.
  * Returns cudaErrorInvalidValue for shapes outside the contract (and cudaErrorInvalidDeviceFunction
