@@ -1,6 +1,6 @@
 /* deltanet_prefill.cu — the Gated DeltaNet mixer for T > 1 tokens (MODEL.md §3.3, §3.4), as four
  * kernels over chunks of C = 64 tokens (dk = dv = 128; head j of Hv reads k-head n = j/(Hv/Hk)):
- *   1. dn_conv_bf16_tok     (tokens x head units): causal conv + SiLU, l2norm of q/k (bf16, as HF), gates.
+ *   1. dn_conv_bf16_tok     (token quads x head units): causal conv + SiLU, l2norm of q/k (bf16, as HF), gates.
  *   2. dn_local_bf16_chunk  (chunks x Hv, all chunks in parallel), with gamma = cumsum(g) and
  *        A[r][s] = beta_r (k_r . k_s) e^(gamma_r - gamma_s) (s < r), T = (I + A)^-1 (fp32, 16x16
  *        blocks), W = T diag(beta e^gamma) K,  U = T diag(beta) V.
@@ -70,72 +70,85 @@ __device__ __forceinline__ void dn_l2norm_bf16(float v[4]) {
     for (int i = 0; i < 4; i++) v[i] = rbf(v[i] * inv);
 }
 
-/* grid (Tp, ceil((2Hk + Hv)/4)), 128 threads. Warp = one (token, head unit) (q heads, k heads,
- * v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1, 64 + 2 lane, 65 + 2 lane):
- * every token is independent (the conv reads the K-1 previous pre-conv rows straight from proj,
- * or from the conv ring for rows before the call: row q % K holds position q, positions < 0 are 0).
+/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW consecutive tokens of one head
+ * unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
+ * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (from proj,
+ * or from the conv ring for rows before the call: row q % K holds position q, positions < 0 are 0)
+ * and then works from registers; tokens are independent, so all warps run in parallel.
  * Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs after
  * this kernel has read the old rows). q and k are stored l2-normalised WITHOUT the dk^-1/2 scale
  * (applied in fp32 in dn_out, as HF does after the bf16 -> fp32 conversion). */
+#define DN_TPW 4
 template <int KC>
 __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p,
                                                        const __grid_constant__ DeltaNetScratch sc) {
+    constexpr int NR = KC - 1 + DN_TPW; /* rows t0 - (KC-1) .. t0 + DN_TPW - 1 */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int unit = blockIdx.y * 4 + warp, t = blockIdx.x;
+    const int unit = blockIdx.y * 4 + warp, t0 = blockIdx.x * DN_TPW;
     if (unit >= 2 * p.Hk + p.Hv) return;
     const int kind = unit < p.Hk ? 0 : unit < 2 * p.Hk ? 1 : 2; /* q, k, v */
     const int head = kind == 0 ? unit : kind == 1 ? unit - p.Hk : unit - 2 * p.Hk;
     const int ch0 = kind == 2 ? 2 * p.Hk * DN_D + head * DN_D : (kind * p.Hk + head) * DN_D;
     const int cd = (2 * p.Hk + p.Hv) * DN_D; /* conv_dim */
-    const bool real = t < p.T;
 
-    float x[KC][4]; /* x[j]: pre-conv row t - (KC-1) + j */
+    float x[NR][4];
 #pragma unroll
-    for (int j = 0; j < KC; j++) {
-        const int u = t - (KC - 1) + j, q = p.pos + u;
+    for (int j = 0; j < NR; j++) {
+        const int u = t0 - (KC - 1) + j, q = p.pos + u;
         uint32_t r0 = 0, r1 = 0;
-        if (real && u >= 0) {
+        if (u >= 0 && u < p.T) {
             const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
             r0 = *(const uint32_t *)row, r1 = *(const uint32_t *)(row + 64);
-        } else if (real && q >= 0) {
+        } else if (u < 0 && q >= 0) {
             const uint16_t *row = p.conv_ring + (size_t)(q % KC) * cd + ch0 + 2 * lane;
             r0 = *(const uint32_t *)row, r1 = *(const uint32_t *)(row + 64);
         }
         x[j][0] = __uint_as_float(r0 << 16), x[j][1] = __uint_as_float(r0 & 0xffff0000u);
         x[j][2] = __uint_as_float(r1 << 16), x[j][3] = __uint_as_float(r1 & 0xffff0000u);
     }
-    float c[4];
+    float w[4][KC];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int ch = ch0 + 2 * lane + (i & 1) + 64 * (i >> 1);
-        const float *w = p.conv_w + (size_t)ch * KC;
-        float acc = w[KC - 1] * x[KC - 1][i];
 #pragma unroll
-        for (int j = 0; j < KC - 1; j++) acc += w[j] * x[j][i];
-        const float a = rbf(acc);
-        c[i] = real ? rbf(a / (1.0f + expf(-a))) : 0.0f;
+        for (int j = 0; j < KC; j++) w[i][j] = p.conv_w[(size_t)ch * KC + j];
     }
-    if (kind < 2) {
-        dn_l2norm_bf16(c);
-        uint16_t *dst = (kind == 0 ? sc.q : sc.k) + ((size_t)t * p.Hk + head) * DN_D + 2 * lane;
-        *(uint32_t *)dst = pack_bf16(c[0], c[1]);
-        *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
-    } else {
-        uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D + 2 * lane;
-        *(uint32_t *)dst = pack_bf16(c[0], c[1]);
-        *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
-        if (lane == 0) {
-            float beta = 0.0f, g = 0.0f;
-            if (real) {
-                const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
-                const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
-                beta = rbf(1.0f / (1.0f + expf(-b)));
-                const float xx = a + p.dt_bias[head];
-                g = -expf(p.A_log[head]) * (xx > 20.0f ? xx : log1pf(expf(xx)));
-            }
-            sc.beta[(size_t)t * p.Hv + head] = beta;
-            sc.g[(size_t)t * p.Hv + head] = g;
+#pragma unroll
+    for (int tt = 0; tt < DN_TPW; tt++) {
+        const int t = t0 + tt;
+        const bool real = t < p.T;
+        float c[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float acc = w[i][KC - 1] * x[tt + KC - 1][i];
+#pragma unroll
+            for (int j = 0; j < KC - 1; j++) acc += w[i][j] * x[tt + j][i];
+            const float a = rbf(acc);
+            c[i] = real ? rbf(a / (1.0f + expf(-a))) : 0.0f;
         }
+        if (kind < 2) {
+            dn_l2norm_bf16(c);
+            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + ((size_t)t * p.Hk + head) * DN_D + 2 * lane;
+            *(uint32_t *)dst = pack_bf16(c[0], c[1]);
+            *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
+        } else {
+            uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D + 2 * lane;
+            *(uint32_t *)dst = pack_bf16(c[0], c[1]);
+            *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
+        }
+    }
+    if (kind == 2 && lane < DN_TPW) { /* gates of the warp's tokens, one lane per token */
+        const int t = t0 + lane;
+        float beta = 0.0f, g = 0.0f;
+        if (t < p.T) {
+            const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
+            const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
+            beta = rbf(1.0f / (1.0f + expf(-b)));
+            const float xx = a + p.dt_bias[head];
+            g = -expf(p.A_log[head]) * (xx > 20.0f ? xx : log1pf(expf(xx)));
+        }
+        sc.beta[(size_t)t * p.Hv + head] = beta;
+        sc.g[(size_t)t * p.Hv + head] = g;
     }
 }
 
@@ -580,7 +593,7 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
 
 template <int KC>
 static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
-    dim3 grid(nc * DN_C, (2 * p->Hk + p->Hv + 3) / 4);
+    dim3 grid(nc * DN_C / DN_TPW, (2 * p->Hk + p->Hv + 3) / 4);
     dn_conv_bf16_tok<KC><<<grid, 128, 0, l->stream>>>(*p, sc);
     return launch_status(l->stream);
 }
