@@ -1,6 +1,6 @@
 /* deltanet_prefill.cu — the Gated DeltaNet mixer for T > 1 tokens (MODEL.md §3.3, §3.4), as four
  * kernels over chunks of C = 64 tokens (dk = dv = 128; head j of Hv reads k-head n = j/(Hv/Hk)):
- *   1. dn_conv_bf16_chunk   (chunks x head units): causal conv + SiLU, l2norm of q/k, gates.
+ *   1. dn_conv_bf16_tok     (token quads x head units): causal conv + SiLU, l2norm of q/k (bf16, as HF), gates.
  *   2. dn_local_bf16_chunk  (chunks x Hv, all chunks in parallel), with gamma = cumsum(g) and
  *        A[r][s] = beta_r (k_r . k_s) e^(gamma_r - gamma_s) (s < r), T = (I + A)^-1 (fp32, 16x16
  *        blocks), W = T diag(beta e^gamma) K,  U = T diag(beta) V.
@@ -17,6 +17,7 @@
 #define DN_C 64  /* chunk length */
 #define DN_D 128 /* dk = dv */
 #define DN_DVS 32 /* value columns per CTA in the state scan */
+#define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to q after the bf16 l2norm (as HF) */
 
 static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
 
@@ -55,91 +56,99 @@ __device__ __forceinline__ float dn_gamma_at(float y0, float y1, int r) {
 
 /* ---- 1. conv + SiLU + l2norm + gates --------------------------------------------------- */
 
-/* grid (Tp/64, ceil((2Hk + Hv)/4)), 128 threads. Warp = one head unit (q heads, k heads, v heads;
- * 128 channels, channel lane + 32i) over the 64 tokens of its chunk, with the K-1 previous
- * pre-conv rows in registers. Rows before the call come from the conv ring (row q % K holds
- * position q; positions < 0 are 0). Only the chunk-0 warps read the ring, and after reading they
- * write the new rows of positions max(pos, pos+T-K) .. pos+T-1 (their own channels), so no
- * thread reads a ring row another thread writes. */
+/* HF's l2norm on bf16 tensors (torch_chunk_gated_delta_rule, use_qk_l2norm_in_kernel): every op
+ * rounds to bf16: x*x per element, the sum (fp32 accumulation, rounded once), + 1e-6, rsqrt, and
+ * the product. v[4] are the lane's 4 bf16-valued channels of one 128-channel head. */
+__device__ __forceinline__ void dn_l2norm_bf16(float v[4]) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) ss += rbf(v[i] * v[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rbf(1.0f / sqrtf(rbf(rbf(ss) + 1e-6f)));
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = rbf(v[i] * inv);
+}
+
+/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW consecutive tokens of one head
+ * unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
+ * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (from proj,
+ * or from the conv ring for rows before the call: row q % K holds position q, positions < 0 are 0)
+ * and then works from registers; tokens are independent, so all warps run in parallel.
+ * Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs after
+ * this kernel has read the old rows). q and k are stored l2-normalised WITHOUT the dk^-1/2 scale
+ * (applied in fp32 in dn_out, as HF does after the bf16 -> fp32 conversion). */
+#define DN_TPW 4
 template <int KC>
-__global__ void __launch_bounds__(128) dn_conv_bf16_chunk(const __grid_constant__ DeltaNetPrefillParams p,
-                                                         const __grid_constant__ DeltaNetScratch sc) {
+__global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p,
+                                                       const __grid_constant__ DeltaNetScratch sc) {
+    constexpr int NR = KC - 1 + DN_TPW; /* rows t0 - (KC-1) .. t0 + DN_TPW - 1 */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int unit = blockIdx.y * 4 + warp, t0 = blockIdx.x * DN_C;
+    const int unit = blockIdx.y * 4 + warp, t0 = blockIdx.x * DN_TPW;
     if (unit >= 2 * p.Hk + p.Hv) return;
     const int kind = unit < p.Hk ? 0 : unit < 2 * p.Hk ? 1 : 2; /* q, k, v */
     const int head = kind == 0 ? unit : kind == 1 ? unit - p.Hk : unit - 2 * p.Hk;
     const int ch0 = kind == 2 ? 2 * p.Hk * DN_D + head * DN_D : (kind * p.Hk + head) * DN_D;
     const int cd = (2 * p.Hk + p.Hv) * DN_D; /* conv_dim */
 
-    float w[4][KC], hist[KC - 1][4];
+    float x[NR][4];
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        const int u = t0 - (KC - 1) + j, q = p.pos + u;
+        uint32_t r0 = 0, r1 = 0;
+        if (u >= 0 && u < p.T) {
+            const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
+            r0 = *(const uint32_t *)row, r1 = *(const uint32_t *)(row + 64);
+        } else if (u < 0 && q >= 0) {
+            const uint16_t *row = p.conv_ring + (size_t)(q % KC) * cd + ch0 + 2 * lane;
+            r0 = *(const uint32_t *)row, r1 = *(const uint32_t *)(row + 64);
+        }
+        x[j][0] = __uint_as_float(r0 << 16), x[j][1] = __uint_as_float(r0 & 0xffff0000u);
+        x[j][2] = __uint_as_float(r1 << 16), x[j][3] = __uint_as_float(r1 & 0xffff0000u);
+    }
+    float w[4][KC];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int ch = ch0 + lane + 32 * i;
+        const int ch = ch0 + 2 * lane + (i & 1) + 64 * (i >> 1);
 #pragma unroll
-        for (int j = 0; j < KC; j++) w[i][j] = p.conv_w[ch * KC + j];
-#pragma unroll
-        for (int j = 0; j < KC - 1; j++) {
-            const int u = t0 - (KC - 1) + j, q = p.pos + u; /* call row, absolute position */
-            hist[j][i] = u >= 0  ? __uint_as_float((uint32_t)p.proj[(size_t)u * p.ld_proj + ch] << 16)
-                         : q >= 0 ? __uint_as_float((uint32_t)p.conv_ring[(size_t)(q % KC) * cd + ch] << 16)
-                                  : 0.0f;
-        }
+        for (int j = 0; j < KC; j++) w[i][j] = p.conv_w[(size_t)ch * KC + j];
     }
-    const float qscale = kind == 0 ? rsqrtf((float)DN_D) : 1.0f;
-    for (int tt = 0; tt < DN_C; tt++) {
+#pragma unroll
+    for (int tt = 0; tt < DN_TPW; tt++) {
         const int t = t0 + tt;
         const bool real = t < p.T;
-        float c[4], ss = 0.0f;
+        float c[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const float cur =
-                real ? __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + ch0 + lane + 32 * i] << 16) : 0.0f;
-            float acc = w[i][KC - 1] * cur;
+            float acc = w[i][KC - 1] * x[tt + KC - 1][i];
 #pragma unroll
-            for (int j = 0; j < KC - 1; j++) acc += w[i][j] * hist[j][i];
-#pragma unroll
-            for (int j = 0; j < KC - 2; j++) hist[j][i] = hist[j + 1][i];
-            hist[KC - 2][i] = cur;
+            for (int j = 0; j < KC - 1; j++) acc += w[i][j] * x[tt + j][i];
             const float a = rbf(acc);
             c[i] = real ? rbf(a / (1.0f + expf(-a))) : 0.0f;
-            ss += c[i] * c[i];
         }
         if (kind < 2) {
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            const float inv = rsqrtf(ss + 1e-6f);
-            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + ((size_t)t * p.Hk + head) * DN_D;
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                dst[lane + 32 * i] = __bfloat16_as_ushort(__float2bfloat16_rn(c[i] * inv * qscale));
+            dn_l2norm_bf16(c);
+            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + ((size_t)t * p.Hk + head) * DN_D + 2 * lane;
+            *(uint32_t *)dst = pack_bf16(c[0], c[1]);
+            *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
         } else {
-            uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D;
-#pragma unroll
-            for (int i = 0; i < 4; i++) dst[lane + 32 * i] = __bfloat16_as_ushort(__float2bfloat16_rn(c[i]));
-            if (lane == 0) {
-                float beta = 0.0f, g = 0.0f;
-                if (real) {
-                    const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
-                    const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
-                    beta = rbf(1.0f / (1.0f + expf(-b)));
-                    const float x = a + p.dt_bias[head];
-                    g = -expf(p.A_log[head]) * (x > 20.0f ? x : log1pf(expf(x)));
-                }
-                sc.beta[(size_t)t * p.Hv + head] = beta;
-                sc.g[(size_t)t * p.Hv + head] = g;
-            }
+            uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D + 2 * lane;
+            *(uint32_t *)dst = pack_bf16(c[0], c[1]);
+            *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
         }
     }
-    if (blockIdx.x == 0) {
-        for (int u = max(0, p.T - KC); u < p.T; u++) {
-            const size_t ring_row = (size_t)((p.pos + u) % KC) * cd;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int ch = ch0 + lane + 32 * i;
-                p.conv_ring[ring_row + ch] = p.proj[(size_t)u * p.ld_proj + ch];
-            }
+    if (kind == 2 && lane < DN_TPW) { /* gates of the warp's tokens, one lane per token */
+        const int t = t0 + lane;
+        float beta = 0.0f, g = 0.0f;
+        if (t < p.T) {
+            const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
+            const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
+            beta = rbf(1.0f / (1.0f + expf(-b)));
+            const float xx = a + p.dt_bias[head];
+            g = -expf(p.A_log[head]) * (xx > 20.0f ? xx : log1pf(expf(xx)));
         }
+        sc.beta[(size_t)t * p.Hv + head] = beta;
+        sc.g[(size_t)t * p.Hv + head] = g;
     }
 }
 
@@ -165,6 +174,13 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int c = blockIdx.x, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
 
+    if (c == 0) { /* conv ring <- pre-conv rows of the last min(T, K) positions (dn_conv has read the old rows) */
+        const int cd = (2 * p.Hk + p.Hv) * DN_D, nr = p.T < p.K ? p.T : p.K;
+        for (int i = tid + j * 256; i < nr * cd; i += 256 * (int)gridDim.y) {
+            const int r = i / cd, ch = i - r * cd, u = p.T - nr + r;
+            p.conv_ring[(size_t)((p.pos + u) % p.K) * cd + ch] = p.proj[(size_t)u * p.ld_proj + ch];
+        }
+    }
 #pragma unroll
     for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
@@ -496,8 +512,8 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
             for (int h = 0; h < 2; h++) {
                 const int r = wm * 16 + g + 8 * h, s = wn * 32 + nt * 8 + 2 * t;
                 const float gr = sgam[r];
-                const float v0 = s <= r ? acc[nt][2 * h] * expf(gr - sgam[s]) : 0.0f;
-                const float v1 = s + 1 <= r ? acc[nt][2 * h + 1] * expf(gr - sgam[s + 1]) : 0.0f;
+                const float v0 = s <= r ? acc[nt][2 * h] * DN_QSCALE * expf(gr - sgam[s]) : 0.0f;
+                const float v1 = s + 1 <= r ? acc[nt][2 * h + 1] * DN_QSCALE * expf(gr - sgam[s + 1]) : 0.0f;
                 *(uint32_t *)(smem + L::P + swz_off<8>(r, s)) = pack_bf16(v0, v1);
             }
     }
@@ -518,7 +534,7 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
         }
     }
     const int r0 = wm * 16 + g;
-    const float eg0 = expf(sgam[r0]), eg1 = expf(sgam[r0 + 8]);
+    const float eg0 = DN_QSCALE * expf(sgam[r0]), eg1 = DN_QSCALE * expf(sgam[r0 + 8]);
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) acc[nt][0] *= eg0, acc[nt][1] *= eg0, acc[nt][2] *= eg1, acc[nt][3] *= eg1;
 #pragma unroll
@@ -577,37 +593,43 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
 
 template <int KC>
 static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
-    dim3 grid(nc, (2 * p->Hk + p->Hv + 3) / 4);
-    dn_conv_bf16_chunk<KC><<<grid, 128, 0, l->stream>>>(*p, sc);
+    dim3 grid(nc * DN_C / DN_TPW, (2 * p->Hk + p->Hv + 3) / 4);
+    dn_conv_bf16_tok<KC><<<grid, 128, 0, l->stream>>>(*p, sc);
     return launch_status(l->stream);
 }
 
 extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->pos < 0 || !p->conv_ring || !p->state || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 ||
         p->Hv < 1 || p->Hv % p->Hk || p->K < 2 || p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) ||
-        p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) ||
+        p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) || ((uintptr_t)p->conv_ring & 3) ||
         ((uintptr_t)p->state & 7))
         return (int)cudaErrorInvalidValue;
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
     const int nc = (p->T + DN_C - 1) / DN_C;
+    if (p->ev) cudaEventRecord(p->ev[0], l->stream);
     int rc = p->K == 4 ? dn_launch_conv<4>(p, sc, nc, l) : p->K == 3 ? dn_launch_conv<3>(p, sc, nc, l)
                                                                       : dn_launch_conv<2>(p, sc, nc, l);
     if (rc) return rc;
+    if (p->ev) cudaEventRecord(p->ev[1], l->stream);
 
     cudaError_t e = cudaFuncSetAttribute(dn_local_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          DnLocalSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
     dn_local_bf16_chunk<<<dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, l->stream>>>(*p, sc);
     if ((rc = launch_status(l->stream))) return rc;
+    if (p->ev) cudaEventRecord(p->ev[2], l->stream);
 
     e = cudaFuncSetAttribute(dn_scan_bf16_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
     dn_scan_bf16_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem::BYTES, l->stream>>>(*p, sc);
     if ((rc = launch_status(l->stream))) return rc;
+    if (p->ev) cudaEventRecord(p->ev[3], l->stream);
 
     e = cudaFuncSetAttribute(dn_out_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
     dn_out_bf16_chunk<<<dim3(nc, p->Hv), 256, DnOutSmem::BYTES, l->stream>>>(*p, sc);
-    return launch_status(l->stream);
+    rc = launch_status(l->stream);
+    if (p->ev) cudaEventRecord(p->ev[4], l->stream);
+    return rc;
 }

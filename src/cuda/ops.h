@@ -301,7 +301,8 @@ typedef struct GemmParams {
     int glu_group;     /* SWIGLU only: 1, 8, 16 or 32 */
     int algo;          /* GEMM_ALGO_*: AUTO picks wgmma on sm_90, mma.sync elsewhere */
 } GemmParams;
-enum { GEMM_ALGO_AUTO = 0, GEMM_ALGO_MMA = 1, GEMM_ALGO_WGMMA = 2 };
+/* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue). */
+enum { GEMM_ALGO_AUTO = 0, GEMM_ALGO_MMA = 1, GEMM_ALGO_WGMMA = 2, GEMM_ALGO_WGMMA_P = 3 };
 /* Tensor-core GEMM: Hopper wgmma (sm_90a) or mma.sync m16n8k16 (sm_80+), both fed by a cp.async
  * multi-stage shared-memory pipeline, tiles walked in L2-friendly groups. x, w 16-byte aligned.
  * Returns cudaErrorInvalidValue for shapes outside the contract (and cudaErrorInvalidDeviceFunction
@@ -355,7 +356,7 @@ int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l);
  * Tensor-core inputs are bf16 (q^, k^, v, the per-chunk W, U, V' and the chunk-entry states);
  * the state scan, gates, norms and softmax-free sums accumulate in fp32. */
 typedef struct DeltaNetScratch {
-    uint16_t *q, *k; /* bf16 [Tp][Hk][dk]  q^ (scaled), k^   (Tp = T rounded up to 64; rows >= T zero) */
+    uint16_t *q, *k; /* bf16 [Tp][Hk][dk]  q^, k^ = HF's bf16 l2norm (q not yet * dk^-1/2) (Tp = T rounded up to 64; rows >= T zero) */
     uint16_t *v;     /* bf16 [Tp][Hv][dv]  v after conv + SiLU */
     float *beta, *g; /* fp32 [Tp][Hv] */
     uint16_t *w;     /* bf16 [Tp][Hv][dk]  W = L^-1 diag(beta e^gamma) K^ per chunk */
@@ -380,6 +381,7 @@ typedef struct DeltaNetPrefillParams {
     int T, pos;            /* tokens, absolute position of the first */
     int Hk, Hv, dk, dv, K;
     float eps;             /* rms_norm_eps of the gated norm */
+    cudaEvent_t *ev;       /* optional (timing): 5 events recorded before, between and after the 4 kernels */
 } DeltaNetPrefillParams;
 /* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
 int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);

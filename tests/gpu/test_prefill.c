@@ -135,6 +135,18 @@ typedef struct DnRefOut {
     float *q, *k, *v, *beta, *g; /* intermediates, [T][..] */
 } DnRefOut;
 
+/* HF's l2norm of the DeltaNet q/k heads on bf16 tensors (torch_chunk_gated_delta_rule with
+ * use_qk_l2norm_in_kernel): x*x, the sum (fp32 accumulation, rounded once), + 1e-6, rsqrt and the
+ * product each rounded to bf16; in place on rows of n. The dk^-1/2 scale of q comes after, in fp32. */
+static void ref_l2norm_bf16(float *x, int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        float *v = x + (size_t)r * n, ss = 0.0f;
+        for (int i = 0; i < n; i++) ss += round_bf16(v[i] * v[i]);
+        const float inv = round_bf16(1.0f / sqrtf(round_bf16(round_bf16(ss) + 1e-6f)));
+        for (int i = 0; i < n; i++) v[i] = round_bf16(v[i] * inv);
+    }
+}
+
 /* DeltaNet mixer on T tokens from proj [T][ld] (qkv | z | b | a); updates conv_state [K-1][cd] and
  * S [Hv][dk][dv]; y [T][Hv*dv]; optional intermediates. */
 static void ref_deltanet(const DnDims *d, const DnWeights *w, const float *proj, int ld, int T, float *conv_state,
@@ -143,21 +155,24 @@ static void ref_deltanet(const DnDims *d, const DnWeights *w, const float *proj,
     float *m = cols(proj, T, ld, 0, cd), *c = fvec((size_t)T * cd);
     cpu_conv1d(c, conv_state, m, w->conv_w, T, cd, d->K);
     float *q = cols(c, T, cd, 0, kd), *k = cols(c, T, cd, kd, kd), *v = cols(c, T, cd, 2 * kd, vd);
-    cpu_l2norm(q, T * d->Hk, d->dk, 1.0f / sqrtf((float)d->dk));
-    cpu_l2norm(k, T * d->Hk, d->dk, 1.0f);
+    ref_l2norm_bf16(q, T * d->Hk, d->dk);
+    ref_l2norm_bf16(k, T * d->Hk, d->dk);
+    float *qs = fvec((size_t)T * kd); /* q * dk^-1/2 in fp32, after the bf16 l2norm (HF) */
+    const float qscale = 1.0f / sqrtf((float)d->dk);
+    for (size_t i = 0; i < (size_t)T * kd; i++) qs[i] = q[i] * qscale;
     float *z = cols(proj, T, ld, cd, vd), *b = cols(proj, T, ld, cd + vd, d->Hv),
           *a = cols(proj, T, ld, cd + vd + d->Hv, d->Hv);
     float *beta = fvec((size_t)T * d->Hv), *g = fvec((size_t)T * d->Hv), *o = fvec((size_t)T * vd);
     cpu_deltanet_gates(beta, g, b, a, w->A_log, w->dt_bias, T, d->Hv);
     float *scr = fvec((size_t)cpu_deltanet_chunked_scratch(d->Hv, d->dk, d->dv));
-    cpu_deltanet_chunked(o, S, q, k, v, g, beta, T, d->Hk, d->Hv, d->dk, d->dv, scr);
+    cpu_deltanet_chunked(o, S, qs, k, v, g, beta, T, d->Hk, d->Hv, d->dk, d->dv, scr);
     cpu_gated_rmsnorm(y, o, z, w->norm_w, T * d->Hv, d->dv, d->eps);
     if (io) {
         io->q = q, io->k = k, io->v = v, io->beta = beta, io->g = g;
     } else {
         free(q), free(k), free(v), free(beta), free(g);
     }
-    free(m), free(c), free(z), free(b), free(a), free(o), free(scr);
+    free(m), free(c), free(z), free(b), free(a), free(o), free(scr), free(qs);
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -397,6 +412,49 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0) 
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
 }
 
+/* Device time of the 4 DeltaNet prefill kernels (events around each; 0.8B shape, 16/16 heads), at
+ * T = 2048 and T = 128 (a fixed cost would show at 128). Prints only. */
+static void time_deltanet(int T) {
+    const DnDims d = {16, 16, 128, 128, 4, 1e-6f};
+    const int kd = d.Hk * d.dk, vd = d.Hv * d.dv, cd = 2 * kd + vd, ld = cd + vd + 2 * d.Hv;
+    DnWeights w = dn_weights(&d);
+    float *proj = rand_bf((size_t)T * ld, 0.0f, 1.0f);
+    uint16_t *d_proj = up_bf16(proj, (size_t)T * ld), *d_ring = dmalloc((size_t)d.K * cd * 2);
+    uint16_t *d_y = dmalloc((size_t)T * vd * 2);
+    float *d_convw = up_f32(w.conv_w, (size_t)cd * d.K), *d_Alog = up_f32(w.A_log, d.Hv);
+    float *d_dt = up_f32(w.dt_bias, d.Hv), *d_nw = up_f32(w.norm_w, d.dv);
+    float *d_S = dmalloc((size_t)d.Hv * d.dk * d.dv * 4);
+    void *d_scr = dmalloc(cuda_deltanet_prefill_scratch(NULL, NULL, T, d.Hk, d.Hv, d.dk, d.dv));
+    CUDA_OK(cudaMemset(d_ring, 0, (size_t)d.K * cd * 2));
+    CUDA_OK(cudaMemset(d_S, 0, (size_t)d.Hv * d.dk * d.dv * 4));
+    cudaEvent_t ev[5];
+    for (int i = 0; i < 5; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+    DeltaNetPrefillParams p = {0};
+    p.proj = d_proj, p.ld_proj = ld, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + d.Hv;
+    p.conv_w = d_convw, p.A_log = d_Alog, p.dt_bias = d_dt, p.norm_w = d_nw, p.conv_ring = d_ring;
+    p.state = d_S, p.y = d_y, p.scratch = d_scr, p.T = T, p.pos = 0;
+    p.Hk = d.Hk, p.Hv = d.Hv, p.dk = d.dk, p.dv = d.dv, p.K = d.K, p.eps = d.eps, p.ev = ev;
+    double us[4] = {0, 0, 0, 0};
+    const int reps = 20;
+    for (int r = -3; r < reps; r++) {
+        const int rc = cuda_deltanet_prefill(&p, &L0);
+        CHECK(rc == 0, "deltanet_prefill (timing) launch: %s", cudaGetErrorString((cudaError_t)rc));
+        if (rc) break;
+        CUDA_OK(cudaEventSynchronize(ev[4]));
+        for (int i = 0; i < 4 && r >= 0; i++) {
+            float ms = 0;
+            CUDA_OK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+            us[i] += 1e3 * ms / reps;
+        }
+    }
+    printf("timing: deltanet prefill 16/16 heads T=%4d: conv %.1f us, local %.1f, scan %.1f, out %.1f; total %.1f us\n",
+           T, us[0], us[1], us[2], us[3], us[0] + us[1] + us[2] + us[3]);
+    for (int i = 0; i < 5; i++) CUDA_OK(cudaEventDestroy(ev[i]));
+    free(proj), free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w);
+    void *dev[] = {d_proj, d_ring, d_y, d_convw, d_Alog, d_dt, d_nw, d_S, d_scr};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
+}
+
 /* ---- whole layers --------------------------------------------------------------------------- */
 
 /* x += act(W h) chain pieces on the CPU */
@@ -583,6 +641,9 @@ int main(int argc, char **argv) {
     test_deltanet(&dn, calls_a, 3, 0);
     test_deltanet(&dn2, calls_b, 4, 5);
     test_deltanet(&dn, calls_c, 1, 1);
+
+    time_deltanet(2048);
+    time_deltanet(128);
 
     const int layer_calls[] = {100, 37};
     test_layers(layer_calls, 2);

