@@ -373,7 +373,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->splits_out[1] = cuda_matvec_splits(D, c->attn_dim, ctx->n_sm);
         ctx->splits_down = cuda_matvec_splits(D, F, ctx->n_sm);
         ctx->max_splits = imax(imax(ctx->splits_out[0], ctx->splits_out[1]), ctx->splits_down);
-        ctx->lm_blocks = cuda_matvec_blocks(V, 1, ctx->n_sm);
+        ctx->lm_blocks = cuda_matvec_blocks(V, D, 1, ctx->n_sm);
         ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
         Arena a = {NULL, 0};
         layout(ctx, &a);

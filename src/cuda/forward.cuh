@@ -23,9 +23,9 @@ extern "C" {
 
 #define CUDA_MAX_OPS 512 /* launches per step recorded for the bench */
 /* L2 prefetch frontier (forward.cu): every GEMV prefetches the weight stream up to this many
- * bytes past the end of its own weights (0 = off). Current phase + window + the DeltaNet state
- * must fit the 60 MB L2 with room to spare: see docs/PERF_NOTES.md §3. */
-#define CUDA_PF_AHEAD ((long long)16 << 20)
+ * bytes past the end of its own weights (0 = off). OFF: the H200 measured it slower (0.871 vs
+ * 0.836 ms/token; gemv_lab stage S 0.7208 vs 0.6698 ms without it), docs/PERF_NOTES.md §5, §7. */
+#define CUDA_PF_AHEAD 0LL
 /* 1: GEMVs trigger their dependents at kernel start (ops.h early_trigger). */
 #define CUDA_PDL_EARLY 1
 

@@ -3,30 +3,47 @@
  * SwiGLU, split-K atomic or partials, LM-head argmax) described in ops.h.
  *
  * Layout: a warp owns a group of 4 consecutive rows; lane l reads 8 columns (one 16-byte load
- * per row) at k0 + u*256 + 8l for u < 4, i.e. 16 loads (256 B per lane, 8 KiB per warp) are
- * issued before the first FMA. The first group's loads are issued before pdl_wait(), so they
- * overlap the previous kernel's tail. Blocks of 8 warps stride over row groups; grid.y slices
- * the columns (split-K). x sits in shared memory as fp32 (bf16-valued).
- * Before that, the grid issues the L2 prefetch hints of p.pf (later phases' weights, the next
- * mixer's state: forward.cu keeps a prefetch frontier ahead of the consumer). */
+ * per row) at k0 + u*256 + 8l for u < U, i.e. 4U loads (64U B per lane) are issued before the
+ * first FMA. The first group's loads are issued before pdl_wait(), so they overlap the previous
+ * kernel's tail. Blocks of T/32 warps stride over row groups; grid.y slices the columns
+ * (split-K). x sits in shared memory as fp32 (bf16-valued).
+ * Two shapes of the kernel (bench/kernels/gemv_lab.cu measured them on the H200, PDL graph of
+ * back-to-back launches on fresh weights, docs/PERF_NOTES.md §7):
+ *   U 4, 512 threads, 1 block per SM (grid <= n_sm): many-row GEMVs (8224 x 1024: 6.57 us vs
+ *     7.30 for the former 256-thread kernel at 2 blocks/SM; gate/up 6.17 vs 6.97; LM head 117 us)
+ *     and split-K with > 256 columns per split (down 1024 x 3584 / 8: 3.26 vs 3.39 us);
+ *   U 2, 256 threads: split-K with <= 256 columns per split (out_proj 1024 x 2048 / 8: 2.20 vs
+ *     2.52 us; U 4 would predicate off three of its four loads).
+ * Optionally the grid first issues the L2 prefetch hints of p.pf (off in the engine by default:
+ * the lab and the H200 bench measured them slower). */
 #include <limits.h>
 #include <math.h>
 
 #include "cuda/common.cuh"
 
-#define MV_THREADS 256
-#define MV_WARPS (MV_THREADS / 32)
-#define MV_R 4          /* rows per warp group */
-#define MV_U 4          /* 256-column steps per load batch */
-#define MV_BLOCKS_PER_SM 2
+#define MV_R 4             /* rows per warp group */
+#define MV_SPLIT_WARPS 8   /* warps per block assumed when choosing split-K (cuda_matvec_splits) */
+#define MV_SPLIT_BPS 2     /* ... and blocks per SM: splits ~ 2 * n_sm / blocks, at most cols / 256 */
 
 /* Columns per split: ceil(cols / splits) rounded up to 8 (16-byte alignment). */
 static __host__ __device__ inline int mv_kchunk(int cols, int splits) { return ((cols + splits - 1) / splits + 7) & ~7; }
 
-/* y = W x with in/out modes of ops.h; one template instance per out_mode.
- * grid (blocks, splits), block 256; dynamic smem: x slice (VEC) or the whole row (EMBED/RESIDUAL). */
-template <int OUT>
+/* The kernel shape for a GEMV: MV_U 256-column steps per load batch, MV_THREADS per block. */
+typedef struct MvShape {
+    int u, threads;
+} MvShape;
+static __host__ inline MvShape mv_shape(int cols, int splits) {
+    MvShape sh = {4, 512};
+    if (splits > 1 && mv_kchunk(cols, splits) <= 256) sh.u = 2, sh.threads = 256;
+    return sh;
+}
+
+/* y = W x with in/out modes of ops.h; one template instance per (out_mode, U, threads).
+ * grid (blocks, splits), block MV_THREADS; dynamic smem: x slice (VEC) or the whole row
+ * (EMBED/RESIDUAL). */
+template <int OUT, int MV_U, int MV_THREADS>
 __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_constant__ MatvecParams p) {
+    constexpr int MV_WARPS = MV_THREADS / 32;
     extern __shared__ float xs[];
     __shared__ float red[32];
     __shared__ ArgMax am_s[MV_WARPS];
@@ -168,21 +185,33 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     }
 }
 
-extern "C" int cuda_matvec_blocks(int rows, int splits, int n_sm) {
-    int groups = (rows + MV_R - 1) / MV_R, bx = (groups + MV_WARPS - 1) / MV_WARPS;
-    if (splits > 1) return bx; /* one group per warp; cuda_matvec_splits keeps bx * splits ~ 2 waves */
-    int cap = MV_BLOCKS_PER_SM * (n_sm > 0 ? n_sm : 1);
+extern "C" int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm) {
+    const MvShape sh = mv_shape(cols, splits);
+    int groups = (rows + MV_R - 1) / MV_R, warps = sh.threads / 32, bx = (groups + warps - 1) / warps;
+    if (splits > 1) return bx; /* one group per warp; cuda_matvec_splits keeps bx * splits ~ 1-2 waves */
+    int cap = n_sm > 0 ? n_sm : 1; /* 512 threads at ~120 registers: 1 block per SM */
     return bx < cap ? bx : cap;
 }
 
 extern "C" int cuda_matvec_splits(int rows, int cols, int n_sm) {
-    int groups = (rows + MV_R - 1) / MV_R, bx = (groups + MV_WARPS - 1) / MV_WARPS;
+    int groups = (rows + MV_R - 1) / MV_R, bx = (groups + MV_SPLIT_WARPS - 1) / MV_SPLIT_WARPS;
     if (bx >= n_sm || cols < 512) return 1;
-    int s = MV_BLOCKS_PER_SM * n_sm / bx, smax = cols / 256;
+    int s = MV_SPLIT_BPS * n_sm / bx, smax = cols / 256;
     if (s > smax) s = smax;
     if (s < 1) s = 1;
     int kc = mv_kchunk(cols, s);
     return (cols + kc - 1) / kc;
+}
+
+template <int U, int T>
+static void (*mv_kernel(int out_mode))(MatvecParams) {
+    switch (out_mode) {
+    case MV_OUT_STORE: return matvec_bf16_rows4<MV_OUT_STORE, U, T>;
+    case MV_OUT_SILU_MUL: return matvec_bf16_rows4<MV_OUT_SILU_MUL, U, T>;
+    case MV_OUT_SPLITK: return matvec_bf16_rows4<MV_OUT_SPLITK, U, T>;
+    case MV_OUT_ARGMAX: return matvec_bf16_rows4<MV_OUT_ARGMAX, U, T>;
+    default: return NULL;
+    }
 }
 
 extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
@@ -205,20 +234,15 @@ extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
         cudaError_t e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return (int)e;
-        bx = cuda_matvec_blocks(p->rows, p->splits, n_sm);
+        bx = cuda_matvec_blocks(p->rows, p->cols, p->splits, n_sm);
     }
     size_t smem = sizeof(float) * (size_t)(p->in_mode == MV_IN_VEC ? mv_kchunk(p->cols, p->splits) : p->cols);
-    void (*kern)(MatvecParams);
-    switch (p->out_mode) {
-    case MV_OUT_STORE: kern = matvec_bf16_rows4<MV_OUT_STORE>; break;
-    case MV_OUT_SILU_MUL: kern = matvec_bf16_rows4<MV_OUT_SILU_MUL>; break;
-    case MV_OUT_SPLITK: kern = matvec_bf16_rows4<MV_OUT_SPLITK>; break;
-    case MV_OUT_ARGMAX: kern = matvec_bf16_rows4<MV_OUT_ARGMAX>; break;
-    default: return (int)cudaErrorInvalidValue;
-    }
+    const MvShape sh = mv_shape(p->cols, p->splits);
+    void (*kern)(MatvecParams) = sh.threads == 256 ? mv_kernel<2, 256>(p->out_mode) : mv_kernel<4, 512>(p->out_mode);
+    if (!kern) return (int)cudaErrorInvalidValue;
     if (smem > 40 * 1024) { /* dynamic + static above the 48 KiB default needs the opt-in */
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
     }
-    return launch_kernel(kern, dim3((unsigned)bx, (unsigned)p->splits), dim3(MV_THREADS), smem, l, *p);
+    return launch_kernel(kern, dim3((unsigned)bx, (unsigned)p->splits), dim3((unsigned)sh.threads), smem, l, *p);
 }

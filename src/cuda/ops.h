@@ -125,7 +125,7 @@ int cuda_matvec(const MatvecParams *p, const CudaLaunch *l);
  * is non-empty. */
 int cuda_matvec_splits(int rows, int cols, int n_sm);
 /* grid.x the launcher uses when p->blocks == 0 (callers size am_val/am_idx with it). */
-int cuda_matvec_blocks(int rows, int splits, int n_sm);
+int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm);
 
 /* ---- norms (norm.cu) --------------------------------------------------------------------------
  * Standalone RMSNorm of `rows` rows of n (w shared by the rows), same formulas as the GEMV
