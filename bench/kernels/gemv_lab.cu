@@ -11,7 +11,8 @@
  *   0  ceilings: streaming read of 1 GiB, and the cost of one PDL boundary (a graph of 127
  *      empty kernels that wait + trigger), with and without PDL.
  *   A  per shape x variant (rows per warp R, 16-byte loads per lane per row U, block size,
- *      load hint), default modes: us per launch over a graph of 18 launches (PDL), each launch
+ *      load hint; "s." variants stage the weights through a cp.async ring of ST batches in
+ *      shared memory instead of registers, lab_gemv_smem), default modes: us per launch over a graph of 18 launches (PDL), each launch
  *      on a different weight buffer (18 buffers > L2), median of 15 replays.
  *   B  per shape, the best 3 variants of A + the current one (r4u4t256) over the modes:
  *      pre (weight loads before griddepcontrol.wait), trig (launch_dependents at kernel start
@@ -23,7 +24,9 @@
  *      weights laid out in consumption order (as the engine's arena), stand-in mixer kernels
  *      (128 blocks reading/writing a 1 MiB state per DeltaNet layer; two small kernels per
  *      attention layer), the LM head: ms per step for the current kernel, the best of B, and
- *      the best with the L2 prefetch frontier kept AHEAD bytes past the consumer.
+ *      the best with the L2 prefetch frontier kept AHEAD bytes past the consumer; the best "s."
+ *      variant per shape, and s.r4u2t256.x3 at 1 block per SM with trig at start (the engine's
+ *      MatvecParams.ring layout: the next GEMV's block fits beside this one).
  * Every measured configuration is verified once (eager launch, poisoned output, CPU reference
  * from the kernel's own normalised input); a failure is printed as FAIL and the config is
  * excluded from the winners. Exit code 1 when any verification failed. */
