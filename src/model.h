@@ -73,6 +73,9 @@ int model_dummy(Model *m, const char *name, uint64_t seed, Err *err);
 int model_dummy_config(Model *m, const Config *c, uint64_t seed, Err *err);
 /* Releases the mmaps and owned memory; safe on a zeroed or partially loaded Model. */
 void model_free(Model *m);
+/* Checks that every weight the forward pass reads is present, float (BF16/F16/F32) and has the
+ * element count (and rows) the config implies. who prefixes the message ("cpu backend"). */
+int model_check_weights(const Model *m, const char *who, Err *err);
 /* Parameters a checkpoint for config c holds (tied head counted once): the count model_load and
  * model_dummy report in n_params. */
 int64_t model_param_count(const Config *c);

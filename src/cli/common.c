@@ -98,6 +98,46 @@ int cli_parse_ids(const char *s, int **ids, int *n) {
     return 0;
 }
 
+void cli_sampling_init(SamplingFlags *f) {
+    memset(f, 0, sizeof *f);
+    f->temp = f->top_p = f->min_p = -1;
+    f->top_k = f->seed = -1;
+    f->rep = 1;
+}
+
+int cli_sampling_flag(SamplingFlags *f, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *x;
+    if (!strcmp(a, "--greedy")) { f->temp = 0; return 1; }
+    static const char *const names[] = {"--temp", "--top-k", "--top-p", "--min-p", "--presence-penalty",
+                                        "--repetition-penalty", "--seed"};
+    int k = 0;
+    while (k < 7 && strcmp(a, names[k])) k++;
+    if (k == 7) return 0;
+    if (!(x = cli_value(argc, argv, i))) return -1;
+    int bad;
+    switch (k) {
+    case 0: bad = cli_float(a, x, &f->temp); break;
+    case 1: bad = cli_int(a, x, 0, 1 << 24, &f->top_k); break;
+    case 2: bad = cli_float(a, x, &f->top_p); break;
+    case 3: bad = cli_float(a, x, &f->min_p); break;
+    case 4: bad = cli_float(a, x, &f->presence), f->have_presence = 1; break;
+    case 5: bad = cli_float(a, x, &f->rep), f->have_rep = 1; break;
+    default: bad = cli_int(a, x, 0, 2147483647, &f->seed); break;
+    }
+    return bad ? -1 : 1;
+}
+
+void cli_sampling_apply(const SamplingFlags *f, const Q35Engine *e, Q35Sampling *s) {
+    q35_sampling_defaults(e, s);
+    if (f->temp >= 0) s->temperature = f->temp;
+    if (f->top_k >= 0) s->top_k = f->top_k;
+    if (f->top_p >= 0) s->top_p = f->top_p;
+    if (f->min_p >= 0) s->min_p = f->min_p;
+    if (f->have_presence) s->presence_penalty = f->presence;
+    if (f->have_rep) s->repetition_penalty = f->rep;
+    if (f->seed >= 0) s->seed = (uint64_t)f->seed;
+}
+
 void cli_env_options(Q35Options *o) {
     const char *d = getenv("QWEN35_DETERMINISTIC");
     if (d && !strcmp(d, "1")) o->deterministic = 1;

@@ -33,10 +33,11 @@ int cmd_run(int argc, char **argv) {
     cli_env_options(&o);
     const char *prompt = NULL, *ids_s = NULL;
     int n_new = 64, print_ids = 0, quiet = 0;
-    float temp = -1, top_p = -1, min_p = -1, pres = 0, rep = 1;
-    int top_k = -1, seed = 0, have_pres = 0, have_rep = 0;
+    SamplingFlags sf;
+    cli_sampling_init(&sf);
     for (int i = 0; i < argc; i++) {
         int k = cli_model_flag(&o, argc, argv, &i);
+        if (!k) k = cli_sampling_flag(&sf, argc, argv, &i);
         if (k < 0) return 1;
         if (k) continue;
         const char *f = argv[i], *v = NULL;
@@ -47,13 +48,6 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(f, "--prompt")) prompt = v;
         else if (!strcmp(f, "--ids")) ids_s = v;
         else if (!strcmp(f, "-n")) bad = cli_int(f, v, 0, 1 << 24, &n_new);
-        else if (!strcmp(f, "--temp")) bad = cli_float(f, v, &temp);
-        else if (!strcmp(f, "--top-k")) bad = cli_int(f, v, 0, 1 << 24, &top_k);
-        else if (!strcmp(f, "--top-p")) bad = cli_float(f, v, &top_p);
-        else if (!strcmp(f, "--min-p")) bad = cli_float(f, v, &min_p);
-        else if (!strcmp(f, "--presence-penalty")) bad = cli_float(f, v, &pres), have_pres = 1;
-        else if (!strcmp(f, "--repetition-penalty")) bad = cli_float(f, v, &rep), have_rep = 1;
-        else if (!strcmp(f, "--seed")) bad = cli_int(f, v, 0, 2147483647, &seed);
         else { fprintf(stderr, "qwen35 run: unknown flag %s\n", f); return 1; }
         if (bad) return 1;
     }
@@ -81,14 +75,7 @@ int cmd_run(int argc, char **argv) {
         print_ids = 1;
     }
     Q35Sampling s;
-    q35_sampling_defaults(e, &s);
-    if (temp >= 0) s.temperature = temp;
-    if (top_k >= 0) s.top_k = top_k;
-    if (top_p >= 0) s.top_p = top_p;
-    if (min_p >= 0) s.min_p = min_p;
-    if (have_pres) s.presence_penalty = pres;
-    if (have_rep) s.repetition_penalty = rep;
-    s.seed = (uint64_t)seed;
+    cli_sampling_apply(&sf, e, &s);
     RunState st = {print_ids, 0, NULL};
     if (!print_ids && q35_detok_open(&st.detok, tok, 0, &err)) { cli_fail(&err); goto done; }
     Q35GenStats gs;

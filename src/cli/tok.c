@@ -235,30 +235,23 @@ int cmd_chat(int argc, char **argv) {
     q35_options_init(&o);
     cli_env_options(&o);
     const char *sys = NULL, *tok_dir = NULL;
-    int think = Q35_THINK_DEFAULT, max_new = 2048, stats = 0, top_k = -1, seed = -1;
-    float temp = -1, top_p = -1, min_p = -1, presence = 0, rep = 1;
-    int have_presence = 0, have_rep = 0;
+    int think = Q35_THINK_DEFAULT, max_new = 2048, stats = 0;
+    SamplingFlags sf;
+    cli_sampling_init(&sf);
     for (int i = 0; i < argc; i++) {
         int k = cli_model_flag(&o, argc, argv, &i);
+        if (!k) k = cli_sampling_flag(&sf, argc, argv, &i);
         if (k < 0) return 1;
         if (k) continue;
         const char *a = argv[i], *x = NULL;
         if (!strcmp(a, "--think")) { think = Q35_THINK_ON; continue; }
         if (!strcmp(a, "--no-think")) { think = Q35_THINK_OFF; continue; }
         if (!strcmp(a, "--stats")) { stats = 1; continue; }
-        if (!strcmp(a, "--greedy")) { temp = 0; continue; }
         if (!(x = cli_value(argc, argv, &i))) return 1;
         int bad = 0;
         if (!strcmp(a, "--system")) sys = x;
         else if (!strcmp(a, "--tokenizer")) tok_dir = x;
         else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) bad = cli_int(a, x, 1, 1 << 24, &max_new);
-        else if (!strcmp(a, "--temp")) bad = cli_float(a, x, &temp);
-        else if (!strcmp(a, "--top-k")) bad = cli_int(a, x, 0, 1 << 24, &top_k);
-        else if (!strcmp(a, "--top-p")) bad = cli_float(a, x, &top_p);
-        else if (!strcmp(a, "--min-p")) bad = cli_float(a, x, &min_p);
-        else if (!strcmp(a, "--presence-penalty")) bad = cli_float(a, x, &presence), have_presence = 1;
-        else if (!strcmp(a, "--repetition-penalty")) bad = cli_float(a, x, &rep), have_rep = 1;
-        else if (!strcmp(a, "--seed")) bad = cli_int(a, x, 0, 2147483647, &seed);
         else { fprintf(stderr, "qwen35: chat: unknown flag '%s'\n", a); return 1; }
         if (bad) return 1;
     }
@@ -274,14 +267,7 @@ int cmd_chat(int argc, char **argv) {
     }
     if (!t) { q35_engine_close(e); return fail("chat", "no tokenizer.json in the model directory (or give --tokenizer DIR)"); }
     Q35Sampling s;
-    q35_sampling_defaults(e, &s);
-    if (temp >= 0) s.temperature = temp;
-    if (top_k >= 0) s.top_k = top_k;
-    if (top_p >= 0) s.top_p = top_p;
-    if (min_p >= 0) s.min_p = min_p;
-    if (have_presence) s.presence_penalty = presence;
-    if (have_rep) s.repetition_penalty = rep;
-    if (seed >= 0) s.seed = (uint64_t)seed;
+    cli_sampling_apply(&sf, e, &s);
     ChatStream cs = {0};
     int rc = q35_detok_open(&cs.detok, t, 1, &err) ? fail_err("chat", &err) : 0;
     int first = 1, tty = isatty(0);

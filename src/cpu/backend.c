@@ -13,73 +13,11 @@ static float *falloc(int64_t n, int *failed) {
     return p;
 }
 
-static int is_float_dtype(DType t) { return t == DT_BF16 || t == DT_F16 || t == DT_F32; }
-static const char *non_float_name(DType t) {
-    return t == DT_I32 ? "I32" : t == DT_I64 ? "I64" : t == DT_U8 ? "U8" : "unknown";
-}
-
-/* A weight the forward pass reads: present, float, and holding rows x cols elements (rows
- * checked against shape[0] for matrices). */
-static int check_w(const Tensor *t, int64_t rows, int64_t cols, int layer, const char *what, Err *err) {
-    char where[32] = "";
-    if (layer >= 0) snprintf(where, sizeof where, "layer %d: ", layer);
-    if (!t->data) return err_set(err, Q35_ERR_FORMAT, "cpu backend: %s%s is missing", where, what);
-    if (!is_float_dtype(t->dtype))
-        return err_set(err, Q35_ERR_FORMAT, "cpu backend: %s%s (%s) has dtype %s, expected BF16/F16/F32", where,
-                       what, t->name ? t->name : "?", non_float_name(t->dtype));
-    if (t->numel != rows * cols || (cols > 1 && t->ndim >= 2 && t->shape[0] != rows))
-        return err_set(err, Q35_ERR_FORMAT, "cpu backend: %s%s (%s) has %lld elements, expected %lld x %lld",
-                       where, what, t->name ? t->name : "?", (long long)t->numel, (long long)rows,
-                       (long long)cols);
-    return 0;
-}
-
 /* fp32 copy of a small vector weight (checked to hold n elements). */
 static float *f32_copy(const Tensor *t, int64_t n, int *failed) {
     float *p = falloc(n, failed);
     if (p) cpu_to_f32(p, t->data, t->dtype, n);
     return p;
-}
-
-static int check_weights(const Model *m, Err *err) {
-    const Config *c = &m->config;
-    const Weights *w = &m->w;
-    const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
-    int rc;
-    if ((rc = check_w(&w->embed_tokens, V, D, -1, "embed_tokens", err)) ||
-        (rc = check_w(&w->norm, D, 1, -1, "norm", err)) || (rc = check_w(&w->lm_head, V, D, -1, "lm_head", err)))
-        return rc;
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        const LayerWeights *L = &w->layers[l];
-        if ((rc = check_w(&L->input_layernorm, D, 1, l, "input_layernorm", err)) ||
-            (rc = check_w(&L->post_attention_layernorm, D, 1, l, "post_attention_layernorm", err)) ||
-            (rc = check_w(&L->gate_proj, F, D, l, "mlp.gate_proj", err)) ||
-            (rc = check_w(&L->up_proj, F, D, l, "mlp.up_proj", err)) ||
-            (rc = check_w(&L->down_proj, D, F, l, "mlp.down_proj", err)))
-            return rc;
-        if (c->layer_types[l] == LAYER_FULL_ATTN) {
-            if ((rc = check_w(&L->q_proj, c->q_proj_rows, D, l, "self_attn.q_proj", err)) ||
-                (rc = check_w(&L->k_proj, c->kv_dim, D, l, "self_attn.k_proj", err)) ||
-                (rc = check_w(&L->v_proj, c->kv_dim, D, l, "self_attn.v_proj", err)) ||
-                (rc = check_w(&L->o_proj, D, c->attn_dim, l, "self_attn.o_proj", err)) ||
-                (rc = check_w(&L->q_norm, hd, 1, l, "self_attn.q_norm", err)) ||
-                (rc = check_w(&L->k_norm, hd, 1, l, "self_attn.k_norm", err)))
-                return rc;
-        } else {
-            const int Hv = c->linear_num_value_heads;
-            if ((rc = check_w(&L->in_proj_qkv, c->conv_dim, D, l, "linear_attn.in_proj_qkv", err)) ||
-                (rc = check_w(&L->in_proj_z, c->value_dim, D, l, "linear_attn.in_proj_z", err)) ||
-                (rc = check_w(&L->in_proj_b, Hv, D, l, "linear_attn.in_proj_b", err)) ||
-                (rc = check_w(&L->in_proj_a, Hv, D, l, "linear_attn.in_proj_a", err)) ||
-                (rc = check_w(&L->conv1d, c->conv_dim, c->linear_conv_kernel_dim, l, "linear_attn.conv1d", err)) ||
-                (rc = check_w(&L->dt_bias, Hv, 1, l, "linear_attn.dt_bias", err)) ||
-                (rc = check_w(&L->A_log, Hv, 1, l, "linear_attn.A_log", err)) ||
-                (rc = check_w(&L->linear_norm, c->linear_value_head_dim, 1, l, "linear_attn.norm", err)) ||
-                (rc = check_w(&L->out_proj, D, c->value_dim, l, "linear_attn.out_proj", err)))
-                return rc;
-        }
-    }
-    return 0;
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -98,7 +36,7 @@ int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err)
          c->linear_conv_kernel_dim < 1))
         return err_set(err, Q35_ERR_CONFIG, "cpu backend: bad DeltaNet shape (Hk %d, Hv %d, K %d)",
                        c->linear_num_key_heads, c->linear_num_value_heads, c->linear_conv_kernel_dim);
-    int rc = check_weights(m, err);
+    int rc = model_check_weights(m, "cpu backend", err);
     if (rc) return rc;
     int max_seq = o ? o->max_seq : 0;
     if (max_seq <= 0) max_seq = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;

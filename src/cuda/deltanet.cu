@@ -10,6 +10,7 @@
  * (i < DN_RPT) x VEC columns. Per column:
  *   mem = S^T k^,  sq = S^T q^   (one pass over the undecayed S, scaled by decay after)
  *   delta = beta (v - decay mem),  o = decay sq + delta (k^ . q^),  S' = decay S + k^ delta^T. */
+#include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 
 enum { DN_RPT = 4, DN_MAX_SPLIT = 8 };
@@ -45,34 +46,6 @@ typedef struct DnArgs {
     DeltanetStepParams p;
     int tpr, cols;
 } DnArgs;
-
-/* ---- cluster helpers (sm_90; the compute_80 PTX has no clusters: stubs that trap, and the
- * cluster launch itself fails on such devices) ------------------------------------------------ */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void cluster_arrive_release(void) {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed(void) {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait(void) { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
-/* *local as seen in the shared memory of cluster block `rank`. */
-__device__ __forceinline__ float ld_dsmem(const float *local, unsigned rank) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(local), ra;
-    float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-    return v;
-}
-#else
-__device__ __forceinline__ void cluster_arrive_release(void) { __trap(); }
-__device__ __forceinline__ void cluster_arrive_relaxed(void) { __trap(); }
-__device__ __forceinline__ void cluster_wait(void) { __trap(); }
-__device__ __forceinline__ float ld_dsmem(const float *, unsigned) {
-    __trap();
-    return 0.0f;
-}
-#endif
 
 /* ---- small math (accurate expf: these values are rounded to bf16 right after) ----------------- */
 
@@ -182,7 +155,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
         const float xq = p.proj[qch0 + d], xk = p.proj[kch0 + d];
         const float cq = conv_finish(pq[d], tq[d], xq), ck = conv_finish(pk[d], tk[d], xk);
         pq[d] = cq, pk[d] = ck;
-        ssq = fmaf(cq, cq, ssq), ssk = fmaf(ck, ck, ssk), sqk = fmaf(cq, ck, sqk);
+        ssq += rbf(cq * cq), ssk += rbf(ck * ck); /* HF squares the bf16 tensor: each x*x rounded */
         if (qk_writer) ring_row[qch0 + d] = bf16_bits(xq), ring_row[kch0 + d] = bf16_bits(xk);
     }
     for (int c = tid; c < ncols; c += nt) {
@@ -193,9 +166,16 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     }
     block_sum3(&ssq, &ssk, &sqk, red3); /* also publishes pq/pk/pv/zs to the block */
 
-    /* 3. l2norm factors, gates. */
-    const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
-    const float kq = sqk * rq * rk; /* k^ . q^ */
+    /* 3. l2norm as HF runs it on the bf16 tensors, before the fp32 cast:
+     *    x^ = bf16(x * bf16(rsqrt(bf16(bf16(sum bf16(x*x)) + 1e-6)))); then q^ *= dk^-1/2 in fp32.
+     *    k^ . q^ of the rounded vectors needs a second block sum. */
+    const float iq = rbf(rsqrtf(rbf(rbf(ssq) + 1e-6f))), ik = rbf(rsqrtf(rbf(rbf(ssk) + 1e-6f)));
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int d = tid; d < dk; d += nt) sqk = fmaf(rbf(pq[d] * iq), rbf(pk[d] * ik), sqk);
+    float unused0 = 0.0f, unused1 = 0.0f;
+    __syncthreads(); /* red3 is reused */
+    block_sum3(&sqk, &unused0, &unused1, red3);
+    const float kq = sqk * qscale; /* k^ . q^ */
     const float beta = rbf(1.0f / (1.0f + expf(-b_in)));
     const float xa = a_in + dt_bias;
     const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
@@ -205,8 +185,8 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
 #pragma unroll
     for (int i = 0; i < DN_RPT; i++) {
         const int d = rl + i * nrl;
-        kd[i] = d < dk ? pk[d] * rk : 0.0f;
-        qd[i] = d < dk ? pq[d] * rq : 0.0f;
+        kd[i] = d < dk ? rbf(pk[d] * ik) : 0.0f;
+        qd[i] = d < dk ? rbf(pq[d] * iq) * qscale : 0.0f;
     }
 #pragma unroll
     for (int v = 0; v < VEC; v++) {
@@ -284,25 +264,8 @@ extern "C" int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch 
     a.p = *p;
     a.tpr = sh.tpr;
     a.cols = sh.cols;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)sh.splits, (unsigned)p->Hv, 1);
-    cfg.blockDim = dim3((unsigned)sh.threads, 1, 1);
-    cfg.dynamicSmemBytes = dn_smem_bytes(p->dk, &sh);
-    cfg.stream = l->stream;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)sh.splits;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = l->pdl ? 2 : 1;
-    cudaError_t e = sh.vec == 4 ? cudaLaunchKernelEx(&cfg, deltanet_step_f32_cluster<4>, a)
-                                : cudaLaunchKernelEx(&cfg, deltanet_step_f32_cluster<1>, a);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return (int)e;
-    }
-    return launch_status(l->stream);
+    const dim3 grid((unsigned)sh.splits, (unsigned)p->Hv, 1), block((unsigned)sh.threads, 1, 1);
+    const size_t smem = dn_smem_bytes(p->dk, &sh);
+    return sh.vec == 4 ? launch_cluster(deltanet_step_f32_cluster<4>, grid, block, smem, (unsigned)sh.splits, l, a)
+                       : launch_cluster(deltanet_step_f32_cluster<1>, grid, block, smem, (unsigned)sh.splits, l, a);
 }
