@@ -11,7 +11,8 @@
  *   0  ceilings: streaming read of 1 GiB, and the cost of one PDL boundary (a graph of 127
  *      empty kernels that wait + trigger), with and without PDL.
  *   A  per shape x variant (rows per warp R, 16-byte loads per lane per row U, block size,
- *      load hint), default modes: us per launch over a graph of 18 launches (PDL), each launch
+ *      load hint; "s." variants stage the weights through a cp.async ring of ST batches in
+ *      shared memory instead of registers, lab_gemv_smem), default modes: us per launch over a graph of 18 launches (PDL), each launch
  *      on a different weight buffer (18 buffers > L2), median of 15 replays.
  *   B  per shape, the best 3 variants of A + the current one (r4u4t256) over the modes:
  *      pre (weight loads before griddepcontrol.wait), trig (launch_dependents at kernel start
@@ -23,7 +24,9 @@
  *      weights laid out in consumption order (as the engine's arena), stand-in mixer kernels
  *      (128 blocks reading/writing a 1 MiB state per DeltaNet layer; two small kernels per
  *      attention layer), the LM head: ms per step for the current kernel, the best of B, and
- *      the best with the L2 prefetch frontier kept AHEAD bytes past the consumer.
+ *      the best with the L2 prefetch frontier kept AHEAD bytes past the consumer; the best "s."
+ *      variant per shape, and s.r4u2t256.x3 at 1 block per SM with trig at start (the engine's
+ *      MatvecParams.ring layout: the next GEMV's block fits beside this one).
  * Every measured configuration is verified once (eager launch, poisoned output, CPU reference
  * from the kernel's own normalised input); a failure is printed as FAIL and the config is
  * excluded from the winners. Exit code 1 when any verification failed. */
@@ -197,6 +200,121 @@ __global__ void __launch_bounds__(NT) lab_gemv(const __grid_constant__ LP p) {
     }
 }
 
+/* The same GEMV with the weights staged through shared memory by cp.async (16 B, L2 only)
+ * instead of registers: each thread copies the R*U 16-byte pieces it will itself consume (so no
+ * block barrier), into a ring of ST batches. Registers drop to ~40 and the bytes in flight are
+ * set by shared memory (ST * R * U * NT * 16 B per block), so a block small enough to leave room
+ * for the NEXT kernel's block lets that one become resident at this one's start (trig 1) and
+ * stream its first ST batches (issued before griddepcontrol.wait) while this one drains: DRAM
+ * stays busy across the boundary. The warp walks its batches (group j, column step kk) in
+ * order; batch i lives in ring slot i % ST; every issue commits one group (empty or not), so
+ * cp.async.wait_group ST-1 means "batch i has landed". */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+template <int R, int U, int NT, int ST, int OUT>
+__global__ void __launch_bounds__(NT) lab_gemv_smem(const __grid_constant__ LP p) {
+    extern __shared__ float xs[];
+    __shared__ float red[32];
+    constexpr int NW = NT / 32, LPR = 32 / R;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int rows = p.rows, cols = p.cols;
+    if (p.trig) pdl_trigger();
+    const int kc = kchunk(cols, gridDim.y);
+    const int kbeg = min(cols, (int)blockIdx.y * kc), kend = min(cols, kbeg + kc);
+    const int xoff = p.nw ? 0 : kbeg;
+    const int xfl = ((p.nw ? cols : kc) + 3) & ~3; /* floats of xs, 16-byte aligned ring after it */
+    uint4 *ring = reinterpret_cast<uint4 *>(xs + xfl);
+    const int ngroups = (rows + R - 1) / R, gstride = gridDim.x * NW;
+    const int g0 = blockIdx.x * NW + warp;
+    const int nk = (kend - kbeg + 256 * U - 1) / (256 * U);
+    const int nj = g0 < ngroups ? (ngroups - 1 - g0) / gstride + 1 : 0;
+    const int nb = nj * nk; /* batches of this warp */
+    auto slot = [&](int st, int u, int r) -> uint4 * { return ring + ((size_t)(st * U + u) * R + r) * NT + threadIdx.x; };
+    auto issue = [&](int i) {
+        if (i < nb) {
+            const int g = g0 + (i / nk) * gstride, k0 = kbeg + (i % nk) * 256 * U, st = i % ST;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int k = k0 + u * 256 + lane * 8;
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int row = g * R + r;
+                    if (row < rows && k < kend) cp_async16(slot(st, u, r), p.W + (size_t)row * cols + k);
+                }
+            }
+        }
+        cp_async_commit();
+    };
+    if (p.pre)
+        for (int i = 0; i < ST; i++) issue(i);
+    pdl_wait();
+    if (!p.pre)
+        for (int i = 0; i < ST; i++) issue(i);
+    if (p.nw) {
+        stage_norm_row(xs, red, cols, NULL, p.x, p.part, 1, NULL, p.nw, NORM_ZC, 1e-6f);
+    } else {
+        for (int i = kbeg + threadIdx.x; i < kend; i += NT) xs[i - kbeg] = __ldcg(p.x + i);
+    }
+    __syncthreads();
+    if (p.h_out && blockIdx.x == 0 && blockIdx.y == 0)
+        for (int i = threadIdx.x; i < kend - kbeg; i += NT) p.h_out[i] = xs[i + kbeg - xoff];
+    if (!p.trig) pdl_trigger();
+
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    for (int i = 0; i < nb; i++) {
+        const int g = g0 + (i / nk) * gstride, kk = i % nk, k0 = kbeg + kk * 256 * U, st = i % ST;
+        cp_async_wait<ST - 1>();
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = k0 + u * 256 + lane * 8;
+            if (k < kend) {
+                const float4 *xp = reinterpret_cast<const float4 *>(xs + (k - xoff));
+                const float4 a = xp[0], b = xp[1];
+                const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (g * R + r < rows) acc[r] = dot8(*slot(st, u, r), xv, acc[r]);
+            }
+        }
+        issue(i + ST); /* into slot st: this thread has read it (the FMAs above consumed it) */
+        if (kk != nk - 1) continue;
+        int o = 16;
+#pragma unroll
+        for (int n = R; n > 1; n >>= 1, o >>= 1) {
+            const bool hi = lane & o;
+#pragma unroll
+            for (int q = 0; q < n / 2; q++) {
+                const float keep = hi ? acc[q + n / 2] : acc[q], send = hi ? acc[q] : acc[q + n / 2];
+                acc[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        }
+        float s = acc[0];
+#pragma unroll
+        for (int q = LPR / 2; q > 0; q >>= 1) s += __shfl_xor_sync(0xffffffffu, s, q);
+        const int row = g * R + lane / LPR;
+        if (OUT == O_SILU) {
+            const float up = __shfl_down_sync(0xffffffffu, s, LPR % 32);
+            if (lane % (2 * LPR) == 0 && row + 1 < rows) p.y[row >> 1] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
+        } else if (lane % LPR == 0 && row < rows) {
+            if (OUT == O_STORE)
+                p.y[row] = rbf(s);
+            else
+                atomicAdd(p.y + row, s);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    }
+    cp_async_wait<0>();
+}
+
 /* Stand-in mixer: block b keeps a 2048-float slice of a state (loaded before the wait), then
  * reads the GEMV output from L2, updates and writes the slice and one output per thread. */
 struct MixP {
@@ -258,11 +376,19 @@ struct Variant {
     const char *name;
     int R, U, NT, hint;
     KernFn k[3]; /* per OUT; NULL = not supported (SILU needs R >= 2) */
+    size_t ring; /* lab_gemv_smem: bytes of the cp.async ring (ST * R * U * NT * 16); 0 = registers */
 };
 #define VAR(nm, R, U, NT, H)                                                                                     \
     {nm, R, U, NT, H,                                                                                           \
      {lab_gemv<R, U, NT, O_STORE, H>, (R) >= 2 ? (KernFn)lab_gemv<((R) >= 2 ? (R) : 2), U, NT, O_SILU, H> : NULL, \
-      lab_gemv<R, U, NT, O_SPLITK, H>}}
+      lab_gemv<R, U, NT, O_SPLITK, H>},                                                                         \
+     0}
+/* lab_gemv_smem, R >= 2 */
+#define SVAR(nm, R, U, NT, ST)                                                                                  \
+    {nm, R, U, NT, H_NC,                                                                                        \
+     {lab_gemv_smem<R, U, NT, ST, O_STORE>, lab_gemv_smem<R, U, NT, ST, O_SILU>,                                \
+      lab_gemv_smem<R, U, NT, ST, O_SPLITK>},                                                                   \
+     (size_t)(ST) * (R) * (U) * (NT) * 16}
 static const Variant VARS[] = {
     VAR("r4u4t256", 4, 4, 256, H_NC), /* the engine's current matvec_bf16_rows4 */
     VAR("r1u4t256", 1, 4, 256, H_NC),       VAR("r1u8t256", 1, 8, 256, H_NC),
@@ -273,6 +399,12 @@ static const Variant VARS[] = {
     VAR("r4u4t512", 4, 4, 512, H_NC),       VAR("r4u4t256.256B", 4, 4, 256, H_256B),
     VAR("r4u4t256.ef", 4, 4, 256, H_EF),    VAR("r2u4t256.ef", 2, 4, 256, H_EF),
     VAR("r4u4t256.plain", 4, 4, 256, H_PLAIN),
+    /* cp.async ring through shared memory (lab_gemv_smem): name s.rRuUtNT.xST, ring KiB in () */
+    SVAR("s.r4u2t256.x3", 4, 2, 256, 3),    /* (96) 2 per SM, or 1 + the next kernel's */
+    SVAR("s.r4u4t256.x2", 4, 4, 256, 2),    /* (128) */
+    SVAR("s.r2u4t256.x3", 2, 4, 256, 3),    /* (96) */
+    SVAR("s.r4u2t128.x4", 4, 2, 128, 4),    /* (64) 3 per SM */
+    SVAR("s.r4u4t512.x1", 4, 4, 512, 1),    /* (128) the register winner's batch, no ring */
 };
 #define N_VARS ((int)(sizeof VARS / sizeof VARS[0]))
 
@@ -395,8 +527,9 @@ static void setup(uint64_t seed) {
 
 /* ---- launching ------------------------------------------------------------------------------ */
 
-static size_t smem_for(const Shape *s, int splits) {
-    return sizeof(float) * (size_t)(s->norm ? s->cols : kchunk(s->cols, splits));
+static size_t smem_for(const Variant *v, const Shape *s, int splits) {
+    const size_t xb = sizeof(float) * (size_t)(((s->norm ? s->cols : kchunk(s->cols, splits)) + 3) & ~3);
+    return xb + v->ring;
 }
 
 /* grid for (variant, shape, mode); splits in *gy */
@@ -404,8 +537,8 @@ static dim3 grid_for(const Variant *v, const Shape *s, const Mode *m, int *occ_o
     KernFn k = v->k[s->out];
     int occ = 0;
     const int splits = s->out == O_SPLITK ? m->grid : 1;
-    const size_t smem = smem_for(s, splits);
-    if (smem > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const size_t smem = smem_for(v, s, splits);
+    if (smem > 40 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, v->NT, smem);
     if (occ < 1) occ = 1;
     if (occ_out) *occ_out = occ;
@@ -421,7 +554,7 @@ static int launch(const Variant *v, const Shape *s, const Mode *m, const LP &p, 
     int occ;
     dim3 gr = grid_for(v, s, m, &occ);
     CudaLaunch l = {g_st, pdl};
-    return launch_kernel(v->k[s->out], gr, dim3(v->NT), smem_for(s, (int)gr.y), &l, p);
+    return launch_kernel(v->k[s->out], gr, dim3(v->NT), smem_for(v, s, (int)gr.y), &l, p);
 }
 
 static LP params_for(const Shape *s, int i, const Mode *m) {
@@ -648,7 +781,7 @@ static void print_result(const Shape *s, const Result &r) {
 
 static bool better(const Result &a, const Result &b) { return a.ok && a.us > 0 && (!b.ok || b.us <= 0 || a.us < b.us); }
 
-static Result best_nopf[N_SHAPES], best_pf[N_SHAPES];
+static Result best_nopf[N_SHAPES], best_pf[N_SHAPES], best_smem[N_SHAPES]; /* best_smem: no pf */
 
 static void stage_ab(int quick, int do_b) {
     for (int si = 0; si < N_SHAPES; si++) {
@@ -663,6 +796,7 @@ static void stage_ab(int quick, int do_b) {
             Result r = measure(vi, si, m0);
             print_result(s, r);
             rs.push_back(r);
+            if (VARS[vi].ring && better(r, best_smem[si])) best_smem[si] = r;
         }
         std::sort(rs.begin(), rs.end(), [](const Result &a, const Result &b) { return better(a, b); });
         best_nopf[si] = rs[0];
@@ -672,6 +806,12 @@ static void stage_ab(int quick, int do_b) {
         cand.push_back(0);
         for (size_t i = 0; i < rs.size() && cand.size() < (quick ? 2u : 4u); i++)
             if (rs[i].var != 0 && rs[i].ok) cand.push_back(rs[i].var);
+        if (best_smem[si].ok && std::find(cand.begin(), cand.end(), best_smem[si].var) == cand.end())
+            cand.push_back(best_smem[si].var); /* the best cp.async variant always gets the modes */
+        for (int vi = 0; vi < N_VARS; vi++) /* and the co-residence candidate */
+            if (!strcmp(VARS[vi].name, "s.r4u2t256.x3") && VARS[vi].k[s->out] &&
+                std::find(cand.begin(), cand.end(), vi) == cand.end())
+                cand.push_back(vi);
         printf("B: %s\n", s->name);
         const int grids_split[] = {4, 8, 16, 32}, grids[] = {0, 1, 2};
         for (int vi : cand)
@@ -686,6 +826,7 @@ static void stage_ab(int quick, int do_b) {
                             print_result(s, r);
                             Result &b = pf ? best_pf[si] : best_nopf[si];
                             if (better(r, b)) b = r;
+                            if (!pf && VARS[vi].ring && better(r, best_smem[si])) best_smem[si] = r;
                         }
     }
     printf("\nWINNERS (per launch, PDL graph of back-to-back launches on fresh weights):\n");
@@ -695,6 +836,10 @@ static void stage_ab(int quick, int do_b) {
         if (si != SH_LM) {
             printf("%-20s pf:    ", SH[si].name);
             print_result(&SH[si], best_pf[si]);
+        }
+        if (best_smem[si].ok) {
+            printf("%-20s smem:  ", SH[si].name);
+            print_result(&SH[si], best_smem[si]);
         }
     }
 }
@@ -780,7 +925,7 @@ static void stage_s(void) {
     cur.name = "current (r4u4t256, splits 8)";
     for (int si = 0; si < N_SHAPES; si++) cur.r[si] = Result{0, {1, 0, 0, SH[si].out == O_SPLITK ? 8 : 0}, 0, 1};
     cur.ahead = -1;
-    StepCfg cfgs[16];
+    StepCfg cfgs[20];
     int n = 0;
     cfgs[n++] = cur;
     StepCfg c = cur;
@@ -814,6 +959,26 @@ static void stage_s(void) {
     }
     c = bp, c.name = "best pf: 16 MB ahead, no state pf", c.ahead = 16ll << 20, c.pf_state = 0;
     cfgs[n++] = c;
+    /* cp.async variants: the best per shape (no pf), and the co-residence layout forced: every
+     * layer GEMV s.r4u2t256.x3 at 1 block per SM (splits 8) with trig at start, so the next
+     * GEMV's block fits beside it and streams its ring before griddepcontrol.wait */
+    c = b, c.name = "best smem per shape (no pf)", c.ahead = -1, c.pf_state = 0;
+    for (int si = 0; si < N_SHAPES; si++)
+        if (si != SH_LM && best_smem[si].ok) c.r[si] = best_smem[si];
+    cfgs[n++] = c;
+    int co = -1;
+    for (int vi = 0; vi < N_VARS; vi++)
+        if (!strcmp(VARS[vi].name, "s.r4u2t256.x3")) co = vi;
+    if (co >= 0) {
+        c = b, c.name = "s.r4u2t256.x3 1/SM trig (co-resident)", c.ahead = -1, c.pf_state = 0;
+        for (int si = 0; si < N_SHAPES; si++)
+            if (si != SH_LM) c.r[si] = Result{co, {1, 1, 0, SH[si].out == O_SPLITK ? 8 : 2}, 0, 1};
+        cfgs[n++] = c;
+        c.name = "s.r4u2t256.x3 occ grid trig";
+        for (int si = 0; si < N_SHAPES; si++)
+            if (si != SH_LM && SH[si].out != O_SPLITK) c.r[si].m.grid = 0;
+        cfgs[n++] = c;
+    }
     printf("\nS: step model (GEMVs + stand-in mixers, 127 launches, %.3f GB): ms per step\n", bytes / 1e9);
     for (int i = 0; i < n; i++) {
         const float ms = run_step(&cfgs[i]);

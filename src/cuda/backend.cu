@@ -359,6 +359,10 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
     ctx->pdl = o ? !o->no_pdl : 1;
     ctx->pf_ahead = CUDA_PF_AHEAD;
     ctx->pdl_early = CUDA_PDL_EARLY;
+    { /* experiment switch until the H200 decides (docs/PERF_NOTES.md §7) */
+        const char *r = getenv("QWEN35_MV_RING");
+        ctx->mv_ring = r && r[0] == '1';
+    }
     if (o) ctx->probe = o->probe;
     ctx->n_valid = o && o->n_valid > 0 && o->n_valid < c->vocab_size ? o->n_valid : c->vocab_size;
     ctx->layers = (CudaLayer *)calloc((size_t)c->num_hidden_layers, sizeof(CudaLayer));
@@ -373,7 +377,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->splits_out[1] = cuda_matvec_splits(D, c->attn_dim, ctx->n_sm);
         ctx->splits_down = cuda_matvec_splits(D, F, ctx->n_sm);
         ctx->max_splits = imax(imax(ctx->splits_out[0], ctx->splits_out[1]), ctx->splits_down);
-        ctx->lm_blocks = cuda_matvec_blocks(V, 1, ctx->n_sm);
+        ctx->lm_blocks = cuda_matvec_blocks(V, D, 1, ctx->n_sm);
         ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
         Arena a = {NULL, 0};
         layout(ctx, &a);

@@ -23,9 +23,9 @@ extern "C" {
 
 #define CUDA_MAX_OPS 512 /* launches per step recorded for the bench */
 /* L2 prefetch frontier (forward.cu): every GEMV prefetches the weight stream up to this many
- * bytes past the end of its own weights (0 = off). Current phase + window + the DeltaNet state
- * must fit the 60 MB L2 with room to spare: see docs/PERF_NOTES.md §3. */
-#define CUDA_PF_AHEAD ((long long)16 << 20)
+ * bytes past the end of its own weights (0 = off). OFF: the H200 measured it slower (0.871 vs
+ * 0.836 ms/token; gemv_lab stage S 0.7208 vs 0.6698 ms without it), docs/PERF_NOTES.md §5, §7. */
+#define CUDA_PF_AHEAD 0LL
 /* 1: GEMVs trigger their dependents at kernel start (ops.h early_trigger). */
 #define CUDA_PDL_EARLY 1
 
@@ -89,6 +89,8 @@ typedef struct CudaCtx {
     long long ws_layers;
     long long pf_ahead;       /* CUDA_PF_AHEAD unless changed (bench) */
     int pdl_early;            /* CUDA_PDL_EARLY unless changed (bench) */
+    int mv_ring;              /* layer GEMVs through the cp.async ring (ops.h MatvecParams.ring);
+                                 experiment switch: QWEN35_MV_RING=1 at open */
     int splits_out[2];        /* split-K of w_out per layer type [LINEAR, FULL] */
     int splits_down;
     StepParams *step_dev;     /* device StepParams */

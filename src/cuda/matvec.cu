@@ -3,30 +3,59 @@
  * SwiGLU, split-K atomic or partials, LM-head argmax) described in ops.h.
  *
  * Layout: a warp owns a group of 4 consecutive rows; lane l reads 8 columns (one 16-byte load
- * per row) at k0 + u*256 + 8l for u < 4, i.e. 16 loads (256 B per lane, 8 KiB per warp) are
- * issued before the first FMA. The first group's loads are issued before pdl_wait(), so they
- * overlap the previous kernel's tail. Blocks of 8 warps stride over row groups; grid.y slices
- * the columns (split-K). x sits in shared memory as fp32 (bf16-valued).
- * Before that, the grid issues the L2 prefetch hints of p.pf (later phases' weights, the next
- * mixer's state: forward.cu keeps a prefetch frontier ahead of the consumer). */
+ * per row) at k0 + u*256 + 8l for u < U, i.e. 4U loads (64U B per lane) are issued before the
+ * first FMA. The first group's loads are issued before pdl_wait(), so they overlap the previous
+ * kernel's tail. Blocks of T/32 warps stride over row groups; grid.y slices the columns
+ * (split-K). x sits in shared memory as fp32 (bf16-valued).
+ * Two shapes of the kernel (bench/kernels/gemv_lab.cu measured them on the H200, PDL graph of
+ * back-to-back launches on fresh weights, docs/PERF_NOTES.md §7):
+ *   U 4, 512 threads, 1 block per SM (grid <= n_sm): many-row GEMVs (8224 x 1024: 6.57 us vs
+ *     7.30 for the former 256-thread kernel at 2 blocks/SM; gate/up 6.17 vs 6.97; LM head 117 us)
+ *     and split-K with > 256 columns per split (down 1024 x 3584 / 8: 3.26 vs 3.39 us);
+ *   U 2, 256 threads: split-K with <= 256 columns per split (out_proj 1024 x 2048 / 8: 2.20 vs
+ *     2.52 us; U 4 would predicate off three of its four loads).
+ * Optionally the grid first issues the L2 prefetch hints of p.pf (off in the engine by default:
+ * the lab and the H200 bench measured them slower). */
 #include <limits.h>
 #include <math.h>
 
 #include "cuda/common.cuh"
 
-#define MV_THREADS 256
-#define MV_WARPS (MV_THREADS / 32)
-#define MV_R 4          /* rows per warp group */
-#define MV_U 4          /* 256-column steps per load batch */
-#define MV_BLOCKS_PER_SM 2
+#define MV_R 4             /* rows per warp group */
+#define MV_SPLIT_WARPS 8   /* warps per block assumed when choosing split-K (cuda_matvec_splits) */
+#define MV_SPLIT_BPS 2     /* ... and blocks per SM: splits ~ 2 * n_sm / blocks, at most cols / 256 */
 
 /* Columns per split: ceil(cols / splits) rounded up to 8 (16-byte alignment). */
 static __host__ __device__ inline int mv_kchunk(int cols, int splits) { return ((cols + splits - 1) / splits + 7) & ~7; }
 
-/* y = W x with in/out modes of ops.h; one template instance per out_mode.
- * grid (blocks, splits), block 256; dynamic smem: x slice (VEC) or the whole row (EMBED/RESIDUAL). */
-template <int OUT>
+/* The kernel shape for a GEMV: MV_U 256-column steps per load batch, MV_THREADS per block,
+ * ST batches in the cp.async ring (0 = weights in registers). */
+typedef struct MvShape {
+    int u, threads, st;
+} MvShape;
+#define MV_RING_ST 3
+static __host__ inline MvShape mv_shape(int cols, int splits, int ring) {
+    MvShape sh = {4, 512, 0};
+    if (ring) sh.u = 2, sh.threads = 256, sh.st = MV_RING_ST;
+    else if (splits > 1 && mv_kchunk(cols, splits) <= 256) sh.u = 2, sh.threads = 256;
+    return sh;
+}
+static __host__ inline size_t mv_ring_bytes(MvShape sh) { return (size_t)sh.st * MV_R * sh.u * sh.threads * 16; }
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* y = W x with in/out modes of ops.h; one template instance per (out_mode, U, threads).
+ * grid (blocks, splits), block MV_THREADS; dynamic smem: x slice (VEC) or the whole row
+ * (EMBED/RESIDUAL). */
+template <int OUT, int MV_U, int MV_THREADS, int ST>
 __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_constant__ MatvecParams p) {
+    constexpr int MV_WARPS = MV_THREADS / 32;
     extern __shared__ float xs[];
     __shared__ float red[32];
     __shared__ ArgMax am_s[MV_WARPS];
@@ -43,7 +72,34 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     const int gstride = gridDim.x * MV_WARPS;
     int g = blockIdx.x * MV_WARPS + warp;
 
-    uint4 w[MV_U][MV_R];
+    /* ST > 0 (p.ring): the weights go through a cp.async ring in shared memory after xs, batch i
+     * of this warp (group g0 + (i / nk) * gstride, column step i % nk) in slot i % ST; each
+     * thread copies only what it consumes itself, so no barrier; every issue commits one group,
+     * so wait_group ST-1 means batch i has landed. Same per-lane summation order as the
+     * register path (columns ascending), so the results are bitwise the same. */
+    const int xfl = ((p.in_mode == MV_IN_VEC ? kc : cols) + 3) & ~3;
+    uint4 *ring = reinterpret_cast<uint4 *>(xs + xfl);
+    const int nk = (kend - kbeg + 256 * MV_U - 1) / (256 * MV_U);
+    const int nb = g < ngroups ? ((ngroups - 1 - g) / gstride + 1) * nk : 0;
+    auto slot = [&](int st, int u, int r) -> uint4 * {
+        return ring + ((size_t)(st * MV_U + u) * MV_R + r) * MV_THREADS + threadIdx.x;
+    };
+    auto issue = [&](int i) {
+        if (i < nb) {
+            const int grp = g + (i / nk) * gstride, k0 = kbeg + (i % nk) * 256 * MV_U, st = i % (ST > 0 ? ST : 1);
+#pragma unroll
+            for (int u = 0; u < MV_U; u++) {
+                const int k = k0 + u * 256 + lane * 8;
+#pragma unroll
+                for (int r = 0; r < MV_R; r++) {
+                    const int row = grp * MV_R + r;
+                    if (row < rows && k < kend) cp_async16(slot(st, u, r), p.W + (size_t)row * cols + k);
+                }
+            }
+        }
+        cp_async_commit();
+    };
+    uint4 w[ST > 0 ? 1 : MV_U][MV_R];
     auto load = [&](int grp, int k0) {
 #pragma unroll
         for (int u = 0; u < MV_U; u++) {
@@ -58,7 +114,12 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
             }
         }
     };
-    if (g < ngroups) load(g, kbeg); /* weights never depend on the previous kernel */
+    /* weights never depend on the previous kernel: the first batches go out before the wait */
+    if constexpr (ST > 0) {
+        for (int i = 0; i < ST; i++) issue(i);
+    } else if (g < ngroups) {
+        load(g, kbeg);
+    }
     int write_logits = 0;
     if (OUT == MV_OUT_ARGMAX) write_logits = p.logits && p.step->write_logits;
 
@@ -82,14 +143,50 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     if (!p.early_trigger) pdl_trigger();
 
     ArgMax best = {-INFINITY, INT_MAX};
-    bool first = true;
-    for (; g < ngroups; g += gstride) {
+    /* the 4 row sums of group grp (acc per lane) -> outputs */
+    auto emit = [&](int grp, float (&acc)[MV_R]) {
+        const int g = grp;
+            /* Reduce the 4 row sums over the warp with 6 shuffles: after it, lanes 8j..8j+7 hold
+             * the sum of row j of the group. */
+            const bool h16 = lane & 16, h8 = lane & 8;
+            float k0v = h16 ? acc[2] : acc[0], k1v = h16 ? acc[3] : acc[1];
+            k0v += __shfl_xor_sync(0xffffffffu, h16 ? acc[0] : acc[2], 16);
+            k1v += __shfl_xor_sync(0xffffffffu, h16 ? acc[1] : acc[3], 16);
+            float s = h8 ? k1v : k0v;
+            s += __shfl_xor_sync(0xffffffffu, h8 ? k0v : k1v, 8);
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            const int row = g * MV_R + (lane >> 3);
+            if (OUT == MV_OUT_SILU_MUL) {
+                /* rows (2i, 2i+1) = (gate_i, up_i): lanes 0 and 16 own pairs i = 2g and 2g + 1 */
+                float up = __shfl_down_sync(0xffffffffu, s, 8);
+                if ((lane & 15) == 0 && row + 1 < rows) {
+                    float gt = rbf(s);
+                    p.y[row >> 1] = rbf(rbf(silu_f(gt)) * rbf(up));
+                }
+            } else if ((lane & 7) == 0 && row < rows) {
+                if (OUT == MV_OUT_STORE) {
+                    p.y[row] = rbf(s);
+                } else if (OUT == MV_OUT_SPLITK) {
+                    if (p.atomic)
+                        atomicAdd(p.y + row, s);
+                    else
+                        p.y[(size_t)blockIdx.y * rows + row] = s;
+                } else { /* MV_OUT_ARGMAX */
+                    float v = rbf(s);
+                    if (write_logits) p.logits[row] = v;
+                    if (row < p.n_valid) best = argmax_better(best, ArgMax{v, row});
+                }
+            }
+    };
+    if constexpr (ST > 0) {
         float acc[MV_R];
 #pragma unroll
         for (int r = 0; r < MV_R; r++) acc[r] = 0.0f;
-        for (int k0 = kbeg; k0 < kend; k0 += 256 * MV_U) {
-            if (!first) load(g, k0);
-            first = false;
+        for (int i = 0; i < nb; i++) {
+            const int grp = g + (i / nk) * gstride, kk = i % nk, k0 = kbeg + kk * 256 * MV_U, st = i % ST;
+            cp_async_wait<(ST > 0 ? ST - 1 : 0)>();
 #pragma unroll
             for (int u = 0; u < MV_U; u++) {
                 int k = k0 + u * 256 + lane * 8;
@@ -98,42 +195,39 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
                     float4 a = xp[0], b = xp[1];
                     float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-                    for (int r = 0; r < MV_R; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+                    for (int r = 0; r < MV_R; r++)
+                        if (grp * MV_R + r < rows) acc[r] = dot8(*slot(st, u, r), xv, acc[r]);
                 }
             }
+            issue(i + ST); /* into slot st, which this thread has just consumed */
+            if (kk != nk - 1) continue;
+            emit(grp, acc);
+#pragma unroll
+            for (int r = 0; r < MV_R; r++) acc[r] = 0.0f;
         }
-        /* Reduce the 4 row sums over the warp with 6 shuffles: after it, lanes 8j..8j+7 hold
-         * the sum of row j of the group. */
-        const bool h16 = lane & 16, h8 = lane & 8;
-        float k0v = h16 ? acc[2] : acc[0], k1v = h16 ? acc[3] : acc[1];
-        k0v += __shfl_xor_sync(0xffffffffu, h16 ? acc[0] : acc[2], 16);
-        k1v += __shfl_xor_sync(0xffffffffu, h16 ? acc[1] : acc[3], 16);
-        float s = h8 ? k1v : k0v;
-        s += __shfl_xor_sync(0xffffffffu, h8 ? k0v : k1v, 8);
-        s += __shfl_xor_sync(0xffffffffu, s, 4);
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
-        s += __shfl_xor_sync(0xffffffffu, s, 1);
-        const int row = g * MV_R + (lane >> 3);
-        if (OUT == MV_OUT_SILU_MUL) {
-            /* rows (2i, 2i+1) = (gate_i, up_i): lanes 0 and 16 own pairs i = 2g and 2g + 1 */
-            float up = __shfl_down_sync(0xffffffffu, s, 8);
-            if ((lane & 15) == 0 && row + 1 < rows) {
-                float gt = rbf(s);
-                p.y[row >> 1] = rbf(rbf(silu_f(gt)) * rbf(up));
+        cp_async_wait<0>();
+    } else {
+        bool first = true;
+        for (; g < ngroups; g += gstride) {
+            float acc[MV_R];
+#pragma unroll
+            for (int r = 0; r < MV_R; r++) acc[r] = 0.0f;
+            for (int k0 = kbeg; k0 < kend; k0 += 256 * MV_U) {
+                if (!first) load(g, k0);
+                first = false;
+#pragma unroll
+                for (int u = 0; u < MV_U; u++) {
+                    int k = k0 + u * 256 + lane * 8;
+                    if (k < kend) {
+                        const float4 *xp = reinterpret_cast<const float4 *>(xs + (k - xoff));
+                        float4 a = xp[0], b = xp[1];
+                        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                        for (int r = 0; r < MV_R; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+                    }
+                }
             }
-        } else if ((lane & 7) == 0 && row < rows) {
-            if (OUT == MV_OUT_STORE) {
-                p.y[row] = rbf(s);
-            } else if (OUT == MV_OUT_SPLITK) {
-                if (p.atomic)
-                    atomicAdd(p.y + row, s);
-                else
-                    p.y[(size_t)blockIdx.y * rows + row] = s;
-            } else { /* MV_OUT_ARGMAX */
-                float v = rbf(s);
-                if (write_logits) p.logits[row] = v;
-                if (row < p.n_valid) best = argmax_better(best, ArgMax{v, row});
-            }
+            emit(g, acc);
         }
     }
     if (OUT != MV_OUT_ARGMAX) return;
@@ -168,21 +262,38 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     }
 }
 
-extern "C" int cuda_matvec_blocks(int rows, int splits, int n_sm) {
-    int groups = (rows + MV_R - 1) / MV_R, bx = (groups + MV_WARPS - 1) / MV_WARPS;
-    if (splits > 1) return bx; /* one group per warp; cuda_matvec_splits keeps bx * splits ~ 2 waves */
-    int cap = MV_BLOCKS_PER_SM * (n_sm > 0 ? n_sm : 1);
+/* ring: 1 block per SM (100 KiB of shared memory) leaves room for the next kernel's block. */
+static int mv_blocks(int rows, int cols, int splits, int ring, int n_sm) {
+    const MvShape sh = mv_shape(cols, splits, ring);
+    int groups = (rows + MV_R - 1) / MV_R, warps = sh.threads / 32, bx = (groups + warps - 1) / warps;
+    if (splits > 1) return bx; /* one group per warp; cuda_matvec_splits keeps bx * splits ~ 1-2 waves */
+    int cap = n_sm > 0 ? n_sm : 1; /* 512 threads at ~100 registers: 1 block per SM */
     return bx < cap ? bx : cap;
 }
 
+extern "C" int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm) {
+    return mv_blocks(rows, cols, splits, 0, n_sm);
+}
+
 extern "C" int cuda_matvec_splits(int rows, int cols, int n_sm) {
-    int groups = (rows + MV_R - 1) / MV_R, bx = (groups + MV_WARPS - 1) / MV_WARPS;
+    int groups = (rows + MV_R - 1) / MV_R, bx = (groups + MV_SPLIT_WARPS - 1) / MV_SPLIT_WARPS;
     if (bx >= n_sm || cols < 512) return 1;
-    int s = MV_BLOCKS_PER_SM * n_sm / bx, smax = cols / 256;
+    int s = MV_SPLIT_BPS * n_sm / bx, smax = cols / 256;
     if (s > smax) s = smax;
     if (s < 1) s = 1;
     int kc = mv_kchunk(cols, s);
     return (cols + kc - 1) / kc;
+}
+
+template <int U, int T, int ST>
+static void (*mv_kernel(int out_mode))(MatvecParams) {
+    switch (out_mode) {
+    case MV_OUT_STORE: return matvec_bf16_rows4<MV_OUT_STORE, U, T, ST>;
+    case MV_OUT_SILU_MUL: return matvec_bf16_rows4<MV_OUT_SILU_MUL, U, T, ST>;
+    case MV_OUT_SPLITK: return matvec_bf16_rows4<MV_OUT_SPLITK, U, T, ST>;
+    case MV_OUT_ARGMAX: return matvec_bf16_rows4<MV_OUT_ARGMAX, U, T, ST>;
+    default: return NULL;
+    }
 }
 
 extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
@@ -205,20 +316,18 @@ extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
         cudaError_t e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return (int)e;
-        bx = cuda_matvec_blocks(p->rows, p->splits, n_sm);
+        bx = mv_blocks(p->rows, p->cols, p->splits, p->ring, n_sm);
     }
-    size_t smem = sizeof(float) * (size_t)(p->in_mode == MV_IN_VEC ? mv_kchunk(p->cols, p->splits) : p->cols);
-    void (*kern)(MatvecParams);
-    switch (p->out_mode) {
-    case MV_OUT_STORE: kern = matvec_bf16_rows4<MV_OUT_STORE>; break;
-    case MV_OUT_SILU_MUL: kern = matvec_bf16_rows4<MV_OUT_SILU_MUL>; break;
-    case MV_OUT_SPLITK: kern = matvec_bf16_rows4<MV_OUT_SPLITK>; break;
-    case MV_OUT_ARGMAX: kern = matvec_bf16_rows4<MV_OUT_ARGMAX>; break;
-    default: return (int)cudaErrorInvalidValue;
-    }
+    const MvShape sh = mv_shape(p->cols, p->splits, p->ring);
+    const int xfl = ((p->in_mode == MV_IN_VEC ? mv_kchunk(p->cols, p->splits) : p->cols) + 3) & ~3;
+    size_t smem = sizeof(float) * (size_t)xfl + mv_ring_bytes(sh);
+    void (*kern)(MatvecParams) = sh.st ? mv_kernel<2, 256, MV_RING_ST>(p->out_mode)
+                                 : sh.threads == 256 ? mv_kernel<2, 256, 0>(p->out_mode)
+                                                     : mv_kernel<4, 512, 0>(p->out_mode);
+    if (!kern) return (int)cudaErrorInvalidValue;
     if (smem > 40 * 1024) { /* dynamic + static above the 48 KiB default needs the opt-in */
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
     }
-    return launch_kernel(kern, dim3((unsigned)bx, (unsigned)p->splits), dim3(MV_THREADS), smem, l, *p);
+    return launch_kernel(kern, dim3((unsigned)bx, (unsigned)p->splits), dim3((unsigned)sh.threads), smem, l, *p);
 }

@@ -62,6 +62,11 @@ typedef struct StepParams {
  *                   weights of the next phases and the state the next mixer reads, so DRAM keeps
  *                   streaming across kernel boundaries (forward.cu, docs/PERF_NOTES.md).
  *   early_trigger   1: launch_dependents at kernel start instead of after the prologue.
+ *   ring            1: weights staged through a cp.async ring in shared memory (3 batches of
+ *                   32 KiB, 256 threads, ~40 registers; 1 block per SM unless `blocks` is set)
+ *                   instead of registers, so the NEXT kernel's block fits beside this one and
+ *                   streams its first weights while this one drains (gemv_lab "s.r4u2t256.x3").
+ *                   Bitwise the same results. 0 = registers (default).
  *
  * Output epilogue (out_mode):
  *   MV_OUT_STORE    y[r] = bf16( sum )
@@ -118,6 +123,7 @@ typedef struct MatvecParams {
     /* latency hiding */
     MatvecPrefetch pf[MV_MAX_PF];
     int early_trigger;
+    int ring;
 } MatvecParams;
 
 int cuda_matvec(const MatvecParams *p, const CudaLaunch *l);
@@ -125,7 +131,7 @@ int cuda_matvec(const MatvecParams *p, const CudaLaunch *l);
  * is non-empty. */
 int cuda_matvec_splits(int rows, int cols, int n_sm);
 /* grid.x the launcher uses when p->blocks == 0 (callers size am_val/am_idx with it). */
-int cuda_matvec_blocks(int rows, int splits, int n_sm);
+int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm);
 
 /* ---- norms (norm.cu) --------------------------------------------------------------------------
  * Standalone RMSNorm of `rows` rows of n (w shared by the rows), same formulas as the GEMV

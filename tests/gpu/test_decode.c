@@ -131,8 +131,17 @@ static int argmax(const float *l, int n) {
     return b;
 }
 
-/* CUDA forward of all tokens from a reset; logits [n][V]. */
-static int cuda_run(void *ctx, const int *ids, int n, float *logits, Err *err) {
+/* Reset, then n single-token forward calls (the decode step, graph or eager): logits [n][V].
+ * forward(n > 1) takes the prefill path for the shapes it covers, whose sums run in another
+ * order, so the bitwise comparisons of decode modes use single-token calls only. */
+static int cuda_run(void *ctx, const int *ids, int n, int V, float *logits, Err *err) {
+    int rc = cuda_backend.reset(ctx, err);
+    for (int t = 0; t < n && !rc; t++) rc = cuda_backend.forward(ctx, ids + t, 1, t, 0, logits + (size_t)t * V, err);
+    return rc;
+}
+
+/* Reset, then one forward(n) call (the prefill path where it applies): logits [n][V]. */
+static int cuda_run_batch(void *ctx, const int *ids, int n, float *logits, Err *err) {
     int rc = cuda_backend.reset(ctx, err);
     return rc ? rc : cuda_backend.forward(ctx, ids, n, 0, 1, logits, err);
 }
@@ -208,7 +217,7 @@ static void test_model(int qwen35) {
     }
     /* deterministic graph: logits vs CPU */
     if (open_cuda(&gd, &m, 1, 0, 0, n_valid, NULL)) goto done;
-    if (cuda_run(gd, ids, n, det1, &err)) {
+    if (cuda_run(gd, ids, n, V, det1, &err)) {
         CHECK(0, "%s cuda forward: %s", name, err.msg);
         goto done;
     }
@@ -237,31 +246,82 @@ static void test_model(int qwen35) {
 
     /* determinism: same context again (after reset), no graph, no PDL */
     for (int run = 0; run < 2; run++) {
-        if (cuda_run(gd, ids, n, got, &err)) {
+        if (cuda_run(gd, ids, n, V, got, &err)) {
             CHECK(0, "%s: %s", name, err.msg);
             goto done;
         }
         CHECK(memcmp(got, det1, sizeof(float) * n * V) == 0, "%s: deterministic run %d differs", name, run + 2);
     }
-    if (open_cuda(&gn, &m, 1, 1, 0, n_valid, NULL) || cuda_run(gn, ids, n, got, &err)) {
+    if (open_cuda(&gn, &m, 1, 1, 0, n_valid, NULL) || cuda_run(gn, ids, n, V, got, &err)) {
         CHECK(0, "%s no-graph: %s", name, err.msg);
         goto done;
     }
     CHECK(memcmp(got, det1, sizeof(float) * n * V) == 0, "%s: graph vs no graph differ (deterministic)", name);
     cuda_backend.close(gn), gn = NULL;
-    if (open_cuda(&gn, &m, 1, 0, 1, n_valid, NULL) || cuda_run(gn, ids, n, got, &err)) {
+    if (open_cuda(&gn, &m, 1, 0, 1, n_valid, NULL) || cuda_run(gn, ids, n, V, got, &err)) {
         CHECK(0, "%s no-pdl: %s", name, err.msg);
         goto done;
     }
     CHECK(memcmp(got, det1, sizeof(float) * n * V) == 0, "%s: PDL on vs off differ (deterministic)", name);
+    /* layer GEMVs through the cp.async ring (experiment switch read at open): bitwise the same */
+    cuda_backend.close(gn), gn = NULL;
+    setenv("QWEN35_MV_RING", "1", 1);
+    int ring_rc = open_cuda(&gn, &m, 1, 0, 0, n_valid, NULL);
+    unsetenv("QWEN35_MV_RING");
+    if (ring_rc || cuda_run(gn, ids, n, V, got, &err)) {
+        CHECK(0, "%s ring: %s", name, err.msg);
+        goto done;
+    }
+    CHECK(memcmp(got, det1, sizeof(float) * n * V) == 0, "%s: ring GEMVs vs register GEMVs differ (deterministic)",
+          name);
 
     /* atomic split-K (default) */
-    if (open_cuda(&ga, &m, 0, 0, 0, n_valid, NULL) || cuda_run(ga, ids, n, got, &err)) {
+    if (open_cuda(&ga, &m, 0, 0, 0, n_valid, NULL) || cuda_run(ga, ids, n, V, got, &err)) {
         CHECK(0, "%s atomic: %s", name, err.msg);
         goto done;
     }
     double ea = rel_l2(got, det1, (int64_t)n * V);
     CHECK(ea < 1e-2, "%s: atomic vs deterministic rel L2 %.4g", name, ea);
+
+    /* forward(n > 1) (the prefill path where the shapes allow) vs the CPU, and the hand-over to
+     * decode: prefill n-1 tokens, then the last one as a decode step (logits, greedy, sampled) */
+    if (cuda_run_batch(gd, ids, n, tmp, &err)) {
+        CHECK(0, "%s batch forward: %s", name, err.msg);
+        goto done;
+    }
+    {
+        double wb = 0, wh;
+        for (int t = 0; t < n; t++) {
+            double e = rel_l2(tmp + (size_t)t * V, ref + (size_t)t * V, V);
+            wb = e > wb ? e : wb;
+        }
+        CHECK(wb < 0.03, "%s: forward(%d) logits rel L2 %.4f vs CPU", name, n, wb);
+        float *hl = tmp; /* [V]: decode step at n-1 after a prefill of n-1 */
+        if (cuda_run_batch(gd, ids, n - 1, got, &err) || cuda_backend.forward(gd, ids + n - 1, 1, n - 1, 0, hl, &err)) {
+            CHECK(0, "%s prefill + decode: %s", name, err.msg);
+            goto done;
+        }
+        wh = rel_l2(hl, ref + (size_t)(n - 1) * V, V);
+        printf("  %s: forward(%d) worst rel L2 %.4f; decode after prefill %.4f (vs CPU)\n", name, n, wb, wh);
+        CHECK(wh < 0.03, "%s: decode after prefill: logits rel L2 %.4f vs CPU", name, wh);
+        for (int smp = 0; smp < 2; smp++) {
+            DeviceSampling s = {smp ? 1.0f : 0.0f, 1.0f, 0.0f, smp ? 5 : 0, 7, 3};
+            int id = -1;
+            if (cuda_run_batch(gd, ids, n - 1, got, &err) ||
+                cuda_backend.decode_sample(gd, ids[n - 1], n - 1, &s, &id, &err)) {
+                CHECK(0, "%s prefill + decode_sample: %s", name, err.msg);
+                goto done;
+            }
+            int above = 0;
+            for (int i = 0; i < n_valid; i++) above += hl[i] > hl[id >= 0 && id < V ? id : 0];
+            if (!smp)
+                CHECK(id == argmax(hl, n_valid), "%s: greedy after prefill: id %d, argmax %d", name, id,
+                      argmax(hl, n_valid));
+            else
+                CHECK(id >= 0 && id < n_valid && above < 5, "%s: sampled after prefill: id %d not in the top 5", name,
+                      id);
+        }
+    }
 
     /* decode_sample: greedy = argmax over n_valid; sampling inside the top-k and reproducible */
     if (cuda_backend.reset(gd, &err)) {
@@ -306,7 +366,7 @@ static void test_model(int qwen35) {
             goto done;
         }
         for (int t = 0; t < n && !err.code; t++) cpu_backend.forward(cpu, ids + t, 1, t, 0, tmp, &err);
-        if (open_cuda(&gp, &m, 1, 0, 0, n_valid, cuda_probe) || cuda_run(gp, ids, n, got, &err)) {
+        if (open_cuda(&gp, &m, 1, 0, 0, n_valid, cuda_probe) || cuda_run(gp, ids, n, V, got, &err)) {
             CHECK(0, "%s probe run: %s", name, err.msg);
             goto done;
         }
@@ -330,7 +390,7 @@ static void test_model(int qwen35) {
                    br->ms_token, br->ms_eager, br->launches, br->n_ops, br->copy_gbs);
         }
         free(br);
-        if (cuda_run(ga, ids, n, got, &err) == 0) /* usable after the bench */
+        if (cuda_run(ga, ids, n, V, got, &err) == 0) /* usable after the bench */
             CHECK(rel_l2(got, det1, (int64_t)n * V) < 1e-2, "%s: results changed after the bench", name);
     }
 

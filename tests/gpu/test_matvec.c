@@ -42,6 +42,9 @@ static int64_t count_bad_tol(const char *what, const float *got, const float *re
 
 /* ---- STORE / SPLITK with the VEC prologue ------------------------------------------------------ */
 
+/* 1: the cases run through the cp.async ring kernel (MatvecParams.ring); main runs them twice */
+static int g_ring;
+
 static void test_vec(int rows, int cols, int splits, int pdl) {
     const int64_t nw = (int64_t)rows * cols;
     uint16_t *W = bf16_random(&rng, nw, 1.0f / sqrtf((float)cols));
@@ -65,7 +68,7 @@ static void test_vec(int rows, int cols, int splits, int pdl) {
     /* latency hints must not change results: prefetch W itself (and x), trigger early with PDL */
     p.pf[0].ptr = dW, p.pf[0].bytes = (nw * 2) & ~15LL;
     p.pf[2].ptr = dx, p.pf[2].bytes = (long long)sizeof(float) * cols & ~15LL;
-    p.early_trigger = pdl;
+    p.early_trigger = pdl, p.ring = g_ring;
     if (splits == 1) {
         p.out_mode = MV_OUT_STORE;
         LAUNCH(cuda_matvec(&p, &l));
@@ -155,6 +158,7 @@ static void test_prologue(int in_mode, int norm_mode, int out_mode, int rows, in
     p.norm_w = dw, p.norm_mode = norm_mode, p.eps = 1e-6f, p.h_out = dho, p.zero = dz, p.n_zero = 100;
     p.out_mode = out_mode, p.y = dy;
     p.pf[1].ptr = dE, p.pf[1].bytes = ((int64_t)V * cols * 2) & ~15LL, p.early_trigger = rows % 2;
+    p.ring = g_ring;
     LAUNCH(cuda_matvec(&p, &l));
     CU(cudaDeviceSynchronize());
     CU(cudaMemcpy(gx, dxo, sizeof(float) * cols, cudaMemcpyDeviceToHost));
@@ -289,26 +293,30 @@ int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("matvec");
     rng_seed(&rng, test_seed(argc, argv, "test_matvec"));
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
-    /* VEC + STORE: tiny, odd, ragged columns, large */
-    test_vec(1, 8, 1, 0);
-    test_vec(7, 40, 1, 1);
-    test_vec(13, 296, 1, 0);
-    test_vec(4099, 1024, 1, 1);
-    test_vec(5120, 1024, 1, 1);
-    /* split-K: the 0.8B out_proj / down shapes and a ragged one */
-    test_vec(1024, 2048, cuda_matvec_splits(1024, 2048, n_sm), 1);
-    test_vec(1024, 3584, cuda_matvec_splits(1024, 3584, n_sm), 1);
-    test_vec(1000, 3000, 7, 0);
-    test_vec(37, 600, 3, 1);
-    test_vec(5, 16, 2, 0);
-    CHECK(cuda_matvec_splits(8224, 1024, n_sm) == 1, "many rows should not split");
-    /* prologues */
-    test_prologue(MV_IN_RESIDUAL, NORM_ZC, MV_OUT_STORE, 8224, 1024, 8);
-    test_prologue(MV_IN_RESIDUAL, NORM_PLAIN, MV_OUT_STORE, 333, 48, 1);
-    test_prologue(MV_IN_EMBED, NORM_ZC, MV_OUT_STORE, 130, 1024, 1);
-    test_prologue(MV_IN_EMBED, NORM_PLAIN, MV_OUT_SILU_MUL, 74, 40, 1);
-    test_prologue(MV_IN_RESIDUAL, NORM_ZC, MV_OUT_SILU_MUL, 7168, 1024, 1);
-    test_prologue(MV_IN_RESIDUAL, NORM_ZC, MV_OUT_SILU_MUL, 2 * 37, 296, 3);
+    for (g_ring = 0; g_ring <= 1; g_ring++) {
+        printf("  weights through %s\n", g_ring ? "the cp.async ring (ring 1)" : "registers (ring 0)");
+        /* VEC + STORE: tiny, odd, ragged columns, large */
+        test_vec(1, 8, 1, 0);
+        test_vec(7, 40, 1, 1);
+        test_vec(13, 296, 1, 0);
+        test_vec(4099, 1024, 1, 1);
+        test_vec(5120, 1024, 1, 1);
+        /* split-K: the 0.8B out_proj / down shapes and a ragged one */
+        test_vec(1024, 2048, cuda_matvec_splits(1024, 2048, n_sm), 1);
+        test_vec(1024, 3584, cuda_matvec_splits(1024, 3584, n_sm), 1);
+        test_vec(1000, 3000, 7, 0);
+        test_vec(37, 600, 3, 1);
+        test_vec(5, 16, 2, 0);
+        CHECK(cuda_matvec_splits(8224, 1024, n_sm) == 1, "many rows should not split");
+        /* prologues */
+        test_prologue(MV_IN_RESIDUAL, NORM_ZC, MV_OUT_STORE, 8224, 1024, 8);
+        test_prologue(MV_IN_RESIDUAL, NORM_PLAIN, MV_OUT_STORE, 333, 48, 1);
+        test_prologue(MV_IN_EMBED, NORM_ZC, MV_OUT_STORE, 130, 1024, 1);
+        test_prologue(MV_IN_EMBED, NORM_PLAIN, MV_OUT_SILU_MUL, 74, 40, 1);
+        test_prologue(MV_IN_RESIDUAL, NORM_ZC, MV_OUT_SILU_MUL, 7168, 1024, 1);
+        test_prologue(MV_IN_RESIDUAL, NORM_ZC, MV_OUT_SILU_MUL, 2 * 37, 296, 3);
+    }
+    g_ring = 0;
     /* argmax: LM-head shape, small with one block, padding rows */
     test_argmax(248320, 1024, 248077, 0);
     test_argmax(1000, 48, 990, 1);
