@@ -155,7 +155,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
         const float xq = p.proj[qch0 + d], xk = p.proj[kch0 + d];
         const float cq = conv_finish(pq[d], tq[d], xq), ck = conv_finish(pk[d], tk[d], xk);
         pq[d] = cq, pk[d] = ck;
-        ssq += rbf(cq * cq), ssk += rbf(ck * ck); /* HF squares the bf16 tensor: each x*x rounded */
+        ssq = fmaf(cq, cq, ssq), ssk = fmaf(ck, ck, ssk), sqk = fmaf(cq, ck, sqk);
         if (qk_writer) ring_row[qch0 + d] = bf16_bits(xq), ring_row[kch0 + d] = bf16_bits(xk);
     }
     for (int c = tid; c < ncols; c += nt) {
@@ -166,16 +166,9 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     }
     block_sum3(&ssq, &ssk, &sqk, red3); /* also publishes pq/pk/pv/zs to the block */
 
-    /* 3. l2norm as HF runs it on the bf16 tensors, before the fp32 cast:
-     *    x^ = bf16(x * bf16(rsqrt(bf16(bf16(sum bf16(x*x)) + 1e-6)))); then q^ *= dk^-1/2 in fp32.
-     *    k^ . q^ of the rounded vectors needs a second block sum. */
-    const float iq = rbf(rsqrtf(rbf(rbf(ssq) + 1e-6f))), ik = rbf(rsqrtf(rbf(rbf(ssk) + 1e-6f)));
-    const float qscale = 1.0f / sqrtf((float)dk);
-    for (int d = tid; d < dk; d += nt) sqk = fmaf(rbf(pq[d] * iq), rbf(pk[d] * ik), sqk);
-    float unused0 = 0.0f, unused1 = 0.0f;
-    __syncthreads(); /* red3 is reused */
-    block_sum3(&sqk, &unused0, &unused1, red3);
-    const float kq = sqk * qscale; /* k^ . q^ */
+    /* 3. l2norm factors, gates. */
+    const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
+    const float kq = sqk * rq * rk; /* k^ . q^ */
     const float beta = rbf(1.0f / (1.0f + expf(-b_in)));
     const float xa = a_in + dt_bias;
     const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
@@ -185,8 +178,8 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
 #pragma unroll
     for (int i = 0; i < DN_RPT; i++) {
         const int d = rl + i * nrl;
-        kd[i] = d < dk ? rbf(pk[d] * ik) : 0.0f;
-        qd[i] = d < dk ? rbf(pq[d] * iq) * qscale : 0.0f;
+        kd[i] = d < dk ? pk[d] * rk : 0.0f;
+        qd[i] = d < dk ? pq[d] * rq : 0.0f;
     }
 #pragma unroll
     for (int v = 0; v < VEC; v++) {

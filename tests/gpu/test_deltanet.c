@@ -55,8 +55,7 @@ typedef struct RefChain {
     float *S, *hist, *y, *o;
 } RefChain;
 
-/* One decode step on the CPU. bf = 1 inserts HF's bf16 roundings (MODEL.md §4.1, plus the bf16
- * l2norm HF actually runs: see the note in deltanet.cu). */
+/* One decode step on the CPU. bf = 1 inserts HF's bf16 roundings (MODEL.md §4.1). */
 static void ref_step(RefChain *r, const DnCase *c, const float *proj, const float *conv_w, const float *A_log,
                      const float *dt_bias, const float *norm_w, float eps, int bf, float *scratch) {
     const int kd = c->Hk * c->dk, vd = c->Hv * c->dv, cd = 2 * kd + vd, K = c->K;
@@ -73,18 +72,8 @@ static void ref_step(RefChain *r, const DnCase *c, const float *proj, const floa
     } else {
         cpu_conv1d_step(cv, r->hist, proj, conv_w, cd, K);
     }
-    if (bf) { /* HF: l2norm on the bf16 tensors (every op rounded), then fp32 and q * dk^-1/2 */
-        for (int h = 0; h < 2 * c->Hk; h++) {
-            float *x = cv + (int64_t)h * c->dk, ss = 0.0f;
-            for (int d = 0; d < c->dk; d++) ss += rbf(x[d] * x[d]);
-            const float inv = rbf(1.0f / sqrtf(rbf(rbf(ss) + 1e-6f)));
-            const float sc = h < c->Hk ? 1.0f / sqrtf((float)c->dk) : 1.0f;
-            for (int d = 0; d < c->dk; d++) x[d] = rbf(x[d] * inv) * sc;
-        }
-    } else {
-        cpu_l2norm(cv, c->Hk, c->dk, 1.0f / sqrtf((float)c->dk));
-        cpu_l2norm(cv + kd, c->Hk, c->dk, 1.0f);
-    }
+    cpu_l2norm(cv, c->Hk, c->dk, 1.0f / sqrtf((float)c->dk));
+    cpu_l2norm(cv + kd, c->Hk, c->dk, 1.0f);
     const float *z = proj + cd, *b = z + vd, *a = b + c->Hv;
     cpu_deltanet_gates(beta, g, b, a, A_log, dt_bias, 1, c->Hv);
     if (bf)
