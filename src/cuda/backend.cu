@@ -359,10 +359,6 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
     ctx->pdl = o ? !o->no_pdl : 1;
     ctx->pf_ahead = CUDA_PF_AHEAD;
     ctx->pdl_early = CUDA_PDL_EARLY;
-    { /* experiment switch until the H200 decides (docs/PERF_NOTES.md §7) */
-        const char *r = getenv("QWEN35_MV_RING");
-        ctx->mv_ring = r && r[0] == '1';
-    }
     if (o) ctx->probe = o->probe;
     ctx->n_valid = o && o->n_valid > 0 && o->n_valid < c->vocab_size ? o->n_valid : c->vocab_size;
     ctx->layers = (CudaLayer *)calloc((size_t)c->num_hidden_layers, sizeof(CudaLayer));

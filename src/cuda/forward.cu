@@ -109,8 +109,7 @@ static void pf_window(const CudaCtx *ctx, long long *front, const void *w, long 
 static int gemv(CudaCtx *ctx, const CudaLaunch *lc, MatvecParams *mv, const char *name, Err *err) {
     mv->eps = ctx->c->rms_norm_eps;
     mv->early_trigger = ctx->pdl_early;
-    mv->ring = ctx->mv_ring && mv->out_mode != MV_OUT_ARGMAX;
-    if (mv->blocks <= 0 && !mv->ring) mv->blocks = cuda_matvec_blocks(mv->rows, mv->cols, mv->splits, ctx->n_sm);
+    if (mv->blocks <= 0) mv->blocks = cuda_matvec_blocks(mv->rows, mv->cols, mv->splits, ctx->n_sm);
     double bytes = 2.0 * mv->rows * mv->cols + 4.0 * mv->cols * (1 + mv->n_parts) +
                    4.0 * mv->rows * (mv->out_mode == MV_OUT_SPLITK && !mv->atomic ? mv->splits : 1);
     op_begin(ctx);

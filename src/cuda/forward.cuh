@@ -89,8 +89,6 @@ typedef struct CudaCtx {
     long long ws_layers;
     long long pf_ahead;       /* CUDA_PF_AHEAD unless changed (bench) */
     int pdl_early;            /* CUDA_PDL_EARLY unless changed (bench) */
-    int mv_ring;              /* layer GEMVs through the cp.async ring (ops.h MatvecParams.ring);
-                                 experiment switch: QWEN35_MV_RING=1 at open */
     int splits_out[2];        /* split-K of w_out per layer type [LINEAR, FULL] */
     int splits_down;
     StepParams *step_dev;     /* device StepParams */

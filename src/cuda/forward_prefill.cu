@@ -121,9 +121,6 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
         d->dk = c->linear_key_head_dim, d->dv = c->linear_value_head_dim, d->K = c->linear_conv_kernel_dim;
     }
     d->glu_group = 1, d->max_seq = ctx->max_seq, d->gemm_algo = GEMM_ALGO_AUTO, d->eps = c->rms_norm_eps;
-    /* QWEN35_PREFILL_GEMM = 1 (mma.sync), 2 (wgmma), 3 (persistent wgmma): for timing comparisons */
-    const char *ga = getenv("QWEN35_PREFILL_GEMM");
-    if (ga && ga[0] >= '1' && ga[0] <= '3' && !ga[1]) d->gemm_algo = ga[0] - '0';
     PfArena a = {NULL, 0};
     pf_layout(ctx, pf, &a);
     cudaError_t e = cudaMalloc(&pf->buf, a.off);

@@ -135,15 +135,14 @@ typedef struct DnRefOut {
     float *q, *k, *v, *beta, *g; /* intermediates, [T][..] */
 } DnRefOut;
 
-/* HF's l2norm of the DeltaNet q/k heads on bf16 tensors (torch_chunk_gated_delta_rule with
- * use_qk_l2norm_in_kernel): x*x, the sum (fp32 accumulation, rounded once), + 1e-6, rsqrt and the
- * product each rounded to bf16; in place on rows of n. The dk^-1/2 scale of q comes after, in fp32. */
-static void ref_l2norm_bf16(float *x, int rows, int n) {
+/* l2norm of the DeltaNet q/k heads in fp32 (MODEL.md §4.1), in place on rows of n. The dk^-1/2
+ * scale of q comes after. */
+static void ref_l2norm(float *x, int rows, int n) {
     for (int r = 0; r < rows; r++) {
         float *v = x + (size_t)r * n, ss = 0.0f;
-        for (int i = 0; i < n; i++) ss += round_bf16(v[i] * v[i]);
-        const float inv = round_bf16(1.0f / sqrtf(round_bf16(round_bf16(ss) + 1e-6f)));
-        for (int i = 0; i < n; i++) v[i] = round_bf16(v[i] * inv);
+        for (int i = 0; i < n; i++) ss += v[i] * v[i];
+        const float inv = 1.0f / sqrtf(ss + 1e-6f);
+        for (int i = 0; i < n; i++) v[i] *= inv;
     }
 }
 
@@ -155,9 +154,9 @@ static void ref_deltanet(const DnDims *d, const DnWeights *w, const float *proj,
     float *m = cols(proj, T, ld, 0, cd), *c = fvec((size_t)T * cd);
     cpu_conv1d(c, conv_state, m, w->conv_w, T, cd, d->K);
     float *q = cols(c, T, cd, 0, kd), *k = cols(c, T, cd, kd, kd), *v = cols(c, T, cd, 2 * kd, vd);
-    ref_l2norm_bf16(q, T * d->Hk, d->dk);
-    ref_l2norm_bf16(k, T * d->Hk, d->dk);
-    float *qs = fvec((size_t)T * kd); /* q * dk^-1/2 in fp32, after the bf16 l2norm (HF) */
+    ref_l2norm(q, T * d->Hk, d->dk);
+    ref_l2norm(k, T * d->Hk, d->dk);
+    float *qs = fvec((size_t)T * kd); /* q * dk^-1/2 */
     const float qscale = 1.0f / sqrtf((float)d->dk);
     for (size_t i = 0; i < (size_t)T * kd; i++) qs[i] = q[i] * qscale;
     float *z = cols(proj, T, ld, cd, vd), *b = cols(proj, T, ld, cd + vd, d->Hv),
