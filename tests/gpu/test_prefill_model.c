@@ -69,6 +69,20 @@ static void compare_rows(const char *what, const float *got, const float *dec, c
           miss_p, clear, miss_d);
 }
 
+/* top-1 minus top-2 logit, and the logits' rms: a margin above 5 % of the rms is "clear". */
+static float top2_margin(const float *x, int n) {
+    const int a = argmax_n(x, n);
+    float second = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != a && x[i] > second) second = x[i];
+    return x[a] - second;
+}
+static float spread(const float *x, int n) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    return (float)sqrt(ss / n);
+}
+
 static void fill_nan(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = NAN;
 }
@@ -249,9 +263,14 @@ static void run_big(uint64_t seed) {
            b1, a1, e2, b2, a2);
     /* 0.2: see the header (two bf16 paths of a random model, measured 8.7-9 %; broken gives ~1) */
     CHECK(e1 <= 0.2, "0.8b prefill(2048) last row vs decode loop: rel L2 %.3e", e1);
-    CHECK(a1 == b1, "0.8b prefill(2048): greedy id %d, decode loop %d", b1, a1);
     CHECK(e2 <= 0.2, "0.8b decode after prefill(2048) vs after the decode loop: rel L2 %.3e", e2);
-    CHECK(a2 == b2, "0.8b decode after prefill(2048): greedy id %d vs %d", b2, a2);
+    /* greedy ids must agree where the decode loop's top-2 margin is clear (5 % of the logits' spread,
+     * as for the small models): over 248k random rows a near-tie may flip between two bf16 paths */
+    const float m1 = top2_margin(dl, V), m2 = top2_margin(dn, V);
+    CHECK(a1 == b1 || m1 <= 0.05f * spread(dl, V), "0.8b prefill(2048): greedy id %d, decode loop %d (margin %.3g)",
+          b1, a1, m1);
+    CHECK(a2 == b2 || m2 <= 0.05f * spread(dn, V), "0.8b decode after prefill(2048): greedy id %d vs %d (margin %.3g)",
+          b2, a2, m2);
 done:
     if (ctx) cuda_backend.close(ctx);
     model_free(&m);
