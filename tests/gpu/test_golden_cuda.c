@@ -5,8 +5,9 @@
  * bf16 logits vs HF float32 logits); and at every position at most 4x HF's error there (floored at
  * the case's median HF error, plus 1e-3), which catches a local bug without failing on one
  * position where HF's own rounding happened to be lucky (qwen35_gqa case 2 position 2: HF 0.0153
- * against a case median of 0.0097; ours 0.0334, 1.06x the 2x bound). Then deterministic mode must be bitwise identical over 3 runs and with the graph
- * on and off. Skips only when no CUDA device is present. */
+ * against a case median of 0.0097; ours 0.0334, 1.06x the 2x bound). Then deterministic mode
+ * must be bitwise identical over 3 runs and with the graph on and off. Skips only when no CUDA
+ * device is present. */
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
