@@ -19,37 +19,12 @@ static int cfail(cudaError_t e, const char *what, Err *err) {
         if (e_ != cudaSuccess) return cfail(e_, what, err);         \
     } while (0)
 
-/* ---- weight checks --------------------------------------------------------------------------- */
-
-static const char *dt_name(DType t) {
-    switch (t) {
-    case DT_BF16: return "BF16";
-    case DT_F16: return "F16";
-    case DT_F32: return "F32";
-    case DT_I32: return "I32";
-    case DT_I64: return "I64";
-    case DT_U8: return "U8";
-    }
-    return "unknown";
-}
-
-static int check_w(const Tensor *t, int64_t rows, int64_t cols, int layer, const char *what, Err *err) {
-    char where[32] = "";
-    if (layer >= 0) snprintf(where, sizeof where, "layer %d: ", layer);
-    if (!t->data) return err_set(err, Q35_ERR_FORMAT, "cuda backend: %s%s is missing", where, what);
-    if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
-        return err_set(err, Q35_ERR_FORMAT, "cuda backend: %s%s (%s) has dtype %s, expected BF16/F16/F32", where, what,
-                       t->name ? t->name : "?", dt_name(t->dtype));
-    if (t->numel != rows * cols || (cols > 1 && t->ndim >= 2 && t->shape[0] != rows))
-        return err_set(err, Q35_ERR_FORMAT, "cuda backend: %s%s (%s) has %lld elements, expected %lld x %lld", where,
-                       what, t->name ? t->name : "?", (long long)t->numel, (long long)rows, (long long)cols);
-    return 0;
-}
+/* ---- config and weight checks --------------------------------------------------------------------------- */
 
 static int check_model(const Model *m, Err *err) {
     const Config *c = &m->config;
     const Weights *w = &m->w;
-    const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
+    const int D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
     if (c->num_hidden_layers <= 0 || c->num_hidden_layers > Q35_MAX_LAYERS || !w->layers)
         return err_set(err, Q35_ERR_CONFIG, "cuda backend: model has %d layers", c->num_hidden_layers);
     if (D % 8 || F % 8 || c->attn_dim % 8 || (c->n_linear_layers && c->value_dim % 8))
@@ -74,41 +49,7 @@ static int check_model(const Model *m, Err *err) {
                        "cuda backend: DeltaNet needs Hv %% Hk == 0 and head dims <= 1024 (Hk %d, Hv %d, dk %d, dv %d, "
                        "K %d)", c->linear_num_key_heads, c->linear_num_value_heads, c->linear_key_head_dim,
                        c->linear_value_head_dim, c->linear_conv_kernel_dim);
-    int rc;
-    if ((rc = check_w(&w->embed_tokens, V, D, -1, "embed_tokens", err)) ||
-        (rc = check_w(&w->norm, D, 1, -1, "norm", err)) || (rc = check_w(&w->lm_head, V, D, -1, "lm_head", err)))
-        return rc;
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        const LayerWeights *L = &w->layers[l];
-        if ((rc = check_w(&L->input_layernorm, D, 1, l, "input_layernorm", err)) ||
-            (rc = check_w(&L->post_attention_layernorm, D, 1, l, "post_attention_layernorm", err)) ||
-            (rc = check_w(&L->gate_proj, F, D, l, "mlp.gate_proj", err)) ||
-            (rc = check_w(&L->up_proj, F, D, l, "mlp.up_proj", err)) ||
-            (rc = check_w(&L->down_proj, D, F, l, "mlp.down_proj", err)))
-            return rc;
-        if (c->layer_types[l] == LAYER_FULL_ATTN) {
-            if ((rc = check_w(&L->q_proj, c->q_proj_rows, D, l, "self_attn.q_proj", err)) ||
-                (rc = check_w(&L->k_proj, c->kv_dim, D, l, "self_attn.k_proj", err)) ||
-                (rc = check_w(&L->v_proj, c->kv_dim, D, l, "self_attn.v_proj", err)) ||
-                (rc = check_w(&L->o_proj, D, c->attn_dim, l, "self_attn.o_proj", err)) ||
-                (rc = check_w(&L->q_norm, hd, 1, l, "self_attn.q_norm", err)) ||
-                (rc = check_w(&L->k_norm, hd, 1, l, "self_attn.k_norm", err)))
-                return rc;
-        } else {
-            const int Hv = c->linear_num_value_heads;
-            if ((rc = check_w(&L->in_proj_qkv, c->conv_dim, D, l, "linear_attn.in_proj_qkv", err)) ||
-                (rc = check_w(&L->in_proj_z, c->value_dim, D, l, "linear_attn.in_proj_z", err)) ||
-                (rc = check_w(&L->in_proj_b, Hv, D, l, "linear_attn.in_proj_b", err)) ||
-                (rc = check_w(&L->in_proj_a, Hv, D, l, "linear_attn.in_proj_a", err)) ||
-                (rc = check_w(&L->conv1d, c->conv_dim, c->linear_conv_kernel_dim, l, "linear_attn.conv1d", err)) ||
-                (rc = check_w(&L->dt_bias, Hv, 1, l, "linear_attn.dt_bias", err)) ||
-                (rc = check_w(&L->A_log, Hv, 1, l, "linear_attn.A_log", err)) ||
-                (rc = check_w(&L->linear_norm, c->linear_value_head_dim, 1, l, "linear_attn.norm", err)) ||
-                (rc = check_w(&L->out_proj, D, c->value_dim, l, "linear_attn.out_proj", err)))
-                return rc;
-        }
-    }
-    return 0;
+    return model_check_weights(m, "cuda backend", err);
 }
 
 /* ---- arena layout ------------------------------------------------------------------------------ */
