@@ -5,11 +5,14 @@
  *        A[r][s] = beta_r (k_r . k_s) e^(gamma_r - gamma_s) (s < r), T = (I + A)^-1 (fp32, 16x16
  *        blocks), W = T diag(beta e^gamma) K,  U = T diag(beta) V.
  *   3. dn_scan_bf16_split   (Hv x dv/32; sequential over chunks, the only serial part), per chunk:
- *        store S (bf16), V' = U - W S,  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
+ *        store S (split bf16 hi + lo), V' = U - W S,  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
  *   4. dn_out_bf16_chunk    (chunks x Hv): O = diag(e^gamma) Q S + ((Q K^T) o Gamma) V', o = bf16(O),
  *        then the gated RMSNorm with z.
  * Matrix products run on mma.sync (bf16 in, fp32 out); the state lives in fp32 registers in
- * kernel 3. Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
+ * kernel 3. Operands that carry the state's precision are "split bf16" (x = hi + lo, hi = bf16(x),
+ * lo = bf16(x - hi), two mma into one fp32 accumulator, ~16 mantissa bits): S in W S and Q S, and
+ * the fp32 V' in the state update K^T V'. A plain bf16 S (8 bits) cost up to 8e-2 rel L2 on
+ * test_prefill_model where the fp32 recurrent decode gets 1.6e-2. Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
@@ -25,7 +28,7 @@ extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base,
                                                  int dv) {
     const size_t Tp = (size_t)(T + DN_C - 1) / DN_C * DN_C, nc = Tp / DN_C;
     const size_t sz[8] = {Tp * Hk * dk * 2, Tp * Hk * dk * 2, Tp * Hv * dv * 2, Tp * Hv * 4,
-                          Tp * Hv * 4,      Tp * Hv * dk * 2, Tp * Hv * dv * 2, nc * Hv * dk * dv * 2};
+                          Tp * Hv * 4,      Tp * Hv * dk * 2, Tp * Hv * dv * 2, nc * Hv * 2 * dk * dv * 2};
     size_t off[8], total = 0;
     for (int i = 0; i < 8; i++) off[i] = total, total += dn_align(sz[i]);
     if (sc && base) {
@@ -318,9 +321,10 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
 struct DnScanSmem {
     static constexpr int W = 0, K = W + DN_C * DN_D * 2, U = K + DN_C * DN_D * 2;
     static constexpr int STAGE = U + DN_C * DN_DVS * 2; /* W, K: [64][128]; U: [64][32] */
-    static constexpr int S = 2 * STAGE;                 /* bf16 [128][32] */
-    static constexpr int VS = S + DN_D * DN_DVS * 2;    /* bf16 [64][32] */
-    static constexpr int BYTES = VS + DN_C * DN_DVS * 2;
+    static constexpr int S = 2 * STAGE;                 /* bf16 [2][128][32]: S = hi + lo */
+    static constexpr int VS = S + 2 * DN_D * DN_DVS * 2; /* bf16 [2][64][32]: Vs = hi + lo */
+    static constexpr int BYTES = VS + 2 * DN_C * DN_DVS * 2;
+    static constexpr int LO_S = DN_D * DN_DVS * 2, LO_VS = DN_C * DN_DVS * 2; /* byte offsets of the lo halves */
 };
 
 __device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, const DeltaNetScratch &sc, uint32_t st,
@@ -377,16 +381,20 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
             gn1 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane + 1) * p.Hv + j];
         }
 
-        /* S entering the chunk -> bf16 tile (and the copy kernel 4 reads) */
-        uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * DN_D * DN_D;
+        /* S entering the chunk -> split bf16 tiles hi = bf16(S), lo = bf16(S - hi) (and the copy
+         * kernel 4 reads): W S = W hi + W lo keeps ~16 bits of S instead of 8 */
+        uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = warp * 16 + g + 8 * h, col = nt * 8 + 2 * t;
-                const uint32_t v = pack_bf16(S[nt][2 * h], S[nt][2 * h + 1]);
-                *(uint32_t *)(smem + L::S + swz_off<4>(r, col)) = v;
-                *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = v;
+                const float x0 = S[nt][2 * h], x1 = S[nt][2 * h + 1];
+                const uint32_t hi = pack_bf16(x0, x1), lo = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
+                *(uint32_t *)(smem + L::S + swz_off<4>(r, col)) = hi;
+                *(uint32_t *)(smem + L::S + L::LO_S + swz_off<4>(r, col)) = lo;
+                *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = hi;
+                *(uint32_t *)(Sg + DN_D * DN_D + (size_t)r * DN_D + e0 + col) = lo;
             }
         __syncthreads();
 
@@ -396,9 +404,12 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
             float acc[2][4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_D / 16; kk++) {
-                uint32_t a[4], b[4];
+                uint32_t a[4], b[4], bl[4];
                 ldsm_x4(ldsm_addr_a<16>(st + L::W, wm * 16, kk * 16, lane), a);
                 ldsm_x4_t(ldsm_addr_bk<4>(sb + L::S, kk * 16, wn * 16, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::S + L::LO_S, kk * 16, wn * 16, lane), bl);
+                mma_bf16(acc[0], a, bl[0], bl[1]);
+                mma_bf16(acc[1], a, bl[2], bl[3]);
                 mma_bf16(acc[0], a, b[0], b[1]);
                 mma_bf16(acc[1], a, b[2], b[3]);
             }
@@ -411,10 +422,13 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
                 for (int nt = 0; nt < 2; nt++) {
                     const int col = wn * 16 + nt * 8 + 2 * t;
                     const uint32_t uu = *(const uint32_t *)(smem + (st - sb) + L::U + swz_off<4>(r, col));
-                    const float v0 = rbf(__uint_as_float(uu << 16) - acc[nt][2 * h]);
-                    const float v1 = rbf(__uint_as_float(uu & 0xffff0000u) - acc[nt][2 * h + 1]);
+                    /* V' stays fp32 for the state update (split into hi + lo tiles); kernel 4 gets bf16(V') */
+                    const float v0 = __uint_as_float(uu << 16) - acc[nt][2 * h];
+                    const float v1 = __uint_as_float(uu & 0xffff0000u) - acc[nt][2 * h + 1];
                     *(uint32_t *)(vg + col) = pack_bf16(v0, v1);
-                    *(uint32_t *)(smem + L::VS + swz_off<4>(r, col)) = pack_bf16(v0 * dec, v1 * dec);
+                    const float x0 = v0 * dec, x1 = v1 * dec;
+                    *(uint32_t *)(smem + L::VS + swz_off<4>(r, col)) = pack_bf16(x0, x1);
+                    *(uint32_t *)(smem + L::VS + L::LO_VS + swz_off<4>(r, col)) = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
                 }
             }
         }
@@ -432,8 +446,11 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
             ldsm_x4_t(ldsm_addr_at<16>(st + L::K, kk * 16, warp * 16, lane), a);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
-                uint32_t b[4];
+                uint32_t b[4], bl[4];
                 ldsm_x4_t(ldsm_addr_bk<4>(sb + L::VS, kk * 16, np * 16, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::VS + L::LO_VS, kk * 16, np * 16, lane), bl);
+                mma_bf16(S[2 * np], a, bl[0], bl[1]);
+                mma_bf16(S[2 * np + 1], a, bl[2], bl[3]);
                 mma_bf16(S[2 * np], a, b[0], b[1]);
                 mma_bf16(S[2 * np + 1], a, b[2], b[3]);
             }
@@ -450,7 +467,8 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
 /* ---- 4. chunk output + gated RMSNorm --------------------------------------------------- */
 
 struct DnOutSmem {
-    static constexpr int Q = 0, K = Q + DN_C * DN_D * 2, S = K + DN_C * DN_D * 2, V = S + DN_D * DN_D * 2;
+    static constexpr int Q = 0, K = Q + DN_C * DN_D * 2, S = K + DN_C * DN_D * 2; /* S: bf16 [2][128][128] hi, lo */
+    static constexpr int V = S + 2 * DN_D * DN_D * 2;
     static constexpr int P = V + DN_C * DN_D * 2;     /* bf16 [64][64] */
     static constexpr int GAM = P + DN_C * DN_C * 2;   /* fp32 [64] */
     static constexpr int RED = GAM + DN_C * 4;        /* fp32 [2][64] */
@@ -475,9 +493,9 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
         cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
         cp_async16(sb + L::V + swz<16>(r, ch) * 16, sc.u + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
     }
-    const uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * DN_D * DN_D;
+    const uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
 #pragma unroll
-    for (int jj = 0; jj < DN_D * 16 / 256; jj++) {
+    for (int jj = 0; jj < 2 * DN_D * 16 / 256; jj++) { /* hi then lo: [256][128] */
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
         cp_async16(sb + L::S + swz<16>(r, ch) * 16, Sg + (size_t)r * DN_D + ch * 8, true);
     }
@@ -519,16 +537,18 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
     }
     __syncthreads();
 
-    /* O = diag(e^gamma) Q S + P V': warp -> rows 16 wm, columns 64 wn */
+    /* O = diag(e^gamma) Q (S_lo + S_hi) + P V': warp -> rows 16 wm, columns 64 wn. The lo rows
+     * sit at k-rows 128..255 of the S tile, so the k loop runs over both halves (lo first). */
     float acc[8][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < DN_D / 16; kk++) {
+    for (int kk = 0; kk < 2 * DN_D / 16; kk++) {
+        const int ks = (kk + DN_D / 16) % (2 * DN_D / 16); /* S k-row block: lo (8..15), then hi (0..7) */
         uint32_t a[4];
-        ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, kk * 16, lane), a);
+        ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, (ks % (DN_D / 16)) * 16, lane), a);
 #pragma unroll
         for (int np = 0; np < 4; np++) {
             uint32_t b[4];
-            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::S, kk * 16, wn * 64 + np * 16, lane), b);
+            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::S, ks * 16, wn * 64 + np * 16, lane), b);
             mma_bf16(acc[2 * np], a, b[0], b[1]);
             mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
         }

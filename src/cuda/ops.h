@@ -369,7 +369,8 @@ typedef struct DeltaNetScratch {
     float *beta, *g; /* fp32 [Tp][Hv] */
     uint16_t *w;     /* bf16 [Tp][Hv][dk]  W = L^-1 diag(beta e^gamma) K^ per chunk */
     uint16_t *u;     /* bf16 [Tp][Hv][dv]  U = L^-1 diag(beta) V, overwritten by V' = U - W S */
-    uint16_t *s;     /* bf16 [Tp/64][Hv][dk][dv]  state entering each chunk */
+    uint16_t *s;     /* bf16 [Tp/64][Hv][2][dk][dv]  state entering each chunk, split S = hi + lo (hi = bf16(S),
+                      * lo = bf16(S - hi): ~16 mantissa bits; kernel 4 runs Q S as two bf16 mma) */
 } DeltaNetScratch;
 /* Bytes of scratch for T tokens; with base != NULL also fills *sc with the regions carved from base
  * (256-byte aligned). */
