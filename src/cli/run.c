@@ -88,6 +88,7 @@ int cmd_run(int argc, char **argv) {
         q35_detok_close(st.detok);
     }
     printf("\n");
+    fflush(stdout); /* before the timing line on stderr */
     if (grc) { cli_fail(&err); goto done; }
     if (!quiet)
         fprintf(stderr, "[%s] prompt %d tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.2f tok/s)\n",
