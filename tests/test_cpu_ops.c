@@ -12,6 +12,7 @@
 #include "cpu/forward.h"
 #include "cpu/ops.h"
 #include "test.h"
+#include "tiny_weights.h"
 
 static Rng rng;
 
@@ -402,40 +403,7 @@ static void tiny_model(Model *m, int qwen35) {
     for (int l = 0; l < c->num_hidden_layers; l++)
         c->layer_types[l] == LAYER_FULL_ATTN ? c->n_full_layers++ : c->n_linear_layers++;
 
-    const int D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim, Hv = c->linear_num_value_heads;
-    const float nofs = qwen35 ? 0.0f : 1.0f, ws = 1.0f / sqrtf((float)D); /* norm offset; matrix scale */
-    Weights *w = &m->w;
-    w->embed_tokens = mk(c->vocab_size, D, DT_BF16, 0.0f, 1.0f);
-    w->norm = mk(D, 1, DT_BF16, nofs, 0.2f);
-    w->lm_head = w->embed_tokens;
-    w->layers = keep(calloc((size_t)c->num_hidden_layers, sizeof(LayerWeights)));
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        LayerWeights *L = &w->layers[l];
-        L->type = c->layer_types[l];
-        L->input_layernorm = mk(D, 1, DT_BF16, nofs, 0.2f);
-        L->post_attention_layernorm = mk(D, 1, DT_BF16, nofs, 0.2f);
-        L->gate_proj = mk(F, D, DT_BF16, 0.0f, ws);
-        L->up_proj = mk(F, D, DT_BF16, 0.0f, ws);
-        L->down_proj = mk(D, F, l == 0 ? DT_F16 : DT_BF16, 0.0f, 1.0f / sqrtf((float)F));
-        if (L->type == LAYER_FULL_ATTN) {
-            L->q_proj = mk(c->q_proj_rows, D, DT_BF16, 0.0f, ws);
-            L->k_proj = mk(c->kv_dim, D, DT_BF16, 0.0f, ws);
-            L->v_proj = mk(c->kv_dim, D, DT_BF16, 0.0f, ws);
-            L->o_proj = mk(D, c->attn_dim, DT_BF16, 0.0f, 1.0f / sqrtf((float)c->attn_dim));
-            L->q_norm = mk(hd, 1, DT_BF16, nofs, 0.2f);
-            L->k_norm = mk(hd, 1, DT_BF16, nofs, 0.2f);
-        } else {
-            L->in_proj_qkv = mk(c->conv_dim, D, DT_BF16, 0.0f, ws);
-            L->in_proj_z = mk(c->value_dim, D, DT_BF16, 0.0f, ws);
-            L->in_proj_b = mk(Hv, D, DT_BF16, 0.0f, ws);
-            L->in_proj_a = mk(Hv, D, DT_BF16, 0.0f, ws);
-            L->conv1d = mk(c->conv_dim, c->linear_conv_kernel_dim, DT_BF16, 0.0f, 0.5f);
-            L->dt_bias = mk(Hv, 1, DT_BF16, 0.0f, 1.0f);
-            L->A_log = mk(Hv, 1, DT_F32, 0.0f, 1.0f);
-            L->linear_norm = mk(c->linear_value_head_dim, 1, DT_F32, 1.0f, 0.2f);
-            L->out_proj = mk(D, c->value_dim, DT_BF16, 0.0f, 1.0f / sqrtf((float)c->value_dim));
-        }
-    }
+    tiny_fill_weights(m, mk, keep, 0);
 }
 
 /* ---- naive double-precision decode, straight from MODEL.md §7 ---------------------------- */
