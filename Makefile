@@ -87,6 +87,7 @@ $(BUILD)/bench/bench_tokenizer: bench/bench_tokenizer.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 deps:
+	$(if $(filter 0,$(shell id -u)),,sudo) apt-get update -qq
 	$(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq make gcc libcjson-dev libpcre2-dev libutf8proc-dev \
 	    libcurl4-openssl-dev libssl-dev
 	command -v npm >/dev/null || $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq nodejs npm
