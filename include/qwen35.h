@@ -67,6 +67,9 @@ void q35_engine_close(Q35Engine *e);
 /* Human-readable description (architecture, layer kinds, params, bytes, dtypes). */
 int q35_engine_describe(const Q35Engine *e, char *buf, size_t n);
 const char *q35_backend_name(const Q35Engine *e);
+/* A note from opening, or NULL: e.g. backend "auto" found a GPU that cannot run this model's shapes
+ * and fell back to the CPU. */
+const char *q35_engine_note(const Q35Engine *e);
 int q35_vocab_size(const Q35Engine *e);   /* rows of the LM head (padded) */
 int q35_context_size(const Q35Engine *e); /* max_seq */
 int q35_position(const Q35Engine *e);     /* tokens already in the sequence */

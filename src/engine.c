@@ -16,6 +16,7 @@ struct Q35Engine {
     int pos;      /* tokens already in the sequence */
     int n_valid;  /* real token ids: tokenizer size when known, else vocab_size */
     float *logits; /* [vocab] scratch for generation */
+    char note[320]; /* why the engine did not use the requested/auto-picked backend, or "" */
 };
 
 void q35_options_init(Q35Options *o) {
@@ -85,7 +86,18 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     bo.no_graph = opt->no_graph;
     bo.probe.dir = opt->probe_dir;
     bo.n_valid = e->n_valid;
-    if ((rc = e->be->open(&e->bctx, &e->model, &bo, err))) goto fail;
+    rc = e->be->open(&e->bctx, &e->model, &bo, err);
+    if (rc && e->be == &cuda_backend && (!opt->backend || !strcmp(opt->backend, "auto")) &&
+        (rc == Q35_ERR_CONFIG || rc == Q35_ERR_UNSUPPORTED)) {
+        /* auto: a GPU is there but cannot run this model's shapes -> the CPU, with a note */
+        snprintf(e->note, sizeof e->note, "CUDA backend unavailable for this model (%s); using the CPU",
+                 err ? err->msg : "");
+        e->bctx = NULL;
+        e->be = &cpu_backend;
+        err_clear(err);
+        rc = e->be->open(&e->bctx, &e->model, &bo, err);
+    }
+    if (rc) goto fail;
     e->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     if (!e->logits) {
         rc = err_set(err, Q35_ERR_OOM, "out of memory");
@@ -142,6 +154,7 @@ int q35_engine_describe(const Q35Engine *e, char *buf, size_t n) {
 }
 
 const char *q35_backend_name(const Q35Engine *e) { return e->be->name; }
+const char *q35_engine_note(const Q35Engine *e) { return e->note[0] ? e->note : NULL; }
 int q35_vocab_size(const Q35Engine *e) { return e->model.config.vocab_size; }
 int q35_context_size(const Q35Engine *e) { return e->max_seq; }
 int q35_position(const Q35Engine *e) { return e->pos; }

@@ -155,5 +155,6 @@ int cli_open(Q35Engine **e, Q35Options *o) {
         return 1;
     }
     if (q35_engine_open(e, o, &err)) return cli_fail(&err);
+    if (q35_engine_note(*e)) fprintf(stderr, "qwen35: %s\n", q35_engine_note(*e));
     return 0;
 }
