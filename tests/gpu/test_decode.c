@@ -79,15 +79,9 @@ static void small_model(Model *m, int qwen35) {
     c->max_position_embeddings = 4096;
     for (int l = 0; l < c->num_hidden_layers; l++)
         c->layer_types[l] = !qwen35 || l == 2 || l == 4 ? LAYER_FULL_ATTN : LAYER_LINEAR_ATTN;
-    c->rotary_dim = (int)(c->head_dim * c->partial_rotary_factor);
-    c->q_proj_rows = (1 + c->attn_output_gate) * c->num_attention_heads * c->head_dim;
-    c->kv_dim = c->num_key_value_heads * c->head_dim;
-    c->attn_dim = c->num_attention_heads * c->head_dim;
-    c->key_dim = c->linear_num_key_heads * c->linear_key_head_dim;
-    c->value_dim = c->linear_num_value_heads * c->linear_value_head_dim;
-    c->conv_dim = 2 * c->key_dim + c->value_dim;
-    for (int l = 0; l < c->num_hidden_layers; l++)
-        c->layer_types[l] == LAYER_FULL_ATTN ? c->n_full_layers++ : c->n_linear_layers++;
+    Err cerr = {0};
+    const int crc = config_finish(c, "tiny model", &cerr); /* the derived sizes, as the loader computes them */
+    CHECK(crc == 0, "tiny config: %s", cerr.msg);
 
     tiny_fill_weights(m, mk, keep, !qwen35);
 }
