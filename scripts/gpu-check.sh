@@ -4,8 +4,10 @@
 # .devpack/pack.tgz by scripts/devpack.sh (unpacked here first). Runs the GPU tests, the
 # CUDA-vs-HF golden checks, the full-size comparison against HF bf16, compute-sanitizer, and
 # the benchmark, writing logs to $OUT (or ./gpu-out) and printing a short table last.
-#   usage: scripts/gpu-check.sh [tests] [full] [sanitizer] [bench] [hf] [lab] [tok]
-#   (default: tests full sanitizer bench hf)
+#   usage: scripts/gpu-check.sh [tests] [full] [sanitizer] [bench] [hf] [lab] [tok] [t:NAME ...]
+#          [quickbench]
+#   (default: tests full sanitizer bench hf; t:NAME runs build/tests/gpu/test_NAME alone;
+#   quickbench: decode at ctx 128/2048/16384 with --ops and one 2048-token prefill)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -21,6 +23,20 @@ if has tests; then
     echo "== GPU tests"
     sh tests/run.sh $(ls build/tests/gpu/test_* | grep -v "\.d$") 2>&1 | tee "$OUT/gpu-tests.log"
     summary+=("gpu tests: $(tail -n 1 "$OUT/gpu-tests.log")")
+fi
+for s in $steps; do
+    case "$s" in t:*)
+        n=${s#t:}
+        echo "== GPU test $n"
+        sh tests/run.sh "build/tests/gpu/test_$n" 2>&1 | tee "$OUT/gpu-test-$n.log"
+        summary+=("test_$n: $(tail -n 1 "$OUT/gpu-test-$n.log")");;
+    esac
+done
+if has quickbench; then
+    echo "== quick bench"
+    build/qwen35 bench --dummy qwen3.5-0.8b --backend cuda --ops --prefill-list 2048 --json "$OUT/bench.json" \
+        --md "$OUT/bench.md" 2>&1 | tee "$OUT/bench.log"
+    summary+=("quick bench: exit ${PIPESTATUS[0]}")
 fi
 if has full; then
     echo "== full-size random Qwen3.5-0.8B: HF bf16 vs qwen35 CUDA decode"

@@ -46,6 +46,7 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
     double tot_us = 0;
     for (int i = 0; i < r->n_ops; i++) {
         const char *n = r->ops[i].name;
+        if (!strncmp(n, "persistent:", 11)) continue; /* printed below */
         if (n[0] == 'L' && strchr(n, '.')) n = strchr(n, '.') + 1;
         int j = 0;
         while (j < k && strcmp(names[j], n)) j++;
@@ -59,8 +60,19 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
         bprintf(md, "| %s | %d | %.1f | %.1f | %.2f | %.0f | %.0f |\n", names[j], cnt[j], us[j],
                 100 * us[j] / tot_us, bytes[j] / 1e6, bytes[j] / us[j] / 1e3,
                 100 * bytes[j] / us[j] / 1e3 / r->read_gbs);
-    bprintf(md, "| total | %d | %.1f | 100 | %.1f | %.0f | %.0f |\n", r->n_ops, tot_us, r->step_bytes / 1e6,
+    int n_phase = 0;
+    for (int i = 0; i < r->n_ops; i++) n_phase += strncmp(r->ops[i].name, "persistent:", 11) != 0;
+    bprintf(md, "| total | %d | %.1f | 100 | %.1f | %.0f | %.0f |\n", n_phase, tot_us, r->step_bytes / 1e6,
             r->step_bytes / tot_us / 1e3, 100 * r->step_bytes / tot_us / 1e3 / r->read_gbs);
+    if (n_phase < r->n_ops) {
+        bprintf(md, "\nThe step as it runs by default (eager, events):\n\n| launch | us | MB | GB/s | %% of read BW |\n"
+                    "|---|---|---|---|---|\n");
+        for (int i = 0; i < r->n_ops; i++)
+            if (!strncmp(r->ops[i].name, "persistent:", 11))
+                bprintf(md, "| %s | %.1f | %.2f | %.0f | %.0f |\n", r->ops[i].name + 11, r->ops[i].us,
+                        r->ops[i].bytes / 1e6, r->ops[i].bytes / r->ops[i].us / 1e3,
+                        100 * r->ops[i].bytes / r->ops[i].us / 1e3 / r->read_gbs);
+    }
 }
 
 /* Prefill timings (device events) at each length, the GEMM rate of the same run, and with ops the
@@ -171,23 +183,29 @@ int cmd_bench(int argc, char **argv) {
         bprintf(&md, "Decode on %s (%d SMs); copy %.0f GB/s (read+write), streaming read %.0f GB/s; %.3f GB per step "
                      "at ctx %d\n\n", res->device, res->n_sm, res->copy_gbs, res->read_gbs, res->step_bytes / 1e9,
                 ctxs[0]);
+        bprintf(&md, "Step: %s. Columns after `launches`: the same step as a graph + PDL with atomic "
+                     "split-K, deterministic, without PDL, eager (no graph), with the per-token readback, sampling; "
+                     "`per-phase kernels`: the persistent layer kernel off (one kernel per phase).\n\n",
+                res->persistent ? "persistent layer kernel + LM head" : "one kernel per phase");
         bprintf(&md, "| ctx | ms/token | tok/s | GB/s | %% of read BW | launches | atomic | deterministic | no PDL | "
-                     "eager | +readback | sampling |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                     "eager | +readback | sampling | per-phase kernels (launches) |\n"
+                     "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int c = 0; c < n_ctx; c++) {
             rq.ctx_len = ctxs[c];
             rq.ops = 0;
             if (c > 0 && q35_bench_decode(e, &rq, res, &err)) { cli_fail(&err); goto done; }
             const double gbs = res->step_bytes / res->ms_token / 1e6;
-            bprintf(&md, "| %d | %.4f | %.0f | %.0f | %.1f | %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n",
+            bprintf(&md, "| %d | %.4f | %.0f | %.0f | %.1f | %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f (%d) |\n",
                     ctxs[c], res->ms_token, 1e3 / res->ms_token, gbs, 100 * gbs / res->read_gbs, res->launches,
-                    res->ms_atomic, res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample);
+                    res->ms_atomic, res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample,
+                    res->ms_phases, res->launches_phases);
             bprintf(&js,
                     "%s{\"ctx\":%d,\"ms_token\":%.5f,\"gbs\":%.1f,\"step_bytes\":%.0f,\"launches\":%d,\"ms_atomic\":%.5f,"
                     "\"ms_det\":%.5f,\"ms_nopdl\":%.5f,\"ms_eager\":%.5f,\"ms_sync\":%.5f,\"ms_sample\":%.5f,"
-                    "\"copy_gbs\":%.1f,\"read_gbs\":%.1f}",
+                    "\"copy_gbs\":%.1f,\"read_gbs\":%.1f,\"persistent\":%d,\"ms_phases\":%.5f,\"launches_phases\":%d}",
                     c ? "," : "", ctxs[c], res->ms_token, gbs, res->step_bytes, res->launches, res->ms_atomic,
                     res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample, res->copy_gbs,
-                    res->read_gbs);
+                    res->read_gbs, res->persistent, res->ms_phases, res->launches_phases);
         }
         if (ops) { /* the per-op table of the first context, printed after the summary rows */
             rq.ctx_len = ctxs[0];

@@ -133,6 +133,7 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->pa, (size_t)ctx->max_splits * D);
     CARVE(a, ctx->pb, (size_t)ctx->max_splits * D);
     CARVE(a, ctx->am_count, 1);
+    CARVE(a, ctx->mega_bar, 64);
     ctx->sample_scratch = carve(a, cuda_sample_scratch_bytes(ctx->n_sm));
     ctx->state_bytes = a->off - ctx->state_off;
     CARVE(a, ctx->x[0], D);
@@ -146,6 +147,10 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->out_id, 1);
     CARVE(a, ctx->out_max, 1);
     CARVE(a, ctx->step_dev, 1);
+    CARVE(a, ctx->mega_layers, L);
+    if (c->n_full_layers)
+        ctx->mega_work = (float *)carve(a, cuda_mega_work_bytes(c->num_attention_heads, hd, ctx->n_sm,
+                                                                c->num_key_value_heads));
     CARVE(a, ctx->probe_dev, imax(imax(c->value_dim, c->attn_dim), imax(D, c->q_proj_rows)));
 }
 
@@ -240,6 +245,51 @@ static int upload_weights(CudaCtx *ctx, Err *err) {
     }
     cudaFreeHost(stage);
     return rc;
+}
+
+/* ---- the persistent layer kernel ------------------------------------------------------------------ */
+
+/* Fills ctx->mega_p and the device layer table; ctx->mega_ok = 1 when the kernel supports the model. */
+static int mega_setup(CudaCtx *ctx, Err *err) {
+    const Config *c = ctx->c;
+    const int L = c->num_hidden_layers;
+    MegaLayer *h = (MegaLayer *)calloc((size_t)L, sizeof *h);
+    if (!h) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+    for (int l = 0; l < L; l++) {
+        const CudaLayer *ly = &ctx->layers[l];
+        MegaLayer *m = &h[l];
+        m->w_in = ly->w_in, m->w_out = ly->w_out, m->w_gu = ly->w_gu, m->w_down = ly->w_down;
+        m->ln1 = ly->ln1, m->ln2 = ly->ln2;
+        m->type = ly->type == LAYER_FULL_ATTN ? 1 : 0, m->in_rows = ly->in_rows, m->out_cols = ly->out_cols;
+        m->conv_w = ly->conv_w, m->A_log = ly->A_log, m->dt_bias = ly->dt_bias, m->lin_norm = ly->lin_norm;
+        m->S = ly->S, m->conv_ring = ly->conv_ring;
+        m->q_norm = ly->q_norm, m->k_norm = ly->k_norm, m->Kc = ly->Kc, m->Vc = ly->Vc;
+    }
+    cudaError_t e = cudaMemcpy(ctx->mega_layers, h, sizeof *h * (size_t)L, cudaMemcpyHostToDevice);
+    free(h);
+    if (e != cudaSuccess) return cfail(e, "layer table upload", err);
+    MegaParams *p = &ctx->mega_p;
+    memset(p, 0, sizeof *p);
+    p->layers = ctx->mega_layers, p->L = L, p->D = c->hidden_size, p->F = c->intermediate_size;
+    if (c->n_linear_layers) {
+        p->Hk = c->linear_num_key_heads, p->Hv = c->linear_num_value_heads, p->dk = c->linear_key_head_dim;
+        p->dv = c->linear_value_head_dim, p->K = c->linear_conv_kernel_dim, p->conv_dim = c->conv_dim;
+        p->value_dim = c->value_dim;
+    }
+    if (c->n_full_layers) {
+        p->Hq = c->num_attention_heads, p->Hkv = c->num_key_value_heads, p->hd = c->head_dim, p->R = c->rotary_dim;
+        p->gated = c->attn_output_gate, p->max_seq = ctx->max_seq, p->attn_dim = c->attn_dim;
+        p->nsplit = p->Hkv > 0 && ctx->n_sm / p->Hkv > 1 ? ctx->n_sm / p->Hkv : 1;
+        p->work = ctx->mega_work;
+    }
+    p->norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
+    p->eps = c->rms_norm_eps;
+    p->embed = ctx->embed, p->inv_freq = ctx->inv_freq, p->step = ctx->step_dev;
+    p->x0 = ctx->x[0], p->x1 = ctx->x[1], p->proj = ctx->proj, p->mix = ctx->mix, p->aout = ctx->pa;
+    p->mlp = ctx->mlp, p->dout = ctx->pb, p->bar = ctx->mega_bar;
+    ctx->mega_blocks = ctx->n_sm;
+    ctx->mega_ok = cuda_mega_prepare(p, ctx->n_sm) == 0;
+    return 0;
 }
 
 /* ---- open / close ------------------------------------------------------------------------------ */
@@ -337,6 +387,8 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
             goto fail;
         }
         if ((rc = upload_weights(ctx, err))) goto fail;
+        if ((rc = mega_setup(ctx, err))) goto fail;
+        ctx->mega = ctx->mega_ok && !(o && o->no_persistent);
         if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->step_host, sizeof(StepParams))) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->id_host, sizeof(int))) != cudaSuccess ||

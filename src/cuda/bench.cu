@@ -71,8 +71,9 @@ static int time_sync(CudaCtx *ctx, int iters, double *ms, Err *err) {
     return rc;
 }
 
-/* One eager step with an event before every launch: per-launch times and bytes. */
-static int time_ops(CudaCtx *ctx, int events, BenchResult *res, Err *err) {
+/* One eager step with an event before every launch: per-launch times and bytes, appended to
+ * res->ops (append = 0: from the start, and res->step_bytes = their sum). */
+static int time_ops(CudaCtx *ctx, int events, int append, BenchResult *res, Err *err) {
     if (events && !ctx->ev_ready) {
         for (int i = 0; i <= CUDA_MAX_OPS; i++) {
             cudaError_t e = cudaEventCreate(&ctx->ev[i]);
@@ -88,13 +89,14 @@ static int time_ops(CudaCtx *ctx, int events, BenchResult *res, Err *err) {
     ctx->rec_ops = 0;
     if (rc) return rc;
     if (e != cudaSuccess) return bfail(e, "eager step", err);
-    res->n_ops = ctx->n_ops < BENCH_MAX_OPS ? ctx->n_ops : BENCH_MAX_OPS;
-    res->step_bytes = 0;
-    for (int i = 0; i < res->n_ops; i++) {
-        BenchOp *o = &res->ops[i];
-        snprintf(o->name, sizeof o->name, "%s", ctx->ops[i].name);
+    const int base = append ? res->n_ops : 0;
+    res->n_ops = base + ctx->n_ops < BENCH_MAX_OPS ? base + ctx->n_ops : BENCH_MAX_OPS;
+    if (!append) res->step_bytes = 0;
+    for (int i = 0; i + base < res->n_ops; i++) {
+        BenchOp *o = &res->ops[base + i];
+        snprintf(o->name, sizeof o->name, "%s%s", append ? "persistent:" : "", ctx->ops[i].name);
         o->bytes = ctx->ops[i].bytes;
-        res->step_bytes += o->bytes;
+        if (!append) res->step_bytes += o->bytes;
         float f = 0;
         if (events) cudaEventElapsedTime(&f, ctx->ev[i], ctx->ev[i + 1]);
         o->us = 1e3 * f;
@@ -177,6 +179,19 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     if (!rc) rc = time_mode(ctx, det0, pdl0, ng0, 0, iters, &res->ms_token, err);
     if (!rc) rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_atomic, err);
     if (!rc) res->launches = ctx->graph_kernels[0];
+    /* the same step with one kernel per phase (the persistent layer kernel off) */
+    const int mega0 = ctx->mega;
+    res->persistent = mega0;
+    if (!rc && mega0) {
+        ctx->mega = 0;
+        cuda_graphs_drop(ctx);
+        rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_phases, err);
+        if (!rc) res->launches_phases = ctx->graph_kernels[0];
+        ctx->mega = mega0;
+        cuda_graphs_drop(ctx);
+    } else if (!rc) {
+        res->ms_phases = res->ms_atomic, res->launches_phases = res->launches;
+    }
     if (!rc) rc = time_mode(ctx, 1, 1, 0, 0, iters, &res->ms_det, err);
     if (!rc) rc = time_mode(ctx, 0, 0, 0, 0, iters, &res->ms_nopdl, err);
     if (!rc) rc = time_mode(ctx, 0, 1, 1, 0, iters, &res->ms_eager, err);
@@ -192,8 +207,15 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         memset(sp, 0, sizeof *sp);
         sp->token = 1 < c->vocab_size ? 1 : 0, sp->pos = rq->ctx_len, sp->top_p = 1.0f;
     }
-    if (!rc) rc = time_ops(ctx, rq->ops, res, err);
+    /* per-launch breakdown: the per-phase kernels (where a token's time goes), then the
+     * persistent kernel's launches appended */
+    if (!rc) {
+        ctx->mega = 0;
+        rc = time_ops(ctx, rq->ops, 0, res, err);
+        ctx->mega = mega0;
+    }
+    if (!rc && mega0 && rq->ops) rc = time_ops(ctx, 1, 1, res, err);
     if (!rc) rc = bandwidth(ctx, res, err);
-    ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0, ctx->rec_ops = 0;
+    ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0, ctx->rec_ops = 0, ctx->mega = mega0;
     return rc;
 }

@@ -206,6 +206,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     const int D = c->hidden_size, F = c->intermediate_size, L = c->num_hidden_layers, V = c->vocab_size;
     const int nm = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN, det = ctx->deterministic;
     const int probing = ctx->probe.dir != NULL;
+    int L_done = 0;
     CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2};
     ctx->n_ops = 0;
     cudaError_t e = cudaMemcpyAsync(ctx->step_dev, ctx->step_host, sizeof(StepParams), cudaMemcpyHostToDevice,
@@ -214,7 +215,21 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     int xi = 0, rc = 0, pb_parts = 1;
     long long front = 0; /* L2 prefetch frontier (pf_window) */
     char name[40];
-    for (int l = 0; l < L && !rc; l++) {
+    if (ctx->mega && !probing) { /* every layer in the persistent kernel; then x[1] + pb feed the head */
+        double bytes = 0;
+        for (int l = 0; l < L; l++) {
+            const CudaLayer *ly = &ctx->layers[l];
+            bytes += 2.0 * D * ((double)ly->in_rows + ly->out_cols + 3.0 * F);
+            if (ly->type == LAYER_FULL_ATTN)
+                bytes += 2.0 * 2 * c->num_key_value_heads * (ctx->step_host->pos + 1.0) * c->head_dim;
+            else
+                bytes += 8.0 * c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
+        }
+        op_begin(ctx);
+        rc = op_end(ctx, cuda_mega_step(&ctx->mega_p, ctx->mega_blocks, &lc), "layers", bytes, err);
+        xi = 1, pb_parts = 1, L_done = L;
+    }
+    for (int l = L_done; l < L && !rc; l++) {
         CudaLayer *ly = &ctx->layers[l];
         const int full = ly->type == LAYER_FULL_ATTN, so = ctx->splits_out[full];
         MatvecParams mv;

@@ -107,6 +107,13 @@ typedef struct CudaCtx {
     CudaOp ops[CUDA_MAX_OPS];
     cudaEvent_t ev[CUDA_MAX_OPS + 1];
     int ev_ready;
+    /* persistent layer kernel (megastep.cu): used for the step when mega = 1 (supported shapes,
+     * not disabled, no probes); mega_p is complete after open */
+    int mega, mega_ok, mega_blocks;
+    MegaParams mega_p;
+    MegaLayer *mega_layers;   /* device [L] */
+    unsigned *mega_bar;       /* device [64], in the state range (zero when no kernel runs) */
+    float *mega_work;
     struct CudaPrefill *pf;   /* prefill buffers (forward_prefill.cu); NULL: forward(n > 1) runs n decode steps */
 } CudaCtx;
 

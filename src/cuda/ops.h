@@ -473,6 +473,52 @@ int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, 
 int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
                                 int pos, const CudaLaunch *l);
 
+
+/* ---- the persistent decode step (megastep.cu) -------------------------------------------------
+ * All layers of one decode step in ONE kernel: one block per SM (n_blocks <= SMs, all resident),
+ * phases separated by a grid-wide barrier (bar: 64 zeroed words, self-resetting). Per layer:
+ *   in   : x = bf16(x + bf16(dout)) (layer 0: x = E[token]), proj = bf16(W_in norm1(x))
+ *   mixer: DeltaNet step (o into mix) | attention partials (work) + merge and gate (into mix)
+ *   out  : aout = W_out mix'   (DeltaNet: mix' = gated RMSNorm of o; attention: mix)
+ *   gu   : x = bf16(x + bf16(aout)), mlp = bf16(bf16(silu(g)) u), [g; u] = W_gu norm2(x)
+ *   down : dout = W_down mlp
+ * Every GEMV is split by rows over the blocks (no split-K, so the sums are deterministic); each
+ * block's weight rows stream into a shared-memory ring through cp.async.bulk, issued by one
+ * producer warp that runs ahead of the phases (it never waits on the barrier). After the kernel,
+ * x[(2L - 1) & 1] + dout is the residual stream the LM head consumes. */
+typedef struct MegaLayer {
+    const uint16_t *w_in, *w_out, *w_gu, *w_down; /* as CudaLayer (forward.cuh) */
+    const float *ln1, *ln2;
+    int type, in_rows, out_cols, pad_;
+    const float *conv_w, *A_log, *dt_bias, *lin_norm;
+    float *S;
+    uint16_t *conv_ring;
+    const float *q_norm, *k_norm;
+    uint16_t *Kc, *Vc;
+} MegaLayer;
+
+typedef struct MegaParams {
+    const MegaLayer *layers; /* device array [L] */
+    int L, D, F;
+    int Hk, Hv, dk, dv, K, conv_dim, value_dim;            /* DeltaNet */
+    int Hq, Hkv, hd, R, gated, max_seq, attn_dim, nsplit;  /* attention; nsplit: max splits (work) */
+    int norm_mode;
+    float eps;
+    const uint16_t *embed;  /* [V][D] */
+    const float *inv_freq;  /* [R/2] */
+    const StepParams *step;
+    float *x0, *x1;         /* residual ping-pong [D] */
+    float *proj, *mix, *aout, *mlp, *dout;
+    float *work;            /* [Hq][nsplit][hd + 2] attention partials */
+    unsigned *bar;          /* [64] zeroed once */
+} MegaParams;
+
+/* 0 when the kernel supports p's shapes on n_sm SMs (and sets its shared-memory attribute),
+ * else a cudaError_t value (cudaErrorInvalidValue: shapes; the caller falls back). */
+int cuda_mega_prepare(const MegaParams *p, int n_sm);
+int cuda_mega_step(const MegaParams *p, int n_blocks, const CudaLaunch *l);
+size_t cuda_mega_work_bytes(int Hq, int hd, int n_sm, int Hkv);
+
 #ifdef __cplusplus
 }
 #endif

@@ -108,10 +108,13 @@ static int cuda_run_batch(void *ctx, const int *ids, int n, float *logits, Err *
     return rc ? rc : cuda_backend.forward(ctx, ids, n, 0, 1, logits, err);
 }
 
+static int g_no_persistent; /* open_cuda: 1 = one kernel per phase (the persistent layer kernel off) */
+
 static int open_cuda(void **ctx, const Model *m, int det, int no_graph, int no_pdl, int n_valid, const char *probe_dir) {
     BackendOptions o;
     memset(&o, 0, sizeof o);
     o.max_seq = 64, o.deterministic = det, o.no_graph = no_graph, o.no_pdl = no_pdl, o.n_valid = n_valid;
+    o.no_persistent = g_no_persistent;
     o.probe.dir = probe_dir;
     Err err = {0};
     int rc = cuda_backend.open(ctx, m, &o, &err);
@@ -235,6 +238,29 @@ static void test_model(int qwen35) {
     }
     double ea = rel_l2(got, det1, (int64_t)n * V);
     CHECK(ea < 1e-2, "%s: atomic vs deterministic rel L2 %.4g", name, ea);
+
+    /* the other decode path (persistent layer kernel <-> one kernel per phase): the same math in
+     * another summation order, so close but not bitwise; and its own graph/eager bitwise check */
+    g_no_persistent = !g_no_persistent;
+    cuda_backend.close(gn), gn = NULL;
+    if (open_cuda(&gn, &m, 1, 0, 0, n_valid, NULL) || cuda_run(gn, ids, n, V, got, &err)) {
+        CHECK(0, "%s other decode path: %s", name, err.msg);
+        g_no_persistent = !g_no_persistent;
+        goto done;
+    }
+    cuda_backend.close(gn), gn = NULL;
+    if (open_cuda(&gn, &m, 1, 1, 0, n_valid, NULL) || cuda_run(gn, ids, n, V, tmp, &err)) {
+        CHECK(0, "%s other decode path, no graph: %s", name, err.msg);
+        g_no_persistent = !g_no_persistent;
+        goto done;
+    }
+    g_no_persistent = !g_no_persistent;
+    {
+        const double ep = rel_l2(got, det1, (int64_t)n * V);
+        printf("  %s: persistent layer kernel vs one kernel per phase: logits rel L2 %.4g\n", name, ep);
+        CHECK(ep < 1e-2, "%s: persistent vs per-phase decode rel L2 %.4g", name, ep);
+        CHECK(memcmp(got, tmp, sizeof(float) * n * V) == 0, "%s: per-phase path graph vs no graph differ", name);
+    }
 
     /* forward(n > 1) (the prefill path where the shapes allow) vs the CPU, and the hand-over to
      * decode: prefill n-1 tokens, then the last one as a decode step (logits, greedy, sampled) */
@@ -369,11 +395,63 @@ done:
     n_own = 0;
 }
 
+/* 100 decode steps (attention split over the positions: several splits from 33 positions on) in
+ * both decode paths vs the CPU, logits at every 9th position. */
+static void test_long(int qwen35) {
+    Model m;
+    small_model(&m, qwen35);
+    const int V = m.config.vocab_size, n = 100;
+    const char *name = qwen35 ? "small qwen3.5" : "small qwen3";
+    int ids[100];
+    for (int i = 0; i < n; i++) ids[i] = (int)(rng_u64(&rng) % (uint64_t)V);
+    float *ref = malloc(sizeof(float) * (size_t)n * V), *got = malloc(sizeof(float) * V);
+    void *cpu = NULL;
+    Err err = {0};
+    BackendOptions o;
+    memset(&o, 0, sizeof o);
+    o.max_seq = 128;
+    if (cpu_backend.open(&cpu, &m, &o, &err) || cpu_backend.forward(cpu, ids, n, 0, 1, ref, &err)) {
+        CHECK(0, "cpu: %s", err.msg);
+        goto done;
+    }
+    for (int path = 0; path < 2; path++) {
+        void *g = NULL;
+        o.no_persistent = path, o.deterministic = 1;
+        if (cuda_backend.open(&g, &m, &o, &err)) {
+            CHECK(0, "cuda open: %s", err.msg);
+            goto done;
+        }
+        double worst = 0;
+        for (int t = 0; t < n; t++) {
+            const int want = t % 9 == 8 || t == n - 1;
+            if (cuda_backend.forward(g, ids + t, 1, t, 0, want ? got : NULL, &err)) {
+                CHECK(0, "cuda forward at %d: %s", t, err.msg);
+                break;
+            }
+            if (want) {
+                const double e = rel_l2(got, ref + (size_t)t * V, V);
+                worst = e > worst ? e : worst;
+            }
+        }
+        printf("  %s, %d steps, %s: worst logits rel L2 vs CPU %.4f\n", name, n,
+               path ? "one kernel per phase" : "persistent layer kernel", worst);
+        CHECK(worst < 0.06, "%s: %d-step decode (%s) rel L2 %.4f vs CPU", name, n, path ? "per phase" : "persistent",
+              worst);
+        cuda_backend.close(g);
+    }
+done:
+    if (cpu) cpu_backend.close(cpu);
+    free(ref);
+    free(got);
+}
+
 int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("decode");
     rng_seed(&rng, test_seed(argc, argv, "test_decode"));
     test_model(1);
     test_model(0);
+    test_long(1);
+    test_long(0);
     /* a model the kernels cannot run is refused with a clear error */
     Model m;
     small_model(&m, 0);

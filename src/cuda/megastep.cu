@@ -1,0 +1,757 @@
+/* megastep.cu — every layer of one decode step in ONE persistent kernel (contract: ops.h MegaParams).
+ *
+ * Why: one decode step is ~125 dependent phases of 1-17 MB each. As separate kernels each phase pays
+ * a launch/drain boundary plus the DRAM round trip of its first loads (~2.5 us over its bandwidth time,
+ * docs/PERF_NOTES.md §7-8). Here the weights do not wait for the phases: per block one producer warp
+ * streams the block's rows of every GEMV of the step, in order, into a shared-memory ring
+ * (MG_NS slots x 32 KiB, cp.async.bulk + mbarrier full/empty), bounded only by the ring, so DRAM
+ * stays busy across phase boundaries and mixers. The 16 consumer warps run the phases, separated by
+ * a grid barrier (one arrival counter + generation word).
+ *
+ * Block b of G owns rows [b N/G, (b+1) N/G) of every GEMV (pairs of rows for the interleaved gate/up),
+ * so no split-K: a row is summed by one block in a fixed order (deterministic). A ring piece holds pr
+ * rows (pr = 16, 8, 4, 2 or 1 so that pr rows of K bf16 fit 32 KiB); warp w handles row w / S of the
+ * piece over column slice w % S (S = 16 / pr), lane l the 16-byte chunks slice_start + l + 32 i
+ * (i < 4), with its x values in registers for the whole phase.
+ *
+ * Mixers: the DeltaNet step as work items (v head, 16-column slice of dv) — the state slice and the
+ * conv history are loaded before the barrier that precedes the phase; the gated RMSNorm is redone
+ * by every block in the out_proj prologue. Attention as items (kv head, split of the positions):
+ * flash-decoding partials (m, l, O) of the group's query heads into `work`, merged (and gated) in
+ * one more phase; the new K/V row is written by the item that owns position pos, which is the only
+ * reader of it in this step. */
+#include <math.h>
+
+#include "cuda/common.cuh"
+
+enum {
+    MG_CW = 16,            /* consumer warps */
+    MG_CT = MG_CW * 32,    /* consumer threads (named barrier 1) */
+    MG_THREADS = MG_CT + 32, /* + the producer warp */
+    MG_SLOT = 32768,       /* bytes per ring slot */
+    MG_NS = 5,             /* ring slots */
+    MG_BIG = 32768,        /* xs (GEMV input, fp32) | attention warp partials */
+    MG_SMALL = 16384,      /* DeltaNet / attention scratch */
+    MG_MIN_CHUNK = 32      /* attention: positions per split at least */
+};
+#define MG_SMEM_BYTES ((size_t)MG_NS * MG_SLOT + MG_BIG + MG_SMALL + 2 * MG_CW * 4 + 2 * MG_NS * 8 + 128)
+
+/* The kernel uses sm_90 instructions (mbarrier tx, cp.async.bulk); the compute_80 PTX of this file
+ * gets an empty kernel (cuda_mega_prepare is only reached on sm_90 devices: backend.cu checks). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define MG_SM90 0
+#else
+#define MG_SM90 1
+#endif
+
+/* Rows per ring piece: the largest power of two <= 16 with pr rows of K bf16 in one slot. */
+__host__ __device__ __forceinline__ int mg_rows_per_piece(int K) {
+    int pr = 16;
+    while (pr > 1 && pr * K * 2 > MG_SLOT) pr >>= 1;
+    return pr;
+}
+enum { DN_COLS = 16 }; /* DeltaNet state columns per item: 4 column groups of 4 x 128 row lanes = 512 threads */
+
+#if MG_SM90
+/* ---- primitives ------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
+    unsigned ok;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(ok)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+/* bytes (multiple of 16) from global src to shared dst, completion counted on bar. */
+__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+/* The consumer warps' barrier (the producer warp never joins it). */
+static_assert(MG_CT == 512, "cbar() names 512 threads");
+__device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, 512;" ::: "memory"); }
+
+/* Sum over the consumer threads, same value to all; red: shared float[MG_CW] (free on entry). */
+__device__ __forceinline__ float csum(float v, float *red) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    cbar();
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MG_CW; i++) s += red[i];
+    cbar(); /* red may be reused right after */
+    return s;
+}
+
+/* Grid barrier: bar[0] arrivals, bar[32] generation. The last arriver resets the count, then
+ * publishes the next generation; the others spin on it. Self-resetting across launches. */
+__device__ __forceinline__ void grid_sync(unsigned *bar) {
+    cbar();
+    if (threadIdx.x == 0) {
+        unsigned g, v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(bar + 32) : "memory");
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 32), "r"(g + 1u) : "memory");
+        } else {
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar + 32) : "memory");
+            } while (v == g);
+        }
+        __threadfence();
+    }
+    cbar();
+}
+
+__device__ __forceinline__ float mg_silu(float x) { return x / (1.0f + expf(-x)); }
+static __device__ __forceinline__ uint16_t mg_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+
+/* ---- GEMV geometry (shared by the producer and the consumers) -------------------------------- */
+
+typedef struct MgGemv {
+    const uint16_t *W;
+    int N, K, unit; /* rows, cols, rows that must stay in one block (2: gate/up pairs) */
+} MgGemv;
+
+__device__ __forceinline__ MgGemv mg_gemv_of(const MegaParams &p, const MegaLayer &ly, int m) {
+    MgGemv g;
+    if (m == 0) g.W = ly.w_in, g.N = ly.in_rows, g.K = p.D, g.unit = 1;
+    else if (m == 1) g.W = ly.w_out, g.N = p.D, g.K = ly.out_cols, g.unit = 1;
+    else if (m == 2) g.W = ly.w_gu, g.N = 2 * p.F, g.K = p.D, g.unit = 2;
+    else g.W = ly.w_down, g.N = p.D, g.K = p.F, g.unit = 1;
+    return g;
+}
+__device__ __forceinline__ void mg_rows(const MgGemv &g, int b, int G, int *r0, int *r1) {
+    const long long nu = g.N / g.unit;
+    *r0 = (int)(nu * b / G) * g.unit;
+    *r1 = (int)(nu * (b + 1) / G) * g.unit;
+}
+
+/* ---- the producer ------------------------------------------------------------------------------ */
+
+__device__ void mg_produce(const MegaParams &p, char *ring, uint64_t *full, uint64_t *empty) {
+    unsigned n = 0;
+    for (int l = 0; l < p.L; l++) {
+        const MegaLayer ly = p.layers[l];
+        for (int m = 0; m < 4; m++) {
+            const MgGemv g = mg_gemv_of(p, ly, m);
+            const int pr = mg_rows_per_piece(g.K);
+            int r0, r1;
+            mg_rows(g, blockIdx.x, gridDim.x, &r0, &r1);
+            for (int r = r0; r < r1; r += pr, n++) {
+                const unsigned slot = n % MG_NS, bytes = (unsigned)(min(pr, r1 - r) * g.K * 2);
+                if (n >= MG_NS) mbar_wait(&empty[slot], (n / MG_NS - 1) & 1);
+                mbar_expect_tx(&full[slot], bytes);
+                bulk_g2s(ring + (size_t)slot * MG_SLOT, g.W + (size_t)r * g.K, bytes, &full[slot]);
+            }
+        }
+    }
+}
+
+/* ---- consumer state -------------------------------------------------------------------------- */
+
+struct MgSm {
+    char *ring;
+    float *xs;      /* big: GEMV input [K] */
+    float *big;
+    float *small;
+    float *red;     /* [2][MG_CW] */
+    uint64_t *full, *empty;
+    unsigned n;     /* ring pieces consumed so far (same in every consumer thread) */
+};
+
+enum { EPI_STORE = 0, EPI_RAW = 1, EPI_SILU = 2 };
+
+/* y = W xs for this block's rows of GEMV m of layer ly (xs complete and published by a cbar). */
+template <int EPI>
+__device__ void mg_gemv(const MegaParams &p, const MegaLayer &ly, int m, MgSm &s, float *y) {
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const MgGemv g = mg_gemv_of(p, ly, m);
+    const int pr = mg_rows_per_piece(g.K), S = MG_CW / pr, slice = w % S, prow = w / S;
+    const int kc = g.K / 8, cs = (kc + S - 1) / S, c0 = slice * cs, c1 = min(kc, c0 + cs);
+    int r0, r1;
+    mg_rows(g, blockIdx.x, gridDim.x, &r0, &r1);
+    float xr[4][8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int c = c0 + lane + 32 * i;
+#pragma unroll
+        for (int k = 0; k < 8; k++) xr[i][k] = c < c1 ? s.xs[c * 8 + k] : 0.0f;
+    }
+    for (int r = r0; r < r1; r += pr, s.n++) {
+        const int rows = min(pr, r1 - r), slot = s.n % MG_NS, par = s.n & 1;
+        mbar_wait(&s.full[slot], (s.n / MG_NS) & 1);
+        float acc = 0.0f;
+        if (prow < rows) {
+            const uint4 *wr = reinterpret_cast<const uint4 *>(s.ring + (size_t)slot * MG_SLOT) + (size_t)prow * kc;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int c = c0 + lane + 32 * i;
+                if (c < c1) acc = dot8(wr[c], xr[i], acc);
+            }
+        }
+        acc = warp_sum(acc);
+        __syncwarp();
+        if (lane == 0) {
+            s.red[par * MG_CW + w] = acc;
+            mbar_arrive(&s.empty[slot]);
+        }
+        cbar();
+        if (EPI == EPI_SILU) {
+            if (tid < rows / 2) {
+                float gt = 0.0f, up = 0.0f;
+                for (int j = 0; j < S; j++) gt += s.red[par * MG_CW + 2 * tid * S + j];
+                for (int j = 0; j < S; j++) up += s.red[par * MG_CW + (2 * tid + 1) * S + j];
+                y[(r >> 1) + tid] = rbf(rbf(silu_f(rbf(gt))) * rbf(up));
+            }
+        } else if (tid < rows) {
+            float a = 0.0f;
+            for (int j = 0; j < S; j++) a += s.red[par * MG_CW + tid * S + j];
+            y[r + tid] = EPI == EPI_STORE ? rbf(a) : a;
+        }
+    }
+}
+
+/* xs = norm(x) with x = E[token] (res NULL) or bf16(res + bf16(add)); block 0 stores x to x_out. */
+__device__ void mg_in_resid(const MegaParams &p, MgSm &s, const float *res, const float *add, float *x_out,
+                            const float *w) {
+    const int D = p.D;
+    float ss = 0.0f;
+    const uint16_t *e = res ? NULL : p.embed + (size_t)p.step->token * D;
+    for (int i = threadIdx.x; i < D; i += MG_CT) {
+        const float v = e ? bf16u(e[i]) : rbf(__ldcg(res + i) + rbf(__ldcg(add + i)));
+        s.xs[i] = v;
+        if (blockIdx.x == 0) x_out[i] = v;
+        ss += v * v;
+    }
+    const float r = rsqrtf(csum(ss, s.red) / (float)D + p.eps);
+    for (int i = threadIdx.x; i < D; i += MG_CT) s.xs[i] = norm_apply(s.xs[i], r, w[i], p.norm_mode);
+    cbar();
+}
+
+__device__ void mg_in_vec(MgSm &s, const float *v, int n) {
+    for (int i = threadIdx.x; i < n; i += MG_CT) s.xs[i] = __ldcg(v + i);
+    cbar();
+}
+
+/* DeltaNet out_proj input: per v head j, y = bf16(bf16(w bf16(o rstd_j)) silu(z)). */
+__device__ void mg_in_gated(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
+    const int lane = threadIdx.x & 31, dv = p.dv;
+    for (int j = threadIdx.x >> 5; j < p.Hv; j += MG_CW) {
+        const float *o = p.mix + (size_t)j * dv;
+        float ss = 0.0f;
+        for (int c = lane; c < dv; c += 32) {
+            const float v = __ldcg(o + c);
+            ss = fmaf(v, v, ss);
+        }
+        const float rstd = rsqrtf(warp_sum(ss) / (float)dv + p.eps);
+        for (int c = lane; c < dv; c += 32) {
+            const float u = rbf(__ldcg(o + c) * rstd), wu = rbf(ly.lin_norm[c] * u);
+            s.xs[j * dv + c] = rbf(wu * mg_silu(__ldcg(p.proj + p.conv_dim + (size_t)j * dv + c)));
+        }
+    }
+    cbar();
+}
+
+/* ---- DeltaNet step -------------------------------------------------------------------------- */
+
+
+struct DnPre {
+    float st[2][4]; /* state rows rl, rl + 128 x this thread's 4 columns */
+};
+
+/* Small-scratch layout (floats): hist, tap, cv (conv outputs) [2 dk + 16 each]; dl [16];
+ * red_m, red_s [MG_CW][16]. */
+__device__ __forceinline__ void dn_load(const MegaParams &p, const MegaLayer &ly, int item, MgSm &s, DnPre &pre) {
+    const int dk = p.dk, dv = p.dv, nsp = (dv + DN_COLS - 1) / DN_COLS;
+    const int j = item / nsp, e0 = (item % nsp) * DN_COLS, ncols = min(DN_COLS, dv - e0);
+    const int n = j / (p.Hv / p.Hk), key_dim = p.Hk * dk, tid = threadIdx.x, cg = tid & 3, rl = tid >> 2;
+    const float *Sh = ly.S + (size_t)j * dk * dv + e0 + cg * 4;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int d = rl + 128 * i;
+        if (d < dk && cg * 4 < ncols) {
+            const float4 t = *reinterpret_cast<const float4 *>(Sh + (size_t)d * dv);
+            pre.st[i][0] = t.x, pre.st[i][1] = t.y, pre.st[i][2] = t.z, pre.st[i][3] = t.w;
+        } else {
+            pre.st[i][0] = pre.st[i][1] = pre.st[i][2] = pre.st[i][3] = 0.0f;
+        }
+    }
+    /* conv history of the q, k channels of key head n and of this item's v channels */
+    const int nch = 2 * dk + ncols, pos = p.step->pos, rc = pos % p.K;
+    float *hist = s.small, *tap = hist + 2 * dk + DN_COLS;
+    for (int i = tid; i < nch; i += MG_CT) {
+        const int ch = i < dk ? n * dk + i : i < 2 * dk ? key_dim + n * dk + i - dk : 2 * key_dim + j * dv + e0 + i - 2 * dk;
+        const float *w = ly.conv_w + (size_t)ch * p.K;
+        float acc = 0.0f;
+        for (int t = 0; t < p.K - 1; t++) {
+            int row = rc + 1 + t;
+            row -= row >= p.K ? p.K : 0;
+            acc = fmaf(w[t], bf16u(ly.conv_ring[(size_t)row * p.conv_dim + ch]), acc);
+        }
+        hist[i] = acc;
+        tap[i] = w[p.K - 1];
+    }
+}
+
+__device__ void dn_compute(const MegaParams &p, const MegaLayer &ly, int item, MgSm &s, DnPre &pre) {
+    const int dk = p.dk, dv = p.dv, Hv = p.Hv, nsp = (dv + DN_COLS - 1) / DN_COLS;
+    const int j = item / nsp, sp = item % nsp, e0 = sp * DN_COLS, ncols = min(DN_COLS, dv - e0);
+    const int n = j / (Hv / p.Hk), key_dim = p.Hk * dk, value_dim = p.value_dim, conv_dim = p.conv_dim;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, cg = tid & 3, rl = tid >> 2;
+    const int nch = 2 * dk + ncols, pos = p.step->pos, rc = pos % p.K;
+    float *hist = s.small, *tap = hist + 2 * dk + DN_COLS, *cv = tap + 2 * dk + DN_COLS;
+    float *dl = cv + 2 * dk + DN_COLS, *red_m = dl + DN_COLS, *red_s = red_m + MG_CW * DN_COLS;
+
+    /* conv + SiLU; the current inputs go to the ring row rc (q/k by one item per key head) */
+    uint16_t *ring_row = ly.conv_ring + (size_t)rc * conv_dim;
+    const bool qk_writer = sp == 0 && j % (Hv / p.Hk) == 0;
+    float ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
+    for (int i = tid; i < nch; i += MG_CT) {
+        const int ch = i < dk ? n * dk + i : i < 2 * dk ? key_dim + n * dk + i - dk : 2 * key_dim + j * dv + e0 + i - 2 * dk;
+        const float x = __ldcg(p.proj + ch);
+        cv[i] = rbf(mg_silu(rbf(fmaf(tap[i], x, hist[i]))));
+        if (i >= 2 * dk || qk_writer) ring_row[ch] = mg_bits(x);
+    }
+    cbar();
+    for (int d = tid; d < dk; d += MG_CT) {
+        const float q = cv[d], k = cv[dk + d];
+        ssq = fmaf(q, q, ssq), ssk = fmaf(k, k, ssk), sqk = fmaf(q, k, sqk);
+    }
+    ssq = csum(ssq, s.red), ssk = csum(ssk, s.red), sqk = csum(sqk, s.red);
+    const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
+    const float kq = sqk * rq * rk;
+    const float *tail = p.proj + conv_dim + value_dim;
+    const float b_in = __ldcg(tail + j), a_in = __ldcg(tail + Hv + j);
+    const float beta = rbf(1.0f / (1.0f + expf(-b_in)));
+    const float xa = a_in + ly.dt_bias[j];
+    const float decay = expf(-expf(ly.A_log[j]) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+
+    /* mem = S^T k^, sq = S^T q^ per column: rows in registers, then lanes, then warps */
+    float kd[2], qd[2], mem[4], sq[4];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int d = rl + 128 * i;
+        kd[i] = d < dk ? cv[dk + d] * rk : 0.0f;
+        qd[i] = d < dk ? cv[d] * rq : 0.0f;
+    }
+#pragma unroll
+    for (int v = 0; v < 4; v++) {
+        float m = 0.0f, q = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; i++) m = fmaf(pre.st[i][v], kd[i], m), q = fmaf(pre.st[i][v], qd[i], q);
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1)
+            m += __shfl_xor_sync(0xffffffffu, m, o), q += __shfl_xor_sync(0xffffffffu, q, o);
+        mem[v] = m, sq[v] = q;
+    }
+    if (lane < 4)
+#pragma unroll
+        for (int v = 0; v < 4; v++) red_m[w * DN_COLS + lane * 4 + v] = mem[v], red_s[w * DN_COLS + lane * 4 + v] = sq[v];
+    cbar();
+    if (tid < ncols) {
+        float m = 0.0f, q = 0.0f;
+        for (int k = 0; k < MG_CW; k++) m += red_m[k * DN_COLS + tid], q += red_s[k * DN_COLS + tid];
+        const float delta = beta * (cv[2 * dk + tid] - decay * m);
+        dl[tid] = delta;
+        p.mix[(size_t)j * dv + e0 + tid] = rbf(fmaf(delta, kq, decay * q));
+    }
+    cbar();
+    /* S' = decay S + k^ delta^T */
+    float *Sh = ly.S + (size_t)j * dk * dv + e0 + cg * 4;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int d = rl + 128 * i;
+        if (d < dk && cg * 4 < ncols) {
+            float4 t;
+            t.x = fmaf(kd[i], dl[cg * 4 + 0], decay * pre.st[i][0]);
+            t.y = fmaf(kd[i], dl[cg * 4 + 1], decay * pre.st[i][1]);
+            t.z = fmaf(kd[i], dl[cg * 4 + 2], decay * pre.st[i][2]);
+            t.w = fmaf(kd[i], dl[cg * 4 + 3], decay * pre.st[i][3]);
+            *reinterpret_cast<float4 *>(Sh + (size_t)d * dv) = t;
+        }
+    }
+    cbar(); /* scratch reuse by a next item */
+}
+
+/* ---- attention ------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ int mg_nsplit(const MegaParams &p, int kv_len) {
+    const int n = (kv_len + MG_MIN_CHUNK - 1) / MG_MIN_CHUNK;
+    return max(1, min(n, p.nsplit));
+}
+
+/* Small-scratch layout (floats): cs, sn [hd/2 each]; qs [Hq/Hkv][hd]; kn [hd]; wm, wl [MG_CW][4]. */
+__device__ __forceinline__ void att_pre(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
+    const int pos = p.step->pos, kv_len = pos + 1, ns = mg_nsplit(p, kv_len);
+    const int chunk = (kv_len + ns - 1) / ns, hd = p.hd;
+    float *cs = s.small, *sn = cs + hd / 2;
+    for (int i = threadIdx.x; i < p.R / 2; i += MG_CT) {
+        float c, sv;
+        sincosf((float)pos * p.inv_freq[i], &sv, &c);
+        cs[i] = rbf(c), sn[i] = rbf(sv);
+    }
+    /* this block's first item: pull its cached rows of earlier tokens towards L2 */
+    const int item = blockIdx.x;
+    if (item < p.Hkv * ns && threadIdx.x == 0) {
+        const int h = item / ns, t0 = (item % ns) * chunk, t1 = min(pos, t0 + chunk);
+        if (t1 > t0) {
+            const size_t off = ((size_t)h * p.max_seq + t0) * hd * 2, bytes = (size_t)(t1 - t0) * hd * 2;
+            const char *k = reinterpret_cast<const char *>(ly.Kc) + off, *v = reinterpret_cast<const char *>(ly.Vc) + off;
+            for (size_t o = 0; o < bytes; o += 65536) {
+                const unsigned sz = (unsigned)min((size_t)65536, bytes - o);
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(k + o), "r"(sz) : "memory");
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(v + o), "r"(sz) : "memory");
+            }
+        }
+    }
+}
+
+/* One warp: dst[hd] = rope(norm(x)) (q/k head), with cs/sn from att_pre. */
+__device__ __forceinline__ void att_head(const MegaParams &p, const float *x, const float *w, float *dst,
+                                         const float *cs, const float *sn) {
+    const int lane = threadIdx.x & 31, hd = p.hd, half = p.R / 2;
+    float ss = 0.0f;
+    for (int i = lane; i < hd; i += 32) {
+        const float v = __ldcg(x + i);
+        dst[i] = v;
+        ss = fmaf(v, v, ss);
+    }
+    const float r = rsqrtf(warp_sum(ss) / (float)hd + p.eps);
+    for (int i = lane; i < hd; i += 32) dst[i] = norm_apply(dst[i], r, w[i], p.norm_mode);
+    __syncwarp();
+    for (int i = lane; i < half; i += 32) {
+        const float a = dst[i], b = dst[i + half];
+        dst[i] = rbf(rbf(a * cs[i]) - rbf(b * sn[i]));
+        dst[i + half] = rbf(rbf(b * cs[i]) + rbf(a * sn[i]));
+    }
+    __syncwarp();
+}
+
+/* Online-softmax merge of (m2, l2, o2) into (m, l, o); -inf marks "no positions". */
+template <int GQ>
+__device__ __forceinline__ void att_merge(float *m, float *l, float (*o)[8], const float *m2, const float *l2,
+                                          const float (*o2)[8]) {
+#pragma unroll
+    for (int g = 0; g < GQ; g++) {
+        const float M = fmaxf(m[g], m2[g]);
+        if (M == -INFINITY) continue;
+        const float f1 = exp2f(m[g] - M), f2 = exp2f(m2[g] - M);
+        l[g] = l[g] * f1 + l2[g] * f2;
+#pragma unroll
+        for (int k = 0; k < 8; k++) o[g][k] = o[g][k] * f1 + o2[g][k] * f2;
+        m[g] = M;
+    }
+}
+
+/* Query heads hq0 .. hq0+GQ-1 of kv head h over positions [t0, t1): partials into work[.][sp]. */
+template <int GQ>
+__device__ void att_group(const MegaParams &p, const MegaLayer &ly, MgSm &s, int h, int hq0, int qi0, int sp, int t0,
+                          int t1) {
+    const int hd = p.hd, LP = hd / 8, PW = 32 / LP, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int sg = lane / LP, li = lane % LP, gq = p.Hq / p.Hkv;
+    const float *qs = s.small + hd; /* after cs, sn */
+    float *wm = s.small + hd + (gq + 1) * hd, *wl = wm + MG_CW * 4;
+    const float qscale = 1.4426950408889634f / sqrtf((float)hd);
+    float q[GQ][8], o[GQ][8], m[GQ], l[GQ];
+#pragma unroll
+    for (int g = 0; g < GQ; g++) {
+        m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[g][k] = qs[(qi0 + g) * hd + li * 8 + k] * qscale, o[g][k] = 0.0f;
+    }
+    const uint16_t *Kh = ly.Kc + (size_t)h * p.max_seq * hd + li * 8, *Vh = ly.Vc + (size_t)h * p.max_seq * hd + li * 8;
+    for (int tb = t0 + w * PW * 2; tb < t1; tb += MG_CW * PW * 2) {
+        uint4 kr[2], vr[2];
+        bool ok[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int t = tb + u * PW + sg;
+            ok[u] = t < t1;
+            if (ok[u]) {
+                kr[u] = *reinterpret_cast<const uint4 *>(Kh + (size_t)t * hd);
+                vr[u] = *reinterpret_cast<const uint4 *>(Vh + (size_t)t * hd);
+            } else {
+                kr[u] = vr[u] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GQ; g++) {
+            float sc[2];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                float d = dot8(kr[u], q[g], 0.0f);
+                for (int x = LP / 2; x > 0; x >>= 1) d += __shfl_xor_sync(0xffffffffu, d, x);
+                sc[u] = ok[u] ? d : -INFINITY;
+            }
+            const float mx = fmaxf(m[g], fmaxf(sc[0], sc[1]));
+            if (mx == -INFINITY) continue;
+            const float alpha = exp2f(m[g] - mx), p0 = exp2f(sc[0] - mx), p1 = exp2f(sc[1] - mx);
+            l[g] = l[g] * alpha + p0 + p1;
+            const uint32_t v0[4] = {vr[0].x, vr[0].y, vr[0].z, vr[0].w}, v1[4] = {vr[1].x, vr[1].y, vr[1].z, vr[1].w};
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float a = k & 1 ? bf_hi(v0[k >> 1]) : bf_lo(v0[k >> 1]);
+                const float b = k & 1 ? bf_hi(v1[k >> 1]) : bf_lo(v1[k >> 1]);
+                o[g][k] = fmaf(p1, b, fmaf(p0, a, o[g][k] * alpha));
+            }
+            m[g] = mx;
+        }
+    }
+    /* sub-groups of the warp -> one partial per warp */
+    for (int x = LP; x < 32; x <<= 1) {
+        float m2[GQ], l2[GQ], o2[GQ][8];
+#pragma unroll
+        for (int g = 0; g < GQ; g++) {
+            m2[g] = __shfl_xor_sync(0xffffffffu, m[g], x);
+            l2[g] = __shfl_xor_sync(0xffffffffu, l[g], x);
+#pragma unroll
+            for (int k = 0; k < 8; k++) o2[g][k] = __shfl_xor_sync(0xffffffffu, o[g][k], x);
+        }
+        att_merge<GQ>(m, l, o, m2, l2, o2);
+    }
+    /* warps 8..15 hand over to warps 0..7, then 8 partials merged per (head, dim) */
+    float *wo = s.big; /* [8][GQ][hd] */
+    for (int round = 0; round < 2; round++) {
+        const bool writer = round == 0 ? w >= MG_CW / 2 : w < MG_CW / 2;
+        const int slot = w % (MG_CW / 2);
+        if (writer) {
+            if (sg == 0)
+#pragma unroll
+                for (int g = 0; g < GQ; g++)
+#pragma unroll
+                    for (int k = 0; k < 8; k++) wo[(slot * GQ + g) * hd + li * 8 + k] = o[g][k];
+            if (lane == 0)
+#pragma unroll
+                for (int g = 0; g < GQ; g++) wm[slot * 4 + g] = m[g], wl[slot * 4 + g] = l[g];
+        }
+        cbar();
+        if (round == 0 && w < MG_CW / 2) {
+            float m2[GQ], l2[GQ], o2[GQ][8];
+#pragma unroll
+            for (int g = 0; g < GQ; g++) {
+                m2[g] = wm[slot * 4 + g], l2[g] = wl[slot * 4 + g];
+#pragma unroll
+                for (int k = 0; k < 8; k++) o2[g][k] = wo[(slot * GQ + g) * hd + li * 8 + k];
+            }
+            att_merge<GQ>(m, l, o, m2, l2, o2);
+        }
+        cbar();
+    }
+    const int ns_max = p.nsplit;
+    for (int idx = threadIdx.x; idx < GQ * hd; idx += MG_CT) {
+        const int g = idx / hd, d = idx % hd;
+        float M = -INFINITY;
+        for (int k = 0; k < MG_CW / 2; k++) M = fmaxf(M, wm[k * 4 + g]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY)
+            for (int k = 0; k < MG_CW / 2; k++) {
+                const float f = exp2f(wm[k * 4 + g] - M);
+                L = fmaf(wl[k * 4 + g], f, L);
+                O = fmaf(wo[(k * GQ + g) * hd + d], f, O);
+            }
+        float *dst = p.work + ((size_t)(hq0 + g) * ns_max + sp) * (hd + 2);
+        dst[d] = O;
+        if (d == 0) dst[hd] = M, dst[hd + 1] = L;
+    }
+    cbar();
+}
+
+__device__ void att_items(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
+    const int pos = p.step->pos, kv_len = pos + 1, ns = mg_nsplit(p, kv_len), chunk = (kv_len + ns - 1) / ns;
+    const int hd = p.hd, gq = p.Hq / p.Hkv, q_stride = p.gated ? 2 * hd : hd, q_rows = p.Hq * q_stride;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const float *cs = s.small, *sn = cs + hd / 2;
+    float *qs = s.small + hd, *kn = qs + gq * hd;
+    for (int item = blockIdx.x; item < p.Hkv * ns; item += gridDim.x) {
+        const int h = item / ns, sp = item % ns, t0 = sp * chunk, t1 = min(kv_len, t0 + chunk);
+        const bool owns_pos = t0 < t1 && t1 == kv_len;
+        for (int it = w; it < gq + (owns_pos ? 1 : 0); it += MG_CW) {
+            if (it < gq) {
+                att_head(p, p.proj + (size_t)(h * gq + it) * q_stride, ly.q_norm, qs + it * hd, cs, sn);
+            } else {
+                att_head(p, p.proj + q_rows + (size_t)h * hd, ly.k_norm, kn, cs, sn);
+                const float *v = p.proj + q_rows + (size_t)(p.Hkv + h) * hd;
+                uint16_t *kd = ly.Kc + ((size_t)h * p.max_seq + pos) * hd, *vd = ly.Vc + ((size_t)h * p.max_seq + pos) * hd;
+                for (int d = lane; d < hd; d += 32) kd[d] = mg_bits(kn[d]), vd[d] = mg_bits(__ldcg(v + d));
+            }
+        }
+        cbar(); /* qs ready; K/V[pos] visible to this block */
+        /* two query heads per pass (4 spill registers at the 120-register cap) */
+        const int GQ = gq % 2 == 0 ? 2 : 1;
+        for (int g0 = 0; g0 < gq; g0 += GQ) {
+            if (GQ == 2) att_group<2>(p, ly, s, h, h * gq + g0, g0, sp, t0, t1);
+            else att_group<1>(p, ly, s, h, h * gq + g0, g0, sp, t0, t1);
+        }
+    }
+}
+
+/* mix[hq][d] = bf16(sum_s 2^(m_s-M) O_s / sum_s 2^(m_s-M) l_s), times bf16(sigmoid(gate)) when gated. */
+__device__ void att_combine(const MegaParams &p) {
+    const int kv_len = p.step->pos + 1, ns = mg_nsplit(p, kv_len), hd = p.hd;
+    for (int idx = blockIdx.x * MG_CT + threadIdx.x; idx < p.Hq * hd; idx += gridDim.x * MG_CT) {
+        const int hq = idx / hd, d = idx % hd;
+        const float *src = p.work + (size_t)hq * p.nsplit * (hd + 2);
+        float M = -INFINITY;
+        for (int s = 0; s < ns; s++) M = fmaxf(M, __ldcg(src + (size_t)s * (hd + 2) + hd));
+        float L = 0.0f, O = 0.0f;
+        for (int s = 0; s < ns; s++) {
+            const float *r = src + (size_t)s * (hd + 2);
+            const float f = exp2f(__ldcg(r + hd) - M);
+            L = fmaf(__ldcg(r + hd + 1), f, L);
+            O = fmaf(__ldcg(r + d), f, O);
+        }
+        float out = rbf(O / L);
+        if (p.gated) out = rbf(out * rbf(1.0f / (1.0f + expf(-__ldcg(p.proj + (size_t)hq * 2 * hd + hd + d)))));
+        p.mix[idx] = out;
+    }
+}
+
+#endif /* MG_SM90 */
+
+/* ---- the kernel ------------------------------------------------------------------------------ */
+
+/* 544 threads x 120 registers = the whole register file of an SM (one block per SM). */
+__global__ void __maxnreg__(120) mega_step_bf16(const __grid_constant__ MegaParams p) {
+#if MG_SM90
+    extern __shared__ __align__(128) char smem[];
+    MgSm s;
+    s.ring = smem;
+    s.big = reinterpret_cast<float *>(smem + (size_t)MG_NS * MG_SLOT);
+    s.xs = s.big;
+    s.small = s.big + MG_BIG / 4;
+    s.red = s.small + MG_SMALL / 4;
+    s.full = reinterpret_cast<uint64_t *>(s.red + 2 * MG_CW);
+    s.empty = s.full + MG_NS;
+    s.n = 0;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < MG_NS; i++) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], MG_CW);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x >= MG_CT) { /* the producer warp */
+        if (threadIdx.x == MG_CT) mg_produce(p, s.ring, s.full, s.empty);
+        return;
+    }
+    const int nsp = (p.dv + DN_COLS - 1) / DN_COLS;
+    const int dn_items = p.Hv * nsp;
+    int xi = 0;
+    for (int l = 0; l < p.L; l++) {
+        const MegaLayer ly = p.layers[l];
+        float *xa = xi ? p.x1 : p.x0, *xb = xi ? p.x0 : p.x1;
+        /* in: proj = W_in norm1(x) */
+        if (l == 0) {
+            mg_in_resid(p, s, NULL, NULL, p.x0, ly.ln1);
+        } else {
+            grid_sync(p.bar);
+            mg_in_resid(p, s, xa, p.dout, xb, ly.ln1);
+            xi ^= 1;
+        }
+        mg_gemv<EPI_STORE>(p, ly, 0, s, p.proj);
+        if (ly.type == 0) { /* LAYER_LINEAR_ATTN */
+            DnPre pre;
+            if ((int)blockIdx.x < dn_items) dn_load(p, ly, blockIdx.x, s, pre);
+            grid_sync(p.bar);
+            for (int item = blockIdx.x; item < dn_items; item += gridDim.x) {
+                if (item != (int)blockIdx.x) {
+                    dn_load(p, ly, item, s, pre);
+                    cbar();
+                }
+                dn_compute(p, ly, item, s, pre);
+            }
+            grid_sync(p.bar);
+            mg_in_gated(p, ly, s);
+        } else {
+            att_pre(p, ly, s);
+            grid_sync(p.bar);
+            att_items(p, ly, s);
+            grid_sync(p.bar);
+            att_combine(p);
+            grid_sync(p.bar);
+            mg_in_vec(s, p.mix, ly.out_cols);
+        }
+        mg_gemv<EPI_RAW>(p, ly, 1, s, p.aout);
+        /* gu: x += aout, mlp = SwiGLU(W_gu norm2(x)) */
+        xa = xi ? p.x1 : p.x0, xb = xi ? p.x0 : p.x1;
+        grid_sync(p.bar);
+        mg_in_resid(p, s, xa, p.aout, xb, ly.ln2);
+        xi ^= 1;
+        mg_gemv<EPI_SILU>(p, ly, 2, s, p.mlp);
+        grid_sync(p.bar);
+        mg_in_vec(s, p.mlp, p.F);
+        mg_gemv<EPI_RAW>(p, ly, 3, s, p.dout);
+    }
+#else
+    (void)p;
+#endif
+}
+
+/* ---- host ------------------------------------------------------------------------------------ */
+
+extern "C" size_t cuda_mega_work_bytes(int Hq, int hd, int n_sm, int Hkv) {
+    const int ns = Hkv > 0 && n_sm / Hkv > 1 ? n_sm / Hkv : 1;
+    return sizeof(float) * (size_t)(Hq > 0 ? Hq : 1) * ns * ((size_t)(hd > 0 ? hd : 0) + 2);
+}
+
+extern "C" int cuda_mega_prepare(const MegaParams *p, int n_sm) {
+    if (!p || !p->layers || !p->step || !p->embed || !p->bar || p->L < 1 || p->D < 8 || p->D % 8 || p->F % 8 ||
+        n_sm < 1)
+        return (int)cudaErrorInvalidValue;
+    /* GEMV inputs fit xs; gate/up pieces hold whole pairs; K of every GEMV <= 8192 */
+    const int kmax = p->D > p->F ? p->D : p->F;
+    if ((size_t)kmax * 4 > MG_BIG || mg_rows_per_piece(p->D) < 2 || p->F > 8192) return (int)cudaErrorInvalidValue;
+    if (p->Hv > 0) { /* DeltaNet: dk <= 256, dv % 4, scratch fits */
+        if (p->Hk < 1 || p->Hv % p->Hk || p->dk < 1 || p->dk > 256 || p->dv < 4 || p->dv % 4 ||
+            (size_t)p->value_dim * 4 > MG_BIG || (size_t)(6 * p->dk + 6 * DN_COLS + 2 * MG_CW * DN_COLS) * 4 > MG_SMALL)
+            return (int)cudaErrorInvalidValue;
+    }
+    if (p->Hq > 0) { /* attention: hd 32..256, group scratch fits */
+        const int gq = p->Hkv > 0 ? p->Hq / p->Hkv : 0;
+        const int GQ = gq % 2 == 0 ? 2 : 1;
+        if ((p->hd != 32 && p->hd != 64 && p->hd != 128 && p->hd != 256) || gq < 1 || gq * p->Hkv != p->Hq ||
+            p->R < 2 || p->R % 2 || p->R > p->hd || p->nsplit < 1 || !p->work ||
+            (size_t)(p->hd + (gq + 1) * p->hd + 8 * MG_CW) * 4 > MG_SMALL || (size_t)8 * GQ * p->hd * 4 > MG_BIG ||
+            (size_t)p->attn_dim * 4 > MG_BIG)
+            return (int)cudaErrorInvalidValue;
+    }
+    cudaError_t e = cudaFuncSetAttribute(mega_step_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM_BYTES);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)e;
+    }
+    int per_sm = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_step_bf16, MG_THREADS, MG_SMEM_BYTES);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)e;
+    }
+    return per_sm >= 1 ? 0 : (int)cudaErrorInvalidConfiguration;
+}
+
+/* n_blocks <= SMs with one block per SM: every block is resident, as the grid barrier needs. */
+extern "C" int cuda_mega_step(const MegaParams *p, int n_blocks, const CudaLaunch *l) {
+    if (!p || !l || n_blocks < 1) return (int)cudaErrorInvalidValue;
+    CudaLaunch nl = *l;
+    nl.pdl = 0; /* it writes state the previous step's kernels read: plain stream order */
+    return launch_kernel(mega_step_bf16, dim3((unsigned)n_blocks), dim3(MG_THREADS), MG_SMEM_BYTES, &nl, *p);
+}
