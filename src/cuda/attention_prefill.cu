@@ -1,18 +1,25 @@
 /* attention_prefill.cu — full-attention layers for T > 1 tokens (MODEL.md §3.2, §5):
  *   attn_prep_bf16_rows:   per (token, head): RMSNorm over hd, partial NeoX RoPE, K/V cache append.
- *   attn_prefill_bf16_flash: causal GQA flash attention (FA2 scheme on mma.sync): a CTA of 4 warps
- *     owns 64 query rows of one head (16 per warp), streams key/value tiles of BKV rows through a
- *     double-buffered cp.async ring, keeps S = Q K^T and the running max / sum in registers, feeds
- *     P (bf16) straight from the S accumulators into P V, and applies the sigmoid output gate on
- *     the way out. Masked scores are set to a finite -1e30 (key 0 is visible to every query, so no
- *     row is ever fully masked). When there are more (head, q-tile) pairs than SMs, a CTA takes
- *     q-tile i and then tile n-1-i, so every CTA does the same causal work. */
+ *   attn_prefill_bf16_flash: causal GQA flash attention (FA2 scheme on mma.sync): a CTA of 8 warps
+ *     owns 64 query rows of one head: 4 row groups of 16 rows x 2 key groups. Key/value stages of
+ *     2 BKV keys stream through a 3-deep cp.async ring; key group 0 takes the first BKV keys of each
+ *     stage, group 1 the second, each with its own S = Q K^T, running max / sum and O in registers
+ *     (P goes from the S accumulators straight into P V as bf16); the two are merged through shared
+ *     memory at the end, and the sigmoid output gate is applied on the way out. Scores are in log2
+ *     units (scale * log2 e folded into one multiply, exp2). Masked scores are set to a finite -1e30
+ *     (key 0 is visible to every query, so no row is ever fully masked); a warp skips sub-tiles
+ *     whose keys are all past its rows. When there are more (head, q-tile) pairs than resident
+ *     CTAs, a CTA takes q-tile i and then tile n-1-i, so every CTA does the same causal work.
+ *     (8 warps instead of 4: the 4-warp form ran 1 CTA = 4 warps per SM at T = 2048, latency-bound
+ *     at 111 TFLOP/s on the H200; docs/PERF_NOTES_prefill.md §10.) */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 
 #define ATTN_BQ 64
 #define ATTN_MASK (-1.0e30f)
+#define ATTN_THREADS 256 /* 8 warps: 4 row groups of 16 x 2 key groups */
+#define ATTN_STAGES 3    /* K/V ring depth (stages of 2 BKV keys) */
 
 /* ---- prep: norm + RoPE + cache append --------------------------------------------------- */
 
@@ -85,68 +92,89 @@ extern "C" int cuda_attn_prep(const AttnPrepParams *p, const CudaLaunch *l) {
 
 /* ---- flash attention ------------------------------------------------------------------- */
 
+/* Shared memory: Q [64][HD], then a ring of ATTN_STAGES stages, each K [KB][HD] then V [KB][HD]
+ * with KB = 2 BKV keys (key group 0 takes the first BKV, group 1 the rest); all swizzled with
+ * swz<NCH>. After the key loop the ring holds key group 1's O, m and l for the merge. */
 template <int HD, int BKV>
 struct AttnShape {
-    static constexpr int NCH = HD / 8;
-    static constexpr int Q_BYTES = ATTN_BQ * HD * 2, KV_BYTES = BKV * HD * 2;
-    static constexpr int SMEM = Q_BYTES + 4 * KV_BYTES; /* Q, K[2], V[2] */
+    static constexpr int NCH = HD / 8, KB = 2 * BKV;
+    static constexpr int Q_BYTES = ATTN_BQ * HD * 2, KV_BYTES = KB * HD * 2, STAGE_BYTES = 2 * KV_BYTES;
+    static constexpr int SMEM = Q_BYTES + ATTN_STAGES * STAGE_BYTES;
+    static constexpr int XCH_BYTES = 128 * (HD / 8 + 1) * 16; /* group 1's o (DT float4) + (m0, m1, l0, l1) per thread */
+    static_assert(ATTN_STAGES * STAGE_BYTES >= XCH_BYTES, "merge buffer fits the ring");
+    static_assert((KB * NCH) % ATTN_THREADS == 0 && (ATTN_BQ * NCH) % ATTN_THREADS == 0, "load split");
 };
 
-/* cp.async of key/value tile kt (rows kt*BKV ..) into ring slot `slot`; rows >= kv_len zero. */
+/* cp.async of key/value stage kt (keys kt*KB ..) into the stage at sK (V follows K); keys >= kv_len
+ * are zero-filled. */
 template <int HD, int BKV>
-__device__ __forceinline__ void attn_load_kv(uint32_t sK, uint32_t sV, const uint16_t *Kh, const uint16_t *Vh,
-                                             int kt, int kv_len, int tid) {
+__device__ __forceinline__ void attn_load_kv(uint32_t sK, const uint16_t *Kh, const uint16_t *Vh, int kt,
+                                             int kv_len, int tid) {
     using S = AttnShape<HD, BKV>;
-    static_assert((BKV * S::NCH) % 128 == 0, "kv load split");
 #pragma unroll
-    for (int j = 0; j < BKV * S::NCH / 128; j++) {
-        const int i = tid + j * 128, r = i / S::NCH, c = i % S::NCH, key = kt * BKV + r;
+    for (int j = 0; j < S::KB * S::NCH / ATTN_THREADS; j++) {
+        const int i = tid + j * ATTN_THREADS, r = i / S::NCH, c = i % S::NCH, key = kt * S::KB + r;
         const bool ok = key < kv_len;
         const size_t off = ok ? (size_t)key * HD + c * 8 : 0;
-        cp_async16(sK + swz<S::NCH>(r, c) * 16, Kh + off, ok);
-        cp_async16(sV + swz<S::NCH>(r, c) * 16, Vh + off, ok);
+        const uint32_t dst = swz<S::NCH>(r, c) * 16;
+        cp_async16(sK + dst, Kh + off, ok);
+        cp_async16(sK + S::KV_BYTES + dst, Vh + off, ok);
     }
 }
 
-/* One 64-row query tile qt of head j: rows q0 = 64 qt .. of the T new tokens. */
+/* One 64-row query tile qt of head j: rows q0 = 64 qt .. of the T new tokens. Warp w owns rows
+ * 16 (w & 3) .. + 15 and key group kg = w >> 2: of every stage of KB keys, group kg processes
+ * keys kg*BKV .. + BKV - 1, with its own running max / sum / O; the two groups are merged at the
+ * end (group 1 hands its state to group 0 through the ring, group 0 stores). A warp skips a
+ * sub-tile whose keys are all beyond its last row (causal) or beyond kv_len. */
 template <int HD, int BKV>
-__device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int qt, uint32_t sbase) {
+__device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int qt, uint8_t *smem) {
     using S = AttnShape<HD, BKV>;
-    constexpr int NCH = S::NCH, NT = BKV / 8, DT = HD / 8;
+    constexpr int NCH = S::NCH, NT = BKV / 8, DT = HD / 8, KB = S::KB;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wr = warp & 3, kg = warp >> 2, et = tid & 127;
     const int kvh = j / (p.Hq / p.Hkv);
     const uint16_t *Kh = p.k_cache + (size_t)kvh * p.max_seq * HD;
     const uint16_t *Vh = p.v_cache + (size_t)kvh * p.max_seq * HD;
     const int q0 = qt * ATTN_BQ;
     const int kv_len = min(p.pos + q0 + ATTN_BQ, p.pos + p.T);
-    const int n_kv = (kv_len + BKV - 1) / BKV;
-    const uint32_t sQ = sbase, sK0 = sbase + S::Q_BYTES, sV0 = sK0 + 2 * S::KV_BYTES;
+    const int n_kv = (kv_len + KB - 1) / KB;
+    const uint32_t sQ = smem_addr(smem), sR = sQ + S::Q_BYTES;
 
     __syncthreads(); /* the previous tile of this CTA is done with shared memory */
 #pragma unroll
-    for (int jj = 0; jj < ATTN_BQ * NCH / 128; jj++) {
-        const int i = tid + jj * 128, r = i / NCH, c = i % NCH, tok = q0 + r;
+    for (int jj = 0; jj < ATTN_BQ * NCH / ATTN_THREADS; jj++) {
+        const int i = tid + jj * ATTN_THREADS, r = i / NCH, c = i % NCH, tok = q0 + r;
         const bool ok = tok < p.T;
         cp_async16(sQ + swz<NCH>(r, c) * 16, p.q + (ok ? ((size_t)tok * p.Hq + j) * HD + c * 8 : 0), ok);
     }
-    attn_load_kv<HD, BKV>(sK0, sV0, Kh, Vh, 0, kv_len, tid);
-    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < ATTN_STAGES - 1; s++) { /* stages 0 .. STAGES-2 (group s; Q rides with stage 0) */
+        if (s < n_kv) attn_load_kv<HD, BKV>(sR + s * S::STAGE_BYTES, Kh, Vh, s, kv_len, tid);
+        cp_async_commit();
+    }
 
     float o[DT][4];
 #pragma unroll
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m0 = ATTN_MASK, m1 = ATTN_MASK, l0 = 0.0f, l1 = 0.0f;
-    const int qp0 = p.pos + q0 + warp * 16 + g, qp1 = qp0 + 8; /* absolute positions of this thread's rows */
-    const float sl2 = p.scale * 1.4426950408889634f;            /* scores in log2 units */
+    const int row_lo = p.pos + q0 + wr * 16;      /* absolute position of this warp's first row */
+    const int qp0 = row_lo + g, qp1 = qp0 + 8;    /* ... and of this thread's two rows */
+    const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
 
     for (int kt = 0; kt < n_kv; kt++) {
-        cp_async_wait<0>();
-        __syncthreads(); /* tile kt landed; slot (kt+1)&1 is free */
-        if (kt + 1 < n_kv)
-            attn_load_kv<HD, BKV>(sK0 + ((kt + 1) & 1) * S::KV_BYTES, sV0 + ((kt + 1) & 1) * S::KV_BYTES, Kh, Vh,
-                                  kt + 1, kv_len, tid);
+        cp_async_wait<ATTN_STAGES - 2>();
+        __syncthreads(); /* stage kt landed; the slot of stage kt-1 is free */
+        if (kt + ATTN_STAGES - 1 < n_kv)
+            attn_load_kv<HD, BKV>(sR + ((kt + ATTN_STAGES - 1) % ATTN_STAGES) * S::STAGE_BYTES, Kh, Vh,
+                                  kt + ATTN_STAGES - 1, kv_len, tid);
         cp_async_commit();
-        const uint32_t sK = sK0 + (kt & 1) * S::KV_BYTES, sV = sV0 + (kt & 1) * S::KV_BYTES;
+        const int key0 = kt * KB + kg * BKV;
+        if (key0 >= kv_len || key0 > row_lo + 15) continue; /* warp-uniform: nothing visible */
+        /* this group's rows kg*BKV .. of the stage: BKV is a multiple of 8, so the swizzle of local
+         * row r equals that of stage row kg*BKV + r */
+        const uint32_t sK = sR + (kt % ATTN_STAGES) * S::STAGE_BYTES + kg * BKV * NCH * 16;
+        const uint32_t sV = sK + S::KV_BYTES;
 
         float sc[NT][4];
 #pragma unroll
@@ -154,7 +182,7 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
             uint32_t a[4];
-            ldsm_x4(ldsm_addr_a<NCH>(sQ, warp * 16, kk * 16, lane), a);
+            ldsm_x4(ldsm_addr_a<NCH>(sQ, wr * 16, kk * 16, lane), a);
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t b[4];
@@ -164,8 +192,7 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
             }
         }
         /* scale, causal mask, tile row max */
-        const int key0 = kt * BKV;
-        const bool need_mask = key0 + BKV - 1 > p.pos + q0;
+        const bool need_mask = key0 + BKV - 1 > row_lo;
         float mx0 = ATTN_MASK, mx1 = ATTN_MASK;
 #pragma unroll
         for (int n = 0; n < NT; n++) {
@@ -214,15 +241,38 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
         }
     }
 
-    /* normalise, gate, store */
+    /* merge the key groups: o = (e^(m_0 - m) o_0 + e^(m_1 - m) o_1), l likewise, m = max(m_0, m_1).
+     * Group 0 always saw key 0 (visible to every row), so m is finite and a group 1 that saw
+     * nothing (m_1 = -1e30, l_1 = 0, o_1 = 0) gets the factor exp2(-1e30 - m) = 0. */
+    cp_async_wait<0>();
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv[2] = {1.0f / l0, 1.0f / l1};
+    __syncthreads(); /* every warp is done with the ring */
+    float4 *xch = reinterpret_cast<float4 *>(smem + S::Q_BYTES); /* [DT + 1][128]: thread et's values at [i][et] */
+    if (kg == 1) {
+#pragma unroll
+        for (int d = 0; d < DT; d++) xch[d * 128 + et] = make_float4(o[d][0], o[d][1], o[d][2], o[d][3]);
+        xch[DT * 128 + et] = make_float4(m0, m1, l0, l1);
+    }
+    __syncthreads();
+    if (kg == 1) return;
+    const float4 ml = xch[DT * 128 + et];
+    const float mA = fmaxf(m0, ml.x), mB = fmaxf(m1, ml.y);
+    const float a0 = exp2f(m0 - mA), b0 = exp2f(ml.x - mA), a1 = exp2f(m1 - mB), b1 = exp2f(ml.y - mB);
+    const float inv[2] = {1.0f / (l0 * a0 + ml.z * b0), 1.0f / (l1 * a1 + ml.w * b1)};
+#pragma unroll
+    for (int d = 0; d < DT; d++) {
+        const float4 u = xch[d * 128 + et];
+        o[d][0] = o[d][0] * a0 + u.x * b0, o[d][1] = o[d][1] * a0 + u.y * b0;
+        o[d][2] = o[d][2] * a1 + u.z * b1, o[d][3] = o[d][3] * a1 + u.w * b1;
+    }
+
+    /* normalise, gate, store */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int tok = q0 + warp * 16 + g + 8 * h;
+        const int tok = q0 + wr * 16 + g + 8 * h;
         if (tok >= p.T) continue;
         uint16_t *dst = p.out + ((size_t)tok * p.Hq + j) * HD;
         const uint16_t *gt = p.gate ? p.gate + (size_t)tok * p.gate_ld + (size_t)j * p.gate_hs : nullptr;
@@ -242,15 +292,14 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
 }
 
 /* grid (Hq, units): unit u covers q-tile n-1-u (heaviest first), or with `paired` the tiles u and
- * n-1-u; 128 threads. */
+ * n-1-u (the same causal work for every CTA); ATTN_THREADS threads. */
 template <int HD, int BKV>
-__global__ void __launch_bounds__(128) attn_prefill_bf16_flash(const __grid_constant__ AttnPrefillParams p,
-                                                                int paired) {
+__global__ void __launch_bounds__(ATTN_THREADS) attn_prefill_bf16_flash(const __grid_constant__ AttnPrefillParams p,
+                                                                         int paired) {
     extern __shared__ __align__(128) uint8_t smem[];
-    const uint32_t sbase = smem_addr(smem);
     const int j = blockIdx.x, u = blockIdx.y, n_qt = (p.T + ATTN_BQ - 1) / ATTN_BQ;
     const int n_tiles = paired && u < n_qt - 1 - u ? 2 : 1;
-    for (int k = 0; k < n_tiles; k++) attn_tile<HD, BKV>(p, j, k == 0 ? n_qt - 1 - u : u, sbase);
+    for (int k = 0; k < n_tiles; k++) attn_tile<HD, BKV>(p, j, k == 0 ? n_qt - 1 - u : u, smem);
 }
 
 template <int HD, int BKV>
@@ -259,12 +308,17 @@ static int attn_launch(const AttnPrefillParams *p, const CudaLaunch *l) {
     void (*kern)(const AttnPrefillParams, int) = attn_prefill_bf16_flash<HD, BKV>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
     if (e != cudaSuccess) return (int)e;
-    int dev = 0, sms = 132;
+    int dev = 0, sms = 132, per_sm = 1;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, ATTN_THREADS, S::SMEM) != cudaSuccess ||
+        per_sm < 1) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+    }
     const int n_qt = (p->T + ATTN_BQ - 1) / ATTN_BQ;
-    const int paired = p->Hq * n_qt > sms;
+    const int paired = p->Hq * n_qt > sms * per_sm; /* more tiles than resident CTAs: balance by pairing */
     dim3 grid(p->Hq, paired ? (n_qt + 1) / 2 : n_qt);
-    kern<<<grid, 128, S::SMEM, l->stream>>>(*p, paired);
+    kern<<<grid, ATTN_THREADS, S::SMEM, l->stream>>>(*p, paired);
     return launch_status(l->stream);
 }
 

@@ -6,7 +6,10 @@
  * KV cache / conv ring / state it left), and the whole-layer sequences. Outputs and
  * unwritten cache rows are NaN-poisoned. The GPU rounds to bf16 where HF does and the CPU
  * reference does not round, so results are compared by relative L2 (bound 1e-2); bit-exact
- * where no arithmetic happens (V cache rows, conv state). Usage: test_prefill [seed]. */
+ * where no arithmetic happens (V cache rows, conv state). Attention runs T = 1, 63, 64, 65, 130 (and
+ * more) for every head dim the flash kernel takes (32, 64, 128, 256), T = 2048, long cached prefixes
+ * and 8 query heads per kv head. Timing lines (prints only): DeltaNet prefill and attention at the
+ * 0.8B shapes. Usage: test_prefill [seed]. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -283,6 +286,51 @@ static void test_attn(const AttnDims *a, int T, int pos) {
 skip_decode:
     free(qkv), free(qn), free(kn), free(Kc), free(Vc), free(inv_freq), free(g_q), free(g_out), free(g_K), free(g_V);
     free(r_q), free(r_out), free(r2_out), free(kn_new), free(kr_new);
+    void *dev[] = {d_qkv, d_K, d_V, d_qn, d_kn, d_if, d_q, d_out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
+}
+
+/* Device time of attn_prep + flash attention at the Qwen3.5-0.8B shape (8/2 heads x 256, gated):
+ * T new tokens after a cached prefix of pos (events around each kernel, 20 repetitions). Prints
+ * only; FLOPs = 4 Hq hd (T pos + T (T + 1) / 2) (QK^T and PV over the causal pairs). */
+static void time_attn(int T, int pos) {
+    const AttnDims a = {8, 2, 256, 64, 1, 1, T + pos, 1e7f, 1e-6f};
+    const int hd = a.hd, qhs = 2 * hd, nq = a.Hq * qhs, kvd = a.Hkv * hd, n = nq + 2 * kvd, ms = a.max_seq;
+    const size_t cache_n = (size_t)a.Hkv * ms * hd, qn_ = (size_t)T * a.Hq * hd;
+    float *qkv = rand_bf((size_t)T * n, 0.0f, 1.0f), *cache = rand_bf(cache_n, 0.0f, 1.0f);
+    float *qn = rand_bf(hd, 0.0f, 0.1f), *kn = rand_bf(hd, 0.0f, 0.1f), *inv_freq = fvec((size_t)a.R / 2);
+    cpu_rope_inv_freq(inv_freq, a.R, a.theta);
+    uint16_t *d_qkv = up_bf16(qkv, (size_t)T * n), *d_K = up_bf16(cache, cache_n), *d_V = up_bf16(cache, cache_n);
+    float *d_qn = up_f32(qn, hd), *d_kn = up_f32(kn, hd), *d_if = up_f32(inv_freq, a.R / 2);
+    uint16_t *d_q = dmalloc(qn_ * 2), *d_out = dmalloc(qn_ * 2);
+    AttnPrepParams pp = {d_qkv, n, qhs, nq, nq + kvd, d_qn, d_kn, d_if, d_q, d_K, d_V,
+                         T,     pos, a.Hq, a.Hkv, hd, a.R, ms, NORM_ZC, a.eps};
+    AttnPrefillParams ap = {d_q, d_K, d_V, d_qkv + hd, n, 2 * hd, d_out, T, pos, a.Hq, a.Hkv, hd, ms,
+                            1.0f / sqrtf((float)hd)};
+    cudaEvent_t ev[3];
+    for (int i = 0; i < 3; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+    double us_prep = 0, us_flash = 0;
+    const int reps = 20;
+    for (int r = -3; r < reps; r++) {
+        CUDA_OK(cudaEventRecord(ev[0], 0));
+        int rc = cuda_attn_prep(&pp, &L0);
+        CUDA_OK(cudaEventRecord(ev[1], 0));
+        if (!rc) rc = cuda_attn_prefill(&ap, &L0);
+        CUDA_OK(cudaEventRecord(ev[2], 0));
+        CHECK(rc == 0, "attention (timing) launch: %s", cudaGetErrorString((cudaError_t)rc));
+        if (rc) break;
+        CUDA_OK(cudaEventSynchronize(ev[2]));
+        float m1 = 0, m2 = 0;
+        CUDA_OK(cudaEventElapsedTime(&m1, ev[0], ev[1]));
+        CUDA_OK(cudaEventElapsedTime(&m2, ev[1], ev[2]));
+        if (r >= 0) us_prep += 1e3 * m1 / reps, us_flash += 1e3 * m2 / reps;
+    }
+    const double flop = 4.0 * a.Hq * hd * ((double)T * pos + 0.5 * (double)T * (T + 1));
+    printf("timing: attention 8/2 heads hd 256 T=%4d pos=%4d: prep %.1f us, flash %.1f us (%.0f TFLOP/s; "
+           "was 155 us = 111 TFLOP/s at T=2048 pos=0)\n",
+           T, pos, us_prep, us_flash, us_flash > 0 ? flop / us_flash * 1e-6 : 0.0);
+    for (int i = 0; i < 3; i++) CUDA_OK(cudaEventDestroy(ev[i]));
+    free(qkv), free(cache), free(qn), free(kn), free(inv_freq);
     void *dev[] = {d_qkv, d_K, d_V, d_qn, d_kn, d_if, d_q, d_out};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
 }
@@ -611,7 +659,8 @@ int main(int argc, char **argv) {
     test_bad_args();
 
     const AttnDims q35 = {8, 2, 256, 64, 1, 1, 0, 1e7f, 1e-6f}, q3 = {16, 8, 128, 128, 0, 0, 0, 1e6f, 1e-6f};
-    static const int attn_cases[][2] = {{1, 0}, {63, 0}, {64, 0}, {65, 0}, {700, 0}, {300, 450}, {64, 129}, {1, 77}};
+    static const int attn_cases[][2] = {{1, 0},     {63, 0},    {64, 0},  {65, 0}, {130, 0}, {700, 0},
+                                        {2048, 0},  {300, 450}, {64, 129}, {1, 77}, {127, 1}, {200, 3000}};
     for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
         AttnDims a = q35;
         a.max_seq = attn_cases[i][0] + attn_cases[i][1] + 3;
@@ -620,18 +669,28 @@ int main(int argc, char **argv) {
     {
         AttnDims a = q3;
         a.max_seq = 500;
-        test_attn(&a, 150, 0);
-        test_attn(&a, 77, 200);
+        static const int q3_cases[][2] = {{1, 0}, {63, 0}, {64, 0}, {65, 0}, {130, 0}, {150, 0}, {77, 200}, {129, 1}};
+        for (size_t i = 0; i < sizeof q3_cases / sizeof q3_cases[0]; i++) test_attn(&a, q3_cases[i][0], q3_cases[i][1]);
+        AttnDims g8 = q3; /* 8 query heads per kv head */
+        g8.Hq = 8, g8.Hkv = 1, g8.max_seq = 300;
+        test_attn(&g8, 100, 0);
+        test_attn(&g8, 65, 190);
     }
     { /* small head dims (the golden fixtures use hd 32) */
         const AttnDims s64 = {4, 2, 64, 32, 1, 1, 0, 1e7f, 1e-6f}, s32 = {4, 1, 32, 32, 0, 0, 0, 1e6f, 1e-6f};
         AttnDims a = s64;
         a.max_seq = 300;
+        test_attn(&a, 1, 0);
+        test_attn(&a, 63, 0);
+        test_attn(&a, 64, 0);
         test_attn(&a, 130, 0);
         test_attn(&a, 65, 100);
         a = s32;
         a.max_seq = 300;
         test_attn(&a, 1, 0);
+        test_attn(&a, 63, 0);
+        test_attn(&a, 65, 0);
+        test_attn(&a, 130, 0);
         test_attn(&a, 200, 33);
     }
 
@@ -643,6 +702,9 @@ int main(int argc, char **argv) {
 
     time_deltanet(2048);
     time_deltanet(128);
+    time_attn(2048, 0);
+    time_attn(128, 0);
+    time_attn(512, 1536);
 
     const int layer_calls[] = {100, 37};
     test_layers(layer_calls, 2);
