@@ -28,13 +28,13 @@ for s in $steps; do
     case "$s" in t:*)
         n=${s#t:}
         echo "== GPU test $n"
-        sh tests/run.sh "build/tests/gpu/test_$n" 2>&1 | tee "$OUT/gpu-test-$n.log"
+        timeout 300 sh tests/run.sh "build/tests/gpu/test_$n" 2>&1 | tee "$OUT/gpu-test-$n.log"
         summary+=("test_$n: $(tail -n 1 "$OUT/gpu-test-$n.log")");;
     esac
 done
 if has quickbench; then
     echo "== quick bench"
-    build/qwen35 bench --dummy qwen3.5-0.8b --backend cuda --ops --prefill-list 2048 --json "$OUT/bench.json" \
+    timeout 300 build/qwen35 bench --dummy qwen3.5-0.8b --backend cuda --ops --prefill-list 2048 --json "$OUT/bench.json" \
         --md "$OUT/bench.md" 2>&1 | tee "$OUT/bench.log"
     summary+=("quick bench: exit ${PIPESTATUS[0]}")
 fi
@@ -49,7 +49,7 @@ if has full; then
 fi
 if has sanitizer; then
     echo "== compute-sanitizer memcheck, short decode"
-    compute-sanitizer --tool memcheck --error-exitcode 9 build/qwen35 run --dummy qwen3.5-0.8b --backend cuda \
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 build/qwen35 run --dummy qwen3.5-0.8b --backend cuda \
         --ids 1,2,3,4 -n 4 --print-ids --ctx 64 >"$OUT/memcheck.log" 2>&1
     rc=$?; tail -n 5 "$OUT/memcheck.log"; summary+=("memcheck: exit $rc")
 fi
