@@ -135,6 +135,7 @@ typedef struct Q35BenchResult {
     double ms_sync;         /* per token with the 4-byte readback and host sync (decode_sample) */
     double ms_sample;       /* sampling graph (temperature 1, top_k 20, top_p 0.95, min_p 0.05) */
     int persistent;         /* 1: the step runs the persistent layer kernel (ms_token etc.); 0: per-phase kernels */
+    char persistent_note[200]; /* why not, when persistent is 0 */
     double ms_phases;       /* graph + PDL with one kernel per phase (the persistent kernel off), atomic */
     int launches_phases;    /* kernel nodes of that graph */
     int launches;           /* kernel nodes in one step's graph (greedy) */

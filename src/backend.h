@@ -48,6 +48,9 @@ typedef struct Backend {
 extern const Backend cpu_backend;
 /* CUDA backend table; in a CUDA=0 build stub.c provides one whose open() fails clearly. */
 extern const Backend cuda_backend;
+/* 1 when the CUDA context decodes with the persistent layer kernel, else 0 with the reason in
+ * why[n] (tests, bench). */
+int cuda_decode_path(void *ctx, char *why, size_t n);
 /* 1 if a CUDA device is usable (0 in a CUDA=0 build). */
 int cuda_available(void);
 

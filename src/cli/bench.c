@@ -183,10 +183,11 @@ int cmd_bench(int argc, char **argv) {
         bprintf(&md, "Decode on %s (%d SMs); copy %.0f GB/s (read+write), streaming read %.0f GB/s; %.3f GB per step "
                      "at ctx %d\n\n", res->device, res->n_sm, res->copy_gbs, res->read_gbs, res->step_bytes / 1e9,
                 ctxs[0]);
-        bprintf(&md, "Step: %s. Columns after `launches`: the same step as a graph + PDL with atomic "
+        bprintf(&md, "Step: %s%s%s. Columns after `launches`: the same step as a graph + PDL with atomic "
                      "split-K, deterministic, without PDL, eager (no graph), with the per-token readback, sampling; "
                      "`per-phase kernels`: the persistent layer kernel off (one kernel per phase).\n\n",
-                res->persistent ? "persistent layer kernel + LM head" : "one kernel per phase");
+                res->persistent ? "persistent layer kernel + LM head" : "one kernel per phase",
+                res->persistent ? "" : " -- persistent kernel not used: ", res->persistent_note);
         bprintf(&md, "| ctx | ms/token | tok/s | GB/s | %% of read BW | launches | atomic | deterministic | no PDL | "
                      "eager | +readback | sampling | per-phase kernels (launches) |\n"
                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -288,7 +288,7 @@ static int mega_setup(CudaCtx *ctx, Err *err) {
     p->x0 = ctx->x[0], p->x1 = ctx->x[1], p->proj = ctx->proj, p->mix = ctx->mix, p->aout = ctx->pa;
     p->mlp = ctx->mlp, p->dout = ctx->pb, p->bar = ctx->mega_bar;
     ctx->mega_blocks = ctx->n_sm;
-    ctx->mega_ok = cuda_mega_prepare(p, ctx->n_sm) == 0;
+    ctx->mega_ok = cuda_mega_prepare(p, ctx->n_sm, ctx->mega_why, sizeof ctx->mega_why) == 0;
     return 0;
 }
 
@@ -311,6 +311,12 @@ static void be_close(void *p) {
     free(ctx->probe_buf);
     free(ctx->layers);
     free(ctx);
+}
+
+int cuda_decode_path(void *p, char *why, size_t n) {
+    const CudaCtx *ctx = (const CudaCtx *)p;
+    if (why && n) snprintf(why, n, "%s", ctx->mega ? "" : ctx->mega_ok ? "disabled" : ctx->mega_why);
+    return ctx->mega;
 }
 
 int cuda_available(void) {

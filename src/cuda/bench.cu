@@ -181,7 +181,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     if (!rc) res->launches = ctx->graph_kernels[0];
     /* the same step with one kernel per phase (the persistent layer kernel off) */
     const int mega0 = ctx->mega;
-    res->persistent = mega0;
+    res->persistent = cuda_decode_path(ctx, res->persistent_note, sizeof res->persistent_note);
     if (!rc && mega0) {
         ctx->mega = 0;
         cuda_graphs_drop(ctx);

@@ -110,6 +110,7 @@ typedef struct CudaCtx {
     /* persistent layer kernel (megastep.cu): used for the step when mega = 1 (supported shapes,
      * not disabled, no probes); mega_p is complete after open */
     int mega, mega_ok, mega_blocks;
+    char mega_why[200];       /* why mega_ok is 0 */
     MegaParams mega_p;
     MegaLayer *mega_layers;   /* device [L] */
     unsigned *mega_bar;       /* device [64], in the state range (zero when no kernel runs) */

@@ -2,11 +2,11 @@
  *
  * Why: one decode step is ~125 dependent phases of 1-17 MB each. As separate kernels each phase pays
  * a launch/drain boundary plus the DRAM round trip of its first loads (~2.5 us over its bandwidth time,
- * docs/PERF_NOTES.md §7-8). Here the weights do not wait for the phases: per block one producer warp
- * streams the block's rows of every GEMV of the step, in order, into a shared-memory ring
- * (MG_NS slots x 32 KiB, cp.async.bulk + mbarrier full/empty), bounded only by the ring, so DRAM
- * stays busy across phase boundaries and mixers. The 16 consumer warps run the phases, separated by
- * a grid barrier (one arrival counter + generation word).
+ * docs/PERF_NOTES.md §7-8). Here the weights do not wait for the phases: each block streams its rows
+ * of every GEMV of the step, in order, into a shared-memory ring (MG_NS slots x 32 KiB, cp.async.bulk
+ * completing on an mbarrier per slot); thread 0 refills a slot as soon as the block has consumed it,
+ * so MG_NS pieces are always requested ahead, across phase boundaries and mixers. The 16 warps run
+ * the phases, separated by a grid barrier (one arrival counter + generation word).
  *
  * Block b of G owns rows [b N/G, (b+1) N/G) of every GEMV (pairs of rows for the interleaved gate/up),
  * so no split-K: a row is summed by one block in a fixed order (deterministic). A ring piece holds pr
@@ -21,20 +21,22 @@
  * one more phase; the new K/V row is written by the item that owns position pos, which is the only
  * reader of it in this step. */
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "cuda/common.cuh"
 
 enum {
-    MG_CW = 16,            /* consumer warps */
-    MG_CT = MG_CW * 32,    /* consumer threads (named barrier 1) */
-    MG_THREADS = MG_CT + 32, /* + the producer warp */
+    MG_CW = 16,            /* warps */
+    MG_CT = MG_CW * 32,    /* threads */
     MG_SLOT = 32768,       /* bytes per ring slot */
     MG_NS = 5,             /* ring slots */
     MG_BIG = 32768,        /* xs (GEMV input, fp32) | attention warp partials */
     MG_SMALL = 16384,      /* DeltaNet / attention scratch */
     MG_MIN_CHUNK = 32      /* attention: positions per split at least */
 };
-#define MG_SMEM_BYTES ((size_t)MG_NS * MG_SLOT + MG_BIG + MG_SMALL + 2 * MG_CW * 4 + 2 * MG_NS * 8 + 128)
+#define MG_MAX_L 128       /* layers in the shared-memory GEMV table */
+#define MG_SMEM_BYTES ((size_t)MG_NS * MG_SLOT + MG_BIG + MG_SMALL + 2 * MG_CW * 4 + MG_NS * 8 + MG_MAX_L * 40 + 128)
 
 /* The kernel uses sm_90 instructions (mbarrier tx, cp.async.bulk); the compute_80 PTX of this file
  * gets an empty kernel (cuda_mega_prepare is only reached on sm_90 devices: backend.cu checks). */
@@ -63,9 +65,6 @@ __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
 __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
     unsigned ok;
     do {
@@ -84,11 +83,11 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned by
                  "l"(src), "r"(bytes), "r"(smem_u32(bar))
                  : "memory");
 }
-/* The consumer warps' barrier (the producer warp never joins it). */
+/* Block barrier (barrier 1, all MG_CT threads). */
 static_assert(MG_CT == 512, "cbar() names 512 threads");
 __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, 512;" ::: "memory"); }
 
-/* Sum over the consumer threads, same value to all; red: shared float[MG_CW] (free on entry). */
+/* Sum over the block, same value to all; red: shared float[MG_CW] (free on entry). */
 __device__ __forceinline__ float csum(float v, float *red) {
     v = warp_sum(v);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
@@ -125,19 +124,26 @@ __device__ __forceinline__ void grid_sync(unsigned *bar) {
 __device__ __forceinline__ float mg_silu(float x) { return x / (1.0f + expf(-x)); }
 static __device__ __forceinline__ uint16_t mg_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
-/* ---- GEMV geometry (shared by the producer and the consumers) -------------------------------- */
+/* ---- GEMV geometry (shared by the weight stream and the phases) -------------------------------- */
 
 typedef struct MgGemv {
     const uint16_t *W;
     int N, K, unit; /* rows, cols, rows that must stay in one block (2: gate/up pairs) */
 } MgGemv;
 
-__device__ __forceinline__ MgGemv mg_gemv_of(const MegaParams &p, const MegaLayer &ly, int m) {
+/* Per layer, what the GEMV geometry needs (copied to shared memory at kernel start). */
+typedef struct MgTab {
+    const uint16_t *w[4]; /* w_in, w_out, w_gu, w_down */
+    int in_rows, out_cols;
+} MgTab;
+
+__device__ __forceinline__ MgGemv mg_gemv_of(const MegaParams &p, const MgTab &t, int m) {
     MgGemv g;
-    if (m == 0) g.W = ly.w_in, g.N = ly.in_rows, g.K = p.D, g.unit = 1;
-    else if (m == 1) g.W = ly.w_out, g.N = p.D, g.K = ly.out_cols, g.unit = 1;
-    else if (m == 2) g.W = ly.w_gu, g.N = 2 * p.F, g.K = p.D, g.unit = 2;
-    else g.W = ly.w_down, g.N = p.D, g.K = p.F, g.unit = 1;
+    g.W = t.w[m];
+    if (m == 0) g.N = t.in_rows, g.K = p.D, g.unit = 1;
+    else if (m == 1) g.N = p.D, g.K = t.out_cols, g.unit = 1;
+    else if (m == 2) g.N = 2 * p.F, g.K = p.D, g.unit = 2;
+    else g.N = p.D, g.K = p.F, g.unit = 1;
     return g;
 }
 __device__ __forceinline__ void mg_rows(const MgGemv &g, int b, int G, int *r0, int *r1) {
@@ -146,24 +152,39 @@ __device__ __forceinline__ void mg_rows(const MgGemv &g, int b, int G, int *r0, 
     *r1 = (int)(nu * (b + 1) / G) * g.unit;
 }
 
-/* ---- the producer ------------------------------------------------------------------------------ */
+/* ---- the weight stream (thread 0) ----------------------------------------------------------------
+ * The block's pieces in consumption order: layers, then in / out / gu / down, then row ranges of pr
+ * rows. Piece n goes to slot n % MG_NS. */
+struct MgCursor {
+    int l, m, r, r1, pr, K;
+    const uint16_t *W;
+    unsigned n; /* pieces issued */
+};
 
-__device__ void mg_produce(const MegaParams &p, char *ring, uint64_t *full, uint64_t *empty) {
-    unsigned n = 0;
-    for (int l = 0; l < p.L; l++) {
-        const MegaLayer ly = p.layers[l];
-        for (int m = 0; m < 4; m++) {
-            const MgGemv g = mg_gemv_of(p, ly, m);
-            const int pr = mg_rows_per_piece(g.K);
-            int r0, r1;
-            mg_rows(g, blockIdx.x, gridDim.x, &r0, &r1);
-            for (int r = r0; r < r1; r += pr, n++) {
-                const unsigned slot = n % MG_NS, bytes = (unsigned)(min(pr, r1 - r) * g.K * 2);
-                if (n >= MG_NS) mbar_wait(&empty[slot], (n / MG_NS - 1) & 1);
-                mbar_expect_tx(&full[slot], bytes);
-                bulk_g2s(ring + (size_t)slot * MG_SLOT, g.W + (size_t)r * g.K, bytes, &full[slot]);
-            }
+/* Moves c to the first non-empty GEMV at or after (c.l, c.m) (c.l = L: the stream is done). */
+__device__ void cur_settle(const MegaParams &p, const MgTab *tab, MgCursor &c) {
+    for (; c.l < p.L; c.m = c.m == 3 ? 0 : c.m + 1, c.l += c.m == 0) {
+        const MgGemv g = mg_gemv_of(p, tab[c.l], c.m);
+        int r0;
+        mg_rows(g, blockIdx.x, gridDim.x, &r0, &c.r1);
+        if (r0 < c.r1) {
+            c.r = r0, c.pr = mg_rows_per_piece(g.K), c.K = g.K, c.W = g.W;
+            return;
         }
+    }
+}
+/* Requests the next piece into its slot (its previous contents consumed). */
+__device__ void cur_issue(const MegaParams &p, const MgTab *tab, MgCursor &c, char *ring, uint64_t *full) {
+    if (c.l >= p.L) return;
+    const unsigned slot = c.n % MG_NS, bytes = (unsigned)(min(c.pr, c.r1 - c.r) * c.K * 2);
+    mbar_expect_tx(&full[slot], bytes);
+    bulk_g2s(ring + (size_t)slot * MG_SLOT, c.W + (size_t)c.r * c.K, bytes, &full[slot]);
+    c.n++;
+    c.r += c.pr;
+    if (c.r >= c.r1) {
+        c.m = c.m == 3 ? 0 : c.m + 1;
+        c.l += c.m == 0;
+        cur_settle(p, tab, c);
     }
 }
 
@@ -175,17 +196,19 @@ struct MgSm {
     float *big;
     float *small;
     float *red;     /* [2][MG_CW] */
-    uint64_t *full, *empty;
-    unsigned n;     /* ring pieces consumed so far (same in every consumer thread) */
+    uint64_t *full; /* [MG_NS] */
+    MgTab *tab;     /* [L] */
+    unsigned n;     /* ring pieces consumed so far (same in every thread) */
+    MgCursor cur;   /* the weight stream (thread 0's copy is the live one) */
 };
 
 enum { EPI_STORE = 0, EPI_RAW = 1, EPI_SILU = 2 };
 
 /* y = W xs for this block's rows of GEMV m of layer ly (xs complete and published by a cbar). */
 template <int EPI>
-__device__ void mg_gemv(const MegaParams &p, const MegaLayer &ly, int m, MgSm &s, float *y) {
+__device__ void mg_gemv(const MegaParams &p, int l, int m, MgSm &s, float *y) {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const MgGemv g = mg_gemv_of(p, ly, m);
+    const MgGemv g = mg_gemv_of(p, s.tab[l], m);
     const int pr = mg_rows_per_piece(g.K), S = MG_CW / pr, slice = w % S, prow = w / S;
     const int kc = g.K / 8, cs = (kc + S - 1) / S, c0 = slice * cs, c1 = min(kc, c0 + cs);
     int r0, r1;
@@ -210,12 +233,9 @@ __device__ void mg_gemv(const MegaParams &p, const MegaLayer &ly, int m, MgSm &s
             }
         }
         acc = warp_sum(acc);
-        __syncwarp();
-        if (lane == 0) {
-            s.red[par * MG_CW + w] = acc;
-            mbar_arrive(&s.empty[slot]);
-        }
-        cbar();
+        if (lane == 0) s.red[par * MG_CW + w] = acc;
+        cbar(); /* the slot is consumed: refill it with the piece MG_NS ahead */
+        if (tid == 0) cur_issue(p, s.tab, s.cur, s.ring, s.full);
         if (EPI == EPI_SILU) {
             if (tid < rows / 2) {
                 float gt = 0.0f, up = 0.0f;
@@ -630,8 +650,8 @@ __device__ void att_combine(const MegaParams &p) {
 
 /* ---- the kernel ------------------------------------------------------------------------------ */
 
-/* 544 threads x 120 registers = the whole register file of an SM (one block per SM). */
-__global__ void __maxnreg__(120) mega_step_bf16(const __grid_constant__ MegaParams p) {
+/* 512 threads x 128 registers = the whole register file of an SM (one block per SM). */
+__global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant__ MegaParams p) {
 #if MG_SM90
     extern __shared__ __align__(128) char smem[];
     MgSm s;
@@ -641,17 +661,25 @@ __global__ void __maxnreg__(120) mega_step_bf16(const __grid_constant__ MegaPara
     s.small = s.big + MG_BIG / 4;
     s.red = s.small + MG_SMALL / 4;
     s.full = reinterpret_cast<uint64_t *>(s.red + 2 * MG_CW);
-    s.empty = s.full + MG_NS;
+    s.tab = reinterpret_cast<MgTab *>(s.full + MG_NS);
     s.n = 0;
+    for (int l = threadIdx.x; l < p.L; l += MG_CT) {
+        const MegaLayer &ly = p.layers[l];
+        MgTab t;
+        t.w[0] = ly.w_in, t.w[1] = ly.w_out, t.w[2] = ly.w_gu, t.w[3] = ly.w_down;
+        t.in_rows = ly.in_rows, t.out_cols = ly.out_cols;
+        s.tab[l] = t;
+    }
     if (threadIdx.x == 0) {
-        for (int i = 0; i < MG_NS; i++) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], MG_CW);
+        for (int i = 0; i < MG_NS; i++) mbar_init(&s.full[i], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
-    if (threadIdx.x >= MG_CT) { /* the producer warp */
-        if (threadIdx.x == MG_CT) mg_produce(p, s.ring, s.full, s.empty);
-        return;
+    if (threadIdx.x == 0) { /* the first MG_NS pieces of the weight stream */
+        s.cur.l = 0, s.cur.m = 0, s.cur.n = 0;
+        cur_settle(p, s.tab, s.cur);
+        for (int i = 0; i < MG_NS; i++) cur_issue(p, s.tab, s.cur, s.ring, s.full);
     }
     const int nsp = (p.dv + DN_COLS - 1) / DN_COLS;
     const int dn_items = p.Hv * nsp;
@@ -667,7 +695,7 @@ __global__ void __maxnreg__(120) mega_step_bf16(const __grid_constant__ MegaPara
             mg_in_resid(p, s, xa, p.dout, xb, ly.ln1);
             xi ^= 1;
         }
-        mg_gemv<EPI_STORE>(p, ly, 0, s, p.proj);
+        mg_gemv<EPI_STORE>(p, l, 0, s, p.proj);
         if (ly.type == 0) { /* LAYER_LINEAR_ATTN */
             DnPre pre;
             if ((int)blockIdx.x < dn_items) dn_load(p, ly, blockIdx.x, s, pre);
@@ -690,16 +718,16 @@ __global__ void __maxnreg__(120) mega_step_bf16(const __grid_constant__ MegaPara
             grid_sync(p.bar);
             mg_in_vec(s, p.mix, ly.out_cols);
         }
-        mg_gemv<EPI_RAW>(p, ly, 1, s, p.aout);
+        mg_gemv<EPI_RAW>(p, l, 1, s, p.aout);
         /* gu: x += aout, mlp = SwiGLU(W_gu norm2(x)) */
         xa = xi ? p.x1 : p.x0, xb = xi ? p.x0 : p.x1;
         grid_sync(p.bar);
         mg_in_resid(p, s, xa, p.aout, xb, ly.ln2);
         xi ^= 1;
-        mg_gemv<EPI_SILU>(p, ly, 2, s, p.mlp);
+        mg_gemv<EPI_SILU>(p, l, 2, s, p.mlp);
         grid_sync(p.bar);
         mg_in_vec(s, p.mlp, p.F);
-        mg_gemv<EPI_RAW>(p, ly, 3, s, p.dout);
+        mg_gemv<EPI_RAW>(p, l, 3, s, p.dout);
     }
 #else
     (void)p;
@@ -713,17 +741,25 @@ extern "C" size_t cuda_mega_work_bytes(int Hq, int hd, int n_sm, int Hkv) {
     return sizeof(float) * (size_t)(Hq > 0 ? Hq : 1) * ns * ((size_t)(hd > 0 ? hd : 0) + 2);
 }
 
-extern "C" int cuda_mega_prepare(const MegaParams *p, int n_sm) {
+static int mg_refuse(char *why, size_t n, const char *msg, int code) {
+    if (why && n) snprintf(why, n, "%s", msg);
+    return code;
+}
+
+extern "C" int cuda_mega_prepare(const MegaParams *p, int n_sm, char *why, size_t why_n) {
+    const int bad = (int)cudaErrorInvalidValue;
     if (!p || !p->layers || !p->step || !p->embed || !p->bar || p->L < 1 || p->D < 8 || p->D % 8 || p->F % 8 ||
         n_sm < 1)
-        return (int)cudaErrorInvalidValue;
+        return mg_refuse(why, why_n, "missing buffers or D, F not multiples of 8", bad);
+    if (p->L > MG_MAX_L) return mg_refuse(why, why_n, "more than 128 layers", bad);
     /* GEMV inputs fit xs; gate/up pieces hold whole pairs; K of every GEMV <= 8192 */
     const int kmax = p->D > p->F ? p->D : p->F;
-    if ((size_t)kmax * 4 > MG_BIG || mg_rows_per_piece(p->D) < 2 || p->F > 8192) return (int)cudaErrorInvalidValue;
+    if ((size_t)kmax * 4 > MG_BIG || mg_rows_per_piece(p->D) < 2 || p->F > 8192)
+        return mg_refuse(why, why_n, "hidden or intermediate size too large for the shared-memory tiles", bad);
     if (p->Hv > 0) { /* DeltaNet: dk <= 256, dv % 4, scratch fits */
         if (p->Hk < 1 || p->Hv % p->Hk || p->dk < 1 || p->dk > 256 || p->dv < 4 || p->dv % 4 ||
             (size_t)p->value_dim * 4 > MG_BIG || (size_t)(6 * p->dk + 6 * DN_COLS + 2 * MG_CW * DN_COLS) * 4 > MG_SMALL)
-            return (int)cudaErrorInvalidValue;
+            return mg_refuse(why, why_n, "DeltaNet shapes (needs dk <= 256, dv % 4 == 0)", bad);
     }
     if (p->Hq > 0) { /* attention: hd 32..256, group scratch fits */
         const int gq = p->Hkv > 0 ? p->Hq / p->Hkv : 0;
@@ -732,20 +768,28 @@ extern "C" int cuda_mega_prepare(const MegaParams *p, int n_sm) {
             p->R < 2 || p->R % 2 || p->R > p->hd || p->nsplit < 1 || !p->work ||
             (size_t)(p->hd + (gq + 1) * p->hd + 8 * MG_CW) * 4 > MG_SMALL || (size_t)8 * GQ * p->hd * 4 > MG_BIG ||
             (size_t)p->attn_dim * 4 > MG_BIG)
-            return (int)cudaErrorInvalidValue;
+            return mg_refuse(why, why_n, "attention shapes (head_dim 32-256, group scratch)", bad);
     }
     cudaError_t e = cudaFuncSetAttribute(mega_step_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MG_SMEM_BYTES);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return (int)e;
+        char m[160];
+        snprintf(m, sizeof m, "shared-memory attribute (%zu bytes): %s", (size_t)MG_SMEM_BYTES, cudaGetErrorString(e));
+        return mg_refuse(why, why_n, m, (int)e);
     }
     int per_sm = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_step_bf16, MG_THREADS, MG_SMEM_BYTES);
-    if (e != cudaSuccess) {
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_step_bf16, MG_CT, MG_SMEM_BYTES);
+    if (e != cudaSuccess || per_sm < 1) {
         (void)cudaGetLastError();
-        return (int)e;
+        cudaFuncAttributes fa;
+        memset(&fa, 0, sizeof fa);
+        cudaFuncGetAttributes(&fa, mega_step_bf16);
+        char m[200];
+        snprintf(m, sizeof m, "occupancy %d blocks/SM (%s; %d registers, %zu B static smem, max %d threads)", per_sm,
+                 cudaGetErrorString(e), fa.numRegs, fa.sharedSizeBytes, fa.maxThreadsPerBlock);
+        return mg_refuse(why, why_n, m, e != cudaSuccess ? (int)e : (int)cudaErrorInvalidConfiguration);
     }
-    return per_sm >= 1 ? 0 : (int)cudaErrorInvalidConfiguration;
+    return 0;
 }
 
 /* n_blocks <= SMs with one block per SM: every block is resident, as the grid barrier needs. */
@@ -753,5 +797,5 @@ extern "C" int cuda_mega_step(const MegaParams *p, int n_blocks, const CudaLaunc
     if (!p || !l || n_blocks < 1) return (int)cudaErrorInvalidValue;
     CudaLaunch nl = *l;
     nl.pdl = 0; /* it writes state the previous step's kernels read: plain stream order */
-    return launch_kernel(mega_step_bf16, dim3((unsigned)n_blocks), dim3(MG_THREADS), MG_SMEM_BYTES, &nl, *p);
+    return launch_kernel(mega_step_bf16, dim3((unsigned)n_blocks), dim3(MG_CT), MG_SMEM_BYTES, &nl, *p);
 }

@@ -514,8 +514,9 @@ typedef struct MegaParams {
 } MegaParams;
 
 /* 0 when the kernel supports p's shapes on n_sm SMs (and sets its shared-memory attribute),
- * else a cudaError_t value (cudaErrorInvalidValue: shapes; the caller falls back). */
-int cuda_mega_prepare(const MegaParams *p, int n_sm);
+ * else a cudaError_t value (cudaErrorInvalidValue: shapes; the caller falls back) with the
+ * reason in why[why_n]. */
+int cuda_mega_prepare(const MegaParams *p, int n_sm, char *why, size_t why_n);
 int cuda_mega_step(const MegaParams *p, int n_blocks, const CudaLaunch *l);
 size_t cuda_mega_work_bytes(int Hq, int hd, int n_sm, int Hkv);
 

@@ -1,4 +1,6 @@
 /* stub.c — linked only when CUDA=0: the CUDA backend table whose open() fails clearly. */
+#include <stdio.h>
+
 #include "backend.h"
 
 static int stub_open(void **ctx, const Model *m, const BackendOptions *o, Err *err) {
@@ -9,3 +11,8 @@ static int stub_open(void **ctx, const Model *m, const BackendOptions *o, Err *e
 const Backend cuda_backend = {"cuda", stub_open, NULL, NULL, NULL, NULL, NULL};
 
 int cuda_available(void) { return 0; }
+int cuda_decode_path(void *ctx, char *why, size_t n) {
+    (void)ctx;
+    if (why && n) snprintf(why, n, "no CUDA in this build");
+    return 0;
+}

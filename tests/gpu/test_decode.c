@@ -183,6 +183,11 @@ static void test_model(int qwen35) {
     }
     /* deterministic graph: logits vs CPU */
     if (open_cuda(&gd, &m, 1, 0, 0, n_valid, NULL)) goto done;
+    {
+        char why[200];
+        const int pers = cuda_decode_path(gd, why, sizeof why);
+        CHECK(pers, "%s: the persistent layer kernel is not used: %s", name, why);
+    }
     if (cuda_run(gd, ids, n, V, det1, &err)) {
         CHECK(0, "%s cuda forward: %s", name, err.msg);
         goto done;
@@ -421,6 +426,8 @@ static void test_long(int qwen35) {
             CHECK(0, "cuda open: %s", err.msg);
             goto done;
         }
+        char why[200];
+        CHECK(cuda_decode_path(g, why, sizeof why) == !path, "%s: decode path %d not taken (%s)", name, path, why);
         double worst = 0;
         for (int t = 0; t < n; t++) {
             const int want = t % 9 == 8 || t == n - 1;
