@@ -105,6 +105,57 @@ static int time_ops(CudaCtx *ctx, int events, int append, BenchResult *res, Err 
     return 0;
 }
 
+/* One eager step of the persistent kernel with its trace on; appends per phase kind (summed over
+ * the step's phases, cycles at the device clock -> us): the slowest block's work, the mean block's
+ * work, the grid-barrier latency (the least any block waited), the slowest block's weight-ring wait. */
+static int trace_persistent(CudaCtx *ctx, BenchResult *res, Err *err) {
+    static const char *kind[MG_PH_KINDS] = {"in", "deltanet", "attention", "combine", "out", "gate_up", "down"};
+    const int G = ctx->mega_blocks, n = 8 * ctx->c->num_hidden_layers + 8;
+    const size_t bytes = sizeof(unsigned) * 4 * (size_t)n * G;
+    unsigned *dev = NULL, *h = (unsigned *)calloc(1, bytes);
+    int khz = 0;
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+    cudaError_t e = h ? cudaMalloc((void **)&dev, bytes) : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess) e = cudaMemset(dev, 0xff, bytes);
+    if (e != cudaSuccess) {
+        free(h);
+        return bfail(e, "trace buffer", err);
+    }
+    ctx->mega_p.trace = dev, ctx->mega_p.trace_n = n, ctx->no_graph = 1;
+    int rc = cuda_step_enqueue(ctx, 0, err);
+    ctx->mega_p.trace = NULL, ctx->mega_p.trace_n = 0;
+    if (!rc && (e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess) rc = bfail(e, "traced step", err);
+    if (!rc && (e = cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost)) != cudaSuccess) rc = bfail(e, "trace readback", err);
+    cudaFree(dev);
+    double mx[MG_PH_KINDS] = {0}, mean[MG_PH_KINDS] = {0}, bar[MG_PH_KINDS] = {0}, ring[MG_PH_KINDS] = {0};
+    int cnt[MG_PH_KINDS] = {0};
+    const double us = khz > 0 ? 1e3 / khz : 1e-3;
+    for (int k = 0; k < n && !rc; k++) {
+        const unsigned *e0 = h + (size_t)k * G * 4;
+        if (e0[3] >= MG_PH_KINDS) continue; /* not written */
+        const int t = (int)e0[3];
+        double w_max = 0, w_sum = 0, b_min = 1e30, r_max = 0;
+        for (int b = 0; b < G; b++) {
+            const unsigned *x = e0 + (size_t)b * 4;
+            w_max = x[0] > w_max ? x[0] : w_max, w_sum += x[0];
+            b_min = x[1] < b_min ? x[1] : b_min, r_max = x[2] > r_max ? x[2] : r_max;
+        }
+        mx[t] += w_max * us, mean[t] += w_sum / G * us, bar[t] += b_min * us, ring[t] += r_max * us, cnt[t]++;
+    }
+    for (int t = 0; t < MG_PH_KINDS && !rc; t++) {
+        if (!cnt[t]) continue;
+        const char *what[4] = {"max work", "mean work", "barrier", "ring wait"};
+        const double v[4] = {mx[t], mean[t], bar[t], ring[t]};
+        for (int j = 0; j < 4 && res->n_ops < BENCH_MAX_OPS; j++) {
+            BenchOp *o = &res->ops[res->n_ops++];
+            snprintf(o->name, sizeof o->name, "persistent:%s x%d %s", kind[t], cnt[t], what[j]);
+            o->us = v[j], o->bytes = 0;
+        }
+    }
+    free(h);
+    return rc;
+}
+
 /* Device-to-device copy and streaming-read bandwidth over 256 MiB buffers (L2 is 60 MB). */
 static int bandwidth(CudaCtx *ctx, BenchResult *res, Err *err) {
     const size_t bytes = (size_t)256 << 20;
@@ -215,6 +266,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         ctx->mega = mega0;
     }
     if (!rc && mega0 && rq->ops) rc = time_ops(ctx, 1, 1, res, err);
+    if (!rc && mega0 && rq->ops) rc = trace_persistent(ctx, res, err);
     if (!rc) rc = bandwidth(ctx, res, err);
     ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0, ctx->rec_ops = 0, ctx->mega = mega0;
     return rc;

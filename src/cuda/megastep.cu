@@ -101,8 +101,7 @@ __device__ __forceinline__ float csum(float v, float *red) {
 
 /* Grid barrier: bar[0] arrivals, bar[32] generation. The last arriver resets the count, then
  * publishes the next generation; the others spin on it. Self-resetting across launches. */
-__device__ __forceinline__ void grid_sync(unsigned *bar) {
-    cbar();
+__device__ __forceinline__ void grid_sync_raw(unsigned *bar) {
     if (threadIdx.x == 0) {
         unsigned g, v;
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(bar + 32) : "memory");
@@ -118,7 +117,6 @@ __device__ __forceinline__ void grid_sync(unsigned *bar) {
         }
         __threadfence();
     }
-    cbar();
 }
 
 __device__ __forceinline__ float mg_silu(float x) { return x / (1.0f + expf(-x)); }
@@ -200,7 +198,27 @@ struct MgSm {
     MgTab *tab;     /* [L] */
     unsigned n;     /* ring pieces consumed so far (same in every thread) */
     MgCursor cur;   /* the weight stream (thread 0's copy is the live one) */
+    /* trace (thread 0): phases ended, clock at the current phase's start, ring-wait cycles in it */
+    unsigned k;
+    long long t0, rwait;
 };
+
+/* Ends the current phase (its kind: MG_PH_*): block barrier, grid barrier, block barrier. With
+ * p.trace, thread 0 records [work cycles, grid-barrier wait cycles, ring-wait cycles, kind]. */
+__device__ void grid_sync(const MegaParams &p, MgSm &s, int kind) {
+    cbar();
+    if (threadIdx.x == 0) {
+        const long long ta = clock64();
+        grid_sync_raw(p.bar);
+        const long long tr = clock64();
+        if (p.trace && (int)s.k < p.trace_n) {
+            unsigned *e = p.trace + ((size_t)s.k * gridDim.x + blockIdx.x) * 4;
+            e[0] = (unsigned)(ta - s.t0), e[1] = (unsigned)(tr - ta), e[2] = (unsigned)s.rwait, e[3] = (unsigned)kind;
+        }
+        s.k++, s.t0 = tr, s.rwait = 0;
+    }
+    cbar();
+}
 
 enum { EPI_STORE = 0, EPI_RAW = 1, EPI_SILU = 2 };
 
@@ -222,7 +240,9 @@ __device__ void mg_gemv(const MegaParams &p, int l, int m, MgSm &s, float *y) {
     }
     for (int r = r0; r < r1; r += pr, s.n++) {
         const int rows = min(pr, r1 - r), slot = s.n % MG_NS, par = s.n & 1;
+        const long long tw = tid == 0 && p.trace ? clock64() : 0;
         mbar_wait(&s.full[slot], (s.n / MG_NS) & 1);
+        if (tid == 0 && p.trace) s.rwait += clock64() - tw;
         float acc = 0.0f;
         if (prow < rows) {
             const uint4 *wr = reinterpret_cast<const uint4 *>(s.ring + (size_t)slot * MG_SLOT) + (size_t)prow * kc;
@@ -662,7 +682,7 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
     s.red = s.small + MG_SMALL / 4;
     s.full = reinterpret_cast<uint64_t *>(s.red + 2 * MG_CW);
     s.tab = reinterpret_cast<MgTab *>(s.full + MG_NS);
-    s.n = 0;
+    s.n = 0, s.k = 0, s.t0 = clock64(), s.rwait = 0;
     for (int l = threadIdx.x; l < p.L; l += MG_CT) {
         const MegaLayer &ly = p.layers[l];
         MgTab t;
@@ -691,7 +711,7 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
         if (l == 0) {
             mg_in_resid(p, s, NULL, NULL, p.x0, ly.ln1);
         } else {
-            grid_sync(p.bar);
+            grid_sync(p, s, MG_PH_DOWN);
             mg_in_resid(p, s, xa, p.dout, xb, ly.ln1);
             xi ^= 1;
         }
@@ -699,7 +719,7 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
         if (ly.type == 0) { /* LAYER_LINEAR_ATTN */
             DnPre pre;
             if ((int)blockIdx.x < dn_items) dn_load(p, ly, blockIdx.x, s, pre);
-            grid_sync(p.bar);
+            grid_sync(p, s, MG_PH_IN);
             for (int item = blockIdx.x; item < dn_items; item += gridDim.x) {
                 if (item != (int)blockIdx.x) {
                     dn_load(p, ly, item, s, pre);
@@ -707,27 +727,31 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
                 }
                 dn_compute(p, ly, item, s, pre);
             }
-            grid_sync(p.bar);
+            grid_sync(p, s, MG_PH_DELTANET);
             mg_in_gated(p, ly, s);
         } else {
             att_pre(p, ly, s);
-            grid_sync(p.bar);
+            grid_sync(p, s, MG_PH_IN);
             att_items(p, ly, s);
-            grid_sync(p.bar);
+            grid_sync(p, s, MG_PH_ATTN);
             att_combine(p);
-            grid_sync(p.bar);
+            grid_sync(p, s, MG_PH_COMBINE);
             mg_in_vec(s, p.mix, ly.out_cols);
         }
         mg_gemv<EPI_RAW>(p, l, 1, s, p.aout);
         /* gu: x += aout, mlp = SwiGLU(W_gu norm2(x)) */
         xa = xi ? p.x1 : p.x0, xb = xi ? p.x0 : p.x1;
-        grid_sync(p.bar);
+        grid_sync(p, s, MG_PH_OUT);
         mg_in_resid(p, s, xa, p.aout, xb, ly.ln2);
         xi ^= 1;
         mg_gemv<EPI_SILU>(p, l, 2, s, p.mlp);
-        grid_sync(p.bar);
+        grid_sync(p, s, MG_PH_GU);
         mg_in_vec(s, p.mlp, p.F);
         mg_gemv<EPI_RAW>(p, l, 3, s, p.dout);
+    }
+    if (threadIdx.x == 0 && p.trace && (int)s.k < p.trace_n) { /* the last phase: no barrier after it */
+        unsigned *e = p.trace + ((size_t)s.k * gridDim.x + blockIdx.x) * 4;
+        e[0] = (unsigned)(clock64() - s.t0), e[1] = 0, e[2] = (unsigned)s.rwait, e[3] = MG_PH_DOWN;
     }
 #else
     (void)p;

@@ -511,7 +511,13 @@ typedef struct MegaParams {
     float *proj, *mix, *aout, *mlp, *dout;
     float *work;            /* [Hq][nsplit][hd + 2] attention partials */
     unsigned *bar;          /* [64] zeroed once */
+    /* optional trace (bench): per phase k < trace_n and block b, trace[(k*G + b)*4 + ...] =
+     * work cycles (phase start to barrier arrival), barrier-wait cycles, weight-ring wait cycles,
+     * phase kind (MG_PH_*); NULL = off */
+    unsigned *trace;
+    int trace_n;
 } MegaParams;
+enum { MG_PH_IN, MG_PH_DELTANET, MG_PH_ATTN, MG_PH_COMBINE, MG_PH_OUT, MG_PH_GU, MG_PH_DOWN, MG_PH_KINDS };
 
 /* 0 when the kernel supports p's shapes on n_sm SMs (and sets its shared-memory attribute),
  * else a cudaError_t value (cudaErrorInvalidValue: shapes; the caller falls back) with the
