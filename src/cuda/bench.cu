@@ -111,7 +111,7 @@ static int time_ops(CudaCtx *ctx, int events, int append, BenchResult *res, Err 
 static int trace_persistent(CudaCtx *ctx, BenchResult *res, Err *err) {
     static const char *kind[MG_PH_KINDS] = {"in", "deltanet", "attention", "combine", "out", "gate_up", "down"};
     const int G = ctx->mega_blocks, n = 8 * ctx->c->num_hidden_layers + 8;
-    const size_t bytes = sizeof(unsigned) * 4 * (size_t)n * G;
+    const size_t bytes = sizeof(unsigned) * 8 * (size_t)n * G;
     unsigned *dev = NULL, *h = (unsigned *)calloc(1, bytes);
     int khz = 0;
     cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
@@ -128,25 +128,28 @@ static int trace_persistent(CudaCtx *ctx, BenchResult *res, Err *err) {
     if (!rc && (e = cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost)) != cudaSuccess) rc = bfail(e, "trace readback", err);
     cudaFree(dev);
     double mx[MG_PH_KINDS] = {0}, mean[MG_PH_KINDS] = {0}, bar[MG_PH_KINDS] = {0}, ring[MG_PH_KINDS] = {0};
+    double pro[MG_PH_KINDS] = {0}, iss[MG_PH_KINDS] = {0};
     int cnt[MG_PH_KINDS] = {0};
     const double us = khz > 0 ? 1e3 / khz : 1e-3;
     for (int k = 0; k < n && !rc; k++) {
-        const unsigned *e0 = h + (size_t)k * G * 4;
+        const unsigned *e0 = h + (size_t)k * G * 8;
         if (e0[3] >= MG_PH_KINDS) continue; /* not written */
         const int t = (int)e0[3];
-        double w_max = 0, w_sum = 0, b_min = 1e30, r_max = 0;
+        double w_max = 0, w_sum = 0, b_min = 1e30, r_max = 0, p_sum = 0, i_sum = 0;
         for (int b = 0; b < G; b++) {
-            const unsigned *x = e0 + (size_t)b * 4;
+            const unsigned *x = e0 + (size_t)b * 8;
             w_max = x[0] > w_max ? x[0] : w_max, w_sum += x[0];
             b_min = x[1] < b_min ? x[1] : b_min, r_max = x[2] > r_max ? x[2] : r_max;
+            p_sum += x[4], i_sum += x[5];
         }
+        pro[t] += p_sum / G * us, iss[t] += i_sum / G * us;
         mx[t] += w_max * us, mean[t] += w_sum / G * us, bar[t] += b_min * us, ring[t] += r_max * us, cnt[t]++;
     }
     for (int t = 0; t < MG_PH_KINDS && !rc; t++) {
         if (!cnt[t]) continue;
-        const char *what[4] = {"max work", "mean work", "barrier", "ring wait"};
-        const double v[4] = {mx[t], mean[t], bar[t], ring[t]};
-        for (int j = 0; j < 4 && res->n_ops < BENCH_MAX_OPS; j++) {
+        const char *what[6] = {"max work", "mean work", "barrier", "ring wait", "mean pre-loop", "mean issue"};
+        const double v[6] = {mx[t], mean[t], bar[t], ring[t], pro[t], iss[t]};
+        for (int j = 0; j < 6 && res->n_ops < BENCH_MAX_OPS; j++) {
             BenchOp *o = &res->ops[res->n_ops++];
             snprintf(o->name, sizeof o->name, "persistent:%s x%d %s", kind[t], cnt[t], what[j]);
             o->us = v[j], o->bytes = 0;

@@ -3,10 +3,14 @@
  * Why: one decode step is ~125 dependent phases of 1-17 MB each. As separate kernels each phase pays
  * a launch/drain boundary plus the DRAM round trip of its first loads (~2.5 us over its bandwidth time,
  * docs/PERF_NOTES.md §7-8). Here the weights do not wait for the phases: each block streams its rows
- * of every GEMV of the step, in order, into a shared-memory ring (MG_NS slots x 32 KiB, cp.async.bulk
- * completing on an mbarrier per slot); thread 0 refills a slot as soon as the block has consumed it,
- * so MG_NS pieces are always requested ahead, across phase boundaries and mixers. The 16 warps run
- * the phases, separated by a grid barrier (one arrival counter + generation word).
+ * of every GEMV of the step, in order, into a shared-memory ring (MG_NS slots x 16 KiB, cp.async.bulk
+ * completing on an mbarrier per slot), across phase boundaries and mixers. Thread 0 "pumps" the
+ * stream at every piece, prologue and barrier spin: a free slot is refilled only while fewer than
+ * MG_INFLIGHT pieces are in flight. That bound matters: with 160 KiB per SM requested at once (the
+ * first version) every dependent load of the phases — activations, barrier words — queued behind
+ * ~20 MB of weight traffic and took 3-4 us (bench trace). ~48 KiB per SM (6 MB in all) is about
+ * bandwidth x latency. The 16 warps run the phases, separated by a grid barrier (one arrival counter
+ * + generation word).
  *
  * Block b of G owns rows [b N/G, (b+1) N/G) of every GEMV (pairs of rows for the interleaved gate/up),
  * so no split-K: a row is summed by one block in a fixed order (deterministic). A ring piece holds pr
@@ -29,8 +33,9 @@
 enum {
     MG_CW = 16,            /* warps */
     MG_CT = MG_CW * 32,    /* threads */
-    MG_SLOT = 32768,       /* bytes per ring slot */
-    MG_NS = 5,             /* ring slots */
+    MG_SLOT = 16384,       /* bytes per ring slot */
+    MG_NS = 10,            /* ring slots */
+    MG_INFLIGHT = 3,       /* ring pieces requested and not yet arrived, at most */
     MG_BIG = 32768,        /* xs (GEMV input, fp32) | attention warp partials */
     MG_SMALL = 16384,      /* DeltaNet / attention scratch */
     MG_MIN_CHUNK = 32      /* attention: positions per split at least */
@@ -99,26 +104,6 @@ __device__ __forceinline__ float csum(float v, float *red) {
     return s;
 }
 
-/* Grid barrier: bar[0] arrivals, bar[32] generation. The last arriver resets the count, then
- * publishes the next generation; the others spin on it. Self-resetting across launches. */
-__device__ __forceinline__ void grid_sync_raw(unsigned *bar) {
-    if (threadIdx.x == 0) {
-        unsigned g, v;
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(bar + 32) : "memory");
-        __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 32), "r"(g + 1u) : "memory");
-        } else {
-            do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar + 32) : "memory");
-            } while (v == g);
-        }
-        __threadfence();
-    }
-}
-
 __device__ __forceinline__ float mg_silu(float x) { return x / (1.0f + expf(-x)); }
 static __device__ __forceinline__ uint16_t mg_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
@@ -157,6 +142,7 @@ struct MgCursor {
     int l, m, r, r1, pr, K;
     const uint16_t *W;
     unsigned n; /* pieces issued */
+    unsigned a; /* pieces known to have arrived */
 };
 
 /* Moves c to the first non-empty GEMV at or after (c.l, c.m) (c.l = L: the stream is done). */
@@ -171,6 +157,17 @@ __device__ void cur_settle(const MegaParams &p, const MgTab *tab, MgCursor &c) {
         }
     }
 }
+__device__ __forceinline__ bool mbar_test(uint64_t *b, unsigned parity) {
+    unsigned ok;
+    asm volatile("{\n\t.reg .pred p;\n\t"
+                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(ok)
+                 : "r"(smem_u32(b)), "r"(parity)
+                 : "memory");
+    return ok != 0;
+}
+
 /* Requests the next piece into its slot (its previous contents consumed). */
 __device__ void cur_issue(const MegaParams &p, const MgTab *tab, MgCursor &c, char *ring, uint64_t *full) {
     if (c.l >= p.L) return;
@@ -196,12 +193,43 @@ struct MgSm {
     float *red;     /* [2][MG_CW] */
     uint64_t *full; /* [MG_NS] */
     MgTab *tab;     /* [L] */
-    unsigned n;     /* ring pieces consumed so far (same in every thread) */
+    unsigned n;     /* ring pieces consumed so far (same in every thread; thread 0 may be ahead by
+                     * the piece it is consuming) */
     MgCursor cur;   /* the weight stream (thread 0's copy is the live one) */
     /* trace (thread 0): phases ended, clock at the current phase's start, ring-wait cycles in it */
     unsigned k;
-    long long t0, rwait;
+    long long t0, rwait, tpro, tiss; /* + cycles before the GEMV's piece loop, in cur_issue */
 };
+
+/* Thread 0: issue pieces while a slot is free (issued - consumed < MG_NS, with `consumed` the
+ * pieces whose slots are released) and fewer than MG_INFLIGHT are in flight. Non-blocking. */
+__device__ __forceinline__ void mg_pump(const MegaParams &p, MgSm &s, unsigned consumed) {
+    MgCursor &c = s.cur;
+    if (c.a < consumed) c.a = consumed; /* consumed pieces have arrived (and their slots may be re-armed) */
+    while (c.a < c.n && mbar_test(&s.full[c.a % MG_NS], (c.a / MG_NS) & 1)) c.a++;
+    while (c.l < p.L && c.n - consumed < MG_NS && c.n - c.a < MG_INFLIGHT) cur_issue(p, s.tab, c, s.ring, s.full);
+}
+
+/* Grid barrier: bar[0] arrivals, bar[32] generation. The last arriver resets the count, then
+ * publishes the next generation; the others spin on it. Self-resetting across launches. */
+__device__ __forceinline__ void grid_sync_raw(const MegaParams &p, MgSm &s, unsigned *bar) {
+    if (threadIdx.x == 0) {
+        unsigned g, v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(bar + 32) : "memory");
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 32), "r"(g + 1u) : "memory");
+        } else {
+            do {
+                mg_pump(p, s, s.n);
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar + 32) : "memory");
+            } while (v == g);
+        }
+        __threadfence();
+    }
+}
 
 /* Ends the current phase (its kind: MG_PH_*): block barrier, grid barrier, block barrier. With
  * p.trace, thread 0 records [work cycles, grid-barrier wait cycles, ring-wait cycles, kind]. */
@@ -209,13 +237,15 @@ __device__ void grid_sync(const MegaParams &p, MgSm &s, int kind) {
     cbar();
     if (threadIdx.x == 0) {
         const long long ta = clock64();
-        grid_sync_raw(p.bar);
+        mg_pump(p, s, s.n);
+        grid_sync_raw(p, s, p.bar);
         const long long tr = clock64();
         if (p.trace && (int)s.k < p.trace_n) {
-            unsigned *e = p.trace + ((size_t)s.k * gridDim.x + blockIdx.x) * 4;
+            unsigned *e = p.trace + ((size_t)s.k * gridDim.x + blockIdx.x) * 8;
             e[0] = (unsigned)(ta - s.t0), e[1] = (unsigned)(tr - ta), e[2] = (unsigned)s.rwait, e[3] = (unsigned)kind;
+            e[4] = (unsigned)s.tpro, e[5] = (unsigned)s.tiss;
         }
-        s.k++, s.t0 = tr, s.rwait = 0;
+        s.k++, s.t0 = tr, s.rwait = 0, s.tpro = 0, s.tiss = 0;
     }
     cbar();
 }
@@ -238,6 +268,7 @@ __device__ void mg_gemv(const MegaParams &p, int l, int m, MgSm &s, float *y) {
 #pragma unroll
         for (int k = 0; k < 8; k++) xr[i][k] = c < c1 ? s.xs[c * 8 + k] : 0.0f;
     }
+    if (tid == 0 && p.trace) s.tpro = clock64() - s.t0;
     for (int r = r0; r < r1; r += pr, s.n++) {
         const int rows = min(pr, r1 - r), slot = s.n % MG_NS, par = s.n & 1;
         const long long tw = tid == 0 && p.trace ? clock64() : 0;
@@ -255,7 +286,11 @@ __device__ void mg_gemv(const MegaParams &p, int l, int m, MgSm &s, float *y) {
         acc = warp_sum(acc);
         if (lane == 0) s.red[par * MG_CW + w] = acc;
         cbar(); /* the slot is consumed: refill it with the piece MG_NS ahead */
-        if (tid == 0) cur_issue(p, s.tab, s.cur, s.ring, s.full);
+        if (tid == 0) {
+            const long long ti = p.trace ? clock64() : 0;
+            mg_pump(p, s, s.n + 1);
+            if (p.trace) s.tiss += clock64() - ti;
+        }
         if (EPI == EPI_SILU) {
             if (tid < rows / 2) {
                 float gt = 0.0f, up = 0.0f;
@@ -274,17 +309,32 @@ __device__ void mg_gemv(const MegaParams &p, int l, int m, MgSm &s, float *y) {
 /* xs = norm(x) with x = E[token] (res NULL) or bf16(res + bf16(add)); block 0 stores x to x_out. */
 __device__ void mg_in_resid(const MegaParams &p, MgSm &s, const float *res, const float *add, float *x_out,
                             const float *w) {
-    const int D = p.D;
-    float ss = 0.0f;
+    const int D = p.D, tid = threadIdx.x;
+    constexpr int PT = 8; /* D <= 8 * MG_CT (cuda_mega_prepare) */
+    float v[PT], wv[PT], ss = 0.0f;
     const uint16_t *e = res ? NULL : p.embed + (size_t)p.step->token * D;
-    for (int i = threadIdx.x; i < D; i += MG_CT) {
-        const float v = e ? bf16u(e[i]) : rbf(__ldcg(res + i) + rbf(__ldcg(add + i)));
-        s.xs[i] = v;
-        if (blockIdx.x == 0) x_out[i] = v;
-        ss += v * v;
+#pragma unroll
+    for (int j = 0; j < PT; j++) { /* every load first: one round trip */
+        const int i = tid + j * MG_CT;
+        if (i < D) {
+            wv[j] = w[i];
+            v[j] = e ? bf16u(e[i]) : rbf(__ldcg(res + i) + rbf(__ldcg(add + i)));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < PT; j++) {
+        const int i = tid + j * MG_CT;
+        if (i < D) {
+            if (blockIdx.x == 0) x_out[i] = v[j];
+            ss = fmaf(v[j], v[j], ss);
+        }
     }
     const float r = rsqrtf(csum(ss, s.red) / (float)D + p.eps);
-    for (int i = threadIdx.x; i < D; i += MG_CT) s.xs[i] = norm_apply(s.xs[i], r, w[i], p.norm_mode);
+#pragma unroll
+    for (int j = 0; j < PT; j++) {
+        const int i = tid + j * MG_CT;
+        if (i < D) s.xs[i] = norm_apply(v[j], r, wv[j], p.norm_mode);
+    }
     cbar();
 }
 
@@ -293,20 +343,26 @@ __device__ void mg_in_vec(MgSm &s, const float *v, int n) {
     cbar();
 }
 
-/* DeltaNet out_proj input: per v head j, y = bf16(bf16(w bf16(o rstd_j)) silu(z)). */
+/* DeltaNet out_proj input: per v head j, y = bf16(bf16(w bf16(o rstd_j)) silu(z)); a warp per head,
+ * all loads first (dv <= 256: cuda_mega_prepare). */
 __device__ void mg_in_gated(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
     const int lane = threadIdx.x & 31, dv = p.dv;
     for (int j = threadIdx.x >> 5; j < p.Hv; j += MG_CW) {
-        const float *o = p.mix + (size_t)j * dv;
-        float ss = 0.0f;
-        for (int c = lane; c < dv; c += 32) {
-            const float v = __ldcg(o + c);
-            ss = fmaf(v, v, ss);
+        const float *o = p.mix + (size_t)j * dv, *z = p.proj + p.conv_dim + (size_t)j * dv;
+        float ov[8], zv[8], wv[8], ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int c = lane + 32 * k;
+            if (c < dv) ov[k] = __ldcg(o + c), zv[k] = __ldcg(z + c), wv[k] = ly.lin_norm[c];
         }
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (lane + 32 * k < dv) ss = fmaf(ov[k], ov[k], ss);
         const float rstd = rsqrtf(warp_sum(ss) / (float)dv + p.eps);
-        for (int c = lane; c < dv; c += 32) {
-            const float u = rbf(__ldcg(o + c) * rstd), wu = rbf(ly.lin_norm[c] * u);
-            s.xs[j * dv + c] = rbf(wu * mg_silu(__ldcg(p.proj + p.conv_dim + (size_t)j * dv + c)));
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int c = lane + 32 * k;
+            if (c < dv) s.xs[j * dv + c] = rbf(rbf(wv[k] * rbf(ov[k] * rstd)) * mg_silu(zv[k]));
         }
     }
     cbar();
@@ -682,7 +738,7 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
     s.red = s.small + MG_SMALL / 4;
     s.full = reinterpret_cast<uint64_t *>(s.red + 2 * MG_CW);
     s.tab = reinterpret_cast<MgTab *>(s.full + MG_NS);
-    s.n = 0, s.k = 0, s.t0 = clock64(), s.rwait = 0;
+    s.n = 0, s.k = 0, s.t0 = clock64(), s.rwait = 0, s.tpro = 0, s.tiss = 0;
     for (int l = threadIdx.x; l < p.L; l += MG_CT) {
         const MegaLayer &ly = p.layers[l];
         MgTab t;
@@ -696,10 +752,10 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
-    if (threadIdx.x == 0) { /* the first MG_NS pieces of the weight stream */
-        s.cur.l = 0, s.cur.m = 0, s.cur.n = 0;
+    if (threadIdx.x == 0) { /* the first pieces of the weight stream */
+        s.cur.l = 0, s.cur.m = 0, s.cur.n = 0, s.cur.a = 0;
         cur_settle(p, s.tab, s.cur);
-        for (int i = 0; i < MG_NS; i++) cur_issue(p, s.tab, s.cur, s.ring, s.full);
+        mg_pump(p, s, 0);
     }
     const int nsp = (p.dv + DN_COLS - 1) / DN_COLS;
     const int dn_items = p.Hv * nsp;
@@ -750,8 +806,9 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
         mg_gemv<EPI_RAW>(p, l, 3, s, p.dout);
     }
     if (threadIdx.x == 0 && p.trace && (int)s.k < p.trace_n) { /* the last phase: no barrier after it */
-        unsigned *e = p.trace + ((size_t)s.k * gridDim.x + blockIdx.x) * 4;
+        unsigned *e = p.trace + ((size_t)s.k * gridDim.x + blockIdx.x) * 8;
         e[0] = (unsigned)(clock64() - s.t0), e[1] = 0, e[2] = (unsigned)s.rwait, e[3] = MG_PH_DOWN;
+        e[4] = (unsigned)s.tpro, e[5] = (unsigned)s.tiss;
     }
 #else
     (void)p;
@@ -776,12 +833,13 @@ extern "C" int cuda_mega_prepare(const MegaParams *p, int n_sm, char *why, size_
         n_sm < 1)
         return mg_refuse(why, why_n, "missing buffers or D, F not multiples of 8", bad);
     if (p->L > MG_MAX_L) return mg_refuse(why, why_n, "more than 128 layers", bad);
+    if (p->D > 8 * MG_CT) return mg_refuse(why, why_n, "hidden size over 4096", bad);
     /* GEMV inputs fit xs; gate/up pieces hold whole pairs; K of every GEMV <= 8192 */
     const int kmax = p->D > p->F ? p->D : p->F;
     if ((size_t)kmax * 4 > MG_BIG || mg_rows_per_piece(p->D) < 2 || p->F > 8192)
         return mg_refuse(why, why_n, "hidden or intermediate size too large for the shared-memory tiles", bad);
     if (p->Hv > 0) { /* DeltaNet: dk <= 256, dv % 4, scratch fits */
-        if (p->Hk < 1 || p->Hv % p->Hk || p->dk < 1 || p->dk > 256 || p->dv < 4 || p->dv % 4 ||
+        if (p->Hk < 1 || p->Hv % p->Hk || p->dk < 1 || p->dk > 256 || p->dv < 4 || p->dv % 4 || p->dv > 256 ||
             (size_t)p->value_dim * 4 > MG_BIG || (size_t)(6 * p->dk + 6 * DN_COLS + 2 * MG_CW * DN_COLS) * 4 > MG_SMALL)
             return mg_refuse(why, why_n, "DeltaNet shapes (needs dk <= 256, dv % 4 == 0)", bad);
     }

@@ -511,9 +511,9 @@ typedef struct MegaParams {
     float *proj, *mix, *aout, *mlp, *dout;
     float *work;            /* [Hq][nsplit][hd + 2] attention partials */
     unsigned *bar;          /* [64] zeroed once */
-    /* optional trace (bench): per phase k < trace_n and block b, trace[(k*G + b)*4 + ...] =
+    /* optional trace (bench): per phase k < trace_n and block b, trace[(k*G + b)*8 + ...] =
      * work cycles (phase start to barrier arrival), barrier-wait cycles, weight-ring wait cycles,
-     * phase kind (MG_PH_*); NULL = off */
+     * phase kind (MG_PH_*), cycles before the GEMV piece loop, cycles issuing ring refills; NULL = off */
     unsigned *trace;
     int trace_n;
 } MegaParams;
