@@ -287,16 +287,21 @@ static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, const Cuda
 }
 
 /* 1: AUTO takes the TMA path on sm_90 (flip after measuring bench/kernels/gemm_lab.cu); the
- * environment variable QWEN35_GEMM = tma | wgmma | mma overrides it for AUTO. */
+ * environment variable QWEN35_GEMM overrides it for AUTO on sm_90 with one of the names below. */
 #define GEMM_TMA_DEFAULT 0
 
 /* The algorithm AUTO means on a device of compute capability major `major`. */
 static int gemm_auto_algo(int major) {
+    static const struct {
+        const char *name;
+        int algo;
+    } by_name[] = {{"mma", GEMM_ALGO_MMA},          {"wgmma", GEMM_ALGO_WGMMA},       {"wgmmaP", GEMM_ALGO_WGMMA_P},
+                   {"tma", GEMM_ALGO_TMA},          {"tmaC256", GEMM_ALGO_TMA_C256}, {"tmaC128", GEMM_ALGO_TMA_C128},
+                   {"tmaP128", GEMM_ALGO_TMA_P128}, {"tmaP256", GEMM_ALGO_TMA_P256}};
     if (major != 9) return GEMM_ALGO_MMA;
     const char *env = getenv("QWEN35_GEMM");
-    if (env && !strcmp(env, "tma")) return GEMM_ALGO_TMA;
-    if (env && !strcmp(env, "wgmma")) return GEMM_ALGO_WGMMA;
-    if (env && !strcmp(env, "mma")) return GEMM_ALGO_MMA;
+    for (size_t i = 0; env && i < sizeof by_name / sizeof by_name[0]; i++)
+        if (!strcmp(env, by_name[i].name)) return by_name[i].algo;
     return GEMM_TMA_DEFAULT ? GEMM_ALGO_TMA : GEMM_ALGO_WGMMA;
 }
 

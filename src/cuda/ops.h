@@ -315,8 +315,9 @@ typedef struct GemmParams {
  *   C256 / C128: "cooperative", both warpgroups on one 128 x 256 / 128 x 128 tile (64 rows each);
  *   P128 / P256: "ping-pong", each warpgroup owns a whole 128 x 128 / 64 x 256 tile, so one's
  *   epilogue overlaps the other's main loop.
- * AUTO is WGMMA on sm_90 unless gemm.cu's GEMM_TMA_DEFAULT is 1 or the environment has
- * QWEN35_GEMM=tma (QWEN35_GEMM=wgmma / mma force those for AUTO too). */
+ * AUTO is WGMMA on sm_90 unless gemm.cu's GEMM_TMA_DEFAULT is 1 (then TMA); the environment
+ * variable QWEN35_GEMM = mma | wgmma | wgmmaP | tma | tmaC256 | tmaC128 | tmaP128 | tmaP256 picks
+ * AUTO's algorithm on sm_90 instead. */
 enum {
     GEMM_ALGO_AUTO = 0,
     GEMM_ALGO_MMA = 1,
