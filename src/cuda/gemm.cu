@@ -9,32 +9,11 @@
  * inside a group) so the X rows and W rows that concurrent CTAs share stay in L2.
  * Epilogues (GemmParams.epi) round like HF bf16 Linear layers: bf16(acc), the residual add
  * bf16(y + bf16(acc)), and SwiGLU bf16(bf16(silu(bf16 gate)) * bf16 up) on interleaved rows. */
-#include "cuda/common.cuh"
-#include "cuda/mma.cuh"
-#include "cuda/ops.h"
+#include <stdlib.h>
+#include <string.h>
 
-#define GEMM_BK 64
-#define GEMM_GROUP_M 8
+#include "cuda/gemm.cuh"
 
-/* Shared-memory ring of a BM x BN tile loop: per stage A [BM][64] then B [BN][64] bf16, swizzled. */
-template <int BM, int BN, int STAGES, int THREADS>
-struct GemmShape {
-    static constexpr int NCH = GEMM_BK / 8; /* 16-byte chunks per smem row */
-    static constexpr int A_BYTES = BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
-    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    static constexpr int SMEM = STAGES * STAGE_BYTES;
-};
-
-/* Grouped tile order: GROUP_M tile rows at a time, column-major inside the group. */
-template <int BM, int BN>
-__device__ __forceinline__ void gemm_tile_coords_at(const GemmParams &p, int bid, int &m0, int &n0) {
-    const int tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
-    const int per_group = GEMM_GROUP_M * tiles_n;
-    const int first_m = (bid / per_group) * GEMM_GROUP_M;
-    const int gm = min(tiles_m - first_m, GEMM_GROUP_M);
-    m0 = (first_m + (bid % per_group) % gm) * BM;
-    n0 = ((bid % per_group) / gm) * BN;
-}
 template <int BM, int BN>
 __device__ __forceinline__ void gemm_tile_coords(const GemmParams &p, int &m0, int &n0) {
     gemm_tile_coords_at<BM, BN>(p, blockIdx.x, m0, n0);
@@ -58,103 +37,6 @@ __device__ __forceinline__ void gemm_load_tile(const GemmParams &p, uint32_t sA,
         const int i = tid + j * THREADS, r = i / S::NCH, c = i % S::NCH, gr = n0 + r, gk = k0 + c * 8;
         const bool ok = gr < p.N && gk < p.K;
         cp_async16(sB + swz<S::NCH>(r, c) * 16, p.w + (ok ? (size_t)gr * p.ldw + gk : 0), ok);
-    }
-}
-
-/* SwiGLU epilogue for gate group size G over MT x NT accumulator tiles (rows row0 + 16 mt + .., columns
- * col0 + 8 nt + ..): fragment nt is a gate fragment when (8 nt / G) is even; its up fragment is
- * nt + G/8 (col0 is a multiple of 2G, and NT*8 of 2G). */
-template <int G, int MT, int NT>
-__device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*acc)[NT][4], int row0, int col0,
-                                                  int g, int t) {
-    static_assert((NT * 8) % (2 * G) == 0, "gate/up pairs must stay inside the thread's columns");
-    uint16_t *y = (uint16_t *)p.y;
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-        if (((nt * 8 / G) & 1) != 0) continue;
-        const int c = col0 + nt * 8 + 2 * t; /* gate column (even) */
-        if (c >= p.N) continue;
-        const int oc = (c / (2 * G)) * G + c % (2 * G);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = row0 + mt * 16 + g + h * 8;
-                if (r >= p.M) continue;
-                float v[2];
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const float gt = rbf(acc[mt][nt][2 * h + e]);
-                    const float up = rbf(acc[mt][nt + G / 8][2 * h + e]);
-                    const float act = rbf(gt / (1.0f + expf(-gt)));
-                    v[e] = act * up;
-                }
-                *(uint32_t *)(y + (size_t)r * p.ldy + oc) = pack_bf16(v[0], v[1]);
-            }
-        }
-    }
-}
-
-/* SwiGLU epilogue for rows interleaved one by one (gate_0, up_0, gate_1, ...): the thread's column
- * pair (2t, 2t+1) of fragment nt is (gate, up) of output column (col0 + 8 nt)/2 + t. Lanes t and
- * t^1 swap one value so each stores a bf16 pair: even t row g, odd t row g + 8. */
-template <int MT, int NT>
-__device__ __forceinline__ void gemm_store_swiglu1(const GemmParams &p, float (*acc)[NT][4], int row0, int col0,
-                                                   int g, int t) {
-    uint16_t *y = (uint16_t *)p.y;
-    const int odd = t & 1;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            float v[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float gt = rbf(acc[mt][nt][2 * h]), up = rbf(acc[mt][nt][2 * h + 1]);
-                v[h] = rbf(gt / (1.0f + expf(-gt))) * up;
-            }
-            const float recv = __shfl_xor_sync(0xffffffffu, odd ? v[0] : v[1], 1);
-            const int r = row0 + mt * 16 + g + 8 * odd, oc = (col0 + nt * 8) / 2 + (t & ~1);
-            if (r < p.M && col0 + nt * 8 < p.N)
-                *(uint32_t *)(y + (size_t)r * p.ldy + oc) = odd ? pack_bf16(recv, v[1]) : pack_bf16(v[0], recv);
-        }
-    }
-}
-
-/* All epilogues of MT x NT accumulator tiles in the mma C layout. */
-template <int EPI, int MT, int NT>
-__device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT][4], int row0, int col0, int g,
-                                           int t) {
-    if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
-        if (p.glu_group == 1) gemm_store_swiglu1<MT, NT>(p, acc, row0, col0, g, t);
-        else if (p.glu_group == 8) gemm_store_swiglu<8, MT, NT>(p, acc, row0, col0, g, t);
-        else if (p.glu_group == 16) gemm_store_swiglu<16, MT, NT>(p, acc, row0, col0, g, t);
-        else gemm_store_swiglu<32, MT, NT>(p, acc, row0, col0, g, t);
-    } else {
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const int c = col0 + nt * 8 + 2 * t;
-                if (c >= p.N) continue;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = row0 + mt * 16 + g + h * 8;
-                    if (r >= p.M) continue;
-                    const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
-                    const size_t o = (size_t)r * p.ldy + c;
-                    if constexpr (EPI == GEMM_EPI_BF16) {
-                        *(uint32_t *)((uint16_t *)p.y + o) = pack_bf16(v0, v1);
-                    } else if constexpr (EPI == GEMM_EPI_F32) {
-                        *(float2 *)((float *)p.y + o) = make_float2(rbf(v0), rbf(v1));
-                    } else { /* GEMM_EPI_ADD_F32 */
-                        float2 *yp = (float2 *)((float *)p.y + o);
-                        const float2 old = *yp;
-                        *yp = make_float2(rbf(old.x + rbf(v0)), rbf(old.y + rbf(v1)));
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -404,12 +286,32 @@ static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, const Cuda
                     l);
 }
 
+/* 1: AUTO takes the TMA path on sm_90 (flip after measuring bench/kernels/gemm_lab.cu); the
+ * environment variable QWEN35_GEMM overrides it for AUTO on sm_90 with one of the names below. */
+#define GEMM_TMA_DEFAULT 0
+
+/* The algorithm AUTO means on a device of compute capability major `major`. */
+static int gemm_auto_algo(int major) {
+    static const struct {
+        const char *name;
+        int algo;
+    } by_name[] = {{"mma", GEMM_ALGO_MMA},          {"wgmma", GEMM_ALGO_WGMMA},       {"wgmmaP", GEMM_ALGO_WGMMA_P},
+                   {"tma", GEMM_ALGO_TMA},          {"tmaC256", GEMM_ALGO_TMA_C256}, {"tmaC128", GEMM_ALGO_TMA_C128},
+                   {"tmaP128", GEMM_ALGO_TMA_P128}, {"tmaP256", GEMM_ALGO_TMA_P256}};
+    if (major != 9) return GEMM_ALGO_MMA;
+    const char *env = getenv("QWEN35_GEMM");
+    for (size_t i = 0; env && i < sizeof by_name / sizeof by_name[0]; i++)
+        if (!strcmp(env, by_name[i].name)) return by_name[i].algo;
+    return GEMM_TMA_DEFAULT ? GEMM_ALGO_TMA : GEMM_ALGO_WGMMA;
+}
+
 extern "C" int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l) {
     const int ycols = p->epi == GEMM_EPI_SWIGLU_BF16 ? p->N / 2 : p->N;
     const int G = p->glu_group;
     if (p->M < 1 || p->N < 8 || p->K < 8 || p->N % 8 || p->K % 8 || p->ldx < p->K || p->ldw < p->K ||
         p->ldx % 8 || p->ldw % 8 || p->ldy < ycols || p->ldy % 2 || ((uintptr_t)p->x & 15) ||
-        ((uintptr_t)p->w & 15) || !p->y || p->algo < GEMM_ALGO_AUTO || p->algo > GEMM_ALGO_WGMMA_P)
+        ((uintptr_t)p->w & 15) || !p->y || p->algo < GEMM_ALGO_AUTO || p->algo >= GEMM_ALGO_COUNT ||
+        p->epi < GEMM_EPI_BF16 || p->epi > GEMM_EPI_SWIGLU_BF16)
         return (int)cudaErrorInvalidValue;
     if (p->epi == GEMM_EPI_SWIGLU_BF16 && ((G != 1 && G != 8 && G != 16 && G != 32) || p->N % (2 * G)))
         return (int)cudaErrorInvalidValue;
@@ -418,14 +320,20 @@ extern "C" int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l) {
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (e != cudaSuccess) return (int)e;
-    if ((p->algo == GEMM_ALGO_WGMMA || p->algo == GEMM_ALGO_WGMMA_P) && major != 9)
-        return (int)cudaErrorInvalidDeviceFunction;
-    const int wg = p->algo == GEMM_ALGO_WGMMA_P ? 2 : p->algo == GEMM_ALGO_WGMMA || (p->algo == GEMM_ALGO_AUTO && major == 9);
+    const int algo = p->algo == GEMM_ALGO_AUTO ? gemm_auto_algo(major) : p->algo;
+    if (algo != GEMM_ALGO_MMA && major != 9) return (int)cudaErrorInvalidDeviceFunction;
+    if (algo >= GEMM_ALGO_TMA) {
+        GemmParams q = *p;
+        q.algo = algo;
+        const int rc = gemm_tma_run(&q, sms, l);
+        /* AUTO falls back to the cp.async wgmma kernel when the driver cannot encode tensor maps */
+        if (rc != (int)cudaErrorNotSupported || p->algo != GEMM_ALGO_AUTO) return rc;
+    }
+    const int wg = algo == GEMM_ALGO_WGMMA_P ? 2 : algo != GEMM_ALGO_MMA;
     switch (p->epi) {
     case GEMM_EPI_BF16: return gemm_dispatch<GEMM_EPI_BF16>(p, wg, sms, l);
     case GEMM_EPI_F32: return gemm_dispatch<GEMM_EPI_F32>(p, wg, sms, l);
     case GEMM_EPI_ADD_F32: return gemm_dispatch<GEMM_EPI_ADD_F32>(p, wg, sms, l);
-    case GEMM_EPI_SWIGLU_BF16: return gemm_dispatch<GEMM_EPI_SWIGLU_BF16>(p, wg, sms, l);
-    default: return (int)cudaErrorInvalidValue;
+    default: return gemm_dispatch<GEMM_EPI_SWIGLU_BF16>(p, wg, sms, l);
     }
 }

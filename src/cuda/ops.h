@@ -307,14 +307,33 @@ typedef struct GemmParams {
     int ldx, ldw, ldy; /* row strides in elements; ldx, ldw multiples of 8, ldy even */
     int epi;           /* GEMM_EPI_* */
     int glu_group;     /* SWIGLU only: 1, 8, 16 or 32 */
-    int algo;          /* GEMM_ALGO_*: AUTO picks wgmma on sm_90, mma.sync elsewhere */
+    int algo;          /* GEMM_ALGO_*: AUTO picks wgmma (or TMA, see below) on sm_90, mma.sync elsewhere */
 } GemmParams;
-/* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue). */
-enum { GEMM_ALGO_AUTO = 0, GEMM_ALGO_MMA = 1, GEMM_ALGO_WGMMA = 2, GEMM_ALGO_WGMMA_P = 3 };
+/* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue).
+ * TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer
+ * warpgroups (gemm_tma.cu). TMA picks the variant by shape; the others force one:
+ *   C256 / C128: "cooperative", both warpgroups on one 128 x 256 / 128 x 128 tile (64 rows each);
+ *   P128 / P256: "ping-pong", each warpgroup owns a whole 128 x 128 / 64 x 256 tile, so one's
+ *   epilogue overlaps the other's main loop.
+ * AUTO is WGMMA on sm_90 unless gemm.cu's GEMM_TMA_DEFAULT is 1 (then TMA); the environment
+ * variable QWEN35_GEMM = mma | wgmma | wgmmaP | tma | tmaC256 | tmaC128 | tmaP128 | tmaP256 picks
+ * AUTO's algorithm on sm_90 instead. */
+enum {
+    GEMM_ALGO_AUTO = 0,
+    GEMM_ALGO_MMA = 1,
+    GEMM_ALGO_WGMMA = 2,
+    GEMM_ALGO_WGMMA_P = 3,
+    GEMM_ALGO_TMA = 4,
+    GEMM_ALGO_TMA_C256 = 5,
+    GEMM_ALGO_TMA_C128 = 6,
+    GEMM_ALGO_TMA_P128 = 7,
+    GEMM_ALGO_TMA_P256 = 8,
+    GEMM_ALGO_COUNT = 9
+};
 /* Tensor-core GEMM: Hopper wgmma (sm_90a) or mma.sync m16n8k16 (sm_80+), both fed by a cp.async
  * multi-stage shared-memory pipeline, tiles walked in L2-friendly groups. x, w 16-byte aligned.
  * Returns cudaErrorInvalidValue for shapes outside the contract (and cudaErrorInvalidDeviceFunction
- * for GEMM_ALGO_WGMMA on a device other than sm_90). */
+ * for the WGMMA and TMA algorithms on a device other than sm_90). */
 int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l);
 
 /* ---- full attention, prefill (attention_prefill.cu) ---- */

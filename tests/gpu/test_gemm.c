@@ -2,8 +2,9 @@
  * same bf16 inputs, on fresh random shapes (ragged M = 1, 63, 64, 65, 2048 and random M, N, K),
  * all four epilogues, NaN-poisoned outputs and guard rows/columns that must stay untouched.
  * Large shapes are checked on a random subset of rows. Ends with a timing table (TFLOP/s) for
- * the Qwen3.5-0.8B prefill shapes at M = 2048. Both algorithms (mma.sync, and wgmma on sm_90)
- * run every case. Usage: test_gemm [seed]. */
+ * the Qwen3.5-0.8B prefill shapes at M = 2048. Every algorithm (mma.sync; on sm_90 also the
+ * cp.async wgmma kernels and every TMA variant) runs every case on the same inputs; shapes with
+ * many tiles per CTA exercise the persistent kernels' ring phases. Usage: test_gemm [seed]. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,9 +26,12 @@ static double bf16_ulp(double x) {
 
 static Rng rng;
 static const CudaLaunch L0 = {0, 0}; /* default stream, no PDL */
-static int n_algos = 1; /* GEMM_ALGO_MMA, plus GEMM_ALGO_WGMMA and GEMM_ALGO_WGMMA_P on sm_90 */
-static const int algo_of[3] = {GEMM_ALGO_MMA, GEMM_ALGO_WGMMA, GEMM_ALGO_WGMMA_P};
-static const char *const algo_name[4] = {"auto", "mma", "wgmma", "wgmmaP"};
+static int n_algos = 1; /* GEMM_ALGO_MMA, plus on sm_90 the wgmma and TMA algorithms (all of them) */
+static const int algo_of[] = {GEMM_ALGO_MMA,      GEMM_ALGO_WGMMA,    GEMM_ALGO_WGMMA_P,  GEMM_ALGO_TMA,
+                              GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256};
+#define N_ALGOS_SM90 ((int)(sizeof algo_of / sizeof algo_of[0]))
+static const char *const algo_name[GEMM_ALGO_COUNT] = {"auto", "mma", "wgmma", "wgmmaP", "tma",
+                                                       "tmaC256", "tmaC128", "tmaP128", "tmaP256"};
 
 #define CUDA_OK(call)                                                                                         \
     do {                                                                                                 \
@@ -65,43 +69,35 @@ static void ref_row(const uint16_t *x, const uint16_t *w, int m, int N, int K, d
     }
 }
 
-/* One case, checked element by element (failures reported through CHECK). */
-static void run_case1(int M, int N, int K, int epi, int G, int ldy_extra, int algo) {
-    const int ycols = epi == GEMM_EPI_SWIGLU_BF16 ? N / 2 : N, ldy = ycols + ldy_extra, guard = 3;
-    const int esz = (epi == GEMM_EPI_F32 || epi == GEMM_EPI_ADD_F32) ? 4 : 2;
-    uint16_t *x = rand_bf16((size_t)M * K, 1.0f), *w = rand_bf16((size_t)N * K, 1.0f / sqrtf((float)K));
-    const size_t ybytes = (size_t)(M + guard) * ldy * esz;
-    unsigned char *y0 = malloc(ybytes), *y1 = malloc(ybytes);
-    /* initial y: NaN everywhere (poison), except ADD, whose live part holds a residual */
-    for (size_t i = 0; i < (size_t)(M + guard) * ldy; i++) {
-        if (esz == 4) {
-            float v = NAN;
-            if (epi == GEMM_EPI_ADD_F32 && i < (size_t)M * ldy && (int)(i % ldy) < ycols)
-                v = round_bf16(rng_normal(&rng));
-            memcpy(y0 + i * 4, &v, 4);
-        } else {
-            const uint16_t v = 0x7fc1;
-            memcpy(y0 + i * 2, &v, 2);
-        }
-    }
-    uint16_t *dx = dcopy(x, (size_t)M * K * 2), *dw = dcopy(w, (size_t)N * K * 2);
-    void *dy = dcopy(y0, ybytes);
-    GemmParams p = {dx, dw, dy, M, N, K, K, K, ldy, epi, G, algo};
+/* One case: inputs, the initial y and the double-precision reference rows are made once, then every
+ * algorithm runs on a fresh copy of y and is checked element by element (failures through CHECK). */
+typedef struct Case {
+    int M, N, K, epi, G, ycols, ldy, guard, esz, nrows;
+    uint16_t *x, *w;           /* host inputs */
+    unsigned char *y0;         /* initial y (NaN poison; ADD: the residual in the live part) */
+    int *rows;                 /* [nrows] rows checked */
+    double *ref, *sabs;        /* [nrows][N] reference sums and sums of |products| */
+    uint16_t *dx, *dw;         /* device inputs */
+} Case;
+
+static void check_algo(const Case *cs, int algo) {
+    const int M = cs->M, N = cs->N, K = cs->K, epi = cs->epi, G = cs->G, ycols = cs->ycols, ldy = cs->ldy;
+    const int esz = cs->esz;
+    const size_t ybytes = (size_t)(M + cs->guard) * ldy * esz;
+    unsigned char *y1 = malloc(ybytes);
+    void *dy = dcopy(cs->y0, ybytes);
+    GemmParams p = {cs->dx, cs->dw, dy, M, N, K, K, K, ldy, epi, G, algo};
     const int rc = cuda_gemm_bf16(&p, &L0);
-    CHECK(rc == 0, "launch M=%d N=%d K=%d epi=%d algo=%d: %s", M, N, K, epi, algo,
+    CHECK(rc == 0, "launch M=%d N=%d K=%d epi=%d algo=%s: %s", M, N, K, epi, algo_name[algo],
           cudaGetErrorString((cudaError_t)rc));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(y1, dy, ybytes, cudaMemcpyDeviceToHost));
 
-    /* rows to check: all for small problems, else 40 random rows plus the first and last */
-    const int all = (double)M * N * K <= 3e8;
-    const int nrows = all ? M : 42;
-    double *ref = malloc((size_t)N * sizeof(double)), *sabs = malloc((size_t)N * sizeof(double));
     long bad = 0, checked = 0;
     double worst = 0;
-    for (int ri = 0; ri < nrows; ri++) {
-        const int m = all ? ri : ri == 0 ? 0 : ri == 1 ? M - 1 : (int)(rng_u64(&rng) % (uint64_t)M);
-        ref_row(x, w, m, N, K, ref, sabs);
+    for (int ri = 0; ri < cs->nrows; ri++) {
+        const int m = cs->rows[ri];
+        const double *ref = cs->ref + (size_t)ri * N, *sabs = cs->sabs + (size_t)ri * N;
         for (int c = 0; c < ycols; c++) {
             double got, want, tol;
             const size_t i = (size_t)m * ldy + c;
@@ -130,7 +126,7 @@ static void run_case1(int M, int N, int K, int epi, int G, int ldy_extra, int al
                 }
             } else {
                 float f0, f;
-                memcpy(&f0, y0 + i * 4, 4);
+                memcpy(&f0, cs->y0 + i * 4, 4);
                 memcpy(&f, y1 + i * 4, 4);
                 want = f0 + round_bf16((float)ref[c]);
                 /* accumulation error (sabs term) and a flip of bf16(acc) (2^-7 |acc|), then the output's own
@@ -143,8 +139,8 @@ static void run_case1(int M, int N, int K, int epi, int G, int ldy_extra, int al
             checked++;
             if (!(err <= tol)) {
                 if (bad < 3)
-                    fprintf(stderr, "  M=%d N=%d K=%d epi=%d G=%d algo=%d: y[%d][%d] = %g, want %g (tol %g)\n", M, N,
-                            K, epi, G, algo, m, c, got, want, tol);
+                    fprintf(stderr, "  M=%d N=%d K=%d epi=%d G=%d algo=%s: y[%d][%d] = %g, want %g (tol %g)\n", M, N,
+                            K, epi, G, algo_name[algo], m, c, got, want, tol);
                 bad++;
             } else if (err / (tol > 0 ? tol : 1) > worst) {
                 worst = err / tol;
@@ -153,37 +149,63 @@ static void run_case1(int M, int N, int K, int epi, int G, int ldy_extra, int al
     }
     /* guard columns and rows must keep their initial bytes */
     long touched = 0;
-    for (int r = 0; r < M + guard; r++)
+    for (int r = 0; r < M + cs->guard; r++)
         for (int c = 0; c < ldy; c++) {
             if (r < M && c < ycols) continue;
             const size_t i = ((size_t)r * ldy + c) * esz;
-            if (memcmp(y0 + i, y1 + i, esz)) touched++;
+            if (memcmp(cs->y0 + i, y1 + i, esz)) touched++;
         }
-    CHECK(bad == 0, "M=%d N=%d K=%d epi=%d G=%d algo=%d: %ld of %ld elements out of tolerance", M, N, K, epi, G, algo,
-          bad, checked);
-    CHECK(touched == 0, "M=%d N=%d K=%d epi=%d algo=%d: %ld guard elements written", M, N, K, epi, algo, touched);
-    printf("  algo=%d M=%4d N=%5d K=%5d epi=%d G=%2d ldy=%5d: %ld checked, worst err/tol %.3f\n", algo, M, N, K, epi, G,
-           ldy, checked, worst);
-    free(ref), free(sabs), free(x), free(w), free(y0), free(y1);
-    CUDA_OK(cudaFree(dx));
-    CUDA_OK(cudaFree(dw));
+    CHECK(bad == 0, "M=%d N=%d K=%d epi=%d G=%d algo=%s: %ld of %ld elements out of tolerance", M, N, K, epi, G,
+          algo_name[algo], bad, checked);
+    CHECK(touched == 0, "M=%d N=%d K=%d epi=%d algo=%s: %ld guard elements written", M, N, K, epi, algo_name[algo],
+          touched);
+    printf("  %-8s M=%4d N=%5d K=%5d epi=%d G=%2d ldy=%5d: %ld checked, worst err/tol %.3f\n", algo_name[algo], M, N, K,
+           epi, G, ldy, checked, worst);
+    free(y1);
     CUDA_OK(cudaFree(dy));
 }
 
-/* The same case under each algorithm (same inputs: the RNG is rewound). */
 static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
-    const Rng saved = rng;
-    for (int a = 0; a < n_algos; a++) {
-        rng = saved;
-        run_case1(M, N, K, epi, G, ldy_extra, algo_of[a]);
+    Case cs = {.M = M, .N = N, .K = K, .epi = epi, .G = G, .guard = 3};
+    cs.ycols = epi == GEMM_EPI_SWIGLU_BF16 ? N / 2 : N, cs.ldy = cs.ycols + ldy_extra;
+    cs.esz = (epi == GEMM_EPI_F32 || epi == GEMM_EPI_ADD_F32) ? 4 : 2;
+    cs.x = rand_bf16((size_t)M * K, 1.0f), cs.w = rand_bf16((size_t)N * K, 1.0f / sqrtf((float)K));
+    const size_t ny = (size_t)(M + cs.guard) * cs.ldy;
+    cs.y0 = malloc(ny * cs.esz);
+    /* initial y: NaN everywhere (poison), except ADD, whose live part holds a residual */
+    for (size_t i = 0; i < ny; i++) {
+        if (cs.esz == 4) {
+            float v = NAN;
+            if (epi == GEMM_EPI_ADD_F32 && i < (size_t)M * cs.ldy && (int)(i % cs.ldy) < cs.ycols)
+                v = round_bf16(rng_normal(&rng));
+            memcpy(cs.y0 + i * 4, &v, 4);
+        } else {
+            const uint16_t v = 0x7fc1;
+            memcpy(cs.y0 + i * 2, &v, 2);
+        }
     }
+    /* rows to check: all for small problems, else 40 random rows plus the first and last */
+    const int all = (double)M * N * K <= 3e8;
+    cs.nrows = all ? M : 42;
+    cs.rows = malloc((size_t)cs.nrows * sizeof(int));
+    cs.ref = malloc((size_t)cs.nrows * N * sizeof(double)), cs.sabs = malloc((size_t)cs.nrows * N * sizeof(double));
+    for (int ri = 0; ri < cs.nrows; ri++) {
+        cs.rows[ri] = all ? ri : ri == 0 ? 0 : ri == 1 ? M - 1 : (int)(rng_u64(&rng) % (uint64_t)M);
+        ref_row(cs.x, cs.w, cs.rows[ri], N, K, cs.ref + (size_t)ri * N, cs.sabs + (size_t)ri * N);
+    }
+    cs.dx = dcopy(cs.x, (size_t)M * K * 2), cs.dw = dcopy(cs.w, (size_t)N * K * 2);
+    for (int a = 0; a < n_algos; a++) check_algo(&cs, algo_of[a]);
+    free(cs.x), free(cs.w), free(cs.y0), free(cs.rows), free(cs.ref), free(cs.sabs);
+    CUDA_OK(cudaFree(cs.dx));
+    CUDA_OK(cudaFree(cs.dw));
 }
 
 static int rand_mult8(int lo, int hi) { return 8 * (lo / 8 + (int)(rng_u64(&rng) % (uint64_t)((hi - lo) / 8 + 1))); }
 
 static void test_shapes(void) {
     static const int fixed[][3] = {{1, 64, 64},     {63, 136, 72},   {64, 256, 1024}, {65, 264, 200},
-                                   {1, 8224, 1024}, {2048, 1024, 3584}, {2048, 8224, 1024}, {130, 520, 16}};
+                                   {1, 8224, 1024}, {2048, 1024, 3584}, {2048, 8224, 1024}, {130, 520, 16},
+                                   {1000, 2056, 328}};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         for (int epi = 0; epi < 3; epi++) run_case(fixed[i][0], fixed[i][1], fixed[i][2], epi, 0, epi == 1 ? 6 : 0);
     for (int i = 0; i < 4; i++) {
@@ -191,7 +213,7 @@ static void test_shapes(void) {
         run_case(M, N, K, (int)(rng_u64(&rng) % 3), 0, (int)(rng_u64(&rng) % 3) * 2);
     }
     /* SwiGLU: gate/up interleave G in {1, 8, 16, 32} (1 = the backend's w_gu) */
-    static const int glu[][3] = {{2048, 7168, 1024}, {65, 256, 64}, {1, 192, 40}, {300, 1024, 520}};
+    static const int glu[][3] = {{2048, 7168, 1024}, {65, 256, 64}, {1, 192, 40}, {300, 1024, 520}, {777, 2112, 200}};
     for (size_t i = 0; i < sizeof glu / sizeof glu[0]; i++)
         for (int G = 1; G <= 32; G = G == 1 ? 8 : 2 * G)
             run_case(glu[i][0], glu[i][1], glu[i][2], GEMM_EPI_SWIGLU_BF16, G, 0);
@@ -214,8 +236,10 @@ static void test_bad_args(void) {
     CHECK(cuda_gemm_bf16(&p, &L0) != 0, "glu_group 12 must be refused");
     p.epi = GEMM_EPI_BF16, p.x = (const uint16_t *)((char *)buf + 8);
     CHECK(cuda_gemm_bf16(&p, &L0) != 0, "x not 16-byte aligned must be refused");
-    p.x = buf, p.algo = 7;
+    p.x = buf, p.algo = GEMM_ALGO_COUNT;
     CHECK(cuda_gemm_bf16(&p, &L0) != 0, "unknown algo must be refused");
+    p.algo = GEMM_ALGO_AUTO, p.epi = 4;
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "unknown epilogue must be refused");
     CUDA_OK(cudaFree(buf));
 }
 
@@ -268,9 +292,9 @@ int main(int argc, char **argv) {
     int dev = 0, major = 0;
     CUDA_OK(cudaGetDevice(&dev));
     CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    n_algos = major == 9 ? 3 : 1;
+    n_algos = major == 9 ? N_ALGOS_SM90 : 1;
     printf("compute capability major %d: testing %s\n", major,
-           n_algos == 3 ? "mma.sync, wgmma and persistent wgmma" : "mma.sync");
+           n_algos > 1 ? "mma.sync, wgmma, persistent wgmma and the TMA variants" : "mma.sync");
     test_bad_args();
     test_shapes();
     printf("timing (median of 20):\n");

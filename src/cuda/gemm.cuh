@@ -1,0 +1,136 @@
+/* gemm.cuh — pieces shared by the prefill GEMM kernels (gemm.cu: mma.sync and cp.async wgmma;
+ * gemm_tma.cu: TMA + mbarrier warp-specialised wgmma): the k-step, the grouped tile order and the
+ * epilogues that turn fp32 accumulators in the mma C layout into y (every kernel stores through
+ * gemm_store, so all algorithms round identically). */
+#ifndef Q35_CUDA_GEMM_CUH
+#define Q35_CUDA_GEMM_CUH
+
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/ops.h"
+
+#define GEMM_BK 64
+#define GEMM_GROUP_M 8
+
+/* Shared-memory ring of a BM x BN tile loop: per stage A [BM][64] then B [BN][64] bf16, swizzled. */
+template <int BM, int BN, int STAGES, int THREADS>
+struct GemmShape {
+    static constexpr int NCH = GEMM_BK / 8; /* 16-byte chunks per smem row */
+    static constexpr int A_BYTES = BM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+    static constexpr int SMEM = STAGES * STAGE_BYTES;
+};
+
+/* Grouped tile order: GROUP_M tile rows at a time, column-major inside the group. */
+template <int BM, int BN>
+__device__ __forceinline__ void gemm_tile_coords_at(const GemmParams &p, int bid, int &m0, int &n0) {
+    const int tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
+    const int per_group = GEMM_GROUP_M * tiles_n;
+    const int first_m = (bid / per_group) * GEMM_GROUP_M;
+    const int gm = min(tiles_m - first_m, GEMM_GROUP_M);
+    m0 = (first_m + (bid % per_group) % gm) * BM;
+    n0 = ((bid % per_group) / gm) * BN;
+}
+/* SwiGLU epilogue for gate group size G over MT x NT accumulator tiles (rows row0 + 16 mt + .., columns
+ * col0 + 8 nt + ..): fragment nt is a gate fragment when (8 nt / G) is even; its up fragment is
+ * nt + G/8 (col0 is a multiple of 2G, and NT*8 of 2G). */
+template <int G, int MT, int NT>
+__device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*acc)[NT][4], int row0, int col0,
+                                                  int g, int t) {
+    static_assert((NT * 8) % (2 * G) == 0, "gate/up pairs must stay inside the thread's columns");
+    uint16_t *y = (uint16_t *)p.y;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        if (((nt * 8 / G) & 1) != 0) continue;
+        const int c = col0 + nt * 8 + 2 * t; /* gate column (even) */
+        if (c >= p.N) continue;
+        const int oc = (c / (2 * G)) * G + c % (2 * G);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = row0 + mt * 16 + g + h * 8;
+                if (r >= p.M) continue;
+                float v[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float gt = rbf(acc[mt][nt][2 * h + e]);
+                    const float up = rbf(acc[mt][nt + G / 8][2 * h + e]);
+                    const float act = rbf(gt / (1.0f + expf(-gt)));
+                    v[e] = act * up;
+                }
+                *(uint32_t *)(y + (size_t)r * p.ldy + oc) = pack_bf16(v[0], v[1]);
+            }
+        }
+    }
+}
+
+/* SwiGLU epilogue for rows interleaved one by one (gate_0, up_0, gate_1, ...): the thread's column
+ * pair (2t, 2t+1) of fragment nt is (gate, up) of output column (col0 + 8 nt)/2 + t. Lanes t and
+ * t^1 swap one value so each stores a bf16 pair: even t row g, odd t row g + 8. */
+template <int MT, int NT>
+__device__ __forceinline__ void gemm_store_swiglu1(const GemmParams &p, float (*acc)[NT][4], int row0, int col0,
+                                                   int g, int t) {
+    uint16_t *y = (uint16_t *)p.y;
+    const int odd = t & 1;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            float v[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float gt = rbf(acc[mt][nt][2 * h]), up = rbf(acc[mt][nt][2 * h + 1]);
+                v[h] = rbf(gt / (1.0f + expf(-gt))) * up;
+            }
+            const float recv = __shfl_xor_sync(0xffffffffu, odd ? v[0] : v[1], 1);
+            const int r = row0 + mt * 16 + g + 8 * odd, oc = (col0 + nt * 8) / 2 + (t & ~1);
+            if (r < p.M && col0 + nt * 8 < p.N)
+                *(uint32_t *)(y + (size_t)r * p.ldy + oc) = odd ? pack_bf16(recv, v[1]) : pack_bf16(v[0], recv);
+        }
+    }
+}
+
+/* All epilogues of MT x NT accumulator tiles in the mma C layout. */
+template <int EPI, int MT, int NT>
+__device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT][4], int row0, int col0, int g,
+                                           int t) {
+    if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
+        if (p.glu_group == 1) gemm_store_swiglu1<MT, NT>(p, acc, row0, col0, g, t);
+        else if (p.glu_group == 8) gemm_store_swiglu<8, MT, NT>(p, acc, row0, col0, g, t);
+        else if (p.glu_group == 16) gemm_store_swiglu<16, MT, NT>(p, acc, row0, col0, g, t);
+        else gemm_store_swiglu<32, MT, NT>(p, acc, row0, col0, g, t);
+    } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int c = col0 + nt * 8 + 2 * t;
+                if (c >= p.N) continue;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = row0 + mt * 16 + g + h * 8;
+                    if (r >= p.M) continue;
+                    const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+                    const size_t o = (size_t)r * p.ldy + c;
+                    if constexpr (EPI == GEMM_EPI_BF16) {
+                        *(uint32_t *)((uint16_t *)p.y + o) = pack_bf16(v0, v1);
+                    } else if constexpr (EPI == GEMM_EPI_F32) {
+                        *(float2 *)((float *)p.y + o) = make_float2(rbf(v0), rbf(v1));
+                    } else { /* GEMM_EPI_ADD_F32 */
+                        float2 *yp = (float2 *)((float *)p.y + o);
+                        const float2 old = *yp;
+                        *yp = make_float2(rbf(old.x + rbf(v0)), rbf(old.y + rbf(v1)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* TMA path (gemm_tma.cu, sm_90a): runs p with algo GEMM_ALGO_TMA* (the variant by p->algo; GEMM_ALGO_TMA
+ * picks one by shape) on sms SMs. Returns 0 or a cudaError_t value (cudaErrorNotSupported when the
+ * driver has no cuTensorMapEncodeTiled). p is already validated by cuda_gemm_bf16. */
+int gemm_tma_run(const GemmParams *p, int sms, const CudaLaunch *l);
+
+#endif

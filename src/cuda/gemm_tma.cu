@@ -1,0 +1,287 @@
+/* gemm_tma.cu — the Hopper (sm_90a) prefill GEMM Y[M][N] = X[M][K] W[N][K]^T fed by TMA
+ * (GEMM_ALGO_TMA*): bf16 inputs, fp32 accumulation in wgmma, the epilogues of gemm.cuh.
+ *
+ * Persistent CTAs of 3 warpgroups (384 threads), grid = min(tiles, SMs); CTA b takes tiles
+ * b, b + grid, ... in the grouped order of gemm_tile_coords_at.
+ *   warpgroup 0, the producer (setmaxnreg 40): one thread walks the CTA's tiles and k-steps
+ *     (64 wide) and, for each, waits for ring slot s to be empty, arms full[s] with the stage's
+ *     byte count and issues two cp.async.bulk.tensor loads (X box 64 x TM, W box 64 x BN; the
+ *     tensor maps' 128-byte swizzle is the layout wgmma_desc describes; boxes reaching past M, N
+ *     or K are zero-filled by the TMA unit, so ragged shapes need no special path).
+ *   warpgroups 1, 2, the consumers (setmaxnreg 232): wait full[s], issue the wgmmas of the
+ *     k-step, keep one wgmma group in flight and release the previous slot (one arrive per warp
+ *     on empty[s]), then run the epilogue straight from the accumulators (gemm_store).
+ * Two ways to share the work between the consumers:
+ *   cooperative (PP = false): both take every tile, 64 rows each (tile 128 x BN);
+ *   ping-pong (PP = true): consumer c takes the CTA's tiles j with j % 2 == c whole (TM x BN), so
+ *     while one runs its epilogue the other's main loop keeps the tensor cores busy (the producer
+ *     fills the ring in tile order, which serialises the two main loops by itself).
+ * Slot s of the ring serves k-step `it` = (local tile j) * ktiles + kt when it % STAGES == s; its
+ * n-th use waits for phase parity n & 1 of full[s] (consumer) and (n & 1) ^ 1 of empty[s]
+ * (producer; a fresh barrier passes parity 1 at once). */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "cuda/gemm.cuh"
+
+/* ---- device pieces: mbarrier, TMA, register budget ------------------------------------------ */
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* Makes the initialised barriers visible to the async proxy (the TMA unit); follow with a barrier. */
+__device__ __forceinline__ void mbar_init_fence(void) {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Arrives (count 1) and adds `bytes` to the transaction count the current phase waits for. */
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return done != 0;
+}
+/* Waits until the phase of parity `parity` has completed. A wait of 2^34 clocks (~9 s) can only be a
+ * pipeline bug: it traps, so the launch fails instead of hanging the stream. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    if (mbar_try(bar, parity)) return;
+    const long long t0 = clock64();
+    while (!mbar_try(bar, parity))
+        if (clock64() - t0 > (1ll << 34)) __trap();
+}
+/* 2-D tiled TMA load of the box at (c0 = inner/K coordinate, c1 = row) into shared dst; completion
+ * is signalled on bar as transaction bytes. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void regs_dec(void) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void regs_inc(void) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+/* ---- kernel --------------------------------------------------------------------------------- */
+
+/* Kernel arguments: the tensor maps of X (box 64 x TM) and W (box 64 x BN), and the problem. */
+struct GemmTmaArgs {
+    CUtensorMap ta, tb;
+    GemmParams p;
+};
+
+/* Tile TM x BN, STAGES-deep ring, cooperative or ping-pong (PP). */
+template <int TM, int BN, int STAGES, bool PP>
+struct TmaCfg {
+    static constexpr int WG_ROWS = PP ? TM : TM / 2; /* rows of the tile one consumer computes */
+    static constexpr int MW = WG_ROWS / 64;          /* m64 wgmma blocks per consumer */
+    static constexpr int A_BYTES = TM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
+    static constexpr int STAGE = A_BYTES + B_BYTES;
+    static constexpr int EMPTY_ARRIVALS = PP ? 4 : 8; /* consumer warps that read each stage */
+    static constexpr int SMEM = 1024 + STAGES * STAGE + 2 * STAGES * 8; /* align slack, ring, barriers */
+    static_assert(WG_ROWS % 64 == 0 && MW >= 1 && (BN == 128 || BN == 256), "tile shape");
+    static_assert(TM <= 256 && BN <= 256, "TMA box rows <= 256");
+    static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages keep 1024-byte alignment");
+    static_assert(SMEM <= 227 * 1024, "shared memory");
+};
+
+template <int TM, int BN, int STAGES, bool PP, int EPI>
+__global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ GemmTmaArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using C = TmaCfg<TM, BN, STAGES, PP>;
+    const GemmParams &p = a.p;
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u;
+    const uint32_t full0 = sbase + STAGES * C::STAGE, empty0 = full0 + STAGES * 8;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int tiles = ((p.M + TM - 1) / TM) * ((p.N + BN - 1) / BN), ktiles = (p.K + GEMM_BK - 1) / GEMM_BK;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(full0 + 8 * s, 1);
+            mbar_init(empty0 + 8 * s, C::EMPTY_ARRIVALS);
+        }
+        mbar_init_fence();
+        tma_prefetch_map(&a.ta);
+        tma_prefetch_map(&a.tb);
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* producer */
+        regs_dec<40>();
+        if (tid != 0) return;
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int m0, n0;
+            gemm_tile_coords_at<TM, BN>(p, tile, m0, n0);
+            for (int kt = 0; kt < ktiles; kt++, it++) {
+                const int s = it % STAGES;
+                const uint32_t ph = (uint32_t)(it / STAGES) & 1u, full = full0 + 8 * s;
+                const uint32_t sA = sbase + s * C::STAGE;
+                mbar_wait(empty0 + 8 * s, ph ^ 1u);
+                mbar_arrive_expect_tx(full, C::STAGE);
+                tma_load_2d(sA, &a.ta, kt * GEMM_BK, m0, full);
+                tma_load_2d(sA + C::A_BYTES, &a.tb, kt * GEMM_BK, n0, full);
+            }
+        }
+        return;
+    }
+
+    /* consumers */
+    regs_inc<232>();
+    const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31;
+    const uint32_t a_off = PP ? 0u : (uint32_t)cw * 64u * 128u; /* cooperative: this consumer's 64 rows */
+    int j = 0;                                                 /* the CTA's local tile index */
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
+        if (PP && (j & 1) != cw) continue;
+        int m0, n0;
+        gemm_tile_coords_at<TM, BN>(p, tile, m0, n0);
+        float acc[C::MW][BN / 8][4];
+#pragma unroll
+        for (int mw = 0; mw < C::MW; mw++)
+#pragma unroll
+            for (int n8 = 0; n8 < BN / 8; n8++) acc[mw][n8][0] = acc[mw][n8][1] = acc[mw][n8][2] = acc[mw][n8][3] = 0.0f;
+
+        const int it0 = j * ktiles;
+        for (int kt = 0; kt < ktiles; kt++) {
+            const int it = it0 + kt, s = it % STAGES;
+            mbar_wait(full0 + 8 * s, (uint32_t)(it / STAGES) & 1u);
+            const uint32_t sA = sbase + s * C::STAGE + a_off, sB = sbase + s * C::STAGE + C::A_BYTES;
+#pragma unroll
+            for (int mw = 0; mw < C::MW; mw++)
+#pragma unroll
+                for (int n8 = 0; n8 < BN / 8; n8++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) reg_fence(acc[mw][n8][e]);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < GEMM_BK / 16; kk++) {
+                const uint64_t db = wgmma_desc(sB + kk * 32);
+#pragma unroll
+                for (int mw = 0; mw < C::MW; mw++) {
+                    const uint64_t da = wgmma_desc(sA + mw * 64 * 128 + kk * 32);
+                    if constexpr (BN == 256) wgmma_m64n256k16(acc[mw], da, db);
+                    else wgmma_m64n128k16(acc[mw], da, db);
+                }
+            }
+            wgmma_commit();
+            wgmma_wait<1>(); /* the wgmmas of k-step it - 1 are done: its slot may be refilled */
+#pragma unroll
+            for (int mw = 0; mw < C::MW; mw++)
+#pragma unroll
+                for (int n8 = 0; n8 < BN / 8; n8++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) reg_fence(acc[mw][n8][e]);
+            if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mw = 0; mw < C::MW; mw++)
+#pragma unroll
+            for (int n8 = 0; n8 < BN / 8; n8++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) reg_fence(acc[mw][n8][e]);
+        if (lane == 0) mbar_arrive(empty0 + 8 * ((it0 + ktiles - 1) % STAGES));
+
+        const int row0 = m0 + (PP ? 0 : cw * 64) + wq * 16;
+#pragma unroll
+        for (int mw = 0; mw < C::MW; mw++) gemm_store<EPI, 1, BN / 8>(p, acc + mw, row0 + mw * 64, n0, lane >> 2, lane & 3);
+    }
+#else
+    (void)a;
+    __trap(); /* built without sm_90a: the launcher never selects this kernel then */
+#endif
+}
+
+/* ---- host ----------------------------------------------------------------------------------- */
+
+/* cuTensorMapEncodeTiled from the driver, through the runtime (no -lcuda); NULL when the driver lacks
+ * it. Looked up once: the pointer never changes afterwards. */
+static PFN_cuTensorMapEncodeTiled_v12000 tma_encoder(void) {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            return (PFN_cuTensorMapEncodeTiled_v12000) nullptr;
+        }
+        return (PFN_cuTensorMapEncodeTiled_v12000)f;
+    }();
+    return fn;
+}
+
+/* Tensor map of a bf16 row-major [rows][ld] matrix read as [rows][cols] in boxes of 64 columns x
+ * box_rows rows, 128-byte swizzle, zero fill outside. */
+static int tma_map(CUtensorMap *m, const uint16_t *base, int rows, int cols, int ld, int box_rows) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = tma_encoder();
+    if (!enc) return (int)cudaErrorNotSupported;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
+    const cuuint32_t box[2] = {GEMM_BK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    const CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
+}
+
+template <int TM, int BN, int STAGES, bool PP, int EPI>
+static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
+    using C = TmaCfg<TM, BN, STAGES, PP>;
+    GemmTmaArgs a;
+    a.p = *p;
+    int rc = tma_map(&a.ta, p->x, p->M, p->K, p->ldx, TM);
+    if (rc == 0) rc = tma_map(&a.tb, p->w, p->N, p->K, p->ldw, BN);
+    if (rc != 0) return rc;
+    const int tiles = ((p->M + TM - 1) / TM) * ((p->N + BN - 1) / BN), grid = tiles < sms ? tiles : sms;
+    auto kern = gemm_bf16_tma<TM, BN, STAGES, PP, EPI>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    if (e != cudaSuccess) return (int)e;
+    kern<<<grid, 384, C::SMEM, l->stream>>>(a);
+    return launch_status(l->stream);
+}
+
+/* The variant GEMM_ALGO_TMA takes: one wave of 128 x 128 tiles or less -> cooperative 128 x 128
+ * (both warpgroups on each tile); more tiles -> ping-pong 128 x 128 (epilogues hidden behind the
+ * other warpgroup's main loop). Edit after reading bench/kernels/gemm_lab.cu's WINNERS table. */
+static int tma_pick(const GemmParams *p, int sms) {
+    const int tiles128 = ((p->M + 127) / 128) * ((p->N + 127) / 128);
+    return tiles128 <= sms ? GEMM_ALGO_TMA_C128 : GEMM_ALGO_TMA_P128;
+}
+
+template <int EPI>
+static int tma_variant(const GemmParams *p, int algo, int sms, const CudaLaunch *l) {
+    switch (algo) {
+    case GEMM_ALGO_TMA_C256: return tma_launch<128, 256, 4, false, EPI>(p, sms, l);
+    case GEMM_ALGO_TMA_C128: return tma_launch<128, 128, 6, false, EPI>(p, sms, l);
+    case GEMM_ALGO_TMA_P128: return tma_launch<128, 128, 6, true, EPI>(p, sms, l);
+    case GEMM_ALGO_TMA_P256: return tma_launch<64, 256, 5, true, EPI>(p, sms, l);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+int gemm_tma_run(const GemmParams *p, int sms, const CudaLaunch *l) {
+    const int algo = p->algo == GEMM_ALGO_TMA ? tma_pick(p, sms) : p->algo;
+    switch (p->epi) {
+    case GEMM_EPI_BF16: return tma_variant<GEMM_EPI_BF16>(p, algo, sms, l);
+    case GEMM_EPI_F32: return tma_variant<GEMM_EPI_F32>(p, algo, sms, l);
+    case GEMM_EPI_ADD_F32: return tma_variant<GEMM_EPI_ADD_F32>(p, algo, sms, l);
+    case GEMM_EPI_SWIGLU_BF16: return tma_variant<GEMM_EPI_SWIGLU_BF16>(p, algo, sms, l);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
