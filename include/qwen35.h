@@ -44,7 +44,7 @@ typedef struct Q35Options {
     int threads;           /* CPU threads; 0 = all cores */
     int deterministic;     /* CUDA: deterministic split-K reductions */
     int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */
-    int no_persistent;     /* CUDA: decode with one kernel per phase instead of the persistent layer kernel */
+    int persistent;        /* CUDA: decode the layers with the persistent kernel (experimental, slower so far) */
     const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
 } Q35Options;
 
@@ -134,10 +134,10 @@ typedef struct Q35BenchResult {
     double ms_eager;        /* no graph (launch by launch), PDL, atomic */
     double ms_sync;         /* per token with the 4-byte readback and host sync (decode_sample) */
     double ms_sample;       /* sampling graph (temperature 1, top_k 20, top_p 0.95, min_p 0.05) */
-    int persistent;         /* 1: the step runs the persistent layer kernel (ms_token etc.); 0: per-phase kernels */
-    char persistent_note[200]; /* why not, when persistent is 0 */
-    double ms_phases;       /* graph + PDL with one kernel per phase (the persistent kernel off), atomic */
-    int launches_phases;    /* kernel nodes of that graph */
+    int persistent;         /* 1: the step above runs the persistent layer kernel; 0: one kernel per phase */
+    char persistent_note[200]; /* why the persistent kernel cannot run this model ("" if it can) */
+    double ms_persistent;   /* graph with the persistent layer kernel (experimental), atomic; 0: not supported */
+    int launches_persistent; /* kernel nodes of that graph */
     int launches;           /* kernel nodes in one step's graph (greedy) */
     double step_bytes;      /* bytes one step moves (sum over its launches) */
     double copy_gbs;        /* device-to-device cudaMemcpy, (read + write) bytes / s / 1e9 */

@@ -15,7 +15,7 @@ typedef struct BackendOptions {
     int n_valid;       /* ids >= n_valid are embedding padding: never argmax'ed or sampled on the
                         * device (0 = vocab_size); the engine passes the tokenizer size */
     int prefill_piece; /* CUDA: tokens per prefill piece (0 = min(2048, max_seq)) */
-    int no_persistent; /* CUDA: one kernel per decode phase instead of the persistent layer kernel */
+    int persistent;    /* CUDA: decode the layers with the persistent kernel (experimental) */
 } BackendOptions;
 
 /* On-device sampling request (CUDA): temperature 0 = argmax. */

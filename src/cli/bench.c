@@ -183,13 +183,13 @@ int cmd_bench(int argc, char **argv) {
         bprintf(&md, "Decode on %s (%d SMs); copy %.0f GB/s (read+write), streaming read %.0f GB/s; %.3f GB per step "
                      "at ctx %d\n\n", res->device, res->n_sm, res->copy_gbs, res->read_gbs, res->step_bytes / 1e9,
                 ctxs[0]);
-        bprintf(&md, "Step: %s%s%s. Columns after `launches`: the same step as a graph + PDL with atomic "
+        bprintf(&md, "Step: %s. Columns after `launches`: the same step as a graph + PDL with atomic "
                      "split-K, deterministic, without PDL, eager (no graph), with the per-token readback, sampling; "
-                     "`per-phase kernels`: the persistent layer kernel off (one kernel per phase).\n\n",
+                     "`persistent`: the layers as one persistent kernel (experimental, `--persistent`)%s%s.\n\n",
                 res->persistent ? "persistent layer kernel + LM head" : "one kernel per phase",
-                res->persistent ? "" : " -- persistent kernel not used: ", res->persistent_note);
+                res->persistent_note[0] ? " -- not supported here: " : "", res->persistent_note);
         bprintf(&md, "| ctx | ms/token | tok/s | GB/s | %% of read BW | launches | atomic | deterministic | no PDL | "
-                     "eager | +readback | sampling | per-phase kernels (launches) |\n"
+                     "eager | +readback | sampling | persistent (launches) |\n"
                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int c = 0; c < n_ctx; c++) {
             rq.ctx_len = ctxs[c];
@@ -199,14 +199,14 @@ int cmd_bench(int argc, char **argv) {
             bprintf(&md, "| %d | %.4f | %.0f | %.0f | %.1f | %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f (%d) |\n",
                     ctxs[c], res->ms_token, 1e3 / res->ms_token, gbs, 100 * gbs / res->read_gbs, res->launches,
                     res->ms_atomic, res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample,
-                    res->ms_phases, res->launches_phases);
+                    res->ms_persistent, res->launches_persistent);
             bprintf(&js,
                     "%s{\"ctx\":%d,\"ms_token\":%.5f,\"gbs\":%.1f,\"step_bytes\":%.0f,\"launches\":%d,\"ms_atomic\":%.5f,"
                     "\"ms_det\":%.5f,\"ms_nopdl\":%.5f,\"ms_eager\":%.5f,\"ms_sync\":%.5f,\"ms_sample\":%.5f,"
-                    "\"copy_gbs\":%.1f,\"read_gbs\":%.1f,\"persistent\":%d,\"ms_phases\":%.5f,\"launches_phases\":%d}",
+                    "\"copy_gbs\":%.1f,\"read_gbs\":%.1f,\"persistent\":%d,\"ms_persistent\":%.5f,\"launches_persistent\":%d}",
                     c ? "," : "", ctxs[c], res->ms_token, gbs, res->step_bytes, res->launches, res->ms_atomic,
                     res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample, res->copy_gbs,
-                    res->read_gbs, res->persistent, res->ms_phases, res->launches_phases);
+                    res->read_gbs, res->persistent, res->ms_persistent, res->launches_persistent);
         }
         if (ops) { /* the per-op table of the first context, printed after the summary rows */
             rq.ctx_len = ctxs[0];

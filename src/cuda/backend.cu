@@ -394,7 +394,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         }
         if ((rc = upload_weights(ctx, err))) goto fail;
         if ((rc = mega_setup(ctx, err))) goto fail;
-        ctx->mega = ctx->mega_ok && !(o && o->no_persistent);
+        ctx->mega = ctx->mega_ok && o && o->persistent; /* opt-in: slower than the per-phase graph so far */
         if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->step_host, sizeof(StepParams))) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->id_host, sizeof(int))) != cudaSuccess ||

@@ -233,18 +233,17 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     if (!rc) rc = time_mode(ctx, det0, pdl0, ng0, 0, iters, &res->ms_token, err);
     if (!rc) rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_atomic, err);
     if (!rc) res->launches = ctx->graph_kernels[0];
-    /* the same step with one kernel per phase (the persistent layer kernel off) */
+    /* the same step with the persistent layer kernel (when the model's shapes allow it) */
     const int mega0 = ctx->mega;
-    res->persistent = cuda_decode_path(ctx, res->persistent_note, sizeof res->persistent_note);
-    if (!rc && mega0) {
-        ctx->mega = 0;
+    res->persistent = mega0;
+    if (!ctx->mega_ok) snprintf(res->persistent_note, sizeof res->persistent_note, "%s", ctx->mega_why);
+    if (!rc && ctx->mega_ok) {
+        ctx->mega = 1;
         cuda_graphs_drop(ctx);
-        rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_phases, err);
-        if (!rc) res->launches_phases = ctx->graph_kernels[0];
+        rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_persistent, err);
+        if (!rc) res->launches_persistent = ctx->graph_kernels[0];
         ctx->mega = mega0;
         cuda_graphs_drop(ctx);
-    } else if (!rc) {
-        res->ms_phases = res->ms_atomic, res->launches_phases = res->launches;
     }
     if (!rc) rc = time_mode(ctx, 1, 1, 0, 0, iters, &res->ms_det, err);
     if (!rc) rc = time_mode(ctx, 0, 0, 0, 0, iters, &res->ms_nopdl, err);
@@ -268,8 +267,12 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         rc = time_ops(ctx, rq->ops, 0, res, err);
         ctx->mega = mega0;
     }
-    if (!rc && mega0 && rq->ops) rc = time_ops(ctx, 1, 1, res, err);
-    if (!rc && mega0 && rq->ops) rc = trace_persistent(ctx, res, err);
+    if (!rc && ctx->mega_ok && rq->ops) { /* the persistent kernel's launches and phase trace */
+        ctx->mega = 1;
+        rc = time_ops(ctx, 1, 1, res, err);
+        if (!rc) rc = trace_persistent(ctx, res, err);
+        ctx->mega = mega0;
+    }
     if (!rc) rc = bandwidth(ctx, res, err);
     ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0, ctx->rec_ops = 0, ctx->mega = mega0;
     return rc;

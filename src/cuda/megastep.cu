@@ -1,16 +1,15 @@
 /* megastep.cu — every layer of one decode step in ONE persistent kernel (contract: ops.h MegaParams).
+ * EXPERIMENTAL, opt-in (--persistent / QWEN35_PERSISTENT=1): correct (test_decode, golden fixtures) but
+ * measured slower than the per-phase graph (1.30 vs 0.81 ms/token at ctx 128 on the H200); the phase
+ * trace (bench --ops) and what was tried are in docs/PERF_NOTES.md §9.
  *
  * Why: one decode step is ~125 dependent phases of 1-17 MB each. As separate kernels each phase pays
  * a launch/drain boundary plus the DRAM round trip of its first loads (~2.5 us over its bandwidth time,
  * docs/PERF_NOTES.md §7-8). Here the weights do not wait for the phases: each block streams its rows
- * of every GEMV of the step, in order, into a shared-memory ring (MG_NS slots x 16 KiB, cp.async.bulk
- * completing on an mbarrier per slot), across phase boundaries and mixers. Thread 0 "pumps" the
- * stream at every piece, prologue and barrier spin: a free slot is refilled only while fewer than
- * MG_INFLIGHT pieces are in flight. That bound matters: with 160 KiB per SM requested at once (the
- * first version) every dependent load of the phases — activations, barrier words — queued behind
- * ~20 MB of weight traffic and took 3-4 us (bench trace). ~48 KiB per SM (6 MB in all) is about
- * bandwidth x latency. The 16 warps run the phases, separated by a grid barrier (one arrival counter
- * + generation word).
+ * of every GEMV of the step, in order, into a shared-memory ring (MG_NS slots x 32 KiB, cp.async.bulk
+ * completing on an mbarrier per slot); thread 0 refills a slot as soon as the block has consumed it,
+ * so MG_NS pieces are always requested ahead, across phase boundaries and mixers. The 16 warps run
+ * the phases, separated by a grid barrier (one arrival counter + generation word).
  *
  * Block b of G owns rows [b N/G, (b+1) N/G) of every GEMV (pairs of rows for the interleaved gate/up),
  * so no split-K: a row is summed by one block in a fixed order (deterministic). A ring piece holds pr
@@ -33,9 +32,8 @@
 enum {
     MG_CW = 16,            /* warps */
     MG_CT = MG_CW * 32,    /* threads */
-    MG_SLOT = 16384,       /* bytes per ring slot */
-    MG_NS = 10,            /* ring slots */
-    MG_INFLIGHT = 3,       /* ring pieces requested and not yet arrived, at most */
+    MG_SLOT = 32768,       /* bytes per ring slot */
+    MG_NS = 5,             /* ring slots */
     MG_BIG = 32768,        /* xs (GEMV input, fp32) | attention warp partials */
     MG_SMALL = 16384,      /* DeltaNet / attention scratch */
     MG_MIN_CHUNK = 32      /* attention: positions per split at least */
@@ -92,19 +90,6 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned by
 static_assert(MG_CT == 512, "cbar() names 512 threads");
 __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, 512;" ::: "memory"); }
 
-/* Sums of three values over the block, same values to all; red: shared float[3 MG_CW]. */
-__device__ __noinline__ void csum3(float *a, float *b, float *c, float *red) {
-    const float x = warp_sum(*a), y = warp_sum(*b), z = warp_sum(*c);
-    const int w = threadIdx.x >> 5;
-    if ((threadIdx.x & 31) == 0) red[w] = x, red[MG_CW + w] = y, red[2 * MG_CW + w] = z;
-    cbar();
-    float sx = 0.0f, sy = 0.0f, sz = 0.0f;
-#pragma unroll 1
-    for (int i = 0; i < MG_CW; i++) sx += red[i], sy += red[MG_CW + i], sz += red[2 * MG_CW + i];
-    cbar();
-    *a = sx, *b = sy, *c = sz;
-}
-
 /* Sum over the block, same value to all; red: shared float[MG_CW] (free on entry). */
 __device__ __forceinline__ float csum(float v, float *red) {
     v = warp_sum(v);
@@ -115,6 +100,26 @@ __device__ __forceinline__ float csum(float v, float *red) {
     for (int i = 0; i < MG_CW; i++) s += red[i];
     cbar(); /* red may be reused right after */
     return s;
+}
+
+/* Grid barrier: bar[0] arrivals, bar[32] generation. The last arriver resets the count, then
+ * publishes the next generation; the others spin on it. Self-resetting across launches. */
+__device__ __forceinline__ void grid_sync_raw(unsigned *bar) {
+    if (threadIdx.x == 0) {
+        unsigned g, v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(bar + 32) : "memory");
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 32), "r"(g + 1u) : "memory");
+        } else {
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar + 32) : "memory");
+            } while (v == g);
+        }
+        __threadfence();
+    }
 }
 
 __device__ __forceinline__ float mg_silu(float x) { return x / (1.0f + expf(-x)); }
@@ -155,7 +160,6 @@ struct MgCursor {
     int l, m, r, r1, pr, K;
     const uint16_t *W;
     unsigned n; /* pieces issued */
-    unsigned a; /* pieces known to have arrived */
 };
 
 /* Moves c to the first non-empty GEMV at or after (c.l, c.m) (c.l = L: the stream is done). */
@@ -170,17 +174,6 @@ __device__ void cur_settle(const MegaParams &p, const MgTab *tab, MgCursor &c) {
         }
     }
 }
-__device__ __forceinline__ bool mbar_test(uint64_t *b, unsigned parity) {
-    unsigned ok;
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                 "selp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(ok)
-                 : "r"(smem_u32(b)), "r"(parity)
-                 : "memory");
-    return ok != 0;
-}
-
 /* Requests the next piece into its slot (its previous contents consumed). */
 __device__ void cur_issue(const MegaParams &p, const MgTab *tab, MgCursor &c, char *ring, uint64_t *full) {
     if (c.l >= p.L) return;
@@ -206,52 +199,20 @@ struct MgSm {
     float *red;     /* [2][MG_CW] */
     uint64_t *full; /* [MG_NS] */
     MgTab *tab;     /* [L] */
-    unsigned n;     /* ring pieces consumed so far (same in every thread; thread 0 may be ahead by
-                     * the piece it is consuming) */
+    unsigned n;     /* ring pieces consumed so far (same in every thread) */
     MgCursor cur;   /* the weight stream (thread 0's copy is the live one) */
     /* trace (thread 0): phases ended, clock at the current phase's start, ring-wait cycles in it */
     unsigned k;
     long long t0, rwait, tpro, tiss; /* + cycles before the GEMV's piece loop, in cur_issue */
 };
 
-/* Thread 0: issue pieces while a slot is free (issued - consumed < MG_NS, with `consumed` the
- * pieces whose slots are released) and fewer than MG_INFLIGHT are in flight. Non-blocking. */
-__device__ __noinline__ void mg_pump(const MegaParams &p, MgSm &s, unsigned consumed) {
-    MgCursor &c = s.cur;
-    if (c.a < consumed) c.a = consumed; /* consumed pieces have arrived (and their slots may be re-armed) */
-    while (c.a < c.n && mbar_test(&s.full[c.a % MG_NS], (c.a / MG_NS) & 1)) c.a++;
-    while (c.l < p.L && c.n - consumed < MG_NS && c.n - c.a < MG_INFLIGHT) cur_issue(p, s.tab, c, s.ring, s.full);
-}
-
-/* Grid barrier: bar[0] arrivals, bar[32] generation. The last arriver resets the count, then
- * publishes the next generation; the others spin on it. Self-resetting across launches. */
-__device__ __forceinline__ void grid_sync_raw(const MegaParams &p, MgSm &s, unsigned *bar) {
-    if (threadIdx.x == 0) {
-        unsigned g, v;
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(bar + 32) : "memory");
-        __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 32), "r"(g + 1u) : "memory");
-        } else {
-            do {
-                mg_pump(p, s, s.n);
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar + 32) : "memory");
-            } while (v == g);
-        }
-        __threadfence();
-    }
-}
-
 /* Ends the current phase (its kind: MG_PH_*): block barrier, grid barrier, block barrier. With
  * p.trace, thread 0 records [work cycles, grid-barrier wait cycles, ring-wait cycles, kind]. */
-__device__ __noinline__ void grid_sync(const MegaParams &p, MgSm &s, int kind) {
+__device__ void grid_sync(const MegaParams &p, MgSm &s, int kind) {
     cbar();
     if (threadIdx.x == 0) {
         const long long ta = clock64();
-        mg_pump(p, s, s.n);
-        grid_sync_raw(p, s, p.bar);
+        grid_sync_raw(p.bar);
         const long long tr = clock64();
         if (p.trace && (int)s.k < p.trace_n) {
             unsigned *e = p.trace + ((size_t)s.k * gridDim.x + blockIdx.x) * 8;
@@ -265,10 +226,9 @@ __device__ __noinline__ void grid_sync(const MegaParams &p, MgSm &s, int kind) {
 
 enum { EPI_STORE = 0, EPI_RAW = 1, EPI_SILU = 2 };
 
-/* y = W xs for this block's rows of GEMV m of layer l (xs complete and published by a cbar), epilogue
- * epi (EPI_*). One copy of this code for every GEMV: the whole kernel's hot code has to stay in the
- * SM's instruction cache (a 200 KB first build spent microseconds per phase fetching code). */
-__device__ __noinline__ void mg_gemv(const MegaParams &p, int l, int m, int epi, MgSm &s, float *y) {
+/* y = W xs for this block's rows of GEMV m of layer ly (xs complete and published by a cbar). */
+template <int EPI>
+__device__ void mg_gemv(const MegaParams &p, int l, int m, MgSm &s, float *y) {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const MgGemv g = mg_gemv_of(p, s.tab[l], m);
     const int pr = mg_rows_per_piece(g.K), S = MG_CW / pr, slice = w % S, prow = w / S;
@@ -290,7 +250,7 @@ __device__ __noinline__ void mg_gemv(const MegaParams &p, int l, int m, int epi,
         if (tid == 0 && p.trace) s.rwait += clock64() - tw;
         float acc = 0.0f;
         if (prow < rows) {
-            const uint4 *wr = reinterpret_cast<const uint4 *>(s.ring + slot * MG_SLOT) + prow * kc;
+            const uint4 *wr = reinterpret_cast<const uint4 *>(s.ring + (size_t)slot * MG_SLOT) + (size_t)prow * kc;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int c = c0 + lane + 32 * i;
@@ -299,74 +259,64 @@ __device__ __noinline__ void mg_gemv(const MegaParams &p, int l, int m, int epi,
         }
         acc = warp_sum(acc);
         if (lane == 0) s.red[par * MG_CW + w] = acc;
-        cbar(); /* the slot is consumed: it may be refilled */
+        cbar(); /* the slot is consumed: refill it with the piece MG_NS ahead */
         if (tid == 0) {
             const long long ti = p.trace ? clock64() : 0;
-            mg_pump(p, s, s.n + 1);
+            cur_issue(p, s.tab, s.cur, s.ring, s.full);
             if (p.trace) s.tiss += clock64() - ti;
         }
-        const int pairs = epi == EPI_SILU, n_out = rows >> pairs;
-        if (tid < n_out) {
-            const float *rd = s.red + par * MG_CW + (tid << pairs) * S;
-            float a = 0.0f, b = 0.0f;
-#pragma unroll 1
-            for (int j = 0; j < S; j++) a += rd[j], b += pairs ? rd[S + j] : 0.0f;
-            if (epi == EPI_SILU) y[(r >> 1) + tid] = rbf(rbf(silu_f(rbf(a))) * rbf(b));
-            else y[r + tid] = epi == EPI_STORE ? rbf(a) : a;
+        if (EPI == EPI_SILU) {
+            if (tid < rows / 2) {
+                float gt = 0.0f, up = 0.0f;
+                for (int j = 0; j < S; j++) gt += s.red[par * MG_CW + 2 * tid * S + j];
+                for (int j = 0; j < S; j++) up += s.red[par * MG_CW + (2 * tid + 1) * S + j];
+                y[(r >> 1) + tid] = rbf(rbf(silu_f(rbf(gt))) * rbf(up));
+            }
+        } else if (tid < rows) {
+            float a = 0.0f;
+            for (int j = 0; j < S; j++) a += s.red[par * MG_CW + tid * S + j];
+            y[r + tid] = EPI == EPI_STORE ? rbf(a) : a;
         }
     }
 }
 
-/* xs = norm(x) with x = E[token] (res NULL) or bf16(res + bf16(add)); block 0 stores x to x_out.
- * All loads first (one round trip: x into xs, the norm weights into the small scratch). */
-__device__ __noinline__ void mg_in_resid(const MegaParams &p, MgSm &s, const float *res, const float *add,
-                                         float *x_out, const float *w) {
-    const int D = p.D, tid = threadIdx.x;
-    const uint16_t *e = res ? NULL : p.embed + (size_t)p.step->token * D;
-    float *ws = s.small;
-#pragma unroll 4
-    for (int i = tid; i < D; i += MG_CT) {
-        ws[i] = w[i];
-        s.xs[i] = e ? bf16u(e[i]) : rbf(__ldcg(res + i) + rbf(__ldcg(add + i)));
-    }
+/* xs = norm(x) with x = E[token] (res NULL) or bf16(res + bf16(add)); block 0 stores x to x_out. */
+__device__ void mg_in_resid(const MegaParams &p, MgSm &s, const float *res, const float *add, float *x_out,
+                            const float *w) {
+    const int D = p.D;
     float ss = 0.0f;
-#pragma unroll 1
-    for (int i = tid; i < D; i += MG_CT) {
-        const float v = s.xs[i];
+    const uint16_t *e = res ? NULL : p.embed + (size_t)p.step->token * D;
+    for (int i = threadIdx.x; i < D; i += MG_CT) {
+        const float v = e ? bf16u(e[i]) : rbf(__ldcg(res + i) + rbf(__ldcg(add + i)));
+        s.xs[i] = v;
         if (blockIdx.x == 0) x_out[i] = v;
-        ss = fmaf(v, v, ss);
+        ss += v * v;
     }
     const float r = rsqrtf(csum(ss, s.red) / (float)D + p.eps);
-#pragma unroll 1
-    for (int i = tid; i < D; i += MG_CT) s.xs[i] = norm_apply(s.xs[i], r, ws[i], p.norm_mode);
+    for (int i = threadIdx.x; i < D; i += MG_CT) s.xs[i] = norm_apply(s.xs[i], r, w[i], p.norm_mode);
     cbar();
 }
 
-__device__ __noinline__ void mg_in_vec(MgSm &s, const float *v, int n) {
+__device__ void mg_in_vec(MgSm &s, const float *v, int n) {
     for (int i = threadIdx.x; i < n; i += MG_CT) s.xs[i] = __ldcg(v + i);
     cbar();
 }
 
-/* DeltaNet out_proj input: per v head j, y = bf16(bf16(w bf16(o rstd_j)) silu(z)); a warp per head.
- * Loads first: o into xs, z into the big scratch after xs, w into the small scratch. */
-__device__ __noinline__ void mg_in_gated(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
-    const int tid = threadIdx.x, lane = tid & 31, dv = p.dv, n = p.value_dim;
-    float *zs = s.xs + n, *ws = s.small;
-#pragma unroll 4
-    for (int i = tid; i < n; i += MG_CT) {
-        s.xs[i] = __ldcg(p.mix + i);
-        zs[i] = __ldcg(p.proj + p.conv_dim + i);
-        if (i < dv) ws[i] = ly.lin_norm[i];
-    }
-    cbar();
-#pragma unroll 1
-    for (int j = tid >> 5; j < p.Hv; j += MG_CW) {
-        float *o = s.xs + j * dv, ss = 0.0f;
-#pragma unroll 1
-        for (int c = lane; c < dv; c += 32) ss = fmaf(o[c], o[c], ss);
+/* DeltaNet out_proj input: per v head j, y = bf16(bf16(w bf16(o rstd_j)) silu(z)). */
+__device__ void mg_in_gated(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
+    const int lane = threadIdx.x & 31, dv = p.dv;
+    for (int j = threadIdx.x >> 5; j < p.Hv; j += MG_CW) {
+        const float *o = p.mix + (size_t)j * dv;
+        float ss = 0.0f;
+        for (int c = lane; c < dv; c += 32) {
+            const float v = __ldcg(o + c);
+            ss = fmaf(v, v, ss);
+        }
         const float rstd = rsqrtf(warp_sum(ss) / (float)dv + p.eps);
-#pragma unroll 1
-        for (int c = lane; c < dv; c += 32) o[c] = rbf(rbf(ws[c] * rbf(o[c] * rstd)) * mg_silu(zs[j * dv + c]));
+        for (int c = lane; c < dv; c += 32) {
+            const float u = rbf(__ldcg(o + c) * rstd), wu = rbf(ly.lin_norm[c] * u);
+            s.xs[j * dv + c] = rbf(wu * mg_silu(__ldcg(p.proj + p.conv_dim + (size_t)j * dv + c)));
+        }
     }
     cbar();
 }
@@ -380,7 +330,7 @@ struct DnPre {
 
 /* Small-scratch layout (floats): hist, tap, cv (conv outputs) [2 dk + 16 each]; dl [16];
  * red_m, red_s [MG_CW][16]. */
-__device__ __noinline__ void dn_load(const MegaParams &p, const MegaLayer &ly, int item, MgSm &s, DnPre &pre) {
+__device__ __forceinline__ void dn_load(const MegaParams &p, const MegaLayer &ly, int item, MgSm &s, DnPre &pre) {
     const int dk = p.dk, dv = p.dv, nsp = (dv + DN_COLS - 1) / DN_COLS;
     const int j = item / nsp, e0 = (item % nsp) * DN_COLS, ncols = min(DN_COLS, dv - e0);
     const int n = j / (p.Hv / p.Hk), key_dim = p.Hk * dk, tid = threadIdx.x, cg = tid & 3, rl = tid >> 2;
@@ -412,7 +362,7 @@ __device__ __noinline__ void dn_load(const MegaParams &p, const MegaLayer &ly, i
     }
 }
 
-__device__ __noinline__ void dn_compute(const MegaParams &p, const MegaLayer &ly, int item, MgSm &s, DnPre &pre) {
+__device__ void dn_compute(const MegaParams &p, const MegaLayer &ly, int item, MgSm &s, DnPre &pre) {
     const int dk = p.dk, dv = p.dv, Hv = p.Hv, nsp = (dv + DN_COLS - 1) / DN_COLS;
     const int j = item / nsp, sp = item % nsp, e0 = sp * DN_COLS, ncols = min(DN_COLS, dv - e0);
     const int n = j / (Hv / p.Hk), key_dim = p.Hk * dk, value_dim = p.value_dim, conv_dim = p.conv_dim;
@@ -436,7 +386,7 @@ __device__ __noinline__ void dn_compute(const MegaParams &p, const MegaLayer &ly
         const float q = cv[d], k = cv[dk + d];
         ssq = fmaf(q, q, ssq), ssk = fmaf(k, k, ssk), sqk = fmaf(q, k, sqk);
     }
-    csum3(&ssq, &ssk, &sqk, red_m); /* red_m is free until the column sums below */
+    ssq = csum(ssq, s.red), ssk = csum(ssk, s.red), sqk = csum(sqk, s.red);
     const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
     const float kq = sqk * rq * rk;
     const float *tail = p.proj + conv_dim + value_dim;
@@ -500,7 +450,7 @@ __device__ __forceinline__ int mg_nsplit(const MegaParams &p, int kv_len) {
 }
 
 /* Small-scratch layout (floats): cs, sn [hd/2 each]; qs [Hq/Hkv][hd]; kn [hd]; wm, wl [MG_CW][4]. */
-__device__ __noinline__ void att_pre(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
+__device__ __forceinline__ void att_pre(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
     const int pos = p.step->pos, kv_len = pos + 1, ns = mg_nsplit(p, kv_len);
     const int chunk = (kv_len + ns - 1) / ns, hd = p.hd;
     float *cs = s.small, *sn = cs + hd / 2;
@@ -564,7 +514,7 @@ __device__ __forceinline__ void att_merge(float *m, float *l, float (*o)[8], con
 
 /* Query heads hq0 .. hq0+GQ-1 of kv head h over positions [t0, t1): partials into work[.][sp]. */
 template <int GQ>
-__device__ __noinline__ void att_group(const MegaParams &p, const MegaLayer &ly, MgSm &s, int h, int hq0, int qi0, int sp, int t0,
+__device__ void att_group(const MegaParams &p, const MegaLayer &ly, MgSm &s, int h, int hq0, int qi0, int sp, int t0,
                           int t1) {
     const int hd = p.hd, LP = hd / 8, PW = 32 / LP, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int sg = lane / LP, li = lane % LP, gq = p.Hq / p.Hkv;
@@ -675,7 +625,7 @@ __device__ __noinline__ void att_group(const MegaParams &p, const MegaLayer &ly,
     cbar();
 }
 
-__device__ __noinline__ void att_items(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
+__device__ void att_items(const MegaParams &p, const MegaLayer &ly, MgSm &s) {
     const int pos = p.step->pos, kv_len = pos + 1, ns = mg_nsplit(p, kv_len), chunk = (kv_len + ns - 1) / ns;
     const int hd = p.hd, gq = p.Hq / p.Hkv, q_stride = p.gated ? 2 * hd : hd, q_rows = p.Hq * q_stride;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -695,14 +645,17 @@ __device__ __noinline__ void att_items(const MegaParams &p, const MegaLayer &ly,
             }
         }
         cbar(); /* qs ready; K/V[pos] visible to this block */
-        /* one query head per pass: one small copy of the code (the K/V rows come from L1/L2 again) */
-#pragma unroll 1
-        for (int g0 = 0; g0 < gq; g0++) att_group<1>(p, ly, s, h, h * gq + g0, g0, sp, t0, t1);
+        /* two query heads per pass (4 spill registers at the 120-register cap) */
+        const int GQ = gq % 2 == 0 ? 2 : 1;
+        for (int g0 = 0; g0 < gq; g0 += GQ) {
+            if (GQ == 2) att_group<2>(p, ly, s, h, h * gq + g0, g0, sp, t0, t1);
+            else att_group<1>(p, ly, s, h, h * gq + g0, g0, sp, t0, t1);
+        }
     }
 }
 
 /* mix[hq][d] = bf16(sum_s 2^(m_s-M) O_s / sum_s 2^(m_s-M) l_s), times bf16(sigmoid(gate)) when gated. */
-__device__ __noinline__ void att_combine(const MegaParams &p) {
+__device__ void att_combine(const MegaParams &p) {
     const int kv_len = p.step->pos + 1, ns = mg_nsplit(p, kv_len), hd = p.hd;
     for (int idx = blockIdx.x * MG_CT + threadIdx.x; idx < p.Hq * hd; idx += gridDim.x * MG_CT) {
         const int hq = idx / hd, d = idx % hd;
@@ -752,10 +705,10 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
-    if (threadIdx.x == 0) { /* the first pieces of the weight stream */
-        s.cur.l = 0, s.cur.m = 0, s.cur.n = 0, s.cur.a = 0;
+    if (threadIdx.x == 0) { /* the first MG_NS pieces of the weight stream */
+        s.cur.l = 0, s.cur.m = 0, s.cur.n = 0;
         cur_settle(p, s.tab, s.cur);
-        mg_pump(p, s, 0);
+        for (int i = 0; i < MG_NS; i++) cur_issue(p, s.tab, s.cur, s.ring, s.full);
     }
     const int nsp = (p.dv + DN_COLS - 1) / DN_COLS;
     const int dn_items = p.Hv * nsp;
@@ -771,7 +724,7 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
             mg_in_resid(p, s, xa, p.dout, xb, ly.ln1);
             xi ^= 1;
         }
-        mg_gemv(p, l, 0, EPI_STORE, s, p.proj);
+        mg_gemv<EPI_STORE>(p, l, 0, s, p.proj);
         if (ly.type == 0) { /* LAYER_LINEAR_ATTN */
             DnPre pre;
             if ((int)blockIdx.x < dn_items) dn_load(p, ly, blockIdx.x, s, pre);
@@ -794,16 +747,16 @@ __global__ void __launch_bounds__(MG_CT, 1) mega_step_bf16(const __grid_constant
             grid_sync(p, s, MG_PH_COMBINE);
             mg_in_vec(s, p.mix, ly.out_cols);
         }
-        mg_gemv(p, l, 1, EPI_RAW, s, p.aout);
+        mg_gemv<EPI_RAW>(p, l, 1, s, p.aout);
         /* gu: x += aout, mlp = SwiGLU(W_gu norm2(x)) */
         xa = xi ? p.x1 : p.x0, xb = xi ? p.x0 : p.x1;
         grid_sync(p, s, MG_PH_OUT);
         mg_in_resid(p, s, xa, p.aout, xb, ly.ln2);
         xi ^= 1;
-        mg_gemv(p, l, 2, EPI_SILU, s, p.mlp);
+        mg_gemv<EPI_SILU>(p, l, 2, s, p.mlp);
         grid_sync(p, s, MG_PH_GU);
         mg_in_vec(s, p.mlp, p.F);
-        mg_gemv(p, l, 3, EPI_RAW, s, p.dout);
+        mg_gemv<EPI_RAW>(p, l, 3, s, p.dout);
     }
     if (threadIdx.x == 0 && p.trace && (int)s.k < p.trace_n) { /* the last phase: no barrier after it */
         unsigned *e = p.trace + ((size_t)s.k * gridDim.x + blockIdx.x) * 8;
@@ -833,19 +786,18 @@ extern "C" int cuda_mega_prepare(const MegaParams *p, int n_sm, char *why, size_
         n_sm < 1)
         return mg_refuse(why, why_n, "missing buffers or D, F not multiples of 8", bad);
     if (p->L > MG_MAX_L) return mg_refuse(why, why_n, "more than 128 layers", bad);
-    if ((size_t)p->D * 4 > MG_SMALL) return mg_refuse(why, why_n, "hidden size over 4096", bad);
     /* GEMV inputs fit xs; gate/up pieces hold whole pairs; K of every GEMV <= 8192 */
     const int kmax = p->D > p->F ? p->D : p->F;
     if ((size_t)kmax * 4 > MG_BIG || mg_rows_per_piece(p->D) < 2 || p->F > 8192)
         return mg_refuse(why, why_n, "hidden or intermediate size too large for the shared-memory tiles", bad);
     if (p->Hv > 0) { /* DeltaNet: dk <= 256, dv % 4, scratch fits */
-        if (p->Hk < 1 || p->Hv % p->Hk || p->dk < 1 || p->dk > 256 || p->dv < 4 || p->dv % 4 || p->dv > 256 ||
-            (size_t)p->value_dim * 8 > MG_BIG || (size_t)(6 * p->dk + 6 * DN_COLS + 2 * MG_CW * DN_COLS) * 4 > MG_SMALL)
+        if (p->Hk < 1 || p->Hv % p->Hk || p->dk < 1 || p->dk > 256 || p->dv < 4 || p->dv % 4 ||
+            (size_t)p->value_dim * 4 > MG_BIG || (size_t)(6 * p->dk + 6 * DN_COLS + 2 * MG_CW * DN_COLS) * 4 > MG_SMALL)
             return mg_refuse(why, why_n, "DeltaNet shapes (needs dk <= 256, dv % 4 == 0)", bad);
     }
     if (p->Hq > 0) { /* attention: hd 32..256, group scratch fits */
         const int gq = p->Hkv > 0 ? p->Hq / p->Hkv : 0;
-        const int GQ = 1;
+        const int GQ = gq % 2 == 0 ? 2 : 1;
         if ((p->hd != 32 && p->hd != 64 && p->hd != 128 && p->hd != 256) || gq < 1 || gq * p->Hkv != p->Hq ||
             p->R < 2 || p->R % 2 || p->R > p->hd || p->nsplit < 1 || !p->work ||
             (size_t)(p->hd + (gq + 1) * p->hd + 8 * MG_CW) * 4 > MG_SMALL || (size_t)8 * GQ * p->hd * 4 > MG_BIG ||
