@@ -1,25 +1,30 @@
 /* deltanet_prefill.cu — the Gated DeltaNet mixer for T > 1 tokens (MODEL.md §3.3, §3.4), as four
  * kernels over chunks of C = 64 tokens (dk = dv = 128; head j of Hv reads k-head n = j/(Hv/Hk)):
- *   1. dn_conv_bf16_tok     (token quads x head units): causal conv + SiLU, l2norm of q/k (fp32), gates.
- *   2. dn_local_bf16_chunk  (chunks x Hv, all chunks in parallel), with gamma = cumsum(g) and
+ *   1. dn_conv_bf16_tok     (16-token groups x head units): causal conv + SiLU, l2norm of q/k (fp32), gates.
+ *   2. dn_local_chunk       (chunks x Hv, all chunks in parallel), with gamma = cumsum(g) and
  *        A[r][s] = beta_r (k_r . k_s) e^(gamma_r - gamma_s) (s < r), T = (I + A)^-1 (fp32, 16x16
- *        blocks), W = T diag(beta e^gamma) K,  U = T diag(beta) V.
- *   3. dn_scan_bf16_split   (Hv x dv/32; sequential over chunks, the only serial part), per chunk:
- *        store S (split bf16 hi + lo), V' = U - W S,  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
- *   4. dn_out_bf16_chunk    (chunks x Hv): O = diag(e^gamma) Q S + ((Q K^T) o Gamma) V', o = bf16(O),
+ *        blocks), stored as T2 = T diag(beta) (split bf16).
+ *   3. dn_scan_split        (Hv x dv/16 = 128 CTAs at 16 heads; sequential over chunks), per chunk:
+ *        store S (split), R = V - diag(e^gamma) K S, V' = T2 R (= U - W S with U = T2 V,
+ *        W = T2 diag(e^gamma) K), S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
+ *   4. dn_out_chunk         (chunks x Hv): O = diag(e^gamma) Q S + ((Q K^T) o Gamma) V', o = bf16(O),
  *        then the gated RMSNorm with z.
- * Matrix products run on mma.sync (bf16 in, fp32 out); the state lives in fp32 registers in
- * kernel 3. Operands that carry the state's precision are "split bf16" (x = hi + lo, hi = bf16(x),
- * lo = bf16(x - hi), two mma into one fp32 accumulator, ~16 mantissa bits): S in W S and Q S, and
- * the fp32 V' in the state update K^T V'. A plain bf16 S (8 bits) cost up to 8e-2 rel L2 on
- * test_prefill_model where the fp32 recurrent decode gets 1.6e-2. Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
+ * Matrix products run on mma.sync (bf16 in, fp32 out). q^, k^ and v are bf16 values (exact
+ * products); every fp32 operand of the chunk algebra is "split bf16" (x = hi + lo, hi = bf16(x),
+ * lo = bf16(x - hi), ~16 mantissa bits): S, T2, R, V', P. Products with one split operand take 2
+ * mma, with two split operands 3 (hi hi + hi lo + lo hi). Plain bf16 T2/W/U/V'/P cost up to 6.6e-2
+ * rel L2 on single rows of test_prefill_model (the inverse of I + A has large entries of both
+ * signs when beta ~ 1 and the chunk's keys are close, and U = T2 V cancels) where the fp32
+ * recurrent decode gets 1.8e-2. Applying T2 to the residual R inside the scan (instead of storing
+ * U and W from the chunk-local kernel) also halves the scan's per-chunk loads (T2 is 64x64, W 64x128).
+ * Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 
 #define DN_C 64  /* chunk length */
 #define DN_D 128 /* dk = dv */
-#define DN_DVS 32 /* value columns per CTA in the state scan */
+#define DN_DVS 16 /* value columns per CTA in the state scan */
 #define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to q in dn_out */
 
 static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -27,15 +32,15 @@ static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
 extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base, int T, int Hk, int Hv, int dk,
                                                  int dv) {
     const size_t Tp = (size_t)(T + DN_C - 1) / DN_C * DN_C, nc = Tp / DN_C;
-    const size_t sz[8] = {Tp * Hk * dk * 2, Tp * Hk * dk * 2, Tp * Hv * dv * 2, Tp * Hv * 4,
-                          Tp * Hv * 4,      Tp * Hv * dk * 2, Tp * Hv * dv * 2, nc * Hv * 2 * dk * dv * 2};
-    size_t off[8], total = 0;
-    for (int i = 0; i < 8; i++) off[i] = total, total += dn_align(sz[i]);
+    const size_t sz[9] = {Tp * Hk * dk * 2, Tp * Hk * dk * 2, Tp * Hv * dv * 2, Tp * Hv * 4,         Tp * Hv * 4,
+                          nc * Hv * 2 * DN_C * DN_C * 2, Tp * Hv * dv * 2, Tp * Hv * dv * 2, nc * Hv * 2 * dk * dv * 2};
+    size_t off[9], total = 0;
+    for (int i = 0; i < 9; i++) off[i] = total, total += dn_align(sz[i]);
     if (sc && base) {
         char *b = (char *)base;
         sc->q = (uint16_t *)(b + off[0]), sc->k = (uint16_t *)(b + off[1]), sc->v = (uint16_t *)(b + off[2]);
-        sc->beta = (float *)(b + off[3]), sc->g = (float *)(b + off[4]);
-        sc->w = (uint16_t *)(b + off[5]), sc->u = (uint16_t *)(b + off[6]), sc->s = (uint16_t *)(b + off[7]);
+        sc->beta = (float *)(b + off[3]), sc->g = (float *)(b + off[4]), sc->t = (uint16_t *)(b + off[5]);
+        sc->u = (uint16_t *)(b + off[6]), sc->u_lo = (uint16_t *)(b + off[7]), sc->s = (uint16_t *)(b + off[8]);
     }
     return total;
 }
@@ -73,7 +78,8 @@ __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
     for (int i = 0; i < 4; i++) v[i] *= inv;
 }
 
-/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW consecutive tokens of one head
+/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads (DN_TPW = 16: 19 rows read for 16 tokens).
+ * Warp = DN_TPW consecutive tokens of one head
  * unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
  * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (from proj,
  * or from the conv ring for rows before the call: row q % K holds position q, positions < 0 are 0)
@@ -81,7 +87,7 @@ __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
  * Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs after
  * this kernel has read the old rows). q and k are stored l2-normalised WITHOUT the dk^-1/2 scale
  * (applied in fp32 in dn_out). */
-#define DN_TPW 4
+#define DN_TPW 16
 template <int KC>
 __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p,
                                                        const __grid_constant__ DeltaNetScratch sc) {
@@ -158,22 +164,23 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
 /* ---- 2. chunk-local transform ---------------------------------------------------------- */
 
 struct DnLocalSmem {
-    static constexpr int K = 0, V = K + DN_C * DN_D * 2, T1 = V + DN_C * DN_D * 2, T2 = T1 + DN_C * DN_C * 2;
-    static constexpr int A = T2 + DN_C * DN_C * 2;          /* fp32 [64][65] */
+    static constexpr int K = 0;                              /* bf16 [64][128] */
+    static constexpr int A = K + DN_C * DN_D * 2;            /* fp32 [64][65] */
     static constexpr int TI = A + DN_C * (DN_C + 1) * 4;     /* fp32 [64][65] */
     static constexpr int X = TI + DN_C * (DN_C + 1) * 4;     /* fp32 [3][16][16] */
-    static constexpr int VEC = X + 3 * 256 * 4;              /* fp32 beta[64], gamma[64], beta e^gamma[64] */
-    static constexpr int BYTES = VEC + 3 * DN_C * 4;
+    static constexpr int VEC = X + 3 * 256 * 4;              /* fp32 beta[64], gamma[64] */
+    static constexpr int BYTES = VEC + 2 * DN_C * 4;
 };
 
-/* grid (Tp/64, Hv), 256 threads. */
-__global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant__ DeltaNetPrefillParams p,
-                                                          const __grid_constant__ DeltaNetScratch sc) {
+/* grid (Tp/64, Hv), 256 threads. Writes T2 = (I + A)^-1 diag(beta) of chunk c, head j as split
+ * bf16 planes (hi [64][64] row-major, then lo). */
+__global__ void __launch_bounds__(256) dn_local_chunk(const __grid_constant__ DeltaNetPrefillParams p,
+                                                     const __grid_constant__ DeltaNetScratch sc) {
     using L = DnLocalSmem;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
     float *sA = (float *)(smem + L::A), *sTi = (float *)(smem + L::TI), *sX = (float *)(smem + L::X);
-    float *sbeta = (float *)(smem + L::VEC), *sgam = sbeta + DN_C, *sbg = sgam + DN_C;
+    float *sbeta = (float *)(smem + L::VEC), *sgam = sbeta + DN_C;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int c = blockIdx.x, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
 
@@ -188,7 +195,6 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
     for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
         cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
-        cp_async16(sb + L::V + swz<16>(r, ch) * 16, sc.v + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
     }
     cp_async_commit();
     for (int i = tid; i < DN_C * (DN_C + 1); i += 256) sTi[i] = 0.0f;
@@ -196,16 +202,15 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
         const float g0 = sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], g1 = sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
         float y0, y1;
         dn_gamma_scan(g0, g1, lane, y0, y1);
-        const float b0 = sc.beta[(size_t)(t0 + 2 * lane) * p.Hv + j],
-                    b1 = sc.beta[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
         sgam[2 * lane] = y0, sgam[2 * lane + 1] = y1;
-        sbeta[2 * lane] = b0, sbeta[2 * lane + 1] = b1;
-        sbg[2 * lane] = b0 * expf(y0), sbg[2 * lane + 1] = b1 * expf(y1);
+        sbeta[2 * lane] = sc.beta[(size_t)(t0 + 2 * lane) * p.Hv + j];
+        sbeta[2 * lane + 1] = sc.beta[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
     }
     cp_async_wait<0>();
     __syncthreads();
 
-    /* A = (diag(beta) K K^T) o Gamma, strictly lower: warp -> rows 16 (w%4), cols 32 (w/4) */
+    /* A = (diag(beta) K K^T) o Gamma, strictly lower: warp -> rows 16 (w%4), cols 32 (w/4). k^ is
+     * bf16, so the products are exact and A is fp32-accurate. */
     {
         const int wm = warp & 3, wn = warp >> 2;
         float acc[4][4] = {};
@@ -267,51 +272,22 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
         __syncthreads();
     }
 
-    /* T1 = T diag(beta e^gamma), T2 = T diag(beta) as bf16 tiles: thread -> row tid/4, 16 columns */
+    /* T2 = T diag(beta) -> split bf16 planes in global: thread -> row tid/4, 16 columns */
     {
         const int r = tid >> 2, c0 = (tid & 3) * 16;
+        uint16_t *dst = sc.t + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C + r * DN_C + c0;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            uint32_t u1[4], u2[4];
+            uint32_t hi[4], lo[4];
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const int s = c0 + h * 8 + 2 * q;
-                const float x0 = sTi[r * (DN_C + 1) + s], x1 = sTi[r * (DN_C + 1) + s + 1];
-                u1[q] = pack_bf16(x0 * sbg[s], x1 * sbg[s + 1]);
-                u2[q] = pack_bf16(x0 * sbeta[s], x1 * sbeta[s + 1]);
+                const float x0 = sTi[r * (DN_C + 1) + s] * sbeta[s], x1 = sTi[r * (DN_C + 1) + s + 1] * sbeta[s + 1];
+                hi[q] = pack_bf16(x0, x1);
+                lo[q] = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
             }
-            const int ch = (c0 >> 3) + h;
-            *(uint4 *)(smem + L::T1 + swz<8>(r, ch) * 16) = make_uint4(u1[0], u1[1], u1[2], u1[3]);
-            *(uint4 *)(smem + L::T2 + swz<8>(r, ch) * 16) = make_uint4(u2[0], u2[1], u2[2], u2[3]);
-        }
-    }
-    __syncthreads();
-
-    /* W = T1 K (warps 0-3), U = T2 V (warps 4-7): rows 16 (w%4), all 128 columns */
-    {
-        const int wm = warp & 3, which = warp >> 2;
-        const uint32_t sT = sb + (which ? L::T2 : L::T1), sR = sb + (which ? L::V : L::K);
-        float acc[16][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < DN_C / 16; kk++) {
-            uint32_t a[4];
-            ldsm_x4(ldsm_addr_a<8>(sT, wm * 16, kk * 16, lane), a);
-#pragma unroll
-            for (int np = 0; np < 8; np++) {
-                uint32_t b[4];
-                ldsm_x4_t(ldsm_addr_bk<16>(sR, kk * 16, np * 16, lane), b);
-                mma_bf16(acc[2 * np], a, b[0], b[1]);
-                mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
-            }
-        }
-        uint16_t *dst = which ? sc.u : sc.w;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = wm * 16 + g + 8 * h;
-            uint16_t *row = dst + ((size_t)(t0 + r) * p.Hv + j) * DN_D;
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++)
-                *(uint32_t *)(row + nt * 8 + 2 * t) = pack_bf16(acc[nt][2 * h], acc[nt][2 * h + 1]);
+            *(uint4 *)(dst + h * 8) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *(uint4 *)(dst + DN_C * DN_C + h * 8) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         }
     }
 }
@@ -319,45 +295,61 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
 /* ---- 3. sequential state scan ---------------------------------------------------------- */
 
 struct DnScanSmem {
-    static constexpr int W = 0, K = W + DN_C * DN_D * 2, U = K + DN_C * DN_D * 2;
-    static constexpr int STAGE = U + DN_C * DN_DVS * 2; /* W, K: [64][128]; U: [64][32] */
-    static constexpr int S = 2 * STAGE;                 /* bf16 [2][128][32]: S = hi + lo */
-    static constexpr int VS = S + 2 * DN_D * DN_DVS * 2; /* bf16 [2][64][32]: Vs = hi + lo */
+    /* one stage (double-buffered): K bf16 [64][128], V slice bf16 [64][16], T2 hi, lo bf16 [64][64] */
+    static constexpr int K = 0, V = K + DN_C * DN_D * 2, TH = V + DN_C * DN_DVS * 2, TL = TH + DN_C * DN_C * 2;
+    static constexpr int STAGE = TL + DN_C * DN_C * 2;
+    static constexpr int S = 2 * STAGE;                   /* bf16 [2][128][16]: S = hi + lo */
+    static constexpr int R = S + 2 * DN_D * DN_DVS * 2;   /* bf16 [2][64][16]:  R = V - diag(e^gamma) K S, hi + lo */
+    static constexpr int VS = R + 2 * DN_C * DN_DVS * 2;  /* bf16 [2][64][16]:  diag(e^(gamma_L - gamma)) V', hi + lo */
     static constexpr int BYTES = VS + 2 * DN_C * DN_DVS * 2;
-    static constexpr int LO_S = DN_D * DN_DVS * 2, LO_VS = DN_C * DN_DVS * 2; /* byte offsets of the lo halves */
+    static constexpr int LO_S = DN_D * DN_DVS * 2, LO_R = DN_C * DN_DVS * 2; /* byte offsets of the lo halves */
 };
+static_assert(DN_DVS == 16, "the scan's tiles are [rows][16]: 2 swizzled 16-byte chunks per row");
 
 __device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, const DeltaNetScratch &sc, uint32_t st,
                                              int c, int j, int n, int e0, int tid) {
     using L = DnScanSmem;
     const int t0 = c * DN_C;
+    const uint16_t *tg = sc.t + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C;
 #pragma unroll
     for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(st + L::W + swz<16>(r, ch) * 16, sc.w + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
         cp_async16(st + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
+        const int pl = i >> 9, r2 = (i >> 3) & 63, ch2 = i & 7; /* T2 plane (hi, lo), row, chunk */
+        cp_async16(st + L::TH + pl * (DN_C * DN_C * 2) + swz<8>(r2, ch2) * 16, tg + pl * DN_C * DN_C + r2 * DN_C + ch2 * 8,
+                   true);
     }
-    {
-        const int r = tid >> 2, ch = tid & 3;
-        cp_async16(st + L::U + swz<4>(r, ch) * 16, sc.u + ((size_t)(t0 + r) * p.Hv + j) * DN_D + e0 + ch * 8, true);
+    if (tid < DN_C * 2) {
+        const int r = tid >> 1, ch = tid & 1;
+        cp_async16(st + L::V + swz<2>(r, ch) * 16, sc.v + ((size_t)(t0 + r) * p.Hv + j) * DN_D + e0 + ch * 8, true);
     }
 }
 
-/* grid (Hv, dv/32), 256 threads. The CTA owns S[:, e0 .. e0+31] of head j in registers: warp w
- * holds rows 16w .. 16w+15 as the accumulators of 4 n8 tiles. */
-__global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant__ DeltaNetPrefillParams p,
-                                                         const __grid_constant__ DeltaNetScratch sc) {
+/* b0, b1 of n8 tile `hi_half` (0: columns 0-7, 1: 8-15) out of an ldsm_addr_bk x4.trans load */
+__device__ __forceinline__ uint32_t dn_pick(const uint32_t b[4], int half, int i) {
+    return half ? b[2 + i] : b[i];
+}
+
+/* grid (Hv, dv/16), 256 threads. The CTA owns S[:, e0 .. e0+15] of head j in fp32 registers: warp
+ * w holds rows 16w .. 16w+15 as the accumulators of 2 n8 tiles. Per chunk (warp (wm, wn) = (w%4,
+ * w/4) owns rows 16 wm and columns 8 wn of the 64 x 16 tiles X, R, V'):
+ *   snapshot S -> smem + global (split);  X = K S (2 mma per k-step);  R = V - diag(e^gamma) X;
+ *   V' = T2 R (lower triangular: k-blocks <= wm, 3 mma);  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'
+ *   (2 mma). */
+__global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ DeltaNetPrefillParams p,
+                                                    const __grid_constant__ DeltaNetScratch sc) {
     using L = DnScanSmem;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wm = warp & 3, wn = warp >> 2;
     const int j = blockIdx.x, e0 = blockIdx.y * DN_DVS, n = j / (p.Hv / p.Hk);
     const int nc = (p.T + DN_C - 1) / DN_C;
     float *state = p.state + (size_t)j * DN_D * DN_D;
 
-    float S[4][4];
+    float S[2][4];
 #pragma unroll
-    for (int nt = 0; nt < 4; nt++)
+    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float2 v = *(const float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
@@ -380,84 +372,103 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
             gn0 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane) * p.Hv + j];
             gn1 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane + 1) * p.Hv + j];
         }
+        float gr[2]; /* gamma of this thread's two tile rows wm*16 + g (+8) */
+#pragma unroll
+        for (int h = 0; h < 2; h++) gr[h] = dn_gamma_at(y0, y1, wm * 16 + g + 8 * h);
 
-        /* S entering the chunk -> split bf16 tiles hi = bf16(S), lo = bf16(S - hi) (and the copy
-         * kernel 4 reads): W S = W hi + W lo keeps ~16 bits of S instead of 8 */
+        /* S entering the chunk -> split tiles (smem) and the copy kernel 4 reads */
         uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = warp * 16 + g + 8 * h, col = nt * 8 + 2 * t;
                 const float x0 = S[nt][2 * h], x1 = S[nt][2 * h + 1];
                 const uint32_t hi = pack_bf16(x0, x1), lo = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
-                *(uint32_t *)(smem + L::S + swz_off<4>(r, col)) = hi;
-                *(uint32_t *)(smem + L::S + L::LO_S + swz_off<4>(r, col)) = lo;
+                *(uint32_t *)(smem + L::S + swz_off<2>(r, col)) = hi;
+                *(uint32_t *)(smem + L::S + L::LO_S + swz_off<2>(r, col)) = lo;
                 *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = hi;
                 *(uint32_t *)(Sg + DN_D * DN_D + (size_t)r * DN_D + e0 + col) = lo;
             }
         __syncthreads();
 
-        /* V' = U - W S: warp -> rows 16 (w%4), columns 16 (w/4) */
+        /* X = K S (64 x 16; k = dk), two accumulators (S hi, S lo) to halve the mma dependency chain;
+         * then R = V - diag(e^gamma) X -> split tiles */
         {
-            const int wm = warp & 3, wn = warp >> 2;
-            float acc[2][4] = {};
+            float xh[4] = {}, xl[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_D / 16; kk++) {
                 uint32_t a[4], b[4], bl[4];
-                ldsm_x4(ldsm_addr_a<16>(st + L::W, wm * 16, kk * 16, lane), a);
-                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::S, kk * 16, wn * 16, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::S + L::LO_S, kk * 16, wn * 16, lane), bl);
-                mma_bf16(acc[0], a, bl[0], bl[1]);
-                mma_bf16(acc[1], a, bl[2], bl[3]);
-                mma_bf16(acc[0], a, b[0], b[1]);
-                mma_bf16(acc[1], a, b[2], b[3]);
+                ldsm_x4(ldsm_addr_a<16>(st + L::K, wm * 16, kk * 16, lane), a);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
+                mma_bf16(xh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(xl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int r = wm * 16 + g + 8 * h;
-                const float dec = expf(gL - dn_gamma_at(y0, y1, r));
-                uint16_t *vg = sc.u + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0;
-#pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
-                    const int col = wn * 16 + nt * 8 + 2 * t;
-                    const uint32_t uu = *(const uint32_t *)(smem + (st - sb) + L::U + swz_off<4>(r, col));
-                    /* V' stays fp32 for the state update (split into hi + lo tiles); kernel 4 gets bf16(V') */
-                    const float v0 = __uint_as_float(uu << 16) - acc[nt][2 * h];
-                    const float v1 = __uint_as_float(uu & 0xffff0000u) - acc[nt][2 * h + 1];
-                    *(uint32_t *)(vg + col) = pack_bf16(v0, v1);
-                    const float x0 = v0 * dec, x1 = v1 * dec;
-                    *(uint32_t *)(smem + L::VS + swz_off<4>(r, col)) = pack_bf16(x0, x1);
-                    *(uint32_t *)(smem + L::VS + L::LO_VS + swz_off<4>(r, col)) = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
-                }
+                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
+                const float eg = expf(gr[h]);
+                const uint32_t vv = *(const uint32_t *)(smem + (st - sb) + L::V + swz_off<2>(r, col));
+                const float r0 = __uint_as_float(vv << 16) - eg * (xh[2 * h] + xl[2 * h]);
+                const float r1 = __uint_as_float(vv & 0xffff0000u) - eg * (xh[2 * h + 1] + xl[2 * h + 1]);
+                *(uint32_t *)(smem + L::R + swz_off<2>(r, col)) = pack_bf16(r0, r1);
+                *(uint32_t *)(smem + L::R + L::LO_R + swz_off<2>(r, col)) = pack_bf16(r0 - rbf(r0), r1 - rbf(r1));
             }
         }
         __syncthreads();
 
-        /* S <- e^gamma_L S + K^T Vs: warp -> dk rows 16w, 4 n8 tiles; k = the chunk's 64 rows */
+        /* V' = T2 R (64 x 16; k = the chunk's 64 rows; T2 is lower triangular) -> global (split, for
+         * kernel 4) and diag(e^(gamma_L - gamma)) V' -> split tiles for the state update */
+        {
+            float vh[4] = {}, vl[4] = {};
+#pragma unroll
+            for (int kk = 0; kk < DN_C / 16; kk++) {
+                if (kk > wm) break; /* warp-uniform */
+                uint32_t ah[4], al[4], b[4], bl[4];
+                ldsm_x4(ldsm_addr_a<8>(st + L::TH, wm * 16, kk * 16, lane), ah);
+                ldsm_x4(ldsm_addr_a<8>(st + L::TL, wm * 16, kk * 16, lane), al);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R, kk * 16, 0, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R + L::LO_R, kk * 16, 0, lane), bl);
+                mma_bf16(vh, ah, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(vl, ah, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
+                mma_bf16(vl, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
+                const float dec = expf(gL - gr[h]);
+                const float v0 = vh[2 * h] + vl[2 * h], v1 = vh[2 * h + 1] + vl[2 * h + 1];
+                const size_t o = ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col;
+                *(uint32_t *)(sc.u + o) = pack_bf16(v0, v1);
+                *(uint32_t *)(sc.u_lo + o) = pack_bf16(v0 - rbf(v0), v1 - rbf(v1));
+                const float x0 = v0 * dec, x1 = v1 * dec;
+                *(uint32_t *)(smem + L::VS + swz_off<2>(r, col)) = pack_bf16(x0, x1);
+                *(uint32_t *)(smem + L::VS + L::LO_R + swz_off<2>(r, col)) = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
+            }
+        }
+        __syncthreads();
+
+        /* S <- e^gamma_L S + K^T Vs: warp -> dk rows 16w, 2 n8 tiles; k = the chunk's 64 rows */
         const float eL = expf(gL);
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) S[nt][e] *= eL;
 #pragma unroll
         for (int kk = 0; kk < DN_C / 16; kk++) {
-            uint32_t a[4];
+            uint32_t a[4], b[4], bl[4];
             ldsm_x4_t(ldsm_addr_at<16>(st + L::K, kk * 16, warp * 16, lane), a);
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                uint32_t b[4], bl[4];
-                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::VS, kk * 16, np * 16, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::VS + L::LO_VS, kk * 16, np * 16, lane), bl);
-                mma_bf16(S[2 * np], a, bl[0], bl[1]);
-                mma_bf16(S[2 * np + 1], a, bl[2], bl[3]);
-                mma_bf16(S[2 * np], a, b[0], b[1]);
-                mma_bf16(S[2 * np + 1], a, b[2], b[3]);
-            }
+            ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS, kk * 16, 0, lane), b);
+            ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS + L::LO_R, kk * 16, 0, lane), bl);
+            mma_bf16(S[0], a, bl[0], bl[1]);
+            mma_bf16(S[1], a, bl[2], bl[3]);
+            mma_bf16(S[0], a, b[0], b[1]);
+            mma_bf16(S[1], a, b[2], b[3]);
         }
     }
 #pragma unroll
-    for (int nt = 0; nt < 4; nt++)
+    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
         for (int h = 0; h < 2; h++)
             *(float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t) =
@@ -468,15 +479,16 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
 
 struct DnOutSmem {
     static constexpr int Q = 0, K = Q + DN_C * DN_D * 2, S = K + DN_C * DN_D * 2; /* S: bf16 [2][128][128] hi, lo */
-    static constexpr int V = S + 2 * DN_D * DN_D * 2;
-    static constexpr int P = V + DN_C * DN_D * 2;     /* bf16 [64][64] */
-    static constexpr int GAM = P + DN_C * DN_C * 2;   /* fp32 [64] */
-    static constexpr int RED = GAM + DN_C * 4;        /* fp32 [2][64] */
+    static constexpr int V = S + 2 * DN_D * DN_D * 2;  /* V': bf16 [2][64][128] hi, lo */
+    static constexpr int P = V + 2 * DN_C * DN_D * 2;  /* bf16 [2][64][64] hi, lo */
+    static constexpr int GAM = P + 2 * DN_C * DN_C * 2; /* fp32 [64] */
+    static constexpr int RED = GAM + DN_C * 4;          /* fp32 [2][64] */
     static constexpr int BYTES = RED + 2 * DN_C * 4;
+    static constexpr int LO_V = DN_C * DN_D * 2, LO_P = DN_C * DN_C * 2;
 };
 
 /* grid (Tp/64, Hv), 256 threads. */
-__global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__ DeltaNetPrefillParams p,
+__global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ DeltaNetPrefillParams p,
                                                         const __grid_constant__ DeltaNetScratch sc) {
     using L = DnOutSmem;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -492,6 +504,8 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
         cp_async16(sb + L::Q + swz<16>(r, ch) * 16, sc.q + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
         cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
         cp_async16(sb + L::V + swz<16>(r, ch) * 16, sc.u + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
+        cp_async16(sb + L::V + L::LO_V + swz<16>(r, ch) * 16, sc.u_lo + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8,
+                   true);
     }
     const uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
 #pragma unroll
@@ -533,6 +547,7 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
                 const float v0 = s <= r ? acc[nt][2 * h] * DN_QSCALE * expf(gr - sgam[s]) : 0.0f;
                 const float v1 = s + 1 <= r ? acc[nt][2 * h + 1] * DN_QSCALE * expf(gr - sgam[s + 1]) : 0.0f;
                 *(uint32_t *)(smem + L::P + swz_off<8>(r, s)) = pack_bf16(v0, v1);
+                *(uint32_t *)(smem + L::P + L::LO_P + swz_off<8>(r, s)) = pack_bf16(v0 - rbf(v0), v1 - rbf(v1));
             }
     }
     __syncthreads();
@@ -557,14 +572,22 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
     const float eg0 = DN_QSCALE * expf(sgam[r0]), eg1 = DN_QSCALE * expf(sgam[r0 + 8]);
 #pragma unroll
     for (int nt = 0; nt < 8; nt++) acc[nt][0] *= eg0, acc[nt][1] *= eg0, acc[nt][2] *= eg1, acc[nt][3] *= eg1;
+    /* + P V' (P, V' split: 3 mma; P is lower triangular: k-blocks <= wm) */
 #pragma unroll
     for (int kk = 0; kk < DN_C / 16; kk++) {
-        uint32_t a[4];
+        if (kk > wm) break; /* warp-uniform */
+        uint32_t a[4], al[4];
         ldsm_x4(ldsm_addr_a<8>(sb + L::P, wm * 16, kk * 16, lane), a);
+        ldsm_x4(ldsm_addr_a<8>(sb + L::P + L::LO_P, wm * 16, kk * 16, lane), al);
 #pragma unroll
         for (int np = 0; np < 4; np++) {
-            uint32_t b[4];
+            uint32_t b[4], bl[4];
             ldsm_x4_t(ldsm_addr_bk<16>(sb + L::V, kk * 16, wn * 64 + np * 16, lane), b);
+            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::V + L::LO_V, kk * 16, wn * 64 + np * 16, lane), bl);
+            mma_bf16(acc[2 * np], a, bl[0], bl[1]);
+            mma_bf16(acc[2 * np + 1], a, bl[2], bl[3]);
+            mma_bf16(acc[2 * np], al, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], al, b[2], b[3]);
             mma_bf16(acc[2 * np], a, b[0], b[1]);
             mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
         }
@@ -633,22 +656,22 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     if (rc) return rc;
     if (p->ev) cudaEventRecord(p->ev[1], l->stream);
 
-    cudaError_t e = cudaFuncSetAttribute(dn_local_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(dn_local_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          DnLocalSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_local_bf16_chunk<<<dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, l->stream>>>(*p, sc);
+    dn_local_chunk<<<dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, l->stream>>>(*p, sc);
     if ((rc = launch_status(l->stream))) return rc;
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);
 
-    e = cudaFuncSetAttribute(dn_scan_bf16_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem::BYTES);
+    e = cudaFuncSetAttribute(dn_scan_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_scan_bf16_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem::BYTES, l->stream>>>(*p, sc);
+    dn_scan_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem::BYTES, l->stream>>>(*p, sc);
     if ((rc = launch_status(l->stream))) return rc;
     if (p->ev) cudaEventRecord(p->ev[3], l->stream);
 
-    e = cudaFuncSetAttribute(dn_out_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
+    e = cudaFuncSetAttribute(dn_out_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_out_bf16_chunk<<<dim3(nc, p->Hv), 256, DnOutSmem::BYTES, l->stream>>>(*p, sc);
+    dn_out_chunk<<<dim3(nc, p->Hv), 256, DnOutSmem::BYTES, l->stream>>>(*p, sc);
     rc = launch_status(l->stream);
     if (p->ev) cudaEventRecord(p->ev[4], l->stream);
     return rc;
