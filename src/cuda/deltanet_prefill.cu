@@ -316,8 +316,8 @@ __device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, con
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
         cp_async16(st + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
         const int pl = i >> 9, r2 = (i >> 3) & 63, ch2 = i & 7; /* T2 plane (hi, lo), row, chunk */
-        cp_async16(st + L::TH + pl * (DN_C * DN_C * 2) + swz<8>(r2, ch2) * 16, tg + pl * DN_C * DN_C + r2 * DN_C + ch2 * 8,
-                   true);
+        cp_async16(st + L::TH + pl * (DN_C * DN_C * 2) + swz<8>(r2, ch2) * 16,
+                   tg + pl * DN_C * DN_C + r2 * DN_C + ch2 * 8, true);
     }
     if (tid < DN_C * 2) {
         const int r = tid >> 1, ch = tid & 1;

@@ -366,7 +366,8 @@ int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l);
  * fp32 quantity of the chunk algebra (T diag(beta), S, V' = U - W S, P = (Q K^T) o Gamma); the
  * triangular inverse, state scan, gates, norms and sums accumulate in fp32. */
 typedef struct DeltaNetScratch {
-    uint16_t *q, *k; /* bf16 [Tp][Hk][dk]  q^, k^ = fp32 l2norm rounded to bf16 (q not yet * dk^-1/2) (Tp = T rounded up to 64; rows >= T zero) */
+    uint16_t *q, *k; /* bf16 [Tp][Hk][dk]  q^, k^ = fp32 l2norm rounded to bf16 (q not yet * dk^-1/2)
+                      * (Tp = T rounded up to 64; rows >= T zero) */
     uint16_t *v;     /* bf16 [Tp][Hv][dv]  v after conv + SiLU */
     float *beta, *g; /* fp32 [Tp][Hv] */
     uint16_t *t;     /* bf16 [Tp/64][Hv][2][64][64]  T2 = (I + A)^-1 diag(beta) per chunk, split: hi plane, lo plane */

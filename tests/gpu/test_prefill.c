@@ -310,9 +310,39 @@ static uint16_t *ring_from_state(const float *cstate, int K, int cd, int pos) {
     return ring;
 }
 
+/* Worst per-(token, head) row rel L2 of y [T][Hv][dv] against ref; *at receives the token. */
+static double worst_row(const float *y, const float *ref, int T, int Hv, int dv, int *at) {
+    double worst = 0;
+    *at = -1;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < Hv; j++) {
+            const size_t o = ((size_t)t * Hv + j) * dv;
+            const double e = rel_l2(y + o, ref + o, dv);
+            if (!(e <= worst)) worst = e, *at = t; /* NaN counts as worst */
+        }
+    return worst;
+}
+
+/* proj rows for the "repeating" case: rows repeat with period 5 (a prompt of repeated tokens), so
+ * the chunk's keys repeat exactly, the delta rule's residuals V' = U - W S shrink by cancellation,
+ * and bf16 rounding of the chunk algebra (T diag(beta), U, W, V', P) shows as percent-level row
+ * errors (test_prefill_model's failure); beta ~ 0.98 (b = 4), g ~ -1e-4 (a = -8). */
+static float *proj_repeating(int T, int ld, int b_off, int a_off, int Hv) {
+    float *base = rand_bf((size_t)5 * ld, 0.0f, 1.0f), *proj = fvec((size_t)T * ld);
+    for (int t = 0; t < T; t++) {
+        memcpy(proj + (size_t)t * ld, base + (size_t)(t % 5) * ld, (size_t)ld * 4);
+        for (int j = 0; j < Hv; j++) proj[(size_t)t * ld + b_off + j] = 4.0f, proj[(size_t)t * ld + a_off + j] = -8.0f;
+    }
+    free(base);
+    return proj;
+}
+
 /* Runs the calls of lengths Ts[0..ncalls) in sequence (state carried) on GPU and CPU, the first
- * at position pos0 (pos0 > 0: random conv rows and state stand for the earlier tokens). */
-static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0) {
+ * at position pos0 (pos0 > 0: random conv rows and state stand for the earlier tokens). The
+ * scratch starts NaN-poisoned (a kernel reading a region no earlier kernel wrote shows as NaN).
+ * repeating: proj rows from proj_repeating. Bounds: whole-output rel L2 <= 1e-2 and the worst
+ * single (token, head) row <= 2e-2 (the plain-bf16 chunk algebra gave rows at 5-7 % in the model test). */
+static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, int repeating) {
     const int kd = d->Hk * d->dk, vd = d->Hv * d->dv, cd = 2 * kd + vd, n = cd + vd + 2 * d->Hv, ld = n + 8;
     const size_t sn = (size_t)d->Hv * d->dk * d->dv, csn = (size_t)(d->K - 1) * cd;
     int Tmax = 0;
@@ -330,6 +360,7 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0) 
     CUDA_OK(cudaMemcpy(d_ring, ring, (size_t)d->K * cd * 2, cudaMemcpyHostToDevice));
     const size_t scr_bytes = cuda_deltanet_prefill_scratch(NULL, NULL, Tmax, d->Hk, d->Hv, d->dk, d->dv);
     void *d_scr = dmalloc(scr_bytes);
+    poison_bf16(d_scr, scr_bytes / 2); /* 0x7fc1 pairs: NaN as bf16 and as fp32 */
     uint16_t *d_y = dmalloc((size_t)Tmax * vd * 2);
 
     int pos = pos0;
@@ -337,7 +368,8 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0) 
         const int T = Ts[call];
         DeltaNetScratch sc; /* the regions as the launcher carves them for this T */
         cuda_deltanet_prefill_scratch(&sc, d_scr, T, d->Hk, d->Hv, d->dk, d->dv);
-        float *proj = rand_bf((size_t)T * ld, 0.0f, 1.0f);
+        float *proj = repeating ? proj_repeating(T, ld, cd + vd, cd + vd + d->Hv, d->Hv)
+                                : rand_bf((size_t)T * ld, 0.0f, 1.0f);
         uint16_t *d_proj = up_bf16(proj, (size_t)T * ld);
         poison_bf16(d_y, (size_t)T * vd);
         DeltaNetPrefillParams p = {0};
@@ -369,9 +401,14 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0) 
         const double eq = rel_l2(g_q, io.q, (size_t)T * kd), ek = rel_l2(g_k, io.k, (size_t)T * kd);
         const double ev = rel_l2(g_v, io.v, (size_t)T * vd), eb = rel_l2(g_beta, io.beta, (size_t)T * d->Hv);
         const double eg = rel_l2(g_g, io.g, (size_t)T * d->Hv);
-        printf("  deltanet Hk=%d Hv=%d call %d T=%4d pos=%4d: rel L2 q %.1e k %.1e v %.1e beta %.1e g %.1e | y %.2e "
-               "state %.2e\n",
-               d->Hk, d->Hv, call, T, pos - T, eq, ek, ev, eb, eg, ey, eS);
+        int wat;
+        const double ew = worst_row(g_y, r_y, T, d->Hv, d->dv, &wat);
+        printf("  deltanet%s Hk=%d Hv=%d call %d T=%4d pos=%4d: rel L2 q %.1e k %.1e v %.1e beta %.1e g %.1e | y %.2e "
+               "(worst row %.2e at t=%d) state %.2e\n",
+               repeating ? " (repeating rows)" : "", d->Hk, d->Hv, call, T, pos - T, eq, ek, ev, eb, eg, ey, ew, wat,
+               eS);
+        CHECK(ew <= 2 * TOL, "deltanet output y, worst row: rel L2 %.3e at t=%d (call %d, T=%d%s)", ew, wat, call, T,
+              repeating ? ", repeating rows" : "");
         CHECK(eq <= TOL && ek <= TOL && ev <= TOL, "deltanet conv/l2norm: q %.2e k %.2e v %.2e", eq, ek, ev);
         CHECK(eb <= TOL && eg <= 1e-4, "deltanet gates: beta %.2e g %.2e", eb, eg);
         CHECK(cs_bad == 0, "deltanet conv ring: %ld values differ from the CPU conv state (call %d, T=%d)", cs_bad,
@@ -637,9 +674,13 @@ int main(int argc, char **argv) {
 
     const DnDims dn = {16, 16, 128, 128, 4, 1e-6f}, dn2 = {4, 8, 128, 128, 4, 1e-6f};
     const int calls_a[] = {300, 70, 2}, calls_b[] = {64, 1, 2, 129}, calls_c[] = {2048};
-    test_deltanet(&dn, calls_a, 3, 0);
-    test_deltanet(&dn2, calls_b, 4, 5);
-    test_deltanet(&dn, calls_c, 1, 1);
+    const int calls_d[] = {1, 63, 65, 130}, calls_e[] = {130, 64};
+    test_deltanet(&dn, calls_a, 3, 0, 0);
+    test_deltanet(&dn2, calls_b, 4, 5, 0);
+    test_deltanet(&dn, calls_c, 1, 1, 0);
+    test_deltanet(&dn2, calls_d, 4, 0, 0);
+    test_deltanet(&dn, calls_e, 2, 0, 1);
+    test_deltanet(&dn2, calls_d, 4, 3, 1);
 
     time_deltanet(2048);
     time_deltanet(128);
