@@ -18,6 +18,7 @@
  * recurrent decode gets 1.8e-2. Applying T2 to the residual R inside the scan (instead of storing
  * U and W from the chunk-local kernel) also halves the scan's per-chunk loads (T2 is 64x64, W 64x128).
  * Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
+#include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
@@ -25,6 +26,7 @@
 #define DN_C 64  /* chunk length */
 #define DN_D 128 /* dk = dv */
 #define DN_DVS 16 /* value columns per CTA in the state scan */
+#define DN_OH 64 /* output columns per block of dn_out_chunk (a cluster of 2 covers dv) */
 #define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to q in dn_out */
 
 static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -478,24 +480,30 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
 /* ---- 4. chunk output + gated RMSNorm --------------------------------------------------- */
 
 struct DnOutSmem {
-    static constexpr int Q = 0, K = Q + DN_C * DN_D * 2, S = K + DN_C * DN_D * 2; /* S: bf16 [2][128][128] hi, lo */
-    static constexpr int V = S + 2 * DN_D * DN_D * 2;  /* V': bf16 [2][64][128] hi, lo */
-    static constexpr int P = V + 2 * DN_C * DN_D * 2;  /* bf16 [2][64][64] hi, lo */
-    static constexpr int GAM = P + 2 * DN_C * DN_C * 2; /* fp32 [64] */
-    static constexpr int RED = GAM + DN_C * 4;          /* fp32 [2][64] */
+    static constexpr int Q = 0, K = Q + DN_C * DN_D * 2;   /* bf16 [64][128] each */
+    static constexpr int S = K + DN_C * DN_D * 2;          /* bf16 [256][64]: S hi rows 0..127, lo rows 128..255 */
+    static constexpr int V = S + 2 * DN_D * DN_OH * 2;     /* bf16 [128][64]: V' hi rows 0..63, lo rows 64..127 */
+    static constexpr int P = V + 2 * DN_C * DN_OH * 2;     /* bf16 [2][64][64] hi, lo */
+    static constexpr int GAM = P + 2 * DN_C * DN_C * 2;    /* fp32 [64] */
+    static constexpr int RED = GAM + DN_C * 4;             /* fp32 [2][64] */
     static constexpr int BYTES = RED + 2 * DN_C * 4;
-    static constexpr int LO_V = DN_C * DN_D * 2, LO_P = DN_C * DN_C * 2;
+    static constexpr int LO_P = DN_C * DN_C * 2;
 };
 
-/* grid (Tp/64, Hv), 256 threads. */
-__global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ DeltaNetPrefillParams p,
-                                                        const __grid_constant__ DeltaNetScratch sc) {
+/* grid (2 Tp/64, Hv), 256 threads, clusters of 2 along x: block x = 2c + half computes columns
+ * [64 half, 64 half + 64) of chunk c, head j (both blocks compute the chunk's P). ~97 KB of shared
+ * memory: 2 blocks per SM, so one block's loads overlap the other's math. Warp (wm, wn) = (w%4, w/4)
+ * owns rows 16 wm, columns 32 wn of the block's 64. The gated RMSNorm's sum of squares over a row's
+ * 128 columns adds the partner block's half through DSMEM. */
+__global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ DeltaNetPrefillParams p,
+                                                      const __grid_constant__ DeltaNetScratch sc) {
     using L = DnOutSmem;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
     float *sgam = (float *)(smem + L::GAM), *sred = (float *)(smem + L::RED);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int c = blockIdx.x, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
+    const int half = blockIdx.x & 1, c = blockIdx.x >> 1, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
+    const int cb = half * DN_OH; /* first column of this block */
     const int wm = warp & 3, wn = warp >> 2;
 
 #pragma unroll
@@ -503,15 +511,15 @@ __global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ Delt
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
         cp_async16(sb + L::Q + swz<16>(r, ch) * 16, sc.q + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
         cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
-        cp_async16(sb + L::V + swz<16>(r, ch) * 16, sc.u + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
-        cp_async16(sb + L::V + L::LO_V + swz<16>(r, ch) * 16, sc.u_lo + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8,
-                   true);
+        const int r2 = i >> 3, ch2 = i & 7; /* V' row r2 of [hi; lo] */
+        cp_async16(sb + L::V + swz<8>(r2, ch2) * 16,
+                   (r2 < DN_C ? sc.u : sc.u_lo) + ((size_t)(t0 + (r2 & 63)) * p.Hv + j) * DN_D + cb + ch2 * 8, true);
     }
     const uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
 #pragma unroll
-    for (int jj = 0; jj < 2 * DN_D * 16 / 256; jj++) { /* hi then lo: [256][128] */
-        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(sb + L::S + swz<16>(r, ch) * 16, Sg + (size_t)r * DN_D + ch * 8, true);
+    for (int jj = 0; jj < 2 * DN_D * 8 / 256; jj++) { /* hi then lo rows: [256][64] */
+        const int i = tid + jj * 256, r = i >> 3, ch = i & 7;
+        cp_async16(sb + L::S + swz<8>(r, ch) * 16, Sg + (size_t)r * DN_D + cb + ch * 8, true);
     }
     cp_async_commit();
     if (warp == 0) {
@@ -523,7 +531,7 @@ __global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ Delt
     cp_async_wait<0>();
     __syncthreads();
 
-    /* P = (Q K^T) o Gamma, s <= r: warp -> rows 16 wm, columns 32 wn */
+    /* P = (Q K^T) o Gamma * dk^-1/2, s <= r, split: warp -> rows 16 wm, columns 32 wn */
     {
         float acc[4][4] = {};
 #pragma unroll
@@ -552,18 +560,18 @@ __global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ Delt
     }
     __syncthreads();
 
-    /* O = diag(e^gamma) Q (S_lo + S_hi) + P V': warp -> rows 16 wm, columns 64 wn. The lo rows
-     * sit at k-rows 128..255 of the S tile, so the k loop runs over both halves (lo first). */
-    float acc[8][4] = {};
+    /* O = diag(e^gamma) Q (S_lo + S_hi) * dk^-1/2 + P V': the k loop runs over the 256 rows of the
+     * S tile (lo first), Q's k-block is ks % 8 */
+    float acc[4][4] = {};
 #pragma unroll
     for (int kk = 0; kk < 2 * DN_D / 16; kk++) {
         const int ks = (kk + DN_D / 16) % (2 * DN_D / 16); /* S k-row block: lo (8..15), then hi (0..7) */
         uint32_t a[4];
         ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, (ks % (DN_D / 16)) * 16, lane), a);
 #pragma unroll
-        for (int np = 0; np < 4; np++) {
+        for (int np = 0; np < 2; np++) {
             uint32_t b[4];
-            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::S, ks * 16, wn * 64 + np * 16, lane), b);
+            ldsm_x4_t(ldsm_addr_bk<8>(sb + L::S, ks * 16, wn * 32 + np * 16, lane), b);
             mma_bf16(acc[2 * np], a, b[0], b[1]);
             mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
         }
@@ -571,7 +579,7 @@ __global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ Delt
     const int r0 = wm * 16 + g;
     const float eg0 = DN_QSCALE * expf(sgam[r0]), eg1 = DN_QSCALE * expf(sgam[r0 + 8]);
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) acc[nt][0] *= eg0, acc[nt][1] *= eg0, acc[nt][2] *= eg1, acc[nt][3] *= eg1;
+    for (int nt = 0; nt < 4; nt++) acc[nt][0] *= eg0, acc[nt][1] *= eg0, acc[nt][2] *= eg1, acc[nt][3] *= eg1;
     /* + P V' (P, V' split: 3 mma; P is lower triangular: k-blocks <= wm) */
 #pragma unroll
     for (int kk = 0; kk < DN_C / 16; kk++) {
@@ -580,10 +588,10 @@ __global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ Delt
         ldsm_x4(ldsm_addr_a<8>(sb + L::P, wm * 16, kk * 16, lane), a);
         ldsm_x4(ldsm_addr_a<8>(sb + L::P + L::LO_P, wm * 16, kk * 16, lane), al);
 #pragma unroll
-        for (int np = 0; np < 4; np++) {
+        for (int np = 0; np < 2; np++) {
             uint32_t b[4], bl[4];
-            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::V, kk * 16, wn * 64 + np * 16, lane), b);
-            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::V + L::LO_V, kk * 16, wn * 64 + np * 16, lane), bl);
+            ldsm_x4_t(ldsm_addr_bk<8>(sb + L::V, kk * 16, wn * 32 + np * 16, lane), b);
+            ldsm_x4_t(ldsm_addr_bk<8>(sb + L::V, DN_C + kk * 16, wn * 32 + np * 16, lane), bl);
             mma_bf16(acc[2 * np], a, bl[0], bl[1]);
             mma_bf16(acc[2 * np + 1], a, bl[2], bl[3]);
             mma_bf16(acc[2 * np], al, b[0], b[1]);
@@ -593,10 +601,10 @@ __global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ Delt
         }
     }
 
-    /* gated RMSNorm over the 128 columns of each row (two warps share a row) */
+    /* gated RMSNorm over the 128 columns of each row: two warps per row here, two in the partner */
     float ss[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < 4; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             acc[nt][e] = rbf(acc[nt][e]);
@@ -608,17 +616,25 @@ __global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ Delt
         ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 2);
         if (t == 0) sred[wn * DN_C + r0 + 8 * h] = ss[h];
     }
-    __syncthreads();
+    cluster_arrive_release(); /* publish sred to the cluster (both blocks) */
+    cluster_wait();
+    float tot[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h;
+        tot[h] = sred[r] + sred[DN_C + r] + ld_dsmem(&sred[r], half ^ 1) + ld_dsmem(&sred[DN_C + r], half ^ 1);
+    }
+    cluster_arrive_relaxed(); /* done reading the partner's sred; waited on before exit */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = r0 + 8 * h, tok = t0 + r;
         if (tok >= p.T) continue;
-        const float inv = rsqrtf((sred[r] + sred[DN_C + r]) / (float)DN_D + p.eps);
+        const float inv = rsqrtf(tot[h] / (float)DN_D + p.eps);
         const uint16_t *zr = p.proj + (size_t)tok * p.ld_proj + p.z_off + j * DN_D;
         uint16_t *yr = p.y + ((size_t)tok * p.Hv + j) * DN_D;
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            const int col = wn * 64 + nt * 8 + 2 * t;
+        for (int nt = 0; nt < 4; nt++) {
+            const int col = cb + wn * 32 + nt * 8 + 2 * t;
             const uint32_t zz = *(const uint32_t *)(zr + col);
             float v[2];
 #pragma unroll
@@ -630,6 +646,7 @@ __global__ void __launch_bounds__(256) dn_out_chunk(const __grid_constant__ Delt
             *(uint32_t *)(yr + col) = pack_bf16(v[0], v[1]);
         }
     }
+    cluster_wait(); /* the partner has read our sred */
 }
 
 /* ---- launcher -------------------------------------------------------------------------- */
@@ -671,8 +688,23 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
 
     e = cudaFuncSetAttribute(dn_out_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_out_chunk<<<dim3(nc, p->Hv), 256, DnOutSmem::BYTES, l->stream>>>(*p, sc);
-    rc = launch_status(l->stream);
+    {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(2 * nc, p->Hv);
+        cfg.blockDim = dim3(256);
+        cfg.dynamicSmemBytes = DnOutSmem::BYTES;
+        cfg.stream = l->stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr, cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, dn_out_chunk, *p, sc);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return (int)e;
+        }
+        rc = launch_status(l->stream);
+    }
     if (p->ev) cudaEventRecord(p->ev[4], l->stream);
     return rc;
 }
