@@ -34,15 +34,17 @@ static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
 extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base, int T, int Hk, int Hv, int dk,
                                                  int dv) {
     const size_t Tp = (size_t)(T + DN_C - 1) / DN_C * DN_C, nc = Tp / DN_C;
-    const size_t sz[9] = {Tp * Hk * dk * 2, Tp * Hk * dk * 2, Tp * Hv * dv * 2, Tp * Hv * 4,         Tp * Hv * 4,
-                          nc * Hv * 2 * DN_C * DN_C * 2, Tp * Hv * dv * 2, Tp * Hv * dv * 2, nc * Hv * 2 * dk * dv * 2};
-    size_t off[9], total = 0;
-    for (int i = 0; i < 9; i++) off[i] = total, total += dn_align(sz[i]);
+    const size_t qk = Tp * Hk * dk * 2, vv = Tp * Hv * dv * 2, gate = Tp * Hv * 4, cc = nc * Hv * 2 * DN_C * DN_C * 2;
+    const size_t sz[12] = {qk, qk, qk, qk, vv, gate, gate, cc, cc, vv, vv, nc * Hv * 2 * dk * dv * 2};
+    size_t off[12], total = 0;
+    for (int i = 0; i < 12; i++) off[i] = total, total += dn_align(sz[i]);
     if (sc && base) {
         char *b = (char *)base;
-        sc->q = (uint16_t *)(b + off[0]), sc->k = (uint16_t *)(b + off[1]), sc->v = (uint16_t *)(b + off[2]);
-        sc->beta = (float *)(b + off[3]), sc->g = (float *)(b + off[4]), sc->t = (uint16_t *)(b + off[5]);
-        sc->u = (uint16_t *)(b + off[6]), sc->u_lo = (uint16_t *)(b + off[7]), sc->s = (uint16_t *)(b + off[8]);
+        sc->q = (uint16_t *)(b + off[0]), sc->q_lo = (uint16_t *)(b + off[1]);
+        sc->k = (uint16_t *)(b + off[2]), sc->k_lo = (uint16_t *)(b + off[3]), sc->v = (uint16_t *)(b + off[4]);
+        sc->beta = (float *)(b + off[5]), sc->g = (float *)(b + off[6]), sc->t = (uint16_t *)(b + off[7]);
+        sc->p = (uint16_t *)(b + off[8]), sc->u = (uint16_t *)(b + off[9]), sc->u_lo = (uint16_t *)(b + off[10]);
+        sc->s = (uint16_t *)(b + off[11]);
     }
     return total;
 }
@@ -68,7 +70,7 @@ __device__ __forceinline__ float dn_gamma_at(float y0, float y1, int r) {
 
 /* l2norm of one 128-channel q/k head in fp32 (MODEL.md §4.1; emulating a bf16 l2norm moved our
  * logits further from HF's on the golden fixtures, see docs/MODEL_NOTES.md). v[4] are the lane's 4
- * channels; the result is stored as bf16 for the tensor cores. */
+ * channels; the result is stored split (hi + lo bf16) for the tensor cores. */
 __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
     float ss = 0.0f;
 #pragma unroll
@@ -139,9 +141,12 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
         }
         if (kind < 2) {
             dn_l2norm_f32(c);
-            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + ((size_t)t * p.Hk + head) * DN_D + 2 * lane;
+            const size_t o = ((size_t)t * p.Hk + head) * DN_D + 2 * lane;
+            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + o, *dlo = (kind == 0 ? sc.q_lo : sc.k_lo) + o;
             *(uint32_t *)dst = pack_bf16(c[0], c[1]);
             *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
+            *(uint32_t *)dlo = pack_bf16(c[0] - rbf(c[0]), c[1] - rbf(c[1]));
+            *(uint32_t *)(dlo + 64) = pack_bf16(c[2] - rbf(c[2]), c[3] - rbf(c[3]));
         } else {
             uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D + 2 * lane;
             *(uint32_t *)dst = pack_bf16(c[0], c[1]);
@@ -166,17 +171,19 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
 /* ---- 2. chunk-local transform ---------------------------------------------------------- */
 
 struct DnLocalSmem {
-    static constexpr int K = 0;                              /* bf16 [64][128] */
-    static constexpr int A = K + DN_C * DN_D * 2;            /* fp32 [64][65] */
+    static constexpr int K = 0;                              /* bf16 [128][128]: k^ hi rows 0..63, lo rows 64..127 */
+    static constexpr int Q = K + 2 * DN_C * DN_D * 2;        /* bf16 [128][128]: q^ hi, lo */
+    static constexpr int A = Q + 2 * DN_C * DN_D * 2;        /* fp32 [64][65] */
     static constexpr int TI = A + DN_C * (DN_C + 1) * 4;     /* fp32 [64][65] */
     static constexpr int X = TI + DN_C * (DN_C + 1) * 4;     /* fp32 [3][16][16] */
     static constexpr int VEC = X + 3 * 256 * 4;              /* fp32 beta[64], gamma[64] */
     static constexpr int BYTES = VEC + 2 * DN_C * 4;
 };
 
-/* grid (Tp/64, Hv), 256 threads. Writes T2 = (I + A)^-1 diag(beta) of chunk c, head j as split
- * bf16 planes (hi [64][64] row-major, then lo). */
-__global__ void __launch_bounds__(256) dn_local_chunk(const __grid_constant__ DeltaNetPrefillParams p,
+/* grid (Tp/64, Hv), 256 threads, ~100 KB of shared memory (2 blocks per SM). Writes, for chunk c
+ * and head j, T2 = (I + A)^-1 diag(beta) and P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) as split bf16
+ * planes (hi [64][64] row-major, then lo). */
+__global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__ DeltaNetPrefillParams p,
                                                      const __grid_constant__ DeltaNetScratch sc) {
     using L = DnLocalSmem;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -194,9 +201,11 @@ __global__ void __launch_bounds__(256) dn_local_chunk(const __grid_constant__ De
         }
     }
 #pragma unroll
-    for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
+    for (int jj = 0; jj < 2 * DN_C * 16 / 256; jj++) { /* rows 0..63 hi, 64..127 lo */
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
+        const size_t o = ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8;
+        cp_async16(sb + L::K + swz<16>(r, ch) * 16, (r < DN_C ? sc.k : sc.k_lo) + o, true);
+        cp_async16(sb + L::Q + swz<16>(r, ch) * 16, (r < DN_C ? sc.q : sc.q_lo) + o, true);
     }
     cp_async_commit();
     for (int i = tid; i < DN_C * (DN_C + 1); i += 256) sTi[i] = 0.0f;
@@ -211,29 +220,49 @@ __global__ void __launch_bounds__(256) dn_local_chunk(const __grid_constant__ De
     cp_async_wait<0>();
     __syncthreads();
 
-    /* A = (diag(beta) K K^T) o Gamma, strictly lower: warp -> rows 16 (w%4), cols 32 (w/4). k^ is
-     * bf16, so the products are exact and A is fp32-accurate. */
+    /* A = (diag(beta) K K^T) o Gamma (strictly lower) and P = (Q K^T) o Gamma * dk^-1/2 (s <= r, split
+     * -> global): warp -> rows 16 (w%4), cols 32 (w/4); q^, k^ split: 3 mma per product */
     {
         const int wm = warp & 3, wn = warp >> 2;
-        float acc[4][4] = {};
+        float acc[4][4] = {}, accp[4][4] = {};
 #pragma unroll
         for (int kk = 0; kk < DN_D / 16; kk++) {
-            uint32_t a[4];
+            uint32_t a[4], al[4], q[4], ql[4];
             ldsm_x4(ldsm_addr_a<16>(sb + L::K, wm * 16, kk * 16, lane), a);
+            ldsm_x4(ldsm_addr_a<16>(sb + L::K, DN_C + wm * 16, kk * 16, lane), al);
+            ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, kk * 16, lane), q);
+            ldsm_x4(ldsm_addr_a<16>(sb + L::Q, DN_C + wm * 16, kk * 16, lane), ql);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
-                uint32_t b[4];
+                uint32_t b[4], bl[4];
                 ldsm_x4(ldsm_addr_bt<16>(sb + L::K, wn * 32 + np * 16, kk * 16, lane), b);
-                mma_bf16(acc[2 * np], a, b[0], b[1]);
-                mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+                ldsm_x4(ldsm_addr_bt<16>(sb + L::K, DN_C + wn * 32 + np * 16, kk * 16, lane), bl);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    mma_bf16(acc[2 * np + h], a, bl[2 * h], bl[2 * h + 1]);
+                    mma_bf16(acc[2 * np + h], al, b[2 * h], b[2 * h + 1]);
+                    mma_bf16(acc[2 * np + h], a, b[2 * h], b[2 * h + 1]);
+                    mma_bf16(accp[2 * np + h], q, bl[2 * h], bl[2 * h + 1]);
+                    mma_bf16(accp[2 * np + h], ql, b[2 * h], b[2 * h + 1]);
+                    mma_bf16(accp[2 * np + h], q, b[2 * h], b[2 * h + 1]);
+                }
             }
         }
+        uint16_t *pg = sc.p + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = wm * 16 + g + (e >> 1) * 8, s = wn * 32 + nt * 8 + 2 * t + (e & 1);
-                sA[r * (DN_C + 1) + s] = s < r ? sbeta[r] * acc[nt][e] * expf(sgam[r] - sgam[s]) : 0.0f;
+            for (int h = 0; h < 2; h++) {
+                const int r = wm * 16 + g + 8 * h, s = wn * 32 + nt * 8 + 2 * t;
+                float pv[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float dec = expf(sgam[r] - sgam[s + e]);
+                    sA[r * (DN_C + 1) + s + e] = s + e < r ? sbeta[r] * acc[nt][2 * h + e] * dec : 0.0f;
+                    pv[e] = s + e <= r ? accp[nt][2 * h + e] * DN_QSCALE * dec : 0.0f;
+                }
+                *(uint32_t *)(pg + r * DN_C + s) = pack_bf16(pv[0], pv[1]);
+                *(uint32_t *)(pg + DN_C * DN_C + r * DN_C + s) = pack_bf16(pv[0] - rbf(pv[0]), pv[1] - rbf(pv[1]));
             }
     }
     __syncthreads();
@@ -297,8 +326,9 @@ __global__ void __launch_bounds__(256) dn_local_chunk(const __grid_constant__ De
 /* ---- 3. sequential state scan ---------------------------------------------------------- */
 
 struct DnScanSmem {
-    /* one stage (double-buffered): K bf16 [64][128], V slice bf16 [64][16], T2 hi, lo bf16 [64][64] */
-    static constexpr int K = 0, V = K + DN_C * DN_D * 2, TH = V + DN_C * DN_DVS * 2, TL = TH + DN_C * DN_C * 2;
+    /* one stage (double-buffered): K bf16 [128][128] (k^ hi rows 0..63, lo rows 64..127), V slice bf16
+     * [64][16], T2 hi, lo bf16 [64][64] */
+    static constexpr int K = 0, V = K + 2 * DN_C * DN_D * 2, TH = V + DN_C * DN_DVS * 2, TL = TH + DN_C * DN_C * 2;
     static constexpr int STAGE = TL + DN_C * DN_C * 2;
     static constexpr int S = 2 * STAGE;                   /* bf16 [2][128][16]: S = hi + lo */
     static constexpr int R = S + 2 * DN_D * DN_DVS * 2;   /* bf16 [2][64][16]:  R = V - diag(e^gamma) K S, hi + lo */
@@ -314,9 +344,14 @@ __device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, con
     const int t0 = c * DN_C;
     const uint16_t *tg = sc.t + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C;
 #pragma unroll
-    for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
+    for (int jj = 0; jj < 2 * DN_C * 16 / 256; jj++) {
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(st + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
+        cp_async16(st + L::K + swz<16>(r, ch) * 16,
+                   (r < DN_C ? sc.k : sc.k_lo) + ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8, true);
+    }
+#pragma unroll
+    for (int jj = 0; jj < 2 * DN_C * 8 / 256; jj++) {
+        const int i = tid + jj * 256;
         const int pl = i >> 9, r2 = (i >> 3) & 63, ch2 = i & 7; /* T2 plane (hi, lo), row, chunk */
         cp_async16(st + L::TH + pl * (DN_C * DN_C * 2) + swz<8>(r2, ch2) * 16,
                    tg + pl * DN_C * DN_C + r2 * DN_C + ch2 * 8, true);
@@ -335,9 +370,9 @@ __device__ __forceinline__ uint32_t dn_pick(const uint32_t b[4], int half, int i
 /* grid (Hv, dv/16), 256 threads. The CTA owns S[:, e0 .. e0+15] of head j in fp32 registers: warp
  * w holds rows 16w .. 16w+15 as the accumulators of 2 n8 tiles. Per chunk (warp (wm, wn) = (w%4,
  * w/4) owns rows 16 wm and columns 8 wn of the 64 x 16 tiles X, R, V'):
- *   snapshot S -> smem + global (split);  X = K S (2 mma per k-step);  R = V - diag(e^gamma) X;
- *   V' = T2 R (lower triangular: k-blocks <= wm, 3 mma);  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'
- *   (2 mma). */
+ *   snapshot S -> smem + global (split);  X = K S;  R = V - diag(e^gamma) X;  V' = T2 R (lower
+ *   triangular: k-blocks <= wm);  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'
+ *   (every product split x split: 3 mma). */
 __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ DeltaNetPrefillParams p,
                                                     const __grid_constant__ DeltaNetScratch sc) {
     using L = DnScanSmem;
@@ -400,12 +435,14 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
             float xh[4] = {}, xl[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_D / 16; kk++) {
-                uint32_t a[4], b[4], bl[4];
+                uint32_t a[4], al[4], b[4], bl[4];
                 ldsm_x4(ldsm_addr_a<16>(st + L::K, wm * 16, kk * 16, lane), a);
+                ldsm_x4(ldsm_addr_a<16>(st + L::K, DN_C + wm * 16, kk * 16, lane), al);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
                 mma_bf16(xh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
                 mma_bf16(xl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
+                mma_bf16(xl, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -459,12 +496,15 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
             for (int e = 0; e < 4; e++) S[nt][e] *= eL;
 #pragma unroll
         for (int kk = 0; kk < DN_C / 16; kk++) {
-            uint32_t a[4], b[4], bl[4];
+            uint32_t a[4], al[4], b[4], bl[4];
             ldsm_x4_t(ldsm_addr_at<16>(st + L::K, kk * 16, warp * 16, lane), a);
+            ldsm_x4_t(ldsm_addr_at<16>(st + L::K, DN_C + kk * 16, warp * 16, lane), al);
             ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS, kk * 16, 0, lane), b);
             ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS + L::LO_R, kk * 16, 0, lane), bl);
             mma_bf16(S[0], a, bl[0], bl[1]);
             mma_bf16(S[1], a, bl[2], bl[3]);
+            mma_bf16(S[0], al, b[0], b[1]);
+            mma_bf16(S[1], al, b[2], b[3]);
             mma_bf16(S[0], a, b[0], b[1]);
             mma_bf16(S[1], a, b[2], b[3]);
         }
@@ -480,21 +520,20 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
 /* ---- 4. chunk output + gated RMSNorm --------------------------------------------------- */
 
 struct DnOutSmem {
-    static constexpr int Q = 0, K = Q + DN_C * DN_D * 2;   /* bf16 [64][128] each */
-    static constexpr int S = K + DN_C * DN_D * 2;          /* bf16 [256][64]: S hi rows 0..127, lo rows 128..255 */
+    static constexpr int Q = 0;                            /* bf16 [128][128]: q^ hi rows 0..63, lo rows 64..127 */
+    static constexpr int S = Q + 2 * DN_C * DN_D * 2;      /* bf16 [256][64]: S hi rows 0..127, lo rows 128..255 */
     static constexpr int V = S + 2 * DN_D * DN_OH * 2;     /* bf16 [128][64]: V' hi rows 0..63, lo rows 64..127 */
-    static constexpr int P = V + 2 * DN_C * DN_OH * 2;     /* bf16 [2][64][64] hi, lo */
+    static constexpr int P = V + 2 * DN_C * DN_OH * 2;     /* bf16 [128][64]: P hi rows 0..63, lo rows 64..127 */
     static constexpr int GAM = P + 2 * DN_C * DN_C * 2;    /* fp32 [64] */
     static constexpr int RED = GAM + DN_C * 4;             /* fp32 [2][64] */
     static constexpr int BYTES = RED + 2 * DN_C * 4;
-    static constexpr int LO_P = DN_C * DN_C * 2;
 };
 
 /* grid (2 Tp/64, Hv), 256 threads, clusters of 2 along x: block x = 2c + half computes columns
- * [64 half, 64 half + 64) of chunk c, head j (both blocks compute the chunk's P). ~97 KB of shared
- * memory: 2 blocks per SM, so one block's loads overlap the other's math. Warp (wm, wn) = (w%4, w/4)
- * owns rows 16 wm, columns 32 wn of the block's 64. The gated RMSNorm's sum of squares over a row's
- * 128 columns adds the partner block's half through DSMEM. */
+ * [64 half, 64 half + 64) of chunk c, head j. ~97 KB of shared memory: 2 blocks per SM, so one
+ * block's loads overlap the other's math. Warp (wm, wn) = (w%4, w/4) owns rows 16 wm, columns 32 wn
+ * of the block's 64. The gated RMSNorm's sum of squares over a row's 128 columns adds the partner
+ * block's half through DSMEM. */
 __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ DeltaNetPrefillParams p,
                                                       const __grid_constant__ DeltaNetScratch sc) {
     using L = DnOutSmem;
@@ -506,20 +545,23 @@ __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ D
     const int cb = half * DN_OH; /* first column of this block */
     const int wm = warp & 3, wn = warp >> 2;
 
-#pragma unroll
-    for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
-        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(sb + L::Q + swz<16>(r, ch) * 16, sc.q + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
-        cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
-        const int r2 = i >> 3, ch2 = i & 7; /* V' row r2 of [hi; lo] */
-        cp_async16(sb + L::V + swz<8>(r2, ch2) * 16,
-                   (r2 < DN_C ? sc.u : sc.u_lo) + ((size_t)(t0 + (r2 & 63)) * p.Hv + j) * DN_D + cb + ch2 * 8, true);
-    }
     const uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
+    const uint16_t *Pg = sc.p + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C;
 #pragma unroll
-    for (int jj = 0; jj < 2 * DN_D * 8 / 256; jj++) { /* hi then lo rows: [256][64] */
-        const int i = tid + jj * 256, r = i >> 3, ch = i & 7;
-        cp_async16(sb + L::S + swz<8>(r, ch) * 16, Sg + (size_t)r * DN_D + cb + ch * 8, true);
+    for (int jj = 0; jj < 2 * DN_C * 16 / 256; jj++) {
+        const int i = tid + jj * 256;
+        const int r = i >> 4, ch = i & 15; /* q^ row r of [hi; lo] */
+        cp_async16(sb + L::Q + swz<16>(r, ch) * 16,
+                   (r < DN_C ? sc.q : sc.q_lo) + ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8, true);
+        const int r2 = i >> 3, ch2 = i & 7; /* S row r2 of [hi; lo] (256 rows) */
+        cp_async16(sb + L::S + swz<8>(r2, ch2) * 16, Sg + (size_t)r2 * DN_D + cb + ch2 * 8, true);
+    }
+#pragma unroll
+    for (int jj = 0; jj < 2 * DN_C * 8 / 256; jj++) {
+        const int i = tid + jj * 256, r = i >> 3, ch = i & 7; /* V', P row r of [hi; lo] */
+        cp_async16(sb + L::V + swz<8>(r, ch) * 16,
+                   (r < DN_C ? sc.u : sc.u_lo) + ((size_t)(t0 + (r & 63)) * p.Hv + j) * DN_D + cb + ch * 8, true);
+        cp_async16(sb + L::P + swz<8>(r, ch) * 16, Pg + (size_t)r * DN_C + ch * 8, true);
     }
     cp_async_commit();
     if (warp == 0) {
@@ -531,43 +573,16 @@ __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ D
     cp_async_wait<0>();
     __syncthreads();
 
-    /* P = (Q K^T) o Gamma * dk^-1/2, s <= r, split: warp -> rows 16 wm, columns 32 wn */
-    {
-        float acc[4][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < DN_D / 16; kk++) {
-            uint32_t a[4];
-            ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, kk * 16, lane), a);
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                uint32_t b[4];
-                ldsm_x4(ldsm_addr_bt<16>(sb + L::K, wn * 32 + np * 16, kk * 16, lane), b);
-                mma_bf16(acc[2 * np], a, b[0], b[1]);
-                mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
-            }
-        }
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = wm * 16 + g + 8 * h, s = wn * 32 + nt * 8 + 2 * t;
-                const float gr = sgam[r];
-                const float v0 = s <= r ? acc[nt][2 * h] * DN_QSCALE * expf(gr - sgam[s]) : 0.0f;
-                const float v1 = s + 1 <= r ? acc[nt][2 * h + 1] * DN_QSCALE * expf(gr - sgam[s + 1]) : 0.0f;
-                *(uint32_t *)(smem + L::P + swz_off<8>(r, s)) = pack_bf16(v0, v1);
-                *(uint32_t *)(smem + L::P + L::LO_P + swz_off<8>(r, s)) = pack_bf16(v0 - rbf(v0), v1 - rbf(v1));
-            }
-    }
-    __syncthreads();
-
-    /* O = diag(e^gamma) Q (S_lo + S_hi) * dk^-1/2 + P V': the k loop runs over the 256 rows of the
-     * S tile (lo first), Q's k-block is ks % 8 */
+    /* O = diag(e^gamma) Q S * dk^-1/2 + P V', every product split x split (3 mma). Q S: the k loop
+     * runs over the 256 rows of the S tile (lo first) with q^ hi (Q's k-block ks % 8), then over S hi
+     * with q^ lo. */
     float acc[4][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < 2 * DN_D / 16; kk++) {
-        const int ks = (kk + DN_D / 16) % (2 * DN_D / 16); /* S k-row block: lo (8..15), then hi (0..7) */
+    for (int kk = 0; kk < 3 * DN_D / 16; kk++) {
+        const int ks = kk < 2 * DN_D / 16 ? (kk + DN_D / 16) % (2 * DN_D / 16) : kk - 2 * DN_D / 16;
+        const int qr = kk < 2 * DN_D / 16 ? 0 : DN_C; /* q^ hi, then lo rows */
         uint32_t a[4];
-        ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, (ks % (DN_D / 16)) * 16, lane), a);
+        ldsm_x4(ldsm_addr_a<16>(sb + L::Q, qr + wm * 16, (ks % (DN_D / 16)) * 16, lane), a);
 #pragma unroll
         for (int np = 0; np < 2; np++) {
             uint32_t b[4];
@@ -580,13 +595,13 @@ __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ D
     const float eg0 = DN_QSCALE * expf(sgam[r0]), eg1 = DN_QSCALE * expf(sgam[r0 + 8]);
 #pragma unroll
     for (int nt = 0; nt < 4; nt++) acc[nt][0] *= eg0, acc[nt][1] *= eg0, acc[nt][2] *= eg1, acc[nt][3] *= eg1;
-    /* + P V' (P, V' split: 3 mma; P is lower triangular: k-blocks <= wm) */
+    /* + P V' (P is lower triangular: k-blocks <= wm) */
 #pragma unroll
     for (int kk = 0; kk < DN_C / 16; kk++) {
         if (kk > wm) break; /* warp-uniform */
         uint32_t a[4], al[4];
         ldsm_x4(ldsm_addr_a<8>(sb + L::P, wm * 16, kk * 16, lane), a);
-        ldsm_x4(ldsm_addr_a<8>(sb + L::P + L::LO_P, wm * 16, kk * 16, lane), al);
+        ldsm_x4(ldsm_addr_a<8>(sb + L::P, DN_C + wm * 16, kk * 16, lane), al);
 #pragma unroll
         for (int np = 0; np < 2; np++) {
             uint32_t b[4], bl[4];

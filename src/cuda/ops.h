@@ -361,16 +361,17 @@ int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l);
  *   * dk^-1/2), beta = bf16(sigmoid(b)), g = -exp(A_log) softplus(a + dt_bias), the chunked delta
  *   rule starting from `state` (left holding the state after the last token), o -> bf16, and
  *   y = bf16(bf16(w * bf16(o rsqrt(mean o^2 + eps))) silu(z)) per v-head.
- * Tensor-core inputs are bf16 (q^, k^, v) or "split bf16" x = hi + lo (hi = bf16(x), lo = bf16(x - hi),
- * ~16 mantissa bits; products of two split operands take 3 mma: hi hi + hi lo + lo hi) for every
- * fp32 quantity of the chunk algebra (T diag(beta), S, V' = U - W S, P = (Q K^T) o Gamma); the
+ * Tensor-core inputs are v (bf16, as HF's conv output) and "split bf16" x = hi + lo (hi = bf16(x),
+ * lo = bf16(x - hi), ~16 mantissa bits; products of two split operands take 3 mma: hi hi + hi lo +
+ * lo hi) for every fp32 quantity (q^, k^, T diag(beta), S, V' = U - W S, P = (Q K^T) o Gamma); the
  * triangular inverse, state scan, gates, norms and sums accumulate in fp32. */
 typedef struct DeltaNetScratch {
-    uint16_t *q, *k; /* bf16 [Tp][Hk][dk]  q^, k^ = fp32 l2norm rounded to bf16 (q not yet * dk^-1/2)
-                      * (Tp = T rounded up to 64; rows >= T zero) */
+    uint16_t *q, *q_lo, *k, *k_lo; /* bf16 [Tp][Hk][dk] each: q^, k^ = fp32 l2norm, split hi + lo (q not yet
+                                    * * dk^-1/2) (Tp = T rounded up to 64; rows >= T zero) */
     uint16_t *v;     /* bf16 [Tp][Hv][dv]  v after conv + SiLU */
     float *beta, *g; /* fp32 [Tp][Hv] */
     uint16_t *t;     /* bf16 [Tp/64][Hv][2][64][64]  T2 = (I + A)^-1 diag(beta) per chunk, split: hi plane, lo plane */
+    uint16_t *p;     /* bf16 [Tp/64][Hv][2][64][64]  P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) per chunk, split */
     uint16_t *u, *u_lo; /* bf16 [Tp][Hv][dv] each: V' = T2 (V - diag(e^gamma) K S) per chunk, split hi + lo */
     uint16_t *s;     /* bf16 [Tp/64][Hv][2][dk][dv]  state entering each chunk, split S = hi + lo */
 } DeltaNetScratch;

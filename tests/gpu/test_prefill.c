@@ -75,6 +75,13 @@ static float *down_bf16(const uint16_t *d, size_t n) {
     free(h);
     return f;
 }
+/* fp32 values of a split-bf16 pair of device arrays (hi + lo) */
+static float *down_split(const uint16_t *hi, const uint16_t *lo, size_t n) {
+    float *h = down_bf16(hi, n), *l = down_bf16(lo, n);
+    for (size_t i = 0; i < n; i++) h[i] += l[i];
+    free(l);
+    return h;
+}
 static float *down_f32(const float *d, size_t n) {
     float *f = fvec(n);
     CUDA_OK(cudaMemcpy(f, d, n * 4, cudaMemcpyDeviceToHost));
@@ -382,7 +389,7 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
         CUDA_OK(cudaDeviceSynchronize());
         float *g_y = down_bf16(d_y, (size_t)T * vd), *g_S = down_f32(d_S, sn);
         float *g_ring = down_bf16(d_ring, (size_t)d->K * cd);
-        float *g_q = down_bf16(sc.q, (size_t)T * kd), *g_k = down_bf16(sc.k, (size_t)T * kd);
+        float *g_q = down_split(sc.q, sc.q_lo, (size_t)T * kd), *g_k = down_split(sc.k, sc.k_lo, (size_t)T * kd);
         float *g_v = down_bf16(sc.v, (size_t)T * vd), *g_beta = down_f32(sc.beta, (size_t)T * d->Hv);
         float *g_g = down_f32(sc.g, (size_t)T * d->Hv);
 
