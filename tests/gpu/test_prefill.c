@@ -347,8 +347,10 @@ static float *proj_repeating(int T, int ld, int b_off, int a_off, int Hv) {
 /* Runs the calls of lengths Ts[0..ncalls) in sequence (state carried) on GPU and CPU, the first
  * at position pos0 (pos0 > 0: random conv rows and state stand for the earlier tokens). The
  * scratch starts NaN-poisoned (a kernel reading a region no earlier kernel wrote shows as NaN).
- * repeating: proj rows from proj_repeating. Bounds: whole-output rel L2 <= 1e-2 and the worst
- * single (token, head) row <= 2e-2 (the plain-bf16 chunk algebra gave rows at 5-7 % in the model test). */
+ * repeating: proj rows from proj_repeating. Bounds vs the fp32 reference: whole-output rel L2 <= 1e-2,
+ * worst single (token, head) row <= 0.1 (the GPU's q/k/v are bf16 conv outputs as in HF, and single
+ * rows are sensitive to that: ~1.5 % in a scalar model); vs the CPU chunked reference run on the
+ * GPU's own conv outputs and gates: y <= 5e-3, worst row <= 1e-2, final state <= 1e-3. */
 static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, int repeating) {
     const int kd = d->Hk * d->dk, vd = d->Hv * d->dv, cd = 2 * kd + vd, n = cd + vd + 2 * d->Hv, ld = n + 8;
     const size_t sn = (size_t)d->Hv * d->dk * d->dv, csn = (size_t)(d->K - 1) * cd;
@@ -369,6 +371,8 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
     void *d_scr = dmalloc(scr_bytes);
     poison_bf16(d_scr, scr_bytes / 2); /* 0x7fc1 pairs: NaN as bf16 and as fp32 */
     uint16_t *d_y = dmalloc((size_t)Tmax * vd * 2);
+    float *S_own = fvec(sn), *o_scr = fvec((size_t)cpu_deltanet_chunked_scratch(d->Hv, d->dk, d->dv));
+    memcpy(S_own, S, sn * 4);
 
     int pos = pos0;
     for (int call = 0; call < ncalls; call++) {
@@ -414,8 +418,24 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
                "(worst row %.2e at t=%d) state %.2e\n",
                repeating ? " (repeating rows)" : "", d->Hk, d->Hv, call, T, pos - T, eq, ek, ev, eb, eg, ey, ew, wat,
                eS);
-        CHECK(ew <= 2 * TOL, "deltanet output y, worst row: rel L2 %.3e at t=%d (call %d, T=%d%s)", ew, wat, call, T,
+        /* the chunk algebra alone: the CPU chunked reference (fp32) on the GPU's own conv outputs and
+         * gates, state S_own carried the same way. What is left is the GPU's bf16 rounding of o and
+         * of the gated norm (HF's), ~3e-3 per row; bf16 chunk products gave 1-2e-2 (repeating rows). */
+        float *qs = fvec((size_t)T * kd), *o2 = fvec((size_t)T * vd), *y2 = fvec((size_t)T * vd);
+        float *z = cols(proj, T, ld, cd, vd);
+        for (size_t i = 0; i < (size_t)T * kd; i++) qs[i] = g_q[i] / sqrtf((float)d->dk);
+        cpu_deltanet_chunked(o2, S_own, qs, g_k, g_v, g_g, g_beta, T, d->Hk, d->Hv, d->dk, d->dv, o_scr);
+        cpu_gated_rmsnorm(y2, o2, z, w.norm_w, T * d->Hv, d->dv, d->eps);
+        int wat2;
+        const double ey2 = rel_l2(g_y, y2, (size_t)T * vd), ew2 = worst_row(g_y, y2, T, d->Hv, d->dv, &wat2);
+        const double eS2 = rel_l2(g_S, S_own, sn);
+        printf("    on the GPU's own q/k/v/gates: y %.2e (worst row %.2e at t=%d) state %.2e\n", ey2, ew2, wat2, eS2);
+        CHECK(ew <= 10 * TOL, "deltanet output y, worst row: rel L2 %.3e at t=%d (call %d, T=%d%s)", ew, wat, call, T,
               repeating ? ", repeating rows" : "");
+        CHECK(ey2 <= TOL / 2 && ew2 <= TOL, "deltanet chunk algebra: y rel L2 %.3e, worst row %.3e at t=%d (call %d, "
+              "T=%d%s)", ey2, ew2, wat2, call, T, repeating ? ", repeating rows" : "");
+        CHECK(eS2 <= 1e-3, "deltanet chunk algebra: state rel L2 %.3e (call %d, T=%d)", eS2, call, T);
+        free(qs), free(o2), free(y2), free(z);
         CHECK(eq <= TOL && ek <= TOL && ev <= TOL, "deltanet conv/l2norm: q %.2e k %.2e v %.2e", eq, ek, ev);
         CHECK(eb <= TOL && eg <= 1e-4, "deltanet gates: beta %.2e g %.2e", eb, eg);
         CHECK(cs_bad == 0, "deltanet conv ring: %ld values differ from the CPU conv state (call %d, T=%d)", cs_bad,
@@ -451,6 +471,7 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
         for (size_t i = 0; i < sizeof dd / sizeof dd[0]; i++) CUDA_OK(cudaFree(dd[i]));
     }
     free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w), free(cstate), free(S), free(ring);
+    free(S_own), free(o_scr);
     void *dev[] = {d_convw, d_Alog, d_dt, d_nw, d_ring, d_S, d_scr, d_y};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
 }
