@@ -1,22 +1,24 @@
 /* deltanet_prefill.cu — the Gated DeltaNet mixer for T > 1 tokens (MODEL.md §3.3, §3.4), as four
  * kernels over chunks of C = 64 tokens (dk = dv = 128; head j of Hv reads k-head n = j/(Hv/Hk)):
- *   1. dn_conv_bf16_tok     (16-token groups x head units): causal conv + SiLU, l2norm of q/k (fp32), gates.
- *   2. dn_local_chunk       (chunks x Hv, all chunks in parallel), with gamma = cumsum(g) and
+ *   1. dn_conv_bf16_tok  (16-token groups x head units): causal conv + SiLU, l2norm of q/k (fp32), gates.
+ *   2. dn_local_chunk    (chunks x Hv, all chunks in parallel), with gamma = cumsum(g):
  *        A[r][s] = beta_r (k_r . k_s) e^(gamma_r - gamma_s) (s < r), T = (I + A)^-1 (fp32, 16x16
- *        blocks), stored as T2 = T diag(beta) (split bf16).
- *   3. dn_scan_split        (Hv x dv/16 = 128 CTAs at 16 heads; sequential over chunks), per chunk:
- *        store S (split), R = V - diag(e^gamma) K S, V' = T2 R (= U - W S with U = T2 V,
+ *        blocks) -> T2 = T diag(beta);  P = (Q K^T) o Gamma dk^-1/2 (s <= r).
+ *   3. dn_scan_split     (Hv x dv/16 = 128 CTAs at 16 heads; sequential over chunks), per chunk:
+ *        store S, R = V - diag(e^gamma) K S, V' = T2 R (= U - W S with U = T2 V,
  *        W = T2 diag(e^gamma) K), S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
- *   4. dn_out_chunk         (chunks x Hv): O = diag(e^gamma) Q S + ((Q K^T) o Gamma) V', o = bf16(O),
- *        then the gated RMSNorm with z.
- * Matrix products run on mma.sync (bf16 in, fp32 out). q^, k^ and v are bf16 values (exact
- * products); every fp32 operand of the chunk algebra is "split bf16" (x = hi + lo, hi = bf16(x),
- * lo = bf16(x - hi), ~16 mantissa bits): S, T2, R, V', P. Products with one split operand take 2
- * mma, with two split operands 3 (hi hi + hi lo + lo hi). Plain bf16 T2/W/U/V'/P cost up to 6.6e-2
- * rel L2 on single rows of test_prefill_model (the inverse of I + A has large entries of both
- * signs when beta ~ 1 and the chunk's keys are close, and U = T2 V cancels) where the fp32
- * recurrent decode gets 1.8e-2. Applying T2 to the residual R inside the scan (instead of storing
- * U and W from the chunk-local kernel) also halves the scan's per-chunk loads (T2 is 64x64, W 64x128).
+ *   4. dn_out_chunk      (2 column halves x chunks x Hv, clusters of 2): O = diag(e^gamma) Q S dk^-1/2
+ *        + P V', o = bf16(O), then the gated RMSNorm with z.
+ * Matrix products run on mma.sync (bf16 in, fp32 out). v is a bf16 value (HF's conv output); every
+ * fp32 operand is "split bf16" (x = hi + lo, hi = bf16(x), lo = bf16(x - hi), ~16 mantissa bits):
+ * q^, k^, S, T2, R, V', P; a product of two split operands takes 3 mma (hi hi + hi lo + lo hi), one
+ * with v 2. Why: with plain bf16 operands single prefill rows of test_prefill_model were 4.8-6.6 %
+ * from the fp32 CPU where the fp32 decode step is at 1.8 %. A scalar model of the chunk algebra
+ * (one head, T = 130, beta 0.98, repeating keys) against an fp64 recurrence: bf16 T2/W/U/V'/P gives
+ * rel L2 1e-2 on o, worst row 2e-2; split products with bf16 q^/k^ 2.6e-3 / 1.5e-2 (rows whose
+ * output is small are sensitive to q^ k^ rounding); split q^/k^ too 1e-5 / 2e-5.
+ * Applying T2 to the residual R inside the scan (instead of storing U and W from the chunk-local
+ * kernel) also keeps the scan's per-chunk loads small (T2 is 64x64, W 64x128).
  * Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
 #include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
@@ -27,7 +29,7 @@
 #define DN_D 128 /* dk = dv */
 #define DN_DVS 16 /* value columns per CTA in the state scan */
 #define DN_OH 64 /* output columns per block of dn_out_chunk (a cluster of 2 covers dv) */
-#define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to q in dn_out */
+#define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to Q K^T and Q S in fp32 */
 
 static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
 
@@ -82,15 +84,14 @@ __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
     for (int i = 0; i < 4; i++) v[i] *= inv;
 }
 
-/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads (DN_TPW = 16: 19 rows read for 16 tokens).
- * Warp = DN_TPW consecutive tokens of one head
- * unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
- * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (from proj,
- * or from the conv ring for rows before the call: row q % K holds position q, positions < 0 are 0)
- * and then works from registers; tokens are independent, so all warps run in parallel.
- * Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs after
- * this kernel has read the old rows). q and k are stored l2-normalised WITHOUT the dk^-1/2 scale
- * (applied in fp32 in dn_out). */
+/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW = 16 consecutive tokens of one
+ * head unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
+ * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (19 rows for
+ * 16 tokens; from proj, or from the conv ring for rows before the call: row q % K holds position q,
+ * positions < 0 are 0) and then works from registers; tokens are independent, so all warps run in
+ * parallel. Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs
+ * after this kernel has read the old rows). q and k are stored l2-normalised (split hi + lo)
+ * WITHOUT the dk^-1/2 scale (applied in fp32 to Q K^T in dn_local and to Q S in dn_out). */
 #define DN_TPW 16
 template <int KC>
 __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p,
