@@ -430,10 +430,10 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
             }
         __syncthreads();
 
-        /* X = K S (64 x 16; k = dk), two accumulators (S hi, S lo) to halve the mma dependency chain;
-         * then R = V - diag(e^gamma) X -> split tiles */
+        /* X = K S (64 x 16; k = dk), one accumulator per product term (shorter mma dependency
+         * chains); then R = V - diag(e^gamma) X -> split tiles */
         {
-            float xh[4] = {}, xl[4] = {};
+            float xh[4] = {}, xl[4] = {}, xm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_D / 16; kk++) {
                 uint32_t a[4], al[4], b[4], bl[4];
@@ -443,15 +443,16 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
                 mma_bf16(xh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
                 mma_bf16(xl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
-                mma_bf16(xl, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(xm, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
                 const float eg = expf(gr[h]);
                 const uint32_t vv = *(const uint32_t *)(smem + (st - sb) + L::V + swz_off<2>(r, col));
-                const float r0 = __uint_as_float(vv << 16) - eg * (xh[2 * h] + xl[2 * h]);
-                const float r1 = __uint_as_float(vv & 0xffff0000u) - eg * (xh[2 * h + 1] + xl[2 * h + 1]);
+                const float r0 = __uint_as_float(vv << 16) - eg * (xh[2 * h] + (xl[2 * h] + xm[2 * h]));
+                const float r1 =
+                    __uint_as_float(vv & 0xffff0000u) - eg * (xh[2 * h + 1] + (xl[2 * h + 1] + xm[2 * h + 1]));
                 *(uint32_t *)(smem + L::R + swz_off<2>(r, col)) = pack_bf16(r0, r1);
                 *(uint32_t *)(smem + L::R + L::LO_R + swz_off<2>(r, col)) = pack_bf16(r0 - rbf(r0), r1 - rbf(r1));
             }
@@ -461,7 +462,7 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
         /* V' = T2 R (64 x 16; k = the chunk's 64 rows; T2 is lower triangular) -> global (split, for
          * kernel 4) and diag(e^(gamma_L - gamma)) V' -> split tiles for the state update */
         {
-            float vh[4] = {}, vl[4] = {};
+            float vh[4] = {}, vl[4] = {}, vm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
                 if (kk > wm) break; /* warp-uniform */
@@ -472,13 +473,14 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R + L::LO_R, kk * 16, 0, lane), bl);
                 mma_bf16(vh, ah, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
                 mma_bf16(vl, ah, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
-                mma_bf16(vl, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(vm, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
                 const float dec = expf(gL - gr[h]);
-                const float v0 = vh[2 * h] + vl[2 * h], v1 = vh[2 * h + 1] + vl[2 * h + 1];
+                const float v0 = vh[2 * h] + (vl[2 * h] + vm[2 * h]);
+                const float v1 = vh[2 * h + 1] + (vl[2 * h + 1] + vm[2 * h + 1]);
                 const size_t o = ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col;
                 *(uint32_t *)(sc.u + o) = pack_bf16(v0, v1);
                 *(uint32_t *)(sc.u_lo + o) = pack_bf16(v0 - rbf(v0), v1 - rbf(v1));
@@ -490,7 +492,9 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
         __syncthreads();
 
         /* S <- e^gamma_L S + K^T Vs: warp -> dk rows 16w, 2 n8 tiles; k = the chunk's 64 rows */
+        /* (hi x hi into S, the two lo terms into their own accumulators: dependency chains of 4) */
         const float eL = expf(gL);
+        float sl[2][4] = {}, sm[2][4] = {};
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -502,13 +506,17 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
             ldsm_x4_t(ldsm_addr_at<16>(st + L::K, DN_C + kk * 16, warp * 16, lane), al);
             ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS, kk * 16, 0, lane), b);
             ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS + L::LO_R, kk * 16, 0, lane), bl);
-            mma_bf16(S[0], a, bl[0], bl[1]);
-            mma_bf16(S[1], a, bl[2], bl[3]);
-            mma_bf16(S[0], al, b[0], b[1]);
-            mma_bf16(S[1], al, b[2], b[3]);
+            mma_bf16(sl[0], a, bl[0], bl[1]);
+            mma_bf16(sl[1], a, bl[2], bl[3]);
+            mma_bf16(sm[0], al, b[0], b[1]);
+            mma_bf16(sm[1], al, b[2], b[3]);
             mma_bf16(S[0], a, b[0], b[1]);
             mma_bf16(S[1], a, b[2], b[3]);
         }
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) S[nt][e] += sl[nt][e] + sm[nt][e];
     }
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
