@@ -350,7 +350,7 @@ static float *proj_repeating(int T, int ld, int b_off, int a_off, int Hv) {
  * repeating: proj rows from proj_repeating. Bounds vs the fp32 reference: whole-output rel L2 <= 1e-2,
  * worst single (token, head) row <= 0.1 (the GPU's q/k/v are bf16 conv outputs as in HF, and single
  * rows are sensitive to that: ~1.5 % in a scalar model); vs the CPU chunked reference run on the
- * GPU's own conv outputs and gates: y <= 5e-3, worst row <= 1e-2, final state <= 1e-3. */
+ * GPU's own conv outputs and gates: y <= 5e-3, worst row <= 1e-2, final state <= 5e-4. */
 static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, int repeating) {
     const int kd = d->Hk * d->dk, vd = d->Hv * d->dv, cd = 2 * kd + vd, n = cd + vd + 2 * d->Hv, ld = n + 8;
     const size_t sn = (size_t)d->Hv * d->dk * d->dv, csn = (size_t)(d->K - 1) * cd;
@@ -434,7 +434,7 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
               repeating ? ", repeating rows" : "");
         CHECK(ey2 <= TOL / 2 && ew2 <= TOL, "deltanet chunk algebra: y rel L2 %.3e, worst row %.3e at t=%d (call %d, "
               "T=%d%s)", ey2, ew2, wat2, call, T, repeating ? ", repeating rows" : "");
-        CHECK(eS2 <= 1e-3, "deltanet chunk algebra: state rel L2 %.3e (call %d, T=%d)", eS2, call, T);
+        CHECK(eS2 <= 5e-4, "deltanet chunk algebra: state rel L2 %.3e (call %d, T=%d)", eS2, call, T);
         free(qs), free(o2), free(y2), free(z);
         CHECK(eq <= TOL && ek <= TOL && ev <= TOL, "deltanet conv/l2norm: q %.2e k %.2e v %.2e", eq, ek, ev);
         CHECK(eb <= TOL && eg <= 1e-4, "deltanet gates: beta %.2e g %.2e", eb, eg);
