@@ -326,29 +326,34 @@ __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__
 
 /* ---- 3. sequential state scan ---------------------------------------------------------- */
 
+template <bool FO>
 struct DnScanSmem {
     /* one stage (double-buffered): K bf16 [128][128] (k^ hi rows 0..63, lo rows 64..127), V slice bf16
-     * [64][16], T2 hi, lo bf16 [64][64] */
+     * [64][16], T2 hi, lo bf16 [64][64]; with FO also Q [128][128] (q^ hi, lo) and P [128][64] (hi, lo) */
     static constexpr int K = 0, V = K + 2 * DN_C * DN_D * 2, TH = V + DN_C * DN_DVS * 2, TL = TH + DN_C * DN_C * 2;
-    static constexpr int STAGE = TL + DN_C * DN_C * 2;
+    static constexpr int Q = TL + DN_C * DN_C * 2, P = Q + 2 * DN_C * DN_D * 2;
+    static constexpr int STAGE = FO ? P + 2 * DN_C * DN_C * 2 : Q;
     static constexpr int S = 2 * STAGE;                   /* bf16 [2][128][16]: S = hi + lo */
     static constexpr int R = S + 2 * DN_D * DN_DVS * 2;   /* bf16 [2][64][16]:  R = V - diag(e^gamma) K S, hi + lo */
     static constexpr int VS = R + 2 * DN_C * DN_DVS * 2;  /* bf16 [2][64][16]:  diag(e^(gamma_L - gamma)) V', hi + lo */
-    static constexpr int BYTES = VS + 2 * DN_C * DN_DVS * 2;
+    static constexpr int VP = VS + 2 * DN_C * DN_DVS * 2; /* bf16 [2][64][16]:  V', hi + lo (FO) */
+    static constexpr int BYTES = FO ? VP + 2 * DN_C * DN_DVS * 2 : VP;
     static constexpr int LO_S = DN_D * DN_DVS * 2, LO_R = DN_C * DN_DVS * 2; /* byte offsets of the lo halves */
 };
 static_assert(DN_DVS == 16, "the scan's tiles are [rows][16]: 2 swizzled 16-byte chunks per row");
 
+template <bool FO>
 __device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, const DeltaNetScratch &sc, uint32_t st,
                                              int c, int j, int n, int e0, int tid) {
-    using L = DnScanSmem;
+    using L = DnScanSmem<FO>;
     const int t0 = c * DN_C;
     const uint16_t *tg = sc.t + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C;
 #pragma unroll
     for (int jj = 0; jj < 2 * DN_C * 16 / 256; jj++) {
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(st + L::K + swz<16>(r, ch) * 16,
-                   (r < DN_C ? sc.k : sc.k_lo) + ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8, true);
+        const size_t o = ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8;
+        cp_async16(st + L::K + swz<16>(r, ch) * 16, (r < DN_C ? sc.k : sc.k_lo) + o, true);
+        if (FO) cp_async16(st + L::Q + swz<16>(r, ch) * 16, (r < DN_C ? sc.q : sc.q_lo) + o, true);
     }
 #pragma unroll
     for (int jj = 0; jj < 2 * DN_C * 8 / 256; jj++) {
@@ -356,6 +361,9 @@ __device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, con
         const int pl = i >> 9, r2 = (i >> 3) & 63, ch2 = i & 7; /* T2 plane (hi, lo), row, chunk */
         cp_async16(st + L::TH + pl * (DN_C * DN_C * 2) + swz<8>(r2, ch2) * 16,
                    tg + pl * DN_C * DN_C + r2 * DN_C + ch2 * 8, true);
+        if (FO) /* P row i >> 3 of [hi; lo] */
+            cp_async16(st + L::P + swz<8>(i >> 3, ch2) * 16, sc.p + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C + i * 8,
+                       true);
     }
     if (tid < DN_C * 2) {
         const int r = tid >> 1, ch = tid & 1;
@@ -373,10 +381,14 @@ __device__ __forceinline__ uint32_t dn_pick(const uint32_t b[4], int half, int i
  * w/4) owns rows 16 wm and columns 8 wn of the 64 x 16 tiles X, R, V'):
  *   snapshot S -> smem + global (split);  X = K S;  R = V - diag(e^gamma) X;  V' = T2 R (lower
  *   triangular: k-blocks <= wm);  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'
- *   (every product split x split: 3 mma). */
+ *   (every product split x split: 3 mma).
+ * FO (output fused, DeltaNetPrefillParams.fuse_out): no S snapshot or V' goes to global memory;
+ * the CTA computes its 16 columns of O = diag(e^gamma) Q S dk^-1/2 + P V' itself (Q and P loaded
+ * with the chunk) and stores bf16(O) in sc.u; dn_norm_out then applies the gated RMSNorm. */
+template <bool FO>
 __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ DeltaNetPrefillParams p,
                                                     const __grid_constant__ DeltaNetScratch sc) {
-    using L = DnScanSmem;
+    using L = DnScanSmem<FO>;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -393,14 +405,14 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
             const float2 v = *(const float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
             S[nt][2 * h] = v.x, S[nt][2 * h + 1] = v.y;
         }
-    dn_scan_load(p, sc, sb, 0, j, n, e0, tid);
+    dn_scan_load<FO>(p, sc, sb, 0, j, n, e0, tid);
     cp_async_commit();
     float gn0 = sc.g[(size_t)(2 * lane) * p.Hv + j], gn1 = sc.g[(size_t)(2 * lane + 1) * p.Hv + j];
 
     for (int c = 0; c < nc; c++) {
         cp_async_wait<0>();
         __syncthreads(); /* chunk c landed; everyone is done with chunk c-1 */
-        if (c + 1 < nc) dn_scan_load(p, sc, sb + ((c + 1) & 1) * L::STAGE, c + 1, j, n, e0, tid);
+        if (c + 1 < nc) dn_scan_load<FO>(p, sc, sb + ((c + 1) & 1) * L::STAGE, c + 1, j, n, e0, tid);
         cp_async_commit();
         const uint32_t st = sb + (c & 1) * L::STAGE;
         float y0, y1;
@@ -425,8 +437,10 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 const uint32_t hi = pack_bf16(x0, x1), lo = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
                 *(uint32_t *)(smem + L::S + swz_off<2>(r, col)) = hi;
                 *(uint32_t *)(smem + L::S + L::LO_S + swz_off<2>(r, col)) = lo;
-                *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = hi;
-                *(uint32_t *)(Sg + DN_D * DN_D + (size_t)r * DN_D + e0 + col) = lo;
+                if (!FO) {
+                    *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = hi;
+                    *(uint32_t *)(Sg + DN_D * DN_D + (size_t)r * DN_D + e0 + col) = lo;
+                }
             }
         __syncthreads();
 
@@ -481,9 +495,15 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 const float dec = expf(gL - gr[h]);
                 const float v0 = vh[2 * h] + (vl[2 * h] + vm[2 * h]);
                 const float v1 = vh[2 * h + 1] + (vl[2 * h + 1] + vm[2 * h + 1]);
-                const size_t o = ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col;
-                *(uint32_t *)(sc.u + o) = pack_bf16(v0, v1);
-                *(uint32_t *)(sc.u_lo + o) = pack_bf16(v0 - rbf(v0), v1 - rbf(v1));
+                const uint32_t vhi = pack_bf16(v0, v1), vlo = pack_bf16(v0 - rbf(v0), v1 - rbf(v1));
+                if (FO) {
+                    *(uint32_t *)(smem + L::VP + swz_off<2>(r, col)) = vhi;
+                    *(uint32_t *)(smem + L::VP + L::LO_R + swz_off<2>(r, col)) = vlo;
+                } else {
+                    const size_t o = ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col;
+                    *(uint32_t *)(sc.u + o) = vhi;
+                    *(uint32_t *)(sc.u_lo + o) = vlo;
+                }
                 const float x0 = v0 * dec, x1 = v1 * dec;
                 *(uint32_t *)(smem + L::VS + swz_off<2>(r, col)) = pack_bf16(x0, x1);
                 *(uint32_t *)(smem + L::VS + L::LO_R + swz_off<2>(r, col)) = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
@@ -517,6 +537,43 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
         for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) S[nt][e] += sl[nt][e] + sm[nt][e];
+
+        if (FO) { /* O = diag(e^gamma) Q S dk^-1/2 + P V' (64 x 16, the X/V' warp tiling) -> bf16 in sc.u */
+            float oh[4] = {}, ol[4] = {}, om[4] = {};
+#pragma unroll
+            for (int kk = 0; kk < DN_D / 16; kk++) {
+                uint32_t a[4], al[4], b[4], bl[4];
+                ldsm_x4(ldsm_addr_a<16>(st + L::Q, wm * 16, kk * 16, lane), a);
+                ldsm_x4(ldsm_addr_a<16>(st + L::Q, DN_C + wm * 16, kk * 16, lane), al);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
+                mma_bf16(oh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(ol, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
+                mma_bf16(om, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+            }
+            float ph[4] = {}, pl[4] = {}, pm[4] = {};
+#pragma unroll
+            for (int kk = 0; kk < DN_C / 16; kk++) {
+                if (kk > wm) break; /* warp-uniform: P is lower triangular */
+                uint32_t a[4], al[4], b[4], bl[4];
+                ldsm_x4(ldsm_addr_a<8>(st + L::P, wm * 16, kk * 16, lane), a);
+                ldsm_x4(ldsm_addr_a<8>(st + L::P, DN_C + wm * 16, kk * 16, lane), al);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP, kk * 16, 0, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP + L::LO_R, kk * 16, 0, lane), bl);
+                mma_bf16(ph, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(pl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
+                mma_bf16(pm, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
+                const float eg = DN_QSCALE * expf(gr[h]);
+                const int e0_ = 2 * h, e1_ = 2 * h + 1;
+                const float o0 = eg * (oh[e0_] + (ol[e0_] + om[e0_])) + (ph[e0_] + (pl[e0_] + pm[e0_]));
+                const float o1 = eg * (oh[e1_] + (ol[e1_] + om[e1_])) + (ph[e1_] + (pl[e1_] + pm[e1_]));
+                *(uint32_t *)(sc.u + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col) = pack_bf16(o0, o1);
+            }
+        }
     }
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
@@ -673,6 +730,40 @@ __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ D
     cluster_wait(); /* the partner has read our sred */
 }
 
+/* grid (ceil(T Hv / 8)), 256 threads, after dn_scan_split<true>: warp = one (token, head) row of
+ * bf16(O) (sc.u), the gated RMSNorm of dn_out_chunk; lane holds columns 2 lane, 2 lane + 1,
+ * 64 + 2 lane, 65 + 2 lane. */
+__global__ void __launch_bounds__(256) dn_norm_out(const __grid_constant__ DeltaNetPrefillParams p,
+                                                  const __grid_constant__ DeltaNetScratch sc) {
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= p.T * p.Hv) return;
+    const int tok = row / p.Hv, j = row - tok * p.Hv;
+    const uint16_t *o = sc.u + (size_t)row * DN_D, *z = p.proj + (size_t)tok * p.ld_proj + p.z_off + j * DN_D;
+    uint32_t ou[2], zu[2];
+    float ss = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        ou[h] = *(const uint32_t *)(o + 64 * h + 2 * lane), zu[h] = *(const uint32_t *)(z + 64 * h + 2 * lane);
+        const float a = __uint_as_float(ou[h] << 16), b = __uint_as_float(ou[h] & 0xffff0000u);
+        ss += a * a + b * b;
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+    const float inv = rsqrtf(ss / (float)DN_D + p.eps);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int col = 64 * h + 2 * lane + e;
+            const float x = __uint_as_float(e ? (ou[h] & 0xffff0000u) : (ou[h] << 16));
+            const float zz = __uint_as_float(e ? (zu[h] & 0xffff0000u) : (zu[h] << 16));
+            v[e] = rbf(p.norm_w[col] * rbf(x * inv)) * (zz / (1.0f + expf(-zz)));
+        }
+        *(uint32_t *)(p.y + (size_t)row * DN_D + 64 * h + 2 * lane) = pack_bf16(v[0], v[1]);
+    }
+}
+
 /* ---- launcher -------------------------------------------------------------------------- */
 
 template <int KC>
@@ -704,9 +795,22 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     if ((rc = launch_status(l->stream))) return rc;
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);
 
-    e = cudaFuncSetAttribute(dn_scan_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem::BYTES);
+    if (p->fuse_out) {
+        e = cudaFuncSetAttribute(dn_scan_split<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 DnScanSmem<true>::BYTES);
+        if (e != cudaSuccess) return (int)e;
+        dn_scan_split<true><<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<true>::BYTES, l->stream>>>(*p, sc);
+        if ((rc = launch_status(l->stream))) return rc;
+        if (p->ev) cudaEventRecord(p->ev[3], l->stream);
+        dn_norm_out<<<(p->T * p->Hv + 7) / 8, 256, 0, l->stream>>>(*p, sc);
+        rc = launch_status(l->stream);
+        if (p->ev) cudaEventRecord(p->ev[4], l->stream);
+        return rc;
+    }
+    e = cudaFuncSetAttribute(dn_scan_split<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             DnScanSmem<false>::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_scan_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem::BYTES, l->stream>>>(*p, sc);
+    dn_scan_split<false><<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, l->stream>>>(*p, sc);
     if ((rc = launch_status(l->stream))) return rc;
     if (p->ev) cudaEventRecord(p->ev[3], l->stream);
 

@@ -394,6 +394,8 @@ typedef struct DeltaNetPrefillParams {
     int Hk, Hv, dk, dv, K;
     float eps;             /* rms_norm_eps of the gated norm */
     cudaEvent_t *ev;       /* optional (timing): 5 events recorded before, between and after the 4 kernels */
+    int fuse_out;          /* 0: state scan, then the chunk-parallel output kernel; 1: the output computed inside
+                              the state scan, then a row norm kernel (fewer bytes, longer serial loop) */
 } DeltaNetPrefillParams;
 /* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
 int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);

@@ -63,12 +63,18 @@ static void emu_prefill(const DeltaNetPrefillParams *p) {
     const DeltaNetPrefillParams P = *p;
     emu_launch(dim3(nc * 64 / DN_TPW, (2 * p->Hk + p->Hv + 3) / 4), 128, 0, 1, [&] { dn_conv_bf16_tok<4>(P, sc); });
     emu_launch(dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, 1, [&] { dn_local_chunk(P, sc); });
-    emu_launch(dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem::BYTES, 1, [&] { dn_scan_split(P, sc); });
+    if (p->fuse_out) {
+        emu_launch(dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<true>::BYTES, 1, [&] { dn_scan_split<true>(P, sc); });
+        emu_launch(dim3((p->T * p->Hv + 7) / 8), 256, 0, 1, [&] { dn_norm_out(P, sc); });
+        return;
+    }
+    emu_launch(dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, 1, [&] { dn_scan_split<false>(P, sc); });
     emu_launch(dim3(2 * nc, p->Hv), 256, DnOutSmem::BYTES, 2, [&] { dn_out_chunk(P, sc); });
 }
 
 int main(int argc, char **argv) {
-    const int Hk = argc > 1 ? atoi(argv[1]) : 1, Hv = argc > 2 ? atoi(argv[2]) : 2, rep = argc > 3 ? atoi(argv[3]) : 0;
+    const int Hk = argc > 1 ? atoi(argv[1]) : 1, Hv = argc > 2 ? atoi(argv[2]) : 2, rep = argc > 3 ? atoi(argv[3]) : 0,
+              fuse = argc > 4 ? atoi(argv[4]) : 0;
     const int dk = 128, dv = 128, K = 4, kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd, n = cd + vd + 2 * Hv, ld = n + 8;
     const int calls[] = {130, 65, 1};
     const float eps = 1e-6f;
@@ -99,6 +105,7 @@ int main(int argc, char **argv) {
         p.proj = projb, p.ld_proj = ld, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + Hv;
         p.conv_w = convw, p.A_log = Alog, p.dt_bias = dt, p.norm_w = nw, p.conv_ring = ring, p.state = Sg, p.y = y;
         p.scratch = scratch, p.T = T, p.pos = pos, p.Hk = Hk, p.Hv = Hv, p.dk = dk, p.dv = dv, p.K = K, p.eps = eps;
+        p.fuse_out = fuse;
         emu_prefill(&p);
         /* CPU fp32 reference */
         float *m = cols(proj, T, ld, 0, cd), *c = fv((size_t)T * cd);

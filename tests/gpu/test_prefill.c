@@ -350,8 +350,9 @@ static float *proj_repeating(int T, int ld, int b_off, int a_off, int Hv) {
  * repeating: proj rows from proj_repeating. Bounds vs the fp32 reference: whole-output rel L2 <= 1e-2,
  * worst single (token, head) row <= 0.1 (the GPU's q/k/v are bf16 conv outputs as in HF, and single
  * rows are sensitive to that: ~1.5 % in a scalar model); vs the CPU chunked reference run on the
- * GPU's own conv outputs and gates: y <= 5e-3, worst row <= 1e-2, final state <= 5e-4. */
-static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, int repeating) {
+ * GPU's own conv outputs and gates: y <= 5e-3, worst row <= 1e-2, final state <= 5e-4.
+ * fuse_out: DeltaNetPrefillParams.fuse_out (output computed in the state scan). */
+static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, int repeating, int fuse_out) {
     const int kd = d->Hk * d->dk, vd = d->Hv * d->dv, cd = 2 * kd + vd, n = cd + vd + 2 * d->Hv, ld = n + 8;
     const size_t sn = (size_t)d->Hv * d->dk * d->dv, csn = (size_t)(d->K - 1) * cd;
     int Tmax = 0;
@@ -387,7 +388,7 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
         p.proj = d_proj, p.ld_proj = ld, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + d->Hv;
         p.conv_w = d_convw, p.A_log = d_Alog, p.dt_bias = d_dt, p.norm_w = d_nw, p.conv_ring = d_ring;
         p.state = d_S, p.y = d_y, p.scratch = d_scr, p.T = T, p.pos = pos;
-        p.Hk = d->Hk, p.Hv = d->Hv, p.dk = d->dk, p.dv = d->dv, p.K = d->K, p.eps = d->eps;
+        p.Hk = d->Hk, p.Hv = d->Hv, p.dk = d->dk, p.dv = d->dv, p.K = d->K, p.eps = d->eps, p.fuse_out = fuse_out;
         const int rc = cuda_deltanet_prefill(&p, &L0);
         CHECK(rc == 0, "deltanet_prefill launch: %s", cudaGetErrorString((cudaError_t)rc));
         CUDA_OK(cudaDeviceSynchronize());
@@ -414,10 +415,10 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
         const double eg = rel_l2(g_g, io.g, (size_t)T * d->Hv);
         int wat;
         const double ew = worst_row(g_y, r_y, T, d->Hv, d->dv, &wat);
-        printf("  deltanet%s Hk=%d Hv=%d call %d T=%4d pos=%4d: rel L2 q %.1e k %.1e v %.1e beta %.1e g %.1e | y %.2e "
-               "(worst row %.2e at t=%d) state %.2e\n",
-               repeating ? " (repeating rows)" : "", d->Hk, d->Hv, call, T, pos - T, eq, ek, ev, eb, eg, ey, ew, wat,
-               eS);
+        printf("  deltanet%s%s Hk=%d Hv=%d call %d T=%4d pos=%4d: rel L2 q %.1e k %.1e v %.1e beta %.1e g %.1e | "
+               "y %.2e (worst row %.2e at t=%d) state %.2e\n",
+               fuse_out ? " fused-out" : "", repeating ? " (repeating rows)" : "", d->Hk, d->Hv, call, T, pos - T, eq,
+               ek, ev, eb, eg, ey, ew, wat, eS);
         /* the chunk algebra alone: the CPU chunked reference (fp32) on the GPU's own conv outputs and
          * gates, state S_own carried the same way. What is left is the GPU's bf16 rounding of o and
          * of the gated norm (HF's), ~3e-3 per row; bf16 chunk products gave 1-2e-2 (repeating rows). */
@@ -433,7 +434,7 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
         CHECK(ew <= 10 * TOL, "deltanet output y, worst row: rel L2 %.3e at t=%d (call %d, T=%d%s)", ew, wat, call, T,
               repeating ? ", repeating rows" : "");
         CHECK(ey2 <= TOL / 2 && ew2 <= TOL, "deltanet chunk algebra: y rel L2 %.3e, worst row %.3e at t=%d (call %d, "
-              "T=%d%s)", ey2, ew2, wat2, call, T, repeating ? ", repeating rows" : "");
+              "T=%d%s, fuse_out %d)", ey2, ew2, wat2, call, T, repeating ? ", repeating rows" : "", fuse_out);
         CHECK(eS2 <= 5e-4, "deltanet chunk algebra: state rel L2 %.3e (call %d, T=%d)", eS2, call, T);
         free(qs), free(o2), free(y2), free(z);
         CHECK(eq <= TOL && ek <= TOL && ev <= TOL, "deltanet conv/l2norm: q %.2e k %.2e v %.2e", eq, ek, ev);
@@ -477,8 +478,9 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
 }
 
 /* Device time of the 4 DeltaNet prefill kernels (events around each; 0.8B shape, 16/16 heads), at
- * T = 2048 and T = 128 (a fixed cost would show at 128). Prints only. */
-static void time_deltanet(int T) {
+ * T = 2048 and T = 128 (a fixed cost would show at 128), for both output paths (fuse_out 0: scan, then
+ * the output kernel; 1: output inside the scan, then the row norm). Prints only. */
+static void time_deltanet(int T, int fuse_out) {
     const DnDims d = {16, 16, 128, 128, 4, 1e-6f};
     const int kd = d.Hk * d.dk, vd = d.Hv * d.dv, cd = 2 * kd + vd, ld = cd + vd + 2 * d.Hv;
     DnWeights w = dn_weights(&d);
@@ -497,7 +499,7 @@ static void time_deltanet(int T) {
     p.proj = d_proj, p.ld_proj = ld, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + d.Hv;
     p.conv_w = d_convw, p.A_log = d_Alog, p.dt_bias = d_dt, p.norm_w = d_nw, p.conv_ring = d_ring;
     p.state = d_S, p.y = d_y, p.scratch = d_scr, p.T = T, p.pos = 0;
-    p.Hk = d.Hk, p.Hv = d.Hv, p.dk = d.dk, p.dv = d.dv, p.K = d.K, p.eps = d.eps, p.ev = ev;
+    p.Hk = d.Hk, p.Hv = d.Hv, p.dk = d.dk, p.dv = d.dv, p.K = d.K, p.eps = d.eps, p.ev = ev, p.fuse_out = fuse_out;
     double us[4] = {0, 0, 0, 0};
     const int reps = 20;
     for (int r = -3; r < reps; r++) {
@@ -511,8 +513,9 @@ static void time_deltanet(int T) {
             us[i] += 1e3 * ms / reps;
         }
     }
-    printf("timing: deltanet prefill 16/16 heads T=%4d: conv %.1f us, local %.1f, scan %.1f, out %.1f; total %.1f us\n",
-           T, us[0], us[1], us[2], us[3], us[0] + us[1] + us[2] + us[3]);
+    printf("timing: deltanet prefill 16/16 heads T=%4d%s: conv %.1f us, local %.1f, %s %.1f, %s %.1f; total %.1f us\n",
+           T, fuse_out ? " fused-out" : "", us[0], us[1], fuse_out ? "scan+out" : "scan", us[2],
+           fuse_out ? "norm" : "out", us[3], us[0] + us[1] + us[2] + us[3]);
     for (int i = 0; i < 5; i++) CUDA_OK(cudaEventDestroy(ev[i]));
     free(proj), free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w);
     void *dev[] = {d_proj, d_ring, d_y, d_convw, d_Alog, d_dt, d_nw, d_S, d_scr};
@@ -703,15 +706,16 @@ int main(int argc, char **argv) {
     const DnDims dn = {16, 16, 128, 128, 4, 1e-6f}, dn2 = {4, 8, 128, 128, 4, 1e-6f};
     const int calls_a[] = {300, 70, 2}, calls_b[] = {64, 1, 2, 129}, calls_c[] = {2048};
     const int calls_d[] = {1, 63, 65, 130}, calls_e[] = {130, 64};
-    test_deltanet(&dn, calls_a, 3, 0, 0);
-    test_deltanet(&dn2, calls_b, 4, 5, 0);
-    test_deltanet(&dn, calls_c, 1, 1, 0);
-    test_deltanet(&dn2, calls_d, 4, 0, 0);
-    test_deltanet(&dn, calls_e, 2, 0, 1);
-    test_deltanet(&dn2, calls_d, 4, 3, 1);
+    for (int fuse = 0; fuse < 2; fuse++) { /* both output paths of the DeltaNet prefill */
+        test_deltanet(&dn, calls_a, 3, 0, 0, fuse);
+        test_deltanet(&dn2, calls_b, 4, 5, 0, fuse);
+        test_deltanet(&dn, calls_c, 1, 1, 0, fuse);
+        test_deltanet(&dn2, calls_d, 4, 0, 0, fuse);
+        test_deltanet(&dn, calls_e, 2, 0, 1, fuse);
+        test_deltanet(&dn2, calls_d, 4, 3, 1, fuse);
+    }
 
-    time_deltanet(2048);
-    time_deltanet(128);
+    for (int fuse = 0; fuse < 2; fuse++) time_deltanet(2048, fuse), time_deltanet(128, fuse);
 
     const int layer_calls[] = {100, 37};
     test_layers(layer_calls, 2);
