@@ -287,10 +287,14 @@ __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__
     for (int bi = 1; bi < 4; bi++) {
         for (int e = tid; e < bi * 256; e += 256) {
             const int bj = e >> 8, i = (e >> 4) & 15, cc = e & 15;
-            float v = 0.0f;
-            for (int s = bj * 16; s < bi * 16; s++)
-                v += sA[(bi * 16 + i) * (DN_C + 1) + s] * sTi[s * (DN_C + 1) + bj * 16 + cc];
-            sX[e] = v;
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* 16-wide unrolled blocks, 4 partial sums: loads pipeline */
+            for (int bk = bj; bk < bi; bk++) {
+                const float *ar = sA + (bi * 16 + i) * (DN_C + 1) + bk * 16;
+                const float *tc = sTi + bk * 16 * (DN_C + 1) + bj * 16 + cc;
+#pragma unroll
+                for (int s = 0; s < 16; s++) v[s & 3] += ar[s] * tc[s * (DN_C + 1)];
+            }
+            sX[e] = (v[0] + v[1]) + (v[2] + v[3]);
         }
         __syncthreads();
         for (int e = tid; e < bi * 256; e += 256) {
@@ -776,8 +780,8 @@ static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch 
 extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->pos < 0 || !p->conv_ring || !p->state || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 ||
         p->Hv < 1 || p->Hv % p->Hk || p->K < 2 || p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) ||
-        p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) || ((uintptr_t)p->conv_ring & 3) ||
-        ((uintptr_t)p->state & 7))
+        p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) ||
+        ((uintptr_t)p->conv_ring & 3) || ((uintptr_t)p->state & 7))
         return (int)cudaErrorInvalidValue;
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
