@@ -436,8 +436,9 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
         printf("    on the GPU's own q/k/v/gates: y %.2e (worst row %.2e at t=%d) state %.2e\n", ey2, ew2, wat2, eS2);
         CHECK(ew <= 20 * TOL, "deltanet output y, worst row: rel L2 %.3e at t=%d (call %d, T=%d%s)", ew, wat, call, T,
               repeating ? ", repeating rows" : "");
-        CHECK(ey2 <= 0.6 * TOL && ew2 <= 2 * TOL, "deltanet chunk algebra: y rel L2 %.3e, worst row %.3e at t=%d (call %d, "
-              "T=%d%s, fuse_out %d)", ey2, ew2, wat2, call, T, repeating ? ", repeating rows" : "", fuse_out);
+        CHECK(ey2 <= 0.6 * TOL && ew2 <= 2 * TOL,
+              "deltanet chunk algebra: y rel L2 %.3e, worst row %.3e at t=%d (call %d, T=%d%s, fuse_out %d)", ey2, ew2,
+              wat2, call, T, repeating ? ", repeating rows" : "", fuse_out);
         CHECK(eS2 <= 5e-4, "deltanet chunk algebra: state rel L2 %.3e (call %d, T=%d)", eS2, call, T);
         free(qs), free(o2), free(y2), free(z);
         CHECK(eq <= TOL && ek <= TOL && ev <= TOL, "deltanet conv/l2norm: q %.2e k %.2e v %.2e", eq, ek, ev);
