@@ -1,41 +1,52 @@
 /* deltanet_prefill.cu — the Gated DeltaNet mixer for T > 1 tokens (MODEL.md §3.3, §3.4), as four
  * kernels over chunks of C = 64 tokens (dk = dv = 128; head j of Hv reads k-head n = j/(Hv/Hk)):
- *   1. dn_conv_bf16_tok     (token quads x head units): causal conv + SiLU, l2norm of q/k (fp32), gates.
- *   2. dn_local_bf16_chunk  (chunks x Hv, all chunks in parallel), with gamma = cumsum(g) and
+ *   1. dn_conv_bf16_tok  (16-token groups x head units): causal conv + SiLU, l2norm of q/k (fp32), gates.
+ *   2. dn_local_chunk    (chunks x Hv, all chunks in parallel), with gamma = cumsum(g):
  *        A[r][s] = beta_r (k_r . k_s) e^(gamma_r - gamma_s) (s < r), T = (I + A)^-1 (fp32, 16x16
- *        blocks), W = T diag(beta e^gamma) K,  U = T diag(beta) V.
- *   3. dn_scan_bf16_split   (Hv x dv/32; sequential over chunks, the only serial part), per chunk:
- *        store S (split bf16 hi + lo), V' = U - W S,  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
- *   4. dn_out_bf16_chunk    (chunks x Hv): O = diag(e^gamma) Q S + ((Q K^T) o Gamma) V', o = bf16(O),
- *        then the gated RMSNorm with z.
- * Matrix products run on mma.sync (bf16 in, fp32 out); the state lives in fp32 registers in
- * kernel 3. Operands that carry the state's precision are "split bf16" (x = hi + lo, hi = bf16(x),
- * lo = bf16(x - hi), two mma into one fp32 accumulator, ~16 mantissa bits): S in W S and Q S, and
- * the fp32 V' in the state update K^T V'. A plain bf16 S (8 bits) cost up to 8e-2 rel L2 on
- * test_prefill_model where the fp32 recurrent decode gets 1.6e-2. Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
+ *        blocks) -> T2 = T diag(beta);  P = (Q K^T) o Gamma dk^-1/2 (s <= r).
+ *   3. dn_scan_split     (Hv x dv/16 = 128 CTAs at 16 heads; sequential over chunks), per chunk:
+ *        store S, R = V - diag(e^gamma) K S, V' = T2 R (= U - W S with U = T2 V,
+ *        W = T2 diag(e^gamma) K), S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
+ *   4. dn_out_chunk      (2 column halves x chunks x Hv, clusters of 2): O = diag(e^gamma) Q S dk^-1/2
+ *        + P V', o = bf16(O), then the gated RMSNorm with z.
+ * Matrix products run on mma.sync (bf16 in, fp32 out). v is a bf16 value (HF's conv output); every
+ * fp32 operand is "split bf16" (x = hi + lo, hi = bf16(x), lo = bf16(x - hi), ~16 mantissa bits):
+ * q^, k^, S, T2, R, V', P; a product of two split operands takes 3 mma (hi hi + hi lo + lo hi), one
+ * with v 2. Why: with plain bf16 operands single prefill rows of test_prefill_model were 4.8-6.6 %
+ * from the fp32 CPU where the fp32 decode step is at 1.8 %. A scalar model of the chunk algebra
+ * (one head, T = 130, beta 0.98, repeating keys) against an fp64 recurrence: bf16 T2/W/U/V'/P gives
+ * rel L2 1e-2 on o, worst row 2e-2; split products with bf16 q^/k^ 2.6e-3 / 1.5e-2 (rows whose
+ * output is small are sensitive to q^ k^ rounding); split q^/k^ too 1e-5 / 2e-5.
+ * Applying T2 to the residual R inside the scan (instead of storing U and W from the chunk-local
+ * kernel) also keeps the scan's per-chunk loads small (T2 is 64x64, W 64x128).
+ * Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
+#include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 
 #define DN_C 64  /* chunk length */
 #define DN_D 128 /* dk = dv */
-#define DN_DVS 32 /* value columns per CTA in the state scan */
-#define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to q in dn_out */
+#define DN_DVS 16 /* value columns per CTA in the state scan */
+#define DN_OH 64 /* output columns per block of dn_out_chunk (a cluster of 2 covers dv) */
+#define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to Q K^T and Q S in fp32 */
 
 static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
 
 extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base, int T, int Hk, int Hv, int dk,
                                                  int dv) {
     const size_t Tp = (size_t)(T + DN_C - 1) / DN_C * DN_C, nc = Tp / DN_C;
-    const size_t sz[8] = {Tp * Hk * dk * 2, Tp * Hk * dk * 2, Tp * Hv * dv * 2, Tp * Hv * 4,
-                          Tp * Hv * 4,      Tp * Hv * dk * 2, Tp * Hv * dv * 2, nc * Hv * 2 * dk * dv * 2};
-    size_t off[8], total = 0;
-    for (int i = 0; i < 8; i++) off[i] = total, total += dn_align(sz[i]);
+    const size_t qk = Tp * Hk * dk * 2, vv = Tp * Hv * dv * 2, gate = Tp * Hv * 4, cc = nc * Hv * 2 * DN_C * DN_C * 2;
+    const size_t sz[12] = {qk, qk, qk, qk, vv, gate, gate, cc, cc, vv, vv, nc * Hv * 2 * dk * dv * 2};
+    size_t off[12], total = 0;
+    for (int i = 0; i < 12; i++) off[i] = total, total += dn_align(sz[i]);
     if (sc && base) {
         char *b = (char *)base;
-        sc->q = (uint16_t *)(b + off[0]), sc->k = (uint16_t *)(b + off[1]), sc->v = (uint16_t *)(b + off[2]);
-        sc->beta = (float *)(b + off[3]), sc->g = (float *)(b + off[4]);
-        sc->w = (uint16_t *)(b + off[5]), sc->u = (uint16_t *)(b + off[6]), sc->s = (uint16_t *)(b + off[7]);
+        sc->q = (uint16_t *)(b + off[0]), sc->q_lo = (uint16_t *)(b + off[1]);
+        sc->k = (uint16_t *)(b + off[2]), sc->k_lo = (uint16_t *)(b + off[3]), sc->v = (uint16_t *)(b + off[4]);
+        sc->beta = (float *)(b + off[5]), sc->g = (float *)(b + off[6]), sc->t = (uint16_t *)(b + off[7]);
+        sc->p = (uint16_t *)(b + off[8]), sc->u = (uint16_t *)(b + off[9]), sc->u_lo = (uint16_t *)(b + off[10]);
+        sc->s = (uint16_t *)(b + off[11]);
     }
     return total;
 }
@@ -61,7 +72,7 @@ __device__ __forceinline__ float dn_gamma_at(float y0, float y1, int r) {
 
 /* l2norm of one 128-channel q/k head in fp32 (MODEL.md §4.1; emulating a bf16 l2norm moved our
  * logits further from HF's on the golden fixtures, see docs/MODEL_NOTES.md). v[4] are the lane's 4
- * channels; the result is stored as bf16 for the tensor cores. */
+ * channels; the result is stored split (hi + lo bf16) for the tensor cores. */
 __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
     float ss = 0.0f;
 #pragma unroll
@@ -73,15 +84,15 @@ __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
     for (int i = 0; i < 4; i++) v[i] *= inv;
 }
 
-/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW consecutive tokens of one head
- * unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
- * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (from proj,
- * or from the conv ring for rows before the call: row q % K holds position q, positions < 0 are 0)
- * and then works from registers; tokens are independent, so all warps run in parallel.
- * Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs after
- * this kernel has read the old rows). q and k are stored l2-normalised WITHOUT the dk^-1/2 scale
- * (applied in fp32 in dn_out). */
-#define DN_TPW 4
+/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW = 16 consecutive tokens of one
+ * head unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
+ * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (19 rows for
+ * 16 tokens; from proj, or from the conv ring for rows before the call: row q % K holds position q,
+ * positions < 0 are 0) and then works from registers; tokens are independent, so all warps run in
+ * parallel. Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs
+ * after this kernel has read the old rows). q and k are stored l2-normalised (split hi + lo)
+ * WITHOUT the dk^-1/2 scale (applied in fp32 to Q K^T in dn_local and to Q S in dn_out). */
+#define DN_TPW 16
 template <int KC>
 __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p,
                                                        const __grid_constant__ DeltaNetScratch sc) {
@@ -131,9 +142,12 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
         }
         if (kind < 2) {
             dn_l2norm_f32(c);
-            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + ((size_t)t * p.Hk + head) * DN_D + 2 * lane;
+            const size_t o = ((size_t)t * p.Hk + head) * DN_D + 2 * lane;
+            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + o, *dlo = (kind == 0 ? sc.q_lo : sc.k_lo) + o;
             *(uint32_t *)dst = pack_bf16(c[0], c[1]);
             *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
+            *(uint32_t *)dlo = pack_bf16(c[0] - rbf(c[0]), c[1] - rbf(c[1]));
+            *(uint32_t *)(dlo + 64) = pack_bf16(c[2] - rbf(c[2]), c[3] - rbf(c[3]));
         } else {
             uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D + 2 * lane;
             *(uint32_t *)dst = pack_bf16(c[0], c[1]);
@@ -158,22 +172,25 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
 /* ---- 2. chunk-local transform ---------------------------------------------------------- */
 
 struct DnLocalSmem {
-    static constexpr int K = 0, V = K + DN_C * DN_D * 2, T1 = V + DN_C * DN_D * 2, T2 = T1 + DN_C * DN_C * 2;
-    static constexpr int A = T2 + DN_C * DN_C * 2;          /* fp32 [64][65] */
+    static constexpr int K = 0;                              /* bf16 [128][128]: k^ hi rows 0..63, lo rows 64..127 */
+    static constexpr int Q = K + 2 * DN_C * DN_D * 2;        /* bf16 [128][128]: q^ hi, lo */
+    static constexpr int A = Q + 2 * DN_C * DN_D * 2;        /* fp32 [64][65] */
     static constexpr int TI = A + DN_C * (DN_C + 1) * 4;     /* fp32 [64][65] */
     static constexpr int X = TI + DN_C * (DN_C + 1) * 4;     /* fp32 [3][16][16] */
-    static constexpr int VEC = X + 3 * 256 * 4;              /* fp32 beta[64], gamma[64], beta e^gamma[64] */
-    static constexpr int BYTES = VEC + 3 * DN_C * 4;
+    static constexpr int VEC = X + 3 * 256 * 4;              /* fp32 beta[64], gamma[64] */
+    static constexpr int BYTES = VEC + 2 * DN_C * 4;
 };
 
-/* grid (Tp/64, Hv), 256 threads. */
-__global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant__ DeltaNetPrefillParams p,
-                                                          const __grid_constant__ DeltaNetScratch sc) {
+/* grid (Tp/64, Hv), 256 threads, ~100 KB of shared memory (2 blocks per SM). Writes, for chunk c
+ * and head j, T2 = (I + A)^-1 diag(beta) and P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) as split bf16
+ * planes (hi [64][64] row-major, then lo). */
+__global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__ DeltaNetPrefillParams p,
+                                                     const __grid_constant__ DeltaNetScratch sc) {
     using L = DnLocalSmem;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
     float *sA = (float *)(smem + L::A), *sTi = (float *)(smem + L::TI), *sX = (float *)(smem + L::X);
-    float *sbeta = (float *)(smem + L::VEC), *sgam = sbeta + DN_C, *sbg = sgam + DN_C;
+    float *sbeta = (float *)(smem + L::VEC), *sgam = sbeta + DN_C;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int c = blockIdx.x, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
 
@@ -185,10 +202,11 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
         }
     }
 #pragma unroll
-    for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
+    for (int jj = 0; jj < 2 * DN_C * 16 / 256; jj++) { /* rows 0..63 hi, 64..127 lo */
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
-        cp_async16(sb + L::V + swz<16>(r, ch) * 16, sc.v + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
+        const size_t o = ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8;
+        cp_async16(sb + L::K + swz<16>(r, ch) * 16, (r < DN_C ? sc.k : sc.k_lo) + o, true);
+        cp_async16(sb + L::Q + swz<16>(r, ch) * 16, (r < DN_C ? sc.q : sc.q_lo) + o, true);
     }
     cp_async_commit();
     for (int i = tid; i < DN_C * (DN_C + 1); i += 256) sTi[i] = 0.0f;
@@ -196,37 +214,56 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
         const float g0 = sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], g1 = sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
         float y0, y1;
         dn_gamma_scan(g0, g1, lane, y0, y1);
-        const float b0 = sc.beta[(size_t)(t0 + 2 * lane) * p.Hv + j],
-                    b1 = sc.beta[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
         sgam[2 * lane] = y0, sgam[2 * lane + 1] = y1;
-        sbeta[2 * lane] = b0, sbeta[2 * lane + 1] = b1;
-        sbg[2 * lane] = b0 * expf(y0), sbg[2 * lane + 1] = b1 * expf(y1);
+        sbeta[2 * lane] = sc.beta[(size_t)(t0 + 2 * lane) * p.Hv + j];
+        sbeta[2 * lane + 1] = sc.beta[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
     }
     cp_async_wait<0>();
     __syncthreads();
 
-    /* A = (diag(beta) K K^T) o Gamma, strictly lower: warp -> rows 16 (w%4), cols 32 (w/4) */
+    /* A = (diag(beta) K K^T) o Gamma (strictly lower) and P = (Q K^T) o Gamma * dk^-1/2 (s <= r, split
+     * -> global): warp -> rows 16 (w%4), cols 32 (w/4); q^, k^ split: 3 mma per product */
     {
         const int wm = warp & 3, wn = warp >> 2;
-        float acc[4][4] = {};
+        float acc[4][4] = {}, accp[4][4] = {};
 #pragma unroll
         for (int kk = 0; kk < DN_D / 16; kk++) {
-            uint32_t a[4];
+            uint32_t a[4], al[4], q[4], ql[4];
             ldsm_x4(ldsm_addr_a<16>(sb + L::K, wm * 16, kk * 16, lane), a);
+            ldsm_x4(ldsm_addr_a<16>(sb + L::K, DN_C + wm * 16, kk * 16, lane), al);
+            ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, kk * 16, lane), q);
+            ldsm_x4(ldsm_addr_a<16>(sb + L::Q, DN_C + wm * 16, kk * 16, lane), ql);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
-                uint32_t b[4];
+                uint32_t b[4], bl[4];
                 ldsm_x4(ldsm_addr_bt<16>(sb + L::K, wn * 32 + np * 16, kk * 16, lane), b);
-                mma_bf16(acc[2 * np], a, b[0], b[1]);
-                mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+                ldsm_x4(ldsm_addr_bt<16>(sb + L::K, DN_C + wn * 32 + np * 16, kk * 16, lane), bl);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    mma_bf16(acc[2 * np + h], a, bl[2 * h], bl[2 * h + 1]);
+                    mma_bf16(acc[2 * np + h], al, b[2 * h], b[2 * h + 1]);
+                    mma_bf16(acc[2 * np + h], a, b[2 * h], b[2 * h + 1]);
+                    mma_bf16(accp[2 * np + h], q, bl[2 * h], bl[2 * h + 1]);
+                    mma_bf16(accp[2 * np + h], ql, b[2 * h], b[2 * h + 1]);
+                    mma_bf16(accp[2 * np + h], q, b[2 * h], b[2 * h + 1]);
+                }
             }
         }
+        uint16_t *pg = sc.p + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C;
 #pragma unroll
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = wm * 16 + g + (e >> 1) * 8, s = wn * 32 + nt * 8 + 2 * t + (e & 1);
-                sA[r * (DN_C + 1) + s] = s < r ? sbeta[r] * acc[nt][e] * expf(sgam[r] - sgam[s]) : 0.0f;
+            for (int h = 0; h < 2; h++) {
+                const int r = wm * 16 + g + 8 * h, s = wn * 32 + nt * 8 + 2 * t;
+                float pv[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float dec = expf(sgam[r] - sgam[s + e]);
+                    sA[r * (DN_C + 1) + s + e] = s + e < r ? sbeta[r] * acc[nt][2 * h + e] * dec : 0.0f;
+                    pv[e] = s + e <= r ? accp[nt][2 * h + e] * DN_QSCALE * dec : 0.0f;
+                }
+                *(uint32_t *)(pg + r * DN_C + s) = pack_bf16(pv[0], pv[1]);
+                *(uint32_t *)(pg + DN_C * DN_C + r * DN_C + s) = pack_bf16(pv[0] - rbf(pv[0]), pv[1] - rbf(pv[1]));
             }
     }
     __syncthreads();
@@ -250,10 +287,14 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
     for (int bi = 1; bi < 4; bi++) {
         for (int e = tid; e < bi * 256; e += 256) {
             const int bj = e >> 8, i = (e >> 4) & 15, cc = e & 15;
-            float v = 0.0f;
-            for (int s = bj * 16; s < bi * 16; s++)
-                v += sA[(bi * 16 + i) * (DN_C + 1) + s] * sTi[s * (DN_C + 1) + bj * 16 + cc];
-            sX[e] = v;
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* 16-wide unrolled blocks, 4 partial sums: loads pipeline */
+            for (int bk = bj; bk < bi; bk++) {
+                const float *ar = sA + (bi * 16 + i) * (DN_C + 1) + bk * 16;
+                const float *tc = sTi + bk * 16 * (DN_C + 1) + bj * 16 + cc;
+#pragma unroll
+                for (int s = 0; s < 16; s++) v[s & 3] += ar[s] * tc[s * (DN_C + 1)];
+            }
+            sX[e] = (v[0] + v[1]) + (v[2] + v[3]);
         }
         __syncthreads();
         for (int e = tid; e < bi * 256; e += 256) {
@@ -267,110 +308,115 @@ __global__ void __launch_bounds__(256) dn_local_bf16_chunk(const __grid_constant
         __syncthreads();
     }
 
-    /* T1 = T diag(beta e^gamma), T2 = T diag(beta) as bf16 tiles: thread -> row tid/4, 16 columns */
+    /* T2 = T diag(beta) -> split bf16 planes in global: thread -> row tid/4, 16 columns */
     {
         const int r = tid >> 2, c0 = (tid & 3) * 16;
+        uint16_t *dst = sc.t + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C + r * DN_C + c0;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            uint32_t u1[4], u2[4];
+            uint32_t hi[4], lo[4];
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const int s = c0 + h * 8 + 2 * q;
-                const float x0 = sTi[r * (DN_C + 1) + s], x1 = sTi[r * (DN_C + 1) + s + 1];
-                u1[q] = pack_bf16(x0 * sbg[s], x1 * sbg[s + 1]);
-                u2[q] = pack_bf16(x0 * sbeta[s], x1 * sbeta[s + 1]);
+                const float x0 = sTi[r * (DN_C + 1) + s] * sbeta[s], x1 = sTi[r * (DN_C + 1) + s + 1] * sbeta[s + 1];
+                hi[q] = pack_bf16(x0, x1);
+                lo[q] = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
             }
-            const int ch = (c0 >> 3) + h;
-            *(uint4 *)(smem + L::T1 + swz<8>(r, ch) * 16) = make_uint4(u1[0], u1[1], u1[2], u1[3]);
-            *(uint4 *)(smem + L::T2 + swz<8>(r, ch) * 16) = make_uint4(u2[0], u2[1], u2[2], u2[3]);
-        }
-    }
-    __syncthreads();
-
-    /* W = T1 K (warps 0-3), U = T2 V (warps 4-7): rows 16 (w%4), all 128 columns */
-    {
-        const int wm = warp & 3, which = warp >> 2;
-        const uint32_t sT = sb + (which ? L::T2 : L::T1), sR = sb + (which ? L::V : L::K);
-        float acc[16][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < DN_C / 16; kk++) {
-            uint32_t a[4];
-            ldsm_x4(ldsm_addr_a<8>(sT, wm * 16, kk * 16, lane), a);
-#pragma unroll
-            for (int np = 0; np < 8; np++) {
-                uint32_t b[4];
-                ldsm_x4_t(ldsm_addr_bk<16>(sR, kk * 16, np * 16, lane), b);
-                mma_bf16(acc[2 * np], a, b[0], b[1]);
-                mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
-            }
-        }
-        uint16_t *dst = which ? sc.u : sc.w;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = wm * 16 + g + 8 * h;
-            uint16_t *row = dst + ((size_t)(t0 + r) * p.Hv + j) * DN_D;
-#pragma unroll
-            for (int nt = 0; nt < 16; nt++)
-                *(uint32_t *)(row + nt * 8 + 2 * t) = pack_bf16(acc[nt][2 * h], acc[nt][2 * h + 1]);
+            *(uint4 *)(dst + h * 8) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *(uint4 *)(dst + DN_C * DN_C + h * 8) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         }
     }
 }
 
 /* ---- 3. sequential state scan ---------------------------------------------------------- */
 
+template <bool FO>
 struct DnScanSmem {
-    static constexpr int W = 0, K = W + DN_C * DN_D * 2, U = K + DN_C * DN_D * 2;
-    static constexpr int STAGE = U + DN_C * DN_DVS * 2; /* W, K: [64][128]; U: [64][32] */
-    static constexpr int S = 2 * STAGE;                 /* bf16 [2][128][32]: S = hi + lo */
-    static constexpr int VS = S + 2 * DN_D * DN_DVS * 2; /* bf16 [2][64][32]: Vs = hi + lo */
-    static constexpr int BYTES = VS + 2 * DN_C * DN_DVS * 2;
-    static constexpr int LO_S = DN_D * DN_DVS * 2, LO_VS = DN_C * DN_DVS * 2; /* byte offsets of the lo halves */
+    /* one stage (double-buffered): K bf16 [128][128] (k^ hi rows 0..63, lo rows 64..127), V slice bf16
+     * [64][16], T2 hi, lo bf16 [64][64]; with FO also Q [128][128] (q^ hi, lo) and P [128][64] (hi, lo) */
+    static constexpr int K = 0, V = K + 2 * DN_C * DN_D * 2, TH = V + DN_C * DN_DVS * 2, TL = TH + DN_C * DN_C * 2;
+    static constexpr int Q = TL + DN_C * DN_C * 2, P = Q + 2 * DN_C * DN_D * 2;
+    static constexpr int STAGE = FO ? P + 2 * DN_C * DN_C * 2 : Q;
+    static constexpr int S = 2 * STAGE;                   /* bf16 [2][128][16]: S = hi + lo */
+    static constexpr int R = S + 2 * DN_D * DN_DVS * 2;   /* bf16 [2][64][16]:  R = V - diag(e^gamma) K S, hi + lo */
+    static constexpr int VS = R + 2 * DN_C * DN_DVS * 2;  /* bf16 [2][64][16]:  diag(e^(gamma_L - gamma)) V', hi + lo */
+    static constexpr int VP = VS + 2 * DN_C * DN_DVS * 2; /* bf16 [2][64][16]:  V', hi + lo (FO) */
+    static constexpr int BYTES = FO ? VP + 2 * DN_C * DN_DVS * 2 : VP;
+    static constexpr int LO_S = DN_D * DN_DVS * 2, LO_R = DN_C * DN_DVS * 2; /* byte offsets of the lo halves */
 };
+static_assert(DN_DVS == 16, "the scan's tiles are [rows][16]: 2 swizzled 16-byte chunks per row");
 
+template <bool FO>
 __device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, const DeltaNetScratch &sc, uint32_t st,
                                              int c, int j, int n, int e0, int tid) {
-    using L = DnScanSmem;
+    using L = DnScanSmem<FO>;
     const int t0 = c * DN_C;
+    const uint16_t *tg = sc.t + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C;
 #pragma unroll
-    for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
+    for (int jj = 0; jj < 2 * DN_C * 16 / 256; jj++) {
         const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(st + L::W + swz<16>(r, ch) * 16, sc.w + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
-        cp_async16(st + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
+        const size_t o = ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8;
+        cp_async16(st + L::K + swz<16>(r, ch) * 16, (r < DN_C ? sc.k : sc.k_lo) + o, true);
+        if (FO) cp_async16(st + L::Q + swz<16>(r, ch) * 16, (r < DN_C ? sc.q : sc.q_lo) + o, true);
     }
-    {
-        const int r = tid >> 2, ch = tid & 3;
-        cp_async16(st + L::U + swz<4>(r, ch) * 16, sc.u + ((size_t)(t0 + r) * p.Hv + j) * DN_D + e0 + ch * 8, true);
+#pragma unroll
+    for (int jj = 0; jj < 2 * DN_C * 8 / 256; jj++) {
+        const int i = tid + jj * 256;
+        const int pl = i >> 9, r2 = (i >> 3) & 63, ch2 = i & 7; /* T2 plane (hi, lo), row, chunk */
+        cp_async16(st + L::TH + pl * (DN_C * DN_C * 2) + swz<8>(r2, ch2) * 16,
+                   tg + pl * DN_C * DN_C + r2 * DN_C + ch2 * 8, true);
+        if (FO) /* P row i >> 3 of [hi; lo] */
+            cp_async16(st + L::P + swz<8>(i >> 3, ch2) * 16, sc.p + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C + i * 8,
+                       true);
+    }
+    if (tid < DN_C * 2) {
+        const int r = tid >> 1, ch = tid & 1;
+        cp_async16(st + L::V + swz<2>(r, ch) * 16, sc.v + ((size_t)(t0 + r) * p.Hv + j) * DN_D + e0 + ch * 8, true);
     }
 }
 
-/* grid (Hv, dv/32), 256 threads. The CTA owns S[:, e0 .. e0+31] of head j in registers: warp w
- * holds rows 16w .. 16w+15 as the accumulators of 4 n8 tiles. */
-__global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant__ DeltaNetPrefillParams p,
-                                                         const __grid_constant__ DeltaNetScratch sc) {
-    using L = DnScanSmem;
+/* b0, b1 of n8 tile `hi_half` (0: columns 0-7, 1: 8-15) out of an ldsm_addr_bk x4.trans load */
+__device__ __forceinline__ uint32_t dn_pick(const uint32_t b[4], int half, int i) {
+    return half ? b[2 + i] : b[i];
+}
+
+/* grid (Hv, dv/16), 256 threads. The CTA owns S[:, e0 .. e0+15] of head j in fp32 registers: warp
+ * w holds rows 16w .. 16w+15 as the accumulators of 2 n8 tiles. Per chunk (warp (wm, wn) = (w%4,
+ * w/4) owns rows 16 wm and columns 8 wn of the 64 x 16 tiles X, R, V'):
+ *   snapshot S -> smem + global (split);  X = K S;  R = V - diag(e^gamma) X;  V' = T2 R (lower
+ *   triangular: k-blocks <= wm);  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'
+ *   (every product split x split: 3 mma).
+ * FO (output fused, DeltaNetPrefillParams.fuse_out): no S snapshot or V' goes to global memory;
+ * the CTA computes its 16 columns of O = diag(e^gamma) Q S dk^-1/2 + P V' itself (Q and P loaded
+ * with the chunk) and stores bf16(O) in sc.u; dn_norm_out then applies the gated RMSNorm. */
+template <bool FO>
+__global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ DeltaNetPrefillParams p,
+                                                    const __grid_constant__ DeltaNetScratch sc) {
+    using L = DnScanSmem<FO>;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wm = warp & 3, wn = warp >> 2;
     const int j = blockIdx.x, e0 = blockIdx.y * DN_DVS, n = j / (p.Hv / p.Hk);
     const int nc = (p.T + DN_C - 1) / DN_C;
     float *state = p.state + (size_t)j * DN_D * DN_D;
 
-    float S[4][4];
+    float S[2][4];
 #pragma unroll
-    for (int nt = 0; nt < 4; nt++)
+    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float2 v = *(const float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
             S[nt][2 * h] = v.x, S[nt][2 * h + 1] = v.y;
         }
-    dn_scan_load(p, sc, sb, 0, j, n, e0, tid);
+    dn_scan_load<FO>(p, sc, sb, 0, j, n, e0, tid);
     cp_async_commit();
     float gn0 = sc.g[(size_t)(2 * lane) * p.Hv + j], gn1 = sc.g[(size_t)(2 * lane + 1) * p.Hv + j];
 
     for (int c = 0; c < nc; c++) {
         cp_async_wait<0>();
         __syncthreads(); /* chunk c landed; everyone is done with chunk c-1 */
-        if (c + 1 < nc) dn_scan_load(p, sc, sb + ((c + 1) & 1) * L::STAGE, c + 1, j, n, e0, tid);
+        if (c + 1 < nc) dn_scan_load<FO>(p, sc, sb + ((c + 1) & 1) * L::STAGE, c + 1, j, n, e0, tid);
         cp_async_commit();
         const uint32_t st = sb + (c & 1) * L::STAGE;
         float y0, y1;
@@ -380,84 +426,161 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
             gn0 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane) * p.Hv + j];
             gn1 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane + 1) * p.Hv + j];
         }
+        float gr[2]; /* gamma of this thread's two tile rows wm*16 + g (+8) */
+#pragma unroll
+        for (int h = 0; h < 2; h++) gr[h] = dn_gamma_at(y0, y1, wm * 16 + g + 8 * h);
 
-        /* S entering the chunk -> split bf16 tiles hi = bf16(S), lo = bf16(S - hi) (and the copy
-         * kernel 4 reads): W S = W hi + W lo keeps ~16 bits of S instead of 8 */
+        /* S entering the chunk -> split tiles (smem) and the copy kernel 4 reads */
         uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = warp * 16 + g + 8 * h, col = nt * 8 + 2 * t;
                 const float x0 = S[nt][2 * h], x1 = S[nt][2 * h + 1];
                 const uint32_t hi = pack_bf16(x0, x1), lo = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
-                *(uint32_t *)(smem + L::S + swz_off<4>(r, col)) = hi;
-                *(uint32_t *)(smem + L::S + L::LO_S + swz_off<4>(r, col)) = lo;
-                *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = hi;
-                *(uint32_t *)(Sg + DN_D * DN_D + (size_t)r * DN_D + e0 + col) = lo;
+                *(uint32_t *)(smem + L::S + swz_off<2>(r, col)) = hi;
+                *(uint32_t *)(smem + L::S + L::LO_S + swz_off<2>(r, col)) = lo;
+                if (!FO) {
+                    *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = hi;
+                    *(uint32_t *)(Sg + DN_D * DN_D + (size_t)r * DN_D + e0 + col) = lo;
+                }
             }
         __syncthreads();
 
-        /* V' = U - W S: warp -> rows 16 (w%4), columns 16 (w/4) */
+        /* X = K S (64 x 16; k = dk), one accumulator per product term (shorter mma dependency
+         * chains); then R = V - diag(e^gamma) X -> split tiles */
         {
-            const int wm = warp & 3, wn = warp >> 2;
-            float acc[2][4] = {};
+            float xh[4] = {}, xl[4] = {}, xm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_D / 16; kk++) {
-                uint32_t a[4], b[4], bl[4];
-                ldsm_x4(ldsm_addr_a<16>(st + L::W, wm * 16, kk * 16, lane), a);
-                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::S, kk * 16, wn * 16, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::S + L::LO_S, kk * 16, wn * 16, lane), bl);
-                mma_bf16(acc[0], a, bl[0], bl[1]);
-                mma_bf16(acc[1], a, bl[2], bl[3]);
-                mma_bf16(acc[0], a, b[0], b[1]);
-                mma_bf16(acc[1], a, b[2], b[3]);
+                uint32_t a[4], al[4], b[4], bl[4];
+                ldsm_x4(ldsm_addr_a<16>(st + L::K, wm * 16, kk * 16, lane), a);
+                ldsm_x4(ldsm_addr_a<16>(st + L::K, DN_C + wm * 16, kk * 16, lane), al);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
+                mma_bf16(xh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(xl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
+                mma_bf16(xm, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int r = wm * 16 + g + 8 * h;
-                const float dec = expf(gL - dn_gamma_at(y0, y1, r));
-                uint16_t *vg = sc.u + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0;
-#pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
-                    const int col = wn * 16 + nt * 8 + 2 * t;
-                    const uint32_t uu = *(const uint32_t *)(smem + (st - sb) + L::U + swz_off<4>(r, col));
-                    /* V' stays fp32 for the state update (split into hi + lo tiles); kernel 4 gets bf16(V') */
-                    const float v0 = __uint_as_float(uu << 16) - acc[nt][2 * h];
-                    const float v1 = __uint_as_float(uu & 0xffff0000u) - acc[nt][2 * h + 1];
-                    *(uint32_t *)(vg + col) = pack_bf16(v0, v1);
-                    const float x0 = v0 * dec, x1 = v1 * dec;
-                    *(uint32_t *)(smem + L::VS + swz_off<4>(r, col)) = pack_bf16(x0, x1);
-                    *(uint32_t *)(smem + L::VS + L::LO_VS + swz_off<4>(r, col)) = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
-                }
+                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
+                const float eg = expf(gr[h]);
+                const uint32_t vv = *(const uint32_t *)(smem + (st - sb) + L::V + swz_off<2>(r, col));
+                const float r0 = __uint_as_float(vv << 16) - eg * (xh[2 * h] + (xl[2 * h] + xm[2 * h]));
+                const float r1 =
+                    __uint_as_float(vv & 0xffff0000u) - eg * (xh[2 * h + 1] + (xl[2 * h + 1] + xm[2 * h + 1]));
+                *(uint32_t *)(smem + L::R + swz_off<2>(r, col)) = pack_bf16(r0, r1);
+                *(uint32_t *)(smem + L::R + L::LO_R + swz_off<2>(r, col)) = pack_bf16(r0 - rbf(r0), r1 - rbf(r1));
             }
         }
         __syncthreads();
 
-        /* S <- e^gamma_L S + K^T Vs: warp -> dk rows 16w, 4 n8 tiles; k = the chunk's 64 rows */
-        const float eL = expf(gL);
+        /* V' = T2 R (64 x 16; k = the chunk's 64 rows; T2 is lower triangular) -> global (split, for
+         * kernel 4) and diag(e^(gamma_L - gamma)) V' -> split tiles for the state update */
+        {
+            float vh[4] = {}, vl[4] = {}, vm[4] = {};
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+            for (int kk = 0; kk < DN_C / 16; kk++) {
+                if (kk > wm) break; /* warp-uniform */
+                uint32_t ah[4], al[4], b[4], bl[4];
+                ldsm_x4(ldsm_addr_a<8>(st + L::TH, wm * 16, kk * 16, lane), ah);
+                ldsm_x4(ldsm_addr_a<8>(st + L::TL, wm * 16, kk * 16, lane), al);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R, kk * 16, 0, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R + L::LO_R, kk * 16, 0, lane), bl);
+                mma_bf16(vh, ah, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(vl, ah, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
+                mma_bf16(vm, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
+                const float dec = expf(gL - gr[h]);
+                const float v0 = vh[2 * h] + (vl[2 * h] + vm[2 * h]);
+                const float v1 = vh[2 * h + 1] + (vl[2 * h + 1] + vm[2 * h + 1]);
+                const uint32_t vhi = pack_bf16(v0, v1), vlo = pack_bf16(v0 - rbf(v0), v1 - rbf(v1));
+                if (FO) {
+                    *(uint32_t *)(smem + L::VP + swz_off<2>(r, col)) = vhi;
+                    *(uint32_t *)(smem + L::VP + L::LO_R + swz_off<2>(r, col)) = vlo;
+                } else {
+                    const size_t o = ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col;
+                    *(uint32_t *)(sc.u + o) = vhi;
+                    *(uint32_t *)(sc.u_lo + o) = vlo;
+                }
+                const float x0 = v0 * dec, x1 = v1 * dec;
+                *(uint32_t *)(smem + L::VS + swz_off<2>(r, col)) = pack_bf16(x0, x1);
+                *(uint32_t *)(smem + L::VS + L::LO_R + swz_off<2>(r, col)) = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
+            }
+        }
+        __syncthreads();
+
+        /* S <- e^gamma_L S + K^T Vs: warp -> dk rows 16w, 2 n8 tiles; k = the chunk's 64 rows */
+        /* (hi x hi into S, the two lo terms into their own accumulators: dependency chains of 4) */
+        const float eL = expf(gL);
+        float sl[2][4] = {}, sm[2][4] = {};
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) S[nt][e] *= eL;
 #pragma unroll
         for (int kk = 0; kk < DN_C / 16; kk++) {
-            uint32_t a[4];
+            uint32_t a[4], al[4], b[4], bl[4];
             ldsm_x4_t(ldsm_addr_at<16>(st + L::K, kk * 16, warp * 16, lane), a);
+            ldsm_x4_t(ldsm_addr_at<16>(st + L::K, DN_C + kk * 16, warp * 16, lane), al);
+            ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS, kk * 16, 0, lane), b);
+            ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS + L::LO_R, kk * 16, 0, lane), bl);
+            mma_bf16(sl[0], a, bl[0], bl[1]);
+            mma_bf16(sl[1], a, bl[2], bl[3]);
+            mma_bf16(sm[0], al, b[0], b[1]);
+            mma_bf16(sm[1], al, b[2], b[3]);
+            mma_bf16(S[0], a, b[0], b[1]);
+            mma_bf16(S[1], a, b[2], b[3]);
+        }
 #pragma unroll
-            for (int np = 0; np < 2; np++) {
-                uint32_t b[4], bl[4];
-                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::VS, kk * 16, np * 16, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<4>(sb + L::VS + L::LO_VS, kk * 16, np * 16, lane), bl);
-                mma_bf16(S[2 * np], a, bl[0], bl[1]);
-                mma_bf16(S[2 * np + 1], a, bl[2], bl[3]);
-                mma_bf16(S[2 * np], a, b[0], b[1]);
-                mma_bf16(S[2 * np + 1], a, b[2], b[3]);
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) S[nt][e] += sl[nt][e] + sm[nt][e];
+
+        if (FO) { /* O = diag(e^gamma) Q S dk^-1/2 + P V' (64 x 16, the X/V' warp tiling) -> bf16 in sc.u */
+            float oh[4] = {}, ol[4] = {}, om[4] = {};
+#pragma unroll
+            for (int kk = 0; kk < DN_D / 16; kk++) {
+                uint32_t a[4], al[4], b[4], bl[4];
+                ldsm_x4(ldsm_addr_a<16>(st + L::Q, wm * 16, kk * 16, lane), a);
+                ldsm_x4(ldsm_addr_a<16>(st + L::Q, DN_C + wm * 16, kk * 16, lane), al);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
+                mma_bf16(oh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(ol, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
+                mma_bf16(om, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+            }
+            float ph[4] = {}, pl[4] = {}, pm[4] = {};
+#pragma unroll
+            for (int kk = 0; kk < DN_C / 16; kk++) {
+                if (kk > wm) break; /* warp-uniform: P is lower triangular */
+                uint32_t a[4], al[4], b[4], bl[4];
+                ldsm_x4(ldsm_addr_a<8>(st + L::P, wm * 16, kk * 16, lane), a);
+                ldsm_x4(ldsm_addr_a<8>(st + L::P, DN_C + wm * 16, kk * 16, lane), al);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP, kk * 16, 0, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP + L::LO_R, kk * 16, 0, lane), bl);
+                mma_bf16(ph, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                mma_bf16(pl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
+                mma_bf16(pm, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
+                const float eg = DN_QSCALE * expf(gr[h]);
+                const int e0_ = 2 * h, e1_ = 2 * h + 1;
+                const float o0 = eg * (oh[e0_] + (ol[e0_] + om[e0_])) + (ph[e0_] + (pl[e0_] + pm[e0_]));
+                const float o1 = eg * (oh[e1_] + (ol[e1_] + om[e1_])) + (ph[e1_] + (pl[e1_] + pm[e1_]));
+                *(uint32_t *)(sc.u + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col) = pack_bf16(o0, o1);
             }
         }
     }
 #pragma unroll
-    for (int nt = 0; nt < 4; nt++)
+    for (int nt = 0; nt < 2; nt++)
 #pragma unroll
         for (int h = 0; h < 2; h++)
             *(float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t) =
@@ -467,37 +590,48 @@ __global__ void __launch_bounds__(256) dn_scan_bf16_split(const __grid_constant_
 /* ---- 4. chunk output + gated RMSNorm --------------------------------------------------- */
 
 struct DnOutSmem {
-    static constexpr int Q = 0, K = Q + DN_C * DN_D * 2, S = K + DN_C * DN_D * 2; /* S: bf16 [2][128][128] hi, lo */
-    static constexpr int V = S + 2 * DN_D * DN_D * 2;
-    static constexpr int P = V + DN_C * DN_D * 2;     /* bf16 [64][64] */
-    static constexpr int GAM = P + DN_C * DN_C * 2;   /* fp32 [64] */
-    static constexpr int RED = GAM + DN_C * 4;        /* fp32 [2][64] */
+    static constexpr int Q = 0;                            /* bf16 [128][128]: q^ hi rows 0..63, lo rows 64..127 */
+    static constexpr int S = Q + 2 * DN_C * DN_D * 2;      /* bf16 [256][64]: S hi rows 0..127, lo rows 128..255 */
+    static constexpr int V = S + 2 * DN_D * DN_OH * 2;     /* bf16 [128][64]: V' hi rows 0..63, lo rows 64..127 */
+    static constexpr int P = V + 2 * DN_C * DN_OH * 2;     /* bf16 [128][64]: P hi rows 0..63, lo rows 64..127 */
+    static constexpr int GAM = P + 2 * DN_C * DN_C * 2;    /* fp32 [64] */
+    static constexpr int RED = GAM + DN_C * 4;             /* fp32 [2][64] */
     static constexpr int BYTES = RED + 2 * DN_C * 4;
 };
 
-/* grid (Tp/64, Hv), 256 threads. */
-__global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__ DeltaNetPrefillParams p,
-                                                        const __grid_constant__ DeltaNetScratch sc) {
+/* grid (2 Tp/64, Hv), 256 threads, clusters of 2 along x: block x = 2c + half computes columns
+ * [64 half, 64 half + 64) of chunk c, head j. ~97 KB of shared memory: 2 blocks per SM, so one
+ * block's loads overlap the other's math. Warp (wm, wn) = (w%4, w/4) owns rows 16 wm, columns 32 wn
+ * of the block's 64. The gated RMSNorm's sum of squares over a row's 128 columns adds the partner
+ * block's half through DSMEM. */
+__global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ DeltaNetPrefillParams p,
+                                                      const __grid_constant__ DeltaNetScratch sc) {
     using L = DnOutSmem;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
     float *sgam = (float *)(smem + L::GAM), *sred = (float *)(smem + L::RED);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int c = blockIdx.x, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
+    const int half = blockIdx.x & 1, c = blockIdx.x >> 1, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
+    const int cb = half * DN_OH; /* first column of this block */
     const int wm = warp & 3, wn = warp >> 2;
 
-#pragma unroll
-    for (int jj = 0; jj < DN_C * 16 / 256; jj++) {
-        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(sb + L::Q + swz<16>(r, ch) * 16, sc.q + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
-        cp_async16(sb + L::K + swz<16>(r, ch) * 16, sc.k + ((size_t)(t0 + r) * p.Hk + n) * DN_D + ch * 8, true);
-        cp_async16(sb + L::V + swz<16>(r, ch) * 16, sc.u + ((size_t)(t0 + r) * p.Hv + j) * DN_D + ch * 8, true);
-    }
     const uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
+    const uint16_t *Pg = sc.p + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C;
 #pragma unroll
-    for (int jj = 0; jj < 2 * DN_D * 16 / 256; jj++) { /* hi then lo: [256][128] */
-        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        cp_async16(sb + L::S + swz<16>(r, ch) * 16, Sg + (size_t)r * DN_D + ch * 8, true);
+    for (int jj = 0; jj < 2 * DN_C * 16 / 256; jj++) {
+        const int i = tid + jj * 256;
+        const int r = i >> 4, ch = i & 15; /* q^ row r of [hi; lo] */
+        cp_async16(sb + L::Q + swz<16>(r, ch) * 16,
+                   (r < DN_C ? sc.q : sc.q_lo) + ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8, true);
+        const int r2 = i >> 3, ch2 = i & 7; /* S row r2 of [hi; lo] (256 rows) */
+        cp_async16(sb + L::S + swz<8>(r2, ch2) * 16, Sg + (size_t)r2 * DN_D + cb + ch2 * 8, true);
+    }
+#pragma unroll
+    for (int jj = 0; jj < 2 * DN_C * 8 / 256; jj++) {
+        const int i = tid + jj * 256, r = i >> 3, ch = i & 7; /* V', P row r of [hi; lo] */
+        cp_async16(sb + L::V + swz<8>(r, ch) * 16,
+                   (r < DN_C ? sc.u : sc.u_lo) + ((size_t)(t0 + (r & 63)) * p.Hv + j) * DN_D + cb + ch * 8, true);
+        cp_async16(sb + L::P + swz<8>(r, ch) * 16, Pg + (size_t)r * DN_C + ch * 8, true);
     }
     cp_async_commit();
     if (warp == 0) {
@@ -509,46 +643,20 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
     cp_async_wait<0>();
     __syncthreads();
 
-    /* P = (Q K^T) o Gamma, s <= r: warp -> rows 16 wm, columns 32 wn */
-    {
-        float acc[4][4] = {};
+    /* O = diag(e^gamma) Q S * dk^-1/2 + P V', every product split x split (3 mma). Q S: the k loop
+     * runs over the 256 rows of the S tile (lo first) with q^ hi (Q's k-block ks % 8), then over S hi
+     * with q^ lo. */
+    float acc[4][4] = {};
 #pragma unroll
-        for (int kk = 0; kk < DN_D / 16; kk++) {
-            uint32_t a[4];
-            ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, kk * 16, lane), a);
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                uint32_t b[4];
-                ldsm_x4(ldsm_addr_bt<16>(sb + L::K, wn * 32 + np * 16, kk * 16, lane), b);
-                mma_bf16(acc[2 * np], a, b[0], b[1]);
-                mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
-            }
-        }
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = wm * 16 + g + 8 * h, s = wn * 32 + nt * 8 + 2 * t;
-                const float gr = sgam[r];
-                const float v0 = s <= r ? acc[nt][2 * h] * DN_QSCALE * expf(gr - sgam[s]) : 0.0f;
-                const float v1 = s + 1 <= r ? acc[nt][2 * h + 1] * DN_QSCALE * expf(gr - sgam[s + 1]) : 0.0f;
-                *(uint32_t *)(smem + L::P + swz_off<8>(r, s)) = pack_bf16(v0, v1);
-            }
-    }
-    __syncthreads();
-
-    /* O = diag(e^gamma) Q (S_lo + S_hi) + P V': warp -> rows 16 wm, columns 64 wn. The lo rows
-     * sit at k-rows 128..255 of the S tile, so the k loop runs over both halves (lo first). */
-    float acc[8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < 2 * DN_D / 16; kk++) {
-        const int ks = (kk + DN_D / 16) % (2 * DN_D / 16); /* S k-row block: lo (8..15), then hi (0..7) */
+    for (int kk = 0; kk < 3 * DN_D / 16; kk++) {
+        const int ks = kk < 2 * DN_D / 16 ? (kk + DN_D / 16) % (2 * DN_D / 16) : kk - 2 * DN_D / 16;
+        const int qr = kk < 2 * DN_D / 16 ? 0 : DN_C; /* q^ hi, then lo rows */
         uint32_t a[4];
-        ldsm_x4(ldsm_addr_a<16>(sb + L::Q, wm * 16, (ks % (DN_D / 16)) * 16, lane), a);
+        ldsm_x4(ldsm_addr_a<16>(sb + L::Q, qr + wm * 16, (ks % (DN_D / 16)) * 16, lane), a);
 #pragma unroll
-        for (int np = 0; np < 4; np++) {
+        for (int np = 0; np < 2; np++) {
             uint32_t b[4];
-            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::S, ks * 16, wn * 64 + np * 16, lane), b);
+            ldsm_x4_t(ldsm_addr_bk<8>(sb + L::S, ks * 16, wn * 32 + np * 16, lane), b);
             mma_bf16(acc[2 * np], a, b[0], b[1]);
             mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
         }
@@ -556,24 +664,32 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
     const int r0 = wm * 16 + g;
     const float eg0 = DN_QSCALE * expf(sgam[r0]), eg1 = DN_QSCALE * expf(sgam[r0 + 8]);
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) acc[nt][0] *= eg0, acc[nt][1] *= eg0, acc[nt][2] *= eg1, acc[nt][3] *= eg1;
+    for (int nt = 0; nt < 4; nt++) acc[nt][0] *= eg0, acc[nt][1] *= eg0, acc[nt][2] *= eg1, acc[nt][3] *= eg1;
+    /* + P V' (P is lower triangular: k-blocks <= wm) */
 #pragma unroll
     for (int kk = 0; kk < DN_C / 16; kk++) {
-        uint32_t a[4];
+        if (kk > wm) break; /* warp-uniform */
+        uint32_t a[4], al[4];
         ldsm_x4(ldsm_addr_a<8>(sb + L::P, wm * 16, kk * 16, lane), a);
+        ldsm_x4(ldsm_addr_a<8>(sb + L::P, DN_C + wm * 16, kk * 16, lane), al);
 #pragma unroll
-        for (int np = 0; np < 4; np++) {
-            uint32_t b[4];
-            ldsm_x4_t(ldsm_addr_bk<16>(sb + L::V, kk * 16, wn * 64 + np * 16, lane), b);
+        for (int np = 0; np < 2; np++) {
+            uint32_t b[4], bl[4];
+            ldsm_x4_t(ldsm_addr_bk<8>(sb + L::V, kk * 16, wn * 32 + np * 16, lane), b);
+            ldsm_x4_t(ldsm_addr_bk<8>(sb + L::V, DN_C + kk * 16, wn * 32 + np * 16, lane), bl);
+            mma_bf16(acc[2 * np], a, bl[0], bl[1]);
+            mma_bf16(acc[2 * np + 1], a, bl[2], bl[3]);
+            mma_bf16(acc[2 * np], al, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], al, b[2], b[3]);
             mma_bf16(acc[2 * np], a, b[0], b[1]);
             mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
         }
     }
 
-    /* gated RMSNorm over the 128 columns of each row (two warps share a row) */
+    /* gated RMSNorm over the 128 columns of each row: two warps per row here, two in the partner */
     float ss[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
+    for (int nt = 0; nt < 4; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             acc[nt][e] = rbf(acc[nt][e]);
@@ -585,17 +701,25 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
         ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 2);
         if (t == 0) sred[wn * DN_C + r0 + 8 * h] = ss[h];
     }
-    __syncthreads();
+    cluster_arrive_release(); /* publish sred to the cluster (both blocks) */
+    cluster_wait();
+    float tot[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h;
+        tot[h] = sred[r] + sred[DN_C + r] + ld_dsmem(&sred[r], half ^ 1) + ld_dsmem(&sred[DN_C + r], half ^ 1);
+    }
+    cluster_arrive_relaxed(); /* done reading the partner's sred; waited on before exit */
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = r0 + 8 * h, tok = t0 + r;
         if (tok >= p.T) continue;
-        const float inv = rsqrtf((sred[r] + sred[DN_C + r]) / (float)DN_D + p.eps);
+        const float inv = rsqrtf(tot[h] / (float)DN_D + p.eps);
         const uint16_t *zr = p.proj + (size_t)tok * p.ld_proj + p.z_off + j * DN_D;
         uint16_t *yr = p.y + ((size_t)tok * p.Hv + j) * DN_D;
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            const int col = wn * 64 + nt * 8 + 2 * t;
+        for (int nt = 0; nt < 4; nt++) {
+            const int col = cb + wn * 32 + nt * 8 + 2 * t;
             const uint32_t zz = *(const uint32_t *)(zr + col);
             float v[2];
 #pragma unroll
@@ -606,6 +730,41 @@ __global__ void __launch_bounds__(256) dn_out_bf16_chunk(const __grid_constant__
             }
             *(uint32_t *)(yr + col) = pack_bf16(v[0], v[1]);
         }
+    }
+    cluster_wait(); /* the partner has read our sred */
+}
+
+/* grid (ceil(T Hv / 8)), 256 threads, after dn_scan_split<true>: warp = one (token, head) row of
+ * bf16(O) (sc.u), the gated RMSNorm of dn_out_chunk; lane holds columns 2 lane, 2 lane + 1,
+ * 64 + 2 lane, 65 + 2 lane. */
+__global__ void __launch_bounds__(256) dn_norm_out(const __grid_constant__ DeltaNetPrefillParams p,
+                                                  const __grid_constant__ DeltaNetScratch sc) {
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= p.T * p.Hv) return;
+    const int tok = row / p.Hv, j = row - tok * p.Hv;
+    const uint16_t *o = sc.u + (size_t)row * DN_D, *z = p.proj + (size_t)tok * p.ld_proj + p.z_off + j * DN_D;
+    uint32_t ou[2], zu[2];
+    float ss = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        ou[h] = *(const uint32_t *)(o + 64 * h + 2 * lane), zu[h] = *(const uint32_t *)(z + 64 * h + 2 * lane);
+        const float a = __uint_as_float(ou[h] << 16), b = __uint_as_float(ou[h] & 0xffff0000u);
+        ss += a * a + b * b;
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+    const float inv = rsqrtf(ss / (float)DN_D + p.eps);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int col = 64 * h + 2 * lane + e;
+            const float x = __uint_as_float(e ? (ou[h] & 0xffff0000u) : (ou[h] << 16));
+            const float zz = __uint_as_float(e ? (zu[h] & 0xffff0000u) : (zu[h] << 16));
+            v[e] = rbf(p.norm_w[col] * rbf(x * inv)) * (zz / (1.0f + expf(-zz)));
+        }
+        *(uint32_t *)(p.y + (size_t)row * DN_D + 64 * h + 2 * lane) = pack_bf16(v[0], v[1]);
     }
 }
 
@@ -621,8 +780,8 @@ static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch 
 extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->pos < 0 || !p->conv_ring || !p->state || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 ||
         p->Hv < 1 || p->Hv % p->Hk || p->K < 2 || p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) ||
-        p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) || ((uintptr_t)p->conv_ring & 3) ||
-        ((uintptr_t)p->state & 7))
+        p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) ||
+        ((uintptr_t)p->conv_ring & 3) || ((uintptr_t)p->state & 7))
         return (int)cudaErrorInvalidValue;
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
@@ -633,23 +792,51 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     if (rc) return rc;
     if (p->ev) cudaEventRecord(p->ev[1], l->stream);
 
-    cudaError_t e = cudaFuncSetAttribute(dn_local_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(dn_local_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          DnLocalSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_local_bf16_chunk<<<dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, l->stream>>>(*p, sc);
+    dn_local_chunk<<<dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, l->stream>>>(*p, sc);
     if ((rc = launch_status(l->stream))) return rc;
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);
 
-    e = cudaFuncSetAttribute(dn_scan_bf16_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem::BYTES);
+    if (p->fuse_out) {
+        e = cudaFuncSetAttribute(dn_scan_split<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 DnScanSmem<true>::BYTES);
+        if (e != cudaSuccess) return (int)e;
+        dn_scan_split<true><<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<true>::BYTES, l->stream>>>(*p, sc);
+        if ((rc = launch_status(l->stream))) return rc;
+        if (p->ev) cudaEventRecord(p->ev[3], l->stream);
+        dn_norm_out<<<(p->T * p->Hv + 7) / 8, 256, 0, l->stream>>>(*p, sc);
+        rc = launch_status(l->stream);
+        if (p->ev) cudaEventRecord(p->ev[4], l->stream);
+        return rc;
+    }
+    e = cudaFuncSetAttribute(dn_scan_split<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             DnScanSmem<false>::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_scan_bf16_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem::BYTES, l->stream>>>(*p, sc);
+    dn_scan_split<false><<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, l->stream>>>(*p, sc);
     if ((rc = launch_status(l->stream))) return rc;
     if (p->ev) cudaEventRecord(p->ev[3], l->stream);
 
-    e = cudaFuncSetAttribute(dn_out_bf16_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
+    e = cudaFuncSetAttribute(dn_out_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_out_bf16_chunk<<<dim3(nc, p->Hv), 256, DnOutSmem::BYTES, l->stream>>>(*p, sc);
-    rc = launch_status(l->stream);
+    {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(2 * nc, p->Hv);
+        cfg.blockDim = dim3(256);
+        cfg.dynamicSmemBytes = DnOutSmem::BYTES;
+        cfg.stream = l->stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr, cfg.numAttrs = 1;
+        e = cudaLaunchKernelEx(&cfg, dn_out_chunk, *p, sc);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return (int)e;
+        }
+        rc = launch_status(l->stream);
+    }
     if (p->ev) cudaEventRecord(p->ev[4], l->stream);
     return rc;
 }

@@ -29,6 +29,8 @@
 #define PF_LM_BYTES ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
 #define PF_MAX_OPS 512             /* launches recorded for the bench breakdown */
 #define PF_DN_C 64                 /* DeltaNet chunk length (FLOP count) */
+#define PF_DN_FUSE_OUT 0           /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (pick by
+                                      test_prefill's two "timing: deltanet prefill" lines) */
 
 struct CudaPrefill {
     int tmax, lm_rows;
@@ -238,7 +240,7 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     dp.conv_w = ly->conv_w, dp.A_log = ly->A_log, dp.dt_bias = ly->dt_bias, dp.norm_w = ly->lin_norm;
     dp.conv_ring = ly->conv_ring, dp.state = ly->S, dp.y = pf->act, dp.scratch = pf->scratch;
     dp.T = T, dp.pos = P, dp.Hk = d->Hk, dp.Hv = d->Hv, dp.dk = d->dk, dp.dv = d->dv, dp.K = d->K;
-    dp.eps = d->eps;
+    dp.eps = d->eps, dp.fuse_out = PF_DN_FUSE_OUT;
     const double scr = (double)cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
     op_begin(pf, lc->stream);
     rc = op_end(pf, cuda_deltanet_prefill(&dp, lc), l, "deltanet", dn_flops(d, cd, T),

@@ -380,16 +380,19 @@ int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l);
  *   * dk^-1/2), beta = bf16(sigmoid(b)), g = -exp(A_log) softplus(a + dt_bias), the chunked delta
  *   rule starting from `state` (left holding the state after the last token), o -> bf16, and
  *   y = bf16(bf16(w * bf16(o rsqrt(mean o^2 + eps))) silu(z)) per v-head.
- * Tensor-core inputs are bf16 (q^, k^, v, the per-chunk W, U, V' and the chunk-entry states);
- * the state scan, gates, norms and softmax-free sums accumulate in fp32. */
+ * Tensor-core inputs are v (bf16, as HF's conv output) and "split bf16" x = hi + lo (hi = bf16(x),
+ * lo = bf16(x - hi), ~16 mantissa bits; products of two split operands take 3 mma: hi hi + hi lo +
+ * lo hi) for every fp32 quantity (q^, k^, T diag(beta), S, V' = U - W S, P = (Q K^T) o Gamma); the
+ * triangular inverse, state scan, gates, norms and sums accumulate in fp32. */
 typedef struct DeltaNetScratch {
-    uint16_t *q, *k; /* bf16 [Tp][Hk][dk]  q^, k^ = HF's bf16 l2norm (q not yet * dk^-1/2) (Tp = T rounded up to 64; rows >= T zero) */
+    uint16_t *q, *q_lo, *k, *k_lo; /* bf16 [Tp][Hk][dk] each: q^, k^ = fp32 l2norm, split hi + lo (q not yet
+                                    * * dk^-1/2) (Tp = T rounded up to 64; rows >= T zero) */
     uint16_t *v;     /* bf16 [Tp][Hv][dv]  v after conv + SiLU */
     float *beta, *g; /* fp32 [Tp][Hv] */
-    uint16_t *w;     /* bf16 [Tp][Hv][dk]  W = L^-1 diag(beta e^gamma) K^ per chunk */
-    uint16_t *u;     /* bf16 [Tp][Hv][dv]  U = L^-1 diag(beta) V, overwritten by V' = U - W S */
-    uint16_t *s;     /* bf16 [Tp/64][Hv][2][dk][dv]  state entering each chunk, split S = hi + lo (hi = bf16(S),
-                      * lo = bf16(S - hi): ~16 mantissa bits; kernel 4 runs Q S as two bf16 mma) */
+    uint16_t *t;     /* bf16 [Tp/64][Hv][2][64][64]  T2 = (I + A)^-1 diag(beta) per chunk, split: hi plane, lo plane */
+    uint16_t *p;     /* bf16 [Tp/64][Hv][2][64][64]  P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) per chunk, split */
+    uint16_t *u, *u_lo; /* bf16 [Tp][Hv][dv] each: V' = T2 (V - diag(e^gamma) K S) per chunk, split hi + lo */
+    uint16_t *s;     /* bf16 [Tp/64][Hv][2][dk][dv]  state entering each chunk, split S = hi + lo */
 } DeltaNetScratch;
 /* Bytes of scratch for T tokens; with base != NULL also fills *sc with the regions carved from base
  * (256-byte aligned). */
@@ -410,6 +413,8 @@ typedef struct DeltaNetPrefillParams {
     int Hk, Hv, dk, dv, K;
     float eps;             /* rms_norm_eps of the gated norm */
     cudaEvent_t *ev;       /* optional (timing): 5 events recorded before, between and after the 4 kernels */
+    int fuse_out;          /* 0: state scan, then the chunk-parallel output kernel; 1: the output computed inside
+                              the state scan, then a row norm kernel (fewer bytes, longer serial loop) */
 } DeltaNetPrefillParams;
 /* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
 int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);

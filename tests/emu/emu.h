@@ -1,0 +1,261 @@
+/* Host emulation of the CUDA features deltanet_prefill.cu uses: CTAs of fibers (ucontext),
+ * __syncthreads, warp shuffles, ldmatrix (plain/trans), mma.m16n8k16 bf16, cp.async (immediate),
+ * cluster barriers and DSMEM loads. One cluster of CTAs runs at a time. */
+#pragma once
+#include <cuda_runtime_api.h>
+static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) {
+    uint3 r;
+    r.x = x, r.y = y, r.z = z;
+    return r;
+}
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+    uint4 r;
+    r.x = x, r.y = y, r.z = z, r.w = w;
+    return r;
+}
+static inline float2 make_float2(float x, float y) {
+    float2 r;
+    r.x = x, r.y = y;
+    return r;
+}
+#include <functional>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+#include <vector>
+
+#define Q35_CUDA_COMMON_CUH
+#define Q35_CUDA_MMA_CUH
+#define Q35_CUDA_CLUSTER_CUH
+#undef __global__
+#undef __device__
+#undef __forceinline__
+#undef __grid_constant__
+#undef __launch_bounds__
+#undef __align__
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __grid_constant__
+#define __launch_bounds__(...)
+#define __align__(n)
+
+struct EmuThread {
+    ucontext_t ctx;
+    int tid, cta; /* cta index within the running cluster */
+    bool done;
+};
+struct EmuState {
+    std::vector<EmuThread> th;
+    std::vector<std::vector<uint8_t>> smem; /* per CTA of the cluster */
+    std::vector<uint3> bidx;
+    int nthreads, ncta, cur;
+    ucontext_t sched;
+    /* barriers */
+    std::vector<int> cta_cnt, cta_gen;
+    std::vector<int> warp_cnt, warp_gen; /* [cta*8 + warp] */
+    int cl_cnt, cl_gen;
+    std::vector<int> cl_my;
+    /* warp exchange slots [cta*8+warp][lane][8 u32] */
+    std::vector<uint32_t> slot;
+    dim3 grid, block;
+};
+static EmuState E;
+static inline EmuThread &me() { return E.th[E.cur]; }
+static inline void emu_yield() { swapcontext(&E.th[E.cur].ctx, &E.sched); }
+
+struct EmuIdx {
+    unsigned int x, y, z;
+};
+static inline uint3 emu_tidx() { return make_uint3(me().tid, 0, 0); }
+#define threadIdx (emu_tidx())
+#define blockIdx (E.bidx[me().cta])
+#define gridDim (E.grid)
+#define blockDim (E.block)
+
+static inline void __syncthreads() {
+    const int c = me().cta, g = E.cta_gen[c];
+    if (++E.cta_cnt[c] == E.nthreads)
+        E.cta_cnt[c] = 0, E.cta_gen[c]++;
+    while (E.cta_gen[c] == g)
+        emu_yield();
+}
+static inline void emu_warp_bar() {
+    const int w = me().cta * 8 + me().tid / 32, g = E.warp_gen[w];
+    if (++E.warp_cnt[w] == 32)
+        E.warp_cnt[w] = 0, E.warp_gen[w]++;
+    while (E.warp_gen[w] == g)
+        emu_yield();
+}
+static inline uint32_t *emu_slot(int lane) { return &E.slot[((size_t)(me().cta * 8 + me().tid / 32) * 32 + lane) * 8]; }
+
+static inline float __uint_as_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t __float_as_uint(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline uint16_t emu_bf(float x) {
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffff) > 0x7f800000)
+        return 0x7fc0;
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+static inline float rbf(float x) { return __uint_as_float((uint32_t)emu_bf(x) << 16); }
+static inline uint32_t pack_bf16(float lo, float hi) { return (uint32_t)emu_bf(lo) | ((uint32_t)emu_bf(hi) << 16); }
+
+static inline float emu_shfl(float v, int src) {
+    const int lane = me().tid & 31;
+    emu_slot(lane)[0] = __float_as_uint(v);
+    emu_warp_bar();
+    const float r = __uint_as_float(emu_slot(src)[0]);
+    emu_warp_bar();
+    return r;
+}
+static inline float __shfl_sync(unsigned, float v, int src) { return emu_shfl(v, src & 31); }
+static inline float __shfl_xor_sync(unsigned, float v, int m) { return emu_shfl(v, (me().tid & 31) ^ m); }
+static inline float __shfl_up_sync(unsigned, float v, int d) {
+    const int lane = me().tid & 31;
+    return emu_shfl(v, lane >= d ? lane - d : lane);
+}
+
+/* shared memory: addresses are byte offsets into the CTA's buffer */
+static inline uint8_t *emu_smem() { return E.smem[me().cta].data(); }
+static inline uint32_t smem_addr(const void *p) { return (uint32_t)((const uint8_t *)p - emu_smem()); }
+static inline void cp_async16(uint32_t dst, const void *src, bool pred) {
+    if (pred)
+        memcpy(emu_smem() + dst, src, 16);
+    else
+        memset(emu_smem() + dst, 0, 16);
+}
+static inline void cp_async_commit(void) {}
+template <int N> static inline void cp_async_wait(void) {}
+
+static inline void emu_ldsm(uint32_t addr, uint32_t r[4], bool trans) {
+    const int lane = me().tid & 31;
+    emu_slot(lane)[0] = addr;
+    emu_warp_bar();
+    const uint8_t *s = emu_smem();
+    const int g = lane >> 2, t = lane & 3;
+    for (int m = 0; m < 4; m++) {
+        uint16_t e[2];
+        for (int i = 0; i < 2; i++) {
+            if (!trans)
+                memcpy(&e[i], s + emu_slot(m * 8 + g)[0] + (2 * t + i) * 2, 2);
+            else
+                memcpy(&e[i], s + emu_slot(m * 8 + 2 * t + i)[0] + g * 2, 2);
+        }
+        r[m] = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
+    }
+    emu_warp_bar();
+}
+static inline void ldsm_x4(uint32_t addr, uint32_t r[4]) { emu_ldsm(addr, r, false); }
+static inline void ldsm_x4_t(uint32_t addr, uint32_t r[4]) { emu_ldsm(addr, r, true); }
+
+static inline float emu_lo(uint32_t u) { return __uint_as_float(u << 16); }
+static inline float emu_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    const int lane = me().tid & 31;
+    uint32_t *sl = emu_slot(lane);
+    for (int i = 0; i < 4; i++)
+        sl[i] = a[i];
+    sl[4] = b0, sl[5] = b1;
+    emu_warp_bar();
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        const uint32_t *q = emu_slot(l);
+        const int g = l >> 2, t = l & 3;
+        A[g][2 * t] = emu_lo(q[0]), A[g][2 * t + 1] = emu_hi(q[0]);
+        A[g + 8][2 * t] = emu_lo(q[1]), A[g + 8][2 * t + 1] = emu_hi(q[1]);
+        A[g][2 * t + 8] = emu_lo(q[2]), A[g][2 * t + 9] = emu_hi(q[2]);
+        A[g + 8][2 * t + 8] = emu_lo(q[3]), A[g + 8][2 * t + 9] = emu_hi(q[3]);
+        B[2 * t][g] = emu_lo(q[4]), B[2 * t + 1][g] = emu_hi(q[4]);
+        B[2 * t + 8][g] = emu_lo(q[5]), B[2 * t + 9][g] = emu_hi(q[5]);
+    }
+    emu_warp_bar();
+    const int g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float s = c[e];
+        for (int k = 0; k < 16; k++)
+            s += A[r][k] * B[k][col];
+        c[e] = s;
+    }
+}
+
+/* clusters */
+static inline void cluster_arrive_release(void) {
+    E.cl_my[E.cur] = E.cl_gen;
+    if (++E.cl_cnt == E.nthreads * E.ncta)
+        E.cl_cnt = 0, E.cl_gen++;
+}
+static inline void cluster_arrive_relaxed(void) { cluster_arrive_release(); }
+static inline void cluster_wait(void) {
+    while (E.cl_gen == E.cl_my[E.cur])
+        emu_yield();
+}
+static inline float ld_dsmem(const float *local, unsigned rank) {
+    const size_t off = (const uint8_t *)local - emu_smem();
+    float v;
+    memcpy(&v, E.smem[rank].data() + off, 4);
+    return v;
+}
+
+/* runs kern over grid in clusters of cl CTAs along x */
+static std::function<void()> emu_kern;
+static void emu_entry() {
+    emu_kern();
+    me().done = true;
+}
+static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::function<void()> kern) {
+    E.grid = grid, E.block = dim3(nthreads), E.nthreads = nthreads, E.ncta = cl;
+    emu_kern = kern;
+    static std::vector<std::vector<char>> stacks;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x0 = 0; x0 < grid.x; x0 += cl) {
+                const int n = nthreads * cl;
+                E.th.assign(n, EmuThread());
+                E.smem.assign(cl, std::vector<uint8_t>(smem_bytes + 16));
+                for (int c = 0; c < cl; c++) /* garbage in shared memory */
+                    for (size_t i = 0; i < smem_bytes; i++)
+                        E.smem[c][i] = (uint8_t)(0x7f + i * 37);
+                E.bidx.assign(cl, make_uint3(0, 0, 0));
+                for (int c = 0; c < cl; c++)
+                    E.bidx[c] = make_uint3(x0 + c, y, z);
+                E.cta_cnt.assign(cl, 0), E.cta_gen.assign(cl, 0);
+                E.warp_cnt.assign(cl * 8, 0), E.warp_gen.assign(cl * 8, 0);
+                E.cl_cnt = 0, E.cl_gen = 0, E.cl_my.assign(n, 0);
+                E.slot.assign((size_t)cl * 8 * 32 * 8, 0);
+                stacks.resize(n);
+                for (int i = 0; i < n; i++) {
+                    stacks[i].resize(256 * 1024);
+                    EmuThread &t = E.th[i];
+                    t.tid = i % nthreads, t.cta = i / nthreads, t.done = false;
+                    getcontext(&t.ctx);
+                    t.ctx.uc_stack.ss_sp = stacks[i].data();
+                    t.ctx.uc_stack.ss_size = stacks[i].size();
+                    t.ctx.uc_link = &E.sched;
+                    makecontext(&t.ctx, emu_entry, 0);
+                }
+                for (bool any = true; any;) {
+                    any = false;
+                    for (int i = 0; i < n; i++) {
+                        if (E.th[i].done)
+                            continue;
+                        any = true;
+                        E.cur = i;
+                        swapcontext(&E.sched, &E.th[i].ctx);
+                    }
+                }
+            }
+}
