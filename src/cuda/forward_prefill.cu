@@ -29,8 +29,8 @@
 #define PF_LM_BYTES ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
 #define PF_MAX_OPS 512             /* launches recorded for the bench breakdown */
 #define PF_DN_C 64                 /* DeltaNet chunk length (FLOP count) */
-#define PF_DN_FUSE_OUT 0           /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (pick by
-                                      test_prefill's two "timing: deltanet prefill" lines) */
+#define PF_DN_FUSE_OUT 1           /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (H200,
+                                      T=2048, per layer: 222 us vs 230 for the separate output kernel) */
 
 struct CudaPrefill {
     int tmax, lm_rows;
