@@ -15,7 +15,8 @@
  *   cooperative (PP = false): both take every tile, 64 rows each (tile 128 x BN);
  *   ping-pong (PP = true): consumer c takes the CTA's tiles j with j % 2 == c whole (TM x BN), so
  *     while one runs its epilogue the other's main loop keeps the tensor cores busy (the producer
- *     fills the ring in tile order, which serialises the two main loops by itself).
+ *     fills the ring in tile order; named barriers 1 and 2 hand the main loop from one consumer to
+ *     the other, so a consumer never waits on a slot more than one phase ahead of the producer).
  * Slot s of the ring serves k-step `it` = (local tile j) * ktiles + kt when it % STAGES == s; its
  * n-th use waits for phase parity n & 1 of full[s] (consumer) and (n & 1) ^ 1 of empty[s]
  * (producer; a fresh barrier passes parity 1 at once). */
