@@ -133,4 +133,21 @@ __device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT]
  * driver has no cuTensorMapEncodeTiled). p is already validated by cuda_gemm_bf16. */
 int gemm_tma_run(const GemmParams *p, int sms, const CudaLaunch *l);
 
+/* Diagnosis of the TMA path (bench/kernels/gemm_lab.cu --small), bits of `flags`:
+ *   GEMM_TMA_DBG_NOREG      no setmaxnreg (every warpgroup keeps the launch's 168 registers);
+ *   GEMM_TMA_DBG_GMAP       the tensor maps are read from a global-memory copy (fence.proxy.tensormap)
+ *                           instead of the __grid_constant__ kernel parameter;
+ *   GEMM_TMA_DBG_NOPREFETCH no prefetch.tensormap.
+ * gemm_tma_debug_run: p->algo GEMM_ALGO_TMA_C128 or _P128, p->epi GEMM_EPI_BF16 only; synchronises
+ * the stream under GMAP. gemm_tma_probe: TMA-loads the 64 x 64 box at column k0, row m0 of the bf16
+ * [rows][ld] matrix x (cols columns read, zero fill outside) into shared memory and copies it raw
+ * (128-byte swizzled: 16-byte chunk c of row r at chunk c ^ (r & 7)) to out[64][64]; synchronises
+ * the stream. Both return 0 or a cudaError_t value. */
+#define GEMM_TMA_DBG_NOREG 1
+#define GEMM_TMA_DBG_GMAP 2
+#define GEMM_TMA_DBG_NOPREFETCH 4
+int gemm_tma_debug_run(const GemmParams *p, int flags, int sms, const CudaLaunch *l);
+int gemm_tma_probe(const uint16_t *x, int rows, int cols, int ld, int k0, int m0, uint16_t *out, int flags,
+                   cudaStream_t st);
+
 #endif

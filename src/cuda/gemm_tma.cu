@@ -15,10 +15,13 @@
  *   cooperative (PP = false): both take every tile, 64 rows each (tile 128 x BN);
  *   ping-pong (PP = true): consumer c takes the CTA's tiles j with j % 2 == c whole (TM x BN), so
  *     while one runs its epilogue the other's main loop keeps the tensor cores busy (the producer
- *     fills the ring in tile order, which serialises the two main loops by itself).
+ *     fills the ring in tile order; named barriers 1 and 2 hand the main loop from one consumer to
+ *     the other, so a consumer never waits on a slot more than one phase ahead of the producer).
  * Slot s of the ring serves k-step `it` = (local tile j) * ktiles + kt when it % STAGES == s; its
  * n-th use waits for phase parity n & 1 of full[s] (consumer) and (n & 1) ^ 1 of empty[s]
  * (producer; a fresh barrier passes parity 1 at once). */
+#include <string.h>
+
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -68,6 +71,13 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
 }
+/* Makes a tensor map that the host copied into global memory visible to the TMA unit. */
+__device__ __forceinline__ void tma_map_acquire(const CUtensorMap *map) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"((uint64_t)map) : "memory");
+}
+/* Named barrier `id` (1..15) over `n` threads: bar_arrive signals without waiting, bar_sync waits. */
+__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 template <int R>
 __device__ __forceinline__ void regs_dec(void) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
@@ -79,10 +89,12 @@ __device__ __forceinline__ void regs_inc(void) {
 
 /* ---- kernel --------------------------------------------------------------------------------- */
 
-/* Kernel arguments: the tensor maps of X (box 64 x TM) and W (box 64 x BN), and the problem. */
+/* Kernel arguments: the tensor maps of X (box 64 x TM) and W (box 64 x BN), and the problem; gmaps:
+ * the same two maps copied to global memory (read instead of ta, tb under GEMM_TMA_DBG_GMAP). */
 struct GemmTmaArgs {
     CUtensorMap ta, tb;
     GemmParams p;
+    const CUtensorMap *gmaps;
 };
 
 /* Tile TM x BN, STAGES-deep ring, cooperative or ping-pong (PP). */
@@ -100,7 +112,8 @@ struct TmaCfg {
     static_assert(SMEM <= 227 * 1024, "shared memory");
 };
 
-template <int TM, int BN, int STAGES, bool PP, int EPI>
+/* DBG: GEMM_TMA_DBG_* bits (0 in production), to tell apart the ingredients when a variant faults. */
+template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG>
 __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ GemmTmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = TmaCfg<TM, BN, STAGES, PP>;
@@ -110,6 +123,8 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
     const uint32_t full0 = sbase + STAGES * C::STAGE, empty0 = full0 + STAGES * 8;
     const int tid = threadIdx.x, wg = tid >> 7;
     const int tiles = ((p.M + TM - 1) / TM) * ((p.N + BN - 1) / BN), ktiles = (p.K + GEMM_BK - 1) / GEMM_BK;
+    const CUtensorMap *map_a = (DBG & GEMM_TMA_DBG_GMAP) ? a.gmaps : &a.ta;
+    const CUtensorMap *map_b = (DBG & GEMM_TMA_DBG_GMAP) ? a.gmaps + 1 : &a.tb;
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
@@ -117,13 +132,13 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
             mbar_init(empty0 + 8 * s, C::EMPTY_ARRIVALS);
         }
         mbar_init_fence();
-        tma_prefetch_map(&a.ta);
-        tma_prefetch_map(&a.tb);
+        if constexpr ((DBG & GEMM_TMA_DBG_GMAP) != 0) tma_map_acquire(map_a), tma_map_acquire(map_b);
+        if constexpr ((DBG & GEMM_TMA_DBG_NOPREFETCH) == 0) tma_prefetch_map(map_a), tma_prefetch_map(map_b);
     }
     __syncthreads();
 
     if (wg == 0) { /* producer */
-        regs_dec<40>();
+        if constexpr ((DBG & GEMM_TMA_DBG_NOREG) == 0) regs_dec<40>();
         if (tid != 0) return;
         int it = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -135,15 +150,15 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
                 const uint32_t sA = sbase + s * C::STAGE;
                 mbar_wait(empty0 + 8 * s, ph ^ 1u);
                 mbar_arrive_expect_tx(full, C::STAGE);
-                tma_load_2d(sA, &a.ta, kt * GEMM_BK, m0, full);
-                tma_load_2d(sA + C::A_BYTES, &a.tb, kt * GEMM_BK, n0, full);
+                tma_load_2d(sA, map_a, kt * GEMM_BK, m0, full);
+                tma_load_2d(sA + C::A_BYTES, map_b, kt * GEMM_BK, n0, full);
             }
         }
         return;
     }
 
     /* consumers */
-    regs_inc<232>();
+    if constexpr ((DBG & GEMM_TMA_DBG_NOREG) == 0) regs_inc<232>();
     const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31;
     const uint32_t a_off = PP ? 0u : (uint32_t)cw * 64u * 128u; /* cooperative: this consumer's 64 rows */
     int j = 0;                                                 /* the CTA's local tile index */
@@ -157,10 +172,16 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
 #pragma unroll
             for (int n8 = 0; n8 < BN / 8; n8++) acc[mw][n8][0] = acc[mw][n8][1] = acc[mw][n8][2] = acc[mw][n8][3] = 0.0f;
 
+        /* ping-pong: start only once the other consumer has passed every full-wait of local tile j - 1.
+         * Without this a consumer could wait on a slot two phases ahead of the producer, and a parity
+         * wait cannot tell phase n from phase n - 2: it would read the slot's older contents and release
+         * the slot early (the ordering named barriers 1 and 2 alternate between the two consumers). */
+        if (PP && j > 0) bar_sync(1 + ((j - 1) & 1), 256);
         const int it0 = j * ktiles;
         for (int kt = 0; kt < ktiles; kt++) {
             const int it = it0 + kt, s = it % STAGES;
             mbar_wait(full0 + 8 * s, (uint32_t)(it / STAGES) & 1u);
+            __syncwarp(); /* wgmma.*.sync.aligned below need the warp converged after the per-thread spin */
             const uint32_t sA = sbase + s * C::STAGE + a_off, sB = sbase + s * C::STAGE + C::A_BYTES;
 #pragma unroll
             for (int mw = 0; mw < C::MW; mw++)
@@ -189,6 +210,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
                     for (int e = 0; e < 4; e++) reg_fence(acc[mw][n8][e]);
             if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
         }
+        if (PP && tile + (int)gridDim.x < tiles) bar_arrive(1 + (j & 1), 256); /* the other consumer may start */
         wgmma_wait<0>();
 #pragma unroll
         for (int mw = 0; mw < C::MW; mw++)
@@ -205,6 +227,36 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
 #else
     (void)a;
     __trap(); /* built without sm_90a: the launcher never selects this kernel then */
+#endif
+}
+
+/* TMA probe (gemm_tma_probe): one box of 64 columns x 64 rows at (k0, m0) of X, loaded by thread 0
+ * into 1024-aligned shared memory, copied raw (swizzled as it landed) to out[64][64]. No wgmma, no
+ * warp specialisation, no register moves: it tests the tensor map, TMA and the mbarrier alone. */
+template <int DBG>
+__global__ void __launch_bounds__(128) gemm_tma_probe_kernel(const __grid_constant__ GemmTmaArgs a, int k0, int m0,
+                                                             uint16_t *out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u, bar = sbase + 64 * 128;
+    const CUtensorMap *map = (DBG & GEMM_TMA_DBG_GMAP) ? a.gmaps : &a.ta;
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        if constexpr ((DBG & GEMM_TMA_DBG_GMAP) != 0) tma_map_acquire(map);
+        if constexpr ((DBG & GEMM_TMA_DBG_NOPREFETCH) == 0) tma_prefetch_map(map);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(bar, 64 * 128);
+        tma_load_2d(sbase, map, k0, m0, bar);
+    }
+    mbar_wait(bar, 0);
+    const uint8_t *src = smem + (sbase - smem_addr(smem));
+    for (int i = threadIdx.x; i < 64 * 64 / 8; i += blockDim.x) ((uint4 *)out)[i] = ((const uint4 *)src)[i];
+#else
+    (void)a, (void)k0, (void)m0, (void)out;
+    __trap();
 #endif
 }
 
@@ -240,20 +292,47 @@ static int tma_map(CUtensorMap *m, const uint16_t *base, int rows, int cols, int
     return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
 }
 
-template <int TM, int BN, int STAGES, bool PP, int EPI>
+/* Under GEMM_TMA_DBG_GMAP: copies the kernel's two tensor maps to a fresh global buffer (*buf, freed by
+ * the caller after the launch has finished) and points a->gmaps at it. */
+static int tma_gmaps(GemmTmaArgs *a, void **buf, cudaStream_t st) {
+    cudaError_t e = cudaMalloc(buf, 2 * sizeof(CUtensorMap));
+    if (e == cudaSuccess) e = cudaMemcpyAsync(*buf, &a->ta, sizeof(CUtensorMap), cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync((CUtensorMap *)*buf + 1, &a->tb, sizeof(CUtensorMap), cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    a->gmaps = (const CUtensorMap *)*buf;
+    return (int)e;
+}
+
+template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG = 0>
 static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
     using C = TmaCfg<TM, BN, STAGES, PP>;
     GemmTmaArgs a;
+    memset(&a, 0, sizeof a);
     a.p = *p;
     int rc = tma_map(&a.ta, p->x, p->M, p->K, p->ldx, TM);
     if (rc == 0) rc = tma_map(&a.tb, p->w, p->N, p->K, p->ldw, BN);
     if (rc != 0) return rc;
+    void *gbuf = nullptr;
+    if constexpr ((DBG & GEMM_TMA_DBG_GMAP) != 0) {
+        rc = tma_gmaps(&a, &gbuf, l->stream);
+        if (rc != 0) return rc;
+    }
     const int tiles = ((p->M + TM - 1) / TM) * ((p->N + BN - 1) / BN), grid = tiles < sms ? tiles : sms;
-    auto kern = gemm_bf16_tma<TM, BN, STAGES, PP, EPI>;
+    auto kern = gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-    if (e != cudaSuccess) return (int)e;
-    kern<<<grid, 384, C::SMEM, l->stream>>>(a);
-    return launch_status(l->stream);
+    if (e == cudaSuccess) {
+        kern<<<grid, 384, C::SMEM, l->stream>>>(a);
+        rc = launch_status(l->stream);
+    } else {
+        rc = (int)e;
+    }
+    if (gbuf) {
+        const cudaError_t se = cudaStreamSynchronize(l->stream);
+        cudaFree(gbuf);
+        if (rc == 0) rc = (int)se;
+    }
+    return rc;
 }
 
 /* The variant GEMM_ALGO_TMA takes: one wave of 128 x 128 tiles or less -> cooperative 128 x 128
@@ -283,5 +362,64 @@ int gemm_tma_run(const GemmParams *p, int sms, const CudaLaunch *l) {
     case GEMM_EPI_ADD_F32: return tma_variant<GEMM_EPI_ADD_F32>(p, algo, sms, l);
     case GEMM_EPI_SWIGLU_BF16: return tma_variant<GEMM_EPI_SWIGLU_BF16>(p, algo, sms, l);
     default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+template <int DBG>
+static int tma_debug_c128(const GemmParams *p, int sms, const CudaLaunch *l) {
+    if (p->algo == GEMM_ALGO_TMA_P128) return tma_launch<128, 128, 6, true, GEMM_EPI_BF16, DBG>(p, sms, l);
+    return tma_launch<128, 128, 6, false, GEMM_EPI_BF16, DBG>(p, sms, l);
+}
+
+int gemm_tma_debug_run(const GemmParams *p, int flags, int sms, const CudaLaunch *l) {
+    if (p->epi != GEMM_EPI_BF16 || (p->algo != GEMM_ALGO_TMA_C128 && p->algo != GEMM_ALGO_TMA_P128))
+        return (int)cudaErrorInvalidValue;
+    switch (flags) {
+    case 0: return tma_debug_c128<0>(p, sms, l);
+    case 1: return tma_debug_c128<1>(p, sms, l);
+    case 2: return tma_debug_c128<2>(p, sms, l);
+    case 3: return tma_debug_c128<3>(p, sms, l);
+    case 4: return tma_debug_c128<4>(p, sms, l);
+    case 5: return tma_debug_c128<5>(p, sms, l);
+    case 6: return tma_debug_c128<6>(p, sms, l);
+    case 7: return tma_debug_c128<7>(p, sms, l);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}
+
+template <int DBG>
+static int tma_probe_launch(GemmTmaArgs *a, int k0, int m0, uint16_t *out, cudaStream_t st) {
+    void *gbuf = nullptr;
+    int rc = 0;
+    if constexpr ((DBG & GEMM_TMA_DBG_GMAP) != 0) {
+        a->tb = a->ta;
+        rc = tma_gmaps(a, &gbuf, st);
+    }
+    if (rc == 0) {
+        const int smem = 1024 + 64 * 128 + 8;
+        cudaError_t e = cudaFuncSetAttribute(gemm_tma_probe_kernel<DBG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             smem);
+        if (e == cudaSuccess) {
+            gemm_tma_probe_kernel<DBG><<<1, 128, smem, st>>>(*a, k0, m0, out);
+            e = cudaGetLastError();
+        }
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+        rc = (int)e;
+    }
+    if (gbuf) cudaFree(gbuf);
+    return rc;
+}
+
+int gemm_tma_probe(const uint16_t *x, int rows, int cols, int ld, int k0, int m0, uint16_t *out, int flags,
+                   cudaStream_t st) {
+    GemmTmaArgs a;
+    memset(&a, 0, sizeof a);
+    int rc = tma_map(&a.ta, x, rows, cols, ld, 64);
+    if (rc != 0) return rc;
+    switch (flags & (GEMM_TMA_DBG_GMAP | GEMM_TMA_DBG_NOPREFETCH)) {
+    case 0: return tma_probe_launch<0>(&a, k0, m0, out, st);
+    case GEMM_TMA_DBG_GMAP: return tma_probe_launch<GEMM_TMA_DBG_GMAP>(&a, k0, m0, out, st);
+    case GEMM_TMA_DBG_NOPREFETCH: return tma_probe_launch<GEMM_TMA_DBG_NOPREFETCH>(&a, k0, m0, out, st);
+    default: return tma_probe_launch<GEMM_TMA_DBG_GMAP | GEMM_TMA_DBG_NOPREFETCH>(&a, k0, m0, out, st);
     }
 }

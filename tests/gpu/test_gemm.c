@@ -4,13 +4,18 @@
  * Large shapes are checked on a random subset of rows. Ends with a timing table (TFLOP/s) for
  * the Qwen3.5-0.8B prefill shapes at M = 2048. Every algorithm (mma.sync; on sm_90 also the
  * cp.async wgmma kernels and every TMA variant) runs every case on the same inputs; shapes with
- * many tiles per CTA exercise the persistent kernels' ring phases. Usage: test_gemm [seed]. */
+ * many tiles per CTA exercise the persistent kernels' ring phases. Each algorithm runs in its own
+ * forked child process, so one that faults fails alone and the others still run. Usage:
+ * test_gemm [seed]. */
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda/ops.h"
 #include "test.h"
@@ -26,7 +31,7 @@ static double bf16_ulp(double x) {
 
 static Rng rng;
 static const CudaLaunch L0 = {0, 0}; /* default stream, no PDL */
-static int n_algos = 1; /* GEMM_ALGO_MMA, plus on sm_90 the wgmma and TMA algorithms (all of them) */
+static int algo_lo = 0, algo_hi = 1; /* this process tests algo_of[algo_lo .. algo_hi - 1] */
 static const int algo_of[] = {GEMM_ALGO_MMA,      GEMM_ALGO_WGMMA,    GEMM_ALGO_WGMMA_P,  GEMM_ALGO_TMA,
                               GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256};
 #define N_ALGOS_SM90 ((int)(sizeof algo_of / sizeof algo_of[0]))
@@ -194,7 +199,7 @@ static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
         ref_row(cs.x, cs.w, cs.rows[ri], N, K, cs.ref + (size_t)ri * N, cs.sabs + (size_t)ri * N);
     }
     cs.dx = dcopy(cs.x, (size_t)M * K * 2), cs.dw = dcopy(cs.w, (size_t)N * K * 2);
-    for (int a = 0; a < n_algos; a++) check_algo(&cs, algo_of[a]);
+    for (int a = algo_lo; a < algo_hi; a++) check_algo(&cs, algo_of[a]);
     free(cs.x), free(cs.w), free(cs.y0), free(cs.rows), free(cs.ref), free(cs.sabs);
     CUDA_OK(cudaFree(cs.dx));
     CUDA_OK(cudaFree(cs.dw));
@@ -284,28 +289,68 @@ static void bench(const char *name, int M, int N, int K, int epi, int algo) {
     free(x), free(w);
 }
 
-int main(int argc, char **argv) {
-    const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
-    printf("test_gemm: seed %llu (replay: test_gemm %llu)\n", (unsigned long long)seed, (unsigned long long)seed);
-    rng_seed(&rng, seed);
-    GPU_TEST_PROLOGUE("gemm");
+/* Child process of algorithm index a: every case and the timing table for algo_of[a] alone. Exit code:
+ * TEST_SUMMARY's, or 77 when there is nothing to test (no GPU; a > 0 on a GPU other than sm_90). */
+static int run_algo(int a, uint64_t seed) {
+    rng_seed(&rng, seed); /* every child draws the same shapes and inputs */
+    int g = gpu_present();
+    if (g == 0) return a == 0 ? (printf("gemm: no GPU\n"), 77) : 77;
+    if (g < 0) {
+        t_fail++;
+        return TEST_SUMMARY("gemm");
+    }
     int dev = 0, major = 0;
     CUDA_OK(cudaGetDevice(&dev));
     CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    n_algos = major == 9 ? N_ALGOS_SM90 : 1;
-    printf("compute capability major %d: testing %s\n", major,
-           n_algos > 1 ? "mma.sync, wgmma, persistent wgmma and the TMA variants" : "mma.sync");
-    test_bad_args();
+    if (a > 0 && major != 9) return 77;
+    algo_lo = a, algo_hi = a + 1;
+    printf("-- %s (compute capability major %d)\n", algo_name[algo_of[a]], major);
+    if (a == 0) test_bad_args();
     test_shapes();
     printf("timing (median of 20):\n");
-    for (int a = 0; a < n_algos; a++) {
-        const int algo = algo_of[a];
-        bench("DeltaNet in_proj qkvzba (bf16 out)", 2048, 8224, 1024, GEMM_EPI_BF16, algo);
-        bench("attention q|gate,k,v (bf16 out)", 2048, 5120, 1024, GEMM_EPI_BF16, algo);
-        bench("MLP gate+up (SwiGLU out)", 2048, 7168, 1024, GEMM_EPI_SWIGLU_BF16, algo);
-        bench("MLP down (+= residual)", 2048, 1024, 3584, GEMM_EPI_ADD_F32, algo);
-        bench("out_proj / o_proj (+= residual)", 2048, 1024, 2048, GEMM_EPI_ADD_F32, algo);
-        bench("square 4096 (bf16 out)", 4096, 4096, 4096, GEMM_EPI_BF16, algo);
+    const int algo = algo_of[a];
+    bench("DeltaNet in_proj qkvzba (bf16 out)", 2048, 8224, 1024, GEMM_EPI_BF16, algo);
+    bench("attention q|gate,k,v (bf16 out)", 2048, 5120, 1024, GEMM_EPI_BF16, algo);
+    bench("MLP gate+up (SwiGLU out)", 2048, 7168, 1024, GEMM_EPI_SWIGLU_BF16, algo);
+    bench("MLP down (+= residual)", 2048, 1024, 3584, GEMM_EPI_ADD_F32, algo);
+    bench("out_proj / o_proj (+= residual)", 2048, 1024, 2048, GEMM_EPI_ADD_F32, algo);
+    bench("square 4096 (bf16 out)", 4096, 4096, 4096, GEMM_EPI_BF16, algo);
+    char name[32];
+    snprintf(name, sizeof name, "gemm/%s", algo_name[algo]);
+    return TEST_SUMMARY(name);
+}
+
+/* Each algorithm runs in its own child process (the parent makes no CUDA call): a kernel fault poisons
+ * the CUDA context of its process only, so it is reported as that algorithm's failure and the other
+ * algorithms still run. */
+int main(int argc, char **argv) {
+    const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
+    printf("test_gemm: seed %llu (replay: test_gemm %llu)\n", (unsigned long long)seed, (unsigned long long)seed);
+    for (int a = 0; a < N_ALGOS_SM90; a++) {
+        fflush(stdout), fflush(stderr);
+        const pid_t pid = fork();
+        if (pid < 0) {
+            CHECK(0, "fork: %s", strerror(errno));
+            break;
+        }
+        if (pid == 0) {
+            const int rc = run_algo(a, seed);
+            fflush(stdout), fflush(stderr);
+            _exit(rc);
+        }
+        int status = 0;
+        if (waitpid(pid, &status, 0) != pid) status = -1;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+            if (a == 0) {
+                printf("gemm: 0 passed, 0 failed\n");
+                return 0;
+            }
+            continue;
+        }
+        const int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        CHECK(ok, "algorithm %s: child %s %d", algo_name[algo_of[a]],
+              WIFSIGNALED(status) ? "killed by signal" : "exit code",
+              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
     }
     return TEST_SUMMARY("gemm");
 }
