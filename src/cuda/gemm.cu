@@ -286,9 +286,11 @@ static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, const Cuda
                     l);
 }
 
-/* 1: AUTO takes the TMA path on sm_90 (flip after measuring bench/kernels/gemm_lab.cu); the
- * environment variable QWEN35_GEMM overrides it for AUTO on sm_90 with one of the names below. */
-#define GEMM_TMA_DEFAULT 0
+/* 1: AUTO takes the TMA path on sm_90 (gemm_tma.cu). H200, gemm_lab at M = 2048: the GEMMs of one
+ * 2048-token prefill 4.99 ms with tma(pick) vs ~6.2 with the cp.async wgmma path (gate_up 430 vs
+ * 338 TFLOP/s, qkvzba 465, attention qkv 452). The environment variable QWEN35_GEMM overrides it for
+ * AUTO on sm_90 with one of the names below. */
+#define GEMM_TMA_DEFAULT 1
 
 /* The algorithm AUTO means on a device of compute capability major `major`. */
 static int gemm_auto_algo(int major) {
