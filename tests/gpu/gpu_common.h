@@ -42,6 +42,16 @@ static inline int gpu_present(void) {
         }                                                         \
     } while (0)
 
+/* Runtime call that must succeed, else the test binary stops (exit 2, reported by tests/run.sh). */
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
 /* Runtime call that must succeed: records a failure and jumps to `done`. */
 #define CU(call)                                                             \
     do {                                                                     \

@@ -38,14 +38,6 @@ static const int algo_of[] = {GEMM_ALGO_MMA,      GEMM_ALGO_WGMMA,    GEMM_ALGO_
 static const char *const algo_name[GEMM_ALGO_COUNT] = {"auto", "mma", "wgmma", "wgmmaP", "tma",
                                                        "tmaC256", "tmaC128", "tmaP128", "tmaP256"};
 
-#define CUDA_OK(call)                                                                                         \
-    do {                                                                                                 \
-        cudaError_t e_ = (call);                                                                         \
-        if (e_ != cudaSuccess) {                                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
-            exit(2);                                                                                     \
-        }                                                                                                \
-    } while (0)
 
 static uint16_t *rand_bf16(size_t n, float scale) {
     uint16_t *h = malloc(n * 2);

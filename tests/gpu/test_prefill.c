@@ -28,14 +28,6 @@ static const CudaLaunch L0 = {0, 0}; /* default stream, no PDL */
 #define TOL 1e-2
 #define BF16_POISON 0x7fc1
 
-#define CUDA_OK(call)                                                                                         \
-    do {                                                                                                 \
-        cudaError_t e_ = (call);                                                                         \
-        if (e_ != cudaSuccess) {                                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));       \
-            exit(2);                                                                                     \
-        }                                                                                                \
-    } while (0)
 
 /* ---- host/device helpers ----------------------------------------------------------------- */
 
