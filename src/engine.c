@@ -99,6 +99,11 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
         rc = e->be->open(&e->bctx, &e->model, &bo, err);
     }
     if (rc) goto fail;
+    if (opt->persistent && e->be == &cuda_backend) {
+        char why[200];
+        if (!cuda_decode_path(e->bctx, why, sizeof why))
+            snprintf(e->note, sizeof e->note, "persistent decode kernel not used (%s); one kernel per phase", why);
+    }
     e->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     if (!e->logits) {
         rc = err_set(err, Q35_ERR_OOM, "out of memory");
