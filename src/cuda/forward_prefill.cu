@@ -173,12 +173,15 @@ static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, i
     return op_end(pf, cuda_gemm_bf16(g, lc), layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
 }
 
-/* h = bf16 norm of rows [0, T) of x (fp32 [T][D]). */
+/* h = bf16 norm of rows [0, T) of x (fp32 [T][D]). Launched with PDL: the row norm kernels read
+ * only the (immutable) weights before pdl_wait(), so they may start while the kernel that wrote x
+ * drains (48 launches of ~8 us, launch-bound: 5.5 us back to back). */
 static int pf_norm(CudaPrefill *pf, const CudaLaunch *lc, const float *x, const float *w, int T, int layer,
                    const char *what, Err *err) {
     RmsnormRowsParams np = {x, w, pf->h, T, pf->d.D, pf->d.norm_mode, pf->d.eps};
+    const CudaLaunch pl = {lc->stream, 1};
     op_begin(pf, lc->stream);
-    return op_end(pf, cuda_rmsnorm_rows_bf16(&np, lc), layer, what, 4.0 * T * pf->d.D, 6.0 * T * pf->d.D, err);
+    return op_end(pf, cuda_rmsnorm_rows_bf16(&np, &pl), layer, what, 4.0 * T * pf->d.D, 6.0 * T * pf->d.D, err);
 }
 
 /* x += down(SwiGLU(gate_up(norm(x, ln2)))) */

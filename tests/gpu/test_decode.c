@@ -446,7 +446,9 @@ static void test_long(int qwen35) {
         }
         printf("  %s, %d steps, %s: worst logits rel L2 vs CPU %.4f\n", name, n,
                path ? "one kernel per phase" : "persistent layer kernel", worst);
-        CHECK(worst < 0.06, "%s: %d-step decode (%s) rel L2 %.4f vs CPU", name, n, path ? "per phase" : "persistent",
+        /* bf16 drift grows with the steps: 12 steps stay < 0.06 (test_model); over 100 steps the tiny
+         * hybrid model measured 0.049 on both paths for one seed; a broken split gives ~1 */
+        CHECK(worst < 0.1, "%s: %d-step decode (%s) rel L2 %.4f vs CPU", name, n, path ? "per phase" : "persistent",
               worst);
         cuda_backend.close(g);
     }
