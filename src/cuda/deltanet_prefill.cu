@@ -380,6 +380,15 @@ __device__ __forceinline__ uint32_t dn_pick(const uint32_t b[4], int half, int i
     return half ? b[2 + i] : b[i];
 }
 
+/* One k-step of a split product into three accumulators, in this order: hh += a_hi b_hi,
+ * hl += a_hi b_lo, lh += a_lo b_hi (b: the warp's half `wn` of an x4 fragment pair). */
+__device__ __forceinline__ void dn_mma3(float hh[4], float hl[4], float lh[4], const uint32_t a[4],
+                                        const uint32_t al[4], const uint32_t b[4], const uint32_t bl[4], int wn) {
+    mma_bf16(hh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+    mma_bf16(hl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
+    mma_bf16(lh, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+}
+
 /* grid (Hv, dv/16), 256 threads. The CTA owns S[:, e0 .. e0+15] of head j in fp32 registers: warp
  * w holds rows 16w .. 16w+15 as the accumulators of 2 n8 tiles. Per chunk (warp (wm, wn) = (w%4,
  * w/4) owns rows 16 wm and columns 8 wn of the 64 x 16 tiles X, R, V'):
@@ -459,9 +468,7 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 ldsm_x4(ldsm_addr_a<16>(st + L::K, DN_C + wm * 16, kk * 16, lane), al);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
-                mma_bf16(xh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
-                mma_bf16(xl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
-                mma_bf16(xm, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                dn_mma3(xh, xl, xm, a, al, b, bl, wn);
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -489,9 +496,7 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 ldsm_x4(ldsm_addr_a<8>(st + L::TL, wm * 16, kk * 16, lane), al);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R, kk * 16, 0, lane), b);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R + L::LO_R, kk * 16, 0, lane), bl);
-                mma_bf16(vh, ah, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
-                mma_bf16(vl, ah, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
-                mma_bf16(vm, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                dn_mma3(vh, vl, vm, ah, al, b, bl, wn);
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -551,9 +556,7 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 ldsm_x4(ldsm_addr_a<16>(st + L::Q, DN_C + wm * 16, kk * 16, lane), al);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
-                mma_bf16(oh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
-                mma_bf16(ol, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
-                mma_bf16(om, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                dn_mma3(oh, ol, om, a, al, b, bl, wn);
             }
             float ph[4] = {}, pl[4] = {}, pm[4] = {};
 #pragma unroll
@@ -564,9 +567,7 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 ldsm_x4(ldsm_addr_a<8>(st + L::P, DN_C + wm * 16, kk * 16, lane), al);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP, kk * 16, 0, lane), b);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP + L::LO_R, kk * 16, 0, lane), bl);
-                mma_bf16(ph, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
-                mma_bf16(pl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
-                mma_bf16(pm, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
+                dn_mma3(ph, pl, pm, a, al, b, bl, wn);
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
