@@ -14,7 +14,7 @@ make -s build/src/cpu/ops.o build/src/util.o
 sed -n '/^template <int NCH>/,/^\/\* ---- Hopper wgmma/p' src/cuda/mma.cuh | sed '$d' > "$B/helpers.inc"
 sed -e '/#include "cuda\//d' -e 's/extern __shared__ __align__(128) uint8_t smem\[\];/uint8_t *smem = emu_smem();/' \
     -e '/^\/\* ---- launcher/,$d' src/cuda/deltanet_prefill.cu > "$B/dn.inc"
-sed -e '/#include "cuda\//d' src/cuda/deltanet_prefill_out.cuh >> "$B/dn.inc" # kernel 4 (included by the .cu)
+sed -e '/#include "cuda\//d' -e 's/extern __shared__ __align__(128) uint8_t smem\[\];/uint8_t *smem = emu_smem();/' src/cuda/deltanet_prefill_out.cuh >> "$B/dn.inc" # kernel 4 (included by the .cu)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 g++ -std=c++17 -O1 -g -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-function -Isrc -I"$B" -Itests/emu \
     -I"$CUDA_HOME/include" -o "$B/deltanet_prefill_emu" tests/emu/deltanet_prefill_emu.cpp build/src/cpu/ops.o \
