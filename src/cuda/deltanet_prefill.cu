@@ -4,7 +4,7 @@
  *   2. dn_local_chunk    (chunks x Hv, all chunks in parallel), with gamma = cumsum(g):
  *        A[r][s] = beta_r (k_r . k_s) e^(gamma_r - gamma_s) (s < r), T = (I + A)^-1 (fp32, 16x16
  *        blocks) -> T2 = T diag(beta);  P = (Q K^T) o Gamma dk^-1/2 (s <= r).
- *   3. dn_scan_split     (Hv x dv/16 = 128 CTAs at 16 heads; sequential over chunks), per chunk:
+ *   3. dn_scan_split / dn_scan_fo (Hv x dv/16 = 128 CTAs at 16 heads; sequential over chunks), per chunk:
  *        store S, R = V - diag(e^gamma) K S, V' = T2 R (= U - W S with U = T2 V,
  *        W = T2 diag(e^gamma) K), S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
  *   4. dn_out_chunk      (2 column halves x chunks x Hv, clusters of 2): O = diag(e^gamma) Q S dk^-1/2
@@ -20,10 +20,14 @@
  * Applying T2 to the residual R inside the scan (instead of storing U and W from the chunk-local
  * kernel) also keeps the scan's per-chunk loads small (T2 is 64x64, W 64x128).
  * Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
+#include "cuda/tma.cuh"
 
 #define DN_C 64  /* chunk length */
 #define DN_D 128 /* dk = dv */
@@ -395,13 +399,11 @@ __device__ __forceinline__ void dn_mma3(float hh[4], float hl[4], float lh[4], c
  *   snapshot S -> smem + global (split);  X = K S;  R = V - diag(e^gamma) X;  V' = T2 R (lower
  *   triangular: k-blocks <= wm);  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'
  *   (every product split x split: 3 mma).
- * FO (output fused, DeltaNetPrefillParams.fuse_out): no S snapshot or V' goes to global memory;
- * the CTA computes its 16 columns of O = diag(e^gamma) Q S dk^-1/2 + P V' itself (Q and P loaded
- * with the chunk) and stores bf16(O) in sc.u; dn_norm_out then applies the gated RMSNorm. */
-template <bool FO>
+ * The separate-output path (fuse_out = 0): S snapshots and V' go to global memory for dn_out_chunk;
+ * the fused path is dn_scan_fo (deltanet_prefill_scan.cuh). */
 __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ DeltaNetPrefillParams p,
                                                     const __grid_constant__ DeltaNetScratch sc) {
-    using L = DnScanSmem<FO>;
+    using L = DnScanSmem<false>;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -418,14 +420,14 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
             const float2 v = *(const float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
             S[nt][2 * h] = v.x, S[nt][2 * h + 1] = v.y;
         }
-    dn_scan_load<FO>(p, sc, sb, 0, j, n, e0, tid);
+    dn_scan_load<false>(p, sc, sb, 0, j, n, e0, tid);
     cp_async_commit();
     float gn0 = sc.g[(size_t)(2 * lane) * p.Hv + j], gn1 = sc.g[(size_t)(2 * lane + 1) * p.Hv + j];
 
     for (int c = 0; c < nc; c++) {
         cp_async_wait<0>();
         __syncthreads(); /* chunk c landed; everyone is done with chunk c-1 */
-        if (c + 1 < nc) dn_scan_load<FO>(p, sc, sb + ((c + 1) & 1) * L::STAGE, c + 1, j, n, e0, tid);
+        if (c + 1 < nc) dn_scan_load<false>(p, sc, sb + ((c + 1) & 1) * L::STAGE, c + 1, j, n, e0, tid);
         cp_async_commit();
         const uint32_t st = sb + (c & 1) * L::STAGE;
         float y0, y1;
@@ -450,10 +452,8 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 const uint32_t hi = pack_bf16(x0, x1), lo = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
                 *(uint32_t *)(smem + L::S + swz_off<2>(r, col)) = hi;
                 *(uint32_t *)(smem + L::S + L::LO_S + swz_off<2>(r, col)) = lo;
-                if (!FO) {
-                    *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = hi;
-                    *(uint32_t *)(Sg + DN_D * DN_D + (size_t)r * DN_D + e0 + col) = lo;
-                }
+                *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = hi;
+                *(uint32_t *)(Sg + DN_D * DN_D + (size_t)r * DN_D + e0 + col) = lo;
             }
         __syncthreads();
 
@@ -505,14 +505,9 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
                 const float v0 = vh[2 * h] + (vl[2 * h] + vm[2 * h]);
                 const float v1 = vh[2 * h + 1] + (vl[2 * h + 1] + vm[2 * h + 1]);
                 const uint32_t vhi = pack_bf16(v0, v1), vlo = pack_bf16(v0 - rbf(v0), v1 - rbf(v1));
-                if (FO) {
-                    *(uint32_t *)(smem + L::VP + swz_off<2>(r, col)) = vhi;
-                    *(uint32_t *)(smem + L::VP + L::LO_R + swz_off<2>(r, col)) = vlo;
-                } else {
-                    const size_t o = ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col;
-                    *(uint32_t *)(sc.u + o) = vhi;
-                    *(uint32_t *)(sc.u_lo + o) = vlo;
-                }
+                const size_t o = ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col;
+                *(uint32_t *)(sc.u + o) = vhi;
+                *(uint32_t *)(sc.u_lo + o) = vlo;
                 const float x0 = v0 * dec, x1 = v1 * dec;
                 *(uint32_t *)(smem + L::VS + swz_off<2>(r, col)) = pack_bf16(x0, x1);
                 *(uint32_t *)(smem + L::VS + L::LO_R + swz_off<2>(r, col)) = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
@@ -546,39 +541,6 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
         for (int nt = 0; nt < 2; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) S[nt][e] += sl[nt][e] + sm[nt][e];
-
-        if (FO) { /* O = diag(e^gamma) Q S dk^-1/2 + P V' (64 x 16, the X/V' warp tiling) -> bf16 in sc.u */
-            float oh[4] = {}, ol[4] = {}, om[4] = {};
-#pragma unroll
-            for (int kk = 0; kk < DN_D / 16; kk++) {
-                uint32_t a[4], al[4], b[4], bl[4];
-                ldsm_x4(ldsm_addr_a<16>(st + L::Q, wm * 16, kk * 16, lane), a);
-                ldsm_x4(ldsm_addr_a<16>(st + L::Q, DN_C + wm * 16, kk * 16, lane), al);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
-                dn_mma3(oh, ol, om, a, al, b, bl, wn);
-            }
-            float ph[4] = {}, pl[4] = {}, pm[4] = {};
-#pragma unroll
-            for (int kk = 0; kk < DN_C / 16; kk++) {
-                if (kk > wm) break; /* warp-uniform: P is lower triangular */
-                uint32_t a[4], al[4], b[4], bl[4];
-                ldsm_x4(ldsm_addr_a<8>(st + L::P, wm * 16, kk * 16, lane), a);
-                ldsm_x4(ldsm_addr_a<8>(st + L::P, DN_C + wm * 16, kk * 16, lane), al);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP, kk * 16, 0, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP + L::LO_R, kk * 16, 0, lane), bl);
-                dn_mma3(ph, pl, pm, a, al, b, bl, wn);
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
-                const float eg = DN_QSCALE * expf(gr[h]);
-                const int e0_ = 2 * h, e1_ = 2 * h + 1;
-                const float o0 = eg * (oh[e0_] + (ol[e0_] + om[e0_])) + (ph[e0_] + (pl[e0_] + pm[e0_]));
-                const float o1 = eg * (oh[e1_] + (ol[e1_] + om[e1_])) + (ph[e1_] + (pl[e1_] + pm[e1_]));
-                *(uint32_t *)(sc.u + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col) = pack_bf16(o0, o1);
-            }
-        }
     }
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
@@ -589,6 +551,7 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
 }
 
 #include "cuda/deltanet_prefill_out.cuh"
+#include "cuda/deltanet_prefill_scan.cuh"
 
 /* ---- launcher -------------------------------------------------------------------------- */
 
@@ -597,6 +560,62 @@ static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch 
     dim3 grid(nc * DN_C / DN_TPW, (2 * p->Hk + p->Hv + 3) / 4);
     dn_conv_bf16_tok<KC><<<grid, 128, 0, l->stream>>>(*p, sc);
     return launch_status(l->stream);
+}
+
+/* Shared memory of dn_scan_fo: the layout, its two mbarriers and slack for the 1024-byte alignment. */
+#define DN_SCAN_FO_SMEM (DnScanSmem<true>::BYTES + 16 + 1024)
+
+template <int CL>
+static int dn_launch_scan_fo_cl(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, const DnScanMaps &m,
+                                const CudaLaunch *l) {
+    cudaError_t e = cudaFuncSetAttribute(dn_scan_fo<CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, DN_SCAN_FO_SMEM);
+    if (e != cudaSuccess) return (int)e;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(DN_D / DN_DVS, p->Hv);
+    cfg.blockDim = dim3(512);
+    cfg.dynamicSmemBytes = DN_SCAN_FO_SMEM;
+    cfg.stream = l->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, dn_scan_fo<CL>, *p, sc, m);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)e;
+    }
+    return launch_status(l->stream);
+}
+
+/* How many column slices of a head share their loads (the cluster size of dn_scan_fo): 1 unless
+ * QWEN35_DN_CLUSTER=2|4|8. H200, T = 2048, 16 heads, scan + output per layer: 123.6 us alone, 146.9
+ * with clusters of 2, 147.1 of 8, 275.8 of 4 (not all clusters resident at once): the L2 traffic the
+ * multicast saves was not the limit, the cluster barrier per chunk costs (PERF_NOTES_prefill §14). */
+static int dn_scan_cluster(void) {
+    const char *env = getenv("QWEN35_DN_CLUSTER");
+    const int cl = env ? atoi(env) : 1;
+    return cl == 2 || cl == 4 || cl == 8 ? cl : 1;
+}
+
+static int dn_launch_scan_fo(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
+    const int Tp = nc * DN_C, rows_tp = nc * p->Hv * 2 * DN_C;
+    DnScanMaps m;
+    memset(&m, 0, sizeof m);
+    int rc = cuda_tma_map_bf16(&m.k, sc.k, Tp, p->Hk * DN_D, p->Hk * DN_D, DN_C);
+    if (!rc) rc = cuda_tma_map_bf16(&m.kl, sc.k_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, DN_C);
+    if (!rc) rc = cuda_tma_map_bf16(&m.q, sc.q, Tp, p->Hk * DN_D, p->Hk * DN_D, DN_C);
+    if (!rc) rc = cuda_tma_map_bf16(&m.ql, sc.q_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, DN_C);
+    if (!rc) rc = cuda_tma_map_bf16(&m.t, sc.t, rows_tp, DN_C, DN_C, 2 * DN_C);
+    if (!rc) rc = cuda_tma_map_bf16(&m.p, sc.p, rows_tp, DN_C, DN_C, 2 * DN_C);
+    if (rc) return rc;
+    const char *dbg = getenv("QWEN35_DN_SCAN_DBG");
+    m.dbg = dbg ? atoi(dbg) : 0;
+    switch (dn_scan_cluster()) {
+    case 8: return dn_launch_scan_fo_cl<8>(p, sc, m, l);
+    case 4: return dn_launch_scan_fo_cl<4>(p, sc, m, l);
+    case 2: return dn_launch_scan_fo_cl<2>(p, sc, m, l);
+    default: return dn_launch_scan_fo_cl<1>(p, sc, m, l);
+    }
 }
 
 extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {
@@ -622,21 +641,16 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);
 
     if (p->fuse_out) {
-        e = cudaFuncSetAttribute(dn_scan_split<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 DnScanSmem<true>::BYTES);
-        if (e != cudaSuccess) return (int)e;
-        dn_scan_split<true><<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<true>::BYTES, l->stream>>>(*p, sc);
-        if ((rc = launch_status(l->stream))) return rc;
+        if ((rc = dn_launch_scan_fo(p, sc, nc, l))) return rc;
         if (p->ev) cudaEventRecord(p->ev[3], l->stream);
         dn_norm_out<<<(p->T * p->Hv + 7) / 8, 256, 0, l->stream>>>(*p, sc);
         rc = launch_status(l->stream);
         if (p->ev) cudaEventRecord(p->ev[4], l->stream);
         return rc;
     }
-    e = cudaFuncSetAttribute(dn_scan_split<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             DnScanSmem<false>::BYTES);
+    e = cudaFuncSetAttribute(dn_scan_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem<false>::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_scan_split<false><<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, l->stream>>>(*p, sc);
+    dn_scan_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, l->stream>>>(*p, sc);
     if ((rc = launch_status(l->stream))) return rc;
     if (p->ev) cudaEventRecord(p->ev[3], l->stream);
 

@@ -26,55 +26,10 @@
 #include <cudaTypedefs.h>
 
 #include "cuda/gemm.cuh"
+#include "cuda/tma.cuh"
 
-/* ---- device pieces: mbarrier, TMA, register budget ------------------------------------------ */
+/* ---- device pieces: named barriers, register budget (mbarrier and TMA: tma.cuh) ------------- */
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-/* Makes the initialised barriers visible to the async proxy (the TMA unit); follow with a barrier. */
-__device__ __forceinline__ void mbar_init_fence(void) {
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-/* Arrives (count 1) and adds `bytes` to the transaction count the current phase waits for. */
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-    return done != 0;
-}
-/* Waits until the phase of parity `parity` has completed. A wait of 2^34 clocks (~9 s) can only be a
- * pipeline bug: it traps, so the launch fails instead of hanging the stream. */
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    if (mbar_try(bar, parity)) return;
-    const long long t0 = clock64();
-    while (!mbar_try(bar, parity))
-        if (clock64() - t0 > (1ll << 34)) __trap();
-}
-/* 2-D tiled TMA load of the box at (c0 = inner/K coordinate, c1 = row) into shared dst; completion
- * is signalled on bar as transaction bytes. */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-        "[%4];\n" ::"r"(dst),
-        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
-        : "memory");
-}
-__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
-}
-/* Makes a tensor map that the host copied into global memory visible to the TMA unit. */
-__device__ __forceinline__ void tma_map_acquire(const CUtensorMap *map) {
-    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"((uint64_t)map) : "memory");
-}
 /* Named barrier `id` (1..15) over `n` threads: bar_arrive signals without waiting, bar_sync waits. */
 __device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -279,13 +234,11 @@ static PFN_cuTensorMapEncodeTiled_v12000 tma_encoder(void) {
     return fn;
 }
 
-/* Tensor map of a bf16 row-major [rows][ld] matrix read as [rows][cols] in boxes of 64 columns x
- * box_rows rows, 128-byte swizzle, zero fill outside. */
-static int tma_map(CUtensorMap *m, const uint16_t *base, int rows, int cols, int ld, int box_rows) {
+int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, int ld, int box_rows) {
     PFN_cuTensorMapEncodeTiled_v12000 enc = tma_encoder();
     if (!enc) return (int)cudaErrorNotSupported;
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
-    const cuuint32_t box[2] = {GEMM_BK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, estr[2] = {1, 1};
     const CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -310,8 +263,8 @@ static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
     GemmTmaArgs a;
     memset(&a, 0, sizeof a);
     a.p = *p;
-    int rc = tma_map(&a.ta, p->x, p->M, p->K, p->ldx, TM);
-    if (rc == 0) rc = tma_map(&a.tb, p->w, p->N, p->K, p->ldw, BN);
+    int rc = cuda_tma_map_bf16(&a.ta, p->x, p->M, p->K, p->ldx, TM);
+    if (rc == 0) rc = cuda_tma_map_bf16(&a.tb, p->w, p->N, p->K, p->ldw, BN);
     if (rc != 0) return rc;
     void *gbuf = nullptr;
     if constexpr ((DBG & GEMM_TMA_DBG_GMAP) != 0) {
@@ -414,7 +367,7 @@ int gemm_tma_probe(const uint16_t *x, int rows, int cols, int ld, int k0, int m0
                    cudaStream_t st) {
     GemmTmaArgs a;
     memset(&a, 0, sizeof a);
-    int rc = tma_map(&a.ta, x, rows, cols, ld, 64);
+    int rc = cuda_tma_map_bf16(&a.ta, x, rows, cols, ld, 64);
     if (rc != 0) return rc;
     switch (flags & (GEMM_TMA_DBG_GMAP | GEMM_TMA_DBG_NOPREFETCH)) {
     case 0: return tma_probe_launch<0>(&a, k0, m0, out, st);

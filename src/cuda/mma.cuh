@@ -58,11 +58,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 /* Swizzled position of 16-byte chunk c of row r in a tile whose rows hold NCH chunks
  * (NCH * 8 bf16): the chunk index is XORed with row bits so that the 8 row addresses of one
  * ldmatrix matrix fall into 8 different 16-byte bank groups. Returns the chunk number in the
- * tile; multiply by 16 for bytes. NCH must be 2, 4 or a multiple of 8. */
+ * tile; multiply by 16 for bytes. NCH must be 2, 4 or a multiple of 8 — or SWZ_TMA16: rows of 16
+ * chunks as TMA boxes of 64 rows x 8 chunks with 128-byte swizzle write them, [r/64][c/8][r%64][8]
+ * (each box is a swz<8> tile). */
+#define SWZ_TMA16 (-16)
 template <int NCH>
 __device__ __forceinline__ int swz(int r, int c) {
-    static_assert(NCH == 2 || NCH == 4 || NCH % 8 == 0, "swizzle needs 2, 4 or 8k chunks per row");
-    if constexpr (NCH % 8 == 0) return r * NCH + (c ^ (r & 7));
+    static_assert(NCH == 2 || NCH == 4 || NCH == SWZ_TMA16 || NCH % 8 == 0,
+                  "swizzle needs 2, 4 or 8k chunks per row, or SWZ_TMA16");
+    if constexpr (NCH == SWZ_TMA16) return (((r >> 6) * 2 + (c >> 3)) * 64 + (r & 63)) * 8 + ((c & 7) ^ (r & 7));
+    else if constexpr (NCH % 8 == 0) return r * NCH + (c ^ (r & 7));
     else if constexpr (NCH == 4) return r * NCH + (c ^ ((r >> 1) & 3));
     else return r * NCH + (c ^ ((r >> 2) & 1));
 }

@@ -56,6 +56,7 @@ static float *cols(const float *x, int T, int ld, int c0, int w) {
     return y;
 }
 
+static int emu_cluster = 8;
 static void emu_prefill(const DeltaNetPrefillParams *p) {
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
@@ -64,17 +65,33 @@ static void emu_prefill(const DeltaNetPrefillParams *p) {
     emu_launch(dim3(nc * 64 / DN_TPW, (2 * p->Hk + p->Hv + 3) / 4), 128, 0, 1, [&] { dn_conv_bf16_tok<4>(P, sc); });
     emu_launch(dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, 1, [&] { dn_local_chunk(P, sc); });
     if (p->fuse_out) {
-        emu_launch(dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<true>::BYTES, 1, [&] { dn_scan_split<true>(P, sc); });
+        const int Tp = nc * 64, rows = nc * p->Hv * 128;
+        DnScanMaps m;
+        cuda_tma_map_bf16(&m.k, sc.k, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
+        cuda_tma_map_bf16(&m.kl, sc.k_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
+        cuda_tma_map_bf16(&m.q, sc.q, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
+        cuda_tma_map_bf16(&m.ql, sc.q_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
+        cuda_tma_map_bf16(&m.t, sc.t, rows, 64, 64, 128);
+        cuda_tma_map_bf16(&m.p, sc.p, rows, 64, 64, 128);
+        const size_t sm = DnScanSmem<true>::BYTES + 16 + 1024;
+        const dim3 grid(DN_D / DN_DVS, p->Hv);
+        switch (emu_cluster) { /* the scan's cluster size (argv[5]; the GPU picks 8 where all clusters fit) */
+        case 8: emu_launch(grid, 512, sm, 8, [&] { dn_scan_fo<8>(P, sc, m); }); break;
+        case 4: emu_launch(grid, 512, sm, 4, [&] { dn_scan_fo<4>(P, sc, m); }); break;
+        case 2: emu_launch(grid, 512, sm, 2, [&] { dn_scan_fo<2>(P, sc, m); }); break;
+        default: emu_launch(grid, 512, sm, 1, [&] { dn_scan_fo<1>(P, sc, m); });
+        }
         emu_launch(dim3((p->T * p->Hv + 7) / 8), 256, 0, 1, [&] { dn_norm_out(P, sc); });
         return;
     }
-    emu_launch(dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, 1, [&] { dn_scan_split<false>(P, sc); });
+    emu_launch(dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, 1, [&] { dn_scan_split(P, sc); });
     emu_launch(dim3(2 * nc, p->Hv), 256, DnOutSmem::BYTES, 2, [&] { dn_out_chunk(P, sc); });
 }
 
 int main(int argc, char **argv) {
     const int Hk = argc > 1 ? atoi(argv[1]) : 1, Hv = argc > 2 ? atoi(argv[2]) : 2, rep = argc > 3 ? atoi(argv[3]) : 0,
               fuse = argc > 4 ? atoi(argv[4]) : 0;
+    if (argc > 5) emu_cluster = atoi(argv[5]);
     const int dk = 128, dv = 128, K = 4, kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd, n = cd + vd + 2 * Hv, ld = n + 8;
     const int calls[] = {130, 65, 1};
     const float eps = 1e-6f;

@@ -1,6 +1,7 @@
 /* Host emulation of the CUDA features deltanet_prefill.cu uses: CTAs of fibers (ucontext),
  * __syncthreads, warp shuffles, ldmatrix (plain/trans), mma.m16n8k16 bf16, cp.async (immediate),
- * cluster barriers and DSMEM loads. One cluster of CTAs runs at a time. */
+ * cluster barriers and DSMEM loads, mbarriers with transaction counts and 2-D TMA loads with the
+ * 128-byte swizzle (immediate, multicast included). One cluster of CTAs runs at a time. */
 #pragma once
 #include <cuda_runtime_api.h>
 static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) {
@@ -30,6 +31,7 @@ static inline float2 make_float2(float x, float y) {
 #define Q35_CUDA_COMMON_CUH
 #define Q35_CUDA_MMA_CUH
 #define Q35_CUDA_CLUSTER_CUH
+#define Q35_CUDA_TMA_CUH
 #undef __global__
 #undef __device__
 #undef __forceinline__
@@ -56,7 +58,7 @@ struct EmuState {
     ucontext_t sched;
     /* barriers */
     std::vector<int> cta_cnt, cta_gen;
-    std::vector<int> warp_cnt, warp_gen; /* [cta*8 + warp] */
+    std::vector<int> warp_cnt, warp_gen; /* [cta*32 + warp] */
     int cl_cnt, cl_gen;
     std::vector<int> cl_my;
     /* warp exchange slots [cta*8+warp][lane][8 u32] */
@@ -84,13 +86,13 @@ static inline void __syncthreads() {
         emu_yield();
 }
 static inline void emu_warp_bar() {
-    const int w = me().cta * 8 + me().tid / 32, g = E.warp_gen[w];
+    const int w = me().cta * 32 + me().tid / 32, g = E.warp_gen[w];
     if (++E.warp_cnt[w] == 32)
         E.warp_cnt[w] = 0, E.warp_gen[w]++;
     while (E.warp_gen[w] == g)
         emu_yield();
 }
-static inline uint32_t *emu_slot(int lane) { return &E.slot[((size_t)(me().cta * 8 + me().tid / 32) * 32 + lane) * 8]; }
+static inline uint32_t *emu_slot(int lane) { return &E.slot[((size_t)(me().cta * 32 + me().tid / 32) * 32 + lane) * 8]; }
 
 static inline float __uint_as_float(uint32_t u) {
     float f;
@@ -210,6 +212,67 @@ static inline float ld_dsmem(const float *local, unsigned rank) {
     return v;
 }
 
+static inline uint32_t cluster_rank(void) { return (uint32_t)me().cta; }
+
+/* mbarriers (tma.cuh): the 8 bytes at the barrier's offset hold the emulated state */
+struct EmuBar {
+    int32_t tx;                 /* transaction bytes still expected (may go negative) */
+    uint8_t pend, cnt, phase, pad; /* arrivals still expected, arrival count, phase parity */
+};
+static inline EmuBar *emu_bar(int cta, uint32_t bar) { return (EmuBar *)(E.smem[cta].data() + bar); }
+static inline void emu_bar_check(EmuBar *b) {
+    if (b->pend == 0 && b->tx == 0)
+        b->phase ^= 1, b->pend = b->cnt;
+}
+static inline void mbar_init(uint32_t bar, uint32_t count) {
+    EmuBar *b = emu_bar(me().cta, bar);
+    b->tx = 0, b->pend = b->cnt = (uint8_t)count, b->phase = 0;
+}
+static inline void mbar_init_fence(void) {}
+static inline void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    EmuBar *b = emu_bar(me().cta, bar);
+    b->tx += (int32_t)bytes, b->pend--;
+    emu_bar_check(b);
+}
+static inline void mbar_wait(uint32_t bar, uint32_t parity) {
+    while (emu_bar(me().cta, bar)->phase == parity)
+        emu_yield();
+}
+/* tensor maps (cuda_tma_map_bf16): a bf16 [rows][ld] matrix read as [rows][cols], boxes of 64 x box_rows */
+struct EmuTensorMap {
+    const uint16_t *base;
+    int rows, cols, ld, box_rows;
+};
+typedef EmuTensorMap CUtensorMap;
+static inline int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, int ld, int box_rows) {
+    m->base = base, m->rows = rows, m->cols = cols, m->ld = ld, m->box_rows = box_rows;
+    return 0;
+}
+static inline void emu_tma(int cta, uint32_t dst, const CUtensorMap *m, int c0, int c1, uint32_t bar) {
+    uint8_t *s = E.smem[cta].data();
+    if (dst & 1023) { fprintf(stderr, "emu: TMA destination %u not 1024-byte aligned\n", dst); exit(2); }
+    for (int r = 0; r < m->box_rows; r++)
+        for (int ch = 0; ch < 8; ch++) {
+            uint8_t *d = s + dst + r * 128 + ((ch ^ (r & 7)) * 16);
+            const int row = c1 + r, col = c0 + ch * 8;
+            if (row < m->rows && col + 8 <= m->cols)
+                memcpy(d, m->base + (size_t)row * m->ld + col, 16);
+            else
+                memset(d, 0, 16);
+        }
+    EmuBar *b = emu_bar(cta, bar);
+    b->tx -= m->box_rows * 128;
+    emu_bar_check(b);
+}
+static inline void tma_load_2d(uint32_t dst, const CUtensorMap *m, int c0, int c1, uint32_t bar) {
+    emu_tma(me().cta, dst, m, c0, c1, bar);
+}
+static inline void tma_load_2d_mc(uint32_t dst, const CUtensorMap *m, int c0, int c1, uint32_t bar, uint16_t mask) {
+    for (int r = 0; r < E.ncta; r++)
+        if ((mask >> r) & 1)
+            emu_tma(r, dst, m, c0, c1, bar);
+}
+
 /* runs kern over grid in clusters of cl CTAs along x */
 static std::function<void()> emu_kern;
 static void emu_entry() {
@@ -233,9 +296,9 @@ static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::
                 for (int c = 0; c < cl; c++)
                     E.bidx[c] = make_uint3(x0 + c, y, z);
                 E.cta_cnt.assign(cl, 0), E.cta_gen.assign(cl, 0);
-                E.warp_cnt.assign(cl * 8, 0), E.warp_gen.assign(cl * 8, 0);
+                E.warp_cnt.assign(cl * 32, 0), E.warp_gen.assign(cl * 32, 0); /* up to 1024 threads */
                 E.cl_cnt = 0, E.cl_gen = 0, E.cl_my.assign(n, 0);
-                E.slot.assign((size_t)cl * 8 * 32 * 8, 0);
+                E.slot.assign((size_t)cl * 32 * 32 * 8, 0);
                 stacks.resize(n);
                 for (int i = 0; i < n; i++) {
                     stacks[i].resize(256 * 1024);

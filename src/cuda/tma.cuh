@@ -1,0 +1,80 @@
+/* tma.cuh — Hopper (sm_90a) mbarrier and TMA (cp.async.bulk.tensor) pieces, shared by the TMA GEMM
+ * (gemm_tma.cu) and the DeltaNet prefill scan (deltanet_prefill_scan.cuh). The host side encodes the
+ * tensor maps (cuda_tma_map_bf16, gemm_tma.cu). */
+#ifndef Q35_CUDA_TMA_CUH
+#define Q35_CUDA_TMA_CUH
+
+#include <stdint.h>
+
+#include <cuda.h>
+
+/* Tensor map of a bf16 row-major [rows][ld] matrix read as [rows][cols] in boxes of 64 columns (128
+ * bytes) x box_rows rows (<= 256), 128-byte swizzle (16-byte chunk c of box row r lands at chunk
+ * c ^ (r & 7): swz<8> of mma.cuh, for a 1024-byte aligned destination), zero fill outside. 0 or a
+ * cudaError_t (cudaErrorNotSupported when the driver has no cuTensorMapEncodeTiled). */
+int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, int ld, int box_rows);
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* Makes the initialised barriers visible to the async proxy (the TMA unit); follow with a barrier. */
+__device__ __forceinline__ void mbar_init_fence(void) {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Arrives (count 1) and adds `bytes` to the transaction count the current phase waits for. */
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return done != 0;
+}
+/* Waits until the phase of parity `parity` has completed. A wait of 2^34 clocks (~9 s) can only be a
+ * pipeline bug: it traps, so the launch fails instead of hanging the stream. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    if (mbar_try(bar, parity)) return;
+    const long long t0 = clock64();
+    while (!mbar_try(bar, parity))
+        if (clock64() - t0 > (1ll << 34)) __trap();
+}
+/* 2-D tiled TMA load of the box at (c0 = inner/K coordinate, c1 = row) into shared dst; completion
+ * is signalled on bar as transaction bytes. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
+}
+/* Makes a tensor map that the host copied into global memory visible to the TMA unit. */
+__device__ __forceinline__ void tma_map_acquire(const CUtensorMap *map) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"((uint64_t)map) : "memory");
+}
+/* The same load delivered to every block of the cluster whose bit is set in `mask` (rank r: bit r),
+ * at the same shared-memory offset, each signalling its own barrier at offset `bar`. */
+__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
+                                               uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+        : "memory");
+}
+/* This block's rank in its cluster. */
+__device__ __forceinline__ uint32_t cluster_rank(void) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+#endif
