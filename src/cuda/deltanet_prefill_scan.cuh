@@ -62,17 +62,20 @@ __device__ __forceinline__ void dn_scan_load_v(const DeltaNetPrefillParams &p, c
 
 /* grid (dv/16, Hv) in clusters of CL along x (the column slices of one head), 512 threads, one CTA
  * per SM (~217 KB of shared memory: DnScanSmem<true> with K, Q in the SWZ_TMA16 layout, + 2
- * mbarriers). The CTA owns S[:, e0 .. e0+15] of head j: warp w holds the m16n8 tile (rows 16 (w%8),
- * n8 tile w/8) in fp32 registers. Same algebra and the same fp32 operation order as dn_scan_split,
- * but the work of a chunk is spread over 16 warps in three phases (three barriers per chunk) so
- * that the serial chain S_c -> S_c+1 is short:
+ * mbarriers). The CTA owns S[:, e0 .. e0+15] of head j: warp w < 8 holds rows 16 w (both n8 tiles)
+ * in fp32 registers. Same algebra as dn_scan_split, with the work of a chunk spread over 16 warps
+ * in three phases (three block barriers per chunk) so that the serial chain S_c -> S_c+1 is short:
  *   1. warps 0-7:  X = K S, R = V - diag(e^gamma) X -> split tiles
  *      warps 8-15: the Q S half of O = diag(e^gamma) Q S dk^-1/2 + P V' (kept in registers)
- *   2. warps 0-7:  V' = T2 R -> diag(e^(gamma_L - gamma)) V' and V' as split tiles
+ *      (warp (wm, wn) = (w%4, w/4 % 2): rows 16 wm, k half wn, then n8 tile wn after a swap of
+ *      partial sums with its partner: every A element is read from shared memory once)
+ *   2. warps 0-7:  V' = T2 R -> diag(e^(gamma_L - gamma)) V' and V' as split tiles (rows 16 wm,
+ *                  n8 tile wn)
  *      warps 8-15: the next chunk's loads (one thread: TMA, multicast to the cluster; V: cp.async)
- *   3. all warps:  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V' for their tile, snapshot
- *                  -> split tiles; warps 8-15 also add P V' and store bf16(O) in sc.u
- * In phases 1-2 warp w % 8 = (wm, wn) owns rows 16 wm and columns 8 wn of the 64 x 16 tiles.
+ *   3. warps 0-7:  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V', snapshot -> split tiles
+ *      warps 8-15: O += P V', store bf16(O) in sc.u
+ * Shared-memory reads per chunk (ldmatrix): ~230 KB, was ~460 with the 8 x 8 warp tiling of
+ * dn_scan_split (ncu: the scan is bound by ldmatrix throughput and latency, not by its loads).
  * The CL blocks of a cluster load K, Q, T2, P once for all of them (each issues 1/CL of the boxes,
  * multicast): the L2 serves each (chunk, head) tile once instead of 8 times. A stage is refilled
  * (chunk c+1, in chunk c) only after every block of the cluster has finished chunk c-1 with it: a
@@ -88,7 +91,7 @@ __global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ Del
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const bool xw = warp < 8; /* X / V' warps; the others: Q S, P V', loads */
     const int q8 = warp & 7, wm = q8 & 3, wn = q8 >> 2;
-    const int sr = q8 * 16, snt = warp >> 3; /* this warp's S tile */
+    const int sr = q8 * 16; /* warps 0-7: the S rows they hold */
     const int j = blockIdx.y, e0 = blockIdx.x * DN_DVS, n = j / (p.Hv / p.Hk);
     const int rank = CL > 1 ? (int)cluster_rank() : 0;
     const int nc = (p.T + DN_C - 1) / DN_C;
@@ -98,13 +101,18 @@ __global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ Del
         mbar_init(full, 1), mbar_init(full + 8, 1);
         mbar_init_fence();
     }
-    float S[4];
+    float S[2][4] = {}; /* warps 0-7: rows sr, n8 tiles 0 and 1 */
+    if (xw) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const float2 v = *(const float2 *)(state + (sr + g + 8 * h) * DN_D + e0 + snt * 8 + 2 * t);
-        S[2 * h] = v.x, S[2 * h + 1] = v.y;
+        for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float2 v = *(const float2 *)(state + (sr + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
+                S[nt][2 * h] = v.x, S[nt][2 * h + 1] = v.y;
+            }
+            dn_store_split16(smem + L::S, L::LO_S, S[nt], sr, nt * 8, g, t);
+        }
     }
-    dn_store_split16(smem + L::S, L::LO_S, S, sr, snt * 8, g, t);
     if (CL > 1) { /* every block's barriers are initialised before anyone multicasts into them */
         cluster_arrive_release();
         cluster_wait();
@@ -133,20 +141,43 @@ __global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ Del
 #pragma unroll
         for (int h = 0; h < 2; h++) gr[h] = dn_gamma_at(y0, y1, wm * 16 + g + 8 * h);
 
-        /* phase 1: X = K S (A = K) or the Q S half of O (A = Q); k = dk */
+        /* phase 1: X = K S (A = K) or the Q S half of O (A = Q), 64 x 16; k = dk. Warp (wm, wn)
+         * takes rows 16 wm, both n8 tiles, k half wn; the pair (wm, 0), (wm, 1) then swaps the halves
+         * of the n8 tiles through shared memory (the VS/VP tiles, free until phase 2), and each
+         * finishes n8 tile wn: x = k half 0 + k half 1. */
         float o[4];
         {
             const uint32_t A = st + (xw ? L::K : L::Q);
-            float xh[4] = {}, xl[4] = {}, xm[4] = {};
+            float ph[2][4] = {}, pl[2][4] = {}, pm[2][4] = {};
 #pragma unroll
-            for (int kk = 0; kk < DN_D / 16; kk++) {
+            for (int kk = 0; kk < DN_D / 32; kk++) {
                 if (dbg & 1) break;
+                const int k0 = wn * (DN_D / 2) + kk * 16;
                 uint32_t a[4], al[4], b[4], bl[4];
-                ldsm_x4(ldsm_addr_a<SWZ_TMA16>(A, wm * 16, kk * 16, lane), a);
-                ldsm_x4(ldsm_addr_a<SWZ_TMA16>(A, DN_C + wm * 16, kk * 16, lane), al);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
-                dn_mma3(xh, xl, xm, a, al, b, bl, wn);
+                ldsm_x4(ldsm_addr_a<SWZ_TMA16>(A, wm * 16, k0, lane), a);
+                ldsm_x4(ldsm_addr_a<SWZ_TMA16>(A, DN_C + wm * 16, k0, lane), al);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, k0, 0, lane), b);
+                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, k0, 0, lane), bl);
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    mma_bf16(ph[nt], a, b[2 * nt], b[2 * nt + 1]);
+                    mma_bf16(pl[nt], a, bl[2 * nt], bl[2 * nt + 1]);
+                    mma_bf16(pm[nt], al, b[2 * nt], b[2 * nt + 1]);
+                }
+            }
+            float *xch = (float *)(smem + L::VS); /* [16 warps][4][32] */
+            float x[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float mine0 = ph[0][e] + (pl[0][e] + pm[0][e]), mine1 = ph[1][e] + (pl[1][e] + pm[1][e]);
+                xch[(warp * 4 + e) * 32 + lane] = wn ? mine0 : mine1; /* the partner's n8 tile */
+                x[e] = wn ? mine1 : mine0;
+            }
+            bar_sync(1 + (warp & 3) + 4 * (warp >> 3), 64);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float other = xch[((warp ^ 4) * 4 + e) * 32 + lane];
+                x[e] = wn ? other + x[e] : x[e] + other; /* k half 0 + k half 1 */
             }
             if (xw) { /* R = V - diag(e^gamma) X -> split tiles */
 #pragma unroll
@@ -154,31 +185,33 @@ __global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ Del
                     const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
                     const float eg = expf(gr[h]);
                     const uint32_t vv = *(const uint32_t *)(smem + (st - sb) + L::V + swz_off<2>(r, col));
-                    o[2 * h] = __uint_as_float(vv << 16) - eg * (xh[2 * h] + (xl[2 * h] + xm[2 * h]));
-                    o[2 * h + 1] =
-                        __uint_as_float(vv & 0xffff0000u) - eg * (xh[2 * h + 1] + (xl[2 * h + 1] + xm[2 * h + 1]));
+                    o[2 * h] = __uint_as_float(vv << 16) - eg * x[2 * h];
+                    o[2 * h + 1] = __uint_as_float(vv & 0xffff0000u) - eg * x[2 * h + 1];
                 }
                 dn_store_split16(smem + L::R, L::LO_R, o, wm * 16, wn * 8, g, t);
             } else {
 #pragma unroll
-                for (int e = 0; e < 4; e++) o[e] = DN_QSCALE * expf(gr[e >> 1]) * (xh[e] + (xl[e] + xm[e]));
+                for (int e = 0; e < 4; e++) o[e] = DN_QSCALE * expf(gr[e >> 1]) * x[e];
             }
         }
         __syncthreads();
         if (CL > 1 && c >= 1 && c + 1 < nc) cluster_wait(); /* the cluster is done with chunk c-1's stage */
 
-        /* phase 2: V' = T2 R (64 x 16; k = the chunk's 64 rows; T2 is lower triangular) */
+        /* phase 2: V' = T2 R (64 x 16; k = the chunk's 64 rows; T2 is lower triangular), warp (wm, wn):
+         * rows 16 wm, n8 tile wn */
         if (xw) {
             float vh[4] = {}, vl[4] = {}, vm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
                 if (kk > wm || (dbg & 1)) break; /* warp-uniform */
-                uint32_t ah[4], al[4], b[4], bl[4];
+                uint32_t ah[4], al[4], b[2], bl[2];
                 ldsm_x4(ldsm_addr_a<8>(st + L::TH, wm * 16, kk * 16, lane), ah);
                 ldsm_x4(ldsm_addr_a<8>(st + L::TL, wm * 16, kk * 16, lane), al);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R, kk * 16, 0, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R + L::LO_R, kk * 16, 0, lane), bl);
-                dn_mma3(vh, vl, vm, ah, al, b, bl, wn);
+                ldsm_x2_t(ldsm_addr_bk<2>(sb + L::R, kk * 16, wn * 8, lane), b);
+                ldsm_x2_t(ldsm_addr_bk<2>(sb + L::R + L::LO_R, kk * 16, wn * 8, lane), bl);
+                mma_bf16(vh, ah, b[0], b[1]);
+                mma_bf16(vl, ah, bl[0], bl[1]);
+                mma_bf16(vm, al, b[0], b[1]);
             }
             float v[4], x[4];
 #pragma unroll
@@ -197,13 +230,14 @@ __global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ Del
         cp_async_commit();
         __syncthreads();
 
-        /* phase 3: S <- e^gamma_L S + K^T Vs for this warp's tile (k = the chunk's 64 rows; hi x hi
-         * into S, the two lo terms into their own accumulators) */
-        {
+        if (xw) { /* phase 3, warps 0-7: S <- e^gamma_L S + K^T Vs for rows sr (k = the chunk's 64 rows;
+                   * hi x hi into S, the two lo terms into their own accumulators), then the snapshot */
             const float eL = expf(gL);
-            float sl[4] = {}, sm[4] = {};
+            float sl[2][4] = {}, sm[2][4] = {};
 #pragma unroll
-            for (int e = 0; e < 4; e++) S[e] *= eL;
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[nt][e] *= eL;
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
                 if (dbg & 1) break;
@@ -212,24 +246,33 @@ __global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ Del
                 ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, DN_C + kk * 16, sr, lane), al);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS, kk * 16, 0, lane), b);
                 ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS + L::LO_R, kk * 16, 0, lane), bl);
-                mma_bf16(sl, a, dn_pick(bl, snt, 0), dn_pick(bl, snt, 1));
-                mma_bf16(sm, al, dn_pick(b, snt, 0), dn_pick(b, snt, 1));
-                mma_bf16(S, a, dn_pick(b, snt, 0), dn_pick(b, snt, 1));
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    mma_bf16(sl[nt], a, bl[2 * nt], bl[2 * nt + 1]);
+                    mma_bf16(sm[nt], al, b[2 * nt], b[2 * nt + 1]);
+                    mma_bf16(S[nt], a, b[2 * nt], b[2 * nt + 1]);
+                }
             }
 #pragma unroll
-            for (int e = 0; e < 4; e++) S[e] += sl[e] + sm[e];
-        }
-        if (!xw) { /* O += P V' (P lower triangular) -> bf16 in sc.u */
+            for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[nt][e] += sl[nt][e] + sm[nt][e];
+                /* S_c+1 -> split tiles (everyone read S_c before the second barrier) */
+                dn_store_split16(smem + L::S, L::LO_S, S[nt], sr, nt * 8, g, t);
+            }
+        } else { /* phase 3, warps 8-15: O += P V' (P lower triangular) -> bf16 in sc.u */
             float ph[4] = {}, pl[4] = {}, pm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
                 if (kk > wm || (dbg & 1)) break; /* warp-uniform */
-                uint32_t a[4], al[4], b[4], bl[4];
+                uint32_t a[4], al[4], b[2], bl[2];
                 ldsm_x4(ldsm_addr_a<8>(st + L::P, wm * 16, kk * 16, lane), a);
                 ldsm_x4(ldsm_addr_a<8>(st + L::P, DN_C + wm * 16, kk * 16, lane), al);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP, kk * 16, 0, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VP + L::LO_R, kk * 16, 0, lane), bl);
-                dn_mma3(ph, pl, pm, a, al, b, bl, wn);
+                ldsm_x2_t(ldsm_addr_bk<2>(sb + L::VP, kk * 16, wn * 8, lane), b);
+                ldsm_x2_t(ldsm_addr_bk<2>(sb + L::VP + L::LO_R, kk * 16, wn * 8, lane), bl);
+                mma_bf16(ph, a, b[0], b[1]);
+                mma_bf16(pl, a, bl[0], bl[1]);
+                mma_bf16(pm, al, b[0], b[1]);
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -239,13 +282,16 @@ __global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ Del
                 *(uint32_t *)(sc.u + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col) = pack_bf16(o0, o1);
             }
         }
-        /* S_c+1 -> split tiles (everyone read S_c before the second barrier) */
-        dn_store_split16(smem + L::S, L::LO_S, S, sr, snt * 8, g, t);
         if (CL > 1 && c + 2 < nc) cluster_arrive_release(); /* done with this stage (refilled in chunk c+1) */
     }
+    if (xw) {
 #pragma unroll
-    for (int h = 0; h < 2; h++)
-        *(float2 *)(state + (sr + g + 8 * h) * DN_D + e0 + snt * 8 + 2 * t) = make_float2(S[2 * h], S[2 * h + 1]);
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *(float2 *)(state + (sr + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t) =
+                    make_float2(S[nt][2 * h], S[nt][2 * h + 1]);
+    }
 }
 
 #endif

@@ -28,11 +28,8 @@
 #include "cuda/gemm.cuh"
 #include "cuda/tma.cuh"
 
-/* ---- device pieces: named barriers, register budget (mbarrier and TMA: tma.cuh) ------------- */
+/* ---- device pieces: register budget (mbarriers, TMA, named barriers: tma.cuh) ------------- */
 
-/* Named barrier `id` (1..15) over `n` threads: bar_arrive signals without waiting, bar_sync waits. */
-__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 template <int R>
 __device__ __forceinline__ void regs_dec(void) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));

@@ -39,6 +39,11 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
+/* Two 8x8 bf16 matrices, transposed; lanes 0-15 give the addresses (row l%8 of matrix l/8): with
+ * ldsm_addr_bk, the B fragment b0, b1 of one n8 tile. */
+__device__ __forceinline__ void ldsm_x2_t(uint32_t addr, uint32_t r[2]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
 
 /* c += a b (m16n8k16, bf16 inputs, fp32 accumulators). */
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {

@@ -1,4 +1,4 @@
-/* tma.cuh — Hopper (sm_90a) mbarrier and TMA (cp.async.bulk.tensor) pieces, shared by the TMA GEMM
+/* tma.cuh — Hopper (sm_90a) mbarrier and TMA (cp.async.bulk.tensor) pieces and named barriers, shared by the TMA GEMM
  * (gemm_tma.cu) and the DeltaNet prefill scan (deltanet_prefill_scan.cuh). The host side encodes the
  * tensor maps (cuda_tma_map_bf16, gemm_tma.cu). */
 #ifndef Q35_CUDA_TMA_CUH
@@ -70,6 +70,9 @@ __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *
         "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
         : "memory");
 }
+/* Named barrier `id` (1..15) over `n` threads: bar_arrive signals without waiting, bar_sync waits. */
+__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 /* This block's rank in its cluster. */
 __device__ __forceinline__ uint32_t cluster_rank(void) {
     uint32_t r;

@@ -61,6 +61,7 @@ struct EmuState {
     std::vector<int> warp_cnt, warp_gen; /* [cta*32 + warp] */
     int cl_cnt, cl_gen;
     std::vector<int> cl_my;
+    std::vector<int> nb_cnt, nb_gen; /* named barriers [cta*16 + id] */
     /* warp exchange slots [cta*8+warp][lane][8 u32] */
     std::vector<uint32_t> slot;
     dim3 grid, block;
@@ -142,13 +143,13 @@ static inline void cp_async16(uint32_t dst, const void *src, bool pred) {
 static inline void cp_async_commit(void) {}
 template <int N> static inline void cp_async_wait(void) {}
 
-static inline void emu_ldsm(uint32_t addr, uint32_t r[4], bool trans) {
+static inline void emu_ldsm(uint32_t addr, uint32_t r[4], bool trans, int nmat = 4) {
     const int lane = me().tid & 31;
     emu_slot(lane)[0] = addr;
     emu_warp_bar();
     const uint8_t *s = emu_smem();
     const int g = lane >> 2, t = lane & 3;
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < nmat; m++) {
         uint16_t e[2];
         for (int i = 0; i < 2; i++) {
             if (!trans)
@@ -162,6 +163,11 @@ static inline void emu_ldsm(uint32_t addr, uint32_t r[4], bool trans) {
 }
 static inline void ldsm_x4(uint32_t addr, uint32_t r[4]) { emu_ldsm(addr, r, false); }
 static inline void ldsm_x4_t(uint32_t addr, uint32_t r[4]) { emu_ldsm(addr, r, true); }
+static inline void ldsm_x2_t(uint32_t addr, uint32_t r[2]) {
+    uint32_t q[4];
+    emu_ldsm(addr, q, true, 2);
+    r[0] = q[0], r[1] = q[1];
+}
 
 static inline float emu_lo(uint32_t u) { return __uint_as_float(u << 16); }
 static inline float emu_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
@@ -213,6 +219,14 @@ static inline float ld_dsmem(const float *local, unsigned rank) {
 }
 
 static inline uint32_t cluster_rank(void) { return (uint32_t)me().cta; }
+/* named barriers (tma.cuh): bar_sync(id, n) waits until n threads of the CTA have arrived at id */
+static inline void bar_sync(int id, int n) {
+    const int b = me().cta * 16 + id, g = E.nb_gen[b];
+    if (++E.nb_cnt[b] == n)
+        E.nb_cnt[b] = 0, E.nb_gen[b]++;
+    while (E.nb_gen[b] == g)
+        emu_yield();
+}
 
 /* mbarriers (tma.cuh): the 8 bytes at the barrier's offset hold the emulated state */
 struct EmuBar {
@@ -298,6 +312,7 @@ static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::
                 E.cta_cnt.assign(cl, 0), E.cta_gen.assign(cl, 0);
                 E.warp_cnt.assign(cl * 32, 0), E.warp_gen.assign(cl * 32, 0); /* up to 1024 threads */
                 E.cl_cnt = 0, E.cl_gen = 0, E.cl_my.assign(n, 0);
+                E.nb_cnt.assign(cl * 16, 0), E.nb_gen.assign(cl * 16, 0);
                 E.slot.assign((size_t)cl * 32 * 32 * 8, 0);
                 stacks.resize(n);
                 for (int i = 0; i < n; i++) {
