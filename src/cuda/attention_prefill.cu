@@ -26,6 +26,7 @@
 /* grid (T, ceil((Hq + 2 Hkv) / 4)), 128 threads: warp w handles head unit blockIdx.y*4 + w
  * (q heads, then k heads, then v heads) of token blockIdx.x; element e = lane + 32 i. */
 __global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant__ AttnPrepParams p) {
+    pdl_begin();
     __shared__ float buf[4][256];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.y * 4 + warp, t = blockIdx.x, hd = p.hd, n = hd / 32;
@@ -86,8 +87,7 @@ extern "C" int cuda_attn_prep(const AttnPrepParams *p, const CudaLaunch *l) {
         p->Hkv < 1 || p->pos < 0 || p->pos + p->T > p->max_seq)
         return (int)cudaErrorInvalidValue;
     dim3 grid(p->T, (p->Hq + 2 * p->Hkv + 3) / 4);
-    attn_prep_bf16_rows<<<grid, 128, 0, l->stream>>>(*p);
-    return launch_status(l->stream);
+    return launch_ex(attn_prep_bf16_rows, grid, dim3(128), 0, 0, l, *p);
 }
 
 /* ---- flash attention ------------------------------------------------------------------- */
@@ -296,6 +296,7 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
 template <int HD, int BKV>
 __global__ void __launch_bounds__(ATTN_THREADS) attn_prefill_bf16_flash(const __grid_constant__ AttnPrefillParams p,
                                                                          int paired) {
+    pdl_begin();
     extern __shared__ __align__(128) uint8_t smem[];
     const int j = blockIdx.x, u = blockIdx.y, n_qt = (p.T + ATTN_BQ - 1) / ATTN_BQ;
     const int n_tiles = paired && u < n_qt - 1 - u ? 2 : 1;
@@ -318,8 +319,7 @@ static int attn_launch(const AttnPrefillParams *p, const CudaLaunch *l) {
     const int n_qt = (p->T + ATTN_BQ - 1) / ATTN_BQ;
     const int paired = p->Hq * n_qt > sms * per_sm; /* more tiles than resident CTAs: balance by pairing */
     dim3 grid(p->Hq, paired ? (n_qt + 1) / 2 : n_qt);
-    kern<<<grid, ATTN_THREADS, S::SMEM, l->stream>>>(*p, paired);
-    return launch_status(l->stream);
+    return launch_ex(kern, grid, dim3(ATTN_THREADS), S::SMEM, 0, l, *p, paired);
 }
 
 extern "C" int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l) {

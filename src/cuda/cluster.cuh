@@ -51,26 +51,7 @@ __device__ __forceinline__ void st_dsmem(float *, unsigned, float) { __trap(); }
 template <typename A>
 static inline int launch_cluster(void (*kern)(A), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
                                  const CudaLaunch *l, const A &a) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = l->stream;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster_x;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = l->pdl ? 2 : 1;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, a);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return (int)e;
-    }
-    return launch_status(l->stream);
+    return launch_ex(kern, grid, block, smem, cluster_x, l, a);
 }
 
 #endif

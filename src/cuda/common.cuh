@@ -38,27 +38,43 @@ static inline int launch_status(cudaStream_t s) {
     return (int)e;
 }
 
-/* Launches kern<<<grid, block, smem, l->stream>>>(p) with the PDL attribute when l->pdl is set.
- * Kernels take their params struct by value (const __grid_constant__ P p). */
-template <typename P>
-static inline int launch_kernel(void (*kern)(P), dim3 grid, dim3 block, size_t smem, const CudaLaunch *l,
-                                const P &p) {
+/* Launches kern<<<grid, block, smem, l->stream>>>(args...) with the PDL attribute when l->pdl is set
+ * and in clusters of cluster_x blocks along x when cluster_x > 0 (grid.x % cluster_x == 0; 0: no cluster
+ * attribute). Kernels
+ * take their params structs by value (const __grid_constant__ P p). */
+template <typename... KArgs, typename... Args>
+static inline int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
+                            const CudaLaunch *l, const Args &...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = l->stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (cluster_x > 0) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = cluster_x, attr[n].val.clusterDim.y = 1, attr[n].val.clusterDim.z = 1;
+        n++;
+    }
+    if (l->pdl) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = l->pdl ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, p);
+    cfg.numAttrs = n;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, args...);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return (int)e;
     }
     return launch_status(l->stream);
+}
+template <typename P>
+static inline int launch_kernel(void (*kern)(P), dim3 grid, dim3 block, size_t smem, const CudaLaunch *l,
+                                const P &p) {
+    return launch_ex(kern, grid, block, smem, 0, l, p);
 }
 
 /* griddepcontrol exists from sm_90; older targets (the compute_80 PTX) run without PDL. */
@@ -71,6 +87,14 @@ __device__ __forceinline__ void pdl_trigger(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+/* First statement of kernels that read dependent data from their start (the prefill kernels): wait
+ * for the previous kernel, then let the next one launch. Its blocks become resident only as this
+ * grid's last blocks run (a trigger takes effect once every block has triggered or exited), so they
+ * take no SM from this grid; what PDL saves is the launch latency between the two. */
+__device__ __forceinline__ void pdl_begin(void) {
+    pdl_wait();
+    pdl_trigger();
 }
 
 /* Issues this block's share of an L2 prefetch of [base, base + bytes) (base and bytes multiples

@@ -100,6 +100,7 @@ __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
 template <int KC>
 __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p,
                                                        const __grid_constant__ DeltaNetScratch sc) {
+    pdl_begin();
     constexpr int NR = KC - 1 + DN_TPW; /* rows t0 - (KC-1) .. t0 + DN_TPW - 1 */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.y * 4 + warp, t0 = blockIdx.x * DN_TPW;
@@ -190,6 +191,7 @@ struct DnLocalSmem {
  * planes (hi [64][64] row-major, then lo). */
 __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__ DeltaNetPrefillParams p,
                                                      const __grid_constant__ DeltaNetScratch sc) {
+    pdl_begin();
     using L = DnLocalSmem;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
@@ -403,6 +405,7 @@ __device__ __forceinline__ void dn_mma3(float hh[4], float hl[4], float lh[4], c
  * the fused path is dn_scan_fo (deltanet_prefill_scan.cuh). */
 __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ DeltaNetPrefillParams p,
                                                     const __grid_constant__ DeltaNetScratch sc) {
+    pdl_begin();
     using L = DnScanSmem<false>;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
@@ -558,8 +561,7 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
 template <int KC>
 static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
     dim3 grid(nc * DN_C / DN_TPW, (2 * p->Hk + p->Hv + 3) / 4);
-    dn_conv_bf16_tok<KC><<<grid, 128, 0, l->stream>>>(*p, sc);
-    return launch_status(l->stream);
+    return launch_ex(dn_conv_bf16_tok<KC>, grid, dim3(128), 0, 0, l, *p, sc);
 }
 
 /* Shared memory of dn_scan_fo: the layout, its two mbarriers and slack for the 1024-byte alignment. */
@@ -570,21 +572,8 @@ static int dn_launch_scan_fo_cl(const DeltaNetPrefillParams *p, const DeltaNetSc
                                 const CudaLaunch *l) {
     cudaError_t e = cudaFuncSetAttribute(dn_scan_fo<CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, DN_SCAN_FO_SMEM);
     if (e != cudaSuccess) return (int)e;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(DN_D / DN_DVS, p->Hv);
-    cfg.blockDim = dim3(512);
-    cfg.dynamicSmemBytes = DN_SCAN_FO_SMEM;
-    cfg.stream = l->stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, dn_scan_fo<CL>, *p, sc, m);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return (int)e;
-    }
-    return launch_status(l->stream);
+    return launch_ex(dn_scan_fo<CL>, dim3(DN_D / DN_DVS, p->Hv), dim3(512), DN_SCAN_FO_SMEM, CL > 1 ? CL : 0, l, *p,
+                     sc, m);
 }
 
 /* How many column slices of a head share their loads (the cluster size of dn_scan_fo): 1 unless
@@ -636,43 +625,25 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     cudaError_t e = cudaFuncSetAttribute(dn_local_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          DnLocalSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_local_chunk<<<dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, l->stream>>>(*p, sc);
-    if ((rc = launch_status(l->stream))) return rc;
+    if ((rc = launch_ex(dn_local_chunk, dim3(nc, p->Hv), dim3(256), DnLocalSmem::BYTES, 0, l, *p, sc))) return rc;
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);
 
     if (p->fuse_out) {
         if ((rc = dn_launch_scan_fo(p, sc, nc, l))) return rc;
         if (p->ev) cudaEventRecord(p->ev[3], l->stream);
-        dn_norm_out<<<(p->T * p->Hv + 7) / 8, 256, 0, l->stream>>>(*p, sc);
-        rc = launch_status(l->stream);
+        rc = launch_ex(dn_norm_out, dim3((p->T * p->Hv + 7) / 8), dim3(256), 0, 0, l, *p, sc);
         if (p->ev) cudaEventRecord(p->ev[4], l->stream);
         return rc;
     }
     e = cudaFuncSetAttribute(dn_scan_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem<false>::BYTES);
     if (e != cudaSuccess) return (int)e;
-    dn_scan_split<<<dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, l->stream>>>(*p, sc);
-    if ((rc = launch_status(l->stream))) return rc;
+    if ((rc = launch_ex(dn_scan_split, dim3(p->Hv, DN_D / DN_DVS), dim3(256), DnScanSmem<false>::BYTES, 0, l, *p, sc)))
+        return rc;
     if (p->ev) cudaEventRecord(p->ev[3], l->stream);
 
     e = cudaFuncSetAttribute(dn_out_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(2 * nc, p->Hv);
-        cfg.blockDim = dim3(256);
-        cfg.dynamicSmemBytes = DnOutSmem::BYTES;
-        cfg.stream = l->stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr, cfg.numAttrs = 1;
-        e = cudaLaunchKernelEx(&cfg, dn_out_chunk, *p, sc);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return (int)e;
-        }
-        rc = launch_status(l->stream);
-    }
+    rc = launch_ex(dn_out_chunk, dim3(2 * nc, p->Hv), dim3(256), DnOutSmem::BYTES, 2, l, *p, sc);
     if (p->ev) cudaEventRecord(p->ev[4], l->stream);
     return rc;
 }

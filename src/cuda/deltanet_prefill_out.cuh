@@ -22,6 +22,7 @@ struct DnOutSmem {
  * block's half through DSMEM. */
 __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ DeltaNetPrefillParams p,
                                                       const __grid_constant__ DeltaNetScratch sc) {
+    pdl_begin();
     using L = DnOutSmem;
     extern __shared__ __align__(128) uint8_t smem[];
     const uint32_t sb = smem_addr(smem);
@@ -155,6 +156,7 @@ __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ D
  * 64 + 2 lane, 65 + 2 lane. */
 __global__ void __launch_bounds__(256) dn_norm_out(const __grid_constant__ DeltaNetPrefillParams p,
                                                   const __grid_constant__ DeltaNetScratch sc) {
+    pdl_begin();
     const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= p.T * p.Hv) return;
     const int tok = row / p.Hv, j = row - tok * p.Hv;

@@ -84,6 +84,7 @@ template <int CL>
 __global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ DeltaNetPrefillParams p,
                                                     const __grid_constant__ DeltaNetScratch sc,
                                                     const __grid_constant__ DnScanMaps maps) {
+    pdl_begin();
     using L = DnScanSmem<true>;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); /* TMA swizzle: 1024-aligned */

@@ -173,15 +173,14 @@ static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, i
     return op_end(pf, cuda_gemm_bf16(g, lc), layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
 }
 
-/* h = bf16 norm of rows [0, T) of x (fp32 [T][D]). Launched with PDL: the row norm kernels read
- * only the (immutable) weights before pdl_wait(), so they may start while the kernel that wrote x
- * drains (48 launches of ~8 us, launch-bound: 5.5 us back to back). */
+/* h = bf16 norm of rows [0, T) of x (fp32 [T][D]). The row norm kernels read only the (immutable)
+ * weights before pdl_wait(), so with PDL they may start while the kernel that wrote x drains (48
+ * launches of ~8 us, launch-bound: 5.5 us back to back). */
 static int pf_norm(CudaPrefill *pf, const CudaLaunch *lc, const float *x, const float *w, int T, int layer,
                    const char *what, Err *err) {
     RmsnormRowsParams np = {x, w, pf->h, T, pf->d.D, pf->d.norm_mode, pf->d.eps};
-    const CudaLaunch pl = {lc->stream, 1};
     op_begin(pf, lc->stream);
-    return op_end(pf, cuda_rmsnorm_rows_bf16(&np, &pl), layer, what, 4.0 * T * pf->d.D, 6.0 * T * pf->d.D, err);
+    return op_end(pf, cuda_rmsnorm_rows_bf16(&np, lc), layer, what, 4.0 * T * pf->d.D, 6.0 * T * pf->d.D, err);
 }
 
 /* x += down(SwiGLU(gate_up(norm(x, ln2)))) */
@@ -274,7 +273,7 @@ static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, i
     CudaPrefill *pf = ctx->pf;
     const Config *c = ctx->c;
     const int V = c->vocab_size, D = c->hidden_size;
-    const CudaLaunch lc = {ctx->stream, 0};
+    const CudaLaunch lc = {ctx->stream, ctx->pdl}; /* every prefill kernel starts with pdl_begin() */
     int rc = 0;
     for (int p0 = 0; p0 < n && !rc; p0 += pf->tmax) {
         const int T = n - p0 < pf->tmax ? n - p0 : pf->tmax, P = pos + p0;

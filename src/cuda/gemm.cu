@@ -44,6 +44,7 @@ __device__ __forceinline__ void gemm_load_tile(const GemmParams &p, uint32_t sA,
  * BM x BN tile per CTA, warps of 64 x 64 (4 x 8 mma tiles, 128 accumulators per thread). */
 template <int BM, int BN, int STAGES, int EPI>
 __global__ void __launch_bounds__((BM / 64) * (BN / 64) * 32) gemm_bf16_mma(const __grid_constant__ GemmParams p) {
+    pdl_begin();
     constexpr int WARPS_N = BN / 64, THREADS = (BM / 64) * WARPS_N * 32;
     using S = GemmShape<BM, BN, STAGES, THREADS>;
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -111,6 +112,7 @@ struct WgShape {
 
 template <int BN, int EPI>
 __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma(const __grid_constant__ GemmParams p) {
+    pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = GemmShape<128, BN, WG_STAGES, 256>;
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -176,6 +178,7 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma(const __grid_constant_
  * stores (at K = 1024 the per-tile overhead outside the k-loop is ~9 us of ~22 us measured). */
 template <int BN, int EPI>
 __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma_persist(const __grid_constant__ GemmParams p) {
+    pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using S = GemmShape<128, BN, WG_STAGES, 256>;
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -258,8 +261,7 @@ template <typename KernelPtr>
 static int gemm_run(KernelPtr kern, int smem, int threads, int tiles, const GemmParams *p, const CudaLaunch *l) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return (int)e;
-    kern<<<tiles, threads, smem, l->stream>>>(*p);
-    return launch_status(l->stream);
+    return launch_ex(kern, dim3(tiles), dim3(threads), smem, 0, l, *p);
 }
 
 static int tiles_of(const GemmParams *p, int bm, int bn) { return ((p->M + bm - 1) / bm) * ((p->N + bn - 1) / bn); }

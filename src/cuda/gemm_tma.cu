@@ -67,6 +67,7 @@ struct TmaCfg {
 /* DBG: GEMM_TMA_DBG_* bits (0 in production), to tell apart the ingredients when a variant faults. */
 template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG>
 __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ GemmTmaArgs a) {
+    pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = TmaCfg<TM, BN, STAGES, PP>;
     const GemmParams &p = a.p;
@@ -271,12 +272,7 @@ static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
     const int tiles = ((p->M + TM - 1) / TM) * ((p->N + BN - 1) / BN), grid = tiles < sms ? tiles : sms;
     auto kern = gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-    if (e == cudaSuccess) {
-        kern<<<grid, 384, C::SMEM, l->stream>>>(a);
-        rc = launch_status(l->stream);
-    } else {
-        rc = (int)e;
-    }
+    rc = e == cudaSuccess ? launch_ex(kern, dim3(grid), dim3(384), C::SMEM, 0, l, a) : (int)e;
     if (gbuf) {
         const cudaError_t se = cudaStreamSynchronize(l->stream);
         cudaFree(gbuf);

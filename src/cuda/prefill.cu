@@ -101,6 +101,7 @@ extern "C" int cuda_rmsnorm_rows_bf16(const RmsnormRowsParams *p, const CudaLaun
 
 /* grid T, 128 threads. */
 __global__ void __launch_bounds__(128) embed_bf16_rows(const __grid_constant__ EmbedRowsParams p) {
+    pdl_begin();
     const int t = blockIdx.x, tok = p.tokens[t];
     const bool ok = tok >= 0 && tok < p.V;
     const uint16_t *e = p.E + (size_t)(ok ? tok : 0) * p.D;
@@ -110,8 +111,7 @@ __global__ void __launch_bounds__(128) embed_bf16_rows(const __grid_constant__ E
 
 extern "C" int cuda_embed_rows(const EmbedRowsParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->D < 1 || p->V < 1) return (int)cudaErrorInvalidValue;
-    embed_bf16_rows<<<p->T, 128, 0, l->stream>>>(*p);
-    return launch_status(l->stream);
+    return launch_ex(embed_bf16_rows, dim3(p->T), dim3(128), 0, 0, l, *p);
 }
 
 /* ---- layers ---------------------------------------------------------------------------- */

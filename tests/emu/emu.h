@@ -219,6 +219,7 @@ static inline float ld_dsmem(const float *local, unsigned rank) {
 }
 
 static inline uint32_t cluster_rank(void) { return (uint32_t)me().cta; }
+static inline void pdl_begin(void) {} /* one kernel at a time */
 /* named barriers (tma.cuh): bar_sync(id, n) waits until n threads of the CTA have arrived at id */
 static inline void bar_sync(int id, int n) {
     const int b = me().cta * 16 + id, g = E.nb_gen[b];
