@@ -80,6 +80,11 @@ $(BUILD)/bench/gemm_lab: bench/kernels/gemm_lab.cu $(GEMM_SRC) src/cuda/gemm.cuh
 test: $(BUILD)/qwen35 $(TEST_BIN)
 	@sh scripts/fetch_tokenizer.sh
 	@BUILD=$(BUILD) sh tests/run.sh $(TEST_BIN)
+ifeq ($(CUDA),1)
+	@echo "== DeltaNet prefill kernels on the CPU (tests/emu: fused-output path, Hk 1, Hv 2; ~40 s)"
+	@sh tests/emu/run.sh 1 2 0 1 > $(BUILD)/emu.log 2>&1 || { tail -n 20 $(BUILD)/emu.log; exit 1; }
+	@tail -n 2 $(BUILD)/emu.log
+endif
 gpu-tests: $(GPU_TEST_BIN) $(BUILD)/qwen35
 test-gpu: gpu-tests
 	@BUILD=$(BUILD) sh tests/run.sh $(GPU_TEST_BIN)

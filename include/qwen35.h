@@ -123,6 +123,7 @@ typedef struct Q35BenchOp {
 typedef struct Q35BenchPrefill {
     int tokens;
     double ms;     /* median over runs, device events around the whole prefill */
+    double ms_nopdl; /* the same, kernels launched without programmatic dependent launch */
     double tflop;  /* useful work: linear layers, causal attention, chunked DeltaNet, conv, LM head (1 row) */
 } Q35BenchPrefill;
 

@@ -597,8 +597,10 @@ static int dn_launch_scan_fo(const DeltaNetPrefillParams *p, const DeltaNetScrat
     if (!rc) rc = cuda_tma_map_bf16(&m.t, sc.t, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (!rc) rc = cuda_tma_map_bf16(&m.p, sc.p, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (rc) return rc;
+#ifdef Q35_DN_SCAN_DBG /* timing experiments only (make NVFLAGS+=-DQ35_DN_SCAN_DBG): results are garbage */
     const char *dbg = getenv("QWEN35_DN_SCAN_DBG");
     m.dbg = dbg ? atoi(dbg) : 0;
+#endif
     switch (dn_scan_cluster()) {
     case 8: return dn_launch_scan_fo_cl<8>(p, sc, m, l);
     case 4: return dn_launch_scan_fo_cl<4>(p, sc, m, l);

@@ -22,7 +22,8 @@ __device__ __forceinline__ void dn_store_split16(uint8_t *base, int lo, const fl
  * 128 rows: the hi and lo planes of one (chunk, head)). */
 struct DnScanMaps {
     CUtensorMap k, kl, q, ql, t, p;
-    int dbg; /* timing experiments only (QWEN35_DN_SCAN_DBG; results are garbage): 1 no mma, 2 no loads */
+    int dbg; /* 0; timing experiments only (built with -DQ35_DN_SCAN_DBG, QWEN35_DN_SCAN_DBG=1: no mma, 2: no
+              * loads, 3: neither; results are garbage) */
 };
 #define DN_SCAN_TX (2 * 2 * DN_C * DN_D * 2 + 2 * 2 * DN_C * DN_C * 2) /* bytes per stage through TMA */
 

@@ -449,13 +449,17 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
     double warm = 0;
     rc = time_prefill(ctx, max_len < 256 ? max_len : 256, a, b, &warm, err); /* first launches, smem attributes */
     for (int i = 0; i < np && !rc; i++) {
-        const int n = rq->prefill_lens[i], runs = n <= 2048 ? 5 : n <= 8192 ? 3 : 1;
-        double t[5];
+        const int n = rq->prefill_lens[i], runs = n <= 2048 ? 5 : n <= 8192 ? 3 : 1, pdl0 = ctx->pdl;
+        double t[5], t0[5];
         for (int r = 0; r < runs && !rc; r++) rc = time_prefill(ctx, n, a, b, &t[r], err);
+        ctx->pdl = 0;
+        for (int r = 0; r < runs && !rc; r++) rc = time_prefill(ctx, n, a, b, &t0[r], err);
+        ctx->pdl = pdl0;
         if (rc) break;
         qsort(t, (size_t)runs, sizeof t[0], cmp_double);
+        qsort(t0, (size_t)runs, sizeof t0[0], cmp_double);
         Q35BenchPrefill *o = &res->prefill[res->n_prefill++];
-        o->tokens = n, o->ms = t[runs / 2], o->tflop = pf_flops(ctx, n) / 1e12;
+        o->tokens = n, o->ms = t[runs / 2], o->ms_nopdl = t0[runs / 2], o->tflop = pf_flops(ctx, n) / 1e12;
     }
 
     /* per-launch breakdown of one eager prefill (one piece) */
