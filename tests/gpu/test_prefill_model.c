@@ -4,9 +4,9 @@
  *   Why not prefill vs decode directly: both are bf16 computations (HF bf16 rounding points) of a
  *   random model with large activations; they differ from each other by a few % (hybrid up to ~10 %,
  *   dense ~1.5 %), as each differs from fp32. The principled bound is that the prefill is no worse
- *   than the decode loop (which test_golden_cuda ties to HF): per row, rel L2(prefill, cpu) <=
- *   2 x rel L2(decode, cpu) + 5e-3. A broken state hand-over (KV cache, conv ring, DeltaNet state,
- *   position) gives errors near 1, far outside that.
+ *   than the decode loop (which test_golden_cuda ties to HF): over the rows, rms rel L2(prefill, cpu)
+ *   <= 1.5 x the decode loop's + 2e-3; per row <= 4 x + 5e-3 (compare_rows says why). A broken state
+ *   hand-over (KV cache, conv ring, DeltaNet state, position) gives errors near 1, far outside that.
  *   Small random models (model_dummy_config): a Qwen3.5-like hybrid (layers D D A D A; DeltaNet
  *   Hk 2, Hv 4, dk = dv = 128; gated attention 4/1 heads x 256, partial RoPE) and a Qwen3-like
  *   dense model (3 attention layers, 4/2 x 128, plain norms, untied head), each with the default
@@ -15,7 +15,7 @@
  *     - every row of forward(T, all_logits) and of the decode loop vs the CPU: the bound above, and
  *       the greedy id equal to the CPU's wherever the CPU's top-2 margin is clear, missing at most
  *       2 x (the decode loop's misses) + 1 rows;
- *     - forward(T) with last-row logits only equals the all_logits call's last row (rel L2 <= 1e-3);
+ *     - forward(T) with last-row logits only equals the all_logits call's last row (rel L2 <= 1e-2);
  *     - 3 decode steps after the prefill vs the CPU, same bounds;
  *   and a prefill continuing a prefill (65 then 70 tokens), then one decode step.
  *   The 0.8B shapes (model_dummy "qwen3.5-0.8b"; no CPU reference, 2048 fp32 CPU tokens are too
