@@ -72,6 +72,22 @@ __device__ __forceinline__ float dn_gamma_at(float y0, float y1, int r) {
     return (r & 1) ? b : a;
 }
 
+/* gamma_L = gamma[63] and gamma[r0], gamma[r0 + 8] of chunk c from the log-decays gn0, gn1 (lane l: rows
+ * 2l, 2l+1) the warp loaded one chunk ahead; loads chunk c+1's into gn0, gn1 (all lanes must call). */
+__device__ __forceinline__ void dn_chunk_gamma(const DeltaNetPrefillParams &p, const DeltaNetScratch &sc, int c, int nc,
+                                               int j, int lane, int r0, float &gn0, float &gn1, float &gL,
+                                               float gr[2]) {
+    float y0, y1;
+    dn_gamma_scan(gn0, gn1, lane, y0, y1);
+    gL = __shfl_sync(0xffffffffu, y1, 31);
+    if (c + 1 < nc) {
+        gn0 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane) * p.Hv + j];
+        gn1 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane + 1) * p.Hv + j];
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) gr[h] = dn_gamma_at(y0, y1, r0 + 8 * h);
+}
+
 /* ---- 1. conv + SiLU + l2norm + gates --------------------------------------------------- */
 
 /* l2norm of one 128-channel q/k head in fp32 (MODEL.md §4.1; emulating a bf16 l2norm moved our
@@ -433,16 +449,8 @@ __global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ Del
         if (c + 1 < nc) dn_scan_load<false>(p, sc, sb + ((c + 1) & 1) * L::STAGE, c + 1, j, n, e0, tid);
         cp_async_commit();
         const uint32_t st = sb + (c & 1) * L::STAGE;
-        float y0, y1;
-        dn_gamma_scan(gn0, gn1, lane, y0, y1);
-        const float gL = __shfl_sync(0xffffffffu, y1, 31);
-        if (c + 1 < nc) {
-            gn0 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane) * p.Hv + j];
-            gn1 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane + 1) * p.Hv + j];
-        }
-        float gr[2]; /* gamma of this thread's two tile rows wm*16 + g (+8) */
-#pragma unroll
-        for (int h = 0; h < 2; h++) gr[h] = dn_gamma_at(y0, y1, wm * 16 + g + 8 * h);
+        float gL, gr[2]; /* gamma_L, gamma of this thread's two tile rows wm*16 + g (+8) */
+        dn_chunk_gamma(p, sc, c, nc, j, lane, wm * 16 + g, gn0, gn1, gL, gr);
 
         /* S entering the chunk -> split tiles (smem) and the copy kernel 4 reads */
         uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;

@@ -132,16 +132,8 @@ __global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ Del
         if (!(dbg & 2)) mbar_wait(full + (c & 1) * 8, (c >> 1) & 1);
         cp_async_wait<0>();
         __syncthreads(); /* chunk c landed, S_c in smem; everyone is done with chunk c-1 */
-        float y0, y1;
-        dn_gamma_scan(gn0, gn1, lane, y0, y1);
-        const float gL = __shfl_sync(0xffffffffu, y1, 31);
-        if (c + 1 < nc) {
-            gn0 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane) * p.Hv + j];
-            gn1 = sc.g[(size_t)((c + 1) * DN_C + 2 * lane + 1) * p.Hv + j];
-        }
-        float gr[2]; /* gamma of this thread's two tile rows wm*16 + g (+8) */
-#pragma unroll
-        for (int h = 0; h < 2; h++) gr[h] = dn_gamma_at(y0, y1, wm * 16 + g + 8 * h);
+        float gL, gr[2]; /* gamma_L, gamma of this thread's two tile rows wm*16 + g (+8) */
+        dn_chunk_gamma(p, sc, c, nc, j, lane, wm * 16 + g, gn0, gn1, gL, gr);
 
         /* phase 1: X = K S (A = K) or the Q S half of O (A = Q), 64 x 16; k = dk. Warp (wm, wn)
          * takes rows 16 wm, both n8 tiles, k half wn; the pair (wm, 0), (wm, 1) then swaps the halves
