@@ -77,7 +77,8 @@ __device__ __forceinline__ void dn_scan_load_v(const DeltaNetPrefillParams &p, c
  *      warps 8-15: O += P V', store bf16(O) in sc.u
  * Shared-memory reads per chunk (ldmatrix): ~230 KB, was ~460 with the 8 x 8 warp tiling of
  * dn_scan_split (ncu: the scan is bound by ldmatrix throughput and latency, not by its loads).
- * The CL blocks of a cluster load K, Q, T2, P once for all of them (each issues 1/CL of the boxes,
+ * With CL > 1 (QWEN35_DN_CLUSTER; off by default: measured slower, PERF_NOTES_prefill §14) the CL
+ * blocks of a cluster load K, Q, T2, P once for all of them (each issues 1/CL of the boxes,
  * multicast): the L2 serves each (chunk, head) tile once instead of 8 times. A stage is refilled
  * (chunk c+1, in chunk c) only after every block of the cluster has finished chunk c-1 with it: a
  * cluster barrier, arrived at the end of chunk c-1 and waited after phase 1 of chunk c. */
