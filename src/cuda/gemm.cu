@@ -141,10 +141,7 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma(const __grid_constant_
 
         const uint32_t sA = sbase + (kt % WG_STAGES) * S::STAGE_BYTES + wg * 64 * 128,
                        sB = sA - wg * 64 * 128 + S::A_BYTES;
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) reg_fence(acc[0][j][e]);
+reg_fence_acc(acc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < GEMM_BK / 16; kk++) {
@@ -154,16 +151,10 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma(const __grid_constant_
         }
         wgmma_commit();
         wgmma_wait<1>();
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) reg_fence(acc[0][j][e]);
+reg_fence_acc(acc);
     }
     wgmma_wait<0>();
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) reg_fence(acc[0][j][e]);
+reg_fence_acc(acc);
     cp_async_wait<0>();
     gemm_store<EPI, 1, BN / 8>(p, acc, m0 + wg * 64 + wq * 16, n0, lane >> 2, lane & 3);
 #else
@@ -208,10 +199,7 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma_persist(const __grid_c
 
             const uint32_t sA = sbase + (kt % WG_STAGES) * S::STAGE_BYTES + wg * 64 * 128,
                            sB = sA - wg * 64 * 128 + S::A_BYTES;
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) reg_fence(acc[0][j][e]);
+reg_fence_acc(acc);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < GEMM_BK / 16; kk++) {
@@ -221,16 +209,10 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma_persist(const __grid_c
             }
             wgmma_commit();
             wgmma_wait<1>();
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) reg_fence(acc[0][j][e]);
+reg_fence_acc(acc);
         }
         wgmma_wait<0>();
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) reg_fence(acc[0][j][e]);
+reg_fence_acc(acc);
         /* every warpgroup's wgmma reads of the ring are complete: slots 0 .. WG_STAGES-3 may be refilled
          * (the k-loop maps k-tile kt to slot kt % WG_STAGES from kt = 0 again) */
         __syncthreads();

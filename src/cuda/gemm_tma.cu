@@ -136,12 +136,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
             mbar_wait(full0 + 8 * s, (uint32_t)(it / STAGES) & 1u);
             __syncwarp(); /* wgmma.*.sync.aligned below need the warp converged after the per-thread spin */
             const uint32_t sA = sbase + s * C::STAGE + a_off, sB = sbase + s * C::STAGE + C::A_BYTES;
-#pragma unroll
-            for (int mw = 0; mw < C::MW; mw++)
-#pragma unroll
-                for (int n8 = 0; n8 < BN / 8; n8++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) reg_fence(acc[mw][n8][e]);
+reg_fence_acc(acc);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < GEMM_BK / 16; kk++) {
@@ -155,22 +150,12 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
             }
             wgmma_commit();
             wgmma_wait<1>(); /* the wgmmas of k-step it - 1 are done: its slot may be refilled */
-#pragma unroll
-            for (int mw = 0; mw < C::MW; mw++)
-#pragma unroll
-                for (int n8 = 0; n8 < BN / 8; n8++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) reg_fence(acc[mw][n8][e]);
+reg_fence_acc(acc);
             if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
         }
         if (PP && tile + (int)gridDim.x < tiles) bar_arrive(1 + (j & 1), 256); /* the other consumer may start */
         wgmma_wait<0>();
-#pragma unroll
-        for (int mw = 0; mw < C::MW; mw++)
-#pragma unroll
-            for (int n8 = 0; n8 < BN / 8; n8++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) reg_fence(acc[mw][n8][e]);
+reg_fence_acc(acc);
         if (lane == 0) mbar_arrive(empty0 + 8 * ((it0 + ktiles - 1) % STAGES));
 
         const int row0 = m0 + (PP ? 0 : cw * 64) + wq * 16;

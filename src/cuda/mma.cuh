@@ -131,6 +131,16 @@ __device__ __forceinline__ void wgmma_wait(void) {
 __device__ __forceinline__ void fence_proxy_async(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 /* Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait. */
 __device__ __forceinline__ void reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+/* reg_fence on every element of a wgmma accumulator array [M][N][4] (around the async wgmmas). */
+template <int M, int N>
+__device__ __forceinline__ void reg_fence_acc(float (&acc)[M][N][4]) {
+#pragma unroll
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int n = 0; n < N; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) reg_fence(acc[m][n][e]);
+}
 
 /* d[32][4] += A (64 x 16, smem desc) B (16 x 256, smem desc), both K-major, 128-byte swizzle. */
 __device__ __forceinline__ void wgmma_m64n256k16(float (*d)[4], uint64_t da, uint64_t db) {
