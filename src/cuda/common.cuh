@@ -149,8 +149,10 @@ __device__ __forceinline__ float dot8(uint4 w, const float *x, float acc) {
 
 /* ---- math ------------------------------------------------------------------------------ */
 
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + __expf(-x)); }
-__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+/* Fast forms (ex2.approx, rcp.approx: <= 2 ulp in fp32, so a bf16 result differs from the exact
+ * one only at rare rounding ties). x -> -inf: __expf = inf and __fdividef(x, inf) = -0, as silu. */
+__device__ __forceinline__ float silu_f(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+__device__ __forceinline__ float sigmoid_f(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 
 /* ---- reductions -------------------------------------------------------------------------- */
 

@@ -32,6 +32,7 @@
 #define DN_C 64  /* chunk length */
 #define DN_D 128 /* dk = dv */
 #define DN_DVS 16 /* value columns per CTA in the state scan */
+#define DN_LD (DN_C + 4) /* fp32 row stride of dn_local's A and T tiles (16-byte aligned rows) */
 #define DN_OH 64 /* output columns per block of dn_out_chunk (a cluster of 2 covers dv) */
 #define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to Q K^T and Q S in fp32 */
 
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
 #pragma unroll
             for (int j = 0; j < KC - 1; j++) acc += w[i][j] * x[tt + j][i];
             const float a = rbf(acc);
-            c[i] = real ? rbf(a / (1.0f + expf(-a))) : 0.0f;
+            c[i] = real ? rbf(silu_f(a)) : 0.0f; /* fast form: the exact one was half the kernel's instructions */
         }
         if (kind < 2) {
             dn_l2norm_f32(c);
@@ -195,9 +196,9 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
 struct DnLocalSmem {
     static constexpr int K = 0;                              /* bf16 [128][128]: k^ hi rows 0..63, lo rows 64..127 */
     static constexpr int Q = K + 2 * DN_C * DN_D * 2;        /* bf16 [128][128]: q^ hi, lo */
-    static constexpr int A = Q + 2 * DN_C * DN_D * 2;        /* fp32 [64][65] */
-    static constexpr int TI = A + DN_C * (DN_C + 1) * 4;     /* fp32 [64][65] */
-    static constexpr int X = TI + DN_C * (DN_C + 1) * 4;     /* fp32 [3][16][16] */
+    static constexpr int A = Q + 2 * DN_C * DN_D * 2;        /* fp32 [64][68] */
+    static constexpr int TI = A + DN_C * DN_LD * 4;          /* fp32 [64][68] */
+    static constexpr int X = TI + DN_C * DN_LD * 4;          /* fp32 [3][16][16] */
     static constexpr int VEC = X + 3 * 256 * 4;              /* fp32 beta[64], gamma[64] */
     static constexpr int BYTES = VEC + 2 * DN_C * 4;
 };
@@ -231,7 +232,7 @@ __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__
         cp_async16(sb + L::Q + swz<16>(r, ch) * 16, (r < DN_C ? sc.q : sc.q_lo) + o, true);
     }
     cp_async_commit();
-    for (int i = tid; i < DN_C * (DN_C + 1); i += 256) sTi[i] = 0.0f;
+    for (int i = tid; i < DN_C * DN_LD; i += 256) sTi[i] = 0.0f;
     if (warp == 0) {
         const float g0 = sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], g1 = sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
         float y0, y1;
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const float dec = expf(sgam[r] - sgam[s + e]);
-                    sA[r * (DN_C + 1) + s + e] = s + e < r ? sbeta[r] * acc[nt][2 * h + e] * dec : 0.0f;
+                    sA[r * DN_LD + s + e] = s + e < r ? sbeta[r] * acc[nt][2 * h + e] * dec : 0.0f;
                     pv[e] = s + e <= r ? accp[nt][2 * h + e] * DN_QSCALE * dec : 0.0f;
                 }
                 *(uint32_t *)(pg + r * DN_C + s) = pack_bf16(pv[0], pv[1]);
@@ -298,34 +299,52 @@ __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__
         for (int i = 0; i < 16; i++) {
             float v = i == lane ? 1.0f : 0.0f;
 #pragma unroll
-            for (int s = 0; s < i; s++) v -= sA[(b0 + i) * (DN_C + 1) + b0 + s] * x[s];
+            for (int s = 0; s < i; s++) v -= sA[(b0 + i) * DN_LD + b0 + s] * x[s];
             x[i] = v;
         }
 #pragma unroll
-        for (int i = 0; i < 16; i++) sTi[(b0 + i) * (DN_C + 1) + b0 + lane] = x[i];
+        for (int i = 0; i < 16; i++) sTi[(b0 + i) * DN_LD + b0 + lane] = x[i];
     }
     __syncthreads();
-    /* block row bi: X_bj = sum_{bj <= bk < bi} A[bi][bk] T[bk][bj];  T[bi][bj] = -T[bi][bi] X_bj */
+    /* block row bi: X_bj = sum_{bj <= bk < bi} A[bi][bk] T[bk][bj];  T[bi][bj] = -T[bi][bi] X_bj.
+     * Thread -> (bj, row i, 4 columns): per 4 k-values one float4 of the A (T) row and four float4
+     * rows of T (X), 16 FMA per 5 shared loads (the rows are 68 floats: 16-byte aligned; the T loads
+     * are broadcasts across i, the A loads hit 8 distinct 4-bank groups). */
     for (int bi = 1; bi < 4; bi++) {
-        for (int e = tid; e < bi * 256; e += 256) {
-            const int bj = e >> 8, i = (e >> 4) & 15, cc = e & 15;
-            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* 16-wide unrolled blocks, 4 partial sums: loads pipeline */
+        if (tid < bi * 64) {
+            const int bj = tid >> 6, i = (tid >> 2) & 15, c4 = (tid & 3) * 4;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             for (int bk = bj; bk < bi; bk++) {
-                const float *ar = sA + (bi * 16 + i) * (DN_C + 1) + bk * 16;
-                const float *tc = sTi + bk * 16 * (DN_C + 1) + bj * 16 + cc;
 #pragma unroll
-                for (int s = 0; s < 16; s++) v[s & 3] += ar[s] * tc[s * (DN_C + 1)];
+                for (int s4 = 0; s4 < 16; s4 += 4) {
+                    const float4 a = *(const float4 *)(sA + (bi * 16 + i) * DN_LD + bk * 16 + s4);
+                    const float av[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const float4 tr = *(const float4 *)(sTi + (bk * 16 + s4 + q) * DN_LD + bj * 16 + c4);
+                        v.x = fmaf(av[q], tr.x, v.x), v.y = fmaf(av[q], tr.y, v.y);
+                        v.z = fmaf(av[q], tr.z, v.z), v.w = fmaf(av[q], tr.w, v.w);
+                    }
+                }
             }
-            sX[e] = (v[0] + v[1]) + (v[2] + v[3]);
+            *(float4 *)(sX + bj * 256 + i * 16 + c4) = v;
         }
         __syncthreads();
-        for (int e = tid; e < bi * 256; e += 256) {
-            const int bj = e >> 8, i = (e >> 4) & 15, cc = e & 15;
-            float v = 0.0f;
+        if (tid < bi * 64) {
+            const int bj = tid >> 6, i = (tid >> 2) & 15, c4 = (tid & 3) * 4;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-            for (int s = 0; s < 16; s++)
-                v -= sTi[(bi * 16 + i) * (DN_C + 1) + bi * 16 + s] * sX[bj * 256 + s * 16 + cc];
-            sTi[(bi * 16 + i) * (DN_C + 1) + bj * 16 + cc] = v;
+            for (int s4 = 0; s4 < 16; s4 += 4) {
+                const float4 a = *(const float4 *)(sTi + (bi * 16 + i) * DN_LD + bi * 16 + s4);
+                const float av[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const float4 xr = *(const float4 *)(sX + bj * 256 + (s4 + q) * 16 + c4);
+                    v.x = fmaf(av[q], xr.x, v.x), v.y = fmaf(av[q], xr.y, v.y);
+                    v.z = fmaf(av[q], xr.z, v.z), v.w = fmaf(av[q], xr.w, v.w);
+                }
+            }
+            *(float4 *)(sTi + (bi * 16 + i) * DN_LD + bj * 16 + c4) = make_float4(-v.x, -v.y, -v.z, -v.w);
         }
         __syncthreads();
     }
@@ -340,7 +359,7 @@ __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const int s = c0 + h * 8 + 2 * q;
-                const float x0 = sTi[r * (DN_C + 1) + s] * sbeta[s], x1 = sTi[r * (DN_C + 1) + s + 1] * sbeta[s + 1];
+                const float x0 = sTi[r * DN_LD + s] * sbeta[s], x1 = sTi[r * DN_LD + s + 1] * sbeta[s + 1];
                 hi[q] = pack_bf16(x0, x1);
                 lo[q] = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
             }

@@ -56,7 +56,7 @@ __device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*a
                 for (int e = 0; e < 2; e++) {
                     const float gt = rbf(acc[mt][nt][2 * h + e]);
                     const float up = rbf(acc[mt][nt + G / 8][2 * h + e]);
-                    const float act = rbf(gt / (1.0f + expf(-gt)));
+                    const float act = rbf(silu_f(gt));
                     v[e] = act * up;
                 }
                 *(uint32_t *)(y + (size_t)r * p.ldy + oc) = pack_bf16(v[0], v[1]);
@@ -81,7 +81,7 @@ __device__ __forceinline__ void gemm_store_swiglu1(const GemmParams &p, float (*
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const float gt = rbf(acc[mt][nt][2 * h]), up = rbf(acc[mt][nt][2 * h + 1]);
-                v[h] = rbf(gt / (1.0f + expf(-gt))) * up;
+                v[h] = rbf(silu_f(gt)) * up;
             }
             const float recv = __shfl_xor_sync(0xffffffffu, odd ? v[0] : v[1], 1);
             const int r = row0 + mt * 16 + g + 8 * odd, oc = (col0 + nt * 8) / 2 + (t & ~1);
@@ -125,6 +125,105 @@ __device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT]
                 }
             }
         }
+    }
+}
+
+/* Staged epilogue (the TMA kernels): one warp's 16-row strip (rows row0 + .., columns col0 + 8 nt + ..,
+ * NT n8 fragments in the mma C layout) goes out through the warp's own shared-memory tile st
+ * (GEMM_STAGE_FLOATS floats), 32 accumulator columns at a time. gemm_store writes 4-8 bytes per
+ * thread and row, half sectors scattered over 8 rows, and its += x epilogue waits for each load
+ * before the next (a store may alias the next load): here each lane owns a 64-byte (16-column)
+ * row piece, loads all of it at once and writes whole sectors. Values and rounding are gemm_store's
+ * (SwiGLU: rows interleaved one by one, glu_group 1, only). */
+#define GEMM_STAGE_LD 40 /* floats per staged row: 32 + 8 (conflict-free float2 writes per half-warp) */
+#define GEMM_STAGE_FLOATS (16 * GEMM_STAGE_LD)
+template <int EPI, int NT>
+__device__ __forceinline__ void gemm_store_staged(const GemmParams &p, const float (*acc)[4], int row0, int col0,
+                                                  int lane, float *st) {
+    constexpr bool GLU = EPI == GEMM_EPI_SWIGLU_BF16, F32 = EPI == GEMM_EPI_F32 || EPI == GEMM_EPI_ADD_F32;
+    constexpr int LD = GLU ? 20 : GEMM_STAGE_LD; /* GLU: 16 values per row; 20 keeps the scalar writes conflict-free */
+    static_assert(NT % 4 == 0, "32-column pieces");
+    const int g = lane >> 2, t = lane & 3, r = row0 + (lane >> 1), half = lane & 1;
+    const bool vec = ((uintptr_t)p.y & 15) == 0 && p.ldy % (F32 ? 4 : 8) == 0;
+#pragma unroll
+    for (int c0 = 0; c0 < NT * 8; c0 += 32) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float *a = acc[c0 / 8 + j];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if constexpr (GLU) {
+                    const float gt = rbf(a[2 * h]), up = rbf(a[2 * h + 1]);
+                    st[(g + 8 * h) * LD + 4 * j + t] = rbf(silu_f(gt)) * up;
+                } else {
+                    *(float2 *)(st + (g + 8 * h) * LD + 8 * j + 2 * t) = make_float2(a[2 * h], a[2 * h + 1]);
+                }
+            }
+        }
+        __syncwarp();
+        if (r < p.M) {
+            const int cc = col0 + c0; /* first accumulator column of the piece */
+            if constexpr (GLU) {
+                const float4 v0 = *(const float4 *)(st + (lane >> 1) * LD + 8 * half);
+                const float4 v1 = *(const float4 *)(st + (lane >> 1) * LD + 8 * half + 4);
+                const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                uint16_t *y = (uint16_t *)p.y + (size_t)r * p.ldy + cc / 2 + 8 * half;
+                if (vec && cc + 32 <= p.N) {
+                    *(uint4 *)y = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
+                                             pack_bf16(v[6], v[7]));
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        if (cc + 2 * (8 * half + e) < p.N) y[e] = (uint16_t)(pack_bf16(v[e], 0.0f) & 0xffffu);
+                }
+            } else {
+                float v[16];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const float4 f = *(const float4 *)(st + (lane >> 1) * LD + 16 * half + 4 * q);
+                    v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+                }
+                const int c = cc + 16 * half;
+                const size_t o = (size_t)r * p.ldy + c;
+                if (vec && cc + 32 <= p.N) {
+                    if constexpr (EPI == GEMM_EPI_BF16) {
+                        uint4 *y = (uint4 *)((uint16_t *)p.y + o);
+                        y[0] = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
+                                          pack_bf16(v[6], v[7]));
+                        y[1] = make_uint4(pack_bf16(v[8], v[9]), pack_bf16(v[10], v[11]), pack_bf16(v[12], v[13]),
+                                          pack_bf16(v[14], v[15]));
+                    } else {
+                        float4 *y = (float4 *)((float *)p.y + o);
+                        float4 old[4];
+                        if constexpr (EPI == GEMM_EPI_ADD_F32) {
+#pragma unroll
+                            for (int q = 0; q < 4; q++) old[q] = y[q]; /* all four loads in flight at once */
+                        }
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            const float *u = v + 4 * q;
+                            if constexpr (EPI == GEMM_EPI_ADD_F32)
+                                y[q] = make_float4(rbf(old[q].x + rbf(u[0])), rbf(old[q].y + rbf(u[1])),
+                                                   rbf(old[q].z + rbf(u[2])), rbf(old[q].w + rbf(u[3])));
+                            else
+                                y[q] = make_float4(rbf(u[0]), rbf(u[1]), rbf(u[2]), rbf(u[3]));
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 16; e++) {
+                        if (c + e >= p.N) continue;
+                        if constexpr (EPI == GEMM_EPI_BF16) {
+                            ((uint16_t *)p.y)[o + e] = (uint16_t)(pack_bf16(v[e], 0.0f) & 0xffffu);
+                        } else {
+                            float *y = (float *)p.y + o + e;
+                            *y = EPI == GEMM_EPI_ADD_F32 ? rbf(*y + rbf(v[e])) : rbf(v[e]);
+                        }
+                    }
+                }
+            }
+        }
+        __syncwarp();
     }
 }
 

@@ -10,7 +10,8 @@
  *     or K are zero-filled by the TMA unit, so ragged shapes need no special path).
  *   warpgroups 1, 2, the consumers (setmaxnreg 232): wait full[s], issue the wgmmas of the
  *     k-step, keep one wgmma group in flight and release the previous slot (one arrive per warp
- *     on empty[s]), then run the epilogue straight from the accumulators (gemm_store).
+ *     on empty[s]), then run the epilogue from the accumulators through each warp's shared-memory
+ *     staging tile (gemm_store_staged: whole sectors, batched += x loads).
  * Two ways to share the work between the consumers:
  *   cooperative (PP = false): both take every tile, 64 rows each (tile 128 x BN);
  *   ping-pong (PP = true): consumer c takes the CTA's tiles j with j % 2 == c whole (TM x BN), so
@@ -57,7 +58,8 @@ struct TmaCfg {
     static constexpr int A_BYTES = TM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
     static constexpr int STAGE = A_BYTES + B_BYTES;
     static constexpr int EMPTY_ARRIVALS = PP ? 4 : 8; /* consumer warps that read each stage */
-    static constexpr int SMEM = 1024 + STAGES * STAGE + 2 * STAGES * 8; /* align slack, ring, barriers */
+    static constexpr int STAGE_OFF = STAGES * STAGE + 2 * STAGES * 8;  /* epilogue staging, after ring + barriers */
+    static constexpr int SMEM = 1024 + STAGE_OFF + 8 * GEMM_STAGE_FLOATS * 4; /* + align slack; 8 consumer warps */
     static_assert(WG_ROWS % 64 == 0 && MW >= 1 && (BN == 128 || BN == 256), "tile shape");
     static_assert(TM <= 256 && BN <= 256, "TMA box rows <= 256");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages keep 1024-byte alignment");
@@ -159,8 +161,14 @@ reg_fence_acc(acc);
         if (lane == 0) mbar_arrive(empty0 + 8 * ((it0 + ktiles - 1) % STAGES));
 
         const int row0 = m0 + (PP ? 0 : cw * 64) + wq * 16;
+        float *st = (float *)(smem + (sbase - smem_addr(smem)) + C::STAGE_OFF) + (cw * 4 + wq) * GEMM_STAGE_FLOATS;
 #pragma unroll
-        for (int mw = 0; mw < C::MW; mw++) gemm_store<EPI, 1, BN / 8>(p, acc + mw, row0 + mw * 64, n0, lane >> 2, lane & 3);
+        for (int mw = 0; mw < C::MW; mw++) {
+            if (EPI != GEMM_EPI_SWIGLU_BF16 || p.glu_group == 1)
+                gemm_store_staged<EPI, BN / 8>(p, acc[mw], row0 + mw * 64, n0, lane, st);
+            else
+                gemm_store<EPI, 1, BN / 8>(p, acc + mw, row0 + mw * 64, n0, lane >> 2, lane & 3);
+        }
     }
 #else
     (void)a;
@@ -267,11 +275,15 @@ static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
 }
 
 /* The variant GEMM_ALGO_TMA takes: one wave of 128 x 128 tiles or less -> cooperative 128 x 128
- * (both warpgroups on each tile); more tiles -> ping-pong 128 x 128 (epilogues hidden behind the
- * other warpgroup's main loop). Edit after reading bench/kernels/gemm_lab.cu's WINNERS table. */
+ * (both warpgroups on each tile); more tiles -> ping-pong (epilogues hidden behind the other
+ * warpgroup's main loop), 64 x 256 per warpgroup when N is a multiple of 256 (no ragged column
+ * tile), else 128 x 128. gemm_lab, M = 2048 (session 4): gate_up 63.7 us (P256) vs 65.3 (P128),
+ * attention qkv 39.9 vs 42.9; qkvzba (N = 8224) 61.7 with P128. Edit after reading
+ * bench/kernels/gemm_lab.cu's WINNERS table. */
 static int tma_pick(const GemmParams *p, int sms) {
     const int tiles128 = ((p->M + 127) / 128) * ((p->N + 127) / 128);
-    return tiles128 <= sms ? GEMM_ALGO_TMA_C128 : GEMM_ALGO_TMA_P128;
+    if (tiles128 <= sms) return GEMM_ALGO_TMA_C128;
+    return p->N % 256 == 0 ? GEMM_ALGO_TMA_P256 : GEMM_ALGO_TMA_P128;
 }
 
 template <int EPI>

@@ -19,6 +19,11 @@ static inline float2 make_float2(float x, float y) {
     r.x = x, r.y = y;
     return r;
 }
+static inline float4 make_float4(float x, float y, float z, float w) {
+    float4 r;
+    r.x = x, r.y = y, r.z = z, r.w = w;
+    return r;
+}
 #include <functional>
 #include <math.h>
 #include <stdint.h>
@@ -106,6 +111,7 @@ static inline uint32_t __float_as_uint(float f) {
     return u;
 }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float silu_f(float x) { return x / (1.0f + expf(-x)); } /* stands in for common.cuh's fast form (the same to ~2 ulp) */
 static inline uint16_t emu_bf(float x) {
     uint32_t u = __float_as_uint(x);
     if ((u & 0x7fffffff) > 0x7f800000)
