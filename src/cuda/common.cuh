@@ -39,9 +39,8 @@ static inline int launch_status(cudaStream_t s) {
 }
 
 /* Launches kern<<<grid, block, smem, l->stream>>>(args...) with the PDL attribute when l->pdl is set
- * and in clusters of cluster_x blocks along x when cluster_x > 0 (grid.x % cluster_x == 0; 0: no cluster
- * attribute). Kernels
- * take their params structs by value (const __grid_constant__ P p). */
+ * and in clusters of cluster_x blocks along x when cluster_x > 0 (grid.x % cluster_x == 0; 0: no
+ * cluster attribute). Kernels take their params structs by value (const __grid_constant__ P p). */
 template <typename... KArgs, typename... Args>
 static inline int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
                             const CudaLaunch *l, const Args &...args) {

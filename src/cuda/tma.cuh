@@ -1,6 +1,6 @@
-/* tma.cuh — Hopper (sm_90a) mbarrier and TMA (cp.async.bulk.tensor) pieces and named barriers, shared by the TMA GEMM
- * (gemm_tma.cu) and the DeltaNet prefill scan (deltanet_prefill_scan.cuh). The host side encodes the
- * tensor maps (cuda_tma_map_bf16, gemm_tma.cu). */
+/* tma.cuh — Hopper (sm_90a) mbarriers, TMA (cp.async.bulk.tensor, multicast too) and named barriers,
+ * shared by the TMA GEMM (gemm_tma.cu) and the DeltaNet prefill scan (deltanet_prefill_scan.cuh). The
+ * host side encodes the tensor maps (cuda_tma_map_bf16, gemm_tma.cu). */
 #ifndef Q35_CUDA_TMA_CUH
 #define Q35_CUDA_TMA_CUH
 

@@ -56,7 +56,7 @@ static float *cols(const float *x, int T, int ld, int c0, int w) {
     return y;
 }
 
-static int emu_cluster = 8;
+static int emu_cluster = 1;
 static void emu_prefill(const DeltaNetPrefillParams *p) {
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
@@ -75,7 +75,7 @@ static void emu_prefill(const DeltaNetPrefillParams *p) {
         cuda_tma_map_bf16(&m.p, sc.p, rows, 64, 64, 128);
         const size_t sm = DnScanSmem<true>::BYTES + 16 + 1024;
         const dim3 grid(DN_D / DN_DVS, p->Hv);
-        switch (emu_cluster) { /* the scan's cluster size (argv[5]; the GPU picks 8 where all clusters fit) */
+        switch (emu_cluster) { /* the scan's cluster size (argv[5]; 1 as on the GPU unless QWEN35_DN_CLUSTER) */
         case 8: emu_launch(grid, 512, sm, 8, [&] { dn_scan_fo<8>(P, sc, m); }); break;
         case 4: emu_launch(grid, 512, sm, 4, [&] { dn_scan_fo<4>(P, sc, m); }); break;
         case 2: emu_launch(grid, 512, sm, 2, [&] { dn_scan_fo<2>(P, sc, m); }); break;
