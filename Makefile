@@ -84,6 +84,9 @@ ifeq ($(CUDA),1)
 	@echo "== DeltaNet prefill kernels on the CPU (tests/emu: fused-output path as the GPU runs it, Hk 1, Hv 2; ~40 s)"
 	@sh tests/emu/run.sh 1 2 0 1 > $(BUILD)/emu.log 2>&1 || { tail -n 20 $(BUILD)/emu.log; exit 1; }
 	@tail -n 2 $(BUILD)/emu.log
+	@echo "== fused MLP kernel on the CPU (tests/emu/run_mlp.sh; ~10 s)"
+	@sh tests/emu/run_mlp.sh > $(BUILD)/emu_mlp.log 2>&1 || { tail -n 20 $(BUILD)/emu_mlp.log; exit 1; }
+	@tail -n 1 $(BUILD)/emu_mlp.log
 endif
 gpu-tests: $(GPU_TEST_BIN) $(BUILD)/qwen35
 test-gpu: gpu-tests

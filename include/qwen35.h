@@ -45,6 +45,7 @@ typedef struct Q35Options {
     int deterministic;     /* CUDA: deterministic split-K reductions */
     int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */
     int persistent;        /* CUDA: decode the layers with the persistent kernel (experimental, slower so far) */
+    int mlp_fused;         /* CUDA: fused MLP kernel in the decode step (experimental; QWEN35_MLP_FUSED=1) */
     const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
 } Q35Options;
 
@@ -139,6 +140,10 @@ typedef struct Q35BenchResult {
     char persistent_note[200]; /* why the persistent kernel cannot run this model ("" if it can) */
     double ms_persistent;   /* graph with the persistent layer kernel (experimental), atomic; 0: not supported */
     int launches_persistent; /* kernel nodes of that graph */
+    int mlp_fused;          /* 1: the backend runs the fused MLP kernel (experimental, --mlp-fused); the columns above
+                             * use it wherever the split-K is atomic */
+    double ms_mlp_unfused;  /* mlp_fused only: graph + PDL, atomic, with the two MLP GEMVs instead (same run) */
+    int launches_mlp_unfused; /* kernel nodes of that graph */
     int launches;           /* kernel nodes in one step's graph (greedy) */
     double step_bytes;      /* bytes one step moves (sum over its launches) */
     double copy_gbs;        /* device-to-device cudaMemcpy, (read + write) bytes / s / 1e9 */

@@ -170,7 +170,7 @@ int cmd_bench(int argc, char **argv) {
     if (cli_open(&e, &o)) return 1;
     int V = q35_vocab_size(e), rc = 1;
     Q35Err err = {0};
-    Buf md = {0}, js = {0};
+    Buf md = {0}, js = {0}, fz = {0};
     Q35BenchResult *res = calloc(1, sizeof *res);
     int *ids = malloc(sizeof(int) * (size_t)n_prompt);
     float *logits = malloc(sizeof(float) * (size_t)V);
@@ -190,6 +190,10 @@ int cmd_bench(int argc, char **argv) {
                      "`persistent`: the layers as one persistent kernel (experimental, `--persistent`)%s%s.\n\n",
                 res->persistent ? "persistent layer kernel + LM head" : "one kernel per phase",
                 res->persistent_note[0] ? " -- not supported here: " : "", res->persistent_note);
+        if (res->mlp_fused)
+            bprintf(&md, "Fused MLP (experimental, `--mlp-fused` / `QWEN35_MLP_FUSED=1`): ON in every column with atomic "
+                         "split-K (not in `deterministic`); the same step with the two MLP GEMVs is listed below the "
+                         "table.\n\n");
         bprintf(&md, "| ctx | ms/token | tok/s | GB/s | %% of read BW | launches | atomic | deterministic | no PDL | "
                      "eager | +readback | sampling | persistent (launches) |\n"
                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -202,14 +206,23 @@ int cmd_bench(int argc, char **argv) {
                     ctxs[c], res->ms_token, 1e3 / res->ms_token, gbs, 100 * gbs / res->read_gbs, res->launches,
                     res->ms_atomic, res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample,
                     res->ms_persistent, res->launches_persistent);
+            if (res->mlp_fused)
+                bprintf(&fz, "| %d | %.4f (%d) | %.4f (%d) | %+.1f |\n", ctxs[c], res->ms_atomic, res->launches,
+                        res->ms_mlp_unfused, res->launches_mlp_unfused, 1e3 * (res->ms_atomic - res->ms_mlp_unfused));
             bprintf(&js,
                     "%s{\"ctx\":%d,\"ms_token\":%.5f,\"gbs\":%.1f,\"step_bytes\":%.0f,\"launches\":%d,\"ms_atomic\":%.5f,"
                     "\"ms_det\":%.5f,\"ms_nopdl\":%.5f,\"ms_eager\":%.5f,\"ms_sync\":%.5f,\"ms_sample\":%.5f,"
-                    "\"copy_gbs\":%.1f,\"read_gbs\":%.1f,\"persistent\":%d,\"ms_persistent\":%.5f,\"launches_persistent\":%d}",
+                    "\"copy_gbs\":%.1f,\"read_gbs\":%.1f,\"persistent\":%d,\"ms_persistent\":%.5f,\"launches_persistent\":%d,"
+                    "\"mlp_fused\":%d,\"ms_mlp_unfused\":%.5f,\"launches_mlp_unfused\":%d}",
                     c ? "," : "", ctxs[c], res->ms_token, gbs, res->step_bytes, res->launches, res->ms_atomic,
                     res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample, res->copy_gbs,
-                    res->read_gbs, res->persistent, res->ms_persistent, res->launches_persistent);
+                    res->read_gbs, res->persistent, res->ms_persistent, res->launches_persistent, res->mlp_fused,
+                    res->ms_mlp_unfused, res->launches_mlp_unfused);
         }
+        if (fz.n)
+            bprintf(&md, "\nFused MLP vs the two MLP GEMVs (graph + PDL, atomic split-K, same run):\n\n"
+                         "| ctx | fused ms/token (launches) | two GEMVs ms/token (launches) | fused - two GEMVs, us |\n"
+                         "|---|---|---|---|\n%s", fz.s);
         if (ops) { /* the per-op table of the first context, printed after the summary rows */
             rq.ctx_len = ctxs[0];
             rq.ops = 1;
@@ -267,6 +280,7 @@ int cmd_bench(int argc, char **argv) {
 done:
     free(md.s);
     free(js.s);
+    free(fz.s);
     free(res);
     free(ids);
     free(logits);

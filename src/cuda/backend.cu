@@ -114,6 +114,11 @@ static void layout(CudaCtx *ctx, Arena *a) {
         ctx->ws_beg = (const char *)ctx->layers[0].ln1;
         ctx->ws_layers = (long long)((const char *)(last->w_down + (size_t)D * F) - ctx->ws_beg);
     }
+    /* fused MLP (experimental): W_down transposed per layer, only when the option is on */
+    for (int l = 0; l < L; l++) {
+        ctx->layers[l].w_dT = NULL;
+        if (ctx->mlp_fused) CARVE(a, ctx->layers[l].w_dT, (size_t)F * D);
+    }
     /* sequence state: one contiguous range, cleared by reset */
     a->off = (a->off + 255) & ~(size_t)255;
     ctx->state_off = a->off;
@@ -182,6 +187,25 @@ static int upload_rows(CudaCtx *ctx, uint16_t *stage, uint16_t *dst, const Tenso
     return 0;
 }
 
+/* Element i of t (any float dtype) as bf16 bits (upload_rows' conversion). */
+static uint16_t elem_bf16(const Tensor *t, int64_t i) {
+    if (t->dtype == DT_BF16) return ((const uint16_t *)t->data)[i];
+    if (t->dtype == DT_F16) return f32_to_bf16(f16_to_f32(((const uint16_t *)t->data)[i]));
+    return f32_to_bf16(((const float *)t->data)[i]);
+}
+
+/* t [rows][cols] (any float dtype) -> bf16 dst [cols][rows] on the device (the transpose, on the host). */
+static int upload_transposed(uint16_t *dst, const Tensor *t, int64_t rows, int64_t cols, Err *err) {
+    uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(rows * cols));
+    if (!h) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+    for (int64_t r0 = 0; r0 < rows; r0 += 64) /* 64-row tiles: each source row read once per tile */
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t r = r0; r < rows && r < r0 + 64; r++) h[c * rows + r] = elem_bf16(t, r * cols + c);
+    cudaError_t e = cudaMemcpy(dst, h, sizeof(uint16_t) * (size_t)(rows * cols), cudaMemcpyHostToDevice);
+    free(h);
+    return e == cudaSuccess ? 0 : cfail(e, "transposed weight upload", err);
+}
+
 /* A small vector (n elements of any float dtype) -> fp32 on the device. */
 static int upload_vec(float *dst, const Tensor *t, int64_t n, Err *err) {
     float *h = (float *)malloc(sizeof(float) * (size_t)n);
@@ -221,6 +245,7 @@ static int upload_weights(CudaCtx *ctx, Err *err) {
         if (!rc) rc = upload_rows(ctx, stage, ly->w_gu, &L->gate_proj, F, D, 0, 2, err);
         if (!rc) rc = upload_rows(ctx, stage, ly->w_gu, &L->up_proj, F, D, 1, 2, err);
         if (!rc) rc = upload_rows(ctx, stage, ly->w_down, &L->down_proj, D, F, 0, 1, err);
+        if (!rc && ly->w_dT) rc = upload_transposed(ly->w_dT, &L->down_proj, D, F, err);
         if (rc) break;
         if (ly->type == LAYER_FULL_ATTN) {
             rc = upload_rows(ctx, stage, ly->w_in, &L->q_proj, c->q_proj_rows, D, 0, 1, err);
@@ -372,6 +397,8 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->max_splits = imax(imax(ctx->splits_out[0], ctx->splits_out[1]), ctx->splits_down);
         ctx->lm_blocks = cuda_matvec_blocks(V, D, 1, ctx->n_sm);
         ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
+        /* experimental fused MLP: only where the kernel supports the shapes (else the two GEMVs) */
+        ctx->mlp_fused = o && o->mlp_fused && cuda_mlp_fused_supported(D, F, ctx->n_sm);
         Arena a = {NULL, 0};
         layout(ctx, &a);
         ctx->arena_bytes = a.off;

@@ -1,7 +1,8 @@
 /* bench.cu — the CUDA backend's bench hook: decode ms/token at a given context length (KV
  * positions [0, ctx_len) filled with random bf16, the timed token at pos = ctx_len, the same
  * step replayed), for graph/eager, PDL on/off, atomic/deterministic split-K, greedy/sampling,
- * with and without the per-token host sync; the launches per step; per-launch event times and
+ * with and without the per-token host sync; with the experimental fused MLP on (QWEN35_MLP_FUSED=1),
+ * the same step with the two MLP GEMVs for comparison; the launches per step; per-launch event times and
  * bytes of one eager step; and the copy / streaming-read bandwidth measured in the same run. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,7 +211,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         return err_set(err, Q35_ERR_ARG, "cuda bench: context %d outside [0, %d)", rq->ctx_len, ctx->max_seq);
     if (ctx->probe.dir) return err_set(err, Q35_ERR_ARG, "cuda bench: not with probes");
     const int iters = rq->iters > 0 ? rq->iters : 200;
-    const int det0 = ctx->deterministic, pdl0 = ctx->pdl, ng0 = ctx->no_graph;
+    const int det0 = ctx->deterministic, pdl0 = ctx->pdl, ng0 = ctx->no_graph, mf0 = ctx->mlp_fused;
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(res->device, sizeof res->device, "%.63s", prop.name);
     res->n_sm = ctx->n_sm;
@@ -245,6 +246,15 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         ctx->mega = mega0;
         cuda_graphs_drop(ctx);
     }
+    /* the fused MLP (experimental) against the two MLP GEMVs, same run */
+    res->mlp_fused = mf0;
+    if (!rc && mf0) {
+        ctx->mlp_fused = 0;
+        rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_mlp_unfused, err);
+        if (!rc) res->launches_mlp_unfused = ctx->graph_kernels[0];
+        ctx->mlp_fused = 1;
+        cuda_graphs_drop(ctx);
+    }
     if (!rc) rc = time_mode(ctx, 1, 1, 0, 0, iters, &res->ms_det, err);
     if (!rc) rc = time_mode(ctx, 0, 0, 0, 0, iters, &res->ms_nopdl, err);
     if (!rc) rc = time_mode(ctx, 0, 1, 1, 0, iters, &res->ms_eager, err);
@@ -275,5 +285,6 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     }
     if (!rc) rc = bandwidth(ctx, res, err);
     ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0, ctx->rec_ops = 0, ctx->mega = mega0;
+    ctx->mlp_fused = mf0;
     return rc;
 }

@@ -11,8 +11,21 @@
  *   [sampling graph: id = sample(logits)]
  * The residual add of each split-K output happens in the NEXT GEMV's prologue (all its blocks
  * recompute the 4 KiB norm; block 0 stores x), so there is no separate add/norm kernel.
- * Atomic split-K: a buffer is zeroed by the GEMV that runs two phases before its adder (the
- * previous reader has finished by then; see the PDL contract in common.cuh). */
+ * EXPERIMENTAL (ctx->mlp_fused, QWEN35_MLP_FUSED=1, atomic mode only): the gate_up and down GEMVs
+ * become one kernel (mlp.cu: x = bf16(x + bf16(pa)), pb += W_down SwiGLU(W_gu norm2(x)), with the
+ * transposed copy w_dT of W_down), so a layer is in, mixer, out, mlp.
+ * Atomic split-K zeroing contract: an accumulator is zeroed (after pdl_wait) by a kernel that runs
+ * strictly after the buffer's last reader and strictly before its adder, and does not read it
+ * itself. Each kernel's pdl_wait waits for the previous grid to complete, and grids complete in
+ * order (PDL contract in common.cuh), so the zeroes land after every earlier read and before the
+ * first add. Who zeroes what (layer l; reader = the prologue that adds the buffer into x):
+ *   pa: adder out_proj/o_proj(l); last reader gate_up(l-1) | mlp(l-1); zeroed by in(l), which
+ *       runs two phases after gate_up(l-1) (default) or right after mlp(l-1) (fused); the LM head
+ *       zeroes it too (read last by the final layer's gate_up | mlp), for the next step's in(0).
+ *   pb: adder down(l) | mlp(l); last reader in(l) (pb of layer l-1, or the previous step's LM head
+ *       for l = 0); zeroed by gate_up(l) (default: three phases after in(l), one before down(l)) or,
+ *       fused, by out_proj/o_proj(l) (two phases after in(l), one before mlp(l)).
+ * Deterministic mode writes per-split partials (no zeroing) and never takes the fused MLP. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -199,13 +212,35 @@ static int attention(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     return probe_dev(ctx, name, ctx->mix, (size_t)c->attn_dim, err);
 }
 
+/* ---- fused MLP (experimental) ----------------------------------------------------------------- */
+
+/* x_out = bf16(x + bf16(pa)); pb += W_down · SwiGLU(W_gu · norm2(x_out)) (pb zeroed by out_proj). */
+static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, float *x_out, Err *err) {
+    const Config *c = ctx->c;
+    const CudaLayer *ly = &ctx->layers[l];
+    const int D = c->hidden_size, F = c->intermediate_size;
+    MlpFusedParams p;
+    memset(&p, 0, sizeof p);
+    p.w_gu = ly->w_gu, p.w_dT = ly->w_dT, p.D = D, p.F = F;
+    p.blocks = cuda_mlp_fused_blocks(F, ctx->n_sm);
+    p.x = x, p.parts = ctx->pa, p.n_parts = 1, p.x_out = x_out;
+    p.norm_w = ly->ln2, p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN, p.eps = c->rms_norm_eps;
+    p.y = ctx->pb;
+    p.early_trigger = ctx->pdl_early;
+    const double bytes = 6.0 * F * D + 4.0 * D * 3 + 4.0 * D;
+    char name[40];
+    snprintf(name, sizeof name, "L%02d.mlp", l);
+    op_begin(ctx);
+    return op_end(ctx, cuda_mlp_fused(&p, lc), name, bytes, err);
+}
+
 /* ---- the step ------------------------------------------------------------------------------ */
 
 int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     const Config *c = ctx->c;
     const int D = c->hidden_size, F = c->intermediate_size, L = c->num_hidden_layers, V = c->vocab_size;
     const int nm = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN, det = ctx->deterministic;
-    const int probing = ctx->probe.dir != NULL;
+    const int probing = ctx->probe.dir != NULL, fused = ctx->mlp_fused && !det;
     int L_done = 0;
     CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2};
     ctx->n_ops = 0;
@@ -266,12 +301,21 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         mv.W = ly->w_out, mv.rows = D, mv.cols = ly->out_cols, mv.splits = so;
         mv.in_mode = MV_IN_VEC, mv.x = ctx->mix;
         mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = ctx->pa;
+        if (fused) mv.zero = ctx->pb, mv.n_zero = D; /* the fused MLP adds into pb next (header comment) */
         pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
         snprintf(name, sizeof name, "L%02d.%s", l, full ? "o_proj" : "out_proj");
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
         const int pa_parts = det ? so : 1;
         if (probing && (rc = probe_parts(ctx, l, full ? "attn.out" : "delta.out", ctx->pa, pa_parts, NULL, err)))
             break;
+
+        if (fused) { /* x = x + pa; pb += W_down · SwiGLU(W_gu · norm2(x)) in one kernel */
+            if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], err))) break;
+            xi ^= 1;
+            pb_parts = 1;
+            if (probing && (rc = probe_parts(ctx, l, "mlp.out", ctx->pb, pb_parts, ctx->x[xi], err))) break;
+            continue;
+        }
 
         /* mlp = SwiGLU(W_gu · norm2(x + pa)) */
         memset(&mv, 0, sizeof mv);

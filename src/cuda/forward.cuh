@@ -8,6 +8,7 @@
  *                 w_gu = [gate_0; up_0; gate_1; up_1; ...] (2F, D) interleaved for the SwiGLU
  *                 epilogue; w_down (D, F); embed (V, D); lm_head (V, D) (= embed when tied).
  *   small vectors fp32 (bf16-valued unless loaded F32): norms, conv taps, A_log, dt_bias.
+ *   with mlp_fused only: w_dT (F, D) per layer, W_down transposed, after the layers' weights.
  *   state: DeltaNet S fp32 (Hv, dk, dv) + conv ring bf16 (K, conv_dim) per linear layer; KV
  *          cache bf16 K, V (Hkv, max_seq, hd) per full layer.
  *   activations: residual ping-pong x[2] (D), split-K partials pa/pb (max_splits, D), proj
@@ -36,6 +37,7 @@ typedef struct CudaLayer {
     uint16_t *w_out;          /* (D, value_dim | attn_dim) */
     uint16_t *w_gu;           /* (2F, D) interleaved gate/up */
     uint16_t *w_down;         /* (D, F) */
+    uint16_t *w_dT;           /* (F, D) W_down transposed, for the fused MLP (mlp_fused only, else NULL) */
     int in_rows, out_cols;    /* rows of w_in, cols of w_out */
     /* DeltaNet */
     float *conv_w;            /* (conv_dim, K) */
@@ -59,6 +61,7 @@ typedef struct CudaCtx {
     const Config *c;
     int max_seq, n_past, n_sm, n_valid;
     int deterministic, no_graph, pdl;
+    int mlp_fused;            /* EXPERIMENTAL: the MLP as one kernel (mlp.cu) in atomic mode; w_dT uploaded */
     Probe probe;
     cudaStream_t stream;
     void *arena;              /* the one device allocation */

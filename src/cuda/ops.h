@@ -135,6 +135,47 @@ int cuda_matvec_splits(int rows, int cols, int n_sm);
 /* grid.x the launcher uses when p->blocks == 0 (callers size am_val/am_idx with it). */
 int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm);
 
+/* ---- fused MLP of one token (mlp.cu, EXPERIMENTAL, opt-in: QWEN35_MLP_FUSED=1) ------------------
+ * The two MLP GEMVs of the decode step in one kernel (one kernel boundary less per layer):
+ *   x   = bf16( res[i] + bf16( sum_{s < n_parts} parts[s*D + i] ) )      (as MV_IN_RESIDUAL; block 0
+ *         writes x_out, which must not alias res)
+ *   h   = RMSNorm(x, norm_w)  (NORM_ZC / NORM_PLAIN, as the GEMV prologue)
+ *   g_i = W_gu[2i] h,  u_i = W_gu[2i+1] h      (W_gu bf16 [2F][D], interleaved gate/up rows)
+ *   a_i = bf16( bf16(silu(bf16 g_i)) * bf16 u_i )                 (bitwise MV_OUT_SILU_MUL's output)
+ *   y[d] += sum_i a_i W_dT[i][d]                (W_dT bf16 [F][D] = W_down transposed; fp32 atomics)
+ * Grid: `blocks` blocks of 512 threads (0 = cuda_mlp_fused_blocks), 1 per SM. Block b owns the units
+ * [b F / G, (b+1) F / G): before pdl_wait it loads the first gate/up rows of every warp (4 rows = 2
+ * units per warp, 16-byte loads as the GEMV's) and cp.asyncs its W_dT rows (units x D x 2 bytes)
+ * into shared memory; after the prologue each warp reduces its rows into a_i (shared memory), then
+ * each thread sums 2 columns of y over the block's units (ascending) and lane pairs add 4 columns
+ * with one red.global.add.v4.f32 (sm_90) into y, which an EARLIER kernel zeroed (not
+ * deterministic: atomics in arrival order). Needs D % 8 == 0, D <= 1024, y 16-byte aligned, and
+ * the block's W_dT rows in shared memory (cuda_mlp_fused_smem_bytes <= the device's opt-in limit). */
+typedef struct MlpFusedParams {
+    const uint16_t *w_gu;    /* bf16 [2F][D] */
+    const uint16_t *w_dT;    /* bf16 [F][D] */
+    int D, F;
+    int blocks;              /* grid; 0 = cuda_mlp_fused_blocks(F, n_sm) */
+    const float *x;          /* residual stream before the add [D] */
+    const float *parts;      /* [n_parts][D] or NULL (then x is used as is) */
+    int n_parts;
+    float *x_out;            /* optional: the new residual stream [D] (block 0) */
+    const float *norm_w;     /* [D] (ln2) */
+    int norm_mode;           /* NORM_ZC or NORM_PLAIN */
+    float eps;
+    float *y;                /* [D] fp32 accumulator, zeroed before this kernel */
+    float *h_out;            /* optional (tests, probes): the normed input [D] (block 0) */
+    float *act_out;          /* optional (tests, probes): a [F] */
+    int early_trigger;       /* 1: launch_dependents at kernel start (ops.h GEMV early_trigger) */
+} MlpFusedParams;
+int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l);
+/* min(n_sm, F / 2), at least 1. */
+int cuda_mlp_fused_blocks(int F, int n_sm);
+/* Dynamic shared memory of the kernel for this shape and grid. */
+size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks);
+/* 1 when cuda_mlp_fused supports D x F on the current device with the default grid, else 0. */
+int cuda_mlp_fused_supported(int D, int F, int n_sm);
+
 /* ---- norms (norm.cu) --------------------------------------------------------------------------
  * Standalone RMSNorm of `rows` rows of n (w shared by the rows), same formulas as the GEMV
  * prologue: y = NORM_ZC / NORM_PLAIN of x. When parts is set (rows must be 1), first

@@ -8,6 +8,9 @@
  *     argmax agreement where the CPU's top-2 margin is clear;
  *   - deterministic mode: graph vs no graph vs PDL off, 3 runs with reset: bitwise identical;
  *     atomic split-K close to deterministic;
+ *   - the fused MLP kernel (experimental, BackendOptions.mlp_fused, atomic): logits vs the CPU and the
+ *     default path, greedy ids = the default path's where its margin is clear, one launch less per layer
+ *     in the bench (and 100 steps vs the CPU in test_long);
  *   - decode_sample: greedy ids = argmax of the logits; sampling ids inside the top-k, reproducible;
  *   - probe dumps: the names both backends write agree within the same bound;
  *   - the bench hook runs and reports; bad positions / ids / overflow give clear errors.
@@ -109,12 +112,14 @@ static int cuda_run_batch(void *ctx, const int *ids, int n, float *logits, Err *
 }
 
 static int g_persistent; /* open_cuda: 1 = the persistent layer kernel (experimental), 0 = one kernel per phase */
+static int g_mlp_fused;  /* open_cuda: 1 = the fused MLP kernel (experimental, atomic mode only) */
 
 static int open_cuda(void **ctx, const Model *m, int det, int no_graph, int no_pdl, int n_valid, const char *probe_dir) {
     BackendOptions o;
     memset(&o, 0, sizeof o);
     o.max_seq = 64, o.deterministic = det, o.no_graph = no_graph, o.no_pdl = no_pdl, o.n_valid = n_valid;
     o.persistent = g_persistent;
+    o.mlp_fused = g_mlp_fused;
     o.probe.dir = probe_dir;
     Err err = {0};
     int rc = cuda_backend.open(ctx, m, &o, &err);
@@ -155,6 +160,74 @@ static void compare_probes(const char *cpu_dir, const char *cuda_dir, const char
     closedir(d);
     CHECK(n >= 5, "%s: only %d probe names shared with the CPU", model, n);
     printf("  %s: %d probe names compared with the CPU\n", model, n);
+}
+
+/* The fused MLP context gf after cuda_run: logits fz [n][V] vs the CPU (the deterministic run's bound),
+ * vs the deterministic and the atomic default runs (the atomic bound); greedy ids of decode_sample
+ * equal to the deterministic default path where its top-2 margin is clear; the bench hook reports the
+ * fused kernel with one launch less per layer than the default step. Returns 1 on a hard failure. */
+static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, const float *ref, const float *det1,
+                       const float *atomic, const float *fz, const char *name) {
+    Err err = {0};
+    double worst = 0;
+    for (int t = 0; t < n; t++) {
+        const double e = rel_l2(fz + (size_t)t * V, ref + (size_t)t * V, V);
+        worst = e > worst ? e : worst;
+    }
+    const double ed = rel_l2(fz, det1, (int64_t)n * V), ea = rel_l2(fz, atomic, (int64_t)n * V);
+    printf("  %s: fused MLP: logits rel L2 vs CPU worst %.4f, vs deterministic %.4g, vs atomic %.4g\n", name, worst,
+           ed, ea);
+    CHECK(worst < 0.06, "%s: fused MLP logits rel L2 %.4f vs CPU", name, worst);
+    CHECK(ed < 1e-2, "%s: fused MLP vs deterministic rel L2 %.4g", name, ed);
+    CHECK(ea < 1e-2, "%s: fused MLP vs atomic rel L2 %.4g", name, ea);
+    if (cuda_backend.reset(gf, &err)) {
+        CHECK(0, "%s fused reset: %s", name, err.msg);
+        return 1;
+    }
+    int compared = 0;
+    for (int t = 0; t < n; t++) {
+        DeviceSampling s = {0.0f, 1.0f, 0.0f, 0, 1, (uint64_t)t};
+        int id = -1;
+        if (cuda_backend.decode_sample(gf, ids[t], t, &s, &id, &err)) {
+            CHECK(0, "%s fused decode_sample: %s", name, err.msg);
+            return 1;
+        }
+        const float *l = det1 + (size_t)t * V;
+        const int a = argmax(l, n_valid);
+        float second = -INFINITY, sd = 0;
+        for (int i = 0; i < n_valid; i++) {
+            if (i != a && l[i] > second) second = l[i];
+            sd += l[i] * l[i];
+        }
+        if (l[a] - second <= 0.05f * sqrtf(sd / n_valid)) continue; /* a near tie: either id is right */
+        compared++;
+        CHECK(id == a, "%s: fused MLP greedy id %d at %d, default path %d", name, id, t, a);
+    }
+    CHECK(compared >= n / 3, "%s: only %d of %d greedy steps had a clear margin", name, compared, n);
+    BenchRequest rq = {0};
+    rq.ctx_len = 5, rq.iters = 3, rq.ops = 1;
+    BenchResult *br = calloc(1, sizeof *br);
+    int rc = br ? cuda_backend.bench(gf, &rq, br, &err) : Q35_ERR_OOM;
+    CHECK(rc == 0, "%s fused bench: %s", name, err.msg);
+    if (!rc) {
+        int mlp_ops = 0, gemv_ops = 0;
+        for (int i = 0; i < br->n_ops; i++) {
+            if (!strncmp(br->ops[i].name, "persistent:", 11)) continue;
+            const char *dot = strchr(br->ops[i].name, '.');
+            mlp_ops += dot && !strcmp(dot, ".mlp");
+            gemv_ops += dot && (!strcmp(dot, ".gate_up") || !strcmp(dot, ".down"));
+        }
+        const int saved = br->launches_mlp_unfused - br->launches;
+        printf("  %s fused bench: %.3f ms/token (%d launches) vs %.3f with the two MLP GEMVs (%d launches)\n", name,
+               br->ms_atomic, br->launches, br->ms_mlp_unfused, br->launches_mlp_unfused);
+        CHECK(br->mlp_fused == 1 && br->ms_mlp_unfused > 0, "%s fused bench: mlp_fused %d, unfused %.3f ms", name,
+              br->mlp_fused, br->ms_mlp_unfused);
+        CHECK(mlp_ops > 0 && gemv_ops == 0, "%s fused bench ops: %d mlp, %d gate_up/down", name, mlp_ops, gemv_ops);
+        CHECK(saved == mlp_ops, "%s fused bench: %d launches vs %d unfused, %d fused MLP ops", name, br->launches,
+              br->launches_mlp_unfused, mlp_ops);
+    }
+    free(br);
+    return 0;
 }
 
 static void test_model(int qwen35) {
@@ -242,6 +315,17 @@ static void test_model(int qwen35) {
     }
     double ea = rel_l2(got, det1, (int64_t)n * V);
     CHECK(ea < 1e-2, "%s: atomic vs deterministic rel L2 %.4g", name, ea);
+
+    /* the fused MLP kernel (experimental, QWEN35_MLP_FUSED=1): atomic like the run above */
+    g_mlp_fused = 1;
+    cuda_backend.close(gn), gn = NULL;
+    if (open_cuda(&gn, &m, 0, 0, 0, n_valid, NULL) || cuda_run(gn, ids, n, V, tmp, &err)) {
+        CHECK(0, "%s fused MLP: %s", name, err.msg);
+        g_mlp_fused = 0;
+        goto done;
+    }
+    g_mlp_fused = 0;
+    if (check_fused(gn, ids, n, V, n_valid, ref, det1, got, tmp, name)) goto done;
 
     /* the persistent layer kernel (experimental): the same math in another summation order, so
      * close to the per-phase path but not bitwise; and its own graph/eager bitwise check */
@@ -423,15 +507,15 @@ static void test_long(int qwen35) {
         CHECK(0, "cpu: %s", err.msg);
         goto done;
     }
-    for (int path = 0; path < 2; path++) {
+    for (int path = 0; path < 3; path++) { /* persistent, one kernel per phase, fused MLP (atomic) */
         void *g = NULL;
-        o.persistent = !path, o.deterministic = 1;
+        o.persistent = path == 0, o.deterministic = path < 2, o.mlp_fused = path == 2;
         if (cuda_backend.open(&g, &m, &o, &err)) {
             CHECK(0, "cuda open: %s", err.msg);
             goto done;
         }
         char why[200];
-        CHECK(cuda_decode_path(g, why, sizeof why) == !path, "%s: decode path %d not taken (%s)", name, path, why);
+        CHECK(cuda_decode_path(g, why, sizeof why) == (path == 0), "%s: decode path %d not taken (%s)", name, path, why);
         double worst = 0;
         for (int t = 0; t < n; t++) {
             const int want = t % 9 == 8 || t == n - 1;
@@ -444,12 +528,11 @@ static void test_long(int qwen35) {
                 worst = e > worst ? e : worst;
             }
         }
-        printf("  %s, %d steps, %s: worst logits rel L2 vs CPU %.4f\n", name, n,
-               path ? "one kernel per phase" : "persistent layer kernel", worst);
+        static const char *what[3] = {"persistent layer kernel", "one kernel per phase", "fused MLP (atomic)"};
+        printf("  %s, %d steps, %s: worst logits rel L2 vs CPU %.4f\n", name, n, what[path], worst);
         /* bf16 drift grows with the steps: 12 steps stay < 0.06 (test_model); over 100 steps the tiny
          * hybrid model measured 0.049 on both paths for one seed; a broken split gives ~1 */
-        CHECK(worst < 0.1, "%s: %d-step decode (%s) rel L2 %.4f vs CPU", name, n, path ? "per phase" : "persistent",
-              worst);
+        CHECK(worst < 0.1, "%s: %d-step decode (%s) rel L2 %.4f vs CPU", name, n, what[path], worst);
         cuda_backend.close(g);
     }
 done:

@@ -1,0 +1,207 @@
+/* mlp.cu — EXPERIMENTAL fused MLP of one token (ops.h cuda_mlp_fused): residual add + RMSNorm,
+ * gate/up GEMV with the SwiGLU epilogue and the down projection in ONE kernel, so the decode step
+ * has one kernel boundary less per layer (opt-in: QWEN35_MLP_FUSED=1, docs/PERF_NOTES.md §11).
+ *
+ * Block b of G owns the intermediate units [i0, i1) = [b F / G, (b+1) F / G) (27-28 for the 0.8B,
+ * F = 3584 on 132 SMs). Weight bytes per block (0.8B): gate/up 2 x 28 x 1024 x 2 = 112 KiB streamed
+ * through registers, W_dT 28 x 1024 x 2 = 56 KiB through cp.async into shared memory.
+ *   1. before pdl_wait (weights are immutable, PDL contract in common.cuh): every warp loads the
+ *      first 4 gate/up rows it owns (rows 2 i0 + 4 pi .. +3, i.e. units i0 + 2 pi, +1; lane l reads
+ *      columns u*256 + 8l, u < 4: the GEMV's U = 4 layout), and the block cp.asyncs its W_dT rows
+ *      (contiguous: rows i0 .. i1-1 of the [F][D] matrix) into shared memory;
+ *   2. pdl_wait, the GEMV's RESIDUAL prologue into xs[D] (stage_norm_row; block 0 writes x_out);
+ *   3. each warp reduces its 4 row sums exactly as matvec.cu's emit() and writes
+ *      a = bf16(bf16(silu(bf16 g)) bf16 u) for its 2 units into shared memory (same per-lane
+ *      summation order as the GEMV for D <= 1024, so a is bitwise the gate_up GEMV's output);
+ *   4. after the barrier and the cp.async wait, thread t sums columns d = 2t, 2t+1 of
+ *      sum_i a_i W_dT[i][d] over the block's units in ascending order (fp32 fmaf, 4-byte shared
+ *      loads: conflict-free), and even lanes add their own and their odd neighbour's 2 columns with
+ *      one red.global.add.v4.f32: G x D / 4 vector atomics per layer (33792 for the 0.8B). */
+#include "cuda/common.cuh"
+
+#define MLP_THREADS 512
+#define MLP_WARPS (MLP_THREADS / 32)
+#define MLP_U 4     /* 256-column steps per lane: D <= 1024 */
+#define MLP_R 4     /* gate/up rows per warp group (2 units) */
+
+static __device__ __forceinline__ void mlp_cp_async16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+static __device__ __forceinline__ void mlp_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+static __device__ __forceinline__ void mlp_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+/* y[0..3] += v (y 16-byte aligned): one vector reduction on sm_90, four scalar atomics elsewhere. */
+static __device__ __forceinline__ void red_add4(float *y, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(y), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+    atomicAdd(y, a);
+    atomicAdd(y + 1, b);
+    atomicAdd(y + 2, c);
+    atomicAdd(y + 3, d);
+#endif
+}
+
+/* Shared memory: xs [D] fp32 | act [round4(nu_max)] fp32 | wd [nu_max][D] bf16 (16-byte aligned). */
+static __host__ __device__ inline int mlp_nu_max(int F, int G) { return (F + G - 1) / G; }
+static __host__ __device__ inline size_t mlp_act_off(int D) { return (size_t)D * 4; }
+static __host__ __device__ inline size_t mlp_wd_off(int D, int nu_max) {
+    return mlp_act_off(D) + (size_t)((nu_max + 3) & ~3) * 4;
+}
+
+__global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_constant__ MlpFusedParams p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float red[32];
+    const int D = p.D, F = p.F, G = gridDim.x, b = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int i0 = (int)((long long)b * F / G), i1 = (int)((long long)(b + 1) * F / G), nu = i1 - i0;
+    const int nu_max = mlp_nu_max(F, G);
+    float *xs = reinterpret_cast<float *>(smem);
+    float *act = reinterpret_cast<float *>(smem + mlp_act_off(D));
+    uint16_t *wd = reinterpret_cast<uint16_t *>(smem + mlp_wd_off(D, nu_max));
+    if (p.early_trigger) pdl_trigger();
+
+    /* the block's W_dT rows: one contiguous range of nu * D bf16 -> shared memory */
+    {
+        const uint4 *src = reinterpret_cast<const uint4 *>(p.w_dT + (size_t)i0 * D);
+        uint4 *dst = reinterpret_cast<uint4 *>(wd);
+        const int n16 = nu * (D / 8);
+        for (int c = threadIdx.x; c < n16; c += MLP_THREADS) mlp_cp_async16(dst + c, src + c);
+        mlp_cp_async_commit();
+    }
+    /* gate/up rows of pair pi (units i0 + 2 pi, +1): rows 2 i0 + 4 pi + r; rows of units >= i1 and
+     * columns >= D read as zero */
+    const int npairs = (nu + 1) / 2;
+    uint4 w[MLP_U][MLP_R];
+    auto load = [&](int pi) {
+#pragma unroll
+        for (int u = 0; u < MLP_U; u++) {
+            const int k = u * 256 + lane * 8;
+#pragma unroll
+            for (int r = 0; r < MLP_R; r++) {
+                const int unit = i0 + 2 * pi + (r >> 1);
+                const size_t row = 2 * (size_t)i0 + 4 * (size_t)pi + r;
+                if (unit < i1 && k < D)
+                    w[u][r] = ld_stream(reinterpret_cast<const uint4 *>(p.w_gu + row * D + k));
+                else
+                    w[u][r] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+    };
+    int pi = warp;
+    if (pi < npairs) load(pi);
+
+    pdl_wait();
+    stage_norm_row(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL, p.norm_w, p.norm_mode, p.eps);
+    __syncthreads();
+    if (b == 0 && p.h_out)
+        for (int i = threadIdx.x; i < D; i += MLP_THREADS) p.h_out[i] = xs[i];
+    if (!p.early_trigger) pdl_trigger();
+
+    /* gate/up: 4 row sums per warp group -> act of 2 units (matvec.cu emit(), MV_OUT_SILU_MUL) */
+    for (bool first = true; pi < npairs; pi += MLP_WARPS, first = false) {
+        if (!first) load(pi);
+        float acc[MLP_R];
+#pragma unroll
+        for (int r = 0; r < MLP_R; r++) acc[r] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < MLP_U; u++) {
+            const int k = u * 256 + lane * 8;
+            if (k < D) {
+                const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
+                const float4 a4 = xp[0], b4 = xp[1];
+                const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+                for (int r = 0; r < MLP_R; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+            }
+        }
+        /* 6 shuffles: lanes 8j..8j+7 hold the sum of row j */
+        const bool h16 = lane & 16, h8 = lane & 8;
+        float k0v = h16 ? acc[2] : acc[0], k1v = h16 ? acc[3] : acc[1];
+        k0v += __shfl_xor_sync(0xffffffffu, h16 ? acc[0] : acc[2], 16);
+        k1v += __shfl_xor_sync(0xffffffffu, h16 ? acc[1] : acc[3], 16);
+        float s = h8 ? k1v : k0v;
+        s += __shfl_xor_sync(0xffffffffu, h8 ? k0v : k1v, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 4);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        const float up = __shfl_down_sync(0xffffffffu, s, 8);
+        const int j = 2 * pi + (lane >> 4); /* lanes 0 and 16: (gate, up) of local unit j */
+        if ((lane & 15) == 0 && j < nu) act[j] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
+    }
+    mlp_cp_async_wait_all();
+    __syncthreads();
+    if (p.act_out)
+        for (int j = threadIdx.x; j < nu; j += MLP_THREADS) p.act_out[i0 + j] = act[j];
+
+    /* down: columns d, d+1 of sum_j act[j] W_dT[i0 + j][.] (ascending j) */
+    const int d = 2 * threadIdx.x;
+    float y0 = 0.0f, y1 = 0.0f;
+    if (d < D) {
+        const uint32_t *wp = reinterpret_cast<const uint32_t *>(wd + d);
+        for (int j = 0; j < nu; j++) {
+            const float a = act[j];
+            const uint32_t wv = wp[(size_t)j * (D / 2)];
+            y0 = fmaf(a, bf_lo(wv), y0);
+            y1 = fmaf(a, bf_hi(wv), y1);
+        }
+    }
+    const float z0 = __shfl_down_sync(0xffffffffu, y0, 1), z1 = __shfl_down_sync(0xffffffffu, y1, 1);
+    if (d < D && !(lane & 1)) red_add4(p.y + d, y0, y1, z0, z1); /* D % 4 == 0: d + 3 < D */
+}
+
+extern "C" int cuda_mlp_fused_blocks(int F, int n_sm) {
+    int g = F / 2 < n_sm ? F / 2 : n_sm;
+    return g > 0 ? g : 1;
+}
+
+extern "C" size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks) {
+    if (D <= 0 || F <= 0 || blocks <= 0) return 0;
+    const int nu_max = mlp_nu_max(F, blocks);
+    return mlp_wd_off(D, nu_max) + (size_t)nu_max * D * 2;
+}
+
+static int smem_optin(size_t *bytes) {
+    int dev = 0, v = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess) return (int)e;
+    *bytes = (size_t)v;
+    return 0;
+}
+
+static int shape_ok(int D, int F) { return D >= 8 && D <= 256 * MLP_U && D % 8 == 0 && F >= 1; }
+
+extern "C" int cuda_mlp_fused_supported(int D, int F, int n_sm) {
+    size_t lim = 0;
+    if (!shape_ok(D, F) || smem_optin(&lim)) return 0;
+    /* + the static red[32] and a margin for what the runtime reserves */
+    return cuda_mlp_fused_smem_bytes(D, F, cuda_mlp_fused_blocks(F, n_sm)) + 1024 <= lim;
+}
+
+extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) {
+    if (!p->w_gu || !p->w_dT || !p->x || !p->norm_w || !p->y || !shape_ok(p->D, p->F) ||
+        (p->parts && p->n_parts < 1) || (p->x_out && p->x_out == p->x) ||
+        (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN) || (uintptr_t)p->y % 16 ||
+        (uintptr_t)p->w_gu % 16 || (uintptr_t)p->w_dT % 16 || p->blocks < 0 || p->blocks > p->F)
+        return (int)cudaErrorInvalidValue;
+    int G = p->blocks;
+    if (G == 0) {
+        int dev = 0, n_sm = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) return (int)e;
+        G = cuda_mlp_fused_blocks(p->F, n_sm);
+    }
+    const size_t smem = cuda_mlp_fused_smem_bytes(p->D, p->F, G);
+    size_t lim = 0;
+    int rc = smem_optin(&lim);
+    if (rc) return rc;
+    if (smem + sizeof(float) * 32 > lim) return (int)cudaErrorInvalidValue;
+    if (smem > 40 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(mlp_fused_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return (int)e;
+    }
+    return launch_kernel(mlp_fused_bf16, dim3((unsigned)G), dim3(MLP_THREADS), smem, l, *p);
+}

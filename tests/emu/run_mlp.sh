@@ -1,0 +1,23 @@
+#!/bin/sh
+# tests/emu/run_mlp.sh — runs the fused MLP kernel (src/cuda/mlp.cu) on the CPU through the host
+# emulation of tests/emu/emu.h against a double-precision reference (tests/emu/mlp_emu.cpp). The
+# kernel and the common.cuh helpers it uses are compiled unchanged except for mechanical edits (sed
+# below: the cuda/ includes, the shared-memory declarations, the asm helpers that mlp_emu.cpp
+# emulates, and the launchers). Needs nvcc's headers (cuda_runtime_api.h, for the vector types).
+# Usage: tests/emu/run_mlp.sh [1]  (1: also the 0.8B shape on 132 CTAs; a few seconds without).
+set -e
+cd "$(dirname "$0")/../.."
+B=build/emu
+mkdir -p "$B"
+{ sed -n '/^__device__ __forceinline__ float bf_lo/,/^__device__ __forceinline__ float bf16u/p' src/cuda/common.cuh
+  sed -n '/^\/\* Dot product of 8 bf16/,/^static inline int ceil_div/p' src/cuda/common.cuh; } > "$B/mlp_common.inc"
+sed -e '/#include "cuda\//d' \
+    -e 's/extern __shared__ __align__(16) unsigned char smem\[\];/unsigned char *smem = reinterpret_cast<unsigned char *>(emu_smem());/' \
+    -e 's/__shared__ float red\[32\];/float *red = emu_red;/' \
+    -e '/^static __device__ __forceinline__ void mlp_cp_async16/,/^\/\* Shared memory: xs/{/^\/\* Shared memory: xs/!d}' \
+    -e '/^extern "C" int cuda_mlp_fused_blocks/,$d' src/cuda/mlp.cu > "$B/mlp.inc"
+grep -q 'emu_smem()' "$B/mlp.inc" && grep -q 'emu_red;' "$B/mlp.inc" || { echo "run_mlp.sh: the sed edits no longer match src/cuda/mlp.cu"; exit 1; }
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+g++ -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -Wno-unused-function -Isrc -I"$B" -Itests/emu \
+    -I"$CUDA_HOME/include" -o "$B/mlp_emu" tests/emu/mlp_emu.cpp -lm
+"$B/mlp_emu" "$@"
