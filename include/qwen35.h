@@ -45,7 +45,7 @@ typedef struct Q35Options {
     int deterministic;     /* CUDA: deterministic split-K reductions */
     int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */
     int persistent;        /* CUDA: decode the layers with the persistent kernel (experimental, slower so far) */
-    int mlp_fused;         /* CUDA: fused MLP kernel in the decode step (experimental; QWEN35_MLP_FUSED=1) */
+    int mlp_unfused;       /* CUDA: keep the decode MLP as two GEMVs (default: one fused kernel, atomic mode; QWEN35_MLP_FUSED=0) */
     const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
 } Q35Options;
 
@@ -140,7 +140,7 @@ typedef struct Q35BenchResult {
     char persistent_note[200]; /* why the persistent kernel cannot run this model ("" if it can) */
     double ms_persistent;   /* graph with the persistent layer kernel (experimental), atomic; 0: not supported */
     int launches_persistent; /* kernel nodes of that graph */
-    int mlp_fused;          /* 1: the backend runs the fused MLP kernel (experimental, --mlp-fused); the columns above
+    int mlp_fused;          /* 1: the backend runs the fused MLP kernel (the default; --mlp-unfused: off); the columns above
                              * use it wherever the split-K is atomic */
     double ms_mlp_unfused;  /* mlp_fused only: graph + PDL, atomic, with the two MLP GEMVs instead (same run) */
     int launches_mlp_unfused; /* kernel nodes of that graph */

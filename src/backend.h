@@ -16,8 +16,8 @@ typedef struct BackendOptions {
                         * device (0 = vocab_size); the engine passes the tokenizer size */
     int prefill_piece; /* CUDA: tokens per prefill piece (0 = min(2048, max_seq)) */
     int persistent;    /* CUDA: decode the layers with the persistent kernel (experimental) */
-    int mlp_fused;     /* CUDA: the decode step's MLP as one kernel (experimental, atomic mode only; needs
-                        * W_down transposed: + F x D x 2 bytes per layer) */
+    int mlp_fused;     /* CUDA: the decode step's MLP as one kernel (atomic mode only; needs W_down transposed:
+                        * + F x D x 2 bytes per layer). The engine sets it unless Q35Options.mlp_unfused. */
 } BackendOptions;
 
 /* On-device sampling request (CUDA): temperature 0 = argmax. */

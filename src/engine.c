@@ -85,7 +85,7 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     bo.deterministic = opt->deterministic;
     bo.no_graph = opt->no_graph;
     bo.persistent = opt->persistent;
-    bo.mlp_fused = opt->mlp_fused;
+    bo.mlp_fused = !opt->mlp_unfused;
     bo.probe.dir = opt->probe_dir;
     bo.n_valid = e->n_valid;
     rc = e->be->open(&e->bctx, &e->model, &bo, err);

@@ -191,7 +191,7 @@ int cmd_bench(int argc, char **argv) {
                 res->persistent ? "persistent layer kernel + LM head" : "one kernel per phase",
                 res->persistent_note[0] ? " -- not supported here: " : "", res->persistent_note);
         if (res->mlp_fused)
-            bprintf(&md, "Fused MLP (experimental, `--mlp-fused` / `QWEN35_MLP_FUSED=1`): ON in every column with atomic "
+            bprintf(&md, "Fused MLP (the default; `--mlp-unfused` / `QWEN35_MLP_FUSED=0`: off): ON in every column with atomic "
                          "split-K (not in `deterministic`); the same step with the two MLP GEMVs is listed below the "
                          "table.\n\n");
         bprintf(&md, "| ctx | ms/token | tok/s | GB/s | %% of read BW | launches | atomic | deterministic | no PDL | "

@@ -61,7 +61,7 @@ int cli_model_flag(Q35Options *o, int argc, char **argv, int *i) {
     if (!strcmp(f, "--deterministic")) { o->deterministic = 1; return 1; }
     if (!strcmp(f, "--no-graph")) { o->no_graph = 1; return 1; }
     if (!strcmp(f, "--persistent")) { o->persistent = 1; return 1; }
-    if (!strcmp(f, "--mlp-fused")) { o->mlp_fused = 1; return 1; }
+    if (!strcmp(f, "--mlp-unfused")) { o->mlp_unfused = 1; return 1; }
     if (!strcmp(f, "--keep-f32-params")) { o->keep_f32_params = 1; return 1; }
     if (!strcmp(f, "--strict")) { o->strict = 1; return 1; }
     return 0;
@@ -146,7 +146,7 @@ void cli_env_options(Q35Options *o) {
     const char *p = getenv("QWEN35_PERSISTENT");
     if (p && !strcmp(p, "1")) o->persistent = 1;
     const char *mf = getenv("QWEN35_MLP_FUSED");
-    if (mf && !strcmp(mf, "1")) o->mlp_fused = 1;
+    if (mf && !strcmp(mf, "0")) o->mlp_unfused = 1;
 }
 
 int cli_fail(const Q35Err *err) {

@@ -283,8 +283,8 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
             if (gt) {
                 const uint32_t gg = *(const uint32_t *)(gt + col);
                 const float g0 = __uint_as_float(gg << 16), g1 = __uint_as_float(gg & 0xffff0000u);
-                v0 *= rbf(1.0f / (1.0f + expf(-g0)));
-                v1 *= rbf(1.0f / (1.0f + expf(-g1)));
+                v0 *= rbf(sigmoid_f(g0));
+                v1 *= rbf(sigmoid_f(g1));
             }
             *(uint32_t *)(dst + col) = pack_bf16(v0, v1);
         }

@@ -1,7 +1,7 @@
 /* bench.cu — the CUDA backend's bench hook: decode ms/token at a given context length (KV
  * positions [0, ctx_len) filled with random bf16, the timed token at pos = ctx_len, the same
  * step replayed), for graph/eager, PDL on/off, atomic/deterministic split-K, greedy/sampling,
- * with and without the per-token host sync; with the experimental fused MLP on (QWEN35_MLP_FUSED=1),
+ * with and without the per-token host sync; with the fused MLP on (the default; QWEN35_MLP_FUSED=0: off),
  * the same step with the two MLP GEMVs for comparison; the launches per step; per-launch event times and
  * bytes of one eager step; and the copy / streaming-read bandwidth measured in the same run. */
 #include <stdio.h>

@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__
                 float pv[2];
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const float dec = expf(sgam[r] - sgam[s + e]);
+                    const float dec = __expf(sgam[r] - sgam[s + e]); /* exponent <= 0: ex2.approx, ~2 ulp */
                     sA[r * DN_LD + s + e] = s + e < r ? sbeta[r] * acc[nt][2 * h + e] * dec : 0.0f;
                     pv[e] = s + e <= r ? accp[nt][2 * h + e] * DN_QSCALE * dec : 0.0f;
                 }

@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ D
             for (int e = 0; e < 2; e++) {
                 const float z = __uint_as_float(e ? (zz & 0xffff0000u) : (zz << 16));
                 const float u = rbf(acc[nt][2 * h + e] * inv);
-                v[e] = rbf(p.norm_w[col + e] * u) * (z / (1.0f + expf(-z)));
+                v[e] = rbf(p.norm_w[col + e] * u) * silu_f(z);
             }
             *(uint32_t *)(yr + col) = pack_bf16(v[0], v[1]);
         }
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(256) dn_norm_out(const __grid_constant__ Delta
             const int col = 64 * h + 2 * lane + e;
             const float x = __uint_as_float(e ? (ou[h] & 0xffff0000u) : (ou[h] << 16));
             const float zz = __uint_as_float(e ? (zu[h] & 0xffff0000u) : (zu[h] << 16));
-            v[e] = rbf(p.norm_w[col] * rbf(x * inv)) * (zz / (1.0f + expf(-zz)));
+            v[e] = rbf(p.norm_w[col] * rbf(x * inv)) * silu_f(zz);
         }
         *(uint32_t *)(p.y + (size_t)row * DN_D + 64 * h + 2 * lane) = pack_bf16(v[0], v[1]);
     }

@@ -11,8 +11,8 @@
  *   [sampling graph: id = sample(logits)]
  * The residual add of each split-K output happens in the NEXT GEMV's prologue (all its blocks
  * recompute the 4 KiB norm; block 0 stores x), so there is no separate add/norm kernel.
- * EXPERIMENTAL (ctx->mlp_fused, QWEN35_MLP_FUSED=1, atomic mode only): the gate_up and down GEMVs
- * become one kernel (mlp.cu: x = bf16(x + bf16(pa)), pb += W_down SwiGLU(W_gu norm2(x)), with the
+ * Fused MLP (ctx->mlp_fused: the engine default, QWEN35_MLP_FUSED=0 turns it off; atomic mode
+ * only): the gate_up and down GEMVs become one kernel (mlp.cu: x = bf16(x + bf16(pa)), pb += W_down SwiGLU(W_gu norm2(x)), with the
  * transposed copy w_dT of W_down), so a layer is in, mixer, out, mlp.
  * Atomic split-K zeroing contract: an accumulator is zeroed (after pdl_wait) by a kernel that runs
  * strictly after the buffer's last reader and strictly before its adder, and does not read it

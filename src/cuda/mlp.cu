@@ -1,6 +1,6 @@
-/* mlp.cu — EXPERIMENTAL fused MLP of one token (ops.h cuda_mlp_fused): residual add + RMSNorm,
+/* mlp.cu — the fused MLP of one token (ops.h cuda_mlp_fused): residual add + RMSNorm,
  * gate/up GEMV with the SwiGLU epilogue and the down projection in ONE kernel, so the decode step
- * has one kernel boundary less per layer (opt-in: QWEN35_MLP_FUSED=1, docs/PERF_NOTES.md §11).
+ * has one kernel boundary less per layer (the engine default; QWEN35_MLP_FUSED=0: off; docs/PERF_NOTES.md §11).
  *
  * Block b of G owns the intermediate units [i0, i1) = [b F / G, (b+1) F / G) (27-28 for the 0.8B,
  * F = 3584 on 132 SMs). Weight bytes per block (0.8B): gate/up 2 x 28 x 1024 x 2 = 112 KiB streamed

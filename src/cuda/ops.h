@@ -135,7 +135,7 @@ int cuda_matvec_splits(int rows, int cols, int n_sm);
 /* grid.x the launcher uses when p->blocks == 0 (callers size am_val/am_idx with it). */
 int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm);
 
-/* ---- fused MLP of one token (mlp.cu, EXPERIMENTAL, opt-in: QWEN35_MLP_FUSED=1) ------------------
+/* ---- fused MLP of one token (mlp.cu; the engine default, QWEN35_MLP_FUSED=0: off) ----------------
  * The two MLP GEMVs of the decode step in one kernel (one kernel boundary less per layer):
  *   x   = bf16( res[i] + bf16( sum_{s < n_parts} parts[s*D + i] ) )      (as MV_IN_RESIDUAL; block 0
  *         writes x_out, which must not alias res)

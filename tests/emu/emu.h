@@ -111,6 +111,7 @@ static inline uint32_t __float_as_uint(float f) {
     return u;
 }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+#define __expf(x) expf(x) /* glibc declares an __expf of its own */
 static inline float silu_f(float x) { return x / (1.0f + expf(-x)); } /* stands in for common.cuh's fast form (the same to ~2 ulp) */
 static inline uint16_t emu_bf(float x) {
     uint32_t u = __float_as_uint(x);

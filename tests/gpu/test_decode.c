@@ -316,7 +316,7 @@ static void test_model(int qwen35) {
     double ea = rel_l2(got, det1, (int64_t)n * V);
     CHECK(ea < 1e-2, "%s: atomic vs deterministic rel L2 %.4g", name, ea);
 
-    /* the fused MLP kernel (experimental, QWEN35_MLP_FUSED=1): atomic like the run above */
+    /* the fused MLP kernel (the engine default): atomic like the run above */
     g_mlp_fused = 1;
     cuda_backend.close(gn), gn = NULL;
     if (open_cuda(&gn, &m, 0, 0, 0, n_valid, NULL) || cuda_run(gn, ids, n, V, tmp, &err)) {
