@@ -111,8 +111,11 @@ static inline uint32_t __float_as_uint(float f) {
     return u;
 }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-#define __expf(x) expf(x) /* glibc declares an __expf of its own */
-static inline float silu_f(float x) { return x / (1.0f + expf(-x)); } /* stands in for common.cuh's fast form (the same to ~2 ulp) */
+#define __expf(x) expf(x)            /* glibc declares an __expf of its own */
+#define __fdividef(a, b) ((a) / (b)) /* the fast CUDA forms, exact here (the same to ~2 ulp) */
+#ifndef EMU_NO_SILU                  /* mlp_emu.cpp takes silu_f from common.cuh itself */
+static inline float silu_f(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+#endif
 static inline uint16_t emu_bf(float x) {
     uint32_t u = __float_as_uint(x);
     if ((u & 0x7fffffff) > 0x7f800000)

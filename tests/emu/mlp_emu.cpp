@@ -7,6 +7,7 @@
  * SwiGLU bound, y - y0 = W_down act within 1e-5 sum |w a|. x_out / h_out / act start as NaN.
  * Exit 1 on a failed bound. */
 // clang-format off
+#define EMU_NO_SILU
 #include "emu.h"      /* first: its macros replace CUDA's qualifiers */
 #undef __host__
 #define __host__
@@ -15,7 +16,6 @@
 
 /* what common.cuh and the kernel's asm helpers provide on the GPU */
 #define __ldcg(p) (*(p))
-#define __expf expf
 static inline float __shfl_down_sync(unsigned, float v, int d) {
     const int lane = me().tid & 31;
     return emu_shfl(v, lane + d < 32 ? lane + d : lane);
