@@ -105,15 +105,17 @@ __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
     for (int i = 0; i < 4; i++) v[i] *= inv;
 }
 
-/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW = 16 consecutive tokens of one
+/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW = 8 consecutive tokens of one
  * head unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
- * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (19 rows for
- * 16 tokens; from proj, or from the conv ring for rows before the call: row q % K holds position q,
+ * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (11 rows for
+ * 8 tokens; from proj, or from the conv ring for rows before the call: row q % K holds position q,
  * positions < 0 are 0) and then works from registers; tokens are independent, so all warps run in
  * parallel. Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs
  * after this kernel has read the old rows). q and k are stored l2-normalised (split hi + lo)
  * WITHOUT the dk^-1/2 scale (applied in fp32 to Q K^T in dn_local and to Q S in dn_out). */
-#define DN_TPW 16
+#ifndef DN_TPW /* tokens per warp (a -D override for experiments) */
+#define DN_TPW 8 /* H200, T = 2048: 2048-token prefill 8.02 ms at 8, 8.12 at 16, 8.36 at 32 */
+#endif
 template <int KC>
 __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p,
                                                        const __grid_constant__ DeltaNetScratch sc) {
@@ -660,7 +662,7 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     if (p->fuse_out) {
         if ((rc = dn_launch_scan_fo(p, sc, nc, l))) return rc;
         if (p->ev) cudaEventRecord(p->ev[3], l->stream);
-        rc = launch_ex(dn_norm_out, dim3((p->T * p->Hv + 7) / 8), dim3(256), 0, 0, l, *p, sc);
+        rc = launch_ex(dn_norm_out, dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), dim3(256), 0, 0, l, *p, sc);
         if (p->ev) cudaEventRecord(p->ev[4], l->stream);
         return rc;
     }

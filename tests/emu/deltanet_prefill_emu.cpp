@@ -81,7 +81,7 @@ static void emu_prefill(const DeltaNetPrefillParams *p) {
         case 2: emu_launch(grid, 512, sm, 2, [&] { dn_scan_fo<2>(P, sc, m); }); break;
         default: emu_launch(grid, 512, sm, 1, [&] { dn_scan_fo<1>(P, sc, m); });
         }
-        emu_launch(dim3((p->T * p->Hv + 7) / 8), 256, 0, 1, [&] { dn_norm_out(P, sc); });
+        emu_launch(dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), 256, 0, 1, [&] { dn_norm_out(P, sc); });
         return;
     }
     emu_launch(dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, 1, [&] { dn_scan_split(P, sc); });
