@@ -4,16 +4,16 @@
 # .devpack/pack.tgz by scripts/devpack.sh (unpacked here first). Runs the GPU tests, the
 # CUDA-vs-HF golden checks, the full-size comparison against HF bf16, compute-sanitizer, and
 # the benchmark, writing logs to $OUT (or ./gpu-out) and printing a short table last.
-#   usage: scripts/gpu-check.sh [tests] [full] [sanitizer] [bench] [hf] [lab] [tok] [t:NAME ...]
+#   usage: scripts/gpu-check.sh [tests] [full] [lengths] [sanitizer] [bench] [hf] [lab] [tok] [t:NAME ...]
 #          [quickbench]
-#   (default: tests full sanitizer bench hf; t:NAME runs build/tests/gpu/test_NAME alone;
+#   (default: tests full lengths sanitizer bench hf; lengths: prefill at T = 1 .. 8192 vs HF; t:NAME runs build/tests/gpu/test_NAME alone;
 #   quickbench: decode at ctx 128/2048/16384 with --ops and one 2048-token prefill)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.devlib:${LD_LIBRARY_PATH:-}"
 export PYTHONUNBUFFERED=1
-steps="${*:-tests full sanitizer bench hf}"
+steps="${*:-tests full lengths sanitizer bench hf}"
 [ -f .devpack/pack.tgz ] && tar xzf .devpack/pack.tgz
 has() { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
 summary=()
@@ -46,6 +46,12 @@ if has full; then
     else
         tail -n 20 "$OUT/full-make.log"; summary+=("full 0.8B: make_fixtures --full FAILED")
     fi
+fi
+if has lengths; then
+    echo "== full-size random Qwen3.5-0.8B: prefill at T = 1, 63, 64, 65, 2048, 8192 vs HF bf16 / fp32"
+    [ -d /tmp/full08 ] || python3 tools/make_fixtures.py --full /tmp/full08 --steps 4 >"$OUT/full-make.log" 2>&1
+    python3 tools/compare_prefill_lengths.py /tmp/full08 build/qwen35 2>&1 | tee "$OUT/lengths.log"
+    summary+=("$(tail -n 1 "$OUT/lengths.log")")
 fi
 if has sanitizer; then
     echo "== compute-sanitizer memcheck, short decode"

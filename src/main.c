@@ -9,7 +9,7 @@ static const char *usage =
     "  run        --model DIR | --dummy NAME  (--prompt TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K]\n"
     "             [--top-p P] [--min-p P] [--presence-penalty X] [--repetition-penalty X] [--seed S] [--print-ids]\n"
     "  chat       --model DIR [--think] [--system TEXT]   interactive multi-turn chat\n"
-    "  logits     --model DIR --ids 1,2,3 [--mode prefill|decode] --out FILE   raw float32 [n x vocab]\n"
+    "  logits     --model DIR --ids 1,2,3 [--mode prefill|decode] [--last] --out FILE   raw float32 [n x vocab]\n"
     "  info       --model DIR | --dummy NAME\n"
     "  bench      --model DIR | --dummy qwen3.5-0.8b [--backend cpu|cuda] [--ops] [--json FILE] [--md FILE]\n"
     "             [--ctx-list 128,2048,16384] [--prefill-list 128,512,2048,8192,32768]\n"

@@ -82,6 +82,21 @@ int main(void) {
     for (size_t i = 0; lp && ld && i < np / sizeof(float); i++)
         num += (lp[i] - ld[i]) * (double)(lp[i] - ld[i]), den += (double)lp[i] * lp[i];
     CHECK(lp && ld && sqrt(num / den) < 1e-5, "prefill vs decode rel L2 %g", sqrt(num / (den + 1e-30)));
+    /* --last: one row, the last one of the full output (both modes) */
+    for (int m = 0; m < 2; m++) {
+        snprintf(args, sizeof args, "logits --model %s --ids 5,17,9,300 --backend cpu --last%s --out %s/l.f32", fx,
+                 m ? " --mode decode" : "", tmp);
+        CHECK(run(args) == 0, "logits --last (%s)", m ? "decode" : "prefill");
+        size_t nl = 0;
+        float *ll = (float *)slurp("l.f32", &nl);
+        double lnum = 0, lden = 0;
+        for (size_t i = 0; ll && lp && nl == 512 * sizeof(float) && i < 512; i++)
+            lnum += (ll[i] - lp[3 * 512 + i]) * (double)(ll[i] - lp[3 * 512 + i]), lden += (double)ll[i] * ll[i];
+        CHECK(ll && nl == 512 * sizeof(float) && sqrt(lnum / (lden + 1e-30)) < 1e-5,
+              "logits --last (%s): %zu bytes, rel L2 vs the last row %g", m ? "decode" : "prefill", nl,
+              sqrt(lnum / (lden + 1e-30)));
+        free(ll);
+    }
     free(lp);
     free(ld);
 

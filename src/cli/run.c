@@ -106,11 +106,13 @@ int cmd_logits(int argc, char **argv) {
     q35_options_init(&o);
     cli_env_options(&o);
     const char *ids_s = NULL, *out = NULL, *mode = "prefill";
+    int last = 0; /* --last: only the last position's row (prefill: one forward with last-row logits) */
     for (int i = 0; i < argc; i++) {
         int k = cli_model_flag(&o, argc, argv, &i);
         if (k < 0) return 1;
         if (k) continue;
         const char *f = argv[i], *v;
+        if (!strcmp(f, "--last")) { last = 1; continue; }
         if (!(v = cli_value(argc, argv, &i))) return 1;
         if (!strcmp(f, "--ids")) ids_s = v;
         else if (!strcmp(f, "--out")) out = v;
@@ -130,20 +132,20 @@ int cmd_logits(int argc, char **argv) {
     if (cli_parse_ids(ids_s, &ids, &n)) return 1;
     Q35Engine *e;
     if (cli_open(&e, &o)) { free(ids); return 1; }
-    int V = q35_vocab_size(e), rc = 1;
-    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    int V = q35_vocab_size(e), rc = 1, rows = last ? 1 : n;
+    float *logits = malloc(sizeof(float) * (size_t)rows * (size_t)V);
     Q35Err err = {0};
     FILE *f = NULL;
     if (!logits) { fprintf(stderr, "qwen35 logits: out of memory\n"); goto done; }
     if (decode) {
         for (int t = 0; t < n; t++)
-            if (q35_forward(e, ids + t, 1, 1, logits + (size_t)t * V, &err)) { cli_fail(&err); goto done; }
-    } else if (q35_forward(e, ids, n, 1, logits, &err)) {
+            if (q35_forward(e, ids + t, 1, 1, logits + (last ? 0 : (size_t)t * V), &err)) { cli_fail(&err); goto done; }
+    } else if (q35_forward(e, ids, n, !last, logits, &err)) {
         cli_fail(&err);
         goto done;
     }
     f = fopen(out, "wb");
-    if (!f || fwrite(logits, sizeof(float) * (size_t)V, (size_t)n, f) != (size_t)n || fclose(f) != 0) {
+    if (!f || fwrite(logits, sizeof(float) * (size_t)V, (size_t)rows, f) != (size_t)rows || fclose(f) != 0) {
         fprintf(stderr, "qwen35 logits: cannot write %s\n", out);
         f = NULL;
         goto done;
