@@ -166,6 +166,20 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
+/* Four row sums (acc[r]: this lane's partial sum of row r) reduced over the warp in 6 shuffles;
+ * returns, in lanes 8j .. 8j+7, the sum of row j (the GEMV kernels' 4-row groups). */
+__device__ __forceinline__ float warp_sum_rows4(const float acc[4], int lane) {
+    const bool h16 = lane & 16, h8 = lane & 8;
+    float k0v = h16 ? acc[2] : acc[0], k1v = h16 ? acc[3] : acc[1];
+    k0v += __shfl_xor_sync(0xffffffffu, h16 ? acc[0] : acc[2], 16);
+    k1v += __shfl_xor_sync(0xffffffffu, h16 ? acc[1] : acc[3], 16);
+    float s = h8 ? k1v : k0v;
+    s += __shfl_xor_sync(0xffffffffu, h8 ? k0v : k1v, 8);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    return s;
+}
 
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
  * red: __shared__ float[32]. Contains __syncthreads(); call from all threads. Fixed order,

@@ -146,17 +146,8 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     /* the 4 row sums of group grp (acc per lane) -> outputs */
     auto emit = [&](int grp, float (&acc)[MV_R]) {
         const int g = grp;
-            /* Reduce the 4 row sums over the warp with 6 shuffles: after it, lanes 8j..8j+7 hold
-             * the sum of row j of the group. */
-            const bool h16 = lane & 16, h8 = lane & 8;
-            float k0v = h16 ? acc[2] : acc[0], k1v = h16 ? acc[3] : acc[1];
-            k0v += __shfl_xor_sync(0xffffffffu, h16 ? acc[0] : acc[2], 16);
-            k1v += __shfl_xor_sync(0xffffffffu, h16 ? acc[1] : acc[3], 16);
-            float s = h8 ? k1v : k0v;
-            s += __shfl_xor_sync(0xffffffffu, h8 ? k0v : k1v, 8);
-            s += __shfl_xor_sync(0xffffffffu, s, 4);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            /* lanes 8j..8j+7 hold the sum of row j of the group */
+            const float s = warp_sum_rows4(acc, lane);
             const int row = g * MV_R + (lane >> 3);
             if (OUT == MV_OUT_SILU_MUL) {
                 /* rows (2i, 2i+1) = (gate_i, up_i): lanes 0 and 16 own pairs i = 2g and 2g + 1 */

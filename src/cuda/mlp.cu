@@ -116,16 +116,7 @@ __global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_co
                 for (int r = 0; r < MLP_R; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
             }
         }
-        /* 6 shuffles: lanes 8j..8j+7 hold the sum of row j */
-        const bool h16 = lane & 16, h8 = lane & 8;
-        float k0v = h16 ? acc[2] : acc[0], k1v = h16 ? acc[3] : acc[1];
-        k0v += __shfl_xor_sync(0xffffffffu, h16 ? acc[0] : acc[2], 16);
-        k1v += __shfl_xor_sync(0xffffffffu, h16 ? acc[1] : acc[3], 16);
-        float s = h8 ? k1v : k0v;
-        s += __shfl_xor_sync(0xffffffffu, h8 ? k0v : k1v, 8);
-        s += __shfl_xor_sync(0xffffffffu, s, 4);
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
-        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        const float s = warp_sum_rows4(acc, lane); /* lanes 8j..8j+7 hold the sum of row j */
         const float up = __shfl_down_sync(0xffffffffu, s, 8);
         const int j = 2 * pi + (lane >> 4); /* lanes 0 and 16: (gate, up) of local unit j */
         if ((lane & 15) == 0 && j < nu) act[j] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
