@@ -12,6 +12,9 @@
  *     CTAs, a CTA takes q-tile i and then tile n-1-i, so every CTA does the same causal work.
  *     (8 warps instead of 4: the 4-warp form ran 1 CTA = 4 warps per SM at T = 2048, latency-bound
  *     at 111 TFLOP/s on the H200; docs/PERF_NOTES_prefill.md §10.) */
+#include <stdlib.h>
+#include <string.h>
+
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
@@ -327,6 +330,11 @@ extern "C" int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l
         ((uintptr_t)p->q & 15) || ((uintptr_t)p->k_cache & 15) || ((uintptr_t)p->v_cache & 15) ||
         ((uintptr_t)p->out & 3) || (p->gate && (p->gate_ld % 2 || p->gate_hs % 2 || ((uintptr_t)p->gate & 3))))
         return (int)cudaErrorInvalidValue;
+    const char *algo = getenv("QWEN35_ATTN");
+    if (algo && !strcmp(algo, "wgmma")) { /* experimental (attention_prefill_wg.cu) */
+        const int rc = cuda_attn_prefill_wg(p, l);
+        if (rc != (int)cudaErrorNotSupported) return rc;
+    }
     switch (p->hd) {
     case 32: return attn_launch<32, 64>(p, l);
     case 64: return attn_launch<64, 64>(p, l);

@@ -13,6 +13,10 @@
  * c ^ (r & 7): swz<8> of mma.cuh, for a 1024-byte aligned destination), zero fill outside. 0 or a
  * cudaError_t (cudaErrorNotSupported when the driver has no cuTensorMapEncodeTiled). */
 int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, int ld, int box_rows);
+/* 3-D: element (c, r, h) at base[h * ld2 + r * ld + c] (c < cols, r < rows, h < n3), boxes of 64 columns
+ * x box_rows rows x 1, same swizzle and zero fill (rows >= `rows` read as 0). */
+int cuda_tma_map_bf16_3d(CUtensorMap *m, const uint16_t *base, int cols, int rows, int n3, long long ld, long long ld2,
+                         int box_rows);
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -53,6 +57,14 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
+/* 3-D tiled TMA load of the box at (c0, c1, c2) (cuda_tma_map_bf16_3d). */
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+        "[%5];\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
 }
@@ -73,6 +85,15 @@ __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *
 /* Named barrier `id` (1..15) over `n` threads: bar_arrive signals without waiting, bar_sync waits. */
 __device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+/* Warpgroup register budget (setmaxnreg): a producer warpgroup gives registers back, consumers take them. */
+template <int R>
+__device__ __forceinline__ void regs_dec(void) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void regs_inc(void) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
 /* This block's rank in its cluster. */
 __device__ __forceinline__ uint32_t cluster_rank(void) {
     uint32_t r;

@@ -728,11 +728,18 @@ int main(int argc, char **argv) {
     const AttnDims q35 = {8, 2, 256, 64, 1, 1, 0, 1e7f, 1e-6f}, q3 = {16, 8, 128, 128, 0, 0, 0, 1e6f, 1e-6f};
     static const int attn_cases[][2] = {{1, 0},     {63, 0},    {64, 0},  {65, 0}, {130, 0}, {700, 0},
                                         {2048, 0},  {300, 450}, {64, 129}, {1, 77}, {127, 1}, {200, 3000}};
-    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
-        AttnDims a = q35;
-        a.max_seq = attn_cases[i][0] + attn_cases[i][1] + 3;
-        test_attn(&a, attn_cases[i][0], attn_cases[i][1]);
+    /* head_dim 256: the mma.sync kernel, then the experimental wgmma one (QWEN35_ATTN=wgmma; on devices
+     * without sm_90 the launcher falls back to mma.sync, so the second pass repeats the first) */
+    for (int wgm = 0; wgm < 2; wgm++) {
+        setenv("QWEN35_ATTN", wgm ? "wgmma" : "mma", 1);
+        printf("attention cases, kernel %s (failures below name this pass)\n", wgm ? "wgmma" : "mma.sync");
+        for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
+            AttnDims a = q35;
+            a.max_seq = attn_cases[i][0] + attn_cases[i][1] + 3;
+            test_attn(&a, attn_cases[i][0], attn_cases[i][1]);
+        }
     }
+    unsetenv("QWEN35_ATTN");
     {
         AttnDims a = q3;
         a.max_seq = 500;
@@ -774,9 +781,14 @@ int main(int argc, char **argv) {
     }
 
     for (int fuse = 0; fuse < 2; fuse++) time_deltanet(2048, fuse), time_deltanet(128, fuse);
-    time_attn(2048, 0);
-    time_attn(128, 0);
-    time_attn(512, 1536);
+    for (int wgm = 0; wgm < 2; wgm++) {
+        setenv("QWEN35_ATTN", wgm ? "wgmma" : "mma", 1);
+        printf("timing: attention kernel %s\n", wgm ? "wgmma (experimental)" : "mma.sync");
+        time_attn(2048, 0);
+        time_attn(128, 0);
+        time_attn(512, 1536);
+    }
+    unsetenv("QWEN35_ATTN");
 
     const int layer_calls[] = {100, 37};
     test_layers(layer_calls, 2);
