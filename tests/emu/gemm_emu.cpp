@@ -9,6 +9,8 @@
  * N are guards that must stay untouched. Bounds per element (e: fp32 accumulation, K * 6e-8 sum|x w|):
  *   BF16 / F32: |y - bf16(S)| <= e + 2^-7 |S|;  ADD_F32: <= e + 2^-7 (|S| + |y|);
  *   SWIGLU: the same propagated through bf16(bf16(silu(bf16 g)) bf16(u)).
+ * A result one bf16 step off (fp32 and double sums on two sides of a rounding midpoint) is within
+ * these bounds, so "of bound" reaches ~0.98 on some seeds; anything larger fails.
  * Prints the largest |error| and error/bound per case; exit 1 on a failed bound, 2/3 on an emulation
  * error (emu_wgmma.h) or a deadlock. Usage: gemm_emu [seed]. Not emulated: see emu_wgmma.h. */
 // clang-format off
@@ -90,6 +92,8 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
     CudaLaunch l;
     memset(&l, 0, sizeof l);
     const long wg0 = emu_wgmma_count;
+    printf("  %-4s %-7s M %3d N %3d K %3d ldy %3d: ", algo_name(algo), epi_name(epi), M, N, K, ldy);
+    fflush(stdout); /* names the case if the emulator stops on a deadlock or an emulation error */
     const int rc = gemm_tma_run(&p, sms, &l);
 
     double max_err = 0, max_ratio = 0;
@@ -142,9 +146,8 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
             if (err / tol > max_ratio) max_ratio = err / tol;
         }
     const bool ok = rc == 0 && bad == 0 && bad_guard == 0;
-    printf("  %-4s %-7s M %3d N %3d K %3d ldy %3d (tile %3dx%3d%s, %d CTAs, %4ld wgmmas): max |err| %.3g (%.2f of bound)%s",
-           algo_name(algo), epi_name(epi), M, N, K, ldy, launched_tm, launched_bn, launched_pp ? " pp" : "", launched_grid,
-           emu_wgmma_count - wg0, max_err, max_ratio, ok ? "\n" : "");
+    printf("tile %3dx%3d %s, %d CTAs, %4ld wgmmas: max |err| %.3g (%.2f of bound)\n", launched_tm, launched_bn,
+           launched_pp ? "ping-pong" : "coop     ", launched_grid, emu_wgmma_count - wg0, max_err, max_ratio);
     if (!ok) {
         printf("  FAIL: rc %d, %d elements over the bound, %d guards overwritten\n", rc, bad, bad_guard);
         fails++;
@@ -155,6 +158,7 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
 int main(int argc, char **argv) {
     const uint64_t seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : (uint64_t)time(nullptr);
     rs = seed * 2654435761u + 88172645463325252ull;
+    setvbuf(stdout, nullptr, _IOLBF, 0);
     emu_wg_install();
     printf("TMA + wgmma GEMM (src/cuda/gemm_tma.cu) under the CUDA emulation, seed %llu:\n", (unsigned long long)seed);
     const int algos[4] = {GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256};
