@@ -1,8 +1,10 @@
 /* emu_wgmma.h — host emulation of the Hopper warpgroup pieces on top of emu.h (include emu.h first):
- *   wgmma.mma_async m64nNk16 f32 += bf16 x bf16 with A and B in shared memory (64-bit matrix
- *     descriptors: start address, leading / stride byte offsets, swizzle mode none / 32 / 64 / 128 B;
- *     K-major operands only), the accumulator fragment layout of the warpgroup (warp w of the group
- *     owns rows 16 w .. 16 w + 15, each n8 block in the mma.m16n8k16 C layout);
+ *   wgmma.mma_async m64nNk16 f32 (+)= bf16 x bf16, A and B in shared memory through 64-bit matrix
+ *     descriptors (start address, leading / stride byte offsets, swizzle none / 32 / 64 / 128 B,
+ *     K-major or MN-major) or A in registers; the warpgroup's fragment layouts (warp w of the group
+ *     owns rows 16 w .. 16 w + 15: the accumulators as the mma.m16n8k16 C layout per n8 block, a
+ *     register A as the mma.m16n8k16 A layout). Checked against hardware: K-major 128 B swizzle with
+ *     A and B in shared memory (what gemm_tma.cu uses); the rest is the PTX ISA's tables;
  *   wgmma.fence / commit_group / wait_group N, setmaxnreg (a warpgroup-wide convergence check),
  *   mbarrier.arrive, bar.arrive, fence.proxy.async, prefetch.tensormap and the tensormap fence
  *   (no-ops), __syncwarp.
@@ -15,7 +17,7 @@
  * reported (exit 2): a wgmma without a wgmma.fence since the thread's last wait_group (or the start),
  * descriptors that differ between the threads of a warpgroup, threads of one warpgroup at different
  * collective operations, operand addresses outside shared memory, wgmmas still queued when the
- * cluster ends, descriptor features not emulated (base offset != 0, MN-major operands).
+ * cluster ends, descriptor features not emulated (base offset != 0).
  * Not emulated: timing and overlap (the TMA lands at once, a wgmma takes no time), register budgets
  * (setmaxnreg only checks that the warpgroup is converged), the summation order inside a k16 step
  * (fp32 sums in k order here: compare with a tolerance). */
@@ -53,7 +55,10 @@ struct EmuWgOp {
     int n;                 /* N of m64nNk16 */
     uint64_t da, db;
     int scale_d;           /* 0: d = A B, 1: d += A B */
+    int tnsp_a, tnsp_b;    /* 1: the operand is MN-major */
+    bool a_regs;           /* A from registers (a[]) instead of shared memory (da) */
     float (*d[128])[4];    /* each thread's accumulator fragments d[N/8][4] */
+    uint32_t a[128][4];    /* A fragments as issued: warp w rows 16 w.., the mma.m16n8k16 A layout */
 };
 struct EmuWg {
     int cnt, gen, kind;             /* collective in progress: arrivals, generation, operation */
@@ -121,19 +126,32 @@ static inline EmuDesc emu_desc(uint64_t d) {
     }
     return r;
 }
-/* Byte address of element (row, k) (row: M or N index, k: 0..15) of a K-major bf16 operand. Canonical
- * layouts of the PTX ISA in 16-byte units T (8 bf16): rows of 8-row core-matrix groups are SBO apart;
- *   no swizzle: a core matrix is 8 rows x 16 B, contiguous (rows 16 B apart); the two k8 halves are
- *               LBO apart;
- *   32/64/128 B swizzle: rows are 32/64/128 B apart, k runs contiguously along the row (k16 = 32 B
- *               fits every swizzle width, so LBO is unused), and the address is swizzled: its 16-byte
- *               chunk bits [4, 4 + log2(W/16)) are XORed with the bits [7, ...) above the 128 B row,
- *               the pattern repeating every 8 rows of W bytes (W = the swizzle width). The XOR uses
- *               the absolute address bits, so a tile must sit at a W*8-aligned base (or use base_off). */
-static inline uint32_t emu_desc_addr(const EmuDesc &d, int row, int k) {
-    if (d.swz == 0) return d.start + (uint32_t)(row >> 3) * d.sbo + (uint32_t)(row & 7) * 16 + (uint32_t)(k >> 3) * d.lbo + (k & 7) * 2;
+/* Byte address of element (mn, k) (mn: M or N index, k: 0..15) of a bf16 operand, following the
+ * canonical layouts of the PTX ISA ("Shared memory matrix layout"), with T = 8 bf16 (16 bytes) and W
+ * the swizzle width (32, 64 or 128 bytes):
+ *   K-major,  no swizzle: ((8,m),(T,2k)):((1T,SBO),(1,LBO))  core matrix 8 rows x 16 B, rows 16 B
+ *             apart, 8-row groups SBO apart, the two k8 halves LBO apart;
+ *   K-major,  swizzled:   ((8,m),(T,2k)):((W/16 T,SBO),(1,T)) rows W bytes apart, k contiguous along
+ *             the row (k16 = 32 B fits every width, LBO unused), 8-row groups SBO apart;
+ *   MN-major, no swizzle: ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)) 8 mn contiguous, k rows 16 B apart,
+ *             8-mn groups SBO apart, k8 groups LBO apart;
+ *   MN-major, swizzled:   ((T,W/16,m),(8,k)):((1,T,LBO),(W/16 T,SBO)) W/2 mn contiguous in a W-byte
+ *             k row, k rows W bytes apart, k8 groups SBO apart, W/2-mn blocks LBO apart.
+ * Swizzled modes then XOR the 16-byte chunk bits [4, 4 + log2(W/16)) of the address with the bits
+ * from 7 up (Swizzle<1|2|3, 4, 3>); absolute address bits, so a tile sits at a W*8-aligned base (the
+ * descriptor's base offset, for other bases, is not emulated). Only the K-major 128 B form is checked
+ * against hardware (gemm_tma.cu passes on the H200); the others follow the table alone. */
+static inline uint32_t emu_desc_addr(const EmuDesc &d, int mn, int k, bool mn_major) {
+    uint32_t a;
     const uint32_t W = d.swz == 1 ? 128 : d.swz == 2 ? 64 : 32;
-    const uint32_t a = d.start + (uint32_t)(row >> 3) * d.sbo + (uint32_t)(row & 7) * W + (uint32_t)k * 2;
+    if (!mn_major) {
+        if (d.swz == 0) return d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * 16 + (uint32_t)(k >> 3) * d.lbo + (k & 7) * 2;
+        a = d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * W + (uint32_t)k * 2;
+    } else {
+        if (d.swz == 0) return d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * 2 + (uint32_t)(k & 7) * 16 + (uint32_t)(k >> 3) * d.lbo;
+        const int E = (int)W / 2; /* mn elements per swizzled row */
+        a = d.start + (uint32_t)(mn / E) * d.lbo + (uint32_t)(mn % E) * 2 + (uint32_t)(k & 7) * W + (uint32_t)(k >> 3) * d.sbo;
+    }
     const uint32_t mask = W / 16 - 1; /* chunk bits swizzled: 3 (128 B), 2 (64 B), 1 (32 B) */
     return a ^ (((a >> 7) & mask) << 4);
 }
@@ -148,12 +166,24 @@ static inline float emu_smem_bf16(int cta, uint32_t addr) {
 }
 /* Executes one queued wgmma of the warpgroup of CTA cta. */
 static void emu_wgmma_exec(int cta, const EmuWgOp &op) {
-    const EmuDesc a = emu_desc(op.da), b = emu_desc(op.db);
+    const EmuDesc b = emu_desc(op.db);
     float A[64][16], B[256][16];
-    for (int r = 0; r < 64; r++)
-        for (int k = 0; k < 16; k++) A[r][k] = emu_smem_bf16(cta, emu_desc_addr(a, r, k));
+    if (op.a_regs) {
+        for (int th = 0; th < 128; th++) {
+            const int r = (th >> 5) * 16 + ((th & 31) >> 2), c = 2 * (th & 3);
+            const uint32_t *q = op.a[th];
+            A[r][c] = emu_lo(q[0]), A[r][c + 1] = emu_hi(q[0]);
+            A[r + 8][c] = emu_lo(q[1]), A[r + 8][c + 1] = emu_hi(q[1]);
+            A[r][c + 8] = emu_lo(q[2]), A[r][c + 9] = emu_hi(q[2]);
+            A[r + 8][c + 8] = emu_lo(q[3]), A[r + 8][c + 9] = emu_hi(q[3]);
+        }
+    } else {
+        const EmuDesc a = emu_desc(op.da);
+        for (int r = 0; r < 64; r++)
+            for (int k = 0; k < 16; k++) A[r][k] = emu_smem_bf16(cta, emu_desc_addr(a, r, k, op.tnsp_a));
+    }
     for (int r = 0; r < op.n; r++)
-        for (int k = 0; k < 16; k++) B[r][k] = emu_smem_bf16(cta, emu_desc_addr(b, r, k));
+        for (int k = 0; k < 16; k++) B[r][k] = emu_smem_bf16(cta, emu_desc_addr(b, r, k, op.tnsp_b));
     for (int m = 0; m < 64; m++)
         for (int n = 0; n < op.n; n++) {
             float s = 0.0f;
@@ -168,9 +198,13 @@ static void emu_wgmma_exec(int cta, const EmuWgOp &op) {
 
 /* ---- the instructions ---- */
 static inline void wgmma_fence(void) { emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid] = 1; }
-static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, uint64_t db, int scale_d, int tnsp_a, int tnsp_b) {
-    if (tnsp_a || tnsp_b) {
-        fprintf(stderr, "emu: wgmma with MN-major (transposed) operands not emulated\n");
+/* One wgmma.mma_async m64nNk16 (N a multiple of 8 up to 256): A from shared memory (da) or, when a is
+ * not null, from the thread's 4 registers a[] (the mma.m16n8k16 A layout, rows 16 (warp % 4) + ..;
+ * their values are taken at issue); B from shared memory (db). tnsp_a / tnsp_b: MN-major operands. */
+static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *a, uint64_t db, int scale_d, int tnsp_a,
+                             int tnsp_b) {
+    if (n < 8 || n > 256 || n % 8) {
+        fprintf(stderr, "emu: wgmma N = %d\n", n);
         exit(2);
     }
     if (!emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid]) {
@@ -181,14 +215,18 @@ static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, uint64_t db, int
     emu_wg_collective(
         EMU_WG_MMA,
         [&](EmuWg &w, int t) {
-            if ((w.cnt == 0)) w.cur.n = n, w.cur.da = da, w.cur.db = db, w.cur.scale_d = scale_d;
-            else if (w.cur.n != n || w.cur.da != da || w.cur.db != db || w.cur.scale_d != scale_d) {
+            EmuWgOp &c = w.cur;
+            if (w.cnt == 0)
+                c.n = n, c.da = a ? 0 : da, c.db = db, c.scale_d = scale_d, c.tnsp_a = tnsp_a, c.tnsp_b = tnsp_b, c.a_regs = a != nullptr;
+            else if (c.n != n || c.da != (a ? 0 : da) || c.db != db || c.scale_d != scale_d || c.tnsp_a != tnsp_a ||
+                     c.tnsp_b != tnsp_b || c.a_regs != (a != nullptr)) {
                 fprintf(stderr, "emu: wgmma operands differ within warpgroup (thread %d: desc %#llx %#llx vs %#llx %#llx)\n",
-                        me().tid, (unsigned long long)da, (unsigned long long)db, (unsigned long long)w.cur.da,
-                        (unsigned long long)w.cur.db);
+                        me().tid, (unsigned long long)da, (unsigned long long)db, (unsigned long long)c.da,
+                        (unsigned long long)c.db);
                 exit(2);
             }
-            w.cur.d[t] = d;
+            c.d[t] = d;
+            if (a) memcpy(c.a[t], a, 16);
         },
         [&](EmuWg &w) { w.ops.push_back(w.cur); });
 }
@@ -220,6 +258,8 @@ static inline void emu_setmaxnreg(int r) {
     emu_wg_collective(EMU_WG_SETMAXNREG, [](EmuWg &, int) {}, [](EmuWg &) {});
 }
 /* the wgmma wrappers of src/cuda/mma.cuh (scale-d 1, no transposes) */
-static inline void wgmma_m64n256k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(256, d, da, db, 1, 0, 0); }
-static inline void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(128, d, da, db, 1, 0, 0); }
-static inline void wgmma_m64n64k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(64, d, da, db, 1, 0, 0); }
+static inline void wgmma_m64n256k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(256, d, da, nullptr, db, 1, 0, 0); }
+static inline void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(128, d, da, nullptr, db, 1, 0, 0); }
+/* For a new kernel: give its wgmma wrappers (other N, scale-d 0, A in registers, transposes) the
+ * same names here, each one call of emu_wgmma, e.g. an RS form with B MN-major:
+ *   void wgmma_m64n64k16_rs_t(float (*d)[4], const uint32_t a[4], uint64_t db) { emu_wgmma(64, d, 0, a, db, 1, 0, 1); } */

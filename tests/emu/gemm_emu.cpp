@@ -155,12 +155,88 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
     free(x), free(w), free(y), free(y0);
 }
 
+/* Self-test of the emulated wgmma forms gemm_tma.cu does not use, one warpgroup: D[64][32] (=/+=) A B
+ * with A [64][16] and B [32][16] (B as [n][k]) written into shared memory in each canonical layout by
+ * the plain writer below (core matrices of 8 x 16 bytes placed by hand, then the XOR swizzle), A also
+ * from registers (the mma A layout), B also MN-major. Catches decoding and fragment mistakes in
+ * emu_wgmma.h itself; the layouts follow the PTX ISA table, only K-major 128 B is hardware-checked. */
+static uint64_t st_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, int swz) {
+    return (uint64_t)(addr >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32 | (uint64_t)swz << 62;
+}
+/* Places a [rows][16] bf16 operand at base; K-major: rows are mn, chunks hold 8 consecutive k;
+ * MN-major: rows are k, chunks hold 8 consecutive mn. W: swizzle width (0: none). Returns lbo, sbo. */
+static void st_place(uint8_t *s, uint32_t base, const uint16_t *v /* [mn][16] */, int nmn, bool mn_major, int W,
+                     uint32_t *lbo, uint32_t *sbo) {
+    for (int mn = 0; mn < nmn; mn++)
+        for (int k = 0; k < 16; k++) {
+            uint32_t off;
+            if (!mn_major) {
+                if (W == 0) *lbo = 128 * (uint32_t)(nmn / 8), *sbo = 128, off = (uint32_t)(k / 8) * *lbo + (mn / 8) * 128 + (mn % 8) * 16 + (k % 8) * 2;
+                else *lbo = 16, *sbo = 8 * W, off = (uint32_t)(mn / 8) * *sbo + (mn % 8) * W + k * 2;
+            } else {
+                if (W == 0) *sbo = 128, *lbo = 128 * (uint32_t)(nmn / 8), off = (uint32_t)(mn / 8) * 128 + (k / 8) * *lbo + (k % 8) * 16 + (mn % 8) * 2;
+                else *sbo = 8 * W, *lbo = 16 * W, off = (uint32_t)(mn / (W / 2)) * *lbo + (k / 8) * *sbo + (k % 8) * W + (mn % (W / 2)) * 2;
+            }
+            uint32_t a = base + off;
+            if (W) a ^= ((a >> 7) & (W / 16 - 1)) << 4;
+            memcpy(s + a, &v[mn * 16 + k], 2);
+        }
+}
+static void wgmma_selftest(void) {
+    uint16_t A[64 * 16], B[32 * 16];
+    for (int i = 0; i < 64 * 16; i++) A[i] = emu_bf(nrm());
+    for (int i = 0; i < 32 * 16; i++) B[i] = emu_bf(nrm());
+    const int widths[4] = {0, 32, 64, 128}, swz_bits[4] = {0, 3, 2, 1};
+    for (int form = 0; form < 10; form++) { /* 0-3 SS K-major by width, 4-7 B MN-major by width, 8 RS, 9 RS scale-d 0 */
+        const int wi = form % 4, W = form < 8 ? widths[wi] : 128, sb = form < 8 ? swz_bits[wi] : 1;
+        const bool b_mn = form >= 4 && form < 8, rs = form >= 8;
+        float D[64][32];
+        emu_launch(dim3(1), 128, 16384, 1, [&] {
+            uint8_t *s = emu_smem();
+            uint32_t la, sa, lb, sbo;
+            if (threadIdx.x == 0) {
+                st_place(s, 0, A, 64, false, W, &la, &sa);
+                st_place(s, 8192, B, 32, b_mn, W, &lb, &sbo);
+            }
+            __syncthreads();
+            if (W == 0) /* what st_place chose (all threads need them) */ la = 128 * 8, sa = 128, lb = 128 * 4, sbo = 128;
+            else la = 16, sa = 8 * W, lb = b_mn ? 16 * W : 16, sbo = 8 * W;
+            const int tid = threadIdx.x, r = (tid >> 5) * 16 + ((tid & 31) >> 2), c = 2 * (tid & 3);
+            uint32_t a[4] = {A[r * 16 + c] | (uint32_t)A[r * 16 + c + 1] << 16, A[(r + 8) * 16 + c] | (uint32_t)A[(r + 8) * 16 + c + 1] << 16,
+                             A[r * 16 + c + 8] | (uint32_t)A[r * 16 + c + 9] << 16, A[(r + 8) * 16 + c + 8] | (uint32_t)A[(r + 8) * 16 + c + 9] << 16};
+            float d[4][4];
+            for (int n8 = 0; n8 < 4; n8++)
+                for (int e = 0; e < 4; e++) d[n8][e] = form == 9 ? NAN : 1.0f;
+            wgmma_fence();
+            emu_wgmma(32, d, st_desc(0, la, sa, sb), rs ? a : nullptr, st_desc(8192, lb, sbo, sb), form == 9 ? 0 : 1, 0, b_mn);
+            wgmma_commit();
+            wgmma_wait<0>();
+            for (int n8 = 0; n8 < 4; n8++)
+                for (int e = 0; e < 4; e++) D[r + 8 * (e >> 1)][8 * n8 + c + (e & 1)] = d[n8][e];
+        });
+        double worst = 0;
+        for (int m = 0; m < 64; m++)
+            for (int n = 0; n < 32; n++) {
+                double ref = form == 9 ? 0.0 : 1.0, aa = 1;
+                for (int k = 0; k < 16; k++) ref += bff(A[m * 16 + k]) * bff(B[n * 16 + k]), aa += fabs(bff(A[m * 16 + k]) * bff(B[n * 16 + k]));
+                const double err = fabs(D[m][n] - ref) / (1e-6 * aa);
+                worst = err > worst || !(err == err) ? (err == err ? err : INFINITY) : worst;
+            }
+        if (!(worst <= 1.0)) {
+            printf("  FAIL: wgmma self-test form %d (swizzle %d B, %s, %s): error %.3g of bound\n", form, W, b_mn ? "B MN-major" : "K-major", rs ? "A in registers" : "A in smem", worst);
+            fails++;
+        }
+    }
+    printf("  wgmma self-test (SS K-major / B MN-major for each swizzle width, RS, scale-d 0): %s\n", fails ? "FAILED" : "ok");
+}
+
 int main(int argc, char **argv) {
     const uint64_t seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : (uint64_t)time(nullptr);
     rs = seed * 2654435761u + 88172645463325252ull;
     setvbuf(stdout, nullptr, _IOLBF, 0);
     emu_wg_install();
     printf("TMA + wgmma GEMM (src/cuda/gemm_tma.cu) under the CUDA emulation, seed %llu:\n", (unsigned long long)seed);
+    wgmma_selftest();
     const int algos[4] = {GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256};
     for (int epi = 0; epi < 4; epi++)
         for (int a = 0; a < 4; a++) {
