@@ -1,7 +1,9 @@
 /* Host emulation of the CUDA features deltanet_prefill.cu uses: CTAs of fibers (ucontext),
  * __syncthreads, warp shuffles, ldmatrix (plain/trans), mma.m16n8k16 bf16, cp.async (immediate),
  * cluster barriers and DSMEM loads, mbarriers with transaction counts and 2-D TMA loads with the
- * 128-byte swizzle (immediate, multicast included). One cluster of CTAs runs at a time. */
+ * 128-byte swizzle (immediate, multicast included). One cluster of CTAs runs at a time. A scheduler
+ * sweep in which no thread gets past a wait is a deadlock: reported, exit 3. Warpgroup pieces (wgmma,
+ * setmaxnreg, bar.arrive, mbarrier.arrive): emu_wgmma.h. */
 #pragma once
 #include <cuda_runtime_api.h>
 static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) {

@@ -18,9 +18,23 @@
  * descriptors that differ between the threads of a warpgroup, threads of one warpgroup at different
  * collective operations, operand addresses outside shared memory, wgmmas still queued when the
  * cluster ends, descriptor features not emulated (base offset != 0).
- * Not emulated: timing and overlap (the TMA lands at once, a wgmma takes no time), register budgets
- * (setmaxnreg only checks that the warpgroup is converged), the summation order inside a k16 step
- * (fp32 sums in k order here: compare with a tolerance). */
+ * Not emulated: timing and overlap (the TMA lands at once, a wgmma takes no time; fibers run one
+ * at a time, so a race shows only if this schedule happens to expose it), register budgets (setmaxnreg
+ * only checks that the warpgroup is converged), the descriptor base offset, the summation order inside
+ * a k16 step (fp32 sums in k order here: compare with a tolerance), fp8 / tf32 / integer forms, the
+ * memory-proxy rules (fence.proxy.async is a no-op: a missing one goes unnoticed).
+ * Using it for a new wgmma kernel (run_gemm.sh / gemm_emu.cpp are the worked example):
+ *   1. extract the kernel with sed as run_gemm.sh does: drop the "cuda/" includes and <cuda.h>,
+ *      turn `extern __shared__ ... smem[]` into `uint8_t *smem = emu_smem();`, replace inline asm
+ *      that is not behind a helper (setmaxnreg here) by an emu_* call, cut the host code that calls
+ *      the driver; define __CUDA_ARCH_FEAT_SM90_ALL; take the device helpers you want tested
+ *      (wgmma_desc, swz...) from mma.cuh by sed rather than re-writing them;
+ *   2. include emu.h, emu_wgmma.h, then the extracted code; call emu_wg_install() once in main;
+ *   3. wrappers mma.cuh does not have yet (other N, A in registers, transposed B): add one line each
+ *      at the end of this file with the wrapper's name, calling emu_wgmma();
+ *   4. launch with emu_launch(grid, threads, smem bytes, cluster, lambda), tensor maps through emu.h's
+ *      cuda_tma_map_bf16 (bf16, 64-column boxes, 128 B swizzle only), compare with a double reference;
+ *   5. prove the test can fail: break the kernel in a scratch copy (GEMM_EMU_SRC of run_gemm.sh). */
 #pragma once
 #include <algorithm>
 #include <vector>
