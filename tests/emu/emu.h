@@ -1,7 +1,9 @@
 /* Host emulation of the CUDA features deltanet_prefill.cu uses: CTAs of fibers (ucontext),
  * __syncthreads, warp shuffles, ldmatrix (plain/trans), mma.m16n8k16 bf16, cp.async (immediate),
  * cluster barriers and DSMEM loads, mbarriers with transaction counts and 2-D TMA loads with the
- * 128-byte swizzle (immediate, multicast included). One cluster of CTAs runs at a time. */
+ * 128-byte swizzle (immediate, multicast included). One cluster of CTAs runs at a time. A scheduler
+ * sweep in which no thread gets past a wait is a deadlock: reported, exit 3. Warpgroup pieces (wgmma,
+ * setmaxnreg, bar.arrive, mbarrier.arrive): emu_wgmma.h. */
 #pragma once
 #include <cuda_runtime_api.h>
 static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) {
@@ -74,6 +76,14 @@ struct EmuState {
 static EmuState E;
 static inline EmuThread &me() { return E.th[E.cur]; }
 static inline void emu_yield() { swapcontext(&E.th[E.cur].ctx, &E.sched); }
+/* every wait: a scheduler sweep in which no thread gets past one (nor starts or ends) is a deadlock */
+static long emu_progress;
+#define EMU_WAIT(cond)          \
+    do {                        \
+        while (cond)            \
+            emu_yield();        \
+        emu_progress++;         \
+    } while (0)
 
 struct EmuIdx {
     unsigned int x, y, z;
@@ -88,15 +98,13 @@ static inline void __syncthreads() {
     const int c = me().cta, g = E.cta_gen[c];
     if (++E.cta_cnt[c] == E.nthreads)
         E.cta_cnt[c] = 0, E.cta_gen[c]++;
-    while (E.cta_gen[c] == g)
-        emu_yield();
+    EMU_WAIT(E.cta_gen[c] == g);
 }
 static inline void emu_warp_bar() {
     const int w = me().cta * 32 + me().tid / 32, g = E.warp_gen[w];
     if (++E.warp_cnt[w] == 32)
         E.warp_cnt[w] = 0, E.warp_gen[w]++;
-    while (E.warp_gen[w] == g)
-        emu_yield();
+    EMU_WAIT(E.warp_gen[w] == g);
 }
 static inline uint32_t *emu_slot(int lane) { return &E.slot[((size_t)(me().cta * 32 + me().tid / 32) * 32 + lane) * 8]; }
 
@@ -218,8 +226,7 @@ static inline void cluster_arrive_release(void) {
 }
 static inline void cluster_arrive_relaxed(void) { cluster_arrive_release(); }
 static inline void cluster_wait(void) {
-    while (E.cl_gen == E.cl_my[E.cur])
-        emu_yield();
+    EMU_WAIT(E.cl_gen == E.cl_my[E.cur]);
 }
 static inline float ld_dsmem(const float *local, unsigned rank) {
     const size_t off = (const uint8_t *)local - emu_smem();
@@ -235,8 +242,7 @@ static inline void bar_sync(int id, int n) {
     const int b = me().cta * 16 + id, g = E.nb_gen[b];
     if (++E.nb_cnt[b] == n)
         E.nb_cnt[b] = 0, E.nb_gen[b]++;
-    while (E.nb_gen[b] == g)
-        emu_yield();
+    EMU_WAIT(E.nb_gen[b] == g);
 }
 
 /* mbarriers (tma.cuh): the 8 bytes at the barrier's offset hold the emulated state */
@@ -260,8 +266,7 @@ static inline void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
     emu_bar_check(b);
 }
 static inline void mbar_wait(uint32_t bar, uint32_t parity) {
-    while (emu_bar(me().cta, bar)->phase == parity)
-        emu_yield();
+    EMU_WAIT(emu_bar(me().cta, bar)->phase == parity);
 }
 /* tensor maps (cuda_tma_map_bf16): a bf16 [rows][ld] matrix read as [rows][cols], boxes of 64 x box_rows */
 struct EmuTensorMap {
@@ -298,10 +303,15 @@ static inline void tma_load_2d_mc(uint32_t dst, const CUtensorMap *m, int c0, in
             emu_tma(r, dst, m, c0, c1, bar);
 }
 
-/* runs kern over grid in clusters of cl CTAs along x */
+/* runs kern over grid in clusters of cl CTAs along x; emu_hook_begin(cl) / emu_hook_end() (optional,
+ * emu_wgmma.h) run before and after each cluster */
 static std::function<void()> emu_kern;
+static void (*emu_hook_begin)(int ncta) = nullptr;
+static void (*emu_hook_end)(void) = nullptr;
 static void emu_entry() {
+    emu_progress++;
     emu_kern();
+    emu_progress++;
     me().done = true;
 }
 static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::function<void()> kern) {
@@ -336,8 +346,11 @@ static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::
                     t.ctx.uc_link = &E.sched;
                     makecontext(&t.ctx, emu_entry, 0);
                 }
+                if (emu_hook_begin)
+                    emu_hook_begin(cl);
                 for (bool any = true; any;) {
                     any = false;
+                    const long prog0 = emu_progress;
                     for (int i = 0; i < n; i++) {
                         if (E.th[i].done)
                             continue;
@@ -345,6 +358,12 @@ static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::
                         E.cur = i;
                         swapcontext(&E.sched, &E.th[i].ctx);
                     }
+                    if (any && emu_progress == prog0) {
+                        fprintf(stderr, "emu: deadlock in CTA(s) %u.. (every live thread waits on a barrier)\n", x0);
+                        exit(3);
+                    }
                 }
+                if (emu_hook_end)
+                    emu_hook_end();
             }
 }
