@@ -1,7 +1,7 @@
 /* Host emulation of the CUDA features deltanet_prefill.cu uses: CTAs of fibers (ucontext),
  * __syncthreads, warp shuffles, ldmatrix (plain/trans), mma.m16n8k16 bf16, cp.async (immediate),
- * cluster barriers and DSMEM loads, mbarriers with transaction counts and 2-D TMA loads with the
- * 128-byte swizzle (immediate, multicast included). One cluster of CTAs runs at a time. A scheduler
+ * cluster barriers and DSMEM loads, mbarriers with transaction counts, 2-D and 3-D TMA loads with the
+ * 128-byte swizzle (immediate, multicast included), int atomics. One cluster of CTAs runs at a time. A scheduler
  * sweep in which no thread gets past a wait is a deadlock: reported, exit 3. Warpgroup pieces (wgmma,
  * setmaxnreg, bar.arrive, mbarrier.arrive): emu_wgmma.h. */
 #pragma once
@@ -160,6 +160,17 @@ static inline void cp_async16(uint32_t dst, const void *src, bool pred) {
 }
 static inline void cp_async_commit(void) {}
 template <int N> static inline void cp_async_wait(void) {}
+/* atomics: one fiber runs at a time, so plain read-modify-writes (shared or global memory alike) */
+static inline int atomicAdd(int *p, int v) {
+    const int old = *p;
+    *p = old + v;
+    return old;
+}
+static inline int atomicExch(int *p, int v) {
+    const int old = *p;
+    *p = v;
+    return old;
+}
 
 static inline void emu_ldsm(uint32_t addr, uint32_t r[4], bool trans, int nmat = 4) {
     const int lane = me().tid & 31;
@@ -268,25 +279,41 @@ static inline void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
 static inline void mbar_wait(uint32_t bar, uint32_t parity) {
     EMU_WAIT(emu_bar(me().cta, bar)->phase == parity);
 }
-/* tensor maps (cuda_tma_map_bf16): a bf16 [rows][ld] matrix read as [rows][cols], boxes of 64 x box_rows */
+/* tensor maps (cuda_tma_map_bf16, cuda_tma_map_bf16_3d): a bf16 [n3][rows][cols] tensor, element
+ * (c, r, h) at base[h * ld2 + r * ld + c], read in boxes of 64 columns x box_rows rows x 1 (2-D: n3 1) */
 struct EmuTensorMap {
     const uint16_t *base;
-    int rows, cols, ld, box_rows;
+    int rows, cols, n3, box_rows;
+    long long ld, ld2;
 };
 typedef EmuTensorMap CUtensorMap;
 static inline int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, int ld, int box_rows) {
-    m->base = base, m->rows = rows, m->cols = cols, m->ld = ld, m->box_rows = box_rows;
+    m->base = base, m->rows = rows, m->cols = cols, m->n3 = 1, m->ld = ld, m->ld2 = 0, m->box_rows = box_rows;
     return 0;
 }
-static inline void emu_tma(int cta, uint32_t dst, const CUtensorMap *m, int c0, int c1, uint32_t bar) {
+static inline int cuda_tma_map_bf16_3d(CUtensorMap *m, const uint16_t *base, int cols, int rows, int n3, long long ld,
+                                       long long ld2, int box_rows) {
+    if (cols < 1 || rows < 1 || n3 < 1 || ld < cols || ld2 < ld * rows || box_rows < 1 || box_rows > 256 || ((uintptr_t)base & 15) ||
+        (ld * 2) % 16 || (ld2 * 2) % 16)
+        return (int)cudaErrorInvalidValue; /* what cuTensorMapEncodeTiled refuses (and ld2 overlapping rows) */
+    m->base = base, m->rows = rows, m->cols = cols, m->n3 = n3, m->ld = ld, m->ld2 = ld2, m->box_rows = box_rows;
+    return 0;
+}
+/* The box at (c0, c1, c2) lands at dst: box row r at dst + 128 r, 16-byte chunk ch at chunk ch ^ (r & 7);
+ * elements outside the tensor (any coordinate) read as 0. */
+static inline void emu_tma(int cta, uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, uint32_t bar) {
     uint8_t *s = E.smem[cta].data();
     if (dst & 1023) { fprintf(stderr, "emu: TMA destination %u not 1024-byte aligned\n", dst); exit(2); }
+    if ((size_t)dst + (size_t)m->box_rows * 128 > E.smem[cta].size() - 16) {
+        fprintf(stderr, "emu: TMA box at %u (%d rows) past the end of shared memory\n", dst, m->box_rows);
+        exit(2);
+    }
     for (int r = 0; r < m->box_rows; r++)
         for (int ch = 0; ch < 8; ch++) {
             uint8_t *d = s + dst + r * 128 + ((ch ^ (r & 7)) * 16);
             const int row = c1 + r, col = c0 + ch * 8;
-            if (row < m->rows && col + 8 <= m->cols)
-                memcpy(d, m->base + (size_t)row * m->ld + col, 16);
+            if (row >= 0 && row < m->rows && col >= 0 && col + 8 <= m->cols && c2 >= 0 && c2 < m->n3)
+                memcpy(d, m->base + (size_t)c2 * m->ld2 + (size_t)row * m->ld + col, 16);
             else
                 memset(d, 0, 16);
         }
@@ -295,12 +322,15 @@ static inline void emu_tma(int cta, uint32_t dst, const CUtensorMap *m, int c0, 
     emu_bar_check(b);
 }
 static inline void tma_load_2d(uint32_t dst, const CUtensorMap *m, int c0, int c1, uint32_t bar) {
-    emu_tma(me().cta, dst, m, c0, c1, bar);
+    emu_tma(me().cta, dst, m, c0, c1, 0, bar);
+}
+static inline void tma_load_3d(uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, uint32_t bar) {
+    emu_tma(me().cta, dst, m, c0, c1, c2, bar);
 }
 static inline void tma_load_2d_mc(uint32_t dst, const CUtensorMap *m, int c0, int c1, uint32_t bar, uint16_t mask) {
     for (int r = 0; r < E.ncta; r++)
         if ((mask >> r) & 1)
-            emu_tma(r, dst, m, c0, c1, bar);
+            emu_tma(r, dst, m, c0, c1, 0, bar);
 }
 
 /* runs kern over grid in clusters of cl CTAs along x; emu_hook_begin(cl) / emu_hook_end() (optional,

@@ -277,3 +277,6 @@ static inline void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) { e
 /* For a new kernel: give its wgmma wrappers (other N, scale-d 0, A in registers, transposes) the
  * same names here, each one call of emu_wgmma, e.g. an RS form with B MN-major:
  *   void wgmma_m64n64k16_rs_t(float (*d)[4], const uint32_t a[4], uint64_t db) { emu_wgmma(64, d, 0, a, db, 1, 0, 1); } */
+/* attention_prefill_wg.cu: S = Q K^T (both K-major in shared memory), O += P V (P from registers, V MN-major) */
+static inline void wgmma_m64n64k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(64, d, da, nullptr, db, 1, 0, 0); }
+static inline void wgmma_m64n256k16_rt(float (*d)[4], const uint32_t a[4], uint64_t db) { emu_wgmma(256, d, 0, a, db, 1, 0, 1); }
