@@ -70,14 +70,15 @@ static double bff(uint16_t h) { return (double)__uint_as_float((uint32_t)h << 16
 static uint16_t *alloc16(size_t n) { return (uint16_t *)aligned_alloc(64, ((n * 2 + 63) / 64) * 64); }
 
 static const uint16_t POISON = 0x7fa5; /* a NaN with a payload no kernel store produces */
-static const int HD = 256, GUARD = 64;
+static const int HD = 256, GUARD = 64; /* elements before out; 2 rows after it */
 static int fails;
 
 /* One launch: Hq query heads over Hkv kv heads, T new tokens after a cached prefix of pos. */
 static void run_case(int Hq, int Hkv, int T, int pos, bool gate) {
     const int max_seq = pos + T + 37, nq = Hq * HD;
     uint16_t *q = alloc16((size_t)T * nq), *kc = alloc16((size_t)Hkv * max_seq * HD), *vc = alloc16((size_t)Hkv * max_seq * HD);
-    uint16_t *g = alloc16((size_t)T * 2 * nq), *ob = alloc16((size_t)T * nq + 2 * GUARD), *o = ob + GUARD;
+    const size_t nob = GUARD + (size_t)(T + 2) * nq; /* out with its guards */
+    uint16_t *g = alloc16((size_t)(T + 1) * 2 * nq), *ob = alloc16(nob), *o = ob + GUARD;
     for (size_t i = 0; i < (size_t)T * nq; i++) q[i] = emu_bf(1.5f * nrm()); /* scores of spread ~1.5 */
     for (int h = 0; h < Hkv; h++)
         for (int r = 0; r < max_seq; r++)
@@ -86,8 +87,9 @@ static void run_case(int Hq, int Hkv, int T, int pos, bool gate) {
                 kc[i] = r < pos + T ? emu_bf(nrm()) : 0x7fc0;
                 vc[i] = r < pos + T ? emu_bf(nrm()) : 0x7fc0;
             }
-    for (size_t i = 0; i < (size_t)T * 2 * nq; i++) g[i] = (i / HD) % 2 ? emu_bf(2.0f * nrm()) : 0x7fc0; /* [t][j][q | gate] */
-    for (size_t i = 0; i < (size_t)T * nq + 2 * GUARD; i++) ob[i] = POISON;
+    for (size_t i = 0; i < (size_t)(T + 1) * 2 * nq; i++) /* [t][j][q | gate], then a NaN row */
+        g[i] = i < (size_t)T * 2 * nq && (i / HD) % 2 ? emu_bf(2.0f * nrm()) : 0x7fc0;
+    for (size_t i = 0; i < nob; i++) ob[i] = POISON;
 
     AttnPrefillParams p;
     memset(&p, 0, sizeof p);
@@ -146,7 +148,7 @@ static void run_case(int Hq, int Hkv, int T, int pos, bool gate) {
                 if (err / tol > max_ratio) max_ratio = err / tol;
             }
         }
-    for (int i = 0; i < GUARD; i++) bad_guard += (ob[i] != POISON) + (o[(size_t)T * nq + i] != POISON);
+    for (size_t i = 0; i < nob; i++) bad_guard += (i < GUARD || i >= GUARD + (size_t)T * nq) && ob[i] != POISON;
     const bool ok = rc == 0 && bad == 0 && bad_guard == 0;
     printf("%2ld CTAs, %5ld wgmmas: max |err| %.3g (%.2f of bound)\n", emu_ctas - cta0, emu_wgmma_count - wg0, max_err, max_ratio);
     if (!ok) {
