@@ -26,15 +26,16 @@
  * Using it for a new wgmma kernel (run_gemm.sh / gemm_emu.cpp are the worked example):
  *   1. extract the kernel with sed as run_gemm.sh does: drop the "cuda/" includes and <cuda.h>,
  *      turn `extern __shared__ ... smem[]` into `uint8_t *smem = emu_smem();`, replace inline asm
- *      that is not behind a helper (setmaxnreg here) by an emu_* call, cut the host code that calls
- *      the driver; define __CUDA_ARCH_FEAT_SM90_ALL; take the device helpers you want tested
- *      (wgmma_desc, swz...) from mma.cuh by sed rather than re-writing them;
+ *      that is not behind a helper by an emu_* call (regs_dec / regs_inc are defined here), cut
+ *      the host code that calls the driver; define __CUDA_ARCH_FEAT_SM90_ALL; take the device
+ *      helpers you want tested (wgmma_desc, swz...) from mma.cuh by sed rather than re-writing them;
  *   2. include emu.h, emu_wgmma.h, then the extracted code; call emu_wg_install() once in main;
  *   3. wrappers mma.cuh does not have yet (other N, A in registers, transposed B): add one line each
  *      at the end of this file with the wrapper's name, calling emu_wgmma();
  *   4. launch with emu_launch(grid, threads, smem bytes, cluster, lambda), tensor maps through emu.h's
- *      cuda_tma_map_bf16 (bf16, 64-column boxes, 128 B swizzle only), compare with a double reference;
- *   5. prove the test can fail: break the kernel in a scratch copy (GEMM_EMU_SRC of run_gemm.sh). */
+ *      cuda_tma_map_bf16 / _3d (bf16, 64-column boxes, 128 B swizzle only), compare with a double reference;
+ *   5. prove the test can fail: break the kernel in a scratch copy (GEMM_EMU_SRC of run_gemm.sh).
+ * Second example: run_attn.sh / attn_emu.cpp (3-D TMA, A from registers, B MN-major, the launcher kept). */
 #pragma once
 #include <algorithm>
 #include <vector>
@@ -271,6 +272,11 @@ static inline void emu_setmaxnreg(int r) {
     }
     emu_wg_collective(EMU_WG_SETMAXNREG, [](EmuWg &, int) {}, [](EmuWg &) {});
 }
+/* the register-budget helpers of src/cuda/tma.cuh */
+template <int R>
+static inline void regs_dec(void) { emu_setmaxnreg(R); }
+template <int R>
+static inline void regs_inc(void) { emu_setmaxnreg(R); }
 /* the wgmma wrappers of src/cuda/mma.cuh (scale-d 1, no transposes) */
 static inline void wgmma_m64n256k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(256, d, da, nullptr, db, 1, 0, 0); }
 static inline void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(128, d, da, nullptr, db, 1, 0, 0); }
