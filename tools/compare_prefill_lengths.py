@@ -15,10 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures as mf  # noqa: E402  (load_reference, FULL_08B: the checkpoint as make_fixtures wrote it)
-
-
-def rel(a, b):
-    return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
+from compare_full import rel  # noqa: E402  (relative L2 error)
 
 
 def main():

@@ -17,10 +17,10 @@
 
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/attention_softmax.cuh"
 #include "cuda/ops.h"
 
 #define ATTN_BQ 64
-#define ATTN_MASK (-1.0e30f)
 #define ATTN_THREADS 256 /* 8 warps: 4 row groups of 16 x 2 key groups */
 #define ATTN_STAGES 3    /* K/V ring depth (stages of 2 BKV keys) */
 
@@ -194,38 +194,9 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
                 mma_bf16(sc[2 * np + 1], a, b[2], b[3]);
             }
         }
-        /* scale, causal mask, tile row max */
+        /* scale, causal mask, online softmax, O rescale (attention_softmax.cuh) */
         const bool need_mask = key0 + BKV - 1 > row_lo;
-        float mx0 = ATTN_MASK, mx1 = ATTN_MASK;
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = key0 + n * 8 + 2 * t + (e & 1);
-                float v = sc[n][e] * sl2;
-                if (need_mask && key > (e < 2 ? qp0 : qp1)) v = ATTN_MASK;
-                sc[n][e] = v;
-            }
-            mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
-            mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        const float al0 = exp2f(m0 - mn0), al1 = exp2f(m1 - mn1);
-        m0 = mn0, m1 = mn1;
-        float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            sc[n][0] = exp2f(sc[n][0] - m0), sc[n][1] = exp2f(sc[n][1] - m0);
-            sc[n][2] = exp2f(sc[n][2] - m1), sc[n][3] = exp2f(sc[n][3] - m1);
-            rs0 += sc[n][0] + sc[n][1], rs1 += sc[n][2] + sc[n][3];
-        }
-        l0 = l0 * al0 + rs0, l1 = l1 * al1 + rs1;
-#pragma unroll
-        for (int d = 0; d < DT; d++) o[d][0] *= al0, o[d][1] *= al0, o[d][2] *= al1, o[d][3] *= al1;
+        attn_softmax_tile<NT, DT>(sc, o, key0, need_mask, qp0, qp1, t, sl2, m0, m1, l0, l1);
         /* O += P V: the S accumulators of n-tiles 2kk, 2kk+1 are the A fragment of keys 16kk .. */
 #pragma unroll
         for (int kk = 0; kk < BKV / 16; kk++) {

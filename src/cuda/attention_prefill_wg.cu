@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/attention_softmax.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/tma.cuh"
@@ -35,7 +36,6 @@
 #define AW_HD 256
 #define AW_BQ 128 /* query rows per CTA */
 #define AW_BK 64  /* keys per stage */
-#define AW_MASK (-1.0e30f)
 
 struct AwSmem {
     static constexpr int BOX = 64 * 128; /* [64 rows][64 bf16], 128-byte swizzled */
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(256, 1) attn_prefill_wg(const __grid_constant_
     float o[32][4];
 #pragma unroll
     for (int d = 0; d < 32; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    float m0 = AW_MASK, m1 = AW_MASK, l0 = 0.0f, l1 = 0.0f;
+    float m0 = ATTN_MASK, m1 = ATTN_MASK, l0 = 0.0f, l1 = 0.0f;
     const int row_lo = p.pos + r_first + 16 * wq; /* absolute position of this warp's first row */
     const int qp0 = row_lo + g, qp1 = qp0 + 8;
     const int wg_last = p.pos + r_first + 63; /* the warpgroup's last row position (keys <= it visible) */
@@ -142,38 +142,9 @@ __global__ void __launch_bounds__(256, 1) attn_prefill_wg(const __grid_constant_
             wgmma_wait<0>();
             aw_fence(sc);
 
-            /* scale, causal mask, tile row max (the rows of this thread: qp0, qp1) */
+            /* scale, causal mask, online softmax, O rescale (attention_softmax.cuh; this thread's rows: qp0, qp1) */
             const bool need_mask = key0 + AW_BK - 1 > row_lo;
-            float mx0 = AW_MASK, mx1 = AW_MASK;
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = key0 + n * 8 + 2 * t + (e & 1);
-                    float v = sc[n][e] * sl2;
-                    if (need_mask && key > (e < 2 ? qp0 : qp1)) v = AW_MASK;
-                    sc[n][e] = v;
-                }
-                mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
-                mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
-            }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-            const float al0 = exp2f(m0 - mn0), al1 = exp2f(m1 - mn1);
-            m0 = mn0, m1 = mn1;
-            float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                sc[n][0] = exp2f(sc[n][0] - m0), sc[n][1] = exp2f(sc[n][1] - m0);
-                sc[n][2] = exp2f(sc[n][2] - m1), sc[n][3] = exp2f(sc[n][3] - m1);
-                rs0 += sc[n][0] + sc[n][1], rs1 += sc[n][2] + sc[n][3];
-            }
-            l0 = l0 * al0 + rs0, l1 = l1 * al1 + rs1;
-#pragma unroll
-            for (int d = 0; d < 32; d++) o[d][0] *= al0, o[d][1] *= al0, o[d][2] *= al1, o[d][3] *= al1;
+            attn_softmax_tile<8, 32>(sc, o, key0, need_mask, qp0, qp1, t, sl2, m0, m1, l0, l1);
 
             /* O += P V (every A register is written before the fence: a register the wgmma reads but
              * the compiler sees defined after wgmma_fence makes it insert its own fence per wgmma) */

@@ -51,22 +51,10 @@ static int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
     emu_launch(grid, (int)(block.x * block.y * block.z), smem, 1, [&] { kern(args...); });
     return 0;
 }
-#include "attn_helpers.inc" /* wgmma_desc, wgmma_desc_mn (mma.cuh), sigmoid_f (common.cuh) */
+#include "attn_helpers.inc" /* wgmma_desc, wgmma_desc_mn (mma.cuh), sigmoid_f (common.cuh), attention_softmax.cuh */
 #include "attn_wg.inc"      /* src/cuda/attention_prefill_wg.cu: the kernel and cuda_attn_prefill_wg */
 // clang-format on
 
-static uint64_t rs;
-static double urand() {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (rs >> 11) * (1.0 / 9007199254740992.0);
-}
-static float nrm() {
-    double u1 = urand() + 1e-12, u2 = urand();
-    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
-static double bff(uint16_t h) { return (double)__uint_as_float((uint32_t)h << 16); }
 static uint16_t *alloc16(size_t n) { return (uint16_t *)aligned_alloc(64, ((n * 2 + 63) / 64) * 64); }
 
 static const uint16_t POISON = 0x7fa5; /* a NaN with a payload no kernel store produces */
@@ -187,7 +175,7 @@ static void check_refusals(void) {
 
 int main(int argc, char **argv) {
     const uint64_t seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : (uint64_t)time(nullptr);
-    rs = seed * 2654435761u + 88172645463325252ull;
+    emu_rs = seed * 2654435761u + 88172645463325252ull;
     setvbuf(stdout, nullptr, _IOLBF, 0);
     emu_wg_install();
     printf("wgmma prefill attention (src/cuda/attention_prefill_wg.cu) under the CUDA emulation, seed %llu:\n",

@@ -15,17 +15,6 @@ extern "C" {
 #include "dn.inc"      /* the kernels */
 // clang-format on
 
-static uint64_t rs = 88172645463325252ull;
-static double urand() {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (rs >> 11) * (1.0 / 9007199254740992.0);
-}
-static float nrm() {
-    double u1 = urand() + 1e-12, u2 = urand();
-    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
 static float *fv(size_t n) { return (float *)calloc(n, 4); }
 static float *rbfv(size_t n, float mean, float sc) {
     float *p = fv(n);
@@ -39,7 +28,6 @@ static uint16_t *tobf(const float *x, size_t n) {
         h[i] = emu_bf(x[i]);
     return h;
 }
-static float bff(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 static double rel(const float *a, const float *b, size_t n) {
     double x = 0, y = 0;
     for (size_t i = 0; i < n; i++) {

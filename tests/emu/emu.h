@@ -134,6 +134,21 @@ static inline uint16_t emu_bf(float x) {
 static inline float rbf(float x) { return __uint_as_float((uint32_t)emu_bf(x) << 16); }
 static inline uint32_t pack_bf16(float lo, float hi) { return (uint32_t)emu_bf(lo) | ((uint32_t)emu_bf(hi) << 16); }
 
+/* Test data for the emulator programs: xorshift64 uniform in [0, 1) (state emu_rs, seeded by each main),
+ * Box-Muller normal, and the value of bf16 bits. */
+static uint64_t emu_rs = 88172645463325252ull;
+static inline double urand() {
+    emu_rs ^= emu_rs << 13;
+    emu_rs ^= emu_rs >> 7;
+    emu_rs ^= emu_rs << 17;
+    return (emu_rs >> 11) * (1.0 / 9007199254740992.0);
+}
+static inline float nrm() {
+    double u1 = urand() + 1e-12, u2 = urand();
+    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+}
+static inline float bff(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
 static inline float emu_shfl(float v, int src) {
     const int lane = me().tid & 31;
     emu_slot(lane)[0] = __float_as_uint(v);

@@ -45,18 +45,6 @@ static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *) {
 #include "gemm_tma_host.inc" /* tma_pick, tma_variant, gemm_tma_run */
 // clang-format on
 
-static uint64_t rs;
-static double urand() {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (rs >> 11) * (1.0 / 9007199254740992.0);
-}
-static float nrm() {
-    double u1 = urand() + 1e-12, u2 = urand();
-    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
-static double bff(uint16_t h) { return (double)__uint_as_float((uint32_t)h << 16); }
 static void *alloc(size_t bytes) { return aligned_alloc(64, ((bytes + 63) / 64) * 64); }
 
 static int fails;
@@ -232,7 +220,7 @@ static void wgmma_selftest(void) {
 
 int main(int argc, char **argv) {
     const uint64_t seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : (uint64_t)time(nullptr);
-    rs = seed * 2654435761u + 88172645463325252ull;
+    emu_rs = seed * 2654435761u + 88172645463325252ull;
     setvbuf(stdout, nullptr, _IOLBF, 0);
     emu_wg_install();
     printf("TMA + wgmma GEMM (src/cuda/gemm_tma.cu) under the CUDA emulation, seed %llu:\n", (unsigned long long)seed);

@@ -41,17 +41,6 @@ static inline void red_add4(float *y, float a, float b, float c, float d) {
 #include "mlp.inc" /* the kernel */
 // clang-format on
 
-static uint64_t rs = 88172645463325252ull;
-static double urand() {
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (rs >> 11) * (1.0 / 9007199254740992.0);
-}
-static float nrm() {
-    double u1 = urand() + 1e-12, u2 = urand();
-    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
 static float *rbfv(size_t n, float mean, float sc) {
     float *p = (float *)aligned_alloc(64, ((n * 4 + 63) / 64) * 64);
     for (size_t i = 0; i < n; i++) p[i] = rbf(mean + sc * nrm());
@@ -67,7 +56,6 @@ static float *nanv(size_t n) {
     memset(p, 0xff, n * 4);
     return p;
 }
-static double bff(uint16_t h) { return (double)__uint_as_float((uint32_t)h << 16); }
 
 static int fails;
 static void check(bool ok, const char *what, int D, int F, int G) {

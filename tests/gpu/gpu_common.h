@@ -121,6 +121,21 @@ static inline int64_t count_bad(const char *what, const float *got, const float 
     return bad;
 }
 
+/* As count_bad, with a per-element absolute tolerance tol[i] (+ rtol |ref|). */
+static inline int64_t count_bad_tol(const char *what, const float *got, const float *ref, const float *tol, int64_t n,
+                                    double rtol) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= tol[i] + rtol * fabs(ref[i]))) {
+            if (bad < 4) fprintf(stderr, "  %s[%lld]: got %.8g ref %.8g tol %.3g\n", what, (long long)i, got[i], ref[i],
+                                 tol[i] + rtol * fabs(ref[i]));
+            bad++;
+        }
+    }
+    return bad;
+}
+
 static inline double rel_l2(const float *a, const float *ref, int64_t n) {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -26,20 +26,6 @@ static void gemv_bounds(const uint16_t *W, const float *x, int rows, int cols, f
     }
 }
 
-static int64_t count_bad_tol(const char *what, const float *got, const float *ref, const float *tol, int64_t n,
-                             double rtol) {
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - ref[i]);
-        if (!(d <= tol[i] + rtol * fabs(ref[i]))) {
-            if (bad < 4) fprintf(stderr, "  %s[%lld]: got %.8g ref %.8g tol %.3g\n", what, (long long)i, got[i], ref[i],
-                                 tol[i] + rtol * fabs(ref[i]));
-            bad++;
-        }
-    }
-    return bad;
-}
-
 /* ---- STORE / SPLITK with the VEC prologue ------------------------------------------------------ */
 
 /* 1: the cases run through the cp.async ring kernel (MatvecParams.ring); main runs them twice */

@@ -20,20 +20,6 @@
 static Rng rng;
 static int n_sm = 132;
 
-static int64_t count_bad_tol(const char *what, const float *got, const float *ref, const float *tol, int64_t n,
-                             double rtol) {
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - ref[i]);
-        if (!(d <= tol[i] + rtol * fabs(ref[i]))) {
-            if (bad < 4) fprintf(stderr, "  %s[%lld]: got %.8g ref %.8g tol %.3g\n", what, (long long)i, got[i], ref[i],
-                                 tol[i] + rtol * fabs(ref[i]));
-            bad++;
-        }
-    }
-    return bad;
-}
-
 static float silu_ref(float x) { return x / (1.0f + expf(-x)); }
 
 /* y[r] = sum_k W[r][k] x[k] in double, and the GEMV bound 1e-5 sum |W x| + 1e-6 per row. */
