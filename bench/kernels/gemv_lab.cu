@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "cuda/tma.cuh"
 
 #define D_MODEL 1024
 #define N_LAYERS 24
@@ -315,6 +316,116 @@ __global__ void __launch_bounds__(NT) lab_gemv_smem(const __grid_constant__ LP p
     cp_async_wait<0>();
 }
 
+/* The same GEMV with each warp's weights brought into shared memory by the TMA unit (cp.async.bulk,
+ * one copy of a whole 4-row group when the rows are contiguous (no split-K), else one per row),
+ * completion on one mbarrier per (warp, slot); ST slots per warp, group j of the warp in slot j % ST.
+ * No register file or L1 miss tracking holds the bytes in flight (the register kernel's stall is the
+ * L1TEX scoreboard, ncu session 5): a lane issues the copies, every lane consumes from shared memory.
+ * Registers ~40; shared memory NW * ST * R * kchunk * 2 B (+ xs), so 256 threads x 1 slot (64 KiB at
+ * 1024 columns) leave room for two more blocks on the SM: the next kernel's block can be resident from
+ * this one's start (trig 1) and have its copies (issued before griddepcontrol.wait, pre 1) in flight. */
+template <int R, int NT, int ST, int OUT>
+__global__ void __launch_bounds__(NT) lab_gemv_bulk(const __grid_constant__ LP p) {
+    extern __shared__ __align__(128) float xs[];
+    __shared__ float red[32];
+    __shared__ __align__(8) uint64_t bars[NT / 32][ST];
+    constexpr int NW = NT / 32, LPR = 32 / R;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int rows = p.rows, cols = p.cols;
+    if (p.trig) pdl_trigger();
+    const int kc = kchunk(cols, gridDim.y);
+    const int kbeg = min(cols, (int)blockIdx.y * kc), kend = min(cols, kbeg + kc), kn = kend - kbeg;
+    const int xoff = p.nw ? 0 : kbeg;
+    const int xfl = ((p.nw ? cols : kc) + 31) & ~31; /* floats of xs; the ring after it, 128-byte aligned */
+    const int rowb = kc * 2;                          /* bytes per row in a slot (kc % 8 == 0: 16-byte multiple) */
+    char *ring = reinterpret_cast<char *>(xs + xfl) + (size_t)warp * ST * R * rowb;
+    const int ngroups = (rows + R - 1) / R, gstride = gridDim.x * NW;
+    const int g0 = blockIdx.x * NW + warp;
+    const int nj = g0 < ngroups ? (ngroups - 1 - g0) / gstride + 1 : 0;
+    const bool whole = kbeg == 0 && kn == cols; /* the group's rows are one contiguous range */
+    auto bar = [&](int st) { return (uint32_t)__cvta_generic_to_shared(&bars[warp][st]); };
+    if (lane == 0) {
+        for (int st = 0; st < ST; st++) mbar_init(bar(st), 1);
+        mbar_init_fence();
+    }
+    __syncwarp();
+    auto issue = [&](int j) {
+        if (j >= nj || lane != 0 || kn <= 0) return;
+        const int g = g0 + j * gstride, st = j % ST, nr = min(R, rows - g * R);
+        char *dst = ring + (size_t)st * R * rowb;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* our generic reads of the slot first */
+        mbar_arrive_expect_tx(bar(st), (uint32_t)(nr * kn * 2));
+        const uint32_t d0 = (uint32_t)__cvta_generic_to_shared(dst);
+        if (whole) {
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d0),
+                         "l"(p.W + (size_t)g * R * cols), "r"(nr * kn * 2), "r"(bar(st))
+                         : "memory");
+        } else {
+            for (int r = 0; r < nr; r++)
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                                 d0 + (uint32_t)(r * rowb)),
+                             "l"(p.W + (size_t)(g * R + r) * cols + kbeg), "r"(kn * 2), "r"(bar(st))
+                             : "memory");
+        }
+    };
+    if (p.pre)
+        for (int j = 0; j < ST; j++) issue(j);
+    pdl_wait();
+    if (!p.pre)
+        for (int j = 0; j < ST; j++) issue(j);
+    if (p.nw) {
+        stage_norm_row(xs, red, cols, NULL, p.x, p.part, 1, NULL, p.nw, NORM_ZC, 1e-6f);
+    } else {
+        for (int i = kbeg + threadIdx.x; i < kend; i += NT) xs[i - kbeg] = __ldcg(p.x + i);
+    }
+    __syncthreads();
+    if (p.h_out && blockIdx.x == 0 && blockIdx.y == 0)
+        for (int i = threadIdx.x; i < kend - kbeg; i += NT) p.h_out[i] = xs[i + kbeg - xoff];
+    if (!p.trig) pdl_trigger();
+
+    for (int j = 0; j < nj; j++) {
+        const int g = g0 + j * gstride, st = j % ST;
+        const char *slot = ring + (size_t)st * R * rowb; /* whole: kn == kc, so the rows lie rowb apart too */
+        mbar_wait(bar(st), (uint32_t)((j / ST) & 1));
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0.0f;
+        for (int k = lane * 8; k < kn; k += 256) {
+            const float4 *xp = reinterpret_cast<const float4 *>(xs + (kbeg + k - xoff));
+            const float4 a = xp[0], b = xp[1];
+            const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (g * R + r < rows) acc[r] = dot8(*reinterpret_cast<const uint4 *>(slot + r * rowb + k * 2), xv, acc[r]);
+        }
+        __syncwarp(); /* every lane has read the slot before lane 0 refills it */
+        issue(j + ST);
+        int o = 16;
+#pragma unroll
+        for (int n = R; n > 1; n >>= 1, o >>= 1) {
+            const bool hi = lane & o;
+#pragma unroll
+            for (int q = 0; q < n / 2; q++) {
+                const float keep = hi ? acc[q + n / 2] : acc[q], send = hi ? acc[q] : acc[q + n / 2];
+                acc[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        }
+        float s = acc[0];
+#pragma unroll
+        for (int q = LPR / 2; q > 0; q >>= 1) s += __shfl_xor_sync(0xffffffffu, s, q);
+        const int row = g * R + lane / LPR;
+        if (OUT == O_SILU) {
+            const float up = __shfl_down_sync(0xffffffffu, s, LPR % 32);
+            if (lane % (2 * LPR) == 0 && row + 1 < rows) p.y[row >> 1] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
+        } else if (lane % LPR == 0 && row < rows) {
+            if (OUT == O_STORE)
+                p.y[row] = rbf(s);
+            else
+                atomicAdd(p.y + row, s);
+        }
+    }
+}
+
 /* Stand-in mixer: block b keeps a 2048-float slice of a state (loaded before the wait), then
  * reads the GEMV output from L2, updates and writes the slice and one output per thread. */
 struct MixP {
@@ -377,18 +488,23 @@ struct Variant {
     int R, U, NT, hint;
     KernFn k[3]; /* per OUT; NULL = not supported (SILU needs R >= 2) */
     size_t ring; /* lab_gemv_smem: bytes of the cp.async ring (ST * R * U * NT * 16); 0 = registers */
+    int bulk;    /* lab_gemv_bulk: slots per warp (shared memory depends on the shape: smem_for) */
 };
 #define VAR(nm, R, U, NT, H)                                                                                     \
     {nm, R, U, NT, H,                                                                                           \
      {lab_gemv<R, U, NT, O_STORE, H>, (R) >= 2 ? (KernFn)lab_gemv<((R) >= 2 ? (R) : 2), U, NT, O_SILU, H> : NULL, \
       lab_gemv<R, U, NT, O_SPLITK, H>},                                                                         \
-     0}
+     0, 0}
 /* lab_gemv_smem, R >= 2 */
 #define SVAR(nm, R, U, NT, ST)                                                                                  \
     {nm, R, U, NT, H_NC,                                                                                        \
      {lab_gemv_smem<R, U, NT, ST, O_STORE>, lab_gemv_smem<R, U, NT, ST, O_SILU>,                                \
       lab_gemv_smem<R, U, NT, ST, O_SPLITK>},                                                                   \
-     (size_t)(ST) * (R) * (U) * (NT) * 16}
+     (size_t)(ST) * (R) * (U) * (NT) * 16, 0}
+/* lab_gemv_bulk, R 4 */
+#define BVAR(nm, NT, ST)                                                                                        \
+    {nm, 4, 0, NT, H_NC, {lab_gemv_bulk<4, NT, ST, O_STORE>, lab_gemv_bulk<4, NT, ST, O_SILU>,                   \
+                          lab_gemv_bulk<4, NT, ST, O_SPLITK>}, 0, ST}
 static const Variant VARS[] = {
     VAR("r4u4t256", 4, 4, 256, H_NC), /* the engine's current matvec_bf16_rows4 */
     VAR("r1u4t256", 1, 4, 256, H_NC),       VAR("r1u8t256", 1, 8, 256, H_NC),
@@ -405,6 +521,12 @@ static const Variant VARS[] = {
     SVAR("s.r2u4t256.x3", 2, 4, 256, 3),    /* (96) */
     SVAR("s.r4u2t128.x4", 4, 2, 128, 4),    /* (64) 3 per SM */
     SVAR("s.r4u4t512.x1", 4, 4, 512, 1),    /* (128) the register winner's batch, no ring */
+    /* TMA bulk copies into shared memory (lab_gemv_bulk): b.tNT.xST, KiB at 1024 columns in () */
+    BVAR("b.t256.x1", 256, 1),              /* (64) 3 per SM, or 1-2 + the next kernel's */
+    BVAR("b.t128.x2", 128, 2),              /* (64) */
+    BVAR("b.t256.x2", 256, 2),              /* (128) */
+    BVAR("b.t512.x1", 512, 1),              /* (128) the register winner's bytes in flight */
+    BVAR("b.t128.x1", 128, 1),              /* (32) */
 };
 #define N_VARS ((int)(sizeof VARS / sizeof VARS[0]))
 
@@ -431,6 +553,15 @@ struct Mode {
 };
 
 static int g_nsm, g_fail;
+static const char *g_vars; /* --vars a,b: only variants whose name contains one of these (and variant 0) */
+static bool var_on(int vi) {
+    if (!g_vars || vi == 0) return true;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", g_vars);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ","))
+        if (strstr(VARS[vi].name, t)) return true;
+    return false;
+}
 static cudaStream_t g_st;
 static char *g_arena;
 static size_t g_arena_bytes;
@@ -528,6 +659,9 @@ static void setup(uint64_t seed) {
 /* ---- launching ------------------------------------------------------------------------------ */
 
 static size_t smem_for(const Variant *v, const Shape *s, int splits) {
+    if (v->bulk) /* as lab_gemv_bulk lays it out */
+        return sizeof(float) * (size_t)(((s->norm ? s->cols : kchunk(s->cols, splits)) + 31) & ~31) +
+               (size_t)(v->NT / 32) * v->bulk * v->R * kchunk(s->cols, splits) * 2;
     const size_t xb = sizeof(float) * (size_t)(((s->norm ? s->cols : kchunk(s->cols, splits)) + 3) & ~3);
     return xb + v->ring;
 }
@@ -792,7 +926,7 @@ static void stage_ab(int quick, int do_b) {
         std::vector<Result> rs;
         for (int vi = 0; vi < N_VARS; vi++) {
             if (quick && vi > 6) break;
-            if (!VARS[vi].k[s->out]) continue;
+            if (!VARS[vi].k[s->out] || !var_on(vi)) continue;
             Result r = measure(vi, si, m0);
             print_result(s, r);
             rs.push_back(r);
@@ -925,7 +1059,7 @@ static void stage_s(void) {
     cur.name = "current (r4u4t256, splits 8)";
     for (int si = 0; si < N_SHAPES; si++) cur.r[si] = Result{0, {1, 0, 0, SH[si].out == O_SPLITK ? 8 : 0}, 0, 1};
     cur.ahead = -1;
-    StepCfg cfgs[20];
+    StepCfg cfgs[28];
     int n = 0;
     cfgs[n++] = cur;
     StepCfg c = cur;
@@ -979,6 +1113,22 @@ static void stage_s(void) {
             if (si != SH_LM && SH[si].out != O_SPLITK) c.r[si].m.grid = 0;
         cfgs[n++] = c;
     }
+    /* TMA bulk variants: each at the occupancy grid and at 1 block per SM, trig at start, loads before the wait */
+    static const char *bulk_names[] = {"b.t256.x1", "b.t128.x2", "b.t512.x1", "b.t256.x2"};
+    static char bulk_cfg_names[8][48];
+    int nb_cfg = 0;
+    for (const char *bn : bulk_names)
+        for (int vi = 0; vi < N_VARS; vi++)
+            if (!strcmp(VARS[vi].name, bn) && var_on(vi) && n + 2 <= 28 && nb_cfg + 2 <= 8) {
+                for (int gm = 0; gm < 2; gm++) {
+                    c = b, c.ahead = -1, c.pf_state = 0;
+                    snprintf(bulk_cfg_names[nb_cfg], 48, "%s %s trig", bn, gm ? "1/SM" : "occ grid");
+                    c.name = bulk_cfg_names[nb_cfg++];
+                    for (int si = 0; si < N_SHAPES; si++)
+                        if (si != SH_LM) c.r[si] = Result{vi, {1, 1, 0, SH[si].out == O_SPLITK ? 8 : (gm ? 2 : 0)}, 0, 1};
+                    cfgs[n++] = c;
+                }
+            }
     printf("\nS: step model (GEMVs + stand-in mixers, 127 launches, %.3f GB): ms per step\n", bytes / 1e9);
     for (int i = 0; i < n; i++) {
         const float ms = run_step(&cfgs[i]);
@@ -999,8 +1149,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--stage") && i + 1 < argc) stages = argv[++i];
+        else if (!strcmp(argv[i], "--vars") && i + 1 < argc) g_vars = argv[++i];
         else {
-            fprintf(stderr, "usage: gemv_lab [--quick] [--seed N] [--stage 0ABS]\n");
+            fprintf(stderr, "usage: gemv_lab [--quick] [--seed N] [--stage 0ABS] [--vars name,substrings]\n");
             return 2;
         }
     }

@@ -302,7 +302,7 @@ extern "C" int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l
         ((uintptr_t)p->out & 3) || (p->gate && (p->gate_ld % 2 || p->gate_hs % 2 || ((uintptr_t)p->gate & 3))))
         return (int)cudaErrorInvalidValue;
     const char *algo = getenv("QWEN35_ATTN");
-    if (algo && !strcmp(algo, "wgmma")) { /* experimental (attention_prefill_wg.cu) */
+    if (!algo || strcmp(algo, "mma")) { /* hd 256 on sm_90: the wgmma kernel (attention_prefill_wg.cu) */
         const int rc = cuda_attn_prefill_wg(p, l);
         if (rc != (int)cudaErrorNotSupported) return rc;
     }

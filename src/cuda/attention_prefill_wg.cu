@@ -1,7 +1,8 @@
 /* attention_prefill_wg.cu — the prefill flash attention of attention_prefill.cu (same contract: ops.h
  * AttnPrefillParams, same rounding: P rounded to bf16 for P V, fp32 online softmax, ATTN mask value)
- * on Hopper wgmma for head_dim 256 (Qwen3.5), EXPERIMENTAL: QWEN35_ATTN=wgmma selects it
- * (cuda_attn_prefill), NOT yet run on a GPU.
+ * on Hopper wgmma for head_dim 256 (Qwen3.5): cuda_attn_prefill's default there since session 5
+ * (QWEN35_ATTN=mma selects the mma.sync kernel instead). H200, 8/2 heads, T = 2048: 88.4 us
+ * (194 TFLOP/s) vs 118.9 us for the mma.sync kernel; prefill of 2048 tokens 7.92 -> 7.70 ms.
  *
  * Why: the mma.sync kernel (143 TFLOP/s at T = 2048) gives every warp 16 query rows, so each of the
  * 4 row warps reads every K and V fragment from shared memory itself (ldmatrix), and at 255 registers

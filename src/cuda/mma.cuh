@@ -124,7 +124,7 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t saddr) {
  * 128-byte row holds 64 consecutive N (or M) elements, 128-byte swizzle as above; 8-row (K) groups
  * 1024 B apart (stride byte offset) and consecutive 64-element N blocks `lbo` bytes apart (leading
  * byte offset; CUTLASS's canonical MN-major SW128 layout ((8,8,n),(8,k)) : ((1,8,LBO),(64,SBO)) in
- * 16-byte units). NOT yet checked on a GPU (attention_prefill_wg.cu is its first user). */
+ * 16-byte units). Checked on the H200 by attention_prefill_wg.cu (test_prefill). */
 __device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t saddr, uint32_t lbo) {
     uint64_t d = (uint64_t)((saddr & 0x3FFFF) >> 4);
     d |= (uint64_t)((lbo >> 4) & 0x3FFF) << 16;

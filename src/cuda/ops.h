@@ -411,8 +411,8 @@ typedef struct AttnPrefillParams {
     int T, pos, Hq, Hkv, hd, max_seq;
     float scale;             /* 1/sqrt(hd) */
 } AttnPrefillParams;
-/* hd 32, 64, 128 or 256; Hq a multiple of Hkv. With QWEN35_ATTN=wgmma in the environment, hd 256 on
- * sm_90 takes the EXPERIMENTAL wgmma kernel (attention_prefill_wg.cu, not yet run on a GPU). */
+/* hd 32, 64, 128 or 256; Hq a multiple of Hkv. hd 256 on sm_90 takes the wgmma kernel
+ * (attention_prefill_wg.cu) unless QWEN35_ATTN=mma is in the environment; the rest the mma.sync one. */
 int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l);
 /* The wgmma kernel alone: cudaErrorNotSupported unless hd == 256 on compute capability 9.x. */
 int cuda_attn_prefill_wg(const AttnPrefillParams *p, const CudaLaunch *l);
