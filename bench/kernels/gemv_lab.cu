@@ -1129,6 +1129,25 @@ static void stage_s(void) {
                     cfgs[n++] = c;
                 }
             }
+    /* alternating footprints: a register kernel (r4u4t256, 1 block per SM, ~32K registers) next to a TMA
+     * bulk one (b.t512.x1: ~20K registers, 132 KiB shared memory), so each GEMV's successor fits beside it
+     * and streams its weights (pre 1) from this one's start (trig 1) */
+    int v_reg = -1, v_bulk = -1;
+    for (int vi = 0; vi < N_VARS; vi++) {
+        if (!strcmp(VARS[vi].name, "r4u4t256")) v_reg = vi;
+        if (!strcmp(VARS[vi].name, "b.t512.x1") && var_on(vi)) v_bulk = vi;
+    }
+    if (v_reg >= 0 && v_bulk >= 0)
+        for (int flip = 0; flip < 2 && n < 28; flip++) {
+            c = b, c.ahead = -1, c.pf_state = 0;
+            c.name = flip ? "alt: in/gate_up bulk, out/down reg" : "alt: in/gate_up reg, out/down bulk";
+            for (int si = 0; si < N_SHAPES; si++) {
+                if (si == SH_LM) continue;
+                const bool reg = (si == SH_IN || si == SH_GU) != (flip == 1);
+                c.r[si] = Result{reg ? v_reg : v_bulk, {1, 1, 0, SH[si].out == O_SPLITK ? 8 : 2}, 0, 1};
+            }
+            cfgs[n++] = c;
+        }
     printf("\nS: step model (GEMVs + stand-in mixers, 127 launches, %.3f GB): ms per step\n", bytes / 1e9);
     for (int i = 0; i < n; i++) {
         const float ms = run_step(&cfgs[i]);

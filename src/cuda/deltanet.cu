@@ -10,10 +10,25 @@
  * (i < DN_RPT) x VEC columns. Per column:
  *   mem = S^T k^,  sq = S^T q^   (one pass over the undecayed S, scaled by decay after)
  *   delta = beta (v - decay mem),  o = decay sq + delta (k^ . q^),  S' = decay S + k^ delta^T. */
+#include <stdlib.h>
+
 #include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 
 enum { DN_RPT = 4, DN_MAX_SPLIT = 8 };
+
+/* Value-column splits per head (the cluster size): DN_MAX_SPLIT, or QWEN35_DN_SPLITS=4 in the environment
+ * (a measurement knob: half as many blocks per head, twice the threads; H200 0.8B: 0.806 ms/token vs
+ * 0.795 at 8, docs/PERF_NOTES.md §14). 2 and 1 are refused: the 512- and 1024-thread blocks they give
+ * at dv 128-256 exceed the register file at this kernel's ~72 registers (launch error 701). */
+static int dn_max_split(void) {
+    static int v;
+    if (!v) {
+        const char *e = getenv("QWEN35_DN_SPLITS");
+        v = e && atoi(e) == 4 ? 4 : DN_MAX_SPLIT;
+    }
+    return v;
+}
 
 /* Launch shape for (dk, dv): VEC columns per thread (4 when dv % 4 == 0), tpr threads per state row
  * (a power of two <= 32), cols = tpr*VEC columns per block, splits = blocks (= cluster size) per head. */
@@ -24,7 +39,7 @@ typedef struct DnShape {
 static int dn_shape(int dk, int dv, DnShape *s) {
     if (dk < 1 || dv < 1 || dk > 1024 || dv > 1024) return -1;
     s->vec = dv % 4 == 0 ? 4 : 1;
-    const int want = ceil_div(ceil_div(dv, DN_MAX_SPLIT), s->vec);
+    const int want = ceil_div(ceil_div(dv, dn_max_split()), s->vec);
     int tpr = 1;
     while (tpr < want) tpr <<= 1;
     if (tpr > 32) return -1;
@@ -143,6 +158,9 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
 
     pdl_wait();
     pdl_trigger();
+    l2_prefetch_share(p.pf[0].ptr, p.pf[0].bytes); /* the next phases' weights (ops.h), DRAM idle otherwise */
+    l2_prefetch_share(p.pf[1].ptr, p.pf[1].bytes);
+    l2_prefetch_share(p.pf[2].ptr, p.pf[2].bytes);
 
     /* 2. Conv + SiLU of this block's q/k head and v columns; store the current row in the ring
      *    (q/k rows by one block per k-head, v rows by their owner). */
@@ -251,7 +269,7 @@ extern "C" int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch 
     DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->conv_ring || !p->A_log || !p->dt_bias || !p->norm_w || !p->S ||
         !p->y || !p->step || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 1 || p->Hv > 65535 ||
-        dn_shape(p->dk, p->dv, &sh))
+        dn_shape(p->dk, p->dv, &sh) || !prefetch_hints_ok(p->pf, 3))
         return (int)cudaErrorInvalidValue;
     DnArgs a;
     a.p = *p;
