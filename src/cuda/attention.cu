@@ -275,17 +275,10 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
         pdl_wait();
         return;
     }
-    /* after pdl_wait, every block (idle ones too): its share of the next phases' weights (ops.h pf) */
-    auto prefetch_next = [&]() {
-        l2_prefetch_share(p.pf[0].ptr, p.pf[0].bytes);
-        l2_prefetch_share(p.pf[1].ptr, p.pf[1].bytes);
-        l2_prefetch_share(p.pf[2].ptr, p.pf[2].bytes);
-    };
     const int kv_len = pos + 1, chunk = attn_chunk(kv_len, n_split);
     const int n_cact = att_cdiv(att_cdiv(kv_len, chunk), ncs); /* active clusters */
     if (clu >= n_cact) { /* the whole cluster exits: no cluster barrier is pending */
         pdl_wait();
-        prefetch_next();
         return;
     }
     cluster_arrive_relaxed(); /* phase 1 (this block has started), waited on before the first push */
@@ -310,7 +303,6 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
     }
     pdl_wait();
     pdl_trigger();
-    prefetch_next();
     __syncthreads();
 
     /* Query heads hq0 .. hq0+GB-1 (and k/v when this block holds pos). */
@@ -433,7 +425,7 @@ extern "C" int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l) 
     if (!p || !l || !p->qkv || !p->q_norm_w || !p->k_norm_w || !p->inv_freq || !p->k_cache || !p->v_cache ||
         !p->out || !p->work || !p->step || p->Hkv < 1 || p->Hq < p->Hkv || p->Hq % p->Hkv || p->Hkv > 65535 ||
         p->Hq > 65535 || p->max_seq < 1 || p->R < 2 || p->R % 2 || p->R > p->hd ||
-        (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN) || !prefetch_hints_ok(p->pf, 3))
+        (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN))
         return (int)cudaErrorInvalidValue;
     const AttnGrid g = attn_grid(p->Hq, p->Hkv, p->hd, p->max_seq);
     if ((long long)p->Hkv * g.n_qg > 65535) return (int)cudaErrorInvalidValue;

@@ -381,10 +381,6 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
     ctx->pdl = o ? !o->no_pdl : 1;
     ctx->pf_ahead = CUDA_PF_AHEAD;
     ctx->pdl_early = CUDA_PDL_EARLY;
-    {
-        const char *e = getenv("QWEN35_MIXER_PF");
-        ctx->mixer_pf = e && *e ? atoi(e) : CUDA_MIXER_PF;
-    }
     if (o) ctx->probe = o->probe;
     ctx->n_valid = o && o->n_valid > 0 && o->n_valid < c->vocab_size ? o->n_valid : c->vocab_size;
     ctx->layers = (CudaLayer *)calloc((size_t)c->num_hidden_layers, sizeof(CudaLayer));

@@ -158,9 +158,6 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
 
     pdl_wait();
     pdl_trigger();
-    l2_prefetch_share(p.pf[0].ptr, p.pf[0].bytes); /* the next phases' weights (ops.h), DRAM idle otherwise */
-    l2_prefetch_share(p.pf[1].ptr, p.pf[1].bytes);
-    l2_prefetch_share(p.pf[2].ptr, p.pf[2].bytes);
 
     /* 2. Conv + SiLU of this block's q/k head and v columns; store the current row in the ring
      *    (q/k rows by one block per k-head, v rows by their owner). */
@@ -269,7 +266,7 @@ extern "C" int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch 
     DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->conv_ring || !p->A_log || !p->dt_bias || !p->norm_w || !p->S ||
         !p->y || !p->step || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 1 || p->Hv > 65535 ||
-        dn_shape(p->dk, p->dv, &sh) || !prefetch_hints_ok(p->pf, 3))
+        dn_shape(p->dk, p->dv, &sh))
         return (int)cudaErrorInvalidValue;
     DnArgs a;
     a.p = *p;

@@ -154,32 +154,6 @@ static int gemv(CudaCtx *ctx, const CudaLaunch *lc, MatvecParams *mv, const char
 
 /* ---- mixers ---------------------------------------------------------------------------------- */
 
-/* The mixer of layer l (DeltaNet step, attention) moves little memory and is latency-bound (~7 us per
- * layer in the graph, QWEN35_ABLATE measurement, PERF_NOTES §14), while the GEMV before it has finished:
- * DRAM would idle. So after its pdl_wait it prefetches into L2 the weights of the phases after it:
- * w_out and w_gu (adjacent in the arena) and the down projection (w_dT when fused, else w_down). */
-static void mixer_prefetch(const CudaCtx *ctx, int l, MatvecPrefetch pf[3]) {
-    const int m = ctx->mixer_pf;
-    const Config *c = ctx->c;
-    const CudaLayer *ly = &ctx->layers[l];
-    const long long D = c->hidden_size, F = c->intermediate_size;
-    const long long b_out = 2 * D * ly->out_cols, b_gu = 4 * F * D;
-    const int adjacent = (const char *)ly->w_gu == (const char *)ly->w_out + b_out; /* as layout() carves them */
-    if ((m & 3) == 3 && adjacent)
-        pf[0].ptr = ly->w_out, pf[0].bytes = (b_out + b_gu) & ~15LL;
-    else if (m & 1)
-        pf[0].ptr = ly->w_out, pf[0].bytes = b_out & ~15LL;
-    else if (m & 2)
-        pf[0].ptr = ly->w_gu, pf[0].bytes = b_gu & ~15LL;
-    if ((m & 3) == 3 && !adjacent) pf[2].ptr = ly->w_gu, pf[2].bytes = b_gu & ~15LL;
-    const int fused = ctx->mlp_fused && !ctx->deterministic;
-    if (m & 4) pf[1].ptr = fused ? (const void *)ly->w_dT : (const void *)ly->w_down, pf[1].bytes = 2 * D * F & ~15LL;
-    if ((m & 8) && l + 1 < c->num_hidden_layers && !pf[2].ptr) {
-        const CudaLayer *nx = &ctx->layers[l + 1];
-        pf[2].ptr = nx->w_in, pf[2].bytes = 2 * D * nx->in_rows & ~15LL;
-    }
-}
-
 static int deltanet(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     const Config *c = ctx->c;
     CudaLayer *ly = &ctx->layers[l];
@@ -201,7 +175,6 @@ static int deltanet(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     p.dv = c->linear_value_head_dim;
     p.K = c->linear_conv_kernel_dim;
     p.eps = c->rms_norm_eps;
-    mixer_prefetch(ctx, l, p.pf);
     const double state = 4.0 * p.Hv * p.dk * p.dv;
     const double bytes = 2 * state + 2.0 * p.K * c->conv_dim + 4.0 * c->conv_dim * p.K +
                          4.0 * (c->conv_dim + c->value_dim + 2 * p.Hv) + 4.0 * c->value_dim;
@@ -240,7 +213,6 @@ static int attention(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     p.gated = c->attn_output_gate;
     p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
     p.eps = c->rms_norm_eps;
-    mixer_prefetch(ctx, l, p.pf);
     const double kv_len = ctx->step_host->pos + 1.0;
     const double bytes = 4.0 * (c->q_proj_rows + 2 * c->kv_dim) + 2.0 * 2 * p.Hkv * kv_len * p.hd +
                          4.0 * c->attn_dim + 4.0 * p.Hq * ctx->attn_splits * (p.hd + 2) * 2;

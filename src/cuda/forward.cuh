@@ -29,7 +29,6 @@ extern "C" {
 #define CUDA_PF_AHEAD 0LL
 /* 1: GEMVs trigger their dependents at kernel start (ops.h early_trigger). */
 #define CUDA_PDL_EARLY 1
-#define CUDA_MIXER_PF 0 /* H200: 7 (w_out, w_gu, down) 0.854 ms/token vs 0.795 off; even w_out alone +15 us */
 
 typedef struct CudaLayer {
     int type;                 /* LAYER_LINEAR_ATTN / LAYER_FULL_ATTN */
@@ -93,8 +92,6 @@ typedef struct CudaCtx {
     long long ws_layers;
     long long pf_ahead;       /* CUDA_PF_AHEAD unless changed (bench) */
     int pdl_early;            /* CUDA_PDL_EARLY unless changed (bench) */
-    int mixer_pf;             /* what the mixers prefetch into L2 (forward.cu mixer_prefetch): bits 1 w_out,
-                                 2 w_gu, 4 down, 8 the next layer's w_in; CUDA_MIXER_PF unless QWEN35_MIXER_PF */
     int splits_out[2];        /* split-K of w_out per layer type [LINEAR, FULL] */
     int splits_down;
     StepParams *step_dev;     /* device StepParams */

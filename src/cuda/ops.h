@@ -276,10 +276,6 @@ typedef struct DeltanetStepParams {
     const StepParams *step; /* step->pos */
     int Hk, Hv, dk, dv, K;
     float eps;              /* rms_norm_eps (gated norm) */
-    /* optional L2 prefetch hints (ptr, bytes multiples of 16; NULL/0 none), issued after pdl_wait: the
-     * GEMV before has finished and DRAM would idle through the step, so the engine names the weights
-     * of the phases after it (out_proj, MLP) and they stream into L2 meanwhile (docs/PERF_NOTES.md §14) */
-    MatvecPrefetch pf[3];
 } DeltanetStepParams;
 int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch *l);
 /* Bytes of conv_ring per layer: K * conv_dim * 2. */
@@ -320,7 +316,6 @@ typedef struct AttnDecodeParams {
     int gated;               /* 1: Qwen3.5 interleaved q|gate rows + sigmoid output gate */
     int norm_mode;           /* NORM_ZC or NORM_PLAIN */
     float eps;               /* rms_norm_eps */
-    MatvecPrefetch pf[3];    /* optional L2 prefetch hints after pdl_wait, as DeltanetStepParams.pf */
 } AttnDecodeParams;
 int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l);
 /* n_split (blocks per kv head and query group) for a cache of max_seq positions, for G <= 8 at hd <= 128

@@ -159,9 +159,7 @@ cpu_only:
         CU(cudaMemset(d_qout, 0xff, (size_t)n_out * 4));
         CU(cudaMemset(d_work, 0xff, work_b));
         AttnDecodeParams p = {d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_out, d_work, d_qout, d_step,
-                              c->Hq, c->Hkv, hd, c->R, c->max_seq, c->gated, c->norm_mode, eps, {{NULL, 0}}};
-        if (t & 1) /* L2 prefetch hints (a hint: results unchanged): the query/key/value input */
-            p.pf[1].ptr = d_qkv, p.pf[1].bytes = (long long)n_qkv * 4 & ~15LL;
+                              c->Hq, c->Hkv, hd, c->R, c->max_seq, c->gated, c->norm_mode, eps};
         CudaLaunch l = {stream, t & 1};
         const int rc = cuda_attn_decode(&p, &l);
         CHECK(rc == 0, "%s pos %d: launch -> %d (%s)", c->name, pos, rc, cudaGetErrorString((cudaError_t)rc));
@@ -224,7 +222,7 @@ static void test_misc(void) {
     CU(cudaMalloc((void **)&d_step, sizeof sp));
     CU(cudaMemcpy(d_step, &sp, sizeof sp, cudaMemcpyHostToDevice));
     AttnDecodeParams p = {d_qkv, d_w, d_w, d_w + hd, d_K, d_V, d_out, d_work, NULL, d_step,
-                          Hq, Hkv, hd, R, max_seq, 1, NORM_ZC, 1e-6f, {{NULL, 0}}};
+                          Hq, Hkv, hd, R, max_seq, 1, NORM_ZC, 1e-6f};
     CudaLaunch l = {stream, 1};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemset(d_out, 0xff, (size_t)Hq * hd * 4));
@@ -287,7 +285,7 @@ static void time_ctx(int Hq, int Hkv, int hd, int R, int gated, int ctx) {
     for (int i = 0; i < NL; i++) {
         uint16_t *K = d_kv + kv_b / 2 * i, *V = K + kv_b / 4;
         AttnDecodeParams p = {d_qkv, d_w, d_w, d_w + hd, K, V, d_out, d_work, NULL, d_step,
-                              Hq, Hkv, hd, R, ctx, gated, gated ? NORM_ZC : NORM_PLAIN, 1e-6f, {{NULL, 0}}};
+                              Hq, Hkv, hd, R, ctx, gated, gated ? NORM_ZC : NORM_PLAIN, 1e-6f};
         CudaLaunch l = {st, 1};
         if (cuda_attn_decode(&p, &l)) break;
     }

@@ -180,10 +180,7 @@ cpu_only:
         CU(cudaMemset(d_y, 0xff, (size_t)vd * 4)); /* NaN poison */
         CU(cudaMemset(d_o, 0xff, (size_t)vd * 4));
         DeltanetStepParams p = {d_proj, d_conv_w, d_ring, d_A, d_dt, d_nw, d_S, d_y, c->with_o ? d_o : NULL, d_step,
-                                c->Hk, c->Hv, c->dk, c->dv, K, eps, {{NULL, 0}}};
-        if (t & 1) /* L2 prefetch hints (a hint: results unchanged): the conv weights and the state */
-            p.pf[0].ptr = d_conv_w, p.pf[0].bytes = (long long)cd * K * 4 & ~15LL, p.pf[2].ptr = d_S,
-            p.pf[2].bytes = (long long)nS * 4 & ~15LL;
+                                c->Hk, c->Hv, c->dk, c->dv, K, eps};
         CudaLaunch l = {stream, t & 1};
         const int rc = cuda_deltanet_step(&p, &l);
         CHECK(rc == 0, "%s step %d: launch -> %d (%s)", c->name, t, rc, cudaGetErrorString((cudaError_t)rc));
@@ -251,7 +248,7 @@ static void test_deterministic(void) {
     CU(cudaMemset(d_ring, 0, ring_b));
     for (size_t i = 0; i < nS; i++) h[i] = 0.3f * rng_normal(&rng);
     DeltanetStepParams p = {d_proj, d_w, d_ring, d_v, d_v + Hv, d_v + 2 * Hv, d_S, d_y, NULL, d_step,
-                            Hk, Hv, dk, dv, K, 1e-6f, {{NULL, 0}}};
+                            Hk, Hv, dk, dv, K, 1e-6f};
     CudaLaunch l = {stream, 1};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemcpy(d_S, h, nS * 4, cudaMemcpyHostToDevice));
@@ -302,7 +299,7 @@ static void time_08b(void) {
     CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < NL; i++) {
         DeltanetStepParams p = {d_proj, d_w, d_ring + ring_b / 2 * i, d_v, d_v + Hv, d_v + 2 * Hv, d_S + nS * i, d_y,
-                                NULL, d_step, Hk, Hv, dk, dv, K, 1e-6f, {{NULL, 0}}};
+                                NULL, d_step, Hk, Hv, dk, dv, K, 1e-6f};
         CudaLaunch l = {st, 1};
         if (cuda_deltanet_step(&p, &l)) break;
     }
