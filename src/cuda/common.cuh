@@ -117,14 +117,6 @@ __device__ __forceinline__ void l2_prefetch_share(const void *base, long long by
 #endif
 }
 
-/* Host check of L2 prefetch hints (ops.h MatvecPrefetch): ptr and bytes multiples of 16, bytes >= 0,
- * a pointer wherever bytes > 0. */
-static inline int prefetch_hints_ok(const MatvecPrefetch *pf, int n) {
-    for (int i = 0; i < n; i++)
-        if ((uintptr_t)pf[i].ptr % 16 || pf[i].bytes % 16 || pf[i].bytes < 0 || (pf[i].bytes && !pf[i].ptr)) return 0;
-    return 1;
-}
-
 /* ---- bf16 ------------------------------------------------------------------------------ */
 
 /* bf16(x) as fp32: round to nearest even. */

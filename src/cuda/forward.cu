@@ -126,7 +126,10 @@ static void pf_window(const CudaCtx *ctx, long long *front, const void *w, long 
 static int ablated(const char *name) {
     static const char *list;
     static int read;
-    if (!read) list = getenv("QWEN35_ABLATE"), read = 1;
+    if (!read) {
+        list = getenv("QWEN35_ABLATE"), read = 1;
+        if (list && *list) fprintf(stderr, "qwen35: QWEN35_ABLATE=%s: those kernels are left out, outputs are garbage\n", list);
+    }
     if (!list || !*list) return 0;
     const char *kind = name[0] == 'L' && name[3] == '.' ? name + 4 : name;
     const size_t n = strlen(kind);

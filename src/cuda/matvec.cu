@@ -297,7 +297,10 @@ extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
                                      : !p->y)
         return (int)cudaErrorInvalidValue;
     if (p->out_mode == MV_OUT_SILU_MUL && p->rows % 2) return (int)cudaErrorInvalidValue;
-    if (!prefetch_hints_ok(p->pf, MV_MAX_PF)) return (int)cudaErrorInvalidValue;
+    for (int i = 0; i < MV_MAX_PF; i++)
+        if ((uintptr_t)p->pf[i].ptr % 16 || p->pf[i].bytes % 16 || p->pf[i].bytes < 0 ||
+            (p->pf[i].bytes && !p->pf[i].ptr))
+            return (int)cudaErrorInvalidValue;
     int bx = p->blocks;
     if (bx <= 0) {
         int dev = 0, n_sm = 0;
