@@ -9,6 +9,7 @@ CUARCH   ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=
 BUILD    ?= build
 SAN      ?= 0
 DEBUG    ?= 0
+TRACE    ?= 0
 
 CFLAGS   = -std=c11 -O2 -g -Wall -Wextra -Werror -fopenmp -MMD -MP -Iinclude -Isrc -D_GNU_SOURCE
 NVFLAGS  = -O3 -lineinfo -std=c++17 $(CUARCH) -Xcompiler -Wall -MMD -MP -Isrc --expt-relaxed-constexpr
@@ -16,6 +17,9 @@ LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lcrypto -lm -fopenmp -lpthread
 ifeq ($(SAN),1)
   CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDLIBS += -fsanitize=address,undefined
+endif
+ifeq ($(TRACE),1) # the step trace build (src/cuda/common.cuh): make TRACE=1 BUILD=build-trace build-trace/qwen35
+  NVFLAGS += -DQ35_TRACE
 endif
 ifeq ($(DEBUG),1)
   CFLAGS  += -DQ35_DEBUG_SYNC -O0

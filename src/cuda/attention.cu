@@ -271,6 +271,7 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
     const int grp = blockIdx.y, h = grp / a.n_qg, hq0 = h * GB * a.n_qg + (grp % a.n_qg) * GB;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int pos = p.step->pos;
+    Q35_TRACE_T0;
     if (pos < 0 || pos >= p.max_seq) {
         pdl_wait();
         return;
@@ -302,6 +303,7 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
         }
     }
     pdl_wait();
+    Q35_TRACE_T1;
     pdl_trigger();
     __syncthreads();
 
@@ -386,6 +388,7 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
     }
     __syncthreads();
     attn_merge<HD, GB>(a, wm, wl, wo, recv, rml, &last_flag, sh_pos, sh_ncact);
+    Q35_TRACE_END(30);
 }
 
 template <int HD, int GB>
@@ -437,3 +440,5 @@ extern "C" int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l) 
     default: return (int)cudaErrorInvalidValue;
     }
 }
+
+Q35_TRACE_FETCH_FN(cuda_trace_fetch_attention)

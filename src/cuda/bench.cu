@@ -160,6 +160,49 @@ static int trace_persistent(CudaCtx *ctx, BenchResult *res, Err *err) {
     return rc;
 }
 
+#ifdef Q35_TRACE
+extern "C" int cuda_trace_fetch_matvec(void *dst, int cap);
+extern "C" int cuda_trace_fetch_deltanet(void *dst, int cap);
+extern "C" int cuda_trace_fetch_attention(void *dst, int cap);
+extern "C" int cuda_trace_fetch_mlp(void *dst, int cap);
+
+/* The trace build (common.cuh "step trace"): 20 replays of the default step, each synchronised and its
+ * block records appended to $QWEN35_TRACE_CSV (default step_trace.csv) as
+ * ctx,replay,id,block,t0,t1,t2 (global timer, ns); tools/step_trace.py reads them. */
+static int trace_steps(CudaCtx *ctx, int ctx_len, Err *err) {
+    int (*fetch[4])(void *, int) = {cuda_trace_fetch_matvec, cuda_trace_fetch_deltanet, cuda_trace_fetch_attention,
+                                    cuda_trace_fetch_mlp};
+    const char *path = getenv("QWEN35_TRACE_CSV");
+    if (!path || !*path) path = "step_trace.csv";
+    const int cap = Q35_TRACE_CAP;
+    Q35TraceRec *buf = (Q35TraceRec *)malloc(sizeof(Q35TraceRec) * (size_t)cap);
+    FILE *f = buf ? fopen(path, "a") : NULL;
+    if (!f) {
+        free(buf);
+        return err_set(err, Q35_ERR_IO, "cuda bench: cannot write the step trace %s", path);
+    }
+    int rc = cuda_run_step(ctx, 0, err); /* capture + warm-up */
+    cudaError_t e = rc ? cudaSuccess : cudaStreamSynchronize(ctx->stream);
+    if (e != cudaSuccess) rc = bfail(e, "trace warm-up", err);
+    for (int k = 0; k < 4 && !rc; k++)
+        if (fetch[k](buf, cap) < 0) rc = bfail(cudaErrorUnknown, "trace fetch", err);
+    for (int r = 0; r < 20 && !rc; r++) {
+        rc = cuda_run_step(ctx, 0, err);
+        if (!rc && (e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess) rc = bfail(e, "traced step", err);
+        for (int k = 0; k < 4 && !rc; k++) {
+            const int n = fetch[k](buf, cap);
+            if (n < 0) rc = bfail(cudaErrorUnknown, "trace fetch", err);
+            for (int i = 0; i < n; i++)
+                fprintf(f, "%d,%d,%u,%u,%llu,%llu,%llu\n", ctx_len, r, buf[i].id, buf[i].block, buf[i].t0, buf[i].t1,
+                        buf[i].t2);
+        }
+    }
+    fclose(f);
+    free(buf);
+    return rc;
+}
+#endif
+
 /* Device-to-device copy and streaming-read bandwidth over 256 MiB buffers (L2 is 60 MB). */
 static int bandwidth(CudaCtx *ctx, BenchResult *res, Err *err) {
     const size_t bytes = (size_t)256 << 20;
@@ -283,6 +326,15 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         if (!rc) rc = trace_persistent(ctx, res, err);
         ctx->mega = mega0;
     }
+#ifdef Q35_TRACE
+    if (!rc) {
+        ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0, ctx->rec_ops = 0, ctx->mega = 0;
+        cuda_graphs_drop(ctx);
+        rc = trace_steps(ctx, rq->ctx_len, err);
+        ctx->mega = mega0;
+        cuda_graphs_drop(ctx);
+    }
+#endif
     if (!rc) rc = bandwidth(ctx, res, err);
     ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0, ctx->rec_ops = 0, ctx->mega = mega0;
     ctx->mlp_fused = mf0;

@@ -117,6 +117,57 @@ __device__ __forceinline__ void l2_prefetch_share(const void *base, long long by
 #endif
 }
 
+/* ---- step trace (a separate build: make TRACE=1 BUILD=build-trace) ------------------------ */
+
+/* With -DQ35_TRACE the decode kernels (matvec, deltanet, attention, mlp) record, per block that
+ * passed its pdl_wait, the global timer (ns) at entry (t0), after the wait (t1) and at the end (t2),
+ * with a kernel id, into a buffer per translation unit; cuda_trace_fetch_* (extern "C", one per .cu)
+ * copy and clear it. bench then writes them as CSV (src/cuda/bench.cu) and tools/step_trace.py turns
+ * a replay into a timeline: when each launch's blocks start, when the wait releases them, when the
+ * last one ends. Without Q35_TRACE the macros are empty and the kernels unchanged. */
+#ifdef Q35_TRACE
+struct Q35TraceRec {
+    unsigned long long t0, t1, t2;
+    unsigned id, block;
+};
+#define Q35_TRACE_CAP (1 << 16)
+static __device__ Q35TraceRec q35_trace_buf[Q35_TRACE_CAP];
+static __device__ unsigned q35_trace_n;
+__device__ __forceinline__ unsigned long long q35_now(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define Q35_TRACE_T0 const unsigned long long q35_t0 = q35_now()
+#define Q35_TRACE_T1 const unsigned long long q35_t1 = q35_now()
+/* every thread of the block must reach it */
+#define Q35_TRACE_END(kid)                                                                                      \
+    do {                                                                                                        \
+        __syncthreads();                                                                                        \
+        if (threadIdx.x == 0) {                                                                                 \
+            const unsigned q35_i = atomicAdd(&q35_trace_n, 1u);                                                 \
+            if (q35_i < Q35_TRACE_CAP)                                                                          \
+                q35_trace_buf[q35_i] = Q35TraceRec{q35_t0, q35_t1, q35_now(), (unsigned)(kid),                   \
+                                                   blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)}; \
+        }                                                                                                       \
+    } while (0)
+#define Q35_TRACE_FETCH_FN(fname)                                                                               \
+    extern "C" int fname(void *dst, int cap) {                                                                  \
+        unsigned n = 0, z = 0;                                                                                  \
+        if (cudaMemcpyFromSymbol(&n, q35_trace_n, sizeof n) != cudaSuccess) return -1;                          \
+        if (n > Q35_TRACE_CAP) n = Q35_TRACE_CAP;                                                               \
+        if ((int)n > cap) n = (unsigned)cap;                                                                    \
+        if (n && cudaMemcpyFromSymbol(dst, q35_trace_buf, n * sizeof(Q35TraceRec)) != cudaSuccess) return -1;   \
+        if (cudaMemcpyToSymbol(q35_trace_n, &z, sizeof z) != cudaSuccess) return -1;                            \
+        return (int)n;                                                                                          \
+    }
+#else
+#define Q35_TRACE_T0 (void)0
+#define Q35_TRACE_T1 (void)0
+#define Q35_TRACE_END(kid) (void)0
+#define Q35_TRACE_FETCH_FN(fname)
+#endif
+
 /* ---- bf16 ------------------------------------------------------------------------------ */
 
 /* bf16(x) as fp32: round to nearest even. */

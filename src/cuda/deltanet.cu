@@ -127,6 +127,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     const int e0 = split * cols, ncols = min(cols, dv - e0);
     const int nrl = nt / tpr, cg = tid % tpr, rl = tid / tpr;
     const bool col_ok = cg * VEC < ncols; /* VEC = 4: dv % 4 == 0, so all 4 columns exist */
+    Q35_TRACE_T0;
 
     float *pq = sm, *pk = pq + dk, *tq = pk + dk, *tk = tq + dk; /* pq/pk become q/k after the conv */
     float *pv = tk + dk, *tv = pv + cols, *zs = tv + cols, *wn = zs + cols, *dl = wn + cols, *ob = dl + cols;
@@ -157,6 +158,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     const float A_log = p.A_log[j], dt_bias = p.dt_bias[j];
 
     pdl_wait();
+    Q35_TRACE_T1;
     pdl_trigger();
 
     /* 2. Conv + SiLU of this block's q/k head and v columns; store the current row in the ring
@@ -256,6 +258,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
         if (p.o) p.o[e] = ob[c];
     }
     cluster_wait(); /* keep our shared memory alive until the cluster has read `part` */
+    Q35_TRACE_END(20);
 }
 
 extern "C" size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, int K) {
@@ -277,3 +280,5 @@ extern "C" int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch 
     return sh.vec == 4 ? launch_cluster(deltanet_step_f32_cluster<4>, grid, block, smem, (unsigned)sh.splits, l, a)
                        : launch_cluster(deltanet_step_f32_cluster<1>, grid, block, smem, (unsigned)sh.splits, l, a);
 }
+
+Q35_TRACE_FETCH_FN(cuda_trace_fetch_deltanet)

@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     __shared__ int am_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rows = p.rows, cols = p.cols;
+    Q35_TRACE_T0;
     if (p.early_trigger) pdl_trigger();
 #pragma unroll
     for (int i = 0; i < MV_MAX_PF; i++) l2_prefetch_share(p.pf[i].ptr, p.pf[i].bytes);
@@ -124,6 +125,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     if (OUT == MV_OUT_ARGMAX) write_logits = p.logits && p.step->write_logits;
 
     pdl_wait();
+    Q35_TRACE_T1;
     const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
     if (p.in_mode == MV_IN_VEC) {
         for (int i = kbeg + threadIdx.x; i < kend; i += blockDim.x) xs[i - kbeg] = __ldcg(p.x + i);
@@ -221,6 +223,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
             emit(g, acc);
         }
     }
+    Q35_TRACE_END(10 + OUT); /* step trace ids: 10 + out mode */
     if (OUT != MV_OUT_ARGMAX) return;
 
     /* block argmax -> am_val/am_idx[block]; the last block to finish reduces them in block order */
@@ -322,3 +325,5 @@ extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
     }
     return launch_kernel(kern, dim3((unsigned)bx, (unsigned)p->splits), dim3((unsigned)sh.threads), smem, l, *p);
 }
+
+Q35_TRACE_FETCH_FN(cuda_trace_fetch_matvec)

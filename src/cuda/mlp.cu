@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_co
     float *xs = reinterpret_cast<float *>(smem);
     float *act = reinterpret_cast<float *>(smem + mlp_act_off(D));
     uint16_t *wd = reinterpret_cast<uint16_t *>(smem + mlp_wd_off(D, nu_max));
+    Q35_TRACE_T0;
     if (p.early_trigger) pdl_trigger();
 
     /* the block's W_dT rows: one contiguous range of nu * D bf16 -> shared memory */
@@ -93,6 +94,7 @@ __global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_co
     if (pi < npairs) load(pi);
 
     pdl_wait();
+    Q35_TRACE_T1;
     stage_norm_row(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL, p.norm_w, p.norm_mode, p.eps);
     __syncthreads();
     if (b == 0 && p.h_out)
@@ -140,6 +142,7 @@ __global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_co
     }
     const float z0 = __shfl_down_sync(0xffffffffu, y0, 1), z1 = __shfl_down_sync(0xffffffffu, y1, 1);
     if (d < D && !(lane & 1)) red_add4(p.y + d, y0, y1, z0, z1); /* D % 4 == 0: d + 3 < D */
+    Q35_TRACE_END(40);
 }
 
 extern "C" int cuda_mlp_fused_blocks(int F, int n_sm) {
@@ -196,3 +199,5 @@ extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) {
     }
     return launch_kernel(mlp_fused_bf16, dim3((unsigned)G), dim3(MLP_THREADS), smem, l, *p);
 }
+
+Q35_TRACE_FETCH_FN(cuda_trace_fetch_mlp)
