@@ -16,7 +16,20 @@
  *   4. after the barrier and the cp.async wait, thread t sums columns d = 2t, 2t+1 of
  *      sum_i a_i W_dT[i][d] over the block's units in ascending order (fp32 fmaf, 4-byte shared
  *      loads: conflict-free), and even lanes add their own and their odd neighbour's 2 columns with
- *      one red.global.add.v4.f32: G x D / 4 vector atomics per layer (33792 for the 0.8B). */
+ *      one red.global.add.v4.f32: G x D / 4 vector atomics per layer (33792 for the 0.8B).
+ *
+ * Staged variant (EXPERIMENTAL, QWEN35_MLP_STAGE=1, not yet run on a GPU; docs/PERF_NOTES.md §14): the
+ * gate/up rows go through cp.async into shared memory too (rows 2 i0 .. 2 i1 - 1 are one contiguous
+ * range: +112 KiB, 172 KiB in all for the 0.8B) instead of registers, and the kernel is built for at
+ * most 64 registers (__launch_bounds__(512, 2)). Why: with 122 registers x 512 threads the default
+ * kernel fills an SM's register file, so under PDL its blocks cannot become resident until the
+ * out_proj GEMV before it has left the SM, and its 22 MB start to stream only then (ablation: 9.9 us
+ * per layer in the graph for 5 us of bytes). At <= 32K registers it fits beside the DeltaNet step
+ * (~9K) and the out_proj GEMV (~20K), becomes resident when out_proj triggers at its start, and its
+ * copies (issued before pdl_wait) stream while the step and out_proj run. Same arithmetic in the same
+ * order as the default kernel (the same uint4 values, dot8 order, reductions): bitwise equal outputs. */
+#include <stdlib.h>
+
 #include "cuda/common.cuh"
 
 #define MLP_THREADS 512
@@ -30,6 +43,7 @@ static __device__ __forceinline__ void mlp_cp_async16(void *smem, const void *gm
 }
 static __device__ __forceinline__ void mlp_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 static __device__ __forceinline__ void mlp_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+static __device__ __forceinline__ void mlp_cp_async_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 /* y[0..3] += v (y 16-byte aligned): one vector reduction on sm_90, four scalar atomics elsewhere. */
 static __device__ __forceinline__ void red_add4(float *y, float a, float b, float c, float d) {
@@ -43,14 +57,19 @@ static __device__ __forceinline__ void red_add4(float *y, float a, float b, floa
 #endif
 }
 
-/* Shared memory: xs [D] fp32 | act [round4(nu_max)] fp32 | wd [nu_max][D] bf16 (16-byte aligned). */
+/* Shared memory: xs [D] fp32 | act [round4(nu_max)] fp32 | wd [nu_max][D] bf16 (16-byte aligned)
+ * | STAGE: wg [2 nu_max][D] bf16 (the block's gate/up rows). */
 static __host__ __device__ inline int mlp_nu_max(int F, int G) { return (F + G - 1) / G; }
 static __host__ __device__ inline size_t mlp_act_off(int D) { return (size_t)D * 4; }
 static __host__ __device__ inline size_t mlp_wd_off(int D, int nu_max) {
     return mlp_act_off(D) + (size_t)((nu_max + 3) & ~3) * 4;
 }
+static __host__ __device__ inline size_t mlp_wg_off(int D, int nu_max) {
+    return mlp_wd_off(D, nu_max) + (size_t)nu_max * D * 2;
+}
 
-__global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_constant__ MlpFusedParams p) {
+template <bool STAGE>
+__global__ void __launch_bounds__(MLP_THREADS, STAGE ? 2 : 1) mlp_fused_bf16(const __grid_constant__ MlpFusedParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32];
     const int D = p.D, F = p.F, G = gridDim.x, b = blockIdx.x;
@@ -60,9 +79,17 @@ __global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_co
     float *xs = reinterpret_cast<float *>(smem);
     float *act = reinterpret_cast<float *>(smem + mlp_act_off(D));
     uint16_t *wd = reinterpret_cast<uint16_t *>(smem + mlp_wd_off(D, nu_max));
+    const uint16_t *wg = reinterpret_cast<const uint16_t *>(smem + mlp_wg_off(D, nu_max)); /* STAGE */
     Q35_TRACE_T0;
     if (p.early_trigger) pdl_trigger();
 
+    if (STAGE) { /* the block's gate/up rows 2 i0 .. 2 i1 - 1: one contiguous range -> wg, first group */
+        const uint4 *src = reinterpret_cast<const uint4 *>(p.w_gu + (size_t)2 * i0 * D);
+        uint4 *dst = reinterpret_cast<uint4 *>(smem + mlp_wg_off(D, nu_max));
+        const int n16 = 2 * nu * (D / 8);
+        for (int c = threadIdx.x; c < n16; c += MLP_THREADS) mlp_cp_async16(dst + c, src + c);
+        mlp_cp_async_commit();
+    }
     /* the block's W_dT rows: one contiguous range of nu * D bf16 -> shared memory */
     {
         const uint4 *src = reinterpret_cast<const uint4 *>(p.w_dT + (size_t)i0 * D);
@@ -91,7 +118,7 @@ __global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_co
         }
     };
     int pi = warp;
-    if (pi < npairs) load(pi);
+    if (!STAGE && pi < npairs) load(pi);
 
     pdl_wait();
     Q35_TRACE_T1;
@@ -100,10 +127,14 @@ __global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_co
     if (b == 0 && p.h_out)
         for (int i = threadIdx.x; i < D; i += MLP_THREADS) p.h_out[i] = xs[i];
     if (!p.early_trigger) pdl_trigger();
+    if (STAGE) { /* wg has landed (W_dT, the newer group, may still be in flight), for every thread */
+        mlp_cp_async_wait_1();
+        __syncthreads();
+    }
 
     /* gate/up: 4 row sums per warp group -> act of 2 units (matvec.cu emit(), MV_OUT_SILU_MUL) */
     for (bool first = true; pi < npairs; pi += MLP_WARPS, first = false) {
-        if (!first) load(pi);
+        if (!STAGE && !first) load(pi);
         float acc[MLP_R];
 #pragma unroll
         for (int r = 0; r < MLP_R; r++) acc[r] = 0.0f;
@@ -115,7 +146,16 @@ __global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_co
                 const float4 a4 = xp[0], b4 = xp[1];
                 const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
-                for (int r = 0; r < MLP_R; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+                for (int r = 0; r < MLP_R; r++) {
+                    uint4 wv;
+                    if (STAGE) /* the same values load() takes from global memory, zero past the units */
+                        wv = i0 + 2 * pi + (r >> 1) < i1
+                                 ? *reinterpret_cast<const uint4 *>(wg + (size_t)(4 * pi + r) * D + k)
+                                 : make_uint4(0u, 0u, 0u, 0u);
+                    else
+                        wv = w[u][r];
+                    acc[r] = dot8(wv, xv, acc[r]);
+                }
             }
         }
         const float s = warp_sum_rows4(acc, lane); /* lanes 8j..8j+7 hold the sum of row j */
@@ -150,11 +190,19 @@ extern "C" int cuda_mlp_fused_blocks(int F, int n_sm) {
     return g > 0 ? g : 1;
 }
 
-extern "C" size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks) {
+/* QWEN35_MLP_STAGE=1: the staged variant (header comment). Read at every launch (graph capture, or
+ * an eager step), so a test can switch it. */
+static int mlp_stage(void) {
+    const char *e = getenv("QWEN35_MLP_STAGE");
+    return e && atoi(e) == 1;
+}
+static size_t mlp_smem(int D, int F, int blocks, int stage) {
     if (D <= 0 || F <= 0 || blocks <= 0) return 0;
     const int nu_max = mlp_nu_max(F, blocks);
-    return mlp_wd_off(D, nu_max) + (size_t)nu_max * D * 2;
+    return mlp_wg_off(D, nu_max) + (stage ? (size_t)2 * nu_max * D * 2 : 0);
 }
+
+extern "C" size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks) { return mlp_smem(D, F, blocks, mlp_stage()); }
 
 static int smem_optin(size_t *bytes) {
     int dev = 0, v = 0;
@@ -171,7 +219,7 @@ extern "C" int cuda_mlp_fused_supported(int D, int F, int n_sm) {
     size_t lim = 0;
     if (!shape_ok(D, F) || smem_optin(&lim)) return 0;
     /* + the static red[32] and a margin for what the runtime reserves */
-    return cuda_mlp_fused_smem_bytes(D, F, cuda_mlp_fused_blocks(F, n_sm)) + 1024 <= lim;
+    return mlp_smem(D, F, cuda_mlp_fused_blocks(F, n_sm), 0) + 1024 <= lim; /* the staged variant falls back */
 }
 
 extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) {
@@ -188,16 +236,19 @@ extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) {
         if (e != cudaSuccess) return (int)e;
         G = cuda_mlp_fused_blocks(p->F, n_sm);
     }
-    const size_t smem = cuda_mlp_fused_smem_bytes(p->D, p->F, G);
     size_t lim = 0;
     int rc = smem_optin(&lim);
     if (rc) return rc;
+    int stage = mlp_stage();
+    if (stage && mlp_smem(p->D, p->F, G, 1) + sizeof(float) * 32 > lim) stage = 0; /* does not fit: registers */
+    const size_t smem = mlp_smem(p->D, p->F, G, stage);
     if (smem + sizeof(float) * 32 > lim) return (int)cudaErrorInvalidValue;
+    void (*kern)(MlpFusedParams) = stage ? mlp_fused_bf16<true> : mlp_fused_bf16<false>;
     if (smem > 40 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(mlp_fused_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
     }
-    return launch_kernel(mlp_fused_bf16, dim3((unsigned)G), dim3(MLP_THREADS), smem, l, *p);
+    return launch_kernel(kern, dim3((unsigned)G), dim3(MLP_THREADS), smem, l, *p);
 }
 
 Q35_TRACE_FETCH_FN(cuda_trace_fetch_mlp)
