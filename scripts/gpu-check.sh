@@ -5,9 +5,12 @@
 # CUDA-vs-HF golden checks, the full-size comparison against HF bf16, compute-sanitizer, and
 # the benchmark, writing logs to $OUT (or ./gpu-out) and printing a short table last.
 #   usage: scripts/gpu-check.sh [tests] [full] [lengths] [sanitizer] [bench] [hf] [lab] [tok] [t:NAME ...]
-#          [quickbench]
+#          [quickbench] [stage] [trace]
 #   (default: tests full lengths sanitizer bench hf; lengths: prefill at T = 1 .. 8192 vs HF; t:NAME runs build/tests/gpu/test_NAME alone;
-#   quickbench: decode at ctx 128/2048/16384 with --ops and one 2048-token prefill)
+#   quickbench: decode at ctx 128/2048/16384 with --ops and one 2048-token prefill;
+#   stage: the staged fused MLP (QWEN35_MLP_STAGE=1, EXPERIMENTAL): test_mlp, test_decode with it, and an
+#   alternating same-machine A/B of the decode step; trace: the step trace (needs build-trace/qwen35 from
+#   `make TRACE=1 BUILD=build-trace build-trace/qwen35`, packed by devpack.sh) -> tools/step_trace.py)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -37,6 +40,34 @@ if has quickbench; then
     timeout 300 build/qwen35 bench --dummy qwen3.5-0.8b --backend cuda --ops --prefill-list 2048 --json "$OUT/bench.json" \
         --md "$OUT/bench.md" 2>&1 | tee "$OUT/bench.log"
     summary+=("quick bench: exit ${PIPESTATUS[0]}")
+fi
+if has stage; then
+    echo "== staged fused MLP (QWEN35_MLP_STAGE=1): tests, then A/B"
+    timeout 120 build/tests/gpu/test_mlp > "$OUT/stage-test_mlp.log" 2>&1; r1=$?
+    QWEN35_MLP_STAGE=1 timeout 200 build/tests/gpu/test_decode > "$OUT/stage-test_decode.log" 2>&1; r2=$?
+    echo "test_mlp rc=$r1 $(tail -n 1 "$OUT/stage-test_mlp.log"); staged test_decode rc=$r2 $(tail -n 1 "$OUT/stage-test_decode.log")"
+    for s in 0 1 0 1; do
+        QWEN35_MLP_STAGE=$s timeout 60 build/qwen35 bench --dummy qwen3.5-0.8b --backend cuda --ctx-list 128,2048 \
+            --prefill-list 1 --md "$OUT/stage$s.md" > "$OUT/stage$s.log" 2>&1
+        echo "QWEN35_MLP_STAGE=$s: $(grep -E '^\| (128|2048) \|' "$OUT/stage$s.md" | cut -d'|' -f2,3 | tr '\n' ' ')" |
+            tee -a "$OUT/stage.txt"
+    done
+    summary+=("staged MLP: test_mlp rc=$r1, test_decode rc=$r2; $(tr '\n' ';' < "$OUT/stage.txt")")
+fi
+if has trace; then
+    echo "== step trace (build-trace/qwen35)"
+    if [ -x build-trace/qwen35 ]; then
+        rm -f "$OUT"/trace?.csv
+        for s in 0 1; do
+            QWEN35_MLP_STAGE=$s QWEN35_TRACE_CSV="$OUT/trace$s.csv" timeout 90 build-trace/qwen35 bench --dummy qwen3.5-0.8b \
+                --backend cuda --ctx-list 128 --prefill-list 1 > "$OUT/trace$s.log" 2>&1
+            echo "-- QWEN35_MLP_STAGE=$s"; python3 tools/step_trace.py "$OUT/trace$s.csv" 2>&1 | tee "$OUT/trace$s.txt"
+        done
+        python3 tools/step_trace.py "$OUT/trace0.csv" --detail > "$OUT/trace0-detail.txt" 2>&1
+        summary+=("trace: see trace0.txt / trace1.txt")
+    else
+        summary+=("trace: build-trace/qwen35 missing")
+    fi
 fi
 if has full; then
     echo "== full-size random Qwen3.5-0.8B: HF bf16 vs qwen35 CUDA decode"
