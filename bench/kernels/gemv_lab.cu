@@ -106,13 +106,60 @@ __device__ __forceinline__ void l2_prefetch(const char *base, long long bytes, i
 
 static __host__ __device__ inline int kchunk(int cols, int splits) { return ((cols + splits - 1) / splits + 7) & ~7; }
 
+/* After the wait: the block's input into xs (the normed row, or its split-K slice), (0,0) writes it to
+ * h_out, then launch_dependents unless the kernel triggered at its start. */
+template <int NT>
+__device__ __forceinline__ void lab_stage_input(float *xs, float *red, int kbeg, int kend, int xoff, const LP &p) {
+    const int cols = p.cols;
+    if (p.nw) {
+        stage_norm_row(xs, red, cols, NULL, p.x, p.part, 1, NULL, p.nw, NORM_ZC, 1e-6f);
+    } else {
+        for (int i = kbeg + threadIdx.x; i < kend; i += NT) xs[i - kbeg] = __ldcg(p.x + i);
+    }
+    __syncthreads();
+    if (p.h_out && blockIdx.x == 0 && blockIdx.y == 0)
+        for (int i = threadIdx.x; i < kend - kbeg; i += NT) p.h_out[i] = xs[i + kbeg - xoff];
+    if (!p.trig) pdl_trigger();
+}
+
+/* The warp's R row sums -> y (the engine's emit(): STORE, SILU pairs, SPLITK atomics). Transpose-reduce:
+ * each halving step trades half the rows with the partner lane, so after log2(R) steps lane l holds row
+ * l / LPR; then a butterfly over the LPR lanes. */
+template <int R, int OUT>
+__device__ __forceinline__ void lab_emit(float (&acc)[R], int g, int lane, int rows, const LP &p) {
+    constexpr int LPR = 32 / R;
+    int o = 16;
+#pragma unroll
+    for (int n = R; n > 1; n >>= 1, o >>= 1) {
+        const bool hi = lane & o;
+#pragma unroll
+        for (int i = 0; i < n / 2; i++) {
+            const float keep = hi ? acc[i + n / 2] : acc[i], send = hi ? acc[i] : acc[i + n / 2];
+            acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+    float s = acc[0];
+#pragma unroll
+    for (int q = LPR / 2; q > 0; q >>= 1) s += __shfl_xor_sync(0xffffffffu, s, q);
+    const int row = g * R + lane / LPR;
+    if (OUT == O_SILU) {
+        const float up = __shfl_down_sync(0xffffffffu, s, LPR % 32);
+        if (lane % (2 * LPR) == 0 && row + 1 < rows) p.y[row >> 1] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
+    } else if (lane % LPR == 0 && row < rows) {
+        if (OUT == O_STORE)
+            p.y[row] = rbf(s);
+        else
+            atomicAdd(p.y + row, s);
+    }
+}
+
 /* y = W x with R rows per warp group, U 256-column steps per load batch (R*U 16-byte loads per
  * lane in flight), NT threads; OUT as the engine's STORE / SILU_MUL / SPLITK (atomic). */
 template <int R, int U, int NT, int OUT, int HINT>
 __global__ void __launch_bounds__(NT) lab_gemv(const __grid_constant__ LP p) {
     extern __shared__ float xs[];
     __shared__ float red[32];
-    constexpr int NW = NT / 32, LPR = 32 / R; /* lanes per reduced row */
+    constexpr int NW = NT / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rows = p.rows, cols = p.cols;
     if (p.trig) pdl_trigger();
@@ -143,15 +190,7 @@ __global__ void __launch_bounds__(NT) lab_gemv(const __grid_constant__ LP p) {
     if (p.pre && g < ngroups) load(g, kbeg);
     pdl_wait();
     if (!p.pre && g < ngroups) load(g, kbeg);
-    if (p.nw) {
-        stage_norm_row(xs, red, cols, NULL, p.x, p.part, 1, NULL, p.nw, NORM_ZC, 1e-6f);
-    } else {
-        for (int i = kbeg + threadIdx.x; i < kend; i += NT) xs[i - kbeg] = __ldcg(p.x + i);
-    }
-    __syncthreads();
-    if (p.h_out && blockIdx.x == 0 && blockIdx.y == 0)
-        for (int i = threadIdx.x; i < kend - kbeg; i += NT) p.h_out[i] = xs[i + kbeg - xoff];
-    if (!p.trig) pdl_trigger();
+    lab_stage_input<NT>(xs, red, kbeg, kend, xoff, p);
 
     bool first = true;
     for (; g < ngroups; g += gstride) {
@@ -173,31 +212,7 @@ __global__ void __launch_bounds__(NT) lab_gemv(const __grid_constant__ LP p) {
                 }
             }
         }
-        /* transpose-reduce: each halving step trades half the rows with the partner lane, so
-         * after log2(R) steps lane l holds row l / LPR; then a butterfly over the LPR lanes. */
-        int o = 16;
-#pragma unroll
-        for (int n = R; n > 1; n >>= 1, o >>= 1) {
-            const bool hi = lane & o;
-#pragma unroll
-            for (int i = 0; i < n / 2; i++) {
-                const float keep = hi ? acc[i + n / 2] : acc[i], send = hi ? acc[i] : acc[i + n / 2];
-                acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-            }
-        }
-        float s = acc[0];
-#pragma unroll
-        for (int q = LPR / 2; q > 0; q >>= 1) s += __shfl_xor_sync(0xffffffffu, s, q);
-        const int row = g * R + lane / LPR;
-        if (OUT == O_SILU) {
-            const float up = __shfl_down_sync(0xffffffffu, s, LPR % 32);
-            if (lane % (2 * LPR) == 0 && row + 1 < rows) p.y[row >> 1] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
-        } else if (lane % LPR == 0 && row < rows) {
-            if (OUT == O_STORE)
-                p.y[row] = rbf(s);
-            else
-                atomicAdd(p.y + row, s);
-        }
+        lab_emit<R, OUT>(acc, g, lane, rows, p);
     }
 }
 
@@ -222,7 +237,7 @@ template <int R, int U, int NT, int ST, int OUT>
 __global__ void __launch_bounds__(NT) lab_gemv_smem(const __grid_constant__ LP p) {
     extern __shared__ float xs[];
     __shared__ float red[32];
-    constexpr int NW = NT / 32, LPR = 32 / R;
+    constexpr int NW = NT / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rows = p.rows, cols = p.cols;
     if (p.trig) pdl_trigger();
@@ -257,15 +272,7 @@ __global__ void __launch_bounds__(NT) lab_gemv_smem(const __grid_constant__ LP p
     pdl_wait();
     if (!p.pre)
         for (int i = 0; i < ST; i++) issue(i);
-    if (p.nw) {
-        stage_norm_row(xs, red, cols, NULL, p.x, p.part, 1, NULL, p.nw, NORM_ZC, 1e-6f);
-    } else {
-        for (int i = kbeg + threadIdx.x; i < kend; i += NT) xs[i - kbeg] = __ldcg(p.x + i);
-    }
-    __syncthreads();
-    if (p.h_out && blockIdx.x == 0 && blockIdx.y == 0)
-        for (int i = threadIdx.x; i < kend - kbeg; i += NT) p.h_out[i] = xs[i + kbeg - xoff];
-    if (!p.trig) pdl_trigger();
+    lab_stage_input<NT>(xs, red, kbeg, kend, xoff, p);
 
     float acc[R];
 #pragma unroll
@@ -287,29 +294,7 @@ __global__ void __launch_bounds__(NT) lab_gemv_smem(const __grid_constant__ LP p
         }
         issue(i + ST); /* into slot st: this thread has read it (the FMAs above consumed it) */
         if (kk != nk - 1) continue;
-        int o = 16;
-#pragma unroll
-        for (int n = R; n > 1; n >>= 1, o >>= 1) {
-            const bool hi = lane & o;
-#pragma unroll
-            for (int q = 0; q < n / 2; q++) {
-                const float keep = hi ? acc[q + n / 2] : acc[q], send = hi ? acc[q] : acc[q + n / 2];
-                acc[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-            }
-        }
-        float s = acc[0];
-#pragma unroll
-        for (int q = LPR / 2; q > 0; q >>= 1) s += __shfl_xor_sync(0xffffffffu, s, q);
-        const int row = g * R + lane / LPR;
-        if (OUT == O_SILU) {
-            const float up = __shfl_down_sync(0xffffffffu, s, LPR % 32);
-            if (lane % (2 * LPR) == 0 && row + 1 < rows) p.y[row >> 1] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
-        } else if (lane % LPR == 0 && row < rows) {
-            if (OUT == O_STORE)
-                p.y[row] = rbf(s);
-            else
-                atomicAdd(p.y + row, s);
-        }
+        lab_emit<R, OUT>(acc, g, lane, rows, p);
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = 0.0f;
     }
@@ -329,7 +314,7 @@ __global__ void __launch_bounds__(NT) lab_gemv_bulk(const __grid_constant__ LP p
     extern __shared__ __align__(128) float xs[];
     __shared__ float red[32];
     __shared__ __align__(8) uint64_t bars[NT / 32][ST];
-    constexpr int NW = NT / 32, LPR = 32 / R;
+    constexpr int NW = NT / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rows = p.rows, cols = p.cols;
     if (p.trig) pdl_trigger();
@@ -373,15 +358,7 @@ __global__ void __launch_bounds__(NT) lab_gemv_bulk(const __grid_constant__ LP p
     pdl_wait();
     if (!p.pre)
         for (int j = 0; j < ST; j++) issue(j);
-    if (p.nw) {
-        stage_norm_row(xs, red, cols, NULL, p.x, p.part, 1, NULL, p.nw, NORM_ZC, 1e-6f);
-    } else {
-        for (int i = kbeg + threadIdx.x; i < kend; i += NT) xs[i - kbeg] = __ldcg(p.x + i);
-    }
-    __syncthreads();
-    if (p.h_out && blockIdx.x == 0 && blockIdx.y == 0)
-        for (int i = threadIdx.x; i < kend - kbeg; i += NT) p.h_out[i] = xs[i + kbeg - xoff];
-    if (!p.trig) pdl_trigger();
+    lab_stage_input<NT>(xs, red, kbeg, kend, xoff, p);
 
     for (int j = 0; j < nj; j++) {
         const int g = g0 + j * gstride, st = j % ST;
@@ -400,29 +377,7 @@ __global__ void __launch_bounds__(NT) lab_gemv_bulk(const __grid_constant__ LP p
         }
         __syncwarp(); /* every lane has read the slot before lane 0 refills it */
         issue(j + ST);
-        int o = 16;
-#pragma unroll
-        for (int n = R; n > 1; n >>= 1, o >>= 1) {
-            const bool hi = lane & o;
-#pragma unroll
-            for (int q = 0; q < n / 2; q++) {
-                const float keep = hi ? acc[q + n / 2] : acc[q], send = hi ? acc[q] : acc[q + n / 2];
-                acc[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-            }
-        }
-        float s = acc[0];
-#pragma unroll
-        for (int q = LPR / 2; q > 0; q >>= 1) s += __shfl_xor_sync(0xffffffffu, s, q);
-        const int row = g * R + lane / LPR;
-        if (OUT == O_SILU) {
-            const float up = __shfl_down_sync(0xffffffffu, s, LPR % 32);
-            if (lane % (2 * LPR) == 0 && row + 1 < rows) p.y[row >> 1] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
-        } else if (lane % LPR == 0 && row < rows) {
-            if (OUT == O_STORE)
-                p.y[row] = rbf(s);
-            else
-                atomicAdd(p.y + row, s);
-        }
+        lab_emit<R, OUT>(acc, g, lane, rows, p);
     }
 }
 
