@@ -399,6 +399,8 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
         /* experimental fused MLP: only where the kernel supports the shapes (else the two GEMVs) */
         ctx->mlp_fused = o && o->mlp_fused && cuda_mlp_fused_supported(D, F, ctx->n_sm);
+        const char *st = getenv("QWEN35_MLP_STAGE");
+        ctx->mlp_staged = st && atoi(st) == 1;
         Arena a = {NULL, 0};
         layout(ctx, &a);
         ctx->arena_bytes = a.off;

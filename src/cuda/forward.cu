@@ -123,16 +123,8 @@ static void pf_window(const CudaCtx *ctx, long long *front, const void *w, long 
  * lm_head): those launches are left out of the step, so `qwen35 bench` measures what each kind costs
  * inside the graph (the step's time with and without it). The outputs are garbage then: a
  * measurement aid for docs/PERF_NOTES.md, never for use. name: "Lnn.kind" or "lm_head". */
-static int ablated(const char *name) {
-    static const char *list;
-    static int read;
-    if (!read) {
-        list = getenv("QWEN35_ABLATE"), read = 1;
-        if (list && *list) fprintf(stderr, "qwen35: QWEN35_ABLATE=%s: those kernels are left out, outputs are garbage\n", list);
-    }
-    if (!list || !*list) return 0;
-    const char *kind = name[0] == 'L' && name[3] == '.' ? name + 4 : name;
-    const size_t n = strlen(kind);
+/* 1 when the comma-separated list holds the n-character kind. */
+static int in_list(const char *list, const char *kind, size_t n) {
     for (const char *t = list; *t;) {
         const char *e = strchr(t, ',');
         const size_t m = e ? (size_t)(e - t) : strlen(t);
@@ -140,6 +132,27 @@ static int ablated(const char *name) {
         t += m + (e != NULL);
     }
     return 0;
+}
+static int ablated(const char *name) {
+    static const char kinds[] = "qkvzba,qkv,deltanet,attention,out_proj,o_proj,mlp,gate_up,down,lm_head";
+    static const char *list;
+    static int read;
+    if (!read) {
+        list = getenv("QWEN35_ABLATE"), read = 1;
+        if (list && *list) {
+            fprintf(stderr, "qwen35: QWEN35_ABLATE=%s: those kernels are left out, outputs are garbage\n", list);
+            for (const char *t = list; *t;) { /* a kind that matches no launch would measure nothing: say so */
+                const char *e = strchr(t, ',');
+                const size_t m = e ? (size_t)(e - t) : strlen(t);
+                if (!in_list(kinds, t, m))
+                    fprintf(stderr, "qwen35: QWEN35_ABLATE: unknown kind '%.*s' (known: %s)\n", (int)m, t, kinds);
+                t += m + (e != NULL);
+            }
+        }
+    }
+    if (!list || !*list) return 0;
+    const char *kind = name[0] == 'L' && name[3] == '.' ? name + 4 : name;
+    return in_list(list, kind, strlen(kind));
 }
 
 /* ---- one GEMV ------------------------------------------------------------------------------ */
@@ -260,7 +273,7 @@ static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, 
     snprintf(name, sizeof name, "L%02d.mlp", l);
     if (ablated(name)) return 0;
     op_begin(ctx);
-    return op_end(ctx, cuda_mlp_fused(&p, lc), name, bytes, err);
+    return op_end(ctx, ctx->mlp_staged ? cuda_mlp_fused_staged(&p, lc) : cuda_mlp_fused(&p, lc), name, bytes, err);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */

@@ -62,6 +62,7 @@ typedef struct CudaCtx {
     int max_seq, n_past, n_sm, n_valid;
     int deterministic, no_graph, pdl;
     int mlp_fused;            /* EXPERIMENTAL: the MLP as one kernel (mlp.cu) in atomic mode; w_dT uploaded */
+    int mlp_staged;           /* with mlp_fused: its staged variant (QWEN35_MLP_STAGE=1 at open; EXPERIMENTAL) */
     Probe probe;
     cudaStream_t stream;
     void *arena;              /* the one device allocation */

@@ -18,7 +18,8 @@
  *      loads: conflict-free), and even lanes add their own and their odd neighbour's 2 columns with
  *      one red.global.add.v4.f32: G x D / 4 vector atomics per layer (33792 for the 0.8B).
  *
- * Staged variant (EXPERIMENTAL, QWEN35_MLP_STAGE=1, not yet run on a GPU; docs/PERF_NOTES.md §14): the
+ * Staged variant (EXPERIMENTAL, cuda_mlp_fused_staged; the engine takes it with QWEN35_MLP_STAGE=1; not
+ * yet run on a GPU; docs/PERF_NOTES.md §14): the
  * gate/up rows go through cp.async into shared memory too (rows 2 i0 .. 2 i1 - 1 are one contiguous
  * range: +112 KiB, 172 KiB in all for the 0.8B) instead of registers, and the kernel is built for at
  * most 64 registers (__launch_bounds__(512, 2)). Why: with 122 registers x 512 threads the default
@@ -28,8 +29,6 @@
  * (~9K) and the out_proj GEMV (~20K), becomes resident when out_proj triggers at its start, and its
  * copies (issued before pdl_wait) stream while the step and out_proj run. Same arithmetic in the same
  * order as the default kernel (the same uint4 values, dot8 order, reductions): bitwise equal outputs. */
-#include <stdlib.h>
-
 #include "cuda/common.cuh"
 
 #define MLP_THREADS 512
@@ -190,19 +189,15 @@ extern "C" int cuda_mlp_fused_blocks(int F, int n_sm) {
     return g > 0 ? g : 1;
 }
 
-/* QWEN35_MLP_STAGE=1: the staged variant (header comment). Read at every launch (graph capture, or
- * an eager step), so a test can switch it. */
-static int mlp_stage(void) {
-    const char *e = getenv("QWEN35_MLP_STAGE");
-    return e && atoi(e) == 1;
-}
 static size_t mlp_smem(int D, int F, int blocks, int stage) {
     if (D <= 0 || F <= 0 || blocks <= 0) return 0;
     const int nu_max = mlp_nu_max(F, blocks);
     return mlp_wg_off(D, nu_max) + (stage ? (size_t)2 * nu_max * D * 2 : 0);
 }
 
-extern "C" size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks) { return mlp_smem(D, F, blocks, mlp_stage()); }
+extern "C" size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks, int staged) {
+    return mlp_smem(D, F, blocks, staged != 0);
+}
 
 static int smem_optin(size_t *bytes) {
     int dev = 0, v = 0;
@@ -222,7 +217,7 @@ extern "C" int cuda_mlp_fused_supported(int D, int F, int n_sm) {
     return mlp_smem(D, F, cuda_mlp_fused_blocks(F, n_sm), 0) + 1024 <= lim; /* the staged variant falls back */
 }
 
-extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) {
+static int mlp_launch(const MlpFusedParams *p, const CudaLaunch *l, int stage) {
     if (!p->w_gu || !p->w_dT || !p->x || !p->norm_w || !p->y || !shape_ok(p->D, p->F) ||
         (p->parts && p->n_parts < 1) || (p->x_out && p->x_out == p->x) ||
         (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN) || (uintptr_t)p->y % 16 ||
@@ -239,7 +234,6 @@ extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) {
     size_t lim = 0;
     int rc = smem_optin(&lim);
     if (rc) return rc;
-    int stage = mlp_stage();
     if (stage && mlp_smem(p->D, p->F, G, 1) + sizeof(float) * 32 > lim) stage = 0; /* does not fit: registers */
     const size_t smem = mlp_smem(p->D, p->F, G, stage);
     if (smem + sizeof(float) * 32 > lim) return (int)cudaErrorInvalidValue;
@@ -250,5 +244,8 @@ extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) {
     }
     return launch_kernel(kern, dim3((unsigned)G), dim3(MLP_THREADS), smem, l, *p);
 }
+
+extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) { return mlp_launch(p, l, 0); }
+extern "C" int cuda_mlp_fused_staged(const MlpFusedParams *p, const CudaLaunch *l) { return mlp_launch(p, l, 1); }
 
 Q35_TRACE_FETCH_FN(cuda_trace_fetch_mlp)

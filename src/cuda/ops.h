@@ -168,14 +168,14 @@ typedef struct MlpFusedParams {
     float *act_out;          /* optional (tests, probes): a [F] */
     int early_trigger;       /* 1: launch_dependents at kernel start (ops.h GEMV early_trigger) */
 } MlpFusedParams;
-/* QWEN35_MLP_STAGE=1 in the environment (read at each call): the EXPERIMENTAL staged variant (gate/up
- * weights through shared memory, <= 64 registers, mlp.cu), same outputs bit for bit; it falls back to
- * the default kernel where its shared memory would not fit. */
 int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l);
+/* The EXPERIMENTAL staged variant (gate/up weights through shared memory, <= 64 registers, mlp.cu): the
+ * same outputs bit for bit; the default kernel where its shared memory would not fit. */
+int cuda_mlp_fused_staged(const MlpFusedParams *p, const CudaLaunch *l);
 /* min(n_sm, F / 2), at least 1. */
 int cuda_mlp_fused_blocks(int F, int n_sm);
-/* Dynamic shared memory of the kernel for this shape and grid (the staged variant's with QWEN35_MLP_STAGE=1). */
-size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks);
+/* Dynamic shared memory of the kernel (staged != 0: the staged variant's) for this shape and grid. */
+size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks, int staged);
 /* 1 when cuda_mlp_fused supports D x F on the current device with the default grid, else 0. */
 int cuda_mlp_fused_supported(int D, int F, int n_sm);
 

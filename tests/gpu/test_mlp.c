@@ -152,20 +152,18 @@ static void test_case(int D, int F, int blocks, int norm_mode, int n_parts, int 
     CHECK(memcmp(gx, x, sizeof(float) * D) == 0, "%s: x_out differs in run 2", what);
     for (int d = 0; d < D; d++) gdiff[d] = gy2[d] - y0[d];
     CHECK(count_bad_tol("y run 2", gdiff, yref, ytol, D, 0) == 0, "%s: y run 2", what);
-    /* the staged variant (QWEN35_MLP_STAGE=1, EXPERIMENTAL; mlp.cu): x_out, h_out and act bitwise the
+    /* the staged variant (cuda_mlp_fused_staged, EXPERIMENTAL; mlp.cu): x_out, h_out and act bitwise the
      * register kernel's, y within the same atomic bound (where its slice does not fit in shared memory
      * the launcher keeps the register kernel) */
-    setenv("QWEN35_MLP_STAGE", "1", 1);
     printf("  %s: staged variant %s (%zu bytes of shared memory)\n", what,
-           cuda_mlp_fused_smem_bytes(D, F, G) + 1024 <= 227 * 1024 ? "runs" : "does not fit, register kernel",
-           cuda_mlp_fused_smem_bytes(D, F, G));
+           cuda_mlp_fused_smem_bytes(D, F, G, 1) + 1024 <= 227 * 1024 ? "runs" : "does not fit, register kernel",
+           cuda_mlp_fused_smem_bytes(D, F, G, 1));
     CU(cudaMemcpy(dy, y0, sizeof(float) * D, cudaMemcpyHostToDevice));
     CU(cudaMemset(dact, 0xff, sizeof(float) * F));
     CU(cudaMemset(dxo, 0xff, sizeof(float) * D));
     CU(cudaMemset(dho, 0xff, sizeof(float) * D));
-    LAUNCH(cuda_mlp_fused(&p, &l));
+    LAUNCH(cuda_mlp_fused_staged(&p, &l));
     CU(cudaDeviceSynchronize());
-    unsetenv("QWEN35_MLP_STAGE");
     CU(cudaMemcpy(gact2, dact, sizeof(float) * F, cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(gy2, dy, sizeof(float) * D, cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(gx, dxo, sizeof(float) * D, cudaMemcpyDeviceToHost));
