@@ -8,8 +8,8 @@
 #          [quickbench] [stage] [trace]
 #   (default: tests full lengths sanitizer bench hf; lengths: prefill at T = 1 .. 8192 vs HF; t:NAME runs build/tests/gpu/test_NAME alone;
 #   quickbench: decode at ctx 128/2048/16384 with --ops and one 2048-token prefill;
-#   stage: the staged fused MLP (QWEN35_MLP_STAGE=1, EXPERIMENTAL): test_mlp, test_decode with it, and an
-#   alternating same-machine A/B of the decode step; trace: the step trace (needs build-trace/qwen35 from
+#   stage: the staged fused MLP (QWEN35_MLP_STAGE=1|256|512, EXPERIMENTAL, measured slower): test_mlp,
+#   test_decode with it at 128 threads, and an alternating same-machine A/B of the decode step (0, 1, 256); trace: the step trace (needs build-trace/qwen35 from
 #   `make TRACE=1 BUILD=build-trace build-trace/qwen35`, packed by devpack.sh) -> tools/step_trace.py)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -42,11 +42,11 @@ if has quickbench; then
     summary+=("quick bench: exit ${PIPESTATUS[0]}")
 fi
 if has stage; then
-    echo "== staged fused MLP (QWEN35_MLP_STAGE=1): tests, then A/B"
+    echo "== staged fused MLP (QWEN35_MLP_STAGE=1 / 256): tests, then A/B"
     timeout 120 build/tests/gpu/test_mlp > "$OUT/stage-test_mlp.log" 2>&1; r1=$?
     QWEN35_MLP_STAGE=1 timeout 200 build/tests/gpu/test_decode > "$OUT/stage-test_decode.log" 2>&1; r2=$?
     echo "test_mlp rc=$r1 $(tail -n 1 "$OUT/stage-test_mlp.log"); staged test_decode rc=$r2 $(tail -n 1 "$OUT/stage-test_decode.log")"
-    for s in 0 1 0 1; do
+    for s in 0 1 256 0 1 256; do
         QWEN35_MLP_STAGE=$s timeout 60 build/qwen35 bench --dummy qwen3.5-0.8b --backend cuda --ctx-list 128,2048 \
             --prefill-list 1 --md "$OUT/stage$s.md" > "$OUT/stage$s.log" 2>&1
         echo "QWEN35_MLP_STAGE=$s: $(grep -E '^\| (128|2048) \|' "$OUT/stage$s.md" | cut -d'|' -f2,3 | tr '\n' ' ')" |

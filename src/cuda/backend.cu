@@ -400,7 +400,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         /* experimental fused MLP: only where the kernel supports the shapes (else the two GEMVs) */
         ctx->mlp_fused = o && o->mlp_fused && cuda_mlp_fused_supported(D, F, ctx->n_sm);
         const char *st = getenv("QWEN35_MLP_STAGE");
-        ctx->mlp_staged = st && atoi(st) == 1;
+        ctx->mlp_staged = !st ? 0 : atoi(st) == 1 ? 128 : atoi(st) == 256 || atoi(st) == 512 ? atoi(st) : 0;
         Arena a = {NULL, 0};
         layout(ctx, &a);
         ctx->arena_bytes = a.off;

@@ -140,6 +140,16 @@ __device__ __forceinline__ unsigned long long q35_now(void) {
 }
 #define Q35_TRACE_T0 const unsigned long long q35_t0 = q35_now()
 #define Q35_TRACE_T1 const unsigned long long q35_t1 = q35_now()
+/* Q35_T1_AT=n (trace build only): the DeltaNet step, attention and the fused MLP take t1 at their probe
+ * point n (Q35_TRACE_PROBE(n) in the kernels) instead of after the wait (0), to split their time after
+ * the wait (docs/PERF_NOTES.md §15). */
+#ifndef Q35_T1_AT
+#define Q35_T1_AT 0
+#endif
+#define Q35_TRACE_T1_AT(n) unsigned long long q35_t1 = Q35_T1_AT == 0 ? q35_now() : 0ull
+#define Q35_TRACE_PROBE(n) do { if (Q35_T1_AT == (n)) q35_t1 = q35_now(); } while (0)
+#define Q35_TRACE_ARG , unsigned long long &q35_t1 /* passes t1 to a helper that has probe points */
+#define Q35_TRACE_PASS , q35_t1
 /* every thread of the block must reach it */
 #define Q35_TRACE_END(kid)                                                                                      \
     do {                                                                                                        \
@@ -164,6 +174,10 @@ __device__ __forceinline__ unsigned long long q35_now(void) {
 #else
 #define Q35_TRACE_T0 (void)0
 #define Q35_TRACE_T1 (void)0
+#define Q35_TRACE_T1_AT(n) (void)0
+#define Q35_TRACE_PROBE(n) (void)0
+#define Q35_TRACE_ARG
+#define Q35_TRACE_PASS
 #define Q35_TRACE_END(kid) (void)0
 #define Q35_TRACE_FETCH_FN(fname)
 #endif
@@ -281,24 +295,52 @@ __device__ __forceinline__ float norm_apply(float x, float r, float w, int mode)
  *   else x = bf16( res[i] + bf16( sum_{s<n_parts} parts[s*n + i] ) ), or x = res when parts is NULL.
  * x_out (if set) <- x; then, when w is set, xs <- RMSNorm(x) (mode NORM_ZC / NORM_PLAIN).
  * Activation reads bypass L1 (__ldcg): they were written by the previous kernel. */
+__device__ __forceinline__ float stage_norm_x(int i, int n, const uint16_t *embed, const float *res, const float *parts,
+                                              int n_parts) {
+    if (embed) return bf16u(embed[i]);
+    if (!parts) return __ldcg(res + i);
+    float a = 0.0f;
+    for (int s = 0; s < n_parts; s++) a += __ldcg(parts + (size_t)s * n + i);
+    return rbf(__ldcg(res + i) + rbf(a));
+}
 __device__ __forceinline__ void stage_norm_row(float *xs, float *red, int n, const uint16_t *embed, const float *res,
                                                const float *parts, int n_parts, float *x_out, const float *w,
                                                int mode, float eps) {
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v;
-        if (embed) {
-            v = bf16u(embed[i]);
-        } else if (parts) {
-            float a = 0.0f;
-            for (int s = 0; s < n_parts; s++) a += __ldcg(parts + (size_t)s * n + i);
-            v = rbf(__ldcg(res + i) + rbf(a));
-        } else {
-            v = __ldcg(res + i);
-        }
+        const float v = stage_norm_x(i, n, embed, res, parts, n_parts);
         xs[i] = v;
         if (x_out) x_out[i] = v;
         ss += v * v;
+    }
+    if (!w) return;
+    ss = block_sum(ss, red);
+    float r = rsqrtf(ss / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = norm_apply(xs[i], r, w[i], mode);
+}
+/* The same for n <= B blockDim, with every load of a thread issued before its first store (in the
+ * loop above a store to xs or x_out may alias the next loads, so each element costs one L2 round trip:
+ * ~5 us at 8 elements per thread). Same values and summation order. Used by the staged fused MLP at
+ * 128/256 threads; measured in the GEMV's and the default MLP's prologue (2 elements per thread) it made
+ * the step slower (docs/PERF_NOTES.md §15), so they keep the loop. */
+template <int B>
+__device__ __forceinline__ void stage_norm_row_batched(float *xs, float *red, int n, const uint16_t *embed,
+                                                       const float *res, const float *parts, int n_parts,
+                                                       float *x_out, const float *w, int mode, float eps) {
+    float v[B], ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < B; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        v[e] = i < n ? stage_norm_x(i, n, embed, res, parts, n_parts) : 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < B; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        if (i < n) {
+            xs[i] = v[e];
+            if (x_out) x_out[i] = v[e];
+            ss += v[e] * v[e];
+        }
     }
     if (!w) return;
     ss = block_sum(ss, red);

@@ -158,7 +158,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     const float A_log = p.A_log[j], dt_bias = p.dt_bias[j];
 
     pdl_wait();
-    Q35_TRACE_T1;
+    Q35_TRACE_T1_AT(0);
     pdl_trigger();
 
     /* 2. Conv + SiLU of this block's q/k head and v columns; store the current row in the ring
@@ -182,6 +182,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
         ring_row[vch0 + c] = bf16_bits(xv);
     }
     block_sum3(&ssq, &ssk, &sqk, red3); /* also publishes pq/pk/pv/zs to the block */
+    Q35_TRACE_PROBE(1);
 
     /* 3. l2norm factors, gates. */
     const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
@@ -222,6 +223,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
         ob[c] = rbf(fmaf(delta, kq, decay * q));
     }
     __syncthreads();
+    Q35_TRACE_PROBE(2);
 
     /* 5. S' = decay S + k^ delta^T. */
 #pragma unroll
@@ -250,6 +252,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     }
     cluster_arrive_relaxed(); /* our DSMEM reads are done (their values are consumed above) */
     __syncthreads();
+    Q35_TRACE_PROBE(3);
     const float rstd = rsqrtf(red3[0] / (float)dv + p.eps);
     for (int c = tid; c < ncols; c += nt) {
         const size_t e = (size_t)j * dv + e0 + c;
@@ -257,6 +260,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
         p.y[e] = rbf(wu * dn_silu(zs[c]));
         if (p.o) p.o[e] = ob[c];
     }
+    Q35_TRACE_PROBE(4);
     cluster_wait(); /* keep our shared memory alive until the cluster has read `part` */
     Q35_TRACE_END(20);
 }

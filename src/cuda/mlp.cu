@@ -18,21 +18,21 @@
  *      loads: conflict-free), and even lanes add their own and their odd neighbour's 2 columns with
  *      one red.global.add.v4.f32: G x D / 4 vector atomics per layer (33792 for the 0.8B).
  *
- * Staged variant (EXPERIMENTAL, cuda_mlp_fused_staged; the engine takes it with QWEN35_MLP_STAGE=1; not
- * yet run on a GPU; docs/PERF_NOTES.md §14): the
+ * Staged variant (EXPERIMENTAL, cuda_mlp_fused_staged with NT = 128, 256 or 512 threads; the engine takes
+ * it with QWEN35_MLP_STAGE=1 (128 threads), 256 or 512; MEASURED SLOWER, docs/PERF_NOTES.md §14-15): the
  * gate/up rows go through cp.async into shared memory too (rows 2 i0 .. 2 i1 - 1 are one contiguous
  * range: +112 KiB, 172 KiB in all for the 0.8B) instead of registers, and the kernel is built for at
- * most 64 registers (__launch_bounds__(512, 2)). Why: with 122 registers x 512 threads the default
- * kernel fills an SM's register file, so under PDL its blocks cannot become resident until the
- * out_proj GEMV before it has left the SM, and its 22 MB start to stream only then (ablation: 9.9 us
- * per layer in the graph for 5 us of bytes). At <= 32K registers it fits beside the DeltaNet step
- * (~9K) and the out_proj GEMV (~20K), becomes resident when out_proj triggers at its start, and its
- * copies (issued before pdl_wait) stream while the step and out_proj run. Same arithmetic in the same
- * order as the default kernel (the same uint4 values, dot8 order, reductions): bitwise equal outputs. */
+ * most 64 registers. Why: with 122 registers x 512 threads the default kernel fills an SM's register
+ * file, so under PDL its blocks cannot become resident until the out_proj GEMV before it has left the
+ * SM. The idea was to let it stream its 22 MB while the DeltaNet step and out_proj run (at 128 threads,
+ * 8K registers, it also lets the next in_proj GEMV be resident beside it). On the H200 its blocks do
+ * become resident early (and the next in_proj GEMV's span falls 7.9 -> 4.9 us), but the step is slower:
+ * 1.00 (128), 0.855 (256), 0.826 (512) vs 0.789 ms/token. With 512 threads: the same arithmetic in the
+ * same order as the default kernel, bitwise equal outputs; with fewer the norm's sum of squares runs in
+ * another order (stage_norm_row_batched; within a rounding), and the down product takes 2-4 passes. */
 #include "cuda/common.cuh"
 
-#define MLP_THREADS 512
-#define MLP_WARPS (MLP_THREADS / 32)
+#define MLP_THREADS 512 /* the register kernel; the staged one: QWEN35_MLP_STAGE threads (128, 256 or 512) */
 #define MLP_U 4     /* 256-column steps per lane: D <= 1024 */
 #define MLP_R 4     /* gate/up rows per warp group (2 units) */
 
@@ -67,8 +67,10 @@ static __host__ __device__ inline size_t mlp_wg_off(int D, int nu_max) {
     return mlp_wd_off(D, nu_max) + (size_t)nu_max * D * 2;
 }
 
-template <bool STAGE>
-__global__ void __launch_bounds__(MLP_THREADS, STAGE ? 2 : 1) mlp_fused_bf16(const __grid_constant__ MlpFusedParams p) {
+template <bool STAGE, int NT>
+__global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: <= 64 registers */
+    mlp_fused_bf16(const __grid_constant__ MlpFusedParams p) {
+    constexpr int NW = NT / 32;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32];
     const int D = p.D, F = p.F, G = gridDim.x, b = blockIdx.x;
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(MLP_THREADS, STAGE ? 2 : 1) mlp_fused_bf16(con
         const uint4 *src = reinterpret_cast<const uint4 *>(p.w_gu + (size_t)2 * i0 * D);
         uint4 *dst = reinterpret_cast<uint4 *>(smem + mlp_wg_off(D, nu_max));
         const int n16 = 2 * nu * (D / 8);
-        for (int c = threadIdx.x; c < n16; c += MLP_THREADS) mlp_cp_async16(dst + c, src + c);
+        for (int c = threadIdx.x; c < n16; c += NT) mlp_cp_async16(dst + c, src + c);
         mlp_cp_async_commit();
     }
     /* the block's W_dT rows: one contiguous range of nu * D bf16 -> shared memory */
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(MLP_THREADS, STAGE ? 2 : 1) mlp_fused_bf16(con
         const uint4 *src = reinterpret_cast<const uint4 *>(p.w_dT + (size_t)i0 * D);
         uint4 *dst = reinterpret_cast<uint4 *>(wd);
         const int n16 = nu * (D / 8);
-        for (int c = threadIdx.x; c < n16; c += MLP_THREADS) mlp_cp_async16(dst + c, src + c);
+        for (int c = threadIdx.x; c < n16; c += NT) mlp_cp_async16(dst + c, src + c);
         mlp_cp_async_commit();
     }
     /* gate/up rows of pair pi (units i0 + 2 pi, +1): rows 2 i0 + 4 pi + r; rows of units >= i1 and
@@ -120,19 +122,26 @@ __global__ void __launch_bounds__(MLP_THREADS, STAGE ? 2 : 1) mlp_fused_bf16(con
     if (!STAGE && pi < npairs) load(pi);
 
     pdl_wait();
-    Q35_TRACE_T1;
-    stage_norm_row(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL, p.norm_w, p.norm_mode, p.eps);
+    Q35_TRACE_T1_AT(0);
+    if constexpr (NT < MLP_THREADS) /* D <= 1024 = B NT */
+        stage_norm_row_batched<256 * MLP_U / NT>(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL,
+                                                 p.norm_w, p.norm_mode, p.eps);
+    else
+        stage_norm_row(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL, p.norm_w, p.norm_mode,
+                       p.eps);
     __syncthreads();
+    Q35_TRACE_PROBE(1);
     if (b == 0 && p.h_out)
-        for (int i = threadIdx.x; i < D; i += MLP_THREADS) p.h_out[i] = xs[i];
+        for (int i = threadIdx.x; i < D; i += NT) p.h_out[i] = xs[i];
     if (!p.early_trigger) pdl_trigger();
     if (STAGE) { /* wg has landed (W_dT, the newer group, may still be in flight), for every thread */
         mlp_cp_async_wait_1();
         __syncthreads();
     }
+    Q35_TRACE_PROBE(2);
 
     /* gate/up: 4 row sums per warp group -> act of 2 units (matvec.cu emit(), MV_OUT_SILU_MUL) */
-    for (bool first = true; pi < npairs; pi += MLP_WARPS, first = false) {
+    for (bool first = true; pi < npairs; pi += NW, first = false) {
         if (!STAGE && !first) load(pi);
         float acc[MLP_R];
 #pragma unroll
@@ -164,23 +173,27 @@ __global__ void __launch_bounds__(MLP_THREADS, STAGE ? 2 : 1) mlp_fused_bf16(con
     }
     mlp_cp_async_wait_all();
     __syncthreads();
+    Q35_TRACE_PROBE(3);
     if (p.act_out)
-        for (int j = threadIdx.x; j < nu; j += MLP_THREADS) p.act_out[i0 + j] = act[j];
+        for (int j = threadIdx.x; j < nu; j += NT) p.act_out[i0 + j] = act[j];
 
     /* down: columns d, d+1 of sum_j act[j] W_dT[i0 + j][.] (ascending j) */
-    const int d = 2 * threadIdx.x;
-    float y0 = 0.0f, y1 = 0.0f;
-    if (d < D) {
-        const uint32_t *wp = reinterpret_cast<const uint32_t *>(wd + d);
-        for (int j = 0; j < nu; j++) {
-            const float a = act[j];
-            const uint32_t wv = wp[(size_t)j * (D / 2)];
-            y0 = fmaf(a, bf_lo(wv), y0);
-            y1 = fmaf(a, bf_hi(wv), y1);
+#pragma unroll
+    for (int ps = 0; ps < 256 * MLP_U / (2 * NT); ps++) { /* one pass when NT = 512 (D <= 1024) */
+        const int d = ps * 2 * NT + 2 * threadIdx.x;
+        float y0 = 0.0f, y1 = 0.0f;
+        if (d < D) {
+            const uint32_t *wp = reinterpret_cast<const uint32_t *>(wd + d);
+            for (int j = 0; j < nu; j++) {
+                const float a = act[j];
+                const uint32_t wv = wp[(size_t)j * (D / 2)];
+                y0 = fmaf(a, bf_lo(wv), y0);
+                y1 = fmaf(a, bf_hi(wv), y1);
+            }
         }
+        const float z0 = __shfl_down_sync(0xffffffffu, y0, 1), z1 = __shfl_down_sync(0xffffffffu, y1, 1);
+        if (d < D && !(lane & 1)) red_add4(p.y + d, y0, y1, z0, z1); /* D % 4 == 0: d + 3 < D */
     }
-    const float z0 = __shfl_down_sync(0xffffffffu, y0, 1), z1 = __shfl_down_sync(0xffffffffu, y1, 1);
-    if (d < D && !(lane & 1)) red_add4(p.y + d, y0, y1, z0, z1); /* D % 4 == 0: d + 3 < D */
     Q35_TRACE_END(40);
 }
 
@@ -237,15 +250,22 @@ static int mlp_launch(const MlpFusedParams *p, const CudaLaunch *l, int stage) {
     if (stage && mlp_smem(p->D, p->F, G, 1) + sizeof(float) * 32 > lim) stage = 0; /* does not fit: registers */
     const size_t smem = mlp_smem(p->D, p->F, G, stage);
     if (smem + sizeof(float) * 32 > lim) return (int)cudaErrorInvalidValue;
-    void (*kern)(MlpFusedParams) = stage ? mlp_fused_bf16<true> : mlp_fused_bf16<false>;
+    const int nt = stage ? stage : MLP_THREADS;
+    void (*kern)(MlpFusedParams) = stage == 128   ? mlp_fused_bf16<true, 128>
+                                   : stage == 256 ? mlp_fused_bf16<true, 256>
+                                   : stage        ? mlp_fused_bf16<true, 512>
+                                                  : mlp_fused_bf16<false, MLP_THREADS>;
     if (smem > 40 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
     }
-    return launch_kernel(kern, dim3((unsigned)G), dim3(MLP_THREADS), smem, l, *p);
+    return launch_kernel(kern, dim3((unsigned)G), dim3((unsigned)nt), smem, l, *p);
 }
 
 extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) { return mlp_launch(p, l, 0); }
-extern "C" int cuda_mlp_fused_staged(const MlpFusedParams *p, const CudaLaunch *l) { return mlp_launch(p, l, 1); }
+extern "C" int cuda_mlp_fused_staged(const MlpFusedParams *p, int threads, const CudaLaunch *l) {
+    if (threads != 128 && threads != 256 && threads != 512) return (int)cudaErrorInvalidValue;
+    return mlp_launch(p, l, threads);
+}
 
 Q35_TRACE_FETCH_FN(cuda_trace_fetch_mlp)

@@ -169,9 +169,11 @@ typedef struct MlpFusedParams {
     int early_trigger;       /* 1: launch_dependents at kernel start (ops.h GEMV early_trigger) */
 } MlpFusedParams;
 int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l);
-/* The EXPERIMENTAL staged variant (gate/up weights through shared memory, <= 64 registers, mlp.cu): the
- * same outputs bit for bit; the default kernel where its shared memory would not fit. */
-int cuda_mlp_fused_staged(const MlpFusedParams *p, const CudaLaunch *l);
+/* The EXPERIMENTAL staged variant (gate/up weights through shared memory, <= 64 registers, mlp.cu) with
+ * `threads` per block (128, 256 or 512): with 512 the same outputs bit for bit; with fewer the norm's sum
+ * of squares runs in another order (within a rounding). The default kernel where its shared memory would
+ * not fit. */
+int cuda_mlp_fused_staged(const MlpFusedParams *p, int threads, const CudaLaunch *l);
 /* min(n_sm, F / 2), at least 1. */
 int cuda_mlp_fused_blocks(int F, int n_sm);
 /* Dynamic shared memory of the kernel (staged != 0: the staged variant's) for this shape and grid. */

@@ -152,27 +152,44 @@ static void test_case(int D, int F, int blocks, int norm_mode, int n_parts, int 
     CHECK(memcmp(gx, x, sizeof(float) * D) == 0, "%s: x_out differs in run 2", what);
     for (int d = 0; d < D; d++) gdiff[d] = gy2[d] - y0[d];
     CHECK(count_bad_tol("y run 2", gdiff, yref, ytol, D, 0) == 0, "%s: y run 2", what);
-    /* the staged variant (cuda_mlp_fused_staged, EXPERIMENTAL; mlp.cu): x_out, h_out and act bitwise the
-     * register kernel's, y within the same atomic bound (where its slice does not fit in shared memory
-     * the launcher keeps the register kernel) */
+    /* the staged variant (cuda_mlp_fused_staged, EXPERIMENTAL; mlp.cu) at 512, 256 and 128 threads: x_out
+     * bitwise; with 512 threads h_out and act bitwise the register kernel's, with fewer within the
+     * rounding of the norm's other summation order (h_out as above, act vs the reference from the
+     * register kernel's h); y within the same atomic bound (where its slice does not fit in shared
+     * memory the launcher keeps the register kernel) */
     printf("  %s: staged variant %s (%zu bytes of shared memory)\n", what,
            cuda_mlp_fused_smem_bytes(D, F, G, 1) + 1024 <= 227 * 1024 ? "runs" : "does not fit, register kernel",
            cuda_mlp_fused_smem_bytes(D, F, G, 1));
-    CU(cudaMemcpy(dy, y0, sizeof(float) * D, cudaMemcpyHostToDevice));
-    CU(cudaMemset(dact, 0xff, sizeof(float) * F));
-    CU(cudaMemset(dxo, 0xff, sizeof(float) * D));
-    CU(cudaMemset(dho, 0xff, sizeof(float) * D));
-    LAUNCH(cuda_mlp_fused_staged(&p, &l));
-    CU(cudaDeviceSynchronize());
-    CU(cudaMemcpy(gact2, dact, sizeof(float) * F, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(gy2, dy, sizeof(float) * D, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(gx, dxo, sizeof(float) * D, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(hf, dho, sizeof(float) * D, cudaMemcpyDeviceToHost));
-    CHECK(memcmp(gact, gact2, sizeof(float) * F) == 0, "%s: staged variant: act differs", what);
-    CHECK(memcmp(gx, x, sizeof(float) * D) == 0, "%s: staged variant: x_out differs", what);
-    CHECK(memcmp(hf, gh, sizeof(float) * D) == 0, "%s: staged variant: h_out differs", what);
-    for (int d = 0; d < D; d++) gdiff[d] = gy2[d] - y0[d];
-    CHECK(count_bad_tol("y staged", gdiff, yref, ytol, D, 0) == 0, "%s: staged variant: y", what);
+    for (int nt = 512; nt >= 128; nt /= 2) {
+        CU(cudaMemcpy(dy, y0, sizeof(float) * D, cudaMemcpyHostToDevice));
+        CU(cudaMemset(dact, 0xff, sizeof(float) * F));
+        CU(cudaMemset(dxo, 0xff, sizeof(float) * D));
+        CU(cudaMemset(dho, 0xff, sizeof(float) * D));
+        LAUNCH(cuda_mlp_fused_staged(&p, nt, &l));
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(gact2, dact, sizeof(float) * F, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(gy2, dy, sizeof(float) * D, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(gx, dxo, sizeof(float) * D, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(hf, dho, sizeof(float) * D, cudaMemcpyDeviceToHost));
+        CHECK(memcmp(gx, x, sizeof(float) * D) == 0, "%s: staged variant (%d threads): x_out differs", what, nt);
+        if (nt == 512) {
+            CHECK(memcmp(gact, gact2, sizeof(float) * F) == 0, "%s: staged variant: act differs", what);
+            CHECK(memcmp(hf, gh, sizeof(float) * D) == 0, "%s: staged variant: h_out differs", what);
+        } else {
+            CHECK(count_bad("h_out staged", hf, h, D, 2.0 / 256, 1e-6) == 0, "%s: staged (%d): h_out", what, nt);
+            CHECK(count_bad_tol("act staged", gact2, aref, atol, F, 4.0 / 256) == 0, "%s: staged (%d): act", what, nt);
+        }
+        for (int d = 0; d < D; d++) gdiff[d] = gy2[d] - y0[d];
+        if (nt == 512) {
+            CHECK(count_bad_tol("y staged", gdiff, yref, ytol, D, 0) == 0, "%s: staged variant: y", what);
+        } else { /* vs W_down of its own act */
+            float *yr = (float *)malloc(sizeof(float) * D), *yt = (float *)malloc(sizeof(float) * D);
+            matvec_d(yr, yt, Wd, gact2, D, F);
+            for (int d = 0; d < D; d++) yt[d] += (float)(2e-7 * G * fabs(y0[d]) + 1e-6 * fabs(y0[d]));
+            CHECK(count_bad_tol("y staged", gdiff, yr, yt, D, 0) == 0, "%s: staged (%d): y", what, nt);
+            free(yr), free(yt);
+        }
+    }
 done:
     cudaFree(dWgu), cudaFree(dWdT), cudaFree(dres), cudaFree(dparts), cudaFree(dw), cudaFree(dy), cudaFree(dxo);
     cudaFree(dho), cudaFree(dact), cudaFree(dmv), cudaFree(dxo2);
