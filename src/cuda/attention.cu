@@ -158,47 +158,54 @@ __device__ __forceinline__ bool attn_ticket(unsigned long long *c, unsigned tag,
 template <int HD, int GB>
 __device__ __forceinline__ void attn_merge(const AttnArgs &a, const float (*wm)[GB], const float (*wl)[GB],
                                            const float (*wo)[GB][HD], float *recv, float (*rml)[GB][2],
-                                           int *last_flag, int pos, int n_cact) {
+                                           const float *gs, int *last_flag, int pos, int n_cact Q35_TRACE_ARG) {
     constexpr int NW = ATT_NW, NT = ATT_NT;
     const AttnDecodeParams &p = a.p;
     const int s = blockIdx.x, n_split = gridDim.x, ncs = a.cs, rank = s % ncs, clu = s / ncs;
     const int n_clu = n_split / ncs, SL = HD / ncs;
     const int grp = blockIdx.y, h = grp / a.n_qg, hq0 = h * GB * a.n_qg + (grp % a.n_qg) * GB;
     const int tid = threadIdx.x;
-    /* Gates of the dims this block finishes (idx = tid + k NT < GB*SL, see the cluster merge), loaded now
-     * so that the merge hides their latency. */
+    /* Gates of the dims this block finishes (idx = tid + k NT < GB*SL, see the cluster merge): gs, staged
+     * by the kernel right after its wait. */
     float gv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (p.gated)
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int idx = tid + k * NT;
-            if (idx < GB * SL) gv[k] = p.qkv[(size_t)(hq0 + idx / SL) * 2 * HD + HD + rank * SL + idx % SL];
+            if (idx < GB * SL) gv[k] = gs[idx];
         }
 
-    /* 1. (cont.) Thread (g, d): the warps' partials merged, pushed to the owner of d's slice. */
+    /* 1. (cont.) Thread (g, d..d+3): the warps' partials merged, pushed to the owner of their slice
+     *    (SL % 4 == 0: HD >= 32, cs <= 8) as one 16-byte remote store (4x fewer than scalar ones; H200
+     *    ctx 128: -2.5 us per token, docs/PERF_NOTES.md §15). */
     cluster_wait(); /* phase 1: every block of the cluster runs, so its shared memory may be written */
-    for (int idx = tid; idx < GB * HD; idx += NT) {
-        const int g = idx / HD, d = idx % HD, j = d % SL;
+    Q35_TRACE_PROBE(3);
+    for (int idx = tid; idx < GB * HD / 4; idx += NT) {
+        const int g = idx / (HD / 4), d = 4 * (idx % (HD / 4)), j = d % SL;
         const unsigned dst = (unsigned)(d / SL);
         float M = -INFINITY;
 #pragma unroll
         for (int k = 0; k < NW; k++) M = fmaxf(M, wm[k][g]);
         const float Ms = M == -INFINITY ? 0.0f : M; /* empty block: every factor 0 */
-        float L = 0.0f, O = 0.0f;
+        float L = 0.0f;
+        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
         for (int k = 0; k < NW; k++) {
             const float f = exp2f(wm[k][g] - Ms);
+            const float4 w4 = *reinterpret_cast<const float4 *>(&wo[k][g][d]);
             L = fmaf(wl[k][g], f, L);
-            O = fmaf(wo[k][g][d], f, O);
+            O.x = fmaf(w4.x, f, O.x), O.y = fmaf(w4.y, f, O.y), O.z = fmaf(w4.z, f, O.z), O.w = fmaf(w4.w, f, O.w);
         }
-        st_dsmem(&recv[(rank * GB + g) * SL + j], dst, O);
+        st_dsmem4(&recv[(rank * GB + g) * SL + j], dst, O);
         if (j == 0) {
             st_dsmem(&rml[rank][g][0], dst, M);
             st_dsmem(&rml[rank][g][1], dst, L);
         }
     }
+    Q35_TRACE_PROBE(4);
     cluster_arrive_release();
     cluster_wait(); /* phase 2: all slices of this block's dims are in recv */
+    Q35_TRACE_PROBE(5);
 
     /* 2./3. This block's slice: merge the cluster's partials (rank order; rank 0 of an active cluster
      *    always has positions, so M is finite), then finish or hand over to the last arriver. */
@@ -225,6 +232,7 @@ __device__ __forceinline__ void attn_merge(const AttnArgs &a, const float (*wm)[
             }
         }
     }
+    Q35_TRACE_PROBE(6);
     if (n_cact == 1) return;
     __threadfence();
     __syncthreads();
@@ -262,8 +270,9 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
     __shared__ float cs[HD / 2], sn[HD / 2];
     __shared__ float wm[NW][GB], wl[NW][GB];
     __shared__ __align__(16) float wo[NW][GB][HD];
-    __shared__ float recv[GB * HD];            /* [cs][GB][SL]: slices pushed by the cluster's blocks */
+    __shared__ __align__(16) float recv[GB * HD]; /* [cs][GB][SL]: slices pushed by the cluster's blocks */
     __shared__ float rml[ATT_MAX_CS][GB][2];   /* their (m, l) */
+    __shared__ float gs[GB * HD];              /* [GB][SL] gates of the dims this block finishes (gated) */
     __shared__ int last_flag;
 
     __shared__ int sh_pos, sh_ncact;
@@ -303,8 +312,15 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
         }
     }
     pdl_wait();
-    Q35_TRACE_T1;
+    Q35_TRACE_T1_AT(0);
     pdl_trigger();
+    /* The gates the merge needs, now, while the memory system is quiet: loaded at the merge they were
+     * the suspect for its ~3.5 us at ctx 128 (step trace); here -0.7 us per token (docs/PERF_NOTES.md §15). */
+    if (p.gated) {
+        const int SL = HD / ncs, rank = s % ncs;
+        for (int idx = tid; idx < GB * SL; idx += NT)
+            gs[idx] = p.qkv[(size_t)(hq0 + idx / SL) * 2 * HD + HD + rank * SL + idx % SL];
+    }
     __syncthreads();
 
     /* Query heads hq0 .. hq0+GB-1 (and k/v when this block holds pos). */
@@ -325,6 +341,7 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
         }
     }
     __syncthreads(); /* qs ready; K/V[pos] visible to this block */
+    Q35_TRACE_PROBE(1);
 
     const float qscale = 1.4426950408889634f / sqrtf((float)HD);
     float q[GB][E], o[GB][E], m[GB], l[GB];
@@ -387,7 +404,8 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
         for (int i = 0; i < E; i++) wo[w][g][lane * E + i] = o[g][i];
     }
     __syncthreads();
-    attn_merge<HD, GB>(a, wm, wl, wo, recv, rml, &last_flag, sh_pos, sh_ncact);
+    Q35_TRACE_PROBE(2);
+    attn_merge<HD, GB>(a, wm, wl, wo, recv, rml, gs, &last_flag, sh_pos, sh_ncact Q35_TRACE_PASS);
     Q35_TRACE_END(30);
 }
 

@@ -35,6 +35,12 @@ __device__ __forceinline__ float ld_dsmem(const float *local, unsigned rank) {
 __device__ __forceinline__ void st_dsmem(float *local, unsigned rank, float v) {
     asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(dsmem_addr(local, rank)), "f"(v) : "memory");
 }
+/* local: 16-byte aligned */
+__device__ __forceinline__ void st_dsmem4(float *local, unsigned rank, float4 v) {
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(dsmem_addr(local, rank)), "f"(v.x),
+                 "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+}
 #else
 __device__ __forceinline__ void cluster_arrive_release(void) { __trap(); }
 __device__ __forceinline__ void cluster_arrive_relaxed(void) { __trap(); }
@@ -44,6 +50,7 @@ __device__ __forceinline__ float ld_dsmem(const float *, unsigned) {
     return 0.0f;
 }
 __device__ __forceinline__ void st_dsmem(float *, unsigned, float) { __trap(); }
+__device__ __forceinline__ void st_dsmem4(float *, unsigned, float4) { __trap(); }
 #endif
 
 /* Launches kern with grid.x cut into clusters of cluster_x blocks (grid.x % cluster_x == 0), plus the
