@@ -399,6 +399,12 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
         /* experimental fused MLP: only where the kernel supports the shapes (else the two GEMVs) */
         ctx->mlp_fused = o && o->mlp_fused && cuda_mlp_fused_supported(D, F, ctx->n_sm);
+        /* QWEN35_DN_GN=1 (EXPERIMENTAL, H200: -31 us per token; not yet checked against HF golden logits, so
+         * not the default): the DeltaNet step leaves its gated norm to out_proj where the split-K keeps whole
+         * heads per split (docs/PERF_NOTES.md §15) */
+        const char *gn = getenv("QWEN35_DN_GN");
+        ctx->dn_gn = gn && atoi(gn) == 1 && c->n_linear_layers > 0 &&
+                     cuda_matvec_gated_ok(c->value_dim, ctx->splits_out[0], c->linear_value_head_dim);
         const char *st = getenv("QWEN35_MLP_STAGE");
         ctx->mlp_staged = !st ? 0 : atoi(st) == 1 ? 128 : atoi(st) == 256 || atoi(st) == 512 ? atoi(st) : 0;
         Arena a = {NULL, 0};

@@ -115,8 +115,9 @@ __device__ __forceinline__ float conv_finish(float hist, float tap, float x) {
     return rbf(dn_silu(rbf(fmaf(tap, x, hist))));
 }
 
-/* grid (splits, Hv), cluster (splits, 1, 1), block tpr * nrl threads. */
-template <int VEC>
+/* grid (splits, Hv), cluster (splits, 1, 1), block tpr * nrl threads. GO (EXPERIMENTAL, p.gated_out): no
+ * cluster; the block writes its o columns and leaves the gated norm to out_proj (ops.h MV_IN_GATED). */
+template <int VEC, bool GO>
 __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     const DeltanetStepParams &p = args.p;
     extern __shared__ float sm[];
@@ -237,6 +238,11 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
         }
     }
 
+    if constexpr (GO) {
+        for (int c = tid; c < ncols; c += nt) p.o[(size_t)j * dv + e0 + c] = ob[c];
+        Q35_TRACE_END(20);
+        return;
+    }
     /* 6. Gated RMSNorm: the head's sum of bf16(o)^2 gathered over the cluster (fixed rank order,
      *    so every block gets the same value). */
     float ss = 0.0f;
@@ -272,7 +278,7 @@ extern "C" size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, 
 extern "C" int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch *l) {
     DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->conv_ring || !p->A_log || !p->dt_bias || !p->norm_w || !p->S ||
-        !p->y || !p->step || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 1 || p->Hv > 65535 ||
+        (p->gated_out ? !p->o : !p->y) || !p->step || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 1 || p->Hv > 65535 ||
         dn_shape(p->dk, p->dv, &sh))
         return (int)cudaErrorInvalidValue;
     DnArgs a;
@@ -281,8 +287,12 @@ extern "C" int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch 
     a.cols = sh.cols;
     const dim3 grid((unsigned)sh.splits, (unsigned)p->Hv, 1), block((unsigned)sh.threads, 1, 1);
     const size_t smem = dn_smem_bytes(p->dk, &sh);
-    return sh.vec == 4 ? launch_cluster(deltanet_step_f32_cluster<4>, grid, block, smem, (unsigned)sh.splits, l, a)
-                       : launch_cluster(deltanet_step_f32_cluster<1>, grid, block, smem, (unsigned)sh.splits, l, a);
+    if (p->gated_out)
+        return sh.vec == 4 ? launch_kernel(deltanet_step_f32_cluster<4, true>, grid, block, smem, l, a)
+                           : launch_kernel(deltanet_step_f32_cluster<1, true>, grid, block, smem, l, a);
+    return sh.vec == 4
+               ? launch_cluster(deltanet_step_f32_cluster<4, false>, grid, block, smem, (unsigned)sh.splits, l, a)
+               : launch_cluster(deltanet_step_f32_cluster<1, false>, grid, block, smem, (unsigned)sh.splits, l, a);
 }
 
 Q35_TRACE_FETCH_FN(cuda_trace_fetch_deltanet)

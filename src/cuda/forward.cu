@@ -184,6 +184,7 @@ static int deltanet(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     p.S = ly->S;
     p.y = ctx->mix;
     p.o = ctx->probe.dir ? ctx->probe_dev : NULL;
+    if (ctx->dn_gn) p.gated_out = 1, p.y = NULL, p.o = ctx->mix; /* out_proj does the gated norm */
     p.step = ctx->step_dev;
     p.Hk = c->linear_num_key_heads;
     p.Hv = c->linear_num_value_heads;
@@ -201,7 +202,7 @@ static int deltanet(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     int rc = op_end(ctx, cuda_deltanet_step(&p, lc), name, bytes, err);
     if (!rc && ctx->probe.dir) {
         snprintf(name, sizeof name, "L%02d.delta.core", l);
-        rc = probe_dev(ctx, name, ctx->probe_dev, (size_t)c->value_dim, err);
+        rc = probe_dev(ctx, name, ctx->dn_gn ? ctx->mix : ctx->probe_dev, (size_t)c->value_dim, err);
     }
     return rc;
 }
@@ -342,6 +343,10 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         memset(&mv, 0, sizeof mv);
         mv.W = ly->w_out, mv.rows = D, mv.cols = ly->out_cols, mv.splits = so;
         mv.in_mode = MV_IN_VEC, mv.x = ctx->mix;
+        if (!full && ctx->dn_gn) { /* mix holds o: the gated norm in the prologue (ops.h MV_IN_GATED) */
+            mv.in_mode = MV_IN_GATED, mv.gate = ctx->proj + c->conv_dim, mv.norm_w = ly->lin_norm;
+            mv.group = c->linear_value_head_dim;
+        }
         mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = ctx->pa;
         if (fused) mv.zero = ctx->pb, mv.n_zero = D; /* the fused MLP adds into pb next (header comment) */
         pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);

@@ -53,7 +53,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 /* y = W x with in/out modes of ops.h; one template instance per (out_mode, U, threads).
  * grid (blocks, splits), block MV_THREADS; dynamic smem: x slice (VEC) or the whole row
  * (EMBED/RESIDUAL). */
-template <int OUT, int MV_U, int MV_THREADS, int ST>
+template <int OUT, int MV_U, int MV_THREADS, int ST, bool GN = false>
 __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_constant__ MatvecParams p) {
     constexpr int MV_WARPS = MV_THREADS / 32;
     extern __shared__ float xs[];
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     for (int i = 0; i < MV_MAX_PF; i++) l2_prefetch_share(p.pf[i].ptr, p.pf[i].bytes);
     const int kc = mv_kchunk(cols, gridDim.y);
     const int kbeg = min(cols, (int)blockIdx.y * kc), kend = min(cols, kbeg + kc);
-    const int xoff = p.in_mode == MV_IN_VEC ? kbeg : 0; /* xs[k - xoff] holds x[k] */
+    const int xoff = GN || p.in_mode == MV_IN_VEC ? kbeg : 0; /* xs[k - xoff] holds x[k] */
     const int ngroups = (rows + MV_R - 1) / MV_R;
     const int gstride = gridDim.x * MV_WARPS;
     int g = blockIdx.x * MV_WARPS + warp;
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
      * thread copies only what it consumes itself, so no barrier; every issue commits one group,
      * so wait_group ST-1 means batch i has landed. Same per-lane summation order as the
      * register path (columns ascending), so the results are bitwise the same. */
-    const int xfl = ((p.in_mode == MV_IN_VEC ? kc : cols) + 3) & ~3;
+    const int xfl = ((GN || p.in_mode == MV_IN_VEC ? kc : cols) + 3) & ~3;
     uint4 *ring = reinterpret_cast<uint4 *>(xs + xfl);
     const int nk = (kend - kbeg + 256 * MV_U - 1) / (256 * MV_U);
     const int nb = g < ngroups ? ((ngroups - 1 - g) / gstride + 1) * nk : 0;
@@ -127,7 +127,26 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     pdl_wait();
     Q35_TRACE_T1;
     const bool writer = blockIdx.x == 0 && blockIdx.y == 0;
-    if (p.in_mode == MV_IN_VEC) {
+    if constexpr (GN) { /* MV_IN_GATED (ops.h): o and z of this slice, then per group the gated norm */
+        const int G = p.group, nk = kend - kbeg;
+        float *zs = xs + xfl;
+        for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+            xs[i] = __ldcg(p.x + kbeg + i);
+            zs[i] = __ldcg(p.gate + kbeg + i);
+        }
+        __syncthreads();
+        for (int gi = warp; gi < nk / G; gi += MV_WARPS) {
+            float ss = 0.0f;
+            for (int c = lane; c < G; c += 32) ss = fmaf(xs[gi * G + c], xs[gi * G + c], ss);
+            ss = warp_sum(ss);
+            if (lane == 0) red[gi] = rsqrtf(ss / (float)G + p.eps);
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+            const float z = zs[i], u = rbf(xs[i] * red[i / G]), wu = rbf(p.norm_w[(kbeg + i) % G] * u);
+            xs[i] = rbf(wu * (z / (1.0f + expf(-z)))); /* deltanet.cu's formula, accurate expf */
+        }
+    } else if (p.in_mode == MV_IN_VEC) {
         for (int i = kbeg + threadIdx.x; i < kend; i += blockDim.x) xs[i - kbeg] = __ldcg(p.x + i);
     } else {
         const uint16_t *e = p.in_mode == MV_IN_EMBED ? p.embed + (size_t)p.step->token * cols : NULL;
@@ -290,6 +309,28 @@ static void (*mv_kernel(int out_mode))(MatvecParams) {
     }
 }
 
+extern "C" int cuda_matvec_gated_ok(int cols, int splits, int group) {
+    const int kc = splits >= 1 ? mv_kchunk(cols, splits) : 0;
+    return group >= 1 && group <= 1024 && cols % group == 0 && kc % group == 0 && kc / group <= 32;
+}
+
+/* MV_IN_GATED: the split-K instances with the gated-norm prologue (ops.h) */
+static int mv_gated(const MatvecParams *p, const CudaLaunch *l, int bx) {
+    const int kc = mv_kchunk(p->cols, p->splits);
+    if (p->out_mode != MV_OUT_SPLITK || p->ring || !p->x || !p->gate || !p->norm_w ||
+        !cuda_matvec_gated_ok(p->cols, p->splits, p->group) || p->x_out || p->h_out)
+        return (int)cudaErrorInvalidValue;
+    const MvShape sh = mv_shape(p->cols, p->splits, 0);
+    const size_t smem = sizeof(float) * 2 * (size_t)((kc + 3) & ~3);
+    void (*kern)(MatvecParams) = sh.threads == 256 ? matvec_bf16_rows4<MV_OUT_SPLITK, 2, 256, 0, true>
+                                                   : matvec_bf16_rows4<MV_OUT_SPLITK, 4, 512, 0, true>;
+    if (smem > 40 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return (int)e;
+    }
+    return launch_kernel(kern, dim3((unsigned)bx, (unsigned)p->splits), dim3((unsigned)sh.threads), smem, l, *p);
+}
+
 extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
     if (!p->W || p->rows <= 0 || p->cols <= 0 || p->cols % 8 || p->splits < 1 || p->splits > p->cols / 8 ||
         (p->splits > 1 && p->out_mode != MV_OUT_SPLITK) || (p->in_mode == MV_IN_VEC && !p->x) ||
@@ -312,6 +353,7 @@ extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
         if (e != cudaSuccess) return (int)e;
         bx = mv_blocks(p->rows, p->cols, p->splits, p->ring, n_sm);
     }
+    if (p->in_mode == MV_IN_GATED) return mv_gated(p, l, bx);
     const MvShape sh = mv_shape(p->cols, p->splits, p->ring);
     const int xfl = ((p->in_mode == MV_IN_VEC ? mv_kchunk(p->cols, p->splits) : p->cols) + 3) & ~3;
     size_t smem = sizeof(float) * (size_t)xfl + mv_ring_bytes(sh);

@@ -45,6 +45,10 @@ typedef struct StepParams {
  * Input prologue (in_mode), computed by every block into shared memory:
  *   MV_IN_VEC       x[cols] as given (bf16-valued).
  *   MV_IN_EMBED     x = E[step->token] (bf16 table [V][cols]).
+ *   MV_IN_GATED     (EXPERIMENTAL, MV_OUT_SPLITK only; the DeltaNet out_proj when the step leaves its gated
+ *                   norm to it, QWEN35_DN_GN=1) x = o [cols] in groups of `group` (the heads), gate = z [cols]:
+ *                   x_i = bf16( bf16( norm_w[i % group] bf16(o_i r_g) ) silu(z_i) ), r_g = rsqrt(mean_g o^2
+ *                   + eps) over i's group; every split holds whole groups (at most 32).
  *   MV_IN_RESIDUAL  x = bf16( res[i] + bf16( sum_{s < n_parts} parts[s*cols + i] ) )   (residual add;
  *                   parts are split-K partials, summed in fixed order; n_parts = 1 for an atomic
  *                   accumulator).
@@ -81,7 +85,7 @@ typedef struct StepParams {
  *                   for all rows; argmax over r < n_valid (ties -> smallest index) -> *out_id and
  *                   its value -> *out_max. Needs am_val/am_idx [gridDim.x] scratch and *am_count
  *                   (zero at first use, left zero). splits must be 1. */
-enum { MV_IN_VEC = 0, MV_IN_EMBED = 1, MV_IN_RESIDUAL = 2 };
+enum { MV_IN_VEC = 0, MV_IN_EMBED = 1, MV_IN_RESIDUAL = 2, MV_IN_GATED = 3 };
 enum { MV_OUT_STORE = 0, MV_OUT_SILU_MUL = 1, MV_OUT_SPLITK = 2, MV_OUT_ARGMAX = 3 };
 enum { NORM_NONE = 0, NORM_ZC = 1, NORM_PLAIN = 2 };
 #define MV_MAX_PF 3
@@ -126,9 +130,15 @@ typedef struct MatvecParams {
     MatvecPrefetch pf[MV_MAX_PF];
     int early_trigger;
     int ring;
+    /* MV_IN_GATED (last, so that the other fields keep their offsets) */
+    const float *gate;       /* z [cols] */
+    int group;               /* elements per norm group (dv) */
 } MatvecParams;
 
 int cuda_matvec(const MatvecParams *p, const CudaLaunch *l);
+/* 1 when MV_IN_GATED takes cols split `splits` ways in norm groups of `group` (every split whole groups,
+ * at most 32 per split). */
+int cuda_matvec_gated_ok(int cols, int splits, int group);
 /* Split-K factor that fills n_sm SMs for a rows x cols GEMV (1 when rows suffice). Every split
  * is non-empty. */
 int cuda_matvec_splits(int rows, int cols, int n_sm);
@@ -281,6 +291,8 @@ typedef struct DeltanetStepParams {
     const StepParams *step; /* step->pos */
     int Hk, Hv, dk, dv, K;
     float eps;              /* rms_norm_eps (gated norm) */
+    int gated_out;          /* EXPERIMENTAL (QWEN35_DN_GN=1): 1 = write o only (o required, y unused) and
+                             * leave the gated norm to out_proj (MV_IN_GATED); no thread-block cluster */
 } DeltanetStepParams;
 int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch *l);
 /* Bytes of conv_ring per layer: K * conv_dim * 2. */

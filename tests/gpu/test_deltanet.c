@@ -180,7 +180,7 @@ cpu_only:
         CU(cudaMemset(d_y, 0xff, (size_t)vd * 4)); /* NaN poison */
         CU(cudaMemset(d_o, 0xff, (size_t)vd * 4));
         DeltanetStepParams p = {d_proj, d_conv_w, d_ring, d_A, d_dt, d_nw, d_S, d_y, c->with_o ? d_o : NULL, d_step,
-                                c->Hk, c->Hv, c->dk, c->dv, K, eps};
+                                c->Hk, c->Hv, c->dk, c->dv, K, eps, 0};
         CudaLaunch l = {stream, t & 1};
         const int rc = cuda_deltanet_step(&p, &l);
         CHECK(rc == 0, "%s step %d: launch -> %d (%s)", c->name, t, rc, cudaGetErrorString((cudaError_t)rc));
@@ -225,7 +225,9 @@ static void test_deterministic(void) {
     const size_t nS = (size_t)Hv * dk * dv, ring_b = cuda_deltanet_conv_ring_bytes(Hk, Hv, dk, dv, K);
     float *h = falloc((int64_t)nS), *y1 = falloc(vd), *y2 = falloc(vd);
     float *S1 = falloc((int64_t)nS), *S2 = falloc((int64_t)nS);
-    float *d_proj = NULL, *d_w = NULL, *d_v = NULL, *d_S = NULL, *d_y = NULL;
+    float *o1 = falloc(vd), *o2 = falloc(vd), *a1 = falloc(256), *a2 = falloc(256);
+    float *d_proj = NULL, *d_w = NULL, *d_v = NULL, *d_S = NULL, *d_y = NULL, *d_o = NULL, *d_acc = NULL;
+    uint16_t *d_W = NULL, *Wh = NULL;
     uint16_t *d_ring = NULL;
     StepParams *d_step = NULL;
     StepParams sp;
@@ -248,7 +250,7 @@ static void test_deterministic(void) {
     CU(cudaMemset(d_ring, 0, ring_b));
     for (size_t i = 0; i < nS; i++) h[i] = 0.3f * rng_normal(&rng);
     DeltanetStepParams p = {d_proj, d_w, d_ring, d_v, d_v + Hv, d_v + 2 * Hv, d_S, d_y, NULL, d_step,
-                            Hk, Hv, dk, dv, K, 1e-6f};
+                            Hk, Hv, dk, dv, K, 1e-6f, 0};
     CudaLaunch l = {stream, 1};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemcpy(d_S, h, nS * 4, cudaMemcpyHostToDevice));
@@ -258,6 +260,53 @@ static void test_deterministic(void) {
         CU(cudaMemcpy(rep ? S2 : S1, d_S, nS * 4, cudaMemcpyDeviceToHost));
     }
     CHECK(memcmp(y1, y2, (size_t)vd * 4) == 0 && memcmp(S1, S2, nS * 4) == 0, "deterministic: runs differ");
+    /* EXPERIMENTAL gated_out (QWEN35_DN_GN=1): from the same state, o and S bitwise the cluster kernel's; then
+     * out_proj-like GEMVs (256 x vd, 8 splits): MV_IN_GATED on o against MV_IN_VEC on the cluster kernel's y
+     * (the norm's sum of squares runs in another order: within a rounding) */
+    {
+        CU(cudaMalloc((void **)&d_o, (size_t)vd * 4));
+        for (int go = 0; go < 2; go++) {
+            CU(cudaMemcpy(d_S, h, nS * 4, cudaMemcpyHostToDevice));
+            CU(cudaMemset(d_o, 0xff, (size_t)vd * 4));
+            DeltanetStepParams q = p;
+            q.o = d_o, q.gated_out = go;
+            if (go) q.y = NULL;
+            CHECK(cuda_deltanet_step(&q, &l) == 0, "gated_out %d: launch", go);
+            CU(cudaDeviceSynchronize());
+            CU(cudaMemcpy(go ? o2 : o1, d_o, (size_t)vd * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(go ? S2 : S1, d_S, nS * 4, cudaMemcpyDeviceToHost));
+        }
+        CHECK(memcmp(o1, o2, (size_t)vd * 4) == 0 && memcmp(S1, S2, nS * 4) == 0, "gated_out: o or S differs");
+        const int R = 256;
+        Wh = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)R * vd);
+        for (int i = 0; i < R * vd; i++) Wh[i] = f32_to_bf16(bf_normal(&rng, 0.05f));
+        CU(cudaMalloc((void **)&d_W, sizeof(uint16_t) * (size_t)R * vd));
+        CU(cudaMemcpy(d_W, Wh, sizeof(uint16_t) * (size_t)R * vd, cudaMemcpyHostToDevice));
+        CU(cudaMalloc((void **)&d_acc, sizeof(float) * R));
+        CU(cudaMemcpy(d_y, y1, (size_t)vd * 4, cudaMemcpyHostToDevice)); /* the cluster kernel's y */
+        for (int gn = 0; gn < 2; gn++) {
+            MatvecParams mv;
+            memset(&mv, 0, sizeof mv);
+            mv.W = d_W, mv.rows = R, mv.cols = vd, mv.splits = 8, mv.eps = 1e-6f;
+            mv.in_mode = gn ? MV_IN_GATED : MV_IN_VEC, mv.x = gn ? d_o : d_y;
+            if (gn) mv.gate = d_proj + cd, mv.norm_w = d_v + 2 * Hv, mv.group = dv;
+            mv.out_mode = MV_OUT_SPLITK, mv.atomic = 1, mv.y = d_acc;
+            CU(cudaMemset(d_acc, 0, sizeof(float) * R));
+            CHECK(cuda_matvec(&mv, &l) == 0, "MV_IN_GATED %d: launch", gn);
+            CU(cudaDeviceSynchronize());
+            CU(cudaMemcpy(gn ? a2 : a1, d_acc, sizeof(float) * R, cudaMemcpyDeviceToHost));
+        }
+        double amax = 0, dmax = 0;
+        for (int i = 0; i < R; i++) amax = fmax(amax, fabs(a1[i])), dmax = fmax(dmax, fabs(a2[i] - a1[i]));
+        CHECK(amax > 0 && dmax <= 1e-2 * amax, "MV_IN_GATED vs VEC on y: max diff %.3g of max %.3g", dmax, amax);
+        printf("   gated_out: o, S bitwise; out_proj with the gated-norm prologue vs on y: max diff %.2g of %.2g\n",
+               dmax, amax);
+        MatvecParams bad;
+        memset(&bad, 0, sizeof bad);
+        bad.W = d_W, bad.rows = R, bad.cols = vd, bad.splits = 8, bad.in_mode = MV_IN_GATED, bad.x = d_o;
+        bad.gate = d_proj + cd, bad.norm_w = d_v + 2 * Hv, bad.group = 3, bad.out_mode = MV_OUT_SPLITK, bad.y = d_acc;
+        CHECK(cuda_matvec(&bad, &l) == (int)cudaErrorInvalidValue, "MV_IN_GATED: group not dividing the split accepted");
+    }
     /* Bad shapes are refused without launching. */
     p.Hk = 3;
     CHECK(cuda_deltanet_step(&p, &l) == (int)cudaErrorInvalidValue, "Hv %% Hk != 0 accepted");
@@ -265,7 +314,8 @@ static void test_deterministic(void) {
     CHECK(cuda_deltanet_step(&p, &l) == (int)cudaErrorInvalidValue, "dv 2048 accepted");
 done:
     cudaFree(d_proj), cudaFree(d_w), cudaFree(d_v), cudaFree(d_S), cudaFree(d_y), cudaFree(d_ring), cudaFree(d_step);
-    free(h), free(y1), free(y2), free(S1), free(S2);
+    cudaFree(d_o), cudaFree(d_acc), cudaFree(d_W);
+    free(h), free(y1), free(y2), free(S1), free(S2), free(o1), free(o2), free(a1), free(a2), free(Wh);
 }
 
 /* Informational: 0.8B shape, a CUDA graph of NL launches (PDL) over NL distinct states and rings
@@ -299,7 +349,7 @@ static void time_08b(void) {
     CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < NL; i++) {
         DeltanetStepParams p = {d_proj, d_w, d_ring + ring_b / 2 * i, d_v, d_v + Hv, d_v + 2 * Hv, d_S + nS * i, d_y,
-                                NULL, d_step, Hk, Hv, dk, dv, K, 1e-6f};
+                                NULL, d_step, Hk, Hv, dk, dv, K, 1e-6f, 0};
         CudaLaunch l = {st, 1};
         if (cuda_deltanet_step(&p, &l)) break;
     }
