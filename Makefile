@@ -20,7 +20,7 @@ ifeq ($(SAN),1)
 endif
 ifeq ($(TRACE),1) # the step trace build (src/cuda/common.cuh): make TRACE=1 BUILD=build-trace build-trace/qwen35
   NVFLAGS += -DQ35_TRACE
-  ifneq ($(T1_AT),) # t1 at probe point T1_AT (common.cuh Q35_T1_AT; README "GPU checks")
+  ifneq ($(T1_AT),) # t1 at probe point T1_AT (common.cuh Q35_T1_AT; scripts/trace-probes.sh)
     NVFLAGS += -DQ35_T1_AT=$(T1_AT)
   endif
 endif
