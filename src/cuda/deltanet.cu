@@ -9,7 +9,9 @@
  * State slice stays in registers: thread (row lane rl, column group cg) holds rows rl + i*nrl
  * (i < DN_RPT) x VEC columns. Per column:
  *   mem = S^T k^,  sq = S^T q^   (one pass over the undecayed S, scaled by decay after)
- *   delta = beta (v - decay mem),  o = decay sq + delta (k^ . q^),  S' = decay S + k^ delta^T. */
+ *   delta = beta (v - decay mem),  o = decay sq + delta (k^ . q^),  S' = decay S + k^ delta^T.
+ * With p.gated_out (EXPERIMENTAL, QWEN35_DN_GN=1) the blocks write o and stop before the gated norm, which
+ * out_proj computes (ops.h MV_IN_GATED): no exchange between blocks, so no cluster. */
 #include <stdlib.h>
 
 #include "cuda/cluster.cuh"
@@ -278,8 +280,8 @@ extern "C" size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, 
 extern "C" int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch *l) {
     DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->conv_ring || !p->A_log || !p->dt_bias || !p->norm_w || !p->S ||
-        (p->gated_out ? !p->o : !p->y) || !p->step || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 1 || p->Hv > 65535 ||
-        dn_shape(p->dk, p->dv, &sh))
+        (p->gated_out ? !p->o : !p->y) || !p->step || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 1 ||
+        p->Hv > 65535 || dn_shape(p->dk, p->dv, &sh))
         return (int)cudaErrorInvalidValue;
     DnArgs a;
     a.p = *p;

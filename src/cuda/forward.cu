@@ -274,7 +274,8 @@ static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, 
     snprintf(name, sizeof name, "L%02d.mlp", l);
     if (ablated(name)) return 0;
     op_begin(ctx);
-    return op_end(ctx, ctx->mlp_staged ? cuda_mlp_fused_staged(&p, ctx->mlp_staged, lc) : cuda_mlp_fused(&p, lc), name, bytes, err);
+    const int rc = ctx->mlp_staged ? cuda_mlp_fused_staged(&p, ctx->mlp_staged, lc) : cuda_mlp_fused(&p, lc);
+    return op_end(ctx, rc, name, bytes, err);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */

@@ -113,7 +113,8 @@ static void run_case(int D, int F, int G, int norm_mode, int n_parts) {
             for (int i = 0; i < D; i++) ymax = fmaxf(ymax, fabsf(y[i] - y0[i]));
             near = !memcmp(xo, xo_s, (size_t)D * 4);
             for (int i = 0; i < D; i++)
-                near &= fabsf(ho_s[i] - ho[i]) <= fabsf(ho[i]) / 128 && fabsf(y_s[i] - y[i]) <= 2e-2f * ymax + 1e-6f;
+                near &= fabsf(ho_s[i] - ho[i]) <= fabsf(ho[i]) / 128 &&
+                        fabsf(y_s[i] - y[i]) <= 2e-2f * ymax + 1e-6f;
             for (int i = 0; i < F; i++) near &= fabsf(act_s[i] - act[i]) <= fabsf(act[i]) / 64 + 1e-3f;
             check(near, "staged variant (128 threads) not within a rounding of the register one", D, F, G);
         }
@@ -169,8 +170,8 @@ static void run_case(int D, int F, int G, int norm_mode, int n_parts) {
     check(bad_a == 0, "act", D, F, G);
     check(bad_y == 0, "y", D, F, G);
     printf("  D %4d F %4d G %3d (%d-%d units per block) norm %d parts %d: x_out %d, h %d, act %d, y %d bad; "
-           "staged variant: 512 threads %s, 128 %s\n", D, F, G, F / G, nu_max, norm_mode, n_parts, bad_x, bad_h, bad_a,
-           bad_y, same ? "bitwise equal" : "DIFFERENT", near ? "within a rounding" : "OFF");
+           "staged variant: 512 threads %s, 128 %s\n", D, F, G, F / G, nu_max, norm_mode, n_parts, bad_x, bad_h,
+           bad_a, bad_y, same ? "bitwise equal" : "DIFFERENT", near ? "within a rounding" : "OFF");
     free(x), free(Wgu), free(Wd), free(WdT), free(res), free(parts), free(w), free(y0), free(y), free(xo), free(ho);
     free(act);
 }

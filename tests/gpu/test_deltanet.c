@@ -304,8 +304,9 @@ static void test_deterministic(void) {
         MatvecParams bad;
         memset(&bad, 0, sizeof bad);
         bad.W = d_W, bad.rows = R, bad.cols = vd, bad.splits = 8, bad.in_mode = MV_IN_GATED, bad.x = d_o;
-        bad.gate = d_proj + cd, bad.norm_w = d_v + 2 * Hv, bad.group = 3, bad.out_mode = MV_OUT_SPLITK, bad.y = d_acc;
-        CHECK(cuda_matvec(&bad, &l) == (int)cudaErrorInvalidValue, "MV_IN_GATED: group not dividing the split accepted");
+        bad.gate = d_proj + cd, bad.norm_w = d_v + 2 * Hv, bad.group = 3;
+        bad.out_mode = MV_OUT_SPLITK, bad.y = d_acc;
+        CHECK(cuda_matvec(&bad, &l) == (int)cudaErrorInvalidValue, "MV_IN_GATED: group 3 accepted");
     }
     /* Bad shapes are refused without launching. */
     p.Hk = 3;

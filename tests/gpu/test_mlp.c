@@ -177,7 +177,8 @@ static void test_case(int D, int F, int blocks, int norm_mode, int n_parts, int 
             CHECK(memcmp(hf, gh, sizeof(float) * D) == 0, "%s: staged variant: h_out differs", what);
         } else {
             CHECK(count_bad("h_out staged", hf, h, D, 2.0 / 256, 1e-6) == 0, "%s: staged (%d): h_out", what, nt);
-            CHECK(count_bad_tol("act staged", gact2, aref, atol, F, 4.0 / 256) == 0, "%s: staged (%d): act", what, nt);
+            CHECK(count_bad_tol("act staged", gact2, aref, atol, F, 4.0 / 256) == 0, "%s: staged (%d): act", what,
+                  nt);
         }
         for (int d = 0; d < D; d++) gdiff[d] = gy2[d] - y0[d];
         if (nt == 512) {
