@@ -405,8 +405,13 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         const char *gn = getenv("QWEN35_DN_GN");
         ctx->dn_gn = gn && atoi(gn) == 1 && c->n_linear_layers > 0 &&
                      cuda_matvec_gated_ok(c->value_dim, ctx->splits_out[0], c->linear_value_head_dim);
+        if (gn && atoi(gn) == 1 && !ctx->dn_gn && c->n_linear_layers > 0) /* a measurement knob: say it is off */
+            fprintf(stderr, "qwen35: QWEN35_DN_GN=1 ignored: out_proj's split-K does not keep whole heads here\n");
         const char *st = getenv("QWEN35_MLP_STAGE");
-        ctx->mlp_staged = !st ? 0 : atoi(st) == 1 ? 128 : atoi(st) == 256 || atoi(st) == 512 ? atoi(st) : 0;
+        const int stv = st ? atoi(st) : 0;
+        ctx->mlp_staged = stv == 1 ? 128 : stv == 256 || stv == 512 ? stv : 0;
+        if (st && *st && stv != 0 && !ctx->mlp_staged)
+            fprintf(stderr, "qwen35: QWEN35_MLP_STAGE=%s ignored (1 = 128 threads, 256 or 512)\n", st);
         Arena a = {NULL, 0};
         layout(ctx, &a);
         ctx->arena_bytes = a.off;
