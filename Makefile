@@ -76,6 +76,11 @@ $(BUILD)/bench/gemv_lab: bench/kernels/gemv_lab.cu src/cuda/common.cuh src/cuda/
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc \
 	    --expt-relaxed-constexpr $< -o $@
 
+# Burst lab (bench/kernels/burst_lab.cu, sm_90a): chains of one-shot weight reads by block footprint.
+$(BUILD)/bench/burst_lab: bench/kernels/burst_lab.cu src/cuda/common.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc $< -o $@
+
 # GEMM lab (bench/kernels/gemm_lab.cu, sm_90a only; cuBLAS is its reference): see the comment at its top.
 GEMM_SRC = src/cuda/gemm.cu src/cuda/gemm_tma.cu
 $(BUILD)/bench/gemm_lab: bench/kernels/gemm_lab.cu $(GEMM_SRC) src/cuda/gemm.cuh src/cuda/mma.cuh src/cuda/common.cuh \

@@ -26,6 +26,10 @@ if has tests; then
     echo "== GPU tests"
     sh tests/run.sh $(ls build/tests/gpu/test_* | grep -v "\.d$") 2>&1 | tee "$OUT/gpu-tests.log"
     summary+=("gpu tests: $(tail -n 1 "$OUT/gpu-tests.log")")
+    echo "== test_decode and test_golden_cuda with QWEN35_DN_GN=0 (the DeltaNet step's cluster kernel with its norm)"
+    QWEN35_DN_GN=0 sh tests/run.sh build/tests/gpu/test_decode build/tests/gpu/test_golden_cuda 2>&1 |
+        tee "$OUT/gpu-tests-gn0.log"
+    summary+=("gpu tests, QWEN35_DN_GN=0: $(tail -n 1 "$OUT/gpu-tests-gn0.log")")
 fi
 for s in $steps; do
     case "$s" in t:*)

@@ -399,13 +399,14 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
         /* experimental fused MLP: only where the kernel supports the shapes (else the two GEMVs) */
         ctx->mlp_fused = o && o->mlp_fused && cuda_mlp_fused_supported(D, F, ctx->n_sm);
-        /* QWEN35_DN_GN=1 (EXPERIMENTAL, H200: -31 us per token; not yet checked against HF golden logits, so
-         * not the default): the DeltaNet step leaves its gated norm to out_proj where the split-K keeps whole
-         * heads per split (docs/PERF_NOTES.md §15) */
+        /* the DeltaNet step leaves its gated norm to out_proj wherever out_proj's split-K keeps whole heads
+         * per split (H200: -31 us per token, docs/PERF_NOTES.md §15); QWEN35_DN_GN=0 at open: the cluster
+         * kernel with the norm in the step (the comparator in tests) */
         const char *gn = getenv("QWEN35_DN_GN");
-        ctx->dn_gn = gn && atoi(gn) == 1 && c->n_linear_layers > 0 &&
+        const int gn_off = gn && *gn && atoi(gn) == 0;
+        ctx->dn_gn = !gn_off && c->n_linear_layers > 0 &&
                      cuda_matvec_gated_ok(c->value_dim, ctx->splits_out[0], c->linear_value_head_dim);
-        if (gn && atoi(gn) == 1 && !ctx->dn_gn && c->n_linear_layers > 0) /* a measurement knob: say it is off */
+        if (gn && atoi(gn) == 1 && !ctx->dn_gn && c->n_linear_layers > 0) /* asked for explicitly: say it is off */
             fprintf(stderr, "qwen35: QWEN35_DN_GN=1 ignored: out_proj's split-K does not keep whole heads here\n");
         const char *st = getenv("QWEN35_MLP_STAGE");
         const int stv = st ? atoi(st) : 0;

@@ -10,7 +10,7 @@
  * (i < DN_RPT) x VEC columns. Per column:
  *   mem = S^T k^,  sq = S^T q^   (one pass over the undecayed S, scaled by decay after)
  *   delta = beta (v - decay mem),  o = decay sq + delta (k^ . q^),  S' = decay S + k^ delta^T.
- * With p.gated_out (EXPERIMENTAL, QWEN35_DN_GN=1) the blocks write o and stop before the gated norm, which
+ * With p.gated_out (the engine's default; QWEN35_DN_GN=0 turns it off) the blocks write o and stop before the gated norm, which
  * out_proj computes (ops.h MV_IN_GATED): no exchange between blocks, so no cluster. */
 #include <stdlib.h>
 

@@ -62,8 +62,8 @@ typedef struct CudaCtx {
     int max_seq, n_past, n_sm, n_valid;
     int deterministic, no_graph, pdl;
     int mlp_fused;            /* EXPERIMENTAL: the MLP as one kernel (mlp.cu) in atomic mode; w_dT uploaded */
-    int dn_gn;                /* EXPERIMENTAL (QWEN35_DN_GN=1 at open): the DeltaNet step without its cluster and
-                               * gated norm; out_proj computes the norm (MV_IN_GATED) */
+    int dn_gn;                /* the DeltaNet step without its cluster and gated norm; out_proj computes the norm
+                               * (MV_IN_GATED); default where the shapes allow, off with QWEN35_DN_GN=0 at open */
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
                                * 1 = 128, 256, 512; EXPERIMENTAL) */
     Probe probe;

@@ -45,8 +45,8 @@ typedef struct StepParams {
  * Input prologue (in_mode), computed by every block into shared memory:
  *   MV_IN_VEC       x[cols] as given (bf16-valued).
  *   MV_IN_EMBED     x = E[step->token] (bf16 table [V][cols]).
- *   MV_IN_GATED     (EXPERIMENTAL, MV_OUT_SPLITK only; the DeltaNet out_proj when the step leaves its gated
- *                   norm to it, QWEN35_DN_GN=1) x = o [cols] in groups of `group` (the heads), gate = z [cols]:
+ *   MV_IN_GATED     (MV_OUT_SPLITK only; the DeltaNet out_proj when the step leaves its gated norm
+ *                   to it, the default where the shapes allow; QWEN35_DN_GN=0 turns it off) x = o [cols] in groups of `group` (the heads), gate = z [cols]:
  *                   x_i = bf16( bf16( norm_w[i % group] bf16(o_i r_g) ) silu(z_i) ), r_g = rsqrt(mean_g o^2
  *                   + eps) over i's group; every split holds whole groups (at most 32).
  *   MV_IN_RESIDUAL  x = bf16( res[i] + bf16( sum_{s < n_parts} parts[s*cols + i] ) )   (residual add;
@@ -291,8 +291,8 @@ typedef struct DeltanetStepParams {
     const StepParams *step; /* step->pos */
     int Hk, Hv, dk, dv, K;
     float eps;              /* rms_norm_eps (gated norm) */
-    int gated_out;          /* EXPERIMENTAL (QWEN35_DN_GN=1): 1 = write o only (o required, y unused) and
-                             * leave the gated norm to out_proj (MV_IN_GATED); no thread-block cluster */
+    int gated_out;          /* 1 = write o only (o required, y unused) and leave the gated norm to out_proj
+                             * (MV_IN_GATED); no thread-block cluster (the engine's default; QWEN35_DN_GN=0) */
 } DeltanetStepParams;
 int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch *l);
 /* Bytes of conv_ring per layer: K * conv_dim * 2. */

@@ -1,0 +1,239 @@
+/* burst_lab.cu — how fast does a chain of one-shot weight reads stream on this GPU, by block footprint?
+ *
+ * The decode step is a chain of kernels that each read 4-22 MB of weights once ("one-shot": every block
+ * issues its loads at entry, before griddepcontrol.wait, then waits for the previous kernel). This lab
+ * strips the GEMV down to that read and times chains of such kernels, to separate what the hardware
+ * does with the bursts from what our kernels do around them:
+ *   full:    132 blocks x 512 threads, L 16-byte loads per thread per round (up to 80 registers of data),
+ *            120 KiB of (unused) shared memory reserved: the next kernel's blocks become resident only
+ *            when this one's leave (as the engine's in_proj GEMV and fused MLP today, by registers);
+ *   half:    132 blocks x 256 threads, __launch_bounds__(256, 2): two kernels fit side by side, so the
+ *            next kernel's first round of loads is in flight while this one drains;
+ *   quarter: 132 x 128 threads, (128, 4).
+ * A kernel of `rounds` > 1 reads round r + 1 after consuming round r (registers only, as a GEMV would).
+ * Chains: 24 launches of one size (per-launch us and TB/s), and 18 "layers" of [in 17 MB, mixer that
+ * waits then spins 3 us, out 4 MB, mlp 22 MB] (the DeltaNet layer's bytes and its latency-bound step),
+ * with every launch on fresh bytes (> L2). Graph + PDL (trigger at entry), median of 15 replays.
+ *
+ *   build:  make build/bench/burst_lab   (sm_90a)
+ *   run:    build/bench/burst_lab */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <algorithm>
+
+#include "cuda/common.cuh"
+
+#define REPS 15
+#define FULL_SMEM (120 << 10) /* "full" kernels reserve it (unused) so that no other block fits beside them */
+#define CK(x)                                                                                                  \
+    do {                                                                                                       \
+        cudaError_t e_ = (x);                                                                                  \
+        if (e_ != cudaSuccess) {                                                                               \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
+            exit(1);                                                                                           \
+        }                                                                                                      \
+    } while (0)
+
+struct BP {
+    const uint4 *w;
+    int rounds;
+    unsigned *sink;
+    float *io;
+    long long spin_ns;
+};
+
+__device__ __forceinline__ unsigned long long gtimer(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+template <int NT, int L, int MINB>
+__global__ void __launch_bounds__(NT, MINB) burst(const __grid_constant__ BP p) {
+    pdl_trigger();
+    const size_t per_round = (size_t)gridDim.x * NT * L;
+    const uint4 *b = p.w + (size_t)blockIdx.x * NT * L + threadIdx.x;
+    uint4 v[L];
+#pragma unroll
+    for (int i = 0; i < L; i++) v[i] = ld_stream(b + i * NT);
+    pdl_wait();
+    const float dep = __ldcg(p.io);
+    unsigned acc = __float_as_uint(dep);
+    for (int r = 0; r < p.rounds; r++) {
+        if (r) {
+#pragma unroll
+            for (int i = 0; i < L; i++) v[i] = ld_stream(b + r * per_round + i * NT);
+        }
+#pragma unroll
+        for (int i = 0; i < L; i++) acc = acc * 3u + (v[i].x ^ v[i].y) + (v[i].z ^ v[i].w);
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) atomicXor(p.sink, acc);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.io[1] = dep + 1.0f;
+}
+
+__global__ void __launch_bounds__(128) mixer(const __grid_constant__ BP p) {
+    pdl_trigger();
+    pdl_wait();
+    const unsigned long long t0 = gtimer();
+    while ((long long)(gtimer() - t0) < p.spin_ns) {
+    }
+    if (threadIdx.x == 0) atomicAdd(p.sink + 1, 1u);
+}
+
+struct Kind {
+    const char *name;
+    void (*fn)(BP);
+    int nt, l, minb;
+};
+static const Kind KINDS[] = {
+    {"full L4", burst<512, 4, 1>, 512, 4, 1},     {"full L8", burst<512, 8, 1>, 512, 8, 1},
+    {"full L16", burst<512, 16, 1>, 512, 16, 1},  {"full L20", burst<512, 20, 1>, 512, 20, 1},
+    {"half L8", burst<256, 8, 2>, 256, 8, 2},     {"half L16", burst<256, 16, 2>, 256, 16, 2},
+    {"half L20", burst<256, 20, 2>, 256, 20, 2},  {"quarter L16", burst<128, 16, 4>, 128, 16, 4},
+    {"quarter L8", burst<128, 8, 4>, 128, 8, 4},  {"half L24", burst<256, 24, 2>, 256, 24, 2},
+};
+enum { K_F4, K_F8, K_F16, K_F20, K_H8, K_H16, K_H20, K_Q16, K_Q8, K_H24, N_KINDS };
+
+static cudaStream_t g_st;
+static char *g_arena;
+static size_t g_arena_bytes, g_off;
+static unsigned *g_sink;
+static float *g_io;
+static int g_nsm;
+
+static size_t kind_bytes(int k, int rounds) { return (size_t)g_nsm * KINDS[k].nt * KINDS[k].l * 16 * rounds; }
+
+static void launch(void (*fn)(BP), int grid, int nt, BP p, int pdl, size_t smem = 0) {
+    cudaLaunchConfig_t c = {};
+    c.dynamicSmemBytes = smem;
+    cudaLaunchAttribute at[1];
+    c.gridDim = dim3(grid), c.blockDim = dim3(nt), c.stream = g_st;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = pdl;
+    c.attrs = at, c.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&c, fn, p));
+}
+
+static void rd(int k, int rounds, int pdl) {
+    const size_t bytes = kind_bytes(k, rounds);
+    if (g_off + bytes > g_arena_bytes) g_off = 0;
+    BP p = {(const uint4 *)(g_arena + g_off), rounds, g_sink, g_io, 0};
+    g_off += (bytes + 4095) & ~(size_t)4095;
+    launch(KINDS[k].fn, g_nsm, KINDS[k].nt, p, pdl, KINDS[k].minb == 1 ? FULL_SMEM : 0);
+}
+static void mix(long long ns, int pdl) {
+    BP p = {NULL, 0, g_sink, g_io, ns};
+    launch(mixer, 128, 128, p, pdl);
+}
+
+/* median ms of one replay of the captured chain */
+template <typename F>
+static float time_graph(F record) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    g_off = 0;
+    CK(cudaStreamBeginCapture(g_st, cudaStreamCaptureModeThreadLocal));
+    record();
+    CK(cudaStreamEndCapture(g_st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    float t[REPS];
+    for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(ge, g_st));
+    for (int i = 0; i < REPS; i++) {
+        CK(cudaEventRecord(a, g_st));
+        CK(cudaGraphLaunch(ge, g_st));
+        CK(cudaEventRecord(b, g_st));
+        CK(cudaEventSynchronize(b));
+        CK(cudaEventElapsedTime(&t[i], a, b));
+    }
+    std::sort(t, t + REPS);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    return t[REPS / 2];
+}
+
+int main(void) {
+    CK(cudaSetDevice(0));
+    CK(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, 0));
+    CK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
+    g_arena_bytes = (size_t)2 << 30;
+    CK(cudaMalloc(&g_arena, g_arena_bytes));
+    CK(cudaMemset(g_arena, 1, g_arena_bytes));
+    CK(cudaMalloc(&g_sink, 64));
+    CK(cudaMalloc(&g_io, 64));
+    CK(cudaMemset(g_io, 0, 64));
+    printf("burst_lab: %d SMs\n| kernel | threads | regs | blocks/SM | MB per round |\n|---|---|---|---|---|\n", g_nsm);
+    for (int k = 0; k < N_KINDS; k++) {
+        cudaFuncAttributes fa;
+        int occ = 0;
+        const size_t smem = KINDS[k].minb == 1 ? FULL_SMEM : 0;
+        CK(cudaFuncSetAttribute(KINDS[k].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CK(cudaFuncGetAttributes(&fa, KINDS[k].fn));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, KINDS[k].fn, KINDS[k].nt, smem));
+        printf("| %s | %d | %d | %d | %.2f |\n", KINDS[k].name, KINDS[k].nt, fa.numRegs, occ, kind_bytes(k, 1) / 1e6);
+    }
+
+    /* ceiling: one kernel, many rounds (~1.1 GB) */
+    {
+        const int rounds = 64;
+        float ms = time_graph([&] { rd(K_F16, rounds, 0); });
+        printf("\nceiling: full L16 x %d rounds, %.1f MB: %.1f us, %.2f TB/s\n", rounds, kind_bytes(K_F16, rounds) / 1e6,
+               ms * 1e3, kind_bytes(K_F16, rounds) / (ms * 1e-3) / 1e12);
+    }
+
+    /* chains of 24 launches of one kind */
+    struct C {
+        int k, rounds;
+    } cs[] = {{K_F4, 1}, {K_H8, 1}, {K_Q16, 1}, {K_F8, 1}, {K_H16, 1}, {K_F16, 1}, {K_H16, 2}, {K_Q16, 4},
+              {K_H24, 1}, {K_F20, 1}, {K_H20, 2}, {K_Q8, 5}};
+    printf("\n| chain of 24 | MB each | PDL us/launch | TB/s | no-PDL us/launch | TB/s |\n|---|---|---|---|---|---|\n");
+    for (const C &c : cs) {
+        const double mb = kind_bytes(c.k, c.rounds) / 1e6;
+        float t1 = time_graph([&] {
+            for (int i = 0; i < 24; i++) rd(c.k, c.rounds, 1);
+        });
+        float t0 = time_graph([&] {
+            for (int i = 0; i < 24; i++) rd(c.k, c.rounds, 0);
+        });
+        printf("| %s x%d rounds | %.2f | %.2f | %.2f | %.2f | %.2f |\n", KINDS[c.k].name, c.rounds, mb, t1 * 1e3 / 24,
+               mb * 24 / (t1 * 1e3), t0 * 1e3 / 24, mb * 24 / (t0 * 1e3));
+    }
+
+    /* 18 layers: in, mixer (3 us), out, mlp */
+    struct Lm {
+        const char *name;
+        int in_k, in_r, out_k, out_r, mlp_k, mlp_r;
+        long long spin;
+    } ls[] = {
+        {"full (in F16, out F4, mlp F20)", K_F16, 1, K_F4, 1, K_F20, 1, 3000},
+        {"half (in H16x2, out H8, mlp H20x2)", K_H16, 2, K_H8, 1, K_H20, 2, 3000},
+        {"quarter (in Q16x4, out Q16, mlp Q8x5...)", K_Q16, 4, K_Q16, 1, K_Q8, 10, 3000},
+        {"half, in H24 + H8, mlp H20x2", K_H24, 1, K_H8, 1, K_H20, 2, 3000},
+        {"full, no mixer", K_F16, 1, K_F4, 1, K_F20, 1, -1},
+        {"half, no mixer", K_H16, 2, K_H8, 1, K_H20, 2, -1},
+        {"full, mixer 0 us", K_F16, 1, K_F4, 1, K_F20, 1, 0},
+        {"half, mixer 0 us", K_H16, 2, K_H8, 1, K_H20, 2, 0},
+    };
+    printf("\n| 18 layers | MB per layer | us per layer | bytes at the ceiling | TB/s |\n|---|---|---|---|---|\n");
+    for (const Lm &l : ls) {
+        const double mb = (kind_bytes(l.in_k, l.in_r) + kind_bytes(l.out_k, l.out_r) + kind_bytes(l.mlp_k, l.mlp_r)) / 1e6;
+        float t = time_graph([&] {
+            for (int i = 0; i < 18; i++) {
+                rd(l.in_k, l.in_r, 1);
+                if (l.spin >= 0) mix(l.spin, 1);
+                rd(l.out_k, l.out_r, 1);
+                rd(l.mlp_k, l.mlp_r, 1);
+            }
+        });
+        printf("| %s | %.1f | %.2f | %.2f us at 4.3 TB/s | %.2f |\n", l.name, mb, t * 1e3 / 18, mb / 4.3, mb * 18 / (t * 1e3));
+    }
+    CK(cudaDeviceSynchronize());
+    return 0;
+}
