@@ -257,7 +257,8 @@ static int attention(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
 /* ---- fused MLP (experimental) ----------------------------------------------------------------- */
 
 /* x_out = bf16(x + bf16(pa)); pb += W_down · SwiGLU(W_gu · norm2(x_out)) (pb zeroed by out_proj). */
-static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, float *x_out, Err *err) {
+static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, float *x_out, const float *pa, float *pb,
+                     Err *err) {
     const Config *c = ctx->c;
     const CudaLayer *ly = &ctx->layers[l];
     const int D = c->hidden_size, F = c->intermediate_size;
@@ -265,9 +266,9 @@ static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, 
     memset(&p, 0, sizeof p);
     p.w_gu = ly->w_gu, p.w_dT = ly->w_dT, p.D = D, p.F = F;
     p.blocks = cuda_mlp_fused_blocks(F, ctx->n_sm);
-    p.x = x, p.parts = ctx->pa, p.n_parts = 1, p.x_out = x_out;
+    p.x = x, p.parts = pa, p.n_parts = 1, p.x_out = x_out;
     p.norm_w = ly->ln2, p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN, p.eps = c->rms_norm_eps;
-    p.y = ctx->pb;
+    p.y = pb;
     p.early_trigger = ctx->pdl_early;
     const double bytes = 6.0 * F * D + 4.0 * D * 3 + 4.0 * D;
     char name[40];
@@ -278,6 +279,36 @@ static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, 
     return op_end(ctx, rc, name, bytes, err);
 }
 
+/* The DeltaNet layer's in_proj, step and out_proj as one kernel (dn_layer.cu; ctx->dn_fused): x = embedding
+ * (l = 0) or x + pb_prev, pa += W_out mixer(W_in norm1(x)); zeroes zero0 and zero1 ([D] each). */
+static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, const float *pb_prev, float *x_out,
+                    float *pa, float *zero0, float *zero1, Err *err) {
+    const Config *c = ctx->c;
+    const CudaLayer *ly = &ctx->layers[l];
+    DnLayerParams p;
+    memset(&p, 0, sizeof p);
+    p.w_in = ly->w_in, p.w_out = ly->w_out;
+    if (l == 0)
+        p.embed = ctx->embed;
+    else
+        p.x = x, p.parts = pb_prev, p.n_parts = 1;
+    p.x_out = x_out, p.ln1 = ly->ln1, p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
+    p.conv_w = ly->conv_w, p.conv_ring = ly->conv_ring, p.A_log = ly->A_log, p.dt_bias = ly->dt_bias;
+    p.norm_w = ly->lin_norm, p.S = ly->S, p.y = pa, p.zero0 = zero0, p.zero1 = zero1, p.n_zero = c->hidden_size;
+    p.step = ctx->step_dev, p.D = c->hidden_size, p.Hk = c->linear_num_key_heads, p.Hv = c->linear_num_value_heads;
+    p.dk = c->linear_key_head_dim, p.dv = c->linear_value_head_dim, p.K = c->linear_conv_kernel_dim;
+    p.eps = c->rms_norm_eps;
+    if (ctx->dn_fused == 1) p.xbuf = ctx->dn_xbuf, p.xcnt = ctx->dn_xcnt;
+    const double D = c->hidden_size, state = 4.0 * p.Hv * p.dk * p.dv;
+    const double bytes = 2.0 * D * (ly->in_rows + ly->out_cols) + 2 * state + 2.0 * p.K * c->conv_dim +
+                         4.0 * c->conv_dim * p.K + 4.0 * D * 4;
+    char name[40];
+    snprintf(name, sizeof name, "L%02d.dnlayer", l);
+    if (ablated(name)) return 0;
+    op_begin(ctx);
+    return op_end(ctx, cuda_dn_layer(&p, lc), name, bytes, err);
+}
+
 /* ---- the step ------------------------------------------------------------------------------ */
 
 int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
@@ -285,6 +316,12 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     const int D = c->hidden_size, F = c->intermediate_size, L = c->num_hidden_layers, V = c->vocab_size;
     const int nm = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN, det = ctx->deterministic;
     const int probing = ctx->probe.dir != NULL, fused = ctx->mlp_fused && !det;
+    /* the fused DeltaNet mixer (dn_layer.cu) adds into pa while it reads pb, with no kernel between it and
+     * the MLP: so pa and pb alternate between two buffers by layer parity (pa + (l & 1) D, pb likewise),
+     * and the zeroing contract (header) becomes: pa of layer l + 1 is zeroed by the first kernel of layer l
+     * (dn_layer) or of layer l + 1 (the in_proj GEMV, both buffers) and by the LM head (both); pb of layer l
+     * by dn_layer(l) or out_proj/o_proj(l). */
+    const int par = ctx->dn_fused && fused && !probing && !ctx->mega;
     int L_done = 0;
     CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2};
     ctx->n_ops = 0;
@@ -311,7 +348,21 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     for (int l = L_done; l < L && !rc; l++) {
         CudaLayer *ly = &ctx->layers[l];
         const int full = ly->type == LAYER_FULL_ATTN, so = ctx->splits_out[full];
+        float *pa = ctx->pa + (par ? (size_t)(l & 1) * D : 0), *pb = ctx->pb + (par ? (size_t)(l & 1) * D : 0);
+        float *pb_prev = ctx->pb + (par ? (size_t)((l + 1) & 1) * D : 0);
         MatvecParams mv;
+        if (par && !full) { /* in_proj, step and out_proj in one kernel, then the fused MLP */
+            const float *xin = ctx->x[xi];
+            if (l == 0) xi = 0;
+            rc = dn_layer(ctx, &lc, l, xin, pb_prev, ctx->x[l == 0 ? 0 : xi ^ 1], pa,
+                          ctx->pa + (size_t)((l + 1) & 1) * D, pb, err);
+            if (rc) break;
+            if (l > 0) xi ^= 1;
+            if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
+            xi ^= 1;
+            pb_parts = 1;
+            continue;
+        }
         /* proj = W_in · norm1(x), x = embedding (l = 0) or x + down-proj of layer l-1 */
         memset(&mv, 0, sizeof mv);
         mv.W = ly->w_in, mv.rows = ly->in_rows, mv.cols = D, mv.splits = 1;
@@ -319,12 +370,12 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
             mv.in_mode = MV_IN_EMBED, mv.embed = ctx->embed, mv.step = ctx->step_dev, mv.x_out = ctx->x[0];
             xi = 0;
         } else {
-            mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = ctx->pb, mv.n_parts = pb_parts;
+            mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = pb_prev, mv.n_parts = pb_parts;
             mv.x_out = ctx->x[xi ^ 1];
             xi ^= 1;
         }
         mv.norm_w = ly->ln1, mv.norm_mode = nm;
-        if (!det) mv.zero = ctx->pa, mv.n_zero = D;
+        if (!det) mv.zero = ctx->pa, mv.n_zero = par ? 2 * D : D;
         mv.out_mode = MV_OUT_STORE, mv.y = ctx->proj;
         pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
         if (!full && ctx->pf_ahead > 0) { /* first: the DeltaNet step's S and conv ring (contiguous) */
@@ -348,31 +399,31 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
             mv.in_mode = MV_IN_GATED, mv.gate = ctx->proj + c->conv_dim, mv.norm_w = ly->lin_norm;
             mv.group = c->linear_value_head_dim;
         }
-        mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = ctx->pa;
-        if (fused) mv.zero = ctx->pb, mv.n_zero = D; /* the fused MLP adds into pb next (header comment) */
+        mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = pa;
+        if (fused) mv.zero = pb, mv.n_zero = D; /* the fused MLP adds into pb next (header comment) */
         pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
         snprintf(name, sizeof name, "L%02d.%s", l, full ? "o_proj" : "out_proj");
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
         const int pa_parts = det ? so : 1;
-        if (probing && (rc = probe_parts(ctx, l, full ? "attn.out" : "delta.out", ctx->pa, pa_parts, NULL, err)))
+        if (probing && (rc = probe_parts(ctx, l, full ? "attn.out" : "delta.out", pa, pa_parts, NULL, err)))
             break;
 
         if (fused) { /* x = x + pa; pb += W_down · SwiGLU(W_gu · norm2(x)) in one kernel */
-            if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], err))) break;
+            if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
             xi ^= 1;
             pb_parts = 1;
-            if (probing && (rc = probe_parts(ctx, l, "mlp.out", ctx->pb, pb_parts, ctx->x[xi], err))) break;
+            if (probing && (rc = probe_parts(ctx, l, "mlp.out", pb, pb_parts, ctx->x[xi], err))) break;
             continue;
         }
 
         /* mlp = SwiGLU(W_gu · norm2(x + pa)) */
         memset(&mv, 0, sizeof mv);
         mv.W = ly->w_gu, mv.rows = 2 * F, mv.cols = D, mv.splits = 1;
-        mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = ctx->pa, mv.n_parts = pa_parts;
+        mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = pa, mv.n_parts = pa_parts;
         mv.x_out = ctx->x[xi ^ 1];
         xi ^= 1;
         mv.norm_w = ly->ln2, mv.norm_mode = nm;
-        if (!det) mv.zero = ctx->pb, mv.n_zero = D;
+        if (!det) mv.zero = pb, mv.n_zero = D;
         mv.out_mode = MV_OUT_SILU_MUL, mv.y = ctx->mlp;
         pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
         snprintf(name, sizeof name, "L%02d.gate_up", l);
@@ -382,12 +433,12 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         memset(&mv, 0, sizeof mv);
         mv.W = ly->w_down, mv.rows = D, mv.cols = F, mv.splits = ctx->splits_down;
         mv.in_mode = MV_IN_VEC, mv.x = ctx->mlp;
-        mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = ctx->pb;
+        mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = pb;
         pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
         snprintf(name, sizeof name, "L%02d.down", l);
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
         pb_parts = det ? ctx->splits_down : 1;
-        if (probing && (rc = probe_parts(ctx, l, "mlp.out", ctx->pb, pb_parts, ctx->x[xi], err))) break;
+        if (probing && (rc = probe_parts(ctx, l, "mlp.out", pb, pb_parts, ctx->x[xi], err))) break;
     }
     if (rc) return rc;
 
@@ -395,10 +446,11 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     MatvecParams mv;
     memset(&mv, 0, sizeof mv);
     mv.W = ctx->lm_head, mv.rows = V, mv.cols = D, mv.splits = 1, mv.blocks = ctx->lm_blocks;
-    mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = ctx->pb, mv.n_parts = pb_parts;
+    mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = ctx->pb + (par ? (size_t)((L - 1) & 1) * D : 0);
+    mv.n_parts = pb_parts;
     mv.norm_w = ctx->final_norm, mv.norm_mode = nm;
     mv.h_out = probing ? ctx->probe_dev : NULL;
-    if (!det) mv.zero = ctx->pa, mv.n_zero = D;
+    if (!det) mv.zero = ctx->pa, mv.n_zero = par ? 2 * D : D;
     mv.out_mode = MV_OUT_ARGMAX, mv.step = ctx->step_dev, mv.logits = ctx->logits, mv.n_valid = ctx->n_valid;
     mv.am_val = ctx->am_val, mv.am_idx = ctx->am_idx, mv.am_count = ctx->am_count;
     mv.out_id = ctx->out_id, mv.out_max = ctx->out_max;

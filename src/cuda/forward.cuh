@@ -64,6 +64,11 @@ typedef struct CudaCtx {
     int mlp_fused;            /* EXPERIMENTAL: the MLP as one kernel (mlp.cu) in atomic mode; w_dT uploaded */
     int dn_gn;                /* the DeltaNet step without its cluster and gated norm; out_proj computes the norm
                                * (MV_IN_GATED); default where the shapes allow, off with QWEN35_DN_GN=0 at open */
+    int dn_fused;             /* EXPERIMENTAL (QWEN35_DN_FUSED=1 at open, needs the fused MLP): the DeltaNet
+                               * layer's in_proj, step and out_proj as one kernel (dn_layer.cu); 2: its heads
+                               * exchange through clusters, 1: through global memory (dn_xbuf, dn_xcnt) */
+    float *dn_xbuf;
+    unsigned *dn_xcnt;
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
                                * 1 = 128, 256, 512; EXPERIMENTAL) */
     Probe probe;

@@ -298,6 +298,50 @@ int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch *l);
 /* Bytes of conv_ring per layer: K * conv_dim * 2. */
 size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, int K);
 
+/* ---- the DeltaNet layer's mixer in one kernel (dn_layer.cu, EXPERIMENTAL: QWEN35_DN_FUSED=1) ------------
+ * in_proj GEMV (prologue: residual add + RMSNorm, or the embedding row) -> conv + SiLU -> the delta-rule
+ * step -> gated RMSNorm -> out_proj, for one token, as ONE kernel: the step of v-head j needs only head
+ * j's rows of in_proj, and out_proj's columns of head j only head j's output, so nothing waits for the
+ * whole grid. Grid (8, Hv), 512 threads: block (s, j) computes rows [16 s, 16 s + 16) of head j's q, k, v
+ * and z (the GEMV's 4-row groups, bitwise its values) and head j's b and a; the 8 blocks of a head exchange
+ * the conv'd q/k so every block runs the step on its 16 value columns exactly as cuda_deltanet_step with
+ * gated_out (bitwise the same o and S); a second exchange gives every block the head's o and z, it applies
+ * MV_IN_GATED's formula (bitwise) and adds rows [s D / 8, (s+1) D / 8) of W_out[:, head j] g into y with
+ * atomics (fp32, arrival order). The exchanges go through the head's cluster (xbuf NULL; needs every
+ * head's cluster of 8 resident at once) or through global memory (xbuf, xcnt; needs every block resident).
+ * Every weight, the state slice and the conv history are loaded before the PDL wait. Needs Hk == Hv,
+ * dk == dv == 128, D % 32 == 0, cuda_dn_layer_supported. Not deterministic (the atomics). */
+typedef struct DnLayerParams {
+    const uint16_t *w_in;      /* bf16 [conv_dim + value_dim + 2 Hv][D]: q | k | v | z | b | a rows */
+    const uint16_t *embed;     /* layer 0: x = embed[step->token] (bf16 [V][D]); else NULL */
+    const float *x, *parts;    /* else x = bf16(x + bf16(sum of n_parts parts [D])) (parts NULL: x) */
+    int n_parts;
+    float *x_out;              /* optional: x (block (0, 0)) */
+    const float *ln1;          /* [D] input norm weights */
+    int norm_mode;             /* NORM_ZC or NORM_PLAIN */
+    float *proj;               /* optional (tests): the in_proj rows, as the GEMV's y */
+    const float *conv_w;       /* as DeltanetStepParams */
+    uint16_t *conv_ring;
+    const float *A_log, *dt_bias, *norm_w;
+    float *S;
+    float *o;                  /* optional (tests): [Hv dv] o before the gated norm */
+    const uint16_t *w_out;     /* bf16 [D][Hv dv] */
+    float *y;                  /* [D] fp32 accumulator, zeroed by an earlier kernel */
+    float *zero0, *zero1;      /* optional: [n_zero] buffers this kernel zeroes after its wait */
+    int n_zero;
+    float *xbuf;               /* NULL: the exchanges through the cluster's shared memory; else through global */
+    unsigned *xcnt;            /* memory: xbuf [cuda_dn_layer_xbuf_floats(Hv)], xcnt [2 Hv] zeroed once */
+    const StepParams *step;
+    int D, Hk, Hv, dk, dv, K;
+    float eps;                 /* rms_norm_eps: the input norm and the gated norm */
+} DnLayerParams;
+/* 0: shape not supported or the grid does not fit; 1: supported with xbuf / xcnt (every block resident at
+ * once, the exchanges through global memory); 2: also through clusters (every head's cluster of 8 resident
+ * at once: not on a 132-SM H200 for 16 heads, whose clusters of 8 span at most 120 SMs). */
+int cuda_dn_layer_supported(int D, int Hk, int Hv, int dk, int dv, int K);
+size_t cuda_dn_layer_xbuf_floats(int Hv);
+int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l);
+
 /* ---- full-attention decode (attention.cu) ----------------------------------------------------
  * One token of GQA attention over one layer's bf16 KV cache (MODEL.md §3.2 Qwen3.5, §5 Qwen3).
  * Query head j reads kv head j / G, G = Hq/Hkv; pos = step->pos, kv_len = pos + 1.

@@ -24,6 +24,7 @@
 #include "gpu_common.h"
 
 static Rng rng;
+static int g_dn_fused; /* QWEN35_DN_FUSED=1 in the environment: the backend takes the fused DeltaNet mixer */
 
 #define MAX_OWN 256
 static void *own[MAX_OWN];
@@ -74,10 +75,12 @@ static void small_model(Model *m, int qwen35) {
     c->attn_output_gate = qwen35;
     c->rope_theta = qwen35 ? 1e7f : 1e6f;
     c->partial_rotary_factor = qwen35 ? 0.25f : 1.0f;
+    /* QWEN35_DN_FUSED=1: DeltaNet heads the fused mixer kernel takes (dn_layer.cu: Hk = Hv, dk = dv = 128) */
+    const int dnf = g_dn_fused;
     c->linear_num_key_heads = qwen35 ? 2 : 0;
-    c->linear_num_value_heads = qwen35 ? 4 : 0;
-    c->linear_key_head_dim = qwen35 ? 32 : 0;
-    c->linear_value_head_dim = qwen35 ? 48 : 0;
+    c->linear_num_value_heads = qwen35 ? (dnf ? 2 : 4) : 0;
+    c->linear_key_head_dim = qwen35 ? (dnf ? 128 : 32) : 0;
+    c->linear_value_head_dim = qwen35 ? (dnf ? 128 : 48) : 0;
     c->linear_conv_kernel_dim = qwen35 ? 4 : 0;
     c->max_position_embeddings = 4096;
     for (int l = 0; l < c->num_hidden_layers; l++)
@@ -223,12 +226,18 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
     int rc = br ? cuda_backend.bench(gf, &rq, br, &err) : Q35_ERR_OOM;
     CHECK(rc == 0, "%s fused bench: %s", name, err.msg);
     if (!rc) {
-        int mlp_ops = 0, gemv_ops = 0;
+        int mlp_ops = 0, gemv_ops = 0, dn_ops = 0;
         for (int i = 0; i < br->n_ops; i++) {
             if (!strncmp(br->ops[i].name, "persistent:", 11)) continue;
             const char *dot = strchr(br->ops[i].name, '.');
             mlp_ops += dot && !strcmp(dot, ".mlp");
+            dn_ops += dot && !strcmp(dot, ".dnlayer");
             gemv_ops += dot && (!strcmp(dot, ".gate_up") || !strcmp(dot, ".down"));
+        }
+        /* the fused DeltaNet mixer needs the fused MLP: without it, in_proj, the step and out_proj again */
+        if (g_dn_fused && strstr(name, "qwen3.5")) {
+            printf("  %s: %d fused DeltaNet mixer launches per step\n", name, dn_ops);
+            CHECK(dn_ops > 0, "%s: QWEN35_DN_FUSED=1 but no dnlayer launch", name);
         }
         const int saved = br->launches_mlp_unfused - br->launches;
         printf("  %s fused bench: %.3f ms/token (%d launches) vs %.3f with the two MLP GEMVs (%d launches)\n", name,
@@ -236,8 +245,8 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
         CHECK(br->mlp_fused == 1 && br->ms_mlp_unfused > 0, "%s fused bench: mlp_fused %d, unfused %.3f ms", name,
               br->mlp_fused, br->ms_mlp_unfused);
         CHECK(mlp_ops > 0 && gemv_ops == 0, "%s fused bench ops: %d mlp, %d gate_up/down", name, mlp_ops, gemv_ops);
-        CHECK(saved == mlp_ops, "%s fused bench: %d launches vs %d unfused, %d fused MLP ops", name, br->launches,
-              br->launches_mlp_unfused, mlp_ops);
+        CHECK(saved == mlp_ops + 2 * dn_ops, "%s fused bench: %d launches vs %d unfused, %d fused MLP ops, %d dnlayer",
+              name, br->launches, br->launches_mlp_unfused, mlp_ops, dn_ops);
     }
     free(br);
     return 0;
@@ -558,6 +567,9 @@ done:
 int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("decode");
     rng_seed(&rng, test_seed(argc, argv, "test_decode"));
+    const char *df = getenv("QWEN35_DN_FUSED");
+    g_dn_fused = df && atoi(df) == 1;
+    if (g_dn_fused) printf("QWEN35_DN_FUSED=1: the qwen35 model's DeltaNet layers have 2 heads of 128 x 128\n");
     test_model(1);
     test_model(0);
     test_long(1);

@@ -1,0 +1,62 @@
+/* deltanet.cuh — device helpers of the DeltaNet decode step shared by deltanet.cu (the step kernel) and
+ * dn_layer.cu (the whole mixer in one kernel), so both compute the same values bit for bit (dn_layer.cu
+ * stages the conv history in shared memory and repeats conv_history's sum there, in the same order). */
+#ifndef Q35_CUDA_DELTANET_CUH
+#define Q35_CUDA_DELTANET_CUH
+
+#include "cuda/common.cuh"
+
+/* ---- small math (accurate expf: these values are rounded to bf16 right after) ----------------- */
+
+__device__ __forceinline__ float dn_silu(float x) { return x / (1.0f + expf(-x)); }
+static __device__ __forceinline__ uint16_t bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+
+/* Sum of three values over the block, in fixed order; red: shared float[96]. */
+__device__ __forceinline__ void block_sum3(float *a, float *b, float *c, float *red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float x = warp_sum(*a), y = warp_sum(*b), z = warp_sum(*c);
+    if (lane == 0) red[w] = x, red[32 + w] = y, red[64 + w] = z;
+    __syncthreads();
+    x = y = z = 0.0f;
+    for (int i = 0; i < nw; i++) x += red[i], y += red[32 + i], z += red[64 + i];
+    *a = x, *b = y, *c = z;
+}
+
+template <int VEC>
+__device__ __forceinline__ void ld_vec(const float *src, float *d) {
+    if (VEC == 4) {
+        const float4 t = *reinterpret_cast<const float4 *>(src);
+        d[0] = t.x, d[1] = t.y, d[2] = t.z, d[3] = t.w;
+    } else {
+        d[0] = *src;
+    }
+}
+template <int VEC>
+__device__ __forceinline__ void st_vec(float *dst, const float *s) {
+    if (VEC == 4)
+        *reinterpret_cast<float4 *>(dst) = make_float4(s[0], s[1], s[2], s[3]);
+    else
+        *dst = s[0];
+}
+
+/* History part of the causal conv for channel ch: sum_{j<K-1} w[ch][j] m_{pos-(K-1)+j}[ch]; row of
+ * position pos-(K-1)+j in the ring is (pos+1+j) mod K. *tap = w[ch][K-1] (multiplies the current m). */
+template <typename P> /* a params struct with conv_w, conv_ring, K (DeltanetStepParams) */
+__device__ __forceinline__ float conv_history(const P &p, int conv_dim, int ch, int rc, float *tap) {
+    const float *w = p.conv_w + (size_t)ch * p.K;
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int j = 0; j < p.K - 1; j++) {
+        int row = rc + 1 + j;
+        row -= row >= p.K ? p.K : 0;
+        acc = fmaf(w[j], bf16u(p.conv_ring[(size_t)row * conv_dim + ch]), acc);
+    }
+    *tap = w[p.K - 1];
+    return acc;
+}
+/* c = bf16(silu(bf16(conv))) with conv = history + tap*x (HF bf16 conv1d, then bf16 SiLU). */
+__device__ __forceinline__ float conv_finish(float hist, float tap, float x) {
+    return rbf(dn_silu(rbf(fmaf(tap, x, hist))));
+}
+
+#endif

@@ -1,0 +1,463 @@
+/* dn_layer.cu — the DeltaNet layer's mixer as ONE kernel (EXPERIMENTAL, QWEN35_DN_FUSED=1; contract in ops.h
+ * DnLayerParams): in_proj GEMV -> conv + SiLU -> delta-rule step -> gated RMSNorm -> out_proj, for one token.
+ *
+ * Why: the engine's DeltaNet layer is four dependent launches (in_proj GEMV, the step, out_proj, the MLP),
+ * and a dependent launch costs ~2.5 us beyond its bytes even for a kernel that only loads (bench/kernels/
+ * burst_lab.cu, docs/PERF_NOTES.md §16). The step of v-head j needs only head j's rows of in_proj, and
+ * out_proj's columns of head j only head j's output, so the first three need no grid-wide wait: the 8 blocks
+ * of a head exchange what they need among themselves.
+ *
+ * Block (s, j), 16 warps (Hk == Hv, dk == dv == 128):
+ *   before the PDL wait: each warp loads 4 rows of head j's q, k, v or z (rows [16 s + 4 (w % 4), +4) of part
+ *   w / 4) into registers (the GEMV's 4-row-group layout, U = 4); cp.async of the rows b_j and a_j, of W_out's
+ *   rows [s D/8, (s+1) D/8) x columns [128 j, +128) (32 KiB at D = 1024), of the state slice S[j][:, 16 s ..
+ *   +16) (8 KiB) and of the conv history and taps of the block's 48 q/k/v channels;
+ *   after it: the input row normed as the 512-thread GEMV does (bitwise its xs), the 66 row sums (bitwise the
+ *   GEMV's rows; b and a by warp 0 from shared memory), conv + SiLU of the block's 16 q, 16 k and 16 v
+ *   channels (their raw values into the ring), exchange 1: the head's conv'd q and k to all 8 blocks -> the
+ *   step on the block's 16 value columns with the first 128 threads, laid out as deltanet.cu's (tpr 4, VEC
+ *   4), so o and S are bitwise the step kernel's -> exchange 2: the head's o and z -> the gated norm of the
+ *   head as MV_IN_GATED computes it -> y[s D/8 + r] += W_out[s D/8 + r][head j] g (one fp32 atomic per row).
+ * The exchanges go through the head's thread-block cluster (distributed shared memory) where every head's
+ * cluster of 8 fits at once, else through global memory with a per-head arrival counter (dl_arrive /
+ * dl_wait), which needs the whole grid resident: on the 132-SM H200 clusters of 8 span at most 120 SMs
+ * (15 clusters), so the 0.8B's 16 heads take the global-memory path. Cluster mode: remote stores only go to
+ * blocks that have started (the arrive at entry, its wait before the first push), and every push precedes
+ * the barrier after which it is read, so a block may exit once it passed the second barrier.
+ *
+ * H200, 0.8B (docs/PERF_NOTES.md §16): 0.7552 vs 0.7570 ms/token at ctx 128, 0.7763 vs 0.7843 at 2048 (61
+ * launches instead of 97). The kernel's span is 14.9 us: its 22 MB arrive at ~2.4 TB/s (~9.5 us from
+ * residency, as a one-shot GEMV), then ~5 us of chain (the GEMV's sums, conv, two exchanges of ~1.2-1.5 us
+ * each through L2, the step, the norm, out_proj's atomics). */
+#include "cuda/cluster.cuh"
+#include "cuda/common.cuh"
+#include "cuda/deltanet.cuh"
+
+enum {
+    DL_SPLIT = 8,              /* blocks per head (the cluster) */
+    DL_WARPS = 16,             /* 4 rows of q/k/v/z each; warp 0 also b and a (from shared memory) */
+    DL_THREADS = 32 * DL_WARPS, /* the in_proj GEMV's block size: the same input norm bit for bit */
+    DL_DK = 128,               /* dk = dv */
+    DL_COLS = DL_DK / DL_SPLIT /* value columns (and q/k/v/z rows of each part) per block */
+};
+
+static __device__ __forceinline__ void dl_cp_async16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+
+/* The head's exchange through global memory (p.xbuf / p.xcnt, when its clusters of 8 do not all fit at once):
+ * threads < 32 have stored this block's 2 x 16 values into xb (slots [e0, e0 + 16) of the two halves); after
+ * the barrier thread 0 publishes them (fence, as cooperative groups' grid sync) and adds 1 to the head's
+ * counter; dl_wait then spins until all 8 blocks of this round have arrived: the counter only grows, round k's
+ * arrivals see old in [8k, 8k + 8), so no reset is needed. Needs every block of the grid resident at once
+ * (cuda_dn_layer_supported; a wait over 2 s traps, a launch error instead of a hang). Stores issued between
+ * the two (the state, the ring) do not delay the fence. */
+static __device__ __forceinline__ unsigned dl_arrive(unsigned *cnt) {
+    __syncthreads();
+    unsigned target = 0;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned old = atomicAdd(cnt, 1u);
+        target = old - old % DL_SPLIT + DL_SPLIT;
+    }
+    return target;
+}
+/* ... then a and b [128] <- the two halves of xb. */
+static __device__ __forceinline__ void dl_wait(const unsigned *cnt, unsigned target, const float *xb, float *a,
+                                               float *b) {
+    if (threadIdx.x == 0) {
+        unsigned v;
+        unsigned long long t0 = 0, t;
+        for (int it = 0;; it++) {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt) : "memory");
+            if ((int)(v - target) >= 0) break;
+            if ((it & 1023) == 0) { /* a block of the head never started (e.g. an SM limit): fail, do not hang */
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                if (!t0) t0 = t;
+                if (t - t0 > 2000000000ull) __trap();
+            }
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < DL_DK) a[threadIdx.x] = __ldcg(xb + threadIdx.x), b[threadIdx.x] = __ldcg(xb + DL_DK + threadIdx.x);
+}
+
+static size_t dl_smem_bytes(int D, int K) {
+    return (size_t)D * 4 + (size_t)(D / DL_SPLIT) * DL_DK * 2 + (size_t)DL_DK * DL_COLS * 4 + (size_t)D * 4 +
+           (size_t)K * 3 * DL_COLS * 2 + (size_t)3 * DL_COLS * K * 4;
+}
+
+/* GM: the two exchanges through global memory (dl_exchange_gm) instead of the cluster's shared memory */
+template <bool GM>
+__global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_constant__ DnLayerParams p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float red[32], red3[96], prow[4 * DL_COLS + 2];
+    __shared__ __align__(16) float qa[DL_DK], ka[DL_DK], oa[DL_DK], za[DL_DK], gs[DL_DK];
+    __shared__ __align__(16) float cq[DL_COLS], ck[DL_COLS], pv[DL_COLS], zv[DL_COLS], ob[DL_COLS];
+    __shared__ float dl[DL_COLS], red_m[4 * DL_COLS], red_s[4 * DL_COLS], rstd_s;
+    const int D = p.D, dk = DL_DK, dv = DL_DK, Hv = p.Hv;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int s = blockIdx.x, j = blockIdx.y;
+    const int key_dim = p.Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
+    const int e0 = s * DL_COLS, orows = D / DL_SPLIT;
+    float *xs = reinterpret_cast<float *>(smem);
+    uint16_t *wo = reinterpret_cast<uint16_t *>(smem + (size_t)D * 4);
+    float *st = reinterpret_cast<float *>(smem + (size_t)D * 4 + (size_t)orows * DL_DK * 2);
+    uint16_t *wba = reinterpret_cast<uint16_t *>(st + DL_DK * DL_COLS);
+    uint16_t *rg = wba + 2 * (size_t)D;                       /* ring rows: [K][48], channels as channel(t) */
+    float *cw = reinterpret_cast<float *>(rg + (size_t)p.K * 3 * DL_COLS); /* taps [48][K] */
+    Q35_TRACE_T0;
+    const int pos = p.step->pos, rc = pos % p.K; /* first: every later load queues behind the weights */
+    pdl_trigger();
+    if (!GM) cluster_arrive_relaxed(); /* matched by the wait before the first remote store */
+
+    /* 1. Before the wait: weights, the state slice, the conv history (PDL contract, common.cuh). */
+    const int part = warp >> 2;
+    const long long row0 = (part == 0   ? (long long)j * dk
+                            : part == 1 ? (long long)key_dim + j * dk
+                            : part == 2 ? 2LL * key_dim + (long long)j * dv
+                                        : (long long)conv_dim + (long long)j * dv) +
+                           e0 + 4 * (warp & 3);
+    const long long row_b = (long long)conv_dim + value_dim + j, row_a = row_b + Hv;
+    uint4 w[4][4];
+    auto load = [&](int k0) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int k = k0 + u * 256 + lane * 8;
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                w[u][r] = k < D ? ld_stream(reinterpret_cast<const uint4 *>(p.w_in + (row0 + r) * D + k))
+                                : make_uint4(0u, 0u, 0u, 0u);
+        }
+    };
+    load(0);
+    for (int c = tid; c < orows * (DL_DK / 8); c += DL_THREADS) { /* W_out rows, head j's 128 columns */
+        const int r = c >> 4, q = c & 15;
+        dl_cp_async16(wo + r * DL_DK + q * 8, p.w_out + (size_t)(s * orows + r) * value_dim + (size_t)j * dv + q * 8);
+    }
+    for (int c = tid; c < DL_DK * (DL_COLS / 4); c += DL_THREADS) { /* S[j][d][e0 .. e0 + 16) */
+        const int d = c / (DL_COLS / 4), q = c % (DL_COLS / 4);
+        dl_cp_async16(st + d * DL_COLS + q * 4, p.S + ((size_t)j * dk + d) * dv + e0 + q * 4);
+    }
+    for (int c = tid; c < D / 4; c += DL_THREADS) { /* rows b_j, a_j: D / 8 pieces each */
+        const int r = c / (D / 8), q = c % (D / 8);
+        dl_cp_async16(wba + (size_t)r * D + q * 8, p.w_in + (r ? row_a : row_b) * D + q * 8);
+    }
+    auto channel = [&](int t) { /* the block's q, k, v channels t < 48 */
+        const int pt = t / DL_COLS, i = t % DL_COLS;
+        return pt == 0 ? j * dk + e0 + i : pt == 1 ? key_dim + j * dk + e0 + i : 2 * key_dim + j * dv + e0 + i;
+    };
+    /* the conv history and taps of the block's 48 channels (16 contiguous per part) */
+    for (int c = tid; c < p.K * 6 + 3 * p.K * 4; c += DL_THREADS) {
+        if (c < p.K * 6) { /* ring row r, part pt, half h: 8 channels */
+            const int r = c / 6, pt = (c % 6) / 2, h = c % 2;
+            dl_cp_async16(rg + r * 3 * DL_COLS + pt * DL_COLS + h * 8,
+                          p.conv_ring + (size_t)r * conv_dim + channel(pt * DL_COLS) + h * 8);
+        } else { /* taps of part pt: 16 channels x K floats, contiguous */
+            const int q = c - p.K * 6, pt = q / (p.K * 4), o = q % (p.K * 4);
+            dl_cp_async16(cw + pt * DL_COLS * p.K + o * 4, p.conv_w + (size_t)channel(pt * DL_COLS) * p.K + o * 4);
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    const float A_log = p.A_log[j], dt_bias = p.dt_bias[j];
+
+    pdl_wait();
+    Q35_TRACE_T1_AT(0);
+
+    /* 2. The input row (bitwise the in_proj GEMV's), the zeroing, the 66 row sums. */
+    stage_norm_row(xs, red, D, p.embed ? p.embed + (size_t)p.step->token * D : NULL, p.x, p.parts, p.n_parts,
+                   s == 0 && j == 0 ? p.x_out : NULL, p.ln1, p.norm_mode, p.eps);
+    if (p.n_zero > 0 && (p.zero0 || p.zero1)) {
+        const int nthr = gridDim.x * gridDim.y * DL_THREADS;
+        for (int i = (j * gridDim.x + s) * DL_THREADS + tid; i < p.n_zero; i += nthr) {
+            if (p.zero0) p.zero0[i] = 0.0f;
+            if (p.zero1) p.zero1[i] = 0.0f;
+        }
+    }
+    __syncthreads();
+    Q35_TRACE_PROBE(1);
+    {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < D; k0 += 1024) {
+            if (k0) load(k0);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int k = k0 + u * 256 + lane * 8;
+                if (k < D) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
+                    const float4 a4 = xp[0], b4 = xp[1];
+                    const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+                    for (int r = 0; r < 4; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+                }
+            }
+        }
+        const float sum = warp_sum_rows4(acc, lane); /* lanes 8r .. 8r+7: row r */
+        if ((lane & 7) == 0) {
+            const float v = rbf(sum);
+            prow[4 * warp + (lane >> 3)] = v;
+            if (p.proj) p.proj[row0 + (lane >> 3)] = v;
+        }
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    if (warp == 0) { /* b_j, a_j: the same per-lane sums and reduction as the GEMV's rows */
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < D; k0 += 1024)
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int k = k0 + u * 256 + lane * 8;
+                if (k < D) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
+                    const float4 a4 = xp[0], b4 = xp[1];
+                    const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+                    acc[0] = dot8(*reinterpret_cast<const uint4 *>(wba + k), xv, acc[0]);
+                    acc[1] = dot8(*reinterpret_cast<const uint4 *>(wba + D + k), xv, acc[1]);
+                }
+            }
+        const float sum = warp_sum_rows4(acc, lane);
+        if (lane == 0 || lane == 8) {
+            const float v = rbf(sum);
+            prow[4 * DL_COLS + (lane >> 3)] = v;
+            if (p.proj) p.proj[lane ? row_a : row_b] = v;
+        }
+        __syncwarp();
+    }
+    __syncthreads();
+    Q35_TRACE_PROBE(2);
+
+    /* 3. Conv + SiLU of the block's channels (deltanet.cu's values); the raw row into the ring. */
+    uint16_t ring_x = 0; /* threads < 48: the raw value for the ring, stored after the exchange's arrive */
+    if (tid < 3 * DL_COLS) {
+        /* deltanet.cuh conv_history's sum, from the staged ring rows and taps */
+        const float *w = cw + tid * p.K;
+        float hist = 0.0f;
+        for (int jj = 0; jj < p.K - 1; jj++) {
+            int row = rc + 1 + jj;
+            row -= row >= p.K ? p.K : 0;
+            hist = fmaf(w[jj], bf16u(rg[row * 3 * DL_COLS + tid]), hist);
+        }
+        const float x = prow[tid], c = conv_finish(hist, w[p.K - 1], x);
+        ring_x = bf16_bits(x);
+        const int i = tid % DL_COLS;
+        if (tid < DL_COLS)
+            cq[i] = c;
+        else if (tid < 2 * DL_COLS)
+            ck[i] = c;
+        else
+            pv[i] = c;
+    } else if (tid < 4 * DL_COLS) {
+        zv[tid - 3 * DL_COLS] = prow[tid];
+    }
+    __syncthreads();
+    Q35_TRACE_PROBE(3);
+
+    /* 4. The head's conv'd q and k to every block of the head. */
+    if (GM) {
+        float *xb = p.xbuf + (size_t)j * 4 * DL_DK;
+        if (tid < 2 * DL_COLS)
+            __stcg(xb + (tid < DL_COLS ? 0 : DL_DK) + e0 + tid % DL_COLS, tid < DL_COLS ? cq[tid] : ck[tid - DL_COLS]);
+        const unsigned target = dl_arrive(p.xcnt + j);
+        if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
+        dl_wait(p.xcnt + j, target, xb, qa, ka);
+    } else {
+        if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
+        cluster_wait(); /* every block of the cluster has started */
+        if (tid < 8 * DL_SPLIT) {
+            const unsigned rank = (unsigned)(tid >> 3);
+            const int pc = tid & 7;
+            const float *src = pc < 4 ? cq + 4 * pc : ck + 4 * (pc - 4);
+            float *dst = pc < 4 ? qa + e0 + 4 * pc : ka + e0 + 4 * (pc - 4);
+            st_dsmem4(dst, rank, *reinterpret_cast<const float4 *>(src));
+        }
+        cluster_arrive_release();
+        cluster_wait();
+    }
+    __syncthreads();
+    Q35_TRACE_PROBE(4);
+
+    /* 5. The step (deltanet.cu with gated_out, nt = 128, tpr = 4, VEC = 4), threads < 128. */
+    float ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
+    if (tid < dk) {
+        const float cqv = qa[tid], ckv = ka[tid];
+        ssq = fmaf(cqv, cqv, ssq), ssk = fmaf(ckv, ckv, ssk), sqk = fmaf(cqv, ckv, sqk);
+    }
+    block_sum3(&ssq, &ssk, &sqk, red3); /* warps >= 4 add zeros: the 128-thread kernel's sums */
+    const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
+    const float kq = sqk * rq * rk;
+    const float beta = rbf(1.0f / (1.0f + expf(-prow[4 * DL_COLS])));
+    const float xa = prow[4 * DL_COLS + 1] + dt_bias;
+    const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+    constexpr int TPR = 4, NRL = DL_DK / TPR; /* 32 row lanes x 4 rows each */
+    const int cg = tid % TPR, rl = tid / TPR;
+    float sv[4][4], kd[4];
+    if (tid < dk) {
+        float qd[4], mem[4], sq[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int d = rl + i * NRL;
+            const float4 t = *reinterpret_cast<const float4 *>(st + d * DL_COLS + cg * 4);
+            sv[i][0] = t.x, sv[i][1] = t.y, sv[i][2] = t.z, sv[i][3] = t.w;
+            kd[i] = ka[d] * rk;
+            qd[i] = qa[d] * rq;
+        }
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            float m = 0.0f, q = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) m = fmaf(sv[i][v], kd[i], m), q = fmaf(sv[i][v], qd[i], q);
+            for (int o = 16; o >= TPR; o >>= 1)
+                m += __shfl_xor_sync(0xffffffffu, m, o), q += __shfl_xor_sync(0xffffffffu, q, o);
+            mem[v] = m, sq[v] = q;
+        }
+        if (lane < TPR)
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                red_m[warp * DL_COLS + cg * 4 + v] = mem[v];
+                red_s[warp * DL_COLS + cg * 4 + v] = sq[v];
+            }
+    }
+    __syncthreads();
+    if (tid < DL_COLS) {
+        float m = 0.0f, q = 0.0f;
+        for (int ww = 0; ww < dk / 32; ww++) m += red_m[ww * DL_COLS + tid], q += red_s[ww * DL_COLS + tid];
+        const float delta = beta * (pv[tid] - decay * m);
+        dl[tid] = delta;
+        ob[tid] = rbf(fmaf(delta, kq, decay * q));
+    }
+    __syncthreads();
+    Q35_TRACE_PROBE(5);
+    auto store_state = [&] { /* S' = decay S + k^ delta^T; o for tests */
+        if (tid < dk) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int d = rl + i * NRL;
+                float t[4];
+#pragma unroll
+                for (int v = 0; v < 4; v++) t[v] = fmaf(kd[i], dl[cg * 4 + v], decay * sv[i][v]);
+                *reinterpret_cast<float4 *>(p.S + ((size_t)j * dk + d) * dv + e0 + cg * 4) =
+                    make_float4(t[0], t[1], t[2], t[3]);
+            }
+        }
+        if (p.o && tid < DL_COLS) p.o[(size_t)j * dv + e0 + tid] = ob[tid];
+    };
+
+    /* 6. The head's o and z to every block; the gated norm (MV_IN_GATED's formula and order). */
+    if (GM) {
+        float *xb = p.xbuf + ((size_t)j * 4 + 2) * DL_DK;
+        if (tid < 2 * DL_COLS)
+            __stcg(xb + (tid < DL_COLS ? 0 : DL_DK) + e0 + tid % DL_COLS, tid < DL_COLS ? ob[tid] : zv[tid - DL_COLS]);
+        const unsigned target = dl_arrive(p.xcnt + Hv + j);
+        store_state();
+        dl_wait(p.xcnt + Hv + j, target, xb, oa, za);
+    } else {
+        store_state();
+        if (tid < 8 * DL_SPLIT) {
+            const unsigned rank = (unsigned)(tid >> 3);
+            const int pc = tid & 7;
+            const float *src = pc < 4 ? ob + 4 * pc : zv + 4 * (pc - 4);
+            float *dst = pc < 4 ? oa + e0 + 4 * pc : za + e0 + 4 * (pc - 4);
+            st_dsmem4(dst, rank, *reinterpret_cast<const float4 *>(src));
+        }
+        cluster_arrive_release();
+        cluster_wait(); /* no remote access after this point */
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float ss = 0.0f;
+        for (int c = lane; c < dv; c += 32) ss = fmaf(oa[c], oa[c], ss);
+        ss = warp_sum(ss);
+        if (lane == 0) rstd_s = rsqrtf(ss / (float)dv + p.eps);
+    }
+    __syncthreads();
+    if (tid < dv) {
+        const float z = za[tid], u = rbf(oa[tid] * rstd_s), wu = rbf(p.norm_w[tid] * u);
+        gs[tid] = rbf(wu * (z / (1.0f + expf(-z))));
+    }
+    __syncthreads();
+    Q35_TRACE_PROBE(6);
+
+    /* 7. y[s D/8 + r] += W_out[s D/8 + r][head j] . g: 4-row groups per warp, lane = 4 columns. */
+    for (int g = warp; g < orows / 4; g += DL_WARPS) {
+        float acc[4];
+        const float4 gv = *reinterpret_cast<const float4 *>(gs + 4 * lane);
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const uint2 wv = *reinterpret_cast<const uint2 *>(wo + (size_t)(4 * g + r) * DL_DK + 4 * lane);
+            float a = bf_lo(wv.x) * gv.x;
+            a = fmaf(bf_hi(wv.x), gv.y, a);
+            a = fmaf(bf_lo(wv.y), gv.z, a);
+            acc[r] = fmaf(bf_hi(wv.y), gv.w, a);
+        }
+        const float sum = warp_sum_rows4(acc, lane);
+        if ((lane & 7) == 0) atomicAdd(p.y + s * orows + 4 * g + (lane >> 3), sum);
+    }
+    Q35_TRACE_END(50);
+}
+
+/* Max active clusters of 8 (cluster mode) or blocks per SM x SMs >= grid (global-memory exchange). */
+static int dl_fit(int D, int K, int Hv, int cluster) {
+    int dev = 0, optin = 0, n_sm = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    const size_t smem = dl_smem_bytes(D, K);
+    void (*kern)(DnLayerParams) = cluster ? dn_layer_bf16<false> : dn_layer_bf16<true>;
+    if (smem + 8192 > (size_t)optin ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (!cluster) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, DL_THREADS, smem) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        return (long long)n * n_sm >= (long long)DL_SPLIT * Hv; /* every block resident at once: the spin is safe */
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = dim3(DL_SPLIT, (unsigned)Hv), cfg.blockDim = dim3(DL_THREADS), cfg.dynamicSmemBytes = smem;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = DL_SPLIT, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n >= Hv; /* every head's cluster resident at once */
+}
+
+extern "C" int cuda_dn_layer_supported(int D, int Hk, int Hv, int dk, int dv, int K) {
+    if (Hk != Hv || dk != DL_DK || dv != DL_DK || D < 32 || D % 32 || K < 2 || K > 64 || Hv < 1 || Hv > 65535)
+        return 0;
+    return dl_fit(D, K, Hv, 1) ? 2 : dl_fit(D, K, Hv, 0) ? 1 : 0;
+}
+
+extern "C" size_t cuda_dn_layer_xbuf_floats(int Hv) { return (size_t)Hv * 4 * DL_DK; }
+
+extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
+    if (!p || !l || !p->w_in || !p->ln1 || !p->conv_w || !p->conv_ring || !p->A_log || !p->dt_bias || !p->norm_w ||
+        !p->S || !p->w_out || !p->y || !p->step || (!p->embed && !p->x) || p->Hk != p->Hv || p->dk != DL_DK ||
+        p->dv != DL_DK || p->D < 32 || p->D % 32 || p->K < 2 || p->Hv < 1 || p->Hv > 65535 ||
+        ((p->zero0 || p->zero1) && p->n_zero < 0) || !p->xbuf != !p->xcnt)
+        return (int)cudaErrorInvalidValue;
+    const size_t smem = dl_smem_bytes(p->D, p->K);
+    const dim3 grid(DL_SPLIT, (unsigned)p->Hv), block(DL_THREADS);
+    if (p->xbuf) {
+        if (!dl_fit(p->D, p->K, p->Hv, 0)) return (int)cudaErrorInvalidConfiguration; /* the spin needs every block */
+        return launch_kernel(dn_layer_bf16<true>, grid, block, smem, l, *p);
+    }
+    cudaError_t e = cudaFuncSetAttribute(dn_layer_bf16<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)e;
+    }
+    return launch_cluster(dn_layer_bf16<false>, grid, block, smem, DL_SPLIT, l, *p);
+}
+
+Q35_TRACE_FETCH_FN(cuda_trace_fetch_dn_layer)

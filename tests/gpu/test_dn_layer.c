@@ -1,0 +1,205 @@
+/* test_dn_layer.c — cuda_dn_layer (src/cuda/dn_layer.cu: the DeltaNet layer's in_proj, step, gated norm and
+ * out_proj in one kernel) against the three kernels it replaces, on fresh random weights and inputs, over
+ * consecutive steps with the state and the conv ring carried:
+ *   in_proj GEMV (cuda_matvec, MV_IN_RESIDUAL or MV_IN_EMBED, 512 threads) -> cuda_deltanet_step (gated_out)
+ *   -> out_proj GEMV (MV_IN_GATED, split-K atomic).
+ * Bitwise equal: the in_proj rows, the new residual x, o, the state S and the whole conv ring (the fused
+ * kernel computes them in the same order); within 2e-5 of max |y|: out_proj's y (16 head partials instead of
+ * the GEMV's split partials, both summed by fp32 atomics). The zero buffers must be zeroed; bad shapes are
+ * refused without a launch. Both exchange modes (global memory; clusters where every head's cluster of 8
+ * fits, not for 16 heads on a 132-SM H200). The step kernel and the GEMVs are checked against the CPU in test_deltanet and
+ * test_matvec; the whole model with the fused kernel in test_decode (QWEN35_DN_FUSED=1).
+ * Usage: test_dn_layer [seed]. Skips without a GPU. */
+#include "cuda/ops.h"
+#include "test.h"
+#include "gpu_common.h"
+
+typedef struct Case {
+    const char *name;
+    int D, H, K, steps, pos0, embed;
+} Case;
+
+static Rng rng;
+
+static int cmp_bits(const char *what, const void *a, const void *b, size_t bytes) {
+    if (memcmp(a, b, bytes) == 0) return 1;
+    const unsigned char *x = a, *y = b;
+    size_t i = 0;
+    while (i < bytes && x[i] == y[i]) i++;
+    fprintf(stderr, "  %s: first differing byte %zu of %zu\n", what, i, bytes);
+    return 0;
+}
+
+/* gm: the heads exchange through global memory (xbuf / xcnt), else through their clusters */
+static void run_case(const Case *c, int n_sm, int gm) {
+    const int D = c->D, H = c->H, dk = 128, dv = 128, K = c->K, kd = H * dk, vd = H * dv, cd = 2 * kd + vd;
+    const int rows = cd + vd + 2 * H, V = 8;
+    const size_t nS = (size_t)H * dk * dv;
+    const int sup = cuda_dn_layer_supported(D, H, H, dk, dv, K);
+    printf("-- %s: D %d, %d heads, K %d, %d steps from pos %d%s; exchange through %s (supported: %d)\n", c->name, D,
+           H, K, c->steps, c->pos0, c->embed ? ", embedding input" : "", gm ? "global memory" : "clusters", sup);
+    if (sup < (gm ? 1 : 2)) {
+        CHECK(!gm, "%s: not supported on this device", c->name);
+        return;
+    }
+    uint16_t *w_in = bf16_random(&rng, (int64_t)rows * D, 0.04f), *w_out = bf16_random(&rng, (int64_t)D * vd, 0.03f);
+    uint16_t *emb = bf16_random(&rng, (int64_t)V * D, 1.0f), *ring = calloc((size_t)K * cd, 2);
+    float *ln1 = f32_bf16_random(&rng, D, 0.1f, 0.0f), *conv_w = f32_bf16_random(&rng, (int64_t)cd * K, 0.5f, 0.0f);
+    float *A_log = malloc(sizeof(float) * H), *dt_bias = malloc(sizeof(float) * H);
+    float *norm_w = f32_bf16_random(&rng, dv, 0.2f, 1.0f), *S = malloc(sizeof(float) * nS);
+    float *x = f32_bf16_random(&rng, D, 1.0f, 0.0f), *part = malloc(sizeof(float) * D);
+    float *h1 = malloc(sizeof(float) * (size_t)rows), *h2 = malloc(sizeof(float) * (size_t)rows);
+    float *S1 = malloc(sizeof(float) * nS), *S2 = malloc(sizeof(float) * nS);
+    float *y1 = malloc(sizeof(float) * D), *y2 = malloc(sizeof(float) * D), *z = malloc(sizeof(float) * 2 * D);
+    uint16_t *r1 = malloc((size_t)K * cd * 2), *r2 = malloc((size_t)K * cd * 2);
+    for (int j = 0; j < H; j++) A_log[j] = round_bf16(-1.0f + 2.5f * rng_uniform(&rng)), dt_bias[j] = bf_normal(&rng, 1.0f);
+    for (size_t i = 0; i < nS; i++) S[i] = 0.3f * rng_normal(&rng);
+    for (int i = 0; i < D; i++) part[i] = 0.5f * rng_normal(&rng);
+    if (c->pos0 > 0)
+        for (size_t i = 0; i < (size_t)K * cd; i++) ring[i] = f32_to_bf16(rng_normal(&rng));
+    uint16_t *d_win = dev_copy(w_in, (size_t)rows * D * 2), *d_wout = dev_copy(w_out, (size_t)D * vd * 2);
+    uint16_t *d_emb = dev_copy(emb, (size_t)V * D * 2);
+    uint16_t *d_ring[2] = {dev_copy(ring, (size_t)K * cd * 2), dev_copy(ring, (size_t)K * cd * 2)};
+    float *d_S[2] = {dev_copy(S, nS * 4), dev_copy(S, nS * 4)};
+    float *d_ln1 = dev_copy(ln1, D * 4), *d_cw = dev_copy(conv_w, (size_t)cd * K * 4), *d_A = dev_copy(A_log, H * 4);
+    float *d_dt = dev_copy(dt_bias, H * 4), *d_nw = dev_copy(norm_w, dv * 4), *d_x = dev_copy(x, D * 4);
+    float *d_part = dev_copy(part, D * 4), *d_proj[2] = {dev_poison(rows * 4), dev_poison(rows * 4)};
+    float *d_o[2] = {dev_poison(vd * 4), dev_poison(vd * 4)}, *d_y[2] = {dev_poison(D * 4), dev_poison(D * 4)};
+    float *d_xo[2] = {dev_poison(D * 4), dev_poison(D * 4)}, *d_zero = dev_poison(2 * D * 4);
+    StepParams *d_step = dev_copy(NULL, sizeof(StepParams));
+    float *d_xbuf = dev_poison(cuda_dn_layer_xbuf_floats(H) * 4);
+    unsigned *d_xcnt = dev_copy(NULL, 2 * H * 4);
+    if (d_xcnt) cudaMemset(d_xcnt, 0, 2 * H * 4);
+    CudaLaunch l = {0, 0};
+    if (!d_win || !d_wout || !d_emb || !d_ring[0] || !d_ring[1] || !d_S[0] || !d_S[1] || !d_ln1 || !d_cw || !d_A ||
+        !d_dt || !d_nw || !d_x || !d_part || !d_proj[0] || !d_proj[1] || !d_o[0] || !d_o[1] || !d_y[0] || !d_y[1] ||
+        !d_xo[0] || !d_xo[1] || !d_zero || !d_step || !d_xbuf || !d_xcnt) {
+        CHECK(0, "%s: device allocation", c->name);
+        goto done;
+    }
+    const int so = cuda_matvec_splits(D, vd, n_sm);
+    CHECK(cuda_matvec_gated_ok(vd, so, dv), "%s: out_proj split %d does not keep whole heads", c->name, so);
+    int ok_bits = 1, ok_y = 1, ok_zero = 1;
+    double worst = 0;
+    for (int t = 0; t < c->steps; t++) {
+        StepParams sp;
+        memset(&sp, 0, sizeof sp);
+        sp.token = (t * 3 + 1) % V, sp.pos = c->pos0 + t;
+        CU(cudaMemcpy(d_step, &sp, sizeof sp, cudaMemcpyHostToDevice));
+        for (int k = 0; k < 2; k++) {
+            CU(cudaMemset(d_proj[k], 0xff, rows * 4));
+            CU(cudaMemset(d_o[k], 0xff, vd * 4));
+            CU(cudaMemset(d_xo[k], 0xff, D * 4));
+            CU(cudaMemset(d_y[k], 0, D * 4));
+        }
+        CU(cudaMemset(d_zero, 0xff, 2 * D * 4));
+        /* the three kernels */
+        MatvecParams mv;
+        memset(&mv, 0, sizeof mv);
+        mv.W = d_win, mv.rows = rows, mv.cols = D, mv.splits = 1, mv.blocks = cuda_matvec_blocks(rows, D, 1, n_sm);
+        if (c->embed)
+            mv.in_mode = MV_IN_EMBED, mv.embed = d_emb, mv.step = d_step;
+        else
+            mv.in_mode = MV_IN_RESIDUAL, mv.x = d_x, mv.parts = d_part, mv.n_parts = 1;
+        mv.x_out = d_xo[0], mv.norm_w = d_ln1, mv.norm_mode = NORM_ZC, mv.eps = 1e-6f;
+        mv.out_mode = MV_OUT_STORE, mv.y = d_proj[0];
+        LAUNCH(cuda_matvec(&mv, &l));
+        DeltanetStepParams dp;
+        memset(&dp, 0, sizeof dp);
+        dp.proj = d_proj[0], dp.conv_w = d_cw, dp.conv_ring = d_ring[0], dp.A_log = d_A, dp.dt_bias = d_dt;
+        dp.norm_w = d_nw, dp.S = d_S[0], dp.o = d_o[0], dp.gated_out = 1, dp.step = d_step;
+        dp.Hk = H, dp.Hv = H, dp.dk = dk, dp.dv = dv, dp.K = K, dp.eps = 1e-6f;
+        LAUNCH(cuda_deltanet_step(&dp, &l));
+        memset(&mv, 0, sizeof mv);
+        mv.W = d_wout, mv.rows = D, mv.cols = vd, mv.splits = so, mv.eps = 1e-6f;
+        mv.blocks = cuda_matvec_blocks(D, vd, so, n_sm);
+        mv.in_mode = MV_IN_GATED, mv.x = d_o[0], mv.gate = d_proj[0] + cd, mv.norm_w = d_nw, mv.group = dv;
+        mv.out_mode = MV_OUT_SPLITK, mv.atomic = 1, mv.y = d_y[0];
+        LAUNCH(cuda_matvec(&mv, &l));
+        /* the fused kernel */
+        DnLayerParams p;
+        memset(&p, 0, sizeof p);
+        p.w_in = d_win, p.w_out = d_wout;
+        if (c->embed)
+            p.embed = d_emb;
+        else
+            p.x = d_x, p.parts = d_part, p.n_parts = 1;
+        p.x_out = d_xo[1], p.ln1 = d_ln1, p.norm_mode = NORM_ZC, p.proj = d_proj[1];
+        p.conv_w = d_cw, p.conv_ring = d_ring[1], p.A_log = d_A, p.dt_bias = d_dt, p.norm_w = d_nw, p.S = d_S[1];
+        p.o = d_o[1], p.y = d_y[1], p.zero0 = d_zero, p.zero1 = d_zero + D, p.n_zero = D, p.step = d_step;
+        p.D = D, p.Hk = H, p.Hv = H, p.dk = dk, p.dv = dv, p.K = K, p.eps = 1e-6f;
+        if (gm) p.xbuf = d_xbuf, p.xcnt = d_xcnt;
+        LAUNCH(cuda_dn_layer(&p, &l));
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(h1, d_proj[0], rows * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(h2, d_proj[1], rows * 4, cudaMemcpyDeviceToHost));
+        ok_bits &= cmp_bits("in_proj rows", h1, h2, (size_t)rows * 4);
+        CU(cudaMemcpy(h1, d_xo[0], D * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(h2, d_xo[1], D * 4, cudaMemcpyDeviceToHost));
+        ok_bits &= cmp_bits("x_out", h1, h2, (size_t)D * 4);
+        CU(cudaMemcpy(h1, d_o[0], vd * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(h2, d_o[1], vd * 4, cudaMemcpyDeviceToHost));
+        ok_bits &= cmp_bits("o", h1, h2, (size_t)vd * 4);
+        CU(cudaMemcpy(S1, d_S[0], nS * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(S2, d_S[1], nS * 4, cudaMemcpyDeviceToHost));
+        ok_bits &= cmp_bits("S", S1, S2, nS * 4);
+        CU(cudaMemcpy(r1, d_ring[0], (size_t)K * cd * 2, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(r2, d_ring[1], (size_t)K * cd * 2, cudaMemcpyDeviceToHost));
+        ok_bits &= cmp_bits("conv ring", r1, r2, (size_t)K * cd * 2);
+        CU(cudaMemcpy(y1, d_y[0], D * 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(y2, d_y[1], D * 4, cudaMemcpyDeviceToHost));
+        double amax = 0, dmax = 0;
+        for (int i = 0; i < D; i++) amax = fmax(amax, fabs(y1[i])), dmax = fmax(dmax, fabs((double)y2[i] - y1[i]));
+        if (!(dmax <= 2e-5 * amax) || !(amax > 0)) {
+            fprintf(stderr, "  step %d: y max diff %.3g of max %.3g\n", t, dmax, amax);
+            ok_y = 0;
+        }
+        worst = fmax(worst, amax > 0 ? dmax / amax : 1);
+        CU(cudaMemcpy(z, d_zero, 2 * D * 4, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 2 * D; i++) ok_zero &= z[i] == 0.0f;
+        /* the next step's input: this step's residual */
+        CU(cudaMemcpy(d_x, d_xo[0], D * 4, cudaMemcpyDeviceToDevice));
+    }
+    CHECK(ok_bits, "%s: in_proj rows, x_out, o, S or the ring differ from the three kernels", c->name);
+    CHECK(ok_y, "%s: y differs from the three kernels beyond 2e-5 of its max", c->name);
+    CHECK(ok_zero, "%s: zero0 / zero1 not zeroed", c->name);
+    printf("   bitwise: in_proj rows, x_out, o, S, ring; y worst max-diff / max %.2g\n", worst);
+done:
+    cudaFree(d_win), cudaFree(d_wout), cudaFree(d_emb), cudaFree(d_ring[0]), cudaFree(d_ring[1]), cudaFree(d_S[0]);
+    cudaFree(d_S[1]), cudaFree(d_ln1), cudaFree(d_cw), cudaFree(d_A), cudaFree(d_dt), cudaFree(d_nw), cudaFree(d_x);
+    cudaFree(d_part), cudaFree(d_proj[0]), cudaFree(d_proj[1]), cudaFree(d_o[0]), cudaFree(d_o[1]), cudaFree(d_y[0]);
+    cudaFree(d_y[1]), cudaFree(d_xo[0]), cudaFree(d_xo[1]), cudaFree(d_zero), cudaFree(d_step), cudaFree(d_xbuf);
+    cudaFree(d_xcnt);
+    free(w_in), free(w_out), free(emb), free(ring), free(ln1), free(conv_w), free(A_log), free(dt_bias), free(norm_w);
+    free(S), free(x), free(part), free(h1), free(h2), free(S1), free(S2), free(y1), free(y2), free(z), free(r1);
+    free(r2);
+}
+
+static void test_refusals(void) {
+    CHECK(!cuda_dn_layer_supported(1024, 16, 32, 128, 128, 4), "Hk != Hv accepted");
+    CHECK(!cuda_dn_layer_supported(1024, 16, 16, 64, 128, 4), "dk 64 accepted");
+    CHECK(!cuda_dn_layer_supported(1000, 16, 16, 128, 128, 4), "D 1000 accepted");
+    CHECK(!cuda_dn_layer_supported(1024, 16, 16, 128, 128, 1), "K 1 accepted");
+    DnLayerParams p;
+    memset(&p, 0, sizeof p);
+    CudaLaunch l = {0, 0};
+    CHECK(cuda_dn_layer(&p, &l) == (int)cudaErrorInvalidValue, "empty params accepted");
+    CHECK(cuda_dn_layer_supported(1024, 16, 16, 128, 128, 4) >= 1, "the 0.8B shape not supported");
+}
+
+int main(int argc, char **argv) {
+    GPU_TEST_PROLOGUE("dn_layer");
+    rng_seed(&rng, test_seed(argc, argv, "test_dn_layer"));
+    int n_sm = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
+    const Case cases[] = {
+        {"qwen3.5-0.8b", 1024, 16, 4, 4, 0, 0},
+        {"0.8b, layer 0 (embedding), pos > 0", 1024, 16, 4, 3, 9, 1},
+        {"D 2048 (two column passes), 4 heads, K 3", 2048, 4, 3, 3, 5, 0},
+        {"D 512, 2 heads, K 2", 512, 2, 2, 3, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int gm = 1; gm >= 0; gm--) run_case(&cases[i], n_sm, gm);
+    test_refusals();
+    return TEST_SUMMARY("dn_layer");
+}
