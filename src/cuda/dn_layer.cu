@@ -25,10 +25,10 @@
  * blocks that have started (the arrive at entry, its wait before the first push), and every push precedes
  * the barrier after which it is read, so a block may exit once it passed the second barrier.
  *
- * H200, 0.8B (docs/PERF_NOTES.md §16): 0.7552 vs 0.7570 ms/token at ctx 128, 0.7763 vs 0.7843 at 2048 (61
- * launches instead of 97). The kernel's span is 14.9 us: its 22 MB arrive at ~2.4 TB/s (~9.5 us from
- * residency, as a one-shot GEMV), then ~5 us of chain (the GEMV's sums, conv, two exchanges of ~1.2-1.5 us
- * each through L2, the step, the norm, out_proj's atomics). */
+ * H200, 0.8B (docs/PERF_NOTES.md §16): 0.7484 vs 0.7564 ms/token at ctx 128, 0.7685 vs 0.7834 at 2048 (61
+ * launches instead of 97). The kernel's span is ~14.5 us: its 22 MB arrive at ~2.4 TB/s (~9.5 us from
+ * residency, as a one-shot GEMV), then ~5 us of chain (the GEMV's sums, conv, two exchanges through L2,
+ * the step, the norm, out_proj's atomics). */
 #include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 #include "cuda/deltanet.cuh"
@@ -48,17 +48,16 @@ static __device__ __forceinline__ void dl_cp_async16(void *smem, const void *gme
 
 /* The head's exchange through global memory (p.xbuf / p.xcnt, when its clusters of 8 do not all fit at once):
  * threads < 32 have stored this block's 2 x 16 values into xb (slots [e0, e0 + 16) of the two halves); after
- * the barrier thread 0 publishes them (fence, as cooperative groups' grid sync) and adds 1 to the head's
- * counter; dl_wait then spins until all 8 blocks of this round have arrived: the counter only grows, round k's
+ * the barrier thread 0 publishes them with a release add of 1 to the head's counter; dl_wait then spins until all 8 blocks of this round have arrived: the counter only grows, round k's
  * arrivals see old in [8k, 8k + 8), so no reset is needed. Needs every block of the grid resident at once
  * (cuda_dn_layer_supported; a wait over 2 s traps, a launch error instead of a hang). Stores issued between
  * the two (the state, the ring) do not delay the fence. */
 static __device__ __forceinline__ unsigned dl_arrive(unsigned *cnt) {
     __syncthreads();
     unsigned target = 0;
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned old = atomicAdd(cnt, 1u);
+    if (threadIdx.x == 0) { /* a release at gpu scope after the barrier publishes the block's stores */
+        unsigned old;
+        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
         target = old - old % DL_SPLIT + DL_SPLIT;
     }
     return target;
