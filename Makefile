@@ -24,6 +24,9 @@ ifeq ($(TRACE),1) # the step trace build (src/cuda/common.cuh): make TRACE=1 BUI
     NVFLAGS += -DQ35_T1_AT=$(T1_AT)
   endif
 endif
+ifeq ($(ATTN_LATE),1) # measurement build: attention decode lets the next kernel launch at its end (src/cuda/attention.cu)
+  NVFLAGS += -DQ35_ATTN_LATE_TRIGGER
+endif
 ifeq ($(DEBUG),1)
   CFLAGS  += -DQ35_DEBUG_SYNC -O0
   NVFLAGS += -DQ35_DEBUG_SYNC -G

@@ -13,7 +13,8 @@
  * A kernel of `rounds` > 1 reads round r + 1 after consuming round r (registers only, as a GEMV would).
  * Chains: 24 launches of one size (per-launch us and TB/s), and 18 "layers" of [in 17 MB, mixer that
  * waits then spins 3 us, out 4 MB, mlp 22 MB] (the DeltaNet layer's bytes and its latency-bound step),
- * with every launch on fresh bytes (> L2). Graph + PDL (trigger at entry), median of 15 replays.
+ * with every launch on fresh bytes (> L2). Graph + PDL (trigger at entry), median of 15 replays. Last, the
+ * latency of the fused DeltaNet mixer's exchange between the 8 blocks of a head, alone (xchg).
  *
  *   build:  make build/bench/burst_lab   (sm_90a)
  *   run:    build/bench/burst_lab */
@@ -81,6 +82,64 @@ __global__ void __launch_bounds__(128) mixer(const __grid_constant__ BP p) {
     while ((long long)(gtimer() - t0) < p.spin_ns) {
     }
     if (threadIdx.x == 0) atomicAdd(p.sink + 1, 1u);
+}
+
+/* ---- the exchange of the fused DeltaNet mixer (src/cuda/dn_layer.cu), alone ----------------------------
+ * grid (8, H) x 512 threads, `rounds` exchanges in a row: threads < 32 store 32 floats of the block's slot,
+ * then MODE 0: barrier, thread 0 __threadfence + atomicAdd, spin (ld.acquire) until the head's 8 arrivals;
+ * MODE 1: the same with one atom.add.release.gpu (dn_layer.cu now); MODE 2: the head's cluster of 8, a
+ * DSMEM push of the 32 floats to every block and one cluster barrier. Then threads < 256 read the 256
+ * floats of the head (L2 or local shared memory). us per exchange = (t(65 rounds) - t(1)) / 64. */
+__device__ __forceinline__ void xc_cluster_sync(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+template <int MODE>
+__global__ void __launch_bounds__(512, 1) xchg(float *xbuf, unsigned *cnt, int rounds, unsigned *sink) {
+    __shared__ __align__(16) float recv[256];
+    __shared__ __align__(16) float mine[32];
+    const int s = blockIdx.x, j = blockIdx.y, tid = threadIdx.x;
+    float acc = 0.0f;
+    if (tid < 32) mine[tid] = (float)(s * 32 + tid);
+    if (MODE == 2) xc_cluster_sync();
+    __syncthreads();
+    for (int r = 0; r < rounds; r++) {
+        if (MODE == 2) {
+            if (tid < 64) { /* rank tid / 8, float4 piece tid % 8 */
+                const unsigned rank = tid >> 3;
+                const float4 v = reinterpret_cast<const float4 *>(mine)[tid & 7];
+                const unsigned la = (unsigned)__cvta_generic_to_shared(recv + s * 32 + 4 * (tid & 7));
+                unsigned ra;
+                asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(la), "r"(rank));
+                asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(ra), "f"(v.x), "f"(v.y),
+                             "f"(v.z), "f"(v.w)
+                             : "memory");
+            }
+            xc_cluster_sync();
+            if (tid < 256) acc += recv[tid];
+            xc_cluster_sync(); /* recv is rewritten next round */
+        } else {
+            float *xb = xbuf + ((size_t)j * 2 + (r & 1)) * 256;
+            if (tid < 32) __stcg(xb + s * 32 + tid, mine[tid] + (float)r);
+            __syncthreads();
+            if (tid == 0) {
+                unsigned old;
+                if (MODE == 0) {
+                    __threadfence();
+                    old = atomicAdd(cnt + j, 1u);
+                } else {
+                    asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + j) : "memory");
+                }
+                const unsigned target = old - old % 8 + 8;
+                unsigned v;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt + j) : "memory");
+                } while ((int)(v - target) < 0);
+            }
+            __syncthreads();
+            if (tid < 256) acc += __ldcg(xb + tid);
+        }
+    }
+    if (acc == 12345.678f) atomicAdd(sink, 1u);
 }
 
 struct Kind {
@@ -233,6 +292,38 @@ int main(void) {
             }
         });
         printf("| %s | %.1f | %.2f | %.2f us at 4.3 TB/s | %.2f |\n", l.name, mb, t * 1e3 / 18, mb / 4.3, mb * 18 / (t * 1e3));
+    }
+    /* the exchange alone */
+    {
+        float *xbuf;
+        unsigned *cnt;
+        CK(cudaMalloc(&xbuf, 16 * 2 * 256 * 4));
+        CK(cudaMalloc(&cnt, 16 * 4));
+        CK(cudaMemset(cnt, 0, 16 * 4));
+        printf("\n| exchange of the fused DeltaNet mixer | heads | us per exchange |\n|---|---|---|\n");
+        const char *names[3] = {"L2: fence + atomicAdd, spin", "L2: atom.add.release, spin", "cluster DSMEM push + barrier"};
+        for (int mode = 0; mode < 3; mode++) {
+            const int H = mode == 2 ? 15 : 16; /* 15 clusters of 8 fit at 1 block per SM */
+            void (*fn)(float *, unsigned *, int, unsigned *) = mode == 0 ? xchg<0> : mode == 1 ? xchg<1> : xchg<2>;
+            CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, 120 << 10));
+            float t[2];
+            for (int k = 0; k < 2; k++) {
+                const int rounds = k ? 65 : 1;
+                t[k] = time_graph([&] {
+                    cudaLaunchConfig_t c = {};
+                    cudaLaunchAttribute at[1];
+                    c.gridDim = dim3(8, H), c.blockDim = dim3(512), c.stream = g_st;
+                    c.dynamicSmemBytes = 120 << 10; /* 1 block per SM, as dn_layer */
+                    at[0].id = cudaLaunchAttributeClusterDimension;
+                    at[0].val.clusterDim.x = 8, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+                    c.attrs = at, c.numAttrs = mode == 2 ? 1 : 0;
+                    CK(cudaLaunchKernelEx(&c, fn, xbuf, cnt, rounds, g_sink));
+                });
+            }
+            printf("| %s | %d | %.3f |\n", names[mode], H, (t[1] - t[0]) * 1e3 / 64);
+        }
+        cudaFree(xbuf);
+        cudaFree(cnt);
     }
     CK(cudaDeviceSynchronize());
     return 0;

@@ -313,7 +313,9 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
     }
     pdl_wait();
     Q35_TRACE_T1_AT(0);
+#ifndef Q35_ATTN_LATE_TRIGGER /* measurement build (make ATTN_LATE=1): o_proj launched at the end instead */
     pdl_trigger();
+#endif
     /* The gates the merge needs, now, while the memory system is quiet: loaded at the merge they were
      * the suspect for its ~3.5 us at ctx 128 (step trace); here -0.7 us per token (docs/PERF_NOTES.md §15). */
     if (p.gated) {
@@ -406,6 +408,9 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
     __syncthreads();
     Q35_TRACE_PROBE(2);
     attn_merge<HD, GB>(a, wm, wl, wo, recv, rml, gs, &last_flag, sh_pos, sh_ncact Q35_TRACE_PASS);
+#ifdef Q35_ATTN_LATE_TRIGGER
+    pdl_trigger(); /* blocks that returned early from attn_merge count as exited */
+#endif
     Q35_TRACE_END(30);
 }
 
