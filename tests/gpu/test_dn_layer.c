@@ -38,8 +38,9 @@ static void run_case(const Case *c, int n_sm, int gm) {
     const int sup = cuda_dn_layer_supported(D, H, H, dk, dv, K);
     printf("-- %s: D %d, %d heads, K %d, %d steps from pos %d%s; exchange through %s (supported: %d)\n", c->name, D,
            H, K, c->steps, c->pos0, c->embed ? ", embedding input" : "", gm ? "global memory" : "clusters", sup);
-    if (sup < (gm ? 1 : 2)) {
-        CHECK(!gm, "%s: not supported on this device", c->name);
+    if (sup < (gm ? 1 : 2)) { /* the grid (8 blocks per head, one per SM) or its clusters do not fit here */
+        CHECK(!gm || n_sm < 8 * H, "%s: not supported with %d SMs", c->name, n_sm);
+        printf("   skipped: does not fit on this device\n");
         return;
     }
     uint16_t *w_in = bf16_random(&rng, (int64_t)rows * D, 0.04f), *w_out = bf16_random(&rng, (int64_t)D * vd, 0.03f);
@@ -184,7 +185,9 @@ static void test_refusals(void) {
     memset(&p, 0, sizeof p);
     CudaLaunch l = {0, 0};
     CHECK(cuda_dn_layer(&p, &l) == (int)cudaErrorInvalidValue, "empty params accepted");
-    CHECK(cuda_dn_layer_supported(1024, 16, 16, 128, 128, 4) >= 1, "the 0.8B shape not supported");
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
+    CHECK(n_sm < 128 || cuda_dn_layer_supported(1024, 16, 16, 128, 128, 4) >= 1, "the 0.8B shape not supported");
 }
 
 int main(int argc, char **argv) {
