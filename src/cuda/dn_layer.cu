@@ -48,10 +48,11 @@ static __device__ __forceinline__ void dl_cp_async16(void *smem, const void *gme
 
 /* The head's exchange through global memory (p.xbuf / p.xcnt, when its clusters of 8 do not all fit at once):
  * threads < 32 have stored this block's 2 x 16 values into xb (slots [e0, e0 + 16) of the two halves); after
- * the barrier thread 0 publishes them with a release add of 1 to the head's counter; dl_wait then spins until all 8 blocks of this round have arrived: the counter only grows, round k's
- * arrivals see old in [8k, 8k + 8), so no reset is needed. Needs every block of the grid resident at once
- * (cuda_dn_layer_supported; a wait over 2 s traps, a launch error instead of a hang). Stores issued between
- * the two (the state, the ring) do not delay the fence. */
+ * the barrier thread 0 publishes them with a release add of 1 to the head's counter; dl_wait then spins
+ * until all 8 blocks of this round have arrived: the counter only grows, round k's arrivals see old in
+ * [8k, 8k + 8), so no reset is needed. Needs every block of the grid resident at once
+ * (cuda_dn_layer_supported; a wait over 2 s traps: a launch error instead of a hang). Stores issued between
+ * the two (the state, the ring) do not delay the release. */
 static __device__ __forceinline__ unsigned dl_arrive(unsigned *cnt) {
     __syncthreads();
     unsigned target = 0;
@@ -87,7 +88,7 @@ static size_t dl_smem_bytes(int D, int K) {
            (size_t)K * 3 * DL_COLS * 2 + (size_t)3 * DL_COLS * K * 4;
 }
 
-/* GM: the two exchanges through global memory (dl_exchange_gm) instead of the cluster's shared memory */
+/* GM: the two exchanges through global memory (dl_arrive / dl_wait) instead of the cluster's shared memory */
 template <bool GM>
 __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_constant__ DnLayerParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     uint16_t *rg = wba + 2 * (size_t)D;                       /* ring rows: [K][48], channels as channel(t) */
     float *cw = reinterpret_cast<float *>(rg + (size_t)p.K * 3 * DL_COLS); /* taps [48][K] */
     Q35_TRACE_T0;
-    const int pos = p.step->pos, rc = pos % p.K; /* first: every later load queues behind the weights */
+    const int pos = p.step->pos, rc = pos % p.K; /* before the weights: a load that blocks */
     pdl_trigger();
     if (!GM) cluster_arrive_relaxed(); /* matched by the wait before the first remote store */
 
