@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
 }
 
 /* Max active clusters of 8 (cluster mode) or blocks per SM x SMs >= grid (global-memory exchange). */
-static int dl_fit(int D, int K, int Hv, int cluster) {
+static int dl_fit_query(int D, int K, int Hv, int cluster) {
     int dev = 0, optin = 0, n_sm = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
@@ -430,6 +430,23 @@ static int dl_fit(int D, int K, int Hv, int cluster) {
         return 0;
     }
     return n >= Hv; /* every head's cluster resident at once */
+}
+/* dl_fit_query, remembered per mode for the last (device, D, K, Hv): cuda_dn_layer checks it at every launch
+ * (per layer and token when the step runs without a graph); its kernel attribute, once set, stays set. */
+static int dl_fit(int D, int K, int Hv, int cluster) {
+    static int key[2][4], val[2], have[2];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    const int k[4] = {dev, D, K, Hv};
+    const int c = cluster ? 1 : 0;
+    if (have[c] && !memcmp(key[c], k, sizeof k)) return val[c];
+    val[c] = dl_fit_query(D, K, Hv, cluster);
+    memcpy(key[c], k, sizeof k);
+    have[c] = 1;
+    return val[c];
 }
 
 extern "C" int cuda_dn_layer_supported(int D, int Hk, int Hv, int dk, int dv, int K) {
