@@ -11,7 +11,8 @@ Each CSV line is one block of one launch: ctx,replay,id,block,t0,t1,t2 with the 
 block's entry (t0), after its pdl_wait (t1) and at its end (t2); id = 10 + GEMV out mode (10 store: the
 in-projections, 11 SwiGLU: gate_up, 12 split-K: out_proj / o_proj / down, 13 argmax: the LM head),
 20 DeltaNet step, 30 attention, 40 fused MLP, 50 the fused DeltaNet mixer (dn_layer.cu). Every block of launch N+1 waits for launch N to finish, so
-sorted by t2 the records fall into launches in step order (a new launch where the id changes).
+sorted by t2 the records fall into launches in step order (a new launch where the id changes or a block
+number repeats: consecutive launches of one kind, e.g. dn_layer with its MLP tail).
 
 Per launch, relative to the end of the previous launch (its last block's t2), in us:
     lead     first block's entry (negative: it was resident before the previous launch ended, PDL)
@@ -32,11 +33,13 @@ KIND = {10: "in", 11: "gate_up", 12: "out/down", 13: "lm_head", 20: "deltanet", 
 
 def launches(recs):
     """recs: [(id, block, t0, t1, t2)] of one replay -> list of launches (id, [recs])."""
-    out = []
+    out, seen = [], set()
     for r in sorted(recs, key=lambda r: r[4]):
-        if not out or out[-1][0] != r[0]:
+        if not out or out[-1][0] != r[0] or r[1] in seen:  # a block seen again: the next launch of that kind
             out.append((r[0], []))
+            seen = set()
         out[-1][1].append(r)
+        seen.add(r[1])
     return out
 
 
