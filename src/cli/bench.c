@@ -65,7 +65,8 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
     bprintf(md, "| total | %d | %.1f | 100 | %.1f | %.0f | %.0f |\n", n_phase, tot_us, r->step_bytes / 1e6,
             r->step_bytes / tot_us / 1e3, 100 * r->step_bytes / tot_us / 1e3 / r->read_gbs);
     if (n_phase < r->n_ops) {
-        bprintf(md, "\nThe step as it runs by default (eager, events):\n\n| launch | us | MB | GB/s | %% of read BW |\n"
+        bprintf(md, "\nThe EXPERIMENTAL persistent kernel (`--persistent`), one eager step traced per phase (events):\n\n"
+                    "| launch | us | MB | GB/s | %% of read BW |\n"
                     "|---|---|---|---|---|\n");
         for (int i = 0; i < r->n_ops; i++)
             if (!strncmp(r->ops[i].name, "persistent:", 11))
