@@ -140,8 +140,9 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->am_count, 1);
     CARVE(a, ctx->mega_bar, 64);
     if (c->n_linear_layers) { /* the fused DeltaNet mixer's exchange (dn_layer.cu): counters zeroed with the state */
-        CARVE(a, ctx->dn_xcnt, 2 * (size_t)c->linear_num_value_heads);
+        CARVE(a, ctx->dn_xcnt, cuda_dn_layer_xcnt_count(c->linear_num_value_heads, 32));
         CARVE(a, ctx->dn_xbuf, cuda_dn_layer_xbuf_floats(c->linear_num_value_heads));
+        CARVE(a, ctx->dn_gcnt, 1);
     }
     ctx->sample_scratch = carve(a, cuda_sample_scratch_bytes(ctx->n_sm));
     ctx->state_bytes = a->off - ctx->state_off;
@@ -412,10 +413,12 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
                      cuda_matvec_gated_ok(c->value_dim, ctx->splits_out[0], c->linear_value_head_dim);
         if (gn && atoi(gn) == 1 && !ctx->dn_gn && c->n_linear_layers > 0) /* asked for explicitly: say it is off */
             fprintf(stderr, "qwen35: QWEN35_DN_GN=1 ignored: out_proj's split-K does not keep whole heads here\n");
-        /* EXPERIMENTAL: the DeltaNet mixer as one kernel per layer (dn_layer.cu, docs/PERF_NOTES.md §16); needs the
-         * fused MLP (atomic mode), two accumulators' room in pa/pb, and every head's cluster resident at once */
+        /* the DeltaNet mixer as one kernel per layer (dn_layer.cu, docs/PERF_NOTES.md §16-17; QWEN35_DN_FUSED=0 at
+         * open: off) wherever it runs: the fused MLP (atomic mode), two accumulators' room in pa/pb, its shape, and
+         * every block of its grid resident at once (the heads' exchanges spin on each other) */
         const char *df = getenv("QWEN35_DN_FUSED");
-        const int dl = df && atoi(df) == 1 && c->n_linear_layers > 0 && ctx->mlp_fused && ctx->max_splits >= 2
+        const int df_off = df && *df && atoi(df) == 0;
+        const int dl = !df_off && c->n_linear_layers > 0 && ctx->mlp_fused && ctx->max_splits >= 2
                            ? cuda_dn_layer_supported(D, c->linear_num_key_heads, c->linear_num_value_heads,
                                                      c->linear_key_head_dim, c->linear_value_head_dim,
                                                      c->linear_conv_kernel_dim)
@@ -423,6 +426,18 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->dn_fused = dl; /* 2: the heads exchange through clusters, 1: through global memory (dn_xbuf) */
         if (df && atoi(df) == 1 && !ctx->dn_fused && c->n_linear_layers > 0)
             fprintf(stderr, "qwen35: QWEN35_DN_FUSED=1 ignored: shape, grid occupancy or the unfused MLP\n");
+        /* its exchange counters one 128-byte line each (QWEN35_DN_XSTRIDE=1: packed, as measured in §17) */
+        const char *xs = getenv("QWEN35_DN_XSTRIDE");
+        ctx->dn_xstride = xs && atoi(xs) >= 1 && atoi(xs) <= 32 ? atoi(xs) : 32;
+        /* EXPERIMENTAL, measured slower (§17): with it, the MLP as that kernel's tail (one kernel per DeltaNet layer) */
+        const char *dm = getenv("QWEN35_DN_MLP"), *dma = getenv("QWEN35_DN_MLP_AT");
+        ctx->dn_mlp = dm && atoi(dm) == 1 && ctx->dn_fused &&
+                      cuda_dn_layer_mlp_supported(D, c->linear_num_key_heads, c->linear_num_value_heads,
+                                                  c->linear_key_head_dim, c->linear_value_head_dim,
+                                                  c->linear_conv_kernel_dim, F);
+        if (ctx->dn_mlp) ctx->dn_mlp = 1 + (dma && *dma && atoi(dma) >= 0 && atoi(dma) <= 3 ? atoi(dma) : 1);
+        if (dm && atoi(dm) == 1 && !ctx->dn_mlp && c->n_linear_layers > 0)
+            fprintf(stderr, "qwen35: QWEN35_DN_MLP=1 ignored: needs the fused mixer, D <= 1024 and the shared memory\n");
         const char *st = getenv("QWEN35_MLP_STAGE");
         const int stv = st ? atoi(st) : 0;
         ctx->mlp_staged = stv == 1 ? 128 : stv == 256 || stv == 512 ? stv : 0;

@@ -350,4 +350,16 @@ __device__ __forceinline__ void stage_norm_row_batched(float *xs, float *red, in
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* y[0..3] += v (y 16-byte aligned): one vector reduction on sm_90, four scalar atomics elsewhere. */
+static __device__ __forceinline__ void red_add4(float *y, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(y), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+#else
+    atomicAdd(y, a);
+    atomicAdd(y + 1, b);
+    atomicAdd(y + 2, c);
+    atomicAdd(y + 3, d);
+#endif
+}
+
 #endif

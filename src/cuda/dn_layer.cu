@@ -32,6 +32,7 @@
 #include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 #include "cuda/deltanet.cuh"
+#include "cuda/tma.cuh"
 
 enum {
     DL_SPLIT = 8,              /* blocks per head (the cluster) */
@@ -83,13 +84,46 @@ static __device__ __forceinline__ void dl_wait(const unsigned *cnt, unsigned tar
     if (threadIdx.x < DL_DK) a[threadIdx.x] = __ldcg(xb + threadIdx.x), b[threadIdx.x] = __ldcg(xb + DL_DK + threadIdx.x);
 }
 
-static size_t dl_smem_bytes(int D, int K) {
+static __host__ __device__ inline size_t dl_smem_bytes(int D, int K) {
     return (size_t)D * 4 + (size_t)(D / DL_SPLIT) * DL_DK * 2 + (size_t)DL_DK * DL_COLS * 4 + (size_t)D * 4 +
            (size_t)K * 3 * DL_COLS * 2 + (size_t)3 * DL_COLS * K * 4;
 }
+/* The MLP tail's shared memory after the mixer's (16-byte aligned): act [round4(nu_max)] fp32 | W_dT rows
+ * [nu_max][D] bf16 | gate/up rows [2 nu_max][D] bf16; nu_max = ceil(F / G) units per block, G = 8 Hv. */
+static __host__ __device__ inline size_t dl_mlp_off(int D, int K) { return (dl_smem_bytes(D, K) + 15) & ~(size_t)15; }
+static __host__ __device__ inline int dl_mlp_nu_max(int F, int G) { return (F + G - 1) / G; }
+static size_t dl_smem_bytes_mlp(int D, int K, int F, int Hv) {
+    const int nu = dl_mlp_nu_max(F, DL_SPLIT * Hv);
+    return dl_mlp_off(D, K) + (size_t)((nu + 3) & ~3) * 4 + (size_t)3 * nu * D * 2;
+}
 
-/* GM: the two exchanges through global memory (dl_arrive / dl_wait) instead of the cluster's shared memory */
-template <bool GM>
+/* A bulk copy (TMA, no registers, no thread waits on it) of `bytes` (16-byte multiple and aligned) into this
+ * block's shared memory, completing as transaction bytes on the mbarrier at `bar`. */
+static __device__ __forceinline__ void dl_bulk(void *dst, const void *src, unsigned bytes, unsigned bar) {
+    const unsigned da = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(da),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+/* Thread 0: the block's MLP weights (units [i0, i0 + nu)) into shared memory, in pieces of <= 16 KiB. */
+static __device__ __forceinline__ void dl_mlp_issue(const DnLayerParams &p, unsigned char *mlp_smem, int i0, int nu,
+                                                    int nu_max, unsigned bar) {
+    const size_t D = (size_t)p.D, act_bytes = (size_t)((nu_max + 3) & ~3) * 4;
+    const unsigned wd_bytes = (unsigned)(nu * D * 2), wg_bytes = 2 * wd_bytes;
+    mbar_arrive_expect_tx(bar, wd_bytes + wg_bytes);
+    unsigned char *wg = mlp_smem + act_bytes + (size_t)nu_max * D * 2;
+    const unsigned char *src_g = reinterpret_cast<const unsigned char *>(p.mlp_w_gu + 2 * (size_t)i0 * D);
+    for (unsigned o = 0; o < wg_bytes; o += 16384)
+        dl_bulk(wg + o, src_g + o, wg_bytes - o < 16384 ? wg_bytes - o : 16384, bar);
+    unsigned char *wd = mlp_smem + act_bytes;
+    const unsigned char *src_d = reinterpret_cast<const unsigned char *>(p.mlp_w_dT + (size_t)i0 * D);
+    for (unsigned o = 0; o < wd_bytes; o += 16384)
+        dl_bulk(wd + o, src_d + o, wd_bytes - o < 16384 ? wd_bytes - o : 16384, bar);
+}
+
+/* GM: the two exchanges through global memory (dl_arrive / dl_wait) instead of the cluster's shared memory;
+ * MLP: the fused MLP as the tail (p.mlp_w_gu) */
+template <bool GM, bool MLP>
 __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_constant__ DnLayerParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32], red3[96], prow[4 * DL_COLS + 2];
@@ -101,6 +135,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     const int s = blockIdx.x, j = blockIdx.y;
     const int key_dim = p.Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
     const int e0 = s * DL_COLS, orows = D / DL_SPLIT;
+    const int xst = p.xcnt_stride > 0 ? p.xcnt_stride : 1; /* counter k at xcnt[k xst] */
     float *xs = reinterpret_cast<float *>(smem);
     uint16_t *wo = reinterpret_cast<uint16_t *>(smem + (size_t)D * 4);
     float *st = reinterpret_cast<float *>(smem + (size_t)D * 4 + (size_t)orows * DL_DK * 2);
@@ -111,6 +146,18 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     const int pos = p.step->pos, rc = pos % p.K; /* before the weights: a load that blocks */
     pdl_trigger();
     if (!GM) cluster_arrive_relaxed(); /* matched by the wait before the first remote store */
+    /* the MLP tail's units [i0, i0 + nu) of F (block b of G in head-major order) and its mbarrier */
+    __shared__ __align__(8) unsigned long long mlp_bar;
+    const int G = (int)(gridDim.x * gridDim.y), b = j * (int)gridDim.x + s;
+    const int mi0 = MLP ? (int)((long long)b * p.F / G) : 0;
+    const int mnu = MLP ? (int)((long long)(b + 1) * p.F / G) - mi0 : 0, mnu_max = MLP ? dl_mlp_nu_max(p.F, G) : 0;
+    unsigned char *mlp_smem = smem + dl_mlp_off(D, p.K);
+    const unsigned mbar = (unsigned)__cvta_generic_to_shared(&mlp_bar);
+    if (MLP && tid == 0) {
+        mbar_init(mbar, 1);
+        mbar_init_fence();
+        if (p.mlp_at == 0) dl_mlp_issue(p, mlp_smem, mi0, mnu, mnu_max, mbar);
+    }
 
     /* 1. Before the wait: weights, the state slice, the conv history (PDL contract, common.cuh). */
     const int part = warp >> 2;
@@ -200,6 +247,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
             if (p.proj) p.proj[row0 + (lane >> 3)] = v;
         }
     }
+    if (MLP && p.mlp_at == 1 && tid == 0) dl_mlp_issue(p, mlp_smem, mi0, mnu, mnu_max, mbar);
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();
     if (warp == 0) { /* b_j, a_j: the same per-lane sums and reduction as the GEMV's rows */
@@ -258,9 +306,9 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         float *xb = p.xbuf + (size_t)j * 4 * DL_DK;
         if (tid < 2 * DL_COLS)
             __stcg(xb + (tid < DL_COLS ? 0 : DL_DK) + e0 + tid % DL_COLS, tid < DL_COLS ? cq[tid] : ck[tid - DL_COLS]);
-        const unsigned target = dl_arrive(p.xcnt + j);
+        const unsigned target = dl_arrive(p.xcnt + (size_t)j * xst);
         if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
-        dl_wait(p.xcnt + j, target, xb, qa, ka);
+        dl_wait(p.xcnt + (size_t)j * xst, target, xb, qa, ka);
     } else {
         if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
         cluster_wait(); /* every block of the cluster has started */
@@ -276,6 +324,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     }
     __syncthreads();
     Q35_TRACE_PROBE(4);
+    if (MLP && p.mlp_at == 2 && tid == 0) dl_mlp_issue(p, mlp_smem, mi0, mnu, mnu_max, mbar);
 
     /* 5. The step (deltanet.cu with gated_out, nt = 128, tpr = 4, VEC = 4), threads < 128. */
     float ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
@@ -348,9 +397,9 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         float *xb = p.xbuf + ((size_t)j * 4 + 2) * DL_DK;
         if (tid < 2 * DL_COLS)
             __stcg(xb + (tid < DL_COLS ? 0 : DL_DK) + e0 + tid % DL_COLS, tid < DL_COLS ? ob[tid] : zv[tid - DL_COLS]);
-        const unsigned target = dl_arrive(p.xcnt + Hv + j);
+        const unsigned target = dl_arrive(p.xcnt + (size_t)(Hv + j) * xst);
         store_state();
-        dl_wait(p.xcnt + Hv + j, target, xb, oa, za);
+        dl_wait(p.xcnt + (size_t)(Hv + j) * xst, target, xb, oa, za);
     } else {
         store_state();
         if (tid < 8 * DL_SPLIT) {
@@ -377,6 +426,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     }
     __syncthreads();
     Q35_TRACE_PROBE(6);
+    if (MLP && p.mlp_at >= 3 && tid == 0) dl_mlp_issue(p, mlp_smem, mi0, mnu, mnu_max, mbar);
 
     /* 7. y[s D/8 + r] += W_out[s D/8 + r][head j] . g: 4-row groups per warp, lane = 4 columns. */
     for (int g = warp; g < orows / 4; g += DL_WARPS) {
@@ -393,11 +443,83 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         const float sum = warp_sum_rows4(acc, lane);
         if ((lane & 7) == 0) atomicAdd(p.y + s * orows + 4 * g + (lane >> 3), sum);
     }
+    if constexpr (MLP) {
+        /* 8. Every block's out_proj sums are in y: a grid-wide arrival (the counter only grows; round k's
+         * arrivals see old in [kG, kG + G)), then the fused MLP (mlp.cu's arithmetic and order, 512 threads,
+         * gate/up from shared memory as its staged variant). */
+        __syncthreads();
+        if (tid == 0) {
+            unsigned long long old, v, t0 = 0, t;
+            asm volatile("atom.add.release.gpu.global.u64 %0, [%1], 1;" : "=l"(old) : "l"(p.mlp_cnt) : "memory");
+            const unsigned long long target = old - old % (unsigned long long)G + (unsigned long long)G;
+            for (int it = 0;; it++) {
+                asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p.mlp_cnt) : "memory");
+                if (v >= target) break;
+                if ((it & 1023) == 0) { /* a block never started (e.g. an SM limit): fail, do not hang */
+                    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                    if (!t0) t0 = t;
+                    if (t - t0 > 2000000000ull) __trap();
+                }
+            }
+        }
+        __syncthreads();
+        Q35_TRACE_PROBE(7);
+        float *act = reinterpret_cast<float *>(mlp_smem);
+        const uint16_t *wd = reinterpret_cast<const uint16_t *>(mlp_smem + (size_t)((mnu_max + 3) & ~3) * 4);
+        const uint16_t *wg = wd + (size_t)mnu_max * D;
+        stage_norm_row(xs, red, D, NULL, p.x_out, p.y, 1, b == 0 ? p.mlp_x_out : NULL, p.mlp_norm_w, p.norm_mode,
+                       p.eps);
+        mbar_wait(mbar, 0); /* the weights have landed */
+        __syncthreads();
+        Q35_TRACE_PROBE(8);
+        for (int pi = warp; pi < (mnu + 1) / 2; pi += DL_WARPS) { /* 4 rows: units mi0 + 2 pi, +1 */
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int k = u * 256 + lane * 8;
+                if (k < D) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
+                    const float4 a4 = xp[0], b4 = xp[1];
+                    const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const uint4 wv = 2 * pi + (r >> 1) < mnu
+                                             ? *reinterpret_cast<const uint4 *>(wg + (size_t)(4 * pi + r) * D + k)
+                                             : make_uint4(0u, 0u, 0u, 0u);
+                        acc[r] = dot8(wv, xv, acc[r]);
+                    }
+                }
+            }
+            const float sm = warp_sum_rows4(acc, lane); /* lanes 8r .. 8r+7: row r */
+            const float up = __shfl_down_sync(0xffffffffu, sm, 8);
+            const int u = 2 * pi + (lane >> 4); /* lanes 0 and 16: (gate, up) of local unit u */
+            if ((lane & 15) == 0 && u < mnu) act[u] = rbf(rbf(silu_f(rbf(sm))) * rbf(up));
+        }
+        __syncthreads();
+        Q35_TRACE_PROBE(9);
+        if (p.mlp_act_out)
+            for (int u = tid; u < mnu; u += DL_THREADS) p.mlp_act_out[mi0 + u] = act[u];
+        /* columns d, d + 1 of sum_u act[u] W_dT[mi0 + u][.] (ascending u), D <= 1024; the threads' columns
+         * rotated by 64 b (mod D) so that the blocks' reductions do not all start on the same lines */
+        const int nc = D / 2, d = 2 * (tid < nc ? (tid + 32 * b) % nc : tid);
+        float y0 = 0.0f, y1 = 0.0f;
+        if (d < D) {
+            const uint32_t *wp = reinterpret_cast<const uint32_t *>(wd + d);
+            for (int u = 0; u < mnu; u++) {
+                const float a = act[u];
+                const uint32_t wv = wp[(size_t)u * (D / 2)];
+                y0 = fmaf(a, bf_lo(wv), y0);
+                y1 = fmaf(a, bf_hi(wv), y1);
+            }
+        }
+        const float z0 = __shfl_down_sync(0xffffffffu, y0, 1), z1 = __shfl_down_sync(0xffffffffu, y1, 1);
+        if (d < D && !(lane & 1)) red_add4(p.mlp_y + d, y0, y1, z0, z1); /* D % 4 == 0: d + 3 < D */
+    }
     Q35_TRACE_END(50);
 }
 
 /* Max active clusters of 8 (cluster mode) or blocks per SM x SMs >= grid (global-memory exchange). */
-static int dl_fit_query(int D, int K, int Hv, int cluster) {
+static int dl_fit_query(int D, int K, int Hv, int cluster, int F) {
     int dev = 0, optin = 0, n_sm = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
@@ -405,8 +527,9 @@ static int dl_fit_query(int D, int K, int Hv, int cluster) {
         (void)cudaGetLastError();
         return 0;
     }
-    const size_t smem = dl_smem_bytes(D, K);
-    void (*kern)(DnLayerParams) = cluster ? dn_layer_bf16<false> : dn_layer_bf16<true>;
+    const size_t smem = F ? dl_smem_bytes_mlp(D, K, F, Hv) : dl_smem_bytes(D, K);
+    void (*kern)(DnLayerParams) = cluster ? (F ? dn_layer_bf16<false, true> : dn_layer_bf16<false, false>)
+                                          : (F ? dn_layer_bf16<true, true> : dn_layer_bf16<true, false>);
     if (smem + 8192 > (size_t)optin ||
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -431,19 +554,20 @@ static int dl_fit_query(int D, int K, int Hv, int cluster) {
     }
     return n >= Hv; /* every head's cluster resident at once */
 }
-/* dl_fit_query, remembered per mode for the last (device, D, K, Hv): cuda_dn_layer checks it at every launch
- * (per layer and token when the step runs without a graph); its kernel attribute, once set, stays set. */
-static int dl_fit(int D, int K, int Hv, int cluster) {
-    static int key[2][4], val[2], have[2];
+/* dl_fit_query, remembered per mode (exchange, MLP tail or not) for the last (device, D, K, Hv, F): cuda_dn_layer
+ * checks it at every launch (per layer and token when the step runs without a graph); its kernel attribute,
+ * once set, stays set. F = 0: no MLP tail. */
+static int dl_fit(int D, int K, int Hv, int cluster, int F) {
+    static int key[4][5], val[4], have[4];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
-    const int k[4] = {dev, D, K, Hv};
-    const int c = cluster ? 1 : 0;
+    const int k[5] = {dev, D, K, Hv, F};
+    const int c = (cluster ? 1 : 0) + (F ? 2 : 0);
     if (have[c] && !memcmp(key[c], k, sizeof k)) return val[c];
-    val[c] = dl_fit_query(D, K, Hv, cluster);
+    val[c] = dl_fit_query(D, K, Hv, cluster, F);
     memcpy(key[c], k, sizeof k);
     have[c] = 1;
     return val[c];
@@ -452,29 +576,47 @@ static int dl_fit(int D, int K, int Hv, int cluster) {
 extern "C" int cuda_dn_layer_supported(int D, int Hk, int Hv, int dk, int dv, int K) {
     if (Hk != Hv || dk != DL_DK || dv != DL_DK || D < 32 || D % 32 || K < 2 || K > 64 || Hv < 1 || Hv > 65535)
         return 0;
-    return dl_fit(D, K, Hv, 1) ? 2 : dl_fit(D, K, Hv, 0) ? 1 : 0;
+    return dl_fit(D, K, Hv, 1, 0) ? 2 : dl_fit(D, K, Hv, 0, 0) ? 1 : 0;
+}
+
+static int dl_mlp_shape_ok(int D, int F) { return D <= 1024 && D % 8 == 0 && F >= 1; }
+
+extern "C" int cuda_dn_layer_mlp_supported(int D, int Hk, int Hv, int dk, int dv, int K, int F) {
+    const int m = cuda_dn_layer_supported(D, Hk, Hv, dk, dv, K);
+    if (!m || !dl_mlp_shape_ok(D, F)) return 0;
+    return dl_fit(D, K, Hv, m == 2, F);
 }
 
 extern "C" size_t cuda_dn_layer_xbuf_floats(int Hv) { return (size_t)Hv * 4 * DL_DK; }
+extern "C" size_t cuda_dn_layer_xcnt_count(int Hv, int stride) { return (size_t)2 * Hv * (stride > 0 ? stride : 1); }
 
 extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
     if (!p || !l || !p->w_in || !p->ln1 || !p->conv_w || !p->conv_ring || !p->A_log || !p->dt_bias || !p->norm_w ||
         !p->S || !p->w_out || !p->y || !p->step || (!p->embed && !p->x) || p->Hk != p->Hv || p->dk != DL_DK ||
         p->dv != DL_DK || p->D < 32 || p->D % 32 || p->K < 2 || p->Hv < 1 || p->Hv > 65535 ||
-        ((p->zero0 || p->zero1) && p->n_zero < 0) || !p->xbuf != !p->xcnt)
+        ((p->zero0 || p->zero1) && p->n_zero < 0) || !p->xbuf != !p->xcnt || p->xcnt_stride < 0 ||
+        p->xcnt_stride > 64)
         return (int)cudaErrorInvalidValue;
-    const size_t smem = dl_smem_bytes(p->D, p->K);
+    const int mlp = p->mlp_w_gu != NULL;
+    if (mlp && (!p->mlp_w_dT || !p->mlp_norm_w || !p->mlp_x_out || !p->mlp_y || !p->mlp_cnt || !p->x_out ||
+                !dl_mlp_shape_ok(p->D, p->F) || p->mlp_x_out == p->x_out ||
+                (uintptr_t)p->mlp_y % 16 || (uintptr_t)p->mlp_w_gu % 16 || (uintptr_t)p->mlp_w_dT % 16 ||
+                (uintptr_t)p->mlp_cnt % 8))
+        return (int)cudaErrorInvalidValue;
+    const size_t smem = mlp ? dl_smem_bytes_mlp(p->D, p->K, p->F, p->Hv) : dl_smem_bytes(p->D, p->K);
     const dim3 grid(DL_SPLIT, (unsigned)p->Hv), block(DL_THREADS);
-    if (p->xbuf) {
-        if (!dl_fit(p->D, p->K, p->Hv, 0)) return (int)cudaErrorInvalidConfiguration; /* the spin needs every block */
-        return launch_kernel(dn_layer_bf16<true>, grid, block, smem, l, *p);
+    if (p->xbuf) { /* the spins need every block resident */
+        if (!dl_fit(p->D, p->K, p->Hv, 0, mlp ? p->F : 0)) return (int)cudaErrorInvalidConfiguration;
+        return launch_kernel(mlp ? dn_layer_bf16<true, true> : dn_layer_bf16<true, false>, grid, block, smem, l, *p);
     }
-    cudaError_t e = cudaFuncSetAttribute(dn_layer_bf16<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    void (*kern)(DnLayerParams) = mlp ? dn_layer_bf16<false, true> : dn_layer_bf16<false, false>;
+    if (mlp && !dl_fit(p->D, p->K, p->Hv, 1, p->F)) return (int)cudaErrorInvalidConfiguration;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return (int)e;
     }
-    return launch_cluster(dn_layer_bf16<false>, grid, block, smem, DL_SPLIT, l, *p);
+    return launch_cluster(kern, grid, block, smem, DL_SPLIT, l, *p);
 }
 
 Q35_TRACE_FETCH_FN(cuda_trace_fetch_dn_layer)

@@ -282,7 +282,7 @@ static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, 
 /* The DeltaNet layer's in_proj, step and out_proj as one kernel (dn_layer.cu; ctx->dn_fused): x = embedding
  * (l = 0) or x + pb_prev, pa += W_out mixer(W_in norm1(x)); zeroes zero0 and zero1 ([D] each). */
 static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, const float *pb_prev, float *x_out,
-                    float *pa, float *zero0, float *zero1, Err *err) {
+                    float *pa, float *zero0, float *zero1, float *mlp_x_out, float *pb, Err *err) {
     const Config *c = ctx->c;
     const CudaLayer *ly = &ctx->layers[l];
     DnLayerParams p;
@@ -298,10 +298,14 @@ static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, c
     p.step = ctx->step_dev, p.D = c->hidden_size, p.Hk = c->linear_num_key_heads, p.Hv = c->linear_num_value_heads;
     p.dk = c->linear_key_head_dim, p.dv = c->linear_value_head_dim, p.K = c->linear_conv_kernel_dim;
     p.eps = c->rms_norm_eps;
-    if (ctx->dn_fused == 1) p.xbuf = ctx->dn_xbuf, p.xcnt = ctx->dn_xcnt;
+    if (ctx->dn_fused == 1) p.xbuf = ctx->dn_xbuf, p.xcnt = ctx->dn_xcnt, p.xcnt_stride = ctx->dn_xstride;
+    if (mlp_x_out) { /* the MLP as the tail (ctx->dn_mlp): mlp_x_out = x_out + pa, pb += MLP */
+        p.mlp_w_gu = ly->w_gu, p.mlp_w_dT = ly->w_dT, p.mlp_norm_w = ly->ln2, p.mlp_x_out = mlp_x_out, p.mlp_y = pb;
+        p.mlp_cnt = ctx->dn_gcnt, p.F = c->intermediate_size, p.mlp_at = ctx->dn_mlp - 1;
+    }
     const double D = c->hidden_size, state = 4.0 * p.Hv * p.dk * p.dv;
     const double bytes = 2.0 * D * (ly->in_rows + ly->out_cols) + 2 * state + 2.0 * p.K * c->conv_dim +
-                         4.0 * c->conv_dim * p.K + 4.0 * D * 4;
+                         4.0 * c->conv_dim * p.K + 4.0 * D * 4 + (mlp_x_out ? 6.0 * D * p.F + 4.0 * D * 3 : 0);
     char name[40];
     snprintf(name, sizeof name, "L%02d.dnlayer", l);
     if (ablated(name)) return 0;
@@ -354,11 +358,12 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         if (par && !full) { /* in_proj, step and out_proj in one kernel, then the fused MLP */
             const float *xin = ctx->x[xi];
             if (l == 0) xi = 0;
-            rc = dn_layer(ctx, &lc, l, xin, pb_prev, ctx->x[l == 0 ? 0 : xi ^ 1], pa,
-                          ctx->pa + (size_t)((l + 1) & 1) * D, pb, err);
+            const int xo = l == 0 ? 0 : xi ^ 1; /* dn_layer's x_out; the MLP's: xo ^ 1 */
+            rc = dn_layer(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb,
+                          ctx->dn_mlp ? ctx->x[xo ^ 1] : NULL, pb, err);
             if (rc) break;
             if (l > 0) xi ^= 1;
-            if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
+            if (!ctx->dn_mlp && (rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
             xi ^= 1;
             pb_parts = 1;
             continue;

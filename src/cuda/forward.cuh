@@ -64,11 +64,16 @@ typedef struct CudaCtx {
     int mlp_fused;            /* EXPERIMENTAL: the MLP as one kernel (mlp.cu) in atomic mode; w_dT uploaded */
     int dn_gn;                /* the DeltaNet step without its cluster and gated norm; out_proj computes the norm
                                * (MV_IN_GATED); default where the shapes allow, off with QWEN35_DN_GN=0 at open */
-    int dn_fused;             /* EXPERIMENTAL (QWEN35_DN_FUSED=1 at open, needs the fused MLP): the DeltaNet
+    int dn_fused;             /* default where it runs (QWEN35_DN_FUSED=0 at open: off; needs the fused MLP): the DeltaNet
                                * layer's in_proj, step and out_proj as one kernel (dn_layer.cu); 2: its heads
                                * exchange through clusters, 1: through global memory (dn_xbuf, dn_xcnt) */
     float *dn_xbuf;
     unsigned *dn_xcnt;
+    int dn_xstride;           /* its counters' stride (32: a line each; QWEN35_DN_XSTRIDE=1: packed, measured) */
+    int dn_mlp;               /* EXPERIMENTAL (QWEN35_DN_MLP=1 at open, with dn_fused): the fused MLP as dn_layer's
+                               * tail (one kernel per DeltaNet layer); 1 + DnLayerParams.mlp_at
+                               * (QWEN35_DN_MLP_AT, default 1: after the in_proj row sums) */
+    unsigned long long *dn_gcnt; /* its grid arrival counter (zeroed with the state) */
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
                                * 1 = 128, 256, 512; EXPERIMENTAL) */
     Probe probe;

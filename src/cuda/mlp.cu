@@ -44,18 +44,6 @@ static __device__ __forceinline__ void mlp_cp_async_commit() { asm volatile("cp.
 static __device__ __forceinline__ void mlp_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 static __device__ __forceinline__ void mlp_cp_async_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
-/* y[0..3] += v (y 16-byte aligned): one vector reduction on sm_90, four scalar atomics elsewhere. */
-static __device__ __forceinline__ void red_add4(float *y, float a, float b, float c, float d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(y), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-#else
-    atomicAdd(y, a);
-    atomicAdd(y + 1, b);
-    atomicAdd(y + 2, c);
-    atomicAdd(y + 3, d);
-#endif
-}
-
 /* Shared memory: xs [D] fp32 | act [round4(nu_max)] fp32 | wd [nu_max][D] bf16 (16-byte aligned)
  * | STAGE: wg [2 nu_max][D] bf16 (the block's gate/up rows). */
 static __host__ __device__ inline int mlp_nu_max(int F, int G) { return (F + G - 1) / G; }

@@ -330,16 +330,35 @@ typedef struct DnLayerParams {
     float *zero0, *zero1;      /* optional: [n_zero] buffers this kernel zeroes after its wait */
     int n_zero;
     float *xbuf;               /* NULL: the exchanges through the cluster's shared memory; else through global */
-    unsigned *xcnt;            /* memory: xbuf [cuda_dn_layer_xbuf_floats(Hv)], xcnt [2 Hv] zeroed once */
+    unsigned *xcnt;            /* memory: xbuf [cuda_dn_layer_xbuf_floats(Hv)], xcnt [cuda_dn_layer_xcnt_count] zeroed once */
+    int xcnt_stride;           /* counter k at xcnt[k stride] (0: 1; 32: one 128-byte line each) */
     const StepParams *step;
     int D, Hk, Hv, dk, dv, K;
     float eps;                 /* rms_norm_eps: the input norm and the gated norm */
+    /* EXPERIMENTAL (QWEN35_DN_MLP=1): the layer's fused MLP as the kernel's tail (mlp_w_gu set; needs x_out and
+     * cuda_dn_layer_mlp_supported): after out_proj every block arrives at the grid counter mlp_cnt (zeroed
+     * once; it only grows), then, as cuda_mlp_fused with 8 Hv blocks: x2 = bf16(x_out + bf16(y)) (block (0, 0)
+     * writes it to mlp_x_out), mlp_y += W_down SwiGLU(W_gu norm2(x2)). The block's gate/up rows and W_down
+     * columns stream into shared memory (TMA bulk copies) from point mlp_at: 0 before the PDL wait, 1 after the
+     * in_proj row sums, 2 after the first exchange, 3 after the gated norm. */
+    const uint16_t *mlp_w_gu;  /* bf16 [2F][D], gate/up rows interleaved (MlpFusedParams.w_gu) */
+    const uint16_t *mlp_w_dT;  /* bf16 [F][D] */
+    const float *mlp_norm_w;   /* [D] (ln2), norm_mode and eps as the input norm */
+    float *mlp_x_out;          /* [D] the residual after the mixer; may be x (every read of x precedes the grid
+                                * arrival), not x_out */
+    float *mlp_y;              /* [D] fp32 accumulator, zero before the tail (zero0 / zero1 qualify) */
+    float *mlp_act_out;        /* optional (tests): the SwiGLU activations [F] */
+    unsigned long long *mlp_cnt;
+    int F, mlp_at;
 } DnLayerParams;
 /* 0: shape not supported or the grid does not fit; 1: supported with xbuf / xcnt (every block resident at
  * once, the exchanges through global memory); 2: also through clusters (every head's cluster of 8 resident
  * at once: not on a 132-SM H200 for 16 heads, whose clusters of 8 span at most 120 SMs). */
 int cuda_dn_layer_supported(int D, int Hk, int Hv, int dk, int dv, int K);
+/* 1 when the MLP tail (mlp_w_gu) fits too: D <= 1024, D % 8 == 0 and its shared memory. */
+int cuda_dn_layer_mlp_supported(int D, int Hk, int Hv, int dk, int dv, int K, int F);
 size_t cuda_dn_layer_xbuf_floats(int Hv);
+size_t cuda_dn_layer_xcnt_count(int Hv, int stride);
 int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l);
 
 /* ---- full-attention decode (attention.cu) ----------------------------------------------------

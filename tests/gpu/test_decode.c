@@ -25,7 +25,8 @@
 #include "gpu_common.h"
 
 static Rng rng;
-static int g_dn_fused; /* QWEN35_DN_FUSED=1 in the environment: the backend takes the fused DeltaNet mixer */
+static int g_dn_fused; /* unless QWEN35_DN_FUSED=0: the backend takes the fused DeltaNet mixer (dn_layer.cu) */
+static int g_dn_mlp;   /* QWEN35_DN_MLP=1: with the MLP as its tail (EXPERIMENTAL) */
 
 #define MAX_OWN 256
 static void *own[MAX_OWN];
@@ -76,7 +77,8 @@ static void small_model(Model *m, int qwen35) {
     c->attn_output_gate = qwen35;
     c->rope_theta = qwen35 ? 1e7f : 1e6f;
     c->partial_rotary_factor = qwen35 ? 0.25f : 1.0f;
-    /* QWEN35_DN_FUSED=1: DeltaNet heads the fused mixer kernel takes (dn_layer.cu: Hk = Hv, dk = dv = 128) */
+    /* by default DeltaNet heads the fused mixer kernel takes (dn_layer.cu: Hk = Hv, dk = dv = 128); with
+     * QWEN35_DN_FUSED=0 heads it does not (Hv = 2 Hk, dk != dv) for the three-kernel path */
     const int dnf = g_dn_fused;
     c->linear_num_key_heads = qwen35 ? 2 : 0;
     c->linear_num_value_heads = qwen35 ? (dnf ? 2 : 4) : 0;
@@ -247,7 +249,7 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
         /* the fused DeltaNet mixer needs the fused MLP: without it, in_proj, the step and out_proj again */
         if (g_dn_fused && strstr(name, "qwen3.5")) {
             printf("  %s: %d fused DeltaNet mixer launches per step\n", name, dn_ops);
-            CHECK(dn_ops > 0, "%s: QWEN35_DN_FUSED=1 but no dnlayer launch", name);
+            CHECK(dn_ops > 0, "%s: the fused mixer is on but no dnlayer launch", name);
         }
         const int saved = br->launches_mlp_unfused - br->launches;
         printf("  %s fused bench: %.3f ms/token (%d launches) vs %.3f with the two MLP GEMVs (%d launches)\n", name,
@@ -255,7 +257,9 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
         CHECK(br->mlp_fused == 1 && br->ms_mlp_unfused > 0, "%s fused bench: mlp_fused %d, unfused %.3f ms", name,
               br->mlp_fused, br->ms_mlp_unfused);
         CHECK(mlp_ops > 0 && gemv_ops == 0, "%s fused bench ops: %d mlp, %d gate_up/down", name, mlp_ops, gemv_ops);
-        CHECK(saved == mlp_ops + 2 * dn_ops, "%s fused bench: %d launches vs %d unfused, %d fused MLP ops, %d dnlayer",
+        /* a DeltaNet layer's 5 launches become dn_layer + the fused MLP (one saved by the .mlp op, two by the
+         * .dnlayer op) or, with the MLP as dn_layer's tail, dn_layer alone (four saved by it) */
+        CHECK(saved == mlp_ops + (g_dn_mlp ? 4 : 2) * dn_ops, "%s fused bench: %d launches vs %d unfused, %d fused MLP ops, %d dnlayer",
               name, br->launches, br->launches_mlp_unfused, mlp_ops, dn_ops);
     }
     free(br);
@@ -578,8 +582,10 @@ int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("decode");
     rng_seed(&rng, test_seed(argc, argv, "test_decode"));
     const char *df = getenv("QWEN35_DN_FUSED");
-    g_dn_fused = df && atoi(df) == 1;
-    if (g_dn_fused) printf("QWEN35_DN_FUSED=1: the qwen35 model's DeltaNet layers have 2 heads of 128 x 128\n");
+    g_dn_fused = !(df && *df && atoi(df) == 0); /* the engine's default: the fused mixer where its shape allows */
+    const char *dm = getenv("QWEN35_DN_MLP");
+    g_dn_mlp = g_dn_fused && dm && atoi(dm) == 1;
+    if (g_dn_fused) printf("fused DeltaNet mixer (QWEN35_DN_FUSED=0: off): the qwen35 model's DeltaNet layers have 2 heads of 128 x 128\n");
     test_model(1);
     test_model(0);
     test_long(1);

@@ -7,7 +7,10 @@
  * kernel computes them in the same order); within 2e-5 of max |y|: out_proj's y (16 head partials instead of
  * the GEMV's split partials, both summed by fp32 atomics). The zero buffers must be zeroed; bad shapes are
  * refused without a launch. Both exchange modes (global memory; clusters where every head's cluster of 8
- * fits, not for 16 heads on a 132-SM H200). The step kernel and the GEMVs are checked against the CPU in test_deltanet and
+ * fits, not for 16 heads on a 132-SM H200). With the MLP tail (mlp_w_gu, QWEN35_DN_MLP): against
+ * cuda_mlp_fused on the same grid run on the fused kernel's own x_out and y afterwards: the activations and
+ * the new residual bitwise, the MLP's accumulator (zero1, so its zeroing is checked too) within 2e-5 of its
+ * max; the weights issued at point t % 4 at step t (before the PDL wait, after the row sums, ...). The step kernel and the GEMVs are checked against the CPU in test_deltanet and
  * test_matvec; the whole model with the fused kernel in test_decode (QWEN35_DN_FUSED=1).
  * Usage: test_dn_layer [seed]. Skips without a GPU. */
 #include "cuda/ops.h"
@@ -16,7 +19,7 @@
 
 typedef struct Case {
     const char *name;
-    int D, H, K, steps, pos0, embed;
+    int D, H, K, steps, pos0, embed, F; /* F: the MLP tail's intermediate size (0: the mixer only) */
 } Case;
 
 static Rng rng;
@@ -31,14 +34,16 @@ static int cmp_bits(const char *what, const void *a, const void *b, size_t bytes
 }
 
 /* gm: the heads exchange through global memory (xbuf / xcnt), else through their clusters */
-static void run_case(const Case *c, int n_sm, int gm) {
+static void run_case(const Case *c, int n_sm, int gm, int mlp) {
     const int D = c->D, H = c->H, dk = 128, dv = 128, K = c->K, kd = H * dk, vd = H * dv, cd = 2 * kd + vd;
-    const int rows = cd + vd + 2 * H, V = 8;
+    const int rows = cd + vd + 2 * H, V = 8, F = mlp ? c->F : 1;
     const size_t nS = (size_t)H * dk * dv;
     const int sup = cuda_dn_layer_supported(D, H, H, dk, dv, K);
-    printf("-- %s: D %d, %d heads, K %d, %d steps from pos %d%s; exchange through %s (supported: %d)\n", c->name, D,
-           H, K, c->steps, c->pos0, c->embed ? ", embedding input" : "", gm ? "global memory" : "clusters", sup);
-    if (sup < (gm ? 1 : 2)) { /* the grid (8 blocks per head, one per SM) or its clusters do not fit here */
+    const int sup_mlp = cuda_dn_layer_mlp_supported(D, H, H, dk, dv, K, F);
+    printf("-- %s: D %d, %d heads, K %d, %d steps from pos %d%s; exchange through %s (supported: %d)%s\n", c->name, D,
+           H, K, c->steps, c->pos0, c->embed ? ", embedding input" : "", gm ? "global memory" : "clusters", sup,
+           mlp ? "; with the MLP tail" : "");
+    if (sup < (gm ? 1 : 2) || (mlp && !sup_mlp)) { /* the grid (8 blocks per head, one per SM) or its clusters */
         CHECK(!gm || n_sm < 8 * H, "%s: not supported with %d SMs", c->name, n_sm);
         printf("   skipped: does not fit on this device\n");
         return;
@@ -52,6 +57,8 @@ static void run_case(const Case *c, int n_sm, int gm) {
     float *h1 = malloc(sizeof(float) * (size_t)rows), *h2 = malloc(sizeof(float) * (size_t)rows);
     float *S1 = malloc(sizeof(float) * nS), *S2 = malloc(sizeof(float) * nS);
     float *y1 = malloc(sizeof(float) * D), *y2 = malloc(sizeof(float) * D), *z = malloc(sizeof(float) * 2 * D);
+    uint16_t *w_gu = bf16_random(&rng, (int64_t)2 * F * D, 0.04f), *w_dT = bf16_random(&rng, (int64_t)F * D, 0.03f);
+    float *ln2 = f32_bf16_random(&rng, D, 0.1f, 0.0f), *a1 = malloc(sizeof(float) * F), *a2 = malloc(sizeof(float) * F);
     uint16_t *r1 = malloc((size_t)K * cd * 2), *r2 = malloc((size_t)K * cd * 2);
     for (int j = 0; j < H; j++) A_log[j] = round_bf16(-1.0f + 2.5f * rng_uniform(&rng)), dt_bias[j] = bf_normal(&rng, 1.0f);
     for (size_t i = 0; i < nS; i++) S[i] = 0.3f * rng_normal(&rng);
@@ -69,19 +76,27 @@ static void run_case(const Case *c, int n_sm, int gm) {
     float *d_xo[2] = {dev_poison(D * 4), dev_poison(D * 4)}, *d_zero = dev_poison(2 * D * 4);
     StepParams *d_step = dev_copy(NULL, sizeof(StepParams));
     float *d_xbuf = dev_poison(cuda_dn_layer_xbuf_floats(H) * 4);
-    unsigned *d_xcnt = dev_copy(NULL, 2 * H * 4);
-    if (d_xcnt) cudaMemset(d_xcnt, 0, 2 * H * 4);
+    const int xst = mlp ? 32 : 1; /* the counters' stride: one line each, or packed */
+    const size_t ncnt = cuda_dn_layer_xcnt_count(H, xst);
+    unsigned *d_xcnt = dev_copy(NULL, ncnt * 4);
+    if (d_xcnt) cudaMemset(d_xcnt, 0, ncnt * 4);
+    uint16_t *d_wgu = dev_copy(w_gu, (size_t)2 * F * D * 2), *d_wdT = dev_copy(w_dT, (size_t)F * D * 2);
+    float *d_ln2 = dev_copy(ln2, D * 4), *d_xm[2] = {dev_poison(D * 4), dev_poison(D * 4)}, *d_y2 = dev_poison(D * 4);
+    float *d_act[2] = {dev_poison(F * 4), dev_poison(F * 4)};
+    unsigned long long *d_cnt = dev_copy(NULL, 8);
+    if (d_cnt) cudaMemset(d_cnt, 0, 8);
     CudaLaunch l = {0, 0};
     if (!d_win || !d_wout || !d_emb || !d_ring[0] || !d_ring[1] || !d_S[0] || !d_S[1] || !d_ln1 || !d_cw || !d_A ||
         !d_dt || !d_nw || !d_x || !d_part || !d_proj[0] || !d_proj[1] || !d_o[0] || !d_o[1] || !d_y[0] || !d_y[1] ||
-        !d_xo[0] || !d_xo[1] || !d_zero || !d_step || !d_xbuf || !d_xcnt) {
+        !d_xo[0] || !d_xo[1] || !d_zero || !d_step || !d_xbuf || !d_xcnt || !d_wgu || !d_wdT || !d_ln2 || !d_xm[0] ||
+        !d_xm[1] || !d_y2 || !d_act[0] || !d_act[1] || !d_cnt) {
         CHECK(0, "%s: device allocation", c->name);
         goto done;
     }
     const int so = cuda_matvec_splits(D, vd, n_sm);
     CHECK(cuda_matvec_gated_ok(vd, so, dv), "%s: out_proj split %d does not keep whole heads", c->name, so);
-    int ok_bits = 1, ok_y = 1, ok_zero = 1;
-    double worst = 0;
+    int ok_bits = 1, ok_y = 1, ok_zero = 1, ok_mlp = 1, ok_y2 = 1;
+    double worst = 0, worst2 = 0;
     for (int t = 0; t < c->steps; t++) {
         StepParams sp;
         memset(&sp, 0, sizeof sp);
@@ -92,7 +107,10 @@ static void run_case(const Case *c, int n_sm, int gm) {
             CU(cudaMemset(d_o[k], 0xff, vd * 4));
             CU(cudaMemset(d_xo[k], 0xff, D * 4));
             CU(cudaMemset(d_y[k], 0, D * 4));
+            CU(cudaMemset(d_xm[k], 0xff, D * 4));
+            CU(cudaMemset(d_act[k], 0xff, F * 4));
         }
+        CU(cudaMemset(d_y2, 0, D * 4));
         CU(cudaMemset(d_zero, 0xff, 2 * D * 4));
         /* the three kernels */
         MatvecParams mv;
@@ -129,8 +147,20 @@ static void run_case(const Case *c, int n_sm, int gm) {
         p.conv_w = d_cw, p.conv_ring = d_ring[1], p.A_log = d_A, p.dt_bias = d_dt, p.norm_w = d_nw, p.S = d_S[1];
         p.o = d_o[1], p.y = d_y[1], p.zero0 = d_zero, p.zero1 = d_zero + D, p.n_zero = D, p.step = d_step;
         p.D = D, p.Hk = H, p.Hv = H, p.dk = dk, p.dv = dv, p.K = K, p.eps = 1e-6f;
-        if (gm) p.xbuf = d_xbuf, p.xcnt = d_xcnt;
+        if (gm) p.xbuf = d_xbuf, p.xcnt = d_xcnt, p.xcnt_stride = xst;
+        if (mlp) { /* the tail adds into zero1: zeroed by the same kernel before the grid arrival */
+            p.mlp_w_gu = d_wgu, p.mlp_w_dT = d_wdT, p.mlp_norm_w = d_ln2, p.mlp_x_out = d_xm[1], p.mlp_y = d_zero + D;
+            p.mlp_act_out = d_act[1], p.mlp_cnt = d_cnt, p.F = F, p.mlp_at = t % 4;
+        }
         LAUNCH(cuda_dn_layer(&p, &l));
+        if (mlp) { /* the reference MLP on the fused kernel's own x_out and y, on the same grid */
+            MlpFusedParams mp;
+            memset(&mp, 0, sizeof mp);
+            mp.w_gu = d_wgu, mp.w_dT = d_wdT, mp.D = D, mp.F = F, mp.blocks = 8 * H, mp.x = d_xo[1], mp.parts = d_y[1];
+            mp.n_parts = 1, mp.x_out = d_xm[0], mp.norm_w = d_ln2, mp.norm_mode = NORM_ZC, mp.eps = 1e-6f;
+            mp.y = d_y2, mp.act_out = d_act[0];
+            LAUNCH(cuda_mlp_fused(&mp, &l));
+        }
         CU(cudaDeviceSynchronize());
         CU(cudaMemcpy(h1, d_proj[0], rows * 4, cudaMemcpyDeviceToHost));
         CU(cudaMemcpy(h2, d_proj[1], rows * 4, cudaMemcpyDeviceToHost));
@@ -157,7 +187,24 @@ static void run_case(const Case *c, int n_sm, int gm) {
         }
         worst = fmax(worst, amax > 0 ? dmax / amax : 1);
         CU(cudaMemcpy(z, d_zero, 2 * D * 4, cudaMemcpyDeviceToHost));
-        for (int i = 0; i < 2 * D; i++) ok_zero &= z[i] == 0.0f;
+        for (int i = 0; i < (mlp ? D : 2 * D); i++) ok_zero &= z[i] == 0.0f;
+        if (mlp) {
+            CU(cudaMemcpy(a1, d_act[0], F * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(a2, d_act[1], F * 4, cudaMemcpyDeviceToHost));
+            ok_mlp &= cmp_bits("MLP activations", a1, a2, (size_t)F * 4);
+            CU(cudaMemcpy(h1, d_xm[0], D * 4, cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy(h2, d_xm[1], D * 4, cudaMemcpyDeviceToHost));
+            ok_mlp &= cmp_bits("MLP x_out", h1, h2, (size_t)D * 4);
+            CU(cudaMemcpy(y1, d_y2, D * 4, cudaMemcpyDeviceToHost));
+            amax = 0, dmax = 0;
+            for (int i = 0; i < D; i++)
+                amax = fmax(amax, fabs(y1[i])), dmax = fmax(dmax, fabs((double)z[D + i] - y1[i]));
+            if (!(dmax <= 2e-5 * amax) || !(amax > 0)) {
+                fprintf(stderr, "  step %d: MLP y max diff %.3g of max %.3g\n", t, dmax, amax);
+                ok_y2 = 0;
+            }
+            worst2 = fmax(worst2, amax > 0 ? dmax / amax : 1);
+        }
         /* the next step's input: this step's residual */
         CU(cudaMemcpy(d_x, d_xo[0], D * 4, cudaMemcpyDeviceToDevice));
     }
@@ -165,12 +212,19 @@ static void run_case(const Case *c, int n_sm, int gm) {
     CHECK(ok_y, "%s: y differs from the three kernels beyond 2e-5 of its max", c->name);
     CHECK(ok_zero, "%s: zero0 / zero1 not zeroed", c->name);
     printf("   bitwise: in_proj rows, x_out, o, S, ring; y worst max-diff / max %.2g\n", worst);
+    if (mlp) {
+        CHECK(ok_mlp, "%s: the MLP tail's activations or residual differ from cuda_mlp_fused", c->name);
+        CHECK(ok_y2, "%s: the MLP tail's y differs from cuda_mlp_fused beyond 2e-5 of its max", c->name);
+        printf("   MLP tail (F %d): activations and residual bitwise; y worst max-diff / max %.2g\n", F, worst2);
+    }
 done:
     cudaFree(d_win), cudaFree(d_wout), cudaFree(d_emb), cudaFree(d_ring[0]), cudaFree(d_ring[1]), cudaFree(d_S[0]);
     cudaFree(d_S[1]), cudaFree(d_ln1), cudaFree(d_cw), cudaFree(d_A), cudaFree(d_dt), cudaFree(d_nw), cudaFree(d_x);
     cudaFree(d_part), cudaFree(d_proj[0]), cudaFree(d_proj[1]), cudaFree(d_o[0]), cudaFree(d_o[1]), cudaFree(d_y[0]);
     cudaFree(d_y[1]), cudaFree(d_xo[0]), cudaFree(d_xo[1]), cudaFree(d_zero), cudaFree(d_step), cudaFree(d_xbuf);
-    cudaFree(d_xcnt);
+    cudaFree(d_xcnt), cudaFree(d_wgu), cudaFree(d_wdT), cudaFree(d_ln2), cudaFree(d_xm[0]), cudaFree(d_xm[1]);
+    cudaFree(d_y2), cudaFree(d_act[0]), cudaFree(d_act[1]), cudaFree(d_cnt);
+    free(w_gu), free(w_dT), free(ln2), free(a1), free(a2);
     free(w_in), free(w_out), free(emb), free(ring), free(ln1), free(conv_w), free(A_log), free(dt_bias), free(norm_w);
     free(S), free(x), free(part), free(h1), free(h2), free(S1), free(S2), free(y1), free(y2), free(z), free(r1);
     free(r2);
@@ -181,6 +235,7 @@ static void test_refusals(void) {
     CHECK(!cuda_dn_layer_supported(1024, 16, 16, 64, 128, 4), "dk 64 accepted");
     CHECK(!cuda_dn_layer_supported(1000, 16, 16, 128, 128, 4), "D 1000 accepted");
     CHECK(!cuda_dn_layer_supported(1024, 16, 16, 128, 128, 1), "K 1 accepted");
+    CHECK(!cuda_dn_layer_mlp_supported(2048, 4, 4, 128, 128, 4, 512), "the MLP tail accepted D 2048");
     DnLayerParams p;
     memset(&p, 0, sizeof p);
     CudaLaunch l = {0, 0};
@@ -196,13 +251,14 @@ int main(int argc, char **argv) {
     int n_sm = 0;
     CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
     const Case cases[] = {
-        {"qwen3.5-0.8b", 1024, 16, 4, 4, 0, 0},
-        {"0.8b, layer 0 (embedding), pos > 0", 1024, 16, 4, 3, 9, 1},
-        {"D 2048 (two column passes), 4 heads, K 3", 2048, 4, 3, 3, 5, 0},
-        {"D 512, 2 heads, K 2", 512, 2, 2, 3, 1, 0},
+        {"qwen3.5-0.8b", 1024, 16, 4, 4, 0, 0, 3584},
+        {"0.8b, layer 0 (embedding), pos > 0", 1024, 16, 4, 3, 9, 1, 3584},
+        {"D 2048 (two column passes), 4 heads, K 3", 2048, 4, 3, 3, 5, 0, 0},
+        {"D 512, 2 heads, K 2", 512, 2, 2, 3, 1, 0, 200},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int gm = 1; gm >= 0; gm--) run_case(&cases[i], n_sm, gm);
+        for (int gm = 1; gm >= 0; gm--)
+            for (int mlp = 0; mlp <= (cases[i].F > 0); mlp++) run_case(&cases[i], n_sm, gm, mlp);
     test_refusals();
     return TEST_SUMMARY("dn_layer");
 }
