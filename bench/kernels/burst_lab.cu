@@ -14,16 +14,20 @@
  * Chains: 24 launches of one size (per-launch us and TB/s), and 18 "layers" of [in 17 MB, mixer that
  * waits then spins 3 us, out 4 MB, mlp 22 MB] (the DeltaNet layer's bytes and its latency-bound step),
  * with every launch on fresh bytes (> L2). Graph + PDL (trigger at entry), median of 15 replays. Last, the
- * latency of the fused DeltaNet mixer's exchange between the 8 blocks of a head, alone (xchg).
+ * latency of the fused DeltaNet mixer's exchange between the 8 blocks of a head, alone (xchg), and while
+ * bulk reads are in flight on the same or on other SMs (hol).
  *
  *   build:  make build/bench/burst_lab   (sm_90a)
- *   run:    build/bench/burst_lab */
+ *   run:    build/bench/burst_lab [xchg: the exchange sections only] */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "cuda/common.cuh"
+#include "cuda/tma.cuh"
 
 #define REPS 15
 #define FULL_SMEM (120 << 10) /* "full" kernels reserve it (unused) so that no other block fits beside them */
@@ -82,6 +86,74 @@ __global__ void __launch_bounds__(128) mixer(const __grid_constant__ BP p) {
     while ((long long)(gtimer() - t0) < p.spin_ns) {
     }
     if (threadIdx.x == 0) atomicAdd(p.sink + 1, 1u);
+}
+
+/* ---- head-of-line: do bulk reads in flight delay an SM's L2 round trips? ---------------------------------
+ * 128 blocks x 512 threads, one per SM (HOL_SMEM of shared memory). Blocks 0..63 are 8 "heads" of 8 blocks
+ * doing HOL_NX exchange rounds in a row with dn_layer.cu's protocol (32 floats st.cg, barrier, one
+ * atom.add.release.gpu on the head's counter, ld.acquire spin, ldcg of the head's 256 floats); thread 0
+ * stamps the global timer after each round. MODE bit 0: these blocks first issue a TMA bulk read of `bulk`
+ * bytes into their own shared memory (what the MLP tail of dn_layer did, docs/PERF_NOTES.md §17); bit 1:
+ * blocks 64..127 do (the same traffic, on other SMs only). Out per block: [round 1 .. NX end, bulk done]
+ * relative to the block's start, ns. */
+#define HOL_NX 8
+#define HOL_SMEM (176 << 10)
+template <int MODE>
+__global__ void __launch_bounds__(512, 1)
+    hol(const unsigned char *src, unsigned bulk, float *xbuf, unsigned *cnt, unsigned long long *out, unsigned *sink) {
+    extern __shared__ __align__(128) unsigned char hs[];
+    __shared__ __align__(8) unsigned long long bar;
+    const int b = blockIdx.x, tid = threadIdx.x;
+    const bool xch = b < 64, load = xch ? (MODE & 1) != 0 : (MODE & 2) != 0;
+    const unsigned mb = (unsigned)__cvta_generic_to_shared(&bar);
+    unsigned long long t0 = 0, tr[HOL_NX];
+    if (tid == 0) {
+        mbar_init(mb, 1);
+        mbar_init_fence();
+        t0 = gtimer();
+        if (load) {
+            mbar_arrive_expect_tx(mb, bulk);
+            const unsigned char *g = src + (size_t)b * bulk;
+            for (unsigned o = 0; o < bulk; o += 16384) {
+                const unsigned n = bulk - o < 16384 ? bulk - o : 16384;
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                                 (unsigned)__cvta_generic_to_shared(hs + o)),
+                             "l"(g + o), "r"(n), "r"(mb)
+                             : "memory");
+            }
+        }
+    }
+    __syncthreads();
+    float acc = 0.0f;
+    if (xch) {
+        const int j = b / 8, s = b % 8;
+        for (int r = 0; r < HOL_NX; r++) {
+            float *xb = xbuf + ((size_t)j * 2 + (r & 1)) * 256;
+            if (tid < 32) __stcg(xb + s * 32 + tid, (float)(r + tid));
+            __syncthreads();
+            if (tid == 0) {
+                unsigned old, v;
+                asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + j * 32) : "memory");
+                const unsigned target = old - old % 8 + 8;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt + j * 32) : "memory");
+                } while ((int)(v - target) < 0);
+            }
+            __syncthreads();
+            if (tid < 256) acc += __ldcg(xb + tid);
+            if (tid == 0) tr[r] = gtimer();
+        }
+    }
+    if (load) {
+        mbar_wait(mb, 0);
+        if (tid < 64) acc += (float)hs[tid * 16];
+    }
+    if (tid == 0) {
+        unsigned long long *o = out + (size_t)b * (HOL_NX + 1);
+        for (int r = 0; r < HOL_NX; r++) o[r] = xch ? tr[r] - t0 : 0;
+        o[HOL_NX] = load ? gtimer() - t0 : 0;
+    }
+    if (acc == 12345.0f) atomicAdd(sink, 1u);
 }
 
 /* ---- the exchange of the fused DeltaNet mixer (src/cuda/dn_layer.cu), alone ----------------------------
@@ -218,7 +290,8 @@ static float time_graph(F record) {
     return t[REPS / 2];
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const bool only_x = argc > 1 && !strcmp(argv[1], "xchg"); /* the two exchange sections only */
     CK(cudaSetDevice(0));
     CK(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
@@ -240,7 +313,7 @@ int main(void) {
     }
 
     /* ceiling: one kernel, many rounds (~1.1 GB) */
-    {
+    if (!only_x) {
         const int rounds = 64;
         float ms = time_graph([&] { rd(K_F16, rounds, 0); });
         printf("\nceiling: full L16 x %d rounds, %.1f MB: %.1f us, %.2f TB/s\n", rounds, kind_bytes(K_F16, rounds) / 1e6,
@@ -248,51 +321,53 @@ int main(void) {
     }
 
     /* chains of 24 launches of one kind */
-    struct C {
-        int k, rounds;
-    } cs[] = {{K_F4, 1}, {K_H8, 1}, {K_Q16, 1}, {K_F8, 1}, {K_H16, 1}, {K_F16, 1}, {K_H16, 2}, {K_Q16, 4},
-              {K_H24, 1}, {K_F20, 1}, {K_H20, 2}, {K_Q8, 5}};
-    printf("\n| chain of 24 | MB each | PDL us/launch | TB/s | no-PDL us/launch | TB/s |\n|---|---|---|---|---|---|\n");
-    for (const C &c : cs) {
-        const double mb = kind_bytes(c.k, c.rounds) / 1e6;
-        float t1 = time_graph([&] {
-            for (int i = 0; i < 24; i++) rd(c.k, c.rounds, 1);
-        });
-        float t0 = time_graph([&] {
-            for (int i = 0; i < 24; i++) rd(c.k, c.rounds, 0);
-        });
-        printf("| %s x%d rounds | %.2f | %.2f | %.2f | %.2f | %.2f |\n", KINDS[c.k].name, c.rounds, mb, t1 * 1e3 / 24,
-               mb * 24 / (t1 * 1e3), t0 * 1e3 / 24, mb * 24 / (t0 * 1e3));
-    }
+    if (!only_x) {
+        struct C {
+            int k, rounds;
+        } cs[] = {{K_F4, 1}, {K_H8, 1}, {K_Q16, 1}, {K_F8, 1}, {K_H16, 1}, {K_F16, 1}, {K_H16, 2}, {K_Q16, 4},
+                  {K_H24, 1}, {K_F20, 1}, {K_H20, 2}, {K_Q8, 5}};
+        printf("\n| chain of 24 | MB each | PDL us/launch | TB/s | no-PDL us/launch | TB/s |\n|---|---|---|---|---|---|\n");
+        for (const C &c : cs) {
+            const double mb = kind_bytes(c.k, c.rounds) / 1e6;
+            float t1 = time_graph([&] {
+                for (int i = 0; i < 24; i++) rd(c.k, c.rounds, 1);
+            });
+            float t0 = time_graph([&] {
+                for (int i = 0; i < 24; i++) rd(c.k, c.rounds, 0);
+            });
+            printf("| %s x%d rounds | %.2f | %.2f | %.2f | %.2f | %.2f |\n", KINDS[c.k].name, c.rounds, mb, t1 * 1e3 / 24,
+                   mb * 24 / (t1 * 1e3), t0 * 1e3 / 24, mb * 24 / (t0 * 1e3));
+        }
 
-    /* 18 layers: in, mixer (3 us), out, mlp */
-    struct Lm {
-        const char *name;
-        int in_k, in_r, out_k, out_r, mlp_k, mlp_r;
-        long long spin;
-    } ls[] = {
-        {"full (in F16, out F4, mlp F20)", K_F16, 1, K_F4, 1, K_F20, 1, 3000},
-        {"half (in H16x2, out H8, mlp H20x2)", K_H16, 2, K_H8, 1, K_H20, 2, 3000},
-        {"quarter (in Q16x4, out Q16, mlp Q8x5...)", K_Q16, 4, K_Q16, 1, K_Q8, 10, 3000},
-        {"half, in H24 + H8, mlp H20x2", K_H24, 1, K_H8, 1, K_H20, 2, 3000},
-        {"full, no mixer", K_F16, 1, K_F4, 1, K_F20, 1, -1},
-        {"half, no mixer", K_H16, 2, K_H8, 1, K_H20, 2, -1},
-        {"full, mixer 0 us", K_F16, 1, K_F4, 1, K_F20, 1, 0},
-        {"half, mixer 0 us", K_H16, 2, K_H8, 1, K_H20, 2, 0},
-    };
-    printf("\n| 18 layers | MB per layer | us per layer | bytes at the ceiling | TB/s |\n|---|---|---|---|---|\n");
-    for (const Lm &l : ls) {
-        const double mb = (kind_bytes(l.in_k, l.in_r) + kind_bytes(l.out_k, l.out_r) + kind_bytes(l.mlp_k, l.mlp_r)) / 1e6;
-        float t = time_graph([&] {
-            for (int i = 0; i < 18; i++) {
-                rd(l.in_k, l.in_r, 1);
-                if (l.spin >= 0) mix(l.spin, 1);
-                rd(l.out_k, l.out_r, 1);
-                rd(l.mlp_k, l.mlp_r, 1);
-            }
-        });
-        printf("| %s | %.1f | %.2f | %.2f us at 4.3 TB/s | %.2f |\n", l.name, mb, t * 1e3 / 18, mb / 4.3, mb * 18 / (t * 1e3));
-    }
+        /* 18 layers: in, mixer (3 us), out, mlp */
+        struct Lm {
+            const char *name;
+            int in_k, in_r, out_k, out_r, mlp_k, mlp_r;
+            long long spin;
+        } ls[] = {
+            {"full (in F16, out F4, mlp F20)", K_F16, 1, K_F4, 1, K_F20, 1, 3000},
+            {"half (in H16x2, out H8, mlp H20x2)", K_H16, 2, K_H8, 1, K_H20, 2, 3000},
+            {"quarter (in Q16x4, out Q16, mlp Q8x5...)", K_Q16, 4, K_Q16, 1, K_Q8, 10, 3000},
+            {"half, in H24 + H8, mlp H20x2", K_H24, 1, K_H8, 1, K_H20, 2, 3000},
+            {"full, no mixer", K_F16, 1, K_F4, 1, K_F20, 1, -1},
+            {"half, no mixer", K_H16, 2, K_H8, 1, K_H20, 2, -1},
+            {"full, mixer 0 us", K_F16, 1, K_F4, 1, K_F20, 1, 0},
+            {"half, mixer 0 us", K_H16, 2, K_H8, 1, K_H20, 2, 0},
+        };
+        printf("\n| 18 layers | MB per layer | us per layer | bytes at the ceiling | TB/s |\n|---|---|---|---|---|\n");
+        for (const Lm &l : ls) {
+            const double mb = (kind_bytes(l.in_k, l.in_r) + kind_bytes(l.out_k, l.out_r) + kind_bytes(l.mlp_k, l.mlp_r)) / 1e6;
+            float t = time_graph([&] {
+                for (int i = 0; i < 18; i++) {
+                    rd(l.in_k, l.in_r, 1);
+                    if (l.spin >= 0) mix(l.spin, 1);
+                    rd(l.out_k, l.out_r, 1);
+                    rd(l.mlp_k, l.mlp_r, 1);
+                }
+            });
+            printf("| %s | %.1f | %.2f | %.2f us at 4.3 TB/s | %.2f |\n", l.name, mb, t * 1e3 / 18, mb / 4.3, mb * 18 / (t * 1e3));
+        }
+    } /* !only_x */
     /* the exchange alone */
     {
         float *xbuf;
@@ -324,6 +399,56 @@ int main(void) {
         }
         cudaFree(xbuf);
         cudaFree(cnt);
+    }
+    /* head-of-line */
+    {
+        float *xbuf;
+        unsigned *cnt;
+        unsigned long long *out;
+        const unsigned bulk = 172 << 10; /* the MLP tail's bytes per SM */
+        CK(cudaMalloc(&xbuf, 8 * 2 * 256 * 4));
+        CK(cudaMalloc(&cnt, 8 * 32 * 4));
+        CK(cudaMemset(cnt, 0, 8 * 32 * 4));
+        CK(cudaMalloc(&out, 128 * (HOL_NX + 1) * 8));
+        printf("\n| bulk reads in flight (%u KiB per loading SM) | exchange rounds 1..%d end, us (median block) | bulk done us |\n"
+               "|---|---|---|\n", bulk >> 10, HOL_NX);
+        const char *names[4] = {"none", "on the exchanging SMs", "on 64 other SMs only", "on all 128 SMs"};
+        for (int mode = 0; mode < 4; mode++) {
+            void (*fn)(const unsigned char *, unsigned, float *, unsigned *, unsigned long long *, unsigned *) =
+                mode == 0 ? hol<0> : mode == 1 ? hol<1> : mode == 2 ? hol<2> : hol<3>;
+            CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, HOL_SMEM));
+            std::vector<double> rt[HOL_NX + 1];
+            for (int rep = 0; rep < 7; rep++) {
+                if (g_off + (size_t)128 * bulk > g_arena_bytes) g_off = 0;
+                const unsigned char *src = (const unsigned char *)g_arena + g_off;
+                g_off += (size_t)128 * bulk;
+                CK(cudaMemset(out, 0, 128 * (HOL_NX + 1) * 8));
+                fn<<<128, 512, HOL_SMEM, g_st>>>(src, bulk, xbuf, cnt, out, g_sink);
+                CK(cudaStreamSynchronize(g_st));
+                unsigned long long h[128 * (HOL_NX + 1)];
+                CK(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost));
+                if (rep < 2) continue; /* warm-up */
+                for (int r = 0; r <= HOL_NX; r++) {
+                    std::vector<double> v;
+                    for (int bl = 0; bl < 128; bl++)
+                        if (h[bl * (HOL_NX + 1) + r]) v.push_back(h[bl * (HOL_NX + 1) + r] / 1e3);
+                    if (!v.empty()) {
+                        std::sort(v.begin(), v.end());
+                        rt[r].push_back(v[v.size() / 2]);
+                    }
+                }
+            }
+            printf("| %s |", names[mode]);
+            for (int r = 0; r < HOL_NX; r++) {
+                std::sort(rt[r].begin(), rt[r].end());
+                printf(" %.2f", rt[r].empty() ? 0.0 : rt[r][rt[r].size() / 2]);
+            }
+            std::sort(rt[HOL_NX].begin(), rt[HOL_NX].end());
+            printf(" | %.2f |\n", rt[HOL_NX].empty() ? 0.0 : rt[HOL_NX][rt[HOL_NX].size() / 2]);
+        }
+        cudaFree(xbuf);
+        cudaFree(cnt);
+        cudaFree(out);
     }
     CK(cudaDeviceSynchronize());
     return 0;
