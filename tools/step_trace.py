@@ -28,7 +28,7 @@ import statistics
 import sys
 
 KIND = {10: "in", 11: "gate_up", 12: "out/down", 13: "lm_head", 20: "deltanet", 30: "attention", 40: "mlp",
-        50: "dnlayer"}
+        50: "dnlayer", 60: "attnlayer"}
 
 
 def launches(recs):

@@ -144,6 +144,10 @@ static void layout(CudaCtx *ctx, Arena *a) {
         CARVE(a, ctx->dn_xbuf, cuda_dn_layer_xbuf_floats(c->linear_num_value_heads));
         CARVE(a, ctx->dn_gcnt, 1);
     }
+    if (c->n_full_layers) { /* the fused attention layer's exchange (attn_layer.cu): counters zeroed with the state */
+        CARVE(a, ctx->al_xcnt, cuda_attn_layer_xcnt_count(c->num_key_value_heads));
+        CARVE(a, ctx->al_xbuf, cuda_attn_layer_xbuf_floats(D, c->num_attention_heads, c->num_key_value_heads));
+    }
     ctx->sample_scratch = carve(a, cuda_sample_scratch_bytes(ctx->n_sm));
     ctx->state_bytes = a->off - ctx->state_off;
     CARVE(a, ctx->x[0], D);
@@ -438,6 +442,14 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         if (ctx->dn_mlp) ctx->dn_mlp = 1 + (dma && *dma && atoi(dma) >= 0 && atoi(dma) <= 3 ? atoi(dma) : 1);
         if (dm && atoi(dm) == 1 && !ctx->dn_mlp && c->n_linear_layers > 0)
             fprintf(stderr, "qwen35: QWEN35_DN_MLP=1 ignored: needs the fused mixer, D <= 1024 and the shared memory\n");
+        /* EXPERIMENTAL: a full-attention layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu) */
+        const char *af = getenv("QWEN35_ATTN_FUSED");
+        ctx->attn_fused = af && atoi(af) == 1 && c->n_full_layers > 0 && ctx->mlp_fused && ctx->max_splits >= 2 &&
+                          cuda_attn_layer_supported(D, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+                                                    c->rotary_dim, c->attn_output_gate);
+        if (af && atoi(af) == 1 && !ctx->attn_fused && c->n_full_layers > 0)
+            fprintf(stderr, "qwen35: QWEN35_ATTN_FUSED=1 ignored: shape (gated hd 256, D <= 1024), grid occupancy or "
+                            "the unfused MLP\n");
         const char *st = getenv("QWEN35_MLP_STAGE");
         const int stv = st ? atoi(st) : 0;
         ctx->mlp_staged = stv == 1 ? 128 : stv == 256 || stv == 512 ? stv : 0;

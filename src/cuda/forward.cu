@@ -313,6 +313,34 @@ static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, c
     return op_end(ctx, cuda_dn_layer(&p, lc), name, bytes, err);
 }
 
+/* A full-attention layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu; ctx->attn_fused,
+ * EXPERIMENTAL): x as dn_layer, pa += W_o attn(W_qkv norm1(x)); zeroes zero0 and zero1 ([D] each). */
+static int attn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, const float *pb_prev, float *x_out,
+                      float *pa, float *zero0, float *zero1, Err *err) {
+    const Config *c = ctx->c;
+    const CudaLayer *ly = &ctx->layers[l];
+    AttnLayerParams p;
+    memset(&p, 0, sizeof p);
+    p.w_in = ly->w_in, p.w_out = ly->w_out;
+    if (l == 0)
+        p.embed = ctx->embed;
+    else
+        p.x = x, p.parts = pb_prev, p.n_parts = 1;
+    p.x_out = x_out, p.ln1 = ly->ln1, p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
+    p.q_norm_w = ly->q_norm, p.k_norm_w = ly->k_norm, p.inv_freq = ctx->inv_freq;
+    p.k_cache = ly->Kc, p.v_cache = ly->Vc, p.y = pa, p.zero0 = zero0, p.zero1 = zero1, p.n_zero = c->hidden_size;
+    p.xbuf = ctx->al_xbuf, p.xcnt = ctx->al_xcnt, p.step = ctx->step_dev;
+    p.D = c->hidden_size, p.Hq = c->num_attention_heads, p.Hkv = c->num_key_value_heads, p.hd = c->head_dim;
+    p.R = c->rotary_dim, p.max_seq = ctx->max_seq, p.eps = c->rms_norm_eps;
+    const double D = c->hidden_size, kv_len = ctx->step_host->pos + 1.0;
+    const double bytes = 2.0 * D * (ly->in_rows + ly->out_cols) + 2.0 * 2 * p.Hkv * kv_len * p.hd + 4.0 * D * 4;
+    char name[40];
+    snprintf(name, sizeof name, "L%02d.attnlayer", l);
+    if (ablated(name)) return 0;
+    op_begin(ctx);
+    return op_end(ctx, cuda_attn_layer(&p, lc), name, bytes, err);
+}
+
 /* ---- the step ------------------------------------------------------------------------------ */
 
 int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
@@ -325,7 +353,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
      * and the zeroing contract (header) becomes: pa of layer l + 1 is zeroed by the first kernel of layer l
      * (dn_layer) or of layer l + 1 (the in_proj GEMV, both buffers) and by the LM head (both); pb of layer l
      * by dn_layer(l) or out_proj/o_proj(l). */
-    const int par = ctx->dn_fused && fused && !probing && !ctx->mega;
+    const int par = (ctx->dn_fused || ctx->attn_fused) && fused && !probing && !ctx->mega;
     int L_done = 0;
     CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2};
     ctx->n_ops = 0;
@@ -355,7 +383,19 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         float *pa = ctx->pa + (par ? (size_t)(l & 1) * D : 0), *pb = ctx->pb + (par ? (size_t)(l & 1) * D : 0);
         float *pb_prev = ctx->pb + (par ? (size_t)((l + 1) & 1) * D : 0);
         MatvecParams mv;
-        if (par && !full) { /* in_proj, step and out_proj in one kernel, then the fused MLP */
+        if (par && full && ctx->attn_fused) { /* qkv, attention and o_proj in one kernel, then the fused MLP */
+            const float *xin = ctx->x[xi];
+            if (l == 0) xi = 0;
+            const int xo = l == 0 ? 0 : xi ^ 1;
+            rc = attn_layer(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb, err);
+            if (rc) break;
+            if (l > 0) xi ^= 1;
+            if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
+            xi ^= 1;
+            pb_parts = 1;
+            continue;
+        }
+        if (par && !full && ctx->dn_fused) { /* in_proj, step and out_proj in one kernel, then the fused MLP */
             const float *xin = ctx->x[xi];
             if (l == 0) xi = 0;
             const int xo = l == 0 ? 0 : xi ^ 1; /* dn_layer's x_out; the MLP's: xo ^ 1 */

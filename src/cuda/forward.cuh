@@ -74,6 +74,10 @@ typedef struct CudaCtx {
                                * tail (one kernel per DeltaNet layer); 1 + DnLayerParams.mlp_at
                                * (QWEN35_DN_MLP_AT, default 1: after the in_proj row sums) */
     unsigned long long *dn_gcnt; /* its grid arrival counter (zeroed with the state) */
+    int attn_fused;           /* EXPERIMENTAL (QWEN35_ATTN_FUSED=1 at open, needs the fused MLP): a full-attention
+                               * layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu) */
+    float *al_xbuf;
+    unsigned *al_xcnt;
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
                                * 1 = 128, 256, 512; EXPERIMENTAL) */
     Probe probe;

@@ -361,6 +361,38 @@ size_t cuda_dn_layer_xbuf_floats(int Hv);
 size_t cuda_dn_layer_xcnt_count(int Hv, int stride);
 int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l);
 
+/* ---- a full-attention layer's mixer in one kernel (attn_layer.cu, EXPERIMENTAL: QWEN35_ATTN_FUSED=1) ------
+ * x = embed[step->token] or bf16(x + bf16(sum of n_parts parts)) (x_out <- x, block 0), qkv = W_in
+ * norm1(x) (the 512-thread GEMV's rows bitwise), then cuda_attn_decode's contract for one token (q/k norm,
+ * RoPE, K/V[pos] appended, attention over [0, pos], gated), then y += W_out out (fp32 atomics). Gated hd-256
+ * heads only (Qwen3.5), D <= 1024, 128 blocks that must all be resident (cuda_attn_layer_supported). */
+typedef struct AttnLayerParams {
+    const uint16_t *w_in;      /* bf16 [Hq 2 hd + 2 Hkv hd][D]: per head q rows then gate rows, k, v */
+    const uint16_t *embed;     /* layer 0: x = embed[step->token]; else NULL */
+    const float *x, *parts;
+    int n_parts;
+    float *x_out;              /* optional: x (block 0) */
+    const float *ln1;          /* [D] input norm weights */
+    int norm_mode;             /* NORM_ZC or NORM_PLAIN (the input norm and the head norms) */
+    float *proj;               /* optional (tests): the qkv rows, as the GEMV's y */
+    const float *q_norm_w, *k_norm_w, *inv_freq;
+    uint16_t *k_cache, *v_cache; /* bf16 [Hkv][max_seq][hd] of this layer */
+    float *out;                /* optional (tests): the gated attention output [Hq hd] */
+    const uint16_t *w_out;     /* bf16 [D][Hq hd] */
+    float *y;                  /* [D] fp32 accumulator, zeroed by an earlier kernel */
+    float *zero0, *zero1;      /* optional: [n_zero] buffers this kernel zeroes after its wait */
+    int n_zero;
+    float *xbuf;               /* [cuda_attn_layer_xbuf_floats] */
+    unsigned *xcnt;            /* [cuda_attn_layer_xcnt_count], zeroed once (the counters only grow) */
+    const StepParams *step;
+    int D, Hq, Hkv, hd, R, max_seq;
+    float eps;
+} AttnLayerParams;
+int cuda_attn_layer_supported(int D, int Hq, int Hkv, int hd, int R, int gated);
+size_t cuda_attn_layer_xbuf_floats(int D, int Hq, int Hkv);
+size_t cuda_attn_layer_xcnt_count(int Hkv);
+int cuda_attn_layer(const AttnLayerParams *p, const CudaLaunch *l);
+
 /* ---- full-attention decode (attention.cu) ----------------------------------------------------
  * One token of GQA attention over one layer's bf16 KV cache (MODEL.md §3.2 Qwen3.5, §5 Qwen3).
  * Query head j reads kv head j / G, G = Hq/Hkv; pos = step->pos, kv_len = pos + 1.
