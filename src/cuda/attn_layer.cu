@@ -349,9 +349,9 @@ __global__ void __launch_bounds__(AL_THREADS, 1) attn_layer_bf16(const __grid_co
 }
 
 static int al_shape_ok(int D, int Hq, int Hkv, int hd, int R, int gated) {
-    if (hd != AL_HD || !gated || Hkv < 1 || AL_BLOCKS % Hkv || Hq % Hkv || D < 32 || D > 1024 || D % 32 || R < 2 ||
-        R > hd || R % 2)
-        return 0;
+    if (hd != AL_HD || !gated || Hkv < 1 || AL_BLOCKS % Hkv || Hq < Hkv || Hq % Hkv || Hq / Hkv > AL_BLOCKS / Hkv ||
+        D < 32 || D > 1024 || D % 32 || R < 2 || R > hd || R % 2)
+        return 0; /* (and al_shape below divides by nothing that is zero) */
     const AlShape s = al_shape(D, Hq, Hkv);
     return s.G >= 1 && s.G <= AL_MAX_G && s.BG % s.G == 0 && D % s.HPB == 0 && s.ORows % 4 == 0 && s.RB <= 64 &&
            s.BG <= AL_BLOCKS;
@@ -396,6 +396,7 @@ extern "C" int cuda_attn_layer_supported(int D, int Hq, int Hkv, int hd, int R, 
     return al_shape_ok(D, Hq, Hkv, hd, R, gated) && al_fit(D, Hq, Hkv);
 }
 extern "C" size_t cuda_attn_layer_xbuf_floats(int D, int Hq, int Hkv) {
+    if (Hkv < 1 || AL_BLOCKS % Hkv || Hq < Hkv || Hq / Hkv > AL_BLOCKS / Hkv) return 0; /* not supported */
     return (size_t)Hkv * al_xgroup(al_shape(D, Hq, Hkv));
 }
 extern "C" size_t cuda_attn_layer_xcnt_count(int Hkv) { return (size_t)2 * Hkv * 32; }
