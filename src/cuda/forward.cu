@@ -351,8 +351,8 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     /* the fused DeltaNet mixer (dn_layer.cu) adds into pa while it reads pb, with no kernel between it and
      * the MLP: so pa and pb alternate between two buffers by layer parity (pa + (l & 1) D, pb likewise),
      * and the zeroing contract (header) becomes: pa of layer l + 1 is zeroed by the first kernel of layer l
-     * (dn_layer) or of layer l + 1 (the in_proj GEMV, both buffers) and by the LM head (both); pb of layer l
-     * by dn_layer(l) or out_proj/o_proj(l). */
+     * (dn_layer or attn_layer) or of layer l + 1 (the in_proj GEMV, both buffers) and by the LM head (both); pb
+     * of layer l by dn_layer(l), attn_layer(l) or out_proj/o_proj(l). */
     const int par = (ctx->dn_fused || ctx->attn_fused) && fused && !probing && !ctx->mega;
     int L_done = 0;
     CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2};
