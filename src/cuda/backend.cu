@@ -433,13 +433,17 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         /* its exchange counters one 128-byte line each (QWEN35_DN_XSTRIDE=1: packed, as measured in §17) */
         const char *xs = getenv("QWEN35_DN_XSTRIDE");
         ctx->dn_xstride = xs && atoi(xs) >= 1 && atoi(xs) <= 32 ? atoi(xs) : 32;
+        if (xs && *xs && ctx->dn_xstride != atoi(xs))
+            fprintf(stderr, "qwen35: QWEN35_DN_XSTRIDE=%s ignored (1 .. 32; default 32)\n", xs);
         /* EXPERIMENTAL, measured slower (§17): with it, the MLP as that kernel's tail (one kernel per DeltaNet layer) */
         const char *dm = getenv("QWEN35_DN_MLP"), *dma = getenv("QWEN35_DN_MLP_AT");
         ctx->dn_mlp = dm && atoi(dm) == 1 && ctx->dn_fused &&
                       cuda_dn_layer_mlp_supported(D, c->linear_num_key_heads, c->linear_num_value_heads,
                                                   c->linear_key_head_dim, c->linear_value_head_dim,
                                                   c->linear_conv_kernel_dim, F);
-        if (ctx->dn_mlp) ctx->dn_mlp = 1 + (dma && *dma && atoi(dma) >= 0 && atoi(dma) <= 3 ? atoi(dma) : 1);
+        const int dma_ok = dma && *dma && atoi(dma) >= 0 && atoi(dma) <= 3;
+        if (dma && *dma && !dma_ok) fprintf(stderr, "qwen35: QWEN35_DN_MLP_AT=%s ignored (0 .. 3; default 1)\n", dma);
+        if (ctx->dn_mlp) ctx->dn_mlp = 1 + (dma_ok ? atoi(dma) : 1);
         if (dm && atoi(dm) == 1 && !ctx->dn_mlp && c->n_linear_layers > 0)
             fprintf(stderr, "qwen35: QWEN35_DN_MLP=1 ignored: needs the fused mixer, D <= 1024 and the shared memory\n");
         /* EXPERIMENTAL: a full-attention layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu) */
