@@ -64,9 +64,8 @@ static __device__ __forceinline__ unsigned dl_arrive(unsigned *cnt) {
     }
     return target;
 }
-/* ... then a and b [128] <- the two halves of xb. */
-static __device__ __forceinline__ void dl_wait(const unsigned *cnt, unsigned target, const float *xb, float *a,
-                                               float *b) {
+/* ... then every thread waits until the head's 8 blocks of this round have arrived ... */
+static __device__ __forceinline__ void dl_spin(const unsigned *cnt, unsigned target) {
     if (threadIdx.x == 0) {
         unsigned v;
         unsigned long long t0 = 0, t;
@@ -81,8 +80,21 @@ static __device__ __forceinline__ void dl_wait(const unsigned *cnt, unsigned tar
         }
     }
     __syncthreads();
+}
+/* ... and a and b [128] <- the two halves of xb. */
+static __device__ __forceinline__ void dl_wait(const unsigned *cnt, unsigned target, const float *xb, float *a,
+                                               float *b) {
+    dl_spin(cnt, target);
     if (threadIdx.x < DL_DK) a[threadIdx.x] = __ldcg(xb + threadIdx.x), b[threadIdx.x] = __ldcg(xb + DL_DK + threadIdx.x);
 }
+
+/* ONEX (one exchange per layer; global-memory exchange only): block s of head j holds ROWS [16 s, +16) of the
+ * head's state (all dv columns) and the matching 16 dims of q and k, so S^T k and S^T q are sums over the 8
+ * blocks of their 16-row partials. Its slot in xbuf (DL_X1_SLOT floats): [0, 128) sum_r S[r][c] k[r], [128, 256)
+ * sum_r S[r][c] q[r] (the conv'd, unnormalised q and k), [256, 272) its v, [272, 288) its z, 288 q.q, 289 k.k,
+ * 290 q.k over its 16 dims. After the one exchange every block sums the 8 slots in block order (deterministic)
+ * and has the head's whole delta and o, so the gated norm needs no second exchange. */
+enum { DL_X1_SLOT = 320 };
 
 static __host__ __device__ inline size_t dl_smem_bytes(int D, int K) {
     return (size_t)D * 4 + (size_t)(D / DL_SPLIT) * DL_DK * 2 + (size_t)DL_DK * DL_COLS * 4 + (size_t)D * 4 +
@@ -123,13 +135,14 @@ static __device__ __forceinline__ void dl_mlp_issue(const DnLayerParams &p, unsi
 
 /* GM: the two exchanges through global memory (dl_arrive / dl_wait) instead of the cluster's shared memory;
  * MLP: the fused MLP as the tail (p.mlp_w_gu) */
-template <bool GM, bool MLP>
+template <bool GM, bool MLP, bool ONEX = false>
 __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_constant__ DnLayerParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32], red3[96], prow[4 * DL_COLS + 2];
     __shared__ __align__(16) float qa[DL_DK], ka[DL_DK], oa[DL_DK], za[DL_DK], gs[DL_DK];
     __shared__ __align__(16) float cq[DL_COLS], ck[DL_COLS], pv[DL_COLS], zv[DL_COLS], ob[DL_COLS];
     __shared__ float dl[DL_COLS], red_m[4 * DL_COLS], red_s[4 * DL_COLS], rstd_s;
+    __shared__ __align__(16) float dlf[ONEX ? DL_DK : 1], nrm[4]; /* ONEX: the head's delta; q.q, k.k, q.k */
     const int D = p.D, dk = DL_DK, dv = DL_DK, Hv = p.Hv;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int s = blockIdx.x, j = blockIdx.y;
@@ -183,10 +196,14 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         const int r = c >> 4, q = c & 15;
         dl_cp_async16(wo + r * DL_DK + q * 8, p.w_out + (size_t)(s * orows + r) * value_dim + (size_t)j * dv + q * 8);
     }
-    for (int c = tid; c < DL_DK * (DL_COLS / 4); c += DL_THREADS) { /* S[j][d][e0 .. e0 + 16) */
-        const int d = c / (DL_COLS / 4), q = c % (DL_COLS / 4);
-        dl_cp_async16(st + d * DL_COLS + q * 4, p.S + ((size_t)j * dk + d) * dv + e0 + q * 4);
-    }
+    if (ONEX) /* S[j][e0 .. e0 + 16)[:]: the block's 16 rows, contiguous */
+        for (int c = tid; c < DL_COLS * (DL_DK / 4); c += DL_THREADS)
+            dl_cp_async16(st + c * 4, p.S + ((size_t)j * dk + e0) * dv + c * 4);
+    else
+        for (int c = tid; c < DL_DK * (DL_COLS / 4); c += DL_THREADS) { /* S[j][d][e0 .. e0 + 16) */
+            const int d = c / (DL_COLS / 4), q = c % (DL_COLS / 4);
+            dl_cp_async16(st + d * DL_COLS + q * 4, p.S + ((size_t)j * dk + d) * dv + e0 + q * 4);
+        }
     for (int c = tid; c < D / 4; c += DL_THREADS) { /* rows b_j, a_j: D / 8 pieces each */
         const int r = c / (D / 8), q = c % (D / 8);
         dl_cp_async16(wba + (size_t)r * D + q * 8, p.w_in + (r ? row_a : row_b) * D + q * 8);
@@ -301,6 +318,79 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     __syncthreads();
     Q35_TRACE_PROBE(3);
 
+    if constexpr (ONEX) {
+        /* 4'. The block's partials (header of DL_X1_SLOT) to its slot, one arrival, then the head's sums. */
+        float *xh = p.xbuf + (size_t)j * DL_SPLIT * DL_X1_SLOT, *xb = xh + (size_t)s * DL_X1_SLOT;
+        if (tid < 2 * DL_DK) {
+            const int c = tid & (DL_DK - 1);
+            const float *kv = tid < DL_DK ? ck : cq;
+            float a = 0.0f;
+#pragma unroll
+            for (int r = 0; r < DL_COLS; r++) a = fmaf(st[r * DL_DK + c], kv[r], a);
+            __stcg(xb + tid, a);
+        } else if (warp == 8) {
+            if (lane < DL_COLS) __stcg(xb + 2 * DL_DK + lane, pv[lane]), __stcg(xb + 2 * DL_DK + DL_COLS + lane, zv[lane]);
+        } else if (warp == 9) {
+            const float q = lane < DL_COLS ? cq[lane] : 0.0f, k = lane < DL_COLS ? ck[lane] : 0.0f;
+            float qq = q * q, kk = k * k, qk = q * k;
+#pragma unroll
+            for (int o = 8; o >= 1; o >>= 1) {
+                qq += __shfl_xor_sync(0xffffffffu, qq, o);
+                kk += __shfl_xor_sync(0xffffffffu, kk, o);
+                qk += __shfl_xor_sync(0xffffffffu, qk, o);
+            }
+            if (lane == 0) __stcg(xb + 288, qq), __stcg(xb + 289, kk), __stcg(xb + 290, qk);
+        }
+        const unsigned target = dl_arrive(p.xcnt + (size_t)j * xst);
+        if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
+        dl_spin(p.xcnt + (size_t)j * xst, target);
+        if (tid < 2 * DL_DK) { /* qa <- S^T k, ka <- S^T q (unnormalised), summed in block order */
+            float v[DL_SPLIT], a = 0.0f;
+#pragma unroll
+            for (int b2 = 0; b2 < DL_SPLIT; b2++) v[b2] = __ldcg(xh + (size_t)b2 * DL_X1_SLOT + tid);
+#pragma unroll
+            for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
+            (tid < DL_DK ? qa : ka)[tid & (DL_DK - 1)] = a;
+            if (tid < 3) {
+#pragma unroll
+                for (int b2 = 0; b2 < DL_SPLIT; b2++) v[b2] = __ldcg(xh + (size_t)b2 * DL_X1_SLOT + 288 + tid);
+                a = 0.0f;
+#pragma unroll
+                for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
+                nrm[tid] = a;
+            }
+        } else { /* oa <- v, za <- z of the head */
+            const int i = tid - 2 * DL_DK, c = i & (DL_DK - 1);
+            const float x = __ldcg(xh + (size_t)(c / DL_COLS) * DL_X1_SLOT + 2 * DL_DK + (i < DL_DK ? 0 : DL_COLS) +
+                                   c % DL_COLS);
+            (i < DL_DK ? oa : za)[c] = x;
+        }
+        __syncthreads();
+        Q35_TRACE_PROBE(4);
+        /* 5'. The step for the head's 128 value columns (every block alike), then the block's 16 state rows. */
+        const float rq = rsqrtf(nrm[0] + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(nrm[1] + 1e-6f);
+        const float kq = nrm[2] * rq * rk;
+        const float beta = rbf(1.0f / (1.0f + expf(-prow[4 * DL_COLS])));
+        const float xa = prow[4 * DL_COLS + 1] + dt_bias;
+        const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+        if (tid < dv) {
+            const float delta = beta * (oa[tid] - decay * (qa[tid] * rk));
+            dlf[tid] = delta;
+            oa[tid] = rbf(fmaf(delta, kq, decay * (ka[tid] * rq)));
+        }
+        __syncthreads();
+        Q35_TRACE_PROBE(5);
+        { /* S'[e0 + r][c] = decay S + k^[e0 + r] delta[c]: 16 x 128 floats, 4 per thread */
+            const int r = tid / (DL_DK / 4), c = 4 * (tid % (DL_DK / 4));
+            const float kr = ck[r] * rk;
+            const float4 sv4 = *reinterpret_cast<const float4 *>(st + r * DL_DK + c);
+            const float4 d4 = *reinterpret_cast<const float4 *>(dlf + c);
+            *reinterpret_cast<float4 *>(p.S + ((size_t)j * dk + e0 + r) * dv + c) =
+                make_float4(fmaf(kr, d4.x, decay * sv4.x), fmaf(kr, d4.y, decay * sv4.y), fmaf(kr, d4.z, decay * sv4.z),
+                            fmaf(kr, d4.w, decay * sv4.w));
+        }
+        if (p.o && tid < DL_COLS) p.o[(size_t)j * dv + e0 + tid] = oa[e0 + tid];
+    } else {
     /* 4. The head's conv'd q and k to every block of the head. */
     if (GM) {
         float *xb = p.xbuf + (size_t)j * 4 * DL_DK;
@@ -412,6 +502,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         cluster_arrive_release();
         cluster_wait(); /* no remote access after this point */
     }
+    } /* ONEX */
     __syncthreads();
     if (warp == 0) {
         float ss = 0.0f;
@@ -519,7 +610,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
 }
 
 /* Max active clusters of 8 (cluster mode) or blocks per SM x SMs >= grid (global-memory exchange). */
-static int dl_fit_query(int D, int K, int Hv, int cluster, int F) {
+static int dl_fit_query(int D, int K, int Hv, int cluster, int F, int onex) {
     int dev = 0, optin = 0, n_sm = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
@@ -529,6 +620,7 @@ static int dl_fit_query(int D, int K, int Hv, int cluster, int F) {
     }
     const size_t smem = F ? dl_smem_bytes_mlp(D, K, F, Hv) : dl_smem_bytes(D, K);
     void (*kern)(DnLayerParams) = cluster ? (F ? dn_layer_bf16<false, true> : dn_layer_bf16<false, false>)
+                                  : onex  ? dn_layer_bf16<true, false, true>
                                           : (F ? dn_layer_bf16<true, true> : dn_layer_bf16<true, false>);
     if (smem + 8192 > (size_t)optin ||
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
@@ -557,17 +649,17 @@ static int dl_fit_query(int D, int K, int Hv, int cluster, int F) {
 /* dl_fit_query, remembered per mode (exchange, MLP tail or not) for the last (device, D, K, Hv, F): cuda_dn_layer
  * checks it at every launch (per layer and token when the step runs without a graph); its kernel attribute,
  * once set, stays set. F = 0: no MLP tail. */
-static int dl_fit(int D, int K, int Hv, int cluster, int F) {
-    static int key[4][5], val[4], have[4];
+static int dl_fit(int D, int K, int Hv, int cluster, int F, int onex = 0) {
+    static int key[5][5], val[5], have[5];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
     const int k[5] = {dev, D, K, Hv, F};
-    const int c = (cluster ? 1 : 0) + (F ? 2 : 0);
+    const int c = onex ? 4 : (cluster ? 1 : 0) + (F ? 2 : 0); /* onex: global-memory exchange, no MLP tail */
     if (have[c] && !memcmp(key[c], k, sizeof k)) return val[c];
-    val[c] = dl_fit_query(D, K, Hv, cluster, F);
+    val[c] = dl_fit_query(D, K, Hv, cluster, F, onex);
     memcpy(key[c], k, sizeof k);
     have[c] = 1;
     return val[c];
@@ -587,7 +679,9 @@ extern "C" int cuda_dn_layer_mlp_supported(int D, int Hk, int Hv, int dk, int dv
     return dl_fit(D, K, Hv, m == 2, F);
 }
 
-extern "C" size_t cuda_dn_layer_xbuf_floats(int Hv) { return (size_t)Hv * 4 * DL_DK; }
+extern "C" size_t cuda_dn_layer_xbuf_floats(int Hv) { /* the two exchanges' 4 x 128, or ONEX's 8 slots, per head */
+    return (size_t)Hv * (4 * DL_DK > DL_SPLIT * DL_X1_SLOT ? 4 * DL_DK : DL_SPLIT * DL_X1_SLOT);
+}
 extern "C" size_t cuda_dn_layer_xcnt_count(int Hv, int stride) { return (size_t)2 * Hv * (stride > 0 ? stride : 1); }
 
 extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
@@ -606,6 +700,10 @@ extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
     const size_t smem = mlp ? dl_smem_bytes_mlp(p->D, p->K, p->F, p->Hv) : dl_smem_bytes(p->D, p->K);
     const dim3 grid(DL_SPLIT, (unsigned)p->Hv), block(DL_THREADS);
     if (p->xbuf) { /* the spins need every block resident */
+        if (p->onex && !mlp) {
+            if (!dl_fit(p->D, p->K, p->Hv, 0, 0, 1)) return (int)cudaErrorInvalidConfiguration;
+            return launch_kernel(dn_layer_bf16<true, false, true>, grid, block, smem, l, *p);
+        }
         if (!dl_fit(p->D, p->K, p->Hv, 0, mlp ? p->F : 0)) return (int)cudaErrorInvalidConfiguration;
         return launch_kernel(mlp ? dn_layer_bf16<true, true> : dn_layer_bf16<true, false>, grid, block, smem, l, *p);
     }

@@ -12,6 +12,10 @@
  * the new residual bitwise, the MLP's accumulator (zero1, so its zeroing is checked too) within 2e-5 of its
  * max; the weights issued at point t % 4 at step t (before the PDL wait, after the row sums, ...). The step kernel and the GEMVs are checked against the CPU in test_deltanet and
  * test_matvec; the whole model with the fused kernel in test_decode (QWEN35_DN_FUSED=1).
+ * One-exchange variant (DnLayerParams.onex, QWEN35_DN_ONEX; global-memory exchange only): S^T k and S^T q are
+ * summed over the 8 blocks' 16-row partials, so o and S differ from the three kernels by fp32 rounding: the
+ * in_proj rows, x_out and the ring bitwise; o within one bf16 step (2^-7 relative) of each value, S within
+ * 1e-5 of max |S|, y within 1e-2 of max |y| (an o one bf16 step off moves y by ~2^-8 of a term).
  * Usage: test_dn_layer [seed]. Skips without a GPU. */
 #include "cuda/ops.h"
 #include "test.h"
@@ -34,15 +38,15 @@ static int cmp_bits(const char *what, const void *a, const void *b, size_t bytes
 }
 
 /* gm: the heads exchange through global memory (xbuf / xcnt), else through their clusters */
-static void run_case(const Case *c, int n_sm, int gm, int mlp) {
+static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex) {
     const int D = c->D, H = c->H, dk = 128, dv = 128, K = c->K, kd = H * dk, vd = H * dv, cd = 2 * kd + vd;
     const int rows = cd + vd + 2 * H, V = 8, F = mlp ? c->F : 1;
     const size_t nS = (size_t)H * dk * dv;
     const int sup = cuda_dn_layer_supported(D, H, H, dk, dv, K);
     const int sup_mlp = cuda_dn_layer_mlp_supported(D, H, H, dk, dv, K, F);
-    printf("-- %s: D %d, %d heads, K %d, %d steps from pos %d%s; exchange through %s (supported: %d)%s\n", c->name, D,
-           H, K, c->steps, c->pos0, c->embed ? ", embedding input" : "", gm ? "global memory" : "clusters", sup,
-           mlp ? "; with the MLP tail" : "");
+    printf("-- %s: D %d, %d heads, K %d, %d steps from pos %d%s; exchange through %s (supported: %d)%s%s\n", c->name,
+           D, H, K, c->steps, c->pos0, c->embed ? ", embedding input" : "", gm ? "global memory" : "clusters", sup,
+           mlp ? "; with the MLP tail" : "", onex ? "; ONE exchange (onex)" : "");
     if (sup < (gm ? 1 : 2) || (mlp && !sup_mlp)) { /* the grid (8 blocks per head, one per SM) or its clusters */
         CHECK(!gm || n_sm < 8 * H, "%s: not supported with %d SMs", c->name, n_sm);
         printf("   skipped: does not fit on this device\n");
@@ -95,8 +99,8 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp) {
     }
     const int so = cuda_matvec_splits(D, vd, n_sm);
     CHECK(cuda_matvec_gated_ok(vd, so, dv), "%s: out_proj split %d does not keep whole heads", c->name, so);
-    int ok_bits = 1, ok_y = 1, ok_zero = 1, ok_mlp = 1, ok_y2 = 1;
-    double worst = 0, worst2 = 0;
+    int ok_bits = 1, ok_y = 1, ok_zero = 1, ok_mlp = 1, ok_y2 = 1, ok_os = 1;
+    double worst = 0, worst2 = 0, worst_o = 0, worst_s = 0;
     for (int t = 0; t < c->steps; t++) {
         StepParams sp;
         memset(&sp, 0, sizeof sp);
@@ -148,6 +152,7 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp) {
         p.o = d_o[1], p.y = d_y[1], p.zero0 = d_zero, p.zero1 = d_zero + D, p.n_zero = D, p.step = d_step;
         p.D = D, p.Hk = H, p.Hv = H, p.dk = dk, p.dv = dv, p.K = K, p.eps = 1e-6f;
         if (gm) p.xbuf = d_xbuf, p.xcnt = d_xcnt, p.xcnt_stride = xst;
+        p.onex = onex;
         if (mlp) { /* the tail adds into zero1: zeroed by the same kernel before the grid arrival */
             p.mlp_w_gu = d_wgu, p.mlp_w_dT = d_wdT, p.mlp_norm_w = d_ln2, p.mlp_x_out = d_xm[1], p.mlp_y = d_zero + D;
             p.mlp_act_out = d_act[1], p.mlp_cnt = d_cnt, p.F = F, p.mlp_at = t % 4;
@@ -170,10 +175,28 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp) {
         ok_bits &= cmp_bits("x_out", h1, h2, (size_t)D * 4);
         CU(cudaMemcpy(h1, d_o[0], vd * 4, cudaMemcpyDeviceToHost));
         CU(cudaMemcpy(h2, d_o[1], vd * 4, cudaMemcpyDeviceToHost));
-        ok_bits &= cmp_bits("o", h1, h2, (size_t)vd * 4);
         CU(cudaMemcpy(S1, d_S[0], nS * 4, cudaMemcpyDeviceToHost));
         CU(cudaMemcpy(S2, d_S[1], nS * 4, cudaMemcpyDeviceToHost));
-        ok_bits &= cmp_bits("S", S1, S2, nS * 4);
+        if (onex) {
+            double smax = 0, sd = 0;
+            for (int i = 0; i < vd; i++) {
+                const double d = fabs((double)h2[i] - h1[i]), r = d / (fabs((double)h1[i]) + 1e-30);
+                if (!(d <= fabs((double)h1[i]) / 128 + 1e-30)) {
+                    if (ok_os) fprintf(stderr, "  step %d: o[%d] %.9g vs %.9g\n", t, i, h2[i], h1[i]);
+                    ok_os = 0;
+                }
+                if (d > 0) worst_o = fmax(worst_o, r);
+            }
+            for (size_t i = 0; i < nS; i++) smax = fmax(smax, fabs(S1[i])), sd = fmax(sd, fabs((double)S2[i] - S1[i]));
+            if (!(sd <= 1e-5 * smax)) {
+                fprintf(stderr, "  step %d: S max diff %.3g of max %.3g\n", t, sd, smax);
+                ok_os = 0;
+            }
+            worst_s = fmax(worst_s, smax > 0 ? sd / smax : 1);
+        } else {
+            ok_bits &= cmp_bits("o", h1, h2, (size_t)vd * 4);
+            ok_bits &= cmp_bits("S", S1, S2, nS * 4);
+        }
         CU(cudaMemcpy(r1, d_ring[0], (size_t)K * cd * 2, cudaMemcpyDeviceToHost));
         CU(cudaMemcpy(r2, d_ring[1], (size_t)K * cd * 2, cudaMemcpyDeviceToHost));
         ok_bits &= cmp_bits("conv ring", r1, r2, (size_t)K * cd * 2);
@@ -181,7 +204,7 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp) {
         CU(cudaMemcpy(y2, d_y[1], D * 4, cudaMemcpyDeviceToHost));
         double amax = 0, dmax = 0;
         for (int i = 0; i < D; i++) amax = fmax(amax, fabs(y1[i])), dmax = fmax(dmax, fabs((double)y2[i] - y1[i]));
-        if (!(dmax <= 2e-5 * amax) || !(amax > 0)) {
+        if (!(dmax <= (onex ? 1e-2 : 2e-5) * amax) || !(amax > 0)) {
             fprintf(stderr, "  step %d: y max diff %.3g of max %.3g\n", t, dmax, amax);
             ok_y = 0;
         }
@@ -209,9 +232,14 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp) {
         CU(cudaMemcpy(d_x, d_xo[0], D * 4, cudaMemcpyDeviceToDevice));
     }
     CHECK(ok_bits, "%s: in_proj rows, x_out, o, S or the ring differ from the three kernels", c->name);
-    CHECK(ok_y, "%s: y differs from the three kernels beyond 2e-5 of its max", c->name);
+    CHECK(ok_y, "%s: y differs from the three kernels beyond %g of its max", c->name, onex ? 1e-2 : 2e-5);
     CHECK(ok_zero, "%s: zero0 / zero1 not zeroed", c->name);
-    printf("   bitwise: in_proj rows, x_out, o, S, ring; y worst max-diff / max %.2g\n", worst);
+    if (onex) {
+        CHECK(ok_os, "%s (onex): o beyond one bf16 step or S beyond 1e-5 of its max", c->name);
+        printf("   bitwise: in_proj rows, x_out, ring; o worst rel %.2g, S worst max-diff / max %.2g, y %.2g\n",
+               worst_o, worst_s, worst);
+    } else
+        printf("   bitwise: in_proj rows, x_out, o, S, ring; y worst max-diff / max %.2g\n", worst);
     if (mlp) {
         CHECK(ok_mlp, "%s: the MLP tail's activations or residual differ from cuda_mlp_fused", c->name);
         CHECK(ok_y2, "%s: the MLP tail's y differs from cuda_mlp_fused beyond 2e-5 of its max", c->name);
@@ -258,7 +286,10 @@ int main(int argc, char **argv) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int gm = 1; gm >= 0; gm--)
-            for (int mlp = 0; mlp <= (cases[i].F > 0); mlp++) run_case(&cases[i], n_sm, gm, mlp);
+            for (int mlp = 0; mlp <= (cases[i].F > 0); mlp++) {
+                run_case(&cases[i], n_sm, gm, mlp, 0);
+                if (gm && !mlp) run_case(&cases[i], n_sm, gm, mlp, 1);
+            }
     test_refusals();
     return TEST_SUMMARY("dn_layer");
 }
