@@ -33,6 +33,9 @@ if has tests; then
     echo "== test_decode with QWEN35_DN_FUSED=0 (DeltaNet in_proj, step, out_proj as three kernels; other head shapes)"
     QWEN35_DN_FUSED=0 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-dnf0.log"
     summary+=("test_decode, QWEN35_DN_FUSED=0: $(tail -n 1 "$OUT/gpu-tests-dnf0.log")")
+    echo "== test_decode with QWEN35_DN_ONEX=0 (the fused DeltaNet mixer with two exchanges per layer)"
+    QWEN35_DN_ONEX=0 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-onex0.log"
+    summary+=("test_decode, QWEN35_DN_ONEX=0: $(tail -n 1 "$OUT/gpu-tests-onex0.log")")
     echo "== test_decode with QWEN35_ATTN_FUSED=1 (the EXPERIMENTAL fused attention layer, attn_layer.cu; hd 256 heads)"
     QWEN35_ATTN_FUSED=1 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-af.log"
     summary+=("test_decode, QWEN35_ATTN_FUSED=1: $(tail -n 1 "$OUT/gpu-tests-af.log")")

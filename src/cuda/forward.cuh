@@ -69,7 +69,8 @@ typedef struct CudaCtx {
                                * exchange through clusters, 1: through global memory (dn_xbuf, dn_xcnt) */
     float *dn_xbuf;
     unsigned *dn_xcnt;
-    int dn_onex;              /* QWEN35_DN_ONEX=1 at open: dn_layer with one exchange per layer (DnLayerParams.onex) */
+    int dn_onex;              /* default with dn_fused == 1 (QWEN35_DN_ONEX=0 at open: off): dn_layer with one exchange
+                               * per layer (DnLayerParams.onex) */
     int dn_xstride;           /* its counters' stride (32: a line each; QWEN35_DN_XSTRIDE=1: packed, measured) */
     int dn_mlp;               /* EXPERIMENTAL (QWEN35_DN_MLP=1 at open, with dn_fused): the fused MLP as dn_layer's
                                * tail (one kernel per DeltaNet layer); 1 + DnLayerParams.mlp_at

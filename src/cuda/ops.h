@@ -316,7 +316,8 @@ typedef struct DnLayerParams {
     const uint16_t *embed;     /* layer 0: x = embed[step->token] (bf16 [V][D]); else NULL */
     const float *x, *parts;    /* else x = bf16(x + bf16(sum of n_parts parts [D])) (parts NULL: x) */
     int n_parts;
-    int onex;                  /* 1 (global-memory exchange, no MLP tail; QWEN35_DN_ONEX): ONE exchange per layer,
+    int onex;                  /* 1 (global-memory exchange, no MLP tail; the engine's default, QWEN35_DN_ONEX=0: off):
+                                * ONE exchange per layer,
                                 * the block holding 16 rows of the head's state (dn_layer.cu DL_X1_SLOT): o and S
                                 * within fp32 rounding of the two-exchange kernel's, not bitwise */
     float *x_out;              /* optional: x (block (0, 0)) */
