@@ -1,5 +1,10 @@
-/* dn_layer.cu — the DeltaNet layer's mixer as ONE kernel (EXPERIMENTAL, QWEN35_DN_FUSED=1; contract in ops.h
- * DnLayerParams): in_proj GEMV -> conv + SiLU -> delta-rule step -> gated RMSNorm -> out_proj, for one token.
+/* dn_layer.cu — the DeltaNet layer's mixer as ONE kernel (the engine's default, QWEN35_DN_FUSED=0: off; contract in
+ * ops.h DnLayerParams): in_proj GEMV -> conv + SiLU -> delta-rule step -> gated RMSNorm -> out_proj, for one token.
+ * Two variants of the step: the one described below (two exchanges per layer; o and S bitwise the step kernel's)
+ * and, by default where the exchange goes through global memory, ONEX (DL_X1_SLOT, QWEN35_DN_ONEX=0: off): each
+ * block holds 16 rows of the head's state instead of 16 columns, so ONE exchange of row partials gives every
+ * block the head's S^T k, S^T q, v and z, and the gated norm needs no second one (H200: -23 us per token,
+ * docs/PERF_NOTES.md §18).
  *
  * Why: the engine's DeltaNet layer is four dependent launches (in_proj GEMV, the step, out_proj, the MLP),
  * and a dependent launch costs ~2.5 us beyond its bytes even for a kernel that only loads (bench/kernels/
