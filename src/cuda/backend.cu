@@ -430,13 +430,13 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->dn_fused = dl; /* 2: the heads exchange through clusters, 1: through global memory (dn_xbuf) */
         if (df && atoi(df) == 1 && !ctx->dn_fused && c->n_linear_layers > 0)
             fprintf(stderr, "qwen35: QWEN35_DN_FUSED=1 ignored: shape, grid occupancy or the unfused MLP\n");
-        /* its exchange counters one 128-byte line each (QWEN35_DN_XSTRIDE=1: packed, as measured in §17) */
         /* with one exchange per layer instead of two (H200: -23 us per token, docs/PERF_NOTES.md §18; QWEN35_DN_ONEX=0
          * at open: the two-exchange kernel, whose o and S are bitwise the three kernels') */
         const char *ox = getenv("QWEN35_DN_ONEX");
         ctx->dn_onex = !(ox && *ox && atoi(ox) == 0) && ctx->dn_fused == 1;
         if (ox && atoi(ox) == 1 && !ctx->dn_onex && c->n_linear_layers > 0)
             fprintf(stderr, "qwen35: QWEN35_DN_ONEX=1 ignored: needs the fused mixer's global-memory exchange\n");
+        /* its exchange counters one 128-byte line each (QWEN35_DN_XSTRIDE=1: packed, as measured in §17) */
         const char *xs = getenv("QWEN35_DN_XSTRIDE");
         ctx->dn_xstride = xs && atoi(xs) >= 1 && atoi(xs) <= 32 ? atoi(xs) : 32;
         if (xs && *xs && ctx->dn_xstride != atoi(xs))
