@@ -36,6 +36,13 @@ if has tests; then
     echo "== test_decode with QWEN35_DN_ONEX=0 (the fused DeltaNet mixer with two exchanges per layer)"
     QWEN35_DN_ONEX=0 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-onex0.log"
     summary+=("test_decode, QWEN35_DN_ONEX=0: $(tail -n 1 "$OUT/gpu-tests-onex0.log")")
+    echo "== test_decode with QWEN35_ATTN_SHORT=40 (the short attention kernel up to kv_len 40: steps cross to the long graph)"
+    QWEN35_ATTN_SHORT=40 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-as40.log"
+    summary+=("test_decode, QWEN35_ATTN_SHORT=40: $(tail -n 1 "$OUT/gpu-tests-as40.log")")
+    echo "== test_decode and test_golden_cuda with QWEN35_ATTN_SHORT=0 (attention and o_proj as two kernels at every context)"
+    QWEN35_ATTN_SHORT=0 sh tests/run.sh build/tests/gpu/test_decode build/tests/gpu/test_golden_cuda 2>&1 |
+        tee "$OUT/gpu-tests-as0.log"
+    summary+=("test_decode + golden_cuda, QWEN35_ATTN_SHORT=0: $(tail -n 1 "$OUT/gpu-tests-as0.log")")
     echo "== test_decode with QWEN35_ATTN_FUSED=1 (the EXPERIMENTAL fused attention layer, attn_layer.cu; hd 256 heads)"
     QWEN35_ATTN_FUSED=1 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-af.log"
     summary+=("test_decode, QWEN35_ATTN_FUSED=1: $(tail -n 1 "$OUT/gpu-tests-af.log")")

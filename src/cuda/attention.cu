@@ -464,4 +464,185 @@ extern "C" int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l) 
     }
 }
 
+/* ---- short contexts: attention + o_proj in one kernel (ops.h cuda_attn_short) ----------------------------- */
+
+enum { AS_NT = 512, AS_NW = 16, AS_SL = 16, AS_CAP = 256 };
+
+static __device__ __forceinline__ void as_cp_async16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+
+/* Dynamic shared memory: K rows [max_len][HD] bf16, then this block's V columns [max_len][16] bf16. */
+template <int HD>
+__global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_constant__ AttnShortParams p) {
+    constexpr int E = HD / 32;
+    const AttnDecodeParams &a = p.a;
+    extern __shared__ __align__(16) unsigned char smem[];
+    uint16_t *ks = reinterpret_cast<uint16_t *>(smem);
+    uint16_t *vs = ks + (size_t)p.max_len * HD;
+    __shared__ __align__(16) float qs[HD], kn[HD];
+    __shared__ float cs[HD / 2], sn[HD / 2], sc[AS_CAP], red[32], gate[AS_SL], vn[AS_SL], o16[AS_SL];
+    __shared__ float pv[AS_NW][AS_SL];
+    const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int G = a.Hq / a.Hkv, kvh = h / G, d0 = s * AS_SL, pos = a.step->pos;
+    if (pos < 0 || pos >= a.max_seq || pos >= p.max_len) {
+        pdl_wait();
+        if (pos >= 0 && pos < a.max_seq) __trap(); /* the engine never captures such a step: fail loudly */
+        return;
+    }
+    const int kv_len = pos + 1;
+    uint16_t *Kh = a.k_cache + (size_t)kvh * a.max_seq * HD, *Vh = a.v_cache + (size_t)kvh * a.max_seq * HD;
+
+    /* Before the wait (immutable data only): the cached rows of earlier tokens, W_o's 16 columns of this
+     * block (rows 2 tid, 2 tid + 1), the RoPE table. */
+    for (int c = tid; c < pos * (HD / 8); c += AS_NT) as_cp_async16(ks + (size_t)c * 8, Kh + (size_t)c * 8);
+    for (int c = tid; c < 2 * pos; c += AS_NT)
+        as_cp_async16(vs + (size_t)c * 8, Vh + (size_t)(c >> 1) * HD + d0 + (c & 1) * 8);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    uint4 wr[2][2];
+    const size_t ldo = (size_t)a.Hq * HD;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int r = 2 * tid + j;
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+            wr[j][k] = r < p.D ? ld_stream(reinterpret_cast<const uint4 *>(p.w_o + r * ldo + (size_t)h * HD + d0 + 8 * k))
+                               : make_uint4(0u, 0u, 0u, 0u);
+    }
+    for (int i = tid; i < a.R / 2; i += AS_NT) {
+        float c, sv;
+        sincosf((float)pos * a.inv_freq[i], &sv, &c);
+        cs[i] = rbf(c), sn[i] = rbf(sv);
+    }
+    pdl_wait();
+    pdl_trigger();
+    if (p.zero) {
+        const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
+        for (int i = b * AS_NT + tid; i < p.n_zero; i += nb * AS_NT) p.zero[i] = 0.0f;
+    }
+    __syncthreads(); /* cs, sn */
+
+    /* q of head h (warp 0), the new k of kv head kvh (warp 1), this block's gate and new-v columns (warp 2) */
+    const int q_stride = a.gated ? 2 * HD : HD, q_rows = a.Hq * q_stride;
+    if (w == 0) {
+        head_norm_rope<HD>(a.qkv + (size_t)h * q_stride, a.q_norm_w, qs, cs, sn, a, lane);
+    } else if (w == 1) {
+        head_norm_rope<HD>(a.qkv + q_rows + (size_t)kvh * HD, a.k_norm_w, kn, cs, sn, a, lane);
+    } else if (w == 2 && lane < AS_SL) {
+        gate[lane] = a.gated ? a.qkv[(size_t)h * 2 * HD + HD + d0 + lane] : 0.0f;
+        vn[lane] = a.qkv[q_rows + (size_t)(a.Hkv + kvh) * HD + d0 + lane];
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    /* row pos of K and V as the cache stores them, here and (the kv head's first query head) in the cache */
+    for (int d = tid; d < HD; d += AS_NT) ks[(size_t)pos * HD + d] = bf16_bits(kn[d]);
+    if (tid < AS_SL) {
+        vs[(size_t)pos * AS_SL + tid] = bf16_bits(vn[tid]);
+        if (h % G == 0) {
+            Kh[(size_t)pos * HD + d0 + tid] = bf16_bits(kn[d0 + tid]);
+            Vh[(size_t)pos * HD + d0 + tid] = bf16_bits(vn[tid]);
+        }
+    }
+    if (a.q_out && s == 0)
+        for (int d = tid; d < HD; d += AS_NT) a.q_out[(size_t)h * HD + d] = qs[d];
+    __syncthreads();
+
+    /* scores (base 2): warp w takes positions w, w + 16, ...; lane l dims [l E, (l + 1) E) (cuda_attn_decode's
+     * per-lane order and warp_sum: the same values) */
+    {
+        const float qscale = 1.4426950408889634f / sqrtf((float)HD);
+        float q[E];
+#pragma unroll
+        for (int i = 0; i < E; i++) q[i] = qs[lane * E + i] * qscale;
+        for (int t = w; t < kv_len; t += AS_NW) {
+            uint32_t kr[(E + 1) / 2];
+            ld_bf16_row<E>(ks + (size_t)t * HD + lane * E, kr);
+            float d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < E; i++) d = fmaf(q[i], wbf(kr, i), d);
+            d = warp_sum(d);
+            if (lane == 0) sc[t] = d;
+        }
+    }
+    __syncthreads();
+    /* softmax over the kv_len <= 256 scores: one per thread */
+    float m = tid < kv_len ? sc[tid] : -INFINITY;
+    m = warp_max(m);
+    if (lane == 0) red[w] = m;
+    __syncthreads();
+    m = lane < AS_NW ? red[lane] : -INFINITY;
+    m = warp_max(m);
+    const float pt = tid < kv_len ? exp2f(sc[tid] - m) : 0.0f;
+    if (tid < kv_len) sc[tid] = pt;
+    const float L = block_sum(pt, red); /* its barriers also publish sc */
+
+    /* o for dims [d0, d0 + 16): thread (t = tid / 2, half) adds p_t v_t over 8 dims; lanes of one parity sum
+     * over the warp, the 16 warps' sums in order */
+    {
+        const int t = tid >> 1, hf = tid & 1;
+        float acc[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] = 0.0f;
+        if (t < kv_len) {
+            const float pw = sc[t];
+            const uint4 v4 = *reinterpret_cast<const uint4 *>(vs + (size_t)t * AS_SL + hf * 8);
+            acc[0] = pw * bf_lo(v4.x), acc[1] = pw * bf_hi(v4.x), acc[2] = pw * bf_lo(v4.y), acc[3] = pw * bf_hi(v4.y);
+            acc[4] = pw * bf_lo(v4.z), acc[5] = pw * bf_hi(v4.z), acc[6] = pw * bf_lo(v4.w), acc[7] = pw * bf_hi(v4.w);
+        }
+#pragma unroll
+        for (int o = 2; o < 32; o <<= 1)
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+        if (lane < 2)
+#pragma unroll
+            for (int i = 0; i < 8; i++) pv[w][lane * 8 + i] = acc[i];
+    }
+    __syncthreads();
+    if (tid < AS_SL) {
+        float O = 0.0f;
+#pragma unroll
+        for (int k = 0; k < AS_NW; k++) O += pv[k][tid];
+        o16[tid] = attn_final(O, L, gate[tid], a.gated);
+    }
+    __syncthreads();
+
+    /* o_proj: rows 2 tid, 2 tid + 1 of y += W_o[:, h HD + d0 .. +16] o16; even lanes add 4 rows at once */
+    float yv[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        float acc = 0.0f;
+        acc = dot8(wr[j][0], o16, acc);
+        yv[j] = dot8(wr[j][1], o16 + 8, acc);
+    }
+    const float y2 = __shfl_down_sync(0xffffffffu, yv[0], 1), y3 = __shfl_down_sync(0xffffffffu, yv[1], 1);
+    if (!(tid & 1) && 2 * tid < p.D) red_add4(p.y + 2 * tid, yv[0], yv[1], y2, y3); /* D % 4 == 0 */
+}
+
+extern "C" int cuda_attn_short_cap(int hd, int D) {
+    if ((hd != 64 && hd != 128 && hd != 256) || D < 4 || D % 4 || D > 2 * AS_NT) return 0;
+    return AS_CAP;
+}
+
+extern "C" int cuda_attn_short(const AttnShortParams *p, const CudaLaunch *l) {
+    if (!p || !l) return (int)cudaErrorInvalidValue;
+    const AttnDecodeParams *a = &p->a;
+    if (!a->qkv || !a->q_norm_w || !a->k_norm_w || !a->inv_freq || !a->k_cache || !a->v_cache || !a->step ||
+        !p->w_o || !p->y || (p->n_zero > 0 && !p->zero) || p->n_zero < 0 || a->Hkv < 1 || a->Hq < a->Hkv ||
+        a->Hq % a->Hkv || a->Hq > 65535 || a->max_seq < 1 || a->R < 2 || a->R % 2 || a->R > a->hd ||
+        (a->norm_mode != NORM_ZC && a->norm_mode != NORM_PLAIN) || cuda_attn_short_cap(a->hd, p->D) == 0 ||
+        p->max_len < 1 || p->max_len > cuda_attn_short_cap(a->hd, p->D))
+        return (int)cudaErrorInvalidValue;
+    const size_t smem = (size_t)p->max_len * ((size_t)a->hd + AS_SL) * 2;
+    const dim3 grid((unsigned)(a->hd / AS_SL), (unsigned)a->Hq);
+    void (*kern)(AttnShortParams) = a->hd == 64 ? attn_short_oproj<64> : a->hd == 128 ? attn_short_oproj<128>
+                                                                                      : attn_short_oproj<256>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)e;
+    }
+    return launch_kernel(kern, grid, dim3(AS_NT), smem, l, *p);
+}
+
 Q35_TRACE_FETCH_FN(cuda_trace_fetch_attention)

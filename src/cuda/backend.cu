@@ -333,7 +333,7 @@ static void be_close(void *p) {
     if (!ctx) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     cuda_prefill_close(ctx); /* prefill */
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
         if (ctx->graph[i]) cudaGraphExecDestroy(ctx->graph[i]);
     for (int i = 0; i <= CUDA_MAX_OPS && ctx->ev_ready; i++)
         if (ctx->ev[i]) cudaEventDestroy(ctx->ev[i]);
@@ -452,6 +452,11 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         if (ctx->dn_mlp) ctx->dn_mlp = 1 + (dma_ok ? atoi(dma) : 1);
         if (dm && atoi(dm) == 1 && !ctx->dn_mlp && c->n_linear_layers > 0)
             fprintf(stderr, "qwen35: QWEN35_DN_MLP=1 ignored: needs the fused mixer, D <= 1024 and the shared memory\n");
+        /* short contexts: attention + o_proj as one kernel (attention.cu attn_short_oproj) */
+        const char *as = getenv("QWEN35_ATTN_SHORT");
+        const int cap = c->n_full_layers ? cuda_attn_short_cap(c->head_dim, D) : 0;
+        ctx->attn_short = as && *as && atoi(as) >= 0 ? (atoi(as) < cap ? atoi(as) : cap) : cap;
+        if (as && *as && atoi(as) < 0) fprintf(stderr, "qwen35: QWEN35_ATTN_SHORT=%s ignored (>= 0)\n", as);
         /* EXPERIMENTAL: a full-attention layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu) */
         const char *af = getenv("QWEN35_ATTN_FUSED");
         ctx->attn_fused = af && atoi(af) == 1 && c->n_full_layers > 0 && ctx->mlp_fused && ctx->max_splits >= 2 &&
@@ -517,14 +522,17 @@ fail:
 /* ---- running steps -------------------------------------------------------------------------- */
 
 void cuda_graphs_drop(CudaCtx *ctx) {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         if (ctx->graph[i]) cudaGraphExecDestroy(ctx->graph[i]);
         ctx->graph[i] = NULL;
     }
 }
 
-/* Captures the step (sample = 0 greedy, 1 sampling) into ctx->graph[sample]. */
+int cuda_graph_index(const CudaCtx *ctx, int sample) { return sample + 2 * cuda_step_short(ctx); }
+
+/* Captures the step (sample = 0 greedy, 1 sampling) into ctx->graph[cuda_graph_index()]. */
 int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err) {
+    const int gi = cuda_graph_index(ctx, sample);
     cudaGraph_t g = NULL;
     CK(cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal), "begin graph capture");
     int rc = cuda_step_enqueue(ctx, sample, err);
@@ -544,11 +552,11 @@ int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err) {
             if (cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) kernels++;
         }
     free(nodes);
-    ctx->graph_kernels[sample] = kernels;
-    e = cudaGraphInstantiate(&ctx->graph[sample], g, 0);
+    ctx->graph_kernels[gi] = kernels;
+    e = cudaGraphInstantiate(&ctx->graph[gi], g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
-        ctx->graph[sample] = NULL;
+        ctx->graph[gi] = NULL;
         return cfail(e, "graph instantiate", err);
     }
     return 0;
@@ -557,11 +565,12 @@ int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err) {
 /* Enqueues one step with the StepParams already in step_host (graph replay or eager). */
 int cuda_run_step(CudaCtx *ctx, int sample, Err *err) {
     if (ctx->no_graph || ctx->probe.dir) return cuda_step_enqueue(ctx, sample, err);
-    if (!ctx->graph[sample]) {
+    const int gi = cuda_graph_index(ctx, sample);
+    if (!ctx->graph[gi]) {
         int rc = cuda_graph_capture(ctx, sample, err);
         if (rc) return rc;
     }
-    CK(cudaGraphLaunch(ctx->graph[sample], ctx->stream), "graph launch");
+    CK(cudaGraphLaunch(ctx->graph[gi], ctx->stream), "graph launch");
     return 0;
 }
 

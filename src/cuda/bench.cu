@@ -277,7 +277,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
 
     if (!rc) rc = time_mode(ctx, det0, pdl0, ng0, 0, iters, &res->ms_token, err);
     if (!rc) rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_atomic, err);
-    if (!rc) res->launches = ctx->graph_kernels[0];
+    if (!rc) res->launches = ctx->graph_kernels[cuda_graph_index(ctx, 0)];
     /* the same step with the persistent layer kernel (when the model's shapes allow it) */
     const int mega0 = ctx->mega;
     res->persistent = mega0;
@@ -286,7 +286,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         ctx->mega = 1;
         cuda_graphs_drop(ctx);
         rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_persistent, err);
-        if (!rc) res->launches_persistent = ctx->graph_kernels[0];
+        if (!rc) res->launches_persistent = ctx->graph_kernels[cuda_graph_index(ctx, 0)];
         ctx->mega = mega0;
         cuda_graphs_drop(ctx);
     }
@@ -295,7 +295,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     if (!rc && mf0) {
         ctx->mlp_fused = 0;
         rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_mlp_unfused, err);
-        if (!rc) res->launches_mlp_unfused = ctx->graph_kernels[0];
+        if (!rc) res->launches_mlp_unfused = ctx->graph_kernels[cuda_graph_index(ctx, 0)];
         ctx->mlp_fused = 1;
         cuda_graphs_drop(ctx);
     }

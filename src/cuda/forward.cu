@@ -207,29 +207,55 @@ static int deltanet(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     return rc;
 }
 
+/* The attention's parameters for layer l (cuda_attn_decode; cuda_attn_short takes the same). */
+static void attn_params(CudaCtx *ctx, int l, AttnDecodeParams *p) {
+    const Config *c = ctx->c;
+    CudaLayer *ly = &ctx->layers[l];
+    memset(p, 0, sizeof *p);
+    p->qkv = ctx->proj;
+    p->q_norm_w = ly->q_norm;
+    p->k_norm_w = ly->k_norm;
+    p->inv_freq = ctx->inv_freq;
+    p->k_cache = ly->Kc;
+    p->v_cache = ly->Vc;
+    p->out = ctx->mix;
+    p->work = ctx->attn_work;
+    p->q_out = ctx->probe.dir ? ctx->probe_dev : NULL;
+    p->step = ctx->step_dev;
+    p->Hq = c->num_attention_heads;
+    p->Hkv = c->num_key_value_heads;
+    p->hd = c->head_dim;
+    p->R = c->rotary_dim;
+    p->max_seq = ctx->max_seq;
+    p->gated = c->attn_output_gate;
+    p->norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
+    p->eps = c->rms_norm_eps;
+}
+
+/* Short contexts (cuda_step_short): the attention and o_proj of layer l as one kernel, y = pa (+=), zeroing
+ * pb as o_proj would (the fused MLP adds into it next). */
+static int attn_short(CudaCtx *ctx, const CudaLaunch *lc, int l, float *pa, float *pb, Err *err) {
+    const Config *c = ctx->c;
+    AttnShortParams p;
+    memset(&p, 0, sizeof p);
+    attn_params(ctx, l, &p.a);
+    p.w_o = ctx->layers[l].w_out, p.y = pa, p.zero = pb, p.n_zero = c->hidden_size;
+    p.D = c->hidden_size, p.max_len = ctx->attn_short;
+    const double kv_len = ctx->step_host->pos + 1.0;
+    const double bytes = 4.0 * (c->q_proj_rows + 2 * c->kv_dim) + 2.0 * 2 * p.a.Hkv * kv_len * p.a.hd +
+                         2.0 * c->hidden_size * c->attn_dim + 8.0 * c->hidden_size;
+    char name[40];
+    snprintf(name, sizeof name, "L%02d.attn_o", l);
+    if (ablated(name)) return 0;
+    op_begin(ctx);
+    return op_end(ctx, cuda_attn_short(&p, lc), name, bytes, err);
+}
+
 static int attention(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     const Config *c = ctx->c;
     CudaLayer *ly = &ctx->layers[l];
     AttnDecodeParams p;
-    memset(&p, 0, sizeof p);
-    p.qkv = ctx->proj;
-    p.q_norm_w = ly->q_norm;
-    p.k_norm_w = ly->k_norm;
-    p.inv_freq = ctx->inv_freq;
-    p.k_cache = ly->Kc;
-    p.v_cache = ly->Vc;
-    p.out = ctx->mix;
-    p.work = ctx->attn_work;
-    p.q_out = ctx->probe.dir ? ctx->probe_dev : NULL;
-    p.step = ctx->step_dev;
-    p.Hq = c->num_attention_heads;
-    p.Hkv = c->num_key_value_heads;
-    p.hd = c->head_dim;
-    p.R = c->rotary_dim;
-    p.max_seq = ctx->max_seq;
-    p.gated = c->attn_output_gate;
-    p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
-    p.eps = c->rms_norm_eps;
+    attn_params(ctx, l, &p);
     const double kv_len = ctx->step_host->pos + 1.0;
     const double bytes = 4.0 * (c->q_proj_rows + 2 * c->kv_dim) + 2.0 * 2 * p.Hkv * kv_len * p.hd +
                          4.0 * c->attn_dim + 4.0 * p.Hq * ctx->attn_splits * (p.hd + 2) * 2;
@@ -344,6 +370,11 @@ static int attn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x,
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
+int cuda_step_short(const CudaCtx *ctx) {
+    return ctx->attn_short > 0 && ctx->mlp_fused && !ctx->deterministic && !ctx->probe.dir && !ctx->mega &&
+           !ctx->attn_fused && ctx->step_host->pos + 1 <= ctx->attn_short;
+}
+
 int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     const Config *c = ctx->c;
     const int D = c->hidden_size, F = c->intermediate_size, L = c->num_hidden_layers, V = c->vocab_size;
@@ -355,6 +386,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
      * (dn_layer or attn_layer) or of layer l + 1 (the in_proj GEMV, both buffers) and by the LM head (both); pb
      * of layer l by dn_layer(l), attn_layer(l) or out_proj/o_proj(l). */
     const int par = (ctx->dn_fused || ctx->attn_fused) && fused && !probing && !ctx->mega;
+    const int shrt = cuda_step_short(ctx);
     int L_done = 0;
     CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2};
     ctx->n_ops = 0;
@@ -434,6 +466,13 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         snprintf(name, sizeof name, "L%02d.%s", l, full ? "qkv" : "qkvzba");
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
 
+        if (full && shrt) { /* attention + o_proj in one kernel (pa += ..., pb zeroed), then the fused MLP */
+            if ((rc = attn_short(ctx, &lc, l, pa, pb, err))) break;
+            if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
+            xi ^= 1;
+            pb_parts = 1;
+            continue;
+        }
         rc = full ? attention(ctx, &lc, l, err) : deltanet(ctx, &lc, l, err);
         if (rc) break;
 

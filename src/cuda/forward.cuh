@@ -76,6 +76,9 @@ typedef struct CudaCtx {
                                * tail (one kernel per DeltaNet layer); 1 + DnLayerParams.mlp_at
                                * (QWEN35_DN_MLP_AT, default 1: after the in_proj row sums) */
     unsigned long long *dn_gcnt; /* its grid arrival counter (zeroed with the state) */
+    int attn_short;           /* steps with kv_len <= attn_short (and atomic split-K, the fused MLP, no probes) run
+                               * attention + o_proj as one kernel (cuda_attn_short; QWEN35_ATTN_SHORT at open:
+                               * another limit, 0 = off; default cuda_attn_short_cap) */
     int attn_fused;           /* EXPERIMENTAL (QWEN35_ATTN_FUSED=1 at open, needs the fused MLP): a full-attention
                                * layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu) */
     float *al_xbuf;
@@ -123,8 +126,8 @@ typedef struct CudaCtx {
     float *probe_dev;         /* device scratch: DeltaNet o / final norm for probes */
     size_t state_off, state_bytes; /* arena range of S, conv rings and KV (zeroed by reset) */
     /* graphs: [0] greedy, [1] sampling; captured lazily with the current pdl/deterministic */
-    cudaGraphExec_t graph[2];
-    int graph_kernels[2];     /* kernel nodes in each graph */
+    cudaGraphExec_t graph[4]; /* [sample + 2 short]: short = cuda_step_short() when captured */
+    int graph_kernels[4];     /* kernel nodes in each graph */
     /* bench / op recording (eager only) */
     int rec_ops, n_ops;
     CudaOp ops[CUDA_MAX_OPS];
@@ -150,6 +153,10 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err);
  * (after a mode change); run one step with step_host already filled (graph replay, captured
  * on first use, or eager when no_graph / probing). */
 int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err);
+/* The graph a step with the current step_host and modes replays: sample + 2 cuda_step_short(). */
+int cuda_graph_index(const CudaCtx *ctx, int sample);
+/* forward.cu: 1 when this step (step_host->pos) takes the short attention kernel */
+int cuda_step_short(const CudaCtx *ctx);
 void cuda_graphs_drop(CudaCtx *ctx);
 int cuda_run_step(CudaCtx *ctx, int sample, Err *err);
 

@@ -440,6 +440,27 @@ int cuda_attn_decode_splits(int Hkv, int max_seq);
 /* Bytes of `work`: ticket counters + per-cluster partials (about Hq * n_split / 8 * (hd + 16) floats). */
 size_t cuda_attn_decode_work_bytes(int Hq, int Hkv, int hd, int max_seq);
 
+/* Short contexts: the attention of one token AND its o_proj in one kernel (attention.cu attn_short_oproj):
+ * y += W_o · gated attention output, for kv_len = pos + 1 <= max_len. Grid (hd / 16, Hq) x 512 threads: block
+ * (s, h) owns dims [16 s, +16) of query head h. Before its PDL wait it loads the cached K rows [0, pos) of its
+ * kv head and its 16 V columns into shared memory and its 16 columns of W_o into registers; after it, every
+ * block norms and ropes q of head h and the new k itself, forms all kv_len scores (the same per-lane order as
+ * cuda_attn_decode, so the scores match it bitwise), the softmax, o for its 16 dims, the gate, and adds its
+ * rank-16 share of o_proj into y with vector atomics (atomic split-K: not deterministic in the last bits).
+ * The blocks of the kv head's first query head append K/V[pos]. A launch with kv_len > max_len traps. */
+typedef struct AttnShortParams {
+    AttnDecodeParams a;  /* the attention (a.out, a.work, a.short_len unused); a.q_out optional as there */
+    const uint16_t *w_o; /* bf16 [D][Hq*hd] */
+    float *y;            /* [D] fp32 accumulator (+=) */
+    float *zero;         /* optional [n_zero]: zeroed after the wait (forward.cu's split-K zeroing contract) */
+    int n_zero;
+    int D;               /* rows of W_o: a multiple of 4, <= 1024 */
+    int max_len;         /* 1 .. cuda_attn_short_cap(): sizes the shared-memory K/V rows */
+} AttnShortParams;
+int cuda_attn_short(const AttnShortParams *p, const CudaLaunch *l);
+/* The longest kv_len the kernel can serve for these shapes (0: hd not 64/128/256, or D unsupported). */
+int cuda_attn_short_cap(int hd, int D);
+
 /* ---- prefill ops ---- */
 /* The compute-bound path for T > 1 tokens (src/cuda/gemm.cu, attention_prefill.cu,
  * deltanet_prefill.cu, prefill.cu). Activations between kernels: the residual stream x is fp32

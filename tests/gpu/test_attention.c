@@ -10,7 +10,9 @@
  * max_seq, one cluster (no cross-cluster merge) and many (the last-arriver merge), 16k context. The
  * workspace is 0xff-poisoned before every call (the merge's ticket counters must cope). Prints timings of the Qwen3.5
  * and Qwen3 shapes at several contexts (graphs over enough caches that L2 cannot hold them). Usage:
- * test_attention [seed] [--no-timing]. Without a GPU only the two CPU references are cross-checked. */
+ * test_attention [seed] [--no-timing]. Without a GPU only the two CPU references are cross-checked.
+ * Where cuda_attn_short serves the step (hd 64/128/256, kv_len <= 256): attention + o_proj in one kernel at the
+ * same step, y against W_o times cuda_attn_decode's output and times refbf (check_short). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -67,6 +69,75 @@ static void norm_rope_bf(float *y, const float *x, const float *w, const AtCase 
     }
 }
 
+/* cuda_attn_short (attention + o_proj in one kernel) at this step, after cuda_attn_decode ran it: y (zeroed,
+ * += W_o o) against W_o times cuda_attn_decode's output (tight: the two differ only where a bf16 rounding of o
+ * flips) and times refbf (CPU); q_out, the zeroed range, and the cache (K/V[pos] bitwise as cuda_attn_decode
+ * wrote them, every other row untouched). W_o: fresh N(0, 1/sqrt(Hq hd)) bf16, D = SH_D rows. */
+#define SH_D 516
+static void check_short(const AtCase *c, int pos, int max_len, float *d_qkv, float *d_qw, float *d_kw, float *d_if,
+                        uint16_t *d_K, uint16_t *d_V, StepParams *d_step, const float *out_gpu, const float *obf,
+                        const float *qout_gpu, const uint16_t *Kh, const uint16_t *Vh) {
+    const int hd = c->hd, n_in = c->Hq * hd, D = SH_D, n_zero = 700;
+    const int64_t n_cache = (int64_t)c->Hkv * c->max_seq * hd;
+    uint16_t *w = malloc((size_t)D * n_in * 2), *Kg = malloc((size_t)n_cache * 2), *Vg = malloc((size_t)n_cache * 2);
+    float *wf = falloc((int64_t)D * n_in), *y = falloc(D), *yr = falloc(D), *yb = falloc(D), *zg = falloc(n_zero);
+    float *q = falloc(n_in);
+    float *d_y = NULL, *d_z = NULL, *d_q = NULL;
+    uint16_t *d_w = NULL;
+    for (int64_t i = 0; i < (int64_t)D * n_in; i++) {
+        wf[i] = bf_normal(&rng, 1.0f / sqrtf((float)n_in));
+        w[i] = f32_to_bf16(wf[i]);
+    }
+    for (int r = 0; r < D; r++) {
+        double a = 0, b = 0;
+        for (int i = 0; i < n_in; i++) a += (double)wf[(int64_t)r * n_in + i] * out_gpu[i];
+        for (int i = 0; i < n_in; i++) b += (double)wf[(int64_t)r * n_in + i] * obf[i];
+        yr[r] = (float)a, yb[r] = (float)b;
+    }
+    CU(cudaMalloc((void **)&d_w, (size_t)D * n_in * 2));
+    CU(cudaMalloc((void **)&d_y, (size_t)D * 4));
+    CU(cudaMalloc((void **)&d_z, (size_t)n_zero * 4));
+    CU(cudaMalloc((void **)&d_q, (size_t)n_in * 4));
+    CU(cudaMemcpy(d_w, w, (size_t)D * n_in * 2, cudaMemcpyHostToDevice));
+    CU(cudaMemset(d_y, 0, (size_t)D * 4));
+    CU(cudaMemset(d_z, 0xff, (size_t)n_zero * 4));
+    CU(cudaMemset(d_q, 0xff, (size_t)n_in * 4));
+    AttnShortParams p;
+    memset(&p, 0, sizeof p);
+    AttnDecodeParams a = {d_qkv, d_qw, d_kw, d_if, d_K, d_V, NULL, NULL, d_q, d_step,
+                          c->Hq, c->Hkv, hd, c->R, c->max_seq, c->gated, c->norm_mode, 1e-6f};
+    p.a = a, p.w_o = d_w, p.y = d_y, p.zero = d_z, p.n_zero = n_zero, p.D = D, p.max_len = max_len;
+    CudaLaunch l = {stream, pos & 1};
+    int rc = cuda_attn_short(&p, &l);
+    CHECK(rc == 0, "%s pos %d short: launch -> %d (%s)", c->name, pos, rc, cudaGetErrorString((cudaError_t)rc));
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(y, d_y, (size_t)D * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(zg, d_z, (size_t)n_zero * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(q, d_q, (size_t)n_in * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(Kg, d_K, (size_t)n_cache * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(Vg, d_V, (size_t)n_cache * 2, cudaMemcpyDeviceToHost));
+    {
+        const double ty = rel_l2(y, yr, D), my = rel_max(y, yr, D), by = rel_l2(y, yb, D);
+        int nz = 0;
+        for (int i = 0; i < n_zero; i++) nz += zg[i] != 0.0f;
+        CHECK(ty <= 2e-3 && my <= 1e-2, "%s pos %d short: y vs W_o out (cluster kernel) rel_l2 %.2e rel_max %.2e",
+              c->name, pos, ty, my);
+        CHECK(by <= 5e-3, "%s pos %d short: y vs W_o refbf rel_l2 %.2e", c->name, pos, by);
+        CHECK(nz == 0, "%s pos %d short: %d of %d floats not zeroed", c->name, pos, nz, n_zero);
+        CHECK(memcmp(Kg, Kh, (size_t)n_cache * 2) == 0, "%s pos %d short: K cache differs from cuda_attn_decode's",
+              c->name, pos);
+        CHECK(memcmp(Vg, Vh, (size_t)n_cache * 2) == 0, "%s pos %d short: V cache differs from cuda_attn_decode's",
+              c->name, pos);
+        CHECK(memcmp(q, qout_gpu, (size_t)n_in * 4) == 0, "%s pos %d short: q_out differs from cuda_attn_decode's",
+              c->name, pos);
+        printf("   pos %5d short (attention + o_proj, D %d, max_len %d): y vs W_o out %.1e (max %.1e), vs W_o "
+               "refbf %.1e\n", pos, D, max_len, ty, my, by);
+    }
+done:
+    cudaFree(d_w), cudaFree(d_y), cudaFree(d_z), cudaFree(d_q);
+    free(w), free(Kg), free(Vg), free(wf), free(y), free(yr), free(yb), free(zg), free(q);
+}
+
 static void run_case(const AtCase *c) {
     const int hd = c->hd, G = c->Hq / c->Hkv, qs = c->gated ? 2 * hd : hd, q_rows = c->Hq * qs;
     const int n_qkv = q_rows + 2 * c->Hkv * hd, n_out = c->Hq * hd;
@@ -77,6 +148,7 @@ static void run_case(const AtCase *c) {
            c->max_seq, c->gated ? "gated" : "no gate", c->norm_mode == NORM_ZC ? "zc-norm" : "plain-norm",
            cuda_attn_decode_splits(c->Hkv, c->max_seq));
     (void)G;
+    const int cap = cuda_attn_short_cap(hd, SH_D), max_len = cap < c->max_seq ? cap : c->max_seq;
 
     float *qw = falloc(hd), *kw = falloc(hd), *inv_freq = falloc(c->R / 2), *qkv = falloc(n_qkv);
     float *Kbf = falloc(n_cache), *K32 = falloc(n_cache), *V = falloc(n_cache);
@@ -189,6 +261,8 @@ cpu_only:
         CHECK(memcmp(Vh, Vg, (size_t)n_cache * 2) == 0, "%s pos %d: V cache wrong (row pos or others)", c->name, pos);
         printf("   pos %5d: out rel_l2 vs refbf %.1e (max %.1e), vs ref32 %.1e; q_out vs refbf %.1e\n", pos, to, mo, lo,
                tq);
+        if (pos < max_len)
+            check_short(c, pos, max_len, d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_step, out_gpu, obf, qout_gpu, Kh, Vh);
     }
 done:
     cudaFree(d_qkv), cudaFree(d_qw), cudaFree(d_kw), cudaFree(d_if), cudaFree(d_out), cudaFree(d_qout);
@@ -247,6 +321,23 @@ static void test_misc(void) {
     CHECK(cuda_attn_decode(&p, &l) == (int)cudaErrorInvalidValue, "hd 48 accepted");
     p.hd = hd, p.R = 63;
     CHECK(cuda_attn_decode(&p, &l) == (int)cudaErrorInvalidValue, "odd R accepted");
+    p.R = R;
+    {
+        AttnShortParams sp2;
+        memset(&sp2, 0, sizeof sp2);
+        sp2.a = p, sp2.w_o = (const uint16_t *)d_K, sp2.y = d_out, sp2.D = 1024, sp2.max_len = 256;
+        CHECK(cuda_attn_short_cap(hd, 1024) == 256 && cuda_attn_short_cap(32, 1024) == 0 &&
+                  cuda_attn_short_cap(hd, 1026) == 0 && cuda_attn_short_cap(hd, 2048) == 0,
+              "short: cap");
+        sp2.max_len = 0;
+        CHECK(cuda_attn_short(&sp2, &l) == (int)cudaErrorInvalidValue, "short: max_len 0 accepted");
+        sp2.max_len = 257;
+        CHECK(cuda_attn_short(&sp2, &l) == (int)cudaErrorInvalidValue, "short: max_len 257 accepted");
+        sp2.max_len = 256, sp2.D = 1022;
+        CHECK(cuda_attn_short(&sp2, &l) == (int)cudaErrorInvalidValue, "short: D 1022 accepted");
+        sp2.D = 1024, sp2.a.hd = 32;
+        CHECK(cuda_attn_short(&sp2, &l) == (int)cudaErrorInvalidValue, "short: hd 32 accepted");
+    }
 done:
     cudaFree(d_qkv), cudaFree(d_w), cudaFree(d_out), cudaFree(d_work), cudaFree(d_K), cudaFree(d_V), cudaFree(d_step);
     free(h), free(o1), free(o2);
@@ -336,6 +427,7 @@ int main(int argc, char **argv) {
     if (!have_gpu) printf("no CUDA device: GPU checks skipped (CPU references still cross-checked)\n");
     const AtCase cases[] = {
         {"qwen35", 8, 2, 256, 64, 2048, 1, NORM_ZC, 1e7f, 9, {0, 1, 2, 3, 31, 32, 33, 1000, 2047}},
+        {"qwen35 short", 8, 2, 256, 64, 300, 1, NORM_ZC, 1e7f, 5, {64, 127, 128, 200, 255}},
         {"qwen3", 16, 8, 128, 128, 600, 0, NORM_PLAIN, 1e6f, 5, {0, 1, 100, 101, 599}},
         {"G=1 R=32", 4, 4, 128, 32, 300, 1, NORM_ZC, 1e4f, 3, {0, 150, 299}},
         {"G=8", 16, 2, 256, 64, 5000, 1, NORM_ZC, 1e7f, 3, {2500, 2501, 4999}},
