@@ -54,21 +54,24 @@ __device__ __forceinline__ unsigned long long gtimer(void) {
     return t;
 }
 
-template <int NT, int L, int MINB>
+/* IL = 0: block b reads one contiguous range (NT L 16 bytes per round; the engine's weight layouts); IL = 1:
+ * its load i reads 8 KB chunk i G + b, so that load i of all G blocks covers one contiguous G x 8 KB window. */
+template <int NT, int L, int MINB, int IL = 0>
 __global__ void __launch_bounds__(NT, MINB) burst(const __grid_constant__ BP p) {
     pdl_trigger();
     const size_t per_round = (size_t)gridDim.x * NT * L;
-    const uint4 *b = p.w + (size_t)blockIdx.x * NT * L + threadIdx.x;
+    const uint4 *b = p.w + (size_t)blockIdx.x * NT * (IL ? 1 : L) + threadIdx.x;
+    const size_t step = IL ? (size_t)gridDim.x * NT : NT;
     uint4 v[L];
 #pragma unroll
-    for (int i = 0; i < L; i++) v[i] = ld_stream(b + i * NT);
+    for (int i = 0; i < L; i++) v[i] = ld_stream(b + i * step);
     pdl_wait();
     const float dep = __ldcg(p.io);
     unsigned acc = __float_as_uint(dep);
     for (int r = 0; r < p.rounds; r++) {
         if (r) {
 #pragma unroll
-            for (int i = 0; i < L; i++) v[i] = ld_stream(b + r * per_round + i * NT);
+            for (int i = 0; i < L; i++) v[i] = ld_stream(b + r * per_round + i * step);
         }
 #pragma unroll
         for (int i = 0; i < L; i++) acc = acc * 3u + (v[i].x ^ v[i].y) + (v[i].z ^ v[i].w);
@@ -225,8 +228,10 @@ static const Kind KINDS[] = {
     {"half L8", burst<256, 8, 2>, 256, 8, 2},     {"half L16", burst<256, 16, 2>, 256, 16, 2},
     {"half L20", burst<256, 20, 2>, 256, 20, 2},  {"quarter L16", burst<128, 16, 4>, 128, 16, 4},
     {"quarter L8", burst<128, 8, 4>, 128, 8, 4},  {"half L24", burst<256, 24, 2>, 256, 24, 2},
+    {"full L16 IL", burst<512, 16, 1, 1>, 512, 16, 1}, {"full L20 IL", burst<512, 20, 1, 1>, 512, 20, 1},
+    {"full L4 IL", burst<512, 4, 1, 1>, 512, 4, 1},
 };
-enum { K_F4, K_F8, K_F16, K_F20, K_H8, K_H16, K_H20, K_Q16, K_Q8, K_H24, N_KINDS };
+enum { K_F4, K_F8, K_F16, K_F20, K_H8, K_H16, K_H20, K_Q16, K_Q8, K_H24, K_F16I, K_F20I, K_F4I, N_KINDS };
 
 static cudaStream_t g_st;
 static char *g_arena;
@@ -292,6 +297,7 @@ static float time_graph(F record) {
 
 int main(int argc, char **argv) {
     const bool only_x = argc > 1 && !strcmp(argv[1], "xchg"); /* the two exchange sections only */
+    const bool only_il = argc > 1 && !strcmp(argv[1], "il"); /* contiguous vs interleaved block ranges only */
     CK(cudaSetDevice(0));
     CK(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
@@ -312,6 +318,34 @@ int main(int argc, char **argv) {
         printf("| %s | %d | %d | %d | %.2f |\n", KINDS[k].name, KINDS[k].nt, fa.numRegs, occ, kind_bytes(k, 1) / 1e6);
     }
 
+    if (only_il) { /* does the layout of the blocks' ranges change a one-shot's speed? */
+        printf("\n| chain of 24 (PDL) | MB each | contiguous us/launch | interleaved us/launch |\n|---|---|---|---|\n");
+        const int ks[3][2] = {{K_F4, K_F4I}, {K_F16, K_F16I}, {K_F20, K_F20I}};
+        for (int rep = 0; rep < 2; rep++)
+            for (const auto &k : ks) {
+                float t[2];
+                for (int j = 0; j < 2; j++)
+                    t[j] = time_graph([&] {
+                        for (int i = 0; i < 24; i++) rd(k[j], 1, 1);
+                    });
+                printf("| %s | %.2f | %.2f | %.2f |\n", KINDS[k[0]].name, kind_bytes(k[0], 1) / 1e6, t[0] * 1e3 / 24,
+                       t[1] * 1e3 / 24);
+            }
+        printf("\n| 18 layers (in F16, mixer 3 us, out F4, mlp F20) | us per layer |\n|---|---|\n");
+        for (int rep = 0; rep < 2; rep++)
+            for (int il = 0; il < 2; il++) {
+                float t = time_graph([&] {
+                    for (int i = 0; i < 18; i++) {
+                        rd(il ? K_F16I : K_F16, 1, 1);
+                        mix(3000, 1);
+                        rd(il ? K_F4I : K_F4, 1, 1);
+                        rd(il ? K_F20I : K_F20, 1, 1);
+                    }
+                });
+                printf("| %s | %.2f |\n", il ? "interleaved" : "contiguous", t * 1e3 / 18);
+            }
+        return 0;
+    }
     /* ceiling: one kernel, many rounds (~1.1 GB) */
     if (!only_x) {
         const int rounds = 64;

@@ -172,9 +172,19 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
         float y0 = 0.0f, y1 = 0.0f;
         if (d < D) {
             const uint32_t *wp = reinterpret_cast<const uint32_t *>(wd + d);
-            for (int j = 0; j < nu; j++) {
+            const int ws = D / 2; /* words per W_dT row */
+            int j = 0;
+            for (; j + 4 <= nu; j += 4) { /* 4 units' act in one 16-byte broadcast load (act is 16-byte aligned) */
+                const float4 a4 = *reinterpret_cast<const float4 *>(act + j);
+                const uint32_t w0 = wp[j * ws], w1 = wp[(j + 1) * ws], w2 = wp[(j + 2) * ws], w3 = wp[(j + 3) * ws];
+                y0 = fmaf(a4.x, bf_lo(w0), y0), y1 = fmaf(a4.x, bf_hi(w0), y1);
+                y0 = fmaf(a4.y, bf_lo(w1), y0), y1 = fmaf(a4.y, bf_hi(w1), y1);
+                y0 = fmaf(a4.z, bf_lo(w2), y0), y1 = fmaf(a4.z, bf_hi(w2), y1);
+                y0 = fmaf(a4.w, bf_lo(w3), y0), y1 = fmaf(a4.w, bf_hi(w3), y1);
+            }
+            for (; j < nu; j++) {
                 const float a = act[j];
-                const uint32_t wv = wp[(size_t)j * (D / 2)];
+                const uint32_t wv = wp[j * ws];
                 y0 = fmaf(a, bf_lo(wv), y0);
                 y1 = fmaf(a, bf_hi(wv), y1);
             }
