@@ -15,7 +15,8 @@
  *      summation order as the GEMV for D <= 1024, so a is bitwise the gate_up GEMV's output);
  *   4. after the barrier and the cp.async wait, thread t sums columns d = 2t, 2t+1 of
  *      sum_i a_i W_dT[i][d] over the block's units in ascending order (fp32 fmaf, 4-byte shared
- *      loads: conflict-free), and even lanes add their own and their odd neighbour's 2 columns with
+ *      loads: conflict-free; the a_i 4 at a time, one broadcast load), and even lanes add their own and
+ *      their odd neighbour's 2 columns with
  *      one red.global.add.v4.f32: G x D / 4 vector atomics per layer (33792 for the 0.8B).
  *
  * Staged variant (EXPERIMENTAL, cuda_mlp_fused_staged with NT = 128, 256 or 512 threads; the engine takes
