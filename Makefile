@@ -108,6 +108,9 @@ ifeq ($(CUDA),1)
 	@echo "== wgmma prefill attention on the CPU (tests/emu/run_attn.sh: hd 256, GQA, gate on/off, cached prefix; ~6 s)"
 	@sh tests/emu/run_attn.sh > $(BUILD)/emu_attn.log 2>&1 || { tail -n 20 $(BUILD)/emu_attn.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_attn.log; tail -n 1 $(BUILD)/emu_attn.log
+	@echo "== short-context attention + o_proj decode kernel on the CPU (tests/emu/run_attn_short.sh: hd 64/128/256, kv_len to 256; ~20 s)"
+	@sh tests/emu/run_attn_short.sh > $(BUILD)/emu_attn_short.log 2>&1 || { tail -n 20 $(BUILD)/emu_attn_short.log; exit 1; }
+	@head -n 1 $(BUILD)/emu_attn_short.log; tail -n 1 $(BUILD)/emu_attn_short.log
 endif
 gpu-tests: $(GPU_TEST_BIN) $(BUILD)/qwen35
 test-gpu: gpu-tests
