@@ -486,6 +486,7 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     __shared__ float pv[AS_NW][AS_SL];
     const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int G = a.Hq / a.Hkv, kvh = h / G, d0 = s * AS_SL, pos = a.step->pos;
+    Q35_TRACE_T0;
     if (pos < 0 || pos >= a.max_seq || pos >= p.max_len) {
         pdl_wait();
         if (pos >= 0 && pos < a.max_seq) __trap(); /* the engine never captures such a step: fail loudly */
@@ -516,6 +517,7 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
         cs[i] = rbf(c), sn[i] = rbf(sv);
     }
     pdl_wait();
+    Q35_TRACE_T1_AT(0);
     pdl_trigger();
     if (p.zero) {
         const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
@@ -547,6 +549,7 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     if (a.q_out && s == 0)
         for (int d = tid; d < HD; d += AS_NT) a.q_out[(size_t)h * HD + d] = qs[d];
     __syncthreads();
+    Q35_TRACE_PROBE(1); /* (trace build, T1_AT: the qkv rows read, q and k normed and roped, K/V[pos] stored) */
 
     /* scores (base 2): warp w takes positions w, w + 16, ...; lane l dims [l E, (l + 1) E) (cuda_attn_decode's
      * per-lane order and warp_sum: the same values) */
@@ -566,6 +569,7 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
         }
     }
     __syncthreads();
+    Q35_TRACE_PROBE(2); /* the scores */
     /* softmax over the kv_len <= 256 scores: one per thread */
     float m = tid < kv_len ? sc[tid] : -INFINITY;
     m = warp_max(m);
@@ -576,6 +580,7 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     const float pt = tid < kv_len ? exp2f(sc[tid] - m) : 0.0f;
     if (tid < kv_len) sc[tid] = pt;
     const float L = block_sum(pt, red); /* its barriers also publish sc */
+    Q35_TRACE_PROBE(3); /* the softmax */
 
     /* o for dims [d0, d0 + 16): thread (t = tid / 2, half) adds p_t v_t over 8 dims; lanes of one parity sum
      * over the warp, the 16 warps' sums in order */
@@ -606,6 +611,7 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
         o16[tid] = attn_final(O, L, gate[tid], a.gated);
     }
     __syncthreads();
+    Q35_TRACE_PROBE(4); /* o and the gate */
 
     /* o_proj: rows 2 tid, 2 tid + 1 of y += W_o[:, h HD + d0 .. +16] o16; even lanes add 4 rows at once */
     float yv[2];
@@ -617,6 +623,7 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     }
     const float y2 = __shfl_down_sync(0xffffffffu, yv[0], 1), y3 = __shfl_down_sync(0xffffffffu, yv[1], 1);
     if (!(tid & 1) && 2 * tid < p.D) red_add4(p.y + 2 * tid, yv[0], yv[1], y2, y3); /* D % 4 == 0 */
+    Q35_TRACE_END(35);
 }
 
 extern "C" int cuda_attn_short_cap(int hd, int D) {

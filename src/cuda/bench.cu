@@ -166,13 +166,15 @@ extern "C" int cuda_trace_fetch_deltanet(void *dst, int cap);
 extern "C" int cuda_trace_fetch_attention(void *dst, int cap);
 extern "C" int cuda_trace_fetch_mlp(void *dst, int cap);
 extern "C" int cuda_trace_fetch_dn_layer(void *dst, int cap);
+extern "C" int cuda_trace_fetch_attn_layer(void *dst, int cap);
 
 /* The trace build (common.cuh "step trace"): 20 replays of the default step, each synchronised and its
  * block records appended to $QWEN35_TRACE_CSV (default step_trace.csv) as
  * ctx,replay,id,block,t0,t1,t2 (global timer, ns); tools/step_trace.py reads them. */
 static int trace_steps(CudaCtx *ctx, int ctx_len, Err *err) {
-    int (*fetch[5])(void *, int) = {cuda_trace_fetch_matvec, cuda_trace_fetch_deltanet, cuda_trace_fetch_attention,
-                                    cuda_trace_fetch_mlp, cuda_trace_fetch_dn_layer};
+    int (*fetch[6])(void *, int) = {cuda_trace_fetch_matvec, cuda_trace_fetch_deltanet, cuda_trace_fetch_attention,
+                                    cuda_trace_fetch_mlp, cuda_trace_fetch_dn_layer, cuda_trace_fetch_attn_layer};
+    const int n_fetch = (int)(sizeof fetch / sizeof fetch[0]);
     const char *path = getenv("QWEN35_TRACE_CSV");
     if (!path || !*path) path = "step_trace.csv";
     const int cap = Q35_TRACE_CAP;
@@ -185,12 +187,12 @@ static int trace_steps(CudaCtx *ctx, int ctx_len, Err *err) {
     int rc = cuda_run_step(ctx, 0, err); /* capture + warm-up */
     cudaError_t e = rc ? cudaSuccess : cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess) rc = bfail(e, "trace warm-up", err);
-    for (int k = 0; k < 5 && !rc; k++)
+    for (int k = 0; k < n_fetch && !rc; k++)
         if (fetch[k](buf, cap) < 0) rc = bfail(cudaErrorUnknown, "trace fetch", err);
     for (int r = 0; r < 20 && !rc; r++) {
         rc = cuda_run_step(ctx, 0, err);
         if (!rc && (e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess) rc = bfail(e, "traced step", err);
-        for (int k = 0; k < 5 && !rc; k++) {
+        for (int k = 0; k < n_fetch && !rc; k++) {
             const int n = fetch[k](buf, cap);
             if (n < 0) rc = bfail(cudaErrorUnknown, "trace fetch", err);
             for (int i = 0; i < n; i++)
