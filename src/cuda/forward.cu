@@ -13,7 +13,8 @@
  * recompute the 4 KiB norm; block 0 stores x), so there is no separate add/norm kernel.
  * Fused MLP (ctx->mlp_fused: the engine default, QWEN35_MLP_FUSED=0 turns it off; atomic mode
  * only): the gate_up and down GEMVs become one kernel (mlp.cu: x = bf16(x + bf16(pa)), pb += W_down SwiGLU(W_gu norm2(x)), with the
- * transposed copy w_dT of W_down), so a layer is in, mixer, out, mlp.
+ * transposed copy w_dT of W_down), so a layer is in, mixer, out, mlp; at short contexts (cuda_step_short) a
+ * full-attention layer is qkv, attn_o (attention + o_proj, attention.cu cuda_attn_short), mlp.
  * Atomic split-K zeroing contract: an accumulator is zeroed (after pdl_wait) by a kernel that runs
  * strictly after the buffer's last reader and strictly before its adder, and does not read it
  * itself. Each kernel's pdl_wait waits for the previous grid to complete, and grids complete in
@@ -384,7 +385,8 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
      * the MLP: so pa and pb alternate between two buffers by layer parity (pa + (l & 1) D, pb likewise),
      * and the zeroing contract (header) becomes: pa of layer l + 1 is zeroed by the first kernel of layer l
      * (dn_layer or attn_layer) or of layer l + 1 (the in_proj GEMV, both buffers) and by the LM head (both); pb
-     * of layer l by dn_layer(l), attn_layer(l) or out_proj/o_proj(l). */
+     * of layer l by dn_layer(l), attn_layer(l), out_proj/o_proj(l) or, at short contexts, attn_o(l) (attention +
+     * o_proj in one kernel, cuda_step_short: it adds into pa as o_proj would). */
     const int par = (ctx->dn_fused || ctx->attn_fused) && fused && !probing && !ctx->mega;
     const int shrt = cuda_step_short(ctx);
     int L_done = 0;
