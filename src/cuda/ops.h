@@ -449,7 +449,7 @@ size_t cuda_attn_decode_work_bytes(int Hq, int Hkv, int hd, int max_seq);
  * rank-16 share of o_proj into y with vector atomics (atomic split-K: not deterministic in the last bits).
  * The blocks of the kv head's first query head append K/V[pos]. A launch with kv_len > max_len traps. */
 typedef struct AttnShortParams {
-    AttnDecodeParams a;  /* the attention (a.out, a.work, a.short_len unused); a.q_out optional as there */
+    AttnDecodeParams a;  /* the attention (a.out and a.work unused); a.q_out optional as there */
     const uint16_t *w_o; /* bf16 [D][Hq*hd] */
     float *y;            /* [D] fp32 accumulator (+=) */
     float *zero;         /* optional [n_zero]: zeroed after the wait (forward.cu's split-K zeroing contract) */
