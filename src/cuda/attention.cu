@@ -1,6 +1,8 @@
 /* attention.cu — full-attention decode (MODEL.md §3.2, §5) in ONE kernel: q/k head norm + partial NeoX
  * RoPE, K/V append at pos, flash-decoding GQA attention over the bf16 cache (split over the sequence),
  * the merge of the splits and Qwen3.5's sigmoid output gate. Contract: ops.h (AttnDecodeParams).
+ * At the end of the file, attn_short_oproj: the same attention AND o_proj in one kernel for short contexts,
+ * without any merge (ops.h AttnShortParams; docs/PERF_NOTES.md §19).
  *
  * attn_decode_f32_cluster<HD, GB>: grid (n_split, Hkv * n_qg), 8 warps, clusters of CS blocks along
  * the sequence. Block (s, y) serves the GB query heads hq0 .. hq0+GB-1 of kv head h (G = GB n_qg;
