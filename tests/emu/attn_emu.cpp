@@ -34,23 +34,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int) {
     *v = attr == cudaDevAttrComputeCapabilityMajor ? emu_cc_major : 0;
     return cudaSuccess;
 }
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-static int emu_max_smem; /* what cudaFuncSetAttribute allowed */
-template <class F>
-static cudaError_t cudaFuncSetAttribute(F *, cudaFuncAttribute attr, int v) {
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || v > 227 * 1024) return cudaErrorInvalidValue;
-    emu_max_smem = v;
-    return cudaSuccess;
-}
-static long emu_ctas; /* CTAs launched (all launches) */
-template <class... KArgs, class... Args>
-static int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x, const CudaLaunch *,
-                     Args... args) {
-    if ((int)smem > emu_max_smem || cluster_x > 1) return (int)cudaErrorInvalidValue;
-    emu_ctas += (long)grid.x * grid.y * grid.z;
-    emu_launch(grid, (int)(block.x * block.y * block.z), smem, 1, [&] { kern(args...); });
-    return 0;
-}
+#include "emu_common.h" /* cudaGetLastError, cudaFuncSetAttribute, launch_ex */
 #include "attn_helpers.inc" /* wgmma_desc, wgmma_desc_mn (mma.cuh), sigmoid_f (common.cuh), attention_softmax.cuh */
 #include "attn_wg.inc"      /* src/cuda/attention_prefill_wg.cu: the kernel and cuda_attn_prefill_wg */
 // clang-format on

@@ -22,47 +22,12 @@
 #include <time.h>
 // clang-format on
 
-/* what common.cuh, the CUDA runtime and the kernel's asm provide on the GPU */
-#define __ldcg(p) (*(p))
+#include "emu_common.h" /* common.cuh's helpers, launch_kernel, the launcher's runtime calls */
+/* what the CUDA headers and the kernel's asm provide on the GPU */
 #define __trap() abort()
-static inline float __shfl_down_sync(unsigned, float v, int d) {
-    const int lane = me().tid & 31;
-    return emu_shfl(v, lane + d < 32 ? lane + d : lane);
-}
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar(); }
-static inline uint4 ld_stream(const uint4 *p) { return *p; }
-static inline void pdl_wait(void) {}
-static inline void pdl_trigger(void) {}
 static inline void as_cp_async16(void *s, const void *g) { memcpy(s, g, 16); }
 static inline uint16_t bf16_bits(float x) { return emu_bf(x); }
-static inline void red_add4(float *y, float a, float b, float c, float d) {
-    if ((uintptr_t)y % 16) {
-        fprintf(stderr, "emu: red.v4 address %p not 16-byte aligned\n", (void *)y);
-        exit(2);
-    }
-    y[0] += a, y[1] += b, y[2] += c, y[3] += d;
-}
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-static int emu_max_smem; /* what cudaFuncSetAttribute allowed */
-template <class F>
-static cudaError_t cudaFuncSetAttribute(F *, cudaFuncAttribute attr, int v) {
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || v > 227 * 1024) return cudaErrorInvalidValue;
-    emu_max_smem = v;
-    return cudaSuccess;
-}
-static long emu_ctas;
-template <typename P>
-static int launch_kernel(void (*kern)(P), dim3 grid, dim3 block, size_t smem, const CudaLaunch *, const P &p) {
-    if ((int)smem > emu_max_smem || block.x * block.y * block.z > 1024) return (int)cudaErrorInvalidValue;
-    emu_ctas += (long)grid.x * grid.y * grid.z;
-    const P pc = p;
-    emu_launch(grid, (int)(block.x * block.y * block.z), smem, 1, [&] { kern(pc); });
-    return 0;
-}
-#define Q35_TRACE_T0 (void)0 /* common.cuh's step-trace stamps: off, as in the default build */
-#define Q35_TRACE_T1_AT(n) (void)0
-#define Q35_TRACE_PROBE(n) (void)0
-#define Q35_TRACE_END(kid) (void)0
 // clang-format off
 #include "as_common.inc"  /* bf_lo .. bf16u, dot8 .. the reductions from src/cuda/common.cuh */
 #include "as_helpers.inc" /* ld_bf16_row, wbf, head_norm_rope, attn_final from src/cuda/attention.cu */

@@ -14,22 +14,8 @@
 #include "cuda/ops.h"
 // clang-format on
 
-/* what common.cuh and the kernel's asm helpers provide on the GPU */
-#define __ldcg(p) (*(p))
-static inline float __shfl_down_sync(unsigned, float v, int d) {
-    const int lane = me().tid & 31;
-    return emu_shfl(v, lane + d < 32 ? lane + d : lane);
-}
-static inline uint4 ld_stream(const uint4 *p) { return *p; }
-static inline void pdl_wait(void) {}
-static inline void pdl_trigger(void) {}
+#include "emu_common.h" /* common.cuh's helpers and trace stamps, as on the GPU */
 static float emu_red[32]; /* the kernel's __shared__ red[32] (one CTA at a time) */
-#define Q35_TRACE_T0 (void)0 /* common.cuh's step-trace stamps: off, as in the default build */
-#define Q35_TRACE_T1 (void)0
-#define Q35_TRACE_T1_AT(n) (void)0
-#define Q35_TRACE_PROBE(n) (void)0
-#define Q35_TRACE_END(kid) (void)0
-#define Q35_TRACE_FETCH_FN(fname)
 // clang-format off
 #include "mlp_common.inc" /* bf_lo .. stage_norm_row from src/cuda/common.cuh */
 // clang-format on
@@ -37,13 +23,6 @@ static inline void mlp_cp_async16(void *s, const void *g) { memcpy(s, g, 16); }
 static inline void mlp_cp_async_commit() {}
 static inline void mlp_cp_async_wait_all() {}
 static inline void mlp_cp_async_wait_1() {}
-static inline void red_add4(float *y, float a, float b, float c, float d) {
-    if ((uintptr_t)y % 16) {
-        fprintf(stderr, "emu: red.v4 address %p not 16-byte aligned\n", (void *)y);
-        exit(2);
-    }
-    y[0] += a, y[1] += b, y[2] += c, y[3] += d;
-}
 // clang-format off
 #include "mlp.inc" /* the kernel */
 // clang-format on

@@ -1,0 +1,49 @@
+/* emu_common.h — what src/cuda/common.cuh (the device helpers a decode kernel uses, its step-trace stamps,
+ * launch_ex / launch_kernel) and the CUDA runtime calls of a launcher provide on the GPU, for the host
+ * emulation of emu.h. Include after emu.h and cuda/ops.h. The reds are plain adds (one CTA runs at a time);
+ * a launch checks its shared memory against what cudaFuncSetAttribute allowed and counts the CTAs it runs. */
+#pragma once
+
+#define __ldcg(p) (*(p))
+static inline float __shfl_down_sync(unsigned, float v, int d) {
+    const int lane = me().tid & 31;
+    return emu_shfl(v, lane + d < 32 ? lane + d : lane);
+}
+static inline uint4 ld_stream(const uint4 *p) { return *p; }
+static inline void pdl_wait(void) {}
+static inline void pdl_trigger(void) {}
+static inline void red_add4(float *y, float a, float b, float c, float d) {
+    if ((uintptr_t)y % 16) {
+        fprintf(stderr, "emu: red.v4 address %p not 16-byte aligned\n", (void *)y);
+        exit(2);
+    }
+    y[0] += a, y[1] += b, y[2] += c, y[3] += d;
+}
+#define Q35_TRACE_T0 (void)0 /* common.cuh's step-trace stamps: off, as in the default build */
+#define Q35_TRACE_T1 (void)0
+#define Q35_TRACE_T1_AT(n) (void)0
+#define Q35_TRACE_PROBE(n) (void)0
+#define Q35_TRACE_END(kid) (void)0
+#define Q35_TRACE_FETCH_FN(fname)
+
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+inline int emu_max_smem; /* what cudaFuncSetAttribute allowed */
+template <class F>
+static cudaError_t cudaFuncSetAttribute(F *, cudaFuncAttribute attr, int v) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || v > 227 * 1024) return cudaErrorInvalidValue;
+    emu_max_smem = v;
+    return cudaSuccess;
+}
+inline long emu_ctas; /* CTAs launched (all launches) */
+template <class... KArgs, class... Args>
+static int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x, const CudaLaunch *,
+                     Args... args) {
+    if ((int)smem > emu_max_smem || cluster_x > 1 || block.x * block.y * block.z > 1024) return (int)cudaErrorInvalidValue;
+    emu_ctas += (long)grid.x * grid.y * grid.z;
+    emu_launch(grid, (int)(block.x * block.y * block.z), smem, 1, [&] { kern(args...); });
+    return 0;
+}
+template <typename P>
+static int launch_kernel(void (*kern)(P), dim3 grid, dim3 block, size_t smem, const CudaLaunch *l, const P &p) {
+    return launch_ex(kern, grid, block, smem, 0, l, p);
+}
