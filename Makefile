@@ -27,6 +27,9 @@ endif
 ifeq ($(ATTN_LATE),1) # measurement build: attention decode lets the next kernel launch at its end (src/cuda/attention.cu)
   NVFLAGS += -DQ35_ATTN_LATE_TRIGGER
 endif
+ifneq ($(NVEXTRA),) # measurement builds: extra nvcc flags (e.g. NVEXTRA=-DQ35_MLP_NWPRE=1), never the default
+  NVFLAGS += $(NVEXTRA)
+endif
 ifeq ($(DEBUG),1)
   CFLAGS  += -DQ35_DEBUG_SYNC -O0
   NVFLAGS += -DQ35_DEBUG_SYNC -G

@@ -36,6 +36,9 @@ if has tests; then
     echo "== test_decode with QWEN35_DN_ONEX=0 (the fused DeltaNet mixer with two exchanges per layer)"
     QWEN35_DN_ONEX=0 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-onex0.log"
     summary+=("test_decode, QWEN35_DN_ONEX=0: $(tail -n 1 "$OUT/gpu-tests-onex0.log")")
+    echo "== test_decode with QWEN35_DN_ONEX=1 (the one exchange through an arrival counter instead of tagged words)"
+    QWEN35_DN_ONEX=1 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-onex1.log"
+    summary+=("test_decode, QWEN35_DN_ONEX=1: $(tail -n 1 "$OUT/gpu-tests-onex1.log")")
     echo "== test_decode with QWEN35_ATTN_SHORT=40 (the short attention kernel up to kv_len 40: steps cross to the long graph)"
     QWEN35_ATTN_SHORT=40 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-as40.log"
     summary+=("test_decode, QWEN35_ATTN_SHORT=40: $(tail -n 1 "$OUT/gpu-tests-as40.log")")

@@ -433,9 +433,14 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         /* with one exchange per layer instead of two (H200: -23 us per token, docs/PERF_NOTES.md §18; QWEN35_DN_ONEX=0
          * at open: the two-exchange kernel, whose o and S are bitwise the three kernels') */
         const char *ox = getenv("QWEN35_DN_ONEX");
-        ctx->dn_onex = !(ox && *ox && atoi(ox) == 0) && ctx->dn_fused == 1;
-        if (ox && atoi(ox) == 1 && !ctx->dn_onex && c->n_linear_layers > 0)
-            fprintf(stderr, "qwen35: QWEN35_DN_ONEX=1 ignored: needs the fused mixer's global-memory exchange\n");
+        int oxv = ox && *ox ? atoi(ox) : CUDA_DN_ONEX_DEFAULT; /* 1: arrival counter, 2: tagged words */
+        if (oxv < 0 || oxv > 2) {
+            fprintf(stderr, "qwen35: QWEN35_DN_ONEX=%s ignored (0, 1 or 2)\n", ox);
+            oxv = CUDA_DN_ONEX_DEFAULT;
+        }
+        ctx->dn_onex = ctx->dn_fused == 1 ? oxv : 0;
+        if (oxv >= 1 && !ctx->dn_onex && c->n_linear_layers > 0 && ox && *ox)
+            fprintf(stderr, "qwen35: QWEN35_DN_ONEX=%s ignored: needs the fused mixer's global-memory exchange\n", ox);
         /* its exchange counters one 128-byte line each (QWEN35_DN_XSTRIDE=1: packed, as measured in §17) */
         const char *xs = getenv("QWEN35_DN_XSTRIDE");
         ctx->dn_xstride = xs && atoi(xs) >= 1 && atoi(xs) <= 32 ? atoi(xs) : 32;

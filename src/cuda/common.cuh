@@ -318,6 +318,44 @@ __device__ __forceinline__ void stage_norm_row(float *xs, float *red, int n, con
     float r = rsqrtf(ss / (float)n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = norm_apply(xs[i], r, w[i], mode);
 }
+/* The same with the norm weights already in registers: wr[e] = w[threadIdx.x + e blockDim] (n <= B blockDim),
+ * loaded before the PDL wait (immutable), so the norm costs no L2 round trip after the sum; BATCH: every x load
+ * of a thread issued before its first store. Same values and order as stage_norm_row. */
+template <int B, bool BATCH>
+__device__ __forceinline__ void stage_norm_row_wr(float *xs, float *red, int n, const uint16_t *embed, const float *res,
+                                                  const float *parts, int n_parts, float *x_out, const float (&wr)[B],
+                                                  int mode, float eps) {
+    float v[B], ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < B; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        if (BATCH) {
+            v[e] = i < n ? stage_norm_x(i, n, embed, res, parts, n_parts) : 0.0f;
+        } else if (i < n) {
+            v[e] = stage_norm_x(i, n, embed, res, parts, n_parts);
+            xs[i] = v[e];
+            if (x_out) x_out[i] = v[e];
+            ss += v[e] * v[e];
+        }
+    }
+    if (BATCH)
+#pragma unroll
+        for (int e = 0; e < B; e++) {
+            const int i = threadIdx.x + e * blockDim.x;
+            if (i < n) {
+                xs[i] = v[e];
+                if (x_out) x_out[i] = v[e];
+                ss += v[e] * v[e];
+            }
+        }
+    ss = block_sum(ss, red);
+    const float r = rsqrtf(ss / (float)n + eps);
+#pragma unroll
+    for (int e = 0; e < B; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        if (i < n) xs[i] = norm_apply(BATCH ? v[e] : xs[i], r, wr[e], mode);
+    }
+}
 /* The same for n <= B blockDim, with every load of a thread issued before its first store (in the
  * loop above a store to xs or x_out may alias the next loads, so each element costs one L2 round trip:
  * ~5 us at 8 elements per thread). Same values and summation order. Used by the staged fused MLP at

@@ -100,6 +100,45 @@ static __device__ __forceinline__ void dl_wait(const unsigned *cnt, unsigned tar
  * 290 q.k over its 16 dims. After the one exchange every block sums the 8 slots in block order (deterministic)
  * and has the head's whole delta and o, so the gated norm needs no second exchange. */
 enum { DL_X1_SLOT = 320 };
+/* ONEX 2 (the tagged exchange): the same 291 values per block, each stored with its round's epoch as one 64-bit
+ * word (epoch << 32 | float bits: single-copy atomic, st/ld.relaxed.gpu) in slot (j, s) of the tag area (after the
+ * float slots in xbuf). A reader polls the words it needs until every tag is this round's: no counter, no
+ * release fence, no separate read-back, so the head's exchange is one L2 round trip after its last block's
+ * stores instead of four (the stores' acknowledgement the release waits for, the counter add, the acquire
+ * poll, the read-back). The epoch: every block of a head wrote the same tag in the previous round (the slots
+ * start zeroed, or all alike), so block (j, s) reads its own slot's word 0 after the PDL wait and adds 1. */
+static __device__ __forceinline__ unsigned long long dl_ld_tag(const unsigned long long *a) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(a) : "memory");
+    return v;
+}
+static __device__ __forceinline__ void dl_st_tag(unsigned long long *a, unsigned e, float v) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"((unsigned long long)e << 32 | __float_as_uint(v))
+                 : "memory");
+}
+/* out[b] <- the value of word a[b stride], b < N, once all N carry epoch e (2 s without: trap, do not hang). */
+template <int N>
+static __device__ __forceinline__ void dl_read_tags(const unsigned long long *a, size_t stride, unsigned e, float *out) {
+    unsigned long long v[N];
+    unsigned need = (1u << N) - 1;
+    unsigned long long t0 = 0, t;
+    for (int it = 0;; it++) {
+#pragma unroll
+        for (int b = 0; b < N; b++)
+            if (need >> b & 1) v[b] = dl_ld_tag(a + b * stride);
+#pragma unroll
+        for (int b = 0; b < N; b++)
+            if ((unsigned)(v[b] >> 32) == e) need &= ~(1u << b);
+        if (!need) break;
+        if ((it & 255) == 0) {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            if (!t0) t0 = t;
+            if (t - t0 > 2000000000ull) __trap();
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < N; b++) out[b] = __uint_as_float((unsigned)v[b]);
+}
 
 static __host__ __device__ inline size_t dl_smem_bytes(int D, int K) {
     return (size_t)D * 4 + (size_t)(D / DL_SPLIT) * DL_DK * 2 + (size_t)DL_DK * DL_COLS * 4 + (size_t)D * 4 +
@@ -139,8 +178,8 @@ static __device__ __forceinline__ void dl_mlp_issue(const DnLayerParams &p, unsi
 }
 
 /* GM: the two exchanges through global memory (dl_arrive / dl_wait) instead of the cluster's shared memory;
- * MLP: the fused MLP as the tail (p.mlp_w_gu) */
-template <bool GM, bool MLP, bool ONEX = false>
+ * MLP: the fused MLP as the tail (p.mlp_w_gu); ONEX: one exchange (1: with the arrival counter, 2: tagged words) */
+template <bool GM, bool MLP, int ONEX = 0>
 __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_constant__ DnLayerParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32], red3[96], prow[4 * DL_COLS + 2];
@@ -148,6 +187,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     __shared__ __align__(16) float cq[DL_COLS], ck[DL_COLS], pv[DL_COLS], zv[DL_COLS], ob[DL_COLS];
     __shared__ float dl[DL_COLS], red_m[4 * DL_COLS], red_s[4 * DL_COLS], rstd_s;
     __shared__ __align__(16) float dlf[ONEX ? DL_DK : 1], nrm[4]; /* ONEX: the head's delta; q.q, k.k, q.k */
+    __shared__ unsigned tag_e;                                     /* ONEX 2: this round's epoch */
     const int D = p.D, dk = DL_DK, dv = DL_DK, Hv = p.Hv;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int s = blockIdx.x, j = blockIdx.y;
@@ -163,6 +203,14 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     Q35_TRACE_T0;
     const int pos = p.step->pos, rc = pos % p.K; /* before the weights: a load that blocks */
     pdl_trigger();
+    /* the norm weights (immutable) before everything else: the input norm's (D <= 1024) and the gated norm's;
+     * loaded after the wait they cost the chain an L2 round trip each, behind the SM's weight stream */
+    float nwr[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) nwr[e] = tid + e * DL_THREADS < D ? p.ln1[tid + e * DL_THREADS] : 0.0f;
+#ifndef Q35_NO_GNPRE
+    const float gnw = tid < DL_DK ? p.norm_w[tid] : 0.0f;
+#endif
     if (!GM) cluster_arrive_relaxed(); /* matched by the wait before the first remote store */
     /* the MLP tail's units [i0, i0 + nu) of F (block b of G in head-major order) and its mbarrier */
     __shared__ __align__(8) unsigned long long mlp_bar;
@@ -233,10 +281,22 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
 
     pdl_wait();
     Q35_TRACE_T1_AT(0);
+    /* ONEX 2: the previous round's tag of the block's own slot (in flight with the input row's reads) */
+    unsigned long long *xtag = reinterpret_cast<unsigned long long *>(p.xbuf + (size_t)Hv * DL_SPLIT * DL_X1_SLOT) +
+                               (size_t)j * DL_SPLIT * DL_X1_SLOT;
+    if (ONEX == 2 && tid == 0) tag_e = (unsigned)(dl_ld_tag(xtag + (size_t)s * DL_X1_SLOT) >> 32) + 1u;
 
     /* 2. The input row (bitwise the in_proj GEMV's), the zeroing, the 66 row sums. */
-    stage_norm_row(xs, red, D, p.embed ? p.embed + (size_t)p.step->token * D : NULL, p.x, p.parts, p.n_parts,
-                   s == 0 && j == 0 ? p.x_out : NULL, p.ln1, p.norm_mode, p.eps);
+#ifndef Q35_DN_BATCH
+#define Q35_DN_BATCH 0
+#endif
+    if (D <= 2 * DL_THREADS)
+        stage_norm_row_wr<2, Q35_DN_BATCH>(xs, red, D, p.embed ? p.embed + (size_t)p.step->token * D : NULL, p.x,
+                                           p.parts, p.n_parts, s == 0 && j == 0 ? p.x_out : NULL, nwr, p.norm_mode,
+                                           p.eps);
+    else
+        stage_norm_row(xs, red, D, p.embed ? p.embed + (size_t)p.step->token * D : NULL, p.x, p.parts, p.n_parts,
+                       s == 0 && j == 0 ? p.x_out : NULL, p.ln1, p.norm_mode, p.eps);
     if (p.n_zero > 0 && (p.zero0 || p.zero1)) {
         const int nthr = gridDim.x * gridDim.y * DL_THREADS;
         for (int i = (j * gridDim.x + s) * DL_THREADS + tid; i < p.n_zero; i += nthr) {
@@ -324,6 +384,54 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     Q35_TRACE_PROBE(3);
 
     if constexpr (ONEX) {
+        if constexpr (ONEX == 2) {
+        /* 4'. The block's partials to its slot as tagged words (no barrier, no counter), then the head's sums
+         * once every word read carries this round's epoch. */
+        const unsigned e = tag_e;
+        unsigned long long *xb = xtag + (size_t)s * DL_X1_SLOT;
+        if (tid < 2 * DL_DK) {
+            const int c = tid & (DL_DK - 1);
+            const float *kv = tid < DL_DK ? ck : cq;
+            float a = 0.0f;
+#pragma unroll
+            for (int r = 0; r < DL_COLS; r++) a = fmaf(st[r * DL_DK + c], kv[r], a);
+            dl_st_tag(xb + tid, e, a);
+        } else if (warp == 8) {
+            if (lane < DL_COLS) dl_st_tag(xb + 2 * DL_DK + lane, e, pv[lane]), dl_st_tag(xb + 2 * DL_DK + DL_COLS + lane, e, zv[lane]);
+        } else if (warp == 9) {
+            const float q = lane < DL_COLS ? cq[lane] : 0.0f, k = lane < DL_COLS ? ck[lane] : 0.0f;
+            float qq = q * q, kk = k * k, qk = q * k;
+#pragma unroll
+            for (int o = 8; o >= 1; o >>= 1) {
+                qq += __shfl_xor_sync(0xffffffffu, qq, o);
+                kk += __shfl_xor_sync(0xffffffffu, kk, o);
+                qk += __shfl_xor_sync(0xffffffffu, qk, o);
+            }
+            if (lane == 0) dl_st_tag(xb + 288, e, qq), dl_st_tag(xb + 289, e, kk), dl_st_tag(xb + 290, e, qk);
+        }
+        if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
+        const unsigned long long *xh = xtag;
+        if (tid < 2 * DL_DK) { /* qa <- S^T k, ka <- S^T q (unnormalised), summed in block order */
+            float v[DL_SPLIT], a = 0.0f;
+            dl_read_tags<DL_SPLIT>(xh + tid, DL_X1_SLOT, e, v);
+#pragma unroll
+            for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
+            (tid < DL_DK ? qa : ka)[tid & (DL_DK - 1)] = a;
+            if (tid < 3) {
+                dl_read_tags<DL_SPLIT>(xh + 288 + tid, DL_X1_SLOT, e, v);
+                a = 0.0f;
+#pragma unroll
+                for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
+                nrm[tid] = a;
+            }
+        } else { /* oa <- v, za <- z of the head */
+            const int i = tid - 2 * DL_DK, c = i & (DL_DK - 1);
+            float x;
+            dl_read_tags<1>(xh + (size_t)(c / DL_COLS) * DL_X1_SLOT + 2 * DL_DK + (i < DL_DK ? 0 : DL_COLS) + c % DL_COLS,
+                            0, e, &x);
+            (i < DL_DK ? oa : za)[c] = x;
+        }
+        } else {
         /* 4'. The block's partials (header of DL_X1_SLOT) to its slot, one arrival, then the head's sums. */
         float *xh = p.xbuf + (size_t)j * DL_SPLIT * DL_X1_SLOT, *xb = xh + (size_t)s * DL_X1_SLOT;
         if (tid < 2 * DL_DK) {
@@ -370,6 +478,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
                                    c % DL_COLS);
             (i < DL_DK ? oa : za)[c] = x;
         }
+        } /* ONEX == 2 */
         __syncthreads();
         Q35_TRACE_PROBE(4);
         /* 5'. The step for the head's 128 value columns (every block alike), then the block's 16 state rows. */
@@ -517,7 +626,10 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     }
     __syncthreads();
     if (tid < dv) {
-        const float z = za[tid], u = rbf(oa[tid] * rstd_s), wu = rbf(p.norm_w[tid] * u);
+#ifdef Q35_NO_GNPRE
+        const float gnw = p.norm_w[tid];
+#endif
+        const float z = za[tid], u = rbf(oa[tid] * rstd_s), wu = rbf(gnw * u);
         gs[tid] = rbf(wu * (z / (1.0f + expf(-z))));
     }
     __syncthreads();
@@ -625,7 +737,7 @@ static int dl_fit_query(int D, int K, int Hv, int cluster, int F, int onex) {
     }
     const size_t smem = F ? dl_smem_bytes_mlp(D, K, F, Hv) : dl_smem_bytes(D, K);
     void (*kern)(DnLayerParams) = cluster ? (F ? dn_layer_bf16<false, true> : dn_layer_bf16<false, false>)
-                                  : onex  ? dn_layer_bf16<true, false, true>
+                                  : onex  ? (onex == 2 ? dn_layer_bf16<true, false, 2> : dn_layer_bf16<true, false, 1>)
                                           : (F ? dn_layer_bf16<true, true> : dn_layer_bf16<true, false>);
     if (smem + 8192 > (size_t)optin ||
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
@@ -655,14 +767,14 @@ static int dl_fit_query(int D, int K, int Hv, int cluster, int F, int onex) {
  * checks it at every launch (per layer and token when the step runs without a graph); its kernel attribute,
  * once set, stays set. F = 0: no MLP tail. */
 static int dl_fit(int D, int K, int Hv, int cluster, int F, int onex = 0) {
-    static int key[5][5], val[5], have[5];
+    static int key[6][5], val[6], have[6];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
     const int k[5] = {dev, D, K, Hv, F};
-    const int c = onex ? 4 : (cluster ? 1 : 0) + (F ? 2 : 0); /* onex: global-memory exchange, no MLP tail */
+    const int c = onex ? 3 + onex : (cluster ? 1 : 0) + (F ? 2 : 0); /* onex: global-memory exchange, no MLP tail */
     if (have[c] && !memcmp(key[c], k, sizeof k)) return val[c];
     val[c] = dl_fit_query(D, K, Hv, cluster, F, onex);
     memcpy(key[c], k, sizeof k);
@@ -684,8 +796,9 @@ extern "C" int cuda_dn_layer_mlp_supported(int D, int Hk, int Hv, int dk, int dv
     return dl_fit(D, K, Hv, m == 2, F);
 }
 
-extern "C" size_t cuda_dn_layer_xbuf_floats(int Hv) { /* the two exchanges' 4 x 128, or ONEX's 8 slots, per head */
-    return (size_t)Hv * (4 * DL_DK > DL_SPLIT * DL_X1_SLOT ? 4 * DL_DK : DL_SPLIT * DL_X1_SLOT);
+extern "C" size_t cuda_dn_layer_xbuf_floats(int Hv) {
+    /* per head: the two exchanges' 4 x 128 or ONEX's 8 float slots, then ONEX 2's 8 slots of 64-bit tagged words */
+    return (size_t)Hv * DL_SPLIT * DL_X1_SLOT * 3;
 }
 extern "C" size_t cuda_dn_layer_xcnt_count(int Hv, int stride) { return (size_t)2 * Hv * (stride > 0 ? stride : 1); }
 
@@ -694,7 +807,7 @@ extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
         !p->S || !p->w_out || !p->y || !p->step || (!p->embed && !p->x) || p->Hk != p->Hv || p->dk != DL_DK ||
         p->dv != DL_DK || p->D < 32 || p->D % 32 || p->K < 2 || p->Hv < 1 || p->Hv > 65535 ||
         ((p->zero0 || p->zero1) && p->n_zero < 0) || !p->xbuf != !p->xcnt || p->xcnt_stride < 0 ||
-        p->xcnt_stride > 64)
+        p->xcnt_stride > 64 || p->onex < 0 || p->onex > 2)
         return (int)cudaErrorInvalidValue;
     const int mlp = p->mlp_w_gu != NULL;
     if (mlp && (!p->mlp_w_dT || !p->mlp_norm_w || !p->mlp_x_out || !p->mlp_y || !p->mlp_cnt || !p->x_out ||
@@ -706,8 +819,9 @@ extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
     const dim3 grid(DL_SPLIT, (unsigned)p->Hv), block(DL_THREADS);
     if (p->xbuf) { /* the spins need every block resident */
         if (p->onex && !mlp) {
-            if (!dl_fit(p->D, p->K, p->Hv, 0, 0, 1)) return (int)cudaErrorInvalidConfiguration;
-            return launch_kernel(dn_layer_bf16<true, false, true>, grid, block, smem, l, *p);
+            if (!dl_fit(p->D, p->K, p->Hv, 0, 0, p->onex)) return (int)cudaErrorInvalidConfiguration;
+            return launch_kernel(p->onex == 2 ? dn_layer_bf16<true, false, 2> : dn_layer_bf16<true, false, 1>, grid,
+                                 block, smem, l, *p);
         }
         if (!dl_fit(p->D, p->K, p->Hv, 0, mlp ? p->F : 0)) return (int)cudaErrorInvalidConfiguration;
         return launch_kernel(mlp ? dn_layer_bf16<true, true> : dn_layer_bf16<true, false>, grid, block, smem, l, *p);

@@ -326,7 +326,7 @@ static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, c
     p.dk = c->linear_key_head_dim, p.dv = c->linear_value_head_dim, p.K = c->linear_conv_kernel_dim;
     p.eps = c->rms_norm_eps;
     if (ctx->dn_fused == 1) p.xbuf = ctx->dn_xbuf, p.xcnt = ctx->dn_xcnt, p.xcnt_stride = ctx->dn_xstride;
-    p.onex = ctx->dn_onex && !mlp_x_out;
+    p.onex = mlp_x_out ? 0 : ctx->dn_onex;
     if (mlp_x_out) { /* the MLP as the tail (ctx->dn_mlp): mlp_x_out = x_out + pa, pb += MLP */
         p.mlp_w_gu = ly->w_gu, p.mlp_w_dT = ly->w_dT, p.mlp_norm_w = ly->ln2, p.mlp_x_out = mlp_x_out, p.mlp_y = pb;
         p.mlp_cnt = ctx->dn_gcnt, p.F = c->intermediate_size, p.mlp_at = ctx->dn_mlp - 1;

@@ -29,6 +29,8 @@ extern "C" {
 #define CUDA_PF_AHEAD 0LL
 /* 1: GEMVs trigger their dependents at kernel start (ops.h early_trigger). */
 #define CUDA_PDL_EARLY 1
+/* dn_layer's one exchange: 1 through an arrival counter, 2 through tagged words (QWEN35_DN_ONEX overrides) */
+#define CUDA_DN_ONEX_DEFAULT 2
 
 typedef struct CudaLayer {
     int type;                 /* LAYER_LINEAR_ATTN / LAYER_FULL_ATTN */
@@ -69,8 +71,9 @@ typedef struct CudaCtx {
                                * exchange through clusters, 1: through global memory (dn_xbuf, dn_xcnt) */
     float *dn_xbuf;
     unsigned *dn_xcnt;
-    int dn_onex;              /* default with dn_fused == 1 (QWEN35_DN_ONEX=0 at open: off): dn_layer with one exchange
-                               * per layer (DnLayerParams.onex) */
+    int dn_onex;              /* with dn_fused == 1: dn_layer with one exchange per layer (DnLayerParams.onex), 1 through
+                               * an arrival counter, 2 through tagged words (QWEN35_DN_ONEX=0/1/2 at open; default
+                               * CUDA_DN_ONEX_DEFAULT); 0: two exchanges */
     int dn_xstride;           /* its counters' stride (32: a line each; QWEN35_DN_XSTRIDE=1: packed, measured) */
     int dn_mlp;               /* EXPERIMENTAL (QWEN35_DN_MLP=1 at open, with dn_fused): the fused MLP as dn_layer's
                                * tail (one kernel per DeltaNet layer); 1 + DnLayerParams.mlp_at

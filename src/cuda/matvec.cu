@@ -123,6 +123,15 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     }
     int write_logits = 0;
     if (OUT == MV_OUT_ARGMAX) write_logits = p.logits && p.step->write_logits;
+    /* the input norm's weights (immutable) into registers before the wait (2 per thread: cols <= 2 blockDim);
+     * loaded after it they cost the prologue an L2 round trip behind the SM's weight stream */
+    const bool nw_pre = !GN && p.in_mode != MV_IN_VEC && p.norm_w && cols <= 2 * (int)blockDim.x;
+    float nwr[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int i = threadIdx.x + e * blockDim.x;
+        nwr[e] = nw_pre && i < cols ? p.norm_w[i] : 0.0f;
+    }
 
     pdl_wait();
     Q35_TRACE_T1;
@@ -150,8 +159,12 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
         for (int i = kbeg + threadIdx.x; i < kend; i += blockDim.x) xs[i - kbeg] = __ldcg(p.x + i);
     } else {
         const uint16_t *e = p.in_mode == MV_IN_EMBED ? p.embed + (size_t)p.step->token * cols : NULL;
-        stage_norm_row(xs, red, cols, e, p.x, p.parts, p.n_parts, writer ? p.x_out : NULL, p.norm_w, p.norm_mode,
-                       p.eps);
+        if (nw_pre)
+            stage_norm_row_wr<2, false>(xs, red, cols, e, p.x, p.parts, p.n_parts, writer ? p.x_out : NULL, nwr,
+                                        p.norm_mode, p.eps);
+        else
+            stage_norm_row(xs, red, cols, e, p.x, p.parts, p.n_parts, writer ? p.x_out : NULL, p.norm_w,
+                           p.norm_mode, p.eps);
         if (writer && p.h_out)
             for (int i = threadIdx.x; i < cols; i += blockDim.x) p.h_out[i] = xs[i];
     }

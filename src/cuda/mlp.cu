@@ -72,6 +72,11 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
     const uint16_t *wg = reinterpret_cast<const uint16_t *>(smem + mlp_wg_off(D, nu_max)); /* STAGE */
     Q35_TRACE_T0;
     if (p.early_trigger) pdl_trigger();
+    /* the norm weights (immutable) into registers before everything else (NT = 512: D <= 2 NT): loaded after the
+     * wait they would cost the chain an L2 round trip behind the SM's weight stream */
+    float nwr[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) nwr[e] = NT >= MLP_THREADS && threadIdx.x + e * NT < D ? p.norm_w[threadIdx.x + e * NT] : 0.0f;
 
     if (STAGE) { /* the block's gate/up rows 2 i0 .. 2 i1 - 1: one contiguous range -> wg, first group */
         const uint4 *src = reinterpret_cast<const uint4 *>(p.w_gu + (size_t)2 * i0 * D);
@@ -115,9 +120,9 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
     if constexpr (NT < MLP_THREADS) /* D <= 1024 = B NT */
         stage_norm_row_batched<256 * MLP_U / NT>(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL,
                                                  p.norm_w, p.norm_mode, p.eps);
-    else
-        stage_norm_row(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL, p.norm_w, p.norm_mode,
-                       p.eps);
+    else /* and the x loads of both elements before the first store */
+        stage_norm_row_wr<2, true>(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL, nwr,
+                                   p.norm_mode, p.eps);
     __syncthreads();
     Q35_TRACE_PROBE(1);
     if (b == 0 && p.h_out)

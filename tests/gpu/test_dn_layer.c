@@ -15,7 +15,9 @@
  * One-exchange variant (DnLayerParams.onex, QWEN35_DN_ONEX; global-memory exchange only): S^T k and S^T q are
  * summed over the 8 blocks' 16-row partials, so o and S differ from the three kernels by fp32 rounding: the
  * in_proj rows, x_out and the ring bitwise; o within one bf16 step (2^-7 relative) of each value, S within
- * 1e-5 of max |S|, y within 1e-2 of max |y| (an o one bf16 step off moves y by ~2^-8 of a term).
+ * 1e-5 of max |S|, y within 1e-2 of max |y| (an o one bf16 step off moves y by ~2^-8 of a term). Both
+ * protocols of the one exchange: the arrival counter (onex 1) and the tagged words (onex 2; xbuf starts
+ * poisoned, 0xff bytes, so the first round's epoch wraps to 0 and every stale word carries another tag).
  * Usage: test_dn_layer [seed]. Skips without a GPU. */
 #include "cuda/ops.h"
 #include "test.h"
@@ -46,7 +48,7 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex) {
     const int sup_mlp = cuda_dn_layer_mlp_supported(D, H, H, dk, dv, K, F);
     printf("-- %s: D %d, %d heads, K %d, %d steps from pos %d%s; exchange through %s (supported: %d)%s%s\n", c->name,
            D, H, K, c->steps, c->pos0, c->embed ? ", embedding input" : "", gm ? "global memory" : "clusters", sup,
-           mlp ? "; with the MLP tail" : "", onex ? "; ONE exchange (onex)" : "");
+           mlp ? "; with the MLP tail" : "", onex == 2 ? "; ONE exchange, tagged words (onex 2)" : onex ? "; ONE exchange, arrival counter (onex 1)" : "");
     if (sup < (gm ? 1 : 2) || (mlp && !sup_mlp)) { /* the grid (8 blocks per head, one per SM) or its clusters */
         CHECK(!gm || n_sm < 8 * H, "%s: not supported with %d SMs", c->name, n_sm);
         printf("   skipped: does not fit on this device\n");
@@ -288,7 +290,7 @@ int main(int argc, char **argv) {
         for (int gm = 1; gm >= 0; gm--)
             for (int mlp = 0; mlp <= (cases[i].F > 0); mlp++) {
                 run_case(&cases[i], n_sm, gm, mlp, 0);
-                if (gm && !mlp) run_case(&cases[i], n_sm, gm, mlp, 1);
+                if (gm && !mlp) run_case(&cases[i], n_sm, gm, mlp, 1), run_case(&cases[i], n_sm, gm, mlp, 2);
             }
     test_refusals();
     return TEST_SUMMARY("dn_layer");
