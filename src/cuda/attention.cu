@@ -475,9 +475,39 @@ static __device__ __forceinline__ void as_cp_async16(void *smem, const void *gme
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
 }
 
-/* Dynamic shared memory: K rows [max_len][HD] bf16, then this block's V columns [max_len][16] bf16. */
-template <int HD>
-__global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_constant__ AttnShortParams p) {
+/* attn_qs (QKV): the qkv rows through 64-bit words tagged with the round's epoch (dn_layer.cu's exchange) */
+static __device__ __forceinline__ unsigned long long as_ld_tag(const unsigned long long *a) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(a) : "memory");
+    return v;
+}
+static __device__ __forceinline__ void as_st_tag(unsigned long long *a, unsigned e, float v) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"((unsigned long long)e << 32 | __float_as_uint(v))
+                 : "memory");
+}
+/* va <- the value of word ra, vb <- of word rb (either < 0: none) once they carry epoch e (2 s: trap) */
+static __device__ __forceinline__ void as_read_tags2(const unsigned long long *t, int ra, int rb, unsigned e, float &va,
+                                                     float &vb) {
+    unsigned long long a = 0, b = 0, t0 = 0, tn;
+    bool na = ra >= 0, nb = rb >= 0;
+    for (int it = 0; na || nb; it++) {
+        if (na) a = as_ld_tag(t + ra);
+        if (nb) b = as_ld_tag(t + rb);
+        if (na && (unsigned)(a >> 32) == e) na = false;
+        if (nb && (unsigned)(b >> 32) == e) nb = false;
+        if ((it & 255) == 255) {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tn));
+            if (!t0) t0 = tn;
+            if (tn - t0 > 2000000000ull) __trap();
+        }
+    }
+    va = __uint_as_float((unsigned)a), vb = __uint_as_float((unsigned)b);
+}
+
+/* Dynamic shared memory: K rows [max_len][HD] bf16, then this block's V columns [max_len][16] bf16; QKV: then the
+ * input row xs [D] fp32. */
+template <int HD, bool QKV>
+static __device__ __forceinline__ void as_body(const AttnShortParams &p, const AttnQsParams *qp) {
     constexpr int E = HD / 32;
     const AttnDecodeParams &a = p.a;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -486,6 +516,8 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     __shared__ __align__(16) float qs[HD], kn[HD];
     __shared__ float cs[HD / 2], sn[HD / 2], sc[AS_CAP], red[32], gate[AS_SL], vn[AS_SL], o16[AS_SL];
     __shared__ float pv[AS_NW][AS_SL];
+    __shared__ __align__(16) float qst[QKV ? HD : 1], kst[QKV ? HD : 1]; /* QKV: the rows of q and k read back */
+    __shared__ unsigned tag_e;                                            /* QKV: this round's epoch */
     const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int G = a.Hq / a.Hkv, kvh = h / G, d0 = s * AS_SL, pos = a.step->pos;
     Q35_TRACE_T0;
@@ -497,13 +529,59 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     const int kv_len = pos + 1;
     uint16_t *Kh = a.k_cache + (size_t)kvh * a.max_seq * HD, *Vh = a.v_cache + (size_t)kvh * a.max_seq * HD;
 
+    /* QKV, first of all (immutable): the input norm's weights, and the block's RB rows of W_in into registers (4
+     * per warp, the 512-thread GEMV's layout: lane l reads columns u 256 + 8 l) */
+    int NR = 0, nblk = 0, bi = 0, rw0 = 0;
+    bool has_rows = false;
+    float nwr[2], ifq = 0.0f;
+    uint4 wq[QKV ? 4 : 1][4];
+    if constexpr (QKV) {
+        /* the RoPE table's inverse frequencies too: its sincos waits for them, so computed before the wait (as
+         * cuda_attn_short does) it would hold the block until its whole weight stream has landed (the loads
+         * return in order) */
+        if (tid < a.R / 2) ifq = a.inv_freq[tid];
+        NR = a.Hq * (a.gated ? 2 * HD : HD) + 2 * a.Hkv * HD, nblk = gridDim.x * gridDim.y;
+        bi = blockIdx.y * gridDim.x + blockIdx.x;
+        const int RB = ((NR + nblk - 1) / nblk + 3) & ~3;
+        rw0 = bi * RB + 4 * w, has_rows = 4 * w < RB && rw0 < NR;
+#pragma unroll
+        for (int e = 0; e < 2; e++) nwr[e] = tid + e * AS_NT < p.D ? qp->ln1[tid + e * AS_NT] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int k = u * 256 + lane * 8;
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                wq[u][r] = has_rows && rw0 + r < NR && k < p.D
+                               ? ld_stream(reinterpret_cast<const uint4 *>(qp->w_in + (size_t)(rw0 + r) * p.D + k))
+                               : make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+
     /* Before the wait (immutable data only): the cached rows of earlier tokens, W_o's 16 columns of this
      * block (rows 2 tid, 2 tid + 1), the RoPE table. */
+    uint4 wr[2][2];
+#ifdef Q35_QS_LATE /* measurement build: attn_qs issues K / V / W_o after its input row's loads */
+    auto issue_kvo = [&] {
+        for (int c = tid; c < pos * (HD / 8); c += AS_NT) as_cp_async16(ks + (size_t)c * 8, Kh + (size_t)c * 8);
+        for (int c = tid; c < 2 * pos; c += AS_NT)
+            as_cp_async16(vs + (size_t)c * 8, Vh + (size_t)(c >> 1) * HD + d0 + (c & 1) * 8);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        const size_t ldo = (size_t)a.Hq * HD;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int r = 2 * tid + j;
+#pragma unroll
+            for (int k = 0; k < 2; k++)
+                wr[j][k] = r < p.D ? ld_stream(reinterpret_cast<const uint4 *>(p.w_o + r * ldo + (size_t)h * HD + d0 + 8 * k))
+                                   : make_uint4(0u, 0u, 0u, 0u);
+        }
+    };
+    if (!QKV) issue_kvo();
+#else
     for (int c = tid; c < pos * (HD / 8); c += AS_NT) as_cp_async16(ks + (size_t)c * 8, Kh + (size_t)c * 8);
     for (int c = tid; c < 2 * pos; c += AS_NT)
         as_cp_async16(vs + (size_t)c * 8, Vh + (size_t)(c >> 1) * HD + d0 + (c & 1) * 8);
     asm volatile("cp.async.commit_group;" ::: "memory");
-    uint4 wr[2][2];
     const size_t ldo = (size_t)a.Hq * HD;
 #pragma unroll
     for (int j = 0; j < 2; j++) {
@@ -513,27 +591,112 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
             wr[j][k] = r < p.D ? ld_stream(reinterpret_cast<const uint4 *>(p.w_o + r * ldo + (size_t)h * HD + d0 + 8 * k))
                                : make_uint4(0u, 0u, 0u, 0u);
     }
-    for (int i = tid; i < a.R / 2; i += AS_NT) {
-        float c, sv;
-        sincosf((float)pos * a.inv_freq[i], &sv, &c);
-        cs[i] = rbf(c), sn[i] = rbf(sv);
-    }
+#endif
+    if (!QKV)
+        for (int i = tid; i < a.R / 2; i += AS_NT) {
+            float c, sv;
+            sincosf((float)pos * a.inv_freq[i], &sv, &c);
+            cs[i] = rbf(c), sn[i] = rbf(sv);
+        }
     pdl_wait();
     Q35_TRACE_T1_AT(0);
     pdl_trigger();
+    if (QKV && tid < a.R / 2) { /* R / 2 <= hd / 2 <= 128 < AS_NT */
+        float c, sv;
+        sincosf((float)pos * ifq, &sv, &c);
+        cs[tid] = rbf(c), sn[tid] = rbf(sv);
+    }
+    if constexpr (QKV) /* the block's epoch word: every block's advances together, one per launch */
+        if (tid == 0) tag_e = (unsigned)(as_ld_tag(qp->tag + NR + bi) >> 32) + 1u;
     if (p.zero) {
         const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
         for (int i = b * AS_NT + tid; i < p.n_zero; i += nb * AS_NT) p.zero[i] = 0.0f;
+    }
+    if constexpr (QKV) {
+        /* the input row (bitwise the GEMV's prologue), the row sums -> tagged words, then the rows this block
+         * needs read back: q and k of its heads (threads < 2 HD), its 16 gate and 16 new-v columns */
+        float *xs = reinterpret_cast<float *>(vs + (size_t)p.max_len * AS_SL);
+        const uint16_t *emb = qp->embed ? qp->embed + (size_t)a.step->token * p.D : NULL;
+#ifdef Q35_QS_LATE
+        { /* stage_norm_row_wr<2, true> with K / V / W_o issued between its loads and their first use */
+            float v[2], ss = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int i = tid + e * AS_NT;
+                v[e] = i < p.D ? stage_norm_x(i, p.D, emb, qp->x, qp->parts, qp->n_parts) : 0.0f;
+            }
+            issue_kvo();
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int i = tid + e * AS_NT;
+                if (i < p.D) {
+                    xs[i] = v[e];
+                    if (bi == 0 && qp->x_out) qp->x_out[i] = v[e];
+                    ss += v[e] * v[e];
+                }
+            }
+            ss = block_sum(ss, red);
+            const float r = rsqrtf(ss / (float)p.D + a.eps);
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int i = tid + e * AS_NT;
+                if (i < p.D) xs[i] = norm_apply(v[e], r, nwr[e], a.norm_mode);
+            }
+        }
+#else
+        stage_norm_row_wr<2, false>(xs, red, p.D, emb, qp->x, qp->parts, qp->n_parts, bi == 0 ? qp->x_out : NULL, nwr,
+                                    a.norm_mode, a.eps);
+#endif
+        if (qp->zero1)
+            for (int i = bi * AS_NT + tid; i < p.n_zero; i += nblk * AS_NT) qp->zero1[i] = 0.0f;
+        __syncthreads();
+        const unsigned e = tag_e;
+        if (has_rows) {
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int k = u * 256 + lane * 8;
+                if (k < p.D) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
+                    const float4 a4 = xp[0], b4 = xp[1];
+                    const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+                    for (int r = 0; r < 4; r++) acc[r] = dot8(wq[u][r], xv, acc[r]);
+                }
+            }
+            const float sum = warp_sum_rows4(acc, lane); /* lanes 8r .. 8r+7: row r */
+            const int r = rw0 + (lane >> 3);
+            if ((lane & 7) == 0 && r < NR) {
+                const float v = rbf(sum);
+                as_st_tag(qp->tag + r, e, v);
+                if (qp->proj) qp->proj[r] = v;
+            }
+        }
+        if (tid == 0) as_st_tag(qp->tag + NR + bi, e, 0.0f);
+        const int q_stride = a.gated ? 2 * HD : HD, q_rows = a.Hq * q_stride;
+        auto need = [&](int i, float *&dst) -> int { /* item i of this block: its row, or -1 (a zero gate) */
+            if (i < HD) return dst = qst + i, h * q_stride + i;
+            if (i < 2 * HD) return dst = kst + i - HD, q_rows + kvh * HD + i - HD;
+            if (i < 2 * HD + AS_SL) return dst = gate + i - 2 * HD, a.gated ? h * q_stride + HD + d0 + i - 2 * HD : -1;
+            return dst = vn + i - 2 * HD - AS_SL, q_rows + (a.Hkv + kvh) * HD + d0 + i - 2 * HD - AS_SL;
+        };
+        constexpr int NI = 2 * HD + 2 * AS_SL; /* <= 2 AS_NT items */
+        float *da = NULL, *db = NULL, va = 0.0f, vb = 0.0f;
+        const int ra = tid < NI ? need(tid, da) : -1, rb = tid + AS_NT < NI ? need(tid + AS_NT, db) : -1;
+        as_read_tags2(qp->tag, ra, rb, e, va, vb);
+        if (da) *da = va; /* ra < 0 with da set: a gate of an ungated layer, 0 */
+        if (db) *db = vb;
+        __syncthreads();
     }
     __syncthreads(); /* cs, sn */
 
     /* q of head h (warp 0), the new k of kv head kvh (warp 1), this block's gate and new-v columns (warp 2) */
     const int q_stride = a.gated ? 2 * HD : HD, q_rows = a.Hq * q_stride;
     if (w == 0) {
-        head_norm_rope<HD>(a.qkv + (size_t)h * q_stride, a.q_norm_w, qs, cs, sn, a, lane);
+        head_norm_rope<HD>(QKV ? qst : a.qkv + (size_t)h * q_stride, a.q_norm_w, qs, cs, sn, a, lane);
     } else if (w == 1) {
-        head_norm_rope<HD>(a.qkv + q_rows + (size_t)kvh * HD, a.k_norm_w, kn, cs, sn, a, lane);
-    } else if (w == 2 && lane < AS_SL) {
+        head_norm_rope<HD>(QKV ? kst : a.qkv + q_rows + (size_t)kvh * HD, a.k_norm_w, kn, cs, sn, a, lane);
+    } else if (!QKV && w == 2 && lane < AS_SL) {
         gate[lane] = a.gated ? a.qkv[(size_t)h * 2 * HD + HD + d0 + lane] : 0.0f;
         vn[lane] = a.qkv[q_rows + (size_t)(a.Hkv + kvh) * HD + d0 + lane];
     }
@@ -625,7 +788,16 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     }
     const float y2 = __shfl_down_sync(0xffffffffu, yv[0], 1), y3 = __shfl_down_sync(0xffffffffu, yv[1], 1);
     if (!(tid & 1) && 2 * tid < p.D) red_add4(p.y + 2 * tid, yv[0], yv[1], y2, y3); /* D % 4 == 0 */
-    Q35_TRACE_END(35);
+    Q35_TRACE_END(QKV ? 36 : 35);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_constant__ AttnShortParams p) {
+    as_body<HD, false>(p, nullptr);
+}
+template <int HD>
+__global__ void __launch_bounds__(AS_NT, 1) attn_qs(const __grid_constant__ AttnQsParams q) {
+    as_body<HD, true>(q.s, &q);
 }
 
 extern "C" int cuda_attn_short_cap(int hd, int D) {
@@ -652,6 +824,61 @@ extern "C" int cuda_attn_short(const AttnShortParams *p, const CudaLaunch *l) {
         return (int)e;
     }
     return launch_kernel(kern, grid, dim3(AS_NT), smem, l, *p);
+}
+
+/* attn_qs: cuda_attn_short's shapes, the GEMV's input (D <= 1024, D % 8 == 0), at most 64 rows per block */
+static int qs_shape_ok(int Hq, int Hkv, int hd, int gated, int D) {
+    if (Hkv < 1 || Hq < Hkv || Hq % Hkv || Hq > 65535 || cuda_attn_short_cap(hd, D) == 0 || D % 8) return 0;
+    const long long nr = (long long)Hq * (gated ? 2 : 1) * hd + 2LL * Hkv * hd, nb = (long long)(hd / AS_SL) * Hq;
+    return ((nr + nb - 1) / nb + 3) / 4 * 4 <= 4 * AS_NW;
+}
+static size_t qs_smem(int hd, int D, int max_len) { return (size_t)max_len * ((size_t)hd + AS_SL) * 2 + (size_t)D * 4; }
+static void (*qs_kernel(int hd))(AttnQsParams) {
+    return hd == 64 ? attn_qs<64> : hd == 128 ? attn_qs<128> : attn_qs<256>;
+}
+
+/* every block resident at once (the read-back spins), remembered for the last (device, shape) */
+extern "C" int cuda_attn_qs_supported(int Hq, int Hkv, int hd, int gated, int D, int max_len) {
+    static int key[7], val, have;
+    int dev = 0, n_sm = 0, n = 0;
+    if (!qs_shape_ok(Hq, Hkv, hd, gated, D) || max_len < 1 || max_len > cuda_attn_short_cap(hd, D)) return 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    const int k[7] = {dev, Hq, Hkv, hd, gated, D, max_len};
+    if (have && !memcmp(key, k, sizeof k)) return val;
+    void (*kern)(AttnQsParams) = qs_kernel(hd);
+    const size_t smem = qs_smem(hd, D, max_len);
+    int ok = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, AS_NT, smem) == cudaSuccess;
+    (void)cudaGetLastError();
+    val = ok && (long long)n * n_sm >= (long long)(hd / AS_SL) * Hq;
+    memcpy(key, k, sizeof k);
+    have = 1;
+    return val;
+}
+
+extern "C" int cuda_attn_qs(const AttnQsParams *q, const CudaLaunch *l) {
+    if (!q || !l) return (int)cudaErrorInvalidValue;
+    const AttnShortParams *p = &q->s;
+    const AttnDecodeParams *a = &p->a;
+    if (!a->q_norm_w || !a->k_norm_w || !a->inv_freq || !a->k_cache || !a->v_cache || !a->step || !p->w_o || !p->y ||
+        (p->n_zero > 0 && !p->zero && !q->zero1) || p->n_zero < 0 || !q->w_in || !q->ln1 || !q->tag ||
+        (!q->embed && !q->x) || a->max_seq < 1 || a->R < 2 || a->R % 2 || a->R > a->hd ||
+        (a->norm_mode != NORM_ZC && a->norm_mode != NORM_PLAIN) || p->D != p->D / 8 * 8 ||
+        !qs_shape_ok(a->Hq, a->Hkv, a->hd, a->gated, p->D) || p->max_len < 1 ||
+        p->max_len > cuda_attn_short_cap(a->hd, p->D) || (uintptr_t)q->w_in % 16)
+        return (int)cudaErrorInvalidValue;
+    if (!cuda_attn_qs_supported(a->Hq, a->Hkv, a->hd, a->gated, p->D, p->max_len))
+        return (int)cudaErrorInvalidConfiguration;
+    const dim3 grid((unsigned)(a->hd / AS_SL), (unsigned)a->Hq);
+    return launch_kernel(qs_kernel(a->hd), grid, dim3(AS_NT), qs_smem(a->hd, p->D, p->max_len), l, *q);
+}
+/* words of AttnQsParams.tag: the rows, then one epoch word per block */
+extern "C" size_t cuda_attn_qs_tag_words(int Hq, int Hkv, int hd, int gated) {
+    return (size_t)Hq * (gated ? 2 : 1) * hd + 2 * (size_t)Hkv * hd + (size_t)(hd / AS_SL) * Hq;
 }
 
 Q35_TRACE_FETCH_FN(cuda_trace_fetch_attention)

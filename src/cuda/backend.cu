@@ -147,6 +147,8 @@ static void layout(CudaCtx *ctx, Arena *a) {
     if (c->n_full_layers) { /* the fused attention layer's exchange (attn_layer.cu): counters zeroed with the state */
         CARVE(a, ctx->al_xcnt, cuda_attn_layer_xcnt_count(c->num_key_value_heads));
         CARVE(a, ctx->al_xbuf, cuda_attn_layer_xbuf_floats(D, c->num_attention_heads, c->num_key_value_heads));
+        CARVE(a, ctx->qs_tag, cuda_attn_qs_tag_words(c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+                                                     c->attn_output_gate));
     }
     ctx->sample_scratch = carve(a, cuda_sample_scratch_bytes(ctx->n_sm));
     ctx->state_bytes = a->off - ctx->state_off;
@@ -470,6 +472,16 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         if (af && atoi(af) == 1 && !ctx->attn_fused && c->n_full_layers > 0)
             fprintf(stderr, "qwen35: QWEN35_ATTN_FUSED=1 ignored: shape (gated hd 256, D <= 1024), grid occupancy or "
                             "the unfused MLP\n");
+        /* EXPERIMENTAL, measured slower (docs/PERF_NOTES.md §20): at short contexts, with the fused DeltaNet mixer's
+         * buffer parity, a full-attention layer's qkv GEMV, attention and o_proj as one kernel (attention.cu attn_qs) */
+        const char *aq = getenv("QWEN35_ATTN_QS");
+        ctx->attn_qs = aq && atoi(aq) == 1 && ctx->attn_short > 0 && ctx->dn_fused && !ctx->attn_fused &&
+                       c->n_full_layers > 0 &&
+                       cuda_attn_qs_supported(c->num_attention_heads, c->num_key_value_heads, c->head_dim,
+                                              c->attn_output_gate, D, ctx->attn_short);
+        if (aq && atoi(aq) == 1 && !ctx->attn_qs && c->n_full_layers > 0)
+            fprintf(stderr, "qwen35: QWEN35_ATTN_QS=1 ignored: needs the short attention kernel, the fused DeltaNet "
+                            "mixer, D <= 1024 and the whole grid resident\n");
         const char *st = getenv("QWEN35_MLP_STAGE");
         const int stv = st ? atoi(st) : 0;
         ctx->mlp_staged = stv == 1 ? 128 : stv == 256 || stv == 512 ? stv : 0;

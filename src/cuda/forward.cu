@@ -369,6 +369,33 @@ static int attn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x,
     return op_end(ctx, cuda_attn_layer(&p, lc), name, bytes, err);
 }
 
+/* Short contexts with the buffer parity of the fused mixers: a full-attention layer's qkv GEMV, attention and
+ * o_proj as one kernel (attention.cu attn_qs): x as dn_layer, pa += W_o attn(W_qkv norm1(x)); zeroes zero0 (pa
+ * of layer l + 1) and zero1 (pb, which the fused MLP adds into next). */
+static int attn_qs(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, const float *pb_prev, float *x_out,
+                   float *pa, float *zero0, float *zero1, Err *err) {
+    const Config *c = ctx->c;
+    const CudaLayer *ly = &ctx->layers[l];
+    AttnQsParams p;
+    memset(&p, 0, sizeof p);
+    attn_params(ctx, l, &p.s.a);
+    p.s.a.qkv = NULL, p.s.a.out = NULL, p.s.a.work = NULL;
+    p.s.w_o = ly->w_out, p.s.y = pa, p.s.zero = zero0, p.s.n_zero = c->hidden_size;
+    p.s.D = c->hidden_size, p.s.max_len = ctx->attn_short;
+    p.w_in = ly->w_in, p.ln1 = ly->ln1, p.x_out = x_out, p.zero1 = zero1, p.tag = ctx->qs_tag;
+    if (l == 0)
+        p.embed = ctx->embed;
+    else
+        p.x = x, p.parts = pb_prev, p.n_parts = 1;
+    const double D = c->hidden_size, kv_len = ctx->step_host->pos + 1.0;
+    const double bytes = 2.0 * D * (ly->in_rows + ly->out_cols) + 2.0 * 2 * p.s.a.Hkv * kv_len * p.s.a.hd + 4.0 * D * 4;
+    char name[40];
+    snprintf(name, sizeof name, "L%02d.attn_qs", l);
+    if (ablated(name)) return 0;
+    op_begin(ctx);
+    return op_end(ctx, cuda_attn_qs(&p, lc), name, bytes, err);
+}
+
 /* ---- the step ------------------------------------------------------------------------------ */
 
 int cuda_step_short(const CudaCtx *ctx) {
@@ -423,6 +450,18 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
             if (l == 0) xi = 0;
             const int xo = l == 0 ? 0 : xi ^ 1;
             rc = attn_layer(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb, err);
+            if (rc) break;
+            if (l > 0) xi ^= 1;
+            if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
+            xi ^= 1;
+            pb_parts = 1;
+            continue;
+        }
+        if (par && full && shrt && ctx->attn_qs) { /* qkv, attention and o_proj in one kernel, then the fused MLP */
+            const float *xin = ctx->x[xi];
+            if (l == 0) xi = 0;
+            const int xo = l == 0 ? 0 : xi ^ 1;
+            rc = attn_qs(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb, err);
             if (rc) break;
             if (l > 0) xi ^= 1;
             if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;

@@ -86,6 +86,10 @@ typedef struct CudaCtx {
                                * layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu) */
     float *al_xbuf;
     unsigned *al_xcnt;
+    int attn_qs;              /* EXPERIMENTAL (QWEN35_ATTN_QS=1 at open; measured slower): with attn_short and the
+                               * fused DeltaNet mixer (dn_fused), at short contexts the qkv GEMV joins attention +
+                               * o_proj in one kernel (cuda_attn_qs) */
+    unsigned long long *qs_tag; /* its tagged qkv rows (zeroed with the state) */
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
                                * 1 = 128, 256, 512; EXPERIMENTAL) */
     Probe probe;

@@ -461,6 +461,33 @@ int cuda_attn_short(const AttnShortParams *p, const CudaLaunch *l);
 /* The longest kv_len the kernel can serve for these shapes (0: hd not 64/128/256, or D unsupported). */
 int cuda_attn_short_cap(int hd, int D);
 
+/* Short contexts, the whole mixer of a full-attention layer in one kernel (attention.cu attn_qs): the qkv GEMV
+ * too. x = embed[step->token] or bf16(x + bf16(sum of n_parts parts)) (block 0 writes x_out), qkv = W_in
+ * norm1(x) (the 512-thread GEMV's rows, bitwise), then cuda_attn_short on those rows: y += W_o attn. The grid of
+ * cuda_attn_short ((hd / 16) x Hq blocks, every block resident at once: cuda_attn_qs_supported) shares the qkv
+ * rows through `tag`: block b computes rows [b RB, (b+1) RB) (RB = ceil(rows / blocks) rounded up to 4, <= 64)
+ * and stores each as one 64-bit word (round epoch << 32 | float bits); the rows a block needs (q and the gate of
+ * its head, k and v of its kv head) are read back once they carry this round's epoch (dn_layer.cu's tagged
+ * exchange). Zeroes s.zero and zero1 ([s.n_zero] each). */
+typedef struct AttnQsParams {
+    AttnShortParams s;         /* s.a.qkv unused; s.a.norm_mode and s.a.eps serve the input norm too */
+    const uint16_t *w_in;      /* bf16 [Hq q_stride + 2 Hkv hd][D] (q_stride 2 hd when gated: q | gate per head) */
+    const uint16_t *embed;     /* layer 0: x = embed[step->token] (bf16 [V][D]); else NULL */
+    const float *x, *parts;    /* else x = bf16(x + bf16(sum of n_parts parts [D])) (parts NULL: x) */
+    int n_parts;
+    float *x_out;              /* optional: x */
+    const float *ln1;          /* [D] input norm weights */
+    float *zero1;              /* optional second [s.n_zero] range to zero */
+    unsigned long long *tag;   /* [cuda_attn_qs_tag_words] zeroed once (or all alike); shared by every layer's launches */
+    float *proj;               /* optional (tests): the qkv rows, as the GEMV's y */
+} AttnQsParams;
+int cuda_attn_qs(const AttnQsParams *p, const CudaLaunch *l);
+/* 1 when the shapes fit (cuda_attn_short's, D <= 1024 and D % 8 == 0, RB <= 64) and the grid can be resident at
+ * once with max_len positions. */
+int cuda_attn_qs_supported(int Hq, int Hkv, int hd, int gated, int D, int max_len);
+/* Words of AttnQsParams.tag: the qkv rows, then one epoch word per block. */
+size_t cuda_attn_qs_tag_words(int Hq, int Hkv, int hd, int gated);
+
 /* ---- prefill ops ---- */
 /* The compute-bound path for T > 1 tokens (src/cuda/gemm.cu, attention_prefill.cu,
  * deltanet_prefill.cu, prefill.cu). Activations between kernels: the residual stream x is fp32

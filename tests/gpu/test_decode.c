@@ -28,6 +28,7 @@ static Rng rng;
 static int g_dn_fused; /* unless QWEN35_DN_FUSED=0: the backend takes the fused DeltaNet mixer (dn_layer.cu) */
 static int g_dn_mlp;   /* QWEN35_DN_MLP=1: with the MLP as its tail (EXPERIMENTAL) */
 static int g_attn_short; /* the short attention kernel (attention + o_proj) unless QWEN35_ATTN_SHORT=0 */
+static int g_attn_qs;    /* QWEN35_ATTN_QS=1: with the fused mixer, the qkv GEMV in it too (attn_qs, EXPERIMENTAL) */
 static int g_attn_fused; /* QWEN35_ATTN_FUSED=1: the fused attention layer (attn_layer.cu; EXPERIMENTAL) */
 
 #define MAX_OWN 256
@@ -240,7 +241,7 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
     int rc = br ? cuda_backend.bench(gf, &rq, br, &err) : Q35_ERR_OOM;
     CHECK(rc == 0, "%s fused bench: %s", name, err.msg);
     if (!rc) {
-        int mlp_ops = 0, gemv_ops = 0, dn_ops = 0, al_ops = 0, ao_ops = 0;
+        int mlp_ops = 0, gemv_ops = 0, dn_ops = 0, al_ops = 0, ao_ops = 0, qs_ops = 0;
         for (int i = 0; i < br->n_ops; i++) {
             if (!strncmp(br->ops[i].name, "persistent:", 11)) continue;
             const char *dot = strchr(br->ops[i].name, '.');
@@ -248,6 +249,7 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
             dn_ops += dot && !strcmp(dot, ".dnlayer");
             al_ops += dot && !strcmp(dot, ".attnlayer");
             ao_ops += dot && !strcmp(dot, ".attn_o");
+            qs_ops += dot && !strcmp(dot, ".attn_qs");
             gemv_ops += dot && (!strcmp(dot, ".gate_up") || !strcmp(dot, ".down"));
         }
         /* the fused DeltaNet mixer needs the fused MLP: without it, in_proj, the step and out_proj again */
@@ -268,10 +270,14 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
         /* (an attention layer's 5 launches likewise become attn_layer + the fused MLP; at short contexts the
          * attention and o_proj are one launch, .attn_o, which needs the fused MLP: one more saved each) */
         if (g_attn_short && !g_attn_fused && strstr(name, "qwen3.5"))
-            CHECK(ao_ops > 0, "%s: context 5 but no attn_o launch (QWEN35_ATTN_SHORT)", name);
-        CHECK(saved == mlp_ops + (g_dn_mlp ? 4 : 2) * dn_ops + 2 * al_ops + ao_ops,
-              "%s fused bench: %d launches vs %d unfused, %d fused MLP ops, %d dnlayer, %d attnlayer, %d attn_o", name,
-              br->launches, br->launches_mlp_unfused, mlp_ops, dn_ops, al_ops, ao_ops);
+            CHECK(ao_ops + qs_ops > 0, "%s: context 5 but no attn_o / attn_qs launch (QWEN35_ATTN_SHORT)", name);
+        /* (and with the fused DeltaNet mixer the qkv GEMV joins them, .attn_qs: two saved by it) */
+        if (g_attn_qs && g_attn_short && g_dn_fused && !g_attn_fused && strstr(name, "qwen3.5"))
+            CHECK(qs_ops > 0 && ao_ops == 0, "%s: context 5 but %d attn_qs, %d attn_o launches (QWEN35_ATTN_QS)", name,
+                  qs_ops, ao_ops);
+        CHECK(saved == mlp_ops + (g_dn_mlp ? 4 : 2) * dn_ops + 2 * al_ops + ao_ops + 2 * qs_ops,
+              "%s fused bench: %d launches vs %d unfused, %d fused MLP ops, %d dnlayer, %d attnlayer, %d attn_o, "
+              "%d attn_qs", name, br->launches, br->launches_mlp_unfused, mlp_ops, dn_ops, al_ops, ao_ops, qs_ops);
     }
     free(br);
     return 0;
@@ -600,6 +606,8 @@ int main(int argc, char **argv) {
     g_attn_fused = af && atoi(af) == 1;
     const char *as = getenv("QWEN35_ATTN_SHORT");
     g_attn_short = !(as && *as && atoi(as) == 0);
+    const char *aq = getenv("QWEN35_ATTN_QS");
+    g_attn_qs = aq && atoi(aq) == 1;
     if (g_attn_fused) printf("QWEN35_ATTN_FUSED=1: the qwen35 model's attention heads have hd 256\n");
     if (g_dn_fused) printf("fused DeltaNet mixer (QWEN35_DN_FUSED=0: off): the qwen35 model's DeltaNet layers have 2 heads of 128 x 128\n");
     test_model(1);
