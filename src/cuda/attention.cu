@@ -475,24 +475,16 @@ static __device__ __forceinline__ void as_cp_async16(void *smem, const void *gme
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
 }
 
-/* attn_qs (QKV): the qkv rows through 64-bit words tagged with the round's epoch (dn_layer.cu's exchange) */
-static __device__ __forceinline__ unsigned long long as_ld_tag(const unsigned long long *a) {
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(a) : "memory");
-    return v;
-}
-static __device__ __forceinline__ void as_st_tag(unsigned long long *a, unsigned e, float v) {
-    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"((unsigned long long)e << 32 | __float_as_uint(v))
-                 : "memory");
-}
+/* attn_qs (QKV): the qkv rows through 64-bit words tagged with the round's epoch (common.cuh tag_st / tag_ld, as
+ * dn_layer.cu's exchange) */
 /* va <- the value of word ra, vb <- of word rb (either < 0: none) once they carry epoch e (2 s: trap) */
 static __device__ __forceinline__ void as_read_tags2(const unsigned long long *t, int ra, int rb, unsigned e, float &va,
                                                      float &vb) {
     unsigned long long a = 0, b = 0, t0 = 0, tn;
     bool na = ra >= 0, nb = rb >= 0;
     for (int it = 0; na || nb; it++) {
-        if (na) a = as_ld_tag(t + ra);
-        if (nb) b = as_ld_tag(t + rb);
+        if (na) a = tag_ld(t + ra);
+        if (nb) b = tag_ld(t + rb);
         if (na && (unsigned)(a >> 32) == e) na = false;
         if (nb && (unsigned)(b >> 32) == e) nb = false;
         if ((it & 255) == 255) {
@@ -560,24 +552,6 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
     /* Before the wait (immutable data only): the cached rows of earlier tokens, W_o's 16 columns of this
      * block (rows 2 tid, 2 tid + 1), the RoPE table. */
     uint4 wr[2][2];
-#ifdef Q35_QS_LATE /* measurement build: attn_qs issues K / V / W_o after its input row's loads */
-    auto issue_kvo = [&] {
-        for (int c = tid; c < pos * (HD / 8); c += AS_NT) as_cp_async16(ks + (size_t)c * 8, Kh + (size_t)c * 8);
-        for (int c = tid; c < 2 * pos; c += AS_NT)
-            as_cp_async16(vs + (size_t)c * 8, Vh + (size_t)(c >> 1) * HD + d0 + (c & 1) * 8);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-        const size_t ldo = (size_t)a.Hq * HD;
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int r = 2 * tid + j;
-#pragma unroll
-            for (int k = 0; k < 2; k++)
-                wr[j][k] = r < p.D ? ld_stream(reinterpret_cast<const uint4 *>(p.w_o + r * ldo + (size_t)h * HD + d0 + 8 * k))
-                                   : make_uint4(0u, 0u, 0u, 0u);
-        }
-    };
-    if (!QKV) issue_kvo();
-#else
     for (int c = tid; c < pos * (HD / 8); c += AS_NT) as_cp_async16(ks + (size_t)c * 8, Kh + (size_t)c * 8);
     for (int c = tid; c < 2 * pos; c += AS_NT)
         as_cp_async16(vs + (size_t)c * 8, Vh + (size_t)(c >> 1) * HD + d0 + (c & 1) * 8);
@@ -591,7 +565,6 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
             wr[j][k] = r < p.D ? ld_stream(reinterpret_cast<const uint4 *>(p.w_o + r * ldo + (size_t)h * HD + d0 + 8 * k))
                                : make_uint4(0u, 0u, 0u, 0u);
     }
-#endif
     if (!QKV)
         for (int i = tid; i < a.R / 2; i += AS_NT) {
             float c, sv;
@@ -607,7 +580,7 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
         cs[tid] = rbf(c), sn[tid] = rbf(sv);
     }
     if constexpr (QKV) /* the block's epoch word: every block's advances together, one per launch */
-        if (tid == 0) tag_e = (unsigned)(as_ld_tag(qp->tag + NR + bi) >> 32) + 1u;
+        if (tid == 0) tag_e = (unsigned)(tag_ld(qp->tag + NR + bi) >> 32) + 1u;
     if (p.zero) {
         const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
         for (int i = b * AS_NT + tid; i < p.n_zero; i += nb * AS_NT) p.zero[i] = 0.0f;
@@ -617,36 +590,8 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
          * needs read back: q and k of its heads (threads < 2 HD), its 16 gate and 16 new-v columns */
         float *xs = reinterpret_cast<float *>(vs + (size_t)p.max_len * AS_SL);
         const uint16_t *emb = qp->embed ? qp->embed + (size_t)a.step->token * p.D : NULL;
-#ifdef Q35_QS_LATE
-        { /* stage_norm_row_wr<2, true> with K / V / W_o issued between its loads and their first use */
-            float v[2], ss = 0.0f;
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int i = tid + e * AS_NT;
-                v[e] = i < p.D ? stage_norm_x(i, p.D, emb, qp->x, qp->parts, qp->n_parts) : 0.0f;
-            }
-            issue_kvo();
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int i = tid + e * AS_NT;
-                if (i < p.D) {
-                    xs[i] = v[e];
-                    if (bi == 0 && qp->x_out) qp->x_out[i] = v[e];
-                    ss += v[e] * v[e];
-                }
-            }
-            ss = block_sum(ss, red);
-            const float r = rsqrtf(ss / (float)p.D + a.eps);
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int i = tid + e * AS_NT;
-                if (i < p.D) xs[i] = norm_apply(v[e], r, nwr[e], a.norm_mode);
-            }
-        }
-#else
         stage_norm_row_wr<2, false>(xs, red, p.D, emb, qp->x, qp->parts, qp->n_parts, bi == 0 ? qp->x_out : NULL, nwr,
                                     a.norm_mode, a.eps);
-#endif
         if (qp->zero1)
             for (int i = bi * AS_NT + tid; i < p.n_zero; i += nblk * AS_NT) qp->zero1[i] = 0.0f;
         __syncthreads();
@@ -668,11 +613,11 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
             const int r = rw0 + (lane >> 3);
             if ((lane & 7) == 0 && r < NR) {
                 const float v = rbf(sum);
-                as_st_tag(qp->tag + r, e, v);
+                tag_st(qp->tag + r, e, v);
                 if (qp->proj) qp->proj[r] = v;
             }
         }
-        if (tid == 0) as_st_tag(qp->tag + NR + bi, e, 0.0f);
+        if (tid == 0) tag_st(qp->tag + NR + bi, e, 0.0f);
         const int q_stride = a.gated ? 2 * HD : HD, q_rows = a.Hq * q_stride;
         auto need = [&](int i, float *&dst) -> int { /* item i of this block: its row, or -1 (a zero gate) */
             if (i < HD) return dst = qst + i, h * q_stride + i;

@@ -388,6 +388,19 @@ __device__ __forceinline__ void stage_norm_row_batched(float *xs, float *red, in
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/* Tagged words (the exchanges of dn_layer.cu and attention.cu attn_qs): a value stored with its round's epoch as
+ * one 64-bit word (epoch << 32 | float bits; st/ld.relaxed.gpu: single-copy atomic, so a reader that sees the
+ * epoch sees the value stored with it). */
+static __device__ __forceinline__ unsigned long long tag_ld(const unsigned long long *a) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(a) : "memory");
+    return v;
+}
+static __device__ __forceinline__ void tag_st(unsigned long long *a, unsigned e, float v) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"((unsigned long long)e << 32 | __float_as_uint(v))
+                 : "memory");
+}
+
 /* y[0..3] += v (y 16-byte aligned): one vector reduction on sm_90, four scalar atomics elsewhere. */
 static __device__ __forceinline__ void red_add4(float *y, float a, float b, float c, float d) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -101,21 +101,12 @@ static __device__ __forceinline__ void dl_wait(const unsigned *cnt, unsigned tar
  * and has the head's whole delta and o, so the gated norm needs no second exchange. */
 enum { DL_X1_SLOT = 320 };
 /* ONEX 2 (the tagged exchange): the same 291 values per block, each stored with its round's epoch as one 64-bit
- * word (epoch << 32 | float bits: single-copy atomic, st/ld.relaxed.gpu) in slot (j, s) of the tag area (after the
+ * word (common.cuh tag_st: epoch << 32 | float bits) in slot (j, s) of the tag area (after the
  * float slots in xbuf). A reader polls the words it needs until every tag is this round's: no counter, no
  * release fence, no separate read-back, so the head's exchange is one L2 round trip after its last block's
  * stores instead of four (the stores' acknowledgement the release waits for, the counter add, the acquire
  * poll, the read-back). The epoch: every block of a head wrote the same tag in the previous round (the slots
  * start zeroed, or all alike), so block (j, s) reads its own slot's word 0 after the PDL wait and adds 1. */
-static __device__ __forceinline__ unsigned long long dl_ld_tag(const unsigned long long *a) {
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(a) : "memory");
-    return v;
-}
-static __device__ __forceinline__ void dl_st_tag(unsigned long long *a, unsigned e, float v) {
-    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"((unsigned long long)e << 32 | __float_as_uint(v))
-                 : "memory");
-}
 /* out[b] <- the value of word a[b stride], b < N, once all N carry epoch e (2 s without: trap, do not hang). */
 template <int N>
 static __device__ __forceinline__ void dl_read_tags(const unsigned long long *a, size_t stride, unsigned e, float *out) {
@@ -125,7 +116,7 @@ static __device__ __forceinline__ void dl_read_tags(const unsigned long long *a,
     for (int it = 0;; it++) {
 #pragma unroll
         for (int b = 0; b < N; b++)
-            if (need >> b & 1) v[b] = dl_ld_tag(a + b * stride);
+            if (need >> b & 1) v[b] = tag_ld(a + b * stride);
 #pragma unroll
         for (int b = 0; b < N; b++)
             if ((unsigned)(v[b] >> 32) == e) need &= ~(1u << b);
@@ -284,7 +275,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     /* ONEX 2: the previous round's tag of the block's own slot (in flight with the input row's reads) */
     unsigned long long *xtag = reinterpret_cast<unsigned long long *>(p.xbuf + (size_t)Hv * DL_SPLIT * DL_X1_SLOT) +
                                (size_t)j * DL_SPLIT * DL_X1_SLOT;
-    if (ONEX == 2 && tid == 0) tag_e = (unsigned)(dl_ld_tag(xtag + (size_t)s * DL_X1_SLOT) >> 32) + 1u;
+    if (ONEX == 2 && tid == 0) tag_e = (unsigned)(tag_ld(xtag + (size_t)s * DL_X1_SLOT) >> 32) + 1u;
 
     /* 2. The input row (bitwise the in_proj GEMV's), the zeroing, the 66 row sums. */
 #ifndef Q35_DN_BATCH
@@ -395,9 +386,9 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
             float a = 0.0f;
 #pragma unroll
             for (int r = 0; r < DL_COLS; r++) a = fmaf(st[r * DL_DK + c], kv[r], a);
-            dl_st_tag(xb + tid, e, a);
+            tag_st(xb + tid, e, a);
         } else if (warp == 8) {
-            if (lane < DL_COLS) dl_st_tag(xb + 2 * DL_DK + lane, e, pv[lane]), dl_st_tag(xb + 2 * DL_DK + DL_COLS + lane, e, zv[lane]);
+            if (lane < DL_COLS) tag_st(xb + 2 * DL_DK + lane, e, pv[lane]), tag_st(xb + 2 * DL_DK + DL_COLS + lane, e, zv[lane]);
         } else if (warp == 9) {
             const float q = lane < DL_COLS ? cq[lane] : 0.0f, k = lane < DL_COLS ? ck[lane] : 0.0f;
             float qq = q * q, kk = k * k, qk = q * k;
@@ -407,7 +398,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
                 kk += __shfl_xor_sync(0xffffffffu, kk, o);
                 qk += __shfl_xor_sync(0xffffffffu, qk, o);
             }
-            if (lane == 0) dl_st_tag(xb + 288, e, qq), dl_st_tag(xb + 289, e, kk), dl_st_tag(xb + 290, e, qk);
+            if (lane == 0) tag_st(xb + 288, e, qq), tag_st(xb + 289, e, kk), tag_st(xb + 290, e, qk);
         }
         if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
         const unsigned long long *xh = xtag;
