@@ -28,6 +28,23 @@
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar(); }
 static inline void as_cp_async16(void *s, const void *g) { memcpy(s, g, 16); }
 static inline uint16_t bf16_bits(float x) { return emu_bf(x); }
+/* attn_qs (compiled, never launched here: its blocks exchange rows, which one CTA at a time cannot) */
+static inline unsigned long long tag_ld(const unsigned long long *a) { return *a; }
+static inline void tag_st(unsigned long long *a, unsigned e, float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    *a = (unsigned long long)e << 32 | u;
+}
+static inline void as_read_tags2(const unsigned long long *, int, int, unsigned, float &, float &) {
+    fprintf(stderr, "attn_short_emu: attn_qs cannot run under the emulation\n");
+    exit(2);
+}
+cudaError_t cudaGetDevice(int *dev) { return *dev = 0, cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { return *v = 0, cudaSuccess; }
+template <class F>
+static cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F *, int, size_t) {
+    return *n = 0, cudaSuccess;
+}
 // clang-format off
 #include "as_common.inc"  /* bf_lo .. bf16u, dot8 .. the reductions from src/cuda/common.cuh */
 #include "as_helpers.inc" /* ld_bf16_row, wbf, head_norm_rope, attn_final from src/cuda/attention.cu */

@@ -5,7 +5,9 @@
 # kernel, the helpers it shares with cuda_attn_decode (ld_bf16_row, wbf, head_norm_rope, attn_final) and the
 # common.cuh helpers are compiled unchanged except for mechanical edits (sed below: the static and dynamic
 # shared-memory declarations, the cp.async asm and bf16_bits, which attn_short_emu.cpp provides; the kernel's
-# constant E, dims per lane, is renamed: emu.h's blockIdx names its state E).
+# constant E, dims per lane, is renamed: emu.h's blockIdx names its state E). The kernel's attn_qs variant
+# (the qkv GEMV inside, its blocks exchanging rows through tagged words) is compiled against stubs but not
+# run: one CTA at a time cannot exchange; test_attn_qs checks it on the GPU.
 # Needs nvcc's headers (cuda_runtime_api.h, for the vector types). Usage: tests/emu/run_attn_short.sh [seed].
 set -e
 cd "$(dirname "$0")/../.."
@@ -19,6 +21,7 @@ sed -n '/^\/\* E bf16 values at p/,/^\/\* Ticket of a last-arriver/p' "$S" |
         -e '/^__device__ __forceinline__ void prefetch_l2/d' > "$B/as_helpers.inc"
 sed -n '/^\/\* ---- short contexts: attention + o_proj/,/^Q35_TRACE_FETCH_FN(cuda_trace_fetch_attention)/p' "$S" |
     sed -e '/^static __device__ __forceinline__ void as_cp_async16/,/^}/d' \
+        -e '/^static __device__ __forceinline__ void as_read_tags2/,/^}/d' \
         -e '/asm volatile("cp.async.commit_group;"/d' -e '/asm volatile("cp.async.wait_group 0;"/d' \
         -e 's/extern __shared__ __align__(16) unsigned char smem\[\];/unsigned char *smem = emu_smem();/' \
         -e 's/^    __shared__ /    static /' -e '/^Q35_TRACE_FETCH_FN/d' \
