@@ -18,7 +18,8 @@
  * bulk reads are in flight on the same or on other SMs (hol).
  *
  *   build:  make build/bench/burst_lab   (sm_90a)
- *   run:    build/bench/burst_lab [xchg: the exchange sections only] */
+ *   run:    build/bench/burst_lab [xchg: the exchange sections only | il: block layouts only | issue: the per-SM
+ *           issue limit only] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,55 @@ __global__ void __launch_bounds__(128) mixer(const __grid_constant__ BP p) {
     while ((long long)(gtimer() - t0) < p.spin_ns) {
     }
     if (threadIdx.x == 0) atomicAdd(p.sink + 1, 1u);
+}
+
+/* ---- issue: how many bytes can one SM have in flight before its load instructions stall? ----------------
+ * One block of 512 threads per SM; each thread issues L 16-byte loads over fresh bytes, into registers
+ * (ld_stream, CPA = 0) or as cp.async copies into shared memory (CPA = 1), with no use in between; every
+ * thread stamps the global timer right after its last load instruction and again once its data has landed.
+ * Out per block: [slowest thread's issue end, slowest thread's data landed] relative to the block's entry, ns.
+ * If the issue end grows with L past some footprint, the warps stall at the load instructions while earlier
+ * loads are outstanding, and a kernel that issues that much before griddepcontrol.wait reaches its wait late
+ * (the suspect for attn_qs's 6 us release, docs/PERF_NOTES.md §20). */
+template <int L, bool CPA>
+__global__ void __launch_bounds__(512, 1) issue(const uint4 *w, unsigned long long *out, unsigned *sink) {
+    extern __shared__ __align__(16) unsigned char ism[];
+    __shared__ unsigned long long t_iss, t_land;
+    const int tid = threadIdx.x;
+    if (tid == 0) t_iss = 0, t_land = 0;
+    __syncthreads();
+    const unsigned long long t0 = gtimer();
+    const uint4 *b = w + (size_t)blockIdx.x * 512 * L + tid;
+    uint4 v[CPA ? 1 : L];
+#pragma unroll
+    for (int i = 0; i < L; i++) {
+        if constexpr (CPA) {
+            const unsigned sa = (unsigned)__cvta_generic_to_shared(ism + ((size_t)i * 512 + tid) * 16);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(b + i * 512) : "memory");
+        } else {
+            v[i] = ld_stream(b + i * 512);
+        }
+    }
+    if constexpr (CPA) asm volatile("cp.async.commit_group;" ::: "memory");
+    const unsigned long long t1 = gtimer();
+    unsigned acc = 0;
+    if constexpr (CPA) {
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+        for (int i = 0; i < L; i++) {
+            const uint4 x = *reinterpret_cast<const uint4 *>(ism + ((size_t)i * 512 + tid) * 16);
+            acc = acc * 3u + (x.x ^ x.y) + (x.z ^ x.w);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < L; i++) acc = acc * 3u + (v[i].x ^ v[i].y) + (v[i].z ^ v[i].w);
+    }
+    const unsigned long long t2 = gtimer();
+    atomicMax(&t_iss, t1 - t0);
+    atomicMax(&t_land, t2 - t0);
+    __syncthreads();
+    if (tid == 0) out[2 * blockIdx.x] = t_iss, out[2 * blockIdx.x + 1] = t_land;
+    if ((tid & 31) == 0) atomicXor(sink, acc);
 }
 
 /* ---- head-of-line: do bulk reads in flight delay an SM's L2 round trips? ---------------------------------
@@ -298,6 +348,7 @@ static float time_graph(F record) {
 int main(int argc, char **argv) {
     const bool only_x = argc > 1 && !strcmp(argv[1], "xchg"); /* the two exchange sections only */
     const bool only_il = argc > 1 && !strcmp(argv[1], "il"); /* contiguous vs interleaved block ranges only */
+    const bool only_is = argc > 1 && !strcmp(argv[1], "issue"); /* the per-SM issue limit only */
     CK(cudaSetDevice(0));
     CK(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
@@ -318,6 +369,48 @@ int main(int argc, char **argv) {
         printf("| %s | %d | %d | %d | %.2f |\n", KINDS[k].name, KINDS[k].nt, fa.numRegs, occ, kind_bytes(k, 1) / 1e6);
     }
 
+    if (only_is) { /* how much can an SM have in flight before its load instructions stall? */
+        unsigned long long *out;
+        CK(cudaMalloc(&out, (size_t)g_nsm * 2 * 8));
+        std::vector<unsigned long long> h((size_t)g_nsm * 2);
+        printf("\n| loads per thread (16 B) | KB per SM | registers: issue end us | landed us | cp.async: issue end us | "
+               "landed us |\n|---|---|---|---|---|---|\n");
+#define IS_ROW(L)                                                                                               \
+    {                                                                                                           \
+        void (*fn[2])(const uint4 *, unsigned long long *, unsigned *) = {issue<L, false>, issue<L, true>};     \
+        double med[2][2];                                                                                       \
+        for (int c = 0; c < 2; c++) {                                                                           \
+            const int smem = c ? 512 * L * 16 : 0;                                                              \
+            CK(cudaFuncSetAttribute(fn[c], cudaFuncAttributeMaxDynamicSharedMemorySize, smem));                 \
+            std::vector<double> v[2];                                                                           \
+            for (int rep = 0; rep < 9; rep++) {                                                                 \
+                const size_t bytes = (size_t)g_nsm * 512 * L * 16;                                              \
+                if (g_off + bytes > g_arena_bytes) g_off = 0;                                                   \
+                fn[c]<<<g_nsm, 512, smem, g_st>>>((const uint4 *)(g_arena + g_off), out, g_sink);               \
+                g_off += (bytes + 4095) & ~(size_t)4095;                                                        \
+                CK(cudaMemcpyAsync(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost, g_st));                 \
+                CK(cudaStreamSynchronize(g_st));                                                                \
+                if (rep < 2) continue;                                                                          \
+                for (int k = 0; k < 2; k++) {                                                                   \
+                    std::vector<double> b;                                                                      \
+                    for (int i = 0; i < g_nsm; i++) b.push_back(h[2 * i + k] / 1e3);                            \
+                    std::sort(b.begin(), b.end());                                                              \
+                    v[k].push_back(b[b.size() / 2]);                                                            \
+                }                                                                                               \
+            }                                                                                                   \
+            for (int k = 0; k < 2; k++) {                                                                       \
+                std::sort(v[k].begin(), v[k].end());                                                            \
+                med[c][k] = v[k][v[k].size() / 2];                                                              \
+            }                                                                                                   \
+        }                                                                                                       \
+        printf("| %d | %d | %.2f | %.2f | %.2f | %.2f |\n", L, 8 * L, med[0][0], med[0][1], med[1][0], med[1][1]); \
+    }
+        IS_ROW(2) IS_ROW(4) IS_ROW(8) IS_ROW(12) IS_ROW(16) IS_ROW(20) IS_ROW(24)
+#undef IS_ROW
+        cudaFree(out);
+        CK(cudaDeviceSynchronize());
+        return 0;
+    }
     if (only_il) { /* does the layout of the blocks' ranges change a one-shot's speed? */
         printf("\n| chain of 24 (PDL) | MB each | contiguous us/launch | interleaved us/launch |\n|---|---|---|---|\n");
         const int ks[3][2] = {{K_F4, K_F4I}, {K_F16, K_F16I}, {K_F20, K_F20I}};
