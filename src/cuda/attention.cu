@@ -2,7 +2,8 @@
  * RoPE, K/V append at pos, flash-decoding GQA attention over the bf16 cache (split over the sequence),
  * the merge of the splits and Qwen3.5's sigmoid output gate. Contract: ops.h (AttnDecodeParams).
  * At the end of the file, attn_short_oproj: the same attention AND o_proj in one kernel for short contexts,
- * without any merge (ops.h AttnShortParams; docs/PERF_NOTES.md §19).
+ * without any merge (ops.h AttnShortParams; docs/PERF_NOTES.md §19), and its EXPERIMENTAL variant attn_qs with
+ * the qkv GEMV inside too (ops.h AttnQsParams; correct, measured slower: §20).
  *
  * attn_decode_f32_cluster<HD, GB>: grid (n_split, Hkv * n_qg), 8 warps, clusters of CS blocks along
  * the sequence. Block (s, y) serves the GB query heads hq0 .. hq0+GB-1 of kv head h (G = GB n_qg;
@@ -528,9 +529,8 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
     float nwr[2], ifq = 0.0f;
     uint4 wq[QKV ? 4 : 1][4];
     if constexpr (QKV) {
-        /* the RoPE table's inverse frequencies too: its sincos waits for them, so computed before the wait (as
-         * cuda_attn_short does) it would hold the block until its whole weight stream has landed (the loads
-         * return in order) */
+        /* the RoPE table's inverse frequencies too, its sincos after the wait (before it, as cuda_attn_short
+         * does, it would wait for them behind the block's whole weight stream; measured no different, §20) */
         if (tid < a.R / 2) ifq = a.inv_freq[tid];
         NR = a.Hq * (a.gated ? 2 * HD : HD) + 2 * a.Hkv * HD, nblk = gridDim.x * gridDim.y;
         bi = blockIdx.y * gridDim.x + blockIdx.x;

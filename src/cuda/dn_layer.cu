@@ -199,9 +199,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     float nwr[2];
 #pragma unroll
     for (int e = 0; e < 2; e++) nwr[e] = tid + e * DL_THREADS < D ? p.ln1[tid + e * DL_THREADS] : 0.0f;
-#ifndef Q35_NO_GNPRE
     const float gnw = tid < DL_DK ? p.norm_w[tid] : 0.0f;
-#endif
     if (!GM) cluster_arrive_relaxed(); /* matched by the wait before the first remote store */
     /* the MLP tail's units [i0, i0 + nu) of F (block b of G in head-major order) and its mbarrier */
     __shared__ __align__(8) unsigned long long mlp_bar;
@@ -278,13 +276,9 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     if (ONEX == 2 && tid == 0) tag_e = (unsigned)(tag_ld(xtag + (size_t)s * DL_X1_SLOT) >> 32) + 1u;
 
     /* 2. The input row (bitwise the in_proj GEMV's), the zeroing, the 66 row sums. */
-#ifndef Q35_DN_BATCH
-#define Q35_DN_BATCH 0
-#endif
-    if (D <= 2 * DL_THREADS)
-        stage_norm_row_wr<2, Q35_DN_BATCH>(xs, red, D, p.embed ? p.embed + (size_t)p.step->token * D : NULL, p.x,
-                                           p.parts, p.n_parts, s == 0 && j == 0 ? p.x_out : NULL, nwr, p.norm_mode,
-                                           p.eps);
+    if (D <= 2 * DL_THREADS) /* (its x loads batched as the MLP's: +1.7 us, docs/PERF_NOTES.md §20) */
+        stage_norm_row_wr<2, false>(xs, red, D, p.embed ? p.embed + (size_t)p.step->token * D : NULL, p.x, p.parts,
+                                    p.n_parts, s == 0 && j == 0 ? p.x_out : NULL, nwr, p.norm_mode, p.eps);
     else
         stage_norm_row(xs, red, D, p.embed ? p.embed + (size_t)p.step->token * D : NULL, p.x, p.parts, p.n_parts,
                        s == 0 && j == 0 ? p.x_out : NULL, p.ln1, p.norm_mode, p.eps);
@@ -617,9 +611,6 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     }
     __syncthreads();
     if (tid < dv) {
-#ifdef Q35_NO_GNPRE
-        const float gnw = p.norm_w[tid];
-#endif
         const float z = za[tid], u = rbf(oa[tid] * rstd_s), wu = rbf(gnw * u);
         gs[tid] = rbf(wu * (z / (1.0f + expf(-z))));
     }
