@@ -1,11 +1,29 @@
 #!/bin/sh
-# Packs what the GPU machine needs into .devpack/pack.tgz (ignored by git; carry ".devpack"):
-# the binaries, the shared libraries they need (scripts/pack-devlib.sh) and the Qwen3 tokenizer data;
-# `devpack.sh trace` adds build-trace/qwen35 (gpu-check.sh trace; the carry limit is 64 MiB in all).
+# Packs what the GPU machine needs into .devpack/pack.txz (ignored by git; carry ".devpack"):
+# the binaries (host debug info stripped; the device code and its line info stay), the shared libraries
+# they need (scripts/pack-devlib.sh) and the Qwen3 tokenizer data; `devpack.sh trace` adds
+# build-trace/qwen35 (gpu-check.sh trace). The carry limit is 64 MiB in all, working tree included: xz
+# keeps the whole set near 35 MB where gzip needed ~60 (DEVPACK_GZ=1: .devpack/pack.tgz, faster to make).
 set -e
 cd "$(dirname "$0")/.."
 rm -rf .devlib && sh scripts/pack-devlib.sh >/dev/null
 mkdir -p .devpack
-tar czf .devpack/pack.tgz --exclude='*.d' build/qwen35 build/tests/gpu $(ls -d build/bench 2>/dev/null) .devlib \
-    $(ls -d .cache/qwen3-tokenizer 2>/dev/null) $([ "${1:-}" = trace ] && ls build-trace/qwen35 2>/dev/null)
-ls -la .devpack/pack.tgz
+rm -f .devpack/pack.txz .devpack/pack.tgz
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+for f in build/qwen35 build/tests/gpu/test_* $(ls build/bench/* 2>/dev/null) \
+         $([ "${1:-}" = trace ] && ls build-trace/qwen35 2>/dev/null); do
+    case $f in *.d | *.o) continue ;; esac
+    [ -f "$f" ] || continue
+    mkdir -p "$T/$(dirname "$f")"
+    strip -o "$T/$f" "$f" 2>/dev/null || cp "$f" "$T/$f"
+done
+cp -r .devlib "$T/"
+[ -d .cache/qwen3-tokenizer ] && mkdir -p "$T/.cache" && cp -r .cache/qwen3-tokenizer "$T/.cache/"
+if [ "${DEVPACK_GZ:-0}" = 1 ]; then
+    (cd "$T" && tar czf - .) > .devpack/pack.tgz
+    ls -la .devpack/pack.tgz
+else
+    (cd "$T" && tar cf - . | xz -T2 -6) > .devpack/pack.txz
+    ls -la .devpack/pack.txz
+fi

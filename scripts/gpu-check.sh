@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU check, run ON the GPU machine from the repository root, with build/ (made here by
 # `make`) and .devlib/ (scripts/pack-devlib.sh) carried along, or both packed into
-# .devpack/pack.tgz by scripts/devpack.sh (unpacked here first). Runs the GPU tests, the
+# .devpack/pack.txz (or .tgz) by scripts/devpack.sh (unpacked here first). Runs the GPU tests, the
 # CUDA-vs-HF golden checks, the full-size comparison against HF bf16, compute-sanitizer, and
 # the benchmark, writing logs to $OUT (or ./gpu-out) and printing a short table last.
 #   usage: scripts/gpu-check.sh [tests] [full] [lengths] [sanitizer] [bench] [hf] [lab] [tok] [t:NAME ...]
@@ -17,7 +17,8 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.devlib:${LD_LIBRARY_PATH:-}"
 export PYTHONUNBUFFERED=1
 steps="${*:-tests full lengths sanitizer bench hf}"
-[ -f .devpack/pack.tgz ] && tar xzf .devpack/pack.tgz
+if [ -f .devpack/pack.txz ]; then tar xJf .devpack/pack.txz || { echo "gpu-check: cannot unpack .devpack/pack.txz (xz?)"; exit 1; }
+elif [ -f .devpack/pack.tgz ]; then tar xzf .devpack/pack.tgz; fi
 has() { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
 summary=()
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
