@@ -359,8 +359,9 @@ __device__ __forceinline__ void stage_norm_row_wr(float *xs, float *red, int n, 
 /* The same for n <= B blockDim, with every load of a thread issued before its first store (in the
  * loop above a store to xs or x_out may alias the next loads, so each element costs one L2 round trip:
  * ~5 us at 8 elements per thread). Same values and summation order. Used by the staged fused MLP at
- * 128/256 threads; measured in the GEMV's and the default MLP's prologue (2 elements per thread) it made
- * the step slower (docs/PERF_NOTES.md §15), so they keep the loop. */
+ * 128/256 threads. (With the weights loaded after the sum, as here, it made the step slower in the GEMV's and
+ * the default MLP's prologue, docs/PERF_NOTES.md §15; with them in registers before the wait the default MLP
+ * batches its loads, stage_norm_row_wr<2, true>: -3 us at ctx 2048, §20.) */
 template <int B>
 __device__ __forceinline__ void stage_norm_row_batched(float *xs, float *red, int n, const uint16_t *embed,
                                                        const float *res, const float *parts, int n_parts,
