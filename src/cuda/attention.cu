@@ -478,24 +478,6 @@ static __device__ __forceinline__ void as_cp_async16(void *smem, const void *gme
 
 /* attn_qs (QKV): the qkv rows through 64-bit words tagged with the round's epoch (common.cuh tag_st / tag_ld, as
  * dn_layer.cu's exchange) */
-/* va <- the value of word ra, vb <- of word rb (either < 0: none) once they carry epoch e (2 s: trap) */
-static __device__ __forceinline__ void as_read_tags2(const unsigned long long *t, int ra, int rb, unsigned e, float &va,
-                                                     float &vb) {
-    unsigned long long a = 0, b = 0, t0 = 0, tn;
-    bool na = ra >= 0, nb = rb >= 0;
-    for (int it = 0; na || nb; it++) {
-        if (na) a = tag_ld(t + ra);
-        if (nb) b = tag_ld(t + rb);
-        if (na && (unsigned)(a >> 32) == e) na = false;
-        if (nb && (unsigned)(b >> 32) == e) nb = false;
-        if ((it & 255) == 255) {
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tn));
-            if (!t0) t0 = tn;
-            if (tn - t0 > 2000000000ull) __trap();
-        }
-    }
-    va = __uint_as_float((unsigned)a), vb = __uint_as_float((unsigned)b);
-}
 
 /* Dynamic shared memory: K rows [max_len][HD] bf16, then this block's V columns [max_len][16] bf16; QKV: then the
  * input row xs [D] fp32. */
@@ -597,19 +579,7 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
         __syncthreads();
         const unsigned e = tag_e;
         if (has_rows) {
-            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int k = u * 256 + lane * 8;
-                if (k < p.D) {
-                    const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
-                    const float4 a4 = xp[0], b4 = xp[1];
-                    const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
-#pragma unroll
-                    for (int r = 0; r < 4; r++) acc[r] = dot8(wq[u][r], xv, acc[r]);
-                }
-            }
-            const float sum = warp_sum_rows4(acc, lane); /* lanes 8r .. 8r+7: row r */
+            const float sum = gemv_rows4(wq, xs, p.D, lane); /* lanes 8r .. 8r+7: row r */
             const int r = rw0 + (lane >> 3);
             if ((lane & 7) == 0 && r < NR) {
                 const float v = rbf(sum);
@@ -628,12 +598,11 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
         constexpr int NI = 2 * HD + 2 * AS_SL; /* <= 2 AS_NT items */
         float *da = NULL, *db = NULL, va = 0.0f, vb = 0.0f;
         const int ra = tid < NI ? need(tid, da) : -1, rb = tid + AS_NT < NI ? need(tid + AS_NT, db) : -1;
-        as_read_tags2(qp->tag, ra, rb, e, va, vb);
+        tag_read2(qp->tag, ra, rb, e, va, vb);
         if (da) *da = va; /* ra < 0 with da set: a gate of an ungated layer, 0 */
         if (db) *db = vb;
-        __syncthreads();
     }
-    __syncthreads(); /* cs, sn */
+    __syncthreads(); /* cs, sn; QKV: the rows read back */
 
     /* q of head h (warp 0), the new k of kv head kvh (warp 1), this block's gate and new-v columns (warp 2) */
     const int q_stride = a.gated ? 2 * HD : HD, q_rows = a.Hq * q_stride;
@@ -750,15 +719,19 @@ extern "C" int cuda_attn_short_cap(int hd, int D) {
     return AS_CAP;
 }
 
-extern "C" int cuda_attn_short(const AttnShortParams *p, const CudaLaunch *l) {
-    if (!p || !l) return (int)cudaErrorInvalidValue;
+/* what cuda_attn_short and cuda_attn_qs both require (zero1: attn_qs's second zero range, else NULL) */
+static int as_params_ok(const AttnShortParams *p, const float *zero1) {
     const AttnDecodeParams *a = &p->a;
-    if (!a->qkv || !a->q_norm_w || !a->k_norm_w || !a->inv_freq || !a->k_cache || !a->v_cache || !a->step ||
-        !p->w_o || !p->y || (p->n_zero > 0 && !p->zero) || p->n_zero < 0 || a->Hkv < 1 || a->Hq < a->Hkv ||
-        a->Hq % a->Hkv || a->Hq > 65535 || a->max_seq < 1 || a->R < 2 || a->R % 2 || a->R > a->hd ||
-        (a->norm_mode != NORM_ZC && a->norm_mode != NORM_PLAIN) || cuda_attn_short_cap(a->hd, p->D) == 0 ||
-        p->max_len < 1 || p->max_len > cuda_attn_short_cap(a->hd, p->D))
-        return (int)cudaErrorInvalidValue;
+    return a->q_norm_w && a->k_norm_w && a->inv_freq && a->k_cache && a->v_cache && a->step && p->w_o && p->y &&
+           !(p->n_zero > 0 && !p->zero && !zero1) && p->n_zero >= 0 && a->Hkv >= 1 && a->Hq >= a->Hkv &&
+           a->Hq % a->Hkv == 0 && a->Hq <= 65535 && a->max_seq >= 1 && a->R >= 2 && a->R % 2 == 0 && a->R <= a->hd &&
+           (a->norm_mode == NORM_ZC || a->norm_mode == NORM_PLAIN) && cuda_attn_short_cap(a->hd, p->D) > 0 &&
+           p->max_len >= 1 && p->max_len <= cuda_attn_short_cap(a->hd, p->D);
+}
+
+extern "C" int cuda_attn_short(const AttnShortParams *p, const CudaLaunch *l) {
+    if (!p || !l || !p->a.qkv || !as_params_ok(p, NULL)) return (int)cudaErrorInvalidValue;
+    const AttnDecodeParams *a = &p->a;
     const size_t smem = (size_t)p->max_len * ((size_t)a->hd + AS_SL) * 2;
     const dim3 grid((unsigned)(a->hd / AS_SL), (unsigned)a->Hq);
     void (*kern)(AttnShortParams) = a->hd == 64 ? attn_short_oproj<64> : a->hd == 128 ? attn_short_oproj<128>
@@ -778,9 +751,7 @@ static int qs_shape_ok(int Hq, int Hkv, int hd, int gated, int D) {
     return ((nr + nb - 1) / nb + 3) / 4 * 4 <= 4 * AS_NW;
 }
 static size_t qs_smem(int hd, int D, int max_len) { return (size_t)max_len * ((size_t)hd + AS_SL) * 2 + (size_t)D * 4; }
-static void (*qs_kernel(int hd))(AttnQsParams) {
-    return hd == 64 ? attn_qs<64> : hd == 128 ? attn_qs<128> : attn_qs<256>;
-}
+static void (*qs_kernel(int hd))(AttnQsParams) { return hd == 64 ? attn_qs<64> : hd == 128 ? attn_qs<128> : attn_qs<256>; }
 
 /* every block resident at once (the read-back spins), remembered for the last (device, shape) */
 extern "C" int cuda_attn_qs_supported(int Hq, int Hkv, int hd, int gated, int D, int max_len) {
@@ -806,16 +777,11 @@ extern "C" int cuda_attn_qs_supported(int Hq, int Hkv, int hd, int gated, int D,
 }
 
 extern "C" int cuda_attn_qs(const AttnQsParams *q, const CudaLaunch *l) {
-    if (!q || !l) return (int)cudaErrorInvalidValue;
+    if (!q || !l || !as_params_ok(&q->s, q->zero1) || !q->w_in || !q->ln1 || !q->tag || (!q->embed && !q->x) ||
+        !qs_shape_ok(q->s.a.Hq, q->s.a.Hkv, q->s.a.hd, q->s.a.gated, q->s.D) || (uintptr_t)q->w_in % 16)
+        return (int)cudaErrorInvalidValue;
     const AttnShortParams *p = &q->s;
     const AttnDecodeParams *a = &p->a;
-    if (!a->q_norm_w || !a->k_norm_w || !a->inv_freq || !a->k_cache || !a->v_cache || !a->step || !p->w_o || !p->y ||
-        (p->n_zero > 0 && !p->zero && !q->zero1) || p->n_zero < 0 || !q->w_in || !q->ln1 || !q->tag ||
-        (!q->embed && !q->x) || a->max_seq < 1 || a->R < 2 || a->R % 2 || a->R > a->hd ||
-        (a->norm_mode != NORM_ZC && a->norm_mode != NORM_PLAIN) || p->D != p->D / 8 * 8 ||
-        !qs_shape_ok(a->Hq, a->Hkv, a->hd, a->gated, p->D) || p->max_len < 1 ||
-        p->max_len > cuda_attn_short_cap(a->hd, p->D) || (uintptr_t)q->w_in % 16)
-        return (int)cudaErrorInvalidValue;
     if (!cuda_attn_qs_supported(a->Hq, a->Hkv, a->hd, a->gated, p->D, p->max_len))
         return (int)cudaErrorInvalidConfiguration;
     const dim3 grid((unsigned)(a->hd / AS_SL), (unsigned)a->Hq);

@@ -181,19 +181,7 @@ __global__ void __launch_bounds__(AL_THREADS, 1) attn_layer_bf16(const __grid_co
     __syncthreads();
     Q35_TRACE_PROBE(1);
     if (has_rows) {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int k = u * 256 + lane * 8;
-            if (k < D) {
-                const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
-                const float4 a4 = xp[0], b4 = xp[1];
-                const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
-#pragma unroll
-                for (int r = 0; r < 4; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
-            }
-        }
-        const float sum = warp_sum_rows4(acc, lane); /* lanes 8r .. 8r+7: row r */
+        const float sum = gemv_rows4(w, xs, D, lane); /* lanes 8r .. 8r+7: row r */
         const int r = lr0 + (lane >> 3);
         if ((lane & 7) == 0 && r < sh.NR) {
             const float v = rbf(sum);

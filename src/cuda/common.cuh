@@ -387,6 +387,24 @@ __device__ __forceinline__ void stage_norm_row_batched(float *xs, float *red, in
     for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = norm_apply(xs[i], r, w[i], mode);
 }
 
+/* A warp's 4 row sums of the 512-thread GEMV's layout (w[u][r]: row r, columns u 256 + 8 lane .. +7, D <= 1024)
+ * with the input row xs in shared memory: lanes 8r .. 8r+7 return row r's sum (warp_sum_rows4). */
+__device__ __forceinline__ float gemv_rows4(const uint4 (&w)[4][4], const float *xs, int D, int lane) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int k = u * 256 + lane * 8;
+        if (k < D) {
+            const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
+            const float4 a4 = xp[0], b4 = xp[1];
+            const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+            for (int r = 0; r < 4; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+        }
+    }
+    return warp_sum_rows4(acc, lane);
+}
+
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* Tagged words (the exchanges of dn_layer.cu and attention.cu attn_qs): a value stored with its round's epoch as
@@ -400,6 +418,48 @@ static __device__ __forceinline__ unsigned long long tag_ld(const unsigned long 
 static __device__ __forceinline__ void tag_st(unsigned long long *a, unsigned e, float v) {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"((unsigned long long)e << 32 | __float_as_uint(v))
                  : "memory");
+}
+
+/* out[b] <- the value of word a[b stride], b < N, once all N carry epoch e (2 s without: trap, do not hang). */
+template <int N>
+static __device__ __forceinline__ void tag_read(const unsigned long long *a, size_t stride, unsigned e, float *out) {
+    unsigned long long v[N];
+    unsigned need = (1u << N) - 1;
+    unsigned long long t0 = 0, t;
+    for (int it = 0;; it++) {
+#pragma unroll
+        for (int b = 0; b < N; b++)
+            if (need >> b & 1) v[b] = tag_ld(a + b * stride);
+#pragma unroll
+        for (int b = 0; b < N; b++)
+            if ((unsigned)(v[b] >> 32) == e) need &= ~(1u << b);
+        if (!need) break;
+        if ((it & 255) == 0) {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            if (!t0) t0 = t;
+            if (t - t0 > 2000000000ull) __trap();
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < N; b++) out[b] = __uint_as_float((unsigned)v[b]);
+}
+/* va <- the value of word ra, vb <- of word rb (either < 0: none) once they carry epoch e (2 s: trap) */
+static __device__ __forceinline__ void tag_read2(const unsigned long long *t, int ra, int rb, unsigned e, float &va,
+                                                 float &vb) {
+    unsigned long long a = 0, b = 0, t0 = 0, tn;
+    bool na = ra >= 0, nb = rb >= 0;
+    for (int it = 0; na || nb; it++) {
+        if (na) a = tag_ld(t + ra);
+        if (nb) b = tag_ld(t + rb);
+        if (na && (unsigned)(a >> 32) == e) na = false;
+        if (nb && (unsigned)(b >> 32) == e) nb = false;
+        if ((it & 255) == 255) {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tn));
+            if (!t0) t0 = tn;
+            if (tn - t0 > 2000000000ull) __trap();
+        }
+    }
+    va = __uint_as_float((unsigned)a), vb = __uint_as_float((unsigned)b);
 }
 
 /* y[0..3] += v (y 16-byte aligned): one vector reduction on sm_90, four scalar atomics elsewhere. */

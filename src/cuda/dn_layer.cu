@@ -107,29 +107,6 @@ enum { DL_X1_SLOT = 320 };
  * stores instead of four (the stores' acknowledgement the release waits for, the counter add, the acquire
  * poll, the read-back). The epoch: every block of a head wrote the same tag in the previous round (the slots
  * start zeroed, or all alike), so block (j, s) reads its own slot's word 0 after the PDL wait and adds 1. */
-/* out[b] <- the value of word a[b stride], b < N, once all N carry epoch e (2 s without: trap, do not hang). */
-template <int N>
-static __device__ __forceinline__ void dl_read_tags(const unsigned long long *a, size_t stride, unsigned e, float *out) {
-    unsigned long long v[N];
-    unsigned need = (1u << N) - 1;
-    unsigned long long t0 = 0, t;
-    for (int it = 0;; it++) {
-#pragma unroll
-        for (int b = 0; b < N; b++)
-            if (need >> b & 1) v[b] = tag_ld(a + b * stride);
-#pragma unroll
-        for (int b = 0; b < N; b++)
-            if ((unsigned)(v[b] >> 32) == e) need &= ~(1u << b);
-        if (!need) break;
-        if ((it & 255) == 0) {
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-            if (!t0) t0 = t;
-            if (t - t0 > 2000000000ull) __trap();
-        }
-    }
-#pragma unroll
-    for (int b = 0; b < N; b++) out[b] = __uint_as_float((unsigned)v[b]);
-}
 
 static __host__ __device__ inline size_t dl_smem_bytes(int D, int K) {
     return (size_t)D * 4 + (size_t)(D / DL_SPLIT) * DL_DK * 2 + (size_t)DL_DK * DL_COLS * 4 + (size_t)D * 4 +
@@ -398,12 +375,12 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         const unsigned long long *xh = xtag;
         if (tid < 2 * DL_DK) { /* qa <- S^T k, ka <- S^T q (unnormalised), summed in block order */
             float v[DL_SPLIT], a = 0.0f;
-            dl_read_tags<DL_SPLIT>(xh + tid, DL_X1_SLOT, e, v);
+            tag_read<DL_SPLIT>(xh + tid, DL_X1_SLOT, e, v);
 #pragma unroll
             for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
             (tid < DL_DK ? qa : ka)[tid & (DL_DK - 1)] = a;
             if (tid < 3) {
-                dl_read_tags<DL_SPLIT>(xh + 288 + tid, DL_X1_SLOT, e, v);
+                tag_read<DL_SPLIT>(xh + 288 + tid, DL_X1_SLOT, e, v);
                 a = 0.0f;
 #pragma unroll
                 for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
@@ -412,7 +389,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         } else { /* oa <- v, za <- z of the head */
             const int i = tid - 2 * DL_DK, c = i & (DL_DK - 1);
             float x;
-            dl_read_tags<1>(xh + (size_t)(c / DL_COLS) * DL_X1_SLOT + 2 * DL_DK + (i < DL_DK ? 0 : DL_COLS) + c % DL_COLS,
+            tag_read<1>(xh + (size_t)(c / DL_COLS) * DL_X1_SLOT + 2 * DL_DK + (i < DL_DK ? 0 : DL_COLS) + c % DL_COLS,
                             0, e, &x);
             (i < DL_DK ? oa : za)[c] = x;
         }

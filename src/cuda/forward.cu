@@ -445,23 +445,14 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         float *pa = ctx->pa + (par ? (size_t)(l & 1) * D : 0), *pb = ctx->pb + (par ? (size_t)(l & 1) * D : 0);
         float *pb_prev = ctx->pb + (par ? (size_t)((l + 1) & 1) * D : 0);
         MatvecParams mv;
-        if (par && full && ctx->attn_fused) { /* qkv, attention and o_proj in one kernel, then the fused MLP */
+        if (par && full && (ctx->attn_fused || (shrt && ctx->attn_qs))) {
+            /* qkv, attention and o_proj in one kernel (attn_layer, or at short contexts attn_qs), then the fused MLP */
             const float *xin = ctx->x[xi];
             if (l == 0) xi = 0;
             const int xo = l == 0 ? 0 : xi ^ 1;
-            rc = attn_layer(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb, err);
-            if (rc) break;
-            if (l > 0) xi ^= 1;
-            if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
-            xi ^= 1;
-            pb_parts = 1;
-            continue;
-        }
-        if (par && full && shrt && ctx->attn_qs) { /* qkv, attention and o_proj in one kernel, then the fused MLP */
-            const float *xin = ctx->x[xi];
-            if (l == 0) xi = 0;
-            const int xo = l == 0 ? 0 : xi ^ 1;
-            rc = attn_qs(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb, err);
+            float *zero0 = ctx->pa + (size_t)((l + 1) & 1) * D;
+            rc = ctx->attn_fused ? attn_layer(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, zero0, pb, err)
+                                 : attn_qs(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, zero0, pb, err);
             if (rc) break;
             if (l > 0) xi ^= 1;
             if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;

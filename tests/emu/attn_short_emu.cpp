@@ -35,7 +35,7 @@ static inline void tag_st(unsigned long long *a, unsigned e, float v) {
     memcpy(&u, &v, 4);
     *a = (unsigned long long)e << 32 | u;
 }
-static inline void as_read_tags2(const unsigned long long *, int, int, unsigned, float &, float &) {
+static inline void tag_read2(const unsigned long long *, int, int, unsigned, float &, float &) {
     fprintf(stderr, "attn_short_emu: attn_qs cannot run under the emulation\n");
     exit(2);
 }

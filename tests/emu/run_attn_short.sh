@@ -21,7 +21,6 @@ sed -n '/^\/\* E bf16 values at p/,/^\/\* Ticket of a last-arriver/p' "$S" |
         -e '/^__device__ __forceinline__ void prefetch_l2/d' > "$B/as_helpers.inc"
 sed -n '/^\/\* ---- short contexts: attention + o_proj/,/^Q35_TRACE_FETCH_FN(cuda_trace_fetch_attention)/p' "$S" |
     sed -e '/^static __device__ __forceinline__ void as_cp_async16/,/^}/d' \
-        -e '/^static __device__ __forceinline__ void as_read_tags2/,/^}/d' \
         -e '/asm volatile("cp.async.commit_group;"/d' -e '/asm volatile("cp.async.wait_group 0;"/d' \
         -e 's/extern __shared__ __align__(16) unsigned char smem\[\];/unsigned char *smem = emu_smem();/' \
         -e 's/^    __shared__ /    static /' -e '/^Q35_TRACE_FETCH_FN/d' \
