@@ -47,6 +47,9 @@ if has tests; then
     QWEN35_ATTN_SHORT=0 sh tests/run.sh build/tests/gpu/test_decode build/tests/gpu/test_golden_cuda 2>&1 |
         tee "$OUT/gpu-tests-as0.log"
     summary+=("test_decode + golden_cuda, QWEN35_ATTN_SHORT=0: $(tail -n 1 "$OUT/gpu-tests-as0.log")")
+    echo "== test_decode with QWEN35_L2_STATE=0 (the DeltaNet state without its L2 persisting window)"
+    QWEN35_L2_STATE=0 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-l2s0.log"
+    summary+=("test_decode, QWEN35_L2_STATE=0: $(tail -n 1 "$OUT/gpu-tests-l2s0.log")")
     echo "== test_decode with QWEN35_ATTN_QS=1 (the EXPERIMENTAL qkv GEMV + attention + o_proj kernel at short contexts)"
     QWEN35_ATTN_QS=1 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-qs.log"
     summary+=("test_decode, QWEN35_ATTN_QS=1: $(tail -n 1 "$OUT/gpu-tests-qs.log")")

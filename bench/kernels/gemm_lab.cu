@@ -186,7 +186,7 @@ struct Opts {
     int reps, cold, sms;
 };
 
-static const CudaLaunch L0 = {0, 0};
+static const CudaLaunch L0 = {0, 0, NULL, 0};
 
 /* Device buffers and reference of one shape. */
 struct Bufs {

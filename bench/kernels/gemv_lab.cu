@@ -642,7 +642,7 @@ static dim3 grid_for(const Variant *v, const Shape *s, const Mode *m, int *occ_o
 static int launch(const Variant *v, const Shape *s, const Mode *m, const LP &p, int pdl) {
     int occ;
     dim3 gr = grid_for(v, s, m, &occ);
-    CudaLaunch l = {g_st, pdl};
+    CudaLaunch l = {g_st, pdl, NULL, 0};
     return launch_kernel(v->k[s->out], gr, dim3(v->NT), smem_for(v, s, (int)gr.y), &l, p);
 }
 
@@ -810,7 +810,7 @@ static void stage0(void) {
     for (int pdl = 1; pdl >= 0; pdl--) {
         for (int blocks = 1; blocks <= 264; blocks += 263) {
             float ms = time_graph([&]() {
-                CudaLaunch l = {g_st, pdl};
+                CudaLaunch l = {g_st, pdl, NULL, 0};
                 for (int i = 0; i < 127; i++) {
                     int *nul = NULL;
                     int rc = launch_kernel(lab_empty, dim3(blocks), dim3(256), 0, &l, nul);
@@ -976,7 +976,7 @@ static float run_step(const StepCfg *c) {
     };
     auto mixer = [&](int blocks, float *S, const float *in, int n_in, float *out, int n_out) {
         MixP mp = {in, S, out, n_in, n_out};
-        CudaLaunch l = {g_st, 1};
+        CudaLaunch l = {g_st, 1, NULL, 0};
         return launch_kernel(lab_mixer, dim3(blocks), dim3(128), 0, &l, mp);
     };
     return time_graph([&]() {

@@ -334,6 +334,10 @@ static void be_close(void *p) {
     CudaCtx *ctx = (CudaCtx *)p;
     if (!ctx) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    if (ctx->l2_persist) {
+        cudaCtxResetPersistingL2Cache();
+        cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+    }
     cuda_prefill_close(ctx); /* prefill */
     for (int i = 0; i < 4; i++)
         if (ctx->graph[i]) cudaGraphExecDestroy(ctx->graph[i]);
@@ -375,6 +379,27 @@ static int open_device(CudaCtx *ctx, Err *err) {
                        prop.name, prop.major, prop.minor);
     ctx->n_sm = prop.multiProcessorCount;
     return 0;
+}
+
+/* Each DeltaNet layer's state S (read and written by every step: 1 MiB per layer for the 0.8B) stays in L2 across
+ * steps: dn_layer's launches carry an access policy window over their layer's S, and open sets aside the L2 for
+ * as many layers as the device allows (H200: 37.5 MiB; docs/PERF_NOTES.md §21: -3 us per token at ctx 128;
+ * QWEN35_L2_STATE=0 at open: off). Only a cache hint: results are the same. (The LM head's last rows kept the same
+ * way measured slower: +5 us for 24 MiB.) */
+static void l2_persist_setup(CudaCtx *ctx) {
+    const Config *c = ctx->c;
+    const char *st = getenv("QWEN35_L2_STATE");
+    if ((st && *st && atoi(st) == 0) || !c->n_linear_layers || !ctx->dn_fused) return;
+    int max_persist = 0;
+    if (cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, 0) != cudaSuccess) max_persist = 0;
+    const size_t per = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
+    size_t n = per ? (size_t)max_persist / per : 0;
+    if (n > (size_t)c->n_linear_layers) n = (size_t)c->n_linear_layers;
+    if (!n || cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, n * per) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no set-aside on this device: run without */
+        return;
+    }
+    ctx->l2_persist = n * per, ctx->l2_state = per, ctx->l2_state_layers = (int)n;
 }
 
 static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err) {
@@ -508,6 +533,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
             goto fail;
         }
         if ((rc = upload_weights(ctx, err))) goto fail;
+        l2_persist_setup(ctx);
         if ((rc = mega_setup(ctx, err))) goto fail;
         ctx->mega = ctx->mega_ok && o && o->persistent; /* opt-in: slower than the per-phase graph so far */
         if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess ||

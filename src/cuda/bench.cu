@@ -220,7 +220,7 @@ static int bandwidth(CudaCtx *ctx, BenchResult *res, Err *err) {
     cudaEventCreate(&b);
     cudaMemsetAsync(src, 1, bytes, ctx->stream);
     double tc[BENCH_BATCHES], tr[BENCH_BATCHES];
-    CudaLaunch lc = {ctx->stream, 0};
+    CudaLaunch lc = {ctx->stream, 0, NULL, 0};
     ReadBwParams rp = {src, (int64_t)(bytes / 16), (unsigned *)dst, 4 * ctx->n_sm};
     int rc = 0;
     for (int i = 0; i < BENCH_BATCHES + 1 && !rc; i++) { /* the first round warms up */
@@ -263,7 +263,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     res->n_sm = ctx->n_sm;
 
     /* random KV contents for every full-attention layer; the DeltaNet state stays as it is */
-    CudaLaunch lc = {ctx->stream, 0};
+    CudaLaunch lc = {ctx->stream, 0, NULL, 0};
     const int64_t kv = (int64_t)c->num_key_value_heads * ctx->max_seq * c->head_dim;
     int rc = 0;
     for (int l = 0; l < c->num_hidden_layers && !rc; l++) {

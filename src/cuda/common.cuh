@@ -49,7 +49,7 @@ static inline int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = l->stream;
-    cudaLaunchAttribute attr[2];
+    cudaLaunchAttribute attr[3];
     unsigned n = 0;
     if (cluster_x > 0) {
         attr[n].id = cudaLaunchAttributeClusterDimension;
@@ -59,6 +59,15 @@ static inline int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_
     if (l->pdl) {
         attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    if (l->l2_bytes > 0) { /* an L2 persisting window (hit ratio 1: the window fits the set-aside) */
+        attr[n].id = cudaLaunchAttributeAccessPolicyWindow;
+        attr[n].val.accessPolicyWindow.base_ptr = const_cast<void *>(l->l2_base);
+        attr[n].val.accessPolicyWindow.num_bytes = l->l2_bytes;
+        attr[n].val.accessPolicyWindow.hitRatio = 1.0f;
+        attr[n].val.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+        attr[n].val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
         n++;
     }
     cfg.attrs = attr;

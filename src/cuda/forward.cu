@@ -338,7 +338,11 @@ static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, c
     snprintf(name, sizeof name, "L%02d.dnlayer", l);
     if (ablated(name)) return 0;
     op_begin(ctx);
-    return op_end(ctx, cuda_dn_layer(&p, lc), name, bytes, err);
+    CudaLaunch lw = *lc;
+    int dn_index = 0; /* this layer's place among the DeltaNet layers: the first l2_state_layers keep S in L2 */
+    for (int i = 0; i < l; i++) dn_index += ctx->layers[i].type != LAYER_FULL_ATTN;
+    if (ctx->l2_state && dn_index < ctx->l2_state_layers) lw.l2_base = ly->S, lw.l2_bytes = ctx->l2_state;
+    return op_end(ctx, cuda_dn_layer(&p, &lw), name, bytes, err);
 }
 
 /* A full-attention layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu; ctx->attn_fused,
@@ -417,7 +421,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     const int par = (ctx->dn_fused || ctx->attn_fused) && fused && !probing && !ctx->mega;
     const int shrt = cuda_step_short(ctx);
     int L_done = 0;
-    CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2};
+    CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2, NULL, 0};
     ctx->n_ops = 0;
     cudaError_t e = cudaMemcpyAsync(ctx->step_dev, ctx->step_host, sizeof(StepParams), cudaMemcpyHostToDevice,
                                     ctx->stream);

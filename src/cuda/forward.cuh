@@ -90,6 +90,11 @@ typedef struct CudaCtx {
                                * fused DeltaNet mixer (dn_fused), at short contexts the qkv GEMV joins attention +
                                * o_proj in one kernel (cuda_attn_qs) */
     unsigned long long *qs_tag; /* its tagged qkv rows (zeroed with the state) */
+    size_t l2_state;          /* bytes of one DeltaNet layer's S kept in L2 across steps (its dn_layer launches carry a
+                               * persisting access policy window), for the first l2_state_layers DeltaNet layers;
+                               * 0: off (QWEN35_L2_STATE=0 at open, or no set-aside on the device) */
+    int l2_state_layers;
+    size_t l2_persist;        /* the persisting set-aside made at open (cudaLimitPersistingL2CacheSize) */
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
                                * 1 = 128, 256, 512; EXPERIMENTAL) */
     Probe probe;

@@ -273,7 +273,7 @@ static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, i
     CudaPrefill *pf = ctx->pf;
     const Config *c = ctx->c;
     const int V = c->vocab_size, D = c->hidden_size;
-    const CudaLaunch lc = {ctx->stream, ctx->pdl}; /* every prefill kernel starts with pdl_begin() */
+    const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0}; /* every prefill kernel starts with pdl_begin() */
     int rc = 0;
     for (int p0 = 0; p0 < n && !rc; p0 += pf->tmax) {
         const int T = n - p0 < pf->tmax ? n - p0 : pf->tmax, P = pos + p0;
@@ -359,7 +359,7 @@ static int gemm_rate(CudaCtx *ctx, BenchResult *res, Err *err) {
         cudaFree(x), cudaFree(w), cudaFree(y);
         return 0; /* no room: leave 0 */
     }
-    const CudaLaunch lc = {ctx->stream, 0};
+    const CudaLaunch lc = {ctx->stream, 0, NULL, 0};
     FillParams fx = {x, (int64_t)M * K, 11, 1.0f}, fw = {w, (int64_t)N * K, 12, 1.0f};
     int rc = cuda_fill_bf16(&fx, &lc);
     if (!rc) rc = cuda_fill_bf16(&fw, &lc);

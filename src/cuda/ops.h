@@ -24,6 +24,8 @@ extern "C" {
 typedef struct CudaLaunch {
     cudaStream_t stream;
     int pdl;
+    const void *l2_base; /* with l2_bytes > 0: this launch's accesses to [l2_base, +l2_bytes) persist in L2 */
+    size_t l2_bytes;     /* (the set-aside is made at open: ctx->l2_persist) */
 } CudaLaunch;
 
 /* Per-token values, in device memory. */

@@ -134,7 +134,7 @@ static void run_case(const Case &c) {
         p.a.v_cache = V, p.a.q_out = q_out, p.a.step = &sp, p.a.Hq = c.Hq, p.a.Hkv = c.Hkv, p.a.hd = hd;
         p.a.R = c.R, p.a.max_seq = c.max_seq, p.a.gated = c.gated, p.a.norm_mode = c.mode, p.a.eps = eps;
         p.w_o = Wo, p.y = y, p.zero = zero, p.n_zero = n_zero, p.D = c.D, p.max_len = c.max_len;
-        CudaLaunch l = {NULL, 1};
+        CudaLaunch l = {NULL, 1, NULL, 0};
         const int rc = cuda_attn_short(&p, &l);
         EXPECT(rc == 0, "%s pos %d: launch -> %d", c.name, pos, rc);
         if (rc) continue;
@@ -229,7 +229,7 @@ int main(int argc, char **argv) {
         p.a.qkv = f, p.a.q_norm_w = f, p.a.k_norm_w = f, p.a.inv_freq = f, p.a.k_cache = h, p.a.v_cache = h;
         p.a.step = &sp, p.a.Hq = 2, p.a.Hkv = 1, p.a.hd = 64, p.a.R = 32, p.a.max_seq = 8, p.a.norm_mode = NORM_ZC;
         p.w_o = h, p.y = f, p.D = 64, p.max_len = 8;
-        CudaLaunch l = {NULL, 1};
+        CudaLaunch l = {NULL, 1, NULL, 0};
         const long n0 = emu_ctas;
         const struct {
             const char *what;

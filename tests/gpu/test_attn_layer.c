@@ -61,7 +61,7 @@ static void run_case(const Case *c, int n_sm) {
     float *d_xbuf = dev_poison(nx * 4);
     unsigned *d_xcnt = dev_copy(NULL, ncnt * 4);
     if (d_xcnt) cudaMemset(d_xcnt, 0, ncnt * 4);
-    CudaLaunch l = {0, 0};
+    CudaLaunch l = {0, 0, NULL, 0};
     if (!d_win || !d_wout || !d_emb || !d_K[0] || !d_K[1] || !d_V[0] || !d_V[1] || !d_ln1 || !d_qw || !d_kw ||
         !d_inv || !d_x || !d_part || !d_proj[0] || !d_proj[1] || !d_out[0] || !d_out[1] || !d_y[0] || !d_y[1] ||
         !d_xo[0] || !d_xo[1] || !d_zero || !d_work || !d_step || !d_xbuf || !d_xcnt) {
@@ -188,7 +188,7 @@ static void test_refusals(void) {
     CHECK(!cuda_attn_layer_supported(1024, 16, 2, 256, 64, 1), "8 heads per group accepted");
     AttnLayerParams p;
     memset(&p, 0, sizeof p);
-    CudaLaunch l = {0, 0};
+    CudaLaunch l = {0, 0, NULL, 0};
     CHECK(cuda_attn_layer(&p, &l) == (int)cudaErrorInvalidValue, "empty params accepted");
 }
 

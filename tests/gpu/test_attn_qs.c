@@ -86,7 +86,7 @@ static void run_case(const Case *c, int n_sm) {
         CHECK(0, "%s: device allocation", c->name);
         goto done;
     }
-    CudaLaunch lc = {0, 0};
+    CudaLaunch lc = {0, 0, NULL, 0};
     int ok_bits = 1, ok_y = 1, ok_zero = 1;
     double worst = 0;
     for (int t = 0; t < c->steps; t++) {
@@ -135,7 +135,7 @@ static void run_case(const Case *c, int n_sm) {
                 q.embed = d_emb;
             else
                 q.x = d_x, q.parts = d_part, q.n_parts = 1;
-            CudaLaunch lq = {0, t & 1};
+            CudaLaunch lq = {0, t & 1, NULL, 0};
             LAUNCH(cuda_attn_qs(&q, &lq));
             CU(cudaDeviceSynchronize());
             CU(cudaMemcpy(f1, d_proj[0], (size_t)rows * 4, cudaMemcpyDeviceToHost));
@@ -188,7 +188,7 @@ static void test_refusals(void) {
     CHECK(!cuda_attn_qs_supported(8, 2, 256, 1, 1024, 257), "max_len past the cap accepted");
     AttnQsParams q;
     memset(&q, 0, sizeof q);
-    CudaLaunch l = {0, 0};
+    CudaLaunch l = {0, 0, NULL, 0};
     CHECK(cuda_attn_qs(&q, &l) == (int)cudaErrorInvalidValue, "empty params accepted");
     CHECK(cuda_attn_qs(NULL, &l) == (int)cudaErrorInvalidValue, "NULL params accepted");
 }

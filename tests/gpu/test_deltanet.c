@@ -181,7 +181,7 @@ cpu_only:
         CU(cudaMemset(d_o, 0xff, (size_t)vd * 4));
         DeltanetStepParams p = {d_proj, d_conv_w, d_ring, d_A, d_dt, d_nw, d_S, d_y, c->with_o ? d_o : NULL, d_step,
                                 c->Hk, c->Hv, c->dk, c->dv, K, eps, 0};
-        CudaLaunch l = {stream, t & 1};
+        CudaLaunch l = {stream, t & 1, NULL, 0};
         const int rc = cuda_deltanet_step(&p, &l);
         CHECK(rc == 0, "%s step %d: launch -> %d (%s)", c->name, t, rc, cudaGetErrorString((cudaError_t)rc));
         CU(cudaDeviceSynchronize());
@@ -251,7 +251,7 @@ static void test_deterministic(void) {
     for (size_t i = 0; i < nS; i++) h[i] = 0.3f * rng_normal(&rng);
     DeltanetStepParams p = {d_proj, d_w, d_ring, d_v, d_v + Hv, d_v + 2 * Hv, d_S, d_y, NULL, d_step,
                             Hk, Hv, dk, dv, K, 1e-6f, 0};
-    CudaLaunch l = {stream, 1};
+    CudaLaunch l = {stream, 1, NULL, 0};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemcpy(d_S, h, nS * 4, cudaMemcpyHostToDevice));
         CHECK(cuda_deltanet_step(&p, &l) == 0, "deterministic: launch");
@@ -351,7 +351,7 @@ static void time_08b(void) {
     for (int i = 0; i < NL; i++) {
         DeltanetStepParams p = {d_proj, d_w, d_ring + ring_b / 2 * i, d_v, d_v + Hv, d_v + 2 * Hv, d_S + nS * i, d_y,
                                 NULL, d_step, Hk, Hv, dk, dv, K, 1e-6f, 0};
-        CudaLaunch l = {st, 1};
+        CudaLaunch l = {st, 1, NULL, 0};
         if (cuda_deltanet_step(&p, &l)) break;
     }
     CU(cudaStreamEndCapture(st, &graph));

@@ -91,7 +91,7 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex) {
     float *d_act[2] = {dev_poison(F * 4), dev_poison(F * 4)};
     unsigned long long *d_cnt = dev_copy(NULL, 8);
     if (d_cnt) cudaMemset(d_cnt, 0, 8);
-    CudaLaunch l = {0, 0};
+    CudaLaunch l = {0, 0, NULL, 0};
     if (!d_win || !d_wout || !d_emb || !d_ring[0] || !d_ring[1] || !d_S[0] || !d_S[1] || !d_ln1 || !d_cw || !d_A ||
         !d_dt || !d_nw || !d_x || !d_part || !d_proj[0] || !d_proj[1] || !d_o[0] || !d_o[1] || !d_y[0] || !d_y[1] ||
         !d_xo[0] || !d_xo[1] || !d_zero || !d_step || !d_xbuf || !d_xcnt || !d_wgu || !d_wdT || !d_ln2 || !d_xm[0] ||
@@ -268,7 +268,7 @@ static void test_refusals(void) {
     CHECK(!cuda_dn_layer_mlp_supported(2048, 4, 4, 128, 128, 4, 512), "the MLP tail accepted D 2048");
     DnLayerParams p;
     memset(&p, 0, sizeof p);
-    CudaLaunch l = {0, 0};
+    CudaLaunch l = {0, 0, NULL, 0};
     CHECK(cuda_dn_layer(&p, &l) == (int)cudaErrorInvalidValue, "empty params accepted");
     int n_sm = 0;
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);

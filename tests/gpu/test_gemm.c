@@ -30,7 +30,7 @@ static double bf16_ulp(double x) {
 }
 
 static Rng rng;
-static const CudaLaunch L0 = {0, 0}; /* default stream, no PDL */
+static const CudaLaunch L0 = {0, 0, NULL, 0}; /* default stream, no PDL */
 static int algo_lo = 0, algo_hi = 1; /* this process tests algo_of[algo_lo .. algo_hi - 1] */
 static const int algo_of[] = {GEMM_ALGO_MMA,      GEMM_ALGO_WGMMA,    GEMM_ALGO_WGMMA_P,  GEMM_ALGO_TMA,
                               GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256};

@@ -40,7 +40,7 @@ static void test_vec(int rows, int cols, int splits, int pdl) {
     float *det0 = malloc(sizeof(float) * (size_t)rows * splits);
     uint16_t *dW = dev_copy(W, nw * 2);
     float *dx = dev_copy(x, sizeof(float) * cols), *dy = dev_poison(sizeof(float) * (size_t)rows * splits);
-    CudaLaunch l = {0, pdl};
+    CudaLaunch l = {0, pdl, NULL, 0};
     char what[96];
     cpu_matvec(ref, x, W, DT_BF16, rows, cols);
     gemv_bounds(W, x, rows, cols, tol);
@@ -117,7 +117,7 @@ static void test_prologue(int in_mode, int norm_mode, int out_mode, int rows, in
     memset(&sp, 0, sizeof sp);
     sp.token = tok;
     StepParams *dsp = dev_copy(&sp, sizeof sp);
-    CudaLaunch l = {0, 1};
+    CudaLaunch l = {0, 1, NULL, 0};
     char what[96];
     snprintf(what, sizeof what, "%s norm %d out %d %dx%d parts %d", in_mode == MV_IN_EMBED ? "embed" : "residual",
              norm_mode, out_mode, rows, cols, n_parts);
@@ -202,7 +202,7 @@ static void test_argmax(int rows, int cols, int n_valid, int blocks) {
     memset(&sp, 0, sizeof sp);
     sp.write_logits = 1;
     StepParams *dsp = dev_copy(&sp, sizeof sp);
-    CudaLaunch l = {0, 1};
+    CudaLaunch l = {0, 1, NULL, 0};
     char what[96];
     snprintf(what, sizeof what, "argmax %dx%d valid %d blocks %d", rows, cols, n_valid, blocks);
     if (!dW || !dx || !dl || !dval || !dmax || !didx || !did || !dcnt || !dsp) {
@@ -258,7 +258,7 @@ static void test_rejects(void) {
     MatvecParams p;
     memset(&p, 0, sizeof p);
     float *d = dev_copy(NULL, 1024);
-    CudaLaunch l = {0, 0};
+    CudaLaunch l = {0, 0, NULL, 0};
     p.W = (const uint16_t *)d, p.rows = 4, p.cols = 12, p.splits = 1, p.in_mode = MV_IN_VEC, p.x = d, p.y = d;
     CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "cols %% 8 != 0 accepted");
     p.cols = 16, p.splits = 2, p.out_mode = MV_OUT_STORE;

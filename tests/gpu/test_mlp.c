@@ -58,7 +58,7 @@ static void test_case(int D, int F, int blocks, int norm_mode, int n_parts, int 
     float *dw = dev_copy(w, sizeof(float) * D), *dy = dev_copy(y0, sizeof(float) * D);
     float *dxo = dev_poison(sizeof(float) * D), *dho = dev_poison(sizeof(float) * D);
     float *dact = dev_poison(sizeof(float) * F), *dmv = dev_poison(sizeof(float) * F), *dxo2 = dev_poison(sizeof(float) * D);
-    CudaLaunch l = {0, pdl};
+    CudaLaunch l = {0, pdl, NULL, 0};
     char what[128];
     snprintf(what, sizeof what, "mlp D %d F %d blocks %d norm %d parts %d pdl %d early %d", D, F, G, norm_mode, n_parts,
              pdl, early);
@@ -201,7 +201,7 @@ done:
 
 static void test_rejects(void) {
     float *d = dev_copy(NULL, 1 << 16);
-    CudaLaunch l = {0, 0};
+    CudaLaunch l = {0, 0, NULL, 0};
     MlpFusedParams p;
     memset(&p, 0, sizeof p);
     p.w_gu = (const uint16_t *)d, p.w_dT = (const uint16_t *)d, p.D = 16, p.F = 8, p.x = d, p.norm_w = d;

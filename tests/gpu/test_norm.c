@@ -22,7 +22,7 @@ static void run(int rows, int n, int mode, int n_parts, int in_place, int pdl) {
     float *dx = dev_copy(x, sizeof(float) * N), *dw = dev_copy(w, sizeof(float) * n);
     float *dp = dev_copy(parts, sizeof(float) * (n_parts > 0 ? n_parts : 1) * n);
     float *dy = in_place ? dx : dev_poison(sizeof(float) * N), *dxo = dev_poison(sizeof(float) * n);
-    CudaLaunch l = {0, pdl};
+    CudaLaunch l = {0, pdl, NULL, 0};
     char what[80];
     snprintf(what, sizeof what, "rmsnorm rows %d n %d mode %d parts %d%s", rows, n, mode, n_parts,
              in_place ? " in place" : "");
@@ -68,7 +68,7 @@ static void run_rows(int T, int D, int mode, int y_off, int pdl) {
     uint16_t *hy = malloc(sizeof(uint16_t) * NY);
     float *dx = dev_copy(x, sizeof(float) * N), *dw = dev_copy(w, sizeof(float) * D);
     uint16_t *dy = dev_poison(sizeof(uint16_t) * NY);
-    CudaLaunch l = {0, pdl};
+    CudaLaunch l = {0, pdl, NULL, 0};
     char what[96];
     snprintf(what, sizeof what, "rmsnorm_rows_bf16 T %d D %d mode %d y_off %d pdl %d", T, D, mode, y_off, pdl);
     if (!dx || !dw || !dy) {
@@ -99,7 +99,7 @@ static void time_rows(int T, int D) {
     float *dx = dev_copy(x, sizeof(float) * N), *dw = dev_copy(w, sizeof(float) * D);
     uint16_t *dy = dev_poison(sizeof(uint16_t) * N);
     cudaEvent_t e0 = NULL, e1 = NULL;
-    CudaLaunch l = {0, 0};
+    CudaLaunch l = {0, 0, NULL, 0};
     RmsnormRowsParams p = {dx, dw, dy, T, D, NORM_ZC, 1e-6f};
     double single = 0;
     float ms = 0;
@@ -159,7 +159,7 @@ int main(int argc, char **argv) {
     RmsnormParams p;
     memset(&p, 0, sizeof p);
     float *d = dev_copy(NULL, 4096);
-    CudaLaunch l = {0, 0};
+    CudaLaunch l = {0, 0, NULL, 0};
     p.x = d, p.w = d, p.y = d, p.rows = 2, p.n = 8, p.mode = NORM_ZC, p.parts = d, p.n_parts = 1;
     CHECK(cuda_rmsnorm(&p, &l) == cudaErrorInvalidValue, "parts with rows > 1 accepted");
     cudaFree(d);

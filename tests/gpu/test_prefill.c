@@ -24,7 +24,7 @@
 #include "util.h"
 
 static Rng rng;
-static const CudaLaunch L0 = {0, 0}; /* default stream, no PDL */
+static const CudaLaunch L0 = {0, 0, NULL, 0}; /* default stream, no PDL */
 #define TOL 1e-2
 #define BF16_POISON 0x7fc1
 

@@ -43,7 +43,7 @@ static int draw(Dev *d, const float *logits, int n_valid, const StepParams *sp, 
     float mx = logits[0];
     for (int i = 1; i < n_valid; i++) mx = logits[i] > mx ? logits[i] : mx;
     int id = -99;
-    CudaLaunch l = {0, 1};
+    CudaLaunch l = {0, 1, NULL, 0};
     SampleParams p;
     memset(&p, 0, sizeof p);
     p.logits = d->logits, p.n_valid = n_valid, p.step = d->step, p.max_logit = d->max, p.scratch = d->scratch;
