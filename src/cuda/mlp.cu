@@ -4,16 +4,16 @@
  *
  * Block b of G owns the intermediate units [i0, i1) = [b F / G, (b+1) F / G) (27-28 for the 0.8B,
  * F = 3584 on 132 SMs). Weight bytes per block (0.8B): gate/up 2 x 28 x 1024 x 2 = 112 KiB streamed
- * through registers, W_dT 28 x 1024 x 2 = 56 KiB through cp.async into shared memory.
+ * through registers, W_dT 28 x 1024 x 2 = 56 KiB by TMA bulk copies into shared memory.
  *   1. before pdl_wait (weights are immutable, PDL contract in common.cuh): every warp loads the
  *      first 4 gate/up rows it owns (rows 2 i0 + 4 pi .. +3, i.e. units i0 + 2 pi, +1; lane l reads
- *      columns u*256 + 8l, u < 4: the GEMV's U = 4 layout), and the block cp.asyncs its W_dT rows
- *      (contiguous: rows i0 .. i1-1 of the [F][D] matrix) into shared memory;
+ *      columns u*256 + 8l, u < 4: the GEMV's U = 4 layout), and thread 0 has the TMA copy its W_dT rows
+ *      (contiguous: rows i0 .. i1-1 of the [F][D] matrix) into shared memory (mlp_bulk_load);
  *   2. pdl_wait, the GEMV's RESIDUAL prologue into xs[D] (stage_norm_row; block 0 writes x_out);
  *   3. each warp reduces its 4 row sums exactly as matvec.cu's emit() and writes
  *      a = bf16(bf16(silu(bf16 g)) bf16 u) for its 2 units into shared memory (same per-lane
  *      summation order as the GEMV for D <= 1024, so a is bitwise the gate_up GEMV's output);
- *   4. after the barrier and the cp.async wait, thread t sums columns d = 2t, 2t+1 of
+ *   4. after the barrier and the bulk copy's wait, thread t sums columns d = 2t, 2t+1 of
  *      sum_i a_i W_dT[i][d] over the block's units in ascending order (fp32 fmaf, 4-byte shared
  *      loads: conflict-free; the a_i 4 at a time, one broadcast load), and even lanes add their own and
  *      their odd neighbour's 2 columns with
@@ -32,6 +32,7 @@
  * same order as the default kernel, bitwise equal outputs; with fewer the norm's sum of squares runs in
  * another order (stage_norm_row_batched; within a rounding), and the down product takes 2-4 passes. */
 #include "cuda/common.cuh"
+#include "cuda/tma.cuh"
 
 #define MLP_THREADS 512 /* the register kernel; the staged one: QWEN35_MLP_STAGE threads (128, 256 or 512) */
 #define MLP_U 4     /* 256-column steps per lane: D <= 1024 */
@@ -44,6 +45,45 @@ static __device__ __forceinline__ void mlp_cp_async16(void *smem, const void *gm
 static __device__ __forceinline__ void mlp_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 static __device__ __forceinline__ void mlp_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 static __device__ __forceinline__ void mlp_cp_async_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+/* sm_90+: the W_dT rows by TMA bulk copies; the compute_80 PTX (other GPUs) keeps per-thread cp.async. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define MLP_TMA false
+#else
+#define MLP_TMA true
+#endif
+#if MLP_TMA
+/* The block's mbarrier for mlp_bulk_load. */
+static __device__ __forceinline__ unsigned mlp_bar() {
+    __shared__ __align__(8) unsigned long long bar;
+    return (unsigned)__cvta_generic_to_shared(&bar);
+}
+#endif
+/* Thread 0 only: `bytes` (a multiple of 16, both ends 16-byte aligned) from src into shared memory at dst by TMA
+ * bulk copies of <= 16 KiB, completing as transaction bytes on mlp_bar(). One instruction per piece, where
+ * cp.async takes one per 16 bytes and thread: its issue stalls once the SM has loads outstanding (56 KiB took
+ * ~0.6 us, docs/PERF_NOTES.md §21), and the block reaches its PDL wait only after it. */
+static __device__ __forceinline__ void mlp_bulk_load(void *dst, const void *src, unsigned bytes) {
+#if MLP_TMA
+    const unsigned bar = mlp_bar(), da = (unsigned)__cvta_generic_to_shared(dst);
+    const unsigned char *s = reinterpret_cast<const unsigned char *>(src);
+    mbar_init(bar, 1);
+    mbar_init_fence();
+    mbar_arrive_expect_tx(bar, bytes);
+    for (unsigned o = 0; o < bytes; o += 16384)
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                         da + o),
+                     "l"(s + o), "r"(bytes - o < 16384 ? bytes - o : 16384u), "r"(bar)
+                     : "memory");
+#else
+    (void)dst, (void)src, (void)bytes;
+#endif
+}
+/* Every thread: waits until mlp_bulk_load's bytes have landed (a __syncthreads lies between the two). */
+static __device__ __forceinline__ void mlp_bulk_wait() {
+#if MLP_TMA
+    mbar_wait(mlp_bar(), 0);
+#endif
+}
 
 /* Shared memory: xs [D] fp32 | act [round4(nu_max)] fp32 | wd [nu_max][D] bf16 (16-byte aligned)
  * | STAGE: wg [2 nu_max][D] bf16 (the block's gate/up rows). */
@@ -86,7 +126,8 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
         mlp_cp_async_commit();
     }
     /* the block's W_dT rows: one contiguous range of nu * D bf16 -> shared memory */
-    {
+    if (!STAGE && MLP_TMA && threadIdx.x == 0) mlp_bulk_load(wd, p.w_dT + (size_t)i0 * D, (unsigned)(nu * D * 2));
+    if (STAGE || !MLP_TMA) {
         const uint4 *src = reinterpret_cast<const uint4 *>(p.w_dT + (size_t)i0 * D);
         uint4 *dst = reinterpret_cast<uint4 *>(wd);
         const int n16 = nu * (D / 8);
@@ -166,6 +207,7 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
         if ((lane & 15) == 0 && j < nu) act[j] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
     }
     mlp_cp_async_wait_all();
+    if (!STAGE && MLP_TMA) mlp_bulk_wait();
     __syncthreads();
     Q35_TRACE_PROBE(3);
     if (p.act_out)

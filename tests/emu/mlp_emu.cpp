@@ -23,6 +23,9 @@ static inline void mlp_cp_async16(void *s, const void *g) { memcpy(s, g, 16); }
 static inline void mlp_cp_async_commit() {}
 static inline void mlp_cp_async_wait_all() {}
 static inline void mlp_cp_async_wait_1() {}
+#define MLP_TMA true /* the sm_90 path: W_dT by thread 0's bulk copy */
+static inline void mlp_bulk_load(void *d, const void *s, unsigned n) { memcpy(d, s, n); } /* TMA: thread 0 */
+static inline void mlp_bulk_wait() {}
 // clang-format off
 #include "mlp.inc" /* the kernel */
 // clang-format on
