@@ -19,7 +19,7 @@
  *
  *   build:  make build/bench/burst_lab   (sm_90a)
  *   run:    build/bench/burst_lab [xchg: the exchange sections only | il: block layouts only | issue: the per-SM
- *           issue limit only] */
+ *           issue limit only | groups: two alternating SM groups only] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +139,76 @@ __global__ void __launch_bounds__(512, 1) issue(const uint4 *w, unsigned long lo
     __syncthreads();
     if (tid == 0) out[2 * blockIdx.x] = t_iss, out[2 * blockIdx.x + 1] = t_land;
     if ((tid & 31) == 0) atomicXor(sink, acc);
+}
+
+/* ---- groups: two SM groups that alternate (docs/PERF_NOTES.md §17 (3), §21) --------------------------------
+ * grp<L>: G blocks x 512 threads. Before griddepcontrol.wait each block issues its share of the launch's bytes:
+ * smem_b bytes by TMA bulk copies into shared memory (thread 0) and L 16-byte register loads per thread; then it
+ * waits, reads the value the previous launch wrote, folds its data once it has landed, spins spin_ns (the
+ * chain's work after the data, as a real kernel's exchange / step / reductions), writes, exits. With G = n_sm / 2
+ * and one block per SM (reserve bytes of shared memory), launch i + 1's blocks become resident on the SMs that
+ * launch i leaves free and stream their bytes during launch i's chain; with G = n_sm each SM loads half as much,
+ * and the next launch starts only as this one leaves (or beside it, on the same SM, if two blocks fit). */
+struct GP {
+    const unsigned char *w;
+    unsigned smem_b;
+    unsigned *sink;
+    float *io;
+    long long spin_ns;
+    unsigned long long *stamp; /* optional: per block [entry, wait returned, data landed, end, smid] (global ns) */
+};
+template <int L>
+__global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
+    extern __shared__ __align__(128) unsigned char gsm[];
+    __shared__ __align__(8) unsigned long long gbar_s;
+    const unsigned long long t_in = gtimer();
+    pdl_trigger();
+    const unsigned bar = (unsigned)__cvta_generic_to_shared(&gbar_s);
+    const unsigned char *base = p.w + (size_t)blockIdx.x * (p.smem_b + (size_t)512 * L * 16);
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        mbar_arrive_expect_tx(bar, p.smem_b);
+        const unsigned da = (unsigned)__cvta_generic_to_shared(gsm);
+        for (unsigned o = 0; o < p.smem_b; o += 16384)
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                             da + o),
+                         "l"(base + o), "r"(p.smem_b - o < 16384 ? p.smem_b - o : 16384u), "r"(bar)
+                         : "memory");
+    }
+    const uint4 *b = reinterpret_cast<const uint4 *>(base + p.smem_b) + threadIdx.x;
+    uint4 v[L];
+#pragma unroll
+    for (int i = 0; i < L; i++) v[i] = ld_stream(b + i * 512);
+    pdl_wait();
+    const unsigned long long t_rel = gtimer();
+    const float dep = __ldcg(p.io);
+    unsigned acc = __float_as_uint(dep);
+#pragma unroll
+    for (int i = 0; i < L; i++) acc = acc * 3u + (v[i].x ^ v[i].y) + (v[i].z ^ v[i].w);
+    __syncthreads(); /* the barrier's init, for every thread */
+    mbar_wait(bar, 0);
+    __syncthreads();
+    const unsigned long long t_data = gtimer();
+    for (unsigned o = threadIdx.x * 16; o < p.smem_b; o += 512 * 16) {
+        const uint4 x = *reinterpret_cast<const uint4 *>(gsm + o);
+        acc = acc * 3u + (x.x ^ x.y) + (x.z ^ x.w);
+    }
+    if (p.spin_ns > 0) {
+        const unsigned long long t0 = gtimer();
+        while ((long long)(gtimer() - t0) < p.spin_ns) {
+        }
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) atomicXor(p.sink, acc);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.io[1] = dep + 1.0f;
+    if (p.stamp && threadIdx.x == 0) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        unsigned long long *o = p.stamp + (size_t)blockIdx.x * 5;
+        o[0] = t_in, o[1] = t_rel, o[2] = t_data, o[3] = gtimer(), o[4] = smid;
+    }
 }
 
 /* ---- head-of-line: do bulk reads in flight delay an SM's L2 round trips? ---------------------------------
@@ -349,6 +419,7 @@ int main(int argc, char **argv) {
     const bool only_x = argc > 1 && !strcmp(argv[1], "xchg"); /* the two exchange sections only */
     const bool only_il = argc > 1 && !strcmp(argv[1], "il"); /* contiguous vs interleaved block ranges only */
     const bool only_is = argc > 1 && !strcmp(argv[1], "issue"); /* the per-SM issue limit only */
+    const bool only_gr = argc > 1 && !strcmp(argv[1], "groups"); /* two alternating SM groups only */
     CK(cudaSetDevice(0));
     CK(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
@@ -369,6 +440,103 @@ int main(int argc, char **argv) {
         printf("| %s | %d | %d | %d | %.2f |\n", KINDS[k].name, KINDS[k].nt, fa.numRegs, occ, kind_bytes(k, 1) / 1e6);
     }
 
+    if (only_gr) { /* one group of n_sm blocks vs two groups of n_sm / 2 that alternate, chains of 24 launches */
+        struct G {
+            const char *name;
+            void (*fn)(GP);
+            int grid;
+            unsigned smem_b, reserve;
+        };
+        const int h = g_nsm / 2;
+        const G gs[] = {
+            {"one group: n_sm x (100 KB TMA + 64 KB regs), 1 block/SM", grp<8>, g_nsm, 100u << 10, 160u << 10},
+            {"one group, 2 blocks/SM fit (the next launch beside it)", grp<8>, g_nsm, 100u << 10, 100u << 10},
+            {"two groups: n_sm/2 x (200 KB TMA + 128 KB regs)", grp<16>, h, 200u << 10, 200u << 10},
+            {"one group, half the bytes: n_sm x (50 KB TMA + 32 KB regs)", grp<4>, g_nsm, 50u << 10, 160u << 10},
+            {"two groups, half the bytes: n_sm/2 x (100 KB TMA + 64 KB regs)", grp<8>, h, 100u << 10, 160u << 10},
+        };
+        printf("\n| chain of 24 (PDL) | MB each | spin 0: us/launch | spin 2 us | spin 4 us |\n|---|---|---|---|---|\n");
+        for (int rep = 0; rep < 2; rep++)
+            for (const G &g : gs) {
+                const int L = g.fn == grp<16> ? 16 : g.fn == grp<8> ? 8 : 4;
+                const size_t per = g.smem_b + (size_t)512 * L * 16, bytes = per * g.grid;
+                CK(cudaFuncSetAttribute(g.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g.reserve));
+                float t[3];
+                for (int si = 0; si < 3; si++)
+                    t[si] = time_graph([&] {
+                        for (int i = 0; i < 24; i++) {
+                            if (g_off + bytes > g_arena_bytes) g_off = 0;
+                            GP p = {(const unsigned char *)g_arena + g_off, g.smem_b, g_sink, g_io, 2000LL * si,
+                                    NULL};
+                            g_off += (bytes + 4095) & ~(size_t)4095;
+                            cudaLaunchConfig_t c = {};
+                            cudaLaunchAttribute at[1];
+                            c.gridDim = dim3(g.grid), c.blockDim = dim3(512), c.stream = g_st;
+                            c.dynamicSmemBytes = g.reserve;
+                            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                            at[0].val.programmaticStreamSerializationAllowed = 1;
+                            c.attrs = at, c.numAttrs = 1;
+                            CK(cudaLaunchKernelEx(&c, g.fn, p));
+                        }
+                    });
+                printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", g.name, bytes / 1e6, t[0] * 1e3 / 24, t[1] * 1e3 / 24,
+                       t[2] * 1e3 / 24);
+            }
+        /* where the time goes: 24 launches with spin 4 us, every block's stamps, launches 8 .. 13 (us after the
+         * end of the previous launch's last block) */
+        unsigned long long *st;
+        CK(cudaMalloc(&st, (size_t)24 * g_nsm * 5 * 8));
+        std::vector<unsigned long long> hs((size_t)24 * g_nsm * 5);
+        for (int gi : {0, 2}) {
+            const G &g = gs[gi];
+            const int L = g.fn == grp<16> ? 16 : 8;
+            const size_t bytes = (g.smem_b + (size_t)512 * L * 16) * g.grid;
+            CK(cudaFuncSetAttribute(g.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g.reserve));
+            for (int rep = 0; rep < 3; rep++) {
+                CK(cudaMemset(st, 0, hs.size() * 8));
+                g_off = 0;
+                for (int i = 0; i < 24; i++) {
+                    GP p = {(const unsigned char *)g_arena + g_off, g.smem_b, g_sink, g_io, 4000, st + (size_t)i * g_nsm * 5};
+                    g_off += (bytes + 4095) & ~(size_t)4095;
+                    cudaLaunchConfig_t c = {};
+                    cudaLaunchAttribute at[1];
+                    c.gridDim = dim3(g.grid), c.blockDim = dim3(512), c.stream = g_st, c.dynamicSmemBytes = g.reserve;
+                    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                    at[0].val.programmaticStreamSerializationAllowed = 1;
+                    c.attrs = at, c.numAttrs = 1;
+                    CK(cudaLaunchKernelEx(&c, g.fn, p));
+                }
+                CK(cudaMemcpyAsync(hs.data(), st, hs.size() * 8, cudaMemcpyDeviceToHost, g_st));
+                CK(cudaStreamSynchronize(g_st));
+                if (rep < 2) continue;
+                printf("\n%s, spin 4 us (us after the previous launch's last end: first / median / last block; "
+                       "SMs shared with the previous launch)\n| launch | entry | wait returned | data landed | end | shared SMs |\n"
+                       "|---|---|---|---|---|---|\n", g.name);
+                for (int i = 8; i < 14; i++) {
+                    unsigned long long prev_end = 0;
+                    std::vector<bool> prev_sm(1024, false);
+                    for (int b = 0; b < g.grid; b++) {
+                        prev_end = std::max(prev_end, hs[((size_t)(i - 1) * g_nsm + b) * 5 + 3]);
+                        prev_sm[hs[((size_t)(i - 1) * g_nsm + b) * 5 + 4] & 1023] = true;
+                    }
+                    printf("| %d |", i);
+                    for (int k = 0; k < 4; k++) {
+                        std::vector<double> v;
+                        for (int b = 0; b < g.grid; b++)
+                            v.push_back(((double)hs[((size_t)i * g_nsm + b) * 5 + k] - (double)prev_end) / 1e3);
+                        std::sort(v.begin(), v.end());
+                        printf(" %.2f / %.2f / %.2f |", v[0], v[v.size() / 2], v.back());
+                    }
+                    int shared = 0;
+                    for (int b = 0; b < g.grid; b++) shared += prev_sm[hs[((size_t)i * g_nsm + b) * 5 + 4] & 1023];
+                    printf(" %d |\n", shared);
+                }
+            }
+        }
+        cudaFree(st);
+        CK(cudaDeviceSynchronize());
+        return 0;
+    }
     if (only_is) { /* how much can an SM have in flight before its load instructions stall? */
         unsigned long long *out;
         CK(cudaMalloc(&out, (size_t)g_nsm * 2 * 8));
