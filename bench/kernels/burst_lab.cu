@@ -171,10 +171,7 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
         mbar_arrive_expect_tx(bar, p.smem_b);
         const unsigned da = (unsigned)__cvta_generic_to_shared(gsm);
         for (unsigned o = 0; o < p.smem_b; o += 16384)
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                             da + o),
-                         "l"(base + o), "r"(p.smem_b - o < 16384 ? p.smem_b - o : 16384u), "r"(bar)
-                         : "memory");
+            bulk_g2s(da + o, base + o, p.smem_b - o < 16384 ? p.smem_b - o : 16384u, bar);
     }
     const uint4 *b = reinterpret_cast<const uint4 *>(base + p.smem_b) + threadIdx.x;
     uint4 v[L];

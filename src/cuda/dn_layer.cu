@@ -121,13 +121,9 @@ static size_t dl_smem_bytes_mlp(int D, int K, int F, int Hv) {
     return dl_mlp_off(D, K) + (size_t)((nu + 3) & ~3) * 4 + (size_t)3 * nu * D * 2;
 }
 
-/* A bulk copy (TMA, no registers, no thread waits on it) of `bytes` (16-byte multiple and aligned) into this
- * block's shared memory, completing as transaction bytes on the mbarrier at `bar`. */
+/* tma.cuh bulk_g2s with a generic shared-memory pointer. */
 static __device__ __forceinline__ void dl_bulk(void *dst, const void *src, unsigned bytes, unsigned bar) {
-    const unsigned da = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(da),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
+    bulk_g2s((unsigned)__cvta_generic_to_shared(dst), src, bytes, bar);
 }
 /* Thread 0: the block's MLP weights (units [i0, i0 + nu)) into shared memory, in pieces of <= 16 KiB. */
 static __device__ __forceinline__ void dl_mlp_issue(const DnLayerParams &p, unsigned char *mlp_smem, int i0, int nu,

@@ -70,10 +70,7 @@ static __device__ __forceinline__ void mlp_bulk_load(void *dst, const void *src,
     mbar_init_fence();
     mbar_arrive_expect_tx(bar, bytes);
     for (unsigned o = 0; o < bytes; o += 16384)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                         da + o),
-                     "l"(s + o), "r"(bytes - o < 16384 ? bytes - o : 16384u), "r"(bar)
-                     : "memory");
+        bulk_g2s(da + o, s + o, bytes - o < 16384 ? bytes - o : 16384u, bar);
 #else
     (void)dst, (void)src, (void)bytes;
 #endif

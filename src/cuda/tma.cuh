@@ -48,6 +48,14 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     while (!mbar_try(bar, parity))
         if (clock64() - t0 > (1ll << 34)) __trap();
 }
+/* A bulk copy (TMA, no registers, no thread waits on it) of `bytes` (a multiple of 16, both ends 16-byte aligned)
+ * from global memory into this CTA's shared memory at shared address dst, completing as transaction bytes on the
+ * mbarrier at `bar`. */
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
 /* 2-D tiled TMA load of the box at (c0 = inner/K coordinate, c1 = row) into shared dst; completion
  * is signalled on bar as transaction bytes. */
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
