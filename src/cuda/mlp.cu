@@ -60,8 +60,8 @@ static __device__ __forceinline__ unsigned mlp_bar() {
 #endif
 /* Thread 0 only: `bytes` (a multiple of 16, both ends 16-byte aligned) from src into shared memory at dst by TMA
  * bulk copies of <= 16 KiB, completing as transaction bytes on mlp_bar(). One instruction per piece, where
- * cp.async takes one per 16 bytes and thread: its issue stalls once the SM has loads outstanding (56 KiB took
- * ~0.6 us, docs/PERF_NOTES.md §21), and the block reaches its PDL wait only after it. */
+ * cp.async takes one per 16 bytes and thread and its issue stalls once the SM has loads outstanding: with the
+ * 56 KiB in front of them by cp.async, the gate/up register loads went out ~0.6 us late (docs/PERF_NOTES.md §21). */
 static __device__ __forceinline__ void mlp_bulk_load(void *dst, const void *src, unsigned bytes) {
 #if MLP_TMA
     const unsigned bar = mlp_bar(), da = (unsigned)__cvta_generic_to_shared(dst);
