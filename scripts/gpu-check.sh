@@ -20,6 +20,16 @@ steps="${*:-tests full lengths sanitizer bench hf}"
 if [ -f .devpack/pack.txz ]; then tar xJf .devpack/pack.txz || { echo "gpu-check: cannot unpack .devpack/pack.txz (xz?)"; exit 1; }
 elif [ -f .devpack/pack.tgz ]; then tar xzf .devpack/pack.tgz; fi
 has() { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
+# variant VAR=VALUE TAG WHY TEST...: build/tests/gpu/TEST... under one setting, logged to $OUT/gpu-tests-TAG.log,
+# one summary line
+variant() {
+    local set=$1 tag=$2 why=$3 t names="" paths=""
+    shift 3
+    for t in "$@"; do names="$names${names:+ + }$t" paths="$paths build/tests/gpu/$t"; done
+    echo "== $names with $set ($why)"
+    env "$set" sh tests/run.sh $paths 2>&1 | tee "$OUT/gpu-tests-$tag.log"
+    summary+=("$names, $set: $(tail -n 1 "$OUT/gpu-tests-$tag.log")")
+}
 summary=()
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
@@ -27,35 +37,16 @@ if has tests; then
     echo "== GPU tests"
     sh tests/run.sh $(ls build/tests/gpu/test_* | grep -v "\.d$") 2>&1 | tee "$OUT/gpu-tests.log"
     summary+=("gpu tests: $(tail -n 1 "$OUT/gpu-tests.log")")
-    echo "== test_decode and test_golden_cuda with QWEN35_DN_GN=0 (the DeltaNet step's cluster kernel with its norm)"
-    QWEN35_DN_GN=0 sh tests/run.sh build/tests/gpu/test_decode build/tests/gpu/test_golden_cuda 2>&1 |
-        tee "$OUT/gpu-tests-gn0.log"
-    summary+=("gpu tests, QWEN35_DN_GN=0: $(tail -n 1 "$OUT/gpu-tests-gn0.log")")
-    echo "== test_decode with QWEN35_DN_FUSED=0 (DeltaNet in_proj, step, out_proj as three kernels; other head shapes)"
-    QWEN35_DN_FUSED=0 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-dnf0.log"
-    summary+=("test_decode, QWEN35_DN_FUSED=0: $(tail -n 1 "$OUT/gpu-tests-dnf0.log")")
-    echo "== test_decode with QWEN35_DN_ONEX=0 (the fused DeltaNet mixer with two exchanges per layer)"
-    QWEN35_DN_ONEX=0 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-onex0.log"
-    summary+=("test_decode, QWEN35_DN_ONEX=0: $(tail -n 1 "$OUT/gpu-tests-onex0.log")")
-    echo "== test_decode with QWEN35_DN_ONEX=1 (the one exchange through an arrival counter instead of tagged words)"
-    QWEN35_DN_ONEX=1 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-onex1.log"
-    summary+=("test_decode, QWEN35_DN_ONEX=1: $(tail -n 1 "$OUT/gpu-tests-onex1.log")")
-    echo "== test_decode with QWEN35_ATTN_SHORT=40 (the short attention kernel up to kv_len 40: steps cross to the long graph)"
-    QWEN35_ATTN_SHORT=40 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-as40.log"
-    summary+=("test_decode, QWEN35_ATTN_SHORT=40: $(tail -n 1 "$OUT/gpu-tests-as40.log")")
-    echo "== test_decode and test_golden_cuda with QWEN35_ATTN_SHORT=0 (attention and o_proj as two kernels at every context)"
-    QWEN35_ATTN_SHORT=0 sh tests/run.sh build/tests/gpu/test_decode build/tests/gpu/test_golden_cuda 2>&1 |
-        tee "$OUT/gpu-tests-as0.log"
-    summary+=("test_decode + golden_cuda, QWEN35_ATTN_SHORT=0: $(tail -n 1 "$OUT/gpu-tests-as0.log")")
-    echo "== test_decode with QWEN35_L2_STATE=0 (the DeltaNet state without its L2 persisting window)"
-    QWEN35_L2_STATE=0 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-l2s0.log"
-    summary+=("test_decode, QWEN35_L2_STATE=0: $(tail -n 1 "$OUT/gpu-tests-l2s0.log")")
-    echo "== test_decode with QWEN35_ATTN_QS=1 (the EXPERIMENTAL qkv GEMV + attention + o_proj kernel at short contexts)"
-    QWEN35_ATTN_QS=1 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-qs.log"
-    summary+=("test_decode, QWEN35_ATTN_QS=1: $(tail -n 1 "$OUT/gpu-tests-qs.log")")
-    echo "== test_decode with QWEN35_ATTN_FUSED=1 (the EXPERIMENTAL fused attention layer, attn_layer.cu; hd 256 heads)"
-    QWEN35_ATTN_FUSED=1 sh tests/run.sh build/tests/gpu/test_decode 2>&1 | tee "$OUT/gpu-tests-af.log"
-    summary+=("test_decode, QWEN35_ATTN_FUSED=1: $(tail -n 1 "$OUT/gpu-tests-af.log")")
+    variant QWEN35_DN_GN=0 gn0 "the DeltaNet step's cluster kernel with its norm" test_decode test_golden_cuda
+    variant QWEN35_DN_FUSED=0 dnf0 "DeltaNet in_proj, step, out_proj as three kernels; other head shapes" test_decode
+    variant QWEN35_DN_ONEX=0 onex0 "the fused DeltaNet mixer with two exchanges per layer" test_decode
+    variant QWEN35_DN_ONEX=1 onex1 "the one exchange through an arrival counter instead of tagged words" test_decode
+    variant QWEN35_ATTN_SHORT=40 as40 "the short attention kernel up to kv_len 40: steps cross to the long graph" \
+        test_decode
+    variant QWEN35_ATTN_SHORT=0 as0 "attention and o_proj as two kernels at every context" test_decode test_golden_cuda
+    variant QWEN35_L2_STATE=0 l2s0 "the DeltaNet state without its L2 persisting window" test_decode
+    variant QWEN35_ATTN_QS=1 qs "the EXPERIMENTAL qkv GEMV + attention + o_proj kernel at short contexts" test_decode
+    variant QWEN35_ATTN_FUSED=1 af "the EXPERIMENTAL fused attention layer, attn_layer.cu; hd 256 heads" test_decode
 fi
 for s in $steps; do
     case "$s" in t:*)

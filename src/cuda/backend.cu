@@ -389,7 +389,9 @@ static int open_device(CudaCtx *ctx, Err *err) {
 static void l2_persist_setup(CudaCtx *ctx) {
     const Config *c = ctx->c;
     const char *st = getenv("QWEN35_L2_STATE");
-    if ((st && *st && atoi(st) == 0) || !c->n_linear_layers || !ctx->dn_fused) return;
+    if (st && *st && strcmp(st, "0") && strcmp(st, "1"))
+        fprintf(stderr, "qwen35: QWEN35_L2_STATE=%s ignored (0 or 1; default 1)\n", st);
+    if ((st && !strcmp(st, "0")) || !c->n_linear_layers || !ctx->dn_fused) return;
     int max_persist = 0;
     if (cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, 0) != cudaSuccess) max_persist = 0;
     const size_t per = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;

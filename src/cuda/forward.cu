@@ -345,6 +345,13 @@ static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, c
     return op_end(ctx, cuda_dn_layer(&p, &lw), name, bytes, err);
 }
 
+/* Bytes a full-attention layer's fused mixer moves (attn_layer, attn_qs): W_qkv and W_o, the cached K/V rows, x. */
+static double attn_mixer_bytes(const CudaCtx *ctx, const CudaLayer *ly) {
+    const Config *c = ctx->c;
+    const double D = c->hidden_size, kv_len = ctx->step_host->pos + 1.0;
+    return 2.0 * D * (ly->in_rows + ly->out_cols) + 2.0 * 2 * c->num_key_value_heads * kv_len * c->head_dim + 4.0 * D * 4;
+}
+
 /* A full-attention layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu; ctx->attn_fused,
  * EXPERIMENTAL): x as dn_layer, pa += W_o attn(W_qkv norm1(x)); zeroes zero0 and zero1 ([D] each). */
 static int attn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, const float *pb_prev, float *x_out,
@@ -364,8 +371,7 @@ static int attn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x,
     p.xbuf = ctx->al_xbuf, p.xcnt = ctx->al_xcnt, p.step = ctx->step_dev;
     p.D = c->hidden_size, p.Hq = c->num_attention_heads, p.Hkv = c->num_key_value_heads, p.hd = c->head_dim;
     p.R = c->rotary_dim, p.max_seq = ctx->max_seq, p.eps = c->rms_norm_eps;
-    const double D = c->hidden_size, kv_len = ctx->step_host->pos + 1.0;
-    const double bytes = 2.0 * D * (ly->in_rows + ly->out_cols) + 2.0 * 2 * p.Hkv * kv_len * p.hd + 4.0 * D * 4;
+    const double bytes = attn_mixer_bytes(ctx, ly);
     char name[40];
     snprintf(name, sizeof name, "L%02d.attnlayer", l);
     if (ablated(name)) return 0;
@@ -391,8 +397,7 @@ static int attn_qs(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, co
         p.embed = ctx->embed;
     else
         p.x = x, p.parts = pb_prev, p.n_parts = 1;
-    const double D = c->hidden_size, kv_len = ctx->step_host->pos + 1.0;
-    const double bytes = 2.0 * D * (ly->in_rows + ly->out_cols) + 2.0 * 2 * p.s.a.Hkv * kv_len * p.s.a.hd + 4.0 * D * 4;
+    const double bytes = attn_mixer_bytes(ctx, ly);
     char name[40];
     snprintf(name, sizeof name, "L%02d.attn_qs", l);
     if (ablated(name)) return 0;
