@@ -19,7 +19,8 @@
  *
  *   build:  make build/bench/burst_lab   (sm_90a)
  *   run:    build/bench/burst_lab [xchg: the exchange sections only | il: block layouts only | issue: the per-SM
- *           issue limit only | groups: two alternating SM groups only] */
+ *           issue limit only | groups: two alternating SM groups and co-resident
+ *           launches with a late trigger only] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,27 @@ __device__ __forceinline__ unsigned long long gtimer(void) {
     return t;
 }
 
+/* The end of a lab kernel: fold each block's checksum into the sink. d_sink_one = 1: every warp adds to one
+ * word (what the lab did through session 12: 16 same-address atomics per block, ~2100 per 132-block launch,
+ * that a launch's completion waits for); 0: one atomic per block, each block on its own 128-byte line (as the
+ * engine's kernels, whose reductions spread over >= 1024 addresses). */
+__device__ int d_sink_one;
+__device__ __forceinline__ void sink_block(unsigned *sink, unsigned acc) {
+    __shared__ unsigned sred[32];
+#pragma unroll
+    for (int o = 16; o; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+    if (d_sink_one) {
+        if ((threadIdx.x & 31) == 0) atomicXor(sink, acc);
+        return;
+    }
+    if ((threadIdx.x & 31) == 0) sred[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (unsigned w = 1; w < blockDim.x >> 5; w++) acc ^= sred[w];
+        atomicXor(sink + 64 + 32 * (size_t)(blockIdx.x + gridDim.x * blockIdx.y), acc);
+    }
+}
+
 /* IL = 0: block b reads one contiguous range (NT L 16 bytes per round; the engine's weight layouts); IL = 1:
  * its load i reads 8 KB chunk i G + b, so that load i of all G blocks covers one contiguous G x 8 KB window. */
 template <int NT, int L, int MINB, int IL = 0>
@@ -77,9 +99,7 @@ __global__ void __launch_bounds__(NT, MINB) burst(const __grid_constant__ BP p) 
 #pragma unroll
         for (int i = 0; i < L; i++) acc = acc * 3u + (v[i].x ^ v[i].y) + (v[i].z ^ v[i].w);
     }
-#pragma unroll
-    for (int o = 16; o; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
-    if ((threadIdx.x & 31) == 0) atomicXor(p.sink, acc);
+    sink_block(p.sink, acc);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.io[1] = dep + 1.0f;
 }
 
@@ -148,7 +168,12 @@ __global__ void __launch_bounds__(512, 1) issue(const uint4 *w, unsigned long lo
  * chain's work after the data, as a real kernel's exchange / step / reductions), writes, exits. With G = n_sm / 2
  * and one block per SM (reserve bytes of shared memory), launch i + 1's blocks become resident on the SMs that
  * launch i leaves free and stream their bytes during launch i's chain; with G = n_sm each SM loads half as much,
- * and the next launch starts only as this one leaves (or beside it, on the same SM, if two blocks fit). */
+ * and the next launch starts only as this one leaves (or beside it, on the same SM, if two blocks fit).
+ * TRIG 1: griddepcontrol.launch_dependents once the block's data has landed instead of at entry, so that a next
+ * launch that fits beside it loads during this one's chain (the spin) but not during its loads. SPK 1: thread 0
+ * spins (with __nanosleep) while the others wait at a barrier, instead of 512 threads polling the timer. RT: that
+ * many dependent L2 round trips after the data, before the spin (an exchange in the chain; with TRIG 1 they queue
+ * behind the next launch's loads). */
 struct GP {
     const unsigned char *w;
     unsigned smem_b;
@@ -157,12 +182,12 @@ struct GP {
     long long spin_ns;
     unsigned long long *stamp; /* optional: per block [entry, wait returned, data landed, end, smid] (global ns) */
 };
-template <int L>
+template <int L, int TRIG = 0, int SPK = 0, int RT = 0>
 __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
     extern __shared__ __align__(128) unsigned char gsm[];
     __shared__ __align__(8) unsigned long long gbar_s;
     const unsigned long long t_in = gtimer();
-    pdl_trigger();
+    if (TRIG == 0) pdl_trigger();
     const unsigned bar = (unsigned)__cvta_generic_to_shared(&gbar_s);
     const unsigned char *base = p.w + (size_t)blockIdx.x * (p.smem_b + (size_t)512 * L * 16);
     if (threadIdx.x == 0) {
@@ -187,18 +212,36 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
     mbar_wait(bar, 0);
     __syncthreads();
     const unsigned long long t_data = gtimer();
+    if (TRIG == 1) pdl_trigger(); /* the next launch may load during this one's chain (spin), not before */
     for (unsigned o = threadIdx.x * 16; o < p.smem_b; o += 512 * 16) {
         const uint4 x = *reinterpret_cast<const uint4 *>(gsm + o);
         acc = acc * 3u + (x.x ^ x.y) + (x.z ^ x.w);
     }
-    if (p.spin_ns > 0) {
+    if constexpr (RT > 0) { /* RT dependent L2 round trips (a chain's exchange): thread 0 adds to its block's line and
+                              * the next add waits for the value, shared with the block through a barrier */
+        __shared__ unsigned rt_v;
+        unsigned v = acc & 1u;
+        for (int r = 0; r < RT; r++) {
+            if (threadIdx.x == 0) rt_v = atomicAdd(p.sink + 64 + 32 * (size_t)(gridDim.x + blockIdx.x), v + 1u);
+            __syncthreads();
+            v = rt_v;
+            __syncthreads();
+        }
+        acc += v & 1u;
+    }
+    if (p.spin_ns > 0 && SPK == 0) { /* every thread polls the global timer */
         const unsigned long long t0 = gtimer();
         while ((long long)(gtimer() - t0) < p.spin_ns) {
         }
     }
-#pragma unroll
-    for (int o = 16; o; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
-    if ((threadIdx.x & 31) == 0) atomicXor(p.sink, acc);
+    if (p.spin_ns > 0 && SPK == 1) { /* thread 0 polls, slowly; the others wait at the barrier */
+        if (threadIdx.x == 0) {
+            const unsigned long long t0 = gtimer();
+            while ((long long)(gtimer() - t0) < p.spin_ns) __nanosleep(64);
+        }
+        __syncthreads();
+    }
+    sink_block(p.sink, acc);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.io[1] = dep + 1.0f;
     if (p.stamp && threadIdx.x == 0) {
         unsigned smid;
@@ -423,9 +466,15 @@ int main(int argc, char **argv) {
     g_arena_bytes = (size_t)2 << 30;
     CK(cudaMalloc(&g_arena, g_arena_bytes));
     CK(cudaMemset(g_arena, 1, g_arena_bytes));
-    CK(cudaMalloc(&g_sink, 64));
+    CK(cudaMalloc(&g_sink, 1 << 20));
     CK(cudaMalloc(&g_io, 64));
     CK(cudaMemset(g_io, 0, 64));
+    {
+        const char *e = getenv("LAB_SINK_ONE"); /* 1: the same-address sink of sessions 8-12, for comparison */
+        const int one = e && atoi(e) == 1;
+        CK(cudaMemcpyToSymbol(d_sink_one, &one, sizeof one));
+        printf("sink: %s\n", one ? "every warp into one word (LAB_SINK_ONE=1)" : "one atomic per block, own line");
+    }
     printf("burst_lab: %d SMs\n| kernel | threads | regs | blocks/SM | MB per round |\n|---|---|---|---|---|\n", g_nsm);
     for (int k = 0; k < N_KINDS; k++) {
         cudaFuncAttributes fa;
@@ -451,11 +500,31 @@ int main(int argc, char **argv) {
             {"two groups: n_sm/2 x (200 KB TMA + 128 KB regs)", grp<16>, h, 200u << 10, 200u << 10},
             {"one group, half the bytes: n_sm x (50 KB TMA + 32 KB regs)", grp<4>, g_nsm, 50u << 10, 160u << 10},
             {"two groups, half the bytes: n_sm/2 x (100 KB TMA + 64 KB regs)", grp<8>, h, 100u << 10, 160u << 10},
+            {"one group, 2 blocks/SM fit, trigger after the data landed", grp<8, 1>, g_nsm, 100u << 10, 100u << 10},
+            {"one group, 1 block/SM, trigger after the data landed", grp<8, 1>, g_nsm, 100u << 10, 160u << 10},
+            {"quiet spin: one group, 1 block/SM", grp<8, 0, 1>, g_nsm, 100u << 10, 160u << 10},
+            {"quiet spin: one group, 2 blocks/SM fit", grp<8, 0, 1>, g_nsm, 100u << 10, 100u << 10},
+            {"quiet spin: one group, 2 blocks/SM fit, trigger after the data landed", grp<8, 1, 1>, g_nsm, 100u << 10,
+             100u << 10},
+            {"half the bytes, 2 blocks/SM fit", grp<4>, g_nsm, 50u << 10, 100u << 10},
+            {"half the bytes, 2 blocks/SM fit, trigger after the data landed", grp<4, 1>, g_nsm, 50u << 10, 100u << 10},
+            {"2 L2 round trips after the data: one group, 1 block/SM", grp<8, 0, 0, 2>, g_nsm, 100u << 10, 160u << 10},
+            {"2 L2 round trips after the data: 2 blocks/SM fit, trigger after the data (next loads in front of them)",
+             grp<8, 1, 0, 2>, g_nsm, 100u << 10, 100u << 10},
         };
+        for (const G &g : gs) { /* are two blocks of a launch resident per SM, as the layout assumes? */
+            int occ = 0;
+            CK(cudaFuncSetAttribute(g.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g.reserve));
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, g.fn, 512, g.reserve));
+            printf("occupancy: %s: %d blocks/SM\n", g.name, occ);
+        }
         printf("\n| chain of 24 (PDL) | MB each | spin 0: us/launch | spin 2 us | spin 4 us |\n|---|---|---|---|---|\n");
-        for (int rep = 0; rep < 2; rep++)
+        for (int rep = 0; rep < 2; rep++) {
+            const int one = rep == 0; /* first as through session 12, then one sink atomic per block */
+            CK(cudaMemcpyToSymbol(d_sink_one, &one, sizeof one));
+            printf("| sink: %s | | | | |\n", one ? "every warp, one word (before)" : "one atomic per block, own line");
             for (const G &g : gs) {
-                const int L = g.fn == grp<16> ? 16 : g.fn == grp<8> ? 8 : 4;
+                const int L = g.fn == grp<16> ? 16 : g.fn == grp<4> || g.fn == grp<4, 1> ? 4 : 8;
                 const size_t per = g.smem_b + (size_t)512 * L * 16, bytes = per * g.grid;
                 CK(cudaFuncSetAttribute(g.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g.reserve));
                 float t[3];
@@ -479,14 +548,15 @@ int main(int argc, char **argv) {
                 printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", g.name, bytes / 1e6, t[0] * 1e3 / 24, t[1] * 1e3 / 24,
                        t[2] * 1e3 / 24);
             }
+        }
         /* where the time goes: 24 launches with spin 4 us, every block's stamps, launches 8 .. 13 (us after the
          * end of the previous launch's last block) */
         unsigned long long *st;
         CK(cudaMalloc(&st, (size_t)24 * g_nsm * 5 * 8));
         std::vector<unsigned long long> hs((size_t)24 * g_nsm * 5);
-        for (int gi : {0, 2}) {
+        for (int gi : {0, 1, 5, 11, 12, 13}) {
             const G &g = gs[gi];
-            const int L = g.fn == grp<16> ? 16 : 8;
+            const int L = g.fn == grp<16> ? 16 : g.fn == grp<4> || g.fn == grp<4, 1> ? 4 : 8;
             const size_t bytes = (g.smem_b + (size_t)512 * L * 16) * g.grid;
             CK(cudaFuncSetAttribute(g.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g.reserve));
             for (int rep = 0; rep < 3; rep++) {
