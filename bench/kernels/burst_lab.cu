@@ -487,6 +487,9 @@ int main(int argc, char **argv) {
     }
 
     if (only_gr) { /* one group of n_sm blocks vs two groups of n_sm / 2 that alternate, chains of 24 launches */
+        auto L_of = [](void (*fn)(GP)) { /* register loads per thread (template L) of a grp instance below */
+            return fn == grp<16> ? 16 : fn == grp<4> || fn == grp<4, 1> ? 4 : 8;
+        };
         struct G {
             const char *name;
             void (*fn)(GP);
@@ -524,7 +527,7 @@ int main(int argc, char **argv) {
             CK(cudaMemcpyToSymbol(d_sink_one, &one, sizeof one));
             printf("| sink: %s | | | | |\n", one ? "every warp, one word (before)" : "one atomic per block, own line");
             for (const G &g : gs) {
-                const int L = g.fn == grp<16> ? 16 : g.fn == grp<4> || g.fn == grp<4, 1> ? 4 : 8;
+                const int L = L_of(g.fn);
                 const size_t per = g.smem_b + (size_t)512 * L * 16, bytes = per * g.grid;
                 CK(cudaFuncSetAttribute(g.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g.reserve));
                 float t[3];
@@ -556,7 +559,7 @@ int main(int argc, char **argv) {
         std::vector<unsigned long long> hs((size_t)24 * g_nsm * 5);
         for (int gi : {0, 1, 5, 11, 12, 13}) {
             const G &g = gs[gi];
-            const int L = g.fn == grp<16> ? 16 : g.fn == grp<4> || g.fn == grp<4, 1> ? 4 : 8;
+            const int L = L_of(g.fn);
             const size_t bytes = (g.smem_b + (size_t)512 * L * 16) * g.grid;
             CK(cudaFuncSetAttribute(g.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g.reserve));
             for (int rep = 0; rep < 3; rep++) {
