@@ -20,7 +20,8 @@
  *   build:  make build/bench/burst_lab   (sm_90a)
  *   run:    build/bench/burst_lab [xchg: the exchange sections only | il: block layouts only | issue: the per-SM
  *           issue limit only | groups: two alternating SM groups and co-resident
- *           launches with a late trigger only] */
+ *           launches with a late trigger only | pf: each launch prefetches the next one's bytes into L2 during
+ *           its chain | pair: a DeltaNet layer's two kernels alternating, today's footprints vs co-resident] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,8 +182,38 @@ struct GP {
     float *io;
     long long spin_ns;
     unsigned long long *stamp; /* optional: per block [entry, wait returned, data landed, end, smid] (global ns) */
+    const unsigned char *pf;   /* PF > 0: the next launch's bytes, prefetched into L2 (this block's share) */
+    long long pf_bytes;
 };
-template <int L, int TRIG = 0, int SPK = 0, int RT = 0>
+/* the first half of this block's share of l2_prefetch_share's slice */
+__device__ __forceinline__ void l2_prefetch_half(const void *base, long long bytes) {
+    if (!base || bytes <= 0) return;
+    const long long nb = gridDim.x, b = blockIdx.x;
+    const long long chunk = ((bytes + nb - 1) / nb + 255) & ~255ll, piece = 16384;
+    const long long end = min(bytes, b * chunk + chunk / 2);
+    for (long long o = b * chunk + (long long)threadIdx.x * piece; o < end; o += (long long)blockDim.x * piece) {
+        const unsigned sz = (unsigned)min(piece, end - o);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)base + o), "r"(sz) : "memory");
+    }
+}
+/* per-line prefetch.global.L2 (EL: ::evict_last) of this block's share of [base, base + bytes) */
+template <bool EL>
+__device__ __forceinline__ void l2_prefetch_lines(const void *base, long long bytes) {
+    if (!base || bytes <= 0) return;
+    const long long chunk = bytes / gridDim.x;
+    const char *q = (const char *)base + (long long)blockIdx.x * chunk;
+    for (long long o = (long long)threadIdx.x * 128; o < chunk; o += (long long)blockDim.x * 128) {
+        if (EL)
+            asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(q + o));
+        else
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(q + o));
+    }
+}
+/* PF 1: once the block's data has landed (DRAM idle during the chain), the block issues
+ * cp.async.bulk.prefetch.L2 of its share of the next launch's bytes; PF 2: the same at entry, before its own
+ * loads; PF 3: after the data, the first half of its share only; PF 4 / 5: after the data, per-line
+ * prefetch.global.L2 (/ ::evict_last) instead of the bulk prefetch. */
+template <int L, int TRIG = 0, int SPK = 0, int RT = 0, int PF = 0>
 __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
     extern __shared__ __align__(128) unsigned char gsm[];
     __shared__ __align__(8) unsigned long long gbar_s;
@@ -190,6 +221,7 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
     if (TRIG == 0) pdl_trigger();
     const unsigned bar = (unsigned)__cvta_generic_to_shared(&gbar_s);
     const unsigned char *base = p.w + (size_t)blockIdx.x * (p.smem_b + (size_t)512 * L * 16);
+    if (PF == 2) l2_prefetch_share(p.pf, p.pf_bytes);
     if (threadIdx.x == 0) {
         mbar_init(bar, 1);
         mbar_init_fence();
@@ -213,6 +245,10 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
     __syncthreads();
     const unsigned long long t_data = gtimer();
     if (TRIG == 1) pdl_trigger(); /* the next launch may load during this one's chain (spin), not before */
+    if (PF == 1) l2_prefetch_share(p.pf, p.pf_bytes);
+    if (PF == 3) l2_prefetch_half(p.pf, p.pf_bytes);
+    if (PF == 4) l2_prefetch_lines<false>(p.pf, p.pf_bytes);
+    if (PF == 5) l2_prefetch_lines<true>(p.pf, p.pf_bytes);
     for (unsigned o = threadIdx.x * 16; o < p.smem_b; o += 512 * 16) {
         const uint4 x = *reinterpret_cast<const uint4 *>(gsm + o);
         acc = acc * 3u + (x.x ^ x.y) + (x.z ^ x.w);
@@ -243,6 +279,82 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
     }
     sink_block(p.sink, acc);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.io[1] = dep + 1.0f;
+    if (p.stamp && threadIdx.x == 0) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        unsigned long long *o = p.stamp + (size_t)blockIdx.x * 5;
+        o[0] = t_in, o[1] = t_rel, o[2] = t_data, o[3] = gtimer(), o[4] = smid;
+    }
+}
+
+/* ---- pair: a DeltaNet layer's two kernels, alternating (docs/PERF_NOTES.md §23) ----------------------------
+ * pk<L, NT, RT, TRIG>: NT threads; before griddepcontrol.wait L 16-byte register loads per thread and smem_b bytes by
+ * TMA into shared memory; then the previous launch's value (an L2 round trip, as a kernel's input row), the data,
+ * RT dependent L2 round trips (an exchange), spin_ns of chain, exit. TRIG 0: launch_dependents at entry (the engine
+ * today); 1: after the data and the RT round trips, so that a next launch that fits beside it loads during the spin
+ * only. The dn_layer stand-in: 512 threads, 128 KB in registers + 45 KB TMA, RT 1, spin 3 us; the MLP stand-in:
+ * 168 KB (today 112 KB in registers + 56 KB TMA at 512 threads; co-resident: all TMA at 256 threads), spin 1.5 us. */
+template <int L, int NT, int RT, int TRIG, int WR = 0>
+__global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
+    extern __shared__ __align__(128) unsigned char gsm[];
+    __shared__ __align__(8) unsigned long long gbar_s;
+    __shared__ unsigned rt_v;
+    const unsigned long long t_in = gtimer();
+    if (TRIG == 0) pdl_trigger();
+    const unsigned bar = (unsigned)__cvta_generic_to_shared(&gbar_s);
+    const unsigned char *base = p.w + (size_t)blockIdx.x * (p.smem_b + (size_t)NT * L * 16);
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        mbar_init_fence();
+        mbar_arrive_expect_tx(bar, p.smem_b);
+        const unsigned da = (unsigned)__cvta_generic_to_shared(gsm);
+        for (unsigned o = 0; o < p.smem_b; o += 16384)
+            bulk_g2s(da + o, base + o, p.smem_b - o < 16384 ? p.smem_b - o : 16384u, bar);
+    }
+    unsigned acc = 0;
+    if constexpr (L > 0) {
+        const uint4 *b = reinterpret_cast<const uint4 *>(base + p.smem_b) + threadIdx.x;
+        uint4 v[L > 0 ? L : 1];
+#pragma unroll
+        for (int i = 0; i < L; i++) v[i] = ld_stream(b + i * NT);
+        pdl_wait();
+        acc = __float_as_uint(__ldcg(p.io));
+#pragma unroll
+        for (int i = 0; i < L; i++) acc = acc * 3u + (v[i].x ^ v[i].y) + (v[i].z ^ v[i].w);
+    } else {
+        pdl_wait();
+        acc = __float_as_uint(__ldcg(p.io));
+    }
+    const unsigned long long t_rel = gtimer();
+    __syncthreads();
+    mbar_wait(bar, 0);
+    __syncthreads();
+    const unsigned long long t_data = gtimer();
+    for (unsigned o = threadIdx.x * 16; o < p.smem_b; o += NT * 16) {
+        const uint4 x = *reinterpret_cast<const uint4 *>(gsm + o);
+        acc = acc * 3u + (x.x ^ x.y) + (x.z ^ x.w);
+    }
+    if constexpr (RT > 0) {
+        unsigned v = acc & 1u;
+        for (int r = 0; r < RT; r++) {
+            if (threadIdx.x == 0) rt_v = atomicAdd(p.sink + 64 + 32 * (size_t)(gridDim.x + blockIdx.x), v + 1u);
+            __syncthreads();
+            v = rt_v;
+            __syncthreads();
+        }
+        acc += v & 1u;
+    }
+    if (TRIG == 1) pdl_trigger();
+    if (p.spin_ns > 0) {
+        const unsigned long long t0 = gtimer();
+        while ((long long)(gtimer() - t0) < p.spin_ns) {
+        }
+    }
+    if (WR > 0 && (int)threadIdx.x < WR) /* the kernel's output: WR fp32 reds per block over 1024 words (the MLP: 256) */
+        atomicAdd(reinterpret_cast<float *>(p.sink) + 8192 + ((threadIdx.x * 4 + blockIdx.x * 4) & 1023),
+                  (float)(acc & 1u));
+    sink_block(p.sink, acc);
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.io[1] = __uint_as_float(acc & 0x3fffffu);
     if (p.stamp && threadIdx.x == 0) {
         unsigned smid;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
@@ -460,6 +572,8 @@ int main(int argc, char **argv) {
     const bool only_il = argc > 1 && !strcmp(argv[1], "il"); /* contiguous vs interleaved block ranges only */
     const bool only_is = argc > 1 && !strcmp(argv[1], "issue"); /* the per-SM issue limit only */
     const bool only_gr = argc > 1 && !strcmp(argv[1], "groups"); /* two alternating SM groups only */
+    const bool only_pf = argc > 1 && !strcmp(argv[1], "pf"); /* the next launch's bytes prefetched into L2 only */
+    const bool only_pk = argc > 1 && !strcmp(argv[1], "pair"); /* a DeltaNet layer's two kernels, alternating */
     CK(cudaSetDevice(0));
     CK(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
@@ -486,6 +600,193 @@ int main(int argc, char **argv) {
         printf("| %s | %d | %d | %d | %.2f |\n", KINDS[k].name, KINDS[k].nt, fa.numRegs, occ, kind_bytes(k, 1) / 1e6);
     }
 
+    if (only_pk) {
+        struct K {
+            const char *name;
+            void (*fn)(GP);
+            int nt, l;
+            unsigned smem_b, reserve;
+            long long spin;
+        };
+        /* today: both fill an SM (1 block per SM); co-resident: dn <= 96 registers x 512 and <= 54 KB of shared
+         * memory, the MLP <= 64 registers x 256 and 170 KB, so an MLP block fits beside a dn block */
+        const K dn0 = {"dn today", pk<16, 512, 1, 0>, 512, 16, 45u << 10, 160u << 10, 3000};
+        const K mlp0 = {"mlp today", pk<14, 512, 0, 0>, 512, 14, 56u << 10, 160u << 10, 1500};
+        const K dn1 = {"dn co-res, late trigger", pk<16, 512, 1, 1>, 512, 16, 45u << 10, 52u << 10, 3000};
+        const K mlp1 = {"mlp co-res (TMA, 256 thr), late trigger", pk<0, 256, 0, 1>, 256, 0, 168u << 10, 170u << 10,
+                        1500};
+        const K dn2 = {"dn co-res, trigger at entry", pk<16, 512, 1, 0>, 512, 16, 45u << 10, 52u << 10, 3000};
+        const K mlp2 = {"mlp co-res, trigger at entry", pk<0, 256, 0, 0>, 256, 0, 168u << 10, 170u << 10, 1500};
+        const K mlp3 = {"mlp today, late trigger", pk<14, 512, 0, 1>, 512, 14, 56u << 10, 160u << 10, 1500};
+        /* with their output writes at the end (256 fp32 reds per block, as the engine's out_proj / MLP) */
+        const K dn0w = {"dn today + reds", pk<16, 512, 1, 0, 256>, 512, 16, 45u << 10, 160u << 10, 3000};
+        const K mlp0w = {"mlp today + reds", pk<14, 512, 0, 0, 256>, 512, 14, 56u << 10, 160u << 10, 1500};
+        const K dn1w = {"dn co-res, late trigger + reds", pk<16, 512, 1, 1, 256>, 512, 16, 45u << 10, 52u << 10, 3000};
+        const K mlp1w = {"mlp co-res, late trigger + reds", pk<0, 256, 0, 1, 256>, 256, 0, 168u << 10, 170u << 10, 1500};
+        const K *all[] = {&dn0, &mlp0, &dn1, &mlp1, &dn2, &mlp2, &mlp3, &dn0w, &mlp0w, &dn1w, &mlp1w};
+        for (const K *k : all) { /* the limit (not a reservation) per function: the largest reserve of its uses */
+            unsigned mx = 0;
+            for (const K *k2 : all)
+                if (k2->fn == k->fn) mx = std::max(mx, k2->reserve);
+            cudaFuncAttributes fa;
+            CK(cudaFuncSetAttribute(k->fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx));
+            /* every kernel asks for the largest shared-memory carveout, so that an SM configured for one can take a
+             * block of the other without draining (the split is set per kernel; without it, measured, the co-resident
+             * blocks became resident only as the other kernel left); LAB_CARVEOUT=0: the driver's choice */
+            if (!getenv("LAB_CARVEOUT") || atoi(getenv("LAB_CARVEOUT")) != 0)
+                CK(cudaFuncSetAttribute(k->fn, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+            CK(cudaFuncGetAttributes(&fa, k->fn));
+            printf("%s: %d threads x %d registers, %u KB shared (+%zu static), %.1f MB per launch\n", k->name, k->nt,
+                   fa.numRegs, k->reserve >> 10, fa.sharedSizeBytes,
+                   (double)(k->smem_b + (size_t)k->nt * k->l * 16) * g_nsm / 1e6);
+        }
+        auto record = [&](const K &a, const K &b, int layers, double spin_scale, unsigned long long *stamp) {
+            for (int i = 0; i < 2 * layers; i++) {
+                const K &k = i & 1 ? b : a;
+                const size_t bytes = (k.smem_b + (size_t)k.nt * k.l * 16) * g_nsm, stride = (bytes + 4095) & ~(size_t)4095;
+                if (g_off + stride > g_arena_bytes) g_off = 0;
+                GP p = {(const unsigned char *)g_arena + g_off, k.smem_b, g_sink, g_io, (long long)(k.spin * spin_scale),
+                        stamp ? stamp + (size_t)i * g_nsm * 5 : NULL, NULL, 0};
+                g_off += stride;
+                cudaLaunchConfig_t c = {};
+                cudaLaunchAttribute at[1];
+                c.gridDim = dim3(g_nsm), c.blockDim = dim3(k.nt), c.stream = g_st, c.dynamicSmemBytes = k.reserve;
+                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                at[0].val.programmaticStreamSerializationAllowed = 1;
+                c.attrs = at, c.numAttrs = 1;
+                CK(cudaLaunchKernelEx(&c, k.fn, p));
+            }
+        };
+        struct Pr {
+            const char *name;
+            const K *a, *b;
+        };
+        const Pr prs[] = {{"today (1 block/SM each, trigger at entry)", &dn0, &mlp0},
+                          {"co-resident, late triggers", &dn1, &mlp1},
+                          {"co-resident, triggers at entry", &dn2, &mlp2},
+                          {"today's footprints, late triggers", &dn0, &mlp3},
+                          {"today + 256 reds at the end of each launch", &dn0w, &mlp0w},
+                          {"co-resident, late triggers + 256 reds at the end of each launch", &dn1w, &mlp1w}};
+        printf("\n| 18 layers of (dn, mlp), graph + PDL | us per layer: chains x0 | x0.5 | x1 (dn 3 us, mlp 1.5 us) |"
+               " x1.5 |\n|---|---|---|---|---|\n");
+        for (int rep = 0; rep < 2; rep++)
+            for (const Pr &pr : prs) {
+                printf("| %s |", pr.name);
+                for (double sc : {0.0, 0.5, 1.0, 1.5})
+                    printf(" %.2f |", time_graph([&] { record(*pr.a, *pr.b, 18, sc, NULL); }) * 1e3 / 18);
+                printf("\n");
+            }
+        unsigned long long *st;
+        const int NL = 36;
+        CK(cudaMalloc(&st, (size_t)NL * g_nsm * 5 * 8));
+        std::vector<unsigned long long> hs((size_t)NL * g_nsm * 5);
+        for (int pi : {0, 1, 5}) {
+            for (int rep = 0; rep < 3; rep++) {
+                CK(cudaMemset(st, 0, hs.size() * 8));
+                g_off = 0;
+                record(*prs[pi].a, *prs[pi].b, NL / 2, 1.0, st);
+                CK(cudaMemcpyAsync(hs.data(), st, hs.size() * 8, cudaMemcpyDeviceToHost, g_st));
+                CK(cudaStreamSynchronize(g_st));
+            }
+            printf("\n%s, chains x1 (us after the previous launch's last end: first / median / last block)\n"
+                   "| launch | entry | wait returned | data landed | end |\n|---|---|---|---|---|\n", prs[pi].name);
+            for (int i = 16; i < 22; i++) {
+                unsigned long long prev_end = 0;
+                for (int b = 0; b < g_nsm; b++) prev_end = std::max(prev_end, hs[((size_t)(i - 1) * g_nsm + b) * 5 + 3]);
+                printf("| %d %s |", i, i & 1 ? "mlp" : "dn");
+                for (int k = 0; k < 4; k++) {
+                    std::vector<double> v;
+                    for (int b = 0; b < g_nsm; b++)
+                        v.push_back(((double)hs[((size_t)i * g_nsm + b) * 5 + k] - (double)prev_end) / 1e3);
+                    std::sort(v.begin(), v.end());
+                    printf(" %.2f / %.2f / %.2f |", v[0], v[v.size() / 2], v.back());
+                }
+                printf("\n");
+            }
+        }
+        cudaFree(st);
+        CK(cudaDeviceSynchronize());
+        return 0;
+    }
+    if (only_pf) { /* each launch prefetches the next one's bytes into L2 during its chain (1 block per SM) */
+        struct V {
+            const char *name;
+            void (*fn)(GP);
+        };
+        const V vs[] = {
+            {"no prefetch", grp<8>},
+            {"prefetch the next launch's share after the data landed", grp<8, 0, 0, 0, 1>},
+            {"prefetch half of it after the data landed", grp<8, 0, 0, 0, 3>},
+            {"prefetch the next launch's share at entry", grp<8, 0, 0, 0, 2>},
+            {"2 L2 round trips after the data, no prefetch", grp<8, 0, 0, 2>},
+            {"2 L2 round trips after the data, prefetch after the data", grp<8, 0, 0, 2, 1>},
+            {"per-line prefetch.global.L2 after the data landed", grp<8, 0, 0, 0, 4>},
+            {"per-line prefetch.global.L2::evict_last after the data landed", grp<8, 0, 0, 0, 5>},
+            {"2 L2 round trips after the data, per-line prefetch after the data", grp<8, 0, 0, 2, 4>},
+            {"no prefetch, every launch the same bytes (L2-resident)", grp<8>},
+        };
+        const unsigned smem_b = 100u << 10, reserve = 160u << 10;
+        const size_t bytes = (smem_b + (size_t)512 * 8 * 16) * g_nsm, stride = (bytes + 4095) & ~(size_t)4095;
+        const int hot = (int)(sizeof vs / sizeof vs[0]) - 1;
+        auto record = [&](void (*fn)(GP), long long spin, unsigned long long *stamp, bool same = false) {
+            for (int i = 0; i < 24; i++) {
+                if (same) g_off = 0;
+                if (g_off + 2 * stride > g_arena_bytes) g_off = 0;
+                GP p = {(const unsigned char *)g_arena + g_off, smem_b, g_sink, g_io, spin,
+                        stamp ? stamp + (size_t)i * g_nsm * 5 : NULL, (const unsigned char *)g_arena + g_off + stride,
+                        (long long)bytes};
+                g_off += stride;
+                cudaLaunchConfig_t c = {};
+                cudaLaunchAttribute at[1];
+                c.gridDim = dim3(g_nsm), c.blockDim = dim3(512), c.stream = g_st, c.dynamicSmemBytes = reserve;
+                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                at[0].val.programmaticStreamSerializationAllowed = 1;
+                c.attrs = at, c.numAttrs = 1;
+                CK(cudaLaunchKernelEx(&c, fn, p));
+            }
+        };
+        printf("\n| chain of 24 (PDL), %.1f MB each, 1 block/SM | spin 0: us/launch | spin 1 us | spin 2 us | spin 4 us |\n"
+               "|---|---|---|---|---|\n", bytes / 1e6);
+        for (int rep = 0; rep < 2; rep++)
+            for (const V &v : vs) {
+                CK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)reserve));
+                const long long spins[4] = {0, 1000, 2000, 4000};
+                printf("| %s |", v.name);
+                for (long long sp : spins)
+                    printf(" %.2f |", time_graph([&] { record(v.fn, sp, NULL, &v == &vs[hot]); }) * 1e3 / 24);
+                printf("\n");
+            }
+        unsigned long long *st;
+        CK(cudaMalloc(&st, (size_t)24 * g_nsm * 5 * 8));
+        std::vector<unsigned long long> hs((size_t)24 * g_nsm * 5);
+        for (int vi : {0, 1, 6, 8, hot}) {
+            for (int rep = 0; rep < 3; rep++) {
+                CK(cudaMemset(st, 0, hs.size() * 8));
+                g_off = 0;
+                record(vs[vi].fn, 2000, st, vi == hot);
+                CK(cudaMemcpyAsync(hs.data(), st, hs.size() * 8, cudaMemcpyDeviceToHost, g_st));
+                CK(cudaStreamSynchronize(g_st));
+            }
+            printf("\n%s, spin 2 us (us after the previous launch's last end: first / median / last block)\n"
+                   "| launch | entry | wait returned | data landed | end |\n|---|---|---|---|---|\n", vs[vi].name);
+            for (int i = 8; i < 12; i++) {
+                unsigned long long prev_end = 0;
+                for (int b = 0; b < g_nsm; b++) prev_end = std::max(prev_end, hs[((size_t)(i - 1) * g_nsm + b) * 5 + 3]);
+                printf("| %d |", i);
+                for (int k = 0; k < 4; k++) {
+                    std::vector<double> v;
+                    for (int b = 0; b < g_nsm; b++)
+                        v.push_back(((double)hs[((size_t)i * g_nsm + b) * 5 + k] - (double)prev_end) / 1e3);
+                    std::sort(v.begin(), v.end());
+                    printf(" %.2f / %.2f / %.2f |", v[0], v[v.size() / 2], v.back());
+                }
+                printf("\n");
+            }
+        }
+        cudaFree(st);
+        CK(cudaDeviceSynchronize());
+        return 0;
+    }
     if (only_gr) { /* one group of n_sm blocks vs two groups of n_sm / 2 that alternate, chains of 24 launches */
         auto L_of = [](void (*fn)(GP)) { /* register loads per thread (template L) of a grp instance below */
             return fn == grp<16> ? 16 : fn == grp<4> || fn == grp<4, 1> ? 4 : 8;
