@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
  * today); 1: after the data and the RT round trips, so that a next launch that fits beside it loads during the spin
  * only. The dn_layer stand-in: 512 threads, 128 KB in registers + 45 KB TMA, RT 1, spin 3 us; the MLP stand-in:
  * 168 KB (today 112 KB in registers + 56 KB TMA at 512 threads; co-resident: all TMA at 256 threads), spin 1.5 us. */
-template <int L, int NT, int RT, int TRIG, int WR = 0>
+template <int L, int NT, int RT, int TRIG, int WR = 0, int CPA = 0>
 __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
     extern __shared__ __align__(128) unsigned char gsm[];
     __shared__ __align__(8) unsigned long long gbar_s;
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
     if (TRIG == 0) pdl_trigger();
     const unsigned bar = (unsigned)__cvta_generic_to_shared(&gbar_s);
     const unsigned char *base = p.w + (size_t)blockIdx.x * (p.smem_b + (size_t)NT * L * 16);
-    if (threadIdx.x == 0) {
+    if (!CPA && threadIdx.x == 0) {
         mbar_init(bar, 1);
         mbar_init_fence();
         mbar_arrive_expect_tx(bar, p.smem_b);
@@ -317,6 +317,13 @@ __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
         uint4 v[L > 0 ? L : 1];
 #pragma unroll
         for (int i = 0; i < L; i++) v[i] = ld_stream(b + i * NT);
+        if (CPA) { /* the smem part by per-thread cp.async behind the register loads, as dn_layer's 45 KB */
+            for (unsigned o = threadIdx.x * 16; o < p.smem_b; o += NT * 16) {
+                const unsigned sa = (unsigned)__cvta_generic_to_shared(gsm + o);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(base + o) : "memory");
+            }
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
         pdl_wait();
         acc = __float_as_uint(__ldcg(p.io));
 #pragma unroll
@@ -327,7 +334,10 @@ __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
     }
     const unsigned long long t_rel = gtimer();
     __syncthreads();
-    mbar_wait(bar, 0);
+    if (CPA)
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+    else
+        mbar_wait(bar, 0);
     __syncthreads();
     const unsigned long long t_data = gtimer();
     for (unsigned o = threadIdx.x * 16; o < p.smem_b; o += NT * 16) {
@@ -623,7 +633,11 @@ int main(int argc, char **argv) {
         const K mlp0w = {"mlp today + reds", pk<14, 512, 0, 0, 256>, 512, 14, 56u << 10, 160u << 10, 1500};
         const K dn1w = {"dn co-res, late trigger + reds", pk<16, 512, 1, 1, 256>, 512, 16, 45u << 10, 52u << 10, 3000};
         const K mlp1w = {"mlp co-res, late trigger + reds", pk<0, 256, 0, 1, 256>, 256, 0, 168u << 10, 170u << 10, 1500};
-        const K *all[] = {&dn0, &mlp0, &dn1, &mlp1, &dn2, &mlp2, &mlp3, &dn0w, &mlp0w, &dn1w, &mlp1w};
+        /* the dn stand-in's 45 KB by per-thread cp.async behind its register loads (as dn_layer), with the reds */
+        const K dn0c = {"dn today + reds, cp.async", pk<16, 512, 1, 0, 256, 1>, 512, 16, 45u << 10, 160u << 10, 3000};
+        const K dn1c = {"dn co-res, late trigger + reds, cp.async", pk<16, 512, 1, 1, 256, 1>, 512, 16, 45u << 10,
+                        52u << 10, 3000};
+        const K *all[] = {&dn0, &mlp0, &dn1, &mlp1, &dn2, &mlp2, &mlp3, &dn0w, &mlp0w, &dn1w, &mlp1w, &dn0c, &dn1c};
         for (const K *k : all) { /* the limit (not a reservation) per function: the largest reserve of its uses */
             unsigned mx = 0;
             for (const K *k2 : all)
@@ -666,7 +680,9 @@ int main(int argc, char **argv) {
                           {"co-resident, triggers at entry", &dn2, &mlp2},
                           {"today's footprints, late triggers", &dn0, &mlp3},
                           {"today + 256 reds at the end of each launch", &dn0w, &mlp0w},
-                          {"co-resident, late triggers + 256 reds at the end of each launch", &dn1w, &mlp1w}};
+                          {"co-resident, late triggers + 256 reds at the end of each launch", &dn1w, &mlp1w},
+                          {"today + reds, the dn stand-in's 45 KB by cp.async", &dn0c, &mlp0w},
+                          {"co-resident, late triggers + reds, the dn stand-in's 45 KB by cp.async", &dn1c, &mlp1w}};
         printf("\n| 18 layers of (dn, mlp), graph + PDL | us per layer: chains x0 | x0.5 | x1 (dn 3 us, mlp 1.5 us) |"
                " x1.5 |\n|---|---|---|---|---|\n");
         for (int rep = 0; rep < 2; rep++)
@@ -680,7 +696,7 @@ int main(int argc, char **argv) {
         const int NL = 36;
         CK(cudaMalloc(&st, (size_t)NL * g_nsm * 5 * 8));
         std::vector<unsigned long long> hs((size_t)NL * g_nsm * 5);
-        for (int pi : {0, 1, 5}) {
+        for (int pi : {5, 7}) {
             for (int rep = 0; rep < 3; rep++) {
                 CK(cudaMemset(st, 0, hs.size() * 8));
                 g_off = 0;
