@@ -162,6 +162,53 @@ __global__ void __launch_bounds__(512, 1) issue(const uint4 *w, unsigned long lo
     if ((tid & 31) == 0) atomicXor(sink, acc);
 }
 
+/* The lab kernels' common steps (grp, pk): fold the block's shared-memory bytes into acc; RT dependent L2 round trips
+ * (a chain's exchange: thread 0 adds to its block's line and the next add waits for the value, shared with the block
+ * through a barrier); every thread polls the global timer for ns; thread 0 stamps [entry, wait returned, data
+ * landed, end, smid]. */
+/* thread 0: bytes from src into shared memory at gsm by TMA bulk copies of <= 16 KB, completing on the mbarrier bar */
+__device__ __forceinline__ void lab_bulk_issue(unsigned char *gsm, const unsigned char *src, unsigned bytes,
+                                               unsigned bar) {
+    mbar_init(bar, 1);
+    mbar_init_fence();
+    mbar_arrive_expect_tx(bar, bytes);
+    const unsigned da = (unsigned)__cvta_generic_to_shared(gsm);
+    for (unsigned o = 0; o < bytes; o += 16384) bulk_g2s(da + o, src + o, bytes - o < 16384 ? bytes - o : 16384u, bar);
+}
+__device__ __forceinline__ unsigned lab_fold_smem(const unsigned char *gsm, unsigned bytes, unsigned acc) {
+    for (unsigned o = threadIdx.x * 16; o < bytes; o += blockDim.x * 16) {
+        const uint4 x = *reinterpret_cast<const uint4 *>(gsm + o);
+        acc = acc * 3u + (x.x ^ x.y) + (x.z ^ x.w);
+    }
+    return acc;
+}
+template <int RT>
+__device__ __forceinline__ unsigned lab_round_trips(unsigned *sink, unsigned acc) {
+    __shared__ unsigned rt_v;
+    unsigned v = acc & 1u;
+    for (int r = 0; r < RT; r++) {
+        if (threadIdx.x == 0) rt_v = atomicAdd(sink + 64 + 32 * (size_t)(gridDim.x + blockIdx.x), v + 1u);
+        __syncthreads();
+        v = rt_v;
+        __syncthreads();
+    }
+    return acc + (v & 1u);
+}
+__device__ __forceinline__ void lab_spin(long long ns) {
+    if (ns <= 0) return;
+    const unsigned long long t0 = gtimer();
+    while ((long long)(gtimer() - t0) < ns) {
+    }
+}
+__device__ __forceinline__ void lab_stamp(unsigned long long *stamp, unsigned long long t_in, unsigned long long t_rel,
+                                          unsigned long long t_data) {
+    if (!stamp || threadIdx.x != 0) return;
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    unsigned long long *o = stamp + (size_t)blockIdx.x * 5;
+    o[0] = t_in, o[1] = t_rel, o[2] = t_data, o[3] = gtimer(), o[4] = smid;
+}
+
 /* ---- groups: two SM groups that alternate (docs/PERF_NOTES.md §17 (3), §21) --------------------------------
  * grp<L>: G blocks x 512 threads. Before griddepcontrol.wait each block issues its share of the launch's bytes:
  * smem_b bytes by TMA bulk copies into shared memory (thread 0) and L 16-byte register loads per thread; then it
@@ -222,14 +269,7 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
     const unsigned bar = (unsigned)__cvta_generic_to_shared(&gbar_s);
     const unsigned char *base = p.w + (size_t)blockIdx.x * (p.smem_b + (size_t)512 * L * 16);
     if (PF == 2) l2_prefetch_share(p.pf, p.pf_bytes);
-    if (threadIdx.x == 0) {
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        mbar_arrive_expect_tx(bar, p.smem_b);
-        const unsigned da = (unsigned)__cvta_generic_to_shared(gsm);
-        for (unsigned o = 0; o < p.smem_b; o += 16384)
-            bulk_g2s(da + o, base + o, p.smem_b - o < 16384 ? p.smem_b - o : 16384u, bar);
-    }
+    if (threadIdx.x == 0) lab_bulk_issue(gsm, base, p.smem_b, bar);
     const uint4 *b = reinterpret_cast<const uint4 *>(base + p.smem_b) + threadIdx.x;
     uint4 v[L];
 #pragma unroll
@@ -249,27 +289,9 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
     if (PF == 3) l2_prefetch_half(p.pf, p.pf_bytes);
     if (PF == 4) l2_prefetch_lines<false>(p.pf, p.pf_bytes);
     if (PF == 5) l2_prefetch_lines<true>(p.pf, p.pf_bytes);
-    for (unsigned o = threadIdx.x * 16; o < p.smem_b; o += 512 * 16) {
-        const uint4 x = *reinterpret_cast<const uint4 *>(gsm + o);
-        acc = acc * 3u + (x.x ^ x.y) + (x.z ^ x.w);
-    }
-    if constexpr (RT > 0) { /* RT dependent L2 round trips (a chain's exchange): thread 0 adds to its block's line and
-                              * the next add waits for the value, shared with the block through a barrier */
-        __shared__ unsigned rt_v;
-        unsigned v = acc & 1u;
-        for (int r = 0; r < RT; r++) {
-            if (threadIdx.x == 0) rt_v = atomicAdd(p.sink + 64 + 32 * (size_t)(gridDim.x + blockIdx.x), v + 1u);
-            __syncthreads();
-            v = rt_v;
-            __syncthreads();
-        }
-        acc += v & 1u;
-    }
-    if (p.spin_ns > 0 && SPK == 0) { /* every thread polls the global timer */
-        const unsigned long long t0 = gtimer();
-        while ((long long)(gtimer() - t0) < p.spin_ns) {
-        }
-    }
+    acc = lab_fold_smem(gsm, p.smem_b, acc);
+    if constexpr (RT > 0) acc = lab_round_trips<RT>(p.sink, acc);
+    if (SPK == 0) lab_spin(p.spin_ns); /* every thread polls the global timer */
     if (p.spin_ns > 0 && SPK == 1) { /* thread 0 polls, slowly; the others wait at the barrier */
         if (threadIdx.x == 0) {
             const unsigned long long t0 = gtimer();
@@ -279,12 +301,7 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
     }
     sink_block(p.sink, acc);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.io[1] = dep + 1.0f;
-    if (p.stamp && threadIdx.x == 0) {
-        unsigned smid;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        unsigned long long *o = p.stamp + (size_t)blockIdx.x * 5;
-        o[0] = t_in, o[1] = t_rel, o[2] = t_data, o[3] = gtimer(), o[4] = smid;
-    }
+    lab_stamp(p.stamp, t_in, t_rel, t_data);
 }
 
 /* ---- pair: a DeltaNet layer's two kernels, alternating (docs/PERF_NOTES.md §23) ----------------------------
@@ -298,19 +315,11 @@ template <int L, int NT, int RT, int TRIG, int WR = 0, int CPA = 0>
 __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
     extern __shared__ __align__(128) unsigned char gsm[];
     __shared__ __align__(8) unsigned long long gbar_s;
-    __shared__ unsigned rt_v;
     const unsigned long long t_in = gtimer();
     if (TRIG == 0) pdl_trigger();
     const unsigned bar = (unsigned)__cvta_generic_to_shared(&gbar_s);
     const unsigned char *base = p.w + (size_t)blockIdx.x * (p.smem_b + (size_t)NT * L * 16);
-    if (!CPA && threadIdx.x == 0) {
-        mbar_init(bar, 1);
-        mbar_init_fence();
-        mbar_arrive_expect_tx(bar, p.smem_b);
-        const unsigned da = (unsigned)__cvta_generic_to_shared(gsm);
-        for (unsigned o = 0; o < p.smem_b; o += 16384)
-            bulk_g2s(da + o, base + o, p.smem_b - o < 16384 ? p.smem_b - o : 16384u, bar);
-    }
+    if (!CPA && threadIdx.x == 0) lab_bulk_issue(gsm, base, p.smem_b, bar);
     unsigned acc = 0;
     if constexpr (L > 0) {
         const uint4 *b = reinterpret_cast<const uint4 *>(base + p.smem_b) + threadIdx.x;
@@ -340,37 +349,16 @@ __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
         mbar_wait(bar, 0);
     __syncthreads();
     const unsigned long long t_data = gtimer();
-    for (unsigned o = threadIdx.x * 16; o < p.smem_b; o += NT * 16) {
-        const uint4 x = *reinterpret_cast<const uint4 *>(gsm + o);
-        acc = acc * 3u + (x.x ^ x.y) + (x.z ^ x.w);
-    }
-    if constexpr (RT > 0) {
-        unsigned v = acc & 1u;
-        for (int r = 0; r < RT; r++) {
-            if (threadIdx.x == 0) rt_v = atomicAdd(p.sink + 64 + 32 * (size_t)(gridDim.x + blockIdx.x), v + 1u);
-            __syncthreads();
-            v = rt_v;
-            __syncthreads();
-        }
-        acc += v & 1u;
-    }
+    acc = lab_fold_smem(gsm, p.smem_b, acc);
+    if constexpr (RT > 0) acc = lab_round_trips<RT>(p.sink, acc);
     if (TRIG == 1) pdl_trigger();
-    if (p.spin_ns > 0) {
-        const unsigned long long t0 = gtimer();
-        while ((long long)(gtimer() - t0) < p.spin_ns) {
-        }
-    }
+    lab_spin(p.spin_ns);
     if (WR > 0 && (int)threadIdx.x < WR) /* the kernel's output: WR fp32 reds per block over 1024 words (the MLP: 256) */
         atomicAdd(reinterpret_cast<float *>(p.sink) + 8192 + ((threadIdx.x * 4 + blockIdx.x * 4) & 1023),
                   (float)(acc & 1u));
     sink_block(p.sink, acc);
     if (blockIdx.x == 0 && threadIdx.x == 0) p.io[1] = __uint_as_float(acc & 0x3fffffu);
-    if (p.stamp && threadIdx.x == 0) {
-        unsigned smid;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        unsigned long long *o = p.stamp + (size_t)blockIdx.x * 5;
-        o[0] = t_in, o[1] = t_rel, o[2] = t_data, o[3] = gtimer(), o[4] = smid;
-    }
+    lab_stamp(p.stamp, t_in, t_rel, t_data);
 }
 
 /* ---- head-of-line: do bulk reads in flight delay an SM's L2 round trips? ---------------------------------
@@ -577,6 +565,19 @@ static float time_graph(F record) {
     return t[REPS / 2];
 }
 
+/* Launch i's per-block stamps (entry, wait returned, data landed, end; stride records per launch) relative to the end
+ * of launch i - 1's last block, as table cells: first / median / last block. */
+static void print_stamps(const std::vector<unsigned long long> &hs, int i, int grid, int stride) {
+    unsigned long long prev_end = 0;
+    for (int b = 0; b < grid; b++) prev_end = std::max(prev_end, hs[((size_t)(i - 1) * stride + b) * 5 + 3]);
+    for (int k = 0; k < 4; k++) {
+        std::vector<double> v;
+        for (int b = 0; b < grid; b++) v.push_back(((double)hs[((size_t)i * stride + b) * 5 + k] - (double)prev_end) / 1e3);
+        std::sort(v.begin(), v.end());
+        printf(" %.2f / %.2f / %.2f |", v[0], v[v.size() / 2], v.back());
+    }
+}
+
 int main(int argc, char **argv) {
     const bool only_x = argc > 1 && !strcmp(argv[1], "xchg"); /* the two exchange sections only */
     const bool only_il = argc > 1 && !strcmp(argv[1], "il"); /* contiguous vs interleaved block ranges only */
@@ -707,16 +708,8 @@ int main(int argc, char **argv) {
             printf("\n%s, chains x1 (us after the previous launch's last end: first / median / last block)\n"
                    "| launch | entry | wait returned | data landed | end |\n|---|---|---|---|---|\n", prs[pi].name);
             for (int i = 16; i < 22; i++) {
-                unsigned long long prev_end = 0;
-                for (int b = 0; b < g_nsm; b++) prev_end = std::max(prev_end, hs[((size_t)(i - 1) * g_nsm + b) * 5 + 3]);
                 printf("| %d %s |", i, i & 1 ? "mlp" : "dn");
-                for (int k = 0; k < 4; k++) {
-                    std::vector<double> v;
-                    for (int b = 0; b < g_nsm; b++)
-                        v.push_back(((double)hs[((size_t)i * g_nsm + b) * 5 + k] - (double)prev_end) / 1e3);
-                    std::sort(v.begin(), v.end());
-                    printf(" %.2f / %.2f / %.2f |", v[0], v[v.size() / 2], v.back());
-                }
+                print_stamps(hs, i, g_nsm, g_nsm);
                 printf("\n");
             }
         }
@@ -786,16 +779,8 @@ int main(int argc, char **argv) {
             printf("\n%s, spin 2 us (us after the previous launch's last end: first / median / last block)\n"
                    "| launch | entry | wait returned | data landed | end |\n|---|---|---|---|---|\n", vs[vi].name);
             for (int i = 8; i < 12; i++) {
-                unsigned long long prev_end = 0;
-                for (int b = 0; b < g_nsm; b++) prev_end = std::max(prev_end, hs[((size_t)(i - 1) * g_nsm + b) * 5 + 3]);
                 printf("| %d |", i);
-                for (int k = 0; k < 4; k++) {
-                    std::vector<double> v;
-                    for (int b = 0; b < g_nsm; b++)
-                        v.push_back(((double)hs[((size_t)i * g_nsm + b) * 5 + k] - (double)prev_end) / 1e3);
-                    std::sort(v.begin(), v.end());
-                    printf(" %.2f / %.2f / %.2f |", v[0], v[v.size() / 2], v.back());
-                }
+                print_stamps(hs, i, g_nsm, g_nsm);
                 printf("\n");
             }
         }
@@ -900,20 +885,10 @@ int main(int argc, char **argv) {
                        "SMs shared with the previous launch)\n| launch | entry | wait returned | data landed | end | shared SMs |\n"
                        "|---|---|---|---|---|---|\n", g.name);
                 for (int i = 8; i < 14; i++) {
-                    unsigned long long prev_end = 0;
                     std::vector<bool> prev_sm(1024, false);
-                    for (int b = 0; b < g.grid; b++) {
-                        prev_end = std::max(prev_end, hs[((size_t)(i - 1) * g_nsm + b) * 5 + 3]);
-                        prev_sm[hs[((size_t)(i - 1) * g_nsm + b) * 5 + 4] & 1023] = true;
-                    }
+                    for (int b = 0; b < g.grid; b++) prev_sm[hs[((size_t)(i - 1) * g_nsm + b) * 5 + 4] & 1023] = true;
                     printf("| %d |", i);
-                    for (int k = 0; k < 4; k++) {
-                        std::vector<double> v;
-                        for (int b = 0; b < g.grid; b++)
-                            v.push_back(((double)hs[((size_t)i * g_nsm + b) * 5 + k] - (double)prev_end) / 1e3);
-                        std::sort(v.begin(), v.end());
-                        printf(" %.2f / %.2f / %.2f |", v[0], v[v.size() / 2], v.back());
-                    }
+                    print_stamps(hs, i, g.grid, g_nsm);
                     int shared = 0;
                     for (int b = 0; b < g.grid; b++) shared += prev_sm[hs[((size_t)i * g_nsm + b) * 5 + 4] & 1023];
                     printf(" %d |\n", shared);
