@@ -305,12 +305,14 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
 }
 
 /* ---- pair: a DeltaNet layer's two kernels, alternating (docs/PERF_NOTES.md §23) ----------------------------
- * pk<L, NT, RT, TRIG>: NT threads; before griddepcontrol.wait L 16-byte register loads per thread and smem_b bytes by
+ * pk<L, NT, RT, TRIG, WR, CPA>: NT threads; before griddepcontrol.wait L 16-byte register loads per thread and smem_b bytes by
  * TMA into shared memory; then the previous launch's value (an L2 round trip, as a kernel's input row), the data,
  * RT dependent L2 round trips (an exchange), spin_ns of chain, exit. TRIG 0: launch_dependents at entry (the engine
  * today); 1: after the data and the RT round trips, so that a next launch that fits beside it loads during the spin
- * only. The dn_layer stand-in: 512 threads, 128 KB in registers + 45 KB TMA, RT 1, spin 3 us; the MLP stand-in:
- * 168 KB (today 112 KB in registers + 56 KB TMA at 512 threads; co-resident: all TMA at 256 threads), spin 1.5 us. */
+ * only. WR: that many fp32 reds per block at the end (the kernel's output); CPA 1: the shared-memory part by per-thread
+ * cp.async issued behind the register loads instead of TMA (as dn_layer). The dn_layer stand-in: 512 threads, 128 KB
+ * in registers + 45 KB, RT 1, spin 3 us; the MLP stand-in: 168 KB (today 112 KB in registers + 56 KB TMA at 512
+ * threads; co-resident: all TMA at 256 threads), spin 1.5 us. */
 template <int L, int NT, int RT, int TRIG, int WR = 0, int CPA = 0>
 __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
     extern __shared__ __align__(128) unsigned char gsm[];
