@@ -309,7 +309,8 @@ __global__ void __launch_bounds__(512, 1) grp(const __grid_constant__ GP p) {
  * TMA into shared memory; then the previous launch's value (an L2 round trip, as a kernel's input row), the data,
  * RT dependent L2 round trips (an exchange), spin_ns of chain, exit. TRIG 0: launch_dependents at entry (the engine
  * today); 1: after the data and the RT round trips, so that a next launch that fits beside it loads during the spin
- * only. WR: that many fp32 reds per block at the end (the kernel's output); CPA 1: the shared-memory part by per-thread
+ * only; 2: once the data has landed, before its shared-memory reads (the engine's staged MLP under QWEN35_CO: do
+ * those reads stall behind the co-resident successor's register loads?). WR: that many fp32 reds per block at the end (the kernel's output); CPA 1: the shared-memory part by per-thread
  * cp.async issued behind the register loads instead of TMA (as dn_layer). The dn_layer stand-in: 512 threads, 128 KB
  * in registers + 45 KB, RT 1, spin 3 us; the MLP stand-in: 168 KB (today 112 KB in registers + 56 KB TMA at 512
  * threads; co-resident: all TMA at 256 threads), spin 1.5 us. */
@@ -351,6 +352,7 @@ __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
         mbar_wait(bar, 0);
     __syncthreads();
     const unsigned long long t_data = gtimer();
+    if (TRIG == 2) pdl_trigger();
     acc = lab_fold_smem(gsm, p.smem_b, acc);
     if constexpr (RT > 0) acc = lab_round_trips<RT>(p.sink, acc);
     if (TRIG == 1) pdl_trigger();
@@ -640,7 +642,10 @@ int main(int argc, char **argv) {
         const K dn0c = {"dn today + reds, cp.async", pk<16, 512, 1, 0, 256, 1>, 512, 16, 45u << 10, 160u << 10, 3000};
         const K dn1c = {"dn co-res, late trigger + reds, cp.async", pk<16, 512, 1, 1, 256, 1>, 512, 16, 45u << 10,
                         52u << 10, 3000};
-        const K *all[] = {&dn0, &mlp0, &dn1, &mlp1, &dn2, &mlp2, &mlp3, &dn0w, &mlp0w, &dn1w, &mlp1w, &dn0c, &dn1c};
+        /* the MLP stand-in triggering once its data has landed, before reading it from shared memory (the engine) */
+        const K mlp4w = {"mlp co-res, trigger before its smem reads + reds", pk<0, 256, 0, 2, 256>, 256, 0, 168u << 10,
+                         170u << 10, 1500};
+        const K *all[] = {&dn0, &mlp0, &dn1, &mlp1, &dn2, &mlp2, &mlp3, &dn0w, &mlp0w, &dn1w, &mlp1w, &dn0c, &dn1c, &mlp4w};
         for (const K *k : all) { /* the limit (not a reservation) per function: the largest reserve of its uses */
             unsigned mx = 0;
             for (const K *k2 : all)
@@ -685,7 +690,9 @@ int main(int argc, char **argv) {
                           {"today + 256 reds at the end of each launch", &dn0w, &mlp0w},
                           {"co-resident, late triggers + 256 reds at the end of each launch", &dn1w, &mlp1w},
                           {"today + reds, the dn stand-in's 45 KB by cp.async", &dn0c, &mlp0w},
-                          {"co-resident, late triggers + reds, the dn stand-in's 45 KB by cp.async", &dn1c, &mlp1w}};
+                          {"co-resident, late triggers + reds, the dn stand-in's 45 KB by cp.async", &dn1c, &mlp1w},
+                          {"co-resident + reds, the mlp stand-in triggering before its smem reads", &dn1w, &mlp4w},
+                          {"the same, the dn stand-in's 45 KB by cp.async", &dn1c, &mlp4w}};
         printf("\n| 18 layers of (dn, mlp), graph + PDL | us per layer: chains x0 | x0.5 | x1 (dn 3 us, mlp 1.5 us) |"
                " x1.5 |\n|---|---|---|---|---|\n");
         for (int rep = 0; rep < 2; rep++)
@@ -699,7 +706,7 @@ int main(int argc, char **argv) {
         const int NL = 36;
         CK(cudaMalloc(&st, (size_t)NL * g_nsm * 5 * 8));
         std::vector<unsigned long long> hs((size_t)NL * g_nsm * 5);
-        for (int pi : {5, 7}) {
+        for (int pi : {5, 8, 9}) {
             for (int rep = 0; rep < 3; rep++) {
                 CK(cudaMemset(st, 0, hs.size() * 8));
                 g_off = 0;
