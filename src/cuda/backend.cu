@@ -138,6 +138,7 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->pa, (size_t)ctx->max_splits * D);
     CARVE(a, ctx->pb, (size_t)ctx->max_splits * D);
     CARVE(a, ctx->am_count, 1);
+    CARVE(a, ctx->lm_work, CUDA_MV_WORK_WORDS);
     CARVE(a, ctx->mega_bar, 64);
     if (c->n_linear_layers) { /* the fused DeltaNet mixer's exchange (dn_layer.cu): counters zeroed with the state */
         CARVE(a, ctx->dn_xcnt, cuda_dn_layer_xcnt_count(c->linear_num_value_heads, 32));
@@ -509,6 +510,10 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         if (aq && atoi(aq) == 1 && !ctx->attn_qs && c->n_full_layers > 0)
             fprintf(stderr, "qwen35: QWEN35_ATTN_QS=1 ignored: needs the short attention kernel, the fused DeltaNet "
                             "mixer, D <= 1024 and the whole grid resident\n");
+        /* the LM head's last rounds of row groups by tickets (docs/PERF_NOTES.md §24): QWEN35_LM_DYN=N rounds, 0 off */
+        const char *ld = getenv("QWEN35_LM_DYN");
+        ctx->lm_dyn = ld && *ld ? atoi(ld) : 3;
+        if (ctx->lm_dyn < 0) ctx->lm_dyn = 0;
         const char *st = getenv("QWEN35_MLP_STAGE");
         const int stv = st ? atoi(st) : 0;
         ctx->mlp_staged = stv == 1 ? 128 : stv == 256 || stv == 512 ? stv : 0;

@@ -579,6 +579,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     if (!det) mv.zero = ctx->pa, mv.n_zero = par ? 2 * D : D;
     mv.out_mode = MV_OUT_ARGMAX, mv.step = ctx->step_dev, mv.logits = ctx->logits, mv.n_valid = ctx->n_valid;
     mv.am_val = ctx->am_val, mv.am_idx = ctx->am_idx, mv.am_count = ctx->am_count;
+    mv.work = ctx->lm_dyn ? ctx->lm_work : NULL, mv.work_tail = ctx->lm_dyn;
     mv.out_id = ctx->out_id, mv.out_max = ctx->out_max;
     if ((rc = gemv(ctx, &lc, &mv, "lm_head", err))) return rc;
     if (ctx->rec_ops) ctx->ops[ctx->n_ops - 1].bytes += 4.0 * V * ctx->step_host->write_logits;

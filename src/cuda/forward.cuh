@@ -95,6 +95,8 @@ typedef struct CudaCtx {
                                * 0: off (QWEN35_L2_STATE=0 at open, or no set-aside on the device) */
     int l2_state_layers;
     size_t l2_persist;        /* the persisting set-aside made at open (cudaLimitPersistingL2CacheSize) */
+    int lm_dyn;               /* the LM head's last rounds of row groups by tickets (MatvecParams.work_tail;
+                               * QWEN35_LM_DYN at open, 0: off) */
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
                                * 1 = 128, 256, 512; EXPERIMENTAL) */
     Probe probe;
@@ -117,6 +119,7 @@ typedef struct CudaCtx {
     float *am_val;            /* (lm_blocks) */
     int *am_idx;
     unsigned *am_count;
+    unsigned *lm_work;        /* (CUDA_MV_WORK_WORDS) the LM head's ticket counters (MatvecParams.work) */
     int *out_id;
     float *out_max;
     void *sample_scratch;

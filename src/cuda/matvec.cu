@@ -23,6 +23,8 @@
 
 #define MV_R 4             /* rows per warp group */
 #define MV_SPLIT_WARPS 8   /* warps per block assumed when choosing split-K (cuda_matvec_splits) */
+#define MV_DYN_SHARDS 8   /* MatvecParams.work: ticket counters, 128 bytes apart */
+static_assert(32 * MV_DYN_SHARDS <= CUDA_MV_WORK_WORDS, "MatvecParams.work holds the shards");
 #define MV_SPLIT_BPS 2     /* ... and blocks per SM: splits ~ 2 * n_sm / blocks, at most cols / 256 */
 
 /* Columns per split: ceil(cols / splits) rounded up to 8 (16-byte alignment). */
@@ -232,8 +234,20 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
         }
         cp_async_wait<0>();
     } else {
+        /* p.work (ARGMAX only): rounds [0, R) of the fixed stride, then the last ~work_tail rounds' groups by tickets
+         * from MV_DYN_SHARDS counters (warp w takes counter w % MV_DYN_SHARDS, groups R G W + shard + MV_DYN_SHARDS t:
+         * one counter serves ~400 M atomics/s, measured, and a ticket per group from one counter made the LM head
+         * 40 us slower). The ticket is fetched at the top of the group before it (before its loads) and used
+         * after its sums, so its round trip hides behind them; every ticket fetched is used, so none is in flight
+         * when the last block resets the counters. */
+        const bool dyn = OUT == MV_OUT_ARGMAX && p.work != nullptr;
+        const int shard = (blockIdx.x * MV_WARPS + warp) % MV_DYN_SHARDS;
+        const int R = max(1, ngroups / gstride - max(1, p.work_tail));
         bool first = true;
-        for (; g < ngroups; g += gstride) {
+        for (int i = 0; g < ngroups; i++) {
+            const bool fetch = dyn && i + 1 >= R;
+            unsigned tk = 0;
+            if (fetch && lane == 0) tk = atomicAdd(p.work + 32 * shard, 1u);
             float acc[MV_R];
 #pragma unroll
             for (int r = 0; r < MV_R; r++) acc[r] = 0.0f;
@@ -253,6 +267,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
                 }
             }
             emit(g, acc);
+            g = fetch ? R * gstride + shard + MV_DYN_SHARDS * (int)__shfl_sync(0xffffffffu, tk, 0) : g + gstride;
         }
     }
     Q35_TRACE_END(10 + OUT); /* step trace ids: 10 + out mode */
@@ -285,6 +300,8 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
         *p.out_id = b.i == INT_MAX ? 0 : b.i;
         if (p.out_max) *p.out_max = b.v;
         *p.am_count = 0u;
+        if (p.work) /* every block has left its group loop: all tickets were taken and used */
+            for (int c = 0; c < MV_DYN_SHARDS; c++) p.work[32 * c] = 0u;
     }
 }
 

@@ -135,8 +135,16 @@ typedef struct MatvecParams {
     /* MV_IN_GATED (last, so that the other fields keep their offsets) */
     const float *gate;       /* z [cols] */
     int group;               /* elements per norm group (dv) */
+    /* MV_OUT_ARGMAX, optional: [CUDA_MV_WORK_WORDS] ticket counters (zero at first use, left zero). NULL: warp w of
+     * block b takes row groups b W + w + i G W (G blocks of W warps, every round i); else the last work_tail (>= 1)
+     * rounds' groups go to warps by tickets as they finish: the SMs' DRAM service differs by +-5 %, so a fixed
+     * share ends up to ~15 us apart on the LM head (docs/PERF_NOTES.md §24). Same row sums and argmax either way
+     * (ties -> smallest index). */
+    unsigned *work;
+    int work_tail;
 } MatvecParams;
 
+#define CUDA_MV_WORK_WORDS 256 /* MatvecParams.work */
 int cuda_matvec(const MatvecParams *p, const CudaLaunch *l);
 /* 1 when MV_IN_GATED takes cols split `splits` ways in norm groups of `group` (every split whole groups,
  * at most 32 per split). */

@@ -181,7 +181,8 @@ done:
 
 /* ---- ARGMAX ---------------------------------------------------------------------------------- */
 
-static void test_argmax(int rows, int cols, int n_valid, int blocks) {
+/* dyn: the last dyn rounds of row groups by tickets (MatvecParams.work), three runs (the counters left at 0) */
+static void test_argmax(int rows, int cols, int n_valid, int blocks, int dyn) {
     const int64_t nw = (int64_t)rows * cols;
     uint16_t *W = bf16_random(&rng, nw, 1.0f / sqrtf((float)cols));
     float *x = f32_bf16_random(&rng, cols, 1.0f, 0.0f), *gl = malloc(sizeof(float) * rows);
@@ -197,30 +198,33 @@ static void test_argmax(int rows, int cols, int n_valid, int blocks) {
     float *dx = dev_copy(x, sizeof(float) * cols), *dl = dev_poison(sizeof(float) * rows);
     float *dval = dev_poison(sizeof(float) * 4096), *dmax = dev_poison(4);
     int *didx = dev_poison(sizeof(int) * 4096), *did = dev_poison(4);
-    unsigned *dcnt = dev_copy(NULL, 4);
+    unsigned *dcnt = dev_copy(NULL, 4), *dwork = dev_copy(NULL, 4 * CUDA_MV_WORK_WORDS);
     StepParams sp;
     memset(&sp, 0, sizeof sp);
     sp.write_logits = 1;
     StepParams *dsp = dev_copy(&sp, sizeof sp);
     CudaLaunch l = {0, 1, NULL, 0};
     char what[96];
-    snprintf(what, sizeof what, "argmax %dx%d valid %d blocks %d", rows, cols, n_valid, blocks);
-    if (!dW || !dx || !dl || !dval || !dmax || !didx || !did || !dcnt || !dsp) {
+    snprintf(what, sizeof what, "argmax %dx%d valid %d blocks %d, %d rounds by tickets", rows, cols, n_valid, blocks,
+             dyn);
+    if (!dW || !dx || !dl || !dval || !dmax || !didx || !did || !dcnt || !dwork || !dsp) {
         CHECK(0, "device alloc");
         goto done;
     }
     CU(cudaMemset(dcnt, 0, 4));
+    CU(cudaMemset(dwork, 0, 4 * CUDA_MV_WORK_WORDS));
     MatvecParams p;
     memset(&p, 0, sizeof p);
     p.W = dW, p.rows = rows, p.cols = cols, p.splits = 1, p.blocks = blocks, p.in_mode = MV_IN_VEC, p.x = dx;
     p.out_mode = MV_OUT_ARGMAX, p.step = dsp, p.logits = dl, p.n_valid = n_valid;
     p.am_val = dval, p.am_idx = didx, p.am_count = dcnt, p.out_id = did, p.out_max = dmax;
+    p.work = dyn ? dwork : NULL, p.work_tail = dyn;
     cpu_matvec(ref, x, W, DT_BF16, rows, cols);
     gemv_bounds(W, x, rows, cols, tol);
-    for (int run = 0; run < 2; run++) { /* the second run checks the counter was left at 0 */
+    for (int run = 0; run < 2 + (dyn > 0); run++) { /* the later runs check the counters were left at 0 */
         int id = -1;
         float mx = 0;
-        unsigned cnt = 1;
+        unsigned cnt = 1, wk[CUDA_MV_WORK_WORDS];
         CU(cudaMemset(dl, 0xff, sizeof(float) * rows));
         CU(cudaMemset(did, 0xff, 4));
         LAUNCH(cuda_matvec(&p, &l));
@@ -229,6 +233,9 @@ static void test_argmax(int rows, int cols, int n_valid, int blocks) {
         CU(cudaMemcpy(&id, did, 4, cudaMemcpyDeviceToHost));
         CU(cudaMemcpy(&mx, dmax, 4, cudaMemcpyDeviceToHost));
         CU(cudaMemcpy(&cnt, dcnt, 4, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(wk, dwork, sizeof wk, cudaMemcpyDeviceToHost));
+        unsigned wk_or = 0;
+        for (int i = 0; i < CUDA_MV_WORK_WORDS; i++) wk_or |= wk[i];
         CHECK(count_bad_tol(what, gl, ref, tol, rows, 1.0 / 256) == 0, "%s: logits", what);
         int best = 0;
         for (int r = 1; r < n_valid; r++)
@@ -237,6 +244,7 @@ static void test_argmax(int rows, int cols, int n_valid, int blocks) {
         CHECK(id == a, "%s run %d: id %d, expected the first of the tied rows %d (other %d)", what, run, id, a, b);
         CHECK(mx == gl[best], "%s: out_max %g vs %g", what, mx, gl[best]);
         CHECK(cnt == 0, "%s: counter left at %u", what, cnt);
+        CHECK(wk_or == 0, "%s: ticket counters not left at 0", what);
     }
     /* write_logits = 0 leaves the logits alone */
     sp.write_logits = 0;
@@ -250,7 +258,7 @@ static void test_argmax(int rows, int cols, int n_valid, int blocks) {
     CHECK(untouched, "%s: logits written with write_logits = 0", what);
 done:
     cudaFree(dW), cudaFree(dx), cudaFree(dl), cudaFree(dval), cudaFree(dmax), cudaFree(didx), cudaFree(did);
-    cudaFree(dcnt), cudaFree(dsp);
+    cudaFree(dcnt), cudaFree(dwork), cudaFree(dsp);
     free(W), free(x), free(gl), free(ref), free(tol);
 }
 
@@ -304,9 +312,14 @@ int main(int argc, char **argv) {
     }
     g_ring = 0;
     /* argmax: LM-head shape, small with one block, padding rows */
-    test_argmax(248320, 1024, 248077, 0);
-    test_argmax(1000, 48, 990, 1);
-    test_argmax(4097, 64, 4097, 5);
+    for (int dyn = 0; dyn < 6; dyn += dyn ? 2 : 1) { /* 0: static; 1, 3, 5 rounds by tickets */
+        test_argmax(248320, 1024, 248077, 0, dyn);
+        test_argmax(248320, 1024, 248077, 100, dyn);
+        test_argmax(1000, 48, 990, 1, dyn);
+        test_argmax(4097, 64, 4097, 5, dyn);
+        test_argmax(100, 1024, 100, 4, dyn);   /* fewer groups than warps */
+        test_argmax(1000, 1024, 1000, 2, dyn); /* ~8 rounds */
+    }
     test_rejects();
     return TEST_SUMMARY("matvec");
 }
