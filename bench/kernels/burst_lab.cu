@@ -21,7 +21,8 @@
  *   run:    build/bench/burst_lab [xchg: the exchange sections only | il: block layouts only | issue: the per-SM
  *           issue limit only | groups: two alternating SM groups and co-resident
  *           launches with a late trigger only | pf: each launch prefetches the next one's bytes into L2 during
- *           its chain | pair: a DeltaNet layer's two kernels alternating, today's footprints vs co-resident] */
+ *           its chain | pair: a DeltaNet layer's two kernels alternating, today's footprints vs co-resident |
+ *           paced: exchange round trips beside a stream that keeps 1-8 pieces of 16 KB in flight] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -433,6 +434,71 @@ __global__ void __launch_bounds__(512, 1)
     if (acc == 12345.0f) atomicAdd(sink, 1u);
 }
 
+/* ---- paced: L2 round trips while a shared-memory ring streams at a paced depth (docs/PERF_NOTES.md §24) ------
+ * The premise of a persistent layer kernel with the next phase's weights streamed in during the current phase's
+ * chain: are the chain's L2 round trips still ~1 us when the SM (or the chip) streams, if the stream keeps only
+ * P pieces in flight? 128 blocks x 512 threads, one per SM. Warp 15 is the producer: lane 0 streams `bytes` per
+ * block through a ring of P slots of PACE_PIECE bytes (TMA bulk copies, an mbarrier per slot; piece i goes into
+ * slot i % P once piece i - P has landed). Warps 0..14 of blocks 0..63 (8 heads of 8) do PACE_NX exchange rounds in
+ * a row with dn_layer.cu's counter protocol (hol's, over a named barrier of 480 threads); thread 0 stamps each
+ * round. MODE bit 0: the exchanging blocks stream; bit 1: blocks 64..127 do. Out per block: [round 1 .. NX end,
+ * stream end] relative to the block's start, ns (0: not done). */
+#define PACE_NX 16
+#define PACE_PIECE (16u << 10)
+template <int MODE>
+__global__ void __launch_bounds__(512, 1) paced(const unsigned char *src, unsigned bytes, int P, float *xbuf,
+                                                  unsigned *cnt, unsigned long long *out, unsigned *sink) {
+    extern __shared__ __align__(128) unsigned char ps[];
+    __shared__ __align__(8) unsigned long long bars[8];
+    __shared__ unsigned long long t0_s;
+    const int b = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const bool xch = b < 64, stream = xch ? (MODE & 1) != 0 : (MODE & 2) != 0;
+    if (tid == 0) {
+        for (int i = 0; i < P; i++) mbar_init((unsigned)__cvta_generic_to_shared(&bars[i]), 1);
+        mbar_init_fence();
+        t0_s = gtimer();
+    }
+    __syncthreads();
+    const unsigned long long t0 = t0_s;
+    float acc = 0.0f;
+    if (warp == 15) { /* the producer */
+        if (stream && lane == 0) {
+            const unsigned char *g = src + (size_t)b * bytes;
+            const unsigned n = bytes / PACE_PIECE;
+            for (unsigned i = 0; i < n; i++) {
+                const unsigned slot = i % P, bar = (unsigned)__cvta_generic_to_shared(&bars[slot]);
+                if (i >= (unsigned)P) mbar_wait(bar, ((i / P) - 1) & 1); /* piece i - P has landed */
+                mbar_arrive_expect_tx(bar, PACE_PIECE);
+                bulk_g2s((unsigned)__cvta_generic_to_shared(ps + (size_t)slot * PACE_PIECE), g + (size_t)i * PACE_PIECE,
+                         PACE_PIECE, bar);
+            }
+            for (unsigned i = n > (unsigned)P ? n - P : 0; i < n; i++)
+                mbar_wait((unsigned)__cvta_generic_to_shared(&bars[i % P]), (i / P) & 1);
+            acc += (float)ps[lane * 16];
+            out[(size_t)b * (PACE_NX + 1) + PACE_NX] = gtimer() - t0;
+        }
+    } else if (xch) {
+        const int j = b / 8, s = b % 8;
+        for (int r = 0; r < PACE_NX; r++) {
+            float *xb = xbuf + ((size_t)j * 2 + (r & 1)) * 256;
+            if (tid < 32) __stcg(xb + s * 32 + tid, (float)(r + tid));
+            bar_sync(1, 480);
+            if (tid == 0) {
+                unsigned old, v;
+                asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + j * 32) : "memory");
+                const unsigned target = old - old % 8 + 8;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt + j * 32) : "memory");
+                } while ((int)(v - target) < 0);
+            }
+            bar_sync(1, 480);
+            if (tid < 256) acc += __ldcg(xb + tid);
+            if (tid == 0) out[(size_t)b * (PACE_NX + 1) + r] = gtimer() - t0;
+        }
+    }
+    if (acc == 12345.0f) atomicAdd(sink, 1u);
+}
+
 /* ---- the exchange of the fused DeltaNet mixer (src/cuda/dn_layer.cu), alone ----------------------------
  * grid (8, H) x 512 threads, `rounds` exchanges in a row: threads < 32 store 32 floats of the block's slot,
  * then MODE 0: barrier, thread 0 __threadfence + atomicAdd, spin (ld.acquire) until the head's 8 arrivals;
@@ -589,6 +655,7 @@ int main(int argc, char **argv) {
     const bool only_gr = argc > 1 && !strcmp(argv[1], "groups"); /* two alternating SM groups only */
     const bool only_pf = argc > 1 && !strcmp(argv[1], "pf"); /* the next launch's bytes prefetched into L2 only */
     const bool only_pk = argc > 1 && !strcmp(argv[1], "pair"); /* a DeltaNet layer's two kernels, alternating */
+    const bool only_pc = argc > 1 && !strcmp(argv[1], "paced"); /* L2 round trips beside a paced stream */
     CK(cudaSetDevice(0));
     CK(cudaDeviceGetAttribute(&g_nsm, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
@@ -615,6 +682,66 @@ int main(int argc, char **argv) {
         printf("| %s | %d | %d | %d | %.2f |\n", KINDS[k].name, KINDS[k].nt, fa.numRegs, occ, kind_bytes(k, 1) / 1e6);
     }
 
+    if (only_pc) { /* L2 round trips while a ring streams at a paced depth */
+        float *xbuf;
+        unsigned *cnt;
+        unsigned long long *out;
+        const unsigned bytes = 512u << 10; /* per streaming block: ~16 us at ~31 GB/s per SM */
+        const int NO = 128 * (PACE_NX + 1);
+        CK(cudaMalloc(&xbuf, 8 * 2 * 256 * 4));
+        CK(cudaMalloc(&cnt, 8 * 32 * 4));
+        CK(cudaMemset(cnt, 0, 8 * 32 * 4));
+        CK(cudaMalloc(&out, NO * 8));
+        printf("\n| stream (16 KB pieces, %u KB per streaming SM) | pieces in flight | exchange 1 done us | mean of "
+               "rounds 2..%d us | stream done us (median / last block) | GB/s per streaming SM | chip GB/s |\n"
+               "|---|---|---|---|---|---|---|\n", bytes >> 10, PACE_NX);
+        const char *names[4] = {"none", "on the exchanging SMs", "on 64 other SMs only", "on all 128 SMs"};
+        for (int mode = 0; mode < 4; mode++)
+            for (int P : {1, 2, 3, 4, 8}) {
+                if (mode == 0 && P > 1) continue;
+                void (*fn)(const unsigned char *, unsigned, int, float *, unsigned *, unsigned long long *, unsigned *) =
+                    mode == 0 ? paced<0> : mode == 1 ? paced<1> : mode == 2 ? paced<2> : paced<3>;
+                CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 << 10));
+                std::vector<double> x1, xr, sd, sl;
+                for (int rep = 0; rep < 7; rep++) {
+                    if (g_off + (size_t)128 * bytes > g_arena_bytes) g_off = 0;
+                    const unsigned char *src = (const unsigned char *)g_arena + g_off;
+                    g_off += (size_t)128 * bytes;
+                    CK(cudaMemset(out, 0, NO * 8));
+                    /* 160 KB of shared memory whatever P: one block per SM */
+                    fn<<<128, 512, 160 << 10, g_st>>>(src, bytes, P, xbuf, cnt, out, g_sink);
+                    CK(cudaStreamSynchronize(g_st));
+                    std::vector<unsigned long long> h(NO);
+                    CK(cudaMemcpy(h.data(), out, NO * 8, cudaMemcpyDeviceToHost));
+                    if (rep < 2) continue; /* warm-up */
+                    std::vector<double> a, m, e;
+                    for (int bl = 0; bl < 64; bl++) {
+                        const unsigned long long *o = &h[(size_t)bl * (PACE_NX + 1)];
+                        a.push_back(o[0] / 1e3);
+                        m.push_back((o[PACE_NX - 1] - o[0]) / 1e3 / (PACE_NX - 1));
+                    }
+                    for (int bl = 0; bl < 128; bl++)
+                        if (h[(size_t)bl * (PACE_NX + 1) + PACE_NX]) e.push_back(h[(size_t)bl * (PACE_NX + 1) + PACE_NX] / 1e3);
+                    std::sort(a.begin(), a.end()), std::sort(m.begin(), m.end()), std::sort(e.begin(), e.end());
+                    x1.push_back(a[a.size() / 2]), xr.push_back(m[m.size() / 2]);
+                    if (!e.empty()) sd.push_back(e[e.size() / 2]), sl.push_back(e.back());
+                }
+                auto med = [](std::vector<double> v) {
+                    if (v.empty()) return 0.0;
+                    std::sort(v.begin(), v.end());
+                    return v[v.size() / 2];
+                };
+                const double d = med(sd), l = med(sl);
+                const int nstream = mode == 3 ? 128 : mode == 0 ? 0 : 64;
+                printf("| %s | %d | %.2f | %.2f | %.2f / %.2f | %.1f | %.0f |\n", names[mode], mode ? P : 0, med(x1),
+                       med(xr), d, l, d > 0 ? bytes / d / 1e3 : 0.0, l > 0 ? (double)nstream * bytes / l / 1e3 : 0.0);
+            }
+        cudaFree(xbuf);
+        cudaFree(cnt);
+        cudaFree(out);
+        CK(cudaDeviceSynchronize());
+        return 0;
+    }
     if (only_pk) {
         struct K {
             const char *name;
