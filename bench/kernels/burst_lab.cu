@@ -437,16 +437,18 @@ __global__ void __launch_bounds__(512, 1)
 /* ---- paced: L2 round trips while a shared-memory ring streams at a paced depth (docs/PERF_NOTES.md §24) ------
  * The premise of a persistent layer kernel with the next phase's weights streamed in during the current phase's
  * chain: are the chain's L2 round trips still ~1 us when the SM (or the chip) streams, if the stream keeps only
- * P pieces in flight? 128 blocks x 512 threads, one per SM. Warp 15 is the producer: lane 0 streams `bytes` per
+ * P pieces in flight? And a grid barrier's (G = 64: the 64 exchanging blocks as one group)? 128 blocks x 512
+ * threads, one per SM. Warp 15 is the producer: lane 0 streams `bytes` per
  * block through a ring of P slots of PACE_PIECE bytes (TMA bulk copies, an mbarrier per slot; piece i goes into
- * slot i % P once piece i - P has landed). Warps 0..14 of blocks 0..63 (8 heads of 8) do PACE_NX exchange rounds in
+ * slot i % P once piece i - P has landed). Warps 0..14 of blocks 0..63 (groups of G: 8 as a DeltaNet head, or 64)
+ * do PACE_NX exchange rounds in
  * a row with dn_layer.cu's counter protocol (hol's, over a named barrier of 480 threads); thread 0 stamps each
  * round. MODE bit 0: the exchanging blocks stream; bit 1: blocks 64..127 do. Out per block: [round 1 .. NX end,
  * stream end] relative to the block's start, ns (0: not done). */
 #define PACE_NX 16
 #define PACE_PIECE (16u << 10)
 template <int MODE>
-__global__ void __launch_bounds__(512, 1) paced(const unsigned char *src, unsigned bytes, int P, float *xbuf,
+__global__ void __launch_bounds__(512, 1) paced(const unsigned char *src, unsigned bytes, int P, int G, float *xbuf,
                                                   unsigned *cnt, unsigned long long *out, unsigned *sink) {
     extern __shared__ __align__(128) unsigned char ps[];
     __shared__ __align__(8) unsigned long long bars[8];
@@ -478,15 +480,15 @@ __global__ void __launch_bounds__(512, 1) paced(const unsigned char *src, unsign
             out[(size_t)b * (PACE_NX + 1) + PACE_NX] = gtimer() - t0;
         }
     } else if (xch) {
-        const int j = b / 8, s = b % 8;
+        const int j = b / G, s = b % G; /* xbuf: 2 slots of 32 G floats per group (8 x 2 x 256 floats in all) */
         for (int r = 0; r < PACE_NX; r++) {
-            float *xb = xbuf + ((size_t)j * 2 + (r & 1)) * 256;
+            float *xb = xbuf + ((size_t)j * 2 + (r & 1)) * 32 * G;
             if (tid < 32) __stcg(xb + s * 32 + tid, (float)(r + tid));
             bar_sync(1, 480);
             if (tid == 0) {
                 unsigned old, v;
                 asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + j * 32) : "memory");
-                const unsigned target = old - old % 8 + 8;
+                const unsigned target = old - old % G + G;
                 do {
                     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt + j * 32) : "memory");
                 } while ((int)(v - target) < 0);
@@ -692,14 +694,16 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&cnt, 8 * 32 * 4));
         CK(cudaMemset(cnt, 0, 8 * 32 * 4));
         CK(cudaMalloc(&out, NO * 8));
-        printf("\n| stream (16 KB pieces, %u KB per streaming SM) | pieces in flight | exchange 1 done us | mean of "
-               "rounds 2..%d us | stream done us (median / last block) | GB/s per streaming SM | chip GB/s |\n"
-               "|---|---|---|---|---|---|---|\n", bytes >> 10, PACE_NX);
+        printf("\n| stream (16 KB pieces, %u KB per streaming SM) | group | pieces in flight | exchange 1 done us | mean "
+               "of rounds 2..%d us | stream done us (median / last block) | GB/s per streaming SM | chip GB/s |\n"
+               "|---|---|---|---|---|---|---|---|\n", bytes >> 10, PACE_NX);
         const char *names[4] = {"none", "on the exchanging SMs", "on 64 other SMs only", "on all 128 SMs"};
+        for (int G : {8, 64})
         for (int mode = 0; mode < 4; mode++)
             for (int P : {1, 2, 3, 4, 8}) {
                 if (mode == 0 && P > 1) continue;
-                void (*fn)(const unsigned char *, unsigned, int, float *, unsigned *, unsigned long long *, unsigned *) =
+                void (*fn)(const unsigned char *, unsigned, int, int, float *, unsigned *, unsigned long long *,
+                           unsigned *) =
                     mode == 0 ? paced<0> : mode == 1 ? paced<1> : mode == 2 ? paced<2> : paced<3>;
                 CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 << 10));
                 std::vector<double> x1, xr, sd, sl;
@@ -708,8 +712,9 @@ int main(int argc, char **argv) {
                     const unsigned char *src = (const unsigned char *)g_arena + g_off;
                     g_off += (size_t)128 * bytes;
                     CK(cudaMemset(out, 0, NO * 8));
+                    CK(cudaMemset(cnt, 0, 8 * 32 * 4)); /* the rounds' targets assume counts that start at 0 mod G */
                     /* 160 KB of shared memory whatever P: one block per SM */
-                    fn<<<128, 512, 160 << 10, g_st>>>(src, bytes, P, xbuf, cnt, out, g_sink);
+                    fn<<<128, 512, 160 << 10, g_st>>>(src, bytes, P, G, xbuf, cnt, out, g_sink);
                     CK(cudaStreamSynchronize(g_st));
                     std::vector<unsigned long long> h(NO);
                     CK(cudaMemcpy(h.data(), out, NO * 8, cudaMemcpyDeviceToHost));
@@ -733,7 +738,7 @@ int main(int argc, char **argv) {
                 };
                 const double d = med(sd), l = med(sl);
                 const int nstream = mode == 3 ? 128 : mode == 0 ? 0 : 64;
-                printf("| %s | %d | %.2f | %.2f | %.2f / %.2f | %.1f | %.0f |\n", names[mode], mode ? P : 0, med(x1),
+                printf("| %s | %d | %d | %.2f | %.2f | %.2f / %.2f | %.1f | %.0f |\n", names[mode], G, mode ? P : 0, med(x1),
                        med(xr), d, l, d > 0 ? bytes / d / 1e3 : 0.0, l > 0 ? (double)nstream * bytes / l / 1e3 : 0.0);
             }
         cudaFree(xbuf);
