@@ -366,6 +366,26 @@ __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
     lab_stamp(p.stamp, t_in, t_rel, t_data);
 }
 
+/* One exchange round of dn_layer.cu's counter protocol over a group of G blocks (hol, paced): threads < 32 store
+ * 32 floats into slot s of xb, sync(), thread 0 adds 1 to the group's counter (release) and polls it (acquire)
+ * until the round's G arrivals, sync(); returns threads < 256's read-back of the group's first 256 floats. */
+template <class Sync>
+__device__ __forceinline__ float lab_xchg_round(float *xb, int s, unsigned *ctr, int G, int r, Sync sync) {
+    const int tid = threadIdx.x;
+    if (tid < 32) __stcg(xb + s * 32 + tid, (float)(r + tid));
+    sync();
+    if (tid == 0) {
+        unsigned old, v;
+        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(ctr) : "memory");
+        const unsigned target = old - old % G + G;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+        } while ((int)(v - target) < 0);
+    }
+    sync();
+    return tid < 256 ? __ldcg(xb + tid) : 0.0f;
+}
+
 /* ---- head-of-line: do bulk reads in flight delay an SM's L2 round trips? ---------------------------------
  * 128 blocks x 512 threads, one per SM (HOL_SMEM of shared memory). Blocks 0..63 are 8 "heads" of 8 blocks
  * doing HOL_NX exchange rounds in a row with dn_layer.cu's protocol (32 floats st.cg, barrier, one
@@ -406,19 +426,7 @@ __global__ void __launch_bounds__(512, 1)
     if (xch) {
         const int j = b / 8, s = b % 8;
         for (int r = 0; r < HOL_NX; r++) {
-            float *xb = xbuf + ((size_t)j * 2 + (r & 1)) * 256;
-            if (tid < 32) __stcg(xb + s * 32 + tid, (float)(r + tid));
-            __syncthreads();
-            if (tid == 0) {
-                unsigned old, v;
-                asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + j * 32) : "memory");
-                const unsigned target = old - old % 8 + 8;
-                do {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt + j * 32) : "memory");
-                } while ((int)(v - target) < 0);
-            }
-            __syncthreads();
-            if (tid < 256) acc += __ldcg(xb + tid);
+            acc += lab_xchg_round(xbuf + ((size_t)j * 2 + (r & 1)) * 256, s, cnt + j * 32, 8, r, [] { __syncthreads(); });
             if (tid == 0) tr[r] = gtimer();
         }
     }
@@ -441,9 +449,8 @@ __global__ void __launch_bounds__(512, 1)
  * threads, one per SM. Warp 15 is the producer: lane 0 streams `bytes` per
  * block through a ring of P slots of PACE_PIECE bytes (TMA bulk copies, an mbarrier per slot; piece i goes into
  * slot i % P once piece i - P has landed). Warps 0..14 of blocks 0..63 (groups of G: 8 as a DeltaNet head, or 64)
- * do PACE_NX exchange rounds in
- * a row with dn_layer.cu's counter protocol (hol's, over a named barrier of 480 threads); thread 0 stamps each
- * round. MODE bit 0: the exchanging blocks stream; bit 1: blocks 64..127 do. Out per block: [round 1 .. NX end,
+ * do PACE_NX exchange rounds in a row (lab_xchg_round over a named barrier of 480 threads); thread 0 stamps
+ * each round. MODE bit 0: the exchanging blocks stream; bit 1: blocks 64..127 do. Out per block: [round 1 .. NX end,
  * stream end] relative to the block's start, ns (0: not done). */
 #define PACE_NX 16
 #define PACE_PIECE (16u << 10)
@@ -481,20 +488,9 @@ __global__ void __launch_bounds__(512, 1) paced(const unsigned char *src, unsign
         }
     } else if (xch) {
         const int j = b / G, s = b % G; /* xbuf: 2 slots of 32 G floats per group (8 x 2 x 256 floats in all) */
-        for (int r = 0; r < PACE_NX; r++) {
-            float *xb = xbuf + ((size_t)j * 2 + (r & 1)) * 32 * G;
-            if (tid < 32) __stcg(xb + s * 32 + tid, (float)(r + tid));
-            bar_sync(1, 480);
-            if (tid == 0) {
-                unsigned old, v;
-                asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + j * 32) : "memory");
-                const unsigned target = old - old % G + G;
-                do {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt + j * 32) : "memory");
-                } while ((int)(v - target) < 0);
-            }
-            bar_sync(1, 480);
-            if (tid < 256) acc += __ldcg(xb + tid);
+        for (int r = 0; r < PACE_NX; r++) { /* warps 0..14 only: a named barrier of 480 threads */
+            acc += lab_xchg_round(xbuf + ((size_t)j * 2 + (r & 1)) * 32 * G, s, cnt + j * 32, G, r,
+                                  [] { bar_sync(1, 480); });
             if (tid == 0) out[(size_t)b * (PACE_NX + 1) + r] = gtimer() - t0;
         }
     }

@@ -132,7 +132,7 @@ typedef struct MatvecParams {
     MatvecPrefetch pf[MV_MAX_PF];
     int early_trigger;
     int ring;
-    /* MV_IN_GATED (last, so that the other fields keep their offsets) */
+    /* MV_IN_GATED (after the fields above, so that they keep their offsets) */
     const float *gate;       /* z [cols] */
     int group;               /* elements per norm group (dv) */
     /* MV_OUT_ARGMAX, optional: [CUDA_MV_WORK_WORDS] ticket counters (zero at first use, left zero). NULL: warp w of
