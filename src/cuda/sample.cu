@@ -2,10 +2,14 @@
  * as the host sampler in sampler.c). Because logits are bf16 values, the 16-bit order key of
  * a logit identifies its value exactly, so a 65536-bin histogram of counts is an exact sort:
  *   kernel 1 (sample_hist_bf16): candidates (logit >= max - 40 T) -> hist[key16] (integer atomics,
- *     deterministic); the last block walks the bins from the top (weight of a bin
+ *     deterministic); the last block goes over the bins from the top (weight of a bin
  *     w = exp((value - max) / T), mass = count w) and finds, as (bin, rank within the bin):
  *     the top-k cut, the top-p cut (mass >= top_p * kept mass), the min-p cut (w >= min_p), and
- *     the draw r = u * kept mass; then zeroes the bins it used;
+ *     the draw r = u * kept mass; then zeroes the bins it used. Two levels: its 16 warps sum the
+ *     bins per page of 256 (count, mass, last bin passing min-p); one warp then finds each cut
+ *     among the pages and inside the page where it falls (a round of loads per page). Sums in a
+ *     fixed order. (Before: one thread per cut walked bins one L2 load at a time, ~85 us per token;
+ *     docs/PERF_NOTES.md §25);
  *   kernel 2 (sample_pick_bf16): finds the id holding the chosen rank among the ids of that value,
  *     in index order (per-block counts, the last block locates it).
  * Ties inside a value bin are ordered by id, as in the host sort. temperature <= 0: no-op (the
@@ -17,6 +21,8 @@
 #define SM_THREADS 512
 #define SM_MAX_BLOCKS 512 /* kernel 2's last block scans one block count per thread */
 #define SM_BINS 65536
+#define SM_PAGE 256 /* value bins per page of the cut search: 8 per lane */
+#define SM_PAGES (SM_BINS / SM_PAGE)
 
 typedef struct SampleScratch {
     int hist[SM_BINS];   /* zero between calls */
@@ -48,24 +54,7 @@ __device__ __forceinline__ float q35_uniform(uint64_t seed, uint64_t step) {
     return (float)(mix64(mix64(seed) ^ step) >> 40) * (1.0f / 16777216.0f);
 }
 
-/* Inclusive scans over the block in thread order (fixed order: deterministic). sm: [32]. */
-__device__ float block_incl_scan_f(float v, float *sm, float *total) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 1; o < 32; o <<= 1) {
-        float t = __shfl_up_sync(0xffffffffu, v, o);
-        if (lane >= o) v += t;
-    }
-    __syncthreads();
-    if (lane == 31) sm[w] = v;
-    __syncthreads();
-    float base = 0.0f, tot = 0.0f;
-    for (int i = 0; i < nw; i++) {
-        if (i < w) base += sm[i];
-        tot += sm[i];
-    }
-    *total = tot;
-    return base + v;
-}
+/* Inclusive scan over the block in thread order (fixed order: deterministic). sm: [32]. */
 __device__ int block_incl_scan_i(int v, int *sm, int *total) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int o = 1; o < 32; o <<= 1) {
@@ -84,37 +73,96 @@ __device__ int block_incl_scan_i(int v, int *sm, int *total) {
     return base + v;
 }
 
-/* The value bins, seen from the top: position d = 0, 1, ... is key key_hi - d. A cut (dc, jc)
- * keeps every id of the bins before dc and the first jc ids of bin dc. */
-struct BinWalk {
+/* The last block's view of the value bins, from the top: position d = 0, 1, ... is key key_hi - d (nbins
+ * positions). Page P holds positions [256 P, 256 P + 256); in a warp, lane l holds 256 P + 8 l + e (e < 8). A cut
+ * (dc, jc) keeps every id of the positions before dc and the first jc ids of position dc. */
+struct Bins {
     const int *hist;
-    int key_hi, d0, d1; /* this thread's positions [d0, d1) */
+    int key_hi, nbins;
     float mx, inv_t;
-    __device__ int count(int d) const { return __ldcg(hist + key_hi - d); }
     __device__ float weight(int d) const { return __expf((key_value(key_hi - d) - mx) * inv_t); }
-    __device__ int kept(int d, int dc, int jc) const { return d < dc ? count(d) : d == dc ? jc : 0; }
-    __device__ float mass(int dc, int jc) const {
-        float m = 0.0f;
-        for (int d = d0; d < d1 && d <= dc; d++) {
-            int c = kept(d, dc, jc);
-            if (c) m += (float)c * weight(d);
+    /* this lane's 8 counts of page P: one round of L2 loads */
+    __device__ void load(int P, int (&c)[8]) const {
+        const int d0 = P * SM_PAGE + 8 * (threadIdx.x & 31);
+#pragma unroll
+        for (int e = 0; e < 8; e++) c[e] = d0 + e < nbins ? __ldcg(hist + key_hi - d0 - e) : 0;
+    }
+    /* this lane's kept masses of page P under the cut (dc, jc); kept counts in k */
+    __device__ void masses(int P, const int (&c)[8], int dc, int jc, float (&m)[8], int (&k)[8]) const {
+        const int d0 = P * SM_PAGE + 8 * (threadIdx.x & 31);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int d = d0 + e;
+            k[e] = d < dc ? c[e] : d == dc ? jc : 0;
+            m[e] = k[e] ? (float)k[e] * weight(d) : 0.0f;
         }
-        return m;
     }
 };
+
+/* Warp sum in a fixed order, the same value on every lane. */
+__device__ __forceinline__ float warp_sum_fixed(float v) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
+/* Over 256 items held 8 per lane in item order (v >= 0): the first item i with v_i > 0 and
+ * acc0 + v_0 + ... + v_i >= target, and in *before acc0 + v_0 + ... + v_(i-1) as the lane holding i sums it.
+ * Where rounding puts the crossing just past the lane the scan chose, that lane's last nonzero item.
+ * -1 when no prefix reaches target. Warp-uniform; all lanes call it. */
+__device__ int warp_cross(const float (&v)[8], float acc0, float target, float *before) {
+    const int lane = threadIdx.x & 31;
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) s += v[e];
+    float incl = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += t;
+    }
+    float excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) excl = 0.0f;
+    const unsigned hit = __ballot_sync(0xffffffffu, s > 0.0f && acc0 + incl >= target);
+    if (!hit) return -1;
+    const int L = __ffs(hit) - 1;
+    int idx = 0;
+    float acc = acc0 + excl, bef = acc;
+    if (lane == L) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            if (v[e] > 0.0f) {
+                idx = e, bef = acc;
+                if (acc + v[e] >= target) break;
+            }
+            acc += v[e];
+        }
+    }
+    *before = __shfl_sync(0xffffffffu, bef, L);
+    return 8 * L + __shfl_sync(0xffffffffu, idx, L);
+}
+
+/* item i of 8-per-lane registers, on every lane */
+__device__ __forceinline__ int warp_item(const int (&k)[8], int i) {
+    int mine = 0;
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (8 * (threadIdx.x & 31) + e == i) mine = k[e];
+    return __shfl_sync(0xffffffffu, mine, i >> 3);
+}
 
 /* Kernel 1: histogram + cut finding. grid (blocks), block 512. */
 __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_constant__ SampleParams p) {
     SampleScratch *sc = reinterpret_cast<SampleScratch *>(p.scratch);
-    __shared__ int s_last, s_d, s_j, s_dm;
-    __shared__ float s_f[32], s_incl[SM_THREADS];
-    __shared__ int s_i[32];
+    __shared__ int s_last, s_key, s_rank;
+    __shared__ int s_pc[SM_PAGES], s_pmin[SM_PAGES], s_pminc[SM_PAGES];
+    __shared__ float s_pm[SM_PAGES];
     const float T = p.step->temperature;
     pdl_wait();
     pdl_trigger();
     if (!(T > 0.0f)) return;
     const float mx = __ldcg(p.max_logit), cut = mx - 40.0f * T;
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int i0 = blockIdx.x * blockDim.x; i0 < p.n_valid; i0 += gridDim.x * blockDim.x) {
         int i = i0 + threadIdx.x, key = -1;
         if (i < p.n_valid) {
@@ -131,118 +179,152 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
     if (!s_last) return;
     __threadfence();
 
-    /* ---- the last block: cuts over the bins [key16(cut), key16(mx)] ---- */
-    BinWalk bw;
-    bw.hist = sc->hist;
-    bw.key_hi = key16(mx);
+    /* ---- the last block: cuts over the bins [key16(cut), key16(mx)], two levels (pages, then the bins of the
+     * pages where a cut falls), so that each step is one or two rounds of L2 loads (one thread walking bins
+     * one load at a time took ~140 us per token). Every sum has a fixed order: deterministic. ---- */
+    Bins bn;
+    bn.hist = sc->hist;
+    bn.key_hi = key16(mx);
     int key_lo = isfinite(cut) ? key16(cut) : 0;
-    if (key_lo > bw.key_hi) key_lo = bw.key_hi;
-    const int nbins = bw.key_hi - key_lo + 1, chunk = (nbins + blockDim.x - 1) / blockDim.x;
-    bw.d0 = min(nbins, (int)threadIdx.x * chunk);
-    bw.d1 = min(nbins, bw.d0 + chunk);
-    bw.mx = mx;
-    bw.inv_t = 1.0f / T;
-
-    /* top-k: the bin holding the k-th id */
-    int cnt = 0;
-    for (int d = bw.d0; d < bw.d1; d++) cnt += bw.count(d);
-    int n_cand, incl = block_incl_scan_i(cnt, s_i, &n_cand), excl = incl - cnt;
-    const int k = (p.step->top_k > 0 && p.step->top_k < n_cand) ? p.step->top_k : n_cand;
-    if (threadIdx.x == 0) s_d = -1, s_j = 0;
-    __syncthreads();
-    if (excl < k && k <= incl) {
-        int run = excl;
-        for (int d = bw.d0; d < bw.d1; d++) {
-            int c = bw.count(d);
-            if (run + c >= k) {
-                s_d = d, s_j = k - run;
-                break;
-            }
-            run += c;
-        }
-    }
-    __syncthreads();
-    if (s_d < 0) { /* no candidates (non-finite max): leave the argmax */
-        for (int d = bw.d0; d < bw.d1; d++) sc->hist[bw.key_hi - d] = 0;
-        if (threadIdx.x == 0) sc->done1 = 0u, sc->key = -1, sc->rank = 0;
-        return;
-    }
-    int dc = s_d, jc = s_j;
-
-    /* top-p over the top-k mass: the shortest prefix with mass >= top_p * mass */
-    const float top_p = p.step->top_p;
-    if (top_p < 1.0f) {
-        float tot, mi = block_incl_scan_f(bw.mass(dc, jc), s_f, &tot);
-        s_incl[threadIdx.x] = mi;
-        __syncthreads();
-        const float target = top_p * tot;
-        const float ex = threadIdx.x ? s_incl[threadIdx.x - 1] : 0.0f; /* same rounding as the neighbour */
-        if (ex < target && target <= mi) {
-            float acc = ex;
-            int ld = -1, lc = 0;
-            for (int d = bw.d0; d < bw.d1 && d <= dc; d++) {
-                int c = bw.kept(d, dc, jc);
-                if (!c) continue;
-                float w = bw.weight(d), mm = (float)c * w;
-                ld = d, lc = c;
-                if (acc + mm >= target) {
-                    int j = (int)ceilf((target - acc) / w);
-                    lc = j < 1 ? 1 : j > c ? c : j;
-                    break;
-                }
-                acc += mm;
-            }
-            if (ld >= 0) s_d = ld, s_j = lc;
-        }
-        __syncthreads();
-        dc = s_d, jc = s_j;
-    }
-
-    /* min-p: keep bins with w >= min_p (the top bin has w = 1) */
+    if (key_lo > bn.key_hi) key_lo = bn.key_hi;
+    bn.nbins = bn.key_hi - key_lo + 1;
+    bn.mx = mx;
+    bn.inv_t = 1.0f / T;
+    const int npages = (bn.nbins + SM_PAGE - 1) / SM_PAGE;
     const float min_p = p.step->min_p;
-    if (min_p > 0.0f) {
-        if (threadIdx.x == 0) s_dm = 0;
-        __syncthreads();
-        int dm = 0;
-        for (int d = bw.d0; d < bw.d1; d++)
-            if (bw.count(d) && bw.weight(d) >= min_p) dm = d;
-        atomicMax(&s_dm, dm);
-        __syncthreads();
-        if (s_dm < dc) dc = s_dm, jc = bw.count(s_dm);
-    }
 
-    /* the draw: r = u * kept mass; the first (bin, rank) whose running mass exceeds r */
-    {
-        float tot, mi = block_incl_scan_f(bw.mass(dc, jc), s_f, &tot);
-        __syncthreads(); /* s_incl reads of the top-p step are done */
-        s_incl[threadIdx.x] = mi;
-        if (threadIdx.x == 0) s_d = dc, s_j = jc - 1;
-        __syncthreads();
-        const float r = q35_uniform(p.step->seed, p.step->step) * tot;
-        const float ex = threadIdx.x ? s_incl[threadIdx.x - 1] : 0.0f;
-        if (ex <= r && r < mi) {
-            float acc = ex;
-            int ld = -1, lj = 0;
-            for (int d = bw.d0; d < bw.d1 && d <= dc; d++) {
-                int c = bw.kept(d, dc, jc);
-                if (!c) continue;
-                float w = bw.weight(d), mm = (float)c * w;
-                ld = d, lj = c - 1;
-                if (r < acc + mm) {
-                    int j = (int)floorf((r - acc) / w);
-                    lj = j < 0 ? 0 : j > c - 1 ? c - 1 : j;
-                    break;
-                }
-                acc += mm;
+    /* every warp: per page its count, its mass and (min-p) its last nonempty position with weight >= min_p */
+    for (int P0 = warp; P0 < npages; P0 += 2 * (SM_THREADS / 32)) {
+        int c[2][8];
+        bn.load(P0, c[0]);
+        const int P1 = P0 + SM_THREADS / 32;
+        if (P1 < npages) bn.load(P1, c[1]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int P = h ? P1 : P0;
+            if (P >= npages) break;
+            int n = 0, dm = -1, cm = 0;
+            float m = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const int d = P * SM_PAGE + 8 * lane + e;
+                if (!c[h][e]) continue;
+                const float w = bn.weight(d);
+                n += c[h][e];
+                m += (float)c[h][e] * w;
+                if (min_p > 0.0f && w >= min_p) dm = d, cm = c[h][e];
             }
-            if (ld >= 0) s_d = ld, s_j = lj;
+            n = __reduce_add_sync(0xffffffffu, n);
+            m = warp_sum_fixed(m);
+            const int dmax = __reduce_max_sync(0xffffffffu, dm);
+            if (lane == 0) s_pc[P] = n, s_pm[P] = m, s_pmin[P] = dmax;
+            if (dmax >= 0 && dm == dmax) s_pminc[P] = cm;
         }
-        __syncthreads();
     }
-    for (int d = bw.d0; d < bw.d1; d++) sc->hist[bw.key_hi - d] = 0;
+    __syncthreads();
+
+    if (warp == 0) {
+        int c[8], cP = -1; /* the page whose counts c holds */
+        auto page = [&](int P) {
+            if (P != cP) bn.load(P, c), cP = P;
+        };
+        /* page-level values: whole pages before page Pc, `part` for Pc, 0 after */
+        auto page_vals = [&](const int *pc, const float *pm, int Pc, float part, float (&v)[8]) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const int P = 8 * lane + e;
+                v[e] = P >= npages || P > Pc ? 0.0f : P == Pc ? part : pc ? (float)pc[P] : pm[P];
+            }
+        };
+        float v[8], m[8], bef, bef2;
+        int kk[8];
+        /* top-k: the position holding the k-th id (counts as floats: exact below 2^24) */
+        page_vals(s_pc, NULL, npages, 0.0f, v);
+        float nc = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) nc += v[e];
+        const int n_cand = (int)warp_sum_fixed(nc);
+        int dc = -1, jc = 0;
+        if (n_cand > 0) {
+            const int k = (p.step->top_k > 0 && p.step->top_k < n_cand) ? p.step->top_k : n_cand;
+            const int Pk = warp_cross(v, 0.0f, (float)k, &bef);
+            page(Pk);
+#pragma unroll
+            for (int e = 0; e < 8; e++) m[e] = (float)c[e];
+            const int i = warp_cross(m, bef, (float)k, &bef2);
+            dc = Pk * SM_PAGE + i, jc = k - (int)bef2;
+        }
+        /* top-p over the top-k mass: the shortest prefix with mass >= top_p * mass */
+        const float top_p = p.step->top_p;
+        if (dc >= 0 && top_p < 1.0f) {
+            const int Pc = dc / SM_PAGE;
+            page(Pc);
+            bn.masses(Pc, c, dc, jc, m, kk);
+            float part = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) part += m[e];
+            page_vals(NULL, s_pm, Pc, warp_sum_fixed(part), v);
+            float tot = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) tot += v[e];
+            const float target = top_p * warp_sum_fixed(tot);
+            const int Pp = warp_cross(v, 0.0f, target, &bef);
+            if (Pp >= 0) {
+                page(Pp);
+                bn.masses(Pp, c, dc, jc, m, kk);
+                const int i = warp_cross(m, bef, target, &bef2);
+                if (i >= 0) {
+                    const int d = Pp * SM_PAGE + i, n = warp_item(kk, i);
+                    const int j = (int)ceilf((target - bef2) / bn.weight(d));
+                    dc = d, jc = j < 1 ? 1 : j > n ? n : j;
+                }
+            }
+        }
+        /* min-p: keep the positions with weight >= min_p (the top one has weight 1) */
+        if (dc >= 0 && min_p > 0.0f) {
+            int dm = -1;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                if (8 * lane + e < npages) dm = max(dm, s_pmin[8 * lane + e]);
+            dm = __reduce_max_sync(0xffffffffu, dm);
+            const int cm = dm >= 0 ? s_pminc[dm / SM_PAGE] : __ldcg(bn.hist + bn.key_hi);
+            if (dm < 0) dm = 0;
+            if (dm < dc) dc = dm, jc = cm;
+        }
+        /* the draw: r = u * kept mass; the first (position, rank) whose running mass exceeds r */
+        if (dc >= 0) {
+            const int Pc = dc / SM_PAGE;
+            page(Pc);
+            bn.masses(Pc, c, dc, jc, m, kk);
+            float part = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) part += m[e];
+            page_vals(NULL, s_pm, Pc, warp_sum_fixed(part), v);
+            float tot = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) tot += v[e];
+            const float r = q35_uniform(p.step->seed, p.step->step) * warp_sum_fixed(tot);
+            int sd = dc, sj = jc - 1;
+            const int Pr = warp_cross(v, 0.0f, r, &bef);
+            if (Pr >= 0) {
+                page(Pr);
+                bn.masses(Pr, c, dc, jc, m, kk);
+                const int i = warp_cross(m, bef, r, &bef2);
+                if (i >= 0) {
+                    const int d = Pr * SM_PAGE + i, n = warp_item(kk, i);
+                    const int j = (int)floorf((r - bef2) / bn.weight(d));
+                    sd = d, sj = j < 0 ? 0 : j > n - 1 ? n - 1 : j;
+                }
+            }
+            dc = sd, jc = sj;
+        }
+        if (lane == 0) s_key = dc >= 0 ? bn.key_hi - dc : -1, s_rank = dc >= 0 ? jc : 0;
+    }
+    __syncthreads(); /* warp 0 has read the bins: zero them for the next call */
+    for (int d = threadIdx.x; d < bn.nbins; d += blockDim.x) sc->hist[bn.key_hi - d] = 0;
     if (threadIdx.x == 0) {
-        sc->key = bw.key_hi - s_d;
-        sc->rank = s_j;
+        sc->key = s_key;
+        sc->rank = s_rank;
         sc->done1 = 0u;
     }
 }
