@@ -46,7 +46,7 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
     double tot_us = 0;
     for (int i = 0; i < r->n_ops; i++) {
         const char *n = r->ops[i].name;
-        if (!strncmp(n, "persistent:", 11)) continue; /* printed below */
+        if (!strncmp(n, "persistent:", 11) || !strncmp(n, "sampling:", 9)) continue; /* printed below */
         if (n[0] == 'L' && strchr(n, '.')) n = strchr(n, '.') + 1;
         int j = 0;
         while (j < k && strcmp(names[j], n)) j++;
@@ -61,10 +61,21 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
                 100 * us[j] / tot_us, bytes[j] / 1e6, bytes[j] / us[j] / 1e3,
                 100 * bytes[j] / us[j] / 1e3 / r->read_gbs);
     int n_phase = 0;
-    for (int i = 0; i < r->n_ops; i++) n_phase += strncmp(r->ops[i].name, "persistent:", 11) != 0;
+    int n_samp = 0;
+    for (int i = 0; i < r->n_ops; i++) {
+        n_samp += !strncmp(r->ops[i].name, "sampling:", 9);
+        n_phase += strncmp(r->ops[i].name, "persistent:", 11) && strncmp(r->ops[i].name, "sampling:", 9);
+    }
     bprintf(md, "| total | %d | %.1f | 100 | %.1f | %.0f | %.0f |\n", n_phase, tot_us, r->step_bytes / 1e6,
             r->step_bytes / tot_us / 1e3, 100 * r->step_bytes / tot_us / 1e3 / r->read_gbs);
-    if (n_phase < r->n_ops) {
+    if (n_samp) {
+        bprintf(md, "\nThe sampling step's own launches (T 1, top-k 20, top-p 0.95, min-p 0.05; eager, events):");
+        for (int i = 0; i < r->n_ops; i++)
+            if (!strncmp(r->ops[i].name, "sampling:", 9))
+                bprintf(md, " %s %.1f us;", r->ops[i].name + 9, r->ops[i].us);
+        bprintf(md, "\n");
+    }
+    if (n_phase + n_samp < r->n_ops) {
         bprintf(md, "\nThe EXPERIMENTAL persistent kernel (`--persistent`), one eager step traced per phase (events):\n\n"
                     "| launch | us | MB | GB/s | %% of read BW |\n"
                     "|---|---|---|---|---|\n");

@@ -106,6 +106,33 @@ static int time_ops(CudaCtx *ctx, int events, int append, BenchResult *res, Err 
     return 0;
 }
 
+/* The sampling step's own cost (with --ops): one eager step of the sampling graph's launches with events, its
+ * LM head (logits written) and sampler appended as "sampling:lm_head" / "sampling:sample" (printed apart from the
+ * greedy step's table), at the bench's sampling settings. */
+static int time_sample_ops(CudaCtx *ctx, StepParams *sp, BenchResult *res, Err *err) {
+    const StepParams keep = *sp;
+    sp->temperature = 1.0f, sp->top_k = 20, sp->top_p = 0.95f, sp->min_p = 0.05f, sp->write_logits = 1, sp->seed = 1;
+    ctx->no_graph = 1;
+    ctx->rec_ops = 2;
+    int rc = 0;
+    for (int rep = 0; rep < 2 && !rc; rep++) rc = cuda_step_enqueue(ctx, 1, err); /* second one is timed */
+    cudaError_t e = cudaStreamSynchronize(ctx->stream);
+    ctx->rec_ops = 0;
+    *sp = keep;
+    if (rc) return rc;
+    if (e != cudaSuccess) return bfail(e, "eager sampling step", err);
+    for (int i = 0; i < ctx->n_ops && res->n_ops < BENCH_MAX_OPS; i++) {
+        if (strcmp(ctx->ops[i].name, "lm_head") && strcmp(ctx->ops[i].name, "sample")) continue;
+        BenchOp *o = &res->ops[res->n_ops++];
+        snprintf(o->name, sizeof o->name, "sampling:%s", ctx->ops[i].name);
+        o->bytes = ctx->ops[i].bytes;
+        float f = 0;
+        cudaEventElapsedTime(&f, ctx->ev[i], ctx->ev[i + 1]);
+        o->us = 1e3 * f;
+    }
+    return 0;
+}
+
 /* One eager step of the persistent kernel with its trace on; appends per phase kind (summed over
  * the step's phases, cycles at the device clock -> us): the slowest block's work, the mean block's
  * work, the grid-barrier latency (the least any block waited), the slowest block's weight-ring wait. */
@@ -321,6 +348,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     if (!rc) {
         ctx->mega = 0;
         rc = time_ops(ctx, rq->ops, 0, res, err);
+        if (!rc && rq->ops) rc = time_sample_ops(ctx, sp, res, err);
         ctx->mega = mega0;
     }
     if (!rc && ctx->mega_ok && rq->ops) { /* the persistent kernel's launches and phase trace */
