@@ -114,6 +114,9 @@ ifeq ($(CUDA),1)
 	@echo "== short-context attention + o_proj decode kernel on the CPU (tests/emu/run_attn_short.sh: hd 64/128/256, kv_len to 256; ~20 s)"
 	@sh tests/emu/run_attn_short.sh > $(BUILD)/emu_attn_short.log 2>&1 || { tail -n 20 $(BUILD)/emu_attn_short.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_attn_short.log; tail -n 1 $(BUILD)/emu_attn_short.log
+	@echo "== on-device sampler on the CPU (tests/emu/run_sample.sh: the rules over a full sort, ties, 70000 ids in one bin; ~15 s)"
+	@sh tests/emu/run_sample.sh > $(BUILD)/emu_sample.log 2>&1 || { tail -n 20 $(BUILD)/emu_sample.log; exit 1; }
+	@head -n 1 $(BUILD)/emu_sample.log; tail -n 1 $(BUILD)/emu_sample.log
 endif
 gpu-tests: $(GPU_TEST_BIN) $(BUILD)/qwen35
 test-gpu: gpu-tests
