@@ -87,6 +87,11 @@ $(BUILD)/bench/burst_lab: bench/kernels/burst_lab.cu src/cuda/common.cuh src/cud
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc $< -o $@
 
+# Persistent-step lab (bench/kernels/step_lab.cu, sm_90a): the step's GEMV bytes through a paced ring, grid barriers.
+$(BUILD)/bench/step_lab: bench/kernels/step_lab.cu src/cuda/common.cuh src/cuda/tma.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc $< -o $@
+
 # GEMM lab (bench/kernels/gemm_lab.cu, sm_90a only; cuBLAS is its reference): see the comment at its top.
 GEMM_SRC = src/cuda/gemm.cu src/cuda/gemm_tma.cu
 $(BUILD)/bench/gemm_lab: bench/kernels/gemm_lab.cu $(GEMM_SRC) src/cuda/gemm.cuh src/cuda/mma.cuh src/cuda/common.cuh \
