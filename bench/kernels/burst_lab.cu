@@ -32,17 +32,10 @@
 
 #include "cuda/common.cuh"
 #include "cuda/tma.cuh"
+#include "lab.cuh"
 
 #define REPS 15
 #define FULL_SMEM (120 << 10) /* "full" kernels reserve it (unused) so that no other block fits beside them */
-#define CK(x)                                                                                                  \
-    do {                                                                                                       \
-        cudaError_t e_ = (x);                                                                                  \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
 
 struct BP {
     const uint4 *w;
@@ -51,12 +44,6 @@ struct BP {
     float *io;
     long long spin_ns;
 };
-
-__device__ __forceinline__ unsigned long long gtimer(void) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* The end of a lab kernel: fold each block's checksum into the sink. d_sink_one = 1: every warp adds to one
  * word (what the lab did through session 12: 16 same-address atomics per block, ~2100 per 132-block launch,

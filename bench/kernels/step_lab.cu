@@ -33,15 +33,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/tma.cuh"
-
-#define CK(x)                                                                                                  \
-    do {                                                                                                       \
-        cudaError_t e_ = (x);                                                                                  \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
+#include "lab.cuh"
 
 #define REPS 9
 #define PIECE_MAX (16u << 10)
@@ -68,11 +60,6 @@ struct LP {
     unsigned *sink;
 };
 
-__device__ __forceinline__ unsigned long long gtimer(void) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 __device__ __forceinline__ void grid_barrier(unsigned *ctr, unsigned target) {
     unsigned v;
     asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(v) : "l"(ctr) : "memory");
