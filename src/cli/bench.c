@@ -69,6 +69,7 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
     bprintf(md, "| total | %d | %.1f | 100 | %.1f | %.0f | %.0f |\n", n_phase, tot_us, r->step_bytes / 1e6,
             r->step_bytes / tot_us / 1e3, 100 * r->step_bytes / tot_us / 1e3 / r->read_gbs);
     if (n_samp) {
+        /* the settings of src/cuda/bench.cu bench_sampling */
         bprintf(md, "\nThe sampling step's own launches (T 1, top-k 20, top-p 0.95, min-p 0.05; eager, events):");
         for (int i = 0; i < r->n_ops; i++)
             if (!strncmp(r->ops[i].name, "sampling:", 9))

@@ -72,6 +72,33 @@ static int time_sync(CudaCtx *ctx, int iters, double *ms, Err *err) {
     return rc;
 }
 
+/* The bench's sampling settings (its `sampling` column and the sampling step's --ops line). */
+static void bench_sampling(StepParams *sp) {
+    sp->temperature = 1.0f, sp->top_k = 20, sp->top_p = 0.95f, sp->min_p = 0.05f, sp->write_logits = 1, sp->seed = 1;
+}
+
+/* Two eager steps (greedy, or the sampling graph's launches), the second with its launches recorded (and an
+ * event before each with `events`). */
+static int eager_step(CudaCtx *ctx, int events, int sample, Err *err) {
+    ctx->no_graph = 1;
+    ctx->rec_ops = events ? 2 : 1;
+    int rc = 0;
+    for (int rep = 0; rep < 2 && !rc; rep++) rc = cuda_step_enqueue(ctx, sample, err); /* second one is timed */
+    cudaError_t e = cudaStreamSynchronize(ctx->stream);
+    ctx->rec_ops = 0;
+    if (rc) return rc;
+    return e != cudaSuccess ? bfail(e, sample ? "eager sampling step" : "eager step", err) : 0;
+}
+
+/* Recorded launch i of the last eager step as a BenchOp named prefix + its name (its time from the events). */
+static void op_from(const CudaCtx *ctx, int i, int events, const char *prefix, BenchOp *o) {
+    snprintf(o->name, sizeof o->name, "%s%s", prefix, ctx->ops[i].name);
+    o->bytes = ctx->ops[i].bytes;
+    float f = 0;
+    if (events) cudaEventElapsedTime(&f, ctx->ev[i], ctx->ev[i + 1]);
+    o->us = 1e3 * f;
+}
+
 /* One eager step with an event before every launch: per-launch times and bytes, appended to
  * res->ops (append = 0: from the start, and res->step_bytes = their sum). */
 static int time_ops(CudaCtx *ctx, int events, int append, BenchResult *res, Err *err) {
@@ -82,54 +109,31 @@ static int time_ops(CudaCtx *ctx, int events, int append, BenchResult *res, Err 
         }
         ctx->ev_ready = 1;
     }
-    ctx->no_graph = 1;
-    ctx->rec_ops = events ? 2 : 1;
-    int rc = 0;
-    for (int rep = 0; rep < 2 && !rc; rep++) rc = cuda_step_enqueue(ctx, 0, err); /* second one is timed */
-    cudaError_t e = cudaStreamSynchronize(ctx->stream);
-    ctx->rec_ops = 0;
+    int rc = eager_step(ctx, events, 0, err);
     if (rc) return rc;
-    if (e != cudaSuccess) return bfail(e, "eager step", err);
     const int base = append ? res->n_ops : 0;
     res->n_ops = base + ctx->n_ops < BENCH_MAX_OPS ? base + ctx->n_ops : BENCH_MAX_OPS;
     if (!append) res->step_bytes = 0;
     for (int i = 0; i + base < res->n_ops; i++) {
-        BenchOp *o = &res->ops[base + i];
-        snprintf(o->name, sizeof o->name, "%s%s", append ? "persistent:" : "", ctx->ops[i].name);
-        o->bytes = ctx->ops[i].bytes;
-        if (!append) res->step_bytes += o->bytes;
-        float f = 0;
-        if (events) cudaEventElapsedTime(&f, ctx->ev[i], ctx->ev[i + 1]);
-        o->us = 1e3 * f;
+        op_from(ctx, i, events, append ? "persistent:" : "", &res->ops[base + i]);
+        if (!append) res->step_bytes += res->ops[base + i].bytes;
     }
     if (!events) res->n_ops = 0;
     return 0;
 }
 
-/* The sampling step's own cost (with --ops): one eager step of the sampling graph's launches with events, its
- * LM head (logits written) and sampler appended as "sampling:lm_head" / "sampling:sample" (printed apart from the
- * greedy step's table), at the bench's sampling settings. */
+/* The sampling step's own cost (with --ops, after time_ops made the events): one eager step of the sampling
+ * graph's launches, its LM head (logits written) and sampler appended as "sampling:lm_head" / "sampling:sample"
+ * (printed apart from the greedy step's table), at the bench's sampling settings. */
 static int time_sample_ops(CudaCtx *ctx, StepParams *sp, BenchResult *res, Err *err) {
     const StepParams keep = *sp;
-    sp->temperature = 1.0f, sp->top_k = 20, sp->top_p = 0.95f, sp->min_p = 0.05f, sp->write_logits = 1, sp->seed = 1;
-    ctx->no_graph = 1;
-    ctx->rec_ops = 2;
-    int rc = 0;
-    for (int rep = 0; rep < 2 && !rc; rep++) rc = cuda_step_enqueue(ctx, 1, err); /* second one is timed */
-    cudaError_t e = cudaStreamSynchronize(ctx->stream);
-    ctx->rec_ops = 0;
+    bench_sampling(sp);
+    const int rc = eager_step(ctx, 1, 1, err);
     *sp = keep;
     if (rc) return rc;
-    if (e != cudaSuccess) return bfail(e, "eager sampling step", err);
-    for (int i = 0; i < ctx->n_ops && res->n_ops < BENCH_MAX_OPS; i++) {
-        if (strcmp(ctx->ops[i].name, "lm_head") && strcmp(ctx->ops[i].name, "sample")) continue;
-        BenchOp *o = &res->ops[res->n_ops++];
-        snprintf(o->name, sizeof o->name, "sampling:%s", ctx->ops[i].name);
-        o->bytes = ctx->ops[i].bytes;
-        float f = 0;
-        cudaEventElapsedTime(&f, ctx->ev[i], ctx->ev[i + 1]);
-        o->us = 1e3 * f;
-    }
+    for (int i = 0; i < ctx->n_ops && res->n_ops < BENCH_MAX_OPS; i++)
+        if (!strcmp(ctx->ops[i].name, "lm_head") || !strcmp(ctx->ops[i].name, "sample"))
+            op_from(ctx, i, 1, "sampling:", &res->ops[res->n_ops++]);
     return 0;
 }
 
@@ -337,8 +341,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         rc = time_sync(ctx, iters, &res->ms_sync, err);
     }
     if (!rc) {
-        sp->temperature = 1.0f, sp->top_k = 20, sp->top_p = 0.95f, sp->min_p = 0.05f, sp->write_logits = 1;
-        sp->seed = 1;
+        bench_sampling(sp);
         rc = time_steps(ctx, 1, iters, &res->ms_sample, err);
         memset(sp, 0, sizeof *sp);
         sp->token = 1 < c->vocab_size ? 1 : 0, sp->pos = rq->ctx_len, sp->top_p = 1.0f;
