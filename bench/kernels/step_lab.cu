@@ -54,6 +54,7 @@ struct Phase {
     int N, K;
     int mixer;              /* 1: no weights; a barrier then mixer_ns of spinning */
     int prev;               /* tagged mode: the GEMV phase whose output is this phase's input (-1: p.x) */
+    int prevm;              /* tagged mode with mixer outputs (p.mixrt): the mixer phase this phase reads instead (-1: none) */
     long long yo;           /* tagged mode: this phase's outputs at yt + yo (-1: the LM head, plain floats in y) */
 };
 __constant__ Phase c_ph[MAX_PH];
@@ -73,6 +74,9 @@ struct LP {
     unsigned *sink;
     unsigned long long *yt; /* tagged mode: every GEMV phase's outputs as (epoch << 32 | float) words */
     unsigned epoch;         /* tagged mode: this launch's epoch base (phase f's outputs carry epoch + f) */
+    int mixrt;              /* tagged mode: a mixer reads its block's share of the previous GEMV's outputs (62 of
+                             * 8224) and writes its share of 2048 tagged outputs, which the next GEMV reads */
+    int norm;               /* an RMS norm of the input (block reduction) before the K = 1024 phases */
 };
 
 __device__ __forceinline__ void grid_barrier(unsigned *ctr, unsigned target) {
@@ -106,6 +110,28 @@ __device__ __forceinline__ void piece_rows(const LP &p, const Phase &ph, int b, 
     }
 }
 
+/* words src[lo + k], k = tid + 480 u < n, once all carry epoch e: all in flight at once, then the missing polled
+ * again; each value to out(lo + k, value) */
+template <typename F>
+__device__ __forceinline__ void tag_poll(const unsigned long long *src, int lo, int n, unsigned e, int tid, F out) {
+    unsigned long long v[XB];
+    unsigned need = 0;
+#pragma unroll
+    for (int u = 0; u < XB; u++)
+        if (tid + u * 480 < n) v[u] = tag_ld(src + lo + tid + u * 480), need |= 1u << u;
+    const unsigned long long ts = gtimer();
+    while (need) {
+#pragma unroll
+        for (int u = 0; u < XB; u++)
+            if ((need >> u & 1) && (unsigned)(v[u] >> 32) == e)
+                out(lo + tid + u * 480, __uint_as_float((unsigned)v[u])), need &= ~(1u << u);
+#pragma unroll
+        for (int u = 0; u < XB; u++)
+            if (need >> u & 1) v[u] = tag_ld(src + lo + tid + u * 480);
+        if (need && gtimer() - ts > 2000000000ull) __trap();
+    }
+}
+
 /* lw 4: one warp sums a whole piece, unrolled for its shape (CPR chunks of 512 bytes per row, RPP rows): every
  * chunk's ring load and the input's loads are independent of the sums, 2 x CPR input loads per piece */
 template <int CPR, int RPP>
@@ -127,6 +153,7 @@ __global__ void __launch_bounds__(512, 1) step(const __grid_constant__ LP p) {
     extern __shared__ __align__(128) unsigned char ring[];
     __shared__ __align__(8) unsigned long long full[S_MAX], empty[S_MAX];
     __shared__ __align__(16) float xs[XMAX];
+    __shared__ float red[16];
     __shared__ unsigned long long t0_s;
     const int b = blockIdx.x, G = gridDim.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (tid == 0) {
@@ -181,33 +208,28 @@ __global__ void __launch_bounds__(512, 1) step(const __grid_constant__ LP p) {
         const Phase ph = c_ph[f];
         if (b == 0 && tid == 0) p.stamp[f] = gtimer() - t0;
         if (ph.mixer) {
+            const bool rt = p.mode == 7 && p.mixrt;
+            if (rt) { /* the block's share of the previous GEMV's outputs (its heads' q, k, v, gates) */
+                const Phase pp = c_ph[ph.prev];
+                const int lo = (int)((long long)pp.N * b / G), hi = (int)((long long)pp.N * (b + 1) / G);
+                tag_poll(p.yt + pp.yo, lo, hi - lo, p.epoch + (unsigned)ph.prev, tid, [&](int k, float v) { xs[k - lo] = v; });
+                bar_sync(1, 480);
+            }
             if (p.mode != 1 && p.mode != 3 && p.mixer_ns > 0) { /* (tagged: the spin alone, no barrier) */
                 const unsigned long long ts = gtimer();
                 while ((long long)(gtimer() - ts) < p.mixer_ns) {
                 }
             }
+            if (rt) { /* and its share of the mixer's outputs, tagged */
+                const int lo = (int)((long long)ph.N * b / G), hi = (int)((long long)ph.N * (b + 1) / G);
+                for (int k = lo + tid; k < hi; k += 480) tag_st(p.yt + ph.yo + k, p.epoch + (unsigned)f, xs[0]);
+            }
         } else {
             int np_, rpp;
             pieces(p, ph, b, G, &np_, &rpp);
-            if (p.mode == 7 && ph.prev >= 0) { /* tagged: spin on the previous phase's words, no grid barrier */
-                const unsigned long long *src = p.yt + c_ph[ph.prev].yo;
-                const unsigned e = p.epoch + (unsigned)ph.prev;
-                unsigned long long v[XB]; /* all of the thread's words in flight at once, then poll the missing */
-                unsigned need = 0;
-#pragma unroll
-                for (int u = 0; u < XB; u++)
-                    if (tid + u * 480 < ph.K) v[u] = tag_ld(src + tid + u * 480), need |= 1u << u;
-                const unsigned long long ts = gtimer();
-                while (need) {
-#pragma unroll
-                    for (int u = 0; u < XB; u++)
-                        if ((need >> u & 1) && (unsigned)(v[u] >> 32) == e)
-                            xs[tid + u * 480] = __uint_as_float((unsigned)v[u]), need &= ~(1u << u);
-#pragma unroll
-                    for (int u = 0; u < XB; u++)
-                        if (need >> u & 1) v[u] = tag_ld(src + tid + u * 480);
-                    if (need && gtimer() - ts > 2000000000ull) __trap();
-                }
+            const int pv = p.mixrt && ph.prevm >= 0 ? ph.prevm : ph.prev;
+            if (p.mode == 7 && pv >= 0) { /* tagged: spin on the previous phase's words, no grid barrier */
+                tag_poll(p.yt + c_ph[pv].yo, 0, ph.K, p.epoch + (unsigned)pv, tid, [&](int k, float v) { xs[k] = v; });
                 bar_sync(1, 480);
                 if (b == 0 && tid == 0) p.stamp[MAX_PH + 2 + f] = gtimer() - t0;
             } else if (p.mode != 3) { /* "no sums" reads no input and keeps no phase order: the ring alone */
@@ -218,6 +240,19 @@ __global__ void __launch_bounds__(512, 1) step(const __grid_constant__ LP p) {
 #pragma unroll
                 for (int u = 0; u < XB; u++)
                     if (tid + u * 480 < ph.K) xs[tid + u * 480] = v[u];
+                bar_sync(1, 480);
+            }
+            if (p.norm && ph.K == 1024 && p.mode != 3) { /* the RMS norm: every block reduces the whole input */
+                float ss = 0.0f;
+                for (int k = tid; k < ph.K; k += 480) ss += xs[k] * xs[k];
+                ss = warp_sum(ss);
+                if (lane == 0) red[warp] = ss;
+                bar_sync(1, 480);
+                float t = 0.0f;
+#pragma unroll
+                for (int w = 0; w < 15; w++) t += red[w];
+                const float r = rsqrtf(t / ph.K + 1e-6f);
+                for (int k = tid; k < ph.K; k += 480) xs[k] *= r;
                 bar_sync(1, 480);
             }
             const int cpr = ph.K / 256; /* 512-byte chunks per row (K % 256 == 0 here) */
@@ -415,14 +450,14 @@ int main(int argc, char **argv) {
     std::vector<Phase> ph;
     size_t total = 0;
     auto gemv = [&](int N, int K) {
-        Phase q = {nullptr, N, K, 0, -1, -1};
+        Phase q = {nullptr, N, K, 0, -1, -1, -1};
         ph.push_back(q);
         total += (size_t)N * K * 2;
     };
     for (int l = 0; l < 24; l++) {
         const bool attn = l % 4 == 3;
         gemv(attn ? 5120 : 8224, 1024);
-        ph.push_back(Phase{nullptr, 0, 0, 1, -1, -1});
+        ph.push_back(Phase{nullptr, 2048, 0, 1, -1, -1, -1}); /* N: its outputs (out_proj's input) */
         gemv(1024, 2048), gemv(7168, 1024), gemv(1024, 3584);
     }
     gemv(248320, 1024);
@@ -435,8 +470,12 @@ int main(int argc, char **argv) {
         if (!q.mixer) q.w = arena + off, off += (size_t)q.N * q.K * 2, n_gemv++;
     long long nyt = 0; /* tagged mode: each GEMV phase but the LM head writes tagged words, read by the next GEMV */
     for (int f = 0, last = -1; f < (int)ph.size(); f++) {
-        if (ph[f].mixer) continue;
-        ph[f].prev = last, last = f;
+        ph[f].prev = last;
+        if (ph[f].mixer) { /* its outputs, read by the next GEMV when p.mixrt */
+            ph[f].yo = nyt, nyt += ph[f].N, ph[f + 1].prevm = f;
+            continue;
+        }
+        last = f;
         if (f + 1 < (int)ph.size()) ph[f].yo = nyt, nyt += ph[f].N;
     }
     unsigned long long *yt;
@@ -461,9 +500,10 @@ int main(int argc, char **argv) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     std::vector<unsigned long long> hs(2 * MAX_PH + 2);
-    auto run = [&](int mode, unsigned piece_kb, int il, int lw, int P, long long mixer_ns, bool show, int pf = 0) {
+    auto run = [&](int mode, unsigned piece_kb, int il, int lw, int P, long long mixer_ns, bool show, int pf = 0,
+                   int mixrt = 0, int norm = 0) {
         const int S = std::min(mode == 6 ? S_MAX : 15, (int)(RING_MAX / (piece_kb << 10)));
-        LP p = {(int)ph.size(), P, S, mode, piece_kb << 10, il, lw, pf, mixer_ns, x, y, bar, stamp, sink, yt, 0};
+        LP p = {(int)ph.size(), P, S, mode, piece_kb << 10, il, lw, pf, mixer_ns, x, y, bar, stamp, sink, yt, 0, mixrt, norm};
         std::vector<float> ms;
         CK(cudaMemset(stamp, 0, (2 * MAX_PH + 2) * 8));
         for (int r = 0; r < REPS; r++) {
@@ -487,8 +527,9 @@ int main(int argc, char **argv) {
         const float med = ms[REPS / 2];
         CK(cudaMemcpy(hs.data(), stamp, hs.size() * 8, cudaMemcpyDeviceToHost));
         static const char *mn[] = {"step", "stream (no grid waits)", "chain (no weights)", "stream, no sums", "direct loads: step", "direct loads: stream (no grid waits)", "producer alone (no consumers)", "step, tagged outputs (no grid barrier)"};
-        printf("| %s%s | %u | %s | %s | %d | %d | %lld | %.4f | %.0f | %.1f | %.1f |\n", mn[mode],
-               pf ? (pf == 1 ? ", L2 prefetch 1 phase ahead" : pf == 2 ? ", L2 prefetch 2 phases ahead" : ", L2 prefetch 3 phases ahead") : "", piece_kb,
+        printf("| %s%s%s%s | %u | %s | %s | %d | %d | %lld | %.4f | %.0f | %.1f | %.1f |\n", mn[mode],
+               pf ? (pf == 1 ? ", L2 prefetch 1 phase ahead" : pf == 2 ? ", L2 prefetch 2 phases ahead" : ", L2 prefetch 3 phases ahead") : "",
+               mixrt ? ", mixers read and write tagged words" : "", norm ? ", RMS norms" : "", piece_kb,
                il ? "interleaved" : "rows", lw == 1 ? "lane 0" : lw == 2 ? "all, no sums" : lw == 3 ? "teams of 4 warps" : lw == 4 ? "all, sums unrolled per shape" : "all", P, S, mixer_ns / 1000, med,
                mode == 2 ? 0.0 : total / (med * 1e-3) / 1e9, hs[MAX_PH] / 1e3, hs[MAX_PH + 1] / 1e3);
         if (show) { /* block 0: per kind of phase, the mean time from its start to the next phase's start */
@@ -539,6 +580,10 @@ int main(int argc, char **argv) {
     for (int lw : {0, 3, 2, 4}) run(7, 16, 1, lw, 3, 0, lw == 4);
     for (int P : {3, 6}) run(7, 16, 1, 4, P, 2000, P == 3);
     run(7, 12, 1, 4, 3, 0, false);
+    run(7, 16, 1, 4, 3, 2000, false, 0, 0, 1);
+    run(7, 16, 1, 4, 3, 2000, true, 0, 1, 0);
+    run(7, 16, 1, 4, 3, 2000, true, 0, 1, 1);
+    run(7, 16, 1, 4, 3, 1000, false, 0, 1, 1);
     printf("\n(the engine today: ~0.646 ms per step at ctx 128, 0.60 required; the bytes at 4.0 TB/s: %.3f ms)\n",
            total / 4.0e12 * 1e3);
     return 0;
