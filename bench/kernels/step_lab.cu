@@ -24,7 +24,8 @@
  *   4 / 5:     no ring: each warp loads its own 8 KB piece into registers, the next one issued before the barrier
  *              (`direct`), with a barrier (4) or none (5); pf: + L2 prefetch of the phase(s) ahead.
  * lw: 1 lane 0 alone polls a full slot; 2 consumers do no sums; 3 teams of 4 warps per piece; 4 sums unrolled per
- * shape (ring_sum). A mixer phase (the DeltaNet recurrence or the attention) is `mixer_ns` of spinning.
+ * shape (ring_sum); 7 all 12 warps on every piece, each a row (K 1024) or a third / sixth of one (2048, 3584: partial
+ * sums meet in shared memory, stored at the phase's end), its x chunks in registers for the phase. A mixer phase (the DeltaNet recurrence or the attention) is `mixer_ns` of spinning.
  * Prints ms per step (median of REPS launches; the same 1.50 GB each time, > L2), and for some rows block 0's mean
  * time per kind of phase. PERF_NOTES §26 has the tables and what they say.
  *
@@ -47,6 +48,7 @@
 #define XMAX 4096        /* floats of the input vector in shared memory (K <= XMAX) */
 #define XB 8             /* input words per consumer thread (K <= 480 XB) */
 #define RPP_MAX 8        /* rows per piece (K = 1024, 16 KB: 8 rows of 2 KB) */
+#define YS_MAX 128       /* lw 7: partial sums of a phase's rows when a row is split over warps (K > 1024) */
 #define MAX_PH 160
 
 struct Phase {
@@ -63,7 +65,8 @@ struct LP {
     int n_ph, P, S, mode; /* mode: see the top of the file */
     unsigned piece;       /* bytes per piece at most (<= PIECE_MAX; S x piece <= RING_MAX) */
     int il;               /* 1: block b owns pieces b, b + G, b + 2 G, ... of each phase (interleaved), 0: a row range */
-    int lw;               /* consumers: 1 lane 0 alone polls, 2 no sums, 3 teams of 4 warps, 4 sums unrolled per shape */
+    int lw;               /* consumers: 1 lane 0 alone polls, 2 no sums, 3 teams of 4 warps, 4 sums unrolled per shape,
+                           * 7 all 12 warps on every piece (a row or a part of one each), x in registers */
     int pf;               /* direct: at a phase's start, L2-prefetch the block's pieces of the pf-th GEMV phase ahead */
     long long mixer_ns;
     const float *x;       /* XMAX floats: every phase's input */
@@ -154,12 +157,13 @@ __global__ void __launch_bounds__(512, 1) step(const __grid_constant__ LP p) {
     __shared__ __align__(8) unsigned long long full[S_MAX], empty[S_MAX];
     __shared__ __align__(16) float xs[XMAX];
     __shared__ float red[16];
+    __shared__ float ys[YS_MAX];
     __shared__ unsigned long long t0_s;
     const int b = blockIdx.x, G = gridDim.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (tid == 0) {
         for (int i = 0; i < p.S; i++) {
             mbar_init((unsigned)__cvta_generic_to_shared(&full[i]), 1);
-            mbar_init((unsigned)__cvta_generic_to_shared(&empty[i]), p.lw == 3 ? 4 : 1);
+            mbar_init((unsigned)__cvta_generic_to_shared(&empty[i]), p.lw == 3 ? 4 : p.lw == 7 ? 12 : 1);
         }
         mbar_init_fence();
         t0_s = gtimer();
@@ -257,6 +261,61 @@ __global__ void __launch_bounds__(512, 1) step(const __grid_constant__ LP p) {
             }
             const int cpr = ph.K / 256; /* 512-byte chunks per row (K % 256 == 0 here) */
             const unsigned np = (unsigned)np_;
+            if (p.lw == 7 && p.mode != 2 && p.mode != 3) { /* every piece by all 12 warps, x in registers */
+                /* warp w: row w / nw of each piece (nw warps per row), its chunks [c0, c0 + nc) of the row */
+                const int rpr = rpp, nw = 12 / rpr; /* 16 KB: K 1024 8 rows (nw 1: warps 8..11 idle), 2048 4 (3), 3584 2 (6) */
+                const int myrow = warp / max(nw, 1), sl = warp % max(nw, 1);
+                const int base = cpr / nw, extra = cpr % nw;
+                const int c0 = sl * base + min(sl, extra), nc = base + (sl < extra ? 1 : 0);
+                float xr[4][8];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (u < nc) {
+                        const float4 *xp = reinterpret_cast<const float4 *>(xs + (c0 + u) * 256 + lane * 8);
+                        const float4 a0 = xp[0], a1 = xp[1];
+                        xr[u][0] = a0.x, xr[u][1] = a0.y, xr[u][2] = a0.z, xr[u][3] = a0.w;
+                        xr[u][4] = a1.x, xr[u][5] = a1.y, xr[u][6] = a1.z, xr[u][7] = a1.w;
+                    }
+                const bool split = nw > 1; /* a row's chunks over nw warps: partial sums meet in ys */
+                if (split)
+                    for (int t = tid; t < (int)np * rpr; t += 480) ys[t] = 0.0f;
+                bar_sync(1, 480);
+                for (unsigned j = 0; warp < 12 && j < np; j++) {
+                    const unsigned q = i + j, s = q % p.S;
+                    int row0, rows;
+                    piece_rows(p, ph, b, G, (int)j, rpp, &row0, &rows);
+                    mbar_wait((unsigned)__cvta_generic_to_shared(&full[s]), (q / p.S) & 1);
+                    const uint4 *pc = reinterpret_cast<const uint4 *>(ring + (size_t)s * p.piece);
+                    float acc = 0.0f;
+                    const bool mine = myrow < rows && myrow < rpr;
+                    if (mine) {
+#pragma unroll
+                        for (int u = 0; u < 4; u++)
+                            if (u < nc) acc = dot8(pc[(myrow * cpr + c0 + u) * 32 + lane], xr[u], acc);
+                    }
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive((unsigned)__cvta_generic_to_shared(&empty[s]));
+                    if (mine) {
+                        const float d = warp_sum(acc);
+                        if (lane == 0) {
+                            if (split) atomicAdd(&ys[j * rpr + myrow], d);
+                            else if (p.mode == 7 && ph.yo >= 0) tag_st(p.yt + ph.yo + row0 + myrow, p.epoch + (unsigned)f, d);
+                            else __stcg(p.y + row0 + myrow, d);
+                        }
+                    }
+                }
+                if (split) { /* the phase's rows, once all partial sums are in */
+                    bar_sync(1, 480);
+                    for (int t = tid; t < (int)np * rpr; t += 480) {
+                        int row0, rows;
+                        piece_rows(p, ph, b, G, t / rpr, rpp, &row0, &rows);
+                        if (t % rpr >= rows) continue;
+                        if (p.mode == 7 && ph.yo >= 0) tag_st(p.yt + ph.yo + row0 + t % rpr, p.epoch + (unsigned)f, ys[t]);
+                        else __stcg(p.y + row0 + t % rpr, ys[t]);
+                    }
+                }
+                i += np;
+            } else {
             /* lw 3 (teams): warps 0..11 as 3 teams of 4, slot s is team s % 3's (S % 3 == 0), warp tw of a team
              * sums the piece's rows tw, tw + 4, ... */
             const bool teams = p.lw == 3;
@@ -299,6 +358,7 @@ __global__ void __launch_bounds__(512, 1) step(const __grid_constant__ LP p) {
                     }
                 }
             i += np;
+            }
         }
         if (p.mode != 1 && p.mode != 3 && p.mode != 7 && f + 1 < p.n_ph) { /* the phase's end: everyone's outputs before anyone reads them */
             nbar++;
@@ -530,7 +590,7 @@ int main(int argc, char **argv) {
         printf("| %s%s%s%s | %u | %s | %s | %d | %d | %lld | %.4f | %.0f | %.1f | %.1f |\n", mn[mode],
                pf ? (pf == 1 ? ", L2 prefetch 1 phase ahead" : pf == 2 ? ", L2 prefetch 2 phases ahead" : ", L2 prefetch 3 phases ahead") : "",
                mixrt ? ", mixers read and write tagged words" : "", norm ? ", RMS norms" : "", piece_kb,
-               il ? "interleaved" : "rows", lw == 1 ? "lane 0" : lw == 2 ? "all, no sums" : lw == 3 ? "teams of 4 warps" : lw == 4 ? "all, sums unrolled per shape" : "all", P, S, mixer_ns / 1000, med,
+               il ? "interleaved" : "rows", lw == 1 ? "lane 0" : lw == 2 ? "all, no sums" : lw == 3 ? "teams of 4 warps" : lw == 4 ? "all, sums unrolled per shape" : lw == 7 ? "12 warps on every piece, x in registers" : "all", P, S, mixer_ns / 1000, med,
                mode == 2 ? 0.0 : total / (med * 1e-3) / 1e9, hs[MAX_PH] / 1e3, hs[MAX_PH + 1] / 1e3);
         if (show) { /* block 0: per kind of phase, the mean time from its start to the next phase's start */
             double sum[6] = {0};
@@ -580,6 +640,10 @@ int main(int argc, char **argv) {
     for (int lw : {0, 3, 2, 4}) run(7, 16, 1, lw, 3, 0, lw == 4);
     for (int P : {3, 6}) run(7, 16, 1, 4, P, 2000, P == 3);
     run(7, 12, 1, 4, 3, 0, false);
+    for (long long mx : {0ll, 2000ll}) run(7, 16, 1, 7, 3, mx, mx == 0);
+    run(7, 16, 1, 7, 3, 2000, true, 0, 1, 1);
+    run(1, 16, 1, 7, 3, 0, false);
+    run(0, 16, 1, 7, 3, 0, false);
     run(7, 16, 1, 4, 3, 2000, false, 0, 0, 1);
     run(7, 16, 1, 4, 3, 2000, true, 0, 1, 0);
     run(7, 16, 1, 4, 3, 2000, true, 0, 1, 1);
