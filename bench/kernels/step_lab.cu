@@ -379,13 +379,6 @@ __global__ void __launch_bounds__(512, 1) step(const __grid_constant__ LP p) {
  * current one -- before the grid barrier when the next piece is in a later phase. 16 warps, piece j of a phase is
  * warp j % 16's. mode 0: the step; 1: no grid waits (the loads' own rate). */
 #define DU 16 /* 512-byte chunks per piece at most */
-__device__ __forceinline__ uint4 ld_stream(const void *ptr) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ptr));
-    return v;
-}
 template <int CPR, int RPP>
 __device__ __forceinline__ void dsum(const uint4 (&w)[DU], const float *xs, int lane, int rows, float *y) {
     float a[RPP];
@@ -439,7 +432,7 @@ __global__ void __launch_bounds__(512, 1) direct(const __grid_constant__ LP p) {
         const unsigned char *base = ph.w + (size_t)row0 * ph.K * 2 + lane * 16;
 #pragma unroll
         for (int u = 0; u < DU; u++)
-            if (u < n) w[u] = ld_stream(base + u * 512);
+            if (u < n) w[u] = ld_stream(reinterpret_cast<const uint4 *>(base + u * 512)); /* common.cuh: asm volatile */
     };
     advance(0, warp);
     load();

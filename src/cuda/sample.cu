@@ -238,13 +238,28 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
         };
         float v[8], m[8], bef, bef2;
         int kk[8];
+        int dc = -1, jc = 0; /* the cut: every id of positions below dc, and the first jc ids of position dc */
+        /* the mass kept by the cut: v = the page-level masses (page dc / SM_PAGE's up to the cut, m its
+         * positions'), summed in a fixed order */
+        auto kept_mass = [&]() {
+            const int Pc = dc / SM_PAGE;
+            page(Pc);
+            bn.masses(Pc, c, dc, jc, m, kk);
+            float part = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) part += m[e];
+            page_vals(NULL, s_pm, Pc, warp_sum_fixed(part), v);
+            float tot = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) tot += v[e];
+            return warp_sum_fixed(tot);
+        };
         /* top-k: the position holding the k-th id (counts as floats: exact below 2^24) */
         page_vals(s_pc, NULL, npages, 0.0f, v);
         float nc = 0.0f;
 #pragma unroll
         for (int e = 0; e < 8; e++) nc += v[e];
         const int n_cand = (int)warp_sum_fixed(nc);
-        int dc = -1, jc = 0;
         if (n_cand > 0) {
             const int k = (p.step->top_k > 0 && p.step->top_k < n_cand) ? p.step->top_k : n_cand;
             const int Pk = warp_cross(v, 0.0f, (float)k, &bef);
@@ -257,17 +272,7 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
         /* top-p over the top-k mass: the shortest prefix with mass >= top_p * mass */
         const float top_p = p.step->top_p;
         if (dc >= 0 && top_p < 1.0f) {
-            const int Pc = dc / SM_PAGE;
-            page(Pc);
-            bn.masses(Pc, c, dc, jc, m, kk);
-            float part = 0.0f;
-#pragma unroll
-            for (int e = 0; e < 8; e++) part += m[e];
-            page_vals(NULL, s_pm, Pc, warp_sum_fixed(part), v);
-            float tot = 0.0f;
-#pragma unroll
-            for (int e = 0; e < 8; e++) tot += v[e];
-            const float target = top_p * warp_sum_fixed(tot);
+            const float target = top_p * kept_mass();
             const int Pp = warp_cross(v, 0.0f, target, &bef);
             if (Pp >= 0) {
                 page(Pp);
@@ -293,17 +298,8 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
         }
         /* the draw: r = u * kept mass; the first (position, rank) whose running mass exceeds r */
         if (dc >= 0) {
-            const int Pc = dc / SM_PAGE;
-            page(Pc);
-            bn.masses(Pc, c, dc, jc, m, kk);
-            float part = 0.0f;
-#pragma unroll
-            for (int e = 0; e < 8; e++) part += m[e];
-            page_vals(NULL, s_pm, Pc, warp_sum_fixed(part), v);
-            float tot = 0.0f;
-#pragma unroll
-            for (int e = 0; e < 8; e++) tot += v[e];
-            const float r = q35_uniform(p.step->seed, p.step->step) * warp_sum_fixed(tot);
+            const float kept = kept_mass();
+            const float r = q35_uniform(p.step->seed, p.step->step) * kept;
             int sd = dc, sj = jc - 1;
             const int Pr = warp_cross(v, 0.0f, r, &bef);
             if (Pr >= 0) {
