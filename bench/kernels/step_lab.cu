@@ -42,7 +42,6 @@
 #include "lab.cuh"
 
 #define REPS 9
-#define PIECE_MAX (16u << 10)
 #define RING_MAX (192u << 10)
 #define S_MAX 24 /* the consumers: S <= 15 (one warp per slot); the producer alone: up to 24 */
 #define XMAX 4096        /* floats of the input vector in shared memory (K <= XMAX) */
@@ -63,7 +62,7 @@ __constant__ Phase c_ph[MAX_PH];
 
 struct LP {
     int n_ph, P, S, mode; /* mode: see the top of the file */
-    unsigned piece;       /* bytes per piece at most (<= PIECE_MAX; S x piece <= RING_MAX) */
+    unsigned piece;       /* bytes per piece at most (consumers: <= 16 KB, RPP_MAX rows; S x piece <= RING_MAX) */
     int il;               /* 1: block b owns pieces b, b + G, b + 2 G, ... of each phase (interleaved), 0: a row range */
     int lw;               /* consumers: 1 lane 0 alone polls, 2 no sums, 3 teams of 4 warps, 4 sums unrolled per shape,
                            * 7 all 12 warps on every piece (a row or a part of one each), x in registers */
