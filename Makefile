@@ -77,7 +77,7 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
 # GEMV variant lab (bench/kernels/gemv_lab.cu, sm_90a only): see the comment at its top.
-$(BUILD)/bench/gemv_lab: bench/kernels/gemv_lab.cu src/cuda/common.cuh src/cuda/ops.h
+$(BUILD)/bench/gemv_lab: bench/kernels/gemv_lab.cu bench/kernels/lab.cuh src/cuda/common.cuh src/cuda/ops.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc \
 	    --expt-relaxed-constexpr $< -o $@
@@ -87,14 +87,15 @@ $(BUILD)/bench/burst_lab: bench/kernels/burst_lab.cu bench/kernels/lab.cuh src/c
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc $< -o $@
 
-# Persistent-step lab (bench/kernels/step_lab.cu, sm_90a): the step's GEMV bytes through a paced ring, grid barriers.
+# Persistent-step lab (bench/kernels/step_lab.cu, sm_90a): the step's GEMV bytes through a paced ring, grid barriers
+# or tagged handoffs between phases.
 $(BUILD)/bench/step_lab: bench/kernels/step_lab.cu bench/kernels/lab.cuh src/cuda/common.cuh src/cuda/tma.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc $< -o $@
 
 # GEMM lab (bench/kernels/gemm_lab.cu, sm_90a only; cuBLAS is its reference): see the comment at its top.
 GEMM_SRC = src/cuda/gemm.cu src/cuda/gemm_tma.cu
-$(BUILD)/bench/gemm_lab: bench/kernels/gemm_lab.cu $(GEMM_SRC) src/cuda/gemm.cuh src/cuda/mma.cuh src/cuda/common.cuh \
+$(BUILD)/bench/gemm_lab: bench/kernels/gemm_lab.cu bench/kernels/lab.cuh $(GEMM_SRC) src/cuda/gemm.cuh src/cuda/mma.cuh src/cuda/common.cuh \
                          src/cuda/ops.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc \

@@ -45,18 +45,11 @@
 #include <cublas_v2.h>
 
 #include "cuda/common.cuh"
+#include "lab.cuh"
 #include "cuda/gemm.cuh"
 
 #define WARM 5
 
-#define CK(call)                                                                                    \
-    do {                                                                                            \
-        cudaError_t e_ = (call);                                                                    \
-        if (e_ != cudaSuccess) {                                                                    \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                                \
-        }                                                                                           \
-    } while (0)
 #define CKB(call)                                                                          \
     do {                                                                                   \
         cublasStatus_t s_ = (call);                                                        \

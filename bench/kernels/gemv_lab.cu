@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "lab.cuh"
 #include "cuda/tma.cuh"
 
 #define D_MODEL 1024
@@ -524,14 +525,6 @@ static float *d_x1024, *d_part, *d_nw, *d_x2048, *d_x3584, *d_h, *d_y, *d_mix_ou
 static float *d_state, *d_att; /* N_LINEAR x 1 MiB + 6 x 256 KiB */
 static float h_x1024[D_MODEL], h_part[D_MODEL], h_nw[D_MODEL], h_x2048[2048], h_x3584[3584];
 
-#define CKR(call)                                                                                      \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                                   \
-        }                                                                                              \
-    } while (0)
 
 static float bf16f(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -572,9 +565,9 @@ static void setup(uint64_t seed) {
     const size_t off_lm = off;
     off += (size_t)V_LM * D_MODEL * 2;
     g_arena_bytes = off;
-    CKR(cudaMalloc(&g_arena, g_arena_bytes));
+    CK(cudaMalloc(&g_arena, g_arena_bytes));
     lab_fill<<<4 * g_nsm, 256, 0, g_st>>>((uint16_t *)g_arena, (long long)(g_arena_bytes / 2), seed, 0.05f);
-    CKR(cudaGetLastError());
+    CK(cudaGetLastError());
     lm_w = (const uint16_t *)(g_arena + off_lm);
     int li = 0;
     for (int l = 0; l < N_LAYERS; l++) {
@@ -592,23 +585,23 @@ static void setup(uint64_t seed) {
     for (int i = 0; i < 3584; i++) h_x3584[i] = round_bf(frand());
     float **bufs[] = {&d_x1024, &d_part, &d_nw, &d_x2048, &d_x3584, &d_h, &d_y, &d_mix_out, &d_proj, &d_pa, &d_mlp, &d_pb};
     const size_t n[] = {D_MODEL, D_MODEL, D_MODEL, 2048, 2048 + 3584, 4096, V_LM, 2048, 8224, D_MODEL, 3584, D_MODEL};
-    for (int i = 0; i < 12; i++) CKR(cudaMalloc(bufs[i], sizeof(float) * n[i]));
-    CKR(cudaMemcpy(d_x1024, h_x1024, sizeof h_x1024, cudaMemcpyHostToDevice));
-    CKR(cudaMemcpy(d_part, h_part, sizeof h_part, cudaMemcpyHostToDevice));
-    CKR(cudaMemcpy(d_nw, h_nw, sizeof h_nw, cudaMemcpyHostToDevice));
-    CKR(cudaMemcpy(d_x2048, h_x2048, sizeof h_x2048, cudaMemcpyHostToDevice));
-    CKR(cudaMemcpy(d_x3584, h_x3584, sizeof h_x3584, cudaMemcpyHostToDevice));
-    CKR(cudaMemset(d_proj, 0, sizeof(float) * 8224));
-    CKR(cudaMemset(d_mlp, 0, sizeof(float) * 3584));
-    CKR(cudaMemset(d_mix_out, 0, sizeof(float) * 2048));
-    CKR(cudaMemset(d_pa, 0, sizeof(float) * D_MODEL));
-    CKR(cudaMemset(d_pb, 0, sizeof(float) * D_MODEL));
+    for (int i = 0; i < 12; i++) CK(cudaMalloc(bufs[i], sizeof(float) * n[i]));
+    CK(cudaMemcpy(d_x1024, h_x1024, sizeof h_x1024, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_part, h_part, sizeof h_part, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_nw, h_nw, sizeof h_nw, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_x2048, h_x2048, sizeof h_x2048, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_x3584, h_x3584, sizeof h_x3584, cudaMemcpyHostToDevice));
+    CK(cudaMemset(d_proj, 0, sizeof(float) * 8224));
+    CK(cudaMemset(d_mlp, 0, sizeof(float) * 3584));
+    CK(cudaMemset(d_mix_out, 0, sizeof(float) * 2048));
+    CK(cudaMemset(d_pa, 0, sizeof(float) * D_MODEL));
+    CK(cudaMemset(d_pb, 0, sizeof(float) * D_MODEL));
     const size_t state_bytes = (size_t)N_LINEAR * (1 << 20) + 6 * (256 << 10);
-    CKR(cudaMalloc(&d_state, state_bytes));
-    CKR(cudaMalloc(&d_att, sizeof(float) * 2048));
-    CKR(cudaMemset(d_att, 0, sizeof(float) * 2048));
-    CKR(cudaMemset(d_state, 0, state_bytes));
-    CKR(cudaStreamSynchronize(g_st));
+    CK(cudaMalloc(&d_state, state_bytes));
+    CK(cudaMalloc(&d_att, sizeof(float) * 2048));
+    CK(cudaMemset(d_att, 0, sizeof(float) * 2048));
+    CK(cudaMemset(d_state, 0, state_bytes));
+    CK(cudaStreamSynchronize(g_st));
 }
 
 /* ---- launching ------------------------------------------------------------------------------ */
@@ -675,7 +668,7 @@ template <typename F>
 static float time_graph(F record) {
     cudaGraph_t g = NULL;
     cudaGraphExec_t ge = NULL;
-    CKR(cudaStreamBeginCapture(g_st, cudaStreamCaptureModeThreadLocal));
+    CK(cudaStreamBeginCapture(g_st, cudaStreamCaptureModeThreadLocal));
     int rc = record();
     cudaError_t e = cudaStreamEndCapture(g_st, &g);
     if (rc || e != cudaSuccess) {
@@ -684,18 +677,18 @@ static float time_graph(F record) {
         (void)cudaGetLastError();
         return -1.0f;
     }
-    CKR(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphInstantiate(&ge, g, 0));
     cudaEvent_t a, b;
-    CKR(cudaEventCreate(&a));
-    CKR(cudaEventCreate(&b));
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
     float t[REPS];
-    for (int i = 0; i < 2; i++) CKR(cudaGraphLaunch(ge, g_st));
+    for (int i = 0; i < 2; i++) CK(cudaGraphLaunch(ge, g_st));
     for (int i = 0; i < REPS; i++) {
-        CKR(cudaEventRecord(a, g_st));
-        CKR(cudaGraphLaunch(ge, g_st));
-        CKR(cudaEventRecord(b, g_st));
-        CKR(cudaEventSynchronize(b));
-        CKR(cudaEventElapsedTime(&t[i], a, b));
+        CK(cudaEventRecord(a, g_st));
+        CK(cudaGraphLaunch(ge, g_st));
+        CK(cudaEventRecord(b, g_st));
+        CK(cudaEventSynchronize(b));
+        CK(cudaEventElapsedTime(&t[i], a, b));
     }
     qsort(t, REPS, sizeof(float), cmp_f);
     cudaEventDestroy(a);
@@ -715,14 +708,14 @@ static int verify(const Variant *v, const Shape *s, const Mode *m) {
     const int si = (int)(s - SH), ny = s->out == O_SILU ? s->rows / 2 : s->rows;
     if (h_w[si].empty()) {
         h_w[si].resize((size_t)s->rows * s->cols);
-        CKR(cudaMemcpy(h_w[si].data(), s->buf[0], h_w[si].size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h_w[si].data(), s->buf[0], h_w[si].size() * 2, cudaMemcpyDeviceToHost));
     }
     LP p = params_for(s, 0, m);
     p.h_out = d_h;
     const int splits = s->out == O_SPLITK ? m->grid : 1;
-    CKR(cudaMemset(d_y, s->out == O_SPLITK ? 0 : 0xff, sizeof(float) * (size_t)s->rows));
-    CKR(cudaMemset(d_h, 0xff, sizeof(float) * 4096));
-    CKR(cudaDeviceSynchronize());
+    CK(cudaMemset(d_y, s->out == O_SPLITK ? 0 : 0xff, sizeof(float) * (size_t)s->rows));
+    CK(cudaMemset(d_h, 0xff, sizeof(float) * 4096));
+    CK(cudaDeviceSynchronize());
     int rc = launch(v, s, m, p, 1);
     cudaError_t e = cudaDeviceSynchronize();
     if (rc || e != cudaSuccess) {
@@ -733,8 +726,8 @@ static int verify(const Variant *v, const Shape *s, const Mode *m) {
     std::vector<float> h(s->cols), y(ny);
     /* h_out holds block (0,0)'s slice: the whole input when normed, split 0's columns otherwise */
     const int hn = s->norm ? s->cols : kchunk(s->cols, splits);
-    CKR(cudaMemcpy(h.data(), d_h, sizeof(float) * (size_t)std::min(hn, s->cols), cudaMemcpyDeviceToHost));
-    CKR(cudaMemcpy(y.data(), d_y, sizeof(float) * (size_t)ny, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h.data(), d_h, sizeof(float) * (size_t)std::min(hn, s->cols), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(y.data(), d_y, sizeof(float) * (size_t)ny, cudaMemcpyDeviceToHost));
     if (!s->norm) { /* the VEC input is known exactly */
         const float *src = s->cols == 2048 ? h_x2048 : h_x3584;
         for (int k = 0; k < s->cols; k++) h[k] = src[k];
@@ -792,18 +785,18 @@ static int verify(const Variant *v, const Shape *s, const Mode *m) {
 static void stage0(void) {
     const long long n = (long long)(g_arena_bytes / 16) < (1ll << 26) ? (long long)(g_arena_bytes / 16) : (1ll << 26);
     unsigned *sink;
-    CKR(cudaMalloc(&sink, sizeof(unsigned) * 8 * g_nsm));
+    CK(cudaMalloc(&sink, sizeof(unsigned) * 8 * g_nsm));
     float best = 1e30f;
     cudaEvent_t a, b;
-    CKR(cudaEventCreate(&a));
-    CKR(cudaEventCreate(&b));
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
     for (int i = 0; i < 6; i++) {
-        CKR(cudaEventRecord(a, g_st));
+        CK(cudaEventRecord(a, g_st));
         lab_read<<<4 * g_nsm, 512, 0, g_st>>>((const uint4 *)g_arena, n, sink);
-        CKR(cudaEventRecord(b, g_st));
-        CKR(cudaEventSynchronize(b));
+        CK(cudaEventRecord(b, g_st));
+        CK(cudaEventSynchronize(b));
         float t;
-        CKR(cudaEventElapsedTime(&t, a, b));
+        CK(cudaEventElapsedTime(&t, a, b));
         if (i) best = std::min(best, t);
     }
     printf("ceiling: streaming read %.0f MB: %.1f us, %.0f GB/s\n", n * 16 / 1e6, best * 1e3, n * 16 / (best * 1e-3) / 1e9);
@@ -1132,7 +1125,7 @@ int main(int argc, char **argv) {
     auto want = [&](char c) { return !stages || strchr(stages, c); };
     g_rng ^= seed * 0x9e3779b97f4a7c15ull;
     cudaDeviceProp prop;
-    CKR(cudaGetDeviceProperties(&prop, 0));
+    CK(cudaGetDeviceProperties(&prop, 0));
     g_nsm = prop.multiProcessorCount;
     printf("gemv_lab: %s, %d SMs, L2 %d MB, seed %llu%s\n", prop.name, g_nsm, prop.l2CacheSize >> 20,
            (unsigned long long)seed, quick ? ", quick" : "");
@@ -1140,7 +1133,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gemv_lab: needs sm_90 (built for sm_90a)\n");
         return 2;
     }
-    CKR(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
     setup(seed);
     if (want('0')) stage0();
     if (want('A') || want('B') || want('S')) stage_ab(quick, want('B'));

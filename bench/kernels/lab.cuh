@@ -1,4 +1,4 @@
-/* lab.cuh — what the decode labs (burst_lab.cu, step_lab.cu) share: a CUDA call that exits on error, and the
+/* lab.cuh — what the labs (burst_lab.cu, step_lab.cu, gemv_lab.cu, gemm_lab.cu) share: a CUDA call that exits on error, and the
  * global timer (ns, the same clock on every SM). */
 #ifndef Q35_BENCH_LAB_CUH
 #define Q35_BENCH_LAB_CUH

@@ -254,6 +254,18 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
             for (int e = 0; e < 8; e++) tot += v[e];
             return warp_sum_fixed(tot);
         };
+        /* after kept_mass: the position where the kept running mass reaches t (-1: none), its kept id count n and
+         * the mass still to go there (t - the kept mass before it) */
+        auto cross = [&](float t, int *n, float *left) {
+            const int P = warp_cross(v, 0.0f, t, &bef);
+            if (P < 0) return -1;
+            page(P);
+            bn.masses(P, c, dc, jc, m, kk);
+            const int i = warp_cross(m, bef, t, &bef2);
+            if (i < 0) return -1;
+            *n = warp_item(kk, i), *left = t - bef2;
+            return P * SM_PAGE + i;
+        };
         /* top-k: the position holding the k-th id (counts as floats: exact below 2^24) */
         page_vals(s_pc, NULL, npages, 0.0f, v);
         float nc = 0.0f;
@@ -273,16 +285,12 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
         const float top_p = p.step->top_p;
         if (dc >= 0 && top_p < 1.0f) {
             const float target = top_p * kept_mass();
-            const int Pp = warp_cross(v, 0.0f, target, &bef);
-            if (Pp >= 0) {
-                page(Pp);
-                bn.masses(Pp, c, dc, jc, m, kk);
-                const int i = warp_cross(m, bef, target, &bef2);
-                if (i >= 0) {
-                    const int d = Pp * SM_PAGE + i, n = warp_item(kk, i);
-                    const int j = (int)ceilf((target - bef2) / bn.weight(d));
-                    dc = d, jc = j < 1 ? 1 : j > n ? n : j;
-                }
+            int n;
+            float left;
+            const int d = cross(target, &n, &left);
+            if (d >= 0) {
+                const int j = (int)ceilf(left / bn.weight(d));
+                dc = d, jc = j < 1 ? 1 : j > n ? n : j;
             }
         }
         /* min-p: keep the positions with weight >= min_p (the top one has weight 1) */
@@ -301,16 +309,12 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
             const float kept = kept_mass();
             const float r = q35_uniform(p.step->seed, p.step->step) * kept;
             int sd = dc, sj = jc - 1;
-            const int Pr = warp_cross(v, 0.0f, r, &bef);
-            if (Pr >= 0) {
-                page(Pr);
-                bn.masses(Pr, c, dc, jc, m, kk);
-                const int i = warp_cross(m, bef, r, &bef2);
-                if (i >= 0) {
-                    const int d = Pr * SM_PAGE + i, n = warp_item(kk, i);
-                    const int j = (int)floorf((r - bef2) / bn.weight(d));
-                    sd = d, sj = j < 0 ? 0 : j > n - 1 ? n - 1 : j;
-                }
+            int n;
+            float left;
+            const int d = cross(r, &n, &left);
+            if (d >= 0) {
+                const int j = (int)floorf(left / bn.weight(d));
+                sd = d, sj = j < 0 ? 0 : j > n - 1 ? n - 1 : j;
             }
             dc = sd, jc = sj;
         }
