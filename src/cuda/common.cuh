@@ -19,6 +19,8 @@
 #define Q35_CUDA_COMMON_CUH
 
 #include <cuda_bf16.h>
+#include <limits.h>
+#include <math.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -396,14 +398,14 @@ __device__ __forceinline__ void stage_norm_row_batched(float *xs, float *red, in
     for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = norm_apply(xs[i], r, w[i], mode);
 }
 
-/* A warp's 4 row sums of the 512-thread GEMV's layout (w[u][r]: row r, columns u 256 + 8 lane .. +7, D <= 1024)
- * with the input row xs in shared memory: lanes 8r .. 8r+7 return row r's sum (warp_sum_rows4). */
-__device__ __forceinline__ float gemv_rows4(const uint4 (&w)[4][4], const float *xs, int D, int lane) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+/* acc[r] += this lane's share of row r (w[u][r]: columns k0 + u 256 + 8 lane .. +7, those below kend) times the input
+ * row xs in shared memory: the 512-thread GEMV's per-lane order (U = 4), which every 4-row sum shares. */
+__device__ __forceinline__ void gemv_dot4(const uint4 (&w)[4][4], const float *xs, int k0, int kend, int lane,
+                                          float (&acc)[4]) {
 #pragma unroll
     for (int u = 0; u < 4; u++) {
-        const int k = u * 256 + lane * 8;
-        if (k < D) {
+        const int k = k0 + u * 256 + lane * 8;
+        if (k < kend) {
             const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
             const float4 a4 = xp[0], b4 = xp[1];
             const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
@@ -411,10 +413,75 @@ __device__ __forceinline__ float gemv_rows4(const uint4 (&w)[4][4], const float 
             for (int r = 0; r < 4; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
         }
     }
+}
+/* A warp's 4 row sums of the 512-thread GEMV's layout (D <= 1024): lanes 8r .. 8r+7 return row r's sum. */
+__device__ __forceinline__ float gemv_rows4(const uint4 (&w)[4][4], const float *xs, int D, int lane) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    gemv_dot4(w, xs, 0, D, lane, acc);
     return warp_sum_rows4(acc, lane);
 }
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* The GEMV's input row (matvec.cu, lm_screen.cu): MV_IN_VEC: x[kbeg, kend) -> xs[0, kend - kbeg); MV_IN_EMBED /
+ * MV_IN_RESIDUAL: the whole row, added up and normed (stage_norm_row, its weights nwr in registers when nw_pre),
+ * block `writer` also storing x_out and h_out. All threads call it. */
+__device__ __forceinline__ void gemv_stage_input(const MatvecParams &p, float *xs, float *red, int kbeg, int kend,
+                                                 const float (&nwr)[2], bool nw_pre, bool writer) {
+    const int cols = p.cols;
+    if (p.in_mode == MV_IN_VEC) {
+        for (int i = kbeg + threadIdx.x; i < kend; i += blockDim.x) xs[i - kbeg] = __ldcg(p.x + i);
+        return;
+    }
+    const uint16_t *e = p.in_mode == MV_IN_EMBED ? p.embed + (size_t)p.step->token * cols : NULL;
+    if (nw_pre)
+        stage_norm_row_wr<2, false>(xs, red, cols, e, p.x, p.parts, p.n_parts, writer ? p.x_out : NULL, nwr,
+                                    p.norm_mode, p.eps);
+    else
+        stage_norm_row(xs, red, cols, e, p.x, p.parts, p.n_parts, writer ? p.x_out : NULL, p.norm_w, p.norm_mode,
+                       p.eps);
+    if (writer && p.h_out)
+        for (int i = threadIdx.x; i < cols; i += blockDim.x) p.h_out[i] = xs[i];
+}
+
+/* The LM head's grid argmax (matvec.cu MV_OUT_ARGMAX): every thread passes its best (value, id); the
+ * block's best goes to am_val/am_idx[block]; the last block to finish (ticket on *am_count) reduces them in block
+ * order, writes *out_id (0 when no row won) and *out_max, and resets *am_count. Every thread of the block calls it
+ * (NW warps); returns true in thread 0 of that last block, after its writes (for the caller's own resets). */
+template <int NW>
+__device__ __forceinline__ bool argmax_publish(ArgMax best, float *am_val, int *am_idx, unsigned *am_count, int *out_id,
+                                               float *out_max) {
+    __shared__ ArgMax am_s[NW];
+    __shared__ int am_last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    best = warp_argmax(best);
+    if (lane == 0) am_s[warp] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        ArgMax b = am_s[0];
+        for (int i = 1; i < NW; i++) b = argmax_better(b, am_s[i]);
+        am_val[blockIdx.x] = b.v;
+        am_idx[blockIdx.x] = b.i;
+        __threadfence();
+        am_last = atomicAdd(am_count, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!am_last) return false;
+    __threadfence();
+    ArgMax b = {-INFINITY, INT_MAX};
+    for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x)
+        b = argmax_better(b, ArgMax{__ldcg(am_val + i), __ldcg(am_idx + i)});
+    b = warp_argmax(b);
+    if (lane == 0) am_s[warp] = b;
+    __syncthreads();
+    if (threadIdx.x != 0) return false;
+    b = am_s[0];
+    for (int i = 1; i < NW; i++) b = argmax_better(b, am_s[i]);
+    *out_id = b.i == INT_MAX ? 0 : b.i;
+    if (out_max) *out_max = b.v;
+    *am_count = 0u;
+    return true;
+}
 
 /* Tagged words (the exchanges of dn_layer.cu and attention.cu attn_qs): a value stored with its round's epoch as
  * one 64-bit word (epoch << 32 | float bits; st/ld.relaxed.gpu: single-copy atomic, so a reader that sees the

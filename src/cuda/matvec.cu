@@ -60,8 +60,6 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     constexpr int MV_WARPS = MV_THREADS / 32;
     extern __shared__ float xs[];
     __shared__ float red[32];
-    __shared__ ArgMax am_s[MV_WARPS];
-    __shared__ int am_last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rows = p.rows, cols = p.cols;
     Q35_TRACE_T0;
@@ -157,18 +155,8 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
             const float z = zs[i], u = rbf(xs[i] * red[i / G]), wu = rbf(p.norm_w[(kbeg + i) % G] * u);
             xs[i] = rbf(wu * (z / (1.0f + expf(-z)))); /* deltanet.cu's formula, accurate expf */
         }
-    } else if (p.in_mode == MV_IN_VEC) {
-        for (int i = kbeg + threadIdx.x; i < kend; i += blockDim.x) xs[i - kbeg] = __ldcg(p.x + i);
     } else {
-        const uint16_t *e = p.in_mode == MV_IN_EMBED ? p.embed + (size_t)p.step->token * cols : NULL;
-        if (nw_pre)
-            stage_norm_row_wr<2, false>(xs, red, cols, e, p.x, p.parts, p.n_parts, writer ? p.x_out : NULL, nwr,
-                                        p.norm_mode, p.eps);
-        else
-            stage_norm_row(xs, red, cols, e, p.x, p.parts, p.n_parts, writer ? p.x_out : NULL, p.norm_w,
-                           p.norm_mode, p.eps);
-        if (writer && p.h_out)
-            for (int i = threadIdx.x; i < cols; i += blockDim.x) p.h_out[i] = xs[i];
+        gemv_stage_input(p, xs, red, kbeg, kend, nwr, nw_pre, writer);
     }
     if (p.zero) {
         int nthr = gridDim.x * gridDim.y * blockDim.x;
@@ -274,35 +262,9 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     if (OUT != MV_OUT_ARGMAX) return;
 
     /* block argmax -> am_val/am_idx[block]; the last block to finish reduces them in block order */
-    best = warp_argmax(best);
-    if (lane == 0) am_s[warp] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        ArgMax b = am_s[0];
-        for (int i = 1; i < MV_WARPS; i++) b = argmax_better(b, am_s[i]);
-        p.am_val[blockIdx.x] = b.v;
-        p.am_idx[blockIdx.x] = b.i;
-        __threadfence();
-        am_last = atomicAdd(p.am_count, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!am_last) return;
-    __threadfence();
-    ArgMax b = {-INFINITY, INT_MAX};
-    for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x)
-        b = argmax_better(b, ArgMax{__ldcg(p.am_val + i), __ldcg(p.am_idx + i)});
-    b = warp_argmax(b);
-    if (lane == 0) am_s[warp] = b;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        b = am_s[0];
-        for (int i = 1; i < MV_WARPS; i++) b = argmax_better(b, am_s[i]);
-        *p.out_id = b.i == INT_MAX ? 0 : b.i;
-        if (p.out_max) *p.out_max = b.v;
-        *p.am_count = 0u;
-        if (p.work) /* every block has left its group loop: all tickets were taken and used */
-            for (int c = 0; c < MV_DYN_SHARDS; c++) p.work[32 * c] = 0u;
-    }
+    if (argmax_publish<MV_WARPS>(best, p.am_val, p.am_idx, p.am_count, p.out_id, p.out_max) && p.work)
+        for (int c = 0; c < MV_DYN_SHARDS; c++) p.work[32 * c] = 0u; /* every block has left its group loop: all
+                                                                        tickets were taken and used */
 }
 
 /* ring: 1 block per SM (100 KiB of shared memory) leaves room for the next kernel's block. */
