@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -154,6 +155,33 @@ int cuda_matvec_gated_ok(int cols, int splits, int group);
 int cuda_matvec_splits(int rows, int cols, int n_sm);
 /* grid.x the launcher uses when p->blocks == 0 (callers size am_val/am_idx with it). */
 int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm);
+
+/* ---- the LM head's argmax through an int8 screen (lm_screen.cu; the greedy step without logits) ----------------
+ * The same id and value as cuda_matvec(&head) in MV_OUT_ARGMAX (bit for bit), reading an int8 copy of head.W
+ * (cuda_lm_quantize) plus the bf16 rows of the few candidates a rigorous bound leaves (lm_screen.cu's header). They
+ * come as one key in *key (cuda_lm_key_id; head.out_id, out_max, logits, am_* and work are not used): every block
+ * folds its best in with a 64-bit atomic max, so no block waits for the others. head: MV_IN_VEC or MV_IN_RESIDUAL,
+ * splits 1, blocks >= 1 (the grid), cols a multiple of 16. */
+typedef struct LmScreenParams {
+    MatvecParams head;
+    unsigned long long *key; /* [1], zero before each launch: the best (value, id) as a key */
+    const int8_t *Wq;  /* [rows][cols]: q = rint(w / sc_r) in [-127, 127] */
+    const float *meta; /* [rows][4]: sc_r, c_r, l1_r (the bound's coefficients), 0 */
+    unsigned *stats;   /* optional [3], added to: rows recomputed exactly, blocks that computed all their rows, blocks */
+    int reg;           /* 1: the register kernel even where the TMA ring kernel runs (cols 1024 or 2048, sm_90) */
+} LmScreenParams;
+int cuda_lm_screen_ok(int rows, int cols);
+/* *key -> the argmax id (0 when no row won, as MV_OUT_ARGMAX) and, when v, its value. Larger keys win: the value's
+ * bits in a monotone order above, the id's complement below (ties -> the smaller id). */
+static inline int cuda_lm_key_id(unsigned long long key, float *v) {
+    const uint32_t u = (uint32_t)(key >> 32), bits = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
+    const int id = (int)~(uint32_t)key;
+    if (v) memcpy(v, &bits, sizeof *v);
+    return key == 0 || id == 0x7fffffff ? 0 : id;
+}
+int cuda_lm_screen(const LmScreenParams *p, const CudaLaunch *l);
+/* Wq and meta from the bf16 head W [rows][cols] (once, at load; stream l->stream). */
+int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, float *meta, const CudaLaunch *l);
 
 /* ---- fused MLP of one token (mlp.cu; the engine default, QWEN35_MLP_FUSED=0: off) ----------------
  * The two MLP GEMVs of the decode step in one kernel (one kernel boundary less per layer):

@@ -1,0 +1,214 @@
+/* test_lm_screen.c — the LM head's argmax through the int8 screen (src/cuda/lm_screen.cu) against the full head
+ * (cuda_matvec, MV_OUT_ARGMAX: itself checked against the CPU in test_matvec) on fresh random inputs, out_id and
+ * out_max poisoned first. The contract is equality: the same id and the same value, bit for bit.
+ *   cuda_lm_quantize: q in range, the scale, the bound coefficients at least the quantization errors (host, double);
+ *   shapes: the 0.8B head (248320 x 1024, padding rows above n_valid), rows not multiples of 8, cols 16 .. 2048
+ *           (not multiples of 512; two 1024-column passes), grids of 1 .. 132 blocks;
+ *   prologues: MV_IN_VEC, MV_IN_RESIDUAL with split partials and zero-centred / plain norms, the zero buffer;
+ *   hard inputs: exact ties across blocks (-> smallest id), near-ties one bf16 step apart (only the exact sums can
+ *           tell them apart), a larger row in the padding, all rows equal (every block overflows its list and
+ *           computes all its rows), x = 0, NaN in x, a row with an infinite weight;
+ *   both kernels (the TMA ring where cols is 1024 or 2048; the register kernel), three runs each, PDL on and off;
+ *   the candidates recomputed per call reported.
+ * Usage: test_lm_screen [seed]. Skips (exit 0, "no GPU") without a GPU. */
+#include "cuda/ops.h"
+#include "test.h"
+#include "gpu_common.h"
+
+static Rng rng;
+static int n_sm = 132;
+
+enum { IN_VEC, IN_RES_ZC, IN_RES_PLAIN };
+enum { H_NONE, H_TIES, H_NEAR, H_ALLEQ, H_ZERO, H_NAN, H_INF };
+static const char *hard_name[] = {"random", "ties", "near-ties", "all rows equal", "x = 0", "NaN in x", "inf weight"};
+
+/* Host check of cuda_lm_quantize's output for rows [0, n): q in [-127, 127], sc_r = max |w_r| / 127,
+ * c_r >= ||w_r - sc_r q_r||_2, l1_r >= ||sc_r q_r||_1. */
+static int check_quant(const uint16_t *W, const int8_t *q, const float *meta, int rows, int cols, int n) {
+    int bad = 0;
+    for (int r = 0; r < n && r < rows; r++) {
+        const float sc = meta[4 * r], c = meta[4 * r + 1], l1 = meta[4 * r + 2];
+        double e2 = 0, amax = 0, l1r = 0;
+        int finite = 1;
+        for (int k = 0; k < cols; k++) {
+            const float w = bf16_to_f32(W[(size_t)r * cols + k]);
+            finite &= isfinite(w);
+            if (fabs(w) > amax) amax = fabs(w);
+            const int qi = q[(size_t)r * cols + k];
+            if (qi < -127 || qi > 127) bad++;
+            const double d = (double)w - (double)sc * qi;
+            e2 += d * d, l1r += fabs((double)sc * qi);
+        }
+        if (!finite) {
+            if (!(isinf(c) && sc == 0)) bad++;
+            continue;
+        }
+        if (!(c >= sqrt(e2)) || !(l1 >= l1r) || !(fabs(sc - amax / 127.0) <= 1e-6 * amax)) {
+            if (bad < 4)
+                fprintf(stderr, "  row %d: sc %g (amax %g), c %g, error %g, l1 %g (%g)\n", r, sc, amax, c, sqrt(e2), l1, l1r);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int hard, int pdl) {
+    const int64_t nw = (int64_t)rows * cols;
+    const int n_parts = in == IN_VEC ? 0 : 3;
+    uint16_t *W = bf16_random(&rng, nw, 1.0f / sqrtf((float)cols));
+    float *x = f32_bf16_random(&rng, cols, 1.0f, 0.0f);
+    float *parts = f32_bf16_random(&rng, (int64_t)(n_parts ? n_parts : 1) * cols, 0.3f, 0.0f);
+    float *nw_ = f32_bf16_random(&rng, cols, 0.2f, in == IN_RES_PLAIN ? 1.0f : 0.0f);
+    int8_t *q = malloc((size_t)nw);
+    float *meta = malloc(sizeof(float) * 4 * (size_t)rows);
+    char what[160];
+    snprintf(what, sizeof what, "%dx%d valid %d blocks %d %s %s pdl %d", rows, cols, n_valid, blocks,
+             in == IN_VEC ? "vec" : in == IN_RES_ZC ? "residual zc" : "residual plain", hard_name[hard], pdl);
+    /* the hard inputs */
+    const int a = (int)(rng_u64(&rng) % (uint64_t)(n_valid / 2)),
+              b = n_valid / 2 + (int)(rng_u64(&rng) % (uint64_t)(n_valid - n_valid / 2));
+    if (hard == H_TIES || hard == H_NEAR) { /* rows a < b with the largest logit (b one bf16 step above at k0) */
+        for (int k = 0; k < cols; k++) {
+            const float v = (k * 7 % 5 == 0 ? 0.75f : 0.5f) / sqrtf((float)cols) * 8.0f;
+            W[(size_t)a * cols + k] = W[(size_t)b * cols + k] = f32_to_bf16(x[k] >= 0 ? v : -v);
+        }
+        if (hard == H_NEAR) {
+            const int k0 = (int)(rng_u64(&rng) % (uint64_t)cols);
+            uint16_t *wb = &W[(size_t)b * cols + k0];
+            *wb = (uint16_t)(*wb + 1); /* one step away from zero: |w| larger, same sign as x[k0] */
+        }
+    }
+    if (hard == H_NONE) /* the largest valid row last: in the last piece / group */
+        for (int k = 0; k < cols; k++)
+            W[(size_t)(n_valid - 1) * cols + k] = f32_to_bf16((x[k] >= 0 ? 0.9f : -0.9f) * 8.0f / sqrtf((float)cols));
+    if (n_valid < rows) /* a larger row in the padding: never the answer */
+        for (int k = 0; k < cols; k++) W[(size_t)(rows - 1) * cols + k] = f32_to_bf16(x[k] >= 0 ? 2.0f : -2.0f);
+    if (hard == H_ALLEQ)
+        for (int r = 1; r < rows; r++) memcpy(&W[(size_t)r * cols], W, sizeof(uint16_t) * (size_t)cols);
+    if (hard == H_ZERO) memset(x, 0, sizeof(float) * (size_t)cols), memset(parts, 0, sizeof(float) * (size_t)n_parts * cols);
+    if (hard == H_NAN) x[cols / 3] = NAN;
+    if (hard == H_INF) W[(size_t)b * cols + cols / 2] = 0x7f80; /* +inf */
+
+    uint16_t *dW = dev_copy(W, (size_t)nw * 2);
+    int8_t *dq = dev_poison((size_t)nw);
+    float *dmeta = dev_poison(sizeof(float) * 4 * (size_t)rows);
+    float *dx = dev_copy(x, sizeof(float) * cols), *dparts = dev_copy(parts, sizeof(float) * (size_t)n_parts * cols);
+    float *dnw = dev_copy(nw_, sizeof(float) * cols), *dxo = dev_poison(sizeof(float) * cols);
+    float *dzero = dev_poison(sizeof(float) * 100), *dval = dev_poison(sizeof(float) * 4096);
+    float *dmax = dev_poison(4);
+    int *didx = dev_poison(sizeof(int) * 4096), *did = dev_poison(4);
+    unsigned *dcnt = dev_copy(NULL, 4), *dstats = dev_copy(NULL, 16);
+    unsigned long long *dkey = dev_poison(16);
+    StepParams sp;
+    memset(&sp, 0, sizeof sp);
+    StepParams *dsp = dev_copy(&sp, sizeof sp);
+    CudaLaunch l = {0, pdl, NULL, 0};
+    if (!dW || !dq || !dmeta || !dx || !dparts || !dnw || !dxo || !dzero || !dval || !dmax || !didx || !did || !dcnt ||
+        !dstats || !dsp || !dkey) {
+        CHECK(0, "device alloc");
+        goto done;
+    }
+    CU(cudaMemset(dcnt, 0, 4));
+    CU(cudaMemset(dstats, 0, 16));
+    LAUNCH(cuda_lm_quantize(dW, rows, cols, dq, dmeta, &l));
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(q, dq, (size_t)nw, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(meta, dmeta, sizeof(float) * 4 * (size_t)rows, cudaMemcpyDeviceToHost));
+    {
+        int nchk = rows < 4096 ? rows : 4096, bad = check_quant(W, q, meta, rows, cols, nchk);
+        if (hard == H_INF) bad += check_quant(W + (size_t)b * cols, q + (size_t)b * cols, meta + 4 * (size_t)b, 1, cols, 1);
+        CHECK(bad == 0, "%s: quantized rows: %d bad", what, bad);
+    }
+    MatvecParams p;
+    memset(&p, 0, sizeof p);
+    p.W = dW, p.rows = rows, p.cols = cols, p.splits = 1, p.blocks = blocks, p.x = dx;
+    if (in == IN_VEC) {
+        p.in_mode = MV_IN_VEC;
+    } else {
+        p.in_mode = MV_IN_RESIDUAL, p.parts = dparts, p.n_parts = n_parts, p.norm_w = dnw, p.eps = 1e-6f;
+        p.norm_mode = in == IN_RES_ZC ? NORM_ZC : NORM_PLAIN, p.x_out = dxo, p.zero = dzero, p.n_zero = 100;
+    }
+    p.out_mode = MV_OUT_ARGMAX, p.step = dsp, p.n_valid = n_valid;
+    p.am_val = dval, p.am_idx = didx, p.am_count = dcnt, p.out_id = did, p.out_max = dmax;
+    int id_full = -1;
+    float max_full = 0;
+    LAUNCH(cuda_matvec(&p, &l));
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(&id_full, did, 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(&max_full, dmax, 4, cudaMemcpyDeviceToHost));
+    /* with MV_IN_VEC the built rows are the largest (with the norms the signs of h differ from those of x) */
+    if (hard == H_NONE && in == IN_VEC)
+        CHECK(id_full == n_valid - 1, "%s: the full head chose %d, not the last valid row", what, id_full);
+    if (hard == H_TIES && in == IN_VEC)
+        CHECK(id_full == a, "%s: the full head chose %d, not the first tied row %d", what, id_full, a);
+    if (hard == H_NEAR && in == IN_VEC)
+        CHECK(id_full == a || id_full == b, "%s: the full head chose %d, not a near-tied row (%d, %d)", what, id_full, a, b);
+    LmScreenParams ls;
+    memset(&ls, 0, sizeof ls);
+    ls.head = p, ls.Wq = dq, ls.meta = dmeta, ls.stats = dstats, ls.key = dkey;
+    unsigned st[4] = {0, 0, 0, 0};
+    for (int run = 0; run < 6; run++) { /* the ring kernel (where cols is 1024 or 2048), then the register kernel */
+        ls.reg = run >= 3;
+        float mx = 0, xo[8], zr[100];
+        unsigned long long key[1] = {0};
+        CU(cudaMemset(dkey, 0, 8)); /* the caller's part: the key zero before each launch */
+        CU(cudaMemset(dxo, 0xff, sizeof(float) * cols));
+        CU(cudaMemset(dzero, 0xff, sizeof(float) * 100));
+        LAUNCH(cuda_lm_screen(&ls, &l));
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(key, dkey, sizeof key, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(xo, dxo, sizeof xo, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(zr, dzero, sizeof zr, cudaMemcpyDeviceToHost));
+        const int id = cuda_lm_key_id(key[0], &mx);
+        CHECK(id == id_full, "%s run %d: id %d, full head %d", what, run, id, id_full);
+        CHECK(id_full == 0 && !(max_full > -INFINITY) ? 1 : memcmp(&mx, &max_full, 4) == 0,
+              "%s run %d: max %.9g, full head %.9g", what, run, mx, max_full);
+        if (in != IN_VEC) {
+            int ok = 1;
+            for (int i = 0; i < 100; i++) ok &= zr[i] == 0.0f;
+            for (int i = 0; i < 8 && hard != H_NAN; i++) ok &= !isnan(xo[i]);
+            CHECK(ok, "%s: zero buffer or x_out not written", what);
+        }
+    }
+    CU(cudaMemcpy(st, dstats, 16, cudaMemcpyDeviceToHost));
+    CHECK(st[2] == 6u * (unsigned)blocks, "%s: %u block records for 6 calls of %d blocks", what, st[2], blocks);
+    if (hard == H_NAN) CHECK(st[1] == st[2], "%s: %u of %u blocks computed all their rows", what, st[1], st[2]);
+    if ((hard == H_ALLEQ || hard == H_ZERO) && n_valid / blocks > 600) /* more than the list holds in every block */
+        CHECK(st[1] == st[2], "%s: %u of %u blocks computed all their rows", what, st[1], st[2]);
+    if (hard == H_NONE && rows > 100000) /* each block recomputes its own best and a few near it: one round of warps */
+        CHECK(st[1] == 0 && st[0] < 6u * 16u * (unsigned)blocks, "%s: %u rows recomputed, %u blocks computed all", what,
+              st[0], st[1]);
+    printf("  %s: id %d, %.1f rows recomputed and %.1f blocks with all rows per call\n", what, id_full, st[0] / 6.0,
+           st[1] / 6.0);
+done:
+    cudaFree(dW), cudaFree(dq), cudaFree(dmeta), cudaFree(dx), cudaFree(dparts), cudaFree(dnw), cudaFree(dxo);
+    cudaFree(dzero), cudaFree(dval), cudaFree(dmax), cudaFree(didx), cudaFree(did), cudaFree(dcnt), cudaFree(dstats);
+    cudaFree(dsp), cudaFree(dkey);
+    free(W), free(x), free(parts), free(nw_), free(q), free(meta);
+}
+
+int main(int argc, char **argv) {
+    GPU_TEST_PROLOGUE("test_lm_screen");
+    rng_seed(&rng, test_seed(argc, argv, "test_lm_screen"));
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
+    const int blk = cuda_matvec_blocks(248320, 1024, 1, n_sm);
+    /* the 0.8B head: random, ties, near-ties, residual + norm (both modes) */
+    test_screen(248320, 1024, 248077, blk, IN_RES_ZC, H_NONE, 1);
+    test_screen(248320, 1024, 248077, blk, IN_VEC, H_NONE, 1);
+    test_screen(248320, 1024, 248077, blk, IN_VEC, H_TIES, 1);
+    test_screen(248320, 1024, 248077, blk, IN_RES_PLAIN, H_NEAR, 0);
+    /* smaller shapes and grids */
+    const int shapes[][3] = {{1000, 64, 3},       {4099, 1040, 17}, {5003, 2048, 40}, {777, 16, 1},
+                             {20000, 1536, 132}, {65, 1024, 5},    {3001, 1024, 7},  {100003, 1024, 132}};
+    for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
+        const int r = shapes[s][0], c = shapes[s][1], bl = shapes[s][2] < n_sm ? shapes[s][2] : n_sm;
+        for (int hard = H_NONE; hard <= H_INF; hard++)
+            test_screen(r, c, r - (hard % 2 ? 3 : 0), bl, hard % 3 == 0 ? IN_VEC : hard % 3 == 1 ? IN_RES_ZC : IN_RES_PLAIN,
+                        hard, hard % 2);
+    }
+    /* the hard cases at the 0.8B shape: every block overflows (all rows equal), x = 0 */
+    test_screen(248320, 1024, 248077, blk, IN_VEC, H_ALLEQ, 1);
+    test_screen(248320, 1024, 248077, blk, IN_RES_ZC, H_ZERO, 1);
+    return TEST_SUMMARY("test_lm_screen");
+}
