@@ -144,6 +144,11 @@ typedef struct Q35BenchResult {
                              * use it wherever the split-K is atomic */
     double ms_mlp_unfused;  /* mlp_fused only: graph + PDL, atomic, with the two MLP GEMVs instead (same run) */
     int launches_mlp_unfused; /* kernel nodes of that graph */
+    int lm_screen;          /* 1: greedy steps take the LM head's argmax through its int8 screen (the default; the same id,
+                             * QWEN35_LM_SCREEN=0: off); every greedy column above uses it */
+    double ms_lm_full;      /* lm_screen only: graph + PDL, atomic, with the full bf16 LM head instead (same run) */
+    double screen_rows;     /* lm_screen only: rows whose logit the screen recomputed exactly, per step (ms_token's run) */
+    double screen_fallback; /* ... and blocks per step that computed all their rows (list overflow, NaN input) */
     int launches;           /* kernel nodes in one step's graph (greedy) */
     double step_bytes;      /* bytes one step moves (sum over its launches) */
     double copy_gbs;        /* device-to-device cudaMemcpy, (read + write) bytes / s / 1e9 */

@@ -45,6 +45,7 @@ if has tests; then
         test_decode
     variant QWEN35_ATTN_SHORT=0 as0 "attention and o_proj as two kernels at every context" test_decode test_golden_cuda
     variant QWEN35_L2_STATE=0 l2s0 "the DeltaNet state without its L2 persisting window" test_decode
+    variant QWEN35_LM_SCREEN=0 ls0 "greedy steps with the full bf16 LM head instead of its int8 screen" test_decode
     variant QWEN35_ATTN_QS=1 qs "the EXPERIMENTAL qkv GEMV + attention + o_proj kernel at short contexts" test_decode
     variant QWEN35_ATTN_FUSED=1 af "the EXPERIMENTAL fused attention layer, attn_layer.cu; hd 256 heads" test_decode
 fi

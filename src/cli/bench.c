@@ -183,7 +183,7 @@ int cmd_bench(int argc, char **argv) {
     if (cli_open(&e, &o)) return 1;
     int V = q35_vocab_size(e), rc = 1;
     Q35Err err = {0};
-    Buf md = {0}, js = {0}, fz = {0};
+    Buf md = {0}, js = {0}, fz = {0}, sc = {0};
     Q35BenchResult *res = calloc(1, sizeof *res);
     int *ids = malloc(sizeof(int) * (size_t)n_prompt);
     float *logits = malloc(sizeof(float) * (size_t)V);
@@ -219,6 +219,9 @@ int cmd_bench(int argc, char **argv) {
                     ctxs[c], res->ms_token, 1e3 / res->ms_token, gbs, 100 * gbs / res->read_gbs, res->launches,
                     res->ms_atomic, res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample,
                     res->ms_persistent, res->launches_persistent);
+            if (res->lm_screen)
+                bprintf(&sc, "| %d | %.4f | %.4f | %+.1f | %.1f | %.2f |\n", ctxs[c], res->ms_token, res->ms_lm_full,
+                        1e3 * (res->ms_token - res->ms_lm_full), res->screen_rows, res->screen_fallback);
             if (res->mlp_fused)
                 bprintf(&fz, "| %d | %.4f (%d) | %.4f (%d) | %+.1f |\n", ctxs[c], res->ms_atomic, res->launches,
                         res->ms_mlp_unfused, res->launches_mlp_unfused, 1e3 * (res->ms_atomic - res->ms_mlp_unfused));
@@ -226,12 +229,20 @@ int cmd_bench(int argc, char **argv) {
                     "%s{\"ctx\":%d,\"ms_token\":%.5f,\"gbs\":%.1f,\"step_bytes\":%.0f,\"launches\":%d,\"ms_atomic\":%.5f,"
                     "\"ms_det\":%.5f,\"ms_nopdl\":%.5f,\"ms_eager\":%.5f,\"ms_sync\":%.5f,\"ms_sample\":%.5f,"
                     "\"copy_gbs\":%.1f,\"read_gbs\":%.1f,\"persistent\":%d,\"ms_persistent\":%.5f,\"launches_persistent\":%d,"
-                    "\"mlp_fused\":%d,\"ms_mlp_unfused\":%.5f,\"launches_mlp_unfused\":%d}",
+                    "\"mlp_fused\":%d,\"ms_mlp_unfused\":%.5f,\"launches_mlp_unfused\":%d,\"lm_screen\":%d,"
+                    "\"ms_lm_full\":%.5f,\"screen_rows\":%.2f,\"screen_fallback\":%.3f}",
                     c ? "," : "", ctxs[c], res->ms_token, gbs, res->step_bytes, res->launches, res->ms_atomic,
                     res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample, res->copy_gbs,
                     res->read_gbs, res->persistent, res->ms_persistent, res->launches_persistent, res->mlp_fused,
-                    res->ms_mlp_unfused, res->launches_mlp_unfused);
+                    res->ms_mlp_unfused, res->launches_mlp_unfused, res->lm_screen, res->ms_lm_full, res->screen_rows,
+                    res->screen_fallback);
         }
+        if (sc.n)
+            bprintf(&md, "\nLM head of the greedy step: its argmax through the int8 screen (the default in every greedy "
+                         "column; the same id and value as the full head, `QWEN35_LM_SCREEN=0`: off) vs the full bf16 head "
+                         "(graph + PDL, atomic split-K, same run):\n\n"
+                         "| ctx | screen ms/token | full head ms/token | screen - full, us | rows recomputed per step | "
+                         "blocks per step computing all their rows |\n|---|---|---|---|---|---|\n%s", sc.s);
         if (fz.n)
             bprintf(&md, "\nFused MLP vs the two MLP GEMVs (graph + PDL, atomic split-K, same run):\n\n"
                          "| ctx | fused ms/token (launches) | two GEMVs ms/token (launches) | fused - two GEMVs, us |\n"
@@ -294,6 +305,7 @@ done:
     free(md.s);
     free(js.s);
     free(fz.s);
+    free(sc.s);
     free(res);
     free(ids);
     free(logits);

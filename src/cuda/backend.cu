@@ -163,6 +163,13 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->am_idx, ctx->lm_blocks);
     CARVE(a, ctx->out_id, 1);
     CARVE(a, ctx->out_max, 1);
+    ctx->lm_q = NULL, ctx->lm_meta = NULL, ctx->lm_stats = NULL, ctx->lm_key = NULL;
+    if (ctx->lm_screen) {
+        CARVE(a, ctx->lm_q, (size_t)V * D);
+        CARVE(a, ctx->lm_meta, 4 * (size_t)V);
+        CARVE(a, ctx->lm_stats, 4);
+        CARVE(a, ctx->lm_key, 1);
+    }
     CARVE(a, ctx->step_dev, 1);
     CARVE(a, ctx->mega_layers, L);
     if (c->n_full_layers)
@@ -340,7 +347,7 @@ static void be_close(void *p) {
         cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
     }
     cuda_prefill_close(ctx); /* prefill */
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < (int)(sizeof ctx->graph / sizeof ctx->graph[0]); i++)
         if (ctx->graph[i]) cudaGraphExecDestroy(ctx->graph[i]);
     for (int i = 0; i <= CUDA_MAX_OPS && ctx->ev_ready; i++)
         if (ctx->ev[i]) cudaEventDestroy(ctx->ev[i]);
@@ -348,6 +355,7 @@ static void be_close(void *p) {
     if (ctx->arena) cudaFree(ctx->arena);
     if (ctx->step_host) cudaFreeHost(ctx->step_host);
     if (ctx->id_host) cudaFreeHost(ctx->id_host);
+    if (ctx->key_host) cudaFreeHost(ctx->key_host);
     if (ctx->logits_host) cudaFreeHost(ctx->logits_host);
     free(ctx->probe_buf);
     free(ctx->layers);
@@ -514,6 +522,11 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         const char *ld = getenv("QWEN35_LM_DYN");
         ctx->lm_dyn = ld && *ld ? atoi(ld) : 3;
         if (ctx->lm_dyn < 0) ctx->lm_dyn = 0;
+        /* greedy steps: the LM head's argmax through its int8 screen (lm_screen.cu): QWEN35_LM_SCREEN=0 off, 2 its
+         * register kernel instead of the TMA ring */
+        const char *ls = getenv("QWEN35_LM_SCREEN");
+        ctx->lm_screen = ls && *ls ? (atoi(ls) == 2 ? 2 : atoi(ls) != 0) : 1;
+        if (!cuda_lm_screen_ok(V, D)) ctx->lm_screen = 0;
         const char *st = getenv("QWEN35_MLP_STAGE");
         const int stv = st ? atoi(st) : 0;
         ctx->mlp_staged = stv == 1 ? 128 : stv == 256 || stv == 512 ? stv : 0;
@@ -540,12 +553,23 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
             goto fail;
         }
         if ((rc = upload_weights(ctx, err))) goto fail;
+        if (ctx->lm_screen) { /* the screen's int8 head from the uploaded bf16 one */
+            CudaLaunch lq = {0, 0, NULL, 0};
+            int qe = cuda_lm_quantize(ctx->lm_head, V, D, ctx->lm_q, ctx->lm_meta, &lq);
+            if (!qe) qe = (int)cudaMemset(ctx->lm_stats, 0, 4 * sizeof(unsigned));
+            if (!qe) qe = (int)cudaDeviceSynchronize();
+            if (qe) {
+                rc = cfail((cudaError_t)qe, "LM head screen", err);
+                goto fail;
+            }
+        }
         l2_persist_setup(ctx);
         if ((rc = mega_setup(ctx, err))) goto fail;
         ctx->mega = ctx->mega_ok && o && o->persistent; /* opt-in: slower than the per-phase graph so far */
         if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->step_host, sizeof(StepParams))) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->id_host, sizeof(int))) != cudaSuccess ||
+            (e = cudaMallocHost((void **)&ctx->key_host, sizeof(unsigned long long))) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->logits_host, sizeof(float) * (size_t)V)) != cudaSuccess) {
             rc = e == cudaErrorMemoryAllocation ? err_set(err, Q35_ERR_OOM, "cuda backend: out of pinned host memory")
                                                 : cfail(e, "stream / pinned buffers", err);
@@ -572,13 +596,15 @@ fail:
 /* ---- running steps -------------------------------------------------------------------------- */
 
 void cuda_graphs_drop(CudaCtx *ctx) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < (int)(sizeof ctx->graph / sizeof ctx->graph[0]); i++) {
         if (ctx->graph[i]) cudaGraphExecDestroy(ctx->graph[i]);
         ctx->graph[i] = NULL;
     }
 }
 
-int cuda_graph_index(const CudaCtx *ctx, int sample) { return sample + 2 * cuda_step_short(ctx); }
+int cuda_graph_index(const CudaCtx *ctx, int sample) {
+    return sample + 2 * cuda_step_short(ctx) + 4 * cuda_step_screen(ctx, sample);
+}
 
 /* Captures the step (sample = 0 greedy, 1 sampling) into ctx->graph[cuda_graph_index()]. */
 int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err) {
@@ -676,10 +702,15 @@ static int be_decode_sample(void *p, int token, int pos, const DeviceSampling *s
     sp->token = token, sp->pos = pos, sp->write_logits = sample;
     sp->temperature = s->temperature, sp->top_k = s->top_k, sp->top_p = s->top_p, sp->min_p = s->min_p;
     sp->seed = s->seed, sp->step = s->step;
+    const int screen = cuda_step_screen(ctx, sample); /* the id comes as the screen's key (lm_screen.cu) */
     if ((rc = cuda_run_step(ctx, sample, err))) return rc;
-    CK(cudaMemcpyAsync(ctx->id_host, ctx->out_id, sizeof(int), cudaMemcpyDeviceToHost, ctx->stream), "id readback");
+    if (screen)
+        CK(cudaMemcpyAsync(ctx->key_host, ctx->lm_key, sizeof *ctx->key_host, cudaMemcpyDeviceToHost, ctx->stream),
+           "id readback");
+    else
+        CK(cudaMemcpyAsync(ctx->id_host, ctx->out_id, sizeof(int), cudaMemcpyDeviceToHost, ctx->stream), "id readback");
     CK(cudaStreamSynchronize(ctx->stream), "decode step");
-    *out_id = *ctx->id_host;
+    *out_id = screen ? cuda_lm_key_id(*ctx->key_host, NULL) : *ctx->id_host;
     ctx->n_past++;
     return 0;
 }

@@ -60,9 +60,11 @@ static int time_sync(CudaCtx *ctx, int iters, double *ms, Err *err) {
     int rc = 0;
     for (int i = 0; i < iters && !rc; i++) {
         double t0 = now_s();
+        const int screen = cuda_step_screen(ctx, 0); /* as decode_sample: the id as the screen's key */
         rc = cuda_run_step(ctx, 0, err);
         cudaError_t e = cudaSuccess;
-        if (!rc) e = cudaMemcpyAsync(ctx->id_host, ctx->out_id, sizeof(int), cudaMemcpyDeviceToHost, ctx->stream);
+        if (!rc && screen) e = cudaMemcpyAsync(ctx->key_host, ctx->lm_key, 8, cudaMemcpyDeviceToHost, ctx->stream);
+        else if (!rc) e = cudaMemcpyAsync(ctx->id_host, ctx->out_id, sizeof(int), cudaMemcpyDeviceToHost, ctx->stream);
         if (!rc && e == cudaSuccess) e = cudaStreamSynchronize(ctx->stream);
         if (!rc && e != cudaSuccess) rc = bfail(e, "step", err);
         t[i] = 1e3 * (now_s() - t0);
@@ -198,13 +200,15 @@ extern "C" int cuda_trace_fetch_attention(void *dst, int cap);
 extern "C" int cuda_trace_fetch_mlp(void *dst, int cap);
 extern "C" int cuda_trace_fetch_dn_layer(void *dst, int cap);
 extern "C" int cuda_trace_fetch_attn_layer(void *dst, int cap);
+extern "C" int cuda_trace_fetch_lm_screen(void *dst, int cap);
 
 /* The trace build (common.cuh "step trace"): 20 replays of the default step, each synchronised and its
  * block records appended to $QWEN35_TRACE_CSV (default step_trace.csv) as
  * ctx,replay,id,block,t0,t1,t2 (global timer, ns); tools/step_trace.py reads them. */
 static int trace_steps(CudaCtx *ctx, int ctx_len, Err *err) {
-    int (*fetch[6])(void *, int) = {cuda_trace_fetch_matvec, cuda_trace_fetch_deltanet, cuda_trace_fetch_attention,
-                                    cuda_trace_fetch_mlp, cuda_trace_fetch_dn_layer, cuda_trace_fetch_attn_layer};
+    int (*fetch[7])(void *, int) = {cuda_trace_fetch_matvec,    cuda_trace_fetch_deltanet, cuda_trace_fetch_attention,
+                                    cuda_trace_fetch_mlp,       cuda_trace_fetch_dn_layer, cuda_trace_fetch_attn_layer,
+                                    cuda_trace_fetch_lm_screen};
     const int n_fetch = (int)(sizeof fetch / sizeof fetch[0]);
     const char *path = getenv("QWEN35_TRACE_CSV");
     if (!path || !*path) path = "step_trace.csv";
@@ -308,7 +312,22 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     memset(sp, 0, sizeof *sp);
     sp->token = 1 < c->vocab_size ? 1 : 0, sp->pos = rq->ctx_len, sp->top_p = 1.0f;
 
+    res->lm_screen = ctx->lm_screen;
+    if (!rc && ctx->lm_screen && cudaMemset(ctx->lm_stats, 0, 4 * sizeof(unsigned)) != cudaSuccess)
+        rc = bfail(cudaGetLastError(), "screen stats", err);
     if (!rc) rc = time_mode(ctx, det0, pdl0, ng0, 0, iters, &res->ms_token, err);
+    if (!rc && ctx->lm_screen) { /* the screen's counters over those steps, then the step with the full head */
+        unsigned st[4] = {0, 0, 0, 0};
+        cudaError_t e = cudaMemcpy(st, ctx->lm_stats, sizeof st, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = bfail(e, "screen stats", err);
+        const double steps = ctx->lm_blocks > 0 ? (double)st[2] / ctx->lm_blocks : 0;
+        res->screen_rows = steps > 0 ? st[0] / steps : 0, res->screen_fallback = steps > 0 ? st[1] / steps : 0;
+        const int ls0 = ctx->lm_screen;
+        ctx->lm_screen = 0;
+        if (!rc) rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_lm_full, err);
+        ctx->lm_screen = ls0;
+        cuda_graphs_drop(ctx);
+    }
     if (!rc) rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_atomic, err);
     if (!rc) res->launches = ctx->graph_kernels[cuda_graph_index(ctx, 0)];
     /* the same step with the persistent layer kernel (when the model's shapes allow it) */

@@ -412,6 +412,10 @@ int cuda_step_short(const CudaCtx *ctx) {
            !ctx->attn_fused && ctx->step_host->pos + 1 <= ctx->attn_short;
 }
 
+int cuda_step_screen(const CudaCtx *ctx, int sample) {
+    return ctx->lm_screen && !sample && !ctx->step_host->write_logits && !ctx->probe.dir;
+}
+
 int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     const Config *c = ctx->c;
     const int D = c->hidden_size, F = c->intermediate_size, L = c->num_hidden_layers, V = c->vocab_size;
@@ -430,6 +434,8 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     ctx->n_ops = 0;
     cudaError_t e = cudaMemcpyAsync(ctx->step_dev, ctx->step_host, sizeof(StepParams), cudaMemcpyHostToDevice,
                                     ctx->stream);
+    if (e == cudaSuccess && cuda_step_screen(ctx, sample)) /* the screen's result key starts at zero */
+        e = cudaMemsetAsync(ctx->lm_key, 0, sizeof *ctx->lm_key, ctx->stream);
     if (e != cudaSuccess) return cuda_fail((int)e, "step params copy", err);
     int xi = 0, rc = 0, pb_parts = 1;
     long long front = 0; /* L2 prefetch frontier (pf_window) */
@@ -581,7 +587,18 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     mv.am_val = ctx->am_val, mv.am_idx = ctx->am_idx, mv.am_count = ctx->am_count;
     mv.work = ctx->lm_dyn ? ctx->lm_work : NULL, mv.work_tail = ctx->lm_dyn;
     mv.out_id = ctx->out_id, mv.out_max = ctx->out_max;
-    if ((rc = gemv(ctx, &lc, &mv, "lm_head", err))) return rc;
+    if (cuda_step_screen(ctx, sample)) { /* the argmax through the int8 screen (lm_screen.cu): same id and value */
+        LmScreenParams ls;
+        memset(&ls, 0, sizeof ls);
+        ls.head = mv, ls.Wq = ctx->lm_q, ls.meta = ctx->lm_meta, ls.stats = ctx->lm_stats, ls.reg = ctx->lm_screen == 2;
+        ls.key = ctx->lm_key;
+        ls.head.logits = NULL, ls.head.work = NULL, ls.head.work_tail = 0, ls.head.eps = ctx->c->rms_norm_eps;
+        op_begin(ctx);
+        rc = op_end(ctx, cuda_lm_screen(&ls, &lc), "lm_screen", (double)V * D + 16.0 * V, err); /* + ~4 rows per block */
+        if (rc) return rc;
+    } else if ((rc = gemv(ctx, &lc, &mv, "lm_head", err))) {
+        return rc;
+    }
     if (ctx->rec_ops) ctx->ops[ctx->n_ops - 1].bytes += 4.0 * V * ctx->step_host->write_logits;
     if (probing) {
         if ((rc = probe_dev(ctx, "final.norm", ctx->probe_dev, (size_t)D, err))) return rc;

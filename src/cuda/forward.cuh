@@ -97,6 +97,13 @@ typedef struct CudaCtx {
     size_t l2_persist;        /* the persisting set-aside made at open (cudaLimitPersistingL2CacheSize) */
     int lm_dyn;               /* the LM head's last rounds of row groups by tickets (MatvecParams.work_tail;
                                * QWEN35_LM_DYN at open, 0: off) */
+    int lm_screen;            /* greedy steps that write no logits take the LM head's argmax through the int8 screen
+                               * (lm_screen.cu; QWEN35_LM_SCREEN at open: 0 off, 2 its register kernel) */
+    int8_t *lm_q;             /* (V, D) the screen's int8 head, NULL when off */
+    float *lm_meta;           /* (V, 4) its scales and bound coefficients */
+    unsigned *lm_stats;       /* (4) its counters (LmScreenParams.stats) */
+    unsigned long long *lm_key; /* (1) its result key (LmScreenParams.key; zeroed by the step's memset node) */
+    unsigned long long *key_host; /* pinned: *lm_key read back */
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
                                * 1 = 128, 256, 512; EXPERIMENTAL) */
     Probe probe;
@@ -141,8 +148,8 @@ typedef struct CudaCtx {
     float *probe_dev;         /* device scratch: DeltaNet o / final norm for probes */
     size_t state_off, state_bytes; /* arena range of S, conv rings and KV (zeroed by reset) */
     /* graphs: [0] greedy, [1] sampling; captured lazily with the current pdl/deterministic */
-    cudaGraphExec_t graph[4]; /* [sample + 2 short]: short = cuda_step_short() when captured */
-    int graph_kernels[4];     /* kernel nodes in each graph */
+    cudaGraphExec_t graph[8]; /* [cuda_graph_index()]: sample + 2 short + 4 screen when captured */
+    int graph_kernels[8];     /* kernel nodes in each graph */
     /* bench / op recording (eager only) */
     int rec_ops, n_ops;
     CudaOp ops[CUDA_MAX_OPS];
@@ -168,10 +175,12 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err);
  * (after a mode change); run one step with step_host already filled (graph replay, captured
  * on first use, or eager when no_graph / probing). */
 int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err);
-/* The graph a step with the current step_host and modes replays: sample + 2 cuda_step_short(). */
+/* The graph a step with the current step_host and modes replays: sample + 2 cuda_step_short() + 4 cuda_step_screen(). */
 int cuda_graph_index(const CudaCtx *ctx, int sample);
 /* forward.cu: 1 when this step (step_host->pos) takes the short attention kernel */
 int cuda_step_short(const CudaCtx *ctx);
+/* forward.cu: 1 when this step's LM head is the int8 screen (lm_screen, greedy, no logits written, no probes) */
+int cuda_step_screen(const CudaCtx *ctx, int sample);
 void cuda_graphs_drop(CudaCtx *ctx);
 int cuda_run_step(CudaCtx *ctx, int sample, Err *err);
 
