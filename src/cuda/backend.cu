@@ -525,7 +525,13 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         /* greedy steps: the LM head's argmax through its int8 screen (lm_screen.cu): QWEN35_LM_SCREEN=0 off, 2 its
          * register kernel instead of the TMA ring */
         const char *ls = getenv("QWEN35_LM_SCREEN");
-        ctx->lm_screen = ls && *ls ? (atoi(ls) == 2 ? 2 : atoi(ls) != 0) : 1;
+        ctx->lm_screen = 1;
+        if (ls && *ls) {
+            if (strcmp(ls, "0") && strcmp(ls, "1") && strcmp(ls, "2"))
+                fprintf(stderr, "qwen35: QWEN35_LM_SCREEN=%s ignored (0, 1 or 2)\n", ls);
+            else
+                ctx->lm_screen = atoi(ls);
+        }
         if (!cuda_lm_screen_ok(V, D)) ctx->lm_screen = 0;
         const char *st = getenv("QWEN35_MLP_STAGE");
         const int stv = st ? atoi(st) : 0;

@@ -45,6 +45,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <string.h>
 
 #include "cuda/common.cuh"
 #include "cuda/tma.cuh"
@@ -387,6 +388,13 @@ __global__ void __launch_bounds__(256) lm_quantize_bf16(const uint16_t *W, int r
         m.x = sc, m.y = bad ? INFINITY : __double2float_ru(c), m.z = __double2float_ru(l1), m.w = 0.0f;
         reinterpret_cast<float4 *>(meta)[row] = m;
     }
+}
+
+extern "C" int cuda_lm_key_id(unsigned long long key, float *v) {
+    const uint32_t u = (uint32_t)(key >> 32), bits = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
+    const int id = (int)~(uint32_t)key;
+    if (v) memcpy(v, &bits, sizeof *v);
+    return key == 0 || id == 0x7fffffff ? 0 : id;
 }
 
 extern "C" int cuda_lm_screen_ok(int rows, int cols) {

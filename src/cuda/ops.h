@@ -15,7 +15,6 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -173,12 +172,7 @@ typedef struct LmScreenParams {
 int cuda_lm_screen_ok(int rows, int cols);
 /* *key -> the argmax id (0 when no row won, as MV_OUT_ARGMAX) and, when v, its value. Larger keys win: the value's
  * bits in a monotone order above, the id's complement below (ties -> the smaller id). */
-static inline int cuda_lm_key_id(unsigned long long key, float *v) {
-    const uint32_t u = (uint32_t)(key >> 32), bits = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
-    const int id = (int)~(uint32_t)key;
-    if (v) memcpy(v, &bits, sizeof *v);
-    return key == 0 || id == 0x7fffffff ? 0 : id;
-}
+int cuda_lm_key_id(unsigned long long key, float *v);
 int cuda_lm_screen(const LmScreenParams *p, const CudaLaunch *l);
 /* Wq and meta from the bf16 head W [rows][cols] (once, at load; stream l->stream). */
 int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, float *meta, const CudaLaunch *l);
