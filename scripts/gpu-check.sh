@@ -5,9 +5,10 @@
 # CUDA-vs-HF golden checks, the full-size comparison against HF bf16, compute-sanitizer, and
 # the benchmark, writing logs to $OUT (or ./gpu-out) and printing a short table last.
 #   usage: scripts/gpu-check.sh [tests] [full] [lengths] [sanitizer] [bench] [hf] [lab] [tok] [t:NAME ...]
-#          [quickbench] [stage] [trace]
+#          [quickbench] [stage] [trace] [screen]
 #   (default: tests full lengths sanitizer bench hf; lengths: prefill at T = 1 .. 8192 vs HF; t:NAME runs build/tests/gpu/test_NAME alone;
-#   quickbench: decode at ctx 128/2048/16384 with --ops and one 2048-token prefill;
+#   quickbench: decode at ctx 128/2048/16384 with --ops and one 2048-token prefill; screen: greedy ids with the LM
+#   head screen's two kernels and without it, equal (dummy and an HF-saved random 0.8B);
 #   stage: the staged fused MLP (QWEN35_MLP_STAGE=1|256|512, EXPERIMENTAL, measured slower): test_mlp,
 #   test_decode with it at 128 threads, and an alternating same-machine A/B of the decode step (0, 1, 256); trace: the step trace (needs build-trace/qwen35 from
 #   `make TRACE=1 BUILD=build-trace build-trace/qwen35`, packed by devpack.sh) -> tools/step_trace.py)
@@ -105,6 +106,21 @@ if has lengths; then
     [ -d /tmp/full08 ] || python3 tools/make_fixtures.py --full /tmp/full08 --steps 4 >"$OUT/full-make.log" 2>&1
     python3 tools/compare_prefill_lengths.py /tmp/full08 build/qwen35 2>&1 | tee "$OUT/lengths.log"
     summary+=("$(tail -n 1 "$OUT/lengths.log")")
+fi
+if has screen; then
+    echo "== greedy ids over 64 steps, deterministic: the LM head screen's ring kernel / its register kernel / the full head"
+    [ -d /tmp/full08 ] || python3 tools/make_fixtures.py --full /tmp/full08 --steps 4 >/dev/null 2>&1
+    for m in "--dummy qwen3.5-0.8b" "--model /tmp/full08"; do
+        ids=""
+        for ls in 1 2 0; do
+            ids="$ids $(QWEN35_LM_SCREEN=$ls timeout 120 build/qwen35 run $m --backend cuda --ids 1,2,3 -n 64 --print-ids \
+                --deterministic 2>/dev/null | md5sum | cut -c1-12)"
+        done
+        set -- $ids
+        r=$([ "$1" = "$2" ] && [ "$2" = "$3" ] && echo same || echo DIFFERENT)
+        echo "$m: $ids -> $r" | tee -a "$OUT/screen-ids.txt"
+        summary+=("screen ids ($m): $r")
+    done
 fi
 if has sanitizer; then
     echo "== compute-sanitizer memcheck, short decode"

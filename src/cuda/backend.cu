@@ -163,14 +163,19 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->am_idx, ctx->lm_blocks);
     CARVE(a, ctx->out_id, 1);
     CARVE(a, ctx->out_max, 1);
-    ctx->lm_q = NULL, ctx->lm_meta = NULL, ctx->lm_stats = NULL, ctx->lm_key = NULL;
-    if (ctx->lm_screen) {
-        CARVE(a, ctx->lm_q, (size_t)V * D);
+    ctx->lm_q = NULL, ctx->lm_p = NULL, ctx->lm_l = NULL, ctx->lm_meta = NULL, ctx->lm_stats = NULL, ctx->lm_key = NULL;
+    if (ctx->lm_screen) { /* the ring kernel's 6 + 2 bit rows, or the register kernel's int8 rows */
+        if (ctx->lm_screen == 1 && cuda_lm_screen_ring(V, D)) {
+            CARVE(a, ctx->lm_p, (size_t)V * D / 4 * 3);
+            CARVE(a, ctx->lm_l, (size_t)V * D / 4);
+        } else {
+            CARVE(a, ctx->lm_q, (size_t)V * D);
+        }
         CARVE(a, ctx->lm_meta, 4 * (size_t)V);
         CARVE(a, ctx->lm_stats, 4);
-        CARVE(a, ctx->lm_key, 1);
     }
     CARVE(a, ctx->step_dev, 1);
+    if (ctx->lm_screen) ctx->lm_key = &ctx->step_dev->lm_key; /* reset by each step's params copy */
     CARVE(a, ctx->mega_layers, L);
     if (c->n_full_layers)
         ctx->mega_work = (float *)carve(a, cuda_mega_work_bytes(c->num_attention_heads, hd, ctx->n_sm,
@@ -561,7 +566,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         if ((rc = upload_weights(ctx, err))) goto fail;
         if (ctx->lm_screen) { /* the screen's int8 head from the uploaded bf16 one */
             CudaLaunch lq = {0, 0, NULL, 0};
-            int qe = cuda_lm_quantize(ctx->lm_head, V, D, ctx->lm_q, ctx->lm_meta, &lq);
+            int qe = cuda_lm_quantize(ctx->lm_head, V, D, ctx->lm_q, ctx->lm_p, ctx->lm_l, ctx->lm_meta, &lq);
             if (!qe) qe = (int)cudaMemset(ctx->lm_stats, 0, 4 * sizeof(unsigned));
             if (!qe) qe = (int)cudaDeviceSynchronize();
             if (qe) {
@@ -576,7 +581,8 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
             (e = cudaMallocHost((void **)&ctx->step_host, sizeof(StepParams))) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->id_host, sizeof(int))) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->key_host, sizeof(unsigned long long))) != cudaSuccess ||
-            (e = cudaMallocHost((void **)&ctx->logits_host, sizeof(float) * (size_t)V)) != cudaSuccess) {
+            (e = cudaMallocHost((void **)&ctx->logits_host, sizeof(float) * (size_t)V)) != cudaSuccess ||
+            (e = cudaHostGetDevicePointer((void **)&ctx->step_host_dev, ctx->step_host, 0)) != cudaSuccess) {
             rc = e == cudaErrorMemoryAllocation ? err_set(err, Q35_ERR_OOM, "cuda backend: out of pinned host memory")
                                                 : cfail(e, "stream / pinned buffers", err);
             goto fail;

@@ -322,6 +322,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         if (e != cudaSuccess) rc = bfail(e, "screen stats", err);
         const double steps = ctx->lm_blocks > 0 ? (double)st[2] / ctx->lm_blocks : 0;
         res->screen_rows = steps > 0 ? st[0] / steps : 0, res->screen_fallback = steps > 0 ? st[1] / steps : 0;
+        res->screen_refined = steps > 0 ? st[3] / steps : 0;
         const int ls0 = ctx->lm_screen;
         ctx->lm_screen = 0;
         if (!rc) rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_lm_full, err);

@@ -30,7 +30,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cuda/common.cuh"
 #include "cuda/forward.cuh"
+
+/* ---- the step's first launch: its params in ------------------------------------------------ */
+
+/* StepParams from the host's pinned copy (read through its mapped address) into device memory: one warp. A kernel
+ * instead of a memcpy node: -0.5 us per step on the H200 (PERF_NOTES §28). The host's lm_key and lm_gmax are 0, so
+ * the copy also resets the screen's key and running max (a memset node for them cost 0.8 us). No PDL: it has no
+ * predecessor in the step, and the step's first kernel (launched without PDL too) starts after it has completed, so
+ * every later kernel may read step_dev before its own pdl_wait, as with the memcpy node. */
+__global__ void step_load_k(StepParams *dst, const StepParams *src) {
+    static_assert(sizeof(StepParams) % 8 == 0 && sizeof(StepParams) <= 256, "StepParams: whole 8-byte words");
+    if (threadIdx.x < sizeof(StepParams) / 8)
+        reinterpret_cast<unsigned long long *>(dst)[threadIdx.x] =
+            reinterpret_cast<const volatile unsigned long long *>(src)[threadIdx.x];
+}
 
 static int cuda_fail(int rc, const char *what, Err *err) {
     return err_set(err, Q35_ERR_CUDA, "cuda: %s: %s", what, cudaGetErrorString((cudaError_t)rc));
@@ -432,12 +447,13 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     int L_done = 0;
     CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2, NULL, 0};
     ctx->n_ops = 0;
-    cudaError_t e = cudaMemcpyAsync(ctx->step_dev, ctx->step_host, sizeof(StepParams), cudaMemcpyHostToDevice,
-                                    ctx->stream);
-    if (e == cudaSuccess && cuda_step_screen(ctx, sample)) /* the screen's result key starts at zero */
-        e = cudaMemsetAsync(ctx->lm_key, 0, sizeof *ctx->lm_key, ctx->stream);
-    if (e != cudaSuccess) return cuda_fail((int)e, "step params copy", err);
     int xi = 0, rc = 0, pb_parts = 1;
+    /* the step's params (step_load_k; the copy also zeroes the screen's key and running max) */
+    CudaLaunch lc_first = lc; /* step_load_k and the step's first kernel: no PDL (step_load_k's comment) */
+    lc_first.pdl = 0;
+    op_begin(ctx);
+    step_load_k<<<1, 32, 0, ctx->stream>>>(ctx->step_dev, ctx->step_host_dev);
+    if ((rc = op_end(ctx, launch_status(ctx->stream), "step_load", 2.0 * sizeof(StepParams), err))) return rc;
     long long front = 0; /* L2 prefetch frontier (pf_window) */
     char name[40];
     if (ctx->mega && !probing) { /* every layer in the persistent kernel; then x[1] + pb feed the head */
@@ -451,11 +467,12 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
                 bytes += 8.0 * c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
         }
         op_begin(ctx);
-        rc = op_end(ctx, cuda_mega_step(&ctx->mega_p, ctx->mega_blocks, &lc), "layers", bytes, err);
+        rc = op_end(ctx, cuda_mega_step(&ctx->mega_p, ctx->mega_blocks, &lc_first), "layers", bytes, err);
         xi = 1, pb_parts = 1, L_done = L;
     }
     for (int l = L_done; l < L && !rc; l++) {
         CudaLayer *ly = &ctx->layers[l];
+        const CudaLaunch *lf = l == 0 ? &lc_first : &lc; /* the layer's first launch */
         const int full = ly->type == LAYER_FULL_ATTN, so = ctx->splits_out[full];
         float *pa = ctx->pa + (par ? (size_t)(l & 1) * D : 0), *pb = ctx->pb + (par ? (size_t)(l & 1) * D : 0);
         float *pb_prev = ctx->pb + (par ? (size_t)((l + 1) & 1) * D : 0);
@@ -466,8 +483,8 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
             if (l == 0) xi = 0;
             const int xo = l == 0 ? 0 : xi ^ 1;
             float *zero0 = ctx->pa + (size_t)((l + 1) & 1) * D;
-            rc = ctx->attn_fused ? attn_layer(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, zero0, pb, err)
-                                 : attn_qs(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, zero0, pb, err);
+            rc = ctx->attn_fused ? attn_layer(ctx, lf, l, xin, pb_prev, ctx->x[xo], pa, zero0, pb, err)
+                                 : attn_qs(ctx, lf, l, xin, pb_prev, ctx->x[xo], pa, zero0, pb, err);
             if (rc) break;
             if (l > 0) xi ^= 1;
             if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
@@ -479,7 +496,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
             const float *xin = ctx->x[xi];
             if (l == 0) xi = 0;
             const int xo = l == 0 ? 0 : xi ^ 1; /* dn_layer's x_out; the MLP's: xo ^ 1 */
-            rc = dn_layer(ctx, &lc, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb,
+            rc = dn_layer(ctx, lf, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb,
                           ctx->dn_mlp ? ctx->x[xo ^ 1] : NULL, pb, err);
             if (rc) break;
             if (l > 0) xi ^= 1;
@@ -511,7 +528,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
             mv.pf[0].bytes = (long long)((const char *)ly->conv_ring + ring - (const char *)ly->S) & ~15LL;
         }
         snprintf(name, sizeof name, "L%02d.%s", l, full ? "qkv" : "qkvzba");
-        if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
+        if ((rc = gemv(ctx, lf, &mv, name, err))) break;
 
         if (full && shrt) { /* attention + o_proj in one kernel (pa += ..., pb zeroed), then the fused MLP */
             if ((rc = attn_short(ctx, &lc, l, pa, pb, err))) break;
@@ -587,14 +604,15 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     mv.am_val = ctx->am_val, mv.am_idx = ctx->am_idx, mv.am_count = ctx->am_count;
     mv.work = ctx->lm_dyn ? ctx->lm_work : NULL, mv.work_tail = ctx->lm_dyn;
     mv.out_id = ctx->out_id, mv.out_max = ctx->out_max;
-    if (cuda_step_screen(ctx, sample)) { /* the argmax through the int8 screen (lm_screen.cu): same id and value */
+    if (cuda_step_screen(ctx, sample)) { /* the argmax through the quantized screen (lm_screen.cu): same id and value */
         LmScreenParams ls;
         memset(&ls, 0, sizeof ls);
-        ls.head = mv, ls.Wq = ctx->lm_q, ls.meta = ctx->lm_meta, ls.stats = ctx->lm_stats, ls.reg = ctx->lm_screen == 2;
-        ls.key = ctx->lm_key;
+        ls.head = mv, ls.Wq = ctx->lm_q, ls.Wp = ctx->lm_p, ls.Wl = ctx->lm_l, ls.meta = ctx->lm_meta;
+        ls.stats = ctx->lm_stats, ls.reg = ctx->lm_screen == 2, ls.key = ctx->lm_key, ls.gmax = &ctx->step_dev->lm_gmax;
         ls.head.logits = NULL, ls.head.work = NULL, ls.head.work_tail = 0, ls.head.eps = ctx->c->rms_norm_eps;
         op_begin(ctx);
-        rc = op_end(ctx, cuda_lm_screen(&ls, &lc), "lm_screen", (double)V * D + 16.0 * V, err); /* + ~4 rows per block */
+        const double qb = ctx->lm_p ? 0.75 * V * D : (double)V * D; /* + ~4 bf16 groups and ~40 low bits per block */
+        rc = op_end(ctx, cuda_lm_screen(&ls, &lc), "lm_screen", qb + 16.0 * V, err);
         if (rc) return rc;
     } else if ((rc = gemv(ctx, &lc, &mv, "lm_head", err))) {
         return rc;

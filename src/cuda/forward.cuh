@@ -99,10 +99,11 @@ typedef struct CudaCtx {
                                * QWEN35_LM_DYN at open, 0: off) */
     int lm_screen;            /* greedy steps that write no logits take the LM head's argmax through the int8 screen
                                * (lm_screen.cu; QWEN35_LM_SCREEN at open: 0 off, 2 its register kernel) */
-    int8_t *lm_q;             /* (V, D) the screen's int8 head, NULL when off */
+    int8_t *lm_q;             /* (V, D) the screen's int8 head (its register kernel), NULL when off or unused */
+    uint8_t *lm_p, *lm_l;     /* (V, 3 D / 4), (V, D / 4) its 6 + 2 bit rows (its ring kernel), NULL likewise */
     float *lm_meta;           /* (V, 4) its scales and bound coefficients */
     unsigned *lm_stats;       /* (4) its counters (LmScreenParams.stats) */
-    unsigned long long *lm_key; /* (1) its result key (LmScreenParams.key; zeroed by the step's memset node) */
+    unsigned long long *lm_key; /* its result key: &step_dev->lm_key (LmScreenParams.key; zeroed by step_load_k) */
     unsigned long long *key_host; /* pinned: *lm_key read back */
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
                                * 1 = 128, 256, 512; EXPERIMENTAL) */
@@ -143,6 +144,7 @@ typedef struct CudaCtx {
     /* pinned host */
     StepParams *step_host;
     int *id_host;
+    const StepParams *step_host_dev; /* step_host's device address (mapped; step_load_k reads it) */
     float *logits_host;       /* (V) */
     float *probe_buf;         /* host scratch for probes (probe mode only) */
     float *probe_dev;         /* device scratch: DeltaNet o / final norm for probes */

@@ -37,6 +37,8 @@ typedef struct StepParams {
     float temperature, top_p, min_p; /* temperature <= 0: argmax */
     int pad_;
     uint64_t seed, step; /* sampling RNG: u = q35 counter hash of (seed, step), see sample.cu */
+    unsigned long long lm_key; /* the LM head screen's result and running max (LmScreenParams key, gmax): 0 from */
+    unsigned lm_gmax, pad2_;   /* the host, so the step's params copy resets them */
 } StepParams;
 
 /* ---- GEMV family (matvec.cu) ----------------------------------------------------------------
@@ -155,27 +157,29 @@ int cuda_matvec_splits(int rows, int cols, int n_sm);
 /* grid.x the launcher uses when p->blocks == 0 (callers size am_val/am_idx with it). */
 int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm);
 
-/* ---- the LM head's argmax through an int8 screen (lm_screen.cu; the greedy step without logits) ----------------
- * The same id and value as cuda_matvec(&head) in MV_OUT_ARGMAX (bit for bit), reading an int8 copy of head.W
- * (cuda_lm_quantize) plus the bf16 rows of the few candidates a rigorous bound leaves (lm_screen.cu's header). They
- * come as one key in *key (cuda_lm_key_id; head.out_id, out_max, logits, am_* and work are not used): every block
- * folds its best in with a 64-bit atomic max, so no block waits for the others. head: MV_IN_VEC or MV_IN_RESIDUAL,
- * splits 1, blocks >= 1 (the grid), cols a multiple of 16. */
+/* ---- the LM head's argmax through a quantized screen (lm_screen.cu; the greedy step without logits) -----------
+ * The same id and value as cuda_matvec(&head) in MV_OUT_ARGMAX (bit for bit), reading quantized copies of head.W
+ * (cuda_lm_quantize) plus the bf16 rows of the few candidates a rigorous bound leaves (lm_screen.cu's header), as one
+ * key in *key (cuda_lm_key_id; head.out_id, out_max, logits, am_* and work unused): every block folds its best in
+ * with a 64-bit atomic max. head: MV_IN_VEC or MV_IN_RESIDUAL, splits 1, blocks >= 1 (the grid), cols % 16 == 0. */
 typedef struct LmScreenParams {
     MatvecParams head;
     unsigned long long *key; /* [1], zero before each launch: the best (value, id) as a key */
-    const int8_t *Wq;  /* [rows][cols]: q = rint(w / sc_r) in [-127, 127] */
-    const float *meta; /* [rows][4]: sc_r, c_r, l1_r (the bound's coefficients), 0 */
-    unsigned *stats;   /* optional [3], added to: rows recomputed exactly, blocks that computed all their rows, blocks */
+    unsigned *gmax;    /* ring kernel, optional [1], zero before each launch: the blocks' running max of L */
+    const int8_t *Wq;  /* register kernel: [rows][cols]: q = rint(w / sc_r) in [-127, 127] */
+    const uint8_t *Wp, *Wl; /* ring kernel: u = q + 128 as 6 high bits [rows][3 cols / 4] and 2 low [rows][cols / 4] */
+    const float *meta; /* [rows][4]: sc_r, c_r, l1_r, c6_r (the bounds' coefficients) */
+    unsigned *stats;   /* optional [4], added to: rows recomputed exactly, blocks computing all rows, blocks, rows refined */
     int reg;           /* 1: the register kernel even where the TMA ring kernel runs (cols 1024 or 2048, sm_90) */
 } LmScreenParams;
 int cuda_lm_screen_ok(int rows, int cols);
-/* *key -> the argmax id (0 when no row won, as MV_OUT_ARGMAX) and, when v, its value. Larger keys win: the value's
- * bits in a monotone order above, the id's complement below (ties -> the smaller id). */
+/* *key -> the argmax id (0 if none won, as MV_OUT_ARGMAX), its value in v: larger keys win, ties the smaller id */
 int cuda_lm_key_id(unsigned long long key, float *v);
 int cuda_lm_screen(const LmScreenParams *p, const CudaLaunch *l);
-/* Wq and meta from the bf16 head W [rows][cols] (once, at load; stream l->stream). */
-int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, float *meta, const CudaLaunch *l);
+/* Wq (or NULL), Wp and Wl (or NULL; cols % 1024 == 0) and meta from the bf16 head W [rows][cols] (once, at load). */
+int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, uint8_t *Wp, uint8_t *Wl, float *meta,
+                     const CudaLaunch *l);
+int cuda_lm_screen_ring(int rows, int cols); /* 1: cuda_lm_screen runs the ring kernel (reg = 0; Wp, Wl needed) */
 
 /* ---- fused MLP of one token (mlp.cu; the engine default, QWEN35_MLP_FUSED=0: off) ----------------
  * The two MLP GEMVs of the decode step in one kernel (one kernel boundary less per layer):

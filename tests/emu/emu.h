@@ -11,6 +11,11 @@ static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) {
     r.x = x, r.y = y, r.z = z;
     return r;
 }
+static inline uint2 make_uint2(unsigned x, unsigned y) {
+    uint2 v;
+    v.x = x, v.y = y;
+    return v;
+}
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
     uint4 r;
     r.x = x, r.y = y, r.z = z, r.w = w;
