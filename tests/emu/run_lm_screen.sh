@@ -4,7 +4,7 @@
 # argmax done on the host in the kernel's own fp32 order (tests/emu/lm_screen_emu.cpp). The kernel file and the
 # common.cuh helpers it uses are compiled unchanged except for mechanical edits (sed below: the includes, the
 # dynamic shared-memory declaration, the launchers). The TMA ring kernel is not emulated (its mbarriers sit in static
-# shared memory). Needs nvcc's headers (cuda_runtime_api.h, for the vector types). Usage: run_lm_screen.sh [seed]
+# shared memory); its quantized rows and per-lane sums are. Needs nvcc's headers (cuda_runtime_api.h, for the vector types). Usage: run_lm_screen.sh [seed]
 set -e
 cd "$(dirname "$0")/../.."
 B=build/emu
