@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
                 }
             }
         }
-        if (lane == 0) m_s[warp] = m8;
+        if (lane == 0) m_s[warp] = m8; /* a warp still taking mb above may read m8 or mw here: both lower bounds */
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < LS_WARPS; i++) mb = fmaxf(mb, m_s[i]);
