@@ -20,7 +20,11 @@ Per launch, relative to the end of the previous launch (its last block's t2), in
     spread   last release - first release
     span     this launch's last block end: its share of the step's critical path
 The table gives, per kind, the median over replays of the mean over the step's launches of that kind,
-and the sum of spans (= the step, first launch excluded) next to the replay's wall time.
+and the sum of spans (= the step, first launch excluded) next to the replay's wall time. Then, for the LM head's
+screen (id 14), its blocks from the launch's first entry, median over replays of each block statistic (us):
+    done     a block's stream finished (its t1): min / median / max over blocks
+    tail     done to the block's end: min / median / max
+    end      the last block's end; which block it was, and when that block's stream finished
 """
 import argparse
 import collections
@@ -108,6 +112,30 @@ def main():
             n = counts.get(kind, 0)
             print(f"| {kind} | {n} | {med['blocks']:.0f} | {med['lead']:.2f} | {med['release']:.2f} | "
                   f"{med['spread']:.2f} | {med['span']:.2f} | {med['span'] * n:.1f} |")
+        screen_blocks(runs, ctx)
+
+
+def screen_blocks(runs, ctx):
+    """The screen launch's per-block stream end (t1) and tail (t1 -> t2), from its first block's entry."""
+    stats = collections.defaultdict(list)
+    for (c, rep), recs in sorted(runs.items()):
+        rs = [r for r in recs if r[0] == 14] if c == ctx else []
+        if not rs:
+            continue
+        t0 = min(r[2] for r in rs)
+        done = sorted((r[3] - t0) / 1e3 for r in rs)
+        tail = sorted((r[4] - r[3]) / 1e3 for r in rs)
+        last = max(rs, key=lambda r: r[4])
+        for k, v in (("done min", done[0]), ("done median", statistics.median(done)), ("done max", done[-1]),
+                     ("tail min", tail[0]), ("tail median", statistics.median(tail)), ("tail max", tail[-1]),
+                     ("end", (last[4] - t0) / 1e3), ("last block's done", (last[3] - t0) / 1e3)):
+            stats[k].append(v)
+    if stats:
+        print(f"\nLM head screen, ctx {ctx}: its blocks from the launch's first entry, median over {len(stats['end'])} "
+              "replays (us)")
+        print("| " + " | ".join(stats) + " |")
+        print("|" + "---|" * len(stats))
+        print("| " + " | ".join(f"{statistics.median(v):.1f}" for v in stats.values()) + " |")
 
 
 if __name__ == "__main__":
