@@ -111,13 +111,15 @@ if has screen; then
     echo "== greedy ids over 64 steps, deterministic: the LM head screen's ring kernel / its register kernel / the full head"
     [ -d /tmp/full08 ] || python3 tools/make_fixtures.py --full /tmp/full08 --steps 4 >/dev/null 2>&1
     for m in "--dummy qwen3.5-0.8b" "--model /tmp/full08"; do
-        ids=""
+        ids="" bad=0
         for ls in 1 2 0; do
-            ids="$ids $(QWEN35_LM_SCREEN=$ls timeout 120 build/qwen35 run $m --backend cuda --ids 1,2,3 -n 64 --print-ids \
-                --deterministic 2>/dev/null | md5sum | cut -c1-12)"
+            QWEN35_LM_SCREEN=$ls timeout 120 build/qwen35 run $m --backend cuda --ids 1,2,3 -n 64 --print-ids \
+                --deterministic > "$OUT/screen-ids-$ls.txt" 2> "$OUT/screen-ids-$ls.err" || bad=1
+            [ -s "$OUT/screen-ids-$ls.txt" ] || bad=1
+            ids="$ids $(md5sum < "$OUT/screen-ids-$ls.txt" | cut -c1-12)"
         done
         set -- $ids
-        r=$([ "$1" = "$2" ] && [ "$2" = "$3" ] && echo same || echo DIFFERENT)
+        r=$([ $bad = 0 ] && [ "$1" = "$2" ] && [ "$2" = "$3" ] && echo same || echo "DIFFERENT or FAILED")
         echo "$m: $ids -> $r" | tee -a "$OUT/screen-ids.txt"
         summary+=("screen ids ($m): $r")
     done
