@@ -527,7 +527,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         const char *ld = getenv("QWEN35_LM_DYN");
         ctx->lm_dyn = ld && *ld ? atoi(ld) : 3;
         if (ctx->lm_dyn < 0) ctx->lm_dyn = 0;
-        /* greedy steps: the LM head's argmax through its int8 screen (lm_screen.cu): QWEN35_LM_SCREEN=0 off, 2 its
+        /* greedy steps: the LM head's argmax through its quantized screen (lm_screen.cu): QWEN35_LM_SCREEN=0 off, 2 its
          * register kernel instead of the TMA ring */
         const char *ls = getenv("QWEN35_LM_SCREEN");
         ctx->lm_screen = 1;
@@ -564,7 +564,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
             goto fail;
         }
         if ((rc = upload_weights(ctx, err))) goto fail;
-        if (ctx->lm_screen) { /* the screen's int8 head from the uploaded bf16 one */
+        if (ctx->lm_screen) { /* the screen's quantized head from the uploaded bf16 one */
             CudaLaunch lq = {0, 0, NULL, 0};
             int qe = cuda_lm_quantize(ctx->lm_head, V, D, ctx->lm_q, ctx->lm_p, ctx->lm_l, ctx->lm_meta, &lq);
             if (!qe) qe = (int)cudaMemset(ctx->lm_stats, 0, 4 * sizeof(unsigned));

@@ -107,6 +107,17 @@ __device__ __forceinline__ void pdl_begin(void) {
     pdl_trigger();
 }
 
+/* One cp.async.bulk.prefetch.L2 of [p, p + bytes) (p and bytes multiples of 16): fire and forget, a no-op before
+ * sm_90. */
+__device__ __forceinline__ void l2_prefetch(const void *p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 /* Issues this block's share of an L2 prefetch of [base, base + bytes) (base and bytes multiples
  * of 16): the range is cut into one contiguous slice per block of the grid, and the block's
  * threads issue cp.async.bulk.prefetch.L2 of up to 16 KiB each. Fire and forget (no completion
@@ -119,8 +130,7 @@ __device__ __forceinline__ void l2_prefetch_share(const void *base, long long by
     const long long chunk = ((bytes + nb - 1) / nb + 255) & ~255ll, piece = 16384;
     const long long end = min(bytes, (b + 1) * chunk);
     for (long long o = b * chunk + (long long)threadIdx.x * piece; o < end; o += (long long)blockDim.x * piece) {
-        const unsigned sz = (unsigned)min(piece, end - o);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)base + o), "r"(sz) : "memory");
+        l2_prefetch((const char *)base + o, (unsigned)min(piece, end - o));
     }
 #else
     (void)base;

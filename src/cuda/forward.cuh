@@ -97,8 +97,8 @@ typedef struct CudaCtx {
     size_t l2_persist;        /* the persisting set-aside made at open (cudaLimitPersistingL2CacheSize) */
     int lm_dyn;               /* the LM head's last rounds of row groups by tickets (MatvecParams.work_tail;
                                * QWEN35_LM_DYN at open, 0: off) */
-    int lm_screen;            /* greedy steps that write no logits take the LM head's argmax through the int8 screen
-                               * (lm_screen.cu; QWEN35_LM_SCREEN at open: 0 off, 2 its register kernel) */
+    int lm_screen;            /* greedy steps that write no logits take the LM head's argmax through the quantized
+                               * screen (lm_screen.cu; QWEN35_LM_SCREEN at open: 0 off, 2 its register kernel) */
     int8_t *lm_q;             /* (V, D) the screen's int8 head (its register kernel), NULL when off or unused */
     uint8_t *lm_p, *lm_l;     /* (V, 3 D / 4), (V, D / 4) its 6 + 2 bit rows (its ring kernel), NULL likewise */
     float *lm_meta;           /* (V, 4) its scales and bound coefficients */
@@ -181,7 +181,7 @@ int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err);
 int cuda_graph_index(const CudaCtx *ctx, int sample);
 /* forward.cu: 1 when this step (step_host->pos) takes the short attention kernel */
 int cuda_step_short(const CudaCtx *ctx);
-/* forward.cu: 1 when this step's LM head is the int8 screen (lm_screen, greedy, no logits written, no probes) */
+/* forward.cu: 1 when this step's LM head is the quantized screen (lm_screen, greedy, no logits written, no probes) */
 int cuda_step_screen(const CudaCtx *ctx, int sample);
 void cuda_graphs_drop(CudaCtx *ctx);
 int cuda_run_step(CudaCtx *ctx, int sample, Err *err);

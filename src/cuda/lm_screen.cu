@@ -292,9 +292,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         return *reinterpret_cast<const uint2 *>(sp.Wl + (size_t)row * (RB / 3) + 256 * c + 8 * lane);
     };
     auto pf_exact = [&](int row) { /* the row's bf16 group into L2 for the exact sums */
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p.W + (size_t)(row & ~3) * cols),
-                     "r"((unsigned)(min(4, rows - (row & ~3)) * cols * 2))
-                     : "memory");
+        l2_prefetch(p.W + (size_t)(row & ~3) * cols, (unsigned)(min(4, rows - (row & ~3)) * cols * 2));
     };
     auto screen8 = [&](int t, float4 m4, int row8) {
         const int j = lane >> 2, row = row8 + j;
@@ -319,12 +317,9 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             if (push && i < LS_CAP) {
                 c_row[i] = row, c_up[i] = U;
                 if constexpr (RP > 0) { /* its 2 low bits into L2 now: they are read after the stream */
-                    c_s1[i] = t, c_sc[i] = sc, c_b8[i] = fmaf(hn, cc, eh * l1) * 1.001f;
+                    c_s1[i] = t, c_sc[i] = sc, c_b8[i] = B8 * 1.001f;
 #pragma unroll
-                    for (int c = 0; c < NC; c++)
-                        asm volatile("cp.async.bulk.prefetch.L2.global [%0], 256;" ::"l"(
-                                         sp.Wl + (size_t)row * (RB / 3) + 256 * c)
-                                     : "memory");
+                    for (int c = 0; c < NC; c++) l2_prefetch(sp.Wl + (size_t)row * (RB / 3) + 256 * c, 256u);
                 }
             }
         }

@@ -150,8 +150,8 @@ __device__ __forceinline__ void att_pre(const MegaParams &p, const MegaLayer &ly
             const char *k = reinterpret_cast<const char *>(ly.Kc) + off, *v = reinterpret_cast<const char *>(ly.Vc) + off;
             for (size_t o = 0; o < bytes; o += 65536) {
                 const unsigned sz = (unsigned)min((size_t)65536, bytes - o);
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(k + o), "r"(sz) : "memory");
-                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(v + o), "r"(sz) : "memory");
+                l2_prefetch(k + o, sz);
+                l2_prefetch(v + o, sz);
             }
         }
     }
