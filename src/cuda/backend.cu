@@ -538,6 +538,13 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
                 ctx->lm_screen = atoi(ls);
         }
         if (!cuda_lm_screen_ok(V, D)) ctx->lm_screen = 0;
+        const char *ef = getenv("QWEN35_LM_EF"), *sd = getenv("QWEN35_LM_SDYN"), *ab = getenv("QWEN35_LM_ABL");
+        ctx->lm_l2ef = ef && *ef ? atoi(ef) != 0 : 1, ctx->lm_sdyn = sd && *sd ? atoi(sd) : 0;
+        ctx->lm_abl = ab && *ab ? atoi(ab) : 0;
+        if (ctx->lm_sdyn < 0 || ctx->lm_sdyn > 60) {
+            fprintf(stderr, "qwen35: QWEN35_LM_SDYN=%s ignored (0 to 60)\n", sd);
+            ctx->lm_sdyn = 0;
+        }
         const char *st = getenv("QWEN35_MLP_STAGE");
         const int stv = st ? atoi(st) : 0;
         ctx->mlp_staged = stv == 1 ? 128 : stv == 256 || stv == 512 ? stv : 0;

@@ -67,6 +67,7 @@
 #define LS_RING (180 * 1024) /* ring kernel: bytes of its slots (S = LS_RING / piece, at most 15: 7 at 24 KiB pieces; */
 #define LS_P 4               /* 8 measured the same), pieces in flight (6: the same) */
 #define LS_RB 4 /* ring: entries per warp per round of the 2-low-bit pass */
+#define LS_DCAP 64 /* ring: pieces a block may take by tickets (LmScreenParams.dyn <= 60) */
 
 /* acc + the dot product of 16 int8 weights (w) with 16 int16 inputs (hp: 8 pairs), exactly, in 8 dp2a. */
 __device__ __forceinline__ int dot16_i8(uint4 w, const int (&hp)[8], int acc) {
@@ -108,6 +109,42 @@ __device__ __forceinline__ int dot32_u2(uint2 lo, const int (&hp)[16], int acc) 
     return acc;
 }
 
+/* Rows ra and rb's sums (rb < 0: none) as exact_rows4 gives them, bitwise (a row's sum is its own dot8 chain over
+ * the lanes' columns, then warp_sum_rows4 with the row at its place r & 3), every lane; both rows' loads go out
+ * before either sum. */
+__device__ __forceinline__ float2 exact_row2(const uint16_t *W, int cols, const float *xs, int ra, int rb, int lane) {
+    float a = 0.0f, c = 0.0f;
+    for (int k0 = 0; k0 < cols; k0 += 1024) {
+        uint4 wa[4], wb[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int k = k0 + u * 256 + lane * 8;
+            wa[u] = k < cols ? ld_stream(reinterpret_cast<const uint4 *>(W + (size_t)ra * cols + k))
+                             : make_uint4(0u, 0u, 0u, 0u);
+            wb[u] = k < cols && rb >= 0 ? ld_stream(reinterpret_cast<const uint4 *>(W + (size_t)rb * cols + k))
+                                        : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int k = k0 + u * 256 + lane * 8;
+            if (k < cols) {
+                const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
+                const float4 a4 = xp[0], b4 = xp[1];
+                const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+                a = dot8(wa[u], xv, a), c = dot8(wb[u], xv, c);
+            }
+        }
+    }
+    float acc[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) acc[r] = r == (ra & 3) ? a : 0.0f;
+    const float sa = warp_sum_rows4(acc, lane);
+#pragma unroll
+    for (int r = 0; r < 4; r++) acc[r] = r == (rb & 3) ? c : 0.0f;
+    const float sb = warp_sum_rows4(acc, lane);
+    return make_float2(__shfl_sync(0xffffffffu, sa, 8 * (ra & 3)), __shfl_sync(0xffffffffu, sb, 8 * (rb & 3)));
+}
+
 /* float <-> an unsigned in the same order (0: below every float) */
 __device__ __forceinline__ unsigned ord_f32(float f) {
     const unsigned u = __float_as_uint(f);
@@ -133,8 +170,10 @@ __device__ __forceinline__ int warp_sum_rows8(const int (&acc)[8], int lane) {
 }
 
 /* The full head's sums of the 4-row group g4 (matvec.cu, MV_U 4 at 512 threads, columns [0, cols)): lanes 8j ..
- * 8j+7 return row 4 g4 + j's fp32 sum, bitwise the full head's. */
-__device__ __forceinline__ float exact_rows4(const uint16_t *W, int rows, int cols, const float *xs, int g4, int lane) {
+ * 8j+7 return row 4 g4 + j's fp32 sum, bitwise the full head's. only >= 0: row 4 g4 + only alone is read (a row's
+ * sum never mixes with the others'), the other rows' sums are 0. */
+__device__ __forceinline__ float exact_rows4(const uint16_t *W, int rows, int cols, const float *xs, int g4, int lane,
+                                             int only) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int k0 = 0; k0 < cols; k0 += 1024) {
         uint4 w[4][4];
@@ -144,8 +183,9 @@ __device__ __forceinline__ float exact_rows4(const uint16_t *W, int rows, int co
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int row = g4 * 4 + r;
-                w[u][r] = row < rows && k < cols ? ld_stream(reinterpret_cast<const uint4 *>(W + (size_t)row * cols + k))
-                                                 : make_uint4(0u, 0u, 0u, 0u);
+                w[u][r] = row < rows && k < cols && (only < 0 || only == r)
+                              ? ld_stream(reinterpret_cast<const uint4 *>(W + (size_t)row * cols + k))
+                              : make_uint4(0u, 0u, 0u, 0u);
             }
         }
         gemv_dot4(w, xs, k0, cols, lane, acc);
@@ -166,8 +206,11 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
     __shared__ int c_row[LS_CAP], c_s1[RP ? LS_CAP : 1];
     __shared__ float c_sc[RP ? LS_CAP : 1], c_b8[RP ? LS_CAP : 1]; /* ring: sc and the int8 bound less its 4u|a| */
     __shared__ float c_up[LS_CAP];
-    __shared__ unsigned c_n, c_kept, c_ref;
-    __shared__ float m_s[LS_WARPS], m_g;
+    __shared__ unsigned c_n, c_kept, c_ref, c_m;
+    __shared__ int c_sel[RP ? LS_CAP : 1]; /* ring, direct: the rows in reach */
+    __shared__ float m_s[LS_WARPS], m_r[LS_WARPS], m_g;
+    __shared__ int s_piece[S], d_list[RP ? LS_DCAP : 1]; /* ring: slot s's piece (-1: no more); the ticketed pieces */
+    __shared__ int d_n;
     __shared__ long long s0_s, sq_s;
     __shared__ __align__(8) unsigned long long full[S], empty[S];
     __shared__ ArgMax am_s[LS_WARPS];
@@ -200,14 +243,27 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             mt = __ldg(reinterpret_cast<const float4 *>(sp.meta) + grp * LS_R + lane);
     };
     /* ring kernel: the block's i-th piece, rows [RP (b + G i), +RP), into slot i % S with its meta */
-    const int np = RP ? ((rows + RP - 1) / RP - b + G - 1) / G : 0;
-    auto issue = [&](int i) {
-        const int row0 = RP * (b + G * i), nr = min(RP, rows - row0), s = i % S;
+    /* ring kernel: P pieces of RP rows; block b's static pieces b + G i (i < nst), then (dyn) pieces dbase + 2 t + {0,
+     * 1} for tickets t until they run out: the blocks that stream faster take more of the last pieces */
+    const int P = RP ? (rows + RP - 1) / RP : 0, np = RP ? (P - b + G - 1) / G : 0;
+    const bool dyn = RP && sp.ticket && sp.dyn > 0 && sp.dyn <= 60;
+    const int nst = dyn ? max(P / G - sp.dyn, min(S, P / G)) : np, dbase = dyn ? nst * G : P;
+    /* piece pc, rows [RP pc, +RP), into slot s with its meta */
+    auto issue = [&](int pc, int s) {
+        const int row0 = RP * pc, nr = min(RP, rows - row0);
         const unsigned fb = (unsigned)__cvta_generic_to_shared(&full[s]);
+        s_piece[s] = pc;
+        const unsigned dw = (unsigned)__cvta_generic_to_shared(ring + (size_t)s * PB),
+                       dm = (unsigned)__cvta_generic_to_shared(mring + s * RP);
         mbar_arrive_expect_tx(fb, (unsigned)(nr * RB + nr * 16));
-        bulk_g2s((unsigned)__cvta_generic_to_shared(ring + (size_t)s * PB), sp.Wp + (size_t)row0 * RB,
-                 (unsigned)(nr * RB), fb);
-        bulk_g2s((unsigned)__cvta_generic_to_shared(mring + s * RP), sp.meta + 4 * (size_t)row0, (unsigned)(nr * 16), fb);
+        if (sp.l2ef) { /* read once: evict-first, so the rows prefetched for the tail stay in L2 */
+            const uint64_t pol = l2_evict_first_policy();
+            bulk_g2s_ef(dw, sp.Wp + (size_t)row0 * RB, (unsigned)(nr * RB), fb, pol);
+            bulk_g2s_ef(dm, sp.meta + 4 * (size_t)row0, (unsigned)(nr * 16), fb, pol);
+        } else {
+            bulk_g2s(dw, sp.Wp + (size_t)row0 * RB, (unsigned)(nr * RB), fb);
+            bulk_g2s(dm, sp.meta + 4 * (size_t)row0, (unsigned)(nr * 16), fb);
+        }
     };
     if constexpr (RP > 0) {
         if (threadIdx.x == 0) {
@@ -219,7 +275,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         }
         __syncthreads();
         if (threadIdx.x == LS_THREADS - 32)
-            for (int i = 0; i < min(S, np); i++) issue(i);
+            for (int i = 0; i < min(S, nst); i++) issue(b + G * i, i);
     } else if (g < ng) {
         load(g, 0);
     }
@@ -238,7 +294,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         const int nthr = G * LS_THREADS;
         for (int i = b * LS_THREADS + threadIdx.x; i < p.n_zero; i += nthr) p.zero[i] = 0.0f;
     }
-    if (threadIdx.x == 0) c_n = 0u, c_kept = 0u, c_ref = 0u, s0_s = 0, sq_s = 0;
+    if (threadIdx.x == 0) c_n = 0u, c_kept = 0u, c_ref = 0u, c_m = 0u, s0_s = 0, sq_s = 0, d_n = 0;
     __syncthreads();
     pdl_trigger();
     /* ||h||_2 (rounded up) and h as integers: hq_i = rint(h_i / sh), |hq_i| < hq_max, so that every sum of cols
@@ -291,9 +347,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
     auto lo_load = [&](int row, int c) {
         return *reinterpret_cast<const uint2 *>(sp.Wl + (size_t)row * (RB / 3) + 256 * c + 8 * lane);
     };
-    auto pf_exact = [&](int row) { /* the row's bf16 group into L2 for the exact sums */
-        l2_prefetch(p.W + (size_t)(row & ~3) * cols, (unsigned)(min(4, rows - (row & ~3)) * cols * 2));
-    };
+    auto pf_exact = [&](int row) { l2_prefetch(p.W + (size_t)row * cols, (unsigned)cols * 2u); }; /* its bf16 row */
     auto screen8 = [&](int t, float4 m4, int row8) {
         const int j = lane >> 2, row = row8 + j;
         const float sc = __shfl_sync(0xffffffffu, m4.x, j), cc = __shfl_sync(0xffffffffu, m4.y, j),
@@ -347,13 +401,42 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             screen8(warp_sum_rows8(acc, lane), mt, g * LS_R);
         }
     } else if (warp == LS_WARPS - 1) { /* the producer: the rest of the pieces, at most LS_P in flight */
-        if (lane == 0)
-            for (int i = S; i < np; i++) {
-                mbar_wait((unsigned)__cvta_generic_to_shared(&full[(i - LS_P) % S]), ((i - LS_P) / S) & 1);
-                mbar_wait((unsigned)__cvta_generic_to_shared(&empty[i % S]), (i / S - 1) & 1);
-                issue(i);
+        if (lane == 0) {
+            /* tickets of 2 pieces, each taken when the one before starts (its atomic's round trip under two pieces'
+             * waits), and only with room in d_list for it: every ticket taken is streamed. Then one end mark (-1)
+             * per slot. */
+            int nd = 0, i = min(S, nst), tj = 2;
+            unsigned tcur = 0u, tnext = 0u;
+            bool have = false;
+            if (dyn && i + 2 > nst) tnext = atomicAdd(sp.ticket, 1u), have = true;
+            for (;; i++) {
+                int pc = -1;
+                if (i < nst) {
+                    pc = b + G * i;
+                    if (dyn && i + 2 == nst) tnext = atomicAdd(sp.ticket, 1u), have = true;
+                } else if (dyn) {
+                    if (tj == 2 && have) tcur = tnext, have = false, tj = 0;
+                    const int q = dbase + 2 * (int)tcur + tj;
+                    if (tj < 2 && q < P) {
+                        pc = q, d_list[nd++] = q;
+                        if (tj++ == 0 && nd + 3 <= LS_DCAP) tnext = atomicAdd(sp.ticket, 1u), have = true;
+                    }
+                }
+                if (pc < 0) break;
+                if (i >= S) {
+                    mbar_wait((unsigned)__cvta_generic_to_shared(&full[(i - LS_P) % S]), ((i - LS_P) / S) & 1);
+                    mbar_wait((unsigned)__cvta_generic_to_shared(&empty[i % S]), (i / S - 1) & 1);
+                }
+                issue(pc, i % S);
             }
-    } else if (warp < S) { /* consumer warp: slot `warp`, the block's pieces warp, warp + S, ... */
+            for (int j = i; j < i + S; j++) {
+                if (j >= S) mbar_wait((unsigned)__cvta_generic_to_shared(&empty[j % S]), (j / S - 1) & 1);
+                s_piece[j % S] = -1;
+                mbar_arrive((unsigned)__cvta_generic_to_shared(&full[j % S]));
+            }
+            d_n = nd;
+        }
+    } else if (warp < S) { /* consumer warp: slot `warp`, the pieces the producer puts there, up to its end mark */
         const unsigned fb = (unsigned)__cvta_generic_to_shared(&full[warp]),
                        eb = (unsigned)__cvta_generic_to_shared(&empty[warp]);
         const unsigned char *pc = ring + (size_t)warp * PB;
@@ -362,10 +445,12 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         for (int c = 0; c < NC; c++)
 #pragma unroll
             for (int e = 0; e < 16; e++) hp[c][e] = reinterpret_cast<const int *>(hq + 1024 * c + 32 * lane)[e];
-        for (int i = warp; i < np; i += S) {
+        for (int k = 0;; k++) {
             /* the blocks' running max, read now, used after the sums */
             const unsigned gv = sp.gmax ? *reinterpret_cast<volatile unsigned *>(sp.gmax) : 0u;
-            mbar_wait(fb, (i / S) & 1);
+            mbar_wait(fb, k & 1);
+            const int pi = s_piece[warp];
+            if (pi < 0) break;
             int t[RP / 8];
             float4 m4[RP / 8];
 #pragma unroll
@@ -386,7 +471,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             if (lane == 0) mbar_arrive(eb); /* the slot is free again */
             gm = fmaxf(gm, unord_f32(gv));
 #pragma unroll
-            for (int r8 = 0; r8 < RP / 8; r8++) screen8(t[r8], m4[r8], RP * (b + G * i) + r8 * 8);
+            for (int r8 = 0; r8 < RP / 8; r8++) screen8(t[r8], m4[r8], RP * pi + r8 * 8);
             if (sp.gmax && mw > mw_pub && lane == 0) atomicMax(sp.gmax, ord_f32(mw)); /* every L is a lower bound */
             mw_pub = fmaxf(mw_pub, mw);
         }
@@ -401,12 +486,13 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
     const unsigned n = c_n;
     /* the register kernel keeps at least its best row; the ring kernel's block may keep none (gm) */
     const bool fallback = n > LS_CAP || (!RP && n == 0u) || !(hn <= FLT_MAX);
+    const int abl = sp.abl; /* 1, timing only: no tail (wrong ids); 2: direct */
 
     /* ring: the rows still in reach get their 2 low bits: L, U of the int8 screen (c_up := U; -inf: out). A warp
      * takes entries warp + 16 k in rounds of LS_RB, every round's loads out before its sums (one L2 round trip: the
      * rows were prefetched when pushed); a row whose U reaches the best L seen has its bf16 group prefetched for the
      * exact sums. The block's best L goes to gmax for the blocks still streaming. */
-    if constexpr (RP > 0) if (!fallback) {
+    if constexpr (RP > 0) if (!fallback && !abl && sp.abl != 2) {
         const float mr1 = rbf(mb);
         float m8 = mb;
         int hp[NC][16];
@@ -442,10 +528,10 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
                 }
             }
         }
-        if (lane == 0) m_s[warp] = m8; /* a warp still taking mb above may read m8 or mw here: both lower bounds */
+        if (lane == 0) m_r[warp] = m8;
         __syncthreads();
 #pragma unroll
-        for (int i = 0; i < LS_WARPS; i++) mb = fmaxf(mb, m_s[i]);
+        for (int i = 0; i < LS_WARPS; i++) mb = fmaxf(mb, m_r[i]);
         if (threadIdx.x == 0 && sp.gmax && mb > -INFINITY) atomicMax(sp.gmax, ord_f32(mb));
     }
     const float mr = rbf(mb);
@@ -453,11 +539,25 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
     /* the exact sums: the candidates, or every row of the block (register kernel: its groups of 8; ring kernel: its
      * pieces) */
     ArgMax best = {-INFINITY, INT_MAX};
-    if (!fallback) {
+    if (abl == 1) {
+        best = ArgMax{mb, b};
+    } else if (RP && !fallback && sp.abl == 2) { /* direct: the exact sums of every row in reach of the 6-bit bound */
+        for (unsigned i = threadIdx.x; i < n; i += LS_THREADS)
+            if (rbf(c_up[i]) >= mr) c_sel[atomicAdd(&c_m, 1u)] = c_row[i];
+        __syncthreads();
+        const unsigned m = c_m;
+        for (unsigned j = warp; j < m; j += 2 * LS_WARPS) {
+            const int ra = c_sel[j], rb = j + LS_WARPS < m ? c_sel[j + LS_WARPS] : -1;
+            const float2 v = exact_row2(p.W, cols, xs, ra, rb, lane);
+            best = argmax_better(best, ArgMax{rbf(v.x), ra});
+            if (rb >= 0) best = argmax_better(best, ArgMax{rbf(v.y), rb});
+        }
+        if (threadIdx.x == 0 && sp.stats) c_kept = m;
+    } else if (!fallback) {
         for (unsigned i = warp; i < n; i += LS_WARPS) {
             const int row = c_row[i];
             if (!(rbf(c_up[i]) >= mr)) continue; /* warp-uniform */
-            const float s = exact_rows4(p.W, rows, cols, xs, row >> 2, lane);
+            const float s = exact_rows4(p.W, rows, cols, xs, row >> 2, lane, row & 3);
             const float v = rbf(__shfl_sync(0xffffffffu, s, 8 * (row & 3)));
             if (lane == 0) {
                 best = argmax_better(best, ArgMax{v, row});
@@ -466,10 +566,11 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         }
     } else {
         constexpr int G4 = (RP ? RP : LS_R) / 4; /* 4-row groups per piece / group of 8 */
-        const int nk = RP ? np : (ng - b + G - 1) / G; /* the block's pieces / groups of 8 */
+        const int nk = RP ? nst + d_n : (ng - b + G - 1) / G; /* the block's pieces / groups of 8 */
         for (int t = warp; t < nk * G4; t += LS_WARPS) {
-            const int g4 = (b + G * (t / G4)) * G4 + t % G4;
-            const float s = exact_rows4(p.W, rows, cols, xs, g4, lane);
+            const int k = t / G4, pc = RP && k >= nst ? d_list[k - nst] : b + G * k;
+            const int g4 = pc * G4 + t % G4;
+            const float s = exact_rows4(p.W, rows, cols, xs, g4, lane, -1);
             const int row = g4 * 4 + (lane >> 3);
             if ((lane & 7) == 0 && row < rows && row < p.n_valid) best = argmax_better(best, ArgMax{rbf(s), row});
         }

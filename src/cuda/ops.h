@@ -38,7 +38,7 @@ typedef struct StepParams {
     int pad_;
     uint64_t seed, step; /* sampling RNG: u = q35 counter hash of (seed, step), see sample.cu */
     unsigned long long lm_key; /* the LM head screen's result and running max (LmScreenParams key, gmax): 0 from */
-    unsigned lm_gmax, pad2_;   /* the host, so the step's params copy resets them */
+    unsigned lm_gmax, lm_ticket; /* the host, so the step's params copy resets them (lm_ticket: LmScreenParams.ticket) */
 } StepParams;
 
 /* ---- GEMV family (matvec.cu) ----------------------------------------------------------------
@@ -166,6 +166,8 @@ typedef struct LmScreenParams {
     MatvecParams head;
     unsigned long long *key; /* [1], zero before each launch: the best (value, id) as a key */
     unsigned *gmax;    /* ring kernel, optional [1], zero before each launch: the blocks' running max of L */
+    unsigned *ticket;  /* ring kernel, optional [1], zero before each launch: with dyn > 0 the last ~dyn pieces per */
+    int dyn, l2ef, abl; /* block go by tickets; l2ef: its stream's TMA reads marked L2 evict-first */
     const int8_t *Wq;  /* register kernel: [rows][cols]: q = rint(w / sc_r) in [-127, 127] */
     const uint8_t *Wp, *Wl; /* ring kernel: u = q + 128 as 6 high bits [rows][3 cols / 4] and 2 low [rows][cols / 4] */
     const float *meta; /* [rows][4]: sc_r, c_r, l1_r, c6_r (the bounds' coefficients) */

@@ -56,6 +56,21 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
+/* An L2 cache policy that marks lines evict-first (for bulk_g2s_ef: a stream read once, so that it does not push out
+ * the lines a kernel prefetched for later). */
+__device__ __forceinline__ uint64_t l2_evict_first_policy(void) {
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+/* bulk_g2s with an L2 cache policy (l2_evict_first_policy). */
+__device__ __forceinline__ void bulk_g2s_ef(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+            dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+        : "memory");
+}
 /* 2-D tiled TMA load of the box at (c0 = inner/K coordinate, c1 = row) into shared dst; completion
  * is signalled on bar as transaction bytes. */
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {

@@ -103,6 +103,10 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 static inline unsigned __cvta_generic_to_shared(const void *) { abort(); }
 static inline void mbar_arrive(uint32_t) { abort(); }
 static inline void bulk_g2s(uint32_t, const void *, uint32_t, uint32_t) { abort(); }
+static inline uint64_t l2_evict_first_policy(void) { abort(); }
+static inline void bulk_g2s_ef(uint32_t, const void *, uint32_t, uint32_t, uint64_t) { abort(); }
+static inline void __nanosleep(unsigned) { abort(); }
+static inline void __threadfence_block(void) {}
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar(); }
 #undef __shared__
 #define __shared__ static /* one CTA runs at a time: a function's statics are its shared memory */

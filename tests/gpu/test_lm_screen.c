@@ -165,12 +165,17 @@ static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int
     memset(&ls, 0, sizeof ls);
     ls.head = p, ls.Wq = dq, ls.Wp = dp, ls.Wl = dl, ls.meta = dmeta, ls.stats = dstats, ls.key = dkey;
     unsigned st[4] = {0, 0, 0, 0}, st2[4] = {0, 0, 0, 0};
-    for (int run = 0; run < 6; run++) { /* the ring kernel (where cols is 1024 or 2048; its running max shared across
-                                           blocks or not), then the register kernel */
-        ls.reg = run >= 3, ls.gmax = run < 2 ? (unsigned *)(dkey + 1) : NULL;
+    enum { RUNS = 9 };
+    for (int run = 0; run < RUNS; run++) { /* the ring kernel (where cols is 1024 or 2048): its running max shared across
+                                           blocks or not, its last pieces by tickets or not, its stream L2
+                                           evict-first or not; then the register kernel */
+        static const int dyn[RUNS] = {8, 8, 0, 60, 60, 0, 8, 0, 0};
+        ls.reg = run >= 7, ls.gmax = run < 4 || run == 6 ? (unsigned *)(dkey + 1) : NULL, ls.l2ef = run != 2 && run != 5;
+        ls.abl = run == 6 ? 2 : 0;
+        ls.dyn = dyn[run], ls.ticket = dyn[run] ? (unsigned *)(dkey + 1) + 1 : NULL;
         float mx = 0, xo[8], zr[100];
         unsigned long long key[1] = {0};
-        CU(cudaMemset(dkey, 0, 16)); /* the caller's part: the key and gmax zero before each launch */
+        CU(cudaMemset(dkey, 0, 16)); /* the caller's part: the key, gmax and ticket zero before each launch */
         CU(cudaMemset(dxo, 0xff, sizeof(float) * cols));
         CU(cudaMemset(dzero, 0xff, sizeof(float) * 100));
         LAUNCH(cuda_lm_screen(&ls, &l));
@@ -191,15 +196,15 @@ static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int
         if (run == 1) CU(cudaMemcpy(st2, dstats, 16, cudaMemcpyDeviceToHost)); /* the engine's setting, twice */
     }
     CU(cudaMemcpy(st, dstats, 16, cudaMemcpyDeviceToHost));
-    CHECK(st[2] == 6u * (unsigned)blocks, "%s: %u block records for 6 calls of %d blocks", what, st[2], blocks);
+    CHECK(st[2] == RUNS * (unsigned)blocks, "%s: %u block records for %d calls of %d blocks", what, st[2], RUNS, blocks);
     if (hard == H_NAN) CHECK(st[1] == st[2], "%s: %u of %u blocks computed all their rows", what, st[1], st[2]);
     if ((hard == H_ALLEQ || hard == H_ZERO) && n_valid / blocks > 600) /* more than the list holds in every block */
         CHECK(st[1] == st[2], "%s: %u of %u blocks computed all their rows", what, st[1], st[2]);
     if (hard == H_NONE && rows > 100000) /* a few rows per block recomputed: one round of warps (ring: with gmax) */
         CHECK(st2[1] == 0 && st2[0] < 2u * 16u * (unsigned)blocks && st2[3] < 2u * 64u * (unsigned)blocks,
               "%s: %u rows refined, %u recomputed, %u blocks computed all in 2 calls", what, st2[3], st2[0], st2[1]);
-    printf("  %s: id %d; with gmax %.1f rows refined, %.1f recomputed, %.1f blocks with all rows per call; all 6 calls "
-           "%u, %u, %u\n", what, id_full, st2[3] / 2.0, st2[0] / 2.0, st2[1] / 2.0, st[3], st[0], st[1]);
+    printf("  %s: id %d; with gmax %.1f rows refined, %.1f recomputed, %.1f blocks with all rows per call; all %d calls "
+           "%u, %u, %u\n", what, id_full, st2[3] / 2.0, st2[0] / 2.0, st2[1] / 2.0, (int)RUNS, st[3], st[0], st[1]);
 done:
     cudaFree(dW), cudaFree(dq), cudaFree(dmeta), cudaFree(dx), cudaFree(dparts), cudaFree(dnw), cudaFree(dxo);
     cudaFree(dzero), cudaFree(dval), cudaFree(dmax), cudaFree(didx), cudaFree(did), cudaFree(dcnt), cudaFree(dstats);
