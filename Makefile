@@ -123,7 +123,7 @@ ifeq ($(CUDA),1)
 	@echo "== on-device sampler on the CPU (tests/emu/run_sample.sh: the rules over a full sort, ties, 70000 ids in one bin; ~15 s)"
 	@sh tests/emu/run_sample.sh > $(BUILD)/emu_sample.log 2>&1 || { tail -n 20 $(BUILD)/emu_sample.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_sample.log; tail -n 1 $(BUILD)/emu_sample.log
-	@echo "== LM head screen on the CPU (tests/emu/run_lm_screen.sh: its register kernel vs the full head's argmax, bit for bit; its ring kernel's 6 + 2 bit rows; ~25 s)"
+	@echo "== LM head screen on the CPU (tests/emu/run_lm_screen.sh: its register kernel vs the full head's argmax, bit for bit; its ring kernel's 6-bit rows; ~25 s)"
 	@sh tests/emu/run_lm_screen.sh > $(BUILD)/emu_lm_screen.log 2>&1 || { tail -n 20 $(BUILD)/emu_lm_screen.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_lm_screen.log; tail -n 1 $(BUILD)/emu_lm_screen.log
 endif

@@ -147,7 +147,6 @@ typedef struct Q35BenchResult {
     int lm_screen;          /* 1: greedy steps take the LM head's argmax through its quantized screen (the default; the
                              * same id, QWEN35_LM_SCREEN=0: off); every greedy column above uses it */
     double ms_lm_full;      /* lm_screen only: graph + PDL, atomic, with the full bf16 LM head instead (same run) */
-    double screen_refined;  /* lm_screen only: rows its 6-bit level passed on to the 2 low bits, per step (ring kernel) */
     double screen_rows;     /* lm_screen only: rows whose logit the screen recomputed exactly, per step (ms_token's run) */
     double screen_fallback; /* ... and blocks per step that computed all their rows (list overflow, NaN input) */
     int launches;           /* kernel nodes in one step's graph (greedy) */

@@ -220,9 +220,8 @@ int cmd_bench(int argc, char **argv) {
                     res->ms_atomic, res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample,
                     res->ms_persistent, res->launches_persistent);
             if (res->lm_screen)
-                bprintf(&sc, "| %d | %.4f | %.4f | %+.1f | %.0f | %.1f | %.2f |\n", ctxs[c], res->ms_token, res->ms_lm_full,
-                        1e3 * (res->ms_token - res->ms_lm_full), res->screen_refined, res->screen_rows,
-                        res->screen_fallback);
+                bprintf(&sc, "| %d | %.4f | %.4f | %+.1f | %.1f | %.2f |\n", ctxs[c], res->ms_token, res->ms_lm_full,
+                        1e3 * (res->ms_token - res->ms_lm_full), res->screen_rows, res->screen_fallback);
             if (res->mlp_fused)
                 bprintf(&fz, "| %d | %.4f (%d) | %.4f (%d) | %+.1f |\n", ctxs[c], res->ms_atomic, res->launches,
                         res->ms_mlp_unfused, res->launches_mlp_unfused, 1e3 * (res->ms_atomic - res->ms_mlp_unfused));
@@ -231,20 +230,20 @@ int cmd_bench(int argc, char **argv) {
                     "\"ms_det\":%.5f,\"ms_nopdl\":%.5f,\"ms_eager\":%.5f,\"ms_sync\":%.5f,\"ms_sample\":%.5f,"
                     "\"copy_gbs\":%.1f,\"read_gbs\":%.1f,\"persistent\":%d,\"ms_persistent\":%.5f,\"launches_persistent\":%d,"
                     "\"mlp_fused\":%d,\"ms_mlp_unfused\":%.5f,\"launches_mlp_unfused\":%d,\"lm_screen\":%d,"
-                    "\"ms_lm_full\":%.5f,\"screen_refined\":%.1f,\"screen_rows\":%.2f,\"screen_fallback\":%.3f}",
+                    "\"ms_lm_full\":%.5f,\"screen_rows\":%.2f,\"screen_fallback\":%.3f}",
                     c ? "," : "", ctxs[c], res->ms_token, gbs, res->step_bytes, res->launches, res->ms_atomic,
                     res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample, res->copy_gbs,
                     res->read_gbs, res->persistent, res->ms_persistent, res->launches_persistent, res->mlp_fused,
                     res->ms_mlp_unfused, res->launches_mlp_unfused, res->lm_screen, res->ms_lm_full,
-                    res->screen_refined, res->screen_rows, res->screen_fallback);
+                    res->screen_rows, res->screen_fallback);
         }
         if (sc.n)
             bprintf(&md, "\nLM head of the greedy step: its argmax through the quantized screen (the default in every "
                          "greedy column; the same id and value as the full head, `QWEN35_LM_SCREEN=0`: off) vs the full "
                          "bf16 head (graph + PDL, atomic split-K, same run):\n\n"
-                         "| ctx | screen ms/token | full head ms/token | screen - full, us | rows refined to int8 per step | "
+                         "| ctx | screen ms/token | full head ms/token | screen - full, us | "
                          "rows recomputed per step | blocks per step computing all their rows |\n"
-                         "|---|---|---|---|---|---|---|\n%s", sc.s);
+                         "|---|---|---|---|---|---|\n%s", sc.s);
         if (fz.n)
             bprintf(&md, "\nFused MLP vs the two MLP GEMVs (graph + PDL, atomic split-K, same run):\n\n"
                          "| ctx | fused ms/token (launches) | two GEMVs ms/token (launches) | fused - two GEMVs, us |\n"

@@ -163,16 +163,15 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->am_idx, ctx->lm_blocks);
     CARVE(a, ctx->out_id, 1);
     CARVE(a, ctx->out_max, 1);
-    ctx->lm_q = NULL, ctx->lm_p = NULL, ctx->lm_l = NULL, ctx->lm_meta = NULL, ctx->lm_stats = NULL, ctx->lm_key = NULL;
-    if (ctx->lm_screen) { /* the ring kernel's 6 + 2 bit rows, or the register kernel's int8 rows */
+    ctx->lm_q = NULL, ctx->lm_p = NULL, ctx->lm_meta = NULL, ctx->lm_stats = NULL, ctx->lm_key = NULL;
+    if (ctx->lm_screen) { /* the ring kernel's 6-bit rows, or the register kernel's int8 rows */
         if (ctx->lm_screen == 1 && cuda_lm_screen_ring(V, D)) {
             CARVE(a, ctx->lm_p, (size_t)V * D / 4 * 3);
-            CARVE(a, ctx->lm_l, (size_t)V * D / 4);
         } else {
             CARVE(a, ctx->lm_q, (size_t)V * D);
         }
         CARVE(a, ctx->lm_meta, 4 * (size_t)V);
-        CARVE(a, ctx->lm_stats, 4);
+        CARVE(a, ctx->lm_stats, 3);
     }
     CARVE(a, ctx->step_dev, 1);
     if (ctx->lm_screen) ctx->lm_key = &ctx->step_dev->lm_key; /* reset by each step's params copy */
@@ -538,13 +537,8 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
                 ctx->lm_screen = atoi(ls);
         }
         if (!cuda_lm_screen_ok(V, D)) ctx->lm_screen = 0;
-        const char *ef = getenv("QWEN35_LM_EF"), *sd = getenv("QWEN35_LM_SDYN"), *ab = getenv("QWEN35_LM_ABL");
-        ctx->lm_l2ef = ef && *ef ? atoi(ef) != 0 : 1, ctx->lm_sdyn = sd && *sd ? atoi(sd) : 0;
-        ctx->lm_abl = ab && *ab ? atoi(ab) : 0;
-        if (ctx->lm_sdyn < 0 || ctx->lm_sdyn > 60) {
-            fprintf(stderr, "qwen35: QWEN35_LM_SDYN=%s ignored (0 to 60)\n", sd);
-            ctx->lm_sdyn = 0;
-        }
+        const char *ef = getenv("QWEN35_LM_EF"); /* the screen's stream L2 evict-first (PERF_NOTES §29): 0 off */
+        ctx->lm_l2ef = !(ef && !strcmp(ef, "0"));
         const char *st = getenv("QWEN35_MLP_STAGE");
         const int stv = st ? atoi(st) : 0;
         ctx->mlp_staged = stv == 1 ? 128 : stv == 256 || stv == 512 ? stv : 0;
@@ -573,8 +567,8 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         if ((rc = upload_weights(ctx, err))) goto fail;
         if (ctx->lm_screen) { /* the screen's quantized head from the uploaded bf16 one */
             CudaLaunch lq = {0, 0, NULL, 0};
-            int qe = cuda_lm_quantize(ctx->lm_head, V, D, ctx->lm_q, ctx->lm_p, ctx->lm_l, ctx->lm_meta, &lq);
-            if (!qe) qe = (int)cudaMemset(ctx->lm_stats, 0, 4 * sizeof(unsigned));
+            int qe = cuda_lm_quantize(ctx->lm_head, V, D, ctx->lm_q, ctx->lm_p, ctx->lm_meta, &lq);
+            if (!qe) qe = (int)cudaMemset(ctx->lm_stats, 0, 3 * sizeof(unsigned));
             if (!qe) qe = (int)cudaDeviceSynchronize();
             if (qe) {
                 rc = cfail((cudaError_t)qe, "LM head screen", err);

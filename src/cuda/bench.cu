@@ -313,16 +313,15 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     sp->token = 1 < c->vocab_size ? 1 : 0, sp->pos = rq->ctx_len, sp->top_p = 1.0f;
 
     res->lm_screen = ctx->lm_screen;
-    if (!rc && ctx->lm_screen && cudaMemset(ctx->lm_stats, 0, 4 * sizeof(unsigned)) != cudaSuccess)
+    if (!rc && ctx->lm_screen && cudaMemset(ctx->lm_stats, 0, 3 * sizeof(unsigned)) != cudaSuccess)
         rc = bfail(cudaGetLastError(), "screen stats", err);
     if (!rc) rc = time_mode(ctx, det0, pdl0, ng0, 0, iters, &res->ms_token, err);
     if (!rc && ctx->lm_screen) { /* the screen's counters over those steps, then the step with the full head */
-        unsigned st[4] = {0, 0, 0, 0};
+        unsigned st[3] = {0, 0, 0};
         cudaError_t e = cudaMemcpy(st, ctx->lm_stats, sizeof st, cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) rc = bfail(e, "screen stats", err);
         const double steps = ctx->lm_blocks > 0 ? (double)st[2] / ctx->lm_blocks : 0;
         res->screen_rows = steps > 0 ? st[0] / steps : 0, res->screen_fallback = steps > 0 ? st[1] / steps : 0;
-        res->screen_refined = steps > 0 ? st[3] / steps : 0;
         const int ls0 = ctx->lm_screen;
         ctx->lm_screen = 0;
         if (!rc) rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_lm_full, err);

@@ -607,9 +607,9 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     if (cuda_step_screen(ctx, sample)) { /* the argmax through the quantized screen (lm_screen.cu): same id and value */
         LmScreenParams ls;
         memset(&ls, 0, sizeof ls);
-        ls.head = mv, ls.Wq = ctx->lm_q, ls.Wp = ctx->lm_p, ls.Wl = ctx->lm_l, ls.meta = ctx->lm_meta;
+        ls.head = mv, ls.Wq = ctx->lm_q, ls.Wp = ctx->lm_p, ls.meta = ctx->lm_meta;
         ls.stats = ctx->lm_stats, ls.reg = ctx->lm_screen == 2, ls.key = ctx->lm_key, ls.gmax = &ctx->step_dev->lm_gmax;
-        ls.l2ef = ctx->lm_l2ef, ls.dyn = ctx->lm_sdyn, ls.ticket = &ctx->step_dev->lm_ticket, ls.abl = ctx->lm_abl;
+        ls.l2ef = ctx->lm_l2ef;
         ls.head.logits = NULL, ls.head.work = NULL, ls.head.work_tail = 0, ls.head.eps = ctx->c->rms_norm_eps;
         op_begin(ctx);
         const double qb = ctx->lm_p ? 0.75 * V * D : (double)V * D; /* + ~4 bf16 groups and ~40 low bits per block */

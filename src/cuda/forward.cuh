@@ -99,11 +99,11 @@ typedef struct CudaCtx {
                                * QWEN35_LM_DYN at open, 0: off) */
     int lm_screen;            /* greedy steps that write no logits take the LM head's argmax through the quantized
                                * screen (lm_screen.cu; QWEN35_LM_SCREEN at open: 0 off, 2 its register kernel) */
-    int lm_l2ef, lm_sdyn, lm_abl; /* its ring kernel's LmScreenParams l2ef, dyn (QWEN35_LM_EF, QWEN35_LM_SDYN at open) */
+    int lm_l2ef;              /* its ring kernel's LmScreenParams.l2ef (QWEN35_LM_EF at open, default 1) */
     int8_t *lm_q;             /* (V, D) the screen's int8 head (its register kernel), NULL when off or unused */
-    uint8_t *lm_p, *lm_l;     /* (V, 3 D / 4), (V, D / 4) its 6 + 2 bit rows (its ring kernel), NULL likewise */
+    uint8_t *lm_p;            /* (V, 3 D / 4) its 6-bit rows (its ring kernel), NULL likewise */
     float *lm_meta;           /* (V, 4) its scales and bound coefficients */
-    unsigned *lm_stats;       /* (4) its counters (LmScreenParams.stats) */
+    unsigned *lm_stats;       /* (3) its counters (LmScreenParams.stats) */
     unsigned long long *lm_key; /* its result key: &step_dev->lm_key (LmScreenParams.key; zeroed by step_load_k) */
     unsigned long long *key_host; /* pinned: *lm_key read back */
     int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:

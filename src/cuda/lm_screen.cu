@@ -6,7 +6,7 @@
  * load by cuda_lm_quantize) bounds every logit; only the rows whose bound reaches the best lower bound can be the
  * argmax, and those (a few per block at the 0.8B shape) are recomputed from the bf16 rows by the full head's own
  * code. The id and its value are the full head's, bit for bit: the screen only decides which rows need the exact sum.
- * H200, 0.8B: ~-55 us per greedy token against the full head (docs/PERF_NOTES.md §27, §28).
+ * H200, 0.8B: ~-60 us per greedy token against the full head (docs/PERF_NOTES.md §27 - §29).
  *
  * The bound. Row r's exact logit is E_r = bf16(s_r), s_r the fp32 sum of the full head (matvec.cu MV_OUT_ARGMAX:
  * every product h_i w_ri exact in fp32, D - 1 roundings: |s_r - h.w_r| <= (D - 1) u ||h||_2 ||w_r||_2, u = 2^-24).
@@ -22,14 +22,14 @@
  * bf16(U_r) >= bf16(M): those are the candidates. At the 0.8B shape with random weights B_r is about a quarter of the
  * logits' standard deviation (e_r ~ 0.75 % of ||w_r||_2).
  *
- * The ring kernel's first level (cols 1024 or 2048 on sm_90, the default there) reads 6 of q's 8 bits: u = q + 128 =
- * 4 hi + lo (hi < 64, lo < 4; cuda_lm_quantize stores hi as 4 + 2 bit planes, Wp, and lo apart, Wl). With
+ * The ring kernel (cols 1024 or 2048 on sm_90, the default there) reads only 6 of q's 8 bits: u = q + 128 = 4 hi + lo
+ * (hi < 64, lo < 4; cuda_lm_quantize stores hi as 4 + 2 bit planes, Wp, and only the bound of lo). With
  * t = sum hq hi (exact), T = 4 t + sum hq lo - 128 sum hq, and |sum hq (lo - 1.5)| <= ||hq||_2 ||lo - 1.5||_2, so
  *   a6 = (4 t + 1.5 S - 128 S) sc sh (S = sum hq),  B6 = B + sh ||hq||_2 c6,  c6 = sc ||lo - 1.5||_2 (rounded up)
  * bound s_r likewise with ~4.7x the width: ~195 MB read (meta included) instead of ~258. The rows whose U6 reaches
- * the best L are few once the blocks share their running max (gmax: ~14 per block), and only those read their 2 low
- * bits (256 B each, prefetched into L2 when listed) for the int8 bounds above; then the exact sums as in the register
- * kernel.
+ * the best L are few once the blocks share their running max (gmax: ~14 per block), and their exact sums follow
+ * directly (2 KB each: one DRAM round trip; a pass over their 2 low bits first, which cut them to ~1 per block, cost
+ * an L2 round trip more and was 4.4 us slower: PERF_NOTES §29).
  *
  * Register kernel layout (512 threads, one block per SM, grid = the full head's am_val capacity): groups of 8 int8
  * rows (8 KiB at D = 1024) go to warps round-robin across the blocks (group b + G (w + 16 i) to warp w of block b),
@@ -37,12 +37,13 @@
  * 512 c + 16 l (c < 2 per batch: 16 loads, 256 B per lane in flight; the first batch before pdl_wait) and multiplies
  * them with its 16 hq (shared memory, packed in pairs) in 8 dp2a; the 8 row sums meet in 9 shuffles. Each warp keeps
  * its running max of L and pushes (row, U) into the block's list when bf16(U) >= bf16(its max): a superset of the
- * candidates, since the max only grows. At the end the block takes M_b = max over its warps and recomputes, one warp
- * per candidate, the 4-row group of every listed row with bf16(U) >= bf16(M_b) exactly as the full head does (gemv's
- * U = 4 layout, dot8 in the same order, warp_sum_rows4): its best is the block's best of the exact logits over all
- * its rows. The blocks' bests meet in one 64-bit atomic max (*key: the value's bits in a monotone order, then the
- * complement of the id), so no block waits for another and no last block reduces them: the host reads the key
- * (cuda_lm_key_id). A block whose list overflows (LS_CAP), that keeps no row (register kernel: NaN input) or whose
+ * candidates, since the max only grows. At the end the block takes M_b = max over its warps, compacts the listed
+ * rows with bf16(U) >= bf16(M_b) and recomputes them, two rows per warp at a time, exactly as the full head does
+ * (gemv's U = 4 layout, dot8 in the same order, warp_sum_rows4 with the row at its place in its 4-row group: a row's
+ * sum never mixes with its group's others, so only the row itself is read): its best is the block's best of the
+ * exact logits over all its rows. The blocks' bests meet in one 64-bit atomic max (*key: the value's bits in a
+ * monotone order, then the complement of the id), so no block waits for another and no last block reduces them: the
+ * host reads the key (cuda_lm_key_id). A block whose list overflows (LS_CAP), that keeps no row (register kernel: NaN input) or whose
  * ||h|| is not finite computes all its rows exactly instead: slower, the same answer.
  *
  * The ring kernel streams Wp by one producer thread (warp 15) in pieces of RP whole rows (24 KiB: RP 32 at 1024
@@ -50,7 +51,8 @@
  * go out before the PDL wait; consumer warp c takes slot c's pieces (one consumer per slot: an mbarrier's parity then
  * never aliases two generations); the block's pieces are b + G i (interleaved across SMs: PERF_NOTES §26). Lane l
  * sums columns 1024 c + 32 l + [0, 32) of each row (its hq in registers). Its list push also compares with gmax (the
- * blocks' running max of L, published by atomic max, read once per piece), and a block may keep no row. */
+ * blocks' running max of L, published by atomic max, read once per piece), and a block may keep no row. The stream
+ * is read with an L2 evict-first policy (LmScreenParams.l2ef). */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -66,8 +68,6 @@
 #define LS_CAP 512 /* the block's candidate list */
 #define LS_RING (180 * 1024) /* ring kernel: bytes of its slots (S = LS_RING / piece, at most 15: 7 at 24 KiB pieces; */
 #define LS_P 4               /* 8 measured the same), pieces in flight (6: the same) */
-#define LS_RB 4 /* ring: entries per warp per round of the 2-low-bit pass */
-#define LS_DCAP 64 /* ring: pieces a block may take by tickets (LmScreenParams.dyn <= 60) */
 
 /* acc + the dot product of 16 int8 weights (w) with 16 int16 inputs (hp: 8 pairs), exactly, in 8 dp2a. */
 __device__ __forceinline__ int dot16_i8(uint4 w, const int (&hp)[8], int acc) {
@@ -94,17 +94,6 @@ __device__ __forceinline__ int dot32_u6(uint4 nb, uint2 tp, const int (&hp)[16],
         const unsigned t = (sh <= 4 ? t2[j >> 2] << (4 - sh) : t2[j >> 2] >> (sh - 4)) & 0x30303030u;
         acc = __dp2a_lo(hp[2 * j], (int)(b | t), acc);
         acc = __dp2a_hi(hp[2 * j + 1], (int)(b | t), acc);
-    }
-    return acc;
-}
-/* The same for the 2 low bits of u (lo: 32 pairs, tp's order). */
-__device__ __forceinline__ int dot32_u2(uint2 lo, const int (&hp)[16], int acc) {
-    const unsigned t2[2] = {lo.x, lo.y};
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const unsigned t = (t2[j >> 2] >> (2 * (j & 3))) & 0x03030303u;
-        acc = __dp2a_lo(hp[2 * j], (int)t, acc);
-        acc = __dp2a_hi(hp[2 * j + 1], (int)t, acc);
     }
     return acc;
 }
@@ -170,10 +159,8 @@ __device__ __forceinline__ int warp_sum_rows8(const int (&acc)[8], int lane) {
 }
 
 /* The full head's sums of the 4-row group g4 (matvec.cu, MV_U 4 at 512 threads, columns [0, cols)): lanes 8j ..
- * 8j+7 return row 4 g4 + j's fp32 sum, bitwise the full head's. only >= 0: row 4 g4 + only alone is read (a row's
- * sum never mixes with the others'), the other rows' sums are 0. */
-__device__ __forceinline__ float exact_rows4(const uint16_t *W, int rows, int cols, const float *xs, int g4, int lane,
-                                             int only) {
+ * 8j+7 return row 4 g4 + j's fp32 sum, bitwise the full head's. */
+__device__ __forceinline__ float exact_rows4(const uint16_t *W, int rows, int cols, const float *xs, int g4, int lane) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int k0 = 0; k0 < cols; k0 += 1024) {
         uint4 w[4][4];
@@ -183,9 +170,8 @@ __device__ __forceinline__ float exact_rows4(const uint16_t *W, int rows, int co
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int row = g4 * 4 + r;
-                w[u][r] = row < rows && k < cols && (only < 0 || only == r)
-                              ? ld_stream(reinterpret_cast<const uint4 *>(W + (size_t)row * cols + k))
-                              : make_uint4(0u, 0u, 0u, 0u);
+                w[u][r] = row < rows && k < cols ? ld_stream(reinterpret_cast<const uint4 *>(W + (size_t)row * cols + k))
+                                                 : make_uint4(0u, 0u, 0u, 0u);
             }
         }
         gemv_dot4(w, xs, k0, cols, lane, acc);
@@ -203,14 +189,11 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
     extern __shared__ __align__(128) unsigned char smem[]; /* RP: ring [S][PB] | meta [S][RP] float4; then
                                                               xs [cols] fp32 | hq [cols] int16 */
     __shared__ float red[32];
-    __shared__ int c_row[LS_CAP], c_s1[RP ? LS_CAP : 1];
-    __shared__ float c_sc[RP ? LS_CAP : 1], c_b8[RP ? LS_CAP : 1]; /* ring: sc and the int8 bound less its 4u|a| */
+    __shared__ int c_row[LS_CAP];
     __shared__ float c_up[LS_CAP];
-    __shared__ unsigned c_n, c_kept, c_ref, c_m;
-    __shared__ int c_sel[RP ? LS_CAP : 1]; /* ring, direct: the rows in reach */
-    __shared__ float m_s[LS_WARPS], m_r[LS_WARPS], m_g;
-    __shared__ int s_piece[S], d_list[RP ? LS_DCAP : 1]; /* ring: slot s's piece (-1: no more); the ticketed pieces */
-    __shared__ int d_n;
+    __shared__ unsigned c_n, c_m;
+    __shared__ int c_sel[LS_CAP]; /* the listed rows still in reach at the end */
+    __shared__ float m_s[LS_WARPS], m_g;
     __shared__ long long s0_s, sq_s;
     __shared__ __align__(8) unsigned long long full[S], empty[S];
     __shared__ ArgMax am_s[LS_WARPS];
@@ -243,20 +226,14 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             mt = __ldg(reinterpret_cast<const float4 *>(sp.meta) + grp * LS_R + lane);
     };
     /* ring kernel: the block's i-th piece, rows [RP (b + G i), +RP), into slot i % S with its meta */
-    /* ring kernel: P pieces of RP rows; block b's static pieces b + G i (i < nst), then (dyn) pieces dbase + 2 t + {0,
-     * 1} for tickets t until they run out: the blocks that stream faster take more of the last pieces */
-    const int P = RP ? (rows + RP - 1) / RP : 0, np = RP ? (P - b + G - 1) / G : 0;
-    const bool dyn = RP && sp.ticket && sp.dyn > 0 && sp.dyn <= 60;
-    const int nst = dyn ? max(P / G - sp.dyn, min(S, P / G)) : np, dbase = dyn ? nst * G : P;
-    /* piece pc, rows [RP pc, +RP), into slot s with its meta */
-    auto issue = [&](int pc, int s) {
-        const int row0 = RP * pc, nr = min(RP, rows - row0);
+    const int np = RP ? ((rows + RP - 1) / RP - b + G - 1) / G : 0;
+    auto issue = [&](int i) {
+        const int row0 = RP * (b + G * i), nr = min(RP, rows - row0), s = i % S;
         const unsigned fb = (unsigned)__cvta_generic_to_shared(&full[s]);
-        s_piece[s] = pc;
         const unsigned dw = (unsigned)__cvta_generic_to_shared(ring + (size_t)s * PB),
                        dm = (unsigned)__cvta_generic_to_shared(mring + s * RP);
         mbar_arrive_expect_tx(fb, (unsigned)(nr * RB + nr * 16));
-        if (sp.l2ef) { /* read once: evict-first, so the rows prefetched for the tail stay in L2 */
+        if (sp.l2ef) { /* read once: evict-first (PERF_NOTES §29) */
             const uint64_t pol = l2_evict_first_policy();
             bulk_g2s_ef(dw, sp.Wp + (size_t)row0 * RB, (unsigned)(nr * RB), fb, pol);
             bulk_g2s_ef(dm, sp.meta + 4 * (size_t)row0, (unsigned)(nr * 16), fb, pol);
@@ -275,7 +252,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         }
         __syncthreads();
         if (threadIdx.x == LS_THREADS - 32)
-            for (int i = 0; i < min(S, nst); i++) issue(b + G * i, i);
+            for (int i = 0; i < min(S, np); i++) issue(i);
     } else if (g < ng) {
         load(g, 0);
     }
@@ -294,7 +271,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         const int nthr = G * LS_THREADS;
         for (int i = b * LS_THREADS + threadIdx.x; i < p.n_zero; i += nthr) p.zero[i] = 0.0f;
     }
-    if (threadIdx.x == 0) c_n = 0u, c_kept = 0u, c_ref = 0u, c_m = 0u, s0_s = 0, sq_s = 0, d_n = 0;
+    if (threadIdx.x == 0) c_n = 0u, c_m = 0u, s0_s = 0, sq_s = 0;
     __syncthreads();
     pdl_trigger();
     /* ||h||_2 (rounded up) and h as integers: hq_i = rint(h_i / sh), |hq_i| < hq_max, so that every sum of cols
@@ -333,21 +310,6 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
      * warp's running max of L, and (row, U) into the block's list when bf16(U) >= bf16(that max) (ring: of that max
      * and the blocks' running max gm). Ring: t is the sum over u's 6 high bits, the 2 low bits bounded by c6. */
     float mw = -INFINITY, gm = -INFINITY, mw_pub = -INFINITY;
-    /* ring: entry i's int8 screen from its 2 low bits (lo: this lane's columns): (L, U) */
-    auto refine = [&](unsigned i, const uint2 (&lo)[NC], const int (&hpr)[NC][16]) {
-        int acc = 0;
-#pragma unroll
-        for (int c = 0; c < NC; c++) acc = dot32_u2(lo[c], hpr[c], acc);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        const float a = (float)(4ll * c_s1[i] + acc - 128ll * s0) * (c_sc[i] * sh);
-        const float B = c_b8[i] + 0x1p-22f * fabsf(a);
-        return make_float2(a - B, a + B);
-    };
-    auto lo_load = [&](int row, int c) {
-        return *reinterpret_cast<const uint2 *>(sp.Wl + (size_t)row * (RB / 3) + 256 * c + 8 * lane);
-    };
-    auto pf_exact = [&](int row) { l2_prefetch(p.W + (size_t)row * cols, (unsigned)cols * 2u); }; /* its bf16 row */
     auto screen8 = [&](int t, float4 m4, int row8) {
         const int j = lane >> 2, row = row8 + j;
         const float sc = __shfl_sync(0xffffffffu, m4.x, j), cc = __shfl_sync(0xffffffffu, m4.y, j),
@@ -368,14 +330,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             if (lane == 0) base = atomicAdd(&c_n, (unsigned)__popc(bal));
             base = __shfl_sync(0xffffffffu, base, 0);
             const unsigned i = base + (unsigned)__popc(bal & ((1u << lane) - 1u));
-            if (push && i < LS_CAP) {
-                c_row[i] = row, c_up[i] = U;
-                if constexpr (RP > 0) { /* its 2 low bits into L2 now: they are read after the stream */
-                    c_s1[i] = t, c_sc[i] = sc, c_b8[i] = B8 * 1.001f;
-#pragma unroll
-                    for (int c = 0; c < NC; c++) l2_prefetch(sp.Wl + (size_t)row * (RB / 3) + 256 * c, 256u);
-                }
-            }
+            if (push && i < LS_CAP) c_row[i] = row, c_up[i] = U;
         }
     };
     if constexpr (RP == 0) {
@@ -401,42 +356,13 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             screen8(warp_sum_rows8(acc, lane), mt, g * LS_R);
         }
     } else if (warp == LS_WARPS - 1) { /* the producer: the rest of the pieces, at most LS_P in flight */
-        if (lane == 0) {
-            /* tickets of 2 pieces, each taken when the one before starts (its atomic's round trip under two pieces'
-             * waits), and only with room in d_list for it: every ticket taken is streamed. Then one end mark (-1)
-             * per slot. */
-            int nd = 0, i = min(S, nst), tj = 2;
-            unsigned tcur = 0u, tnext = 0u;
-            bool have = false;
-            if (dyn && i + 2 > nst) tnext = atomicAdd(sp.ticket, 1u), have = true;
-            for (;; i++) {
-                int pc = -1;
-                if (i < nst) {
-                    pc = b + G * i;
-                    if (dyn && i + 2 == nst) tnext = atomicAdd(sp.ticket, 1u), have = true;
-                } else if (dyn) {
-                    if (tj == 2 && have) tcur = tnext, have = false, tj = 0;
-                    const int q = dbase + 2 * (int)tcur + tj;
-                    if (tj < 2 && q < P) {
-                        pc = q, d_list[nd++] = q;
-                        if (tj++ == 0 && nd + 3 <= LS_DCAP) tnext = atomicAdd(sp.ticket, 1u), have = true;
-                    }
-                }
-                if (pc < 0) break;
-                if (i >= S) {
-                    mbar_wait((unsigned)__cvta_generic_to_shared(&full[(i - LS_P) % S]), ((i - LS_P) / S) & 1);
-                    mbar_wait((unsigned)__cvta_generic_to_shared(&empty[i % S]), (i / S - 1) & 1);
-                }
-                issue(pc, i % S);
+        if (lane == 0)
+            for (int i = S; i < np; i++) {
+                mbar_wait((unsigned)__cvta_generic_to_shared(&full[(i - LS_P) % S]), ((i - LS_P) / S) & 1);
+                mbar_wait((unsigned)__cvta_generic_to_shared(&empty[i % S]), (i / S - 1) & 1);
+                issue(i);
             }
-            for (int j = i; j < i + S; j++) {
-                if (j >= S) mbar_wait((unsigned)__cvta_generic_to_shared(&empty[j % S]), (j / S - 1) & 1);
-                s_piece[j % S] = -1;
-                mbar_arrive((unsigned)__cvta_generic_to_shared(&full[j % S]));
-            }
-            d_n = nd;
-        }
-    } else if (warp < S) { /* consumer warp: slot `warp`, the pieces the producer puts there, up to its end mark */
+    } else if (warp < S) { /* consumer warp: slot `warp`, the block's pieces warp, warp + S, ... */
         const unsigned fb = (unsigned)__cvta_generic_to_shared(&full[warp]),
                        eb = (unsigned)__cvta_generic_to_shared(&empty[warp]);
         const unsigned char *pc = ring + (size_t)warp * PB;
@@ -445,12 +371,10 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         for (int c = 0; c < NC; c++)
 #pragma unroll
             for (int e = 0; e < 16; e++) hp[c][e] = reinterpret_cast<const int *>(hq + 1024 * c + 32 * lane)[e];
-        for (int k = 0;; k++) {
+        for (int i = warp; i < np; i += S) {
             /* the blocks' running max, read now, used after the sums */
             const unsigned gv = sp.gmax ? *reinterpret_cast<volatile unsigned *>(sp.gmax) : 0u;
-            mbar_wait(fb, k & 1);
-            const int pi = s_piece[warp];
-            if (pi < 0) break;
+            mbar_wait(fb, (i / S) & 1);
             int t[RP / 8];
             float4 m4[RP / 8];
 #pragma unroll
@@ -471,7 +395,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             if (lane == 0) mbar_arrive(eb); /* the slot is free again */
             gm = fmaxf(gm, unord_f32(gv));
 #pragma unroll
-            for (int r8 = 0; r8 < RP / 8; r8++) screen8(t[r8], m4[r8], RP * pi + r8 * 8);
+            for (int r8 = 0; r8 < RP / 8; r8++) screen8(t[r8], m4[r8], RP * (b + G * i) + r8 * 8);
             if (sp.gmax && mw > mw_pub && lane == 0) atomicMax(sp.gmax, ord_f32(mw)); /* every L is a lower bound */
             mw_pub = fmaxf(mw_pub, mw);
         }
@@ -486,62 +410,13 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
     const unsigned n = c_n;
     /* the register kernel keeps at least its best row; the ring kernel's block may keep none (gm) */
     const bool fallback = n > LS_CAP || (!RP && n == 0u) || !(hn <= FLT_MAX);
-    const int abl = sp.abl; /* 1, timing only: no tail (wrong ids); 2: direct */
-
-    /* ring: the rows still in reach get their 2 low bits: L, U of the int8 screen (c_up := U; -inf: out). A warp
-     * takes entries warp + 16 k in rounds of LS_RB, every round's loads out before its sums (one L2 round trip: the
-     * rows were prefetched when pushed); a row whose U reaches the best L seen has its bf16 group prefetched for the
-     * exact sums. The block's best L goes to gmax for the blocks still streaming. */
-    if constexpr (RP > 0) if (!fallback && !abl && sp.abl != 2) {
-        const float mr1 = rbf(mb);
-        float m8 = mb;
-        int hp[NC][16];
-#pragma unroll
-        for (int c = 0; c < NC; c++)
-#pragma unroll
-            for (int e = 0; e < 16; e++) hp[c][e] = reinterpret_cast<const int *>(hq + 1024 * c + 32 * lane)[e];
-        for (unsigned i0 = warp; i0 < n; i0 += LS_WARPS * LS_RB) {
-            uint2 lo[LS_RB][NC];
-            bool in[LS_RB];
-#pragma unroll
-            for (int u = 0; u < LS_RB; u++) {
-                const unsigned i = i0 + LS_WARPS * u;
-                in[u] = i < n && rbf(c_up[i]) >= mr1; /* warp-uniform */
-#pragma unroll
-                for (int c = 0; c < NC; c++) lo[u][c] = in[u] ? lo_load(c_row[i], c) : make_uint2(0u, 0u);
-            }
-            __syncwarp();
-#pragma unroll
-            for (int u = 0; u < LS_RB; u++) {
-                const unsigned i = i0 + LS_WARPS * u;
-                if (i >= n) break;
-                if (!in[u]) {
-                    if (lane == 0) c_up[i] = -INFINITY;
-                    continue;
-                }
-                const float2 lu = refine(i, lo[u], hp);
-                m8 = fmaxf(m8, lu.x);
-                if (lane == 0) {
-                    c_up[i] = lu.y;
-                    if (rbf(lu.y) >= rbf(m8)) pf_exact(c_row[i]);
-                    if (sp.stats) atomicAdd(&c_ref, 1u);
-                }
-            }
-        }
-        if (lane == 0) m_r[warp] = m8;
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < LS_WARPS; i++) mb = fmaxf(mb, m_r[i]);
-        if (threadIdx.x == 0 && sp.gmax && mb > -INFINITY) atomicMax(sp.gmax, ord_f32(mb));
-    }
     const float mr = rbf(mb);
 
-    /* the exact sums: the candidates, or every row of the block (register kernel: its groups of 8; ring kernel: its
-     * pieces) */
+    /* the exact sums: of the listed rows still in reach (compacted, then two per warp, both rows' loads out at once:
+     * one DRAM round trip for up to 32 rows), or of every row of the block (register kernel: its groups of 8; ring
+     * kernel: its pieces) */
     ArgMax best = {-INFINITY, INT_MAX};
-    if (abl == 1) {
-        best = ArgMax{mb, b};
-    } else if (RP && !fallback && sp.abl == 2) { /* direct: the exact sums of every row in reach of the 6-bit bound */
+    if (!fallback) {
         for (unsigned i = threadIdx.x; i < n; i += LS_THREADS)
             if (rbf(c_up[i]) >= mr) c_sel[atomicAdd(&c_m, 1u)] = c_row[i];
         __syncthreads();
@@ -552,25 +427,12 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             best = argmax_better(best, ArgMax{rbf(v.x), ra});
             if (rb >= 0) best = argmax_better(best, ArgMax{rbf(v.y), rb});
         }
-        if (threadIdx.x == 0 && sp.stats) c_kept = m;
-    } else if (!fallback) {
-        for (unsigned i = warp; i < n; i += LS_WARPS) {
-            const int row = c_row[i];
-            if (!(rbf(c_up[i]) >= mr)) continue; /* warp-uniform */
-            const float s = exact_rows4(p.W, rows, cols, xs, row >> 2, lane, row & 3);
-            const float v = rbf(__shfl_sync(0xffffffffu, s, 8 * (row & 3)));
-            if (lane == 0) {
-                best = argmax_better(best, ArgMax{v, row});
-                if (sp.stats) atomicAdd(&c_kept, 1u);
-            }
-        }
     } else {
         constexpr int G4 = (RP ? RP : LS_R) / 4; /* 4-row groups per piece / group of 8 */
-        const int nk = RP ? nst + d_n : (ng - b + G - 1) / G; /* the block's pieces / groups of 8 */
+        const int nk = RP ? np : (ng - b + G - 1) / G; /* the block's pieces / groups of 8 */
         for (int t = warp; t < nk * G4; t += LS_WARPS) {
-            const int k = t / G4, pc = RP && k >= nst ? d_list[k - nst] : b + G * k;
-            const int g4 = pc * G4 + t % G4;
-            const float s = exact_rows4(p.W, rows, cols, xs, g4, lane, -1);
+            const int g4 = (b + G * (t / G4)) * G4 + t % G4;
+            const float s = exact_rows4(p.W, rows, cols, xs, g4, lane);
             const int row = g4 * 4 + (lane >> 3);
             if ((lane & 7) == 0 && row < rows && row < p.n_valid) best = argmax_better(best, ArgMax{rbf(s), row});
         }
@@ -586,22 +448,20 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         for (int i = 1; i < LS_WARPS; i++) bb = argmax_better(bb, am_s[i]);
         atomicMax(sp.key, ((unsigned long long)ord_f32(bb.v) << 32) | (unsigned)~bb.i);
         if (sp.stats) {
-            atomicAdd(sp.stats + 0, c_kept);
+            atomicAdd(sp.stats + 0, fallback ? 0u : c_m);
             atomicAdd(sp.stats + 1, fallback ? 1u : 0u);
             atomicAdd(sp.stats + 2, 1u);
-            atomicAdd(sp.stats + 3, c_ref);
         }
     }
 }
 
 /* One warp per row: sc = max |w| / 127, q = rint(w / sc), and in double, rounded up: c = e + 2 D u (nw + nq),
  * l1 = ||sc q||_1 and c6 = sc ||lo - 1.5||_2 (the header's bounds). A row with a non-finite weight: sc = 0, q = 0,
- * c = inf (always a candidate). Wq: q; Wp, Wl: u = q + 128 split as u >> 2 and u & 3, lane l's columns 1024 c + 32 l
- * + 4 j + m (j < 8, m < 4) at: Wp row chunk c (768 bytes): nibble j & 1 of byte 16 l + 4 (j / 2) + m = (u >> 2) & 15,
- * bits 2 (j % 4) of byte 512 + 8 l + 4 (j / 4) + m = u >> 6; Wl row byte 256 c + 8 l + 4 (j / 4) + m, bits 2 (j % 4)
- * = u & 3 (lm_screen_bf16's dot32_u6 and dot32_u2 read them so). */
+ * c = inf (always a candidate). Wq: q; Wp: the 6 high bits of u = q + 128, lane l's columns 1024 c + 32 l + 4 j + m
+ * (j < 8, m < 4) at row chunk c (768 bytes): nibble j & 1 of byte 16 l + 4 (j / 2) + m = (u >> 2) & 15, bits 2 (j % 4)
+ * of byte 512 + 8 l + 4 (j / 4) + m = u >> 6 (lm_screen_bf16's dot32_u6 reads them so). */
 __global__ void __launch_bounds__(256) lm_quantize_bf16(const uint16_t *W, int rows, int cols, int8_t *q, uint8_t *wp,
-                                                        uint8_t *wl, float *meta) {
+                                                        float *meta) {
     const int lane = threadIdx.x & 31, row = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (row >= rows) return;
     const uint16_t *wr = W + (size_t)row * cols;
@@ -629,20 +489,18 @@ __global__ void __launch_bounds__(256) lm_quantize_bf16(const uint16_t *W, int r
             e2 += d * d, nw2 += (double)v * v, nq2 += dq * dq, l1 += fabs(dq), lo2 += dl * dl;
         }
     }
-    if (wp && wl)
+    if (wp)
         for (int c = 0; c < cols / 1024; c++) {
-            unsigned nb[4] = {0u, 0u, 0u, 0u}, tp[2] = {0u, 0u}, lo[2] = {0u, 0u};
+            unsigned nb[4] = {0u, 0u, 0u, 0u}, tp[2] = {0u, 0u};
             for (int j = 0; j < 8; j++)
                 for (int m = 0; m < 4; m++) {
                     const unsigned u = (unsigned)(quant(1024 * c + 32 * lane + 4 * j + m) + 128);
                     nb[j >> 1] |= ((u >> 2) & 15u) << (8 * m + 4 * (j & 1));
                     tp[j >> 2] |= (u >> 6) << (8 * m + 2 * (j & 3));
-                    lo[j >> 2] |= (u & 3u) << (8 * m + 2 * (j & 3));
                 }
             uint8_t *pr = wp + (size_t)row * (cols / 4 * 3) + 768 * c;
             *reinterpret_cast<uint4 *>(pr + 16 * lane) = make_uint4(nb[0], nb[1], nb[2], nb[3]);
             *reinterpret_cast<uint2 *>(pr + 512 + 8 * lane) = make_uint2(tp[0], tp[1]);
-            *reinterpret_cast<uint2 *>(wl + (size_t)row * (cols / 4) + 256 * c + 8 * lane) = make_uint2(lo[0], lo[1]);
         }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -685,18 +543,18 @@ extern "C" int cuda_lm_screen_ring(int rows, int cols) {
     return cuda_lm_screen_ok(rows, cols) && ring_rp(cols) > 0;
 }
 
-extern "C" int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *q, uint8_t *wp, uint8_t *wl, float *meta,
+extern "C" int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *q, uint8_t *wp, float *meta,
                                 const CudaLaunch *l) {
-    if (!W || !meta || (!q && !wp) || !wp != !wl || !cuda_lm_screen_ok(rows, cols) || (wp && cols % 1024))
+    if (!W || !meta || (!q && !wp) || !cuda_lm_screen_ok(rows, cols) || (wp && cols % 1024))
         return (int)cudaErrorInvalidValue;
-    lm_quantize_bf16<<<(rows + 7) / 8, 256, 0, l->stream>>>(W, rows, cols, q, wp, wl, meta);
+    lm_quantize_bf16<<<(rows + 7) / 8, 256, 0, l->stream>>>(W, rows, cols, q, wp, meta);
     return launch_status(l->stream);
 }
 
 extern "C" int cuda_lm_screen(const LmScreenParams *sp, const CudaLaunch *l) {
     const MatvecParams *p = &sp->head;
     const int rp = sp->reg ? 0 : ring_rp(p->cols);
-    if (!sp->meta || !sp->key || !p->W || !cuda_lm_screen_ok(p->rows, p->cols) || (rp ? !sp->Wp || !sp->Wl : !sp->Wq) ||
+    if (!sp->meta || !sp->key || !p->W || !cuda_lm_screen_ok(p->rows, p->cols) || (rp ? !sp->Wp : !sp->Wq) ||
         p->out_mode != MV_OUT_ARGMAX || (p->in_mode != MV_IN_VEC && p->in_mode != MV_IN_RESIDUAL) || !p->x ||
         p->splits != 1 || p->blocks < 1 || (p->in_mode == MV_IN_VEC && p->norm_w) || (p->x_out && p->x_out == p->x))
         return (int)cudaErrorInvalidValue;

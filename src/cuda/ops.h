@@ -38,7 +38,7 @@ typedef struct StepParams {
     int pad_;
     uint64_t seed, step; /* sampling RNG: u = q35 counter hash of (seed, step), see sample.cu */
     unsigned long long lm_key; /* the LM head screen's result and running max (LmScreenParams key, gmax): 0 from */
-    unsigned lm_gmax, lm_ticket; /* the host, so the step's params copy resets them (lm_ticket: LmScreenParams.ticket) */
+    unsigned lm_gmax, pad2_;   /* the host, so the step's params copy resets them */
 } StepParams;
 
 /* ---- GEMV family (matvec.cu) ----------------------------------------------------------------
@@ -166,22 +166,21 @@ typedef struct LmScreenParams {
     MatvecParams head;
     unsigned long long *key; /* [1], zero before each launch: the best (value, id) as a key */
     unsigned *gmax;    /* ring kernel, optional [1], zero before each launch: the blocks' running max of L */
-    unsigned *ticket;  /* ring kernel, optional [1], zero before each launch: with dyn > 0 the last ~dyn pieces per */
-    int dyn, l2ef, abl; /* block go by tickets; l2ef: its stream's TMA reads marked L2 evict-first */
+    int l2ef;          /* ring kernel: its stream's TMA reads marked L2 evict-first (the engine's default) */
     const int8_t *Wq;  /* register kernel: [rows][cols]: q = rint(w / sc_r) in [-127, 127] */
-    const uint8_t *Wp, *Wl; /* ring kernel: u = q + 128 as 6 high bits [rows][3 cols / 4] and 2 low [rows][cols / 4] */
+    const uint8_t *Wp; /* ring kernel: the 6 high bits of u = q + 128 [rows][3 cols / 4] */
     const float *meta; /* [rows][4]: sc_r, c_r, l1_r, c6_r (the bounds' coefficients) */
-    unsigned *stats;   /* optional [4], added to: rows recomputed exactly, blocks computing all rows, blocks, rows refined */
+    unsigned *stats;   /* optional [3], added to: rows recomputed exactly, blocks computing all rows, blocks */
     int reg;           /* 1: the register kernel even where the TMA ring kernel runs (cols 1024 or 2048, sm_90) */
 } LmScreenParams;
 int cuda_lm_screen_ok(int rows, int cols);
 /* *key -> the argmax id (0 if none won, as MV_OUT_ARGMAX), its value in v: larger keys win, ties the smaller id */
 int cuda_lm_key_id(unsigned long long key, float *v);
 int cuda_lm_screen(const LmScreenParams *p, const CudaLaunch *l);
-/* Wq (or NULL), Wp and Wl (or NULL; cols % 1024 == 0) and meta from the bf16 head W [rows][cols] (once, at load). */
-int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, uint8_t *Wp, uint8_t *Wl, float *meta,
+/* Wq (or NULL), Wp (or NULL; cols % 1024 == 0) and meta from the bf16 head W [rows][cols] (once, at load). */
+int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, uint8_t *Wp, float *meta,
                      const CudaLaunch *l);
-int cuda_lm_screen_ring(int rows, int cols); /* 1: cuda_lm_screen runs the ring kernel (reg = 0; Wp, Wl needed) */
+int cuda_lm_screen_ring(int rows, int cols); /* 1: cuda_lm_screen runs the ring kernel (reg = 0; Wp needed) */
 
 /* ---- fused MLP of one token (mlp.cu; the engine default, QWEN35_MLP_FUSED=0: off) ----------------
  * The two MLP GEMVs of the decode step in one kernel (one kernel boundary less per layer):
