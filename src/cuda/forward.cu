@@ -612,7 +612,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         ls.l2ef = ctx->lm_l2ef;
         ls.head.logits = NULL, ls.head.work = NULL, ls.head.work_tail = 0, ls.head.eps = ctx->c->rms_norm_eps;
         op_begin(ctx);
-        const double qb = ctx->lm_p ? 0.75 * V * D : (double)V * D; /* + ~4 bf16 groups and ~40 low bits per block */
+        const double qb = ctx->lm_p ? 0.75 * V * D : (double)V * D; /* + ~14 exact bf16 rows per block */
         rc = op_end(ctx, cuda_lm_screen(&ls, &lc), "lm_screen", qb + 16.0 * V, err);
         if (rc) return rc;
     } else if ((rc = gemv(ctx, &lc, &mv, "lm_head", err))) {

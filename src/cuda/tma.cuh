@@ -65,11 +65,10 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy(void) {
 }
 /* bulk_g2s with an L2 cache policy (l2_evict_first_policy). */
 __device__ __forceinline__ void bulk_g2s_ef(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-            dst),
-        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
-        : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+                 : "memory");
 }
 /* 2-D tiled TMA load of the box at (c0 = inner/K coordinate, c1 = row) into shared dst; completion
  * is signalled on bar as transaction bytes. */
