@@ -166,12 +166,11 @@ typedef struct LmScreenParams {
     MatvecParams head;
     unsigned long long *key; /* [1], zero before each launch: the best (value, id) as a key */
     unsigned *gmax;    /* ring kernel, optional [1], zero before each launch: the blocks' running max of L */
-    int l2ef;          /* ring kernel: its stream's TMA reads marked L2 evict-first (the engine's default) */
     const int8_t *Wq;  /* register kernel: [rows][cols]: q = rint(w / sc_r) in [-127, 127] */
     const uint8_t *Wp; /* ring kernel: the 6 high bits of u = q + 128 [rows][3 cols / 4] */
     const float *meta; /* [rows][4]: sc_r, c_r, l1_r, c6_r (the bounds' coefficients) */
     unsigned *stats;   /* optional [3], added to: rows recomputed exactly, blocks computing all rows, blocks */
-    int reg;           /* 1: the register kernel even where the TMA ring kernel runs (cols 1024 or 2048, sm_90) */
+    int reg, l2ef; /* 1: the register kernel where the TMA ring runs (cols 1024 / 2048); 1: the ring read evict-first */
 } LmScreenParams;
 int cuda_lm_screen_ok(int rows, int cols);
 /* *key -> the argmax id (0 if none won, as MV_OUT_ARGMAX), its value in v: larger keys win, ties the smaller id */
