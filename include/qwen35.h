@@ -100,11 +100,82 @@ typedef struct Q35GenStats {
 int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, const Q35Sampling *s,
                  Q35TokenFn fn, void *user, Q35GenStats *stats, Q35Err *err);
 
+/* ---- many sequences in one engine (serve) ----
+ * q35_serve_open turns the engine into a multi-sequence engine: up to max_seqs sequences at once, each in a
+ * slot with its own DeltaNet state (recurrent state + conv window) and a block table into one shared, paged KV
+ * cache for the full-attention layers (blocks of kv_block tokens, taken from a pool as a sequence grows and
+ * returned when it closes). q35_step appends tokens to any subset of the open sequences in ONE forward pass
+ * and samples each one's next token with that sequence's own parameters. The single-sequence calls
+ * (q35_forward, q35_generate, q35_reset) keep their own sequence and must not be used on an engine between
+ * q35_serve_open and q35_serve_close. A backend without a batched step serves one sequence at a time
+ * (max_seqs is then 1). Deterministic mode (Q35Options.deterministic): a sequence's tokens and logprobs do
+ * not depend on which other sequences share its steps (batch invariance). */
+typedef struct Q35ServeOptions {
+    int max_seqs;       /* sequences open at once (slots); 0 = 64 (capped by memory) */
+    size_t kv_bytes;    /* bytes for KV blocks + slot states; 0 = kv_fraction of the free (device) memory */
+    double kv_fraction; /* used when kv_bytes is 0; 0 = 0.9 on a GPU, 0.25 of physical memory on the CPU */
+    int kv_block;       /* tokens per KV block; 0 = 16 */
+} Q35ServeOptions;
+
+typedef struct Q35ServeInfo {
+    int max_seqs;        /* slots */
+    int kv_block;        /* tokens per block */
+    int n_blocks;        /* blocks in the pool */
+    int free_blocks;     /* blocks not held by any sequence now */
+    int open_seqs;       /* sequences open now */
+    int max_context;     /* longest sequence the engine accepts (q35_context_size) */
+    size_t slot_bytes;   /* memory of one slot's DeltaNet state */
+    size_t block_bytes;  /* memory of one KV block (all full-attention layers) */
+} Q35ServeInfo;
+
+/* Per-sequence generation parameters (fixed for the sequence's life). */
+typedef struct Q35SeqParams {
+    Q35Sampling sampling;    /* temperature / top-k / top-p / min-p / presence + repetition penalty / seed */
+    float frequency_penalty; /* OpenAI: logit -= f * count(id in generated ids); 0 = off */
+    int top_logprobs;        /* -1: no logprobs; 0..20: the chosen id's logprob and this many top alternatives */
+} Q35SeqParams;
+
+/* One sequence's part of a step: ids appended at its end (a prompt chunk, or the id sampled last step). */
+typedef struct Q35StepItem {
+    int seq;        /* from q35_seq_open; at most once per step */
+    const int *ids; /* n >= 1 ids */
+    int n;
+    int sample;     /* 1: sample the token that follows ids[n-1] into the matching Q35StepOut */
+} Q35StepItem;
+
+#define Q35_MAX_TOP_LOGPROBS 20
+typedef struct Q35StepOut {
+    int id;        /* sampled id (items with sample = 1), else -1 */
+    float logprob; /* log softmax of the raw logits (before penalties / temperature) at id; 0 without logprobs */
+    int n_top;     /* top_logprobs alternatives filled, most likely first */
+    int top_id[Q35_MAX_TOP_LOGPROBS];
+    float top_logprob[Q35_MAX_TOP_LOGPROBS];
+} Q35StepOut;
+
+int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err);
+void q35_serve_close(Q35Engine *e);
+void q35_serve_info(const Q35Engine *e, Q35ServeInfo *info);
+/* Opens a sequence (empty). Q35_ERR_OOM when every slot is taken. */
+int q35_seq_open(Q35Engine *e, const Q35SeqParams *p, int *seq, Q35Err *err);
+/* Closes a sequence: its slot and KV blocks go back to the pools. */
+void q35_seq_close(Q35Engine *e, int seq);
+int q35_seq_length(const Q35Engine *e, int seq); /* tokens in the sequence */
+/* KV blocks the sequence must newly take to grow by n tokens (0 when its last block has room). */
+int q35_seq_blocks_needed(const Q35Engine *e, int seq, int n);
+/* One forward pass over n items. On Q35_ERR_OOM (not enough free KV blocks for all items) or Q35_ERR_CONTEXT (an
+ * item would pass the context) nothing is changed; any other error leaves the named sequences unusable (close
+ * them). out: [n], filled for items with sample = 1. */
+int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35Err *err);
+
 /* ---- decode benchmark (backends with a device timer: CUDA) ---- */
 typedef struct Q35BenchRequest {
     int ctx_len; /* position of the timed token: KV positions [0, ctx_len) hold random data */
     int iters;   /* graph replays per timing batch (5 batches, median); 0 = 200 */
     int ops;     /* 1: also time every launch of one eager step with events (no PDL) */
+    const char *ablate;    /* measurement only (bench --ablate): comma-separated launch kinds left out of the step
+                            * (qkvzba qkv deltanet dnlayer attention attn_o out_proj o_proj mlp gate_up down lm_head);
+                            * outputs are garbage then; NULL or "" = none */
+    const char *trace_csv; /* measurement only (bench --trace-csv, the TRACE=1 build): per-block timer stamps here */
     /* prefill (CUDA, issue 5): n_prefill > 0 times prefill instead of decode: one prompt of each
      * length from position 0 (last-row logits on the device), plus a 4096^3 GEMM of our own kernel;
      * with ops, the launches of one eager prefill of min(2048, piece size) tokens go to ops[]. */
