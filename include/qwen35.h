@@ -172,15 +172,15 @@ typedef struct Q35BenchRequest {
     int ctx_len; /* position of the timed token: KV positions [0, ctx_len) hold random data */
     int iters;   /* graph replays per timing batch (5 batches, median); 0 = 200 */
     int ops;     /* 1: also time every launch of one eager step with events (no PDL) */
-    const char *ablate;    /* measurement only (bench --ablate): comma-separated launch kinds left out of the step
-                            * (qkvzba qkv deltanet dnlayer attention attn_o out_proj o_proj mlp gate_up down lm_head);
-                            * outputs are garbage then; NULL or "" = none */
-    const char *trace_csv; /* measurement only (bench --trace-csv, the TRACE=1 build): per-block timer stamps here */
     /* prefill (CUDA, issue 5): n_prefill > 0 times prefill instead of decode: one prompt of each
      * length from position 0 (last-row logits on the device), plus a 4096^3 GEMM of our own kernel;
      * with ops, the launches of one eager prefill of min(2048, piece size) tokens go to ops[]. */
     int n_prefill;
     int prefill_lens[8];
+    const char *ablate;    /* measurement only (bench --ablate): comma-separated launch kinds left out of the step
+                            * (qkvzba qkv deltanet dnlayer attention attn_o out_proj o_proj mlp gate_up down lm_head);
+                            * outputs are garbage then; NULL or "" = none */
+    const char *trace_csv; /* measurement only (bench --trace-csv, the TRACE=1 build): per-block timer stamps here */
 } Q35BenchRequest;
 
 #define Q35_BENCH_MAX_OPS 512
