@@ -91,7 +91,7 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
 /* Prefill timings (device events) at each length, the GEMM rate of the same run, and with ops the
  * per-launch breakdown of one prefill piece grouped by kind. Returns 1 on a hard failure. */
 static int prefill_bench(Q35Engine *e, const int *lens, int n, int ops, Buf *md, Buf *js, Q35BenchResult *r) {
-    Q35BenchRequest rq = {0, 0, ops, n, {0}};
+    Q35BenchRequest rq = {.ops = ops, .n_prefill = n};
     memcpy(rq.prefill_lens, lens, sizeof(int) * (size_t)n);
     Q35Err err = {0};
     if (q35_bench_decode(e, &rq, r, &err)) {
