@@ -17,8 +17,7 @@ static const char *usage =
     "  detokenize --model DIR --ids 1,2,3\n"
     "  download   REPO [--dir DIR]   e.g. qwen35 download Qwen/Qwen3.5-0.8B\n"
     "common flags: --backend cpu|cuda|auto  --ctx N  --threads N  --deterministic  --no-graph\n"
-    "              --keep-f32-params  --strict  --seed-weights S (dummy)  --probe DIR (activation dumps)\n"
-    "              --persistent (experimental)  --mlp-unfused (decode MLP as two GEMVs)\n";
+    "              --keep-f32-params  --strict  --seed-weights S (dummy)  --probe DIR (activation dumps)\n";
 
 int main(int argc, char **argv) {
     static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {

@@ -60,8 +60,6 @@ int cli_model_flag(Q35Options *o, int argc, char **argv, int *i) {
     }
     if (!strcmp(f, "--deterministic")) { o->deterministic = 1; return 1; }
     if (!strcmp(f, "--no-graph")) { o->no_graph = 1; return 1; }
-    if (!strcmp(f, "--persistent")) { o->persistent = 1; return 1; }
-    if (!strcmp(f, "--mlp-unfused")) { o->mlp_unfused = 1; return 1; }
     if (!strcmp(f, "--keep-f32-params")) { o->keep_f32_params = 1; return 1; }
     if (!strcmp(f, "--strict")) { o->strict = 1; return 1; }
     return 0;
@@ -143,10 +141,6 @@ void cli_sampling_apply(const SamplingFlags *f, const Q35Engine *e, Q35Sampling 
 void cli_env_options(Q35Options *o) {
     const char *d = getenv("QWEN35_DETERMINISTIC");
     if (d && !strcmp(d, "1")) o->deterministic = 1;
-    const char *p = getenv("QWEN35_PERSISTENT");
-    if (p && !strcmp(p, "1")) o->persistent = 1;
-    const char *mf = getenv("QWEN35_MLP_FUSED");
-    if (mf && !strcmp(mf, "0")) o->mlp_unfused = 1;
 }
 
 int cli_fail(const Q35Err *err) {

@@ -4,7 +4,7 @@
 #include "qwen35.h"
 
 /* If argv[*i] is a model/backend flag (--model, --dummy, --backend, --ctx, --threads, --seed-weights, --probe,
- * --deterministic, --no-graph, --persistent, --mlp-unfused, --keep-f32-params, --strict), consumes it (and its value) and returns 1;
+ * --deterministic, --no-graph, --keep-f32-params, --strict), consumes it (and its value) and returns 1;
  * 0 if not such a flag; -1 after printing an error. */
 int cli_model_flag(Q35Options *o, int argc, char **argv, int *i);
 /* Returns the flag's value (argv[++*i]) or prints "FLAG needs a value" and returns NULL. */
@@ -13,8 +13,7 @@ int cli_int(const char *flag, const char *s, long lo, long hi, int *out);
 int cli_float(const char *flag, const char *s, float *out);
 /* Parses "5,17,9" into a malloc'ed array. Prints an error and returns -1 on bad input. */
 int cli_parse_ids(const char *s, int **ids, int *n);
-/* Applies QWEN35_DETERMINISTIC=1, QWEN35_PERSISTENT=1 and QWEN35_MLP_FUSED=0 (mirroring --deterministic,
- * --persistent, --mlp-unfused). */
+/* Applies QWEN35_DETERMINISTIC=1 (mirroring --deterministic). */
 void cli_env_options(Q35Options *o);
 /* Sampling flags shared by run and chat: --temp --top-k --top-p --min-p --presence-penalty
  * --repetition-penalty --seed --greedy. Unset flags keep the model's defaults. */
