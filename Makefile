@@ -55,7 +55,7 @@ GPU_TEST_SRC = $(wildcard tests/gpu/test_*.c)
 GPU_TEST_BIN = $(GPU_TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN = $(BUILD)/bench/bench_kernels
 
-.PHONY: all deps test test-gpu gpu-tests bench debug format loc clean tokdata fuzz-tokenizer
+.PHONY: all deps test test-gpu gpu-tests bench debug format loc clean tokdata fuzz-tokenizer fuzz-request
 all: $(BUILD)/qwen35 $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 $(BUILD)/%.o: %.c
@@ -138,6 +138,11 @@ $(BUILD)/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c src/tokenizer.c src/tokeniz
 	@mkdir -p $(dir $@)
 	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -D_GNU_SOURCE $^ -o $@ -lcjson -lpcre2-8 -lutf8proc -lm
 fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
+# libFuzzer target over the server's request JSON -> parameters: build/fuzz_request -runs=1000000 tests/fuzz/request
+$(BUILD)/fuzz_request: tests/fuzz/fuzz_request.c src/server/openai.c src/server/openai.h
+	@mkdir -p $(dir $@)
+	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -D_GNU_SOURCE $(filter %.c,$^) -o $@ -lcjson -lm
+fuzz-request: $(BUILD)/fuzz_request
 $(BUILD)/bench/bench_tokenizer: bench/bench_tokenizer.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)

@@ -1,0 +1,488 @@
+/* openai.c — OpenAI request JSON -> OaiRequest (validated: every bad field is a 400 naming it) and the
+ * response / chunk / error JSON, all through cJSON. Ranges follow OpenAI where it defines one (temperature
+ * [0, 2], penalties [-2, 2], top_logprobs [0, 20], n = 1) and vLLM for its extensions (top_k, min_p,
+ * repetition_penalty, ignore_eos, chat_template_kwargs). Unknown fields are ignored, as OpenAI's SDKs
+ * send fields newer than any server. */
+#include "server/openai.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int oai_fail(OaiError *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int bad(OaiError *e, const char *param, const char *what) {
+    return oai_fail(e, 400, "invalid_request_error", NULL, param, "'%s' %s", param, what);
+}
+
+/* Field lookup: absent and JSON null read alike (SDKs send null for "not given"). */
+static const cJSON *field(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
+static int get_bool(const cJSON *o, const char *name, int *out, OaiError *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return bad(e, name, "must be a boolean");
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+/* A number in [lo, hi]; returns 1 if present, 0 if absent, -1 on error. */
+static int get_num(const cJSON *o, const char *name, double lo, double hi, float *out, OaiError *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi) {
+        char what[96];
+        snprintf(what, sizeof what, "must be a number in [%g, %g]", lo, hi);
+        return bad(e, name, what);
+    }
+    *out = (float)v->valuedouble;
+    return 1;
+}
+
+static int get_int(const cJSON *o, const char *name, double lo, double hi, int64_t *out, OaiError *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return 0;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!isfinite(d) || d != floor(d) || d < lo || d > hi) {
+        char what[96];
+        snprintf(what, sizeof what, "must be an integer in [%.0f, %.0f]", lo, hi);
+        return bad(e, name, what);
+    }
+    *out = (int64_t)d;
+    return 1;
+}
+
+/* Message content: a string, or an array of {"type":"text","text":...} parts (joined), or null. */
+static int content_text(const cJSON *c, const char *param, char **out, OaiError *e) {
+    if (!c) return (*out = strdup("")) ? 0 : oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (cJSON_IsString(c))
+        return (*out = strdup(c->valuestring)) ? 0 : oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (!cJSON_IsArray(c)) return bad(e, param, "must be a string or an array of text parts");
+    size_t len = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "type");
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (!cJSON_IsObject(p) || !cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(x))
+            return bad(e, param, "parts must be {\"type\": \"text\", \"text\": string} (no images or audio)");
+        len += strlen(x->valuestring);
+    }
+    char *s = malloc(len + 1);
+    if (!s) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    len = 0;
+    cJSON_ArrayForEach(p, c) {
+        const char *x = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
+        size_t n = strlen(x);
+        memcpy(s + len, x, n);
+        len += n;
+    }
+    s[len] = 0;
+    *out = s;
+    return 0;
+}
+
+static int parse_messages(const cJSON *root, OaiRequest *r, OaiError *e) {
+    const cJSON *ms = field(root, "messages");
+    if (!ms) return bad(e, "messages", "is required");
+    if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) == 0) return bad(e, "messages", "must be a non-empty array");
+    int n = cJSON_GetArraySize(ms);
+    r->messages = calloc((size_t)n, sizeof *r->messages);
+    if (!r->messages) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    const cJSON *m;
+    int i = 0;
+    cJSON_ArrayForEach(m, ms) {
+        char param[64];
+        snprintf(param, sizeof param, "messages[%d]", i);
+        if (!cJSON_IsObject(m)) return bad(e, param, "must be an object");
+        const cJSON *role = field(m, "role");
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        if (!cJSON_IsString(role)) return bad(e, param, "must be a string");
+        const char *rs = role->valuestring;
+        if (!strcmp(rs, "developer")) rs = "system"; /* OpenAI's newer name for the system role */
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
+            return bad(e, param, "must be one of system, developer, user, assistant, tool");
+        OaiMessage *om = &r->messages[i];
+        r->n_messages = ++i;
+        if (!(om->role = strdup(rs))) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        snprintf(param, sizeof param, "messages[%d].content", i - 1);
+        const cJSON *content = field(m, "content");
+        if (!content && strcmp(rs, "assistant")) return bad(e, param, "is required");
+        if (content_text(content, param, &om->content, e)) return -1;
+        const cJSON *rc = field(m, "reasoning_content");
+        if (rc) {
+            snprintf(param, sizeof param, "messages[%d].reasoning_content", i - 1);
+            if (!cJSON_IsString(rc)) return bad(e, param, "must be a string");
+            if (!(om->reasoning = strdup(rc->valuestring)))
+                return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        }
+    }
+    return 0;
+}
+
+/* prompt: a string, an array of ids, or a one-element array of either (batches of prompts are not served). */
+static int parse_prompt(const cJSON *root, int vocab, OaiRequest *r, OaiError *e) {
+    const cJSON *p = field(root, "prompt");
+    if (!p) return bad(e, "prompt", "is required");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
+        p = cJSON_GetArrayItem(p, 0);
+    if (cJSON_IsString(p)) {
+        if (!(r->prompt = strdup(p->valuestring))) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return 0;
+    }
+    if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
+        return bad(e, "prompt", "must be a string or a non-empty array of token ids (one prompt per request)");
+    int n = cJSON_GetArraySize(p);
+    if (!(r->prompt_ids = malloc(sizeof(int) * (size_t)n)))
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    const cJSON *x;
+    cJSON_ArrayForEach(x, p) {
+        double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        if (!isfinite(d) || d != floor(d) || d < 0 || d >= vocab) {
+            char what[96];
+            snprintf(what, sizeof what, "must hold token ids in [0, %d) (one prompt per request)", vocab);
+            return bad(e, "prompt", what);
+        }
+        r->prompt_ids[r->n_prompt_ids++] = (int)d;
+    }
+    return 0;
+}
+
+static int parse_stop(const cJSON *root, OaiRequest *r, OaiError *e) {
+    const cJSON *s = field(root, "stop");
+    if (!s) return 0;
+    if (cJSON_IsString(s)) {
+        if (!s->valuestring[0]) return 0; /* "" stops nothing */
+        if (!(r->stop[r->n_stop++] = strdup(s->valuestring)))
+            return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        return 0;
+    }
+    if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) > OAI_MAX_STOP) {
+        char what[96];
+        snprintf(what, sizeof what, "must be a string or an array of at most %d strings", OAI_MAX_STOP);
+        return bad(e, "stop", what);
+    }
+    const cJSON *x;
+    cJSON_ArrayForEach(x, s) {
+        if (!cJSON_IsString(x)) return bad(e, "stop", "must hold only strings");
+        if (!x->valuestring[0]) continue;
+        if (!(r->stop[r->n_stop++] = strdup(x->valuestring)))
+            return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_sampling(const cJSON *root, OaiRequest *r, OaiError *e) {
+    static const struct {
+        const char *name;
+        double lo, hi;
+        size_t off;
+        int flag;
+    } nums[] = {
+        {"temperature", 0, 2, offsetof(OaiRequest, temperature), OAI_SET_TEMPERATURE},
+        {"top_p", 1e-9, 1, offsetof(OaiRequest, top_p), OAI_SET_TOP_P},
+        {"min_p", 0, 1, offsetof(OaiRequest, min_p), OAI_SET_MIN_P},
+        {"presence_penalty", -2, 2, offsetof(OaiRequest, presence_penalty), OAI_SET_PRESENCE},
+        {"frequency_penalty", -2, 2, offsetof(OaiRequest, frequency_penalty), 0},
+        {"repetition_penalty", 1e-6, 100, offsetof(OaiRequest, repetition_penalty), OAI_SET_REPETITION},
+    };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        int k = get_num(root, nums[i].name, nums[i].lo, nums[i].hi, (float *)((char *)r + nums[i].off), e);
+        if (k < 0) return -1;
+        if (k) r->set |= nums[i].flag;
+    }
+    int64_t v;
+    int k = get_int(root, "top_k", -1, 1 << 24, &v, e);
+    if (k < 0) return -1;
+    if (k) {
+        r->top_k = v < 0 ? 0 : (int)v;
+        r->set |= OAI_SET_TOP_K;
+    }
+    if ((k = get_int(root, "seed", -9007199254740991.0, 9007199254740991.0, &v, e)) < 0) return -1;
+    if (k) {
+        r->seed = (uint64_t)v;
+        r->set |= OAI_SET_SEED;
+    }
+    return 0;
+}
+
+static int parse_logprobs(const cJSON *root, OaiRequest *r, OaiError *e) {
+    int64_t v;
+    if (r->kind == OAI_COMPLETION) { /* legacy: logprobs is the number of alternatives */
+        int k = get_int(root, "logprobs", 0, Q35_MAX_TOP_LOGPROBS, &v, e);
+        if (k < 0) return -1;
+        if (k) r->top_logprobs = (int)v;
+        return 0;
+    }
+    int on = 0;
+    if (get_bool(root, "logprobs", &on, e) < 0) return -1;
+    int k = get_int(root, "top_logprobs", 0, Q35_MAX_TOP_LOGPROBS, &v, e);
+    if (k < 0) return -1;
+    if (k && !on) return bad(e, "top_logprobs", "needs \"logprobs\": true");
+    if (on) r->top_logprobs = k ? (int)v : 0;
+    return 0;
+}
+
+static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e) {
+    const cJSON *model = field(root, "model");
+    if (model) {
+        if (!cJSON_IsString(model)) return bad(e, "model", "must be a string");
+        if (!(r->model = strdup(model->valuestring)))
+            return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    if (r->kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, vocab, r, e)) return -1;
+    if (get_bool(root, "stream", &r->stream, e) < 0) return -1;
+    const cJSON *so = field(root, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) return bad(e, "stream_options", "must be an object");
+        if (!r->stream) return bad(e, "stream_options", "is only allowed with \"stream\": true");
+        if (get_bool(so, "include_usage", &r->include_usage, e) < 0) {
+            snprintf(e->param, sizeof e->param, "stream_options.include_usage");
+            return -1;
+        }
+    }
+    int64_t v;
+    int k;
+    if (get_int(root, "n", 1, 1, &v, e) < 0)
+        return oai_fail(e, 400, "invalid_request_error", NULL, "n", "'n' must be 1 (one choice per request)");
+    if (get_int(root, "best_of", 1, 1, &v, e) < 0) return -1;
+    if ((k = get_int(root, "max_completion_tokens", 1, 2147483647.0, &v, e)) < 0) return -1;
+    if (k) r->max_tokens = (int)v;
+    if ((k = get_int(root, "max_tokens", 1, 2147483647.0, &v, e)) < 0) return -1;
+    if (k) r->max_tokens = (int)v;
+    if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_logprobs(root, r, e)) return -1;
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
+    int echo = 0;
+    if (get_bool(root, "echo", &echo, e) < 0) return -1;
+    if (echo) return bad(e, "echo", "is not supported");
+    const cJSON *tools = field(root, "tools");
+    if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
+        return bad(e, "tools", "are not supported by this server yet");
+    const cJSON *kw = field(root, "chat_template_kwargs");
+    if (kw) {
+        if (!cJSON_IsObject(kw)) return bad(e, "chat_template_kwargs", "must be an object");
+        int on;
+        k = get_bool(kw, "enable_thinking", &on, e);
+        if (k < 0) {
+            snprintf(e->param, sizeof e->param, "chat_template_kwargs.enable_thinking");
+            return -1;
+        }
+        if (k) r->thinking = on ? Q35_THINK_ON : Q35_THINK_OFF;
+    }
+    return 0;
+}
+
+int oai_parse_request(const char *body, size_t len, int kind, int vocab, OaiRequest *r, OaiError *e) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->max_tokens = -1;
+    r->top_logprobs = -1;
+    r->thinking = Q35_THINK_DEFAULT;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON");
+    int rc = cJSON_IsObject(root)
+                 ? parse_fields(root, vocab, r, e)
+                 : oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+    cJSON_Delete(root);
+    if (rc) oai_request_free(r);
+    return rc;
+}
+
+void oai_request_free(OaiRequest *r) {
+    for (int i = 0; i < r->n_messages; i++) {
+        free(r->messages[i].role);
+        free(r->messages[i].content);
+        free(r->messages[i].reasoning);
+    }
+    free(r->messages);
+    free(r->model);
+    free(r->prompt);
+    free(r->prompt_ids);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- output ---- */
+
+static char *print(cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+char *oai_error_json(const OaiError *e) {
+    cJSON *o = cJSON_CreateObject(), *x = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(x, "message", e->message);
+    cJSON_AddStringToObject(x, "type", e->type ? e->type : "server_error");
+    if (e->param[0])
+        cJSON_AddStringToObject(x, "param", e->param);
+    else
+        cJSON_AddNullToObject(x, "param");
+    if (e->code)
+        cJSON_AddStringToObject(x, "code", e->code);
+    else
+        cJSON_AddNullToObject(x, "code");
+    return print(o);
+}
+
+/* Chat: {"content": [{"token","logprob","bytes","top_logprobs":[...]}]}. */
+static cJSON *bytes_array(const char *s) {
+    cJSON *a = cJSON_CreateArray();
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) cJSON_AddItemToArray(a, cJSON_CreateNumber(*p));
+    return a;
+}
+
+static cJSON *chat_logprobs(const OaiOutput *o) {
+    cJSON *lp = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(lp, "content");
+    for (int i = 0; i < o->n_logprobs; i++) {
+        const OaiTokenLogprob *t = &o->logprobs[i];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "token", t->token);
+        cJSON_AddNumberToObject(x, "logprob", t->logprob);
+        cJSON_AddItemToObject(x, "bytes", bytes_array(t->token));
+        cJSON *top = cJSON_AddArrayToObject(x, "top_logprobs");
+        for (int j = 0; j < t->n_top; j++) {
+            cJSON *y = cJSON_CreateObject();
+            cJSON_AddStringToObject(y, "token", t->top[j].token);
+            cJSON_AddNumberToObject(y, "logprob", t->top[j].logprob);
+            cJSON_AddItemToObject(y, "bytes", bytes_array(t->top[j].token));
+            cJSON_AddItemToArray(top, y);
+        }
+        cJSON_AddItemToArray(content, x);
+    }
+    return lp;
+}
+
+/* Completions (legacy): {"tokens","token_logprobs","top_logprobs":[{tok: lp}],"text_offset"}; text_offset counts
+ * bytes from the start of this choice's text (offset: bytes already sent before this chunk). */
+static cJSON *completion_logprobs(const OaiOutput *o, size_t offset) {
+    cJSON *lp = cJSON_CreateObject();
+    cJSON *toks = cJSON_AddArrayToObject(lp, "tokens"), *lps = cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs"), *offs = cJSON_AddArrayToObject(lp, "text_offset");
+    for (int i = 0; i < o->n_logprobs; i++) {
+        const OaiTokenLogprob *t = &o->logprobs[i];
+        cJSON_AddItemToArray(toks, cJSON_CreateString(t->token));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(t->logprob));
+        cJSON *top = cJSON_CreateObject();
+        for (int j = 0; j < t->n_top; j++)
+            if (!cJSON_GetObjectItemCaseSensitive(top, t->top[j].token))
+                cJSON_AddNumberToObject(top, t->top[j].token, t->top[j].logprob);
+        cJSON_AddItemToArray(tops, top);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
+        offset += strlen(t->token);
+    }
+    return lp;
+}
+
+static cJSON *usage_json(const OaiUsage *u) {
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddNumberToObject(x, "prompt_tokens", u->prompt_tokens);
+    cJSON_AddNumberToObject(x, "completion_tokens", u->completion_tokens);
+    cJSON_AddNumberToObject(x, "total_tokens", u->prompt_tokens + u->completion_tokens);
+    return x;
+}
+
+static cJSON *envelope(int kind, const OaiMeta *m, const char *object) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", m->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)m->created);
+    cJSON_AddStringToObject(o, "model", m->model);
+    (void)kind;
+    return o;
+}
+
+static void finish(cJSON *choice, const OaiOutput *o) {
+    if (o->finish_reason)
+        cJSON_AddStringToObject(choice, "finish_reason", o->finish_reason);
+    else
+        cJSON_AddNullToObject(choice, "finish_reason");
+}
+
+char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, const OaiUsage *u) {
+    cJSON *root = envelope(kind, m, kind == OAI_CHAT ? "chat.completion" : "text_completion");
+    cJSON *choice = cJSON_CreateObject();
+    cJSON_AddNumberToObject(choice, "index", 0);
+    if (kind == OAI_CHAT) {
+        cJSON *msg = cJSON_AddObjectToObject(choice, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddStringToObject(msg, "content", o->content ? o->content : "");
+        if (o->reasoning) cJSON_AddStringToObject(msg, "reasoning_content", o->reasoning);
+        if (o->want_logprobs)
+            cJSON_AddItemToObject(choice, "logprobs", chat_logprobs(o));
+        else
+            cJSON_AddNullToObject(choice, "logprobs");
+    } else {
+        cJSON_AddStringToObject(choice, "text", o->content ? o->content : "");
+        if (o->want_logprobs)
+            cJSON_AddItemToObject(choice, "logprobs", completion_logprobs(o, o->text_offset));
+        else
+            cJSON_AddNullToObject(choice, "logprobs");
+    }
+    finish(choice, o);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), choice);
+    cJSON_AddItemToObject(root, "usage", usage_json(u));
+    return print(root);
+}
+
+char *oai_chunk_json(int kind, const OaiMeta *m, const OaiOutput *o, int first, const OaiUsage *u, int with_usage) {
+    cJSON *root = envelope(kind, m, kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    if (o) {
+        cJSON *choice = cJSON_CreateObject();
+        cJSON_AddNumberToObject(choice, "index", 0);
+        if (kind == OAI_CHAT) {
+            cJSON *d = cJSON_AddObjectToObject(choice, "delta");
+            if (first) cJSON_AddStringToObject(d, "role", "assistant");
+            if (o->reasoning) cJSON_AddStringToObject(d, "reasoning_content", o->reasoning);
+            if (o->content) cJSON_AddStringToObject(d, "content", o->content);
+            if (o->want_logprobs)
+                cJSON_AddItemToObject(choice, "logprobs", chat_logprobs(o));
+            else
+                cJSON_AddNullToObject(choice, "logprobs");
+        } else {
+            cJSON_AddStringToObject(choice, "text", o->content ? o->content : "");
+            if (o->want_logprobs)
+                cJSON_AddItemToObject(choice, "logprobs", completion_logprobs(o, o->text_offset));
+            else
+                cJSON_AddNullToObject(choice, "logprobs");
+        }
+        finish(choice, o);
+        cJSON_AddItemToArray(choices, choice);
+    }
+    if (with_usage) {
+        if (u)
+            cJSON_AddItemToObject(root, "usage", usage_json(u));
+        else
+            cJSON_AddNullToObject(root, "usage");
+    }
+    return print(root);
+}
+
+char *oai_models_json(const char *model, long created, int max_model_len) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", model);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)created);
+    cJSON_AddStringToObject(m, "owned_by", "qwen35");
+    cJSON_AddNumberToObject(m, "max_model_len", max_model_len);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), m);
+    return print(root);
+}

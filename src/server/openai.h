@@ -1,0 +1,113 @@
+/* openai.h — the OpenAI wire format: request JSON -> validated parameters (every bad field answered with an
+ * OpenAI error object naming it), and the response / stream-chunk / error JSON. Knows nothing about the engine
+ * beyond the parameter ranges; the fuzz target (tests/fuzz/fuzz_request.c) drives oai_parse_request alone. */
+#ifndef Q35_SERVER_OPENAI_H
+#define Q35_SERVER_OPENAI_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qwen35.h"
+
+enum { OAI_CHAT = 0, OAI_COMPLETION = 1 };
+
+/* {"error":{"message","type","param","code"}} with its HTTP status. */
+typedef struct OaiError {
+    int status;       /* 400, 401, 404, 405, 413, 429, 500, 503 */
+    const char *type; /* "invalid_request_error", "authentication_error", "not_found_error", ... */
+    const char *code; /* NULL or e.g. "model_not_found", "context_length_exceeded" */
+    char param[64];   /* the request field at fault, "" for none */
+    char message[512];
+} OaiError;
+
+/* Fills e and returns -1 (so callers can `return oai_fail(...)`). */
+int oai_fail(OaiError *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+typedef struct OaiMessage {
+    char *role;      /* system | user | assistant | tool */
+    char *content;   /* text parts joined; "" for null */
+    char *reasoning; /* assistant reasoning_content, or NULL */
+} OaiMessage;
+
+/* Sampling fields the request set (the rest keep the model's defaults). */
+enum {
+    OAI_SET_TEMPERATURE = 1 << 0,
+    OAI_SET_TOP_P = 1 << 1,
+    OAI_SET_TOP_K = 1 << 2,
+    OAI_SET_MIN_P = 1 << 3,
+    OAI_SET_PRESENCE = 1 << 4,
+    OAI_SET_REPETITION = 1 << 5,
+    OAI_SET_SEED = 1 << 6,
+};
+
+#define OAI_MAX_STOP 16
+typedef struct OaiRequest {
+    int kind;    /* OAI_CHAT | OAI_COMPLETION */
+    char *model; /* NULL when absent */
+    OaiMessage *messages;
+    int n_messages;
+    char *prompt; /* completions: text prompt, or NULL when given as ids */
+    int *prompt_ids;
+    int n_prompt_ids;
+    int stream, include_usage;
+    int max_tokens; /* -1: up to the context */
+    int set;        /* OAI_SET_* */
+    float temperature, top_p, min_p, presence_penalty, frequency_penalty, repetition_penalty;
+    int top_k; /* 0 = off (-1 in the request means off too) */
+    uint64_t seed;
+    char *stop[OAI_MAX_STOP];
+    int n_stop;
+    int top_logprobs; /* -1: no logprobs; else the alternatives per token (0..Q35_MAX_TOP_LOGPROBS) */
+    int thinking;     /* Q35_THINK_DEFAULT | OFF | ON (chat_template_kwargs.enable_thinking) */
+    int ignore_eos;   /* vLLM extension: keep going past the stop ids */
+} OaiRequest;
+
+/* Parses body[0..len) as a kind request. vocab: ids in a token prompt must be below it. 0 on success (free r
+ * with oai_request_free), else -1 with e filled (status 400) and r holding nothing. */
+int oai_parse_request(const char *body, size_t len, int kind, int vocab, OaiRequest *r, OaiError *e);
+void oai_request_free(OaiRequest *r);
+
+/* One alternative / chosen token for logprobs: its text (detokenized alone) and log-probability. */
+typedef struct OaiTopLogprob {
+    const char *token;
+    float logprob;
+} OaiTopLogprob;
+typedef struct OaiTokenLogprob {
+    const char *token;
+    float logprob;
+    int n_top;
+    OaiTopLogprob top[Q35_MAX_TOP_LOGPROBS];
+} OaiTokenLogprob;
+
+/* The text of one response, or of one stream chunk's delta. */
+typedef struct OaiOutput {
+    const char *content;   /* NULL: no content field in a delta */
+    const char *reasoning; /* NULL: none */
+    const OaiTokenLogprob *logprobs;
+    int n_logprobs;
+    int want_logprobs;         /* put a logprobs object (possibly empty) in the choice */
+    size_t text_offset;        /* completions' text_offset of the first token: bytes of text sent before */
+    const char *finish_reason; /* "stop" | "length" | NULL (stream chunk still running) */
+} OaiOutput;
+
+typedef struct OaiUsage {
+    int prompt_tokens, completion_tokens;
+} OaiUsage;
+
+typedef struct OaiMeta {
+    const char *id; /* "chatcmpl-..." / "cmpl-..." */
+    long created;   /* unix seconds */
+    const char *model;
+} OaiMeta;
+
+/* Each returns a malloc'ed NUL-terminated JSON text, or NULL when out of memory. */
+char *oai_error_json(const OaiError *e);
+/* Non-streamed chat.completion / text_completion. */
+char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, const OaiUsage *u);
+/* One stream chunk. o: the choice's delta (NULL: a usage-only chunk with "choices": []); first: the chat delta
+ * carries "role": "assistant"; u: NULL or the usage (include_usage: null on every chunk but the last). */
+char *oai_chunk_json(int kind, const OaiMeta *m, const OaiOutput *o, int first, const OaiUsage *u, int with_usage);
+/* GET /v1/models */
+char *oai_models_json(const char *model, long created, int max_model_len);
+
+#endif

@@ -1,0 +1,87 @@
+/* fuzz_request.c — libFuzzer target for the server's request parser (src/server/openai.c): request JSON ->
+ * validated parameters, and the JSON written back (build: make fuzz-request; run: build/fuzz_request
+ * -runs=1000000 tests/fuzz/request). The first input byte picks the endpoint (chat or completions), the rest is
+ * the body. Accepted requests must hold only values in their documented ranges; rejected ones must carry a 400
+ * and an error object that cJSON reads back with the same message. Any violation aborts. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/openai.h"
+
+#define REQUIRE(c)                                                                                                     \
+    do {                                                                                                               \
+        if (!(c)) {                                                                                                    \
+            fprintf(stderr, "fuzz_request: %s:%d: %s\n", __FILE__, __LINE__, #c);                                      \
+            abort();                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+enum { VOCAB = 151936 };
+
+static void check_accepted(const OaiRequest *r, int kind) {
+    REQUIRE(r->kind == kind);
+    if (kind == OAI_CHAT) {
+        REQUIRE(r->n_messages > 0 && r->messages);
+        for (int i = 0; i < r->n_messages; i++) {
+            const char *role = r->messages[i].role;
+            REQUIRE(!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant") ||
+                    !strcmp(role, "tool"));
+            REQUIRE(r->messages[i].content);
+        }
+    } else {
+        REQUIRE(!!r->prompt != (r->n_prompt_ids > 0));
+        for (int i = 0; i < r->n_prompt_ids; i++) REQUIRE(r->prompt_ids[i] >= 0 && r->prompt_ids[i] < VOCAB);
+    }
+    REQUIRE(r->max_tokens == -1 || r->max_tokens >= 1);
+    REQUIRE(!(r->set & OAI_SET_TEMPERATURE) || (r->temperature >= 0 && r->temperature <= 2));
+    REQUIRE(!(r->set & OAI_SET_TOP_P) || (r->top_p > 0 && r->top_p <= 1));
+    REQUIRE(!(r->set & OAI_SET_MIN_P) || (r->min_p >= 0 && r->min_p <= 1));
+    REQUIRE(!(r->set & OAI_SET_REPETITION) || r->repetition_penalty > 0);
+    REQUIRE(fabsf(r->presence_penalty) <= 2 && fabsf(r->frequency_penalty) <= 2);
+    REQUIRE(r->top_k >= 0);
+    REQUIRE(r->top_logprobs >= -1 && r->top_logprobs <= Q35_MAX_TOP_LOGPROBS);
+    REQUIRE(r->n_stop >= 0 && r->n_stop <= OAI_MAX_STOP);
+    for (int i = 0; i < r->n_stop; i++) REQUIRE(r->stop[i] && r->stop[i][0]);
+    REQUIRE(!r->include_usage || r->stream);
+    /* the request's own text goes back out through the response writer */
+    OaiMeta m = {"id-0", 1, r->model ? r->model : "m"};
+    OaiTokenLogprob lp = {r->n_stop ? r->stop[0] : "x", -0.5f, 1, {{"y", -1.0f}}};
+    OaiOutput o = {r->prompt ? r->prompt : (r->n_messages ? r->messages[0].content : ""), NULL, &lp, 1, 1, 0, "stop"};
+    OaiUsage u = {1, 2};
+    char *s = oai_response_json(kind, &m, &o, &u);
+    REQUIRE(s);
+    cJSON *back = cJSON_Parse(s);
+    REQUIRE(back);
+    cJSON_Delete(back);
+    free(s);
+    s = oai_chunk_json(kind, &m, &o, 1, &u, 1);
+    REQUIRE(s && (back = cJSON_Parse(s)));
+    cJSON_Delete(back);
+    free(s);
+}
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
+    if (size < 1) return 0;
+    int kind = data[0] & 1 ? OAI_COMPLETION : OAI_CHAT;
+    OaiRequest r;
+    OaiError e;
+    memset(&e, 0, sizeof e);
+    if (oai_parse_request((const char *)data + 1, size - 1, kind, VOCAB, &r, &e) == 0) {
+        check_accepted(&r, kind);
+        oai_request_free(&r);
+        return 0;
+    }
+    REQUIRE(e.status == 400 && e.type && e.message[0]);
+    REQUIRE(!r.messages && !r.prompt && !r.prompt_ids && !r.model && r.n_stop == 0);
+    char *s = oai_error_json(&e);
+    REQUIRE(s);
+    cJSON *back = cJSON_Parse(s), *err = cJSON_GetObjectItemCaseSensitive(back, "error");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+    REQUIRE(cJSON_IsString(msg) && !strcmp(msg->valuestring, e.message));
+    cJSON_Delete(back);
+    free(s);
+    return 0;
+}
