@@ -3,34 +3,42 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/common.h"
 
-static const char *usage =
-    "usage: qwen35 COMMAND [flags]\n"
-    "  run        --model DIR | --dummy NAME  (--prompt TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K]\n"
-    "             [--top-p P] [--min-p P] [--presence-penalty X] [--repetition-penalty X] [--seed S] [--print-ids]\n"
-    "  chat       --model DIR [--think] [--system TEXT]   interactive multi-turn chat\n"
-    "  logits     --model DIR --ids 1,2,3 [--mode prefill|decode] [--last] --out FILE   raw float32 [n x vocab]\n"
-    "  info       --model DIR | --dummy NAME\n"
-    "  bench      --model DIR | --dummy qwen3.5-0.8b [--backend cpu|cuda] [--ops] [--json FILE] [--md FILE]\n"
-    "             [--ctx-list 128,2048,16384] [--prefill-list 128,512,2048,8192,32768]\n"
-    "  tokenize   --model DIR (--text TEXT | --text-file F) [--jsonl]\n"
-    "  detokenize --model DIR --ids 1,2,3\n"
-    "  download   REPO [--dir DIR]   e.g. qwen35 download Qwen/Qwen3.5-0.8B\n"
-    "common flags: --backend cpu|cuda|auto  --ctx N  --threads N  --deterministic  --no-graph\n"
-    "              --keep-f32-params  --strict  --seed-weights S (dummy)  --probe DIR (activation dumps)\n";
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *about;
+} cmds[] = {
+    {"run", cmd_run, "generate text after a prompt (--prompt TEXT or --ids 1,2,3)"},
+    {"chat", cmd_chat, "interactive multi-turn chat, one message per stdin line"},
+    {"logits", cmd_logits, "raw float32 logits [n x vocab] of some ids into a file"},
+    {"info", cmd_info, "the model: architecture, parameters, dtypes, maximum and chosen context"},
+    {"bench", cmd_bench, "decode ms/token and prefill time at several lengths"},
+    {"tokenize", cmd_tokenize, "text -> token ids"},
+    {"detokenize", cmd_detokenize, "token ids -> text"},
+    {"download", cmd_download, "fetch a Hugging Face model repo (e.g. Qwen/Qwen3.5-0.8B)"},
+};
+
+static void usage(FILE *f) {
+    fputs("usage: qwen35 COMMAND [flags]   (qwen35 COMMAND --help: that command's flags)\ncommands:\n", f);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) fprintf(f, "  %-11s %s\n", cmds[i].name, cmds[i].about);
+    fputs("examples: qwen35 download Qwen/Qwen3.5-0.8B\n"
+          "          qwen35 run --model models/Qwen3.5-0.8B --prompt 'Hello' -n 32\n",
+          f);
+    cli_exit_codes_help(f);
+}
 
 int main(int argc, char **argv) {
-    static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
-        {"run", cmd_run},           {"logits", cmd_logits}, {"info", cmd_info},
-        {"bench", cmd_bench},       {"tokenize", cmd_tokenize}, {"detokenize", cmd_detokenize},
-        {"chat", cmd_chat},         {"download", cmd_download},
-    };
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        fputs(usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 1 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
     }
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 2, argv + 2);
-    fprintf(stderr, "qwen35: unknown command '%s' (try qwen35 --help)\n", argv[1]);
-    return 1;
+    return cli_usage_error(NULL, "unknown command '%s' (qwen35 --help lists them)", argv[1]);
 }

@@ -9,33 +9,24 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common.h"
 #include "download.h"
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: qwen35 download REPO [options]   e.g. qwen35 download Qwen/Qwen3.5-0.8B\n"
-            "  --dir DIR          destination (default: models/<name>)\n"
-            "  --endpoint URL     hub address (default: https://huggingface.co)\n"
-            "  --revision REV     branch, tag or commit (default: main)\n"
-            "  --include-vision   also fetch the image/video preprocessor configs\n"
-            "  --token-file FILE  read a hub access token from FILE (gated or private repos)\n"
-            "  --verify           re-hash weight files that are already complete\n"
-            "Fetches config, tokenizer and generation files and the safetensors weights; an\n"
-            "interrupted run resumes where it stopped. Every file is checked against the hub's\n"
-            "size and sha256 / git sha1.\n");
-}
 
 typedef struct Bar {
     int tty;
-    int open;        /* a \r line is on screen */
-    double last;     /* time of the last draw or line */
+    int open;    /* a \r line is on screen */
+    double last; /* time of the last draw or line */
 } Bar;
 
 static void human(char *out, size_t n, double b) {
-    if (b >= 1e9) snprintf(out, n, "%.2f GB", b / 1e9);
-    else if (b >= 1e6) snprintf(out, n, "%.1f MB", b / 1e6);
-    else if (b >= 1e3) snprintf(out, n, "%.1f kB", b / 1e3);
-    else snprintf(out, n, "%.0f B", b);
+    if (b >= 1e9)
+        snprintf(out, n, "%.2f GB", b / 1e9);
+    else if (b >= 1e6)
+        snprintf(out, n, "%.1f MB", b / 1e6);
+    else if (b >= 1e3)
+        snprintf(out, n, "%.1f kB", b / 1e3);
+    else
+        snprintf(out, n, "%.0f B", b);
 }
 
 static double rate_mb(const DownloadProgress *p) {
@@ -131,46 +122,32 @@ static int read_token(const char *path, char **token, Err *err) {
 int cmd_download(int argc, char **argv) {
     DownloadOptions o;
     download_options_init(&o);
-    const char *token_file = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int has_value = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--include-vision")) {
-            o.include_vision = 1;
-        } else if (!strcmp(a, "--verify")) {
-            o.verify_existing = 1;
-        } else if (!strcmp(a, "--dir") && has_value) {
-            o.dir = argv[++i];
-        } else if (!strcmp(a, "--endpoint") && has_value) {
-            o.endpoint = argv[++i];
-        } else if (!strcmp(a, "--revision") && has_value) {
-            o.revision = argv[++i];
-        } else if (!strcmp(a, "--token-file") && has_value) {
-            token_file = argv[++i];
-        } else if (a[0] == '-') {
-            fprintf(stderr, "qwen35 download: unknown option or missing value: %s\n", a);
-            usage(stderr);
-            return 2;
-        } else if (o.repo) {
-            fprintf(stderr, "qwen35 download: one repo at a time (got %s and %s)\n", o.repo, a);
-            return 2;
-        } else {
-            o.repo = a;
-        }
-    }
-    if (!o.repo) {
-        usage(stderr);
-        return 2;
-    }
+    const char *token_file = NULL, *pos[1];
+    int n_pos = 0;
+    const CliFlag own[] = {
+        {"--dir", NULL, CLI_STR, &o.dir, .arg = "DIR", .help = "destination (default: models/<name>)"},
+        {"--endpoint", NULL, CLI_STR, &o.endpoint, .arg = "URL",
+         .help = "hub address (default: https://huggingface.co)"},
+        {"--revision", NULL, CLI_STR, &o.revision, .arg = "REV", .help = "branch, tag or commit (default: main)"},
+        {"--include-vision", NULL, CLI_BOOL, &o.include_vision,
+         .help = "also fetch the image/video preprocessor configs"},
+        {"--token-file", NULL, CLI_STR, &token_file, .arg = "FILE",
+         .help = "read a hub access token from FILE (gated or private repos)"},
+        {"--verify", NULL, CLI_BOOL, &o.verify_existing, .help = "re-hash weight files that are already complete"},
+        {0}};
+    const CliGroup groups[] = {{"download flags", own}, {0}};
+    const CliSpec spec = {"download", "REPO [flags]   e.g. qwen35 download Qwen/Qwen3.5-0.8B",
+                          "Fetches config, tokenizer and generation files and the safetensors weights; an interrupted "
+                          "run\nresumes where it stopped. Every file is checked against the hub's size and sha256 / "
+                          "git sha1.",
+                          groups, 1};
+    int pr = cli_parse(&spec, argc, argv, pos, &n_pos);
+    if (pr != CLI_OK) return pr == CLI_HELP ? 0 : CLI_EXIT_USAGE;
+    if (!n_pos) return cli_usage_error("download", "give the repo, e.g. qwen35 download Qwen/Qwen3.5-0.8B");
+    o.repo = pos[0];
     Err err = {0};
     char *token = NULL;
-    if (token_file && read_token(token_file, &token, &err)) {
-        fprintf(stderr, "qwen35 download: %s\n", err.msg);
-        return 1;
-    }
+    if (token_file && read_token(token_file, &token, &err)) return cli_error("download", "%s", err.msg);
     o.token = token;
     Bar bar = {.tty = isatty(STDERR_FILENO)};
     o.progress = on_progress;
@@ -181,10 +158,7 @@ int cmd_download(int argc, char **argv) {
     curl_global_cleanup();
     free(token);
     if (bar.open) fprintf(stderr, "\n");
-    if (rc) {
-        fprintf(stderr, "qwen35 download: %s\n", err.msg);
-        return 1;
-    }
+    if (rc) return cli_error("download", "%s", err.msg);
     char fetched[32], total[32];
     human(fetched, sizeof fetched, (double)st.bytes_fetched);
     human(total, sizeof total, (double)st.bytes_total);
