@@ -115,6 +115,8 @@ typedef struct Q35ServeOptions {
     size_t kv_bytes;    /* bytes for KV blocks + slot states; 0 = kv_fraction of the free (device) memory */
     double kv_fraction; /* used when kv_bytes is 0; 0 = 0.9 on a GPU, 0.25 of physical memory on the CPU */
     int kv_block;       /* tokens per KV block; 0 = 16 */
+    int single_seq;     /* 1: one sequence at a time through the single-sequence forward, as on a backend without a
+                         * batched step (tests); kv_bytes is then unused */
 } Q35ServeOptions;
 
 typedef struct Q35ServeInfo {
@@ -141,6 +143,8 @@ typedef struct Q35StepItem {
     const int *ids; /* n >= 1 ids */
     int n;
     int sample;     /* 1: sample the token that follows ids[n-1] into the matching Q35StepOut */
+    float *logits;  /* NULL, or [q35_vocab_size]: receives the raw logits of the token after ids[n-1] (with or
+                     * without sample; tests and teacher-forced comparisons) */
 } Q35StepItem;
 
 #define Q35_MAX_TOP_LOGPROBS 20
@@ -155,16 +159,30 @@ typedef struct Q35StepOut {
 int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err);
 void q35_serve_close(Q35Engine *e);
 void q35_serve_info(const Q35Engine *e, Q35ServeInfo *info);
-/* Opens a sequence (empty). Q35_ERR_OOM when every slot is taken. */
+/* Opens a sequence (empty). Q35_ERR_OOM when every slot is taken. *seq is an opaque handle >= 0, not a slot index
+ * (a closed sequence's handle stays invalid: later calls with it fail with Q35_ERR_ARG). */
 int q35_seq_open(Q35Engine *e, const Q35SeqParams *p, int *seq, Q35Err *err);
-/* Closes a sequence: its slot and KV blocks go back to the pools. */
+/* Closes a sequence: its slot and KV blocks go back to the pools. A handle not open is ignored. */
 void q35_seq_close(Q35Engine *e, int seq);
-int q35_seq_length(const Q35Engine *e, int seq); /* tokens in the sequence */
-/* KV blocks the sequence must newly take to grow by n tokens (0 when its last block has room). */
+int q35_seq_length(const Q35Engine *e, int seq); /* tokens in the sequence (fed); Q35_ERR_ARG if not open */
+/* KV blocks the sequence must newly take to grow by n tokens (0 when its last block has room); Q35_ERR_ARG if not
+ * open. */
 int q35_seq_blocks_needed(const Q35Engine *e, int seq, int n);
-/* One forward pass over n items. On Q35_ERR_OOM (not enough free KV blocks for all items) or Q35_ERR_CONTEXT (an
- * item would pass the context) nothing is changed; any other error leaves the named sequences unusable (close
- * them). out: [n], filled for items with sample = 1. */
+/* The sequence's history: every id fed so far, then the id sampled last if it is not fed yet; returns their count
+ * (q35_seq_length, or one more) and points *ids at them (valid until the next step or close). Q35_ERR_ARG if not
+ * open. A step's ids must agree with the history where they overlap it: the id fed after a sample is the sampled
+ * id (else Q35_ERR_ARG). */
+int q35_seq_history(const Q35Engine *e, int seq, const int **ids);
+/* Preemption: the sequence gives back its KV blocks and its length drops to 0; its slot, history, penalty counts and
+ * RNG stay. Recompute it by feeding its history again (q35_seq_history, in chunks like a prompt, sample = 1 on the
+ * last one): those ids are not counted again, and the tokens sampled next are those an unpreempted run samples. */
+int q35_seq_preempt(Q35Engine *e, int seq, Q35Err *err);
+/* One forward pass over n items. On Q35_ERR_OOM (not enough free KV blocks for all items), Q35_ERR_CONTEXT (an
+ * item would pass the context) or Q35_ERR_ARG (a bad item, named in the message: a sequence not open or twice in the
+ * step, an id out of range, an id that contradicts the history) nothing is changed; any other error (the backend's)
+ * leaves the named sequences unusable (close them). out: [n], filled for items with sample = 1 (id -1 for the
+ * others); may be NULL when no item samples. Initialise Q35StepItem with designated initialisers or {0}: fields may
+ * be added at its end. */
 int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35Err *err);
 
 /* ---- decode benchmark (backends with a device timer: CUDA) ---- */

@@ -34,6 +34,39 @@ typedef Q35BenchOp BenchOp;
 typedef Q35BenchResult BenchResult;
 #define BENCH_MAX_OPS Q35_BENCH_MAX_OPS
 
+/* ---- many sequences (serve): the optional batched step --------------------------------------------------------
+ * Core (src/serve.c) owns the policy: which sequence holds which slot, which KV blocks, the block tables (plain int
+ * arrays in host memory), sampling. The backend owns the memory: per full-attention layer a KV pool of n_blocks
+ * blocks, each [Hkv][block][hd] for K and the same for V (fp32, bf16, whatever it likes: it reports the bytes), and
+ * per DeltaNet layer n_slots state slots, each the recurrent state S [Hv][dk][dv] plus the conv window
+ * [K-1][conv_dim]. A backend that leaves step_batch NULL serves one sequence at a time through forward() and reset()
+ * (core's fallback, max_seqs 1); serve_sizes / serve_open / serve_close are then NULL too. */
+typedef struct ServeSizes {
+    size_t block_bytes;  /* one KV block of `block` tokens: K and V of every full-attention layer */
+    size_t slot_bytes;   /* one slot: S and the conv window of every DeltaNet layer */
+    size_t mem_bytes;    /* memory the serve state may come from: free device memory (GPU), physical memory (CPU) */
+    double mem_fraction; /* default share of mem_bytes (Q35ServeOptions kv_bytes and kv_fraction both 0) */
+} ServeSizes;
+
+typedef struct ServeLayout {
+    int n_slots;    /* DeltaNet state slots: sequences open at once */
+    int n_blocks;   /* KV blocks in each full-attention layer's pool */
+    int block;      /* tokens per block */
+    int max_blocks; /* entries of one block table: ceil(max_seq / block) */
+} ServeLayout;
+
+/* One sequence's part of a batched step: n tokens at positions pos .. pos+n-1 of the sequence in `slot`. */
+typedef struct BatchItem {
+    int slot;          /* [0, n_slots); at most once per step */
+    const int *tokens; /* [n], n >= 1, ids checked by core */
+    int n;
+    int pos;           /* tokens the slot's sequence already holds; 0 = a new sequence: the backend zeroes the slot's
+                        * DeltaNet state (S and conv window) before these tokens */
+    const int *blocks; /* block table: position p's K/V row is row p % block of block blocks[p / block]; covers
+                        * positions [0, pos + n) (core took the blocks before the call) */
+    int logits;        /* 1: the last token's logits go to the next row of the step's logits output */
+} BatchItem;
+
 typedef struct Backend {
     const char *name;
     int (*open)(void **ctx, const Model *m, const BackendOptions *o, Err *err);
@@ -45,6 +78,18 @@ typedef struct Backend {
     void (*close)(void *ctx);
     /* Optional (NULL if absent): decode timings at rq->ctx_len. Clobbers the sequence (reset after). */
     int (*bench)(void *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
+    /* Optional batched step (NULL: core's one-sequence fallback). serve_sizes reports the bytes of one block of
+     * `block` tokens and of one slot, and the memory they may come from. serve_open allocates the pools for layout l
+     * (a second call replaces them); serve_close frees them. The single-sequence forward() keeps working beside
+     * them (its own state), though core does not mix the two. */
+    int (*serve_sizes)(void *ctx, int block, ServeSizes *s, Err *err);
+    int (*serve_open)(void *ctx, const ServeLayout *l, Err *err);
+    void (*serve_close)(void *ctx);
+    /* Runs the n items in one step. logits: [n_out][V] with n_out = the items with logits = 1, rows in item order
+     * (NULL when n_out is 0). Items are independent sequences: a sequence's results must not depend on the other
+     * items, their order or the thread count (batch invariance; with QWEN35_DETERMINISTIC / deterministic on GPUs).
+     * On error the items' slots and blocks hold undefined state (core closes those sequences). */
+    int (*step_batch)(void *ctx, const BatchItem *items, int n, float *logits, Err *err);
 } Backend;
 
 extern const Backend cpu_backend;

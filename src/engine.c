@@ -4,20 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend.h"
+#include "engine.h"
 #include "sampler.h"
-
-struct Q35Engine {
-    Model model;
-    const Backend *be;
-    void *bctx;
-    Q35Tokenizer *tok;
-    int max_seq;
-    int pos;      /* tokens already in the sequence */
-    int n_valid;  /* real token ids: tokenizer size when known, else vocab_size */
-    float *logits; /* [vocab] scratch for generation */
-    char note[320]; /* why the engine did not use the requested/auto-picked backend, or "" */
-};
 
 void q35_options_init(Q35Options *o) {
     memset(o, 0, sizeof *o);
@@ -119,6 +107,7 @@ fail:
 
 void q35_engine_close(Q35Engine *e) {
     if (!e) return;
+    q35_serve_close(e);
     if (e->bctx) e->be->close(e->bctx);
     if (e->tok) q35_tokenizer_free(e->tok);
     model_free(&e->model);
@@ -167,7 +156,15 @@ int q35_context_size(const Q35Engine *e) { return e->max_seq; }
 int q35_position(const Q35Engine *e) { return e->pos; }
 Q35Tokenizer *q35_engine_tokenizer(Q35Engine *e) { return e->tok; }
 
+/* The single-sequence calls share the backend's sequence with serve's fallback: refused while serving. */
+static int check_not_serving(const Q35Engine *e, Err *err) {
+    if (e->serve)
+        return err_set(err, Q35_ERR_ARG, "the engine is serving many sequences: use q35_step (or q35_serve_close)");
+    return 0;
+}
+
 int q35_reset(Q35Engine *e, Q35Err *err) {
+    if (check_not_serving(e, err)) return Q35_ERR_ARG;
     int rc = e->be->reset(e->bctx, err);
     if (rc == 0) e->pos = 0;
     return rc;
@@ -182,6 +179,7 @@ static int check_ids(const Q35Engine *e, const int *ids, int n, Err *err) {
 }
 
 int q35_forward(Q35Engine *e, const int *ids, int n, int all_logits, float *logits, Q35Err *err) {
+    if (check_not_serving(e, err)) return Q35_ERR_ARG;
     if (n <= 0) return err_set(err, Q35_ERR_ARG, "forward needs at least one token");
     int rc = check_ids(e, ids, n, err);
     if (rc) return rc;
@@ -194,6 +192,7 @@ int q35_forward(Q35Engine *e, const int *ids, int n, int all_logits, float *logi
 }
 
 int q35_bench_decode(Q35Engine *e, const Q35BenchRequest *rq, Q35BenchResult *res, Q35Err *err) {
+    if (check_not_serving(e, err)) return Q35_ERR_ARG;
     if (!e->be->bench)
         return err_set(err, Q35_ERR_UNSUPPORTED, "the %s backend has no decode benchmark", e->be->name);
     if (rq->ctx_len < 0 || rq->ctx_len >= e->max_seq)
@@ -229,6 +228,7 @@ int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, con
                  void *user, Q35GenStats *stats, Q35Err *err) {
     Q35GenStats st = {0};
     st.n_prompt = n_prompt;
+    if (check_not_serving(e, err)) return Q35_ERR_ARG;
     if (n_prompt <= 0) return err_set(err, Q35_ERR_ARG, "empty prompt");
     int rc = check_ids(e, prompt, n_prompt, err);
     if (rc) return rc;

@@ -25,7 +25,18 @@ int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, E
     return 0;
 }
 
+int sampler_set_frequency(Sampler *s, float f, Err *err) {
+    if (!isfinite(f)) return err_set(err, Q35_ERR_ARG, "bad frequency penalty %g", f);
+    s->frequency = f;
+    if (f != 0.0f && !s->count) {
+        s->count = calloc((size_t)s->n_vocab, sizeof(int));
+        if (!s->count) return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
+    }
+    return 0;
+}
+
 void sampler_free(Sampler *s) {
+    free(s->count);
     free(s->seen);
     free(s->cand);
     free(s->prob);
@@ -35,6 +46,7 @@ void sampler_free(Sampler *s) {
 void sampler_observe(Sampler *s, int id, int generated) {
     if (id < 0 || id >= s->n_vocab) return;
     s->seen[id] |= (unsigned char)(1 | (generated ? 2 : 0));
+    if (generated && s->count) s->count[id]++;
 }
 
 int sampler_needs_history(const Q35Sampling *cfg) {
@@ -58,12 +70,13 @@ static int cmp_prob_desc(const void *a, const void *b, void *p) {
 int sampler_sample(Sampler *s, float *logits) {
     const Q35Sampling *c = &s->cfg;
     int n = s->n_valid;
-    if (c->repetition_penalty != 1.0f || c->presence_penalty != 0.0f) {
+    if (c->repetition_penalty != 1.0f || c->presence_penalty != 0.0f || s->frequency != 0.0f) {
         for (int i = 0; i < n; i++) {
             if (!s->seen[i]) continue;
             if (c->repetition_penalty != 1.0f)
                 logits[i] = logits[i] > 0 ? logits[i] / c->repetition_penalty : logits[i] * c->repetition_penalty;
             if ((s->seen[i] & 2) && c->presence_penalty != 0.0f) logits[i] -= c->presence_penalty;
+            if (s->count && s->frequency != 0.0f) logits[i] -= s->frequency * (float)s->count[i];
         }
     }
     if (c->temperature <= 0.0f) return sampler_argmax(logits, n);

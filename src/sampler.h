@@ -1,7 +1,8 @@
 /* sampler.h — host-side sampling over one row of logits: penalties, temperature, top-k,
  * top-p, min-p, then a draw from the Sampler's own RNG (seeded per request).
  * Order (as HF's logits processors): repetition penalty (ids seen in prompt + output),
- * presence penalty (ids generated so far, vLLM-style), temperature, top-k, top-p, min-p.
+ * presence penalty (ids generated so far, vLLM-style), frequency penalty (OpenAI: f times the
+ * count of the id among the generated ids), temperature, top-k, top-p, min-p.
  * Ids >= n_valid (embedding padding past the tokenizer) are never sampled. */
 #ifndef Q35_SAMPLER_H
 #define Q35_SAMPLER_H
@@ -14,12 +15,16 @@ typedef struct Sampler {
     int n_vocab;            /* logits row length */
     int n_valid;            /* ids [0, n_valid) are real tokens */
     unsigned char *seen;    /* [n_vocab] bit 0: in prompt or output; bit 1: generated */
+    float frequency;        /* frequency penalty; 0 = off */
+    int *count;             /* [n_vocab] times each id was generated (only when frequency != 0) */
     int *cand;              /* [n_vocab] scratch: candidate ids */
     float *prob;            /* [n_vocab] scratch: candidate probabilities */
 } Sampler;
 
 int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err);
 void sampler_free(Sampler *s);
+/* Turns on the frequency penalty: logit[id] -= f * (times id was generated). Call before observing. */
+int sampler_set_frequency(Sampler *s, float f, Err *err);
 /* Records an id of the context: generated = 0 for prompt ids, 1 for sampled ones. */
 void sampler_observe(Sampler *s, int id, int generated);
 /* Picks the next id from logits [n_vocab] (modified in place). */

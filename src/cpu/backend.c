@@ -164,4 +164,4 @@ static void be_close(void *ctx) {
     free(ctx);
 }
 
-const Backend cpu_backend = {"cpu", be_open, be_forward, NULL, be_reset, be_close, NULL};
+const Backend cpu_backend = {.name = "cpu", .open = be_open, .forward = be_forward, .reset = be_reset, .close = be_close};

@@ -8,7 +8,7 @@ static int stub_open(void **ctx, const Model *m, const BackendOptions *o, Err *e
     return err_set(err, Q35_ERR_UNSUPPORTED, "CUDA backend unavailable: this build has CUDA=0");
 }
 
-const Backend cuda_backend = {"cuda", stub_open, NULL, NULL, NULL, NULL, NULL};
+const Backend cuda_backend = {.name = "cuda", .open = stub_open};
 
 int cuda_available(void) { return 0; }
 int cuda_decode_path(void *ctx, char *why, size_t n) {

