@@ -3,6 +3,7 @@
  * The sequence position lives here; backends only see (tokens, n, pos). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "sampler.h"
@@ -69,7 +70,8 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     if ((rc = pick_backend(opt->backend, &e->be, err))) goto fail;
     BackendOptions bo = {0};
     bo.max_seq = e->max_seq;
-    bo.threads = opt->threads;
+    long hw = sysconf(_SC_NPROCESSORS_ONLN); /* more threads than cores only add contention */
+    bo.threads = hw > 0 && opt->threads > hw ? (int)hw : opt->threads;
     bo.deterministic = opt->deterministic;
     bo.no_graph = opt->no_graph;
     bo.persistent = opt->persistent;
@@ -141,11 +143,12 @@ int q35_engine_describe(const Q35Engine *e, char *buf, size_t n) {
     if (k > 0 && (size_t)k < n)
         k += snprintf(buf + k, n - (size_t)k,
                       "mlp: intermediate_size %d\nvocab_size: %d (valid ids %d)\ntied_lm_head: %d\nparameters: "
-                      "%lld\nbytes: %lld (%.1f MB)\ndtypes: embed %s, lm_head %s, final norm %s\ncontext: %d\n",
+                      "%lld\nbytes: %lld (%.1f MB)\ndtypes: embed %s, lm_head %s, final norm %s\n"
+                      "max_position_embeddings: %d (the model's own maximum context)\ncontext: %d (chosen: --ctx, default min(4096, max_position_embeddings))\n",
                       c->intermediate_size, c->vocab_size, e->n_valid, c->tie_word_embeddings,
                       (long long)e->model.n_params, (long long)e->model.n_bytes, e->model.n_bytes / 1e6,
                       dtype_name(w->embed_tokens.dtype), dtype_name(w->lm_head.dtype), dtype_name(w->norm.dtype),
-                      e->max_seq);
+                      c->max_position_embeddings, e->max_seq);
     return 0;
 }
 
