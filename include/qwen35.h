@@ -295,20 +295,110 @@ int q35_detok_push(Q35Detok *d, int id, const char **text, size_t *len, Q35Err *
 void q35_detok_flush(Q35Detok *d, const char **text, size_t *len);
 void q35_detok_close(Q35Detok *d);
 
-/* Chat template (ChatML, rendered in C). role: "system" | "user" | "assistant" | "tool".
- * reasoning: the assistant's thinking, or NULL (then a "<think>...</think>" inside content is used). */
+/* Chat template (ChatML, rendered in C; docs/CHAT.md). role: "system" | "user" | "assistant" | "tool".
+ * content: NULL is allowed for an assistant turn (rendered as ""); other roles need a string.
+ * reasoning: the assistant's thinking (OpenAI-style reasoning_content), or NULL (then a "<think>...</think>"
+ * inside content is used, as the templates do). */
+typedef struct Q35ChatToolCall {
+    const char *id;        /* OpenAI tool_calls[i].id, or NULL; the Qwen templates do not render it */
+    const char *name;      /* function.name (required) */
+    const char *arguments; /* function.arguments: JSON text of an object, as OpenAI sends it; NULL or "" = none */
+} Q35ChatToolCall;
 typedef struct Q35ChatMessage {
     const char *role;
     const char *content;
     const char *reasoning;
+    /* Issue 30, appended: callers that zero-initialise the rest ({role, content, reasoning}) are unchanged. */
+    const Q35ChatToolCall *tool_calls; /* assistant: the calls of this turn, in order, or NULL */
+    int n_tool_calls;
+    const char *tool_call_id; /* tool: the call answered (OpenAI tool_call_id); the Qwen templates do not render it */
 } Q35ChatMessage;
 enum { Q35_THINK_DEFAULT = -1, Q35_THINK_OFF = 0, Q35_THINK_ON = 1 };
 /* The thinking mode a plain generation prompt gives: Qwen3 on, Qwen3.5 small models off. */
 int q35_chat_default_thinking(const Q35Tokenizer *t);
 /* Renders messages (as HF apply_chat_template does) into a malloc'ed NUL-terminated *out. thinking:
- * Q35_THINK_* for the generation prompt; add_generation_prompt: append "<|im_start|>assistant\n...". */
+ * Q35_THINK_* for the generation prompt; add_generation_prompt: append "<|im_start|>assistant\n...".
+ * Same as q35_chat_render_request without tools. */
 int q35_chat_render(const Q35Tokenizer *t, const Q35ChatMessage *msgs, int n, int add_generation_prompt,
                     int thinking, char **out, Q35Err *err);
+
+/* OpenAI tool_choice. NONE: the prompt keeps the tools (as vLLM does; pass tools = NULL to drop them) and
+ * the parser returns all text as content; REQUIRED / FUNCTION: see Q35ToolGuide. */
+enum { Q35_TOOL_CHOICE_AUTO = 0, Q35_TOOL_CHOICE_NONE = 1, Q35_TOOL_CHOICE_REQUIRED = 2, Q35_TOOL_CHOICE_FUNCTION = 3 };
+typedef struct Q35ChatRequest {
+    const Q35ChatMessage *messages;
+    int n_messages;
+    const char *tools;            /* JSON text of the OpenAI "tools" array ([{"type":"function","function":
+                                     {"name", "description", "parameters"}}]), or NULL; rendered by json.dumps
+                                     rules (key order kept, 1.0 stays "1.0") */
+    int tool_choice;              /* Q35_TOOL_CHOICE_* (0 = auto) */
+    const char *tool_choice_name; /* FUNCTION: the function's name (must be one of tools) */
+    int add_generation_prompt;
+    int thinking; /* Q35_THINK_* */
+    int family;   /* 0: the tokenizer's template; Q35_TOK_QWEN3 / Q35_TOK_QWEN35 force one (t may then be NULL) */
+} Q35ChatRequest;
+/* Renders the conversation and the tools byte for byte as the official template does (Qwen3.5: XML tool
+ * calls, tools in the system turn; Qwen3: JSON tool calls). Errors (Q35_ERR_ARG / Q35_ERR_FORMAT, one line):
+ * what the template raises on (Qwen3.5: no user query, a system message not first), malformed tools or
+ * arguments JSON, arguments that are not an object, an unknown tool_choice_name. *out: malloc'ed. */
+int q35_chat_render_request(const Q35Tokenizer *t, const Q35ChatRequest *rq, char **out, Q35Err *err);
+
+/* Streaming parse of the generated text (src/chat_parse.c): feed the detokenizer's pieces in order; events
+ * come out as soon as they are certain. Only text that may still be the start of a tag is held back (a run of
+ * newlines right before "</think>" or "<tool_call>" counts as part of that tag). A call is emitted once it is
+ * complete (Qwen3.5: its </function>; Qwen3: its </tool_call>), as TOOL_START (index, id, name) then
+ * TOOL_ARGS pieces whose concatenation is the arguments JSON object. Qwen3.5 parameter values are typed by
+ * the tool's JSON schema ("integer", "number", "boolean", "object", "array", else string; a value that does
+ * not read as its type stays a string). Text after a call is content; a malformed or unfinished call comes
+ * out as content at finish, never dropped. */
+enum { Q35_CHAT_EV_REASONING = 1, Q35_CHAT_EV_CONTENT = 2, Q35_CHAT_EV_TOOL_START = 3, Q35_CHAT_EV_TOOL_ARGS = 4 };
+typedef struct Q35ChatEvent {
+    int type;         /* Q35_CHAT_EV_* */
+    int index;        /* TOOL_*: the call's index in this turn, from 0 */
+    const char *id;   /* TOOL_START: "call_" + 24 hex digits (from id_seed and index) */
+    const char *name; /* TOOL_START: the function name */
+    const char *text; /* REASONING / CONTENT / TOOL_ARGS: the delta, len bytes (NUL-terminated) */
+    size_t len;
+} Q35ChatEvent;
+/* Called per event; pointers are valid during the call only. A non-zero return stops and is returned. */
+typedef int (*Q35ChatEventFn)(void *user, const Q35ChatEvent *ev);
+typedef struct Q35ChatParseOptions {
+    int family;       /* 0: the tokenizer's; Q35_TOK_QWEN35 (XML calls) | Q35_TOK_QWEN3 (JSON calls) */
+    int thinking;     /* the generation prompt's mode (Q35_THINK_*): on -> the text starts as reasoning
+                         (an opening "<think>" written by the model is consumed) until "</think>" */
+    const char *tools; /* the request's tools JSON (parameter types), or NULL: no calls are parsed */
+    int tool_choice;   /* Q35_TOOL_CHOICE_NONE: no calls are parsed, all text is content */
+    uint64_t id_seed;  /* call ids derive from it (a server passes a random value per request) */
+} Q35ChatParseOptions;
+typedef struct Q35ChatParser Q35ChatParser;
+int q35_chat_parser_open(Q35ChatParser **out, const Q35Tokenizer *t, const Q35ChatParseOptions *o, Q35Err *err);
+int q35_chat_parser_push(Q35ChatParser *p, const char *text, size_t len, Q35ChatEventFn fn, void *user,
+                         Q35Err *err);
+/* End of generation: releases held text (an unfinished call as content) and sets *n_tool_calls (calls
+ * emitted in this turn; finish_reason "tool_calls" when > 0). The parser is then spent. */
+int q35_chat_parser_finish(Q35ChatParser *p, Q35ChatEventFn fn, void *user, int *n_tool_calls, Q35Err *err);
+void q35_chat_parser_close(Q35ChatParser *p);
+
+/* tool_choice "required" / a named function (src/chat_guide.c): a byte-level automaton over the output
+ * shape a sampler can constrain generation with. Allowed output: [thinking: reasoning, "</think>", "\n\n"]
+ * then one or more calls (FUNCTION: exactly one, of that name) in the family's form, nothing after the last.
+ * Qwen3.5: "<tool_call>\n<function=NAME>\n" {"<parameter=P>\n" VALUE "\n</parameter>\n"} "</function>\n
+ * </tool_call>" with NAME among the tools, P among its declared properties, each at most once, all
+ * "required" ones before "</function>"; calls joined by "\n". Qwen3: "<tool_call>\n{\"name\": \"NAME\",
+ * \"arguments\": " a balanced JSON object "}\n</tool_call>". */
+typedef struct Q35ToolGuide Q35ToolGuide;
+int q35_tool_guide_open(Q35ToolGuide **out, const Q35Tokenizer *t, const Q35ChatRequest *rq, Q35Err *err);
+/* 1 if the output so far followed by x[0..n) is still a prefix of an allowed output, else 0 (no change). */
+int q35_tool_guide_allows(const Q35ToolGuide *g, const char *x, size_t n);
+/* Advances over x (Q35_ERR_ARG, state unchanged, if not allowed). */
+int q35_tool_guide_push(Q35ToolGuide *g, const char *x, size_t n, Q35Err *err);
+/* 1 when the output may end here (allow the stop token). */
+int q35_tool_guide_can_stop(const Q35ToolGuide *g);
+/* The bytes every allowed continuation starts with (e.g. "<tool_call>\n<function=get_weather>\n"), "" if
+ * there is a choice: a server may append them to the prompt instead of sampling them. Valid until the next
+ * call on g. */
+const char *q35_tool_guide_forced(const Q35ToolGuide *g);
+void q35_tool_guide_close(Q35ToolGuide *g);
 /* ---- end of tokenizer extensions ---- */
 
 const char *q35_strerror(int code);

@@ -13,6 +13,9 @@
 #include "tokdata.h"
 #include "tokenizer.h"
 
+#define MSG(r, c, th)                                                                                                  \
+    { .role = (r), .content = (c), .reasoning = (th) }
+
 static char *slurp(const char *path) {
     char *d = NULL;
     size_t n;
@@ -24,8 +27,11 @@ static int next_line(char **p, char **line) {
     if (!*p || !**p) return 0;
     *line = *p;
     char *e = strchr(*p, '\n');
-    if (e) { *e = 0; *p = e + 1; }
-    else *p += strlen(*p);
+    if (e) {
+        *e = 0;
+        *p = e + 1;
+    } else
+        *p += strlen(*p);
     return 1;
 }
 
@@ -33,7 +39,11 @@ static void check_qwen3_golden(const Tokenizer *t) {
     char *cases = slurp("tests/fixtures/tokenizer/chat_cases.jsonl");
     char *gold = slurp("tests/fixtures/tokenizer/chat_qwen3.jsonl");
     CHECK(cases && gold, "chat fixtures missing");
-    if (!cases || !gold) { free(cases); free(gold); return; }
+    if (!cases || !gold) {
+        free(cases);
+        free(gold);
+        return;
+    }
     char *pc = cases, *pg = gold, *lc, *lg;
     next_line(&pg, &lg); /* header */
     int n = 0, bad_text = 0, bad_ids = 0;
@@ -44,9 +54,9 @@ static void check_qwen3_golden(const Tokenizer *t) {
         int k = 0;
         cJSON_ArrayForEach(m, msgs) {
             const cJSON *r = cJSON_GetObjectItem(m, "reasoning_content");
-            mm[k++] = (Q35ChatMessage){cJSON_GetObjectItem(m, "role")->valuestring,
-                                       cJSON_GetObjectItem(m, "content")->valuestring,
-                                       cJSON_IsString(r) ? r->valuestring : NULL};
+            mm[k++] = (Q35ChatMessage){.role = cJSON_GetObjectItem(m, "role")->valuestring,
+                                       .content = cJSON_GetObjectItem(m, "content")->valuestring,
+                                       .reasoning = cJSON_IsString(r) ? r->valuestring : NULL};
         }
         const cJSON *think = cJSON_GetObjectItem(c, "enable_thinking");
         int th = cJSON_IsTrue(think) ? Q35_THINK_ON : cJSON_IsFalse(think) ? Q35_THINK_OFF : Q35_THINK_DEFAULT;
@@ -91,21 +101,24 @@ static void expect(const ChatFormat *f, const Q35ChatMessage *m, int n, int gen,
 
 static void check_qwen35_format(void) {
     ChatFormat f = {Q35_TOK_QWEN35, Q35_THINK_OFF};
-    Q35ChatMessage sys_user[] = {{"system", "You are concise.", NULL}, {"user", "Say hello to Firewing.", NULL}};
-    const char *base = "<|im_start|>system\nYou are concise.<|im_end|>\n<|im_start|>user\nSay hello to Firewing.<|im_end|>\n"
-                       "<|im_start|>assistant\n";
+    Q35ChatMessage sys_user[] = {MSG("system", "You are concise.", NULL), MSG("user", "Say hello to Firewing.", NULL)};
+    const char *base =
+        "<|im_start|>system\nYou are concise.<|im_end|>\n<|im_start|>user\nSay hello to Firewing.<|im_end|>\n"
+        "<|im_start|>assistant\n";
     char want[1024];
     snprintf(want, sizeof want, "%s<think>\n\n</think>\n\n", base);
     expect(&f, sys_user, 2, 1, Q35_THINK_DEFAULT, want, "Qwen3.5 default = non-thinking");
     expect(&f, sys_user, 2, 1, Q35_THINK_OFF, want, "Qwen3.5 thinking off");
     snprintf(want, sizeof want, "%s<think>\n", base);
     expect(&f, sys_user, 2, 1, Q35_THINK_ON, want, "Qwen3.5 --think");
-    Q35ChatMessage done[] = {{"user", "Return one word.", NULL}, {"assistant", "Done", NULL}};
-    expect(&f, done, 2, 0, Q35_THINK_DEFAULT,
-           "<|im_start|>user\nReturn one word.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nDone<|im_end|>\n",
-           "Qwen3.5 completed turn");
-    Q35ChatMessage multi[] = {{"user", "Hi", NULL}, {"assistant", "Hello", "greet back"}, {"user", "Bye", NULL},
-                              {"assistant", "<think>\nshort\n</think>\n\nSee you", NULL}, {"tool", "{\"ok\":1}", NULL}};
+    Q35ChatMessage done[] = {MSG("user", "Return one word.", NULL), MSG("assistant", "Done", NULL)};
+    expect(
+        &f, done, 2, 0, Q35_THINK_DEFAULT,
+        "<|im_start|>user\nReturn one word.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nDone<|im_end|>\n",
+        "Qwen3.5 completed turn");
+    Q35ChatMessage multi[] = {MSG("user", "Hi", NULL), MSG("assistant", "Hello", "greet back"),
+                              MSG("user", "Bye", NULL), MSG("assistant", "<think>\nshort\n</think>\n\nSee you", NULL),
+                              MSG("tool", "{\"ok\":1}", NULL)};
     expect(&f, multi, 2, 0, 0,
            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\ngreet back\n</think>\n\nHello<|im_end|>\n",
            "Qwen3.5 reasoning after the last query");
@@ -116,17 +129,17 @@ static void check_qwen35_format(void) {
            "Qwen3.5 history: earlier assistant turns keep only content");
     /* Qwen3: a middle assistant turn after the last query without reasoning has no think block */
     ChatFormat f3 = {Q35_TOK_QWEN3, Q35_THINK_ON};
-    Q35ChatMessage tools[] = {{"user", "Hi", NULL}, {"assistant", "a", NULL}, {"tool", "r", NULL},
-                              {"assistant", "b", NULL}};
+    Q35ChatMessage tools[] = {MSG("user", "Hi", NULL), MSG("assistant", "a", NULL), MSG("tool", "r", NULL),
+                              MSG("assistant", "b", NULL)};
     expect(&f3, tools, 4, 0, 0,
            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n<|im_start|>user\n<tool_response>\nr\n"
            "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nb<|im_end|>\n",
            "Qwen3 tool turn");
-    Q35ChatMessage bad[] = {{"wizard", "x", NULL}};
+    Q35ChatMessage bad[] = {MSG("wizard", "x", NULL)};
     char *out;
     Err err;
     CHECK(chat_render(&f, bad, 1, 1, 0, &out, &err) == Q35_ERR_ARG, "unknown role rejected");
-    Q35ChatMessage null_content[] = {{"user", NULL, NULL}};
+    Q35ChatMessage null_content[] = {MSG("user", NULL, NULL)};
     CHECK(chat_render(&f, null_content, 1, 1, 0, &out, &err) == Q35_ERR_ARG, "NULL content rejected");
 
     /* default thinking from the template text */
@@ -134,9 +147,11 @@ static void check_qwen35_format(void) {
     memset(&fake, 0, sizeof fake);
     fake.family = Q35_TOK_QWEN35;
     CHECK(q35_chat_default_thinking(&fake) == Q35_THINK_OFF, "Qwen3.5 without template: off");
-    fake.chat_template = "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{%- endif %}";
+    fake.chat_template =
+        "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{%- endif %}";
     CHECK(q35_chat_default_thinking(&fake) == Q35_THINK_ON, "template gating the empty block: on");
-    fake.chat_template = "{%- if enable_thinking is defined and enable_thinking is true %}<think>\n{%- else %}x{%- endif %}";
+    fake.chat_template =
+        "{%- if enable_thinking is defined and enable_thinking is true %}<think>\n{%- else %}x{%- endif %}";
     fake.family = Q35_TOK_QWEN3;
     CHECK(q35_chat_default_thinking(&fake) == Q35_THINK_OFF, "template gating thinking: off");
 }
@@ -149,15 +164,19 @@ static void check_qwen35_ids(const char *arg) {
         printf("SKIP Qwen3.5 chat ids: no Qwen3.5 tokenizer.json under .cache/ or models/\n");
         return;
     }
-    Q35ChatMessage m[] = {{"system", "You are concise.", NULL}, {"user", "Say hello to Firewing.", NULL}};
+    Q35ChatMessage m[] = {MSG("system", "You are concise.", NULL), MSG("user", "Say hello to Firewing.", NULL)};
     char *txt;
     int *ids, n;
-    static const int want[] = {248045, 8678, 198, 2523, 513, 61446, 13, 248046, 198, 248045, 846, 198, 44240, 23066,
-                               310, 6438, 22856, 13, 248046, 198, 248045, 74455, 198, 248068, 271, 248069, 271};
+    static const int want[] = {248045, 8678, 198,    2523,  513,   61446,  13,   248046, 198,
+                               248045, 846,  198,    44240, 23066, 310,    6438, 22856,  13,
+                               248046, 198,  248045, 74455, 198,   248068, 271,  248069, 271};
     int ok = q35_chat_render(t, m, 2, 1, Q35_THINK_DEFAULT, &txt, &err) == 0 &&
              q35_tokenize(t, txt, strlen(txt), &ids, &n, &err) == 0;
     CHECK(ok && n == 27 && !memcmp(ids, want, sizeof want), "Qwen3.5 chat golden ids (TOKENIZER.md §7)");
-    if (ok) { free(ids); free(txt); }
+    if (ok) {
+        free(ids);
+        free(txt);
+    }
     q35_tokenizer_free(t);
 }
 

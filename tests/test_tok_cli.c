@@ -42,7 +42,7 @@ static int one_line(const char *s) { return s[0] && strchr(s, '\n') == s + strle
 
 /* ids of the chat render of one user message (+ generation prompt), after the prefix text */
 static int turn_len(const Q35Tokenizer *t, const char *prefix, const char *user) {
-    Q35ChatMessage m = {"user", user, NULL};
+    Q35ChatMessage m = {.role = "user", .content = user};
     char *r, buf[512];
     int *ids, n = -1;
     Q35Err err;

@@ -186,8 +186,8 @@ static int turn_ids(const Q35Tokenizer *t, const char *sys, const char *user, in
                     int **ids, int *n, Q35Err *err) {
     Q35ChatMessage m[2];
     int k = 0;
-    if (first && sys) m[k++] = (Q35ChatMessage){"system", sys, NULL};
-    m[k++] = (Q35ChatMessage){"user", user, NULL};
+    if (first && sys) m[k++] = (Q35ChatMessage){.role = "system", .content = sys};
+    m[k++] = (Q35ChatMessage){.role = "user", .content = user};
     char *r;
     int rc = q35_chat_render(t, m, k, 1, think, &r, err);
     if (rc) return rc;

@@ -140,7 +140,9 @@ static void fuzz_chat(const unsigned char *s, size_t n) {
     char *nl = memchr(a, '\n', n), *b = nl ? nl + 1 : a;
     if (nl) *nl = 0;
     static const char *roles[] = {"system", "user", "assistant", "tool"};
-    Q35ChatMessage m[3] = {{roles[n % 4], a, NULL}, {roles[(n / 4) % 4], b, (n & 16) ? a : NULL}, {"user", b, NULL}};
+    Q35ChatMessage m[3] = {{.role = roles[n % 4], .content = a},
+                          {.role = roles[(n / 4) % 4], .content = b, .reasoning = (n & 16) ? a : NULL},
+                          {.role = "user", .content = b}};
     char *out;
     Err err;
     int rc = q35_chat_render(tok, m, 1 + (int)(n % 3), (int)(n & 32), (int)(n % 3) - 1, &out, &err);
