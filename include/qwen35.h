@@ -47,6 +47,7 @@ typedef struct Q35Options {
     int persistent;        /* CUDA: decode the layers with the persistent kernel (experimental, slower so far) */
     int mlp_unfused;       /* CUDA: keep the decode MLP as two GEMVs (default: one fused kernel, atomic mode; QWEN35_MLP_FUSED=0) */
     const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
+    int device;            /* CUDA device index (serve --device N); 0 = the first */
 } Q35Options;
 
 typedef struct Q35Sampling {
