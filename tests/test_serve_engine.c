@@ -168,7 +168,7 @@ static int run_together(Q35Engine *e, Req **rs, int n, int rotate) {
 
 /* (a) the step path against q35_forward with the same chunks on a fresh engine */
 static void test_equals_forward(const char *dir, int single) {
-    Q35Engine *a = open_engine(dir, 2), *b = open_engine(dir, 1);
+    Q35Engine *a = open_engine(dir, 1), *b = open_engine(dir, 1);
     if (!a || !b || serve(a, single, 4, 0, 16)) {
         CHECK(0, "engines open");
         return;
@@ -229,7 +229,7 @@ static int collect(void *user, int id) {
 
 /* (d) a sampled sequence equals q35_generate with the same settings and seed, alone and among neighbours */
 static void test_sampling(const char *dir, int single) {
-    Q35Engine *a = open_engine(dir, 2), *b = open_engine(dir, 1);
+    Q35Engine *a = open_engine(dir, 1), *b = open_engine(dir, 1);
     if (!a || !b || serve(a, single, 8, 0, 16)) {
         CHECK(0, "engines open");
         return;
@@ -270,7 +270,7 @@ static void test_sampling(const char *dir, int single) {
 /* (d) frequency and presence penalties: the greedy id is the argmax of the raw logits minus the penalties, computed
  * here from the counts of the ids generated so far. */
 static void test_penalties(const char *dir, int single) {
-    Q35Engine *a = open_engine(dir, 2);
+    Q35Engine *a = open_engine(dir, 1);
     if (!a || serve(a, single, 2, 0, 16)) {
         CHECK(0, "engine opens");
         return;
@@ -308,10 +308,220 @@ static void test_penalties(const char *dir, int single) {
     q35_engine_close(a);
 }
 
+/* the request under test in (b): chunked prompt, sampled with its own seed, logprobs */
+static void target_req(Req *r, int V, int n_decode) {
+    const int chunks[] = {7, 20};
+    req_init(r, 40, 3u, chunks, 2, n_decode, V);
+    r->p.sampling.temperature = 0.8f;
+    r->p.sampling.top_k = 30;
+    r->p.sampling.seed = 99;
+    r->p.frequency_penalty = 0.5f;
+    r->p.top_logprobs = 5;
+}
+
+static int same_req(const Req *x, const Req *y, int V) {
+    return x->n_ids == y->n_ids && !memcmp(x->ids, y->ids, sizeof(int) * (size_t)x->n_ids) &&
+           !memcmp(x->outs, y->outs, sizeof(Q35StepOut) * (size_t)x->n_ids) &&
+           !memcmp(x->logits, y->logits, sizeof(float) * (size_t)V * (size_t)x->n_ids);
+}
+
+/* (b) batch invariance: the target alone, then among 1, 7 and 20 others (other lengths, chunkings, params, and the
+ * item order rotating every step), and alone with 2 threads */
+static void test_batch_invariance(const char *dir) {
+    Q35Engine *a = open_engine(dir, 1);
+    if (!a || serve(a, 0, 24, 0, 16)) {
+        CHECK(0, "engine opens");
+        return;
+    }
+    const int V = q35_vocab_size(a);
+    Req alone;
+    target_req(&alone, V, 10);
+    CHECK(run_together(a, (Req *[]){&alone}, 1, 0) == 0 && alone.n_ids == 10, "%s: the target alone", dir);
+    const int ks[3] = {1, 7, 20};
+    for (int c = 0; c < 3; c++) {
+        Req *list[21], others[20], t;
+        target_req(&t, V, 10);
+        int m = 0;
+        for (int i = 0; i < ks[c]; i++) {
+            const int chunks[] = {1 + i % 5, 2 + (7 * i) % 13, 16};
+            req_init(&others[i], 3 + (11 * i + 5 * c) % 70, 100u + (unsigned)i, chunks, 1 + i % 3, 1 + (5 * i) % 14, V);
+            others[i].p.top_logprobs = i % 3 == 0 ? -1 : i % 21;
+            if (i % 2) {
+                others[i].p.sampling.temperature = 1.0f;
+                others[i].p.sampling.seed = (uint64_t)i;
+            }
+            if (i == ks[c] / 2) list[m++] = &t;
+            list[m++] = &others[i];
+        }
+        CHECK(run_together(a, list, m, 1) == 0, "%s: %d requests together", dir, m);
+        CHECK(same_req(&t, &alone, V), "%s: among %d others the target's ids, logprobs and logits are bitwise its own",
+              dir, ks[c]);
+        int moved = 0; /* the neighbours are not copies of the target */
+        for (int i = 0; i < ks[c]; i++) moved += others[i].n_ids > 0 && others[i].ids[0] != t.ids[0];
+        CHECK(ks[c] == 1 || moved > 0, "neighbours sample their own ids");
+        free(t.logits);
+        for (int i = 0; i < ks[c]; i++) free(others[i].logits);
+    }
+    q35_engine_close(a);
+    Q35Engine *a2 = open_engine(dir, 2);
+    Req two;
+    target_req(&two, V, 10);
+    CHECK(a2 && serve(a2, 0, 4, 0, 16) == 0 && run_together(a2, (Req *[]){&two}, 1, 0) == 0 &&
+              same_req(&two, &alone, V),
+          "%s: 2 threads give the target's bits", dir);
+    free(two.logits);
+    free(alone.logits);
+    q35_engine_close(a2);
+}
+
+static int step1(Q35Engine *e, int seq, const int *ids, int n, int sample, Q35StepOut *o, Q35Err *err) {
+    Q35StepItem it = {.seq = seq, .ids = ids, .n = n, .sample = sample};
+    return q35_step(e, &it, 1, o, err);
+}
+
+/* (c) block and slot accounting, context overflow, a budget too small; (e) bad steps change nothing */
+static void test_accounting(const char *dir) {
+    Q35Engine *e = open_engine(dir, 1);
+    if (!e || serve(e, 0, 2, 0, 16)) {
+        CHECK(0, "engine opens");
+        return;
+    }
+    Q35ServeInfo in;
+    q35_serve_info(e, &in);
+    const size_t sb = in.slot_bytes, bb = in.block_bytes;
+    CHECK(bb == (size_t)2 * 2 * 16 * 32 * 4 && sb > 0, "%s: a block is K+V of 1 layer, 2 heads, 16 x 32 fp32 (%zu)",
+          dir, bb);
+    q35_serve_close(e);
+    Q35ServeOptions so = {0};
+    so.max_seqs = 2;
+    so.kv_block = 16;
+    so.kv_bytes = sb + 7 * bb; /* a full context (128 tokens) needs 8 blocks */
+    Q35Err err = {0};
+    CHECK(q35_serve_open(e, &so, &err) == Q35_ERR_OOM && strstr(err.msg, "too small"), "small budget: %s", err.msg);
+    so.kv_bytes = 2 * sb + 12 * bb;
+    CHECK(q35_serve_open(e, &so, &err) == 0, "%s", err.msg);
+    q35_serve_info(e, &in);
+    CHECK(in.max_seqs == 2 && in.n_blocks == 12 && in.free_blocks == 12 && in.kv_block == 16 && in.max_context == CTX &&
+              in.open_seqs == 0,
+          "layout: %d slots, %d blocks (%d free), block %d, context %d", in.max_seqs, in.n_blocks, in.free_blocks,
+          in.kv_block, in.max_context);
+    Q35SeqParams p = greedy_params(-1);
+    int s1, s2, s3;
+    CHECK(q35_seq_open(e, &p, &s1, &err) == 0 && q35_seq_open(e, &p, &s2, &err) == 0, "two sequences open");
+    CHECK(q35_seq_open(e, &p, &s3, &err) == Q35_ERR_OOM && strstr(err.msg, "slots"), "no third slot: %s", err.msg);
+    CHECK(q35_seq_blocks_needed(e, s1, 1) == 1 && q35_seq_blocks_needed(e, s1, 16) == 1 &&
+              q35_seq_blocks_needed(e, s1, 17) == 2 && q35_seq_blocks_needed(e, s1, 128) == 8,
+          "blocks_needed on an empty sequence");
+    int ids[CTX];
+    make_prompt(ids, CTX, 9u);
+    Q35StepOut o;
+    CHECK(step1(e, s1, ids, 100, 1, &o, &err) == 0 && q35_seq_length(e, s1) == 100, "100 tokens: %s", err.msg);
+    q35_serve_info(e, &in);
+    CHECK(in.free_blocks == 5 && in.open_seqs == 2, "7 blocks taken, %d free", in.free_blocks);
+    CHECK(q35_seq_blocks_needed(e, s1, 12) == 0 && q35_seq_blocks_needed(e, s1, 13) == 1, "blocks_needed at 100");
+    CHECK(step1(e, s2, ids, 97, 0, NULL, &err) == Q35_ERR_OOM, "97 tokens need 7 blocks, 5 free: OOM (%s)", err.msg);
+    q35_serve_info(e, &in);
+    CHECK(in.free_blocks == 5 && q35_seq_length(e, s2) == 0 && q35_seq_length(e, s1) == 100, "OOM changed nothing");
+    Q35StepItem two[2] = {{.seq = s1, .ids = &o.id, .n = 1, .sample = 1}, {.seq = s2, .ids = ids, .n = 80}};
+    Q35StepOut outs[2];
+    CHECK(q35_step(e, two, 2, outs, &err) == 0 && outs[1].id == -1, "both: 0 + 5 blocks (%s)", err.msg);
+    q35_serve_info(e, &in);
+    CHECK(in.free_blocks == 0 && q35_seq_length(e, s1) == 101 && q35_seq_length(e, s2) == 80, "all blocks taken");
+    /* context: 101 + 1 + 27 > 128 */
+    int nxt[28];
+    nxt[0] = outs[0].id;
+    memcpy(nxt + 1, ids, sizeof(int) * 27);
+    CHECK(step1(e, s1, nxt, 28, 0, NULL, &err) == Q35_ERR_CONTEXT && strstr(err.msg, "context"), "%s", err.msg);
+    CHECK(q35_seq_length(e, s1) == 101, "context overflow changed nothing");
+    /* (e) bad steps */
+    Q35StepItem bad[2] = {{.seq = s2, .ids = ids, .n = 1}, {.seq = s1, .ids = nxt, .n = 1}};
+    int big[1] = {q35_vocab_size(e)};
+    bad[0].ids = big;
+    CHECK(q35_step(e, bad, 2, NULL, &err) == Q35_ERR_ARG && strstr(err.msg, "item 0") && strstr(err.msg, "range"),
+          "an id out of range names its item: %s", err.msg);
+    bad[0].ids = ids;
+    bad[1].seq = s2;
+    CHECK(q35_step(e, bad, 2, NULL, &err) == Q35_ERR_ARG && strstr(err.msg, "twice"), "%s", err.msg);
+    int foreign = (outs[0].id + 1) % 500;
+    CHECK(step1(e, s1, &foreign, 1, 0, NULL, &err) == Q35_ERR_ARG && strstr(err.msg, "sampled"),
+          "an id other than the sampled one: %s", err.msg);
+    CHECK(q35_seq_length(e, s1) == 101 && q35_seq_length(e, s2) == 80, "bad steps changed nothing");
+    q35_seq_close(e, s1);
+    q35_serve_info(e, &in);
+    CHECK(in.free_blocks == 7 && in.open_seqs == 1, "close gives back 7 blocks (%d free)", in.free_blocks);
+    CHECK(q35_seq_length(e, s1) == Q35_ERR_ARG && q35_seq_blocks_needed(e, s1, 1) == Q35_ERR_ARG,
+          "a closed handle is refused");
+    CHECK(step1(e, s1, ids, 1, 0, NULL, &err) == Q35_ERR_ARG && strstr(err.msg, "not open"), "%s", err.msg);
+    CHECK(q35_seq_open(e, &p, &s3, &err) == 0 && s3 != s1 && q35_seq_length(e, s1) == Q35_ERR_ARG,
+          "a reopened slot gets a new handle (%d, was %d)", s3, s1);
+    CHECK(q35_forward(e, ids, 1, 0, NULL, &err) == Q35_ERR_ARG, "q35_forward is refused while serving");
+    q35_serve_close(e);
+    q35_engine_close(e);
+}
+
+/* preemption: blocks back, then the history fed again in the same chunks gives the run's own continuation */
+static void test_preempt(const char *dir, int single) {
+    Q35Engine *e = open_engine(dir, 1);
+    if (!e || serve(e, single, 2, 0, 16)) {
+        CHECK(0, "engine opens");
+        return;
+    }
+    const int V = q35_vocab_size(e);
+    Req full;
+    target_req(&full, V, 12);
+    CHECK(run_together(e, (Req *[]){&full}, 1, 0) == 0 && full.n_ids == 12, "unpreempted run");
+    Req r;
+    target_req(&r, V, 12);
+    Q35Err err = {0};
+    int seq, ok = q35_seq_open(e, &r.p, &seq, &err) == 0, fed = 0;
+    Q35StepOut o;
+    int got[12], n = 0;
+    for (int c = 0; c < r.n_chunks; c++, fed += r.chunks[c - 1])
+        ok &= step1(e, seq, r.prompt + fed, r.chunks[c], c == r.n_chunks - 1, &o, &err) == 0;
+    got[n++] = o.id;
+    for (; n < 6; n++) {
+        ok &= step1(e, seq, &got[n - 1], 1, 1, &o, &err) == 0;
+        got[n] = o.id;
+    }
+    Q35ServeInfo in;
+    q35_serve_info(e, &in);
+    const int free_before = in.free_blocks;
+    ok &= q35_seq_preempt(e, seq, &err) == 0;
+    q35_serve_info(e, &in);
+    const int *h;
+    const int nh = q35_seq_history(e, seq, &h);
+    CHECK(in.free_blocks == free_before + 3 && q35_seq_length(e, seq) == 0 && nh == 46,
+          "preempt: 3 blocks back (%d -> %d), length 0, history 46 (%d)", free_before, in.free_blocks, nh);
+    int hist[64];
+    memcpy(hist, h, sizeof(int) * (size_t)nh);
+    /* recompute: the prompt chunks, then the generated ids one by one; sample on the last */
+    fed = 0;
+    for (int c = 0; c < r.n_chunks; c++, fed += r.chunks[c - 1])
+        ok &= step1(e, seq, hist + fed, r.chunks[c], 0, NULL, &err) == 0;
+    for (int t = fed; t < nh; t++) ok &= step1(e, seq, &hist[t], 1, t == nh - 1, &o, &err) == 0;
+    got[n++] = o.id;
+    for (; n < 12; n++) {
+        ok &= step1(e, seq, &got[n - 1], 1, 1, &o, &err) == 0;
+        got[n] = o.id;
+    }
+    CHECK(ok, "%s", err.msg);
+    CHECK(!memcmp(got, full.ids, sizeof got), "single=%d: a preempted and recomputed run samples the same 12 ids",
+          single);
+    free(full.logits);
+    free(r.logits);
+    q35_engine_close(e);
+}
+
 int main(void) {
-    test_equals_forward("tests/fixtures/qwen35_text", 1);
-    test_equals_forward("tests/fixtures/qwen3_dense", 1);
-    test_sampling("tests/fixtures/qwen35_text", 1);
-    test_penalties("tests/fixtures/qwen35_text", 1);
+    for (int single = 0; single <= 1; single++) {
+        test_equals_forward("tests/fixtures/qwen35_text", single);
+        test_equals_forward("tests/fixtures/qwen3_dense", single);
+        test_sampling("tests/fixtures/qwen35_text", single);
+        test_penalties("tests/fixtures/qwen35_text", single);
+        test_preempt("tests/fixtures/qwen35_text", single);
+    }
+    test_batch_invariance("tests/fixtures/qwen35_text");
+    test_batch_invariance("tests/fixtures/qwen3_dense");
+    test_accounting("tests/fixtures/qwen35_text");
     return TEST_SUMMARY("serve_engine");
 }

@@ -1,8 +1,11 @@
 /* backend.c — the CPU Backend table: open checks every weight the forward pass reads
  * against Config, converts the small vectors (norms, conv taps, gates) to fp32 once, and
- * allocates the sequence state and activations for max_seq tokens; reset clears the state. */
+ * allocates the sequence state and activations for max_seq tokens; reset clears the state.
+ * Serving: fp32 KV pools (n_blocks, Hkv, block, hd) per full-attention layer and state slots
+ * per DeltaNet layer, sized by core from serve_sizes. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cpu/forward.h"
 #include "cpu/ops.h"
@@ -27,8 +30,8 @@ int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err)
     const Config *c = &m->config;
     if (c->num_hidden_layers <= 0 || c->num_hidden_layers > Q35_MAX_LAYERS || !m->w.layers)
         return err_set(err, Q35_ERR_CONFIG, "cpu backend: model has %d layers", c->num_hidden_layers);
-    if (c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
-        c->num_attention_heads % c->num_key_value_heads || c->rotary_dim % 2 || c->rotary_dim > c->head_dim)
+    if (c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 || c->num_attention_heads % c->num_key_value_heads ||
+        c->rotary_dim % 2 || c->rotary_dim > c->head_dim)
         return err_set(err, Q35_ERR_CONFIG, "cpu backend: bad attention shape (Hq %d, Hkv %d, hd %d, R %d)",
                        c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->rotary_dim);
     if (c->n_linear_layers > 0 &&
@@ -74,6 +77,21 @@ int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err)
             cl->S = falloc((int64_t)Hv * c->linear_key_head_dim * c->linear_value_head_dim, &failed);
         }
     }
+    /* CpuSeq pointer arrays: solo K V conv S, then slot K V conv S, L each */
+    ctx->seq_ptrs = calloc((size_t)8 * L, sizeof(float *));
+    if (!ctx->seq_ptrs) failed = 1;
+    for (int l = 0; l < L && !failed; l++) {
+        CpuLayer *cl = &ctx->layers[l];
+        ctx->seq_ptrs[0 * L + l] = cl->Kc;
+        ctx->seq_ptrs[1 * L + l] = cl->Vc;
+        ctx->seq_ptrs[2 * L + l] = cl->conv_state;
+        ctx->seq_ptrs[3 * L + l] = cl->S;
+    }
+    if (!failed) {
+        float **p = ctx->seq_ptrs;
+        ctx->solo = (CpuSeq){max_seq, &ctx->solo_block, p, p + L, p + 2 * L, p + 3 * L};
+        ctx->slot = (CpuSeq){0, NULL, p + 4 * L, p + 5 * L, p + 6 * L, p + 7 * L};
+    }
     ctx->final_norm = f32_copy(&m->w.norm, D, &failed);
     ctx->inv_freq = falloc(c->rotary_dim / 2, &failed);
     if (ctx->inv_freq) cpu_rope_inv_freq(ctx->inv_freq, c->rotary_dim, c->rope_theta);
@@ -103,19 +121,20 @@ int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err)
 }
 
 void cpu_ctx_close(CpuCtx *ctx) {
+    if (ctx->layers) cpu_serve_close(ctx);
+    free(ctx->seq_ptrs);
     if (ctx->layers) {
         for (int l = 0; l < ctx->c->num_hidden_layers; l++) {
             CpuLayer *cl = &ctx->layers[l];
-            float *p[] = {cl->ln1,     cl->ln2,   cl->q_norm,   cl->k_norm,     cl->Kc, cl->Vc,
-                          cl->conv_w,  cl->dt_bias, cl->A_log,  cl->lin_norm, cl->conv_state, cl->S};
+            float *p[] = {cl->ln1,    cl->ln2,     cl->q_norm, cl->k_norm,   cl->Kc,         cl->Vc,
+                          cl->conv_w, cl->dt_bias, cl->A_log,  cl->lin_norm, cl->conv_state, cl->S};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
         }
         free(ctx->layers);
     }
-    float *p[] = {ctx->final_norm, ctx->inv_freq, ctx->x,    ctx->h,     ctx->out,   ctx->proj,
-                  ctx->conv,       ctx->q,        ctx->k,    ctx->v,     ctx->gate,  ctx->o,
-                  ctx->b,          ctx->a,        ctx->beta, ctx->g,     ctx->mlp_g, ctx->mlp_u,
-                  ctx->dn_scratch};
+    float *p[] = {ctx->final_norm, ctx->inv_freq, ctx->x,     ctx->h,     ctx->out,       ctx->proj, ctx->conv,
+                  ctx->q,          ctx->k,        ctx->v,     ctx->gate,  ctx->o,         ctx->b,    ctx->a,
+                  ctx->beta,       ctx->g,        ctx->mlp_g, ctx->mlp_u, ctx->dn_scratch};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
     memset(ctx, 0, sizeof *ctx);
 }
@@ -132,6 +151,63 @@ void cpu_ctx_reset(CpuCtx *ctx) {
                (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * sizeof(float));
     }
     ctx->n_past = 0;
+}
+
+/* ---- serving: pools and slots ---------------------------------------------------------- */
+
+static void serve_sizes_of(const Config *c, int block, size_t *block_bytes, size_t *slot_bytes) {
+    const size_t kv = (size_t)2 * c->num_key_value_heads * (size_t)block * c->head_dim * sizeof(float);
+    const size_t st = ((size_t)(c->linear_conv_kernel_dim - 1) * c->conv_dim +
+                       (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim) *
+                      sizeof(float);
+    *block_bytes = kv * (size_t)c->n_full_layers;
+    *slot_bytes = c->n_linear_layers > 0 ? st * (size_t)c->n_linear_layers : 0;
+}
+
+void cpu_serve_close(CpuCtx *ctx) {
+    for (int l = 0; l < ctx->c->num_hidden_layers; l++) {
+        CpuLayer *cl = &ctx->layers[l];
+        free(cl->Kp);
+        free(cl->Vp);
+        free(cl->conv_slots);
+        free(cl->S_slots);
+        cl->Kp = cl->Vp = cl->conv_slots = cl->S_slots = NULL;
+    }
+    ctx->n_slots = ctx->n_blocks = ctx->block = 0;
+}
+
+int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
+    const Config *c = ctx->c;
+    cpu_serve_close(ctx);
+    if (lay->n_slots <= 0 || lay->n_blocks <= 0 || lay->block <= 0)
+        return err_set(err, Q35_ERR_ARG, "cpu backend: serve layout of %d slots, %d blocks of %d", lay->n_slots,
+                       lay->n_blocks, lay->block);
+    const int64_t kv = (int64_t)lay->n_blocks * c->num_key_value_heads * lay->block * c->head_dim;
+    const int64_t conv = (int64_t)lay->n_slots * (c->linear_conv_kernel_dim - 1) * c->conv_dim;
+    const int64_t S =
+        (int64_t)lay->n_slots * c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
+    int failed = 0;
+    for (int l = 0; l < c->num_hidden_layers && !failed; l++) {
+        CpuLayer *cl = &ctx->layers[l];
+        if (c->layer_types[l] == LAYER_FULL_ATTN) {
+            cl->Kp = falloc(kv, &failed);
+            cl->Vp = falloc(kv, &failed);
+            ctx->slot.K[l] = cl->Kp;
+            ctx->slot.V[l] = cl->Vp;
+        } else {
+            cl->conv_slots = falloc(conv, &failed);
+            cl->S_slots = falloc(S, &failed);
+        }
+    }
+    if (failed) {
+        cpu_serve_close(ctx);
+        return err_set(err, Q35_ERR_OOM, "cpu backend: out of memory for %d state slots and %d KV blocks", lay->n_slots,
+                       lay->n_blocks);
+    }
+    ctx->n_slots = lay->n_slots;
+    ctx->n_blocks = lay->n_blocks;
+    ctx->block = ctx->slot.block = lay->block;
+    return 0;
 }
 
 /* ---- the Backend table ----------------------------------------------------------------- */
@@ -164,4 +240,28 @@ static void be_close(void *ctx) {
     free(ctx);
 }
 
-const Backend cpu_backend = {.name = "cpu", .open = be_open, .forward = be_forward, .reset = be_reset, .close = be_close};
+static int be_serve_sizes(void *ctx, int block, ServeSizes *s, Err *err) {
+    (void)err;
+    const CpuCtx *cx = ctx;
+    serve_sizes_of(cx->c, block, &s->block_bytes, &s->slot_bytes);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    s->mem_bytes = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)1 << 30;
+    s->mem_fraction = 0.25;
+    return 0;
+}
+
+static int be_serve_open(void *ctx, const ServeLayout *l, Err *err) { return cpu_serve_open(ctx, l, err); }
+static void be_serve_close(void *ctx) { cpu_serve_close(ctx); }
+static int be_step_batch(void *ctx, const BatchItem *items, int n, float *logits, Err *err) {
+    return cpu_step_batch(ctx, items, n, logits, err);
+}
+
+const Backend cpu_backend = {.name = "cpu",
+                             .open = be_open,
+                             .forward = be_forward,
+                             .reset = be_reset,
+                             .close = be_close,
+                             .serve_sizes = be_serve_sizes,
+                             .serve_open = be_serve_open,
+                             .serve_close = be_serve_close,
+                             .step_batch = be_step_batch};

@@ -1,6 +1,9 @@
 /* forward.c — the fp32 reference forward pass (MODEL.md §3, §5, §7), one block per layer kind:
  *   x = E[tok];  per layer: x += mixer(norm1(x));  x += mlp(norm2(x));  logits = lm_head·norm(x)
  * mixer = gated full attention (KV cache) or Gated DeltaNet (conv rows + recurrent state).
+ * The layer code runs on a CpuSeq: the single sequence (cpu_forward) or a serving slot with a
+ * paged KV cache (cpu_step_batch, one item after the other: a sequence's bits never depend on
+ * the other items, their order or the thread count, since every op splits only outer loops).
  * Tokens go through the stack in passes of up to CPU_TB rows. A call with n > 1 runs the
  * chunked DeltaNet (§3.4); n == 1 runs the recurrence (§3.3). Nothing is rounded to bf16.
  * Probes (when a probe dir is set), each [T][width] for the tokens of the current pass:
@@ -31,10 +34,10 @@ static void linear(float *Y, const float *X, const Tensor *W, int T) {
 }
 
 /* Gated full attention (Qwen3.5) or plain attention (Qwen3) for T tokens at pos0..; h -> out. */
-static void attention_block(CpuCtx *ctx, int l, int T, int pos0) {
+static void attention_block(CpuCtx *ctx, const CpuSeq *sq, int l, int T, int pos0) {
     const Config *c = ctx->c;
     const LayerWeights *w = &ctx->m->w.layers[l];
-    CpuLayer *cl = &ctx->layers[l];
+    const CpuLayer *cl = &ctx->layers[l];
     const int Hq = c->num_attention_heads, Hkv = c->num_key_value_heads, hd = c->head_dim;
     const int unit = c->family == FAMILY_QWEN35;
     if (c->attn_output_gate) {
@@ -58,16 +61,19 @@ static void attention_block(CpuCtx *ctx, int l, int T, int pos0) {
     cpu_rope(ctx->k, T, Hkv, hd, c->rotary_dim, pos0, ctx->inv_freq);
     probe_l(ctx, l, "attn.q", ctx->q, (int64_t)T * Hq * hd);
     probe_l(ctx, l, "attn.k", ctx->k, (int64_t)T * Hkv * hd);
-    /* append to the cache [Hkv][max_seq][hd] */
+    /* append to the cache: position p -> row p % B of block blocks[p / B], pool [n_blocks][Hkv][B][hd] */
+    const int B = sq->block;
     for (int t = 0; t < T; t++) {
+        const int p = pos0 + t;
         for (int i = 0; i < Hkv; i++) {
-            const int64_t dst = ((int64_t)i * ctx->max_seq + pos0 + t) * hd, src = ((int64_t)t * Hkv + i) * hd;
-            memcpy(cl->Kc + dst, ctx->k + src, (size_t)hd * sizeof(float));
-            memcpy(cl->Vc + dst, ctx->v + src, (size_t)hd * sizeof(float));
+            const int64_t dst = (((int64_t)sq->blocks[p / B] * Hkv + i) * B + p % B) * hd;
+            const int64_t src = ((int64_t)t * Hkv + i) * hd;
+            memcpy(sq->K[l] + dst, ctx->k + src, (size_t)hd * sizeof(float));
+            memcpy(sq->V[l] + dst, ctx->v + src, (size_t)hd * sizeof(float));
         }
     }
     const float scale = (float)(1.0 / sqrt((double)hd));
-    cpu_attention(ctx->o, ctx->q, cl->Kc, cl->Vc, T, pos0, Hq, Hkv, hd, ctx->max_seq, scale);
+    cpu_attention_paged(ctx->o, ctx->q, sq->K[l], sq->V[l], sq->blocks, B, T, pos0, Hq, Hkv, hd, scale);
     if (c->attn_output_gate) cpu_sigmoid_mul(ctx->o, ctx->gate, (int64_t)T * c->attn_dim);
     probe_l(ctx, l, "attn.core", ctx->o, (int64_t)T * c->attn_dim);
     linear(ctx->out, ctx->o, &w->o_proj, T);
@@ -75,7 +81,7 @@ static void attention_block(CpuCtx *ctx, int l, int T, int pos0) {
 }
 
 /* Gated DeltaNet for T tokens; h -> out. chunked: use §3.4 (else the §3.3 recurrence). */
-static void deltanet_block(CpuCtx *ctx, int l, int T, int chunked) {
+static void deltanet_block(CpuCtx *ctx, const CpuSeq *sq, int l, int T, int chunked) {
     const Config *c = ctx->c;
     const LayerWeights *w = &ctx->m->w.layers[l];
     CpuLayer *cl = &ctx->layers[l];
@@ -85,7 +91,7 @@ static void deltanet_block(CpuCtx *ctx, int l, int T, int chunked) {
     linear(ctx->gate, ctx->h, &w->in_proj_z, T);
     linear(ctx->b, ctx->h, &w->in_proj_b, T);
     linear(ctx->a, ctx->h, &w->in_proj_a, T);
-    cpu_conv1d(ctx->conv, cl->conv_state, ctx->proj, cl->conv_w, T, c->conv_dim, c->linear_conv_kernel_dim);
+    cpu_conv1d(ctx->conv, sq->conv[l], ctx->proj, cl->conv_w, T, c->conv_dim, c->linear_conv_kernel_dim);
     probe_l(ctx, l, "delta.conv", ctx->conv, (int64_t)T * c->conv_dim);
     /* split each conv row into q [Hk][dk] | k [Hk][dk] | v [Hv][dv] */
     for (int t = 0; t < T; t++) {
@@ -98,13 +104,13 @@ static void deltanet_block(CpuCtx *ctx, int l, int T, int chunked) {
     cpu_l2norm(ctx->k, T * Hk, dk, 1.0f);
     cpu_deltanet_gates(ctx->beta, ctx->g, ctx->b, ctx->a, cl->A_log, cl->dt_bias, T, Hv);
     if (chunked)
-        cpu_deltanet_chunked(ctx->o, cl->S, ctx->q, ctx->k, ctx->v, ctx->g, ctx->beta, T, Hk, Hv, dk, dv,
+        cpu_deltanet_chunked(ctx->o, sq->S[l], ctx->q, ctx->k, ctx->v, ctx->g, ctx->beta, T, Hk, Hv, dk, dv,
                              ctx->dn_scratch);
     else
         for (int t = 0; t < T; t++)
-            cpu_deltanet_step(ctx->o + (int64_t)t * vd, cl->S, ctx->q + (int64_t)t * kd, ctx->k + (int64_t)t * kd,
-                              ctx->v + (int64_t)t * vd, ctx->g + (int64_t)t * Hv, ctx->beta + (int64_t)t * Hv, Hk,
-                              Hv, dk, dv);
+            cpu_deltanet_step(ctx->o + (int64_t)t * vd, sq->S[l], ctx->q + (int64_t)t * kd, ctx->k + (int64_t)t * kd,
+                              ctx->v + (int64_t)t * vd, ctx->g + (int64_t)t * Hv, ctx->beta + (int64_t)t * Hv, Hk, Hv,
+                              dk, dv);
     probe_l(ctx, l, "delta.core", ctx->o, (int64_t)T * vd);
     cpu_gated_rmsnorm(ctx->o, ctx->o, ctx->gate, cl->lin_norm, T * Hv, dv, c->rms_norm_eps);
     linear(ctx->out, ctx->o, &w->out_proj, T);
@@ -123,21 +129,21 @@ static void mlp_block(CpuCtx *ctx, int l, int T) {
 
 /* One pass of T <= CPU_TB tokens at pos0... logits_mode: 0 none, 1 all rows into logits
  * [T][V], 2 the last row only into logits [V]. */
-static void forward_pass(CpuCtx *ctx, const int *tok, int T, int pos0, int chunked, int logits_mode,
+static void forward_pass(CpuCtx *ctx, const CpuSeq *sq, const int *tok, int T, int pos0, int chunked, int logits_mode,
                          float *logits) {
     const Config *c = ctx->c;
     const Weights *w = &ctx->m->w;
     const int D = c->hidden_size, V = c->vocab_size, unit = c->family == FAMILY_QWEN35;
     const float eps = c->rms_norm_eps;
-    for (int t = 0; t < T; t++) cpu_embed(ctx->x + (int64_t)t * D, w->embed_tokens.data, w->embed_tokens.dtype,
-                                          tok[t], D);
+    for (int t = 0; t < T; t++)
+        cpu_embed(ctx->x + (int64_t)t * D, w->embed_tokens.data, w->embed_tokens.dtype, tok[t], D);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CpuLayer *cl = &ctx->layers[l];
         cpu_rmsnorm(ctx->h, ctx->x, cl->ln1, T, D, eps, unit);
         if (c->layer_types[l] == LAYER_FULL_ATTN)
-            attention_block(ctx, l, T, pos0);
+            attention_block(ctx, sq, l, T, pos0);
         else
-            deltanet_block(ctx, l, T, chunked);
+            deltanet_block(ctx, sq, l, T, chunked);
         cpu_add(ctx->x, ctx->out, (int64_t)T * D);
         cpu_rmsnorm(ctx->h, ctx->x, cl->ln2, T, D, eps, unit);
         mlp_block(ctx, l, T);
@@ -157,12 +163,31 @@ static void forward_pass(CpuCtx *ctx, const int *tok, int T, int pos0, int chunk
     }
 }
 
+/* n tokens of one sequence at pos.. in passes of CPU_TB; the chunked DeltaNet when n > 1. */
+static void run_tokens(CpuCtx *ctx, const CpuSeq *sq, const int *tokens, int n, int pos, int all_logits,
+                       float *logits) {
+    const int V = ctx->c->vocab_size;
+    for (int t0 = 0; t0 < n; t0 += CPU_TB) {
+        const int T = n - t0 < CPU_TB ? n - t0 : CPU_TB, last = t0 + T == n;
+        int mode = 0;
+        float *dst = NULL;
+        if (logits && all_logits) {
+            mode = 1;
+            dst = logits + (int64_t)t0 * V;
+        } else if (logits && last) {
+            mode = 2;
+            dst = logits;
+        }
+        forward_pass(ctx, sq, tokens + t0, T, pos + t0, n > 1, mode, dst);
+    }
+}
+
 int cpu_forward(CpuCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err) {
     const Config *c = ctx->c;
     if (n <= 0 || !tokens) return err_set(err, Q35_ERR_ARG, "cpu forward: %d tokens", n);
     if (pos != ctx->n_past)
-        return err_set(err, Q35_ERR_ARG, "cpu forward: pos %d but the sequence holds %d tokens (reset to restart)",
-                       pos, ctx->n_past);
+        return err_set(err, Q35_ERR_ARG, "cpu forward: pos %d but the sequence holds %d tokens (reset to restart)", pos,
+                       ctx->n_past);
     if ((int64_t)pos + n > ctx->max_seq)
         return err_set(err, Q35_ERR_CONTEXT, "cpu forward: %d + %d tokens exceed the context of %d", pos, n,
                        ctx->max_seq);
@@ -172,19 +197,48 @@ int cpu_forward(CpuCtx *ctx, const int *tokens, int n, int pos, int all_logits, 
                            c->vocab_size);
     const int prev_threads = omp_get_max_threads();
     if (ctx->threads > 0) omp_set_num_threads(ctx->threads);
-    for (int t0 = 0; t0 < n; t0 += CPU_TB) {
-        const int T = n - t0 < CPU_TB ? n - t0 : CPU_TB, last = t0 + T == n;
-        int mode = 0;
-        float *dst = NULL;
-        if (logits && all_logits) {
-            mode = 1;
-            dst = logits + (int64_t)t0 * c->vocab_size;
-        } else if (logits && last) {
-            mode = 2;
-            dst = logits;
+    run_tokens(ctx, &ctx->solo, tokens, n, pos, all_logits, logits);
+    ctx->n_past += n;
+    omp_set_num_threads(prev_threads);
+    return 0;
+}
+
+int cpu_step_batch(CpuCtx *ctx, const BatchItem *items, int n, float *logits, Err *err) {
+    const Config *c = ctx->c;
+    if (!ctx->n_slots) return err_set(err, Q35_ERR_ARG, "cpu step: serving is not open");
+    for (int i = 0; i < n; i++) {
+        const BatchItem *it = &items[i];
+        if (it->slot < 0 || it->slot >= ctx->n_slots || it->n <= 0 || !it->tokens || it->pos < 0 ||
+            (int64_t)it->pos + it->n > ctx->max_seq || !it->blocks)
+            return err_set(err, Q35_ERR_ARG, "cpu step: item %d (slot %d, %d tokens at %d) is outside the layout", i,
+                           it->slot, it->n, it->pos);
+        for (int j = 0; j <= (it->pos + it->n - 1) / ctx->block; j++)
+            if (it->blocks[j] < 0 || it->blocks[j] >= ctx->n_blocks)
+                return err_set(err, Q35_ERR_ARG, "cpu step: item %d: block %d outside [0, %d)", i, it->blocks[j],
+                               ctx->n_blocks);
+    }
+    const int prev_threads = omp_get_max_threads();
+    if (ctx->threads > 0) omp_set_num_threads(ctx->threads);
+    const int L = c->num_hidden_layers, K = c->linear_conv_kernel_dim;
+    const int64_t conv_n = (int64_t)(K - 1) * c->conv_dim;
+    const int64_t S_n = (int64_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
+    CpuSeq *sq = &ctx->slot;
+    float *row = logits;
+    for (int i = 0; i < n; i++) {
+        const BatchItem *it = &items[i];
+        sq->blocks = it->blocks;
+        for (int l = 0; l < L; l++) {
+            const CpuLayer *cl = &ctx->layers[l];
+            if (c->layer_types[l] == LAYER_FULL_ATTN) continue;
+            sq->conv[l] = cl->conv_slots + it->slot * conv_n;
+            sq->S[l] = cl->S_slots + it->slot * S_n;
+            if (it->pos == 0) { /* a new sequence starts from zero state */
+                memset(sq->conv[l], 0, (size_t)conv_n * sizeof(float));
+                memset(sq->S[l], 0, (size_t)S_n * sizeof(float));
+            }
         }
-        forward_pass(ctx, tokens + t0, T, pos + t0, n > 1, mode, dst);
-        ctx->n_past += T;
+        run_tokens(ctx, sq, it->tokens, it->n, it->pos, 0, it->logits ? row : NULL);
+        if (it->logits) row += c->vocab_size;
     }
     omp_set_num_threads(prev_threads);
     return 0;

@@ -1,7 +1,9 @@
 /* forward.h — the CPU backend's context (internal to src/cpu): fp32 copies of the small
- * weight vectors, the per-sequence state (KV cache, conv rows, DeltaNet state) and the
+ * weight vectors, the single sequence's state (KV cache, conv rows, DeltaNet state) and the
  * activation buffers, all sized once in open() for max_seq tokens and CPU_TB tokens per
- * pass. backend.c allocates it; forward.c runs the layers over it. */
+ * pass; for serving (serve_open) a paged KV pool per full-attention layer and state slots per
+ * DeltaNet layer. backend.c allocates it; forward.c runs the layers over it, for the single
+ * sequence or for one slot, through a CpuSeq that says where that sequence's state lives. */
 #ifndef Q35_CPU_FORWARD_H
 #define Q35_CPU_FORWARD_H
 
@@ -13,35 +15,53 @@
 #define CPU_TB 256
 
 typedef struct CpuLayer {
-    float *ln1, *ln2;            /* (D) input / post-attention norm weights */
+    float *ln1, *ln2; /* (D) input / post-attention norm weights */
     /* full attention */
-    float *q_norm, *k_norm;      /* (hd) */
-    float *Kc, *Vc;              /* (Hkv, max_seq, hd) cache: K after k_norm + RoPE, V as projected */
+    float *q_norm, *k_norm; /* (hd) */
+    float *Kc, *Vc;         /* (Hkv, max_seq, hd) cache: K after k_norm + RoPE, V as projected */
     /* DeltaNet */
-    float *conv_w;               /* (conv_dim, K) */
-    float *dt_bias, *A_log;      /* (Hv) */
-    float *lin_norm;             /* (dv) gated-norm weight, plain */
-    float *conv_state;           /* (K-1, conv_dim) last pre-conv rows, oldest first */
-    float *S;                    /* (Hv, dk, dv) recurrent state */
+    float *conv_w;          /* (conv_dim, K) */
+    float *dt_bias, *A_log; /* (Hv) */
+    float *lin_norm;        /* (dv) gated-norm weight, plain */
+    float *conv_state;      /* (K-1, conv_dim) last pre-conv rows, oldest first */
+    float *S;               /* (Hv, dk, dv) recurrent state */
+    /* serving (NULL until serve_open) */
+    float *Kp, *Vp;    /* (n_blocks, Hkv, block, hd) KV pool of a full-attention layer */
+    float *conv_slots; /* (n_slots, K-1, conv_dim) conv windows of a DeltaNet layer */
+    float *S_slots;    /* (n_slots, Hv, dk, dv) recurrent states of a DeltaNet layer */
 } CpuLayer;
+
+/* Where one sequence's state lives: the single sequence (KV [Hkv][max_seq][hd] = one block of max_seq rows) or a
+ * serving slot (a block table into the layer pools). Per layer l, K[l] / V[l] are set for full-attention layers,
+ * conv[l] / S[l] for DeltaNet layers. */
+typedef struct CpuSeq {
+    int block;         /* tokens per KV block */
+    const int *blocks; /* block table: position p is row p % block of block blocks[p / block] */
+    float **K, **V;    /* [L] KV pools (n_blocks, Hkv, block, hd) */
+    float **conv, **S; /* [L] (K-1, conv_dim) and (Hv, dk, dv) */
+} CpuSeq;
 
 typedef struct CpuCtx {
     const Model *m;
     const Config *c;
     int max_seq, threads, n_past;
     Probe probe;
-    CpuLayer *layers;            /* (L) */
-    float *final_norm;           /* (D) */
-    float *inv_freq;             /* (R/2) */
+    CpuLayer *layers;             /* (L) */
+    CpuSeq solo, slot;            /* the single sequence; a serving slot (pointers set per item) */
+    float **seq_ptrs;             /* (8, L): the pointer arrays of solo and slot */
+    int solo_block;               /* 0: solo's block table {0} */
+    int n_slots, n_blocks, block; /* serving layout (0 until serve_open) */
+    float *final_norm;            /* (D) */
+    float *inv_freq;              /* (R/2) */
     /* activations, CPU_TB rows each; Wd = max(key_dim, value_dim, attn_dim, kv_dim) */
-    float *x, *h, *out;          /* (TB, D) residual stream, normed block input, block output */
-    float *proj;                 /* (TB, max(conv_dim, q_proj_rows)) DeltaNet m / attention qg */
-    float *conv;                 /* (TB, conv_dim) conv + SiLU output */
-    float *q, *k, *v;            /* (TB, Wd) DeltaNet q, k (per k-head), v; attention q, k, v */
-    float *gate, *o;             /* (TB, Wd) DeltaNet z / attention gate; core output */
-    float *b, *a, *beta, *g;     /* (TB, Hv) DeltaNet gate inputs and gates */
-    float *mlp_g, *mlp_u;        /* (TB, F) */
-    float *dn_scratch;           /* cpu_deltanet_chunked_scratch(Hv, dk, dv) floats */
+    float *x, *h, *out;      /* (TB, D) residual stream, normed block input, block output */
+    float *proj;             /* (TB, max(conv_dim, q_proj_rows)) DeltaNet m / attention qg */
+    float *conv;             /* (TB, conv_dim) conv + SiLU output */
+    float *q, *k, *v;        /* (TB, Wd) DeltaNet q, k (per k-head), v; attention q, k, v */
+    float *gate, *o;         /* (TB, Wd) DeltaNet z / attention gate; core output */
+    float *b, *a, *beta, *g; /* (TB, Hv) DeltaNet gate inputs and gates */
+    float *mlp_g, *mlp_u;    /* (TB, F) */
+    float *dn_scratch;       /* cpu_deltanet_chunked_scratch(Hv, dk, dv) floats */
 } CpuCtx;
 
 int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err);
@@ -49,5 +69,9 @@ void cpu_ctx_close(CpuCtx *ctx);
 void cpu_ctx_reset(CpuCtx *ctx);
 /* Runs n tokens at positions pos..pos+n-1 (pos must equal the tokens already seen). */
 int cpu_forward(CpuCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err);
+/* Serving: pools for layout l (replacing any), their release, and the batched step (Backend.step_batch). */
+int cpu_serve_open(CpuCtx *ctx, const ServeLayout *l, Err *err);
+void cpu_serve_close(CpuCtx *ctx);
+int cpu_step_batch(CpuCtx *ctx, const BatchItem *items, int n, float *logits, Err *err);
 
 #endif

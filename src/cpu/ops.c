@@ -160,33 +160,41 @@ void cpu_rope(float *x, int T, int n_heads, int hd, int R, int pos0, const float
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-void cpu_attention(float *out, const float *q, const float *Kc, const float *Vc, int T, int pos0, int Hq,
-                   int Hkv, int hd, int max_seq, float scale) {
+void cpu_attention(float *out, const float *q, const float *Kc, const float *Vc, int T, int pos0, int Hq, int Hkv,
+                   int hd, int max_seq, float scale) {
+    const int one_block = 0;
+    cpu_attention_paged(out, q, Kc, Vc, &one_block, max_seq, T, pos0, Hq, Hkv, hd, scale);
+}
+
+void cpu_attention_paged(float *out, const float *q, const float *Kp, const float *Vp, const int *blocks, int block,
+                         int T, int pos0, int Hq, int Hkv, int hd, float scale) {
     const int group = Hq / Hkv;
+    /* row u of kv head kv: block blocks[u / block], row u % block */
+#define KVROW(P, u) ((P) + (((int64_t)blocks[(u) / block] * Hkv + kv) * block + (u) % block) * hd)
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int t = 0; t < T; t++) {
         for (int j = 0; j < Hq; j++) {
             const int p = pos0 + t, kv = j / group;
             const float *qv = q + ((int64_t)t * Hq + j) * hd;
-            const float *K = Kc + (int64_t)kv * max_seq * hd, *V = Vc + (int64_t)kv * max_seq * hd;
             float *o = out + ((int64_t)t * Hq + j) * hd;
             /* pass 1: the max score; pass 2: exp-weights and the weighted sum of V */
             float mx = -INFINITY;
             for (int u = 0; u <= p; u++) {
-                const float s = dot(qv, K + (int64_t)u * hd, hd) * scale;
+                const float s = dot(qv, KVROW(Kp, u), hd) * scale;
                 if (s > mx) mx = s;
             }
             float sum = 0.0f;
             for (int e = 0; e < hd; e++) o[e] = 0.0f;
             for (int u = 0; u <= p; u++) {
-                const float wgt = expf(dot(qv, K + (int64_t)u * hd, hd) * scale - mx);
+                const float wgt = expf(dot(qv, KVROW(Kp, u), hd) * scale - mx);
                 sum += wgt;
-                axpy(o, wgt, V + (int64_t)u * hd, hd);
+                axpy(o, wgt, KVROW(Vp, u), hd);
             }
             const float inv = 1.0f / sum;
             for (int e = 0; e < hd; e++) o[e] *= inv;
         }
     }
+#undef KVROW
 }
 
 /* ---- DeltaNet -------------------------------------------------------------------------- */
@@ -213,8 +221,7 @@ void cpu_conv1d(float *out, float *state, const float *m, const float *w, int T,
         for (int i = 0; i < K - 1; i++) {
             const int u = T - (K - 1) + i;
             for (int c = c0; c < c1; c++)
-                state[(int64_t)i * ch + c] =
-                    u >= 0 ? m[(int64_t)u * ch + c] : state[(int64_t)(K - 1 + u) * ch + c];
+                state[(int64_t)i * ch + c] = u >= 0 ? m[(int64_t)u * ch + c] : state[(int64_t)(K - 1 + u) * ch + c];
         }
     }
 }
@@ -223,8 +230,8 @@ void cpu_conv1d_step(float *out, float *state, const float *m, const float *w, i
     cpu_conv1d(out, state, m, w, 1, ch, K);
 }
 
-void cpu_deltanet_gates(float *beta, float *g, const float *b, const float *a, const float *A_log,
-                        const float *dt_bias, int T, int Hv) {
+void cpu_deltanet_gates(float *beta, float *g, const float *b, const float *a, const float *A_log, const float *dt_bias,
+                        int T, int Hv) {
     for (int t = 0; t < T; t++) {
         for (int j = 0; j < Hv; j++) {
             const int64_t i = (int64_t)t * Hv + j;
@@ -279,13 +286,13 @@ void cpu_deltanet_chunked(float *o, float *S, const float *q, const float *k, co
     for (int j = 0; j < Hv; j++) {
         const int n = j / r;
         float *Sj = S + (int64_t)j * dk * dv;
-        float *gam = scratch + j * per_head;       /* [C]      cumulative log-decay */
-        float *W = gam + DN_C;                     /* [C][dk]  L⁻¹ diag(beta e^gam) K */
-        float *U = W + (int64_t)DN_C * dk;         /* [C][dv]  L⁻¹ diag(beta) V, then V' = U - W S */
-#define KROW(t) (k + ((int64_t)(t) * Hk + n) * dk)
-#define QROW(t) (q + ((int64_t)(t) * Hk + n) * dk)
-#define VROW(t) (v + ((int64_t)(t) * Hv + j) * dv)
-#define OROW(t) (o + ((int64_t)(t) * Hv + j) * dv)
+        float *gam = scratch + j * per_head; /* [C]      cumulative log-decay */
+        float *W = gam + DN_C;               /* [C][dk]  L⁻¹ diag(beta e^gam) K */
+        float *U = W + (int64_t)DN_C * dk;   /* [C][dv]  L⁻¹ diag(beta) V, then V' = U - W S */
+#define KROW(t) (k + ((int64_t)(t)*Hk + n) * dk)
+#define QROW(t) (q + ((int64_t)(t)*Hk + n) * dk)
+#define VROW(t) (v + ((int64_t)(t)*Hv + j) * dv)
+#define OROW(t) (o + ((int64_t)(t)*Hv + j) * dv)
         for (int c0 = 0; c0 < T; c0 += DN_C) {
             const int len = T - c0 < DN_C ? T - c0 : DN_C;
             float acc = 0.0f;

@@ -69,8 +69,13 @@ void cpu_rope(float *x, int T, int n_heads, int hd, int R, int pos0, const float
  * Query head j reads kv head j / (Hq/Hkv). For query t at p = pos0+t:
  *   s[u] = (q[t][j] · Kc[kv][u]) * scale   for u = 0..p,   scale = 1/sqrt(hd)
  *   out[t][j] = sum_u softmax(s)[u] Vc[kv][u]      (fp32, max-subtracted softmax) */
-void cpu_attention(float *out, const float *q, const float *Kc, const float *Vc, int T, int pos0, int Hq,
-                   int Hkv, int hd, int max_seq, float scale);
+void cpu_attention(float *out, const float *q, const float *Kc, const float *Vc, int T, int pos0, int Hq, int Hkv,
+                   int hd, int max_seq, float scale);
+/* The same over a paged cache: Kp, Vp [n_blocks][Hkv][block][hd] (one layer's pool); position u's key of kv head i
+ * is Kp[blocks[u / block]][i][u % block]. The math and the summation order are cpu_attention's, which is this with
+ * blocks = {0} and block = max_seq (one block holds the whole sequence), so both give the same bits. */
+void cpu_attention_paged(float *out, const float *q, const float *Kp, const float *Vp, const int *blocks, int block,
+                         int T, int pos0, int Hq, int Hkv, int hd, float scale);
 
 /* ---- DeltaNet -------------------------------------------------------------------------- */
 
@@ -88,8 +93,8 @@ void cpu_conv1d_step(float *out, float *state, const float *m, const float *w, i
 /* DeltaNet gates for T tokens and Hv v-heads, [T][Hv] each:
  *   beta = sigmoid(b),   g = -exp(A_log) * softplus(a + dt_bias),
  *   softplus(x) = log(1 + exp(x)), taken as x when x > 20.   (exp(g) is the decay in (0,1]) */
-void cpu_deltanet_gates(float *beta, float *g, const float *b, const float *a, const float *A_log,
-                        const float *dt_bias, int T, int Hv);
+void cpu_deltanet_gates(float *beta, float *g, const float *b, const float *a, const float *A_log, const float *dt_bias,
+                        int T, int Hv);
 
 /* One recurrent step of the gated delta rule (MODEL.md §3.3 step 7), all v-heads.
  *   q, k [Hk][dk]   already l2-normalised (q also scaled by dk^-1/2)
