@@ -13,7 +13,7 @@ TRACE    ?= 0
 
 CFLAGS   = -std=c11 -O2 -g -Wall -Wextra -Werror -fopenmp -MMD -MP -Iinclude -Isrc -D_GNU_SOURCE
 NVFLAGS  = -O3 -lineinfo -std=c++17 $(CUARCH) -Xcompiler -Wall -MMD -MP -Isrc --expt-relaxed-constexpr
-LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lcrypto -lm -fopenmp -lpthread
+LDLIBS   = -lcjson -lpcre2-8 -lutf8proc -lcurl -lcrypto -lmicrohttpd -lm -fopenmp -lpthread
 ifeq ($(SAN),1)
   CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDLIBS += -fsanitize=address,undefined
@@ -36,7 +36,7 @@ ifeq ($(DEBUG),1)
 endif
 
 CORE_SRC = $(filter-out src/main.c,$(wildcard src/*.c)) $(wildcard src/cpu/*.c)
-CLI_OBJ  = $(patsubst %.c,$(BUILD)/%.o,src/main.c $(wildcard src/cli/*.c))
+CLI_OBJ  = $(patsubst %.c,$(BUILD)/%.o,src/main.c $(wildcard src/cli/*.c) $(wildcard src/server/*.c))
 ifeq ($(CUDA),1)
   CU_SRC   = $(wildcard src/cuda/*.cu)
   CU_OBJ   = $(CU_SRC:%.cu=$(BUILD)/%.o)
@@ -134,7 +134,8 @@ test-gpu: gpu-tests
 tokdata:
 	@sh scripts/fetch_tokenizer.sh
 # libFuzzer target (clang); run from the repo root: build/fuzz_tokenizer -runs=1000000 tests/fuzz/seeds
-$(BUILD)/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c src/tokenizer.c src/tokenizer_encode.c src/chat.c src/util.c
+$(BUILD)/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c src/tokenizer.c src/tokenizer_encode.c src/chat.c src/chat_tools.c \
+                         src/pyjson.c src/strbuf.c src/util.c
 	@mkdir -p $(dir $@)
 	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -D_GNU_SOURCE $^ -o $@ -lcjson -lpcre2-8 -lutf8proc -lm
 fuzz-tokenizer: $(BUILD)/fuzz_tokenizer

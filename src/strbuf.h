@@ -1,0 +1,21 @@
+/* strbuf.h — a growable NUL-terminated byte string for the chat renderer and parser. An allocation
+ * failure sets oom and turns later appends into no-ops; the owner checks oom once at the end. */
+#ifndef Q35_STRBUF_H
+#define Q35_STRBUF_H
+
+#include <stddef.h>
+
+typedef struct StrBuf {
+    char *p; /* NUL-terminated once anything was appended; NULL before */
+    size_t n, cap;
+    int oom;
+} StrBuf;
+
+void sb_put(StrBuf *s, const char *x, size_t n);
+void sb_puts(StrBuf *s, const char *x);
+void sb_putc(StrBuf *s, char c);
+/* Drops the first n bytes (n <= s->n). */
+void sb_drop(StrBuf *s, size_t n);
+void sb_free(StrBuf *s);
+
+#endif
