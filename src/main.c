@@ -18,6 +18,7 @@ static const struct {
     {"tokenize", cmd_tokenize, "text -> token ids"},
     {"detokenize", cmd_detokenize, "token ids -> text"},
     {"download", cmd_download, "fetch a Hugging Face model repo (e.g. Qwen/Qwen3.5-0.8B)"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching (docs/SERVE.md)"},
 };
 
 static void usage(FILE *f) {

@@ -10,4 +10,5 @@ int cmd_tokenize(int argc, char **argv);   /* src/cli/tok.c */
 int cmd_detokenize(int argc, char **argv); /* src/cli/tok.c */
 int cmd_chat(int argc, char **argv);       /* src/cli/tok.c */
 int cmd_download(int argc, char **argv);   /* src/cli/download.c */
+int cmd_serve(int argc, char **argv);      /* src/cli/serve.c */
 #endif

@@ -1,0 +1,154 @@
+/* serve.c — `qwen35 serve`: an OpenAI-compatible HTTP server (src/server/) over one engine in serve mode.
+ * Flags -> engine + q35_serve_open -> scheduler thread -> HTTP daemon; then the main thread waits for SIGINT /
+ * SIGTERM (blocked in every thread, taken by sigwait), stops accepting, cancels what runs and exits 0. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/common.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/sched.h"
+
+/* "512M", "2G", "1048576" -> bytes; -1 if malformed. */
+static long long parse_bytes(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v >= 0)) return -1;
+    static const char units[] = "kmg";
+    double mul = 1;
+    const char *u = *end ? strchr(units, *end | 0x20) : NULL;
+    if (u) {
+        for (const char *x = units; x <= u; x++) mul *= 1024.0;
+        end++;
+        if (*end == 'i') end++;
+        if (*end == 'B' || *end == 'b') end++;
+    }
+    if (*end || v * mul > 9e18) return -1;
+    return (long long)(v * mul);
+}
+
+static const char *base_name(const char *path) {
+    const char *b = path;
+    for (const char *p = path; *p; p++)
+        if (*p == '/' && p[1]) b = p + 1;
+    return b;
+}
+
+int cmd_serve(int argc, char **argv) {
+    CliModel m;
+    cli_model_init(&m);
+    const char *host = "127.0.0.1", *api_key = NULL, *kv_memory = NULL, *name = NULL;
+    int port = 8000, max_seqs = 0, max_queue = 256, max_body_kb = 4096, step_tokens = 512, think = 0, quiet = 0;
+    int device = 0, kv_block = 0;
+    float kv_fraction = 0;
+    const CliFlag own[] = {
+        {"--host", NULL, CLI_STR, &host, .arg = "ADDR", .help = "address to listen on (default 127.0.0.1)"},
+        {"--port", NULL, CLI_INT, &port, .lo = 0, .hi = 65535, .arg = "N",
+         .help = "port (default 8000; 0: any free port, printed at start)"},
+        {"--api-key", NULL, CLI_STR, &api_key, .arg = "KEY", .help = "require 'Authorization: Bearer KEY' on /v1/"},
+        {"--served-model-name", NULL, CLI_STR, &name, .arg = "NAME",
+         .help = "the model's name in the API (default: the model directory's name)"},
+        {"--device", NULL, CLI_INT, &device, .lo = 0, .hi = 1024, .arg = "N", .help = "CUDA device index (default 0)"},
+        {"--max-seqs", NULL, CLI_INT, &max_seqs, .lo = 0, .hi = 4096, .arg = "N",
+         .help = "sequences decoded together (default 64, capped by memory)"},
+        {"--kv-memory", NULL, CLI_STR, &kv_memory, .arg = "BYTES",
+         .help = "memory for KV blocks and sequence states, e.g. 2G or 512M"},
+        {"--kv-fraction", NULL, CLI_FLOAT, &kv_fraction, .lo = 0, .hi = 1, .lo_open = 1, .arg = "F",
+         .help = "... or this fraction of the free memory (default 0.9 GPU, 0.25 CPU)"},
+        {"--kv-block", NULL, CLI_INT, &kv_block, .lo = 1, .hi = 4096, .arg = "N", .help = "tokens per KV block (16)"},
+        {"--max-queue", NULL, CLI_INT, &max_queue, .lo = 1, .hi = 1 << 20, .arg = "N",
+         .help = "requests waiting for a slot before 429 (default 256)"},
+        {"--max-body-kb", NULL, CLI_INT, &max_body_kb, .lo = 1, .hi = 1 << 20, .arg = "N",
+         .help = "largest request body in KiB before 413 (default 4096)"},
+        {"--step-tokens", NULL, CLI_INT, &step_tokens, .lo = 1, .hi = 1 << 20, .arg = "N",
+         .help = "tokens per engine step: prompt chunks + decodes (default 512)"},
+        {"--think", NULL, CLI_BOOL, &think,
+         .help = "chat requests think by default (else only with chat_template_kwargs.enable_thinking)"},
+        {"--quiet", NULL, CLI_BOOL, &quiet, .help = "no log line per request"},
+        {0}};
+    const CliGroup groups[] = {{"serve flags", own}, {"model flags", m.flags}, {0}};
+    const CliSpec spec = {"serve", "--model DIR | --dummy NAME [flags]",
+                          "OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions; GET /v1/models, "
+                          "/health,\n/metrics (docs/SERVE.md). SIGINT / SIGTERM stop it.",
+                          groups, 0};
+    int pr = cli_parse(&spec, argc, argv, NULL, NULL);
+    if (pr != CLI_OK) return pr == CLI_HELP ? 0 : CLI_EXIT_USAGE;
+    int rc = cli_model_check("serve", &m);
+    if (rc) return rc;
+    long long kv_bytes = 0;
+    if (kv_memory && (kv_bytes = parse_bytes(kv_memory)) <= 0)
+        return cli_usage_error("serve", "--kv-memory: '%s' is not a size (e.g. 2G, 512M, 1048576)", kv_memory);
+    m.o.device = device;
+
+    /* SIGINT / SIGTERM go to sigwait below; every thread started from here on inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    Q35Engine *e;
+    if ((rc = cli_open("serve", &e, &m))) return rc;
+    cli_note("serve", e);
+    Q35Err err = {0};
+    Q35ServeOptions so = {
+        .max_seqs = max_seqs, .kv_bytes = (size_t)kv_bytes, .kv_fraction = kv_fraction, .kv_block = kv_block};
+    if (q35_serve_open(e, &so, &err)) {
+        q35_engine_close(e);
+        return cli_fail("serve", &err);
+    }
+    if (!q35_engine_tokenizer(e)) fprintf(stderr, "qwen35: serve: no tokenizer.json: only token-id prompts work\n");
+    if (!name) name = m.o.model_dir ? base_name(m.o.model_dir) : m.o.dummy;
+
+    Metrics metrics;
+    metrics_init(&metrics, name);
+    Sched *s = NULL;
+    Http *h = NULL;
+    SchedConfig sc = {.max_queue = max_queue, .step_tokens = step_tokens, .quiet = quiet};
+    char msg[256];
+    if (sched_open(&s, e, &sc, &metrics, &err)) {
+        rc = cli_fail("serve", &err);
+        goto done;
+    }
+    HttpConfig hc = {.host = host,
+                     .port = port,
+                     .api_key = api_key,
+                     .max_body = (size_t)max_body_kb * 1024,
+                     .model = name,
+                     .think = think ? Q35_THINK_ON : Q35_THINK_OFF,
+                     .max_connections = 1024,
+                     .quiet = quiet};
+    if (http_start(&h, &hc, e, s, &metrics, msg, sizeof msg)) {
+        rc = cli_error("serve", "%s", msg);
+        goto done;
+    }
+    Q35ServeInfo in;
+    q35_serve_info(e, &in);
+    int ctx = sched_max_context(s);
+    long long fit = in.kv_block > 0 ? (long long)in.n_blocks * in.kv_block / (ctx > 0 ? ctx : 1) : 0;
+    fprintf(stderr,
+            "qwen35 serve: %s on %s; %d sequences at once, KV pool %d blocks x %d tokens (%.1f MiB): %lld "
+            "sequences of the full context %d fit, %d tokens in all\n",
+            name, q35_backend_name(e), in.max_seqs, in.n_blocks, in.kv_block,
+            ((double)in.n_blocks * (double)in.block_bytes + (double)in.max_seqs * (double)in.slot_bytes) / 1048576.0,
+            fit, ctx, in.n_blocks * in.kv_block);
+    fprintf(stderr, "qwen35 serve: listening on http://%s:%d\n", host, http_port(h));
+    fflush(stderr);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "qwen35 serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_quiesce(h);
+    rc = 0;
+done:
+    sched_close(s); /* cancels what runs: every handler waiting on a request returns */
+    http_stop(h);
+    metrics_free(&metrics);
+    q35_serve_close(e);
+    q35_engine_close(e);
+    return rc;
+}

@@ -1,0 +1,489 @@
+/* http.c — libmicrohttpd front: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a handler may
+ * block on its own request: a non-streamed completion waits for the scheduler in the handler; a streamed one
+ * waits in the content reader between SSE events. Both poll the client's socket while they wait, so a client
+ * that goes away cancels its request within one step. Request flow: body (at most max_body bytes, else 413)
+ * -> route (404 / 405) -> auth (401) -> oai_parse_request (400) -> model (404) -> prompt ids (chat template or
+ * tokenizer) -> context check (400) -> sched_submit (429 / 503). */
+#include "server/http.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct Http {
+    HttpConfig cfg;
+    struct MHD_Daemon *d;
+    Q35Engine *e;
+    Q35Tokenizer *tok;
+    Sched *s;
+    Metrics *m;
+    int vocab;
+    long started;
+    atomic_ulong next_id;
+    atomic_int stopping;
+};
+
+typedef struct Conn {
+    Http *h;
+    TextBuf body;
+    int too_large;
+    int fd;
+    Req *req;
+    OaiMeta meta;
+    /* streaming */
+    int role_sent, end_sent;
+    size_t sent[2]; /* bytes of out[0] (content) / out[1] (reasoning) sent */
+    int lps_sent;
+    size_t text_offset;
+    char *ev; /* SSE bytes ready to write */
+    size_t ev_n, ev_off, ev_cap;
+} Conn;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int buf_put(char **p, size_t *n, size_t *cap, const char *s, size_t k) {
+    if (*n + k + 1 > *cap) {
+        size_t c = *cap ? *cap : 1024;
+        while (c < *n + k + 1) c *= 2;
+        char *q = realloc(*p, c);
+        if (!q) return -1;
+        *p = q;
+        *cap = c;
+    }
+    memcpy(*p + *n, s, k);
+    *n += k;
+    (*p)[*n] = 0;
+    return 0;
+}
+
+/* ---- replies ---- */
+
+static enum MHD_Result reply(struct MHD_Connection *mc, int status, const char *ctype, char *body) {
+    if (!body) {
+        status = 500;
+        ctype = "application/json";
+        body = strdup(
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+        if (!body) return MHD_NO;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    enum MHD_Result rc = MHD_queue_response(mc, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+static enum MHD_Result reply_error(Conn *c, struct MHD_Connection *mc, const char *url, const OaiError *e) {
+    if (!c->h->cfg.quiet)
+        fprintf(stderr, "qwen35 serve: %s %d %s%s%s\n", url, e->status, e->message, e->param[0] ? " param " : "",
+                e->param);
+    return reply(mc, e->status, "application/json", oai_error_json(e));
+}
+
+/* ---- waiting on a request ---- */
+
+/* The client closed its end (or the socket broke). Only valid while MHD is not reading this socket, which holds
+ * in our handler and content reader (thread per connection). */
+static int client_gone(const Conn *c) {
+    if (c->fd < 0) return 0;
+    struct pollfd p = {c->fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return 1;
+    char b;
+    return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* ---- prompt ---- */
+
+static int build_prompt(Http *h, Req *r, OaiError *e) {
+    const OaiRequest *q = &r->rq;
+    Q35Err err = {0};
+    int *ids = NULL, n = 0;
+    if (q->kind == OAI_CHAT || q->prompt) {
+        if (!h->tok)
+            return oai_fail(e, 400, "invalid_request_error", NULL, NULL,
+                            "the model has no tokenizer.json: send token ids");
+        char *text = q->prompt;
+        if (q->kind == OAI_CHAT) {
+            Q35ChatMessage *m = calloc((size_t)q->n_messages, sizeof *m);
+            if (!m) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            for (int i = 0; i < q->n_messages; i++) {
+                m[i].role = q->messages[i].role;
+                m[i].content = q->messages[i].content;
+                m[i].reasoning = q->messages[i].reasoning;
+            }
+            int think = q->thinking != Q35_THINK_DEFAULT ? q->thinking : h->cfg.think;
+            r->reasoning = think == Q35_THINK_ON;
+            int rc = q35_chat_render(h->tok, m, q->n_messages, 1, think, &text, &err);
+            free(m);
+            if (rc) return oai_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
+        }
+        int rc = q35_tokenize(h->tok, text, strlen(text), &ids, &n, &err);
+        if (text != q->prompt) free(text);
+        if (rc)
+            return oai_fail(e, 400, "invalid_request_error", NULL, q->kind == OAI_CHAT ? "messages" : "prompt", "%s",
+                            err.msg);
+    } else {
+        n = q->n_prompt_ids;
+        ids = malloc(sizeof(int) * (size_t)n);
+        if (!ids) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(ids, q->prompt_ids, sizeof(int) * (size_t)n);
+    }
+    const char *pp = q->kind == OAI_CHAT ? "messages" : "prompt";
+    int ctx = sched_max_context(h->s);
+    if (n == 0) {
+        free(ids);
+        return oai_fail(e, 400, "invalid_request_error", NULL, pp, "the prompt is empty");
+    }
+    if (n >= ctx || (q->max_tokens > 0 && (long)n + q->max_tokens > ctx)) {
+        free(ids);
+        return oai_fail(
+            e, 400, "invalid_request_error", "context_length_exceeded", q->max_tokens > 0 ? "max_tokens" : pp,
+            "This model's maximum context length is %d tokens. However, you requested %ld tokens (%d in "
+            "the %s, %d for the completion). Please reduce the length of the %s or completion.",
+            ctx, (long)n + (q->max_tokens > 0 ? q->max_tokens : 0), n, pp, q->max_tokens > 0 ? q->max_tokens : 0, pp);
+    }
+    r->n_prompt = n;
+    r->max_tokens = q->max_tokens > 0 ? q->max_tokens : ctx - n;
+    r->toks = realloc(ids, sizeof(int) * ((size_t)n + (size_t)r->max_tokens));
+    if (!r->toks) {
+        free(ids);
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    r->n_toks = n;
+    return 0;
+}
+
+/* The model's sampling defaults, overridden by the request; without a seed each request draws its own. */
+static void seq_params(Http *h, Req *r, unsigned long n) {
+    const OaiRequest *q = &r->rq;
+    Q35SeqParams *p = &r->params;
+    q35_sampling_defaults(h->e, &p->sampling);
+    if (q->set & OAI_SET_TEMPERATURE) p->sampling.temperature = q->temperature;
+    if (q->set & OAI_SET_TOP_P) p->sampling.top_p = q->top_p;
+    if (q->set & OAI_SET_TOP_K) p->sampling.top_k = q->top_k;
+    if (q->set & OAI_SET_MIN_P) p->sampling.min_p = q->min_p;
+    if (q->set & OAI_SET_PRESENCE) p->sampling.presence_penalty = q->presence_penalty;
+    if (q->set & OAI_SET_REPETITION) p->sampling.repetition_penalty = q->repetition_penalty;
+    p->sampling.seed = q->set & OAI_SET_SEED ? q->seed : ((uint64_t)h->started << 20 ^ n) * 0x9E3779B97F4A7C15ull;
+    p->frequency_penalty = q->frequency_penalty;
+    p->top_logprobs = q->top_logprobs;
+}
+
+/* ---- streaming ---- */
+
+static void ev_data(Conn *c, char *json) {
+    if (!json) return;
+    buf_put(&c->ev, &c->ev_n, &c->ev_cap, "data: ", 6);
+    buf_put(&c->ev, &c->ev_n, &c->ev_cap, json, strlen(json));
+    buf_put(&c->ev, &c->ev_n, &c->ev_cap, "\n\n", 2);
+    free(json);
+}
+
+/* Turns what the request has produced since the last call into SSE events; 1 if any were made. */
+static int stream_collect(Conn *c) {
+    Http *h = c->h;
+    Req *r = c->req;
+    int kind = r->rq.kind, usage = r->rq.include_usage, want_lp = r->rq.top_logprobs >= 0;
+    sched_lock(h->s);
+    char *text[2] = {NULL, NULL};
+    for (int ch = 0; ch < 2; ch++)
+        if (r->out[ch].n > c->sent[ch]) {
+            text[ch] = strndup(r->out[ch].p + c->sent[ch], r->out[ch].n - c->sent[ch]);
+            c->sent[ch] = r->out[ch].n;
+        }
+    int n_lp = r->n_lps - c->lps_sent;
+    OaiTokenLogprob *lps = n_lp > 0 ? malloc(sizeof *lps * (size_t)n_lp) : NULL;
+    if (lps)
+        memcpy(lps, r->lps + c->lps_sent, sizeof *lps * (size_t)n_lp);
+    else
+        n_lp = 0;
+    c->lps_sent += n_lp;
+    int done = r->done;
+    const char *reason = r->finish_reason;
+    OaiError err = r->error;
+    OaiUsage u = {r->n_prompt, r->n_generated};
+    sched_unlock(h->s);
+
+    size_t before = c->ev_n;
+    if (!c->role_sent && kind == OAI_CHAT) {
+        OaiOutput o = {.content = "", .want_logprobs = 0};
+        ev_data(c, oai_chunk_json(kind, &c->meta, &o, 1, NULL, usage));
+        c->role_sent = 1;
+    }
+    if (done && err.status) {
+        ev_data(c, oai_error_json(&err));
+    } else if (text[0] || text[1] || n_lp || done) {
+        OaiOutput o = {.content = text[0],
+                       .reasoning = text[1],
+                       .logprobs = lps,
+                       .n_logprobs = n_lp,
+                       .want_logprobs = want_lp,
+                       .text_offset = c->text_offset,
+                       .finish_reason = done ? reason : NULL};
+        if (kind == OAI_COMPLETION && !o.content) o.content = "";
+        ev_data(c, oai_chunk_json(kind, &c->meta, &o, 0, NULL, usage));
+        c->text_offset += text[0] ? strlen(text[0]) : 0;
+    }
+    if (done) {
+        if (usage && !err.status) ev_data(c, oai_chunk_json(kind, &c->meta, NULL, 0, &u, 1));
+        buf_put(&c->ev, &c->ev_n, &c->ev_cap, "data: [DONE]\n\n", 14);
+        c->end_sent = 1;
+    }
+    free(text[0]);
+    free(text[1]);
+    free(lps);
+    return c->ev_n > before;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    Conn *c = cls;
+    while (c->ev_off == c->ev_n) {
+        if (c->end_sent) return MHD_CONTENT_READER_END_OF_STREAM;
+        c->ev_n = c->ev_off = 0;
+        if (stream_collect(c)) break;
+        if (client_gone(c)) {
+            sched_cancel(c->h->s, c->req);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        sched_lock(c->h->s);
+        if (!c->req->done && c->req->out[0].n == c->sent[0] && c->req->out[1].n == c->sent[1] &&
+            c->req->n_lps == c->lps_sent)
+            sched_wait(c->h->s, c->req, 20);
+        sched_unlock(c->h->s);
+    }
+    size_t k = c->ev_n - c->ev_off < max ? c->ev_n - c->ev_off : max;
+    memcpy(buf, c->ev + c->ev_off, k);
+    c->ev_off += k;
+    return (ssize_t)k;
+}
+
+/* ---- completions ---- */
+
+static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *url, int kind) {
+    Http *h = c->h;
+    OaiError e = {0};
+    if (c->too_large) {
+        oai_fail(&e, 413, "invalid_request_error", NULL, NULL,
+                 "the request body is over the server's limit of %zu bytes", h->cfg.max_body);
+        return reply_error(c, mc, url, &e);
+    }
+    Req *r = sched_req_new();
+    if (!r) {
+        oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        return reply_error(c, mc, url, &e);
+    }
+    c->req = r;
+    if (oai_parse_request(c->body.p ? c->body.p : "", c->body.n, kind, h->vocab, &r->rq, &e))
+        return reply_error(c, mc, url, &e);
+    if (r->rq.model && strcmp(r->rq.model, h->cfg.model)) {
+        oai_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                 "The model '%s' does not exist (this server serves '%s').", r->rq.model, h->cfg.model);
+        return reply_error(c, mc, url, &e);
+    }
+    if (build_prompt(h, r, &e)) return reply_error(c, mc, url, &e);
+    unsigned long n = atomic_fetch_add(&h->next_id, 1);
+    seq_params(h, r, n);
+    snprintf(r->id, sizeof r->id, "%s-%lx%06lx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)h->started, n);
+    r->t_arrival = now_s();
+    c->meta.id = r->id;
+    c->meta.created = (long)time(NULL);
+    c->meta.model = h->cfg.model;
+    if (sched_submit(h->s, r, &e)) return reply_error(c, mc, url, &e);
+
+    if (r->rq.stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, c, NULL);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result rc = MHD_queue_response(mc, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        return rc;
+    }
+    sched_lock(h->s);
+    while (!r->done) {
+        sched_unlock(h->s);
+        if (client_gone(c)) {
+            sched_cancel(h->s, r);
+            return MHD_NO;
+        }
+        sched_lock(h->s);
+        if (!r->done) sched_wait(h->s, r, 20);
+    }
+    sched_unlock(h->s); /* done: the scheduler no longer writes r */
+    if (r->error.status) return reply_error(c, mc, url, &r->error);
+    OaiOutput o = {.content = r->out[0].p ? r->out[0].p : "",
+                   .reasoning = r->reasoning ? (r->out[1].p ? r->out[1].p : "") : NULL,
+                   .logprobs = r->lps,
+                   .n_logprobs = r->n_lps,
+                   .want_logprobs = r->rq.top_logprobs >= 0,
+                   .finish_reason = r->finish_reason};
+    OaiUsage u = {r->n_prompt, r->n_generated};
+    return reply(mc, 200, "application/json", oai_response_json(kind, &c->meta, &o, &u));
+}
+
+/* ---- routing ---- */
+
+static int authorized(Http *h, struct MHD_Connection *mc) {
+    if (!h->cfg.api_key) return 1;
+    const char *a = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, h->cfg.api_key);
+}
+
+static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url, const char *method) {
+    Http *h = c->h;
+    OaiError e = {0};
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    static const struct {
+        const char *path;
+        int post; /* 1: POST route, 0: GET route */
+    } routes[] = {
+        {"/health", 0}, {"/metrics", 0}, {"/v1/models", 0}, {"/v1/chat/completions", 1}, {"/v1/completions", 1}};
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
+        if (!strcmp(url, routes[i].path)) k = i;
+    if (k < 0) {
+        oai_fail(&e, 404, "not_found_error", NULL, NULL, "no route %s %s", method, url);
+        return reply_error(c, mc, url, &e);
+    }
+    if (routes[k].post ? !post : !get) {
+        oai_fail(&e, 405, "invalid_request_error", NULL, NULL, "%s is not allowed on %s (use %s)", method, url,
+                 routes[k].post ? "POST" : "GET");
+        return reply_error(c, mc, url, &e);
+    }
+    if (!strncmp(url, "/v1/", 4) && !authorized(h, mc)) {
+        oai_fail(&e, 401, "authentication_error", "invalid_api_key", NULL,
+                 "missing or wrong API key: send 'Authorization: Bearer KEY'");
+        return reply_error(c, mc, url, &e);
+    }
+    switch (k) {
+    case 0:
+        if (atomic_load(&h->stopping)) {
+            oai_fail(&e, 503, "server_error", NULL, NULL, "the server is shutting down");
+            return reply_error(c, mc, url, &e);
+        }
+        return reply(mc, 200, "application/json", strdup("{\"status\":\"ok\"}"));
+    case 1: sched_gauges(h->s); return reply(mc, 200, "text/plain; version=0.0.4", metrics_text(h->m));
+    case 2:
+        return reply(mc, 200, "application/json", oai_models_json(h->cfg.model, h->started, sched_max_context(h->s)));
+    case 3: return generate(c, mc, url, OAI_CHAT);
+    default: return generate(c, mc, url, OAI_COMPLETION);
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **ctx) {
+    (void)version;
+    Http *h = cls;
+    Conn *c = *ctx;
+    if (!c) { /* first call: headers only */
+        if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+        c->h = h;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c->fd = ci ? ci->connect_fd : -1;
+        *ctx = c;
+        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > h->cfg.max_body) {
+            c->too_large = 1;
+            OaiError e;
+            oai_fail(&e, 413, "invalid_request_error", NULL, NULL,
+                     "the request body is over the server's limit of %zu bytes", h->cfg.max_body);
+            return reply_error(c, mc, url, &e);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (c->body.n + *upload_size > h->cfg.max_body)
+            c->too_large = 1;
+        else if (buf_put(&c->body.p, &c->body.n, &c->body.cap, upload, *upload_size))
+            return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return route(c, mc, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum MHD_RequestTerminationCode toe) {
+    (void)mc;
+    (void)toe;
+    Http *h = cls;
+    Conn *c = *ctx;
+    if (!c) return;
+    if (c->req) sched_release(h->s, c->req);
+    free(c->body.p);
+    free(c->ev);
+    free(c);
+    *ctx = NULL;
+}
+
+int http_start(Http **out, const HttpConfig *cfg, Q35Engine *e, Sched *s, Metrics *m, char *err, size_t n) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (gai) {
+        snprintf(err, n, "--host %s: %s", cfg->host, gai_strerror(gai));
+        return -1;
+    }
+    Http *h = calloc(1, sizeof *h);
+    if (!h) {
+        freeaddrinfo(ai);
+        snprintf(err, n, "out of memory");
+        return -1;
+    }
+    h->cfg = *cfg;
+    h->e = e;
+    h->tok = q35_engine_tokenizer(e);
+    h->s = s;
+    h->m = m;
+    h->vocab = h->tok ? q35_tokenizer_size(h->tok) : q35_vocab_size(e);
+    if (h->vocab > q35_vocab_size(e)) h->vocab = q35_vocab_size(e);
+    h->started = (long)time(NULL);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    h->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)cfg->max_connections, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!h->d) {
+        snprintf(err, n, "cannot listen on %s:%d (address in use or not allowed)", cfg->host, cfg->port);
+        free(h);
+        return -1;
+    }
+    *out = h;
+    return 0;
+}
+
+int http_port(const Http *h) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    return di ? di->port : h->cfg.port;
+}
+
+void http_quiesce(Http *h) {
+    atomic_store(&h->stopping, 1);
+    MHD_socket fd = MHD_quiesce_daemon(h->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+void http_stop(Http *h) {
+    if (!h) return;
+    MHD_stop_daemon(h->d);
+    free(h);
+}

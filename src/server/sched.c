@@ -1,0 +1,585 @@
+/* sched.c — the scheduler thread: continuous batching over q35_step.
+ *
+ * A running request holds an engine sequence and the ids toks[0, n_toks) (prompt, then generated); the engine
+ * has fed n_fed of them, and the last sampled id is never fed yet, so every running request has
+ * pending = n_toks - n_fed >= 1 ids to feed. pending == 1 is a decode (one id, sample); more is a prompt (or,
+ * after preemption, a recompute) fed in chunks, sampling when the chunk reaches n_toks. One step:
+ *   1. every decode (one token each), 2. the prompt chunks of running requests in admission order, 3. new
+ *   requests in arrival order while a slot, the step's token budget and free KV blocks allow (no overtaking);
+ *   then the KV blocks the step needs are summed (q35_seq_blocks_needed); while they pass the free blocks, the
+ *   newest running request is preempted (q35_seq_preempt: blocks back, n_fed = 0, recomputed later).
+ * Generated text goes through the streaming detokenizer, the reasoning split (<think> ... </think>) and the stop
+ * strings: text that could still be the start of a stop string is held back, a matched stop string and what
+ * follows are never released. */
+#include "server/sched.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct Sched {
+    Q35Engine *e;
+    const Q35Tokenizer *tok;
+    SchedConfig cfg;
+    Metrics *metrics;
+    Q35ServeInfo info;
+    int max_ctx;
+    const int *stop_ids;
+    int n_stop_ids;
+    int think_start, think_end; /* <think> / </think> ids, -1 if the tokenizer has none */
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* new request, cancellation or shutdown */
+    int stopping;
+    Req **incoming; /* submitted, not yet seen by the thread (mu) */
+    int n_incoming, cap_incoming;
+    int n_waiting_total; /* incoming + waiting, for the queue limit (mu) */
+
+    /* scheduler thread only */
+    Req **waiting; /* FIFO */
+    int n_waiting, cap_waiting;
+    Req **running; /* admission order */
+    int n_running;
+    Q35StepItem *items;
+    Q35StepOut *outs;
+    Req **item_req;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int text_put(TextBuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+static void text_drop_front(TextBuf *b, size_t n) {
+    memmove(b->p, b->p + n, b->n - n);
+    b->n -= n;
+    b->p[b->n] = 0;
+}
+
+static int push(Req ***a, int *n, int *cap, Req *r) {
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 16;
+        Req **p = realloc(*a, sizeof *p * (size_t)c);
+        if (!p) return -1;
+        *a = p;
+        *cap = c;
+    }
+    (*a)[(*n)++] = r;
+    return 0;
+}
+
+Req *sched_req_new(void) {
+    Req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->seq = -1;
+    r->refs = 1;
+    r->t_first = -1;
+    pthread_cond_init(&r->cv, NULL);
+    return r;
+}
+
+static void req_free(Req *r) {
+    oai_request_free(&r->rq);
+    free(r->toks);
+    for (int c = 0; c < 2; c++) {
+        free(r->pend[c].p);
+        free(r->out[c].p);
+    }
+    for (int i = 0; i < r->n_lps; i++) {
+        free((char *)r->lps[i].token);
+        for (int j = 0; j < r->lps[i].n_top; j++) free((char *)r->lps[i].top[j].token);
+    }
+    free(r->lps);
+    if (r->detok) q35_detok_close(r->detok);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+void sched_lock(Sched *s) { pthread_mutex_lock(&s->mu); }
+void sched_unlock(Sched *s) { pthread_mutex_unlock(&s->mu); }
+
+void sched_wait(Sched *s, Req *r, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&r->cv, &s->mu, &ts);
+}
+
+int sched_max_context(const Sched *s) { return s->max_ctx; }
+
+/* Drops one reference (mu held); frees on the last. */
+static void unref(Req *r) {
+    if (--r->refs == 0) req_free(r);
+}
+
+void sched_cancel(Sched *s, Req *r) {
+    pthread_mutex_lock(&s->mu);
+    if (!r->done && !r->cancelled) {
+        r->cancelled = 1;
+        pthread_cond_signal(&s->work);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_release(Sched *s, Req *r) {
+    pthread_mutex_lock(&s->mu);
+    if (!r->done) {
+        r->cancelled = 1;
+        pthread_cond_signal(&s->work);
+    }
+    unref(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int sched_submit(Sched *s, Req *r, OaiError *e) {
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (s->stopping)
+        rc = oai_fail(e, 503, "server_error", NULL, NULL, "the server is shutting down");
+    else if (s->n_waiting_total >= s->cfg.max_queue)
+        rc = oai_fail(e, 429, "rate_limit_error", NULL, NULL, "the server is busy: %d requests are waiting",
+                      s->n_waiting_total);
+    else if (push(&s->incoming, &s->n_incoming, &s->cap_incoming, r))
+        rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (!rc) {
+        r->refs++;
+        s->n_waiting_total++;
+        pthread_cond_signal(&s->work);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void sched_gauges(Sched *s) {
+    Q35ServeInfo in;
+    q35_serve_info(s->e, &in);
+    pthread_mutex_lock(&s->mu);
+    int waiting = s->n_waiting_total;
+    pthread_mutex_unlock(&s->mu);
+    double kv = in.n_blocks ? (double)(in.n_blocks - in.free_blocks) / in.n_blocks : 0;
+    metrics_gauges(s->metrics, in.open_seqs, waiting, kv);
+}
+
+/* ---- output: detokenizer, reasoning split, stop strings ---- */
+
+/* Length of the longest suffix of t[0, n) that is a proper prefix of some stop string. */
+static size_t stop_hold(const Req *r, const char *t, size_t n) {
+    size_t best = 0;
+    for (int i = 0; i < r->rq.n_stop; i++) {
+        const char *st = r->rq.stop[i];
+        size_t ls = strlen(st);
+        for (size_t k = ls - 1 < n ? ls - 1 : n; k > best; k--)
+            if (!memcmp(t + n - k, st, k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Moves released text of channel c to the shared output (mu held by the caller). */
+static void release(Sched *s, Req *r, int c, size_t n) {
+    (void)s;
+    if (!n) return;
+    TextBuf *p = &r->pend[c];
+    text_put(&r->out[c], p->p, n);
+    text_drop_front(p, n);
+}
+
+/* Appends piece to channel c and releases what no stop string can claim; returns 1 when a stop string matched
+ * (the text before it is released, the rest dropped). mu held. */
+static int channel_put(Sched *s, Req *r, int c, const char *piece, size_t n) {
+    TextBuf *p = &r->pend[c];
+    if (c == 0 && r->strip_nl) {
+        while (n && *piece == '\n') piece++, n--;
+        if (n) r->strip_nl = 0;
+    }
+    if (text_put(p, piece, n)) return 0;
+    size_t first = p->n;
+    for (int i = 0; i < r->rq.n_stop; i++) {
+        const char *hit = memmem(p->p, p->n, r->rq.stop[i], strlen(r->rq.stop[i]));
+        if (hit && (size_t)(hit - p->p) < first) first = (size_t)(hit - p->p);
+    }
+    if (first < p->n) {
+        release(s, r, c, first);
+        p->n = 0;
+        r->stop_matched = 1;
+        return 1;
+    }
+    release(s, r, c, p->n - stop_hold(r, p->p, p->n));
+    return 0;
+}
+
+static char *token_text(Sched *s, int id) {
+    char *t = NULL;
+    Q35Err err;
+    if (q35_detokenize(s->tok, &id, 1, 0, &t, &err)) return strdup("");
+    return t;
+}
+
+static void add_logprobs(Sched *s, Req *r, const Q35StepOut *o) {
+    if (r->n_lps == r->cap_lps) {
+        int c = r->cap_lps ? 2 * r->cap_lps : 64;
+        OaiTokenLogprob *p = realloc(r->lps, sizeof *p * (size_t)c);
+        if (!p) return;
+        r->lps = p;
+        r->cap_lps = c;
+    }
+    OaiTokenLogprob *t = &r->lps[r->n_lps++];
+    memset(t, 0, sizeof *t);
+    t->token = token_text(s, o->id);
+    t->logprob = o->logprob;
+    int k = o->n_top < r->rq.top_logprobs ? o->n_top : r->rq.top_logprobs;
+    for (int j = 0; j < k; j++) {
+        t->top[j].token = token_text(s, o->top_id[j]);
+        t->top[j].logprob = o->top_logprob[j];
+    }
+    t->n_top = k;
+}
+
+static void log_request(const Sched *s, const Req *r, double t_end) {
+    if (s->cfg.quiet) return;
+    double gen_s = r->t_first >= 0 ? t_end - r->t_first : 0;
+    fprintf(stderr, "qwen35 serve: %s prompt %d completion %d ttft %.1f ms %.1f tok/s finish %s\n", r->id, r->n_prompt,
+            r->n_generated, r->t_first >= 0 ? 1e3 * (r->t_first - r->t_arrival) : 0.0,
+            gen_s > 0 && r->n_generated > 1 ? (r->n_generated - 1) / gen_s : 0.0,
+            r->error.status ? "error" : r->finish_reason);
+}
+
+/* Ends r (scheduler thread): closes its sequence, flushes held text, wakes the client. */
+static void finish(Sched *s, Req *r, const char *reason) {
+    if (r->seq >= 0) q35_seq_close(s->e, r->seq);
+    r->seq = -1;
+    double t = now_s();
+    pthread_mutex_lock(&s->mu);
+    if (strcmp(reason, "abort") && !r->error.status && !r->stop_matched) { /* no stop string can match now */
+        const char *text;
+        size_t len;
+        q35_detok_flush(r->detok, &text, &len);
+        if (len) r->stop_matched = channel_put(s, r, r->channel, text, len);
+        for (int c = 0; c < 2 && !r->stop_matched; c++) release(s, r, c, r->pend[c].n);
+    }
+    r->finish_reason = reason;
+    r->done = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&s->mu);
+    metrics_request(s->metrics, r->n_prompt, r->n_generated, r->t_first >= 0 ? r->t_first - r->t_arrival : -1,
+                    t - r->t_arrival, r->error.status ? NULL : reason);
+    log_request(s, r, t);
+    pthread_mutex_lock(&s->mu);
+    unref(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void fail(Sched *s, Req *r, const char *msg) {
+    pthread_mutex_lock(&s->mu);
+    oai_fail(&r->error, 500, "server_error", NULL, NULL, "engine error: %s", msg);
+    pthread_mutex_unlock(&s->mu);
+    finish(s, r, "abort");
+}
+
+/* A sampled id for r: record, detokenize, split, stop. Returns 1 when r is finished. */
+static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
+    double t = now_s();
+    int id = o->id;
+    r->toks[r->n_toks++] = id;
+    if (r->t_first < 0)
+        r->t_first = t;
+    else
+        metrics_itl(s->metrics, t - r->t_last);
+    r->t_last = t;
+    int is_stop_id = 0;
+    for (int i = 0; i < s->n_stop_ids && !r->rq.ignore_eos; i++) is_stop_id |= id == s->stop_ids[i];
+    pthread_mutex_lock(&s->mu);
+    r->n_generated++;
+    if (r->rq.top_logprobs >= 0) add_logprobs(s, r, o);
+    int stopped = 0;
+    if (!is_stop_id) {
+        if (r->reasoning && r->channel == 1 && id == s->think_end) {
+            release(s, r, 1, r->pend[1].n);
+            r->channel = 0;
+            r->strip_nl = 1;
+        } else if (!(r->reasoning && r->n_generated == 1 && id == s->think_start)) {
+            const char *text;
+            size_t len;
+            Q35Err err;
+            if (!q35_detok_push(r->detok, id, &text, &len, &err)) stopped = channel_put(s, r, r->channel, text, len);
+        }
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (is_stop_id || stopped) {
+        finish(s, r, "stop");
+        return 1;
+    }
+    if (r->n_generated >= r->max_tokens || r->n_toks >= s->max_ctx) {
+        finish(s, r, "length");
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the step ---- */
+
+static void remove_running(Sched *s, int i) {
+    memmove(&s->running[i], &s->running[i + 1], sizeof(Req *) * (size_t)(s->n_running - i - 1));
+    s->n_running--;
+}
+
+/* Takes new requests in and ends cancelled ones (their slots are free for this step). */
+static void intake(Sched *s) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_incoming; i++) push(&s->waiting, &s->n_waiting, &s->cap_waiting, s->incoming[i]);
+    s->n_incoming = 0;
+    int stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_running; i++) {
+        Req *r = s->running[i];
+        pthread_mutex_lock(&s->mu);
+        int gone = r->cancelled || stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (gone) {
+            remove_running(s, i--);
+            finish(s, r, "abort");
+        }
+    }
+    for (int i = 0; i < s->n_waiting; i++) {
+        Req *r = s->waiting[i];
+        pthread_mutex_lock(&s->mu);
+        int gone = r->cancelled || stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (gone) {
+            memmove(&s->waiting[i], &s->waiting[i + 1], sizeof(Req *) * (size_t)(s->n_waiting - i - 1));
+            s->n_waiting--;
+            i--;
+            pthread_mutex_lock(&s->mu);
+            s->n_waiting_total--;
+            pthread_mutex_unlock(&s->mu);
+            finish(s, r, "abort");
+        }
+    }
+}
+
+/* Adds r's part of the step (pending ids, at most budget); returns the tokens it takes. */
+static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
+    int pending = r->n_toks - r->n_fed;
+    int n = pending < budget ? pending : budget;
+    if (n <= 0) return 0;
+    s->items[*n_items] = (Q35StepItem){.seq = r->seq, .ids = r->toks + r->n_fed, .n = n, .sample = n == pending};
+    s->item_req[(*n_items)++] = r;
+    return n;
+}
+
+/* Opens a sequence for the waiting request r; 0 or a Q35_ERR_*. */
+static int admit(Sched *s, Req *r, Q35Err *err) {
+    int rc = q35_seq_open(s->e, &r->params, &r->seq, err);
+    if (rc) return rc;
+    if (!r->detok && (rc = q35_detok_open(&r->detok, s->tok, 1, err))) {
+        q35_seq_close(s->e, r->seq);
+        r->seq = -1;
+    }
+    return rc;
+}
+
+/* KV blocks the planned items need beyond what their sequences hold. */
+static int blocks_needed(Sched *s, int n_items) {
+    int need = 0;
+    for (int i = 0; i < n_items; i++) need += q35_seq_blocks_needed(s->e, s->items[i].seq, s->items[i].n);
+    return need;
+}
+
+/* Preempts the newest running request: its blocks go back, it is recomputed from its ids (first in line). */
+static Req *preempt_newest(Sched *s) {
+    Req *victim = s->running[s->n_running - 1];
+    remove_running(s, s->n_running - 1);
+    Q35Err err = {0};
+    if (q35_seq_preempt(s->e, victim->seq, &err)) {
+        fail(s, victim, err.msg);
+        return victim;
+    }
+    victim->n_fed = 0;
+    victim->preempted = 1;
+    memmove(&s->running[1], &s->running[0], sizeof(Req *) * (size_t)s->n_running);
+    s->running[0] = victim;
+    s->n_running++;
+    if (!s->cfg.quiet) fprintf(stderr, "qwen35 serve: %s preempted (KV blocks full), recomputed later\n", victim->id);
+    return victim;
+}
+
+/* Drops r's planned item; returns the items left. */
+static int drop_item(Sched *s, int n_items, const Req *r) {
+    int k = 0;
+    for (int i = 0; i < n_items; i++)
+        if (s->item_req[i] != r) {
+            s->items[k] = s->items[i];
+            s->item_req[k++] = s->item_req[i];
+        }
+    return k;
+}
+
+static void step(Sched *s) {
+    int n_items = 0, budget = s->cfg.step_tokens;
+    for (int i = 0; i < s->n_running; i++) /* decodes first: one token each */
+        if (s->running[i]->n_toks - s->running[i]->n_fed == 1) budget -= plan_item(s, s->running[i], &n_items, 1);
+    for (int i = 0; i < s->n_running && budget > 0; i++)
+        if (s->running[i]->n_toks - s->running[i]->n_fed > 1) budget -= plan_item(s, s->running[i], &n_items, budget);
+    Q35ServeInfo in;
+    q35_serve_info(s->e, &in);
+    int need = blocks_needed(s, n_items);
+    while (budget > 0 && s->n_waiting > 0 && s->n_running < in.max_seqs) {
+        Req *r = s->waiting[0];
+        Q35Err err = {0};
+        int rc = admit(s, r, &err);
+        if (rc == Q35_ERR_OOM) break;
+        memmove(&s->waiting[0], &s->waiting[1], sizeof(Req *) * (size_t)(s->n_waiting - 1));
+        s->n_waiting--;
+        pthread_mutex_lock(&s->mu);
+        s->n_waiting_total--;
+        pthread_mutex_unlock(&s->mu);
+        if (rc) {
+            fail(s, r, err.msg);
+            continue;
+        }
+        int first = r->n_toks - r->n_fed < budget ? r->n_toks - r->n_fed : budget;
+        int more = q35_seq_blocks_needed(s->e, r->seq, first);
+        if (need + more > in.free_blocks && n_items > 0) { /* wait for blocks; keep its place in the queue */
+            q35_seq_close(s->e, r->seq);
+            r->seq = -1;
+            memmove(&s->waiting[1], &s->waiting[0], sizeof(Req *) * (size_t)s->n_waiting);
+            s->waiting[0] = r;
+            s->n_waiting++;
+            pthread_mutex_lock(&s->mu);
+            s->n_waiting_total++;
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        s->running[s->n_running++] = r;
+        need += more;
+        budget -= plan_item(s, r, &n_items, budget);
+    }
+    /* Not enough blocks: preempt the newest running requests (they give back their blocks; recomputed later). */
+    for (int tries = s->n_running - 1; need > in.free_blocks && tries > 0; tries--) {
+        n_items = drop_item(s, n_items, preempt_newest(s));
+        need = blocks_needed(s, n_items);
+        q35_serve_info(s->e, &in);
+    }
+    if (n_items == 0) return;
+    Q35Err err = {0};
+    int rc = q35_step(s->e, s->items, n_items, s->outs, &err);
+    if (rc == Q35_ERR_OOM && s->n_running > 1) { /* nothing changed: make room and plan again */
+        preempt_newest(s);
+        return;
+    }
+    if (rc) {
+        for (int i = 0; i < n_items; i++) { /* these sequences are unusable now */
+            Req *r = s->item_req[i];
+            for (int j = 0; j < s->n_running; j++)
+                if (s->running[j] == r) remove_running(s, j);
+            fail(s, r, err.msg);
+        }
+        return;
+    }
+    for (int i = 0; i < n_items; i++) {
+        Req *r = s->item_req[i];
+        r->n_fed += s->items[i].n;
+        if (!s->items[i].sample) continue;
+        if (on_token(s, r, &s->outs[i]))
+            for (int j = 0; j < s->n_running; j++)
+                if (s->running[j] == r) remove_running(s, j);
+    }
+}
+
+static void *sched_main(void *arg) {
+    Sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stopping && s->n_incoming == 0 && s->n_running == 0 && s->n_waiting == 0)
+            pthread_cond_wait(&s->work, &s->mu);
+        int stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        intake(s);
+        sched_gauges(s);
+        if (stopping) break;
+        step(s);
+    }
+    return NULL;
+}
+
+int sched_open(Sched **out, Q35Engine *e, const SchedConfig *cfg, Metrics *m, Q35Err *err) {
+    Sched *s = calloc(1, sizeof *s);
+    if (!s) {
+        err->code = Q35_ERR_OOM;
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return Q35_ERR_OOM;
+    }
+    s->e = e;
+    s->tok = q35_engine_tokenizer(e);
+    s->cfg = *cfg;
+    s->metrics = m;
+    q35_serve_info(e, &s->info);
+    s->max_ctx = s->info.max_context;
+    long pool = (long)s->info.n_blocks * s->info.kv_block;
+    if (s->info.n_blocks > 0 && pool < s->max_ctx) s->max_ctx = (int)pool;
+    s->n_stop_ids = q35_tokenizer_stop_ids(s->tok, &s->stop_ids);
+    s->think_start = q35_token_id(s->tok, "<think>");
+    s->think_end = q35_token_id(s->tok, "</think>");
+    if (s->cfg.step_tokens < s->info.max_seqs) s->cfg.step_tokens = s->info.max_seqs;
+    int cap = s->info.max_seqs + 1;
+    s->running = calloc((size_t)cap, sizeof *s->running);
+    s->items = calloc((size_t)cap, sizeof *s->items);
+    s->outs = calloc((size_t)cap, sizeof *s->outs);
+    s->item_req = calloc((size_t)cap, sizeof *s->item_req);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    if (!s->running || !s->items || !s->outs || !s->item_req || pthread_create(&s->thread, NULL, sched_main, s)) {
+        err->code = Q35_ERR_OOM;
+        snprintf(err->msg, sizeof err->msg, "cannot start the scheduler thread");
+        free(s->running);
+        free(s->items);
+        free(s->outs);
+        free(s->item_req);
+        free(s);
+        return Q35_ERR_OOM;
+    }
+    *out = s;
+    return 0;
+}
+
+void sched_close(Sched *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    free(s->incoming);
+    free(s->waiting);
+    free(s->running);
+    free(s->items);
+    free(s->outs);
+    free(s->item_req);
+    pthread_cond_destroy(&s->work);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}

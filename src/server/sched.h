@@ -1,0 +1,88 @@
+/* sched.h — the scheduler: one thread owns the engine and runs continuous batching over q35_step. Requests
+ * join at any step; prompts are fed in chunks under a per-step token budget next to the running decodes;
+ * admission takes free slots and KV blocks; a sequence that cannot get a block preempts the newest one
+ * (q35_seq_preempt: recomputed later from its history). HTTP threads submit a Req and read its output as it
+ * grows (text per channel, logprobs, finish reason) under the scheduler's lock. */
+#ifndef Q35_SERVER_SCHED_H
+#define Q35_SERVER_SCHED_H
+#include <pthread.h>
+
+#include "qwen35.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+
+typedef struct Sched Sched;
+
+typedef struct SchedConfig {
+    int max_queue;   /* requests waiting for a slot before submit answers 429 */
+    int step_tokens; /* tokens fed per step (prompt chunks + one per decode); at least max_seqs */
+    int quiet;       /* no per-request log line */
+} SchedConfig;
+
+/* Text sent to the client so far and waiting to be sent: grows at the end, read from `sent`. */
+typedef struct TextBuf {
+    char *p;
+    size_t n, cap;
+} TextBuf;
+
+/* One request. The HTTP side fills the fields above `seq` before sched_submit and reads the output
+ * fields under sched_lock; the scheduler owns the rest. Freed by the last of the two sides to let go
+ * (sched_release). */
+typedef struct Req {
+    char id[48];
+    OaiRequest rq; /* the parsed request (stop strings, kind, ...) */
+    int *toks;     /* prompt ids, then generated ids: [n_prompt + max_tokens] */
+    int n_prompt;
+    int max_tokens; /* completion tokens at most */
+    Q35SeqParams params;
+    int reasoning;    /* the output starts inside <think>: text before </think> is reasoning_content */
+    double t_arrival; /* monotonic seconds */
+
+    /* scheduler */
+    int seq;          /* engine sequence, -1 when not open */
+    int n_toks;       /* ids in toks: n_prompt + generated */
+    int n_fed;        /* ids of toks the engine holds */
+    int channel;      /* 0 content, 1 reasoning */
+    int strip_nl;     /* drop newlines that open the content after </think> */
+    int stop_matched; /* a stop string matched: nothing more is released */
+    int preempted;    /* was preempted at least once */
+    TextBuf pend[2];  /* decoded text not yet released (a stop string may start in it) */
+    Q35Detok *detok;
+    double t_first, t_last;
+
+    /* shared (sched_lock) */
+    pthread_cond_t cv;
+    TextBuf out[2];       /* released text per channel: 0 content, 1 reasoning */
+    OaiTokenLogprob *lps; /* one per generated token when rq.top_logprobs >= 0; strings owned */
+    int n_lps, cap_lps;
+    int n_generated;
+    int done;                  /* finished: finish_reason set (or error.status != 0) */
+    const char *finish_reason; /* "stop" | "length" | "abort" */
+    OaiError error;            /* status != 0: the request failed in the engine */
+    int cancelled;             /* the client went away */
+    int refs;
+} Req;
+
+int sched_open(Sched **out, Q35Engine *e, const SchedConfig *cfg, Metrics *m, Q35Err *err);
+/* Cancels what runs and waits, then stops the thread. The engine stays open. */
+void sched_close(Sched *s);
+
+/* Makes a request with refs = 1 (the caller's); fill it, then sched_submit. NULL when out of memory. */
+Req *sched_req_new(void);
+/* Queues r (refs += 1). 0, or -1 with e filled: 429 when max_queue requests wait, 503 when shutting down. */
+int sched_submit(Sched *s, Req *r, OaiError *e);
+/* Drops the caller's reference; if the request still runs it is cancelled (client gone). */
+void sched_release(Sched *s, Req *r);
+void sched_cancel(Sched *s, Req *r);
+
+void sched_lock(Sched *s);
+void sched_unlock(Sched *s);
+/* Waits on r->cv (sched_lock held) for at most ms milliseconds. */
+void sched_wait(Sched *s, Req *r, int ms);
+
+/* Longest prompt + completion a request may ask for: the context, capped by the KV pool. */
+int sched_max_context(const Sched *s);
+/* Refreshes the gauges (running, waiting, KV usage) in the metrics. */
+void sched_gauges(Sched *s);
+
+#endif
