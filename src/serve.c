@@ -62,6 +62,10 @@ void q35_serve_close(Q35Engine *e) {
             free(s->seqs[i].table);
         }
     if (s->batched && e->be->serve_close) e->be->serve_close(e->bctx);
+    if (!s->batched && e->be->reset) { /* the fallback used the single sequence: hand it back empty */
+        e->be->reset(e->bctx, NULL);
+        e->pos = 0;
+    }
     free(s->seqs);
     free(s->free_stack);
     free(s->logits);

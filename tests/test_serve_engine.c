@@ -210,6 +210,15 @@ static void test_equals_forward(const char *dir, int single) {
     double mass = 0;
     for (int j = 0; j < r.outs[0].n_top; j++) mass += exp(r.outs[0].top_logprob[j]);
     CHECK(mass <= 1.0 + 1e-6 && mass > 0, "top-20 probability mass %g in (0, 1]", mass);
+    /* after serve_close the single-sequence calls work again, from an empty sequence */
+    q35_serve_close(a);
+    float *l1 = malloc(sizeof(float) * (size_t)V), *l2 = malloc(sizeof(float) * (size_t)V);
+    q35_reset(b, &err);
+    CHECK(q35_forward(a, r.prompt, 9, 0, l1, &err) == 0 && q35_position(a) == 9 &&
+              q35_forward(b, r.prompt, 9, 0, l2, &err) == 0 && !memcmp(l1, l2, sizeof(float) * (size_t)V),
+          "single=%d: q35_forward after serve_close starts a fresh sequence (%s)", single, err.msg);
+    free(l1);
+    free(l2);
     free(l);
     free(r.logits);
     q35_engine_close(a);
