@@ -126,10 +126,13 @@ $(BUILD)/bench/gemm_lab: bench/kernels/gemm_lab.cu bench/kernels/lab.cuh $(GEMM_
 
 # the tests that need Qwen3's tokenizer.json (.cache/qwen3-tokenizer): skipped, with one line, when it cannot be had
 TOK_TESTS = $(addprefix $(BUILD)/tests/,test_tokenizer test_tok_cli test_chat test_chat_tools)
-test: $(BUILD)/qwen35 $(TEST_BIN)
+test: $(BUILD)/qwen35 $(TEST_BIN) $(BUILD)/tests/gen_serve_model
 	@if why=$$(sh scripts/fetch_tokenizer.sh 2>&1); then tests="$(TEST_BIN)"; [ -z "$$why" ] || echo "$$why"; else \
 	    echo "SKIPPED $(notdir $(filter $(TOK_TESTS),$(TEST_BIN))): no Qwen3 tokenizer in .cache/qwen3-tokenizer ($$why); online, 'make tokdata' fetches it"; \
 	    tests="$(filter-out $(TOK_TESTS),$(TEST_BIN))"; fi; BUILD=$(BUILD) sh tests/run.sh $$tests
+	@echo "== qwen35 serve driven by the openai npm client (tests/serve: node --test, CPU backend, real port)"
+	@if [ -f .cache/qwen3-tokenizer/tokenizer.json ]; then BUILD=$(BUILD) sh tests/serve/run.sh; \
+	    else echo "serve tests: SKIPPED (no Qwen3 tokenizer in .cache/qwen3-tokenizer)"; fi
 ifeq ($(CUDA),1)
 	@echo "== DeltaNet prefill kernels on the CPU (tests/emu: fused-output path as the GPU runs it, Hk 1, Hv 2; ~40 s)"
 	@sh tests/emu/run.sh 1 2 0 1 > $(BUILD)/emu.log 2>&1 || { tail -n 20 $(BUILD)/emu.log; exit 1; }
@@ -170,6 +173,10 @@ $(BUILD)/fuzz_request: tests/fuzz/fuzz_request.c src/server/openai.c src/server/
 	@mkdir -p $(dir $@)
 	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -D_GNU_SOURCE $(filter %.c,$^) -o $@ -lcjson -lm
 fuzz-request: $(BUILD)/fuzz_request
+# the serve tests' model writer (tests/serve/run.sh runs it into .cache/serve-model)
+$(BUILD)/tests/gen_serve_model: tests/serve/gen_model.c tests/st_write.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< -o $@ -lm
 $(BUILD)/bench/bench_tokenizer: bench/bench_tokenizer.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)

@@ -1,0 +1,209 @@
+// serve.test.cjs — `qwen35 serve` driven by the official `openai` npm client on a real port (node --test;
+// started by tests/serve/run.sh, which sets QWEN35_BIN, SERVE_MODEL and OPENAI_DIR). The model is a random
+// Qwen3.5-architecture checkpoint with Qwen3's vocabulary, on the CPU backend. Sampling uses fixed seeds, so a
+// request's text is the same alone, streamed or among others (the server runs --deterministic).
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const { spawn } = require("node:child_process");
+const OpenAI = require(process.env.OPENAI_DIR + "/node_modules/openai").default;
+
+const KEY = "test-key-123";
+const CTX = 512;
+let srv, base, client, stderr = "";
+
+function startServer(args) {
+    return new Promise((resolve, reject) => {
+        const p = spawn(process.env.QWEN35_BIN, args, { stdio: ["ignore", "ignore", "pipe"] });
+        let err = "";
+        p.stderr.on("data", (d) => {
+            err += d;
+            const m = err.match(/listening on http:\/\/[^:]+:(\d+)/);
+            if (m && !p.port) {
+                p.port = Number(m[1]);
+                resolve(p);
+            }
+        });
+        p.stderr.on("data", (d) => (stderr += d));
+        p.on("exit", (code) => { if (!p.port) reject(new Error(`server exited ${code}: ${err}`)); });
+    });
+}
+
+before(async () => {
+    srv = await startServer(["serve", "--model", process.env.SERVE_MODEL, "--backend", "cpu", "--port", "0",
+        "--ctx", String(CTX), "--kv-memory", "64M", "--threads", "1", "--deterministic", "--api-key", KEY,
+        "--max-body-kb", "64", "--max-seqs", "8"]);
+    base = `http://127.0.0.1:${srv.port}`;
+    client = new OpenAI({ apiKey: KEY, baseURL: base + "/v1", maxRetries: 0 });
+});
+
+after(async () => {
+    if (!srv || srv.exitCode !== null) return;
+    const code = await new Promise((resolve) => { srv.on("exit", (c) => resolve(c)); srv.kill("SIGTERM"); });
+    assert.equal(code, 0, "SIGTERM: exit status 0");
+});
+
+const MODEL = "serve-model";
+const chatReq = (extra) => ({ model: MODEL, messages: [{ role: "system", content: "Be brief." },
+    { role: "user", content: "Tell me a story about a cat." }], max_tokens: 12, temperature: 1, seed: 7, ...extra });
+
+async function collectChat(params) {
+    const stream = await client.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+    let text = "", finish = null, usage = null, role = null, chunks = 0;
+    for await (const ch of stream) {
+        chunks++;
+        if (ch.usage) usage = ch.usage;
+        for (const c of ch.choices) {
+            if (c.delta.role) role = c.delta.role;
+            if (c.delta.content) text += c.delta.content;
+            if (c.finish_reason) finish = c.finish_reason;
+        }
+    }
+    return { text, finish, usage, role, chunks };
+}
+
+test("GET /health and /v1/models", async () => {
+    const h = await fetch(base + "/health");
+    assert.equal(h.status, 200);
+    const models = await client.models.list();
+    assert.equal(models.data.length, 1);
+    assert.equal(models.data[0].id, MODEL);
+    assert.equal(models.data[0].max_model_len, CTX);
+});
+
+test("chat: non-streamed, usage and finish_reason length", async () => {
+    const r = await client.chat.completions.create(chatReq());
+    assert.equal(r.object, "chat.completion");
+    assert.equal(r.choices.length, 1);
+    assert.equal(r.choices[0].message.role, "assistant");
+    assert.equal(typeof r.choices[0].message.content, "string");
+    assert.ok(r.choices[0].message.content.length > 0);
+    assert.equal(r.choices[0].finish_reason, "length");
+    assert.equal(r.usage.completion_tokens, 12);
+    assert.ok(r.usage.prompt_tokens > 10);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 12);
+});
+
+test("chat: streamed deltas equal the non-streamed reply", async () => {
+    const whole = await client.chat.completions.create(chatReq());
+    const s = await collectChat(chatReq());
+    assert.equal(s.role, "assistant");
+    assert.equal(s.text, whole.choices[0].message.content);
+    assert.equal(s.finish, "length");
+    assert.deepEqual(s.usage, whole.usage);
+    assert.ok(s.chunks >= 3);
+});
+
+test("completions: text prompt and token-id prompt, streamed and not", async () => {
+    const a = await client.completions.create({ model: MODEL, prompt: "Hello, world", max_tokens: 6, temperature: 1, seed: 3 });
+    assert.equal(a.object, "text_completion");
+    assert.equal(a.usage.prompt_tokens, 3); // Hello | , | Ġworld in Qwen3's vocabulary
+    assert.equal(a.usage.completion_tokens, 6);
+    const b = await client.completions.create({ model: MODEL, prompt: [9707, 11, 1879], max_tokens: 6, temperature: 1, seed: 3 });
+    assert.equal(b.choices[0].text, a.choices[0].text);
+    const st = await client.completions.create({ model: MODEL, prompt: "Hello, world", max_tokens: 6, temperature: 1, seed: 3, stream: true });
+    let text = "", finish = null;
+    for await (const ch of st) for (const c of ch.choices) { text += c.text; if (c.finish_reason) finish = c.finish_reason; }
+    assert.equal(text, a.choices[0].text);
+    assert.equal(finish, "length");
+});
+
+test("stop strings: matched across tokens, not emitted, finish_reason stop", async () => {
+    const req = { model: MODEL, prompt: "Once upon a time", max_tokens: 24, temperature: 1, seed: 11 };
+    const full = (await client.completions.create(req)).choices[0].text;
+    // a stop string of 3 characters from the middle of the text (it may span tokens)
+    const cps = [...full]; // code points: no half surrogate pairs in the stop string
+    const at = Math.floor(cps.length / 2);
+    const stop = cps.slice(at, at + 3).join("");
+    assert.ok(stop.length > 0, `text too short: ${JSON.stringify(full)}`);
+    const want = full.slice(0, full.indexOf(stop));
+    const r = await client.completions.create({ ...req, stop: ["@@never@@", stop] });
+    assert.equal(r.choices[0].text, want);
+    assert.equal(r.choices[0].finish_reason, "stop");
+    const st = await client.completions.create({ ...req, stop, stream: true });
+    let text = "";
+    for await (const ch of st) for (const c of ch.choices) text += c.text;
+    assert.equal(text, want);
+});
+
+test("logprobs: one entry per token, top alternatives sorted, chosen token among them when greedy", async () => {
+    const r = await client.chat.completions.create(chatReq({ temperature: 0, logprobs: true, top_logprobs: 3, max_tokens: 5 }));
+    const lp = r.choices[0].logprobs.content;
+    assert.equal(lp.length, r.usage.completion_tokens);
+    for (const t of lp) {
+        assert.ok(t.logprob <= 0);
+        assert.equal(t.top_logprobs.length, 3);
+        for (let i = 1; i < 3; i++) assert.ok(t.top_logprobs[i - 1].logprob >= t.top_logprobs[i].logprob);
+        assert.equal(t.top_logprobs[0].token, t.token); // greedy takes the most likely id
+        assert.ok(Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6);
+    }
+    assert.equal(lp.map((t) => t.token).join(""), r.choices[0].message.content);
+});
+
+test("errors: bad JSON, bad field, unknown model, context, n, auth, route, method, size", async () => {
+    const post = (path, body, key = KEY) => fetch(base + path, { method: "POST", body,
+        headers: { "Content-Type": "application/json", ...(key ? { Authorization: `Bearer ${key}` } : {}) } });
+    let r = await post("/v1/chat/completions", "{not json");
+    assert.equal(r.status, 400);
+    let e = (await r.json()).error;
+    assert.equal(e.type, "invalid_request_error");
+    assert.ok(e.message.length > 0);
+
+    await assert.rejects(client.chat.completions.create(chatReq({ temperature: 5 })),
+        (err) => err.status === 400 && err.param === "temperature");
+    await assert.rejects(client.chat.completions.create(chatReq({ model: "no-such-model" })),
+        (err) => err.status === 404 && err.code === "model_not_found");
+    await assert.rejects(client.chat.completions.create(chatReq({ max_tokens: CTX + 1 })),
+        (err) => err.status === 400 && err.code === "context_length_exceeded" && err.param === "max_tokens");
+    await assert.rejects(client.chat.completions.create(chatReq({ n: 2 })), (err) => err.status === 400 && err.param === "n");
+    const noKey = new OpenAI({ apiKey: "wrong", baseURL: base + "/v1", maxRetries: 0 });
+    await assert.rejects(noKey.chat.completions.create(chatReq()), (err) => err.status === 401);
+    r = await post("/v1/completions", JSON.stringify({ model: MODEL, prompt: "x" }), null);
+    assert.equal(r.status, 401);
+    assert.equal((await r.json()).error.type, "authentication_error");
+    r = await fetch(base + "/v1/nothing");
+    assert.equal(r.status, 404);
+    r = await fetch(base + "/v1/chat/completions");
+    assert.equal(r.status, 405);
+    r = await post("/v1/completions", JSON.stringify({ model: MODEL, prompt: "x".repeat(100 * 1024) }));
+    assert.equal(r.status, 413);
+    const h = await fetch(base + "/health");
+    assert.equal(h.status, 200);
+});
+
+test("concurrent requests: each gets its own text, as alone", async () => {
+    const reqs = [1, 2, 3, 4, 5].map((i) => ({ model: MODEL, prompt: `Request number ${i} says`, max_tokens: 4 + 3 * i,
+        temperature: 1, seed: 100 + i }));
+    const solo = [];
+    for (const q of reqs) solo.push((await client.completions.create(q)).choices[0].text);
+    const together = await Promise.all(reqs.map((q) => client.completions.create(q)));
+    together.forEach((r, i) => {
+        assert.equal(r.choices[0].text, solo[i], `request ${i}`);
+        assert.equal(r.usage.completion_tokens, reqs[i].max_tokens);
+    });
+});
+
+test("a client that disconnects mid-stream frees its sequence", async () => {
+    const ac = new AbortController();
+    const stream = await client.chat.completions.create(chatReq({ max_tokens: 400, stream: true }), { signal: ac.signal });
+    let n = 0;
+    try {
+        for await (const _ of stream) if (++n === 3) ac.abort();
+    } catch (err) {
+        assert.ok(ac.signal.aborted, String(err)); // the SDK may end the loop or throw on abort
+    }
+    assert.equal(n, 3);
+    let running = -1;
+    for (let i = 0; i < 100 && running !== 0; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        const m = await (await fetch(base + "/metrics")).text();
+        running = Number(m.match(/^vllm:num_requests_running\{[^}]*\} (\d+)/m)[1]);
+    }
+    assert.equal(running, 0);
+    const m = await (await fetch(base + "/metrics")).text();
+    assert.match(m, /vllm:request_success_total\{finished_reason="abort",model_name="serve-model"\} [1-9]/);
+    for (const name of ["vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_count", "vllm:e2e_request_latency_seconds_sum", "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total"])
+        assert.ok(m.includes(name), name);
+    assert.match(stderr, /chatcmpl-\S+ prompt \d+ completion \d+ ttft [\d.]+ ms [\d.]+ tok\/s finish \w+/);
+});
