@@ -40,7 +40,7 @@ struct Serve {
     BatchItem *items; /* [n_slots] */
 };
 
-static int blocks_for(const Serve *s, int len) { return (len + s->block - 1) / s->block; }
+static int blocks_for(const Serve *s, int64_t len) { return (int)((len + s->block - 1) / s->block); }
 
 static SeqRec *find(const Serve *s, int seq) {
     if (!s || seq < 0) return NULL;
@@ -239,7 +239,8 @@ int q35_seq_history(const Q35Engine *e, int seq, const int **ids) {
 int q35_seq_blocks_needed(const Q35Engine *e, int seq, int n) {
     const SeqRec *r = find(e->serve, seq);
     if (!r || n < 0) return Q35_ERR_ARG;
-    int need = blocks_for(e->serve, r->len + n) - r->n_held;
+    if (n > e->max_seq - r->len) n = e->max_seq - r->len + 1; /* past the context anyway; no int overflow */
+    int need = blocks_for(e->serve, (int64_t)r->len + n) - r->n_held;
     return need > 0 ? need : 0;
 }
 
