@@ -37,6 +37,7 @@ struct Sched {
     Req **incoming; /* submitted, not yet seen by the thread (mu) */
     int n_incoming, cap_incoming;
     int n_waiting_total; /* incoming + waiting, for the queue limit (mu) */
+    int n_admitted;      /* requests holding a sequence (mu) */
 
     /* scheduler thread only */
     Req **waiting; /* FIFO */
@@ -157,7 +158,7 @@ int sched_submit(Sched *s, Req *r, OaiError *e) {
     int rc = 0;
     if (s->stopping)
         rc = oai_fail(e, 503, "server_error", NULL, NULL, "the server is shutting down");
-    else if (s->n_waiting_total >= s->cfg.max_queue)
+    else if (s->n_waiting_total >= s->cfg.max_queue + (s->info.max_seqs - s->n_admitted)) /* beyond free slots */
         rc = oai_fail(e, 429, "rate_limit_error", NULL, NULL, "the server is busy: %d requests are waiting",
                       s->n_waiting_total);
     else if (push(&s->incoming, &s->n_incoming, &s->cap_incoming, r))
@@ -282,6 +283,7 @@ static void finish(Sched *s, Req *r, const char *reason) {
     }
     r->finish_reason = reason;
     r->done = 1;
+    if (r->admitted) s->n_admitted--;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&s->mu);
     metrics_request(s->metrics, r->n_prompt, r->n_generated, r->t_first >= 0 ? r->t_first - r->t_arrival : -1,
@@ -475,6 +477,10 @@ static void step(Sched *s) {
             break;
         }
         s->running[s->n_running++] = r;
+        pthread_mutex_lock(&s->mu);
+        r->admitted = 1;
+        s->n_admitted++;
+        pthread_mutex_unlock(&s->mu);
         need += more;
         budget -= plan_item(s, r, &n_items, budget);
     }

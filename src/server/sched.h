@@ -46,6 +46,7 @@ typedef struct Req {
     int strip_nl;     /* drop newlines that open the content after </think> */
     int stop_matched; /* a stop string matched: nothing more is released */
     int preempted;    /* was preempted at least once */
+    int admitted;     /* holds (or held) a slot: counted in the queue limit's free slots */
     TextBuf pend[2];  /* decoded text not yet released (a stop string may start in it) */
     Q35Detok *detok;
     double t_first, t_last;
