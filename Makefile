@@ -78,7 +78,7 @@ GPU_TEST_SRC = $(wildcard tests/gpu/test_*.c)
 GPU_TEST_BIN = $(GPU_TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN = $(BUILD)/bench/bench_kernels
 
-.PHONY: all deps deps-fuzz test test-gpu gpu-tests bench debug format loc clean tokdata fuzz-tokenizer fuzz-request
+.PHONY: all deps deps-fuzz test test-gpu gpu-tests bench debug format loc clean tokdata fuzz fuzz-run fuzz-tokenizer fuzz-request
 all: $(BUILD)/qwen35 $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 $(BUILD)/%.o: %.c
@@ -173,6 +173,31 @@ $(BUILD)/fuzz_request: tests/fuzz/fuzz_request.c src/server/openai.c src/server/
 	@mkdir -p $(dir $@)
 	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -D_GNU_SOURCE $(filter %.c,$^) -o $@ -lcjson -lm
 fuzz-request: $(BUILD)/fuzz_request
+# The model-file and chat-template fuzz targets (docs/FUZZ.md): make fuzz builds all of them into $(BUILD)/fuzz/
+# (and the two above); make fuzz-run runs each FUZZ_TIME seconds (default 30) from its seeds in tests/fuzz/<target>/
+# (new inputs go to $(BUILD)/fuzz/corpus/, the seeds stay as committed). Run from the repo root.
+FUZZ_CC      = clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc \
+               -D_GNU_SOURCE
+FUZZ_TARGETS = config genconfig safetensors tokenizer_json chat_template
+FUZZ_CFG_SRC = src/config.c src/json.c src/util.c
+FUZZ_TOK_SRC = src/tokenizer.c src/tokenizer_encode.c src/chat.c src/chat_tools.c src/pyjson.c src/strbuf.c src/json.c \
+               src/util.c
+FUZZ_TIME   ?= 30
+$(BUILD)/fuzz/fuzz_config: tests/fuzz/fuzz_config.c $(FUZZ_CFG_SRC)
+$(BUILD)/fuzz/fuzz_genconfig: tests/fuzz/fuzz_genconfig.c $(FUZZ_CFG_SRC)
+$(BUILD)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c src/model.c src/safetensors.c $(FUZZ_CFG_SRC)
+$(BUILD)/fuzz/fuzz_tokenizer_json: tests/fuzz/fuzz_tokenizer_json.c $(FUZZ_TOK_SRC)
+$(BUILD)/fuzz/fuzz_chat_template: tests/fuzz/fuzz_chat_template.c $(FUZZ_TOK_SRC)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(filter %.c,$^) -o $@ -lcjson -lpcre2-8 -lutf8proc -lm
+fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%) $(BUILD)/fuzz_tokenizer $(if $(wildcard tests/fuzz/fuzz_request.c),$(BUILD)/fuzz_request)
+fuzz-run: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+	@for t in $(FUZZ_TARGETS); do mkdir -p $(BUILD)/fuzz/corpus/$$t; \
+	    $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -print_final_stats=1 $(BUILD)/fuzz/corpus/$$t tests/fuzz/$$t \
+	        >$(BUILD)/fuzz/$$t.log 2>&1 || { tail -n 40 $(BUILD)/fuzz/$$t.log; echo "fuzz_$$t: FAILED"; exit 1; }; \
+	    echo "fuzz_$$t: $$(grep -o 'number_of_executed_units: *[0-9]*' $(BUILD)/fuzz/$$t.log | grep -o '[0-9]*$$') runs," \
+	        "$$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' $(BUILD)/fuzz/$$t.log | tail -n 1), no finding"; done
 # the serve tests' model writer (tests/serve/run.sh runs it into .cache/serve-model)
 $(BUILD)/tests/gen_serve_model: tests/serve/gen_model.c tests/st_write.h
 	@mkdir -p $(dir $@)

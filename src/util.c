@@ -16,6 +16,9 @@ int err_set(Err *err, int code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        /* one line, whatever the input quoted in it holds: control bytes (newlines, escapes) become blanks */
+        for (char *p = err->msg; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
         err->code = code;
     }
     return code;
