@@ -1,0 +1,451 @@
+/* chat_guide.c — tool_choice "required" / a named function as a byte-level automaton over the output
+ * (qwen35.h q35_tool_guide_*). A sampler asks whether the bytes of a candidate token keep the output a prefix
+ * of an allowed one; the guide never looks at token ids. Modes:
+ *   THINK   (thinking on) any bytes until "</think>", then the literal "\n\n"
+ *   LIT     a fixed literal, then the mode stored in `after`
+ *   NAME    bytes that are a prefix of one candidate function's "NAME>\n" (Qwen3: "NAME\", \"arguments\": ")
+ *   ITEM    Qwen3.5: "<parameter=P>\n" for a declared P not given yet (any P when the function declares no
+ *           properties), or "</function>\n</tool_call>" once every required P was given
+ *   VALUE   any bytes until "\n</parameter>\n"
+ *   JSON    Qwen3: a JSON object by the RFC 8259 grammar (json_step), then "}\n</tool_call>"
+ *   AFTER   a call is complete: stop, or (required) "\n<tool_call>\n..." for the next call
+ * Values are not typed here: the parser types them, and a value that does not read as its type stays a
+ * string. */
+#include <stdlib.h>
+
+#include "chat.h"
+
+enum { G_THINK, G_LIT, G_NAME, G_ITEM, G_VALUE, G_JSON, G_AFTER };
+
+typedef struct GFunc {
+    const char *name;
+    const char **props; /* declared property names */
+    int n_props;
+    int open;          /* no "properties": any parameter name */
+    uint64_t required; /* bit i: props[i] is required (first 64) */
+} GFunc;
+
+/* A JSON prefix recognizer (RFC 8259 grammar, byte by byte) for Qwen3's arguments object. stack bit d:
+ * the container at depth d is an object. */
+enum { J_VALUE, J_KEY_OR_END, J_KEY, J_COLON, J_AFTER, J_VALUE_OR_END, J_STR, J_ESC, J_HEX, J_NUM, J_LIT };
+enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
+typedef struct JState {
+    int mode, num, hex, key, depth;
+    const char *rest; /* J_LIT: the literal's remaining bytes */
+    uint64_t stack;
+} JState;
+
+static int j_ws(unsigned c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+static int j_digit(unsigned c) { return c >= '0' && c <= '9'; }
+
+/* 0: refused; 1: taken; 2: taken and the top-level object closed. */
+static int json_step(JState *j, unsigned c) {
+    switch (j->mode) {
+    case J_NUM: {
+        int n = j->num, next = -1;
+        if (n == N_MINUS)
+            next = c == '0' ? N_ZERO : j_digit(c) ? N_INT : -1;
+        else if (n == N_INT && j_digit(c))
+            next = N_INT;
+        else if ((n == N_ZERO || n == N_INT) && c == '.')
+            next = N_DOT;
+        else if ((n == N_DOT || n == N_FRAC) && j_digit(c))
+            next = N_FRAC;
+        else if ((n == N_ZERO || n == N_INT || n == N_FRAC) && (c == 'e' || c == 'E'))
+            next = N_E;
+        else if (n == N_E && (c == '+' || c == '-'))
+            next = N_ESIGN;
+        else if ((n == N_E || n == N_ESIGN || n == N_EXP) && j_digit(c))
+            next = N_EXP;
+        if (next >= 0) {
+            j->num = next;
+            return 1;
+        }
+        if (n != N_ZERO && n != N_INT && n != N_FRAC && n != N_EXP) return 0;
+        j->mode = J_AFTER; /* the number ended: c belongs to what follows */
+        return json_step(j, c);
+    }
+    case J_LIT:
+        if (c != (unsigned char)*j->rest) return 0;
+        if (!*++j->rest) j->mode = J_AFTER;
+        return 1;
+    case J_STR:
+        if (c < 0x20) return 0;
+        if (c == '\\')
+            j->mode = J_ESC;
+        else if (c == '"')
+            j->mode = j->key ? J_COLON : J_AFTER;
+        return 1;
+    case J_ESC:
+        if (c == 'u') {
+            j->mode = J_HEX;
+            j->hex = 4;
+            return 1;
+        }
+        if (!strchr("\"\\/bfnrt", (int)c) || !c) return 0;
+        j->mode = J_STR;
+        return 1;
+    case J_HEX:
+        if (!j_digit(c) && !(c >= 'a' && c <= 'f') && !(c >= 'A' && c <= 'F')) return 0;
+        if (--j->hex == 0) j->mode = J_STR;
+        return 1;
+    }
+    if (j_ws(c)) return 1;
+    int obj = j->depth > 0 && j->depth <= 64 && (j->stack >> (j->depth - 1) & 1);
+    switch (j->mode) {
+    case J_KEY_OR_END:
+    case J_KEY:
+        if (c == '"') {
+            j->mode = J_STR;
+            j->key = 1;
+            return 1;
+        }
+        if (c != '}' || j->mode == J_KEY) return 0;
+        break; /* close below */
+    case J_COLON:
+        if (c != ':') return 0;
+        j->mode = J_VALUE;
+        return 1;
+    case J_AFTER:
+        if (c == ',') {
+            j->mode = obj ? J_KEY : J_VALUE;
+            return 1;
+        }
+        if (c != (obj ? '}' : ']')) return 0;
+        break;
+    case J_VALUE_OR_END:
+        if (c == ']') break;
+        /* fall through */
+    case J_VALUE:
+        if (j->depth == 0 && c != '{') return 0; /* the arguments are an object */
+        j->key = 0;
+        if (c == '{' || c == '[') {
+            if (j->depth >= 64) return 0;
+            j->stack = (j->stack & ~(1ull << j->depth)) | (uint64_t)(c == '{') << j->depth;
+            j->depth++;
+            j->mode = c == '{' ? J_KEY_OR_END : J_VALUE_OR_END;
+        } else if (c == '"') {
+            j->mode = J_STR;
+        } else if (c == '-' || j_digit(c)) {
+            j->mode = J_NUM;
+            j->num = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
+        } else if (c == 't' || c == 'f' || c == 'n') {
+            j->mode = J_LIT;
+            j->rest = c == 't' ? "rue" : c == 'f' ? "alse" : "ull";
+        } else {
+            return 0;
+        }
+        return 1;
+    default: return 0;
+    }
+    j->depth--; /* c closed the container at the top */
+    j->mode = J_AFTER;
+    return j->depth == 0 ? 2 : 1;
+}
+
+typedef struct GState {
+    int mode, after; /* after: the mode once the literal is done */
+    const char *lit; /* LIT: the literal; pos: bytes matched */
+    int pos;
+    char buf[512]; /* NAME / ITEM: bytes of the current token */
+    int nbuf;
+    int fn;        /* the chosen function */
+    uint64_t seen; /* parameters given */
+    int tail;      /* THINK / VALUE: bytes of the closing tag matched */
+    int tc;        /* VALUE / JSON: bytes of "</tool_call>" matched (it may not occur: the parser ends there) */
+    JState js;     /* JSON: the arguments object */
+    int calls;
+} GState;
+
+struct Q35ToolGuide {
+    int q35, named;
+    ChatTools tools;
+    GFunc *fns;
+    int n_fns;
+    GState st;
+    StrBuf forced;
+};
+
+static const char Q35_OPEN[] = "<tool_call>\n<function=", Q35_NEXT[] = "\n<tool_call>\n<function=";
+static const char Q3_OPEN[] = "<tool_call>\n{\"name\": \"", Q3_NEXT[] = "\n<tool_call>\n{\"name\": \"";
+static const char Q35_END[] = "</function>\n</tool_call>", Q3_END[] = "}\n</tool_call>";
+static const char END_THINK[] = "</think>", END_VALUE[] = "\n</parameter>\n";
+
+static void lit(GState *s, const char *l, int after) {
+    s->mode = G_LIT;
+    s->lit = l;
+    s->pos = 0;
+    s->after = after;
+}
+
+/* Is b[0..n) a prefix of x (1), equal to it (2), or neither (0)? */
+static int prefix(const char *b, int n, const char *x) {
+    int k = (int)strlen(x);
+    if (n > k || memcmp(b, x, (size_t)n)) return 0;
+    return n == k ? 2 : 1;
+}
+
+/* NAME: candidate functions; *which = the function when b is complete. */
+static int name_ok(const Q35ToolGuide *g, const char *b, int n, int *which) {
+    int any = 0;
+    for (int i = 0; i < g->n_fns; i++) {
+        if (g->named >= 0 && i != g->named) continue;
+        const char *nm = g->fns[i].name;
+        int k = (int)strlen(nm);
+        if (n <= k) {
+            if (!memcmp(b, nm, (size_t)n)) any = 1;
+            continue;
+        }
+        if (memcmp(b, nm, (size_t)k)) continue;
+        int r = prefix(b + k, n - k, g->q35 ? ">\n" : "\", \"arguments\": ");
+        if (r == 2) {
+            *which = i;
+            return 2;
+        }
+        any |= r;
+    }
+    return any;
+}
+
+/* ITEM (Qwen3.5): *param = the property index (-1: an undeclared name of an open function) on "<parameter=P>\n",
+ * -2 on the end of the call. */
+static int item_ok(const GFunc *f, const GState *s, int *param) {
+    const char *b = s->buf;
+    int n = s->nbuf, any = 0;
+    int all_req = (f->required & ~s->seen) == 0;
+    if (all_req) {
+        int r = prefix(b, n, Q35_END);
+        if (r == 2) {
+            *param = -2;
+            return 2;
+        }
+        any |= r;
+    }
+    int can_param = f->open;
+    for (int i = 0; i < f->n_props && !can_param; i++) can_param = i >= 64 || !(s->seen >> i & 1);
+    int r = can_param ? prefix(b, n < 11 ? n : 11, "<parameter=") : 0;
+    if (!r) return any;
+    if (n <= 11) return 1;
+    const char *p = b + 11;
+    int pn = n - 11;
+    for (int i = 0; i < f->n_props; i++) {
+        if (i < 64 && (s->seen >> i & 1)) continue;
+        int k = (int)strlen(f->props[i]);
+        if (pn <= k) {
+            if (!memcmp(p, f->props[i], (size_t)pn)) any = 1;
+            continue;
+        }
+        if (memcmp(p, f->props[i], (size_t)k)) continue;
+        int q = prefix(p + k, pn - k, ">\n");
+        if (q == 2) {
+            *param = i;
+            return 2;
+        }
+        any |= q;
+    }
+    if (f->open) { /* [^<>\n]+ ">\n" */
+        int i = 0;
+        while (i < pn && p[i] != '>' && p[i] != '<' && p[i] != '\n') i++;
+        if (i == pn) return 1;
+        if (i > 0 && p[i] == '>') {
+            int q = prefix(p + i, pn - i, ">\n");
+            if (q == 2) {
+                *param = -1;
+                return 2;
+            }
+            any |= q;
+        }
+    }
+    return any;
+}
+
+/* Tracks "</tool_call>" in free text; 0 when c would complete it. */
+static int no_end_call(GState *s, unsigned char c) {
+    static const char tag[] = "</tool_call>";
+    s->tc = c == (unsigned char)tag[s->tc] ? s->tc + 1 : c == '<';
+    return s->tc < (int)sizeof tag - 1;
+}
+
+/* Advances s over byte c; 0 if c is not allowed (s is then garbage: callers work on copies). */
+static int step(const Q35ToolGuide *g, GState *s, unsigned char c) {
+    switch (s->mode) {
+    case G_THINK:
+        s->tail = c == (unsigned char)END_THINK[s->tail] ? s->tail + 1 : c == '<';
+        if (s->tail == 8) lit(s, g->q35 ? "\n\n<tool_call>\n<function=" : "\n\n<tool_call>\n{\"name\": \"", G_NAME);
+        return 1;
+    case G_LIT:
+        if (c != (unsigned char)s->lit[s->pos]) return 0;
+        if (!s->lit[++s->pos]) {
+            s->mode = s->after;
+            s->nbuf = 0;
+            s->tail = 0;
+            if (s->mode == G_ITEM) s->seen = 0;
+        }
+        return 1;
+    case G_NAME: {
+        if (s->nbuf == (int)sizeof s->buf) return 0;
+        s->buf[s->nbuf++] = (char)c;
+        int which = -1, r = name_ok(g, s->buf, s->nbuf, &which);
+        if (r == 2) {
+            s->fn = which;
+            s->nbuf = 0;
+            s->mode = g->q35 ? G_ITEM : G_JSON;
+            s->seen = 0;
+            s->js = (JState){.mode = J_VALUE};
+            s->tc = 0;
+        }
+        return r != 0;
+    }
+    case G_ITEM: {
+        if (s->nbuf == (int)sizeof s->buf) return 0;
+        s->buf[s->nbuf++] = (char)c;
+        int param = 0, r = item_ok(&g->fns[s->fn], s, &param);
+        if (r == 2) {
+            s->nbuf = 0;
+            if (param == -2) {
+                s->calls++;
+                s->mode = G_AFTER;
+            } else {
+                if (param >= 0 && param < 64) s->seen |= 1ull << param;
+                s->mode = G_VALUE;
+                s->tail = 0;
+                s->tc = 0;
+            }
+        }
+        return r != 0;
+    }
+    case G_VALUE:
+        /* "\n</parameter>" only as the start of the closing "\n</parameter>\n" (the parser ends the value at it) */
+        if (s->tail == (int)sizeof END_VALUE - 2 && c != '\n') return 0;
+        if (!no_end_call(s, c)) return 0;
+        s->tail = c == (unsigned char)END_VALUE[s->tail] ? s->tail + 1 : c == '\n';
+        if (s->tail == (int)sizeof END_VALUE - 1) {
+            s->mode = G_ITEM;
+            s->nbuf = 0;
+            s->tc = 0;
+        }
+        return 1;
+    case G_JSON: {
+        if (!no_end_call(s, c)) return 0;
+        int r = json_step(&s->js, c);
+        if (r == 2) {
+            s->calls++;
+            lit(s, Q3_END, G_AFTER);
+        }
+        return r != 0;
+    }
+    case G_AFTER:
+        if (g->named >= 0) return 0; /* exactly one call */
+        lit(s, g->q35 ? Q35_NEXT : Q3_NEXT, G_NAME);
+        return step(g, s, c);
+    }
+    return 0;
+}
+
+int q35_tool_guide_open(Q35ToolGuide **out, const Q35Tokenizer *t, const Q35ChatRequest *rq, Q35Err *err) {
+    *out = NULL;
+    ChatFormat f;
+    int rc = chat_format_for(t, rq->family, &f, err);
+    if (rc) return rc;
+    if (rq->tool_choice != Q35_TOOL_CHOICE_REQUIRED && rq->tool_choice != Q35_TOOL_CHOICE_FUNCTION)
+        return err_set(err, Q35_ERR_ARG, "tool guide: tool_choice must be required or a named function");
+    Q35ToolGuide *g = calloc(1, sizeof *g);
+    if (!g) return err_set(err, Q35_ERR_OOM, "out of memory");
+    if ((rc = chat_tools_parse(&g->tools, rq->tools, err))) {
+        free(g);
+        return rc;
+    }
+    g->q35 = f.family == Q35_TOK_QWEN35;
+    g->named = -1;
+    g->fns = calloc((size_t)g->tools.n + 1, sizeof *g->fns);
+    if (!g->fns) {
+        q35_tool_guide_close(g);
+        return err_set(err, Q35_ERR_OOM, "out of memory");
+    }
+    for (int i = 0; i < g->tools.n; i++) {
+        const cJSON *fn = chat_tool_function(&g->tools, i), *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(nm) || !nm->valuestring[0]) continue;
+        GFunc *gf = &g->fns[g->n_fns];
+        gf->name = nm->valuestring;
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        const cJSON *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
+        gf->open = !cJSON_IsObject(props);
+        int np = cJSON_IsObject(props) ? cJSON_GetArraySize(props) : 0;
+        gf->props = calloc((size_t)np + 1, sizeof *gf->props);
+        if (!gf->props) {
+            q35_tool_guide_close(g);
+            return err_set(err, Q35_ERR_OOM, "out of memory");
+        }
+        for (const cJSON *p = np ? props->child : NULL; p; p = p->next) gf->props[gf->n_props++] = p->string;
+        const cJSON *req;
+        cJSON_ArrayForEach(req, cJSON_GetObjectItemCaseSensitive(params, "required")) {
+            for (int k = 0; k < gf->n_props && k < 64; k++)
+                if (cJSON_IsString(req) && !strcmp(req->valuestring, gf->props[k])) gf->required |= 1ull << k;
+        }
+        if (rq->tool_choice == Q35_TOOL_CHOICE_FUNCTION && rq->tool_choice_name &&
+            !strcmp(rq->tool_choice_name, gf->name))
+            g->named = g->n_fns;
+        g->n_fns++;
+    }
+    if (g->n_fns == 0 || (rq->tool_choice == Q35_TOOL_CHOICE_FUNCTION && g->named < 0)) {
+        q35_tool_guide_close(g);
+        return err_set(err, Q35_ERR_ARG, "tool guide: %s",
+                       g->n_fns ? "tool_choice names no function in tools" : "no named function in tools");
+    }
+    int thinking = rq->thinking == Q35_THINK_DEFAULT ? f.default_thinking : rq->thinking;
+    if (thinking)
+        g->st.mode = G_THINK;
+    else
+        lit(&g->st, g->q35 ? Q35_OPEN : Q3_OPEN, G_NAME);
+    *out = g;
+    return 0;
+}
+
+int q35_tool_guide_allows(const Q35ToolGuide *g, const char *x, size_t n) {
+    GState s = g->st;
+    for (size_t i = 0; i < n; i++)
+        if (!step(g, &s, (unsigned char)x[i])) return 0;
+    return 1;
+}
+
+int q35_tool_guide_push(Q35ToolGuide *g, const char *x, size_t n, Q35Err *err) {
+    GState s = g->st;
+    for (size_t i = 0; i < n; i++)
+        if (!step(g, &s, (unsigned char)x[i]))
+            return err_set(err, Q35_ERR_ARG, "tool guide: byte %zu (0x%02x) is not allowed here", i,
+                           (unsigned char)x[i]);
+    g->st = s;
+    return 0;
+}
+
+int q35_tool_guide_can_stop(const Q35ToolGuide *g) { return g->st.mode == G_AFTER; }
+
+const char *q35_tool_guide_forced(const Q35ToolGuide *g) {
+    Q35ToolGuide *m = (Q35ToolGuide *)g; /* the forced-text buffer is scratch */
+    m->forced.n = 0;
+    sb_put(&m->forced, "", 0);
+    GState s = g->st;
+    while (s.mode != G_AFTER && s.mode != G_THINK && s.mode != G_VALUE && s.mode != G_JSON) {
+        int only = -1, count = 0;
+        for (int c = 1; c < 256 && count < 2; c++) {
+            GState t = s;
+            if (step(g, &t, (unsigned char)c)) {
+                only = c;
+                count++;
+            }
+        }
+        if (count != 1) break;
+        step(g, &s, (unsigned char)only);
+        sb_putc(&m->forced, (char)only);
+    }
+    return m->forced.oom ? "" : m->forced.p;
+}
+
+void q35_tool_guide_close(Q35ToolGuide *g) {
+    if (!g) return;
+    for (int i = 0; g->fns && i < g->n_fns; i++) free(g->fns[i].props);
+    free(g->fns);
+    chat_tools_free(&g->tools);
+    sb_free(&g->forced);
+    free(g);
+}
