@@ -32,8 +32,10 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        usage(stderr);
-        return CLI_EXIT_USAGE;
+        char names[256] = "";
+        for (size_t i = 0, k = 0; i < sizeof cmds / sizeof cmds[0] && k < sizeof names; i++)
+            k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", cmds[i].name);
+        return cli_usage_error(NULL, "give a command: %s (qwen35 --help says more)", names);
     }
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -119,6 +120,36 @@ static int read_token(const char *path, char **token, Err *err) {
     return 0;
 }
 
+/* The directories of path (each prefix ending at a '/', and path itself) that do not exist yet: a failed
+ * download removes them again when they are still empty, so that it leaves nothing behind. */
+typedef struct NewDirs {
+    char path[4096];
+    int cut[16], n; /* path[0..cut[i]) is a directory the download will create */
+} NewDirs;
+
+static void new_dirs(NewDirs *d, const char *path) {
+    d->n = 0;
+    if (snprintf(d->path, sizeof d->path, "%s", path) >= (int)sizeof d->path) return;
+    size_t len = strlen(d->path);
+    for (size_t i = 1; i <= len && d->n < 16; i++) {
+        if (i < len && d->path[i] != '/') continue;
+        char c = d->path[i];
+        d->path[i] = 0;
+        struct stat st;
+        if (stat(d->path, &st) != 0) d->cut[d->n++] = (int)i;
+        d->path[i] = c;
+    }
+}
+
+static void remove_new_dirs(NewDirs *d) {
+    for (int i = d->n - 1; i >= 0; i--) {
+        char c = d->path[d->cut[i]];
+        d->path[d->cut[i]] = 0;
+        rmdir(d->path); /* fails, harmlessly, unless empty */
+        d->path[d->cut[i]] = c;
+    }
+}
+
 int cmd_download(int argc, char **argv) {
     DownloadOptions o;
     download_options_init(&o);
@@ -153,8 +184,15 @@ int cmd_download(int argc, char **argv) {
     o.progress = on_progress;
     o.progress_user = &bar;
     DownloadStats st;
+    NewDirs nd = {.n = 0};
+    char dflt[4096];
+    if (o.dir)
+        new_dirs(&nd, o.dir);
+    else if (download_default_dir(o.repo, dflt, sizeof dflt, &err) == 0)
+        new_dirs(&nd, dflt);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = download_model(&o, &st, &err);
+    if (rc) remove_new_dirs(&nd);
     curl_global_cleanup();
     free(token);
     if (bar.open) fprintf(stderr, "\n");

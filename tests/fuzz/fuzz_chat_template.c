@@ -10,8 +10,8 @@
 #include "fuzz.h"
 #include "qwen35.h"
 
-#define MAX_MSG 16
-#define MAX_CALLS 4
+#define MAX_MSG    16
+#define MAX_CALLS  4
 #define MAX_FIELDS (4 + 2 * MAX_CALLS)
 
 /* Splits s (NUL-terminated, modified) at sep into at most max pieces; returns the count. */

@@ -51,8 +51,10 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t n) {
         fuzz_write("model.safetensors.index.json", data + 1, n - 1);
         Model m;
         ModelLoadOptions lo = {0, 0};
-        if (model_load(&m, fuzz_scratch(), &lo, &err) == 0) model_free(&m);
-        else REQUIRE(err.code < 0 && err.msg[0]);
+        if (model_load(&m, fuzz_scratch(), &lo, &err) == 0)
+            model_free(&m);
+        else
+            REQUIRE(err.code < 0 && err.msg[0]);
     }
     return 0;
 }

@@ -1,5 +1,5 @@
 /* fuzz_tokenizer.c — libFuzzer target for the tokenizer (build: make fuzz-tokenizer; run from the repo
- * root so .cache/qwen3-tokenizer is found: build/fuzz_tokenizer -runs=1000000 tests/fuzz/corpus).
+ * root so .cache/qwen3-tokenizer is found: build/fuzz_tokenizer -runs=1000000 tests/fuzz/seeds).
  * The first input byte picks the mode:
  *   text:  valid UTF-8 must encode, and decode(encode(s)) must equal s with NFC applied to each stretch
  *          between added tokens (computed here independently: naive longest match + utf8proc); invalid
