@@ -160,36 +160,54 @@ int cmd_detokenize(int argc, char **argv) {
 
 typedef struct ChatStream {
     Q35Detok *detok;
+    Q35ChatParser *parser; /* --tools: the reply parsed into content and calls */
+    int in_call;           /* the last event printed was a call's arguments */
     int last;
     int failed;
     Q35Err err; /* why the stream failed */
 } ChatStream;
+
+/* --tools: reasoning and content as they come, each call on its own line "[tool_call N id] name {args}". */
+static int on_chat_event(void *user, const Q35ChatEvent *ev) {
+    ChatStream *cs = user;
+    if (cs->in_call && ev->type != Q35_CHAT_EV_TOOL_ARGS) fputc('\n', stdout);
+    cs->in_call = ev->type == Q35_CHAT_EV_TOOL_START || ev->type == Q35_CHAT_EV_TOOL_ARGS;
+    if (ev->type == Q35_CHAT_EV_TOOL_START)
+        printf("\n[tool_call %d %s] %s ", ev->index, ev->id, ev->name);
+    else
+        fwrite(ev->text, 1, ev->len, stdout);
+    fflush(stdout);
+    return 0;
+}
 
 static int on_token(void *user, int id) {
     ChatStream *cs = user;
     const char *s;
     size_t n;
     cs->last = id;
-    if (q35_detok_push(cs->detok, id, &s, &n, &cs->err)) {
+    if (q35_detok_push(cs->detok, id, &s, &n, &cs->err) ||
+        (cs->parser && q35_chat_parser_push(cs->parser, s, n, on_chat_event, cs, &cs->err))) {
         cs->failed = 1;
         return 1;
     }
-    fwrite(s, 1, n, stdout);
+    if (!cs->parser) fwrite(s, 1, n, stdout);
     fflush(stdout);
     return 0;
 }
 
-/* The ids of one turn. First turn: [system] + user + generation prompt. Later turns continue the
+/* The ids of one turn. First turn: [system and tools] + user + generation prompt. Later turns continue the
  * sequence: the previous reply's last id (sampled, not yet fed), the close of that reply if the model did
  * not end it, then this user turn and the generation prompt. */
-static int turn_ids(const Q35Tokenizer *t, const char *sys, const char *user, int think, int first, int last_id,
-                    int **ids, int *n, Q35Err *err) {
+static int turn_ids(const Q35Tokenizer *t, const char *sys, const char *tools, const char *user, int think, int first,
+                    int last_id, int **ids, int *n, Q35Err *err) {
     Q35ChatMessage m[2];
     int k = 0;
     if (first && sys) m[k++] = (Q35ChatMessage){.role = "system", .content = sys};
     m[k++] = (Q35ChatMessage){.role = "user", .content = user};
     char *r;
-    int rc = q35_chat_render(t, m, k, 1, think, &r, err);
+    Q35ChatRequest rq = {
+        .messages = m, .n_messages = k, .tools = first ? tools : NULL, .add_generation_prompt = 1, .thinking = think};
+    int rc = q35_chat_render_request(t, &rq, &r, err);
     if (rc) return rc;
     int im_end = q35_token_id(t, "<|im_end|>");
     const char *close = first ? "" : last_id == im_end && im_end >= 0 ? "\n" : "<|im_end|>\n";
@@ -224,7 +242,7 @@ int cmd_chat(int argc, char **argv) {
     cli_model_init(&m);
     SamplingFlags sf;
     cli_sampling_init(&sf);
-    const char *sys = NULL, *tok_dir = NULL;
+    const char *sys = NULL, *tok_dir = NULL, *tools_path = NULL;
     int think = Q35_THINK_DEFAULT, max_new = 2048, stats = 0;
     const CliFlag own[] = {
         {"--system", NULL, CLI_STR, &sys, .arg = "TEXT", .help = "the system message"},
@@ -235,6 +253,8 @@ int cmd_chat(int argc, char **argv) {
         {"--stats", NULL, CLI_BOOL, &stats, .help = "a timing line on stderr after each reply"},
         {"--tokenizer", NULL, CLI_STR, &tok_dir, .arg = "DIR",
          .help = "tokenizer.json from DIR (e.g. with --dummy weights)"},
+        {"--tools", NULL, CLI_STR, &tools_path, .arg = "FILE",
+         .help = "OpenAI tools JSON array: rendered into the prompt; the calls in replies are printed parsed"},
         {0}};
     const CliGroup groups[] = {{"chat flags", own}, {"sampling flags", sf.flags}, {"model flags", m.flags}, {0}};
     const CliSpec spec = {"chat", "--model DIR | --dummy NAME --tokenizer DIR [flags]",
@@ -247,9 +267,15 @@ int cmd_chat(int argc, char **argv) {
     int rc = cli_model_check("chat", &m);
     if (rc) return rc;
     Q35Err err = {0};
+    char *tools = NULL;
+    size_t tools_len;
+    if (tools_path && read_file(tools_path, &tools, &tools_len, &err)) return cli_fail("chat", &err);
     /* the model's tokenizer; --tokenizer DIR supplies one (e.g. for --dummy weights), loaded first: it is quick */
     Q35Tokenizer *own_tok = NULL;
-    if (tok_dir && q35_tokenizer_load(&own_tok, tok_dir, &err)) return cli_fail("chat", &err);
+    if (tok_dir && q35_tokenizer_load(&own_tok, tok_dir, &err)) {
+        free(tools);
+        return cli_fail("chat", &err);
+    }
     Q35Engine *e;
     if ((rc = cli_open("chat", &e, &m))) {
         q35_tokenizer_free(own_tok);
@@ -265,6 +291,12 @@ int cmd_chat(int argc, char **argv) {
     cli_sampling_apply(&sf, e, &s);
     ChatStream cs = {0};
     rc = q35_detok_open(&cs.detok, t, 1, &err) ? cli_fail("chat", &err) : 0;
+    Q35ChatParseOptions po = {.thinking = think, .tools = tools};
+    char *probe = NULL; /* a bad tools file fails here, before the first line */
+    Q35ChatMessage pm = {.role = "user", .content = "x"};
+    Q35ChatRequest prq = {.messages = &pm, .n_messages = 1, .tools = tools};
+    if (!rc && tools && q35_chat_render_request(t, &prq, &probe, &err)) rc = cli_fail("chat", &err);
+    free(probe);
     int first = 1, tty = isatty(0), lineno = 0, bad_lines = 0;
     char *line = NULL;
     size_t cap = 0;
@@ -281,7 +313,7 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         int *ids, n;
-        if (turn_ids(t, sys, line, think, first, cs.last, &ids, &n, &err)) {
+        if (turn_ids(t, sys, tools, line, think, first, cs.last, &ids, &n, &err)) {
             cli_error("chat", "line %d skipped: %s", lineno, err.msg); /* e.g. invalid UTF-8 */
             bad_lines++;
             continue;
@@ -293,13 +325,18 @@ int cmd_chat(int argc, char **argv) {
         }
         Q35GenStats st;
         cs.last = -1;
+        if (tools && q35_chat_parser_open(&cs.parser, t, &po, &err)) {
+            free(ids);
+            rc = cli_fail("chat", &err);
+            break;
+        }
         int g = q35_generate(e, ids, n, max_new, &s, on_token, &cs, &st, &err);
         free(ids);
         if (g == Q35_ERR_CONTEXT && !first) { /* the conversation is full: start over with this message */
             fprintf(stderr, "qwen35: chat: note: context full at %d tokens; starting a new conversation\n",
                     q35_position(e));
             first = 1;
-            if (turn_ids(t, sys, line, think, 1, -1, &ids, &n, &err) || q35_reset(e, &err)) {
+            if (turn_ids(t, sys, tools, line, think, 1, -1, &ids, &n, &err) || q35_reset(e, &err)) {
                 rc = cli_fail("chat", &err);
                 break;
             }
@@ -307,13 +344,27 @@ int cmd_chat(int argc, char **argv) {
             free(ids);
         }
         if (g || cs.failed) {
+            q35_chat_parser_close(cs.parser);
+            cs.parser = NULL;
             rc = cli_fail("chat", g ? &err : &cs.err);
             break;
         }
         const char *tail;
         size_t tl;
         q35_detok_flush(cs.detok, &tail, &tl);
-        fwrite(tail, 1, tl, stdout);
+        if (cs.parser) {
+            int calls = 0;
+            if (q35_chat_parser_push(cs.parser, tail, tl, on_chat_event, &cs, &err) ||
+                q35_chat_parser_finish(cs.parser, on_chat_event, &cs, &calls, &err))
+                rc = cli_fail("chat", &err);
+            if (cs.in_call) fputc('\n', stdout);
+            cs.in_call = 0;
+            if (calls) printf("[finish_reason tool_calls: %d call%s]", calls, calls > 1 ? "s" : "");
+            q35_chat_parser_close(cs.parser);
+            cs.parser = NULL;
+        } else {
+            fwrite(tail, 1, tl, stdout);
+        }
         fputc('\n', stdout);
         fflush(stdout);
         if (st.stop_reason == 3)
@@ -326,6 +377,7 @@ int cmd_chat(int argc, char **argv) {
         first = 0;
     }
     free(line);
+    free(tools);
     q35_detok_close(cs.detok);
     q35_tokenizer_free(own_tok);
     q35_engine_close(e);
