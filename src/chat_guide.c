@@ -388,9 +388,9 @@ int q35_tool_guide_open(Q35ToolGuide **out, const Q35Tokenizer *t, const Q35Chat
         g->n_fns++;
     }
     if (g->n_fns == 0 || (rq->tool_choice == Q35_TOOL_CHOICE_FUNCTION && g->named < 0)) {
+        const char *why = g->n_fns ? "tool_choice names no function in tools" : "no named function in tools";
         q35_tool_guide_close(g);
-        return err_set(err, Q35_ERR_ARG, "tool guide: %s",
-                       g->n_fns ? "tool_choice names no function in tools" : "no named function in tools");
+        return err_set(err, Q35_ERR_ARG, "tool guide: %s", why);
     }
     int thinking = rq->thinking == Q35_THINK_DEFAULT ? f.default_thinking : rq->thinking;
     if (thinking)
