@@ -270,7 +270,33 @@ int stop(void *u, const Q35ChatEvent *ev) {
     return 7;
 }
 
+/* Round trip: a parsed Qwen3.5 call, rendered back by the template code, is the model's text again. */
+static void check_round_trip(void) {
+    const char *text = "<tool_call>\n<function=search_docs>\n<parameter=query>\nü \"q\"\n</parameter>\n"
+                       "<parameter=max_results>\n3\n</parameter>\n<parameter=exact>\nTrue\n</parameter>\n"
+                       "<parameter=filters>\n{\"a\": [1, 2.5]}\n</parameter>\n</function>\n</tool_call>";
+    Q35ChatParseOptions o = {.family = Q35, .tools = TOOLS};
+    Got g;
+    int nc;
+    CHECK(run(&o, text, 0, &g, &nc) == 0 && nc == 1, "round trip parse");
+    /* calls: "search_docs(ARGS)|" */
+    char args[512];
+    const char *c = s(&g.calls), *lp = strchr(c, '(');
+    snprintf(args, sizeof args, "%.*s", lp ? (int)(strlen(lp) - 3) : 0, lp ? lp + 1 : "");
+    Q35ChatToolCall call = {.name = "search_docs", .arguments = args};
+    Q35ChatMessage m[] = {{.role = "user", .content = "q"},
+                          {.role = "assistant", .tool_calls = &call, .n_tool_calls = 1}};
+    Q35ChatRequest rq = {.messages = m, .n_messages = 2, .family = Q35};
+    char *out = NULL;
+    Err err;
+    int rc = q35_chat_render_request(NULL, &rq, &out, &err);
+    CHECK(rc == 0 && strstr(out, text) != NULL, "round trip render: %s", rc ? err.msg : out);
+    free(out);
+    got_free(&g);
+}
+
 int main(void) {
+    check_round_trip();
     check_qwen35();
     check_qwen3();
     check_holdback();
