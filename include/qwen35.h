@@ -33,6 +33,10 @@ typedef struct Q35Err {
 typedef struct Q35Engine Q35Engine;
 typedef struct Q35Tokenizer Q35Tokenizer;
 
+/* Progress of a long load (random dummy weights, checkpoint tensors): done of total units of what; called on the
+ * opening thread, about 100 times per load at most. */
+typedef void (*Q35ProgressFn)(void *user, const char *what, double done, double total);
+
 typedef struct Q35Options {
     const char *model_dir; /* HF model directory; NULL when dummy is set */
     const char *dummy;     /* "qwen3.5-0.8b" | "qwen3-0.6b": random weights at real shapes */
@@ -48,6 +52,8 @@ typedef struct Q35Options {
     int mlp_unfused;       /* CUDA: keep the decode MLP as two GEMVs (default: one fused kernel, atomic mode; QWEN35_MLP_FUSED=0) */
     const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
     int device;            /* CUDA device index (serve --device N); 0 = the first */
+    Q35ProgressFn progress; /* NULL: no progress reports (the CLI draws a line on a terminal) */
+    void *progress_user;
 } Q35Options;
 
 typedef struct Q35Sampling {

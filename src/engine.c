@@ -28,11 +28,12 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     Q35Engine *e = calloc(1, sizeof *e);
     if (!e) return err_set(err, Q35_ERR_OOM, "out of memory");
     int rc;
+    const ModelProgress pr = {opt->progress, opt->progress_user};
     if (opt->dummy) {
-        rc = model_dummy(&e->model, opt->dummy, opt->dummy_seed, err);
+        rc = model_dummy_progress(&e->model, opt->dummy, opt->dummy_seed, &pr, err);
     } else if (opt->model_dir) {
         ModelLoadOptions lo = {opt->keep_f32_params, opt->strict};
-        rc = model_load(&e->model, opt->model_dir, &lo, err);
+        rc = model_load_progress(&e->model, opt->model_dir, &lo, &pr, err);
     } else {
         rc = err_set(err, Q35_ERR_ARG, "no model: give a model directory or a dummy model name");
     }

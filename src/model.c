@@ -304,7 +304,11 @@ static int own_copy(Model *m, Tensor *t, int round, Err *err) {
 }
 
 /* Checks that every slot is bound, sets up the head, post-processes and counts. */
-static int finish_binding(Model *m, const ModelLoadOptions *o, const char *ckpt, Err *err) {
+static void report(const ModelProgress *p, const char *what, double done, double total) {
+    if (p && p->fn) p->fn(p->user, what, done, total);
+}
+
+static int finish_binding(Model *m, const ModelLoadOptions *o, const ModelProgress *p, const char *ckpt, Err *err) {
     const Config *c = &m->config;
     Slot g[N_GLOBAL], s[MAX_SLOTS];
     char want[96];
@@ -330,6 +334,7 @@ static int finish_binding(Model *m, const ModelLoadOptions *o, const char *ckpt,
             m->n_params += t->numel;
             m->n_bytes += (int64_t)t->nbytes;
         }
+        report(p, "binding weights", l + 2, c->num_hidden_layers + 1);
     }
     /* Tied head, or no head stored: the head is the embedding (a stored tied copy holds the same values). */
     if (!m->w.lm_head.data || c->tie_word_embeddings) {
@@ -346,7 +351,7 @@ static int finish_binding(Model *m, const ModelLoadOptions *o, const char *ckpt,
     return 0;
 }
 
-static int load(Model *m, const char *dir, const ModelLoadOptions *o, Err *err) {
+static int load(Model *m, const char *dir, const ModelLoadOptions *o, const ModelProgress *p, Err *err) {
     int rc = config_load(&m->config, dir, err);
     if (rc) return rc;
     if (!(m->w.layers = calloc((size_t)m->config.num_hidden_layers, sizeof(LayerWeights))))
@@ -359,16 +364,20 @@ static int load(Model *m, const char *dir, const ModelLoadOptions *o, Err *err) 
         for (int i = 0; i < m->files[f].n_tensors; i++)
             if ((rc = bind_one(&b, &m->files[f], &m->files[f].tensors[i], err))) return rc;
     if (b.n_unknown > 8) fprintf(stderr, "warning: %d unknown tensors ignored in total\n", b.n_unknown);
-    if ((rc = finish_binding(m, o, ckpt, err))) return rc;
+    if ((rc = finish_binding(m, o, p, ckpt, err))) return rc;
     return genconfig_load(&m->gen, dir, &m->config, err);
 }
 
-int model_load(Model *m, const char *dir, const ModelLoadOptions *o, Err *err) {
+int model_load_progress(Model *m, const char *dir, const ModelLoadOptions *o, const ModelProgress *p, Err *err) {
     static const ModelLoadOptions defaults = {0, 0};
     memset(m, 0, sizeof *m);
-    int rc = load(m, dir, o ? o : &defaults, err);
+    int rc = load(m, dir, o ? o : &defaults, p, err);
     if (rc) model_free(m);
     return rc;
+}
+
+int model_load(Model *m, const char *dir, const ModelLoadOptions *o, Err *err) {
+    return model_load_progress(m, dir, o, NULL, err);
 }
 
 /* ---- dummy weights ---- */
@@ -396,9 +405,10 @@ typedef struct DummyJob {
 
 #define DUMMY_CHUNK (1 << 16)
 
-static void dummy_fill(DummyJob *jobs, int n_jobs, int64_t *chunk_start, int64_t n_chunks) {
+/* Fills chunks [c0, c1); a chunk's values depend only on its index (any slicing, any thread count). */
+static void dummy_fill(DummyJob *jobs, int n_jobs, int64_t *chunk_start, int64_t c0, int64_t c1) {
 #pragma omp parallel for schedule(dynamic, 16)
-    for (int64_t c = 0; c < n_chunks; c++) {
+    for (int64_t c = c0; c < c1; c++) {
         int k = 0; /* job owning chunk c: chunk_start is increasing */
         int lo = 0, hi = n_jobs - 1;
         while (lo <= hi) {
@@ -450,7 +460,7 @@ static int dummy_alloc(Model *m, void *base, const Slot *s, const char *name, ui
     return 0;
 }
 
-static int dummy(Model *m, const Config *cfg, uint64_t seed, Err *err) {
+static int dummy(Model *m, const Config *cfg, uint64_t seed, const ModelProgress *p, Err *err) {
     m->config = *cfg;
     int rc = config_finish(&m->config, "dummy config", err);
     if (rc) return rc;
@@ -485,7 +495,12 @@ static int dummy(Model *m, const Config *cfg, uint64_t seed, Err *err) {
         starts[k] = n_chunks;
         n_chunks += (jobs[k].t->numel + DUMMY_CHUNK - 1) / DUMMY_CHUNK;
     }
-    dummy_fill(jobs, n_jobs, starts, n_chunks);
+    const int64_t slice = n_chunks / 50 + 1; /* ~50 progress reports */
+    for (int64_t c0 = 0; c0 < n_chunks; c0 += slice) {
+        const int64_t c1 = c0 + slice < n_chunks ? c0 + slice : n_chunks;
+        dummy_fill(jobs, n_jobs, starts, c0, c1);
+        report(p, "random weights", (double)c1, (double)n_chunks);
+    }
     if (c->tie_word_embeddings) m->w.lm_head = m->w.embed_tokens;
     m->gen = (GenConfig){.temperature = 1.0f, .top_p = 1.0f, .repetition_penalty = 1.0f}; /* greedy */
 done:
@@ -494,19 +509,25 @@ done:
     return rc;
 }
 
-int model_dummy_config(Model *m, const Config *c, uint64_t seed, Err *err) {
+static int dummy_config(Model *m, const Config *c, uint64_t seed, const ModelProgress *p, Err *err) {
     Config copy = *c; /* c may be &m->config */
     memset(m, 0, sizeof *m);
-    int rc = dummy(m, &copy, seed, err);
+    int rc = dummy(m, &copy, seed, p, err);
     if (rc) model_free(m);
     return rc;
 }
 
-int model_dummy(Model *m, const char *name, uint64_t seed, Err *err) {
+int model_dummy_config(Model *m, const Config *c, uint64_t seed, Err *err) {
+    return dummy_config(m, c, seed, NULL, err);
+}
+
+int model_dummy(Model *m, const char *name, uint64_t seed, Err *err) { return model_dummy_progress(m, name, seed, NULL, err); }
+
+int model_dummy_progress(Model *m, const char *name, uint64_t seed, const ModelProgress *p, Err *err) {
     Config c;
     memset(m, 0, sizeof *m);
     int rc = config_builtin(&c, name, err);
-    if (!rc) rc = model_dummy_config(m, &c, seed, err);
+    if (!rc) rc = dummy_config(m, &c, seed, p, err);
     if (rc) return rc;
     /* Stop ids per TOKENIZER.md §6: <|im_end|>, <|endoftext|>. */
     m->gen.n_eos = 2;

@@ -71,6 +71,13 @@ int model_dummy(Model *m, const char *name, uint64_t seed, Err *err);
 /* The same for any config (e.g. a tiny one for tests); c is checked with config_finish first.
  * Untied configs get a separate random lm_head. Gen config: greedy, no stop ids. */
 int model_dummy_config(Model *m, const Config *c, uint64_t seed, Err *err);
+/* model_load / model_dummy with progress reports (fn NULL: none): checkpoint layers bound, dummy chunks filled. */
+typedef struct ModelProgress {
+    Q35ProgressFn fn;
+    void *user;
+} ModelProgress;
+int model_load_progress(Model *m, const char *dir, const ModelLoadOptions *o, const ModelProgress *p, Err *err);
+int model_dummy_progress(Model *m, const char *name, uint64_t seed, const ModelProgress *p, Err *err);
 /* Releases the mmaps and owned memory; safe on a zeroed or partially loaded Model. */
 void model_free(Model *m);
 /* Checks that every weight the forward pass reads is present, float (BF16/F16/F32) and has the

@@ -271,10 +271,30 @@ int cli_model_check(const char *cmd, CliModel *m) {
     return 0;
 }
 
+/* "qwen35: CMD: random weights 45%" redrawn in place on a terminal; erased when the load is done, so that
+ * what follows (an error, a note, the output) starts on a clean line. */
+static void load_progress(void *user, const char *what, double done, double total) {
+    static int last = -1;
+    int pct = total > 0 ? (int)(100 * done / total) : 100;
+    if (pct == last) return;
+    last = pct;
+    if (pct >= 100) {
+        fputs("\r\033[K", stderr);
+        last = -1;
+    } else {
+        fprintf(stderr, "\rqwen35: %s: %s %3d%%\033[K", (const char *)user, what, pct);
+    }
+    fflush(stderr);
+}
+
 int cli_open(const char *cmd, Q35Engine **e, const CliModel *m) {
     Q35Err err = {0};
     *e = NULL;
-    if (q35_engine_open(e, &m->o, &err)) return cli_fail(cmd, &err);
+    Q35Options o = m->o;
+    if (isatty(STDERR_FILENO)) o.progress = load_progress, o.progress_user = (void *)cmd;
+    int rc = q35_engine_open(e, &o, &err);
+    if (o.progress) fputs("\r\033[K", stderr); /* a failed load leaves no partial line */
+    if (rc) return cli_fail(cmd, &err);
     return 0;
 }
 
