@@ -521,7 +521,9 @@ int model_dummy_config(Model *m, const Config *c, uint64_t seed, Err *err) {
     return dummy_config(m, c, seed, NULL, err);
 }
 
-int model_dummy(Model *m, const char *name, uint64_t seed, Err *err) { return model_dummy_progress(m, name, seed, NULL, err); }
+int model_dummy(Model *m, const char *name, uint64_t seed, Err *err) {
+    return model_dummy_progress(m, name, seed, NULL, err);
+}
 
 int model_dummy_progress(Model *m, const char *name, uint64_t seed, const ModelProgress *p, Err *err) {
     Config c;
