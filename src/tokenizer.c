@@ -494,7 +494,6 @@ void q35_tokenizer_free(Q35Tokenizer *t) {
     free(t->merges);
     if (t->added) free((void *)t->added[t->n_added].content);
     free(t->added);
-    free(t->nfc_inert);
     free(t->direct);
     free(t->chat_template);
     free(t);

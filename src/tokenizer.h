@@ -58,7 +58,7 @@ struct Q35Tokenizer {
     void *re;           /* pcre2_code_8 * (the Split regex, JIT-compiled when possible) */
     int re_jit;
     char *regex;        /* the pattern in use */
-    uint8_t *nfc_inert; /* bitmap over code points 0..0x10FFFF: NFC-stable boundary chars (see encode) */
+    const uint8_t *nfc_inert; /* bitmap over code points 0..0x10FFFF: NFC-stable boundary chars (see encode); shared */
     uint8_t *direct;    /* bitmap over vocab ids: BPE(bytes of id) == [id] (see tokenizer_build_direct) */
     char warning[256];
     int stop_ids[8], n_stop;

@@ -7,6 +7,7 @@
  *      long ones a binary heap keyed (rank, position) over a linked list (O(n log n)). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <utf8proc.h>
 
@@ -111,13 +112,14 @@ static int decompose(int32_t c, int32_t *buf) {
     return (n > 1 || (n == 1 && buf[0] != c)) && n <= 16 ? (int)n : 0;
 }
 
-int tokenizer_build_nfc_table(Tokenizer *t, Err *err) {
-    uint8_t *second = calloc(MAX_CP / 8, 1);
-    t->nfc_inert = calloc(MAX_CP / 8, 1);
-    if (!second || !t->nfc_inert) {
-        free(second);
-        return err_set(err, Q35_ERR_OOM, "out of memory");
-    }
+/* The table depends on Unicode (utf8proc) only, not on the tokenizer: built once per process (two passes over
+ * all code points, milliseconds) and shared read-only by every tokenizer. */
+static uint8_t nfc_inert_table[MAX_CP / 8];
+static pthread_once_t nfc_once = PTHREAD_ONCE_INIT;
+
+static void build_nfc_inert(void) {
+    static uint8_t second[MAX_CP / 8]; /* code points that occur after the first in a decomposition */
+    uint8_t *inert = nfc_inert_table;
     int32_t buf[16];
     for (int32_t c = 0; c < MAX_CP; c++) {
         int n = decompose(c, buf);
@@ -131,9 +133,14 @@ int tokenizer_build_nfc_table(Tokenizer *t, Err *err) {
             if (bit(second, (uint32_t)buf[0]) || utf8proc_get_property(buf[0])->combining_class) continue;
             if (utf8proc_normalize_utf32(buf, n, UTF8PROC_STABLE | UTF8PROC_COMPOSE) != 1 || buf[0] != c) continue;
         }
-        set_bit(t->nfc_inert, (uint32_t)c);
+        set_bit(inert, (uint32_t)c);
     }
-    free(second);
+}
+
+int tokenizer_build_nfc_table(Tokenizer *t, Err *err) {
+    (void)err;
+    pthread_once(&nfc_once, build_nfc_inert);
+    t->nfc_inert = nfc_inert_table;
     return 0;
 }
 
