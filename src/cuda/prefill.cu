@@ -1,188 +1,495 @@
-/* prefill.cu — row ops of the prefill path (RMSNorm to bf16, embedding rows) and the launch
- * sequence of one whole layer for T tokens, so the backend calls one function per layer:
- *   attention: rmsnorm -> GEMM [q|gate,k,v] -> attn_prep -> flash attention -> GEMM o (+= x)
- *   DeltaNet:  rmsnorm -> GEMM [qkv,z,b,a]  -> deltanet_prefill            -> GEMM out (+= x)
- *   then MLP:  rmsnorm -> GEMM gate_up with SwiGLU -> GEMM down (+= x)
- * (MODEL.md §3.7; the residual adds and roundings happen in the GEMM epilogues). */
-#include "cuda/common.cuh"
-#include "cuda/mma.cuh"
-#include "cuda/ops.h"
+/* forward_prefill.cu — the CUDA backend's forward(n > 1): the prompt goes through the model layer
+ * by layer, T tokens at a time (MODEL.md §3.7; kernels in gemm.cu, attention_prefill.cu,
+ * deltanet_prefill.cu, prefill.cu), in pieces of at most `tmax` tokens so the activation buffers
+ * (allocated once in open) stay bounded for any prompt length. Per piece of T tokens at
+ * positions P .. P+T-1:
+ *   x = E[tokens]                                              fp32 [T][D] (bf16 values)
+ *   attention layer:  h = norm(x, ln1) -> proj = h W_in^T (bf16 [T][q|gate, k, v])
+ *                     -> attn_prep (q/k norm + RoPE, K/V appended to the cache) -> flash attention
+ *                     (+ sigmoid gate) -> x = bf16(x + bf16(act W_o^T))
+ *   DeltaNet layer:   h = norm(x, ln1) -> proj = h W_in^T ([qkv | z | b | a]) -> chunked DeltaNet
+ *                     (conv ring and state S updated in place) -> x = bf16(x + bf16(act W_out^T))
+ *   MLP:              h = norm(x, ln2) -> act = SwiGLU(h W_gu^T) -> x = bf16(x + bf16(act W_down^T))
+ *   logits:           rows of x -> final norm -> h -> h lm_head^T (fp32 [rows][V], bf16 values),
+ *                     the last row only, or every row in chunks of lm_rows (all_logits).
+ * What decode continues from is exactly the sequence state the decode step keeps: the KV cache
+ * rows, each DeltaNet layer's conv ring (row p % K = pre-conv input of position p) and S, and
+ * n_past; the residual stream is per token, so nothing else is handed over.
+ * The launches are written out here (not through cuda_prefill_layer_*) so the bench can put an
+ * event around each one. Shapes the kernels do not cover (DeltaNet dk or dv != 128, head_dim
+ * outside {32, 64, 128, 256}, widths not multiples of 8) leave ctx->pf NULL: forward(n > 1) then
+ * runs n decode steps (backend.cu). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
-/* ---- row ops --------------------------------------------------------------------------- */
+#include "cuda/forward.cuh"
 
-/* grid ceil(T/8), 256 threads: warp per row, float4 loads (any D % 4 == 0; the fallback of the
- * register form below). */
-__global__ void __launch_bounds__(256) rmsnorm_f32_rows_bf16(const __grid_constant__ RmsnormRowsParams p) {
-    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    pdl_wait();
-    if (row >= p.T) return;
-    const float4 *x = (const float4 *)(p.x + (size_t)row * p.D);
-    const float4 *w = (const float4 *)p.w;
-    uint2 *y = (uint2 *)(p.y + (size_t)row * p.D);
-    const int n4 = p.D / 4;
-    float ss = 0.0f;
-    for (int i = lane; i < n4; i += 32) {
-        const float4 v = x[i];
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+#define PF_TMAX 2048               /* default tokens per piece */
+#define PF_LM_BYTES ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
+#define PF_MAX_OPS 512             /* launches recorded for the bench breakdown */
+#define PF_DN_C 64                 /* DeltaNet chunk length (FLOP count) */
+#define PF_DN_FUSE_OUT 1           /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (H200,
+                                      T=2048, per layer: 222 us vs 230 for the separate output kernel) */
+
+struct CudaPrefill {
+    int tmax, lm_rows;
+    PrefillDims d;
+    void *buf; /* the one allocation below */
+    float *x;        /* fp32 [tmax][D] residual stream */
+    uint16_t *h;     /* bf16 [tmax][D] */
+    uint16_t *proj;  /* bf16 [tmax][max in_rows] */
+    uint16_t *q;     /* bf16 [tmax][Hq*hd] */
+    uint16_t *act;   /* bf16 [tmax][max(F, Hq*hd, Hv*dv)] */
+    void *scratch;   /* DeltaNet scratch for tmax tokens */
+    float *lm;       /* fp32 [lm_rows][V] */
+    int32_t *tok;    /* [max_seq] token ids of the current call */
+    /* bench: an event before every launch */
+    int rec, n_ops, ev_ready;
+    cudaEvent_t ev[PF_MAX_OPS + 1];
+    BenchOp ops[PF_MAX_OPS];
+};
+
+static int pf_fail(int rc, const char *what, int layer, Err *err) {
+    if (layer >= 0)
+        return err_set(err, Q35_ERR_CUDA, "cuda prefill: %s (layer %d): %s", what, layer,
+                       cudaGetErrorString((cudaError_t)rc));
+    return err_set(err, Q35_ERR_CUDA, "cuda prefill: %s: %s", what, cudaGetErrorString((cudaError_t)rc));
+}
+
+/* ---- shapes and buffers ----------------------------------------------------------------------- */
+
+static int norm_mode_of(const Config *c) { return c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN; }
+
+/* 1 when every prefill kernel supports the model's shapes. */
+static int pf_supported(const Config *c) {
+    if (c->vocab_size % 8 || c->hidden_size % 8 || c->intermediate_size % 8) return 0;
+    if (c->n_full_layers) {
+        const int hd = c->head_dim;
+        if (hd != 32 && hd != 64 && hd != 128 && hd != 256) return 0;
+        if ((c->q_proj_rows + 2 * c->kv_dim) % 8 || c->attn_dim % 8 || c->rotary_dim < 2 || c->rotary_dim % 2 ||
+            c->rotary_dim > hd || c->num_key_value_heads < 1 || c->num_attention_heads % c->num_key_value_heads)
+            return 0;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float r = rsqrtf(ss / (float)p.D + p.eps);
-    for (int i = lane; i < n4; i += 32) {
-        const float4 v = x[i], g = w[i];
-        float o[4];
-        const float xv[4] = {v.x, v.y, v.z, v.w}, wv[4] = {g.x, g.y, g.z, g.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[e] = norm_apply(xv[e], r, wv[e], p.mode);
-        y[i] = make_uint2(pack_bf16(o[0], o[1]), pack_bf16(o[2], o[3]));
+    if (c->n_linear_layers) {
+        const int Hk = c->linear_num_key_heads, Hv = c->linear_num_value_heads, K = c->linear_conv_kernel_dim;
+        if (c->linear_key_head_dim != 128 || c->linear_value_head_dim != 128 || Hk < 1 || Hv % Hk || K < 2 || K > 4 ||
+            (c->conv_dim + c->value_dim + 2 * Hv) % 8)
+            return 0;
     }
+    return 1;
 }
 
-/* The same with the row in registers, 8 consecutive elements per lane and chunk (NC chunks of
- * 8 per lane, D <= 256 NC, D % 8 == 0): the weight chunks are loaded first (immutable: before
- * pdl_wait), then all x loads of the row are in flight before the reduction, and each chunk is
- * stored as one 16-byte word. The earlier form (float4 per lane, weights loaded one by one after
- * the reduction, 8-byte stores) measured 8.9 us for 2048 x 1024 on the H200 where 12 MB of traffic
- * needs ~3-4 us. */
-template <int NC>
-__global__ void __launch_bounds__(256) rmsnorm_f32_rows_bf16_v8(const __grid_constant__ RmsnormRowsParams p) {
-    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31, n8 = p.D / 8;
-    const float4 *w = (const float4 *)p.w;
-    float4 g[2 * NC];
-#pragma unroll
-    for (int k = 0; k < NC; k++) {
-        const int i = lane + 32 * k;
-        g[2 * k] = i < n8 ? __ldg(w + 2 * i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        g[2 * k + 1] = i < n8 ? __ldg(w + 2 * i + 1) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+typedef struct PfArena {
+    char *base;
+    size_t off;
+} PfArena;
+static void *pf_carve(PfArena *a, size_t bytes) {
+    const size_t o = (a->off + 255) & ~(size_t)255;
+    a->off = o + bytes;
+    return a->base ? a->base + o : NULL;
+}
+
+static void pf_layout(CudaCtx *ctx, CudaPrefill *pf, PfArena *a) {
+    size_t nh, nproj, nq, nact, nscr;
+    cuda_prefill_buffer_sizes(&pf->d, pf->tmax, &nh, &nproj, &nq, &nact, &nscr);
+    pf->x = (float *)pf_carve(a, sizeof(float) * (size_t)pf->tmax * pf->d.D);
+    pf->h = (uint16_t *)pf_carve(a, 2 * nh);
+    pf->proj = (uint16_t *)pf_carve(a, 2 * nproj);
+    pf->q = (uint16_t *)pf_carve(a, 2 * (nq > 0 ? nq : 1));
+    pf->act = (uint16_t *)pf_carve(a, 2 * nact);
+    pf->scratch = pf_carve(a, nscr > 0 ? nscr : 1);
+    pf->lm = (float *)pf_carve(a, sizeof(float) * (size_t)pf->lm_rows * ctx->c->vocab_size);
+    pf->tok = (int32_t *)pf_carve(a, sizeof(int32_t) * (size_t)ctx->max_seq);
+}
+
+int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
+    const Config *c = ctx->c;
+    ctx->pf = NULL;
+    if (!pf_supported(c)) return 0;
+    CudaPrefill *pf = (CudaPrefill *)calloc(1, sizeof *pf);
+    if (!pf) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+    const int want = piece > 0 ? piece : PF_TMAX;
+    pf->tmax = want < ctx->max_seq ? want : ctx->max_seq;
+    const size_t row_bytes = sizeof(float) * (size_t)c->vocab_size;
+    const size_t lm = PF_LM_BYTES / row_bytes;
+    pf->lm_rows = lm < 1 ? 1 : lm > (size_t)pf->tmax ? pf->tmax : (int)lm;
+    PrefillDims *d = &pf->d;
+    d->D = c->hidden_size, d->F = c->intermediate_size;
+    d->Hq = c->num_attention_heads, d->Hkv = c->num_key_value_heads, d->hd = c->head_dim, d->R = c->rotary_dim;
+    d->attn_gate = c->attn_output_gate, d->norm_mode = norm_mode_of(c);
+    if (c->n_linear_layers) {
+        d->Hk = c->linear_num_key_heads, d->Hv = c->linear_num_value_heads;
+        d->dk = c->linear_key_head_dim, d->dv = c->linear_value_head_dim, d->K = c->linear_conv_kernel_dim;
     }
-    pdl_wait();
-    if (row >= p.T) return;
-    const float4 *x = (const float4 *)(p.x + (size_t)row * p.D);
-    uint4 *y = (uint4 *)(p.y + (size_t)row * p.D);
-    float4 v[2 * NC];
-#pragma unroll
-    for (int k = 0; k < NC; k++) {
-        const int i = lane + 32 * k;
-        v[2 * k] = i < n8 ? __ldcg(x + 2 * i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        v[2 * k + 1] = i < n8 ? __ldcg(x + 2 * i + 1) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    d->glu_group = 1, d->max_seq = ctx->max_seq, d->gemm_algo = GEMM_ALGO_AUTO, d->eps = c->rms_norm_eps;
+    PfArena a = {NULL, 0};
+    pf_layout(ctx, pf, &a);
+    cudaError_t e = cudaMalloc(&pf->buf, a.off);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(pf);
+        return err_set(err, Q35_ERR_OOM, "GPU out of memory: the prefill buffers (%d tokens per piece) need %.0f MiB",
+                       want < ctx->max_seq ? want : ctx->max_seq, a.off / 1048576.0);
     }
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 2 * NC; k++) ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
-    ss = warp_sum(ss);
-    pdl_trigger();
-    const float r = rsqrtf(ss / (float)p.D + p.eps);
-#pragma unroll
-    for (int k = 0; k < NC; k++) {
-        const int i = lane + 32 * k;
-        if (i < n8) {
-            const float4 a = v[2 * k], b = v[2 * k + 1], ga = g[2 * k], gb = g[2 * k + 1];
-            uint4 o;
-            o.x = pack_bf16(norm_apply(a.x, r, ga.x, p.mode), norm_apply(a.y, r, ga.y, p.mode));
-            o.y = pack_bf16(norm_apply(a.z, r, ga.z, p.mode), norm_apply(a.w, r, ga.w, p.mode));
-            o.z = pack_bf16(norm_apply(b.x, r, gb.x, p.mode), norm_apply(b.y, r, gb.y, p.mode));
-            o.w = pack_bf16(norm_apply(b.z, r, gb.z, p.mode), norm_apply(b.w, r, gb.w, p.mode));
-            y[i] = o;
-        }
+    a.base = (char *)pf->buf, a.off = 0;
+    pf_layout(ctx, pf, &a);
+    ctx->pf = pf;
+    return 0;
+}
+
+void cuda_prefill_close(CudaCtx *ctx) {
+    CudaPrefill *pf = ctx ? ctx->pf : NULL;
+    if (!pf) return;
+    for (int i = 0; i <= PF_MAX_OPS && pf->ev_ready; i++)
+        if (pf->ev[i]) cudaEventDestroy(pf->ev[i]);
+    if (pf->buf) cudaFree(pf->buf);
+    free(pf);
+    ctx->pf = NULL;
+}
+
+/* ---- launches ---------------------------------------------------------------------------------- */
+
+static void op_begin(CudaPrefill *pf, cudaStream_t s) {
+    if (pf->rec && pf->n_ops < PF_MAX_OPS) cudaEventRecord(pf->ev[pf->n_ops], s);
+}
+static int op_end(CudaPrefill *pf, int rc, int layer, const char *what, double flop, double bytes, Err *err) {
+    if (rc) return pf_fail(rc, what, layer, err);
+    if (pf->rec && pf->n_ops < PF_MAX_OPS) {
+        BenchOp *o = &pf->ops[pf->n_ops++];
+        if (layer >= 0) snprintf(o->name, sizeof o->name, "L%02d.%s", layer, what);
+        else snprintf(o->name, sizeof o->name, "%s", what);
+        o->flop = flop, o->bytes = bytes, o->us = 0;
     }
+    return 0;
 }
 
-extern "C" int cuda_rmsnorm_rows_bf16(const RmsnormRowsParams *p, const CudaLaunch *l) {
-    if (p->T < 1 || p->D < 4 || p->D % 4 || ((uintptr_t)p->x & 15) || ((uintptr_t)p->w & 15) || ((uintptr_t)p->y & 7) ||
-        (p->mode != NORM_ZC && p->mode != NORM_PLAIN))
-        return (int)cudaErrorInvalidValue;
-    const dim3 grid((unsigned)((p->T + 7) / 8)), block(256);
-    const bool v8 = p->D % 8 == 0 && ((uintptr_t)p->y & 15) == 0;
-    if (v8 && p->D <= 512) return launch_kernel(rmsnorm_f32_rows_bf16_v8<2>, grid, block, 0, l, *p);
-    if (v8 && p->D <= 1024) return launch_kernel(rmsnorm_f32_rows_bf16_v8<4>, grid, block, 0, l, *p);
-    if (v8 && p->D <= 2048) return launch_kernel(rmsnorm_f32_rows_bf16_v8<8>, grid, block, 0, l, *p);
-    return launch_kernel(rmsnorm_f32_rows_bf16, grid, block, 0, l, *p);
+static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, int layer, const char *what,
+                   Err *err) {
+    const int swiglu = g->epi == GEMM_EPI_SWIGLU_BF16, ycols = swiglu ? g->N / 2 : g->N;
+    const double yb = g->epi == GEMM_EPI_ADD_F32 ? 8.0 : g->epi == GEMM_EPI_F32 ? 4.0 : 2.0;
+    const double bytes = 2.0 * ((double)g->M * g->K + (double)g->N * g->K) + yb * g->M * ycols;
+    op_begin(pf, lc->stream);
+    return op_end(pf, cuda_gemm_bf16(g, lc), layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
 }
 
-/* grid T, 128 threads. */
-__global__ void __launch_bounds__(128) embed_bf16_rows(const __grid_constant__ EmbedRowsParams p) {
-    pdl_begin();
-    const int t = blockIdx.x, tok = p.tokens[t];
-    const bool ok = tok >= 0 && tok < p.V;
-    const uint16_t *e = p.E + (size_t)(ok ? tok : 0) * p.D;
-    float *x = p.x + (size_t)t * p.D;
-    for (int i = threadIdx.x; i < p.D; i += 128) x[i] = ok ? __uint_as_float((uint32_t)e[i] << 16) : 0.0f;
-}
-
-extern "C" int cuda_embed_rows(const EmbedRowsParams *p, const CudaLaunch *l) {
-    if (p->T < 1 || p->D < 1 || p->V < 1) return (int)cudaErrorInvalidValue;
-    return launch_ex(embed_bf16_rows, dim3(p->T), dim3(128), 0, 0, l, *p);
-}
-
-/* ---- layers ---------------------------------------------------------------------------- */
-
-static int imax(int a, int b) { return a > b ? a : b; }
-static int q_rows(const PrefillDims *d) { return d->Hq * d->hd * (d->attn_gate ? 2 : 1); }
-static int conv_dim(const PrefillDims *d) { return 2 * d->Hk * d->dk + d->Hv * d->dv; }
-
-extern "C" void cuda_prefill_buffer_sizes(const PrefillDims *d, int T, size_t *h, size_t *proj, size_t *q,
-                                          size_t *act, size_t *scratch_bytes) {
-    const int n_attn = q_rows(d) + 2 * d->Hkv * d->hd;
-    const int n_dn = d->Hk > 0 ? conv_dim(d) + d->Hv * d->dv + 2 * d->Hv : 0;
-    *h = (size_t)T * d->D;
-    *proj = (size_t)T * imax(n_attn, n_dn);
-    *q = (size_t)T * d->Hq * d->hd;
-    *act = (size_t)T * imax(d->F, imax(d->Hq * d->hd, d->Hv * d->dv));
-    *scratch_bytes = d->Hk > 0 ? cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv) : 0;
-}
-
-static int prefill_norm(const PrefillDims *d, const float *w, const PrefillBuffers *b, int T, const CudaLaunch *l) {
-    RmsnormRowsParams np = {b->x, w, b->h, T, d->D, d->norm_mode, d->eps};
-    return cuda_rmsnorm_rows_bf16(&np, l);
+/* h = bf16 norm of rows [0, T) of x (fp32 [T][D]). The row norm kernels read only the (immutable)
+ * weights before pdl_wait(), so with PDL they may start while the kernel that wrote x drains (48
+ * launches of ~8 us, launch-bound: 5.5 us back to back). */
+static int pf_norm(CudaPrefill *pf, const CudaLaunch *lc, const float *x, const float *w, int T, int layer,
+                   const char *what, Err *err) {
+    RmsnormRowsParams np = {x, w, pf->h, T, pf->d.D, pf->d.norm_mode, pf->d.eps};
+    op_begin(pf, lc->stream);
+    return op_end(pf, cuda_rmsnorm_rows_bf16(&np, lc), layer, what, 4.0 * T * pf->d.D, 6.0 * T * pf->d.D, err);
 }
 
 /* x += down(SwiGLU(gate_up(norm(x, ln2)))) */
-static int prefill_mlp(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
-                       const CudaLaunch *l) {
-    int rc = prefill_norm(d, w->ln2, b, T, l);
+static int pf_mlp(CudaPrefill *pf, const CudaLaunch *lc, const CudaLayer *ly, int T, int l, Err *err) {
+    const int D = pf->d.D, F = pf->d.F, algo = pf->d.gemm_algo;
+    int rc = pf_norm(pf, lc, pf->x, ly->ln2, T, l, "norm", err);
     if (rc) return rc;
-    GemmParams gu = {b->h, w->gate_up, b->act, T, 2 * d->F, d->D, d->D, d->D, d->F, GEMM_EPI_SWIGLU_BF16,
-                     d->glu_group, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&gu, l))) return rc;
-    GemmParams dn = {b->act, w->down, b->x, T, d->D, d->F, d->F, d->F, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    return cuda_gemm_bf16(&dn, l);
+    GemmParams gu = {pf->h, ly->w_gu, pf->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, algo};
+    if ((rc = pf_gemm(pf, lc, &gu, l, "gemm_gate_up", err))) return rc;
+    GemmParams dn = {pf->act, ly->w_down, pf->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, algo};
+    return pf_gemm(pf, lc, &dn, l, "gemm_down", err);
 }
 
-extern "C" int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b,
-                                       int T, int pos, const CudaLaunch *l) {
-    const int hd = d->hd, nq = q_rows(d), n = nq + 2 * d->Hkv * hd;
-    int rc = prefill_norm(d, w->ln1, b, T, l);
+static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int l, int T, int P, Err *err) {
+    const PrefillDims *d = &pf->d;
+    const CudaLayer *ly = &ctx->layers[l];
+    const int D = d->D, hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1), n = ly->in_rows, no = ly->out_cols;
+    int rc = pf_norm(pf, lc, pf->x, ly->ln1, T, l, "norm", err);
     if (rc) return rc;
-    GemmParams qkv = {b->h, w->qkv, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&qkv, l))) return rc;
-    AttnPrepParams pp = {b->proj, n, d->attn_gate ? 2 * hd : hd, nq, nq + d->Hkv * hd, w->q_norm, w->k_norm,
-                         w->inv_freq, b->q, w->k_cache, w->v_cache, T, pos, d->Hq, d->Hkv, hd, d->R, d->max_seq,
+    GemmParams qkv = {pf->h, ly->w_in, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
+    if ((rc = pf_gemm(pf, lc, &qkv, l, "gemm_qkv", err))) return rc;
+    AttnPrepParams pp = {pf->proj, n, d->attn_gate ? 2 * hd : hd, nq, nq + d->Hkv * hd, ly->q_norm, ly->k_norm,
+                         ctx->inv_freq, pf->q, ly->Kc, ly->Vc, T, P, d->Hq, d->Hkv, hd, d->R, d->max_seq,
                          d->norm_mode, d->eps};
-    if ((rc = cuda_attn_prep(&pp, l))) return rc;
-    AttnPrefillParams ap = {b->q, w->k_cache, w->v_cache, d->attn_gate ? b->proj + hd : NULL, n, 2 * hd, b->act,
-                            T, pos, d->Hq, d->Hkv, hd, d->max_seq, 1.0f / sqrtf((float)hd)};
-    if ((rc = cuda_attn_prefill(&ap, l))) return rc;
-    const int no = d->Hq * hd;
-    GemmParams o = {b->act, w->o, b->x, T, d->D, no, no, no, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&o, l))) return rc;
-    return prefill_mlp(d, w, b, T, l);
+    op_begin(pf, lc->stream);
+    rc = op_end(pf, cuda_attn_prep(&pp, lc), l, "attn_prep", 0.0, 2.0 * T * n + 2.0 * T * (d->Hq + 2 * d->Hkv) * hd,
+                err);
+    if (rc) return rc;
+    AttnPrefillParams ap = {pf->q, ly->Kc, ly->Vc, d->attn_gate ? pf->proj + hd : NULL, n, 2 * hd, pf->act,
+                            T, P, d->Hq, d->Hkv, hd, d->max_seq, 1.0f / sqrtf((float)hd)};
+    const double pairs = (double)T * P + 0.5 * (double)T * (T + 1);
+    op_begin(pf, lc->stream);
+    rc = op_end(pf, cuda_attn_prefill(&ap, lc), l, "attn_flash", 4.0 * d->Hq * hd * pairs,
+                2.0 * T * d->Hq * hd * 3 + 4.0 * d->Hkv * (double)(P + T) * hd, err);
+    if (rc) return rc;
+    GemmParams o = {pf->act, ly->w_out, pf->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
+    if ((rc = pf_gemm(pf, lc, &o, l, "gemm_o", err))) return rc;
+    return pf_mlp(pf, lc, ly, T, l, err);
 }
 
-extern "C" int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLayerWeights *w,
-                                           const PrefillBuffers *b, int T, int pos, const CudaLaunch *l) {
-    const int cd = conv_dim(d), vd = d->Hv * d->dv, n = cd + vd + 2 * d->Hv;
-    int rc = prefill_norm(d, w->ln1, b, T, l);
+/* FLOPs of the chunked DeltaNet mixer for T tokens (per v-head and token: A = K K^T, W, U, the
+ * state pass V' = W S and S += K^T V', the output Q S, (Q K^T) and P V'), plus the conv. */
+static double dn_flops(const PrefillDims *d, int conv_dim, double T) {
+    const double C = PF_DN_C, dk = d->dk, dv = d->dv;
+    return d->Hv * T * (6 * C * dk + 4 * C * dv + 6 * dk * dv) + 2.0 * d->K * conv_dim * T;
+}
+
+static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int l, int T, int P, Err *err) {
+    const PrefillDims *d = &pf->d;
+    const CudaLayer *ly = &ctx->layers[l];
+    const int D = d->D, vd = d->Hv * d->dv, cd = 2 * d->Hk * d->dk + vd, n = ly->in_rows;
+    int rc = pf_norm(pf, lc, pf->x, ly->ln1, T, l, "norm", err);
     if (rc) return rc;
-    GemmParams in = {b->h, w->qkvzba, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&in, l))) return rc;
-    DeltaNetPrefillParams dp = {};
-    dp.proj = b->proj, dp.ld_proj = n, dp.z_off = cd, dp.b_off = cd + vd, dp.a_off = cd + vd + d->Hv;
-    dp.conv_w = w->conv_w, dp.A_log = w->A_log, dp.dt_bias = w->dt_bias, dp.norm_w = w->norm_w;
-    dp.conv_ring = w->conv_ring, dp.state = w->state, dp.y = b->act, dp.scratch = b->scratch;
-    dp.T = T, dp.pos = pos, dp.Hk = d->Hk, dp.Hv = d->Hv, dp.dk = d->dk, dp.dv = d->dv, dp.K = d->K;
-    dp.eps = d->eps;
-    if ((rc = cuda_deltanet_prefill(&dp, l))) return rc;
-    GemmParams o = {b->act, w->out, b->x, T, d->D, vd, vd, vd, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&o, l))) return rc;
-    return prefill_mlp(d, w, b, T, l);
+    GemmParams in = {pf->h, ly->w_in, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
+    if ((rc = pf_gemm(pf, lc, &in, l, "gemm_qkvzba", err))) return rc;
+    DeltaNetPrefillParams dp;
+    memset(&dp, 0, sizeof dp);
+    dp.proj = pf->proj, dp.ld_proj = n, dp.z_off = cd, dp.b_off = cd + vd, dp.a_off = cd + vd + d->Hv;
+    dp.conv_w = ly->conv_w, dp.A_log = ly->A_log, dp.dt_bias = ly->dt_bias, dp.norm_w = ly->lin_norm;
+    dp.conv_ring = ly->conv_ring, dp.state = ly->S, dp.y = pf->act, dp.scratch = pf->scratch;
+    dp.T = T, dp.pos = P, dp.Hk = d->Hk, dp.Hv = d->Hv, dp.dk = d->dk, dp.dv = d->dv, dp.K = d->K;
+    dp.eps = d->eps, dp.fuse_out = PF_DN_FUSE_OUT;
+    const double scr = (double)cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
+    op_begin(pf, lc->stream);
+    rc = op_end(pf, cuda_deltanet_prefill(&dp, lc), l, "deltanet", dn_flops(d, cd, T),
+                2.0 * T * n + 2.0 * T * vd + 2.0 * scr + 8.0 * d->Hv * d->dk * d->dv, err);
+    if (rc) return rc;
+    GemmParams o = {pf->act, ly->w_out, pf->x, T, D, vd, vd, vd, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
+    if ((rc = pf_gemm(pf, lc, &o, l, "gemm_out", err))) return rc;
+    return pf_mlp(pf, lc, ly, T, l, err);
+}
+
+/* Logits of rows [r0, r0+m) of the piece into pf->lm, then (host != NULL) to host[m][V]. */
+static int pf_logits(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int r0, int m, float *host, Err *err) {
+    const int D = pf->d.D, V = ctx->c->vocab_size;
+    int rc = pf_norm(pf, lc, pf->x + (size_t)r0 * D, ctx->final_norm, m, -1, "final_norm", err);
+    if (rc) return rc;
+    GemmParams g = {pf->h, ctx->lm_head, pf->lm, m, V, D, D, D, V, GEMM_EPI_F32, 0, pf->d.gemm_algo};
+    if ((rc = pf_gemm(pf, lc, &g, -1, "gemm_lm_head", err))) return rc;
+    if (!host) return 0;
+    /* pageable destination: returns once the copy is done, so pf->lm is free again */
+    cudaError_t e = cudaMemcpyAsync(host, pf->lm, sizeof(float) * (size_t)m * V, cudaMemcpyDeviceToHost, lc->stream);
+    return e == cudaSuccess ? 0 : pf_fail((int)e, "logits readback", -1, err);
+}
+
+/* The whole prefill of pf->tok[0 .. n) at positions pos .. pos+n-1, enqueued on ctx->stream.
+ * logits: NULL, [V] or [n][V] (all_logits); lm: run the LM head on the last row even when logits
+ * is NULL (bench). Does not synchronise at the end. */
+static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, int lm, Err *err) {
+    CudaPrefill *pf = ctx->pf;
+    const Config *c = ctx->c;
+    const int V = c->vocab_size, D = c->hidden_size;
+    const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0}; /* every prefill kernel starts with pdl_begin() */
+    int rc = 0;
+    for (int p0 = 0; p0 < n && !rc; p0 += pf->tmax) {
+        const int T = n - p0 < pf->tmax ? n - p0 : pf->tmax, P = pos + p0;
+        EmbedRowsParams ep = {pf->tok + p0, ctx->embed, pf->x, T, D, V};
+        op_begin(pf, lc.stream);
+        if ((rc = op_end(pf, cuda_embed_rows(&ep, &lc), -1, "embed", 0.0, 6.0 * T * D, err))) break;
+        for (int l = 0; l < c->num_hidden_layers && !rc; l++)
+            rc = ctx->layers[l].type == LAYER_FULL_ATTN ? pf_attn_layer(ctx, pf, &lc, l, T, P, err)
+                                                        : pf_dn_layer(ctx, pf, &lc, l, T, P, err);
+        if (rc) break;
+        if (logits && all_logits) {
+            for (int r0 = 0; r0 < T && !rc; r0 += pf->lm_rows) {
+                const int m = T - r0 < pf->lm_rows ? T - r0 : pf->lm_rows;
+                rc = pf_logits(ctx, pf, &lc, r0, m, logits + (size_t)(p0 + r0) * V, err);
+            }
+        } else if ((logits || lm) && p0 + T == n) {
+            rc = pf_logits(ctx, pf, &lc, T - 1, 1, logits, err);
+        }
+    }
+    if (pf->rec && pf->n_ops <= PF_MAX_OPS) cudaEventRecord(pf->ev[pf->n_ops], lc.stream);
+    return rc;
+}
+
+static int pf_upload_tokens(CudaCtx *ctx, const int *tokens, int n, Err *err) {
+    static_assert(sizeof(int) == sizeof(int32_t), "token ids are copied as int32");
+    cudaError_t e = cudaMemcpyAsync(ctx->pf->tok, tokens, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice,
+                                    ctx->stream);
+    return e == cudaSuccess ? 0 : pf_fail((int)e, "token upload", -1, err);
+}
+
+int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits,
+                         Err *err) {
+    const int V = ctx->c->vocab_size;
+    if (pos != ctx->n_past)
+        return err_set(err, Q35_ERR_ARG, "cuda forward: pos %d but the sequence holds %d tokens (reset to restart)",
+                       pos, ctx->n_past);
+    if (n < 1 || (int64_t)pos + n > ctx->max_seq)
+        return err_set(err, Q35_ERR_CONTEXT, "cuda forward: %d + %d tokens exceed the context of %d", pos, n,
+                       ctx->max_seq);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return err_set(err, Q35_ERR_ARG, "cuda forward: token id %d at index %d outside [0, %d)", tokens[i], i, V);
+    int rc = pf_upload_tokens(ctx, tokens, n, err);
+    if (!rc) rc = pf_run(ctx, n, pos, all_logits, logits, 0, err);
+    cudaError_t e = cudaStreamSynchronize(ctx->stream);
+    if (rc) return rc;
+    if (e != cudaSuccess) return pf_fail((int)e, "prefill", -1, err);
+    ctx->n_past += n;
+    return 0;
+}
+
+/* ---- bench ------------------------------------------------------------------------------------- */
+
+/* Useful FLOPs of a prefill of n tokens from position 0 with last-row logits (MODEL.md §6.3):
+ * 2 x linear-layer parameters x n, causal attention 4 Hq hd n(n+1)/2 per layer, the chunked
+ * DeltaNet (dn_flops) and conv per DeltaNet layer, the LM head for one row. */
+static double pf_flops(const CudaCtx *ctx, int n) {
+    const Config *c = ctx->c;
+    const PrefillDims *d = &ctx->pf->d;
+    const double D = c->hidden_size, F = c->intermediate_size;
+    double lin = 0, mix = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const CudaLayer *ly = &ctx->layers[l];
+        lin += (double)ly->in_rows * D + D * ly->out_cols + 3.0 * F * D;
+        if (ly->type == LAYER_FULL_ATTN) mix += 4.0 * d->Hq * d->hd * 0.5 * (double)n * (n + 1);
+        else mix += dn_flops(d, c->conv_dim, n);
+    }
+    return 2.0 * lin * n + mix + 2.0 * c->vocab_size * D;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Our GEMM (cuda_gemm_bf16, AUTO algo; cuBLAS is not used anywhere) on 4096^3 bf16. */
+static int gemm_rate(CudaCtx *ctx, BenchResult *res, Err *err) {
+    const int M = 4096, N = 4096, K = 4096;
+    uint16_t *x = NULL, *w = NULL, *y = NULL;
+    if (cudaMalloc(&x, (size_t)M * K * 2) != cudaSuccess || cudaMalloc(&w, (size_t)N * K * 2) != cudaSuccess ||
+        cudaMalloc(&y, (size_t)M * N * 2) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaFree(x), cudaFree(w), cudaFree(y);
+        return 0; /* no room: leave 0 */
+    }
+    const CudaLaunch lc = {ctx->stream, 0, NULL, 0};
+    FillParams fx = {x, (int64_t)M * K, 11, 1.0f}, fw = {w, (int64_t)N * K, 12, 1.0f};
+    int rc = cuda_fill_bf16(&fx, &lc);
+    if (!rc) rc = cuda_fill_bf16(&fw, &lc);
+    GemmParams g = {x, w, y, M, N, K, K, K, N, GEMM_EPI_BF16, 0, GEMM_ALGO_AUTO};
+    cudaEvent_t a = NULL, b = NULL;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    double t[5];
+    for (int i = 0; i < 3 && !rc; i++) rc = cuda_gemm_bf16(&g, &lc); /* warm-up */
+    for (int bt = 0; bt < 5 && !rc; bt++) {
+        cudaEventRecord(a, ctx->stream);
+        for (int i = 0; i < 10 && !rc; i++) rc = cuda_gemm_bf16(&g, &lc);
+        cudaEventRecord(b, ctx->stream);
+        cudaError_t e = cudaEventSynchronize(b);
+        if (!rc && e != cudaSuccess) rc = (int)e;
+        float f = 0;
+        cudaEventElapsedTime(&f, a, b);
+        t[bt] = f / 10.0;
+    }
+    if (!rc) {
+        qsort(t, 5, sizeof t[0], cmp_double);
+        res->gemm_tflops = 2.0 * M * N * (double)K / (t[2] * 1e-3) / 1e12;
+        res->gemm_m = M, res->gemm_n = N, res->gemm_k = K;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(x), cudaFree(w), cudaFree(y);
+    return rc ? pf_fail(rc, "bench gemm", -1, err) : 0;
+}
+
+static int clear_state(CudaCtx *ctx, Err *err) {
+    cudaError_t e = cudaMemsetAsync((char *)ctx->arena + ctx->state_off, 0, ctx->state_bytes, ctx->stream);
+    return e == cudaSuccess ? 0 : pf_fail((int)e, "state clear", -1, err);
+}
+
+/* One timed prefill of n tokens from position 0 (state cleared first, outside the timing). */
+static int time_prefill(CudaCtx *ctx, int n, cudaEvent_t a, cudaEvent_t b, double *ms, Err *err) {
+    int rc = clear_state(ctx, err);
+    if (rc) return rc;
+    cudaEventRecord(a, ctx->stream);
+    rc = pf_run(ctx, n, 0, 0, NULL, 1, err);
+    cudaEventRecord(b, ctx->stream);
+    cudaError_t e = cudaEventSynchronize(b);
+    if (rc) return rc;
+    if (e != cudaSuccess) return pf_fail((int)e, "prefill", -1, err);
+    float f = 0;
+    cudaEventElapsedTime(&f, a, b);
+    *ms = f;
+    return 0;
+}
+
+int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err) {
+    memset(res, 0, sizeof *res);
+    CudaPrefill *pf = ctx->pf;
+    if (!pf)
+        return err_set(err, Q35_ERR_UNSUPPORTED,
+                       "cuda bench: the prefill kernels do not cover this model's shapes (forward(n > 1) runs decode "
+                       "steps)");
+    if (ctx->probe.dir) return err_set(err, Q35_ERR_ARG, "cuda bench: not with probes");
+    const int np = rq->n_prefill < 8 ? rq->n_prefill : 8;
+    int max_len = 1;
+    for (int i = 0; i < np; i++) {
+        if (rq->prefill_lens[i] < 1 || rq->prefill_lens[i] > ctx->max_seq)
+            return err_set(err, Q35_ERR_CONTEXT, "cuda bench: prefill of %d tokens does not fit the context of %d",
+                           rq->prefill_lens[i], ctx->max_seq);
+        if (rq->prefill_lens[i] > max_len) max_len = rq->prefill_lens[i];
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(res->device, sizeof res->device, "%.63s", prop.name);
+    res->n_sm = ctx->n_sm;
+    res->prefill_piece = pf->tmax;
+    int rc = gemm_rate(ctx, res, err);
+    if (rc) return rc;
+
+    /* token ids: the same pseudo-random pattern as `qwen35 bench` */
+    const int V = ctx->c->vocab_size, nv = ctx->n_valid < 50000 ? ctx->n_valid : 50000;
+    int *ids = (int *)malloc(sizeof(int) * (size_t)max_len);
+    if (!ids) return err_set(err, Q35_ERR_OOM, "cuda bench: out of host memory");
+    for (int i = 0; i < max_len; i++) ids[i] = (int)((1103515245u * (unsigned)i + 12345u) % (unsigned)(nv < V ? nv : V));
+    rc = pf_upload_tokens(ctx, ids, max_len, err);
+    free(ids);
+    if (rc) return rc;
+
+    cudaEvent_t a = NULL, b = NULL;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    double warm = 0;
+    rc = time_prefill(ctx, max_len < 256 ? max_len : 256, a, b, &warm, err); /* first launches, smem attributes */
+    for (int i = 0; i < np && !rc; i++) {
+        const int n = rq->prefill_lens[i], runs = n <= 2048 ? 5 : n <= 8192 ? 3 : 1, pdl0 = ctx->pdl;
+        double t[5], t0[5];
+        for (int r = 0; r < runs && !rc; r++) rc = time_prefill(ctx, n, a, b, &t[r], err);
+        ctx->pdl = 0;
+        for (int r = 0; r < runs && !rc; r++) rc = time_prefill(ctx, n, a, b, &t0[r], err);
+        ctx->pdl = pdl0;
+        if (rc) break;
+        qsort(t, (size_t)runs, sizeof t[0], cmp_double);
+        qsort(t0, (size_t)runs, sizeof t0[0], cmp_double);
+        Q35BenchPrefill *o = &res->prefill[res->n_prefill++];
+        o->tokens = n, o->ms = t[runs / 2], o->ms_nopdl = t0[runs / 2], o->tflop = pf_flops(ctx, n) / 1e12;
+    }
+
+    /* per-launch breakdown of one eager prefill (one piece) */
+    if (!rc && rq->ops) {
+        const int n = pf->tmax < 2048 ? pf->tmax : 2048;
+        if (!pf->ev_ready) {
+            for (int i = 0; i <= PF_MAX_OPS && !rc; i++)
+                if (cudaEventCreate(&pf->ev[i]) != cudaSuccess) rc = pf_fail((int)cudaGetLastError(), "events", -1, err);
+            pf->ev_ready = !rc;
+        }
+        if (!rc) rc = clear_state(ctx, err);
+        if (!rc) {
+            pf->rec = 1, pf->n_ops = 0;
+            rc = pf_run(ctx, n, 0, 0, NULL, 1, err);
+            pf->rec = 0;
+            cudaError_t e = cudaStreamSynchronize(ctx->stream);
+            if (!rc && e != cudaSuccess) rc = pf_fail((int)e, "prefill", -1, err);
+        }
+        if (!rc) {
+            res->ops_tokens = n;
+            res->n_ops = pf->n_ops < BENCH_MAX_OPS ? pf->n_ops : BENCH_MAX_OPS;
+            for (int i = 0; i < res->n_ops; i++) {
+                res->ops[i] = pf->ops[i];
+                float f = 0;
+                cudaEventElapsedTime(&f, pf->ev[i], pf->ev[i + 1]);
+                res->ops[i].us = 1e3 * f;
+            }
+        }
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return rc;
 }
