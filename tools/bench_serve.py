@@ -135,7 +135,7 @@ class Result:
     (time, tokens in it)."""
 
     __slots__ = ("tag", "t_send", "t_first", "t_end", "events", "prompt_tokens", "completion_tokens",
-                 "finish_reason", "error", "ids", "models", "text", "got_done", "multi", "status")
+                 "finish_reason", "error", "ids", "models", "text", "lps", "got_done", "multi", "status")
 
     def __init__(self, tag=None):
         self.tag = tag
@@ -146,7 +146,8 @@ class Result:
         self.error = None  # a short kind: http_400, stream_error, timeout, ...
         self.ids = set()
         self.models = set()
-        self.text = []
+        self.text = []  # with strict: the text of every chunk
+        self.lps = []  # with strict: every token's logprob
         self.got_done = False
         self.multi = 0
         self.status = None
@@ -164,7 +165,7 @@ class Result:
 
     def as_dict(self):
         return {k: (sorted(getattr(self, k)) if isinstance(getattr(self, k), set) else getattr(self, k))
-                for k in self.__slots__ if k != "text"}
+                for k in self.__slots__ if k not in ("text", "lps")}
 
 
 def event_tokens(obj):
@@ -184,6 +185,17 @@ def event_tokens(obj):
         return 1 if c["text"] else 0
     d = c.get("delta") or {}
     return 1 if (d.get("content") or d.get("reasoning_content")) else 0
+
+
+def event_logprobs(obj):
+    """The logprob of every token in one chunk (completions or chat form)."""
+    chs = obj.get("choices") or []
+    lp = chs[0].get("logprobs") if chs else None
+    if not isinstance(lp, dict):
+        return []
+    if isinstance(lp.get("token_logprobs"), list):
+        return lp["token_logprobs"]
+    return [x.get("logprob") for x in lp.get("content") or []]
 
 
 def event_text(obj):
@@ -261,6 +273,7 @@ async def stream_request(session, url, payload, res, timeout=None, headers=None,
                 n = event_tokens(obj)
                 if strict is not None:
                     res.text.append(event_text(obj))
+                    res.lps.extend(event_logprobs(obj))
                 if n:
                     if res.t_first is None:
                         res.t_first = t
