@@ -442,6 +442,8 @@ def print_serve(name, a):
         a["duration_s"]))
     print("tokens: input %d output %d (events counted %d, multi-token events %d)" % (
         a["input_tokens"], a["output_tokens"], a["output_tokens_seen"], a["multi_token_events"]))
+    if a["output_tokens"] and not a["output_tokens_seen"]:
+        print("WARNING: no token events (empty text: a model without tokenizer.json?): use --logprobs 0")
     print("request throughput %.2f req/s  output %.1f tok/s  total %.1f tok/s" % (
         a["request_throughput"], a["output_throughput"], a["total_token_throughput"]))
     for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
