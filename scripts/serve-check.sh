@@ -6,9 +6,9 @@
 # tools/bench_serve.py (idle TTFT of a 128-token prompt; throughput at concurrency 1 / 64 / 256; 64 streams with
 # 1k-token prompts arriving) and with `soak SECONDS` tools/soak_serve.py, then stops the server with SIGINT and
 # prints a compact summary. Logs and JSON under $OUT (default ./serve-out). Every step has a timeout; the default
-# run takes about 5 minutes.
+# run takes about 4 minutes (every step is bounded; at most 6 after a normal start).
 #   usage: scripts/serve-check.sh [bench] [soak SECONDS] [nobench]
-#   env:   QWEN35_BIN (build/qwen35), SERVE_MODEL_ARGS ("--dummy qwen3.5-0.8b --backend cuda"),
+#   env:   QWEN35_BIN (build/qwen35, unpacked from .devpack; when set, nothing is unpacked), SERVE_MODEL_ARGS ("--dummy qwen3.5-0.8b --backend cuda"),
 #          SERVE_ARGS ("--max-seqs 256 --ctx 8192"), PYTHON (python3), BENCH_LOGPROBS (0; "" for none),
 #          SMALL=1 (tiny sizes: to try the script against a CPU server)
 set -u
@@ -35,7 +35,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-if [ -f .devpack/pack.txz ]; then tar xJf .devpack/pack.txz || { echo "serve-check: cannot unpack .devpack/pack.txz"; exit 1; }
+if [ -n "${QWEN35_BIN:-}" ]; then :  # a binary of its own: leave the tree's build/ alone
+elif [ -f .devpack/pack.txz ]; then tar xJf .devpack/pack.txz || { echo "serve-check: cannot unpack .devpack/pack.txz"; exit 1; }
 elif [ -f .devpack/pack.tgz ]; then tar xzf .devpack/pack.tgz; fi
 [ -x "$BIN" ] || { echo "serve-check: no $BIN"; exit 1; }
 "$PY" -c "import aiohttp" 2>/dev/null || { echo "serve-check: $PY has no aiohttp"; exit 1; }
@@ -96,23 +97,23 @@ run() {
 line() { grep -m1 "$2" "$OUT/$1.log" 2>/dev/null | sed 's/  */ /g'; }
 
 if [ "$bench" = 1 ]; then
-    if [ "$SMALL" = 1 ]; then n1=5 nc=16 l_in=64 l_out=16 dur=20 st=4 inj=128; else n1=200 nc=1 l_in=1024 l_out=256 dur=45 st=15 inj=1024; fi
-    run ttft128 60 --mode ttft --input-len 128 --num-prompts $n1 --warmup 10 --ttft-target-ms 1.5 &&
+    if [ "$SMALL" = 1 ]; then n1=5 nc=16 l_in=64 l_out=16 dur=20 st=4 inj=128; else n1=200 nc=1 l_in=1024 l_out=256 dur=30 st=12 inj=1024; fi
+    run ttft128 60 --mode ttft --input-len 128 --num-prompts $n1 --warmup 10 --ttft-target-ms 1.5 --max-duration 40 &&
         note "ttft128: $(line ttft128 '^TTFT') | $(line ttft128 'PASS\|FAIL')"
-    run c1 $((dur + 30)) --num-prompts 16 --max-concurrency 1 --input-len $l_in --output-len $l_out --ignore-eos \
+    run c1 $((dur + 20)) --num-prompts 16 --max-concurrency 1 --input-len $l_in --output-len $l_out --ignore-eos \
         --max-duration $dur --workers 1 &&
         note "c1: $(line c1 'request throughput') | $(line c1 '^ITL')"
-    run c64 $((dur + 30)) --num-prompts $((64 * 4 / nc)) --max-concurrency $((64 / nc)) --random-input-len $l_in \
+    run c64 $((dur + 20)) --num-prompts $((64 * 4 / nc)) --max-concurrency $((64 / nc)) --random-input-len $l_in \
         --random-output-len $l_out --random-range-ratio 0.5 --ignore-eos --max-duration $dur &&
         note "c64: $(line c64 'request throughput') | $(line c64 '^TTFT') | $(line c64 '^ITL')"
-    run c256 $((dur + 30)) --num-prompts $((256 * 3 / nc)) --max-concurrency $((256 / nc)) --random-input-len $((l_in / 2)) \
+    run c256 $((dur + 20)) --num-prompts $((256 * 3 / nc)) --max-concurrency $((256 / nc)) --random-input-len $((l_in / 2)) \
         --random-output-len $l_out --random-range-ratio 0.5 --ignore-eos --max-duration $dur &&
         note "c256: $(line c256 'request throughput') | $(line c256 '^ITL')"
-    run poisson $((dur + 30)) --num-prompts $((400 / nc)) --request-rate $((20 / nc)) --random-input-len $l_in \
+    run poisson $((dur + 20)) --num-prompts $((400 / nc)) --request-rate $((20 / nc)) --random-input-len $l_in \
         --random-output-len $l_out --random-range-ratio 0.9 --ignore-eos --max-duration $dur &&
         note "poisson $((20 / nc))/s: $(line poisson 'request throughput') | $(line poisson '^TTFT')"
-    run interference $((5 + 2 * st + 60)) --mode interference --streams $((64 / nc)) --settle-s 5 --steady-s $st \
-        --inject-s $st --inject-rate 4 --inject-input-len $inj --inject-output-len 16 --stream-output-len 2048 &&
+    run interference $((5 + 2 * st + 50)) --mode interference --streams $((64 / nc)) --settle-s 5 --steady-s $st \
+        --inject-s $st --inject-rate 4 --inject-input-len $inj --inject-output-len 16 --stream-output-len 2048 --request-timeout 30 &&
         note "interference: $(line interference "ITL steady") | $(line interference "ITL inject") | $(line interference 'PASS\|FAIL')"
 fi
 

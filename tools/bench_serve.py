@@ -512,8 +512,12 @@ async def ttft_run(args, snaps):
     rng = random.Random(args.seed)
     url, hdr = endpoint_url(args), headers(args)
     ttft, e2e, errs = [], [], {}
+    deadline = time.monotonic() + args.max_duration if args.max_duration else None
     async with aiohttp.ClientSession(connector=connector(1)) as session:
         for i in range(args.warmup + args.num_prompts):
+            if deadline and time.monotonic() > deadline:
+                errs["cut_by_max_duration"] = args.warmup + args.num_prompts - i
+                break
             if i == args.warmup:
                 snaps.append((time.monotonic(), scrape(args.base_url)))
             p = make_payload(args, rng, args.input_len or 128, 1)
@@ -727,7 +731,7 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                     help="client processes sharing the load")
     ap.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
-    ap.add_argument("--max-duration", type=float, default=0, help="serve: stop sending and cut requests after this")
+    ap.add_argument("--max-duration", type=float, default=0, help="serve, ttft: stop sending (and cut what runs) after this many s")
     ap.add_argument("--ttft-target-ms", type=float, default=0, help="ttft: PASS/FAIL line against p50")
     ap.add_argument("--ttft-gap-ms", type=float, default=5.0, help="ttft: idle time between requests")
     ap.add_argument("--streams", type=int, default=64)
