@@ -106,13 +106,13 @@ $(BUILD)/bench/gemv_lab: bench/kernels/gemv_lab.cu bench/kernels/lab.cuh src/cud
 	    --expt-relaxed-constexpr $< -o $@
 
 # Burst lab (bench/kernels/burst_lab.cu, sm_90a): chains of one-shot weight reads by block footprint.
-$(BUILD)/bench/burst_lab: bench/kernels/burst_lab.cu bench/kernels/lab.cuh src/cuda/common.cuh src/cuda/tma.cuh
+$(BUILD)/bench/burst_lab: bench/kernels/burst_lab.cu bench/kernels/lab.cuh src/cuda/common.cuh src/cuda/async.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc $< -o $@
 
 # Persistent-step lab (bench/kernels/step_lab.cu, sm_90a): the step's GEMV bytes through a paced ring, grid barriers
 # or tagged handoffs between phases.
-$(BUILD)/bench/step_lab: bench/kernels/step_lab.cu bench/kernels/lab.cuh src/cuda/common.cuh src/cuda/tma.cuh
+$(BUILD)/bench/step_lab: bench/kernels/step_lab.cu bench/kernels/lab.cuh src/cuda/common.cuh src/cuda/async.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc $< -o $@
 

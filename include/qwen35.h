@@ -48,8 +48,6 @@ typedef struct Q35Options {
     int threads;           /* CPU threads; 0 = all cores */
     int deterministic;     /* CUDA: deterministic split-K reductions */
     int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */
-    int persistent;        /* CUDA: decode the layers with the persistent kernel (experimental, slower so far) */
-    int mlp_unfused;       /* CUDA: keep the decode MLP as two GEMVs (default: one fused kernel, atomic mode; QWEN35_MLP_FUSED=0) */
     const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
     int device;            /* CUDA device index (serve --device N); 0 = the first */
     Q35ProgressFn progress; /* NULL: no progress reports (the CLI draws a line on a terminal) */
@@ -232,10 +230,6 @@ typedef struct Q35BenchResult {
     double ms_eager;        /* no graph (launch by launch), PDL, atomic */
     double ms_sync;         /* per token with the 4-byte readback and host sync (decode_sample) */
     double ms_sample;       /* sampling graph (temperature 1, top_k 20, top_p 0.95, min_p 0.05) */
-    int persistent;         /* 1: the step above runs the persistent layer kernel; 0: one kernel per phase */
-    char persistent_note[200]; /* why the persistent kernel cannot run this model ("" if it can) */
-    double ms_persistent;   /* graph with the persistent layer kernel (experimental), atomic; 0: not supported */
-    int launches_persistent; /* kernel nodes of that graph */
     int mlp_fused;          /* 1: the backend runs the fused MLP kernel (the default; --mlp-unfused: off); the columns above
                              * use it wherever the split-K is atomic */
     double ms_mlp_unfused;  /* mlp_fused only: graph + PDL, atomic, with the two MLP GEMVs instead (same run) */

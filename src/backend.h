@@ -15,9 +15,6 @@ typedef struct BackendOptions {
     int n_valid;       /* ids >= n_valid are embedding padding: never argmax'ed or sampled on the
                         * device (0 = vocab_size); the engine passes the tokenizer size */
     int prefill_piece; /* CUDA: tokens per prefill piece (0 = min(2048, max_seq)) */
-    int persistent;    /* CUDA: decode the layers with the persistent kernel (experimental) */
-    int mlp_fused;     /* CUDA: the decode step's MLP as one kernel (atomic mode only; needs W_down transposed:
-                        * + F x D x 2 bytes per layer). The engine sets it unless Q35Options.mlp_unfused. */
 } BackendOptions;
 
 /* On-device sampling request (CUDA): temperature 0 = argmax. */
@@ -95,9 +92,9 @@ typedef struct Backend {
 extern const Backend cpu_backend;
 /* CUDA backend table; in a CUDA=0 build stub.c provides one whose open() fails clearly. */
 extern const Backend cuda_backend;
-/* 1 when the CUDA context decodes with the persistent layer kernel, else 0 with the reason in
- * why[n] (tests, bench). */
-int cuda_decode_path(void *ctx, char *why, size_t n);
+/* The CUDA context's decode schedule (which fused kernels the model's shapes and the device allow) as text
+ * lines into buf[n]; returns snprintf's count. */
+int cuda_describe(void *ctx, char *buf, size_t n);
 /* 1 if a CUDA device is usable (0 in a CUDA=0 build). */
 int cuda_available(void);
 

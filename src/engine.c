@@ -75,8 +75,6 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     bo.threads = hw > 0 && opt->threads > hw ? (int)hw : opt->threads;
     bo.deterministic = opt->deterministic;
     bo.no_graph = opt->no_graph;
-    bo.persistent = opt->persistent;
-    bo.mlp_fused = !opt->mlp_unfused;
     bo.probe.dir = opt->probe_dir;
     bo.n_valid = e->n_valid;
     rc = e->be->open(&e->bctx, &e->model, &bo, err);
@@ -91,11 +89,6 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
         rc = e->be->open(&e->bctx, &e->model, &bo, err);
     }
     if (rc) goto fail;
-    if (opt->persistent && e->be == &cuda_backend) {
-        char why[200];
-        if (!cuda_decode_path(e->bctx, why, sizeof why))
-            snprintf(e->note, sizeof e->note, "persistent decode kernel not used (%s); one kernel per phase", why);
-    }
     e->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     if (!e->logits) {
         rc = err_set(err, Q35_ERR_OOM, "out of memory");
@@ -150,6 +143,7 @@ int q35_engine_describe(const Q35Engine *e, char *buf, size_t n) {
                       (long long)e->model.n_params, (long long)e->model.n_bytes, e->model.n_bytes / 1e6,
                       dtype_name(w->embed_tokens.dtype), dtype_name(w->lm_head.dtype), dtype_name(w->norm.dtype),
                       c->max_position_embeddings, e->max_seq);
+    if (e->be == &cuda_backend && k > 0 && (size_t)k < n) cuda_describe(e->bctx, buf + k, n - (size_t)k);
     return 0;
 }
 

@@ -10,7 +10,7 @@ Usage (GPU machine):
 Each CSV line is one block of one launch: ctx,replay,id,block,t0,t1,t2 with the global timer (ns) at the
 block's entry (t0), after its pdl_wait (t1) and at its end (t2); id = 10 + GEMV out mode (10 store: the
 in-projections, 11 SwiGLU: gate_up, 12 split-K: out_proj / o_proj / down, 13 argmax: the LM head), 14 the LM head's int8 screen (greedy; its t1: the block's screen done, not its wait release),
-20 DeltaNet step, 30 attention, 35 attention + o_proj (short contexts), 36 qkv + attention + o_proj (attn_qs), 40 fused MLP, 50 the fused DeltaNet mixer (dn_layer.cu). Every block of launch N+1 waits for launch N to finish, so
+20 DeltaNet step, 30 attention, 35 attention + o_proj (short contexts), 36 qkv + attention + o_proj (attn_qs), 40 fused MLP, 50 the fused DeltaNet mixer (deltanet_layer.cu). Every block of launch N+1 waits for launch N to finish, so
 sorted by t2 the records fall into launches in step order (a new launch where the id changes or a block
 number repeats: consecutive launches of one kind, e.g. dn_layer with its MLP tail).
 

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
-#include "cuda/tma.cuh"
+#include "cuda/async.cuh"
 #include "lab.cuh"
 
 #define REPS 15
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(NT, 1) pk(const __grid_constant__ GP p) {
     lab_stamp(p.stamp, t_in, t_rel, t_data);
 }
 
-/* One exchange round of dn_layer.cu's counter protocol over a group of G blocks (hol, paced): threads < 32 store
+/* One exchange round of deltanet_layer.cu's counter protocol over a group of G blocks (hol, paced): threads < 32 store
  * 32 floats into slot s of xb, sync(), thread 0 adds 1 to the group's counter (release) and polls it (acquire)
  * until the round's G arrivals, sync(); returns threads < 256's read-back of the group's first 256 floats. */
 template <class Sync>
@@ -375,7 +375,7 @@ __device__ __forceinline__ float lab_xchg_round(float *xb, int s, unsigned *ctr,
 
 /* ---- head-of-line: do bulk reads in flight delay an SM's L2 round trips? ---------------------------------
  * 128 blocks x 512 threads, one per SM (HOL_SMEM of shared memory). Blocks 0..63 are 8 "heads" of 8 blocks
- * doing HOL_NX exchange rounds in a row with dn_layer.cu's protocol (32 floats st.cg, barrier, one
+ * doing HOL_NX exchange rounds in a row with deltanet_layer.cu's protocol (32 floats st.cg, barrier, one
  * atom.add.release.gpu on the head's counter, ld.acquire spin, ldcg of the head's 256 floats); thread 0
  * stamps the global timer after each round. MODE bit 0: these blocks first issue a TMA bulk read of `bulk`
  * bytes into their own shared memory (what the MLP tail of dn_layer did, docs/PERF_NOTES.md §17); bit 1:
@@ -484,10 +484,10 @@ __global__ void __launch_bounds__(512, 1) paced(const unsigned char *src, unsign
     if (acc == 12345.0f) atomicAdd(sink, 1u);
 }
 
-/* ---- the exchange of the fused DeltaNet mixer (src/cuda/dn_layer.cu), alone ----------------------------
+/* ---- the exchange of the fused DeltaNet mixer (src/cuda/deltanet_layer.cu), alone ----------------------------
  * grid (8, H) x 512 threads, `rounds` exchanges in a row: threads < 32 store 32 floats of the block's slot,
  * then MODE 0: barrier, thread 0 __threadfence + atomicAdd, spin (ld.acquire) until the head's 8 arrivals;
- * MODE 1: the same with one atom.add.release.gpu (dn_layer.cu now); MODE 2: the head's cluster of 8, a
+ * MODE 1: the same with one atom.add.release.gpu (deltanet_layer.cu now); MODE 2: the head's cluster of 8, a
  * DSMEM push of the 32 floats to every block and one cluster barrier. Then threads < 256 read the 256
  * floats of the head (L2 or local shared memory). us per exchange = (t(65 rounds) - t(1)) / 64. */
 __device__ __forceinline__ void xc_cluster_sync(void) {

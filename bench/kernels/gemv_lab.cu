@@ -40,7 +40,7 @@
 
 #include "cuda/common.cuh"
 #include "lab.cuh"
-#include "cuda/tma.cuh"
+#include "cuda/async.cuh"
 
 #define D_MODEL 1024
 #define N_LAYERS 24

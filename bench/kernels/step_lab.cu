@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
-#include "cuda/tma.cuh"
+#include "cuda/async.cuh"
 #include "lab.cuh"
 
 #define REPS 9

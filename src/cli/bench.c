@@ -52,7 +52,7 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
     double tot_us = 0;
     for (int i = 0; i < r->n_ops; i++) {
         const char *n = r->ops[i].name;
-        if (!strncmp(n, "persistent:", 11) || !strncmp(n, "sampling:", 9)) continue; /* printed below */
+        if (!strncmp(n, "sampling:", 9)) continue; /* printed below */
         if (n[0] == 'L' && strchr(n, '.')) n = strchr(n, '.') + 1;
         int j = 0;
         while (j < k && strcmp(names[j], n)) j++;
@@ -69,7 +69,7 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
     int n_samp = 0;
     for (int i = 0; i < r->n_ops; i++) {
         n_samp += !strncmp(r->ops[i].name, "sampling:", 9);
-        n_phase += strncmp(r->ops[i].name, "persistent:", 11) && strncmp(r->ops[i].name, "sampling:", 9);
+        n_phase += strncmp(r->ops[i].name, "sampling:", 9) != 0;
     }
     bprintf(md, "| total | %d | %.1f | 100 | %.1f | %.0f | %.0f |\n", n_phase, tot_us, r->step_bytes / 1e6,
             r->step_bytes / tot_us / 1e3, 100 * r->step_bytes / tot_us / 1e3 / r->read_gbs);
@@ -79,17 +79,6 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
         for (int i = 0; i < r->n_ops; i++)
             if (!strncmp(r->ops[i].name, "sampling:", 9)) bprintf(md, " %s %.1f us;", r->ops[i].name + 9, r->ops[i].us);
         bprintf(md, "\n");
-    }
-    if (n_phase + n_samp < r->n_ops) {
-        bprintf(md,
-                "\nThe EXPERIMENTAL persistent kernel (`--persistent`), one eager step traced per phase (events):\n\n"
-                "| launch | us | MB | GB/s | %% of read BW |\n"
-                "|---|---|---|---|---|\n");
-        for (int i = 0; i < r->n_ops; i++)
-            if (!strncmp(r->ops[i].name, "persistent:", 11))
-                bprintf(md, "| %s | %.1f | %.2f | %.0f | %.0f |\n", r->ops[i].name + 11, r->ops[i].us,
-                        r->ops[i].bytes / 1e6, r->ops[i].bytes / r->ops[i].us / 1e3,
-                        100 * r->ops[i].bytes / r->ops[i].us / 1e3 / r->read_gbs);
     }
 }
 
@@ -290,19 +279,17 @@ int cmd_bench(int argc, char **argv) {
                 res->device, res->n_sm, res->copy_gbs, res->read_gbs, res->step_bytes / 1e9, ctxs[0]);
         bprintf(&md,
                 "Step: %s. Columns after `launches`: the same step as a graph + PDL with atomic "
-                "split-K, deterministic, without PDL, eager (no graph), with the per-token readback, sampling; "
-                "`persistent`: the layers as one persistent kernel (experimental, `--persistent`)%s%s.\n\n",
-                res->persistent ? "persistent layer kernel + LM head" : "one kernel per phase",
-                res->persistent_note[0] ? " -- not supported here: " : "", res->persistent_note);
+                "split-K, deterministic, without PDL, eager (no graph), with the per-token readback, sampling.\n\n",
+                "one CUDA graph per token (`qwen35 info --backend cuda` shows its schedule)");
         if (res->mlp_fused)
             bprintf(
                 &md,
-                "Fused MLP (the default; `--mlp-unfused` / `QWEN35_MLP_FUSED=0`: off): ON in every column with atomic "
+                "Fused MLP: ON in every column with atomic "
                 "split-K (not in `deterministic`); the same step with the two MLP GEMVs is listed below the "
                 "table.\n\n");
         bprintf(&md, "| ctx | ms/token | tok/s | GB/s | %% of read BW | launches | atomic | deterministic | no PDL | "
-                     "eager | +readback | sampling | persistent (launches) |\n"
-                     "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                     "eager | +readback | sampling |\n"
+                     "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int c = 0; c < n_ctx; c++) {
             rq.ctx_len = ctxs[c];
             rq.ops = 0;
@@ -312,10 +299,9 @@ int cmd_bench(int argc, char **argv) {
             }
             const double gbs = res->step_bytes / res->ms_token / 1e6;
             bprintf(&md,
-                    "| %d | %.4f | %.0f | %.0f | %.1f | %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f (%d) |\n",
+                    "| %d | %.4f | %.0f | %.0f | %.1f | %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n",
                     ctxs[c], res->ms_token, 1e3 / res->ms_token, gbs, 100 * gbs / res->read_gbs, res->launches,
-                    res->ms_atomic, res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample,
-                    res->ms_persistent, res->launches_persistent);
+                    res->ms_atomic, res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample);
             if (res->lm_screen)
                 bprintf(&sc, "| %d | %.4f | %.4f | %+.1f | %.1f | %.2f |\n", ctxs[c], res->ms_token, res->ms_lm_full,
                         1e3 * (res->ms_token - res->ms_lm_full), res->screen_rows, res->screen_fallback);
@@ -326,19 +312,18 @@ int cmd_bench(int argc, char **argv) {
                 &js,
                 "%s{\"ctx\":%d,\"ms_token\":%.5f,\"gbs\":%.1f,\"step_bytes\":%.0f,\"launches\":%d,\"ms_atomic\":%.5f,"
                 "\"ms_det\":%.5f,\"ms_nopdl\":%.5f,\"ms_eager\":%.5f,\"ms_sync\":%.5f,\"ms_sample\":%.5f,"
-                "\"copy_gbs\":%.1f,\"read_gbs\":%.1f,\"persistent\":%d,\"ms_persistent\":%.5f,\"launches_persistent\":%"
-                "d,"
+                "\"copy_gbs\":%.1f,\"read_gbs\":%.1f,"
                 "\"mlp_fused\":%d,\"ms_mlp_unfused\":%.5f,\"launches_mlp_unfused\":%d,\"lm_screen\":%d,"
                 "\"ms_lm_full\":%.5f,\"screen_rows\":%.2f,\"screen_fallback\":%.3f}",
                 c ? "," : "", ctxs[c], res->ms_token, gbs, res->step_bytes, res->launches, res->ms_atomic, res->ms_det,
                 res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample, res->copy_gbs, res->read_gbs,
-                res->persistent, res->ms_persistent, res->launches_persistent, res->mlp_fused, res->ms_mlp_unfused,
+                res->mlp_fused, res->ms_mlp_unfused,
                 res->launches_mlp_unfused, res->lm_screen, res->ms_lm_full, res->screen_rows, res->screen_fallback);
         }
         if (sc.n)
             bprintf(&md,
                     "\nLM head of the greedy step: its argmax through the quantized screen (the default in every "
-                    "greedy column; the same id and value as the full head, `QWEN35_LM_SCREEN=0`: off) vs the full "
+                    "greedy column; the same id and value as the full head) vs the full "
                     "bf16 head (graph + PDL, atomic split-K, same run):\n\n"
                     "| ctx | screen ms/token | full head ms/token | screen - full, us | "
                     "rows recomputed per step | blocks per step computing all their rows |\n"

@@ -1,12 +1,28 @@
-/* tma.cuh — Hopper (sm_90a) mbarriers, TMA (cp.async.bulk.tensor, multicast too) and named barriers,
- * shared by the TMA GEMM (gemm_tma.cu) and the DeltaNet prefill scan (deltanet_prefill_scan.cuh). The
- * host side encodes the tensor maps (cuda_tma_map_bf16, gemm_tma.cu). */
-#ifndef Q35_CUDA_TMA_CUH
-#define Q35_CUDA_TMA_CUH
+/* async.cuh — asynchronous copies into shared memory, written once for every kernel: cp.async (sm_80+),
+ * Hopper (sm_90a) mbarriers, TMA (cp.async.bulk and cp.async.bulk.tensor, multicast too) and
+ * named barriers. The host side encodes the tensor maps (cuda_tma_map_bf16, gemm_tma.cu). */
+#ifndef Q35_CUDA_ASYNC_CUH
+#define Q35_CUDA_ASYNC_CUH
 
 #include <stdint.h>
 
 #include <cuda.h>
+
+/* cp.async: 16 bytes global -> shared, cached at L2 only (.cg); commit_group closes a group; wait<N> waits until
+ * at most N groups are in flight. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+/* The same to a shared-memory address; when pred is false nothing is read and 16 zero bytes are written. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 /* Tensor map of a bf16 row-major [rows][ld] matrix read as [rows][cols] in boxes of 64 columns (128
  * bytes) x box_rows rows (<= 256), 128-byte swizzle (16-byte chunk c of box row r lands at chunk
@@ -80,7 +96,8 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         : "memory");
 }
 /* 3-D tiled TMA load of the box at (c0, c1, c2) (cuda_tma_map_bf16_3d). */
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2, uint32_t bar) {
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                            uint32_t bar) {
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
         "[%5];\n" ::"r"(dst),
@@ -98,15 +115,18 @@ __device__ __forceinline__ void tma_map_acquire(const CUtensorMap *map) {
  * at the same shared-memory offset, each signalling its own barrier at offset `bar`. */
 __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
                                                uint16_t mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-        "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-        : "memory");
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
 }
 /* Named barrier `id` (1..15) over `n` threads: bar_arrive signals without waiting, bar_sync waits. */
-__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 /* Warpgroup register budget (setmaxnreg): a producer warpgroup gives registers back, consumers take them. */
 template <int R>
 __device__ __forceinline__ void regs_dec(void) {

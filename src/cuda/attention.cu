@@ -2,8 +2,7 @@
  * RoPE, K/V append at pos, flash-decoding GQA attention over the bf16 cache (split over the sequence),
  * the merge of the splits and Qwen3.5's sigmoid output gate. Contract: ops.h (AttnDecodeParams).
  * At the end of the file, attn_short_oproj: the same attention AND o_proj in one kernel for short contexts,
- * without any merge (ops.h AttnShortParams; docs/PERF_NOTES.md §19), and its EXPERIMENTAL variant attn_qs with
- * the qkv GEMV inside too (ops.h AttnQsParams; correct, measured slower: §20).
+ * without any merge (ops.h AttnShortParams).
  *
  * attn_decode_f32_cluster<HD, GB>: grid (n_split, Hkv * n_qg), 8 warps, clusters of CS blocks along
  * the sequence. Block (s, y) serves the GB query heads hq0 .. hq0+GB-1 of kv head h (G = GB n_qg;
@@ -22,6 +21,7 @@
  *      owner writes the output. Several: slice partials go to `work`, and the last-arriving block of each
  *      (query group, slice) — a per-slice ticket counter — merges the n_cact cluster partials.
  * out = bf16(sum_c 2^(m_c-M) O_c / sum_c 2^(m_c-M) l_c), then the gate. */
+#include "cuda/async.cuh"
 #include "cuda/cluster.cuh"
 
 enum { ATT_MIN_CHUNK = 32, ATT_MAX_SPLIT = 512, ATT_MAX_CS = 8, ATT_NW = 8, ATT_NT = 256, ATT_BLOCKS = 264 };
@@ -72,8 +72,8 @@ typedef struct AttnArgs {
 
 template <int HD, int GB>
 struct AttnCfg {
-    static constexpr int E = HD / 32;                  /* dims per lane */
-    static constexpr int W = (E + 1) / 2;              /* packed bf16 words per lane per row */
+    static constexpr int E = HD / 32;     /* dims per lane */
+    static constexpr int W = (E + 1) / 2; /* packed bf16 words per lane per row */
     /* positions per warp per batch: U*GB scores and 2*U*W words live in registers (<= 128 per thread) */
     static constexpr int U = GB * E <= 4 ? 8 : GB * E <= 16 ? 4 : GB <= 4 ? 4 : 2;
 };
@@ -83,10 +83,14 @@ template <int E>
 __device__ __forceinline__ void ld_bf16_row(const uint16_t *p, uint32_t *w) {
     if (E == 8) {
         const uint4 t = *reinterpret_cast<const uint4 *>(p);
-        w[0] = t.x, w[1] = t.y, w[2] = t.z, w[3] = t.w;
+        w[0] = t.x;
+        w[1] = t.y;
+        w[2] = t.z;
+        w[3] = t.w;
     } else if (E == 4) {
         const uint2 t = *reinterpret_cast<const uint2 *>(p);
-        w[0] = t.x, w[1] = t.y;
+        w[0] = t.x;
+        w[1] = t.y;
     } else if (E == 2) {
         w[0] = *reinterpret_cast<const uint32_t *>(p);
     } else {
@@ -94,7 +98,6 @@ __device__ __forceinline__ void ld_bf16_row(const uint16_t *p, uint32_t *w) {
     }
 }
 __device__ __forceinline__ float wbf(const uint32_t *w, int i) { return i & 1 ? bf_hi(w[i >> 1]) : bf_lo(w[i >> 1]); }
-static __device__ __forceinline__ uint16_t bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /* One warp: dst[HD] = rope(norm(x[HD])) with the block's cos/sin tables (bf16-valued) cs, sn [R/2]. */
@@ -134,7 +137,7 @@ __device__ __forceinline__ void head_norm_rope(const float *x, const float *w, f
 /* bf16 output of one dim: bf16(O/L), times bf16(sigmoid(gate)) when gated. */
 __device__ __forceinline__ float attn_final(float O, float L, float gate, int gated) {
     float o = rbf(O / L);
-    if (gated) o = rbf(o * rbf(1.0f / (1.0f + expf(-gate))));
+    if (gated) o = rbf(o * rbf(sigmoid_acc(gate)));
     return o;
 }
 
@@ -160,8 +163,8 @@ __device__ __forceinline__ bool attn_ticket(unsigned long long *c, unsigned tag,
  * hold registers through the loop). */
 template <int HD, int GB>
 __device__ __forceinline__ void attn_merge(const AttnArgs &a, const float (*wm)[GB], const float (*wl)[GB],
-                                           const float (*wo)[GB][HD], float *recv, float (*rml)[GB][2],
-                                           const float *gs, int *last_flag, int pos, int n_cact Q35_TRACE_ARG) {
+                                           const float (*wo)[GB][HD], float *recv, float (*rml)[GB][2], const float *gs,
+                                           int *last_flag, int pos, int n_cact Q35_TRACE_ARG) {
     constexpr int NW = ATT_NW, NT = ATT_NT;
     const AttnDecodeParams &p = a.p;
     const int s = blockIdx.x, n_split = gridDim.x, ncs = a.cs, rank = s % ncs, clu = s / ncs;
@@ -180,7 +183,7 @@ __device__ __forceinline__ void attn_merge(const AttnArgs &a, const float (*wm)[
 
     /* 1. (cont.) Thread (g, d..d+3): the warps' partials merged, pushed to the owner of their slice
      *    (SL % 4 == 0: HD >= 32, cs <= 8) as one 16-byte remote store (4x fewer than scalar ones; H200
-     *    ctx 128: -2.5 us per token, docs/PERF_NOTES.md §15). */
+     *    ctx 128: -2.5 us per token). */
     cluster_wait(); /* phase 1: every block of the cluster runs, so its shared memory may be written */
     Q35_TRACE_PROBE(3);
     for (int idx = tid; idx < GB * HD / 4; idx += NT) {
@@ -197,7 +200,10 @@ __device__ __forceinline__ void attn_merge(const AttnArgs &a, const float (*wm)[
             const float f = exp2f(wm[k][g] - Ms);
             const float4 w4 = *reinterpret_cast<const float4 *>(&wo[k][g][d]);
             L = fmaf(wl[k][g], f, L);
-            O.x = fmaf(w4.x, f, O.x), O.y = fmaf(w4.y, f, O.y), O.z = fmaf(w4.z, f, O.z), O.w = fmaf(w4.w, f, O.w);
+            O.x = fmaf(w4.x, f, O.x);
+            O.y = fmaf(w4.y, f, O.y);
+            O.z = fmaf(w4.z, f, O.z);
+            O.w = fmaf(w4.w, f, O.w);
         }
         st_dsmem4(&recv[(rank * GB + g) * SL + j], dst, O);
         if (j == 0) {
@@ -241,7 +247,7 @@ __device__ __forceinline__ void attn_merge(const AttnArgs &a, const float (*wm)[
     __syncthreads();
     if (tid == 0)
         *last_flag = attn_ticket(reinterpret_cast<unsigned long long *>(p.work) + (size_t)grp * ncs + rank,
-                                (unsigned)pos + 1u, n_cact);
+                                 (unsigned)pos + 1u, n_cact);
     __syncthreads();
     if (!*last_flag) return;
     __threadfence();
@@ -274,8 +280,8 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
     __shared__ float wm[NW][GB], wl[NW][GB];
     __shared__ __align__(16) float wo[NW][GB][HD];
     __shared__ __align__(16) float recv[GB * HD]; /* [cs][GB][SL]: slices pushed by the cluster's blocks */
-    __shared__ float rml[ATT_MAX_CS][GB][2];   /* their (m, l) */
-    __shared__ float gs[GB * HD];              /* [GB][SL] gates of the dims this block finishes (gated) */
+    __shared__ float rml[ATT_MAX_CS][GB][2];      /* their (m, l) */
+    __shared__ float gs[GB * HD];                 /* [GB][SL] gates of the dims this block finishes (gated) */
     __shared__ int last_flag;
 
     __shared__ int sh_pos, sh_ncact;
@@ -295,7 +301,10 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
         return;
     }
     cluster_arrive_relaxed(); /* phase 1 (this block has started), waited on before the first push */
-    if (tid == 0) sh_pos = pos, sh_ncact = n_cact; /* read back after the main loop (registers) */
+    if (tid == 0) {           /* read back after the main loop (registers) */
+        sh_pos = pos;
+        sh_ncact = n_cact;
+    }
     const int t0 = s * chunk, t1 = min(kv_len, t0 + chunk); /* t1 <= t0: no positions (still merges) */
     uint16_t *Kh = p.k_cache + (size_t)h * p.max_seq * HD, *Vh = p.v_cache + (size_t)h * p.max_seq * HD;
 
@@ -311,16 +320,15 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
         for (int i = tid; i < p.R / 2; i += NT) {
             float c, sv;
             sincosf((float)pos * p.inv_freq[i], &sv, &c);
-            cs[i] = rbf(c), sn[i] = rbf(sv);
+            cs[i] = rbf(c);
+            sn[i] = rbf(sv);
         }
     }
     pdl_wait();
     Q35_TRACE_T1_AT(0);
-#ifndef Q35_ATTN_LATE_TRIGGER /* measurement build (make ATTN_LATE=1): o_proj launched at the end instead */
     pdl_trigger();
-#endif
     /* The gates the merge needs, now, while the memory system is quiet: loaded at the merge they were
-     * the suspect for its ~3.5 us at ctx 128 (step trace); here -0.7 us per token (docs/PERF_NOTES.md §15). */
+     * the suspect for its ~3.5 us at ctx 128 (step trace); here -0.7 us per token. */
     if (p.gated) {
         const int SL = HD / ncs, rank = s % ncs;
         for (int idx = tid; idx < GB * SL; idx += NT)
@@ -352,7 +360,8 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
     float q[GB][E], o[GB][E], m[GB], l[GB];
 #pragma unroll
     for (int g = 0; g < GB; g++) {
-        m[g] = -INFINITY, l[g] = 0.0f;
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
 #pragma unroll
         for (int i = 0; i < E; i++) q[g][i] = qs[g][lane * E + i] * qscale, o[g][i] = 0.0f;
     }
@@ -404,16 +413,16 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
      *    slice into the owners' recv (2). */
 #pragma unroll
     for (int g = 0; g < GB; g++) {
-        if (lane == 0) wm[w][g] = m[g], wl[w][g] = l[g];
+        if (lane == 0) {
+            wm[w][g] = m[g];
+            wl[w][g] = l[g];
+        }
 #pragma unroll
         for (int i = 0; i < E; i++) wo[w][g][lane * E + i] = o[g][i];
     }
     __syncthreads();
     Q35_TRACE_PROBE(2);
     attn_merge<HD, GB>(a, wm, wl, wo, recv, rml, gs, &last_flag, sh_pos, sh_ncact Q35_TRACE_PASS);
-#ifdef Q35_ATTN_LATE_TRIGGER
-    pdl_trigger(); /* blocks that returned early from attn_merge count as exited */
-#endif
     Q35_TRACE_END(30);
 }
 
@@ -451,9 +460,9 @@ extern "C" size_t cuda_attn_decode_work_bytes(int Hq, int Hkv, int hd, int max_s
 }
 
 extern "C" int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l) {
-    if (!p || !l || !p->qkv || !p->q_norm_w || !p->k_norm_w || !p->inv_freq || !p->k_cache || !p->v_cache ||
-        !p->out || !p->work || !p->step || p->Hkv < 1 || p->Hq < p->Hkv || p->Hq % p->Hkv || p->Hkv > 65535 ||
-        p->Hq > 65535 || p->max_seq < 1 || p->R < 2 || p->R % 2 || p->R > p->hd ||
+    if (!p || !l || !p->qkv || !p->q_norm_w || !p->k_norm_w || !p->inv_freq || !p->k_cache || !p->v_cache || !p->out ||
+        !p->work || !p->step || p->Hkv < 1 || p->Hq < p->Hkv || p->Hq % p->Hkv || p->Hkv > 65535 || p->Hq > 65535 ||
+        p->max_seq < 1 || p->R < 2 || p->R % 2 || p->R > p->hd ||
         (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN))
         return (int)cudaErrorInvalidValue;
     const AttnGrid g = attn_grid(p->Hq, p->Hkv, p->hd, p->max_seq);
@@ -471,18 +480,9 @@ extern "C" int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l) 
 
 enum { AS_NT = 512, AS_NW = 16, AS_SL = 16, AS_CAP = 256 };
 
-static __device__ __forceinline__ void as_cp_async16(void *smem, const void *gmem) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-
-/* attn_qs (QKV): the qkv rows through 64-bit words tagged with the round's epoch (common.cuh tag_st / tag_ld, as
- * dn_layer.cu's exchange) */
-
-/* Dynamic shared memory: K rows [max_len][HD] bf16, then this block's V columns [max_len][16] bf16; QKV: then the
- * input row xs [D] fp32. */
-template <int HD, bool QKV>
-static __device__ __forceinline__ void as_body(const AttnShortParams &p, const AttnQsParams *qp) {
+/* Dynamic shared memory: K rows [max_len][HD] bf16, then this block's V columns [max_len][16] bf16. */
+template <int HD>
+__global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_constant__ AttnShortParams p) {
     constexpr int E = HD / 32;
     const AttnDecodeParams &a = p.a;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -491,8 +491,6 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
     __shared__ __align__(16) float qs[HD], kn[HD];
     __shared__ float cs[HD / 2], sn[HD / 2], sc[AS_CAP], red[32], gate[AS_SL], vn[AS_SL], o16[AS_SL];
     __shared__ float pv[AS_NW][AS_SL];
-    __shared__ __align__(16) float qst[QKV ? HD : 1], kst[QKV ? HD : 1]; /* QKV: the rows of q and k read back */
-    __shared__ unsigned tag_e;                                            /* QKV: this round's epoch */
     const int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int G = a.Hq / a.Hkv, kvh = h / G, d0 = s * AS_SL, pos = a.step->pos;
     Q35_TRACE_T0;
@@ -508,37 +506,10 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
      * an SM has loads outstanding (burst_lab issue: 64 KB alone issue in 0.64 us, but 128 KB take 2.2 us), while
      * register loads do not (192 KB in 0.8 us): so the cp.async goes before any register load, or the block
      * reaches its PDL wait only as the loads ahead of it land. */
-    for (int c = tid; c < pos * (HD / 8); c += AS_NT) as_cp_async16(ks + (size_t)c * 8, Kh + (size_t)c * 8);
+    for (int c = tid; c < pos * (HD / 8); c += AS_NT) cp_async16(ks + (size_t)c * 8, Kh + (size_t)c * 8);
     for (int c = tid; c < 2 * pos; c += AS_NT)
-        as_cp_async16(vs + (size_t)c * 8, Vh + (size_t)(c >> 1) * HD + d0 + (c & 1) * 8);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-
-    /* QKV (immutable): the input norm's weights, and the block's RB rows of W_in into registers (4
-     * per warp, the 512-thread GEMV's layout: lane l reads columns u 256 + 8 l) */
-    int NR = 0, nblk = 0, bi = 0, rw0 = 0;
-    bool has_rows = false;
-    float nwr[2], ifq = 0.0f;
-    uint4 wq[QKV ? 4 : 1][4];
-    if constexpr (QKV) {
-        /* the RoPE table's inverse frequencies too, its sincos after the wait (before it, as cuda_attn_short
-         * does, it would wait for them behind the block's whole weight stream; measured no different, §20) */
-        if (tid < a.R / 2) ifq = a.inv_freq[tid];
-        NR = a.Hq * (a.gated ? 2 * HD : HD) + 2 * a.Hkv * HD, nblk = gridDim.x * gridDim.y;
-        bi = blockIdx.y * gridDim.x + blockIdx.x;
-        const int RB = ((NR + nblk - 1) / nblk + 3) & ~3;
-        rw0 = bi * RB + 4 * w, has_rows = 4 * w < RB && rw0 < NR;
-#pragma unroll
-        for (int e = 0; e < 2; e++) nwr[e] = tid + e * AS_NT < p.D ? qp->ln1[tid + e * AS_NT] : 0.0f;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int k = u * 256 + lane * 8;
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                wq[u][r] = has_rows && rw0 + r < NR && k < p.D
-                               ? ld_stream(reinterpret_cast<const uint4 *>(qp->w_in + (size_t)(rw0 + r) * p.D + k))
-                               : make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
+        cp_async16(vs + (size_t)c * 8, Vh + (size_t)(c >> 1) * HD + d0 + (c & 1) * 8);
+    cp_async_commit();
 
     /* Before the wait (immutable data only): W_o's 16 columns of this block (rows 2 tid, 2 tid + 1), the RoPE
      * table. */
@@ -549,77 +520,36 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
         const int r = 2 * tid + j;
 #pragma unroll
         for (int k = 0; k < 2; k++)
-            wr[j][k] = r < p.D ? ld_stream(reinterpret_cast<const uint4 *>(p.w_o + r * ldo + (size_t)h * HD + d0 + 8 * k))
-                               : make_uint4(0u, 0u, 0u, 0u);
+            wr[j][k] = r < p.D
+                           ? ld_stream(reinterpret_cast<const uint4 *>(p.w_o + r * ldo + (size_t)h * HD + d0 + 8 * k))
+                           : make_uint4(0u, 0u, 0u, 0u);
     }
-    if (!QKV)
-        for (int i = tid; i < a.R / 2; i += AS_NT) {
-            float c, sv;
-            sincosf((float)pos * a.inv_freq[i], &sv, &c);
-            cs[i] = rbf(c), sn[i] = rbf(sv);
-        }
+    for (int i = tid; i < a.R / 2; i += AS_NT) {
+        float c, sv;
+        sincosf((float)pos * a.inv_freq[i], &sv, &c);
+        cs[i] = rbf(c);
+        sn[i] = rbf(sv);
+    }
     pdl_wait();
     Q35_TRACE_T1_AT(0);
     pdl_trigger();
-    if (QKV && tid < a.R / 2) { /* R / 2 <= hd / 2 <= 128 < AS_NT */
-        float c, sv;
-        sincosf((float)pos * ifq, &sv, &c);
-        cs[tid] = rbf(c), sn[tid] = rbf(sv);
-    }
-    if constexpr (QKV) /* the block's epoch word: every block's advances together, one per launch */
-        if (tid == 0) tag_e = (unsigned)(tag_ld(qp->tag + NR + bi) >> 32) + 1u;
     if (p.zero) {
         const int nb = gridDim.x * gridDim.y, b = blockIdx.y * gridDim.x + blockIdx.x;
         for (int i = b * AS_NT + tid; i < p.n_zero; i += nb * AS_NT) p.zero[i] = 0.0f;
     }
-    if constexpr (QKV) {
-        /* the input row (bitwise the GEMV's prologue), the row sums -> tagged words, then the rows this block
-         * needs read back: q and k of its heads (threads < 2 HD), its 16 gate and 16 new-v columns */
-        float *xs = reinterpret_cast<float *>(vs + (size_t)p.max_len * AS_SL);
-        const uint16_t *emb = qp->embed ? qp->embed + (size_t)a.step->token * p.D : NULL;
-        stage_norm_row_wr<2, false>(xs, red, p.D, emb, qp->x, qp->parts, qp->n_parts, bi == 0 ? qp->x_out : NULL, nwr,
-                                    a.norm_mode, a.eps);
-        if (qp->zero1)
-            for (int i = bi * AS_NT + tid; i < p.n_zero; i += nblk * AS_NT) qp->zero1[i] = 0.0f;
-        __syncthreads();
-        const unsigned e = tag_e;
-        if (has_rows) {
-            const float sum = gemv_rows4(wq, xs, p.D, lane); /* lanes 8r .. 8r+7: row r */
-            const int r = rw0 + (lane >> 3);
-            if ((lane & 7) == 0 && r < NR) {
-                const float v = rbf(sum);
-                tag_st(qp->tag + r, e, v);
-                if (qp->proj) qp->proj[r] = v;
-            }
-        }
-        if (tid == 0) tag_st(qp->tag + NR + bi, e, 0.0f);
-        const int q_stride = a.gated ? 2 * HD : HD, q_rows = a.Hq * q_stride;
-        auto need = [&](int i, float *&dst) -> int { /* item i of this block: its row, or -1 (a zero gate) */
-            if (i < HD) return dst = qst + i, h * q_stride + i;
-            if (i < 2 * HD) return dst = kst + i - HD, q_rows + kvh * HD + i - HD;
-            if (i < 2 * HD + AS_SL) return dst = gate + i - 2 * HD, a.gated ? h * q_stride + HD + d0 + i - 2 * HD : -1;
-            return dst = vn + i - 2 * HD - AS_SL, q_rows + (a.Hkv + kvh) * HD + d0 + i - 2 * HD - AS_SL;
-        };
-        constexpr int NI = 2 * HD + 2 * AS_SL; /* <= 2 AS_NT items */
-        float *da = NULL, *db = NULL, va = 0.0f, vb = 0.0f;
-        const int ra = tid < NI ? need(tid, da) : -1, rb = tid + AS_NT < NI ? need(tid + AS_NT, db) : -1;
-        tag_read2(qp->tag, ra, rb, e, va, vb);
-        if (da) *da = va; /* ra < 0 with da set: a gate of an ungated layer, 0 */
-        if (db) *db = vb;
-    }
-    __syncthreads(); /* cs, sn; QKV: the rows read back */
+    __syncthreads(); /* cs, sn */
 
     /* q of head h (warp 0), the new k of kv head kvh (warp 1), this block's gate and new-v columns (warp 2) */
     const int q_stride = a.gated ? 2 * HD : HD, q_rows = a.Hq * q_stride;
     if (w == 0) {
-        head_norm_rope<HD>(QKV ? qst : a.qkv + (size_t)h * q_stride, a.q_norm_w, qs, cs, sn, a, lane);
+        head_norm_rope<HD>(a.qkv + (size_t)h * q_stride, a.q_norm_w, qs, cs, sn, a, lane);
     } else if (w == 1) {
-        head_norm_rope<HD>(QKV ? kst : a.qkv + q_rows + (size_t)kvh * HD, a.k_norm_w, kn, cs, sn, a, lane);
-    } else if (!QKV && w == 2 && lane < AS_SL) {
+        head_norm_rope<HD>(a.qkv + q_rows + (size_t)kvh * HD, a.k_norm_w, kn, cs, sn, a, lane);
+    } else if (w == 2 && lane < AS_SL) {
         gate[lane] = a.gated ? a.qkv[(size_t)h * 2 * HD + HD + d0 + lane] : 0.0f;
         vn[lane] = a.qkv[q_rows + (size_t)(a.Hkv + kvh) * HD + d0 + lane];
     }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
     __syncthreads();
     /* row pos of K and V as the cache stores them, here and (the kv head's first query head) in the cache */
     for (int d = tid; d < HD; d += AS_NT) ks[(size_t)pos * HD + d] = bf16_bits(kn[d]);
@@ -664,7 +594,7 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
     const float pt = tid < kv_len ? exp2f(sc[tid] - m) : 0.0f;
     if (tid < kv_len) sc[tid] = pt;
     const float L = block_sum(pt, red); /* its barriers also publish sc */
-    Q35_TRACE_PROBE(3); /* the softmax */
+    Q35_TRACE_PROBE(3);                 /* the softmax */
 
     /* o for dims [d0, d0 + 16): thread (t = tid / 2, half) adds p_t v_t over 8 dims; lanes of one parity sum
      * over the warp, the 16 warps' sums in order */
@@ -676,8 +606,14 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
         if (t < kv_len) {
             const float pw = sc[t];
             const uint4 v4 = *reinterpret_cast<const uint4 *>(vs + (size_t)t * AS_SL + hf * 8);
-            acc[0] = pw * bf_lo(v4.x), acc[1] = pw * bf_hi(v4.x), acc[2] = pw * bf_lo(v4.y), acc[3] = pw * bf_hi(v4.y);
-            acc[4] = pw * bf_lo(v4.z), acc[5] = pw * bf_hi(v4.z), acc[6] = pw * bf_lo(v4.w), acc[7] = pw * bf_hi(v4.w);
+            acc[0] = pw * bf_lo(v4.x);
+            acc[1] = pw * bf_hi(v4.x);
+            acc[2] = pw * bf_lo(v4.y);
+            acc[3] = pw * bf_hi(v4.y);
+            acc[4] = pw * bf_lo(v4.z);
+            acc[5] = pw * bf_hi(v4.z);
+            acc[6] = pw * bf_lo(v4.w);
+            acc[7] = pw * bf_hi(v4.w);
         }
 #pragma unroll
         for (int o = 2; o < 32; o <<= 1)
@@ -707,16 +643,7 @@ static __device__ __forceinline__ void as_body(const AttnShortParams &p, const A
     }
     const float y2 = __shfl_down_sync(0xffffffffu, yv[0], 1), y3 = __shfl_down_sync(0xffffffffu, yv[1], 1);
     if (!(tid & 1) && 2 * tid < p.D) red_add4(p.y + 2 * tid, yv[0], yv[1], y2, y3); /* D % 4 == 0 */
-    Q35_TRACE_END(QKV ? 36 : 35);
-}
-
-template <int HD>
-__global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_constant__ AttnShortParams p) {
-    as_body<HD, false>(p, nullptr);
-}
-template <int HD>
-__global__ void __launch_bounds__(AS_NT, 1) attn_qs(const __grid_constant__ AttnQsParams q) {
-    as_body<HD, true>(q.s, &q);
+    Q35_TRACE_END(35);
 }
 
 extern "C" int cuda_attn_short_cap(int hd, int D) {
@@ -724,77 +651,30 @@ extern "C" int cuda_attn_short_cap(int hd, int D) {
     return AS_CAP;
 }
 
-/* what cuda_attn_short and cuda_attn_qs both require (zero1: attn_qs's second zero range, else NULL) */
-static int as_params_ok(const AttnShortParams *p, const float *zero1) {
+/* what cuda_attn_short requires */
+static int as_params_ok(const AttnShortParams *p) {
     const AttnDecodeParams *a = &p->a;
     return a->q_norm_w && a->k_norm_w && a->inv_freq && a->k_cache && a->v_cache && a->step && p->w_o && p->y &&
-           !(p->n_zero > 0 && !p->zero && !zero1) && p->n_zero >= 0 && a->Hkv >= 1 && a->Hq >= a->Hkv &&
-           a->Hq % a->Hkv == 0 && a->Hq <= 65535 && a->max_seq >= 1 && a->R >= 2 && a->R % 2 == 0 && a->R <= a->hd &&
+           !(p->n_zero > 0 && !p->zero) && p->n_zero >= 0 && a->Hkv >= 1 && a->Hq >= a->Hkv && a->Hq % a->Hkv == 0 &&
+           a->Hq <= 65535 && a->max_seq >= 1 && a->R >= 2 && a->R % 2 == 0 && a->R <= a->hd &&
            (a->norm_mode == NORM_ZC || a->norm_mode == NORM_PLAIN) && cuda_attn_short_cap(a->hd, p->D) > 0 &&
            p->max_len >= 1 && p->max_len <= cuda_attn_short_cap(a->hd, p->D);
 }
 
 extern "C" int cuda_attn_short(const AttnShortParams *p, const CudaLaunch *l) {
-    if (!p || !l || !p->a.qkv || !as_params_ok(p, NULL)) return (int)cudaErrorInvalidValue;
+    if (!p || !l || !p->a.qkv || !as_params_ok(p)) return (int)cudaErrorInvalidValue;
     const AttnDecodeParams *a = &p->a;
     const size_t smem = (size_t)p->max_len * ((size_t)a->hd + AS_SL) * 2;
     const dim3 grid((unsigned)(a->hd / AS_SL), (unsigned)a->Hq);
-    void (*kern)(AttnShortParams) = a->hd == 64 ? attn_short_oproj<64> : a->hd == 128 ? attn_short_oproj<128>
-                                                                                      : attn_short_oproj<256>;
+    void (*kern)(AttnShortParams) = a->hd == 64    ? attn_short_oproj<64>
+                                    : a->hd == 128 ? attn_short_oproj<128>
+                                                   : attn_short_oproj<256>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return (int)e;
     }
     return launch_kernel(kern, grid, dim3(AS_NT), smem, l, *p);
-}
-
-/* attn_qs: cuda_attn_short's shapes, the GEMV's input (D <= 1024, D % 8 == 0), at most 64 rows per block */
-static int qs_shape_ok(int Hq, int Hkv, int hd, int gated, int D) {
-    if (Hkv < 1 || Hq < Hkv || Hq % Hkv || Hq > 65535 || cuda_attn_short_cap(hd, D) == 0 || D % 8) return 0;
-    const long long nr = (long long)Hq * (gated ? 2 : 1) * hd + 2LL * Hkv * hd, nb = (long long)(hd / AS_SL) * Hq;
-    return ((nr + nb - 1) / nb + 3) / 4 * 4 <= 4 * AS_NW;
-}
-static size_t qs_smem(int hd, int D, int max_len) { return (size_t)max_len * ((size_t)hd + AS_SL) * 2 + (size_t)D * 4; }
-static void (*qs_kernel(int hd))(AttnQsParams) { return hd == 64 ? attn_qs<64> : hd == 128 ? attn_qs<128> : attn_qs<256>; }
-
-/* every block resident at once (the read-back spins), remembered for the last (device, shape) */
-extern "C" int cuda_attn_qs_supported(int Hq, int Hkv, int hd, int gated, int D, int max_len) {
-    static int key[7], val, have;
-    int dev = 0, n_sm = 0, n = 0;
-    if (!qs_shape_ok(Hq, Hkv, hd, gated, D) || max_len < 1 || max_len > cuda_attn_short_cap(hd, D)) return 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    const int k[7] = {dev, Hq, Hkv, hd, gated, D, max_len};
-    if (have && !memcmp(key, k, sizeof k)) return val;
-    void (*kern)(AttnQsParams) = qs_kernel(hd);
-    const size_t smem = qs_smem(hd, D, max_len);
-    int ok = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-             cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
-             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, AS_NT, smem) == cudaSuccess;
-    (void)cudaGetLastError();
-    val = ok && (long long)n * n_sm >= (long long)(hd / AS_SL) * Hq;
-    memcpy(key, k, sizeof k);
-    have = 1;
-    return val;
-}
-
-extern "C" int cuda_attn_qs(const AttnQsParams *q, const CudaLaunch *l) {
-    if (!q || !l || !as_params_ok(&q->s, q->zero1) || !q->w_in || !q->ln1 || !q->tag || (!q->embed && !q->x) ||
-        !qs_shape_ok(q->s.a.Hq, q->s.a.Hkv, q->s.a.hd, q->s.a.gated, q->s.D) || (uintptr_t)q->w_in % 16)
-        return (int)cudaErrorInvalidValue;
-    const AttnShortParams *p = &q->s;
-    const AttnDecodeParams *a = &p->a;
-    if (!cuda_attn_qs_supported(a->Hq, a->Hkv, a->hd, a->gated, p->D, p->max_len))
-        return (int)cudaErrorInvalidConfiguration;
-    const dim3 grid((unsigned)(a->hd / AS_SL), (unsigned)a->Hq);
-    return launch_kernel(qs_kernel(a->hd), grid, dim3(AS_NT), qs_smem(a->hd, p->D, p->max_len), l, *q);
-}
-/* words of AttnQsParams.tag: the rows, then one epoch word per block */
-extern "C" size_t cuda_attn_qs_tag_words(int Hq, int Hkv, int hd, int gated) {
-    return (size_t)Hq * (gated ? 2 : 1) * hd + 2 * (size_t)Hkv * hd + (size_t)(hd / AS_SL) * Hq;
 }
 
 Q35_TRACE_FETCH_FN(cuda_trace_fetch_attention)

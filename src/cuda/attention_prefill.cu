@@ -11,7 +11,7 @@
  *     whose keys are all past its rows. When there are more (head, q-tile) pairs than resident
  *     CTAs, a CTA takes q-tile i and then tile n-1-i, so every CTA does the same causal work.
  *     (8 warps instead of 4: the 4-warp form ran 1 CTA = 4 warps per SM at T = 2048, latency-bound
- *     at 111 TFLOP/s on the H200; docs/PERF_NOTES_prefill.md §10.) */
+ *     at 111 TFLOP/s on the H200.) */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,9 +20,9 @@
 #include "cuda/attention_softmax.cuh"
 #include "cuda/ops.h"
 
-#define ATTN_BQ 64
+#define ATTN_BQ      64
 #define ATTN_THREADS 256 /* 8 warps: 4 row groups of 16 x 2 key groups */
-#define ATTN_STAGES 3    /* K/V ring depth (stages of 2 BKV keys) */
+#define ATTN_STAGES  3   /* K/V ring depth (stages of 2 BKV keys) */
 
 /* ---- prep: norm + RoPE + cache append --------------------------------------------------- */
 
@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant
         buf[warp][e] = x[i];
     }
     __syncwarp();
-    uint16_t *dst = is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd
-                         : p.k_cache + ((size_t)(unit - p.Hq) * p.max_seq + pos) * hd;
+    uint16_t *dst =
+        is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd : p.k_cache + ((size_t)(unit - p.Hq) * p.max_seq + pos) * hd;
     const int half = p.R / 2;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -86,8 +86,8 @@ __global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant
 
 extern "C" int cuda_attn_prep(const AttnPrepParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->hd % 32 || p->hd > 256 || p->hd < 32 || p->R < 2 || p->R % 2 || p->R > p->hd || p->Hq < 1 ||
-        (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN) ||
-        p->Hkv < 1 || p->pos < 0 || p->pos + p->T > p->max_seq)
+        (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN) || p->Hkv < 1 || p->pos < 0 ||
+        p->pos + p->T > p->max_seq)
         return (int)cudaErrorInvalidValue;
     dim3 grid(p->T, (p->Hq + 2 * p->Hkv + 3) / 4);
     return launch_ex(attn_prep_bf16_rows, grid, dim3(128), 0, 0, l, *p);
@@ -103,7 +103,8 @@ struct AttnShape {
     static constexpr int NCH = HD / 8, KB = 2 * BKV;
     static constexpr int Q_BYTES = ATTN_BQ * HD * 2, KV_BYTES = KB * HD * 2, STAGE_BYTES = 2 * KV_BYTES;
     static constexpr int SMEM = Q_BYTES + ATTN_STAGES * STAGE_BYTES;
-    static constexpr int XCH_BYTES = 128 * (HD / 8 + 1) * 16; /* group 1's o (DT float4) + (m0, m1, l0, l1) per thread */
+    static constexpr int XCH_BYTES =
+        128 * (HD / 8 + 1) * 16; /* group 1's o (DT float4) + (m0, m1, l0, l1) per thread */
     static_assert(ATTN_STAGES * STAGE_BYTES >= XCH_BYTES, "merge buffer fits the ring");
     static_assert((KB * NCH) % ATTN_THREADS == 0 && (ATTN_BQ * NCH) % ATTN_THREADS == 0, "load split");
 };
@@ -111,8 +112,8 @@ struct AttnShape {
 /* cp.async of key/value stage kt (keys kt*KB ..) into the stage at sK (V follows K); keys >= kv_len
  * are zero-filled. */
 template <int HD, int BKV>
-__device__ __forceinline__ void attn_load_kv(uint32_t sK, const uint16_t *Kh, const uint16_t *Vh, int kt,
-                                             int kv_len, int tid) {
+__device__ __forceinline__ void attn_load_kv(uint32_t sK, const uint16_t *Kh, const uint16_t *Vh, int kt, int kv_len,
+                                             int tid) {
     using S = AttnShape<HD, BKV>;
 #pragma unroll
     for (int j = 0; j < S::KB * S::NCH / ATTN_THREADS; j++) {
@@ -161,8 +162,8 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
 #pragma unroll
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m0 = ATTN_MASK, m1 = ATTN_MASK, l0 = 0.0f, l1 = 0.0f;
-    const int row_lo = p.pos + q0 + wr * 16;      /* absolute position of this warp's first row */
-    const int qp0 = row_lo + g, qp1 = qp0 + 8;    /* ... and of this thread's two rows */
+    const int row_lo = p.pos + q0 + wr * 16;         /* absolute position of this warp's first row */
+    const int qp0 = row_lo + g, qp1 = qp0 + 8;       /* ... and of this thread's two rows */
     const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
 
     for (int kt = 0; kt < n_kv; kt++) {
@@ -223,7 +224,7 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    __syncthreads(); /* every warp is done with the ring */
+    __syncthreads();                                             /* every warp is done with the ring */
     float4 *xch = reinterpret_cast<float4 *>(smem + S::Q_BYTES); /* [DT + 1][128]: thread et's values at [i][et] */
     if (kg == 1) {
 #pragma unroll
@@ -239,8 +240,10 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
 #pragma unroll
     for (int d = 0; d < DT; d++) {
         const float4 u = xch[d * 128 + et];
-        o[d][0] = o[d][0] * a0 + u.x * b0, o[d][1] = o[d][1] * a0 + u.y * b0;
-        o[d][2] = o[d][2] * a1 + u.z * b1, o[d][3] = o[d][3] * a1 + u.w * b1;
+        o[d][0] = o[d][0] * a0 + u.x * b0;
+        o[d][1] = o[d][1] * a0 + u.y * b0;
+        o[d][2] = o[d][2] * a1 + u.z * b1;
+        o[d][3] = o[d][3] * a1 + u.w * b1;
     }
 
     /* normalise, gate, store */
@@ -268,8 +271,8 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
 /* grid (Hq, units): unit u covers q-tile n-1-u (heaviest first), or with `paired` the tiles u and
  * n-1-u (the same causal work for every CTA); ATTN_THREADS threads. */
 template <int HD, int BKV>
-__global__ void __launch_bounds__(ATTN_THREADS) attn_prefill_bf16_flash(const __grid_constant__ AttnPrefillParams p,
-                                                                         int paired) {
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attn_prefill_bf16_flash(const __grid_constant__ AttnPrefillParams p, int paired) {
     pdl_begin();
     extern __shared__ __align__(128) uint8_t smem[];
     const int j = blockIdx.x, u = blockIdx.y, n_qt = (p.T + ATTN_BQ - 1) / ATTN_BQ;
@@ -301,8 +304,7 @@ extern "C" int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l
         ((uintptr_t)p->q & 15) || ((uintptr_t)p->k_cache & 15) || ((uintptr_t)p->v_cache & 15) ||
         ((uintptr_t)p->out & 3) || (p->gate && (p->gate_ld % 2 || p->gate_hs % 2 || ((uintptr_t)p->gate & 3))))
         return (int)cudaErrorInvalidValue;
-    const char *algo = getenv("QWEN35_ATTN");
-    if (!algo || strcmp(algo, "mma")) { /* hd 256 on sm_90: the wgmma kernel (attention_prefill_wg.cu) */
+    { /* hd 256 on sm_90: the wgmma kernel (attention_prefill_wg.cu); else the mma.sync kernel below */
         const int rc = cuda_attn_prefill_wg(p, l);
         if (rc != (int)cudaErrorNotSupported) return rc;
     }

@@ -1,7 +1,7 @@
 /* attention_prefill_wg.cu — the prefill flash attention of attention_prefill.cu (same contract: ops.h
  * AttnPrefillParams, same rounding: P rounded to bf16 for P V, fp32 online softmax, ATTN mask value)
  * on Hopper wgmma for head_dim 256 (Qwen3.5): cuda_attn_prefill's default there since session 5
- * (QWEN35_ATTN=mma selects the mma.sync kernel instead). H200, 8/2 heads, T = 2048: 88.4 us
+ * (the mma.sync kernel serves other head dims and devices). H200, 8/2 heads, T = 2048: 88.4 us
  * (194 TFLOP/s) vs 118.9 us for the mma.sync kernel; prefill of 2048 tokens 7.92 -> 7.70 ms.
  *
  * Why: the mma.sync kernel (143 TFLOP/s at T = 2048) gives every warp 16 query rows, so each of the
@@ -32,7 +32,7 @@
 #include "cuda/attention_softmax.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
-#include "cuda/tma.cuh"
+#include "cuda/async.cuh"
 
 #define AW_HD 256
 #define AW_BQ 128 /* query rows per CTA */
@@ -42,7 +42,7 @@ struct AwSmem {
     static constexpr int BOX = 64 * 128; /* [64 rows][64 bf16], 128-byte swizzled */
     static constexpr int Q = 0;          /* [2 consumers][4 boxes] */
     static constexpr int RING = Q + 8 * BOX;
-    static constexpr int STAGE = 8 * BOX; /* K [4 boxes] then V [4 boxes] */
+    static constexpr int STAGE = 8 * BOX;        /* K [4 boxes] then V [4 boxes] */
     static constexpr int BAR = RING + 2 * STAGE; /* full[2] mbarriers, then done[2] warp counters */
     static constexpr int BYTES = 1024 + BAR + 2 * 8 + 2 * 4;
 };
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(256, 1) attn_prefill_wg(const __grid_constant_
     }
     cp_async_commit();
     cp_async_wait<0>();
-    fence_proxy_async();  /* the cp.async writes, visible to wgmma (async proxy) */
+    fence_proxy_async();   /* the cp.async writes, visible to wgmma (async proxy) */
     bar_sync(1 + cw, 128); /* ... from every thread of the warpgroup */
 
     float o[32][4];
@@ -152,14 +152,16 @@ __global__ void __launch_bounds__(256, 1) attn_prefill_wg(const __grid_constant_
             uint32_t pa[AW_BK / 16][4];
 #pragma unroll
             for (int kk = 0; kk < AW_BK / 16; kk++) {
-                pa[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pa[kk][1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+                pa[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+                pa[kk][1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
                 pa[kk][2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
                 pa[kk][3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
             }
             aw_fence(o);
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < AW_BK / 16; kk++) wgmma_m64n256k16_rt(o, pa[kk], wgmma_desc_mn(sV + kk * 16 * 128, S::BOX));
+            for (int kk = 0; kk < AW_BK / 16; kk++)
+                wgmma_m64n256k16_rt(o, pa[kk], wgmma_desc_mn(sV + kk * 16 * 128, S::BOX));
             wgmma_commit();
             wgmma_wait<0>();
             aw_fence(o);

@@ -34,15 +34,20 @@ __device__ __forceinline__ void attn_softmax_tile(float (&sc)[NT][4], float (&o)
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float al0 = exp2f(m0 - mn0), al1 = exp2f(m1 - mn1);
-    m0 = mn0, m1 = mn1;
+    m0 = mn0;
+    m1 = mn1;
     float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
     for (int n = 0; n < NT; n++) {
-        sc[n][0] = exp2f(sc[n][0] - m0), sc[n][1] = exp2f(sc[n][1] - m0);
-        sc[n][2] = exp2f(sc[n][2] - m1), sc[n][3] = exp2f(sc[n][3] - m1);
-        rs0 += sc[n][0] + sc[n][1], rs1 += sc[n][2] + sc[n][3];
+        sc[n][0] = exp2f(sc[n][0] - m0);
+        sc[n][1] = exp2f(sc[n][1] - m0);
+        sc[n][2] = exp2f(sc[n][2] - m1);
+        sc[n][3] = exp2f(sc[n][3] - m1);
+        rs0 += sc[n][0] + sc[n][1];
+        rs1 += sc[n][2] + sc[n][3];
     }
-    l0 = l0 * al0 + rs0, l1 = l1 * al1 + rs1;
+    l0 = l0 * al0 + rs0;
+    l1 = l1 * al1 + rs1;
 #pragma unroll
     for (int d = 0; d < DT; d++) o[d][0] *= al0, o[d][1] *= al0, o[d][2] *= al1, o[d][3] *= al1;
 }

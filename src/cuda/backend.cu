@@ -1,22 +1,22 @@
 /* backend.cu — the CUDA Backend table: open (device, checks, one arena for weights + state +
  * activations sized for max_seq, weight upload with stacking/interleaving), the decode step as
  * a CUDA graph captured once per mode (greedy / sampling) and replayed per token, forward() as
- * n decode steps, reset, close, and the bench hook. forward.cu holds the step's launches. */
+ * n decode steps, reset, close, and the bench hook. decode.cu holds the step's launches. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cuda/forward.cuh"
+#include "cuda/backend.cuh"
 
 #define STAGE_ELEMS (8 << 20) /* bf16 elements in the pinned upload staging buffer (16 MiB) */
 
 static int cfail(cudaError_t e, const char *what, Err *err) {
     return err_set(err, Q35_ERR_CUDA, "cuda: %s: %s", what, cudaGetErrorString(e));
 }
-#define CK(call, what)                                              \
-    do {                                                            \
-        cudaError_t e_ = (call);                                    \
-        if (e_ != cudaSuccess) return cfail(e_, what, err);         \
+#define CK(call, what)                                                                                                 \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) return cfail(e_, what, err);                                                            \
     } while (0)
 
 /* ---- config and weight checks --------------------------------------------------------------------------- */
@@ -30,7 +30,8 @@ static int check_model(const Model *m, Err *err) {
     if (D % 8 || F % 8 || c->attn_dim % 8 || (c->n_linear_layers && c->value_dim % 8))
         return err_set(err, Q35_ERR_CONFIG,
                        "cuda backend: hidden_size %d, intermediate_size %d, attention and value widths must be "
-                       "multiples of 8", D, F);
+                       "multiples of 8",
+                       D, F);
     if (c->n_full_layers) {
         const int G = c->num_key_value_heads > 0 ? c->num_attention_heads / c->num_key_value_heads : 0;
         if ((hd != 32 && hd != 64 && hd != 128 && hd != 256) || G < 1 ||
@@ -47,7 +48,8 @@ static int check_model(const Model *m, Err *err) {
          c->linear_value_head_dim > 1024 || c->linear_conv_kernel_dim < 1))
         return err_set(err, Q35_ERR_CONFIG,
                        "cuda backend: DeltaNet needs Hv %% Hk == 0 and head dims <= 1024 (Hk %d, Hv %d, dk %d, dv %d, "
-                       "K %d)", c->linear_num_key_heads, c->linear_num_value_heads, c->linear_key_head_dim,
+                       "K %d)",
+                       c->linear_num_key_heads, c->linear_num_value_heads, c->linear_key_head_dim,
                        c->linear_value_head_dim, c->linear_conv_kernel_dim);
     return model_check_weights(m, "cuda backend", err);
 }
@@ -83,8 +85,8 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->final_norm, D);
     CARVE(a, ctx->inv_freq, c->rotary_dim / 2 > 0 ? c->rotary_dim / 2 : 1);
     if (c->n_full_layers)
-        ctx->attn_work = (float *)carve(a, cuda_attn_decode_work_bytes(c->num_attention_heads, c->num_key_value_heads,
-                                                                       hd, ctx->max_seq));
+        ctx->attn_work = (float *)carve(
+            a, cuda_attn_decode_work_bytes(c->num_attention_heads, c->num_key_value_heads, hd, ctx->max_seq));
     for (int l = 0; l < L; l++) {
         CudaLayer *ly = &ctx->layers[l];
         ly->type = c->layer_types[l];
@@ -109,12 +111,7 @@ static void layout(CudaCtx *ctx, Arena *a) {
         CARVE(a, ly->w_gu, (size_t)2 * F * D);
         CARVE(a, ly->w_down, (size_t)D * F);
     }
-    if (L > 0 && a->base) {
-        const CudaLayer *last = &ctx->layers[L - 1];
-        ctx->ws_beg = (const char *)ctx->layers[0].ln1;
-        ctx->ws_layers = (long long)((const char *)(last->w_down + (size_t)D * F) - ctx->ws_beg);
-    }
-    /* fused MLP (experimental): W_down transposed per layer, only when the option is on */
+    /* the fused MLP: W_down transposed per layer */
     for (int l = 0; l < L; l++) {
         ctx->layers[l].w_dT = NULL;
         if (ctx->mlp_fused) CARVE(a, ctx->layers[l].w_dT, (size_t)F * D);
@@ -129,9 +126,9 @@ static void layout(CudaCtx *ctx, Arena *a) {
             CARVE(a, ly->Vc, (size_t)c->num_key_value_heads * ctx->max_seq * hd);
         } else {
             CARVE(a, ly->S, (size_t)Hv * c->linear_key_head_dim * c->linear_value_head_dim);
-            ly->conv_ring = (uint16_t *)carve(
-                a, cuda_deltanet_conv_ring_bytes(c->linear_num_key_heads, Hv, c->linear_key_head_dim,
-                                                 c->linear_value_head_dim, K));
+            ly->conv_ring =
+                (uint16_t *)carve(a, cuda_deltanet_conv_ring_bytes(c->linear_num_key_heads, Hv, c->linear_key_head_dim,
+                                                                   c->linear_value_head_dim, K));
         }
     }
     /* split-K partials and the argmax/sampling scratch: zero at first use, kept so by the kernels */
@@ -139,17 +136,9 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->pb, (size_t)ctx->max_splits * D);
     CARVE(a, ctx->am_count, 1);
     CARVE(a, ctx->lm_work, CUDA_MV_WORK_WORDS);
-    CARVE(a, ctx->mega_bar, 64);
-    if (c->n_linear_layers) { /* the fused DeltaNet mixer's exchange (dn_layer.cu): counters zeroed with the state */
+    if (c->n_linear_layers) { /* the fused DeltaNet mixer's exchange (deltanet_layer.cu): counters zeroed with the state */
         CARVE(a, ctx->dn_xcnt, cuda_dn_layer_xcnt_count(c->linear_num_value_heads, 32));
         CARVE(a, ctx->dn_xbuf, cuda_dn_layer_xbuf_floats(c->linear_num_value_heads));
-        CARVE(a, ctx->dn_gcnt, 1);
-    }
-    if (c->n_full_layers) { /* the fused attention layer's exchange (attn_layer.cu): counters zeroed with the state */
-        CARVE(a, ctx->al_xcnt, cuda_attn_layer_xcnt_count(c->num_key_value_heads));
-        CARVE(a, ctx->al_xbuf, cuda_attn_layer_xbuf_floats(D, c->num_attention_heads, c->num_key_value_heads));
-        CARVE(a, ctx->qs_tag, cuda_attn_qs_tag_words(c->num_attention_heads, c->num_key_value_heads, c->head_dim,
-                                                     c->attn_output_gate));
     }
     ctx->sample_scratch = carve(a, cuda_sample_scratch_bytes(ctx->n_sm));
     ctx->state_bytes = a->off - ctx->state_off;
@@ -163,7 +152,11 @@ static void layout(CudaCtx *ctx, Arena *a) {
     CARVE(a, ctx->am_idx, ctx->lm_blocks);
     CARVE(a, ctx->out_id, 1);
     CARVE(a, ctx->out_max, 1);
-    ctx->lm_q = NULL, ctx->lm_p = NULL, ctx->lm_meta = NULL, ctx->lm_stats = NULL, ctx->lm_key = NULL;
+    ctx->lm_q = NULL;
+    ctx->lm_p = NULL;
+    ctx->lm_meta = NULL;
+    ctx->lm_stats = NULL;
+    ctx->lm_key = NULL;
     if (ctx->lm_screen) { /* the ring kernel's 6-bit rows, or the register kernel's int8 rows */
         if (ctx->lm_screen == 1 && cuda_lm_screen_ring(V, D)) {
             CARVE(a, ctx->lm_p, (size_t)V * D / 4 * 3);
@@ -175,10 +168,6 @@ static void layout(CudaCtx *ctx, Arena *a) {
     }
     CARVE(a, ctx->step_dev, 1);
     if (ctx->lm_screen) ctx->lm_key = &ctx->step_dev->lm_key; /* reset by each step's params copy */
-    CARVE(a, ctx->mega_layers, L);
-    if (c->n_full_layers)
-        ctx->mega_work = (float *)carve(a, cuda_mega_work_bytes(c->num_attention_heads, hd, ctx->n_sm,
-                                                                c->num_key_value_heads));
     CARVE(a, ctx->probe_dev, imax(imax(c->value_dim, c->attn_dim), imax(D, c->q_proj_rows)));
 }
 
@@ -203,8 +192,8 @@ static int upload_rows(CudaCtx *ctx, uint16_t *stage, uint16_t *dst, const Tenso
         }
         uint16_t *d = dst + (row0 + r0 * step) * cols;
         cudaError_t e = step == 1 ? cudaMemcpy(d, stage, (size_t)n * 2, cudaMemcpyHostToDevice)
-                                  : cudaMemcpy2D(d, (size_t)step * cols * 2, stage, (size_t)cols * 2,
-                                                 (size_t)cols * 2, (size_t)nr, cudaMemcpyHostToDevice);
+                                  : cudaMemcpy2D(d, (size_t)step * cols * 2, stage, (size_t)cols * 2, (size_t)cols * 2,
+                                                 (size_t)nr, cudaMemcpyHostToDevice);
         if (e != cudaSuccess) return cfail(e, "weight upload", err);
     }
     return 0;
@@ -234,9 +223,12 @@ static int upload_vec(float *dst, const Tensor *t, int64_t n, Err *err) {
     float *h = (float *)malloc(sizeof(float) * (size_t)n);
     if (!h) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
     for (int64_t i = 0; i < n; i++) {
-        if (t->dtype == DT_F32) h[i] = ((const float *)t->data)[i];
-        else if (t->dtype == DT_F16) h[i] = f16_to_f32(((const uint16_t *)t->data)[i]);
-        else h[i] = bf16_to_f32(((const uint16_t *)t->data)[i]);
+        if (t->dtype == DT_F32)
+            h[i] = ((const float *)t->data)[i];
+        else if (t->dtype == DT_F16)
+            h[i] = f16_to_f32(((const uint16_t *)t->data)[i]);
+        else
+            h[i] = bf16_to_f32(((const uint16_t *)t->data)[i]);
     }
     cudaError_t e = cudaMemcpy(dst, h, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice);
     free(h);
@@ -295,49 +287,49 @@ static int upload_weights(CudaCtx *ctx, Err *err) {
     return rc;
 }
 
-/* ---- the persistent layer kernel ------------------------------------------------------------------ */
+/* ---- the decode schedule ---------------------------------------------------------------------------------- */
 
-/* Fills ctx->mega_p and the device layer table; ctx->mega_ok = 1 when the kernel supports the model. */
-static int mega_setup(CudaCtx *ctx, Err *err) {
+/* Which fused kernels the decode step takes, decided once at open from the model's shapes and the device (the
+ * splits and lm_blocks are set before): every choice is the fastest measured path where its kernel supports the
+ * shapes, else the general one. Deterministic mode and probes take the unfused path per step (decode.cu). */
+static void schedule_choose(CudaCtx *ctx) {
     const Config *c = ctx->c;
-    const int L = c->num_hidden_layers;
-    MegaLayer *h = (MegaLayer *)calloc((size_t)L, sizeof *h);
-    if (!h) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
-    for (int l = 0; l < L; l++) {
-        const CudaLayer *ly = &ctx->layers[l];
-        MegaLayer *m = &h[l];
-        m->w_in = ly->w_in, m->w_out = ly->w_out, m->w_gu = ly->w_gu, m->w_down = ly->w_down;
-        m->ln1 = ly->ln1, m->ln2 = ly->ln2;
-        m->type = ly->type == LAYER_FULL_ATTN ? 1 : 0, m->in_rows = ly->in_rows, m->out_cols = ly->out_cols;
-        m->conv_w = ly->conv_w, m->A_log = ly->A_log, m->dt_bias = ly->dt_bias, m->lin_norm = ly->lin_norm;
-        m->S = ly->S, m->conv_ring = ly->conv_ring;
-        m->q_norm = ly->q_norm, m->k_norm = ly->k_norm, m->Kc = ly->Kc, m->Vc = ly->Vc;
-    }
-    cudaError_t e = cudaMemcpy(ctx->mega_layers, h, sizeof *h * (size_t)L, cudaMemcpyHostToDevice);
-    free(h);
-    if (e != cudaSuccess) return cfail(e, "layer table upload", err);
-    MegaParams *p = &ctx->mega_p;
-    memset(p, 0, sizeof *p);
-    p->layers = ctx->mega_layers, p->L = L, p->D = c->hidden_size, p->F = c->intermediate_size;
-    if (c->n_linear_layers) {
-        p->Hk = c->linear_num_key_heads, p->Hv = c->linear_num_value_heads, p->dk = c->linear_key_head_dim;
-        p->dv = c->linear_value_head_dim, p->K = c->linear_conv_kernel_dim, p->conv_dim = c->conv_dim;
-        p->value_dim = c->value_dim;
-    }
-    if (c->n_full_layers) {
-        p->Hq = c->num_attention_heads, p->Hkv = c->num_key_value_heads, p->hd = c->head_dim, p->R = c->rotary_dim;
-        p->gated = c->attn_output_gate, p->max_seq = ctx->max_seq, p->attn_dim = c->attn_dim;
-        p->nsplit = p->Hkv > 0 && ctx->n_sm / p->Hkv > 1 ? ctx->n_sm / p->Hkv : 1;
-        p->work = ctx->mega_work;
-    }
-    p->norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
-    p->eps = c->rms_norm_eps;
-    p->embed = ctx->embed, p->inv_freq = ctx->inv_freq, p->step = ctx->step_dev;
-    p->x0 = ctx->x[0], p->x1 = ctx->x[1], p->proj = ctx->proj, p->mix = ctx->mix, p->aout = ctx->pa;
-    p->mlp = ctx->mlp, p->dout = ctx->pb, p->bar = ctx->mega_bar;
-    ctx->mega_blocks = ctx->n_sm;
-    ctx->mega_ok = cuda_mega_prepare(p, ctx->n_sm, ctx->mega_why, sizeof ctx->mega_why) == 0;
-    return 0;
+    const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    /* the MLP as one kernel (mlp.cu), else gate_up + down GEMVs */
+    ctx->mlp_fused = cuda_mlp_fused_supported(D, F, ctx->n_sm);
+    /* the DeltaNet step leaves its gated norm to out_proj wherever out_proj's split-K keeps whole heads per split;
+     * else the step's cluster kernel computes it */
+    ctx->dn_gn =
+        c->n_linear_layers > 0 && cuda_matvec_gated_ok(c->value_dim, ctx->splits_out[0], c->linear_value_head_dim);
+    /* the DeltaNet mixer as one kernel per layer (deltanet_layer.cu) wherever it runs: the fused MLP (atomic mode), two
+     * accumulators' room in pa/pb, its shape, and every block of its grid resident at once */
+    ctx->dn_fused =
+        c->n_linear_layers > 0 && ctx->mlp_fused && ctx->max_splits >= 2
+            ? cuda_dn_layer_supported(D, c->linear_num_key_heads, c->linear_num_value_heads, c->linear_key_head_dim,
+                                      c->linear_value_head_dim, c->linear_conv_kernel_dim)
+            : 0;
+    /* short contexts: attention + o_proj as one kernel (attention.cu attn_short_oproj) */
+    ctx->attn_short = c->n_full_layers ? cuda_attn_short_cap(c->head_dim, D) : 0;
+    /* the LM head's last 3 rounds of row groups by tickets */
+    ctx->lm_dyn = 3;
+    /* greedy steps: the LM head's argmax through its quantized screen, the TMA ring kernel where its shapes allow */
+    ctx->lm_screen = cuda_lm_screen_ok(V, D) ? (cuda_lm_screen_ring(V, D) ? 1 : 2) : 0;
+}
+
+int cuda_describe(void *p, char *buf, size_t n) {
+    const CudaCtx *ctx = (const CudaCtx *)p;
+    return snprintf(buf, n,
+                    "decode schedule: MLP %s; DeltaNet mixer %s, gated norm in %s; attention + o_proj in one kernel "
+                    "up to %d positions; LM head argmax %s; DeltaNet state in L2 for %d layers\n",
+                    ctx->mlp_fused ? "fused (one kernel)" : "gate_up + down GEMVs",
+                    ctx->dn_fused == 2   ? "one kernel (cluster exchange)"
+                    : ctx->dn_fused == 1 ? "one kernel (tagged global exchange)"
+                                         : "in_proj + step + out_proj",
+                    ctx->dn_gn ? "out_proj" : "the step", ctx->attn_short,
+                    ctx->lm_screen == 1   ? "through the 6-bit screen (ring kernel)"
+                    : ctx->lm_screen == 2 ? "through the int8 screen (register kernel)"
+                                          : "over the full bf16 head",
+                    ctx->l2_state_layers);
 }
 
 /* ---- open / close ------------------------------------------------------------------------------ */
@@ -366,12 +358,6 @@ static void be_close(void *p) {
     free(ctx);
 }
 
-int cuda_decode_path(void *p, char *why, size_t n) {
-    const CudaCtx *ctx = (const CudaCtx *)p;
-    if (why && n) snprintf(why, n, "%s", ctx->mega ? "" : ctx->mega_ok ? "disabled" : ctx->mega_why);
-    return ctx->mega;
-}
-
 int cuda_available(void) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -396,15 +382,10 @@ static int open_device(CudaCtx *ctx, Err *err) {
 
 /* Each DeltaNet layer's state S (read and written by every step: 1 MiB per layer for the 0.8B) stays in L2 across
  * steps: dn_layer's launches carry an access policy window over their layer's S, and open sets aside the L2 for
- * as many layers as the device allows (H200: 37.5 MiB; docs/PERF_NOTES.md §21: -3 us per token at ctx 128;
- * QWEN35_L2_STATE=0 at open: off). Only a cache hint: results are the same. (The LM head's last rows kept the same
- * way measured slower: +5 us for 24 MiB.) */
+ * as many layers as the device allows (H200: 37.5 MiB). Only a cache hint: results are the same. */
 static void l2_persist_setup(CudaCtx *ctx) {
     const Config *c = ctx->c;
-    const char *st = getenv("QWEN35_L2_STATE");
-    if (st && *st && strcmp(st, "0") && strcmp(st, "1"))
-        fprintf(stderr, "qwen35: QWEN35_L2_STATE=%s ignored (0 or 1; default 1)\n", st);
-    if ((st && !strcmp(st, "0")) || !c->n_linear_layers || !ctx->dn_fused) return;
+    if (!c->n_linear_layers || !ctx->dn_fused) return;
     int max_persist = 0;
     if (cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, 0) != cudaSuccess) max_persist = 0;
     const size_t per = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
@@ -414,7 +395,9 @@ static void l2_persist_setup(CudaCtx *ctx) {
         (void)cudaGetLastError(); /* no set-aside on this device: run without */
         return;
     }
-    ctx->l2_persist = n * per, ctx->l2_state = per, ctx->l2_state_layers = (int)n;
+    ctx->l2_persist = n * per;
+    ctx->l2_state = per;
+    ctx->l2_state_layers = (int)n;
 }
 
 static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err) {
@@ -426,12 +409,11 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
     if (!ctx) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
     ctx->m = m;
     ctx->c = c;
-    ctx->max_seq = o && o->max_seq > 0 ? o->max_seq : (c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096);
+    ctx->max_seq =
+        o && o->max_seq > 0 ? o->max_seq : (c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096);
     ctx->deterministic = o ? o->deterministic : 0;
     ctx->no_graph = o ? o->no_graph : 0;
     ctx->pdl = o ? !o->no_pdl : 1;
-    ctx->pf_ahead = CUDA_PF_AHEAD;
-    ctx->pdl_early = CUDA_PDL_EARLY;
     if (o) ctx->probe = o->probe;
     ctx->n_valid = o && o->n_valid > 0 && o->n_valid < c->vocab_size ? o->n_valid : c->vocab_size;
     ctx->layers = (CudaLayer *)calloc((size_t)c->num_hidden_layers, sizeof(CudaLayer));
@@ -448,102 +430,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         ctx->max_splits = imax(imax(ctx->splits_out[0], ctx->splits_out[1]), ctx->splits_down);
         ctx->lm_blocks = cuda_matvec_blocks(V, D, 1, ctx->n_sm);
         ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
-        /* experimental fused MLP: only where the kernel supports the shapes (else the two GEMVs) */
-        ctx->mlp_fused = o && o->mlp_fused && cuda_mlp_fused_supported(D, F, ctx->n_sm);
-        /* the DeltaNet step leaves its gated norm to out_proj wherever out_proj's split-K keeps whole heads
-         * per split (H200: -31 us per token, docs/PERF_NOTES.md §15); QWEN35_DN_GN=0 at open: the cluster
-         * kernel with the norm in the step (the comparator in tests) */
-        const char *gn = getenv("QWEN35_DN_GN");
-        const int gn_off = gn && *gn && atoi(gn) == 0;
-        ctx->dn_gn = !gn_off && c->n_linear_layers > 0 &&
-                     cuda_matvec_gated_ok(c->value_dim, ctx->splits_out[0], c->linear_value_head_dim);
-        if (gn && atoi(gn) == 1 && !ctx->dn_gn && c->n_linear_layers > 0) /* asked for explicitly: say it is off */
-            fprintf(stderr, "qwen35: QWEN35_DN_GN=1 ignored: out_proj's split-K does not keep whole heads here\n");
-        /* the DeltaNet mixer as one kernel per layer (dn_layer.cu, docs/PERF_NOTES.md §16-17; QWEN35_DN_FUSED=0 at
-         * open: off) wherever it runs: the fused MLP (atomic mode), two accumulators' room in pa/pb, its shape, and
-         * every block of its grid resident at once (the heads' exchanges spin on each other) */
-        const char *df = getenv("QWEN35_DN_FUSED");
-        const int df_off = df && *df && atoi(df) == 0;
-        const int dl = !df_off && c->n_linear_layers > 0 && ctx->mlp_fused && ctx->max_splits >= 2
-                           ? cuda_dn_layer_supported(D, c->linear_num_key_heads, c->linear_num_value_heads,
-                                                     c->linear_key_head_dim, c->linear_value_head_dim,
-                                                     c->linear_conv_kernel_dim)
-                           : 0;
-        ctx->dn_fused = dl; /* 2: the heads exchange through clusters, 1: through global memory (dn_xbuf) */
-        if (df && atoi(df) == 1 && !ctx->dn_fused && c->n_linear_layers > 0)
-            fprintf(stderr, "qwen35: QWEN35_DN_FUSED=1 ignored: shape, grid occupancy or the unfused MLP\n");
-        /* with one exchange per layer instead of two (H200: -23 us per token, docs/PERF_NOTES.md §18; QWEN35_DN_ONEX=0
-         * at open: the two-exchange kernel, whose o and S are bitwise the three kernels') */
-        const char *ox = getenv("QWEN35_DN_ONEX");
-        int oxv = ox && *ox ? atoi(ox) : CUDA_DN_ONEX_DEFAULT; /* 1: arrival counter, 2: tagged words */
-        if (oxv < 0 || oxv > 2) {
-            fprintf(stderr, "qwen35: QWEN35_DN_ONEX=%s ignored (0, 1 or 2)\n", ox);
-            oxv = CUDA_DN_ONEX_DEFAULT;
-        }
-        ctx->dn_onex = ctx->dn_fused == 1 ? oxv : 0;
-        if (oxv >= 1 && !ctx->dn_onex && c->n_linear_layers > 0 && ox && *ox)
-            fprintf(stderr, "qwen35: QWEN35_DN_ONEX=%s ignored: needs the fused mixer's global-memory exchange\n", ox);
-        /* its exchange counters one 128-byte line each (QWEN35_DN_XSTRIDE=1: packed, as measured in §17) */
-        const char *xs = getenv("QWEN35_DN_XSTRIDE");
-        ctx->dn_xstride = xs && atoi(xs) >= 1 && atoi(xs) <= 32 ? atoi(xs) : 32;
-        if (xs && *xs && ctx->dn_xstride != atoi(xs))
-            fprintf(stderr, "qwen35: QWEN35_DN_XSTRIDE=%s ignored (1 .. 32; default 32)\n", xs);
-        /* EXPERIMENTAL, measured slower (§17): with it, the MLP as that kernel's tail (one kernel per DeltaNet layer) */
-        const char *dm = getenv("QWEN35_DN_MLP"), *dma = getenv("QWEN35_DN_MLP_AT");
-        ctx->dn_mlp = dm && atoi(dm) == 1 && ctx->dn_fused &&
-                      cuda_dn_layer_mlp_supported(D, c->linear_num_key_heads, c->linear_num_value_heads,
-                                                  c->linear_key_head_dim, c->linear_value_head_dim,
-                                                  c->linear_conv_kernel_dim, F);
-        const int dma_ok = dma && *dma && atoi(dma) >= 0 && atoi(dma) <= 3;
-        if (dma && *dma && !dma_ok) fprintf(stderr, "qwen35: QWEN35_DN_MLP_AT=%s ignored (0 .. 3; default 1)\n", dma);
-        if (ctx->dn_mlp) ctx->dn_mlp = 1 + (dma_ok ? atoi(dma) : 1);
-        if (dm && atoi(dm) == 1 && !ctx->dn_mlp && c->n_linear_layers > 0)
-            fprintf(stderr, "qwen35: QWEN35_DN_MLP=1 ignored: needs the fused mixer, D <= 1024 and the shared memory\n");
-        /* short contexts: attention + o_proj as one kernel (attention.cu attn_short_oproj) */
-        const char *as = getenv("QWEN35_ATTN_SHORT");
-        const int cap = c->n_full_layers ? cuda_attn_short_cap(c->head_dim, D) : 0;
-        ctx->attn_short = as && *as && atoi(as) >= 0 ? (atoi(as) < cap ? atoi(as) : cap) : cap;
-        if (as && *as && atoi(as) < 0) fprintf(stderr, "qwen35: QWEN35_ATTN_SHORT=%s ignored (>= 0)\n", as);
-        /* EXPERIMENTAL: a full-attention layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu) */
-        const char *af = getenv("QWEN35_ATTN_FUSED");
-        ctx->attn_fused = af && atoi(af) == 1 && c->n_full_layers > 0 && ctx->mlp_fused && ctx->max_splits >= 2 &&
-                          cuda_attn_layer_supported(D, c->num_attention_heads, c->num_key_value_heads, c->head_dim,
-                                                    c->rotary_dim, c->attn_output_gate);
-        if (af && atoi(af) == 1 && !ctx->attn_fused && c->n_full_layers > 0)
-            fprintf(stderr, "qwen35: QWEN35_ATTN_FUSED=1 ignored: shape (gated hd 256, D <= 1024), grid occupancy or "
-                            "the unfused MLP\n");
-        /* EXPERIMENTAL, measured slower (docs/PERF_NOTES.md §20): at short contexts, with the fused DeltaNet mixer's
-         * buffer parity, a full-attention layer's qkv GEMV, attention and o_proj as one kernel (attention.cu attn_qs) */
-        const char *aq = getenv("QWEN35_ATTN_QS");
-        ctx->attn_qs = aq && atoi(aq) == 1 && ctx->attn_short > 0 && ctx->dn_fused && !ctx->attn_fused &&
-                       c->n_full_layers > 0 &&
-                       cuda_attn_qs_supported(c->num_attention_heads, c->num_key_value_heads, c->head_dim,
-                                              c->attn_output_gate, D, ctx->attn_short);
-        if (aq && atoi(aq) == 1 && !ctx->attn_qs && c->n_full_layers > 0)
-            fprintf(stderr, "qwen35: QWEN35_ATTN_QS=1 ignored: needs the short attention kernel, the fused DeltaNet "
-                            "mixer, D <= 1024 and the whole grid resident\n");
-        /* the LM head's last rounds of row groups by tickets (docs/PERF_NOTES.md §24): QWEN35_LM_DYN=N rounds, 0 off */
-        const char *ld = getenv("QWEN35_LM_DYN");
-        ctx->lm_dyn = ld && *ld ? atoi(ld) : 3;
-        if (ctx->lm_dyn < 0) ctx->lm_dyn = 0;
-        /* greedy steps: the LM head's argmax through its quantized screen (lm_screen.cu): QWEN35_LM_SCREEN=0 off, 2 its
-         * register kernel instead of the TMA ring */
-        const char *ls = getenv("QWEN35_LM_SCREEN");
-        ctx->lm_screen = 1;
-        if (ls && *ls) {
-            if (strcmp(ls, "0") && strcmp(ls, "1") && strcmp(ls, "2"))
-                fprintf(stderr, "qwen35: QWEN35_LM_SCREEN=%s ignored (0, 1 or 2)\n", ls);
-            else
-                ctx->lm_screen = atoi(ls);
-        }
-        if (!cuda_lm_screen_ok(V, D)) ctx->lm_screen = 0;
-        const char *ef = getenv("QWEN35_LM_EF"); /* the screen's stream L2 evict-first (PERF_NOTES §29): 0 off */
-        ctx->lm_l2ef = !(ef && !strcmp(ef, "0"));
-        const char *st = getenv("QWEN35_MLP_STAGE");
-        const int stv = st ? atoi(st) : 0;
-        ctx->mlp_staged = stv == 1 ? 128 : stv == 256 || stv == 512 ? stv : 0;
-        if (st && *st && stv != 0 && !ctx->mlp_staged)
-            fprintf(stderr, "qwen35: QWEN35_MLP_STAGE=%s ignored (1 = 128 threads, 256 or 512)\n", st);
+        schedule_choose(ctx);
         Arena a = {NULL, 0};
         layout(ctx, &a);
         ctx->arena_bytes = a.off;
@@ -576,8 +463,6 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
             }
         }
         l2_persist_setup(ctx);
-        if ((rc = mega_setup(ctx, err))) goto fail;
-        ctx->mega = ctx->mega_ok && o && o->persistent; /* opt-in: slower than the per-phase graph so far */
         if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->step_host, sizeof(StepParams))) != cudaSuccess ||
             (e = cudaMallocHost((void **)&ctx->id_host, sizeof(int))) != cudaSuccess ||
@@ -591,8 +476,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         memset(ctx->step_host, 0, sizeof(StepParams));
         if ((rc = cuda_prefill_open(ctx, o ? o->prefill_piece : 0, err))) goto fail; /* prefill buffers */
         if (ctx->probe.dir) {
-            size_t n = (size_t)imax(V, imax(c->q_proj_rows, imax(c->value_dim, F))) +
-                       (size_t)(ctx->max_splits + 2) * D;
+            size_t n = (size_t)imax(V, imax(c->q_proj_rows, imax(c->value_dim, F))) + (size_t)(ctx->max_splits + 2) * D;
             if (!(ctx->probe_buf = (float *)malloc(sizeof(float) * n))) {
                 rc = err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
                 goto fail;
@@ -681,7 +565,7 @@ static int be_forward(void *p, const int *tokens, int n, int pos, int all_logits
     if ((int64_t)pos + n > ctx->max_seq)
         return err_set(err, Q35_ERR_CONTEXT, "cuda forward: %d + %d tokens exceed the context of %d", pos, n,
                        ctx->max_seq);
-    if (n > 1 && ctx->pf && !ctx->probe.dir) /* prefill path (forward_prefill.cu) */
+    if (n > 1 && ctx->pf && !ctx->probe.dir) /* prefill path (prefill.cu) */
         return cuda_prefill_forward(ctx, tokens, n, pos, all_logits, logits, err);
     for (int i = 0; i < n; i++) {
         int rc = check_step(ctx, tokens[i], pos + i, err);
@@ -689,7 +573,10 @@ static int be_forward(void *p, const int *tokens, int n, int pos, int all_logits
         const int want = logits && (all_logits || i == n - 1);
         StepParams *sp = ctx->step_host;
         memset(sp, 0, sizeof *sp);
-        sp->token = tokens[i], sp->pos = pos + i, sp->write_logits = want, sp->top_p = 1.0f;
+        sp->token = tokens[i];
+        sp->pos = pos + i;
+        sp->write_logits = want;
+        sp->top_p = 1.0f;
         if ((rc = cuda_run_step(ctx, 0, err))) return rc;
         if (want)
             CK(cudaMemcpyAsync(ctx->logits_host, ctx->logits, sizeof(float) * (size_t)V, cudaMemcpyDeviceToHost,
@@ -707,14 +594,21 @@ static int be_decode_sample(void *p, int token, int pos, const DeviceSampling *s
     int rc = check_step(ctx, token, pos, err);
     if (rc) return rc;
     if (!(s->temperature >= 0) || s->top_k < 0 || !(s->top_p > 0 && s->top_p <= 1) || !(s->min_p >= 0 && s->min_p <= 1))
-        return err_set(err, Q35_ERR_ARG, "cuda decode: bad sampling settings (temperature %g, top_k %d, top_p %g, min_p %g)",
+        return err_set(err, Q35_ERR_ARG,
+                       "cuda decode: bad sampling settings (temperature %g, top_k %d, top_p %g, min_p %g)",
                        s->temperature, s->top_k, s->top_p, s->min_p);
     const int sample = s->temperature > 0;
     StepParams *sp = ctx->step_host;
     memset(sp, 0, sizeof *sp);
-    sp->token = token, sp->pos = pos, sp->write_logits = sample;
-    sp->temperature = s->temperature, sp->top_k = s->top_k, sp->top_p = s->top_p, sp->min_p = s->min_p;
-    sp->seed = s->seed, sp->step = s->step;
+    sp->token = token;
+    sp->pos = pos;
+    sp->write_logits = sample;
+    sp->temperature = s->temperature;
+    sp->top_k = s->top_k;
+    sp->top_p = s->top_p;
+    sp->min_p = s->min_p;
+    sp->seed = s->seed;
+    sp->step = s->step;
     const int screen = cuda_step_screen(ctx, sample); /* the id comes as the screen's key (lm_screen.cu) */
     if ((rc = cuda_run_step(ctx, sample, err))) return rc;
     if (screen)

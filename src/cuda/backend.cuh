@@ -1,5 +1,5 @@
-/* forward.cuh — the CUDA backend's context, shared by backend.cu (open/close, upload, graphs,
- * bench) and forward.cu (the decode step's launches). Internal to src/cuda.
+/* backend.cuh — the CUDA backend's context, shared by backend.cu (open/close, upload, graphs,
+ * bench) and decode.cu (the decode step's launches). Internal to src/cuda.
  *
  * Device layout (all in one cudaMalloc arena, sized for max_seq in open()):
  *   weights bf16: per layer w_in = DeltaNet [in_proj_qkv; in_proj_z; in_proj_b; in_proj_a]
@@ -13,8 +13,8 @@
  *          cache bf16 K, V (Hkv, max_seq, hd) per full layer.
  *   activations: residual ping-pong x[2] (D), split-K partials pa/pb (max_splits, D), proj
  *          (GEMV outputs feeding the mixer), mix (mixer output), mlp (F), logits (V). */
-#ifndef Q35_CUDA_FORWARD_CUH
-#define Q35_CUDA_FORWARD_CUH
+#ifndef Q35_CUDA_BACKEND_CUH
+#define Q35_CUDA_BACKEND_CUH
 
 #include "cuda/common.cuh"
 
@@ -23,33 +23,24 @@ extern "C" {
 }
 
 #define CUDA_MAX_OPS 512 /* launches per step recorded for the bench */
-/* L2 prefetch frontier (forward.cu): every GEMV prefetches the weight stream up to this many
- * bytes past the end of its own weights (0 = off). OFF: the H200 measured it slower (0.871 vs
- * 0.836 ms/token; gemv_lab stage S 0.7208 vs 0.6698 ms without it), docs/PERF_NOTES.md §5, §7. */
-#define CUDA_PF_AHEAD 0LL
-/* 1: GEMVs trigger their dependents at kernel start (ops.h early_trigger). */
-#define CUDA_PDL_EARLY 1
-/* dn_layer's one exchange: 1 through an arrival counter, 2 through tagged words (QWEN35_DN_ONEX overrides) */
-#define CUDA_DN_ONEX_DEFAULT 2
-
 typedef struct CudaLayer {
-    int type;                 /* LAYER_LINEAR_ATTN / LAYER_FULL_ATTN */
-    float *ln1, *ln2;         /* (D) */
-    uint16_t *w_in;           /* stacked input projections (see above) */
-    uint16_t *w_out;          /* (D, value_dim | attn_dim) */
-    uint16_t *w_gu;           /* (2F, D) interleaved gate/up */
-    uint16_t *w_down;         /* (D, F) */
-    uint16_t *w_dT;           /* (F, D) W_down transposed, for the fused MLP (mlp_fused only, else NULL) */
-    int in_rows, out_cols;    /* rows of w_in, cols of w_out */
+    int type;              /* LAYER_LINEAR_ATTN / LAYER_FULL_ATTN */
+    float *ln1, *ln2;      /* (D) */
+    uint16_t *w_in;        /* stacked input projections (see above) */
+    uint16_t *w_out;       /* (D, value_dim | attn_dim) */
+    uint16_t *w_gu;        /* (2F, D) interleaved gate/up */
+    uint16_t *w_down;      /* (D, F) */
+    uint16_t *w_dT;        /* (F, D) W_down transposed, for the fused MLP (mlp_fused only, else NULL) */
+    int in_rows, out_cols; /* rows of w_in, cols of w_out */
     /* DeltaNet */
-    float *conv_w;            /* (conv_dim, K) */
-    float *A_log, *dt_bias;   /* (Hv) */
-    float *lin_norm;          /* (dv) */
-    float *S;                 /* (Hv, dk, dv) */
-    uint16_t *conv_ring;      /* (K, conv_dim) bf16 */
+    float *conv_w;          /* (conv_dim, K) */
+    float *A_log, *dt_bias; /* (Hv) */
+    float *lin_norm;        /* (dv) */
+    float *S;               /* (Hv, dk, dv) */
+    uint16_t *conv_ring;    /* (K, conv_dim) bf16 */
     /* attention */
-    float *q_norm, *k_norm;   /* (hd) */
-    uint16_t *Kc, *Vc;        /* (Hkv, max_seq, hd) bf16 */
+    float *q_norm, *k_norm; /* (hd) */
+    uint16_t *Kc, *Vc;      /* (Hkv, max_seq, hd) bf16 */
 } CudaLayer;
 
 /* One recorded launch of the step (bench --ops): name, bytes moved, events around it. */
@@ -63,110 +54,78 @@ typedef struct CudaCtx {
     const Config *c;
     int max_seq, n_past, n_sm, n_valid;
     int deterministic, no_graph, pdl;
-    int mlp_fused;            /* EXPERIMENTAL: the MLP as one kernel (mlp.cu) in atomic mode; w_dT uploaded */
-    int dn_gn;                /* the DeltaNet step without its cluster and gated norm; out_proj computes the norm
-                               * (MV_IN_GATED); default where the shapes allow, off with QWEN35_DN_GN=0 at open */
-    int dn_fused;             /* default where it runs (QWEN35_DN_FUSED=0 at open: off; needs the fused MLP): the DeltaNet
-                               * layer's in_proj, step and out_proj as one kernel (dn_layer.cu); 2: its heads
-                               * exchange through clusters, 1: through global memory (dn_xbuf, dn_xcnt) */
+    /* the decode schedule (backend.cu cuda_schedule_choose: from the model's shapes and the device) */
+    int mlp_fused; /* the MLP as one kernel (mlp.cu) in atomic mode; w_dT uploaded */
+    int dn_gn;     /* the DeltaNet step without its cluster and gated norm; out_proj computes the norm
+                               * (MV_IN_GATED) */
+    int dn_fused;  /* the DeltaNet layer's in_proj, step and out_proj as one kernel (deltanet_layer.cu; needs the
+                               * fused MLP); 2: its heads exchange through clusters, 1: through global memory
+                               * (dn_xbuf, dn_xcnt: one tagged exchange per layer) */
     float *dn_xbuf;
     unsigned *dn_xcnt;
-    int dn_onex;              /* with dn_fused == 1: dn_layer with one exchange per layer (DnLayerParams.onex), 1 through
-                               * an arrival counter, 2 through tagged words (QWEN35_DN_ONEX=0/1/2 at open; default
-                               * CUDA_DN_ONEX_DEFAULT); 0: two exchanges */
-    int dn_xstride;           /* its counters' stride (32: a line each; QWEN35_DN_XSTRIDE=1: packed, measured) */
-    int dn_mlp;               /* EXPERIMENTAL (QWEN35_DN_MLP=1 at open, with dn_fused): the fused MLP as dn_layer's
-                               * tail (one kernel per DeltaNet layer); 1 + DnLayerParams.mlp_at
-                               * (QWEN35_DN_MLP_AT, default 1: after the in_proj row sums) */
-    unsigned long long *dn_gcnt; /* its grid arrival counter (zeroed with the state) */
-    int attn_short;           /* steps with kv_len <= attn_short (and atomic split-K, the fused MLP, no probes) run
-                               * attention + o_proj as one kernel (cuda_attn_short; QWEN35_ATTN_SHORT at open:
-                               * another limit, 0 = off; default cuda_attn_short_cap) */
-    int attn_fused;           /* EXPERIMENTAL (QWEN35_ATTN_FUSED=1 at open, needs the fused MLP): a full-attention
-                               * layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu) */
-    float *al_xbuf;
-    unsigned *al_xcnt;
-    int attn_qs;              /* EXPERIMENTAL (QWEN35_ATTN_QS=1 at open; measured slower): with attn_short and the
-                               * fused DeltaNet mixer (dn_fused), at short contexts the qkv GEMV joins attention +
-                               * o_proj in one kernel (cuda_attn_qs) */
-    unsigned long long *qs_tag; /* its tagged qkv rows (zeroed with the state) */
-    size_t l2_state;          /* bytes of one DeltaNet layer's S kept in L2 across steps (its dn_layer launches carry a
+    int attn_short;  /* steps with kv_len <= attn_short (and atomic split-K, the fused MLP, no probes) run
+                               * attention + o_proj as one kernel (cuda_attn_short; cuda_attn_short_cap) */
+    size_t l2_state; /* bytes of one DeltaNet layer's S kept in L2 across steps (its dn_layer launches carry a
                                * persisting access policy window), for the first l2_state_layers DeltaNet layers;
-                               * 0: off (QWEN35_L2_STATE=0 at open, or no set-aside on the device) */
+                               * 0: no set-aside on the device */
     int l2_state_layers;
-    size_t l2_persist;        /* the persisting set-aside made at open (cudaLimitPersistingL2CacheSize) */
-    int lm_dyn;               /* the LM head's last rounds of row groups by tickets (MatvecParams.work_tail;
-                               * QWEN35_LM_DYN at open, 0: off) */
-    int lm_screen;            /* greedy steps that write no logits take the LM head's argmax through the quantized
-                               * screen (lm_screen.cu; QWEN35_LM_SCREEN at open: 0 off, 2 its register kernel) */
-    int lm_l2ef;              /* its ring kernel's LmScreenParams.l2ef (QWEN35_LM_EF at open, default 1) */
-    int8_t *lm_q;             /* (V, D) the screen's int8 head (its register kernel), NULL when off or unused */
-    uint8_t *lm_p;            /* (V, 3 D / 4) its 6-bit rows (its ring kernel), NULL likewise */
-    float *lm_meta;           /* (V, 4) its scales and bound coefficients */
-    unsigned *lm_stats;       /* (3) its counters (LmScreenParams.stats) */
-    unsigned long long *lm_key; /* its result key: &step_dev->lm_key (LmScreenParams.key; zeroed by step_load_k) */
+    size_t l2_persist;            /* the persisting set-aside made at open (cudaLimitPersistingL2CacheSize) */
+    int lm_dyn;                   /* the LM head's last rounds of row groups by tickets (MatvecParams.work_tail) */
+    int lm_screen;                /* greedy steps that write no logits take the LM head's argmax through the quantized
+                               * screen (lm_screen.cu): 1 its ring kernel, 2 its register kernel (other shapes);
+                               * 0: the full bf16 head (bench compares with it) */
+    int8_t *lm_q;                 /* (V, D) the screen's int8 head (its register kernel), NULL when off or unused */
+    uint8_t *lm_p;                /* (V, 3 D / 4) its 6-bit rows (its ring kernel), NULL likewise */
+    float *lm_meta;               /* (V, 4) its scales and bound coefficients */
+    unsigned *lm_stats;           /* (3) its counters (LmScreenParams.stats) */
+    unsigned long long *lm_key;   /* its result key: &step_dev->lm_key (LmScreenParams.key; zeroed by step_load_k) */
     unsigned long long *key_host; /* pinned: *lm_key read back */
-    int mlp_staged;           /* with mlp_fused: threads of its staged variant, 0: off (QWEN35_MLP_STAGE at open:
-                               * 1 = 128, 256, 512; EXPERIMENTAL) */
     Probe probe;
     cudaStream_t stream;
-    void *arena;              /* the one device allocation */
+    void *arena; /* the one device allocation */
     size_t arena_bytes;
-    CudaLayer *layers;        /* (L), host array of device pointers */
+    CudaLayer *layers; /* (L), host array of device pointers */
     uint16_t *embed, *lm_head;
-    float *final_norm;        /* (D) */
-    float *inv_freq;          /* (R/2) RoPE inverse frequencies */
-    float *attn_work;         /* cuda_attn_decode_work_bytes(), shared by the attention layers */
-    int attn_splits;          /* cuda_attn_decode_splits(Hkv, max_seq) */
+    float *final_norm; /* (D) */
+    float *inv_freq;   /* (R/2) RoPE inverse frequencies */
+    float *attn_work;  /* cuda_attn_decode_work_bytes(), shared by the attention layers */
+    int attn_splits;   /* cuda_attn_decode_splits(Hkv, max_seq) */
     /* activations */
-    float *x[2];              /* (D) residual stream ping-pong */
-    float *pa, *pb;           /* (max_splits, D): mixer-out and down-proj partials (atomic: [0] only) */
-    float *proj;              /* (max(in_rows)) */
-    float *mix;               /* (max(value_dim, attn_dim)) */
-    float *mlp;               /* (F) */
-    float *logits;            /* (V) */
-    float *am_val;            /* (lm_blocks) */
+    float *x[2];    /* (D) residual stream ping-pong */
+    float *pa, *pb; /* (max_splits, D): mixer-out and down-proj partials (atomic: [0] only) */
+    float *proj;    /* (max(in_rows)) */
+    float *mix;     /* (max(value_dim, attn_dim)) */
+    float *mlp;     /* (F) */
+    float *logits;  /* (V) */
+    float *am_val;  /* (lm_blocks) */
     int *am_idx;
     unsigned *am_count;
-    unsigned *lm_work;        /* (CUDA_MV_WORK_WORDS) the LM head's ticket counters (MatvecParams.work) */
+    unsigned *lm_work; /* (CUDA_MV_WORK_WORDS) the LM head's ticket counters (MatvecParams.work) */
     int *out_id;
     float *out_max;
     void *sample_scratch;
     int lm_blocks, max_splits;
-    /* weight stream in consumption order: the layers' arena range [ws_beg, ws_beg + ws_layers)
-     * (per layer: norms, small vectors, w_in, w_out, w_gu, w_down), then lm_head */
-    const char *ws_beg;
-    long long ws_layers;
-    long long pf_ahead;       /* CUDA_PF_AHEAD unless changed (bench) */
-    int pdl_early;            /* CUDA_PDL_EARLY unless changed (bench) */
-    int splits_out[2];        /* split-K of w_out per layer type [LINEAR, FULL] */
+    int splits_out[2]; /* split-K of w_out per layer type [LINEAR, FULL] */
     int splits_down;
-    StepParams *step_dev;     /* device StepParams */
+    StepParams *step_dev; /* device StepParams */
     /* pinned host */
     StepParams *step_host;
     int *id_host;
     const StepParams *step_host_dev; /* step_host's device address (mapped; step_load_k reads it) */
-    float *logits_host;       /* (V) */
-    float *probe_buf;         /* host scratch for probes (probe mode only) */
-    float *probe_dev;         /* device scratch: DeltaNet o / final norm for probes */
-    size_t state_off, state_bytes; /* arena range of S, conv rings and KV (zeroed by reset) */
+    float *logits_host;              /* (V) */
+    float *probe_buf;                /* host scratch for probes (probe mode only) */
+    float *probe_dev;                /* device scratch: DeltaNet o / final norm for probes */
+    size_t state_off, state_bytes;   /* arena range of S, conv rings and KV (zeroed by reset) */
     /* graphs: [0] greedy, [1] sampling; captured lazily with the current pdl/deterministic */
     cudaGraphExec_t graph[8]; /* [cuda_graph_index()]: sample + 2 short + 4 screen when captured */
     int graph_kernels[8];     /* kernel nodes in each graph */
     /* bench / op recording (eager only) */
+    const char *ablate; /* bench --ablate: launch kinds left out of the step (decode.cu), else NULL */
     int rec_ops, n_ops;
     CudaOp ops[CUDA_MAX_OPS];
     cudaEvent_t ev[CUDA_MAX_OPS + 1];
     int ev_ready;
-    /* persistent layer kernel (megastep.cu): used for the step when mega = 1 (supported shapes,
-     * not disabled, no probes); mega_p is complete after open */
-    int mega, mega_ok, mega_blocks;
-    char mega_why[200];       /* why mega_ok is 0 */
-    MegaParams mega_p;
-    MegaLayer *mega_layers;   /* device [L] */
-    unsigned *mega_bar;       /* device [64], in the state range (zero when no kernel runs) */
-    float *mega_work;
-    struct CudaPrefill *pf;   /* prefill buffers (forward_prefill.cu); NULL: forward(n > 1) runs n decode steps */
+    struct CudaPrefill *pf; /* prefill buffers (prefill.cu); NULL: forward(n > 1) runs n decode steps */
 } CudaCtx;
 
 /* Enqueues one decode step on ctx->stream: the StepParams copy from step_host, then every
@@ -180,17 +139,21 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err);
 int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err);
 /* The graph a step with the current step_host and modes replays: sample + 2 cuda_step_short() + 4 cuda_step_screen(). */
 int cuda_graph_index(const CudaCtx *ctx, int sample);
-/* forward.cu: 1 when this step (step_host->pos) takes the short attention kernel */
+/* decode.cu: 1 when this step (step_host->pos) takes the short attention kernel */
 int cuda_step_short(const CudaCtx *ctx);
-/* forward.cu: 1 when this step's LM head is the quantized screen (lm_screen, greedy, no logits written, no probes) */
+/* decode.cu: 1 when this step's LM head is the quantized screen (lm_screen, greedy, no logits written, no probes) */
 int cuda_step_screen(const CudaCtx *ctx, int sample);
 void cuda_graphs_drop(CudaCtx *ctx);
 int cuda_run_step(CudaCtx *ctx, int sample, Err *err);
 
+/* decode.cu: the kinds bench --ablate accepts; 1 when every kind of list is one (else the first unknown in bad) */
+extern const char cuda_ablate_kinds[];
+int cuda_ablate_check(const char *list, char *bad, size_t n);
+
 /* bench.cu: the Backend.bench hook's body (the caller drops graphs and resets afterwards). */
 int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
 
-/* ---- prefill (forward_prefill.cu) ----
+/* ---- prefill (prefill.cu) ----
  * open: after the weights and the stream exist; allocates the buffers for pieces of
  * min(piece > 0 ? piece : 2048, max_seq) tokens when the prefill kernels support the model's
  * shapes (else leaves ctx->pf NULL and returns 0). forward: tokens at

@@ -1,13 +1,14 @@
 /* bench.cu — the CUDA backend's bench hook: decode ms/token at a given context length (KV
  * positions [0, ctx_len) filled with random bf16, the timed token at pos = ctx_len, the same
  * step replayed), for graph/eager, PDL on/off, atomic/deterministic split-K, greedy/sampling,
- * with and without the per-token host sync; with the fused MLP on (the default; QWEN35_MLP_FUSED=0: off),
- * the same step with the two MLP GEMVs for comparison; the launches per step; per-launch event times and
- * bytes of one eager step; and the copy / streaming-read bandwidth measured in the same run. */
+ * with and without the per-token host sync; with the fused MLP, the same step with the two MLP GEMVs for
+ * comparison; with the LM head's screen, the same step with the full head; the launches per step; per-launch
+ * event times and bytes of one eager step; and the copy / streaming-read bandwidth measured in the same run.
+ * rq->ablate leaves launch kinds out of every step timed (measurement only). */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cuda/forward.cuh"
+#include "cuda/backend.cuh"
 
 #define BENCH_BATCHES 5
 
@@ -48,7 +49,9 @@ static int time_steps(CudaCtx *ctx, int sample, int iters, double *ms, Err *err)
 }
 
 static int time_mode(CudaCtx *ctx, int det, int pdl, int no_graph, int sample, int iters, double *ms, Err *err) {
-    ctx->deterministic = det, ctx->pdl = pdl, ctx->no_graph = no_graph;
+    ctx->deterministic = det;
+    ctx->pdl = pdl;
+    ctx->no_graph = no_graph;
     cuda_graphs_drop(ctx);
     return time_steps(ctx, sample, iters, ms, err);
 }
@@ -63,8 +66,10 @@ static int time_sync(CudaCtx *ctx, int iters, double *ms, Err *err) {
         const int screen = cuda_step_screen(ctx, 0); /* as decode_sample: the id as the screen's key */
         rc = cuda_run_step(ctx, 0, err);
         cudaError_t e = cudaSuccess;
-        if (!rc && screen) e = cudaMemcpyAsync(ctx->key_host, ctx->lm_key, 8, cudaMemcpyDeviceToHost, ctx->stream);
-        else if (!rc) e = cudaMemcpyAsync(ctx->id_host, ctx->out_id, sizeof(int), cudaMemcpyDeviceToHost, ctx->stream);
+        if (!rc && screen)
+            e = cudaMemcpyAsync(ctx->key_host, ctx->lm_key, 8, cudaMemcpyDeviceToHost, ctx->stream);
+        else if (!rc)
+            e = cudaMemcpyAsync(ctx->id_host, ctx->out_id, sizeof(int), cudaMemcpyDeviceToHost, ctx->stream);
         if (!rc && e == cudaSuccess) e = cudaStreamSynchronize(ctx->stream);
         if (!rc && e != cudaSuccess) rc = bfail(e, "step", err);
         t[i] = 1e3 * (now_s() - t0);
@@ -76,7 +81,12 @@ static int time_sync(CudaCtx *ctx, int iters, double *ms, Err *err) {
 
 /* The bench's sampling settings (its `sampling` column and the sampling step's --ops line). */
 static void bench_sampling(StepParams *sp) {
-    sp->temperature = 1.0f, sp->top_k = 20, sp->top_p = 0.95f, sp->min_p = 0.05f, sp->write_logits = 1, sp->seed = 1;
+    sp->temperature = 1.0f;
+    sp->top_k = 20;
+    sp->top_p = 0.95f;
+    sp->min_p = 0.05f;
+    sp->write_logits = 1;
+    sp->seed = 1;
 }
 
 /* Two eager steps (greedy, or the sampling graph's launches), the second with its launches recorded (and an
@@ -101,9 +111,9 @@ static void op_from(const CudaCtx *ctx, int i, int events, const char *prefix, B
     o->us = 1e3 * f;
 }
 
-/* One eager step with an event before every launch: per-launch times and bytes, appended to
- * res->ops (append = 0: from the start, and res->step_bytes = their sum). */
-static int time_ops(CudaCtx *ctx, int events, int append, BenchResult *res, Err *err) {
+/* One eager step with an event before every launch: per-launch times and bytes in res->ops, and
+ * res->step_bytes = their sum. */
+static int time_ops(CudaCtx *ctx, int events, BenchResult *res, Err *err) {
     if (events && !ctx->ev_ready) {
         for (int i = 0; i <= CUDA_MAX_OPS; i++) {
             cudaError_t e = cudaEventCreate(&ctx->ev[i]);
@@ -113,12 +123,11 @@ static int time_ops(CudaCtx *ctx, int events, int append, BenchResult *res, Err 
     }
     int rc = eager_step(ctx, events, 0, err);
     if (rc) return rc;
-    const int base = append ? res->n_ops : 0;
-    res->n_ops = base + ctx->n_ops < BENCH_MAX_OPS ? base + ctx->n_ops : BENCH_MAX_OPS;
-    if (!append) res->step_bytes = 0;
-    for (int i = 0; i + base < res->n_ops; i++) {
-        op_from(ctx, i, events, append ? "persistent:" : "", &res->ops[base + i]);
-        if (!append) res->step_bytes += res->ops[base + i].bytes;
+    res->n_ops = ctx->n_ops < BENCH_MAX_OPS ? ctx->n_ops : BENCH_MAX_OPS;
+    res->step_bytes = 0;
+    for (int i = 0; i < res->n_ops; i++) {
+        op_from(ctx, i, events, "", &res->ops[i]);
+        res->step_bytes += res->ops[i].bytes;
     }
     if (!events) res->n_ops = 0;
     return 0;
@@ -139,78 +148,21 @@ static int time_sample_ops(CudaCtx *ctx, StepParams *sp, BenchResult *res, Err *
     return 0;
 }
 
-/* One eager step of the persistent kernel with its trace on; appends per phase kind (summed over
- * the step's phases, cycles at the device clock -> us): the slowest block's work, the mean block's
- * work, the grid-barrier latency (the least any block waited), the slowest block's weight-ring wait. */
-static int trace_persistent(CudaCtx *ctx, BenchResult *res, Err *err) {
-    static const char *kind[MG_PH_KINDS] = {"in", "deltanet", "attention", "combine", "out", "gate_up", "down"};
-    const int G = ctx->mega_blocks, n = 8 * ctx->c->num_hidden_layers + 8;
-    const size_t bytes = sizeof(unsigned) * 8 * (size_t)n * G;
-    unsigned *dev = NULL, *h = (unsigned *)calloc(1, bytes);
-    int khz = 0;
-    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
-    cudaError_t e = h ? cudaMalloc((void **)&dev, bytes) : cudaErrorMemoryAllocation;
-    if (e == cudaSuccess) e = cudaMemset(dev, 0xff, bytes);
-    if (e != cudaSuccess) {
-        free(h);
-        return bfail(e, "trace buffer", err);
-    }
-    ctx->mega_p.trace = dev, ctx->mega_p.trace_n = n, ctx->no_graph = 1;
-    int rc = cuda_step_enqueue(ctx, 0, err);
-    ctx->mega_p.trace = NULL, ctx->mega_p.trace_n = 0;
-    if (!rc && (e = cudaStreamSynchronize(ctx->stream)) != cudaSuccess) rc = bfail(e, "traced step", err);
-    if (!rc && (e = cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost)) != cudaSuccess) rc = bfail(e, "trace readback", err);
-    cudaFree(dev);
-    double mx[MG_PH_KINDS] = {0}, mean[MG_PH_KINDS] = {0}, bar[MG_PH_KINDS] = {0}, ring[MG_PH_KINDS] = {0};
-    double pro[MG_PH_KINDS] = {0}, iss[MG_PH_KINDS] = {0};
-    int cnt[MG_PH_KINDS] = {0};
-    const double us = khz > 0 ? 1e3 / khz : 1e-3;
-    for (int k = 0; k < n && !rc; k++) {
-        const unsigned *e0 = h + (size_t)k * G * 8;
-        if (e0[3] >= MG_PH_KINDS) continue; /* not written */
-        const int t = (int)e0[3];
-        double w_max = 0, w_sum = 0, b_min = 1e30, r_max = 0, p_sum = 0, i_sum = 0;
-        for (int b = 0; b < G; b++) {
-            const unsigned *x = e0 + (size_t)b * 8;
-            w_max = x[0] > w_max ? x[0] : w_max, w_sum += x[0];
-            b_min = x[1] < b_min ? x[1] : b_min, r_max = x[2] > r_max ? x[2] : r_max;
-            p_sum += x[4], i_sum += x[5];
-        }
-        pro[t] += p_sum / G * us, iss[t] += i_sum / G * us;
-        mx[t] += w_max * us, mean[t] += w_sum / G * us, bar[t] += b_min * us, ring[t] += r_max * us, cnt[t]++;
-    }
-    for (int t = 0; t < MG_PH_KINDS && !rc; t++) {
-        if (!cnt[t]) continue;
-        const char *what[6] = {"max work", "mean work", "barrier", "ring wait", "mean pre-loop", "mean issue"};
-        const double v[6] = {mx[t], mean[t], bar[t], ring[t], pro[t], iss[t]};
-        for (int j = 0; j < 6 && res->n_ops < BENCH_MAX_OPS; j++) {
-            BenchOp *o = &res->ops[res->n_ops++];
-            snprintf(o->name, sizeof o->name, "persistent:%s x%d %s", kind[t], cnt[t], what[j]);
-            o->us = v[j], o->bytes = 0;
-        }
-    }
-    free(h);
-    return rc;
-}
-
 #ifdef Q35_TRACE
 extern "C" int cuda_trace_fetch_matvec(void *dst, int cap);
 extern "C" int cuda_trace_fetch_deltanet(void *dst, int cap);
 extern "C" int cuda_trace_fetch_attention(void *dst, int cap);
 extern "C" int cuda_trace_fetch_mlp(void *dst, int cap);
 extern "C" int cuda_trace_fetch_dn_layer(void *dst, int cap);
-extern "C" int cuda_trace_fetch_attn_layer(void *dst, int cap);
 extern "C" int cuda_trace_fetch_lm_screen(void *dst, int cap);
 
 /* The trace build (common.cuh "step trace"): 20 replays of the default step, each synchronised and its
- * block records appended to $QWEN35_TRACE_CSV (default step_trace.csv) as
+ * block records appended to `path` (bench --trace-csv; default step_trace.csv) as
  * ctx,replay,id,block,t0,t1,t2 (global timer, ns); tools/step_trace.py reads them. */
-static int trace_steps(CudaCtx *ctx, int ctx_len, Err *err) {
-    int (*fetch[7])(void *, int) = {cuda_trace_fetch_matvec,    cuda_trace_fetch_deltanet, cuda_trace_fetch_attention,
-                                    cuda_trace_fetch_mlp,       cuda_trace_fetch_dn_layer, cuda_trace_fetch_attn_layer,
-                                    cuda_trace_fetch_lm_screen};
+static int trace_steps(CudaCtx *ctx, int ctx_len, const char *path, Err *err) {
+    int (*fetch[6])(void *, int) = {cuda_trace_fetch_matvec, cuda_trace_fetch_deltanet, cuda_trace_fetch_attention,
+                                    cuda_trace_fetch_mlp,    cuda_trace_fetch_dn_layer, cuda_trace_fetch_lm_screen};
     const int n_fetch = (int)(sizeof fetch / sizeof fetch[0]);
-    const char *path = getenv("QWEN35_TRACE_CSV");
     if (!path || !*path) path = "step_trace.csv";
     const int cap = Q35_TRACE_CAP;
     Q35TraceRec *buf = (Q35TraceRec *)malloc(sizeof(Q35TraceRec) * (size_t)cap);
@@ -293,6 +245,12 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     if (ctx->probe.dir) return err_set(err, Q35_ERR_ARG, "cuda bench: not with probes");
     const int iters = rq->iters > 0 ? rq->iters : 200;
     const int det0 = ctx->deterministic, pdl0 = ctx->pdl, ng0 = ctx->no_graph, mf0 = ctx->mlp_fused;
+    char bad[64];
+    if (rq->ablate && *rq->ablate && !cuda_ablate_check(rq->ablate, bad, sizeof bad))
+        return err_set(err, Q35_ERR_ARG, "bench --ablate: unknown kind '%s' (known: %s)", bad, cuda_ablate_kinds);
+    ctx->ablate = rq->ablate && *rq->ablate ? rq->ablate : NULL;
+    if (ctx->ablate)
+        fprintf(stderr, "qwen35 bench: --ablate %s: those kernels are left out, outputs are garbage\n", ctx->ablate);
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(res->device, sizeof res->device, "%.63s", prop.name);
     res->n_sm = ctx->n_sm;
@@ -306,11 +264,14 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         if (ly->type != LAYER_FULL_ATTN) continue;
         FillParams fk = {ly->Kc, kv, 0x5eedull * (uint64_t)(2 * l + 1), 1.0f};
         FillParams fv = {ly->Vc, kv, 0x5eedull * (uint64_t)(2 * l + 2), 1.0f};
-        if ((rc = cuda_fill_bf16(&fk, &lc)) || (rc = cuda_fill_bf16(&fv, &lc))) rc = bfail((cudaError_t)rc, "fill", err);
+        if ((rc = cuda_fill_bf16(&fk, &lc)) || (rc = cuda_fill_bf16(&fv, &lc)))
+            rc = bfail((cudaError_t)rc, "fill", err);
     }
     StepParams *sp = ctx->step_host;
     memset(sp, 0, sizeof *sp);
-    sp->token = 1 < c->vocab_size ? 1 : 0, sp->pos = rq->ctx_len, sp->top_p = 1.0f;
+    sp->token = 1 < c->vocab_size ? 1 : 0;
+    sp->pos = rq->ctx_len;
+    sp->top_p = 1.0f;
 
     res->lm_screen = ctx->lm_screen;
     if (!rc && ctx->lm_screen && cudaMemset(ctx->lm_stats, 0, 3 * sizeof(unsigned)) != cudaSuccess)
@@ -321,7 +282,8 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         cudaError_t e = cudaMemcpy(st, ctx->lm_stats, sizeof st, cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) rc = bfail(e, "screen stats", err);
         const double steps = ctx->lm_blocks > 0 ? (double)st[2] / ctx->lm_blocks : 0;
-        res->screen_rows = steps > 0 ? st[0] / steps : 0, res->screen_fallback = steps > 0 ? st[1] / steps : 0;
+        res->screen_rows = steps > 0 ? st[0] / steps : 0;
+        res->screen_fallback = steps > 0 ? st[1] / steps : 0;
         const int ls0 = ctx->lm_screen;
         ctx->lm_screen = 0;
         if (!rc) rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_lm_full, err);
@@ -330,19 +292,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     }
     if (!rc) rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_atomic, err);
     if (!rc) res->launches = ctx->graph_kernels[cuda_graph_index(ctx, 0)];
-    /* the same step with the persistent layer kernel (when the model's shapes allow it) */
-    const int mega0 = ctx->mega;
-    res->persistent = mega0;
-    if (!ctx->mega_ok) snprintf(res->persistent_note, sizeof res->persistent_note, "%s", ctx->mega_why);
-    if (!rc && ctx->mega_ok) {
-        ctx->mega = 1;
-        cuda_graphs_drop(ctx);
-        rc = time_mode(ctx, 0, 1, 0, 0, iters, &res->ms_persistent, err);
-        if (!rc) res->launches_persistent = ctx->graph_kernels[cuda_graph_index(ctx, 0)];
-        ctx->mega = mega0;
-        cuda_graphs_drop(ctx);
-    }
-    /* the fused MLP (experimental) against the two MLP GEMVs, same run */
+    /* the fused MLP against the two MLP GEMVs, same run */
     res->mlp_fused = mf0;
     if (!rc && mf0) {
         ctx->mlp_fused = 0;
@@ -355,7 +305,9 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     if (!rc) rc = time_mode(ctx, 0, 0, 0, 0, iters, &res->ms_nopdl, err);
     if (!rc) rc = time_mode(ctx, 0, 1, 1, 0, iters, &res->ms_eager, err);
     if (!rc) {
-        ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0;
+        ctx->deterministic = det0;
+        ctx->pdl = pdl0;
+        ctx->no_graph = ng0;
         cuda_graphs_drop(ctx);
         rc = time_sync(ctx, iters, &res->ms_sync, err);
     }
@@ -363,33 +315,33 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
         bench_sampling(sp);
         rc = time_steps(ctx, 1, iters, &res->ms_sample, err);
         memset(sp, 0, sizeof *sp);
-        sp->token = 1 < c->vocab_size ? 1 : 0, sp->pos = rq->ctx_len, sp->top_p = 1.0f;
+        sp->token = 1 < c->vocab_size ? 1 : 0;
+        sp->pos = rq->ctx_len;
+        sp->top_p = 1.0f;
     }
-    /* per-launch breakdown: the per-phase kernels (where a token's time goes), then the
-     * persistent kernel's launches appended */
-    if (!rc) {
-        ctx->mega = 0;
-        rc = time_ops(ctx, rq->ops, 0, res, err);
-        if (!rc && rq->ops) rc = time_sample_ops(ctx, sp, res, err);
-        ctx->mega = mega0;
-    }
-    if (!rc && ctx->mega_ok && rq->ops) { /* the persistent kernel's launches and phase trace */
-        ctx->mega = 1;
-        rc = time_ops(ctx, 1, 1, res, err);
-        if (!rc) rc = trace_persistent(ctx, res, err);
-        ctx->mega = mega0;
-    }
+    /* per-launch breakdown: where a token's time goes */
+    if (!rc) rc = time_ops(ctx, rq->ops, res, err);
+    if (!rc && rq->ops) rc = time_sample_ops(ctx, sp, res, err);
 #ifdef Q35_TRACE
     if (!rc) {
-        ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0, ctx->rec_ops = 0, ctx->mega = 0;
+        ctx->deterministic = det0;
+        ctx->pdl = pdl0;
+        ctx->no_graph = ng0;
+        ctx->rec_ops = 0;
         cuda_graphs_drop(ctx);
-        rc = trace_steps(ctx, rq->ctx_len, err);
-        ctx->mega = mega0;
+        rc = trace_steps(ctx, rq->ctx_len, rq->trace_csv, err);
         cuda_graphs_drop(ctx);
     }
+#else
+    if (!rc && rq->trace_csv && *rq->trace_csv)
+        rc = err_set(err, Q35_ERR_UNSUPPORTED, "bench --trace-csv needs the trace build (make TRACE=1)");
 #endif
     if (!rc) rc = bandwidth(ctx, res, err);
-    ctx->deterministic = det0, ctx->pdl = pdl0, ctx->no_graph = ng0, ctx->rec_ops = 0, ctx->mega = mega0;
+    ctx->deterministic = det0;
+    ctx->pdl = pdl0;
+    ctx->no_graph = ng0;
+    ctx->rec_ops = 0;
     ctx->mlp_fused = mf0;
+    ctx->ablate = NULL;
     return rc;
 }

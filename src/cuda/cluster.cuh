@@ -37,8 +37,8 @@ __device__ __forceinline__ void st_dsmem(float *local, unsigned rank, float v) {
 }
 /* local: 16-byte aligned */
 __device__ __forceinline__ void st_dsmem4(float *local, unsigned rank, float4 v) {
-    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(dsmem_addr(local, rank)), "f"(v.x),
-                 "f"(v.y), "f"(v.z), "f"(v.w)
+    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(dsmem_addr(local, rank)), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w)
                  : "memory");
 }
 #else

@@ -55,7 +55,9 @@ static inline int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_
     unsigned n = 0;
     if (cluster_x > 0) {
         attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = cluster_x, attr[n].val.clusterDim.y = 1, attr[n].val.clusterDim.z = 1;
+        attr[n].val.clusterDim.x = cluster_x;
+        attr[n].val.clusterDim.y = 1;
+        attr[n].val.clusterDim.z = 1;
         n++;
     }
     if (l->pdl) {
@@ -82,8 +84,7 @@ static inline int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_
     return launch_status(l->stream);
 }
 template <typename P>
-static inline int launch_kernel(void (*kern)(P), dim3 grid, dim3 block, size_t smem, const CudaLaunch *l,
-                                const P &p) {
+static inline int launch_kernel(void (*kern)(P), dim3 grid, dim3 block, size_t smem, const CudaLaunch *l, const P &p) {
     return launch_ex(kern, grid, block, smem, 0, l, p);
 }
 
@@ -163,38 +164,41 @@ __device__ __forceinline__ unsigned long long q35_now(void) {
 #define Q35_TRACE_T1 const unsigned long long q35_t1 = q35_now()
 /* Q35_T1_AT=n (trace build only): the DeltaNet step, attention and the fused MLP take t1 at their probe
  * point n (Q35_TRACE_PROBE(n) in the kernels) instead of after the wait (0), to split their time after
- * the wait (docs/PERF_NOTES.md §15). */
+ * the wait. */
 #ifndef Q35_T1_AT
 #define Q35_T1_AT 0
 #endif
 #define Q35_TRACE_T1_AT(n) unsigned long long q35_t1 = Q35_T1_AT == 0 ? q35_now() : 0ull
-#define Q35_TRACE_PROBE(n) do { if (Q35_T1_AT == (n)) q35_t1 = q35_now(); } while (0)
-#define Q35_TRACE_ARG , unsigned long long &q35_t1 /* passes t1 to a helper that has probe points */
+#define Q35_TRACE_PROBE(n)                                                                                             \
+    do {                                                                                                               \
+        if (Q35_T1_AT == (n)) q35_t1 = q35_now();                                                                      \
+    } while (0)
+#define Q35_TRACE_ARG  , unsigned long long &q35_t1 /* passes t1 to a helper that has probe points */
 #define Q35_TRACE_PASS , q35_t1
 /* every thread of the block must reach it */
-#define Q35_TRACE_END(kid)                                                                                      \
-    do {                                                                                                        \
-        __syncthreads();                                                                                        \
-        if (threadIdx.x == 0) {                                                                                 \
-            const unsigned q35_i = atomicAdd(&q35_trace_n, 1u);                                                 \
-            if (q35_i < Q35_TRACE_CAP)                                                                          \
-                q35_trace_buf[q35_i] = Q35TraceRec{q35_t0, q35_t1, q35_now(), (unsigned)(kid),                   \
-                                                   blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)}; \
-        }                                                                                                       \
+#define Q35_TRACE_END(kid)                                                                                             \
+    do {                                                                                                               \
+        __syncthreads();                                                                                               \
+        if (threadIdx.x == 0) {                                                                                        \
+            const unsigned q35_i = atomicAdd(&q35_trace_n, 1u);                                                        \
+            if (q35_i < Q35_TRACE_CAP)                                                                                 \
+                q35_trace_buf[q35_i] = Q35TraceRec{q35_t0, q35_t1, q35_now(), (unsigned)(kid),                         \
+                                                   blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)};    \
+        }                                                                                                              \
     } while (0)
-#define Q35_TRACE_FETCH_FN(fname)                                                                               \
-    extern "C" int fname(void *dst, int cap) {                                                                  \
-        unsigned n = 0, z = 0;                                                                                  \
-        if (cudaMemcpyFromSymbol(&n, q35_trace_n, sizeof n) != cudaSuccess) return -1;                          \
-        if (n > Q35_TRACE_CAP) n = Q35_TRACE_CAP;                                                               \
-        if ((int)n > cap) n = (unsigned)cap;                                                                    \
-        if (n && cudaMemcpyFromSymbol(dst, q35_trace_buf, n * sizeof(Q35TraceRec)) != cudaSuccess) return -1;   \
-        if (cudaMemcpyToSymbol(q35_trace_n, &z, sizeof z) != cudaSuccess) return -1;                            \
-        return (int)n;                                                                                          \
+#define Q35_TRACE_FETCH_FN(fname)                                                                                      \
+    extern "C" int fname(void *dst, int cap) {                                                                         \
+        unsigned n = 0, z = 0;                                                                                         \
+        if (cudaMemcpyFromSymbol(&n, q35_trace_n, sizeof n) != cudaSuccess) return -1;                                 \
+        if (n > Q35_TRACE_CAP) n = Q35_TRACE_CAP;                                                                      \
+        if ((int)n > cap) n = (unsigned)cap;                                                                           \
+        if (n && cudaMemcpyFromSymbol(dst, q35_trace_buf, n * sizeof(Q35TraceRec)) != cudaSuccess) return -1;          \
+        if (cudaMemcpyToSymbol(q35_trace_n, &z, sizeof z) != cudaSuccess) return -1;                                   \
+        return (int)n;                                                                                                 \
     }
 #else
-#define Q35_TRACE_T0 (void)0
-#define Q35_TRACE_T1 (void)0
+#define Q35_TRACE_T0       (void)0
+#define Q35_TRACE_T1       (void)0
 #define Q35_TRACE_T1_AT(n) (void)0
 #define Q35_TRACE_PROBE(n) (void)0
 #define Q35_TRACE_ARG
@@ -207,6 +211,13 @@ __device__ __forceinline__ unsigned long long q35_now(void) {
 
 /* bf16(x) as fp32: round to nearest even. */
 __device__ __forceinline__ float rbf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+/* SiLU and sigmoid with the accurate expf (the DeltaNet conv, beta and gated norm, the attention output gate), beside
+ * the fast __expf versions below (silu_f, sigmoid_f: the SwiGLU gate of the MLP and of the prefill GEMM epilogue):
+ * two rounding behaviours the kernels were validated with, each written once. */
+__device__ __forceinline__ float silu_acc(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid_acc(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* fp32 -> bf16 bits, round to nearest even */
+__device__ __forceinline__ uint16_t bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ float bf_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 __device__ __forceinline__ float bf16u(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -325,8 +336,8 @@ __device__ __forceinline__ float stage_norm_x(int i, int n, const uint16_t *embe
     return rbf(__ldcg(res + i) + rbf(a));
 }
 __device__ __forceinline__ void stage_norm_row(float *xs, float *red, int n, const uint16_t *embed, const float *res,
-                                               const float *parts, int n_parts, float *x_out, const float *w,
-                                               int mode, float eps) {
+                                               const float *parts, int n_parts, float *x_out, const float *w, int mode,
+                                               float eps) {
     float ss = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = stage_norm_x(i, n, embed, res, parts, n_parts);
@@ -381,12 +392,12 @@ __device__ __forceinline__ void stage_norm_row_wr(float *xs, float *red, int n, 
  * loop above a store to xs or x_out may alias the next loads, so each element costs one L2 round trip:
  * ~5 us at 8 elements per thread). Same values and summation order. Used by the staged fused MLP at
  * 128/256 threads. (With the weights loaded after the sum, as here, it made the step slower in the GEMV's and
- * the default MLP's prologue, docs/PERF_NOTES.md §15; with them in registers before the wait the default MLP
+ * the default MLP's prologue; with them in registers before the wait the default MLP
  * batches its loads, stage_norm_row_wr<2, true>: -3 us at ctx 2048, §20.) */
 template <int B>
 __device__ __forceinline__ void stage_norm_row_batched(float *xs, float *red, int n, const uint16_t *embed,
-                                                       const float *res, const float *parts, int n_parts,
-                                                       float *x_out, const float *w, int mode, float eps) {
+                                                       const float *res, const float *parts, int n_parts, float *x_out,
+                                                       const float *w, int mode, float eps) {
     float v[B], ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < B; e++) {
@@ -433,7 +444,7 @@ __device__ __forceinline__ float gemv_rows4(const uint4 (&w)[4][4], const float 
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-/* The GEMV's input row (matvec.cu, lm_screen.cu): MV_IN_VEC: x[kbeg, kend) -> xs[0, kend - kbeg); MV_IN_EMBED /
+/* The GEMV's input row (gemv.cu, lm_screen.cu): MV_IN_VEC: x[kbeg, kend) -> xs[0, kend - kbeg); MV_IN_EMBED /
  * MV_IN_RESIDUAL: the whole row, added up and normed (stage_norm_row, its weights nwr in registers when nw_pre),
  * block `writer` also storing x_out and h_out. All threads call it. */
 __device__ __forceinline__ void gemv_stage_input(const MatvecParams &p, float *xs, float *red, int kbeg, int kend,
@@ -454,7 +465,7 @@ __device__ __forceinline__ void gemv_stage_input(const MatvecParams &p, float *x
         for (int i = threadIdx.x; i < cols; i += blockDim.x) p.h_out[i] = xs[i];
 }
 
-/* The LM head's grid argmax (matvec.cu MV_OUT_ARGMAX): every thread passes its best (value, id); the
+/* The LM head's grid argmax (gemv.cu MV_OUT_ARGMAX): every thread passes its best (value, id); the
  * block's best goes to am_val/am_idx[block]; the last block to finish (ticket on *am_count) reduces them in block
  * order, writes *out_id (0 when no row won) and *out_max, and resets *am_count. Every thread of the block calls it
  * (NW warps); returns true in thread 0 of that last block, after its writes (for the caller's own resets). */
@@ -493,7 +504,7 @@ __device__ __forceinline__ bool argmax_publish(ArgMax best, float *am_val, int *
     return true;
 }
 
-/* Tagged words (the exchanges of dn_layer.cu and attention.cu attn_qs): a value stored with its round's epoch as
+/* Tagged words (the exchanges of deltanet_layer.cu and attention.cu attn_qs): a value stored with its round's epoch as
  * one 64-bit word (epoch << 32 | float bits; st/ld.relaxed.gpu: single-copy atomic, so a reader that sees the
  * epoch sees the value stored with it). */
 static __device__ __forceinline__ unsigned long long tag_ld(const unsigned long long *a) {
@@ -545,7 +556,8 @@ static __device__ __forceinline__ void tag_read2(const unsigned long long *t, in
             if (tn - t0 > 2000000000ull) __trap();
         }
     }
-    va = __uint_as_float((unsigned)a), vb = __uint_as_float((unsigned)b);
+    va = __uint_as_float((unsigned)a);
+    vb = __uint_as_float((unsigned)b);
 }
 
 /* y[0..3] += v (y 16-byte aligned): one vector reduction on sm_90, four scalar atomics elsewhere. */

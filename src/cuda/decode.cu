@@ -1,4 +1,4 @@
-/* forward.cu — the launches of one decode step (MODEL.md §3.7), every phase a fused kernel:
+/* decode.cu — the launches of one decode step (MODEL.md §3.7), every phase a fused kernel:
  *   x = E[tok]                                         (prologue of layer 0's first GEMV)
  *   per layer l:
  *     proj = W_in · norm1(x)                           GEMV, prologue: residual add + RMSNorm
@@ -11,7 +11,7 @@
  *   [sampling graph: id = sample(logits)]
  * The residual add of each split-K output happens in the NEXT GEMV's prologue (all its blocks
  * recompute the 4 KiB norm; block 0 stores x), so there is no separate add/norm kernel.
- * Fused MLP (ctx->mlp_fused: the engine default, QWEN35_MLP_FUSED=0 turns it off; atomic mode
+ * Fused MLP (ctx->mlp_fused: wherever the shapes allow it; atomic mode
  * only): the gate_up and down GEMVs become one kernel (mlp.cu: x = bf16(x + bf16(pa)), pb += W_down SwiGLU(W_gu norm2(x)), with the
  * transposed copy w_dT of W_down), so a layer is in, mixer, out, mlp; at short contexts (cuda_step_short) a
  * full-attention layer is qkv, attn_o (attention + o_proj, attention.cu cuda_attn_short), mlp.
@@ -31,12 +31,12 @@
 #include <stdlib.h>
 
 #include "cuda/common.cuh"
-#include "cuda/forward.cuh"
+#include "cuda/backend.cuh"
 
 /* ---- the step's first launch: its params in ------------------------------------------------ */
 
-/* StepParams from the host's pinned copy (read through its mapped address) into device memory: one warp. A kernel
- * instead of a memcpy node: -0.5 us per step on the H200 (PERF_NOTES §28). The host's lm_key and lm_gmax are 0, so
+/* StepParams from the host's pinned copy (read through its mapped address) into device memory: one warp (a kernel
+ * starts sooner than a memcpy node). The host's lm_key and lm_gmax are 0, so
  * the copy also resets the screen's key and running max (a memset node for them cost 0.8 us). No PDL: it has no
  * predecessor in the step, and the step's first kernel (launched without PDL too) starts after it has completed, so
  * every later kernel may read step_dev before its own pdl_wait, as with the memcpy node. */
@@ -105,40 +105,11 @@ static int probe_parts(CudaCtx *ctx, int l, const char *what, const float *parts
     return 0;
 }
 
-/* ---- L2 prefetch frontier ------------------------------------------------------------------ */
-
-/* The step reads its weights as one stream (forward.cuh: the layers' arena range in consumption
- * order, then the LM head). *front is the stream position prefetched so far. The GEMV reading w
- * [w_bytes] prefetches the stream from the frontier to pf_ahead bytes past its own weights (its
- * own are loaded directly), into mv->pf[1..2] (the part in the LM head at most pf_ahead long:
- * that kernel streams at full rate by itself). So DRAM always has about pf_ahead bytes queued
- * while the dependent chain of kernels, mixers included, reads its weights from L2. */
-static void pf_window(const CudaCtx *ctx, long long *front, const void *w, long long w_bytes, MatvecParams *mv) {
-    if (ctx->pf_ahead <= 0 || !ctx->ws_beg) return;
-    const long long nl = ctx->ws_layers, lm = (long long)ctx->c->vocab_size * ctx->c->hidden_size * 2;
-    const long long e = (long long)((const char *)w - ctx->ws_beg) + w_bytes;
-    const long long cap = nl + (ctx->pf_ahead < lm ? ctx->pf_ahead : lm);
-    long long want = e + ctx->pf_ahead;
-    if (want > cap) want = cap;
-    if (*front < e) *front = e;
-    if (want <= *front) return;
-    if (*front < nl) {
-        const long long end = want < nl ? want : nl;
-        mv->pf[1].ptr = ctx->ws_beg + *front, mv->pf[1].bytes = end - *front;
-    }
-    if (want > nl) {
-        const long long s0 = *front > nl ? *front - nl : 0;
-        mv->pf[2].ptr = (const char *)ctx->lm_head + s0, mv->pf[2].bytes = want - nl - s0;
-    }
-    *front = want;
-}
-
 /* ---- ablation (measurement only) ------------------------------------------------------------ */
 
-/* QWEN35_ABLATE=kind,kind,... (kinds: qkvzba qkv deltanet attention out_proj o_proj mlp gate_up down
- * lm_head): those launches are left out of the step, so `qwen35 bench` measures what each kind costs
- * inside the graph (the step's time with and without it). The outputs are garbage then: a
- * measurement aid for docs/PERF_NOTES.md, never for use. name: "Lnn.kind" or "lm_head". */
+/* ctx->ablate = "kind,kind,..." (bench --ablate; kinds: cuda_ablate_kinds): those launches are left out of the
+ * step, so `qwen35 bench` measures what each kind costs inside the graph (the step's time with and without it).
+ * The outputs are garbage then: a measurement aid, never for use. name: "Lnn.kind" or "lm_head". */
 /* 1 when the comma-separated list holds the n-character kind. */
 static int in_list(const char *list, const char *kind, size_t n) {
     for (const char *t = list; *t;) {
@@ -149,37 +120,38 @@ static int in_list(const char *list, const char *kind, size_t n) {
     }
     return 0;
 }
-static int ablated(const char *name) {
-    static const char kinds[] = "qkvzba,qkv,deltanet,attention,out_proj,o_proj,mlp,gate_up,down,lm_head";
-    static const char *list;
-    static int read;
-    if (!read) {
-        list = getenv("QWEN35_ABLATE"), read = 1;
-        if (list && *list) {
-            fprintf(stderr, "qwen35: QWEN35_ABLATE=%s: those kernels are left out, outputs are garbage\n", list);
-            for (const char *t = list; *t;) { /* a kind that matches no launch would measure nothing: say so */
-                const char *e = strchr(t, ',');
-                const size_t m = e ? (size_t)(e - t) : strlen(t);
-                if (!in_list(kinds, t, m))
-                    fprintf(stderr, "qwen35: QWEN35_ABLATE: unknown kind '%.*s' (known: %s)\n", (int)m, t, kinds);
-                t += m + (e != NULL);
-            }
+const char cuda_ablate_kinds[] = "qkvzba,qkv,deltanet,dnlayer,attention,attn_o,out_proj,o_proj,mlp,gate_up,down,"
+                                 "lm_head";
+
+/* 1 when every kind in list is known (bench checks its --ablate list with it). */
+int cuda_ablate_check(const char *list, char *bad, size_t n) {
+    for (const char *t = list; t && *t;) {
+        const char *e = strchr(t, ',');
+        const size_t m = e ? (size_t)(e - t) : strlen(t);
+        if (!in_list(cuda_ablate_kinds, t, m)) {
+            snprintf(bad, n, "%.*s", (int)m, t);
+            return 0;
         }
+        t += m + (e != NULL);
     }
-    if (!list || !*list) return 0;
+    return 1;
+}
+
+static int ablated(const CudaCtx *ctx, const char *name) {
+    if (!ctx->ablate || !*ctx->ablate) return 0;
     const char *kind = name[0] == 'L' && name[3] == '.' ? name + 4 : name;
-    return in_list(list, kind, strlen(kind));
+    return in_list(ctx->ablate, kind, strlen(kind));
 }
 
 /* ---- one GEMV ------------------------------------------------------------------------------ */
 
 static int gemv(CudaCtx *ctx, const CudaLaunch *lc, MatvecParams *mv, const char *name, Err *err) {
     mv->eps = ctx->c->rms_norm_eps;
-    mv->early_trigger = ctx->pdl_early;
+    mv->early_trigger = 1;
     if (mv->blocks <= 0) mv->blocks = cuda_matvec_blocks(mv->rows, mv->cols, mv->splits, ctx->n_sm);
     double bytes = 2.0 * mv->rows * mv->cols + 4.0 * mv->cols * (1 + mv->n_parts) +
                    4.0 * mv->rows * (mv->out_mode == MV_OUT_SPLITK && !mv->atomic ? mv->splits : 1);
-    if (ablated(name)) return 0;
+    if (ablated(ctx, name)) return 0;
     op_begin(ctx);
     return op_end(ctx, cuda_matvec(mv, lc), name, bytes, err);
 }
@@ -200,7 +172,11 @@ static int deltanet(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     p.S = ly->S;
     p.y = ctx->mix;
     p.o = ctx->probe.dir ? ctx->probe_dev : NULL;
-    if (ctx->dn_gn) p.gated_out = 1, p.y = NULL, p.o = ctx->mix; /* out_proj does the gated norm */
+    if (ctx->dn_gn) { /* out_proj does the gated norm */
+        p.gated_out = 1;
+        p.y = NULL;
+        p.o = ctx->mix;
+    }
     p.step = ctx->step_dev;
     p.Hk = c->linear_num_key_heads;
     p.Hv = c->linear_num_value_heads;
@@ -213,7 +189,7 @@ static int deltanet(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
                          4.0 * (c->conv_dim + c->value_dim + 2 * p.Hv) + 4.0 * c->value_dim;
     char name[40];
     snprintf(name, sizeof name, "L%02d.deltanet", l);
-    if (ablated(name)) return 0;
+    if (ablated(ctx, name)) return 0;
     op_begin(ctx);
     int rc = op_end(ctx, cuda_deltanet_step(&p, lc), name, bytes, err);
     if (!rc && ctx->probe.dir) {
@@ -255,14 +231,18 @@ static int attn_short(CudaCtx *ctx, const CudaLaunch *lc, int l, float *pa, floa
     AttnShortParams p;
     memset(&p, 0, sizeof p);
     attn_params(ctx, l, &p.a);
-    p.w_o = ctx->layers[l].w_out, p.y = pa, p.zero = pb, p.n_zero = c->hidden_size;
-    p.D = c->hidden_size, p.max_len = ctx->attn_short;
+    p.w_o = ctx->layers[l].w_out;
+    p.y = pa;
+    p.zero = pb;
+    p.n_zero = c->hidden_size;
+    p.D = c->hidden_size;
+    p.max_len = ctx->attn_short;
     const double kv_len = ctx->step_host->pos + 1.0;
     const double bytes = 4.0 * (c->q_proj_rows + 2 * c->kv_dim) + 2.0 * 2 * p.a.Hkv * kv_len * p.a.hd +
                          2.0 * c->hidden_size * c->attn_dim + 8.0 * c->hidden_size;
     char name[40];
     snprintf(name, sizeof name, "L%02d.attn_o", l);
-    if (ablated(name)) return 0;
+    if (ablated(ctx, name)) return 0;
     op_begin(ctx);
     return op_end(ctx, cuda_attn_short(&p, lc), name, bytes, err);
 }
@@ -273,11 +253,11 @@ static int attention(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     AttnDecodeParams p;
     attn_params(ctx, l, &p);
     const double kv_len = ctx->step_host->pos + 1.0;
-    const double bytes = 4.0 * (c->q_proj_rows + 2 * c->kv_dim) + 2.0 * 2 * p.Hkv * kv_len * p.hd +
-                         4.0 * c->attn_dim + 4.0 * p.Hq * ctx->attn_splits * (p.hd + 2) * 2;
+    const double bytes = 4.0 * (c->q_proj_rows + 2 * c->kv_dim) + 2.0 * 2 * p.Hkv * kv_len * p.hd + 4.0 * c->attn_dim +
+                         4.0 * p.Hq * ctx->attn_splits * (p.hd + 2) * 2;
     char name[40];
     snprintf(name, sizeof name, "L%02d.attention", l);
-    if (ablated(name)) return 0;
+    if (ablated(ctx, name)) return 0;
     op_begin(ctx);
     int rc = op_end(ctx, cuda_attn_decode(&p, lc), name, bytes, err);
     if (rc || !ctx->probe.dir) return rc;
@@ -296,135 +276,103 @@ static int attention(CudaCtx *ctx, const CudaLaunch *lc, int l, Err *err) {
     return probe_dev(ctx, name, ctx->mix, (size_t)c->attn_dim, err);
 }
 
-/* ---- fused MLP (experimental) ----------------------------------------------------------------- */
+/* ---- fused MLP ----------------------------------------------------------------- */
 
 /* x_out = bf16(x + bf16(pa)); pb += W_down · SwiGLU(W_gu · norm2(x_out)) (pb zeroed by out_proj). */
-static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, float *x_out, const float *pa, float *pb,
-                     Err *err) {
+static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, float *x_out, const float *pa,
+                     float *pb, Err *err) {
     const Config *c = ctx->c;
     const CudaLayer *ly = &ctx->layers[l];
     const int D = c->hidden_size, F = c->intermediate_size;
     MlpFusedParams p;
     memset(&p, 0, sizeof p);
-    p.w_gu = ly->w_gu, p.w_dT = ly->w_dT, p.D = D, p.F = F;
+    p.w_gu = ly->w_gu;
+    p.w_dT = ly->w_dT;
+    p.D = D;
+    p.F = F;
     p.blocks = cuda_mlp_fused_blocks(F, ctx->n_sm);
-    p.x = x, p.parts = pa, p.n_parts = 1, p.x_out = x_out;
-    p.norm_w = ly->ln2, p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN, p.eps = c->rms_norm_eps;
+    p.x = x;
+    p.parts = pa;
+    p.n_parts = 1;
+    p.x_out = x_out;
+    p.norm_w = ly->ln2;
+    p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
+    p.eps = c->rms_norm_eps;
     p.y = pb;
-    p.early_trigger = ctx->pdl_early;
+    p.early_trigger = 1;
     const double bytes = 6.0 * F * D + 4.0 * D * 3 + 4.0 * D;
     char name[40];
     snprintf(name, sizeof name, "L%02d.mlp", l);
-    if (ablated(name)) return 0;
+    if (ablated(ctx, name)) return 0;
     op_begin(ctx);
-    const int rc = ctx->mlp_staged ? cuda_mlp_fused_staged(&p, ctx->mlp_staged, lc) : cuda_mlp_fused(&p, lc);
-    return op_end(ctx, rc, name, bytes, err);
+    return op_end(ctx, cuda_mlp_fused(&p, lc), name, bytes, err);
 }
 
-/* The DeltaNet layer's in_proj, step and out_proj as one kernel (dn_layer.cu; ctx->dn_fused): x = embedding
+/* The DeltaNet layer's in_proj, step and out_proj as one kernel (deltanet_layer.cu; ctx->dn_fused): x = embedding
  * (l = 0) or x + pb_prev, pa += W_out mixer(W_in norm1(x)); zeroes zero0 and zero1 ([D] each). */
 static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, const float *pb_prev, float *x_out,
-                    float *pa, float *zero0, float *zero1, float *mlp_x_out, float *pb, Err *err) {
+                    float *pa, float *zero0, float *zero1, Err *err) {
     const Config *c = ctx->c;
     const CudaLayer *ly = &ctx->layers[l];
     DnLayerParams p;
     memset(&p, 0, sizeof p);
-    p.w_in = ly->w_in, p.w_out = ly->w_out;
+    p.w_in = ly->w_in;
+    p.w_out = ly->w_out;
     if (l == 0)
         p.embed = ctx->embed;
-    else
-        p.x = x, p.parts = pb_prev, p.n_parts = 1;
-    p.x_out = x_out, p.ln1 = ly->ln1, p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
-    p.conv_w = ly->conv_w, p.conv_ring = ly->conv_ring, p.A_log = ly->A_log, p.dt_bias = ly->dt_bias;
-    p.norm_w = ly->lin_norm, p.S = ly->S, p.y = pa, p.zero0 = zero0, p.zero1 = zero1, p.n_zero = c->hidden_size;
-    p.step = ctx->step_dev, p.D = c->hidden_size, p.Hk = c->linear_num_key_heads, p.Hv = c->linear_num_value_heads;
-    p.dk = c->linear_key_head_dim, p.dv = c->linear_value_head_dim, p.K = c->linear_conv_kernel_dim;
+    else {
+        p.x = x;
+        p.parts = pb_prev;
+        p.n_parts = 1;
+    }
+    p.x_out = x_out;
+    p.ln1 = ly->ln1;
+    p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
+    p.conv_w = ly->conv_w;
+    p.conv_ring = ly->conv_ring;
+    p.A_log = ly->A_log;
+    p.dt_bias = ly->dt_bias;
+    p.norm_w = ly->lin_norm;
+    p.S = ly->S;
+    p.y = pa;
+    p.zero0 = zero0;
+    p.zero1 = zero1;
+    p.n_zero = c->hidden_size;
+    p.step = ctx->step_dev;
+    p.D = c->hidden_size;
+    p.Hk = c->linear_num_key_heads;
+    p.Hv = c->linear_num_value_heads;
+    p.dk = c->linear_key_head_dim;
+    p.dv = c->linear_value_head_dim;
+    p.K = c->linear_conv_kernel_dim;
     p.eps = c->rms_norm_eps;
-    if (ctx->dn_fused == 1) p.xbuf = ctx->dn_xbuf, p.xcnt = ctx->dn_xcnt, p.xcnt_stride = ctx->dn_xstride;
-    p.onex = mlp_x_out ? 0 : ctx->dn_onex;
-    if (mlp_x_out) { /* the MLP as the tail (ctx->dn_mlp): mlp_x_out = x_out + pa, pb += MLP */
-        p.mlp_w_gu = ly->w_gu, p.mlp_w_dT = ly->w_dT, p.mlp_norm_w = ly->ln2, p.mlp_x_out = mlp_x_out, p.mlp_y = pb;
-        p.mlp_cnt = ctx->dn_gcnt, p.F = c->intermediate_size, p.mlp_at = ctx->dn_mlp - 1;
+    if (ctx->dn_fused == 1) {
+        p.xbuf = ctx->dn_xbuf;
+        p.xcnt = ctx->dn_xcnt;
+        p.xcnt_stride = 32;
     }
     const double D = c->hidden_size, state = 4.0 * p.Hv * p.dk * p.dv;
     const double bytes = 2.0 * D * (ly->in_rows + ly->out_cols) + 2 * state + 2.0 * p.K * c->conv_dim +
-                         4.0 * c->conv_dim * p.K + 4.0 * D * 4 + (mlp_x_out ? 6.0 * D * p.F + 4.0 * D * 3 : 0);
+                         4.0 * c->conv_dim * p.K + 4.0 * D * 4;
     char name[40];
     snprintf(name, sizeof name, "L%02d.dnlayer", l);
-    if (ablated(name)) return 0;
+    if (ablated(ctx, name)) return 0;
     op_begin(ctx);
     CudaLaunch lw = *lc;
     int dn_index = 0; /* this layer's place among the DeltaNet layers: the first l2_state_layers keep S in L2 */
     for (int i = 0; i < l; i++) dn_index += ctx->layers[i].type != LAYER_FULL_ATTN;
-    if (ctx->l2_state && dn_index < ctx->l2_state_layers) lw.l2_base = ly->S, lw.l2_bytes = ctx->l2_state;
+    if (ctx->l2_state && dn_index < ctx->l2_state_layers) {
+        lw.l2_base = ly->S;
+        lw.l2_bytes = ctx->l2_state;
+    }
     return op_end(ctx, cuda_dn_layer(&p, &lw), name, bytes, err);
-}
-
-/* Bytes a full-attention layer's fused mixer moves (attn_layer, attn_qs): W_qkv and W_o, the cached K/V rows, x. */
-static double attn_mixer_bytes(const CudaCtx *ctx, const CudaLayer *ly) {
-    const Config *c = ctx->c;
-    const double D = c->hidden_size, kv_len = ctx->step_host->pos + 1.0;
-    return 2.0 * D * (ly->in_rows + ly->out_cols) + 2.0 * 2 * c->num_key_value_heads * kv_len * c->head_dim + 4.0 * D * 4;
-}
-
-/* A full-attention layer's qkv GEMV, attention and o_proj as one kernel (attn_layer.cu; ctx->attn_fused,
- * EXPERIMENTAL): x as dn_layer, pa += W_o attn(W_qkv norm1(x)); zeroes zero0 and zero1 ([D] each). */
-static int attn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, const float *pb_prev, float *x_out,
-                      float *pa, float *zero0, float *zero1, Err *err) {
-    const Config *c = ctx->c;
-    const CudaLayer *ly = &ctx->layers[l];
-    AttnLayerParams p;
-    memset(&p, 0, sizeof p);
-    p.w_in = ly->w_in, p.w_out = ly->w_out;
-    if (l == 0)
-        p.embed = ctx->embed;
-    else
-        p.x = x, p.parts = pb_prev, p.n_parts = 1;
-    p.x_out = x_out, p.ln1 = ly->ln1, p.norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
-    p.q_norm_w = ly->q_norm, p.k_norm_w = ly->k_norm, p.inv_freq = ctx->inv_freq;
-    p.k_cache = ly->Kc, p.v_cache = ly->Vc, p.y = pa, p.zero0 = zero0, p.zero1 = zero1, p.n_zero = c->hidden_size;
-    p.xbuf = ctx->al_xbuf, p.xcnt = ctx->al_xcnt, p.step = ctx->step_dev;
-    p.D = c->hidden_size, p.Hq = c->num_attention_heads, p.Hkv = c->num_key_value_heads, p.hd = c->head_dim;
-    p.R = c->rotary_dim, p.max_seq = ctx->max_seq, p.eps = c->rms_norm_eps;
-    const double bytes = attn_mixer_bytes(ctx, ly);
-    char name[40];
-    snprintf(name, sizeof name, "L%02d.attnlayer", l);
-    if (ablated(name)) return 0;
-    op_begin(ctx);
-    return op_end(ctx, cuda_attn_layer(&p, lc), name, bytes, err);
-}
-
-/* Short contexts with the buffer parity of the fused mixers: a full-attention layer's qkv GEMV, attention and
- * o_proj as one kernel (attention.cu attn_qs): x as dn_layer, pa += W_o attn(W_qkv norm1(x)); zeroes zero0 (pa
- * of layer l + 1) and zero1 (pb, which the fused MLP adds into next). */
-static int attn_qs(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, const float *pb_prev, float *x_out,
-                   float *pa, float *zero0, float *zero1, Err *err) {
-    const Config *c = ctx->c;
-    const CudaLayer *ly = &ctx->layers[l];
-    AttnQsParams p;
-    memset(&p, 0, sizeof p);
-    attn_params(ctx, l, &p.s.a);
-    p.s.a.qkv = NULL, p.s.a.out = NULL, p.s.a.work = NULL;
-    p.s.w_o = ly->w_out, p.s.y = pa, p.s.zero = zero0, p.s.n_zero = c->hidden_size;
-    p.s.D = c->hidden_size, p.s.max_len = ctx->attn_short;
-    p.w_in = ly->w_in, p.ln1 = ly->ln1, p.x_out = x_out, p.zero1 = zero1, p.tag = ctx->qs_tag;
-    if (l == 0)
-        p.embed = ctx->embed;
-    else
-        p.x = x, p.parts = pb_prev, p.n_parts = 1;
-    const double bytes = attn_mixer_bytes(ctx, ly);
-    char name[40];
-    snprintf(name, sizeof name, "L%02d.attn_qs", l);
-    if (ablated(name)) return 0;
-    op_begin(ctx);
-    return op_end(ctx, cuda_attn_qs(&p, lc), name, bytes, err);
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
 int cuda_step_short(const CudaCtx *ctx) {
-    return ctx->attn_short > 0 && ctx->mlp_fused && !ctx->deterministic && !ctx->probe.dir && !ctx->mega &&
-           !ctx->attn_fused && ctx->step_host->pos + 1 <= ctx->attn_short;
+    return ctx->attn_short > 0 && ctx->mlp_fused && !ctx->deterministic && !ctx->probe.dir &&
+           ctx->step_host->pos + 1 <= ctx->attn_short;
 }
 
 int cuda_step_screen(const CudaCtx *ctx, int sample) {
@@ -436,15 +384,14 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     const int D = c->hidden_size, F = c->intermediate_size, L = c->num_hidden_layers, V = c->vocab_size;
     const int nm = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN, det = ctx->deterministic;
     const int probing = ctx->probe.dir != NULL, fused = ctx->mlp_fused && !det;
-    /* the fused DeltaNet mixer (dn_layer.cu) adds into pa while it reads pb, with no kernel between it and
+    /* the fused DeltaNet mixer (deltanet_layer.cu) adds into pa while it reads pb, with no kernel between it and
      * the MLP: so pa and pb alternate between two buffers by layer parity (pa + (l & 1) D, pb likewise),
      * and the zeroing contract (header) becomes: pa of layer l + 1 is zeroed by the first kernel of layer l
-     * (dn_layer or attn_layer) or of layer l + 1 (the in_proj GEMV, both buffers) and by the LM head (both); pb
-     * of layer l by dn_layer(l), attn_layer(l), out_proj/o_proj(l) or, at short contexts, attn_o(l) (attention +
-     * o_proj in one kernel, cuda_step_short: it adds into pa as o_proj would). */
-    const int par = (ctx->dn_fused || ctx->attn_fused) && fused && !probing && !ctx->mega;
+     * (dn_layer) or of layer l + 1 (the in_proj GEMV, both buffers) and by the LM head (both); pb of layer l by
+     * dn_layer(l), out_proj/o_proj(l) or, at short contexts, attn_o(l) (attention + o_proj in one kernel,
+     * cuda_step_short: it adds into pa as o_proj would). */
+    const int par = ctx->dn_fused && fused && !probing;
     const int shrt = cuda_step_short(ctx);
-    int L_done = 0;
     CudaLaunch lc = {ctx->stream, ctx->pdl && !probing && ctx->rec_ops != 2, NULL, 0};
     ctx->n_ops = 0;
     int xi = 0, rc = 0, pb_parts = 1;
@@ -454,37 +401,19 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     op_begin(ctx);
     step_load_k<<<1, 32, 0, ctx->stream>>>(ctx->step_dev, ctx->step_host_dev);
     if ((rc = op_end(ctx, launch_status(ctx->stream), "step_load", 2.0 * sizeof(StepParams), err))) return rc;
-    long long front = 0; /* L2 prefetch frontier (pf_window) */
     char name[40];
-    if (ctx->mega && !probing) { /* every layer in the persistent kernel; then x[1] + pb feed the head */
-        double bytes = 0;
-        for (int l = 0; l < L; l++) {
-            const CudaLayer *ly = &ctx->layers[l];
-            bytes += 2.0 * D * ((double)ly->in_rows + ly->out_cols + 3.0 * F);
-            if (ly->type == LAYER_FULL_ATTN)
-                bytes += 2.0 * 2 * c->num_key_value_heads * (ctx->step_host->pos + 1.0) * c->head_dim;
-            else
-                bytes += 8.0 * c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
-        }
-        op_begin(ctx);
-        rc = op_end(ctx, cuda_mega_step(&ctx->mega_p, ctx->mega_blocks, &lc_first), "layers", bytes, err);
-        xi = 1, pb_parts = 1, L_done = L;
-    }
-    for (int l = L_done; l < L && !rc; l++) {
+    for (int l = 0; l < L && !rc; l++) {
         CudaLayer *ly = &ctx->layers[l];
         const CudaLaunch *lf = l == 0 ? &lc_first : &lc; /* the layer's first launch */
         const int full = ly->type == LAYER_FULL_ATTN, so = ctx->splits_out[full];
         float *pa = ctx->pa + (par ? (size_t)(l & 1) * D : 0), *pb = ctx->pb + (par ? (size_t)(l & 1) * D : 0);
         float *pb_prev = ctx->pb + (par ? (size_t)((l + 1) & 1) * D : 0);
         MatvecParams mv;
-        if (par && full && (ctx->attn_fused || (shrt && ctx->attn_qs))) {
-            /* qkv, attention and o_proj in one kernel (attn_layer, or at short contexts attn_qs), then the fused MLP */
+        if (par && !full && ctx->dn_fused) { /* in_proj, step and out_proj in one kernel, then the fused MLP */
             const float *xin = ctx->x[xi];
             if (l == 0) xi = 0;
-            const int xo = l == 0 ? 0 : xi ^ 1;
-            float *zero0 = ctx->pa + (size_t)((l + 1) & 1) * D;
-            rc = ctx->attn_fused ? attn_layer(ctx, lf, l, xin, pb_prev, ctx->x[xo], pa, zero0, pb, err)
-                                 : attn_qs(ctx, lf, l, xin, pb_prev, ctx->x[xo], pa, zero0, pb, err);
+            const int xo = l == 0 ? 0 : xi ^ 1; /* dn_layer's x_out; the MLP's: xo ^ 1 */
+            rc = dn_layer(ctx, lf, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb, err);
             if (rc) break;
             if (l > 0) xi ^= 1;
             if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
@@ -492,41 +421,34 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
             pb_parts = 1;
             continue;
         }
-        if (par && !full && ctx->dn_fused) { /* in_proj, step and out_proj in one kernel, then the fused MLP */
-            const float *xin = ctx->x[xi];
-            if (l == 0) xi = 0;
-            const int xo = l == 0 ? 0 : xi ^ 1; /* dn_layer's x_out; the MLP's: xo ^ 1 */
-            rc = dn_layer(ctx, lf, l, xin, pb_prev, ctx->x[xo], pa, ctx->pa + (size_t)((l + 1) & 1) * D, pb,
-                          ctx->dn_mlp ? ctx->x[xo ^ 1] : NULL, pb, err);
-            if (rc) break;
-            if (l > 0) xi ^= 1;
-            if (!ctx->dn_mlp && (rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
-            xi ^= 1;
-            pb_parts = 1;
-            continue;
-        }
         /* proj = W_in · norm1(x), x = embedding (l = 0) or x + down-proj of layer l-1 */
         memset(&mv, 0, sizeof mv);
-        mv.W = ly->w_in, mv.rows = ly->in_rows, mv.cols = D, mv.splits = 1;
+        mv.W = ly->w_in;
+        mv.rows = ly->in_rows;
+        mv.cols = D;
+        mv.splits = 1;
         if (l == 0) {
-            mv.in_mode = MV_IN_EMBED, mv.embed = ctx->embed, mv.step = ctx->step_dev, mv.x_out = ctx->x[0];
+            mv.in_mode = MV_IN_EMBED;
+            mv.embed = ctx->embed;
+            mv.step = ctx->step_dev;
+            mv.x_out = ctx->x[0];
             xi = 0;
         } else {
-            mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = pb_prev, mv.n_parts = pb_parts;
+            mv.in_mode = MV_IN_RESIDUAL;
+            mv.x = ctx->x[xi];
+            mv.parts = pb_prev;
+            mv.n_parts = pb_parts;
             mv.x_out = ctx->x[xi ^ 1];
             xi ^= 1;
         }
-        mv.norm_w = ly->ln1, mv.norm_mode = nm;
-        if (!det) mv.zero = ctx->pa, mv.n_zero = par ? 2 * D : D;
-        mv.out_mode = MV_OUT_STORE, mv.y = ctx->proj;
-        pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
-        if (!full && ctx->pf_ahead > 0) { /* first: the DeltaNet step's S and conv ring (contiguous) */
-            const size_t ring = cuda_deltanet_conv_ring_bytes(c->linear_num_key_heads, c->linear_num_value_heads,
-                                                              c->linear_key_head_dim, c->linear_value_head_dim,
-                                                              c->linear_conv_kernel_dim);
-            mv.pf[0].ptr = ly->S;
-            mv.pf[0].bytes = (long long)((const char *)ly->conv_ring + ring - (const char *)ly->S) & ~15LL;
+        mv.norm_w = ly->ln1;
+        mv.norm_mode = nm;
+        if (!det) {
+            mv.zero = ctx->pa;
+            mv.n_zero = par ? 2 * D : D;
         }
+        mv.out_mode = MV_OUT_STORE;
+        mv.y = ctx->proj;
         snprintf(name, sizeof name, "L%02d.%s", l, full ? "qkv" : "qkvzba");
         if ((rc = gemv(ctx, lf, &mv, name, err))) break;
 
@@ -542,20 +464,29 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
 
         /* pa = W_out · mix (split-K) */
         memset(&mv, 0, sizeof mv);
-        mv.W = ly->w_out, mv.rows = D, mv.cols = ly->out_cols, mv.splits = so;
-        mv.in_mode = MV_IN_VEC, mv.x = ctx->mix;
+        mv.W = ly->w_out;
+        mv.rows = D;
+        mv.cols = ly->out_cols;
+        mv.splits = so;
+        mv.in_mode = MV_IN_VEC;
+        mv.x = ctx->mix;
         if (!full && ctx->dn_gn) { /* mix holds o: the gated norm in the prologue (ops.h MV_IN_GATED) */
-            mv.in_mode = MV_IN_GATED, mv.gate = ctx->proj + c->conv_dim, mv.norm_w = ly->lin_norm;
+            mv.in_mode = MV_IN_GATED;
+            mv.gate = ctx->proj + c->conv_dim;
+            mv.norm_w = ly->lin_norm;
             mv.group = c->linear_value_head_dim;
         }
-        mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = pa;
-        if (fused) mv.zero = pb, mv.n_zero = D; /* the fused MLP adds into pb next (header comment) */
-        pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
+        mv.out_mode = MV_OUT_SPLITK;
+        mv.atomic = !det;
+        mv.y = pa;
+        if (fused) { /* the fused MLP adds into pb next (header comment) */
+            mv.zero = pb;
+            mv.n_zero = D;
+        }
         snprintf(name, sizeof name, "L%02d.%s", l, full ? "o_proj" : "out_proj");
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
         const int pa_parts = det ? so : 1;
-        if (probing && (rc = probe_parts(ctx, l, full ? "attn.out" : "delta.out", pa, pa_parts, NULL, err)))
-            break;
+        if (probing && (rc = probe_parts(ctx, l, full ? "attn.out" : "delta.out", pa, pa_parts, NULL, err))) break;
 
         if (fused) { /* x = x + pa; pb += W_down · SwiGLU(W_gu · norm2(x)) in one kernel */
             if ((rc = mlp_fused(ctx, &lc, l, ctx->x[xi], ctx->x[xi ^ 1], pa, pb, err))) break;
@@ -567,23 +498,38 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
 
         /* mlp = SwiGLU(W_gu · norm2(x + pa)) */
         memset(&mv, 0, sizeof mv);
-        mv.W = ly->w_gu, mv.rows = 2 * F, mv.cols = D, mv.splits = 1;
-        mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = pa, mv.n_parts = pa_parts;
+        mv.W = ly->w_gu;
+        mv.rows = 2 * F;
+        mv.cols = D;
+        mv.splits = 1;
+        mv.in_mode = MV_IN_RESIDUAL;
+        mv.x = ctx->x[xi];
+        mv.parts = pa;
+        mv.n_parts = pa_parts;
         mv.x_out = ctx->x[xi ^ 1];
         xi ^= 1;
-        mv.norm_w = ly->ln2, mv.norm_mode = nm;
-        if (!det) mv.zero = pb, mv.n_zero = D;
-        mv.out_mode = MV_OUT_SILU_MUL, mv.y = ctx->mlp;
-        pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
+        mv.norm_w = ly->ln2;
+        mv.norm_mode = nm;
+        if (!det) {
+            mv.zero = pb;
+            mv.n_zero = D;
+        }
+        mv.out_mode = MV_OUT_SILU_MUL;
+        mv.y = ctx->mlp;
         snprintf(name, sizeof name, "L%02d.gate_up", l);
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
 
         /* pb = W_down · mlp (split-K) */
         memset(&mv, 0, sizeof mv);
-        mv.W = ly->w_down, mv.rows = D, mv.cols = F, mv.splits = ctx->splits_down;
-        mv.in_mode = MV_IN_VEC, mv.x = ctx->mlp;
-        mv.out_mode = MV_OUT_SPLITK, mv.atomic = !det, mv.y = pb;
-        pf_window(ctx, &front, mv.W, 2LL * mv.rows * mv.cols, &mv);
+        mv.W = ly->w_down;
+        mv.rows = D;
+        mv.cols = F;
+        mv.splits = ctx->splits_down;
+        mv.in_mode = MV_IN_VEC;
+        mv.x = ctx->mlp;
+        mv.out_mode = MV_OUT_SPLITK;
+        mv.atomic = !det;
+        mv.y = pb;
         snprintf(name, sizeof name, "L%02d.down", l);
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
         pb_parts = det ? ctx->splits_down : 1;
@@ -594,23 +540,48 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     /* logits = lm_head · norm(x + pb); id = argmax over the tokenizer's ids */
     MatvecParams mv;
     memset(&mv, 0, sizeof mv);
-    mv.W = ctx->lm_head, mv.rows = V, mv.cols = D, mv.splits = 1, mv.blocks = ctx->lm_blocks;
-    mv.in_mode = MV_IN_RESIDUAL, mv.x = ctx->x[xi], mv.parts = ctx->pb + (par ? (size_t)((L - 1) & 1) * D : 0);
+    mv.W = ctx->lm_head;
+    mv.rows = V;
+    mv.cols = D;
+    mv.splits = 1;
+    mv.blocks = ctx->lm_blocks;
+    mv.in_mode = MV_IN_RESIDUAL;
+    mv.x = ctx->x[xi];
+    mv.parts = ctx->pb + (par ? (size_t)((L - 1) & 1) * D : 0);
     mv.n_parts = pb_parts;
-    mv.norm_w = ctx->final_norm, mv.norm_mode = nm;
+    mv.norm_w = ctx->final_norm;
+    mv.norm_mode = nm;
     mv.h_out = probing ? ctx->probe_dev : NULL;
-    if (!det) mv.zero = ctx->pa, mv.n_zero = par ? 2 * D : D;
-    mv.out_mode = MV_OUT_ARGMAX, mv.step = ctx->step_dev, mv.logits = ctx->logits, mv.n_valid = ctx->n_valid;
-    mv.am_val = ctx->am_val, mv.am_idx = ctx->am_idx, mv.am_count = ctx->am_count;
-    mv.work = ctx->lm_dyn ? ctx->lm_work : NULL, mv.work_tail = ctx->lm_dyn;
-    mv.out_id = ctx->out_id, mv.out_max = ctx->out_max;
+    if (!det) {
+        mv.zero = ctx->pa;
+        mv.n_zero = par ? 2 * D : D;
+    }
+    mv.out_mode = MV_OUT_ARGMAX;
+    mv.step = ctx->step_dev;
+    mv.logits = ctx->logits;
+    mv.n_valid = ctx->n_valid;
+    mv.am_val = ctx->am_val;
+    mv.am_idx = ctx->am_idx;
+    mv.am_count = ctx->am_count;
+    mv.work = ctx->lm_dyn ? ctx->lm_work : NULL;
+    mv.work_tail = ctx->lm_dyn;
+    mv.out_id = ctx->out_id;
+    mv.out_max = ctx->out_max;
     if (cuda_step_screen(ctx, sample)) { /* the argmax through the quantized screen (lm_screen.cu): same id and value */
         LmScreenParams ls;
         memset(&ls, 0, sizeof ls);
-        ls.head = mv, ls.Wq = ctx->lm_q, ls.Wp = ctx->lm_p, ls.meta = ctx->lm_meta;
-        ls.stats = ctx->lm_stats, ls.reg = ctx->lm_screen == 2, ls.key = ctx->lm_key, ls.gmax = &ctx->step_dev->lm_gmax;
-        ls.l2ef = ctx->lm_l2ef;
-        ls.head.logits = NULL, ls.head.work = NULL, ls.head.work_tail = 0, ls.head.eps = ctx->c->rms_norm_eps;
+        ls.head = mv;
+        ls.Wq = ctx->lm_q;
+        ls.Wp = ctx->lm_p;
+        ls.meta = ctx->lm_meta;
+        ls.stats = ctx->lm_stats;
+        ls.reg = ctx->lm_screen == 2;
+        ls.key = ctx->lm_key;
+        ls.gmax = &ctx->step_dev->lm_gmax;
+        ls.head.logits = NULL;
+        ls.head.work = NULL;
+        ls.head.work_tail = 0;
+        ls.head.eps = ctx->c->rms_norm_eps;
         op_begin(ctx);
         const double qb = ctx->lm_p ? 0.75 * V * D : (double)V * D; /* + ~14 exact bf16 rows per block */
         rc = op_end(ctx, cuda_lm_screen(&ls, &lc), "lm_screen", qb + 16.0 * V, err);
@@ -626,8 +597,12 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     if (sample) {
         SampleParams sp;
         memset(&sp, 0, sizeof sp);
-        sp.logits = ctx->logits, sp.n_valid = ctx->n_valid, sp.step = ctx->step_dev, sp.max_logit = ctx->out_max;
-        sp.scratch = ctx->sample_scratch, sp.out_id = ctx->out_id;
+        sp.logits = ctx->logits;
+        sp.n_valid = ctx->n_valid;
+        sp.step = ctx->step_dev;
+        sp.max_logit = ctx->out_max;
+        sp.scratch = ctx->sample_scratch;
+        sp.out_id = ctx->out_id;
         op_begin(ctx);
         if ((rc = op_end(ctx, cuda_sample(&sp, &lc), "sample", 8.0 * ctx->n_valid, err))) return rc;
     }

@@ -10,7 +10,7 @@
  * (i < DN_RPT) x VEC columns. Per column:
  *   mem = S^T k^,  sq = S^T q^   (one pass over the undecayed S, scaled by decay after)
  *   delta = beta (v - decay mem),  o = decay sq + delta (k^ . q^),  S' = decay S + k^ delta^T.
- * With p.gated_out (the engine's default; QWEN35_DN_GN=0 turns it off) the blocks write o and stop before the gated norm, which
+ * With p.gated_out (the engine's default where out_proj's splits keep whole heads) the blocks write o and stop before the gated norm, which
  * out_proj computes (ops.h MV_IN_GATED): no exchange between blocks, so no cluster. */
 #include <stdlib.h>
 
@@ -18,20 +18,9 @@
 #include "cuda/common.cuh"
 #include "cuda/deltanet.cuh"
 
+/* DN_MAX_SPLIT: value-column splits per head (the cluster size); 2 and 1 would give 512- and 1024-thread blocks
+ * at dv 128-256, past the register file at this kernel's ~72 registers. */
 enum { DN_RPT = 4, DN_MAX_SPLIT = 8 };
-
-/* Value-column splits per head (the cluster size): DN_MAX_SPLIT, or QWEN35_DN_SPLITS=4 in the environment
- * (a measurement knob: half as many blocks per head, twice the threads; H200 0.8B: 0.806 ms/token vs
- * 0.795 at 8, docs/PERF_NOTES.md §14). 2 and 1 are refused: the 512- and 1024-thread blocks they give
- * at dv 128-256 exceed the register file at this kernel's ~72 registers (launch error 701). */
-static int dn_max_split(void) {
-    static int v;
-    if (!v) {
-        const char *e = getenv("QWEN35_DN_SPLITS");
-        v = e && atoi(e) == 4 ? 4 : DN_MAX_SPLIT;
-    }
-    return v;
-}
 
 /* Launch shape for (dk, dv): VEC columns per thread (4 when dv % 4 == 0), tpr threads per state row
  * (a power of two <= 32), cols = tpr*VEC columns per block, splits = blocks (= cluster size) per head. */
@@ -42,7 +31,7 @@ typedef struct DnShape {
 static int dn_shape(int dk, int dv, DnShape *s) {
     if (dk < 1 || dv < 1 || dk > 1024 || dv > 1024) return -1;
     s->vec = dv % 4 == 0 ? 4 : 1;
-    const int want = ceil_div(ceil_div(dv, dn_max_split()), s->vec);
+    const int want = ceil_div(ceil_div(dv, DN_MAX_SPLIT), s->vec);
     int tpr = 1;
     while (tpr < want) tpr <<= 1;
     if (tpr > 32) return -1;
@@ -65,7 +54,7 @@ typedef struct DnArgs {
     int tpr, cols;
 } DnArgs;
 
-/* grid (splits, Hv), cluster (splits, 1, 1), block tpr * nrl threads. GO (EXPERIMENTAL, p.gated_out): no
+/* grid (splits, Hv), cluster (splits, 1, 1), block tpr * nrl threads. GO (p.gated_out): no
  * cluster; the block writes its o columns and leaves the gated norm to out_proj (ops.h MV_IN_GATED). */
 template <int VEC, bool GO>
 __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
@@ -122,8 +111,11 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     for (int d = tid; d < dk; d += nt) {
         const float xq = p.proj[qch0 + d], xk = p.proj[kch0 + d];
         const float cq = conv_finish(pq[d], tq[d], xq), ck = conv_finish(pk[d], tk[d], xk);
-        pq[d] = cq, pk[d] = ck;
-        ssq = fmaf(cq, cq, ssq), ssk = fmaf(ck, ck, ssk), sqk = fmaf(cq, ck, sqk);
+        pq[d] = cq;
+        pk[d] = ck;
+        ssq = fmaf(cq, cq, ssq);
+        ssk = fmaf(ck, ck, ssk);
+        sqk = fmaf(cq, ck, sqk);
         if (qk_writer) ring_row[qch0 + d] = bf16_bits(xq), ring_row[kch0 + d] = bf16_bits(xk);
     }
     for (int c = tid; c < ncols; c += nt) {
@@ -138,7 +130,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     /* 3. l2norm factors, gates. */
     const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
     const float kq = sqk * rq * rk; /* k^ . q^ */
-    const float beta = rbf(1.0f / (1.0f + expf(-b_in)));
+    const float beta = rbf(sigmoid_acc(b_in));
     const float xa = a_in + dt_bias;
     const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
 
@@ -155,9 +147,12 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
         float m = 0.0f, q = 0.0f;
 #pragma unroll
         for (int i = 0; i < DN_RPT; i++) m = fmaf(s[i][v], kd[i], m), q = fmaf(s[i][v], qd[i], q);
-        for (int o = 16; o >= tpr; o >>= 1)
-            m += __shfl_xor_sync(0xffffffffu, m, o), q += __shfl_xor_sync(0xffffffffu, q, o);
-        mem[v] = m, sq[v] = q;
+        for (int o = 16; o >= tpr; o >>= 1) {
+            m += __shfl_xor_sync(0xffffffffu, m, o);
+            q += __shfl_xor_sync(0xffffffffu, q, o);
+        }
+        mem[v] = m;
+        sq[v] = q;
     }
     if (lane < tpr)
 #pragma unroll
@@ -213,7 +208,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     for (int c = tid; c < ncols; c += nt) {
         const size_t e = (size_t)j * dv + e0 + c;
         const float u = rbf(ob[c] * rstd), wu = rbf(wn[c] * u);
-        p.y[e] = rbf(wu * dn_silu(zs[c]));
+        p.y[e] = rbf(wu * silu_acc(zs[c]));
         if (p.o) p.o[e] = ob[c];
     }
     Q35_TRACE_PROBE(4);

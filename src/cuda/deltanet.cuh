@@ -1,5 +1,5 @@
 /* deltanet.cuh — device helpers of the DeltaNet decode step shared by deltanet.cu (the step kernel) and
- * dn_layer.cu (the whole mixer in one kernel), so both compute the same values bit for bit (dn_layer.cu
+ * deltanet_layer.cu (the whole mixer in one kernel), so both compute the same values bit for bit (deltanet_layer.cu
  * stages the conv history in shared memory and repeats conv_history's sum there, in the same order). */
 #ifndef Q35_CUDA_DELTANET_CUH
 #define Q35_CUDA_DELTANET_CUH
@@ -7,9 +7,6 @@
 #include "cuda/common.cuh"
 
 /* ---- small math (accurate expf: these values are rounded to bf16 right after) ----------------- */
-
-__device__ __forceinline__ float dn_silu(float x) { return x / (1.0f + expf(-x)); }
-static __device__ __forceinline__ uint16_t bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
 /* Sum of three values over the block, in fixed order; red: shared float[96]. */
 __device__ __forceinline__ void block_sum3(float *a, float *b, float *c, float *red) {
@@ -26,7 +23,10 @@ template <int VEC>
 __device__ __forceinline__ void ld_vec(const float *src, float *d) {
     if (VEC == 4) {
         const float4 t = *reinterpret_cast<const float4 *>(src);
-        d[0] = t.x, d[1] = t.y, d[2] = t.z, d[3] = t.w;
+        d[0] = t.x;
+        d[1] = t.y;
+        d[2] = t.z;
+        d[3] = t.w;
     } else {
         d[0] = *src;
     }
@@ -56,7 +56,7 @@ __device__ __forceinline__ float conv_history(const P &p, int conv_dim, int ch, 
 }
 /* c = bf16(silu(bf16(conv))) with conv = history + tap*x (HF bf16 conv1d, then bf16 SiLU). */
 __device__ __forceinline__ float conv_finish(float hist, float tap, float x) {
-    return rbf(dn_silu(rbf(fmaf(tap, x, hist))));
+    return rbf(silu_acc(rbf(fmaf(tap, x, hist))));
 }
 
 #endif

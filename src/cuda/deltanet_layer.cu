@@ -1,14 +1,15 @@
-/* dn_layer.cu — the DeltaNet layer's mixer as ONE kernel (the engine's default, QWEN35_DN_FUSED=0: off; contract in
- * ops.h DnLayerParams): in_proj GEMV -> conv + SiLU -> delta-rule step -> gated RMSNorm -> out_proj, for one token.
- * Two variants of the step: the one described below (two exchanges per layer; o and S bitwise the step kernel's)
- * and, by default where the exchange goes through global memory, ONEX (DL_X1_SLOT, QWEN35_DN_ONEX=0: off): each
- * block holds 16 rows of the head's state instead of 16 columns, so ONE exchange of row partials gives every
- * block the head's S^T k, S^T q, v and z, and the gated norm needs no second one (H200: -23 us per token,
- * docs/PERF_NOTES.md §18).
+/* deltanet_layer.cu — the DeltaNet layer's mixer as ONE kernel (the decode step's default where the shapes allow;
+ * contract in ops.h DnLayerParams): in_proj GEMV -> conv + SiLU -> delta-rule step -> gated RMSNorm -> out_proj,
+ * for one token. Two variants of the exchange between a head's blocks: through the head's thread-block cluster
+ * (two exchanges per layer; o and S bitwise the step kernel's, described below), or, where the clusters do not
+ * all fit at once (the 0.8B's 16 heads on a 132-SM H200), through global memory with ONE exchange per layer
+ * (DL_X1_SLOT): each block holds 16 rows of the head's state instead of 16 columns, so one exchange of row
+ * partials (tagged words) gives every block the head's S^T k, S^T q, v and z, and the gated norm needs no
+ * second one.
  *
  * Why: the engine's DeltaNet layer is four dependent launches (in_proj GEMV, the step, out_proj, the MLP),
  * and a dependent launch costs ~2.5 us beyond its bytes even for a kernel that only loads (bench/kernels/
- * burst_lab.cu, docs/PERF_NOTES.md §16). The step of v-head j needs only head j's rows of in_proj, and
+ * burst_lab.cu). The step of v-head j needs only head j's rows of in_proj, and
  * out_proj's columns of head j only head j's output, so the first three need no grid-wide wait: the 8 blocks
  * of a head exchange what they need among themselves.
  *
@@ -24,74 +25,28 @@
  *   4), so o and S are bitwise the step kernel's -> exchange 2: the head's o and z -> the gated norm of the
  *   head as MV_IN_GATED computes it -> y[s D/8 + r] += W_out[s D/8 + r][head j] g (one fp32 atomic per row).
  * The exchanges go through the head's thread-block cluster (distributed shared memory) where every head's
- * cluster of 8 fits at once, else through global memory with a per-head arrival counter (dl_arrive /
- * dl_wait), which needs the whole grid resident: on the 132-SM H200 clusters of 8 span at most 120 SMs
- * (15 clusters), so the 0.8B's 16 heads take the global-memory path. Cluster mode: remote stores only go to
+ * cluster of 8 fits at once, else through global memory (tagged words), which needs the whole grid resident:
+ * on the 132-SM H200 clusters of 8 span at most 120 SMs (15 clusters), so the 0.8B's 16 heads take the
+ * global-memory path. Cluster mode: remote stores only go to
  * blocks that have started (the arrive at entry, its wait before the first push), and every push precedes
  * the barrier after which it is read, so a block may exit once it passed the second barrier.
  *
- * H200, 0.8B (docs/PERF_NOTES.md §16): 0.7484 vs 0.7564 ms/token at ctx 128, 0.7685 vs 0.7834 at 2048 (61
+ * H200, 0.8B: 0.7484 vs 0.7564 ms/token at ctx 128, 0.7685 vs 0.7834 at 2048 (61
  * launches instead of 97). The kernel's span is ~14.5 us: its 22 MB arrive at ~2.4 TB/s (~9.5 us from
  * residency, as a one-shot GEMV), then ~5 us of chain (the GEMV's sums, conv, two exchanges through L2,
  * the step, the norm, out_proj's atomics). */
 #include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 #include "cuda/deltanet.cuh"
-#include "cuda/tma.cuh"
+#include "cuda/async.cuh"
 
 enum {
-    DL_SPLIT = 8,              /* blocks per head (the cluster) */
-    DL_WARPS = 16,             /* 4 rows of q/k/v/z each; warp 0 also b and a (from shared memory) */
+    DL_SPLIT = 8,               /* blocks per head (the cluster) */
+    DL_WARPS = 16,              /* 4 rows of q/k/v/z each; warp 0 also b and a (from shared memory) */
     DL_THREADS = 32 * DL_WARPS, /* the in_proj GEMV's block size: the same input norm bit for bit */
-    DL_DK = 128,               /* dk = dv */
-    DL_COLS = DL_DK / DL_SPLIT /* value columns (and q/k/v/z rows of each part) per block */
+    DL_DK = 128,                /* dk = dv */
+    DL_COLS = DL_DK / DL_SPLIT  /* value columns (and q/k/v/z rows of each part) per block */
 };
-
-static __device__ __forceinline__ void dl_cp_async16(void *smem, const void *gmem) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-
-/* The head's exchange through global memory (p.xbuf / p.xcnt, when its clusters of 8 do not all fit at once):
- * threads < 32 have stored this block's 2 x 16 values into xb (slots [e0, e0 + 16) of the two halves); after
- * the barrier thread 0 publishes them with a release add of 1 to the head's counter; dl_wait then spins
- * until all 8 blocks of this round have arrived: the counter only grows, round k's arrivals see old in
- * [8k, 8k + 8), so no reset is needed. Needs every block of the grid resident at once
- * (cuda_dn_layer_supported; a wait over 2 s traps: a launch error instead of a hang). Stores issued between
- * the two (the state, the ring) do not delay the release. */
-static __device__ __forceinline__ unsigned dl_arrive(unsigned *cnt) {
-    __syncthreads();
-    unsigned target = 0;
-    if (threadIdx.x == 0) { /* a release at gpu scope after the barrier publishes the block's stores */
-        unsigned old;
-        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt) : "memory");
-        target = old - old % DL_SPLIT + DL_SPLIT;
-    }
-    return target;
-}
-/* ... then every thread waits until the head's 8 blocks of this round have arrived ... */
-static __device__ __forceinline__ void dl_spin(const unsigned *cnt, unsigned target) {
-    if (threadIdx.x == 0) {
-        unsigned v;
-        unsigned long long t0 = 0, t;
-        for (int it = 0;; it++) {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(cnt) : "memory");
-            if ((int)(v - target) >= 0) break;
-            if ((it & 1023) == 0) { /* a block of the head never started (e.g. an SM limit): fail, do not hang */
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                if (!t0) t0 = t;
-                if (t - t0 > 2000000000ull) __trap();
-            }
-        }
-    }
-    __syncthreads();
-}
-/* ... and a and b [128] <- the two halves of xb. */
-static __device__ __forceinline__ void dl_wait(const unsigned *cnt, unsigned target, const float *xb, float *a,
-                                               float *b) {
-    dl_spin(cnt, target);
-    if (threadIdx.x < DL_DK) a[threadIdx.x] = __ldcg(xb + threadIdx.x), b[threadIdx.x] = __ldcg(xb + DL_DK + threadIdx.x);
-}
 
 /* ONEX (one exchange per layer; global-memory exchange only): block s of head j holds ROWS [16 s, +16) of the
  * head's state (all dv columns) and the matching 16 dims of q and k, so S^T k and S^T q are sums over the 8
@@ -112,57 +67,28 @@ static __host__ __device__ inline size_t dl_smem_bytes(int D, int K) {
     return (size_t)D * 4 + (size_t)(D / DL_SPLIT) * DL_DK * 2 + (size_t)DL_DK * DL_COLS * 4 + (size_t)D * 4 +
            (size_t)K * 3 * DL_COLS * 2 + (size_t)3 * DL_COLS * K * 4;
 }
-/* The MLP tail's shared memory after the mixer's (16-byte aligned): act [round4(nu_max)] fp32 | W_dT rows
- * [nu_max][D] bf16 | gate/up rows [2 nu_max][D] bf16; nu_max = ceil(F / G) units per block, G = 8 Hv. */
-static __host__ __device__ inline size_t dl_mlp_off(int D, int K) { return (dl_smem_bytes(D, K) + 15) & ~(size_t)15; }
-static __host__ __device__ inline int dl_mlp_nu_max(int F, int G) { return (F + G - 1) / G; }
-static size_t dl_smem_bytes_mlp(int D, int K, int F, int Hv) {
-    const int nu = dl_mlp_nu_max(F, DL_SPLIT * Hv);
-    return dl_mlp_off(D, K) + (size_t)((nu + 3) & ~3) * 4 + (size_t)3 * nu * D * 2;
-}
-
-/* tma.cuh bulk_g2s with a generic shared-memory pointer. */
-static __device__ __forceinline__ void dl_bulk(void *dst, const void *src, unsigned bytes, unsigned bar) {
-    bulk_g2s((unsigned)__cvta_generic_to_shared(dst), src, bytes, bar);
-}
-/* Thread 0: the block's MLP weights (units [i0, i0 + nu)) into shared memory, in pieces of <= 16 KiB. */
-static __device__ __forceinline__ void dl_mlp_issue(const DnLayerParams &p, unsigned char *mlp_smem, int i0, int nu,
-                                                    int nu_max, unsigned bar) {
-    const size_t D = (size_t)p.D, act_bytes = (size_t)((nu_max + 3) & ~3) * 4;
-    const unsigned wd_bytes = (unsigned)(nu * D * 2), wg_bytes = 2 * wd_bytes;
-    mbar_arrive_expect_tx(bar, wd_bytes + wg_bytes);
-    unsigned char *wg = mlp_smem + act_bytes + (size_t)nu_max * D * 2;
-    const unsigned char *src_g = reinterpret_cast<const unsigned char *>(p.mlp_w_gu + 2 * (size_t)i0 * D);
-    for (unsigned o = 0; o < wg_bytes; o += 16384)
-        dl_bulk(wg + o, src_g + o, wg_bytes - o < 16384 ? wg_bytes - o : 16384, bar);
-    unsigned char *wd = mlp_smem + act_bytes;
-    const unsigned char *src_d = reinterpret_cast<const unsigned char *>(p.mlp_w_dT + (size_t)i0 * D);
-    for (unsigned o = 0; o < wd_bytes; o += 16384)
-        dl_bulk(wd + o, src_d + o, wd_bytes - o < 16384 ? wd_bytes - o : 16384, bar);
-}
-
-/* GM: the two exchanges through global memory (dl_arrive / dl_wait) instead of the cluster's shared memory;
- * MLP: the fused MLP as the tail (p.mlp_w_gu); ONEX: one exchange (1: with the arrival counter, 2: tagged words) */
-template <bool GM, bool MLP, int ONEX = 0>
+/* GM: one exchange per layer through global memory as tagged words (ONEX) instead of the cluster's two exchanges
+ * through distributed shared memory. */
+template <bool GM>
 __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_constant__ DnLayerParams p) {
+    constexpr int ONEX = GM ? 2 : 0;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32], red3[96], prow[4 * DL_COLS + 2];
     __shared__ __align__(16) float qa[DL_DK], ka[DL_DK], oa[DL_DK], za[DL_DK], gs[DL_DK];
     __shared__ __align__(16) float cq[DL_COLS], ck[DL_COLS], pv[DL_COLS], zv[DL_COLS], ob[DL_COLS];
     __shared__ float dl[DL_COLS], red_m[4 * DL_COLS], red_s[4 * DL_COLS], rstd_s;
     __shared__ __align__(16) float dlf[ONEX ? DL_DK : 1], nrm[4]; /* ONEX: the head's delta; q.q, k.k, q.k */
-    __shared__ unsigned tag_e;                                     /* ONEX 2: this round's epoch */
+    __shared__ unsigned tag_e;                                    /* ONEX 2: this round's epoch */
     const int D = p.D, dk = DL_DK, dv = DL_DK, Hv = p.Hv;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int s = blockIdx.x, j = blockIdx.y;
     const int key_dim = p.Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
     const int e0 = s * DL_COLS, orows = D / DL_SPLIT;
-    const int xst = p.xcnt_stride > 0 ? p.xcnt_stride : 1; /* counter k at xcnt[k xst] */
     float *xs = reinterpret_cast<float *>(smem);
     uint16_t *wo = reinterpret_cast<uint16_t *>(smem + (size_t)D * 4);
     float *st = reinterpret_cast<float *>(smem + (size_t)D * 4 + (size_t)orows * DL_DK * 2);
     uint16_t *wba = reinterpret_cast<uint16_t *>(st + DL_DK * DL_COLS);
-    uint16_t *rg = wba + 2 * (size_t)D;                       /* ring rows: [K][48], channels as channel(t) */
+    uint16_t *rg = wba + 2 * (size_t)D; /* ring rows: [K][48], channels as channel(t) */
     float *cw = reinterpret_cast<float *>(rg + (size_t)p.K * 3 * DL_COLS); /* taps [48][K] */
     Q35_TRACE_T0;
     const int pos = p.step->pos, rc = pos % p.K; /* before the weights: a load that blocks */
@@ -174,19 +100,6 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     for (int e = 0; e < 2; e++) nwr[e] = tid + e * DL_THREADS < D ? p.ln1[tid + e * DL_THREADS] : 0.0f;
     const float gnw = tid < DL_DK ? p.norm_w[tid] : 0.0f;
     if (!GM) cluster_arrive_relaxed(); /* matched by the wait before the first remote store */
-    /* the MLP tail's units [i0, i0 + nu) of F (block b of G in head-major order) and its mbarrier */
-    __shared__ __align__(8) unsigned long long mlp_bar;
-    const int G = (int)(gridDim.x * gridDim.y), b = j * (int)gridDim.x + s;
-    const int mi0 = MLP ? (int)((long long)b * p.F / G) : 0;
-    const int mnu = MLP ? (int)((long long)(b + 1) * p.F / G) - mi0 : 0, mnu_max = MLP ? dl_mlp_nu_max(p.F, G) : 0;
-    unsigned char *mlp_smem = smem + dl_mlp_off(D, p.K);
-    const unsigned mbar = (unsigned)__cvta_generic_to_shared(&mlp_bar);
-    if (MLP && tid == 0) {
-        mbar_init(mbar, 1);
-        mbar_init_fence();
-        if (p.mlp_at == 0) dl_mlp_issue(p, mlp_smem, mi0, mnu, mnu_max, mbar);
-    }
-
     /* 1. Before the wait: weights, the state slice, the conv history (PDL contract, common.cuh). */
     const int part = warp >> 2;
     const long long row0 = (part == 0   ? (long long)j * dk
@@ -209,36 +122,38 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     load(0);
     for (int c = tid; c < orows * (DL_DK / 8); c += DL_THREADS) { /* W_out rows, head j's 128 columns */
         const int r = c >> 4, q = c & 15;
-        dl_cp_async16(wo + r * DL_DK + q * 8, p.w_out + (size_t)(s * orows + r) * value_dim + (size_t)j * dv + q * 8);
+        cp_async16(wo + r * DL_DK + q * 8, p.w_out + (size_t)(s * orows + r) * value_dim + (size_t)j * dv + q * 8);
     }
     if (ONEX) /* S[j][e0 .. e0 + 16)[:]: the block's 16 rows, contiguous */
         for (int c = tid; c < DL_COLS * (DL_DK / 4); c += DL_THREADS)
-            dl_cp_async16(st + c * 4, p.S + ((size_t)j * dk + e0) * dv + c * 4);
+            cp_async16(st + c * 4, p.S + ((size_t)j * dk + e0) * dv + c * 4);
     else
         for (int c = tid; c < DL_DK * (DL_COLS / 4); c += DL_THREADS) { /* S[j][d][e0 .. e0 + 16) */
             const int d = c / (DL_COLS / 4), q = c % (DL_COLS / 4);
-            dl_cp_async16(st + d * DL_COLS + q * 4, p.S + ((size_t)j * dk + d) * dv + e0 + q * 4);
+            cp_async16(st + d * DL_COLS + q * 4, p.S + ((size_t)j * dk + d) * dv + e0 + q * 4);
         }
     for (int c = tid; c < D / 4; c += DL_THREADS) { /* rows b_j, a_j: D / 8 pieces each */
         const int r = c / (D / 8), q = c % (D / 8);
-        dl_cp_async16(wba + (size_t)r * D + q * 8, p.w_in + (r ? row_a : row_b) * D + q * 8);
+        cp_async16(wba + (size_t)r * D + q * 8, p.w_in + (r ? row_a : row_b) * D + q * 8);
     }
     auto channel = [&](int t) { /* the block's q, k, v channels t < 48 */
-        const int pt = t / DL_COLS, i = t % DL_COLS;
-        return pt == 0 ? j * dk + e0 + i : pt == 1 ? key_dim + j * dk + e0 + i : 2 * key_dim + j * dv + e0 + i;
+                                const int pt = t / DL_COLS, i = t % DL_COLS;
+                                return pt == 0   ? j * dk + e0 + i
+                                       : pt == 1 ? key_dim + j * dk + e0 + i
+                                                 : 2 * key_dim + j * dv + e0 + i;
     };
     /* the conv history and taps of the block's 48 channels (16 contiguous per part) */
     for (int c = tid; c < p.K * 6 + 3 * p.K * 4; c += DL_THREADS) {
         if (c < p.K * 6) { /* ring row r, part pt, half h: 8 channels */
             const int r = c / 6, pt = (c % 6) / 2, h = c % 2;
-            dl_cp_async16(rg + r * 3 * DL_COLS + pt * DL_COLS + h * 8,
-                          p.conv_ring + (size_t)r * conv_dim + channel(pt * DL_COLS) + h * 8);
+            cp_async16(rg + r * 3 * DL_COLS + pt * DL_COLS + h * 8,
+                       p.conv_ring + (size_t)r * conv_dim + channel(pt * DL_COLS) + h * 8);
         } else { /* taps of part pt: 16 channels x K floats, contiguous */
             const int q = c - p.K * 6, pt = q / (p.K * 4), o = q % (p.K * 4);
-            dl_cp_async16(cw + pt * DL_COLS * p.K + o * 4, p.conv_w + (size_t)channel(pt * DL_COLS) * p.K + o * 4);
+            cp_async16(cw + pt * DL_COLS * p.K + o * 4, p.conv_w + (size_t)channel(pt * DL_COLS) * p.K + o * 4);
         }
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
     const float A_log = p.A_log[j], dt_bias = p.dt_bias[j];
 
     pdl_wait();
@@ -249,7 +164,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     if (ONEX == 2 && tid == 0) tag_e = (unsigned)(tag_ld(xtag + (size_t)s * DL_X1_SLOT) >> 32) + 1u;
 
     /* 2. The input row (bitwise the in_proj GEMV's), the zeroing, the 66 row sums. */
-    if (D <= 2 * DL_THREADS) /* (its x loads batched as the MLP's: +1.7 us, docs/PERF_NOTES.md §20) */
+    if (D <= 2 * DL_THREADS) /* (its x loads batched as the MLP's: +1.7 us) */
         stage_norm_row_wr<2, false>(xs, red, D, p.embed ? p.embed + (size_t)p.step->token * D : NULL, p.x, p.parts,
                                     p.n_parts, s == 0 && j == 0 ? p.x_out : NULL, nwr, p.norm_mode, p.eps);
     else
@@ -287,8 +202,7 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
             if (p.proj) p.proj[row0 + (lane >> 3)] = v;
         }
     }
-    if (MLP && p.mlp_at == 1 && tid == 0) dl_mlp_issue(p, mlp_smem, mi0, mnu, mnu_max, mbar);
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
     __syncthreads();
     if (warp == 0) { /* b_j, a_j: the same per-lane sums and reduction as the GEMV's rows */
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -342,107 +256,62 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     Q35_TRACE_PROBE(3);
 
     if constexpr (ONEX) {
-        if constexpr (ONEX == 2) {
-        /* 4'. The block's partials to its slot as tagged words (no barrier, no counter), then the head's sums
+        {
+            /* 4'. The block's partials to its slot as tagged words (no barrier, no counter), then the head's sums
          * once every word read carries this round's epoch. */
-        const unsigned e = tag_e;
-        unsigned long long *xb = xtag + (size_t)s * DL_X1_SLOT;
-        if (tid < 2 * DL_DK) {
-            const int c = tid & (DL_DK - 1);
-            const float *kv = tid < DL_DK ? ck : cq;
-            float a = 0.0f;
+            const unsigned e = tag_e;
+            unsigned long long *xb = xtag + (size_t)s * DL_X1_SLOT;
+            if (tid < 2 * DL_DK) {
+                const int c = tid & (DL_DK - 1);
+                const float *kv = tid < DL_DK ? ck : cq;
+                float a = 0.0f;
 #pragma unroll
-            for (int r = 0; r < DL_COLS; r++) a = fmaf(st[r * DL_DK + c], kv[r], a);
-            tag_st(xb + tid, e, a);
-        } else if (warp == 8) {
-            if (lane < DL_COLS) tag_st(xb + 2 * DL_DK + lane, e, pv[lane]), tag_st(xb + 2 * DL_DK + DL_COLS + lane, e, zv[lane]);
-        } else if (warp == 9) {
-            const float q = lane < DL_COLS ? cq[lane] : 0.0f, k = lane < DL_COLS ? ck[lane] : 0.0f;
-            float qq = q * q, kk = k * k, qk = q * k;
+                for (int r = 0; r < DL_COLS; r++) a = fmaf(st[r * DL_DK + c], kv[r], a);
+                tag_st(xb + tid, e, a);
+            } else if (warp == 8) {
+                if (lane < DL_COLS)
+                    tag_st(xb + 2 * DL_DK + lane, e, pv[lane]), tag_st(xb + 2 * DL_DK + DL_COLS + lane, e, zv[lane]);
+            } else if (warp == 9) {
+                const float q = lane < DL_COLS ? cq[lane] : 0.0f, k = lane < DL_COLS ? ck[lane] : 0.0f;
+                float qq = q * q, kk = k * k, qk = q * k;
 #pragma unroll
-            for (int o = 8; o >= 1; o >>= 1) {
-                qq += __shfl_xor_sync(0xffffffffu, qq, o);
-                kk += __shfl_xor_sync(0xffffffffu, kk, o);
-                qk += __shfl_xor_sync(0xffffffffu, qk, o);
+                for (int o = 8; o >= 1; o >>= 1) {
+                    qq += __shfl_xor_sync(0xffffffffu, qq, o);
+                    kk += __shfl_xor_sync(0xffffffffu, kk, o);
+                    qk += __shfl_xor_sync(0xffffffffu, qk, o);
+                }
+                if (lane == 0) tag_st(xb + 288, e, qq), tag_st(xb + 289, e, kk), tag_st(xb + 290, e, qk);
             }
-            if (lane == 0) tag_st(xb + 288, e, qq), tag_st(xb + 289, e, kk), tag_st(xb + 290, e, qk);
-        }
-        if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
-        const unsigned long long *xh = xtag;
-        if (tid < 2 * DL_DK) { /* qa <- S^T k, ka <- S^T q (unnormalised), summed in block order */
-            float v[DL_SPLIT], a = 0.0f;
-            tag_read<DL_SPLIT>(xh + tid, DL_X1_SLOT, e, v);
-#pragma unroll
-            for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
-            (tid < DL_DK ? qa : ka)[tid & (DL_DK - 1)] = a;
-            if (tid < 3) {
-                tag_read<DL_SPLIT>(xh + 288 + tid, DL_X1_SLOT, e, v);
-                a = 0.0f;
+            if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
+            const unsigned long long *xh = xtag;
+            if (tid < 2 * DL_DK) { /* qa <- S^T k, ka <- S^T q (unnormalised), summed in block order */
+                float v[DL_SPLIT], a = 0.0f;
+                tag_read<DL_SPLIT>(xh + tid, DL_X1_SLOT, e, v);
 #pragma unroll
                 for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
-                nrm[tid] = a;
-            }
-        } else { /* oa <- v, za <- z of the head */
-            const int i = tid - 2 * DL_DK, c = i & (DL_DK - 1);
-            float x;
-            tag_read<1>(xh + (size_t)(c / DL_COLS) * DL_X1_SLOT + 2 * DL_DK + (i < DL_DK ? 0 : DL_COLS) + c % DL_COLS,
+                (tid < DL_DK ? qa : ka)[tid & (DL_DK - 1)] = a;
+                if (tid < 3) {
+                    tag_read<DL_SPLIT>(xh + 288 + tid, DL_X1_SLOT, e, v);
+                    a = 0.0f;
+#pragma unroll
+                    for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
+                    nrm[tid] = a;
+                }
+            } else { /* oa <- v, za <- z of the head */
+                const int i = tid - 2 * DL_DK, c = i & (DL_DK - 1);
+                float x;
+                tag_read<1>(xh + (size_t)(c / DL_COLS) * DL_X1_SLOT + 2 * DL_DK + (i < DL_DK ? 0 : DL_COLS) +
+                                c % DL_COLS,
                             0, e, &x);
-            (i < DL_DK ? oa : za)[c] = x;
-        }
-        } else {
-        /* 4'. The block's partials (header of DL_X1_SLOT) to its slot, one arrival, then the head's sums. */
-        float *xh = p.xbuf + (size_t)j * DL_SPLIT * DL_X1_SLOT, *xb = xh + (size_t)s * DL_X1_SLOT;
-        if (tid < 2 * DL_DK) {
-            const int c = tid & (DL_DK - 1);
-            const float *kv = tid < DL_DK ? ck : cq;
-            float a = 0.0f;
-#pragma unroll
-            for (int r = 0; r < DL_COLS; r++) a = fmaf(st[r * DL_DK + c], kv[r], a);
-            __stcg(xb + tid, a);
-        } else if (warp == 8) {
-            if (lane < DL_COLS) __stcg(xb + 2 * DL_DK + lane, pv[lane]), __stcg(xb + 2 * DL_DK + DL_COLS + lane, zv[lane]);
-        } else if (warp == 9) {
-            const float q = lane < DL_COLS ? cq[lane] : 0.0f, k = lane < DL_COLS ? ck[lane] : 0.0f;
-            float qq = q * q, kk = k * k, qk = q * k;
-#pragma unroll
-            for (int o = 8; o >= 1; o >>= 1) {
-                qq += __shfl_xor_sync(0xffffffffu, qq, o);
-                kk += __shfl_xor_sync(0xffffffffu, kk, o);
-                qk += __shfl_xor_sync(0xffffffffu, qk, o);
+                (i < DL_DK ? oa : za)[c] = x;
             }
-            if (lane == 0) __stcg(xb + 288, qq), __stcg(xb + 289, kk), __stcg(xb + 290, qk);
         }
-        const unsigned target = dl_arrive(p.xcnt + (size_t)j * xst);
-        if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
-        dl_spin(p.xcnt + (size_t)j * xst, target);
-        if (tid < 2 * DL_DK) { /* qa <- S^T k, ka <- S^T q (unnormalised), summed in block order */
-            float v[DL_SPLIT], a = 0.0f;
-#pragma unroll
-            for (int b2 = 0; b2 < DL_SPLIT; b2++) v[b2] = __ldcg(xh + (size_t)b2 * DL_X1_SLOT + tid);
-#pragma unroll
-            for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
-            (tid < DL_DK ? qa : ka)[tid & (DL_DK - 1)] = a;
-            if (tid < 3) {
-#pragma unroll
-                for (int b2 = 0; b2 < DL_SPLIT; b2++) v[b2] = __ldcg(xh + (size_t)b2 * DL_X1_SLOT + 288 + tid);
-                a = 0.0f;
-#pragma unroll
-                for (int b2 = 0; b2 < DL_SPLIT; b2++) a += v[b2];
-                nrm[tid] = a;
-            }
-        } else { /* oa <- v, za <- z of the head */
-            const int i = tid - 2 * DL_DK, c = i & (DL_DK - 1);
-            const float x = __ldcg(xh + (size_t)(c / DL_COLS) * DL_X1_SLOT + 2 * DL_DK + (i < DL_DK ? 0 : DL_COLS) +
-                                   c % DL_COLS);
-            (i < DL_DK ? oa : za)[c] = x;
-        }
-        } /* ONEX == 2 */
         __syncthreads();
         Q35_TRACE_PROBE(4);
         /* 5'. The step for the head's 128 value columns (every block alike), then the block's 16 state rows. */
         const float rq = rsqrtf(nrm[0] + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(nrm[1] + 1e-6f);
         const float kq = nrm[2] * rq * rk;
-        const float beta = rbf(1.0f / (1.0f + expf(-prow[4 * DL_COLS])));
+        const float beta = rbf(sigmoid_acc(prow[4 * DL_COLS]));
         const float xa = prow[4 * DL_COLS + 1] + dt_bias;
         const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
         if (tid < dv) {
@@ -463,117 +332,111 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         }
         if (p.o && tid < DL_COLS) p.o[(size_t)j * dv + e0 + tid] = oa[e0 + tid];
     } else {
-    /* 4. The head's conv'd q and k to every block of the head. */
-    if (GM) {
-        float *xb = p.xbuf + (size_t)j * 4 * DL_DK;
-        if (tid < 2 * DL_COLS)
-            __stcg(xb + (tid < DL_COLS ? 0 : DL_DK) + e0 + tid % DL_COLS, tid < DL_COLS ? cq[tid] : ck[tid - DL_COLS]);
-        const unsigned target = dl_arrive(p.xcnt + (size_t)j * xst);
-        if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
-        dl_wait(p.xcnt + (size_t)j * xst, target, xb, qa, ka);
-    } else {
-        if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
-        cluster_wait(); /* every block of the cluster has started */
-        if (tid < 8 * DL_SPLIT) {
-            const unsigned rank = (unsigned)(tid >> 3);
-            const int pc = tid & 7;
-            const float *src = pc < 4 ? cq + 4 * pc : ck + 4 * (pc - 4);
-            float *dst = pc < 4 ? qa + e0 + 4 * pc : ka + e0 + 4 * (pc - 4);
-            st_dsmem4(dst, rank, *reinterpret_cast<const float4 *>(src));
-        }
-        cluster_arrive_release();
-        cluster_wait();
-    }
-    __syncthreads();
-    Q35_TRACE_PROBE(4);
-    if (MLP && p.mlp_at == 2 && tid == 0) dl_mlp_issue(p, mlp_smem, mi0, mnu, mnu_max, mbar);
-
-    /* 5. The step (deltanet.cu with gated_out, nt = 128, tpr = 4, VEC = 4), threads < 128. */
-    float ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
-    if (tid < dk) {
-        const float cqv = qa[tid], ckv = ka[tid];
-        ssq = fmaf(cqv, cqv, ssq), ssk = fmaf(ckv, ckv, ssk), sqk = fmaf(cqv, ckv, sqk);
-    }
-    block_sum3(&ssq, &ssk, &sqk, red3); /* warps >= 4 add zeros: the 128-thread kernel's sums */
-    const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
-    const float kq = sqk * rq * rk;
-    const float beta = rbf(1.0f / (1.0f + expf(-prow[4 * DL_COLS])));
-    const float xa = prow[4 * DL_COLS + 1] + dt_bias;
-    const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
-    constexpr int TPR = 4, NRL = DL_DK / TPR; /* 32 row lanes x 4 rows each */
-    const int cg = tid % TPR, rl = tid / TPR;
-    float sv[4][4], kd[4];
-    if (tid < dk) {
-        float qd[4], mem[4], sq[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int d = rl + i * NRL;
-            const float4 t = *reinterpret_cast<const float4 *>(st + d * DL_COLS + cg * 4);
-            sv[i][0] = t.x, sv[i][1] = t.y, sv[i][2] = t.z, sv[i][3] = t.w;
-            kd[i] = ka[d] * rk;
-            qd[i] = qa[d] * rq;
-        }
-#pragma unroll
-        for (int v = 0; v < 4; v++) {
-            float m = 0.0f, q = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; i++) m = fmaf(sv[i][v], kd[i], m), q = fmaf(sv[i][v], qd[i], q);
-            for (int o = 16; o >= TPR; o >>= 1)
-                m += __shfl_xor_sync(0xffffffffu, m, o), q += __shfl_xor_sync(0xffffffffu, q, o);
-            mem[v] = m, sq[v] = q;
-        }
-        if (lane < TPR)
-#pragma unroll
-            for (int v = 0; v < 4; v++) {
-                red_m[warp * DL_COLS + cg * 4 + v] = mem[v];
-                red_s[warp * DL_COLS + cg * 4 + v] = sq[v];
+        /* 4. The head's conv'd q and k to every block of the head (cluster mode). */
+        {
+            if (tid < 3 * DL_COLS) p.conv_ring[(size_t)rc * conv_dim + channel(tid)] = ring_x;
+            cluster_wait(); /* every block of the cluster has started */
+            if (tid < 8 * DL_SPLIT) {
+                const unsigned rank = (unsigned)(tid >> 3);
+                const int pc = tid & 7;
+                const float *src = pc < 4 ? cq + 4 * pc : ck + 4 * (pc - 4);
+                float *dst = pc < 4 ? qa + e0 + 4 * pc : ka + e0 + 4 * (pc - 4);
+                st_dsmem4(dst, rank, *reinterpret_cast<const float4 *>(src));
             }
-    }
-    __syncthreads();
-    if (tid < DL_COLS) {
-        float m = 0.0f, q = 0.0f;
-        for (int ww = 0; ww < dk / 32; ww++) m += red_m[ww * DL_COLS + tid], q += red_s[ww * DL_COLS + tid];
-        const float delta = beta * (pv[tid] - decay * m);
-        dl[tid] = delta;
-        ob[tid] = rbf(fmaf(delta, kq, decay * q));
-    }
-    __syncthreads();
-    Q35_TRACE_PROBE(5);
-    auto store_state = [&] { /* S' = decay S + k^ delta^T; o for tests */
+            cluster_arrive_release();
+            cluster_wait();
+        }
+        __syncthreads();
+        Q35_TRACE_PROBE(4);
+
+        /* 5. The step (deltanet.cu with gated_out, nt = 128, tpr = 4, VEC = 4), threads < 128. */
+        float ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
         if (tid < dk) {
+            const float cqv = qa[tid], ckv = ka[tid];
+            ssq = fmaf(cqv, cqv, ssq);
+            ssk = fmaf(ckv, ckv, ssk);
+            sqk = fmaf(cqv, ckv, sqk);
+        }
+        block_sum3(&ssq, &ssk, &sqk, red3); /* warps >= 4 add zeros: the 128-thread kernel's sums */
+        const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
+        const float kq = sqk * rq * rk;
+        const float beta = rbf(sigmoid_acc(prow[4 * DL_COLS]));
+        const float xa = prow[4 * DL_COLS + 1] + dt_bias;
+        const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+        constexpr int TPR = 4, NRL = DL_DK / TPR; /* 32 row lanes x 4 rows each */
+        const int cg = tid % TPR, rl = tid / TPR;
+        float sv[4][4], kd[4];
+        if (tid < dk) {
+            float qd[4], mem[4], sq[4];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int d = rl + i * NRL;
-                float t[4];
-#pragma unroll
-                for (int v = 0; v < 4; v++) t[v] = fmaf(kd[i], dl[cg * 4 + v], decay * sv[i][v]);
-                *reinterpret_cast<float4 *>(p.S + ((size_t)j * dk + d) * dv + e0 + cg * 4) =
-                    make_float4(t[0], t[1], t[2], t[3]);
+                const float4 t = *reinterpret_cast<const float4 *>(st + d * DL_COLS + cg * 4);
+                sv[i][0] = t.x;
+                sv[i][1] = t.y;
+                sv[i][2] = t.z;
+                sv[i][3] = t.w;
+                kd[i] = ka[d] * rk;
+                qd[i] = qa[d] * rq;
             }
+#pragma unroll
+            for (int v = 0; v < 4; v++) {
+                float m = 0.0f, q = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; i++) m = fmaf(sv[i][v], kd[i], m), q = fmaf(sv[i][v], qd[i], q);
+                for (int o = 16; o >= TPR; o >>= 1) {
+                    m += __shfl_xor_sync(0xffffffffu, m, o);
+                    q += __shfl_xor_sync(0xffffffffu, q, o);
+                }
+                mem[v] = m;
+                sq[v] = q;
+            }
+            if (lane < TPR)
+#pragma unroll
+                for (int v = 0; v < 4; v++) {
+                    red_m[warp * DL_COLS + cg * 4 + v] = mem[v];
+                    red_s[warp * DL_COLS + cg * 4 + v] = sq[v];
+                }
         }
-        if (p.o && tid < DL_COLS) p.o[(size_t)j * dv + e0 + tid] = ob[tid];
-    };
+        __syncthreads();
+        if (tid < DL_COLS) {
+            float m = 0.0f, q = 0.0f;
+            for (int ww = 0; ww < dk / 32; ww++) m += red_m[ww * DL_COLS + tid], q += red_s[ww * DL_COLS + tid];
+            const float delta = beta * (pv[tid] - decay * m);
+            dl[tid] = delta;
+            ob[tid] = rbf(fmaf(delta, kq, decay * q));
+        }
+        __syncthreads();
+        Q35_TRACE_PROBE(5);
+        auto store_state = [&] { /* S' = decay S + k^ delta^T; o for tests */
+                                 if (tid < dk) {
+#pragma unroll
+                                     for (int i = 0; i < 4; i++) {
+                                         const int d = rl + i * NRL;
+                                         float t[4];
+#pragma unroll
+                                         for (int v = 0; v < 4; v++)
+                                             t[v] = fmaf(kd[i], dl[cg * 4 + v], decay * sv[i][v]);
+                                         *reinterpret_cast<float4 *>(p.S + ((size_t)j * dk + d) * dv + e0 + cg * 4) =
+                                             make_float4(t[0], t[1], t[2], t[3]);
+                                     }
+                                 }
+                                 if (p.o && tid < DL_COLS) p.o[(size_t)j * dv + e0 + tid] = ob[tid];
+        };
 
-    /* 6. The head's o and z to every block; the gated norm (MV_IN_GATED's formula and order). */
-    if (GM) {
-        float *xb = p.xbuf + ((size_t)j * 4 + 2) * DL_DK;
-        if (tid < 2 * DL_COLS)
-            __stcg(xb + (tid < DL_COLS ? 0 : DL_DK) + e0 + tid % DL_COLS, tid < DL_COLS ? ob[tid] : zv[tid - DL_COLS]);
-        const unsigned target = dl_arrive(p.xcnt + (size_t)(Hv + j) * xst);
-        store_state();
-        dl_wait(p.xcnt + (size_t)(Hv + j) * xst, target, xb, oa, za);
-    } else {
-        store_state();
-        if (tid < 8 * DL_SPLIT) {
-            const unsigned rank = (unsigned)(tid >> 3);
-            const int pc = tid & 7;
-            const float *src = pc < 4 ? ob + 4 * pc : zv + 4 * (pc - 4);
-            float *dst = pc < 4 ? oa + e0 + 4 * pc : za + e0 + 4 * (pc - 4);
-            st_dsmem4(dst, rank, *reinterpret_cast<const float4 *>(src));
+        /* 6. The head's o and z to every block (cluster mode); the gated norm (MV_IN_GATED's formula and order). */
+        {
+            store_state();
+            if (tid < 8 * DL_SPLIT) {
+                const unsigned rank = (unsigned)(tid >> 3);
+                const int pc = tid & 7;
+                const float *src = pc < 4 ? ob + 4 * pc : zv + 4 * (pc - 4);
+                float *dst = pc < 4 ? oa + e0 + 4 * pc : za + e0 + 4 * (pc - 4);
+                st_dsmem4(dst, rank, *reinterpret_cast<const float4 *>(src));
+            }
+            cluster_arrive_release();
+            cluster_wait(); /* no remote access after this point */
         }
-        cluster_arrive_release();
-        cluster_wait(); /* no remote access after this point */
-    }
     } /* ONEX */
     __syncthreads();
     if (warp == 0) {
@@ -585,11 +448,10 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     __syncthreads();
     if (tid < dv) {
         const float z = za[tid], u = rbf(oa[tid] * rstd_s), wu = rbf(gnw * u);
-        gs[tid] = rbf(wu * (z / (1.0f + expf(-z))));
+        gs[tid] = rbf(wu * (silu_acc(z)));
     }
     __syncthreads();
     Q35_TRACE_PROBE(6);
-    if (MLP && p.mlp_at >= 3 && tid == 0) dl_mlp_issue(p, mlp_smem, mi0, mnu, mnu_max, mbar);
 
     /* 7. y[s D/8 + r] += W_out[s D/8 + r][head j] . g: 4-row groups per warp, lane = 4 columns. */
     for (int g = warp; g < orows / 4; g += DL_WARPS) {
@@ -606,83 +468,11 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         const float sum = warp_sum_rows4(acc, lane);
         if ((lane & 7) == 0) atomicAdd(p.y + s * orows + 4 * g + (lane >> 3), sum);
     }
-    if constexpr (MLP) {
-        /* 8. Every block's out_proj sums are in y: a grid-wide arrival (the counter only grows; round k's
-         * arrivals see old in [kG, kG + G)), then the fused MLP (mlp.cu's arithmetic and order, 512 threads,
-         * gate/up from shared memory as its staged variant). */
-        __syncthreads();
-        if (tid == 0) {
-            unsigned long long old, v, t0 = 0, t;
-            asm volatile("atom.add.release.gpu.global.u64 %0, [%1], 1;" : "=l"(old) : "l"(p.mlp_cnt) : "memory");
-            const unsigned long long target = old - old % (unsigned long long)G + (unsigned long long)G;
-            for (int it = 0;; it++) {
-                asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p.mlp_cnt) : "memory");
-                if (v >= target) break;
-                if ((it & 1023) == 0) { /* a block never started (e.g. an SM limit): fail, do not hang */
-                    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                    if (!t0) t0 = t;
-                    if (t - t0 > 2000000000ull) __trap();
-                }
-            }
-        }
-        __syncthreads();
-        Q35_TRACE_PROBE(7);
-        float *act = reinterpret_cast<float *>(mlp_smem);
-        const uint16_t *wd = reinterpret_cast<const uint16_t *>(mlp_smem + (size_t)((mnu_max + 3) & ~3) * 4);
-        const uint16_t *wg = wd + (size_t)mnu_max * D;
-        stage_norm_row(xs, red, D, NULL, p.x_out, p.y, 1, b == 0 ? p.mlp_x_out : NULL, p.mlp_norm_w, p.norm_mode,
-                       p.eps);
-        mbar_wait(mbar, 0); /* the weights have landed */
-        __syncthreads();
-        Q35_TRACE_PROBE(8);
-        for (int pi = warp; pi < (mnu + 1) / 2; pi += DL_WARPS) { /* 4 rows: units mi0 + 2 pi, +1 */
-            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int k = u * 256 + lane * 8;
-                if (k < D) {
-                    const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
-                    const float4 a4 = xp[0], b4 = xp[1];
-                    const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
-#pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        const uint4 wv = 2 * pi + (r >> 1) < mnu
-                                             ? *reinterpret_cast<const uint4 *>(wg + (size_t)(4 * pi + r) * D + k)
-                                             : make_uint4(0u, 0u, 0u, 0u);
-                        acc[r] = dot8(wv, xv, acc[r]);
-                    }
-                }
-            }
-            const float sm = warp_sum_rows4(acc, lane); /* lanes 8r .. 8r+7: row r */
-            const float up = __shfl_down_sync(0xffffffffu, sm, 8);
-            const int u = 2 * pi + (lane >> 4); /* lanes 0 and 16: (gate, up) of local unit u */
-            if ((lane & 15) == 0 && u < mnu) act[u] = rbf(rbf(silu_f(rbf(sm))) * rbf(up));
-        }
-        __syncthreads();
-        Q35_TRACE_PROBE(9);
-        if (p.mlp_act_out)
-            for (int u = tid; u < mnu; u += DL_THREADS) p.mlp_act_out[mi0 + u] = act[u];
-        /* columns d, d + 1 of sum_u act[u] W_dT[mi0 + u][.] (ascending u), D <= 1024; the threads' columns
-         * rotated by 64 b (mod D) so that the blocks' reductions do not all start on the same lines */
-        const int nc = D / 2, d = 2 * (tid < nc ? (tid + 32 * b) % nc : tid);
-        float y0 = 0.0f, y1 = 0.0f;
-        if (d < D) {
-            const uint32_t *wp = reinterpret_cast<const uint32_t *>(wd + d);
-            for (int u = 0; u < mnu; u++) {
-                const float a = act[u];
-                const uint32_t wv = wp[(size_t)u * (D / 2)];
-                y0 = fmaf(a, bf_lo(wv), y0);
-                y1 = fmaf(a, bf_hi(wv), y1);
-            }
-        }
-        const float z0 = __shfl_down_sync(0xffffffffu, y0, 1), z1 = __shfl_down_sync(0xffffffffu, y1, 1);
-        if (d < D && !(lane & 1)) red_add4(p.mlp_y + d, y0, y1, z0, z1); /* D % 4 == 0: d + 3 < D */
-    }
     Q35_TRACE_END(50);
 }
 
 /* Max active clusters of 8 (cluster mode) or blocks per SM x SMs >= grid (global-memory exchange). */
-static int dl_fit_query(int D, int K, int Hv, int cluster, int F, int onex) {
+static int dl_fit_query(int D, int K, int Hv, int cluster) {
     int dev = 0, optin = 0, n_sm = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
@@ -690,10 +480,8 @@ static int dl_fit_query(int D, int K, int Hv, int cluster, int F, int onex) {
         (void)cudaGetLastError();
         return 0;
     }
-    const size_t smem = F ? dl_smem_bytes_mlp(D, K, F, Hv) : dl_smem_bytes(D, K);
-    void (*kern)(DnLayerParams) = cluster ? (F ? dn_layer_bf16<false, true> : dn_layer_bf16<false, false>)
-                                  : onex  ? (onex == 2 ? dn_layer_bf16<true, false, 2> : dn_layer_bf16<true, false, 1>)
-                                          : (F ? dn_layer_bf16<true, true> : dn_layer_bf16<true, false>);
+    const size_t smem = dl_smem_bytes(D, K);
+    void (*kern)(DnLayerParams) = cluster ? dn_layer_bf16<false> : dn_layer_bf16<true>;
     if (smem + 8192 > (size_t)optin ||
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -708,47 +496,42 @@ static int dl_fit_query(int D, int K, int Hv, int cluster, int F, int onex) {
     }
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
-    cfg.gridDim = dim3(DL_SPLIT, (unsigned)Hv), cfg.blockDim = dim3(DL_THREADS), cfg.dynamicSmemBytes = smem;
+    cfg.gridDim = dim3(DL_SPLIT, (unsigned)Hv);
+    cfg.blockDim = dim3(DL_THREADS);
+    cfg.dynamicSmemBytes = smem;
     at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = DL_SPLIT, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    cfg.attrs = at, cfg.numAttrs = 1;
+    at[0].val.clusterDim.x = DL_SPLIT;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
     if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
     return n >= Hv; /* every head's cluster resident at once */
 }
-/* dl_fit_query, remembered per mode (exchange, MLP tail or not) for the last (device, D, K, Hv, F): cuda_dn_layer
- * checks it at every launch (per layer and token when the step runs without a graph); its kernel attribute,
- * once set, stays set. F = 0: no MLP tail. */
-static int dl_fit(int D, int K, int Hv, int cluster, int F, int onex = 0) {
-    static int key[6][5], val[6], have[6];
+/* dl_fit_query, remembered per exchange mode for the last (device, D, K, Hv): cuda_dn_layer checks it at every
+ * launch (per layer and token when the step runs without a graph); its kernel attribute, once set, stays set. */
+static int dl_fit(int D, int K, int Hv, int cluster) {
+    static int key[2][4], val[2], have[2];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
-    const int k[5] = {dev, D, K, Hv, F};
-    const int c = onex ? 3 + onex : (cluster ? 1 : 0) + (F ? 2 : 0); /* onex: global-memory exchange, no MLP tail */
+    const int k[4] = {dev, D, K, Hv};
+    const int c = cluster ? 1 : 0;
     if (have[c] && !memcmp(key[c], k, sizeof k)) return val[c];
-    val[c] = dl_fit_query(D, K, Hv, cluster, F, onex);
+    val[c] = dl_fit_query(D, K, Hv, cluster);
     memcpy(key[c], k, sizeof k);
     have[c] = 1;
     return val[c];
 }
 
 extern "C" int cuda_dn_layer_supported(int D, int Hk, int Hv, int dk, int dv, int K) {
-    if (Hk != Hv || dk != DL_DK || dv != DL_DK || D < 32 || D % 32 || K < 2 || K > 64 || Hv < 1 || Hv > 65535)
-        return 0;
-    return dl_fit(D, K, Hv, 1, 0) ? 2 : dl_fit(D, K, Hv, 0, 0) ? 1 : 0;
-}
-
-static int dl_mlp_shape_ok(int D, int F) { return D <= 1024 && D % 8 == 0 && F >= 1; }
-
-extern "C" int cuda_dn_layer_mlp_supported(int D, int Hk, int Hv, int dk, int dv, int K, int F) {
-    const int m = cuda_dn_layer_supported(D, Hk, Hv, dk, dv, K);
-    if (!m || !dl_mlp_shape_ok(D, F)) return 0;
-    return dl_fit(D, K, Hv, m == 2, F);
+    if (Hk != Hv || dk != DL_DK || dv != DL_DK || D < 32 || D % 32 || K < 2 || K > 64 || Hv < 1 || Hv > 65535) return 0;
+    return dl_fit(D, K, Hv, 1) ? 2 : dl_fit(D, K, Hv, 0) ? 1 : 0;
 }
 
 extern "C" size_t cuda_dn_layer_xbuf_floats(int Hv) {
@@ -761,28 +544,15 @@ extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
     if (!p || !l || !p->w_in || !p->ln1 || !p->conv_w || !p->conv_ring || !p->A_log || !p->dt_bias || !p->norm_w ||
         !p->S || !p->w_out || !p->y || !p->step || (!p->embed && !p->x) || p->Hk != p->Hv || p->dk != DL_DK ||
         p->dv != DL_DK || p->D < 32 || p->D % 32 || p->K < 2 || p->Hv < 1 || p->Hv > 65535 ||
-        ((p->zero0 || p->zero1) && p->n_zero < 0) || !p->xbuf != !p->xcnt || p->xcnt_stride < 0 ||
-        p->xcnt_stride > 64 || p->onex < 0 || p->onex > 2)
+        ((p->zero0 || p->zero1) && p->n_zero < 0) || !p->xbuf != !p->xcnt || p->xcnt_stride < 0 || p->xcnt_stride > 64)
         return (int)cudaErrorInvalidValue;
-    const int mlp = p->mlp_w_gu != NULL;
-    if (mlp && (!p->mlp_w_dT || !p->mlp_norm_w || !p->mlp_x_out || !p->mlp_y || !p->mlp_cnt || !p->x_out ||
-                !dl_mlp_shape_ok(p->D, p->F) || p->mlp_x_out == p->x_out ||
-                (uintptr_t)p->mlp_y % 16 || (uintptr_t)p->mlp_w_gu % 16 || (uintptr_t)p->mlp_w_dT % 16 ||
-                (uintptr_t)p->mlp_cnt % 8))
-        return (int)cudaErrorInvalidValue;
-    const size_t smem = mlp ? dl_smem_bytes_mlp(p->D, p->K, p->F, p->Hv) : dl_smem_bytes(p->D, p->K);
+    const size_t smem = dl_smem_bytes(p->D, p->K);
     const dim3 grid(DL_SPLIT, (unsigned)p->Hv), block(DL_THREADS);
-    if (p->xbuf) { /* the spins need every block resident */
-        if (p->onex && !mlp) {
-            if (!dl_fit(p->D, p->K, p->Hv, 0, 0, p->onex)) return (int)cudaErrorInvalidConfiguration;
-            return launch_kernel(p->onex == 2 ? dn_layer_bf16<true, false, 2> : dn_layer_bf16<true, false, 1>, grid,
-                                 block, smem, l, *p);
-        }
-        if (!dl_fit(p->D, p->K, p->Hv, 0, mlp ? p->F : 0)) return (int)cudaErrorInvalidConfiguration;
-        return launch_kernel(mlp ? dn_layer_bf16<true, true> : dn_layer_bf16<true, false>, grid, block, smem, l, *p);
+    if (p->xbuf) { /* the tagged words' spins need every block resident */
+        if (!dl_fit(p->D, p->K, p->Hv, 0)) return (int)cudaErrorInvalidConfiguration;
+        return launch_kernel(dn_layer_bf16<true>, grid, block, smem, l, *p);
     }
-    void (*kern)(DnLayerParams) = mlp ? dn_layer_bf16<false, true> : dn_layer_bf16<false, false>;
-    if (mlp && !dl_fit(p->D, p->K, p->Hv, 1, p->F)) return (int)cudaErrorInvalidConfiguration;
+    void (*kern)(DnLayerParams) = dn_layer_bf16<false>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();

@@ -27,19 +27,19 @@
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
-#include "cuda/tma.cuh"
+#include "cuda/async.cuh"
 
-#define DN_C 64  /* chunk length */
-#define DN_D 128 /* dk = dv */
-#define DN_DVS 16 /* value columns per CTA in the state scan */
-#define DN_LD (DN_C + 4) /* fp32 row stride of dn_local's A and T tiles (16-byte aligned rows) */
-#define DN_OH 64 /* output columns per block of dn_out_chunk (a cluster of 2 covers dv) */
+#define DN_C      64                   /* chunk length */
+#define DN_D      128                  /* dk = dv */
+#define DN_DVS    16                   /* value columns per CTA in the state scan */
+#define DN_LD     (DN_C + 4)           /* fp32 row stride of dn_local's A and T tiles (16-byte aligned rows) */
+#define DN_OH     64                   /* output columns per block of dn_out_chunk (a cluster of 2 covers dv) */
 #define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to Q K^T and Q S in fp32 */
 
 static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
 
 extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base, int T, int Hk, int Hv, int dk,
-                                                 int dv) {
+                                                int dv) {
     const size_t Tp = (size_t)(T + DN_C - 1) / DN_C * DN_C, nc = Tp / DN_C;
     const size_t qk = Tp * Hk * dk * 2, vv = Tp * Hv * dv * 2, gate = Tp * Hv * 4, cc = nc * Hv * 2 * DN_C * DN_C * 2;
     const size_t sz[12] = {qk, qk, qk, qk, vv, gate, gate, cc, cc, vv, vv, nc * Hv * 2 * dk * dv * 2};
@@ -47,10 +47,17 @@ extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base,
     for (int i = 0; i < 12; i++) off[i] = total, total += dn_align(sz[i]);
     if (sc && base) {
         char *b = (char *)base;
-        sc->q = (uint16_t *)(b + off[0]), sc->q_lo = (uint16_t *)(b + off[1]);
-        sc->k = (uint16_t *)(b + off[2]), sc->k_lo = (uint16_t *)(b + off[3]), sc->v = (uint16_t *)(b + off[4]);
-        sc->beta = (float *)(b + off[5]), sc->g = (float *)(b + off[6]), sc->t = (uint16_t *)(b + off[7]);
-        sc->p = (uint16_t *)(b + off[8]), sc->u = (uint16_t *)(b + off[9]), sc->u_lo = (uint16_t *)(b + off[10]);
+        sc->q = (uint16_t *)(b + off[0]);
+        sc->q_lo = (uint16_t *)(b + off[1]);
+        sc->k = (uint16_t *)(b + off[2]);
+        sc->k_lo = (uint16_t *)(b + off[3]);
+        sc->v = (uint16_t *)(b + off[4]);
+        sc->beta = (float *)(b + off[5]);
+        sc->g = (float *)(b + off[6]);
+        sc->t = (uint16_t *)(b + off[7]);
+        sc->p = (uint16_t *)(b + off[8]);
+        sc->u = (uint16_t *)(b + off[9]);
+        sc->u_lo = (uint16_t *)(b + off[10]);
         sc->s = (uint16_t *)(b + off[11]);
     }
     return total;
@@ -65,7 +72,8 @@ __device__ __forceinline__ void dn_gamma_scan(float g0, float g1, int lane, floa
         const float v = __shfl_up_sync(0xffffffffu, s, o);
         if (lane >= o) s += v;
     }
-    y1 = s, y0 = s - g1;
+    y1 = s;
+    y0 = s - g1;
 }
 /* gamma[r] from the scan registers of the warp (all lanes must call). */
 __device__ __forceinline__ float dn_gamma_at(float y0, float y1, int r) {
@@ -113,12 +121,12 @@ __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
  * parallel. Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs
  * after this kernel has read the old rows). q and k are stored l2-normalised (split hi + lo)
  * WITHOUT the dk^-1/2 scale (applied in fp32 to Q K^T in dn_local and to Q S in dn_out). */
-#ifndef DN_TPW /* tokens per warp (a -D override for experiments) */
+#ifndef DN_TPW   /* tokens per warp (a -D override for experiments) */
 #define DN_TPW 8 /* H200, T = 2048: 2048-token prefill 8.02 ms at 8, 8.12 at 16, 8.36 at 32 */
 #endif
 template <int KC>
-__global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p,
-                                                       const __grid_constant__ DeltaNetScratch sc) {
+__global__ void __launch_bounds__(128)
+    dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
     pdl_begin();
     constexpr int NR = KC - 1 + DN_TPW; /* rows t0 - (KC-1) .. t0 + DN_TPW - 1 */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -136,13 +144,17 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
         uint32_t r0 = 0, r1 = 0;
         if (u >= 0 && u < p.T) {
             const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
-            r0 = *(const uint32_t *)row, r1 = *(const uint32_t *)(row + 64);
+            r0 = *(const uint32_t *)row;
+            r1 = *(const uint32_t *)(row + 64);
         } else if (u < 0 && q >= 0) {
             const uint16_t *row = p.conv_ring + (size_t)(q % KC) * cd + ch0 + 2 * lane;
-            r0 = *(const uint32_t *)row, r1 = *(const uint32_t *)(row + 64);
+            r0 = *(const uint32_t *)row;
+            r1 = *(const uint32_t *)(row + 64);
         }
-        x[j][0] = __uint_as_float(r0 << 16), x[j][1] = __uint_as_float(r0 & 0xffff0000u);
-        x[j][2] = __uint_as_float(r1 << 16), x[j][3] = __uint_as_float(r1 & 0xffff0000u);
+        x[j][0] = __uint_as_float(r0 << 16);
+        x[j][1] = __uint_as_float(r0 & 0xffff0000u);
+        x[j][2] = __uint_as_float(r1 << 16);
+        x[j][3] = __uint_as_float(r1 & 0xffff0000u);
     }
     float w[4][KC];
 #pragma unroll
@@ -184,7 +196,7 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
         if (t < p.T) {
             const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
             const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
-            beta = rbf(1.0f / (1.0f + expf(-b)));
+            beta = rbf(sigmoid_acc(b));
             const float xx = a + p.dt_bias[head];
             g = -expf(p.A_log[head]) * (xx > 20.0f ? xx : log1pf(expf(xx)));
         }
@@ -196,20 +208,20 @@ __global__ void __launch_bounds__(128) dn_conv_bf16_tok(const __grid_constant__ 
 /* ---- 2. chunk-local transform ---------------------------------------------------------- */
 
 struct DnLocalSmem {
-    static constexpr int K = 0;                              /* bf16 [128][128]: k^ hi rows 0..63, lo rows 64..127 */
-    static constexpr int Q = K + 2 * DN_C * DN_D * 2;        /* bf16 [128][128]: q^ hi, lo */
-    static constexpr int A = Q + 2 * DN_C * DN_D * 2;        /* fp32 [64][68] */
-    static constexpr int TI = A + DN_C * DN_LD * 4;          /* fp32 [64][68] */
-    static constexpr int X = TI + DN_C * DN_LD * 4;          /* fp32 [3][16][16] */
-    static constexpr int VEC = X + 3 * 256 * 4;              /* fp32 beta[64], gamma[64] */
+    static constexpr int K = 0;                       /* bf16 [128][128]: k^ hi rows 0..63, lo rows 64..127 */
+    static constexpr int Q = K + 2 * DN_C * DN_D * 2; /* bf16 [128][128]: q^ hi, lo */
+    static constexpr int A = Q + 2 * DN_C * DN_D * 2; /* fp32 [64][68] */
+    static constexpr int TI = A + DN_C * DN_LD * 4;   /* fp32 [64][68] */
+    static constexpr int X = TI + DN_C * DN_LD * 4;   /* fp32 [3][16][16] */
+    static constexpr int VEC = X + 3 * 256 * 4;       /* fp32 beta[64], gamma[64] */
     static constexpr int BYTES = VEC + 2 * DN_C * 4;
 };
 
 /* grid (Tp/64, Hv), 256 threads, ~100 KB of shared memory (2 blocks per SM). Writes, for chunk c
  * and head j, T2 = (I + A)^-1 diag(beta) and P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) as split bf16
  * planes (hi [64][64] row-major, then lo). */
-__global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__ DeltaNetPrefillParams p,
-                                                     const __grid_constant__ DeltaNetScratch sc) {
+__global__ void __launch_bounds__(256, 2)
+    dn_local_chunk(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
     pdl_begin();
     using L = DnLocalSmem;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -324,8 +336,10 @@ __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
                         const float4 tr = *(const float4 *)(sTi + (bk * 16 + s4 + q) * DN_LD + bj * 16 + c4);
-                        v.x = fmaf(av[q], tr.x, v.x), v.y = fmaf(av[q], tr.y, v.y);
-                        v.z = fmaf(av[q], tr.z, v.z), v.w = fmaf(av[q], tr.w, v.w);
+                        v.x = fmaf(av[q], tr.x, v.x);
+                        v.y = fmaf(av[q], tr.y, v.y);
+                        v.z = fmaf(av[q], tr.z, v.z);
+                        v.w = fmaf(av[q], tr.w, v.w);
                     }
                 }
             }
@@ -342,8 +356,10 @@ __global__ void __launch_bounds__(256, 2) dn_local_chunk(const __grid_constant__
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     const float4 xr = *(const float4 *)(sX + bj * 256 + (s4 + q) * 16 + c4);
-                    v.x = fmaf(av[q], xr.x, v.x), v.y = fmaf(av[q], xr.y, v.y);
-                    v.z = fmaf(av[q], xr.z, v.z), v.w = fmaf(av[q], xr.w, v.w);
+                    v.x = fmaf(av[q], xr.x, v.x);
+                    v.y = fmaf(av[q], xr.y, v.y);
+                    v.z = fmaf(av[q], xr.z, v.z);
+                    v.w = fmaf(av[q], xr.w, v.w);
                 }
             }
             *(float4 *)(sTi + (bi * 16 + i) * DN_LD + bj * 16 + c4) = make_float4(-v.x, -v.y, -v.z, -v.w);
@@ -419,9 +435,7 @@ __device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, con
 }
 
 /* b0, b1 of n8 tile `hi_half` (0: columns 0-7, 1: 8-15) out of an ldsm_addr_bk x4.trans load */
-__device__ __forceinline__ uint32_t dn_pick(const uint32_t b[4], int half, int i) {
-    return half ? b[2 + i] : b[i];
-}
+__device__ __forceinline__ uint32_t dn_pick(const uint32_t b[4], int half, int i) { return half ? b[2 + i] : b[i]; }
 
 /* One k-step of a split product into three accumulators, in this order: hh += a_hi b_hi,
  * hl += a_hi b_lo, lh += a_lo b_hi (b: the warp's half `wn` of an x4 fragment pair). */
@@ -440,8 +454,8 @@ __device__ __forceinline__ void dn_mma3(float hh[4], float hl[4], float lh[4], c
  *   (every product split x split: 3 mma).
  * The separate-output path (fuse_out = 0): S snapshots and V' go to global memory for dn_out_chunk;
  * the fused path is dn_scan_fo (deltanet_prefill_scan.cuh). */
-__global__ void __launch_bounds__(256) dn_scan_split(const __grid_constant__ DeltaNetPrefillParams p,
-                                                    const __grid_constant__ DeltaNetScratch sc) {
+__global__ void __launch_bounds__(256)
+    dn_scan_split(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
     pdl_begin();
     using L = DnScanSmem<false>;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -601,18 +615,8 @@ static int dn_launch_scan_fo_cl(const DeltaNetPrefillParams *p, const DeltaNetSc
                                 const CudaLaunch *l) {
     cudaError_t e = cudaFuncSetAttribute(dn_scan_fo<CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, DN_SCAN_FO_SMEM);
     if (e != cudaSuccess) return (int)e;
-    return launch_ex(dn_scan_fo<CL>, dim3(DN_D / DN_DVS, p->Hv), dim3(512), DN_SCAN_FO_SMEM, CL > 1 ? CL : 0, l, *p,
-                     sc, m);
-}
-
-/* How many column slices of a head share their loads (the cluster size of dn_scan_fo): 1 unless
- * QWEN35_DN_CLUSTER=2|4|8. H200, T = 2048, 16 heads, scan + output per layer: 123.6 us alone, 146.9
- * with clusters of 2, 147.1 of 8, 275.8 of 4 (not all clusters resident at once): the L2 traffic the
- * multicast saves was not the limit, the cluster barrier per chunk costs (PERF_NOTES_prefill §14). */
-static int dn_scan_cluster(void) {
-    const char *env = getenv("QWEN35_DN_CLUSTER");
-    const int cl = env ? atoi(env) : 1;
-    return cl == 2 || cl == 4 || cl == 8 ? cl : 1;
+    return launch_ex(dn_scan_fo<CL>, dim3(DN_D / DN_DVS, p->Hv), dim3(512), DN_SCAN_FO_SMEM, CL > 1 ? CL : 0, l, *p, sc,
+                     m);
 }
 
 static int dn_launch_scan_fo(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
@@ -626,16 +630,7 @@ static int dn_launch_scan_fo(const DeltaNetPrefillParams *p, const DeltaNetScrat
     if (!rc) rc = cuda_tma_map_bf16(&m.t, sc.t, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (!rc) rc = cuda_tma_map_bf16(&m.p, sc.p, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (rc) return rc;
-#ifdef Q35_DN_SCAN_DBG /* timing experiments only (make NVFLAGS+=-DQ35_DN_SCAN_DBG): results are garbage */
-    const char *dbg = getenv("QWEN35_DN_SCAN_DBG");
-    m.dbg = dbg ? atoi(dbg) : 0;
-#endif
-    switch (dn_scan_cluster()) {
-    case 8: return dn_launch_scan_fo_cl<8>(p, sc, m, l);
-    case 4: return dn_launch_scan_fo_cl<4>(p, sc, m, l);
-    case 2: return dn_launch_scan_fo_cl<2>(p, sc, m, l);
-    default: return dn_launch_scan_fo_cl<1>(p, sc, m, l);
-    }
+    return dn_launch_scan_fo_cl<1>(p, sc, m, l);
 }
 
 extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {
@@ -648,13 +643,14 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
     const int nc = (p->T + DN_C - 1) / DN_C;
     if (p->ev) cudaEventRecord(p->ev[0], l->stream);
-    int rc = p->K == 4 ? dn_launch_conv<4>(p, sc, nc, l) : p->K == 3 ? dn_launch_conv<3>(p, sc, nc, l)
-                                                                      : dn_launch_conv<2>(p, sc, nc, l);
+    int rc = p->K == 4   ? dn_launch_conv<4>(p, sc, nc, l)
+             : p->K == 3 ? dn_launch_conv<3>(p, sc, nc, l)
+                         : dn_launch_conv<2>(p, sc, nc, l);
     if (rc) return rc;
     if (p->ev) cudaEventRecord(p->ev[1], l->stream);
 
-    cudaError_t e = cudaFuncSetAttribute(dn_local_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         DnLocalSmem::BYTES);
+    cudaError_t e =
+        cudaFuncSetAttribute(dn_local_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnLocalSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
     if ((rc = launch_ex(dn_local_chunk, dim3(nc, p->Hv), dim3(256), DnLocalSmem::BYTES, 0, l, *p, sc))) return rc;
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);

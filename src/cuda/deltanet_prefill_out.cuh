@@ -6,12 +6,12 @@
 /* ---- 4. chunk output + gated RMSNorm --------------------------------------------------- */
 
 struct DnOutSmem {
-    static constexpr int Q = 0;                            /* bf16 [128][128]: q^ hi rows 0..63, lo rows 64..127 */
-    static constexpr int S = Q + 2 * DN_C * DN_D * 2;      /* bf16 [256][64]: S hi rows 0..127, lo rows 128..255 */
-    static constexpr int V = S + 2 * DN_D * DN_OH * 2;     /* bf16 [128][64]: V' hi rows 0..63, lo rows 64..127 */
-    static constexpr int P = V + 2 * DN_C * DN_OH * 2;     /* bf16 [128][64]: P hi rows 0..63, lo rows 64..127 */
-    static constexpr int GAM = P + 2 * DN_C * DN_C * 2;    /* fp32 [64] */
-    static constexpr int RED = GAM + DN_C * 4;             /* fp32 [2][64] */
+    static constexpr int Q = 0;                         /* bf16 [128][128]: q^ hi rows 0..63, lo rows 64..127 */
+    static constexpr int S = Q + 2 * DN_C * DN_D * 2;   /* bf16 [256][64]: S hi rows 0..127, lo rows 128..255 */
+    static constexpr int V = S + 2 * DN_D * DN_OH * 2;  /* bf16 [128][64]: V' hi rows 0..63, lo rows 64..127 */
+    static constexpr int P = V + 2 * DN_C * DN_OH * 2;  /* bf16 [128][64]: P hi rows 0..63, lo rows 64..127 */
+    static constexpr int GAM = P + 2 * DN_C * DN_C * 2; /* fp32 [64] */
+    static constexpr int RED = GAM + DN_C * 4;          /* fp32 [2][64] */
     static constexpr int BYTES = RED + 2 * DN_C * 4;
 };
 
@@ -20,8 +20,8 @@ struct DnOutSmem {
  * block's loads overlap the other's math. Warp (wm, wn) = (w%4, w/4) owns rows 16 wm, columns 32 wn
  * of the block's 64. The gated RMSNorm's sum of squares over a row's 128 columns adds the partner
  * block's half through DSMEM. */
-__global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ DeltaNetPrefillParams p,
-                                                      const __grid_constant__ DeltaNetScratch sc) {
+__global__ void __launch_bounds__(256, 2)
+    dn_out_chunk(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
     pdl_begin();
     using L = DnOutSmem;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ D
     const float eg0 = DN_QSCALE * expf(sgam[r0]), eg1 = DN_QSCALE * expf(sgam[r0 + 8]);
 #pragma unroll
     for (int nt = 0; nt < 4; nt++) acc[nt][0] *= eg0, acc[nt][1] *= eg0, acc[nt][2] *= eg1, acc[nt][3] *= eg1;
-    /* + P V' (P is lower triangular: k-blocks <= wm) */
+        /* + P V' (P is lower triangular: k-blocks <= wm) */
 #pragma unroll
     for (int kk = 0; kk < DN_C / 16; kk++) {
         if (kk > wm) break; /* warp-uniform */
@@ -156,8 +156,8 @@ __global__ void __launch_bounds__(256, 2) dn_out_chunk(const __grid_constant__ D
  * 64 + 2 lane, 65 + 2 lane. All the warp's loads are issued before the first reduction (one row per
  * warp, 4096 blocks at T = 2048: 10 us per layer for ~24 MB). */
 #define DN_NR 4
-__global__ void __launch_bounds__(256) dn_norm_out(const __grid_constant__ DeltaNetPrefillParams p,
-                                                  const __grid_constant__ DeltaNetScratch sc) {
+__global__ void __launch_bounds__(256)
+    dn_norm_out(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
     pdl_begin();
     const int row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * DN_NR, lane = threadIdx.x & 31, rows = p.T * p.Hv;
     uint32_t ou[DN_NR][2], zu[DN_NR][2];
@@ -168,8 +168,10 @@ __global__ void __launch_bounds__(256) dn_norm_out(const __grid_constant__ Delta
         const int tok = row / p.Hv, j = row - tok * p.Hv;
         const uint16_t *o = sc.u + (size_t)row * DN_D, *z = p.proj + (size_t)tok * p.ld_proj + p.z_off + j * DN_D;
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-            ou[k][h] = *(const uint32_t *)(o + 64 * h + 2 * lane), zu[k][h] = *(const uint32_t *)(z + 64 * h + 2 * lane);
+        for (int h = 0; h < 2; h++) {
+            ou[k][h] = *(const uint32_t *)(o + 64 * h + 2 * lane);
+            zu[k][h] = *(const uint32_t *)(z + 64 * h + 2 * lane);
+        }
     }
 #pragma unroll
     for (int k = 0; k < DN_NR; k++) {

@@ -22,8 +22,7 @@ __device__ __forceinline__ void dn_store_split16(uint8_t *base, int lo, const fl
  * 128 rows: the hi and lo planes of one (chunk, head)). */
 struct DnScanMaps {
     CUtensorMap k, kl, q, ql, t, p;
-    int dbg; /* 0; timing experiments only (built with -DQ35_DN_SCAN_DBG, QWEN35_DN_SCAN_DBG=1: no mma, 2: no
-              * loads, 3: neither; results are garbage) */
+    int dbg; /* 0 (the engine); bench/kernels measurements only: 1 no mma, 2 no loads, 3 neither (garbage) */
 };
 #define DN_SCAN_TX (2 * 2 * DN_C * DN_D * 2 + 2 * 2 * DN_C * DN_C * 2) /* bytes per stage through TMA */
 
@@ -42,13 +41,16 @@ __device__ __forceinline__ void dn_scan_issue(const DnScanMaps &m, uint32_t st, 
         if (b < 8) { /* b = 4 (K or Q) + 2 (hi or lo) + column half */
             mp = b < 4 ? ((b & 2) ? &m.kl : &m.k) : ((b & 2) ? &m.ql : &m.q);
             dst = st + (b < 4 ? L::K : L::Q) + ((b >> 1) & 1) * (DN_C * DN_D * 2) + (b & 1) * (DN_C * 64 * 2);
-            c0 = n * DN_D + (b & 1) * 64, c1 = c * DN_C;
+            c0 = n * DN_D + (b & 1) * 64;
+            c1 = c * DN_C;
         } else {
             mp = b == 8 ? &m.t : &m.p;
             dst = st + (b == 8 ? L::TH : L::P);
         }
-        if (CL > 1) tma_load_2d_mc(dst, mp, c0, c1, bar, (uint16_t)((1u << CL) - 1));
-        else tma_load_2d(dst, mp, c0, c1, bar);
+        if (CL > 1)
+            tma_load_2d_mc(dst, mp, c0, c1, bar, (uint16_t)((1u << CL) - 1));
+        else
+            tma_load_2d(dst, mp, c0, c1, bar);
     }
 }
 /* chunk c's V slice (this block's 16 columns of head j) by threads tid < 128 */
@@ -77,20 +79,20 @@ __device__ __forceinline__ void dn_scan_load_v(const DeltaNetPrefillParams &p, c
  *      warps 8-15: O += P V', store bf16(O) in sc.u
  * Shared-memory reads per chunk (ldmatrix): ~230 KB, was ~460 with the 8 x 8 warp tiling of
  * dn_scan_split (ncu: the scan is bound by ldmatrix throughput and latency, not by its loads).
- * With CL > 1 (QWEN35_DN_CLUSTER; off by default: measured slower, PERF_NOTES_prefill §14) the CL
+ * With CL > 1 (the engine launches CL = 1; docs/EXPERIMENTS.md: measured slower) the CL
  * blocks of a cluster load K, Q, T2, P once for all of them (each issues 1/CL of the boxes,
  * multicast): the L2 serves each (chunk, head) tile once instead of 8 times. A stage is refilled
  * (chunk c+1, in chunk c) only after every block of the cluster has finished chunk c-1 with it: a
  * cluster barrier, arrived at the end of chunk c-1 and waited after phase 1 of chunk c. */
 template <int CL>
-__global__ void __launch_bounds__(512, 1) dn_scan_fo(const __grid_constant__ DeltaNetPrefillParams p,
-                                                    const __grid_constant__ DeltaNetScratch sc,
-                                                    const __grid_constant__ DnScanMaps maps) {
+__global__ void __launch_bounds__(512, 1)
+    dn_scan_fo(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc,
+               const __grid_constant__ DnScanMaps maps) {
     pdl_begin();
     using L = DnScanSmem<true>;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); /* TMA swizzle: 1024-aligned */
-    const uint32_t sb = smem_addr(smem), full = sb + L::BYTES;                  /* full[2]: mbarriers */
+    const uint32_t sb = smem_addr(smem), full = sb + L::BYTES;                 /* full[2]: mbarriers */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const bool xw = warp < 8; /* X / V' warps; the others: Q S, P V', loads */
     const int q8 = warp & 7, wm = q8 & 3, wn = q8 >> 2;

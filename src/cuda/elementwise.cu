@@ -1,21 +1,6 @@
-/* elementwise.cu — small utility kernels: the embedding lookup (for probes and tests; the decode
- * step folds it into the first GEMV's prologue), a counter-hash random fill (bench: KV cache
- * contents) and a streaming-read bandwidth probe (bench: the ceiling ops are compared with). */
+/* elementwise.cu — small utility kernels: a counter-hash random fill (bench: KV cache contents)
+ * and a streaming-read bandwidth probe (bench: the ceiling ops are compared with). */
 #include "cuda/common.cuh"
-
-/* y[i] = E[step->token][i] as fp32. grid ceil(n/256), block 256. */
-__global__ void embed_bf16_row(const __grid_constant__ EmbedParams p) {
-    const int tok = p.step->token;
-    pdl_wait();
-    pdl_trigger();
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < p.n) p.y[i] = bf16u(p.E[(size_t)tok * p.n + i]);
-}
-
-extern "C" int cuda_embed(const EmbedParams *p, const CudaLaunch *l) {
-    if (!p->E || !p->step || !p->y || p->n <= 0) return (int)cudaErrorInvalidValue;
-    return launch_kernel(embed_bf16_row, dim3((unsigned)ceil_div(p->n, 256)), dim3(256), 0, l, *p);
-}
 
 /* splitmix64 finaliser: a counter-based hash. */
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {

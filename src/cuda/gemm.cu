@@ -141,20 +141,22 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma(const __grid_constant_
 
         const uint32_t sA = sbase + (kt % WG_STAGES) * S::STAGE_BYTES + wg * 64 * 128,
                        sB = sA - wg * 64 * 128 + S::A_BYTES;
-reg_fence_acc(acc);
+        reg_fence_acc(acc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < GEMM_BK / 16; kk++) {
             const uint64_t da = wgmma_desc(sA + kk * 32), db = wgmma_desc(sB + kk * 32);
-            if constexpr (BN == 256) wgmma_m64n256k16(acc[0], da, db);
-            else wgmma_m64n128k16(acc[0], da, db);
+            if constexpr (BN == 256)
+                wgmma_m64n256k16(acc[0], da, db);
+            else
+                wgmma_m64n128k16(acc[0], da, db);
         }
         wgmma_commit();
         wgmma_wait<1>();
-reg_fence_acc(acc);
+        reg_fence_acc(acc);
     }
     wgmma_wait<0>();
-reg_fence_acc(acc);
+    reg_fence_acc(acc);
     cp_async_wait<0>();
     gemm_store<EPI, 1, BN / 8>(p, acc, m0 + wg * 64 + wq * 16, n0, lane >> 2, lane & 3);
 #else
@@ -199,20 +201,22 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma_persist(const __grid_c
 
             const uint32_t sA = sbase + (kt % WG_STAGES) * S::STAGE_BYTES + wg * 64 * 128,
                            sB = sA - wg * 64 * 128 + S::A_BYTES;
-reg_fence_acc(acc);
+            reg_fence_acc(acc);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < GEMM_BK / 16; kk++) {
                 const uint64_t da = wgmma_desc(sA + kk * 32), db = wgmma_desc(sB + kk * 32);
-                if constexpr (BN == 256) wgmma_m64n256k16(acc[0], da, db);
-                else wgmma_m64n128k16(acc[0], da, db);
+                if constexpr (BN == 256)
+                    wgmma_m64n256k16(acc[0], da, db);
+                else
+                    wgmma_m64n128k16(acc[0], da, db);
             }
             wgmma_commit();
             wgmma_wait<1>();
-reg_fence_acc(acc);
+            reg_fence_acc(acc);
         }
         wgmma_wait<0>();
-reg_fence_acc(acc);
+        reg_fence_acc(acc);
         /* every warpgroup's wgmma reads of the ring are complete: slots 0 .. WG_STAGES-3 may be refilled
          * (the k-loop maps k-tile kt to slot kt % WG_STAGES from kt = 0 again) */
         __syncthreads();
@@ -228,7 +232,9 @@ reg_fence_acc(acc);
         }
         gemm_store<EPI, 1, BN / 8>(p, acc, m0 + wg * 64 + wq * 16, n0, lane >> 2, lane & 3);
         if (next >= tiles) break;
-        tile = next, m0 = nm0, n0 = nn0;
+        tile = next;
+        m0 = nm0;
+        n0 = nn0;
     }
     cp_async_wait<0>();
 #else
@@ -270,34 +276,17 @@ static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, const Cuda
                     l);
 }
 
-/* 1: AUTO takes the TMA path on sm_90 (gemm_tma.cu). H200, gemm_lab at M = 2048: the GEMMs of one
- * 2048-token prefill 4.99 ms with tma(pick) vs ~6.2 with the cp.async wgmma path (gate_up 430 vs
- * 338 TFLOP/s, qkvzba 465, attention qkv 452). The environment variable QWEN35_GEMM overrides it for
- * AUTO on sm_90 with one of the names below. */
-#define GEMM_TMA_DEFAULT 1
-
-/* The algorithm AUTO means on a device of compute capability major `major`. */
-static int gemm_auto_algo(int major) {
-    static const struct {
-        const char *name;
-        int algo;
-    } by_name[] = {{"mma", GEMM_ALGO_MMA},          {"wgmma", GEMM_ALGO_WGMMA},       {"wgmmaP", GEMM_ALGO_WGMMA_P},
-                   {"tma", GEMM_ALGO_TMA},          {"tmaC256", GEMM_ALGO_TMA_C256}, {"tmaC128", GEMM_ALGO_TMA_C128},
-                   {"tmaP128", GEMM_ALGO_TMA_P128}, {"tmaP256", GEMM_ALGO_TMA_P256}};
-    if (major != 9) return GEMM_ALGO_MMA;
-    const char *env = getenv("QWEN35_GEMM");
-    for (size_t i = 0; env && i < sizeof by_name / sizeof by_name[0]; i++)
-        if (!strcmp(env, by_name[i].name)) return by_name[i].algo;
-    return GEMM_TMA_DEFAULT ? GEMM_ALGO_TMA : GEMM_ALGO_WGMMA;
-}
+/* The algorithm AUTO means on a device of compute capability major `major`: on sm_90 the TMA path (gemm_tma.cu;
+ * the GEMMs of a 2048-token prefill 4.99 ms vs ~6.2 with the cp.async wgmma path), else mma.sync. */
+static int gemm_auto_algo(int major) { return major == 9 ? GEMM_ALGO_TMA : GEMM_ALGO_MMA; }
 
 extern "C" int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l) {
     const int ycols = p->epi == GEMM_EPI_SWIGLU_BF16 ? p->N / 2 : p->N;
     const int G = p->glu_group;
-    if (p->M < 1 || p->N < 8 || p->K < 8 || p->N % 8 || p->K % 8 || p->ldx < p->K || p->ldw < p->K ||
-        p->ldx % 8 || p->ldw % 8 || p->ldy < ycols || p->ldy % 2 || ((uintptr_t)p->x & 15) ||
-        ((uintptr_t)p->w & 15) || !p->y || p->algo < GEMM_ALGO_AUTO || p->algo >= GEMM_ALGO_COUNT ||
-        p->epi < GEMM_EPI_BF16 || p->epi > GEMM_EPI_SWIGLU_BF16)
+    if (p->M < 1 || p->N < 8 || p->K < 8 || p->N % 8 || p->K % 8 || p->ldx < p->K || p->ldw < p->K || p->ldx % 8 ||
+        p->ldw % 8 || p->ldy < ycols || p->ldy % 2 || ((uintptr_t)p->x & 15) || ((uintptr_t)p->w & 15) || !p->y ||
+        p->algo < GEMM_ALGO_AUTO || p->algo >= GEMM_ALGO_COUNT || p->epi < GEMM_EPI_BF16 ||
+        p->epi > GEMM_EPI_SWIGLU_BF16)
         return (int)cudaErrorInvalidValue;
     if (p->epi == GEMM_EPI_SWIGLU_BF16 && ((G != 1 && G != 8 && G != 16 && G != 32) || p->N % (2 * G)))
         return (int)cudaErrorInvalidValue;

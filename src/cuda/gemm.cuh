@@ -9,7 +9,7 @@
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 
-#define GEMM_BK 64
+#define GEMM_BK      64
 #define GEMM_GROUP_M 8
 
 /* Shared-memory ring of a BM x BN tile loop: per stage A [BM][64] then B [BN][64] bf16, swizzled. */
@@ -35,8 +35,8 @@ __device__ __forceinline__ void gemm_tile_coords_at(const GemmParams &p, int bid
  * col0 + 8 nt + ..): fragment nt is a gate fragment when (8 nt / G) is even; its up fragment is
  * nt + G/8 (col0 is a multiple of 2G, and NT*8 of 2G). */
 template <int G, int MT, int NT>
-__device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*acc)[NT][4], int row0, int col0,
-                                                  int g, int t) {
+__device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*acc)[NT][4], int row0, int col0, int g,
+                                                  int t) {
     static_assert((NT * 8) % (2 * G) == 0, "gate/up pairs must stay inside the thread's columns");
     uint16_t *y = (uint16_t *)p.y;
 #pragma unroll
@@ -69,8 +69,8 @@ __device__ __forceinline__ void gemm_store_swiglu(const GemmParams &p, float (*a
  * pair (2t, 2t+1) of fragment nt is (gate, up) of output column (col0 + 8 nt)/2 + t. Lanes t and
  * t^1 swap one value so each stores a bf16 pair: even t row g, odd t row g + 8. */
 template <int MT, int NT>
-__device__ __forceinline__ void gemm_store_swiglu1(const GemmParams &p, float (*acc)[NT][4], int row0, int col0,
-                                                   int g, int t) {
+__device__ __forceinline__ void gemm_store_swiglu1(const GemmParams &p, float (*acc)[NT][4], int row0, int col0, int g,
+                                                   int t) {
     uint16_t *y = (uint16_t *)p.y;
     const int odd = t & 1;
 #pragma unroll
@@ -93,13 +93,16 @@ __device__ __forceinline__ void gemm_store_swiglu1(const GemmParams &p, float (*
 
 /* All epilogues of MT x NT accumulator tiles in the mma C layout. */
 template <int EPI, int MT, int NT>
-__device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT][4], int row0, int col0, int g,
-                                           int t) {
+__device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT][4], int row0, int col0, int g, int t) {
     if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
-        if (p.glu_group == 1) gemm_store_swiglu1<MT, NT>(p, acc, row0, col0, g, t);
-        else if (p.glu_group == 8) gemm_store_swiglu<8, MT, NT>(p, acc, row0, col0, g, t);
-        else if (p.glu_group == 16) gemm_store_swiglu<16, MT, NT>(p, acc, row0, col0, g, t);
-        else gemm_store_swiglu<32, MT, NT>(p, acc, row0, col0, g, t);
+        if (p.glu_group == 1)
+            gemm_store_swiglu1<MT, NT>(p, acc, row0, col0, g, t);
+        else if (p.glu_group == 8)
+            gemm_store_swiglu<8, MT, NT>(p, acc, row0, col0, g, t);
+        else if (p.glu_group == 16)
+            gemm_store_swiglu<16, MT, NT>(p, acc, row0, col0, g, t);
+        else
+            gemm_store_swiglu<32, MT, NT>(p, acc, row0, col0, g, t);
     } else {
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
@@ -135,7 +138,7 @@ __device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT]
  * before the next (a store may alias the next load): here each lane owns a 64-byte (16-column)
  * row piece, loads all of it at once and writes whole sectors. Values and rounding are gemm_store's
  * (SwiGLU: rows interleaved one by one, glu_group 1, only). */
-#define GEMM_STAGE_LD 40 /* floats per staged row: 32 + 8 (conflict-free float2 writes per half-warp) */
+#define GEMM_STAGE_LD     40 /* floats per staged row: 32 + 8 (conflict-free float2 writes per half-warp) */
 #define GEMM_STAGE_FLOATS (16 * GEMM_STAGE_LD)
 template <int EPI, int NT>
 __device__ __forceinline__ void gemm_store_staged(const GemmParams &p, const float (*acc)[4], int row0, int col0,
@@ -242,8 +245,8 @@ int gemm_tma_run(const GemmParams *p, int sms, const CudaLaunch *l);
  * [rows][ld] matrix x (cols columns read, zero fill outside) into shared memory and copies it raw
  * (128-byte swizzled: 16-byte chunk c of row r at chunk c ^ (r & 7)) to out[64][64]; synchronises
  * the stream. Both return 0 or a cudaError_t value. */
-#define GEMM_TMA_DBG_NOREG 1
-#define GEMM_TMA_DBG_GMAP 2
+#define GEMM_TMA_DBG_NOREG      1
+#define GEMM_TMA_DBG_GMAP       2
 #define GEMM_TMA_DBG_NOPREFETCH 4
 int gemm_tma_debug_run(const GemmParams *p, int flags, int sms, const CudaLaunch *l);
 int gemm_tma_probe(const uint16_t *x, int rows, int cols, int ld, int k0, int m0, uint16_t *out, int flags,

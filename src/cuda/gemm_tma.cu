@@ -27,7 +27,7 @@
 #include <cudaTypedefs.h>
 
 #include "cuda/gemm.cuh"
-#include "cuda/tma.cuh"
+#include "cuda/async.cuh"
 
 /* ---- kernel --------------------------------------------------------------------------------- */
 
@@ -46,8 +46,8 @@ struct TmaCfg {
     static constexpr int MW = WG_ROWS / 64;          /* m64 wgmma blocks per consumer */
     static constexpr int A_BYTES = TM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
     static constexpr int STAGE = A_BYTES + B_BYTES;
-    static constexpr int EMPTY_ARRIVALS = PP ? 4 : 8; /* consumer warps that read each stage */
-    static constexpr int STAGE_OFF = STAGES * STAGE + 2 * STAGES * 8;  /* epilogue staging, after ring + barriers */
+    static constexpr int EMPTY_ARRIVALS = PP ? 4 : 8;                 /* consumer warps that read each stage */
+    static constexpr int STAGE_OFF = STAGES * STAGE + 2 * STAGES * 8; /* epilogue staging, after ring + barriers */
     static constexpr int SMEM = 1024 + STAGE_OFF + 8 * GEMM_STAGE_FLOATS * 4; /* + align slack; 8 consumer warps */
     static_assert(WG_ROWS % 64 == 0 && MW >= 1 && (BN == 128 || BN == 256), "tile shape");
     static_assert(TM <= 256 && BN <= 256, "TMA box rows <= 256");
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
     if constexpr ((DBG & GEMM_TMA_DBG_NOREG) == 0) regs_inc<232>();
     const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31;
     const uint32_t a_off = PP ? 0u : (uint32_t)cw * 64u * 128u; /* cooperative: this consumer's 64 rows */
-    int j = 0;                                                 /* the CTA's local tile index */
+    int j = 0;                                                  /* the CTA's local tile index */
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
         if (PP && (j & 1) != cw) continue;
         int m0, n0;
@@ -114,7 +114,8 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
 #pragma unroll
         for (int mw = 0; mw < C::MW; mw++)
 #pragma unroll
-            for (int n8 = 0; n8 < BN / 8; n8++) acc[mw][n8][0] = acc[mw][n8][1] = acc[mw][n8][2] = acc[mw][n8][3] = 0.0f;
+            for (int n8 = 0; n8 < BN / 8; n8++)
+                acc[mw][n8][0] = acc[mw][n8][1] = acc[mw][n8][2] = acc[mw][n8][3] = 0.0f;
 
         /* ping-pong: start only once the other consumer has passed every full-wait of local tile j - 1.
          * Without this a consumer could wait on a slot two phases ahead of the producer, and a parity
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
             mbar_wait(full0 + 8 * s, (uint32_t)(it / STAGES) & 1u);
             __syncwarp(); /* wgmma.*.sync.aligned below need the warp converged after the per-thread spin */
             const uint32_t sA = sbase + s * C::STAGE + a_off, sB = sbase + s * C::STAGE + C::A_BYTES;
-reg_fence_acc(acc);
+            reg_fence_acc(acc);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < GEMM_BK / 16; kk++) {
@@ -135,18 +136,20 @@ reg_fence_acc(acc);
 #pragma unroll
                 for (int mw = 0; mw < C::MW; mw++) {
                     const uint64_t da = wgmma_desc(sA + mw * 64 * 128 + kk * 32);
-                    if constexpr (BN == 256) wgmma_m64n256k16(acc[mw], da, db);
-                    else wgmma_m64n128k16(acc[mw], da, db);
+                    if constexpr (BN == 256)
+                        wgmma_m64n256k16(acc[mw], da, db);
+                    else
+                        wgmma_m64n128k16(acc[mw], da, db);
                 }
             }
             wgmma_commit();
             wgmma_wait<1>(); /* the wgmmas of k-step it - 1 are done: its slot may be refilled */
-reg_fence_acc(acc);
+            reg_fence_acc(acc);
             if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
         }
         if (PP && tile + (int)gridDim.x < tiles) bar_arrive(1 + (j & 1), 256); /* the other consumer may start */
         wgmma_wait<0>();
-reg_fence_acc(acc);
+        reg_fence_acc(acc);
         if (lane == 0) mbar_arrive(empty0 + 8 * ((it0 + ktiles - 1) % STAGES));
 
         const int row0 = m0 + (PP ? 0 : cw * 64) + wq * 16;
@@ -169,8 +172,8 @@ reg_fence_acc(acc);
  * into 1024-aligned shared memory, copied raw (swizzled as it landed) to out[64][64]. No wgmma, no
  * warp specialisation, no register moves: it tests the tensor map, TMA and the mbarrier alone. */
 template <int DBG>
-__global__ void __launch_bounds__(128) gemm_tma_probe_kernel(const __grid_constant__ GemmTmaArgs a, int k0, int m0,
-                                                             uint16_t *out) {
+__global__ void __launch_bounds__(128)
+    gemm_tma_probe_kernel(const __grid_constant__ GemmTmaArgs a, int k0, int m0, uint16_t *out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) uint8_t smem[];
     const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u, bar = sbase + 64 * 128;
@@ -220,8 +223,8 @@ int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, 
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
     const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, estr[2] = {1, 1};
     const CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, estr,
-                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
 }
 
@@ -233,8 +236,8 @@ int cuda_tma_map_bf16_3d(CUtensorMap *m, const uint16_t *base, int cols, int row
     const cuuint64_t strides[2] = {(cuuint64_t)ld * 2, (cuuint64_t)ld2 * 2};
     const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1}, estr[3] = {1, 1, 1};
     const CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)base, dims, strides, box, estr,
-                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
 }
 
@@ -342,8 +345,8 @@ static int tma_probe_launch(GemmTmaArgs *a, int k0, int m0, uint16_t *out, cudaS
     }
     if (rc == 0) {
         const int smem = 1024 + 64 * 128 + 8;
-        cudaError_t e = cudaFuncSetAttribute(gemm_tma_probe_kernel<DBG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             smem);
+        cudaError_t e =
+            cudaFuncSetAttribute(gemm_tma_probe_kernel<DBG>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e == cudaSuccess) {
             gemm_tma_probe_kernel<DBG><<<1, 128, smem, st>>>(*a, k0, m0, out);
             e = cudaGetLastError();

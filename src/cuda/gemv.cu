@@ -1,4 +1,4 @@
-/* matvec.cu — the GEMV family for one token: y = W x, W bf16 [rows][cols], fp32 accumulation,
+/* gemv.cu — the GEMV family for one token: y = W x, W bf16 [rows][cols], fp32 accumulation,
  * with the fused prologues (embedding / residual add + RMSNorm) and epilogues (bf16 store,
  * SwiGLU, split-K atomic or partials, LM-head argmax) described in ops.h.
  *
@@ -8,54 +8,45 @@
  * kernel's tail. Blocks of T/32 warps stride over row groups; grid.y slices the columns
  * (split-K). x sits in shared memory as fp32 (bf16-valued).
  * Two shapes of the kernel (bench/kernels/gemv_lab.cu measured them on the H200, PDL graph of
- * back-to-back launches on fresh weights, docs/PERF_NOTES.md §7):
+ * back-to-back launches on fresh weights):
  *   U 4, 512 threads, 1 block per SM (grid <= n_sm): many-row GEMVs (8224 x 1024: 6.57 us vs
  *     7.30 for the former 256-thread kernel at 2 blocks/SM; gate/up 6.17 vs 6.97; LM head 117 us)
  *     and split-K with > 256 columns per split (down 1024 x 3584 / 8: 3.26 vs 3.39 us);
  *   U 2, 256 threads: split-K with <= 256 columns per split (out_proj 1024 x 2048 / 8: 2.20 vs
- *     2.52 us; U 4 would predicate off three of its four loads).
- * Optionally the grid first issues the L2 prefetch hints of p.pf (off in the engine by default:
- * the lab and the H200 bench measured them slower). */
+ *     2.52 us; U 4 would predicate off three of its four loads). */
 #include <limits.h>
 #include <math.h>
 
 #include "cuda/common.cuh"
 
-#define MV_R 4             /* rows per warp group */
-#define MV_SPLIT_WARPS 8   /* warps per block assumed when choosing split-K (cuda_matvec_splits) */
-#define MV_DYN_SHARDS 8   /* MatvecParams.work: ticket counters, 128 bytes apart */
+#define MV_R           4 /* rows per warp group */
+#define MV_SPLIT_WARPS 8 /* warps per block assumed when choosing split-K (cuda_matvec_splits) */
+#define MV_DYN_SHARDS  8 /* MatvecParams.work: ticket counters, 128 bytes apart */
 static_assert(32 * MV_DYN_SHARDS <= CUDA_MV_WORK_WORDS, "MatvecParams.work holds the shards");
-#define MV_SPLIT_BPS 2     /* ... and blocks per SM: splits ~ 2 * n_sm / blocks, at most cols / 256 */
+#define MV_SPLIT_BPS 2 /* ... and blocks per SM: splits ~ 2 * n_sm / blocks, at most cols / 256 */
 
 /* Columns per split: ceil(cols / splits) rounded up to 8 (16-byte alignment). */
-static __host__ __device__ inline int mv_kchunk(int cols, int splits) { return ((cols + splits - 1) / splits + 7) & ~7; }
+static __host__ __device__ inline int mv_kchunk(int cols, int splits) {
+    return ((cols + splits - 1) / splits + 7) & ~7;
+}
 
-/* The kernel shape for a GEMV: MV_U 256-column steps per load batch, MV_THREADS per block,
- * ST batches in the cp.async ring (0 = weights in registers). */
+/* The kernel shape for a GEMV: MV_U 256-column steps per load batch, MV_THREADS per block. */
 typedef struct MvShape {
-    int u, threads, st;
+    int u, threads;
 } MvShape;
-#define MV_RING_ST 3
-static __host__ inline MvShape mv_shape(int cols, int splits, int ring) {
-    MvShape sh = {4, 512, 0};
-    if (ring) sh.u = 2, sh.threads = 256, sh.st = MV_RING_ST;
-    else if (splits > 1 && mv_kchunk(cols, splits) <= 256) sh.u = 2, sh.threads = 256;
+static __host__ inline MvShape mv_shape(int cols, int splits) {
+    MvShape sh = {4, 512};
+    if (splits > 1 && mv_kchunk(cols, splits) <= 256) {
+        sh.u = 2;
+        sh.threads = 256;
+    }
     return sh;
 }
-static __host__ inline size_t mv_ring_bytes(MvShape sh) { return (size_t)sh.st * MV_R * sh.u * sh.threads * 16; }
-
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 /* y = W x with in/out modes of ops.h; one template instance per (out_mode, U, threads).
  * grid (blocks, splits), block MV_THREADS; dynamic smem: x slice (VEC) or the whole row
  * (EMBED/RESIDUAL). */
-template <int OUT, int MV_U, int MV_THREADS, int ST, bool GN = false>
+template <int OUT, int MV_U, int MV_THREADS, bool GN = false>
 __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_constant__ MatvecParams p) {
     constexpr int MV_WARPS = MV_THREADS / 32;
     extern __shared__ float xs[];
@@ -64,8 +55,6 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     const int rows = p.rows, cols = p.cols;
     Q35_TRACE_T0;
     if (p.early_trigger) pdl_trigger();
-#pragma unroll
-    for (int i = 0; i < MV_MAX_PF; i++) l2_prefetch_share(p.pf[i].ptr, p.pf[i].bytes);
     const int kc = mv_kchunk(cols, gridDim.y);
     const int kbeg = min(cols, (int)blockIdx.y * kc), kend = min(cols, kbeg + kc);
     const int xoff = GN || p.in_mode == MV_IN_VEC ? kbeg : 0; /* xs[k - xoff] holds x[k] */
@@ -73,34 +62,8 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
     const int gstride = gridDim.x * MV_WARPS;
     int g = blockIdx.x * MV_WARPS + warp;
 
-    /* ST > 0 (p.ring): the weights go through a cp.async ring in shared memory after xs, batch i
-     * of this warp (group g0 + (i / nk) * gstride, column step i % nk) in slot i % ST; each
-     * thread copies only what it consumes itself, so no barrier; every issue commits one group,
-     * so wait_group ST-1 means batch i has landed. Same per-lane summation order as the
-     * register path (columns ascending), so the results are bitwise the same. */
     const int xfl = ((GN || p.in_mode == MV_IN_VEC ? kc : cols) + 3) & ~3;
-    uint4 *ring = reinterpret_cast<uint4 *>(xs + xfl);
-    const int nk = (kend - kbeg + 256 * MV_U - 1) / (256 * MV_U);
-    const int nb = g < ngroups ? ((ngroups - 1 - g) / gstride + 1) * nk : 0;
-    auto slot = [&](int st, int u, int r) -> uint4 * {
-        return ring + ((size_t)(st * MV_U + u) * MV_R + r) * MV_THREADS + threadIdx.x;
-    };
-    auto issue = [&](int i) {
-        if (i < nb) {
-            const int grp = g + (i / nk) * gstride, k0 = kbeg + (i % nk) * 256 * MV_U, st = i % (ST > 0 ? ST : 1);
-#pragma unroll
-            for (int u = 0; u < MV_U; u++) {
-                const int k = k0 + u * 256 + lane * 8;
-#pragma unroll
-                for (int r = 0; r < MV_R; r++) {
-                    const int row = grp * MV_R + r;
-                    if (row < rows && k < kend) cp_async16(slot(st, u, r), p.W + (size_t)row * cols + k);
-                }
-            }
-        }
-        cp_async_commit();
-    };
-    uint4 w[ST > 0 ? 1 : MV_U][MV_R];
+    uint4 w[MV_U][MV_R];
     auto load = [&](int grp, int k0) {
 #pragma unroll
         for (int u = 0; u < MV_U; u++) {
@@ -116,11 +79,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
         }
     };
     /* weights never depend on the previous kernel: the first batches go out before the wait */
-    if constexpr (ST > 0) {
-        for (int i = 0; i < ST; i++) issue(i);
-    } else if (g < ngroups) {
-        load(g, kbeg);
-    }
+    if (g < ngroups) load(g, kbeg);
     int write_logits = 0;
     if (OUT == MV_OUT_ARGMAX) write_logits = p.logits && p.step->write_logits;
     /* the input norm's weights (immutable) into registers before the wait (2 per thread: cols <= 2 blockDim);
@@ -153,7 +112,7 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
         __syncthreads();
         for (int i = threadIdx.x; i < nk; i += blockDim.x) {
             const float z = zs[i], u = rbf(xs[i] * red[i / G]), wu = rbf(p.norm_w[(kbeg + i) % G] * u);
-            xs[i] = rbf(wu * (z / (1.0f + expf(-z)))); /* deltanet.cu's formula, accurate expf */
+            xs[i] = rbf(wu * silu_acc(z)); /* deltanet.cu's formula, accurate expf */
         }
     } else {
         gemv_stage_input(p, xs, red, kbeg, kend, nwr, nw_pre, writer);
@@ -168,60 +127,34 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
 
     ArgMax best = {-INFINITY, INT_MAX};
     /* the 4 row sums of group grp (acc per lane) -> outputs */
-    auto emit = [&](int grp, float (&acc)[MV_R]) {
+    auto emit = [&](int grp, float(&acc)[MV_R]) {
         const int g = grp;
-            /* lanes 8j..8j+7 hold the sum of row j of the group */
-            const float s = warp_sum_rows4(acc, lane);
-            const int row = g * MV_R + (lane >> 3);
-            if (OUT == MV_OUT_SILU_MUL) {
-                /* rows (2i, 2i+1) = (gate_i, up_i): lanes 0 and 16 own pairs i = 2g and 2g + 1 */
-                float up = __shfl_down_sync(0xffffffffu, s, 8);
-                if ((lane & 15) == 0 && row + 1 < rows) {
-                    float gt = rbf(s);
-                    p.y[row >> 1] = rbf(rbf(silu_f(gt)) * rbf(up));
-                }
-            } else if ((lane & 7) == 0 && row < rows) {
-                if (OUT == MV_OUT_STORE) {
-                    p.y[row] = rbf(s);
-                } else if (OUT == MV_OUT_SPLITK) {
-                    if (p.atomic)
-                        atomicAdd(p.y + row, s);
-                    else
-                        p.y[(size_t)blockIdx.y * rows + row] = s;
-                } else { /* MV_OUT_ARGMAX */
-                    float v = rbf(s);
-                    if (write_logits) p.logits[row] = v;
-                    if (row < p.n_valid) best = argmax_better(best, ArgMax{v, row});
-                }
+        /* lanes 8j..8j+7 hold the sum of row j of the group */
+        const float s = warp_sum_rows4(acc, lane);
+        const int row = g * MV_R + (lane >> 3);
+        if (OUT == MV_OUT_SILU_MUL) {
+            /* rows (2i, 2i+1) = (gate_i, up_i): lanes 0 and 16 own pairs i = 2g and 2g + 1 */
+            float up = __shfl_down_sync(0xffffffffu, s, 8);
+            if ((lane & 15) == 0 && row + 1 < rows) {
+                float gt = rbf(s);
+                p.y[row >> 1] = rbf(rbf(silu_f(gt)) * rbf(up));
             }
-    };
-    if constexpr (ST > 0) {
-        float acc[MV_R];
-#pragma unroll
-        for (int r = 0; r < MV_R; r++) acc[r] = 0.0f;
-        for (int i = 0; i < nb; i++) {
-            const int grp = g + (i / nk) * gstride, kk = i % nk, k0 = kbeg + kk * 256 * MV_U, st = i % ST;
-            cp_async_wait<(ST > 0 ? ST - 1 : 0)>();
-#pragma unroll
-            for (int u = 0; u < MV_U; u++) {
-                int k = k0 + u * 256 + lane * 8;
-                if (k < kend) {
-                    const float4 *xp = reinterpret_cast<const float4 *>(xs + (k - xoff));
-                    float4 a = xp[0], b = xp[1];
-                    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-                    for (int r = 0; r < MV_R; r++)
-                        if (grp * MV_R + r < rows) acc[r] = dot8(*slot(st, u, r), xv, acc[r]);
-                }
+        } else if ((lane & 7) == 0 && row < rows) {
+            if (OUT == MV_OUT_STORE) {
+                p.y[row] = rbf(s);
+            } else if (OUT == MV_OUT_SPLITK) {
+                if (p.atomic)
+                    atomicAdd(p.y + row, s);
+                else
+                    p.y[(size_t)blockIdx.y * rows + row] = s;
+            } else { /* MV_OUT_ARGMAX */
+                float v = rbf(s);
+                if (write_logits) p.logits[row] = v;
+                if (row < p.n_valid) best = argmax_better(best, ArgMax{v, row});
             }
-            issue(i + ST); /* into slot st, which this thread has just consumed */
-            if (kk != nk - 1) continue;
-            emit(grp, acc);
-#pragma unroll
-            for (int r = 0; r < MV_R; r++) acc[r] = 0.0f;
         }
-        cp_async_wait<0>();
-    } else {
+    };
+    {
         /* p.work (ARGMAX only): rounds [0, R) of the fixed stride, then the last ~work_tail rounds' groups by tickets
          * from MV_DYN_SHARDS counters (warp w takes counter w % MV_DYN_SHARDS, groups R G W + shard + MV_DYN_SHARDS t:
          * one counter serves ~400 M atomics/s, measured, and a ticket per group from one counter made the LM head
@@ -263,21 +196,21 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
 
     /* block argmax -> am_val/am_idx[block]; the last block to finish reduces them in block order */
     if (argmax_publish<MV_WARPS>(best, p.am_val, p.am_idx, p.am_count, p.out_id, p.out_max) && p.work)
-        for (int c = 0; c < MV_DYN_SHARDS; c++) p.work[32 * c] = 0u; /* every block has left its group loop: all
+        for (int c = 0; c < MV_DYN_SHARDS; c++)
+            p.work[32 * c] = 0u; /* every block has left its group loop: all
                                                                         tickets were taken and used */
 }
 
-/* ring: 1 block per SM (100 KiB of shared memory) leaves room for the next kernel's block. */
-static int mv_blocks(int rows, int cols, int splits, int ring, int n_sm) {
-    const MvShape sh = mv_shape(cols, splits, ring);
+static int mv_blocks(int rows, int cols, int splits, int n_sm) {
+    const MvShape sh = mv_shape(cols, splits);
     int groups = (rows + MV_R - 1) / MV_R, warps = sh.threads / 32, bx = (groups + warps - 1) / warps;
-    if (splits > 1) return bx; /* one group per warp; cuda_matvec_splits keeps bx * splits ~ 1-2 waves */
+    if (splits > 1) return bx;     /* one group per warp; cuda_matvec_splits keeps bx * splits ~ 1-2 waves */
     int cap = n_sm > 0 ? n_sm : 1; /* 512 threads at ~100 registers: 1 block per SM */
     return bx < cap ? bx : cap;
 }
 
 extern "C" int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm) {
-    return mv_blocks(rows, cols, splits, 0, n_sm);
+    return mv_blocks(rows, cols, splits, n_sm);
 }
 
 extern "C" int cuda_matvec_splits(int rows, int cols, int n_sm) {
@@ -290,13 +223,13 @@ extern "C" int cuda_matvec_splits(int rows, int cols, int n_sm) {
     return (cols + kc - 1) / kc;
 }
 
-template <int U, int T, int ST>
+template <int U, int T>
 static void (*mv_kernel(int out_mode))(MatvecParams) {
     switch (out_mode) {
-    case MV_OUT_STORE: return matvec_bf16_rows4<MV_OUT_STORE, U, T, ST>;
-    case MV_OUT_SILU_MUL: return matvec_bf16_rows4<MV_OUT_SILU_MUL, U, T, ST>;
-    case MV_OUT_SPLITK: return matvec_bf16_rows4<MV_OUT_SPLITK, U, T, ST>;
-    case MV_OUT_ARGMAX: return matvec_bf16_rows4<MV_OUT_ARGMAX, U, T, ST>;
+    case MV_OUT_STORE: return matvec_bf16_rows4<MV_OUT_STORE, U, T>;
+    case MV_OUT_SILU_MUL: return matvec_bf16_rows4<MV_OUT_SILU_MUL, U, T>;
+    case MV_OUT_SPLITK: return matvec_bf16_rows4<MV_OUT_SPLITK, U, T>;
+    case MV_OUT_ARGMAX: return matvec_bf16_rows4<MV_OUT_ARGMAX, U, T>;
     default: return NULL;
     }
 }
@@ -309,13 +242,13 @@ extern "C" int cuda_matvec_gated_ok(int cols, int splits, int group) {
 /* MV_IN_GATED: the split-K instances with the gated-norm prologue (ops.h) */
 static int mv_gated(const MatvecParams *p, const CudaLaunch *l, int bx) {
     const int kc = mv_kchunk(p->cols, p->splits);
-    if (p->out_mode != MV_OUT_SPLITK || p->ring || !p->x || !p->gate || !p->norm_w ||
+    if (p->out_mode != MV_OUT_SPLITK || !p->x || !p->gate || !p->norm_w ||
         !cuda_matvec_gated_ok(p->cols, p->splits, p->group) || p->x_out || p->h_out)
         return (int)cudaErrorInvalidValue;
-    const MvShape sh = mv_shape(p->cols, p->splits, 0);
+    const MvShape sh = mv_shape(p->cols, p->splits);
     const size_t smem = sizeof(float) * 2 * (size_t)((kc + 3) & ~3);
-    void (*kern)(MatvecParams) = sh.threads == 256 ? matvec_bf16_rows4<MV_OUT_SPLITK, 2, 256, 0, true>
-                                                   : matvec_bf16_rows4<MV_OUT_SPLITK, 4, 512, 0, true>;
+    void (*kern)(MatvecParams) = sh.threads == 256 ? matvec_bf16_rows4<MV_OUT_SPLITK, 2, 256, true>
+                                                   : matvec_bf16_rows4<MV_OUT_SPLITK, 4, 512, true>;
     if (smem > 40 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
@@ -329,29 +262,22 @@ extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
         (p->in_mode == MV_IN_EMBED && (!p->embed || !p->step)) || (p->in_mode == MV_IN_RESIDUAL && !p->x) ||
         (p->in_mode != MV_IN_VEC && p->x_out && p->x_out == p->x) || (p->norm_w && p->in_mode == MV_IN_VEC))
         return (int)cudaErrorInvalidValue;
-    if (p->out_mode == MV_OUT_ARGMAX ? (!p->step || !p->am_val || !p->am_idx || !p->am_count || !p->out_id)
-                                     : !p->y)
+    if (p->out_mode == MV_OUT_ARGMAX ? (!p->step || !p->am_val || !p->am_idx || !p->am_count || !p->out_id) : !p->y)
         return (int)cudaErrorInvalidValue;
     if (p->out_mode == MV_OUT_SILU_MUL && p->rows % 2) return (int)cudaErrorInvalidValue;
-    for (int i = 0; i < MV_MAX_PF; i++)
-        if ((uintptr_t)p->pf[i].ptr % 16 || p->pf[i].bytes % 16 || p->pf[i].bytes < 0 ||
-            (p->pf[i].bytes && !p->pf[i].ptr))
-            return (int)cudaErrorInvalidValue;
     int bx = p->blocks;
     if (bx <= 0) {
         int dev = 0, n_sm = 0;
         cudaError_t e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return (int)e;
-        bx = mv_blocks(p->rows, p->cols, p->splits, p->ring, n_sm);
+        bx = mv_blocks(p->rows, p->cols, p->splits, n_sm);
     }
     if (p->in_mode == MV_IN_GATED) return mv_gated(p, l, bx);
-    const MvShape sh = mv_shape(p->cols, p->splits, p->ring);
+    const MvShape sh = mv_shape(p->cols, p->splits);
     const int xfl = ((p->in_mode == MV_IN_VEC ? mv_kchunk(p->cols, p->splits) : p->cols) + 3) & ~3;
-    size_t smem = sizeof(float) * (size_t)xfl + mv_ring_bytes(sh);
-    void (*kern)(MatvecParams) = sh.st ? mv_kernel<2, 256, MV_RING_ST>(p->out_mode)
-                                 : sh.threads == 256 ? mv_kernel<2, 256, 0>(p->out_mode)
-                                                     : mv_kernel<4, 512, 0>(p->out_mode);
+    size_t smem = sizeof(float) * (size_t)xfl;
+    void (*kern)(MatvecParams) = sh.threads == 256 ? mv_kernel<2, 256>(p->out_mode) : mv_kernel<4, 512>(p->out_mode);
     if (!kern) return (int)cudaErrorInvalidValue;
     if (smem > 40 * 1024) { /* dynamic + static above the 48 KiB default needs the opt-in */
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

@@ -1,14 +1,14 @@
 /* lm_screen.cu — the greedy step's LM head argmax through a quantized screen (ops.h cuda_lm_screen; the engine's
- * default for greedy steps that write no logits, QWEN35_LM_SCREEN=0: off).
+ * default for greedy steps that write no logits).
  *
  * Why: the LM head is a third of the step's bytes (248320 x 1024 bf16, 509 MB: ~120 us at the card's streaming rate),
  * and a greedy step needs only the index of its largest logit. An int8 copy of the head (per-row scale, made once at
  * load by cuda_lm_quantize) bounds every logit; only the rows whose bound reaches the best lower bound can be the
  * argmax, and those (a few per block at the 0.8B shape) are recomputed from the bf16 rows by the full head's own
  * code. The id and its value are the full head's, bit for bit: the screen only decides which rows need the exact sum.
- * H200, 0.8B: ~-60 us per greedy token against the full head (docs/PERF_NOTES.md §27 - §29).
+ * H200, 0.8B: ~-60 us per greedy token against the full head.
  *
- * The bound. Row r's exact logit is E_r = bf16(s_r), s_r the fp32 sum of the full head (matvec.cu MV_OUT_ARGMAX:
+ * The bound. Row r's exact logit is E_r = bf16(s_r), s_r the fp32 sum of the full head (gemv.cu MV_OUT_ARGMAX:
  * every product h_i w_ri exact in fp32, D - 1 roundings: |s_r - h.w_r| <= (D - 1) u ||h||_2 ||w_r||_2, u = 2^-24).
  * The screen takes h as integers, hq_i = rint(h_i / sh) (sh = max |h| / (hq_max - 1), hq_max such that D 127 hq_max
  * < 2^31: every sum is an exact int32), and the int8 rows q_r (cuda_lm_quantize: sc_r = max |w_r| / 127,
@@ -29,7 +29,7 @@
  * bound s_r likewise with ~4.7x the width: ~195 MB read (meta included) instead of ~258. The rows whose U6 reaches
  * the best L are few once the blocks share their running max (gmax: ~14 per block), and their exact sums follow
  * directly (2 KB each: one DRAM round trip; a pass over their 2 low bits first, which cut them to ~1 per block, cost
- * an L2 round trip more and was 4.4 us slower: PERF_NOTES §29).
+ * an L2 round trip more and was 4.4 us slower).
  *
  * Register kernel layout (512 threads, one block per SM, grid = the full head's am_val capacity): groups of 8 int8
  * rows (8 KiB at D = 1024) go to warps round-robin across the blocks (group b + G (w + 16 i) to warp w of block b),
@@ -49,7 +49,7 @@
  * The ring kernel streams Wp by one producer thread (warp 15) in pieces of RP whole rows (24 KiB: RP 32 at 1024
  * columns) plus their meta into S slots of shared memory, at most LS_P = 4 pieces in flight after the first S, which
  * go out before the PDL wait; consumer warp c takes slot c's pieces (one consumer per slot: an mbarrier's parity then
- * never aliases two generations); the block's pieces are b + G i (interleaved across SMs: PERF_NOTES §26). Lane l
+ * never aliases two generations); the block's pieces are b + G i (interleaved across SMs). Lane l
  * sums columns 1024 c + 32 l + [0, 32) of each row (its hq in registers). Its list push also compares with gmax (the
  * blocks' running max of L, published by atomic max, read once per piece), and a block may keep no row. The stream
  * is read with an L2 evict-first policy (LmScreenParams.l2ef). */
@@ -59,15 +59,15 @@
 #include <string.h>
 
 #include "cuda/common.cuh"
-#include "cuda/tma.cuh"
+#include "cuda/async.cuh"
 
 #define LS_THREADS 512
-#define LS_WARPS (LS_THREADS / 32)
-#define LS_R 8     /* rows per screen group */
-#define LS_CH 2    /* 512-column chunks per load batch */
-#define LS_CAP 512 /* the block's candidate list */
-#define LS_RING (180 * 1024) /* ring kernel: bytes of its slots (S = LS_RING / piece, at most 15: 7 at 24 KiB pieces; */
-#define LS_P 4               /* 8 measured the same), pieces in flight (6: the same) */
+#define LS_WARPS   (LS_THREADS / 32)
+#define LS_R       8            /* rows per screen group */
+#define LS_CH      2            /* 512-column chunks per load batch */
+#define LS_CAP     512          /* the block's candidate list */
+#define LS_RING    (180 * 1024) /* ring kernel: bytes of its slots (S = LS_RING / piece, at most 15: 7 at 24 KiB pieces; */
+#define LS_P       4            /* 8 measured the same), pieces in flight (6: the same) */
 
 /* acc + the dot product of 16 int8 weights (w) with 16 int16 inputs (hp: 8 pairs), exactly, in 8 dp2a. */
 __device__ __forceinline__ int dot16_i8(uint4 w, const int (&hp)[8], int acc) {
@@ -120,7 +120,8 @@ __device__ __forceinline__ float2 exact_row2(const uint16_t *W, int cols, const 
                 const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
                 const float4 a4 = xp[0], b4 = xp[1];
                 const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
-                a = dot8(wa[u], xv, a), c = dot8(wb[u], xv, c);
+                a = dot8(wa[u], xv, a);
+                c = dot8(wb[u], xv, c);
             }
         }
     }
@@ -158,7 +159,7 @@ __device__ __forceinline__ int warp_sum_rows8(const int (&acc)[8], int lane) {
     return s;
 }
 
-/* The full head's sums of the 4-row group g4 (matvec.cu, MV_U 4 at 512 threads, columns [0, cols)): lanes 8j ..
+/* The full head's sums of the 4-row group g4 (gemv.cu, MV_U 4 at 512 threads, columns [0, cols)): lanes 8j ..
  * 8j+7 return row 4 g4 + j's fp32 sum, bitwise the full head's. */
 __device__ __forceinline__ float exact_rows4(const uint16_t *W, int rows, int cols, const float *xs, int g4, int lane) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -170,8 +171,9 @@ __device__ __forceinline__ float exact_rows4(const uint16_t *W, int rows, int co
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int row = g4 * 4 + r;
-                w[u][r] = row < rows && k < cols ? ld_stream(reinterpret_cast<const uint4 *>(W + (size_t)row * cols + k))
-                                                 : make_uint4(0u, 0u, 0u, 0u);
+                w[u][r] = row < rows && k < cols
+                              ? ld_stream(reinterpret_cast<const uint4 *>(W + (size_t)row * cols + k))
+                              : make_uint4(0u, 0u, 0u, 0u);
             }
         }
         gemv_dot4(w, xs, k0, cols, lane, acc);
@@ -183,7 +185,7 @@ __device__ __forceinline__ float exact_rows4(const uint16_t *W, int rows, int co
  * the 6-bit rows Wp, then the 2 low bits Wl of the rows that survive): pieces of RP whole rows. */
 template <int RP, int NC>
 __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_constant__ LmScreenParams sp) {
-    constexpr int RB = 768 * NC, PB = RP * RB;                   /* ring: bytes per row and per piece */
+    constexpr int RB = 768 * NC, PB = RP * RB;                          /* ring: bytes per row and per piece */
     constexpr int S = RP ? (LS_RING / PB < 15 ? LS_RING / PB : 15) : 1; /* slots (one consumer warp each) */
     const MatvecParams &p = sp.head;
     extern __shared__ __align__(128) unsigned char smem[]; /* RP: ring [S][PB] | meta [S][RP] float4; then
@@ -233,14 +235,9 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         const unsigned dw = (unsigned)__cvta_generic_to_shared(ring + (size_t)s * PB),
                        dm = (unsigned)__cvta_generic_to_shared(mring + s * RP);
         mbar_arrive_expect_tx(fb, (unsigned)(nr * RB + nr * 16));
-        if (sp.l2ef) { /* read once: evict-first (PERF_NOTES §29) */
-            const uint64_t pol = l2_evict_first_policy();
-            bulk_g2s_ef(dw, sp.Wp + (size_t)row0 * RB, (unsigned)(nr * RB), fb, pol);
-            bulk_g2s_ef(dm, sp.meta + 4 * (size_t)row0, (unsigned)(nr * 16), fb, pol);
-        } else {
-            bulk_g2s(dw, sp.Wp + (size_t)row0 * RB, (unsigned)(nr * RB), fb);
-            bulk_g2s(dm, sp.meta + 4 * (size_t)row0, (unsigned)(nr * 16), fb);
-        }
+        const uint64_t pol = l2_evict_first_policy(); /* read once: evict-first */
+        bulk_g2s_ef(dw, sp.Wp + (size_t)row0 * RB, (unsigned)(nr * RB), fb, pol);
+        bulk_g2s_ef(dm, sp.meta + 4 * (size_t)row0, (unsigned)(nr * 16), fb, pol);
     };
     if constexpr (RP > 0) {
         if (threadIdx.x == 0) {
@@ -271,7 +268,12 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
         const int nthr = G * LS_THREADS;
         for (int i = b * LS_THREADS + threadIdx.x; i < p.n_zero; i += nthr) p.zero[i] = 0.0f;
     }
-    if (threadIdx.x == 0) c_n = 0u, c_m = 0u, s0_s = 0, sq_s = 0;
+    if (threadIdx.x == 0) {
+        c_n = 0u;
+        c_m = 0u;
+        s0_s = 0;
+        sq_s = 0;
+    }
     __syncthreads();
     pdl_trigger();
     /* ||h||_2 (rounded up) and h as integers: hq_i = rint(h_i / sh), |hq_i| < hq_max, so that every sum of cols
@@ -292,14 +294,18 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
     for (int i = threadIdx.x; i < cols; i += LS_THREADS) {
         const int v = __float2int_rn(xs[i] * ish);
         hq[i] = (short)v;
-        s0 += v, sq += (long long)v * v;
+        s0 += v;
+        sq += (long long)v * v;
     }
     if (RP) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            s0 += __shfl_xor_sync(0xffffffffu, s0, o), sq += __shfl_xor_sync(0xffffffffu, sq, o);
-        if (lane == 0) atomicAdd(reinterpret_cast<unsigned long long *>(&s0_s), (unsigned long long)s0),
-                       atomicAdd(reinterpret_cast<unsigned long long *>(&sq_s), (unsigned long long)sq);
+        for (int o = 16; o > 0; o >>= 1) {
+            s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+            sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        }
+        if (lane == 0)
+            atomicAdd(reinterpret_cast<unsigned long long *>(&s0_s), (unsigned long long)s0),
+                atomicAdd(reinterpret_cast<unsigned long long *>(&sq_s), (unsigned long long)sq);
     }
     __syncthreads();
     s0 = s0_s;
@@ -330,7 +336,10 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             if (lane == 0) base = atomicAdd(&c_n, (unsigned)__popc(bal));
             base = __shfl_sync(0xffffffffu, base, 0);
             const unsigned i = base + (unsigned)__popc(bal & ((1u << lane) - 1u));
-            if (push && i < LS_CAP) c_row[i] = row, c_up[i] = U;
+            if (push && i < LS_CAP) {
+                c_row[i] = row;
+                c_up[i] = U;
+            }
         }
     };
     if constexpr (RP == 0) {
@@ -428,7 +437,7 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
             if (rb >= 0) best = argmax_better(best, ArgMax{rbf(v.y), rb});
         }
     } else {
-        constexpr int G4 = (RP ? RP : LS_R) / 4; /* 4-row groups per piece / group of 8 */
+        constexpr int G4 = (RP ? RP : LS_R) / 4;       /* 4-row groups per piece / group of 8 */
         const int nk = RP ? np : (ng - b + G - 1) / G; /* the block's pieces / groups of 8 */
         for (int t = warp; t < nk * G4; t += LS_WARPS) {
             const int g4 = (b + G * (t / G4)) * G4 + t % G4;
@@ -460,8 +469,8 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
  * c = inf (always a candidate). Wq: q; Wp: the 6 high bits of u = q + 128, lane l's columns 1024 c + 32 l + 4 j + m
  * (j < 8, m < 4) at row chunk c (768 bytes): nibble j & 1 of byte 16 l + 4 (j / 2) + m = (u >> 2) & 15, bits 2 (j % 4)
  * of byte 512 + 8 l + 4 (j / 4) + m = u >> 6 (lm_screen_bf16's dot32_u6 reads them so). */
-__global__ void __launch_bounds__(256) lm_quantize_bf16(const uint16_t *W, int rows, int cols, int8_t *q, uint8_t *wp,
-                                                        float *meta) {
+__global__ void __launch_bounds__(256)
+    lm_quantize_bf16(const uint16_t *W, int rows, int cols, int8_t *q, uint8_t *wp, float *meta) {
     const int lane = threadIdx.x & 31, row = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (row >= rows) return;
     const uint16_t *wr = W + (size_t)row * cols;
@@ -486,7 +495,11 @@ __global__ void __launch_bounds__(256) lm_quantize_bf16(const uint16_t *W, int r
         if (q) q[(size_t)row * cols + k] = (int8_t)qi;
         if (!bad) {
             const double dq = (double)sc * qi, d = (double)v - dq, dl = (double)((qi + 128) & 3) - 1.5;
-            e2 += d * d, nw2 += (double)v * v, nq2 += dq * dq, l1 += fabs(dq), lo2 += dl * dl;
+            e2 += d * d;
+            nw2 += (double)v * v;
+            nq2 += dq * dq;
+            l1 += fabs(dq);
+            lo2 += dl * dl;
         }
     }
     if (wp)
@@ -513,7 +526,9 @@ __global__ void __launch_bounds__(256) lm_quantize_bf16(const uint16_t *W, int r
     if (lane == 0) {
         const double c = sqrt(e2) + 2.0 * cols * 0x1p-24 * (sqrt(nw2) + sqrt(nq2));
         float4 m;
-        m.x = sc, m.y = bad ? INFINITY : __double2float_ru(c), m.z = __double2float_ru(l1);
+        m.x = sc;
+        m.y = bad ? INFINITY : __double2float_ru(c);
+        m.z = __double2float_ru(l1);
         m.w = __double2float_ru((double)sc * sqrt(lo2));
         reinterpret_cast<float4 *>(meta)[row] = m;
     }
@@ -531,7 +546,7 @@ extern "C" int cuda_lm_screen_ok(int rows, int cols) {
 }
 
 /* Rows per piece of the ring kernel (0: the register kernel): 24 KiB pieces at 1024 and 2048 columns where the
- * device has TMA (sm_90). H200, 0.8B head, 1024 columns: 16 / 24 / 32 / 40 / 48 rows measured (PERF_NOTES §28). */
+ * device has TMA (sm_90). H200, 0.8B head, 1024 columns: 16 / 24 / 32 / 40 / 48 rows measured. */
 static int ring_rp(int cols) {
     int dev = 0, cc = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev))
@@ -539,9 +554,7 @@ static int ring_rp(int cols) {
     return cc < 9 ? 0 : cols == 1024 ? 32 : cols == 2048 ? 16 : 0;
 }
 
-extern "C" int cuda_lm_screen_ring(int rows, int cols) {
-    return cuda_lm_screen_ok(rows, cols) && ring_rp(cols) > 0;
-}
+extern "C" int cuda_lm_screen_ring(int rows, int cols) { return cuda_lm_screen_ok(rows, cols) && ring_rp(cols) > 0; }
 
 extern "C" int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *q, uint8_t *wp, float *meta,
                                 const CudaLaunch *l) {

@@ -1,6 +1,6 @@
 /* mlp.cu — the fused MLP of one token (ops.h cuda_mlp_fused): residual add + RMSNorm,
  * gate/up GEMV with the SwiGLU epilogue and the down projection in ONE kernel, so the decode step
- * has one kernel boundary less per layer (the engine default; QWEN35_MLP_FUSED=0: off; docs/PERF_NOTES.md §11).
+ * has one kernel boundary less per layer (the decode step's default MLP; deterministic mode keeps the two GEMVs).
  *
  * Block b of G owns the intermediate units [i0, i1) = [b F / G, (b+1) F / G) (27-28 for the 0.8B,
  * F = 3584 on 132 SMs). Weight bytes per block (0.8B): gate/up 2 x 28 x 1024 x 2 = 112 KiB streamed
@@ -10,41 +10,21 @@
  *      columns u*256 + 8l, u < 4: the GEMV's U = 4 layout), and thread 0 has the TMA copy its W_dT rows
  *      (contiguous: rows i0 .. i1-1 of the [F][D] matrix) into shared memory (mlp_bulk_load);
  *   2. pdl_wait, the GEMV's RESIDUAL prologue into xs[D] (stage_norm_row; block 0 writes x_out);
- *   3. each warp reduces its 4 row sums exactly as matvec.cu's emit() and writes
+ *   3. each warp reduces its 4 row sums exactly as gemv.cu's emit() and writes
  *      a = bf16(bf16(silu(bf16 g)) bf16 u) for its 2 units into shared memory (same per-lane
  *      summation order as the GEMV for D <= 1024, so a is bitwise the gate_up GEMV's output);
  *   4. after the barrier and the bulk copy's wait, thread t sums columns d = 2t, 2t+1 of
  *      sum_i a_i W_dT[i][d] over the block's units in ascending order (fp32 fmaf, 4-byte shared
  *      loads: conflict-free; the a_i 4 at a time, one broadcast load), and even lanes add their own and
  *      their odd neighbour's 2 columns with
- *      one red.global.add.v4.f32: G x D / 4 vector atomics per layer (33792 for the 0.8B).
- *
- * Staged variant (EXPERIMENTAL, cuda_mlp_fused_staged with NT = 128, 256 or 512 threads; the engine takes
- * it with QWEN35_MLP_STAGE=1 (128 threads), 256 or 512; MEASURED SLOWER, docs/PERF_NOTES.md §14-15): the
- * gate/up rows go through cp.async into shared memory too (rows 2 i0 .. 2 i1 - 1 are one contiguous
- * range: +112 KiB, 172 KiB in all for the 0.8B) instead of registers, and the kernel is built for at
- * most 64 registers. Why: with 122 registers x 512 threads the default kernel fills an SM's register
- * file, so under PDL its blocks cannot become resident until the out_proj GEMV before it has left the
- * SM. The idea was to let it stream its 22 MB while the DeltaNet step and out_proj run (at 128 threads,
- * 8K registers, it also lets the next in_proj GEMV be resident beside it). On the H200 its blocks do
- * become resident early (and the next in_proj GEMV's span falls 7.9 -> 4.9 us), but the step is slower:
- * 1.00 (128), 0.855 (256), 0.826 (512) vs 0.789 ms/token. With 512 threads: the same arithmetic in the
- * same order as the default kernel, bitwise equal outputs; with fewer the norm's sum of squares runs in
- * another order (stage_norm_row_batched; within a rounding), and the down product takes 2-4 passes. */
+ *      one red.global.add.v4.f32: G x D / 4 vector atomics per layer (33792 for the 0.8B). */
 #include "cuda/common.cuh"
-#include "cuda/tma.cuh"
+#include "cuda/async.cuh"
 
-#define MLP_THREADS 512 /* the register kernel; the staged one: QWEN35_MLP_STAGE threads (128, 256 or 512) */
-#define MLP_U 4     /* 256-column steps per lane: D <= 1024 */
-#define MLP_R 4     /* gate/up rows per warp group (2 units) */
+#define MLP_THREADS 512
+#define MLP_U       4 /* 256-column steps per lane: D <= 1024 */
+#define MLP_R       4 /* gate/up rows per warp group (2 units) */
 
-static __device__ __forceinline__ void mlp_cp_async16(void *smem, const void *gmem) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-static __device__ __forceinline__ void mlp_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-static __device__ __forceinline__ void mlp_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-static __device__ __forceinline__ void mlp_cp_async_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 /* sm_90+: the W_dT rows by TMA bulk copies; the compute_80 PTX (other GPUs) keeps per-thread cp.async. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define MLP_TMA false
@@ -61,7 +41,7 @@ static __device__ __forceinline__ unsigned mlp_bar() {
 /* Thread 0 only: `bytes` (a multiple of 16, both ends 16-byte aligned) from src into shared memory at dst by TMA
  * bulk copies of <= 16 KiB, completing as transaction bytes on mlp_bar(). One instruction per piece, where
  * cp.async takes one per 16 bytes and thread and its issue stalls once the SM has loads outstanding: with the
- * 56 KiB in front of them by cp.async, the gate/up register loads went out ~0.6 us late (docs/PERF_NOTES.md §21). */
+ * 56 KiB in front of them by cp.async, the gate/up register loads went out ~0.6 us late. */
 static __device__ __forceinline__ void mlp_bulk_load(void *dst, const void *src, unsigned bytes) {
 #if MLP_TMA
     const unsigned bar = mlp_bar(), da = (unsigned)__cvta_generic_to_shared(dst);
@@ -69,8 +49,7 @@ static __device__ __forceinline__ void mlp_bulk_load(void *dst, const void *src,
     mbar_init(bar, 1);
     mbar_init_fence();
     mbar_arrive_expect_tx(bar, bytes);
-    for (unsigned o = 0; o < bytes; o += 16384)
-        bulk_g2s(da + o, s + o, bytes - o < 16384 ? bytes - o : 16384u, bar);
+    for (unsigned o = 0; o < bytes; o += 16384) bulk_g2s(da + o, s + o, bytes - o < 16384 ? bytes - o : 16384u, bar);
 #else
     (void)dst, (void)src, (void)bytes;
 #endif
@@ -82,20 +61,18 @@ static __device__ __forceinline__ void mlp_bulk_wait() {
 #endif
 }
 
-/* Shared memory: xs [D] fp32 | act [round4(nu_max)] fp32 | wd [nu_max][D] bf16 (16-byte aligned)
- * | STAGE: wg [2 nu_max][D] bf16 (the block's gate/up rows). */
+/* Shared memory: xs [D] fp32 | act [round4(nu_max)] fp32 | wd [nu_max][D] bf16 (16-byte aligned). */
 static __host__ __device__ inline int mlp_nu_max(int F, int G) { return (F + G - 1) / G; }
 static __host__ __device__ inline size_t mlp_act_off(int D) { return (size_t)D * 4; }
 static __host__ __device__ inline size_t mlp_wd_off(int D, int nu_max) {
     return mlp_act_off(D) + (size_t)((nu_max + 3) & ~3) * 4;
 }
-static __host__ __device__ inline size_t mlp_wg_off(int D, int nu_max) {
+static __host__ __device__ inline size_t mlp_end(int D, int nu_max) {
     return mlp_wd_off(D, nu_max) + (size_t)nu_max * D * 2;
 }
 
-template <bool STAGE, int NT>
-__global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: <= 64 registers */
-    mlp_fused_bf16(const __grid_constant__ MlpFusedParams p) {
+__global__ void __launch_bounds__(MLP_THREADS, 1) mlp_fused_bf16(const __grid_constant__ MlpFusedParams p) {
+    constexpr int NT = MLP_THREADS;
     constexpr int NW = NT / 32;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32];
@@ -106,30 +83,22 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
     float *xs = reinterpret_cast<float *>(smem);
     float *act = reinterpret_cast<float *>(smem + mlp_act_off(D));
     uint16_t *wd = reinterpret_cast<uint16_t *>(smem + mlp_wd_off(D, nu_max));
-    const uint16_t *wg = reinterpret_cast<const uint16_t *>(smem + mlp_wg_off(D, nu_max)); /* STAGE */
     Q35_TRACE_T0;
     if (p.early_trigger) pdl_trigger();
     /* the norm weights (immutable) into registers before everything else (NT = 512: D <= 2 NT): loaded after the
      * wait they would cost the chain an L2 round trip behind the SM's weight stream */
     float nwr[2];
 #pragma unroll
-    for (int e = 0; e < 2; e++) nwr[e] = NT >= MLP_THREADS && threadIdx.x + e * NT < D ? p.norm_w[threadIdx.x + e * NT] : 0.0f;
+    for (int e = 0; e < 2; e++) nwr[e] = threadIdx.x + e * NT < D ? p.norm_w[threadIdx.x + e * NT] : 0.0f;
 
-    if (STAGE) { /* the block's gate/up rows 2 i0 .. 2 i1 - 1: one contiguous range -> wg, first group */
-        const uint4 *src = reinterpret_cast<const uint4 *>(p.w_gu + (size_t)2 * i0 * D);
-        uint4 *dst = reinterpret_cast<uint4 *>(smem + mlp_wg_off(D, nu_max));
-        const int n16 = 2 * nu * (D / 8);
-        for (int c = threadIdx.x; c < n16; c += NT) mlp_cp_async16(dst + c, src + c);
-        mlp_cp_async_commit();
-    }
     /* the block's W_dT rows: one contiguous range of nu * D bf16 -> shared memory */
-    if (!STAGE && MLP_TMA && threadIdx.x == 0) mlp_bulk_load(wd, p.w_dT + (size_t)i0 * D, (unsigned)(nu * D * 2));
-    if (STAGE || !MLP_TMA) {
+    if (MLP_TMA && threadIdx.x == 0) mlp_bulk_load(wd, p.w_dT + (size_t)i0 * D, (unsigned)(nu * D * 2));
+    if (!MLP_TMA) {
         const uint4 *src = reinterpret_cast<const uint4 *>(p.w_dT + (size_t)i0 * D);
         uint4 *dst = reinterpret_cast<uint4 *>(wd);
         const int n16 = nu * (D / 8);
-        for (int c = threadIdx.x; c < n16; c += NT) mlp_cp_async16(dst + c, src + c);
-        mlp_cp_async_commit();
+        for (int c = threadIdx.x; c < n16; c += NT) cp_async16(dst + c, src + c);
+        cp_async_commit();
     }
     /* gate/up rows of pair pi (units i0 + 2 pi, +1): rows 2 i0 + 4 pi + r; rows of units >= i1 and
      * columns >= D read as zero */
@@ -151,30 +120,23 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
         }
     };
     int pi = warp;
-    if (!STAGE && pi < npairs) load(pi);
+    if (pi < npairs) load(pi);
 
     pdl_wait();
     Q35_TRACE_T1_AT(0);
-    if constexpr (NT < MLP_THREADS) /* D <= 1024 = B NT */
-        stage_norm_row_batched<256 * MLP_U / NT>(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL,
-                                                 p.norm_w, p.norm_mode, p.eps);
-    else /* and the x loads of both elements before the first store */
-        stage_norm_row_wr<2, true>(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL, nwr,
-                                   p.norm_mode, p.eps);
+    /* the x loads of both elements before the first store */
+    stage_norm_row_wr<2, true>(xs, red, D, NULL, p.x, p.parts, p.n_parts, b == 0 ? p.x_out : NULL, nwr, p.norm_mode,
+                               p.eps);
     __syncthreads();
     Q35_TRACE_PROBE(1);
     if (b == 0 && p.h_out)
         for (int i = threadIdx.x; i < D; i += NT) p.h_out[i] = xs[i];
     if (!p.early_trigger) pdl_trigger();
-    if (STAGE) { /* wg has landed (W_dT, the newer group, may still be in flight), for every thread */
-        mlp_cp_async_wait_1();
-        __syncthreads();
-    }
     Q35_TRACE_PROBE(2);
 
-    /* gate/up: 4 row sums per warp group -> act of 2 units (matvec.cu emit(), MV_OUT_SILU_MUL) */
+    /* gate/up: 4 row sums per warp group -> act of 2 units (gemv.cu emit(), MV_OUT_SILU_MUL) */
     for (bool first = true; pi < npairs; pi += NW, first = false) {
-        if (!STAGE && !first) load(pi);
+        if (!first) load(pi);
         float acc[MLP_R];
 #pragma unroll
         for (int r = 0; r < MLP_R; r++) acc[r] = 0.0f;
@@ -187,14 +149,7 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
                 const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
                 for (int r = 0; r < MLP_R; r++) {
-                    uint4 wv;
-                    if (STAGE) /* the same values load() takes from global memory, zero past the units */
-                        wv = i0 + 2 * pi + (r >> 1) < i1
-                                 ? *reinterpret_cast<const uint4 *>(wg + (size_t)(4 * pi + r) * D + k)
-                                 : make_uint4(0u, 0u, 0u, 0u);
-                    else
-                        wv = w[u][r];
-                    acc[r] = dot8(wv, xv, acc[r]);
+                    acc[r] = dot8(w[u][r], xv, acc[r]);
                 }
             }
         }
@@ -203,14 +158,14 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
         const int j = 2 * pi + (lane >> 4); /* lanes 0 and 16: (gate, up) of local unit j */
         if ((lane & 15) == 0 && j < nu) act[j] = rbf(rbf(silu_f(rbf(s))) * rbf(up));
     }
-    mlp_cp_async_wait_all();
-    if (!STAGE && MLP_TMA) mlp_bulk_wait();
+    cp_async_wait<0>();
+    if (MLP_TMA) mlp_bulk_wait();
     __syncthreads();
     Q35_TRACE_PROBE(3);
     if (p.act_out)
         for (int j = threadIdx.x; j < nu; j += NT) p.act_out[i0 + j] = act[j];
 
-    /* down: columns d, d+1 of sum_j act[j] W_dT[i0 + j][.] (ascending j) */
+            /* down: columns d, d+1 of sum_j act[j] W_dT[i0 + j][.] (ascending j) */
 #pragma unroll
     for (int ps = 0; ps < 256 * MLP_U / (2 * NT); ps++) { /* one pass when NT = 512 (D <= 1024) */
         const int d = ps * 2 * NT + 2 * threadIdx.x;
@@ -222,10 +177,14 @@ __global__ void __launch_bounds__(NT, STAGE ? 65536 / (NT * 64) : 1) /* staged: 
             for (; j + 4 <= nu; j += 4) { /* 4 units' act in one 16-byte broadcast load (act is 16-byte aligned) */
                 const float4 a4 = *reinterpret_cast<const float4 *>(act + j);
                 const uint32_t w0 = wp[j * ws], w1 = wp[(j + 1) * ws], w2 = wp[(j + 2) * ws], w3 = wp[(j + 3) * ws];
-                y0 = fmaf(a4.x, bf_lo(w0), y0), y1 = fmaf(a4.x, bf_hi(w0), y1);
-                y0 = fmaf(a4.y, bf_lo(w1), y0), y1 = fmaf(a4.y, bf_hi(w1), y1);
-                y0 = fmaf(a4.z, bf_lo(w2), y0), y1 = fmaf(a4.z, bf_hi(w2), y1);
-                y0 = fmaf(a4.w, bf_lo(w3), y0), y1 = fmaf(a4.w, bf_hi(w3), y1);
+                y0 = fmaf(a4.x, bf_lo(w0), y0);
+                y1 = fmaf(a4.x, bf_hi(w0), y1);
+                y0 = fmaf(a4.y, bf_lo(w1), y0);
+                y1 = fmaf(a4.y, bf_hi(w1), y1);
+                y0 = fmaf(a4.z, bf_lo(w2), y0);
+                y1 = fmaf(a4.z, bf_hi(w2), y1);
+                y0 = fmaf(a4.w, bf_lo(w3), y0);
+                y1 = fmaf(a4.w, bf_hi(w3), y1);
             }
             for (; j < nu; j++) {
                 const float a = act[j];
@@ -245,15 +204,12 @@ extern "C" int cuda_mlp_fused_blocks(int F, int n_sm) {
     return g > 0 ? g : 1;
 }
 
-static size_t mlp_smem(int D, int F, int blocks, int stage) {
+static size_t mlp_smem(int D, int F, int blocks) {
     if (D <= 0 || F <= 0 || blocks <= 0) return 0;
-    const int nu_max = mlp_nu_max(F, blocks);
-    return mlp_wg_off(D, nu_max) + (stage ? (size_t)2 * nu_max * D * 2 : 0);
+    return mlp_end(D, mlp_nu_max(F, blocks));
 }
 
-extern "C" size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks, int staged) {
-    return mlp_smem(D, F, blocks, staged != 0);
-}
+extern "C" size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks) { return mlp_smem(D, F, blocks); }
 
 static int smem_optin(size_t *bytes) {
     int dev = 0, v = 0;
@@ -270,14 +226,13 @@ extern "C" int cuda_mlp_fused_supported(int D, int F, int n_sm) {
     size_t lim = 0;
     if (!shape_ok(D, F) || smem_optin(&lim)) return 0;
     /* + the static red[32] and a margin for what the runtime reserves */
-    return mlp_smem(D, F, cuda_mlp_fused_blocks(F, n_sm), 0) + 1024 <= lim; /* the staged variant falls back */
+    return mlp_smem(D, F, cuda_mlp_fused_blocks(F, n_sm)) + 1024 <= lim;
 }
 
-static int mlp_launch(const MlpFusedParams *p, const CudaLaunch *l, int stage) {
-    if (!p->w_gu || !p->w_dT || !p->x || !p->norm_w || !p->y || !shape_ok(p->D, p->F) ||
-        (p->parts && p->n_parts < 1) || (p->x_out && p->x_out == p->x) ||
-        (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN) || (uintptr_t)p->y % 16 ||
-        (uintptr_t)p->w_gu % 16 || (uintptr_t)p->w_dT % 16 || p->blocks < 0 || p->blocks > p->F)
+extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) {
+    if (!p->w_gu || !p->w_dT || !p->x || !p->norm_w || !p->y || !shape_ok(p->D, p->F) || (p->parts && p->n_parts < 1) ||
+        (p->x_out && p->x_out == p->x) || (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN) ||
+        (uintptr_t)p->y % 16 || (uintptr_t)p->w_gu % 16 || (uintptr_t)p->w_dT % 16 || p->blocks < 0 || p->blocks > p->F)
         return (int)cudaErrorInvalidValue;
     int G = p->blocks;
     if (G == 0) {
@@ -290,25 +245,14 @@ static int mlp_launch(const MlpFusedParams *p, const CudaLaunch *l, int stage) {
     size_t lim = 0;
     int rc = smem_optin(&lim);
     if (rc) return rc;
-    if (stage && mlp_smem(p->D, p->F, G, 1) + sizeof(float) * 32 > lim) stage = 0; /* does not fit: registers */
-    const size_t smem = mlp_smem(p->D, p->F, G, stage);
+    const size_t smem = mlp_smem(p->D, p->F, G);
     if (smem + sizeof(float) * 32 > lim) return (int)cudaErrorInvalidValue;
-    const int nt = stage ? stage : MLP_THREADS;
-    void (*kern)(MlpFusedParams) = stage == 128   ? mlp_fused_bf16<true, 128>
-                                   : stage == 256 ? mlp_fused_bf16<true, 256>
-                                   : stage        ? mlp_fused_bf16<true, 512>
-                                                  : mlp_fused_bf16<false, MLP_THREADS>;
+    void (*kern)(MlpFusedParams) = mlp_fused_bf16;
     if (smem > 40 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
     }
-    return launch_kernel(kern, dim3((unsigned)G), dim3((unsigned)nt), smem, l, *p);
-}
-
-extern "C" int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l) { return mlp_launch(p, l, 0); }
-extern "C" int cuda_mlp_fused_staged(const MlpFusedParams *p, int threads, const CudaLaunch *l) {
-    if (threads != 128 && threads != 256 && threads != 512) return (int)cudaErrorInvalidValue;
-    return mlp_launch(p, l, threads);
+    return launch_kernel(kern, dim3((unsigned)G), dim3(MLP_THREADS), smem, l, *p);
 }
 
 Q35_TRACE_FETCH_FN(cuda_trace_fetch_mlp)

@@ -13,20 +13,10 @@
 #ifndef Q35_CUDA_MMA_CUH
 #define Q35_CUDA_MMA_CUH
 
+#include "cuda/async.cuh"
 #include "cuda/common.cuh"
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* 16-byte global -> shared copy; when pred is false nothing is read and 16 zero bytes are written. */
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait(void) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 /* Four 8x8 bf16 matrices; lane l gives the address of row l%8 of matrix l/8. */
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t r[4]) {
@@ -42,16 +32,17 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
 /* Two 8x8 bf16 matrices, transposed; lanes 0-15 give the addresses (row l%8 of matrix l/8): with
  * ldsm_addr_bk, the B fragment b0, b1 of one n8 tile. */
 __device__ __forceinline__ void ldsm_x2_t(uint32_t addr, uint32_t r[2]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr));
 }
 
 /* c += a b (m16n8k16, bf16 inputs, fp32 accumulators). */
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* Two fp32 -> one u32 of two bf16 (round to nearest even); lo goes to the low half. */
@@ -71,10 +62,14 @@ template <int NCH>
 __device__ __forceinline__ int swz(int r, int c) {
     static_assert(NCH == 2 || NCH == 4 || NCH == SWZ_TMA16 || NCH % 8 == 0,
                   "swizzle needs 2, 4 or 8k chunks per row, or SWZ_TMA16");
-    if constexpr (NCH == SWZ_TMA16) return (((r >> 6) * 2 + (c >> 3)) * 64 + (r & 63)) * 8 + ((c & 7) ^ (r & 7));
-    else if constexpr (NCH % 8 == 0) return r * NCH + (c ^ (r & 7));
-    else if constexpr (NCH == 4) return r * NCH + (c ^ ((r >> 1) & 3));
-    else return r * NCH + (c ^ ((r >> 2) & 1));
+    if constexpr (NCH == SWZ_TMA16)
+        return (((r >> 6) * 2 + (c >> 3)) * 64 + (r & 63)) * 8 + ((c & 7) ^ (r & 7));
+    else if constexpr (NCH % 8 == 0)
+        return r * NCH + (c ^ (r & 7));
+    else if constexpr (NCH == 4)
+        return r * NCH + (c ^ ((r >> 1) & 3));
+    else
+        return r * NCH + (c ^ ((r >> 2) & 1));
 }
 /* Byte offset of element (r, col) in such a tile. */
 template <int NCH>
@@ -104,7 +99,6 @@ template <int NCH>
 __device__ __forceinline__ uint32_t ldsm_addr_at(uint32_t base, int k0, int m0, int lane) {
     return base + swz<NCH>(k0 + (lane & 7) + ((lane >> 4) << 3), (m0 >> 3) + ((lane >> 3) & 1)) * 16;
 }
-
 
 /* ---- Hopper wgmma (sm_90a) ---------------------------------------------------------------
  * A warpgroup (4 warps) computes D[64][N] += A[64][16] B[16][N] with A, B read from shared memory
@@ -140,7 +134,9 @@ __device__ __forceinline__ void wgmma_wait(void) {
 }
 /* Makes this thread's generic-proxy shared-memory writes (cp.async, st.shared) visible to the
  * async proxy that wgmma reads through; follow with a barrier. */
-__device__ __forceinline__ void fence_proxy_async(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async(void) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 /* Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait. */
 __device__ __forceinline__ void reg_fence(float &x) { asm volatile("" : "+f"(x)::"memory"); }
 /* reg_fence on every element of a wgmma accumulator array [M][N][4] (around the async wgmmas). */
@@ -155,75 +151,71 @@ __device__ __forceinline__ void reg_fence_acc(float (&acc)[M][N][4]) {
 }
 
 /* The wgmma wrappers' accumulator operands: d[0..N/8-1][0..3] as "+f" asm operands %0 .. %(N/2 - 1). */
-#define WGMMA_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-#define WGMMA_D8ROWS(i) /* rows i .. i+7 */                                                                    \
+#define WGMMA_D4(i)     "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define WGMMA_D8ROWS(i) /* rows i .. i+7 */                                                                            \
     WGMMA_D4(i), WGMMA_D4(i + 1), WGMMA_D4(i + 2), WGMMA_D4(i + 3), WGMMA_D4(i + 4), WGMMA_D4(i + 5), WGMMA_D4(i + 6), \
         WGMMA_D4(i + 7)
-#define WGMMA_D_N64 WGMMA_D8ROWS(0)
+#define WGMMA_D_N64  WGMMA_D8ROWS(0)
 #define WGMMA_D_N128 WGMMA_D8ROWS(0), WGMMA_D8ROWS(8)
 #define WGMMA_D_N256 WGMMA_D8ROWS(0), WGMMA_D8ROWS(8), WGMMA_D8ROWS(16), WGMMA_D8ROWS(24)
 
 /* d[32][4] += A (64 x 16, smem desc) B (16 x 256, smem desc), both K-major, 128-byte swizzle. */
 __device__ __forceinline__ void wgmma_m64n256k16(float (*d)[4], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-        : WGMMA_D_N256
-        : "l"(da), "l"(db), "r"(1));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_D_N256
+                 : "l"(da), "l"(db), "r"(1));
 }
 
 /* d[16][4] += A (64 x 16, smem desc) B (16 x 128, smem desc), both K-major, 128-byte swizzle. */
 __device__ __forceinline__ void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : WGMMA_D_N128
-        : "l"(da), "l"(db), "r"(1));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_D_N128
+                 : "l"(da), "l"(db), "r"(1));
 }
 
 /* d[8][4] += A (64 x 16, smem desc) B (16 x 64, smem desc), both K-major, 128-byte swizzle. */
 __device__ __forceinline__ void wgmma_m64n64k16(float (*d)[4], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : WGMMA_D_N64
-        : "l"(da), "l"(db), "r"(1));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WGMMA_D_N64
+                 : "l"(da), "l"(db), "r"(1));
 }
 
 /* d[32][4] += A (64 x 16 bf16 from registers: the mma.m16n8k16 A fragment of each warp's 16 rows,
  * a[0..3]) B (16 x 256, smem desc, MN-major: wgmma_desc_mn, imm-trans-b = 1). */
 __device__ __forceinline__ void wgmma_m64n256k16_rt(float (*d)[4], const uint32_t a[4], uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-        : WGMMA_D_N256
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                 : WGMMA_D_N256
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
 #endif

@@ -1,5 +1,5 @@
 /* ops.h — extern "C" launchers of the CUDA kernels, one params struct per op. Included by the
- * .cu files, by backend.cu/forward.cu and by the C tests in tests/gpu (plain C11 + the CUDA
+ * .cu files, by backend.cu/decode.cu and by the C tests in tests/gpu (plain C11 + the CUDA
  * runtime API). Conventions (CUDA_DESIGN.md):
  *   - weights bf16 row-major [out, in] (uint16_t bits); small vectors fp32;
  *   - activations fp32 holding bf16-rounded values where HF rounds (MODEL.md §4.1);
@@ -30,18 +30,18 @@ typedef struct CudaLaunch {
 
 /* Per-token values, in device memory. */
 typedef struct StepParams {
-    int token;        /* input token id, 0 <= token < vocab_size */
-    int pos;          /* its position; the KV cache holds positions 0 .. pos after the step */
-    int write_logits; /* 1: the LM head stores fp32 logits [V] (forward(), sampling) */
-    int top_k;        /* sampling: 0 = off */
+    int token;                       /* input token id, 0 <= token < vocab_size */
+    int pos;                         /* its position; the KV cache holds positions 0 .. pos after the step */
+    int write_logits;                /* 1: the LM head stores fp32 logits [V] (forward(), sampling) */
+    int top_k;                       /* sampling: 0 = off */
     float temperature, top_p, min_p; /* temperature <= 0: argmax */
     int pad_;
-    uint64_t seed, step; /* sampling RNG: u = q35 counter hash of (seed, step), see sample.cu */
+    uint64_t seed, step;       /* sampling RNG: u = q35 counter hash of (seed, step), see sample.cu */
     unsigned long long lm_key; /* the LM head screen's result and running max (LmScreenParams key, gmax): 0 from */
     unsigned lm_gmax, pad2_;   /* the host, so the step's params copy resets them */
 } StepParams;
 
-/* ---- GEMV family (matvec.cu) ----------------------------------------------------------------
+/* ---- GEMV family (gemv.cu) ----------------------------------------------------------------
  * y = W x for one token, W bf16 [rows][cols] (cols % 8 == 0, rows 16-byte aligned), fp32
  * accumulation. A warp owns groups of 4 consecutive rows, lanes stride the columns 8 at a time
  * (16-byte loads); grid.y = splits cuts the columns into slices (split-K).
@@ -50,7 +50,7 @@ typedef struct StepParams {
  *   MV_IN_VEC       x[cols] as given (bf16-valued).
  *   MV_IN_EMBED     x = E[step->token] (bf16 table [V][cols]).
  *   MV_IN_GATED     (MV_OUT_SPLITK only; the DeltaNet out_proj when the step leaves its gated norm
- *                   to it, the default where the shapes allow; QWEN35_DN_GN=0 turns it off) x = o [cols] in groups of `group` (the heads), gate = z [cols]:
+ *                   to it, the default where the shapes allow) x = o [cols] in groups of `group` (the heads), gate = z [cols]:
  *                   x_i = bf16( bf16( norm_w[i % group] bf16(o_i r_g) ) silu(z_i) ), r_g = rsqrt(mean_g o^2
  *                   + eps) over i's group; every split holds whole groups (at most 32).
  *   MV_IN_RESIDUAL  x = bf16( res[i] + bf16( sum_{s < n_parts} parts[s*cols + i] ) )   (residual add;
@@ -64,19 +64,7 @@ typedef struct StepParams {
  *   zero (optional): after pdl_wait the grid zeroes zero[0 .. n_zero) (an atomic split-K
  *   accumulator that a LATER kernel adds into; it must not be read by this kernel).
  *
- * Latency hiding (optional, results unchanged):
- *   pf[i]           L2 prefetch hints issued at kernel start, before pdl_wait, spread over the
- *                   grid (ptr and bytes multiples of 16; NULL/0 = none): the engine names the
- *                   weights of the next phases and the state the next mixer reads, so DRAM keeps
- *                   streaming across kernel boundaries (forward.cu, docs/PERF_NOTES.md).
- *   early_trigger   1: launch_dependents at kernel start instead of after the prologue.
- *   ring            1: weights staged through a cp.async ring in shared memory (3 batches of
- *                   32 KiB, 256 threads, ~40 registers; 1 block per SM unless `blocks` is set)
- *                   instead of registers, so the NEXT kernel's block fits beside this one and
- *                   streams its first weights while this one drains (gemv_lab "s.r4u2t256.x3").
- *                   Not used by the engine: the whole step measured 0.93 ms/token with it vs 0.81
- *                   without (H200); test_matvec keeps it bitwise equal to the register path.
- *                   Bitwise the same results. 0 = registers (default).
+ * early_trigger    1: launch_dependents at kernel start instead of after the prologue.
  *
  * Output epilogue (out_mode):
  *   MV_OUT_STORE    y[r] = bf16( sum )
@@ -92,55 +80,46 @@ typedef struct StepParams {
 enum { MV_IN_VEC = 0, MV_IN_EMBED = 1, MV_IN_RESIDUAL = 2, MV_IN_GATED = 3 };
 enum { MV_OUT_STORE = 0, MV_OUT_SILU_MUL = 1, MV_OUT_SPLITK = 2, MV_OUT_ARGMAX = 3 };
 enum { NORM_NONE = 0, NORM_ZC = 1, NORM_PLAIN = 2 };
-#define MV_MAX_PF 3
-
-typedef struct MatvecPrefetch {
-    const void *ptr;
-    long long bytes;
-} MatvecPrefetch;
 
 typedef struct MatvecParams {
     const uint16_t *W; /* bf16 [rows][cols] */
     int rows, cols;
-    int splits;        /* >= 1; MV_OUT_SPLITK only (others use 1) */
-    int blocks;        /* grid.x; 0 = launcher's choice (cuda_matvec_blocks) */
+    int splits; /* >= 1; MV_OUT_SPLITK only (others use 1) */
+    int blocks; /* grid.x; 0 = launcher's choice (cuda_matvec_blocks) */
     /* input */
     int in_mode;
-    const float *x;          /* VEC: the input [cols]; RESIDUAL: the residual stream before the add */
-    const float *parts;      /* RESIDUAL: [n_parts][cols] */
+    const float *x;     /* VEC: the input [cols]; RESIDUAL: the residual stream before the add */
+    const float *parts; /* RESIDUAL: [n_parts][cols] */
     int n_parts;
-    const uint16_t *embed;   /* EMBED: bf16 [V][cols] */
-    const StepParams *step;  /* EMBED, ARGMAX */
-    float *x_out;            /* EMBED/RESIDUAL: new residual stream [cols] (may be NULL) */
-    const float *norm_w;     /* [cols] or NULL */
+    const uint16_t *embed;  /* EMBED: bf16 [V][cols] */
+    const StepParams *step; /* EMBED, ARGMAX */
+    float *x_out;           /* EMBED/RESIDUAL: new residual stream [cols] (may be NULL) */
+    const float *norm_w;    /* [cols] or NULL */
     int norm_mode;
     float eps;
-    float *h_out;            /* optional: the normed input [cols] */
-    float *zero;             /* optional: zeroed [n_zero] */
+    float *h_out; /* optional: the normed input [cols] */
+    float *zero;  /* optional: zeroed [n_zero] */
     int n_zero;
     /* output */
     int out_mode;
-    int atomic;              /* MV_OUT_SPLITK */
+    int atomic; /* MV_OUT_SPLITK */
     float *y;
     /* MV_OUT_ARGMAX */
-    float *logits;           /* [rows] */
+    float *logits; /* [rows] */
     int n_valid;
-    float *am_val;           /* [blocks] */
-    int *am_idx;             /* [blocks] */
-    unsigned *am_count;      /* [1] */
+    float *am_val;      /* [blocks] */
+    int *am_idx;        /* [blocks] */
+    unsigned *am_count; /* [1] */
     int *out_id;
     float *out_max;
-    /* latency hiding */
-    MatvecPrefetch pf[MV_MAX_PF];
     int early_trigger;
-    int ring;
-    /* MV_IN_GATED (after the fields above, so that they keep their offsets) */
-    const float *gate;       /* z [cols] */
-    int group;               /* elements per norm group (dv) */
+    /* MV_IN_GATED */
+    const float *gate; /* z [cols] */
+    int group;         /* elements per norm group (dv) */
     /* MV_OUT_ARGMAX, optional: [CUDA_MV_WORK_WORDS] ticket counters (zero at first use, left zero). NULL: warp w of
      * block b takes row groups b W + w + i G W (G blocks of W warps, every round i); else the last work_tail (>= 1)
      * rounds' groups go to warps by tickets as they finish: the SMs' DRAM service differs by +-5 %, so a fixed
-     * share ends up to ~15 us apart on the LM head (docs/PERF_NOTES.md §24). Same row sums and argmax either way
+     * share ends up to ~15 us apart on the LM head. Same row sums and argmax either way
      * (ties -> smallest index). */
     unsigned *work;
     int work_tail;
@@ -165,23 +144,22 @@ int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm);
 typedef struct LmScreenParams {
     MatvecParams head;
     unsigned long long *key; /* [1], zero before each launch: the best (value, id) as a key */
-    unsigned *gmax;    /* ring kernel, optional [1], zero before each launch: the blocks' running max of L */
-    const int8_t *Wq;  /* register kernel: [rows][cols]: q = rint(w / sc_r) in [-127, 127] */
-    const uint8_t *Wp; /* ring kernel: the 6 high bits of u = q + 128 [rows][3 cols / 4] */
-    const float *meta; /* [rows][4]: sc_r, c_r, l1_r, c6_r (the bounds' coefficients) */
-    unsigned *stats;   /* optional [3], added to: rows recomputed exactly, blocks computing all rows, blocks */
-    int reg, l2ef; /* 1: the register kernel where the TMA ring runs (cols 1024 / 2048); 1: the ring read evict-first */
+    unsigned *gmax;          /* ring kernel, optional [1], zero before each launch: the blocks' running max of L */
+    const int8_t *Wq;        /* register kernel: [rows][cols]: q = rint(w / sc_r) in [-127, 127] */
+    const uint8_t *Wp;       /* ring kernel: the 6 high bits of u = q + 128 [rows][3 cols / 4] */
+    const float *meta;       /* [rows][4]: sc_r, c_r, l1_r, c6_r (the bounds' coefficients) */
+    unsigned *stats;         /* optional [3], added to: rows recomputed exactly, blocks computing all rows, blocks */
+    int reg;                 /* 1: the register kernel where the TMA ring runs (cols 1024 / 2048) */
 } LmScreenParams;
 int cuda_lm_screen_ok(int rows, int cols);
 /* *key -> the argmax id (0 if none won, as MV_OUT_ARGMAX), its value in v: larger keys win, ties the smaller id */
 int cuda_lm_key_id(unsigned long long key, float *v);
 int cuda_lm_screen(const LmScreenParams *p, const CudaLaunch *l);
 /* Wq (or NULL), Wp (or NULL; cols % 1024 == 0) and meta from the bf16 head W [rows][cols] (once, at load). */
-int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, uint8_t *Wp, float *meta,
-                     const CudaLaunch *l);
+int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, uint8_t *Wp, float *meta, const CudaLaunch *l);
 int cuda_lm_screen_ring(int rows, int cols); /* 1: cuda_lm_screen runs the ring kernel (reg = 0; Wp needed) */
 
-/* ---- fused MLP of one token (mlp.cu; the engine default, QWEN35_MLP_FUSED=0: off) ----------------
+/* ---- fused MLP of one token (mlp.cu; the decode step's MLP in atomic mode) ----------------------------
  * The two MLP GEMVs of the decode step in one kernel (one kernel boundary less per layer):
  *   x   = bf16( res[i] + bf16( sum_{s < n_parts} parts[s*D + i] ) )      (as MV_IN_RESIDUAL; block 0
  *         writes x_out, which must not alias res)
@@ -198,61 +176,31 @@ int cuda_lm_screen_ring(int rows, int cols); /* 1: cuda_lm_screen runs the ring 
  * deterministic: atomics in arrival order). Needs D % 8 == 0, D <= 1024, y 16-byte aligned, and
  * the block's W_dT rows in shared memory (cuda_mlp_fused_smem_bytes <= the device's opt-in limit). */
 typedef struct MlpFusedParams {
-    const uint16_t *w_gu;    /* bf16 [2F][D] */
-    const uint16_t *w_dT;    /* bf16 [F][D] */
+    const uint16_t *w_gu; /* bf16 [2F][D] */
+    const uint16_t *w_dT; /* bf16 [F][D] */
     int D, F;
-    int blocks;              /* grid; 0 = cuda_mlp_fused_blocks(F, n_sm) */
-    const float *x;          /* residual stream before the add [D] */
-    const float *parts;      /* [n_parts][D] or NULL (then x is used as is) */
+    int blocks;         /* grid; 0 = cuda_mlp_fused_blocks(F, n_sm) */
+    const float *x;     /* residual stream before the add [D] */
+    const float *parts; /* [n_parts][D] or NULL (then x is used as is) */
     int n_parts;
-    float *x_out;            /* optional: the new residual stream [D] (block 0) */
-    const float *norm_w;     /* [D] (ln2) */
-    int norm_mode;           /* NORM_ZC or NORM_PLAIN */
+    float *x_out;        /* optional: the new residual stream [D] (block 0) */
+    const float *norm_w; /* [D] (ln2) */
+    int norm_mode;       /* NORM_ZC or NORM_PLAIN */
     float eps;
-    float *y;                /* [D] fp32 accumulator, zeroed before this kernel */
-    float *h_out;            /* optional (tests, probes): the normed input [D] (block 0) */
-    float *act_out;          /* optional (tests, probes): a [F] */
-    int early_trigger;       /* 1: launch_dependents at kernel start (ops.h GEMV early_trigger) */
+    float *y;          /* [D] fp32 accumulator, zeroed before this kernel */
+    float *h_out;      /* optional (tests, probes): the normed input [D] (block 0) */
+    float *act_out;    /* optional (tests, probes): a [F] */
+    int early_trigger; /* 1: launch_dependents at kernel start (ops.h GEMV early_trigger) */
 } MlpFusedParams;
 int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l);
-/* The EXPERIMENTAL staged variant (gate/up weights through shared memory, <= 64 registers, mlp.cu) with
- * `threads` per block (128, 256 or 512): with 512 the same outputs bit for bit; with fewer the norm's sum
- * of squares runs in another order (within a rounding). The default kernel where its shared memory would
- * not fit. */
-int cuda_mlp_fused_staged(const MlpFusedParams *p, int threads, const CudaLaunch *l);
 /* min(n_sm, F / 2), at least 1. */
 int cuda_mlp_fused_blocks(int F, int n_sm);
-/* Dynamic shared memory of the kernel (staged != 0: the staged variant's) for this shape and grid. */
-size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks, int staged);
+/* Dynamic shared memory of the kernel for this shape and grid. */
+size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks);
 /* 1 when cuda_mlp_fused supports D x F on the current device with the default grid, else 0. */
 int cuda_mlp_fused_supported(int D, int F, int n_sm);
 
-/* ---- norms (norm.cu) --------------------------------------------------------------------------
- * Standalone RMSNorm of `rows` rows of n (w shared by the rows), same formulas as the GEMV
- * prologue: y = NORM_ZC / NORM_PLAIN of x. When parts is set (rows must be 1), first
- * x = bf16(res + bf16(sum of n_parts partials)) and x_out <- x, as MV_IN_RESIDUAL. */
-typedef struct RmsnormParams {
-    const float *x; /* [rows][n] (or res when parts is set) */
-    const float *parts;
-    int n_parts;
-    float *x_out;
-    const float *w; /* [n] */
-    float *y;       /* [rows][n]; may equal x when parts is NULL */
-    int rows, n, mode;
-    float eps;
-} RmsnormParams;
-int cuda_rmsnorm(const RmsnormParams *p, const CudaLaunch *l);
-
 /* ---- elementwise and utility (elementwise.cu) ------------------------------------------------ */
-
-/* y[i] = bf16(E[token][i]) as fp32, i < n; token read from step->token. */
-typedef struct EmbedParams {
-    const uint16_t *E;
-    const StepParams *step;
-    float *y;
-    int n;
-} EmbedParams;
-int cuda_embed(const EmbedParams *p, const CudaLaunch *l);
 
 /* Fills bf16 buf[n] with uniform values in [-scale, scale) from a counter hash of (seed, i)
  * (bench: random KV cache contents). */
@@ -287,8 +235,8 @@ typedef struct SampleParams {
     int n_valid;
     const StepParams *step;
     const float *max_logit;
-    void *scratch;  /* cuda_sample_scratch_bytes(), zeroed once before first use, left reusable */
-    int blocks;     /* 0 = launcher's choice */
+    void *scratch; /* cuda_sample_scratch_bytes(), zeroed once before first use, left reusable */
+    int blocks;    /* 0 = launcher's choice */
     int *out_id;
 } SampleParams;
 int cuda_sample(const SampleParams *p, const CudaLaunch *l);
@@ -311,7 +259,7 @@ size_t cuda_sample_scratch_bytes(int n_sm);
  * mod K and writes row pos % K, so no block ever reads a row another block writes. Zero the ring
  * at sequence start (positions < 0 read as 0); a prefill that fills it must use the same indexing.
  * Grid: (splits, Hv) blocks in clusters of `splits` (sm_90): each block owns a slice of one head's
- * dv columns (see docs/PERF_NOTES_mixer.md); the gated norm's sum of squares is exchanged through
+ * dv columns (docs/PERF.md); the gated norm's sum of squares is exchanged through
  * distributed shared memory. Needs Hv % Hk == 0, dv <= 1024, dk <= 1024 and at most 512 threads per block
  * (tpr * ceil(dk / 4), tpr = threads per state row: 4 for dv 128, 8 for dv 256). Deterministic. */
 typedef struct DeltanetStepParams {
@@ -326,15 +274,15 @@ typedef struct DeltanetStepParams {
     float *o;               /* optional (NULL): [Hv*dv] bf16(o) before the norm (probes, tests) */
     const StepParams *step; /* step->pos */
     int Hk, Hv, dk, dv, K;
-    float eps;              /* rms_norm_eps (gated norm) */
-    int gated_out;          /* 1 = write o only (o required, y unused) and leave the gated norm to out_proj
-                             * (MV_IN_GATED); no thread-block cluster (the engine's default; QWEN35_DN_GN=0) */
+    float eps;     /* rms_norm_eps (gated norm) */
+    int gated_out; /* 1 = write o only (o required, y unused) and leave the gated norm to out_proj
+                             * (MV_IN_GATED); no thread-block cluster (the engine's default where the shapes allow) */
 } DeltanetStepParams;
 int cuda_deltanet_step(const DeltanetStepParams *p, const CudaLaunch *l);
 /* Bytes of conv_ring per layer: K * conv_dim * 2. */
 size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, int K);
 
-/* ---- the DeltaNet layer's mixer in one kernel (dn_layer.cu, EXPERIMENTAL: QWEN35_DN_FUSED=1) ------------
+/* ---- the DeltaNet layer's mixer in one kernel (deltanet_layer.cu) -------------------------------------------------
  * in_proj GEMV (prologue: residual add + RMSNorm, or the embedding row) -> conv + SiLU -> the delta-rule
  * step -> gated RMSNorm -> out_proj, for one token, as ONE kernel: the step of v-head j needs only head
  * j's rows of in_proj, and out_proj's columns of head j only head j's output, so nothing waits for the
@@ -343,95 +291,44 @@ size_t cuda_deltanet_conv_ring_bytes(int Hk, int Hv, int dk, int dv, int K);
  * the conv'd q/k so every block runs the step on its 16 value columns exactly as cuda_deltanet_step with
  * gated_out (bitwise the same o and S); a second exchange gives every block the head's o and z, it applies
  * MV_IN_GATED's formula (bitwise) and adds rows [s D / 8, (s+1) D / 8) of W_out[:, head j] g into y with
- * atomics (fp32, arrival order). The exchanges go through the head's cluster (xbuf NULL; needs every
- * head's cluster of 8 resident at once) or through global memory (xbuf, xcnt; needs every block resident).
+ * atomics (fp32, arrival order). These two exchanges go through the head's cluster (xbuf NULL; needs every
+ * head's cluster of 8 resident at once). With xbuf (global memory; needs every block resident) there is ONE
+ * exchange per layer: the block holds 16 rows of the head's state (deltanet_layer.cu DL_X1_SLOT) and publishes its
+ * partials as tagged words; o and S are then within fp32 rounding of the two-exchange kernel's, not bitwise.
  * Every weight, the state slice and the conv history are loaded before the PDL wait. Needs Hk == Hv,
  * dk == dv == 128, D % 32 == 0, cuda_dn_layer_supported. Not deterministic (the atomics). */
 typedef struct DnLayerParams {
-    const uint16_t *w_in;      /* bf16 [conv_dim + value_dim + 2 Hv][D]: q | k | v | z | b | a rows */
-    const uint16_t *embed;     /* layer 0: x = embed[step->token] (bf16 [V][D]); else NULL */
-    const float *x, *parts;    /* else x = bf16(x + bf16(sum of n_parts parts [D])) (parts NULL: x) */
+    const uint16_t *w_in;   /* bf16 [conv_dim + value_dim + 2 Hv][D]: q | k | v | z | b | a rows */
+    const uint16_t *embed;  /* layer 0: x = embed[step->token] (bf16 [V][D]); else NULL */
+    const float *x, *parts; /* else x = bf16(x + bf16(sum of n_parts parts [D])) (parts NULL: x) */
     int n_parts;
-    int onex;                  /* 1 (global-memory exchange, no MLP tail; the engine's default, QWEN35_DN_ONEX=0: off):
-                                * ONE exchange per layer,
-                                * the block holding 16 rows of the head's state (dn_layer.cu DL_X1_SLOT): o and S
-                                * within fp32 rounding of the two-exchange kernel's, not bitwise */
-    float *x_out;              /* optional: x (block (0, 0)) */
-    const float *ln1;          /* [D] input norm weights */
-    int norm_mode;             /* NORM_ZC or NORM_PLAIN */
-    float *proj;               /* optional (tests): the in_proj rows, as the GEMV's y */
-    const float *conv_w;       /* as DeltanetStepParams */
+    float *x_out;        /* optional: x (block (0, 0)) */
+    const float *ln1;    /* [D] input norm weights */
+    int norm_mode;       /* NORM_ZC or NORM_PLAIN */
+    float *proj;         /* optional (tests): the in_proj rows, as the GEMV's y */
+    const float *conv_w; /* as DeltanetStepParams */
     uint16_t *conv_ring;
     const float *A_log, *dt_bias, *norm_w;
     float *S;
-    float *o;                  /* optional (tests): [Hv dv] o before the gated norm */
-    const uint16_t *w_out;     /* bf16 [D][Hv dv] */
-    float *y;                  /* [D] fp32 accumulator, zeroed by an earlier kernel */
-    float *zero0, *zero1;      /* optional: [n_zero] buffers this kernel zeroes after its wait */
+    float *o;              /* optional (tests): [Hv dv] o before the gated norm */
+    const uint16_t *w_out; /* bf16 [D][Hv dv] */
+    float *y;              /* [D] fp32 accumulator, zeroed by an earlier kernel */
+    float *zero0, *zero1;  /* optional: [n_zero] buffers this kernel zeroes after its wait */
     int n_zero;
-    float *xbuf;               /* NULL: the exchanges through the cluster's shared memory; else through global */
-    unsigned *xcnt;            /* memory: xbuf [cuda_dn_layer_xbuf_floats(Hv)], xcnt [cuda_dn_layer_xcnt_count] zeroed once */
-    int xcnt_stride;           /* counter k at xcnt[k stride] (0: 1; 32: one 128-byte line each) */
+    float *xbuf;     /* NULL: the exchanges through the cluster's shared memory; else through global */
+    unsigned *xcnt;  /* memory: xbuf [cuda_dn_layer_xbuf_floats(Hv)], xcnt [cuda_dn_layer_xcnt_count] zeroed once */
+    int xcnt_stride; /* counter k at xcnt[k stride] (0: 1; 32: one 128-byte line each) */
     const StepParams *step;
     int D, Hk, Hv, dk, dv, K;
-    float eps;                 /* rms_norm_eps: the input norm and the gated norm */
-    /* EXPERIMENTAL (QWEN35_DN_MLP=1): the layer's fused MLP as the kernel's tail (mlp_w_gu set; needs x_out and
-     * cuda_dn_layer_mlp_supported): after out_proj every block arrives at the grid counter mlp_cnt (zeroed
-     * once; it only grows), then, as cuda_mlp_fused with 8 Hv blocks: x2 = bf16(x_out + bf16(y)) (block (0, 0)
-     * writes it to mlp_x_out), mlp_y += W_down SwiGLU(W_gu norm2(x2)). The block's gate/up rows and W_down
-     * columns stream into shared memory (TMA bulk copies) from point mlp_at: 0 before the PDL wait, 1 after the
-     * in_proj row sums, 2 after the first exchange, 3 after the gated norm. */
-    const uint16_t *mlp_w_gu;  /* bf16 [2F][D], gate/up rows interleaved (MlpFusedParams.w_gu) */
-    const uint16_t *mlp_w_dT;  /* bf16 [F][D] */
-    const float *mlp_norm_w;   /* [D] (ln2), norm_mode and eps as the input norm */
-    float *mlp_x_out;          /* [D] the residual after the mixer; may be x (every read of x precedes the grid
-                                * arrival), not x_out */
-    float *mlp_y;              /* [D] fp32 accumulator, zero before the tail (zero0 / zero1 qualify) */
-    float *mlp_act_out;        /* optional (tests): the SwiGLU activations [F] */
-    unsigned long long *mlp_cnt;
-    int F, mlp_at;
+    float eps; /* rms_norm_eps: the input norm and the gated norm */
 } DnLayerParams;
 /* 0: shape not supported or the grid does not fit; 1: supported with xbuf / xcnt (every block resident at
  * once, the exchanges through global memory); 2: also through clusters (every head's cluster of 8 resident
  * at once: not on a 132-SM H200 for 16 heads, whose clusters of 8 span at most 120 SMs). */
 int cuda_dn_layer_supported(int D, int Hk, int Hv, int dk, int dv, int K);
-/* 1 when the MLP tail (mlp_w_gu) fits too: D <= 1024, D % 8 == 0 and its shared memory. */
-int cuda_dn_layer_mlp_supported(int D, int Hk, int Hv, int dk, int dv, int K, int F);
 size_t cuda_dn_layer_xbuf_floats(int Hv);
 size_t cuda_dn_layer_xcnt_count(int Hv, int stride);
 int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l);
-
-/* ---- a full-attention layer's mixer in one kernel (attn_layer.cu, EXPERIMENTAL: QWEN35_ATTN_FUSED=1) ------
- * x = embed[step->token] or bf16(x + bf16(sum of n_parts parts)) (x_out <- x, block 0), qkv = W_in
- * norm1(x) (the 512-thread GEMV's rows bitwise), then cuda_attn_decode's contract for one token (q/k norm,
- * RoPE, K/V[pos] appended, attention over [0, pos], gated), then y += W_out out (fp32 atomics). Gated hd-256
- * heads only (Qwen3.5), D <= 1024, 128 blocks that must all be resident (cuda_attn_layer_supported). */
-typedef struct AttnLayerParams {
-    const uint16_t *w_in;      /* bf16 [Hq 2 hd + 2 Hkv hd][D]: per head q rows then gate rows, k, v */
-    const uint16_t *embed;     /* layer 0: x = embed[step->token]; else NULL */
-    const float *x, *parts;
-    int n_parts;
-    float *x_out;              /* optional: x (block 0) */
-    const float *ln1;          /* [D] input norm weights */
-    int norm_mode;             /* NORM_ZC or NORM_PLAIN (the input norm and the head norms) */
-    float *proj;               /* optional (tests): the qkv rows, as the GEMV's y */
-    const float *q_norm_w, *k_norm_w, *inv_freq;
-    uint16_t *k_cache, *v_cache; /* bf16 [Hkv][max_seq][hd] of this layer */
-    float *out;                /* optional (tests): the gated attention output [Hq hd] */
-    const uint16_t *w_out;     /* bf16 [D][Hq hd] */
-    float *y;                  /* [D] fp32 accumulator, zeroed by an earlier kernel */
-    float *zero0, *zero1;      /* optional: [n_zero] buffers this kernel zeroes after its wait */
-    int n_zero;
-    float *xbuf;               /* [cuda_attn_layer_xbuf_floats] */
-    unsigned *xcnt;            /* [cuda_attn_layer_xcnt_count], zeroed once (the counters only grow) */
-    const StepParams *step;
-    int D, Hq, Hkv, hd, R, max_seq;
-    float eps;
-} AttnLayerParams;
-int cuda_attn_layer_supported(int D, int Hq, int Hkv, int hd, int R, int gated);
-size_t cuda_attn_layer_xbuf_floats(int D, int Hq, int Hkv);
-size_t cuda_attn_layer_xcnt_count(int Hkv);
-int cuda_attn_layer(const AttnLayerParams *p, const CudaLaunch *l);
 
 /* ---- full-attention decode (attention.cu) ----------------------------------------------------
  * One token of GQA attention over one layer's bf16 KV cache (MODEL.md §3.2 Qwen3.5, §5 Qwen3).
@@ -453,21 +350,21 @@ int cuda_attn_layer(const AttnLayerParams *p, const CudaLaunch *l);
  * deterministic. hd in {32, 64, 128, 256}; any G = Hq/Hkv; R even, 2 <= R <= hd. A step with pos outside
  * [0, max_seq) writes nothing. sm_90 (clusters). */
 typedef struct AttnDecodeParams {
-    const float *qkv;        /* [q part + 2*Hkv*hd] */
-    const float *q_norm_w;   /* [hd] */
-    const float *k_norm_w;   /* [hd] */
-    const float *inv_freq;   /* [R/2] rotary inverse frequencies (cpu_rope_inv_freq) */
-    uint16_t *k_cache;       /* bf16 [Hkv][max_seq][hd] of this layer, K after norm + RoPE */
-    uint16_t *v_cache;       /* bf16 [Hkv][max_seq][hd] */
-    float *out;              /* [Hq*hd] (bf16-valued), the o_proj input */
-    float *work;             /* cuda_attn_decode_work_bytes(); no init needed (zeroed or 0xff-filled memory is
+    const float *qkv;       /* [q part + 2*Hkv*hd] */
+    const float *q_norm_w;  /* [hd] */
+    const float *k_norm_w;  /* [hd] */
+    const float *inv_freq;  /* [R/2] rotary inverse frequencies (cpu_rope_inv_freq) */
+    uint16_t *k_cache;      /* bf16 [Hkv][max_seq][hd] of this layer, K after norm + RoPE */
+    uint16_t *v_cache;      /* bf16 [Hkv][max_seq][hd] */
+    float *out;             /* [Hq*hd] (bf16-valued), the o_proj input */
+    float *work;            /* cuda_attn_decode_work_bytes(); no init needed (zeroed or 0xff-filled memory is
                                 fine, see attn_ticket); may be shared by layers run one after another */
-    float *q_out;            /* optional (NULL): [Hq*hd] q after norm + RoPE (probes, tests) */
-    const StepParams *step;  /* step->pos */
+    float *q_out;           /* optional (NULL): [Hq*hd] q after norm + RoPE (probes, tests) */
+    const StepParams *step; /* step->pos */
     int Hq, Hkv, hd, R, max_seq;
-    int gated;               /* 1: Qwen3.5 interleaved q|gate rows + sigmoid output gate */
-    int norm_mode;           /* NORM_ZC or NORM_PLAIN */
-    float eps;               /* rms_norm_eps */
+    int gated;     /* 1: Qwen3.5 interleaved q|gate rows + sigmoid output gate */
+    int norm_mode; /* NORM_ZC or NORM_PLAIN */
+    float eps;     /* rms_norm_eps */
 } AttnDecodeParams;
 int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l);
 /* n_split (blocks per kv head and query group) for a cache of max_seq positions, for G <= 8 at hd <= 128
@@ -488,45 +385,18 @@ typedef struct AttnShortParams {
     AttnDecodeParams a;  /* the attention (a.out and a.work unused); a.q_out optional as there */
     const uint16_t *w_o; /* bf16 [D][Hq*hd] */
     float *y;            /* [D] fp32 accumulator (+=) */
-    float *zero;         /* optional [n_zero]: zeroed after the wait (forward.cu's split-K zeroing contract) */
+    float *zero;         /* optional [n_zero]: zeroed after the wait (decode.cu's split-K zeroing contract) */
     int n_zero;
-    int D;               /* rows of W_o: a multiple of 4, <= 1024 */
-    int max_len;         /* 1 .. cuda_attn_short_cap(): sizes the shared-memory K/V rows */
+    int D;       /* rows of W_o: a multiple of 4, <= 1024 */
+    int max_len; /* 1 .. cuda_attn_short_cap(): sizes the shared-memory K/V rows */
 } AttnShortParams;
 int cuda_attn_short(const AttnShortParams *p, const CudaLaunch *l);
 /* The longest kv_len the kernel can serve for these shapes (0: hd not 64/128/256, or D unsupported). */
 int cuda_attn_short_cap(int hd, int D);
 
-/* Short contexts, the whole mixer of a full-attention layer in one kernel (attention.cu attn_qs): the qkv GEMV
- * too. x = embed[step->token] or bf16(x + bf16(sum of n_parts parts)) (block 0 writes x_out), qkv = W_in
- * norm1(x) (the 512-thread GEMV's rows, bitwise), then cuda_attn_short on those rows: y += W_o attn. The grid of
- * cuda_attn_short ((hd / 16) x Hq blocks, every block resident at once: cuda_attn_qs_supported) shares the qkv
- * rows through `tag`: block b computes rows [b RB, (b+1) RB) (RB = ceil(rows / blocks) rounded up to 4, <= 64)
- * and stores each as one 64-bit word (round epoch << 32 | float bits); the rows a block needs (q and the gate of
- * its head, k and v of its kv head) are read back once they carry this round's epoch (dn_layer.cu's tagged
- * exchange). Zeroes s.zero and zero1 ([s.n_zero] each). */
-typedef struct AttnQsParams {
-    AttnShortParams s;         /* s.a.qkv unused; s.a.norm_mode and s.a.eps serve the input norm too */
-    const uint16_t *w_in;      /* bf16 [Hq q_stride + 2 Hkv hd][D] (q_stride 2 hd when gated: q | gate per head) */
-    const uint16_t *embed;     /* layer 0: x = embed[step->token] (bf16 [V][D]); else NULL */
-    const float *x, *parts;    /* else x = bf16(x + bf16(sum of n_parts parts [D])) (parts NULL: x) */
-    int n_parts;
-    float *x_out;              /* optional: x */
-    const float *ln1;          /* [D] input norm weights */
-    float *zero1;              /* optional second [s.n_zero] range to zero */
-    unsigned long long *tag;   /* [cuda_attn_qs_tag_words] zeroed once (or all alike); shared by every layer's launches */
-    float *proj;               /* optional (tests): the qkv rows, as the GEMV's y */
-} AttnQsParams;
-int cuda_attn_qs(const AttnQsParams *p, const CudaLaunch *l);
-/* 1 when the shapes fit (cuda_attn_short's, D <= 1024 and D % 8 == 0, RB <= 64) and the grid can be resident at
- * once with max_len positions. */
-int cuda_attn_qs_supported(int Hq, int Hkv, int hd, int gated, int D, int max_len);
-/* Words of AttnQsParams.tag: the qkv rows, then one epoch word per block. */
-size_t cuda_attn_qs_tag_words(int Hq, int Hkv, int hd, int gated);
-
 /* ---- prefill ops ---- */
 /* The compute-bound path for T > 1 tokens (src/cuda/gemm.cu, attention_prefill.cu,
- * deltanet_prefill.cu, prefill.cu). Activations between kernels: the residual stream x is fp32
+ * deltanet_prefill.cu, rows.cu). Activations between kernels: the residual stream x is fp32
  * [T][D] holding bf16-rounded values (as in decode); GEMM inputs are bf16 [T][K]; projection
  * outputs are bf16. Pointers are device pointers; "bf16" buffers are uint16_t bit patterns. */
 
@@ -556,9 +426,7 @@ typedef struct GemmParams {
  *   C256 / C128: "cooperative", both warpgroups on one 128 x 256 / 128 x 128 tile (64 rows each);
  *   P128 / P256: "ping-pong", each warpgroup owns a whole 128 x 128 / 64 x 256 tile, so one's
  *   epilogue overlaps the other's main loop.
- * AUTO is WGMMA on sm_90 unless gemm.cu's GEMM_TMA_DEFAULT is 1 (then TMA); the environment
- * variable QWEN35_GEMM = mma | wgmma | wgmmaP | tma | tmaC256 | tmaC128 | tmaP128 | tmaP256 picks
- * AUTO's algorithm on sm_90 instead. */
+ * AUTO is TMA on sm_90, MMA elsewhere; the others are chosen explicitly (tests, bench/kernels/gemm_lab.cu). */
 enum {
     GEMM_ALGO_AUTO = 0,
     GEMM_ALGO_MMA = 1,
@@ -583,15 +451,15 @@ int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l);
  *   then partial NeoX RoPE on dims [0, R) with bf16 cos/sin (MODEL.md §3.2 step 3), every op
  *   rounded to bf16 like HF; writes q_out, K after norm + RoPE and V unchanged into the cache. */
 typedef struct AttnPrepParams {
-    const uint16_t *qkv;     /* bf16 [T][ld]: q head j at column j*q_hs, k head i at k_off + i*hd,
+    const uint16_t *qkv;          /* bf16 [T][ld]: q head j at column j*q_hs, k head i at k_off + i*hd,
                                 v head i at v_off + i*hd */
-    int ld, q_hs, k_off, v_off; /* Qwen3.5: q_hs = 2*hd ([q_j | gate_j]); Qwen3: q_hs = hd */
+    int ld, q_hs, k_off, v_off;   /* Qwen3.5: q_hs = 2*hd ([q_j | gate_j]); Qwen3: q_hs = hd */
     const float *q_norm, *k_norm; /* fp32 [hd] (bf16 values) */
-    const float *inv_freq;   /* fp32 [R/2]: 1 / theta^(2i/R) */
-    uint16_t *q_out;         /* bf16 [T][Hq][hd] */
-    uint16_t *k_cache, *v_cache; /* bf16 [Hkv][max_seq][hd], this layer; rows pos .. pos+T-1 written */
+    const float *inv_freq;        /* fp32 [R/2]: 1 / theta^(2i/R) */
+    uint16_t *q_out;              /* bf16 [T][Hq][hd] */
+    uint16_t *k_cache, *v_cache;  /* bf16 [Hkv][max_seq][hd], this layer; rows pos .. pos+T-1 written */
     int T, pos, Hq, Hkv, hd, R, max_seq;
-    int norm_mode;           /* NORM_ZC: y = bf16(x r (1+w)) (Qwen3.5); NORM_PLAIN: y = bf16(w bf16(x r)) (Qwen3) */
+    int norm_mode; /* NORM_ZC: y = bf16(x r (1+w)) (Qwen3.5); NORM_PLAIN: y = bf16(w bf16(x r)) (Qwen3) */
     float eps;
 } AttnPrepParams;
 /* hd a multiple of 32 and <= 256, R even and <= hd, pos + T <= max_seq. */
@@ -603,16 +471,16 @@ int cuda_attn_prep(const AttnPrepParams *p, const CudaLaunch *l);
  *   out[t][j*hd + d] = bf16( bf16(o) * bf16(sigmoid(gate)) )   (gate != NULL), else bf16(o).
  * Scores never reach memory: online softmax over key tiles, P rounded to bf16 for P V. */
 typedef struct AttnPrefillParams {
-    const uint16_t *q;       /* bf16 [T][Hq][hd] (after q norm + RoPE) */
+    const uint16_t *q;                 /* bf16 [T][Hq][hd] (after q norm + RoPE) */
     const uint16_t *k_cache, *v_cache; /* bf16 [Hkv][max_seq][hd], rows 0 .. pos+T-1 valid */
-    const uint16_t *gate;    /* bf16: gate of token t, head j, dim d at gate[t*gate_ld + j*gate_hs + d]; or NULL */
+    const uint16_t *gate; /* bf16: gate of token t, head j, dim d at gate[t*gate_ld + j*gate_hs + d]; or NULL */
     int gate_ld, gate_hs;
-    uint16_t *out;           /* bf16 [T][Hq*hd] */
+    uint16_t *out; /* bf16 [T][Hq*hd] */
     int T, pos, Hq, Hkv, hd, max_seq;
-    float scale;             /* 1/sqrt(hd) */
+    float scale; /* 1/sqrt(hd) */
 } AttnPrefillParams;
 /* hd 32, 64, 128 or 256; Hq a multiple of Hkv. hd 256 on sm_90 takes the wgmma kernel
- * (attention_prefill_wg.cu) unless QWEN35_ATTN=mma is in the environment; the rest the mma.sync one. */
+ * (attention_prefill_wg.cu); the rest the mma.sync one. */
 int cuda_attn_prefill(const AttnPrefillParams *p, const CudaLaunch *l);
 /* The wgmma kernel alone: cudaErrorNotSupported unless hd == 256 on compute capability 9.x. */
 int cuda_attn_prefill_wg(const AttnPrefillParams *p, const CudaLaunch *l);
@@ -631,39 +499,39 @@ int cuda_attn_prefill_wg(const AttnPrefillParams *p, const CudaLaunch *l);
 typedef struct DeltaNetScratch {
     uint16_t *q, *q_lo, *k, *k_lo; /* bf16 [Tp][Hk][dk] each: q^, k^ = fp32 l2norm, split hi + lo (q not yet
                                     * * dk^-1/2) (Tp = T rounded up to 64; rows >= T zero) */
-    uint16_t *v;     /* bf16 [Tp][Hv][dv]  v after conv + SiLU */
-    float *beta, *g; /* fp32 [Tp][Hv] */
-    uint16_t *t;     /* bf16 [Tp/64][Hv][2][64][64]  T2 = (I + A)^-1 diag(beta) per chunk, split: hi plane, lo plane */
-    uint16_t *p;     /* bf16 [Tp/64][Hv][2][64][64]  P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) per chunk, split */
+    uint16_t *v;                   /* bf16 [Tp][Hv][dv]  v after conv + SiLU */
+    float *beta, *g;               /* fp32 [Tp][Hv] */
+    uint16_t *t; /* bf16 [Tp/64][Hv][2][64][64]  T2 = (I + A)^-1 diag(beta) per chunk, split: hi plane, lo plane */
+    uint16_t *p; /* bf16 [Tp/64][Hv][2][64][64]  P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) per chunk, split */
     uint16_t *u, *u_lo; /* bf16 [Tp][Hv][dv] each: V' = T2 (V - diag(e^gamma) K S) per chunk, split hi + lo */
-    uint16_t *s;     /* bf16 [Tp/64][Hv][2][dk][dv]  state entering each chunk, split S = hi + lo */
+    uint16_t *s;        /* bf16 [Tp/64][Hv][2][dk][dv]  state entering each chunk, split S = hi + lo */
 } DeltaNetScratch;
 /* Bytes of scratch for T tokens; with base != NULL also fills *sc with the regions carved from base
  * (256-byte aligned). */
 size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base, int T, int Hk, int Hv, int dk, int dv);
 
 typedef struct DeltaNetPrefillParams {
-    const uint16_t *proj;  /* bf16 [T][ld_proj]: q k v at columns [0, conv_dim), z at z_off, b at b_off, a at a_off */
+    const uint16_t *proj; /* bf16 [T][ld_proj]: q k v at columns [0, conv_dim), z at z_off, b at b_off, a at a_off */
     int ld_proj, z_off, b_off, a_off;
-    const float *conv_w;   /* fp32 [conv_dim][K] (conv1d.weight; tap K-1 multiplies the current token) */
+    const float *conv_w;          /* fp32 [conv_dim][K] (conv1d.weight; tap K-1 multiplies the current token) */
     const float *A_log, *dt_bias; /* fp32 [Hv] */
-    const float *norm_w;   /* fp32 [dv] linear_attn.norm.weight (plain weight) */
-    uint16_t *conv_ring;   /* bf16 [K][conv_dim], in/out: row p % K holds the pre-conv m of position p (the
+    const float *norm_w;          /* fp32 [dv] linear_attn.norm.weight (plain weight) */
+    uint16_t *conv_ring;          /* bf16 [K][conv_dim], in/out: row p % K holds the pre-conv m of position p (the
                               decode step's ring, cuda_deltanet_step); positions < 0 read as 0 */
-    float *state;          /* fp32 [Hv][dk][dv] recurrent state, in/out */
-    uint16_t *y;           /* bf16 [T][Hv*dv] */
-    void *scratch;         /* cuda_deltanet_prefill_scratch(NULL, NULL, T, ...) bytes, 256-byte aligned */
-    int T, pos;            /* tokens, absolute position of the first */
+    float *state;                 /* fp32 [Hv][dk][dv] recurrent state, in/out */
+    uint16_t *y;                  /* bf16 [T][Hv*dv] */
+    void *scratch;                /* cuda_deltanet_prefill_scratch(NULL, NULL, T, ...) bytes, 256-byte aligned */
+    int T, pos;                   /* tokens, absolute position of the first */
     int Hk, Hv, dk, dv, K;
-    float eps;             /* rms_norm_eps of the gated norm */
-    cudaEvent_t *ev;       /* optional (timing): 5 events recorded before, between and after the 4 kernels */
-    int fuse_out;          /* 0: state scan, then the chunk-parallel output kernel; 1: the output computed inside
+    float eps;       /* rms_norm_eps of the gated norm */
+    cudaEvent_t *ev; /* optional (timing): 5 events recorded before, between and after the 4 kernels */
+    int fuse_out;    /* 0: state scan, then the chunk-parallel output kernel; 1: the output computed inside
                               the state scan, then a row norm kernel (fewer bytes, longer serial loop) */
 } DeltaNetPrefillParams;
 /* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
 int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);
 
-/* ---- row ops and whole layers (prefill.cu) ---- */
+/* ---- row ops and whole layers (rows.cu) ---- */
 /* y[t] = bf16 RMSNorm of x[t] over D:  NORM_ZC: bf16(x r (1 + w));  NORM_PLAIN: bf16(w bf16(x r)),
  * r = rsqrt(mean(x^2) + eps). x fp32 [T][D], w fp32 [D], y bf16 [T][D]; D a multiple of 4. */
 typedef struct RmsnormRowsParams {
@@ -687,36 +555,36 @@ int cuda_embed_rows(const EmbedRowsParams *p, const CudaLaunch *l);
 
 /* Dimensions of one model for the layer helpers below (Config values). */
 typedef struct PrefillDims {
-    int D, F;                       /* hidden_size, intermediate_size */
-    int Hq, Hkv, hd, R;             /* attention heads, head_dim, rotary dims */
-    int attn_gate;                  /* 1: Qwen3.5 q_proj rows [q_j | gate_j] per head; 0: Qwen3 */
-    int norm_mode;                  /* NORM_ZC (Qwen3.5) or NORM_PLAIN (Qwen3) */
-    int Hk, Hv, dk, dv, K;          /* DeltaNet heads, head dims, conv taps */
-    int glu_group;                  /* gate/up row interleave of the stacked MLP weight (1 = w_gu of forward.cuh) */
+    int D, F;              /* hidden_size, intermediate_size */
+    int Hq, Hkv, hd, R;    /* attention heads, head_dim, rotary dims */
+    int attn_gate;         /* 1: Qwen3.5 q_proj rows [q_j | gate_j] per head; 0: Qwen3 */
+    int norm_mode;         /* NORM_ZC (Qwen3.5) or NORM_PLAIN (Qwen3) */
+    int Hk, Hv, dk, dv, K; /* DeltaNet heads, head dims, conv taps */
+    int glu_group;         /* gate/up row interleave of the stacked MLP weight (1 = w_gu of backend.cuh) */
     int max_seq;
-    int gemm_algo;                  /* GEMM_ALGO_* for every projection (AUTO: wgmma on sm_90) */
-    float eps;                      /* rms_norm_eps */
+    int gemm_algo; /* GEMM_ALGO_* for every projection (AUTO: wgmma on sm_90) */
+    float eps;     /* rms_norm_eps */
 } PrefillDims;
 
 /* Weights of one layer on the device (bf16 matrices row-major [out][in], small vectors fp32). */
 typedef struct PrefillLayerWeights {
-    const float *ln1, *ln2;          /* [D] input_layernorm, post_attention_layernorm */
-    const uint16_t *gate_up;         /* [2F][D]: groups of glu_group gate rows, then glu_group up rows */
-    const uint16_t *down;            /* [D][F] */
+    const float *ln1, *ln2;  /* [D] input_layernorm, post_attention_layernorm */
+    const uint16_t *gate_up; /* [2F][D]: groups of glu_group gate rows, then glu_group up rows */
+    const uint16_t *down;    /* [D][F] */
     /* full attention */
-    const uint16_t *qkv;             /* [Hq*hd*(attn_gate ? 2 : 1) + 2*Hkv*hd][D]: q_proj; k_proj; v_proj */
-    const float *q_norm, *k_norm;    /* [hd] */
-    const uint16_t *o;               /* [D][Hq*hd] */
-    const float *inv_freq;           /* [R/2] */
-    uint16_t *k_cache, *v_cache;     /* [Hkv][max_seq][hd] of this layer */
+    const uint16_t *qkv;          /* [Hq*hd*(attn_gate ? 2 : 1) + 2*Hkv*hd][D]: q_proj; k_proj; v_proj */
+    const float *q_norm, *k_norm; /* [hd] */
+    const uint16_t *o;            /* [D][Hq*hd] */
+    const float *inv_freq;        /* [R/2] */
+    uint16_t *k_cache, *v_cache;  /* [Hkv][max_seq][hd] of this layer */
     /* DeltaNet */
-    const uint16_t *qkvzba;          /* [2*Hk*dk + 2*Hv*dv + 2*Hv][D]: in_proj_qkv; in_proj_z; in_proj_b; in_proj_a */
-    const float *conv_w;             /* [conv_dim][K] */
-    const float *A_log, *dt_bias;    /* [Hv] */
-    const float *norm_w;             /* [dv] */
-    const uint16_t *out;             /* [D][Hv*dv] */
-    uint16_t *conv_ring;             /* bf16 [K][conv_dim] of this layer (row p % K = position p) */
-    float *state;                    /* [Hv][dk][dv] of this layer */
+    const uint16_t *qkvzba;       /* [2*Hk*dk + 2*Hv*dv + 2*Hv][D]: in_proj_qkv; in_proj_z; in_proj_b; in_proj_a */
+    const float *conv_w;          /* [conv_dim][K] */
+    const float *A_log, *dt_bias; /* [Hv] */
+    const float *norm_w;          /* [dv] */
+    const uint16_t *out;          /* [D][Hv*dv] */
+    uint16_t *conv_ring;          /* bf16 [K][conv_dim] of this layer (row p % K = position p) */
+    float *state;                 /* [Hv][dk][dv] of this layer */
 } PrefillLayerWeights;
 
 /* Activation buffers for T tokens (sizes in elements; see cuda_prefill_buffer_sizes). */
@@ -736,63 +604,10 @@ void cuda_prefill_buffer_sizes(const PrefillDims *d, int T, size_t *h, size_t *p
  *   x = bf16(x + mixer(norm(x, ln1)));  x = bf16(x + down(bf16(silu(gate) up)(norm(x, ln2)))).
  * attn: K/V of the new tokens are appended to the layer's cache; DeltaNet: the conv ring and the
  * state are read and left after the last token. */
-int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
-                            int pos, const CudaLaunch *l);
+int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T, int pos,
+                            const CudaLaunch *l);
 int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
                                 int pos, const CudaLaunch *l);
-
-
-/* ---- the persistent decode step (megastep.cu) -------------------------------------------------
- * All layers of one decode step in ONE kernel: one block per SM (n_blocks <= SMs, all resident),
- * phases separated by a grid-wide barrier (bar: 64 zeroed words, self-resetting). Per layer:
- *   in   : x = bf16(x + bf16(dout)) (layer 0: x = E[token]), proj = bf16(W_in norm1(x))
- *   mixer: DeltaNet step (o into mix) | attention partials (work) + merge and gate (into mix)
- *   out  : aout = W_out mix'   (DeltaNet: mix' = gated RMSNorm of o; attention: mix)
- *   gu   : x = bf16(x + bf16(aout)), mlp = bf16(bf16(silu(g)) u), [g; u] = W_gu norm2(x)
- *   down : dout = W_down mlp
- * Every GEMV is split by rows over the blocks (no split-K, so the sums are deterministic); each
- * block's weight rows stream into a shared-memory ring through cp.async.bulk, issued by one
- * producer warp that runs ahead of the phases (it never waits on the barrier). After the kernel,
- * x[(2L - 1) & 1] + dout is the residual stream the LM head consumes. */
-typedef struct MegaLayer {
-    const uint16_t *w_in, *w_out, *w_gu, *w_down; /* as CudaLayer (forward.cuh) */
-    const float *ln1, *ln2;
-    int type, in_rows, out_cols, pad_;
-    const float *conv_w, *A_log, *dt_bias, *lin_norm;
-    float *S;
-    uint16_t *conv_ring;
-    const float *q_norm, *k_norm;
-    uint16_t *Kc, *Vc;
-} MegaLayer;
-
-typedef struct MegaParams {
-    const MegaLayer *layers; /* device array [L] */
-    int L, D, F;
-    int Hk, Hv, dk, dv, K, conv_dim, value_dim;            /* DeltaNet */
-    int Hq, Hkv, hd, R, gated, max_seq, attn_dim, nsplit;  /* attention; nsplit: max splits (work) */
-    int norm_mode;
-    float eps;
-    const uint16_t *embed;  /* [V][D] */
-    const float *inv_freq;  /* [R/2] */
-    const StepParams *step;
-    float *x0, *x1;         /* residual ping-pong [D] */
-    float *proj, *mix, *aout, *mlp, *dout;
-    float *work;            /* [Hq][nsplit][hd + 2] attention partials */
-    unsigned *bar;          /* [64] zeroed once */
-    /* optional trace (bench): per phase k < trace_n and block b, trace[(k*G + b)*8 + ...] =
-     * work cycles (phase start to barrier arrival), barrier-wait cycles, weight-ring wait cycles,
-     * phase kind (MG_PH_*), cycles before the GEMV piece loop, cycles issuing ring refills; NULL = off */
-    unsigned *trace;
-    int trace_n;
-} MegaParams;
-enum { MG_PH_IN, MG_PH_DELTANET, MG_PH_ATTN, MG_PH_COMBINE, MG_PH_OUT, MG_PH_GU, MG_PH_DOWN, MG_PH_KINDS };
-
-/* 0 when the kernel supports p's shapes on n_sm SMs (and sets its shared-memory attribute),
- * else a cudaError_t value (cudaErrorInvalidValue: shapes; the caller falls back) with the
- * reason in why[why_n]. */
-int cuda_mega_prepare(const MegaParams *p, int n_sm, char *why, size_t why_n);
-int cuda_mega_step(const MegaParams *p, int n_blocks, const CudaLaunch *l);
-size_t cuda_mega_work_bytes(int Hq, int hd, int n_sm, int Hkv);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
-/* forward_prefill.cu — the CUDA backend's forward(n > 1): the prompt goes through the model layer
+/* prefill.cu — the CUDA backend's forward(n > 1): the prompt goes through the model layer
  * by layer, T tokens at a time (MODEL.md §3.7; kernels in gemm.cu, attention_prefill.cu,
- * deltanet_prefill.cu, prefill.cu), in pieces of at most `tmax` tokens so the activation buffers
+ * deltanet_prefill.cu, rows.cu), in pieces of at most `tmax` tokens so the activation buffers
  * (allocated once in open) stay bounded for any prompt length. Per piece of T tokens at
  * positions P .. P+T-1:
  *   x = E[tokens]                                              fp32 [T][D] (bf16 values)
@@ -23,27 +23,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cuda/forward.cuh"
+#include "cuda/backend.cuh"
 
-#define PF_TMAX 2048               /* default tokens per piece */
+#define PF_TMAX     2048               /* default tokens per piece */
 #define PF_LM_BYTES ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
-#define PF_MAX_OPS 512             /* launches recorded for the bench breakdown */
-#define PF_DN_C 64                 /* DeltaNet chunk length (FLOP count) */
-#define PF_DN_FUSE_OUT 1           /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (H200,
+#define PF_MAX_OPS  512                /* launches recorded for the bench breakdown */
+#define PF_DN_C     64                 /* DeltaNet chunk length (FLOP count) */
+#define PF_DN_FUSE_OUT                                                                                                 \
+    1 /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (H200,
                                       T=2048, per layer: 222 us vs 230 for the separate output kernel) */
 
 struct CudaPrefill {
     int tmax, lm_rows;
     PrefillDims d;
-    void *buf; /* the one allocation below */
-    float *x;        /* fp32 [tmax][D] residual stream */
-    uint16_t *h;     /* bf16 [tmax][D] */
-    uint16_t *proj;  /* bf16 [tmax][max in_rows] */
-    uint16_t *q;     /* bf16 [tmax][Hq*hd] */
-    uint16_t *act;   /* bf16 [tmax][max(F, Hq*hd, Hv*dv)] */
-    void *scratch;   /* DeltaNet scratch for tmax tokens */
-    float *lm;       /* fp32 [lm_rows][V] */
-    int32_t *tok;    /* [max_seq] token ids of the current call */
+    void *buf;      /* the one allocation below */
+    float *x;       /* fp32 [tmax][D] residual stream */
+    uint16_t *h;    /* bf16 [tmax][D] */
+    uint16_t *proj; /* bf16 [tmax][max in_rows] */
+    uint16_t *q;    /* bf16 [tmax][Hq*hd] */
+    uint16_t *act;  /* bf16 [tmax][max(F, Hq*hd, Hv*dv)] */
+    void *scratch;  /* DeltaNet scratch for tmax tokens */
+    float *lm;      /* fp32 [lm_rows][V] */
+    int32_t *tok;   /* [max_seq] token ids of the current call */
     /* bench: an event before every launch */
     int rec, n_ops, ev_ready;
     cudaEvent_t ev[PF_MAX_OPS + 1];
@@ -115,14 +116,25 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
     const size_t lm = PF_LM_BYTES / row_bytes;
     pf->lm_rows = lm < 1 ? 1 : lm > (size_t)pf->tmax ? pf->tmax : (int)lm;
     PrefillDims *d = &pf->d;
-    d->D = c->hidden_size, d->F = c->intermediate_size;
-    d->Hq = c->num_attention_heads, d->Hkv = c->num_key_value_heads, d->hd = c->head_dim, d->R = c->rotary_dim;
-    d->attn_gate = c->attn_output_gate, d->norm_mode = norm_mode_of(c);
+    d->D = c->hidden_size;
+    d->F = c->intermediate_size;
+    d->Hq = c->num_attention_heads;
+    d->Hkv = c->num_key_value_heads;
+    d->hd = c->head_dim;
+    d->R = c->rotary_dim;
+    d->attn_gate = c->attn_output_gate;
+    d->norm_mode = norm_mode_of(c);
     if (c->n_linear_layers) {
-        d->Hk = c->linear_num_key_heads, d->Hv = c->linear_num_value_heads;
-        d->dk = c->linear_key_head_dim, d->dv = c->linear_value_head_dim, d->K = c->linear_conv_kernel_dim;
+        d->Hk = c->linear_num_key_heads;
+        d->Hv = c->linear_num_value_heads;
+        d->dk = c->linear_key_head_dim;
+        d->dv = c->linear_value_head_dim;
+        d->K = c->linear_conv_kernel_dim;
     }
-    d->glu_group = 1, d->max_seq = ctx->max_seq, d->gemm_algo = GEMM_ALGO_AUTO, d->eps = c->rms_norm_eps;
+    d->glu_group = 1;
+    d->max_seq = ctx->max_seq;
+    d->gemm_algo = GEMM_ALGO_AUTO;
+    d->eps = c->rms_norm_eps;
     PfArena a = {NULL, 0};
     pf_layout(ctx, pf, &a);
     cudaError_t e = cudaMalloc(&pf->buf, a.off);
@@ -132,7 +144,8 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
         return err_set(err, Q35_ERR_OOM, "GPU out of memory: the prefill buffers (%d tokens per piece) need %.0f MiB",
                        want < ctx->max_seq ? want : ctx->max_seq, a.off / 1048576.0);
     }
-    a.base = (char *)pf->buf, a.off = 0;
+    a.base = (char *)pf->buf;
+    a.off = 0;
     pf_layout(ctx, pf, &a);
     ctx->pf = pf;
     return 0;
@@ -157,15 +170,18 @@ static int op_end(CudaPrefill *pf, int rc, int layer, const char *what, double f
     if (rc) return pf_fail(rc, what, layer, err);
     if (pf->rec && pf->n_ops < PF_MAX_OPS) {
         BenchOp *o = &pf->ops[pf->n_ops++];
-        if (layer >= 0) snprintf(o->name, sizeof o->name, "L%02d.%s", layer, what);
-        else snprintf(o->name, sizeof o->name, "%s", what);
-        o->flop = flop, o->bytes = bytes, o->us = 0;
+        if (layer >= 0)
+            snprintf(o->name, sizeof o->name, "L%02d.%s", layer, what);
+        else
+            snprintf(o->name, sizeof o->name, "%s", what);
+        o->flop = flop;
+        o->bytes = bytes;
+        o->us = 0;
     }
     return 0;
 }
 
-static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, int layer, const char *what,
-                   Err *err) {
+static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, int layer, const char *what, Err *err) {
     const int swiglu = g->epi == GEMM_EPI_SWIGLU_BF16, ycols = swiglu ? g->N / 2 : g->N;
     const double yb = g->epi == GEMM_EPI_ADD_F32 ? 8.0 : g->epi == GEMM_EPI_F32 ? 4.0 : 2.0;
     const double bytes = 2.0 * ((double)g->M * g->K + (double)g->N * g->K) + yb * g->M * ycols;
@@ -202,15 +218,37 @@ static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, in
     if (rc) return rc;
     GemmParams qkv = {pf->h, ly->w_in, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
     if ((rc = pf_gemm(pf, lc, &qkv, l, "gemm_qkv", err))) return rc;
-    AttnPrepParams pp = {pf->proj, n, d->attn_gate ? 2 * hd : hd, nq, nq + d->Hkv * hd, ly->q_norm, ly->k_norm,
-                         ctx->inv_freq, pf->q, ly->Kc, ly->Vc, T, P, d->Hq, d->Hkv, hd, d->R, d->max_seq,
-                         d->norm_mode, d->eps};
+    AttnPrepParams pp = {pf->proj,
+                         n,
+                         d->attn_gate ? 2 * hd : hd,
+                         nq,
+                         nq + d->Hkv * hd,
+                         ly->q_norm,
+                         ly->k_norm,
+                         ctx->inv_freq,
+                         pf->q,
+                         ly->Kc,
+                         ly->Vc,
+                         T,
+                         P,
+                         d->Hq,
+                         d->Hkv,
+                         hd,
+                         d->R,
+                         d->max_seq,
+                         d->norm_mode,
+                         d->eps};
     op_begin(pf, lc->stream);
     rc = op_end(pf, cuda_attn_prep(&pp, lc), l, "attn_prep", 0.0, 2.0 * T * n + 2.0 * T * (d->Hq + 2 * d->Hkv) * hd,
                 err);
     if (rc) return rc;
-    AttnPrefillParams ap = {pf->q, ly->Kc, ly->Vc, d->attn_gate ? pf->proj + hd : NULL, n, 2 * hd, pf->act,
-                            T, P, d->Hq, d->Hkv, hd, d->max_seq, 1.0f / sqrtf((float)hd)};
+    AttnPrefillParams ap = {pf->q,      ly->Kc,
+                            ly->Vc,     d->attn_gate ? pf->proj + hd : NULL,
+                            n,          2 * hd,
+                            pf->act,    T,
+                            P,          d->Hq,
+                            d->Hkv,     hd,
+                            d->max_seq, 1.0f / sqrtf((float)hd)};
     const double pairs = (double)T * P + 0.5 * (double)T * (T + 1);
     op_begin(pf, lc->stream);
     rc = op_end(pf, cuda_attn_prefill(&ap, lc), l, "attn_flash", 4.0 * d->Hq * hd * pairs,
@@ -238,11 +276,28 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     if ((rc = pf_gemm(pf, lc, &in, l, "gemm_qkvzba", err))) return rc;
     DeltaNetPrefillParams dp;
     memset(&dp, 0, sizeof dp);
-    dp.proj = pf->proj, dp.ld_proj = n, dp.z_off = cd, dp.b_off = cd + vd, dp.a_off = cd + vd + d->Hv;
-    dp.conv_w = ly->conv_w, dp.A_log = ly->A_log, dp.dt_bias = ly->dt_bias, dp.norm_w = ly->lin_norm;
-    dp.conv_ring = ly->conv_ring, dp.state = ly->S, dp.y = pf->act, dp.scratch = pf->scratch;
-    dp.T = T, dp.pos = P, dp.Hk = d->Hk, dp.Hv = d->Hv, dp.dk = d->dk, dp.dv = d->dv, dp.K = d->K;
-    dp.eps = d->eps, dp.fuse_out = PF_DN_FUSE_OUT;
+    dp.proj = pf->proj;
+    dp.ld_proj = n;
+    dp.z_off = cd;
+    dp.b_off = cd + vd;
+    dp.a_off = cd + vd + d->Hv;
+    dp.conv_w = ly->conv_w;
+    dp.A_log = ly->A_log;
+    dp.dt_bias = ly->dt_bias;
+    dp.norm_w = ly->lin_norm;
+    dp.conv_ring = ly->conv_ring;
+    dp.state = ly->S;
+    dp.y = pf->act;
+    dp.scratch = pf->scratch;
+    dp.T = T;
+    dp.pos = P;
+    dp.Hk = d->Hk;
+    dp.Hv = d->Hv;
+    dp.dk = d->dk;
+    dp.dv = d->dv;
+    dp.K = d->K;
+    dp.eps = d->eps;
+    dp.fuse_out = PF_DN_FUSE_OUT;
     const double scr = (double)cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
     op_begin(pf, lc->stream);
     rc = op_end(pf, cuda_deltanet_prefill(&dp, lc), l, "deltanet", dn_flops(d, cd, T),
@@ -299,13 +354,12 @@ static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, i
 
 static int pf_upload_tokens(CudaCtx *ctx, const int *tokens, int n, Err *err) {
     static_assert(sizeof(int) == sizeof(int32_t), "token ids are copied as int32");
-    cudaError_t e = cudaMemcpyAsync(ctx->pf->tok, tokens, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice,
-                                    ctx->stream);
+    cudaError_t e =
+        cudaMemcpyAsync(ctx->pf->tok, tokens, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, ctx->stream);
     return e == cudaSuccess ? 0 : pf_fail((int)e, "token upload", -1, err);
 }
 
-int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits,
-                         Err *err) {
+int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err) {
     const int V = ctx->c->vocab_size;
     if (pos != ctx->n_past)
         return err_set(err, Q35_ERR_ARG, "cuda forward: pos %d but the sequence holds %d tokens (reset to restart)",
@@ -338,8 +392,10 @@ static double pf_flops(const CudaCtx *ctx, int n) {
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         lin += (double)ly->in_rows * D + D * ly->out_cols + 3.0 * F * D;
-        if (ly->type == LAYER_FULL_ATTN) mix += 4.0 * d->Hq * d->hd * 0.5 * (double)n * (n + 1);
-        else mix += dn_flops(d, c->conv_dim, n);
+        if (ly->type == LAYER_FULL_ATTN)
+            mix += 4.0 * d->Hq * d->hd * 0.5 * (double)n * (n + 1);
+        else
+            mix += dn_flops(d, c->conv_dim, n);
     }
     return 2.0 * lin * n + mix + 2.0 * c->vocab_size * D;
 }
@@ -382,7 +438,9 @@ static int gemm_rate(CudaCtx *ctx, BenchResult *res, Err *err) {
     if (!rc) {
         qsort(t, 5, sizeof t[0], cmp_double);
         res->gemm_tflops = 2.0 * M * N * (double)K / (t[2] * 1e-3) / 1e12;
-        res->gemm_m = M, res->gemm_n = N, res->gemm_k = K;
+        res->gemm_m = M;
+        res->gemm_n = N;
+        res->gemm_k = K;
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
@@ -438,7 +496,8 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
     const int V = ctx->c->vocab_size, nv = ctx->n_valid < 50000 ? ctx->n_valid : 50000;
     int *ids = (int *)malloc(sizeof(int) * (size_t)max_len);
     if (!ids) return err_set(err, Q35_ERR_OOM, "cuda bench: out of host memory");
-    for (int i = 0; i < max_len; i++) ids[i] = (int)((1103515245u * (unsigned)i + 12345u) % (unsigned)(nv < V ? nv : V));
+    for (int i = 0; i < max_len; i++)
+        ids[i] = (int)((1103515245u * (unsigned)i + 12345u) % (unsigned)(nv < V ? nv : V));
     rc = pf_upload_tokens(ctx, ids, max_len, err);
     free(ids);
     if (rc) return rc;
@@ -459,7 +518,10 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
         qsort(t, (size_t)runs, sizeof t[0], cmp_double);
         qsort(t0, (size_t)runs, sizeof t0[0], cmp_double);
         Q35BenchPrefill *o = &res->prefill[res->n_prefill++];
-        o->tokens = n, o->ms = t[runs / 2], o->ms_nopdl = t0[runs / 2], o->tflop = pf_flops(ctx, n) / 1e12;
+        o->tokens = n;
+        o->ms = t[runs / 2];
+        o->ms_nopdl = t0[runs / 2];
+        o->tflop = pf_flops(ctx, n) / 1e12;
     }
 
     /* per-launch breakdown of one eager prefill (one piece) */
@@ -467,12 +529,14 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
         const int n = pf->tmax < 2048 ? pf->tmax : 2048;
         if (!pf->ev_ready) {
             for (int i = 0; i <= PF_MAX_OPS && !rc; i++)
-                if (cudaEventCreate(&pf->ev[i]) != cudaSuccess) rc = pf_fail((int)cudaGetLastError(), "events", -1, err);
+                if (cudaEventCreate(&pf->ev[i]) != cudaSuccess)
+                    rc = pf_fail((int)cudaGetLastError(), "events", -1, err);
             pf->ev_ready = !rc;
         }
         if (!rc) rc = clear_state(ctx, err);
         if (!rc) {
-            pf->rec = 1, pf->n_ops = 0;
+            pf->rec = 1;
+            pf->n_ops = 0;
             rc = pf_run(ctx, n, 0, 0, NULL, 1, err);
             pf->rec = 0;
             cudaError_t e = cudaStreamSynchronize(ctx->stream);

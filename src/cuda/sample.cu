@@ -9,7 +9,7 @@
  *     bins per page of 256 (count, mass, last bin passing min-p); one warp then finds each cut
  *     among the pages and inside the page where it falls (a round of loads per page). Sums in a
  *     fixed order. (Before: one thread per cut walked bins one L2 load at a time, ~85 us per token;
- *     docs/PERF_NOTES.md §25);
+ *     docs/PERF.md);
  *   kernel 2 (sample_pick_bf16): finds the id holding the chosen rank among the ids of that value,
  *     in index order (per-block counts, the last block locates it).
  * Ties inside a value bin are ordered by id, as in the host sort. temperature <= 0: no-op (the
@@ -18,16 +18,16 @@
 
 #include "cuda/common.cuh"
 
-#define SM_THREADS 512
+#define SM_THREADS    512
 #define SM_MAX_BLOCKS 512 /* kernel 2's last block scans one block count per thread */
-#define SM_BINS 65536
-#define SM_PAGE 256 /* value bins per page of the cut search: 8 per lane */
-#define SM_PAGES (SM_BINS / SM_PAGE)
+#define SM_BINS       65536
+#define SM_PAGE       256 /* value bins per page of the cut search: 8 per lane */
+#define SM_PAGES      (SM_BINS / SM_PAGE)
 
 typedef struct SampleScratch {
-    int hist[SM_BINS];   /* zero between calls */
+    int hist[SM_BINS];     /* zero between calls */
     unsigned done1, done2; /* last-block counters, zero between calls */
-    int key, rank;       /* kernel 1 -> kernel 2: chosen value key and rank among its ids */
+    int key, rank;         /* kernel 1 -> kernel 2: chosen value key and rank among its ids */
     int pad[12];
     int blk[SM_MAX_BLOCKS];
 } SampleScratch;
@@ -132,7 +132,8 @@ __device__ int warp_cross(const float (&v)[8], float acc0, float target, float *
 #pragma unroll
         for (int e = 0; e < 8; e++) {
             if (v[e] > 0.0f) {
-                idx = e, bef = acc;
+                idx = e;
+                bef = acc;
                 if (acc + v[e] >= target) break;
             }
             acc += v[e];
@@ -212,12 +213,19 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
                 const float w = bn.weight(d);
                 n += c[h][e];
                 m += (float)c[h][e] * w;
-                if (min_p > 0.0f && w >= min_p) dm = d, cm = c[h][e];
+                if (min_p > 0.0f && w >= min_p) {
+                    dm = d;
+                    cm = c[h][e];
+                }
             }
             n = __reduce_add_sync(0xffffffffu, n);
             m = warp_sum_fixed(m);
             const int dmax = __reduce_max_sync(0xffffffffu, dm);
-            if (lane == 0) s_pc[P] = n, s_pm[P] = m, s_pmin[P] = dmax;
+            if (lane == 0) {
+                s_pc[P] = n;
+                s_pm[P] = m;
+                s_pmin[P] = dmax;
+            }
             if (dmax >= 0 && dm == dmax) s_pminc[P] = cm;
         }
     }
@@ -229,7 +237,7 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
             if (P != cP) bn.load(P, c), cP = P;
         };
         /* page-level values: whole pages before page Pc, `part` for Pc, 0 after */
-        auto page_vals = [&](const int *pc, const float *pm, int Pc, float part, float (&v)[8]) {
+        auto page_vals = [&](const int *pc, const float *pm, int Pc, float part, float(&v)[8]) {
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 const int P = 8 * lane + e;
@@ -279,7 +287,8 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
 #pragma unroll
             for (int e = 0; e < 8; e++) m[e] = (float)c[e];
             const int i = warp_cross(m, bef, (float)k, &bef2);
-            dc = Pk * SM_PAGE + i, jc = k - (int)bef2;
+            dc = Pk * SM_PAGE + i;
+            jc = k - (int)bef2;
         }
         /* top-p over the top-k mass: the shortest prefix with mass >= top_p * mass */
         const float top_p = p.step->top_p;
@@ -290,7 +299,8 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
             const int d = cross(target, &n, &left);
             if (d >= 0) {
                 const int j = (int)ceilf(left / bn.weight(d));
-                dc = d, jc = j < 1 ? 1 : j > n ? n : j;
+                dc = d;
+                jc = j < 1 ? 1 : j > n ? n : j;
             }
         }
         /* min-p: keep the positions with weight >= min_p (the top one has weight 1) */
@@ -302,7 +312,10 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
             dm = __reduce_max_sync(0xffffffffu, dm);
             const int cm = dm >= 0 ? s_pminc[dm / SM_PAGE] : __ldcg(bn.hist + bn.key_hi);
             if (dm < 0) dm = 0;
-            if (dm < dc) dc = dm, jc = cm;
+            if (dm < dc) {
+                dc = dm;
+                jc = cm;
+            }
         }
         /* the draw: r = u * kept mass; the first (position, rank) whose running mass exceeds r */
         if (dc >= 0) {
@@ -314,11 +327,16 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
             const int d = cross(r, &n, &left);
             if (d >= 0) {
                 const int j = (int)floorf(left / bn.weight(d));
-                sd = d, sj = j < 0 ? 0 : j > n - 1 ? n - 1 : j;
+                sd = d;
+                sj = j < 0 ? 0 : j > n - 1 ? n - 1 : j;
             }
-            dc = sd, jc = sj;
+            dc = sd;
+            jc = sj;
         }
-        if (lane == 0) s_key = dc >= 0 ? bn.key_hi - dc : -1, s_rank = dc >= 0 ? jc : 0;
+        if (lane == 0) {
+            s_key = dc >= 0 ? bn.key_hi - dc : -1;
+            s_rank = dc >= 0 ? jc : 0;
+        }
     }
     __syncthreads(); /* warp 0 has read the bins: zero them for the next call */
     for (int d = threadIdx.x; d < bn.nbins; d += blockDim.x) sc->hist[bn.key_hi - d] = 0;
@@ -361,7 +379,10 @@ __global__ void __launch_bounds__(SM_THREADS) sample_pick_bf16(const __grid_cons
     int all, incl = block_incl_scan_i(c, s_i, &all);
     if (threadIdx.x == 0) s_blk = -1;
     __syncthreads();
-    if (incl - c <= rank && rank < incl) s_blk = threadIdx.x, s_base = incl - c;
+    if (incl - c <= rank && rank < incl) {
+        s_blk = threadIdx.x;
+        s_base = incl - c;
+    }
     __syncthreads();
     if (s_blk >= 0) {
         const int b0 = min(p.n_valid, s_blk * slice), b1 = min(p.n_valid, b0 + slice);

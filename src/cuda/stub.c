@@ -11,8 +11,7 @@ static int stub_open(void **ctx, const Model *m, const BackendOptions *o, Err *e
 const Backend cuda_backend = {.name = "cuda", .open = stub_open};
 
 int cuda_available(void) { return 0; }
-int cuda_decode_path(void *ctx, char *why, size_t n) {
+int cuda_describe(void *ctx, char *buf, size_t n) {
     (void)ctx;
-    if (why && n) snprintf(why, n, "no CUDA in this build");
-    return 0;
+    return snprintf(buf, n, "no CUDA in this build\n");
 }

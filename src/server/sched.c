@@ -235,7 +235,7 @@ static int channel_put(Sched *s, Req *r, int c, const char *piece, size_t n) {
 static char *token_text(Sched *s, int id) {
     char *t = NULL;
     Q35Err err;
-    if (q35_detokenize(s->tok, &id, 1, 0, &t, &err)) return strdup("");
+    if (!s->tok || q35_detokenize(s->tok, &id, 1, 0, &t, &err)) return strdup("");
     return t;
 }
 
@@ -326,7 +326,8 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
             const char *text;
             size_t len;
             Q35Err err;
-            if (!q35_detok_push(r->detok, id, &text, &len, &err)) stopped = channel_put(s, r, r->channel, text, len);
+            if (s->tok && !q35_detok_push(r->detok, id, &text, &len, &err))
+                stopped = channel_put(s, r, r->channel, text, len);
         }
     }
     pthread_cond_broadcast(&r->cv);
@@ -547,9 +548,9 @@ int sched_open(Sched **out, Q35Engine *e, const SchedConfig *cfg, Metrics *m, Q3
     s->max_ctx = s->info.max_context;
     long pool = (long)s->info.n_blocks * s->info.kv_block;
     if (s->info.n_blocks > 0 && pool < s->max_ctx) s->max_ctx = (int)pool;
-    s->n_stop_ids = q35_tokenizer_stop_ids(s->tok, &s->stop_ids);
-    s->think_start = q35_token_id(s->tok, "<think>");
-    s->think_end = q35_token_id(s->tok, "</think>");
+    s->n_stop_ids = s->tok ? q35_tokenizer_stop_ids(s->tok, &s->stop_ids) : 0; /* --dummy: no tokenizer */
+    s->think_start = s->tok ? q35_token_id(s->tok, "<think>") : -1;
+    s->think_end = s->tok ? q35_token_id(s->tok, "</think>") : -1;
     if (s->cfg.step_tokens < s->info.max_seqs) s->cfg.step_tokens = s->info.max_seqs;
     int cap = s->info.max_seqs + 1;
     s->running = calloc((size_t)cap, sizeof *s->running);

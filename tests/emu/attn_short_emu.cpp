@@ -26,8 +26,6 @@
 /* what the CUDA headers and the kernel's asm provide on the GPU */
 #define __trap() abort()
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar(); }
-static inline void as_cp_async16(void *s, const void *g) { memcpy(s, g, 16); }
-static inline uint16_t bf16_bits(float x) { return emu_bf(x); }
 /* attn_qs (compiled, never launched here: its blocks exchange rows, which one CTA at a time cannot) */
 static inline unsigned long long tag_ld(const unsigned long long *a) { return *a; }
 static inline void tag_st(unsigned long long *a, unsigned e, float v) {

@@ -138,6 +138,10 @@ static inline uint16_t emu_bf(float x) {
 }
 static inline float rbf(float x) { return __uint_as_float((uint32_t)emu_bf(x) << 16); }
 static inline uint32_t pack_bf16(float lo, float hi) { return (uint32_t)emu_bf(lo) | ((uint32_t)emu_bf(hi) << 16); }
+/* common.cuh's accurate SiLU / sigmoid and bf16 bits (written once there; the seds take other ranges) */
+static inline float silu_acc(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid_acc(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline uint16_t bf16_bits(float x) { return emu_bf(x); }
 
 /* Test data for the emulator programs: xorshift64 uniform in [0, 1) (state emu_rs, seeded by each main),
  * Box-Muller normal, and the value of bf16 bits. */
@@ -178,6 +182,8 @@ static inline void cp_async16(uint32_t dst, const void *src, bool pred) {
     else
         memset(emu_smem() + dst, 0, 16);
 }
+/* async.cuh's generic-pointer form: global -> shared at once (one fiber runs at a time) */
+static inline void cp_async16(void *dst, const void *src) { memcpy(dst, src, 16); }
 static inline void cp_async_commit(void) {}
 template <int N> static inline void cp_async_wait(void) {}
 /* atomics: one fiber runs at a time, so plain read-modify-writes (shared or global memory alike) */
@@ -268,7 +274,7 @@ static inline float ld_dsmem(const float *local, unsigned rank) {
 
 static inline uint32_t cluster_rank(void) { return (uint32_t)me().cta; }
 static inline void pdl_begin(void) {} /* one kernel at a time */
-/* named barriers (tma.cuh): bar_sync(id, n) waits until n threads of the CTA have arrived at id */
+/* named barriers (async.cuh): bar_sync(id, n) waits until n threads of the CTA have arrived at id */
 static inline void bar_sync(int id, int n) {
     const int b = me().cta * 16 + id, g = E.nb_gen[b];
     if (++E.nb_cnt[b] == n)
@@ -276,7 +282,7 @@ static inline void bar_sync(int id, int n) {
     EMU_WAIT(E.nb_gen[b] == g);
 }
 
-/* mbarriers (tma.cuh): the 8 bytes at the barrier's offset hold the emulated state */
+/* mbarriers (async.cuh): the 8 bytes at the barrier's offset hold the emulated state */
 struct EmuBar {
     int32_t tx;                 /* transaction bytes still expected (may go negative) */
     uint8_t pend, cnt, phase, pad; /* arrivals still expected, arrival count, phase parity */

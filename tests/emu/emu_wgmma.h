@@ -272,7 +272,7 @@ static inline void emu_setmaxnreg(int r) {
     }
     emu_wg_collective(EMU_WG_SETMAXNREG, [](EmuWg &, int) {}, [](EmuWg &) {});
 }
-/* the register-budget helpers of src/cuda/tma.cuh */
+/* the register-budget helpers of src/cuda/async.cuh */
 template <int R>
 static inline void regs_dec(void) { emu_setmaxnreg(R); }
 template <int R>

@@ -1,7 +1,7 @@
 /* lm_screen_emu.cpp — the LM head's int8 screen (src/cuda/lm_screen.cu, pulled in as lm_screen.inc by
  * run_lm_screen.sh: cuda_lm_quantize's kernel and the screen's register kernel) run under the host emulation of
  * emu.h, one CTA of 512 fibers at a time, against the full head's argmax computed here in the full head's own fp32
- * order (matvec.cu: per lane dot8 over u = 0..3 of each 1024 columns, then warp_sum_rows4's tree), so the screen's
+ * order (gemv.cu: per lane dot8 over u = 0..3 of each 1024 columns, then warp_sum_rows4's tree), so the screen's
  * id and value must match bit for bit. Cases (MV_IN_VEC): random, exact ties, near-ties one bf16 step apart, the
  * largest valid row last, a larger row in the padding, all rows equal (over 512 rows in a CTA: its list overflows,
  * all rows exactly), x = 0, NaN in x, a row with an infinite weight; the quantized rows are checked against their
@@ -124,7 +124,7 @@ static void check(bool ok, const char *what, const char *c) {
     }
 }
 
-/* The full head's fp32 sum of row r (matvec.cu MV_OUT_ARGMAX at 512 threads, U 4): lane l's partial is dot8 over
+/* The full head's fp32 sum of row r (gemv.cu MV_OUT_ARGMAX at 512 threads, U 4): lane l's partial is dot8 over
  * columns k0 + 256 u + 8 l (u < 4, each 1024 columns), then warp_sum_rows4's tree for the row's lanes 8 j. */
 static float full_sum(const uint16_t *W, const float *x, int cols, int r) {
     float acc[32];

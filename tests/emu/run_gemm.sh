@@ -5,7 +5,7 @@
 # kernel, wgmma_desc (mma.cuh), gemm.cuh's epilogues and the launcher's variant table (tma_pick,
 # tma_variant, gemm_tma_run) are compiled unchanged except for mechanical edits (sed below: the
 # includes, the extern __shared__ declarations, the host code that calls the CUDA driver; regs_dec /
-# regs_inc (setmaxnreg, tma.cuh) are emu_wgmma.h's; tma_launch is gemm_emu.cpp's, on the emulated
+# regs_inc (setmaxnreg, async.cuh) are emu_wgmma.h's; tma_launch is gemm_emu.cpp's, on the emulated
 # tensor maps of emu.h). Needs nvcc's headers (cuda_runtime_api.h, for the vector types). Usage: tests/emu/run_gemm.sh [seed]  (~10 s; the seed of the
 # random inputs, default the time). GEMM_EMU_SRC=dir takes gemm_tma.cu, gemm.cuh, mma.cuh from dir instead of
 # src/cuda (a scratch copy with an experiment or an injected fault).

@@ -14,7 +14,7 @@ mkdir -p "$B"
 sed -e '/#include "cuda\//d' \
     -e 's/extern __shared__ __align__(16) unsigned char smem\[\];/unsigned char *smem = reinterpret_cast<unsigned char *>(emu_smem());/' \
     -e 's/__shared__ float red\[32\];/float *red = emu_red;/' \
-    -e '/^static __device__ __forceinline__ void mlp_cp_async16/,/^\/\* Shared memory: xs/{/^\/\* Shared memory: xs/!d}' \
+    -e '/^\/\* sm_90+: the W_dT rows by TMA bulk copies/,/^\/\* Shared memory: xs/{/^\/\* Shared memory: xs/!d}' \
     -e '/^extern "C" int cuda_mlp_fused_blocks/,$d' src/cuda/mlp.cu > "$B/mlp.inc"
 grep -q 'emu_smem()' "$B/mlp.inc" && grep -q 'emu_red;' "$B/mlp.inc" || { echo "run_mlp.sh: the sed edits no longer match src/cuda/mlp.cu"; exit 1; }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

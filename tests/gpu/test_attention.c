@@ -104,8 +104,8 @@ static void check_short(const AtCase *c, int pos, int max_len, float *d_qkv, flo
     CU(cudaMemset(d_q, 0xff, (size_t)n_in * 4));
     AttnShortParams p;
     memset(&p, 0, sizeof p);
-    AttnDecodeParams a = {d_qkv, d_qw, d_kw, d_if, d_K, d_V, NULL, NULL, d_q, d_step,
-                          c->Hq, c->Hkv, hd, c->R, c->max_seq, c->gated, c->norm_mode, 1e-6f};
+    AttnDecodeParams a = {d_qkv,  d_qw,  d_kw,   d_if, d_K,  d_V,        NULL,     NULL,         d_q,
+                          d_step, c->Hq, c->Hkv, hd,   c->R, c->max_seq, c->gated, c->norm_mode, 1e-6f};
     p.a = a, p.w_o = d_w, p.y = d_y, p.zero = d_z, p.n_zero = n_zero, p.D = D, p.max_len = max_len;
     CudaLaunch l = {stream, pos & 1, NULL, 0};
     int rc = cuda_attn_short(&p, &l);
@@ -131,7 +131,8 @@ static void check_short(const AtCase *c, int pos, int max_len, float *d_qkv, flo
         CHECK(memcmp(q, qout_gpu, (size_t)n_in * 4) == 0, "%s pos %d short: q_out differs from cuda_attn_decode's",
               c->name, pos);
         printf("   pos %5d short (attention + o_proj, D %d, max_len %d): y vs W_o out %.1e (max %.1e), vs W_o "
-               "refbf %.1e\n", pos, D, max_len, ty, my, by);
+               "refbf %.1e\n",
+               pos, D, max_len, ty, my, by);
     }
 done:
     cudaFree(d_w), cudaFree(d_y), cudaFree(d_z), cudaFree(d_q);
@@ -230,8 +231,8 @@ cpu_only:
         CU(cudaMemset(d_out, 0xff, (size_t)n_out * 4));
         CU(cudaMemset(d_qout, 0xff, (size_t)n_out * 4));
         CU(cudaMemset(d_work, 0xff, work_b));
-        AttnDecodeParams p = {d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_out, d_work, d_qout, d_step,
-                              c->Hq, c->Hkv, hd, c->R, c->max_seq, c->gated, c->norm_mode, eps};
+        AttnDecodeParams p = {d_qkv,  d_qw,  d_kw,   d_if, d_K,  d_V,        d_out,    d_work,       d_qout,
+                              d_step, c->Hq, c->Hkv, hd,   c->R, c->max_seq, c->gated, c->norm_mode, eps};
         CudaLaunch l = {stream, t & 1, NULL, 0};
         const int rc = cuda_attn_decode(&p, &l);
         CHECK(rc == 0, "%s pos %d: launch -> %d (%s)", c->name, pos, rc, cudaGetErrorString((cudaError_t)rc));
@@ -295,8 +296,8 @@ static void test_misc(void) {
     CU(cudaMemset(d_V, 0x3f, cache_b));
     CU(cudaMalloc((void **)&d_step, sizeof sp));
     CU(cudaMemcpy(d_step, &sp, sizeof sp, cudaMemcpyHostToDevice));
-    AttnDecodeParams p = {d_qkv, d_w, d_w, d_w + hd, d_K, d_V, d_out, d_work, NULL, d_step,
-                          Hq, Hkv, hd, R, max_seq, 1, NORM_ZC, 1e-6f};
+    AttnDecodeParams p = {d_qkv,  d_w, d_w, d_w + hd, d_K, d_V,     d_out, d_work,  NULL,
+                          d_step, Hq,  Hkv, hd,       R,   max_seq, 1,     NORM_ZC, 1e-6f};
     CudaLaunch l = {stream, 1, NULL, 0};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemset(d_out, 0xff, (size_t)Hq * hd * 4));
@@ -375,8 +376,24 @@ static void time_ctx(int Hq, int Hkv, int hd, int R, int gated, int ctx) {
     CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < NL; i++) {
         uint16_t *K = d_kv + kv_b / 2 * i, *V = K + kv_b / 4;
-        AttnDecodeParams p = {d_qkv, d_w, d_w, d_w + hd, K, V, d_out, d_work, NULL, d_step,
-                              Hq, Hkv, hd, R, ctx, gated, gated ? NORM_ZC : NORM_PLAIN, 1e-6f};
+        AttnDecodeParams p = {d_qkv,
+                              d_w,
+                              d_w,
+                              d_w + hd,
+                              K,
+                              V,
+                              d_out,
+                              d_work,
+                              NULL,
+                              d_step,
+                              Hq,
+                              Hkv,
+                              hd,
+                              R,
+                              ctx,
+                              gated,
+                              gated ? NORM_ZC : NORM_PLAIN,
+                              1e-6f};
         CudaLaunch l = {st, 1, NULL, 0};
         if (cuda_attn_decode(&p, &l)) break;
     }

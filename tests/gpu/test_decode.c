@@ -1,4 +1,4 @@
-/* test_decode.c — the whole CUDA backend (src/cuda/backend.cu + forward.cu) against the CPU
+/* test_decode.c — the whole CUDA backend (src/cuda/backend.cu + decode.cu) against the CPU
  * backend (the fp32 reference) on small random models built here: a Qwen3.5-like hybrid
  * (DeltaNet layers with Hv = 2 Hk and dk != dv, gated attention with partial RoPE, zero-centred
  * norms, one F16 and F32 weights) and a Qwen3-like dense model (plain norms, no gate, full RoPE).
@@ -8,7 +8,7 @@
  *     argmax agreement where the CPU's top-2 margin is clear;
  *   - deterministic mode: graph vs no graph vs PDL off, 3 runs with reset: bitwise identical;
  *     atomic split-K close to deterministic;
- *   - the fused MLP kernel (experimental, BackendOptions.mlp_fused, atomic): logits vs the CPU and the
+ *   - the default atomic-mode step (the fused MLP, and with 128 x 128 DeltaNet heads the fused mixer): logits vs the CPU and the
  *     default path, greedy ids = the default path's where its margin is clear, one launch less per layer
  *     in the bench (and 100 steps vs the CPU in test_long);
  *   - decode_sample: greedy ids = argmax of the logits; sampling ids inside the top-k, reproducible;
@@ -25,11 +25,8 @@
 #include "gpu_common.h"
 
 static Rng rng;
-static int g_dn_fused; /* unless QWEN35_DN_FUSED=0: the backend takes the fused DeltaNet mixer (dn_layer.cu) */
-static int g_dn_mlp;   /* QWEN35_DN_MLP=1: with the MLP as its tail (EXPERIMENTAL) */
-static int g_attn_short; /* the short attention kernel (attention + o_proj) unless QWEN35_ATTN_SHORT=0 */
-static int g_attn_qs;    /* QWEN35_ATTN_QS=1: with the fused mixer, the qkv GEMV in it too (attn_qs, EXPERIMENTAL) */
-static int g_attn_fused; /* QWEN35_ATTN_FUSED=1: the fused attention layer (attn_layer.cu; EXPERIMENTAL) */
+static int g_dn_fused; /* 1: the small hybrid model's DeltaNet heads are 128 x 128 (Hv = Hk), the shape the fused mixer
+                        * (deltanet_layer.cu) takes; 0: Hv = 2 Hk and dk != dv, so the step runs as in_proj + step + out_proj */
 
 #define MAX_OWN 256
 static void *own[MAX_OWN];
@@ -47,9 +44,12 @@ static Tensor mk(int64_t rows, int64_t cols, DType dt, float offset, float scale
     void *data = keep(malloc((size_t)n * (dt == DT_F32 ? 4 : 2)));
     for (int64_t i = 0; i < n; i++) {
         float v = round_bf16(offset + scale * rng_normal(&rng));
-        if (dt == DT_F32) ((float *)data)[i] = v;
-        else if (dt == DT_F16) ((uint16_t *)data)[i] = f32_to_f16(v);
-        else ((uint16_t *)data)[i] = f32_to_bf16(v);
+        if (dt == DT_F32)
+            ((float *)data)[i] = v;
+        else if (dt == DT_F16)
+            ((uint16_t *)data)[i] = f32_to_f16(v);
+        else
+            ((uint16_t *)data)[i] = f32_to_bf16(v);
     }
     t.name = "test";
     t.dtype = dt;
@@ -76,11 +76,11 @@ static void small_model(Model *m, int qwen35) {
     c->tie_word_embeddings = qwen35;
     c->num_attention_heads = 4;
     c->num_key_value_heads = qwen35 ? 2 : 4;
-    c->head_dim = qwen35 && g_attn_fused ? 256 : 128; /* attn_layer.cu takes gated hd-256 heads only */
+    c->head_dim = 128;
     c->attn_output_gate = qwen35;
     c->rope_theta = qwen35 ? 1e7f : 1e6f;
     c->partial_rotary_factor = qwen35 ? 0.25f : 1.0f;
-    /* by default DeltaNet heads the fused mixer kernel takes (dn_layer.cu: Hk = Hv, dk = dv = 128); with
+    /* by default DeltaNet heads the fused mixer kernel takes (deltanet_layer.cu: Hk = Hv, dk = dv = 128); with
      * QWEN35_DN_FUSED=0 heads it does not (Hv = 2 Hk, dk != dv) for the three-kernel path */
     const int dnf = g_dn_fused;
     c->linear_num_key_heads = qwen35 ? 2 : 0;
@@ -120,15 +120,11 @@ static int cuda_run_batch(void *ctx, const int *ids, int n, float *logits, Err *
     return rc ? rc : cuda_backend.forward(ctx, ids, n, 0, 1, logits, err);
 }
 
-static int g_persistent; /* open_cuda: 1 = the persistent layer kernel (experimental), 0 = one kernel per phase */
-static int g_mlp_fused;  /* open_cuda: 1 = the fused MLP kernel (experimental, atomic mode only) */
-
-static int open_cuda(void **ctx, const Model *m, int det, int no_graph, int no_pdl, int n_valid, const char *probe_dir) {
+static int open_cuda(void **ctx, const Model *m, int det, int no_graph, int no_pdl, int n_valid,
+                     const char *probe_dir) {
     BackendOptions o;
     memset(&o, 0, sizeof o);
     o.max_seq = 64, o.deterministic = det, o.no_graph = no_graph, o.no_pdl = no_pdl, o.n_valid = n_valid;
-    o.persistent = g_persistent;
-    o.mlp_fused = g_mlp_fused;
     o.probe.dir = probe_dir;
     Err err = {0};
     int rc = cuda_backend.open(ctx, m, &o, &err);
@@ -189,8 +185,10 @@ static int logits_near_cpu(const float *got, const float *ref, int n, int V, dou
     double w1 = 0, w2 = 0;
     for (int t = 0; t < n; t++) {
         const double e = rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V);
-        if (e > w1) w2 = w1, w1 = e;
-        else if (e > w2) w2 = e;
+        if (e > w1)
+            w2 = w1, w1 = e;
+        else if (e > w2)
+            w2 = e;
     }
     *worst = w1;
     return w1 < 0.06 || (w1 < 0.15 && w2 < 0.06);
@@ -206,8 +204,8 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
     double worst;
     const int near = logits_near_cpu(fz, ref, n, V, &worst);
     const double ed = rel_l2(fz, det1, (int64_t)n * V), ea = rel_l2(fz, atomic, (int64_t)n * V);
-    printf("  %s: fused MLP: logits rel L2 vs CPU worst %.4f, vs deterministic %.4g, vs atomic %.4g\n", name, worst,
-           ed, ea);
+    printf("  %s: fused MLP: logits rel L2 vs CPU worst %.4f, vs deterministic %.4g, vs atomic %.4g\n", name, worst, ed,
+           ea);
     CHECK(near, "%s: fused MLP logits rel L2 %.4f vs CPU", name, worst);
     CHECK(ed < 1e-2, "%s: fused MLP vs deterministic rel L2 %.4g", name, ed);
     CHECK(ea < 1e-2, "%s: fused MLP vs atomic rel L2 %.4g", name, ea);
@@ -241,15 +239,12 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
     int rc = br ? cuda_backend.bench(gf, &rq, br, &err) : Q35_ERR_OOM;
     CHECK(rc == 0, "%s fused bench: %s", name, err.msg);
     if (!rc) {
-        int mlp_ops = 0, gemv_ops = 0, dn_ops = 0, al_ops = 0, ao_ops = 0, qs_ops = 0;
+        int mlp_ops = 0, gemv_ops = 0, dn_ops = 0, ao_ops = 0;
         for (int i = 0; i < br->n_ops; i++) {
-            if (!strncmp(br->ops[i].name, "persistent:", 11)) continue;
             const char *dot = strchr(br->ops[i].name, '.');
             mlp_ops += dot && !strcmp(dot, ".mlp");
             dn_ops += dot && !strcmp(dot, ".dnlayer");
-            al_ops += dot && !strcmp(dot, ".attnlayer");
             ao_ops += dot && !strcmp(dot, ".attn_o");
-            qs_ops += dot && !strcmp(dot, ".attn_qs");
             gemv_ops += dot && (!strcmp(dot, ".gate_up") || !strcmp(dot, ".down"));
         }
         /* the fused DeltaNet mixer needs the fused MLP: without it, in_proj, the step and out_proj again */
@@ -264,20 +259,11 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
               br->mlp_fused, br->ms_mlp_unfused);
         CHECK(mlp_ops > 0 && gemv_ops == 0, "%s fused bench ops: %d mlp, %d gate_up/down", name, mlp_ops, gemv_ops);
         /* a DeltaNet layer's 5 launches become dn_layer + the fused MLP (one saved by the .mlp op, two by the
-         * .dnlayer op) or, with the MLP as dn_layer's tail, dn_layer alone (four saved by it) */
-        if (g_attn_fused && strstr(name, "qwen3.5"))
-            CHECK(al_ops > 0, "%s: QWEN35_ATTN_FUSED=1 but no attnlayer launch", name);
-        /* (an attention layer's 5 launches likewise become attn_layer + the fused MLP; at short contexts the
-         * attention and o_proj are one launch, .attn_o, which needs the fused MLP: one more saved each) */
-        if (g_attn_short && !g_attn_fused && strstr(name, "qwen3.5"))
-            CHECK(ao_ops + qs_ops > 0, "%s: context 5 but no attn_o / attn_qs launch (QWEN35_ATTN_SHORT)", name);
-        /* (and with the fused DeltaNet mixer the qkv GEMV joins them, .attn_qs: two saved by it) */
-        if (g_attn_qs && g_attn_short && g_dn_fused && !g_attn_fused && strstr(name, "qwen3.5"))
-            CHECK(qs_ops > 0 && ao_ops == 0, "%s: context 5 but %d attn_qs, %d attn_o launches (QWEN35_ATTN_QS)", name,
-                  qs_ops, ao_ops);
-        CHECK(saved == mlp_ops + (g_dn_mlp ? 4 : 2) * dn_ops + 2 * al_ops + ao_ops + 2 * qs_ops,
-              "%s fused bench: %d launches vs %d unfused, %d fused MLP ops, %d dnlayer, %d attnlayer, %d attn_o, "
-              "%d attn_qs", name, br->launches, br->launches_mlp_unfused, mlp_ops, dn_ops, al_ops, ao_ops, qs_ops);
+         * .dnlayer op); at short contexts an attention layer's attention and o_proj are one launch, .attn_o */
+        if (strstr(name, "qwen3.5")) CHECK(ao_ops > 0, "%s: context 5 but no attn_o launch", name);
+        CHECK(saved == mlp_ops + 2 * dn_ops + ao_ops,
+              "%s fused bench: %d launches vs %d unfused, %d fused MLP ops, %d dnlayer, %d attn_o", name, br->launches,
+              br->launches_mlp_unfused, mlp_ops, dn_ops, ao_ops);
     }
     free(br);
     return 0;
@@ -309,10 +295,6 @@ static void test_model(int qwen35) {
     }
     /* deterministic graph: logits vs CPU */
     if (open_cuda(&gd, &m, 1, 0, 0, n_valid, NULL)) goto done;
-    {
-        char why[200];
-        CHECK(!cuda_decode_path(gd, why, sizeof why), "%s: the persistent kernel is used by default", name);
-    }
     if (cuda_run(gd, ids, n, V, det1, &err)) {
         CHECK(0, "%s cuda forward: %s", name, err.msg);
         goto done;
@@ -374,43 +356,13 @@ static void test_model(int qwen35) {
     double ea = rel_l2(got, det1, (int64_t)n * V);
     CHECK(ea < 1e-2, "%s: atomic vs deterministic rel L2 %.4g", name, ea);
 
-    /* the fused MLP kernel (the engine default): atomic like the run above */
-    g_mlp_fused = 1;
+    /* the default atomic-mode step (fused MLP): a second atomic context */
     cuda_backend.close(gn), gn = NULL;
     if (open_cuda(&gn, &m, 0, 0, 0, n_valid, NULL) || cuda_run(gn, ids, n, V, tmp, &err)) {
         CHECK(0, "%s fused MLP: %s", name, err.msg);
-        g_mlp_fused = 0;
         goto done;
     }
-    g_mlp_fused = 0;
     if (check_fused(gn, ids, n, V, n_valid, ref, det1, got, tmp, name)) goto done;
-
-    /* the persistent layer kernel (experimental): the same math in another summation order, so
-     * close to the per-phase path but not bitwise; and its own graph/eager bitwise check */
-    g_persistent = 1;
-    cuda_backend.close(gn), gn = NULL;
-    if (open_cuda(&gn, &m, 1, 0, 0, n_valid, NULL) || cuda_run(gn, ids, n, V, got, &err)) {
-        CHECK(0, "%s persistent kernel: %s", name, err.msg);
-        g_persistent = 0;
-        goto done;
-    }
-    {
-        char why[200];
-        CHECK(cuda_decode_path(gn, why, sizeof why), "%s: the persistent kernel is not used: %s", name, why);
-    }
-    cuda_backend.close(gn), gn = NULL;
-    if (open_cuda(&gn, &m, 1, 1, 0, n_valid, NULL) || cuda_run(gn, ids, n, V, tmp, &err)) {
-        CHECK(0, "%s persistent kernel, no graph: %s", name, err.msg);
-        g_persistent = 0;
-        goto done;
-    }
-    g_persistent = 0;
-    {
-        const double ep = rel_l2(got, det1, (int64_t)n * V);
-        printf("  %s: persistent layer kernel vs one kernel per phase: logits rel L2 %.4g\n", name, ep);
-        CHECK(ep < 1e-2, "%s: persistent vs per-phase decode rel L2 %.4g", name, ep);
-        CHECK(memcmp(got, tmp, sizeof(float) * n * V) == 0, "%s: persistent kernel graph vs no graph differ", name);
-    }
 
     /* forward(n > 1) (the prefill path where the shapes allow) vs the CPU, and the hand-over to
      * decode: prefill n-1 tokens, then the last one as a decode step (logits, greedy, sampled) */
@@ -477,8 +429,10 @@ static void test_model(int qwen35) {
             int above = 0;
             for (int i = 0; i < n_valid; i++) above += l[i] > l[id >= 0 && id < V ? id : 0];
             CHECK(id >= 0 && id < n_valid && above < 5, "%s: sampled id %d at %d is not in the top 5", name, id, t);
-            if (rep == 0) first[t] = id;
-            else CHECK(id == first[t], "%s: sampling not reproducible at %d (%d vs %d)", name, t, first[t], id);
+            if (rep == 0)
+                first[t] = id;
+            else
+                CHECK(id == first[t], "%s: sampling not reproducible at %d (%d vs %d)", name, t, first[t], id);
         }
     }
 
@@ -510,8 +464,8 @@ static void test_model(int qwen35) {
         if (!rc) {
             CHECK(br->ms_token > 0 && br->ms_det > 0 && br->ms_eager > 0 && br->ms_sample > 0 && br->ms_sync > 0,
                   "%s bench: a time is zero", name);
-            CHECK(br->launches > 0 && br->n_ops > 0 && br->step_bytes > 0, "%s bench: launches %d ops %d bytes %g", name,
-                  br->launches, br->n_ops, br->step_bytes);
+            CHECK(br->launches > 0 && br->n_ops > 0 && br->step_bytes > 0, "%s bench: launches %d ops %d bytes %g",
+                  name, br->launches, br->n_ops, br->step_bytes);
             printf("  %s bench: %.3f ms/token graph, %.3f eager, %d launches, %d ops, copy %.0f GB/s\n", name,
                    br->ms_token, br->ms_eager, br->launches, br->n_ops, br->copy_gbs);
         }
@@ -561,15 +515,13 @@ static void test_long(int qwen35) {
         CHECK(0, "cpu: %s", err.msg);
         goto done;
     }
-    for (int path = 0; path < 3; path++) { /* persistent, one kernel per phase, fused MLP (atomic) */
+    for (int path = 0; path < 2; path++) { /* deterministic (one kernel per phase), atomic (the fused kernels) */
         void *g = NULL;
-        o.persistent = path == 0, o.deterministic = path < 2, o.mlp_fused = path == 2;
+        o.deterministic = path == 0;
         if (cuda_backend.open(&g, &m, &o, &err)) {
             CHECK(0, "cuda open: %s", err.msg);
             goto done;
         }
-        char why[200];
-        CHECK(cuda_decode_path(g, why, sizeof why) == (path == 0), "%s: decode path %d not taken (%s)", name, path, why);
         double worst = 0;
         for (int t = 0; t < n; t++) {
             const int want = t % 9 == 8 || t == n - 1;
@@ -582,7 +534,7 @@ static void test_long(int qwen35) {
                 worst = e > worst ? e : worst;
             }
         }
-        static const char *what[3] = {"persistent layer kernel", "one kernel per phase", "fused MLP (atomic)"};
+        static const char *what[2] = {"deterministic", "atomic (fused kernels)"};
         printf("  %s, %d steps, %s: worst logits rel L2 vs CPU %.4f\n", name, n, what[path], worst);
         /* bf16 drift grows with the steps: 12 steps stay < 0.06 (test_model); over 100 steps the tiny
          * hybrid model measured 0.049 on both paths for one seed; a broken split gives ~1 */
@@ -598,21 +550,14 @@ done:
 int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("decode");
     rng_seed(&rng, test_seed(argc, argv, "test_decode"));
-    const char *df = getenv("QWEN35_DN_FUSED");
-    g_dn_fused = !(df && *df && atoi(df) == 0); /* the engine's default: the fused mixer where its shape allows */
-    const char *dm = getenv("QWEN35_DN_MLP");
-    g_dn_mlp = g_dn_fused && dm && atoi(dm) == 1;
-    const char *af = getenv("QWEN35_ATTN_FUSED");
-    g_attn_fused = af && atoi(af) == 1;
-    const char *as = getenv("QWEN35_ATTN_SHORT");
-    g_attn_short = !(as && *as && atoi(as) == 0);
-    const char *aq = getenv("QWEN35_ATTN_QS");
-    g_attn_qs = aq && atoi(aq) == 1;
-    if (g_attn_fused) printf("QWEN35_ATTN_FUSED=1: the qwen35 model's attention heads have hd 256\n");
-    if (g_dn_fused) printf("fused DeltaNet mixer (QWEN35_DN_FUSED=0: off): the qwen35 model's DeltaNet layers have 2 heads of 128 x 128\n");
-    test_model(1);
+    for (int dnf = 1; dnf >= 0; dnf--) {
+        g_dn_fused = dnf;
+        printf("small qwen3.5 with %s\n", dnf ? "2 DeltaNet heads of 128 x 128 (the fused mixer)"
+                                              : "Hv = 2 Hk, dk != dv (in_proj + step + out_proj)");
+        test_model(1);
+        test_long(1);
+    }
     test_model(0);
-    test_long(1);
     test_long(0);
     /* a model the kernels cannot run is refused with a clear error */
     Model m;

@@ -179,8 +179,8 @@ cpu_only:
         CU(cudaMemcpy(d_proj, proj, (size_t)n_proj * 4, cudaMemcpyHostToDevice));
         CU(cudaMemset(d_y, 0xff, (size_t)vd * 4)); /* NaN poison */
         CU(cudaMemset(d_o, 0xff, (size_t)vd * 4));
-        DeltanetStepParams p = {d_proj, d_conv_w, d_ring, d_A, d_dt, d_nw, d_S, d_y, c->with_o ? d_o : NULL, d_step,
-                                c->Hk, c->Hv, c->dk, c->dv, K, eps, 0};
+        DeltanetStepParams p = {d_proj, d_conv_w, d_ring, d_A,   d_dt,  d_nw, d_S, d_y, c->with_o ? d_o : NULL,
+                                d_step, c->Hk,    c->Hv,  c->dk, c->dv, K,    eps, 0};
         CudaLaunch l = {stream, t & 1, NULL, 0};
         const int rc = cuda_deltanet_step(&p, &l);
         CHECK(rc == 0, "%s step %d: launch -> %d (%s)", c->name, t, rc, cudaGetErrorString((cudaError_t)rc));
@@ -250,7 +250,7 @@ static void test_deterministic(void) {
     CU(cudaMemset(d_ring, 0, ring_b));
     for (size_t i = 0; i < nS; i++) h[i] = 0.3f * rng_normal(&rng);
     DeltanetStepParams p = {d_proj, d_w, d_ring, d_v, d_v + Hv, d_v + 2 * Hv, d_S, d_y, NULL, d_step,
-                            Hk, Hv, dk, dv, K, 1e-6f, 0};
+                            Hk,     Hv,  dk,     dv,  K,        1e-6f,        0};
     CudaLaunch l = {stream, 1, NULL, 0};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemcpy(d_S, h, nS * 4, cudaMemcpyHostToDevice));
@@ -349,8 +349,12 @@ static void time_08b(void) {
     CU(cudaMemset(d_step, 0, sizeof(StepParams)));
     CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < NL; i++) {
-        DeltanetStepParams p = {d_proj, d_w, d_ring + ring_b / 2 * i, d_v, d_v + Hv, d_v + 2 * Hv, d_S + nS * i, d_y,
-                                NULL, d_step, Hk, Hv, dk, dv, K, 1e-6f, 0};
+        DeltanetStepParams p = {d_proj,       d_w,      d_ring + ring_b / 2 * i,
+                                d_v,          d_v + Hv, d_v + 2 * Hv,
+                                d_S + nS * i, d_y,      NULL,
+                                d_step,       Hk,       Hv,
+                                dk,           dv,       K,
+                                1e-6f,        0};
         CudaLaunch l = {st, 1, NULL, 0};
         if (cuda_deltanet_step(&p, &l)) break;
     }
@@ -398,12 +402,9 @@ int main(int argc, char **argv) {
     }
     if (!have_gpu) printf("no CUDA device: GPU checks skipped (CPU references still cross-checked)\n");
     const DnCase cases[] = {
-        {"qwen35-0.8b", 16, 16, 128, 128, 4, 5, 0, 1},
-        {"fixture Hv=2Hk dk16 dv24", 2, 4, 16, 24, 4, 6, 0, 1},
-        {"dv%4!=0 K=3 pos>0", 1, 3, 20, 18, 3, 5, 7, 0},
-        {"Hv=2Hk 128", 16, 32, 128, 128, 4, 3, 1000, 1},
-        {"dk128 dv256", 4, 8, 128, 256, 4, 3, 2, 1},
-        {"dk64 dv128 K=2", 4, 4, 64, 128, 2, 3, 1, 1},
+        {"qwen35-0.8b", 16, 16, 128, 128, 4, 5, 0, 1},      {"fixture Hv=2Hk dk16 dv24", 2, 4, 16, 24, 4, 6, 0, 1},
+        {"dv%4!=0 K=3 pos>0", 1, 3, 20, 18, 3, 5, 7, 0},    {"Hv=2Hk 128", 16, 32, 128, 128, 4, 3, 1000, 1},
+        {"dk128 dv256", 4, 8, 128, 256, 4, 3, 2, 1},        {"dk64 dv128 K=2", 4, 4, 64, 128, 2, 3, 1, 1},
         {"dk8 dv4 (cluster of 1)", 2, 2, 8, 4, 3, 3, 2, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);

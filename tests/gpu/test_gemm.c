@@ -31,13 +31,12 @@ static double bf16_ulp(double x) {
 
 static Rng rng;
 static const CudaLaunch L0 = {0, 0, NULL, 0}; /* default stream, no PDL */
-static int algo_lo = 0, algo_hi = 1; /* this process tests algo_of[algo_lo .. algo_hi - 1] */
+static int algo_lo = 0, algo_hi = 1;          /* this process tests algo_of[algo_lo .. algo_hi - 1] */
 static const int algo_of[] = {GEMM_ALGO_MMA,      GEMM_ALGO_WGMMA,    GEMM_ALGO_WGMMA_P,  GEMM_ALGO_TMA,
                               GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256};
 #define N_ALGOS_SM90 ((int)(sizeof algo_of / sizeof algo_of[0]))
-static const char *const algo_name[GEMM_ALGO_COUNT] = {"auto", "mma", "wgmma", "wgmmaP", "tma",
+static const char *const algo_name[GEMM_ALGO_COUNT] = {"auto",    "mma",     "wgmma",   "wgmmaP", "tma",
                                                        "tmaC256", "tmaC128", "tmaP128", "tmaP256"};
-
 
 static uint16_t *rand_bf16(size_t n, float scale) {
     uint16_t *h = malloc(n * 2);
@@ -70,11 +69,11 @@ static void ref_row(const uint16_t *x, const uint16_t *w, int m, int N, int K, d
  * algorithm runs on a fresh copy of y and is checked element by element (failures through CHECK). */
 typedef struct Case {
     int M, N, K, epi, G, ycols, ldy, guard, esz, nrows;
-    uint16_t *x, *w;           /* host inputs */
-    unsigned char *y0;         /* initial y (NaN poison; ADD: the residual in the live part) */
-    int *rows;                 /* [nrows] rows checked */
-    double *ref, *sabs;        /* [nrows][N] reference sums and sums of |products| */
-    uint16_t *dx, *dw;         /* device inputs */
+    uint16_t *x, *w;    /* host inputs */
+    unsigned char *y0;  /* initial y (NaN poison; ADD: the residual in the live part) */
+    int *rows;          /* [nrows] rows checked */
+    double *ref, *sabs; /* [nrows][N] reference sums and sums of |products| */
+    uint16_t *dx, *dw;  /* device inputs */
 } Case;
 
 static void check_algo(const Case *cs, int algo) {
@@ -136,8 +135,8 @@ static void check_algo(const Case *cs, int algo) {
             checked++;
             if (!(err <= tol)) {
                 if (bad < 3)
-                    fprintf(stderr, "  M=%d N=%d K=%d epi=%d G=%d algo=%s: y[%d][%d] = %g, want %g (tol %g)\n", M, N,
-                            K, epi, G, algo_name[algo], m, c, got, want, tol);
+                    fprintf(stderr, "  M=%d N=%d K=%d epi=%d G=%d algo=%s: y[%d][%d] = %g, want %g (tol %g)\n", M, N, K,
+                            epi, G, algo_name[algo], m, c, got, want, tol);
                 bad++;
             } else if (err / (tol > 0 ? tol : 1) > worst) {
                 worst = err / tol;
@@ -200,9 +199,9 @@ static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
 static int rand_mult8(int lo, int hi) { return 8 * (lo / 8 + (int)(rng_u64(&rng) % (uint64_t)((hi - lo) / 8 + 1))); }
 
 static void test_shapes(void) {
-    static const int fixed[][3] = {{1, 64, 64},     {63, 136, 72},   {64, 256, 1024}, {65, 264, 200},
-                                   {1, 8224, 1024}, {2048, 1024, 3584}, {2048, 8224, 1024}, {130, 520, 16},
-                                   {1000, 2056, 328}};
+    static const int fixed[][3] = {{1, 64, 64},        {63, 136, 72},   {64, 256, 1024},
+                                   {65, 264, 200},     {1, 8224, 1024}, {2048, 1024, 3584},
+                                   {2048, 8224, 1024}, {130, 520, 16},  {1000, 2056, 328}};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         for (int epi = 0; epi < 3; epi++) run_case(fixed[i][0], fixed[i][1], fixed[i][2], epi, 0, epi == 1 ? 6 : 0);
     for (int i = 0; i < 4; i++) {
@@ -270,9 +269,8 @@ static void bench(const char *name, int M, int N, int K, int epi, int algo) {
     CHECK(rc == 0, "bench %s launch", name);
     qsort(ms, 20, sizeof(float), cmp_float);
     const double flop = 2.0 * M * N * K;
-    printf("  %-6s %-34s [%d x %d] x [%d x %d]^T  %8.1f us  %6.1f TFLOP/s\n",
-           algo_name[algo], name, M, K, N, K, ms[10] * 1e3,
-           flop / (ms[10] * 1e-3) / 1e12);
+    printf("  %-6s %-34s [%d x %d] x [%d x %d]^T  %8.1f us  %6.1f TFLOP/s\n", algo_name[algo], name, M, K, N, K,
+           ms[10] * 1e3, flop / (ms[10] * 1e-3) / 1e12);
     CUDA_OK(cudaEventDestroy(e0));
     CUDA_OK(cudaEventDestroy(e1));
     CUDA_OK(cudaFree(dx));

@@ -60,7 +60,10 @@ static void run_fixture(const char *root, const char *name, double *worst_ratio,
     Model m;
     Err err = {0};
     memset(&m, 0, sizeof m);
-    if (safetensors_open(&st, gold, &err)) { CHECK(0, "%s: %s", name, err.msg); return; }
+    if (safetensors_open(&st, gold, &err)) {
+        CHECK(0, "%s: %s", name, err.msg);
+        return;
+    }
     ModelLoadOptions lo = {.keep_f32_params = 0, .strict = 0};
     if (model_load(&m, dir, &lo, &err)) {
         CHECK(0, "%s: model_load: %s", name, err.msg);
@@ -115,8 +118,9 @@ static void run_fixture(const char *root, const char *name, double *worst_ratio,
                 if (!(e / local <= *worst_ratio)) *worst_ratio = e / local;
                 if (!(e <= worst)) worst = e, worst_hf = ehf[t], at = t;
                 sum += e, sum_hf += ehf[t];
-                CHECK(e <= 2 * local, "%s case %d %s pos %d: rel L2 %.3g > 4 x max(HF bf16 there %.3g, case median %.3g)",
-                      name, ci, prefill ? "prefill" : "decode", t, e, ehf[t], floor_hf);
+                CHECK(e <= 2 * local,
+                      "%s case %d %s pos %d: rel L2 %.3g > 4 x max(HF bf16 there %.3g, case median %.3g)", name, ci,
+                      prefill ? "prefill" : "decode", t, e, ehf[t], floor_hf);
             }
             CHECK(sum <= 2 * sum_hf + 1e-3 * n, "%s case %d %s: mean rel L2 %.3g > 2 x HF bf16's mean %.3g", name, ci,
                   prefill ? "prefill" : "decode", sum / n, sum_hf / n);
@@ -164,6 +168,7 @@ int main(int argc, char **argv) {
     if (d) closedir(d);
     CHECK(found >= 4, "expected the 4 golden fixtures under %s, found %d", root, found);
     printf("golden_cuda: worst position error / (2 x max(HF there, case median) + 1e-3) = %.3f (must stay < 2); "
-           "worst case mean error / HF bf16's mean = %.3f (must stay <= 2)\n", worst_ratio, worst_mean);
+           "worst case mean error / HF bf16's mean = %.3f (must stay <= 2)\n",
+           worst_ratio, worst_mean);
     return TEST_SUMMARY("golden_cuda");
 }

@@ -28,15 +28,16 @@ static const char *hard_name[] = {"random", "ties", "near-ties", "all rows equal
 static int unpack_hi(const uint8_t *wp, int r, int cols, int k) {
     const int c = k / 1024, l = k % 1024 / 32, j = k % 32 / 4, m = k % 4;
     const uint8_t *pr = wp + (size_t)r * (cols / 4 * 3) + 768 * c;
-    const int nib = pr[16 * l + 4 * (j / 2) + m] >> (4 * (j & 1)) & 15, top = pr[512 + 8 * l + 4 * (j / 4) + m] >> (2 * (j % 4)) & 3;
+    const int nib = pr[16 * l + 4 * (j / 2) + m] >> (4 * (j & 1)) & 15,
+              top = pr[512 + 8 * l + 4 * (j / 4) + m] >> (2 * (j % 4)) & 3;
     return top << 4 | nib;
 }
 
 /* Host check of cuda_lm_quantize's output for rows [0, n): q in [-127, 127], sc_r = max |w_r| / 127,
  * c_r >= ||w_r - sc_r q_r||_2, l1_r >= ||sc_r q_r||_1, c6_r >= sc_r ||lo - 1.5||_2; with wp: the 6-bit rows hold
  * (q + 128) >> 2. */
-static int check_quant(const uint16_t *W, const int8_t *q, const uint8_t *wp, const float *meta,
-                       int rows, int cols, int r0, int n) {
+static int check_quant(const uint16_t *W, const int8_t *q, const uint8_t *wp, const float *meta, int rows, int cols,
+                       int r0, int n) {
     int bad = 0;
     for (int r = r0; r < r0 + n && r < rows; r++) {
         const float sc = meta[4 * r], c = meta[4 * r + 1], l1 = meta[4 * r + 2], c6 = meta[4 * r + 3];
@@ -58,7 +59,8 @@ static int check_quant(const uint16_t *W, const int8_t *q, const uint8_t *wp, co
         }
         if (!(c >= sqrt(e2)) || !(l1 >= l1r) || !(c6 >= sc * sqrt(lo2)) || !(fabs(sc - amax / 127.0) <= 1e-6 * amax)) {
             if (bad < 4)
-                fprintf(stderr, "  row %d: sc %g (amax %g), c %g, error %g, l1 %g (%g)\n", r, sc, amax, c, sqrt(e2), l1, l1r);
+                fprintf(stderr, "  row %d: sc %g (amax %g), c %g, error %g, l1 %g (%g)\n", r, sc, amax, c, sqrt(e2), l1,
+                        l1r);
             bad++;
         }
     }
@@ -78,7 +80,10 @@ static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int
     float *meta = malloc(sizeof(float) * 4 * (size_t)rows);
     char what[160];
     snprintf(what, sizeof what, "%dx%d valid %d blocks %d %s %s pdl %d", rows, cols, n_valid, blocks,
-             in == IN_VEC ? "vec" : in == IN_RES_ZC ? "residual zc" : "residual plain", hard_name[hard], pdl);
+             in == IN_VEC      ? "vec"
+             : in == IN_RES_ZC ? "residual zc"
+                               : "residual plain",
+             hard_name[hard], pdl);
     /* the hard inputs */
     const int a = (int)(rng_u64(&rng) % (uint64_t)(n_valid / 2)),
               b = n_valid / 2 + (int)(rng_u64(&rng) % (uint64_t)(n_valid - n_valid / 2));
@@ -100,7 +105,8 @@ static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int
         for (int k = 0; k < cols; k++) W[(size_t)(rows - 1) * cols + k] = f32_to_bf16(x[k] >= 0 ? 2.0f : -2.0f);
     if (hard == H_ALLEQ)
         for (int r = 1; r < rows; r++) memcpy(&W[(size_t)r * cols], W, sizeof(uint16_t) * (size_t)cols);
-    if (hard == H_ZERO) memset(x, 0, sizeof(float) * (size_t)cols), memset(parts, 0, sizeof(float) * (size_t)n_parts * cols);
+    if (hard == H_ZERO)
+        memset(x, 0, sizeof(float) * (size_t)cols), memset(parts, 0, sizeof(float) * (size_t)n_parts * cols);
     if (hard == H_NAN) x[cols / 3] = NAN;
     if (hard == H_INF) W[(size_t)b * cols + cols / 2] = 0x7f80; /* +inf */
 
@@ -119,8 +125,8 @@ static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int
     memset(&sp, 0, sizeof sp);
     StepParams *dsp = dev_copy(&sp, sizeof sp);
     CudaLaunch l = {0, pdl, NULL, 0};
-    if (!dW || !dq || (ring && !dp) || !dmeta || !dx || !dparts || !dnw || !dxo || !dzero || !dval || !dmax || !didx || !did || !dcnt ||
-        !dstats || !dsp || !dkey) {
+    if (!dW || !dq || (ring && !dp) || !dmeta || !dx || !dparts || !dnw || !dxo || !dzero || !dval || !dmax || !didx ||
+        !did || !dcnt || !dstats || !dsp || !dkey) {
         CHECK(0, "device alloc");
         goto done;
     }
@@ -133,7 +139,8 @@ static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int
     CU(cudaMemcpy(meta, dmeta, sizeof(float) * 4 * (size_t)rows, cudaMemcpyDeviceToHost));
     {
         uint8_t *hp = ring ? wp : NULL;
-        int bad = check_quant(W, q, hp, meta, rows, cols, 0, 4096) + check_quant(W, q, hp, meta, rows, cols, rows > 64 ? rows - 64 : 0, 64);
+        int bad = check_quant(W, q, hp, meta, rows, cols, 0, 4096) +
+                  check_quant(W, q, hp, meta, rows, cols, rows > 64 ? rows - 64 : 0, 64);
         if (hard == H_INF) bad += check_quant(W, q, hp, meta, rows, cols, b, 1);
         CHECK(bad == 0, "%s: quantized rows: %d bad", what, bad);
     }
@@ -160,15 +167,17 @@ static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int
     if (hard == H_TIES && in == IN_VEC)
         CHECK(id_full == a, "%s: the full head chose %d, not the first tied row %d", what, id_full, a);
     if (hard == H_NEAR && in == IN_VEC)
-        CHECK(id_full == a || id_full == b, "%s: the full head chose %d, not a near-tied row (%d, %d)", what, id_full, a, b);
+        CHECK(id_full == a || id_full == b, "%s: the full head chose %d, not a near-tied row (%d, %d)", what, id_full,
+              a, b);
     LmScreenParams ls;
     memset(&ls, 0, sizeof ls);
     ls.head = p, ls.Wq = dq, ls.Wp = dp, ls.meta = dmeta, ls.stats = dstats, ls.key = dkey;
     unsigned st[3] = {0, 0, 0}, st2[3] = {0, 0, 0};
     enum { RUNS = 6 };
-    for (int run = 0; run < RUNS; run++) { /* the ring kernel (where cols is 1024 or 2048): its running max shared across
+    for (int run = 0; run < RUNS;
+         run++) { /* the ring kernel (where cols is 1024 or 2048): its running max shared across
                                            blocks or not, its stream L2 evict-first or not; then the register kernel */
-        ls.reg = run >= 4, ls.gmax = run < 3 ? (unsigned *)(dkey + 1) : NULL, ls.l2ef = run != 2;
+        ls.reg = run >= 4, ls.gmax = run < 3 ? (unsigned *)(dkey + 1) : NULL;
         float mx = 0, xo[8], zr[100];
         unsigned long long key[1] = {0};
         CU(cudaMemset(dkey, 0, 16)); /* the caller's part: the key and gmax zero before each launch */
@@ -192,15 +201,16 @@ static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int
         if (run == 1) CU(cudaMemcpy(st2, dstats, 12, cudaMemcpyDeviceToHost)); /* the engine's setting, twice */
     }
     CU(cudaMemcpy(st, dstats, 12, cudaMemcpyDeviceToHost));
-    CHECK(st[2] == RUNS * (unsigned)blocks, "%s: %u block records for %d calls of %d blocks", what, st[2], RUNS, blocks);
+    CHECK(st[2] == RUNS * (unsigned)blocks, "%s: %u block records for %d calls of %d blocks", what, st[2], RUNS,
+          blocks);
     if (hard == H_NAN) CHECK(st[1] == st[2], "%s: %u of %u blocks computed all their rows", what, st[1], st[2]);
     if ((hard == H_ALLEQ || hard == H_ZERO) && n_valid / blocks > 600) /* more than the list holds in every block */
         CHECK(st[1] == st[2], "%s: %u of %u blocks computed all their rows", what, st[1], st[2]);
     if (hard == H_NONE && rows > 100000) /* a few dozen rows per block recomputed at most (ring: with gmax) */
         CHECK(st2[1] == 0 && st2[0] < 2u * 128u * (unsigned)blocks,
               "%s: %u rows recomputed, %u blocks computed all in 2 calls", what, st2[0], st2[1]);
-    printf("  %s: id %d; with gmax %.1f rows recomputed, %.1f blocks with all rows per call; all %d calls %u, %u\n", what,
-           id_full, st2[0] / 2.0, st2[1] / 2.0, (int)RUNS, st[0], st[1]);
+    printf("  %s: id %d; with gmax %.1f rows recomputed, %.1f blocks with all rows per call; all %d calls %u, %u\n",
+           what, id_full, st2[0] / 2.0, st2[1] / 2.0, (int)RUNS, st[0], st[1]);
 done:
     cudaFree(dW), cudaFree(dq), cudaFree(dmeta), cudaFree(dx), cudaFree(dparts), cudaFree(dnw), cudaFree(dxo);
     cudaFree(dzero), cudaFree(dval), cudaFree(dmax), cudaFree(didx), cudaFree(did), cudaFree(dcnt), cudaFree(dstats);
@@ -220,12 +230,15 @@ int main(int argc, char **argv) {
     test_screen(248320, 1024, 248077, blk, IN_VEC, H_TIES, 1);
     test_screen(248320, 1024, 248077, blk, IN_RES_PLAIN, H_NEAR, 0);
     /* smaller shapes and grids */
-    const int shapes[][3] = {{1000, 64, 3},       {4099, 1040, 17}, {5003, 2048, 40}, {777, 16, 1},
+    const int shapes[][3] = {{1000, 64, 3},      {4099, 1040, 17}, {5003, 2048, 40}, {777, 16, 1},
                              {20000, 1536, 132}, {65, 1024, 5},    {3001, 1024, 7},  {100003, 1024, 132}};
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         const int r = shapes[s][0], c = shapes[s][1], bl = shapes[s][2] < n_sm ? shapes[s][2] : n_sm;
         for (int hard = H_NONE; hard <= H_INF; hard++)
-            test_screen(r, c, r - (hard % 2 ? 3 : 0), bl, hard % 3 == 0 ? IN_VEC : hard % 3 == 1 ? IN_RES_ZC : IN_RES_PLAIN,
+            test_screen(r, c, r - (hard % 2 ? 3 : 0), bl,
+                        hard % 3 == 0   ? IN_VEC
+                        : hard % 3 == 1 ? IN_RES_ZC
+                                        : IN_RES_PLAIN,
                         hard, hard % 2);
     }
     /* the hard cases at the 0.8B shape: every block overflows (all rows equal), x = 0 */

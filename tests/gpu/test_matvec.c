@@ -1,4 +1,4 @@
-/* test_matvec.c — cuda_matvec (src/cuda/matvec.cu) against the CPU reference ops (cpu_matvec,
+/* test_matvec.c — cuda_matvec (src/cuda/gemv.cu) against the CPU reference ops (cpu_matvec,
  * cpu_rmsnorm, cpu_silu_mul) on fresh random bf16-valued inputs, outputs NaN-poisoned first:
  *   prologues: VEC, EMBED (+ norm), RESIDUAL (split-K partials summed, + zero-centred / plain norm),
  *              x_out bit-exact, h_out within one bf16 step, the zero buffer zeroed;
@@ -28,9 +28,6 @@ static void gemv_bounds(const uint16_t *W, const float *x, int rows, int cols, f
 
 /* ---- STORE / SPLITK with the VEC prologue ------------------------------------------------------ */
 
-/* 1: the cases run through the cp.async ring kernel (MatvecParams.ring); main runs them twice */
-static int g_ring;
-
 static void test_vec(int rows, int cols, int splits, int pdl) {
     const int64_t nw = (int64_t)rows * cols;
     uint16_t *W = bf16_random(&rng, nw, 1.0f / sqrtf((float)cols));
@@ -51,10 +48,8 @@ static void test_vec(int rows, int cols, int splits, int pdl) {
     MatvecParams p;
     memset(&p, 0, sizeof p);
     p.W = dW, p.rows = rows, p.cols = cols, p.splits = splits, p.in_mode = MV_IN_VEC, p.x = dx, p.y = dy;
-    /* latency hints must not change results: prefetch W itself (and x), trigger early with PDL */
-    p.pf[0].ptr = dW, p.pf[0].bytes = (nw * 2) & ~15LL;
-    p.pf[2].ptr = dx, p.pf[2].bytes = (long long)sizeof(float) * cols & ~15LL;
-    p.early_trigger = pdl, p.ring = g_ring;
+    /* the early trigger must not change results */
+    p.early_trigger = pdl;
     if (splits == 1) {
         p.out_mode = MV_OUT_STORE;
         LAUNCH(cuda_matvec(&p, &l));
@@ -104,7 +99,8 @@ static void test_prologue(int in_mode, int norm_mode, int out_mode, int rows, in
     const int64_t nw = (int64_t)rows * cols;
     const int V = 37, tok = (int)(rng_u64(&rng) % V), ny = out_mode == MV_OUT_SILU_MUL ? rows / 2 : rows;
     uint16_t *W = bf16_random(&rng, nw, 1.0f / sqrtf((float)cols)), *E = bf16_random(&rng, (int64_t)V * cols, 1.0f);
-    float *res = f32_bf16_random(&rng, cols, 1.0f, 0.0f), *parts = f32_bf16_random(&rng, (int64_t)n_parts * cols, 0.5f, 0.0f);
+    float *res = f32_bf16_random(&rng, cols, 1.0f, 0.0f),
+          *parts = f32_bf16_random(&rng, (int64_t)n_parts * cols, 0.5f, 0.0f);
     float *w = f32_bf16_random(&rng, cols, 0.2f, norm_mode == NORM_PLAIN ? 1.0f : 0.0f);
     float *x = malloc(sizeof(float) * cols), *h = malloc(sizeof(float) * cols), *gx = malloc(sizeof(float) * cols);
     float *gh = malloc(sizeof(float) * cols), *ref = malloc(sizeof(float) * rows), *tol = malloc(sizeof(float) * rows);
@@ -143,8 +139,7 @@ static void test_prologue(int in_mode, int norm_mode, int out_mode, int rows, in
     p.x = dres, p.parts = dparts, p.n_parts = n_parts, p.embed = dE, p.step = dsp, p.x_out = dxo;
     p.norm_w = dw, p.norm_mode = norm_mode, p.eps = 1e-6f, p.h_out = dho, p.zero = dz, p.n_zero = 100;
     p.out_mode = out_mode, p.y = dy;
-    p.pf[1].ptr = dE, p.pf[1].bytes = ((int64_t)V * cols * 2) & ~15LL, p.early_trigger = rows % 2;
-    p.ring = g_ring;
+    p.early_trigger = rows % 2;
     LAUNCH(cuda_matvec(&p, &l));
     CU(cudaDeviceSynchronize());
     CU(cudaMemcpy(gx, dxo, sizeof(float) * cols, cudaMemcpyDeviceToHost));
@@ -156,7 +151,8 @@ static void test_prologue(int in_mode, int norm_mode, int out_mode, int rows, in
     for (int i = 0; i < 100; i++) zeros += gz[i] == 0.0f;
     CHECK(zeros == 100, "%s: zero buffer has %d zeros of 100", what, zeros);
     /* h: one bf16 rounding (plus the plain norm's inner rounding) away from the fp32 reference */
-    CHECK(count_bad("h_out", gh, h, cols, norm_mode == NORM_PLAIN ? 2.0 / 256 : 1.0 / 256, 1e-6) == 0, "%s: h_out", what);
+    CHECK(count_bad("h_out", gh, h, cols, norm_mode == NORM_PLAIN ? 2.0 / 256 : 1.0 / 256, 1e-6) == 0, "%s: h_out",
+          what);
     /* y from the kernel's own h, so a rounding flip in h does not blur the GEMV check */
     cpu_matvec(ref, gh, W, DT_BF16, rows, cols);
     gemv_bounds(W, gh, rows, cols, tol);
@@ -188,7 +184,8 @@ static void test_argmax(int rows, int cols, int n_valid, int blocks, int dyn) {
     float *x = f32_bf16_random(&rng, cols, 1.0f, 0.0f), *gl = malloc(sizeof(float) * rows);
     float *ref = malloc(sizeof(float) * rows), *tol = malloc(sizeof(float) * rows);
     /* a tie for the maximum across distant rows, and a larger row in the padding */
-    const int a = (int)(rng_u64(&rng) % (n_valid / 2)), b = n_valid / 2 + (int)(rng_u64(&rng) % (n_valid - n_valid / 2));
+    const int a = (int)(rng_u64(&rng) % (n_valid / 2)),
+              b = n_valid / 2 + (int)(rng_u64(&rng) % (n_valid - n_valid / 2));
     for (int k = 0; k < cols; k++) {
         uint16_t v = f32_to_bf16(x[k] >= 0 ? 0.5f : -0.5f);
         W[(size_t)a * cols + k] = W[(size_t)b * cols + k] = v;
@@ -273,12 +270,8 @@ static void test_rejects(void) {
     CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "splits > 1 with STORE accepted");
     p.splits = 1, p.out_mode = MV_OUT_SILU_MUL, p.rows = 5;
     CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "odd rows with SILU_MUL accepted");
-    p.rows = 4, p.out_mode = MV_OUT_STORE, p.pf[1].ptr = (const char *)d + 8, p.pf[1].bytes = 64;
-    CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "misaligned prefetch range accepted");
-    p.pf[1].ptr = d, p.pf[1].bytes = 40;
-    CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "prefetch length %% 16 != 0 accepted");
-    p.pf[1].bytes = 64;
-    CHECK(cuda_matvec(&p, &l) == 0, "valid prefetch range rejected");
+    p.rows = 4, p.out_mode = MV_OUT_STORE;
+    CHECK(cuda_matvec(&p, &l) == 0, "a valid GEMV rejected");
     cudaDeviceSynchronize();
     cudaFree(d);
 }
@@ -287,8 +280,7 @@ int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("matvec");
     rng_seed(&rng, test_seed(argc, argv, "test_matvec"));
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
-    for (g_ring = 0; g_ring <= 1; g_ring++) {
-        printf("  weights through %s\n", g_ring ? "the cp.async ring (ring 1)" : "registers (ring 0)");
+    {
         /* VEC + STORE: tiny, odd, ragged columns, large */
         test_vec(1, 8, 1, 0);
         test_vec(7, 40, 1, 1);
@@ -310,7 +302,6 @@ int main(int argc, char **argv) {
         test_prologue(MV_IN_RESIDUAL, NORM_ZC, MV_OUT_SILU_MUL, 7168, 1024, 1);
         test_prologue(MV_IN_RESIDUAL, NORM_ZC, MV_OUT_SILU_MUL, 2 * 37, 296, 3);
     }
-    g_ring = 0;
     /* argmax: LM-head shape, small with one block, padding rows */
     for (int dyn = 0; dyn < 6; dyn += dyn ? 2 : 1) { /* 0: static; 1, 3, 5 rounds by tickets */
         test_argmax(248320, 1024, 248077, 0, dyn);

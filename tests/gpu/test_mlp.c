@@ -57,7 +57,8 @@ static void test_case(int D, int F, int blocks, int norm_mode, int n_parts, int 
     float *dres = dev_copy(res, sizeof(float) * D), *dparts = dev_copy(parts, sizeof(float) * n_parts * D);
     float *dw = dev_copy(w, sizeof(float) * D), *dy = dev_copy(y0, sizeof(float) * D);
     float *dxo = dev_poison(sizeof(float) * D), *dho = dev_poison(sizeof(float) * D);
-    float *dact = dev_poison(sizeof(float) * F), *dmv = dev_poison(sizeof(float) * F), *dxo2 = dev_poison(sizeof(float) * D);
+    float *dact = dev_poison(sizeof(float) * F), *dmv = dev_poison(sizeof(float) * F),
+          *dxo2 = dev_poison(sizeof(float) * D);
     CudaLaunch l = {0, pdl, NULL, 0};
     char what[128];
     snprintf(what, sizeof what, "mlp D %d F %d blocks %d norm %d parts %d pdl %d early %d", D, F, G, norm_mode, n_parts,
@@ -77,7 +78,8 @@ static void test_case(int D, int F, int blocks, int norm_mode, int n_parts, int 
         for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
         const float r = 1.0f / sqrtf((float)(ss / D) + 1e-6f);
         for (int i = 0; i < D; i++)
-            h[i] = norm_mode == NORM_ZC ? round_bf16(x[i] * r * (1.0f + w[i])) : round_bf16(w[i] * round_bf16(x[i] * r));
+            h[i] =
+                norm_mode == NORM_ZC ? round_bf16(x[i] * r * (1.0f + w[i])) : round_bf16(w[i] * round_bf16(x[i] * r));
     }
 
     MlpFusedParams p;
@@ -152,45 +154,6 @@ static void test_case(int D, int F, int blocks, int norm_mode, int n_parts, int 
     CHECK(memcmp(gx, x, sizeof(float) * D) == 0, "%s: x_out differs in run 2", what);
     for (int d = 0; d < D; d++) gdiff[d] = gy2[d] - y0[d];
     CHECK(count_bad_tol("y run 2", gdiff, yref, ytol, D, 0) == 0, "%s: y run 2", what);
-    /* the staged variant (cuda_mlp_fused_staged, EXPERIMENTAL; mlp.cu) at 512, 256 and 128 threads: x_out
-     * bitwise; with 512 threads h_out and act bitwise the register kernel's, with fewer within the
-     * rounding of the norm's other summation order (h_out as above, act vs the reference from the
-     * register kernel's h); y within the same atomic bound (where its slice does not fit in shared
-     * memory the launcher keeps the register kernel) */
-    printf("  %s: staged variant %s (%zu bytes of shared memory)\n", what,
-           cuda_mlp_fused_smem_bytes(D, F, G, 1) + 1024 <= 227 * 1024 ? "runs" : "does not fit, register kernel",
-           cuda_mlp_fused_smem_bytes(D, F, G, 1));
-    for (int nt = 512; nt >= 128; nt /= 2) {
-        CU(cudaMemcpy(dy, y0, sizeof(float) * D, cudaMemcpyHostToDevice));
-        CU(cudaMemset(dact, 0xff, sizeof(float) * F));
-        CU(cudaMemset(dxo, 0xff, sizeof(float) * D));
-        CU(cudaMemset(dho, 0xff, sizeof(float) * D));
-        LAUNCH(cuda_mlp_fused_staged(&p, nt, &l));
-        CU(cudaDeviceSynchronize());
-        CU(cudaMemcpy(gact2, dact, sizeof(float) * F, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(gy2, dy, sizeof(float) * D, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(gx, dxo, sizeof(float) * D, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(hf, dho, sizeof(float) * D, cudaMemcpyDeviceToHost));
-        CHECK(memcmp(gx, x, sizeof(float) * D) == 0, "%s: staged variant (%d threads): x_out differs", what, nt);
-        if (nt == 512) {
-            CHECK(memcmp(gact, gact2, sizeof(float) * F) == 0, "%s: staged variant: act differs", what);
-            CHECK(memcmp(hf, gh, sizeof(float) * D) == 0, "%s: staged variant: h_out differs", what);
-        } else {
-            CHECK(count_bad("h_out staged", hf, h, D, 2.0 / 256, 1e-6) == 0, "%s: staged (%d): h_out", what, nt);
-            CHECK(count_bad_tol("act staged", gact2, aref, atol, F, 4.0 / 256) == 0, "%s: staged (%d): act", what,
-                  nt);
-        }
-        for (int d = 0; d < D; d++) gdiff[d] = gy2[d] - y0[d];
-        if (nt == 512) {
-            CHECK(count_bad_tol("y staged", gdiff, yref, ytol, D, 0) == 0, "%s: staged variant: y", what);
-        } else { /* vs W_down of its own act */
-            float *yr = (float *)malloc(sizeof(float) * D), *yt = (float *)malloc(sizeof(float) * D);
-            matvec_d(yr, yt, Wd, gact2, D, F);
-            for (int d = 0; d < D; d++) yt[d] += (float)(2e-7 * G * fabs(y0[d]) + 1e-6 * fabs(y0[d]));
-            CHECK(count_bad_tol("y staged", gdiff, yr, yt, D, 0) == 0, "%s: staged (%d): y", what, nt);
-            free(yr), free(yt);
-        }
-    }
 done:
     cudaFree(dWgu), cudaFree(dWdT), cudaFree(dres), cudaFree(dparts), cudaFree(dw), cudaFree(dy), cudaFree(dxo);
     cudaFree(dho), cudaFree(dact), cudaFree(dmv), cudaFree(dxo2);
@@ -231,14 +194,14 @@ int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("mlp");
     rng_seed(&rng, test_seed(argc, argv, "test_mlp"));
     cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0);
-    test_case(1024, 3584, 0, NORM_ZC, 1, 1, 1);   /* Qwen3.5-0.8B, the engine's launch */
+    test_case(1024, 3584, 0, NORM_ZC, 1, 1, 1); /* Qwen3.5-0.8B, the engine's launch */
     test_case(1024, 3584, 0, NORM_ZC, 1, 1, 0);
-    test_case(1024, 3584, 37, NORM_ZC, 3, 0, 0);  /* 96-97 units per block: warps loop */
+    test_case(1024, 3584, 37, NORM_ZC, 3, 0, 0);   /* 96-97 units per block: warps loop */
     test_case(1024, 3072, 0, NORM_PLAIN, 1, 1, 1); /* Qwen3-0.6B */
-    test_case(256, 200, 0, NORM_ZC, 1, 1, 1);     /* ragged: 2 units per block */
-    test_case(256, 200, 7, NORM_PLAIN, 2, 1, 0);  /* 28-29 units: odd counts */
-    test_case(512, 1000, 13, NORM_ZC, 1, 0, 1);   /* 76-77 units */
-    test_case(8, 2, 0, NORM_ZC, 1, 1, 1);         /* smallest: one block, one pair */
+    test_case(256, 200, 0, NORM_ZC, 1, 1, 1);      /* ragged: 2 units per block */
+    test_case(256, 200, 7, NORM_PLAIN, 2, 1, 0);   /* 28-29 units: odd counts */
+    test_case(512, 1000, 13, NORM_ZC, 1, 0, 1);    /* 76-77 units */
+    test_case(8, 2, 0, NORM_ZC, 1, 1, 1);          /* smallest: one block, one pair */
     test_rejects();
     return TEST_SUMMARY("mlp");
 }

@@ -25,9 +25,8 @@
 
 static Rng rng;
 static const CudaLaunch L0 = {0, 0, NULL, 0}; /* default stream, no PDL */
-#define TOL 1e-2
+#define TOL         1e-2
 #define BF16_POISON 0x7fc1
-
 
 /* ---- host/device helpers ----------------------------------------------------------------- */
 
@@ -199,12 +198,30 @@ static void test_attn(const AttnDims *a, int T, int pos) {
     float *d_qn = up_f32(qn, hd), *d_kn = up_f32(kn, hd), *d_if = up_f32(inv_freq, a->R / 2);
     uint16_t *d_q = dmalloc(qn_ * 2), *d_out = dmalloc(qn_ * 2);
     poison_bf16(d_q, qn_), poison_bf16(d_out, qn_);
-    AttnPrepParams pp = {d_qkv, ld, qhs, nq, nq + kvd, d_qn, d_kn, d_if, d_q, d_K, d_V,
-                         T,     pos, a->Hq, a->Hkv, hd, a->R, ms, a->uo ? NORM_ZC : NORM_PLAIN, a->eps};
+    AttnPrepParams pp = {d_qkv,
+                         ld,
+                         qhs,
+                         nq,
+                         nq + kvd,
+                         d_qn,
+                         d_kn,
+                         d_if,
+                         d_q,
+                         d_K,
+                         d_V,
+                         T,
+                         pos,
+                         a->Hq,
+                         a->Hkv,
+                         hd,
+                         a->R,
+                         ms,
+                         a->uo ? NORM_ZC : NORM_PLAIN,
+                         a->eps};
     int rc = cuda_attn_prep(&pp, &L0);
     CHECK(rc == 0, "attn_prep launch: %s", cudaGetErrorString((cudaError_t)rc));
-    AttnPrefillParams ap = {d_q, d_K, d_V, a->gate ? d_qkv + hd : NULL, ld, 2 * hd, d_out, T, pos, a->Hq, a->Hkv, hd,
-                            ms,  1.0f / sqrtf((float)hd)};
+    AttnPrefillParams ap = {d_q,    d_K, d_V, a->gate ? d_qkv + hd : NULL, ld, 2 * hd, d_out, T, pos, a->Hq,
+                            a->Hkv, hd,  ms,  1.0f / sqrtf((float)hd)};
     rc = cuda_attn_prefill(&ap, &L0);
     CHECK(rc == 0, "attn_prefill launch: %s", cudaGetErrorString((cudaError_t)rc));
     CUDA_OK(cudaDeviceSynchronize());
@@ -228,8 +245,10 @@ static void test_attn(const AttnDims *a, int T, int pos) {
         for (int p = 0; p < ms; p++)
             for (int e = 0; e < hd; e++) {
                 const size_t o = ((size_t)i * ms + p) * hd + e;
-                if (p < pos) prefix_bad += g_K[o] != Kc[o] || g_V[o] != Vc[o];
-                else if (p >= pos + T) tail_bad += !isnan(g_K[o]) || !isnan(g_V[o]);
+                if (p < pos)
+                    prefix_bad += g_K[o] != Kc[o] || g_V[o] != Vc[o];
+                else if (p >= pos + T)
+                    tail_bad += !isnan(g_K[o]) || !isnan(g_V[o]);
                 else {
                     v_bad += g_V[o] != Vc[o];
                     kn_new[((size_t)(p - pos) * a->Hkv + i) * hd + e] = g_K[o];
@@ -302,10 +321,10 @@ static void time_attn(int T, int pos) {
     uint16_t *d_qkv = up_bf16(qkv, (size_t)T * n), *d_K = up_bf16(cache, cache_n), *d_V = up_bf16(cache, cache_n);
     float *d_qn = up_f32(qn, hd), *d_kn = up_f32(kn, hd), *d_if = up_f32(inv_freq, a.R / 2);
     uint16_t *d_q = dmalloc(qn_ * 2), *d_out = dmalloc(qn_ * 2);
-    AttnPrepParams pp = {d_qkv, n, qhs, nq, nq + kvd, d_qn, d_kn, d_if, d_q, d_K, d_V,
-                         T,     pos, a.Hq, a.Hkv, hd, a.R, ms, NORM_ZC, a.eps};
-    AttnPrefillParams ap = {d_q, d_K, d_V, d_qkv + hd, n, 2 * hd, d_out, T, pos, a.Hq, a.Hkv, hd, ms,
-                            1.0f / sqrtf((float)hd)};
+    AttnPrepParams pp = {d_qkv, n, qhs, nq,   nq + kvd, d_qn, d_kn, d_if, d_q,     d_K,
+                         d_V,   T, pos, a.Hq, a.Hkv,    hd,   a.R,  ms,   NORM_ZC, a.eps};
+    AttnPrefillParams ap = {d_q, d_K, d_V,  d_qkv + hd, n,  2 * hd, d_out,
+                            T,   pos, a.Hq, a.Hkv,      hd, ms,     1.0f / sqrtf((float)hd)};
     cudaEvent_t ev[3];
     for (int i = 0; i < 3; i++) CUDA_OK(cudaEventCreate(&ev[i]));
     double us_prep = 0, us_flash = 0;
@@ -422,8 +441,8 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
         const int T = Ts[call];
         DeltaNetScratch sc; /* the regions as the launcher carves them for this T */
         cuda_deltanet_prefill_scratch(&sc, d_scr, T, d->Hk, d->Hv, d->dk, d->dv);
-        float *proj = repeating ? proj_repeating(T, ld, cd + vd, cd + vd + d->Hv, d->Hv)
-                                : rand_bf((size_t)T * ld, 0.0f, 1.0f);
+        float *proj =
+            repeating ? proj_repeating(T, ld, cd + vd, cd + vd + d->Hv, d->Hv) : rand_bf((size_t)T * ld, 0.0f, 1.0f);
         uint16_t *d_proj = up_bf16(proj, (size_t)T * ld);
         poison_bf16(d_y, (size_t)T * vd);
         DeltaNetPrefillParams p = {0};
@@ -644,8 +663,12 @@ static void test_layers(const int *Ts, int ncalls) {
     /* buffers */
     size_t nh, np, nqb, nact, nscr;
     cuda_prefill_buffer_sizes(&d, Tmax, &nh, &np, &nqb, &nact, &nscr);
-    PrefillBuffers b = {dmalloc((size_t)Tmax * D * 4), dmalloc(nh * 2), dmalloc(np * 2), dmalloc(nqb * 2),
-                        dmalloc(nact * 2), dmalloc(nscr)};
+    PrefillBuffers b = {dmalloc((size_t)Tmax * D * 4),
+                        dmalloc(nh * 2),
+                        dmalloc(np * 2),
+                        dmalloc(nqb * 2),
+                        dmalloc(nact * 2),
+                        dmalloc(nscr)};
     /* CPU state */
     float *Kc = fvec(cache_n), *Vc = fvec(cache_n), *cstate = fvec(csn), *S = fvec(sn);
 
@@ -697,11 +720,31 @@ static void test_layers(const int *Ts, int ncalls) {
     free(ln1), free(ln2), free(Wgu), free(Wd), free(Wqkv), free(Wo), free(qn), free(kn), free(Wdn), free(Wout);
     free(dw.conv_w), free(dw.A_log), free(dw.dt_bias), free(dw.norm_w), free(inv_freq), free(zero);
     free(Kc), free(Vc), free(cstate), free(S);
-    void *dev[] = {(void *)w.ln1,    (void *)w.ln2,    (void *)w.gate_up, (void *)w.down,   (void *)w.qkv,
-                   (void *)w.q_norm, (void *)w.k_norm, (void *)w.o,       (void *)w.inv_freq, w.k_cache,
-                   w.v_cache,        (void *)w.qkvzba, (void *)w.conv_w,  (void *)w.A_log,  (void *)w.dt_bias,
-                   (void *)w.norm_w, (void *)w.out,    w.conv_ring,       w.state,          b.x,
-                   b.h,              b.proj,           b.q,               b.act,            b.scratch};
+    void *dev[] = {(void *)w.ln1,
+                   (void *)w.ln2,
+                   (void *)w.gate_up,
+                   (void *)w.down,
+                   (void *)w.qkv,
+                   (void *)w.q_norm,
+                   (void *)w.k_norm,
+                   (void *)w.o,
+                   (void *)w.inv_freq,
+                   w.k_cache,
+                   w.v_cache,
+                   (void *)w.qkvzba,
+                   (void *)w.conv_w,
+                   (void *)w.A_log,
+                   (void *)w.dt_bias,
+                   (void *)w.norm_w,
+                   (void *)w.out,
+                   w.conv_ring,
+                   w.state,
+                   b.x,
+                   b.h,
+                   b.proj,
+                   b.q,
+                   b.act,
+                   b.scratch};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
 }
 
@@ -730,8 +773,8 @@ int main(int argc, char **argv) {
     test_bad_args();
 
     const AttnDims q35 = {8, 2, 256, 64, 1, 1, 0, 1e7f, 1e-6f}, q3 = {16, 8, 128, 128, 0, 0, 0, 1e6f, 1e-6f};
-    static const int attn_cases[][2] = {{1, 0},     {63, 0},    {64, 0},  {65, 0}, {130, 0}, {700, 0},
-                                        {2048, 0},  {300, 450}, {64, 129}, {1, 77}, {127, 1}, {200, 3000}};
+    static const int attn_cases[][2] = {{1, 0},    {63, 0},    {64, 0},   {65, 0}, {130, 0}, {700, 0},
+                                        {2048, 0}, {300, 450}, {64, 129}, {1, 77}, {127, 1}, {200, 3000}};
     /* head_dim 256: the mma.sync kernel (QWEN35_ATTN=mma), then the wgmma one (the default; on devices
      * without sm_90 the launcher falls back to mma.sync, so the second pass repeats the first) */
     for (int wgm = 0; wgm < 2; wgm++) {

@@ -1,5 +1,5 @@
 /* test_prefill_model.c — the CUDA backend's prefill path (forward with n > 1, src/cuda/
- * forward_prefill.cu) against its own decode path (n single-token steps) on the same ids, both
+ * prefill.cu) against its own decode path (n single-token steps) on the same ids, both
  * measured against the CPU fp32 backend (cpu_backend, same Model) where that is affordable.
  *   Why not prefill vs decode directly: both are bf16 computations (HF bf16 rounding points) of a
  *   random model with large activations; they differ from each other by a few % (hybrid up to ~10 %,
@@ -80,8 +80,8 @@ static void compare_rows(const char *what, const float *got, const float *dec, c
     printf("    %-46s rows %3d: vs cpu rms prefill %.2e decode %.2e (ratio %.2f); worst row err/bound %.2f (row %d: "
            "prefill %.2e, decode %.2e; decode worst %.2e), greedy misses prefill %d decode %d of %d clear\n",
            what, rows, rp, rd, rp / rd, worst, at, wp, wd, wdec, miss_p, miss_d, clear);
-    CHECK(rows < 16 || rp <= 1.5 * rd + 2e-3, "%s: rms rel L2 vs cpu over %d rows %.3e > 1.5 x decode loop's %.3e + 2e-3",
-          what, rows, rp, rd);
+    CHECK(rows < 16 || rp <= 1.5 * rd + 2e-3,
+          "%s: rms rel L2 vs cpu over %d rows %.3e > 1.5 x decode loop's %.3e + 2e-3", what, rows, rp, rd);
     CHECK(worst <= 1.0, "%s: row %d rel L2 vs cpu %.3e > 4 x decode loop's %.3e + 5e-3", what, at, wp, wd);
     CHECK(miss_p <= 2 * miss_d + 1, "%s: greedy id differs from the cpu at %d of %d clear rows (decode loop: %d)", what,
           miss_p, clear, miss_d);
@@ -138,7 +138,7 @@ static void small_config(Config *c, int hybrid) {
 }
 
 #define SMALL_SEQ 160
-#define N_REF 140
+#define N_REF     140
 
 static void run_small(const char *name, const Model *m, int piece) {
     const int V = m->config.vocab_size;
@@ -279,8 +279,8 @@ static void run_big(uint64_t seed) {
            1e3 * t_dec, 1e3 * t_pre);
     const double e1 = rel_l2(pl, dl, V), e2 = rel_l2(pn, dn, V);
     const int a1 = argmax_n(dl, V), b1 = argmax_n(pl, V), a2 = argmax_n(dn, V), b2 = argmax_n(pn, V);
-    printf("    last row: rel L2 %.2e, greedy id %d vs %d; next decode step: rel L2 %.2e, greedy id %d vs %d\n", e1,
-           b1, a1, e2, b2, a2);
+    printf("    last row: rel L2 %.2e, greedy id %d vs %d; next decode step: rel L2 %.2e, greedy id %d vs %d\n", e1, b1,
+           a1, e2, b2, a2);
     /* 0.2: see the header (two bf16 paths of a random model, measured 8.7-9 %; broken gives ~1) */
     CHECK(e1 <= 0.2, "0.8b prefill(2048) last row vs decode loop: rel L2 %.3e", e1);
     CHECK(e2 <= 0.2, "0.8b decode after prefill(2048) vs after the decode loop: rel L2 %.3e", e2);
@@ -294,8 +294,8 @@ static void run_big(uint64_t seed) {
     printf("    top-2 margins %.3g / %.3g, clear above %.3g / %.3g\n", m1, m2, n1, n2);
     CHECK(a1 == b1 || m1 <= n1, "0.8b prefill(2048): greedy id %d, decode loop %d (margin %.3g > %.3g)", b1, a1, m1,
           n1);
-    CHECK(a2 == b2 || m2 <= n2, "0.8b decode after prefill(2048): greedy id %d vs %d (margin %.3g > %.3g)", b2, a2,
-          m2, n2);
+    CHECK(a2 == b2 || m2 <= n2, "0.8b decode after prefill(2048): greedy id %d vs %d (margin %.3g > %.3g)", b2, a2, m2,
+          n2);
 done:
     if (ctx) cuda_backend.close(ctx);
     model_free(&m);
@@ -306,8 +306,10 @@ int main(int argc, char **argv) {
     int big = 1, ac = 1;
     char *av[2] = {argv[0], NULL};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--no-big")) big = 0;
-        else if (ac < 2) av[ac++] = argv[i];
+        if (!strcmp(argv[i], "--no-big"))
+            big = 0;
+        else if (ac < 2)
+            av[ac++] = argv[i];
     }
     const uint64_t seed = test_seed(ac, av, "test_prefill_model");
     rng_seed(&rng, seed);
@@ -315,7 +317,8 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int hybrid, pieces[3];
-    } models[] = {{"hybrid (DeltaNet 128, attn 4/1 x 256)", 1, {0, 64, 100}}, {"dense (attn 4/2 x 128)", 0, {0, 48, 0}}};
+    } models[] = {{"hybrid (DeltaNet 128, attn 4/1 x 256)", 1, {0, 64, 100}},
+                  {"dense (attn 4/2 x 128)", 0, {0, 48, 0}}};
     for (int k = 0; k < 2; k++) {
         Config c;
         Model m;

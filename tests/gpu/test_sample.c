@@ -105,8 +105,10 @@ static int check_draw(const float *logits, int n_valid, const StepParams *sp, in
 
 static void fill_logits(float *l, int n, int kind) {
     for (int i = 0; i < n; i++) {
-        if (kind == 0) l[i] = round_bf16(3.0f * rng_normal(&rng));           /* smooth */
-        else l[i] = 0.5f * (float)(rng_u64(&rng) % 9);                        /* 9 values, many ties */
+        if (kind == 0)
+            l[i] = round_bf16(3.0f * rng_normal(&rng)); /* smooth */
+        else
+            l[i] = 0.5f * (float)(rng_u64(&rng) % 9); /* 9 values, many ties */
     }
 }
 
