@@ -39,7 +39,9 @@ typedef struct Conn {
     OaiMeta meta;
     /* streaming */
     int role_sent, end_sent;
-    size_t sent[2]; /* bytes of out[0] (content) / out[1] (reasoning) sent */
+    size_t sent[2];   /* bytes of out[0] (content) / out[1] (reasoning) sent */
+    int calls_sent;   /* tool calls whose first delta (index, id, name) went out */
+    size_t args_sent; /* bytes of calls[calls_sent - 1].args sent */
     int lps_sent;
     size_t text_offset;
     char *ev; /* SSE bytes ready to write */
@@ -111,6 +113,64 @@ static int client_gone(const Conn *c) {
 
 /* ---- prompt ---- */
 
+/* Chat: renders the conversation and tools (q35_chat_render_request) into *text and opens the request's output
+ * parser, plus its tool guide for tool_choice required / named. */
+static int chat_prompt(Http *h, Req *r, char **text, OaiError *e) {
+    const OaiRequest *q = &r->rq;
+    Q35Err err = {0};
+    int n_calls = 0;
+    for (int i = 0; i < q->n_messages; i++) n_calls += q->messages[i].n_tool_calls;
+    Q35ChatMessage *m = calloc((size_t)q->n_messages, sizeof *m);
+    Q35ChatToolCall *tc = calloc((size_t)n_calls + 1, sizeof *tc);
+    if (!m || !tc) {
+        free(m);
+        free(tc);
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    for (int i = 0, k = 0; i < q->n_messages; i++) {
+        const OaiMessage *om = &q->messages[i];
+        m[i] = (Q35ChatMessage){.role = om->role,
+                                .content = om->content,
+                                .reasoning = om->reasoning,
+                                .tool_calls = tc + k,
+                                .n_tool_calls = om->n_tool_calls,
+                                .tool_call_id = om->tool_call_id};
+        for (int j = 0; j < om->n_tool_calls; j++, k++)
+            tc[k] = (Q35ChatToolCall){om->tool_calls[j].id, om->tool_calls[j].name, om->tool_calls[j].arguments};
+    }
+    int think = q->thinking != Q35_THINK_DEFAULT ? q->thinking : h->cfg.think;
+    r->reasoning = think == Q35_THINK_ON;
+    Q35ChatRequest cr = {.messages = m,
+                         .n_messages = q->n_messages,
+                         .tools = q->tools,
+                         .tool_choice = q->tool_choice,
+                         .tool_choice_name = q->tool_choice_name,
+                         .add_generation_prompt = 1,
+                         .thinking = think};
+    int rc = q35_chat_render_request(h->tok, &cr, text, &err);
+    if (rc) oai_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
+    Q35ChatParseOptions po = {.thinking = think,
+                              .tools = q->tools,
+                              .tool_choice = q->tool_choice,
+                              .id_seed = r->params.sampling.seed ^ 0xC0FFEE5EEDull};
+    if (!rc && (rc = q35_chat_parser_open(&r->parser, h->tok, &po, &err)))
+        oai_fail(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+    if (!rc && q->tool_choice >= Q35_TOOL_CHOICE_REQUIRED) {
+        if ((rc = q35_tool_guide_open(&r->guide, h->tok, &cr, &err)))
+            oai_fail(e, 400, "invalid_request_error", NULL, "tool_choice", "%s", err.msg);
+        else if (!(r->logits = malloc(sizeof(float) * (size_t)q35_vocab_size(h->e))))
+            rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        r->rng = r->params.sampling.seed;
+    }
+    free(m);
+    free(tc);
+    if (rc && *text) {
+        free(*text);
+        *text = NULL;
+    }
+    return rc ? -1 : 0;
+}
+
 static int build_prompt(Http *h, Req *r, OaiError *e) {
     const OaiRequest *q = &r->rq;
     Q35Err err = {0};
@@ -120,20 +180,7 @@ static int build_prompt(Http *h, Req *r, OaiError *e) {
             return oai_fail(e, 400, "invalid_request_error", NULL, NULL,
                             "the model has no tokenizer.json: send token ids");
         char *text = q->prompt;
-        if (q->kind == OAI_CHAT) {
-            Q35ChatMessage *m = calloc((size_t)q->n_messages, sizeof *m);
-            if (!m) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-            for (int i = 0; i < q->n_messages; i++) {
-                m[i].role = q->messages[i].role;
-                m[i].content = q->messages[i].content;
-                m[i].reasoning = q->messages[i].reasoning;
-            }
-            int think = q->thinking != Q35_THINK_DEFAULT ? q->thinking : h->cfg.think;
-            r->reasoning = think == Q35_THINK_ON;
-            int rc = q35_chat_render(h->tok, m, q->n_messages, 1, think, &text, &err);
-            free(m);
-            if (rc) return oai_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
-        }
+        if (q->kind == OAI_CHAT && chat_prompt(h, r, &text, e)) return -1;
         int rc = q35_tokenize(h->tok, text, strlen(text), &ids, &n, &err);
         if (text != q->prompt) free(text);
         if (rc)
@@ -196,6 +243,28 @@ static void ev_data(Conn *c, char *json) {
     free(json);
 }
 
+/* Tool-call deltas not sent yet (mu held): per new call one delta with index, id, name and "" arguments, then one
+ * with the arguments (a call arrives complete from the parser, so its arguments are one fragment). Strings are
+ * copies; returns the count (at most cap, the rest waits for the next collect). */
+static int collect_calls(Conn *c, OaiCallOut *d, int cap) {
+    const Req *r = c->req;
+    int n = 0;
+    while (n + 2 <= cap) {
+        int i = c->calls_sent - 1;
+        if (i >= 0 && r->calls[i].args.n > c->args_sent) {
+            d[n++] = (OaiCallOut){i, NULL, NULL,
+                                  strndup(r->calls[i].args.p + c->args_sent, r->calls[i].args.n - c->args_sent)};
+            c->args_sent = r->calls[i].args.n;
+        } else if (c->calls_sent < r->n_calls) {
+            i = c->calls_sent++;
+            d[n++] = (OaiCallOut){i, strdup(r->calls[i].id), strdup(r->calls[i].name), strdup("")};
+            c->args_sent = 0;
+        } else
+            break;
+    }
+    return n;
+}
+
 /* Turns what the request has produced since the last call into SSE events; 1 if any were made. */
 static int stream_collect(Conn *c) {
     Http *h = c->h;
@@ -215,7 +284,10 @@ static int stream_collect(Conn *c) {
     else
         n_lp = 0;
     c->lps_sent += n_lp;
-    int done = r->done;
+    OaiCallOut calls[16];
+    int n_calls = collect_calls(c, calls, 16);
+    int done =
+        r->done && c->calls_sent == r->n_calls && (!r->n_calls || c->args_sent == r->calls[r->n_calls - 1].args.n);
     const char *reason = r->finish_reason;
     OaiError err = r->error;
     OaiUsage u = {r->n_prompt, r->n_generated};
@@ -229,17 +301,28 @@ static int stream_collect(Conn *c) {
     }
     if (done && err.status) {
         ev_data(c, oai_error_json(&err));
-    } else if (text[0] || text[1] || n_lp || done) {
-        OaiOutput o = {.content = text[0],
-                       .reasoning = text[1],
-                       .logprobs = lps,
-                       .n_logprobs = n_lp,
-                       .want_logprobs = want_lp,
-                       .text_offset = c->text_offset,
-                       .finish_reason = done ? reason : NULL};
-        if (kind == OAI_COMPLETION && !o.content) o.content = "";
-        ev_data(c, oai_chunk_json(kind, &c->meta, &o, 0, NULL, usage));
-        c->text_offset += text[0] ? strlen(text[0]) : 0;
+    } else {
+        if (text[0] || text[1] || n_lp || (done && !n_calls)) {
+            OaiOutput o = {.content = text[0],
+                           .reasoning = text[1],
+                           .logprobs = lps,
+                           .n_logprobs = n_lp,
+                           .want_logprobs = want_lp,
+                           .text_offset = c->text_offset,
+                           .finish_reason = done && !n_calls ? reason : NULL};
+            if (kind == OAI_COMPLETION && !o.content) o.content = "";
+            ev_data(c, oai_chunk_json(kind, &c->meta, &o, 0, NULL, usage));
+            c->text_offset += text[0] ? strlen(text[0]) : 0;
+        }
+        for (int i = 0; i < n_calls; i++) { /* one tool-call delta per chunk; the last carries finish_reason */
+            OaiOutput o = {.calls = &calls[i], .n_calls = 1, .finish_reason = done && i == n_calls - 1 ? reason : NULL};
+            ev_data(c, oai_chunk_json(kind, &c->meta, &o, 0, NULL, usage));
+        }
+    }
+    for (int i = 0; i < n_calls; i++) {
+        free((char *)calls[i].id);
+        free((char *)calls[i].name);
+        free((char *)calls[i].arguments);
     }
     if (done) {
         if (usage && !err.status) ev_data(c, oai_chunk_json(kind, &c->meta, NULL, 0, &u, 1));
@@ -265,7 +348,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         sched_lock(c->h->s);
         if (!c->req->done && c->req->out[0].n == c->sent[0] && c->req->out[1].n == c->sent[1] &&
-            c->req->n_lps == c->lps_sent)
+            c->req->n_lps == c->lps_sent && c->req->n_calls == c->calls_sent)
             sched_wait(c->h->s, c->req, 20);
         sched_unlock(c->h->s);
     }
@@ -298,9 +381,9 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
                  "The model '%s' does not exist (this server serves '%s').", r->rq.model, h->cfg.model);
         return reply_error(c, mc, url, &e);
     }
-    if (build_prompt(h, r, &e)) return reply_error(c, mc, url, &e);
     unsigned long n = atomic_fetch_add(&h->next_id, 1);
     seq_params(h, r, n);
+    if (build_prompt(h, r, &e)) return reply_error(c, mc, url, &e);
     snprintf(r->id, sizeof r->id, "%s-%lx%06lx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)h->started, n);
     r->t_arrival = now_s();
     c->meta.id = r->id;
@@ -329,14 +412,21 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
     }
     sched_unlock(h->s); /* done: the scheduler no longer writes r */
     if (r->error.status) return reply_error(c, mc, url, &r->error);
+    OaiCallOut *calls = r->n_calls ? calloc((size_t)r->n_calls, sizeof *calls) : NULL;
+    for (int i = 0; calls && i < r->n_calls; i++)
+        calls[i] = (OaiCallOut){i, r->calls[i].id, r->calls[i].name, r->calls[i].args.p ? r->calls[i].args.p : "{}"};
     OaiOutput o = {.content = r->out[0].p ? r->out[0].p : "",
                    .reasoning = r->reasoning ? (r->out[1].p ? r->out[1].p : "") : NULL,
+                   .calls = calls,
+                   .n_calls = calls ? r->n_calls : 0,
                    .logprobs = r->lps,
                    .n_logprobs = r->n_lps,
                    .want_logprobs = r->rq.top_logprobs >= 0,
                    .finish_reason = r->finish_reason};
     OaiUsage u = {r->n_prompt, r->n_generated};
-    return reply(mc, 200, "application/json", oai_response_json(kind, &c->meta, &o, &u));
+    char *body = oai_response_json(kind, &c->meta, &o, &u);
+    free(calls);
+    return reply(mc, 200, "application/json", body);
 }
 
 /* ---- routing ---- */

@@ -97,6 +97,52 @@ static int content_text(const cJSON *c, const char *param, char **out, OaiError 
     return 0;
 }
 
+static int oom(OaiError *e) { return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
+
+/* One assistant tool_calls[k]: {"id"?, "type"?: "function", "function": {"name", "arguments"}}; arguments is
+ * OpenAI's JSON string (kept as sent: the renderer reads it), an object is accepted too (re-printed). */
+static int parse_call(const cJSON *c, const char *param, OaiToolCall *tc, OaiError *e) {
+    if (!cJSON_IsObject(c)) return bad(e, param, "must be an object");
+    const cJSON *id = field(c, "id"), *type = field(c, "type"), *fn = field(c, "function");
+    if (id && !cJSON_IsString(id)) return bad(e, param, "has an 'id' that is not a string");
+    if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "function")))
+        return bad(e, param, "must have \"type\": \"function\"");
+    if (!cJSON_IsObject(fn)) return bad(e, param, "needs a 'function' object");
+    const cJSON *name = field(fn, "name"), *args = field(fn, "arguments");
+    if (!cJSON_IsString(name) || !name->valuestring[0]) return bad(e, param, "needs a non-empty 'function.name'");
+    if (args && !cJSON_IsString(args) && !cJSON_IsObject(args))
+        return bad(e, param, "has 'function.arguments' that is neither a JSON string nor an object");
+    if (id && !(tc->id = strdup(id->valuestring))) return oom(e);
+    if (!(tc->name = strdup(name->valuestring))) return oom(e);
+    if (args && !(tc->arguments = cJSON_IsString(args) ? strdup(args->valuestring) : cJSON_PrintUnformatted(args)))
+        return oom(e);
+    return 0;
+}
+
+/* An assistant message's tool_calls and a tool message's tool_call_id (message i). */
+static int parse_message_tools(const cJSON *m, int i, OaiMessage *om, OaiError *e) {
+    char param[64];
+    const cJSON *calls = field(m, "tool_calls"), *tcid = field(m, "tool_call_id");
+    if (calls) {
+        snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+        if (strcmp(om->role, "assistant")) return bad(e, param, "are only allowed in an assistant message");
+        if (!cJSON_IsArray(calls)) return bad(e, param, "must be an array");
+        int n = cJSON_GetArraySize(calls);
+        if (n > 0 && !(om->tool_calls = calloc((size_t)n, sizeof *om->tool_calls))) return oom(e);
+        const cJSON *c;
+        cJSON_ArrayForEach(c, calls) {
+            snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, om->n_tool_calls);
+            if (parse_call(c, param, &om->tool_calls[om->n_tool_calls++], e)) return -1;
+        }
+    }
+    if (tcid) {
+        snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+        if (!cJSON_IsString(tcid)) return bad(e, param, "must be a string");
+        if (!(om->tool_call_id = strdup(tcid->valuestring))) return oom(e);
+    }
+    return 0;
+}
+
 static int parse_messages(const cJSON *root, OaiRequest *r, OaiError *e) {
     const cJSON *ms = field(root, "messages");
     if (!ms) return bad(e, "messages", "is required");
@@ -131,6 +177,7 @@ static int parse_messages(const cJSON *root, OaiRequest *r, OaiError *e) {
             if (!(om->reasoning = strdup(rc->valuestring)))
                 return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         }
+        if (parse_message_tools(m, i - 1, om, e)) return -1;
     }
     return 0;
 }
@@ -238,6 +285,71 @@ static int parse_logprobs(const cJSON *root, OaiRequest *r, OaiError *e) {
     return 0;
 }
 
+/* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}] (chat only);
+ * tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name"}} naming one of them. */
+static int parse_tools(const cJSON *root, OaiRequest *r, OaiError *e) {
+    const cJSON *tools = field(root, "tools"), *choice = field(root, "tool_choice");
+    if (r->kind != OAI_CHAT) {
+        if (tools) return bad(e, "tools", "are only accepted by /v1/chat/completions");
+        if (choice) return bad(e, "tool_choice", "is only accepted by /v1/chat/completions");
+        return 0;
+    }
+    if (tools) {
+        if (!cJSON_IsArray(tools)) return bad(e, "tools", "must be an array of function tools");
+        const cJSON *t;
+        int k = 0;
+        cJSON_ArrayForEach(t, tools) {
+            char param[64];
+            snprintf(param, sizeof param, "tools[%d]", k++);
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            const cJSON *params = field(fn, "parameters");
+            if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+                return bad(e, param, "must be {\"type\": \"function\", \"function\": {...}}");
+            if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !name->valuestring[0])
+                return bad(e, param, "needs a 'function' object with a non-empty 'name'");
+            if (params && !cJSON_IsObject(params))
+                return bad(e, param, "has 'function.parameters' that is not an object");
+        }
+        r->n_tools = k;
+        if (k > 0 && !(r->tools = cJSON_PrintUnformatted(tools))) return oom(e);
+    }
+    if (!choice) return 0;
+    if (cJSON_IsString(choice)) {
+        const char *c = choice->valuestring;
+        if (!strcmp(c, "auto"))
+            r->tool_choice = Q35_TOOL_CHOICE_AUTO;
+        else if (!strcmp(c, "none"))
+            r->tool_choice = Q35_TOOL_CHOICE_NONE;
+        else if (!strcmp(c, "required"))
+            r->tool_choice = Q35_TOOL_CHOICE_REQUIRED;
+        else
+            return bad(e, "tool_choice", "must be \"auto\", \"none\", \"required\" or a function object");
+    } else {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsObject(choice) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+            !cJSON_IsString(name))
+            return bad(e, "tool_choice",
+                       "must be \"auto\", \"none\", \"required\" or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        int found = 0;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
+            found |= !strcmp(n->valuestring, name->valuestring);
+        }
+        if (!found) return bad(e, "tool_choice", "names a function that is not in 'tools'");
+        r->tool_choice = Q35_TOOL_CHOICE_FUNCTION;
+        if (!(r->tool_choice_name = strdup(name->valuestring))) return oom(e);
+    }
+    if (r->tool_choice >= Q35_TOOL_CHOICE_REQUIRED && !r->n_tools)
+        return bad(e, "tool_choice", "needs a non-empty 'tools' array");
+    return 0;
+}
+
 static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e) {
     const cJSON *model = field(root, "model");
     if (model) {
@@ -270,9 +382,7 @@ static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e
     int echo = 0;
     if (get_bool(root, "echo", &echo, e) < 0) return -1;
     if (echo) return bad(e, "echo", "is not supported");
-    const cJSON *tools = field(root, "tools");
-    if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
-        return bad(e, "tools", "are not supported by this server yet");
+    if (parse_tools(root, r, e)) return -1;
     const cJSON *kw = field(root, "chat_template_kwargs");
     if (kw) {
         if (!cJSON_IsObject(kw)) return bad(e, "chat_template_kwargs", "must be an object");
@@ -305,10 +415,20 @@ int oai_parse_request(const char *body, size_t len, int kind, int vocab, OaiRequ
 
 void oai_request_free(OaiRequest *r) {
     for (int i = 0; i < r->n_messages; i++) {
-        free(r->messages[i].role);
-        free(r->messages[i].content);
-        free(r->messages[i].reasoning);
+        OaiMessage *m = &r->messages[i];
+        free(m->role);
+        free(m->content);
+        free(m->reasoning);
+        for (int k = 0; k < m->n_tool_calls; k++) {
+            free(m->tool_calls[k].id);
+            free(m->tool_calls[k].name);
+            free(m->tool_calls[k].arguments);
+        }
+        free(m->tool_calls);
+        free(m->tool_call_id);
     }
+    free(r->tools);
+    free(r->tool_choice_name);
     free(r->messages);
     free(r->model);
     free(r->prompt);
@@ -414,6 +534,26 @@ static void finish(cJSON *choice, const OaiOutput *o) {
         cJSON_AddNullToObject(choice, "finish_reason");
 }
 
+/* tool_calls: [{"index"?, "id", "type": "function", "function": {"name", "arguments"}}]; a stream delta after the
+ * first one of a call carries only index and function.arguments. */
+static cJSON *calls_json(const OaiOutput *o, int delta) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < o->n_calls; i++) {
+        const OaiCallOut *c = &o->calls[i];
+        cJSON *x = cJSON_CreateObject();
+        if (delta) cJSON_AddNumberToObject(x, "index", c->index);
+        if (c->id) {
+            cJSON_AddStringToObject(x, "id", c->id);
+            cJSON_AddStringToObject(x, "type", "function");
+        }
+        cJSON *f = cJSON_AddObjectToObject(x, "function");
+        if (c->name) cJSON_AddStringToObject(f, "name", c->name);
+        cJSON_AddStringToObject(f, "arguments", c->arguments ? c->arguments : "");
+        cJSON_AddItemToArray(a, x);
+    }
+    return a;
+}
+
 char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, const OaiUsage *u) {
     cJSON *root = envelope(kind, m, kind == OAI_CHAT ? "chat.completion" : "text_completion");
     cJSON *choice = cJSON_CreateObject();
@@ -421,8 +561,12 @@ char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, const Oa
     if (kind == OAI_CHAT) {
         cJSON *msg = cJSON_AddObjectToObject(choice, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", o->content ? o->content : "");
+        if (o->n_calls && (!o->content || !o->content[0]))
+            cJSON_AddNullToObject(msg, "content");
+        else
+            cJSON_AddStringToObject(msg, "content", o->content ? o->content : "");
         if (o->reasoning) cJSON_AddStringToObject(msg, "reasoning_content", o->reasoning);
+        if (o->n_calls) cJSON_AddItemToObject(msg, "tool_calls", calls_json(o, 0));
         if (o->want_logprobs)
             cJSON_AddItemToObject(choice, "logprobs", chat_logprobs(o));
         else
@@ -451,6 +595,7 @@ char *oai_chunk_json(int kind, const OaiMeta *m, const OaiOutput *o, int first, 
             if (first) cJSON_AddStringToObject(d, "role", "assistant");
             if (o->reasoning) cJSON_AddStringToObject(d, "reasoning_content", o->reasoning);
             if (o->content) cJSON_AddStringToObject(d, "content", o->content);
+            if (o->n_calls) cJSON_AddItemToObject(d, "tool_calls", calls_json(o, 1));
             if (o->want_logprobs)
                 cJSON_AddItemToObject(choice, "logprobs", chat_logprobs(o));
             else

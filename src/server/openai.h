@@ -23,10 +23,20 @@ typedef struct OaiError {
 int oai_fail(OaiError *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
+/* An assistant message's tool_calls[i]: {"id", "type": "function", "function": {"name", "arguments"}}. */
+typedef struct OaiToolCall {
+    char *id;        /* NULL when absent */
+    char *name;      /* required */
+    char *arguments; /* JSON text of an object as sent (a string in OpenAI's shape; an object is re-printed) */
+} OaiToolCall;
+
 typedef struct OaiMessage {
-    char *role;      /* system | user | assistant | tool */
-    char *content;   /* text parts joined; "" for null */
-    char *reasoning; /* assistant reasoning_content, or NULL */
+    char *role;              /* system | user | assistant | tool */
+    char *content;           /* text parts joined; "" for null */
+    char *reasoning;         /* assistant reasoning_content, or NULL */
+    OaiToolCall *tool_calls; /* assistant: the calls of this turn, or NULL */
+    int n_tool_calls;
+    char *tool_call_id; /* tool: the call answered, or NULL */
 } OaiMessage;
 
 /* Sampling fields the request set (the rest keep the model's defaults). */
@@ -60,6 +70,10 @@ typedef struct OaiRequest {
     int top_logprobs; /* -1: no logprobs; else the alternatives per token (0..Q35_MAX_TOP_LOGPROBS) */
     int thinking;     /* Q35_THINK_DEFAULT | OFF | ON (chat_template_kwargs.enable_thinking) */
     int ignore_eos;   /* vLLM extension: keep going past the stop ids */
+    char *tools;      /* chat: the "tools" array re-printed by cJSON (key order kept), or NULL (absent or []) */
+    int n_tools;
+    int tool_choice;        /* Q35_TOOL_CHOICE_* (auto when absent) */
+    char *tool_choice_name; /* Q35_TOOL_CHOICE_FUNCTION: the function's name (one of tools) */
 } OaiRequest;
 
 /* Parses body[0..len) as a kind request. vocab: ids in a token prompt must be below it. 0 on success (free r
@@ -79,15 +93,25 @@ typedef struct OaiTokenLogprob {
     OaiTopLogprob top[Q35_MAX_TOP_LOGPROBS];
 } OaiTokenLogprob;
 
+/* A generated tool call, or one stream delta of it: id and name only on its first delta (NULL after). */
+typedef struct OaiCallOut {
+    int index;
+    const char *id;
+    const char *name;
+    const char *arguments; /* the JSON text (a delta: the fragment, "" on the first one) */
+} OaiCallOut;
+
 /* The text of one response, or of one stream chunk's delta. */
 typedef struct OaiOutput {
-    const char *content;   /* NULL: no content field in a delta */
-    const char *reasoning; /* NULL: none */
+    const char *content;     /* NULL: no content field in a delta (a response with tool calls: "content": null) */
+    const char *reasoning;   /* NULL: none */
+    const OaiCallOut *calls; /* chat: message.tool_calls / delta.tool_calls */
+    int n_calls;
     const OaiTokenLogprob *logprobs;
     int n_logprobs;
     int want_logprobs;         /* put a logprobs object (possibly empty) in the choice */
     size_t text_offset;        /* completions' text_offset of the first token: bytes of text sent before */
-    const char *finish_reason; /* "stop" | "length" | NULL (stream chunk still running) */
+    const char *finish_reason; /* "stop" | "length" | "tool_calls" | NULL (stream chunk still running) */
 } OaiOutput;
 
 typedef struct OaiUsage {

@@ -8,10 +8,13 @@
  *   requests in arrival order while a slot, the step's token budget and free KV blocks allow (no overtaking);
  *   then the KV blocks the step needs are summed (q35_seq_blocks_needed); while they pass the free blocks, the
  *   newest running request is preempted (q35_seq_preempt: blocks back, n_fed = 0, recomputed later).
- * Generated text goes through the streaming detokenizer, the reasoning split (<think> ... </think>) and the stop
- * strings: text that could still be the start of a stop string is held back, a matched stop string and what
- * follows are never released. */
+ * Generated text goes through the streaming detokenizer and, for chat, the chat parser (q35_chat_parser_*: reasoning,
+ * content and tool calls); stop strings apply to the content (completions: all text): text that could still be the
+ * start of a stop string is held back, a matched stop string and what follows are never released. A request with a
+ * tool guide (tool_choice required / named) gets raw logits from the step and its token is sampled by guided.c. */
 #include "server/sched.h"
+
+#include "server/guided.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -28,7 +31,7 @@ struct Sched {
     int max_ctx;
     const int *stop_ids;
     int n_stop_ids;
-    int think_start, think_end; /* <think> / </think> ids, -1 if the tokenizer has none */
+    GuideVocab *gv; /* token texts for guided requests (made at the first one) */
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -110,6 +113,15 @@ static void req_free(Req *r) {
         for (int j = 0; j < r->lps[i].n_top; j++) free((char *)r->lps[i].top[j].token);
     }
     free(r->lps);
+    for (int i = 0; i < r->n_calls; i++) {
+        free(r->calls[i].id);
+        free(r->calls[i].name);
+        free(r->calls[i].args.p);
+    }
+    free(r->calls);
+    q35_chat_parser_close(r->parser);
+    q35_tool_guide_close(r->guide);
+    free(r->logits);
     if (r->detok) q35_detok_close(r->detok);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -212,10 +224,6 @@ static void release(Sched *s, Req *r, int c, size_t n) {
  * (the text before it is released, the rest dropped). mu held. */
 static int channel_put(Sched *s, Req *r, int c, const char *piece, size_t n) {
     TextBuf *p = &r->pend[c];
-    if (c == 0 && r->strip_nl) {
-        while (n && *piece == '\n') piece++, n--;
-        if (n) r->strip_nl = 0;
-    }
     if (text_put(p, piece, n)) return 0;
     size_t first = p->n;
     for (int i = 0; i < r->rq.n_stop; i++) {
@@ -230,6 +238,41 @@ static int channel_put(Sched *s, Req *r, int c, const char *piece, size_t n) {
     }
     release(s, r, c, p->n - stop_hold(r, p->p, p->n));
     return 0;
+}
+
+/* A chat parser event (mu held): reasoning is released as it comes, content goes through the stop strings, calls
+ * are recorded whole. Returns 1 (the parser stops) once a stop string matched. */
+static int on_event(void *user, const Q35ChatEvent *ev) {
+    Req *r = user;
+    switch (ev->type) {
+    case Q35_CHAT_EV_REASONING: text_put(&r->out[1], ev->text, ev->len); return 0;
+    case Q35_CHAT_EV_CONTENT: return channel_put(NULL, r, 0, ev->text, ev->len);
+    case Q35_CHAT_EV_TOOL_START:
+        if (r->n_calls == r->cap_calls) {
+            int c = r->cap_calls ? 2 * r->cap_calls : 4;
+            ReqCall *p = realloc(r->calls, sizeof *p * (size_t)c);
+            if (!p) return 0;
+            r->calls = p;
+            r->cap_calls = c;
+        }
+        r->calls[r->n_calls] = (ReqCall){.id = strdup(ev->id), .name = strdup(ev->name)};
+        if (r->calls[r->n_calls].id && r->calls[r->n_calls].name) r->n_calls++;
+        return 0;
+    case Q35_CHAT_EV_TOOL_ARGS:
+        if (r->n_calls > 0 && ev->index == r->n_calls - 1) text_put(&r->calls[r->n_calls - 1].args, ev->text, ev->len);
+        return 0;
+    }
+    return 0;
+}
+
+/* Generated text of r (mu held): through the parser (chat) or straight to the content; 1 when a stop string
+ * matched. */
+static int emit(Req *r, const char *text, size_t len) {
+    if (r->stop_matched) return 1;
+    if (!r->parser) return channel_put(NULL, r, 0, text, len);
+    Q35Err err;
+    q35_chat_parser_push(r->parser, text, len, on_event, r, &err);
+    return r->stop_matched;
 }
 
 static char *token_text(Sched *s, int id) {
@@ -278,10 +321,13 @@ static void finish(Sched *s, Req *r, const char *reason) {
         const char *text;
         size_t len;
         q35_detok_flush(r->detok, &text, &len);
-        if (len) r->stop_matched = channel_put(s, r, r->channel, text, len);
-        for (int c = 0; c < 2 && !r->stop_matched; c++) release(s, r, c, r->pend[c].n);
+        if (len) emit(r, text, len);
+        int n_calls = 0;
+        Q35Err err;
+        if (r->parser && !r->stop_matched) q35_chat_parser_finish(r->parser, on_event, r, &n_calls, &err);
+        if (!r->stop_matched) release(s, r, 0, r->pend[0].n);
     }
-    r->finish_reason = reason;
+    r->finish_reason = r->n_calls > 0 && !strcmp(reason, "stop") ? "tool_calls" : reason; /* metrics: "stop" */
     r->done = 1;
     if (r->admitted) s->n_admitted--;
     pthread_cond_broadcast(&r->cv);
@@ -317,19 +363,10 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
     r->n_generated++;
     if (r->rq.top_logprobs >= 0) add_logprobs(s, r, o);
     int stopped = 0;
-    if (!is_stop_id) {
-        if (r->reasoning && r->channel == 1 && id == s->think_end) {
-            release(s, r, 1, r->pend[1].n);
-            r->channel = 0;
-            r->strip_nl = 1;
-        } else if (!(r->reasoning && r->n_generated == 1 && id == s->think_start)) {
-            const char *text;
-            size_t len;
-            Q35Err err;
-            if (s->tok && !q35_detok_push(r->detok, id, &text, &len, &err))
-                stopped = channel_put(s, r, r->channel, text, len);
-        }
-    }
+    const char *text;
+    size_t len;
+    Q35Err err;
+    if (!is_stop_id && s->tok && !q35_detok_push(r->detok, id, &text, &len, &err)) stopped = emit(r, text, len);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&s->mu);
     if (is_stop_id || stopped) {
@@ -344,6 +381,23 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
 }
 
 /* ---- the step ---- */
+
+/* The next token of a guided request from its logits (into *o); NULL when r was finished instead (nothing allowed:
+ * "stop"; no guide vocabulary: an error). */
+static const Q35StepOut *guided_token(Sched *s, Req *r, Q35StepOut *o) {
+    Q35Err err = {0};
+    if (!s->gv && guide_vocab_open(&s->gv, s->tok, q35_vocab_size(s->e), &err)) {
+        fail(s, r, err.msg);
+        return NULL;
+    }
+    int prev = r->n_toks > r->n_prompt ? r->toks[r->n_toks - 1] : -1;
+    if (guide_sample(s->gv, r->guide, r->logits, prev, &r->params.sampling, &r->rng, r->rq.top_logprobs, s->stop_ids,
+                     s->n_stop_ids, !r->rq.ignore_eos, o)) {
+        finish(s, r, "stop");
+        return NULL;
+    }
+    return o;
+}
 
 static void remove_running(Sched *s, int i) {
     memmove(&s->running[i], &s->running[i + 1], sizeof(Req *) * (size_t)(s->n_running - i - 1));
@@ -390,6 +444,10 @@ static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
     int n = pending < budget ? pending : budget;
     if (n <= 0) return 0;
     s->items[*n_items] = (Q35StepItem){.seq = r->seq, .ids = r->toks + r->n_fed, .n = n, .sample = n == pending};
+    if (r->guide && n == pending) { /* guided: raw logits, sampled in guided_token */
+        s->items[*n_items].sample = 0;
+        s->items[*n_items].logits = r->logits;
+    }
     s->item_req[(*n_items)++] = r;
     return n;
 }
@@ -510,8 +568,17 @@ static void step(Sched *s) {
     for (int i = 0; i < n_items; i++) {
         Req *r = s->item_req[i];
         r->n_fed += s->items[i].n;
-        if (!s->items[i].sample) continue;
-        if (on_token(s, r, &s->outs[i]))
+        const Q35StepOut *o = &s->outs[i];
+        if (r->guide && s->items[i].logits) {
+            o = guided_token(s, r, &s->outs[i]);
+            if (!o) {
+                for (int j = 0; j < s->n_running; j++)
+                    if (s->running[j] == r) remove_running(s, j);
+                continue;
+            }
+        } else if (!s->items[i].sample)
+            continue;
+        if (on_token(s, r, o))
             for (int j = 0; j < s->n_running; j++)
                 if (s->running[j] == r) remove_running(s, j);
     }
@@ -549,8 +616,6 @@ int sched_open(Sched **out, Q35Engine *e, const SchedConfig *cfg, Metrics *m, Q3
     long pool = (long)s->info.n_blocks * s->info.kv_block;
     if (s->info.n_blocks > 0 && pool < s->max_ctx) s->max_ctx = (int)pool;
     s->n_stop_ids = s->tok ? q35_tokenizer_stop_ids(s->tok, &s->stop_ids) : 0; /* --dummy: no tokenizer */
-    s->think_start = s->tok ? q35_token_id(s->tok, "<think>") : -1;
-    s->think_end = s->tok ? q35_token_id(s->tok, "</think>") : -1;
     if (s->cfg.step_tokens < s->info.max_seqs) s->cfg.step_tokens = s->info.max_seqs;
     int cap = s->info.max_seqs + 1;
     s->running = calloc((size_t)cap, sizeof *s->running);
@@ -586,6 +651,7 @@ void sched_close(Sched *s) {
     free(s->items);
     free(s->outs);
     free(s->item_req);
+    guide_vocab_close(s->gv);
     pthread_cond_destroy(&s->work);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -25,6 +25,12 @@ typedef struct TextBuf {
     size_t n, cap;
 } TextBuf;
 
+/* A tool call the chat parser emitted: complete, its arguments JSON text (streamed out in pieces). */
+typedef struct ReqCall {
+    char *id, *name;
+    TextBuf args;
+} ReqCall;
+
 /* One request. The HTTP side fills the fields above `seq` before sched_submit and reads the output
  * fields under sched_lock; the scheduler owns the rest. Freed by the last of the two sides to let go
  * (sched_release). */
@@ -35,30 +41,34 @@ typedef struct Req {
     int n_prompt;
     int max_tokens; /* completion tokens at most */
     Q35SeqParams params;
-    int reasoning;    /* the output starts inside <think>: text before </think> is reasoning_content */
-    double t_arrival; /* monotonic seconds */
+    int reasoning;         /* the output starts inside <think>: text before </think> is reasoning_content */
+    double t_arrival;      /* monotonic seconds */
+    Q35ChatParser *parser; /* chat: splits the text into reasoning / content / tool calls; NULL: all content */
+    Q35ToolGuide *guide;   /* tool_choice required / named: tokens are sampled on the host under it (guided.h) */
+    float *logits;         /* guide: [q35_vocab_size] the step's raw logits */
+    uint64_t rng;          /* guide: the host sampler's state (from the request's seed) */
 
     /* scheduler */
     int seq;          /* engine sequence, -1 when not open */
     int n_toks;       /* ids in toks: n_prompt + generated */
     int n_fed;        /* ids of toks the engine holds */
-    int channel;      /* 0 content, 1 reasoning */
-    int strip_nl;     /* drop newlines that open the content after </think> */
     int stop_matched; /* a stop string matched: nothing more is released */
     int preempted;    /* was preempted at least once */
     int admitted;     /* holds (or held) a slot: counted in the queue limit's free slots */
-    TextBuf pend[2];  /* decoded text not yet released (a stop string may start in it) */
+    TextBuf pend[2];  /* decoded content not yet released (a stop string may start in it); [1] unused */
     Q35Detok *detok;
     double t_first, t_last;
 
     /* shared (sched_lock) */
     pthread_cond_t cv;
-    TextBuf out[2];       /* released text per channel: 0 content, 1 reasoning */
+    TextBuf out[2]; /* released text per channel: 0 content, 1 reasoning */
+    ReqCall *calls; /* tool calls parsed so far */
+    int n_calls, cap_calls;
     OaiTokenLogprob *lps; /* one per generated token when rq.top_logprobs >= 0; strings owned */
     int n_lps, cap_lps;
     int n_generated;
     int done;                  /* finished: finish_reason set (or error.status != 0) */
-    const char *finish_reason; /* "stop" | "length" | "abort" */
+    const char *finish_reason; /* "stop" | "length" | "tool_calls" | "abort" */
     OaiError error;            /* status != 0: the request failed in the engine */
     int cancelled;             /* the client went away */
     int refs;

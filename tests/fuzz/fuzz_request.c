@@ -29,9 +29,24 @@ static void check_accepted(const OaiRequest *r, int kind) {
             const char *role = r->messages[i].role;
             REQUIRE(!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant") ||
                     !strcmp(role, "tool"));
-            REQUIRE(r->messages[i].content);
+            const OaiMessage *m = &r->messages[i];
+            REQUIRE(m->content);
+            REQUIRE(m->n_tool_calls == 0 || (!strcmp(role, "assistant") && m->tool_calls));
+            for (int k = 0; k < m->n_tool_calls; k++) REQUIRE(m->tool_calls[k].name && m->tool_calls[k].name[0]);
         }
+        /* tools: re-printed array that cJSON reads back, of n_tools function objects */
+        REQUIRE(!r->tools == !r->n_tools);
+        if (r->tools) {
+            cJSON *t = cJSON_Parse(r->tools);
+            REQUIRE(cJSON_IsArray(t) && cJSON_GetArraySize(t) == r->n_tools);
+            cJSON_Delete(t);
+        }
+        REQUIRE(r->tool_choice >= Q35_TOOL_CHOICE_AUTO && r->tool_choice <= Q35_TOOL_CHOICE_FUNCTION);
+        REQUIRE(r->tool_choice < Q35_TOOL_CHOICE_REQUIRED || r->n_tools > 0);
+        REQUIRE((r->tool_choice == Q35_TOOL_CHOICE_FUNCTION) == !!r->tool_choice_name);
+        if (r->tool_choice_name) REQUIRE(r->tools && strstr(r->tools, r->tool_choice_name));
     } else {
+        REQUIRE(!r->tools && !r->tool_choice && !r->tool_choice_name);
         REQUIRE(!!r->prompt != (r->n_prompt_ids > 0));
         for (int i = 0; i < r->n_prompt_ids; i++) REQUIRE(r->prompt_ids[i] >= 0 && r->prompt_ids[i] < VOCAB);
     }
@@ -49,7 +64,19 @@ static void check_accepted(const OaiRequest *r, int kind) {
     /* the request's own text goes back out through the response writer */
     OaiMeta m = {"id-0", 1, r->model ? r->model : "m"};
     OaiTokenLogprob lp = {r->n_stop ? r->stop[0] : "x", -0.5f, 1, {{"y", -1.0f}}};
-    OaiOutput o = {r->prompt ? r->prompt : (r->n_messages ? r->messages[0].content : ""), NULL, &lp, 1, 1, 0, "stop"};
+    /* the first message's tool calls (if any) go back out as generated calls */
+    OaiCallOut calls[4];
+    int n_calls = 0;
+    for (int k = 0; kind == OAI_CHAT && k < r->messages[0].n_tool_calls && n_calls < 4; k++)
+        calls[n_calls++] = (OaiCallOut){k, r->messages[0].tool_calls[k].id, r->messages[0].tool_calls[k].name,
+                                        r->messages[0].tool_calls[k].arguments};
+    OaiOutput o = {.content = r->prompt ? r->prompt : (r->n_messages ? r->messages[0].content : ""),
+                   .calls = calls,
+                   .n_calls = n_calls,
+                   .logprobs = &lp,
+                   .n_logprobs = 1,
+                   .want_logprobs = 1,
+                   .finish_reason = n_calls ? "tool_calls" : "stop"};
     OaiUsage u = {1, 2};
     char *s = oai_response_json(kind, &m, &o, &u);
     REQUIRE(s);
@@ -75,7 +102,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         return 0;
     }
     REQUIRE(e.status == 400 && e.type && e.message[0]);
-    REQUIRE(!r.messages && !r.prompt && !r.prompt_ids && !r.model && r.n_stop == 0);
+    REQUIRE(!r.messages && !r.prompt && !r.prompt_ids && !r.model && r.n_stop == 0 && !r.tools && !r.tool_choice_name);
     char *s = oai_error_json(&e);
     REQUIRE(s);
     cJSON *back = cJSON_Parse(s), *err = cJSON_GetObjectItemCaseSensitive(back, "error");

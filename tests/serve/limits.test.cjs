@@ -79,10 +79,14 @@ test("queue limit: with the slots busy and one request waiting, the next gets 42
 test("thinking: the reply goes to reasoning_content", async () => {
     const msgs = [{ role: "user", content: "Why is the sky blue?" }];
     const on = await client.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 8, seed: 5,
-        chat_template_kwargs: { enable_thinking: true } });
+        logprobs: true, chat_template_kwargs: { enable_thinking: true } });
     const m = on.choices[0].message;
     assert.equal(typeof m.reasoning_content, "string");
-    assert.ok(m.reasoning_content.length + m.content.length > 0);
+    // no </think> in the reply: all of it is reasoning, without the newlines at its ends (the chat parser's rule)
+    const raw = on.choices[0].logprobs.content.map((t) => t.token).join("");
+    assert.ok(!raw.includes("</think>"), JSON.stringify(raw));
+    assert.equal(m.reasoning_content, raw.replace(/^<think>/, "").replace(/^\n+|\n+$/g, ""));
+    assert.equal(m.content, "");
     const off = await client.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 8, seed: 5 });
     assert.equal(off.choices[0].message.reasoning_content, undefined);
     assert.ok(off.usage.prompt_tokens > on.usage.prompt_tokens); // the empty <think></think> block of thinking off

@@ -1,0 +1,189 @@
+/* guided.c — host sampling under a tool guide (guided.h). Per guided token: one q35_tool_guide_allows per id
+ * with text (the byte automaton over the id's bytes), then over the allowed ids
+ *   p_i = softmax(l_i / T), cut to the top_k largest, to p_i >= min_p * max p, to the smallest prefix (largest
+ *   first) whose sum reaches top_p, renormalized, one uniform draw;
+ * logprob(id) = l_id - logsumexp(l) over all ids (raw logits, as q35_step reports logprobs). */
+#include "server/guided.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct GuideVocab {
+    int vocab;
+    size_t *off; /* [vocab + 1]: text of id i is text[off[i], off[i+1]); empty: never offered */
+    char *text;
+};
+
+int guide_vocab_open(GuideVocab **out, const Q35Tokenizer *t, int vocab, Q35Err *err) {
+    GuideVocab *v = calloc(1, sizeof *v);
+    size_t cap = (size_t)vocab * 8, n = 0;
+    if (v) {
+        v->off = malloc(sizeof *v->off * ((size_t)vocab + 1));
+        v->text = malloc(cap);
+    }
+    if (!v || !v->off || !v->text) goto oom;
+    v->vocab = vocab;
+    int n_tok = q35_tokenizer_size(t);
+    for (int id = 0; id < vocab; id++) {
+        v->off[id] = n;
+        char *s = NULL;
+        Q35Err e;
+        if (id >= n_tok || q35_detokenize(t, &id, 1, 1, &s, &e)) continue;
+        size_t k = strlen(s);
+        if (strstr(s, "\xEF\xBF\xBD")) k = 0; /* a piece of a character: not offered */
+        if (n + k > cap) {
+            while (n + k > cap) cap *= 2;
+            char *p = realloc(v->text, cap);
+            if (!p) {
+                free(s);
+                goto oom;
+            }
+            v->text = p;
+        }
+        memcpy(v->text + n, s, k);
+        n += k;
+        free(s);
+    }
+    v->off[vocab] = n;
+    *out = v;
+    return 0;
+oom:
+    guide_vocab_close(v);
+    err->code = Q35_ERR_OOM;
+    snprintf(err->msg, sizeof err->msg, "out of memory (tool guide vocabulary)");
+    return Q35_ERR_OOM;
+}
+
+void guide_vocab_close(GuideVocab *v) {
+    if (!v) return;
+    free(v->off);
+    free(v->text);
+    free(v);
+}
+
+typedef struct Cand {
+    float x; /* logit / T */
+    int id;
+} Cand;
+
+static int cand_desc(const void *a, const void *b) {
+    float x = ((const Cand *)a)->x, y = ((const Cand *)b)->x;
+    return x < y ? 1 : x > y ? -1 : ((const Cand *)a)->id - ((const Cand *)b)->id;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int is_stop(int id, const int *stop_ids, int n_stop) {
+    for (int i = 0; i < n_stop; i++)
+        if (stop_ids[i] == id) return 1;
+    return 0;
+}
+
+/* Draws from the allowed candidates c[0, n) (n >= 1) by the request's sampling parameters. */
+static int draw(Cand *c, int n, const Q35Sampling *sp, uint64_t *rng) {
+    if (sp->temperature <= 0 || n == 1) {
+        int best = 0;
+        for (int i = 1; i < n; i++)
+            if (c[i].x > c[best].x) best = i;
+        return c[best].id;
+    }
+    for (int i = 0; i < n; i++) c[i].x /= sp->temperature;
+    qsort(c, (size_t)n, sizeof *c, cand_desc);
+    if (sp->top_k > 0 && sp->top_k < n) n = sp->top_k;
+    double sum = 0;
+    int keep = 0;
+    for (int i = 0; i < n; i++) {
+        double p = exp((double)c[i].x - c[0].x);
+        if (p < sp->min_p) break; /* p / p_max < min_p */
+        c[i].x = (float)p;
+        sum += p;
+        keep++;
+    }
+    if (sp->top_p > 0 && sp->top_p < 1) {
+        double acc = 0;
+        for (int i = 0; i < keep; i++)
+            if ((acc += c[i].x) >= sp->top_p * sum) {
+                keep = i + 1;
+                sum = acc;
+                break;
+            }
+    }
+    double u = (double)(splitmix(rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    for (int i = 0; i < keep; i++)
+        if ((u -= c[i].x) < 0) return c[i].id;
+    return c[keep - 1].id;
+}
+
+/* o's logprob and top alternatives from the raw logits. */
+static void fill_logprobs(const float *l, int vocab, int id, int top, Q35StepOut *o) {
+    float mx = l[0];
+    for (int i = 1; i < vocab; i++) mx = l[i] > mx ? l[i] : mx;
+    double s = 0;
+    for (int i = 0; i < vocab; i++) s += exp((double)l[i] - mx);
+    double lse = mx + log(s);
+    o->logprob = (float)(l[id] - lse);
+    o->n_top = 0;
+    for (int i = 0; i < vocab && top > 0; i++) { /* insertion into the sorted top list */
+        int k;
+        if (o->n_top < top)
+            k = o->n_top++;
+        else if (l[i] > l[o->top_id[top - 1]])
+            k = top - 1;
+        else
+            continue;
+        while (k > 0 && l[o->top_id[k - 1]] < l[i]) {
+            o->top_id[k] = o->top_id[k - 1];
+            k--;
+        }
+        o->top_id[k] = i;
+    }
+    for (int j = 0; j < o->n_top; j++) o->top_logprob[j] = (float)(l[o->top_id[j]] - lse);
+}
+
+/* 1 if id has text and all of it is blanks / newlines. */
+static int blank(const GuideVocab *v, int id) {
+    if (id < 0 || id >= v->vocab || v->off[id] == v->off[id + 1]) return 0;
+    for (size_t i = v->off[id]; i < v->off[id + 1]; i++)
+        if (!strchr(" \t\r\n", v->text[i])) return 0;
+    return 1;
+}
+
+int guide_sample(const GuideVocab *v, Q35ToolGuide *g, const float *logits, int prev, const Q35Sampling *sp,
+                 uint64_t *rng, int top_logprobs, const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o) {
+    memset(o, 0, sizeof *o);
+    o->id = -1;
+    Cand *c = malloc(sizeof *c * (size_t)v->vocab);
+    if (!c) return -1;
+    int n = 0, n_blank = 0, can_stop = stop_ok && q35_tool_guide_can_stop(g), after_blank = blank(v, prev);
+    for (int id = 0; id < v->vocab; id++) {
+        size_t a = v->off[id], b = v->off[id + 1];
+        int ok = is_stop(id, stop_ids, n_stop) ? can_stop : b > a && q35_tool_guide_allows(g, v->text + a, b - a);
+        if (!ok || !isfinite(logits[id])) continue;
+        if (after_blank && blank(v, id)) { /* kept at the end, used only if nothing else is allowed */
+            n_blank++;
+            c[v->vocab - n_blank] = (Cand){logits[id], id};
+        } else
+            c[n++] = (Cand){logits[id], id};
+    }
+    if (n == 0 && n_blank > 0) {
+        memmove(c, c + v->vocab - n_blank, sizeof *c * (size_t)n_blank);
+        n = n_blank;
+    }
+    int id = n ? draw(c, n, sp, rng) : -1;
+    free(c);
+    if (id < 0) return -1;
+    o->id = id;
+    if (!is_stop(id, stop_ids, n_stop)) {
+        Q35Err err;
+        q35_tool_guide_push(g, v->text + v->off[id], v->off[id + 1] - v->off[id], &err);
+    }
+    if (top_logprobs >= 0) fill_logprobs(logits, v->vocab, id, top_logprobs, o);
+    return 0;
+}

@@ -1,0 +1,26 @@
+/* guided.h — tool_choice "required" / named function in the server: the next token of a guided request is
+ * sampled on the host from the step's raw logits (Q35StepItem.logits, no engine sample), restricted to the ids
+ * whose text q35_tool_guide_allows, with the stop ids allowed only where the guide may end. */
+#ifndef Q35_SERVER_GUIDED_H
+#define Q35_SERVER_GUIDED_H
+#include <stdint.h>
+
+#include "qwen35.h"
+
+/* Every id's text (detokenized alone, specials skipped). Ids with no text (special tokens), with an incomplete
+ * UTF-8 piece (a byte of a longer character: U+FFFD alone) or past the tokenizer are never offered to the guide. */
+typedef struct GuideVocab GuideVocab;
+int guide_vocab_open(GuideVocab **out, const Q35Tokenizer *t, int vocab, Q35Err *err);
+void guide_vocab_close(GuideVocab *v);
+
+/* Chooses the token after logits[vocab] for guide g and pushes its text into g. prev: the id generated last, or -1;
+ * after a whitespace-only token, whitespace-only ids are offered only when nothing else is allowed (the JSON and
+ * XML shapes allow unbounded whitespace, where a random or weak model can stay forever). Sampling over the allowed ids:
+ * temperature 0 = argmax; else softmax(logit / T) cut by top_k, min_p, top_p, drawn with *rng. Penalties are not
+ * applied. o: id, logprob (log softmax of the raw logits, as q35_step reports it) and top_logprobs alternatives
+ * (over all ids). stop_ok: the stop ids may be chosen (not ignore_eos). Returns 0, or -1 when no id is allowed
+ * (o->id = -1). */
+int guide_sample(const GuideVocab *v, Q35ToolGuide *g, const float *logits, int prev, const Q35Sampling *sp,
+                 uint64_t *rng, int top_logprobs, const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o);
+
+#endif

@@ -1,0 +1,255 @@
+// tools.test.cjs — tool calls and reasoning through `qwen35 serve` with the official `openai` npm client (issue 30;
+// started by tests/serve/run.sh). The model has random weights, so it never writes a call by itself: the request side
+// (tools, assistant tool_calls, tool results, reasoning_content) is checked by a three-round tool loop that the server
+// must render and answer, the response side by tool_choice "required" / a named function, where the server samples
+// under the tool guide, so a well-formed call comes out whatever the weights. Every response and stream chunk is
+// checked against OpenAI's documented shapes (a small JSON-schema check below).
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const { spawn } = require("node:child_process");
+const OpenAI = require(process.env.OPENAI_DIR + "/node_modules/openai").default;
+
+const MODEL = "serve-model";
+let srv, base, client;
+
+before(async () => {
+    srv = await new Promise((resolve, reject) => {
+        const p = spawn(process.env.QWEN35_BIN, ["serve", "--model", process.env.SERVE_MODEL, "--backend", "cpu",
+            "--port", "0", "--ctx", "1024", "--kv-memory", "64M", "--threads", "1", "--deterministic", "--quiet",
+            "--max-seqs", "8"], { stdio: ["ignore", "ignore", "pipe"] });
+        let err = "";
+        p.stderr.on("data", (d) => {
+            err += d;
+            const m = err.match(/listening on http:\/\/[^:]+:(\d+)/);
+            if (m && !p.port) { p.port = Number(m[1]); resolve(p); }
+        });
+        p.on("exit", (code) => { if (!p.port) reject(new Error(`server exited ${code}: ${err}`)); });
+    });
+    base = `http://127.0.0.1:${srv.port}`;
+    client = new OpenAI({ apiKey: "none", baseURL: base + "/v1", maxRetries: 0 });
+});
+
+after(async () => {
+    if (!srv || srv.exitCode !== null) return;
+    const code = await new Promise((resolve) => { srv.on("exit", (c) => resolve(c)); srv.kill("SIGTERM"); });
+    assert.equal(code, 0, "SIGTERM: exit status 0");
+});
+
+// ---- a JSON-schema subset: type (one or a list), enum, properties, required, additionalProperties: false, items ----
+function check(v, s, path = "$") {
+    const types = [].concat(s.type || []);
+    const kind = v === null ? "null" : Array.isArray(v) ? "array" : Number.isInteger(v) ? "integer" : typeof v;
+    if (types.length && !types.includes(kind) && !(kind === "integer" && types.includes("number")))
+        throw new Error(`${path}: ${JSON.stringify(v)} is not ${types.join("|")}`);
+    if (s.enum && !s.enum.includes(v)) throw new Error(`${path}: ${JSON.stringify(v)} not in ${JSON.stringify(s.enum)}`);
+    if (kind === "object" && s.properties) {
+        for (const k of s.required || []) if (!(k in v)) throw new Error(`${path}: missing ${k}`);
+        for (const [k, x] of Object.entries(v)) {
+            if (s.properties[k]) check(x, s.properties[k], `${path}.${k}`);
+            else if (s.additionalProperties === false) throw new Error(`${path}: unexpected field ${k}`);
+        }
+    }
+    if (kind === "array" && s.items) v.forEach((x, i) => check(x, s.items, `${path}[${i}]`));
+    if (kind === "array" && s.minItems !== undefined && v.length < s.minItems) throw new Error(`${path}: too few items`);
+}
+const str = { type: "string" }, int = { type: "integer" };
+const FINISH = ["stop", "length", "tool_calls", "content_filter", "function_call"];
+const usage = { type: "object", required: ["prompt_tokens", "completion_tokens", "total_tokens"],
+    properties: { prompt_tokens: int, completion_tokens: int, total_tokens: int } };
+const logprobs = { type: ["object", "null"] };
+// https://platform.openai.com/docs/api-reference/chat/object (reasoning_content: the vLLM / DeepSeek extension)
+const COMPLETION = { type: "object", required: ["id", "object", "created", "model", "choices", "usage"], properties: {
+    id: str, object: { enum: ["chat.completion"] }, created: int, model: str, usage,
+    choices: { type: "array", minItems: 1, items: { type: "object", required: ["index", "message", "finish_reason"],
+        additionalProperties: false, properties: { index: int, logprobs, finish_reason: { enum: FINISH },
+            message: { type: "object", required: ["role", "content"], additionalProperties: false, properties: {
+                role: { enum: ["assistant"] }, content: { type: ["string", "null"] }, reasoning_content: str,
+                tool_calls: { type: "array", minItems: 1, items: { type: "object", required: ["id", "type", "function"],
+                    additionalProperties: false, properties: { id: str, type: { enum: ["function"] },
+                        function: { type: "object", required: ["name", "arguments"], additionalProperties: false,
+                            properties: { name: str, arguments: str } } } } } } } } } } } };
+// https://platform.openai.com/docs/api-reference/chat/streaming
+const CHUNK = { type: "object", required: ["id", "object", "created", "model", "choices"], properties: {
+    id: str, object: { enum: ["chat.completion.chunk"] }, created: int, model: str, usage: { type: ["object", "null"] },
+    choices: { type: "array", items: { type: "object", required: ["index", "delta", "finish_reason"],
+        additionalProperties: false, properties: { index: int, logprobs, finish_reason: { enum: [null, ...FINISH] },
+            delta: { type: "object", additionalProperties: false, properties: {
+                role: { enum: ["assistant"] }, content: { type: ["string", "null"] }, reasoning_content: str,
+                tool_calls: { type: "array", minItems: 1, items: { type: "object", required: ["index"],
+                    additionalProperties: false, properties: { index: int, id: str, type: { enum: ["function"] },
+                        function: { type: "object", additionalProperties: false,
+                            properties: { name: str, arguments: str } } } } } } } } } } } };
+
+// ---- requests ----
+const TOOLS = [
+    { type: "function", function: { name: "get_weather", description: "Current weather of a city.",
+        parameters: { type: "object", properties: { city: { type: "string", description: "City name" },
+            unit: { type: "string", enum: ["celsius", "fahrenheit"] } }, required: ["city"] } } },
+    { type: "function", function: { name: "get_time", description: "Local time in a time zone.",
+        parameters: { type: "object", properties: { tz: { type: "string" } }, required: ["tz"] } } },
+];
+const NO_THINK = { chat_template_kwargs: { enable_thinking: false } };
+
+async function ask(params) {
+    const r = await client.chat.completions.create(params);
+    check(r, COMPLETION);
+    return r;
+}
+
+// Streams params; checks every chunk and the tool_calls delta protocol; returns the assembled message.
+async function askStream(params) {
+    const stream = await client.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+    let content = "", reasoning = "", finish = null, usage = null, sawContent = false;
+    const calls = [];
+    for await (const ch of stream) {
+        check(ch, CHUNK);
+        if (ch.usage) usage = ch.usage;
+        for (const c of ch.choices) {
+            const d = c.delta;
+            if (typeof d.content === "string") { content += d.content; sawContent ||= d.content.length > 0; }
+            if (d.reasoning_content) reasoning += d.reasoning_content;
+            for (const t of d.tool_calls || []) {
+                if (t.index === calls.length) { // first delta of a call: id, type, name, empty arguments
+                    assert.equal(typeof t.id, "string");
+                    assert.equal(t.type, "function");
+                    assert.equal(typeof t.function.name, "string");
+                    assert.equal(t.function.arguments, "");
+                    calls.push({ id: t.id, type: "function", function: { name: t.function.name, arguments: "" } });
+                } else {
+                    assert.equal(t.index, calls.length - 1, "argument fragments follow their call's first delta");
+                    assert.equal(t.id, undefined);
+                    assert.equal(t.function.name, undefined);
+                    calls[t.index].function.arguments += t.function.arguments;
+                }
+            }
+            if (c.finish_reason) { assert.equal(finish, null, "one finish_reason"); finish = c.finish_reason; }
+        }
+    }
+    assert.ok(finish, "a finish_reason");
+    assert.ok(usage, "a usage chunk");
+    return { content, reasoning, calls, finish, usage, sawContent };
+}
+
+// A response's calls: each a known function whose arguments parse as a JSON object.
+function checkCalls(calls, names) {
+    for (const c of calls) {
+        assert.ok(names.includes(c.function.name), `call of ${c.function.name}`);
+        assert.match(c.id, /^call_[0-9a-f]{24}$/);
+        const a = JSON.parse(c.function.arguments);
+        assert.ok(a !== null && typeof a === "object" && !Array.isArray(a), `arguments ${c.function.arguments}`);
+    }
+}
+
+const user = { role: "user", content: "What is the weather in Paris and the time in Tokyo?" };
+
+test("a three-round tool loop: tools, assistant tool_calls + reasoning_content, tool results", async () => {
+    const base1 = { model: MODEL, max_tokens: 8, temperature: 1, seed: 5, ...NO_THINK };
+    const plain = await ask({ ...base1, messages: [user] });
+    const r1 = await ask({ ...base1, messages: [user], tools: TOOLS });
+    // the tools block is in the system turn: Qwen3's template adds > 100 tokens for these two tools
+    assert.ok(r1.usage.prompt_tokens > plain.usage.prompt_tokens + 100, `${r1.usage.prompt_tokens} vs ${plain.usage.prompt_tokens}`);
+    const none = await ask({ ...base1, messages: [user], tools: TOOLS, tool_choice: "none" });
+    assert.equal(none.usage.prompt_tokens, r1.usage.prompt_tokens, "tool_choice none keeps the tools in the prompt");
+    assert.equal(none.choices[0].message.tool_calls, undefined);
+
+    const call1 = { id: "call_a1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } };
+    const round2 = [user,
+        { role: "assistant", content: null, reasoning_content: "The user wants the weather.", tool_calls: [call1] },
+        { role: "tool", tool_call_id: "call_a1", content: '{"temperature": 21, "sky": "clear"}' }];
+    const r2 = await ask({ ...base1, messages: round2, tools: TOOLS });
+    assert.ok(r2.usage.prompt_tokens > r1.usage.prompt_tokens + 15, "round 2 renders the call and its result");
+
+    const calls3 = [
+        { id: "call_b1", type: "function", function: { name: "get_time", arguments: '{"tz": "Asia/Tokyo"}' } },
+        { id: "call_b2", type: "function", function: { name: "get_weather", arguments: '{"city": "Tōkyō", "unit": "celsius"}' } }];
+    const round3 = [...round2, { role: "assistant", content: "Paris is clear. Now Tokyo.", tool_calls: calls3 },
+        { role: "tool", tool_call_id: "call_b1", content: "09:30" },
+        { role: "tool", tool_call_id: "call_b2", content: '{"temperature": 12}' },
+        { role: "user", content: "Thanks! Summarize." }];
+    const r3 = await ask({ ...base1, messages: round3, tools: TOOLS, max_tokens: 12 });
+    assert.ok(r3.usage.prompt_tokens > r2.usage.prompt_tokens + 30);
+    const s3 = await askStream({ ...base1, messages: round3, tools: TOOLS, max_tokens: 12 });
+    const m3 = r3.choices[0].message;
+    assert.equal(s3.content, m3.content ?? "");
+    assert.deepEqual(s3.calls, m3.tool_calls ?? []);
+    assert.equal(s3.finish, r3.choices[0].finish_reason);
+    assert.deepEqual(s3.usage, r3.usage);
+
+    // a bad assistant call is refused with the field named
+    await assert.rejects(ask({ ...base1, tools: TOOLS, messages: [user, { role: "assistant", tool_calls: [{ type: "function",
+        function: { arguments: "{}" } }] }] }), (e) => e.status === 400 && e.param === "messages[1].tool_calls[0]");
+});
+
+test("reasoning: thinking on puts the text before </think> into reasoning_content, streamed the same", async () => {
+    for (const seed of [1, 2, 3]) {
+        const p = { model: MODEL, messages: [user], tools: TOOLS, max_tokens: 10, temperature: 2, seed, logprobs: true,
+            chat_template_kwargs: { enable_thinking: true } };
+        const r = await ask(p);
+        const m = r.choices[0].message;
+        const raw = r.choices[0].logprobs.content.map((t) => t.token).join("");
+        assert.equal(typeof m.reasoning_content, "string");
+        if (!raw.includes("</think>") && !raw.includes("<tool_call>")) { // all reasoning: newlines at its ends dropped
+            assert.equal(m.reasoning_content, raw.replace(/^<think>/, "").replace(/^\n+|\n+$/g, ""), JSON.stringify(raw));
+            assert.equal(m.content, "");
+        }
+        const s = await askStream(p);
+        assert.equal(s.reasoning, m.reasoning_content);
+        assert.equal(s.content, m.content ?? "");
+    }
+});
+
+// The guided requests: seeds 1..N; each answer is either a complete call (finish tool_calls) or, when max_tokens cut
+// the call, its text as content (finish length). At least one must complete.
+async function guided(choice, names, n) {
+    const done = [];
+    for (let seed = 1; seed <= n; seed++) {
+        const p = { model: MODEL, messages: [user], tools: TOOLS, tool_choice: choice, max_tokens: 40, temperature: 1,
+            seed, ...NO_THINK };
+        const r = await ask(p);
+        const c = r.choices[0], m = c.message;
+        if (c.finish_reason === "tool_calls") {
+            assert.ok(m.tool_calls.length >= 1);
+            if (typeof choice === "object") assert.equal(m.tool_calls.length, 1, "a named function: one call");
+            checkCalls(m.tool_calls, names);
+            assert.equal(m.content, null);
+            done.push({ params: p, r });
+        } else {
+            assert.equal(c.finish_reason, "length", JSON.stringify(r));
+            assert.ok(m.content.startsWith("<tool_call>\n"), `unfinished call as content: ${JSON.stringify(m.content)}`);
+        }
+        const s = await askStream(p);
+        assert.equal(s.finish, c.finish_reason);
+        assert.deepEqual(s.calls, m.tool_calls ?? []);
+        assert.equal(s.content, m.content ?? "");
+        assert.equal(s.usage.completion_tokens, r.usage.completion_tokens);
+    }
+    assert.ok(done.length >= 1, `no complete call in ${n} seeds`);
+    return done;
+}
+
+test("tool_choice named function: the guide forces one well-formed call of that function", async () => {
+    const done = await guided({ type: "function", function: { name: "get_time" } }, ["get_time"], 4);
+    // stop strings apply to content only: "{" and "tz" are in the call's JSON text and do not cut it
+    const r = await ask({ ...done[0].params, stop: ["{", "tz"] });
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.deepEqual(r.choices[0].message.tool_calls, done[0].r.choices[0].message.tool_calls);
+});
+
+test("tool_choice required: calls of the listed functions only", async () => {
+    await guided("required", ["get_weather", "get_time"], 4);
+});
+
+test("tool requests: 400s name the field", async () => {
+    const p = { model: MODEL, messages: [user], max_tokens: 4 };
+    const bad = async (extra, param) => assert.rejects(client.chat.completions.create({ ...p, ...extra }),
+        (e) => e.status === 400 && e.param === param, JSON.stringify(extra));
+    await bad({ tool_choice: "required" }, "tool_choice");
+    await bad({ tools: TOOLS, tool_choice: "sometimes" }, "tool_choice");
+    await bad({ tools: TOOLS, tool_choice: { type: "function", function: { name: "nope" } } }, "tool_choice");
+    await bad({ tools: [{ type: "retrieval" }] }, "tools[0]");
+    await bad({ tools: [{ type: "function", function: { description: "no name" } }] }, "tools[0]");
+    await bad({ messages: [{ role: "user", content: "x", tool_calls: [] }] }, "messages[0].tool_calls");
+    await bad({ messages: [user, { role: "tool", content: "1", tool_call_id: 5 }] }, "messages[1].tool_call_id");
+    await assert.rejects(client.completions.create({ model: MODEL, prompt: "x", tools: TOOLS }),
+        (e) => e.status === 400 && e.param === "tools");
+});
