@@ -122,6 +122,10 @@ typedef struct Q35ServeOptions {
     int kv_block;       /* tokens per KV block; 0 = 16 */
     int single_seq;     /* 1: one sequence at a time through the single-sequence forward, as on a backend without a
                          * batched step (tests); kv_bytes is then unused */
+    size_t prefix_bytes; /* prefix cache: bytes for its DeltaNet snapshots (at most half) and cached KV blocks; 0 = a
+                          * quarter of the KV budget. The snapshots come on top of kv_bytes (out of the automatic
+                          * budget when kv_bytes is 0); cached blocks are pool blocks no sequence holds */
+    int no_prefix_cache; /* 1: no prefix cache (also off on a backend without the snapshot hooks) */
 } Q35ServeOptions;
 
 typedef struct Q35ServeInfo {
@@ -133,6 +137,11 @@ typedef struct Q35ServeInfo {
     int max_context;     /* longest sequence the engine accepts (q35_context_size) */
     size_t slot_bytes;   /* memory of one slot's DeltaNet state */
     size_t block_bytes;  /* memory of one KV block (all full-attention layers) */
+    /* prefix cache (all 0 when it is off); free_blocks above counts the blocks only the cache holds as free */
+    size_t prefix_bytes;                    /* its budget */
+    int prefix_snaps, prefix_max_blocks;    /* capacity: snapshots (each slot_bytes), cached blocks */
+    int prefix_used_snaps, prefix_used_blocks;
+    long long prefix_evicted;               /* entries evicted so far (least recently used first) */
 } Q35ServeInfo;
 
 /* Per-sequence generation parameters (fixed for the sequence's life). */
@@ -189,6 +198,24 @@ int q35_seq_preempt(Q35Engine *e, int seq, Q35Err *err);
  * others); may be NULL when no item samples. Initialise Q35StepItem with designated initialisers or {0}: fields may
  * be added at its end. */
 int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35Err *err);
+
+/* ---- prefix cache (docs/SERVE_ENGINE.md "Prefix cache") ----
+ * A radix tree over the ids of recorded sequences: their KV blocks (shared read-only; a resumed sequence copies its
+ * partly filled last block) and snapshots of their DeltaNet state at recorded positions. In deterministic mode a
+ * sequence resumed from the cache gives the same tokens and logprobs, bit for bit, as the same sequence fed cold. */
+typedef struct Q35PrefixHit {
+    int cached;  /* ids taken from the cache: the sequence's length after the open (its history holds them) */
+    int matched; /* ids of the prompt that equal a recorded sequence (>= cached): where it diverges from the cache */
+} Q35PrefixHit;
+/* q35_seq_open, then resumes from the longest recorded prefix of prompt[0, n) with a snapshot at most n - 1 ids
+ * long (at least one id is left to feed, for the logits). The caller feeds prompt[hit->cached, n) next. A miss, or
+ * a cache that is off, opens an empty sequence (hit->cached 0). Errors as q35_seq_open. */
+int q35_seq_open_cached(Q35Engine *e, const Q35SeqParams *p, const int *prompt, int n, int *seq, Q35PrefixHit *hit,
+                        Q35Err *err);
+/* Records the sequence's ids [0, q35_seq_length) with its current DeltaNet state in the cache, so later sequences
+ * that start with those ids resume there. May evict least-recently-used entries; a no-op when the cache is off or
+ * already holds that snapshot. Call it between steps, at the positions where requests are expected to diverge. */
+int q35_seq_snapshot(Q35Engine *e, int seq, Q35Err *err);
 
 /* ---- decode benchmark (backends with a device timer: CUDA) ---- */
 typedef struct Q35BenchRequest {

@@ -50,6 +50,8 @@ typedef struct ServeLayout {
     int n_blocks;   /* KV blocks in each full-attention layer's pool */
     int block;      /* tokens per block */
     int max_blocks; /* entries of one block table: ceil(max_seq / block) */
+    int n_snaps;    /* prefix cache: DeltaNet state snapshots, each the size of a slot (0 = none; only a backend
+                     * with snap_save / snap_load / block_copy is given any) */
 } ServeLayout;
 
 /* One sequence's part of a batched step: n tokens at positions pos .. pos+n-1 of the sequence in `slot`. */
@@ -87,6 +89,14 @@ typedef struct Backend {
      * items, their order or the thread count (batch invariance; with QWEN35_DETERMINISTIC / deterministic on GPUs).
      * On error the items' slots and blocks hold undefined state (core closes those sequences). */
     int (*step_batch)(void *ctx, const BatchItem *items, int n, float *logits, Err *err);
+    /* Optional prefix-cache hooks (src/prefix.c; all three or none: NULL means no cache hits, never wrong output).
+     * snap_save copies slot's DeltaNet state (S and conv window of every DeltaNet layer) into snapshot snap
+     * ([0, ServeLayout.n_snaps)); snap_load copies it back into slot. block_copy copies KV block src into block dst
+     * (K and V, every full-attention layer): the copy-on-write of a shared, partly filled last block. Each runs in
+     * stream order with step_batch (a later step sees the copy). */
+    int (*snap_save)(void *ctx, int slot, int snap, Err *err);
+    int (*snap_load)(void *ctx, int snap, int slot, Err *err);
+    int (*block_copy)(void *ctx, int src, int dst, Err *err);
 } Backend;
 
 extern const Backend cpu_backend;

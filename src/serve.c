@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "engine.h"
+#include "prefix.h"
 #include "sampler.h"
 
 typedef struct SeqRec {
@@ -32,8 +33,11 @@ struct Serve {
     int n_slots, block, n_blocks, max_blocks, batched;
     size_t slot_bytes, block_bytes;
     SeqRec *seqs;    /* [n_slots] */
-    int *free_stack; /* [n_blocks] free block ids; the top is free_stack[n_free - 1] */
-    int n_free, n_open;
+    BlockPool pool;  /* reference counts and the free stack of the KV blocks */
+    PrefixCache *pc; /* NULL: no prefix cache (turned off, or a backend without the snapshot hooks) */
+    int n_snaps, cache_blocks;
+    size_t prefix_bytes;
+    int n_open;
     unsigned step;    /* steps checked so far (duplicate check) */
     float *logits;    /* [n_slots][V] the step's logits rows */
     float *row;       /* [V] the row being sampled (the sampler changes it in place) */
@@ -49,12 +53,13 @@ static SeqRec *find(const Serve *s, int seq) {
 }
 
 static void release_blocks(Serve *s, SeqRec *r) {
-    while (r->n_held > 0) s->free_stack[s->n_free++] = r->table[--r->n_held];
+    while (r->n_held > 0) pool_hold(&s->pool, r->table[--r->n_held], -1, 0);
 }
 
 void q35_serve_close(Q35Engine *e) {
     Serve *s = e->serve;
     if (!s) return;
+    prefix_close(s->pc);
     if (s->seqs)
         for (int i = 0; i < s->n_slots; i++) {
             sampler_free(&s->seqs[i].sm);
@@ -67,7 +72,9 @@ void q35_serve_close(Q35Engine *e) {
         e->pos = 0;
     }
     free(s->seqs);
-    free(s->free_stack);
+    free(s->pool.free_stack);
+    free(s->pool.ref);
+    free(s->pool.cref);
     free(s->logits);
     free(s->row);
     free(s->items);
@@ -86,6 +93,26 @@ static int size_pools(const Q35Engine *e, const Q35ServeOptions *o, Serve *s, Er
     double frac = o->kv_fraction > 0 ? o->kv_fraction : z.mem_fraction;
     size_t budget = o->kv_bytes ? o->kv_bytes : (size_t)(frac * (double)z.mem_bytes);
     size_t one_ctx = (size_t)s->max_blocks * z.block_bytes;
+    /* Prefix cache: prefix_bytes (default a quarter of the KV budget) bounds its snapshots + cached blocks. The
+     * snapshots (at most half of it) are memory of their own: beside kv_bytes when that is given, else taken out of
+     * the automatic budget. The cached blocks are pool blocks no sequence holds (sequences evict them on demand). */
+    s->prefix_bytes = 0;
+    s->n_snaps = s->cache_blocks = 0;
+    if (e->be->snap_save && e->be->snap_load && e->be->block_copy && !o->no_prefix_cache) {
+        size_t pb = o->prefix_bytes ? o->prefix_bytes : budget / 4;
+        int64_t snaps = z.slot_bytes ? (int64_t)(pb / 2 / z.slot_bytes) : 4096;
+        if (z.slot_bytes && snaps < 2 && pb >= 2 * z.slot_bytes) snaps = 2;
+        if (snaps > 65536) snaps = 65536;
+        size_t snap_mem = (size_t)snaps * z.slot_bytes;
+        if (!o->kv_bytes && budget - snap_mem < z.slot_bytes + one_ctx) snaps = 0, snap_mem = 0;
+        if (snaps > 0) {
+            if (!o->kv_bytes) budget -= snap_mem;
+            s->n_snaps = (int)snaps;
+            s->prefix_bytes = pb;
+            int64_t cb = z.block_bytes ? (int64_t)((pb - snap_mem) / z.block_bytes) : INT_MAX / 2;
+            s->cache_blocks = cb > INT_MAX / 2 ? INT_MAX / 2 : (int)cb;
+        }
+    }
     if (budget < z.slot_bytes + one_ctx)
         return err_set(err, Q35_ERR_OOM,
                        "KV memory of %.2f MiB is too small: one sequence of the full context (%d tokens) needs %.2f "
@@ -125,7 +152,7 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     int rc;
     if (s->batched) {
         if ((rc = size_pools(e, o, s, err))) goto fail;
-        ServeLayout l = {s->n_slots, s->n_blocks, s->block, s->max_blocks};
+        ServeLayout l = {s->n_slots, s->n_blocks, s->block, s->max_blocks, s->n_snaps};
         if ((rc = e->be->serve_open(e->bctx, &l, err))) {
             s->batched = 0; /* nothing of the backend's to close */
             goto fail;
@@ -138,11 +165,13 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     }
     const size_t V = (size_t)e->model.config.vocab_size;
     s->seqs = calloc((size_t)s->n_slots, sizeof *s->seqs);
-    s->free_stack = malloc(sizeof(int) * (size_t)s->n_blocks);
+    s->pool.free_stack = malloc(sizeof(int) * (size_t)s->n_blocks);
+    s->pool.ref = calloc((size_t)s->n_blocks, sizeof(int));
+    s->pool.cref = calloc((size_t)s->n_blocks, sizeof(int));
     s->logits = malloc(sizeof(float) * V * (size_t)s->n_slots);
     s->row = malloc(sizeof(float) * V);
     s->items = malloc(sizeof(BatchItem) * (size_t)s->n_slots);
-    int failed = !s->seqs || !s->free_stack || !s->logits || !s->row || !s->items;
+    int failed = !s->seqs || !s->pool.free_stack || !s->pool.ref || !s->pool.cref || !s->logits || !s->row || !s->items;
     for (int i = 0; !failed && i < s->n_slots; i++) {
         SeqRec *r = &s->seqs[i];
         r->handle = -1;
@@ -154,8 +183,13 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
         rc = err_set(err, Q35_ERR_OOM, "out of memory for %d sequences of %d tokens", s->n_slots, e->max_seq);
         goto fail;
     }
-    for (int i = 0; i < s->n_blocks; i++) s->free_stack[i] = s->n_blocks - 1 - i; /* block 0 on top */
-    s->n_free = s->n_blocks;
+    for (int i = 0; i < s->n_blocks; i++) s->pool.free_stack[i] = s->n_blocks - 1 - i; /* block 0 on top */
+    s->pool.n_free = s->pool.n_blocks = s->n_blocks;
+    if (s->batched && s->n_snaps > 0 &&
+        !(s->pc = prefix_open(&s->pool, s->block, e->max_seq, s->n_snaps, s->cache_blocks))) {
+        rc = err_set(err, Q35_ERR_OOM, "out of memory for the prefix cache");
+        goto fail;
+    }
     return 0;
 fail:
     q35_serve_close(e);
@@ -170,10 +204,20 @@ void q35_serve_info(const Q35Engine *e, Q35ServeInfo *info) {
     info->max_seqs = s->n_slots;
     info->kv_block = s->block;
     info->n_blocks = s->n_blocks;
-    info->free_blocks = s->n_free;
+    info->free_blocks = s->pool.n_free + s->pool.n_cache_only;
     info->open_seqs = s->n_open;
     info->slot_bytes = s->slot_bytes;
     info->block_bytes = s->block_bytes;
+    if (s->pc) {
+        PrefixStats st;
+        prefix_stats(s->pc, &st);
+        info->prefix_bytes = s->prefix_bytes;
+        info->prefix_snaps = st.max_snaps;
+        info->prefix_max_blocks = st.max_blocks;
+        info->prefix_used_snaps = st.snaps;
+        info->prefix_used_blocks = st.blocks;
+        info->prefix_evicted = st.evicted;
+    }
 }
 
 int q35_seq_open(Q35Engine *e, const Q35SeqParams *p, int *seq, Q35Err *err) {
@@ -202,6 +246,62 @@ int q35_seq_open(Q35Engine *e, const Q35SeqParams *p, int *seq, Q35Err *err) {
     s->n_open++;
     *seq = r->handle;
     return 0;
+}
+
+int q35_seq_open_cached(Q35Engine *e, const Q35SeqParams *p, const int *prompt, int n, int *seq, Q35PrefixHit *hit,
+                        Q35Err *err) {
+    if (hit) *hit = (Q35PrefixHit){0};
+    if (n < 0 || (n > 0 && !prompt)) return err_set(err, Q35_ERR_ARG, "cached open: a prompt of %d ids", n);
+    int rc = q35_seq_open(e, p, seq, err);
+    Serve *s = e->serve;
+    if (rc || !s->pc || n < 2) return rc;
+    SeqRec *r = find(s, *seq);
+    const int V = e->model.config.vocab_size;
+    for (int i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= V) return 0; /* q35_step names the bad id later */
+    int snap, matched;
+    int at = prefix_lookup(s->pc, prompt, n, n > e->max_seq ? e->max_seq : n - 1, &snap, r->table, &matched);
+    if (hit) hit->matched = matched;
+    if (at <= 0) return 0;
+    const int slot = (int)(r - s->seqs), full = at / s->block, part = at % s->block != 0;
+    for (int b = 0; b < full + part; b++) pool_hold(&s->pool, r->table[b], 1, 0); /* before anything can evict */
+    r->n_held = full + part;
+    Err ignored = {0};
+    rc = e->be->snap_load(e->bctx, snap, slot, &ignored);
+    if (!rc && part) { /* copy-on-write: the partly filled last block becomes the sequence's own */
+        const int src = r->table[full];
+        if (s->pool.n_free == 0) prefix_reclaim(s->pc, 1);
+        const int dst = pool_take(&s->pool);
+        rc = dst < 0 ? Q35_ERR_OOM : e->be->block_copy(e->bctx, src, dst, &ignored);
+        if (dst >= 0) {
+            r->table[full] = dst; /* the sequence holds dst now; src loses its hold */
+            pool_hold(&s->pool, src, -1, 0);
+        }
+    }
+    if (rc) { /* no hit after all: the sequence starts empty (position 0 zeroes the slot's state) */
+        release_blocks(s, r);
+        return 0;
+    }
+    for (int i = 0; i < at; i++) {
+        r->hist[i] = prompt[i];
+        sampler_observe(&r->sm, prompt[i], 0);
+    }
+    r->len = r->n_hist = at;
+    if (hit) hit->cached = at;
+    return 0;
+}
+
+int q35_seq_snapshot(Q35Engine *e, int seq, Q35Err *err) {
+    Serve *s = e->serve;
+    SeqRec *r = find(s, seq);
+    if (!r) return err_set(err, Q35_ERR_ARG, "sequence %d is not open", seq);
+    if (r->broken) return err_set(err, Q35_ERR_ARG, "sequence %d failed in an earlier step (close it)", seq);
+    if (!s->pc || r->len == 0) return 0;
+    const int snap = prefix_insert(s->pc, r->hist, r->len, r->table);
+    if (snap < 0) return 0;
+    int rc = e->be->snap_save(e->bctx, (int)(r - s->seqs), snap, err);
+    if (rc) prefix_forget(s->pc, snap);
+    return rc;
 }
 
 void q35_seq_close(Q35Engine *e, int seq) {
@@ -310,8 +410,9 @@ static int check_step(Q35Engine *e, const Q35StepItem *items, int n, const Q35St
     }
     int64_t need = 0;
     for (int i = 0; i < n; i++) need += q35_seq_blocks_needed(e, items[i].seq, items[i].n);
-    if (need > s->n_free)
-        return err_set(err, Q35_ERR_OOM, "step needs %lld KV blocks, %d are free", (long long)need, s->n_free);
+    if (need > s->pool.n_free && s->pc) prefix_reclaim(s->pc, (int)(need < INT_MAX ? need : INT_MAX));
+    if (need > s->pool.n_free)
+        return err_set(err, Q35_ERR_OOM, "step needs %lld KV blocks, %d are free", (long long)need, s->pool.n_free);
     return 0;
 }
 
@@ -324,7 +425,7 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
     for (int i = 0; i < n; i++) {
         SeqRec *r = find(s, items[i].seq);
         const int held = blocks_for(s, r->len + items[i].n);
-        while (r->n_held < held) r->table[r->n_held++] = s->free_stack[--s->n_free];
+        while (r->n_held < held) r->table[r->n_held++] = pool_take(&s->pool);
         const int want = items[i].sample || items[i].logits;
         s->items[i] = (BatchItem){(int)(r - s->seqs), items[i].ids, items[i].n, r->len, r->table, want};
         n_out += want;

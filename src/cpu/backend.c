@@ -49,6 +49,7 @@ int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err)
     ctx->c = c;
     ctx->max_seq = max_seq;
     ctx->threads = o ? o->threads : 0;
+    ctx->exact = o ? o->deterministic : 0;
     if (o) ctx->probe = o->probe;
 
     const int D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim, L = c->num_hidden_layers;
@@ -171,9 +172,11 @@ void cpu_serve_close(CpuCtx *ctx) {
         free(cl->Vp);
         free(cl->conv_slots);
         free(cl->S_slots);
-        cl->Kp = cl->Vp = cl->conv_slots = cl->S_slots = NULL;
+        free(cl->conv_snaps);
+        free(cl->S_snaps);
+        cl->Kp = cl->Vp = cl->conv_slots = cl->S_slots = cl->conv_snaps = cl->S_snaps = NULL;
     }
-    ctx->n_slots = ctx->n_blocks = ctx->block = 0;
+    ctx->n_slots = ctx->n_blocks = ctx->block = ctx->n_snaps = 0;
 }
 
 int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
@@ -197,6 +200,10 @@ int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
         } else {
             cl->conv_slots = falloc(conv, &failed);
             cl->S_slots = falloc(S, &failed);
+            if (lay->n_snaps > 0) {
+                cl->conv_snaps = falloc(conv / lay->n_slots * lay->n_snaps, &failed);
+                cl->S_snaps = falloc(S / lay->n_slots * lay->n_snaps, &failed);
+            }
         }
     }
     if (failed) {
@@ -205,6 +212,7 @@ int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
                        lay->n_blocks);
     }
     ctx->n_slots = lay->n_slots;
+    ctx->n_snaps = lay->n_snaps > 0 ? lay->n_snaps : 0;
     ctx->n_blocks = lay->n_blocks;
     ctx->block = ctx->slot.block = lay->block;
     return 0;
@@ -256,6 +264,10 @@ static int be_step_batch(void *ctx, const BatchItem *items, int n, float *logits
     return cpu_step_batch(ctx, items, n, logits, err);
 }
 
+static int be_snap_save(void *ctx, int slot, int snap, Err *err) { return cpu_snap_copy(ctx, slot, snap, 1, err); }
+static int be_snap_load(void *ctx, int snap, int slot, Err *err) { return cpu_snap_copy(ctx, slot, snap, 0, err); }
+static int be_block_copy(void *ctx, int src, int dst, Err *err) { return cpu_block_copy(ctx, src, dst, err); }
+
 const Backend cpu_backend = {.name = "cpu",
                              .open = be_open,
                              .forward = be_forward,
@@ -264,4 +276,7 @@ const Backend cpu_backend = {.name = "cpu",
                              .serve_sizes = be_serve_sizes,
                              .serve_open = be_serve_open,
                              .serve_close = be_serve_close,
-                             .step_batch = be_step_batch};
+                             .step_batch = be_step_batch,
+                             .snap_save = be_snap_save,
+                             .snap_load = be_snap_load,
+                             .block_copy = be_block_copy};

@@ -24,14 +24,17 @@ static void probe_l(const CpuCtx *ctx, int l, const char *what, const float *x, 
     probe(&ctx->probe, name, x, (size_t)n);
 }
 
-/* Y[T][rows] = X[T][cols] · Wᵀ with rows = W.shape[0] (checked at open). */
-static void linear(float *Y, const float *X, const Tensor *W, int T) {
+/* Y[T][rows] = X[T][cols] · Wᵀ with rows = W.shape[0] (checked at open). exact: one row's bits never depend on
+ * T (cpu_matmul computes each row alone; cpu_matvec sums in another order). */
+static void linear_x(float *Y, const float *X, const Tensor *W, int T, int exact) {
     const int rows = (int)W->shape[0], cols = (int)(W->numel / W->shape[0]);
-    if (T == 1)
+    if (T == 1 && !exact)
         cpu_matvec(Y, X, W->data, W->dtype, rows, cols);
     else
         cpu_matmul(Y, X, W->data, W->dtype, T, rows, cols);
 }
+
+#define linear(Y, X, W, T) linear_x(Y, X, W, T, ctx->exact)
 
 /* Gated full attention (Qwen3.5) or plain attention (Qwen3) for T tokens at pos0..; h -> out. */
 static void attention_block(CpuCtx *ctx, const CpuSeq *sq, int l, int T, int pos0) {
@@ -103,7 +106,7 @@ static void deltanet_block(CpuCtx *ctx, const CpuSeq *sq, int l, int T, int chun
     cpu_l2norm(ctx->q, T * Hk, dk, (float)(1.0 / sqrt((double)dk)));
     cpu_l2norm(ctx->k, T * Hk, dk, 1.0f);
     cpu_deltanet_gates(ctx->beta, ctx->g, ctx->b, ctx->a, cl->A_log, cl->dt_bias, T, Hv);
-    if (chunked)
+    if (chunked && !ctx->exact)
         cpu_deltanet_chunked(ctx->o, sq->S[l], ctx->q, ctx->k, ctx->v, ctx->g, ctx->beta, T, Hk, Hv, dk, dv,
                              ctx->dn_scratch);
     else
@@ -200,6 +203,38 @@ int cpu_forward(CpuCtx *ctx, const int *tokens, int n, int pos, int all_logits, 
     run_tokens(ctx, &ctx->solo, tokens, n, pos, all_logits, logits);
     ctx->n_past += n;
     omp_set_num_threads(prev_threads);
+    return 0;
+}
+
+int cpu_snap_copy(CpuCtx *ctx, int slot, int snap, int save, Err *err) {
+    const Config *c = ctx->c;
+    if (slot < 0 || slot >= ctx->n_slots || snap < 0 || snap >= ctx->n_snaps)
+        return err_set(err, Q35_ERR_ARG, "cpu snapshot: slot %d / snapshot %d outside [0, %d) / [0, %d)", slot, snap,
+                       ctx->n_slots, ctx->n_snaps);
+    const int64_t conv_n = (int64_t)(c->linear_conv_kernel_dim - 1) * c->conv_dim;
+    const int64_t S_n = (int64_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const CpuLayer *cl = &ctx->layers[l];
+        if (c->layer_types[l] == LAYER_FULL_ATTN) continue;
+        float *cs = cl->conv_slots + slot * conv_n, *cn = cl->conv_snaps + snap * conv_n;
+        float *ss = cl->S_slots + slot * S_n, *sn = cl->S_snaps + snap * S_n;
+        memcpy(save ? cn : cs, save ? cs : cn, (size_t)conv_n * sizeof(float));
+        memcpy(save ? sn : ss, save ? ss : sn, (size_t)S_n * sizeof(float));
+    }
+    return 0;
+}
+
+int cpu_block_copy(CpuCtx *ctx, int src, int dst, Err *err) {
+    const Config *c = ctx->c;
+    if (src < 0 || src >= ctx->n_blocks || dst < 0 || dst >= ctx->n_blocks)
+        return err_set(err, Q35_ERR_ARG, "cpu block copy: %d -> %d outside [0, %d)", src, dst, ctx->n_blocks);
+    const int64_t bn = (int64_t)c->num_key_value_heads * ctx->block * c->head_dim;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const CpuLayer *cl = &ctx->layers[l];
+        if (c->layer_types[l] != LAYER_FULL_ATTN) continue;
+        memcpy(cl->Kp + dst * bn, cl->Kp + src * bn, (size_t)bn * sizeof(float));
+        memcpy(cl->Vp + dst * bn, cl->Vp + src * bn, (size_t)bn * sizeof(float));
+    }
     return 0;
 }
 

@@ -29,6 +29,8 @@ typedef struct CpuLayer {
     float *Kp, *Vp;    /* (n_blocks, Hkv, block, hd) KV pool of a full-attention layer */
     float *conv_slots; /* (n_slots, K-1, conv_dim) conv windows of a DeltaNet layer */
     float *S_slots;    /* (n_slots, Hv, dk, dv) recurrent states of a DeltaNet layer */
+    float *conv_snaps; /* (n_snaps, K-1, conv_dim) prefix-cache snapshots of conv_slots rows */
+    float *S_snaps;    /* (n_snaps, Hv, dk, dv) prefix-cache snapshots of S_slots rows */
 } CpuLayer;
 
 /* Where one sequence's state lives: the single sequence (KV [Hkv][max_seq][hd] = one block of max_seq rows) or a
@@ -51,6 +53,10 @@ typedef struct CpuCtx {
     float **seq_ptrs;             /* (8, L): the pointer arrays of solo and slot */
     int solo_block;               /* 0: solo's block table {0} */
     int n_slots, n_blocks, block; /* serving layout (0 until serve_open) */
+    int n_snaps;                  /* prefix-cache snapshots (serve_open) */
+    int exact;                    /* deterministic mode: every token's bits independent of how its sequence was
+                                   * split into calls (DeltaNet recurrence for all tokens, linear as matmul rows
+                                   * for T = 1 too), so a prefix-cache resume at any position equals a cold run */
     float *final_norm;            /* (D) */
     float *inv_freq;              /* (R/2) */
     /* activations, CPU_TB rows each; Wd = max(key_dim, value_dim, attn_dim, kv_dim) */
@@ -73,5 +79,8 @@ int cpu_forward(CpuCtx *ctx, const int *tokens, int n, int pos, int all_logits, 
 int cpu_serve_open(CpuCtx *ctx, const ServeLayout *l, Err *err);
 void cpu_serve_close(CpuCtx *ctx);
 int cpu_step_batch(CpuCtx *ctx, const BatchItem *items, int n, float *logits, Err *err);
+/* Prefix cache: slot state <-> snapshot (save: slot -> snap; load: snap -> slot), KV block copy src -> dst. */
+int cpu_snap_copy(CpuCtx *ctx, int slot, int snap, int save, Err *err);
+int cpu_block_copy(CpuCtx *ctx, int src, int dst, Err *err);
 
 #endif
