@@ -45,6 +45,8 @@ typedef struct Q35Options {
     int max_seq;           /* context cap in tokens; 0 = min(4096, max_position_embeddings) */
     int keep_f32_params;   /* 1: keep F32 A_log / gated-norm weight as F32; 0 (default): round to bf16 like HF */
     int strict;            /* 1: unknown tensor names are an error (default 0: warning) */
+    const char *weights;   /* NULL | "auto": as stored (bf16, or FP8 from an FP8 checkpoint); "fp8": quantize the
+                            * projection matrices to FP8 e4m3 with 128 x 128 block scales at load (docs/FP8.md) */
     int threads;           /* CPU threads; 0 = all cores */
     int deterministic;     /* CUDA: deterministic split-K reductions */
     int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */

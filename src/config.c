@@ -140,6 +140,56 @@ static int parse_layer_types(Config *c, Ctx *x, Err *err) {
     return 0;
 }
 
+/* quantization_config: HF fine-grained FP8 (DeepSeek / Qwen FP8 checkpoints) with 128 x 128 blocks only. */
+static int parse_quant(Config *c, Ctx *x, Err *err) {
+    if (!has(x, "quantization_config")) return 0;
+    char qp[64], key[200];
+    const cJSON *q;
+    const char *method, *fmt, *act;
+    int rc;
+    snprintf(qp, sizeof qp, "%s", kp(x, "quantization_config"));
+    if ((rc = json_object(&x->s, x->root, qp, &q, err))) return rc;
+    snprintf(key, sizeof key, "%s.quant_method", qp);
+    if ((rc = json_string(&x->s, x->root, key, &method, err))) return rc;
+    if (strcmp(method, "fp8") != 0)
+        return err_set(err, Q35_ERR_CONFIG, "%s: key '%s' = '%s' is not supported (only fp8 with 128 x 128 blocks)",
+                       x->s.file, key, method);
+    snprintf(key, sizeof key, "%s.fmt", qp);
+    if ((rc = json_string_opt(&x->s, x->root, key, "e4m3", &fmt, err))) return rc;
+    if (strcmp(fmt, "e4m3") != 0)
+        return err_set(err, Q35_ERR_CONFIG, "%s: key '%s' = '%s' is not supported (only e4m3)", x->s.file, key, fmt);
+    snprintf(key, sizeof key, "%s.activation_scheme", qp);
+    if ((rc = json_string_opt(&x->s, x->root, key, "dynamic", &act, err))) return rc;
+    if (strcmp(act, "dynamic") != 0)
+        return err_set(err, Q35_ERR_CONFIG, "%s: key '%s' = '%s' is not supported (only dynamic)", x->s.file, key, act);
+    const cJSON *arr;
+    int n;
+    snprintf(key, sizeof key, "%s.weight_block_size", qp);
+    if (!json_has(x->root, key))
+        return err_set(err, Q35_ERR_CONFIG, "%s: key '%s' missing (only 128 x 128 block scales are supported)",
+                       x->s.file, key);
+    if ((rc = json_array(&x->s, x->root, key, &arr, &n, err))) return rc;
+    for (int i = 0; i < n && i < 2; i++) {
+        int64_t v;
+        if (json_node_int64(&x->s, cJSON_GetArrayItem(arr, i), key, 0, 1 << 20, &v, err)) v = -1;
+        c->weight_block_size[i] = (int)v;
+    }
+    if (n != 2 || c->weight_block_size[0] != 128 || c->weight_block_size[1] != 128)
+        return err_set(err, Q35_ERR_CONFIG, "%s: key '%s' must be [128, 128] (the only block shape supported)",
+                       x->s.file, key);
+    static const char *lists[] = {"modules_to_not_convert", "ignored_layers"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(key, sizeof key, "%s.%s", qp, lists[i]);
+        const cJSON *l = json_at(x->root, key);
+        if (!l || cJSON_IsNull(l)) continue;
+        int ok = cJSON_IsArray(l);
+        for (const cJSON *e = ok ? l->child : NULL; e; e = e->next) ok &= cJSON_IsString(e);
+        if (!ok) return err_set(err, Q35_ERR_CONFIG, "%s: key '%s' must be a list of strings", x->s.file, key);
+    }
+    c->quant_fp8 = 1;
+    return 0;
+}
+
 /* Reads every field from the already parsed tree. */
 static int parse_tree(Config *c, Ctx *x, Err *err) {
     int rc;
@@ -194,6 +244,7 @@ static int parse_tree(Config *c, Ctx *x, Err *err) {
                        kp(x, "use_sliding_window"));
 
     if ((rc = parse_rope(c, x, err))) return rc;
+    if ((rc = parse_quant(c, x, err))) return rc;
 
     if (c->family == FAMILY_QWEN35) {
         c->attn_output_gate = 1; /* Qwen3.5 always applies the gate (MODEL.md §1.2) */

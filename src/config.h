@@ -33,6 +33,10 @@ typedef struct Config {
     int full_attention_interval;  /* 4 (used only when layer_types is absent) */
     int max_position_embeddings;  /* 262144 */
     int layer_types[Q35_MAX_LAYERS]; /* LAYER_LINEAR_ATTN / LAYER_FULL_ATTN per layer */
+    /* quantization_config (HF fine-grained FP8): quant_method "fp8", fmt e4m3, weight_block_size [128, 128];
+     * the matrices stored F8_E4M3 carry "<name>_scale_inv" block scales (docs/FP8.md). */
+    int quant_fp8;                /* 1: the checkpoint may hold F8_E4M3 weights */
+    int weight_block_size[2];     /* [128, 128] when quant_fp8 */
 
     /* derived */
     int rotary_dim;   /* R = int(head_dim * partial_rotary_factor): 64 */
@@ -52,6 +56,9 @@ typedef struct Config {
  * head_dim = hidden/heads for dense qwen3 only (the hybrid family must state it).
  * rope_type "default" (or "mrope", which is default RoPE for text) only; hidden_act silu only;
  * attention_bias / use_sliding_window true are refused. Qwen3.5 always uses the output gate.
+ * quantization_config (top level or text_config): quant_method "fp8" with weight_block_size [128, 128] only
+ * (fmt "e4m3", activation_scheme "dynamic" when given; modules_to_not_convert / ignored_layers must be lists
+ * of strings and are otherwise informational: a weight's stored dtype says whether it is FP8).
  * Errors: malformed JSON -> Q35_ERR_FORMAT; anything else -> Q35_ERR_CONFIG naming file + key. */
 int config_parse(Config *c, const char *json_text, const char *path, Err *err);
 /* Reads <dir>/config.json. */

@@ -37,6 +37,12 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     } else {
         rc = err_set(err, Q35_ERR_ARG, "no model: give a model directory or a dummy model name");
     }
+    if (!rc && opt->weights && strcmp(opt->weights, "auto") != 0) {
+        if (strcmp(opt->weights, "fp8") == 0)
+            rc = model_quantize_fp8(&e->model, err);
+        else
+            rc = err_set(err, Q35_ERR_ARG, "unknown weight format '%s' (expected auto or fp8)", opt->weights);
+    }
     if (rc) goto fail;
     const Config *c = &e->model.config;
     e->n_valid = c->vocab_size;
@@ -143,6 +149,17 @@ int q35_engine_describe(const Q35Engine *e, char *buf, size_t n) {
                       (long long)e->model.n_params, (long long)e->model.n_bytes, e->model.n_bytes / 1e6,
                       dtype_name(w->embed_tokens.dtype), dtype_name(w->lm_head.dtype), dtype_name(w->norm.dtype),
                       c->max_position_embeddings, e->max_seq);
+    int64_t fp8_bytes = 0;
+    const int n_fp8 = model_fp8_count(&e->model, &fp8_bytes);
+    if (k > 0 && (size_t)k < n && n_fp8)
+        k += snprintf(buf + k, n - (size_t)k,
+                      "weights: fp8 e4m3, 128 x 128 block scales: %d matrices, %lld bytes (%.1f MB) with scales; "
+                      "the rest %lld bytes as stored%s\n",
+                      n_fp8, (long long)fp8_bytes, fp8_bytes / 1e6, (long long)(e->model.n_bytes - fp8_bytes),
+                      e->be == &cpu_backend ? " (cpu backend: dequantized to fp32 at load)" : "");
+    else if (k > 0 && (size_t)k < n)
+        k += snprintf(buf + k, n - (size_t)k, "weights: as stored (%s matrices)\n",
+                      dtype_name(w->layers[0].gate_proj.dtype));
     if (e->be == &cuda_backend && k > 0 && (size_t)k < n) cuda_describe(e->bctx, buf + k, n - (size_t)k);
     return 0;
 }

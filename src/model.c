@@ -32,6 +32,7 @@ typedef struct Slot {
     int64_t shape[3];
     int init;
     int f32; /* stored F32 in the checkpoint; rounded to bf16 values unless keep_f32_params */
+    int fp8; /* quantized by model_quantize_fp8: the matrices Qwen's FP8 checkpoints store as F8_E4M3 */
 } Slot;
 
 #define LW(field) offsetof(LayerWeights, field)
@@ -41,32 +42,32 @@ typedef struct Slot {
 static int layer_slots(const Config *c, int type, Slot *s) {
     int64_t D = c->hidden_size, F = c->intermediate_size;
     int n = 0;
-    s[n++] = (Slot){"input_layernorm.weight", LW(input_layernorm), 1, {D}, INIT_NORM, 0};
+    s[n++] = (Slot){"input_layernorm.weight", LW(input_layernorm), 1, {D}, INIT_NORM, 0, 0};
     if (type == LAYER_LINEAR_ATTN) {
         int64_t Hv = c->linear_num_value_heads, dv = c->linear_value_head_dim;
-        s[n++] = (Slot){"linear_attn.in_proj_qkv.weight", LW(in_proj_qkv), 2, {c->conv_dim, D}, INIT_MATRIX, 0};
-        s[n++] = (Slot){"linear_attn.in_proj_z.weight", LW(in_proj_z), 2, {c->value_dim, D}, INIT_MATRIX, 0};
-        s[n++] = (Slot){"linear_attn.in_proj_b.weight", LW(in_proj_b), 2, {Hv, D}, INIT_MATRIX, 0};
-        s[n++] = (Slot){"linear_attn.in_proj_a.weight", LW(in_proj_a), 2, {Hv, D}, INIT_MATRIX, 0};
+        s[n++] = (Slot){"linear_attn.in_proj_qkv.weight", LW(in_proj_qkv), 2, {c->conv_dim, D}, INIT_MATRIX, 0, 1};
+        s[n++] = (Slot){"linear_attn.in_proj_z.weight", LW(in_proj_z), 2, {c->value_dim, D}, INIT_MATRIX, 0, 1};
+        s[n++] = (Slot){"linear_attn.in_proj_b.weight", LW(in_proj_b), 2, {Hv, D}, INIT_MATRIX, 0, 0};
+        s[n++] = (Slot){"linear_attn.in_proj_a.weight", LW(in_proj_a), 2, {Hv, D}, INIT_MATRIX, 0, 0};
         s[n++] = (Slot){"linear_attn.conv1d.weight", LW(conv1d), 3, {c->conv_dim, 1, c->linear_conv_kernel_dim},
-                        INIT_CONV, 0};
-        s[n++] = (Slot){"linear_attn.dt_bias", LW(dt_bias), 1, {Hv}, INIT_DTBIAS, 0};
-        s[n++] = (Slot){"linear_attn.A_log", LW(A_log), 1, {Hv}, INIT_ALOG, 1};
-        s[n++] = (Slot){"linear_attn.norm.weight", LW(linear_norm), 1, {dv}, INIT_GNORM, 1};
-        s[n++] = (Slot){"linear_attn.out_proj.weight", LW(out_proj), 2, {D, c->value_dim}, INIT_MATRIX, 0};
+                        INIT_CONV, 0, 0};
+        s[n++] = (Slot){"linear_attn.dt_bias", LW(dt_bias), 1, {Hv}, INIT_DTBIAS, 0, 0};
+        s[n++] = (Slot){"linear_attn.A_log", LW(A_log), 1, {Hv}, INIT_ALOG, 1, 0};
+        s[n++] = (Slot){"linear_attn.norm.weight", LW(linear_norm), 1, {dv}, INIT_GNORM, 1, 0};
+        s[n++] = (Slot){"linear_attn.out_proj.weight", LW(out_proj), 2, {D, c->value_dim}, INIT_MATRIX, 0, 1};
     } else {
         int64_t hd = c->head_dim;
-        s[n++] = (Slot){"self_attn.q_proj.weight", LW(q_proj), 2, {c->q_proj_rows, D}, INIT_MATRIX, 0};
-        s[n++] = (Slot){"self_attn.k_proj.weight", LW(k_proj), 2, {c->kv_dim, D}, INIT_MATRIX, 0};
-        s[n++] = (Slot){"self_attn.v_proj.weight", LW(v_proj), 2, {c->kv_dim, D}, INIT_MATRIX, 0};
-        s[n++] = (Slot){"self_attn.o_proj.weight", LW(o_proj), 2, {D, c->attn_dim}, INIT_MATRIX, 0};
-        s[n++] = (Slot){"self_attn.q_norm.weight", LW(q_norm), 1, {hd}, INIT_NORM, 0};
-        s[n++] = (Slot){"self_attn.k_norm.weight", LW(k_norm), 1, {hd}, INIT_NORM, 0};
+        s[n++] = (Slot){"self_attn.q_proj.weight", LW(q_proj), 2, {c->q_proj_rows, D}, INIT_MATRIX, 0, 1};
+        s[n++] = (Slot){"self_attn.k_proj.weight", LW(k_proj), 2, {c->kv_dim, D}, INIT_MATRIX, 0, 1};
+        s[n++] = (Slot){"self_attn.v_proj.weight", LW(v_proj), 2, {c->kv_dim, D}, INIT_MATRIX, 0, 1};
+        s[n++] = (Slot){"self_attn.o_proj.weight", LW(o_proj), 2, {D, c->attn_dim}, INIT_MATRIX, 0, 1};
+        s[n++] = (Slot){"self_attn.q_norm.weight", LW(q_norm), 1, {hd}, INIT_NORM, 0, 0};
+        s[n++] = (Slot){"self_attn.k_norm.weight", LW(k_norm), 1, {hd}, INIT_NORM, 0, 0};
     }
-    s[n++] = (Slot){"post_attention_layernorm.weight", LW(post_attention_layernorm), 1, {D}, INIT_NORM, 0};
-    s[n++] = (Slot){"mlp.gate_proj.weight", LW(gate_proj), 2, {F, D}, INIT_MATRIX, 0};
-    s[n++] = (Slot){"mlp.up_proj.weight", LW(up_proj), 2, {F, D}, INIT_MATRIX, 0};
-    s[n++] = (Slot){"mlp.down_proj.weight", LW(down_proj), 2, {D, F}, INIT_MATRIX, 0};
+    s[n++] = (Slot){"post_attention_layernorm.weight", LW(post_attention_layernorm), 1, {D}, INIT_NORM, 0, 0};
+    s[n++] = (Slot){"mlp.gate_proj.weight", LW(gate_proj), 2, {F, D}, INIT_MATRIX, 0, 1};
+    s[n++] = (Slot){"mlp.up_proj.weight", LW(up_proj), 2, {F, D}, INIT_MATRIX, 0, 1};
+    s[n++] = (Slot){"mlp.down_proj.weight", LW(down_proj), 2, {D, F}, INIT_MATRIX, 0, 1};
     return n;
 }
 
@@ -74,9 +75,9 @@ static int layer_slots(const Config *c, int type, Slot *s) {
 enum { G_EMBED, G_NORM, G_HEAD, N_GLOBAL };
 static void global_slots(const Config *c, Slot *s) {
     int64_t V = c->vocab_size, D = c->hidden_size;
-    s[G_EMBED] = (Slot){"embed_tokens.weight", offsetof(Weights, embed_tokens), 2, {V, D}, INIT_EMBED, 0};
-    s[G_NORM] = (Slot){"norm.weight", offsetof(Weights, norm), 1, {D}, INIT_NORM, 0};
-    s[G_HEAD] = (Slot){"lm_head.weight", offsetof(Weights, lm_head), 2, {V, D}, INIT_MATRIX, 0};
+    s[G_EMBED] = (Slot){"embed_tokens.weight", offsetof(Weights, embed_tokens), 2, {V, D}, INIT_EMBED, 0, 0};
+    s[G_NORM] = (Slot){"norm.weight", offsetof(Weights, norm), 1, {D}, INIT_NORM, 0, 0};
+    s[G_HEAD] = (Slot){"lm_head.weight", offsetof(Weights, lm_head), 2, {V, D}, INIT_MATRIX, 0, 0};
 }
 
 static Tensor *slot_tensor(void *base, const Slot *s) { return (Tensor *)((char *)base + s->off); }
@@ -197,14 +198,62 @@ static const Slot *find_slot(Model *m, const char *canon, Slot *tab, void **base
     return NULL;
 }
 
-/* Binds one stored tensor: checks dtype and exact shape, refuses a second binding. */
+#define SCALE_SUFFIX "_scale_inv"
+
+/* Binds "<weight>_scale_inv" (F32, or BF16 as in Qwen's own FP8 checkpoints) to the slot's
+ * Tensor.scale_inv: shape (ceil(rows/128), ceil(cols/128)) of the slot's matrix; kept as fp32. */
+static int bind_scale(Model *m, const SafeTensors *f, const Tensor *t, const Slot *s, Tensor *dst, Err *err) {
+    if (s->ndim != 2)
+        return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s': a block scale for '%s', which is not a matrix", f->path,
+                       t->name, s->name);
+    if (dst->scale_inv)
+        return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s': a second block scale for the same weight", f->path,
+                       t->name);
+    if (t->dtype != DT_F32 && t->dtype != DT_BF16)
+        return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s': block scale of dtype %s, expected F32 (or BF16)", f->path,
+                       t->name, dtype_name(t->dtype));
+    const int64_t want[2] = {(s->shape[0] + FP8_BLOCK - 1) / FP8_BLOCK, (s->shape[1] + FP8_BLOCK - 1) / FP8_BLOCK};
+    if (t->ndim != 2 || t->shape[0] != want[0] || t->shape[1] != want[1]) {
+        char w[96], got[96], mat[96];
+        shape_str(w, sizeof w, 2, want);
+        shape_str(got, sizeof got, t->ndim, t->shape);
+        shape_str(mat, sizeof mat, 2, s->shape);
+        return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s': shape %s, expected %s (128 x 128 blocks of %s)", f->path,
+                       t->name, got, w, mat);
+    }
+    if (t->dtype == DT_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
+        dst->scale_inv = t->data;
+        return 0;
+    }
+    float *p = own(m, (size_t)t->numel * sizeof(float));
+    if (!p) return err_set(err, Q35_ERR_OOM, "out of memory copying tensor '%s'", t->name);
+    for (int64_t i = 0; i < t->numel; i++) {
+        if (t->dtype == DT_BF16) {
+            uint16_t h;
+            memcpy(&h, (const char *)t->data + 2 * i, 2);
+            p[i] = bf16_to_f32(h);
+        } else {
+            memcpy(&p[i], (const char *)t->data + 4 * i, 4);
+        }
+    }
+    dst->scale_inv = p;
+    return 0;
+}
+
+/* Binds one stored tensor: checks dtype and exact shape, refuses a second binding. "<weight>_scale_inv"
+ * goes to the weight's Tensor.scale_inv. */
 static int bind_one(Binder *b, const SafeTensors *f, const Tensor *t, Err *err) {
     int skip;
-    const char *canon = canonical(t->name, &skip);
+    char stripped[512];
+    const size_t nl = strlen(t->name), sl = strlen(SCALE_SUFFIX);
+    const int is_scale = nl > sl && nl < sizeof stripped && strcmp(t->name + nl - sl, SCALE_SUFFIX) == 0;
+    if (is_scale) memcpy(stripped, t->name, nl - sl), stripped[nl - sl] = 0;
+    const char *canon = canonical(is_scale ? stripped : t->name, &skip);
     if (skip) return 0;
     Slot tab[MAX_SLOTS];
     void *base = NULL;
     const Slot *s = canon ? find_slot(b->m, canon, tab, &base) : NULL;
+    if (s && is_scale) return bind_scale(b->m, f, t, s, slot_tensor(base, s), err);
     if (!s) {
         if (b->o->strict)
             return err_set(err, Q35_ERR_FORMAT, "%s: unknown tensor '%s' (strict mode)", f->path, t->name);
@@ -215,9 +264,15 @@ static int bind_one(Binder *b, const SafeTensors *f, const Tensor *t, Err *err) 
     if (dst->data || dst->name)
         return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s' binds '%s', which '%s' already bound", f->path, t->name,
                        canon, dst->name);
-    if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32)
-        return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s': dtype %s not supported (BF16, F16 or F32)", f->path,
-                       t->name, dtype_name(t->dtype));
+    if (t->dtype == DT_F8_E4M3 && s->ndim != 2)
+        return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s': dtype F8_E4M3 is supported for matrices only", f->path,
+                       t->name);
+    if (t->dtype == DT_F8_E4M3 && !b->m->config.quant_fp8)
+        return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s' is F8_E4M3 but config.json has no fp8 quantization_config",
+                       f->path, t->name);
+    if (t->dtype != DT_BF16 && t->dtype != DT_F16 && t->dtype != DT_F32 && t->dtype != DT_F8_E4M3)
+        return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s': dtype %s not supported (BF16, F16, F32 or F8_E4M3)",
+                       f->path, t->name, dtype_name(t->dtype));
     int same = t->ndim == s->ndim;
     for (int i = 0; same && i < s->ndim; i++) same = t->shape[i] == s->shape[i];
     if (!same) {
@@ -227,7 +282,9 @@ static int bind_one(Binder *b, const SafeTensors *f, const Tensor *t, Err *err) 
         return err_set(err, Q35_ERR_FORMAT, "%s: tensor '%s': shape %s, expected %s from config.json", f->path,
                        t->name, got, want);
     }
+    const float *scale = dst->scale_inv; /* a scale bound before its weight */
     *dst = *t;
+    dst->scale_inv = scale;
     return 0;
 }
 
@@ -303,6 +360,24 @@ static int own_copy(Model *m, Tensor *t, int round, Err *err) {
     return 0;
 }
 
+/* An F8_E4M3 weight has its block scale and a scale has its FP8 weight. */
+static int check_fp8(const Tensor *t, const char *ckpt, Err *err) {
+    if (t->dtype == DT_F8_E4M3 && !t->scale_inv)
+        return err_set(err, Q35_ERR_FORMAT, "%s: F8_E4M3 tensor '%s' has no '%s" SCALE_SUFFIX "' block scale", ckpt,
+                       t->name, t->name);
+    if (t->dtype != DT_F8_E4M3 && t->scale_inv)
+        return err_set(err, Q35_ERR_FORMAT, "%s: '%s" SCALE_SUFFIX "' is a block scale for a %s tensor (F8_E4M3 only)",
+                       ckpt, t->name, dtype_name(t->dtype));
+    return 0;
+}
+
+/* Bytes a bound tensor occupies: its data plus an FP8 matrix's fp32 block scales. */
+static int64_t tensor_bytes(const Tensor *t) {
+    int64_t n = (int64_t)t->nbytes;
+    if (t->scale_inv) n += (t->shape[0] + FP8_BLOCK - 1) / FP8_BLOCK * ((t->shape[1] + FP8_BLOCK - 1) / FP8_BLOCK) * 4;
+    return n;
+}
+
 /* Checks that every slot is bound, sets up the head, post-processes and counts. */
 static void report(const ModelProgress *p, const char *what, double done, double total) {
     if (p && p->fn) p->fn(p->user, what, done, total);
@@ -327,26 +402,30 @@ static int finish_binding(Model *m, const ModelLoadOptions *o, const ModelProgre
                 return err_set(err, Q35_ERR_FORMAT, "%s: tensor 'layers.%d.%s' missing (expected shape %s)", ckpt, l,
                                tab[i].name, want);
             }
-            int rc = 0;
+            int rc = check_fp8(t, ckpt, err);
+            if (rc) return rc;
             if (tab[i].f32 && t->dtype == DT_F32 && !o->keep_f32_params) rc = own_copy(m, t, 1, err);
             else if ((uintptr_t)t->data % (uintptr_t)dtype_size(t->dtype)) rc = own_copy(m, t, 0, err);
             if (rc) return rc;
             m->n_params += t->numel;
-            m->n_bytes += (int64_t)t->nbytes;
+            m->n_bytes += tensor_bytes(t);
         }
         report(p, "binding weights", l + 2, c->num_hidden_layers + 1);
     }
     /* Tied head, or no head stored: the head is the embedding (a stored tied copy holds the same values). */
     if (!m->w.lm_head.data || c->tie_word_embeddings) {
+        if (m->w.lm_head.scale_inv && !m->w.lm_head.data)
+            return err_set(err, Q35_ERR_FORMAT, "%s: 'lm_head.weight_scale_inv' without 'lm_head.weight'", ckpt);
         m->w.lm_head = m->w.embed_tokens;
     } else {
         Tensor *t = &m->w.lm_head;
+        int rc = check_fp8(t, ckpt, err);
+        if (rc) return rc;
         if ((uintptr_t)t->data % (uintptr_t)dtype_size(t->dtype)) {
-            int rc = own_copy(m, t, 0, err);
-            if (rc) return rc;
+            if ((rc = own_copy(m, t, 0, err))) return rc;
         }
         m->n_params += t->numel;
-        m->n_bytes += (int64_t)t->nbytes;
+        m->n_bytes += tensor_bytes(t);
     }
     return 0;
 }
@@ -378,6 +457,123 @@ int model_load_progress(Model *m, const char *dir, const ModelLoadOptions *o, co
 
 int model_load(Model *m, const char *dir, const ModelLoadOptions *o, Err *err) {
     return model_load_progress(m, dir, o, NULL, err);
+}
+
+/* ---- FP8 weights: quantize at load (--weights fp8), dequantize for the fp32 reference ---- */
+
+/* Calls fn on every bound weight (the head only when it is not the embedding; a tied head follows it). */
+typedef int (*TensorFn)(Model *m, Tensor *t, const Slot *s, Err *err);
+static int each_tensor(Model *m, TensorFn fn, Err *err) {
+    const Config *c = &m->config;
+    Slot g[N_GLOBAL], s[MAX_SLOTS];
+    global_slots(c, g);
+    const int own_head = m->w.lm_head.data && m->w.lm_head.data != m->w.embed_tokens.data;
+    for (int l = -1; l < c->num_hidden_layers; l++) {
+        const int n = l < 0 ? (own_head ? N_GLOBAL : G_HEAD) : layer_slots(c, c->layer_types[l], s);
+        const Slot *tab = l < 0 ? g : s;
+        void *base = l < 0 ? (void *)&m->w : (void *)&m->w.layers[l];
+        for (int i = 0; i < n; i++) {
+            Tensor *t = slot_tensor(base, &tab[i]);
+            int rc = t->data ? fn(m, t, &tab[i], err) : 0;
+            if (rc) return rc;
+        }
+    }
+    if (!own_head) m->w.lm_head = m->w.embed_tokens;
+    return 0;
+}
+
+/* Element i of a BF16 / F16 / F32 tensor as fp32. */
+static float elem_f32(const Tensor *t, int64_t i) {
+    if (t->dtype == DT_F32) return ((const float *)t->data)[i];
+    const uint16_t h = ((const uint16_t *)t->data)[i];
+    return t->dtype == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+static int quantize_one(Model *m, Tensor *t, const Slot *s, Err *err) {
+    if (!s->fp8 || t->dtype == DT_F8_E4M3) return 0;
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    const int64_t nbr = (rows + FP8_BLOCK - 1) / FP8_BLOCK, nbc = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
+    uint8_t *q = own(m, (size_t)(rows * cols));
+    float *si = own(m, (size_t)(nbr * nbc) * sizeof(float));
+    if (!q || !si) return err_set(err, Q35_ERR_OOM, "out of memory quantizing '%s' to FP8", t->name);
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t br = 0; br < nbr; br++) {
+        const int64_t r0 = br * FP8_BLOCK, nr = rows - r0 < FP8_BLOCK ? rows - r0 : FP8_BLOCK;
+        float *strip = malloc((size_t)(nr * cols) * sizeof(float));
+        if (!strip) {
+            failed = 1;
+            continue;
+        }
+        for (int64_t i = 0; i < nr * cols; i++) strip[i] = elem_f32(t, r0 * cols + i);
+        fp8_quantize_blocks(q + r0 * cols, si + br * nbc, strip, nr, cols);
+        free(strip);
+    }
+    if (failed) return err_set(err, Q35_ERR_OOM, "out of memory quantizing '%s' to FP8", t->name);
+    m->n_bytes -= tensor_bytes(t);
+    t->dtype = DT_F8_E4M3;
+    t->data = q;
+    t->nbytes = (size_t)(rows * cols);
+    t->scale_inv = si;
+    m->n_bytes += tensor_bytes(t);
+    return 0;
+}
+
+int model_quantize_fp8(Model *m, Err *err) { return each_tensor(m, quantize_one, err); }
+
+static int dequantize_one(Model *m, Tensor *t, const Slot *s, Err *err) {
+    (void)s;
+    if (t->dtype != DT_F8_E4M3) return 0;
+    const int64_t rows = t->shape[0], cols = t->shape[1], nbc = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
+    float *w = own(m, (size_t)t->numel * sizeof(float));
+    if (!w) return err_set(err, Q35_ERR_OOM, "out of memory dequantizing '%s'", t->name);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t r0 = 0; r0 < rows; r0 += FP8_BLOCK) {
+        const int64_t nr = rows - r0 < FP8_BLOCK ? rows - r0 : FP8_BLOCK;
+        fp8_dequantize_blocks(w + r0 * cols, (const uint8_t *)t->data + r0 * cols, t->scale_inv + r0 / FP8_BLOCK * nbc,
+                              nr, cols);
+    }
+    t->dtype = DT_F32;
+    t->data = w;
+    t->nbytes = (size_t)t->numel * sizeof(float);
+    t->scale_inv = NULL;
+    return 0;
+}
+
+int model_dequantize_fp8(Model *dst, const Model *src, Err *err) {
+    memset(dst, 0, sizeof *dst);
+    dst->config = src->config;
+    dst->gen = src->gen;
+    dst->w = src->w;
+    dst->n_params = src->n_params;
+    dst->n_bytes = src->n_bytes;
+    const size_t L = (size_t)src->config.num_hidden_layers;
+    if (!(dst->w.layers = malloc(L * sizeof(LayerWeights)))) return err_set(err, Q35_ERR_OOM, "out of memory");
+    memcpy(dst->w.layers, src->w.layers, L * sizeof(LayerWeights));
+    int rc = each_tensor(dst, dequantize_one, err);
+    if (rc) model_free(dst);
+    return rc;
+}
+
+static void add_fp8(const Tensor *t, int *n, int64_t *bytes) {
+    if (t->dtype != DT_F8_E4M3) return;
+    (*n)++;
+    *bytes += tensor_bytes(t);
+}
+
+int model_fp8_count(const Model *m, int64_t *bytes) {
+    const Config *c = &m->config;
+    int n = 0;
+    int64_t b = 0;
+    add_fp8(&m->w.embed_tokens, &n, &b);
+    if (m->w.lm_head.data && m->w.lm_head.data != m->w.embed_tokens.data) add_fp8(&m->w.lm_head, &n, &b);
+    Slot s[MAX_SLOTS];
+    for (int l = 0; l < c->num_hidden_layers && m->w.layers; l++) {
+        const int k = layer_slots(c, c->layer_types[l], s);
+        for (int i = 0; i < k; i++) add_fp8(slot_tensor(&m->w.layers[l], &s[i]), &n, &b);
+    }
+    if (bytes) *bytes = b;
+    return n;
 }
 
 /* ---- dummy weights ---- */
@@ -541,9 +737,6 @@ int model_dummy_progress(Model *m, const char *name, uint64_t seed, const ModelP
 /* ---- the weights a forward pass reads (for hand-built models too) ---- */
 
 static int is_float_dtype(DType t) { return t == DT_BF16 || t == DT_F16 || t == DT_F32; }
-static const char *non_float_name(DType t) {
-    return t == DT_I32 ? "I32" : t == DT_I64 ? "I64" : t == DT_U8 ? "U8" : "unknown";
-}
 
 /* A weight the forward pass reads: present, float, and holding rows x cols elements (rows
  * checked against shape[0] for matrices). */
@@ -552,9 +745,12 @@ static int check_w(const Tensor *t, int64_t rows, int64_t cols, int layer, const
     char where[32] = "";
     if (layer >= 0) snprintf(where, sizeof where, "layer %d: ", layer);
     if (!t->data) return err_set(err, Q35_ERR_FORMAT, "%s: %s%s is missing", who, where, what);
+    if (t->dtype == DT_F8_E4M3)
+        return err_set(err, Q35_ERR_FORMAT, "%s: %s%s (%s) is F8_E4M3, which this backend does not read (the cpu one does)",
+                       who, where, what, t->name ? t->name : "?");
     if (!is_float_dtype(t->dtype))
         return err_set(err, Q35_ERR_FORMAT, "%s: %s%s (%s) has dtype %s, expected BF16/F16/F32", who,
-                       where, what, t->name ? t->name : "?", non_float_name(t->dtype));
+                       where, what, t->name ? t->name : "?", dtype_name(t->dtype));
     if (t->numel != rows * cols || (cols > 1 && t->ndim >= 2 && t->shape[0] != rows))
         return err_set(err, Q35_ERR_FORMAT, "%s: %s%s (%s) has %lld elements, expected %lld x %lld",
                        who, where, what, t->name ? t->name : "?", (long long)t->numel, (long long)rows,

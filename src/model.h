@@ -58,7 +58,8 @@ typedef struct ModelLoadOptions {
 
 /* Loads <dir>/config.json, model.safetensors (or the shards of model.safetensors.index.json) and
  * generation_config.json. Every tensor is checked against the exact shape from Config; BF16, F16
- * and F32 storage are all accepted. Tensor.name is the name as stored in the file. o may be NULL
+ * and F32 storage are all accepted, and F8_E4M3 matrices with their "<name>_scale_inv" block scales when
+ * config.json has an fp8 quantization_config. Tensor.name is the name as stored in the file. o may be NULL
  * (defaults). On error m is left zeroed. Unknown names warn on stderr (strict: error). */
 int model_load(Model *m, const char *dir, const ModelLoadOptions *o, Err *err);
 /* Random weights at the shapes of a built-in config ("qwen3.5-0.8b", "qwen3-0.6b"), bf16 except
@@ -78,6 +79,18 @@ typedef struct ModelProgress {
 } ModelProgress;
 int model_load_progress(Model *m, const char *dir, const ModelLoadOptions *o, const ModelProgress *p, Err *err);
 int model_dummy_progress(Model *m, const char *name, uint64_t seed, const ModelProgress *p, Err *err);
+/* FP8 (docs/FP8.md). An F8_E4M3 Tensor carries scale_inv, fp32 per 128 x 128 block: w = fp8 * scale_inv.
+ * model_quantize_fp8: every BF16/F16/F32 matrix that Qwen's FP8 checkpoints store as F8_E4M3 (attention
+ * q/k/v/o, DeltaNet in_proj_qkv / in_proj_z / out_proj, MLP gate/up/down) becomes F8_E4M3 with block
+ * scales amax / 448 (model-owned); embedding, head, norms, conv1d, in_proj_a/b, A_log, dt_bias stay. FP8
+ * tensors already there are kept as stored, so a quantized bf16 checkpoint and an FP8 one look the same.
+ * n_bytes is updated. */
+int model_quantize_fp8(Model *m, Err *err);
+/* dst = a view of src in which every F8_E4M3 tensor is an fp32 tensor fp8 * scale_inv owned by dst; all
+ * other tensors alias src's (src must outlive dst). model_free(dst) frees only what dst owns. */
+int model_dequantize_fp8(Model *dst, const Model *src, Err *err);
+/* Number of F8_E4M3 weight tensors (a tied head counted once); *bytes (may be NULL): their bytes with scales. */
+int model_fp8_count(const Model *m, int64_t *bytes);
 /* Releases the mmaps and owned memory; safe on a zeroed or partially loaded Model. */
 void model_free(Model *m);
 /* Checks that every weight the forward pass reads is present, float (BF16/F16/F32) and has the

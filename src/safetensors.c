@@ -22,7 +22,8 @@ static const struct {
     const char *name;
     int size;
 } DTYPES[] = {[DT_BF16] = {"BF16", 2}, [DT_F16] = {"F16", 2}, [DT_F32] = {"F32", 4},
-              [DT_I32] = {"I32", 4},   [DT_I64] = {"I64", 8}, [DT_U8] = {"U8", 1}};
+              [DT_I32] = {"I32", 4},   [DT_I64] = {"I64", 8}, [DT_U8] = {"U8", 1},
+              [DT_F8_E4M3] = {"F8_E4M3", 1}};
 #define N_DTYPES ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
 int dtype_size(DType t) { return (t >= 0 && (int)t < N_DTYPES) ? DTYPES[t].size : 0; }

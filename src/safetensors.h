@@ -8,7 +8,8 @@
 
 #include "util.h"
 
-typedef enum { DT_BF16 = 0, DT_F16 = 1, DT_F32 = 2, DT_I32 = 3, DT_I64 = 4, DT_U8 = 5 } DType;
+/* DT_F8_E4M3: "F8_E4M3", torch.float8_e4m3fn (util.h), 1 byte. */
+typedef enum { DT_BF16 = 0, DT_F16 = 1, DT_F32 = 2, DT_I32 = 3, DT_I64 = 4, DT_U8 = 5, DT_F8_E4M3 = 6 } DType;
 #define ST_MAX_DIMS 8
 
 typedef struct Tensor {
@@ -20,6 +21,9 @@ typedef struct Tensor {
     const void *data; /* into the mmap (or owned memory for dummy weights); the file does not
                        * guarantee alignment, model_load copies misaligned bound tensors */
     size_t nbytes;
+    /* DT_F8_E4M3 matrices only (model.c binds "<name>_scale_inv"; NULL otherwise): fp32 block scales,
+     * row-major (ceil(shape[0]/128), ceil(shape[1]/128)); element (r, c) = fp8[r][c] * scale_inv[r/128][c/128]. */
+    const float *scale_inv;
 } Tensor;
 
 typedef struct SafeTensors {

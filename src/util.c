@@ -65,6 +65,57 @@ uint16_t f32_to_f16(float f) {
     return (uint16_t)(sign | r);
 }
 
+float fp8_e4m3_to_f32(uint8_t v) {
+    const int e = (v >> 3) & 15, m = v & 7;
+    float f;
+    if (e == 15 && m == 7) f = NAN;
+    else if (e == 0) f = ldexpf((float)m, -9); /* subnormal: m/8 * 2^-6 */
+    else f = ldexpf((float)(8 + m), e - 10);  /* (1 + m/8) * 2^(e-7) */
+    return (v & 0x80) ? -f : f;
+}
+
+uint8_t f32_to_fp8_e4m3(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7f;  /* NaN */
+    if (a >= 0x43e00000u) return sign | 0x7e; /* >= 448 (incl. inf): saturate */
+    const int e = (int)(a >> 23) - 127 + 7;   /* fp8 biased exponent */
+    const uint32_t man = (a & 0x7fffffu) | 0x800000u;
+    if (e < -10) return sign; /* below half the smallest subnormal */
+    /* normal: keep the top 3 mantissa bits; subnormal: value / 2^-9 = man >> (21 - e) */
+    const uint32_t shift = e >= 1 ? 20u : (uint32_t)(21 - e);
+    const uint32_t half = 1u << (shift - 1), rest = man & ((1u << shift) - 1);
+    uint32_t r = e >= 1 ? ((uint32_t)e << 3 | ((man >> 20) & 7)) : man >> shift;
+    if (rest > half || (rest == half && (r & 1))) r++; /* a carry into the exponent is the right result */
+    return sign | (uint8_t)r;
+}
+
+void fp8_quantize_blocks(uint8_t *q, float *scale_inv, const float *w, int64_t rows, int64_t cols) {
+    const int64_t nbc = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
+    for (int64_t r0 = 0; r0 < rows; r0 += FP8_BLOCK)
+        for (int64_t c0 = 0; c0 < cols; c0 += FP8_BLOCK) {
+            const int64_t r1 = r0 + FP8_BLOCK < rows ? r0 + FP8_BLOCK : rows;
+            const int64_t c1 = c0 + FP8_BLOCK < cols ? c0 + FP8_BLOCK : cols;
+            float amax = 0.0f;
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t c = c0; c < c1; c++) amax = fmaxf(amax, fabsf(w[r * cols + c]));
+            const float si = amax > 0.0f ? amax / FP8_E4M3_MAX : 1.0f;
+            scale_inv[(r0 / FP8_BLOCK) * nbc + c0 / FP8_BLOCK] = si;
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t c = c0; c < c1; c++) q[r * cols + c] = f32_to_fp8_e4m3(w[r * cols + c] / si);
+        }
+}
+
+void fp8_dequantize_blocks(float *w, const uint8_t *q, const float *scale_inv, int64_t rows, int64_t cols) {
+    const int64_t nbc = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *s = scale_inv + (r / FP8_BLOCK) * nbc;
+        for (int64_t c = 0; c < cols; c++) w[r * cols + c] = fp8_e4m3_to_f32(q[r * cols + c]) * s[c / FP8_BLOCK];
+    }
+}
+
 double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -1,4 +1,4 @@
-/* util.h — error helpers, bf16/f16 <-> f32, timers, the probe() hook.
+/* util.h — error helpers, bf16/f16/fp8 <-> f32, timers, the probe() hook.
  * Err is the library-wide error record (same layout as the public Q35Err). */
 #ifndef Q35_UTIL_H
 #define Q35_UTIL_H
@@ -32,6 +32,21 @@ static inline uint16_t f32_to_bf16(float f) {
 static inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
+
+/* FP8 e4m3fn (OCP, torch.float8_e4m3fn): sign | 4 exponent bits (bias 7) | 3 mantissa bits; no
+ * infinities, S.1111.111 is NaN, max 448 (0x7e), min normal 2^-6, subnormals m * 2^-9. */
+#define FP8_E4M3_MAX 448.0f
+float fp8_e4m3_to_f32(uint8_t v);
+/* Rounds to nearest even; finite |f| >= 448 saturates to +-448 (callers scale into range first,
+ * as HF clamps before its cast); NaN -> 0x7f with the sign. */
+uint8_t f32_to_fp8_e4m3(float f);
+/* Block FP8 (HF fine-grained FP8, DeepSeek / Qwen FP8 checkpoints), blocks of FP8_BLOCK x FP8_BLOCK:
+ * w (rows, cols) fp32 -> q (rows, cols) e4m3 and scale_inv (ceil(rows/128), ceil(cols/128)) fp32, row-major;
+ * per block scale_inv = amax / 448 (1 for an all-zero block), q = e4m3(w / scale_inv). */
+#define FP8_BLOCK 128
+void fp8_quantize_blocks(uint8_t *q, float *scale_inv, const float *w, int64_t rows, int64_t cols);
+/* w[r][c] = float(q[r][c]) * scale_inv[r/128][c/128]: one fp32 multiply, the same in every backend. */
+void fp8_dequantize_blocks(float *w, const uint8_t *q, const float *scale_inv, int64_t rows, int64_t cols);
 
 double now_s(void); /* monotonic seconds */
 

@@ -80,7 +80,9 @@ static void test_safetensors_valid(Rng *rng) {
         CHECK(strcmp(ta->name, "w.a") == 0, "name");
     }
     CHECK(dtype_size(DT_BF16) == 2 && dtype_size(DT_F32) == 4 && dtype_size(DT_I64) == 8 &&
-              dtype_size(DT_U8) == 1 && strcmp(dtype_name(DT_F16), "F16") == 0, "dtype table");
+              dtype_size(DT_U8) == 1 && strcmp(dtype_name(DT_F16), "F16") == 0 && dtype_size(DT_F8_E4M3) == 1 &&
+              strcmp(dtype_name(DT_F8_E4M3), "F8_E4M3") == 0,
+          "dtype table");
     safetensors_close(&st);
     CHECK(st.map == NULL && st.n_tensors == 0, "close clears");
     safetensors_close(&st); /* closing twice is harmless */
@@ -132,8 +134,10 @@ static void test_safetensors_bad(void) {
     expect_fail("overlap hidden behind an empty tensor", Q35_ERR_FORMAT, "'in'", "'big'");
     write_header("{\"w.q\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8);
     expect_fail("nbytes != numel*size", Q35_ERR_FORMAT, F, "'w.q'");
-    write_header("{\"w.q\":{\"dtype\":\"F8_E4M3\",\"shape\":[8],\"data_offsets\":[0,8]}}", 8);
-    expect_fail("unknown dtype", Q35_ERR_FORMAT, "'w.q'", "F8_E4M3");
+    write_header("{\"w.q\":{\"dtype\":\"F8_E5M2\",\"shape\":[8],\"data_offsets\":[0,8]}}", 8);
+    expect_fail("unknown dtype", Q35_ERR_FORMAT, "'w.q'", "F8_E5M2");
+    write_header("{\"w.q\":{\"dtype\":\"F8_E4M3\",\"shape\":[9],\"data_offsets\":[0,8]}}", 8);
+    expect_fail("F8_E4M3 is one byte per element", Q35_ERR_FORMAT, "'w.q'", "F8_E4M3");
     write_header("{\"w.q\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 8);
     expect_fail("too many dims", Q35_ERR_FORMAT, "'w.q'", "dims");
     write_header("{\"w.q\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 8);

@@ -255,6 +255,8 @@ void cli_model_init(CliModel *m) {
         {"--keep-f32-params", NULL, CLI_BOOL, &o->keep_f32_params,
          .help = "keep F32 A_log / gated-norm weights as F32 (default: round to bf16 like HF)"},
         {"--strict", NULL, CLI_BOOL, &o->strict, .help = "unknown tensor names are an error (default: a warning)"},
+        {"--weights", NULL, CLI_STR, &o->weights, .arg = "FMT",
+         .help = "auto (as stored) | fp8: quantize the projections to FP8 e4m3, 128 x 128 block scales, at load"},
         {0}};
     _Static_assert(sizeof t / sizeof t[0] <= sizeof m->flags / sizeof m->flags[0], "CliModel.flags is too small");
     memcpy(m->flags, t, sizeof t);
@@ -264,6 +266,8 @@ int cli_model_check(const char *cmd, CliModel *m) {
     Q35Options *o = &m->o;
     if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda") && strcmp(o->backend, "auto"))
         return cli_usage_error(cmd, "--backend: unknown backend '%s' (expected cpu, cuda or auto)", o->backend);
+    if (o->weights && strcmp(o->weights, "auto") && strcmp(o->weights, "fp8"))
+        return cli_usage_error(cmd, "--weights: unknown weight format '%s' (expected auto or fp8)", o->weights);
     if (!o->model_dir && !o->dummy) return cli_usage_error(cmd, "give --model DIR or --dummy qwen3.5-0.8b|qwen3-0.6b");
     if (o->model_dir && o->dummy) return cli_usage_error(cmd, "give --model DIR or --dummy NAME, not both");
     int hw = cli_hw_threads();

@@ -97,11 +97,11 @@ void cli_ids_free(CliIds *ids);
 int cli_hw_threads(void);
 
 /* Model and backend flags shared by the engine commands: --model --dummy --backend --ctx --threads
- * --seed-weights --probe --deterministic --no-graph --keep-f32-params --strict. */
+ * --seed-weights --probe --deterministic --no-graph --keep-f32-params --strict --weights. */
 typedef struct CliModel {
     Q35Options o;
     int threads_seen;
-    CliFlag flags[13];
+    CliFlag flags[14];
 } CliModel;
 /* Fills m->o with the defaults plus QWEN35_DETERMINISTIC=1 (mirrors --deterministic), and m->flags. */
 void cli_model_init(CliModel *m);

@@ -1,4 +1,5 @@
-/* backend.c — the CPU Backend table: open checks every weight the forward pass reads
+/* backend.c — the CPU Backend table: open dequantizes FP8 weights to fp32 (w = fp8 * scale_inv, the
+ * reference the FP8 kernels are tested against), checks every weight the forward pass reads
  * against Config, converts the small vectors (norms, conv taps, gates) to fp32 once, and
  * allocates the sequence state and activations for max_seq tokens; reset clears the state.
  * Serving: fp32 KV pools (n_blocks, Hkv, block, hd) per full-attention layer and state slots
@@ -39,11 +40,26 @@ int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err)
          c->linear_conv_kernel_dim < 1))
         return err_set(err, Q35_ERR_CONFIG, "cpu backend: bad DeltaNet shape (Hk %d, Hv %d, K %d)",
                        c->linear_num_key_heads, c->linear_num_value_heads, c->linear_conv_kernel_dim);
-    int rc = model_check_weights(m, "cpu backend", err);
-    if (rc) return rc;
+    int rc;
+    if (model_fp8_count(m, NULL) > 0) {
+        if (!(ctx->deq = malloc(sizeof *ctx->deq))) return err_set(err, Q35_ERR_OOM, "cpu backend: out of memory");
+        if ((rc = model_dequantize_fp8(ctx->deq, m, err))) {
+            free(ctx->deq);
+            ctx->deq = NULL;
+            return rc;
+        }
+        m = ctx->deq;
+    }
+    if ((rc = model_check_weights(m, "cpu backend", err))) {
+        cpu_ctx_close(ctx);
+        return rc;
+    }
     int max_seq = o ? o->max_seq : 0;
     if (max_seq <= 0) max_seq = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;
-    if (max_seq <= 0) return err_set(err, Q35_ERR_ARG, "cpu backend: max_seq %d", max_seq);
+    if (max_seq <= 0) {
+        cpu_ctx_close(ctx);
+        return err_set(err, Q35_ERR_ARG, "cpu backend: max_seq %d", max_seq);
+    }
 
     ctx->m = m;
     ctx->c = c;
@@ -58,7 +74,10 @@ int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err)
     const int64_t TB = CPU_TB;
     int failed = 0;
     ctx->layers = calloc((size_t)L, sizeof(CpuLayer));
-    if (!ctx->layers) return err_set(err, Q35_ERR_OOM, "cpu backend: out of memory");
+    if (!ctx->layers) {
+        cpu_ctx_close(ctx);
+        return err_set(err, Q35_ERR_OOM, "cpu backend: out of memory");
+    }
     for (int l = 0; l < L && !failed; l++) {
         const LayerWeights *lw = &m->w.layers[l];
         CpuLayer *cl = &ctx->layers[l];
@@ -137,6 +156,8 @@ void cpu_ctx_close(CpuCtx *ctx) {
                   ctx->q,          ctx->k,        ctx->v,     ctx->gate,  ctx->o,         ctx->b,    ctx->a,
                   ctx->beta,       ctx->g,        ctx->mlp_g, ctx->mlp_u, ctx->dn_scratch};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+    model_free(ctx->deq);
+    free(ctx->deq);
     memset(ctx, 0, sizeof *ctx);
 }
 

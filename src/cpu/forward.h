@@ -44,7 +44,8 @@ typedef struct CpuSeq {
 } CpuSeq;
 
 typedef struct CpuCtx {
-    const Model *m;
+    const Model *m;               /* the model, or deq */
+    Model *deq;                   /* FP8 checkpoints: the model with its F8_E4M3 matrices dequantized to fp32 */
     const Config *c;
     int max_seq, threads, n_past;
     Probe probe;
