@@ -342,6 +342,7 @@ static void be_close(void *p) {
         cudaCtxResetPersistingL2Cache();
         cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
     }
+    cuda_serve_close(ctx);   /* serve pools */
     cuda_prefill_close(ctx); /* prefill */
     for (int i = 0; i < (int)(sizeof ctx->graph / sizeof ctx->graph[0]); i++)
         if (ctx->graph[i]) cudaGraphExecDestroy(ctx->graph[i]);
@@ -638,4 +639,14 @@ static int be_bench(void *p, const BenchRequest *rq, BenchResult *res, Err *err)
     return rc ? rc : rc2;
 }
 
-const Backend cuda_backend = {"cuda", be_open, be_forward, be_decode_sample, be_reset, be_close, be_bench};
+const Backend cuda_backend = {.name = "cuda",
+                              .open = be_open,
+                              .forward = be_forward,
+                              .decode_sample = be_decode_sample,
+                              .reset = be_reset,
+                              .close = be_close,
+                              .bench = be_bench,
+                              .serve_sizes = cuda_serve_sizes,
+                              .serve_open = cuda_serve_open,
+                              .serve_close = cuda_serve_close,
+                              .step_batch = cuda_step_batch};

@@ -126,6 +126,7 @@ typedef struct CudaCtx {
     cudaEvent_t ev[CUDA_MAX_OPS + 1];
     int ev_ready;
     struct CudaPrefill *pf; /* prefill buffers (prefill.cu); NULL: forward(n > 1) runs n decode steps */
+    struct CudaServe *sv;   /* the batched step's pools and buffers (serve.cu); NULL until serve_open */
 } CudaCtx;
 
 /* Enqueues one decode step on ctx->stream: the StepParams copy from step_host, then every
@@ -163,5 +164,11 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err);
 void cuda_prefill_close(CudaCtx *ctx);
 int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err);
 int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
+
+/* ---- many sequences (serve.cu): the Backend's serve_sizes / serve_open / serve_close / step_batch ---- */
+extern "C" int cuda_serve_sizes(void *ctx, int block, ServeSizes *s, Err *err);
+extern "C" int cuda_serve_open(void *ctx, const ServeLayout *l, Err *err);
+extern "C" void cuda_serve_close(void *ctx);
+extern "C" int cuda_step_batch(void *ctx, const BatchItem *items, int n, float *logits, Err *err);
 
 #endif

@@ -1,0 +1,454 @@
+/* serve.cu — the CUDA backend's batched step for many sequences (backend.h serve_sizes / serve_open / serve_close /
+ * step_batch; docs/SERVE_ENGINE.md). A step's items are flattened into T rows (a decode item 1 row, a prefill chunk n
+ * rows) and run layer by layer like the prefill path (prefill.cu), with what differs per row done per row:
+ *   x = E[tokens]                                                        fp32 [T][D] (bf16 values)
+ *   attention:  h = norm(x) -> proj = h W_in^T -> paged_prep (q/k norm + RoPE at each row's position, K/V into the
+ *               paged pools through the row's block table) -> paged_attn (each row over positions 0 .. pos of its
+ *               own sequence, + gate) -> x = bf16(x + bf16(act W_o^T))
+ *   DeltaNet:   h = norm(x) -> proj = h W_in^T -> decode rows (items of 1 token): the recurrent step on their slots'
+ *               S and conv windows (dn_batch_step) + gated norm; prefill chunks (n > 1): cuda_deltanet_prefill on the
+ *               item's slot -> x = bf16(x + bf16(act W_out^T))
+ *   MLP:        as prefill.cu
+ *   logits:     the rows with logits = 1 gathered, final norm, h lm_head^T (fp32, bf16 values) -> host rows.
+ * Batch invariance: every kernel above computes a row (or an item) alone; the GEMMs have no split-K, and the
+ * algorithm is one tile family whatever M (serve_algo: the 128 x 128 TMA tiles on sm_90, cooperative or ping-pong by
+ * size, both m64n128k16 wgmma over K in the same order), so a row's sums do not depend on the other rows.
+ * Items are packed into passes of at most `tmax` rows; an item longer than tmax is cut into pieces of tmax (as
+ * forward() cuts a prompt), which depends on the item alone.
+ * Memory: slot s of the slot pool holds, per DeltaNet layer, S fp32 [Hv][dk][dv] then the conv ring bf16 [K][conv_dim]
+ * (the decode step's ring: row p % K = pre-conv input of position p; K rows, not K - 1, so the prefill and step
+ * kernels use it unchanged); per full-attention layer a K pool and a V pool bf16 [n_blocks][Hkv][block][hd].
+ * Eager launches (no graphs yet). Needs the prefill kernels' shapes (ctx->pf); else serve_sizes says unsupported. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda/backend.cuh"
+#include "cuda/serve_ops.h"
+
+#define SV_TMAX     2048               /* rows per pass (the prefill piece) */
+#define SV_LM_BYTES ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
+
+struct CudaServe {
+    ServeLayout lay;
+    int tmax, lm_rows, major, n_sm;
+    PrefillDims d;
+    size_t slot_bytes;
+    size_t *S_off, *ring_off; /* [L]: byte offsets of layer l's S and ring inside a slot (DeltaNet layers) */
+    size_t pool_bytes;        /* one K (or V) pool of one full-attention layer */
+    char *slots;              /* n_slots * slot_bytes */
+    char *kv;                 /* per full-attention layer (in layer order) its K pool, then its V pool */
+    int *kv_index;            /* [L]: index of layer l among the full-attention layers */
+    void *buf;                /* activations (below) */
+    float *x, *xg, *lm;
+    uint16_t *h, *proj, *q, *act, *o;
+    void *scratch;
+    int32_t *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables */
+    int32_t *ints_host;
+    size_t n_ints;
+};
+
+static int sv_fail(int rc, const char *what, int layer, Err *err) {
+    if (layer >= 0)
+        return err_set(err, Q35_ERR_CUDA, "cuda step: %s (layer %d): %s", what, layer,
+                       cudaGetErrorString((cudaError_t)rc));
+    return err_set(err, Q35_ERR_CUDA, "cuda step: %s: %s", what, cudaGetErrorString((cudaError_t)rc));
+}
+
+static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+static void slot_layout(const Config *c, size_t *S_off, size_t *ring_off, size_t *slot_bytes) {
+    size_t off = 0;
+    const size_t S = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
+    const size_t ring = (size_t)c->linear_conv_kernel_dim * c->conv_dim * 2;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        if (c->layer_types[l] == LAYER_FULL_ATTN) continue;
+        if (S_off) S_off[l] = off;
+        off += al256(S);
+        if (ring_off) ring_off[l] = off;
+        off += al256(ring);
+    }
+    *slot_bytes = off;
+}
+
+static size_t block_bytes_of(const Config *c, int block) {
+    return (size_t)c->n_full_layers * 2 * c->num_key_value_heads * (size_t)block * c->head_dim * 2;
+}
+
+/* ---- activations ----------------------------------------------------------------------------------------------- */
+
+typedef struct SvArena {
+    char *base;
+    size_t off;
+} SvArena;
+static void *sv_carve(SvArena *a, size_t bytes) {
+    const size_t o = al256(a->off);
+    a->off = o + bytes;
+    return a->base ? a->base + o : NULL;
+}
+
+static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_tables) {
+    size_t nh, nproj, nq, nact, nscr;
+    const int T = sv->tmax, D = sv->d.D;
+    cuda_prefill_buffer_sizes(&sv->d, T, &nh, &nproj, &nq, &nact, &nscr);
+    sv->x = (float *)sv_carve(a, sizeof(float) * (size_t)T * D);
+    sv->xg = (float *)sv_carve(a, sizeof(float) * (size_t)sv->lm_rows * D);
+    sv->h = (uint16_t *)sv_carve(a, 2 * nh);
+    sv->proj = (uint16_t *)sv_carve(a, 2 * nproj);
+    sv->q = (uint16_t *)sv_carve(a, 2 * (nq > 0 ? nq : 1));
+    sv->act = (uint16_t *)sv_carve(a, 2 * nact);
+    sv->o = (uint16_t *)sv_carve(a, 2 * (size_t)T * (sv->d.Hv * sv->d.dv > 0 ? sv->d.Hv * sv->d.dv : 1));
+    sv->scratch = sv_carve(a, nscr > 0 ? nscr : 1);
+    sv->lm = (float *)sv_carve(a, sizeof(float) * (size_t)sv->lm_rows * ctx->c->vocab_size);
+    sv->n_ints = 6 * (size_t)T + (size_t)n_tables;
+    sv->ints = (int32_t *)sv_carve(a, sizeof(int32_t) * sv->n_ints);
+}
+
+static void sv_dims(const CudaCtx *ctx, CudaServe *sv) {
+    const Config *c = ctx->c;
+    PrefillDims *d = &sv->d;
+    memset(d, 0, sizeof *d);
+    d->D = c->hidden_size;
+    d->F = c->intermediate_size;
+    d->Hq = c->num_attention_heads;
+    d->Hkv = c->num_key_value_heads;
+    d->hd = c->head_dim;
+    d->R = c->rotary_dim;
+    d->attn_gate = c->attn_output_gate;
+    d->norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
+    if (c->n_linear_layers) {
+        d->Hk = c->linear_num_key_heads;
+        d->Hv = c->linear_num_value_heads;
+        d->dk = c->linear_key_head_dim;
+        d->dv = c->linear_value_head_dim;
+        d->K = c->linear_conv_kernel_dim;
+    }
+    d->glu_group = 1;
+    d->max_seq = ctx->max_seq;
+    d->gemm_algo = GEMM_ALGO_AUTO;
+    d->eps = c->rms_norm_eps;
+    sv->tmax = SV_TMAX < ctx->max_seq ? SV_TMAX : ctx->max_seq;
+    const size_t lm = SV_LM_BYTES / (sizeof(float) * (size_t)c->vocab_size);
+    sv->lm_rows = lm < 1 ? 1 : lm > (size_t)sv->tmax ? sv->tmax : (int)lm;
+}
+
+/* ---- Backend hooks --------------------------------------------------------------------------------------------- */
+
+extern "C" int cuda_serve_sizes(void *p, int block, ServeSizes *s, Err *err) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    if (!ctx->pf)
+        return err_set(
+            err, Q35_ERR_UNSUPPORTED,
+            "cuda serve: the batched step needs the prefill kernels, which do not cover this model's shapes");
+    if (block < 1) return err_set(err, Q35_ERR_ARG, "cuda serve: block of %d tokens", block);
+    memset(s, 0, sizeof *s);
+    s->block_bytes = block_bytes_of(ctx->c, block);
+    slot_layout(ctx->c, NULL, NULL, &s->slot_bytes);
+    /* the activations of one pass come out of the same memory (sized here with room for 4096 table entries) */
+    CudaServe tmp;
+    memset(&tmp, 0, sizeof tmp);
+    sv_dims(ctx, &tmp);
+    SvArena a = {NULL, 0};
+    sv_layout(ctx, &tmp, &a, 4096);
+    size_t fr = 0, tot = 0;
+    cudaError_t e = cudaMemGetInfo(&fr, &tot);
+    if (e != cudaSuccess) return sv_fail((int)e, "cudaMemGetInfo", -1, err);
+    const size_t reserve = a.off + ((size_t)256 << 20); /* activations + 256 MiB for the runtime */
+    s->mem_bytes = fr > reserve ? fr - reserve : 0;
+    s->mem_fraction = 0.9;
+    return 0;
+}
+
+extern "C" void cuda_serve_close(void *p) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    CudaServe *sv = ctx ? ctx->sv : NULL;
+    if (!sv) return;
+    if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    if (sv->slots) cudaFree(sv->slots);
+    if (sv->kv) cudaFree(sv->kv);
+    if (sv->buf) cudaFree(sv->buf);
+    if (sv->ints_host) cudaFreeHost(sv->ints_host);
+    free(sv->S_off);
+    free(sv->ring_off);
+    free(sv->kv_index);
+    free(sv);
+    ctx->sv = NULL;
+}
+
+extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    const Config *c = ctx->c;
+    cuda_serve_close(ctx);
+    if (!ctx->pf)
+        return err_set(
+            err, Q35_ERR_UNSUPPORTED,
+            "cuda serve: the batched step needs the prefill kernels, which do not cover this model's shapes");
+    if (l->n_slots < 1 || l->n_blocks < 1 || l->block < 1 || l->max_blocks < 1 ||
+        (int64_t)l->max_blocks * l->block < ctx->max_seq)
+        return err_set(err, Q35_ERR_ARG, "cuda serve: layout of %d slots, %d blocks of %d (%d per table)", l->n_slots,
+                       l->n_blocks, l->block, l->max_blocks);
+    CudaServe *sv = (CudaServe *)calloc(1, sizeof *sv);
+    if (!sv) return err_set(err, Q35_ERR_OOM, "cuda serve: out of host memory");
+    ctx->sv = sv;
+    sv->lay = *l;
+    sv_dims(ctx, sv);
+    const int L = c->num_hidden_layers;
+    sv->S_off = (size_t *)calloc((size_t)L, sizeof(size_t));
+    sv->ring_off = (size_t *)calloc((size_t)L, sizeof(size_t));
+    sv->kv_index = (int *)calloc((size_t)L, sizeof(int));
+    if (!sv->S_off || !sv->ring_off || !sv->kv_index) {
+        cuda_serve_close(ctx);
+        return err_set(err, Q35_ERR_OOM, "cuda serve: out of host memory");
+    }
+    slot_layout(c, sv->S_off, sv->ring_off, &sv->slot_bytes);
+    for (int i = 0, k = 0; i < L; i++) sv->kv_index[i] = c->layer_types[i] == LAYER_FULL_ATTN ? k++ : -1;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sv->major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&sv->n_sm, cudaDevAttrMultiProcessorCount, dev);
+    const int n_tables = l->n_slots * l->max_blocks; /* each slot at most once per step */
+    SvArena a = {NULL, 0};
+    sv_layout(ctx, sv, &a, n_tables);
+    const size_t act_bytes = a.off;
+    sv->pool_bytes = (size_t)l->n_blocks * c->num_key_value_heads * (size_t)l->block * c->head_dim * 2;
+    cudaError_t e = cudaMalloc(&sv->buf, act_bytes);
+    if (e == cudaSuccess && sv->slot_bytes) e = cudaMalloc(&sv->slots, (size_t)l->n_slots * sv->slot_bytes);
+    if (e == cudaSuccess && c->n_full_layers) e = cudaMalloc(&sv->kv, 2 * (size_t)c->n_full_layers * sv->pool_bytes);
+    if (e == cudaSuccess) e = cudaMallocHost(&sv->ints_host, sizeof(int32_t) * sv->n_ints);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        const double mib =
+            (act_bytes + (double)l->n_slots * sv->slot_bytes + 2.0 * c->n_full_layers * (double)sv->pool_bytes) /
+            1048576.0;
+        cuda_serve_close(ctx);
+        return err_set(err, Q35_ERR_OOM, "GPU out of memory: the serve pools (%d slots, %d blocks) need %.0f MiB",
+                       l->n_slots, l->n_blocks, mib);
+    }
+    a.base = (char *)sv->buf;
+    a.off = 0;
+    sv_layout(ctx, sv, &a, n_tables);
+    return 0;
+}
+
+/* The GEMM algorithm of every batched-step GEMM: one tile family whatever M (see the header). */
+static int serve_algo(const CudaServe *sv, int M, int N) {
+    if (sv->major != 9) return GEMM_ALGO_MMA;
+    const int tiles = ((M + 127) / 128) * ((N + 127) / 128);
+    return tiles <= sv->n_sm ? GEMM_ALGO_TMA_C128 : GEMM_ALGO_TMA_P128;
+}
+
+static int sv_gemm(const CudaServe *sv, const CudaLaunch *lc, GemmParams g, int layer, const char *what, Err *err) {
+    g.algo = serve_algo(sv, g.M, g.N);
+    const int rc = cuda_gemm_bf16(&g, lc);
+    return rc ? sv_fail(rc, what, layer, err) : 0;
+}
+
+static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, const float *w, int T, int layer,
+                   Err *err) {
+    RmsnormRowsParams np = {x, w, sv->h, T, sv->d.D, sv->d.norm_mode, sv->d.eps};
+    const int rc = cuda_rmsnorm_rows_bf16(&np, lc);
+    return rc ? sv_fail(rc, "norm", layer, err) : 0;
+}
+
+/* One pass: the (pieces of) items it[0 .. n) with their row counts cnt[i] and first positions p0[i]; the pass's
+ * host ints are filled. out: logits rows of this pass go to out[0 ..) ([n_out][V]). */
+typedef struct SvPiece {
+    const BatchItem *it;
+    int off, n, pos, logits; /* tokens it->tokens[off .. off+n) at positions pos .. pos+n-1 */
+} SvPiece;
+
+static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float *out, Err *err) {
+    const Config *c = ctx->c;
+    const PrefillDims *d = &sv->d;
+    const int D = d->D, V = c->vocab_size, tmax = sv->tmax, block = sv->lay.block;
+    const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0};
+    int32_t *hi = sv->ints_host;
+    int32_t *h_tok = hi, *h_pos = hi + tmax, *h_tab = hi + 2 * tmax, *h_dnr = hi + 3 * tmax, *h_dns = hi + 4 * tmax,
+            *h_out = hi + 5 * tmax, *h_tables = hi + 6 * tmax;
+    int T = 0, nd = 0, n_out = 0, nt = 0;
+    for (int i = 0; i < np; i++) {
+        const SvPiece *q = &pc[i];
+        const int nb = (q->pos + q->n - 1) / block + 1;
+        for (int b = 0; b < nb; b++) h_tables[nt + b] = q->it->blocks[b];
+        for (int r = 0; r < q->n; r++) {
+            h_tok[T + r] = q->it->tokens[q->off + r];
+            h_pos[T + r] = q->pos + r;
+            h_tab[T + r] = nt;
+        }
+        if (q->n == 1) h_dnr[nd] = T, h_dns[nd++] = q->it->slot;
+        if (q->logits) h_out[n_out++] = T + q->n - 1;
+        nt += nb;
+        T += q->n;
+    }
+    const int32_t *tok = sv->ints, *pos = sv->ints + tmax, *tab = sv->ints + 2 * tmax, *dnr = sv->ints + 3 * tmax,
+                  *dns = sv->ints + 4 * tmax, *orow = sv->ints + 5 * tmax, *tables = sv->ints + 6 * tmax;
+    cudaError_t e =
+        cudaMemcpyAsync(sv->ints, hi, sizeof(int32_t) * (6 * (size_t)tmax + nt), cudaMemcpyHostToDevice, ctx->stream);
+    if (e != cudaSuccess) return sv_fail((int)e, "upload", -1, err);
+    /* a new sequence starts from zero DeltaNet state */
+    for (int i = 0; i < np && sv->slot_bytes; i++)
+        if (pc[i].pos == 0) {
+            e = cudaMemsetAsync(sv->slots + (size_t)pc[i].it->slot * sv->slot_bytes, 0, sv->slot_bytes, ctx->stream);
+            if (e != cudaSuccess) return sv_fail((int)e, "slot clear", -1, err);
+        }
+    EmbedRowsParams ep = {tok, ctx->embed, sv->x, T, D, V};
+    int rc = cuda_embed_rows(&ep, &lc);
+    if (rc) return sv_fail(rc, "embed", -1, err);
+    const int vd = d->Hv * d->dv, cd = 2 * d->Hk * d->dk + vd;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const CudaLayer *ly = &ctx->layers[l];
+        const int n = ly->in_rows, no = ly->out_cols;
+        if ((rc = sv_norm(sv, &lc, sv->x, ly->ln1, T, l, err))) return rc;
+        GemmParams in = {sv->h, ly->w_in, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
+        if ((rc = sv_gemm(sv, &lc, in, l, "gemm_in", err))) return rc;
+        if (ly->type == LAYER_FULL_ATTN) {
+            const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
+            uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
+            uint16_t *vp = (uint16_t *)((char *)kp + sv->pool_bytes);
+            PagedPrepParams pp = {sv->proj,
+                                  n,
+                                  d->attn_gate ? 2 * hd : hd,
+                                  nq,
+                                  nq + d->Hkv * hd,
+                                  ly->q_norm,
+                                  ly->k_norm,
+                                  ctx->inv_freq,
+                                  sv->q,
+                                  kp,
+                                  vp,
+                                  pos,
+                                  tab,
+                                  tables,
+                                  T,
+                                  d->Hq,
+                                  d->Hkv,
+                                  hd,
+                                  d->R,
+                                  block,
+                                  d->norm_mode,
+                                  d->eps};
+            if ((rc = cuda_paged_prep(&pp, &lc))) return sv_fail(rc, "paged_prep", l, err);
+            PagedAttnParams ap = {sv->q,  kp,     vp,      d->attn_gate ? sv->proj + hd : NULL,
+                                  n,      2 * hd, sv->act, pos,
+                                  tab,    tables, T,       d->Hq,
+                                  d->Hkv, hd,     block,   1.0f / sqrtf((float)hd)};
+            if ((rc = cuda_paged_attn(&ap, &lc))) return sv_fail(rc, "paged_attn", l, err);
+        } else {
+            float *S0 = (float *)(sv->slots + sv->S_off[l]);
+            uint16_t *ring0 = (uint16_t *)(sv->slots + sv->ring_off[l]);
+            if (nd) {
+                DnBatchParams bp = {sv->proj,       n,     ly->conv_w, ly->A_log, ly->dt_bias, S0, ring0,
+                                    sv->slot_bytes, dnr,   dns,        pos,       sv->o,       nd, d->Hk,
+                                    d->Hv,          d->dk, d->dv,      d->K};
+                if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
+                DnGatedNormParams gp = {sv->o, sv->proj, n, cd, ly->lin_norm, sv->act, dnr, nd, d->Hv, d->dv, d->eps};
+                if ((rc = cuda_dn_gated_norm_rows(&gp, &lc))) return sv_fail(rc, "gated norm", l, err);
+            }
+            for (int i = 0, r0 = 0; i < np; r0 += pc[i].n, i++) {
+                if (pc[i].n == 1) continue;
+                const size_t so = (size_t)pc[i].it->slot * sv->slot_bytes;
+                DeltaNetPrefillParams dp;
+                memset(&dp, 0, sizeof dp);
+                dp.proj = sv->proj + (size_t)r0 * n;
+                dp.ld_proj = n;
+                dp.z_off = cd;
+                dp.b_off = cd + vd;
+                dp.a_off = cd + vd + d->Hv;
+                dp.conv_w = ly->conv_w;
+                dp.A_log = ly->A_log;
+                dp.dt_bias = ly->dt_bias;
+                dp.norm_w = ly->lin_norm;
+                dp.conv_ring = (uint16_t *)(sv->slots + so + sv->ring_off[l]);
+                dp.state = (float *)(sv->slots + so + sv->S_off[l]);
+                dp.y = sv->act + (size_t)r0 * vd;
+                dp.scratch = sv->scratch;
+                dp.T = pc[i].n;
+                dp.pos = pc[i].pos;
+                dp.Hk = d->Hk;
+                dp.Hv = d->Hv;
+                dp.dk = d->dk;
+                dp.dv = d->dv;
+                dp.K = d->K;
+                dp.eps = d->eps;
+                dp.fuse_out = 1;
+                if ((rc = cuda_deltanet_prefill(&dp, &lc))) return sv_fail(rc, "deltanet prefill", l, err);
+            }
+        }
+        GemmParams o = {sv->act, ly->w_out, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
+        if ((rc = sv_gemm(sv, &lc, o, l, "gemm_out", err))) return rc;
+        if ((rc = sv_norm(sv, &lc, sv->x, ly->ln2, T, l, err))) return rc;
+        const int F = d->F;
+        GemmParams gu = {sv->h, ly->w_gu, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
+        if ((rc = sv_gemm(sv, &lc, gu, l, "gemm_gate_up", err))) return rc;
+        GemmParams dn = {sv->act, ly->w_down, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
+        if ((rc = sv_gemm(sv, &lc, dn, l, "gemm_down", err))) return rc;
+    }
+    for (int r0 = 0; r0 < n_out; r0 += sv->lm_rows) {
+        const int m = n_out - r0 < sv->lm_rows ? n_out - r0 : sv->lm_rows;
+        GatherRowsParams gp = {sv->x, orow + r0, sv->xg, m, D};
+        if ((rc = cuda_gather_rows(&gp, &lc))) return sv_fail(rc, "gather", -1, err);
+        if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, m, -1, err))) return rc;
+        GemmParams g = {sv->h, ctx->lm_head, sv->lm, m, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
+        if ((rc = sv_gemm(sv, &lc, g, -1, "gemm_lm_head", err))) return rc;
+        /* pageable destination: returns once the copy is done, so sv->lm is free again */
+        e = cudaMemcpyAsync(out + (size_t)r0 * V, sv->lm, sizeof(float) * (size_t)m * V, cudaMemcpyDeviceToHost,
+                            ctx->stream);
+        if (e != cudaSuccess) return sv_fail((int)e, "logits readback", -1, err);
+    }
+    e = cudaStreamSynchronize(ctx->stream); /* the pinned ints are refilled by the next pass */
+    return e == cudaSuccess ? 0 : sv_fail((int)e, "step", -1, err);
+}
+
+extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *logits, Err *err) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    CudaServe *sv = ctx->sv;
+    if (!sv) return err_set(err, Q35_ERR_ARG, "cuda step: serving is not open");
+    const int V = ctx->c->vocab_size, block = sv->lay.block;
+    if (n < 0 || n > sv->lay.n_slots) return err_set(err, Q35_ERR_ARG, "cuda step: %d items", n);
+    for (int i = 0; i < n; i++) {
+        const BatchItem *it = &items[i];
+        if (it->slot < 0 || it->slot >= sv->lay.n_slots || it->n <= 0 || !it->tokens || it->pos < 0 ||
+            (int64_t)it->pos + it->n > ctx->max_seq || !it->blocks)
+            return err_set(err, Q35_ERR_ARG, "cuda step: item %d (slot %d, %d tokens at %d) is outside the layout", i,
+                           it->slot, it->n, it->pos);
+        for (int j = 0; j <= (it->pos + it->n - 1) / block; j++)
+            if (it->blocks[j] < 0 || it->blocks[j] >= sv->lay.n_blocks)
+                return err_set(err, Q35_ERR_ARG, "cuda step: item %d: block %d outside [0, %d)", i, it->blocks[j],
+                               sv->lay.n_blocks);
+        for (int j = 0; j < it->n; j++)
+            if (it->tokens[j] < 0 || it->tokens[j] >= V)
+                return err_set(err, Q35_ERR_ARG, "cuda step: item %d: token id %d outside [0, %d)", i, it->tokens[j],
+                               V);
+        for (int k = 0; k < i; k++)
+            if (items[k].slot == it->slot)
+                return err_set(err, Q35_ERR_ARG, "cuda step: slot %d twice in one step", it->slot);
+    }
+    /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */
+    SvPiece pc[64];
+    int np = 0, rows = 0, rc = 0;
+    float *out = logits;
+    const int max_pc = (int)(sizeof pc / sizeof pc[0]);
+    for (int i = 0; i < n && !rc; i++) {
+        const BatchItem *it = &items[i];
+        for (int off = 0; off < it->n && !rc; off += sv->tmax) {
+            const int m = it->n - off < sv->tmax ? it->n - off : sv->tmax;
+            if (np && (rows + m > sv->tmax || np == max_pc)) {
+                int n_out = 0;
+                for (int k = 0; k < np; k++) n_out += pc[k].logits;
+                rc = sv_pass(ctx, sv, pc, np, out, err);
+                if (out) out += (size_t)n_out * V;
+                np = rows = 0;
+                if (rc) break;
+            }
+            pc[np].it = it;
+            pc[np].off = off;
+            pc[np].n = m;
+            pc[np].pos = it->pos + off;
+            pc[np].logits = it->logits && off + m == it->n && logits;
+            np++;
+            rows += m;
+        }
+    }
+    if (!rc && np) rc = sv_pass(ctx, sv, pc, np, out, err);
+    return rc;
+}

@@ -1,0 +1,362 @@
+/* serve_kernels.cu — the batched step's own kernels (serve.cu; contracts in serve_ops.h): q/k norm + RoPE + append
+ * into the paged KV pools, paged attention of each row over its own sequence, the DeltaNet decode step over state
+ * slots and its gated norm, and a row gather for the LM head. Every CTA works on one row, so a row's values never
+ * depend on the other rows of the step (batch invariance). */
+#include "cuda/common.cuh"
+#include "cuda/deltanet.cuh"
+#include "cuda/serve_ops.h"
+
+/* ---- paged prep ------------------------------------------------------------------------------------------------ */
+
+/* Address of position pos of kv head i in a pool (see serve_ops.h). */
+__device__ __forceinline__ size_t paged_off(const int32_t *tables, int tab, int pos, int i, int Hkv, int block,
+                                            int hd) {
+    const int b = tables[tab + pos / block];
+    return (((size_t)b * Hkv + i) * block + pos % block) * hd;
+}
+
+/* grid (T, ceil((Hq + 2 Hkv) / 4)), 128 threads: warp w handles head unit blockIdx.y*4 + w (q heads, k heads, v
+ * heads) of row blockIdx.x; element e = lane + 32 i (attention_prefill.cu attn_prep_bf16_rows, per-row position). */
+__global__ void __launch_bounds__(128) paged_prep_rows(const __grid_constant__ PagedPrepParams p) {
+    pdl_begin();
+    __shared__ float buf[4][256];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int unit = blockIdx.y * 4 + warp, t = blockIdx.x, hd = p.hd, n = hd / 32;
+    if (unit >= p.Hq + 2 * p.Hkv) return;
+    const uint16_t *row = p.qkv + (size_t)t * p.ld;
+    const int pos = p.pos[t], tab = p.tab[t];
+    if (unit >= p.Hq + p.Hkv) { /* v: copied as projected */
+        const int i = unit - p.Hq - p.Hkv;
+        const uint16_t *src = row + p.v_off + i * hd;
+        uint16_t *dst = p.v_pool + paged_off(p.tables, tab, pos, i, p.Hkv, p.block, hd);
+        for (int e = lane; e < hd; e += 32) dst[e] = src[e];
+        return;
+    }
+    const bool is_q = unit < p.Hq;
+    const uint16_t *src = is_q ? row + unit * p.q_hs : row + p.k_off + (unit - p.Hq) * hd;
+    const float *w = is_q ? p.q_norm : p.k_norm;
+    float x[8];
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        x[i] = i < n ? bf16u(src[lane + 32 * i]) : 0.0f;
+        ss += x[i] * x[i];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float r = rsqrtf(ss / (float)hd + p.eps);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (i >= n) break;
+        const int e = lane + 32 * i;
+        x[i] = norm_apply(x[i], r, w[e], p.norm_mode);
+        buf[warp][e] = x[i];
+    }
+    __syncwarp();
+    uint16_t *dst = is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd
+                         : p.k_pool + paged_off(p.tables, tab, pos, unit - p.Hq, p.Hkv, p.block, hd);
+    const int half = p.R / 2;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (i >= n) break;
+        const int e = lane + 32 * i;
+        float y = x[i];
+        if (e < p.R) {
+            const int f = e < half ? e : e - half;
+            float sn, cs;
+            sincosf((float)pos * p.inv_freq[f], &sn, &cs);
+            const float c = rbf(cs), s = rbf(sn);
+            y = e < half ? rbf(rbf(x[i] * c) - rbf(buf[warp][e + half] * s))
+                         : rbf(rbf(x[i] * c) + rbf(buf[warp][e - half] * s));
+        }
+        dst[e] = bf16_bits(y);
+    }
+}
+
+extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
+    if (p->T < 1 || p->hd % 32 || p->hd > 256 || p->hd < 32 || p->R < 2 || p->R % 2 || p->R > p->hd || p->Hq < 1 ||
+        (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN) || p->Hkv < 1 || p->block < 1 || p->T > 2147483647 ||
+        (p->Hq + 2 * p->Hkv + 3) / 4 > 65535)
+        return (int)cudaErrorInvalidValue;
+    const dim3 grid((unsigned)p->T, (unsigned)((p->Hq + 2 * p->Hkv + 3) / 4));
+    return launch_kernel(paged_prep_rows, grid, dim3(128), 0, l, *p);
+}
+
+/* ---- paged attention ------------------------------------------------------------------------------------------- */
+
+#define PA_WARPS 4
+
+/* grid (Hq, T), 128 threads. Lane holds dims lane*EPL .. + EPL - 1 (EPL = hd / 32 <= 8) of q, of the running o and
+ * of each K / V row it reads (16 bytes per lane at hd 256: a row is one coalesced 512-byte read). */
+__global__ void __launch_bounds__(PA_WARPS * 32) paged_attn_rows(const __grid_constant__ PagedAttnParams p) {
+    pdl_begin();
+    __shared__ float sm_o[PA_WARPS][256];
+    __shared__ float sm_m[PA_WARPS], sm_l[PA_WARPS];
+    const int j = blockIdx.x, t = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int hd = p.hd, epl = hd / 32, kvh = j / (p.Hq / p.Hkv), pos = p.pos[t], tab = p.tab[t];
+    const uint16_t *qr = p.q + ((size_t)t * p.Hq + j) * hd + lane * epl;
+    float q[8], o[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        q[e] = e < epl ? bf16u(qr[e]) : 0.0f;
+        o[e] = 0.0f;
+    }
+    float m = -1e30f, lsum = 0.0f;
+    for (int s = warp; s <= pos; s += PA_WARPS) {
+        const size_t off = paged_off(p.tables, tab, s, kvh, p.Hkv, p.block, hd) + (size_t)lane * epl;
+        const uint16_t *kr = p.k_pool + off, *vr = p.v_pool + off;
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            if (e < epl) d = fmaf(q[e], bf16u(kr[e]), d);
+        d = warp_sum(d) * p.scale;
+        const float mn = fmaxf(m, d), corr = expf(m - mn), pr = expf(d - mn);
+        lsum = fmaf(lsum, corr, pr);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            if (e < epl) o[e] = fmaf(o[e], corr, pr * bf16u(vr[e]));
+        m = mn;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (e < epl) sm_o[warp][lane * epl + e] = o[e];
+    if (lane == 0) sm_m[warp] = m, sm_l[warp] = lsum;
+    __syncthreads();
+    float M = sm_m[0];
+    for (int w = 1; w < PA_WARPS; w++) M = fmaxf(M, sm_m[w]);
+    float L = 0.0f, f[PA_WARPS];
+    for (int w = 0; w < PA_WARPS; w++) {
+        f[w] = expf(sm_m[w] - M);
+        L = fmaf(sm_l[w], f[w], L);
+    }
+    const float inv = 1.0f / L;
+    uint16_t *out = p.out + (size_t)t * p.Hq * hd + (size_t)j * hd;
+    for (int d = threadIdx.x; d < hd; d += PA_WARPS * 32) {
+        float acc = 0.0f;
+        for (int w = 0; w < PA_WARPS; w++) acc = fmaf(sm_o[w][d], f[w], acc);
+        float y = rbf(acc * inv);
+        if (p.gate) y = rbf(y * rbf(sigmoid_acc(bf16u(p.gate[(size_t)t * p.gate_ld + (size_t)j * p.gate_hs + d]))));
+        out[d] = bf16_bits(y);
+    }
+}
+
+extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
+    if (p->T < 1 || p->hd % 32 || p->hd < 32 || p->hd > 256 || p->Hq < 1 || p->Hkv < 1 || p->Hq % p->Hkv ||
+        p->block < 1 || p->T > 65535)
+        return (int)cudaErrorInvalidValue;
+    return launch_kernel(paged_attn_rows, dim3((unsigned)p->Hq, (unsigned)p->T), dim3(PA_WARPS * 32), 0, l, *p);
+}
+
+/* ---- DeltaNet step over slots ---------------------------------------------------------------------------------- */
+
+/* As deltanet.cu: DN_RPT state rows per thread, at most DN_MAX_SPLIT column splits per head. */
+enum { SB_RPT = 4, SB_MAX_SPLIT = 8 };
+
+typedef struct SbShape {
+    int vec, tpr, cols, splits, threads;
+} SbShape;
+
+static int sb_shape(int dk, int dv, SbShape *s) {
+    if (dk < 1 || dv < 1 || dk > 1024 || dv > 1024) return -1;
+    s->vec = dv % 4 == 0 ? 4 : 1;
+    const int want = ceil_div(ceil_div(dv, SB_MAX_SPLIT), s->vec);
+    int tpr = 1;
+    while (tpr < want) tpr <<= 1;
+    if (tpr > 32) return -1;
+    s->tpr = tpr;
+    s->cols = tpr * s->vec;
+    s->splits = ceil_div(dv, s->cols);
+    s->threads = ceil_div(tpr * ceil_div(dk, SB_RPT), 32) * 32;
+    return s->threads > 1024 ? -1 : 0;
+}
+
+/* floats of dynamic shared memory: pq,pk,tq,tk [dk]; pv,tv,dl [cols]; red_m,red_s [nw][cols]; red3 [96] */
+static size_t sb_smem_bytes(int dk, const SbShape *s) {
+    const int nw = s->threads / 32;
+    return sizeof(float) * ((size_t)4 * dk + 3 * s->cols + 2 * nw * s->cols + 96);
+}
+
+typedef struct SbArgs {
+    DnBatchParams p;
+    int tpr, cols;
+} SbArgs;
+
+/* conv_history's view of one slot's ring */
+typedef struct SbConv {
+    const float *conv_w;
+    const uint16_t *conv_ring;
+    int K;
+} SbConv;
+
+/* grid (splits, Hv, nd); deltanet_step_f32_cluster<VEC, GO = true> with a row / slot dimension. */
+template <int VEC>
+__global__ void dn_batch_step(const __grid_constant__ SbArgs args) {
+    const DnBatchParams &p = args.p;
+    extern __shared__ float sm[];
+    const int dk = p.dk, dv = p.dv, Hv = p.Hv, cols = args.cols, tpr = args.tpr;
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, wid = tid >> 5, nw = nt >> 5;
+    const int split = blockIdx.x, j = blockIdx.y, n = j / (Hv / p.Hk);
+    const int key_dim = p.Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
+    const int e0 = split * cols, ncols = min(cols, dv - e0);
+    const int nrl = nt / tpr, cg = tid % tpr, rl = tid / tpr;
+    const bool col_ok = cg * VEC < ncols;
+
+    float *pq = sm, *pk = pq + dk, *tq = pk + dk, *tk = tq + dk;
+    float *pv = tk + dk, *tv = pv + cols, *dl = tv + cols;
+    float *red_m = dl + cols, *red_s = red_m + nw * cols, *red3 = red_s + nw * cols;
+
+    pdl_begin();
+    const int row = p.rows[blockIdx.z], slot = p.slot[blockIdx.z], pos = p.pos[row];
+    float *S = (float *)((char *)p.S0 + (size_t)slot * p.stride);
+    uint16_t *ring = (uint16_t *)((char *)p.ring0 + (size_t)slot * p.stride);
+    const uint16_t *proj = p.proj + (size_t)row * p.ld_proj;
+    const SbConv cv = {p.conv_w, ring, p.K};
+
+    float s[SB_RPT][VEC];
+    float *Sh = S + (size_t)j * dk * dv;
+#pragma unroll
+    for (int i = 0; i < SB_RPT; i++) {
+        const int d = rl + i * nrl;
+        if (d < dk && col_ok)
+            ld_vec<VEC>(Sh + (size_t)d * dv + e0 + cg * VEC, s[i]);
+        else
+#pragma unroll
+            for (int v = 0; v < VEC; v++) s[i][v] = 0.0f;
+    }
+    const int rc = pos % p.K;
+    const int qch0 = n * dk, kch0 = key_dim + n * dk, vch0 = 2 * key_dim + j * dv + e0;
+    for (int d = tid; d < dk; d += nt) {
+        pq[d] = conv_history(cv, conv_dim, qch0 + d, rc, &tq[d]);
+        pk[d] = conv_history(cv, conv_dim, kch0 + d, rc, &tk[d]);
+    }
+    for (int c = tid; c < ncols; c += nt) pv[c] = conv_history(cv, conv_dim, vch0 + c, rc, &tv[c]);
+    const float A_log = p.A_log[j], dt_bias = p.dt_bias[j];
+    /* every block read the ring rows it needs before any block of this row writes row rc: the writes go to row
+     * pos % K, which the reads (rows of positions pos - K + 1 .. pos - 1) never touch */
+
+    const uint16_t *tail = proj + conv_dim + value_dim;
+    const float b_in = bf16u(tail[j]), a_in = bf16u(tail[Hv + j]);
+    uint16_t *ring_row = ring + (size_t)rc * conv_dim;
+    const bool qk_writer = split == 0 && j % (Hv / p.Hk) == 0;
+    float ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
+    for (int d = tid; d < dk; d += nt) {
+        const float xq = bf16u(proj[qch0 + d]), xk = bf16u(proj[kch0 + d]);
+        const float cq = conv_finish(pq[d], tq[d], xq), ck = conv_finish(pk[d], tk[d], xk);
+        pq[d] = cq;
+        pk[d] = ck;
+        ssq = fmaf(cq, cq, ssq);
+        ssk = fmaf(ck, ck, ssk);
+        sqk = fmaf(cq, ck, sqk);
+        if (qk_writer) ring_row[qch0 + d] = proj[qch0 + d], ring_row[kch0 + d] = proj[kch0 + d];
+    }
+    for (int c = tid; c < ncols; c += nt) {
+        const float xv = bf16u(proj[vch0 + c]);
+        pv[c] = conv_finish(pv[c], tv[c], xv);
+        ring_row[vch0 + c] = proj[vch0 + c];
+    }
+    block_sum3(&ssq, &ssk, &sqk, red3);
+
+    const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
+    const float kq = sqk * rq * rk;
+    const float beta = rbf(sigmoid_acc(b_in));
+    const float xa = a_in + dt_bias;
+    const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+
+    float kd[SB_RPT], qd[SB_RPT], mem[VEC], sq[VEC];
+#pragma unroll
+    for (int i = 0; i < SB_RPT; i++) {
+        const int d = rl + i * nrl;
+        kd[i] = d < dk ? pk[d] * rk : 0.0f;
+        qd[i] = d < dk ? pq[d] * rq : 0.0f;
+    }
+#pragma unroll
+    for (int v = 0; v < VEC; v++) {
+        float mm = 0.0f, q = 0.0f;
+#pragma unroll
+        for (int i = 0; i < SB_RPT; i++) mm = fmaf(s[i][v], kd[i], mm), q = fmaf(s[i][v], qd[i], q);
+        for (int o = 16; o >= tpr; o >>= 1) {
+            mm += __shfl_xor_sync(0xffffffffu, mm, o);
+            q += __shfl_xor_sync(0xffffffffu, q, o);
+        }
+        mem[v] = mm;
+        sq[v] = q;
+    }
+    if (lane < tpr)
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            red_m[wid * cols + cg * VEC + v] = mem[v];
+            red_s[wid * cols + cg * VEC + v] = sq[v];
+        }
+    __syncthreads();
+    uint16_t *orow = p.o + (size_t)row * value_dim + (size_t)j * dv + e0;
+    for (int c = tid; c < ncols; c += nt) {
+        float mm = 0.0f, q = 0.0f;
+        for (int w = 0; w < nw; w++) mm += red_m[w * cols + c], q += red_s[w * cols + c];
+        const float delta = beta * (pv[c] - decay * mm);
+        dl[c] = delta;
+        orow[c] = bf16_bits(fmaf(delta, kq, decay * q));
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < SB_RPT; i++) {
+        const int d = rl + i * nrl;
+        if (d < dk && col_ok) {
+            float t[VEC];
+#pragma unroll
+            for (int v = 0; v < VEC; v++) t[v] = fmaf(kd[i], dl[cg * VEC + v], decay * s[i][v]);
+            st_vec<VEC>(Sh + (size_t)d * dv + e0 + cg * VEC, t);
+        }
+    }
+}
+
+extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
+    SbShape sh;
+    if (!p || !l || !p->proj || !p->conv_w || !p->A_log || !p->dt_bias || !p->S0 || !p->ring0 || !p->rows || !p->slot ||
+        !p->pos || !p->o || p->nd < 1 || p->nd > 65535 || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 1 ||
+        p->Hv > 65535 || sb_shape(p->dk, p->dv, &sh))
+        return (int)cudaErrorInvalidValue;
+    SbArgs a;
+    a.p = *p;
+    a.tpr = sh.tpr;
+    a.cols = sh.cols;
+    const dim3 grid((unsigned)sh.splits, (unsigned)p->Hv, (unsigned)p->nd), block((unsigned)sh.threads, 1, 1);
+    const size_t smem = sb_smem_bytes(p->dk, &sh);
+    return sh.vec == 4 ? launch_kernel(dn_batch_step<4>, grid, block, smem, l, a)
+                       : launch_kernel(dn_batch_step<1>, grid, block, smem, l, a);
+}
+
+/* grid (Hv, nd), 128 threads. */
+__global__ void __launch_bounds__(128) dn_gated_norm_rows(const __grid_constant__ DnGatedNormParams p) {
+    pdl_begin();
+    __shared__ float red[32];
+    const int j = blockIdx.x, row = p.rows[blockIdx.y], dv = p.dv;
+    const uint16_t *o = p.o + (size_t)row * p.Hv * dv + (size_t)j * dv;
+    const uint16_t *z = p.proj + (size_t)row * p.ld_proj + p.z_off + (size_t)j * dv;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < dv; c += 128) ss = fmaf(bf16u(o[c]), bf16u(o[c]), ss);
+    ss = block_sum(ss, red);
+    const float rstd = rsqrtf(ss / (float)dv + p.eps);
+    uint16_t *y = p.y + (size_t)row * p.Hv * dv + (size_t)j * dv;
+    for (int c = threadIdx.x; c < dv; c += 128) {
+        const float u = rbf(bf16u(o[c]) * rstd), wu = rbf(p.norm_w[c] * u);
+        y[c] = bf16_bits(wu * silu_acc(bf16u(z[c])));
+    }
+}
+
+extern "C" int cuda_dn_gated_norm_rows(const DnGatedNormParams *p, const CudaLaunch *l) {
+    if (p->nd < 1 || p->nd > 65535 || p->Hv < 1 || p->dv < 1) return (int)cudaErrorInvalidValue;
+    return launch_kernel(dn_gated_norm_rows, dim3((unsigned)p->Hv, (unsigned)p->nd), dim3(128), 0, l, *p);
+}
+
+/* grid n, 128 threads. */
+__global__ void __launch_bounds__(128) gather_rows_f32(const __grid_constant__ GatherRowsParams p) {
+    pdl_begin();
+    const float *x = p.x + (size_t)p.rows[blockIdx.x] * p.D;
+    float *y = p.y + (size_t)blockIdx.x * p.D;
+    for (int i = threadIdx.x; i < p.D; i += 128) y[i] = x[i];
+}
+
+extern "C" int cuda_gather_rows(const GatherRowsParams *p, const CudaLaunch *l) {
+    if (p->n < 1 || p->D < 1) return (int)cudaErrorInvalidValue;
+    return launch_kernel(gather_rows_f32, dim3((unsigned)p->n), dim3(128), 0, l, *p);
+}

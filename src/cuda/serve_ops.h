@@ -1,0 +1,95 @@
+/* serve_ops.h — launchers of the batched step's own kernels (serve_kernels.cu), for serve.cu, the emulator test
+ * (tests/emu/serve_emu.cpp) and tests/gpu. A step holds T rows (every item's tokens, flattened); row t is position
+ * pos[t] of its sequence. Conventions as ops.h: bf16 buffers are uint16_t bit patterns, small vectors fp32, every
+ * launcher returns 0 or a cudaError_t value.
+ *
+ * Paged KV pool of one full-attention layer: bf16 [n_blocks][Hkv][block][hd] for K and the same for V. Row t's
+ * block table is tables[tab[t] ..]: position p lives in row p % block of block tables[tab[t] + p / block]. */
+#ifndef Q35_CUDA_SERVE_OPS_H
+#define Q35_CUDA_SERVE_OPS_H
+
+#include "cuda/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* q/k head norm + partial NeoX RoPE at each row's own position (cuda_attn_prep's formulas, bit for bit), q to q_out,
+ * K (normed, roped) and V appended to the paged pools at (row's block, pos % block). Grid (T, ceil((Hq+2Hkv)/4)). */
+typedef struct PagedPrepParams {
+    const uint16_t *qkv;        /* bf16 [T][ld]: as AttnPrepParams */
+    int ld, q_hs, k_off, v_off; /* as AttnPrepParams */
+    const float *q_norm, *k_norm, *inv_freq;
+    uint16_t *q_out;           /* bf16 [T][Hq][hd] */
+    uint16_t *k_pool, *v_pool; /* bf16 [n_blocks][Hkv][block][hd] */
+    const int32_t *pos, *tab;  /* [T] */
+    const int32_t *tables;     /* block tables (see above) */
+    int T, Hq, Hkv, hd, R, block;
+    int norm_mode;
+    float eps;
+} PagedPrepParams;
+int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l);
+
+/* Attention of every row over its own sequence's positions 0 .. pos[t] (causal; its K/V already in the pools):
+ *   o = sum_s softmax_s(q . K_s * scale) V_s       (fp32 scores, softmax and sums)
+ *   out[t][j hd + d] = bf16(o) (gate NULL) or bf16(bf16(o) bf16(sigmoid(gate))).
+ * One CTA of 4 warps per (query head, row): warp w takes positions w, w + 4, ... with its own running max / sum,
+ * merged in warp order at the end. Nothing is shared between rows (batch invariance). hd % 32 == 0, hd <= 256. */
+typedef struct PagedAttnParams {
+    const uint16_t *q;               /* bf16 [T][Hq][hd] */
+    const uint16_t *k_pool, *v_pool; /* as PagedPrepParams */
+    const uint16_t *gate; /* bf16, gate of row t, head j, dim d at gate[t gate_ld + j gate_hs + d]; or NULL */
+    int gate_ld, gate_hs;
+    uint16_t *out; /* bf16 [T][Hq hd] */
+    const int32_t *pos, *tab, *tables;
+    int T, Hq, Hkv, hd, block;
+    float scale;
+} PagedAttnParams;
+int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l);
+
+/* The DeltaNet decode step (cuda_deltanet_step with gated_out: the same formulas and per-lane sums) for nd rows, each
+ * on its own state slot: row rows[i] of proj (bf16 [T][ld_proj], [m | z | b | a]) at position pos[rows[i]], slot
+ * slot[i] whose S is (float *)((char *)S0 + slot * stride) and conv ring (uint16_t *)((char *)ring0 + slot * stride)
+ * (S0, ring0: slot 0's S and ring of this layer). Writes o[rows[i]] = bf16(o) (bf16 [T][Hv dv]). Grid
+ * (splits, Hv, nd). */
+typedef struct DnBatchParams {
+    const uint16_t *proj;
+    int ld_proj;
+    const float *conv_w, *A_log, *dt_bias;
+    float *S0;
+    uint16_t *ring0;
+    size_t stride; /* bytes between slots */
+    const int32_t *rows, *slot, *pos;
+    uint16_t *o;
+    int nd, Hk, Hv, dk, dv, K;
+} DnBatchParams;
+int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l);
+
+/* The gated RMSNorm of those rows (MV_IN_GATED's formula): per v-head j of row r = rows[i],
+ *   y[r][j dv + c] = bf16( bf16( w[c] bf16(o_c rsqrt(mean_dv o^2 + eps)) ) silu(z_c) ),  z = proj[r][z_off + j dv + c].
+ * Grid (Hv, nd), 128 threads. */
+typedef struct DnGatedNormParams {
+    const uint16_t *o;    /* bf16 [T][Hv dv] */
+    const uint16_t *proj; /* bf16 [T][ld_proj] */
+    int ld_proj, z_off;
+    const float *norm_w; /* [dv] */
+    uint16_t *y;         /* bf16 [T][Hv dv] */
+    const int32_t *rows;
+    int nd, Hv, dv;
+    float eps;
+} DnGatedNormParams;
+int cuda_dn_gated_norm_rows(const DnGatedNormParams *p, const CudaLaunch *l);
+
+/* y[i][:] = x[rows[i]][:] (fp32 [.][D]), i < n. */
+typedef struct GatherRowsParams {
+    const float *x;
+    const int32_t *rows;
+    float *y;
+    int n, D;
+} GatherRowsParams;
+int cuda_gather_rows(const GatherRowsParams *p, const CudaLaunch *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

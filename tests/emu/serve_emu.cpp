@@ -1,0 +1,319 @@
+/* serve_emu.cpp — the batched step's kernels (src/cuda/serve_kernels.cu, pulled in as sv_kernels.inc by run_serve.sh)
+ * under the host emulation of emu.h (one CTA at a time, shared memory starting as garbage), against CPU references.
+ * For machines without a GPU: checks the paging (block tables, per-row positions), the per-row / per-slot indexing
+ * and the math, not speed. Checked, with rows of a 3-token prefill chunk, two decode rows and a new sequence:
+ *   paged_prep: q out and the K/V rows written within 2 bf16 steps of a float reference with HF's rounding points;
+ *     every other pool entry unchanged (bitwise);
+ *   paged_attn: each row over its own positions 0 .. pos through its block table, within 1 % of max |o| (+ one bf16
+ *     step) of a double reference, gated and not;
+ *   dn_batch_step + gated norm: o, S and y of two decode rows on their slots (one new, one with history) within
+ *     bounds of a double reference; the ring row written bitwise; the third slot and the other rows untouched;
+ *   gather: bitwise.
+ * Exit 1 on a failed bound. Usage: serve_emu [seed]. */
+// clang-format off
+#define EMU_NO_SILU
+#include "emu.h"
+#undef __host__
+#define __host__
+#include "cuda/serve_ops.h"
+// clang-format on
+
+#include "emu_common.h"
+static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar(); }
+static inline int min(int a, int b) { return a < b ? a : b; }
+// clang-format off
+#include "sv_common.inc"   /* bf_lo .. ceil_div from src/cuda/common.cuh */
+#include "sv_deltanet.inc" /* src/cuda/deltanet.cuh */
+#include "sv_kernels.inc"  /* src/cuda/serve_kernels.cu */
+// clang-format on
+
+static int fails;
+static void check(bool ok, const char *what) {
+    if (!ok) {
+        fprintf(stderr, "FAIL: %s\n", what);
+        fails++;
+    }
+}
+static uint16_t *bfv(size_t n, float sc) {
+    uint16_t *p = (uint16_t *)aligned_alloc(64, ((n * 2 + 63) / 64) * 64);
+    for (size_t i = 0; i < n; i++) p[i] = emu_bf(sc * nrm());
+    return p;
+}
+static float *fv(size_t n, float mean, float sc) {
+    float *p = (float *)aligned_alloc(64, ((n * 4 + 63) / 64) * 64);
+    for (size_t i = 0; i < n; i++) p[i] = rbf(mean + sc * nrm());
+    return p;
+}
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* ---- attention ------------------------------------------------------------------------------------------------- */
+
+static void attn_case(int hd, int gated, int norm_mode) {
+    const int Hq = 4, Hkv = 2, R = gated ? hd / 4 : hd, block = 4, n_blocks = 12, T = 5;
+    const int q_hs = gated ? 2 * hd : hd, nq = Hq * q_hs, ld = nq + 2 * Hkv * hd + 8;
+    /* rows: sequence A (cached 0..4) positions 5, 6, 7; B (cached 0..8) position 9; C new, position 0 */
+    const int pos[T] = {5, 6, 7, 9, 0}, tab[T] = {0, 0, 0, 2, 5};
+    const int tables[6] = {7, 2, 0, 9, 4, 11};
+    const size_t pool_n = (size_t)n_blocks * Hkv * block * hd;
+    uint16_t *qkv = bfv((size_t)T * ld, 1.0f), *kp = bfv(pool_n, 1.0f), *vp = bfv(pool_n, 1.0f);
+    uint16_t *k0 = (uint16_t *)malloc(pool_n * 2), *v0 = (uint16_t *)malloc(pool_n * 2);
+    memcpy(k0, kp, pool_n * 2), memcpy(v0, vp, pool_n * 2);
+    float *qn = fv(hd, norm_mode == NORM_ZC ? 0.0f : 1.0f, 0.2f),
+          *kn = fv(hd, norm_mode == NORM_ZC ? 0.0f : 1.0f, 0.2f);
+    float *inv = (float *)malloc(sizeof(float) * (R / 2));
+    for (int i = 0; i < R / 2; i++) inv[i] = (float)(1.0 / pow(1e7, 2.0 * i / R));
+    uint16_t *qo = (uint16_t *)malloc((size_t)T * Hq * hd * 2), *out = (uint16_t *)malloc((size_t)T * Hq * hd * 2);
+    memset(qo, 0xff, (size_t)T * Hq * hd * 2);
+    memset(out, 0xff, (size_t)T * Hq * hd * 2);
+    const CudaLaunch lc = {0, 0, NULL, 0};
+    PagedPrepParams pp = {qkv, ld,     q_hs, nq, nq + Hkv * hd, qn, kn, inv,   qo,        kp,   vp, pos,
+                          tab, tables, T,    Hq, Hkv,           hd, R,  block, norm_mode, 1e-6f};
+    check(cuda_paged_prep(&pp, &lc) == 0, "paged_prep launch");
+
+    /* prep reference: norm + rope of q heads and k heads; V copied */
+    int bad_q = 0, bad_k = 0, bad_v = 0, bad_pool = 0;
+    std::vector<char> written(pool_n, 0);
+    for (int t = 0; t < T; t++) {
+        for (int u = 0; u < Hq + Hkv; u++) {
+            const bool is_q = u < Hq;
+            const uint16_t *src = qkv + (size_t)t * ld + (is_q ? u * q_hs : nq + (u - Hq) * hd);
+            const float *w = is_q ? qn : kn;
+            double ss = 0;
+            for (int e = 0; e < hd; e++) ss += (double)bff(src[e]) * bff(src[e]);
+            const float r = 1.0f / sqrtf((float)(ss / hd) + 1e-6f);
+            std::vector<float> x(hd), y(hd);
+            for (int e = 0; e < hd; e++) {
+                const float xv = bff(src[e]);
+                x[e] = norm_mode == NORM_ZC ? rbf(xv * r * (1.0f + w[e])) : rbf(w[e] * rbf(xv * r));
+            }
+            for (int e = 0; e < hd; e++) {
+                y[e] = x[e];
+                if (e < R) {
+                    const int h2 = R / 2, f = e < h2 ? e : e - h2;
+                    float sn, cs;
+                    sincosf((float)pos[t] * inv[f], &sn, &cs);
+                    const float c = rbf(cs), s = rbf(sn);
+                    y[e] = e < h2 ? rbf(rbf(x[e] * c) - rbf(x[e + h2] * s)) : rbf(rbf(x[e] * c) + rbf(x[e - h2] * s));
+                }
+            }
+            for (int e = 0; e < hd; e++) {
+                float got;
+                if (is_q) {
+                    got = bff(qo[((size_t)t * Hq + u) * hd + e]);
+                } else {
+                    const int i = u - Hq, b = tables[tab[t] + pos[t] / block];
+                    const size_t off = (((size_t)b * Hkv + i) * block + pos[t] % block) * hd + e;
+                    got = bff(kp[off]);
+                    written[off] = 1;
+                    const uint16_t *vs = qkv + (size_t)t * ld + nq + Hkv * hd + i * hd;
+                    bad_v += vp[off] != vs[e];
+                }
+                const bool ok = fabsf(got - y[e]) <= 2.0f / 128 * fabsf(y[e]) + 1e-6f;
+                if (!ok && bad_q + bad_k < 4)
+                    fprintf(stderr, "  prep row %d unit %d e %d: got %g ref %g\n", t, u, e, got, y[e]);
+                (is_q ? bad_q : bad_k) += !ok;
+            }
+        }
+    }
+    for (size_t i = 0; i < pool_n; i++)
+        if (!written[i]) bad_pool += kp[i] != k0[i] || vp[i] != v0[i];
+    check(bad_q == 0 && bad_k == 0 && bad_v == 0, "paged_prep values");
+    check(bad_pool == 0, "paged_prep wrote outside its rows");
+
+    PagedAttnParams ap = {qo,  kp, vp,    gated ? qkv + hd : NULL, ld, 2 * hd, out, pos, tab, tables, T, Hq,
+                          Hkv, hd, block, 1.0f / sqrtf((float)hd)};
+    check(cuda_paged_attn(&ap, &lc) == 0, "paged_attn launch");
+    int bad_o = 0;
+    double worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < Hq; j++) {
+            const int kvh = j / (Hq / Hkv), n = pos[t] + 1;
+            std::vector<double> sc(n), o(hd, 0.0);
+            double mx = -1e300, l = 0;
+            for (int s = 0; s < n; s++) {
+                const int b = tables[tab[t] + s / block];
+                const size_t off = (((size_t)b * Hkv + kvh) * block + s % block) * hd;
+                double d = 0;
+                for (int e = 0; e < hd; e++) d += (double)bff(qo[((size_t)t * Hq + j) * hd + e]) * bff(kp[off + e]);
+                sc[s] = d / sqrt((double)hd);
+                mx = fmax(mx, sc[s]);
+            }
+            for (int s = 0; s < n; s++) l += exp(sc[s] - mx);
+            double omax = 0;
+            for (int s = 0; s < n; s++) {
+                const int b = tables[tab[t] + s / block];
+                const size_t off = (((size_t)b * Hkv + kvh) * block + s % block) * hd;
+                for (int e = 0; e < hd; e++) o[e] += exp(sc[s] - mx) / l * bff(vp[off + e]);
+            }
+            for (int e = 0; e < hd; e++) omax = fmax(omax, fabs(o[e]));
+            for (int e = 0; e < hd; e++) {
+                double ref = o[e];
+                if (gated)
+                    ref = rbf(rbf((float)ref) * rbf((float)sigm(bff(qkv[(size_t)t * ld + j * 2 * hd + hd + e]))));
+                const double got = bff(out[(size_t)t * Hq * hd + (size_t)j * hd + e]);
+                const double err = fabs(got - ref);
+                worst = fmax(worst, err / (omax + 1e-30));
+                if (!(err <= 0.01 * omax + 2.0 / 256 * fabs(ref))) {
+                    if (bad_o < 4) fprintf(stderr, "  attn row %d head %d e %d: got %g ref %g\n", t, j, e, got, ref);
+                    bad_o++;
+                }
+            }
+        }
+    check(bad_o == 0, "paged_attn values");
+    printf("  attention hd %3d gate %d norm %d: prep q %d k %d v %d pool %d bad; attn %d bad (worst %.2e of max |o|)\n",
+           hd, gated, norm_mode, bad_q, bad_k, bad_v, bad_pool, bad_o, worst);
+    free(qkv), free(kp), free(vp), free(k0), free(v0), free(qn), free(kn), free(inv), free(qo), free(out);
+}
+
+/* ---- DeltaNet step over slots ---------------------------------------------------------------------------------- */
+
+static void dn_case(int Hk, int Hv, int dk, int dv) {
+    const int K = 4, T = 4, n_slots = 3, nd = 2;
+    const int key_dim = Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
+    const int ld = conv_dim + value_dim + 2 * Hv + 8;
+    const size_t S_n = (size_t)Hv * dk * dv, S_b = ((S_n * 4 + 255) / 256) * 256, ring_n = (size_t)K * conv_dim;
+    const size_t stride = S_b + ((ring_n * 2 + 255) / 256) * 256;
+    const int rows[nd] = {1, 3}, slot[nd] = {2, 0}, pos[T] = {-1, 5, -1, 0};
+    uint16_t *proj = bfv((size_t)T * ld, 1.0f);
+    float *conv_w = fv((size_t)conv_dim * K, 0.0f, 0.5f), *A_log = fv(Hv, 0.0f, 0.5f), *dt_bias = fv(Hv, 0.0f, 0.5f);
+    float *nw = fv(dv, 1.0f, 0.2f);
+    char *slots = (char *)aligned_alloc(256, stride * n_slots);
+    for (int s = 0; s < n_slots; s++) {
+        float *S = (float *)(slots + s * stride);
+        uint16_t *ring = (uint16_t *)(slots + s * stride + S_b);
+        for (size_t i = 0; i < S_n; i++) S[i] = s == 0 ? 0.0f : 0.1f * nrm();
+        for (size_t i = 0; i < ring_n; i++) ring[i] = s == 0 ? 0 : emu_bf(nrm());
+    }
+    char *slots0 = (char *)malloc(stride * n_slots);
+    memcpy(slots0, slots, stride * n_slots);
+    uint16_t *o = (uint16_t *)malloc((size_t)T * value_dim * 2), *y = (uint16_t *)malloc((size_t)T * value_dim * 2);
+    memset(o, 0xff, (size_t)T * value_dim * 2);
+    memset(y, 0xff, (size_t)T * value_dim * 2);
+    const CudaLaunch lc = {0, 0, NULL, 0};
+    DnBatchParams bp = {
+        proj, ld, conv_w, A_log, dt_bias, (float *)slots, (uint16_t *)(slots + S_b), stride, rows, slot, pos, o, nd,
+        Hk,   Hv, dk,     dv,    K};
+    check(cuda_dn_batch_step(&bp, &lc) == 0, "dn_batch_step launch");
+    DnGatedNormParams gp = {o, proj, ld, conv_dim, nw, y, rows, nd, Hv, dv, 1e-6f};
+    check(cuda_dn_gated_norm_rows(&gp, &lc) == 0, "dn_gated_norm launch");
+
+    int bad_o = 0, bad_S = 0, bad_y = 0, bad_ring = 0, bad_other = 0;
+    for (int i = 0; i < nd; i++) {
+        const int r = rows[i], p = pos[r], rc = p % K;
+        const uint16_t *m = proj + (size_t)r * ld;
+        const float *S0 = (const float *)(slots0 + slot[i] * stride);
+        const uint16_t *ring0 = (const uint16_t *)(slots0 + slot[i] * stride + S_b);
+        const float *S1 = (const float *)(slots + slot[i] * stride);
+        const uint16_t *ring1 = (const uint16_t *)(slots + slot[i] * stride + S_b);
+        std::vector<double> c(conv_dim);
+        for (int ch = 0; ch < conv_dim; ch++) {
+            double h = 0;
+            for (int j = 0; j < K - 1; j++)
+                h += (double)conv_w[ch * K + j] * bff(ring0[((rc + 1 + j) % K) * conv_dim + ch]);
+            const float cv = rbf((float)(h + (double)conv_w[ch * K + K - 1] * bff(m[ch])));
+            c[ch] = rbf((float)(cv * sigm(cv)));
+        }
+        for (int ch = 0; ch < conv_dim; ch++) bad_ring += ring1[rc * conv_dim + ch] != m[ch];
+        for (int rr = 0; rr < K; rr++)
+            if (rr != rc)
+                for (int ch = 0; ch < conv_dim; ch++)
+                    bad_ring += ring1[rr * conv_dim + ch] != ring0[rr * conv_dim + ch];
+        for (int j = 0; j < Hv; j++) {
+            const int n = j / (Hv / Hk);
+            double sq = 0, sk = 0;
+            for (int d = 0; d < dk; d++)
+                sq += c[n * dk + d] * c[n * dk + d], sk += c[key_dim + n * dk + d] * c[key_dim + n * dk + d];
+            const double rq = 1.0 / sqrt(sq + 1e-6) / sqrt((double)dk), rk = 1.0 / sqrt(sk + 1e-6);
+            const double beta = rbf((float)sigm(bff(m[conv_dim + value_dim + j])));
+            const double xa = bff(m[conv_dim + value_dim + Hv + j]) + dt_bias[j];
+            const double decay = exp(-exp((double)A_log[j]) * (xa > 20 ? xa : log1p(exp(xa))));
+            std::vector<double> ov(dv), Sn((size_t)dk * dv);
+            double omax = 0, smax = 0, ss = 0;
+            for (int e = 0; e < dv; e++) {
+                double mem = 0, qs = 0;
+                for (int d = 0; d < dk; d++) {
+                    const double s = S0[((size_t)j * dk + d) * dv + e];
+                    mem += s * c[key_dim + n * dk + d] * rk;
+                    qs += s * c[n * dk + d] * rq;
+                }
+                const double v = c[2 * key_dim + j * dv + e];
+                const double delta = beta * (v - decay * mem);
+                double kq = 0;
+                for (int d = 0; d < dk; d++) kq += c[n * dk + d] * rq * c[key_dim + n * dk + d] * rk;
+                ov[e] = decay * qs + delta * kq;
+                omax = fmax(omax, fabs(ov[e]));
+                for (int d = 0; d < dk; d++) {
+                    Sn[(size_t)d * dv + e] =
+                        decay * S0[((size_t)j * dk + d) * dv + e] + c[key_dim + n * dk + d] * rk * delta;
+                    smax = fmax(smax, fabs(Sn[(size_t)d * dv + e]));
+                }
+            }
+            for (int e = 0; e < dv; e++) {
+                const double got = bff(o[(size_t)r * value_dim + j * dv + e]);
+                if (!(fabs(got - ov[e]) <= 1e-3 * omax + 1.0 / 256 * fabs(ov[e]))) {
+                    if (bad_o < 4) fprintf(stderr, "  o row %d head %d e %d: got %g ref %g\n", r, j, e, got, ov[e]);
+                    bad_o++;
+                }
+                ss += got * got;
+                for (int d = 0; d < dk; d++)
+                    bad_S += !(fabs(S1[((size_t)j * dk + d) * dv + e] - Sn[(size_t)d * dv + e]) <= 1e-5 * smax + 1e-7);
+            }
+            const double rstd = 1.0 / sqrt(ss / dv + 1e-6);
+            double ymax = 0;
+            std::vector<double> yr(dv);
+            for (int e = 0; e < dv; e++) {
+                const double u = rbf((float)(bff(o[(size_t)r * value_dim + j * dv + e]) * rstd));
+                const double z = bff(m[conv_dim + j * dv + e]);
+                yr[e] = rbf((float)(rbf((float)(nw[e] * u)) * z * sigm(z)));
+                ymax = fmax(ymax, fabs(yr[e]));
+            }
+            for (int e = 0; e < dv; e++) {
+                const double got = bff(y[(size_t)r * value_dim + j * dv + e]);
+                if (!(fabs(got - yr[e]) <= 1e-3 * ymax + 2.0 / 256 * fabs(yr[e]))) {
+                    if (bad_y < 4) fprintf(stderr, "  y row %d head %d e %d: got %g ref %g\n", r, j, e, got, yr[e]);
+                    bad_y++;
+                }
+            }
+        }
+    }
+    bad_other += memcmp(slots + 1 * stride, slots0 + 1 * stride, stride) != 0; /* slot 1: in no row */
+    for (int r = 0; r < T; r++)
+        if (r != rows[0] && r != rows[1])
+            for (int e = 0; e < value_dim; e++)
+                bad_other += o[(size_t)r * value_dim + e] != 0xffff || y[(size_t)r * value_dim + e] != 0xffff;
+    check(bad_o == 0, "dn step o");
+    check(bad_S == 0, "dn step S");
+    check(bad_y == 0, "dn gated norm y");
+    check(bad_ring == 0, "dn step conv ring");
+    check(bad_other == 0, "dn step touched another slot or row");
+    printf("  deltanet Hk %d Hv %d dk %3d dv %3d: o %d, S %d, y %d, ring %d, other %d bad\n", Hk, Hv, dk, dv, bad_o,
+           bad_S, bad_y, bad_ring, bad_other);
+    free(proj), free(conv_w), free(A_log), free(dt_bias), free(nw), free(slots), free(slots0), free(o), free(y);
+}
+
+static void gather_case(void) {
+    const int D = 40, n = 3, rows[n] = {4, 0, 4};
+    float *x = fv((size_t)6 * D, 0.0f, 1.0f), *y = (float *)malloc(sizeof(float) * n * D);
+    const CudaLaunch lc = {0, 0, NULL, 0};
+    GatherRowsParams gp = {x, rows, y, n, D};
+    check(cuda_gather_rows(&gp, &lc) == 0, "gather launch");
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad += memcmp(y + (size_t)i * D, x + (size_t)rows[i] * D, sizeof(float) * D) != 0;
+    check(bad == 0, "gather rows");
+    printf("  gather: %d bad rows\n", bad);
+    free(x), free(y);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) srand((unsigned)atoi(argv[1]));
+    emu_max_smem = 48 * 1024; /* dynamic shared memory a launch may take without the attribute */
+    printf("batched-step kernels (src/cuda/serve_kernels.cu) under the CUDA emulation:\n");
+    attn_case(256, 1, NORM_ZC);
+    attn_case(64, 0, NORM_PLAIN);
+    attn_case(128, 1, NORM_ZC);
+    dn_case(1, 2, 128, 128);
+    dn_case(2, 4, 32, 48);
+    gather_case();
+    printf("serve_emu: %s\n", fails ? "FAILED" : "all bounds met");
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,260 @@
+/* test_serve_cuda.c — the CUDA backend's batched step (src/cuda/serve.cu: serve_sizes / serve_open / step_batch) on
+ * small random models built here (a Qwen3.5-like hybrid with 128 x 128 DeltaNet heads (Hv = 2 Hk: in_proj rows a
+ * multiple of 8, as the prefill kernels need) and gated attention, and a
+ * Qwen3-like dense model), with sequence A fed as a 24-token prefill chunk and then 16 decode steps:
+ *   - A alone through step_batch vs the single-sequence forward() (prefill + decode steps) and vs the CPU backend's
+ *     fp32 logits, per logits row within the bound test_decode uses (bf16 activations: worst < 0.06, or one
+ *     ill-conditioned row < 0.15 with the rest < 0.06);
+ *   - batch invariance: A among 7 other sequences (other slots, other lengths, prefill chunks and decode rows mixed
+ *     in the same steps, A at a rotating place in the item list, A's KV in other blocks) gives bitwise the same
+ *     logits rows as A alone;
+ *   - bad items (a slot outside the layout, a block outside the pool) are refused with Q35_ERR_ARG.
+ * Usage: test_serve_cuda [seed]. Skips (exit 0, "no GPU") without a GPU. */
+#include "backend.h"
+#include "test.h"
+#include "tiny_weights.h"
+#include "gpu_common.h"
+
+static Rng rng;
+
+#define MAX_OWN 256
+static void *own[MAX_OWN];
+static int n_own;
+static void *keep(void *p) {
+    if (n_own < MAX_OWN) own[n_own++] = p;
+    return p;
+}
+
+/* rows x cols tensor of bf16 values offset + scale N(0,1), stored as dt (exact in every dtype). */
+static Tensor mk(int64_t rows, int64_t cols, DType dt, float offset, float scale) {
+    Tensor t;
+    memset(&t, 0, sizeof t);
+    const int64_t n = rows * cols;
+    void *data = keep(malloc((size_t)n * (dt == DT_F32 ? 4 : 2)));
+    for (int64_t i = 0; i < n; i++) {
+        float v = round_bf16(offset + scale * rng_normal(&rng));
+        if (dt == DT_F32)
+            ((float *)data)[i] = v;
+        else if (dt == DT_F16)
+            ((uint16_t *)data)[i] = f32_to_f16(v);
+        else
+            ((uint16_t *)data)[i] = f32_to_bf16(v);
+    }
+    t.name = "test";
+    t.dtype = dt;
+    t.ndim = cols > 1 ? 2 : 1;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    t.numel = n;
+    t.data = data;
+    t.nbytes = (size_t)n * (dt == DT_F32 ? 4 : 2);
+    return t;
+}
+
+/* qwen35 = 1: layers D D A D A (D = DeltaNet with Hk = 2, Hv = 4 heads of 128 x 128, A = gated attention with partial
+ * RoPE); 0: Qwen3-like, 3 plain attention layers. */
+static void small_model(Model *m, int qwen35) {
+    memset(m, 0, sizeof *m);
+    Config *c = &m->config;
+    c->family = qwen35 ? FAMILY_QWEN35 : FAMILY_QWEN3;
+    snprintf(c->model_type, sizeof c->model_type, "%s", qwen35 ? "qwen3_5_text" : "qwen3");
+    c->hidden_size = 256;
+    c->num_hidden_layers = qwen35 ? 5 : 3;
+    c->intermediate_size = qwen35 ? 384 : 320;
+    c->rms_norm_eps = 1e-6f;
+    c->vocab_size = qwen35 ? 1000 : 800;
+    c->tie_word_embeddings = qwen35;
+    c->num_attention_heads = 4;
+    c->num_key_value_heads = qwen35 ? 2 : 4;
+    c->head_dim = 128;
+    c->attn_output_gate = qwen35;
+    c->rope_theta = qwen35 ? 1e7f : 1e6f;
+    c->partial_rotary_factor = qwen35 ? 0.25f : 1.0f;
+    c->linear_num_key_heads = qwen35 ? 2 : 0;
+    c->linear_num_value_heads = qwen35 ? 4 : 0;
+    c->linear_key_head_dim = qwen35 ? 128 : 0;
+    c->linear_value_head_dim = qwen35 ? 128 : 0;
+    c->linear_conv_kernel_dim = qwen35 ? 4 : 0;
+    c->max_position_embeddings = 4096;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        c->layer_types[l] = !qwen35 || l == 2 || l == 4 ? LAYER_FULL_ATTN : LAYER_LINEAR_ATTN;
+    Err cerr = {0};
+    const int crc = config_finish(c, "tiny model", &cerr);
+    CHECK(crc == 0, "tiny config: %s", cerr.msg);
+    tiny_fill_weights(m, mk, keep, !qwen35);
+}
+
+/* Logits rows vs a reference, per row (test_decode's logits_near_cpu bound). */
+static int rows_near(const float *got, const float *ref, int n, int V, double *worst) {
+    double w1 = 0, w2 = 0;
+    for (int t = 0; t < n; t++) {
+        const double e = rel_l2(got + (size_t)t * V, ref + (size_t)t * V, V);
+        if (e > w1)
+            w2 = w1, w1 = e;
+        else if (e > w2)
+            w2 = e;
+    }
+    *worst = w1;
+    return w1 < 0.06 || (w1 < 0.15 && w2 < 0.06);
+}
+
+#define MAX_SEQ  128
+#define BLOCK    16
+#define N_SLOTS  8
+#define N_BLOCKS 64
+#define LA       40 /* A's tokens */
+#define CHUNK_A  24 /* A's prefill chunk; then LA - CHUNK_A decode steps */
+#define N_STEPS  (1 + LA - CHUNK_A)
+#define N_OTHER  7
+
+typedef struct Seq {
+    int slot, len, prompt, ids[MAX_SEQ], table[MAX_SEQ / BLOCK];
+} Seq;
+
+/* A's schedule, alone (others 0) or among N_OTHER others; A's logits rows [N_STEPS][V] to outA. */
+static int run_steps(void *ctx, const int *idsA, int others, float *outA, int V, Err *err) {
+    Seq s[1 + N_OTHER];
+    int perm[N_BLOCKS];
+    for (int i = 0; i < N_BLOCKS; i++) perm[i] = i;
+    if (others)
+        for (int i = N_BLOCKS - 1; i > 0; i--) { /* blocks shuffled: A's KV lands elsewhere than alone */
+            const int j = (int)(rng_u64(&rng) % (uint64_t)(i + 1)), t = perm[i];
+            perm[i] = perm[j], perm[j] = t;
+        }
+    const int n_seq = others ? 1 + N_OTHER : 1;
+    for (int k = 0; k < n_seq; k++) {
+        memset(&s[k], 0, sizeof s[k]);
+        s[k].slot = others ? (k == 0 ? 5 : (k <= 5 ? k - 1 : k)) : 3;
+        for (int b = 0; b < MAX_SEQ / BLOCK; b++) s[k].table[b] = perm[k * (MAX_SEQ / BLOCK) + b];
+        s[k].prompt = k == 0 ? CHUNK_A : 5 + 9 * k;
+        for (int i = 0; i < MAX_SEQ; i++) s[k].ids[i] = k == 0 ? (i < LA ? idsA[i] : 0) : (int)(rng_u64(&rng) % V);
+    }
+    BatchItem items[1 + N_OTHER];
+    float *lg = malloc(sizeof(float) * (size_t)(1 + N_OTHER) * V);
+    int rc = 0;
+    for (int step = 0; step < N_STEPS && !rc; step++) {
+        int n = 0, a_row = -1, n_out = 0;
+        for (int k = 0; k < n_seq; k++) {
+            Seq *q = &s[k];
+            if (k > 0 && step < k % 3) continue; /* others join late */
+            int m;
+            if (q->len < q->prompt) {
+                const int chunk = k == 0 ? CHUNK_A : 7 + 3 * k;
+                m = q->prompt - q->len < chunk ? q->prompt - q->len : chunk;
+            } else {
+                m = 1;
+            }
+            if (q->len + m > MAX_SEQ) continue;
+            BatchItem *it = &items[n];
+            it->slot = q->slot, it->tokens = q->ids + q->len, it->n = m, it->pos = q->len, it->blocks = q->table;
+            it->logits = k == 0 || (k + step) % 2 == 0;
+            q->len += m;
+            n++;
+        }
+        /* rotate: A's item to index step % n */
+        const int at = step % n;
+        BatchItem t = items[0];
+        items[0] = items[at], items[at] = t;
+        for (int i = 0; i < n; i++) {
+            if (items[i].slot == s[0].slot) a_row = n_out;
+            n_out += items[i].logits;
+        }
+        rc = cuda_backend.step_batch(ctx, items, n, lg, err);
+        if (!rc) memcpy(outA + (size_t)step * V, lg + (size_t)a_row * V, sizeof(float) * V);
+    }
+    free(lg);
+    return rc;
+}
+
+static void test_model(int qwen35) {
+    const char *name = qwen35 ? "qwen3.5-like" : "qwen3-like";
+    Model m;
+    small_model(&m, qwen35);
+    const int V = m.config.vocab_size;
+    int ids[LA];
+    for (int i = 0; i < LA; i++) ids[i] = (int)(rng_u64(&rng) % (uint64_t)V);
+    float *alone = malloc(sizeof(float) * N_STEPS * V), *among = malloc(sizeof(float) * N_STEPS * V);
+    float *fwd = malloc(sizeof(float) * N_STEPS * V), *cpu_all = malloc(sizeof(float) * LA * V);
+    float *cpu = malloc(sizeof(float) * N_STEPS * V);
+    void *ctx = NULL, *cctx = NULL;
+    Err err = {0};
+    BackendOptions o;
+    memset(&o, 0, sizeof o);
+    o.max_seq = MAX_SEQ;
+    if (cpu_backend.open(&cctx, &m, &o, &err) || cpu_backend.forward(cctx, ids, LA, 0, 1, cpu_all, &err)) {
+        CHECK(0, "%s: cpu: %s", name, err.msg);
+        goto done;
+    }
+    memcpy(cpu, cpu_all + (size_t)(CHUNK_A - 1) * V, sizeof(float) * V);
+    memcpy(cpu + V, cpu_all + (size_t)CHUNK_A * V, sizeof(float) * (size_t)(LA - CHUNK_A) * V);
+    if (cuda_backend.open(&ctx, &m, &o, &err)) {
+        CHECK(0, "%s: cuda open: %s", name, err.msg);
+        goto done;
+    }
+    CHECK(cuda_backend.serve_sizes && cuda_backend.serve_open && cuda_backend.step_batch, "no batched step");
+    ServeSizes z;
+    if (cuda_backend.serve_sizes(ctx, BLOCK, &z, &err)) {
+        CHECK(0, "%s: serve_sizes: %s", name, err.msg);
+        goto done;
+    }
+    const Config *c = &m.config;
+    const size_t want_block = (size_t)c->n_full_layers * 2 * c->num_key_value_heads * BLOCK * c->head_dim * 2;
+    CHECK(z.block_bytes == want_block, "%s: block_bytes %zu, expected %zu", name, z.block_bytes, want_block);
+    CHECK(qwen35 ? z.slot_bytes >= (size_t)c->n_linear_layers * 2 * 128 * 128 * 4 : z.slot_bytes == 0,
+          "%s: slot_bytes %zu", name, z.slot_bytes);
+    CHECK(z.mem_bytes > 0 && z.mem_fraction > 0 && z.mem_fraction <= 1, "%s: mem %zu fraction %g", name, z.mem_bytes,
+          z.mem_fraction);
+    ServeLayout lay = {N_SLOTS, N_BLOCKS, BLOCK, MAX_SEQ / BLOCK, 0};
+    if (cuda_backend.serve_open(ctx, &lay, &err)) {
+        CHECK(0, "%s: serve_open: %s", name, err.msg);
+        goto done;
+    }
+    /* forward(): the single sequence beside the pools */
+    int rc = cuda_backend.reset(ctx, &err);
+    if (!rc) rc = cuda_backend.forward(ctx, ids, CHUNK_A, 0, 0, fwd, &err);
+    for (int t = CHUNK_A; t < LA && !rc; t++)
+        rc = cuda_backend.forward(ctx, ids + t, 1, t, 0, fwd + (size_t)(1 + t - CHUNK_A) * V, &err);
+    CHECK(rc == 0, "%s: forward: %s", name, err.msg);
+    if ((rc = run_steps(ctx, ids, 0, alone, V, &err))) {
+        CHECK(0, "%s: step_batch alone: %s", name, err.msg);
+        goto done;
+    }
+    double w_fwd = 0, w_cpu = 0;
+    CHECK(rows_near(alone, fwd, N_STEPS, V, &w_fwd), "%s: step_batch vs forward(): worst rel L2 %.4f", name, w_fwd);
+    CHECK(rows_near(alone, cpu, N_STEPS, V, &w_cpu), "%s: step_batch vs the CPU: worst rel L2 %.4f", name, w_cpu);
+    if ((rc = run_steps(ctx, ids, 1, among, V, &err))) {
+        CHECK(0, "%s: step_batch among others: %s", name, err.msg);
+        goto done;
+    }
+    int diff_rows = 0;
+    for (int t = 0; t < N_STEPS; t++) diff_rows += memcmp(alone + (size_t)t * V, among + (size_t)t * V, 4 * V) != 0;
+    CHECK(diff_rows == 0, "%s: batch invariance: %d of %d logits rows differ alone vs among %d others (rel L2 %.3g)",
+          name, diff_rows, N_STEPS, N_OTHER, rel_l2(among, alone, (int64_t)N_STEPS * V));
+    /* and once more alone: run to run */
+    if ((rc = run_steps(ctx, ids, 0, among, V, &err)) == 0)
+        CHECK(memcmp(alone, among, sizeof(float) * N_STEPS * V) == 0, "%s: step_batch differs run to run", name);
+    /* bad items */
+    int blocks[MAX_SEQ / BLOCK] = {0};
+    BatchItem bad = {N_SLOTS, ids, 1, 0, blocks, 1};
+    CHECK(cuda_backend.step_batch(ctx, &bad, 1, fwd, &err) == Q35_ERR_ARG, "%s: slot %d not refused", name, N_SLOTS);
+    bad.slot = 0;
+    blocks[0] = N_BLOCKS;
+    CHECK(cuda_backend.step_batch(ctx, &bad, 1, fwd, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
+    printf("  %s: step_batch vs forward() worst rel L2 %.4f, vs CPU %.4f; alone vs among %d others: %d of %d rows "
+           "differ\n",
+           name, w_fwd, w_cpu, N_OTHER, diff_rows, N_STEPS);
+    cuda_backend.serve_close(ctx);
+done:
+    if (ctx) cuda_backend.close(ctx);
+    if (cctx) cpu_backend.close(cctx);
+    free(alone), free(among), free(fwd), free(cpu_all), free(cpu);
+}
+
+int main(int argc, char **argv) {
+    GPU_TEST_PROLOGUE("serve_cuda");
+    rng_seed(&rng, test_seed(argc, argv, "test_serve_cuda"));
+    test_model(1);
+    test_model(0);
+    for (int i = 0; i < n_own; i++) free(own[i]);
+    return TEST_SUMMARY("serve_cuda");
+}
