@@ -3,8 +3,10 @@
  * rows) and run layer by layer like the prefill path (prefill.cu), with what differs per row done per row:
  *   x = E[tokens]                                                        fp32 [T][D] (bf16 values)
  *   attention:  h = norm(x) -> proj = h W_in^T -> paged_prep (q/k norm + RoPE at each row's position, K/V into the
- *               paged pools through the row's block table) -> paged_attn (each row over positions 0 .. pos of its
- *               own sequence, + gate) -> x = bf16(x + bf16(act W_o^T))
+ *               paged pools through the row's block table) -> decode rows: paged_attn (each row over positions
+ *               0 .. pos of its own sequence, + gate); prefill chunks: the sequence's K/V gathered from the pools
+ *               into the single-sequence layout (paged_gather) and forward()'s flash kernel (cuda_attn_prefill)
+ *               -> x = bf16(x + bf16(act W_o^T))
  *   DeltaNet:   h = norm(x) -> proj = h W_in^T -> decode rows (items of 1 token): the recurrent step on their slots'
  *               S and conv windows (dn_batch_step) + gated norm; prefill chunks (n > 1): cuda_deltanet_prefill on the
  *               item's slot -> x = bf16(x + bf16(act W_out^T))
@@ -42,6 +44,7 @@ struct CudaServe {
     void *buf;                /* activations (below) */
     float *x, *xg, *lm;
     uint16_t *h, *proj, *q, *act, *o;
+    uint16_t *kc, *vc; /* a prefill chunk's sequence gathered from the pools: bf16 [Hkv][max_seq][hd] each */
     void *scratch;
     int32_t *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables */
     int32_t *ints_host;
@@ -99,6 +102,9 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->act = (uint16_t *)sv_carve(a, 2 * nact);
     sv->o = (uint16_t *)sv_carve(a, 2 * (size_t)T * (sv->d.Hv * sv->d.dv > 0 ? sv->d.Hv * sv->d.dv : 1));
     sv->scratch = sv_carve(a, nscr > 0 ? nscr : 1);
+    const size_t kvn = ctx->c->n_full_layers ? (size_t)sv->d.Hkv * ctx->max_seq * sv->d.hd : 1;
+    sv->kc = (uint16_t *)sv_carve(a, 2 * kvn);
+    sv->vc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->lm = (float *)sv_carve(a, sizeof(float) * (size_t)sv->lm_rows * ctx->c->vocab_size);
     sv->n_ints = 6 * (size_t)T + (size_t)n_tables;
     sv->ints = (int32_t *)sv_carve(a, sizeof(int32_t) * sv->n_ints);
@@ -257,6 +263,9 @@ typedef struct SvPiece {
     int off, n, pos, logits; /* tokens it->tokens[off .. off+n) at positions pos .. pos+n-1 */
 } SvPiece;
 
+/* Entries of a piece's block table the step uses: positions 0 .. pos + n - 1. */
+static int tab_len(const SvPiece *q, int block) { return (q->pos + q->n - 1) / block + 1; }
+
 static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float *out, Err *err) {
     const Config *c = ctx->c;
     const PrefillDims *d = &sv->d;
@@ -268,7 +277,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     int T = 0, nd = 0, n_out = 0, nt = 0;
     for (int i = 0; i < np; i++) {
         const SvPiece *q = &pc[i];
-        const int nb = (q->pos + q->n - 1) / block + 1;
+        const int nb = tab_len(q, block);
         for (int b = 0; b < nb; b++) h_tables[nt + b] = q->it->blocks[b];
         for (int r = 0; r < q->n; r++) {
             h_tok[T + r] = q->it->tokens[q->off + r];
@@ -328,11 +337,49 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
                                   d->norm_mode,
                                   d->eps};
             if ((rc = cuda_paged_prep(&pp, &lc))) return sv_fail(rc, "paged_prep", l, err);
-            PagedAttnParams ap = {sv->q,  kp,     vp,      d->attn_gate ? sv->proj + hd : NULL,
-                                  n,      2 * hd, sv->act, pos,
-                                  tab,    tables, T,       d->Hq,
-                                  d->Hkv, hd,     block,   1.0f / sqrtf((float)hd)};
-            if ((rc = cuda_paged_attn(&ap, &lc))) return sv_fail(rc, "paged_attn", l, err);
+            if (nd) { /* decode rows: each over its own pages */
+                PagedAttnParams ap = {sv->q,
+                                      kp,
+                                      vp,
+                                      d->attn_gate ? sv->proj + hd : NULL,
+                                      n,
+                                      2 * hd,
+                                      sv->act,
+                                      pos,
+                                      tab,
+                                      tables,
+                                      dnr,
+                                      nd,
+                                      d->Hq,
+                                      d->Hkv,
+                                      hd,
+                                      block,
+                                      1.0f / sqrtf((float)hd)};
+                if ((rc = cuda_paged_attn(&ap, &lc))) return sv_fail(rc, "paged_attn", l, err);
+            }
+            /* prefill chunks: the sequence gathered into the single-sequence layout, then the prefill flash kernel
+             * (forward()'s numerics) */
+            for (int i = 0, r0 = 0, t0 = 0; i < np; r0 += pc[i].n, t0 += tab_len(&pc[i], block), i++) {
+                if (pc[i].n == 1) continue;
+                const int len = pc[i].pos + pc[i].n;
+                PagedGatherParams gp = {kp, vp, tables + t0, sv->kc, sv->vc, len, ctx->max_seq, d->Hkv, hd, block};
+                if ((rc = cuda_paged_gather(&gp, &lc))) return sv_fail(rc, "paged_gather", l, err);
+                AttnPrefillParams ap = {sv->q + (size_t)r0 * d->Hq * hd,
+                                        sv->kc,
+                                        sv->vc,
+                                        d->attn_gate ? sv->proj + (size_t)r0 * n + hd : NULL,
+                                        n,
+                                        2 * hd,
+                                        sv->act + (size_t)r0 * d->Hq * hd,
+                                        pc[i].n,
+                                        pc[i].pos,
+                                        d->Hq,
+                                        d->Hkv,
+                                        hd,
+                                        ctx->max_seq,
+                                        1.0f / sqrtf((float)hd)};
+                if ((rc = cuda_attn_prefill(&ap, &lc))) return sv_fail(rc, "attn_prefill", l, err);
+            }
         } else {
             float *S0 = (float *)(sv->slots + sv->S_off[l]);
             uint16_t *ring0 = (uint16_t *)(sv->slots + sv->ring_off[l]);

@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(PA_WARPS * 32) paged_attn_rows(const __grid_co
     pdl_begin();
     __shared__ float sm_o[PA_WARPS][256];
     __shared__ float sm_m[PA_WARPS], sm_l[PA_WARPS];
-    const int j = blockIdx.x, t = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x, t = p.rows ? p.rows[blockIdx.y] : (int)blockIdx.y, warp = threadIdx.x >> 5,
+              lane = threadIdx.x & 31;
     const int hd = p.hd, epl = hd / 32, kvh = j / (p.Hq / p.Hkv), pos = p.pos[t], tab = p.tab[t];
     const uint16_t *qr = p.q + ((size_t)t * p.Hq + j) * hd + lane * epl;
     float q[8], o[8];
@@ -145,6 +146,28 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
         p->block < 1 || p->T > 65535)
         return (int)cudaErrorInvalidValue;
     return launch_kernel(paged_attn_rows, dim3((unsigned)p->Hq, (unsigned)p->T), dim3(PA_WARPS * 32), 0, l, *p);
+}
+
+/* ---- paged -> contiguous ---------------------------------------------------------------------------------------- */
+
+/* grid (len, Hkv, 2), hd / 8 threads: 16 bytes each. */
+__global__ void paged_gather_rows(const __grid_constant__ PagedGatherParams p) {
+    pdl_begin();
+    const int s = blockIdx.x, i = blockIdx.y, hd = p.hd;
+    const uint16_t *pool = blockIdx.z ? p.v_pool : p.k_pool;
+    uint16_t *out = blockIdx.z ? p.v_out : p.k_out;
+    const uint4 *src = (const uint4 *)(pool + paged_off(p.table, 0, s, i, p.Hkv, p.block, hd));
+    uint4 *dst = (uint4 *)(out + ((size_t)i * p.stride + s) * hd);
+    for (int e = threadIdx.x; e < hd / 8; e += blockDim.x) dst[e] = src[e];
+}
+
+extern "C" int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l) {
+    if (p->len < 1 || p->len > p->stride || p->Hkv < 1 || p->Hkv > 65535 || p->hd < 8 || p->hd % 8 || p->hd > 8192 ||
+        p->block < 1 || ((uintptr_t)p->k_pool & 15) || ((uintptr_t)p->v_pool & 15) || ((uintptr_t)p->k_out & 15) ||
+        ((uintptr_t)p->v_out & 15))
+        return (int)cudaErrorInvalidValue;
+    return launch_kernel(paged_gather_rows, dim3((unsigned)p->len, (unsigned)p->Hkv, 2), dim3((unsigned)(p->hd / 8)), 0,
+                         l, *p);
 }
 
 /* ---- DeltaNet step over slots ---------------------------------------------------------------------------------- */

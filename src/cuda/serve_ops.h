@@ -42,10 +42,22 @@ typedef struct PagedAttnParams {
     int gate_ld, gate_hs;
     uint16_t *out; /* bf16 [T][Hq hd] */
     const int32_t *pos, *tab, *tables;
+    const int32_t *rows; /* [T]: the rows to compute (their indices into q, gate, out, pos, tab); NULL: rows 0 .. T-1 */
     int T, Hq, Hkv, hd, block;
     float scale;
 } PagedAttnParams;
 int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l);
+
+/* Copies positions 0 .. len-1 of one sequence from the paged pools into contiguous caches k_out, v_out bf16
+ * [Hkv][stride][hd] (the single-sequence layout cuda_attn_prefill reads). table: the sequence's block table. hd % 8
+ * == 0. Grid (len, Hkv, 2), hd / 8 threads. */
+typedef struct PagedGatherParams {
+    const uint16_t *k_pool, *v_pool;
+    const int32_t *table;
+    uint16_t *k_out, *v_out;
+    int len, stride, Hkv, hd, block;
+} PagedGatherParams;
+int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l);
 
 /* The DeltaNet decode step (cuda_deltanet_step with gated_out: the same formulas and per-lane sums) for nd rows, each
  * on its own state slot: row rows[i] of proj (bf16 [T][ld_proj], [m | z | b | a]) at position pos[rows[i]], slot

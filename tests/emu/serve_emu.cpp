@@ -48,7 +48,7 @@ static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 /* ---- attention ------------------------------------------------------------------------------------------------- */
 
-static void attn_case(int hd, int gated, int norm_mode) {
+static void attn_case(int hd, int gated, int norm_mode, int sub) {
     const int Hq = 4, Hkv = 2, R = gated ? hd / 4 : hd, block = 4, n_blocks = 12, T = 5;
     const int q_hs = gated ? 2 * hd : hd, nq = Hq * q_hs, ld = nq + 2 * Hkv * hd + 8;
     /* rows: sequence A (cached 0..4) positions 5, 6, 7; B (cached 0..8) position 9; C new, position 0 */
@@ -120,13 +120,52 @@ static void attn_case(int hd, int gated, int norm_mode) {
     check(bad_q == 0 && bad_k == 0 && bad_v == 0, "paged_prep values");
     check(bad_pool == 0, "paged_prep wrote outside its rows");
 
-    PagedAttnParams ap = {qo,  kp, vp,    gated ? qkv + hd : NULL, ld, 2 * hd, out, pos, tab, tables, T, Hq,
-                          Hkv, hd, block, 1.0f / sqrtf((float)hd)};
+    /* gather: sequence A (8 positions, table at 0) and B (10 positions, table at 2) into contiguous caches */
+    int bad_g = 0;
+    for (int sq = 0; sq < 2; sq++) {
+        const int len = sq ? 10 : 8, stride = 12;
+        uint16_t *kc = (uint16_t *)aligned_alloc(64, (size_t)Hkv * stride * hd * 2);
+        uint16_t *vc = (uint16_t *)aligned_alloc(64, (size_t)Hkv * stride * hd * 2);
+        PagedGatherParams gp = {kp, vp, tables + (sq ? 2 : 0), kc, vc, len, stride, Hkv, hd, block};
+        check(cuda_paged_gather(&gp, &lc) == 0, "paged_gather launch");
+        for (int i = 0; i < Hkv; i++)
+            for (int s = 0; s < len; s++) {
+                const size_t off = (((size_t)tables[(sq ? 2 : 0) + s / block] * Hkv + i) * block + s % block) * hd;
+                bad_g += memcmp(kc + ((size_t)i * stride + s) * hd, kp + off, (size_t)hd * 2) != 0;
+                bad_g += memcmp(vc + ((size_t)i * stride + s) * hd, vp + off, (size_t)hd * 2) != 0;
+            }
+        free(kc), free(vc);
+    }
+    check(bad_g == 0, "paged_gather rows");
+
+    /* sub: only rows 4, 1, 3 (a row list); the others must stay untouched */
+    const int sub_rows[3] = {4, 1, 3};
+    PagedAttnParams ap = {qo,
+                          kp,
+                          vp,
+                          gated ? qkv + hd : NULL,
+                          ld,
+                          2 * hd,
+                          out,
+                          pos,
+                          tab,
+                          tables,
+                          sub ? sub_rows : NULL,
+                          sub ? 3 : T,
+                          Hq,
+                          Hkv,
+                          hd,
+                          block,
+                          1.0f / sqrtf((float)hd)};
     check(cuda_paged_attn(&ap, &lc) == 0, "paged_attn launch");
     int bad_o = 0;
     double worst = 0;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < Hq; j++) {
+            if (sub && t != 4 && t != 1 && t != 3) {
+                for (int e = 0; e < hd; e++) bad_o += out[(size_t)t * Hq * hd + (size_t)j * hd + e] != 0xffff;
+                continue;
+            }
             const int kvh = j / (Hq / Hkv), n = pos[t] + 1;
             std::vector<double> sc(n), o(hd, 0.0);
             double mx = -1e300, l = 0;
@@ -160,8 +199,9 @@ static void attn_case(int hd, int gated, int norm_mode) {
             }
         }
     check(bad_o == 0, "paged_attn values");
-    printf("  attention hd %3d gate %d norm %d: prep q %d k %d v %d pool %d bad; attn %d bad (worst %.2e of max |o|)\n",
-           hd, gated, norm_mode, bad_q, bad_k, bad_v, bad_pool, bad_o, worst);
+    printf("  attention hd %3d gate %d norm %d rows %s: prep q %d k %d v %d pool %d gather %d bad; attn %d bad (worst "
+           "%.2e of max |o|)\n",
+           hd, gated, norm_mode, sub ? "4,1,3" : "all", bad_q, bad_k, bad_v, bad_pool, bad_g, bad_o, worst);
     free(qkv), free(kp), free(vp), free(k0), free(v0), free(qn), free(kn), free(inv), free(qo), free(out);
 }
 
@@ -308,9 +348,9 @@ int main(int argc, char **argv) {
     if (argc > 1) srand((unsigned)atoi(argv[1]));
     emu_max_smem = 48 * 1024; /* dynamic shared memory a launch may take without the attribute */
     printf("batched-step kernels (src/cuda/serve_kernels.cu) under the CUDA emulation:\n");
-    attn_case(256, 1, NORM_ZC);
-    attn_case(64, 0, NORM_PLAIN);
-    attn_case(128, 1, NORM_ZC);
+    attn_case(256, 1, NORM_ZC, 0);
+    attn_case(64, 0, NORM_PLAIN, 0);
+    attn_case(128, 1, NORM_ZC, 1);
     dn_case(1, 2, 128, 128);
     dn_case(2, 4, 32, 48);
     gather_case();
