@@ -3,7 +3,9 @@
  * Qwen3.5 checkpoint written in the official FP8 format (F8_E4M3 + "<name>_scale_inv", fp8
  * quantization_config) whose CPU logits equal, bit for bit, those of the same weights dequantized to F32
  * and loaded as a plain checkpoint, --weights fp8 on the bf16 checkpoint giving those same logits, bad
- * FP8 files, and the per-output-channel vs 128 x 128 block measurement (printed). */
+ * FP8 files, the committed fixture tests/fixtures/qwen35_fp8 (written by HF's FP8 quantizer through
+ * tools/make_fp8_fixture.py) against HF float32 on its dequantized weights, and the per-output-channel vs
+ * 128 x 128 block measurement (printed). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "backend.h"
 #include "config.h"
 #include "model.h"
+#include "safetensors.h"
 #include "st_write.h"
 #include "test.h"
 
@@ -399,6 +402,63 @@ static void test_checkpoints(void) {
     rm_rf(root);
 }
 
+/* ---- the committed fixture written by tools/make_fp8_fixture.py (HF's FP8 quantizer) ---- */
+
+#define FIXTURE "tests/fixtures/qwen35_fp8"
+
+/* CPU logits vs HF float32 on the dequantized weights (case{c}.logits_f32), per position within rel L2 1e-4,
+ * prefill of all ids and one id per call. */
+static void test_fixture(void) {
+    SafeTensors st;
+    Q35Err err = {0};
+    int rc = safetensors_open(&st, FIXTURE "/golden_fp8.safetensors", &err);
+    CHECK(rc == 0, "%s", err.msg);
+    if (rc) return;
+    Q35Options o;
+    q35_options_init(&o);
+    o.model_dir = FIXTURE;
+    o.backend = "cpu";
+    o.max_seq = 64;
+    o.threads = 2;
+    Q35Engine *e = NULL;
+    rc = q35_engine_open(&e, &o, &err);
+    CHECK(rc == 0, "open %s: %s", FIXTURE, err.msg);
+    double worst[2] = {0, 0};
+    int n_cases = 0;
+    for (int c = 0; rc == 0; c++, n_cases++) {
+        char key[64];
+        snprintf(key, sizeof key, "case%d.ids", c);
+        const Tensor *ids = safetensors_find(&st, key);
+        snprintf(key, sizeof key, "case%d.logits_f32", c);
+        const Tensor *ref = safetensors_find(&st, key);
+        if (!ids) break;
+        const int n = (int)ids->numel, V = q35_vocab_size(e);
+        CHECK(ids->dtype == DT_I32 && ref && ref->dtype == DT_F32 && ref->numel == (int64_t)n * V, "case %d layout", c);
+        if (!ref || ref->numel != (int64_t)n * V || ids->dtype != DT_I32) break;
+        float *got = malloc((size_t)n * V * sizeof(float));
+        for (int mode = 0; mode < 2; mode++) {
+            Q35Err e2 = {0};
+            int r = q35_reset(e, &e2);
+            if (mode == 0 && !r) r = q35_forward(e, ids->data, n, 1, got, &e2);
+            for (int t = 0; mode == 1 && t < n && !r; t++)
+                r = q35_forward(e, (const int32_t *)ids->data + t, 1, 1, got + (int64_t)t * V, &e2);
+            CHECK(r == 0, "case %d: %s", c, e2.msg);
+            for (int t = 0; t < n && !r; t++) {
+                const double d = rel_l2(got + (int64_t)t * V, (const float *)ref->data + (int64_t)t * V, V);
+                if (!(d <= worst[mode])) worst[mode] = d;
+            }
+        }
+        free(got);
+    }
+    printf("fixture %s (%d cases): CPU vs HF f32 on the dequantized weights, worst position rel L2 prefill %.2e, "
+           "decode %.2e\n",
+           FIXTURE, n_cases, worst[0], worst[1]);
+    CHECK(n_cases == 3 && worst[0] <= 1e-4 && worst[1] <= 1e-4, "%d cases, rel L2 %.3g / %.3g", n_cases, worst[0],
+          worst[1]);
+    q35_engine_close(e);
+    safetensors_close(&st);
+}
+
 /* ---- per-output-channel vs 128 x 128 block scales (issue 31: measure, then choose) ---- */
 
 /* t (BF16 matrix) -> fp32 fake-quantized copy: per row (scale amax_row / 448) or per 128 x 128 block. */
@@ -488,6 +548,7 @@ int main(void) {
     test_encode();
     test_round_trip();
     test_checkpoints();
+    test_fixture();
     test_measure_granularity();
     return TEST_SUMMARY("test_fp8");
 }
