@@ -649,4 +649,7 @@ const Backend cuda_backend = {.name = "cuda",
                               .serve_sizes = cuda_serve_sizes,
                               .serve_open = cuda_serve_open,
                               .serve_close = cuda_serve_close,
-                              .step_batch = cuda_step_batch};
+                              .step_batch = cuda_step_batch,
+                              .snap_save = cuda_snap_save,
+                              .snap_load = cuda_snap_load,
+                              .block_copy = cuda_block_copy};

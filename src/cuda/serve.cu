@@ -39,6 +39,7 @@ struct CudaServe {
     size_t *S_off, *ring_off; /* [L]: byte offsets of layer l's S and ring inside a slot (DeltaNet layers) */
     size_t pool_bytes;        /* one K (or V) pool of one full-attention layer */
     char *slots;              /* n_slots * slot_bytes */
+    char *snaps;              /* n_snaps * slot_bytes: prefix-cache snapshots of slots (NULL when none) */
     char *kv;                 /* per full-attention layer (in layer order) its K pool, then its V pool */
     int *kv_index;            /* [L]: index of layer l among the full-attention layers */
     void *buf;                /* activations (below) */
@@ -171,6 +172,7 @@ extern "C" void cuda_serve_close(void *p) {
     if (!sv) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     if (sv->slots) cudaFree(sv->slots);
+    if (sv->snaps) cudaFree(sv->snaps);
     if (sv->kv) cudaFree(sv->kv);
     if (sv->buf) cudaFree(sv->buf);
     if (sv->ints_host) cudaFreeHost(sv->ints_host);
@@ -219,13 +221,15 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     sv->pool_bytes = (size_t)l->n_blocks * c->num_key_value_heads * (size_t)l->block * c->head_dim * 2;
     cudaError_t e = cudaMalloc(&sv->buf, act_bytes);
     if (e == cudaSuccess && sv->slot_bytes) e = cudaMalloc(&sv->slots, (size_t)l->n_slots * sv->slot_bytes);
+    if (e == cudaSuccess && sv->slot_bytes && l->n_snaps > 0)
+        e = cudaMalloc(&sv->snaps, (size_t)l->n_snaps * sv->slot_bytes);
     if (e == cudaSuccess && c->n_full_layers) e = cudaMalloc(&sv->kv, 2 * (size_t)c->n_full_layers * sv->pool_bytes);
     if (e == cudaSuccess) e = cudaMallocHost(&sv->ints_host, sizeof(int32_t) * sv->n_ints);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        const double mib =
-            (act_bytes + (double)l->n_slots * sv->slot_bytes + 2.0 * c->n_full_layers * (double)sv->pool_bytes) /
-            1048576.0;
+        const double mib = (act_bytes + (double)(l->n_slots + (l->n_snaps > 0 ? l->n_snaps : 0)) * sv->slot_bytes +
+                            2.0 * c->n_full_layers * (double)sv->pool_bytes) /
+                           1048576.0;
         cuda_serve_close(ctx);
         return err_set(err, Q35_ERR_OOM, "GPU out of memory: the serve pools (%d slots, %d blocks) need %.0f MiB",
                        l->n_slots, l->n_blocks, mib);
@@ -233,6 +237,44 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     a.base = (char *)sv->buf;
     a.off = 0;
     sv_layout(ctx, sv, &a, n_tables);
+    return 0;
+}
+
+/* Prefix cache (backend.h): a snapshot is a whole slot (S and conv ring of every DeltaNet layer; the ring is indexed
+ * by absolute position, so a slot loaded from a snapshot of length p continues at position p); a KV block is
+ * [Hkv][block][hd] contiguous in each pool. Device copies in stream order with step_batch. */
+static int snap_copy(CudaCtx *ctx, int slot, int snap, int save, Err *err) {
+    CudaServe *sv = ctx->sv;
+    if (!sv) return err_set(err, Q35_ERR_ARG, "cuda snapshot: serving is not open");
+    if (slot < 0 || slot >= sv->lay.n_slots || snap < 0 || snap >= sv->lay.n_snaps)
+        return err_set(err, Q35_ERR_ARG, "cuda snapshot: slot %d / snapshot %d outside [0, %d) / [0, %d)", slot, snap,
+                       sv->lay.n_slots, sv->lay.n_snaps);
+    if (!sv->slot_bytes) return 0;
+    char *a = sv->slots + (size_t)slot * sv->slot_bytes, *b = sv->snaps + (size_t)snap * sv->slot_bytes;
+    const cudaError_t e =
+        cudaMemcpyAsync(save ? b : a, save ? a : b, sv->slot_bytes, cudaMemcpyDeviceToDevice, ctx->stream);
+    return e == cudaSuccess ? 0 : sv_fail((int)e, "snapshot copy", -1, err);
+}
+extern "C" int cuda_snap_save(void *p, int slot, int snap, Err *err) {
+    return snap_copy((CudaCtx *)p, slot, snap, 1, err);
+}
+extern "C" int cuda_snap_load(void *p, int snap, int slot, Err *err) {
+    return snap_copy((CudaCtx *)p, slot, snap, 0, err);
+}
+
+extern "C" int cuda_block_copy(void *p, int src, int dst, Err *err) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    CudaServe *sv = ctx->sv;
+    if (!sv) return err_set(err, Q35_ERR_ARG, "cuda block copy: serving is not open");
+    if (src < 0 || src >= sv->lay.n_blocks || dst < 0 || dst >= sv->lay.n_blocks)
+        return err_set(err, Q35_ERR_ARG, "cuda block copy: %d -> %d outside [0, %d)", src, dst, sv->lay.n_blocks);
+    const size_t bb = sv->pool_bytes / (size_t)sv->lay.n_blocks;
+    for (int i = 0; i < 2 * ctx->c->n_full_layers; i++) { /* each layer's K pool, then its V pool */
+        char *pool = sv->kv + (size_t)i * sv->pool_bytes;
+        const cudaError_t e = cudaMemcpyAsync(pool + (size_t)dst * bb, pool + (size_t)src * bb, bb,
+                                              cudaMemcpyDeviceToDevice, ctx->stream);
+        if (e != cudaSuccess) return sv_fail((int)e, "block copy", -1, err);
+    }
     return 0;
 }
 

@@ -8,7 +8,10 @@
  *   - batch invariance: A among 7 other sequences (other slots, other lengths, prefill chunks and decode rows mixed
  *     in the same steps, A at a rotating place in the item list, A's KV in other blocks) gives bitwise the same
  *     logits rows as A alone;
- *   - bad items (a slot outside the layout, a block outside the pool) are refused with Q35_ERR_ARG.
+ *   - the prefix-cache hooks: A continued from a snapshot of its state loaded into another slot and from copies of its
+ *     KV blocks (the originals overwritten) gives bitwise the rows of A alone;
+ *   - bad items (a slot outside the layout, a block outside the pool), snapshots and blocks are refused with
+ *     Q35_ERR_ARG.
  * Usage: test_serve_cuda [seed]. Skips (exit 0, "no GPU") without a GPU. */
 #include "backend.h"
 #include "test.h"
@@ -166,6 +169,26 @@ static int run_steps(void *ctx, const int *idsA, int others, float *outA, int V,
     return rc;
 }
 
+/* Prefix-cache hooks: A's chunk in slot 3 (blocks 0 ..), its state saved to snapshot 0 and loaded into slot 6, its
+ * KV blocks copied to blocks 40 ..; then slot 3 and block 0 are overwritten by another sequence, and A's decode steps
+ * continue in slot 6 on the copies. Logits rows [N_STEPS][V] to out. */
+static int run_snap(void *ctx, const int *idsA, float *out, int V, Err *err) {
+    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK], other[5] = {1, 2, 3, 4, 5};
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = b, t2[b] = 40 + b;
+    BatchItem it = {3, idsA, CHUNK_A, 0, t1, 1};
+    int rc = cuda_backend.step_batch(ctx, &it, 1, out, err);
+    if (!rc) rc = cuda_backend.snap_save(ctx, 3, 0, err);
+    if (!rc) rc = cuda_backend.snap_load(ctx, 0, 6, err);
+    for (int b = 0; b <= (CHUNK_A - 1) / BLOCK && !rc; b++) rc = cuda_backend.block_copy(ctx, t1[b], t2[b], err);
+    BatchItem ov = {3, other, 5, 0, t1, 0};
+    if (!rc) rc = cuda_backend.step_batch(ctx, &ov, 1, NULL, err);
+    for (int t = CHUNK_A; t < LA && !rc; t++) {
+        BatchItem d = {6, idsA + t, 1, t, t2, 1};
+        rc = cuda_backend.step_batch(ctx, &d, 1, out + (size_t)(1 + t - CHUNK_A) * V, err);
+    }
+    return rc;
+}
+
 static void test_model(int qwen35) {
     const char *name = qwen35 ? "qwen3.5-like" : "qwen3-like";
     Model m;
@@ -204,7 +227,7 @@ static void test_model(int qwen35) {
           "%s: slot_bytes %zu", name, z.slot_bytes);
     CHECK(z.mem_bytes > 0 && z.mem_fraction > 0 && z.mem_fraction <= 1, "%s: mem %zu fraction %g", name, z.mem_bytes,
           z.mem_fraction);
-    ServeLayout lay = {N_SLOTS, N_BLOCKS, BLOCK, MAX_SEQ / BLOCK, 0};
+    ServeLayout lay = {N_SLOTS, N_BLOCKS, BLOCK, MAX_SEQ / BLOCK, 1};
     if (cuda_backend.serve_open(ctx, &lay, &err)) {
         CHECK(0, "%s: serve_open: %s", name, err.msg);
         goto done;
@@ -233,6 +256,16 @@ static void test_model(int qwen35) {
     /* and once more alone: run to run */
     if ((rc = run_steps(ctx, ids, 0, among, V, &err)) == 0)
         CHECK(memcmp(alone, among, sizeof(float) * N_STEPS * V) == 0, "%s: step_batch differs run to run", name);
+    /* prefix-cache hooks: continuing from a loaded snapshot and copied blocks */
+    int diff_snap = -1;
+    if ((rc = run_snap(ctx, ids, among, V, &err)) == 0) {
+        diff_snap = 0;
+        for (int t = 0; t < N_STEPS; t++) diff_snap += memcmp(alone + (size_t)t * V, among + (size_t)t * V, 4 * V) != 0;
+    }
+    CHECK(diff_snap == 0, "%s: from a snapshot and copied blocks: %d rows differ (%s)", name, diff_snap,
+          rc ? err.msg : "");
+    CHECK(cuda_backend.snap_save(ctx, 0, 1, &err) == Q35_ERR_ARG, "%s: snapshot 1 of 1 not refused", name);
+    CHECK(cuda_backend.block_copy(ctx, 0, N_BLOCKS, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
     /* bad items */
     int blocks[MAX_SEQ / BLOCK] = {0};
     BatchItem bad = {N_SLOTS, ids, 1, 0, blocks, 1};
