@@ -298,8 +298,7 @@ static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, co
     return rc ? sv_fail(rc, "norm", layer, err) : 0;
 }
 
-/* One pass: the (pieces of) items it[0 .. n) with their row counts cnt[i] and first positions p0[i]; the pass's
- * host ints are filled. out: logits rows of this pass go to out[0 ..) ([n_out][V]). */
+/* A piece of an item: the whole item, or (items longer than tmax) tmax of its tokens. */
 typedef struct SvPiece {
     const BatchItem *it;
     int off, n, pos, logits; /* tokens it->tokens[off .. off+n) at positions pos .. pos+n-1 */
@@ -308,6 +307,8 @@ typedef struct SvPiece {
 /* Entries of a piece's block table the step uses: positions 0 .. pos + n - 1. */
 static int tab_len(const SvPiece *q, int block) { return (q->pos + q->n - 1) / block + 1; }
 
+/* One pass over the pieces pc[0 .. np) (at most tmax rows): fills and uploads the per-row ints, runs every layer,
+ * and copies the logits rows of this pass to out[0 ..) ([n_out][V]); returns after the stream is done. */
 static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float *out, Err *err) {
     const Config *c = ctx->c;
     const PrefillDims *d = &sv->d;
