@@ -109,10 +109,12 @@ void fp8_quantize_blocks(uint8_t *q, float *scale_inv, const float *w, int64_t r
 }
 
 void fp8_dequantize_blocks(float *w, const uint8_t *q, const float *scale_inv, int64_t rows, int64_t cols) {
+    float lut[256]; /* fp8_e4m3_to_f32 of every code */
+    for (int v = 0; v < 256; v++) lut[v] = fp8_e4m3_to_f32((uint8_t)v);
     const int64_t nbc = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
     for (int64_t r = 0; r < rows; r++) {
         const float *s = scale_inv + (r / FP8_BLOCK) * nbc;
-        for (int64_t c = 0; c < cols; c++) w[r * cols + c] = fp8_e4m3_to_f32(q[r * cols + c]) * s[c / FP8_BLOCK];
+        for (int64_t c = 0; c < cols; c++) w[r * cols + c] = lut[q[r * cols + c]] * s[c / FP8_BLOCK];
     }
 }
 
