@@ -123,6 +123,10 @@ $(BUILD)/bench/gemm_lab: bench/kernels/gemm_lab.cu bench/kernels/lab.cuh $(GEMM_
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc \
 	    --expt-relaxed-constexpr $< $(GEMM_SRC) -o $@ -lcublas
+# batched decode through the serve API (issue 28 benchmark): build/bench/serve_step [--ctx 1024] [B ...]
+$(BUILD)/bench/serve_step: bench/serve_step.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
 
 # the tests that need Qwen3's tokenizer.json (.cache/qwen3-tokenizer): skipped, with one line, when it cannot be had
 TOK_TESTS = $(addprefix $(BUILD)/tests/,test_tokenizer test_tok_cli test_chat test_chat_tools)

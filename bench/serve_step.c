@@ -1,0 +1,137 @@
+/* serve_step.c — in-process batched decode throughput through the public serve API (q35_serve_open / q35_step), the
+ * issue 28 benchmark: for each batch size B, B sequences are prefilled to ctx tokens (pseudo-random ids, chunks under
+ * a 2048-token step budget), then `steps` greedy decode steps of all B run and are timed one by one (wall clock
+ * around q35_step, which includes the host sampling and the logits readback). Prints per B the median step time,
+ * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
+ * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [B ...]
+ * (default B: 1 8 32 64 128 256). A benchmark, not a test: nothing is asserted. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qwen35.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One batch size: returns 0 or an error code (message printed). */
+static int run_b(Q35Engine *e, int B, int ctx, int steps) {
+    Q35Err err = {0};
+    Q35ServeOptions so;
+    memset(&so, 0, sizeof so);
+    so.max_seqs = B;
+    so.no_prefix_cache = 1;
+    int rc = q35_serve_open(e, &so, &err);
+    if (rc) {
+        fprintf(stderr, "B %d: serve open: %s\n", B, err.msg);
+        return rc;
+    }
+    Q35ServeInfo info;
+    q35_serve_info(e, &info);
+    if (info.max_seqs < B) {
+        fprintf(stderr, "B %d: only %d sequences fit\n", B, info.max_seqs);
+        q35_serve_close(e);
+        return 1;
+    }
+    const int V = q35_vocab_size(e), nv = V < 50000 ? V : 50000;
+    int *seq = malloc(sizeof(int) * (size_t)B), *ids = malloc(sizeof(int) * (size_t)ctx),
+        *next = malloc(sizeof(int) * (size_t)B);
+    Q35StepItem *it = malloc(sizeof(Q35StepItem) * (size_t)B);
+    Q35StepOut *out = malloc(sizeof(Q35StepOut) * (size_t)B);
+    double *t = malloc(sizeof(double) * (size_t)(steps > 0 ? steps : 1));
+    Q35SeqParams sp;
+    memset(&sp, 0, sizeof sp);
+    sp.sampling.top_p = 1.0f;
+    sp.sampling.repetition_penalty = 1.0f;
+    sp.top_logprobs = -1;
+    for (int i = 0; i < ctx; i++) ids[i] = (int)((1103515245u * (unsigned)i + 12345u) % (unsigned)nv);
+    for (int b = 0; b < B && !rc; b++) rc = q35_seq_open(e, &sp, &seq[b], &err);
+    /* prefill: chunks of up to 2048 tokens per step in total */
+    const int budget = 2048;
+    for (int b0 = 0; b0 < B && !rc;) {
+        int n = 0, rows = 0;
+        while (b0 < B && !rc) {
+            const int len = q35_seq_length(e, seq[b0]), m = ctx - len < budget - rows ? ctx - len : budget - rows;
+            if (m <= 0) break;
+            it[n] = (Q35StepItem){.seq = seq[b0], .ids = ids + len, .n = m, .sample = len + m == ctx};
+            rows += m;
+            n++;
+            if (len + m == ctx) b0++;
+        }
+        if (n) rc = q35_step(e, it, n, out, &err);
+        for (int i = 0; i < n && !rc; i++)
+            if (it[i].sample)
+                for (int b = 0; b < B; b++)
+                    if (seq[b] == it[i].seq) next[b] = out[i].id;
+    }
+    for (int s = -3; s < steps && !rc; s++) { /* 3 warm-up steps */
+        for (int b = 0; b < B; b++) it[b] = (Q35StepItem){.seq = seq[b], .ids = &next[b], .n = 1, .sample = 1};
+        const double t0 = now_s();
+        rc = q35_step(e, it, B, out, &err);
+        const double t1 = now_s();
+        if (s >= 0) t[s] = t1 - t0;
+        for (int b = 0; b < B && !rc; b++) next[b] = out[b].id;
+    }
+    if (rc) {
+        fprintf(stderr, "B %d: step: %s\n", B, err.msg);
+    } else if (steps > 0) {
+        qsort(t, (size_t)steps, sizeof t[0], cmp_double);
+        const double med = t[steps / 2];
+        const double st = (double)B * (2.0 * (double)info.slot_bytes + (double)info.block_bytes / info.kv_block * ctx);
+        printf("B %4d  ctx %5d  step %8.3f ms (min %.3f)  %9.0f tokens/s  state+KV %.2f GB/step\n", B, ctx, 1e3 * med,
+               1e3 * t[0], B / med, st / 1e9);
+    }
+    for (int b = 0; b < B; b++) q35_seq_close(e, seq[b]);
+    q35_serve_close(e);
+    free(seq), free(ids), free(next), free(it), free(out), free(t);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    Q35Options o;
+    q35_options_init(&o);
+    o.dummy = "qwen3.5-0.8b";
+    o.backend = "cuda";
+    int ctx = 1024, steps = 20, bs[16], nb = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dummy") && i + 1 < argc)
+            o.dummy = argv[++i];
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+            o.backend = argv[++i];
+        else if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
+            ctx = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+            steps = atoi(argv[++i]);
+        else if (nb < 16 && atoi(argv[i]) > 0)
+            bs[nb++] = atoi(argv[i]);
+        else {
+            fprintf(stderr, "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [B ...]\n");
+            return 2;
+        }
+    }
+    if (ctx < 1 || steps < 0) return 2;
+    if (!nb) {
+        const int d[6] = {1, 8, 32, 64, 128, 256};
+        for (nb = 0; nb < 6; nb++) bs[nb] = d[nb];
+    }
+    o.max_seq = ctx + steps + 8;
+    Q35Engine *e = NULL;
+    Q35Err err = {0};
+    if (q35_engine_open(&e, &o, &err)) {
+        fprintf(stderr, "engine: %s\n", err.msg);
+        return 1;
+    }
+    int fails = 0;
+    for (int i = 0; i < nb; i++) fails += run_b(e, bs[i], ctx, steps) != 0;
+    q35_engine_close(e);
+    return fails ? 1 : 0;
+}
