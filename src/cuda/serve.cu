@@ -285,9 +285,16 @@ static int serve_algo(const CudaServe *sv, int M, int N) {
     return tiles <= sv->n_sm ? GEMM_ALGO_TMA_C128 : GEMM_ALGO_TMA_P128;
 }
 
-static int sv_gemm(const CudaServe *sv, const CudaLaunch *lc, GemmParams g, int layer, const char *what, Err *err) {
+/* A driver that cannot encode tensor maps (cudaErrorNotSupported) moves every later GEMM of the session to
+ * mma.sync (one family again: the decision comes at the first GEMM, before any row is computed). */
+static int sv_gemm(CudaServe *sv, const CudaLaunch *lc, GemmParams g, int layer, const char *what, Err *err) {
     g.algo = serve_algo(sv, g.M, g.N);
-    const int rc = cuda_gemm_bf16(&g, lc);
+    int rc = cuda_gemm_bf16(&g, lc);
+    if (rc == (int)cudaErrorNotSupported && sv->major == 9) {
+        sv->major = 0;
+        g.algo = GEMM_ALGO_MMA;
+        rc = cuda_gemm_bf16(&g, lc);
+    }
     return rc ? sv_fail(rc, what, layer, err) : 0;
 }
 

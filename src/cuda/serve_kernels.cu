@@ -86,58 +86,80 @@ extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
 
 #define PA_WARPS 4
 
-/* grid (Hq, T), 128 threads. Lane holds dims lane*EPL .. + EPL - 1 (EPL = hd / 32 <= 8) of q, of the running o and
- * of each K / V row it reads (16 bytes per lane at hd 256: a row is one coalesced 512-byte read). */
+/* grid (Hq / G, rows), 128 threads: the CTA takes query heads j0 .. j0 + G - 1 (j0 = G blockIdx.x) of one row, all
+ * reading kv head j0 / (Hq / Hkv) (G divides Hq / Hkv), so each K / V row is loaded once for the G heads and their G
+ * warp reductions run side by side. Lane holds dims lane*EPL .. + EPL - 1 (EPL = hd / 32 <= 8) of each head's q and
+ * running o and of each K / V row it reads (16 bytes per lane at hd 256: a row is one coalesced 512-byte read). Warp w
+ * takes positions w, w + 4, ...; the warps are merged in order. A head's values do not depend on G. */
+template <int G>
 __global__ void __launch_bounds__(PA_WARPS * 32) paged_attn_rows(const __grid_constant__ PagedAttnParams p) {
     pdl_begin();
-    __shared__ float sm_o[PA_WARPS][256];
-    __shared__ float sm_m[PA_WARPS], sm_l[PA_WARPS];
-    const int j = blockIdx.x, t = p.rows ? p.rows[blockIdx.y] : (int)blockIdx.y, warp = threadIdx.x >> 5,
+    __shared__ float sm_o[PA_WARPS][G * 256];
+    __shared__ float sm_m[PA_WARPS][G], sm_l[PA_WARPS][G];
+    const int j0 = blockIdx.x * G, t = p.rows ? p.rows[blockIdx.y] : (int)blockIdx.y, warp = threadIdx.x >> 5,
               lane = threadIdx.x & 31;
-    const int hd = p.hd, epl = hd / 32, kvh = j / (p.Hq / p.Hkv), pos = p.pos[t], tab = p.tab[t];
-    const uint16_t *qr = p.q + ((size_t)t * p.Hq + j) * hd + lane * epl;
-    float q[8], o[8];
+    const int hd = p.hd, epl = hd / 32, kvh = j0 / (p.Hq / p.Hkv), pos = p.pos[t], tab = p.tab[t];
+    float q[G][8], o[G][8], m[G], lsum[G];
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
-        q[e] = e < epl ? bf16u(qr[e]) : 0.0f;
-        o[e] = 0.0f;
+    for (int g = 0; g < G; g++) {
+        const uint16_t *qr = p.q + ((size_t)t * p.Hq + j0 + g) * hd + lane * epl;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            q[g][e] = e < epl ? bf16u(qr[e]) : 0.0f;
+            o[g][e] = 0.0f;
+        }
+        m[g] = -1e30f;
+        lsum[g] = 0.0f;
     }
-    float m = -1e30f, lsum = 0.0f;
     for (int s = warp; s <= pos; s += PA_WARPS) {
         const size_t off = paged_off(p.tables, tab, s, kvh, p.Hkv, p.block, hd) + (size_t)lane * epl;
         const uint16_t *kr = p.k_pool + off, *vr = p.v_pool + off;
-        float d = 0.0f;
+        float k[8], v[8], d[G];
 #pragma unroll
-        for (int e = 0; e < 8; e++)
-            if (e < epl) d = fmaf(q[e], bf16u(kr[e]), d);
-        d = warp_sum(d) * p.scale;
-        const float mn = fmaxf(m, d), corr = expf(m - mn), pr = expf(d - mn);
-        lsum = fmaf(lsum, corr, pr);
+        for (int e = 0; e < 8; e++) {
+            k[e] = e < epl ? bf16u(kr[e]) : 0.0f;
+            v[e] = e < epl ? bf16u(vr[e]) : 0.0f;
+        }
 #pragma unroll
-        for (int e = 0; e < 8; e++)
-            if (e < epl) o[e] = fmaf(o[e], corr, pr * bf16u(vr[e]));
-        m = mn;
+        for (int g = 0; g < G; g++) {
+            d[g] = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                if (e < epl) d[g] = fmaf(q[g][e], k[e], d[g]);
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) d[g] = warp_sum(d[g]) * p.scale;
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const float mn = fmaxf(m[g], d[g]), corr = expf(m[g] - mn), pr = expf(d[g] - mn);
+            lsum[g] = fmaf(lsum[g], corr, pr);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                if (e < epl) o[g][e] = fmaf(o[g][e], corr, pr * v[e]);
+            m[g] = mn;
+        }
     }
 #pragma unroll
-    for (int e = 0; e < 8; e++)
-        if (e < epl) sm_o[warp][lane * epl + e] = o[e];
-    if (lane == 0) sm_m[warp] = m, sm_l[warp] = lsum;
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            if (e < epl) sm_o[warp][g * hd + lane * epl + e] = o[g][e];
+        if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = lsum[g];
+    }
     __syncthreads();
-    float M = sm_m[0];
-    for (int w = 1; w < PA_WARPS; w++) M = fmaxf(M, sm_m[w]);
-    float L = 0.0f, f[PA_WARPS];
-    for (int w = 0; w < PA_WARPS; w++) {
-        f[w] = expf(sm_m[w] - M);
-        L = fmaf(sm_l[w], f[w], L);
-    }
-    const float inv = 1.0f / L;
-    uint16_t *out = p.out + (size_t)t * p.Hq * hd + (size_t)j * hd;
-    for (int d = threadIdx.x; d < hd; d += PA_WARPS * 32) {
-        float acc = 0.0f;
-        for (int w = 0; w < PA_WARPS; w++) acc = fmaf(sm_o[w][d], f[w], acc);
-        float y = rbf(acc * inv);
-        if (p.gate) y = rbf(y * rbf(sigmoid_acc(bf16u(p.gate[(size_t)t * p.gate_ld + (size_t)j * p.gate_hs + d]))));
-        out[d] = bf16_bits(y);
+    for (int i = threadIdx.x; i < G * hd; i += PA_WARPS * 32) {
+        const int g = i / hd, dd = i - g * hd, j = j0 + g;
+        float M = sm_m[0][g];
+        for (int w = 1; w < PA_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
+        float L = 0.0f, acc = 0.0f;
+        for (int w = 0; w < PA_WARPS; w++) {
+            const float f = expf(sm_m[w][g] - M);
+            L = fmaf(sm_l[w][g], f, L);
+            acc = fmaf(sm_o[w][i], f, acc);
+        }
+        float y = rbf(acc * (1.0f / L));
+        if (p.gate) y = rbf(y * rbf(sigmoid_acc(bf16u(p.gate[(size_t)t * p.gate_ld + (size_t)j * p.gate_hs + dd]))));
+        p.out[(size_t)t * p.Hq * hd + (size_t)j * hd + dd] = bf16_bits(y);
     }
 }
 
@@ -145,7 +167,14 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->hd % 32 || p->hd < 32 || p->hd > 256 || p->Hq < 1 || p->Hkv < 1 || p->Hq % p->Hkv ||
         p->block < 1 || p->T > 65535)
         return (int)cudaErrorInvalidValue;
-    return launch_kernel(paged_attn_rows, dim3((unsigned)p->Hq, (unsigned)p->T), dim3(PA_WARPS * 32), 0, l, *p);
+    const int Gq = p->Hq / p->Hkv, G = Gq % 8 == 0 ? 8 : Gq % 4 == 0 ? 4 : Gq % 2 == 0 ? 2 : 1;
+    const dim3 grid((unsigned)(p->Hq / G), (unsigned)p->T), block(PA_WARPS * 32);
+    switch (G) {
+    case 8: return launch_kernel(paged_attn_rows<8>, grid, block, 0, l, *p);
+    case 4: return launch_kernel(paged_attn_rows<4>, grid, block, 0, l, *p);
+    case 2: return launch_kernel(paged_attn_rows<2>, grid, block, 0, l, *p);
+    default: return launch_kernel(paged_attn_rows<1>, grid, block, 0, l, *p);
+    }
 }
 
 /* ---- paged -> contiguous ---------------------------------------------------------------------------------------- */
