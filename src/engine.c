@@ -29,6 +29,11 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     if (!e) return err_set(err, Q35_ERR_OOM, "out of memory");
     int rc;
     const ModelProgress pr = {opt->progress, opt->progress_user};
+    const int fp8 = opt->weights && strcmp(opt->weights, "fp8") == 0;
+    if (opt->weights && !fp8 && strcmp(opt->weights, "auto") != 0) {
+        rc = err_set(err, Q35_ERR_ARG, "unknown weight format '%s' (expected auto or fp8)", opt->weights);
+        goto fail;
+    }
     if (opt->dummy) {
         rc = model_dummy_progress(&e->model, opt->dummy, opt->dummy_seed, &pr, err);
     } else if (opt->model_dir) {
@@ -37,12 +42,7 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     } else {
         rc = err_set(err, Q35_ERR_ARG, "no model: give a model directory or a dummy model name");
     }
-    if (!rc && opt->weights && strcmp(opt->weights, "auto") != 0) {
-        if (strcmp(opt->weights, "fp8") == 0)
-            rc = model_quantize_fp8(&e->model, err);
-        else
-            rc = err_set(err, Q35_ERR_ARG, "unknown weight format '%s' (expected auto or fp8)", opt->weights);
-    }
+    if (!rc && fp8) rc = model_quantize_fp8(&e->model, err);
     if (rc) goto fail;
     const Config *c = &e->model.config;
     e->n_valid = c->vocab_size;

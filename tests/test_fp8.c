@@ -394,6 +394,8 @@ static void test_checkpoints(void) {
     for (size_t i = 0; i < sizeof bad_cfg / sizeof bad_cfg[0]; i++)
         expect_open_fail(bad_cfg[i][1], &fp8, bad_cfg[i][0], W_FP8, Q35_ERR_CONFIG, bad_cfg[i][1]);
 
+    float *l_bad = logits_of(d_bf16, "int4", &err);
+    CHECK(!l_bad && err.code == Q35_ERR_ARG && strstr(err.msg, "unknown weight format 'int4'"), "%s", err.msg);
     /* an FP8 model on a backend without an FP8 path: model_check_weights names the tensor */
     CHECK(model_check_weights(&fp8, "gpu", &err) == Q35_ERR_FORMAT && strstr(err.msg, "F8_E4M3"), "%s", err.msg);
     free(l_bf16), free(l_fp8), free(l_ref), free(l_q), free(l_bs), free(l_ref2);
