@@ -40,7 +40,7 @@ static const char *base_name(const char *path) {
 int cmd_serve(int argc, char **argv) {
     CliModel m;
     cli_model_init(&m);
-    const char *host = "127.0.0.1", *api_key = NULL, *kv_memory = NULL, *name = NULL;
+    const char *host = "127.0.0.1", *api_key = NULL, *kv_memory = NULL, *name = NULL, *prefix_memory = NULL;
     int port = 8000, max_seqs = 0, max_queue = 256, max_body_kb = 4096, step_tokens = 512, think = 0, quiet = 0;
     int device = 0, kv_block = 0;
     float kv_fraction = 0;
@@ -59,6 +59,9 @@ int cmd_serve(int argc, char **argv) {
         {"--kv-fraction", NULL, CLI_FLOAT, &kv_fraction, .lo = 0, .hi = 1, .lo_open = 1, .arg = "F",
          .help = "... or this fraction of the free memory (default 0.9 GPU, 0.25 CPU)"},
         {"--kv-block", NULL, CLI_INT, &kv_block, .lo = 1, .hi = 4096, .arg = "N", .help = "tokens per KV block (16)"},
+        {"--prefix-cache-memory", NULL, CLI_STR, &prefix_memory, .arg = "BYTES",
+         .help = "prefix cache: DeltaNet snapshots + cached KV blocks, e.g. 1G; 0 = off (default a quarter of the KV "
+                 "memory)"},
         {"--max-queue", NULL, CLI_INT, &max_queue, .lo = 1, .hi = 1 << 20, .arg = "N",
          .help = "requests waiting for a slot before 429 (default 256)"},
         {"--max-body-kb", NULL, CLI_INT, &max_body_kb, .lo = 1, .hi = 1 << 20, .arg = "N",
@@ -81,6 +84,10 @@ int cmd_serve(int argc, char **argv) {
     long long kv_bytes = 0;
     if (kv_memory && (kv_bytes = parse_bytes(kv_memory)) <= 0)
         return cli_usage_error("serve", "--kv-memory: '%s' is not a size (e.g. 2G, 512M, 1048576)", kv_memory);
+    long long prefix_bytes = 0;
+    if (prefix_memory && strcmp(prefix_memory, "0") && (prefix_bytes = parse_bytes(prefix_memory)) <= 0)
+        return cli_usage_error("serve", "--prefix-cache-memory: '%s' is not a size (e.g. 1G, 256M, 0 = off)",
+                               prefix_memory);
     m.o.device = device;
 
     /* SIGINT / SIGTERM go to sigwait below; every thread started from here on inherits the mask. */
@@ -95,8 +102,12 @@ int cmd_serve(int argc, char **argv) {
     if ((rc = cli_open("serve", &e, &m))) return rc;
     cli_note("serve", e);
     Q35Err err = {0};
-    Q35ServeOptions so = {
-        .max_seqs = max_seqs, .kv_bytes = (size_t)kv_bytes, .kv_fraction = kv_fraction, .kv_block = kv_block};
+    Q35ServeOptions so = {.max_seqs = max_seqs,
+                          .kv_bytes = (size_t)kv_bytes,
+                          .kv_fraction = kv_fraction,
+                          .kv_block = kv_block,
+                          .prefix_bytes = (size_t)prefix_bytes,
+                          .no_prefix_cache = prefix_memory && !strcmp(prefix_memory, "0")};
     if (q35_serve_open(e, &so, &err)) {
         q35_engine_close(e);
         return cli_fail("serve", &err);
@@ -136,6 +147,13 @@ int cmd_serve(int argc, char **argv) {
             name, q35_backend_name(e), in.max_seqs, in.n_blocks, in.kv_block,
             ((double)in.n_blocks * (double)in.block_bytes + (double)in.max_seqs * (double)in.slot_bytes) / 1048576.0,
             fit, ctx, in.n_blocks * in.kv_block);
+    if (in.prefix_bytes)
+        fprintf(stderr,
+                "qwen35 serve: prefix cache %.1f MiB: %d DeltaNet snapshots of %.2f MiB, up to %d cached KV blocks\n",
+                (double)in.prefix_bytes / 1048576.0, in.prefix_snaps, (double)in.slot_bytes / 1048576.0,
+                in.prefix_max_blocks);
+    else
+        fprintf(stderr, "qwen35 serve: prefix cache off\n");
     fprintf(stderr, "qwen35 serve: listening on http://%s:%d\n", host, http_port(h));
     fflush(stderr);
 

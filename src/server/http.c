@@ -290,7 +290,7 @@ static int stream_collect(Conn *c) {
         r->done && c->calls_sent == r->n_calls && (!r->n_calls || c->args_sent == r->calls[r->n_calls - 1].args.n);
     const char *reason = r->finish_reason;
     OaiError err = r->error;
-    OaiUsage u = {r->n_prompt, r->n_generated};
+    OaiUsage u = {r->n_prompt, r->n_generated, r->n_cached};
     sched_unlock(h->s);
 
     size_t before = c->ev_n;
@@ -423,7 +423,7 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
                    .n_logprobs = r->n_lps,
                    .want_logprobs = r->rq.top_logprobs >= 0,
                    .finish_reason = r->finish_reason};
-    OaiUsage u = {r->n_prompt, r->n_generated};
+    OaiUsage u = {r->n_prompt, r->n_generated, r->n_cached};
     char *body = oai_response_json(kind, &c->meta, &o, &u);
     free(calls);
     return reply(mc, 200, "application/json", body);

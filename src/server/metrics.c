@@ -53,6 +53,13 @@ void metrics_itl(Metrics *m, double seconds) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void metrics_prefix(Metrics *m, int queries, int hits) {
+    pthread_mutex_lock(&m->mu);
+    m->prefix_queries += (unsigned long long)queries;
+    m->prefix_hits += (unsigned long long)hits;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void metrics_request(Metrics *m, int prompt_tokens, int generation_tokens, double ttft, double e2e,
                      const char *reason) {
     pthread_mutex_lock(&m->mu);
@@ -127,6 +134,12 @@ char *metrics_text(Metrics *m) {
     put(&o, "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n");
     put(&o, "# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{model_name=\"%s\"} %llu\n", md,
         m->generation_tokens);
+    put(&o, "# HELP vllm:prefix_cache_queries Prefix cache queries, in terms of number of queried tokens.\n");
+    put(&o, "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{model_name=\"%s\"} %llu\n", md,
+        m->prefix_queries);
+    put(&o, "# HELP vllm:prefix_cache_hits Prefix cache hits, in terms of number of cached tokens.\n");
+    put(&o, "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{model_name=\"%s\"} %llu\n", md,
+        m->prefix_hits);
     put(&o, "# HELP vllm:request_success_total Count of successfully processed requests.\n");
     put(&o, "# TYPE vllm:request_success_total counter\n");
     put(&o, "vllm:request_success_total{finished_reason=\"stop\",model_name=\"%s\"} %llu\n", md, m->finished_stop);

@@ -23,6 +23,7 @@ typedef struct Metrics {
     double kv_usage; /* 0..1 */
     unsigned long long prompt_tokens, generation_tokens;
     unsigned long long finished_stop, finished_length, finished_abort, failed;
+    unsigned long long prefix_queries, prefix_hits; /* prompt tokens looked up in the prefix cache / found there */
     Histogram ttft, itl, e2e;
 } Metrics;
 
@@ -32,6 +33,9 @@ void metrics_gauges(Metrics *m, int running, int waiting, double kv_usage);
 void metrics_itl(Metrics *m, double seconds); /* one inter-token gap */
 /* A request ended: reason "stop" | "length" | "abort" | NULL (failed). ttft < 0: no token came. */
 void metrics_request(Metrics *m, int prompt_tokens, int generation_tokens, double ttft, double e2e, const char *reason);
+/* A request admitted: its prompt tokens were looked up in the prefix cache, `hits` of them found (vLLM's
+ * vllm:prefix_cache_queries / vllm:prefix_cache_hits, in tokens). */
+void metrics_prefix(Metrics *m, int queries, int hits);
 /* The exposition text (malloc'ed). */
 char *metrics_text(Metrics *m);
 #endif

@@ -116,6 +116,7 @@ typedef struct OaiOutput {
 
 typedef struct OaiUsage {
     int prompt_tokens, completion_tokens;
+    int cached_tokens; /* prompt tokens served from the prefix cache: usage.prompt_tokens_details.cached_tokens */
 } OaiUsage;
 
 typedef struct OaiMeta {

@@ -31,7 +31,9 @@ struct Sched {
     int max_ctx;
     const int *stop_ids;
     int n_stop_ids;
-    GuideVocab *gv; /* token texts for guided requests (made at the first one) */
+    GuideVocab *gv;           /* token texts for guided requests (made at the first one) */
+    int im_start, im_end, nl; /* <|im_start|>, <|im_end|>, "\n" ids for the prefix cache's turn boundaries (-1: none) */
+    int asst[4], n_asst;      /* "assistant\n" as ids */
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -305,10 +307,10 @@ static void add_logprobs(Sched *s, Req *r, const Q35StepOut *o) {
 static void log_request(const Sched *s, const Req *r, double t_end) {
     if (s->cfg.quiet) return;
     double gen_s = r->t_first >= 0 ? t_end - r->t_first : 0;
-    fprintf(stderr, "qwen35 serve: %s prompt %d completion %d ttft %.1f ms %.1f tok/s finish %s\n", r->id, r->n_prompt,
-            r->n_generated, r->t_first >= 0 ? 1e3 * (r->t_first - r->t_arrival) : 0.0,
+    fprintf(stderr, "qwen35 serve: %s prompt %d completion %d ttft %.1f ms %.1f tok/s finish %s cached %d\n", r->id,
+            r->n_prompt, r->n_generated, r->t_first >= 0 ? 1e3 * (r->t_first - r->t_arrival) : 0.0,
             gen_s > 0 && r->n_generated > 1 ? (r->n_generated - 1) / gen_s : 0.0,
-            r->error.status ? "error" : r->finish_reason);
+            r->error.status ? "error" : r->finish_reason, r->n_cached);
 }
 
 /* Ends r (scheduler thread): closes its sequence, flushes held text, wakes the client. */
@@ -443,6 +445,8 @@ static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
     int pending = r->n_toks - r->n_fed;
     int n = pending < budget ? pending : budget;
     if (n <= 0) return 0;
+    if (r->i_snap < r->n_snap_at && r->snap_at[r->i_snap] > r->n_fed && r->n_fed + n > r->snap_at[r->i_snap])
+        n = r->snap_at[r->i_snap] - r->n_fed; /* the chunk ends at the next snapshot point */
     s->items[*n_items] = (Q35StepItem){.seq = r->seq, .ids = r->toks + r->n_fed, .n = n, .sample = n == pending};
     if (r->guide && n == pending) { /* guided: raw logits, sampled in guided_token */
         s->items[*n_items].sample = 0;
@@ -452,10 +456,47 @@ static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
     return n;
 }
 
-/* Opens a sequence for the waiting request r; 0 or a Q35_ERR_*. */
+/* Prefix-cache snapshot points of r's prompt after `from` (ascending, the last SCHED_MAX_SNAPS): the divergence
+ * from the cache (matched), the start of each message (after "<|im_end|>\n"), the end of the last
+ * "<|im_start|>assistant\n" (a resent history diverges right after it: the earlier reply is re-rendered without
+ * its think block, docs/TOKENIZER.md §7), and n_prompt - 1 (an exact repeat resumes there). */
+static void snap_points(const Sched *s, Req *r, int from, int matched) {
+    int pts[SCHED_MAX_SNAPS + 2], np = 0, asst_end = -1;
+    const int n = r->n_prompt, *t = r->toks;
+    for (int p = from + 1; p < n - 1; p++) {
+        int take = p == matched;
+        if (s->im_end >= 0 && p >= 2 && t[p - 2] == s->im_end && t[p - 1] == s->nl) take = 1;
+        if (s->im_start >= 0 && s->n_asst > 0 && p >= s->n_asst + 1 && t[p - s->n_asst - 1] == s->im_start &&
+            !memcmp(t + p - s->n_asst, s->asst, sizeof(int) * (size_t)s->n_asst))
+            asst_end = p;
+        if (take) {
+            if (np == SCHED_MAX_SNAPS) memmove(pts, pts + 1, sizeof(int) * (size_t)--np); /* keep the last ones */
+            pts[np++] = p;
+        }
+    }
+    if (asst_end > from) { /* in order, unless it is there already */
+        int i = np;
+        while (i > 0 && pts[i - 1] > asst_end) i--;
+        if (!(i > 0 && pts[i - 1] == asst_end)) {
+            memmove(pts + i + 1, pts + i, sizeof(int) * (size_t)(np - i));
+            pts[i] = asst_end;
+            np++;
+        }
+    }
+    if (n - 1 > from && (np == 0 || pts[np - 1] < n - 1)) pts[np++] = n - 1;
+    const int skip = np > SCHED_MAX_SNAPS ? np - SCHED_MAX_SNAPS : 0;
+    r->n_snap_at = np - skip;
+    memcpy(r->snap_at, pts + skip, sizeof(int) * (size_t)r->n_snap_at);
+    r->i_snap = 0;
+}
+
+/* Opens a sequence for the waiting request r, resumed from the prefix cache where it can; 0 or a Q35_ERR_*. */
 static int admit(Sched *s, Req *r, Q35Err *err) {
-    int rc = q35_seq_open(s->e, &r->params, &r->seq, err);
+    Q35PrefixHit hit = {0};
+    int rc = q35_seq_open_cached(s->e, &r->params, r->toks, r->n_prompt, &r->seq, &hit, err);
     if (rc) return rc;
+    r->n_fed = r->n_cached = hit.cached;
+    snap_points(s, r, hit.cached, hit.matched);
     if (!r->detok && (rc = q35_detok_open(&r->detok, s->tok, 1, err))) {
         q35_seq_close(s->e, r->seq);
         r->seq = -1;
@@ -536,6 +577,7 @@ static void step(Sched *s) {
             break;
         }
         s->running[s->n_running++] = r;
+        metrics_prefix(s->metrics, r->n_prompt, r->n_cached);
         pthread_mutex_lock(&s->mu);
         r->admitted = 1;
         s->n_admitted++;
@@ -568,6 +610,12 @@ static void step(Sched *s) {
     for (int i = 0; i < n_items; i++) {
         Req *r = s->item_req[i];
         r->n_fed += s->items[i].n;
+        for (; r->i_snap < r->n_snap_at && r->snap_at[r->i_snap] <= r->n_fed; r->i_snap++)
+            if (r->snap_at[r->i_snap] == r->n_fed) {
+                Q35Err serr = {0};
+                if (q35_seq_snapshot(s->e, r->seq, &serr) && !s->cfg.quiet)
+                    fprintf(stderr, "qwen35 serve: %s: prefix cache snapshot failed: %s\n", r->id, serr.msg);
+            }
         const Q35StepOut *o = &s->outs[i];
         if (r->guide && s->items[i].logits) {
             o = guided_token(s, r, &s->outs[i]);
@@ -616,6 +664,21 @@ int sched_open(Sched **out, Q35Engine *e, const SchedConfig *cfg, Metrics *m, Q3
     long pool = (long)s->info.n_blocks * s->info.kv_block;
     if (s->info.n_blocks > 0 && pool < s->max_ctx) s->max_ctx = (int)pool;
     s->n_stop_ids = s->tok ? q35_tokenizer_stop_ids(s->tok, &s->stop_ids) : 0; /* --dummy: no tokenizer */
+    s->im_start = s->im_end = s->nl = -1;
+    if (s->tok) {
+        int *ids = NULL, n = 0;
+        Q35Err terr = {0};
+        s->im_start = q35_token_id(s->tok, "<|im_start|>");
+        s->im_end = q35_token_id(s->tok, "<|im_end|>");
+        if (!q35_tokenize(s->tok, "\n", 1, &ids, &n, &terr) && n == 1) s->nl = ids[0];
+        free(ids);
+        ids = NULL;
+        if (!q35_tokenize(s->tok, "assistant\n", 10, &ids, &n, &terr) && n >= 1 && n <= 4) {
+            memcpy(s->asst, ids, sizeof(int) * (size_t)n);
+            s->n_asst = n;
+        }
+        free(ids);
+    }
     if (s->cfg.step_tokens < s->info.max_seqs) s->cfg.step_tokens = s->info.max_seqs;
     int cap = s->info.max_seqs + 1;
     s->running = calloc((size_t)cap, sizeof *s->running);

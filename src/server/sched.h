@@ -13,6 +13,8 @@
 
 typedef struct Sched Sched;
 
+#define SCHED_MAX_SNAPS 8 /* prefix-cache snapshot points per prompt at most (the last ones are kept) */
+
 typedef struct SchedConfig {
     int max_queue;   /* requests waiting for a slot before submit answers 429 */
     int step_tokens; /* tokens fed per step (prompt chunks + one per decode); at least max_seqs */
@@ -55,7 +57,9 @@ typedef struct Req {
     int stop_matched; /* a stop string matched: nothing more is released */
     int preempted;    /* was preempted at least once */
     int admitted;     /* holds (or held) a slot: counted in the queue limit's free slots */
-    TextBuf pend[2];  /* decoded content not yet released (a stop string may start in it); [1] unused */
+    int n_cached;     /* prompt ids taken from the prefix cache at admission (usage.prompt_tokens_details) */
+    int snap_at[SCHED_MAX_SNAPS], n_snap_at, i_snap; /* prefix-cache snapshot points of the prompt; next one */
+    TextBuf pend[2]; /* decoded content not yet released (a stop string may start in it); [1] unused */
     Q35Detok *detok;
     double t_first, t_last;
 

@@ -89,7 +89,8 @@ test("chat: streamed deltas equal the non-streamed reply", async () => {
     assert.equal(s.role, "assistant");
     assert.equal(s.text, whole.choices[0].message.content);
     assert.equal(s.finish, "length");
-    assert.deepEqual(s.usage, whole.usage);
+    const { prompt_tokens_details: _a, ...u1 } = s.usage, { prompt_tokens_details: _b, ...u2 } = whole.usage;
+    assert.deepEqual(u1, u2); // cached_tokens differ: the later request hits the prefix cache
     assert.ok(s.chunks >= 3);
 });
 
