@@ -100,7 +100,10 @@ void fp8_quantize_blocks(uint8_t *q, float *scale_inv, const float *w, int64_t r
             const int64_t c1 = c0 + FP8_BLOCK < cols ? c0 + FP8_BLOCK : cols;
             float amax = 0.0f;
             for (int64_t r = r0; r < r1; r++)
-                for (int64_t c = c0; c < c1; c++) amax = fmaxf(amax, fabsf(w[r * cols + c]));
+                for (int64_t c = c0; c < c1; c++) {
+                    const float a = fabsf(w[r * cols + c]);
+                    amax = a > amax ? a : amax; /* NaN never wins, as with fmaxf */
+                }
             const float si = amax > 0.0f ? amax / FP8_E4M3_MAX : 1.0f;
             scale_inv[(r0 / FP8_BLOCK) * nbc + c0 / FP8_BLOCK] = si;
             for (int64_t r = r0; r < r1; r++)
