@@ -64,6 +64,9 @@ typedef struct BatchItem {
     const int *blocks; /* block table: position p's K/V row is row p % block of block blocks[p / block]; covers
                         * positions [0, pos + n) (core took the blocks before the call) */
     int logits;        /* 1: the last token's logits go to the next row of the step's logits output */
+    int *argmax;       /* optional, with logits = 1: the backend may write the row's argmax over the valid ids (ties: the
+                        * smallest id, as sampler_argmax) here and leave the row itself out of the output (its place
+                        * in the output stays); core sets *argmax = -1 first and samples on the host when it stays -1 */
 } BatchItem;
 
 typedef struct Backend {

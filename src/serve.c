@@ -42,6 +42,7 @@ struct Serve {
     float *logits;    /* [n_slots][V] the step's logits rows */
     float *row;       /* [V] the row being sampled (the sampler changes it in place) */
     BatchItem *items; /* [n_slots] */
+    int *argmax;      /* [n_slots] BatchItem.argmax targets */
 };
 
 static int blocks_for(const Serve *s, int64_t len) { return (int)((len + s->block - 1) / s->block); }
@@ -78,6 +79,7 @@ void q35_serve_close(Q35Engine *e) {
     free(s->logits);
     free(s->row);
     free(s->items);
+    free(s->argmax);
     free(s);
     e->serve = NULL;
 }
@@ -171,7 +173,9 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     s->logits = malloc(sizeof(float) * V * (size_t)s->n_slots);
     s->row = malloc(sizeof(float) * V);
     s->items = malloc(sizeof(BatchItem) * (size_t)s->n_slots);
-    int failed = !s->seqs || !s->pool.free_stack || !s->pool.ref || !s->pool.cref || !s->logits || !s->row || !s->items;
+    s->argmax = malloc(sizeof(int) * (size_t)s->n_slots);
+    int failed = !s->seqs || !s->pool.free_stack || !s->pool.ref || !s->pool.cref || !s->logits || !s->row || !s->items ||
+                 !s->argmax;
     for (int i = 0; !failed && i < s->n_slots; i++) {
         SeqRec *r = &s->seqs[i];
         r->handle = -1;
@@ -427,7 +431,18 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
         const int held = blocks_for(s, r->len + items[i].n);
         while (r->n_held < held) r->table[r->n_held++] = pool_take(&s->pool);
         const int want = items[i].sample || items[i].logits;
-        s->items[i] = (BatchItem){(int)(r - s->seqs), items[i].ids, items[i].n, r->len, r->table, want};
+        s->items[i] = (BatchItem){.slot = (int)(r - s->seqs),
+                                  .tokens = items[i].ids,
+                                  .n = items[i].n,
+                                  .pos = r->len,
+                                  .blocks = r->table,
+                                  .logits = want};
+        /* a greedy pick needs no row on the host: the backend may return the argmax instead */
+        const Q35Sampling *c = &r->sm.cfg;
+        s->argmax[i] = -1;
+        if (items[i].sample && !items[i].logits && r->top_logprobs < 0 && c->temperature <= 0.0f &&
+            c->repetition_penalty == 1.0f && c->presence_penalty == 0.0f && r->sm.frequency == 0.0f)
+            s->items[i].argmax = &s->argmax[i];
         n_out += want;
     }
     if (s->batched) {
@@ -460,8 +475,12 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
         }
         Q35StepOut *o = &out[i];
         memset(o, 0, sizeof *o);
-        memcpy(s->row, row, V * sizeof(float));
-        o->id = sampler_sample(&r->sm, s->row);
+        if (s->argmax[i] >= 0) {
+            o->id = s->argmax[i];
+        } else {
+            memcpy(s->row, row, V * sizeof(float));
+            o->id = sampler_sample(&r->sm, s->row);
+        }
         if (r->top_logprobs >= 0) logprobs(o, row, e->n_valid, r->top_logprobs);
         sampler_observe(&r->sm, o->id, 1);
         r->hist[r->n_hist++] = o->id;

@@ -47,7 +47,8 @@ struct CudaServe {
     uint16_t *h, *proj, *q, *act, *o;
     uint16_t *kc, *vc; /* a prefill chunk's sequence gathered from the pools: bf16 [Hkv][max_seq][hd] each */
     void *scratch;
-    int32_t *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables */
+    int32_t
+        *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables, then [tmax] argmax ids */
     int32_t *ints_host;
     size_t n_ints;
 };
@@ -107,7 +108,7 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->kc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->vc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->lm = (float *)sv_carve(a, sizeof(float) * (size_t)sv->lm_rows * ctx->c->vocab_size);
-    sv->n_ints = 6 * (size_t)T + (size_t)n_tables;
+    sv->n_ints = 7 * (size_t)T + (size_t)n_tables;
     sv->ints = (int32_t *)sv_carve(a, sizeof(int32_t) * sv->n_ints);
 }
 
@@ -309,6 +310,7 @@ static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, co
 typedef struct SvPiece {
     const BatchItem *it;
     int off, n, pos, logits; /* tokens it->tokens[off .. off+n) at positions pos .. pos+n-1 */
+    int *argmax;             /* with logits: BatchItem.argmax (the row's argmax instead of the row), else NULL */
 } SvPiece;
 
 /* Entries of a piece's block table the step uses: positions 0 .. pos + n - 1. */
@@ -325,6 +327,8 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     int32_t *h_tok = hi, *h_pos = hi + tmax, *h_tab = hi + 2 * tmax, *h_dnr = hi + 3 * tmax, *h_dns = hi + 4 * tmax,
             *h_out = hi + 5 * tmax, *h_tables = hi + 6 * tmax;
     int T = 0, nd = 0, n_out = 0, nt = 0;
+    int *am_dst[SV_TMAX]; /* out row k: where its argmax goes, or NULL (the row goes to out) */
+    int32_t *am_dev = sv->ints + sv->n_ints - tmax, *am_host = hi + sv->n_ints - tmax;
     for (int i = 0; i < np; i++) {
         const SvPiece *q = &pc[i];
         const int nb = tab_len(q, block);
@@ -335,7 +339,10 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
             h_tab[T + r] = nt;
         }
         if (q->n == 1) h_dnr[nd] = T, h_dns[nd++] = q->it->slot;
-        if (q->logits) h_out[n_out++] = T + q->n - 1;
+        if (q->logits) {
+            am_dst[n_out] = q->argmax;
+            h_out[n_out++] = T + q->n - 1;
+        }
         nt += nb;
         T += q->n;
     }
@@ -487,13 +494,35 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, m, -1, err))) return rc;
         GemmParams g = {sv->h, ctx->lm_head, sv->lm, m, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
         if ((rc = sv_gemm(sv, &lc, g, -1, "gemm_lm_head", err))) return rc;
-        /* pageable destination: returns once the copy is done, so sv->lm is free again */
-        e = cudaMemcpyAsync(out + (size_t)r0 * V, sv->lm, sizeof(float) * (size_t)m * V, cudaMemcpyDeviceToHost,
-                            ctx->stream);
-        if (e != cudaSuccess) return sv_fail((int)e, "logits readback", -1, err);
+        /* greedy rows: only their argmax comes back (the pinned tail of ints); the other rows whole, in runs. A
+         * pageable destination returns once the copy is done, so sv->lm is free again. */
+        int any_am = 0;
+        for (int k = 0; k < m; k++) any_am |= am_dst[r0 + k] != NULL;
+        if (any_am) {
+            RowsArgmaxParams ap = {sv->lm, m, V, ctx->n_valid, am_dev + r0};
+            if ((rc = cuda_rows_argmax(&ap, &lc))) return sv_fail(rc, "argmax", -1, err);
+            e = cudaMemcpyAsync(am_host + r0, am_dev + r0, sizeof(int32_t) * (size_t)m, cudaMemcpyDeviceToHost,
+                                ctx->stream);
+            if (e != cudaSuccess) return sv_fail((int)e, "argmax readback", -1, err);
+        }
+        for (int k = 0; k < m;) {
+            if (am_dst[r0 + k]) {
+                k++;
+                continue;
+            }
+            int k1 = k + 1;
+            while (k1 < m && !am_dst[r0 + k1]) k1++;
+            e = cudaMemcpyAsync(out + (size_t)(r0 + k) * V, sv->lm + (size_t)k * V,
+                                sizeof(float) * (size_t)(k1 - k) * V, cudaMemcpyDeviceToHost, ctx->stream);
+            if (e != cudaSuccess) return sv_fail((int)e, "logits readback", -1, err);
+            k = k1;
+        }
     }
     e = cudaStreamSynchronize(ctx->stream); /* the pinned ints are refilled by the next pass */
-    return e == cudaSuccess ? 0 : sv_fail((int)e, "step", -1, err);
+    if (e != cudaSuccess) return sv_fail((int)e, "step", -1, err);
+    for (int k = 0; k < n_out; k++)
+        if (am_dst[k]) *am_dst[k] = am_host[k];
+    return 0;
 }
 
 extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *logits, Err *err) {
@@ -542,6 +571,7 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
             pc[np].n = m;
             pc[np].pos = it->pos + off;
             pc[np].logits = it->logits && off + m == it->n && logits;
+            pc[np].argmax = pc[np].logits ? it->argmax : NULL;
             np++;
             rows += m;
         }

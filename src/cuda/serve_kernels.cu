@@ -2,6 +2,8 @@
  * into the paged KV pools, paged attention of each row over its own sequence, the DeltaNet decode step over state
  * slots and its gated norm, and a row gather for the LM head. Every CTA works on one row, so a row's values never
  * depend on the other rows of the step (batch invariance). */
+#include <limits.h>
+
 #include "cuda/common.cuh"
 #include "cuda/deltanet.cuh"
 #include "cuda/serve_ops.h"
@@ -411,4 +413,28 @@ __global__ void __launch_bounds__(128) gather_rows_f32(const __grid_constant__ G
 extern "C" int cuda_gather_rows(const GatherRowsParams *p, const CudaLaunch *l) {
     if (p->n < 1 || p->D < 1) return (int)cudaErrorInvalidValue;
     return launch_kernel(gather_rows_f32, dim3((unsigned)p->n), dim3(128), 0, l, *p);
+}
+
+/* ---- the greedy pick of the logits rows -------------------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(1024) rows_argmax_f32(const __grid_constant__ RowsArgmaxParams p) {
+    __shared__ ArgMax am_s[32];
+    const float *x = p.x + (size_t)blockIdx.x * p.cols;
+    pdl_wait();
+    ArgMax best = {-INFINITY, INT_MAX};
+    for (int i = threadIdx.x; i < p.n_valid; i += blockDim.x) best = argmax_better(best, ArgMax{x[i], i});
+    best = warp_argmax(best);
+    if ((threadIdx.x & 31) == 0) am_s[threadIdx.x >> 5] = best;
+    __syncthreads();
+    pdl_trigger();
+    if (threadIdx.x != 0) return;
+    ArgMax b = am_s[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) b = argmax_better(b, am_s[w]);
+    p.out[blockIdx.x] = b.i == INT_MAX ? 0 : b.i; /* every value NaN: 0, as sampler_argmax */
+}
+
+extern "C" int cuda_rows_argmax(const RowsArgmaxParams *p, const CudaLaunch *l) {
+    if (!p->x || !p->out || p->rows < 1 || p->cols < 1 || p->n_valid < 1 || p->n_valid > p->cols)
+        return (int)cudaErrorInvalidValue;
+    return launch_kernel(rows_argmax_f32, dim3((unsigned)p->rows), dim3(1024), 0, l, *p);
 }

@@ -101,6 +101,15 @@ typedef struct GatherRowsParams {
 } GatherRowsParams;
 int cuda_gather_rows(const GatherRowsParams *p, const CudaLaunch *l);
 
+/* out[r] = the argmax of row r of x [rows][cols] over columns [0, n_valid) (ties: the smallest index; NaN never
+ * wins), as sampler_argmax on the host copy of the row. Grid rows x 1024 threads. */
+typedef struct RowsArgmaxParams {
+    const float *x;
+    int rows, cols, n_valid;
+    int32_t *out;
+} RowsArgmaxParams;
+int cuda_rows_argmax(const RowsArgmaxParams *p, const CudaLaunch *l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -346,6 +346,30 @@ static void gather_case(void) {
     free(x), free(y);
 }
 
+/* cuda_rows_argmax: rows of random values with planted ties (the smallest index must win) and a larger value past
+ * n_valid (must not win), against sampler_argmax's loop. */
+static void argmax_case(void) {
+    const int rows = 3, cols = 3000, n_valid = 2900;
+    float *x = fv((size_t)rows * cols, 0.0f, 1.0f);
+    x[0 * cols + 2500] = 9.0f, x[0 * cols + 1500] = 9.0f; /* a tie: 1500 */
+    x[1 * cols + 2950] = 50.0f, x[1 * cols + 7] = 8.0f;   /* past n_valid: 7 */
+    x[2 * cols + 0] = 7.0f, x[2 * cols + 2048] = 7.0f;    /* a tie at index 0 */
+    int32_t out[3] = {-1, -1, -1};
+    const CudaLaunch lc = {0, 0, NULL, 0};
+    RowsArgmaxParams ap = {x, rows, cols, n_valid, out};
+    check(cuda_rows_argmax(&ap, &lc) == 0, "argmax launch");
+    int bad = 0;
+    for (int r = 0; r < rows; r++) {
+        int best = 0;
+        for (int i = 1; i < n_valid; i++)
+            if (x[(size_t)r * cols + i] > x[(size_t)r * cols + best]) best = i;
+        bad += out[r] != best;
+    }
+    check(bad == 0 && out[0] == 1500 && out[1] == 7 && out[2] == 0, "rows argmax");
+    printf("  argmax: %d %d %d (want 1500 7 0), %d bad rows\n", out[0], out[1], out[2], bad);
+    free(x);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) srand((unsigned)atoi(argv[1]));
     emu_max_smem = 48 * 1024; /* dynamic shared memory a launch may take without the attribute */
@@ -357,6 +381,7 @@ int main(int argc, char **argv) {
     dn_case(1, 2, 128, 128);
     dn_case(2, 4, 32, 48);
     gather_case();
+    argmax_case();
     printf("serve_emu: %s\n", fails ? "FAILED" : "all bounds met");
     return fails ? 1 : 0;
 }

@@ -149,6 +149,7 @@ static int run_steps(void *ctx, const int *idsA, int others, float *outA, int V,
             }
             if (q->len + m > MAX_SEQ) continue;
             BatchItem *it = &items[n];
+            memset(it, 0, sizeof *it);
             it->slot = q->slot, it->tokens = q->ids + q->len, it->n = m, it->pos = q->len, it->blocks = q->table;
             it->logits = k == 0 || (k + step) % 2 == 0;
             q->len += m;
@@ -175,18 +176,40 @@ static int run_steps(void *ctx, const int *idsA, int others, float *outA, int V,
 static int run_snap(void *ctx, const int *idsA, float *out, int V, Err *err) {
     int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK], other[5] = {1, 2, 3, 4, 5};
     for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = b, t2[b] = 40 + b;
-    BatchItem it = {3, idsA, CHUNK_A, 0, t1, 1};
+    BatchItem it = {.slot = 3, .tokens = idsA, .n = CHUNK_A, .pos = 0, .blocks = t1, .logits = 1};
     int rc = cuda_backend.step_batch(ctx, &it, 1, out, err);
     if (!rc) rc = cuda_backend.snap_save(ctx, 3, 0, err);
     if (!rc) rc = cuda_backend.snap_load(ctx, 0, 6, err);
     for (int b = 0; b <= (CHUNK_A - 1) / BLOCK && !rc; b++) rc = cuda_backend.block_copy(ctx, t1[b], t2[b], err);
-    BatchItem ov = {3, other, 5, 0, t1, 0};
+    BatchItem ov = {.slot = 3, .tokens = other, .n = 5, .pos = 0, .blocks = t1, .logits = 0};
     if (!rc) rc = cuda_backend.step_batch(ctx, &ov, 1, NULL, err);
     for (int t = CHUNK_A; t < LA && !rc; t++) {
-        BatchItem d = {6, idsA + t, 1, t, t2, 1};
+        BatchItem d = {.slot = 6, .tokens = idsA + t, .n = 1, .pos = t, .blocks = t2, .logits = 1};
         rc = cuda_backend.step_batch(ctx, &d, 1, out + (size_t)(1 + t - CHUNK_A) * V, err);
     }
     return rc;
+}
+
+/* BatchItem.argmax: the same chunk in slots 1 and 2 (other blocks), slot 1's row asked for as its argmax, slot 2's
+ * whole: the device argmax equals the host argmax (sampler_argmax's rule) of slot 2's row, which is slot 1's row
+ * (batch invariance, checked above); slot 1's place in the output is left alone. Returns the mismatch count. */
+static int check_argmax(void *ctx, const int *ids, int n_valid, int V, Err *err) {
+    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK], am = -1;
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 8 + b, t2[b] = 24 + b;
+    float *lg = malloc(sizeof(float) * 2 * V);
+    for (int i = 0; i < 2 * V; i++) lg[i] = -7.0f;
+    BatchItem it[2] = {{.slot = 1, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t1, .logits = 1, .argmax = &am},
+                       {.slot = 2, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t2, .logits = 1}};
+    int bad = 1;
+    if (!cuda_backend.step_batch(ctx, it, 2, lg, err)) {
+        int best = 0;
+        for (int i = 1; i < n_valid; i++)
+            if (lg[V + i] > lg[V + best]) best = i;
+        bad = (am != best) + (lg[0] != -7.0f);
+        printf("  device argmax %d, host argmax of the same row %d\n", am, best);
+    }
+    free(lg);
+    return bad;
 }
 
 static void test_model(int qwen35) {
@@ -266,9 +289,11 @@ static void test_model(int qwen35) {
           rc ? err.msg : "");
     CHECK(cuda_backend.snap_save(ctx, 0, 1, &err) == Q35_ERR_ARG, "%s: snapshot 1 of 1 not refused", name);
     CHECK(cuda_backend.block_copy(ctx, 0, N_BLOCKS, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
+    CHECK(check_argmax(ctx, ids, V, V, &err) == 0, "%s: the device argmax of a row differs from the host's (%s)", name,
+          err.msg);
     /* bad items */
     int blocks[MAX_SEQ / BLOCK] = {0};
-    BatchItem bad = {N_SLOTS, ids, 1, 0, blocks, 1};
+    BatchItem bad = {.slot = N_SLOTS, .tokens = ids, .n = 1, .pos = 0, .blocks = blocks, .logits = 1};
     CHECK(cuda_backend.step_batch(ctx, &bad, 1, fwd, &err) == Q35_ERR_ARG, "%s: slot %d not refused", name, N_SLOTS);
     bad.slot = 0;
     blocks[0] = N_BLOCKS;
