@@ -550,7 +550,7 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
                 return err_set(err, Q35_ERR_ARG, "cuda step: slot %d twice in one step", it->slot);
     }
     /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */
-    SvPiece pc[64];
+    SvPiece pc[256]; /* up to 256 decode rows in one pass: one read of the weights */
     int np = 0, rows = 0, rc = 0;
     float *out = logits;
     const int max_pc = (int)(sizeof pc / sizeof pc[0]);
