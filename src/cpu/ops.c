@@ -54,16 +54,22 @@ void cpu_embed(float *x, const void *E, DType dt, int token, int D) {
     cpu_to_f32(x, (const char *)E + (int64_t)token * D * dtype_bytes(dt), dt, D);
 }
 
+/* Threads only where a loop has this many multiply-adds: below it the fork and join cost more than the work, and on a
+ * machine whose cores are busy the waiting threads make a small model several times slower than one thread. Results
+ * do not depend on it (every output is computed by one thread in the same order either way). */
+#define CPU_PAR_MIN (1 << 16)
+
 void cpu_matvec(float *y, const float *x, const void *W, DType wt, int rows, int cols) {
+    const int par = (int64_t)rows * cols >= CPU_PAR_MIN;
     if (wt == DT_BF16) {
         const uint16_t *w = W;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par)
         for (int r = 0; r < rows; r++) y[r] = dot_bf16(w + (int64_t)r * cols, x, cols);
         return;
     }
     if (wt == DT_F32) {
         const float *w = W;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (par)
         for (int r = 0; r < rows; r++) y[r] = dot(w + (int64_t)r * cols, x, cols);
         return;
     }
@@ -79,7 +85,7 @@ void cpu_matvec(float *y, const float *x, const void *W, DType wt, int rows, int
 void cpu_matmul(float *Y, const float *X, const void *W, DType wt, int T, int rows, int cols) {
     const int64_t esz = dtype_bytes(wt);
     const int nrb = (rows + MM_RB - 1) / MM_RB;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)T * rows * cols >= CPU_PAR_MIN)
     for (int rb = 0; rb < nrb; rb++) {
         float wr[MM_RB][MM_CB];
         const int r0 = rb * MM_RB, nr = rows - r0 < MM_RB ? rows - r0 : MM_RB;
@@ -101,7 +107,7 @@ void cpu_matmul(float *Y, const float *X, const void *W, DType wt, int T, int ro
 /* ---- norms ----------------------------------------------------------------------------- */
 
 void cpu_rmsnorm(float *y, const float *x, const float *w, int rows, int n, float eps, int unit_offset) {
-#pragma omp parallel for schedule(static) if (rows > 1)
+#pragma omp parallel for schedule(static) if (rows > 1 && (int64_t)rows * n >= CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (int64_t)r * n;
         float *yr = y + (int64_t)r * n;
@@ -115,7 +121,7 @@ void cpu_rmsnorm(float *y, const float *x, const float *w, int rows, int n, floa
 }
 
 void cpu_gated_rmsnorm(float *y, const float *o, const float *z, const float *w, int rows, int n, float eps) {
-#pragma omp parallel for schedule(static) if (rows > 1)
+#pragma omp parallel for schedule(static) if (rows > 1 && (int64_t)rows * n >= CPU_PAR_MIN)
     for (int r = 0; r < rows; r++) {
         const float *orow = o + (int64_t)r * n, *zr = z + (int64_t)r * n;
         float *yr = y + (int64_t)r * n;
@@ -171,7 +177,7 @@ void cpu_attention_paged(float *out, const float *q, const float *Kp, const floa
     const int group = Hq / Hkv;
     /* row u of kv head kv: block blocks[u / block], row u % block */
 #define KVROW(P, u) ((P) + (((int64_t)blocks[(u) / block] * Hkv + kv) * block + (u) % block) * hd)
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if ((int64_t)T * Hq * (pos0 + T) * hd >= CPU_PAR_MIN)
     for (int t = 0; t < T; t++) {
         for (int j = 0; j < Hq; j++) {
             const int p = pos0 + t, kv = j / group;
@@ -203,7 +209,7 @@ void cpu_attention_paged(float *out, const float *q, const float *Kp, const floa
 
 void cpu_conv1d(float *out, float *state, const float *m, const float *w, int T, int ch, int K) {
     const int nb = (ch + CONV_CB - 1) / CONV_CB;
-#pragma omp parallel for schedule(static) if (T > 1)
+#pragma omp parallel for schedule(static) if (T > 1 && (int64_t)T * ch * K >= CPU_PAR_MIN)
     for (int cb = 0; cb < nb; cb++) {
         const int c0 = cb * CONV_CB, c1 = ch - c0 < CONV_CB ? ch : c0 + CONV_CB;
         for (int t = 0; t < T; t++) {
@@ -246,7 +252,7 @@ void cpu_deltanet_gates(float *beta, float *g, const float *b, const float *a, c
 void cpu_deltanet_step(float *o, float *S, const float *q, const float *k, const float *v, const float *g,
                        const float *beta, int Hk, int Hv, int dk, int dv) {
     const int r = Hv / Hk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)Hv * dk * dv >= CPU_PAR_MIN)
     for (int j = 0; j < Hv; j++) {
         const int n = j / r;
         const float *kj = k + (int64_t)n * dk, *qj = q + (int64_t)n * dk, *vj = v + (int64_t)j * dv;
@@ -282,7 +288,7 @@ void cpu_deltanet_chunked(float *o, float *S, const float *q, const float *k, co
                           const float *beta, int T, int Hk, int Hv, int dk, int dv, float *scratch) {
     const int r = Hv / Hk;
     const int64_t per_head = cpu_deltanet_chunked_scratch(1, dk, dv);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((int64_t)Hv * T * dk * dv >= CPU_PAR_MIN)
     for (int j = 0; j < Hv; j++) {
         const int n = j / r;
         float *Sj = S + (int64_t)j * dk * dv;
