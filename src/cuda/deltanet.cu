@@ -130,9 +130,8 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
     /* 3. l2norm factors, gates. */
     const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
     const float kq = sqk * rq * rk; /* k^ . q^ */
-    const float beta = rbf(sigmoid_acc(b_in));
-    const float xa = a_in + dt_bias;
-    const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+    float beta, decay;
+    dn_gates(b_in, a_in, dt_bias, A_log, &beta, &decay);
 
     /* 4. mem = S^T k^, sq = S^T q^ over this thread's rows, then over the block. */
     float kd[DN_RPT], qd[DN_RPT], mem[VEC], sq[VEC];
@@ -142,18 +141,7 @@ __global__ void deltanet_step_f32_cluster(const __grid_constant__ DnArgs args) {
         kd[i] = d < dk ? pk[d] * rk : 0.0f;
         qd[i] = d < dk ? pq[d] * rq : 0.0f;
     }
-#pragma unroll
-    for (int v = 0; v < VEC; v++) {
-        float m = 0.0f, q = 0.0f;
-#pragma unroll
-        for (int i = 0; i < DN_RPT; i++) m = fmaf(s[i][v], kd[i], m), q = fmaf(s[i][v], qd[i], q);
-        for (int o = 16; o >= tpr; o >>= 1) {
-            m += __shfl_xor_sync(0xffffffffu, m, o);
-            q += __shfl_xor_sync(0xffffffffu, q, o);
-        }
-        mem[v] = m;
-        sq[v] = q;
-    }
+    dn_state_dots<DN_RPT, VEC>(s, kd, qd, tpr, mem, sq);
     if (lane < tpr)
 #pragma unroll
         for (int v = 0; v < VEC; v++) {

@@ -8,6 +8,37 @@
 
 /* ---- small math (accurate expf: these values are rounded to bf16 right after) ----------------- */
 
+/* The token's gates of value head j: beta = bf16(sigmoid(b)), decay = exp(-exp(A_log) softplus(a + dt_bias)) (softplus
+ * linear past 20, as torch's). */
+__device__ __forceinline__ void dn_gates(float b_in, float a_in, float dt_bias, float A_log, float *beta,
+                                         float *decay) {
+    *beta = rbf(sigmoid_acc(b_in));
+    const float xa = a_in + dt_bias;
+    *decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+}
+
+/* mem[v] = sum_d S[d][c_v] k^[d], sq[v] = sum_d S[d][c_v] q^[d] over this thread's RPT rows s[i] (kd, qd: k^ and q^ at
+ * those rows), then over the tpr threads of the row group by shuffles (xor 16 .. tpr): the step's per-lane order. */
+template <int RPT, int VEC>
+__device__ __forceinline__ void dn_state_dots(const float (&s)[RPT][VEC], const float (&kd)[RPT],
+                                              const float (&qd)[RPT], int tpr, float (&mem)[VEC], float (&sq)[VEC]) {
+#pragma unroll
+    for (int v = 0; v < VEC; v++) {
+        float m = 0.0f, q = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RPT; i++) {
+            m = fmaf(s[i][v], kd[i], m);
+            q = fmaf(s[i][v], qd[i], q);
+        }
+        for (int o = 16; o >= tpr; o >>= 1) {
+            m += __shfl_xor_sync(0xffffffffu, m, o);
+            q += __shfl_xor_sync(0xffffffffu, q, o);
+        }
+        mem[v] = m;
+        sq[v] = q;
+    }
+}
+
 /* Sum of three values over the block, in fixed order; red: shared float[96]. */
 __device__ __forceinline__ void block_sum3(float *a, float *b, float *c, float *red) {
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;

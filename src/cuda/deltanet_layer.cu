@@ -311,9 +311,8 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         /* 5'. The step for the head's 128 value columns (every block alike), then the block's 16 state rows. */
         const float rq = rsqrtf(nrm[0] + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(nrm[1] + 1e-6f);
         const float kq = nrm[2] * rq * rk;
-        const float beta = rbf(sigmoid_acc(prow[4 * DL_COLS]));
-        const float xa = prow[4 * DL_COLS + 1] + dt_bias;
-        const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+        float beta, decay;
+        dn_gates(prow[4 * DL_COLS], prow[4 * DL_COLS + 1], dt_bias, A_log, &beta, &decay);
         if (tid < dv) {
             const float delta = beta * (oa[tid] - decay * (qa[tid] * rk));
             dlf[tid] = delta;
@@ -360,9 +359,8 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         block_sum3(&ssq, &ssk, &sqk, red3); /* warps >= 4 add zeros: the 128-thread kernel's sums */
         const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
         const float kq = sqk * rq * rk;
-        const float beta = rbf(sigmoid_acc(prow[4 * DL_COLS]));
-        const float xa = prow[4 * DL_COLS + 1] + dt_bias;
-        const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+        float beta, decay;
+        dn_gates(prow[4 * DL_COLS], prow[4 * DL_COLS + 1], dt_bias, A_log, &beta, &decay);
         constexpr int TPR = 4, NRL = DL_DK / TPR; /* 32 row lanes x 4 rows each */
         const int cg = tid % TPR, rl = tid / TPR;
         float sv[4][4], kd[4];

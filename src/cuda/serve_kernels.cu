@@ -312,9 +312,8 @@ __global__ void dn_batch_step(const __grid_constant__ SbArgs args) {
 
     const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
     const float kq = sqk * rq * rk;
-    const float beta = rbf(sigmoid_acc(b_in));
-    const float xa = a_in + dt_bias;
-    const float decay = expf(-expf(A_log) * (xa > 20.0f ? xa : log1pf(expf(xa))));
+    float beta, decay;
+    dn_gates(b_in, a_in, dt_bias, A_log, &beta, &decay);
 
     float kd[SB_RPT], qd[SB_RPT], mem[VEC], sq[VEC];
 #pragma unroll
@@ -323,18 +322,7 @@ __global__ void dn_batch_step(const __grid_constant__ SbArgs args) {
         kd[i] = d < dk ? pk[d] * rk : 0.0f;
         qd[i] = d < dk ? pq[d] * rq : 0.0f;
     }
-#pragma unroll
-    for (int v = 0; v < VEC; v++) {
-        float mm = 0.0f, q = 0.0f;
-#pragma unroll
-        for (int i = 0; i < SB_RPT; i++) mm = fmaf(s[i][v], kd[i], mm), q = fmaf(s[i][v], qd[i], q);
-        for (int o = 16; o >= tpr; o >>= 1) {
-            mm += __shfl_xor_sync(0xffffffffu, mm, o);
-            q += __shfl_xor_sync(0xffffffffu, q, o);
-        }
-        mem[v] = mm;
-        sq[v] = q;
-    }
+    dn_state_dots<SB_RPT, VEC>(s, kd, qd, tpr, mem, sq);
     if (lane < tpr)
 #pragma unroll
         for (int v = 0; v < VEC; v++) {
