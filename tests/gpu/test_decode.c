@@ -23,43 +23,15 @@
 #include "test.h"
 #include "tiny_weights.h"
 #include "gpu_common.h"
+#include "test_tensors.h"
 
 static Rng rng;
 static int g_dn_fused; /* 1: the small hybrid model's DeltaNet heads are 128 x 128 (Hv = Hk), the shape the fused mixer
                         * (deltanet_layer.cu) takes; 0: Hv = 2 Hk and dk != dv, so the step runs as in_proj + step + out_proj */
 
-#define MAX_OWN 256
-static void *own[MAX_OWN];
-static int n_own;
-static void *keep(void *p) {
-    if (n_own < MAX_OWN) own[n_own++] = p;
-    return p;
-}
-
-/* rows x cols tensor of bf16 values offset + scale N(0,1), stored as dt (exact in every dtype). */
+/* tiny_fill_weights' tensor maker: tt_tensor on this test's generator */
 static Tensor mk(int64_t rows, int64_t cols, DType dt, float offset, float scale) {
-    Tensor t;
-    memset(&t, 0, sizeof t);
-    const int64_t n = rows * cols;
-    void *data = keep(malloc((size_t)n * (dt == DT_F32 ? 4 : 2)));
-    for (int64_t i = 0; i < n; i++) {
-        float v = round_bf16(offset + scale * rng_normal(&rng));
-        if (dt == DT_F32)
-            ((float *)data)[i] = v;
-        else if (dt == DT_F16)
-            ((uint16_t *)data)[i] = f32_to_f16(v);
-        else
-            ((uint16_t *)data)[i] = f32_to_bf16(v);
-    }
-    t.name = "test";
-    t.dtype = dt;
-    t.ndim = cols > 1 ? 2 : 1;
-    t.shape[0] = rows;
-    t.shape[1] = cols;
-    t.numel = n;
-    t.data = data;
-    t.nbytes = (size_t)n * (dt == DT_F32 ? 4 : 2);
-    return t;
+    return tt_tensor(&rng, rows, cols, dt, offset, scale);
 }
 
 /* qwen35 = 1: layers D D A D A (D = DeltaNet, A = gated attention); 0: Qwen3-like, 3 A layers. */
@@ -95,7 +67,7 @@ static void small_model(Model *m, int qwen35) {
     const int crc = config_finish(c, "tiny model", &cerr); /* the derived sizes, as the loader computes them */
     CHECK(crc == 0, "tiny config: %s", cerr.msg);
 
-    tiny_fill_weights(m, mk, keep, !qwen35);
+    tiny_fill_weights(m, mk, tt_keep, !qwen35);
 }
 
 static int argmax(const float *l, int n) {
@@ -492,8 +464,7 @@ done:
     if (gn) cuda_backend.close(gn);
     if (gp) cuda_backend.close(gp);
     free(ref), free(got), free(det1), free(tmp);
-    for (int i = 0; i < n_own; i++) free(own[i]);
-    n_own = 0;
+    tt_free_all();
 }
 
 /* 100 decode steps (attention split over the positions: several splits from 33 positions on) in
@@ -570,6 +541,6 @@ int main(int argc, char **argv) {
     Err err = {0};
     CHECK(cuda_backend.open(&ctx, &m, &o, &err) == Q35_ERR_CONFIG && strstr(err.msg, "head_dim"),
           "head_dim 96 not refused clearly: %s", err.msg);
-    for (int i = 0; i < n_own; i++) free(own[i]);
+    tt_free_all();
     return TEST_SUMMARY("decode");
 }

@@ -17,41 +17,13 @@
 #include "test.h"
 #include "tiny_weights.h"
 #include "gpu_common.h"
+#include "test_tensors.h"
 
 static Rng rng;
 
-#define MAX_OWN 256
-static void *own[MAX_OWN];
-static int n_own;
-static void *keep(void *p) {
-    if (n_own < MAX_OWN) own[n_own++] = p;
-    return p;
-}
-
-/* rows x cols tensor of bf16 values offset + scale N(0,1), stored as dt (exact in every dtype). */
+/* tiny_fill_weights' tensor maker: tt_tensor on this test's generator */
 static Tensor mk(int64_t rows, int64_t cols, DType dt, float offset, float scale) {
-    Tensor t;
-    memset(&t, 0, sizeof t);
-    const int64_t n = rows * cols;
-    void *data = keep(malloc((size_t)n * (dt == DT_F32 ? 4 : 2)));
-    for (int64_t i = 0; i < n; i++) {
-        float v = round_bf16(offset + scale * rng_normal(&rng));
-        if (dt == DT_F32)
-            ((float *)data)[i] = v;
-        else if (dt == DT_F16)
-            ((uint16_t *)data)[i] = f32_to_f16(v);
-        else
-            ((uint16_t *)data)[i] = f32_to_bf16(v);
-    }
-    t.name = "test";
-    t.dtype = dt;
-    t.ndim = cols > 1 ? 2 : 1;
-    t.shape[0] = rows;
-    t.shape[1] = cols;
-    t.numel = n;
-    t.data = data;
-    t.nbytes = (size_t)n * (dt == DT_F32 ? 4 : 2);
-    return t;
+    return tt_tensor(&rng, rows, cols, dt, offset, scale);
 }
 
 /* qwen35 = 1: layers D D A D A (D = DeltaNet with Hk = 2, Hv = 4 heads of 128 x 128, A = gated attention with partial
@@ -84,7 +56,7 @@ static void small_model(Model *m, int qwen35) {
     Err cerr = {0};
     const int crc = config_finish(c, "tiny model", &cerr);
     CHECK(crc == 0, "tiny config: %s", cerr.msg);
-    tiny_fill_weights(m, mk, keep, !qwen35);
+    tiny_fill_weights(m, mk, tt_keep, !qwen35);
 }
 
 /* Logits rows vs a reference, per row (test_decode's logits_near_cpu bound). */
@@ -313,6 +285,6 @@ int main(int argc, char **argv) {
     rng_seed(&rng, test_seed(argc, argv, "test_serve_cuda"));
     test_model(1);
     test_model(0);
-    for (int i = 0; i < n_own; i++) free(own[i]);
+    tt_free_all();
     return TEST_SUMMARY("serve_cuda");
 }
