@@ -1,5 +1,5 @@
 /* async.cuh — asynchronous copies into shared memory, written once for every kernel: cp.async (sm_80+),
- * Hopper (sm_90a) mbarriers, TMA (cp.async.bulk and cp.async.bulk.tensor, multicast too) and
+ * Hopper (sm_90a) mbarriers, TMA (cp.async.bulk and cp.async.bulk.tensor) and
  * named barriers. The host side encodes the tensor maps (cuda_tma_map_bf16, gemm_tma.cu). */
 #ifndef Q35_CUDA_ASYNC_CUH
 #define Q35_CUDA_ASYNC_CUH
@@ -110,15 +110,6 @@ __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) {
 /* Makes a tensor map that the host copied into global memory visible to the TMA unit. */
 __device__ __forceinline__ void tma_map_acquire(const CUtensorMap *map) {
     asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"((uint64_t)map) : "memory");
-}
-/* The same load delivered to every block of the cluster whose bit is set in `mask` (rank r: bit r),
- * at the same shared-memory offset, each signalling its own barrier at offset `bar`. */
-__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
-                                               uint16_t mask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-                 "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-                 : "memory");
 }
 /* Named barrier `id` (1..15) over `n` threads: bar_arrive signals without waiting, bar_sync waits. */
 __device__ __forceinline__ void bar_arrive(int id, int n) {

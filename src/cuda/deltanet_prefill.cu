@@ -610,13 +610,11 @@ static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch 
 /* Shared memory of dn_scan_fo: the layout, its two mbarriers and slack for the 1024-byte alignment. */
 #define DN_SCAN_FO_SMEM (DnScanSmem<true>::BYTES + 16 + 1024)
 
-template <int CL>
-static int dn_launch_scan_fo_cl(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, const DnScanMaps &m,
-                                const CudaLaunch *l) {
-    cudaError_t e = cudaFuncSetAttribute(dn_scan_fo<CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, DN_SCAN_FO_SMEM);
+static int dn_launch_scan_fo_maps(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, const DnScanMaps &m,
+                                  const CudaLaunch *l) {
+    cudaError_t e = cudaFuncSetAttribute(dn_scan_fo, cudaFuncAttributeMaxDynamicSharedMemorySize, DN_SCAN_FO_SMEM);
     if (e != cudaSuccess) return (int)e;
-    return launch_ex(dn_scan_fo<CL>, dim3(DN_D / DN_DVS, p->Hv), dim3(512), DN_SCAN_FO_SMEM, CL > 1 ? CL : 0, l, *p, sc,
-                     m);
+    return launch_ex(dn_scan_fo, dim3(DN_D / DN_DVS, p->Hv), dim3(512), DN_SCAN_FO_SMEM, 0, l, *p, sc, m);
 }
 
 static int dn_launch_scan_fo(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
@@ -630,7 +628,7 @@ static int dn_launch_scan_fo(const DeltaNetPrefillParams *p, const DeltaNetScrat
     if (!rc) rc = cuda_tma_map_bf16(&m.t, sc.t, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (!rc) rc = cuda_tma_map_bf16(&m.p, sc.p, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (rc) return rc;
-    return dn_launch_scan_fo_cl<1>(p, sc, m, l);
+    return dn_launch_scan_fo_maps(p, sc, m, l);
 }
 
 extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {

@@ -22,19 +22,16 @@ __device__ __forceinline__ void dn_store_split16(uint8_t *base, int lo, const fl
  * 128 rows: the hi and lo planes of one (chunk, head)). */
 struct DnScanMaps {
     CUtensorMap k, kl, q, ql, t, p;
-    int dbg; /* 0 (the engine); bench/kernels measurements only: 1 no mma, 2 no loads, 3 neither (garbage) */
 };
 #define DN_SCAN_TX (2 * 2 * DN_C * DN_D * 2 + 2 * 2 * DN_C * DN_C * 2) /* bytes per stage through TMA */
 
-/* Chunk c's K, Q (4 boxes each: hi/lo x column halves), T2 and P (1 box each) into stage st: block
- * `rank` of the cluster issues boxes rank, rank + CL, ... of the 10, each delivered to all CL blocks
- * (the CL column slices of head j share them); first arms this block's barrier for the whole stage. */
-template <int CL>
+/* Chunk c's K, Q (4 boxes each: hi/lo x column halves), T2 and P (1 box each) into stage st; first arms this
+ * block's barrier for the whole stage. */
 __device__ __forceinline__ void dn_scan_issue(const DnScanMaps &m, uint32_t st, uint32_t bar, int c, int Hv, int j,
-                                              int n, int rank) {
+                                              int n) {
     using L = DnScanSmem<true>;
     mbar_arrive_expect_tx(bar, DN_SCAN_TX);
-    for (int b = rank; b < 10; b += CL) {
+    for (int b = 0; b < 10; b++) {
         const CUtensorMap *mp;
         uint32_t dst;
         int c0 = 0, c1 = (c * Hv + j) * 2 * DN_C;
@@ -47,10 +44,7 @@ __device__ __forceinline__ void dn_scan_issue(const DnScanMaps &m, uint32_t st, 
             mp = b == 8 ? &m.t : &m.p;
             dst = st + (b == 8 ? L::TH : L::P);
         }
-        if (CL > 1)
-            tma_load_2d_mc(dst, mp, c0, c1, bar, (uint16_t)((1u << CL) - 1));
-        else
-            tma_load_2d(dst, mp, c0, c1, bar);
+        tma_load_2d(dst, mp, c0, c1, bar);
     }
 }
 /* chunk c's V slice (this block's 16 columns of head j) by threads tid < 128 */
@@ -63,7 +57,7 @@ __device__ __forceinline__ void dn_scan_load_v(const DeltaNetPrefillParams &p, c
     }
 }
 
-/* grid (dv/16, Hv) in clusters of CL along x (the column slices of one head), 512 threads, one CTA
+/* grid (dv/16, Hv) (the column slices of one head along x), 512 threads, one CTA
  * per SM (~217 KB of shared memory: DnScanSmem<true> with K, Q in the SWZ_TMA16 layout, + 2
  * mbarriers). The CTA owns S[:, e0 .. e0+15] of head j: warp w < 8 holds rows 16 w (both n8 tiles)
  * in fp32 registers. Same algebra as dn_scan_split, with the work of a chunk spread over 16 warps
@@ -74,17 +68,11 @@ __device__ __forceinline__ void dn_scan_load_v(const DeltaNetPrefillParams &p, c
  *      partial sums with its partner: every A element is read from shared memory once)
  *   2. warps 0-7:  V' = T2 R -> diag(e^(gamma_L - gamma)) V' and V' as split tiles (rows 16 wm,
  *                  n8 tile wn)
- *      warps 8-15: the next chunk's loads (one thread: TMA, multicast to the cluster; V: cp.async)
+ *      warps 8-15: the next chunk's loads (one thread: TMA; V: cp.async)
  *   3. warps 0-7:  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V', snapshot -> split tiles
  *      warps 8-15: O += P V', store bf16(O) in sc.u
  * Shared-memory reads per chunk (ldmatrix): ~230 KB, was ~460 with the 8 x 8 warp tiling of
- * dn_scan_split (ncu: the scan is bound by ldmatrix throughput and latency, not by its loads).
- * With CL > 1 (the engine launches CL = 1; docs/EXPERIMENTS.md: measured slower) the CL
- * blocks of a cluster load K, Q, T2, P once for all of them (each issues 1/CL of the boxes,
- * multicast): the L2 serves each (chunk, head) tile once instead of 8 times. A stage is refilled
- * (chunk c+1, in chunk c) only after every block of the cluster has finished chunk c-1 with it: a
- * cluster barrier, arrived at the end of chunk c-1 and waited after phase 1 of chunk c. */
-template <int CL>
+ * dn_scan_split (ncu: the scan is bound by ldmatrix throughput and latency, not by its loads). */
 __global__ void __launch_bounds__(512, 1)
     dn_scan_fo(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc,
                const __grid_constant__ DnScanMaps maps) {
@@ -98,7 +86,6 @@ __global__ void __launch_bounds__(512, 1)
     const int q8 = warp & 7, wm = q8 & 3, wn = q8 >> 2;
     const int sr = q8 * 16; /* warps 0-7: the S rows they hold */
     const int j = blockIdx.y, e0 = blockIdx.x * DN_DVS, n = j / (p.Hv / p.Hk);
-    const int rank = CL > 1 ? (int)cluster_rank() : 0;
     const int nc = (p.T + DN_C - 1) / DN_C;
     float *state = p.state + (size_t)j * DN_D * DN_D;
 
@@ -118,21 +105,15 @@ __global__ void __launch_bounds__(512, 1)
             dn_store_split16(smem + L::S, L::LO_S, S[nt], sr, nt * 8, g, t);
         }
     }
-    if (CL > 1) { /* every block's barriers are initialised before anyone multicasts into them */
-        cluster_arrive_release();
-        cluster_wait();
-    } else {
-        __syncthreads();
-    }
-    const int dbg = maps.dbg;
-    if (tid == 256 && !(dbg & 2)) dn_scan_issue<CL>(maps, sb, full, 0, p.Hv, j, n, rank);
-    if (!xw && !(dbg & 2)) dn_scan_load_v(p, sc, sb, 0, j, e0, tid - 256);
+    __syncthreads();
+    if (tid == 256) dn_scan_issue(maps, sb, full, 0, p.Hv, j, n);
+    if (!xw) dn_scan_load_v(p, sc, sb, 0, j, e0, tid - 256);
     cp_async_commit();
     float gn0 = sc.g[(size_t)(2 * lane) * p.Hv + j], gn1 = sc.g[(size_t)(2 * lane + 1) * p.Hv + j];
 
     for (int c = 0; c < nc; c++) {
         const uint32_t st = sb + (c & 1) * L::STAGE;
-        if (!(dbg & 2)) mbar_wait(full + (c & 1) * 8, (c >> 1) & 1);
+        mbar_wait(full + (c & 1) * 8, (c >> 1) & 1);
         cp_async_wait<0>();
         __syncthreads(); /* chunk c landed, S_c in smem; everyone is done with chunk c-1 */
         float gL, gr[2]; /* gamma_L, gamma of this thread's two tile rows wm*16 + g (+8) */
@@ -148,7 +129,6 @@ __global__ void __launch_bounds__(512, 1)
             float ph[2][4] = {}, pl[2][4] = {}, pm[2][4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_D / 32; kk++) {
-                if (dbg & 1) break;
                 const int k0 = wn * (DN_D / 2) + kk * 16;
                 uint32_t a[4], al[4], b[4], bl[4];
                 ldsm_x4(ldsm_addr_a<SWZ_TMA16>(A, wm * 16, k0, lane), a);
@@ -192,7 +172,6 @@ __global__ void __launch_bounds__(512, 1)
             }
         }
         __syncthreads();
-        if (CL > 1 && c >= 1 && c + 1 < nc) cluster_wait(); /* the cluster is done with chunk c-1's stage */
 
         /* phase 2: V' = T2 R (64 x 16; k = the chunk's 64 rows; T2 is lower triangular), warp (wm, wn):
          * rows 16 wm, n8 tile wn */
@@ -200,7 +179,7 @@ __global__ void __launch_bounds__(512, 1)
             float vh[4] = {}, vl[4] = {}, vm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
-                if (kk > wm || (dbg & 1)) break; /* warp-uniform */
+                if (kk > wm) break; /* warp-uniform */
                 uint32_t ah[4], al[4], b[2], bl[2];
                 ldsm_x4(ldsm_addr_a<8>(st + L::TH, wm * 16, kk * 16, lane), ah);
                 ldsm_x4(ldsm_addr_a<8>(st + L::TL, wm * 16, kk * 16, lane), al);
@@ -220,9 +199,8 @@ __global__ void __launch_bounds__(512, 1)
             dn_store_split16(smem + L::VS, L::LO_R, x, wm * 16, wn * 8, g, t);
         } else if (c + 1 < nc) {
             const uint32_t nst = sb + ((c + 1) & 1) * L::STAGE;
-            if (tid == 256 && !(dbg & 2))
-                dn_scan_issue<CL>(maps, nst, full + ((c + 1) & 1) * 8, c + 1, p.Hv, j, n, rank);
-            if (!(dbg & 2)) dn_scan_load_v(p, sc, nst, c + 1, j, e0, tid - 256);
+            if (tid == 256) dn_scan_issue(maps, nst, full + ((c + 1) & 1) * 8, c + 1, p.Hv, j, n);
+            dn_scan_load_v(p, sc, nst, c + 1, j, e0, tid - 256);
         }
         cp_async_commit();
         __syncthreads();
@@ -237,7 +215,6 @@ __global__ void __launch_bounds__(512, 1)
                 for (int e = 0; e < 4; e++) S[nt][e] *= eL;
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
-                if (dbg & 1) break;
                 uint32_t a[4], al[4], b[4], bl[4];
                 ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, kk * 16, sr, lane), a);
                 ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, DN_C + kk * 16, sr, lane), al);
@@ -261,7 +238,7 @@ __global__ void __launch_bounds__(512, 1)
             float ph[4] = {}, pl[4] = {}, pm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
-                if (kk > wm || (dbg & 1)) break; /* warp-uniform */
+                if (kk > wm) break; /* warp-uniform */
                 uint32_t a[4], al[4], b[2], bl[2];
                 ldsm_x4(ldsm_addr_a<8>(st + L::P, wm * 16, kk * 16, lane), a);
                 ldsm_x4(ldsm_addr_a<8>(st + L::P, DN_C + wm * 16, kk * 16, lane), al);
@@ -279,7 +256,6 @@ __global__ void __launch_bounds__(512, 1)
                 *(uint32_t *)(sc.u + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col) = pack_bf16(o0, o1);
             }
         }
-        if (CL > 1 && c + 2 < nc) cluster_arrive_release(); /* done with this stage (refilled in chunk c+1) */
     }
     if (xw) {
 #pragma unroll

@@ -18,14 +18,12 @@ extern "C" {
 static float *fv(size_t n) { return (float *)calloc(n, 4); }
 static float *rbfv(size_t n, float mean, float sc) {
     float *p = fv(n);
-    for (size_t i = 0; i < n; i++)
-        p[i] = rbf(mean + sc * nrm());
+    for (size_t i = 0; i < n; i++) p[i] = rbf(mean + sc * nrm());
     return p;
 }
 static uint16_t *tobf(const float *x, size_t n) {
     uint16_t *h = (uint16_t *)malloc(n * 2 + 64);
-    for (size_t i = 0; i < n; i++)
-        h[i] = emu_bf(x[i]);
+    for (size_t i = 0; i < n; i++) h[i] = emu_bf(x[i]);
     return h;
 }
 static double rel(const float *a, const float *b, size_t n) {
@@ -39,12 +37,10 @@ static double rel(const float *a, const float *b, size_t n) {
 }
 static float *cols(const float *x, int T, int ld, int c0, int w) {
     float *y = fv((size_t)T * w);
-    for (int t = 0; t < T; t++)
-        memcpy(y + (size_t)t * w, x + (size_t)t * ld + c0, w * 4);
+    for (int t = 0; t < T; t++) memcpy(y + (size_t)t * w, x + (size_t)t * ld + c0, w * 4);
     return y;
 }
 
-static int emu_cluster = 1;
 static void emu_prefill(const DeltaNetPrefillParams *p) {
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
@@ -63,12 +59,7 @@ static void emu_prefill(const DeltaNetPrefillParams *p) {
         cuda_tma_map_bf16(&m.p, sc.p, rows, 64, 64, 128);
         const size_t sm = DnScanSmem<true>::BYTES + 16 + 1024;
         const dim3 grid(DN_D / DN_DVS, p->Hv);
-        switch (emu_cluster) { /* the scan's cluster size (argv[5]; 1 as on the GPU unless QWEN35_DN_CLUSTER) */
-        case 8: emu_launch(grid, 512, sm, 8, [&] { dn_scan_fo<8>(P, sc, m); }); break;
-        case 4: emu_launch(grid, 512, sm, 4, [&] { dn_scan_fo<4>(P, sc, m); }); break;
-        case 2: emu_launch(grid, 512, sm, 2, [&] { dn_scan_fo<2>(P, sc, m); }); break;
-        default: emu_launch(grid, 512, sm, 1, [&] { dn_scan_fo<1>(P, sc, m); });
-        }
+        emu_launch(grid, 512, sm, 1, [&] { dn_scan_fo(P, sc, m); });
         emu_launch(dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), 256, 0, 1, [&] { dn_norm_out(P, sc); });
         return;
     }
@@ -79,13 +70,11 @@ static void emu_prefill(const DeltaNetPrefillParams *p) {
 int main(int argc, char **argv) {
     const int Hk = argc > 1 ? atoi(argv[1]) : 1, Hv = argc > 2 ? atoi(argv[2]) : 2, rep = argc > 3 ? atoi(argv[3]) : 0,
               fuse = argc > 4 ? atoi(argv[4]) : 0;
-    if (argc > 5) emu_cluster = atoi(argv[5]);
     const int dk = 128, dv = 128, K = 4, kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd, n = cd + vd + 2 * Hv, ld = n + 8;
     const int calls[] = {130, 65, 1};
     const float eps = 1e-6f;
     float *convw = rbfv((size_t)cd * K, 0, 0.5f), *Alog = fv(Hv), *dt = rbfv(Hv, -2, 0.5f), *nw = rbfv(dv, 1, 0.1f);
-    for (int j = 0; j < Hv; j++)
-        Alog[j] = rbf(logf(0.1f + 1.9f * (float)urand()));
+    for (int j = 0; j < Hv; j++) Alog[j] = rbf(logf(0.1f + 1.9f * (float)urand()));
     const size_t sn = (size_t)Hv * dk * dv;
     float *S = fv(sn), *Sg = fv(sn), *Sown = fv(sn), *cstate = fv((size_t)(K - 1) * cd);
     uint16_t *ring = (uint16_t *)calloc((size_t)K * cd, 2);
@@ -98,8 +87,7 @@ int main(int argc, char **argv) {
         const int T = calls[ci];
         float *proj = rbfv((size_t)T * ld, 0, 1);
         if (rep)
-            for (int t = 5; t < T; t++)
-                memcpy(proj + (size_t)t * ld, proj + (size_t)(t % 5) * ld, ld * 4);
+            for (int t = 5; t < T; t++) memcpy(proj + (size_t)t * ld, proj + (size_t)(t % 5) * ld, ld * 4);
         if (rep)
             for (int t = 0; t < T; t++)
                 for (int j = 0; j < Hv; j++)
@@ -119,19 +107,16 @@ int main(int argc, char **argv) {
         for (int r = 0; r < T * Hk; r++)
             for (int which = 0; which < 2; which++) {
                 float *x = (which ? k : q) + (size_t)r * dk, ss = 0;
-                for (int i = 0; i < dk; i++)
-                    ss += x[i] * x[i];
+                for (int i = 0; i < dk; i++) ss += x[i] * x[i];
                 const float inv = 1.0f / sqrtf(ss + 1e-6f);
-                for (int i = 0; i < dk; i++)
-                    x[i] *= inv;
+                for (int i = 0; i < dk; i++) x[i] *= inv;
             }
         float *z = cols(proj, T, ld, cd, vd), *b = cols(proj, T, ld, cd + vd, Hv),
               *a = cols(proj, T, ld, cd + vd + Hv, Hv);
         float *beta = fv((size_t)T * Hv), *g = fv((size_t)T * Hv), *o = fv((size_t)T * vd), *yr = fv((size_t)T * vd);
         cpu_deltanet_gates(beta, g, b, a, Alog, dt, T, Hv);
         float *qs = fv((size_t)T * kd);
-        for (size_t i = 0; i < (size_t)T * kd; i++)
-            qs[i] = q[i] / sqrtf(128.0f);
+        for (size_t i = 0; i < (size_t)T * kd; i++) qs[i] = q[i] / sqrtf(128.0f);
         cpu_deltanet_chunked(o, S, qs, k, v, g, beta, T, Hk, Hv, dk, dv, cscr);
         cpu_gated_rmsnorm(yr, o, z, nw, T * Hv, dv, eps);
         /* own intermediates */
@@ -141,29 +126,24 @@ int main(int argc, char **argv) {
               *y2 = fv((size_t)T * vd);
         for (size_t i = 0; i < (size_t)T * kd; i++)
             gq[i] = (bff(sc.q[i]) + bff(sc.q_lo[i])) / sqrtf(128.0f), gk[i] = bff(sc.k[i]) + bff(sc.k_lo[i]);
-        for (size_t i = 0; i < (size_t)T * vd; i++)
-            gv[i] = bff(sc.v[i]);
+        for (size_t i = 0; i < (size_t)T * vd; i++) gv[i] = bff(sc.v[i]);
         cpu_deltanet_chunked(o2, Sown, gq, gk, gv, sc.g, sc.beta, T, Hk, Hv, dk, dv, cscr);
         cpu_gated_rmsnorm(y2, o2, z, nw, T * Hv, dv, eps);
         float *yg = fv((size_t)T * vd);
-        for (size_t i = 0; i < (size_t)T * vd; i++)
-            yg[i] = bff(y[i]);
+        for (size_t i = 0; i < (size_t)T * vd; i++) yg[i] = bff(y[i]);
         double worst = 0, worst2 = 0;
         int wt = -1, wt2 = -1;
         for (int t = 0; t < T; t++)
             for (int j = 0; j < Hv; j++) {
                 const size_t off = ((size_t)t * Hv + j) * dv;
                 double e = rel(yg + off, yr + off, dv), e2 = rel(yg + off, y2 + off, dv);
-                if (!(e <= worst))
-                    worst = e, wt = t;
-                if (!(e2 <= worst2))
-                    worst2 = e2, wt2 = t;
+                if (!(e <= worst)) worst = e, wt = t;
+                if (!(e2 <= worst2)) worst2 = e2, wt2 = t;
             }
         long ringbad = 0;
         for (int jr = 0; jr < K - 1; jr++) {
             const int qq = pos + T - (K - 1) + jr;
-            if (qq < 0)
-                continue;
+            if (qq < 0) continue;
             for (int ch = 0; ch < cd; ch++)
                 ringbad += bff(ring[(size_t)(qq % K) * cd + ch]) != cstate[(size_t)jr * cd + ch];
         }

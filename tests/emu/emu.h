@@ -353,11 +353,6 @@ static inline void tma_load_2d(uint32_t dst, const CUtensorMap *m, int c0, int c
 static inline void tma_load_3d(uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, uint32_t bar) {
     emu_tma(me().cta, dst, m, c0, c1, c2, bar);
 }
-static inline void tma_load_2d_mc(uint32_t dst, const CUtensorMap *m, int c0, int c1, uint32_t bar, uint16_t mask) {
-    for (int r = 0; r < E.ncta; r++)
-        if ((mask >> r) & 1)
-            emu_tma(r, dst, m, c0, c1, 0, bar);
-}
 
 /* runs kern over grid in clusters of cl CTAs along x; emu_hook_begin(cl) / emu_hook_end() (optional,
  * emu_wgmma.h) run before and after each cluster */

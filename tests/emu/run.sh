@@ -5,8 +5,7 @@
 # carving and the chunk algebra, not speed. The kernel file is compiled unchanged except for three
 # mechanical edits (sed below: the cuda/ includes, the extern __shared__ declaration, the launcher).
 # Needs nvcc's headers (cuda_runtime_api.h, for the vector types) and build/src/{cpu/ops,util}.o
-# (any `make` build). Usage: tests/emu/run.sh [Hk Hv repeating fuse_out cluster]  (default 1 2 0 0 1; the
-# cluster size of the fused-output scan: 1, 2, 4, 8; ~30 s per run).
+# (any `make` build). Usage: tests/emu/run.sh [Hk Hv repeating fuse_out]  (default 1 2 0 0; ~30 s per run).
 set -e
 cd "$(dirname "$0")/../.."
 B=build/emu
