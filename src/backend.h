@@ -15,6 +15,7 @@ typedef struct BackendOptions {
     int n_valid;       /* ids >= n_valid are embedding padding: never argmax'ed or sampled on the
                         * device (0 = vocab_size); the engine passes the tokenizer size */
     int prefill_piece; /* CUDA: tokens per prefill piece (0 = min(2048, max_seq)) */
+    int device;        /* CUDA: device index (0 = the first) */
 } BackendOptions;
 
 /* On-device sampling request (CUDA): temperature 0 = argmax. */

@@ -81,6 +81,7 @@ int q35_engine_open(Q35Engine **out, const Q35Options *opt, Q35Err *err) {
     bo.threads = hw > 0 && opt->threads > hw ? (int)hw : opt->threads;
     bo.deterministic = opt->deterministic;
     bo.no_graph = opt->no_graph;
+    bo.device = opt->device;
     bo.probe.dir = opt->probe_dir;
     bo.n_valid = e->n_valid;
     rc = e->be->open(&e->bctx, &e->model, &bo, err);

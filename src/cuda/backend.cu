@@ -364,15 +364,18 @@ int cuda_available(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-static int open_device(CudaCtx *ctx, Err *err) {
+static int open_device(CudaCtx *ctx, int dev, Err *err) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0)
         return err_set(err, Q35_ERR_CUDA, "cuda backend: no CUDA device available (%s)",
                        e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
-    CK(cudaSetDevice(0), "cudaSetDevice(0)");
+    if (dev < 0 || dev >= n)
+        return err_set(err, Q35_ERR_ARG, "cuda backend: device %d does not exist (%d device%s: 0 .. %d)", dev, n,
+                       n == 1 ? "" : "s", n - 1);
+    CK(cudaSetDevice(dev), "cudaSetDevice");
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    CK(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
     if (prop.major != 9)
         return err_set(err, Q35_ERR_CUDA,
                        "cuda backend: %s has compute capability %d.%d; this build has kernels for sm_90 (H100/H200)",
@@ -388,7 +391,10 @@ static void l2_persist_setup(CudaCtx *ctx) {
     const Config *c = ctx->c;
     if (!c->n_linear_layers || !ctx->dn_fused) return;
     int max_persist = 0;
-    if (cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, 0) != cudaSuccess) max_persist = 0;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev) != cudaSuccess)
+        max_persist = 0;
     const size_t per = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
     size_t n = per ? (size_t)max_persist / per : 0;
     if (n > (size_t)c->n_linear_layers) n = (size_t)c->n_linear_layers;
@@ -422,7 +428,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         free(ctx);
         return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
     }
-    if ((rc = open_device(ctx, err))) goto fail;
+    if ((rc = open_device(ctx, o ? o->device : 0, err))) goto fail;
     {
         const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
         ctx->splits_out[0] = cuda_matvec_splits(D, c->value_dim > 0 ? c->value_dim : 8, ctx->n_sm);

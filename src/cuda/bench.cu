@@ -252,7 +252,9 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     if (ctx->ablate)
         fprintf(stderr, "qwen35 bench: --ablate %s: those kernels are left out, outputs are garbage\n", ctx->ablate);
     cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(res->device, sizeof res->device, "%.63s", prop.name);
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+        snprintf(res->device, sizeof res->device, "%.63s", prop.name);
     res->n_sm = ctx->n_sm;
 
     /* random KV contents for every full-attention layer; the DeltaNet state stays as it is */

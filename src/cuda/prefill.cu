@@ -486,7 +486,9 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
         if (rq->prefill_lens[i] > max_len) max_len = rq->prefill_lens[i];
     }
     cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) snprintf(res->device, sizeof res->device, "%.63s", prop.name);
+    int dev = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+        snprintf(res->device, sizeof res->device, "%.63s", prop.name);
     res->n_sm = ctx->n_sm;
     res->prefill_piece = pf->tmax;
     int rc = gemm_rate(ctx, res, err);
