@@ -6,6 +6,30 @@
 
 #include "cuda/common.cuh"
 
+/* DN_MAX_SPLIT: value-column splits per head (the cluster size); 2 and 1 would give 512- and 1024-thread blocks
+ * at dv 128-256, past the register file at this kernel's ~72 registers. */
+enum { DN_RPT = 4, DN_MAX_SPLIT = 8 };
+
+/* Launch shape for (dk, dv): VEC columns per thread (4 when dv % 4 == 0), tpr threads per state row
+ * (a power of two <= 32), cols = tpr*VEC columns per block, splits = blocks (= cluster size) per head. */
+typedef struct DnShape {
+    int vec, tpr, cols, splits, threads;
+} DnShape;
+
+static inline int dn_shape(int dk, int dv, DnShape *s) {
+    if (dk < 1 || dv < 1 || dk > 1024 || dv > 1024) return -1;
+    s->vec = dv % 4 == 0 ? 4 : 1;
+    const int want = ceil_div(ceil_div(dv, DN_MAX_SPLIT), s->vec);
+    int tpr = 1;
+    while (tpr < want) tpr <<= 1;
+    if (tpr > 32) return -1;
+    s->tpr = tpr;
+    s->cols = tpr * s->vec;
+    s->splits = ceil_div(dv, s->cols);
+    s->threads = ceil_div(tpr * ceil_div(dk, DN_RPT), 32) * 32;
+    return s->threads > 1024 ? -1 : 0;
+}
+
 /* ---- small math (accurate expf: these values are rounded to bf16 right after) ----------------- */
 
 /* The token's gates of value head j: beta = bf16(sigmoid(b)), decay = exp(-exp(A_log) softplus(a + dt_bias)) (softplus

@@ -203,29 +203,9 @@ extern "C" int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l
 
 /* ---- DeltaNet step over slots ---------------------------------------------------------------------------------- */
 
-/* As deltanet.cu: DN_RPT state rows per thread, at most DN_MAX_SPLIT column splits per head. */
-enum { SB_RPT = 4, SB_MAX_SPLIT = 8 };
-
-typedef struct SbShape {
-    int vec, tpr, cols, splits, threads;
-} SbShape;
-
-static int sb_shape(int dk, int dv, SbShape *s) {
-    if (dk < 1 || dv < 1 || dk > 1024 || dv > 1024) return -1;
-    s->vec = dv % 4 == 0 ? 4 : 1;
-    const int want = ceil_div(ceil_div(dv, SB_MAX_SPLIT), s->vec);
-    int tpr = 1;
-    while (tpr < want) tpr <<= 1;
-    if (tpr > 32) return -1;
-    s->tpr = tpr;
-    s->cols = tpr * s->vec;
-    s->splits = ceil_div(dv, s->cols);
-    s->threads = ceil_div(tpr * ceil_div(dk, SB_RPT), 32) * 32;
-    return s->threads > 1024 ? -1 : 0;
-}
-
+/* The step kernel's launch shape (deltanet.cuh dn_shape): DN_RPT state rows per thread, VEC columns. */
 /* floats of dynamic shared memory: pq,pk,tq,tk [dk]; pv,tv,dl [cols]; red_m,red_s [nw][cols]; red3 [96] */
-static size_t sb_smem_bytes(int dk, const SbShape *s) {
+static size_t sb_smem_bytes(int dk, const DnShape *s) {
     const int nw = s->threads / 32;
     return sizeof(float) * ((size_t)4 * dk + 3 * s->cols + 2 * nw * s->cols + 96);
 }
@@ -266,10 +246,10 @@ __global__ void dn_batch_step(const __grid_constant__ SbArgs args) {
     const uint16_t *proj = p.proj + (size_t)row * p.ld_proj;
     const SbConv cv = {p.conv_w, ring, p.K};
 
-    float s[SB_RPT][VEC];
+    float s[DN_RPT][VEC];
     float *Sh = S + (size_t)j * dk * dv;
 #pragma unroll
-    for (int i = 0; i < SB_RPT; i++) {
+    for (int i = 0; i < DN_RPT; i++) {
         const int d = rl + i * nrl;
         if (d < dk && col_ok)
             ld_vec<VEC>(Sh + (size_t)d * dv + e0 + cg * VEC, s[i]);
@@ -315,14 +295,14 @@ __global__ void dn_batch_step(const __grid_constant__ SbArgs args) {
     float beta, decay;
     dn_gates(b_in, a_in, dt_bias, A_log, &beta, &decay);
 
-    float kd[SB_RPT], qd[SB_RPT], mem[VEC], sq[VEC];
+    float kd[DN_RPT], qd[DN_RPT], mem[VEC], sq[VEC];
 #pragma unroll
-    for (int i = 0; i < SB_RPT; i++) {
+    for (int i = 0; i < DN_RPT; i++) {
         const int d = rl + i * nrl;
         kd[i] = d < dk ? pk[d] * rk : 0.0f;
         qd[i] = d < dk ? pq[d] * rq : 0.0f;
     }
-    dn_state_dots<SB_RPT, VEC>(s, kd, qd, tpr, mem, sq);
+    dn_state_dots<DN_RPT, VEC>(s, kd, qd, tpr, mem, sq);
     if (lane < tpr)
 #pragma unroll
         for (int v = 0; v < VEC; v++) {
@@ -340,7 +320,7 @@ __global__ void dn_batch_step(const __grid_constant__ SbArgs args) {
     }
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < SB_RPT; i++) {
+    for (int i = 0; i < DN_RPT; i++) {
         const int d = rl + i * nrl;
         if (d < dk && col_ok) {
             float t[VEC];
@@ -352,10 +332,10 @@ __global__ void dn_batch_step(const __grid_constant__ SbArgs args) {
 }
 
 extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
-    SbShape sh;
+    DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->A_log || !p->dt_bias || !p->S0 || !p->ring0 || !p->rows || !p->slot ||
         !p->pos || !p->o || p->nd < 1 || p->nd > 65535 || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 1 ||
-        p->Hv > 65535 || sb_shape(p->dk, p->dv, &sh))
+        p->Hv > 65535 || dn_shape(p->dk, p->dv, &sh))
         return (int)cudaErrorInvalidValue;
     SbArgs a;
     a.p = *p;
