@@ -147,6 +147,9 @@ ifeq ($(CUDA),1)
 	@echo "== TMA + wgmma GEMM on the CPU (tests/emu/run_gemm.sh: 4 variants x 4 epilogues; ~12 s)"
 	@sh tests/emu/run_gemm.sh > $(BUILD)/emu_gemm.log 2>&1 || { tail -n 20 $(BUILD)/emu_gemm.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_gemm.log; tail -n 1 $(BUILD)/emu_gemm.log
+	@echo "== skinny GEMM of the batched decode step on the CPU (tests/emu/run_gemm_skinny.sh: splits, epilogues, batch invariance; ~6 s)"
+	@sh tests/emu/run_gemm_skinny.sh > $(BUILD)/emu_gemm_skinny.log 2>&1 || { tail -n 20 $(BUILD)/emu_gemm_skinny.log; exit 1; }
+	@head -n 1 $(BUILD)/emu_gemm_skinny.log; tail -n 1 $(BUILD)/emu_gemm_skinny.log
 	@echo "== wgmma prefill attention on the CPU (tests/emu/run_attn.sh: hd 256, GQA, gate on/off, cached prefix; ~6 s)"
 	@sh tests/emu/run_attn.sh > $(BUILD)/emu_attn.log 2>&1 || { tail -n 20 $(BUILD)/emu_attn.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_attn.log; tail -n 1 $(BUILD)/emu_attn.log

@@ -444,6 +444,12 @@ enum {
  * Returns cudaErrorInvalidValue for shapes outside the contract (and cudaErrorInvalidDeviceFunction
  * for the WGMMA and TMA algorithms on a device other than sm_90). */
 int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l);
+/* The same product for few rows (the batched decode step, gemm_skinny.cu): 64 W rows x 64 X rows per CTA with a
+ * split of K chosen from (N, K, n_sm) alone, partial sums added in split order, so a row's result never depends on
+ * M. work: fp32 scratch of cuda_gemm_skinny_work(M, N, K, n_sm, epi, glu_group) floats (0: none needed). M <= 65535,
+ * N and K multiples of 8, any algo field (ignored). */
+size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, int glu_group);
+int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_floats, int n_sm, const CudaLaunch *l);
 
 /* ---- full attention, prefill (attention_prefill.cu) ---- */
 /* Prepares T tokens at positions pos .. pos+T-1 from the fused projection output qkv:

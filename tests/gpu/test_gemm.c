@@ -1,8 +1,10 @@
-/* test_gemm.c — the prefill GEMM (cuda_gemm_bf16) against a double-precision CPU product of the
- * same bf16 inputs, on fresh random shapes (ragged M = 1, 63, 64, 65, 2048 and random M, N, K),
+/* test_gemm.c — the prefill GEMM (cuda_gemm_bf16) and the batched decode step's GEMM for few rows
+ * (cuda_gemm_skinny: also checked for batch invariance, the first M2 rows alone bitwise equal to the
+ * same rows of the full product) against a double-precision CPU product of the same bf16 inputs, on fresh random shapes (ragged M = 1, 63, 64, 65, 2048 and random M, N, K),
  * all four epilogues, NaN-poisoned outputs and guard rows/columns that must stay untouched.
  * Large shapes are checked on a random subset of rows. Ends with a timing table (TFLOP/s) for
- * the Qwen3.5-0.8B prefill shapes at M = 2048. Every algorithm (mma.sync; on sm_90 also the
+ * the Qwen3.5-0.8B prefill shapes at M = 2048 (and the decode-step shapes at M = 1, 64, 256 for the
+ * skinny kernel and the TMA kernel side by side, with the weight bytes per second). Every algorithm (mma.sync; on sm_90 also the
  * cp.async wgmma kernels and every TMA variant) runs every case on the same inputs; shapes with
  * many tiles per CTA exercise the persistent kernels' ring phases. Each algorithm runs in its own
  * forked child process, so one that faults fails alone and the others still run. Usage:
@@ -32,11 +34,31 @@ static double bf16_ulp(double x) {
 static Rng rng;
 static const CudaLaunch L0 = {0, 0, NULL, 0}; /* default stream, no PDL */
 static int algo_lo = 0, algo_hi = 1;          /* this process tests algo_of[algo_lo .. algo_hi - 1] */
-static const int algo_of[] = {GEMM_ALGO_MMA,      GEMM_ALGO_WGMMA,    GEMM_ALGO_WGMMA_P,  GEMM_ALGO_TMA,
-                              GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256};
+/* ALGO_SKINNY: cuda_gemm_skinny (the batched decode step's GEMM for few rows), tested on every GPU */
+#define ALGO_SKINNY GEMM_ALGO_COUNT
+static const int algo_of[] = {GEMM_ALGO_MMA,      ALGO_SKINNY,        GEMM_ALGO_WGMMA,
+                              GEMM_ALGO_WGMMA_P,  GEMM_ALGO_TMA,      GEMM_ALGO_TMA_C256,
+                              GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256};
 #define N_ALGOS_SM90 ((int)(sizeof algo_of / sizeof algo_of[0]))
-static const char *const algo_name[GEMM_ALGO_COUNT] = {"auto",    "mma",     "wgmma",   "wgmmaP", "tma",
-                                                       "tmaC256", "tmaC128", "tmaP128", "tmaP256"};
+#define N_ALGOS_ANY  2 /* algo_of[0 .. 1] run on any GPU, the rest on sm_90 */
+static const char *const algo_name[GEMM_ALGO_COUNT + 1] = {"auto",    "mma",     "wgmma",   "wgmmaP",  "tma",
+                                                           "tmaC256", "tmaC128", "tmaP128", "tmaP256", "skinny"};
+static int n_sm = 1;
+
+/* cuda_gemm_bf16, or for ALGO_SKINNY cuda_gemm_skinny with a workspace of the size it asks for */
+static int gemm_run(GemmParams *p, int algo) {
+    if (algo != ALGO_SKINNY) {
+        p->algo = algo;
+        return cuda_gemm_bf16(p, &L0);
+    }
+    const size_t wf = cuda_gemm_skinny_work(p->M, p->N, p->K, n_sm, p->epi, p->glu_group);
+    float *work = NULL;
+    if (wf) CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
+    const int rc = cuda_gemm_skinny(p, work, wf, n_sm, &L0);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (work) CUDA_OK(cudaFree(work));
+    return rc;
+}
 
 static uint16_t *rand_bf16(size_t n, float scale) {
     uint16_t *h = malloc(n * 2);
@@ -83,7 +105,7 @@ static void check_algo(const Case *cs, int algo) {
     unsigned char *y1 = malloc(ybytes);
     void *dy = dcopy(cs->y0, ybytes);
     GemmParams p = {cs->dx, cs->dw, dy, M, N, K, K, K, ldy, epi, G, algo};
-    const int rc = cuda_gemm_bf16(&p, &L0);
+    const int rc = gemm_run(&p, algo);
     CHECK(rc == 0, "launch M=%d N=%d K=%d epi=%d algo=%s: %s", M, N, K, epi, algo_name[algo],
           cudaGetErrorString((cudaError_t)rc));
     CUDA_OK(cudaDeviceSynchronize());
@@ -155,6 +177,22 @@ static void check_algo(const Case *cs, int algo) {
           algo_name[algo], bad, checked);
     CHECK(touched == 0, "M=%d N=%d K=%d epi=%d algo=%s: %ld guard elements written", M, N, K, epi, algo_name[algo],
           touched);
+    if (algo == ALGO_SKINNY && M > 1) {
+        /* batch invariance: the first M2 rows alone give bitwise the rows of the full product */
+        const int M2 = 1 + (int)(rng_u64(&rng) % (uint64_t)(M - 1));
+        unsigned char *y2 = malloc(ybytes);
+        void *dy2 = dcopy(cs->y0, ybytes);
+        GemmParams p2 = {cs->dx, cs->dw, dy2, M2, N, K, K, K, ldy, epi, G, algo};
+        CHECK(gemm_run(&p2, algo) == 0, "skinny launch M=%d", M2);
+        CUDA_OK(cudaMemcpy(y2, dy2, ybytes, cudaMemcpyDeviceToHost));
+        long diff = 0;
+        for (int r = 0; r < M2; r++)
+            diff += memcmp(y1 + (size_t)r * ldy * esz, y2 + (size_t)r * ldy * esz, (size_t)ycols * esz) != 0;
+        CHECK(diff == 0, "skinny M=%d N=%d K=%d epi=%d: %ld of the first %d rows differ from the M=%d run", M2, N, K,
+              epi, diff, M2, M);
+        free(y2);
+        CUDA_OK(cudaFree(dy2));
+    }
     printf("  %-8s M=%4d N=%5d K=%5d epi=%d G=%2d ldy=%5d: %ld checked, worst err/tol %.3f\n", algo_name[algo], M, N, K,
            epi, G, ldy, checked, worst);
     free(y1);
@@ -253,24 +291,30 @@ static void bench(const char *name, int M, int N, int K, int epi, int algo) {
     CUDA_OK(cudaMalloc(&dy, (size_t)M * ycols * 4));
     CUDA_OK(cudaMemset(dy, 0, (size_t)M * ycols * 4));
     GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 1, algo};
+    const size_t wf = algo == ALGO_SKINNY ? cuda_gemm_skinny_work(M, N, K, n_sm, epi, 1) : 0;
+    float *work = NULL;
+    if (wf) CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
+#define BENCH_LAUNCH() (algo == ALGO_SKINNY ? cuda_gemm_skinny(&p, work, wf, n_sm, &L0) : cuda_gemm_bf16(&p, &L0))
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
     float ms[20];
     int rc = 0;
-    for (int i = 0; i < 3; i++) rc |= cuda_gemm_bf16(&p, &L0);
+    for (int i = 0; i < 3; i++) rc |= BENCH_LAUNCH();
     for (int i = 0; i < 20; i++) {
         CUDA_OK(cudaEventRecord(e0, 0));
-        rc |= cuda_gemm_bf16(&p, &L0);
+        rc |= BENCH_LAUNCH();
         CUDA_OK(cudaEventRecord(e1, 0));
         CUDA_OK(cudaEventSynchronize(e1));
         CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
     }
     CHECK(rc == 0, "bench %s launch", name);
     qsort(ms, 20, sizeof(float), cmp_float);
-    const double flop = 2.0 * M * N * K;
-    printf("  %-6s %-34s [%d x %d] x [%d x %d]^T  %8.1f us  %6.1f TFLOP/s\n", algo_name[algo], name, M, K, N, K,
-           ms[10] * 1e3, flop / (ms[10] * 1e-3) / 1e12);
+    const double flop = 2.0 * M * N * K, wbytes = 2.0 * N * K;
+    printf("  %-6s %-34s [%d x %d] x [%d x %d]^T  %8.1f us  %6.1f TFLOP/s  weights %6.0f GB/s\n", algo_name[algo], name,
+           M, K, N, K, ms[10] * 1e3, flop / (ms[10] * 1e-3) / 1e12, wbytes / (ms[10] * 1e-3) / 1e9);
+    if (work) CUDA_OK(cudaFree(work));
+#undef BENCH_LAUNCH
     CUDA_OK(cudaEventDestroy(e0));
     CUDA_OK(cudaEventDestroy(e1));
     CUDA_OK(cudaFree(dx));
@@ -280,7 +324,7 @@ static void bench(const char *name, int M, int N, int K, int epi, int algo) {
 }
 
 /* Child process of algorithm index a: every case and the timing table for algo_of[a] alone. Exit code:
- * TEST_SUMMARY's, or 77 when there is nothing to test (no GPU; a > 0 on a GPU other than sm_90). */
+ * TEST_SUMMARY's, or 77 when there is nothing to test (no GPU; a >= N_ALGOS_ANY on a GPU other than sm_90). */
 static int run_algo(int a, uint64_t seed) {
     rng_seed(&rng, seed); /* every child draws the same shapes and inputs */
     int g = gpu_present();
@@ -292,13 +336,24 @@ static int run_algo(int a, uint64_t seed) {
     int dev = 0, major = 0;
     CUDA_OK(cudaGetDevice(&dev));
     CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (a > 0 && major != 9) return 77;
+    if (a >= N_ALGOS_ANY && major != 9) return 77;
+    CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
     algo_lo = a, algo_hi = a + 1;
     printf("-- %s (compute capability major %d)\n", algo_name[algo_of[a]], major);
     if (a == 0) test_bad_args();
     test_shapes();
     printf("timing (median of 20):\n");
     const int algo = algo_of[a];
+    /* the batched decode step's shapes at B = 1, 64, 256: skinny against the prefill GEMM's TMA kernels */
+    if (algo == ALGO_SKINNY || algo == GEMM_ALGO_TMA)
+        for (int Mb = 1; Mb <= 256; Mb *= Mb == 1 ? 64 : 4) {
+            bench("DeltaNet in_proj qkvzba (bf16 out)", Mb, 8224, 1024, GEMM_EPI_BF16, algo);
+            bench("MLP gate+up (SwiGLU out)", Mb, 7168, 1024, GEMM_EPI_SWIGLU_BF16, algo);
+            bench("MLP down (+= residual)", Mb, 1024, 3584, GEMM_EPI_ADD_F32, algo);
+            bench("out_proj / o_proj (+= residual)", Mb, 1024, 2048, GEMM_EPI_ADD_F32, algo);
+            bench("LM head (fp32 out)", Mb, 248320, 1024, GEMM_EPI_F32, algo);
+        }
+    if (algo == ALGO_SKINNY) return TEST_SUMMARY("gemm/skinny");
     bench("DeltaNet in_proj qkvzba (bf16 out)", 2048, 8224, 1024, GEMM_EPI_BF16, algo);
     bench("attention q|gate,k,v (bf16 out)", 2048, 5120, 1024, GEMM_EPI_BF16, algo);
     bench("MLP gate+up (SwiGLU out)", 2048, 7168, 1024, GEMM_EPI_SWIGLU_BF16, algo);

@@ -1,0 +1,250 @@
+/* gemm_skinny.cu — Y[M][N] = X[M][K] W[N][K]^T for few rows (M <= a few hundred: the batched decode step's
+ * projections), bf16 in, fp32 accumulation, the epilogues of GemmParams (ops.h).
+ *
+ * Why not the prefill GEMM: its 128 x 128 tiles give N / 128 CTAs at M <= 128 (8 for N = 1024), each streaming a
+ * 128-row slice of W alone, so the weights are read at a fraction of the bandwidth. Here the weight rows are the
+ * tensor-core M side (m16n8k16: a 16-row W strip is the A operand, 8 X rows the B operand), a CTA owns 64 W rows and
+ * a range of K (split-K), and the grid (m-blocks of 64 X rows, N / 64, splits) fills the machine whatever M is.
+ *   CTA: 4 warps; warp w computes W rows n0 + 16 w .. + 15 against X rows m0 .. m0 + 63 (8 n8 tiles), k in chunks of
+ *   64 through a ring of SK_STAGES stages (W chunk [64][64] + X chunk [64][64] bf16, swizzled as mma.cuh's swz<8>).
+ *   Out-of-range W rows, X rows and k columns are zero-filled, so they add exact zeros.
+ * The grid's x is the m-block: CTAs that share a W slice run side by side and read it once from HBM.
+ *
+ * Split-K and batch invariance: splits = sk_plan(N, K, n_sm) depends on the shape only, never on M. With one split
+ * the epilogue runs from the accumulators; with several, each split writes its fp32 partial sums to work
+ * [split][M][N] and gemm_skinny_reduce adds them in split order 0, 1, ... and applies the same epilogue. So every
+ * y[m][n] is the same sum in the same order whatever M and the other rows are: a row's result depends on that row
+ * alone. */
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/ops.h"
+
+#define SK_BN          64 /* W rows per CTA */
+#define SK_BM          64 /* X rows per CTA */
+#define SK_BK          64 /* k per stage */
+#define SK_STAGES      4
+#define SK_STAGE_BYTES ((SK_BN + SK_BM) * SK_BK * 2)
+#define SK_SMEM        (SK_STAGES * SK_STAGE_BYTES)
+
+typedef struct SkArgs {
+    GemmParams g;
+    float *work; /* [splits][M][N] fp32 partial sums (splits > 1) */
+    int kc;      /* chunks of SK_BK per split */
+    int nchunks; /* ceil(K / SK_BK) */
+} SkArgs;
+
+/* Splits for an N x K weight on n_sm multiprocessors: enough CTAs per m-block to give every multiprocessor one
+ * (N / 64 < 100: more splits), else one. Returns the split count s and chunks per split *kc (s * *kc covers K). */
+static int sk_plan(int N, int K, int n_sm, int *kc) {
+    const int tiles = (N + SK_BN - 1) / SK_BN, chunks = (K + SK_BK - 1) / SK_BK;
+    int s = tiles >= 100 ? 1 : (n_sm + tiles - 1) / tiles;
+    if (s > chunks) s = chunks;
+    if (s < 1) s = 1;
+    *kc = (chunks + s - 1) / s;
+    return (chunks + *kc - 1) / *kc;
+}
+
+/* y[m][n0], y[m][n0 + 1] of the non-SwiGLU epilogues from two finished sums (bf16-rounded as gemm_store does) */
+template <int EPI>
+__device__ __forceinline__ void sk_store1(const GemmParams &g, int m, int n, float v) {
+    const size_t o = (size_t)m * g.ldy + n;
+    if constexpr (EPI == GEMM_EPI_BF16) {
+        ((uint16_t *)g.y)[o] = bf16_bits(v);
+    } else if constexpr (EPI == GEMM_EPI_F32) {
+        ((float *)g.y)[o] = rbf(v);
+    } else { /* GEMM_EPI_ADD_F32 */
+        float *yp = (float *)g.y + o;
+        *yp = rbf(*yp + rbf(v));
+    }
+}
+
+/* SwiGLU output column i from its gate and up sums: bf16(bf16(silu(bf16(gate))) bf16(up)) (gemm_store_swiglu's) */
+__device__ __forceinline__ void sk_store_glu(const GemmParams &g, int m, int i, float gate, float up) {
+    ((uint16_t *)g.y)[(size_t)m * g.ldy + i] = bf16_bits(rbf(silu_f(rbf(gate))) * rbf(up));
+}
+
+/* The W row of SwiGLU output column i and its partner: gate row (i / G) 2G + i % G, up row that + G. */
+__device__ __forceinline__ int sk_gate_row(int i, int G) { return (i / G) * 2 * G + i % G; }
+
+/* EPI < 0: write partial sums to work + split * M * N. */
+template <int EPI>
+__global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkArgs a) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const GemmParams &g = a.g;
+    const int m0 = blockIdx.x * SK_BM, n0 = blockIdx.y * SK_BN, split = blockIdx.z;
+    const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const uint32_t sbase = smem_addr(smem);
+    const uint16_t *W = g.w, *X = g.x;
+
+    /* Loads of chunk c into stage st: 512 16-byte pieces of W and 512 of X; thread tid takes pieces tid + 128 i. */
+    auto load_w = [&](int c, int st) {
+        const uint32_t sw = sbase + st * SK_STAGE_BYTES;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = (c0 + c) * SK_BK + ch * 8, n = n0 + r;
+            const bool ok = n < g.N && k < g.K;
+            cp_async16(sw + swz<8>(r, ch) * 16, ok ? W + (size_t)n * g.ldw + k : W, ok);
+        }
+    };
+    auto load_x = [&](int c, int st) {
+        const uint32_t sx = sbase + st * SK_STAGE_BYTES + SK_BN * SK_BK * 2;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = (c0 + c) * SK_BK + ch * 8, m = m0 + r;
+            const bool ok = m < g.M && k < g.K;
+            cp_async16(sx + swz<8>(r, ch) * 16, ok ? X + (size_t)m * g.ldx + k : X, ok);
+        }
+    };
+
+    /* the weights are immutable: their first stages go out before the wait for the previous kernel */
+#pragma unroll
+    for (int st = 0; st < SK_STAGES; st++)
+        if (st < nch) load_w(st, st);
+    pdl_begin();
+#pragma unroll
+    for (int st = 0; st < SK_STAGES; st++) {
+        if (st < nch) load_x(st, st);
+        cp_async_commit();
+    }
+
+    const int mvalid = min(SK_BM, g.M - m0); /* n8 tiles past it hold zeros: skipped */
+    float acc[8][4];
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
+
+    for (int c = 0; c < nch; c++) {
+        cp_async_wait<SK_STAGES - 1>();
+        __syncthreads();
+        const int st = c % SK_STAGES;
+        const uint32_t sw = sbase + st * SK_STAGE_BYTES, sx = sw + SK_BN * SK_BK * 2;
+#pragma unroll
+        for (int kk = 0; kk < SK_BK / 16; kk++) {
+            uint32_t af[4];
+            ldsm_x4(ldsm_addr_a<8>(sw, warp * 16, kk * 16, lane), af);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                if (np * 16 >= mvalid) break;
+                uint32_t b[4];
+                ldsm_x4(ldsm_addr_bt<8>(sx, np * 16, kk * 16, lane), b);
+                mma_bf16(acc[2 * np], af, b[0], b[1]);
+                mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* stage st is refilled next */
+        if (c + SK_STAGES < nch) {
+            load_w(c + SK_STAGES, st);
+            load_x(c + SK_STAGES, st);
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<0>();
+
+    /* accumulator (t, e): W row n0 + 16 warp + lane / 4 (+ 8 for e >= 2), X row m0 + 8 t + 2 (lane % 4) + e % 2 */
+    const int nr = n0 + warp * 16 + (lane >> 2), mc = m0 + 2 * (lane & 3);
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int n = nr + (e >> 1) * 8, m = mc + 8 * t + (e & 1);
+            if (n >= g.N || m >= g.M) continue;
+            if constexpr (EPI < 0)
+                a.work[((size_t)split * g.M + m) * g.N + n] = acc[t][e];
+            else if constexpr (EPI != GEMM_EPI_SWIGLU_BF16)
+                sk_store1<EPI>(g, m, n, acc[t][e]);
+        }
+    }
+    if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
+        /* glu_group 1 (gate_i, up_i in W rows 2i, 2i + 1): lanes l and l ^ 4 hold neighbouring W rows of the same
+         * X rows; the even row's lane stores output column n / 2 */
+        const bool gate_lane = ((lane >> 2) & 1) == 0;
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc[t][e], 4);
+                const int n = nr + (e >> 1) * 8, m = mc + 8 * t + (e & 1);
+                if (gate_lane && n < g.N && m < g.M) sk_store_glu(g, m, n >> 1, acc[t][e], other);
+            }
+        }
+    }
+}
+
+/* grid (ceil(cols / 256), M), 256 threads: y[m][col] for col < cols (N, or N / 2 for SwiGLU) from the splits in
+ * order. */
+template <int EPI>
+__global__ void __launch_bounds__(256) gemm_skinny_reduce(const __grid_constant__ SkArgs a, int splits) {
+    pdl_begin();
+    const GemmParams &g = a.g;
+    const int m = blockIdx.y, col = blockIdx.x * 256 + threadIdx.x;
+    const size_t plane = (size_t)g.M * g.N;
+    const float *w = a.work + (size_t)m * g.N;
+    if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
+        if (col >= g.N / 2) return;
+        const int gr = sk_gate_row(col, g.glu_group), ur = gr + g.glu_group;
+        float gate = 0.0f, up = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            gate += w[s * plane + gr];
+            up += w[s * plane + ur];
+        }
+        sk_store_glu(g, m, col, gate, up);
+    } else {
+        if (col >= g.N) return;
+        float v = 0.0f;
+        for (int s = 0; s < splits; s++) v += w[s * plane + col];
+        sk_store1<EPI>(g, m, col, v);
+    }
+}
+
+extern "C" size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, int glu_group) {
+    int kc = 0;
+    const int s = sk_plan(N, K, n_sm, &kc);
+    return s > 1 || (epi == GEMM_EPI_SWIGLU_BF16 && glu_group != 1) ? (size_t)s * M * N : 0;
+}
+
+template <int EPI>
+static int sk_launch(const SkArgs &a, int splits, const CudaLaunch *l) {
+    const GemmParams &g = a.g;
+    static bool attr_done = false; /* per EPI instantiation */
+    if (!attr_done) {
+        cudaError_t e1 = cudaFuncSetAttribute(gemm_skinny_k<-1>, cudaFuncAttributeMaxDynamicSharedMemorySize, SK_SMEM);
+        cudaError_t e2 = cudaFuncSetAttribute(gemm_skinny_k<EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, SK_SMEM);
+        if (e1 != cudaSuccess) return (int)e1;
+        if (e2 != cudaSuccess) return (int)e2;
+        attr_done = true;
+    }
+    const dim3 grid((unsigned)((g.M + SK_BM - 1) / SK_BM), (unsigned)((g.N + SK_BN - 1) / SK_BN), (unsigned)splits);
+    const bool partial = splits > 1 || (EPI == GEMM_EPI_SWIGLU_BF16 && g.glu_group != 1);
+    if (!partial) return launch_kernel(gemm_skinny_k<EPI>, grid, dim3(128), SK_SMEM, l, a);
+    int rc = launch_kernel(gemm_skinny_k<-1>, grid, dim3(128), SK_SMEM, l, a);
+    if (rc) return rc;
+    const int cols = EPI == GEMM_EPI_SWIGLU_BF16 ? g.N / 2 : g.N;
+    return launch_ex(gemm_skinny_reduce<EPI>, dim3((unsigned)((cols + 255) / 256), (unsigned)g.M), dim3(256), 0, 0, l,
+                     a, splits);
+}
+
+extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_floats, int n_sm, const CudaLaunch *l) {
+    if (!g || !l || !g->x || !g->w || !g->y || g->M < 1 || g->M > 65535 || g->N < 8 || g->K < 8 || g->N % 8 ||
+        g->K % 8 || g->ldx % 8 || g->ldw % 8 || g->ldx < g->K || g->ldw < g->K || n_sm < 1)
+        return (int)cudaErrorInvalidValue;
+    if (g->epi == GEMM_EPI_SWIGLU_BF16 && (g->glu_group < 1 || g->N % (2 * g->glu_group) || g->ldy < g->N / 2))
+        return (int)cudaErrorInvalidValue;
+    if (g->epi != GEMM_EPI_SWIGLU_BF16 && g->ldy < g->N) return (int)cudaErrorInvalidValue;
+    SkArgs a;
+    a.g = *g;
+    a.work = work;
+    a.nchunks = (g->K + SK_BK - 1) / SK_BK;
+    const int splits = sk_plan(g->N, g->K, n_sm, &a.kc);
+    if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) > work_floats ||
+        (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) && !work))
+        return (int)cudaErrorInvalidValue;
+    switch (g->epi) {
+    case GEMM_EPI_BF16: return sk_launch<GEMM_EPI_BF16>(a, splits, l);
+    case GEMM_EPI_F32: return sk_launch<GEMM_EPI_F32>(a, splits, l);
+    case GEMM_EPI_ADD_F32: return sk_launch<GEMM_EPI_ADD_F32>(a, splits, l);
+    case GEMM_EPI_SWIGLU_BF16: return sk_launch<GEMM_EPI_SWIGLU_BF16>(a, splits, l);
+    default: return (int)cudaErrorInvalidValue;
+    }
+}

@@ -1,0 +1,22 @@
+#!/bin/sh
+# tests/emu/run_gemm_skinny.sh — runs the batched decode step's GEMM for few rows (src/cuda/gemm_skinny.cu: the
+# split-K tensor-core kernel, its split reduction and every epilogue) on the CPU through the host emulation of
+# tests/emu/emu.h, against a double-precision reference (tests/emu/gemm_skinny_emu.cpp), with the batch-invariance
+# check (a prefix of the rows alone gives bitwise the same rows). The kernel and the swizzle / ldmatrix address
+# helpers of src/cuda/mma.cuh are compiled unchanged except for the includes and the shared-memory declaration (sed
+# below). Needs nvcc's headers (cuda_runtime_api.h). Usage: tests/emu/run_gemm_skinny.sh [seed]; B=DIR puts the
+# objects there (default build/emu).
+set -e
+cd "$(dirname "$0")/../.."
+B=${B:-build/emu}
+mkdir -p "$B"
+sed -n '/^#define SWZ_TMA16/,/^\/\* ---- Hopper wgmma/p' src/cuda/mma.cuh | sed '$d' > "$B/sk_mma.inc"
+sed -e '/#include "cuda\//d' \
+    -e 's/extern __shared__ __align__(1024) uint8_t smem\[\];/uint8_t *smem = emu_smem();/' \
+    src/cuda/gemm_skinny.cu > "$B/sk_kernels.inc"
+grep -q 'ldsm_addr_bt' "$B/sk_mma.inc" && grep -q 'emu_smem()' "$B/sk_kernels.inc" && ! grep -q 'asm' "$B/sk_kernels.inc" ||
+    { echo "run_gemm_skinny.sh: the sed edits no longer match src/cuda/gemm_skinny.cu / mma.cuh"; exit 1; }
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+g++ -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -Wno-unused-function -Isrc -I"$B" -Itests/emu \
+    -I"$CUDA_HOME/include" -o "$B/gemm_skinny_emu" tests/emu/gemm_skinny_emu.cpp -lm
+"$B/gemm_skinny_emu" "$@"
