@@ -103,7 +103,9 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->q = (uint16_t *)sv_carve(a, 2 * (nq > 0 ? nq : 1));
     sv->act = (uint16_t *)sv_carve(a, 2 * nact);
     sv->o = (uint16_t *)sv_carve(a, 2 * (size_t)T * (sv->d.Hv * sv->d.dv > 0 ? sv->d.Hv * sv->d.dv : 1));
-    sv->scratch = sv_carve(a, nscr > 0 ? nscr : 1);
+    /* scratch: the prefill chunks' DeltaNet scratch, and the decode rows' workspace of cuda_dn_batch_step before them */
+    const size_t nws = cuda_dn_batch_ws_bytes(T, sv->d.Hk, sv->d.Hv, sv->d.dk, sv->d.dv);
+    sv->scratch = sv_carve(a, nscr > nws ? nscr : nws > 0 ? nws : 1);
     const size_t kvn = ctx->c->n_full_layers ? (size_t)sv->d.Hkv * ctx->max_seq * sv->d.hd : 1;
     sv->kc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->vc = (uint16_t *)sv_carve(a, 2 * kvn);
@@ -441,9 +443,10 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
             float *S0 = (float *)(sv->slots + sv->S_off[l]);
             uint16_t *ring0 = (uint16_t *)(sv->slots + sv->ring_off[l]);
             if (nd) {
-                DnBatchParams bp = {sv->proj,       n,     ly->conv_w, ly->A_log, ly->dt_bias, S0, ring0,
-                                    sv->slot_bytes, dnr,   dns,        pos,       sv->o,       nd, d->Hk,
-                                    d->Hv,          d->dk, d->dv,      d->K};
+                DnBatchParams bp = {
+                    sv->proj, n,     ly->conv_w, ly->A_log, ly->dt_bias,          S0, ring0, sv->slot_bytes,
+                    dnr,      dns,   pos,        sv->o,     (float *)sv->scratch, nd, d->Hk, d->Hv,
+                    d->dk,    d->dv, d->K};
                 if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
                 DnGatedNormParams gp = {sv->o, sv->proj, n, cd, ly->lin_norm, sv->act, dnr, nd, d->Hv, d->dv, d->eps};
                 if ((rc = cuda_dn_gated_norm_rows(&gp, &lc))) return sv_fail(rc, "gated norm", l, err);

@@ -203,17 +203,25 @@ extern "C" int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l
 
 /* ---- DeltaNet step over slots ---------------------------------------------------------------------------------- */
 
-/* The step kernel's launch shape (deltanet.cuh dn_shape): DN_RPT state rows per thread, VEC columns. */
-/* floats of dynamic shared memory: pq,pk,tq,tk [dk]; pv,tv,dl [cols]; red_m,red_s [nw][cols]; red3 [96] */
-static size_t sb_smem_bytes(int dk, const DnShape *s) {
-    const int nw = s->threads / 32;
-    return sizeof(float) * ((size_t)4 * dk + 3 * s->cols + 2 * nw * s->cols + 96);
+/* Two launches per layer (one CTA per row and head group, then the state pass), so the conv, norms and gates are done
+ * once per row and head instead of once per column split:
+ *   dn_batch_prep  grid (Hk, nd): conv over the ring + the new proj row, ring write, q^/k^ with their L2 norms, v,
+ *                  beta / decay / k^.q^ -> the row's fp32 workspace (dn_ws_ld floats, layout in serve_ops.h);
+ *   dn_batch_state grid (splits / NG, Hv, nd): the state slice S[dk][NG cols] of one head, the step's dots, delta,
+ *                  o and the update.
+ * Both use the launch shape of the decode step (deltanet.cuh dn_shape): prep runs with its thread count so that the
+ * norm sums are the step's own (same per-thread fmaf chains and block_sum3 tree), and the state pass keeps its
+ * thread / row / column mapping (DN_RPT rows x VEC columns per thread, tpr threads per row), so o and S equal the
+ * single-kernel step's bit for bit. */
+
+/* floats per workspace row: q^ [Hk dk], k^ [Hk dk], v [Hv dv], beta [Hv], decay [Hv], kq [Hv]; a multiple of 4 */
+static __host__ __device__ __forceinline__ int dn_ws_ld(int Hk, int Hv, int dk, int dv) {
+    return (2 * Hk * dk + Hv * dv + 3 * Hv + 3) & ~3;
 }
 
-typedef struct SbArgs {
-    DnBatchParams p;
-    int tpr, cols;
-} SbArgs;
+extern "C" size_t cuda_dn_batch_ws_bytes(int nd, int Hk, int Hv, int dk, int dv) {
+    return nd < 1 || Hk < 1 ? 0 : sizeof(float) * (size_t)nd * dn_ws_ld(Hk, Hv, dk, dv);
+}
 
 /* conv_history's view of one slot's ring */
 typedef struct SbConv {
@@ -222,111 +230,154 @@ typedef struct SbConv {
     int K;
 } SbConv;
 
-/* grid (splits, Hv, nd); deltanet_step_f32_cluster<VEC, GO = true> with a row / slot dimension. */
-template <int VEC>
-__global__ void dn_batch_step(const __grid_constant__ SbArgs args) {
-    const DnBatchParams &p = args.p;
-    extern __shared__ float sm[];
-    const int dk = p.dk, dv = p.dv, Hv = p.Hv, cols = args.cols, tpr = args.tpr;
-    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, wid = tid >> 5, nw = nt >> 5;
-    const int split = blockIdx.x, j = blockIdx.y, n = j / (Hv / p.Hk);
-    const int key_dim = p.Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
-    const int e0 = split * cols, ncols = min(cols, dv - e0);
-    const int nrl = nt / tpr, cg = tid % tpr, rl = tid / tpr;
-    const bool col_ok = cg * VEC < ncols;
-
-    float *pq = sm, *pk = pq + dk, *tq = pk + dk, *tk = tq + dk;
-    float *pv = tk + dk, *tv = pv + cols, *dl = tv + cols;
-    float *red_m = dl + cols, *red_s = red_m + nw * cols, *red3 = red_s + nw * cols;
-
+/* grid (Hk, nd), dn_shape threads. CTA (n, i): k-head n of row rows[i] and its r = Hv / Hk v-heads n r .. n r + r-1.
+ * Channels: q n dk + d, k key_dim + n dk + d (d < dk), v 2 key_dim + n r dv + c (c < r dv); each is convolved
+ *   c = bf16(silu(bf16(sum_{j<K-1} w[ch][j] m_{pos-K+1+j} + w[ch][K-1] m_pos)))
+ * (conv_history + conv_finish), and the ring row pos % K gets m_pos. Then
+ *   q^ = q rsqrt(sum q^2 + 1e-6) / sqrt(dk),  k^ = k rsqrt(sum k^2 + 1e-6),  kq = (sum q k) rq rk,
+ * and dn_gates per v-head. Every channel is read and written by one thread only, and the history rows
+ * (positions pos-K+1 .. pos-1) never include row pos % K, so the ring needs no ordering inside the grid. */
+__global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
     pdl_begin();
-    const int row = p.rows[blockIdx.z], slot = p.slot[blockIdx.z], pos = p.pos[row];
-    float *S = (float *)((char *)p.S0 + (size_t)slot * p.stride);
-    uint16_t *ring = (uint16_t *)((char *)p.ring0 + (size_t)slot * p.stride);
+    __shared__ float red3[96];
+    const int dk = p.dk, dv = p.dv, Hv = p.Hv, r = Hv / p.Hk, tid = threadIdx.x, nt = blockDim.x;
+    const int n = blockIdx.x, i = blockIdx.y;
+    const int key_dim = p.Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
+    const int row = p.rows[i], slot = p.slot[i], pos = p.pos[row], rc = pos % p.K;
+    uint16_t *ring = (uint16_t *)((char *)p.ring0 + (size_t)slot * p.stride), *ring_row = ring + (size_t)rc * conv_dim;
     const uint16_t *proj = p.proj + (size_t)row * p.ld_proj;
     const SbConv cv = {p.conv_w, ring, p.K};
+    float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, Hv, dk, dv);
+    float *wq = ws + n * dk, *wk = ws + key_dim + n * dk, *wv = ws + 2 * key_dim + n * r * dv;
+    const int qch0 = n * dk, kch0 = key_dim + n * dk, vch0 = 2 * key_dim + n * r * dv;
 
-    float s[DN_RPT][VEC];
-    float *Sh = S + (size_t)j * dk * dv;
-#pragma unroll
-    for (int i = 0; i < DN_RPT; i++) {
-        const int d = rl + i * nrl;
-        if (d < dk && col_ok)
-            ld_vec<VEC>(Sh + (size_t)d * dv + e0 + cg * VEC, s[i]);
-        else
-#pragma unroll
-            for (int v = 0; v < VEC; v++) s[i][v] = 0.0f;
-    }
-    const int rc = pos % p.K;
-    const int qch0 = n * dk, kch0 = key_dim + n * dk, vch0 = 2 * key_dim + j * dv + e0;
-    for (int d = tid; d < dk; d += nt) {
-        pq[d] = conv_history(cv, conv_dim, qch0 + d, rc, &tq[d]);
-        pk[d] = conv_history(cv, conv_dim, kch0 + d, rc, &tk[d]);
-    }
-    for (int c = tid; c < ncols; c += nt) pv[c] = conv_history(cv, conv_dim, vch0 + c, rc, &tv[c]);
-    const float A_log = p.A_log[j], dt_bias = p.dt_bias[j];
-    /* every block read the ring rows it needs before any block of this row writes row rc: the writes go to row
-     * pos % K, which the reads (rows of positions pos - K + 1 .. pos - 1) never touch */
-
-    const uint16_t *tail = proj + conv_dim + value_dim;
-    const float b_in = bf16u(tail[j]), a_in = bf16u(tail[Hv + j]);
-    uint16_t *ring_row = ring + (size_t)rc * conv_dim;
-    const bool qk_writer = split == 0 && j % (Hv / p.Hk) == 0;
     float ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
     for (int d = tid; d < dk; d += nt) {
-        const float xq = bf16u(proj[qch0 + d]), xk = bf16u(proj[kch0 + d]);
-        const float cq = conv_finish(pq[d], tq[d], xq), ck = conv_finish(pk[d], tk[d], xk);
-        pq[d] = cq;
-        pk[d] = ck;
+        float tq, tk;
+        const float hq = conv_history(cv, conv_dim, qch0 + d, rc, &tq);
+        const float hk = conv_history(cv, conv_dim, kch0 + d, rc, &tk);
+        const float cq = conv_finish(hq, tq, bf16u(proj[qch0 + d])), ck = conv_finish(hk, tk, bf16u(proj[kch0 + d]));
+        wq[d] = cq;
+        wk[d] = ck;
         ssq = fmaf(cq, cq, ssq);
         ssk = fmaf(ck, ck, ssk);
         sqk = fmaf(cq, ck, sqk);
-        if (qk_writer) ring_row[qch0 + d] = proj[qch0 + d], ring_row[kch0 + d] = proj[kch0 + d];
+        ring_row[qch0 + d] = proj[qch0 + d];
+        ring_row[kch0 + d] = proj[kch0 + d];
     }
-    for (int c = tid; c < ncols; c += nt) {
-        const float xv = bf16u(proj[vch0 + c]);
-        pv[c] = conv_finish(pv[c], tv[c], xv);
+    for (int c = tid; c < r * dv; c += nt) {
+        float tv;
+        const float hv = conv_history(cv, conv_dim, vch0 + c, rc, &tv);
+        wv[c] = conv_finish(hv, tv, bf16u(proj[vch0 + c]));
         ring_row[vch0 + c] = proj[vch0 + c];
     }
     block_sum3(&ssq, &ssk, &sqk, red3);
 
     const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
-    const float kq = sqk * rq * rk;
-    float beta, decay;
-    dn_gates(b_in, a_in, dt_bias, A_log, &beta, &decay);
+    for (int d = tid; d < dk; d += nt) { /* the values this thread wrote above */
+        wq[d] *= rq;
+        wk[d] *= rk;
+    }
+    const uint16_t *tail = proj + conv_dim + value_dim;
+    float *wg = ws + 2 * key_dim + value_dim; /* beta [Hv], decay [Hv], kq [Hv] */
+    for (int jj = tid; jj < r; jj += nt) {
+        const int j = n * r + jj;
+        dn_gates(bf16u(tail[j]), bf16u(tail[Hv + j]), p.dt_bias[j], p.A_log[j], &wg[j], &wg[Hv + j]);
+        wg[2 * Hv + j] = sqk * rq * rk;
+    }
+}
 
-    float kd[DN_RPT], qd[DN_RPT], mem[VEC], sq[VEC];
+typedef struct SbArgs {
+    DnBatchParams p;
+    int tpr, cols;
+} SbArgs;
+
+/* floats of dynamic shared memory of dn_batch_state: red_m, red_s [nw][NG cols]; dl [NG cols] */
+static size_t sb_smem_bytes(const DnShape *s, int ng) {
+    return sizeof(float) * (size_t)(2 * (s->threads / 32) + 1) * ng * s->cols;
+}
+
+/* grid (ceil(splits / NG), Hv, nd), dn_shape threads. CTA (x, j, i): head j of row rows[i] on slot slot[i], columns
+ * e0 = x NG cols .. + NG cols of its state S[dk][dv]. Thread (rl, cg) = (tid / tpr, tid % tpr) holds state rows
+ * rl + m nrl (m < DN_RPT, nrl = threads / tpr) at columns e0 + g cols + cg VEC .. + VEC (g < NG): NG groups of
+ * the decode step's column split, each reduced exactly as there (dn_state_dots, then the warps in order):
+ *   mem = S^T k^,  sq = S^T q^,  delta = beta (v - decay mem),
+ *   o = bf16(decay sq + delta kq)  (= S_new^T q^ with S_new = decay S + k^ delta^T),  S <- decay S + k^ delta^T.
+ * The state slice is this CTA's only large read; it is issued before the wait on dn_batch_prep (PDL contract 1:
+ * state rows of earlier tokens; prep never touches S). */
+template <int VEC, int NG>
+__global__ void dn_batch_state(const __grid_constant__ SbArgs args) {
+    const DnBatchParams &p = args.p;
+    extern __shared__ float sm[];
+    const int dk = p.dk, dv = p.dv, Hv = p.Hv, cols = args.cols, tpr = args.tpr, ccols = NG * cols;
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, wid = tid >> 5, nw = nt >> 5;
+    const int j = blockIdx.y, n = j / (Hv / p.Hk), i = blockIdx.z;
+    const int e0 = blockIdx.x * ccols, nrl = nt / tpr, cg = tid % tpr, rl = tid / tpr;
+    float *red_m = sm, *red_s = red_m + nw * ccols, *dl = red_s + nw * ccols;
+
+    float *Sh = (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * dk * dv;
+    float s[NG][DN_RPT][VEC];
 #pragma unroll
-    for (int i = 0; i < DN_RPT; i++) {
-        const int d = rl + i * nrl;
-        kd[i] = d < dk ? pk[d] * rk : 0.0f;
-        qd[i] = d < dk ? pq[d] * rq : 0.0f;
-    }
-    dn_state_dots<DN_RPT, VEC>(s, kd, qd, tpr, mem, sq);
-    if (lane < tpr)
+    for (int g = 0; g < NG; g++) {
+        const int c0 = e0 + g * cols + cg * VEC;
 #pragma unroll
-        for (int v = 0; v < VEC; v++) {
-            red_m[wid * cols + cg * VEC + v] = mem[v];
-            red_s[wid * cols + cg * VEC + v] = sq[v];
+        for (int m = 0; m < DN_RPT; m++) {
+            const int d = rl + m * nrl;
+            if (d < dk && c0 < dv)
+                ld_vec<VEC>(Sh + (size_t)d * dv + c0, s[g][m]);
+            else
+#pragma unroll
+                for (int v = 0; v < VEC; v++) s[g][m][v] = 0.0f;
         }
+    }
+    pdl_begin();
+
+    const int key_dim = p.Hk * dk, value_dim = Hv * dv;
+    const float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, Hv, dk, dv);
+    const float *wq = ws + n * dk, *wk = ws + key_dim + n * dk, *wv = ws + 2 * key_dim + j * dv;
+    const float *wg = ws + 2 * key_dim + value_dim;
+    float kd[DN_RPT], qd[DN_RPT];
+#pragma unroll
+    for (int m = 0; m < DN_RPT; m++) {
+        const int d = rl + m * nrl;
+        kd[m] = d < dk ? wk[d] : 0.0f;
+        qd[m] = d < dk ? wq[d] : 0.0f;
+    }
+    const float beta = wg[j], decay = wg[Hv + j], kq = wg[2 * Hv + j];
+
+#pragma unroll
+    for (int g = 0; g < NG; g++) {
+        float mem[VEC], sq[VEC];
+        dn_state_dots<DN_RPT, VEC>(s[g], kd, qd, tpr, mem, sq);
+        if (lane < tpr)
+#pragma unroll
+            for (int v = 0; v < VEC; v++) {
+                red_m[wid * ccols + g * cols + cg * VEC + v] = mem[v];
+                red_s[wid * ccols + g * cols + cg * VEC + v] = sq[v];
+            }
+    }
     __syncthreads();
-    uint16_t *orow = p.o + (size_t)row * value_dim + (size_t)j * dv + e0;
-    for (int c = tid; c < ncols; c += nt) {
+    uint16_t *orow = p.o + (size_t)p.rows[i] * value_dim + (size_t)j * dv;
+    for (int c = tid; c < ccols && e0 + c < dv; c += nt) {
         float mm = 0.0f, q = 0.0f;
-        for (int w = 0; w < nw; w++) mm += red_m[w * cols + c], q += red_s[w * cols + c];
-        const float delta = beta * (pv[c] - decay * mm);
+        for (int w = 0; w < nw; w++) mm += red_m[w * ccols + c], q += red_s[w * ccols + c];
+        const float delta = beta * (wv[e0 + c] - decay * mm);
         dl[c] = delta;
-        orow[c] = bf16_bits(fmaf(delta, kq, decay * q));
+        orow[e0 + c] = bf16_bits(fmaf(delta, kq, decay * q));
     }
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < DN_RPT; i++) {
-        const int d = rl + i * nrl;
-        if (d < dk && col_ok) {
-            float t[VEC];
+    for (int g = 0; g < NG; g++) {
+        const int c0 = e0 + g * cols + cg * VEC;
 #pragma unroll
-            for (int v = 0; v < VEC; v++) t[v] = fmaf(kd[i], dl[cg * VEC + v], decay * s[i][v]);
-            st_vec<VEC>(Sh + (size_t)d * dv + e0 + cg * VEC, t);
+        for (int m = 0; m < DN_RPT; m++) {
+            const int d = rl + m * nrl;
+            if (d < dk && c0 < dv) {
+                float t[VEC];
+#pragma unroll
+                for (int v = 0; v < VEC; v++) t[v] = fmaf(kd[m], dl[g * cols + cg * VEC + v], decay * s[g][m][v]);
+                st_vec<VEC>(Sh + (size_t)d * dv + c0, t);
+            }
         }
     }
 }
@@ -334,17 +385,25 @@ __global__ void dn_batch_step(const __grid_constant__ SbArgs args) {
 extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->A_log || !p->dt_bias || !p->S0 || !p->ring0 || !p->rows || !p->slot ||
-        !p->pos || !p->o || p->nd < 1 || p->nd > 65535 || p->Hk < 1 || p->Hv < 1 || p->Hv % p->Hk || p->K < 1 ||
-        p->Hv > 65535 || dn_shape(p->dk, p->dv, &sh))
+        !p->pos || !p->o || !p->ws || ((uintptr_t)p->ws & 15) || p->nd < 1 || p->nd > 65535 || p->Hk < 1 || p->Hv < 1 ||
+        p->Hv % p->Hk || p->K < 1 || p->Hk > 65535 || p->Hv > 65535 || dn_shape(p->dk, p->dv, &sh))
         return (int)cudaErrorInvalidValue;
+    const dim3 block((unsigned)sh.threads, 1, 1);
+    int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, 0, l, *p);
+    if (rc) return rc;
     SbArgs a;
     a.p = *p;
     a.tpr = sh.tpr;
     a.cols = sh.cols;
-    const dim3 grid((unsigned)sh.splits, (unsigned)p->Hv, (unsigned)p->nd), block((unsigned)sh.threads, 1, 1);
-    const size_t smem = sb_smem_bytes(p->dk, &sh);
-    return sh.vec == 4 ? launch_kernel(dn_batch_step<4>, grid, block, smem, l, a)
-                       : launch_kernel(dn_batch_step<1>, grid, block, smem, l, a);
+    /* two column groups per CTA when the splits pair up: half the CTAs, twice the state loads in flight per thread */
+    const int ng = sh.splits % 2 == 0 ? 2 : 1;
+    const dim3 grid((unsigned)(sh.splits / ng), (unsigned)p->Hv, (unsigned)p->nd);
+    const size_t smem = sb_smem_bytes(&sh, ng);
+    if (sh.vec == 4)
+        return ng == 2 ? launch_kernel(dn_batch_state<4, 2>, grid, block, smem, l, a)
+                       : launch_kernel(dn_batch_state<4, 1>, grid, block, smem, l, a);
+    return ng == 2 ? launch_kernel(dn_batch_state<1, 2>, grid, block, smem, l, a)
+                   : launch_kernel(dn_batch_state<1, 1>, grid, block, smem, l, a);
 }
 
 /* grid (Hv, nd), 128 threads. */

@@ -62,8 +62,10 @@ int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l);
 /* The DeltaNet decode step (cuda_deltanet_step with gated_out: the same formulas and per-lane sums) for nd rows, each
  * on its own state slot: row rows[i] of proj (bf16 [T][ld_proj], [m | z | b | a]) at position pos[rows[i]], slot
  * slot[i] whose S is (float *)((char *)S0 + slot * stride) and conv ring (uint16_t *)((char *)ring0 + slot * stride)
- * (S0, ring0: slot 0's S and ring of this layer). Writes o[rows[i]] = bf16(o) (bf16 [T][Hv dv]). Grid
- * (splits, Hv, nd). */
+ * (S0, ring0: slot 0's S and ring of this layer). Writes o[rows[i]] = bf16(o) (bf16 [T][Hv dv]). Two launches: the
+ * conv / norms / gates of each (row, k-head), grid (Hk, nd), into ws; then the state pass, grid (column splits, Hv,
+ * nd). ws: fp32, cuda_dn_batch_ws_bytes(nd, ...) bytes, 16-byte aligned; row i holds q^ [Hk dk], k^ [Hk dk],
+ * v [Hv dv] (after conv + SiLU), beta [Hv], decay [Hv], k^.q^ [Hv] (its content is scratch for the caller). */
 typedef struct DnBatchParams {
     const uint16_t *proj;
     int ld_proj;
@@ -73,8 +75,10 @@ typedef struct DnBatchParams {
     size_t stride; /* bytes between slots */
     const int32_t *rows, *slot, *pos;
     uint16_t *o;
+    float *ws;
     int nd, Hk, Hv, dk, dv, K;
 } DnBatchParams;
+size_t cuda_dn_batch_ws_bytes(int nd, int Hk, int Hv, int dk, int dv);
 int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l);
 
 /* The gated RMSNorm of those rows (MV_IN_GATED's formula): per v-head j of row r = rows[i],

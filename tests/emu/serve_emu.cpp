@@ -7,8 +7,9 @@
  *   paged_attn: each row over its own positions 0 .. pos through its block table, within 2e-4 max |o| + 1.5 bf16
  *     steps of a double reference, gated and not, with 1, 2, 4 and 8 query heads per kv head (a 1 % score scale
  *     error fails);
- *   dn_batch_step + gated norm: o, S and y of two decode rows on their slots (one new, one with history) within
- *     bounds of a double reference; the ring row written bitwise; the third slot and the other rows untouched;
+ *   dn_batch_step (prep + state pass) + gated norm: o, S and y of four decode rows on their slots (one new at
+ *     position 0, three with history) within bounds of a double reference; the ring row written bitwise; the
+ *     fifth slot and the other rows untouched;
  *   gather: bitwise.
  * Exit 1 on a failed bound. Usage: serve_emu [seed]. */
 // clang-format off
@@ -209,13 +210,16 @@ static void attn_case(int hd, int gated, int norm_mode, int sub, int Hq, int Hkv
 
 /* ---- DeltaNet step over slots ---------------------------------------------------------------------------------- */
 
+/* Four decode rows (of six) on four of five slots: a new sequence at position 0 on a zeroed slot, one at position 2
+ * (the ring's oldest row is from position -1: the kernel reads it as it is, so does the reference), two with long
+ * histories; slot 1 and rows 0, 2 must stay untouched. */
 static void dn_case(int Hk, int Hv, int dk, int dv) {
-    const int K = 4, T = 4, n_slots = 3, nd = 2;
+    const int K = 4, T = 6, n_slots = 5, nd = 4;
     const int key_dim = Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
     const int ld = conv_dim + value_dim + 2 * Hv + 8;
     const size_t S_n = (size_t)Hv * dk * dv, S_b = ((S_n * 4 + 255) / 256) * 256, ring_n = (size_t)K * conv_dim;
     const size_t stride = S_b + ((ring_n * 2 + 255) / 256) * 256;
-    const int rows[nd] = {1, 3}, slot[nd] = {2, 0}, pos[T] = {-1, 5, -1, 0};
+    const int rows[nd] = {1, 3, 4, 5}, slot[nd] = {2, 0, 4, 3}, pos[T] = {-1, 5, -1, 0, 2, 9};
     uint16_t *proj = bfv((size_t)T * ld, 1.0f);
     float *conv_w = fv((size_t)conv_dim * K, 0.0f, 0.5f), *A_log = fv(Hv, 0.0f, 0.5f), *dt_bias = fv(Hv, 0.0f, 0.5f);
     float *nw = fv(dv, 1.0f, 0.2f);
@@ -231,15 +235,19 @@ static void dn_case(int Hk, int Hv, int dk, int dv) {
     uint16_t *o = (uint16_t *)malloc((size_t)T * value_dim * 2), *y = (uint16_t *)malloc((size_t)T * value_dim * 2);
     memset(o, 0xff, (size_t)T * value_dim * 2);
     memset(y, 0xff, (size_t)T * value_dim * 2);
+    const size_t ws_b = cuda_dn_batch_ws_bytes(nd, Hk, Hv, dk, dv);
+    float *ws = (float *)aligned_alloc(64, (ws_b + 63) / 64 * 64);
+    memset(ws, 0xff, ws_b); /* NaN: every value the state pass reads must have been written by the prep pass */
     const CudaLaunch lc = {0, 0, NULL, 0};
     DnBatchParams bp = {
-        proj, ld, conv_w, A_log, dt_bias, (float *)slots, (uint16_t *)(slots + S_b), stride, rows, slot, pos, o, nd,
+        proj, ld, conv_w, A_log, dt_bias, (float *)slots, (uint16_t *)(slots + S_b), stride, rows, slot, pos, o, ws, nd,
         Hk,   Hv, dk,     dv,    K};
     check(cuda_dn_batch_step(&bp, &lc) == 0, "dn_batch_step launch");
     DnGatedNormParams gp = {o, proj, ld, conv_dim, nw, y, rows, nd, Hv, dv, 1e-6f};
     check(cuda_dn_gated_norm_rows(&gp, &lc) == 0, "dn_gated_norm launch");
 
     int bad_o = 0, bad_S = 0, bad_y = 0, bad_ring = 0, bad_other = 0;
+    double err_o = 0, err_S = 0, err_y = 0; /* max |got - ref| / max |ref| of the head */
     for (int i = 0; i < nd; i++) {
         const int r = rows[i], p = pos[r], rc = p % K;
         const uint16_t *m = proj + (size_t)r * ld;
@@ -270,7 +278,7 @@ static void dn_case(int Hk, int Hv, int dk, int dv) {
             const double xa = bff(m[conv_dim + value_dim + Hv + j]) + dt_bias[j];
             const double decay = exp(-exp((double)A_log[j]) * (xa > 20 ? xa : log1p(exp(xa))));
             std::vector<double> ov(dv), Sn((size_t)dk * dv);
-            double omax = 0, smax = 0, ss = 0;
+            double omax = 0, smax = 0, ss = 0, eo = 0, es = 0;
             for (int e = 0; e < dv; e++) {
                 double mem = 0, qs = 0;
                 for (int d = 0; d < dk; d++) {
@@ -292,16 +300,21 @@ static void dn_case(int Hk, int Hv, int dk, int dv) {
             }
             for (int e = 0; e < dv; e++) {
                 const double got = bff(o[(size_t)r * value_dim + j * dv + e]);
+                eo = fmax(eo, fabs(got - ov[e]));
                 if (!(fabs(got - ov[e]) <= 1e-3 * omax + 1.0 / 256 * fabs(ov[e]))) {
                     if (bad_o < 4) fprintf(stderr, "  o row %d head %d e %d: got %g ref %g\n", r, j, e, got, ov[e]);
                     bad_o++;
                 }
                 ss += got * got;
-                for (int d = 0; d < dk; d++)
-                    bad_S += !(fabs(S1[((size_t)j * dk + d) * dv + e] - Sn[(size_t)d * dv + e]) <= 1e-5 * smax + 1e-7);
+                for (int d = 0; d < dk; d++) {
+                    const double ds = fabs(S1[((size_t)j * dk + d) * dv + e] - Sn[(size_t)d * dv + e]);
+                    es = fmax(es, ds);
+                    bad_S += !(ds <= 1e-5 * smax + 1e-7);
+                }
             }
+            err_o = fmax(err_o, eo / omax), err_S = fmax(err_S, es / smax);
             const double rstd = 1.0 / sqrt(ss / dv + 1e-6);
-            double ymax = 0;
+            double ymax = 0, ey = 0;
             std::vector<double> yr(dv);
             for (int e = 0; e < dv; e++) {
                 const double u = rbf((float)(bff(o[(size_t)r * value_dim + j * dv + e]) * rstd));
@@ -311,26 +324,34 @@ static void dn_case(int Hk, int Hv, int dk, int dv) {
             }
             for (int e = 0; e < dv; e++) {
                 const double got = bff(y[(size_t)r * value_dim + j * dv + e]);
+                ey = fmax(ey, fabs(got - yr[e]));
                 if (!(fabs(got - yr[e]) <= 1e-3 * ymax + 2.0 / 256 * fabs(yr[e]))) {
                     if (bad_y < 4) fprintf(stderr, "  y row %d head %d e %d: got %g ref %g\n", r, j, e, got, yr[e]);
                     bad_y++;
                 }
             }
+            err_y = fmax(err_y, ey / ymax);
         }
     }
     bad_other += memcmp(slots + 1 * stride, slots0 + 1 * stride, stride) != 0; /* slot 1: in no row */
-    for (int r = 0; r < T; r++)
-        if (r != rows[0] && r != rows[1])
+    for (int r = 0; r < T; r++) {
+        bool used = false;
+        for (int i = 0; i < nd; i++) used |= rows[i] == r;
+        if (!used)
             for (int e = 0; e < value_dim; e++)
                 bad_other += o[(size_t)r * value_dim + e] != 0xffff || y[(size_t)r * value_dim + e] != 0xffff;
+    }
     check(bad_o == 0, "dn step o");
     check(bad_S == 0, "dn step S");
     check(bad_y == 0, "dn gated norm y");
     check(bad_ring == 0, "dn step conv ring");
     check(bad_other == 0, "dn step touched another slot or row");
-    printf("  deltanet Hk %d Hv %d dk %3d dv %3d: o %d, S %d, y %d, ring %d, other %d bad\n", Hk, Hv, dk, dv, bad_o,
-           bad_S, bad_y, bad_ring, bad_other);
+    printf(
+        "  deltanet Hk %d Hv %d dk %3d dv %3d, %d rows: o %d, S %d, y %d, ring %d, other %d bad (max err / max |ref| "
+        "o %.2e, S %.2e, y %.2e)\n",
+        Hk, Hv, dk, dv, nd, bad_o, bad_S, bad_y, bad_ring, bad_other, err_o, err_S, err_y);
     free(proj), free(conv_w), free(A_log), free(dt_bias), free(nw), free(slots), free(slots0), free(o), free(y);
+    free(ws);
 }
 
 static void gather_case(void) {
@@ -378,8 +399,10 @@ int main(int argc, char **argv) {
     attn_case(64, 0, NORM_PLAIN, 0, 4, 4); /* G = 1 */
     attn_case(128, 1, NORM_ZC, 1, 4, 2);   /* G = 2, a row list */
     attn_case(32, 1, NORM_ZC, 0, 16, 2);   /* G = 8, one dim per lane */
-    dn_case(1, 2, 128, 128);
-    dn_case(2, 4, 32, 48);
+    dn_case(1, 2, 128, 128);               /* 16 columns per split, two splits per state CTA */
+    dn_case(2, 4, 32, 48);                 /* 6 splits of 8 columns: 3 state CTAs per head */
+    dn_case(1, 1, 64, 36);                 /* 5 splits of 8 columns: one per state CTA, the last one half empty */
+    dn_case(1, 2, 16, 30);                 /* dv % 4 != 0: one column per thread */
     gather_case();
     argmax_case();
     printf("serve_emu: %s\n", fails ? "FAILED" : "all bounds met");
