@@ -211,8 +211,8 @@ extern "C" int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l
  *                  o and the update.
  * Both use the launch shape of the decode step (deltanet.cuh dn_shape): prep runs with its thread count so that the
  * norm sums are the step's own (same per-thread fmaf chains and block_sum3 tree), and the state pass keeps its
- * thread / row / column mapping (DN_RPT rows x VEC columns per thread, tpr threads per row), so o and S equal the
- * single-kernel step's bit for bit. */
+ * thread / row / column mapping (DN_RPT rows x VEC columns per thread, tpr threads per row), so o and S are those of
+ * the single-sequence decode step (deltanet.cu: same formulas, sums and fmaf order) bit for bit. */
 
 /* floats per workspace row: q^ [Hk dk], k^ [Hk dk], v [Hv dv], beta [Hv], decay [Hv], kq [Hv]; a multiple of 4 */
 static __host__ __device__ __forceinline__ int dn_ws_ld(int Hk, int Hv, int dk, int dv) {
