@@ -47,6 +47,10 @@ struct CudaServe {
     uint16_t *h, *proj, *q, *act, *o;
     uint16_t *kc, *vc; /* a prefill chunk's sequence gathered from the pools: bf16 [Hkv][max_seq][hd] each */
     void *scratch;
+    float *pa_work; /* cuda_paged_attn's split partials: pa_work_n floats */
+    size_t pa_work_n;
+    void *am_work; /* cuda_rows_argmax's chunk bests: am_work_bytes */
+    size_t am_work_bytes;
     int32_t
         *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables, then [tmax] argmax ids */
     int32_t *ints_host;
@@ -110,6 +114,11 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->kc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->vc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->lm = (float *)sv_carve(a, sizeof(float) * (size_t)sv->lm_rows * ctx->c->vocab_size);
+    /* decode rows of a pass: at most one per piece, 256 pieces (SV_MAX_PIECES); logits rows: at most T */
+    sv->pa_work_n = ctx->c->n_full_layers ? paged_attn_work_floats(T < 256 ? T : 256, sv->d.Hq, sv->d.hd) : 1;
+    sv->pa_work = (float *)sv_carve(a, sizeof(float) * sv->pa_work_n);
+    sv->am_work_bytes = rows_argmax_work_bytes(T, ctx->c->vocab_size);
+    sv->am_work = sv_carve(a, sv->am_work_bytes);
     sv->n_ints = 7 * (size_t)T + (size_t)n_tables;
     sv->ints = (int32_t *)sv_carve(a, sizeof(int32_t) * sv->n_ints);
 }
@@ -413,7 +422,9 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
                                       d->Hkv,
                                       hd,
                                       block,
-                                      1.0f / sqrtf((float)hd)};
+                                      1.0f / sqrtf((float)hd),
+                                      sv->pa_work,
+                                      sv->pa_work_n};
                 if ((rc = cuda_paged_attn(&ap, &lc))) return sv_fail(rc, "paged_attn", l, err);
             }
             /* prefill chunks: the sequence gathered into the single-sequence layout, then the prefill flash kernel
@@ -502,7 +513,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         int any_am = 0;
         for (int k = 0; k < m; k++) any_am |= am_dst[r0 + k] != NULL;
         if (any_am) {
-            RowsArgmaxParams ap = {sv->lm, m, V, ctx->n_valid, am_dev + r0};
+            RowsArgmaxParams ap = {sv->lm, m, V, ctx->n_valid, am_dev + r0, sv->am_work, sv->am_work_bytes};
             if ((rc = cuda_rows_argmax(&ap, &lc))) return sv_fail(rc, "argmax", -1, err);
             e = cudaMemcpyAsync(am_host + r0, am_dev + r0, sizeof(int32_t) * (size_t)m, cudaMemcpyDeviceToHost,
                                 ctx->stream);

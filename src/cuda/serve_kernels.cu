@@ -86,97 +86,198 @@ extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
 
 /* ---- paged attention ------------------------------------------------------------------------------------------- */
 
-#define PA_WARPS 4
+#define PA_NW 8 /* warps per CTA of the split kernel */
 
-/* grid (Hq / G, rows), 128 threads: the CTA takes query heads j0 .. j0 + G - 1 (j0 = G blockIdx.x) of one row, all
- * reading kv head j0 / (Hq / Hkv) (G divides Hq / Hkv), so each K / V row is loaded once for the G heads and their G
- * warp reductions run side by side. Lane holds dims lane*EPL .. + EPL - 1 (EPL = hd / 32 <= 8) of each head's q and
- * running o and of each K / V row it reads (16 bytes per lane at hd 256: a row is one coalesced 512-byte read). Warp w
- * takes positions w, w + 4, ...; the warps are merged in order. A head's values do not depend on G. */
-template <int G>
-__global__ void __launch_bounds__(PA_WARPS * 32) paged_attn_rows(const __grid_constant__ PagedAttnParams p) {
+/* NE bf16 values of one lane (dims lane*epl .. + epl - 1 of a row; epl <= NE, NE = 1, 2, 4, 8) as (NE + 1) / 2 packed
+ * words, zero past epl: one vector load when epl == NE, else element by element (hd not a power of two). */
+template <int NE>
+__device__ __forceinline__ void pa_ld_row(const uint16_t *p, uint32_t *w, int epl) {
+    if (epl == NE) {
+        if (NE == 8) {
+            const uint4 t = *reinterpret_cast<const uint4 *>(p);
+            w[0] = t.x, w[1] = t.y, w[2] = t.z, w[3] = t.w;
+        } else if (NE == 4) {
+            const uint2 t = *reinterpret_cast<const uint2 *>(p);
+            w[0] = t.x, w[1] = t.y;
+        } else if (NE == 2) {
+            w[0] = *reinterpret_cast<const uint32_t *>(p);
+        } else {
+            w[0] = p[0];
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < (NE + 1) / 2; i++) w[i] = 0u;
+#pragma unroll
+    for (int i = 0; i < NE; i++)
+        if (i < epl) w[i >> 1] |= (uint32_t)p[i] << (16 * (i & 1));
+}
+__device__ __forceinline__ float pa_wbf(const uint32_t *w, int i) {
+    return i & 1 ? bf_hi(w[i >> 1]) : bf_lo(w[i >> 1]);
+}
+
+/* Split kernel: grid (Hq / G, T, PA_MAX_SPLIT), PA_NW warps. CTA (x, i, s) takes query heads j0 .. j0 + G - 1
+ * (j0 = G x; G divides Hq / Hkv and G NE <= 32) of row t = rows[i], all reading kv head j0 / (Hq / Hkv), over positions
+ * [s chunk, min(len, (s + 1) chunk)), chunk = pa_chunk(len), len = pos[t] + 1 (a CTA past the row's last split exits).
+ * Lane l holds dims l epl .. + epl - 1 (epl = hd / 32 <= NE) of the G query heads (pre-scaled by scale log2(e): scores in
+ * base 2) and of their running o. Warp w takes the U consecutive positions tb .. tb + U - 1 for tb = s0 + U w, then
+ * tb + U PA_NW, ...: the U K rows and U V rows are loaded together (U 512-byte reads in flight per warp at hd 256),
+ * then U G warp sums, one online-softmax update per head per U positions. The warps merge in order w = 0 .. 7 through
+ * shared memory into (o = sum 2^(d - M) V unnormalised, M, L = sum 2^(d - M)) per head, written to
+ * work[i][j][s][0 .. hd + 1]. */
+template <int G, int NE>
+__global__ void __launch_bounds__(PA_NW * 32, 2) paged_attn_split(const __grid_constant__ PagedAttnParams p) {
+    constexpr int W = (NE + 1) / 2, U = G * NE <= 4 ? 8 : G * NE <= 16 ? 4 : G <= 4 ? 4 : 2;
+    __shared__ float sm_o[PA_NW][G * NE * 32];
+    __shared__ float sm_m[PA_NW][G], sm_l[PA_NW][G];
     pdl_begin();
-    __shared__ float sm_o[PA_WARPS][G * 256];
-    __shared__ float sm_m[PA_WARPS][G], sm_l[PA_WARPS][G];
-    const int j0 = blockIdx.x * G, t = p.rows ? p.rows[blockIdx.y] : (int)blockIdx.y, warp = threadIdx.x >> 5,
-              lane = threadIdx.x & 31;
-    const int hd = p.hd, epl = hd / 32, kvh = j0 / (p.Hq / p.Hkv), pos = p.pos[t], tab = p.tab[t];
-    float q[G][8], o[G][8], m[G], lsum[G];
+    const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, len = p.pos[t] + 1, chunk = pa_chunk(len);
+    const int s0 = blockIdx.z * chunk, s1 = min(len, s0 + chunk);
+    if (s0 >= len) return;
+    const int j0 = blockIdx.x * G, kvh = j0 / (p.Hq / p.Hkv), hd = p.hd, epl = hd / 32, block = p.block;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int32_t *table = p.tables + p.tab[t];
+    const float qscale = p.scale * 1.4426950408889634f;
+    float q[G][NE], o[G][NE], m[G], l[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        const uint16_t *qr = p.q + ((size_t)t * p.Hq + j0 + g) * hd + lane * epl;
+        uint32_t qw[W];
+        pa_ld_row<NE>(p.q + ((size_t)t * p.Hq + j0 + g) * hd + lane * epl, qw, epl);
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            q[g][e] = e < epl ? bf16u(qr[e]) : 0.0f;
-            o[g][e] = 0.0f;
-        }
-        m[g] = -1e30f;
-        lsum[g] = 0.0f;
+        for (int e = 0; e < NE; e++) q[g][e] = pa_wbf(qw, e) * qscale, o[g][e] = 0.0f;
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
     }
-    for (int s = warp; s <= pos; s += PA_WARPS) {
-        const size_t off = paged_off(p.tables, tab, s, kvh, p.Hkv, p.block, hd) + (size_t)lane * epl;
-        const uint16_t *kr = p.k_pool + off, *vr = p.v_pool + off;
-        float k[8], v[8], d[G];
+    for (int tb = s0 + warp * U; tb < s1; tb += PA_NW * U) {
+        uint32_t kr[U][W], vr[U][W];
+        int b = tb / block, r = tb - b * block; /* position tb + u: row r of block table[b] */
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            k[e] = e < epl ? bf16u(kr[e]) : 0.0f;
-            v[e] = e < epl ? bf16u(vr[e]) : 0.0f;
+        for (int u = 0; u < U; u++) {
+            if (tb + u < s1) {
+                const size_t off = (((size_t)table[b] * p.Hkv + kvh) * block + r) * hd + (size_t)lane * epl;
+                pa_ld_row<NE>(p.k_pool + off, kr[u], epl);
+                pa_ld_row<NE>(p.v_pool + off, vr[u], epl);
+            } else {
+#pragma unroll
+                for (int e = 0; e < W; e++) kr[u][e] = vr[u][e] = 0u;
+            }
+            if (++r == block) r = 0, b++;
         }
+        float sc[U][G];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int e = 0; e < NE; e++) d = fmaf(q[g][e], pa_wbf(kr[u], e), d);
+                d = warp_sum(d);
+                sc[u][g] = tb + u < s1 ? d : -INFINITY;
+            }
 #pragma unroll
         for (int g = 0; g < G; g++) {
-            d[g] = 0.0f;
+            float mx = m[g];
 #pragma unroll
-            for (int e = 0; e < 8; e++)
-                if (e < epl) d[g] = fmaf(q[g][e], k[e], d[g]);
-        }
+            for (int u = 0; u < U; u++) mx = fmaxf(mx, sc[u][g]);
+            const float alpha = exp2f(m[g] - mx); /* 0 on the first batch (m = -inf) */
+            l[g] *= alpha;
 #pragma unroll
-        for (int g = 0; g < G; g++) d[g] = warp_sum(d[g]) * p.scale;
+            for (int e = 0; e < NE; e++) o[g][e] *= alpha;
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            const float mn = fmaxf(m[g], d[g]), corr = expf(m[g] - mn), pr = expf(d[g] - mn);
-            lsum[g] = fmaf(lsum[g], corr, pr);
+            for (int u = 0; u < U; u++) {
+                const float pu = exp2f(sc[u][g] - mx);
+                l[g] += pu;
 #pragma unroll
-            for (int e = 0; e < 8; e++)
-                if (e < epl) o[g][e] = fmaf(o[g][e], corr, pr * v[e]);
-            m[g] = mn;
+                for (int e = 0; e < NE; e++) o[g][e] = fmaf(pu, pa_wbf(vr[u], e), o[g][e]);
+            }
+            m[g] = mx;
         }
     }
+    /* a warp without positions keeps m = -inf, l = 0, o = 0: weight 0 below (warp 0 always has positions) */
 #pragma unroll
     for (int g = 0; g < G; g++) {
 #pragma unroll
-        for (int e = 0; e < 8; e++)
+        for (int e = 0; e < NE; e++)
             if (e < epl) sm_o[warp][g * hd + lane * epl + e] = o[g][e];
-        if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = lsum[g];
+        if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = l[g];
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < G * hd; i += PA_WARPS * 32) {
-        const int g = i / hd, dd = i - g * hd, j = j0 + g;
+    const size_t ld = (size_t)hd + 2;
+    float *ws = p.work + (((size_t)i * p.Hq + j0) * PA_MAX_SPLIT + blockIdx.z) * ld;
+    for (int idx = threadIdx.x; idx < G * hd; idx += PA_NW * 32) {
+        const int g = idx / hd, d = idx - g * hd;
         float M = sm_m[0][g];
-        for (int w = 1; w < PA_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
+        for (int w = 1; w < PA_NW; w++) M = fmaxf(M, sm_m[w][g]);
         float L = 0.0f, acc = 0.0f;
-        for (int w = 0; w < PA_WARPS; w++) {
-            const float f = expf(sm_m[w][g] - M);
+        for (int w = 0; w < PA_NW; w++) {
+            const float f = exp2f(sm_m[w][g] - M);
             L = fmaf(sm_l[w][g], f, L);
-            acc = fmaf(sm_o[w][i], f, acc);
+            acc = fmaf(sm_o[w][idx], f, acc);
         }
-        float y = rbf(acc * (1.0f / L));
-        if (p.gate) y = rbf(y * rbf(sigmoid_acc(bf16u(p.gate[(size_t)t * p.gate_ld + (size_t)j * p.gate_hs + dd]))));
-        p.out[(size_t)t * p.Hq * hd + (size_t)j * hd + dd] = bf16_bits(y);
+        float *wg = ws + (size_t)g * PA_MAX_SPLIT * ld;
+        wg[d] = acc;
+        if (d == 0) wg[hd] = M, wg[hd + 1] = L;
     }
 }
 
+/* Merge kernel: grid (Hq, T), hd threads: head j of row t = rows[i] from its n = ceil(len / chunk) splits, in order:
+ *   M = max_s M_s, L = sum_s 2^(M_s - M) L_s, o = sum_s 2^(M_s - M) o_s;  out = bf16(o / L), then the gate. */
+__global__ void __launch_bounds__(256) paged_attn_merge(const __grid_constant__ PagedAttnParams p) {
+    pdl_begin();
+    const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, j = blockIdx.x, d = threadIdx.x, hd = p.hd;
+    const int len = p.pos[t] + 1, chunk = pa_chunk(len), n = (len + chunk - 1) / chunk;
+    const size_t ld = (size_t)hd + 2;
+    const float *ws = p.work + ((size_t)i * p.Hq + j) * PA_MAX_SPLIT * ld;
+    float M = ws[hd];
+    for (int s = 1; s < n; s++) M = fmaxf(M, ws[s * ld + hd]);
+    float L = 0.0f, acc = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < n; s++) {
+        const float f = exp2f(ws[s * ld + hd] - M);
+        L = fmaf(ws[s * ld + hd + 1], f, L);
+        acc = fmaf(ws[s * ld + d], f, acc);
+    }
+    float y = rbf(acc * (1.0f / L));
+    if (p.gate) y = rbf(y * rbf(sigmoid_acc(bf16u(p.gate[(size_t)t * p.gate_ld + (size_t)j * p.gate_hs + d]))));
+    p.out[(size_t)t * p.Hq * hd + (size_t)j * hd + d] = bf16_bits(y);
+}
+
+#define PA_CASE(GG, EE)                                                                                                \
+    case GG * 16 + EE: rc = launch_kernel(paged_attn_split<GG, EE>, grid, dim3(PA_NW * 32), 0, l, *p); break
+
 extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->hd % 32 || p->hd < 32 || p->hd > 256 || p->Hq < 1 || p->Hkv < 1 || p->Hq % p->Hkv ||
-        p->block < 1 || p->T > 65535)
+        p->block < 1 || p->T > 65535 || !p->work || p->work_floats < paged_attn_work_floats(p->T, p->Hq, p->hd))
         return (int)cudaErrorInvalidValue;
-    const int Gq = p->Hq / p->Hkv, G = Gq % 8 == 0 ? 8 : Gq % 4 == 0 ? 4 : Gq % 2 == 0 ? 2 : 1;
-    const dim3 grid((unsigned)(p->Hq / G), (unsigned)p->T), block(PA_WARPS * 32);
-    switch (G) {
-    case 8: return launch_kernel(paged_attn_rows<8>, grid, block, 0, l, *p);
-    case 4: return launch_kernel(paged_attn_rows<4>, grid, block, 0, l, *p);
-    case 2: return launch_kernel(paged_attn_rows<2>, grid, block, 0, l, *p);
-    default: return launch_kernel(paged_attn_rows<1>, grid, block, 0, l, *p);
+    const int Gq = p->Hq / p->Hkv, epl = p->hd / 32, NE = epl <= 1 ? 1 : epl <= 2 ? 2 : epl <= 4 ? 4 : 8;
+    int G = 1;
+    for (int g = 8; g > 1; g >>= 1)
+        if (Gq % g == 0 && g * NE <= 32) {
+            G = g;
+            break;
+        }
+    const dim3 grid((unsigned)(p->Hq / G), (unsigned)p->T, PA_MAX_SPLIT);
+    int rc;
+    switch (G * 16 + NE) {
+        PA_CASE(8, 4);
+        PA_CASE(8, 2);
+        PA_CASE(8, 1);
+        PA_CASE(4, 8);
+        PA_CASE(4, 4);
+        PA_CASE(4, 2);
+        PA_CASE(4, 1);
+        PA_CASE(2, 8);
+        PA_CASE(2, 4);
+        PA_CASE(2, 2);
+        PA_CASE(2, 1);
+        PA_CASE(1, 8);
+        PA_CASE(1, 4);
+        PA_CASE(1, 2);
+        PA_CASE(1, 1);
+    default: return (int)cudaErrorInvalidValue;
     }
+    if (rc) return rc;
+    return launch_kernel(paged_attn_merge, dim3((unsigned)p->Hq, (unsigned)p->T), dim3((unsigned)p->hd), 0, l, *p);
 }
 
 /* ---- paged -> contiguous ---------------------------------------------------------------------------------------- */
@@ -444,24 +545,60 @@ extern "C" int cuda_gather_rows(const GatherRowsParams *p, const CudaLaunch *l) 
 
 /* ---- the greedy pick of the logits rows -------------------------------------------------------------------------- */
 
-__global__ void __launch_bounds__(1024) rows_argmax_f32(const __grid_constant__ RowsArgmaxParams p) {
-    __shared__ ArgMax am_s[32];
-    const float *x = p.x + (size_t)blockIdx.x * p.cols;
+#define AM_NT 256 /* threads per CTA: AM_CHUNK / AM_NT = 16 loads in flight per thread */
+
+/* grid (ceil(n_valid / AM_CHUNK), rows), AM_NT threads: chunk c of row r (columns c AM_CHUNK .. + AM_CHUNK - 1 below
+ * n_valid) -> its best (value, index) at work [r][c]. */
+__global__ void __launch_bounds__(AM_NT) rows_argmax_part(const __grid_constant__ RowsArgmaxParams p) {
+    __shared__ ArgMax am_s[AM_NT / 32];
+    const int r = blockIdx.y, nch = gridDim.x, c0 = blockIdx.x * AM_CHUNK, c1 = min(p.n_valid, c0 + AM_CHUNK);
+    const float *x = p.x + (size_t)r * p.cols;
     pdl_wait();
+    float v[AM_CHUNK / AM_NT];
+#pragma unroll
+    for (int k = 0; k < AM_CHUNK / AM_NT; k++) {
+        const int i = c0 + k * AM_NT + (int)threadIdx.x;
+        v[k] = i < c1 ? x[i] : 0.0f;
+    }
     ArgMax best = {-INFINITY, INT_MAX};
-    for (int i = threadIdx.x; i < p.n_valid; i += blockDim.x) best = argmax_better(best, ArgMax{x[i], i});
+#pragma unroll
+    for (int k = 0; k < AM_CHUNK / AM_NT; k++) {
+        const int i = c0 + k * AM_NT + (int)threadIdx.x;
+        if (i < c1) best = argmax_better(best, ArgMax{v[k], i});
+    }
     best = warp_argmax(best);
     if ((threadIdx.x & 31) == 0) am_s[threadIdx.x >> 5] = best;
     __syncthreads();
     pdl_trigger();
     if (threadIdx.x != 0) return;
     ArgMax b = am_s[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); w++) b = argmax_better(b, am_s[w]);
-    p.out[blockIdx.x] = b.i == INT_MAX ? 0 : b.i; /* every value NaN: 0, as sampler_argmax */
+    for (int w = 1; w < AM_NT / 32; w++) b = argmax_better(b, am_s[w]);
+    float *val = (float *)p.work;
+    int *idx = (int *)(val + (size_t)p.rows * nch);
+    val[(size_t)r * nch + blockIdx.x] = b.v;
+    idx[(size_t)r * nch + blockIdx.x] = b.i;
+}
+
+/* grid rows, one warp: the row's chunk bests -> out[r] (INT_MAX, i.e. every value NaN: 0, as sampler_argmax). */
+__global__ void __launch_bounds__(32) rows_argmax_final(const __grid_constant__ RowsArgmaxParams p) {
+    pdl_wait();
+    const int r = blockIdx.x, nch = (p.n_valid + AM_CHUNK - 1) / AM_CHUNK;
+    const float *val = (const float *)p.work;
+    const int *idx = (const int *)(val + (size_t)p.rows * nch);
+    ArgMax b = {-INFINITY, INT_MAX};
+    for (int c = threadIdx.x; c < nch; c += 32)
+        b = argmax_better(b, ArgMax{val[(size_t)r * nch + c], idx[(size_t)r * nch + c]});
+    b = warp_argmax(b);
+    pdl_trigger();
+    if (threadIdx.x == 0) p.out[r] = b.i == INT_MAX ? 0 : b.i;
 }
 
 extern "C" int cuda_rows_argmax(const RowsArgmaxParams *p, const CudaLaunch *l) {
-    if (!p->x || !p->out || p->rows < 1 || p->cols < 1 || p->n_valid < 1 || p->n_valid > p->cols)
+    if (!p->x || !p->out || p->rows < 1 || p->rows > 65535 || p->cols < 1 || p->n_valid < 1 || p->n_valid > p->cols ||
+        !p->work || p->work_bytes < rows_argmax_work_bytes(p->rows, p->n_valid))
         return (int)cudaErrorInvalidValue;
-    return launch_kernel(rows_argmax_f32, dim3((unsigned)p->rows), dim3(1024), 0, l, *p);
+    const int nch = (p->n_valid + AM_CHUNK - 1) / AM_CHUNK;
+    const int rc = launch_kernel(rows_argmax_part, dim3((unsigned)nch, (unsigned)p->rows), dim3(AM_NT), 0, l, *p);
+    if (rc) return rc;
+    return launch_kernel(rows_argmax_final, dim3((unsigned)p->rows), dim3(32), 0, l, *p);
 }

@@ -33,8 +33,28 @@ int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l);
 /* Attention of every row over its own sequence's positions 0 .. pos[t] (causal; its K/V already in the pools):
  *   o = sum_s softmax_s(q . K_s * scale) V_s       (fp32 scores, softmax and sums)
  *   out[t][j hd + d] = bf16(o) (gate NULL) or bf16(bf16(o) bf16(sigmoid(gate))).
- * One CTA of 4 warps per (query head, row): warp w takes positions w, w + 4, ... with its own running max / sum,
- * merged in warp order at the end. Nothing is shared between rows (batch invariance). hd % 32 == 0, hd <= 256. */
+ * Flash-decoding in two kernels. 1: grid (Hq / G, T, PA_MAX_SPLIT): a CTA takes G query heads of one kv head (each
+ * K / V row loaded once for them) of one row over one split of its positions, and writes that split's (o unnormalised,
+ * max, sum) to work. 2: grid (Hq, T), hd threads: merges the row's splits in order s = 0 .. n-1 and writes out.
+ * A row of len = pos + 1 positions has n = ceil(len / chunk) splits of chunk = pa_chunk(len) positions: a function of
+ * len alone, and every sum runs in a fixed order, so a row's bits never depend on the other rows of the launch (batch
+ * invariance). hd % 32 == 0, hd <= 256; work holds paged_attn_work_floats(T, Hq, hd) floats (else
+ * cudaErrorInvalidValue). */
+#ifdef __CUDACC__
+#define SV_HD __host__ __device__
+#else
+#define SV_HD
+#endif
+#define PA_MAX_SPLIT 16 /* splits per row at most */
+#define PA_UNIT      64 /* a split's chunk is a multiple of this many positions */
+SV_HD static inline int pa_chunk(int len) {
+    const int units = (len + PA_UNIT - 1) / PA_UNIT;
+    return PA_UNIT * ((units + PA_MAX_SPLIT - 1) / PA_MAX_SPLIT);
+}
+/* work: [T][Hq][PA_MAX_SPLIT][hd + 2] floats (o [hd], max, sum; scores in base 2) */
+static inline size_t paged_attn_work_floats(int T, int Hq, int hd) {
+    return (size_t)T * Hq * PA_MAX_SPLIT * ((size_t)hd + 2);
+}
 typedef struct PagedAttnParams {
     const uint16_t *q;               /* bf16 [T][Hq][hd] */
     const uint16_t *k_pool, *v_pool; /* as PagedPrepParams */
@@ -45,6 +65,8 @@ typedef struct PagedAttnParams {
     const int32_t *rows; /* [T]: the rows to compute (their indices into q, gate, out, pos, tab); NULL: rows 0 .. T-1 */
     int T, Hq, Hkv, hd, block;
     float scale;
+    float *work;        /* the splits' partials (above) */
+    size_t work_floats; /* its capacity */
 } PagedAttnParams;
 int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l);
 
@@ -106,11 +128,20 @@ typedef struct GatherRowsParams {
 int cuda_gather_rows(const GatherRowsParams *p, const CudaLaunch *l);
 
 /* out[r] = the argmax of row r of x [rows][cols] over columns [0, n_valid) (ties: the smallest index; NaN never
- * wins), as sampler_argmax on the host copy of the row. Grid rows x 1024 threads. */
+ * wins; every value NaN: 0), as sampler_argmax on the host copy of the row. Two kernels: grid (ceil(n_valid /
+ * AM_CHUNK), rows) CTAs each reduce AM_CHUNK logits to (max, smallest index) in work, then one warp per row reduces
+ * those. The pair order is total, so the result does not depend on the reduction order. work: at least
+ * rows_argmax_work_bytes(rows, n_valid) bytes (else cudaErrorInvalidValue). */
+#define AM_CHUNK 4096
+static inline size_t rows_argmax_work_bytes(int rows, int n_valid) {
+    return (size_t)rows * ((n_valid + AM_CHUNK - 1) / AM_CHUNK) * 8;
+}
 typedef struct RowsArgmaxParams {
     const float *x;
     int rows, cols, n_valid;
     int32_t *out;
+    void *work; /* [rows][chunks] float maxima, then [rows][chunks] int32 indices */
+    size_t work_bytes;
 } RowsArgmaxParams;
 int cuda_rows_argmax(const RowsArgmaxParams *p, const CudaLaunch *l);
 

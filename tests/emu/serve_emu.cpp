@@ -6,11 +6,14 @@
  *     every other pool entry unchanged (bitwise);
  *   paged_attn: each row over its own positions 0 .. pos through its block table, within 2e-4 max |o| + 1.5 bf16
  *     steps of a double reference, gated and not, with 1, 2, 4 and 8 query heads per kv head (a 1 % score scale
- *     error fails);
+ *     error fails); and over several splits (rows of 1 .. 1100 positions, block sizes 7 and 16, hd 96 / 128 / 256),
+ *     each row also bit for bit equal to the same row computed alone (batch invariance); a too small workspace is
+ *     refused;
  *   dn_batch_step (prep + state pass) + gated norm: o, S and y of four decode rows on their slots (one new at
  *     position 0, three with history) within bounds of a double reference; the ring row written bitwise; the
  *     fifth slot and the other rows untouched;
- *   gather: bitwise.
+ *   gather: bitwise;
+ *   rows_argmax: over 3 chunks, ties within and across chunks (the smallest index), past n_valid ignored, all NaN: 0.
  * Exit 1 on a failed bound. Usage: serve_emu [seed]. */
 // clang-format off
 #define EMU_NO_SILU
@@ -22,6 +25,9 @@
 
 #include "emu_common.h"
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar(); }
+static inline int __shfl_xor_sync(unsigned, int v, int m) { /* the int form (warp_argmax's indices), bit exact */
+    return (int)__float_as_uint(emu_shfl(__uint_as_float((uint32_t)v), (me().tid & 31) ^ m));
+}
 static inline int min(int a, int b) { return a < b ? a : b; }
 // clang-format off
 #include "sv_common.inc"   /* bf_lo .. ceil_div from src/cuda/common.cuh */
@@ -158,7 +164,14 @@ static void attn_case(int hd, int gated, int norm_mode, int sub, int Hq, int Hkv
                           Hkv,
                           hd,
                           block,
-                          1.0f / sqrtf((float)hd)};
+                          1.0f / sqrtf((float)hd),
+                          NULL,
+                          0};
+    std::vector<float> work(paged_attn_work_floats(ap.T, Hq, hd));
+    check(cuda_paged_attn(&ap, &lc) == (int)cudaErrorInvalidValue, "paged_attn without work refused");
+    ap.work = work.data(), ap.work_floats = work.size() - 1;
+    check(cuda_paged_attn(&ap, &lc) == (int)cudaErrorInvalidValue, "paged_attn with too little work refused");
+    ap.work_floats = work.size();
     check(cuda_paged_attn(&ap, &lc) == 0, "paged_attn launch");
     int bad_o = 0;
     double worst = 0;
@@ -206,6 +219,98 @@ static void attn_case(int hd, int gated, int norm_mode, int sub, int Hq, int Hkv
            "%.2e of max |o|)\n",
            hd, Hq, Hkv, gated, norm_mode, sub ? "4,1,3" : "all", bad_q, bad_k, bad_v, bad_pool, bad_g, bad_o, worst);
     free(qkv), free(kp), free(vp), free(k0), free(v0), free(qn), free(kn), free(inv), free(qo), free(out);
+}
+
+/* Flash-decoding splits: rows of len 1, 64 (one full split), 65 and 200 (a partial last split), 1100 (> 16 splits of
+ * 64: chunk 128, 9 splits) on their own shuffled block tables, computed through a row list that skips row 4; each row
+ * checked against a double reference (bound as attn_case) and, for batch invariance, bit for bit against the same row
+ * computed alone (T = 1, rows = {r}). */
+static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_len) {
+    const int T = 6, lens[T] = {1, 64, 65, 200, 30, long_len}, list[5] = {5, 0, 3, 1, 2}, nl = 5;
+    int pos[T], tab[T], nt = 0;
+    for (int t = 0; t < T; t++) pos[t] = lens[t] - 1, tab[t] = nt, nt += (lens[t] + block - 1) / block;
+    const int n_blocks = nt + 3;
+    std::vector<int32_t> tables(nt);
+    for (int i = 0; i < nt; i++) tables[i] = i;
+    for (int i = nt - 1; i > 0; i--) std::swap(tables[i], tables[(int)(urand() * (i + 1)) % (i + 1)]);
+    const size_t pool_n = (size_t)n_blocks * Hkv * block * hd;
+    const int gate_ld = Hq * 2 * hd;
+    uint16_t *kp = bfv(pool_n, 1.0f), *vp = bfv(pool_n, 1.0f), *q = bfv((size_t)T * Hq * hd, 2.0f);
+    uint16_t *gate = bfv((size_t)T * gate_ld, 1.0f);
+    const size_t on = (size_t)T * Hq * hd;
+    std::vector<uint16_t> out(on, 0xffff), out1(on, 0xffff);
+    const CudaLaunch lc = {0, 0, NULL, 0};
+    std::vector<float> work(paged_attn_work_floats(nl, Hq, hd));
+    PagedAttnParams ap = {q,
+                          kp,
+                          vp,
+                          gated ? gate + hd : NULL,
+                          gate_ld,
+                          2 * hd,
+                          out.data(),
+                          pos,
+                          tab,
+                          tables.data(),
+                          list,
+                          nl,
+                          Hq,
+                          Hkv,
+                          hd,
+                          block,
+                          1.0f / sqrtf((float)hd),
+                          work.data(),
+                          work.size()};
+    check(cuda_paged_attn(&ap, &lc) == 0, "paged_attn (splits) launch");
+    int bad_o = 0, bad_inv = 0, bad_other = 0;
+    double worst = 0;
+    for (int k = 0; k < nl; k++) { /* the same row alone */
+        PagedAttnParams a1 = ap;
+        a1.rows = list + k, a1.T = 1, a1.out = out1.data();
+        check(cuda_paged_attn(&a1, &lc) == 0, "paged_attn (one row) launch");
+        const size_t o0 = (size_t)list[k] * Hq * hd;
+        bad_inv += memcmp(out.data() + o0, out1.data() + o0, (size_t)Hq * hd * 2) != 0;
+    }
+    for (int e = 0; e < Hq * hd; e++) bad_other += out[(size_t)4 * Hq * hd + e] != 0xffff;
+    for (int k = 0; k < nl; k++) {
+        const int t = list[k], n = lens[t];
+        for (int j = 0; j < Hq; j++) {
+            const int kvh = j / (Hq / Hkv);
+            std::vector<double> sc(n), o(hd, 0.0);
+            double mx = -1e300, l = 0, omax = 0;
+            for (int s = 0; s < n; s++) {
+                const size_t off = (((size_t)tables[tab[t] + s / block] * Hkv + kvh) * block + s % block) * hd;
+                double d = 0;
+                for (int e = 0; e < hd; e++) d += (double)bff(q[((size_t)t * Hq + j) * hd + e]) * bff(kp[off + e]);
+                sc[s] = d / sqrt((double)hd);
+                mx = fmax(mx, sc[s]);
+            }
+            for (int s = 0; s < n; s++) l += exp(sc[s] - mx);
+            for (int s = 0; s < n; s++) {
+                const size_t off = (((size_t)tables[tab[t] + s / block] * Hkv + kvh) * block + s % block) * hd;
+                for (int e = 0; e < hd; e++) o[e] += exp(sc[s] - mx) / l * bff(vp[off + e]);
+            }
+            for (int e = 0; e < hd; e++) omax = fmax(omax, fabs(o[e]));
+            for (int e = 0; e < hd; e++) {
+                double ref = o[e];
+                if (gated)
+                    ref = rbf(rbf((float)ref) * rbf((float)sigm(bff(gate[(size_t)t * gate_ld + j * 2 * hd + hd + e]))));
+                const double got = bff(out[(size_t)t * Hq * hd + (size_t)j * hd + e]), err = fabs(got - ref);
+                worst = fmax(worst, err / (omax + 1e-30));
+                if (!(err <= 2e-4 * omax + 1.5 / 256 * fabs(ref))) {
+                    if (bad_o < 4)
+                        fprintf(stderr, "  split attn row %d head %d e %d: got %g ref %g\n", t, j, e, got, ref);
+                    bad_o++;
+                }
+            }
+        }
+    }
+    check(bad_o == 0, "paged_attn (splits) values");
+    check(bad_inv == 0, "paged_attn row alone != row in the batch");
+    check(bad_other == 0, "paged_attn (splits) wrote a row outside its list");
+    printf("  attention splits hd %3d Hq %2d Hkv %d gate %d block %2d lens 1,64,65,200,%d: %d bad (worst %.2e of max "
+           "|o|), %d rows differ alone, %d other\n",
+           hd, Hq, Hkv, gated, block, long_len, bad_o, worst, bad_inv, bad_other);
+    free(kp), free(vp), free(q), free(gate);
 }
 
 /* ---- DeltaNet step over slots ---------------------------------------------------------------------------------- */
@@ -367,27 +472,47 @@ static void gather_case(void) {
     free(x), free(y);
 }
 
-/* cuda_rows_argmax: rows of random values with planted ties (the smallest index must win) and a larger value past
- * n_valid (must not win), against sampler_argmax's loop. */
+/* cuda_rows_argmax: rows of random values over 3 chunks of AM_CHUNK (n_valid not a multiple of it) with planted ties
+ * (the smallest index must win), also across chunk boundaries, and a larger value past n_valid (must not win), against
+ * sampler_argmax's loop; then a row that is all NaN (0) and -inf / NaN mixes. */
 static void argmax_case(void) {
-    const int rows = 3, cols = 3000, n_valid = 2900;
+    const int rows = 6, cols = 3 * AM_CHUNK + 100, n_valid = 2 * AM_CHUNK + 1000, C = AM_CHUNK;
     float *x = fv((size_t)rows * cols, 0.0f, 1.0f);
-    x[0 * cols + 2500] = 9.0f, x[0 * cols + 1500] = 9.0f; /* a tie: 1500 */
-    x[1 * cols + 2950] = 50.0f, x[1 * cols + 7] = 8.0f;   /* past n_valid: 7 */
-    x[2 * cols + 0] = 7.0f, x[2 * cols + 2048] = 7.0f;    /* a tie at index 0 */
-    int32_t out[3] = {-1, -1, -1};
+    x[0 * cols + 2500] = 9.0f, x[0 * cols + 1500] = 9.0f;                /* a tie in chunk 0: 1500 */
+    x[1 * cols + n_valid + 5] = 50.0f, x[1 * cols + 7] = 8.0f;           /* past n_valid: 7 */
+    x[2 * cols + 0] = 7.0f, x[2 * cols + 2048] = 7.0f;                   /* a tie at index 0 */
+    x[2 * cols + C] = 7.0f, x[2 * cols + 2 * C + 3] = 7.0f;              /* ... and in chunks 1, 2 */
+    x[3 * cols + C - 1] = 6.0f, x[3 * cols + C] = 6.0f;                  /* across the chunk 0 / 1 boundary: C - 1 */
+    x[3 * cols + 2 * C] = 6.0f, x[3 * cols + n_valid - 1] = 6.0f;        /* and 1 / 2, the last valid column */
+    x[4 * cols + 2 * C + 999] = 12.0f, x[4 * cols + 2 * C + 500] = 5.0f; /* the best in the last, partial chunk */
+    for (int i = 0; i < cols; i++) x[5 * cols + i] = NAN;                /* every value NaN: 0 */
+    int32_t out[rows];
+    for (int r = 0; r < rows; r++) out[r] = -1;
     const CudaLaunch lc = {0, 0, NULL, 0};
-    RowsArgmaxParams ap = {x, rows, cols, n_valid, out};
+    std::vector<char> work(rows_argmax_work_bytes(rows, n_valid));
+    RowsArgmaxParams ap = {x, rows, cols, n_valid, out, work.data(), work.size() - 1};
+    check(cuda_rows_argmax(&ap, &lc) == (int)cudaErrorInvalidValue, "argmax with too little work refused");
+    ap.work_bytes = work.size();
     check(cuda_rows_argmax(&ap, &lc) == 0, "argmax launch");
     int bad = 0;
     for (int r = 0; r < rows; r++) {
-        int best = 0;
-        for (int i = 1; i < n_valid; i++)
-            if (x[(size_t)r * cols + i] > x[(size_t)r * cols + best]) best = i;
+        int best = -1;
+        for (int i = 0; i < n_valid; i++) {
+            const float v = x[(size_t)r * cols + i];
+            if (v == v && (best < 0 || v > x[(size_t)r * cols + best])) best = i;
+        }
+        if (best < 0) best = 0;
         bad += out[r] != best;
     }
-    check(bad == 0 && out[0] == 1500 && out[1] == 7 && out[2] == 0, "rows argmax");
-    printf("  argmax: %d %d %d (want 1500 7 0), %d bad rows\n", out[0], out[1], out[2], bad);
+    check(bad == 0 && out[0] == 1500 && out[1] == 7 && out[2] == 0 && out[3] == C - 1 && out[4] == 2 * C + 999 &&
+              out[5] == 0,
+          "rows argmax");
+    printf("  argmax: %d %d %d %d %d %d (want 1500 7 0 %d %d 0), %d bad rows\n", out[0], out[1], out[2], out[3], out[4],
+           out[5], C - 1, 2 * C + 999, bad);
+    /* one row alone: the same id */
+    int32_t one = -1;
+    RowsArgmaxParams a1 = {x + (size_t)3 * cols, 1, cols, n_valid, &one, work.data(), work.size()};
+    check(cuda_rows_argmax(&a1, &lc) == 0 && one == out[3], "argmax of a row alone");
     free(x);
 }
 
@@ -399,6 +524,9 @@ int main(int argc, char **argv) {
     attn_case(64, 0, NORM_PLAIN, 0, 4, 4); /* G = 1 */
     attn_case(128, 1, NORM_ZC, 1, 4, 2);   /* G = 2, a row list */
     attn_case(32, 1, NORM_ZC, 0, 16, 2);   /* G = 8, one dim per lane */
+    split_case(256, 8, 2, 1, 16, 1100);    /* the 0.8B shape: G = 4, 8 dims per lane */
+    split_case(128, 16, 2, 0, 7, 1030);    /* G = 8, a block of 7 */
+    split_case(96, 4, 1, 1, 16, 300);      /* hd 96: 3 of 4 dims per lane */
     dn_case(1, 2, 128, 128);               /* 16 columns per split, two splits per state CTA */
     dn_case(2, 4, 32, 48);                 /* 6 splits of 8 columns: 3 state CTAs per head */
     dn_case(1, 1, 64, 36);                 /* 5 splits of 8 columns: one per state CTA, the last one half empty */

@@ -1,7 +1,7 @@
 /* test_serve_cuda.c — the CUDA backend's batched step (src/cuda/serve.cu: serve_sizes / serve_open / step_batch) on
  * small random models built here (a Qwen3.5-like hybrid with 128 x 128 DeltaNet heads (Hv = 2 Hk: in_proj rows a
  * multiple of 8, as the prefill kernels need) and gated attention, and a
- * Qwen3-like dense model), with sequence A fed as a 24-token prefill chunk and then 16 decode steps:
+ * Qwen3-like dense model), with sequence A fed as a 24-token prefill chunk and then 48 decode steps:
  *   - A alone through step_batch vs the single-sequence forward() (prefill + decode steps) and vs the CPU backend's
  *     fp32 logits, per logits row within the bound test_decode uses (bf16 activations: worst < 0.06, or one
  *     ill-conditioned row < 0.15 with the rest < 0.06);
@@ -77,7 +77,7 @@ static int rows_near(const float *got, const float *ref, int n, int V, double *w
 #define BLOCK    16
 #define N_SLOTS  8
 #define N_BLOCKS 64
-#define LA       40 /* A's tokens */
+#define LA       72 /* A's tokens: its decode rows at positions >= 64 take two attention splits (pa_chunk) */
 #define CHUNK_A  24 /* A's prefill chunk; then LA - CHUNK_A decode steps */
 #define N_STEPS  (1 + LA - CHUNK_A)
 #define N_OTHER  7
