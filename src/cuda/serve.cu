@@ -12,15 +12,19 @@
  *               item's slot -> x = bf16(x + bf16(act W_out^T))
  *   MLP:        as prefill.cu
  *   logits:     the rows with logits = 1 gathered, final norm, h lm_head^T (fp32, bf16 values) -> host rows.
- * Batch invariance: every kernel above computes a row (or an item) alone; the GEMMs have no split-K, and the
- * algorithm is one tile family whatever M (serve_algo: the 128 x 128 TMA tiles on sm_90, cooperative or ping-pong by
- * size, both m64n128k16 wgmma over K in the same order), so a row's sums do not depend on the other rows.
+ * Batch invariance: every kernel above computes a row (or an item) alone. The decode rows come first in a pass and
+ * their GEMMs are the skinny kernel's (gemm_skinny.cu: split-K from the weight's shape alone, partials added in split
+ * order); the prefill chunks' rows are the prefill GEMM's, one tile family whatever M (serve_algo: the 128 x 128 TMA
+ * tiles on sm_90, cooperative or ping-pong by size, both m64n128k16 wgmma over K in the same order); the LM head is
+ * the skinny kernel's for every row. So a row's sums do not depend on the other rows.
  * Items are packed into passes of at most `tmax` rows; an item longer than tmax is cut into pieces of tmax (as
  * forward() cuts a prompt), which depends on the item alone.
  * Memory: slot s of the slot pool holds, per DeltaNet layer, S fp32 [Hv][dk][dv] then the conv ring bf16 [K][conv_dim]
  * (the decode step's ring: row p % K = pre-conv input of position p; K rows, not K - 1, so the prefill and step
  * kernels use it unchanged); per full-attention layer a K pool and a V pool bf16 [n_blocks][Hkv][block][hd].
- * Eager launches (no graphs yet). Needs the prefill kernels' shapes (ctx->pf); else serve_sizes says unsupported. */
+ * Decode passes (every row one token of a running sequence) replay a CUDA graph per bucket of row counts (sv_buckets),
+ * padded with rows on a spare slot and block; passes with prefill chunks or new sequences launch eagerly. Needs the
+ * prefill kernels' shapes (ctx->pf); else serve_sizes says unsupported. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,11 +32,12 @@
 #include "cuda/backend.cuh"
 #include "cuda/serve_ops.h"
 
-#define SV_TMAX     2048               /* rows per pass (the prefill piece) */
-#define SV_LM_BYTES ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
+#define SV_TMAX       2048 /* rows per pass (the prefill piece) */
+#define SV_MAX_PIECES 256  /* pieces per pass: up to 256 decode rows share one read of the weights */
+#define SV_N_BUCKETS  19   /* decode-pass graphs: row counts 1 .. 256 (sv_buckets) */
 
 struct CudaServe {
-    ServeLayout lay;
+    ServeLayout lay; /* the pools hold one slot and one block more: the spare ones of padded graph rows */
     int tmax, lm_rows, major, n_sm;
     PrefillDims d;
     size_t slot_bytes;
@@ -51,10 +56,14 @@ struct CudaServe {
     size_t pa_work_n;
     void *am_work; /* cuda_rows_argmax's chunk bests: am_work_bytes */
     size_t am_work_bytes;
+    float *skw; /* cuda_gemm_skinny's split-K partial sums: skw_floats */
+    size_t skw_floats;
     int32_t
         *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables, then [tmax] argmax ids */
     int32_t *ints_host;
     size_t n_ints;
+    cudaGraphExec_t graph[SV_N_BUCKETS]; /* decode passes by bucket, captured at first use */
+    int no_graph;                        /* a capture failed: eager passes from then on */
 };
 
 static int sv_fail(int rc, const char *what, int layer, Err *err) {
@@ -96,6 +105,23 @@ static void *sv_carve(SvArena *a, size_t bytes) {
     return a->base ? a->base + o : NULL;
 }
 
+/* The skinny GEMMs' workspace for SV_MAX_PIECES decode rows: the largest any layer's projection asks for. */
+static size_t skinny_work(const CudaCtx *ctx, const CudaServe *sv) {
+    const PrefillDims *d = &sv->d;
+    const int M = SV_MAX_PIECES < sv->tmax ? SV_MAX_PIECES : sv->tmax, ns = sv->n_sm > 0 ? sv->n_sm : 1;
+    size_t w = 0;
+    for (int l = 0; l < ctx->c->num_hidden_layers; l++) {
+        const CudaLayer *ly = &ctx->layers[l];
+        const size_t v[4] = {cuda_gemm_skinny_work(M, ly->in_rows, d->D, ns, GEMM_EPI_BF16, 1),
+                             cuda_gemm_skinny_work(M, d->D, ly->out_cols, ns, GEMM_EPI_ADD_F32, 1),
+                             cuda_gemm_skinny_work(M, 2 * d->F, d->D, ns, GEMM_EPI_SWIGLU_BF16, d->glu_group),
+                             cuda_gemm_skinny_work(M, d->D, d->F, ns, GEMM_EPI_ADD_F32, 1)};
+        for (int i = 0; i < 4; i++) w = v[i] > w ? v[i] : w;
+    }
+    const size_t lm = cuda_gemm_skinny_work(sv->lm_rows, ctx->c->vocab_size, d->D, ns, GEMM_EPI_F32, 1);
+    return lm > w ? lm : w;
+}
+
 static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_tables) {
     size_t nh, nproj, nq, nact, nscr;
     const int T = sv->tmax, D = sv->d.D;
@@ -114,11 +140,14 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->kc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->vc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->lm = (float *)sv_carve(a, sizeof(float) * (size_t)sv->lm_rows * ctx->c->vocab_size);
-    /* decode rows of a pass: at most one per piece, 256 pieces (SV_MAX_PIECES); logits rows: at most T */
-    sv->pa_work_n = ctx->c->n_full_layers ? paged_attn_work_floats(T < 256 ? T : 256, sv->d.Hq, sv->d.hd) : 1;
+    /* decode rows of a pass: at most one per piece (SV_MAX_PIECES); logits rows: at most T */
+    sv->pa_work_n =
+        ctx->c->n_full_layers ? paged_attn_work_floats(T < SV_MAX_PIECES ? T : SV_MAX_PIECES, sv->d.Hq, sv->d.hd) : 1;
     sv->pa_work = (float *)sv_carve(a, sizeof(float) * sv->pa_work_n);
     sv->am_work_bytes = rows_argmax_work_bytes(T, ctx->c->vocab_size);
     sv->am_work = sv_carve(a, sv->am_work_bytes);
+    sv->skw_floats = skinny_work(ctx, sv);
+    sv->skw = (float *)sv_carve(a, sizeof(float) * (sv->skw_floats ? sv->skw_floats : 1));
     sv->n_ints = 7 * (size_t)T + (size_t)n_tables;
     sv->ints = (int32_t *)sv_carve(a, sizeof(int32_t) * sv->n_ints);
 }
@@ -147,8 +176,11 @@ static void sv_dims(const CudaCtx *ctx, CudaServe *sv) {
     d->gemm_algo = GEMM_ALGO_AUTO;
     d->eps = c->rms_norm_eps;
     sv->tmax = SV_TMAX < ctx->max_seq ? SV_TMAX : ctx->max_seq;
-    const size_t lm = SV_LM_BYTES / (sizeof(float) * (size_t)c->vocab_size);
-    sv->lm_rows = lm < 1 ? 1 : lm > (size_t)sv->tmax ? sv->tmax : (int)lm;
+    sv->lm_rows = SV_MAX_PIECES < sv->tmax ? SV_MAX_PIECES : sv->tmax; /* a pass's logits rows at most */
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sv->major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&sv->n_sm, cudaDevAttrMultiProcessorCount, dev);
 }
 
 /* ---- Backend hooks --------------------------------------------------------------------------------------------- */
@@ -172,7 +204,8 @@ extern "C" int cuda_serve_sizes(void *p, int block, ServeSizes *s, Err *err) {
     size_t fr = 0, tot = 0;
     cudaError_t e = cudaMemGetInfo(&fr, &tot);
     if (e != cudaSuccess) return sv_fail((int)e, "cudaMemGetInfo", -1, err);
-    const size_t reserve = a.off + ((size_t)256 << 20); /* activations + 256 MiB for the runtime */
+    /* activations, the spare slot and block of padded graph rows, 256 MiB for the runtime */
+    const size_t reserve = a.off + s->slot_bytes + s->block_bytes + ((size_t)256 << 20);
     s->mem_bytes = fr > reserve ? fr - reserve : 0;
     s->mem_fraction = 0.9;
     return 0;
@@ -183,6 +216,8 @@ extern "C" void cuda_serve_close(void *p) {
     CudaServe *sv = ctx ? ctx->sv : NULL;
     if (!sv) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    for (int i = 0; i < SV_N_BUCKETS; i++)
+        if (sv->graph[i]) cudaGraphExecDestroy(sv->graph[i]);
     if (sv->slots) cudaFree(sv->slots);
     if (sv->snaps) cudaFree(sv->snaps);
     if (sv->kv) cudaFree(sv->kv);
@@ -222,17 +257,13 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     }
     slot_layout(c, sv->S_off, sv->ring_off, &sv->slot_bytes);
     for (int i = 0, k = 0; i < L; i++) sv->kv_index[i] = c->layer_types[i] == LAYER_FULL_ATTN ? k++ : -1;
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sv->major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&sv->n_sm, cudaDevAttrMultiProcessorCount, dev);
-    const int n_tables = l->n_slots * l->max_blocks; /* each slot at most once per step */
+    const int n_tables = l->n_slots * l->max_blocks + 1; /* each slot at most once per step, and the spare block */
     SvArena a = {NULL, 0};
     sv_layout(ctx, sv, &a, n_tables);
     const size_t act_bytes = a.off;
-    sv->pool_bytes = (size_t)l->n_blocks * c->num_key_value_heads * (size_t)l->block * c->head_dim * 2;
+    sv->pool_bytes = (size_t)(l->n_blocks + 1) * c->num_key_value_heads * (size_t)l->block * c->head_dim * 2;
     cudaError_t e = cudaMalloc(&sv->buf, act_bytes);
-    if (e == cudaSuccess && sv->slot_bytes) e = cudaMalloc(&sv->slots, (size_t)l->n_slots * sv->slot_bytes);
+    if (e == cudaSuccess && sv->slot_bytes) e = cudaMalloc(&sv->slots, (size_t)(l->n_slots + 1) * sv->slot_bytes);
     if (e == cudaSuccess && sv->slot_bytes && l->n_snaps > 0)
         e = cudaMalloc(&sv->snaps, (size_t)l->n_snaps * sv->slot_bytes);
     if (e == cudaSuccess && c->n_full_layers) e = cudaMalloc(&sv->kv, 2 * (size_t)c->n_full_layers * sv->pool_bytes);
@@ -280,7 +311,7 @@ extern "C" int cuda_block_copy(void *p, int src, int dst, Err *err) {
     if (!sv) return err_set(err, Q35_ERR_ARG, "cuda block copy: serving is not open");
     if (src < 0 || src >= sv->lay.n_blocks || dst < 0 || dst >= sv->lay.n_blocks)
         return err_set(err, Q35_ERR_ARG, "cuda block copy: %d -> %d outside [0, %d)", src, dst, sv->lay.n_blocks);
-    const size_t bb = sv->pool_bytes / (size_t)sv->lay.n_blocks;
+    const size_t bb = sv->pool_bytes / (size_t)(sv->lay.n_blocks + 1);
     for (int i = 0; i < 2 * ctx->c->n_full_layers; i++) { /* each layer's K pool, then its V pool */
         char *pool = sv->kv + (size_t)i * sv->pool_bytes;
         const cudaError_t e = cudaMemcpyAsync(pool + (size_t)dst * bb, pool + (size_t)src * bb, bb,
@@ -297,11 +328,26 @@ static int serve_algo(const CudaServe *sv, int M, int N) {
     return tiles <= sv->n_sm ? GEMM_ALGO_TMA_C128 : GEMM_ALGO_TMA_P128;
 }
 
-/* A driver that cannot encode tensor maps (cudaErrorNotSupported) moves every later GEMM of the session to
+/* Y = X W^T over the pass's T rows: the nd decode rows (rows 0 .. nd - 1) through the skinny GEMM, the prefill
+ * rows (nd .. T - 1) through the prefill GEMM. Each family's sums for a row do not depend on the other rows, and a
+ * row's family depends only on its own piece (a decode token or a prefill chunk), so batching stays invariant.
+ * A driver that cannot encode tensor maps (cudaErrorNotSupported) moves every later prefill GEMM of the session to
  * mma.sync (one family again: the decision comes at the first GEMM, before any row is computed). */
-static int sv_gemm(CudaServe *sv, const CudaLaunch *lc, GemmParams g, int layer, const char *what, Err *err) {
+static int sv_gemm(CudaServe *sv, const CudaLaunch *lc, GemmParams g, int nd, int layer, const char *what, Err *err) {
+    const size_t ysz = g.epi == GEMM_EPI_F32 || g.epi == GEMM_EPI_ADD_F32 ? 4 : 2;
+    int rc = 0;
+    if (nd > 0) {
+        GemmParams s = g;
+        s.M = nd;
+        rc = cuda_gemm_skinny(&s, sv->skw, sv->skw_floats, sv->n_sm, lc);
+        if (rc) return sv_fail(rc, what, layer, err);
+    }
+    if (g.M <= nd) return 0;
+    g.x += (size_t)nd * g.ldx;
+    g.y = (char *)g.y + (size_t)nd * g.ldy * ysz;
+    g.M -= nd;
     g.algo = serve_algo(sv, g.M, g.N);
-    int rc = cuda_gemm_bf16(&g, lc);
+    rc = cuda_gemm_bf16(&g, lc);
     if (rc == (int)cudaErrorNotSupported && sv->major == 9) {
         sv->major = 0;
         g.algo = GEMM_ALGO_MMA;
@@ -329,45 +375,19 @@ static int tab_len(const SvPiece *q, int block) { return (q->pos + q->n - 1) / b
 
 /* One pass over the pieces pc[0 .. np) (at most tmax rows): fills and uploads the per-row ints, runs every layer,
  * and copies the logits rows of this pass to out[0 ..) ([n_out][V]); returns after the stream is done. */
-static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float *out, Err *err) {
+/* The device work of a pass over T rows (rows 0 .. nd - 1 the decode rows; pieces pc[0 .. np) for the prefill
+ * chunks, np = 0 in a captured decode pass; n_out logits rows listed in the out_row ints), after the ints are on the
+ * device: embedding, every layer, the final norm and LM head of the logits rows into sv->lm [n_out][V], and their
+ * argmax ids when any_am. No copies to or from the host: a decode pass replays it as a graph. */
+static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, const int *prow, const int *ptab, int T,
+                     int nd, int n_out, int any_am, Err *err) {
     const Config *c = ctx->c;
     const PrefillDims *d = &sv->d;
     const int D = d->D, V = c->vocab_size, tmax = sv->tmax, block = sv->lay.block;
     const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0};
-    int32_t *hi = sv->ints_host;
-    int32_t *h_tok = hi, *h_pos = hi + tmax, *h_tab = hi + 2 * tmax, *h_dnr = hi + 3 * tmax, *h_dns = hi + 4 * tmax,
-            *h_out = hi + 5 * tmax, *h_tables = hi + 6 * tmax;
-    int T = 0, nd = 0, n_out = 0, nt = 0;
-    int *am_dst[SV_TMAX]; /* out row k: where its argmax goes, or NULL (the row goes to out) */
-    int32_t *am_dev = sv->ints + sv->n_ints - tmax, *am_host = hi + sv->n_ints - tmax;
-    for (int i = 0; i < np; i++) {
-        const SvPiece *q = &pc[i];
-        const int nb = tab_len(q, block);
-        for (int b = 0; b < nb; b++) h_tables[nt + b] = q->it->blocks[b];
-        for (int r = 0; r < q->n; r++) {
-            h_tok[T + r] = q->it->tokens[q->off + r];
-            h_pos[T + r] = q->pos + r;
-            h_tab[T + r] = nt;
-        }
-        if (q->n == 1) h_dnr[nd] = T, h_dns[nd++] = q->it->slot;
-        if (q->logits) {
-            am_dst[n_out] = q->argmax;
-            h_out[n_out++] = T + q->n - 1;
-        }
-        nt += nb;
-        T += q->n;
-    }
+    int32_t *am_dev = sv->ints + sv->n_ints - tmax;
     const int32_t *tok = sv->ints, *pos = sv->ints + tmax, *tab = sv->ints + 2 * tmax, *dnr = sv->ints + 3 * tmax,
                   *dns = sv->ints + 4 * tmax, *orow = sv->ints + 5 * tmax, *tables = sv->ints + 6 * tmax;
-    cudaError_t e =
-        cudaMemcpyAsync(sv->ints, hi, sizeof(int32_t) * (6 * (size_t)tmax + nt), cudaMemcpyHostToDevice, ctx->stream);
-    if (e != cudaSuccess) return sv_fail((int)e, "upload", -1, err);
-    /* a new sequence starts from zero DeltaNet state */
-    for (int i = 0; i < np && sv->slot_bytes; i++)
-        if (pc[i].pos == 0) {
-            e = cudaMemsetAsync(sv->slots + (size_t)pc[i].it->slot * sv->slot_bytes, 0, sv->slot_bytes, ctx->stream);
-            if (e != cudaSuccess) return sv_fail((int)e, "slot clear", -1, err);
-        }
     EmbedRowsParams ep = {tok, ctx->embed, sv->x, T, D, V};
     int rc = cuda_embed_rows(&ep, &lc);
     if (rc) return sv_fail(rc, "embed", -1, err);
@@ -377,7 +397,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         const int n = ly->in_rows, no = ly->out_cols;
         if ((rc = sv_norm(sv, &lc, sv->x, ly->ln1, T, l, err))) return rc;
         GemmParams in = {sv->h, ly->w_in, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, in, l, "gemm_in", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, in, nd, l, "gemm_in", err))) return rc;
         if (ly->type == LAYER_FULL_ATTN) {
             const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
             uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
@@ -429,8 +449,9 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
             }
             /* prefill chunks: the sequence gathered into the single-sequence layout, then the prefill flash kernel
              * (forward()'s numerics) */
-            for (int i = 0, r0 = 0, t0 = 0; i < np; r0 += pc[i].n, t0 += tab_len(&pc[i], block), i++) {
+            for (int i = 0; i < np; i++) {
                 if (pc[i].n == 1) continue;
+                const int r0 = prow[i], t0 = ptab[i];
                 const int len = pc[i].pos + pc[i].n;
                 PagedGatherParams gp = {kp, vp, tables + t0, sv->kc, sv->vc, len, ctx->max_seq, d->Hkv, hd, block};
                 if ((rc = cuda_paged_gather(&gp, &lc))) return sv_fail(rc, "paged_gather", l, err);
@@ -462,8 +483,9 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
                 DnGatedNormParams gp = {sv->o, sv->proj, n, cd, ly->lin_norm, sv->act, dnr, nd, d->Hv, d->dv, d->eps};
                 if ((rc = cuda_dn_gated_norm_rows(&gp, &lc))) return sv_fail(rc, "gated norm", l, err);
             }
-            for (int i = 0, r0 = 0; i < np; r0 += pc[i].n, i++) {
+            for (int i = 0; i < np; i++) {
                 if (pc[i].n == 1) continue;
+                const int r0 = prow[i];
                 const size_t so = (size_t)pc[i].it->slot * sv->slot_bytes;
                 DeltaNetPrefillParams dp;
                 memset(&dp, 0, sizeof dp);
@@ -493,44 +515,161 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
             }
         }
         GemmParams o = {sv->act, ly->w_out, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, o, l, "gemm_out", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, o, nd, l, "gemm_out", err))) return rc;
         if ((rc = sv_norm(sv, &lc, sv->x, ly->ln2, T, l, err))) return rc;
         const int F = d->F;
         GemmParams gu = {sv->h, ly->w_gu, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        if ((rc = sv_gemm(sv, &lc, gu, l, "gemm_gate_up", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, gu, nd, l, "gemm_gate_up", err))) return rc;
         GemmParams dn = {sv->act, ly->w_down, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, dn, l, "gemm_down", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, dn, nd, l, "gemm_down", err))) return rc;
     }
-    for (int r0 = 0; r0 < n_out; r0 += sv->lm_rows) {
-        const int m = n_out - r0 < sv->lm_rows ? n_out - r0 : sv->lm_rows;
-        GatherRowsParams gp = {sv->x, orow + r0, sv->xg, m, D};
+    if (n_out > 0) {
+        GatherRowsParams gp = {sv->x, orow, sv->xg, n_out, D};
         if ((rc = cuda_gather_rows(&gp, &lc))) return sv_fail(rc, "gather", -1, err);
-        if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, m, -1, err))) return rc;
-        GemmParams g = {sv->h, ctx->lm_head, sv->lm, m, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, g, -1, "gemm_lm_head", err))) return rc;
-        /* greedy rows: only their argmax comes back (the pinned tail of ints); the other rows whole, in runs. A
-         * pageable destination returns once the copy is done, so sv->lm is free again. */
-        int any_am = 0;
-        for (int k = 0; k < m; k++) any_am |= am_dst[r0 + k] != NULL;
+        if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, n_out, -1, err))) return rc;
+        GemmParams g = {sv->h, ctx->lm_head, sv->lm, n_out, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
+        if ((rc = sv_gemm(sv, &lc, g, n_out, -1, "gemm_lm_head", err))) return rc;
         if (any_am) {
-            RowsArgmaxParams ap = {sv->lm, m, V, ctx->n_valid, am_dev + r0, sv->am_work, sv->am_work_bytes};
+            RowsArgmaxParams ap = {sv->lm, n_out, V, ctx->n_valid, am_dev, sv->am_work, sv->am_work_bytes};
             if ((rc = cuda_rows_argmax(&ap, &lc))) return sv_fail(rc, "argmax", -1, err);
-            e = cudaMemcpyAsync(am_host + r0, am_dev + r0, sizeof(int32_t) * (size_t)m, cudaMemcpyDeviceToHost,
-                                ctx->stream);
-            if (e != cudaSuccess) return sv_fail((int)e, "argmax readback", -1, err);
         }
-        for (int k = 0; k < m;) {
-            if (am_dst[r0 + k]) {
-                k++;
-                continue;
+    }
+    return 0;
+}
+
+/* Decode passes run as CUDA graphs, one per bucket of rows (padded up to the bucket): no prefill chunk and no new
+ * sequence (a pass with a position-0 row clears that slot first, eagerly). */
+static const int sv_buckets[SV_N_BUCKETS] = {1,  2,  4,  8,   16,  24,  32,  40,  48, 56,
+                                             64, 80, 96, 112, 128, 160, 192, 224, 256};
+
+static int sv_bucket(int n) {
+    for (int i = 0; i < SV_N_BUCKETS; i++)
+        if (sv_buckets[i] >= n) return i;
+    return -1;
+}
+
+/* Captures the decode pass of bucket bi (rows 0 .. sv_buckets[bi] - 1, every one a decode row with logits). */
+static int sv_capture(CudaCtx *ctx, CudaServe *sv, int bi, Err *err) {
+    const int Bb = sv_buckets[bi];
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) return sv_fail((int)e, "begin graph capture", -1, err);
+    const int rc = sv_layers(ctx, sv, NULL, 0, NULL, NULL, Bb, Bb, Bb, 1, err);
+    e = cudaStreamEndCapture(ctx->stream, &g);
+    if (rc) {
+        if (g) cudaGraphDestroy(g);
+        return rc;
+    }
+    if (e != cudaSuccess) return sv_fail((int)e, "end graph capture", -1, err);
+    e = cudaGraphInstantiate(&sv->graph[bi], g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        sv->graph[bi] = NULL;
+        return sv_fail((int)e, "graph instantiate", -1, err);
+    }
+    return 0;
+}
+
+/* One pass over the pieces pc[0 .. np) (at most tmax rows): fills and uploads the per-row ints, runs every layer
+ * (a graph for decode passes), and copies the logits rows of this pass to out[0 ..) ([n_out][V]) or, for greedy
+ * rows, their argmax ids; returns after the stream is done. */
+static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float *out, Err *err) {
+    const int V = ctx->c->vocab_size, tmax = sv->tmax, block = sv->lay.block;
+    int32_t *hi = sv->ints_host;
+    int32_t *h_tok = hi, *h_pos = hi + tmax, *h_tab = hi + 2 * tmax, *h_dnr = hi + 3 * tmax, *h_dns = hi + 4 * tmax,
+            *h_out = hi + 5 * tmax, *h_tables = hi + 6 * tmax;
+    int T = 0, nd = 0, n_out = 0, nt = 0;
+    int *am_dst[SV_TMAX]; /* out row k: where its argmax goes, or NULL (the row goes to out) */
+    int32_t *am_host = hi + sv->n_ints - tmax;
+    int prow[SV_MAX_PIECES], ptab[SV_MAX_PIECES]; /* piece i: its first row, its block table's offset */
+    /* rows: the decode pieces (one token each) first, rows 0 .. nd - 1 (the skinny GEMMs' rows), then the prefill
+     * chunks; logits rows and tables in piece order */
+    for (int i = 0; i < np; i++) nd += pc[i].n == 1;
+    for (int i = 0, rd = 0, rp = nd; i < np; i++) {
+        const SvPiece *q = &pc[i];
+        const int nb = tab_len(q, block), r0 = q->n == 1 ? rd++ : rp;
+        if (q->n > 1) rp += q->n;
+        for (int b = 0; b < nb; b++) h_tables[nt + b] = q->it->blocks[b];
+        for (int r = 0; r < q->n; r++) {
+            h_tok[r0 + r] = q->it->tokens[q->off + r];
+            h_pos[r0 + r] = q->pos + r;
+            h_tab[r0 + r] = nt;
+        }
+        if (q->n == 1) h_dnr[r0] = r0, h_dns[r0] = q->it->slot;
+        if (q->logits) {
+            am_dst[n_out] = q->argmax;
+            h_out[n_out++] = r0 + q->n - 1;
+        }
+        prow[i] = r0;
+        ptab[i] = nt;
+        nt += nb;
+        T += q->n;
+    }
+    /* a decode pass (no chunk, no new sequence) of a bucket's size: padded rows run on the spare slot and the
+     * spare block, which no sequence owns, at position 0 */
+    int bi = -1;
+    if (!ctx->no_graph && !sv->no_graph && nd == np && n_out == np) {
+        bi = sv_bucket(np);
+        if (bi >= 0 && sv_buckets[bi] > sv->lm_rows) bi = -1; /* lm_rows <= tmax: the buffers' rows */
+        for (int i = 0; i < np && bi >= 0; i++)
+            if (pc[i].pos == 0) bi = -1;
+    }
+    int any_am = 0;
+    for (int k = 0; k < n_out; k++) any_am |= am_dst[k] != NULL;
+    if (bi >= 0) {
+        const int Bb = sv_buckets[bi];
+        h_tables[nt] = sv->lay.n_blocks; /* the spare block */
+        for (int r = np; r < Bb; r++) {
+            h_tok[r] = 0;
+            h_pos[r] = 0;
+            h_tab[r] = nt;
+            h_dnr[r] = r;
+            h_dns[r] = sv->lay.n_slots; /* the spare slot */
+            h_out[r] = r;
+        }
+        nt++;
+    }
+    cudaError_t e =
+        cudaMemcpyAsync(sv->ints, hi, sizeof(int32_t) * (6 * (size_t)tmax + nt), cudaMemcpyHostToDevice, ctx->stream);
+    if (e != cudaSuccess) return sv_fail((int)e, "upload", -1, err);
+    int rc = 0;
+    if (bi >= 0 && !sv->graph[bi] && sv_capture(ctx, sv, bi, err)) {
+        /* a capture that fails leaves the session on eager passes */
+        (void)cudaGetLastError();
+        sv->no_graph = 1;
+        bi = -1;
+    }
+    if (bi >= 0) {
+        e = cudaGraphLaunch(sv->graph[bi], ctx->stream);
+        if (e != cudaSuccess) return sv_fail((int)e, "graph launch", -1, err);
+    } else {
+        /* a new sequence starts from zero DeltaNet state */
+        for (int i = 0; i < np && sv->slot_bytes; i++)
+            if (pc[i].pos == 0) {
+                e = cudaMemsetAsync(sv->slots + (size_t)pc[i].it->slot * sv->slot_bytes, 0, sv->slot_bytes,
+                                    ctx->stream);
+                if (e != cudaSuccess) return sv_fail((int)e, "slot clear", -1, err);
             }
-            int k1 = k + 1;
-            while (k1 < m && !am_dst[r0 + k1]) k1++;
-            e = cudaMemcpyAsync(out + (size_t)(r0 + k) * V, sv->lm + (size_t)k * V,
-                                sizeof(float) * (size_t)(k1 - k) * V, cudaMemcpyDeviceToHost, ctx->stream);
-            if (e != cudaSuccess) return sv_fail((int)e, "logits readback", -1, err);
-            k = k1;
+        if ((rc = sv_layers(ctx, sv, pc, np, prow, ptab, T, nd, n_out, any_am, err))) return rc;
+    }
+    /* greedy rows: only their argmax comes back (the pinned tail of ints); the other rows whole, in runs. A pageable
+     * destination returns once the copy is done. */
+    if (any_am) {
+        e = cudaMemcpyAsync(am_host, sv->ints + sv->n_ints - tmax, sizeof(int32_t) * (size_t)n_out,
+                            cudaMemcpyDeviceToHost, ctx->stream);
+        if (e != cudaSuccess) return sv_fail((int)e, "argmax readback", -1, err);
+    }
+    for (int k = 0; k < n_out;) {
+        if (am_dst[k]) {
+            k++;
+            continue;
         }
+        int k1 = k + 1;
+        while (k1 < n_out && !am_dst[k1]) k1++;
+        e = cudaMemcpyAsync(out + (size_t)k * V, sv->lm + (size_t)k * V, sizeof(float) * (size_t)(k1 - k) * V,
+                            cudaMemcpyDeviceToHost, ctx->stream);
+        if (e != cudaSuccess) return sv_fail((int)e, "logits readback", -1, err);
+        k = k1;
     }
     e = cudaStreamSynchronize(ctx->stream); /* the pinned ints are refilled by the next pass */
     if (e != cudaSuccess) return sv_fail((int)e, "step", -1, err);
@@ -564,7 +703,7 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
                 return err_set(err, Q35_ERR_ARG, "cuda step: slot %d twice in one step", it->slot);
     }
     /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */
-    SvPiece pc[256]; /* up to 256 decode rows in one pass: one read of the weights */
+    SvPiece pc[SV_MAX_PIECES]; /* up to 256 decode rows in one pass: one read of the weights */
     int np = 0, rows = 0, rc = 0;
     float *out = logits;
     const int max_pc = (int)(sizeof pc / sizeof pc[0]);
