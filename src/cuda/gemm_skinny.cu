@@ -26,6 +26,14 @@
 #define SK_STAGE_BYTES ((SK_BN + SK_BM) * SK_BK * 2)
 #define SK_SMEM        (SK_STAGES * SK_STAGE_BYTES)
 
+/* The fused norm of gemm_skinny_reduce_norm: h bf16 [M][N] = norm(y) with weight w [N], mode, eps. */
+typedef struct SkNorm {
+    const float *w;
+    uint16_t *h;
+    int mode;
+    float eps;
+} SkNorm;
+
 typedef struct SkArgs {
     GemmParams g;
     float *work; /* [splits][M][N] fp32 partial sums (splits > 1) */
@@ -33,11 +41,12 @@ typedef struct SkArgs {
     int nchunks; /* ceil(K / SK_BK) */
 } SkArgs;
 
-/* Splits for an N x K weight on n_sm multiprocessors: enough CTAs per m-block to give every multiprocessor one
- * (N / 64 < 100: more splits), else one. Returns the split count s and chunks per split *kc (s * *kc covers K). */
+/* Splits for an N x K weight on n_sm multiprocessors: enough CTAs per m-block for two on every multiprocessor (one
+ * CTA keeps at most SK_STAGES chunks of W in flight, too few bytes to stream HBM alone), else one. Returns the split
+ * count s and chunks per split *kc (s * *kc covers K). */
 static int sk_plan(int N, int K, int n_sm, int *kc) {
     const int tiles = (N + SK_BN - 1) / SK_BN, chunks = (K + SK_BK - 1) / SK_BK;
-    int s = tiles >= 100 ? 1 : (n_sm + tiles - 1) / tiles;
+    int s = tiles >= 2 * n_sm ? 1 : (2 * n_sm + tiles - 1) / tiles;
     if (s > chunks) s = chunks;
     if (s < 1) s = 1;
     *kc = (chunks + s - 1) / s;
@@ -198,9 +207,65 @@ __global__ void __launch_bounds__(256) gemm_skinny_reduce(const __grid_constant_
     }
 }
 
+/* The residual GEMMs of the decode rows (EPI_ADD_F32, N = D) with the next RMSNorm fused. One CTA per row of
+ * 64 NC threads: thread (k, l) = (tid / 32, tid % 32) owns float4 slot k of lane l in rmsnorm_f32_rows_bf16_v8's
+ * layout (columns 8 (l + 32 (k / 2)) + 4 (k % 2) .. + 3): it adds the splits in order, y = bf16(x + bf16(sum)) goes
+ * back to x and to shared memory. Warp 0 then forms lane l's sum of squares over its slots k = 0 .. 2 NC - 1 in that
+ * kernel's order and the same warp_sum, so h = norm(y) is bitwise the separate reduction followed by that norm, with
+ * every partial load of the row in flight at once. grid M. */
+template <int NC>
+__global__ void __launch_bounds__(64 * NC)
+    gemm_skinny_reduce_norm(const __grid_constant__ SkArgs a, int splits, const __grid_constant__ SkNorm nm) {
+    __shared__ float4 sv[2 * NC][32];
+    __shared__ float sr;
+    const GemmParams &g = a.g;
+    const int row = blockIdx.x, l = threadIdx.x & 31, k = threadIdx.x >> 5, n8 = g.N / 8;
+    const int i = l + 32 * (k >> 1), c4 = 2 * i + (k & 1);
+    float4 gw = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n8) gw = __ldg((const float4 *)nm.w + c4);
+    pdl_wait();
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n8) {
+        float4 *x = (float4 *)((float *)g.y + (size_t)row * g.ldy);
+        const size_t plane4 = (size_t)g.M * g.N / 4;
+        const float4 *part = (const float4 *)(a.work + (size_t)row * g.N);
+        float4 acc = part[c4];
+        for (int sp = 1; sp < splits; sp++) {
+            const float4 q = part[sp * plane4 + c4];
+            acc.x += q.x, acc.y += q.y, acc.z += q.z, acc.w += q.w;
+        }
+        const float4 old = __ldcg(x + c4);
+        v = make_float4(rbf(old.x + rbf(acc.x)), rbf(old.y + rbf(acc.y)), rbf(old.z + rbf(acc.z)),
+                        rbf(old.w + rbf(acc.w)));
+        x[c4] = v;
+    }
+    sv[k][l] = v;
+    __syncthreads();
+    if (k == 0) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2 * NC; j++) {
+            const float4 q = sv[j][l];
+            ss += q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
+        }
+        ss = warp_sum(ss);
+        if (l == 0) sr = rsqrtf(ss / (float)g.N + nm.eps);
+    }
+    __syncthreads();
+    pdl_trigger();
+    if (i < n8) {
+        const float r = sr;
+        uint2 o;
+        o.x = pack_bf16(norm_apply(v.x, r, gw.x, nm.mode), norm_apply(v.y, r, gw.y, nm.mode));
+        o.y = pack_bf16(norm_apply(v.z, r, gw.z, nm.mode), norm_apply(v.w, r, gw.w, nm.mode));
+        ((uint2 *)(nm.h + (size_t)row * g.N))[c4] = o;
+    }
+}
+
 extern "C" size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, int glu_group) {
     int kc = 0;
     const int s = sk_plan(N, K, n_sm, &kc);
+    if (epi == GEMM_EPI_ADD_F32_NORM) return (size_t)s * M * N;
     return s > 1 || (epi == GEMM_EPI_SWIGLU_BF16 && glu_group != 1) ? (size_t)s * M * N : 0;
 }
 
@@ -247,4 +312,35 @@ extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_fl
     case GEMM_EPI_SWIGLU_BF16: return sk_launch<GEMM_EPI_SWIGLU_BF16>(a, splits, l);
     default: return (int)cudaErrorInvalidValue;
     }
+}
+
+extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mode, float eps, uint16_t *h,
+                                     float *work, size_t work_floats, int n_sm, const CudaLaunch *l) {
+    if (!g || !l || !g->x || !g->w || !g->y || !norm_w || !h || !work || g->epi != GEMM_EPI_ADD_F32 || g->M < 1 ||
+        g->M > 65535 || g->N % 8 || g->N > 2048 || g->K < 8 || g->K % 8 || g->ldx % 8 || g->ldw % 8 || g->ldx < g->K ||
+        g->ldw < g->K || g->ldy < g->N || g->ldy % 4 || ((uintptr_t)g->y & 15) || ((uintptr_t)norm_w & 15) ||
+        ((uintptr_t)h & 15) || n_sm < 1 || (norm_mode != NORM_ZC && norm_mode != NORM_PLAIN))
+        return (int)cudaErrorInvalidValue;
+    SkArgs a;
+    a.g = *g;
+    a.work = work;
+    a.nchunks = (g->K + SK_BK - 1) / SK_BK;
+    const int splits = sk_plan(g->N, g->K, n_sm, &a.kc);
+    if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats)
+        return (int)cudaErrorInvalidValue;
+    static bool attr_done = false;
+    if (!attr_done) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(gemm_skinny_k<-1>, cudaFuncAttributeMaxDynamicSharedMemorySize, SK_SMEM);
+        if (e != cudaSuccess) return (int)e;
+        attr_done = true;
+    }
+    const dim3 grid((unsigned)((g->M + SK_BM - 1) / SK_BM), (unsigned)((g->N + SK_BN - 1) / SK_BN), (unsigned)splits);
+    int rc = launch_kernel(gemm_skinny_k<-1>, grid, dim3(128), SK_SMEM, l, a);
+    if (rc) return rc;
+    const SkNorm nm = {norm_w, h, norm_mode, eps};
+    const dim3 rg((unsigned)g->M);
+    if (g->N <= 512) return launch_ex(gemm_skinny_reduce_norm<2>, rg, dim3(128), 0, 0, l, a, splits, nm);
+    if (g->N <= 1024) return launch_ex(gemm_skinny_reduce_norm<4>, rg, dim3(256), 0, 0, l, a, splits, nm);
+    return launch_ex(gemm_skinny_reduce_norm<8>, rg, dim3(512), 0, 0, l, a, splits, nm);
 }

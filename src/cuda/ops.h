@@ -450,6 +450,13 @@ int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l);
  * N and K multiples of 8, any algo field (ignored). */
 size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, int glu_group);
 int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_floats, int n_sm, const CudaLaunch *l);
+/* The residual form (epi GEMM_EPI_ADD_F32, N <= 2048, N % 8 == 0, y and h 16-byte aligned) with the RMSNorm that
+ * follows it fused into the split reduction: y = bf16(y + bf16(X W^T)), then h = norm(y) (rmsnorm_rows' formula and
+ * bits, RmsnormRowsParams' mode and eps, weight norm_w [N]). work: cuda_gemm_skinny_work(.., GEMM_EPI_ADD_F32_NORM,
+ * ..) floats. */
+#define GEMM_EPI_ADD_F32_NORM 16 /* only as cuda_gemm_skinny_work's epi: the workspace of cuda_gemm_skinny_norm */
+int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mode, float eps, uint16_t *h, float *work,
+                          size_t work_floats, int n_sm, const CudaLaunch *l);
 
 /* ---- full attention, prefill (attention_prefill.cu) ---- */
 /* Prepares T tokens at positions pos .. pos+T-1 from the fused projection output qkv:

@@ -64,6 +64,10 @@ struct CudaServe {
     size_t n_ints;
     cudaGraphExec_t graph[SV_N_BUCKETS]; /* decode passes by bucket, captured at first use */
     int no_graph;                        /* a capture failed: eager passes from then on */
+    int det;                             /* deterministic mode: the skinny GEMM for every decode row */
+    int solo_slot, solo_start, solo_len; /* the slot the context's own state hosts (solo_step), or -1; positions
+                                          * solo_start .. solo_len - 1 are in its contiguous caches only */
+    int32_t *solo_tab;                   /* [max_blocks] that sequence's block table as of its last solo step */
 };
 
 static int sv_fail(int rc, const char *what, int layer, Err *err) {
@@ -113,9 +117,9 @@ static size_t skinny_work(const CudaCtx *ctx, const CudaServe *sv) {
     for (int l = 0; l < ctx->c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         const size_t v[4] = {cuda_gemm_skinny_work(M, ly->in_rows, d->D, ns, GEMM_EPI_BF16, 1),
-                             cuda_gemm_skinny_work(M, d->D, ly->out_cols, ns, GEMM_EPI_ADD_F32, 1),
+                             cuda_gemm_skinny_work(M, d->D, ly->out_cols, ns, GEMM_EPI_ADD_F32_NORM, 1),
                              cuda_gemm_skinny_work(M, 2 * d->F, d->D, ns, GEMM_EPI_SWIGLU_BF16, d->glu_group),
-                             cuda_gemm_skinny_work(M, d->D, d->F, ns, GEMM_EPI_ADD_F32, 1)};
+                             cuda_gemm_skinny_work(M, d->D, d->F, ns, GEMM_EPI_ADD_F32_NORM, 1)};
         for (int i = 0; i < 4; i++) w = v[i] > w ? v[i] : w;
     }
     const size_t lm = cuda_gemm_skinny_work(sv->lm_rows, ctx->c->vocab_size, d->D, ns, GEMM_EPI_F32, 1);
@@ -226,6 +230,7 @@ extern "C" void cuda_serve_close(void *p) {
     free(sv->S_off);
     free(sv->ring_off);
     free(sv->kv_index);
+    free(sv->solo_tab);
     free(sv);
     ctx->sv = NULL;
 }
@@ -246,12 +251,15 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     if (!sv) return err_set(err, Q35_ERR_OOM, "cuda serve: out of host memory");
     ctx->sv = sv;
     sv->lay = *l;
+    sv->det = ctx->deterministic;
+    sv->solo_slot = -1;
     sv_dims(ctx, sv);
     const int L = c->num_hidden_layers;
     sv->S_off = (size_t *)calloc((size_t)L, sizeof(size_t));
     sv->ring_off = (size_t *)calloc((size_t)L, sizeof(size_t));
     sv->kv_index = (int *)calloc((size_t)L, sizeof(int));
-    if (!sv->S_off || !sv->ring_off || !sv->kv_index) {
+    sv->solo_tab = (int32_t *)calloc((size_t)l->max_blocks, sizeof(int32_t));
+    if (!sv->S_off || !sv->ring_off || !sv->kv_index || !sv->solo_tab) {
         cuda_serve_close(ctx);
         return err_set(err, Q35_ERR_OOM, "cuda serve: out of host memory");
     }
@@ -286,9 +294,13 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
 /* Prefix cache (backend.h): a snapshot is a whole slot (S and conv ring of every DeltaNet layer; the ring is indexed
  * by absolute position, so a slot loaded from a snapshot of length p continues at position p); a KV block is
  * [Hkv][block][hd] contiguous in each pool. Device copies in stream order with step_batch. */
+static int solo_flush(CudaCtx *ctx, CudaServe *sv, Err *err);
+
 static int snap_copy(CudaCtx *ctx, int slot, int snap, int save, Err *err) {
     CudaServe *sv = ctx->sv;
     if (!sv) return err_set(err, Q35_ERR_ARG, "cuda snapshot: serving is not open");
+    int rc = solo_flush(ctx, sv, err);
+    if (rc) return rc;
     if (slot < 0 || slot >= sv->lay.n_slots || snap < 0 || snap >= sv->lay.n_snaps)
         return err_set(err, Q35_ERR_ARG, "cuda snapshot: slot %d / snapshot %d outside [0, %d) / [0, %d)", slot, snap,
                        sv->lay.n_slots, sv->lay.n_snaps);
@@ -309,6 +321,8 @@ extern "C" int cuda_block_copy(void *p, int src, int dst, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
     CudaServe *sv = ctx->sv;
     if (!sv) return err_set(err, Q35_ERR_ARG, "cuda block copy: serving is not open");
+    const int rc = solo_flush(ctx, sv, err);
+    if (rc) return rc;
     if (src < 0 || src >= sv->lay.n_blocks || dst < 0 || dst >= sv->lay.n_blocks)
         return err_set(err, Q35_ERR_ARG, "cuda block copy: %d -> %d outside [0, %d)", src, dst, sv->lay.n_blocks);
     const size_t bb = sv->pool_bytes / (size_t)(sv->lay.n_blocks + 1);
@@ -328,24 +342,41 @@ static int serve_algo(const CudaServe *sv, int M, int N) {
     return tiles <= sv->n_sm ? GEMM_ALGO_TMA_C128 : GEMM_ALGO_TMA_P128;
 }
 
+static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, const float *w, uint16_t *h, int T,
+                   int layer, Err *err) {
+    RmsnormRowsParams np = {x, w, h, T, sv->d.D, sv->d.norm_mode, sv->d.eps};
+    const int rc = cuda_rmsnorm_rows_bf16(&np, lc);
+    return rc ? sv_fail(rc, "norm", layer, err) : 0;
+}
+
 /* Y = X W^T over the pass's T rows: the nd decode rows (rows 0 .. nd - 1) through the skinny GEMM, the prefill
  * rows (nd .. T - 1) through the prefill GEMM. Each family's sums for a row do not depend on the other rows, and a
- * row's family depends only on its own piece (a decode token or a prefill chunk), so batching stays invariant.
+ * row's family depends only on its own piece (a decode token or a prefill chunk), so batching stays invariant. Outside
+ * deterministic mode, a pass of >= 128 decode rows whose 128 x 128 tiles fill half the GPU takes the prefill GEMM for all
+ * its rows (tensor-core bound there; a row's bits then depend on the pass's row count, within rounding).
+ * norm_w (residual GEMMs): the RMSNorm that follows, h = norm(y) for every row, fused into the skinny kernel's
+ * reduction for its rows.
  * A driver that cannot encode tensor maps (cudaErrorNotSupported) moves every later prefill GEMM of the session to
  * mma.sync (one family again: the decision comes at the first GEMM, before any row is computed). */
-static int sv_gemm(CudaServe *sv, const CudaLaunch *lc, GemmParams g, int nd, int layer, const char *what, Err *err) {
+static int sv_gemm(CudaServe *sv, const CudaLaunch *lc, GemmParams g, int nd, const float *norm_w, int layer,
+                   const char *what, Err *err) {
     const size_t ysz = g.epi == GEMM_EPI_F32 || g.epi == GEMM_EPI_ADD_F32 ? 4 : 2;
-    int rc = 0;
-    if (nd > 0) {
+    int sk = nd, rc = 0;
+    if (!sv->det && nd >= 128 && sv->major == 9 && 2 * ((nd + 127) / 128) * ((g.N + 127) / 128) >= sv->n_sm) sk = 0;
+    if (sk > 0) {
         GemmParams s = g;
-        s.M = nd;
-        rc = cuda_gemm_skinny(&s, sv->skw, sv->skw_floats, sv->n_sm, lc);
+        s.M = sk;
+        rc = norm_w ? cuda_gemm_skinny_norm(&s, norm_w, sv->d.norm_mode, sv->d.eps, sv->h, sv->skw, sv->skw_floats,
+                                            sv->n_sm, lc)
+                    : cuda_gemm_skinny(&s, sv->skw, sv->skw_floats, sv->n_sm, lc);
         if (rc) return sv_fail(rc, what, layer, err);
     }
-    if (g.M <= nd) return 0;
-    g.x += (size_t)nd * g.ldx;
-    g.y = (char *)g.y + (size_t)nd * g.ldy * ysz;
-    g.M -= nd;
+    if (g.M <= sk) return 0;
+    const int T = g.M;
+    float *y0 = (float *)g.y;
+    g.x += (size_t)sk * g.ldx;
+    g.y = (char *)g.y + (size_t)sk * g.ldy * ysz;
+    g.M -= sk;
     g.algo = serve_algo(sv, g.M, g.N);
     rc = cuda_gemm_bf16(&g, lc);
     if (rc == (int)cudaErrorNotSupported && sv->major == 9) {
@@ -353,14 +384,9 @@ static int sv_gemm(CudaServe *sv, const CudaLaunch *lc, GemmParams g, int nd, in
         g.algo = GEMM_ALGO_MMA;
         rc = cuda_gemm_bf16(&g, lc);
     }
-    return rc ? sv_fail(rc, what, layer, err) : 0;
-}
-
-static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, const float *w, int T, int layer,
-                   Err *err) {
-    RmsnormRowsParams np = {x, w, sv->h, T, sv->d.D, sv->d.norm_mode, sv->d.eps};
-    const int rc = cuda_rmsnorm_rows_bf16(&np, lc);
-    return rc ? sv_fail(rc, "norm", layer, err) : 0;
+    if (rc) return sv_fail(rc, what, layer, err);
+    if (!norm_w) return 0;
+    return sv_norm(sv, lc, y0 + (size_t)sk * g.ldy, norm_w, sv->h + (size_t)sk * sv->d.D, T - sk, layer, err);
 }
 
 /* A piece of an item: the whole item, or (items longer than tmax) tmax of its tokens. */
@@ -395,9 +421,9 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         const int n = ly->in_rows, no = ly->out_cols;
-        if ((rc = sv_norm(sv, &lc, sv->x, ly->ln1, T, l, err))) return rc;
+        if (l == 0 && (rc = sv_norm(sv, &lc, sv->x, ly->ln1, sv->h, T, l, err))) return rc; /* later: fused below */
         GemmParams in = {sv->h, ly->w_in, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, in, nd, l, "gemm_in", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, in, nd, NULL, l, "gemm_in", err))) return rc;
         if (ly->type == LAYER_FULL_ATTN) {
             const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
             uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
@@ -515,20 +541,20 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             }
         }
         GemmParams o = {sv->act, ly->w_out, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, o, nd, l, "gemm_out", err))) return rc;
-        if ((rc = sv_norm(sv, &lc, sv->x, ly->ln2, T, l, err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, o, nd, ly->ln2, l, "gemm_out", err))) return rc;
         const int F = d->F;
         GemmParams gu = {sv->h, ly->w_gu, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        if ((rc = sv_gemm(sv, &lc, gu, nd, l, "gemm_gate_up", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, gu, nd, NULL, l, "gemm_gate_up", err))) return rc;
         GemmParams dn = {sv->act, ly->w_down, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, dn, nd, l, "gemm_down", err))) return rc;
+        const float *next_ln = l + 1 < c->num_hidden_layers ? ctx->layers[l + 1].ln1 : NULL;
+        if ((rc = sv_gemm(sv, &lc, dn, nd, next_ln, l, "gemm_down", err))) return rc;
     }
     if (n_out > 0) {
         GatherRowsParams gp = {sv->x, orow, sv->xg, n_out, D};
         if ((rc = cuda_gather_rows(&gp, &lc))) return sv_fail(rc, "gather", -1, err);
-        if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, n_out, -1, err))) return rc;
+        if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, sv->h, n_out, -1, err))) return rc;
         GemmParams g = {sv->h, ctx->lm_head, sv->lm, n_out, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, g, n_out, -1, "gemm_lm_head", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, g, n_out, NULL, -1, "gemm_lm_head", err))) return rc;
         if (any_am) {
             RowsArgmaxParams ap = {sv->lm, n_out, V, ctx->n_valid, am_dev, sv->am_work, sv->am_work_bytes};
             if ((rc = cuda_rows_argmax(&ap, &lc))) return sv_fail(rc, "argmax", -1, err);
@@ -678,6 +704,102 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     return 0;
 }
 
+/* ---- solo: one running sequence on the single-sequence decode step ------------------------------------------------
+ * Outside deterministic mode, a step of one decode row (pos > 0) runs forward()'s decode step (its fused kernels, one
+ * graph replay) on the context's own state, which then hosts that sequence: entering copies the slot's DeltaNet
+ * state (S, conv ring) into the context's layers and gathers positions 0 .. pos - 1 of its KV pages into the
+ * contiguous caches; later lone decode steps of the same slot at the next position continue there. Anything else
+ * (another step, a prefix-cache hook, serve_close) first flushes: the state goes back to the slot and the KV rows the
+ * solo steps wrote go back to the sequence's pages (its table as of the last solo step). Every way a slot gets a new
+ * sequence passes through one of those (a step at position 0, or snap_load), so a continuation is recognised by
+ * (slot, position) alone. Deterministic mode never enters: its rows must be the batched step's bits. */
+static int solo_copy_state(CudaCtx *ctx, CudaServe *sv, int slot, int to_slot, Err *err) {
+    const Config *c = ctx->c;
+    const size_t S_bytes = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
+    const size_t ring_bytes = (size_t)c->linear_conv_kernel_dim * c->conv_dim * 2;
+    char *base = sv->slots + (size_t)slot * sv->slot_bytes;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const CudaLayer *ly = &ctx->layers[l];
+        if (ly->type == LAYER_FULL_ATTN) continue;
+        char *s = base + sv->S_off[l], *r = base + sv->ring_off[l];
+        cudaError_t e = cudaMemcpyAsync(to_slot ? (void *)s : (void *)ly->S, to_slot ? (void *)ly->S : (void *)s,
+                                        S_bytes, cudaMemcpyDeviceToDevice, ctx->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(to_slot ? (void *)r : (void *)ly->conv_ring,
+                                to_slot ? (void *)ly->conv_ring : (void *)r, ring_bytes, cudaMemcpyDeviceToDevice,
+                                ctx->stream);
+        if (e != cudaSuccess) return sv_fail((int)e, "solo state copy", l, err);
+    }
+    return 0;
+}
+
+/* KV positions [from, to) of the solo sequence between its pages (table sv->solo_tab) and the contiguous caches:
+ * scatter = 1 caches -> pages. The table goes through the pinned ints (the stream is idle between passes). */
+static int solo_copy_kv(CudaCtx *ctx, CudaServe *sv, int from, int to, int scatter, Err *err) {
+    const Config *c = ctx->c;
+    if (to <= from || !c->n_full_layers) return 0;
+    const int block = sv->lay.block, nb = (to - 1) / block + 1;
+    int32_t *tab_host = sv->ints_host + 6 * (size_t)sv->tmax;
+    memcpy(tab_host, sv->solo_tab, sizeof(int32_t) * (size_t)nb);
+    cudaError_t e = cudaMemcpyAsync(sv->ints + 6 * (size_t)sv->tmax, tab_host, sizeof(int32_t) * (size_t)nb,
+                                    cudaMemcpyHostToDevice, ctx->stream);
+    if (e != cudaSuccess) return sv_fail((int)e, "solo table upload", -1, err);
+    const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0};
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const CudaLayer *ly = &ctx->layers[l];
+        if (ly->type != LAYER_FULL_ATTN) continue;
+        uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
+        uint16_t *vp = (uint16_t *)((char *)kp + sv->pool_bytes);
+        PagedGatherParams gp = {
+            kp,   vp,     sv->ints + 6 * (size_t)sv->tmax, ly->Kc, ly->Vc, to, ctx->max_seq, sv->d.Hkv, sv->d.hd, block,
+            from, scatter};
+        const int rc = cuda_paged_gather(&gp, &lc);
+        if (rc) return sv_fail(rc, scatter ? "solo kv scatter" : "solo kv gather", l, err);
+    }
+    e = cudaStreamSynchronize(ctx->stream); /* the pinned table is reused by the next pass */
+    return e != cudaSuccess ? sv_fail((int)e, "solo kv copy", -1, err) : 0;
+}
+
+/* Hands a hosted sequence back to its slot and pages (no-op when none is hosted). */
+static int solo_flush(CudaCtx *ctx, CudaServe *sv, Err *err) {
+    if (sv->solo_slot < 0) return 0;
+    const int slot = sv->solo_slot;
+    sv->solo_slot = -1;
+    int rc = solo_copy_state(ctx, sv, slot, 1, err);
+    if (!rc) rc = solo_copy_kv(ctx, sv, sv->solo_start, sv->solo_len, 1, err);
+    return rc;
+}
+
+/* One lone decode row on the single-sequence step; returns 0 or an error (the slot's state is then undefined). */
+static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *logits, Err *err) {
+    const int block = sv->lay.block, nb = it->pos / block + 1;
+    int rc = 0;
+    if (sv->solo_slot != it->slot || sv->solo_len != it->pos) {
+        if ((rc = solo_flush(ctx, sv, err))) return rc;
+        memcpy(sv->solo_tab, it->blocks, sizeof(int32_t) * (size_t)nb);
+        if ((rc = solo_copy_state(ctx, sv, it->slot, 0, err))) return rc;
+        if ((rc = solo_copy_kv(ctx, sv, 0, it->pos, 0, err))) return rc;
+        sv->solo_slot = it->slot;
+        sv->solo_start = sv->solo_len = it->pos;
+        ctx->n_past = it->pos;
+    }
+    memcpy(sv->solo_tab, it->blocks, sizeof(int32_t) * (size_t)nb);
+    if (it->logits && it->argmax) {
+        DeviceSampling ds;
+        memset(&ds, 0, sizeof ds);
+        ds.top_p = 1.0f;
+        rc = cuda_backend.decode_sample(ctx, it->tokens[0], it->pos, &ds, it->argmax, err);
+    } else {
+        rc = cuda_backend.forward(ctx, it->tokens, 1, it->pos, 0, it->logits ? logits : NULL, err);
+    }
+    if (rc) {
+        sv->solo_slot = -1;
+        return rc;
+    }
+    sv->solo_len = it->pos + 1;
+    return 0;
+}
+
 extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *logits, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
     CudaServe *sv = ctx->sv;
@@ -702,9 +824,12 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
             if (items[k].slot == it->slot)
                 return err_set(err, Q35_ERR_ARG, "cuda step: slot %d twice in one step", it->slot);
     }
+    if (!sv->det && n == 1 && items[0].n == 1 && items[0].pos > 0) return solo_step(ctx, sv, &items[0], logits, err);
+    int rc = solo_flush(ctx, sv, err);
+    if (rc) return rc;
     /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */
     SvPiece pc[SV_MAX_PIECES]; /* up to 256 decode rows in one pass: one read of the weights */
-    int np = 0, rows = 0, rc = 0;
+    int np = 0, rows = 0;
     float *out = logits;
     const int max_pc = (int)(sizeof pc / sizeof pc[0]);
     for (int i = 0; i < n && !rc; i++) {

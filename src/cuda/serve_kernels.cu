@@ -285,21 +285,22 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
 /* grid (len, Hkv, 2), hd / 8 threads: 16 bytes each. */
 __global__ void paged_gather_rows(const __grid_constant__ PagedGatherParams p) {
     pdl_begin();
-    const int s = blockIdx.x, i = blockIdx.y, hd = p.hd;
-    const uint16_t *pool = blockIdx.z ? p.v_pool : p.k_pool;
-    uint16_t *out = blockIdx.z ? p.v_out : p.k_out;
-    const uint4 *src = (const uint4 *)(pool + paged_off(p.table, 0, s, i, p.Hkv, p.block, hd));
-    uint4 *dst = (uint4 *)(out + ((size_t)i * p.stride + s) * hd);
+    const int s = p.start + blockIdx.x, i = blockIdx.y, hd = p.hd;
+    uint16_t *pool = blockIdx.z ? p.v_pool : p.k_pool, *out = blockIdx.z ? p.v_out : p.k_out;
+    uint4 *pg = (uint4 *)(pool + paged_off(p.table, 0, s, i, p.Hkv, p.block, hd));
+    uint4 *ct = (uint4 *)(out + ((size_t)i * p.stride + s) * hd);
+    uint4 *dst = p.scatter ? pg : ct;
+    const uint4 *src = p.scatter ? ct : pg;
     for (int e = threadIdx.x; e < hd / 8; e += blockDim.x) dst[e] = src[e];
 }
 
 extern "C" int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l) {
-    if (p->len < 1 || p->len > p->stride || p->Hkv < 1 || p->Hkv > 65535 || p->hd < 8 || p->hd % 8 || p->hd > 8192 ||
-        p->block < 1 || ((uintptr_t)p->k_pool & 15) || ((uintptr_t)p->v_pool & 15) || ((uintptr_t)p->k_out & 15) ||
-        ((uintptr_t)p->v_out & 15))
+    if (p->start < 0 || p->start >= p->len || p->len > p->stride || p->Hkv < 1 || p->Hkv > 65535 || p->hd < 8 ||
+        p->hd % 8 || p->hd > 8192 || p->block < 1 || ((uintptr_t)p->k_pool & 15) || ((uintptr_t)p->v_pool & 15) ||
+        ((uintptr_t)p->k_out & 15) || ((uintptr_t)p->v_out & 15))
         return (int)cudaErrorInvalidValue;
-    return launch_kernel(paged_gather_rows, dim3((unsigned)p->len, (unsigned)p->Hkv, 2), dim3((unsigned)(p->hd / 8)), 0,
-                         l, *p);
+    return launch_kernel(paged_gather_rows, dim3((unsigned)(p->len - p->start), (unsigned)p->Hkv, 2),
+                         dim3((unsigned)(p->hd / 8)), 0, l, *p);
 }
 
 /* ---- DeltaNet step over slots ---------------------------------------------------------------------------------- */

@@ -70,14 +70,16 @@ typedef struct PagedAttnParams {
 } PagedAttnParams;
 int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l);
 
-/* Copies positions 0 .. len-1 of one sequence from the paged pools into contiguous caches k_out, v_out bf16
- * [Hkv][stride][hd] (the single-sequence layout cuda_attn_prefill reads). table: the sequence's block table. hd % 8
- * == 0. Grid (len, Hkv, 2), hd / 8 threads. */
+/* Copies positions start .. len-1 of one sequence from the paged pools into contiguous caches k_out, v_out bf16
+ * [Hkv][stride][hd] (the single-sequence layout cuda_attn_prefill and the decode step read), or with scatter = 1 the
+ * other way (the caches' rows back into the pages). table: the sequence's block table. hd % 8 == 0. Grid
+ * (len - start, Hkv, 2), hd / 8 threads. */
 typedef struct PagedGatherParams {
-    const uint16_t *k_pool, *v_pool;
+    uint16_t *k_pool, *v_pool;
     const int32_t *table;
     uint16_t *k_out, *v_out;
     int len, stride, Hkv, hd, block;
+    int start, scatter;
 } PagedGatherParams;
 int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l);
 

@@ -17,7 +17,9 @@
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
 // clang-format off
+#define __ldg(p) (*(p))
 #include "sk_mma.inc"     /* swz, ldsm_addr_* from src/cuda/mma.cuh */
+#include "sk_common.inc"  /* warp_sum, norm_apply from src/cuda/common.cuh */
 #include "sk_kernels.inc" /* src/cuda/gemm_skinny.cu */
 // clang-format on
 
@@ -127,6 +129,42 @@ static void run_case(int M, int N, int K, int epi, int G, int n_sm, int M2) {
     if (bad || touched || diff) fails++;
 }
 
+/* cuda_gemm_skinny_norm: x bitwise the plain residual GEMM's, h = norm(x) within a bf16 step of a double norm. */
+static void norm_case(int M, int N, int K, int mode, int n_sm) {
+    std::vector<uint16_t> x((size_t)M * K), w((size_t)N * K), h((size_t)M * N, 0x7fc1);
+    for (auto &v : x) v = emu_bf(nrm());
+    for (auto &v : w) v = emu_bf(nrm() / sqrtf((float)K));
+    std::vector<float> y0((size_t)M * N), nw(N);
+    for (auto &v : y0) v = rbf(nrm());
+    for (auto &v : nw) v = mode == NORM_ZC ? 0.1f * nrm() : 1.0f + 0.1f * nrm();
+    std::vector<float> y1 = y0, y2 = y0;
+    const size_t wf = cuda_gemm_skinny_work(M, N, K, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
+    std::vector<float> work(wf, NAN);
+    CudaLaunch l = {0, 0, NULL, 0};
+    GemmParams g1 = {x.data(), w.data(), y1.data(), M, N, K, K, K, N, GEMM_EPI_ADD_F32, 1, 0};
+    GemmParams g2 = g1;
+    g2.y = y2.data();
+    const int rc1 = cuda_gemm_skinny(&g1, work.data(), wf, n_sm, &l);
+    const int rc2 = cuda_gemm_skinny_norm(&g2, nw.data(), mode, 1e-6f, h.data(), work.data(), wf, n_sm, &l);
+    long xdiff = memcmp(y1.data(), y2.data(), y1.size() * 4) != 0, bad = 0;
+    double worst = 0;
+    for (int m = 0; m < M; m++) {
+        double ss = 0;
+        for (int n = 0; n < N; n++) ss += (double)y2[(size_t)m * N + n] * y2[(size_t)m * N + n];
+        const double r = 1.0 / sqrt(ss / N + 1e-6);
+        for (int n = 0; n < N; n++) {
+            const double xv = y2[(size_t)m * N + n], want = mode == NORM_ZC ? xv * r * (1.0 + nw[n]) : nw[n] * xv * r;
+            const double got = bfd(h[(size_t)m * N + n]), tol = ldexp(fabs(want), -7) + 1e-6;
+            const double e = fabs(got - want);
+            if (!(e <= tol)) bad++;
+            else if (e / tol > worst) worst = e / tol;
+        }
+    }
+    printf("  norm M=%3d N=%4d K=%4d mode=%d: x %s the residual GEMM's, h worst err/tol %.3f, %ld bad\n", M, N, K, mode,
+           xdiff ? "DIFFERS from" : "bitwise", worst, bad);
+    if (rc1 || rc2 || xdiff || bad) fails++;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) srand((unsigned)atoi(argv[1]));
     emu_max_smem = 48 * 1024;
@@ -138,6 +176,8 @@ int main(int argc, char **argv) {
     run_case(33, 128, 456, GEMM_EPI_SWIGLU_BF16, 1, 1, 7);  /* SwiGLU G = 1, one split: lane-pair epilogue */
     run_case(9, 256, 136, GEMM_EPI_SWIGLU_BF16, 1, 132, 3); /* G = 1 through the reduction */
     run_case(12, 256, 96, GEMM_EPI_SWIGLU_BF16, 8, 132, 5); /* G = 8 */
+    norm_case(10, 256, 200, NORM_ZC, 132);
+    norm_case(70, 512, 328, NORM_PLAIN, 8);
     printf("gemm_skinny_emu: %s\n", fails ? "FAILED" : "all bounds met");
     return fails ? 1 : 0;
 }

@@ -11,10 +11,13 @@ cd "$(dirname "$0")/../.."
 B=${B:-build/emu}
 mkdir -p "$B"
 sed -n '/^#define SWZ_TMA16/,/^\/\* ---- Hopper wgmma/p' src/cuda/mma.cuh | sed '$d' > "$B/sk_mma.inc"
+{ sed -n '/^__device__ __forceinline__ float warp_sum(float v)/,/^}/p' src/cuda/common.cuh
+  sed -n '/^__device__ __forceinline__ float norm_apply/,/^}/p' src/cuda/common.cuh; } > "$B/sk_common.inc"
 sed -e '/#include "cuda\//d' \
     -e 's/extern __shared__ __align__(1024) uint8_t smem\[\];/uint8_t *smem = emu_smem();/' \
+    -e 's/^    __shared__ /    static /' \
     src/cuda/gemm_skinny.cu > "$B/sk_kernels.inc"
-grep -q 'ldsm_addr_bt' "$B/sk_mma.inc" && grep -q 'emu_smem()' "$B/sk_kernels.inc" && ! grep -q 'asm' "$B/sk_kernels.inc" ||
+grep -q 'ldsm_addr_bt' "$B/sk_mma.inc" && grep -q 'norm_apply' "$B/sk_common.inc" && grep -q 'emu_smem()' "$B/sk_kernels.inc" && ! grep -q 'asm' "$B/sk_kernels.inc" ||
     { echo "run_gemm_skinny.sh: the sed edits no longer match src/cuda/gemm_skinny.cu / mma.cuh"; exit 1; }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 g++ -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -Wno-unused-function -Isrc -I"$B" -Itests/emu \

@@ -234,6 +234,53 @@ static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
     CUDA_OK(cudaFree(cs.dw));
 }
 
+/* cuda_gemm_skinny_norm against its two-step form on the GPU: cuda_gemm_skinny (residual epilogue) then
+ * cuda_rmsnorm_rows_bf16 of the new rows; x and h must be bitwise equal. */
+static void test_skinny_norm(int M, int N, int K, int mode) {
+    uint16_t *x = rand_bf16((size_t)M * K, 1.0f), *w = rand_bf16((size_t)N * K, 1.0f / sqrtf((float)K));
+    float *y0 = malloc((size_t)M * N * 4), *nw = malloc((size_t)N * 4);
+    for (size_t i = 0; i < (size_t)M * N; i++) y0[i] = round_bf16(rng_normal(&rng));
+    for (int i = 0; i < N; i++) nw[i] = mode == NORM_ZC ? 0.1f * rng_normal(&rng) : 1.0f + 0.1f * rng_normal(&rng);
+    uint16_t *dx = dcopy(x, (size_t)M * K * 2), *dw = dcopy(w, (size_t)N * K * 2);
+    float *dy1 = dcopy(y0, (size_t)M * N * 4), *dy2 = dcopy(y0, (size_t)M * N * 4), *dn = dcopy(nw, (size_t)N * 4);
+    uint16_t *dh1 = NULL, *dh2 = NULL;
+    CUDA_OK(cudaMalloc((void **)&dh1, (size_t)M * N * 2));
+    CUDA_OK(cudaMalloc((void **)&dh2, (size_t)M * N * 2));
+    CUDA_OK(cudaMemset(dh1, 0xff, (size_t)M * N * 2));
+    CUDA_OK(cudaMemset(dh2, 0xff, (size_t)M * N * 2));
+    const size_t wf = cuda_gemm_skinny_work(M, N, K, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
+    float *work = NULL;
+    CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
+    GemmParams p1 = {dx, dw, dy1, M, N, K, K, K, N, GEMM_EPI_ADD_F32, 1, 0}, p2 = p1;
+    p2.y = dy2;
+    RmsnormRowsParams np = {dy1, dn, dh1, M, N, mode, 1e-6f};
+    int rc = cuda_gemm_skinny(&p1, work, wf, n_sm, &L0);
+    rc |= cuda_rmsnorm_rows_bf16(&np, &L0);
+    rc |= cuda_gemm_skinny_norm(&p2, dn, mode, 1e-6f, dh2, work, wf, n_sm, &L0);
+    CUDA_OK(cudaDeviceSynchronize());
+    float *y1 = malloc((size_t)M * N * 4), *y2 = malloc((size_t)M * N * 4);
+    uint16_t *h1 = malloc((size_t)M * N * 2), *h2 = malloc((size_t)M * N * 2);
+    CUDA_OK(cudaMemcpy(y1, dy1, (size_t)M * N * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(y2, dy2, (size_t)M * N * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h1, dh1, (size_t)M * N * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h2, dh2, (size_t)M * N * 2, cudaMemcpyDeviceToHost));
+    const int xs = memcmp(y1, y2, (size_t)M * N * 4) == 0, hs = memcmp(h1, h2, (size_t)M * N * 2) == 0;
+    CHECK(rc == 0, "skinny norm M=%d N=%d K=%d: launch", M, N, K);
+    CHECK(xs && hs, "skinny norm M=%d N=%d K=%d mode=%d: x %s, h %s the two-step form", M, N, K, mode,
+          xs ? "equals" : "differs from", hs ? "equals" : "differs from");
+    printf("  skinny+norm M=%4d N=%5d K=%5d mode=%d: x and h %s\n", M, N, K, mode,
+           xs && hs ? "bitwise equal to skinny + rmsnorm_rows" : "DIFFER");
+    free(x), free(w), free(y0), free(nw), free(y1), free(y2), free(h1), free(h2);
+    CUDA_OK(cudaFree(dx));
+    CUDA_OK(cudaFree(dw));
+    CUDA_OK(cudaFree(dy1));
+    CUDA_OK(cudaFree(dy2));
+    CUDA_OK(cudaFree(dn));
+    CUDA_OK(cudaFree(dh1));
+    CUDA_OK(cudaFree(dh2));
+    CUDA_OK(cudaFree(work));
+}
+
 static int rand_mult8(int lo, int hi) { return 8 * (lo / 8 + (int)(rng_u64(&rng) % (uint64_t)((hi - lo) / 8 + 1))); }
 
 static void test_shapes(void) {
@@ -342,6 +389,12 @@ static int run_algo(int a, uint64_t seed) {
     printf("-- %s (compute capability major %d)\n", algo_name[algo_of[a]], major);
     if (a == 0) test_bad_args();
     test_shapes();
+    if (algo_of[a] == ALGO_SKINNY) {
+        test_skinny_norm(64, 1024, 3584, NORM_ZC);
+        test_skinny_norm(7, 1024, 2048, NORM_PLAIN);
+        test_skinny_norm(200, 2048, 1000, NORM_ZC);
+        test_skinny_norm(3, 512, 72, NORM_PLAIN);
+    }
     printf("timing (median of 20):\n");
     const int algo = algo_of[a];
     /* the batched decode step's shapes at B = 1, 64, 256: skinny against the prefill GEMM's TMA kernels */
