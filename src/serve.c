@@ -9,6 +9,7 @@
  * Logprobs: log softmax of the raw logits row over the valid ids, lse = max + log sum exp(l - max) in double. */
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "engine.h"
@@ -38,11 +39,13 @@ struct Serve {
     int n_snaps, cache_blocks;
     size_t prefix_bytes;
     int n_open;
-    unsigned step;    /* steps checked so far (duplicate check) */
-    float *logits;    /* [n_slots][V] the step's logits rows */
-    float *row;       /* [V] the row being sampled (the sampler changes it in place) */
-    BatchItem *items; /* [n_slots] */
-    int *argmax;      /* [n_slots] BatchItem.argmax targets */
+    unsigned step; /* steps checked so far (duplicate check) */
+    float *logits; /* [n_slots][V] the step's logits rows */
+    float *row;    /* [n_row_threads][V] the rows being sampled (the sampler changes them in place), one per thread */
+    int n_row_threads;
+    BatchItem *items;   /* [n_slots] */
+    int *argmax;        /* [n_slots] BatchItem.argmax targets */
+    const float **rows; /* [n_slots] a step's items' logits rows in s->logits */
 };
 
 static int blocks_for(const Serve *s, int64_t len) { return (int)((len + s->block - 1) / s->block); }
@@ -80,6 +83,7 @@ void q35_serve_close(Q35Engine *e) {
     free(s->row);
     free(s->items);
     free(s->argmax);
+    free(s->rows);
     free(s);
     e->serve = NULL;
 }
@@ -171,11 +175,14 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     s->pool.ref = calloc((size_t)s->n_blocks, sizeof(int));
     s->pool.cref = calloc((size_t)s->n_blocks, sizeof(int));
     s->logits = malloc(sizeof(float) * V * (size_t)s->n_slots);
-    s->row = malloc(sizeof(float) * V);
+    s->n_row_threads = omp_get_max_threads() < s->n_slots ? omp_get_max_threads() : s->n_slots;
+    if (s->n_row_threads < 1) s->n_row_threads = 1;
+    s->row = malloc(sizeof(float) * V * (size_t)s->n_row_threads);
     s->items = malloc(sizeof(BatchItem) * (size_t)s->n_slots);
     s->argmax = malloc(sizeof(int) * (size_t)s->n_slots);
-    int failed = !s->seqs || !s->pool.free_stack || !s->pool.ref || !s->pool.cref || !s->logits || !s->row || !s->items ||
-                 !s->argmax;
+    s->rows = malloc(sizeof(float *) * (size_t)s->n_slots);
+    int failed = !s->seqs || !s->pool.free_stack || !s->pool.ref || !s->pool.cref || !s->logits || !s->row ||
+                 !s->items || !s->argmax || !s->rows;
     for (int i = 0; !failed && i < s->n_slots; i++) {
         SeqRec *r = &s->seqs[i];
         r->handle = -1;
@@ -456,7 +463,11 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
         for (int i = 0; i < n; i++) find(s, items[i].seq)->broken = 1;
         return rc;
     }
+    /* the fed ids first (penalties count them), each item's logits row located; then the host picks and logprobs,
+     * in parallel over items: each reads its own row and changes only its own sampler (RNG, scratch) and output, so
+     * no result depends on the thread count; then the picks join the histories */
     const float *row = s->logits;
+    int n_host = 0;
     for (int i = 0; i < n; i++) {
         SeqRec *r = find(s, items[i].seq);
         for (int j = 0; j < items[i].n; j++) {
@@ -468,23 +479,34 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
         }
         r->len += items[i].n;
         if (items[i].logits) memcpy(items[i].logits, row, V * sizeof(float));
+        s->rows[i] = row;
         if (!items[i].sample) {
             if (out) out[i] = (Q35StepOut){.id = -1};
             if (items[i].logits) row += V;
             continue;
         }
-        Q35StepOut *o = &out[i];
-        memset(o, 0, sizeof *o);
-        if (s->argmax[i] >= 0) {
-            o->id = s->argmax[i];
-        } else {
-            memcpy(s->row, row, V * sizeof(float));
-            o->id = sampler_sample(&r->sm, s->row);
-        }
-        if (r->top_logprobs >= 0) logprobs(o, row, e->n_valid, r->top_logprobs);
-        sampler_observe(&r->sm, o->id, 1);
-        r->hist[r->n_hist++] = o->id;
+        memset(&out[i], 0, sizeof out[i]);
+        if (s->argmax[i] >= 0) out[i].id = s->argmax[i];
+        n_host += s->argmax[i] < 0 || r->top_logprobs >= 0;
         row += V;
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->n_row_threads) if (n_host > 1)
+    for (int i = 0; i < n; i++) {
+        if (!items[i].sample) continue;
+        SeqRec *r = find(s, items[i].seq);
+        Q35StepOut *o = &out[i];
+        if (s->argmax[i] < 0) {
+            float *own = s->row + (size_t)omp_get_thread_num() * V;
+            memcpy(own, s->rows[i], V * sizeof(float));
+            o->id = sampler_sample(&r->sm, own);
+        }
+        if (r->top_logprobs >= 0) logprobs(o, s->rows[i], e->n_valid, r->top_logprobs);
+    }
+    for (int i = 0; i < n; i++) {
+        if (!items[i].sample) continue;
+        SeqRec *r = find(s, items[i].seq);
+        sampler_observe(&r->sm, out[i].id, 1);
+        r->hist[r->n_hist++] = out[i].id;
     }
     return 0;
 }
