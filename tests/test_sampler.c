@@ -1,10 +1,59 @@
 /* test_sampler.c — host sampling: argmax ties and padding, penalties, top-k/top-p/min-p
  * support sets, and empirical frequencies vs the softmax they should follow. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sampler.h"
 #include "test.h"
+
+/* The comparison sort the sampler used for every row before its radix sort for large candidate sets: the order
+ * (probability descending, id ascending) and everything after it, as a reference for sampler_sample on rows with
+ * many candidates. Draws from s->rng like sampler_sample. */
+static int ref_cmp(const void *a, const void *b, void *p) {
+    const float *prob = p;
+    const float x = prob[*(const int *)a], y = prob[*(const int *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+static int ref_sample(Sampler *s, const float *logits) {
+    const Q35Sampling *c = &s->cfg;
+    const int n = s->n_valid;
+    float mx = logits[sampler_argmax(logits, n)];
+    const float cut = mx - 40.0f * c->temperature;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (logits[i] >= cut) s->cand[m++] = i;
+    double sum = 0;
+    for (int j = 0; j < m; j++) sum += s->prob[s->cand[j]] = expf((logits[s->cand[j]] - mx) / c->temperature);
+    for (int j = 0; j < m; j++) s->prob[s->cand[j]] = (float)(s->prob[s->cand[j]] / sum);
+    qsort_r(s->cand, (size_t)m, sizeof(int), ref_cmp, s->prob);
+    if (c->top_k > 0 && c->top_k < m) m = c->top_k;
+    if (c->top_p < 1.0f) {
+        double mass = 0, acc = 0;
+        for (int j = 0; j < m; j++) mass += s->prob[s->cand[j]];
+        int k = 0;
+        while (k < m) {
+            acc += s->prob[s->cand[k++]];
+            if (acc >= c->top_p * mass) break;
+        }
+        m = k;
+    }
+    if (c->min_p > 0.0f) {
+        const float thr = c->min_p * s->prob[s->cand[0]];
+        int k = 1;
+        while (k < m && s->prob[s->cand[k]] >= thr) k++;
+        m = k;
+    }
+    double tot = 0, acc = 0;
+    for (int j = 0; j < m; j++) tot += s->prob[s->cand[j]];
+    const double r = rng_uniform(&s->rng) * tot;
+    for (int j = 0; j < m; j++) {
+        acc += s->prob[s->cand[j]];
+        if (r < acc) return s->cand[j];
+    }
+    return s->cand[m - 1];
+}
 
 static Q35Sampling base(void) {
     Q35Sampling s;
@@ -111,6 +160,39 @@ int main(void) {
     CHECK(same, "same seed gives the same ids");
     sampler_free(&a);
     sampler_free(&b);
+
+    /* near-flat rows of 20000 ids (the radix-sorted path: thousands of candidates), many tying probabilities and many
+     * close ones: the same ids as the comparison sort's reference, draw for draw */
+    {
+        const int NV = 20000;
+        float *row = malloc(sizeof(float) * NV), *w = malloc(sizeof(float) * NV);
+        Rng gr;
+        rng_seed(&gr, 99);
+        for (int i = 0; i < NV; i++) /* half on a grid (ties), half continuous (neighbours differ in the low bits) */
+            row[i] = i % 2 ? 0.05f * (float)(int)(rng_uniform(&gr) * 64.0) : (float)(3.2 * rng_uniform(&gr));
+        const float cfg[][4] = {{1.0f, 0, 1.0f, 0},
+                                {0.7f, 0, 0.9f, 0},
+                                {1.3f, 3000, 1.0f, 0},
+                                {1.0f, 0, 0.95f, 0.5f},
+                                {2.0f, 10000, 0.5f, 0.05f}};
+        int diff = 0, draws = 0;
+        for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
+            c = base();
+            c.temperature = cfg[k][0], c.top_k = (int)cfg[k][1], c.top_p = cfg[k][2], c.min_p = cfg[k][3];
+            c.seed = 11 + (uint64_t)k;
+            sampler_init(&a, &c, NV, NV - 7, &err);
+            sampler_init(&b, &c, NV, NV - 7, &err);
+            for (int t = 0; t < 60; t++, draws++) {
+                memcpy(w, row, sizeof(float) * NV);
+                const int got = sampler_sample(&a, w), want = ref_sample(&b, row);
+                diff += got != want;
+            }
+            sampler_free(&a);
+            sampler_free(&b);
+        }
+        CHECK(diff == 0, "flat 20000-id rows: %d of %d draws differ from the comparison-sort reference", diff, draws);
+        free(row), free(w);
+    }
 
     c = base();
     c.top_p = 0;
