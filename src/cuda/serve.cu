@@ -109,10 +109,11 @@ static void *sv_carve(SvArena *a, size_t bytes) {
     return a->base ? a->base + o : NULL;
 }
 
-/* The skinny GEMMs' workspace for SV_MAX_PIECES decode rows: the largest any layer's projection asks for. */
+/* The skinny GEMMs' workspace for SV_MAX_PIECES decode rows (deterministic mode: every row of a pass): the largest
+ * any layer's projection asks for. */
 static size_t skinny_work(const CudaCtx *ctx, const CudaServe *sv) {
     const PrefillDims *d = &sv->d;
-    const int M = SV_MAX_PIECES < sv->tmax ? SV_MAX_PIECES : sv->tmax, ns = sv->n_sm > 0 ? sv->n_sm : 1;
+    const int M = sv->det || SV_MAX_PIECES > sv->tmax ? sv->tmax : SV_MAX_PIECES, ns = sv->n_sm > 0 ? sv->n_sm : 1;
     size_t w = 0;
     for (int l = 0; l < ctx->c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
@@ -144,9 +145,10 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->kc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->vc = (uint16_t *)sv_carve(a, 2 * kvn);
     sv->lm = (float *)sv_carve(a, sizeof(float) * (size_t)sv->lm_rows * ctx->c->vocab_size);
-    /* decode rows of a pass: at most one per piece (SV_MAX_PIECES); logits rows: at most T */
-    sv->pa_work_n =
-        ctx->c->n_full_layers ? paged_attn_work_floats(T < SV_MAX_PIECES ? T : SV_MAX_PIECES, sv->d.Hq, sv->d.hd) : 1;
+    /* decode rows of a pass: at most one per piece (SV_MAX_PIECES), in deterministic mode every row; logits rows: at
+     * most T */
+    const int pa_rows = sv->det || T < SV_MAX_PIECES ? T : SV_MAX_PIECES;
+    sv->pa_work_n = ctx->c->n_full_layers ? paged_attn_work_floats(pa_rows, sv->d.Hq, sv->d.hd) : 1;
     sv->pa_work = (float *)sv_carve(a, sizeof(float) * sv->pa_work_n);
     sv->am_work_bytes = rows_argmax_work_bytes(T, ctx->c->vocab_size);
     sv->am_work = sv_carve(a, sv->am_work_bytes);
@@ -418,12 +420,16 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
     int rc = cuda_embed_rows(&ep, &lc);
     if (rc) return sv_fail(rc, "embed", -1, err);
     const int vd = d->Hv * d->dv, cd = 2 * d->Hk * d->dk + vd;
+    /* rows on the per-row kernels (skinny GEMMs, paged attention, the DeltaNet step): the decode rows; in
+     * deterministic mode every row, the prefill chunks' tokens stepping the DeltaNet one by one, so that a token's
+     * bits never depend on how its sequence was cut into chunks (a prefix-cache hit resumes anywhere) */
+    const int nr = sv->det ? T : nd;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         const int n = ly->in_rows, no = ly->out_cols;
         if (l == 0 && (rc = sv_norm(sv, &lc, sv->x, ly->ln1, sv->h, T, l, err))) return rc; /* later: fused below */
         GemmParams in = {sv->h, ly->w_in, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, in, nd, NULL, l, "gemm_in", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, in, nr, NULL, l, "gemm_in", err))) return rc;
         if (ly->type == LAYER_FULL_ATTN) {
             const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
             uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
@@ -451,7 +457,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                                   d->norm_mode,
                                   d->eps};
             if ((rc = cuda_paged_prep(&pp, &lc))) return sv_fail(rc, "paged_prep", l, err);
-            if (nd) { /* decode rows: each over its own pages */
+            if (nr) { /* decode rows: each over its own pages */
                 PagedAttnParams ap = {sv->q,
                                       kp,
                                       vp,
@@ -463,7 +469,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                                       tab,
                                       tables,
                                       dnr,
-                                      nd,
+                                      nr,
                                       d->Hq,
                                       d->Hkv,
                                       hd,
@@ -475,7 +481,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             }
             /* prefill chunks: the sequence gathered into the single-sequence layout, then the prefill flash kernel
              * (forward()'s numerics) */
-            for (int i = 0; i < np; i++) {
+            for (int i = 0; i < np && !sv->det; i++) {
                 if (pc[i].n == 1) continue;
                 const int r0 = prow[i], t0 = ptab[i];
                 const int len = pc[i].pos + pc[i].n;
@@ -506,10 +512,21 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                     dnr,      dns,   pos,        sv->o,     (float *)sv->scratch, nd, d->Hk, d->Hv,
                     d->dk,    d->dv, d->K};
                 if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
-                DnGatedNormParams gp = {sv->o, sv->proj, n, cd, ly->lin_norm, sv->act, dnr, nd, d->Hv, d->dv, d->eps};
+            }
+            for (int i = 0; i < np && sv->det; i++) /* a chunk's tokens in order, each on its slot */
+                for (int t = 0; t < pc[i].n && pc[i].n > 1; t++) {
+                    const int r = prow[i] + t;
+                    DnBatchParams bp = {
+                        sv->proj, n,       ly->conv_w, ly->A_log, ly->dt_bias,          S0, ring0, sv->slot_bytes,
+                        dnr + r,  dns + r, pos,        sv->o,     (float *)sv->scratch, 1,  d->Hk, d->Hv,
+                        d->dk,    d->dv,   d->K};
+                    if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
+                }
+            if (nr) {
+                DnGatedNormParams gp = {sv->o, sv->proj, n, cd, ly->lin_norm, sv->act, dnr, nr, d->Hv, d->dv, d->eps};
                 if ((rc = cuda_dn_gated_norm_rows(&gp, &lc))) return sv_fail(rc, "gated norm", l, err);
             }
-            for (int i = 0; i < np; i++) {
+            for (int i = 0; i < np && !sv->det; i++) {
                 if (pc[i].n == 1) continue;
                 const int r0 = prow[i];
                 const size_t so = (size_t)pc[i].it->slot * sv->slot_bytes;
@@ -541,13 +558,13 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             }
         }
         GemmParams o = {sv->act, ly->w_out, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, o, nd, ly->ln2, l, "gemm_out", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, o, nr, ly->ln2, l, "gemm_out", err))) return rc;
         const int F = d->F;
         GemmParams gu = {sv->h, ly->w_gu, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        if ((rc = sv_gemm(sv, &lc, gu, nd, NULL, l, "gemm_gate_up", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, gu, nr, NULL, l, "gemm_gate_up", err))) return rc;
         GemmParams dn = {sv->act, ly->w_down, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
         const float *next_ln = l + 1 < c->num_hidden_layers ? ctx->layers[l + 1].ln1 : NULL;
-        if ((rc = sv_gemm(sv, &lc, dn, nd, next_ln, l, "gemm_down", err))) return rc;
+        if ((rc = sv_gemm(sv, &lc, dn, nr, next_ln, l, "gemm_down", err))) return rc;
     }
     if (n_out > 0) {
         GatherRowsParams gp = {sv->x, orow, sv->xg, n_out, D};
@@ -621,7 +638,10 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
             h_pos[r0 + r] = q->pos + r;
             h_tab[r0 + r] = nt;
         }
-        if (q->n == 1) h_dnr[r0] = r0, h_dns[r0] = q->it->slot;
+        for (int r = 0; r < q->n && (q->n == 1 || sv->det); r++) {
+            h_dnr[r0 + r] = r0 + r;
+            h_dns[r0 + r] = q->it->slot;
+        }
         if (q->logits) {
             am_dst[n_out] = q->argmax;
             h_out[n_out++] = r0 + q->n - 1;

@@ -9,7 +9,8 @@
  *     in the same steps, A at a rotating place in the item list, A's KV in other blocks) gives bitwise the same
  *     logits rows as A alone;
  *   - the prefix-cache hooks: A continued from a snapshot of its state loaded into another slot and from copies of its
- *     KV blocks (the originals overwritten) gives bitwise the rows of A alone;
+ *     KV blocks (the originals overwritten) gives bitwise the rows of A alone; in deterministic mode also A's prompt
+ *     cut into chunks of 5 (every token's bits independent of the chunking, so a cache hit can resume anywhere);
  *   - in the default mode (lone decode rows on the single-sequence step, serve.cu solo_step), A alone, among others,
  *     from a snapshot, and alone and then joined by others, each within the forward() bound;
  *   - bad items (a slot outside the layout, a block outside the pool), snapshots and blocks are refused with
@@ -165,6 +166,24 @@ static int run_snap(void *ctx, const int *idsA, float *out, int V, Err *err) {
     return rc;
 }
 
+/* A alone in slot 4 with its prompt cut into chunks of `chunk` tokens (the last one shorter), then its decode steps:
+ * logits rows [N_STEPS][V] (the prompt's last row, then one per decode step) to out. */
+static int run_chunked(void *ctx, const int *idsA, int chunk, float *out, int V, Err *err) {
+    int t1[MAX_SEQ / BLOCK];
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 48 + b % 16;
+    int rc = 0;
+    for (int p = 0; p < CHUNK_A && !rc; p += chunk) {
+        const int m = CHUNK_A - p < chunk ? CHUNK_A - p : chunk;
+        BatchItem it = {.slot = 4, .tokens = idsA + p, .n = m, .pos = p, .blocks = t1, .logits = p + m == CHUNK_A};
+        rc = cuda_backend.step_batch(ctx, &it, 1, out, err);
+    }
+    for (int t = CHUNK_A; t < LA && !rc; t++) {
+        BatchItem d = {.slot = 4, .tokens = idsA + t, .n = 1, .pos = t, .blocks = t1, .logits = 1};
+        rc = cuda_backend.step_batch(ctx, &d, 1, out + (size_t)(1 + t - CHUNK_A) * V, err);
+    }
+    return rc;
+}
+
 /* BatchItem.argmax: the same chunk in slots 1 and 2 (other blocks), slot 1's row asked for as its argmax, slot 2's
  * whole: the device argmax equals the host argmax (sampler_argmax's rule) of slot 2's row, which is slot 1's row
  * (batch invariance, checked above); slot 1's place in the output is left alone. Returns the mismatch count. */
@@ -283,6 +302,16 @@ static void test_model(int qwen35, int det) {
         rc = run_steps(ctx, ids, 1, N_STEPS / 2, among, V, &err);
         CHECK(rc == 0 && rows_near(among, fwd, N_STEPS, V, &w_join),
               "%s: alone then joined by others vs forward(): worst rel L2 %.4f (%s)", name, w_join, rc ? err.msg : "");
+    }
+    if (det) { /* deterministic mode: a token's bits do not depend on the chunking of its prompt (prefix-cache hits) */
+        int diff_chunk = -1;
+        if ((rc = run_chunked(ctx, ids, 5, among, V, &err)) == 0) {
+            diff_chunk = 0;
+            for (int t = 0; t < N_STEPS; t++)
+                diff_chunk += memcmp(alone + (size_t)t * V, among + (size_t)t * V, 4 * V) != 0;
+        }
+        CHECK(diff_chunk == 0, "%s: prompt in chunks of 5 instead of %d: %d of %d rows differ (%s)", name, CHUNK_A,
+              diff_chunk, N_STEPS, rc ? err.msg : "");
     }
     CHECK(cuda_backend.snap_save(ctx, 0, 1, &err) == Q35_ERR_ARG, "%s: snapshot 1 of 1 not refused", name);
     CHECK(cuda_backend.block_copy(ctx, 0, N_BLOCKS, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
