@@ -204,6 +204,7 @@ extern "C" int cuda_serve_sizes(void *p, int block, ServeSizes *s, Err *err) {
     /* the activations of one pass come out of the same memory (sized here with room for 4096 table entries) */
     CudaServe tmp;
     memset(&tmp, 0, sizeof tmp);
+    tmp.det = ctx->deterministic; /* its workspaces cover every row of a pass */
     sv_dims(ctx, &tmp);
     SvArena a = {NULL, 0};
     sv_layout(ctx, &tmp, &a, 4096);
