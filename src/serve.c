@@ -46,6 +46,7 @@ struct Serve {
     BatchItem *items;   /* [n_slots] */
     int *argmax;        /* [n_slots] BatchItem.argmax targets */
     const float **rows; /* [n_slots] a step's items' logits rows in s->logits */
+    float *lp;          /* [n_slots] BatchItem.logprob targets */
 };
 
 static int blocks_for(const Serve *s, int64_t len) { return (int)((len + s->block - 1) / s->block); }
@@ -84,6 +85,7 @@ void q35_serve_close(Q35Engine *e) {
     free(s->items);
     free(s->argmax);
     free(s->rows);
+    free(s->lp);
     free(s);
     e->serve = NULL;
 }
@@ -181,8 +183,9 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     s->items = malloc(sizeof(BatchItem) * (size_t)s->n_slots);
     s->argmax = malloc(sizeof(int) * (size_t)s->n_slots);
     s->rows = malloc(sizeof(float *) * (size_t)s->n_slots);
+    s->lp = malloc(sizeof(float) * (size_t)s->n_slots);
     int failed = !s->seqs || !s->pool.free_stack || !s->pool.ref || !s->pool.cref || !s->logits || !s->row ||
-                 !s->items || !s->argmax || !s->rows;
+                 !s->items || !s->argmax || !s->rows || !s->lp;
     for (int i = 0; !failed && i < s->n_slots; i++) {
         SeqRec *r = &s->seqs[i];
         r->handle = -1;
@@ -444,12 +447,16 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
                                   .pos = r->len,
                                   .blocks = r->table,
                                   .logits = want};
-        /* a greedy pick needs no row on the host: the backend may return the argmax instead */
+        /* a greedy pick needs no row on the host: the backend may return the argmax instead, and with it the
+         * logprob when only the chosen id's is asked for */
         const Q35Sampling *c = &r->sm.cfg;
         s->argmax[i] = -1;
-        if (items[i].sample && !items[i].logits && r->top_logprobs < 0 && c->temperature <= 0.0f &&
-            c->repetition_penalty == 1.0f && c->presence_penalty == 0.0f && r->sm.frequency == 0.0f)
+        s->lp[i] = NAN;
+        if (items[i].sample && !items[i].logits && r->top_logprobs <= 0 && c->temperature <= 0.0f &&
+            c->repetition_penalty == 1.0f && c->presence_penalty == 0.0f && r->sm.frequency == 0.0f) {
             s->items[i].argmax = &s->argmax[i];
+            if (r->top_logprobs == 0) s->items[i].logprob = &s->lp[i];
+        }
         n_out += want;
     }
     if (s->batched) {
@@ -486,8 +493,11 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
             continue;
         }
         memset(&out[i], 0, sizeof out[i]);
-        if (s->argmax[i] >= 0) out[i].id = s->argmax[i];
-        n_host += s->argmax[i] < 0 || r->top_logprobs >= 0;
+        if (s->argmax[i] >= 0) {
+            out[i].id = s->argmax[i];
+            if (r->top_logprobs == 0) out[i].logprob = s->lp[i]; /* the backend's (its contract with argmax) */
+        }
+        n_host += s->argmax[i] < 0;
         row += V;
     }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s->n_row_threads) if (n_host > 1)
@@ -500,7 +510,7 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
             memcpy(own, s->rows[i], V * sizeof(float));
             o->id = sampler_sample(&r->sm, own);
         }
-        if (r->top_logprobs >= 0) logprobs(o, s->rows[i], e->n_valid, r->top_logprobs);
+        if (r->top_logprobs >= 0 && s->argmax[i] < 0) logprobs(o, s->rows[i], e->n_valid, r->top_logprobs);
     }
     for (int i = 0; i < n; i++) {
         if (!items[i].sample) continue;

@@ -154,7 +154,7 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->am_work = sv_carve(a, sv->am_work_bytes);
     sv->skw_floats = skinny_work(ctx, sv);
     sv->skw = (float *)sv_carve(a, sizeof(float) * (sv->skw_floats ? sv->skw_floats : 1));
-    sv->n_ints = 7 * (size_t)T + (size_t)n_tables;
+    sv->n_ints = 8 * (size_t)T + (size_t)n_tables; /* the last 2 T: argmax ids, then their logprobs (float bits) */
     sv->ints = (int32_t *)sv_carve(a, sizeof(int32_t) * sv->n_ints);
 }
 
@@ -414,7 +414,8 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
     const PrefillDims *d = &sv->d;
     const int D = d->D, V = c->vocab_size, tmax = sv->tmax, block = sv->lay.block;
     const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0};
-    int32_t *am_dev = sv->ints + sv->n_ints - tmax;
+    int32_t *am_dev = sv->ints + sv->n_ints - 2 * (size_t)tmax;
+    float *lp_dev = (float *)(sv->ints + sv->n_ints - tmax);
     const int32_t *tok = sv->ints, *pos = sv->ints + tmax, *tab = sv->ints + 2 * tmax, *dnr = sv->ints + 3 * tmax,
                   *dns = sv->ints + 4 * tmax, *orow = sv->ints + 5 * tmax, *tables = sv->ints + 6 * tmax;
     EmbedRowsParams ep = {tok, ctx->embed, sv->x, T, D, V};
@@ -574,7 +575,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
         GemmParams g = {sv->h, ctx->lm_head, sv->lm, n_out, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
         if ((rc = sv_gemm(sv, &lc, g, n_out, NULL, -1, "gemm_lm_head", err))) return rc;
         if (any_am) {
-            RowsArgmaxParams ap = {sv->lm, n_out, V, ctx->n_valid, am_dev, sv->am_work, sv->am_work_bytes};
+            RowsArgmaxParams ap = {sv->lm, n_out, V, ctx->n_valid, am_dev, sv->am_work, sv->am_work_bytes, lp_dev};
             if ((rc = cuda_rows_argmax(&ap, &lc))) return sv_fail(rc, "argmax", -1, err);
         }
     }
@@ -623,8 +624,10 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     int32_t *h_tok = hi, *h_pos = hi + tmax, *h_tab = hi + 2 * tmax, *h_dnr = hi + 3 * tmax, *h_dns = hi + 4 * tmax,
             *h_out = hi + 5 * tmax, *h_tables = hi + 6 * tmax;
     int T = 0, nd = 0, n_out = 0, nt = 0;
-    int *am_dst[SV_TMAX]; /* out row k: where its argmax goes, or NULL (the row goes to out) */
-    int32_t *am_host = hi + sv->n_ints - tmax;
+    int *am_dst[SV_TMAX];   /* out row k: where its argmax goes, or NULL (the row goes to out) */
+    float *lp_dst[SV_TMAX]; /* and where its logprob goes, or NULL */
+    int32_t *am_host = hi + sv->n_ints - 2 * (size_t)tmax;
+    const float *lp_host = (const float *)(hi + sv->n_ints - tmax);
     int prow[SV_MAX_PIECES], ptab[SV_MAX_PIECES]; /* piece i: its first row, its block table's offset */
     /* rows: the decode pieces (one token each) first, rows 0 .. nd - 1 (the skinny GEMMs' rows), then the prefill
      * chunks; logits rows and tables in piece order */
@@ -645,6 +648,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         }
         if (q->logits) {
             am_dst[n_out] = q->argmax;
+            lp_dst[n_out] = q->argmax ? q->it->logprob : NULL;
             h_out[n_out++] = r0 + q->n - 1;
         }
         prow[i] = r0;
@@ -702,8 +706,11 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     /* greedy rows: only their argmax comes back (the pinned tail of ints); the other rows whole, in runs. A pageable
      * destination returns once the copy is done. */
     if (any_am) {
-        e = cudaMemcpyAsync(am_host, sv->ints + sv->n_ints - tmax, sizeof(int32_t) * (size_t)n_out,
+        e = cudaMemcpyAsync(am_host, sv->ints + sv->n_ints - 2 * (size_t)tmax, sizeof(int32_t) * (size_t)n_out,
                             cudaMemcpyDeviceToHost, ctx->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync((void *)lp_host, sv->ints + sv->n_ints - tmax, sizeof(float) * (size_t)n_out,
+                                cudaMemcpyDeviceToHost, ctx->stream);
         if (e != cudaSuccess) return sv_fail((int)e, "argmax readback", -1, err);
     }
     for (int k = 0; k < n_out;) {
@@ -721,7 +728,10 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     e = cudaStreamSynchronize(ctx->stream); /* the pinned ints are refilled by the next pass */
     if (e != cudaSuccess) return sv_fail((int)e, "step", -1, err);
     for (int k = 0; k < n_out; k++)
-        if (am_dst[k]) *am_dst[k] = am_host[k];
+        if (am_dst[k]) {
+            *am_dst[k] = am_host[k];
+            if (lp_dst[k]) *lp_dst[k] = lp_host[k];
+        }
     return 0;
 }
 
@@ -805,7 +815,7 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
         ctx->n_past = it->pos;
     }
     memcpy(sv->solo_tab, it->blocks, sizeof(int32_t) * (size_t)nb);
-    if (it->logits && it->argmax) {
+    if (it->logits && it->argmax && !it->logprob) { /* the screen gives the id, not its logprob */
         DeviceSampling ds;
         memset(&ds, 0, sizeof ds);
         ds.top_p = 1.0f;

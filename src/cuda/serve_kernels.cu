@@ -570,14 +570,30 @@ __global__ void __launch_bounds__(AM_NT) rows_argmax_part(const __grid_constant_
     best = warp_argmax(best);
     if ((threadIdx.x & 31) == 0) am_s[threadIdx.x >> 5] = best;
     __syncthreads();
-    pdl_trigger();
-    if (threadIdx.x != 0) return;
     ArgMax b = am_s[0];
     for (int w = 1; w < AM_NT / 32; w++) b = argmax_better(b, am_s[w]);
+    /* the chunk's sum of exp(x - its max), in a fixed order: each thread's values, warp trees, warps in order */
+    const float cm = b.v;
+    float e = 0.0f;
+#pragma unroll
+    for (int k = 0; k < AM_CHUNK / AM_NT; k++) {
+        const int i = c0 + k * AM_NT + (int)threadIdx.x;
+        if (i < c1) e += expf(v[k] - cm); /* a NaN anywhere makes the row's logprob NaN, as on the host */
+    }
+    e = warp_sum(e);
+    __shared__ float es[AM_NT / 32];
+    if ((threadIdx.x & 31) == 0) es[threadIdx.x >> 5] = e;
+    __syncthreads();
+    pdl_trigger();
+    if (threadIdx.x != 0) return;
+    float sum = 0.0f;
+    for (int w = 0; w < AM_NT / 32; w++) sum += es[w];
     float *val = (float *)p.work;
     int *idx = (int *)(val + (size_t)p.rows * nch);
+    float *sums = (float *)(idx + (size_t)p.rows * nch);
     val[(size_t)r * nch + blockIdx.x] = b.v;
     idx[(size_t)r * nch + blockIdx.x] = b.i;
+    sums[(size_t)r * nch + blockIdx.x] = sum;
 }
 
 /* grid rows, one warp: the row's chunk bests -> out[r] (INT_MAX, i.e. every value NaN: 0, as sampler_argmax). */
@@ -590,6 +606,15 @@ __global__ void __launch_bounds__(32) rows_argmax_final(const __grid_constant__ 
     for (int c = threadIdx.x; c < nch; c += 32)
         b = argmax_better(b, ArgMax{val[(size_t)r * nch + c], idx[(size_t)r * nch + c]});
     b = warp_argmax(b);
+    if (p.lp) { /* every lane holds the row's max b.v: the chunk sums rescaled to it, lanes then a fixed tree */
+        const float *sums = (const float *)(idx + (size_t)p.rows * nch);
+        float s = 0.0f;
+        for (int c = threadIdx.x; c < nch; c += 32) {
+            s += sums[(size_t)r * nch + c] * expf(val[(size_t)r * nch + c] - b.v);
+        }
+        s = warp_sum(s);
+        if (threadIdx.x == 0) p.lp[r] = -logf(s);
+    }
     pdl_trigger();
     if (threadIdx.x == 0) p.out[r] = b.i == INT_MAX ? 0 : b.i;
 }

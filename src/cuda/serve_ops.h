@@ -130,20 +130,23 @@ typedef struct GatherRowsParams {
 int cuda_gather_rows(const GatherRowsParams *p, const CudaLaunch *l);
 
 /* out[r] = the argmax of row r of x [rows][cols] over columns [0, n_valid) (ties: the smallest index; NaN never
- * wins; every value NaN: 0), as sampler_argmax on the host copy of the row. Two kernels: grid (ceil(n_valid /
- * AM_CHUNK), rows) CTAs each reduce AM_CHUNK logits to (max, smallest index) in work, then one warp per row reduces
- * those. The pair order is total, so the result does not depend on the reduction order. work: at least
- * rows_argmax_work_bytes(rows, n_valid) bytes (else cudaErrorInvalidValue). */
+ * wins; every value NaN: 0), as sampler_argmax on the host copy of the row, and lp[r] (lp optional) = its log-softmax
+ * value, -log sum_i exp(x_i - max) over the valid columns (the logprob of the argmax). Two kernels: grid
+ * (ceil(n_valid / AM_CHUNK), rows) CTAs each reduce AM_CHUNK logits to (max, smallest index, sum of exp(x - max)) in
+ * work, then one warp per row reduces those: the argmax by a total order, the sum rescaled to the row's max in a
+ * fixed lane tree, so neither depends on the other rows. work: at least rows_argmax_work_bytes(rows, n_valid) bytes
+ * (else cudaErrorInvalidValue). */
 #define AM_CHUNK 4096
 static inline size_t rows_argmax_work_bytes(int rows, int n_valid) {
-    return (size_t)rows * ((n_valid + AM_CHUNK - 1) / AM_CHUNK) * 8;
+    return (size_t)rows * ((n_valid + AM_CHUNK - 1) / AM_CHUNK) * 12;
 }
 typedef struct RowsArgmaxParams {
     const float *x;
     int rows, cols, n_valid;
     int32_t *out;
-    void *work; /* [rows][chunks] float maxima, then [rows][chunks] int32 indices */
+    void *work; /* [rows][chunks] float maxima, [rows][chunks] int32 indices, [rows][chunks] float sums */
     size_t work_bytes;
+    float *lp; /* [rows] or NULL */
 } RowsArgmaxParams;
 int cuda_rows_argmax(const RowsArgmaxParams *p, const CudaLaunch *l);
 

@@ -490,7 +490,9 @@ static void argmax_case(void) {
     for (int r = 0; r < rows; r++) out[r] = -1;
     const CudaLaunch lc = {0, 0, NULL, 0};
     std::vector<char> work(rows_argmax_work_bytes(rows, n_valid));
-    RowsArgmaxParams ap = {x, rows, cols, n_valid, out, work.data(), work.size() - 1};
+    float lp[rows];
+    for (int r = 0; r < rows; r++) lp[r] = -1.0f;
+    RowsArgmaxParams ap = {x, rows, cols, n_valid, out, work.data(), work.size() - 1, lp};
     check(cuda_rows_argmax(&ap, &lc) == (int)cudaErrorInvalidValue, "argmax with too little work refused");
     ap.work_bytes = work.size();
     check(cuda_rows_argmax(&ap, &lc) == 0, "argmax launch");
@@ -509,10 +511,27 @@ static void argmax_case(void) {
           "rows argmax");
     printf("  argmax: %d %d %d %d %d %d (want 1500 7 0 %d %d 0), %d bad rows\n", out[0], out[1], out[2], out[3], out[4],
            out[5], C - 1, 2 * C + 999, bad);
+    /* its logprob: -log sum exp(x - max) over the valid columns, against double; the all-NaN row gives NaN */
+    double worst_lp = 0;
+    int bad_lp = 0;
+    for (int r = 0; r < rows - 1; r++) {
+        double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < n_valid; i++) mx = fmax(mx, (double)x[(size_t)r * cols + i]);
+        for (int i = 0; i < n_valid; i++) sum += exp((double)x[(size_t)r * cols + i] - mx);
+        const double e = fabs(lp[r] - (-log(sum)));
+        worst_lp = fmax(worst_lp, e);
+        bad_lp += !(e <= 2e-5 * fabs(log(sum)) + 1e-6);
+    }
+    bad_lp += lp[rows - 1] == lp[rows - 1];
+    check(bad_lp == 0, "rows argmax logprob");
+    printf("  argmax logprob: worst |error| %.2e (rows' -log sum exp %.2f .. ), NaN row %s\n", worst_lp, (double)lp[0],
+           lp[rows - 1] != lp[rows - 1] ? "NaN" : "NOT NaN");
     /* one row alone: the same id */
     int32_t one = -1;
-    RowsArgmaxParams a1 = {x + (size_t)3 * cols, 1, cols, n_valid, &one, work.data(), work.size()};
-    check(cuda_rows_argmax(&a1, &lc) == 0 && one == out[3], "argmax of a row alone");
+    float lp1 = 0.0f;
+    RowsArgmaxParams a1 = {x + (size_t)3 * cols, 1, cols, n_valid, &one, work.data(), work.size(), &lp1};
+    check(cuda_rows_argmax(&a1, &lc) == 0 && one == out[3] && memcmp(&lp1, &lp[3], 4) == 0,
+          "argmax and logprob of a row alone");
     free(x);
 }
 

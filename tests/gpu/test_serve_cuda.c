@@ -189,18 +189,23 @@ static int run_chunked(void *ctx, const int *idsA, int chunk, float *out, int V,
  * (batch invariance, checked above); slot 1's place in the output is left alone. Returns the mismatch count. */
 static int check_argmax(void *ctx, const int *ids, int n_valid, int V, Err *err) {
     int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK], am = -1;
+    float lp = NAN;
     for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 8 + b, t2[b] = 24 + b;
     float *lg = malloc(sizeof(float) * 2 * V);
     for (int i = 0; i < 2 * V; i++) lg[i] = -7.0f;
-    BatchItem it[2] = {{.slot = 1, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t1, .logits = 1, .argmax = &am},
-                       {.slot = 2, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t2, .logits = 1}};
+    BatchItem it[2] = {
+        {.slot = 1, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t1, .logits = 1, .argmax = &am, .logprob = &lp},
+        {.slot = 2, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t2, .logits = 1}};
     int bad = 1;
     if (!cuda_backend.step_batch(ctx, it, 2, lg, err)) {
         int best = 0;
         for (int i = 1; i < n_valid; i++)
             if (lg[V + i] > lg[V + best]) best = i;
-        bad = (am != best) + (lg[0] != -7.0f);
-        printf("  device argmax %d, host argmax of the same row %d\n", am, best);
+        double sum = 0;
+        for (int i = 0; i < n_valid; i++) sum += exp((double)lg[V + i] - lg[V + best]);
+        const double want = -log(sum); /* the argmax's log-softmax, as core's host logprobs */
+        bad = (am != best) + (lg[0] != -7.0f) + !(fabs(lp - want) <= 1e-4 + 1e-5 * fabs(want));
+        printf("  device argmax %d, host argmax of the same row %d; logprob %.6f, host %.6f\n", am, best, lp, want);
     }
     free(lg);
     return bad;
