@@ -144,6 +144,9 @@ ifeq ($(CUDA),1)
 	@echo "== fused MLP kernel on the CPU (tests/emu/run_mlp.sh; ~10 s)"
 	@sh tests/emu/run_mlp.sh > $(BUILD)/emu_mlp.log 2>&1 || { tail -n 20 $(BUILD)/emu_mlp.log; exit 1; }
 	@tail -n 1 $(BUILD)/emu_mlp.log
+	@echo "== GEMV kernels on the CPU (tests/emu/run_gemv.sh: bf16 and fp8 weights, every in/out mode, ragged shapes; ~10 s)"
+	@B=$(BUILD)/emu sh tests/emu/run_gemv.sh > $(BUILD)/emu_gemv.log 2>&1 || { tail -n 20 $(BUILD)/emu_gemv.log; exit 1; }
+	@head -n 1 $(BUILD)/emu_gemv.log; tail -n 1 $(BUILD)/emu_gemv.log
 	@echo "== TMA + wgmma GEMM on the CPU (tests/emu/run_gemm.sh: 4 variants x 4 epilogues; ~12 s)"
 	@sh tests/emu/run_gemm.sh > $(BUILD)/emu_gemm.log 2>&1 || { tail -n 20 $(BUILD)/emu_gemm.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_gemm.log; tail -n 1 $(BUILD)/emu_gemm.log

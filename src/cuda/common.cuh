@@ -244,6 +244,44 @@ __device__ __forceinline__ float dot8(uint4 w, const float *x, float acc) {
     return acc;
 }
 
+/* ---- fp8 e4m3 (OCP e4m3fn, docs/FP8.md) --------------------------------------------------- */
+
+/* Two e4m3 codes (the low 16 bits of v; byte 0 -> .x) as fp32, exact: every e4m3 value is an f16 value.
+ * sm_89+: one cvt.rn.f16x2.e4m3x2, then f16 -> f32. Older targets (the compute_80 PTX) and the host emulation: the
+ * code's bits moved into an fp32 word (sign to bit 31, exponent and mantissa to bits 26..20: the value times 2^-120,
+ * e4m3 subnormals included as fp32 subnormals), then one exact multiply by 2^120; the NaN codes (0x7f, 0xff) come out
+ * as +-480 there, NaN only through the hardware conversion. */
+__device__ __forceinline__ float2 e4m3x2_f32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h;
+    float lo, hi;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)(v & 0xffffu)));
+    asm("{.reg .b16 l, u;\n\tmov.b32 {l, u}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, u;}"
+        : "=f"(lo), "=f"(hi)
+        : "r"(h));
+    return make_float2(lo, hi);
+#else
+    const uint32_t a = v & 0xffu, b = (v >> 8) & 0xffu;
+    return make_float2(__uint_as_float((a & 0x80u) << 24 | (a & 0x7fu) << 20) * 0x1p120f,
+                       __uint_as_float((b & 0x80u) << 24 | (b & 0x7fu) << 20) * 0x1p120f);
+#endif
+}
+
+/* Dot product of 16 e4m3 codes (one uint4, byte j = column j) with 16 fp32 values, summed from 0 in column order. */
+__device__ __forceinline__ float dot16_e4m3(uint4 w, const float *x) {
+    const uint32_t q[4] = {w.x, w.y, w.z, w.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 a = e4m3x2_f32(q[i]), b = e4m3x2_f32(q[i] >> 16);
+        s = fmaf(a.x, x[4 * i], s);
+        s = fmaf(a.y, x[4 * i + 1], s);
+        s = fmaf(b.x, x[4 * i + 2], s);
+        s = fmaf(b.y, x[4 * i + 3], s);
+    }
+    return s;
+}
+
 /* ---- math ------------------------------------------------------------------------------ */
 
 /* Fast forms (ex2.approx, rcp.approx: <= 2 ulp in fp32, so a bf16 result differs from the exact

@@ -1,6 +1,6 @@
-/* gemv.cu — the GEMV family for one token: y = W x, W bf16 [rows][cols], fp32 accumulation,
- * with the fused prologues (embedding / residual add + RMSNorm) and epilogues (bf16 store,
- * SwiGLU, split-K atomic or partials, LM-head argmax) described in ops.h.
+/* gemv.cu — the GEMV family for one token: y = W x, W bf16 [rows][cols] or fp8 e4m3 with 128 x 128 block scales
+ * (docs/FP8.md), fp32 accumulation, with the fused prologues (embedding / residual add + RMSNorm) and epilogues (bf16
+ * store, SwiGLU, split-K atomic or partials, LM-head argmax) described in ops.h.
  *
  * Layout: a warp owns a group of 4 consecutive rows; lane l reads 8 columns (one 16-byte load
  * per row) at k0 + u*256 + 8l for u < U, i.e. 4U loads (64U B per lane) are issued before the
@@ -13,7 +13,12 @@
  *     7.30 for the former 256-thread kernel at 2 blocks/SM; gate/up 6.17 vs 6.97; LM head 117 us)
  *     and split-K with > 256 columns per split (down 1024 x 3584 / 8: 3.26 vs 3.39 us);
  *   U 2, 256 threads: split-K with <= 256 columns per split (out_proj 1024 x 2048 / 8: 2.20 vs
- *     2.52 us; U 4 would predicate off three of its four loads). */
+ *     2.52 us; U 4 would predicate off three of its four loads).
+ * FP8 weights: the same kernel (template argument WF = MV_FP8) with 16 columns per lane and load, so a load step
+ * covers 512 columns and the bytes in flight per lane are those of the bf16 kernel; the shapes and split plans are
+ * chosen by bytes (a 512-column FP8 split is a 256-column bf16 one). Lane l's 16 columns k .. k+15 (k % 16 == 0) lie
+ * in one 128-column scale block, and a group's 4 rows in one 128-row block (groups start at multiples of 4), so each
+ * lane loads one scale per step u for its 4 rows. */
 #include <limits.h>
 #include <math.h>
 
@@ -25,37 +30,43 @@
 static_assert(32 * MV_DYN_SHARDS <= CUDA_MV_WORK_WORDS, "MatvecParams.work holds the shards");
 #define MV_SPLIT_BPS 2 /* ... and blocks per SM: splits ~ 2 * n_sm / blocks, at most cols / 256 */
 
-/* Columns per split: ceil(cols / splits) rounded up to 8 (16-byte alignment). */
-static __host__ __device__ inline int mv_kchunk(int cols, int splits) {
-    return ((cols + splits - 1) / splits + 7) & ~7;
+/* Weight formats (the kernel's template argument WF) and their columns per 16-byte load (cpl). */
+enum { MV_BF16 = 0, MV_FP8 = 1 };
+#define MV_CPL(wf) ((wf) == MV_FP8 ? 16 : 8)
+
+/* Columns per split: ceil(cols / splits) rounded up to cpl (16-byte alignment). */
+static __host__ __device__ inline int mv_kchunk(int cols, int splits, int cpl = 8) {
+    return ((cols + splits - 1) / splits + cpl - 1) & ~(cpl - 1);
 }
 
-/* The kernel shape for a GEMV: MV_U 256-column steps per load batch, MV_THREADS per block. */
+/* The kernel shape for a GEMV: MV_U steps of 32 cpl columns per load batch, MV_THREADS per block. */
 typedef struct MvShape {
     int u, threads;
 } MvShape;
-static __host__ inline MvShape mv_shape(int cols, int splits) {
+static __host__ inline MvShape mv_shape(int cols, int splits, int cpl = 8) {
     MvShape sh = {4, 512};
-    if (splits > 1 && mv_kchunk(cols, splits) <= 256) {
+    if (splits > 1 && mv_kchunk(cols, splits, cpl) <= 32 * cpl) {
         sh.u = 2;
         sh.threads = 256;
     }
     return sh;
 }
 
-/* y = W x with in/out modes of ops.h; one template instance per (out_mode, U, threads).
+/* y = W x with in/out modes of ops.h; one template instance per (weight format, out_mode, U, threads, gated).
  * grid (blocks, splits), block MV_THREADS; dynamic smem: x slice (VEC) or the whole row
  * (EMBED/RESIDUAL). */
-template <int OUT, int MV_U, int MV_THREADS, bool GN = false>
-__global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_constant__ MatvecParams p) {
+template <int WF, int OUT, int MV_U, int MV_THREADS, bool GN = false>
+__global__ void __launch_bounds__(MV_THREADS) matvec_rows4(const __grid_constant__ MatvecParams p) {
     constexpr int MV_WARPS = MV_THREADS / 32;
+    constexpr bool F8 = WF == MV_FP8;
+    constexpr int CPL = MV_CPL(WF), KSTEP = 32 * CPL; /* columns per lane and load; per warp and load */
     extern __shared__ float xs[];
     __shared__ float red[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rows = p.rows, cols = p.cols;
     Q35_TRACE_T0;
     if (p.early_trigger) pdl_trigger();
-    const int kc = mv_kchunk(cols, gridDim.y);
+    const int kc = mv_kchunk(cols, gridDim.y, CPL);
     const int kbeg = min(cols, (int)blockIdx.y * kc), kend = min(cols, kbeg + kc);
     const int xoff = GN || p.in_mode == MV_IN_VEC ? kbeg : 0; /* xs[k - xoff] holds x[k] */
     const int ngroups = (rows + MV_R - 1) / MV_R;
@@ -64,17 +75,25 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
 
     const int xfl = ((GN || p.in_mode == MV_IN_VEC ? kc : cols) + 3) & ~3;
     uint4 w[MV_U][MV_R];
+    float sc[MV_U]; /* FP8: the scale of the group's rows at this lane's columns of step u */
     auto load = [&](int grp, int k0) {
 #pragma unroll
         for (int u = 0; u < MV_U; u++) {
-            int k = k0 + u * 256 + lane * 8;
+            int k = k0 + u * KSTEP + lane * CPL;
+            if constexpr (F8) /* scale_inv is small and read by every group of its 32 rows: cached loads */
+                sc[u] =
+                    k < kend ? __ldg(p.scale_inv + (size_t)(grp * MV_R / 128) * ((cols + 127) / 128) + k / 128) : 0.0f;
 #pragma unroll
             for (int r = 0; r < MV_R; r++) {
                 int row = grp * MV_R + r;
-                if (row < rows && k < kend)
-                    w[u][r] = ld_stream(reinterpret_cast<const uint4 *>(p.W + (size_t)row * cols + k));
-                else
+                if (row < rows && k < kend) {
+                    if constexpr (F8)
+                        w[u][r] = ld_stream(reinterpret_cast<const uint4 *>(p.W8 + (size_t)row * cols + k));
+                    else
+                        w[u][r] = ld_stream(reinterpret_cast<const uint4 *>(p.W + (size_t)row * cols + k));
+                } else {
                     w[u][r] = make_uint4(0u, 0u, 0u, 0u);
+                }
             }
         }
     };
@@ -172,18 +191,31 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
             float acc[MV_R];
 #pragma unroll
             for (int r = 0; r < MV_R; r++) acc[r] = 0.0f;
-            for (int k0 = kbeg; k0 < kend; k0 += 256 * MV_U) {
+            for (int k0 = kbeg; k0 < kend; k0 += KSTEP * MV_U) {
                 if (!first) load(g, k0);
                 first = false;
 #pragma unroll
                 for (int u = 0; u < MV_U; u++) {
-                    int k = k0 + u * 256 + lane * 8;
+                    int k = k0 + u * KSTEP + lane * CPL;
                     if (k < kend) {
                         const float4 *xp = reinterpret_cast<const float4 *>(xs + (k - xoff));
-                        float4 a = xp[0], b = xp[1];
-                        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+                        if constexpr (F8) {
+                            /* the lane's 16 products of one scale block summed, then times the block's scale: the
+                             * scale is common to the block, so it factors out (one multiply per 16 weights), and
+                             * each product e4m3 * x (4 + 8 significant bits for bf16-valued x) is exact in fp32, so
+                             * the sums carry the only roundings, as in the bf16 kernel; scaling each weight first
+                             * would round every weight and cost a multiply per weight */
+                            float4 a = xp[0], b = xp[1], c = xp[2], d = xp[3];
+                            float xv[16] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w,
+                                            c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
 #pragma unroll
-                        for (int r = 0; r < MV_R; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+                            for (int r = 0; r < MV_R; r++) acc[r] = fmaf(dot16_e4m3(w[u][r], xv), sc[u], acc[r]);
+                        } else {
+                            float4 a = xp[0], b = xp[1];
+                            float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                            for (int r = 0; r < MV_R; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+                        }
                     }
                 }
             }
@@ -201,8 +233,8 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_bf16_rows4(const __grid_con
                                                                         tickets were taken and used */
 }
 
-static int mv_blocks(int rows, int cols, int splits, int n_sm) {
-    const MvShape sh = mv_shape(cols, splits);
+static int mv_blocks(int rows, int cols, int splits, int n_sm, int cpl) {
+    const MvShape sh = mv_shape(cols, splits, cpl);
     int groups = (rows + MV_R - 1) / MV_R, warps = sh.threads / 32, bx = (groups + warps - 1) / warps;
     if (splits > 1) return bx;     /* one group per warp; cuda_matvec_splits keeps bx * splits ~ 1-2 waves */
     int cap = n_sm > 0 ? n_sm : 1; /* 512 threads at ~100 registers: 1 block per SM */
@@ -210,45 +242,53 @@ static int mv_blocks(int rows, int cols, int splits, int n_sm) {
 }
 
 extern "C" int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm) {
-    return mv_blocks(rows, cols, splits, n_sm);
+    return mv_blocks(rows, cols, splits, n_sm, 8);
+}
+extern "C" int cuda_matvec_blocks_fp8(int rows, int cols, int splits, int n_sm) {
+    return mv_blocks(rows, cols, splits, n_sm, 16);
 }
 
-extern "C" int cuda_matvec_splits(int rows, int cols, int n_sm) {
+/* splits by bytes: cols * 8 / cpl bf16-equivalent columns, each split at least one 32 cpl-column step */
+static int mv_splits(int rows, int cols, int n_sm, int cpl) {
     int groups = (rows + MV_R - 1) / MV_R, bx = (groups + MV_SPLIT_WARPS - 1) / MV_SPLIT_WARPS;
-    if (bx >= n_sm || cols < 512) return 1;
-    int s = MV_SPLIT_BPS * n_sm / bx, smax = cols / 256;
+    if (bx >= n_sm || cols < 64 * cpl) return 1;
+    int s = MV_SPLIT_BPS * n_sm / bx, smax = cols / (32 * cpl);
     if (s > smax) s = smax;
     if (s < 1) s = 1;
-    int kc = mv_kchunk(cols, s);
+    int kc = mv_kchunk(cols, s, cpl);
     return (cols + kc - 1) / kc;
 }
+extern "C" int cuda_matvec_splits(int rows, int cols, int n_sm) { return mv_splits(rows, cols, n_sm, 8); }
+extern "C" int cuda_matvec_splits_fp8(int rows, int cols, int n_sm) { return mv_splits(rows, cols, n_sm, 16); }
 
-template <int U, int T>
+template <int WF, int U, int T>
 static void (*mv_kernel(int out_mode))(MatvecParams) {
     switch (out_mode) {
-    case MV_OUT_STORE: return matvec_bf16_rows4<MV_OUT_STORE, U, T>;
-    case MV_OUT_SILU_MUL: return matvec_bf16_rows4<MV_OUT_SILU_MUL, U, T>;
-    case MV_OUT_SPLITK: return matvec_bf16_rows4<MV_OUT_SPLITK, U, T>;
-    case MV_OUT_ARGMAX: return matvec_bf16_rows4<MV_OUT_ARGMAX, U, T>;
+    case MV_OUT_STORE: return matvec_rows4<WF, MV_OUT_STORE, U, T>;
+    case MV_OUT_SILU_MUL: return matvec_rows4<WF, MV_OUT_SILU_MUL, U, T>;
+    case MV_OUT_SPLITK: return matvec_rows4<WF, MV_OUT_SPLITK, U, T>;
+    case MV_OUT_ARGMAX: return matvec_rows4<WF, MV_OUT_ARGMAX, U, T>;
     default: return NULL;
     }
 }
 
-extern "C" int cuda_matvec_gated_ok(int cols, int splits, int group) {
-    const int kc = splits >= 1 ? mv_kchunk(cols, splits) : 0;
+static int mv_gated_ok(int cols, int splits, int group, int cpl) {
+    const int kc = splits >= 1 ? mv_kchunk(cols, splits, cpl) : 0;
     return group >= 1 && group <= 1024 && cols % group == 0 && kc % group == 0 && kc / group <= 32;
 }
+extern "C" int cuda_matvec_gated_ok(int cols, int splits, int group) { return mv_gated_ok(cols, splits, group, 8); }
 
 /* MV_IN_GATED: the split-K instances with the gated-norm prologue (ops.h) */
+template <int WF>
 static int mv_gated(const MatvecParams *p, const CudaLaunch *l, int bx) {
-    const int kc = mv_kchunk(p->cols, p->splits);
+    const int cpl = MV_CPL(WF), kc = mv_kchunk(p->cols, p->splits, cpl);
     if (p->out_mode != MV_OUT_SPLITK || !p->x || !p->gate || !p->norm_w ||
-        !cuda_matvec_gated_ok(p->cols, p->splits, p->group) || p->x_out || p->h_out)
+        !mv_gated_ok(p->cols, p->splits, p->group, cpl) || p->x_out || p->h_out)
         return (int)cudaErrorInvalidValue;
-    const MvShape sh = mv_shape(p->cols, p->splits);
+    const MvShape sh = mv_shape(p->cols, p->splits, cpl);
     const size_t smem = sizeof(float) * 2 * (size_t)((kc + 3) & ~3);
-    void (*kern)(MatvecParams) = sh.threads == 256 ? matvec_bf16_rows4<MV_OUT_SPLITK, 2, 256, true>
-                                                   : matvec_bf16_rows4<MV_OUT_SPLITK, 4, 512, true>;
+    void (*kern)(MatvecParams) = sh.threads == 256 ? matvec_rows4<WF, MV_OUT_SPLITK, 2, 256, true>
+                                                   : matvec_rows4<WF, MV_OUT_SPLITK, 4, 512, true>;
     if (smem > 40 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
@@ -257,10 +297,13 @@ static int mv_gated(const MatvecParams *p, const CudaLaunch *l, int bx) {
 }
 
 extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
-    if (!p->W || p->rows <= 0 || p->cols <= 0 || p->cols % 8 || p->splits < 1 || p->splits > p->cols / 8 ||
-        (p->splits > 1 && p->out_mode != MV_OUT_SPLITK) || (p->in_mode == MV_IN_VEC && !p->x) ||
-        (p->in_mode == MV_IN_EMBED && (!p->embed || !p->step)) || (p->in_mode == MV_IN_RESIDUAL && !p->x) ||
-        (p->in_mode != MV_IN_VEC && p->x_out && p->x_out == p->x) || (p->norm_w && p->in_mode == MV_IN_VEC))
+    const bool f8 = p->W8 != NULL;
+    const int cpl = f8 ? 16 : 8; /* MV_CPL */
+    if ((f8 ? (p->W || !p->scale_inv) : (!p->W || p->scale_inv)) || p->rows <= 0 || p->cols <= 0 || p->cols % cpl ||
+        p->splits < 1 || p->splits > p->cols / cpl || (p->splits > 1 && p->out_mode != MV_OUT_SPLITK) ||
+        (p->in_mode == MV_IN_VEC && !p->x) || (p->in_mode == MV_IN_EMBED && (!p->embed || !p->step)) ||
+        (p->in_mode == MV_IN_RESIDUAL && !p->x) || (p->in_mode != MV_IN_VEC && p->x_out && p->x_out == p->x) ||
+        (p->norm_w && p->in_mode == MV_IN_VEC))
         return (int)cudaErrorInvalidValue;
     if (p->out_mode == MV_OUT_ARGMAX ? (!p->step || !p->am_val || !p->am_idx || !p->am_count || !p->out_id) : !p->y)
         return (int)cudaErrorInvalidValue;
@@ -271,13 +314,15 @@ extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
         cudaError_t e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return (int)e;
-        bx = mv_blocks(p->rows, p->cols, p->splits, n_sm);
+        bx = mv_blocks(p->rows, p->cols, p->splits, n_sm, cpl);
     }
-    if (p->in_mode == MV_IN_GATED) return mv_gated(p, l, bx);
-    const MvShape sh = mv_shape(p->cols, p->splits);
-    const int xfl = ((p->in_mode == MV_IN_VEC ? mv_kchunk(p->cols, p->splits) : p->cols) + 3) & ~3;
+    if (p->in_mode == MV_IN_GATED) return f8 ? mv_gated<MV_FP8>(p, l, bx) : mv_gated<MV_BF16>(p, l, bx);
+    const MvShape sh = mv_shape(p->cols, p->splits, cpl);
+    const int xfl = ((p->in_mode == MV_IN_VEC ? mv_kchunk(p->cols, p->splits, cpl) : p->cols) + 3) & ~3;
     size_t smem = sizeof(float) * (size_t)xfl;
-    void (*kern)(MatvecParams) = sh.threads == 256 ? mv_kernel<2, 256>(p->out_mode) : mv_kernel<4, 512>(p->out_mode);
+    void (*kern)(MatvecParams) =
+        f8 ? (sh.threads == 256 ? mv_kernel<MV_FP8, 2, 256>(p->out_mode) : mv_kernel<MV_FP8, 4, 512>(p->out_mode))
+           : (sh.threads == 256 ? mv_kernel<MV_BF16, 2, 256>(p->out_mode) : mv_kernel<MV_BF16, 4, 512>(p->out_mode));
     if (!kern) return (int)cudaErrorInvalidValue;
     if (smem > 40 * 1024) { /* dynamic + static above the 48 KiB default needs the opt-in */
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

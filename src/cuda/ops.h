@@ -45,6 +45,9 @@ typedef struct StepParams {
  * y = W x for one token, W bf16 [rows][cols] (cols % 8 == 0, rows 16-byte aligned), fp32
  * accumulation. A warp owns groups of 4 consecutive rows, lanes stride the columns 8 at a time
  * (16-byte loads); grid.y = splits cuts the columns into slices (split-K).
+ * FP8 weights (W8 and scale_inv set, W NULL; docs/FP8.md): W[r][c] = e4m3(W8[r][c]) * scale_inv[r/128][c/128],
+ * scale_inv fp32 [ceil(rows/128)][ceil(cols/128)], cols % 16 == 0; lanes stride the columns 16 at a time, each
+ * lane's 16 products (one 128-column block) summed, then times the block's scale. Every mode below, same outputs.
  *
  * Input prologue (in_mode), computed by every block into shared memory:
  *   MV_IN_VEC       x[cols] as given (bf16-valued).
@@ -82,7 +85,7 @@ enum { MV_OUT_STORE = 0, MV_OUT_SILU_MUL = 1, MV_OUT_SPLITK = 2, MV_OUT_ARGMAX =
 enum { NORM_NONE = 0, NORM_ZC = 1, NORM_PLAIN = 2 };
 
 typedef struct MatvecParams {
-    const uint16_t *W; /* bf16 [rows][cols] */
+    const uint16_t *W; /* bf16 [rows][cols] (NULL with W8) */
     int rows, cols;
     int splits; /* >= 1; MV_OUT_SPLITK only (others use 1) */
     int blocks; /* grid.x; 0 = launcher's choice (cuda_matvec_blocks) */
@@ -123,6 +126,9 @@ typedef struct MatvecParams {
      * (ties -> smallest index). */
     unsigned *work;
     int work_tail;
+    /* FP8 weights (instead of W; at the end so that the bf16 kernels' parameter offsets stay as they were) */
+    const uint8_t *W8;      /* fp8 e4m3 [rows][cols] */
+    const float *scale_inv; /* fp32 [ceil(rows/128)][ceil(cols/128)] */
 } MatvecParams;
 
 #define CUDA_MV_WORK_WORDS 256 /* MatvecParams.work */
@@ -135,6 +141,10 @@ int cuda_matvec_gated_ok(int cols, int splits, int group);
 int cuda_matvec_splits(int rows, int cols, int n_sm);
 /* grid.x the launcher uses when p->blocks == 0 (callers size am_val/am_idx with it). */
 int cuda_matvec_blocks(int rows, int cols, int splits, int n_sm);
+/* The same two for FP8 weights (W8): the plan by bytes (an FP8 row reads like a bf16 row of half the columns),
+ * slices rounded to 16 columns. */
+int cuda_matvec_splits_fp8(int rows, int cols, int n_sm);
+int cuda_matvec_blocks_fp8(int rows, int cols, int splits, int n_sm);
 
 /* ---- the LM head's argmax through a quantized screen (lm_screen.cu; the greedy step without logits) -----------
  * The same id and value as cuda_matvec(&head) in MV_OUT_ARGMAX (bit for bit), reading quantized copies of head.W
