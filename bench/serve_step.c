@@ -3,7 +3,8 @@
  * a 2048-token step budget), then `steps` greedy decode steps of all B run and are timed one by one (wall clock
  * around q35_step, which includes the host sampling and the logits readback). Prints per B the median step time,
  * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
- * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [B ...]
+ * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic] [B ...]
+ * (--deterministic: the engine's deterministic mode, for what batch invariance costs)
  * (default B: 1 8 32 64 128 256). A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,10 +112,13 @@ int main(int argc, char **argv) {
             ctx = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--deterministic"))
+            o.deterministic = 1;
         else if (nb < 16 && atoi(argv[i]) > 0)
             bs[nb++] = atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [B ...]\n");
+            fprintf(stderr, "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
+                            "[B ...]\n");
             return 2;
         }
     }

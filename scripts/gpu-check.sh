@@ -5,12 +5,13 @@
 # CUDA-vs-HF golden checks, the full-size comparison against HF bf16, compute-sanitizer, and
 # the benchmark, writing logs to $OUT (or ./gpu-out) and printing a short table last.
 #   usage: scripts/gpu-check.sh [tests] [full] [lengths] [sanitizer] [bench] [hf] [lab] [tok] [t:NAME ...]
-#          [quickbench] [trace] [identity]
+#          [quickbench] [trace] [identity] [serve]
 #   (default: tests full lengths sanitizer bench hf; lengths: prefill at T = 1 .. 8192 vs HF; t:NAME runs build/tests/gpu/test_NAME alone;
 #   quickbench: decode at ctx 128/2048/16384 with --ops and one 2048-token prefill; trace: the step trace (needs
 #   build-trace/qwen35 from `make TRACE=1 BUILD=build-trace build-trace/qwen35`, packed by devpack.sh) ->
 #   tools/step_trace.py; identity: scripts/identity.sh of build/qwen35 and, when present, build-base/qwen35
-#   (bitwise comparison of two builds: deterministic logits and greedy ids), diffed)
+#   (bitwise comparison of two builds: deterministic logits and greedy ids), diffed; serve: the batched step's GPU
+#   tests, bench/serve_step (default and --deterministic) and build/bench/skinny_lab --quick when built)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -104,6 +105,22 @@ if has lab; then
     echo "== GEMV lab"
     build/bench/gemv_lab 2>&1 | tee "$OUT/gemv-lab.log" | tail -n 60
     summary+=("gemv lab: exit ${PIPESTATUS[0]}")
+fi
+if has serve; then
+    echo "== batched step (issue 28): its GPU tests, serve_step in the default and the deterministic mode, the skinny lab"
+    for t in serve_cuda gemm fp8_gemv; do
+        [ -x "build/tests/gpu/test_$t" ] || continue
+        timeout 300 "build/tests/gpu/test_$t" > "$OUT/serve-test-$t.log" 2>&1
+        summary+=("test_$t: $(tail -n 1 "$OUT/serve-test-$t.log")")
+    done
+    timeout 150 build/bench/serve_step --ctx 1024 --steps 20 1 8 32 64 128 256 2>&1 | tee "$OUT/serve-step.log"
+    timeout 150 build/bench/serve_step --ctx 1024 --steps 20 --deterministic 1 64 2>&1 | tee "$OUT/serve-step-det.log"
+    summary+=("serve_step B64: $(grep '^B   64' "$OUT/serve-step.log" | head -n 1)")
+    summary+=("serve_step deterministic B64: $(grep '^B   64' "$OUT/serve-step-det.log" | head -n 1)")
+    if [ -x build/bench/skinny_lab ]; then
+        timeout 300 build/bench/skinny_lab --quick 2>&1 | tee "$OUT/skinny-lab.log"
+        summary+=("skinny lab: $(tail -n 1 "$OUT/skinny-lab.log")")
+    fi
 fi
 if has tok; then
     echo "== tokenizer: HF goldens regenerated with python tokenizers, and encode speed C vs HF on this CPU"
