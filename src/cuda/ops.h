@@ -134,7 +134,8 @@ typedef struct MatvecParams {
 #define CUDA_MV_WORK_WORDS 256 /* MatvecParams.work */
 int cuda_matvec(const MatvecParams *p, const CudaLaunch *l);
 /* 1 when MV_IN_GATED takes cols split `splits` ways in norm groups of `group` (every split whole groups,
- * at most 32 per split). */
+ * at most 32 per split). Also the test for FP8 weights when group % 16 == 0 (dv 128): their slices round to 16
+ * columns instead of 8, and a slice of whole such groups is a multiple of 16 either way, so the same slice. */
 int cuda_matvec_gated_ok(int cols, int splits, int group);
 /* Split-K factor that fills n_sm SMs for a rows x cols GEMV (1 when rows suffice). Every split
  * is non-empty. */
