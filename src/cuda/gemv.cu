@@ -80,7 +80,8 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_rows4(const __grid_constant
 #pragma unroll
         for (int u = 0; u < MV_U; u++) {
             int k = k0 + u * KSTEP + lane * CPL;
-            if constexpr (F8) /* scale_inv is small and each scale is read by the 32 groups of its 128 rows: cached loads */
+            /* FP8: scale_inv is small and each scale is read by the 32 groups of its 128 rows: cached loads */
+            if constexpr (F8)
                 sc[u] =
                     k < kend ? __ldg(p.scale_inv + (size_t)(grp * MV_R / 128) * ((cols + 127) / 128) + k / 128) : 0.0f;
 #pragma unroll
