@@ -38,30 +38,30 @@ typedef struct Q35Tokenizer Q35Tokenizer;
 typedef void (*Q35ProgressFn)(void *user, const char *what, double done, double total);
 
 typedef struct Q35Options {
-    const char *model_dir; /* HF model directory; NULL when dummy is set */
-    const char *dummy;     /* "qwen3.5-0.8b" | "qwen3-0.6b": random weights at real shapes */
-    uint64_t dummy_seed;   /* seed for dummy weights */
-    const char *backend;   /* "cpu" | "cuda" | NULL (auto: cuda if a GPU is usable, else cpu) */
-    int max_seq;           /* context cap in tokens; 0 = min(4096, max_position_embeddings) */
-    int keep_f32_params;   /* 1: keep F32 A_log / gated-norm weight as F32; 0 (default): round to bf16 like HF */
-    int strict;            /* 1: unknown tensor names are an error (default 0: warning) */
-    const char *weights;   /* NULL | "auto": as stored (bf16, or FP8 from an FP8 checkpoint); "fp8": quantize the
+    const char *model_dir;  /* HF model directory; NULL when dummy is set */
+    const char *dummy;      /* "qwen3.5-0.8b" | "qwen3-0.6b": random weights at real shapes */
+    uint64_t dummy_seed;    /* seed for dummy weights */
+    const char *backend;    /* "cpu" | "cuda" | NULL (auto: cuda if a GPU is usable, else cpu) */
+    int max_seq;            /* context cap in tokens; 0 = min(4096, max_position_embeddings) */
+    int keep_f32_params;    /* 1: keep F32 A_log / gated-norm weight as F32; 0 (default): round to bf16 like HF */
+    int strict;             /* 1: unknown tensor names are an error (default 0: warning) */
+    const char *weights;    /* NULL | "auto": as stored (bf16, or FP8 from an FP8 checkpoint); "fp8": quantize the
                             * projection matrices to FP8 e4m3 with 128 x 128 block scales at load (docs/FP8.md) */
-    int threads;           /* CPU threads; 0 = all cores */
-    int deterministic;     /* CUDA: deterministic split-K reductions */
-    int no_graph;          /* CUDA: launch kernels one by one instead of replaying a graph */
-    const char *probe_dir; /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
-    int device;            /* CUDA device index (serve --device N); 0 = the first */
+    int threads;            /* CPU threads; 0 = all cores */
+    int deterministic;      /* CUDA: deterministic split-K reductions */
+    int no_graph;           /* CUDA: launch kernels one by one instead of replaying a graph */
+    const char *probe_dir;  /* dump named activations (L<l>.<block>.<tensor>.f32) here; forces eager CUDA */
+    int device;             /* CUDA device index (serve --device N); 0 = the first */
     Q35ProgressFn progress; /* NULL: no progress reports (the CLI draws a line on a terminal) */
     void *progress_user;
 } Q35Options;
 
 typedef struct Q35Sampling {
-    float temperature;      /* 0 = greedy */
-    int top_k;              /* 0 = off */
-    float top_p;            /* 1 = off */
-    float min_p;            /* 0 = off */
-    float presence_penalty; /* subtracted from logits of ids already generated; 0 = off */
+    float temperature;        /* 0 = greedy */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    float presence_penalty;   /* subtracted from logits of ids already generated; 0 = off */
     float repetition_penalty; /* HF-style: logit/p if >0 else logit*p, for seen ids; 1 = off */
     uint64_t seed;
 } Q35Sampling;
@@ -104,8 +104,8 @@ typedef struct Q35GenStats {
  * model's stop ids. The sequence keeps its state, so a later call continues it (chat); the last
  * generated id is NOT fed to the model (it is only sampled), so a continuation starts its prompt
  * with that id (e.g. the <|im_end|> that ended the reply). */
-int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, const Q35Sampling *s,
-                 Q35TokenFn fn, void *user, Q35GenStats *stats, Q35Err *err);
+int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, const Q35Sampling *s, Q35TokenFn fn,
+                 void *user, Q35GenStats *stats, Q35Err *err);
 
 /* ---- many sequences in one engine (serve) ----
  * q35_serve_open turns the engine into a multi-sequence engine: up to max_seqs sequences at once, each in a
@@ -118,11 +118,11 @@ int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, con
  * (max_seqs is then 1). Deterministic mode (Q35Options.deterministic): a sequence's tokens and logprobs do
  * not depend on which other sequences share its steps (batch invariance). */
 typedef struct Q35ServeOptions {
-    int max_seqs;       /* sequences open at once (slots); 0 = 64 (capped by memory) */
-    size_t kv_bytes;    /* bytes for KV blocks + slot states; 0 = kv_fraction of the free (device) memory */
-    double kv_fraction; /* used when kv_bytes is 0; 0 = 0.9 on a GPU, 0.25 of physical memory on the CPU */
-    int kv_block;       /* tokens per KV block; 0 = 16 */
-    int single_seq;     /* 1: one sequence at a time through the single-sequence forward, as on a backend without a
+    int max_seqs;        /* sequences open at once (slots); 0 = 64 (capped by memory) */
+    size_t kv_bytes;     /* bytes for KV blocks + slot states; 0 = kv_fraction of the free (device) memory */
+    double kv_fraction;  /* used when kv_bytes is 0; 0 = 0.9 on a GPU, 0.25 of physical memory on the CPU */
+    int kv_block;        /* tokens per KV block; 0 = 16 */
+    int single_seq;      /* 1: one sequence at a time through the single-sequence forward, as on a backend without a
                          * batched step (tests); kv_bytes is then unused */
     size_t prefix_bytes; /* prefix cache: bytes for its DeltaNet snapshots (at most half) and cached KV blocks; 0 = a
                           * quarter of the KV budget. The snapshots come on top of kv_bytes (out of the automatic
@@ -131,19 +131,19 @@ typedef struct Q35ServeOptions {
 } Q35ServeOptions;
 
 typedef struct Q35ServeInfo {
-    int max_seqs;        /* slots */
-    int kv_block;        /* tokens per block */
-    int n_blocks;        /* blocks in the pool */
-    int free_blocks;     /* blocks not held by any sequence now */
-    int open_seqs;       /* sequences open now */
-    int max_context;     /* longest sequence the engine accepts (q35_context_size) */
-    size_t slot_bytes;   /* memory of one slot's DeltaNet state */
-    size_t block_bytes;  /* memory of one KV block (all full-attention layers) */
+    int max_seqs;       /* slots */
+    int kv_block;       /* tokens per block */
+    int n_blocks;       /* blocks in the pool */
+    int free_blocks;    /* blocks not held by any sequence now */
+    int open_seqs;      /* sequences open now */
+    int max_context;    /* longest sequence the engine accepts (q35_context_size) */
+    size_t slot_bytes;  /* memory of one slot's DeltaNet state */
+    size_t block_bytes; /* memory of one KV block (all full-attention layers) */
     /* prefix cache (all 0 when it is off); free_blocks above counts the blocks only the cache holds as free */
-    size_t prefix_bytes;                    /* its budget */
-    int prefix_snaps, prefix_max_blocks;    /* capacity: snapshots (each slot_bytes), cached blocks */
+    size_t prefix_bytes;                 /* its budget */
+    int prefix_snaps, prefix_max_blocks; /* capacity: snapshots (each slot_bytes), cached blocks */
     int prefix_used_snaps, prefix_used_blocks;
-    long long prefix_evicted;               /* entries evicted so far (least recently used first) */
+    long long prefix_evicted; /* entries evicted so far (least recently used first) */
 } Q35ServeInfo;
 
 /* Per-sequence generation parameters (fixed for the sequence's life). */
@@ -158,8 +158,8 @@ typedef struct Q35StepItem {
     int seq;        /* from q35_seq_open; at most once per step */
     const int *ids; /* n >= 1 ids */
     int n;
-    int sample;     /* 1: sample the token that follows ids[n-1] into the matching Q35StepOut */
-    float *logits;  /* NULL, or [q35_vocab_size]: receives the raw logits of the token after ids[n-1] (with or
+    int sample;    /* 1: sample the token that follows ids[n-1] into the matching Q35StepOut */
+    float *logits; /* NULL, or [q35_vocab_size]: receives the raw logits of the token after ids[n-1] (with or
                      * without sample; tests and teacher-forced comparisons) */
 } Q35StepItem;
 
@@ -246,27 +246,27 @@ typedef struct Q35BenchOp {
 /* One prefill timing (Q35BenchRequest.n_prefill). */
 typedef struct Q35BenchPrefill {
     int tokens;
-    double ms;     /* median over runs, device events around the whole prefill */
+    double ms;       /* median over runs, device events around the whole prefill */
     double ms_nopdl; /* the same, kernels launched without programmatic dependent launch */
-    double tflop;  /* useful work: linear layers, causal attention, chunked DeltaNet, conv, LM head (1 row) */
+    double tflop;    /* useful work: linear layers, causal attention, chunked DeltaNet, conv, LM head (1 row) */
 } Q35BenchPrefill;
 
 typedef struct Q35BenchResult {
-    double ms_token;        /* graph replay with the options the backend was opened with */
-    double ms_atomic;       /* graph + PDL, atomic split-K */
-    double ms_det;          /* graph + PDL, deterministic split-K */
-    double ms_nopdl;        /* graph, no PDL, atomic */
-    double ms_eager;        /* no graph (launch by launch), PDL, atomic */
-    double ms_sync;         /* per token with the 4-byte readback and host sync (decode_sample) */
-    double ms_sample;       /* sampling graph (temperature 1, top_k 20, top_p 0.95, min_p 0.05) */
-    int mlp_fused;          /* 1: the backend runs the fused MLP kernel (the default; --mlp-unfused: off); the columns above
+    double ms_token;  /* graph replay with the options the backend was opened with */
+    double ms_atomic; /* graph + PDL, atomic split-K */
+    double ms_det;    /* graph + PDL, deterministic split-K */
+    double ms_nopdl;  /* graph, no PDL, atomic */
+    double ms_eager;  /* no graph (launch by launch), PDL, atomic */
+    double ms_sync;   /* per token with the 4-byte readback and host sync (decode_sample) */
+    double ms_sample; /* sampling graph (temperature 1, top_k 20, top_p 0.95, min_p 0.05) */
+    int mlp_fused;    /* 1: the backend runs the fused MLP kernel (the default; --mlp-unfused: off); the columns above
                              * use it wherever the split-K is atomic */
-    double ms_mlp_unfused;  /* mlp_fused only: graph + PDL, atomic, with the two MLP GEMVs instead (same run) */
+    double ms_mlp_unfused;    /* mlp_fused only: graph + PDL, atomic, with the two MLP GEMVs instead (same run) */
     int launches_mlp_unfused; /* kernel nodes of that graph */
-    int lm_screen;          /* 1: greedy steps take the LM head's argmax through its quantized screen (the default; the
+    int lm_screen;      /* 1: greedy steps take the LM head's argmax through its quantized screen (the default; the
                              * same id, QWEN35_LM_SCREEN=0: off); every greedy column above uses it */
-    double ms_lm_full;      /* lm_screen only: graph + PDL, atomic, with the full bf16 LM head instead (same run) */
-    double screen_rows;     /* lm_screen only: rows whose logit the screen recomputed exactly, per step (ms_token's run) */
+    double ms_lm_full;  /* lm_screen only: graph + PDL, atomic, with the full bf16 LM head instead (same run) */
+    double screen_rows; /* lm_screen only: rows whose logit the screen recomputed exactly, per step (ms_token's run) */
     double screen_fallback; /* ... and blocks per step that computed all their rows (list overflow, NaN input) */
     int launches;           /* kernel nodes in one step's graph (greedy) */
     double step_bytes;      /* bytes one step moves (sum over its launches) */
@@ -274,14 +274,14 @@ typedef struct Q35BenchResult {
     double read_gbs;        /* streaming-read kernel, bytes / s / 1e9 */
     char device[64];
     int n_sm;
-    int n_ops;              /* ops[] filled when rq->ops */
+    int n_ops; /* ops[] filled when rq->ops */
     Q35BenchOp ops[Q35_BENCH_MAX_OPS];
     /* prefill (rq->n_prefill > 0) */
     int n_prefill;
     Q35BenchPrefill prefill[8];
-    int prefill_piece;      /* tokens per prefill piece (longer prompts run in pieces) */
-    int ops_tokens;         /* tokens of the prefill whose launches are in ops[] */
-    double gemm_tflops;     /* our bf16 GEMM (no cuBLAS) on gemm_m x gemm_n x gemm_k, same run */
+    int prefill_piece;  /* tokens per prefill piece (longer prompts run in pieces) */
+    int ops_tokens;     /* tokens of the prefill whose launches are in ops[] */
+    double gemm_tflops; /* our bf16 GEMM (no cuBLAS) on gemm_m x gemm_n x gemm_k, same run */
     int gemm_m, gemm_n, gemm_k;
 } Q35BenchResult;
 /* Times the decode step at context rq->ctx_len (needs ctx_len < the context size). The sequence
@@ -349,8 +349,8 @@ int q35_chat_default_thinking(const Q35Tokenizer *t);
 /* Renders messages (as HF apply_chat_template does) into a malloc'ed NUL-terminated *out. thinking:
  * Q35_THINK_* for the generation prompt; add_generation_prompt: append "<|im_start|>assistant\n...".
  * Same as q35_chat_render_request without tools. */
-int q35_chat_render(const Q35Tokenizer *t, const Q35ChatMessage *msgs, int n, int add_generation_prompt,
-                    int thinking, char **out, Q35Err *err);
+int q35_chat_render(const Q35Tokenizer *t, const Q35ChatMessage *msgs, int n, int add_generation_prompt, int thinking,
+                    char **out, Q35Err *err);
 
 /* OpenAI tool_choice. NONE: the prompt keeps the tools (as vLLM does; pass tools = NULL to drop them) and
  * the parser returns all text as content; REQUIRED / FUNCTION: see Q35ToolGuide. */
@@ -373,6 +373,19 @@ typedef struct Q35ChatRequest {
  * arguments JSON, arguments that are not an object, an unknown tool_choice_name. *out: malloc'ed. */
 int q35_chat_render_request(const Q35Tokenizer *t, const Q35ChatRequest *rq, char **out, Q35Err *err);
 
+/* Prefix-cache snapshot points of a rendered chat prompt (the server's scheduler and `qwen35 chat` both take them):
+ * the ids of the template's turn marks, then the points of ids[0, n) after `from` where q35_seq_snapshot should
+ * record the sequence: the divergence from the cache (matched), the start of each message (after "<|im_end|>\n": a
+ * shared system prompt ends there), the end of the last "<|im_start|>assistant\n" (a resent history diverges right
+ * after it: the earlier reply is re-rendered without its think block, docs/TOKENIZER.md §7), and n - 1 (an exact
+ * repeat resumes there). Ascending; the last max_pts of them (max_pts <= 32); returns their count. */
+typedef struct Q35ChatMarks {
+    int im_start, im_end, nl; /* ids of "<|im_start|>", "<|im_end|>", "\n"; -1 when the tokenizer has none */
+    int asst[4], n_asst;      /* "assistant\n" as ids */
+} Q35ChatMarks;
+void q35_chat_marks(const Q35Tokenizer *t, Q35ChatMarks *m); /* t NULL (no tokenizer): no marks */
+int q35_chat_prefix_points(const Q35ChatMarks *m, const int *ids, int n, int from, int matched, int *pts, int max_pts);
+
 /* Streaming parse of the generated text (src/chat_parse.c): feed the detokenizer's pieces in order; events
  * come out as soon as they are certain. Only text that may still be the start of a tag is held back (a run of
  * newlines right before "</think>" or "<tool_call>" counts as part of that tag). A call is emitted once it is
@@ -393,8 +406,8 @@ typedef struct Q35ChatEvent {
 /* Called per event; pointers are valid during the call only. A non-zero return stops and is returned. */
 typedef int (*Q35ChatEventFn)(void *user, const Q35ChatEvent *ev);
 typedef struct Q35ChatParseOptions {
-    int family;       /* 0: the tokenizer's; Q35_TOK_QWEN35 (XML calls) | Q35_TOK_QWEN3 (JSON calls) */
-    int thinking;     /* the generation prompt's mode (Q35_THINK_*): on -> the text starts as reasoning
+    int family;        /* 0: the tokenizer's; Q35_TOK_QWEN35 (XML calls) | Q35_TOK_QWEN3 (JSON calls) */
+    int thinking;      /* the generation prompt's mode (Q35_THINK_*): on -> the text starts as reasoning
                          (an opening "<think>" written by the model is consumed) until "</think>" */
     const char *tools; /* the request's tools JSON (parameter types), or NULL: no calls are parsed */
     int tool_choice;   /* Q35_TOOL_CHOICE_NONE: no calls are parsed, all text is content */
@@ -402,8 +415,7 @@ typedef struct Q35ChatParseOptions {
 } Q35ChatParseOptions;
 typedef struct Q35ChatParser Q35ChatParser;
 int q35_chat_parser_open(Q35ChatParser **out, const Q35Tokenizer *t, const Q35ChatParseOptions *o, Q35Err *err);
-int q35_chat_parser_push(Q35ChatParser *p, const char *text, size_t len, Q35ChatEventFn fn, void *user,
-                         Q35Err *err);
+int q35_chat_parser_push(Q35ChatParser *p, const char *text, size_t len, Q35ChatEventFn fn, void *user, Q35Err *err);
 /* End of generation: releases held text (an unfinished call as content) and sets *n_tool_calls (calls
  * emitted in this turn; finish_reason "tool_calls" when > 0). The parser is then spent. */
 int q35_chat_parser_finish(Q35ChatParser *p, Q35ChatEventFn fn, void *user, int *n_tool_calls, Q35Err *err);

@@ -5,6 +5,7 @@
 #include "chat.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "tokenizer.h"
 
@@ -332,4 +333,52 @@ int q35_chat_render_request(const Q35Tokenizer *t, const Q35ChatRequest *rq, cha
     *out = NULL;
     int rc = chat_format_for(t, rq->family, &f, err);
     return rc ? rc : chat_render_request(&f, rq, out, err);
+}
+
+void q35_chat_marks(const Q35Tokenizer *t, Q35ChatMarks *m) {
+    memset(m, 0, sizeof *m);
+    m->im_start = m->im_end = m->nl = -1;
+    if (!t) return;
+    int *ids = NULL, n = 0;
+    Q35Err err = {0};
+    m->im_start = q35_token_id(t, "<|im_start|>");
+    m->im_end = q35_token_id(t, "<|im_end|>");
+    if (!q35_tokenize(t, "\n", 1, &ids, &n, &err) && n == 1) m->nl = ids[0];
+    free(ids);
+    ids = NULL;
+    if (!q35_tokenize(t, "assistant\n", 10, &ids, &n, &err) && n >= 1 && n <= 4) {
+        memcpy(m->asst, ids, sizeof(int) * (size_t)n);
+        m->n_asst = n;
+    }
+    free(ids);
+}
+
+int q35_chat_prefix_points(const Q35ChatMarks *m, const int *t, int n, int from, int matched, int *out, int max_pts) {
+    int pts[34], np = 0, asst_end = -1;
+    if (max_pts > 32) max_pts = 32;
+    if (max_pts < 1) return 0;
+    for (int p = from + 1; p < n - 1; p++) {
+        int take = p == matched;
+        if (m->im_end >= 0 && p >= 2 && t[p - 2] == m->im_end && t[p - 1] == m->nl) take = 1;
+        if (m->im_start >= 0 && m->n_asst > 0 && p >= m->n_asst + 1 && t[p - m->n_asst - 1] == m->im_start &&
+            !memcmp(t + p - m->n_asst, m->asst, sizeof(int) * (size_t)m->n_asst))
+            asst_end = p;
+        if (take) {
+            if (np == max_pts) memmove(pts, pts + 1, sizeof(int) * (size_t)--np); /* keep the last ones */
+            pts[np++] = p;
+        }
+    }
+    if (asst_end > from) { /* in order, unless it is there already */
+        int i = np;
+        while (i > 0 && pts[i - 1] > asst_end) i--;
+        if (!(i > 0 && pts[i - 1] == asst_end)) {
+            memmove(pts + i + 1, pts + i, sizeof(int) * (size_t)(np - i));
+            pts[i] = asst_end;
+            np++;
+        }
+    }
+    if (n - 1 > from && (np == 0 || pts[np - 1] < n - 1)) pts[np++] = n - 1;
+    const int skip = np > max_pts ? np - max_pts : 0;
+    memcpy(out, pts + skip, sizeof(int) * (size_t)(np - skip));
+    return np - skip;
 }

@@ -1,8 +1,8 @@
 /* test_tok_cli.c — the CLI contract of `qwen35 tokenize` / `qwen35 detokenize`, run as a subprocess:
  * ids on one line; --jsonl over the whole test corpus equals the HF golden ids line by line; --text-file;
  * detokenize; invalid UTF-8 -> one stderr line with the byte offset and a non-zero exit; bad ids and bad
- * JSON lines fail the same way; `chat` on dummy weights prefills only each turn's new tokens (checked
- * from its --stats lines). Binary: argv[1], else $BUILD/qwen35 (tests/run.sh sets BUILD). */
+ * JSON lines fail the same way; `chat` on dummy weights computes only what the prefix cache does not hold
+ * (checked from its --stats lines). Binary: argv[1], else $BUILD/qwen35 (tests/run.sh sets BUILD). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +33,10 @@ static int run(const char *args, char **out, char **err) {
 static char *temp_file(const void *data, size_t n) {
     char *path = strdup("/tmp/q35cli_in_XXXXXX");
     int fd = mkstemp(path);
-    if (fd < 0 || write(fd, data, n) != (ssize_t)n) { free(path); return NULL; }
+    if (fd < 0 || write(fd, data, n) != (ssize_t)n) {
+        free(path);
+        return NULL;
+    }
     close(fd);
     return path;
 }
@@ -53,7 +56,9 @@ static int turn_len(const Q35Tokenizer *t, const char *prefix, const char *user)
     return n;
 }
 
-/* chat with dummy weights: each turn prefills only its new tokens; /reset starts over. */
+/* chat with dummy weights, through the serving engine's prefix cache: turn 2 resumes at the end of turn 1's prompt
+ * (its generation prompt's last snapshot) and computes only the rest; after /reset the same first message is an
+ * exact repeat that computes one id. */
 static void check_chat(void) {
     const char *in = "Hi\nAgain\n/reset\nHi\n";
     char *f = (char *)in, args[512], *out, *err;
@@ -61,24 +66,30 @@ static void check_chat(void) {
     int fd = mkstemp(path);
     CHECK(fd >= 0 && write(fd, f, strlen(in)) == (ssize_t)strlen(in), "chat input file");
     close(fd);
-    snprintf(args, sizeof args, "chat --dummy qwen3-0.6b --tokenizer %s --backend cpu --ctx 256 -n 2 --greedy --stats <%s",
-             MODEL, path);
+    snprintf(args, sizeof args,
+             "chat --dummy qwen3-0.6b --tokenizer %s --backend cpu --ctx 256 -n 2 --greedy --stats <%s", MODEL, path);
     int rc = run(args, &out, &err);
     unlink(path);
     CHECK(rc == 0, "chat exit %d: %s", rc, err);
-    int a[3] = {0}, g[3] = {0}, p[3] = {0}, k = 0;
+    int a[3] = {0}, c[3] = {0}, g[3] = {0}, p[3] = {0}, k = 0;
     for (const char *q = err; k < 3 && (q = strstr(q, "[prefill ")); q++, k++)
-        sscanf(q, "[prefill %d tokens %*f ms, %d generated %*f tok/s, position %d]", &a[k], &g[k], &p[k]);
+        sscanf(q, "[prefill %d tokens %*f ms, %d cached, %d generated %*f tok/s, position %d]", &a[k], &c[k], &g[k],
+               &p[k]);
     CHECK(k == 3, "chat printed %d stats lines: %s", k, err);
     Q35Tokenizer *t;
     Q35Err e;
     if (k == 3 && q35_tokenizer_load(&t, MODEL, &e) == 0) {
-        int first = turn_len(t, "", "Hi"), cont_end = 1 + turn_len(t, "\n", "Again"),
-            cont_cut = 1 + turn_len(t, "<|im_end|>\n", "Again");
-        CHECK(a[0] == first && p[0] == first + g[0] - 1, "turn 1: prefill %d (want %d), position %d", a[0], first, p[0]);
-        CHECK((a[1] == cont_end || a[1] == cont_cut) && p[1] == p[0] + a[1] + g[1] - 1,
-              "turn 2 prefills only the new tokens: %d (want %d or %d), position %d", a[1], cont_end, cont_cut, p[1]);
-        CHECK(a[2] == first && p[2] == first + g[2] - 1, "after /reset: prefill %d, position %d", a[2], p[2]);
+        const int first = turn_len(t, "", "Hi");
+        CHECK(a[0] == first && c[0] == 0 && p[0] == first + g[0] - 1,
+              "turn 1: prefill %d cached %d (want %d, 0), "
+              "position %d",
+              a[0], c[0], first, p[0]);
+        CHECK(c[1] >= first - 1 && a[1] > 0 && p[1] == c[1] + a[1] + g[1] - 1,
+              "turn 2 resumes from turn 1's prompt: cached %d (want >= %d), prefill %d, position %d", c[1], first - 1,
+              a[1], p[1]);
+        CHECK(a[2] == 1 && c[2] == first - 1 && p[2] == first + g[2] - 1,
+              "after /reset, the same message: prefill %d cached %d (want 1, %d), position %d", a[2], c[2], first - 1,
+              p[2]);
         q35_tokenizer_free(t);
     }
     free(out);
@@ -98,7 +109,10 @@ static void check_jsonl_corpus(void) {
     int lines = 0, bad = 0;
     while (*g) {
         char *ge = strchr(g, '\n'), *oe = strchr(o, '\n');
-        if (!ge || !oe) { bad++; break; }
+        if (!ge || !oe) {
+            bad++;
+            break;
+        }
         *ge = *oe = 0;
         cJSON *want = cJSON_Parse(g);
         char buf[16];
@@ -107,7 +121,10 @@ static void check_jsonl_corpus(void) {
         const cJSON *id;
         cJSON_ArrayForEach(id, want) {
             snprintf(buf, sizeof buf, k++ ? " %d" : "%d", id->valueint);
-            if (strncmp(p, buf, strlen(buf))) { ok = 0; break; }
+            if (strncmp(p, buf, strlen(buf))) {
+                ok = 0;
+                break;
+            }
             p += strlen(buf);
         }
         ok = ok && *p == 0;
@@ -137,7 +154,8 @@ int main(int argc, char **argv) {
     CHECK(access(BIN, X_OK) == 0, "no executable %s", BIN);
     char *out, *err;
     int rc = run("tokenize --model .cache/qwen3-tokenizer --text 'Hello, world! 你好 123'", &out, &err);
-    CHECK(rc == 0 && !strcmp(out, "9707 11 1879 0 220 108386 220 16 17 18\n"), "tokenize --text: %d '%s' %s", rc, out, err);
+    CHECK(rc == 0 && !strcmp(out, "9707 11 1879 0 220 108386 220 16 17 18\n"), "tokenize --text: %d '%s' %s", rc, out,
+          err);
     free(out), free(err);
     rc = run("tokenize --model .cache/qwen3-tokenizer --text ''", &out, &err);
     CHECK(rc == 0 && !strcmp(out, "\n"), "empty text gives an empty line");

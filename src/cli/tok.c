@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../tokenizer.h" /* tokenizer_json_string: --jsonl lines may hold \u0000, which cJSON cannot */
@@ -195,46 +196,110 @@ static int on_token(void *user, int id) {
     return 0;
 }
 
-/* The ids of one turn. First turn: [system and tools] + user + generation prompt. Later turns continue the
- * sequence: the previous reply's last id (sampled, not yet fed), the close of that reply if the model did
- * not end it, then this user turn and the generation prompt. */
-static int turn_ids(const Q35Tokenizer *t, const char *sys, const char *tools, const char *user, int think, int first,
-                    int last_id, int **ids, int *n, Q35Err *err) {
-    Q35ChatMessage m[2];
-    int k = 0;
-    if (first && sys) m[k++] = (Q35ChatMessage){.role = "system", .content = sys};
-    m[k++] = (Q35ChatMessage){.role = "user", .content = user};
-    char *r;
-    Q35ChatRequest rq = {
-        .messages = m, .n_messages = k, .tools = first ? tools : NULL, .add_generation_prompt = 1, .thinking = think};
-    int rc = q35_chat_render_request(t, &rq, &r, err);
-    if (rc) return rc;
-    int im_end = q35_token_id(t, "<|im_end|>");
-    const char *close = first ? "" : last_id == im_end && im_end >= 0 ? "\n" : "<|im_end|>\n";
-    size_t cl = strlen(close), rl = strlen(r);
-    char *text = malloc(cl + rl + 1);
-    if (!text) {
-        free(r);
-        return err_set(err, Q35_ERR_OOM, "out of memory");
+/* The conversation so far, re-rendered through the template every turn; the serving engine's prefix cache resumes
+ * it, so a turn computes only what differs from the cached tokens (docs/SERVE_ENGINE.md "Prefix cache"). */
+typedef struct ChatConv {
+    Q35ChatMessage *m;
+    int n, cap;
+} ChatConv;
+
+static int conv_add(ChatConv *c, const char *role, const char *content) {
+    if (c->n == c->cap) {
+        const int cap = c->cap ? 2 * c->cap : 8;
+        Q35ChatMessage *m = realloc(c->m, sizeof *m * (size_t)cap);
+        if (!m) return Q35_ERR_OOM;
+        c->m = m;
+        c->cap = cap;
     }
-    memcpy(text, close, cl);
-    memcpy(text + cl, r, rl + 1);
-    free(r);
-    int *body, nb;
-    rc = q35_tokenize(t, text, cl + rl, &body, &nb, err);
-    free(text);
-    if (rc) return rc;
-    int lead = !first && last_id >= 0;
-    *ids = malloc((size_t)(nb + 1) * sizeof **ids);
-    if (!*ids) {
-        free(body);
-        return err_set(err, Q35_ERR_OOM, "out of memory");
-    }
-    if (lead) (*ids)[0] = last_id;
-    memcpy(*ids + lead, body, (size_t)nb * sizeof *body);
-    *n = nb + lead;
-    free(body);
+    char *own = strdup(content);
+    if (!own) return Q35_ERR_OOM;
+    c->m[c->n++] = (Q35ChatMessage){.role = role, .content = own};
     return 0;
+}
+
+/* Drops the messages after the first keep. */
+static void conv_cut(ChatConv *c, int keep) {
+    while (c->n > keep) free((char *)c->m[--c->n].content);
+}
+
+typedef struct ChatTurn {
+    int n_prompt, n_cached, n_generated, position;
+    int length_stop, context_stop;
+    double prefill_s, decode_s;
+} ChatTurn;
+
+static int is_stop(const int *stop, int n_stop, int id) {
+    for (int i = 0; i < n_stop; i++)
+        if (stop[i] == id) return 1;
+    return 0;
+}
+
+/* One turn: the conversation rendered with the generation prompt, a sequence opened from the prefix cache, the
+ * rest of the prompt fed in chunks that end at the snapshot points (recorded there for the next turns), then the
+ * reply sampled until a stop id, max_new ids or the context's end. The reply's ids (stop id excluded) go to
+ * *reply. Q35_ERR_CONTEXT when the prompt leaves no room for a reply (nothing printed). */
+static int chat_turn(Q35Engine *e, const Q35Tokenizer *t, const Q35ChatMarks *mk, const ChatConv *cv, const char *tools,
+                     int think, const Q35SeqParams *sp, int max_new, ChatStream *cs, ChatTurn *st, int **reply,
+                     int *n_reply, Q35Err *err) {
+    Q35ChatRequest rq = {
+        .messages = cv->m, .n_messages = cv->n, .tools = tools, .add_generation_prompt = 1, .thinking = think};
+    char *text = NULL;
+    int *ids = NULL, n = 0, seq = -1, rc = q35_chat_render_request(t, &rq, &text, err);
+    if (!rc) rc = q35_tokenize(t, text, strlen(text), &ids, &n, err);
+    free(text);
+    const int ctx = q35_context_size(e);
+    if (!rc && n + 1 > ctx) rc = err_set(err, Q35_ERR_CONTEXT, "the conversation (%d tokens) fills the context", n);
+    Q35PrefixHit hit = {0};
+    if (!rc) rc = q35_seq_open_cached(e, sp, ids, n, &seq, &hit, err);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    memset(st, 0, sizeof *st);
+    st->n_prompt = n;
+    st->n_cached = hit.cached;
+    int pts[8], np = q35_chat_prefix_points(mk, ids, n, hit.cached, hit.matched, pts, 8), ip = 0, fed = hit.cached;
+    const int *stop = NULL, n_stop = q35_tokenizer_stop_ids(t, &stop);
+    *reply = malloc(sizeof(int) * (size_t)(max_new > 0 ? max_new : 1));
+    *n_reply = 0;
+    if (!*reply) rc = err_set(err, Q35_ERR_OOM, "out of memory");
+    Q35StepOut out;
+    const double t0 = now_s();
+    while (!rc && fed < n) {
+        int end = n - fed > 2048 ? fed + 2048 : n;
+        while (ip < np && pts[ip] <= fed) ip++;
+        if (ip < np && pts[ip] < end) end = pts[ip];
+        Q35StepItem it = {.seq = seq, .ids = ids + fed, .n = end - fed, .sample = end == n};
+        if ((rc = q35_step(e, &it, 1, &out, err))) break;
+        fed = end;
+        if (ip < np && pts[ip] == fed) rc = q35_seq_snapshot(e, seq, err);
+    }
+    const double t1 = now_s();
+    st->prefill_s = t1 - t0;
+    for (int id = out.id; !rc && !is_stop(stop, n_stop, id);) {
+        (*reply)[(*n_reply)++] = id;
+        if (on_token(cs, id)) {
+            rc = cs->err.code ? cs->err.code : Q35_ERR_ARG;
+            break;
+        }
+        if (*n_reply >= max_new) {
+            st->length_stop = 1;
+            break;
+        }
+        if (q35_seq_length(e, seq) + 1 >= ctx) {
+            st->context_stop = 1;
+            break;
+        }
+        Q35StepItem it = {.seq = seq, .ids = &id, .n = 1, .sample = 1};
+        if ((rc = q35_step(e, &it, 1, &out, err))) break;
+        id = out.id;
+    }
+    st->decode_s = now_s() - t1;
+    st->n_generated = *n_reply;
+    st->position = q35_seq_length(e, seq);
+    q35_seq_close(e, seq);
+    free(ids);
+    return rc;
 }
 
 int cmd_chat(int argc, char **argv) {
@@ -287,8 +352,35 @@ int cmd_chat(int argc, char **argv) {
         return cli_error("chat", "no tokenizer.json in the model directory (give --tokenizer DIR)");
     }
     cli_note("chat", e);
-    Q35Sampling s;
-    cli_sampling_apply(&sf, e, &s);
+    Q35SeqParams sp;
+    memset(&sp, 0, sizeof sp);
+    cli_sampling_apply(&sf, e, &sp.sampling);
+    sp.top_logprobs = -1;
+    /* the serving engine with one sequence and the prefix cache: sized for one sequence of the full context, plus
+     * a cache of 16 snapshots and one context of blocks (a first open reports the sizes) */
+    Q35ServeOptions so;
+    memset(&so, 0, sizeof so);
+    so.max_seqs = 1;
+    if (q35_serve_open(e, &so, &err)) {
+        q35_engine_close(e);
+        q35_tokenizer_free(own_tok);
+        free(tools);
+        return cli_fail("chat", &err);
+    }
+    Q35ServeInfo in;
+    q35_serve_info(e, &in);
+    q35_serve_close(e);
+    const size_t ctx_blocks = (size_t)(in.max_context + in.kv_block - 1) / (size_t)in.kv_block;
+    so.kv_bytes = in.slot_bytes + ctx_blocks * in.block_bytes;
+    so.prefix_bytes = 16 * in.slot_bytes + ctx_blocks * in.block_bytes;
+    if (q35_serve_open(e, &so, &err)) {
+        q35_engine_close(e);
+        q35_tokenizer_free(own_tok);
+        free(tools);
+        return cli_fail("chat", &err);
+    }
+    Q35ChatMarks marks;
+    q35_chat_marks(t, &marks);
     ChatStream cs = {0};
     rc = q35_detok_open(&cs.detok, t, 1, &err) ? cli_fail("chat", &err) : 0;
     Q35ChatParseOptions po = {.thinking = think, .tools = tools};
@@ -297,7 +389,10 @@ int cmd_chat(int argc, char **argv) {
     Q35ChatRequest prq = {.messages = &pm, .n_messages = 1, .tools = tools};
     if (!rc && tools && q35_chat_render_request(t, &prq, &probe, &err)) rc = cli_fail("chat", &err);
     free(probe);
-    int first = 1, tty = isatty(0), lineno = 0, bad_lines = 0;
+    ChatConv cv = {0};
+    const int keep = sys ? 1 : 0; /* messages a new conversation starts with */
+    if (!rc && sys && conv_add(&cv, "system", sys)) rc = cli_error("chat", "out of memory");
+    int tty = isatty(0), lineno = 0, bad_lines = 0;
     char *line = NULL;
     size_t cap = 0;
     ssize_t got;
@@ -309,46 +404,58 @@ int cmd_chat(int argc, char **argv) {
         if (!got) continue;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
         if (!strcmp(line, "/reset")) {
-            first = 1;
+            conv_cut(&cv, keep);
             continue;
         }
-        int *ids, n;
-        if (turn_ids(t, sys, tools, line, think, first, cs.last, &ids, &n, &err)) {
-            cli_error("chat", "line %d skipped: %s", lineno, err.msg); /* e.g. invalid UTF-8 */
+        int *probe_ids = NULL, n_probe = 0; /* a line the tokenizer refuses (e.g. invalid UTF-8) is skipped */
+        if (q35_tokenize(t, line, (size_t)got, &probe_ids, &n_probe, &err)) {
+            cli_error("chat", "line %d skipped: %s", lineno, err.msg);
             bad_lines++;
             continue;
         }
-        if (first && q35_reset(e, &err)) {
-            free(ids);
-            rc = cli_fail("chat", &err);
+        free(probe_ids);
+        if (conv_add(&cv, "user", line)) {
+            rc = cli_error("chat", "out of memory");
             break;
         }
-        Q35GenStats st;
-        cs.last = -1;
+        ChatTurn st;
+        int *reply = NULL, n_reply = 0;
         if (tools && q35_chat_parser_open(&cs.parser, t, &po, &err)) {
-            free(ids);
             rc = cli_fail("chat", &err);
             break;
         }
-        int g = q35_generate(e, ids, n, max_new, &s, on_token, &cs, &st, &err);
-        free(ids);
-        if (g == Q35_ERR_CONTEXT && !first) { /* the conversation is full: start over with this message */
-            fprintf(stderr, "qwen35: chat: note: context full at %d tokens; starting a new conversation\n",
-                    q35_position(e));
-            first = 1;
-            if (turn_ids(t, sys, tools, line, think, 1, -1, &ids, &n, &err) || q35_reset(e, &err)) {
-                rc = cli_fail("chat", &err);
+        int g = chat_turn(e, t, &marks, &cv, tools, think, &sp, max_new, &cs, &st, &reply, &n_reply, &err);
+        if (g == Q35_ERR_CONTEXT && cv.n > keep + 1) { /* the conversation is full: start over with this message */
+            fprintf(stderr, "qwen35: chat: note: context full; starting a new conversation\n");
+            char *msg = strdup(line);
+            conv_cut(&cv, keep);
+            if (!msg || conv_add(&cv, "user", msg)) {
+                free(msg);
+                rc = cli_error("chat", "out of memory");
                 break;
             }
-            g = q35_generate(e, ids, n, max_new, &s, on_token, &cs, &st, &err);
-            free(ids);
+            free(msg);
+            free(reply);
+            g = chat_turn(e, t, &marks, &cv, tools, think, &sp, max_new, &cs, &st, &reply, &n_reply, &err);
         }
         if (g || cs.failed) {
+            free(reply);
             q35_chat_parser_close(cs.parser);
             cs.parser = NULL;
             rc = cli_fail("chat", g ? &err : &cs.err);
             break;
         }
+        /* the reply as the model wrote it (thinking and tool-call markup included) joins the conversation; the
+         * template re-renders it as HF does (earlier turns without their thinking) */
+        char *rtext = NULL;
+        if (q35_detokenize(t, reply, n_reply, 0, &rtext, &err) || conv_add(&cv, "assistant", rtext)) {
+            free(rtext);
+            free(reply);
+            rc = cli_fail("chat", &err);
+            break;
+        }
+        free(rtext);
+        free(reply);
         const char *tail;
         size_t tl;
         q35_detok_flush(cs.detok, &tail, &tl);
@@ -367,15 +474,16 @@ int cmd_chat(int argc, char **argv) {
         }
         fputc('\n', stdout);
         fflush(stdout);
-        if (st.stop_reason == 3)
+        if (st.context_stop)
             fprintf(stderr, "qwen35: chat: note: the reply stopped at the end of the context (%d tokens, --ctx)\n",
                     q35_context_size(e));
         if (stats)
-            fprintf(stderr, "[prefill %d tokens %.1f ms, %d generated %.1f tok/s, position %d]\n", st.n_prompt,
-                    st.prefill_s * 1e3, st.n_generated, st.decode_s > 0 ? st.n_generated / st.decode_s : 0.0,
-                    q35_position(e));
-        first = 0;
+            fprintf(stderr, "[prefill %d tokens %.1f ms, %d cached, %d generated %.1f tok/s, position %d]\n",
+                    st.n_prompt - st.n_cached, st.prefill_s * 1e3, st.n_cached, st.n_generated,
+                    st.decode_s > 0 ? st.n_generated / st.decode_s : 0.0, st.position);
     }
+    conv_cut(&cv, 0);
+    free(cv.m);
     free(line);
     free(tools);
     q35_detok_close(cs.detok);

@@ -31,9 +31,8 @@ struct Sched {
     int max_ctx;
     const int *stop_ids;
     int n_stop_ids;
-    GuideVocab *gv;           /* token texts for guided requests (made at the first one) */
-    int im_start, im_end, nl; /* <|im_start|>, <|im_end|>, "\n" ids for the prefix cache's turn boundaries (-1: none) */
-    int asst[4], n_asst;      /* "assistant\n" as ids */
+    GuideVocab *gv;     /* token texts for guided requests (made at the first one) */
+    Q35ChatMarks marks; /* the template's turn marks, for the prefix cache's snapshot points */
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -456,37 +455,9 @@ static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
     return n;
 }
 
-/* Prefix-cache snapshot points of r's prompt after `from` (ascending, the last SCHED_MAX_SNAPS): the divergence
- * from the cache (matched), the start of each message (after "<|im_end|>\n"), the end of the last
- * "<|im_start|>assistant\n" (a resent history diverges right after it: the earlier reply is re-rendered without
- * its think block, docs/TOKENIZER.md §7), and n_prompt - 1 (an exact repeat resumes there). */
+/* Prefix-cache snapshot points of r's prompt after `from` (q35_chat_prefix_points, the last SCHED_MAX_SNAPS). */
 static void snap_points(const Sched *s, Req *r, int from, int matched) {
-    int pts[SCHED_MAX_SNAPS + 2], np = 0, asst_end = -1;
-    const int n = r->n_prompt, *t = r->toks;
-    for (int p = from + 1; p < n - 1; p++) {
-        int take = p == matched;
-        if (s->im_end >= 0 && p >= 2 && t[p - 2] == s->im_end && t[p - 1] == s->nl) take = 1;
-        if (s->im_start >= 0 && s->n_asst > 0 && p >= s->n_asst + 1 && t[p - s->n_asst - 1] == s->im_start &&
-            !memcmp(t + p - s->n_asst, s->asst, sizeof(int) * (size_t)s->n_asst))
-            asst_end = p;
-        if (take) {
-            if (np == SCHED_MAX_SNAPS) memmove(pts, pts + 1, sizeof(int) * (size_t)--np); /* keep the last ones */
-            pts[np++] = p;
-        }
-    }
-    if (asst_end > from) { /* in order, unless it is there already */
-        int i = np;
-        while (i > 0 && pts[i - 1] > asst_end) i--;
-        if (!(i > 0 && pts[i - 1] == asst_end)) {
-            memmove(pts + i + 1, pts + i, sizeof(int) * (size_t)(np - i));
-            pts[i] = asst_end;
-            np++;
-        }
-    }
-    if (n - 1 > from && (np == 0 || pts[np - 1] < n - 1)) pts[np++] = n - 1;
-    const int skip = np > SCHED_MAX_SNAPS ? np - SCHED_MAX_SNAPS : 0;
-    r->n_snap_at = np - skip;
-    memcpy(r->snap_at, pts + skip, sizeof(int) * (size_t)r->n_snap_at);
+    r->n_snap_at = q35_chat_prefix_points(&s->marks, r->toks, r->n_prompt, from, matched, r->snap_at, SCHED_MAX_SNAPS);
     r->i_snap = 0;
 }
 
@@ -664,21 +635,7 @@ int sched_open(Sched **out, Q35Engine *e, const SchedConfig *cfg, Metrics *m, Q3
     long pool = (long)s->info.n_blocks * s->info.kv_block;
     if (s->info.n_blocks > 0 && pool < s->max_ctx) s->max_ctx = (int)pool;
     s->n_stop_ids = s->tok ? q35_tokenizer_stop_ids(s->tok, &s->stop_ids) : 0; /* --dummy: no tokenizer */
-    s->im_start = s->im_end = s->nl = -1;
-    if (s->tok) {
-        int *ids = NULL, n = 0;
-        Q35Err terr = {0};
-        s->im_start = q35_token_id(s->tok, "<|im_start|>");
-        s->im_end = q35_token_id(s->tok, "<|im_end|>");
-        if (!q35_tokenize(s->tok, "\n", 1, &ids, &n, &terr) && n == 1) s->nl = ids[0];
-        free(ids);
-        ids = NULL;
-        if (!q35_tokenize(s->tok, "assistant\n", 10, &ids, &n, &terr) && n >= 1 && n <= 4) {
-            memcpy(s->asst, ids, sizeof(int) * (size_t)n);
-            s->n_asst = n;
-        }
-        free(ids);
-    }
+    q35_chat_marks(s->tok, &s->marks);                                         /* --dummy: no tokenizer, no marks */
     if (s->cfg.step_tokens < s->info.max_seqs) s->cfg.step_tokens = s->info.max_seqs;
     int cap = s->info.max_seqs + 1;
     s->running = calloc((size_t)cap, sizeof *s->running);
