@@ -226,13 +226,7 @@ __global__ void __launch_bounds__(NT) lab_gemv(const __grid_constant__ LP p) {
  * stays busy across the boundary. The warp walks its batches (group j, column step kk) in
  * order; batch i lives in ring slot i % ST; every issue commits one group (empty or not), so
  * cp.async.wait_group ST-1 means "batch i has landed". */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+/* (cp_async16 / cp_async_commit / cp_async_wait: src/cuda/async.cuh) */
 
 template <int R, int U, int NT, int ST, int OUT>
 __global__ void __launch_bounds__(NT) lab_gemv_smem(const __grid_constant__ LP p) {
