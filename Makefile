@@ -172,7 +172,7 @@ ifeq ($(CUDA),1)
 	@echo "== LM head screen on the CPU (tests/emu/run_lm_screen.sh: its register kernel vs the full head's argmax, bit for bit; its ring kernel's 6-bit rows; ~25 s)"
 	@sh tests/emu/run_lm_screen.sh > $(BUILD)/emu_lm_screen.log 2>&1 || { tail -n 20 $(BUILD)/emu_lm_screen.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_lm_screen.log; tail -n 1 $(BUILD)/emu_lm_screen.log
-	@echo "== batched-step kernels on the CPU (tests/emu/run_serve.sh: paged prep + attention over block tables, DeltaNet step over slots; ~5 s)"
+	@echo "== batched-step kernels on the CPU (tests/emu/run_serve.sh: paged prep + attention over block tables, DeltaNet step over slots, row argmax; ~35 s)"
 	@B=$(BUILD)/emu sh tests/emu/run_serve.sh > $(BUILD)/emu_serve.log 2>&1 || { tail -n 20 $(BUILD)/emu_serve.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_serve.log; tail -n 1 $(BUILD)/emu_serve.log
 endif

@@ -72,7 +72,7 @@ void q35_serve_close(Q35Engine *e) {
             free(s->seqs[i].table);
         }
     if (s->batched && e->be->serve_close) e->be->serve_close(e->bctx);
-    if (!s->batched && e->be->reset) { /* the fallback used the single sequence: hand it back empty */
+    if (e->be->reset) { /* the fallback (and a backend's solo steps) used the single sequence: hand it back empty */
         e->be->reset(e->bctx, NULL);
         e->pos = 0;
     }
