@@ -97,7 +97,6 @@ __device__ __forceinline__ void ld_bf16_row(const uint16_t *p, uint32_t *w) {
         w[0] = *p;
     }
 }
-__device__ __forceinline__ float wbf(const uint32_t *w, int i) { return i & 1 ? bf_hi(w[i >> 1]) : bf_lo(w[i >> 1]); }
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /* One warp: dst[HD] = rope(norm(x[HD])) with the block's cos/sin tables (bf16-valued) cs, sn [R/2]. */
@@ -385,7 +384,7 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
             for (int g = 0; g < GB; g++) {
                 float d = 0.0f;
 #pragma unroll
-                for (int i = 0; i < E; i++) d = fmaf(q[g][i], wbf(kr[u], i), d);
+                for (int i = 0; i < E; i++) d = fmaf(q[g][i], bf_at(kr[u], i), d);
                 d = warp_sum(d);
                 sc[u][g] = tb + u < t1 ? d : -INFINITY;
             }
@@ -403,7 +402,7 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
                 const float pu = exp2f(sc[u][g] - mx);
                 l[g] += pu;
 #pragma unroll
-                for (int i = 0; i < E; i++) o[g][i] = fmaf(pu, wbf(vr[u], i), o[g][i]);
+                for (int i = 0; i < E; i++) o[g][i] = fmaf(pu, bf_at(vr[u], i), o[g][i]);
             }
             m[g] = mx;
         }
@@ -577,7 +576,7 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
             ld_bf16_row<E>(ks + (size_t)t * HD + lane * E, kr);
             float d = 0.0f;
 #pragma unroll
-            for (int i = 0; i < E; i++) d = fmaf(q[i], wbf(kr, i), d);
+            for (int i = 0; i < E; i++) d = fmaf(q[i], bf_at(kr, i), d);
             d = warp_sum(d);
             if (lane == 0) sc[t] = d;
         }

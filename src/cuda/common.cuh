@@ -220,6 +220,8 @@ __device__ __forceinline__ float sigmoid_acc(float x) { return 1.0f / (1.0f + ex
 __device__ __forceinline__ uint16_t bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ float bf_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+/* Element i of bf16 values packed two per word (w[i / 2], low half first). */
+__device__ __forceinline__ float bf_at(const uint32_t *w, int i) { return i & 1 ? bf_hi(w[i >> 1]) : bf_lo(w[i >> 1]); }
 __device__ __forceinline__ float bf16u(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
 /* 16-byte streaming load of weights (read once per token: skip L1). */

@@ -112,9 +112,6 @@ __device__ __forceinline__ void pa_ld_row(const uint16_t *p, uint32_t *w, int ep
     for (int i = 0; i < NE; i++)
         if (i < epl) w[i >> 1] |= (uint32_t)p[i] << (16 * (i & 1));
 }
-__device__ __forceinline__ float pa_wbf(const uint32_t *w, int i) {
-    return i & 1 ? bf_hi(w[i >> 1]) : bf_lo(w[i >> 1]);
-}
 
 /* Split kernel: grid (Hq / G, T, PA_MAX_SPLIT), PA_NW warps. CTA (x, i, s) takes query heads j0 .. j0 + G - 1
  * (j0 = G x; G divides Hq / Hkv and G NE <= 32) of row t = rows[i], all reading kv head j0 / (Hq / Hkv), over positions
@@ -144,7 +141,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 2) paged_attn_split(const __grid_c
         uint32_t qw[W];
         pa_ld_row<NE>(p.q + ((size_t)t * p.Hq + j0 + g) * hd + lane * epl, qw, epl);
 #pragma unroll
-        for (int e = 0; e < NE; e++) q[g][e] = pa_wbf(qw, e) * qscale, o[g][e] = 0.0f;
+        for (int e = 0; e < NE; e++) q[g][e] = bf_at(qw, e) * qscale, o[g][e] = 0.0f;
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
@@ -170,7 +167,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 2) paged_attn_split(const __grid_c
             for (int g = 0; g < G; g++) {
                 float d = 0.0f;
 #pragma unroll
-                for (int e = 0; e < NE; e++) d = fmaf(q[g][e], pa_wbf(kr[u], e), d);
+                for (int e = 0; e < NE; e++) d = fmaf(q[g][e], bf_at(kr[u], e), d);
                 d = warp_sum(d);
                 sc[u][g] = tb + u < s1 ? d : -INFINITY;
             }
@@ -188,7 +185,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 2) paged_attn_split(const __grid_c
                 const float pu = exp2f(sc[u][g] - mx);
                 l[g] += pu;
 #pragma unroll
-                for (int e = 0; e < NE; e++) o[g][e] = fmaf(pu, pa_wbf(vr[u], e), o[g][e]);
+                for (int e = 0; e < NE; e++) o[g][e] = fmaf(pu, bf_at(vr[u], e), o[g][e]);
             }
             m[g] = mx;
         }
