@@ -302,6 +302,23 @@ static int chat_turn(Q35Engine *e, const Q35Tokenizer *t, const Q35ChatMarks *mk
     return rc;
 }
 
+/* The serving engine with one sequence and the prefix cache: KV blocks for two full contexts (the running turn and
+ * the cached blocks it does not share), 16 snapshots (a first open reports the sizes). */
+static int chat_serve_open(Q35Engine *e, Q35Err *err) {
+    Q35ServeOptions so;
+    memset(&so, 0, sizeof so);
+    so.max_seqs = 1;
+    int rc = q35_serve_open(e, &so, err);
+    if (rc) return rc;
+    Q35ServeInfo in;
+    q35_serve_info(e, &in);
+    q35_serve_close(e);
+    const size_t ctx_blocks = (size_t)(in.max_context + in.kv_block - 1) / (size_t)in.kv_block;
+    so.kv_bytes = in.slot_bytes + 2 * ctx_blocks * in.block_bytes;
+    so.prefix_bytes = 16 * in.slot_bytes + ctx_blocks * in.block_bytes;
+    return q35_serve_open(e, &so, err);
+}
+
 int cmd_chat(int argc, char **argv) {
     CliModel m;
     cli_model_init(&m);
@@ -356,24 +373,7 @@ int cmd_chat(int argc, char **argv) {
     memset(&sp, 0, sizeof sp);
     cli_sampling_apply(&sf, e, &sp.sampling);
     sp.top_logprobs = -1;
-    /* the serving engine with one sequence and the prefix cache: sized for one sequence of the full context, plus
-     * a cache of 16 snapshots and one context of blocks (a first open reports the sizes) */
-    Q35ServeOptions so;
-    memset(&so, 0, sizeof so);
-    so.max_seqs = 1;
-    if (q35_serve_open(e, &so, &err)) {
-        q35_engine_close(e);
-        q35_tokenizer_free(own_tok);
-        free(tools);
-        return cli_fail("chat", &err);
-    }
-    Q35ServeInfo in;
-    q35_serve_info(e, &in);
-    q35_serve_close(e);
-    const size_t ctx_blocks = (size_t)(in.max_context + in.kv_block - 1) / (size_t)in.kv_block;
-    so.kv_bytes = in.slot_bytes + ctx_blocks * in.block_bytes;
-    so.prefix_bytes = 16 * in.slot_bytes + ctx_blocks * in.block_bytes;
-    if (q35_serve_open(e, &so, &err)) {
+    if (chat_serve_open(e, &err)) {
         q35_engine_close(e);
         q35_tokenizer_free(own_tok);
         free(tools);
