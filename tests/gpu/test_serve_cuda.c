@@ -10,7 +10,8 @@
  *     logits rows as A alone;
  *   - the prefix-cache hooks: A continued from a snapshot of its state loaded into another slot and from copies of its
  *     KV blocks (the originals overwritten) gives bitwise the rows of A alone; in deterministic mode also A's prompt
- *     cut into chunks of 5 (every token's bits independent of the chunking, so a cache hit can resume anywhere);
+ *     cut into chunks of 5, and resumed from a snapshot and block copies at 1, 7, 16, 17 and 23 ids (every token's
+ *     bits independent of the chunking: a cache hit can resume anywhere, issue 29);
  *   - in the default mode (lone decode rows on the single-sequence step, serve.cu solo_step), A alone, among others,
  *     from a snapshot, and alone and then joined by others, each within the forward() bound;
  *   - bad items (a slot outside the layout, a block outside the pool), snapshots and blocks are refused with
@@ -184,6 +185,27 @@ static int run_chunked(void *ctx, const int *idsA, int chunk, float *out, int V,
     return rc;
 }
 
+/* A resumed at an arbitrary position, as a prefix-cache hit does: its first L tokens in slot 2 (blocks 16 ..), the
+ * slot's state saved to snapshot 0 and loaded into slot 7, the blocks holding positions < L copied to 32 ..; then
+ * the rest of the prompt from L as one chunk and A's decode steps on slot 7 and the copies. Logits rows [N_STEPS][V]
+ * to out. */
+static int run_resume(void *ctx, const int *idsA, int L, float *out, int V, Err *err) {
+    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK];
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 16 + b, t2[b] = 32 + b;
+    BatchItem it = {.slot = 2, .tokens = idsA, .n = L, .pos = 0, .blocks = t1, .logits = 0};
+    int rc = cuda_backend.step_batch(ctx, &it, 1, NULL, err);
+    if (!rc) rc = cuda_backend.snap_save(ctx, 2, 0, err);
+    if (!rc) rc = cuda_backend.snap_load(ctx, 0, 7, err);
+    for (int b = 0; b <= (L - 1) / BLOCK && !rc; b++) rc = cuda_backend.block_copy(ctx, t1[b], t2[b], err);
+    BatchItem rest = {.slot = 7, .tokens = idsA + L, .n = CHUNK_A - L, .pos = L, .blocks = t2, .logits = 1};
+    if (!rc) rc = cuda_backend.step_batch(ctx, &rest, 1, out, err);
+    for (int t = CHUNK_A; t < LA && !rc; t++) {
+        BatchItem d = {.slot = 7, .tokens = idsA + t, .n = 1, .pos = t, .blocks = t2, .logits = 1};
+        rc = cuda_backend.step_batch(ctx, &d, 1, out + (size_t)(1 + t - CHUNK_A) * V, err);
+    }
+    return rc;
+}
+
 /* BatchItem.argmax: the same chunk in slots 1 and 2 (other blocks), slot 1's row asked for as its argmax, slot 2's
  * whole: the device argmax equals the host argmax (sampler_argmax's rule) of slot 2's row, which is slot 1's row
  * (batch invariance, checked above); slot 1's place in the output is left alone. Returns the mismatch count. */
@@ -317,6 +339,18 @@ static void test_model(int qwen35, int det) {
         }
         CHECK(diff_chunk == 0, "%s: prompt in chunks of 5 instead of %d: %d of %d rows differ (%s)", name, CHUNK_A,
               diff_chunk, N_STEPS, rc ? err.msg : "");
+        /* resumed at 1 id, inside a block, at a block's end and just past it: bitwise the rows of A fed cold */
+        const int Ls[] = {1, 7, 16, 17, CHUNK_A - 1};
+        for (size_t k = 0; k < sizeof Ls / sizeof Ls[0]; k++) {
+            int diff_res = -1;
+            if ((rc = run_resume(ctx, ids, Ls[k], among, V, &err)) == 0) {
+                diff_res = 0;
+                for (int t = 0; t < N_STEPS; t++)
+                    diff_res += memcmp(alone + (size_t)t * V, among + (size_t)t * V, 4 * V) != 0;
+            }
+            CHECK(diff_res == 0, "%s: resumed at %d ids: %d of %d rows differ from cold (%s)", name, Ls[k], diff_res,
+                  N_STEPS, rc ? err.msg : "");
+        }
     }
     CHECK(cuda_backend.snap_save(ctx, 0, 1, &err) == Q35_ERR_ARG, "%s: snapshot 1 of 1 not refused", name);
     CHECK(cuda_backend.block_copy(ctx, 0, N_BLOCKS, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
