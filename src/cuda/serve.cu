@@ -736,10 +736,11 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
 }
 
 /* ---- solo: one running sequence on the single-sequence decode step ------------------------------------------------
- * Outside deterministic mode, a step of one decode row (pos > 0) runs forward()'s decode step (its fused kernels, one
- * graph replay) on the context's own state, which then hosts that sequence: entering copies the slot's DeltaNet
- * state (S, conv ring) into the context's layers and gathers positions 0 .. pos - 1 of its KV pages into the
- * contiguous caches; later lone decode steps of the same slot at the next position continue there. Anything else
+ * Outside deterministic mode, a step of one item runs forward() on the context's own state (a decode row: its fused
+ * kernels, one graph replay; a prompt chunk: its prefill path), which then hosts that sequence: entering copies the
+ * slot's DeltaNet state (S, conv ring) into the context's layers and gathers positions 0 .. pos - 1 of its KV pages
+ * into the contiguous caches (a new sequence starts from the reset state instead); later lone steps of the same slot
+ * at the next position continue there. Anything else
  * (another step, a prefix-cache hook, serve_close) first flushes: the state goes back to the slot and the KV rows the
  * solo steps wrote go back to the sequence's pages (its table as of the last solo step). Every way a slot gets a new
  * sequence passes through one of those (a step at position 0, or snap_load), so a continuation is recognised by
@@ -803,31 +804,35 @@ static int solo_flush(CudaCtx *ctx, CudaServe *sv, Err *err) {
 
 /* One lone decode row on the single-sequence step; returns 0 or an error (the slot's state is then undefined). */
 static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *logits, Err *err) {
-    const int block = sv->lay.block, nb = it->pos / block + 1;
+    const int block = sv->lay.block, nb = (it->pos + it->n - 1) / block + 1;
     int rc = 0;
     if (sv->solo_slot != it->slot || sv->solo_len != it->pos) {
         if ((rc = solo_flush(ctx, sv, err))) return rc;
         memcpy(sv->solo_tab, it->blocks, sizeof(int32_t) * (size_t)nb);
-        if ((rc = solo_copy_state(ctx, sv, it->slot, 0, err))) return rc;
-        if ((rc = solo_copy_kv(ctx, sv, 0, it->pos, 0, err))) return rc;
+        if (it->pos == 0) { /* a new sequence: from zero state */
+            if ((rc = cuda_backend.reset(ctx, err))) return rc;
+        } else {
+            if ((rc = solo_copy_state(ctx, sv, it->slot, 0, err))) return rc;
+            if ((rc = solo_copy_kv(ctx, sv, 0, it->pos, 0, err))) return rc;
+        }
         sv->solo_slot = it->slot;
         sv->solo_start = sv->solo_len = it->pos;
         ctx->n_past = it->pos;
     }
     memcpy(sv->solo_tab, it->blocks, sizeof(int32_t) * (size_t)nb);
-    if (it->logits && it->argmax && !it->logprob) { /* the screen gives the id, not its logprob */
+    if (it->n == 1 && it->logits && it->argmax && !it->logprob) { /* the screen gives the id, not its logprob */
         DeviceSampling ds;
         memset(&ds, 0, sizeof ds);
         ds.top_p = 1.0f;
         rc = cuda_backend.decode_sample(ctx, it->tokens[0], it->pos, &ds, it->argmax, err);
-    } else {
-        rc = cuda_backend.forward(ctx, it->tokens, 1, it->pos, 0, it->logits ? logits : NULL, err);
+    } else { /* a prompt chunk takes forward()'s prefill path; the host picks from the logits row */
+        rc = cuda_backend.forward(ctx, it->tokens, it->n, it->pos, 0, it->logits ? logits : NULL, err);
     }
     if (rc) {
         sv->solo_slot = -1;
         return rc;
     }
-    sv->solo_len = it->pos + 1;
+    sv->solo_len = it->pos + it->n;
     return 0;
 }
 
@@ -855,7 +860,7 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
             if (items[k].slot == it->slot)
                 return err_set(err, Q35_ERR_ARG, "cuda step: slot %d twice in one step", it->slot);
     }
-    if (!sv->det && n == 1 && items[0].n == 1 && items[0].pos > 0) return solo_step(ctx, sv, &items[0], logits, err);
+    if (!sv->det && n == 1) return solo_step(ctx, sv, &items[0], logits, err);
     int rc = solo_flush(ctx, sv, err);
     if (rc) return rc;
     /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */
