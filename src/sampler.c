@@ -128,7 +128,7 @@ int sampler_sample(Sampler *s, float *logits) {
         sum += s->prob[i];
     }
     for (int j = 0; j < m; j++) s->prob[s->cand[j]] = (float)(s->prob[s->cand[j]] / sum);
-    if (m > 4096) /* near-flat rows (high temperature, random weights): qsort_r took ~60 ms at 248k candidates */
+    if (m > 4096) /* near-flat rows (high temperature, random weights): linear in m where the comparison sort is not */
         sort_prob_desc(s->cand, (int *)logits, m, s->prob); /* logits is free scratch from here on */
     else
         qsort_r(s->cand, (size_t)m, sizeof(int), cmp_prob_desc, s->prob);

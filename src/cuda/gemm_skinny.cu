@@ -53,7 +53,7 @@ static int sk_plan(int N, int K, int n_sm, int *kc) {
     return (chunks + *kc - 1) / *kc;
 }
 
-/* y[m][n0], y[m][n0 + 1] of the non-SwiGLU epilogues from two finished sums (bf16-rounded as gemm_store does) */
+/* y[m][n] of the non-SwiGLU epilogues from its finished sum v (rounded where gemm_store rounds) */
 template <int EPI>
 __device__ __forceinline__ void sk_store1(const GemmParams &g, int m, int n, float v) {
     const size_t o = (size_t)m * g.ldy + n;
