@@ -41,6 +41,8 @@ import time
 import urllib.error
 import urllib.request
 
+from bench_serve import parse_metrics  # the same Prometheus text parser (tools/bench_serve.py)
+
 IM_START, IM_END, NL, SYSTEM, USER, ASSISTANT = 151644, 151645, 198, 8948, 872, 77091
 
 # ---- statistics ----
@@ -105,17 +107,7 @@ def http_get(url, timeout=10):
 def scrape(base):
     """/metrics as {sample name with labels: value}; {} when it cannot be read."""
     st, body = http_get(base + "/metrics")
-    out = {}
-    if st != 200:
-        return out
-    for line in body.splitlines():
-        if line and line[0] != "#":
-            k, _, v = line.rpartition(" ")
-            try:
-                out[k] = float(v)
-            except ValueError:
-                pass
-    return out
+    return parse_metrics(body) if st == 200 else {}
 
 
 def metric(m, name):
