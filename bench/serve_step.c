@@ -4,7 +4,8 @@
  * around q35_step, which includes the host sampling and the logits readback). Prints per B the median step time,
  * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
  * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic] [B ...]
- * (--deterministic: the engine's deterministic mode, for what batch invariance costs)
+ * (--deterministic: the engine's deterministic mode, for what batch invariance costs; --temperature, --top-p,
+ * --logprobs K: every sequence samples / asks for logprobs, the host's share of a step)
  * (default B: 1 8 32 64 128 256). A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,10 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* One batch size: returns 0 or an error code (message printed). */
+/* What every sequence asks for: greedy by default; --temperature / --top-p / --logprobs for the host paths. */
+static float g_temp = 0.0f, g_top_p = 1.0f;
+static int g_logprobs = -1;
+
 static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     Q35Err err = {0};
     Q35ServeOptions so;
@@ -51,9 +56,11 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     double *t = malloc(sizeof(double) * (size_t)(steps > 0 ? steps : 1));
     Q35SeqParams sp;
     memset(&sp, 0, sizeof sp);
-    sp.sampling.top_p = 1.0f;
+    sp.sampling.temperature = g_temp;
+    sp.sampling.top_p = g_top_p;
     sp.sampling.repetition_penalty = 1.0f;
-    sp.top_logprobs = -1;
+    sp.sampling.seed = 1;
+    sp.top_logprobs = g_logprobs;
     for (int i = 0; i < ctx; i++) ids[i] = (int)((1103515245u * (unsigned)i + 12345u) % (unsigned)nv);
     for (int b = 0; b < B && !rc; b++) rc = q35_seq_open(e, &sp, &seq[b], &err);
     /* prefill: chunks of up to 2048 tokens per step in total */
@@ -114,11 +121,18 @@ int main(int argc, char **argv) {
             steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--deterministic"))
             o.deterministic = 1;
+        else if (!strcmp(argv[i], "--temperature") && i + 1 < argc)
+            g_temp = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--top-p") && i + 1 < argc)
+            g_top_p = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--logprobs") && i + 1 < argc)
+            g_logprobs = atoi(argv[++i]);
         else if (nb < 16 && atoi(argv[i]) > 0)
             bs[nb++] = atoi(argv[i]);
         else {
-            fprintf(stderr, "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
-                            "[B ...]\n");
+            fprintf(stderr,
+                    "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
+                    "[--temperature T] [--top-p P] [--logprobs K] [B ...]\n");
             return 2;
         }
     }

@@ -115,6 +115,8 @@ if has serve; then
     done
     timeout 150 build/bench/serve_step --ctx 1024 --steps 20 1 8 32 64 128 256 2>&1 | tee "$OUT/serve-step.log"
     timeout 150 build/bench/serve_step --ctx 1024 --steps 20 --deterministic 1 64 2>&1 | tee "$OUT/serve-step-det.log"
+    timeout 150 build/bench/serve_step --ctx 1024 --steps 20 --temperature 1 --top-p 0.95 --logprobs 0 1 64 2>&1 |
+        tee "$OUT/serve-step-sampled.log"
     summary+=("serve_step B64: $(grep '^B   64' "$OUT/serve-step.log" | head -n 1)")
     summary+=("serve_step deterministic B64: $(grep '^B   64' "$OUT/serve-step-det.log" | head -n 1)")
     if [ -x build/bench/skinny_lab ]; then
