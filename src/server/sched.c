@@ -455,6 +455,72 @@ static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
     return n;
 }
 
+/* ---- requests that share a prompt start, running at the same time ----
+ * Two requests that arrive together with the same long system prompt would both compute it: neither finds it in the
+ * prefix cache. So the running request that is still prefilling a start it shares with a waiting one (at least
+ * SCHED_SHARE_MIN ids) records a snapshot where they diverge, and the waiting one is admitted once that is cached. */
+#define SCHED_SHARE_MIN  128
+#define SCHED_SHARE_SCAN 8 /* waiting requests looked at per step */
+
+/* Ids a[0 ..) and b[0 ..) share at their start, at most n. */
+static int common_start(const int *a, const int *b, int n) {
+    int i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* The ids r and q share, as a snapshot point of both (one id of each prompt left to feed), or 0. */
+static int shared_point(const Req *r, const Req *q) {
+    const int n = (r->n_prompt < q->n_prompt ? r->n_prompt : q->n_prompt) - 1;
+    const int c = n > 0 ? common_start(r->toks, q->toks, n) : 0;
+    return c >= SCHED_SHARE_MIN ? c : 0;
+}
+
+/* Adds snapshot point p to q's remaining ones (kept in order; when all SCHED_MAX_SNAPS are taken, it replaces the
+ * nearest remaining one). */
+static void snap_add(Req *q, int p) {
+    if (p <= q->n_fed) return;
+    for (int i = q->i_snap; i < q->n_snap_at; i++)
+        if (q->snap_at[i] == p) return;
+    if (q->i_snap > 0) { /* the points before i_snap are behind */
+        memmove(q->snap_at, q->snap_at + q->i_snap, sizeof(int) * (size_t)(q->n_snap_at - q->i_snap));
+        q->n_snap_at -= q->i_snap;
+        q->i_snap = 0;
+    }
+    if (q->n_snap_at == SCHED_MAX_SNAPS)
+        q->n_snap_at--, memmove(q->snap_at, q->snap_at + 1, sizeof(int) * (size_t)q->n_snap_at);
+    int i = q->n_snap_at;
+    while (i > 0 && q->snap_at[i - 1] > p) {
+        q->snap_at[i] = q->snap_at[i - 1];
+        i--;
+    }
+    q->snap_at[i] = p;
+    q->n_snap_at++;
+}
+
+/* 1 when a running request has yet to compute ids that r shares with it: r waits for them to be cached. */
+static int share_hold(const Sched *s, const Req *r) {
+    for (int i = 0; i < s->n_running; i++) {
+        const Req *q = s->running[i];
+        const int c = shared_point(r, q);
+        if (c > q->n_fed && q->n_fed < q->n_prompt) return 1;
+    }
+    return 0;
+}
+
+/* Running requests still prefilling: a snapshot where each diverges from the first waiting requests. */
+static void share_points(Sched *s) {
+    const int nw = s->n_waiting < SCHED_SHARE_SCAN ? s->n_waiting : SCHED_SHARE_SCAN;
+    for (int i = 0; i < s->n_running; i++) {
+        Req *q = s->running[i];
+        if (q->n_fed >= q->n_prompt) continue;
+        for (int j = 0; j < nw; j++) {
+            const int c = shared_point(s->waiting[j], q);
+            if (c) snap_add(q, c);
+        }
+    }
+}
+
 /* Prefix-cache snapshot points of r's prompt after `from` (q35_chat_prefix_points, the last SCHED_MAX_SNAPS). */
 static void snap_points(const Sched *s, Req *r, int from, int matched) {
     r->n_snap_at = q35_chat_prefix_points(&s->marks, r->toks, r->n_prompt, from, matched, r->snap_at, SCHED_MAX_SNAPS);
@@ -513,15 +579,18 @@ static int drop_item(Sched *s, int n_items, const Req *r) {
 
 static void step(Sched *s) {
     int n_items = 0, budget = s->cfg.step_tokens;
-    for (int i = 0; i < s->n_running; i++) /* decodes first: one token each */
+    Q35ServeInfo in;
+    q35_serve_info(s->e, &in);
+    const int sharing = in.prefix_bytes > 0; /* the prefix cache is on */
+    if (sharing) share_points(s);            /* before the chunks are planned: they end at the snapshot points */
+    for (int i = 0; i < s->n_running; i++)   /* decodes first: one token each */
         if (s->running[i]->n_toks - s->running[i]->n_fed == 1) budget -= plan_item(s, s->running[i], &n_items, 1);
     for (int i = 0; i < s->n_running && budget > 0; i++)
         if (s->running[i]->n_toks - s->running[i]->n_fed > 1) budget -= plan_item(s, s->running[i], &n_items, budget);
-    Q35ServeInfo in;
-    q35_serve_info(s->e, &in);
     int need = blocks_needed(s, n_items);
     while (budget > 0 && s->n_waiting > 0 && s->n_running < in.max_seqs) {
         Req *r = s->waiting[0];
+        if (sharing && share_hold(s, r)) break; /* the queue waits one step or a few for the shared start */
         Q35Err err = {0};
         int rc = admit(s, r, &err);
         if (rc == Q35_ERR_OOM) break;
@@ -548,6 +617,11 @@ static void step(Sched *s) {
             break;
         }
         s->running[s->n_running++] = r;
+        if (sharing) /* the requests behind it that share its start: a snapshot where they diverge, before its chunk */
+            for (int j = 0; j < s->n_waiting && j < SCHED_SHARE_SCAN; j++) {
+                const int c = shared_point(s->waiting[j], r);
+                if (c) snap_add(r, c);
+            }
         metrics_prefix(s->metrics, r->n_prompt, r->n_cached);
         pthread_mutex_lock(&s->mu);
         r->admitted = 1;

@@ -117,6 +117,22 @@ test("two requests sharing a long system prompt prefill it once", async () => {
     assert.equal(lps(b.choices[0]), lps(cb.choices[0]));
 });
 
+test("two requests sharing a long system prompt sent together: the second waits for the first to cache it", async () => {
+    const w = servers.warm, c = servers.cold;
+    // starts unlike every earlier prompt (nothing of it is cached yet) and is longer than a step's 512 tokens, so the
+    // first request is still prefilling it when the second is up for admission
+    const sys = "Sent together. " + SYSTEM + " " + SYSTEM;
+    const ma = [{ role: "system", content: sys }, { role: "user", content: "One?" }];
+    const mb = [{ role: "system", content: sys }, { role: "user", content: "Two!" }];
+    const [a, b] = await Promise.all([chat(w, ma), chat(w, mb)]);
+    const [ca, cb] = await Promise.all([chat(c, ma), chat(c, mb)]);
+    // whichever was admitted second resumes where the two diverge instead of computing the system prompt again
+    const hit = Math.max(cached(a), cached(b)), miss = Math.min(cached(a), cached(b));
+    assert.ok(miss < 10 && hit > 300, `cached ${cached(a)} and ${cached(b)} of ${a.usage.prompt_tokens}`);
+    assert.equal(lps(a.choices[0]), lps(ca.choices[0]));
+    assert.equal(lps(b.choices[0]), lps(cb.choices[0]));
+});
+
 test("a tiny cache evicts and still answers exactly", async () => {
     const t = servers.tiny, c = servers.cold;
     assert.match(t.stderr, /prefix cache 0.2 MiB: 5 DeltaNet snapshots of 0.02 MiB, up to 13 cached KV blocks/);
