@@ -502,8 +502,8 @@ static void snap_add(Req *q, int p) {
 static int share_hold(const Sched *s, const Req *r) {
     for (int i = 0; i < s->n_running; i++) {
         const Req *q = s->running[i];
-        const int c = shared_point(r, q);
-        if (c > q->n_fed && q->n_fed < q->n_prompt) return 1;
+        if (q->n_fed >= q->n_prompt) continue; /* decoding: its prompt is cached or past caching */
+        if (shared_point(r, q) > q->n_fed) return 1;
     }
     return 0;
 }
