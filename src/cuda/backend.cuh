@@ -161,6 +161,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
  * pos .. pos+n-1 (pos == n_past), in pieces of at most the piece size; logits NULL, [V] (last row)
  * or [n][V] (all_logits); n_past += n. bench: prefill timings when rq->n_prefill > 0. */
 int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err);
+void cuda_prefill_dims(const CudaCtx *ctx, PrefillDims *d); /* the model's prefill shapes (also the batched step's) */
 void cuda_prefill_close(CudaCtx *ctx);
 int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err);
 int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);

@@ -104,18 +104,9 @@ static void pf_layout(CudaCtx *ctx, CudaPrefill *pf, PfArena *a) {
     pf->tok = (int32_t *)pf_carve(a, sizeof(int32_t) * (size_t)ctx->max_seq);
 }
 
-int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
+void cuda_prefill_dims(const CudaCtx *ctx, PrefillDims *d) {
     const Config *c = ctx->c;
-    ctx->pf = NULL;
-    if (!pf_supported(c)) return 0;
-    CudaPrefill *pf = (CudaPrefill *)calloc(1, sizeof *pf);
-    if (!pf) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
-    const int want = piece > 0 ? piece : PF_TMAX;
-    pf->tmax = want < ctx->max_seq ? want : ctx->max_seq;
-    const size_t row_bytes = sizeof(float) * (size_t)c->vocab_size;
-    const size_t lm = PF_LM_BYTES / row_bytes;
-    pf->lm_rows = lm < 1 ? 1 : lm > (size_t)pf->tmax ? pf->tmax : (int)lm;
-    PrefillDims *d = &pf->d;
+    memset(d, 0, sizeof *d);
     d->D = c->hidden_size;
     d->F = c->intermediate_size;
     d->Hq = c->num_attention_heads;
@@ -135,6 +126,20 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
     d->max_seq = ctx->max_seq;
     d->gemm_algo = GEMM_ALGO_AUTO;
     d->eps = c->rms_norm_eps;
+}
+
+int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
+    const Config *c = ctx->c;
+    ctx->pf = NULL;
+    if (!pf_supported(c)) return 0;
+    CudaPrefill *pf = (CudaPrefill *)calloc(1, sizeof *pf);
+    if (!pf) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+    const int want = piece > 0 ? piece : PF_TMAX;
+    pf->tmax = want < ctx->max_seq ? want : ctx->max_seq;
+    const size_t row_bytes = sizeof(float) * (size_t)c->vocab_size;
+    const size_t lm = PF_LM_BYTES / row_bytes;
+    pf->lm_rows = lm < 1 ? 1 : lm > (size_t)pf->tmax ? pf->tmax : (int)lm;
+    cuda_prefill_dims(ctx, &pf->d);
     PfArena a = {NULL, 0};
     pf_layout(ctx, pf, &a);
     cudaError_t e = cudaMalloc(&pf->buf, a.off);

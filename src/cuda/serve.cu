@@ -159,28 +159,7 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
 }
 
 static void sv_dims(const CudaCtx *ctx, CudaServe *sv) {
-    const Config *c = ctx->c;
-    PrefillDims *d = &sv->d;
-    memset(d, 0, sizeof *d);
-    d->D = c->hidden_size;
-    d->F = c->intermediate_size;
-    d->Hq = c->num_attention_heads;
-    d->Hkv = c->num_key_value_heads;
-    d->hd = c->head_dim;
-    d->R = c->rotary_dim;
-    d->attn_gate = c->attn_output_gate;
-    d->norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
-    if (c->n_linear_layers) {
-        d->Hk = c->linear_num_key_heads;
-        d->Hv = c->linear_num_value_heads;
-        d->dk = c->linear_key_head_dim;
-        d->dv = c->linear_value_head_dim;
-        d->K = c->linear_conv_kernel_dim;
-    }
-    d->glu_group = 1;
-    d->max_seq = ctx->max_seq;
-    d->gemm_algo = GEMM_ALGO_AUTO;
-    d->eps = c->rms_norm_eps;
+    cuda_prefill_dims(ctx, &sv->d);
     sv->tmax = SV_TMAX < ctx->max_seq ? SV_TMAX : ctx->max_seq;
     sv->lm_rows = SV_MAX_PIECES < sv->tmax ? SV_MAX_PIECES : sv->tmax; /* a pass's logits rows at most */
     int dev = 0;
