@@ -163,7 +163,6 @@ typedef struct ChatStream {
     Q35Detok *detok;
     Q35ChatParser *parser; /* --tools: the reply parsed into content and calls */
     int in_call;           /* the last event printed was a call's arguments */
-    int last;
     int failed;
     Q35Err err; /* why the stream failed */
 } ChatStream;
@@ -185,7 +184,6 @@ static int on_token(void *user, int id) {
     ChatStream *cs = user;
     const char *s;
     size_t n;
-    cs->last = id;
     if (q35_detok_push(cs->detok, id, &s, &n, &cs->err) ||
         (cs->parser && q35_chat_parser_push(cs->parser, s, n, on_chat_event, cs, &cs->err))) {
         cs->failed = 1;
