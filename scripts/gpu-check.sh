@@ -107,8 +107,8 @@ if has lab; then
     summary+=("gemv lab: exit ${PIPESTATUS[0]}")
 fi
 if has serve; then
-    echo "== batched step (issue 28): its GPU tests, serve_step in the default and the deterministic mode, the skinny lab"
-    for t in serve_cuda gemm fp8_gemv; do
+    echo "== batched step (issue 28) and prefix cache (issue 29): their GPU tests, serve_step in the default and the deterministic mode, the skinny lab"
+    for t in serve_cuda prefix_cuda gemm fp8_gemv; do
         [ -x "build/tests/gpu/test_$t" ] || continue
         timeout 300 "build/tests/gpu/test_$t" > "$OUT/serve-test-$t.log" 2>&1
         summary+=("test_$t: $(tail -n 1 "$OUT/serve-test-$t.log")")
