@@ -65,11 +65,14 @@ typedef struct BatchItem {
     const int *blocks; /* block table: position p's K/V row is row p % block of block blocks[p / block]; covers
                         * positions [0, pos + n) (core took the blocks before the call) */
     int logits;        /* 1: the last token's logits go to the next row of the step's logits output */
-    int *argmax;    /* optional, with logits = 1: the backend may write the row's argmax over the valid ids (ties: the
-                        * smallest id, as sampler_argmax) here and leave the row itself out of the output (its place
-                        * in the output stays); core sets *argmax = -1 first and samples on the host when it stays -1 */
-    float *logprob; /* optional, with argmax: a backend that writes *argmax writes here the row's log-softmax at it
-                        * (raw logits over the valid ids: -log sum exp(l - max)); one that cannot leaves *argmax -1 */
+    int *pick;         /* optional, with logits = 1: the backend may write the row's pick here and leave the row itself
+                     * out of the output (its place in the output stays): the argmax over the valid ids (ties: the
+                     * smallest id, as sampler_argmax), or with sample (temperature > 0) the id drawn by its rules
+                     * (sampler.c's, u from counter_uniform(seed, step)); core sets *pick = -1 first and picks on the
+                     * host when it stays -1 */
+    float *logprob;    /* optional, with pick: a backend that writes *pick writes here the row's log-softmax at it (raw
+                     * logits over the valid ids: l - log sum exp(l)); one that cannot leaves *pick -1 */
+    const DeviceSampling *sample; /* optional, with pick: the row's sampling settings (no penalties) */
 } BatchItem;
 
 typedef struct Backend {

@@ -18,8 +18,14 @@ static int pick_backend(const char *name, const Backend **out, Err *err) {
         *out = cuda_available() ? &cuda_backend : &cpu_backend;
         return 0;
     }
-    if (!strcmp(name, "cpu")) { *out = &cpu_backend; return 0; }
-    if (!strcmp(name, "cuda")) { *out = &cuda_backend; return 0; }
+    if (!strcmp(name, "cpu")) {
+        *out = &cpu_backend;
+        return 0;
+    }
+    if (!strcmp(name, "cuda")) {
+        *out = &cuda_backend;
+        return 0;
+    }
     return err_set(err, Q35_ERR_ARG, "unknown backend '%s' (expected cpu, cuda or auto)", name);
 }
 
@@ -137,15 +143,15 @@ int q35_engine_describe(const Q35Engine *e, char *buf, size_t n) {
                   c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->rotary_dim, c->rope_theta,
                   c->attn_output_gate);
     if (c->family == FAMILY_QWEN35 && k > 0 && (size_t)k < n)
-        k += snprintf(buf + k, n - (size_t)k,
-                      "deltanet: %d k heads, %d v heads, dk %d, dv %d, conv kernel %d\n", c->linear_num_key_heads,
-                      c->linear_num_value_heads, c->linear_key_head_dim, c->linear_value_head_dim,
-                      c->linear_conv_kernel_dim);
+        k += snprintf(buf + k, n - (size_t)k, "deltanet: %d k heads, %d v heads, dk %d, dv %d, conv kernel %d\n",
+                      c->linear_num_key_heads, c->linear_num_value_heads, c->linear_key_head_dim,
+                      c->linear_value_head_dim, c->linear_conv_kernel_dim);
     if (k > 0 && (size_t)k < n)
         k += snprintf(buf + k, n - (size_t)k,
                       "mlp: intermediate_size %d\nvocab_size: %d (valid ids %d)\ntied_lm_head: %d\nparameters: "
                       "%lld\nbytes: %lld (%.1f MB)\ndtypes: embed %s, lm_head %s, final norm %s\n"
-                      "max_position_embeddings: %d (the model's own maximum context)\ncontext: %d (chosen: --ctx, default min(4096, max_position_embeddings))\n",
+                      "max_position_embeddings: %d (the model's own maximum context)\ncontext: %d (chosen: --ctx, "
+                      "default min(4096, max_position_embeddings))\n",
                       c->intermediate_size, c->vocab_size, e->n_valid, c->tie_word_embeddings,
                       (long long)e->model.n_params, (long long)e->model.n_bytes, e->model.n_bytes / 1e6,
                       dtype_name(w->embed_tokens.dtype), dtype_name(w->lm_head.dtype), dtype_name(w->norm.dtype),
@@ -209,8 +215,7 @@ int q35_forward(Q35Engine *e, const int *ids, int n, int all_logits, float *logi
 
 int q35_bench_decode(Q35Engine *e, const Q35BenchRequest *rq, Q35BenchResult *res, Q35Err *err) {
     if (check_not_serving(e, err)) return Q35_ERR_ARG;
-    if (!e->be->bench)
-        return err_set(err, Q35_ERR_UNSUPPORTED, "the %s backend has no decode benchmark", e->be->name);
+    if (!e->be->bench) return err_set(err, Q35_ERR_UNSUPPORTED, "the %s backend has no decode benchmark", e->be->name);
     if (rq->ctx_len < 0 || rq->ctx_len >= e->max_seq)
         return err_set(err, Q35_ERR_CONTEXT, "bench context %d does not fit the context size %d (use --ctx)",
                        rq->ctx_len, e->max_seq);
@@ -258,16 +263,26 @@ int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, con
     double t0 = now_s();
     rc = q35_forward(e, prompt, n_prompt, 0, e->logits, err);
     st.prefill_s = now_s() - t0;
+    /* with the device's sampler, every draw's u is counter_uniform(seed, index of the id), the first one's too */
     int use_device = e->be->decode_sample && !sampler_needs_history(s);
-    int id = rc ? -1 : sampler_sample(&sm, e->logits);
+    int id = rc ? -1 : use_device ? sampler_sample_at(&sm, e->logits, 0) : sampler_sample(&sm, e->logits);
     t0 = now_s();
     while (rc == 0 && st.n_generated < max_new) {
         st.n_generated++;
         sampler_observe(&sm, id, 1);
-        if (fn && fn(user, id)) { st.stop_reason = 2; break; }
-        if (is_stop(e, id)) { st.stop_reason = 1; break; }
+        if (fn && fn(user, id)) {
+            st.stop_reason = 2;
+            break;
+        }
+        if (is_stop(e, id)) {
+            st.stop_reason = 1;
+            break;
+        }
         if (st.n_generated >= max_new) break;
-        if (e->pos >= e->max_seq) { st.stop_reason = 3; break; }
+        if (e->pos >= e->max_seq) {
+            st.stop_reason = 3;
+            break;
+        }
         if (use_device) {
             DeviceSampling ds = {s->temperature, s->top_p, s->min_p, s->top_k, s->seed, (uint64_t)st.n_generated};
             rc = e->be->decode_sample(e->bctx, id, e->pos, &ds, &id, err);

@@ -101,7 +101,8 @@ static void sort_prob_desc(int *cand, int *tmp, int m, const float *prob) {
     if (src != cand) memcpy(cand, src, sizeof(int) * (size_t)m);
 }
 
-int sampler_sample(Sampler *s, float *logits) {
+/* u: the draw's uniform, or NULL to take one from s->rng (only when the rules need one) */
+static int sample_u(Sampler *s, float *logits, const float *u) {
     const Q35Sampling *c = &s->cfg;
     int n = s->n_valid;
     if (c->repetition_penalty != 1.0f || c->presence_penalty != 0.0f || s->frequency != 0.0f) {
@@ -151,10 +152,17 @@ int sampler_sample(Sampler *s, float *logits) {
     }
     double tot = 0;
     for (int j = 0; j < m; j++) tot += s->prob[s->cand[j]];
-    double r = rng_uniform(&s->rng) * tot, acc = 0;
+    double r = (u ? *u : rng_uniform(&s->rng)) * tot, acc = 0;
     for (int j = 0; j < m; j++) {
         acc += s->prob[s->cand[j]];
         if (r < acc) return s->cand[j];
     }
     return s->cand[m - 1];
+}
+
+int sampler_sample(Sampler *s, float *logits) { return sample_u(s, logits, NULL); }
+
+int sampler_sample_at(Sampler *s, float *logits, uint64_t step) {
+    const float u = counter_uniform(s->cfg.seed, step);
+    return sample_u(s, logits, &u);
 }

@@ -12,13 +12,13 @@
 typedef struct Sampler {
     Q35Sampling cfg;
     Rng rng;
-    int n_vocab;            /* logits row length */
-    int n_valid;            /* ids [0, n_valid) are real tokens */
-    unsigned char *seen;    /* [n_vocab] bit 0: in prompt or output; bit 1: generated */
-    float frequency;        /* frequency penalty; 0 = off */
-    int *count;             /* [n_vocab] times each id was generated (only when frequency != 0) */
-    int *cand;              /* [n_vocab] scratch: candidate ids */
-    float *prob;            /* [n_vocab] scratch: candidate probabilities */
+    int n_vocab;         /* logits row length */
+    int n_valid;         /* ids [0, n_valid) are real tokens */
+    unsigned char *seen; /* [n_vocab] bit 0: in prompt or output; bit 1: generated */
+    float frequency;     /* frequency penalty; 0 = off */
+    int *count;          /* [n_vocab] times each id was generated (only when frequency != 0) */
+    int *cand;           /* [n_vocab] scratch: candidate ids */
+    float *prob;         /* [n_vocab] scratch: candidate probabilities */
 } Sampler;
 
 int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err);
@@ -27,8 +27,11 @@ void sampler_free(Sampler *s);
 int sampler_set_frequency(Sampler *s, float f, Err *err);
 /* Records an id of the context: generated = 0 for prompt ids, 1 for sampled ones. */
 void sampler_observe(Sampler *s, int id, int generated);
-/* Picks the next id from logits [n_vocab] (modified in place). */
+/* Picks the next id from logits [n_vocab] (modified in place), u from the Sampler's RNG. */
 int sampler_sample(Sampler *s, float *logits);
+/* The same with u = counter_uniform(seed, step) (util.h): the draw of the devices' sampler (src/cuda/sample.cu),
+ * which depends on (seed, step) alone, not on the draws before. */
+int sampler_sample_at(Sampler *s, float *logits, uint64_t step);
 /* argmax over [0, n_valid); ties -> smallest id. */
 int sampler_argmax(const float *logits, int n_valid);
 /* 1 if the config needs host logits (penalties), i.e. device sampling cannot serve it. */

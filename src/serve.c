@@ -26,6 +26,7 @@ typedef struct SeqRec {
     int *table;     /* [max_blocks] block ids; the first n_held are this sequence's */
     int n_held;
     int top_logprobs; /* -1: none; 0..20 */
+    int n_gen;        /* ids sampled so far: the counter of the next draw (counter_rng) */
     unsigned stamp;   /* last step that named the sequence (duplicate check) */
     Sampler sm;
 } SeqRec;
@@ -44,7 +45,10 @@ struct Serve {
     float *row;    /* [n_row_threads][V] the rows being sampled (the sampler changes them in place), one per thread */
     int n_row_threads;
     BatchItem *items;   /* [n_slots] */
-    int *argmax;        /* [n_slots] BatchItem.argmax targets */
+    int *pick;          /* [n_slots] BatchItem.pick targets */
+    DeviceSampling *ds; /* [n_slots] BatchItem.sample settings */
+    int counter_rng;    /* the backend samples on the device: every draw's u is counter_uniform(seed, n_gen), so the
+                         * host and the device draw alike */
     const float **rows; /* [n_slots] a step's items' logits rows in s->logits */
     float *lp;          /* [n_slots] BatchItem.logprob targets */
 };
@@ -83,7 +87,8 @@ void q35_serve_close(Q35Engine *e) {
     free(s->logits);
     free(s->row);
     free(s->items);
-    free(s->argmax);
+    free(s->pick);
+    free(s->ds);
     free(s->rows);
     free(s->lp);
     free(s);
@@ -157,6 +162,7 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     s->block = o->kv_block ? o->kv_block : 16;
     s->max_blocks = blocks_for(s, e->max_seq);
     s->batched = !o->single_seq && e->be->step_batch && e->be->serve_sizes && e->be->serve_open;
+    s->counter_rng = s->batched && e->be->decode_sample; /* the backends that sample on the device */
     int rc;
     if (s->batched) {
         if ((rc = size_pools(e, o, s, err))) goto fail;
@@ -181,11 +187,12 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     if (s->n_row_threads < 1) s->n_row_threads = 1;
     s->row = malloc(sizeof(float) * V * (size_t)s->n_row_threads);
     s->items = malloc(sizeof(BatchItem) * (size_t)s->n_slots);
-    s->argmax = malloc(sizeof(int) * (size_t)s->n_slots);
+    s->pick = malloc(sizeof(int) * (size_t)s->n_slots);
+    s->ds = malloc(sizeof(DeviceSampling) * (size_t)s->n_slots);
     s->rows = malloc(sizeof(float *) * (size_t)s->n_slots);
     s->lp = malloc(sizeof(float) * (size_t)s->n_slots);
     int failed = !s->seqs || !s->pool.free_stack || !s->pool.ref || !s->pool.cref || !s->logits || !s->row ||
-                 !s->items || !s->argmax || !s->rows || !s->lp;
+                 !s->items || !s->pick || !s->ds || !s->rows || !s->lp;
     for (int i = 0; !failed && i < s->n_slots; i++) {
         SeqRec *r = &s->seqs[i];
         r->handle = -1;
@@ -257,6 +264,7 @@ int q35_seq_open(Q35Engine *e, const Q35SeqParams *p, int *seq, Q35Err *err) {
     r->n_hist = 0;
     r->n_held = 0;
     r->top_logprobs = p->top_logprobs;
+    r->n_gen = 0;
     s->n_open++;
     *seq = r->handle;
     return 0;
@@ -447,15 +455,19 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
                                   .pos = r->len,
                                   .blocks = r->table,
                                   .logits = want};
-        /* a greedy pick needs no row on the host: the backend may return the argmax instead, and with it the
-         * logprob when only the chosen id's is asked for */
+        /* a pick without penalties needs no row on the host: the backend may return the argmax or (counter_rng)
+         * the drawn id instead, and with it the logprob when only the chosen id's is asked for */
         const Q35Sampling *c = &r->sm.cfg;
-        s->argmax[i] = -1;
+        s->pick[i] = -1;
         s->lp[i] = NAN;
-        if (items[i].sample && !items[i].logits && r->top_logprobs <= 0 && c->temperature <= 0.0f &&
-            c->repetition_penalty == 1.0f && c->presence_penalty == 0.0f && r->sm.frequency == 0.0f) {
-            s->items[i].argmax = &s->argmax[i];
+        if (items[i].sample && !items[i].logits && r->top_logprobs <= 0 && c->repetition_penalty == 1.0f &&
+            c->presence_penalty == 0.0f && r->sm.frequency == 0.0f && (c->temperature <= 0.0f || s->counter_rng)) {
+            s->items[i].pick = &s->pick[i];
             if (r->top_logprobs == 0) s->items[i].logprob = &s->lp[i];
+            if (c->temperature > 0.0f) {
+                s->ds[i] = (DeviceSampling){c->temperature, c->top_p, c->min_p, c->top_k, c->seed, (uint64_t)r->n_gen};
+                s->items[i].sample = &s->ds[i];
+            }
         }
         n_out += want;
     }
@@ -493,11 +505,11 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
             continue;
         }
         memset(&out[i], 0, sizeof out[i]);
-        if (s->argmax[i] >= 0) {
-            out[i].id = s->argmax[i];
-            if (r->top_logprobs == 0) out[i].logprob = s->lp[i]; /* the backend's (its contract with argmax) */
+        if (s->pick[i] >= 0) {
+            out[i].id = s->pick[i];
+            if (r->top_logprobs == 0) out[i].logprob = s->lp[i]; /* the backend's (its contract with pick) */
         }
-        n_host += s->argmax[i] < 0;
+        n_host += s->pick[i] < 0;
         row += V;
     }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s->n_row_threads) if (n_host > 1)
@@ -505,18 +517,19 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
         if (!items[i].sample) continue;
         SeqRec *r = find(s, items[i].seq);
         Q35StepOut *o = &out[i];
-        if (s->argmax[i] < 0) {
+        if (s->pick[i] < 0) {
             float *own = s->row + (size_t)omp_get_thread_num() * V;
             memcpy(own, s->rows[i], V * sizeof(float));
-            o->id = sampler_sample(&r->sm, own);
+            o->id = s->counter_rng ? sampler_sample_at(&r->sm, own, (uint64_t)r->n_gen) : sampler_sample(&r->sm, own);
         }
-        if (r->top_logprobs >= 0 && s->argmax[i] < 0) logprobs(o, s->rows[i], e->n_valid, r->top_logprobs);
+        if (r->top_logprobs >= 0 && s->pick[i] < 0) logprobs(o, s->rows[i], e->n_valid, r->top_logprobs);
     }
     for (int i = 0; i < n; i++) {
         if (!items[i].sample) continue;
         SeqRec *r = find(s, items[i].seq);
         sampler_observe(&r->sm, out[i].id, 1);
         r->hist[r->n_hist++] = out[i].id;
+        r->n_gen++;
     }
     return 0;
 }

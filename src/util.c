@@ -31,7 +31,10 @@ float f16_to_f32(uint16_t h) {
             u = sign;
         } else { /* subnormal: normalise */
             int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400));
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
             u = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
         }
     } else if (exp == 31) {
@@ -68,9 +71,12 @@ uint16_t f32_to_f16(float f) {
 float fp8_e4m3_to_f32(uint8_t v) {
     const int e = (v >> 3) & 15, m = v & 7;
     float f;
-    if (e == 15 && m == 7) f = NAN;
-    else if (e == 0) f = ldexpf((float)m, -9); /* subnormal: m/8 * 2^-6 */
-    else f = ldexpf((float)(8 + m), e - 10);  /* (1 + m/8) * 2^(e-7) */
+    if (e == 15 && m == 7)
+        f = NAN;
+    else if (e == 0)
+        f = ldexpf((float)m, -9); /* subnormal: m/8 * 2^-6 */
+    else
+        f = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) * 2^(e-7) */
     return (v & 0x80) ? -f : f;
 }
 
@@ -188,6 +194,11 @@ uint64_t rng_u64(Rng *r) {
 }
 
 float rng_uniform(Rng *r) { return (float)(rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
+
+float counter_uniform(uint64_t seed, uint64_t step) {
+    uint64_t x = seed, y = splitmix64(&x) ^ step;
+    return (float)(splitmix64(&y) >> 40) * (1.0f / 16777216.0f);
+}
 
 float rng_normal(Rng *r) {
     float u1 = rng_uniform(r), u2 = rng_uniform(r);

@@ -13,7 +13,12 @@ typedef Q35Err Err;
 
 /* Sets err (if non-NULL) and returns code. printf-style message, truncated to fit. */
 int err_set(Err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static inline void err_clear(Err *err) { if (err) { err->code = 0; err->msg[0] = 0; } }
+static inline void err_clear(Err *err) {
+    if (err) {
+        err->code = 0;
+        err->msg[0] = 0;
+    }
+}
 
 /* bf16 = upper 16 bits of an f32; conversion rounds to nearest even (NaN kept quiet). */
 static inline float bf16_to_f32(uint16_t h) {
@@ -57,14 +62,21 @@ int path_join(char *out, size_t n, const char *dir, const char *name);
 int file_exists(const char *path);
 
 /* Deterministic RNG (splitmix64 seeding + xoshiro256**) for dummy weights and sampling. */
-typedef struct Rng { uint64_t s[4]; } Rng;
+typedef struct Rng {
+    uint64_t s[4];
+} Rng;
 void rng_seed(Rng *r, uint64_t seed);
 uint64_t rng_u64(Rng *r);
 float rng_uniform(Rng *r); /* [0,1) */
 float rng_normal(Rng *r);
+/* Counter-based uniform in [0, 1) with 24 random bits: (mix(mix(seed) ^ step) >> 40) / 2^24, mix = one splitmix64
+ * step. The same function as q35_uniform in src/cuda/sample.cu: a draw depends on (seed, step) alone. */
+float counter_uniform(uint64_t seed, uint64_t step);
 
 /* Activation dumps: when a probe dir is set, probe() writes <dir>/<name>.f32 (raw float32). */
-typedef struct Probe { const char *dir; } Probe;
+typedef struct Probe {
+    const char *dir;
+} Probe;
 void probe(const Probe *p, const char *name, const float *x, size_t n);
 
 #endif

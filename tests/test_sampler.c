@@ -194,6 +194,44 @@ int main(void) {
         free(row), free(w);
     }
 
+    /* counter draws (sampler_sample_at, the devices' u): counter_uniform is the CUDA sampler's q35_uniform, written
+     * out here from its definition; a draw depends on (seed, step) alone (not on the draws before); the frequencies
+     * over many steps follow softmax */
+    {
+        const uint64_t seeds[] = {0, 1, 42, 0xfedcba9876543210ull};
+        int bad = 0;
+        for (int k = 0; k < 4; k++)
+            for (uint64_t st = 0; st < 50; st++) {
+                uint64_t z = seeds[k] + 0x9e3779b97f4a7c15ull;
+                z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull, z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+                z = (z ^ (z >> 31)) ^ st;
+                z += 0x9e3779b97f4a7c15ull;
+                z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull, z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+                z ^= z >> 31;
+                bad += counter_uniform(seeds[k], st) != (float)(z >> 40) * (1.0f / 16777216.0f);
+            }
+        CHECK(bad == 0, "counter_uniform differs from the definition in %d of 200 cases", bad);
+        c = base();
+        c.temperature = 1.0f, c.seed = 5;
+        sampler_init(&a, &c, 8, 6, &err);
+        sampler_init(&b, &c, 8, 6, &err);
+        int ca[8] = {0}, order_free = 1;
+        const int NS = 100000;
+        for (int t = 0; t < NS; t++) {
+            float w1[8] = {z[0], z[1], z[2], z[3], z[4], z[5], 50, 50}, w2[8];
+            memcpy(w2, w1, sizeof w1);
+            const int id = sampler_sample_at(&a, w1, (uint64_t)t);
+            ca[id]++;
+            if (t % 1000 == 0) order_free &= sampler_sample_at(&b, w2, (uint64_t)t) == id; /* b skips steps */
+        }
+        double dev = 0;
+        for (int i = 0; i < 6; i++) dev = fmax(dev, fabs(ca[i] / (double)NS - p[i]));
+        CHECK(order_free, "a counter draw depends on the draws before it");
+        CHECK(dev < 0.008 && ca[6] == 0 && ca[7] == 0, "counter draws vs softmax: max deviation %g", dev);
+        sampler_free(&a);
+        sampler_free(&b);
+    }
+
     c = base();
     c.top_p = 0;
     CHECK(sampler_init(&s, &c, 8, 6, &err) == Q35_ERR_ARG && strstr(err.msg, "top_p"), "bad top_p rejected: %s",

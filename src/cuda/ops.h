@@ -233,22 +233,29 @@ typedef struct ReadBwParams {
 int cuda_read_bw(const ReadBwParams *p, const CudaLaunch *l);
 
 /* ---- sampling (sample.cu) ----------------------------------------------------------------------
- * One draw from bf16-valued logits[0 .. n_valid) with step->temperature > 0, the same rules as
- * the host sampler (sampler.c): candidates are ids with logit >= max - 40 T; sort by value
- * descending, ties by smaller id; top_k keeps the first k; top_p keeps the shortest prefix whose
- * mass reaches top_p times the kept mass; min_p keeps ids with p >= min_p p_max (at least one);
- * then r = u * kept mass, and the first id in that order whose running mass exceeds r.
- * u = uniform from the counter hash of (step->seed, step->step) (q35_uniform in sample.cu).
- * Two kernels, each multi-block with the last block finishing; scratch from cuda_sample_scratch.
- * max_logit: the maximum over [0, n_valid) (MV_OUT_ARGMAX's out_max). */
+ * One draw per row r < rows from bf16-valued logits[r ld .. r ld + n_valid) with step[r].temperature > 0, the same
+ * rules as the host sampler (sampler.c): candidates are ids with logit >= max - 40 T; sort by value descending, ties
+ * by smaller id; top_k keeps the first k; top_p keeps the shortest prefix whose mass reaches top_p times the kept mass;
+ * min_p keeps ids with p >= min_p p_max (at least one); then r = u * kept mass, and the first id in that order whose
+ * running mass exceeds r. u = uniform from the counter hash of (step[r].seed, step[r].step) (q35_uniform in
+ * sample.cu, counter_uniform in util.h). Rows with temperature <= 0 are left alone (out_id keeps the argmax).
+ * Two kernels, grid (blocks, rows), each row's last block finishing; scratch: rows x cuda_sample_scratch_bytes().
+ * The result does not depend on blocks or on the other rows.
+ * max_logit: [rows] maxima over each row's [0, n_valid) (MV_OUT_ARGMAX's out_max), or NULL: out_id[r] holds the
+ * row's argmax on entry (cuda_rows_argmax's), whose logit is the maximum.
+ * lp (optional, with max_logit NULL): [rows] the argmax's log-softmax on entry (cuda_rows_argmax's lp); a sampled row
+ * gets its drawn id's there, l[id] - (l[argmax] - lp). */
 typedef struct SampleParams {
     const float *logits;
     int n_valid;
-    const StepParams *step;
+    int rows;               /* 0 counts as 1 */
+    size_t ld;              /* floats between rows' logits */
+    const StepParams *step; /* [rows] */
     const float *max_logit;
-    void *scratch; /* cuda_sample_scratch_bytes(), zeroed once before first use, left reusable */
-    int blocks;    /* 0 = launcher's choice */
-    int *out_id;
+    void *scratch; /* rows x cuda_sample_scratch_bytes(), zeroed once before first use, left reusable */
+    int blocks;    /* per row; 0 = launcher's choice */
+    int *out_id;   /* [rows] */
+    float *lp;
 } SampleParams;
 int cuda_sample(const SampleParams *p, const CudaLaunch *l);
 size_t cuda_sample_scratch_bytes(int n_sm);

@@ -1,5 +1,5 @@
-/* sample.cu — on-device sampling of one id from bf16-valued logits (rules in ops.h, the same
- * as the host sampler in sampler.c). Because logits are bf16 values, the 16-bit order key of
+/* sample.cu — on-device sampling of one id per row from bf16-valued logits (rules in ops.h, the same
+ * as the host sampler in sampler.c). Row r is grid row blockIdx.y, with its own scratch; per row: Because logits are bf16 values, the 16-bit order key of
  * a logit identifies its value exactly, so a 65536-bin histogram of counts is an exact sort:
  *   kernel 1 (sample_hist_bf16): candidates (logit >= max - 40 T) -> hist[key16] (integer atomics,
  *     deterministic); the last block goes over the bins from the top (weight of a bin
@@ -152,22 +152,36 @@ __device__ __forceinline__ int warp_item(const int (&k)[8], int i) {
     return __shfl_sync(0xffffffffu, mine, i >> 3);
 }
 
-/* Kernel 1: histogram + cut finding. grid (blocks), block 512. */
+/* Row blockIdx.y's logits, step params and scratch. */
+struct SampleRow {
+    const float *logits;
+    const StepParams *step;
+    SampleScratch *sc;
+    __device__ explicit SampleRow(const SampleParams &p)
+        : logits(p.logits + blockIdx.y * p.ld), step(p.step + blockIdx.y),
+          sc(reinterpret_cast<SampleScratch *>(p.scratch) + blockIdx.y) {}
+};
+
+/* Kernel 1: histogram + cut finding. grid (blocks, rows), block 512. */
 __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_constant__ SampleParams p) {
-    SampleScratch *sc = reinterpret_cast<SampleScratch *>(p.scratch);
+    const SampleRow row(p);
+    SampleScratch *sc = row.sc;
+    const StepParams *step = row.step;
     __shared__ int s_last, s_key, s_rank;
     __shared__ int s_pc[SM_PAGES], s_pmin[SM_PAGES], s_pminc[SM_PAGES];
     __shared__ float s_pm[SM_PAGES];
-    const float T = p.step->temperature;
+    const float T = step->temperature;
     pdl_wait();
     pdl_trigger();
     if (!(T > 0.0f)) return;
-    const float mx = __ldcg(p.max_logit), cut = mx - 40.0f * T;
+    const float mx =
+        p.max_logit ? __ldcg(p.max_logit + blockIdx.y) : __ldcg(row.logits + __ldcg(p.out_id + blockIdx.y));
+    const float cut = mx - 40.0f * T;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int i0 = blockIdx.x * blockDim.x; i0 < p.n_valid; i0 += gridDim.x * blockDim.x) {
         int i = i0 + threadIdx.x, key = -1;
         if (i < p.n_valid) {
-            float v = __ldcg(p.logits + i);
+            float v = __ldcg(row.logits + i);
             if (v >= cut) key = key16(v);
         }
         unsigned peers = __match_any_sync(0xffffffffu, key);
@@ -192,7 +206,7 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
     bn.mx = mx;
     bn.inv_t = 1.0f / T;
     const int npages = (bn.nbins + SM_PAGE - 1) / SM_PAGE;
-    const float min_p = p.step->min_p;
+    const float min_p = step->min_p;
 
     /* every warp: per page its count, its mass and (min-p) its last nonempty position with weight >= min_p */
     for (int P0 = warp; P0 < npages; P0 += 2 * (SM_THREADS / 32)) {
@@ -281,7 +295,7 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
         for (int e = 0; e < 8; e++) nc += v[e];
         const int n_cand = (int)warp_sum_fixed(nc);
         if (n_cand > 0) {
-            const int k = (p.step->top_k > 0 && p.step->top_k < n_cand) ? p.step->top_k : n_cand;
+            const int k = (step->top_k > 0 && step->top_k < n_cand) ? step->top_k : n_cand;
             const int Pk = warp_cross(v, 0.0f, (float)k, &bef);
             page(Pk);
 #pragma unroll
@@ -291,7 +305,7 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
             jc = k - (int)bef2;
         }
         /* top-p over the top-k mass: the shortest prefix with mass >= top_p * mass */
-        const float top_p = p.step->top_p;
+        const float top_p = step->top_p;
         if (dc >= 0 && top_p < 1.0f) {
             const float target = top_p * kept_mass();
             int n;
@@ -320,7 +334,7 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
         /* the draw: r = u * kept mass; the first (position, rank) whose running mass exceeds r */
         if (dc >= 0) {
             const float kept = kept_mass();
-            const float r = q35_uniform(p.step->seed, p.step->step) * kept;
+            const float r = q35_uniform(step->seed, step->step) * kept;
             int sd = dc, sj = jc - 1;
             int n;
             float left;
@@ -347,11 +361,13 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
     }
 }
 
-/* Kernel 2: the id of rank sc->rank among ids whose logit has key sc->key. grid (<= 512), block 512. */
+/* Kernel 2: the id of rank sc->rank among ids whose logit has key sc->key (and with p.lp, its log-softmax).
+ * grid (<= 512, rows), block 512. */
 __global__ void __launch_bounds__(SM_THREADS) sample_pick_bf16(const __grid_constant__ SampleParams p) {
-    SampleScratch *sc = reinterpret_cast<SampleScratch *>(p.scratch);
+    const SampleRow row(p);
+    SampleScratch *sc = row.sc;
     __shared__ int s_last, s_base, s_blk, s_i[32];
-    const float T = p.step->temperature;
+    const float T = row.step->temperature;
     pdl_wait();
     pdl_trigger();
     if (!(T > 0.0f)) return;
@@ -359,7 +375,7 @@ __global__ void __launch_bounds__(SM_THREADS) sample_pick_bf16(const __grid_cons
     const int slice = (p.n_valid + gridDim.x - 1) / gridDim.x;
     const int beg = min(p.n_valid, (int)blockIdx.x * slice), end = min(p.n_valid, beg + slice);
     int cnt = 0;
-    for (int i = beg + threadIdx.x; i < end; i += blockDim.x) cnt += key16(__ldcg(p.logits + i)) == key;
+    for (int i = beg + threadIdx.x; i < end; i += blockDim.x) cnt += key16(__ldcg(row.logits + i)) == key;
     int tot;
     block_incl_scan_i(cnt, s_i, &tot);
     if (threadIdx.x == 0) {
@@ -384,14 +400,21 @@ __global__ void __launch_bounds__(SM_THREADS) sample_pick_bf16(const __grid_cons
         s_base = incl - c;
     }
     __syncthreads();
+    /* the argmax's logit and log-softmax before out_id changes: the row's log-sum-exp is l[argmax] - lp */
+    float lse = 0.0f;
+    if (p.lp && !p.max_logit) lse = __ldcg(row.logits + __ldcg(p.out_id + blockIdx.y)) - __ldcg(p.lp + blockIdx.y);
+    __syncthreads();
     if (s_blk >= 0) {
         const int b0 = min(p.n_valid, s_blk * slice), b1 = min(p.n_valid, b0 + slice);
         int base = s_base;
         for (int i0 = b0; i0 < b1; i0 += blockDim.x) { /* block-uniform loop */
             int i = i0 + threadIdx.x;
-            int m = i < b1 && key16(__ldcg(p.logits + i)) == key;
+            int m = i < b1 && key16(__ldcg(row.logits + i)) == key;
             int n_m, mi = block_incl_scan_i(m, s_i, &n_m);
-            if (m && base + mi - 1 == rank) *p.out_id = i;
+            if (m && base + mi - 1 == rank) {
+                p.out_id[blockIdx.y] = i;
+                if (p.lp && !p.max_logit) p.lp[blockIdx.y] = row.logits[i] - lse;
+            }
             base += n_m;
             if (base > rank) break;
         }
@@ -405,15 +428,17 @@ extern "C" size_t cuda_sample_scratch_bytes(int n_sm) {
 }
 
 extern "C" int cuda_sample(const SampleParams *p, const CudaLaunch *l) {
-    if (!p->logits || p->n_valid <= 0 || !p->step || !p->max_logit || !p->scratch || !p->out_id ||
-        p->blocks > SM_MAX_BLOCKS)
+    const int rows = p->rows > 0 ? p->rows : 1;
+    if (!p->logits || p->n_valid <= 0 || !p->step || !p->scratch || !p->out_id || p->blocks > SM_MAX_BLOCKS ||
+        rows > 65535 || p->rows < 0 || (rows > 1 && p->ld < (size_t)p->n_valid) || (p->lp && p->max_logit))
         return (int)cudaErrorInvalidValue;
     int blocks = p->blocks;
     if (blocks <= 0) {
         blocks = ceil_div(p->n_valid, SM_THREADS * 4);
         if (blocks > 264) blocks = 264;
     }
-    int rc = launch_kernel(sample_hist_bf16, dim3((unsigned)blocks), dim3(SM_THREADS), 0, l, *p);
+    const dim3 grid((unsigned)blocks, (unsigned)rows);
+    int rc = launch_kernel(sample_hist_bf16, grid, dim3(SM_THREADS), 0, l, *p);
     if (rc) return rc;
-    return launch_kernel(sample_pick_bf16, dim3((unsigned)blocks), dim3(SM_THREADS), 0, l, *p);
+    return launch_kernel(sample_pick_bf16, grid, dim3(SM_THREADS), 0, l, *p);
 }

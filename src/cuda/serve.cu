@@ -62,12 +62,16 @@ struct CudaServe {
         *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables, then [tmax] argmax ids */
     int32_t *ints_host;
     size_t n_ints;
-    cudaGraphExec_t graph[SV_N_BUCKETS]; /* decode passes by bucket, captured at first use */
-    int no_graph;                        /* a capture failed: eager passes from then on */
-    int det;                             /* deterministic mode: the skinny GEMM for every decode row */
-    int solo_slot, solo_start, solo_len; /* the slot the context's own state hosts (solo_step), or -1; positions
+    StepParams *smp, *smp_host; /* [lm_rows] the logits rows' sampling settings (temperature 0: argmax), device and
+                                 * pinned host */
+    void *smp_scratch;          /* [lm_rows] cuda_sample's scratch, zeroed at open */
+    size_t smp_scratch_bytes;
+    cudaGraphExec_t graph[2][SV_N_BUCKETS]; /* decode passes by bucket, [1]: with sampled rows; captured at first use */
+    int no_graph;                           /* a capture failed: eager passes from then on */
+    int det;                                /* deterministic mode: the skinny GEMM for every decode row */
+    int solo_slot, solo_start, solo_len;    /* the slot the context's own state hosts (solo_step), or -1; positions
                                           * solo_start .. solo_len - 1 are in its contiguous caches only */
-    int32_t *solo_tab;                   /* [max_blocks] that sequence's block table as of its last solo step */
+    int32_t *solo_tab;                      /* [max_blocks] that sequence's block table as of its last solo step */
 };
 
 static int sv_fail(int rc, const char *what, int layer, Err *err) {
@@ -154,6 +158,9 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->am_work = sv_carve(a, sv->am_work_bytes);
     sv->skw_floats = skinny_work(ctx, sv);
     sv->skw = (float *)sv_carve(a, sizeof(float) * (sv->skw_floats ? sv->skw_floats : 1));
+    sv->smp = (StepParams *)sv_carve(a, sizeof(StepParams) * (size_t)sv->lm_rows);
+    sv->smp_scratch_bytes = cuda_sample_scratch_bytes(sv->n_sm) * (size_t)sv->lm_rows;
+    sv->smp_scratch = sv_carve(a, sv->smp_scratch_bytes);
     sv->n_ints = 8 * (size_t)T + (size_t)n_tables; /* the last 2 T: argmax ids, then their logprobs (float bits) */
     sv->ints = (int32_t *)sv_carve(a, sizeof(int32_t) * sv->n_ints);
 }
@@ -202,13 +209,15 @@ extern "C" void cuda_serve_close(void *p) {
     CudaServe *sv = ctx ? ctx->sv : NULL;
     if (!sv) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
-    for (int i = 0; i < SV_N_BUCKETS; i++)
-        if (sv->graph[i]) cudaGraphExecDestroy(sv->graph[i]);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < SV_N_BUCKETS; i++)
+            if (sv->graph[k][i]) cudaGraphExecDestroy(sv->graph[k][i]);
     if (sv->slots) cudaFree(sv->slots);
     if (sv->snaps) cudaFree(sv->snaps);
     if (sv->kv) cudaFree(sv->kv);
     if (sv->buf) cudaFree(sv->buf);
     if (sv->ints_host) cudaFreeHost(sv->ints_host);
+    if (sv->smp_host) cudaFreeHost(sv->smp_host);
     free(sv->S_off);
     free(sv->ring_off);
     free(sv->kv_index);
@@ -258,6 +267,7 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
         e = cudaMalloc(&sv->snaps, (size_t)l->n_snaps * sv->slot_bytes);
     if (e == cudaSuccess && c->n_full_layers) e = cudaMalloc(&sv->kv, 2 * (size_t)c->n_full_layers * sv->pool_bytes);
     if (e == cudaSuccess) e = cudaMallocHost(&sv->ints_host, sizeof(int32_t) * sv->n_ints);
+    if (e == cudaSuccess) e = cudaMallocHost(&sv->smp_host, sizeof(StepParams) * (size_t)sv->lm_rows);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         const double mib = (act_bytes + (double)(l->n_slots + (l->n_snaps > 0 ? l->n_snaps : 0)) * sv->slot_bytes +
@@ -270,6 +280,11 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     a.base = (char *)sv->buf;
     a.off = 0;
     sv_layout(ctx, sv, &a, n_tables);
+    e = cudaMemset(sv->smp_scratch, 0, sv->smp_scratch_bytes);
+    if (e != cudaSuccess) {
+        cuda_serve_close(ctx);
+        return sv_fail((int)e, "sampler scratch", -1, err);
+    }
     return 0;
 }
 
@@ -375,7 +390,7 @@ static int sv_gemm(CudaServe *sv, const CudaLaunch *lc, GemmParams g, int nd, co
 typedef struct SvPiece {
     const BatchItem *it;
     int off, n, pos, logits; /* tokens it->tokens[off .. off+n) at positions pos .. pos+n-1 */
-    int *argmax;             /* with logits: BatchItem.argmax (the row's argmax instead of the row), else NULL */
+    int *pick;               /* with logits: BatchItem.pick (the row's pick instead of the row), else NULL */
 } SvPiece;
 
 /* Entries of a piece's block table the step uses: positions 0 .. pos + n - 1. */
@@ -386,9 +401,10 @@ static int tab_len(const SvPiece *q, int block) { return (q->pos + q->n - 1) / b
 /* The device work of a pass over T rows (rows 0 .. nd - 1 the decode rows; pieces pc[0 .. np) for the prefill
  * chunks, np = 0 in a captured decode pass; n_out logits rows listed in the out_row ints), after the ints are on the
  * device: embedding, every layer, the final norm and LM head of the logits rows into sv->lm [n_out][V], and their
- * argmax ids when any_am. No copies to or from the host: a decode pass replays it as a graph. */
+ * argmax ids and logprobs when any_am, then with any_smp the draws of the rows sv->smp samples (in place of their
+ * argmax). No copies to or from the host: a decode pass replays it as a graph. */
 static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, const int *prow, const int *ptab, int T,
-                     int nd, int n_out, int any_am, Err *err) {
+                     int nd, int n_out, int any_am, int any_smp, Err *err) {
     const Config *c = ctx->c;
     const PrefillDims *d = &sv->d;
     const int D = d->D, V = c->vocab_size, tmax = sv->tmax, block = sv->lay.block;
@@ -557,6 +573,19 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             RowsArgmaxParams ap = {sv->lm, n_out, V, ctx->n_valid, am_dev, sv->am_work, sv->am_work_bytes, lp_dev};
             if ((rc = cuda_rows_argmax(&ap, &lc))) return sv_fail(rc, "argmax", -1, err);
         }
+        if (any_smp) {
+            SampleParams sp;
+            memset(&sp, 0, sizeof sp);
+            sp.logits = sv->lm;
+            sp.n_valid = ctx->n_valid;
+            sp.rows = n_out;
+            sp.ld = (size_t)V;
+            sp.step = sv->smp;
+            sp.scratch = sv->smp_scratch;
+            sp.out_id = am_dev;
+            sp.lp = lp_dev;
+            if ((rc = cuda_sample(&sp, &lc))) return sv_fail(rc, "sample", -1, err);
+        }
     }
     return 0;
 }
@@ -572,23 +601,24 @@ static int sv_bucket(int n) {
     return -1;
 }
 
-/* Captures the decode pass of bucket bi (rows 0 .. sv_buckets[bi] - 1, every one a decode row with logits). */
-static int sv_capture(CudaCtx *ctx, CudaServe *sv, int bi, Err *err) {
+/* Captures the decode pass of bucket bi (rows 0 .. sv_buckets[bi] - 1, every one a decode row with logits), with
+ * the sampler when smp. */
+static int sv_capture(CudaCtx *ctx, CudaServe *sv, int bi, int smp, Err *err) {
     const int Bb = sv_buckets[bi];
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) return sv_fail((int)e, "begin graph capture", -1, err);
-    const int rc = sv_layers(ctx, sv, NULL, 0, NULL, NULL, Bb, Bb, Bb, 1, err);
+    const int rc = sv_layers(ctx, sv, NULL, 0, NULL, NULL, Bb, Bb, Bb, 1, smp, err);
     e = cudaStreamEndCapture(ctx->stream, &g);
     if (rc) {
         if (g) cudaGraphDestroy(g);
         return rc;
     }
     if (e != cudaSuccess) return sv_fail((int)e, "end graph capture", -1, err);
-    e = cudaGraphInstantiate(&sv->graph[bi], g, 0);
+    e = cudaGraphInstantiate(&sv->graph[smp][bi], g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
-        sv->graph[bi] = NULL;
+        sv->graph[smp][bi] = NULL;
         return sv_fail((int)e, "graph instantiate", -1, err);
     }
     return 0;
@@ -602,7 +632,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     int32_t *hi = sv->ints_host;
     int32_t *h_tok = hi, *h_pos = hi + tmax, *h_tab = hi + 2 * tmax, *h_dnr = hi + 3 * tmax, *h_dns = hi + 4 * tmax,
             *h_out = hi + 5 * tmax, *h_tables = hi + 6 * tmax;
-    int T = 0, nd = 0, n_out = 0, nt = 0;
+    int T = 0, nd = 0, n_out = 0, nt = 0, any_smp = 0;
     int *am_dst[SV_TMAX];   /* out row k: where its argmax goes, or NULL (the row goes to out) */
     float *lp_dst[SV_TMAX]; /* and where its logprob goes, or NULL */
     int32_t *am_host = hi + sv->n_ints - 2 * (size_t)tmax;
@@ -626,8 +656,21 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
             h_dns[r0 + r] = q->it->slot;
         }
         if (q->logits) {
-            am_dst[n_out] = q->argmax;
-            lp_dst[n_out] = q->argmax ? q->it->logprob : NULL;
+            am_dst[n_out] = q->pick;
+            lp_dst[n_out] = q->pick ? q->it->logprob : NULL;
+            StepParams *sp = &sv->smp_host[n_out];
+            memset(sp, 0, sizeof *sp);
+            sp->top_p = 1.0f;
+            const DeviceSampling *ds = q->pick ? q->it->sample : NULL;
+            if (ds && ds->temperature > 0.0f) {
+                sp->temperature = ds->temperature;
+                sp->top_k = ds->top_k;
+                sp->top_p = ds->top_p;
+                sp->min_p = ds->min_p;
+                sp->seed = ds->seed;
+                sp->step = ds->step;
+                any_smp = 1;
+            }
             h_out[n_out++] = r0 + q->n - 1;
         }
         prow[i] = r0;
@@ -656,21 +699,25 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
             h_dnr[r] = r;
             h_dns[r] = sv->lay.n_slots; /* the spare slot */
             h_out[r] = r;
+            memset(&sv->smp_host[r], 0, sizeof sv->smp_host[r]);
         }
         nt++;
     }
     cudaError_t e =
         cudaMemcpyAsync(sv->ints, hi, sizeof(int32_t) * (6 * (size_t)tmax + nt), cudaMemcpyHostToDevice, ctx->stream);
+    if (e == cudaSuccess && any_smp)
+        e = cudaMemcpyAsync(sv->smp, sv->smp_host, sizeof(StepParams) * (size_t)(bi >= 0 ? sv_buckets[bi] : n_out),
+                            cudaMemcpyHostToDevice, ctx->stream);
     if (e != cudaSuccess) return sv_fail((int)e, "upload", -1, err);
     int rc = 0;
-    if (bi >= 0 && !sv->graph[bi] && sv_capture(ctx, sv, bi, err)) {
+    if (bi >= 0 && !sv->graph[any_smp][bi] && sv_capture(ctx, sv, bi, any_smp, err)) {
         /* a capture that fails leaves the session on eager passes */
         (void)cudaGetLastError();
         sv->no_graph = 1;
         bi = -1;
     }
     if (bi >= 0) {
-        e = cudaGraphLaunch(sv->graph[bi], ctx->stream);
+        e = cudaGraphLaunch(sv->graph[any_smp][bi], ctx->stream);
         if (e != cudaSuccess) return sv_fail((int)e, "graph launch", -1, err);
     } else {
         /* a new sequence starts from zero DeltaNet state */
@@ -680,7 +727,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
                                     ctx->stream);
                 if (e != cudaSuccess) return sv_fail((int)e, "slot clear", -1, err);
             }
-        if ((rc = sv_layers(ctx, sv, pc, np, prow, ptab, T, nd, n_out, any_am, err))) return rc;
+        if ((rc = sv_layers(ctx, sv, pc, np, prow, ptab, T, nd, n_out, any_am, any_smp, err))) return rc;
     }
     /* greedy rows: only their argmax comes back (the pinned tail of ints); the other rows whole, in runs. A pageable
      * destination returns once the copy is done. */
@@ -715,8 +762,8 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
 }
 
 /* ---- solo: one running sequence on the single-sequence decode step ------------------------------------------------
- * Outside deterministic mode, a step of one item runs forward() on the context's own state (a decode row: its fused
- * kernels, one graph replay; a prompt chunk: its prefill path), which then hosts that sequence: entering copies the
+ * Outside deterministic mode, a step of one item (solo_fits) runs forward() on the context's own state (a decode row:
+ * its fused kernels and sampler, one graph replay; a prompt chunk: its prefill path), which then hosts that sequence: entering copies the
  * slot's DeltaNet state (S, conv ring) into the context's layers and gathers positions 0 .. pos - 1 of its KV pages
  * into the contiguous caches (a new sequence starts from the reset state instead); later lone steps of the same slot
  * at the next position continue there. Anything else
@@ -781,6 +828,12 @@ static int solo_flush(CudaCtx *ctx, CudaServe *sv, Err *err) {
     return rc;
 }
 
+/* Whether a lone item runs solo: all but a sampled decode row that wants its logprob (the single-sequence step gives
+ * the drawn id alone; the batched pass gives both on the device). */
+static int solo_fits(const BatchItem *it) {
+    return !(it->n == 1 && it->pick && it->logprob && it->sample && it->sample->temperature > 0.0f);
+}
+
 /* One lone decode row on the single-sequence step; returns 0 or an error (the slot's state is then undefined). */
 static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *logits, Err *err) {
     const int block = sv->lay.block, nb = (it->pos + it->n - 1) / block + 1;
@@ -799,11 +852,12 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
         ctx->n_past = it->pos;
     }
     memcpy(sv->solo_tab, it->blocks, sizeof(int32_t) * (size_t)nb);
-    if (it->n == 1 && it->logits && it->argmax && !it->logprob) { /* the screen gives the id, not its logprob */
+    if (it->n == 1 && it->logits && it->pick && !it->logprob) { /* the screen or the sampler gives the id */
         DeviceSampling ds;
         memset(&ds, 0, sizeof ds);
         ds.top_p = 1.0f;
-        rc = cuda_backend.decode_sample(ctx, it->tokens[0], it->pos, &ds, it->argmax, err);
+        if (it->sample) ds = *it->sample;
+        rc = cuda_backend.decode_sample(ctx, it->tokens[0], it->pos, &ds, it->pick, err);
     } else { /* a prompt chunk takes forward()'s prefill path; the host picks from the logits row */
         rc = cuda_backend.forward(ctx, it->tokens, it->n, it->pos, 0, it->logits ? logits : NULL, err);
     }
@@ -839,7 +893,7 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
             if (items[k].slot == it->slot)
                 return err_set(err, Q35_ERR_ARG, "cuda step: slot %d twice in one step", it->slot);
     }
-    if (!sv->det && n == 1) return solo_step(ctx, sv, &items[0], logits, err);
+    if (!sv->det && n == 1 && solo_fits(&items[0])) return solo_step(ctx, sv, &items[0], logits, err);
     int rc = solo_flush(ctx, sv, err);
     if (rc) return rc;
     /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */
@@ -864,7 +918,7 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
             pc[np].n = m;
             pc[np].pos = it->pos + off;
             pc[np].logits = it->logits && off + m == it->n && logits;
-            pc[np].argmax = pc[np].logits ? it->argmax : NULL;
+            pc[np].pick = pc[np].logits ? it->pick : NULL;
             np++;
             rows += m;
         }

@@ -66,7 +66,9 @@ static inline unsigned atomicAdd(unsigned *p, unsigned v) {
     return old;
 }
 template <typename T>
-static inline T __ldcg(const T *p) { return *p; }
+static inline T __ldcg(const T *p) {
+    return *p;
+}
 static inline void __threadfence(void) {}
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
@@ -146,21 +148,22 @@ static bool check_draw(const std::vector<float> &lg, int n_valid, const StepPara
             ok = cum[j] <= r + slack && r <= cum[j + 1] + slack;
         }
     if (!ok)
-        fprintf(stderr, "  %s: id %d at sorted position %d, kept %d..%d of %d, u %.6f (T %g k %d p %g minp %g)\n", what, id,
-                j, m_lo, m_hi, m, u, T, sp.top_k, sp.top_p, sp.min_p);
+        fprintf(stderr, "  %s: id %d at sorted position %d, kept %d..%d of %d, u %.6f (T %g k %d p %g minp %g)\n", what,
+                id, j, m_lo, m_hi, m, u, T, sp.top_k, sp.top_p, sp.min_p);
     return ok;
 }
 
 static int n_pass, n_fail;
-#define CHECK(c, ...)                                  \
-    do {                                               \
-        if (c) n_pass++;                               \
-        else {                                         \
-            n_fail++;                                  \
-            fprintf(stderr, "FAIL %d: ", __LINE__);    \
-            fprintf(stderr, __VA_ARGS__);              \
-            fprintf(stderr, "\n");                     \
-        }                                              \
+#define CHECK(c, ...)                                                                                                  \
+    do {                                                                                                               \
+        if (c)                                                                                                         \
+            n_pass++;                                                                                                  \
+        else {                                                                                                         \
+            n_fail++;                                                                                                  \
+            fprintf(stderr, "FAIL %d: ", __LINE__);                                                                    \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fprintf(stderr, "\n");                                                                                     \
+        }                                                                                                              \
     } while (0)
 
 static void fill(Dev &d, int V, int kind) {
@@ -199,6 +202,50 @@ static void rules(Dev &d, int V, int n_valid, int kind, int blocks, int n_combo)
     }
     CHECK(bad == 0, "V %d kind %d blocks %d: %d of %d draws break the rules", V, kind, blocks, bad, n_combo);
     CHECK(pad == 0, "V %d: %d draws outside [0, n_valid)", V, pad);
+}
+
+/* Several rows in one launch (the batched step's use): rows with their own configs, max_logit NULL (out_id holds each
+ * row's argmax on entry) and lp (the argmax's log-softmax on entry). Each row's draw must be the single-row draw of
+ * the same row (the result depends on the row alone), a temperature-0 row keeps its argmax and lp, and a sampled
+ * row's lp becomes its id's log-softmax. */
+static void rows_check(void) {
+    const int R = 4, V = 2000, ld = 2048;
+    std::vector<float> lg((size_t)R * ld, 0.0f);
+    std::vector<StepParams> sp(R);
+    std::vector<int> id(R), want(R);
+    std::vector<float> lp(R), lse(R);
+    Dev d;
+    d.scratch.assign(sizeof(SampleScratch), 0);
+    for (int r = 0; r < R; r++) {
+        fill(d, V, r & 1);
+        memcpy(&lg[(size_t)r * ld], d.logits.data(), sizeof(float) * V);
+        memset(&sp[r], 0, sizeof sp[r]);
+        sp[r].temperature = r == 2 ? 0.0f : 0.5f + r, sp[r].top_p = r == 1 ? 0.8f : 1.0f, sp[r].top_k = r == 3 ? 7 : 0;
+        sp[r].seed = rnd(), sp[r].step = (uint64_t)r;
+        d.sp = sp[r];
+        int am = 0;
+        double sum = 0;
+        for (int i = 1; i < V; i++) am = d.logits[i] > d.logits[am] ? i : am;
+        for (int i = 0; i < V; i++) sum += exp((double)d.logits[i] - d.logits[am]);
+        lse[r] = (float)(d.logits[am] + log(sum));
+        id[r] = am, lp[r] = d.logits[am] - lse[r];
+        d.id = am;
+        want[r] = sp[r].temperature > 0 ? draw(d, V, 0) : am;
+    }
+    std::vector<uint8_t> scratch(sizeof(SampleScratch) * R, 0);
+    SampleParams p;
+    memset(&p, 0, sizeof p);
+    p.logits = lg.data(), p.n_valid = V, p.rows = R, p.ld = ld, p.step = sp.data(), p.scratch = scratch.data();
+    p.out_id = id.data(), p.lp = lp.data();
+    const int blocks = 2;
+    emu_launch(dim3(blocks, R), SM_THREADS, 0, 1, [&] { sample_hist_bf16(p); });
+    emu_launch(dim3(blocks, R), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
+    for (int r = 0; r < R; r++) {
+        CHECK(id[r] == want[r], "row %d of %d: drew %d, the single-row draw %d", r, R, id[r], want[r]);
+        const float l = id[r] >= 0 && id[r] < V ? lg[(size_t)r * ld + id[r]] : NAN;
+        CHECK(fabsf(lp[r] - (l - lse[r])) <= 1e-5f * (1.0f + fabsf(lse[r])), "row %d: logprob %g, expected %g", r,
+              lp[r], l - lse[r]);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -259,6 +306,7 @@ int main(int argc, char **argv) {
     int nz = 0;
     for (int i = 0; i < SM_BINS; i++) nz += sc->hist[i] != 0;
     CHECK(nz == 0, "%d histogram bins left non-zero", nz);
+    rows_check();
     printf("sample_emu: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -14,10 +14,13 @@
  *     bits independent of the chunking: a cache hit can resume anywhere, issue 29);
  *   - in the default mode (lone decode rows on the single-sequence step, serve.cu solo_step), A alone, among others,
  *     from a snapshot, and alone and then joined by others, each within the forward() bound;
+ *   - device sampling (BatchItem.sample): a prompt chunk's and decode rows' draws equal the host sampler's on the
+ *     same rows with the same u, with their logprobs; top_k 1 is the argmax; in deterministic mode alone = among;
  *   - bad items (a slot outside the layout, a block outside the pool), snapshots and blocks are refused with
  *     Q35_ERR_ARG.
  * Usage: test_serve_cuda [seed]. Skips (exit 0, "no GPU") without a GPU. */
 #include "backend.h"
+#include "sampler.h"
 #include "test.h"
 #include "tiny_weights.h"
 #include "gpu_common.h"
@@ -206,7 +209,7 @@ static int run_resume(void *ctx, const int *idsA, int L, float *out, int V, Err 
     return rc;
 }
 
-/* BatchItem.argmax: the same chunk in slots 1 and 2 (other blocks), slot 1's row asked for as its argmax, slot 2's
+/* BatchItem.pick: the same chunk in slots 1 and 2 (other blocks), slot 1's row asked for as its argmax, slot 2's
  * whole: the device argmax equals the host argmax (sampler_argmax's rule) of slot 2's row, which is slot 1's row
  * (batch invariance, checked above); slot 1's place in the output is left alone. Returns the mismatch count. */
 static int check_argmax(void *ctx, const int *ids, int n_valid, int V, Err *err) {
@@ -216,7 +219,7 @@ static int check_argmax(void *ctx, const int *ids, int n_valid, int V, Err *err)
     float *lg = malloc(sizeof(float) * 2 * V);
     for (int i = 0; i < 2 * V; i++) lg[i] = -7.0f;
     BatchItem it[2] = {
-        {.slot = 1, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t1, .logits = 1, .argmax = &am, .logprob = &lp},
+        {.slot = 1, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t1, .logits = 1, .pick = &am, .logprob = &lp},
         {.slot = 2, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t2, .logits = 1}};
     int bad = 1;
     if (!cuda_backend.step_batch(ctx, it, 2, lg, err)) {
@@ -231,6 +234,78 @@ static int check_argmax(void *ctx, const int *ids, int n_valid, int V, Err *err)
     }
     free(lg);
     return bad;
+}
+
+/* Device sampling in the batched step (BatchItem.sample): A's chunk and then N_DRAW decode steps (the same fed ids)
+ * in slots 1 and 2, slot 1's rows drawn on the device (temperature 0.8, top-p 0.9, min-p 0.02, step t), slot 2's
+ * whole. Each draw must be the host sampler's on slot 2's row with the same u (sampler_sample_at: the same rules in
+ * double; a u within rounding of a boundary may land on the neighbour, so one miss in N_DRAW is let through), and its
+ * logprob the row's log-softmax at it; with top_k 1 the draw is the argmax. In deterministic mode slot 1 alone draws
+ * bitwise the same ids and logprobs as among the other. Returns the failures; prints the counts. */
+#define N_DRAW 12
+static int run_draws(void *ctx, const int *ids, int with_other, int top_k, int *pick, float *lp, float *rows, int V,
+                     Err *err) {
+    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK];
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 8 + b, t2[b] = 24 + b;
+    int rc = 0;
+    for (int t = 0; t <= N_DRAW && !rc; t++) {
+        const int pos = t ? CHUNK_A + t - 1 : 0, n = t ? 1 : CHUNK_A;
+        DeviceSampling ds = {0.8f, 0.9f, 0.02f, top_k, 1234, (uint64_t)t};
+        BatchItem it[2] = {{.slot = 1,
+                            .tokens = ids + pos,
+                            .n = n,
+                            .pos = pos,
+                            .blocks = t1,
+                            .logits = 1,
+                            .pick = &pick[t],
+                            .logprob = &lp[t],
+                            .sample = &ds},
+                           {.slot = 2, .tokens = ids + pos, .n = n, .pos = pos, .blocks = t2, .logits = 1}};
+        pick[t] = -1;
+        rc = cuda_backend.step_batch(ctx, it, with_other ? 2 : 1, rows + (size_t)t * 2 * V, err);
+    }
+    return rc;
+}
+
+static int check_sampled(void *ctx, const int *ids, int det, int V, Err *err) {
+    int pick[N_DRAW + 1], pick1[N_DRAW + 1], miss = 0, lp_bad = 0, alone_diff = 0, k1_bad = 0;
+    float lp[N_DRAW + 1], lp1[N_DRAW + 1];
+    float *rows = malloc(sizeof(float) * 2 * V * (N_DRAW + 1)), *w = malloc(sizeof(float) * V);
+    Q35Sampling cfg = {0};
+    cfg.temperature = 0.8f, cfg.top_p = 0.9f, cfg.min_p = 0.02f, cfg.repetition_penalty = 1.0f, cfg.seed = 1234;
+    Sampler sm;
+    int rc = sampler_init(&sm, &cfg, V, V, err);
+    if (!rc) rc = run_draws(ctx, ids, 1, 0, pick, lp, rows, V, err);
+    for (int t = 0; t <= N_DRAW && !rc; t++) {
+        const float *row = rows + ((size_t)t * 2 + 1) * V; /* slot 2's */
+        memcpy(w, row, sizeof(float) * V);
+        const int want = sampler_sample_at(&sm, w, (uint64_t)t);
+        miss += pick[t] != want;
+        double mx = row[0], sum = 0;
+        for (int i = 1; i < V; i++) mx = row[i] > mx ? row[i] : mx;
+        for (int i = 0; i < V; i++) sum += exp((double)row[i] - mx);
+        const double want_lp = pick[t] >= 0 && pick[t] < V ? row[pick[t]] - mx - log(sum) : NAN;
+        lp_bad += !(fabs(lp[t] - want_lp) <= 1e-4 + 1e-5 * fabs(want_lp));
+    }
+    if (!rc && det) { /* alone: bitwise the same draws */
+        rc = run_draws(ctx, ids, 0, 0, pick1, lp1, rows, V, err);
+        for (int t = 0; t <= N_DRAW && !rc; t++) alone_diff += pick1[t] != pick[t] || memcmp(&lp1[t], &lp[t], 4);
+    }
+    if (!rc) { /* top_k 1: the argmax of slot 2's row */
+        rc = run_draws(ctx, ids, 1, 1, pick1, lp1, rows, V, err);
+        for (int t = 0; t <= N_DRAW && !rc; t++) {
+            const float *row = rows + ((size_t)t * 2 + 1) * V;
+            int best = 0;
+            for (int i = 1; i < V; i++) best = row[i] > row[best] ? i : best;
+            k1_bad += pick1[t] != best;
+        }
+    }
+    sampler_free(&sm);
+    free(rows), free(w);
+    printf("  device draws vs the host sampler's: %d of %d differ; logprobs off %d; alone vs among: %d differ; top_k 1 "
+           "vs argmax: %d differ\n",
+           miss, N_DRAW + 1, lp_bad, alone_diff, k1_bad);
+    return rc ? 1 : (miss > 1) + (lp_bad > 0) + (alone_diff > 0) + (k1_bad > 0);
 }
 
 /* det = 1: deterministic mode, every check bitwise where the issue asks for exactness. det = 0: the default mode, in
@@ -356,6 +431,7 @@ static void test_model(int qwen35, int det) {
     CHECK(cuda_backend.block_copy(ctx, 0, N_BLOCKS, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
     CHECK(check_argmax(ctx, ids, V, V, &err) == 0, "%s: the device argmax of a row differs from the host's (%s)", name,
           err.msg);
+    CHECK(check_sampled(ctx, ids, det, V, &err) == 0, "%s: device sampling in the batched step (%s)", name, err.msg);
     /* bad items */
     int blocks[MAX_SEQ / BLOCK] = {0};
     BatchItem bad = {.slot = N_SLOTS, .tokens = ids, .n = 1, .pos = 0, .blocks = blocks, .logits = 1};
