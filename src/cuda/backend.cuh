@@ -164,6 +164,9 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err);
 void cuda_prefill_dims(const CudaCtx *ctx, PrefillDims *d); /* the model's prefill shapes (also the batched step's) */
 void cuda_prefill_close(CudaCtx *ctx);
 int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err);
+/* The same without logits on the host: the last token's fp32 logits [V] stay on the device at *dev_row (valid until
+ * the next prefill). */
+int cuda_prefill_forward_dev(CudaCtx *ctx, const int *tokens, int n, int pos, const float **dev_row, Err *err);
 int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
 
 /* ---- many sequences (serve.cu): the Backend's serve_sizes / serve_open / serve_close / step_batch and the prefix

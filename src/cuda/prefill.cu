@@ -364,7 +364,10 @@ static int pf_upload_tokens(CudaCtx *ctx, const int *tokens, int n, Err *err) {
     return e == cudaSuccess ? 0 : pf_fail((int)e, "token upload", -1, err);
 }
 
-int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err) {
+/* cuda_prefill_forward, and with dev_row the last row's logits left on the device (*dev_row, fp32 [V], valid until
+ * the next prefill) instead of copied to logits */
+static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits,
+                      const float **dev_row, Err *err) {
     const int V = ctx->c->vocab_size;
     if (pos != ctx->n_past)
         return err_set(err, Q35_ERR_ARG, "cuda forward: pos %d but the sequence holds %d tokens (reset to restart)",
@@ -376,12 +379,21 @@ int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int al
         if (tokens[i] < 0 || tokens[i] >= V)
             return err_set(err, Q35_ERR_ARG, "cuda forward: token id %d at index %d outside [0, %d)", tokens[i], i, V);
     int rc = pf_upload_tokens(ctx, tokens, n, err);
-    if (!rc) rc = pf_run(ctx, n, pos, all_logits, logits, 0, err);
+    if (!rc) rc = pf_run(ctx, n, pos, all_logits, logits, dev_row != NULL, err);
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (rc) return rc;
     if (e != cudaSuccess) return pf_fail((int)e, "prefill", -1, err);
     ctx->n_past += n;
+    if (dev_row) *dev_row = ctx->pf->lm;
     return 0;
+}
+
+int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err) {
+    return pf_forward(ctx, tokens, n, pos, all_logits, logits, NULL, err);
+}
+
+int cuda_prefill_forward_dev(CudaCtx *ctx, const int *tokens, int n, int pos, const float **dev_row, Err *err) {
+    return pf_forward(ctx, tokens, n, pos, 0, NULL, dev_row, err);
 }
 
 /* ---- bench ------------------------------------------------------------------------------------- */

@@ -386,6 +386,45 @@ static int sv_gemm(CudaServe *sv, const CudaLaunch *lc, GemmParams g, int nd, co
     return sv_norm(sv, lc, y0 + (size_t)sk * g.ldy, norm_w, sv->h + (size_t)sk * sv->d.D, T - sk, layer, err);
 }
 
+/* The picks of logits rows lm [rows][V] (device): their argmax ids and log-softmax there into the tail of sv->ints,
+ * then with smp the draws of the rows sv->smp samples in place of their argmax (and the drawn ids' log-softmax). */
+static int sv_picks(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, const float *lm, int rows, int smp, Err *err) {
+    const int V = ctx->c->vocab_size;
+    int32_t *am_dev = sv->ints + sv->n_ints - 2 * (size_t)sv->tmax;
+    float *lp_dev = (float *)(sv->ints + sv->n_ints - sv->tmax);
+    RowsArgmaxParams ap = {lm, rows, V, ctx->n_valid, am_dev, sv->am_work, sv->am_work_bytes, lp_dev};
+    int rc = cuda_rows_argmax(&ap, lc);
+    if (rc) return sv_fail(rc, "argmax", -1, err);
+    if (!smp) return 0;
+    SampleParams sp;
+    memset(&sp, 0, sizeof sp);
+    sp.logits = lm;
+    sp.n_valid = ctx->n_valid;
+    sp.rows = rows;
+    sp.ld = (size_t)V;
+    sp.step = sv->smp;
+    sp.scratch = sv->smp_scratch;
+    sp.out_id = am_dev;
+    sp.lp = lp_dev;
+    rc = cuda_sample(&sp, lc);
+    return rc ? sv_fail(rc, "sample", -1, err) : 0;
+}
+
+/* sv->smp_host[k] from a row's BatchItem.sample (NULL or temperature 0: the argmax); returns 1 when it samples. */
+static int sv_smp_fill(CudaServe *sv, int k, const DeviceSampling *ds) {
+    StepParams *sp = &sv->smp_host[k];
+    memset(sp, 0, sizeof *sp);
+    sp->top_p = 1.0f;
+    if (!ds || !(ds->temperature > 0.0f)) return 0;
+    sp->temperature = ds->temperature;
+    sp->top_k = ds->top_k;
+    sp->top_p = ds->top_p;
+    sp->min_p = ds->min_p;
+    sp->seed = ds->seed;
+    sp->step = ds->step;
+    return 1;
+}
+
 /* A piece of an item: the whole item, or (items longer than tmax) tmax of its tokens. */
 typedef struct SvPiece {
     const BatchItem *it;
@@ -409,8 +448,6 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
     const PrefillDims *d = &sv->d;
     const int D = d->D, V = c->vocab_size, tmax = sv->tmax, block = sv->lay.block;
     const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0};
-    int32_t *am_dev = sv->ints + sv->n_ints - 2 * (size_t)tmax;
-    float *lp_dev = (float *)(sv->ints + sv->n_ints - tmax);
     const int32_t *tok = sv->ints, *pos = sv->ints + tmax, *tab = sv->ints + 2 * tmax, *dnr = sv->ints + 3 * tmax,
                   *dns = sv->ints + 4 * tmax, *orow = sv->ints + 5 * tmax, *tables = sv->ints + 6 * tmax;
     EmbedRowsParams ep = {tok, ctx->embed, sv->x, T, D, V};
@@ -569,23 +606,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
         if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, sv->h, n_out, -1, err))) return rc;
         GemmParams g = {sv->h, ctx->lm_head, sv->lm, n_out, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
         if ((rc = sv_gemm(sv, &lc, g, n_out, NULL, -1, "gemm_lm_head", err))) return rc;
-        if (any_am) {
-            RowsArgmaxParams ap = {sv->lm, n_out, V, ctx->n_valid, am_dev, sv->am_work, sv->am_work_bytes, lp_dev};
-            if ((rc = cuda_rows_argmax(&ap, &lc))) return sv_fail(rc, "argmax", -1, err);
-        }
-        if (any_smp) {
-            SampleParams sp;
-            memset(&sp, 0, sizeof sp);
-            sp.logits = sv->lm;
-            sp.n_valid = ctx->n_valid;
-            sp.rows = n_out;
-            sp.ld = (size_t)V;
-            sp.step = sv->smp;
-            sp.scratch = sv->smp_scratch;
-            sp.out_id = am_dev;
-            sp.lp = lp_dev;
-            if ((rc = cuda_sample(&sp, &lc))) return sv_fail(rc, "sample", -1, err);
-        }
+        if (any_am) return sv_picks(ctx, sv, &lc, sv->lm, n_out, any_smp, err);
     }
     return 0;
 }
@@ -658,19 +679,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         if (q->logits) {
             am_dst[n_out] = q->pick;
             lp_dst[n_out] = q->pick ? q->it->logprob : NULL;
-            StepParams *sp = &sv->smp_host[n_out];
-            memset(sp, 0, sizeof *sp);
-            sp->top_p = 1.0f;
-            const DeviceSampling *ds = q->pick ? q->it->sample : NULL;
-            if (ds && ds->temperature > 0.0f) {
-                sp->temperature = ds->temperature;
-                sp->top_k = ds->top_k;
-                sp->top_p = ds->top_p;
-                sp->min_p = ds->min_p;
-                sp->seed = ds->seed;
-                sp->step = ds->step;
-                any_smp = 1;
-            }
+            any_smp |= sv_smp_fill(sv, n_out, q->pick ? q->it->sample : NULL);
             h_out[n_out++] = r0 + q->n - 1;
         }
         prow[i] = r0;
@@ -699,7 +708,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
             h_dnr[r] = r;
             h_dns[r] = sv->lay.n_slots; /* the spare slot */
             h_out[r] = r;
-            memset(&sv->smp_host[r], 0, sizeof sv->smp_host[r]);
+            sv_smp_fill(sv, r, NULL);
         }
         nt++;
     }
@@ -762,8 +771,9 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
 }
 
 /* ---- solo: one running sequence on the single-sequence decode step ------------------------------------------------
- * Outside deterministic mode, a step of one item (solo_fits) runs forward() on the context's own state (a decode row:
- * its fused kernels and sampler, one graph replay; a prompt chunk: its prefill path), which then hosts that sequence: entering copies the
+ * Outside deterministic mode, a step of one item runs forward() on the context's own state (a decode row: its fused
+ * kernels and sampler, one graph replay; a prompt chunk: its prefill path; a pick with a logprob from the row on the
+ * device, solo_pick), which then hosts that sequence: entering copies the
  * slot's DeltaNet state (S, conv ring) into the context's layers and gathers positions 0 .. pos - 1 of its KV pages
  * into the contiguous caches (a new sequence starts from the reset state instead); later lone steps of the same slot
  * at the next position continue there. Anything else
@@ -828,13 +838,32 @@ static int solo_flush(CudaCtx *ctx, CudaServe *sv, Err *err) {
     return rc;
 }
 
-/* Whether a lone item runs solo: all but a sampled decode row that wants its logprob (the single-sequence step gives
- * the drawn id alone; the batched pass gives both on the device). */
-static int solo_fits(const BatchItem *it) {
-    return !(it->n == 1 && it->pick && it->logprob && it->sample && it->sample->temperature > 0.0f);
+/* A lone item's pick and logprob (BatchItem.pick, .logprob, .sample) from its logits row on the device. */
+static int solo_pick(CudaCtx *ctx, CudaServe *sv, const float *row, const BatchItem *it, Err *err) {
+    const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0};
+    const int smp = sv_smp_fill(sv, 0, it->sample);
+    if (smp) {
+        const cudaError_t e =
+            cudaMemcpyAsync(sv->smp, sv->smp_host, sizeof(StepParams), cudaMemcpyHostToDevice, ctx->stream);
+        if (e != cudaSuccess) return sv_fail((int)e, "upload", -1, err);
+    }
+    int rc = sv_picks(ctx, sv, &lc, row, 1, smp, err);
+    if (rc) return rc;
+    int32_t *am_host = sv->ints_host + sv->n_ints - 2 * (size_t)sv->tmax;
+    float *lp_host = (float *)(sv->ints_host + sv->n_ints - sv->tmax);
+    cudaError_t e = cudaMemcpyAsync(am_host, sv->ints + sv->n_ints - 2 * (size_t)sv->tmax, sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, ctx->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(lp_host, sv->ints + sv->n_ints - sv->tmax, sizeof(float), cudaMemcpyDeviceToHost,
+                            ctx->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(ctx->stream);
+    if (e != cudaSuccess) return sv_fail((int)e, "pick readback", -1, err);
+    *it->pick = am_host[0];
+    if (it->logprob) *it->logprob = lp_host[0];
+    return 0;
 }
 
-/* One lone decode row on the single-sequence step; returns 0 or an error (the slot's state is then undefined). */
+/* One lone item on the single-sequence step; returns 0 or an error (the slot's state is then undefined). */
 static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *logits, Err *err) {
     const int block = sv->lay.block, nb = (it->pos + it->n - 1) / block + 1;
     int rc = 0;
@@ -858,7 +887,22 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
         ds.top_p = 1.0f;
         if (it->sample) ds = *it->sample;
         rc = cuda_backend.decode_sample(ctx, it->tokens[0], it->pos, &ds, it->pick, err);
-    } else { /* a prompt chunk takes forward()'s prefill path; the host picks from the logits row */
+    } else if (it->logits && it->pick) { /* the row stays on the device for its pick and logprob */
+        const float *row = NULL;
+        if (it->n > 1) {
+            rc = cuda_prefill_forward_dev(ctx, it->tokens, it->n, it->pos, &row, err);
+        } else { /* forward()'s decode step, the logits left on the device */
+            StepParams *sp = ctx->step_host;
+            memset(sp, 0, sizeof *sp);
+            sp->token = it->tokens[0];
+            sp->pos = it->pos;
+            sp->write_logits = 1;
+            sp->top_p = 1.0f;
+            if (!(rc = cuda_run_step(ctx, 0, err))) ctx->n_past++;
+            row = ctx->logits;
+        }
+        if (!rc) rc = solo_pick(ctx, sv, row, it, err);
+    } else { /* the host picks from the logits row */
         rc = cuda_backend.forward(ctx, it->tokens, it->n, it->pos, 0, it->logits ? logits : NULL, err);
     }
     if (rc) {
@@ -893,7 +937,7 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
             if (items[k].slot == it->slot)
                 return err_set(err, Q35_ERR_ARG, "cuda step: slot %d twice in one step", it->slot);
     }
-    if (!sv->det && n == 1 && solo_fits(&items[0])) return solo_step(ctx, sv, &items[0], logits, err);
+    if (!sv->det && n == 1) return solo_step(ctx, sv, &items[0], logits, err);
     int rc = solo_flush(ctx, sv, err);
     if (rc) return rc;
     /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */
