@@ -128,6 +128,10 @@ typedef struct Q35ServeOptions {
                           * quarter of the KV budget. The snapshots come on top of kv_bytes (out of the automatic
                           * budget when kv_bytes is 0); cached blocks are pool blocks no sequence holds */
     int no_prefix_cache; /* 1: no prefix cache (also off on a backend without the snapshot hooks) */
+    size_t prefix_host_bytes; /* prefix cache's host tier: host memory (pinned on a GPU) for snapshots moved out of
+                               * the full device tier instead of evicted; 0 = min(4 GiB, a quarter of physical
+                               * memory) on a GPU (left out if it cannot be had), none on the CPU backend */
+    int no_prefix_host;       /* 1: no host tier */
 } Q35ServeOptions;
 
 typedef struct Q35ServeInfo {
@@ -143,7 +147,9 @@ typedef struct Q35ServeInfo {
     size_t prefix_bytes;                 /* its budget */
     int prefix_snaps, prefix_max_blocks; /* capacity: snapshots (each slot_bytes), cached blocks */
     int prefix_used_snaps, prefix_used_blocks;
-    long long prefix_evicted; /* entries evicted so far (least recently used first) */
+    long long prefix_evicted;                      /* entries evicted so far (least recently used first) */
+    int prefix_host_snaps, prefix_used_host_snaps; /* host tier: capacity (0: none), held now */
+    long long prefix_demoted, prefix_promoted;     /* snapshots moved device -> host tier, host -> device so far */
 } Q35ServeInfo;
 
 /* Per-sequence generation parameters (fixed for the sequence's life). */

@@ -40,19 +40,23 @@ typedef Q35BenchResult BenchResult;
  * [K-1][conv_dim]. A backend that leaves step_batch NULL serves one sequence at a time through forward() and reset()
  * (core's fallback, max_seqs 1); serve_sizes / serve_open / serve_close are then NULL too. */
 typedef struct ServeSizes {
-    size_t block_bytes;  /* one KV block of `block` tokens: K and V of every full-attention layer */
-    size_t slot_bytes;   /* one slot: S and the conv window of every DeltaNet layer */
-    size_t mem_bytes;    /* memory the serve state may come from: free device memory (GPU), physical memory (CPU) */
-    double mem_fraction; /* default share of mem_bytes (Q35ServeOptions kv_bytes and kv_fraction both 0) */
+    size_t block_bytes;    /* one KV block of `block` tokens: K and V of every full-attention layer */
+    size_t slot_bytes;     /* one slot: S and the conv window of every DeltaNet layer */
+    size_t mem_bytes;      /* memory the serve state may come from: free device memory (GPU), physical memory (CPU) */
+    double mem_fraction;   /* default share of mem_bytes (Q35ServeOptions kv_bytes and kv_fraction both 0) */
+    size_t host_mem_bytes; /* host memory a host tier of snapshots may come from (physical memory); 0 when the
+                            * snapshots are in host memory anyway (CPU: no host tier unless asked for) */
 } ServeSizes;
 
 typedef struct ServeLayout {
-    int n_slots;    /* DeltaNet state slots: sequences open at once */
-    int n_blocks;   /* KV blocks in each full-attention layer's pool */
-    int block;      /* tokens per block */
-    int max_blocks; /* entries of one block table: ceil(max_seq / block) */
-    int n_snaps;    /* prefix cache: DeltaNet state snapshots, each the size of a slot (0 = none; only a backend
-                     * with snap_save / snap_load / block_copy is given any) */
+    int n_slots;      /* DeltaNet state slots: sequences open at once */
+    int n_blocks;     /* KV blocks in each full-attention layer's pool */
+    int block;        /* tokens per block */
+    int max_blocks;   /* entries of one block table: ceil(max_seq / block) */
+    int n_snaps;      /* prefix cache: DeltaNet state snapshots, each the size of a slot (0 = none; only a backend
+                     * with snap_save / snap_load / block_copy is given any), ids [0, n_snaps) */
+    int n_host_snaps; /* more snapshots in host memory (pinned on a GPU), ids [n_snaps, n_snaps + n_host_snaps); only
+                       * a backend with snap_copy is given any */
 } ServeLayout;
 
 /* One sequence's part of a batched step: n tokens at positions pos .. pos+n-1 of the sequence in `slot`. */
@@ -100,12 +104,15 @@ typedef struct Backend {
     int (*step_batch)(void *ctx, const BatchItem *items, int n, float *logits, Err *err);
     /* Optional prefix-cache hooks (src/prefix.c; all three or none: NULL means no cache hits, never wrong output).
      * snap_save copies slot's DeltaNet state (S and conv window of every DeltaNet layer) into snapshot snap
-     * ([0, ServeLayout.n_snaps)); snap_load copies it back into slot. block_copy copies KV block src into block dst
-     * (K and V, every full-attention layer): the copy-on-write of a shared, partly filled last block. Each runs in
-     * stream order with step_batch (a later step sees the copy). */
+     * ([0, ServeLayout.n_snaps + n_host_snaps): either tier); snap_load copies it back into slot. block_copy copies
+     * KV block src into block dst (K and V, every full-attention layer): the copy-on-write of a shared, partly filled
+     * last block. snap_copy (optional beside them; NULL: no host tier) copies snapshot src into snapshot dst, either
+     * tier: core demotes a device snapshot to the host tier with it. Each runs in stream order with step_batch and
+     * with the others (a later step or copy sees the copy). */
     int (*snap_save)(void *ctx, int slot, int snap, Err *err);
     int (*snap_load)(void *ctx, int snap, int slot, Err *err);
     int (*block_copy)(void *ctx, int src, int dst, Err *err);
+    int (*snap_copy)(void *ctx, int src, int dst, Err *err);
 } Backend;
 
 extern const Backend cpu_backend;

@@ -5,7 +5,11 @@
  *   snapshot of the DeltaNet state after `end` tokens. Every leaf has a snapshot (a node without one and without
  *   children is removed), so eviction removes least-recently-used leaves, each giving back its snapshot and blocks.
  *   Blocks are never written through the cache: a sequence that resumes at r shares blocks [0, r / B) and copies
- *   the partly filled block r / B (serve.c), and a sequence only appends rows past what it recorded. */
+ *   the partly filled block r / B (serve.c), and a sequence only appends rows past what it recorded.
+ *   Snapshots come in two tiers: device ids [0, n_snaps) and host ids [n_snaps, n_snaps + n_host). A new snapshot
+ *   takes a device id; with none free, the least recently used device snapshot moves to a host id (the host tier's
+ *   least recently used goes first when that is full) and its node keeps its blocks. A hit loads a host snapshot
+ *   straight into the slot, and moves it back to the device only when a device id is free (prefix_promote). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,42 +36,56 @@ typedef struct Node {
     int start, end;          /* token span [start, end) */
     int *ids;                /* [end - start] */
     int *blocks;             /* [last_block - first_block + 1] */
-    int snap;                /* snapshot id at `end`, -1: none */
+    int snap;                /* snapshot id at `end` (device or host tier), -1: none */
     unsigned long long used; /* LRU stamp */
 } Node;
 
 struct PrefixCache {
     BlockPool *pool;
-    int block, max_seq, n_snaps, max_blocks;
+    int block, max_seq, n_snaps, n_host, max_blocks;
     Node *nodes; /* [cap]; node 0 is the root */
     int cap, n_live, free_node;
-    int *free_snaps, n_free_snaps;
+    int *free_snaps, n_free_snaps; /* free device ids */
+    int *free_host, n_free_host;   /* free host ids */
+    int pin;                       /* the node prefix_insert fills: removing leaves never takes it (-1: none) */
     unsigned long long clock;
-    long long evicted;
+    long long evicted, demoted, promoted;
 };
+
+static void release_snap(PrefixCache *pc, int snap) {
+    if (snap < pc->n_snaps)
+        pc->free_snaps[pc->n_free_snaps++] = snap;
+    else
+        pc->free_host[pc->n_free_host++] = snap;
+}
 
 static int first_block(const PrefixCache *pc, const Node *x) { return x->start / pc->block; }
 static int n_node_blocks(const PrefixCache *pc, const Node *x) {
     return x->end > x->start ? (x->end - 1) / pc->block - x->start / pc->block + 1 : 0;
 }
 
-PrefixCache *prefix_open(BlockPool *pool, int block, int max_seq, int n_snaps, int max_blocks) {
+PrefixCache *prefix_open(BlockPool *pool, int block, int max_seq, int n_snaps, int n_host, int max_blocks) {
     PrefixCache *pc = calloc(1, sizeof *pc);
     if (!pc) return NULL;
     pc->pool = pool;
     pc->block = block;
     pc->max_seq = max_seq;
     pc->n_snaps = n_snaps;
+    pc->n_host = n_snaps > 0 && n_host > 0 ? n_host : 0;
     pc->max_blocks = max_blocks;
+    pc->pin = -1;
     pc->cap = 64;
     pc->nodes = calloc((size_t)pc->cap, sizeof *pc->nodes);
     pc->free_snaps = malloc(sizeof(int) * (size_t)(n_snaps > 0 ? n_snaps : 1));
-    if (!pc->nodes || !pc->free_snaps) {
+    pc->free_host = malloc(sizeof(int) * (size_t)(pc->n_host > 0 ? pc->n_host : 1));
+    if (!pc->nodes || !pc->free_snaps || !pc->free_host) {
         prefix_close(pc);
         return NULL;
     }
     for (int i = 0; i < n_snaps; i++) pc->free_snaps[i] = n_snaps - 1 - i;
     pc->n_free_snaps = n_snaps;
+    for (int i = 0; i < pc->n_host; i++) pc->free_host[i] = n_snaps + pc->n_host - 1 - i;
+    pc->n_free_host = pc->n_host;
     pc->nodes[0] = (Node){.parent = -1, .child = -1, .next = -1, .snap = -1};
     pc->free_node = -1;
     for (int i = pc->cap - 1; i >= 1; i--) {
@@ -91,6 +109,7 @@ void prefix_close(PrefixCache *pc) {
             }
     free(pc->nodes);
     free(pc->free_snaps);
+    free(pc->free_host);
     free(pc);
 }
 
@@ -134,11 +153,11 @@ static void link_child(PrefixCache *pc, int parent, int x) {
     pc->nodes[parent].child = x;
 }
 
-/* Removes leaf x and then each ancestor it leaves without children and without a snapshot. */
+/* Removes leaf x and then each ancestor it leaves without children and without a snapshot (never the pinned one). */
 static void remove_leaf(PrefixCache *pc, int x) {
-    while (x > 0 && pc->nodes[x].child < 0) {
+    while (x > 0 && x != pc->pin && pc->nodes[x].child < 0) {
         Node *n = &pc->nodes[x];
-        if (n->snap >= 0) pc->free_snaps[pc->n_free_snaps++] = n->snap;
+        if (n->snap >= 0) release_snap(pc, n->snap);
         for (int j = 0; j < n_node_blocks(pc, n); j++) pool_hold(pc->pool, n->blocks[j], -1, -1);
         free(n->ids);
         free(n->blocks);
@@ -167,6 +186,47 @@ static int lru_leaf(const PrefixCache *pc, int keep) {
 static void evict_one(PrefixCache *pc, int x) {
     pc->evicted++;
     remove_leaf(pc, x);
+}
+
+/* The least recently used node with a snapshot on the host tier (host = 1) or the device tier; -1 if none. */
+static int lru_snap(const PrefixCache *pc, int host) {
+    int best = -1;
+    for (int i = 1; i < pc->cap; i++) {
+        const Node *n = &pc->nodes[i];
+        if (n->parent == -2 || n->snap < 0 || (n->snap >= pc->n_snaps) != host) continue;
+        if (best < 0 || n->used < pc->nodes[best].used) best = i;
+    }
+    return best;
+}
+
+/* Node x's snapshot goes: with it the entry when x is a leaf (and ancestors left without a reason to be). */
+static void drop_snap(PrefixCache *pc, int x) {
+    if (pc->nodes[x].child < 0) {
+        evict_one(pc, x);
+    } else {
+        release_snap(pc, pc->nodes[x].snap);
+        pc->nodes[x].snap = -1;
+    }
+}
+
+/* Frees a device id: the least recently used device snapshot moves to a host id (*mv: the copy), the host tier's
+ * least recently used going first when that is full; without a host tier it goes. */
+static void free_device_snap(PrefixCache *pc, SnapMove *mv) {
+    if (pc->n_host > 0 && pc->n_free_host == 0) {
+        const int h = lru_snap(pc, 1);
+        if (h >= 0) drop_snap(pc, h);
+    }
+    const int d = lru_snap(pc, 0);
+    if (d < 0) return;
+    if (pc->n_free_host == 0) {
+        drop_snap(pc, d);
+        return;
+    }
+    Node *nd = &pc->nodes[d];
+    *mv = (SnapMove){nd->snap, pc->free_host[--pc->n_free_host]};
+    pc->free_snaps[pc->n_free_snaps++] = nd->snap;
+    nd->snap = mv->to;
+    pc->demoted++;
 }
 
 int prefix_reclaim(PrefixCache *pc, int need) {
@@ -287,7 +347,8 @@ static int add_leaf(PrefixCache *pc, int x, const int *ids, int pos, int len, co
     return y;
 }
 
-int prefix_insert(PrefixCache *pc, const int *ids, int len, const int *table) {
+int prefix_insert(PrefixCache *pc, const int *ids, int len, const int *table, SnapMove *mv) {
+    *mv = (SnapMove){-1, -1};
     if (len <= 0 || pc->n_snaps <= 0) return -1;
     const unsigned long long now = ++pc->clock;
     int x = 0, pos = 0;
@@ -311,36 +372,23 @@ int prefix_insert(PrefixCache *pc, const int *ids, int len, const int *table) {
         pos += k;
         pc->nodes[x].used = now;
     }
-    Node *nx = &pc->nodes[x];
-    nx->used = now;
-    if (nx->snap >= 0) return -1;
-    if (pc->n_free_snaps == 0) { /* the least recently used snapshot goes */
-        int best = -1;
-        for (int i = 1; i < pc->cap; i++)
-            if (pc->nodes[i].parent != -2 && pc->nodes[i].snap >= 0 &&
-                (best < 0 || pc->nodes[i].used < pc->nodes[best].used))
-                best = i;
-        if (best < 0) return -1;
-        if (pc->nodes[best].child < 0) {
-            evict_one(pc, best);
-        } else {
-            pc->free_snaps[pc->n_free_snaps++] = pc->nodes[best].snap;
-            pc->nodes[best].snap = -1;
-        }
-    }
-    nx = &pc->nodes[x];
-    nx->snap = pc->free_snaps[--pc->n_free_snaps];
+    pc->nodes[x].used = now;
+    if (pc->nodes[x].snap >= 0) return -1;
+    /* x has no snapshot yet: pinned, so evicting a leaf below it cannot take it along */
+    pc->pin = x;
     while (pc->pool->n_cached > pc->max_blocks) { /* over the block budget: other entries go first, then this one */
         const int v = lru_leaf(pc, x);
-        if (v < 0) {
-            if (pc->nodes[x].child < 0) {
-                evict_one(pc, x);
-                return -1;
-            }
-            break;
-        }
+        if (v < 0) break;
         evict_one(pc, v);
     }
+    if (pc->pool->n_cached <= pc->max_blocks && pc->n_free_snaps == 0) free_device_snap(pc, mv);
+    pc->pin = -1;
+    if (pc->pool->n_cached > pc->max_blocks || pc->n_free_snaps == 0) {
+        if (pc->nodes[x].child < 0) evict_one(pc, x);
+        *mv = (SnapMove){-1, -1};
+        return -1;
+    }
+    pc->nodes[x].snap = pc->free_snaps[--pc->n_free_snaps];
     return pc->nodes[x].snap;
 }
 
@@ -350,11 +398,23 @@ void prefix_forget(PrefixCache *pc, int snap) {
             if (pc->nodes[i].child < 0) {
                 remove_leaf(pc, i);
             } else {
-                pc->free_snaps[pc->n_free_snaps++] = snap;
+                release_snap(pc, snap);
                 pc->nodes[i].snap = -1;
             }
             return;
         }
+}
+
+int prefix_promote(PrefixCache *pc, int snap) {
+    if (snap < pc->n_snaps || pc->n_free_snaps == 0) return -1;
+    for (int i = 1; i < pc->cap; i++)
+        if (pc->nodes[i].parent != -2 && pc->nodes[i].snap == snap) {
+            release_snap(pc, snap);
+            pc->nodes[i].snap = pc->free_snaps[--pc->n_free_snaps];
+            pc->promoted++;
+            return pc->nodes[i].snap;
+        }
+    return -1;
 }
 
 void prefix_stats(const PrefixCache *pc, PrefixStats *st) {
@@ -363,7 +423,11 @@ void prefix_stats(const PrefixCache *pc, PrefixStats *st) {
     st->nodes = pc->n_live - 1;
     st->snaps = pc->n_snaps - pc->n_free_snaps;
     st->max_snaps = pc->n_snaps;
+    st->host_snaps = pc->n_host - pc->n_free_host;
+    st->max_host_snaps = pc->n_host;
     st->blocks = pc->pool->n_cached;
     st->max_blocks = pc->max_blocks;
     st->evicted = pc->evicted;
+    st->demoted = pc->demoted;
+    st->promoted = pc->promoted;
 }

@@ -23,9 +23,10 @@ int pool_take(BlockPool *p);
 
 typedef struct PrefixCache PrefixCache;
 
-/* A cache over pool for sequences of up to max_seq tokens in blocks of `block`: at most n_snaps snapshots
- * (ids [0, n_snaps)) and max_blocks distinct blocks. NULL on out of memory. */
-PrefixCache *prefix_open(BlockPool *pool, int block, int max_seq, int n_snaps, int max_blocks);
+/* A cache over pool for sequences of up to max_seq tokens in blocks of `block`: at most n_snaps snapshots on the
+ * device (ids [0, n_snaps)), n_host more in host memory (ids [n_snaps, n_snaps + n_host), the host tier: device
+ * snapshots demoted there instead of evicted) and max_blocks distinct blocks. NULL on out of memory. */
+PrefixCache *prefix_open(BlockPool *pool, int block, int max_seq, int n_snaps, int n_host, int max_blocks);
 void prefix_close(PrefixCache *pc);
 
 /* The longest cached prefix of ids[0, n) with a snapshot at its end r <= limit: returns r (0: none) with its
@@ -34,20 +35,32 @@ void prefix_close(PrefixCache *pc);
  * used (LRU). */
 int prefix_lookup(PrefixCache *pc, const int *ids, int n, int limit, int *snap, int *blocks, int *matched);
 
+/* A copy the caller makes between snapshots (snap_copy): from -> to; from = -1: none. */
+typedef struct SnapMove {
+    int from, to;
+} SnapMove;
+
 /* Records ids[0, len), whose K/V rows are in blocks table[0, ceil(len / block)), with a snapshot at len: the new
- * nodes hold their blocks. Returns the snapshot id the caller must fill (snap_save), or -1 when there is nothing to
- * fill (one exists already, or the budget cannot hold this sequence). May evict least-recently-used entries. */
-int prefix_insert(PrefixCache *pc, const int *ids, int len, const int *table);
-/* Drops the snapshot id snap (its save failed) and any node left without a reason to be. */
+ * nodes hold their blocks. Returns the device snapshot id the caller must fill (snap_save), or -1 when there is
+ * nothing to fill (one exists already, or the budget cannot hold this sequence). May evict least-recently-used
+ * entries. With the device tier full, the least recently used device snapshot moves to the host tier: *mv says
+ * which copy the caller makes first (its `from` is the returned id), or mv->from = -1. */
+int prefix_insert(PrefixCache *pc, const int *ids, int len, const int *table, SnapMove *mv);
+/* Drops the snapshot id snap (its save or copy failed) and any node left without a reason to be. */
 void prefix_forget(PrefixCache *pc, int snap);
+/* snap, a host-tier snapshot that prefix_lookup returned, was just loaded into a slot: when a device id is free its
+ * entry moves there, and the caller fills that id from the slot (snap_save; prefix_forget it on failure). Returns the
+ * id, or -1 when the entry stays (no free device id, snap on the device, or its entry evicted since). */
+int prefix_promote(PrefixCache *pc, int snap);
 
 /* Evicts least-recently-used entries until the pool has `need` free blocks or the cache is empty; returns the
  * free blocks. */
 int prefix_reclaim(PrefixCache *pc, int need);
 
 typedef struct PrefixStats {
-    int nodes, snaps, max_snaps, blocks, max_blocks; /* now / capacity */
-    long long evicted;                               /* entries (leaves) evicted so far */
+    int nodes, snaps, max_snaps, host_snaps, max_host_snaps, blocks, max_blocks; /* now / capacity */
+    long long evicted;                                                           /* entries (leaves) evicted so far */
+    long long demoted, promoted; /* snapshots moved device -> host tier / host -> device so far */
 } PrefixStats;
 void prefix_stats(const PrefixCache *pc, PrefixStats *st);
 

@@ -37,8 +37,8 @@ struct Serve {
     SeqRec *seqs;    /* [n_slots] */
     BlockPool pool;  /* reference counts and the free stack of the KV blocks */
     PrefixCache *pc; /* NULL: no prefix cache (turned off, or a backend without the snapshot hooks) */
-    int n_snaps, cache_blocks;
-    size_t prefix_bytes;
+    int n_snaps, n_host_snaps, cache_blocks;
+    size_t prefix_bytes, host_bytes;
     int n_open;
     unsigned step; /* steps checked so far (duplicate check) */
     float *logits; /* [n_slots][V] the step's logits rows */
@@ -126,6 +126,18 @@ static int size_pools(const Q35Engine *e, const Q35ServeOptions *o, Serve *s, Er
             s->cache_blocks = cb > INT_MAX / 2 ? INT_MAX / 2 : (int)cb;
         }
     }
+    /* The host tier (prefix_host_bytes, default min(4 GiB, a quarter of the host memory z.host_mem_bytes: none on a
+     * backend whose snapshots are in host memory already)): device snapshots move there instead of being evicted. */
+    s->n_host_snaps = 0;
+    s->host_bytes = 0;
+    if (s->n_snaps > 0 && z.slot_bytes && e->be->snap_copy && !o->no_prefix_host) {
+        size_t hb = o->prefix_host_bytes;
+        if (!hb) hb = z.host_mem_bytes / 4 < ((size_t)4 << 30) ? z.host_mem_bytes / 4 : (size_t)4 << 30;
+        int64_t h = (int64_t)(hb / z.slot_bytes);
+        if (h > 65536) h = 65536;
+        s->n_host_snaps = (int)h;
+        s->host_bytes = (size_t)h * z.slot_bytes;
+    }
     if (budget < z.slot_bytes + one_ctx)
         return err_set(err, Q35_ERR_OOM,
                        "KV memory of %.2f MiB is too small: one sequence of the full context (%d tokens) needs %.2f "
@@ -166,8 +178,14 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     int rc;
     if (s->batched) {
         if ((rc = size_pools(e, o, s, err))) goto fail;
-        ServeLayout l = {s->n_slots, s->n_blocks, s->block, s->max_blocks, s->n_snaps};
-        if ((rc = e->be->serve_open(e->bctx, &l, err))) {
+        ServeLayout l = {s->n_slots, s->n_blocks, s->block, s->max_blocks, s->n_snaps, s->n_host_snaps};
+        rc = e->be->serve_open(e->bctx, &l, err);
+        if (rc == Q35_ERR_OOM && l.n_host_snaps && !o->prefix_host_bytes) { /* a default host tier that does not fit */
+            l.n_host_snaps = s->n_host_snaps = 0;                           /* (pinned memory) is left out */
+            s->host_bytes = 0;
+            if (!(rc = e->be->serve_open(e->bctx, &l, err)) && err) *err = (Err){0};
+        }
+        if (rc) {
             s->batched = 0; /* nothing of the backend's to close */
             goto fail;
         }
@@ -207,7 +225,7 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     for (int i = 0; i < s->n_blocks; i++) s->pool.free_stack[i] = s->n_blocks - 1 - i; /* block 0 on top */
     s->pool.n_free = s->pool.n_blocks = s->n_blocks;
     if (s->batched && s->n_snaps > 0 &&
-        !(s->pc = prefix_open(&s->pool, s->block, e->max_seq, s->n_snaps, s->cache_blocks))) {
+        !(s->pc = prefix_open(&s->pool, s->block, e->max_seq, s->n_snaps, s->n_host_snaps, s->cache_blocks))) {
         rc = err_set(err, Q35_ERR_OOM, "out of memory for the prefix cache");
         goto fail;
     }
@@ -236,6 +254,10 @@ void q35_serve_info(const Q35Engine *e, Q35ServeInfo *info) {
         info->prefix_snaps = st.max_snaps;
         info->prefix_max_blocks = st.max_blocks;
         info->prefix_used_snaps = st.snaps;
+        info->prefix_host_snaps = st.max_host_snaps;
+        info->prefix_used_host_snaps = st.host_snaps;
+        info->prefix_demoted = st.demoted;
+        info->prefix_promoted = st.promoted;
         info->prefix_used_blocks = st.blocks;
         info->prefix_evicted = st.evicted;
     }
@@ -304,6 +326,8 @@ int q35_seq_open_cached(Q35Engine *e, const Q35SeqParams *p, const int *prompt, 
         release_blocks(s, r);
         return 0;
     }
+    const int dev = prefix_promote(s->pc, snap); /* a host snapshot back to a free device id: the slot holds it now */
+    if (dev >= 0 && e->be->snap_save(e->bctx, slot, dev, &ignored)) prefix_forget(s->pc, dev);
     for (int i = 0; i < at; i++) {
         r->hist[i] = prompt[i];
         sampler_observe(&r->sm, prompt[i], 0);
@@ -319,9 +343,14 @@ int q35_seq_snapshot(Q35Engine *e, int seq, Q35Err *err) {
     if (!r) return err_set(err, Q35_ERR_ARG, "sequence %d is not open", seq);
     if (r->broken) return err_set(err, Q35_ERR_ARG, "sequence %d failed in an earlier step (close it)", seq);
     if (!s->pc || r->len == 0) return 0;
-    const int snap = prefix_insert(s->pc, r->hist, r->len, r->table);
+    SnapMove mv;
+    const int snap = prefix_insert(s->pc, r->hist, r->len, r->table, &mv);
     if (snap < 0) return 0;
-    int rc = e->be->snap_save(e->bctx, (int)(r - s->seqs), snap, err);
+    int rc = 0;
+    if (mv.from >= 0 &&
+        (rc = e->be->snap_copy(e->bctx, mv.from, mv.to, err))) /* the demotion, before the id is reused */
+        prefix_forget(s->pc, mv.to);
+    if (!rc) rc = e->be->snap_save(e->bctx, (int)(r - s->seqs), snap, err);
     if (rc) prefix_forget(s->pc, snap);
     return rc;
 }

@@ -210,6 +210,8 @@ int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
     const int64_t conv = (int64_t)lay->n_slots * (c->linear_conv_kernel_dim - 1) * c->conv_dim;
     const int64_t S =
         (int64_t)lay->n_slots * c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
+    /* both snapshot tiers in one array: the host tier is host memory like the device one here */
+    const int n_snaps = lay->n_snaps > 0 ? lay->n_snaps + (lay->n_host_snaps > 0 ? lay->n_host_snaps : 0) : 0;
     int failed = 0;
     for (int l = 0; l < c->num_hidden_layers && !failed; l++) {
         CpuLayer *cl = &ctx->layers[l];
@@ -221,9 +223,9 @@ int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
         } else {
             cl->conv_slots = falloc(conv, &failed);
             cl->S_slots = falloc(S, &failed);
-            if (lay->n_snaps > 0) {
-                cl->conv_snaps = falloc(conv / lay->n_slots * lay->n_snaps, &failed);
-                cl->S_snaps = falloc(S / lay->n_slots * lay->n_snaps, &failed);
+            if (n_snaps > 0) {
+                cl->conv_snaps = falloc(conv / lay->n_slots * n_snaps, &failed);
+                cl->S_snaps = falloc(S / lay->n_slots * n_snaps, &failed);
             }
         }
     }
@@ -233,7 +235,7 @@ int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
                        lay->n_blocks);
     }
     ctx->n_slots = lay->n_slots;
-    ctx->n_snaps = lay->n_snaps > 0 ? lay->n_snaps : 0;
+    ctx->n_snaps = n_snaps;
     ctx->n_blocks = lay->n_blocks;
     ctx->block = ctx->slot.block = lay->block;
     return 0;
@@ -288,6 +290,7 @@ static int be_step_batch(void *ctx, const BatchItem *items, int n, float *logits
 static int be_snap_save(void *ctx, int slot, int snap, Err *err) { return cpu_snap_copy(ctx, slot, snap, 1, err); }
 static int be_snap_load(void *ctx, int snap, int slot, Err *err) { return cpu_snap_copy(ctx, slot, snap, 0, err); }
 static int be_block_copy(void *ctx, int src, int dst, Err *err) { return cpu_block_copy(ctx, src, dst, err); }
+static int be_snap_copy(void *ctx, int src, int dst, Err *err) { return cpu_snap_to_snap(ctx, src, dst, err); }
 
 const Backend cpu_backend = {.name = "cpu",
                              .open = be_open,
@@ -300,4 +303,5 @@ const Backend cpu_backend = {.name = "cpu",
                              .step_batch = be_step_batch,
                              .snap_save = be_snap_save,
                              .snap_load = be_snap_load,
-                             .block_copy = be_block_copy};
+                             .block_copy = be_block_copy,
+                             .snap_copy = be_snap_copy};

@@ -224,6 +224,21 @@ int cpu_snap_copy(CpuCtx *ctx, int slot, int snap, int save, Err *err) {
     return 0;
 }
 
+int cpu_snap_to_snap(CpuCtx *ctx, int src, int dst, Err *err) {
+    const Config *c = ctx->c;
+    if (src < 0 || src >= ctx->n_snaps || dst < 0 || dst >= ctx->n_snaps)
+        return err_set(err, Q35_ERR_ARG, "cpu snapshot copy: %d -> %d outside [0, %d)", src, dst, ctx->n_snaps);
+    const int64_t conv_n = (int64_t)(c->linear_conv_kernel_dim - 1) * c->conv_dim;
+    const int64_t S_n = (int64_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const CpuLayer *cl = &ctx->layers[l];
+        if (c->layer_types[l] == LAYER_FULL_ATTN) continue;
+        memcpy(cl->conv_snaps + dst * conv_n, cl->conv_snaps + src * conv_n, (size_t)conv_n * sizeof(float));
+        memcpy(cl->S_snaps + dst * S_n, cl->S_snaps + src * S_n, (size_t)S_n * sizeof(float));
+    }
+    return 0;
+}
+
 int cpu_block_copy(CpuCtx *ctx, int src, int dst, Err *err) {
     const Config *c = ctx->c;
     if (src < 0 || src >= ctx->n_blocks || dst < 0 || dst >= ctx->n_blocks)

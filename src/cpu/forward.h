@@ -44,8 +44,8 @@ typedef struct CpuSeq {
 } CpuSeq;
 
 typedef struct CpuCtx {
-    const Model *m;               /* the model, or deq */
-    Model *deq;                   /* FP8 checkpoints: the model with its F8_E4M3 matrices dequantized to fp32 */
+    const Model *m; /* the model, or deq */
+    Model *deq;     /* FP8 checkpoints: the model with its F8_E4M3 matrices dequantized to fp32 */
     const Config *c;
     int max_seq, threads, n_past;
     Probe probe;
@@ -54,7 +54,7 @@ typedef struct CpuCtx {
     float **seq_ptrs;             /* (8, L): the pointer arrays of solo and slot */
     int solo_block;               /* 0: solo's block table {0} */
     int n_slots, n_blocks, block; /* serving layout (0 until serve_open) */
-    int n_snaps;                  /* prefix-cache snapshots (serve_open) */
+    int n_snaps;                  /* prefix-cache snapshots (serve_open): both tiers, in host memory alike */
     int exact;                    /* deterministic mode: every token's bits independent of how its sequence was
                                    * split into calls (DeltaNet recurrence for all tokens, linear as matmul rows
                                    * for T = 1 too), so a prefix-cache resume at any position equals a cold run */
@@ -80,8 +80,10 @@ int cpu_forward(CpuCtx *ctx, const int *tokens, int n, int pos, int all_logits, 
 int cpu_serve_open(CpuCtx *ctx, const ServeLayout *l, Err *err);
 void cpu_serve_close(CpuCtx *ctx);
 int cpu_step_batch(CpuCtx *ctx, const BatchItem *items, int n, float *logits, Err *err);
-/* Prefix cache: slot state <-> snapshot (save: slot -> snap; load: snap -> slot), KV block copy src -> dst. */
+/* Prefix cache: slot state <-> snapshot (save: slot -> snap; load: snap -> slot), snapshot src -> snapshot dst, KV
+ * block copy src -> dst. */
 int cpu_snap_copy(CpuCtx *ctx, int slot, int snap, int save, Err *err);
+int cpu_snap_to_snap(CpuCtx *ctx, int src, int dst, Err *err);
 int cpu_block_copy(CpuCtx *ctx, int src, int dst, Err *err);
 
 #endif
