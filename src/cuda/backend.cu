@@ -658,4 +658,5 @@ const Backend cuda_backend = {.name = "cuda",
                               .step_batch = cuda_step_batch,
                               .snap_save = cuda_snap_save,
                               .snap_load = cuda_snap_load,
-                              .block_copy = cuda_block_copy};
+                              .block_copy = cuda_block_copy,
+                              .snap_copy = cuda_snap_copy};

@@ -170,7 +170,7 @@ int cuda_prefill_forward_dev(CudaCtx *ctx, const int *tokens, int n, int pos, co
 int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
 
 /* ---- many sequences (serve.cu): the Backend's serve_sizes / serve_open / serve_close / step_batch and the prefix
- * cache's snap_save / snap_load / block_copy ---- */
+ * cache's snap_save / snap_load / block_copy / snap_copy ---- */
 extern "C" int cuda_serve_sizes(void *ctx, int block, ServeSizes *s, Err *err);
 extern "C" int cuda_serve_open(void *ctx, const ServeLayout *l, Err *err);
 extern "C" void cuda_serve_close(void *ctx);
@@ -178,5 +178,6 @@ extern "C" int cuda_step_batch(void *ctx, const BatchItem *items, int n, float *
 extern "C" int cuda_snap_save(void *ctx, int slot, int snap, Err *err);
 extern "C" int cuda_snap_load(void *ctx, int snap, int slot, Err *err);
 extern "C" int cuda_block_copy(void *ctx, int src, int dst, Err *err);
+extern "C" int cuda_snap_copy(void *ctx, int src, int dst, Err *err);
 
 #endif

@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cuda/backend.cuh"
 #include "cuda/serve_ops.h"
@@ -45,6 +46,7 @@ struct CudaServe {
     size_t pool_bytes;        /* one K (or V) pool of one full-attention layer */
     char *slots;              /* n_slots * slot_bytes */
     char *snaps;              /* n_snaps * slot_bytes: prefix-cache snapshots of slots (NULL when none) */
+    char *host_snaps;         /* n_host_snaps * slot_bytes, pinned host memory: the cache's host tier (NULL: none) */
     char *kv;                 /* per full-attention layer (in layer order) its K pool, then its V pool */
     int *kv_index;            /* [L]: index of layer l among the full-attention layers */
     void *buf;                /* activations (below) */
@@ -201,6 +203,8 @@ extern "C" int cuda_serve_sizes(void *p, int block, ServeSizes *s, Err *err) {
     const size_t reserve = a.off + s->slot_bytes + s->block_bytes + ((size_t)256 << 20);
     s->mem_bytes = fr > reserve ? fr - reserve : 0;
     s->mem_fraction = 0.9;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE); /* the host tier's memory */
+    s->host_mem_bytes = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
     return 0;
 }
 
@@ -214,6 +218,7 @@ extern "C" void cuda_serve_close(void *p) {
             if (sv->graph[k][i]) cudaGraphExecDestroy(sv->graph[k][i]);
     if (sv->slots) cudaFree(sv->slots);
     if (sv->snaps) cudaFree(sv->snaps);
+    if (sv->host_snaps) cudaFreeHost(sv->host_snaps);
     if (sv->kv) cudaFree(sv->kv);
     if (sv->buf) cudaFree(sv->buf);
     if (sv->ints_host) cudaFreeHost(sv->ints_host);
@@ -277,6 +282,16 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
         return err_set(err, Q35_ERR_OOM, "GPU out of memory: the serve pools (%d slots, %d blocks) need %.0f MiB",
                        l->n_slots, l->n_blocks, mib);
     }
+    if (sv->slot_bytes && l->n_host_snaps > 0 &&
+        cudaMallocHost(&sv->host_snaps, (size_t)l->n_host_snaps * sv->slot_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        sv->host_snaps = NULL;
+        cuda_serve_close(ctx);
+        return err_set(err, Q35_ERR_OOM,
+                       "out of pinned host memory: the prefix cache's host tier (%d snapshots) needs "
+                       "%.0f MiB",
+                       l->n_host_snaps, (double)l->n_host_snaps * (double)sv->slot_bytes / 1048576.0);
+    }
     a.base = (char *)sv->buf;
     a.off = 0;
     sv_layout(ctx, sv, &a, n_tables);
@@ -290,21 +305,41 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
 
 /* Prefix cache (backend.h): a snapshot is a whole slot (S and conv ring of every DeltaNet layer; the ring is indexed
  * by absolute position, so a slot loaded from a snapshot of length p continues at position p); a KV block is
- * [Hkv][block][hd] contiguous in each pool. Device copies in stream order with step_batch. */
+ * [Hkv][block][hd] contiguous in each pool. Snapshot ids [0, n_snaps) are device memory (sv->snaps), ids
+ * [n_snaps, n_snaps + n_host_snaps) pinned host memory (sv->host_snaps, the host tier): copies between the tiers go
+ * over PCIe (cudaMemcpyDefault picks the direction). All copies in stream order with step_batch. */
 static int solo_flush(CudaCtx *ctx, CudaServe *sv, Err *err);
+
+/* Snapshot id snap's bytes (the id in range, slot_bytes > 0). */
+static char *snap_at(const CudaServe *sv, int snap) {
+    return snap < sv->lay.n_snaps ? sv->snaps + (size_t)snap * sv->slot_bytes
+                                  : sv->host_snaps + (size_t)(snap - sv->lay.n_snaps) * sv->slot_bytes;
+}
 
 static int snap_copy(CudaCtx *ctx, int slot, int snap, int save, Err *err) {
     CudaServe *sv = ctx->sv;
     if (!sv) return err_set(err, Q35_ERR_ARG, "cuda snapshot: serving is not open");
     int rc = solo_flush(ctx, sv, err);
     if (rc) return rc;
-    if (slot < 0 || slot >= sv->lay.n_slots || snap < 0 || snap >= sv->lay.n_snaps)
+    const int n_snaps = sv->lay.n_snaps + sv->lay.n_host_snaps;
+    if (slot < 0 || slot >= sv->lay.n_slots || snap < 0 || snap >= n_snaps)
         return err_set(err, Q35_ERR_ARG, "cuda snapshot: slot %d / snapshot %d outside [0, %d) / [0, %d)", slot, snap,
-                       sv->lay.n_slots, sv->lay.n_snaps);
+                       sv->lay.n_slots, n_snaps);
     if (!sv->slot_bytes) return 0;
-    char *a = sv->slots + (size_t)slot * sv->slot_bytes, *b = sv->snaps + (size_t)snap * sv->slot_bytes;
+    char *a = sv->slots + (size_t)slot * sv->slot_bytes, *b = snap_at(sv, snap);
+    const cudaError_t e = cudaMemcpyAsync(save ? b : a, save ? a : b, sv->slot_bytes, cudaMemcpyDefault, ctx->stream);
+    return e == cudaSuccess ? 0 : sv_fail((int)e, "snapshot copy", -1, err);
+}
+extern "C" int cuda_snap_copy(void *p, int src, int dst, Err *err) {
+    CudaCtx *ctx = (CudaCtx *)p;
+    CudaServe *sv = ctx->sv;
+    if (!sv) return err_set(err, Q35_ERR_ARG, "cuda snapshot copy: serving is not open");
+    const int n_snaps = sv->lay.n_snaps + sv->lay.n_host_snaps;
+    if (src < 0 || src >= n_snaps || dst < 0 || dst >= n_snaps)
+        return err_set(err, Q35_ERR_ARG, "cuda snapshot copy: %d -> %d outside [0, %d)", src, dst, n_snaps);
+    if (!sv->slot_bytes || src == dst) return 0;
     const cudaError_t e =
-        cudaMemcpyAsync(save ? b : a, save ? a : b, sv->slot_bytes, cudaMemcpyDeviceToDevice, ctx->stream);
+        cudaMemcpyAsync(snap_at(sv, dst), snap_at(sv, src), sv->slot_bytes, cudaMemcpyDefault, ctx->stream);
     return e == cudaSuccess ? 0 : sv_fail((int)e, "snapshot copy", -1, err);
 }
 extern "C" int cuda_snap_save(void *p, int slot, int snap, Err *err) {
