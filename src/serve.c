@@ -346,10 +346,9 @@ int q35_seq_snapshot(Q35Engine *e, int seq, Q35Err *err) {
     SnapMove mv;
     const int snap = prefix_insert(s->pc, r->hist, r->len, r->table, &mv);
     if (snap < 0) return 0;
-    int rc = 0;
-    if (mv.from >= 0 &&
-        (rc = e->be->snap_copy(e->bctx, mv.from, mv.to, err))) /* the demotion, before the id is reused */
-        prefix_forget(s->pc, mv.to);
+    /* the demotion first: the snapshot leaves device id snap before the slot's state goes there */
+    int rc = mv.from >= 0 ? e->be->snap_copy(e->bctx, mv.from, mv.to, err) : 0;
+    if (rc) prefix_forget(s->pc, mv.to);
     if (!rc) rc = e->be->snap_save(e->bctx, (int)(r - s->seqs), snap, err);
     if (rc) prefix_forget(s->pc, snap);
     return rc;

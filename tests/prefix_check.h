@@ -161,4 +161,198 @@ static void prefix_check_exact(Q35Engine *cold, Q35Engine *warm, const PrefixExa
     q35_serve_close(cold);
     q35_serve_close(warm);
 }
+/* ---- the host tier (Q35ServeOptions.prefix_host_bytes) ---- */
+
+/* Slot and block bytes of e served with blocks of `block` (no cache), and its context; 0 on success. */
+static int prefix_sizes(Q35Engine *e, int block, size_t *sb, size_t *bb, int *ctx) {
+    if (prefix_serve(e, block, 1, 0, 0)) return -1;
+    Q35ServeInfo in;
+    q35_serve_info(e, &in);
+    q35_serve_close(e);
+    *sb = in.slot_bytes;
+    *bb = in.block_bytes;
+    *ctx = in.max_context;
+    return 0;
+}
+
+/* Serves e with blocks of `block`, max_seqs slots, kv_bytes (0: 256 MiB) of KV memory, a prefix cache of
+ * prefix_bytes and a host tier of n_host snapshots (0: off); *in gets the sizes. 0 on success. */
+static int prefix_serve_host(Q35Engine *e, int block, int max_seqs, size_t kv_bytes, size_t prefix_bytes,
+                             size_t slot_bytes, int n_host, Q35ServeInfo *in) {
+    Q35ServeOptions so = {0};
+    so.max_seqs = max_seqs;
+    so.kv_bytes = kv_bytes ? kv_bytes : (size_t)256 << 20;
+    so.kv_block = block;
+    so.prefix_bytes = prefix_bytes;
+    so.prefix_host_bytes = (size_t)n_host * slot_bytes;
+    so.no_prefix_host = n_host == 0;
+    Q35Err err = {0};
+    int rc = q35_serve_open(e, &so, &err);
+    if (rc) fprintf(stderr, "serve_open: %s\n", err.msg);
+    if (!rc) q35_serve_info(e, in);
+    return rc;
+}
+
+/* Records n tiny entries (3 ids from [500, 512), distinct for the first 1728 k; the last id varies fastest, so 12 in a
+ * row share their first two: about one cached block each) with a snapshot at their end: each takes a device
+ * snapshot id, moving the least recently used one out. 0 on success. */
+static int prefix_push(Q35Engine *e, int *k, int n) {
+    for (int i = 0; i < n; i++, (*k)++) {
+        const int ids[3] = {500 + *k / 144 % 12, 500 + *k / 12 % 12, 500 + *k % 12};
+        const Q35SeqParams p = {.sampling = {.top_p = 1.0f, .repetition_penalty = 1.0f}, .top_logprobs = -1};
+        Q35Err err = {0};
+        int seq, rc = q35_seq_open(e, &p, &seq, &err);
+        if (rc) return rc;
+        Q35StepItem it = {.seq = seq, .ids = ids, .n = 3};
+        rc = q35_step(e, &it, 1, NULL, &err);
+        if (!rc) rc = q35_seq_snapshot(e, seq, &err);
+        q35_seq_close(e, seq);
+        if (rc) {
+            fprintf(stderr, "push: %s\n", err.msg);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* For each L of x->lens, as prefix_check_exact: B records a snapshot at L; then enough tiny entries (prefix_push)
+ * that B's is the least recently used device snapshot when the last one comes, so it moves to the host tier of
+ * n_host snapshots (which is full after a few L: its own least recently used entries go); A must then resume at
+ * exactly L from the host tier and give the cold run's output bitwise. n_host 0 (no host tier): B's entry is evicted
+ * and A misses (cached 0), with the same output. The cached blocks' budget holds B and every tiny entry, so only
+ * snapshot pressure moves or evicts B. */
+static void prefix_check_host(Q35Engine *cold, Q35Engine *warm, const PrefixExact *x, int n_host) {
+    const Q35SeqParams *sp = x->params ? x->params : &prefix_greedy;
+    size_t sb = 0, bb = 0;
+    int ctx = 0, max_n = 0;
+    for (int k = 0; k < x->n_lens; k++)
+        if (x->lens[k] + PREFIX_TAIL > max_n) max_n = x->lens[k] + PREFIX_TAIL;
+    Q35ServeInfo in = {0};
+    int rc = prefix_sizes(warm, x->block, &sb, &bb, &ctx);
+    /* blocks the cache must keep: B's, one per host entry, some slack (`need`), and up to 1.25 per tiny entry (n_dev
+     * of them, n_dev = pb / 2 / sb): cb - 1.25 n_dev >= pb / 2 (1 / bb - 1.25 / sb) - 1 with cb = (pb - n_dev sb) / bb;
+     * lens ascending */
+    const double need = (double)((x->lens[x->n_lens - 1] + x->block) / x->block + n_host + 16);
+    const size_t pb =
+        4 * sb > 5 * bb ? (size_t)(2.0 * (need + 1) / (1.0 / (double)bb - 1.25 / (double)sb)) + 2 * sb : 0;
+    CHECK(!rc && pb, "%s block %d host tier %d: sizes (snapshot %zu B, block %zu B)", x->name, x->block, n_host, sb,
+          bb);
+    if (rc || !pb || prefix_serve(cold, x->block, 1, x->kv_bytes, 0) ||
+        prefix_serve_host(warm, x->block, 4, x->kv_bytes, pb, sb, n_host, &in)) {
+        CHECK(0, "%s block %d host tier %d: serving", x->name, x->block, n_host);
+        q35_serve_close(cold);
+        q35_serve_close(warm);
+        return;
+    }
+    const int n_dev = in.prefix_snaps;
+    CHECK(in.prefix_host_snaps == n_host && n_dev >= 1 && in.prefix_max_blocks >= (int)need + n_dev + n_dev / 4,
+          "%s block %d: %d device + %d host snapshots (want %d host), %d cached blocks", x->name, x->block, n_dev,
+          in.prefix_host_snaps, n_host, in.prefix_max_blocks);
+    int *a = malloc(sizeof(int) * (size_t)max_n), *b = malloc(sizeof(int) * (size_t)max_n), pushed = 0;
+    for (int k = 0; k < x->n_lens; k++) {
+        const int L = x->lens[k], n = L + PREFIX_TAIL;
+        prefix_make_prompt(a, n, 7u + (unsigned)k);
+        memcpy(b, a, sizeof(int) * (size_t)L);
+        prefix_make_prompt(b + L, n - L, 1000u + (unsigned)k);
+        if (b[L] == a[L]) b[L] = a[L] % 499 + 1;
+        PrefixOut ref, first, hit;
+        rc = prefix_request(cold, sp, a, n, 0, n, NULL, 0, &ref);
+        rc |= prefix_request(warm, sp, b, n, 1, 100, &L, 1, &first);
+        Q35ServeInfo i0, i1, i2;
+        q35_serve_info(warm, &i0);
+        rc |= prefix_push(warm, &pushed, n_dev); /* free ids first, then the older entries, B's last */
+        q35_serve_info(warm, &i1);
+        rc |= prefix_request(warm, sp, a, n, 1, 300, NULL, 0, &hit);
+        q35_serve_info(warm, &i2);
+        CHECK(!rc, "%s block %d host %d L %d: requests ran", x->name, x->block, n_host, L);
+        if (n_host) {
+            CHECK(i1.prefix_demoted > i0.prefix_demoted && i1.prefix_used_host_snaps >= 1,
+                  "%s L %d: snapshots moved to the host tier (%lld, %d there)", x->name, L,
+                  i1.prefix_demoted - i0.prefix_demoted, i1.prefix_used_host_snaps);
+            CHECK(hit.cached == L && hit.matched == L && hit.fed == n - L && i2.prefix_promoted == i1.prefix_promoted,
+                  "%s block %d host %d L %d: resumed from the host tier: cached %d matched %d fed %d", x->name,
+                  x->block, n_host, L, hit.cached, hit.matched, hit.fed);
+        } else {
+            CHECK(hit.cached == 0 && i1.prefix_demoted == 0 && i1.prefix_evicted > i0.prefix_evicted,
+                  "%s L %d, no host tier: B's snapshot evicted, A misses (cached %d)", x->name, L, hit.cached);
+        }
+        CHECK(prefix_same(&ref, &hit), "%s block %d host %d L %d: ids / logprobs equal cold (id0 %d vs %d)", x->name,
+              x->block, n_host, L, ref.ids[0], hit.ids[0]);
+    }
+    q35_serve_info(warm, &in);
+    printf("  %s, blocks of %d: %d device + %d host snapshots, %d cached blocks: %lld moved to the host tier, %lld "
+           "evicted\n",
+           x->name, x->block, n_dev, n_host, in.prefix_max_blocks, in.prefix_demoted, in.prefix_evicted);
+    CHECK(in.prefix_used_snaps <= n_dev && in.prefix_used_host_snaps <= n_host && in.free_blocks == in.n_blocks &&
+              (n_host == 0 || in.prefix_evicted > 0),
+          "%s host %d: %d + %d snapshots held, %lld evicted, %d of %d blocks free or cached", x->name, n_host,
+          in.prefix_used_snaps, in.prefix_used_host_snaps, in.prefix_evicted, in.free_blocks, in.n_blocks);
+    free(a);
+    free(b);
+    q35_serve_close(cold);
+    q35_serve_close(warm);
+}
+
+/* A host snapshot moves back to the device when a device id is free: on `warm` with 2 device snapshots, 4 host
+ * ones, 2 slots and a pool of floor(ctx / block) + 1 blocks, three 12-id prompts record a snapshot at 11 (1 block
+ * each; P0's moves to the host tier); P0 hits from the host (no device id free: it stays); a request of
+ * floor(ctx / block) blocks reclaims the two least recently used entries (P1, P2), freeing both device ids; P0 hits
+ * again and moves back (prefix_promoted 1), then hits from the device. Each hit equals the cold run bitwise. */
+static void prefix_check_promote(Q35Engine *cold, Q35Engine *warm, const char *name, int block) {
+    size_t sb = 0, bb = 0;
+    int ctx = 0;
+    Q35ServeInfo in = {0};
+    int rc = prefix_sizes(warm, block, &sb, &bb, &ctx);
+    const int T = ctx / block, N = T + 1;
+    if (rc || prefix_serve(cold, block, 1, 0, 0) ||
+        prefix_serve_host(warm, block, 2, 2 * sb + (size_t)N * bb, 4 * sb, sb, 4, &in)) {
+        CHECK(0, "%s: serving", name);
+        q35_serve_close(cold);
+        q35_serve_close(warm);
+        return;
+    }
+    CHECK(in.n_blocks == N && in.max_seqs == 2 && in.prefix_snaps == 2 && in.prefix_host_snaps == 4 &&
+              in.prefix_max_blocks >= 3,
+          "%s: a pool of %d blocks (want %d), %d slots, %d + %d snapshots, %d cached blocks", name, in.n_blocks, N,
+          in.max_seqs, in.prefix_snaps, in.prefix_host_snaps, in.prefix_max_blocks);
+    int p[3][12];
+    for (int k = 0; k < 3; k++) prefix_make_prompt(p[k], 12, 300u + (unsigned)k);
+    p[1][0] = p[0][0] % 499 + 1;
+    p[2][0] = p[1][0] % 499 + 1;
+    const int at = 11;
+    PrefixOut ref, o, h[3];
+    for (int k = 0; k < 3; k++) rc |= prefix_request(warm, NULL, p[k], 12, 1, 12, &at, 1, &o);
+    rc |= prefix_request(cold, NULL, p[0], 12, 0, 12, NULL, 0, &ref);
+    Q35ServeInfo i[4];
+    q35_serve_info(warm, &i[0]);
+    rc |= prefix_request(warm, NULL, p[0], 12, 1, 12, NULL, 0, &h[0]);
+    q35_serve_info(warm, &i[1]);
+    const int big = T * block - (PREFIX_GEN - 1);
+    int *q = malloc(sizeof(int) * (size_t)big);
+    prefix_make_prompt(q, big, 400u);
+    rc |= prefix_request(warm, NULL, q, big, 0, 512, NULL, 0, &o);
+    free(q);
+    q35_serve_info(warm, &i[2]);
+    rc |= prefix_request(warm, NULL, p[0], 12, 1, 12, NULL, 0, &h[1]);
+    q35_serve_info(warm, &i[3]);
+    rc |= prefix_request(warm, NULL, p[0], 12, 1, 12, NULL, 0, &h[2]);
+    CHECK(!rc, "%s: requests ran", name);
+    CHECK(i[0].prefix_used_host_snaps == 1 && i[0].prefix_used_snaps == 2 && i[0].prefix_demoted == 1,
+          "%s: three entries: %d + %d snapshots, %lld demoted", name, i[0].prefix_used_snaps,
+          i[0].prefix_used_host_snaps, i[0].prefix_demoted);
+    CHECK(h[0].cached == at && i[1].prefix_promoted == 0 && i[1].prefix_used_host_snaps == 1,
+          "%s: hit from the host tier, no free device id: cached %d, %lld promoted", name, h[0].cached,
+          i[1].prefix_promoted);
+    CHECK(i[2].prefix_used_snaps == 0 && i[2].prefix_used_host_snaps == 1 && i[2].prefix_evicted == 2,
+          "%s: the long request reclaimed the two device entries: %d + %d snapshots, %lld evicted", name,
+          i[2].prefix_used_snaps, i[2].prefix_used_host_snaps, i[2].prefix_evicted);
+    CHECK(h[1].cached == at && h[2].cached == at && i[3].prefix_promoted == 1 && i[3].prefix_used_snaps == 1 &&
+              i[3].prefix_used_host_snaps == 0,
+          "%s: hit from the host tier moved back to the device: cached %d then %d, %lld promoted, %d + %d", name,
+          h[1].cached, h[2].cached, i[3].prefix_promoted, i[3].prefix_used_snaps, i[3].prefix_used_host_snaps);
+    for (int k = 0; k < 3; k++)
+        CHECK(prefix_same(&ref, &h[k]), "%s: hit %d (host, host then promoted, device) equals cold", name, k);
+    q35_serve_close(cold);
+    q35_serve_close(warm);
+}
 #endif

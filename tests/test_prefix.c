@@ -10,7 +10,11 @@
  *   (c) two requests sharing a long prefix: the second reports the divergence point (matched), a snapshot there
  *       makes the third resume at it;
  *   (d) a tiny budget (a few snapshots and blocks) evicts least-recently-used entries and still serves exact output;
- *       a pool full of cached blocks never blocks a new sequence (cached blocks count as free and are reclaimed). */
+ *       a pool full of cached blocks never blocks a new sequence (cached blocks count as free and are reclaimed);
+ *   (e) the host tier (tests/prefix_check.h, also run on CUDA): a snapshot moved out of the full device tier still
+ *       gives hits at exactly L bitwise equal to cold, for L = 1, 63, 64, 65, 527, 529, with a host tier of 4 (which
+ *       evicts its own least recently used) and none (the same requests miss); a host snapshot hit while a device id
+ *       is free moves back, and all three kinds of hit (host, host then moved, device) equal cold. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +238,21 @@ static void test_full_pool(const char *dir) {
     q35_engine_close(e);
 }
 
+/* (e) */
+static void test_host_tier(const char *dir) {
+    static const int lens[] = {1, 63, 64, 65, 527, 529};
+    Q35Engine *cold = open_engine(dir, CTX), *warm = open_engine(dir, CTX);
+    CHECK(cold && warm, "engines for %s", dir);
+    if (cold && warm) {
+        const PrefixExact x = {dir, 16, 0, 0, lens, (int)(sizeof lens / sizeof lens[0]), NULL};
+        prefix_check_host(cold, warm, &x, 4);
+        prefix_check_host(cold, warm, &x, 0);
+        prefix_check_promote(cold, warm, dir, 16);
+    }
+    q35_engine_close(cold);
+    q35_engine_close(warm);
+}
+
 int main(void) {
     static const int b16_64[] = {16, 64}, b16[] = {16};
     test_exact("tests/fixtures/qwen35_text", b16_64, 2);
@@ -241,5 +260,6 @@ int main(void) {
     test_repeat_and_turns("tests/fixtures/qwen35_text");
     test_diverge_and_evict("tests/fixtures/qwen35_text");
     test_full_pool("tests/fixtures/qwen35_text");
+    test_host_tier("tests/fixtures/qwen35_text");
     return TEST_SUMMARY("prefix");
 }

@@ -7,7 +7,12 @@
  *     logprob (the id and its logprob picked on the device) and sampled with a seed (temperature 0.8, top-k 40,
  *     top-p 0.95), both with 5 top logprobs (drawn on the host from the logits row) and with only the chosen id's
  *     logprob (drawn on the device where the backend samples there);
- *   - Qwen3 dense at the 0.6B shapes (KV blocks only): greedy with 5 top logprobs, blocks of 16.
+ *   - Qwen3 dense at the 0.6B shapes (KV blocks only): greedy with 5 top logprobs, blocks of 16;
+ *   - the host tier (pinned host memory) on the hybrid, greedy with 5 top logprobs, blocks of 16: a snapshot moved
+ *     out of the full device tier (device -> host copy) gives hits at exactly L (host -> slot copy) bitwise equal to
+ *     cold, with a host tier of 4 snapshots (evicting its own) and none (misses); a host snapshot hit while a device
+ *     id is free moves back (slot -> device copy), and hits from the host, the host then moved, and the device all
+ *     equal cold (prefix_check_host / prefix_check_promote).
  * The models are the built-in random dummies (--dummy qwen3.5-0.8b / qwen3-0.6b, the issue's benchmark shapes), since
  * the public API opens only a model directory or a dummy, and the golden fixtures test_prefix.c uses do not fit: the
  * hybrid one's 16-wide DeltaNet heads are outside the batched step's kernels (128 x 128), so q35_serve_open refuses
@@ -54,6 +59,22 @@ static void test_model(const char *name, uint64_t seed, const Q35SeqParams *cons
     q35_engine_close(warm);
 }
 
+/* The host tier on the hybrid (see the top). */
+static void test_host(uint64_t seed) {
+    Q35Engine *cold = open_dummy("qwen3.5-0.8b", seed), *warm = open_dummy("qwen3.5-0.8b", seed);
+    CHECK(cold && warm, "qwen3.5-0.8b: two CUDA engines");
+    if (cold && warm) {
+        const PrefixExact x = {"qwen3.5-0.8b", 16, KV_BYTES, 0, LENS, N_LENS, NULL};
+        const double t0 = now_s();
+        prefix_check_host(cold, warm, &x, 4);
+        prefix_check_host(cold, warm, &x, 0);
+        prefix_check_promote(cold, warm, "qwen3.5-0.8b", 16);
+        printf("  qwen3.5-0.8b host tier, blocks of 16: %.1f s\n", now_s() - t0);
+    }
+    q35_engine_close(cold);
+    q35_engine_close(warm);
+}
+
 int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("prefix_cuda");
     const uint64_t seed = test_seed(argc, argv, "test_prefix_cuda");
@@ -66,5 +87,6 @@ int main(int argc, char **argv) {
     const int hybrid_blocks[] = {16, 64, 16, 16, 16}, dense_blocks[] = {16};
     test_model("qwen3.5-0.8b", seed, hybrid, hybrid_blocks, 5);
     test_model("qwen3-0.6b", seed, dense, dense_blocks, 1);
+    test_host(seed);
     return TEST_SUMMARY("prefix_cuda");
 }
