@@ -41,6 +41,7 @@ int cmd_serve(int argc, char **argv) {
     CliModel m;
     cli_model_init(&m);
     const char *host = "127.0.0.1", *api_key = NULL, *kv_memory = NULL, *name = NULL, *prefix_memory = NULL;
+    const char *host_memory = NULL;
     int port = 8000, max_seqs = 0, max_queue = 256, max_body_kb = 4096, step_tokens = 512, think = 0, quiet = 0;
     int device = 0, kv_block = 0;
     float kv_fraction = 0;
@@ -62,6 +63,9 @@ int cmd_serve(int argc, char **argv) {
         {"--prefix-cache-memory", NULL, CLI_STR, &prefix_memory, .arg = "BYTES",
          .help = "prefix cache: DeltaNet snapshots + cached KV blocks, e.g. 1G; 0 = off (default a quarter of the KV "
                  "memory)"},
+        {"--prefix-cache-host-memory", NULL, CLI_STR, &host_memory, .arg = "BYTES",
+         .help = "prefix cache: host memory for snapshots moved out of the full device tier, e.g. 4G; 0 = off "
+                 "(default min(4G, a quarter of the RAM) on a GPU, off on the CPU)"},
         {"--max-queue", NULL, CLI_INT, &max_queue, .lo = 1, .hi = 1 << 20, .arg = "N",
          .help = "requests waiting for a slot before 429 (default 256)"},
         {"--max-body-kb", NULL, CLI_INT, &max_body_kb, .lo = 1, .hi = 1 << 20, .arg = "N",
@@ -88,6 +92,10 @@ int cmd_serve(int argc, char **argv) {
     if (prefix_memory && strcmp(prefix_memory, "0") && (prefix_bytes = parse_bytes(prefix_memory)) <= 0)
         return cli_usage_error("serve", "--prefix-cache-memory: '%s' is not a size (e.g. 1G, 256M, 0 = off)",
                                prefix_memory);
+    long long host_bytes = 0;
+    if (host_memory && strcmp(host_memory, "0") && (host_bytes = parse_bytes(host_memory)) <= 0)
+        return cli_usage_error("serve", "--prefix-cache-host-memory: '%s' is not a size (e.g. 4G, 512M, 0 = off)",
+                               host_memory);
     m.o.device = device;
 
     /* SIGINT / SIGTERM go to sigwait below; every thread started from here on inherits the mask. */
@@ -107,7 +115,9 @@ int cmd_serve(int argc, char **argv) {
                           .kv_fraction = kv_fraction,
                           .kv_block = kv_block,
                           .prefix_bytes = (size_t)prefix_bytes,
-                          .no_prefix_cache = prefix_memory && !strcmp(prefix_memory, "0")};
+                          .no_prefix_cache = prefix_memory && !strcmp(prefix_memory, "0"),
+                          .prefix_host_bytes = (size_t)host_bytes,
+                          .no_prefix_host = host_memory && !strcmp(host_memory, "0")};
     if (q35_serve_open(e, &so, &err)) {
         q35_engine_close(e);
         return cli_fail("serve", &err);
@@ -149,9 +159,11 @@ int cmd_serve(int argc, char **argv) {
             fit, ctx, in.n_blocks * in.kv_block);
     if (in.prefix_bytes)
         fprintf(stderr,
-                "qwen35 serve: prefix cache %.1f MiB: %d DeltaNet snapshots of %.2f MiB, up to %d cached KV blocks\n",
+                "qwen35 serve: prefix cache %.1f MiB: %d DeltaNet snapshots of %.2f MiB, up to %d cached KV blocks; "
+                "host tier %d snapshots (%.1f MiB)\n",
                 (double)in.prefix_bytes / 1048576.0, in.prefix_snaps, (double)in.slot_bytes / 1048576.0,
-                in.prefix_max_blocks);
+                in.prefix_max_blocks, in.prefix_host_snaps,
+                (double)in.prefix_host_snaps * (double)in.slot_bytes / 1048576.0);
     else
         fprintf(stderr, "qwen35 serve: prefix cache off\n");
     fprintf(stderr, "qwen35 serve: listening on http://%s:%d\n", host, http_port(h));

@@ -301,11 +301,13 @@ static int chat_turn(Q35Engine *e, const Q35Tokenizer *t, const Q35ChatMarks *mk
 }
 
 /* The serving engine with one sequence and the prefix cache: KV blocks for two full contexts (the running turn and
- * the cached blocks it does not share), 16 snapshots (a first open reports the sizes). */
+ * the cached blocks it does not share), 16 snapshots (a first open reports the sizes), no host tier (a turn resumes
+ * from the previous turn's snapshots, which the 16 keep). */
 static int chat_serve_open(Q35Engine *e, Q35Err *err) {
     Q35ServeOptions so;
     memset(&so, 0, sizeof so);
     so.max_seqs = 1;
+    so.no_prefix_host = 1;
     int rc = q35_serve_open(e, &so, err);
     if (rc) return rc;
     Q35ServeInfo in;
