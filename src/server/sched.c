@@ -312,10 +312,17 @@ static void log_request(const Sched *s, const Req *r, double t_end) {
             r->error.status ? "error" : r->finish_reason, r->n_cached);
 }
 
-/* Ends r (scheduler thread): closes its sequence, flushes held text, wakes the client. */
+/* The prefix-cache snapshot of r's sequence at its current length (scheduler thread). */
+static void take_snapshot(Sched *s, Req *r) {
+    Q35Err err = {0};
+    r->snap_due = 0;
+    if (r->seq >= 0 && q35_seq_snapshot(s->e, r->seq, &err) && !s->cfg.quiet)
+        fprintf(stderr, "qwen35 serve: %s: prefix cache snapshot failed: %s\n", r->id, err.msg);
+}
+
+/* Ends r (scheduler thread): flushes held text and wakes the client, then takes a snapshot still due and closes its
+ * sequence. */
 static void finish(Sched *s, Req *r, const char *reason) {
-    if (r->seq >= 0) q35_seq_close(s->e, r->seq);
-    r->seq = -1;
     double t = now_s();
     pthread_mutex_lock(&s->mu);
     if (strcmp(reason, "abort") && !r->error.status && !r->stop_matched) { /* no stop string can match now */
@@ -333,6 +340,9 @@ static void finish(Sched *s, Req *r, const char *reason) {
     if (r->admitted) s->n_admitted--;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&s->mu);
+    if (r->snap_due) take_snapshot(s, r);
+    if (r->seq >= 0) q35_seq_close(s->e, r->seq);
+    r->seq = -1;
     metrics_request(s->metrics, r->n_prompt, r->n_generated, r->t_first >= 0 ? r->t_first - r->t_arrival : -1,
                     t - r->t_arrival, r->error.status ? NULL : reason);
     log_request(s, r, t);
@@ -652,15 +662,14 @@ static void step(Sched *s) {
         }
         return;
     }
+    /* a snapshot due where an item sampled is taken after its token is out (in finish() when it was the last): the
+     * client does not wait for the copies */
     for (int i = 0; i < n_items; i++) {
         Req *r = s->item_req[i];
         r->n_fed += s->items[i].n;
         for (; r->i_snap < r->n_snap_at && r->snap_at[r->i_snap] <= r->n_fed; r->i_snap++)
-            if (r->snap_at[r->i_snap] == r->n_fed) {
-                Q35Err serr = {0};
-                if (q35_seq_snapshot(s->e, r->seq, &serr) && !s->cfg.quiet)
-                    fprintf(stderr, "qwen35 serve: %s: prefix cache snapshot failed: %s\n", r->id, serr.msg);
-            }
+            if (r->snap_at[r->i_snap] == r->n_fed) r->snap_due = 1;
+        if (r->snap_due && !s->items[i].sample) take_snapshot(s, r);
         const Q35StepOut *o = &s->outs[i];
         if (r->guide && s->items[i].logits) {
             o = guided_token(s, r, &s->outs[i]);
@@ -671,9 +680,12 @@ static void step(Sched *s) {
             }
         } else if (!s->items[i].sample)
             continue;
-        if (on_token(s, r, o))
+        if (on_token(s, r, o)) {
             for (int j = 0; j < s->n_running; j++)
                 if (s->running[j] == r) remove_running(s, j);
+        } else if (r->snap_due) {
+            take_snapshot(s, r);
+        }
     }
 }
 
