@@ -302,8 +302,10 @@ static int check_sampled(void *ctx, const int *ids, int det, int V, Err *err) {
     }
     /* default mode, alone (serve.cu solo_pick: the row stays on the device): the draws and argmax picks vs the host's
      * on the rows of another lone run (solo kernels are not bitwise reproducible: a near-tie may flip, so one miss of
-     * each kind is let through), logprobs within 2e-3 */
+     * each kind is let through, and a logit may move by a bf16 step of an activation: logprobs within 0.05, where a
+     * wrong id or log-sum-exp is off by O(1)) */
     int solo_miss = 0, solo_lp = 0, solo_k1 = 0;
+    double solo_worst = 0;
     if (!rc && !det) {
         float *host = malloc(sizeof(float) * 2 * V * (N_DRAW + 1));
         rc = run_draws(ctx, ids, 0, 0, NULL, NULL, host, V, err);
@@ -322,13 +324,14 @@ static int check_sampled(void *ctx, const int *ids, int det, int V, Err *err) {
                 for (int i = 1; i < V; i++) mx = row[i] > mx ? row[i] : mx;
                 for (int i = 0; i < V; i++) sum += exp((double)row[i] - mx);
                 const double want_lp = pick1[t] >= 0 && pick1[t] < V ? row[pick1[t]] - mx - log(sum) : NAN;
-                solo_lp += !(fabs(lp1[t] - want_lp) <= 2e-3);
+                solo_lp += !(fabs(lp1[t] - want_lp) <= 0.05);
+                solo_worst = fmax(solo_worst, fabs(lp1[t] - want_lp));
             }
         }
         free(host);
         printf("  alone (solo): draws vs the host sampler's %d of %d differ, top_k 1 vs argmax %d differ, logprobs "
-               "off %d\n",
-               solo_miss, N_DRAW + 1, solo_k1, solo_lp);
+               "off %d (worst %.2g)\n",
+               solo_miss, N_DRAW + 1, solo_k1, solo_lp, solo_worst);
     }
     sampler_free(&sm);
     free(rows), free(w);
