@@ -186,10 +186,10 @@ static inline void cp_async16(uint32_t dst, const void *src, bool pred) {
 static inline void cp_async16(void *dst, const void *src) { memcpy(dst, src, 16); }
 static inline void cp_async_commit(void) {}
 template <int N> static inline void cp_async_wait(void) {}
-/* atomics: one fiber runs at a time, so plain read-modify-writes (shared or global memory alike) */
-static inline int atomicAdd(int *p, int v) {
-    const int old = *p;
-    *p = old + v;
+/* atomics: one fiber runs at a time, so plain read-modify-writes (shared or global memory alike); any element type */
+template <typename T, typename U> static inline T atomicAdd(T *p, U v) {
+    const T old = *p;
+    *p = old + (T)v;
     return old;
 }
 static inline int atomicExch(int *p, int v) {
@@ -197,6 +197,12 @@ static inline int atomicExch(int *p, int v) {
     *p = v;
     return old;
 }
+/* the memory-order and integer intrinsics the kernels use; fences are no-ops (one fiber runs at a time) */
+static inline void __threadfence(void) {}
+template <typename T> static inline T __ldg(const T *p) { return *p; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
 
 static inline void emu_ldsm(uint32_t addr, uint32_t r[4], bool trans, int nmat = 4) {
     const int lane = me().tid & 31;

@@ -14,7 +14,6 @@
 // clang-format on
 
 #include "emu_common.h"
-static inline int min(int a, int b) { return a < b ? a : b; }
 static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
 // clang-format off
 #define __ldg(p) (*(p))

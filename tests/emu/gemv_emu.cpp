@@ -36,23 +36,6 @@ static inline unsigned __shfl_sync(unsigned, unsigned v, int src) { /* the ticke
     emu_warp_bar();
     return r;
 }
-static inline float atomicAdd(float *p, float v) {
-    const float old = *p;
-    *p = old + v;
-    return old;
-}
-static inline unsigned atomicAdd(unsigned *p, unsigned v) {
-    const unsigned old = *p;
-    *p = old + v;
-    return old;
-}
-template <typename T>
-static inline T __ldg(const T *p) {
-    return *p;
-}
-static inline void __threadfence(void) {}
-static inline int min(int a, int b) { return a < b ? a : b; }
-static inline int max(int a, int b) { return a > b ? a : b; }
 cudaError_t cudaGetDevice(int *d) {
     *d = 0;
     return cudaSuccess;

@@ -59,18 +59,7 @@ static inline double __shfl_xor_sync(unsigned, double x, int mask) {
     memcpy(&x, &u, 8);
     return x;
 }
-static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline void l2_prefetch(const void *, unsigned) {} /* common.cuh's hint (the ring kernel's; not emulated) */
-static inline unsigned atomicAdd(unsigned *p, unsigned v) {
-    const unsigned old = *p;
-    *p = old + v;
-    return old;
-}
-static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
-    const unsigned long long old = *p;
-    *p = old + v;
-    return old;
-}
 static inline unsigned atomicMax(unsigned *p, unsigned v) {
     const unsigned old = *p;
     if (v > old) *p = v;
@@ -94,12 +83,7 @@ static inline float __double2float_ru(double d) { /* the smallest float >= d */
     if ((double)f < d) f = nextafterf(f, INFINITY);
     return f;
 }
-template <typename T>
-static inline T __ldg(const T *p) { return *p; }
-static inline void __threadfence(void) {}
-static inline int min(int a, int b) { return a < b ? a : b; }
 static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
-static inline int max(int a, int b) { return a > b ? a : b; }
 /* the ring kernel's TMA pieces (declared for its template; only the register kernel runs here) */
 static inline unsigned __cvta_generic_to_shared(const void *) { abort(); }
 static inline void mbar_arrive(uint32_t) { abort(); }

@@ -59,19 +59,10 @@ static inline float __shfl_down_sync(unsigned, float x, int d) {
     return emu_shfl(x, lane + d < 32 ? lane + d : lane);
 }
 static inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
-static inline int __popc(unsigned x) { return __builtin_popcount(x); }
-static inline unsigned atomicAdd(unsigned *p, unsigned v) {
-    const unsigned old = *p;
-    *p = old + v;
-    return old;
-}
 template <typename T>
 static inline T __ldcg(const T *p) {
     return *p;
 }
-static inline void __threadfence(void) {}
-static inline int min(int a, int b) { return a < b ? a : b; }
-static inline int max(int a, int b) { return a > b ? a : b; }
 static inline void pdl_wait(void) {}
 static inline void pdl_trigger(void) {}
 #undef __shared__

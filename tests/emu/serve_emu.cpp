@@ -28,7 +28,6 @@ static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar(); }
 static inline int __shfl_xor_sync(unsigned, int v, int m) { /* the int form (warp_argmax's indices), bit exact */
     return (int)__float_as_uint(emu_shfl(__uint_as_float((uint32_t)v), (me().tid & 31) ^ m));
 }
-static inline int min(int a, int b) { return a < b ? a : b; }
 // clang-format off
 #include "sv_common.inc"   /* bf_lo .. ceil_div from src/cuda/common.cuh */
 #include "sv_deltanet.inc" /* src/cuda/deltanet.cuh */
