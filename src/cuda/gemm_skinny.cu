@@ -14,7 +14,15 @@
  * the epilogue runs from the accumulators; with several, each split writes its fp32 partial sums to work
  * [split][M][N] and gemm_skinny_reduce adds them in split order 0, 1, ... and applies the same epilogue. So every
  * y[m][n] is the same sum in the same order whatever M and the other rows are: a row's result depends on that row
- * alone. */
+ * alone.
+ *
+ * FP8 weights (w8, w8_scale; GemmParams in ops.h): W[n][k] = e4m3(w8[n ldw + k]) * w8_scale[k / 128][n]. Every e4m3
+ * value is a bf16 value, so the same bf16 mma.sync path runs on bf16(e4m3): a stage holds the 64 x 64 e4m3 chunk
+ * (4 KiB, cp.async, rows of 4 16-byte pieces) and the X chunk; once the chunk has landed, each thread converts two
+ * 16-byte pieces into the one bf16 W tile (swizzled as above) that the warps read with ldmatrix. Each chunk's sums
+ * start from zero and fold into the accumulator as acc = fma(scale_n, chunk_acc, acc) with the scale of the
+ * accumulator's W row n for the chunk's 128-column block (a 64-column chunk lies in one block). Same splits, order of
+ * splits and epilogues as bf16, so batch invariance holds the same way. */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
@@ -25,6 +33,10 @@
 #define SK_STAGES      4
 #define SK_STAGE_BYTES ((SK_BN + SK_BM) * SK_BK * 2)
 #define SK_SMEM        (SK_STAGES * SK_STAGE_BYTES)
+/* FP8: a stage is the e4m3 W chunk [64][64] then the X chunk; after the stages, the bf16 W tile [64][64] */
+#define SK_F8_STAGE_BYTES (SK_BN * SK_BK + SK_BM * SK_BK * 2)
+#define SK_F8_SMEM        (SK_STAGES * SK_F8_STAGE_BYTES + SK_BN * SK_BK * 2)
+static_assert(SK_F8_SMEM <= SK_SMEM, "the launchers allow SK_SMEM for both weight formats");
 
 /* The fused norm of gemm_skinny_reduce_norm: h bf16 [M][N] = norm(y) with weight w [N], mode, eps. */
 typedef struct SkNorm {
@@ -75,29 +87,49 @@ __device__ __forceinline__ void sk_store_glu(const GemmParams &g, int m, int i, 
 /* The W row of SwiGLU output column i and its partner: gate row (i / G) 2G + i % G, up row that + G. */
 __device__ __forceinline__ int sk_gate_row(int i, int G) { return (i / G) * 2 * G + i % G; }
 
-/* EPI < 0: write partial sums to work + split * M * N. */
-template <int EPI>
-__global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkArgs a) {
-    extern __shared__ __align__(1024) uint8_t smem[];
-    const GemmParams &g = a.g;
-    const int m0 = blockIdx.x * SK_BM, n0 = blockIdx.y * SK_BN, split = blockIdx.z;
-    const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const uint32_t sbase = smem_addr(smem);
-    const uint16_t *W = g.w, *X = g.x;
-
-    /* Loads of chunk c into stage st: 512 16-byte pieces of W and 512 of X; thread tid takes pieces tid + 128 i. */
-    auto load_w = [&](int c, int st) {
-        const uint32_t sw = sbase + st * SK_STAGE_BYTES;
+/* 16 e4m3 codes (byte j = column j) as 16 bf16, exact: columns 0-7 in lo, 8-15 in hi (two bf16 a word, the lower
+ * column in the low half). e4m3x2_f32 gives exact fp32 values whose low 16 bits are zero, so the bf16 is the high
+ * half of each: one byte_perm packs two. */
+__device__ __forceinline__ void e4m3x16_bf16(uint4 v, uint4 &lo, uint4 &hi) {
+    const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+    uint32_t o[8];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = (c0 + c) * SK_BK + ch * 8, n = n0 + r;
+    for (int i = 0; i < 4; i++) {
+        const float2 a = e4m3x2_f32(q[i]), b = e4m3x2_f32(q[i] >> 16);
+        o[2 * i] = __byte_perm(__float_as_uint(a.x), __float_as_uint(a.y), 0x7632);
+        o[2 * i + 1] = __byte_perm(__float_as_uint(b.x), __float_as_uint(b.y), 0x7632);
+    }
+    lo = make_uint4(o[0], o[1], o[2], o[3]);
+    hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+/* The FP8 main loop of gemm_skinny_k (its names): chunks c0 .. c0 + nch - 1 of this CTA into acc. Ring of SK_STAGES
+ * stages (e4m3 W chunk, X chunk) with one barrier pair per chunk: after the wait for chunk c, the barrier (every
+ * thread is past chunk c - 1's conversion and MMAs) frees stage (c - 1) % SK_STAGES for chunk c + SK_STAGES - 1, then
+ * the conversion of chunk c into the bf16 tile, the second barrier, the MMAs into chunk sums, the fold. The
+ * prologue issues the W of the first SK_STAGES chunks (into cp.async group 0) and the X of the first SK_STAGES - 1;
+ * SK_STAGES - 1 chunks stay in flight behind the one computed, as in the bf16 loop. */
+__device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], uint8_t *smem, int m0, int n0,
+                                           int c0, int nch, int mvalid) {
+    const GemmParams &g = a.g;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const uint32_t sbase = smem_addr(smem), swt = sbase + SK_STAGES * SK_F8_STAGE_BYTES;
+    const uint8_t *W8 = g.w8;
+    const uint16_t *X = g.x;
+
+    /* chunk c's W into stage st: 256 16-byte pieces (row p / 4, columns 16 (p % 4) ..), thread tid takes tid and
+     * tid + 128; K % 16 == 0, so a piece is all inside K or all past it (zero-filled) */
+    auto load_w = [&](int c, int st) {
+        const uint32_t sw = sbase + st * SK_F8_STAGE_BYTES;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int p = tid + 128 * i, n = n0 + (p >> 2), k = (c0 + c) * SK_BK + (p & 3) * 16;
             const bool ok = n < g.N && k < g.K;
-            cp_async16(sw + swz<8>(r, ch) * 16, ok ? W + (size_t)n * g.ldw + k : W, ok);
+            cp_async16(sw + p * 16, ok ? W8 + (size_t)n * g.ldw + k : W8, ok);
         }
     };
     auto load_x = [&](int c, int st) {
-        const uint32_t sx = sbase + st * SK_STAGE_BYTES + SK_BN * SK_BK * 2;
+        const uint32_t sx = sbase + st * SK_F8_STAGE_BYTES + SK_BN * SK_BK;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = (c0 + c) * SK_BK + ch * 8, m = m0 + r;
@@ -106,50 +138,156 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
         }
     };
 
-    /* the weights are immutable: their first stages go out before the wait for the previous kernel */
+    /* the weights are immutable: the first SK_STAGES chunks of W go out before the wait for the previous kernel */
 #pragma unroll
     for (int st = 0; st < SK_STAGES; st++)
         if (st < nch) load_w(st, st);
     pdl_begin();
 #pragma unroll
-    for (int st = 0; st < SK_STAGES; st++) {
+    for (int st = 0; st < SK_STAGES - 1; st++) {
         if (st < nch) load_x(st, st);
         cp_async_commit();
     }
 
-    const int mvalid = min(SK_BM, g.M - m0); /* n8 tiles past it hold zeros: skipped */
-    float acc[8][4];
-#pragma unroll
-    for (int t = 0; t < 8; t++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
-
+    /* this thread's accumulator rows n (e < 2) and n + 8 (e >= 2); rows past N get scale 0 (never stored) */
+    const int n = n0 + warp * 16 + (lane >> 2);
     for (int c = 0; c < nch; c++) {
-        cp_async_wait<SK_STAGES - 1>();
+        cp_async_wait<SK_STAGES - 2>();
         __syncthreads();
+        const int j = c + SK_STAGES - 1;
+        if (j < nch) {
+            if (j >= SK_STAGES) load_w(j, j % SK_STAGES);
+            load_x(j, j % SK_STAGES);
+        }
+        cp_async_commit();
+        const float *sc = g.w8_scale + (size_t)((c0 + c) * SK_BK / 128) * g.N;
+        const float s_lo = n < g.N ? __ldg(sc + n) : 0.0f, s_hi = n + 8 < g.N ? __ldg(sc + n + 8) : 0.0f;
+
         const int st = c % SK_STAGES;
-        const uint32_t sw = sbase + st * SK_STAGE_BYTES, sx = sw + SK_BN * SK_BK * 2;
+        const uint8_t *w8s = smem + st * SK_F8_STAGE_BYTES;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int p = tid + 128 * i, r = p >> 2, q = p & 3;
+            uint4 lo, hi;
+            e4m3x16_bf16(*(const uint4 *)(w8s + p * 16), lo, hi);
+            *(uint4 *)(smem + SK_STAGES * SK_F8_STAGE_BYTES + swz<8>(r, 2 * q) * 16) = lo;
+            *(uint4 *)(smem + SK_STAGES * SK_F8_STAGE_BYTES + swz<8>(r, 2 * q + 1) * 16) = hi;
+        }
+        __syncthreads();
+
+        const uint32_t sx = sbase + st * SK_F8_STAGE_BYTES + SK_BN * SK_BK;
+        float cacc[8][4];
+#pragma unroll
+        for (int t = 0; t < 8; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < SK_BK / 16; kk++) {
             uint32_t af[4];
-            ldsm_x4(ldsm_addr_a<8>(sw, warp * 16, kk * 16, lane), af);
+            ldsm_x4(ldsm_addr_a<8>(swt, warp * 16, kk * 16, lane), af);
 #pragma unroll
             for (int np = 0; np < 4; np++) {
                 if (np * 16 >= mvalid) break;
                 uint32_t b[4];
                 ldsm_x4(ldsm_addr_bt<8>(sx, np * 16, kk * 16, lane), b);
-                mma_bf16(acc[2 * np], af, b[0], b[1]);
-                mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
+                mma_bf16(cacc[2 * np], af, b[0], b[1]);
+                mma_bf16(cacc[2 * np + 1], af, b[2], b[3]);
             }
         }
-        __syncthreads(); /* stage st is refilled next */
-        if (c + SK_STAGES < nch) {
-            load_w(c + SK_STAGES, st);
-            load_x(c + SK_STAGES, st);
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            if ((t >> 1) * 16 >= mvalid) break;
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[t][e] = fmaf(e < 2 ? s_lo : s_hi, cacc[t][e], acc[t][e]);
         }
-        cp_async_commit();
     }
     cp_async_wait<0>();
+}
+
+/* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights (sk_main_f8). */
+template <int EPI, bool F8>
+__global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkArgs a) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const GemmParams &g = a.g;
+    const int m0 = blockIdx.x * SK_BM, n0 = blockIdx.y * SK_BN, split = blockIdx.z;
+    const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    float acc[8][4];
+    if constexpr (F8) {
+        const int mvalid = min(SK_BM, g.M - m0); /* n8 tiles past it hold zeros: skipped */
+#pragma unroll
+        for (int t = 0; t < 8; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
+        sk_main_f8(a, acc, smem, m0, n0, c0, nch, mvalid);
+    } else {
+        const uint32_t sbase = smem_addr(smem);
+        const uint16_t *W = g.w, *X = g.x;
+
+        /* Loads of chunk c into stage st: 512 16-byte pieces of W and 512 of X; thread tid takes pieces tid + 128 i. */
+        auto load_w = [&](int c, int st) {
+            const uint32_t sw = sbase + st * SK_STAGE_BYTES;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = (c0 + c) * SK_BK + ch * 8, n = n0 + r;
+                const bool ok = n < g.N && k < g.K;
+                cp_async16(sw + swz<8>(r, ch) * 16, ok ? W + (size_t)n * g.ldw + k : W, ok);
+            }
+        };
+        auto load_x = [&](int c, int st) {
+            const uint32_t sx = sbase + st * SK_STAGE_BYTES + SK_BN * SK_BK * 2;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = (c0 + c) * SK_BK + ch * 8, m = m0 + r;
+                const bool ok = m < g.M && k < g.K;
+                cp_async16(sx + swz<8>(r, ch) * 16, ok ? X + (size_t)m * g.ldx + k : X, ok);
+            }
+        };
+
+        /* the weights are immutable: their first stages go out before the wait for the previous kernel */
+#pragma unroll
+        for (int st = 0; st < SK_STAGES; st++)
+            if (st < nch) load_w(st, st);
+        pdl_begin();
+#pragma unroll
+        for (int st = 0; st < SK_STAGES; st++) {
+            if (st < nch) load_x(st, st);
+            cp_async_commit();
+        }
+
+        const int mvalid = min(SK_BM, g.M - m0); /* n8 tiles past it hold zeros: skipped */
+#pragma unroll
+        for (int t = 0; t < 8; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
+
+        for (int c = 0; c < nch; c++) {
+            cp_async_wait<SK_STAGES - 1>();
+            __syncthreads();
+            const int st = c % SK_STAGES;
+            const uint32_t sw = sbase + st * SK_STAGE_BYTES, sx = sw + SK_BN * SK_BK * 2;
+#pragma unroll
+            for (int kk = 0; kk < SK_BK / 16; kk++) {
+                uint32_t af[4];
+                ldsm_x4(ldsm_addr_a<8>(sw, warp * 16, kk * 16, lane), af);
+#pragma unroll
+                for (int np = 0; np < 4; np++) {
+                    if (np * 16 >= mvalid) break;
+                    uint32_t b[4];
+                    ldsm_x4(ldsm_addr_bt<8>(sx, np * 16, kk * 16, lane), b);
+                    mma_bf16(acc[2 * np], af, b[0], b[1]);
+                    mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
+                }
+            }
+            __syncthreads(); /* stage st is refilled next */
+            if (c + SK_STAGES < nch) {
+                load_w(c + SK_STAGES, st);
+                load_x(c + SK_STAGES, st);
+            }
+            cp_async_commit();
+        }
+        cp_async_wait<0>();
+    }
 
     /* accumulator (t, e): W row n0 + 16 warp + lane / 4 (+ 8 for e >= 2), X row m0 + 8 t + 2 (lane % 4) + e % 2 */
     const int nr = n0 + warp * 16 + (lane >> 2), mc = m0 + 2 * (lane & 3);
@@ -269,30 +407,46 @@ extern "C" size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, 
     return s > 1 || (epi == GEMM_EPI_SWIGLU_BF16 && glu_group != 1) ? (size_t)s * M * N : 0;
 }
 
-template <int EPI>
+/* Allows gemm_skinny_k<EPI, F8> SK_SMEM bytes of dynamic shared memory (the larger format's: either launch fits),
+ * once per instantiation. */
+template <int EPI, bool F8>
+static int sk_attr(void) {
+    static bool done = false;
+    if (done) return 0;
+    const cudaError_t e =
+        cudaFuncSetAttribute(gemm_skinny_k<EPI, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize, SK_SMEM);
+    if (e != cudaSuccess) return (int)e;
+    done = true;
+    return 0;
+}
+
+template <int EPI, bool F8>
 static int sk_launch(const SkArgs &a, int splits, const CudaLaunch *l) {
     const GemmParams &g = a.g;
-    static bool attr_done = false; /* per EPI instantiation */
-    if (!attr_done) {
-        cudaError_t e1 = cudaFuncSetAttribute(gemm_skinny_k<-1>, cudaFuncAttributeMaxDynamicSharedMemorySize, SK_SMEM);
-        cudaError_t e2 = cudaFuncSetAttribute(gemm_skinny_k<EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, SK_SMEM);
-        if (e1 != cudaSuccess) return (int)e1;
-        if (e2 != cudaSuccess) return (int)e2;
-        attr_done = true;
-    }
+    const int smem = F8 ? SK_F8_SMEM : SK_SMEM;
+    int rc = sk_attr<-1, F8>();
+    if (!rc) rc = sk_attr<EPI, F8>();
+    if (rc) return rc;
     const dim3 grid((unsigned)((g.M + SK_BM - 1) / SK_BM), (unsigned)((g.N + SK_BN - 1) / SK_BN), (unsigned)splits);
     const bool partial = splits > 1 || (EPI == GEMM_EPI_SWIGLU_BF16 && g.glu_group != 1);
-    if (!partial) return launch_kernel(gemm_skinny_k<EPI>, grid, dim3(128), SK_SMEM, l, a);
-    int rc = launch_kernel(gemm_skinny_k<-1>, grid, dim3(128), SK_SMEM, l, a);
+    if (!partial) return launch_kernel(gemm_skinny_k<EPI, F8>, grid, dim3(128), smem, l, a);
+    rc = launch_kernel(gemm_skinny_k<-1, F8>, grid, dim3(128), smem, l, a);
     if (rc) return rc;
     const int cols = EPI == GEMM_EPI_SWIGLU_BF16 ? g.N / 2 : g.N;
     return launch_ex(gemm_skinny_reduce<EPI>, dim3((unsigned)((cols + 255) / 256), (unsigned)g.M), dim3(256), 0, 0, l,
                      a, splits);
 }
 
+/* The weight arguments: exactly one of w (bf16) and w8 (FP8, with w8_scale, K and ldw multiples of 16, 16-byte
+ * aligned) */
+static bool sk_weights_ok(const GemmParams *g) {
+    if (!g->w == !g->w8) return false;
+    return !g->w8 || (g->w8_scale && g->K % 16 == 0 && g->ldw % 16 == 0 && !((uintptr_t)g->w8 & 15));
+}
+
 extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_floats, int n_sm, const CudaLaunch *l) {
-    if (!g || !l || !g->x || !g->w || !g->y || g->M < 1 || g->M > 65535 || g->N < 8 || g->K < 8 || g->N % 8 ||
-        g->K % 8 || g->ldx % 8 || g->ldw % 8 || g->ldx < g->K || g->ldw < g->K || n_sm < 1)
+    if (!g || !l || !g->x || !sk_weights_ok(g) || !g->y || g->M < 1 || g->M > 65535 || g->N < 8 || g->K < 8 ||
+        g->N % 8 || g->K % 8 || g->ldx % 8 || g->ldw % 8 || g->ldx < g->K || g->ldw < g->K || n_sm < 1)
         return (int)cudaErrorInvalidValue;
     if (g->epi == GEMM_EPI_SWIGLU_BF16 && (g->glu_group < 1 || g->N % (2 * g->glu_group) || g->ldy < g->N / 2))
         return (int)cudaErrorInvalidValue;
@@ -305,21 +459,28 @@ extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_fl
     if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) > work_floats ||
         (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) && !work))
         return (int)cudaErrorInvalidValue;
+    const bool f8 = g->w8 != NULL;
     switch (g->epi) {
-    case GEMM_EPI_BF16: return sk_launch<GEMM_EPI_BF16>(a, splits, l);
-    case GEMM_EPI_F32: return sk_launch<GEMM_EPI_F32>(a, splits, l);
-    case GEMM_EPI_ADD_F32: return sk_launch<GEMM_EPI_ADD_F32>(a, splits, l);
-    case GEMM_EPI_SWIGLU_BF16: return sk_launch<GEMM_EPI_SWIGLU_BF16>(a, splits, l);
+    case GEMM_EPI_BF16:
+        return f8 ? sk_launch<GEMM_EPI_BF16, true>(a, splits, l) : sk_launch<GEMM_EPI_BF16, false>(a, splits, l);
+    case GEMM_EPI_F32:
+        return f8 ? sk_launch<GEMM_EPI_F32, true>(a, splits, l) : sk_launch<GEMM_EPI_F32, false>(a, splits, l);
+    case GEMM_EPI_ADD_F32:
+        return f8 ? sk_launch<GEMM_EPI_ADD_F32, true>(a, splits, l) : sk_launch<GEMM_EPI_ADD_F32, false>(a, splits, l);
+    case GEMM_EPI_SWIGLU_BF16:
+        return f8 ? sk_launch<GEMM_EPI_SWIGLU_BF16, true>(a, splits, l)
+                  : sk_launch<GEMM_EPI_SWIGLU_BF16, false>(a, splits, l);
     default: return (int)cudaErrorInvalidValue;
     }
 }
 
 extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mode, float eps, uint16_t *h,
                                      float *work, size_t work_floats, int n_sm, const CudaLaunch *l) {
-    if (!g || !l || !g->x || !g->w || !g->y || !norm_w || !h || !work || g->epi != GEMM_EPI_ADD_F32 || g->M < 1 ||
-        g->M > 65535 || g->N % 8 || g->N > 2048 || g->K < 8 || g->K % 8 || g->ldx % 8 || g->ldw % 8 || g->ldx < g->K ||
-        g->ldw < g->K || g->ldy < g->N || g->ldy % 4 || ((uintptr_t)g->y & 15) || ((uintptr_t)norm_w & 15) ||
-        ((uintptr_t)h & 15) || n_sm < 1 || (norm_mode != NORM_ZC && norm_mode != NORM_PLAIN))
+    if (!g || !l || !g->x || !sk_weights_ok(g) || !g->y || !norm_w || !h || !work || g->epi != GEMM_EPI_ADD_F32 ||
+        g->M < 1 || g->M > 65535 || g->N % 8 || g->N > 2048 || g->K < 8 || g->K % 8 || g->ldx % 8 || g->ldw % 8 ||
+        g->ldx < g->K || g->ldw < g->K || g->ldy < g->N || g->ldy % 4 || ((uintptr_t)g->y & 15) ||
+        ((uintptr_t)norm_w & 15) || ((uintptr_t)h & 15) || n_sm < 1 ||
+        (norm_mode != NORM_ZC && norm_mode != NORM_PLAIN))
         return (int)cudaErrorInvalidValue;
     SkArgs a;
     a.g = *g;
@@ -328,15 +489,12 @@ extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, i
     const int splits = sk_plan(g->N, g->K, n_sm, &a.kc);
     if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats)
         return (int)cudaErrorInvalidValue;
-    static bool attr_done = false;
-    if (!attr_done) {
-        const cudaError_t e =
-            cudaFuncSetAttribute(gemm_skinny_k<-1>, cudaFuncAttributeMaxDynamicSharedMemorySize, SK_SMEM);
-        if (e != cudaSuccess) return (int)e;
-        attr_done = true;
-    }
+    const bool f8 = g->w8 != NULL;
+    int rc = f8 ? sk_attr<-1, true>() : sk_attr<-1, false>();
+    if (rc) return rc;
     const dim3 grid((unsigned)((g->M + SK_BM - 1) / SK_BM), (unsigned)((g->N + SK_BN - 1) / SK_BN), (unsigned)splits);
-    int rc = launch_kernel(gemm_skinny_k<-1>, grid, dim3(128), SK_SMEM, l, a);
+    rc = f8 ? launch_kernel(gemm_skinny_k<-1, true>, grid, dim3(128), SK_F8_SMEM, l, a)
+            : launch_kernel(gemm_skinny_k<-1, false>, grid, dim3(128), SK_SMEM, l, a);
     if (rc) return rc;
     const SkNorm nm = {norm_w, h, norm_mode, eps};
     const dim3 rg((unsigned)g->M);

@@ -201,6 +201,13 @@ static inline int atomicExch(int *p, int v) {
 static inline void __threadfence(void) {}
 template <typename T> static inline T __ldg(const T *p) { return *p; }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+/* byte n of the result = byte s[4n + 2 .. 4n] of the 8 bytes {y (bytes 4-7), x (bytes 0-3)} */
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t v = (uint64_t)y << 32 | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; n++) r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xffu) << (8 * n);
+    return r;
+}
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 
