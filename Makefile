@@ -134,6 +134,10 @@ $(BUILD)/bench/gemm_lab: bench/kernels/gemm_lab.cu bench/kernels/lab.cuh $(GEMM_
 $(BUILD)/bench/serve_step: bench/serve_step.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
+# the numerical error of --weights fp8 (issue 31): build/bench/fp8_quality [--steps 256] [--cpu N]
+$(BUILD)/bench/fp8_quality: bench/fp8_quality.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS) -lm
 
 # the tests that need Qwen3's tokenizer.json (.cache/qwen3-tokenizer): skipped, with one line, when it cannot be had
 TOK_TESTS = $(addprefix $(BUILD)/tests/,test_tokenizer test_tok_cli test_chat test_chat_tools)

@@ -3,7 +3,8 @@
  * a 2048-token step budget), then `steps` greedy decode steps of all B run and are timed one by one (wall clock
  * around q35_step, which includes the host sampling and the logits readback). Prints per B the median step time,
  * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
- * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic] [B ...]
+ * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic]
+ * [--weights auto|fp8] [B ...]
  * (--deterministic: the engine's deterministic mode, for what batch invariance costs; --temperature, --top-p,
  * --logprobs K: every sequence samples / asks for logprobs, the host's share of a step)
  * (default B: 1 8 32 64 128 256). A benchmark, not a test: nothing is asserted. */
@@ -121,6 +122,8 @@ int main(int argc, char **argv) {
             steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--deterministic"))
             o.deterministic = 1;
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc)
+            o.weights = argv[++i];
         else if (!strcmp(argv[i], "--temperature") && i + 1 < argc)
             g_temp = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--top-p") && i + 1 < argc)
@@ -132,7 +135,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
-                    "[--temperature T] [--top-p P] [--logprobs K] [B ...]\n");
+                    "[--weights auto|fp8] [--temperature T] [--top-p P] [--logprobs K] [B ...]\n");
             return 2;
         }
     }

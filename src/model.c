@@ -740,15 +740,15 @@ static int is_float_dtype(DType t) { return t == DT_BF16 || t == DT_F16 || t == 
 
 /* A weight the forward pass reads: present, float, and holding rows x cols elements (rows
  * checked against shape[0] for matrices). */
-static int check_w(const Tensor *t, int64_t rows, int64_t cols, int layer, const char *what, const char *who,
-                   Err *err) {
+static int check_w(int fp8_ok, const Tensor *t, int64_t rows, int64_t cols, int layer, const char *what,
+                   const char *who, Err *err) {
     char where[32] = "";
     if (layer >= 0) snprintf(where, sizeof where, "layer %d: ", layer);
     if (!t->data) return err_set(err, Q35_ERR_FORMAT, "%s: %s%s is missing", who, where, what);
-    if (t->dtype == DT_F8_E4M3)
+    if (t->dtype == DT_F8_E4M3 && !fp8_ok)
         return err_set(err, Q35_ERR_FORMAT, "%s: %s%s (%s) is F8_E4M3, which this backend does not read (the cpu one does)",
                        who, where, what, t->name ? t->name : "?");
-    if (!is_float_dtype(t->dtype))
+    if (!is_float_dtype(t->dtype) && t->dtype != DT_F8_E4M3)
         return err_set(err, Q35_ERR_FORMAT, "%s: %s%s (%s) has dtype %s, expected BF16/F16/F32", who,
                        where, what, t->name ? t->name : "?", dtype_name(t->dtype));
     if (t->numel != rows * cols || (cols > 1 && t->ndim >= 2 && t->shape[0] != rows))
@@ -758,41 +758,41 @@ static int check_w(const Tensor *t, int64_t rows, int64_t cols, int layer, const
     return 0;
 }
 
-int model_check_weights(const Model *m, const char *who, Err *err) {
+int model_check_weights(const Model *m, const char *who, int fp8_ok, Err *err) {
     const Config *c = &m->config;
     const Weights *w = &m->w;
     const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
     int rc;
-    if ((rc = check_w(&w->embed_tokens, V, D, -1, "embed_tokens", who, err)) ||
-        (rc = check_w(&w->norm, D, 1, -1, "norm", who, err)) || (rc = check_w(&w->lm_head, V, D, -1, "lm_head", who, err)))
+    if ((rc = check_w(0, &w->embed_tokens, V, D, -1, "embed_tokens", who, err)) ||
+        (rc = check_w(0, &w->norm, D, 1, -1, "norm", who, err)) || (rc = check_w(0, &w->lm_head, V, D, -1, "lm_head", who, err)))
         return rc;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const LayerWeights *L = &w->layers[l];
-        if ((rc = check_w(&L->input_layernorm, D, 1, l, "input_layernorm", who, err)) ||
-            (rc = check_w(&L->post_attention_layernorm, D, 1, l, "post_attention_layernorm", who, err)) ||
-            (rc = check_w(&L->gate_proj, F, D, l, "mlp.gate_proj", who, err)) ||
-            (rc = check_w(&L->up_proj, F, D, l, "mlp.up_proj", who, err)) ||
-            (rc = check_w(&L->down_proj, D, F, l, "mlp.down_proj", who, err)))
+        if ((rc = check_w(0, &L->input_layernorm, D, 1, l, "input_layernorm", who, err)) ||
+            (rc = check_w(0, &L->post_attention_layernorm, D, 1, l, "post_attention_layernorm", who, err)) ||
+            (rc = check_w(fp8_ok, &L->gate_proj, F, D, l, "mlp.gate_proj", who, err)) ||
+            (rc = check_w(fp8_ok, &L->up_proj, F, D, l, "mlp.up_proj", who, err)) ||
+            (rc = check_w(fp8_ok, &L->down_proj, D, F, l, "mlp.down_proj", who, err)))
             return rc;
         if (c->layer_types[l] == LAYER_FULL_ATTN) {
-            if ((rc = check_w(&L->q_proj, c->q_proj_rows, D, l, "self_attn.q_proj", who, err)) ||
-                (rc = check_w(&L->k_proj, c->kv_dim, D, l, "self_attn.k_proj", who, err)) ||
-                (rc = check_w(&L->v_proj, c->kv_dim, D, l, "self_attn.v_proj", who, err)) ||
-                (rc = check_w(&L->o_proj, D, c->attn_dim, l, "self_attn.o_proj", who, err)) ||
-                (rc = check_w(&L->q_norm, hd, 1, l, "self_attn.q_norm", who, err)) ||
-                (rc = check_w(&L->k_norm, hd, 1, l, "self_attn.k_norm", who, err)))
+            if ((rc = check_w(fp8_ok, &L->q_proj, c->q_proj_rows, D, l, "self_attn.q_proj", who, err)) ||
+                (rc = check_w(fp8_ok, &L->k_proj, c->kv_dim, D, l, "self_attn.k_proj", who, err)) ||
+                (rc = check_w(fp8_ok, &L->v_proj, c->kv_dim, D, l, "self_attn.v_proj", who, err)) ||
+                (rc = check_w(fp8_ok, &L->o_proj, D, c->attn_dim, l, "self_attn.o_proj", who, err)) ||
+                (rc = check_w(0, &L->q_norm, hd, 1, l, "self_attn.q_norm", who, err)) ||
+                (rc = check_w(0, &L->k_norm, hd, 1, l, "self_attn.k_norm", who, err)))
                 return rc;
         } else {
             const int Hv = c->linear_num_value_heads;
-            if ((rc = check_w(&L->in_proj_qkv, c->conv_dim, D, l, "linear_attn.in_proj_qkv", who, err)) ||
-                (rc = check_w(&L->in_proj_z, c->value_dim, D, l, "linear_attn.in_proj_z", who, err)) ||
-                (rc = check_w(&L->in_proj_b, Hv, D, l, "linear_attn.in_proj_b", who, err)) ||
-                (rc = check_w(&L->in_proj_a, Hv, D, l, "linear_attn.in_proj_a", who, err)) ||
-                (rc = check_w(&L->conv1d, c->conv_dim, c->linear_conv_kernel_dim, l, "linear_attn.conv1d", who, err)) ||
-                (rc = check_w(&L->dt_bias, Hv, 1, l, "linear_attn.dt_bias", who, err)) ||
-                (rc = check_w(&L->A_log, Hv, 1, l, "linear_attn.A_log", who, err)) ||
-                (rc = check_w(&L->linear_norm, c->linear_value_head_dim, 1, l, "linear_attn.norm", who, err)) ||
-                (rc = check_w(&L->out_proj, D, c->value_dim, l, "linear_attn.out_proj", who, err)))
+            if ((rc = check_w(fp8_ok, &L->in_proj_qkv, c->conv_dim, D, l, "linear_attn.in_proj_qkv", who, err)) ||
+                (rc = check_w(fp8_ok, &L->in_proj_z, c->value_dim, D, l, "linear_attn.in_proj_z", who, err)) ||
+                (rc = check_w(fp8_ok, &L->in_proj_b, Hv, D, l, "linear_attn.in_proj_b", who, err)) ||
+                (rc = check_w(fp8_ok, &L->in_proj_a, Hv, D, l, "linear_attn.in_proj_a", who, err)) ||
+                (rc = check_w(0, &L->conv1d, c->conv_dim, c->linear_conv_kernel_dim, l, "linear_attn.conv1d", who, err)) ||
+                (rc = check_w(0, &L->dt_bias, Hv, 1, l, "linear_attn.dt_bias", who, err)) ||
+                (rc = check_w(0, &L->A_log, Hv, 1, l, "linear_attn.A_log", who, err)) ||
+                (rc = check_w(0, &L->linear_norm, c->linear_value_head_dim, 1, l, "linear_attn.norm", who, err)) ||
+                (rc = check_w(fp8_ok, &L->out_proj, D, c->value_dim, l, "linear_attn.out_proj", who, err)))
                 return rc;
         }
     }

@@ -94,8 +94,9 @@ int model_fp8_count(const Model *m, int64_t *bytes);
 /* Releases the mmaps and owned memory; safe on a zeroed or partially loaded Model. */
 void model_free(Model *m);
 /* Checks that every weight the forward pass reads is present, float (BF16/F16/F32) and has the
- * element count (and rows) the config implies. who prefixes the message ("cpu backend"). */
-int model_check_weights(const Model *m, const char *who, Err *err);
+ * element count (and rows) the config implies. who prefixes the message ("cpu backend"). fp8_ok: the layers'
+ * projection matrices may also be F8_E4M3 (a backend that reads them; embeddings, head and vectors never). */
+int model_check_weights(const Model *m, const char *who, int fp8_ok, Err *err);
 /* Parameters a checkpoint for config c holds (tied head counted once): the count model_load and
  * model_dummy report in n_params. */
 int64_t model_param_count(const Config *c);

@@ -127,6 +127,13 @@ void fp8_dequantize_blocks(float *w, const uint8_t *q, const float *scale_inv, i
     }
 }
 
+void fp8_scales_per_row(float *dst, int64_t ld, int64_t row0, int64_t row_step, const float *scale_inv, int64_t rows,
+                        int64_t cols) {
+    const int64_t nbc = (cols + FP8_BLOCK - 1) / FP8_BLOCK;
+    for (int64_t b = 0; b < nbc; b++)
+        for (int64_t r = 0; r < rows; r++) dst[b * ld + row0 + r * row_step] = scale_inv[(r / FP8_BLOCK) * nbc + b];
+}
+
 double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

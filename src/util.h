@@ -52,6 +52,11 @@ uint8_t f32_to_fp8_e4m3(float f);
 void fp8_quantize_blocks(uint8_t *q, float *scale_inv, const float *w, int64_t rows, int64_t cols);
 /* w[r][c] = float(q[r][c]) * scale_inv[r/128][c/128]: one fp32 multiply, the same in every backend. */
 void fp8_dequantize_blocks(float *w, const uint8_t *q, const float *scale_inv, int64_t rows, int64_t cols);
+/* The CUDA backend's per-row scale layout (src/cuda/ops.h FP8_SCALES_DOC) from a checkpoint's block scales: row r
+ * of the (rows, cols) matrix lands at device row row0 + r * row_step (stacked or interleaved matrices), and
+ * dst[(c / 128) * ld + row0 + r * row_step] = scale_inv[r / 128][c / 128] for every 128-column block c / 128. */
+void fp8_scales_per_row(float *dst, int64_t ld, int64_t row0, int64_t row_step, const float *scale_inv, int64_t rows,
+                        int64_t cols);
 
 double now_s(void); /* monotonic seconds */
 

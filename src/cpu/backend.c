@@ -50,7 +50,7 @@ int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err)
         }
         m = ctx->deq;
     }
-    if ((rc = model_check_weights(m, "cpu backend", err))) {
+    if ((rc = model_check_weights(m, "cpu backend", 0, err))) {
         cpu_ctx_close(ctx);
         return rc;
     }

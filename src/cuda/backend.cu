@@ -21,6 +21,8 @@ static int cfail(cudaError_t e, const char *what, Err *err) {
 
 /* ---- config and weight checks --------------------------------------------------------------------------- */
 
+static int is8(const Tensor *t) { return t->dtype == DT_F8_E4M3; }
+
 static int check_model(const Model *m, Err *err) {
     const Config *c = &m->config;
     const Weights *w = &m->w;
@@ -51,7 +53,29 @@ static int check_model(const Model *m, Err *err) {
                        "K %d)",
                        c->linear_num_key_heads, c->linear_num_value_heads, c->linear_key_head_dim,
                        c->linear_value_head_dim, c->linear_conv_kernel_dim);
-    return model_check_weights(m, "cuda backend", err);
+    int rc = model_check_weights(m, "cuda backend", 1, err);
+    if (rc) return rc;
+    /* FP8: the parts of one stacked device matrix share a format; every FP8 matrix has cols % 16 == 0 */
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const LayerWeights *L = &w->layers[l];
+        const int full = c->layer_types[l] == LAYER_FULL_ATTN;
+        const Tensor *a0 = full ? &L->q_proj : &L->in_proj_qkv, *a1 = full ? &L->k_proj : &L->in_proj_z;
+        const int mixed = is8(a0) != is8(a1) || (full && is8(a0) != is8(&L->v_proj)) ||
+                          (!full && (is8(&L->in_proj_b) != is8(&L->in_proj_a) || (is8(&L->in_proj_b) && !is8(a0)))) ||
+                          is8(&L->gate_proj) != is8(&L->up_proj);
+        if (mixed)
+            return err_set(err, Q35_ERR_FORMAT,
+                           "cuda backend: layer %d mixes FP8 and bf16 among the matrices it stacks (%s; gate/up): "
+                           "not supported",
+                           l, full ? "q/k/v" : "in_proj qkv/z, b/a");
+        const int d8 = (is8(a0) && D % 16) || (is8(&L->gate_proj) && D % 16) ||
+                       (is8(full ? &L->o_proj : &L->out_proj) && (full ? c->attn_dim : c->value_dim) % 16) ||
+                       (is8(&L->down_proj) && F % 16);
+        if (d8)
+            return err_set(err, Q35_ERR_CONFIG,
+                           "cuda backend: FP8 matrices need input widths that are multiples of 16 (layer %d)", l);
+    }
+    return 0;
 }
 
 /* ---- arena layout ------------------------------------------------------------------------------ */
@@ -106,10 +130,45 @@ static void layout(CudaCtx *ctx, Arena *a) {
             CARVE(a, ly->lin_norm, c->linear_value_head_dim);
         }
         max_in = imax(max_in, ly->in_rows);
-        CARVE(a, ly->w_in, (size_t)ly->in_rows * D);
-        CARVE(a, ly->w_out, (size_t)D * ly->out_cols);
-        CARVE(a, ly->w_gu, (size_t)2 * F * D);
-        CARVE(a, ly->w_down, (size_t)D * F);
+        const LayerWeights *L = &ctx->m->w.layers[l];
+        const int full = ly->type == LAYER_FULL_ATTN;
+        ly->w_in = ly->w_out = ly->w_gu = ly->w_down = ly->w_ba = NULL;
+        ly->w8_in = ly->w8_out = ly->w8_gu = ly->w8_down = NULL;
+        ly->s_in = ly->s_out = ly->s_gu = ly->s_down = NULL;
+        ly->in8_rows = 0;
+        if (is8(full ? &L->q_proj : &L->in_proj_qkv)) {
+            ly->in8_rows = full || is8(&L->in_proj_b) ? ly->in_rows : ly->in_rows - 2 * Hv;
+            CARVE(a, ly->w8_in, (size_t)ly->in8_rows * D);
+            CARVE(a, ly->s_in, fp8_scale_count(ly->in8_rows, D));
+            if (ly->in8_rows < ly->in_rows) CARVE(a, ly->w_ba, (size_t)2 * Hv * D);
+        } else {
+            CARVE(a, ly->w_in, (size_t)ly->in_rows * D);
+        }
+        if (is8(full ? &L->o_proj : &L->out_proj)) {
+            CARVE(a, ly->w8_out, (size_t)D * ly->out_cols);
+            CARVE(a, ly->s_out, fp8_scale_count(D, ly->out_cols));
+        } else {
+            CARVE(a, ly->w_out, (size_t)D * ly->out_cols);
+        }
+        if (is8(&L->gate_proj)) {
+            CARVE(a, ly->w8_gu, (size_t)2 * F * D);
+            CARVE(a, ly->s_gu, fp8_scale_count(2 * F, D));
+        } else {
+            CARVE(a, ly->w_gu, (size_t)2 * F * D);
+        }
+        if (is8(&L->down_proj)) {
+            CARVE(a, ly->w8_down, (size_t)D * F);
+            CARVE(a, ly->s_down, fp8_scale_count(D, F));
+        } else {
+            CARVE(a, ly->w_down, (size_t)D * F);
+        }
+    }
+    /* FP8: the bf16 scratch of the prefill GEMMs' dequantized weight (cuda_layer_w_bf16) */
+    ctx->w_tmp = NULL;
+    ctx->w_tmp_elems = 0;
+    if (ctx->fp8) {
+        ctx->w_tmp_elems = (size_t)imax(imax(max_in, 2 * F), D) * imax(imax(D, F), imax(c->attn_dim, c->value_dim));
+        CARVE(a, ctx->w_tmp, ctx->w_tmp_elems);
     }
     /* the fused MLP: W_down transposed per layer */
     for (int l = 0; l < L; l++) {
@@ -199,6 +258,37 @@ static int upload_rows(CudaCtx *ctx, uint16_t *stage, uint16_t *dst, const Tenso
     return 0;
 }
 
+/* Rows [0, rows) of the F8_E4M3 tensor t -> rows row0 + r * step of the device matrix dst8 (cols wide), and their
+ * scales into the host copy hs of the matrix's per-row scale table (ld rows; ops.h FP8_SCALES_DOC). */
+static int upload_fp8_rows(uint8_t *dst8, float *hs, int64_t ld, const Tensor *t, int64_t rows, int64_t cols,
+                           int64_t row0, int step, Err *err) {
+    uint8_t *d = dst8 + row0 * cols;
+    cudaError_t e = step == 1 ? cudaMemcpy(d, t->data, (size_t)(rows * cols), cudaMemcpyHostToDevice)
+                              : cudaMemcpy2D(d, (size_t)(step * cols), t->data, (size_t)cols, (size_t)cols,
+                                             (size_t)rows, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) return cfail(e, "fp8 weight upload", err);
+    fp8_scales_per_row(hs, ld, row0, step, t->scale_inv, rows, cols);
+    return 0;
+}
+
+/* One FP8 device matrix of `rows` rows from up to 3 source tensors ts[i], each of rows nr[i] landing at rows
+ * row0[i] + r * step (stacked: step 1, consecutive row0; interleaved gate/up: step 2, row0 0 and 1). */
+static int upload_fp8(uint8_t *dst8, float *dsc, int64_t rows, int64_t cols, int n, const Tensor *const *ts,
+                      const int64_t *nr, const int64_t *row0, int step, Err *err) {
+    const size_t ns = fp8_scale_count((int)rows, (int)cols);
+    float *hs = (float *)calloc(ns, sizeof(float));
+    if (!hs) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        rc = upload_fp8_rows(dst8, hs, fp8_scale_ld((int)rows), ts[i], nr[i], cols, row0[i], step, err);
+    if (!rc) {
+        cudaError_t e = cudaMemcpy(dsc, hs, ns * sizeof(float), cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) rc = cfail(e, "fp8 scale upload", err);
+    }
+    free(hs);
+    return rc;
+}
+
 /* Element i of t (any float dtype) as bf16 bits (upload_rows' conversion). */
 static uint16_t elem_bf16(const Tensor *t, int64_t i) {
     if (t->dtype == DT_BF16) return ((const uint16_t *)t->data)[i];
@@ -257,26 +347,62 @@ static int upload_weights(CudaCtx *ctx, Err *err) {
         CudaLayer *ly = &ctx->layers[l];
         rc = upload_vec(ly->ln1, &L->input_layernorm, D, err);
         if (!rc) rc = upload_vec(ly->ln2, &L->post_attention_layernorm, D, err);
-        if (!rc) rc = upload_rows(ctx, stage, ly->w_gu, &L->gate_proj, F, D, 0, 2, err);
-        if (!rc) rc = upload_rows(ctx, stage, ly->w_gu, &L->up_proj, F, D, 1, 2, err);
-        if (!rc) rc = upload_rows(ctx, stage, ly->w_down, &L->down_proj, D, F, 0, 1, err);
+        if (ly->w8_gu) {
+            const Tensor *ts[2] = {&L->gate_proj, &L->up_proj};
+            const int64_t nr[2] = {F, F}, r0[2] = {0, 1};
+            if (!rc) rc = upload_fp8(ly->w8_gu, ly->s_gu, 2 * F, D, 2, ts, nr, r0, 2, err);
+        } else {
+            if (!rc) rc = upload_rows(ctx, stage, ly->w_gu, &L->gate_proj, F, D, 0, 2, err);
+            if (!rc) rc = upload_rows(ctx, stage, ly->w_gu, &L->up_proj, F, D, 1, 2, err);
+        }
+        if (ly->w8_down) {
+            const Tensor *ts[1] = {&L->down_proj};
+            const int64_t nr[1] = {D}, r0[1] = {0};
+            if (!rc) rc = upload_fp8(ly->w8_down, ly->s_down, D, F, 1, ts, nr, r0, 1, err);
+        } else if (!rc) {
+            rc = upload_rows(ctx, stage, ly->w_down, &L->down_proj, D, F, 0, 1, err);
+        }
         if (!rc && ly->w_dT) rc = upload_transposed(ly->w_dT, &L->down_proj, D, F, err);
         if (rc) break;
-        if (ly->type == LAYER_FULL_ATTN) {
-            rc = upload_rows(ctx, stage, ly->w_in, &L->q_proj, c->q_proj_rows, D, 0, 1, err);
-            if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->k_proj, c->kv_dim, D, c->q_proj_rows, 1, err);
-            if (!rc)
-                rc = upload_rows(ctx, stage, ly->w_in, &L->v_proj, c->kv_dim, D, c->q_proj_rows + c->kv_dim, 1, err);
-            if (!rc) rc = upload_rows(ctx, stage, ly->w_out, &L->o_proj, D, c->attn_dim, 0, 1, err);
+        const int full = ly->type == LAYER_FULL_ATTN;
+        const Tensor *o_w = full ? &L->o_proj : &L->out_proj;
+        if (ly->w8_out) {
+            const Tensor *ts[1] = {o_w};
+            const int64_t nr[1] = {D}, r0[1] = {0};
+            rc = upload_fp8(ly->w8_out, ly->s_out, D, ly->out_cols, 1, ts, nr, r0, 1, err);
+        } else {
+            rc = upload_rows(ctx, stage, ly->w_out, o_w, D, ly->out_cols, 0, 1, err);
+        }
+        if (rc) break;
+        if (full) {
+            if (ly->w8_in) {
+                const Tensor *ts[3] = {&L->q_proj, &L->k_proj, &L->v_proj};
+                const int64_t nr[3] = {c->q_proj_rows, c->kv_dim, c->kv_dim},
+                              r0[3] = {0, c->q_proj_rows, c->q_proj_rows + c->kv_dim};
+                rc = upload_fp8(ly->w8_in, ly->s_in, ly->in_rows, D, 3, ts, nr, r0, 1, err);
+            } else {
+                rc = upload_rows(ctx, stage, ly->w_in, &L->q_proj, c->q_proj_rows, D, 0, 1, err);
+                if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->k_proj, c->kv_dim, D, c->q_proj_rows, 1, err);
+                if (!rc)
+                    rc = upload_rows(ctx, stage, ly->w_in, &L->v_proj, c->kv_dim, D, c->q_proj_rows + c->kv_dim, 1,
+                                     err);
+            }
             if (!rc) rc = upload_vec(ly->q_norm, &L->q_norm, c->head_dim, err);
             if (!rc) rc = upload_vec(ly->k_norm, &L->k_norm, c->head_dim, err);
         } else {
             const int64_t o1 = c->conv_dim, o2 = o1 + c->value_dim, o3 = o2 + Hv;
-            rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_qkv, c->conv_dim, D, 0, 1, err);
-            if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_z, c->value_dim, D, o1, 1, err);
-            if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_b, Hv, D, o2, 1, err);
-            if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_a, Hv, D, o3, 1, err);
-            if (!rc) rc = upload_rows(ctx, stage, ly->w_out, &L->out_proj, D, c->value_dim, 0, 1, err);
+            if (ly->w8_in) {
+                const Tensor *ts[4] = {&L->in_proj_qkv, &L->in_proj_z, &L->in_proj_b, &L->in_proj_a};
+                const int64_t nr[4] = {c->conv_dim, c->value_dim, Hv, Hv}, r0[4] = {0, o1, o2, o3};
+                rc = upload_fp8(ly->w8_in, ly->s_in, ly->in8_rows, D, ly->w_ba ? 2 : 4, ts, nr, r0, 1, err);
+                if (!rc && ly->w_ba) rc = upload_rows(ctx, stage, ly->w_ba, &L->in_proj_b, Hv, D, 0, 1, err);
+                if (!rc && ly->w_ba) rc = upload_rows(ctx, stage, ly->w_ba, &L->in_proj_a, Hv, D, Hv, 1, err);
+            } else {
+                rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_qkv, c->conv_dim, D, 0, 1, err);
+                if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_z, c->value_dim, D, o1, 1, err);
+                if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_b, Hv, D, o2, 1, err);
+                if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->in_proj_a, Hv, D, o3, 1, err);
+            }
             if (!rc) rc = upload_vec(ly->conv_w, &L->conv1d, (int64_t)c->conv_dim * c->linear_conv_kernel_dim, err);
             if (!rc) rc = upload_vec(ly->A_log, &L->A_log, Hv, err);
             if (!rc) rc = upload_vec(ly->dt_bias, &L->dt_bias, Hv, err);
@@ -295,32 +421,84 @@ static int upload_weights(CudaCtx *ctx, Err *err) {
 static void schedule_choose(CudaCtx *ctx) {
     const Config *c = ctx->c;
     const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    /* the MLP as one kernel (mlp.cu), else gate_up + down GEMVs */
-    ctx->mlp_fused = cuda_mlp_fused_supported(D, F, ctx->n_sm);
+    /* the MLP as one kernel (mlp.cu), else gate_up + down GEMVs; the fused kernels read bf16 weights only, so an FP8
+     * model takes the GEMVs (and the unfused mixers below) */
+    ctx->mlp_fused = !ctx->fp8 && cuda_mlp_fused_supported(D, F, ctx->n_sm);
     /* the DeltaNet step leaves its gated norm to out_proj wherever out_proj's split-K keeps whole heads per split;
      * else the step's cluster kernel computes it */
-    ctx->dn_gn =
-        c->n_linear_layers > 0 && cuda_matvec_gated_ok(c->value_dim, ctx->splits_out[0], c->linear_value_head_dim);
+    ctx->dn_gn = c->n_linear_layers > 0;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        if (ctx->layers[l].type != LAYER_FULL_ATTN &&
+            !cuda_matvec_gated_ok(c->value_dim, ctx->layers[l].splits_out, c->linear_value_head_dim))
+            ctx->dn_gn = 0;
     /* the DeltaNet mixer as one kernel per layer (deltanet_layer.cu) wherever it runs: the fused MLP (atomic mode), two
      * accumulators' room in pa/pb, its shape, and every block of its grid resident at once */
+    int dn_formats = 1; /* the fused mixer takes bf16 in_proj + out_proj, or FP8 ones with in_proj_b / a bf16 */
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const LayerWeights *L = &ctx->m->w.layers[l];
+        if (c->layer_types[l] != LAYER_FULL_ATTN &&
+            (is8(&L->in_proj_qkv) != is8(&L->out_proj) || (is8(&L->in_proj_qkv) && is8(&L->in_proj_b))))
+            dn_formats = 0;
+    }
     ctx->dn_fused =
-        c->n_linear_layers > 0 && ctx->mlp_fused && ctx->max_splits >= 2
+        c->n_linear_layers > 0 && ctx->mlp_fused && ctx->max_splits >= 2 && dn_formats
             ? cuda_dn_layer_supported(D, c->linear_num_key_heads, c->linear_num_value_heads, c->linear_key_head_dim,
                                       c->linear_value_head_dim, c->linear_conv_kernel_dim)
             : 0;
     /* short contexts: attention + o_proj as one kernel (attention.cu attn_short_oproj) */
-    ctx->attn_short = c->n_full_layers ? cuda_attn_short_cap(c->head_dim, D) : 0;
+    ctx->attn_short = c->n_full_layers && !ctx->fp8 ? cuda_attn_short_cap(c->head_dim, D) : 0;
     /* the LM head's last 3 rounds of row groups by tickets */
     ctx->lm_dyn = 3;
     /* greedy steps: the LM head's argmax through its quantized screen, the TMA ring kernel where its shapes allow */
     ctx->lm_screen = cuda_lm_screen_ok(V, D) ? (cuda_lm_screen_ring(V, D) ? 1 : 2) : 0;
 }
 
+/* ---- a layer's projection as a GEMM weight ---------------------------------------------------------------- */
+
+/* rows and input width of projection `which`; *rows8: its FP8 rows (0 when bf16) */
+static void w_shape(const CudaCtx *ctx, const CudaLayer *ly, int which, int *rows, int *rows8, int *cols) {
+    const int D = ctx->c->hidden_size, F = ctx->c->intermediate_size;
+    const int r[4] = {ly->in_rows, D, 2 * F, D}, k[4] = {D, ly->out_cols, D, F};
+    const uint8_t *w8[4] = {ly->w8_in, ly->w8_out, ly->w8_gu, ly->w8_down};
+    *rows = r[which];
+    *cols = k[which];
+    *rows8 = !w8[which] ? 0 : which == CW_IN ? ly->in8_rows : r[which];
+}
+
+void cuda_layer_gemm_w(const CudaLayer *ly, int which, int cols, GemmParams *g) {
+    const uint16_t *w[4] = {ly->w_in, ly->w_out, ly->w_gu, ly->w_down};
+    const uint8_t *w8[4] = {ly->w8_in, ly->w8_out, ly->w8_gu, ly->w8_down};
+    const float *sc[4] = {ly->s_in, ly->s_out, ly->s_gu, ly->s_down};
+    g->w = w[which];
+    g->w8 = w8[which];
+    g->w8_scale = sc[which];
+    g->ldw = cols;
+}
+
+int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, const uint16_t **w) {
+    GemmParams g;
+    memset(&g, 0, sizeof g);
+    int rows, rows8, cols;
+    w_shape(ctx, ly, which, &rows, &rows8, &cols);
+    cuda_layer_gemm_w(ly, which, cols, &g);
+    *w = g.w;
+    if (!g.w8) return 0;
+    if (!ctx->w_tmp || (size_t)rows * cols > ctx->w_tmp_elems) return (int)cudaErrorInvalidValue;
+    const Fp8ToBf16Params p = {g.w8, g.w8_scale, ctx->w_tmp, rows8, cols, cols};
+    int rc = cuda_fp8_to_bf16(&p, l);
+    if (!rc && rows8 < rows) /* the FP8 DeltaNet in_proj's bf16 b / a rows */
+        rc = (int)cudaMemcpyAsync(ctx->w_tmp + (size_t)rows8 * cols, ly->w_ba, sizeof(uint16_t) * (rows - rows8) * cols,
+                                  cudaMemcpyDeviceToDevice, l->stream);
+    *w = ctx->w_tmp;
+    return rc;
+}
+
 int cuda_describe(void *p, char *buf, size_t n) {
     const CudaCtx *ctx = (const CudaCtx *)p;
     return snprintf(buf, n,
-                    "decode schedule: MLP %s; DeltaNet mixer %s, gated norm in %s; attention + o_proj in one kernel "
+                    "decode schedule: %sMLP %s; DeltaNet mixer %s, gated norm in %s; attention + o_proj in one kernel "
                     "up to %d positions; LM head argmax %s; DeltaNet state in L2 for %d layers\n",
+                    ctx->fp8 ? "FP8 weights (e4m3, per-row scales; prefill GEMMs on bf16 copies); " : "",
                     ctx->mlp_fused ? "fused (one kernel)" : "gate_up + down GEMVs",
                     ctx->dn_fused == 2   ? "one kernel (cluster exchange)"
                     : ctx->dn_fused == 1 ? "one kernel (tagged global exchange)"
@@ -431,10 +609,19 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
     if ((rc = open_device(ctx, o ? o->device : 0, err))) goto fail;
     {
         const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-        ctx->splits_out[0] = cuda_matvec_splits(D, c->value_dim > 0 ? c->value_dim : 8, ctx->n_sm);
-        ctx->splits_out[1] = cuda_matvec_splits(D, c->attn_dim, ctx->n_sm);
-        ctx->splits_down = cuda_matvec_splits(D, F, ctx->n_sm);
-        ctx->max_splits = imax(imax(ctx->splits_out[0], ctx->splits_out[1]), ctx->splits_down);
+        ctx->fp8 = model_fp8_count(m, NULL) > 0;
+        ctx->max_splits = 1;
+        for (int l = 0; l < c->num_hidden_layers; l++) { /* split-K of the out and down GEMVs, by format */
+            const LayerWeights *L = &m->w.layers[l];
+            const int full = c->layer_types[l] == LAYER_FULL_ATTN, oc = full ? c->attn_dim : c->value_dim;
+            CudaLayer *ly = &ctx->layers[l];
+            ly->type = c->layer_types[l];
+            ly->splits_out = is8(full ? &L->o_proj : &L->out_proj) ? cuda_matvec_splits_fp8(D, oc, ctx->n_sm)
+                                                                   : cuda_matvec_splits(D, oc, ctx->n_sm);
+            ly->splits_down = is8(&L->down_proj) ? cuda_matvec_splits_fp8(D, F, ctx->n_sm)
+                                                 : cuda_matvec_splits(D, F, ctx->n_sm);
+            ctx->max_splits = imax(ctx->max_splits, imax(ly->splits_out, ly->splits_down));
+        }
         ctx->lm_blocks = cuda_matvec_blocks(V, D, 1, ctx->n_sm);
         ctx->attn_splits = c->n_full_layers ? cuda_attn_decode_splits(c->num_key_value_heads, ctx->max_seq) : 0;
         schedule_choose(ctx);

@@ -9,6 +9,10 @@
  *                 epilogue; w_down (D, F); embed (V, D); lm_head (V, D) (= embed when tied).
  *   small vectors fp32 (bf16-valued unless loaded F32): norms, conv taps, A_log, dt_bias.
  *   with mlp_fused only: w_dT (F, D) per layer, W_down transposed, after the layers' weights.
+ *   FP8 models (docs/FP8.md): each of w_in / w_out / w_gu / w_down whose source matrices are F8_E4M3 is held as
+ *                 w8_* e4m3 bytes in the same row order plus s_* per-row scales (ops.h FP8_SCALES_DOC) instead of
+ *                 the bf16 matrix (then NULL); an FP8 DeltaNet in_proj whose in_proj_b / in_proj_a stay bf16 (as in
+ *                 Qwen's checkpoints) keeps those 2 Hv rows as w_ba (bf16), after its in8_rows FP8 rows.
  *   state: DeltaNet S fp32 (Hv, dk, dv) + conv ring bf16 (K, conv_dim) per linear layer; KV
  *          cache bf16 K, V (Hkv, max_seq, hd) per full layer.
  *   activations: residual ping-pong x[2] (D), split-K partials pa/pb (max_splits, D), proj
@@ -32,6 +36,12 @@ typedef struct CudaLayer {
     uint16_t *w_down;      /* (D, F) */
     uint16_t *w_dT;        /* (F, D) W_down transposed, for the fused MLP (mlp_fused only, else NULL) */
     int in_rows, out_cols; /* rows of w_in, cols of w_out */
+    /* FP8 (see above): NULL where the matrix is bf16 */
+    uint8_t *w8_in, *w8_out, *w8_gu, *w8_down;
+    float *s_in, *s_out, *s_gu, *s_down;
+    uint16_t *w_ba; /* (2 Hv, D) bf16 in_proj_b; in_proj_a when w8_in holds only in8_rows = in_rows - 2 Hv rows */
+    int in8_rows;
+    int splits_out, splits_down; /* split-K of the decode GEMVs on w_out / w_down (by format: bytes per row) */
     /* DeltaNet */
     float *conv_w;          /* (conv_dim, K) */
     float *A_log, *dt_bias; /* (Hv) */
@@ -105,8 +115,9 @@ typedef struct CudaCtx {
     float *out_max;
     void *sample_scratch;
     int lm_blocks, max_splits;
-    int splits_out[2]; /* split-K of w_out per layer type [LINEAR, FULL] */
-    int splits_down;
+    int fp8;          /* some layer matrix is FP8: the fused decode kernels (bf16 only) are off */
+    uint16_t *w_tmp;  /* FP8: bf16 scratch for one layer matrix (cuda_layer_w_bf16), else NULL */
+    size_t w_tmp_elems;
     StepParams *step_dev; /* device StepParams */
     /* pinned host */
     StepParams *step_host;
@@ -128,6 +139,15 @@ typedef struct CudaCtx {
     struct CudaPrefill *pf; /* prefill buffers (prefill.cu); NULL: forward(n > 1) runs n decode steps */
     struct CudaServe *sv;   /* the batched step's pools and buffers (serve.cu); NULL until serve_open */
 } CudaCtx;
+
+/* The projections of a layer (CudaLayer's w_in, w_out, w_gu, w_down). */
+enum { CW_IN = 0, CW_OUT = 1, CW_GU = 2, CW_DOWN = 3 };
+/* backend.cu: layer ly's projection `which` as a GEMM weight: g->w (bf16; ldw = its cols) or g->w8 + g->w8_scale
+ * (FP8; the FP8 DeltaNet in_proj: its first in8_rows rows, w_ba the rest). Sets w, w8, w8_scale, ldw only. */
+void cuda_layer_gemm_w(const CudaLayer *ly, int which, int cols, GemmParams *g);
+/* The same projection as one bf16 matrix on the device: the bf16 weight itself, or the FP8 one dequantized
+ * (cuda_fp8_to_bf16, w_ba copied after it) into ctx->w_tmp on stream s (valid until the next call). *w = the matrix. */
+int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, const uint16_t **w);
 
 /* Enqueues one decode step on ctx->stream: the StepParams copy from step_host, then every
  * kernel (sample = 1 adds the sampling kernels). With probes set it runs eagerly, syncing to

@@ -120,7 +120,7 @@ static int in_list(const char *list, const char *kind, size_t n) {
     }
     return 0;
 }
-const char cuda_ablate_kinds[] = "qkvzba,qkv,deltanet,dnlayer,attention,attn_o,out_proj,o_proj,mlp,gate_up,down,"
+const char cuda_ablate_kinds[] = "qkvzba,qkvz,ba,qkv,deltanet,dnlayer,attention,attn_o,out_proj,o_proj,mlp,gate_up,down,"
                                  "lm_head";
 
 /* 1 when every kind in list is known (bench checks its --ablate list with it). */
@@ -148,8 +148,10 @@ static int ablated(const CudaCtx *ctx, const char *name) {
 static int gemv(CudaCtx *ctx, const CudaLaunch *lc, MatvecParams *mv, const char *name, Err *err) {
     mv->eps = ctx->c->rms_norm_eps;
     mv->early_trigger = 1;
-    if (mv->blocks <= 0) mv->blocks = cuda_matvec_blocks(mv->rows, mv->cols, mv->splits, ctx->n_sm);
-    double bytes = 2.0 * mv->rows * mv->cols + 4.0 * mv->cols * (1 + mv->n_parts) +
+    if (mv->blocks <= 0)
+        mv->blocks = mv->W8 ? cuda_matvec_blocks_fp8(mv->rows, mv->cols, mv->splits, ctx->n_sm)
+                            : cuda_matvec_blocks(mv->rows, mv->cols, mv->splits, ctx->n_sm);
+    double bytes = (mv->W8 ? 1.0 + 4.0 / 128 : 2.0) * mv->rows * mv->cols + 4.0 * mv->cols * (1 + mv->n_parts) +
                    4.0 * mv->rows * (mv->out_mode == MV_OUT_SPLITK && !mv->atomic ? mv->splits : 1);
     if (ablated(ctx, name)) return 0;
     op_begin(ctx);
@@ -318,6 +320,11 @@ static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, c
     memset(&p, 0, sizeof p);
     p.w_in = ly->w_in;
     p.w_out = ly->w_out;
+    p.w8_in = ly->w8_in; /* FP8 (cuda_dn_layer_fp8_ok): q/k/v/z rows and W_out as e4m3, b / a bf16 in w_ba */
+    p.s_in = ly->s_in;
+    p.w_ba = ly->w_ba;
+    p.w8_out = ly->w8_out;
+    p.s_out = ly->s_out;
     if (l == 0)
         p.embed = ctx->embed;
     else {
@@ -352,7 +359,9 @@ static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, c
         p.xcnt_stride = 32;
     }
     const double D = c->hidden_size, state = 4.0 * p.Hv * p.dk * p.dv;
-    const double bytes = 2.0 * D * (ly->in_rows + ly->out_cols) + 2 * state + 2.0 * p.K * c->conv_dim +
+    const double wb = ly->w8_in ? (1.0 + 4.0 / 128) * D * (ly->in8_rows + ly->out_cols) + 2.0 * D * (ly->in_rows - ly->in8_rows)
+                                : 2.0 * D * (ly->in_rows + ly->out_cols);
+    const double bytes = wb + 2 * state + 2.0 * p.K * c->conv_dim +
                          4.0 * c->conv_dim * p.K + 4.0 * D * 4;
     char name[40];
     snprintf(name, sizeof name, "L%02d.dnlayer", l);
@@ -405,7 +414,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     for (int l = 0; l < L && !rc; l++) {
         CudaLayer *ly = &ctx->layers[l];
         const CudaLaunch *lf = l == 0 ? &lc_first : &lc; /* the layer's first launch */
-        const int full = ly->type == LAYER_FULL_ATTN, so = ctx->splits_out[full];
+        const int full = ly->type == LAYER_FULL_ATTN, so = ly->splits_out;
         float *pa = ctx->pa + (par ? (size_t)(l & 1) * D : 0), *pb = ctx->pb + (par ? (size_t)(l & 1) * D : 0);
         float *pb_prev = ctx->pb + (par ? (size_t)((l + 1) & 1) * D : 0);
         MatvecParams mv;
@@ -424,7 +433,9 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         /* proj = W_in · norm1(x), x = embedding (l = 0) or x + down-proj of layer l-1 */
         memset(&mv, 0, sizeof mv);
         mv.W = ly->w_in;
-        mv.rows = ly->in_rows;
+        mv.W8 = ly->w8_in;
+        mv.w8_scale = ly->s_in;
+        mv.rows = ly->w8_in ? ly->in8_rows : ly->in_rows;
         mv.cols = D;
         mv.splits = 1;
         if (l == 0) {
@@ -449,8 +460,21 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         }
         mv.out_mode = MV_OUT_STORE;
         mv.y = ctx->proj;
-        snprintf(name, sizeof name, "L%02d.%s", l, full ? "qkv" : "qkvzba");
+        snprintf(name, sizeof name, "L%02d.%s", l, full ? "qkv" : ly->w_ba ? "qkvz" : "qkvzba");
         if ((rc = gemv(ctx, lf, &mv, name, err))) break;
+        if (ly->w_ba) { /* FP8 in_proj: its bf16 b / a rows from the same input (the prologue again, no stores) */
+            mv.W = ly->w_ba;
+            mv.W8 = NULL;
+            mv.w8_scale = NULL;
+            mv.y = ctx->proj + ly->in8_rows;
+            mv.rows = ly->in_rows - ly->in8_rows;
+            mv.blocks = 0;
+            mv.x_out = NULL;
+            mv.zero = NULL;
+            mv.n_zero = 0;
+            snprintf(name, sizeof name, "L%02d.ba", l);
+            if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
+        }
 
         if (full && shrt) { /* attention + o_proj in one kernel (pa += ..., pb zeroed), then the fused MLP */
             if ((rc = attn_short(ctx, &lc, l, pa, pb, err))) break;
@@ -465,6 +489,8 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         /* pa = W_out · mix (split-K) */
         memset(&mv, 0, sizeof mv);
         mv.W = ly->w_out;
+        mv.W8 = ly->w8_out;
+        mv.w8_scale = ly->s_out;
         mv.rows = D;
         mv.cols = ly->out_cols;
         mv.splits = so;
@@ -499,6 +525,8 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         /* mlp = SwiGLU(W_gu · norm2(x + pa)) */
         memset(&mv, 0, sizeof mv);
         mv.W = ly->w_gu;
+        mv.W8 = ly->w8_gu;
+        mv.w8_scale = ly->s_gu;
         mv.rows = 2 * F;
         mv.cols = D;
         mv.splits = 1;
@@ -522,9 +550,11 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         /* pb = W_down · mlp (split-K) */
         memset(&mv, 0, sizeof mv);
         mv.W = ly->w_down;
+        mv.W8 = ly->w8_down;
+        mv.w8_scale = ly->s_down;
         mv.rows = D;
         mv.cols = F;
-        mv.splits = ctx->splits_down;
+        mv.splits = ly->splits_down;
         mv.in_mode = MV_IN_VEC;
         mv.x = ctx->mlp;
         mv.out_mode = MV_OUT_SPLITK;
@@ -532,7 +562,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         mv.y = pb;
         snprintf(name, sizeof name, "L%02d.down", l);
         if ((rc = gemv(ctx, &lc, &mv, name, err))) break;
-        pb_parts = det ? ctx->splits_down : 1;
+        pb_parts = det ? ly->splits_down : 1;
         if (probing && (rc = probe_parts(ctx, l, "mlp.out", pb, pb_parts, ctx->x[xi], err))) break;
     }
     if (rc) return rc;

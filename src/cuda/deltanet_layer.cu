@@ -69,8 +69,8 @@ static __host__ __device__ inline size_t dl_smem_bytes(int D, int K) {
 }
 /* GM: one exchange per layer through global memory as tagged words (ONEX) instead of the cluster's two exchanges
  * through distributed shared memory. */
-template <bool GM>
-__global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_constant__ DnLayerParams p) {
+template <bool GM, bool F8>
+__global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_k(const __grid_constant__ DnLayerParams p) {
     constexpr int ONEX = GM ? 2 : 0;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float red[32], red3[96], prow[4 * DL_COLS + 2];
@@ -108,21 +108,42 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
                                         : (long long)conv_dim + (long long)j * dv) +
                            e0 + 4 * (warp & 3);
     const long long row_b = (long long)conv_dim + value_dim + j, row_a = row_b + Hv;
+    /* FP8 (ops.h DnLayerParams): in_proj's q/k/v/z rows as the FP8 GEMV reads them (16 columns per lane and load,
+     * 512 per warp step: k = k0 + 512 u + 16 lane), b / a from w_ba, W_out's slice as bytes */
+    constexpr int CPL = F8 ? 16 : 8, KSTEP = 32 * CPL, KBATCH = 4 * KSTEP;
+    const int ld8 = (conv_dim + value_dim + 3) & ~3; /* fp8_scale_ld of w8_in's rows */
     uint4 w[4][4];
+    float4 sc[4];
     auto load = [&](int k0) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int k = k0 + u * 256 + lane * 8;
+            const int k = k0 + u * KSTEP + lane * CPL;
 #pragma unroll
-            for (int r = 0; r < 4; r++)
-                w[u][r] = k < D ? ld_stream(reinterpret_cast<const uint4 *>(p.w_in + (row0 + r) * D + k))
-                                : make_uint4(0u, 0u, 0u, 0u);
+            for (int r = 0; r < 4; r++) {
+                if constexpr (F8)
+                    w[u][r] = k < D ? ld_stream(reinterpret_cast<const uint4 *>(p.w8_in + (row0 + r) * D + k))
+                                    : make_uint4(0u, 0u, 0u, 0u);
+                else
+                    w[u][r] = k < D ? ld_stream(reinterpret_cast<const uint4 *>(p.w_in + (row0 + r) * D + k))
+                                    : make_uint4(0u, 0u, 0u, 0u);
+            }
+            if constexpr (F8)
+                sc[u] = k < D ? __ldg(reinterpret_cast<const float4 *>(p.s_in + (size_t)(k / 128) * ld8 + row0))
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     };
     load(0);
-    for (int c = tid; c < orows * (DL_DK / 8); c += DL_THREADS) { /* W_out rows, head j's 128 columns */
-        const int r = c >> 4, q = c & 15;
-        cp_async16(wo + r * DL_DK + q * 8, p.w_out + (size_t)(s * orows + r) * value_dim + (size_t)j * dv + q * 8);
+    if constexpr (F8) {
+        for (int c = tid; c < orows * (DL_DK / 16); c += DL_THREADS) { /* W_out rows, head j's 128 columns: bytes */
+            const int r = c >> 3, q = c & 7;
+            cp_async16(reinterpret_cast<uint8_t *>(wo) + r * DL_DK + q * 16,
+                       p.w8_out + (size_t)(s * orows + r) * value_dim + (size_t)j * dv + q * 16);
+        }
+    } else {
+        for (int c = tid; c < orows * (DL_DK / 8); c += DL_THREADS) { /* W_out rows, head j's 128 columns */
+            const int r = c >> 4, q = c & 15;
+            cp_async16(wo + r * DL_DK + q * 8, p.w_out + (size_t)(s * orows + r) * value_dim + (size_t)j * dv + q * 8);
+        }
     }
     if (ONEX) /* S[j][e0 .. e0 + 16)[:]: the block's 16 rows, contiguous */
         for (int c = tid; c < DL_COLS * (DL_DK / 4); c += DL_THREADS)
@@ -134,7 +155,10 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         }
     for (int c = tid; c < D / 4; c += DL_THREADS) { /* rows b_j, a_j: D / 8 pieces each */
         const int r = c / (D / 8), q = c % (D / 8);
-        cp_async16(wba + (size_t)r * D + q * 8, p.w_in + (r ? row_a : row_b) * D + q * 8);
+        if constexpr (F8)
+            cp_async16(wba + (size_t)r * D + q * 8, p.w_ba + ((size_t)r * Hv + j) * D + q * 8);
+        else
+            cp_async16(wba + (size_t)r * D + q * 8, p.w_in + (r ? row_a : row_b) * D + q * 8);
     }
     auto channel = [&](int t) { /* the block's q, k, v channels t < 48 */
                                 const int pt = t / DL_COLS, i = t % DL_COLS;
@@ -181,17 +205,26 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
     Q35_TRACE_PROBE(1);
     {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int k0 = 0; k0 < D; k0 += 1024) {
+        for (int k0 = 0; k0 < D; k0 += KBATCH) {
             if (k0) load(k0);
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                const int k = k0 + u * 256 + lane * 8;
+                const int k = k0 + u * KSTEP + lane * CPL;
                 if (k < D) {
                     const float4 *xp = reinterpret_cast<const float4 *>(xs + k);
-                    const float4 a4 = xp[0], b4 = xp[1];
-                    const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+                    if constexpr (F8) { /* gemv.cu's FP8 order: 16-product chain, times the row's scale */
+                        const float4 a4 = xp[0], b4 = xp[1], c4 = xp[2], d4 = xp[3];
+                        const float xv[16] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w,
+                                              c4.x, c4.y, c4.z, c4.w, d4.x, d4.y, d4.z, d4.w};
+                        const float s4[4] = {sc[u].x, sc[u].y, sc[u].z, sc[u].w};
 #pragma unroll
-                    for (int r = 0; r < 4; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+                        for (int r = 0; r < 4; r++) acc[r] = fmaf(dot16_e4m3(w[u][r], xv), s4[r], acc[r]);
+                    } else {
+                        const float4 a4 = xp[0], b4 = xp[1];
+                        const float xv[8] = {a4.x, a4.y, a4.z, a4.w, b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+                        for (int r = 0; r < 4; r++) acc[r] = dot8(w[u][r], xv, acc[r]);
+                    }
                 }
             }
         }
@@ -457,13 +490,26 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_bf16(const __grid_cons
         const float4 gv = *reinterpret_cast<const float4 *>(gs + 4 * lane);
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            const uint2 wv = *reinterpret_cast<const uint2 *>(wo + (size_t)(4 * g + r) * DL_DK + 4 * lane);
-            float a = bf_lo(wv.x) * gv.x;
-            a = fmaf(bf_hi(wv.x), gv.y, a);
-            a = fmaf(bf_lo(wv.y), gv.z, a);
-            acc[r] = fmaf(bf_hi(wv.y), gv.w, a);
+            if constexpr (F8) { /* 4 e4m3 bytes; the row's scale (head j's columns: one 128-column block) after */
+                const uint32_t wv = *reinterpret_cast<const uint32_t *>(reinterpret_cast<const uint8_t *>(wo) +
+                                                                        (size_t)(4 * g + r) * DL_DK + 4 * lane);
+                const float2 lo = e4m3x2_f32(wv), hi = e4m3x2_f32(wv >> 16);
+                float a = lo.x * gv.x;
+                a = fmaf(lo.y, gv.y, a);
+                a = fmaf(hi.x, gv.z, a);
+                acc[r] = fmaf(hi.y, gv.w, a);
+            } else {
+                const uint2 wv = *reinterpret_cast<const uint2 *>(wo + (size_t)(4 * g + r) * DL_DK + 4 * lane);
+                float a = bf_lo(wv.x) * gv.x;
+                a = fmaf(bf_hi(wv.x), gv.y, a);
+                a = fmaf(bf_lo(wv.y), gv.z, a);
+                acc[r] = fmaf(bf_hi(wv.y), gv.w, a);
+            }
         }
-        const float sum = warp_sum_rows4(acc, lane);
+        float sum = warp_sum_rows4(acc, lane);
+        if constexpr (F8)
+            sum *= (lane & 7) == 0 ? __ldg(p.s_out + (size_t)j * ((D + 3) & ~3) + s * orows + 4 * g + (lane >> 3))
+                                   : 1.0f;
         if ((lane & 7) == 0) atomicAdd(p.y + s * orows + 4 * g + (lane >> 3), sum);
     }
     Q35_TRACE_END(50);
@@ -479,7 +525,7 @@ static int dl_fit_query(int D, int K, int Hv, int cluster) {
         return 0;
     }
     const size_t smem = dl_smem_bytes(D, K);
-    void (*kern)(DnLayerParams) = cluster ? dn_layer_bf16<false> : dn_layer_bf16<true>;
+    void (*kern)(DnLayerParams) = cluster ? dn_layer_k<false, false> : dn_layer_k<true, false>;
     if (smem + 8192 > (size_t)optin ||
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -539,8 +585,12 @@ extern "C" size_t cuda_dn_layer_xbuf_floats(int Hv) {
 extern "C" size_t cuda_dn_layer_xcnt_count(int Hv, int stride) { return (size_t)2 * Hv * (stride > 0 ? stride : 1); }
 
 extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
-    if (!p || !l || !p->w_in || !p->ln1 || !p->conv_w || !p->conv_ring || !p->A_log || !p->dt_bias || !p->norm_w ||
-        !p->S || !p->w_out || !p->y || !p->step || (!p->embed && !p->x) || p->Hk != p->Hv || p->dk != DL_DK ||
+    const bool f8 = p && p->w8_in;
+    if (p && (f8 ? (p->w_in || p->w_out || !p->s_in || !p->w_ba || !p->w8_out || !p->s_out || p->D % 16)
+                 : (!p->w_in || !p->w_out || p->w_ba || p->w8_out)))
+        return (int)cudaErrorInvalidValue;
+    if (!p || !l || !p->ln1 || !p->conv_w || !p->conv_ring || !p->A_log || !p->dt_bias || !p->norm_w ||
+        !p->S || !p->y || !p->step || (!p->embed && !p->x) || p->Hk != p->Hv || p->dk != DL_DK ||
         p->dv != DL_DK || p->D < 32 || p->D % 32 || p->K < 2 || p->Hv < 1 || p->Hv > 65535 ||
         ((p->zero0 || p->zero1) && p->n_zero < 0) || !p->xbuf != !p->xcnt || p->xcnt_stride < 0 || p->xcnt_stride > 64)
         return (int)cudaErrorInvalidValue;
@@ -548,9 +598,15 @@ extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
     const dim3 grid(DL_SPLIT, (unsigned)p->Hv), block(DL_THREADS);
     if (p->xbuf) { /* the tagged words' spins need every block resident */
         if (!dl_fit(p->D, p->K, p->Hv, 0)) return (int)cudaErrorInvalidConfiguration;
-        return launch_kernel(dn_layer_bf16<true>, grid, block, smem, l, *p);
+        if (f8) { /* the same shared memory as the bf16 instance dl_fit sized (its W_out slice uses half) */
+            const cudaError_t e = cudaFuncSetAttribute(dn_layer_k<true, true>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return (int)e;
+            return launch_kernel(dn_layer_k<true, true>, grid, block, smem, l, *p);
+        }
+        return launch_kernel(dn_layer_k<true, false>, grid, block, smem, l, *p);
     }
-    void (*kern)(DnLayerParams) = dn_layer_bf16<false>;
+    void (*kern)(DnLayerParams) = f8 ? dn_layer_k<false, true> : dn_layer_k<false, false>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();

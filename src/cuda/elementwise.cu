@@ -1,6 +1,8 @@
-/* elementwise.cu — small utility kernels: a counter-hash random fill (bench: KV cache contents)
- * and a streaming-read bandwidth probe (bench: the ceiling ops are compared with). */
+/* elementwise.cu — small utility kernels: a counter-hash random fill (bench: KV cache contents), an FP8 weight
+ * dequantized to bf16 (the prefill GEMMs' operand) and a streaming-read bandwidth probe (bench: the ceiling ops are
+ * compared with). */
 #include "cuda/common.cuh"
+#include "cuda/mma.cuh" /* pack_bf16 */
 
 /* splitmix64 finaliser: a counter-based hash. */
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
@@ -53,4 +55,38 @@ __global__ void __launch_bounds__(512) read_bw_u4(const __grid_constant__ ReadBw
 extern "C" int cuda_read_bw(const ReadBwParams *p, const CudaLaunch *l) {
     if (!p->src || !p->sink || p->n_u4 <= 0 || p->blocks <= 0) return (int)cudaErrorInvalidValue;
     return launch_kernel(read_bw_u4, dim3((unsigned)p->blocks), dim3(512), 0, l, *p);
+}
+
+/* Thread i takes piece i of 16 columns (one 16-byte load, one scale): 16 e4m3 -> fp32 (exact) * scale -> bf16.
+ * No early trigger: the GEMM after it issues its weight loads before its own wait (weights are immutable there), so
+ * it may only start once this grid has completed. */
+__global__ void __launch_bounds__(256) fp8_to_bf16_k(const __grid_constant__ Fp8ToBf16Params p) {
+    pdl_wait();
+    const int pr = p.cols / 16, ld = (p.rows + 3) & ~3;
+    const int64_t n = (int64_t)p.rows * pr;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int r = (int)(i / pr), c = (int)(i % pr) * 16;
+        const uint4 w = *reinterpret_cast<const uint4 *>(p.w8 + (size_t)r * p.cols + c);
+        const float s = p.scale[(size_t)(c / 128) * ld + r];
+        const uint32_t q[4] = {w.x, w.y, w.z, w.w};
+        uint32_t o[8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 a = e4m3x2_f32(q[j]), b = e4m3x2_f32(q[j] >> 16);
+            o[2 * j] = pack_bf16(a.x * s, a.y * s);
+            o[2 * j + 1] = pack_bf16(b.x * s, b.y * s);
+        }
+        uint4 *d = reinterpret_cast<uint4 *>(p.out + (size_t)r * p.ldo + c);
+        d[0] = make_uint4(o[0], o[1], o[2], o[3]);
+        d[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+}
+
+extern "C" int cuda_fp8_to_bf16(const Fp8ToBf16Params *p, const CudaLaunch *l) {
+    if (!p->w8 || !p->scale || !p->out || p->rows < 1 || p->cols < 16 || p->cols % 16 || p->ldo < p->cols ||
+        p->ldo % 8 || ((uintptr_t)p->w8 & 15) || ((uintptr_t)p->out & 15))
+        return (int)cudaErrorInvalidValue;
+    int64_t blocks = ((int64_t)p->rows * (p->cols / 16) + 255) / 256;
+    if (blocks > 2048) blocks = 2048;
+    return launch_kernel(fp8_to_bf16_k, dim3((unsigned)blocks), dim3(256), 0, l, *p);
 }

@@ -17,8 +17,8 @@
  * FP8 weights: the same kernel (template argument WF = MV_FP8) with 16 columns per lane and load, so a load step
  * covers 512 columns and the bytes in flight per lane are those of the bf16 kernel; the shapes and split plans are
  * chosen by bytes (a 512-column FP8 split is a 256-column bf16 one). Lane l's 16 columns k .. k+15 (k % 16 == 0) lie
- * in one 128-column scale block, and a group's 4 rows in one 128-row block (groups start at multiples of 4), so each
- * lane loads one scale per step u for its 4 rows. */
+ * in one 128-column scale block, and the device keeps one scale per row and block (ops.h FP8_SCALES_DOC), so each
+ * lane loads its group's 4 row scales per step u as one 16-byte load. */
 #include <limits.h>
 #include <math.h>
 
@@ -75,15 +75,18 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_rows4(const __grid_constant
 
     const int xfl = ((GN || p.in_mode == MV_IN_VEC ? kc : cols) + 3) & ~3;
     uint4 w[MV_U][MV_R];
-    float sc[MV_U]; /* FP8: the scale of the group's rows at this lane's columns of step u */
+    float4 sc[MV_U]; /* FP8: the scales of the group's 4 rows at this lane's columns of step u (fp8_scale_ld pads) */
     auto load = [&](int grp, int k0) {
 #pragma unroll
         for (int u = 0; u < MV_U; u++) {
             int k = k0 + u * KSTEP + lane * CPL;
-            /* FP8: scale_inv is small and each scale is read by the 32 groups of its 128 rows: cached loads */
+            /* FP8: w8_scale [cols/128][rows] (ops.h): the group's 4 row scales of this lane's block in one load; the
+             * 8 lanes of a block read the same 16 bytes (cached loads) */
             if constexpr (F8)
-                sc[u] =
-                    k < kend ? __ldg(p.scale_inv + (size_t)(grp * MV_R / 128) * ((cols + 127) / 128) + k / 128) : 0.0f;
+                sc[u] = k < kend && grp * MV_R < rows
+                            ? __ldg(reinterpret_cast<const float4 *>(p.w8_scale + (size_t)(k / 128) * ((rows + 3) & ~3) +
+                                                                     grp * MV_R))
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
             for (int r = 0; r < MV_R; r++) {
                 int row = grp * MV_R + r;
@@ -209,8 +212,9 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_rows4(const __grid_constant
                             float4 a = xp[0], b = xp[1], c = xp[2], d = xp[3];
                             float xv[16] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w,
                                             c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+                            const float s4[MV_R] = {sc[u].x, sc[u].y, sc[u].z, sc[u].w};
 #pragma unroll
-                            for (int r = 0; r < MV_R; r++) acc[r] = fmaf(dot16_e4m3(w[u][r], xv), sc[u], acc[r]);
+                            for (int r = 0; r < MV_R; r++) acc[r] = fmaf(dot16_e4m3(w[u][r], xv), s4[r], acc[r]);
                         } else {
                             float4 a = xp[0], b = xp[1];
                             float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -300,7 +304,8 @@ static int mv_gated(const MatvecParams *p, const CudaLaunch *l, int bx) {
 extern "C" int cuda_matvec(const MatvecParams *p, const CudaLaunch *l) {
     const bool f8 = p->W8 != NULL;
     const int cpl = f8 ? 16 : 8; /* MV_CPL */
-    if ((f8 ? (p->W || !p->scale_inv) : (!p->W || p->scale_inv)) || p->rows <= 0 || p->cols <= 0 || p->cols % cpl ||
+    if ((f8 ? (p->W || !p->w8_scale || ((uintptr_t)p->w8_scale & 15)) : (!p->W || p->w8_scale)) ||
+        p->rows <= 0 || p->cols <= 0 || p->cols % cpl ||
         p->splits < 1 || p->splits > p->cols / cpl || (p->splits > 1 && p->out_mode != MV_OUT_SPLITK) ||
         (p->in_mode == MV_IN_VEC && !p->x) || (p->in_mode == MV_IN_EMBED && (!p->embed || !p->step)) ||
         (p->in_mode == MV_IN_RESIDUAL && !p->x) || (p->in_mode != MV_IN_VEC && p->x_out && p->x_out == p->x) ||

@@ -41,13 +41,22 @@ typedef struct StepParams {
     unsigned lm_gmax, pad2_;   /* the host, so the step's params copy resets them */
 } StepParams;
 
+/* FP8_SCALES_DOC. An FP8 weight on the device (docs/FP8.md): e4m3 bytes W8 [rows][cols] and fp32 scales
+ * w8_scale [ceil(cols/128)][fp8_scale_ld(rows)]: W[r][c] = e4m3(W8[r][c]) * w8_scale[(c / 128) ld + r]. One scale per
+ * row and 128-column block, column-block-major, rows padded to a multiple of 4: the checkpoint's 128 x 128 block
+ * scales expanded per row at upload (a 4-row group's scales are one 16-byte load; stacked and interleaved matrices,
+ * whose 128-row blocks mix source matrices, keep each row's own scale). 1/32 of the FP8 bytes. */
+static inline int fp8_scale_ld(int rows) { return (rows + 3) & ~3; }
+static inline size_t fp8_scale_count(int rows, int cols) { return (size_t)((cols + 127) / 128) * fp8_scale_ld(rows); }
+
 /* ---- GEMV family (gemv.cu) ----------------------------------------------------------------
  * y = W x for one token, W bf16 [rows][cols] (cols % 8 == 0, rows 16-byte aligned), fp32
  * accumulation. A warp owns groups of 4 consecutive rows, lanes stride the columns 8 at a time
  * (16-byte loads); grid.y = splits cuts the columns into slices (split-K).
- * FP8 weights (W8 and scale_inv set, W NULL; docs/FP8.md): W[r][c] = e4m3(W8[r][c]) * scale_inv[r/128][c/128],
- * scale_inv fp32 [ceil(rows/128)][ceil(cols/128)], cols % 16 == 0; lanes stride the columns 16 at a time, each
- * lane's 16 products (one 128-column block) summed, then times the block's scale. Every mode below, same outputs.
+ * FP8 weights (W8 and w8_scale set, W NULL; docs/FP8.md): W[r][c] = e4m3(W8[r][c]) * w8_scale[c/128][r], the
+ * device layout of FP8 scales (FP8_SCALES_DOC below), cols % 16 == 0; lanes stride the columns 16
+ * at a time, each lane's 16 products (one 128-column block) summed, then times the row's scale for that block (one
+ * 16-byte load brings a row group's 4). Every mode below, same outputs.
  *
  * Input prologue (in_mode), computed by every block into shared memory:
  *   MV_IN_VEC       x[cols] as given (bf16-valued).
@@ -127,8 +136,8 @@ typedef struct MatvecParams {
     unsigned *work;
     int work_tail;
     /* FP8 weights (instead of W; at the end so that the bf16 kernels' parameter offsets stay as they were) */
-    const uint8_t *W8;      /* fp8 e4m3 [rows][cols] */
-    const float *scale_inv; /* fp32 [ceil(rows/128)][ceil(cols/128)] */
+    const uint8_t *W8;     /* fp8 e4m3 [rows][cols] */
+    const float *w8_scale; /* fp32 [ceil(cols/128)][fp8_scale_ld(rows)] (FP8_SCALES_DOC), 16-byte aligned */
 } MatvecParams;
 
 #define CUDA_MV_WORK_WORDS 256 /* MatvecParams.work */
@@ -222,6 +231,17 @@ typedef struct FillParams {
     float scale;
 } FillParams;
 int cuda_fill_bf16(const FillParams *p, const CudaLaunch *l);
+
+/* An FP8 weight (FP8_SCALES_DOC) as bf16, for the prefill GEMMs: out[r ldo + c] = bf16(e4m3(w8[r cols + c]) *
+ * scale[(c / 128) fp8_scale_ld(rows) + r]) for r < rows, c < cols (cols % 16 == 0). One rounding per weight (e4m3
+ * has 4 significant bits, so the product rounds to bf16 within 2^-9 relative). Grid-stride over 16-column pieces. */
+typedef struct Fp8ToBf16Params {
+    const uint8_t *w8;
+    const float *scale;
+    uint16_t *out;
+    int rows, cols, ldo; /* ldo % 8 == 0 */
+} Fp8ToBf16Params;
+int cuda_fp8_to_bf16(const Fp8ToBf16Params *p, const CudaLaunch *l);
 
 /* Bandwidth probe: reads src[n_u4] (16-byte words) once, writes one word per block to sink. */
 typedef struct ReadBwParams {
@@ -339,6 +359,14 @@ typedef struct DnLayerParams {
     const StepParams *step;
     int D, Hk, Hv, dk, dv, K;
     float eps; /* rms_norm_eps: the input norm and the gated norm */
+    /* FP8 weights (instead of w_in and w_out, which are then NULL; D % 16 == 0): w8_in e4m3 [conv_dim + value_dim][D]
+     * (q | k | v | z rows) with scales s_in (FP8_SCALES_DOC), summed as the FP8 GEMV sums them; w_ba bf16 [2 Hv][D]
+     * (in_proj_b rows, then in_proj_a rows); w8_out e4m3 [D][Hv dv] with scales s_out */
+    const uint8_t *w8_in;
+    const float *s_in;
+    const uint16_t *w_ba;
+    const uint8_t *w8_out;
+    const float *s_out;
 } DnLayerParams;
 /* 0: shape not supported or the grid does not fit; 1: supported with xbuf / xcnt (every block resident at
  * once, the exchanges through global memory); 2: also through clusters (every head's cluster of 8 resident
@@ -437,6 +465,10 @@ typedef struct GemmParams {
     int epi;           /* GEMM_EPI_* */
     int glu_group;     /* SWIGLU only: 1, 8, 16 or 32 */
     int algo;          /* GEMM_ALGO_*: AUTO picks wgmma (or TMA, see below) on sm_90, mma.sync elsewhere */
+    /* FP8 weights (cuda_gemm_skinny only; w NULL): W[n][k] = e4m3(w8[n ldw + k]) * w8_scale[(k / 128) N + n]
+     * (FP8_SCALES_DOC; N % 8 == 0, so the row stride is N), K % 16 == 0 */
+    const uint8_t *w8;
+    const float *w8_scale;
 } GemmParams;
 /* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue).
  * TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer

@@ -194,6 +194,22 @@ static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, i
     return op_end(pf, cuda_gemm_bf16(g, lc), layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
 }
 
+/* The bf16 matrix of layer ly's projection `which` for a prefill GEMM: the weight itself, or an FP8 one dequantized
+ * into ctx->w_tmp first (cuda_layer_w_bf16; one write and one L2-resident read of a bf16 copy per GEMM). */
+static int pf_w(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, const CudaLayer *ly, int which, int layer,
+                const uint16_t **w, Err *err) {
+    GemmParams g;
+    memset(&g, 0, sizeof g);
+    cuda_layer_gemm_w(ly, which, 0, &g);
+    if (!g.w8) {
+        *w = g.w;
+        return 0;
+    }
+    op_begin(pf, lc->stream);
+    return op_end(pf, cuda_layer_w_bf16(ctx, ly, which, lc, w), layer, "fp8_to_bf16", 0.0,
+                  3.0 * ctx->w_tmp_elems, err);
+}
+
 /* h = bf16 norm of rows [0, T) of x (fp32 [T][D]). The row norm kernels read only the (immutable)
  * weights before pdl_wait(), so with PDL they may start while the kernel that wrote x drains (48
  * launches of ~8 us, launch-bound: 5.5 us back to back). */
@@ -205,13 +221,16 @@ static int pf_norm(CudaPrefill *pf, const CudaLaunch *lc, const float *x, const 
 }
 
 /* x += down(SwiGLU(gate_up(norm(x, ln2)))) */
-static int pf_mlp(CudaPrefill *pf, const CudaLaunch *lc, const CudaLayer *ly, int T, int l, Err *err) {
+static int pf_mlp(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, const CudaLayer *ly, int T, int l, Err *err) {
     const int D = pf->d.D, F = pf->d.F, algo = pf->d.gemm_algo;
+    const uint16_t *w;
     int rc = pf_norm(pf, lc, pf->x, ly->ln2, T, l, "norm", err);
+    if (!rc) rc = pf_w(ctx, pf, lc, ly, CW_GU, l, &w, err);
     if (rc) return rc;
-    GemmParams gu = {pf->h, ly->w_gu, pf->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, algo};
+    GemmParams gu = {pf->h, w, pf->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, algo};
     if ((rc = pf_gemm(pf, lc, &gu, l, "gemm_gate_up", err))) return rc;
-    GemmParams dn = {pf->act, ly->w_down, pf->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, algo};
+    if ((rc = pf_w(ctx, pf, lc, ly, CW_DOWN, l, &w, err))) return rc;
+    GemmParams dn = {pf->act, w, pf->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, algo};
     return pf_gemm(pf, lc, &dn, l, "gemm_down", err);
 }
 
@@ -219,9 +238,11 @@ static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, in
     const PrefillDims *d = &pf->d;
     const CudaLayer *ly = &ctx->layers[l];
     const int D = d->D, hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1), n = ly->in_rows, no = ly->out_cols;
+    const uint16_t *w;
     int rc = pf_norm(pf, lc, pf->x, ly->ln1, T, l, "norm", err);
+    if (!rc) rc = pf_w(ctx, pf, lc, ly, CW_IN, l, &w, err);
     if (rc) return rc;
-    GemmParams qkv = {pf->h, ly->w_in, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
+    GemmParams qkv = {pf->h, w, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
     if ((rc = pf_gemm(pf, lc, &qkv, l, "gemm_qkv", err))) return rc;
     AttnPrepParams pp = {pf->proj,
                          n,
@@ -259,9 +280,10 @@ static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, in
     rc = op_end(pf, cuda_attn_prefill(&ap, lc), l, "attn_flash", 4.0 * d->Hq * hd * pairs,
                 2.0 * T * d->Hq * hd * 3 + 4.0 * d->Hkv * (double)(P + T) * hd, err);
     if (rc) return rc;
-    GemmParams o = {pf->act, ly->w_out, pf->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
+    if ((rc = pf_w(ctx, pf, lc, ly, CW_OUT, l, &w, err))) return rc;
+    GemmParams o = {pf->act, w, pf->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
     if ((rc = pf_gemm(pf, lc, &o, l, "gemm_o", err))) return rc;
-    return pf_mlp(pf, lc, ly, T, l, err);
+    return pf_mlp(ctx, pf, lc, ly, T, l, err);
 }
 
 /* FLOPs of the chunked DeltaNet mixer for T tokens (per v-head and token: A = K K^T, W, U, the
@@ -275,9 +297,11 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     const PrefillDims *d = &pf->d;
     const CudaLayer *ly = &ctx->layers[l];
     const int D = d->D, vd = d->Hv * d->dv, cd = 2 * d->Hk * d->dk + vd, n = ly->in_rows;
+    const uint16_t *w;
     int rc = pf_norm(pf, lc, pf->x, ly->ln1, T, l, "norm", err);
+    if (!rc) rc = pf_w(ctx, pf, lc, ly, CW_IN, l, &w, err);
     if (rc) return rc;
-    GemmParams in = {pf->h, ly->w_in, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
+    GemmParams in = {pf->h, w, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
     if ((rc = pf_gemm(pf, lc, &in, l, "gemm_qkvzba", err))) return rc;
     DeltaNetPrefillParams dp;
     memset(&dp, 0, sizeof dp);
@@ -308,9 +332,10 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     rc = op_end(pf, cuda_deltanet_prefill(&dp, lc), l, "deltanet", dn_flops(d, cd, T),
                 2.0 * T * n + 2.0 * T * vd + 2.0 * scr + 8.0 * d->Hv * d->dk * d->dv, err);
     if (rc) return rc;
-    GemmParams o = {pf->act, ly->w_out, pf->x, T, D, vd, vd, vd, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
+    if ((rc = pf_w(ctx, pf, lc, ly, CW_OUT, l, &w, err))) return rc;
+    GemmParams o = {pf->act, w, pf->x, T, D, vd, vd, vd, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
     if ((rc = pf_gemm(pf, lc, &o, l, "gemm_out", err))) return rc;
-    return pf_mlp(pf, lc, ly, T, l, err);
+    return pf_mlp(ctx, pf, lc, ly, T, l, err);
 }
 
 /* Logits of rows [r0, r0+m) of the piece into pf->lm, then (host != NULL) to host[m][V]. */

@@ -390,20 +390,42 @@ static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, co
  * reduction for its rows.
  * A driver that cannot encode tensor maps (cudaErrorNotSupported) moves every later prefill GEMM of the session to
  * mma.sync (one family again: the decision comes at the first GEMM, before any row is computed). */
-static int sv_gemm(CudaServe *sv, const CudaLaunch *lc, GemmParams g, int nd, const float *norm_w, int layer,
-                   const char *what, Err *err) {
+/* ly (NULL: g.w as given, the LM head): the weight is layer ly's projection `which` (cuda_layer_gemm_w). FP8: the
+ * skinny GEMM reads it as is (an FP8 DeltaNet in_proj's bf16 b / a rows as a second skinny GEMM into the columns
+ * after its FP8 rows); the prefill GEMM reads a bf16 copy (cuda_layer_w_bf16). */
+static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams g, const CudaLayer *ly, int which,
+                   int nd, const float *norm_w, int layer, const char *what, Err *err) {
     const size_t ysz = g.epi == GEMM_EPI_F32 || g.epi == GEMM_EPI_ADD_F32 ? 4 : 2;
     int sk = nd, rc = 0;
+    if (ly) cuda_layer_gemm_w(ly, which, g.K, &g);
     if (!sv->det && nd >= 128 && sv->major == 9 && 2 * ((nd + 127) / 128) * ((g.N + 127) / 128) >= sv->n_sm) sk = 0;
     if (sk > 0) {
         GemmParams s = g;
         s.M = sk;
+        const int tail = ly && which == CW_IN && ly->w_ba ? ly->in_rows - ly->in8_rows : 0;
+        s.N -= tail;
         rc = norm_w ? cuda_gemm_skinny_norm(&s, norm_w, sv->d.norm_mode, sv->d.eps, sv->h, sv->skw, sv->skw_floats,
                                             sv->n_sm, lc)
                     : cuda_gemm_skinny(&s, sv->skw, sv->skw_floats, sv->n_sm, lc);
+        if (!rc && tail) {
+            GemmParams t = s;
+            t.w = ly->w_ba;
+            t.w8 = NULL;
+            t.w8_scale = NULL;
+            t.N = tail;
+            t.y = (uint16_t *)s.y + s.N;
+            rc = cuda_gemm_skinny(&t, sv->skw, sv->skw_floats, sv->n_sm, lc);
+        }
         if (rc) return sv_fail(rc, what, layer, err);
     }
     if (g.M <= sk) return 0;
+    if (g.w8) {
+        const uint16_t *w = NULL;
+        if ((rc = cuda_layer_w_bf16(ctx, ly, which, lc, &w))) return sv_fail(rc, "fp8_to_bf16", layer, err);
+        g.w = w;
+        g.w8 = NULL;
+        g.w8_scale = NULL;
+    }
     const int T = g.M;
     float *y0 = (float *)g.y;
     g.x += (size_t)sk * g.ldx;
@@ -497,8 +519,8 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
         const CudaLayer *ly = &ctx->layers[l];
         const int n = ly->in_rows, no = ly->out_cols;
         if (l == 0 && (rc = sv_norm(sv, &lc, sv->x, ly->ln1, sv->h, T, l, err))) return rc; /* later: fused below */
-        GemmParams in = {sv->h, ly->w_in, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, in, nr, NULL, l, "gemm_in", err))) return rc;
+        GemmParams in = {sv->h, NULL, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
+        if ((rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, NULL, l, "gemm_in", err))) return rc;
         if (ly->type == LAYER_FULL_ATTN) {
             const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
             uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
@@ -626,21 +648,21 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                 if ((rc = cuda_deltanet_prefill(&dp, &lc))) return sv_fail(rc, "deltanet prefill", l, err);
             }
         }
-        GemmParams o = {sv->act, ly->w_out, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, o, nr, ly->ln2, l, "gemm_out", err))) return rc;
+        GemmParams o = {sv->act, NULL, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
+        if ((rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, ly->ln2, l, "gemm_out", err))) return rc;
         const int F = d->F;
-        GemmParams gu = {sv->h, ly->w_gu, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        if ((rc = sv_gemm(sv, &lc, gu, nr, NULL, l, "gemm_gate_up", err))) return rc;
-        GemmParams dn = {sv->act, ly->w_down, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
+        GemmParams gu = {sv->h, NULL, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
+        if ((rc = sv_gemm(ctx, sv, &lc, gu, ly, CW_GU, nr, NULL, l, "gemm_gate_up", err))) return rc;
+        GemmParams dn = {sv->act, NULL, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
         const float *next_ln = l + 1 < c->num_hidden_layers ? ctx->layers[l + 1].ln1 : NULL;
-        if ((rc = sv_gemm(sv, &lc, dn, nr, next_ln, l, "gemm_down", err))) return rc;
+        if ((rc = sv_gemm(ctx, sv, &lc, dn, ly, CW_DOWN, nr, next_ln, l, "gemm_down", err))) return rc;
     }
     if (n_out > 0) {
         GatherRowsParams gp = {sv->x, orow, sv->xg, n_out, D};
         if ((rc = cuda_gather_rows(&gp, &lc))) return sv_fail(rc, "gather", -1, err);
         if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, sv->h, n_out, -1, err))) return rc;
         GemmParams g = {sv->h, ctx->lm_head, sv->lm, n_out, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
-        if ((rc = sv_gemm(sv, &lc, g, n_out, NULL, -1, "gemm_lm_head", err))) return rc;
+        if ((rc = sv_gemm(ctx, sv, &lc, g, NULL, 0, n_out, NULL, -1, "gemm_lm_head", err))) return rc;
         if (any_am) return sv_picks(ctx, sv, &lc, sv->lm, n_out, any_smp, err);
     }
     return 0;

@@ -73,10 +73,10 @@ static float *rbfv(size_t n, float mean, float sc) {
 }
 
 /* The weights of one case in both forms: Wd (the dequantized values the kernel must reproduce), W (bf16) or
- * W8 + scale_inv (fp8). Magnitude 2^e per 128 x 128 block, e in [-4, 4], times 1/sqrt(cols). */
+ * W8 + w8_scale (fp8). Magnitude 2^e per 128 x 128 block, e in [-4, 4], times 1/sqrt(cols). */
 struct Weights {
     int fp8, rows, cols;
-    std::vector<float> Wd, sc;
+    std::vector<float> Wd, sc, dsc; /* sc: 128 x 128 block scales; dsc: the device's per-row layout (ops.h) */
     std::vector<uint16_t> W;
     std::vector<uint8_t> W8;
 };
@@ -92,6 +92,8 @@ static void make_weights(Weights &w, int fp8, int rows, int cols) {
         w.W8.resize(f.size()), w.sc.resize(mag.size());
         fp8_quantize_blocks(w.W8.data(), w.sc.data(), f.data(), rows, cols);
         fp8_dequantize_blocks(w.Wd.data(), w.W8.data(), w.sc.data(), rows, cols);
+        w.dsc.assign(fp8_scale_count(rows, cols), NAN); /* padding rows poisoned: never used */
+        fp8_scales_per_row(w.dsc.data(), fp8_scale_ld(rows), 0, 1, w.sc.data(), rows, cols);
     } else {
         w.W.resize(f.size());
         for (size_t i = 0; i < f.size(); i++) w.W[i] = emu_bf(f[i]), w.Wd[i] = bff(w.W[i]);
@@ -100,7 +102,7 @@ static void make_weights(Weights &w, int fp8, int rows, int cols) {
 static void set_weights(MatvecParams &p, const Weights &w) {
     p.W = w.fp8 ? NULL : w.W.data();
     p.W8 = w.fp8 ? w.W8.data() : NULL;
-    p.scale_inv = w.fp8 ? w.sc.data() : NULL;
+    p.w8_scale = w.fp8 ? w.dsc.data() : NULL;
     p.rows = w.rows, p.cols = w.cols;
 }
 /* sum_{k in [k0, k1)} Wd[r][k] x[k] and sum |.| */
@@ -306,6 +308,16 @@ static void check_decode(void) {
     }
     check(bad == 0, "e4m3x2_f32 differs from fp8_e4m3_to_f32", "decode");
     printf("  e4m3x2_f32 vs fp8_e4m3_to_f32, 254 codes x 2 halves: %d bad\n", bad);
+    /* e4m3_hi_f32s (the GEMV's decode): the code in the top byte, garbage below, is the value times 2^-120 exactly */
+    int bad_s = 0;
+    for (int a = 0; a < 256; a++) {
+        if ((a & 0x7f) == 0x7f) continue;
+        const float f = e4m3_hi_f32s((uint32_t)a << 24 | ((uint32_t)(a * 131 + 7) & 0xffffffu));
+        const float r = fp8_e4m3_to_f32((uint8_t)a) * 0x1p-120f;
+        bad_s += memcmp(&f, &r, 4) != 0;
+    }
+    check(bad_s == 0, "e4m3_hi_f32s differs from fp8_e4m3_to_f32 * 2^-120", "decode");
+    printf("  e4m3_hi_f32s vs fp8_e4m3_to_f32 * 2^-120, 254 codes: %d bad\n", bad_s);
 }
 
 /* the launcher's refusals of mixed or misaligned formats */
@@ -320,9 +332,9 @@ static void check_refusals(void) {
     memset(&p, 0, sizeof p);
     p.rows = 8, p.cols = 48, p.splits = 1, p.blocks = 1, p.x = x, p.y = y;
     int refused = 0;
-    p.W8 = w.W8.data(), p.scale_inv = NULL; /* fp8 without scales */
+    p.W8 = w.W8.data(), p.w8_scale = NULL; /* fp8 without scales */
     refused += cuda_matvec(&p, &l) != 0;
-    p.W = wb.data(), p.scale_inv = w.sc.data(); /* both formats */
+    p.W = wb.data(), p.w8_scale = w.dsc.data(); /* both formats */
     refused += cuda_matvec(&p, &l) != 0;
     p.W8 = NULL; /* bf16 with scales */
     refused += cuda_matvec(&p, &l) != 0;

@@ -15,6 +15,8 @@
  * 1e-5 of max |S|, y within 1e-2 of max |y| (an o one bf16 step off moves y by ~2^-8 of a term). Its words are
  * tagged with the round's epoch (xbuf starts poisoned, 0xff bytes, so the first round's epoch wraps to 0 and
  * every stale word carries another tag).
+ * Each case again with FP8 weights (ops.h DnLayerParams w8_in / w8_out, in_proj_b / a bf16 in w_ba) against the FP8
+ * GEMVs (and a bf16 GEMV for the b / a rows), with the same bounds.
  * Usage: test_dn_layer [seed]. Skips without a GPU. */
 #include "cuda/ops.h"
 #include "test.h"
@@ -37,14 +39,32 @@ static int cmp_bits(const char *what, const void *a, const void *b, size_t bytes
 }
 
 /* gm: the heads exchange through global memory (xbuf / xcnt), else through their clusters */
-static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex) {
+/* FP8 copy of the bf16 matrix w [rows][cols] (fp8_quantize_blocks) and its scales in the device layout (ops.h
+ * FP8_SCALES_DOC), on the device: *d8, *dsc. */
+static void fp8_dev(const uint16_t *w, int rows, int cols, uint8_t **d8, float **dsc) {
+    const size_t nb = (size_t)((rows + 127) / 128) * ((cols + 127) / 128);
+    float *f = calloc((size_t)rows * cols, sizeof(float)), *bs = calloc(nb, sizeof(float));
+    uint8_t *q = calloc((size_t)rows * cols, 1);
+    float *sd = calloc(fp8_scale_count(rows, cols), sizeof(float));
+    for (size_t i = 0; i < (size_t)rows * cols; i++) f[i] = bf16_to_f32(w[i]);
+    fp8_quantize_blocks(q, bs, f, rows, cols);
+    fp8_scales_per_row(sd, fp8_scale_ld(rows), 0, 1, bs, rows, cols);
+    *d8 = dev_copy(q, (size_t)rows * cols);
+    *dsc = dev_copy(sd, sizeof(float) * fp8_scale_count(rows, cols));
+    free(f), free(bs), free(q), free(sd);
+}
+
+/* fp8: the q/k/v/z rows of in_proj and out_proj as FP8 (in_proj_b / a bf16), against the FP8 GEMVs (and a bf16 GEMV
+ * for the b / a rows) */
+static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex, int fp8) {
     const int D = c->D, H = c->H, dk = 128, dv = 128, K = c->K, kd = H * dk, vd = H * dv, cd = 2 * kd + vd;
     const int rows = cd + vd + 2 * H, V = 8, F = mlp ? c->F : 1;
     const size_t nS = (size_t)H * dk * dv;
     const int sup = cuda_dn_layer_supported(D, H, H, dk, dv, K);
     const int sup_mlp = 0;
-    printf("-- %s: D %d, %d heads, K %d, %d steps from pos %d%s; exchange through %s (supported: %d)%s%s\n", c->name, D,
-           H, K, c->steps, c->pos0, c->embed ? ", embedding input" : "", gm ? "global memory" : "clusters", sup,
+    printf("-- %s%s: D %d, %d heads, K %d, %d steps from pos %d%s; exchange through %s (supported: %d)%s%s\n",
+           c->name, fp8 ? " (fp8)" : "", D, H, K, c->steps, c->pos0, c->embed ? ", embedding input" : "",
+           gm ? "global memory" : "clusters", sup,
            mlp ? "; with the MLP tail" : "",
            onex == 2 ? "; ONE exchange, tagged words (onex 2)"
            : onex    ? "; ONE exchange, arrival counter (onex 1)"
@@ -92,6 +112,15 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex) {
     float *d_act[2] = {dev_poison(F * 4), dev_poison(F * 4)};
     unsigned long long *d_cnt = dev_copy(NULL, 8);
     if (d_cnt) cudaMemset(d_cnt, 0, 8);
+    uint8_t *d_win8 = NULL, *d_wout8 = NULL;
+    float *d_sin = NULL, *d_sout = NULL;
+    uint16_t *d_wba = NULL;
+    if (fp8) {
+        fp8_dev(w_in, cd + vd, D, &d_win8, &d_sin);
+        fp8_dev(w_out, D, vd, &d_wout8, &d_sout);
+        d_wba = dev_copy(w_in + (size_t)(cd + vd) * D, (size_t)2 * H * D * 2);
+        CHECK(d_win8 && d_sin && d_wout8 && d_sout && d_wba, "%s: fp8 device allocation", c->name);
+    }
     CudaLaunch l = {0, 0, NULL, 0};
     if (!d_win || !d_wout || !d_emb || !d_ring[0] || !d_ring[1] || !d_S[0] || !d_S[1] || !d_ln1 || !d_cw || !d_A ||
         !d_dt || !d_nw || !d_x || !d_part || !d_proj[0] || !d_proj[1] || !d_o[0] || !d_o[1] || !d_y[0] || !d_y[1] ||
@@ -100,7 +129,7 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex) {
         CHECK(0, "%s: device allocation", c->name);
         goto done;
     }
-    const int so = cuda_matvec_splits(D, vd, n_sm);
+    const int so = fp8 ? cuda_matvec_splits_fp8(D, vd, n_sm) : cuda_matvec_splits(D, vd, n_sm);
     CHECK(cuda_matvec_gated_ok(vd, so, dv), "%s: out_proj split %d does not keep whole heads", c->name, so);
     int ok_bits = 1, ok_y = 1, ok_zero = 1, ok_mlp = 1, ok_y2 = 1, ok_os = 1;
     double worst = 0, worst2 = 0, worst_o = 0, worst_s = 0;
@@ -129,6 +158,13 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex) {
             mv.in_mode = MV_IN_RESIDUAL, mv.x = d_x, mv.parts = d_part, mv.n_parts = 1;
         mv.x_out = d_xo[0], mv.norm_w = d_ln1, mv.norm_mode = NORM_ZC, mv.eps = 1e-6f;
         mv.out_mode = MV_OUT_STORE, mv.y = d_proj[0];
+        if (fp8) { /* q/k/v/z rows FP8, then b / a bf16 from the same input */
+            mv.W = NULL, mv.W8 = d_win8, mv.w8_scale = d_sin, mv.rows = cd + vd;
+            mv.blocks = cuda_matvec_blocks_fp8(cd + vd, D, 1, n_sm);
+            LAUNCH(cuda_matvec(&mv, &l));
+            mv.W = d_wba, mv.W8 = NULL, mv.w8_scale = NULL, mv.rows = 2 * H, mv.x_out = NULL, mv.y = d_proj[0] + cd + vd;
+            mv.blocks = cuda_matvec_blocks(2 * H, D, 1, n_sm);
+        }
         LAUNCH(cuda_matvec(&mv, &l));
         DeltanetStepParams dp;
         memset(&dp, 0, sizeof dp);
@@ -141,11 +177,14 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex) {
         mv.blocks = cuda_matvec_blocks(D, vd, so, n_sm);
         mv.in_mode = MV_IN_GATED, mv.x = d_o[0], mv.gate = d_proj[0] + cd, mv.norm_w = d_nw, mv.group = dv;
         mv.out_mode = MV_OUT_SPLITK, mv.atomic = 1, mv.y = d_y[0];
+        if (fp8) mv.W = NULL, mv.W8 = d_wout8, mv.w8_scale = d_sout, mv.blocks = cuda_matvec_blocks_fp8(D, vd, so, n_sm);
         LAUNCH(cuda_matvec(&mv, &l));
         /* the fused kernel */
         DnLayerParams p;
         memset(&p, 0, sizeof p);
         p.w_in = d_win, p.w_out = d_wout;
+        if (fp8) p.w_in = NULL, p.w_out = NULL, p.w8_in = d_win8, p.s_in = d_sin, p.w_ba = d_wba, p.w8_out = d_wout8;
+        if (fp8) p.s_out = d_sout;
         if (c->embed)
             p.embed = d_emb;
         else
@@ -250,6 +289,7 @@ done:
     cudaFree(d_y[1]), cudaFree(d_xo[0]), cudaFree(d_xo[1]), cudaFree(d_zero), cudaFree(d_step), cudaFree(d_xbuf);
     cudaFree(d_xcnt), cudaFree(d_wgu), cudaFree(d_wdT), cudaFree(d_ln2), cudaFree(d_xm[0]), cudaFree(d_xm[1]);
     cudaFree(d_y2), cudaFree(d_act[0]), cudaFree(d_act[1]), cudaFree(d_cnt);
+    cudaFree(d_win8), cudaFree(d_wout8), cudaFree(d_sin), cudaFree(d_sout), cudaFree(d_wba);
     free(w_gu), free(w_dT), free(ln2), free(a1), free(a2);
     free(w_in), free(w_out), free(emb), free(ring), free(ln1), free(conv_w), free(A_log), free(dt_bias), free(norm_w);
     free(S), free(x), free(part), free(h1), free(h2), free(S1), free(S2), free(y1), free(y2), free(z), free(r1);
@@ -282,8 +322,9 @@ int main(int argc, char **argv) {
         {"D 512, 2 heads, K 2", 512, 2, 2, 3, 1, 0, 200},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        for (int gm = 1; gm >= 0; gm--)
-            run_case(&cases[i], n_sm, gm, 0, gm ? 2 : 0); /* global memory: the one tagged exchange */
+        for (int fp8 = 0; fp8 < 2; fp8++)
+            for (int gm = 1; gm >= 0; gm--)
+                run_case(&cases[i], n_sm, gm, 0, gm ? 2 : 0, fp8); /* global memory: the one tagged exchange */
     test_refusals();
     return TEST_SUMMARY("dn_layer");
 }

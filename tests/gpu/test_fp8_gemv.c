@@ -1,10 +1,11 @@
-/* test_fp8_gemv.c — cuda_matvec (src/cuda/gemv.cu) on FP8 weights (MatvecParams.W8 + scale_inv: e4m3 with 128 x 128
+/* test_fp8_gemv.c — cuda_matvec (src/cuda/gemv.cu) on FP8 weights (MatvecParams.W8 + w8_scale: e4m3 with 128 x 128
  * block scales, docs/FP8.md) and, on the same shapes, on bf16 weights, against two host references:
  *   the bound: double precision on the dequantized weights (fp8_dequantize_blocks, the CPU backend's reference; or the
  *     bf16 values): fp32 sums within 1e-5 sum |w x|, bf16 outputs within one bf16 step more;
  *   the kernel's own fp32 order (where the output has no atomics and the input row is known: the kernel's h_out): lane l
  *     sums its chunks k0 + j 32 cpl + l cpl (cpl = 8 bf16, 16 fp8) in ascending order (bf16: one fmaf chain; fp8: a
- *     chain from 0 over the chunk's 16 columns, then acc = fmaf(chain, scale, acc)), then warp_sum_rows4's tree. The
+ *     chain from 0 over the chunk's 16 columns on the values times 2^-120, times 2^120 (common.cuh dot16_e4m3), then
+ *     acc = fmaf(chain, scale, acc)), then warp_sum_rows4's tree. The
  *     outputs must match it bit for bit, so the bf16 path is checked unchanged (the model is that of the bf16 kernel
  *     before the FP8 template, lm_screen_emu.cpp's full_sum) and the hardware e4m3 decode exactly.
  * Cases: every e4m3 code decoded (one-hot input); fresh random shapes (seeded: rows not multiples of 4 or 128, cols
@@ -51,7 +52,12 @@ static int mat_make(Mat *m, int fp8, const float *f, int rows, int cols) {
         m->W8 = malloc(n), m->sc = malloc(sizeof(float) * ns);
         fp8_quantize_blocks(m->W8, m->sc, f, rows, cols);
         fp8_dequantize_blocks(m->Wd, m->W8, m->sc, rows, cols);
-        m->dW8 = dev_copy(m->W8, n), m->dsc = dev_copy(m->sc, sizeof(float) * ns);
+        const size_t nd = fp8_scale_count(rows, cols); /* the device's per-row layout (ops.h FP8_SCALES_DOC) */
+        float *dsc = malloc(sizeof(float) * nd);
+        for (size_t i = 0; i < nd; i++) dsc[i] = NAN; /* padding rows: never read as a scale */
+        fp8_scales_per_row(dsc, fp8_scale_ld(rows), 0, 1, m->sc, rows, cols);
+        m->dW8 = dev_copy(m->W8, n), m->dsc = dev_copy(dsc, sizeof(float) * nd);
+        free(dsc);
         return m->dW8 && m->dsc;
     }
     m->W = malloc(sizeof(uint16_t) * n);
@@ -66,7 +72,7 @@ static void mat_free(Mat *m) {
 static void mat_params(MatvecParams *p, const Mat *m) {
     p->W = m->fp8 ? NULL : m->dW;
     p->W8 = m->fp8 ? m->dW8 : NULL;
-    p->scale_inv = m->fp8 ? m->dsc : NULL;
+    p->w8_scale = m->fp8 ? m->dsc : NULL;
     p->rows = m->rows, p->cols = m->cols;
 }
 
@@ -87,9 +93,10 @@ static float model_sum(const Mat *m, const float *x, int r, int k0, int k1) {
         float a = 0.0f;
         for (int k = k0 + l * cpl; k < k1; k += 32 * cpl) {
             if (m->fp8) {
-                float c = 0.0f;
-                for (int e = 0; e < 16; e++) c = fmaf(e4m3_lut[m->W8[(size_t)r * cols + k + e]], x[k + e], c);
-                a = fmaf(c, m->sc[(size_t)(r / 128) * nbc + k / 128], a);
+                float c = 0.0f; /* common.cuh dot16_e4m3: the chain on the values times 2^-120, then times 2^120 */
+                for (int e = 0; e < 16; e++)
+                    c = fmaf(e4m3_lut[m->W8[(size_t)r * cols + k + e]] * 0x1p-120f, x[k + e], c);
+                a = fmaf(c * 0x1p120f, m->sc[(size_t)(r / 128) * nbc + k / 128], a);
             } else {
                 for (int e = 0; e < 8; e++) a = fmaf(bf16_to_f32(m->W[(size_t)r * cols + k + e]), x[k + e], a);
             }
@@ -317,14 +324,14 @@ static void test_codes(void) {
     Mat m;
     memset(&m, 0, sizeof m);
     m.fp8 = 1, m.rows = rows, m.cols = cols;
-    m.W8 = malloc((size_t)rows * cols), m.sc = malloc(sizeof(float) * 4);
+    m.W8 = malloc((size_t)rows * cols), m.sc = malloc(sizeof(float) * 2 * rows); /* the device layout: 2 x rows */
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) {
             const int v = (r + c) & 255;
             m.W8[(size_t)r * cols + c] = (v & 0x7f) == 0x7f ? 0 : (uint8_t)v;
         }
-    for (int i = 0; i < 4; i++) m.sc[i] = 1.0f;
-    m.dW8 = dev_copy(m.W8, (size_t)rows * cols), m.dsc = dev_copy(m.sc, sizeof(float) * 4);
+    for (int i = 0; i < 2 * rows; i++) m.sc[i] = 1.0f;
+    m.dW8 = dev_copy(m.W8, (size_t)rows * cols), m.dsc = dev_copy(m.sc, sizeof(float) * 2 * rows);
     float *x = calloc(cols, sizeof(float)), *gy = malloc(sizeof(float) * rows);
     float *dx = dev_copy(NULL, sizeof(float) * cols), *dy = dev_poison(sizeof(float) * rows);
     CudaLaunch l = {0, 0, NULL, 0};
@@ -369,11 +376,11 @@ static void test_rejects(void) {
     memset(&p, 0, sizeof p);
     p.rows = 4, p.cols = 48, p.splits = 1, p.in_mode = MV_IN_VEC, p.x = d, p.y = d, p.out_mode = MV_OUT_STORE;
     p.W8 = (const uint8_t *)d;
-    CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "fp8 without scale_inv accepted");
-    p.scale_inv = d, p.W = (const uint16_t *)d;
+    CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "fp8 without w8_scale accepted");
+    p.w8_scale = d, p.W = (const uint16_t *)d;
     CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "W and W8 both set accepted");
     p.W8 = NULL;
-    CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "bf16 with scale_inv accepted");
+    CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "bf16 with w8_scale accepted");
     p.W = NULL, p.W8 = (const uint8_t *)d, p.cols = 40;
     CHECK(cuda_matvec(&p, &l) == cudaErrorInvalidValue, "fp8 with cols %% 16 != 0 accepted");
     p.cols = 48, p.splits = 4, p.out_mode = MV_OUT_SPLITK, p.atomic = 1;

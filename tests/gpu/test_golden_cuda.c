@@ -1,4 +1,5 @@
-/* test_golden_cuda.c — the CUDA backend against HF transformers on every golden fixture.
+/* test_golden_cuda.c — the CUDA backend against HF transformers on every golden fixture, and on the FP8 fixture
+ * (tests/fixtures/qwen35_fp8: HF's float32 on the dequantized weights, HF's bf16 there as its own error).
  * For each case, logits at every position, from (a) one token per call (decode path) and
  * (b) one call over all ids (prefill path), are compared with HF's float32 logits: the
  * mean relative L2 error over a case's positions must be at most 2x HF bf16's own mean error (HF
@@ -52,10 +53,14 @@ static int decode_all(const Backend *be, void *ctx, const int *ids, int n, int p
     return rc;
 }
 
-static void run_fixture(const char *root, const char *name, double *worst_ratio, double *worst_mean) {
-    char dir[2048], gold[2100];
+/* gold_file: the fixture's golden logits (golden.safetensors; golden_fp8.safetensors for the FP8 fixture), hf_key:
+ * HF's own lower-precision run in it (case<c>.<hf_key>: logits_bf16; for FP8, logits_hf_dequant_bf16: HF's bf16 model
+ * on the dequantized weights), the error the rule scales. */
+static void run_fixture(const char *root, const char *name, const char *gold_file, const char *hf_key,
+                        double *worst_ratio, double *worst_mean) {
+    char dir[2048], gold[2200];
     snprintf(dir, sizeof dir, "%s/%s", root, name);
-    snprintf(gold, sizeof gold, "%s/golden.safetensors", dir);
+    snprintf(gold, sizeof gold, "%s/%s", dir, gold_file);
     SafeTensors st;
     Model m;
     Err err = {0};
@@ -96,13 +101,15 @@ static void run_fixture(const char *root, const char *name, double *worst_ratio,
         const Tensor *ids = safetensors_find(&st, key);
         snprintf(key, sizeof key, "case%d.logits_f32", ci);
         const Tensor *l32 = safetensors_find(&st, key);
-        snprintf(key, sizeof key, "case%d.logits_bf16", ci);
+        snprintf(key, sizeof key, "case%d.%s", ci, hf_key);
         const Tensor *l16 = safetensors_find(&st, key);
         const int n = (int)ids->numel;
-        CHECK(l32 && l16 && l32->dtype == DT_F32 && l16->dtype == DT_BF16, "%s case %d: logits tensors", name, ci);
+        CHECK(l32 && l16 && l32->dtype == DT_F32 && (l16->dtype == DT_BF16 || l16->dtype == DT_F32),
+              "%s case %d: logits tensors", name, ci);
         if (!l32 || !l16) continue;
         const float *ref = l32->data;
-        for (int64_t i = 0; i < (int64_t)n * V; i++) bf[i] = bf16_to_f32(((const uint16_t *)l16->data)[i]);
+        for (int64_t i = 0; i < (int64_t)n * V; i++)
+            bf[i] = l16->dtype == DT_F32 ? ((const float *)l16->data)[i] : bf16_to_f32(((const uint16_t *)l16->data)[i]);
         for (int prefill = 0; prefill < 2; prefill++) {
             for (int64_t i = 0; i < (int64_t)n * V; i++) buf[i] = NAN;
             rc = decode_all(&cuda_backend, ctx[0], ids->data, n, prefill, buf, V, &err);
@@ -162,11 +169,18 @@ int main(int argc, char **argv) {
         char p[2048];
         snprintf(p, sizeof p, "%s/%s/golden.safetensors", root, e->d_name);
         if (!file_exists(p)) continue;
-        run_fixture(root, e->d_name, &worst_ratio, &worst_mean);
+        run_fixture(root, e->d_name, "golden.safetensors", "logits_bf16", &worst_ratio, &worst_mean);
         found++;
     }
     if (d) closedir(d);
     CHECK(found >= 4, "expected the 4 golden fixtures under %s, found %d", root, found);
+    /* the official-format FP8 checkpoint (tools/make_fp8_fixture.py, docs/FP8.md): FP8 GEMVs in decode, bf16 copies of
+     * the FP8 weights in prefill */
+    char p8[2048];
+    snprintf(p8, sizeof p8, "%s/qwen35_fp8/golden_fp8.safetensors", root);
+    CHECK(file_exists(p8), "the FP8 fixture %s is missing", p8);
+    if (file_exists(p8))
+        run_fixture(root, "qwen35_fp8", "golden_fp8.safetensors", "logits_hf_dequant_bf16", &worst_ratio, &worst_mean);
     printf("golden_cuda: worst position error / (2 x max(HF there, case median) + 1e-3) = %.3f (must stay < 2); "
            "worst case mean error / HF bf16's mean = %.3f (must stay <= 2)\n",
            worst_ratio, worst_mean);

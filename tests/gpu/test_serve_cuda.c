@@ -17,7 +17,9 @@
  *   - device sampling (BatchItem.sample): a prompt chunk's and decode rows' draws equal the host sampler's on the
  *     same rows with the same u, with their logprobs; top_k 1 is the argmax; in deterministic mode alone = among;
  *   - bad items (a slot outside the layout, a block outside the pool), snapshots and blocks are refused with
- *     Q35_ERR_ARG.
+ *     Q35_ERR_ARG;
+ *   - all of it again on the Qwen3.5-like model quantized to FP8 (model_quantize_fp8: FP8 GEMVs and skinny GEMMs,
+ *     bf16 copies in the prefill GEMMs, the CPU on the dequantized weights).
  * Usage: test_serve_cuda [seed]. Skips (exit 0, "no GPU") without a GPU. */
 #include "backend.h"
 #include "sampler.h"
@@ -347,11 +349,15 @@ static int check_sampled(void *ctx, const int *ids, int det, int V, Err *err) {
  * which a lone decode row runs the single-sequence step on the context's own state (serve.cu solo_step): alone,
  * among others, from a snapshot, and alone and then joined by others (the solo state and KV rows handed back to the
  * slot and pages), each within the bound against forward(). */
-static void test_model(int qwen35, int det) {
-    const char *name =
-        det ? (qwen35 ? "qwen3.5-like det" : "qwen3-like det") : (qwen35 ? "qwen3.5-like" : "qwen3-like");
+static void test_model(int qwen35, int det, int fp8) {
+    char name[64];
+    snprintf(name, sizeof name, "%s%s%s", qwen35 ? "qwen3.5-like" : "qwen3-like", fp8 ? " fp8" : "", det ? " det" : "");
     Model m;
     small_model(&m, qwen35);
+    if (fp8) { /* --weights fp8: FP8 projections (the DeltaNet in_proj's b / a rows stay bf16), the CPU dequantizes */
+        Err qerr = {0};
+        CHECK(model_quantize_fp8(&m, &qerr) == 0 && model_fp8_count(&m, NULL) > 0, "%s: quantize: %s", name, qerr.msg);
+    }
     const int V = m.config.vocab_size;
     int ids[LA];
     for (int i = 0; i < LA; i++) ids[i] = (int)(rng_u64(&rng) % (uint64_t)V);
@@ -494,8 +500,9 @@ int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("serve_cuda");
     rng_seed(&rng, test_seed(argc, argv, "test_serve_cuda"));
     for (int det = 1; det >= 0; det--) {
-        test_model(1, det);
-        test_model(0, det);
+        test_model(1, det, 0);
+        test_model(0, det, 0);
+        test_model(1, det, 1);
     }
     tt_free_all();
     return TEST_SUMMARY("serve_cuda");
