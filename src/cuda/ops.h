@@ -194,7 +194,16 @@ int cuda_lm_screen_ring(int rows, int cols); /* 1: cuda_lm_screen runs the ring 
  * each thread sums 2 columns of y over the block's units (ascending) and lane pairs add 4 columns
  * with one red.global.add.v4.f32 (sm_90) into y, which an EARLIER kernel zeroed (not
  * deterministic: atomics in arrival order). Needs D % 8 == 0, D <= 1024, y 16-byte aligned, and
- * the block's W_dT rows in shared memory (cuda_mlp_fused_smem_bytes <= the device's opt-in limit). */
+ * the block's W_dT rows in shared memory (cuda_mlp_fused_smem_bytes <= the device's opt-in limit).
+ * FP8 weights (w8_gu, s_gu, w8_dT, s_dT all set, w_gu = w_dT = NULL; FP8_SCALES_DOC; a mix is refused):
+ *   W_gu[r][k] = e4m3(w8_gu[r][k]) * s_gu[(k / 128) fp8_scale_ld(2F) + r],
+ *   W_dT[i][d] = e4m3(w8_dT[i][d]) * s_dT[(i / 128) fp8_scale_ld(D) + d]   (w8_dT[i][d] = W8_down[d][i]; s_dT is
+ *                W_down's own per-row table: row d, 128-column block i / 128);
+ *   g_i, u_i bitwise those of cuda_matvec's FP8 GEMV (splits 1), so a_i is bitwise its MV_OUT_SILU_MUL output;
+ *   y[d] += sum over the 128-unit blocks m that the CTA's units touch (ascending) of
+ *           s_dT[m][d] * sum_{i in m} a_i e4m3(w8_dT[i][d])           (the fp32 order: mlp.cu's header).
+ *   Needs D % 16 == 0, all four pointers 16-byte aligned, and the block's W_dT rows (bytes) plus their scale rows in
+ *   shared memory (cuda_mlp_fused_smem_bytes_fp8). */
 typedef struct MlpFusedParams {
     const uint16_t *w_gu; /* bf16 [2F][D] */
     const uint16_t *w_dT; /* bf16 [F][D] */
@@ -211,14 +220,21 @@ typedef struct MlpFusedParams {
     float *h_out;      /* optional (tests, probes): the normed input [D] (block 0) */
     float *act_out;    /* optional (tests, probes): a [F] */
     int early_trigger; /* 1: launch_dependents at kernel start (ops.h GEMV early_trigger) */
+    /* FP8 weights (instead of w_gu / w_dT; at the end so that existing initialisers stay valid) */
+    const uint8_t *w8_gu; /* e4m3 [2F][D], interleaved gate/up rows */
+    const float *s_gu;    /* fp32 [ceil(D/128)][fp8_scale_ld(2F)] */
+    const uint8_t *w8_dT; /* e4m3 [F][D], W_down transposed */
+    const float *s_dT;    /* fp32 [ceil(F/128)][fp8_scale_ld(D)]: W_down's scales */
 } MlpFusedParams;
 int cuda_mlp_fused(const MlpFusedParams *p, const CudaLaunch *l);
 /* min(n_sm, F / 2), at least 1. */
 int cuda_mlp_fused_blocks(int F, int n_sm);
-/* Dynamic shared memory of the kernel for this shape and grid. */
+/* Dynamic shared memory of the kernel for this shape and grid (bf16 weights; _fp8: FP8 weights). */
 size_t cuda_mlp_fused_smem_bytes(int D, int F, int blocks);
-/* 1 when cuda_mlp_fused supports D x F on the current device with the default grid, else 0. */
+size_t cuda_mlp_fused_smem_bytes_fp8(int D, int F, int blocks);
+/* 1 when cuda_mlp_fused supports D x F on the current device with the default grid, else 0 (_fp8: FP8 weights). */
 int cuda_mlp_fused_supported(int D, int F, int n_sm);
+int cuda_mlp_fused_supported_fp8(int D, int F, int n_sm);
 
 /* ---- elementwise and utility (elementwise.cu) ------------------------------------------------ */
 
