@@ -152,8 +152,8 @@ ifeq ($(CUDA),1)
 	@echo "== DeltaNet prefill kernels on the CPU (tests/emu: fused-output path as the GPU runs it, Hk 1, Hv 2; ~40 s)"
 	@sh tests/emu/run.sh 1 2 0 1 > $(BUILD)/emu.log 2>&1 || { tail -n 20 $(BUILD)/emu.log; exit 1; }
 	@tail -n 2 $(BUILD)/emu.log
-	@echo "== fused MLP kernel on the CPU (tests/emu/run_mlp.sh; ~10 s)"
-	@sh tests/emu/run_mlp.sh > $(BUILD)/emu_mlp.log 2>&1 || { tail -n 20 $(BUILD)/emu_mlp.log; exit 1; }
+	@echo "== fused MLP kernel on the CPU (tests/emu/run_mlp.sh: bf16 and fp8 weights; ~30 s)"
+	@B=$(BUILD)/emu sh tests/emu/run_mlp.sh > $(BUILD)/emu_mlp.log 2>&1 || { tail -n 20 $(BUILD)/emu_mlp.log; exit 1; }
 	@tail -n 1 $(BUILD)/emu_mlp.log
 	@echo "== GEMV kernels on the CPU (tests/emu/run_gemv.sh: bf16 and fp8 weights, every in/out mode, ragged shapes; ~10 s)"
 	@B=$(BUILD)/emu sh tests/emu/run_gemv.sh > $(BUILD)/emu_gemv.log 2>&1 || { tail -n 20 $(BUILD)/emu_gemv.log; exit 1; }
@@ -161,14 +161,14 @@ ifeq ($(CUDA),1)
 	@echo "== TMA + wgmma GEMM on the CPU (tests/emu/run_gemm.sh: 4 variants x 4 epilogues; ~12 s)"
 	@sh tests/emu/run_gemm.sh > $(BUILD)/emu_gemm.log 2>&1 || { tail -n 20 $(BUILD)/emu_gemm.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_gemm.log; tail -n 1 $(BUILD)/emu_gemm.log
-	@echo "== skinny GEMM of the batched decode step on the CPU (tests/emu/run_gemm_skinny.sh: splits, epilogues, batch invariance; ~6 s)"
+	@echo "== skinny GEMM of the batched decode step on the CPU (tests/emu/run_gemm_skinny.sh: splits, epilogues, batch invariance, bf16 and fp8 weights; ~55 s)"
 	@sh tests/emu/run_gemm_skinny.sh > $(BUILD)/emu_gemm_skinny.log 2>&1 || { tail -n 20 $(BUILD)/emu_gemm_skinny.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_gemm_skinny.log; tail -n 1 $(BUILD)/emu_gemm_skinny.log
 	@echo "== wgmma prefill attention on the CPU (tests/emu/run_attn.sh: hd 256, GQA, gate on/off, cached prefix; ~6 s)"
 	@sh tests/emu/run_attn.sh > $(BUILD)/emu_attn.log 2>&1 || { tail -n 20 $(BUILD)/emu_attn.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_attn.log; tail -n 1 $(BUILD)/emu_attn.log
-	@echo "== short-context attention + o_proj decode kernel on the CPU (tests/emu/run_attn_short.sh: hd 64/128/256, kv_len to 256; ~20 s)"
-	@sh tests/emu/run_attn_short.sh > $(BUILD)/emu_attn_short.log 2>&1 || { tail -n 20 $(BUILD)/emu_attn_short.log; exit 1; }
+	@echo "== short-context attention + o_proj decode kernel on the CPU (tests/emu/run_attn_short.sh: hd 64/128/256, kv_len to 256, bf16 and fp8 W_o; ~20 s)"
+	@B=$(BUILD)/emu sh tests/emu/run_attn_short.sh > $(BUILD)/emu_attn_short.log 2>&1 || { tail -n 20 $(BUILD)/emu_attn_short.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_attn_short.log; tail -n 1 $(BUILD)/emu_attn_short.log
 	@echo "== on-device sampler on the CPU (tests/emu/run_sample.sh: the rules over a full sort, ties, 70000 ids in one bin; ~15 s)"
 	@sh tests/emu/run_sample.sh > $(BUILD)/emu_sample.log 2>&1 || { tail -n 20 $(BUILD)/emu_sample.log; exit 1; }

@@ -513,10 +513,19 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     /* Before the wait (immutable data only): W_o's 16 columns of this block (rows 2 tid, 2 tid + 1), the RoPE
      * table. */
     uint4 wr[2][2];
+    float wsc[2] = {0.0f, 0.0f}; /* FP8: the rows' scales for the block's 16 columns (one 128-column block) */
     const size_t ldo = (size_t)a.Hq * HD;
+    const bool f8 = p.w8_o != nullptr;
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         const int r = 2 * tid + j;
+        if (f8) {
+            wr[j][0] = r < p.D ? ld_stream(reinterpret_cast<const uint4 *>(p.w8_o + r * ldo + (size_t)h * HD + d0))
+                               : make_uint4(0u, 0u, 0u, 0u);
+            wr[j][1] = make_uint4(0u, 0u, 0u, 0u);
+            wsc[j] = r < p.D ? __ldg(p.s_o + (size_t)((h * HD + d0) / 128) * ((p.D + 3) & ~3) + r) : 0.0f;
+            continue;
+        }
 #pragma unroll
         for (int k = 0; k < 2; k++)
             wr[j][k] = r < p.D
@@ -636,6 +645,10 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     float yv[2];
 #pragma unroll
     for (int j = 0; j < 2; j++) {
+        if (f8) { /* the 16 products' chain, times the row's scale */
+            yv[j] = dot16_e4m3(wr[j][0], o16) * wsc[j];
+            continue;
+        }
         float acc = 0.0f;
         acc = dot8(wr[j][0], o16, acc);
         yv[j] = dot8(wr[j][1], o16 + 8, acc);
@@ -653,7 +666,8 @@ extern "C" int cuda_attn_short_cap(int hd, int D) {
 /* what cuda_attn_short requires */
 static int as_params_ok(const AttnShortParams *p) {
     const AttnDecodeParams *a = &p->a;
-    return a->q_norm_w && a->k_norm_w && a->inv_freq && a->k_cache && a->v_cache && a->step && p->w_o && p->y &&
+    return a->q_norm_w && a->k_norm_w && a->inv_freq && a->k_cache && a->v_cache && a->step &&
+           (p->w8_o ? !p->w_o && p->s_o && a->hd % 16 == 0 : p->w_o && !p->s_o) && p->y &&
            !(p->n_zero > 0 && !p->zero) && p->n_zero >= 0 && a->Hkv >= 1 && a->Hq >= a->Hkv && a->Hq % a->Hkv == 0 &&
            a->Hq <= 65535 && a->max_seq >= 1 && a->R >= 2 && a->R % 2 == 0 && a->R <= a->hd &&
            (a->norm_mode == NORM_ZC || a->norm_mode == NORM_PLAIN) && cuda_attn_short_cap(a->hd, p->D) > 0 &&

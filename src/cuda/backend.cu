@@ -170,10 +170,14 @@ static void layout(CudaCtx *ctx, Arena *a) {
         ctx->w_tmp_elems = (size_t)imax(imax(max_in, 2 * F), D) * imax(imax(D, F), imax(c->attn_dim, c->value_dim));
         CARVE(a, ctx->w_tmp, ctx->w_tmp_elems);
     }
-    /* the fused MLP: W_down transposed per layer */
+    /* the fused MLP: W_down transposed per layer (bytes for an FP8 W_down) */
     for (int l = 0; l < L; l++) {
         ctx->layers[l].w_dT = NULL;
-        if (ctx->mlp_fused) CARVE(a, ctx->layers[l].w_dT, (size_t)F * D);
+        ctx->layers[l].w8_dT = NULL;
+        if (ctx->mlp_fused && ctx->layers[l].w8_down)
+            CARVE(a, ctx->layers[l].w8_dT, (size_t)F * D);
+        else if (ctx->mlp_fused)
+            CARVE(a, ctx->layers[l].w_dT, (size_t)F * D);
     }
     /* sequence state: one contiguous range, cleared by reset */
     a->off = (a->off + 255) & ~(size_t)255;
@@ -308,6 +312,19 @@ static int upload_transposed(uint16_t *dst, const Tensor *t, int64_t rows, int64
     return e == cudaSuccess ? 0 : cfail(e, "transposed weight upload", err);
 }
 
+/* The F8_E4M3 matrix t [rows][cols] -> e4m3 dst [cols][rows] on the device (the transpose, on the host). */
+static int upload_transposed_fp8(uint8_t *dst, const Tensor *t, int64_t rows, int64_t cols, Err *err) {
+    uint8_t *h = (uint8_t *)malloc((size_t)(rows * cols));
+    if (!h) return err_set(err, Q35_ERR_OOM, "cuda backend: out of host memory");
+    const uint8_t *src = (const uint8_t *)t->data;
+    for (int64_t r0 = 0; r0 < rows; r0 += 64)
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t r = r0; r < rows && r < r0 + 64; r++) h[c * rows + r] = src[r * cols + c];
+    cudaError_t e = cudaMemcpy(dst, h, (size_t)(rows * cols), cudaMemcpyHostToDevice);
+    free(h);
+    return e == cudaSuccess ? 0 : cfail(e, "transposed fp8 weight upload", err);
+}
+
 /* A small vector (n elements of any float dtype) -> fp32 on the device. */
 static int upload_vec(float *dst, const Tensor *t, int64_t n, Err *err) {
     float *h = (float *)malloc(sizeof(float) * (size_t)n);
@@ -363,6 +380,7 @@ static int upload_weights(CudaCtx *ctx, Err *err) {
             rc = upload_rows(ctx, stage, ly->w_down, &L->down_proj, D, F, 0, 1, err);
         }
         if (!rc && ly->w_dT) rc = upload_transposed(ly->w_dT, &L->down_proj, D, F, err);
+        if (!rc && ly->w8_dT) rc = upload_transposed_fp8(ly->w8_dT, &L->down_proj, D, F, err);
         if (rc) break;
         const int full = ly->type == LAYER_FULL_ATTN;
         const Tensor *o_w = full ? &L->o_proj : &L->out_proj;
@@ -421,9 +439,14 @@ static int upload_weights(CudaCtx *ctx, Err *err) {
 static void schedule_choose(CudaCtx *ctx) {
     const Config *c = ctx->c;
     const int D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    /* the MLP as one kernel (mlp.cu), else gate_up + down GEMVs; the fused kernels read bf16 weights only, so an FP8
-     * model takes the GEMVs (and the unfused mixers below) */
-    ctx->mlp_fused = !ctx->fp8 && cuda_mlp_fused_supported(D, F, ctx->n_sm);
+    /* the MLP as one kernel (mlp.cu), else gate_up + down GEMVs: every layer's gate/up and down bf16, or every one
+     * FP8 (the kernel's two weight formats) */
+    int n_mlp8 = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        n_mlp8 += is8(&ctx->m->w.layers[l].gate_proj) + is8(&ctx->m->w.layers[l].down_proj);
+    ctx->mlp_fused = n_mlp8 == 0                          ? cuda_mlp_fused_supported(D, F, ctx->n_sm)
+                     : n_mlp8 == 2 * c->num_hidden_layers ? cuda_mlp_fused_supported_fp8(D, F, ctx->n_sm)
+                                                          : 0;
     /* the DeltaNet step leaves its gated norm to out_proj wherever out_proj's split-K keeps whole heads per split;
      * else the step's cluster kernel computes it */
     ctx->dn_gn = c->n_linear_layers > 0;
@@ -446,7 +469,7 @@ static void schedule_choose(CudaCtx *ctx) {
                                       c->linear_value_head_dim, c->linear_conv_kernel_dim)
             : 0;
     /* short contexts: attention + o_proj as one kernel (attention.cu attn_short_oproj) */
-    ctx->attn_short = c->n_full_layers && !ctx->fp8 ? cuda_attn_short_cap(c->head_dim, D) : 0;
+    ctx->attn_short = c->n_full_layers ? cuda_attn_short_cap(c->head_dim, D) : 0;
     /* the LM head's last 3 rounds of row groups by tickets */
     ctx->lm_dyn = 3;
     /* greedy steps: the LM head's argmax through its quantized screen, the TMA ring kernel where its shapes allow */

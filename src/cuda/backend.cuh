@@ -35,6 +35,7 @@ typedef struct CudaLayer {
     uint16_t *w_gu;        /* (2F, D) interleaved gate/up */
     uint16_t *w_down;      /* (D, F) */
     uint16_t *w_dT;        /* (F, D) W_down transposed, for the fused MLP (mlp_fused only, else NULL) */
+    uint8_t *w8_dT;        /* the same for an FP8 W_down: e4m3 (F, D); its scales are s_down's (ops.h MlpFusedParams) */
     int in_rows, out_cols; /* rows of w_in, cols of w_out */
     /* FP8 (see above): NULL where the matrix is bf16 */
     uint8_t *w8_in, *w8_out, *w8_gu, *w8_down;

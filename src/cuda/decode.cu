@@ -234,6 +234,8 @@ static int attn_short(CudaCtx *ctx, const CudaLaunch *lc, int l, float *pa, floa
     memset(&p, 0, sizeof p);
     attn_params(ctx, l, &p.a);
     p.w_o = ctx->layers[l].w_out;
+    p.w8_o = ctx->layers[l].w8_out; /* FP8 o_proj: e4m3 rows, per-row scales */
+    p.s_o = ctx->layers[l].s_out;
     p.y = pa;
     p.zero = pb;
     p.n_zero = c->hidden_size;
@@ -241,7 +243,7 @@ static int attn_short(CudaCtx *ctx, const CudaLaunch *lc, int l, float *pa, floa
     p.max_len = ctx->attn_short;
     const double kv_len = ctx->step_host->pos + 1.0;
     const double bytes = 4.0 * (c->q_proj_rows + 2 * c->kv_dim) + 2.0 * 2 * p.a.Hkv * kv_len * p.a.hd +
-                         2.0 * c->hidden_size * c->attn_dim + 8.0 * c->hidden_size;
+                         (p.w8_o ? 1.0 + 4.0 / 128 : 2.0) * c->hidden_size * c->attn_dim + 8.0 * c->hidden_size;
     char name[40];
     snprintf(name, sizeof name, "L%02d.attn_o", l);
     if (ablated(ctx, name)) return 0;
@@ -290,6 +292,10 @@ static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, 
     memset(&p, 0, sizeof p);
     p.w_gu = ly->w_gu;
     p.w_dT = ly->w_dT;
+    p.w8_gu = ly->w8_gu; /* FP8: the down weights' scales are W_down's own (ops.h MlpFusedParams s_dT) */
+    p.s_gu = ly->s_gu;
+    p.w8_dT = ly->w8_dT;
+    p.s_dT = ly->w8_dT ? ly->s_down : NULL;
     p.D = D;
     p.F = F;
     p.blocks = cuda_mlp_fused_blocks(F, ctx->n_sm);
@@ -302,7 +308,7 @@ static int mlp_fused(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, 
     p.eps = c->rms_norm_eps;
     p.y = pb;
     p.early_trigger = 1;
-    const double bytes = 6.0 * F * D + 4.0 * D * 3 + 4.0 * D;
+    const double bytes = (ly->w8_dT ? 3.0 * (1.0 + 4.0 / 128) : 6.0) * F * D + 4.0 * D * 3 + 4.0 * D;
     char name[40];
     snprintf(name, sizeof name, "L%02d.mlp", l);
     if (ablated(ctx, name)) return 0;

@@ -451,6 +451,10 @@ typedef struct AttnShortParams {
     int n_zero;
     int D;       /* rows of W_o: a multiple of 4, <= 1024 */
     int max_len; /* 1 .. cuda_attn_short_cap(): sizes the shared-memory K/V rows */
+    /* FP8 (instead of w_o, then NULL): e4m3 [D][Hq*hd] with scales (FP8_SCALES_DOC); a block's 16 columns lie in one
+     * 128-column scale block: y += scale_r * (16-product chain of the row) */
+    const uint8_t *w8_o;
+    const float *s_o;
 } AttnShortParams;
 int cuda_attn_short(const AttnShortParams *p, const CudaLaunch *l);
 /* The longest kv_len the kernel can serve for these shapes (0: hd not 64/128/256, or D unsupported). */

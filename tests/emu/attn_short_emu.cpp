@@ -19,6 +19,9 @@
 #undef __host__
 #define __host__
 #include "cuda/ops.h"
+extern "C" {
+#include "util.h"
+}
 #include <time.h>
 // clang-format on
 
@@ -85,6 +88,7 @@ static void norm_rope_ref(double *y, const float *x, const float *w, int hd, int
 struct Case {
     const char *name;
     int Hq, Hkv, hd, R, gated, mode, D, max_seq, max_len, n_pos, pos[6];
+    int fp8; /* W_o as FP8 (w8_o + s_o): the reference on its dequantized values */
 };
 
 static void run_case(const Case &c) {
@@ -102,6 +106,21 @@ static void run_case(const Case &c) {
     }
     for (int i = 0; i < c.R / 2; i++) inv_freq[i] = powf(1e6f, -2.0f * i / c.R);
     for (size_t i = 0; i < (size_t)c.D * n_in; i++) Wo[i] = emu_bf(nrm() / sqrtf((float)n_in));
+    /* FP8: W_o quantized in 128 x 128 blocks (magnitudes 2^e apart by column block, so a wrong scale block fails);
+     * Wd holds the dequantized values the reference uses (bf16 otherwise) */
+    std::vector<float> Wd((size_t)c.D * n_in), sdev;
+    std::vector<uint8_t> W8;
+    if (c.fp8) {
+        std::vector<float> f((size_t)c.D * n_in), bs((size_t)((c.D + 127) / 128) * ((n_in + 127) / 128));
+        for (size_t i = 0; i < f.size(); i++) f[i] = bff(Wo[i]) * ldexpf(1.0f, (int)((i % n_in) / 128 % 5) - 2);
+        W8.resize(f.size());
+        fp8_quantize_blocks(W8.data(), bs.data(), f.data(), c.D, n_in);
+        fp8_dequantize_blocks(Wd.data(), W8.data(), bs.data(), c.D, n_in);
+        sdev.assign(fp8_scale_count(c.D, n_in), NAN);
+        fp8_scales_per_row(sdev.data(), fp8_scale_ld(c.D), 0, 1, bs.data(), c.D, n_in);
+    } else {
+        for (size_t i = 0; i < Wd.size(); i++) Wd[i] = bff(Wo[i]);
+    }
     /* earlier tokens' rows: N(0, 1); rows from the first position on: NaN (filled or written in order) */
     for (int h = 0; h < c.Hkv; h++)
         for (int t = 0; t < c.max_seq; t++)
@@ -132,6 +151,7 @@ static void run_case(const Case &c) {
         p.a.v_cache = V, p.a.q_out = q_out, p.a.step = &sp, p.a.Hq = c.Hq, p.a.Hkv = c.Hkv, p.a.hd = hd;
         p.a.R = c.R, p.a.max_seq = c.max_seq, p.a.gated = c.gated, p.a.norm_mode = c.mode, p.a.eps = eps;
         p.w_o = Wo, p.y = y, p.zero = zero, p.n_zero = n_zero, p.D = c.D, p.max_len = c.max_len;
+        if (c.fp8) p.w_o = NULL, p.w8_o = W8.data(), p.s_o = sdev.data();
         CudaLaunch l = {NULL, 1, NULL, 0};
         const int rc = cuda_attn_short(&p, &l);
         EXPECT(rc == 0, "%s pos %d: launch -> %d", c.name, pos, rc);
@@ -180,7 +200,7 @@ static void run_case(const Case &c) {
         for (int r = 0; r < c.D; r++) {
             double a = 0, aw = 0, bound = 0;
             for (int i = 0; i < n_in; i++) {
-                const double w = bff(Wo[(size_t)r * n_in + i]);
+                const double w = Wd[(size_t)r * n_in + i];
                 a += w * o[i], aw += fabs(w * o[i]), bound += fabs(w) * ob[i];
             }
             bound += 1e-5 * aw + 1e-6 * fabs(y0[r]);
@@ -214,6 +234,8 @@ int main(int argc, char **argv) {
         {"hd 128, G 4, plain, no gate", 4, 1, 128, 128, 0, NORM_PLAIN, 36, 200, 200, 1, {150}},
         {"hd 256, G 2, zc, gated (cap)", 2, 1, 256, 64, 1, NORM_ZC, 100, 300, 256, 1, {255}},
         {"hd 128, G 1", 2, 2, 128, 64, 1, NORM_ZC, 4, 40, 40, 1, {39}},
+        {"fp8 W_o: hd 64, G 2, zc, gated", 4, 2, 64, 32, 1, NORM_ZC, 68, 80, 64, 3, {0, 1, 63}, 1},
+        {"fp8 W_o: hd 256, G 2 (cap)", 2, 1, 256, 64, 1, NORM_ZC, 100, 300, 256, 1, {255}, 1},
     };
     for (const Case &c : cases) run_case(c);
     /* the launcher's refusals (nothing launched) */

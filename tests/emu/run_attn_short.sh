@@ -11,7 +11,7 @@
 # Needs nvcc's headers (cuda_runtime_api.h, for the vector types). Usage: tests/emu/run_attn_short.sh [seed].
 set -e
 cd "$(dirname "$0")/../.."
-B=build/emu
+B=${B:-build/emu}
 mkdir -p "$B"
 S=src/cuda/attention.cu
 { sed -n '/^__device__ __forceinline__ float bf_lo/,/^__device__ __forceinline__ float bf16u/p' src/cuda/common.cuh
@@ -30,6 +30,7 @@ grep -q 'void head_norm_rope' "$B/as_helpers.inc" && grep -q 'float attn_final' 
     ! grep -q 'asm' "$B/as_helpers.inc" && grep -q '^extern "C" int cuda_attn_short(' "$B/as_kernel.inc" ||
     { echo "run_attn_short.sh: the sed edits no longer match src/cuda/attention.cu / common.cuh"; exit 1; }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-g++ -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -Wno-unused-function -Isrc -I"$B" -Itests/emu \
-    -I"$CUDA_HOME/include" -o "$B/attn_short_emu" tests/emu/attn_short_emu.cpp -lm
+cc -std=c11 -O1 -Iinclude -Isrc -c src/util.c -o "$B/as_util.o"
+g++ -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -Wno-unused-function -Isrc -Iinclude -I"$B" -Itests/emu \
+    -I"$CUDA_HOME/include" -o "$B/attn_short_emu" tests/emu/attn_short_emu.cpp "$B/as_util.o" -lm
 "$B/attn_short_emu" "$@"
