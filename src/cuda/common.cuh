@@ -277,16 +277,6 @@ __device__ __forceinline__ float e4m3_hi_f32s(uint32_t t) {
     return __uint_as_float((t & 0x80000000u) | ((t >> 4) & 0x07f00000u));
 }
 
-/* Two e4m3 codes (the low 16 bits of v; byte 0 -> the low half, the upper 16 bits ignored) as bf16x2, exact: each
- * code's value times 2^-120 (e4m3_hi_f32s) times 2^120 is the exact value, a normal fp32 or a zero of the code's sign,
- * and every e4m3 value has at most 4 significant bits, so its fp32 bits end in 16 zeros and the high half is its
- * bf16; one byte_perm packs the two high halves. Integer ops, two FMUL and a PRMT: nothing on the conversion pipe
- * (e4m3x2_f32's cvt e4m3x2 -> f16x2 and f16 -> f32). The NaN codes (0x7f, 0xff) give +-480 (0x43f0, 0xc3f0). */
-__device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t v) {
-    const float a = e4m3_hi_f32s(v << 24) * 0x1p120f, b = e4m3_hi_f32s(v << 16) * 0x1p120f;
-    return __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x7632);
-}
-
 /* Dot product of 16 e4m3 codes (one uint4, byte j = column j) with 16 fp32 values, summed from 0 in column order:
  * the chain runs on the codes' values times 2^-120 (e4m3_hi_f32s) and its result is multiplied back by 2^120.
  * Rounding is scale-free in fp32's normal range, so this is bitwise the chain on the exact values except where a

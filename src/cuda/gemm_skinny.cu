@@ -88,14 +88,16 @@ __device__ __forceinline__ void sk_store_glu(const GemmParams &g, int m, int i, 
 __device__ __forceinline__ int sk_gate_row(int i, int G) { return (i / G) * 2 * G + i % G; }
 
 /* 16 e4m3 codes (byte j = column j) as 16 bf16, exact: columns 0-7 in lo, 8-15 in hi (two bf16 a word, the lower
- * column in the low half), by e4m3x2_bf16x2 (integer decode, no conversion-pipe instructions). */
+ * column in the low half). e4m3x2_f32 gives exact fp32 values whose low 16 bits are zero, so the bf16 is the high
+ * half of each: one byte_perm packs two. */
 __device__ __forceinline__ void e4m3x16_bf16(uint4 v, uint4 &lo, uint4 &hi) {
     const uint32_t q[4] = {v.x, v.y, v.z, v.w};
     uint32_t o[8];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        o[2 * i] = e4m3x2_bf16x2(q[i]);
-        o[2 * i + 1] = e4m3x2_bf16x2(q[i] >> 16);
+        const float2 a = e4m3x2_f32(q[i]), b = e4m3x2_f32(q[i] >> 16);
+        o[2 * i] = __byte_perm(__float_as_uint(a.x), __float_as_uint(a.y), 0x7632);
+        o[2 * i + 1] = __byte_perm(__float_as_uint(b.x), __float_as_uint(b.y), 0x7632);
     }
     lo = make_uint4(o[0], o[1], o[2], o[3]);
     hi = make_uint4(o[4], o[5], o[6], o[7]);

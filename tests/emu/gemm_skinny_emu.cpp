@@ -7,9 +7,7 @@
  * one split and many (n_sm chosen small and large), every epilogue, SwiGLU with glu_group 1 (the direct epilogue
  * through lane pairs, and through the split reduction) and 8; the fused residual + norm; NaN-poisoned outputs, guard
  * columns and rows that must stay untouched; batch invariance: the first M2 rows alone give bitwise the same rows as
- * the full product; the refused arguments of the FP8 form; the kernel's e4m3 -> bf16 decode (common.cuh's
- * e4m3x2_bf16x2) against util.c's decoder on every pair of codes with random upper bits. Exit 1 on a failed bound.
- * Usage: gemm_skinny_emu [seed]. */
+ * the full product; the refused arguments of the FP8 form. Exit 1 on a failed bound. Usage: gemm_skinny_emu [seed]. */
 // clang-format off
 #define EMU_NO_SILU
 #include "emu.h"
@@ -26,7 +24,7 @@ static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
 // clang-format off
 #define __ldg(p) (*(p))
 #include "sk_mma.inc"     /* swz, ldsm_addr_* from src/cuda/mma.cuh */
-#include "sk_common.inc"  /* warp_sum, norm_apply, e4m3_hi_f32s, e4m3x2_bf16x2 from src/cuda/common.cuh */
+#include "sk_common.inc"  /* warp_sum, norm_apply from src/cuda/common.cuh */
 #include "sk_kernels.inc" /* src/cuda/gemm_skinny.cu */
 // clang-format on
 
@@ -326,42 +324,6 @@ static void bad_args(void) {
     if (n_ok != n_all) fails++;
 }
 
-/* e4m3x2_bf16x2 (the FP8 chunk conversion) on every pair of codes a (byte 0) and b (byte 1), random bits above: each
- * half must be the bf16 bits of fp8_e4m3_to_f32's value (util.c; exact in bf16, so its fp32 bits end in 16 zeros), the
- * sign of zero included (0x80 -> 0x8000); the NaN codes 0x7f / 0xff must give +-480 (0x43f0 / 0xc3f0), as documented. */
-static void decode_pairs(void) {
-    long bad = 0, checked = 0, bad_nan = 0, checked_nan = 0;
-    auto want_of = [](int c, bool &ok) -> uint32_t {
-        if ((c & 0x7f) == 0x7f) return (uint32_t)(c & 0x80) << 8 | 0x43f0u;
-        const float f = fp8_e4m3_to_f32((uint8_t)c);
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        ok &= (u & 0xffffu) == 0;
-        return u >> 16;
-    };
-    for (int a = 0; a < 256; a++)
-        for (int b = 0; b < 256; b++) {
-            const uint32_t top = (uint32_t)(urand() * 65536.0) << 16, r = e4m3x2_bf16x2((uint32_t)a | b << 8 | top);
-            bool ok = true;
-            const uint32_t wa = want_of(a, ok), wb = want_of(b, ok), ga = r & 0xffffu, gb = r >> 16;
-            const bool na = (a & 0x7f) == 0x7f, nb = (b & 0x7f) == 0x7f;
-            if (!ok) bad++; /* util.c's value not a bf16: the premise fails */
-            (na ? checked_nan : checked)++, (nb ? checked_nan : checked)++;
-            if (ga != wa) {
-                (na ? bad_nan : bad)++;
-                if (bad + bad_nan < 4) fprintf(stderr, "  code 0x%02x (byte 0): 0x%04x, want 0x%04x\n", a, ga, wa);
-            }
-            if (gb != wb) {
-                (nb ? bad_nan : bad)++;
-                if (bad + bad_nan < 4) fprintf(stderr, "  code 0x%02x (byte 1): 0x%04x, want 0x%04x\n", b, gb, wb);
-            }
-        }
-    printf("  e4m3x2_bf16x2 vs fp8_e4m3_to_f32 on all 65536 pairs: %ld halves of non-NaN codes, %ld bad; %ld halves of "
-           "NaN codes (+-480), %ld bad\n",
-           checked, bad, checked_nan, bad_nan);
-    if (bad || bad_nan) fails++;
-}
-
 int main(int argc, char **argv) {
     if (argc > 1) emu_rs ^= 0x9e3779b97f4a7c15ull * (uint64_t)(atoi(argv[1]) + 1);
     emu_max_smem = 48 * 1024;
@@ -393,7 +355,6 @@ int main(int argc, char **argv) {
     norm_case(65, 264, 336, NORM_PLAIN, 4, true, 64);
     norm_case(7, 1024, 3584, NORM_ZC, 132, true); /* the MLP down projection (x checked) + the next layer's norm */
     bad_args();
-    decode_pairs();
     printf("gemm_skinny_emu: %s\n", fails ? "FAILED" : "all bounds met");
     return fails ? 1 : 0;
 }
