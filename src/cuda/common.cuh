@@ -269,30 +269,19 @@ __device__ __forceinline__ float2 e4m3x2_f32(uint32_t v) {
 #endif
 }
 
-/* The e4m3 code in bits 24..31 of t (the bits below are ignored) as fp32 times 2^-120, exact (e4m3 subnormals become
- * fp32 subnormals): the sign stays at bit 31, exponent and mantissa move to bits 26..20. Two integer ops (three with
- * the shift that brings the byte up), on the integer pipe; the hardware decode (cvt e4m3x2 -> f16x2, then two
- * f16 -> f32) runs on the conversion pipe, which held the FP8 GEMV near 0.8 TB/s on the H200. */
-__device__ __forceinline__ float e4m3_hi_f32s(uint32_t t) {
-    return __uint_as_float((t & 0x80000000u) | ((t >> 4) & 0x07f00000u));
-}
-
-/* Dot product of 16 e4m3 codes (one uint4, byte j = column j) with 16 fp32 values, summed from 0 in column order:
- * the chain runs on the codes' values times 2^-120 (e4m3_hi_f32s) and its result is multiplied back by 2^120.
- * Rounding is scale-free in fp32's normal range, so this is bitwise the chain on the exact values except where a
- * product or partial sum falls below 2^-126 (2^-6 unscaled), which is rounded to 2^-149 there (2^-29 absolute
- * unscaled: below the fp32 rounding of the sums it feeds). */
+/* Dot product of 16 e4m3 codes (one uint4, byte j = column j) with 16 fp32 values, summed from 0 in column order. */
 __device__ __forceinline__ float dot16_e4m3(uint4 w, const float *x) {
     const uint32_t q[4] = {w.x, w.y, w.z, w.w};
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        s = fmaf(e4m3_hi_f32s(q[i] << 24), x[4 * i], s);
-        s = fmaf(e4m3_hi_f32s(q[i] << 16), x[4 * i + 1], s);
-        s = fmaf(e4m3_hi_f32s(q[i] << 8), x[4 * i + 2], s);
-        s = fmaf(e4m3_hi_f32s(q[i]), x[4 * i + 3], s);
+        const float2 a = e4m3x2_f32(q[i]), b = e4m3x2_f32(q[i] >> 16);
+        s = fmaf(a.x, x[4 * i], s);
+        s = fmaf(a.y, x[4 * i + 1], s);
+        s = fmaf(b.x, x[4 * i + 2], s);
+        s = fmaf(b.y, x[4 * i + 3], s);
     }
-    return s * 0x1p120f;
+    return s;
 }
 
 /* ---- math ------------------------------------------------------------------------------ */

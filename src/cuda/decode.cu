@@ -120,8 +120,9 @@ static int in_list(const char *list, const char *kind, size_t n) {
     }
     return 0;
 }
-const char cuda_ablate_kinds[] = "qkvzba,qkvz,ba,qkv,deltanet,dnlayer,attention,attn_o,out_proj,o_proj,mlp,gate_up,down,"
-                                 "lm_head";
+const char cuda_ablate_kinds[] =
+    "qkvzba,qkvz,ba,qkv,deltanet,dnlayer,attention,attn_o,out_proj,o_proj,mlp,gate_up,down,"
+    "lm_head";
 
 /* 1 when every kind in list is known (bench checks its --ablate list with it). */
 int cuda_ablate_check(const char *list, char *bad, size_t n) {
@@ -365,10 +366,10 @@ static int dn_layer(CudaCtx *ctx, const CudaLaunch *lc, int l, const float *x, c
         p.xcnt_stride = 32;
     }
     const double D = c->hidden_size, state = 4.0 * p.Hv * p.dk * p.dv;
-    const double wb = ly->w8_in ? (1.0 + 4.0 / 128) * D * (ly->in8_rows + ly->out_cols) + 2.0 * D * (ly->in_rows - ly->in8_rows)
-                                : 2.0 * D * (ly->in_rows + ly->out_cols);
-    const double bytes = wb + 2 * state + 2.0 * p.K * c->conv_dim +
-                         4.0 * c->conv_dim * p.K + 4.0 * D * 4;
+    const double wb =
+        ly->w8_in ? (1.0 + 4.0 / 128) * D * (ly->in8_rows + ly->out_cols) + 2.0 * D * (ly->in_rows - ly->in8_rows)
+                  : 2.0 * D * (ly->in_rows + ly->out_cols);
+    const double bytes = wb + 2 * state + 2.0 * p.K * c->conv_dim + 4.0 * c->conv_dim * p.K + 4.0 * D * 4;
     char name[40];
     snprintf(name, sizeof name, "L%02d.dnlayer", l);
     if (ablated(ctx, name)) return 0;

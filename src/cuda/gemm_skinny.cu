@@ -87,6 +87,18 @@ __device__ __forceinline__ void sk_store_glu(const GemmParams &g, int m, int i, 
 /* The W row of SwiGLU output column i and its partner: gate row (i / G) 2G + i % G, up row that + G. */
 __device__ __forceinline__ int sk_gate_row(int i, int G) { return (i / G) * 2 * G + i % G; }
 
+/* Chunk c of the X rows m0 .. m0 + 63 (k in [64 c, 64 c + 64)) into the stage's X tile at shared address sx: 512
+ * 16-byte pieces, thread tid takes pieces tid + 128 i, swizzled as mma.cuh's swz<8>; rows past M and k past K are
+ * zero-filled. */
+__device__ __forceinline__ void sk_load_x(const GemmParams &g, uint32_t sx, int m0, int c, int tid) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = c * SK_BK + ch * 8, m = m0 + r;
+        const bool ok = m < g.M && k < g.K;
+        cp_async16(sx + swz<8>(r, ch) * 16, ok ? g.x + (size_t)m * g.ldx + k : g.x, ok);
+    }
+}
+
 /* 16 e4m3 codes (byte j = column j) as 16 bf16, exact: columns 0-7 in lo, 8-15 in hi (two bf16 a word, the lower
  * column in the low half). e4m3x2_f32 gives exact fp32 values whose low 16 bits are zero, so the bf16 is the high
  * half of each: one byte_perm packs two. */
@@ -115,7 +127,6 @@ __device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const uint32_t sbase = smem_addr(smem), swt = sbase + SK_STAGES * SK_F8_STAGE_BYTES;
     const uint8_t *W8 = g.w8;
-    const uint16_t *X = g.x;
 
     /* chunk c's W into stage st: 256 16-byte pieces (row p / 4, columns 16 (p % 4) ..), thread tid takes tid and
      * tid + 128; K % 16 == 0, so a piece is all inside K or all past it (zero-filled) */
@@ -129,13 +140,7 @@ __device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], 
         }
     };
     auto load_x = [&](int c, int st) {
-        const uint32_t sx = sbase + st * SK_F8_STAGE_BYTES + SK_BN * SK_BK;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = (c0 + c) * SK_BK + ch * 8, m = m0 + r;
-            const bool ok = m < g.M && k < g.K;
-            cp_async16(sx + swz<8>(r, ch) * 16, ok ? X + (size_t)m * g.ldx + k : X, ok);
-        }
+        sk_load_x(g, sbase + st * SK_F8_STAGE_BYTES + SK_BN * SK_BK, m0, c0 + c, tid);
     };
 
     /* the weights are immutable: the first SK_STAGES chunks of W go out before the wait for the previous kernel */
@@ -222,7 +227,7 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
         sk_main_f8(a, acc, smem, m0, n0, c0, nch, mvalid);
     } else {
         const uint32_t sbase = smem_addr(smem);
-        const uint16_t *W = g.w, *X = g.x;
+        const uint16_t *W = g.w;
 
         /* Loads of chunk c into stage st: 512 16-byte pieces of W and 512 of X; thread tid takes pieces tid + 128 i. */
         auto load_w = [&](int c, int st) {
@@ -235,13 +240,7 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
             }
         };
         auto load_x = [&](int c, int st) {
-            const uint32_t sx = sbase + st * SK_STAGE_BYTES + SK_BN * SK_BK * 2;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = (c0 + c) * SK_BK + ch * 8, m = m0 + r;
-                const bool ok = m < g.M && k < g.K;
-                cp_async16(sx + swz<8>(r, ch) * 16, ok ? X + (size_t)m * g.ldx + k : X, ok);
-            }
+            sk_load_x(g, sbase + st * SK_STAGE_BYTES + SK_BN * SK_BK * 2, m0, c0 + c, tid);
         };
 
         /* the weights are immutable: their first stages go out before the wait for the previous kernel */

@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(MV_THREADS) matvec_rows4(const __grid_constant
              * 8 lanes of a block read the same 16 bytes (cached loads) */
             if constexpr (F8)
                 sc[u] = k < kend && grp * MV_R < rows
-                            ? __ldg(reinterpret_cast<const float4 *>(p.w8_scale + (size_t)(k / 128) * ((rows + 3) & ~3) +
-                                                                     grp * MV_R))
+                            ? __ldg(reinterpret_cast<const float4 *>(
+                                  p.w8_scale + (size_t)(k / 128) * ((rows + 3) & ~3) + grp * MV_R))
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
             for (int r = 0; r < MV_R; r++) {

@@ -11,7 +11,8 @@
  * test_deltanet and test_matvec; the whole model with the fused kernel in test_decode.
  * The global-memory mode has ONE exchange per layer (deltanet_layer.cu DL_X1_SLOT): S^T k and S^T q are
  * summed over the 8 blocks' 16-row partials, so o and S differ from the three kernels by fp32 rounding: the
- * in_proj rows, x_out and the ring bitwise; o within one bf16 step (2^-7 relative) of each value, S within
+ * in_proj rows, x_out and the ring bitwise; o within one bf16 step (2^-7 relative) of each value plus 2^-16 of the
+ * largest (an o near 0 is a cancellation, seed 1215301113: 1.33e-8 vs 1.28e-8), S within
  * 1e-5 of max |S|, y within 1e-2 of max |y| (an o one bf16 step off moves y by ~2^-8 of a term). Its words are
  * tagged with the round's epoch (xbuf starts poisoned, 0xff bytes, so the first round's epoch wraps to 0 and
  * every stale word carries another tag).
@@ -162,7 +163,8 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex, int fp8
             mv.W = NULL, mv.W8 = d_win8, mv.w8_scale = d_sin, mv.rows = cd + vd;
             mv.blocks = cuda_matvec_blocks_fp8(cd + vd, D, 1, n_sm);
             LAUNCH(cuda_matvec(&mv, &l));
-            mv.W = d_wba, mv.W8 = NULL, mv.w8_scale = NULL, mv.rows = 2 * H, mv.x_out = NULL, mv.y = d_proj[0] + cd + vd;
+            mv.W = d_wba, mv.W8 = NULL, mv.w8_scale = NULL, mv.rows = 2 * H, mv.x_out = NULL,
+            mv.y = d_proj[0] + cd + vd;
             mv.blocks = cuda_matvec_blocks(2 * H, D, 1, n_sm);
         }
         LAUNCH(cuda_matvec(&mv, &l));
@@ -177,7 +179,8 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex, int fp8
         mv.blocks = cuda_matvec_blocks(D, vd, so, n_sm);
         mv.in_mode = MV_IN_GATED, mv.x = d_o[0], mv.gate = d_proj[0] + cd, mv.norm_w = d_nw, mv.group = dv;
         mv.out_mode = MV_OUT_SPLITK, mv.atomic = 1, mv.y = d_y[0];
-        if (fp8) mv.W = NULL, mv.W8 = d_wout8, mv.w8_scale = d_sout, mv.blocks = cuda_matvec_blocks_fp8(D, vd, so, n_sm);
+        if (fp8)
+            mv.W = NULL, mv.W8 = d_wout8, mv.w8_scale = d_sout, mv.blocks = cuda_matvec_blocks_fp8(D, vd, so, n_sm);
         LAUNCH(cuda_matvec(&mv, &l));
         /* the fused kernel */
         DnLayerParams p;
@@ -216,9 +219,11 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex, int fp8
         CU(cudaMemcpy(S2, d_S[1], nS * 4, cudaMemcpyDeviceToHost));
         if (onex) {
             double smax = 0, sd = 0;
+            double omax = 0; /* an o near 0 comes from cancellation: its fp32 noise scales with the head's o */
+            for (int i = 0; i < vd; i++) omax = fmax(omax, fabs((double)h1[i]));
             for (int i = 0; i < vd; i++) {
                 const double d = fabs((double)h2[i] - h1[i]), r = d / (fabs((double)h1[i]) + 1e-30);
-                if (!(d <= fabs((double)h1[i]) / 128 + 1e-30)) {
+                if (!(d <= fabs((double)h1[i]) / 128 + omax * 0x1p-16)) {
                     if (ok_os) fprintf(stderr, "  step %d: o[%d] %.9g vs %.9g\n", t, i, h2[i], h1[i]);
                     ok_os = 0;
                 }
@@ -272,7 +277,7 @@ static void run_case(const Case *c, int n_sm, int gm, int mlp, int onex, int fp8
     CHECK(ok_y, "%s: y differs from the three kernels beyond %g of its max", c->name, onex ? 1e-2 : 2e-5);
     CHECK(ok_zero, "%s: zero0 / zero1 not zeroed", c->name);
     if (onex) {
-        CHECK(ok_os, "%s (onex): o beyond one bf16 step or S beyond 1e-5 of its max", c->name);
+        CHECK(ok_os, "%s (onex): o beyond one bf16 step (+ 2^-16 of its max) or S beyond 1e-5 of its max", c->name);
         printf("   bitwise: in_proj rows, x_out, ring; o worst rel %.2g, S worst max-diff / max %.2g, y %.2g\n",
                worst_o, worst_s, worst);
     } else

@@ -4,8 +4,7 @@
  *     bf16 values): fp32 sums within 1e-5 sum |w x|, bf16 outputs within one bf16 step more;
  *   the kernel's own fp32 order (where the output has no atomics and the input row is known: the kernel's h_out): lane l
  *     sums its chunks k0 + j 32 cpl + l cpl (cpl = 8 bf16, 16 fp8) in ascending order (bf16: one fmaf chain; fp8: a
- *     chain from 0 over the chunk's 16 columns on the values times 2^-120, times 2^120 (common.cuh dot16_e4m3), then
- *     acc = fmaf(chain, scale, acc)), then warp_sum_rows4's tree. The
+ *     chain from 0 over the chunk's 16 columns, then acc = fmaf(chain, scale, acc)), then warp_sum_rows4's tree. The
  *     outputs must match it bit for bit, so the bf16 path is checked unchanged (the model is that of the bf16 kernel
  *     before the FP8 template, lm_screen_emu.cpp's full_sum) and the hardware e4m3 decode exactly.
  * Cases: every e4m3 code decoded (one-hot input); fresh random shapes (seeded: rows not multiples of 4 or 128, cols
@@ -93,10 +92,9 @@ static float model_sum(const Mat *m, const float *x, int r, int k0, int k1) {
         float a = 0.0f;
         for (int k = k0 + l * cpl; k < k1; k += 32 * cpl) {
             if (m->fp8) {
-                float c = 0.0f; /* common.cuh dot16_e4m3: the chain on the values times 2^-120, then times 2^120 */
-                for (int e = 0; e < 16; e++)
-                    c = fmaf(e4m3_lut[m->W8[(size_t)r * cols + k + e]] * 0x1p-120f, x[k + e], c);
-                a = fmaf(c * 0x1p120f, m->sc[(size_t)(r / 128) * nbc + k / 128], a);
+                float c = 0.0f;
+                for (int e = 0; e < 16; e++) c = fmaf(e4m3_lut[m->W8[(size_t)r * cols + k + e]], x[k + e], c);
+                a = fmaf(c, m->sc[(size_t)(r / 128) * nbc + k / 128], a);
             } else {
                 for (int e = 0; e < 8; e++) a = fmaf(bf16_to_f32(m->W[(size_t)r * cols + k + e]), x[k + e], a);
             }
