@@ -498,11 +498,13 @@ void cuda_layer_gemm_w(const CudaLayer *ly, int which, int cols, GemmParams *g) 
     g->ldw = cols;
 }
 
-int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, const uint16_t **w) {
+int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, const uint16_t **w,
+                      size_t *elems) {
     GemmParams g;
     memset(&g, 0, sizeof g);
     int rows, rows8, cols;
     w_shape(ctx, ly, which, &rows, &rows8, &cols);
+    if (elems) *elems = (size_t)rows * cols;
     cuda_layer_gemm_w(ly, which, cols, &g);
     *w = g.w;
     if (!g.w8) return 0;

@@ -147,8 +147,10 @@ enum { CW_IN = 0, CW_OUT = 1, CW_GU = 2, CW_DOWN = 3 };
  * (FP8; the FP8 DeltaNet in_proj: its first in8_rows rows, w_ba the rest). Sets w, w8, w8_scale, ldw only. */
 void cuda_layer_gemm_w(const CudaLayer *ly, int which, int cols, GemmParams *g);
 /* The same projection as one bf16 matrix on the device: the bf16 weight itself, or the FP8 one dequantized
- * (cuda_fp8_to_bf16, w_ba copied after it) into ctx->w_tmp on stream s (valid until the next call). *w = the matrix. */
-int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, const uint16_t **w);
+ * (cuda_fp8_to_bf16, w_ba copied after it) into ctx->w_tmp on l's stream (valid until the next call). *w = the matrix;
+ * elems (may be NULL): its rows x cols. */
+int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, const uint16_t **w,
+                      size_t *elems);
 
 /* Enqueues one decode step on ctx->stream: the StepParams copy from step_host, then every
  * kernel (sample = 1 adds the sampling kernels). With probes set it runs eagerly, syncing to

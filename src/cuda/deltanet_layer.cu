@@ -515,8 +515,9 @@ __global__ void __launch_bounds__(DL_THREADS, 1) dn_layer_k(const __grid_constan
     Q35_TRACE_END(50);
 }
 
-/* Max active clusters of 8 (cluster mode) or blocks per SM x SMs >= grid (global-memory exchange). */
-static int dl_fit_query(int D, int K, int Hv, int cluster) {
+/* Max active clusters of 8 (cluster mode) or blocks per SM x SMs >= grid (global-memory exchange), for one instance
+ * of the kernel. */
+static int dl_fit_kernel(void (*kern)(DnLayerParams), int D, int K, int Hv, int cluster) {
     int dev = 0, optin = 0, n_sm = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
@@ -525,7 +526,6 @@ static int dl_fit_query(int D, int K, int Hv, int cluster) {
         return 0;
     }
     const size_t smem = dl_smem_bytes(D, K);
-    void (*kern)(DnLayerParams) = cluster ? dn_layer_k<false, false> : dn_layer_k<true, false>;
     if (smem + 8192 > (size_t)optin ||
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -554,6 +554,13 @@ static int dl_fit_query(int D, int K, int Hv, int cluster) {
         return 0;
     }
     return n >= Hv; /* every head's cluster resident at once */
+}
+/* Both weight formats' instances fit (the tagged words' spins and the clusters need every block resident). */
+static int dl_fit_query(int D, int K, int Hv, int cluster) {
+    return cluster ? dl_fit_kernel(dn_layer_k<false, false>, D, K, Hv, 1) &&
+                         dl_fit_kernel(dn_layer_k<false, true>, D, K, Hv, 1)
+                   : dl_fit_kernel(dn_layer_k<true, false>, D, K, Hv, 0) &&
+                         dl_fit_kernel(dn_layer_k<true, true>, D, K, Hv, 0);
 }
 /* dl_fit_query, remembered per exchange mode for the last (device, D, K, Hv): cuda_dn_layer checks it at every
  * launch (per layer and token when the step runs without a graph); its kernel attribute, once set, stays set. */
@@ -598,13 +605,8 @@ extern "C" int cuda_dn_layer(const DnLayerParams *p, const CudaLaunch *l) {
     const dim3 grid(DL_SPLIT, (unsigned)p->Hv), block(DL_THREADS);
     if (p->xbuf) { /* the tagged words' spins need every block resident */
         if (!dl_fit(p->D, p->K, p->Hv, 0)) return (int)cudaErrorInvalidConfiguration;
-        if (f8) { /* the same shared memory as the bf16 instance dl_fit sized (its W_out slice uses half) */
-            const cudaError_t e = cudaFuncSetAttribute(dn_layer_k<true, true>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            if (e != cudaSuccess) return (int)e;
-            return launch_kernel(dn_layer_k<true, true>, grid, block, smem, l, *p);
-        }
-        return launch_kernel(dn_layer_k<true, false>, grid, block, smem, l, *p);
+        /* the bf16 sizes: the FP8 instance's W_out slice uses half (dl_fit sized and attributed both instances) */
+        return launch_kernel(f8 ? dn_layer_k<true, true> : dn_layer_k<true, false>, grid, block, smem, l, *p);
     }
     void (*kern)(DnLayerParams) = f8 ? dn_layer_k<false, true> : dn_layer_k<false, false>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

@@ -87,6 +87,25 @@ __device__ __forceinline__ void sk_store_glu(const GemmParams &g, int m, int i, 
 /* The W row of SwiGLU output column i and its partner: gate row (i / G) 2G + i % G, up row that + G. */
 __device__ __forceinline__ int sk_gate_row(int i, int G) { return (i / G) * 2 * G + i % G; }
 
+/* One 64-column chunk: acc += W tile (bf16 [64][64] at shared address sw, swz<8>) rows 16 warp .. + 15 times the X
+ * tile (bf16 [64][64] at sx) rows 0 .. mvalid - 1 (n8 tiles past mvalid skipped: their X rows are zero) */
+__device__ __forceinline__ void sk_chunk_mma(uint32_t sw, uint32_t sx, int warp, int lane, int mvalid,
+                                             float (&acc)[8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < SK_BK / 16; kk++) {
+        uint32_t af[4];
+        ldsm_x4(ldsm_addr_a<8>(sw, warp * 16, kk * 16, lane), af);
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            if (np * 16 >= mvalid) break;
+            uint32_t b[4];
+            ldsm_x4(ldsm_addr_bt<8>(sx, np * 16, kk * 16, lane), b);
+            mma_bf16(acc[2 * np], af, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
+        }
+    }
+}
+
 /* Chunk c of the X rows m0 .. m0 + 63 (k in [64 c, 64 c + 64)) into the stage's X tile at shared address sx: 512
  * 16-byte pieces, thread tid takes pieces tid + 128 i, swizzled as mma.cuh's swz<8>; rows past M and k past K are
  * zero-filled. */
@@ -186,19 +205,7 @@ __device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], 
         for (int t = 0; t < 8; t++)
 #pragma unroll
             for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < SK_BK / 16; kk++) {
-            uint32_t af[4];
-            ldsm_x4(ldsm_addr_a<8>(swt, warp * 16, kk * 16, lane), af);
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                if (np * 16 >= mvalid) break;
-                uint32_t b[4];
-                ldsm_x4(ldsm_addr_bt<8>(sx, np * 16, kk * 16, lane), b);
-                mma_bf16(cacc[2 * np], af, b[0], b[1]);
-                mma_bf16(cacc[2 * np + 1], af, b[2], b[3]);
-            }
-        }
+        sk_chunk_mma(swt, sx, warp, lane, mvalid, cacc);
 #pragma unroll
         for (int t = 0; t < 8; t++) {
             if ((t >> 1) * 16 >= mvalid) break;
@@ -265,19 +272,7 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
             __syncthreads();
             const int st = c % SK_STAGES;
             const uint32_t sw = sbase + st * SK_STAGE_BYTES, sx = sw + SK_BN * SK_BK * 2;
-#pragma unroll
-            for (int kk = 0; kk < SK_BK / 16; kk++) {
-                uint32_t af[4];
-                ldsm_x4(ldsm_addr_a<8>(sw, warp * 16, kk * 16, lane), af);
-#pragma unroll
-                for (int np = 0; np < 4; np++) {
-                    if (np * 16 >= mvalid) break;
-                    uint32_t b[4];
-                    ldsm_x4(ldsm_addr_bt<8>(sx, np * 16, kk * 16, lane), b);
-                    mma_bf16(acc[2 * np], af, b[0], b[1]);
-                    mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
-                }
-            }
+            sk_chunk_mma(sw, sx, warp, lane, mvalid, acc);
             __syncthreads(); /* stage st is refilled next */
             if (c + SK_STAGES < nch) {
                 load_w(c + SK_STAGES, st);

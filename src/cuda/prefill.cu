@@ -205,9 +205,10 @@ static int pf_w(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, const CudaL
         *w = g.w;
         return 0;
     }
+    size_t n = 0; /* bytes: the e4m3 read and the bf16 written */
     op_begin(pf, lc->stream);
-    return op_end(pf, cuda_layer_w_bf16(ctx, ly, which, lc, w), layer, "fp8_to_bf16", 0.0,
-                  3.0 * ctx->w_tmp_elems, err);
+    const int rc = cuda_layer_w_bf16(ctx, ly, which, lc, w, &n);
+    return op_end(pf, rc, layer, "fp8_to_bf16", 0.0, 3.0 * n, err);
 }
 
 /* h = bf16 norm of rows [0, T) of x (fp32 [T][D]). The row norm kernels read only the (immutable)
