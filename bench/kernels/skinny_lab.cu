@@ -8,8 +8,8 @@
  * of its 16-row strip, and the k index is permuted so that those registers ARE the A fragments (a0/a2 of row g,
  * a1/a3 of row g + 8, for two k16 steps). The activation rows (the B operand) are staged once per CTA in shared
  * memory with the same permutation: b0/b1 of k step j are one 8-byte load at k0 + 8 t + 4 j. The product is the same
- * sum over k in another order; the split partials go to work [splits][M][N], added in split order by skd_reduce
- * with the library's epilogues (sk_store1, sk_store_glu).
+ * sum over k in another order; the split partials go to the library's reduction (gemm_skinny_reduce), so both
+ * variants end in the same epilogue.
  *
  *   build:  make build/bench/skinny_lab           (sm_90a)
  *   run:    build/bench/skinny_lab [--quick]
@@ -110,35 +110,14 @@ __global__ void __launch_bounds__(256) skd_k(const __grid_constant__ SkdArgs a) 
             }
 }
 
-/* grid (ceil(cols / 256), M), 256 threads: y[m][col] for col < cols (N, or N / 2 for SwiGLU, glu_group 1) from the
- * splits' partials work [S][M][N] in split order, then the library's epilogue */
-template <int EPI>
-__global__ void __launch_bounds__(256) skd_reduce(const __grid_constant__ GemmParams g, const float *work, int S) {
-    pdl_begin();
-    const int m = blockIdx.y, col = blockIdx.x * 256 + threadIdx.x;
-    const size_t plane = (size_t)g.M * g.N;
-    const float *w = work + (size_t)m * g.N;
-    if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
-        if (col >= g.N / 2) return;
-        float gate = 0.0f, up = 0.0f;
-        for (int s = 0; s < S; s++) gate += w[s * plane + 2 * col], up += w[s * plane + 2 * col + 1];
-        sk_store_glu(g, m, col, gate, up);
-    } else {
-        if (col >= g.N) return;
-        float v = 0.0f;
-        for (int s = 0; s < S; s++) v += w[s * plane + col];
-        sk_store1<EPI>(g, m, col, v);
-    }
-}
-
 typedef struct Variant {
     int rw, warps, splits; /* splits 0: the library's sk_plan */
 } Variant;
 
-/* The direct variant's launch: partials, then skd_reduce. */
+/* The direct variant's launch: partials, then the library's split reduction and epilogue. */
 static int skd_run(const GemmParams &g, const Variant &v, float *work, int n_sm, cudaStream_t st) {
     int kc = 0;
-    int S = v.splits ? v.splits : sk_plan(g.N, g.K, n_sm, true, &kc);
+    int S = v.splits ? v.splits : sk_plan(g.N, g.K, n_sm, &kc);
     const int ks = ((g.K + S - 1) / S + 31) / 32 * 32;
     S = (g.K + ks - 1) / ks;
     const int MT = g.M <= 8 ? 1 : g.M <= 32 ? 4 : 8;
@@ -161,14 +140,16 @@ static int skd_run(const GemmParams &g, const Variant &v, float *work, int n_sm,
     if (v.rw == 2 && MT == 8) SKD(2, 8);
 #undef SKD
     if (rc) return rc;
+    SkArgs ra;
+    ra.g = g;
+    ra.work = work;
     const int cols = g.epi == GEMM_EPI_SWIGLU_BF16 ? g.N / 2 : g.N;
     const dim3 rg((unsigned)((cols + 255) / 256), (unsigned)g.M);
     switch (g.epi) {
-    case GEMM_EPI_BF16: return launch_ex(skd_reduce<GEMM_EPI_BF16>, rg, dim3(256), 0, 0, &l, g, (const float *)work, S);
-    case GEMM_EPI_F32: return launch_ex(skd_reduce<GEMM_EPI_F32>, rg, dim3(256), 0, 0, &l, g, (const float *)work, S);
-    case GEMM_EPI_ADD_F32:
-        return launch_ex(skd_reduce<GEMM_EPI_ADD_F32>, rg, dim3(256), 0, 0, &l, g, (const float *)work, S);
-    default: return launch_ex(skd_reduce<GEMM_EPI_SWIGLU_BF16>, rg, dim3(256), 0, 0, &l, g, (const float *)work, S);
+    case GEMM_EPI_BF16: return launch_ex(gemm_skinny_reduce<GEMM_EPI_BF16>, rg, dim3(256), 0, 0, &l, ra, S);
+    case GEMM_EPI_F32: return launch_ex(gemm_skinny_reduce<GEMM_EPI_F32>, rg, dim3(256), 0, 0, &l, ra, S);
+    case GEMM_EPI_ADD_F32: return launch_ex(gemm_skinny_reduce<GEMM_EPI_ADD_F32>, rg, dim3(256), 0, 0, &l, ra, S);
+    default: return launch_ex(gemm_skinny_reduce<GEMM_EPI_SWIGLU_BF16>, rg, dim3(256), 0, 0, &l, ra, S);
     }
 }
 
@@ -216,7 +197,8 @@ int main(int argc, char **argv) {
             }
             uint16_t *dx;
             float *y_ref, *y, *work;
-            const size_t wf = (size_t)8 * M * sh.N; /* the direct variant's partials, up to 8 splits */
+            const size_t wf =
+                std::max<size_t>((size_t)8 * M * sh.N, cuda_gemm_skinny_work(M, sh.N, sh.K, n_sm, sh.epi, 1));
             CK(cudaMalloc(&dx, hx.size() * 2));
             CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
             CK(cudaMalloc(&y_ref, (size_t)M * sh.N * 4));
@@ -225,7 +207,7 @@ int main(int argc, char **argv) {
             /* correctness on EPI_F32 against the library's kernel */
             GemmParams gr = {dx, dw[0], y_ref, M, sh.N, sh.K, sh.K, sh.K, sh.N, GEMM_EPI_F32, 1, 0};
             const CudaLaunch l = {st, 1, NULL, 0};
-            CK((cudaError_t)cuda_gemm_skinny(&gr, n_sm, &l));
+            CK((cudaError_t)cuda_gemm_skinny(&gr, work, wf, n_sm, &l));
             std::vector<float> ref((size_t)M * sh.N), got((size_t)M * sh.N);
             CK(cudaMemcpyAsync(ref.data(), y_ref, ref.size() * 4, cudaMemcpyDeviceToHost, st));
             CK(cudaStreamSynchronize(st));
@@ -251,7 +233,7 @@ int main(int argc, char **argv) {
             const int ycols = sh.epi == GEMM_EPI_SWIGLU_BF16 ? sh.N / 2 : sh.N;
             const double lib_us = time_it([&](int c) {
                 GemmParams g = {dx, dw[c], y, M, sh.N, sh.K, sh.K, sh.K, ycols, sh.epi, 1, 0};
-                return cuda_gemm_skinny(&g, n_sm, &l);
+                return cuda_gemm_skinny(&g, work, wf, n_sm, &l);
             });
             printf("%-17s N %6d K %5d M %3d  library %8.1f us %6.0f GB/s |", sh.name, sh.N, sh.K, M, lib_us,
                    wn * 2 / (lib_us * 1e3));

@@ -1,5 +1,5 @@
 /* cluster.cuh — thread-block cluster helpers (sm_90): split cluster barriers and distributed shared
- * memory (DSMEM) loads/stores, shared by deltanet.cu, attention.cu and gemm_skinny.cu. The compute_80 PTX in CUARCH
+ * memory (DSMEM) loads/stores, shared by deltanet.cu and attention.cu. The compute_80 PTX in CUARCH
  * has no clusters: there the helpers trap (and the cluster launch itself fails on such devices).
  *
  * Barrier use: every thread of every block of the cluster calls arrive then wait (".aligned": the
@@ -36,15 +36,6 @@ __device__ __forceinline__ void st_dsmem(float *local, unsigned rank, float v) {
     asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(dsmem_addr(local, rank)), "f"(v) : "memory");
 }
 /* local: 16-byte aligned */
-__device__ __forceinline__ float4 ld_dsmem4(const float *local, unsigned rank) {
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(dsmem_addr(local, rank))
-                 : "memory");
-    return v;
-}
-/* local: 16-byte aligned */
 __device__ __forceinline__ void st_dsmem4(float *local, unsigned rank, float4 v) {
     asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(dsmem_addr(local, rank)), "f"(v.x), "f"(v.y),
                  "f"(v.z), "f"(v.w)
@@ -59,10 +50,6 @@ __device__ __forceinline__ float ld_dsmem(const float *, unsigned) {
     return 0.0f;
 }
 __device__ __forceinline__ void st_dsmem(float *, unsigned, float) { __trap(); }
-__device__ __forceinline__ float4 ld_dsmem4(const float *, unsigned) {
-    __trap();
-    return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-}
 __device__ __forceinline__ void st_dsmem4(float *, unsigned, float4) { __trap(); }
 #endif
 

@@ -4,19 +4,17 @@
  * Why not the prefill GEMM: its 128 x 128 tiles give N / 128 CTAs at M <= 128 (8 for N = 1024), each streaming a
  * 128-row slice of W alone, so the weights are read at a fraction of the bandwidth. Here the weight rows are the
  * tensor-core M side (m16n8k16: a 16-row W strip is the A operand, 8 X rows the B operand), a CTA owns 64 W rows and
- * a range of K (split-K), and the grid (splits x m-blocks of 64 X rows, N / 64) fills the machine whatever M is.
+ * a range of K (split-K), and the grid (m-blocks of 64 X rows, N / 64, splits) fills the machine whatever M is.
  *   CTA: 4 warps; warp w computes W rows n0 + 16 w .. + 15 against X rows m0 .. m0 + 63 (8 n8 tiles), k in chunks of
  *   64 through a ring of SK_STAGES stages (W chunk [64][64] + X chunk [64][64] bf16, swizzled as mma.cuh's swz<8>).
  *   Out-of-range W rows, X rows and k columns are zero-filled, so they add exact zeros.
- * The grid's x is the (m-block, split): CTAs that share a W slice run side by side and read it once from HBM.
+ * The grid's x is the m-block: CTAs that share a W slice run side by side and read it once from HBM.
  *
- * Split-K and batch invariance: splits = sk_plan(N, K, n_sm, clusters) depends on the shape and the device only,
- * never on M. The splits of one (m-block, W tile) form a thread-block cluster (grid x = splits x m-blocks, cluster x =
- * splits): after its k range, each CTA stages its 64 x 64 fp32 sums in its shared memory, and after a cluster barrier
- * CTA r finishes the tile's float4 units r, r + splits, ... (128 units a round): the splits' sums read through
- * distributed shared memory and added in split order 0, 1, ..., then the epilogue. So every y[m][n] is the same sum
- * in the same order whatever M and the other rows are: a row's result depends on that row alone. Without clusters
- * (before sm_90) there is one split.
+ * Split-K and batch invariance: splits = sk_plan(N, K, n_sm) depends on the shape only, never on M. With one split
+ * the epilogue runs from the accumulators; with several, each split writes its fp32 partial sums to work
+ * [split][M][N] and gemm_skinny_reduce adds them in split order 0, 1, ... and applies the same epilogue. So every
+ * y[m][n] is the same sum in the same order whatever M and the other rows are: a row's result depends on that row
+ * alone.
  *
  * FP8 weights (w8, w8_scale; GemmParams in ops.h): W[n][k] = e4m3(w8[n ldw + k]) * w8_scale[k / 128][n]. Every e4m3
  * value is a bf16 value, so the same bf16 mma.sync path runs on bf16(e4m3): a stage holds the 64 x 64 e4m3 chunk
@@ -25,7 +23,6 @@
  * start from zero and fold into the accumulator as acc = fma(scale_n, chunk_acc, acc) with the scale of the
  * accumulator's W row n for the chunk's 128-column block (a 64-column chunk lies in one block). Same splits, order of
  * splits and epilogues as bf16, so batch invariance holds the same way. */
-#include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
@@ -41,26 +38,28 @@
 #define SK_F8_SMEM        (SK_STAGES * SK_F8_STAGE_BYTES + SK_BN * SK_BK * 2)
 static_assert(SK_F8_SMEM <= SK_SMEM, "the launchers allow SK_SMEM for both weight formats");
 
+/* The fused norm of gemm_skinny_reduce_norm: h bf16 [M][N] = norm(y) with weight w [N], mode, eps. */
+typedef struct SkNorm {
+    const float *w;
+    uint16_t *h;
+    int mode;
+    float eps;
+} SkNorm;
+
 typedef struct SkArgs {
     GemmParams g;
-    int splits;  /* the cluster size: CTAs per (m-block, W tile) */
+    float *work; /* [splits][M][N] fp32 partial sums (splits > 1) */
     int kc;      /* chunks of SK_BK per split */
     int nchunks; /* ceil(K / SK_BK) */
 } SkArgs;
 
-#define SK_MAX_SPLITS 8   /* the portable cluster size */
-#define SK_RLD        68  /* floats per row of the staged sums [SK_BM][SK_RLD]: rows 8 banks apart, float4 aligned */
-static_assert(SK_BM * SK_RLD * 4 <= SK_F8_SMEM, "the staged sums reuse the ring");
-
 /* Splits for an N x K weight on n_sm multiprocessors: enough CTAs per m-block for two on every multiprocessor (one
- * CTA keeps at most SK_STAGES chunks of W in flight, too few bytes to stream HBM alone), at most SK_MAX_SPLITS, and
- * one without clusters. Returns the split count s and chunks per split *kc (s * *kc covers K). */
-static int sk_plan(int N, int K, int n_sm, bool clusters, int *kc) {
+ * CTA keeps at most SK_STAGES chunks of W in flight, too few bytes to stream HBM alone), else one. Returns the split
+ * count s and chunks per split *kc (s * *kc covers K). */
+static int sk_plan(int N, int K, int n_sm, int *kc) {
     const int tiles = (N + SK_BN - 1) / SK_BN, chunks = (K + SK_BK - 1) / SK_BK;
     int s = tiles >= 2 * n_sm ? 1 : (2 * n_sm + tiles - 1) / tiles;
-    if (s > SK_MAX_SPLITS) s = SK_MAX_SPLITS;
     if (s > chunks) s = chunks;
-    if (!clusters) s = 1;
     if (s < 1) s = 1;
     *kc = (chunks + s - 1) / s;
     return (chunks + *kc - 1) / *kc;
@@ -84,6 +83,9 @@ __device__ __forceinline__ void sk_store1(const GemmParams &g, int m, int n, flo
 __device__ __forceinline__ void sk_store_glu(const GemmParams &g, int m, int i, float gate, float up) {
     ((uint16_t *)g.y)[(size_t)m * g.ldy + i] = bf16_bits(rbf(silu_f(rbf(gate))) * rbf(up));
 }
+
+/* The W row of SwiGLU output column i and its partner: gate row (i / G) 2G + i % G, up row that + G. */
+__device__ __forceinline__ int sk_gate_row(int i, int G) { return (i / G) * 2 * G + i % G; }
 
 /* One 64-column chunk: acc += W tile (bf16 [64][64] at shared address sw, swz<8>) rows 16 warp .. + 15 times the X
  * tile (bf16 [64][64] at sx) rows 0 .. mvalid - 1 (n8 tiles past mvalid skipped: their X rows are zero) */
@@ -214,17 +216,12 @@ __device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], 
     cp_async_wait<0>();
 }
 
-/* float4 of the staged sums of cluster CTA q (the local buffer when there is one split: no clusters there) */
-__device__ __forceinline__ float4 sk_part(const float *p, int splits, int q) {
-    return splits > 1 ? ld_dsmem4(p, (unsigned)q) : *(const float4 *)p;
-}
-
-/* F8: FP8 weights (sk_main_f8). Grid (splits x m-blocks, W tiles), clusters of splits along x. */
+/* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights (sk_main_f8). */
 template <int EPI, bool F8>
 __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkArgs a) {
     extern __shared__ __align__(1024) uint8_t smem[];
     const GemmParams &g = a.g;
-    const int S = a.splits, split = blockIdx.x % S, m0 = blockIdx.x / S * SK_BM, n0 = blockIdx.y * SK_BN;
+    const int m0 = blockIdx.x * SK_BM, n0 = blockIdx.y * SK_BN, split = blockIdx.z;
     const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float acc[8][4];
@@ -286,46 +283,122 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
         cp_async_wait<0>();
     }
 
-    /* the splits' sums, staged: accumulator (t, e) is W row 16 warp + lane / 4 (+ 8 for e >= 2) and X row
-     * 8 t + 2 (lane % 4) + e % 2 of the tile; red [SK_BM][SK_RLD] reuses the ring once every warp is past it */
-    float *red = (float *)smem;
-    __syncthreads();
+    /* accumulator (t, e): W row n0 + 16 warp + lane / 4 (+ 8 for e >= 2), X row m0 + 8 t + 2 (lane % 4) + e % 2 */
+    const int nr = n0 + warp * 16 + (lane >> 2), mc = m0 + 2 * (lane & 3);
 #pragma unroll
-    for (int t = 0; t < 8; t++)
+    for (int t = 0; t < 8; t++) {
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            red[(8 * t + 2 * (lane & 3) + (e & 1)) * SK_RLD + warp * 16 + (lane >> 2) + (e >> 1) * 8] = acc[t][e];
-    if (S > 1) {
-        cluster_arrive_release();
-        cluster_wait();
+        for (int e = 0; e < 4; e++) {
+            const int n = nr + (e >> 1) * 8, m = mc + 8 * t + (e & 1);
+            if (n >= g.N || m >= g.M) continue;
+            if constexpr (EPI < 0)
+                a.work[((size_t)split * g.M + m) * g.N + n] = acc[t][e];
+            else if constexpr (EPI != GEMM_EPI_SWIGLU_BF16)
+                sk_store1<EPI>(g, m, n, acc[t][e]);
+        }
+    }
+    if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
+        /* glu_group 1 (gate_i, up_i in W rows 2i, 2i + 1): lanes l and l ^ 4 hold neighbouring W rows of the same
+         * X rows; the even row's lane stores output column n / 2 */
+        const bool gate_lane = ((lane >> 2) & 1) == 0;
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc[t][e], 4);
+                const int n = nr + (e >> 1) * 8, m = mc + 8 * t + (e & 1);
+                if (gate_lane && n < g.N && m < g.M) sk_store_glu(g, m, n >> 1, acc[t][e], other);
+            }
+        }
+    }
+}
+
+/* grid (ceil(cols / 256), M), 256 threads: y[m][col] for col < cols (N, or N / 2 for SwiGLU) from the splits in
+ * order. */
+template <int EPI>
+__global__ void __launch_bounds__(256) gemm_skinny_reduce(const __grid_constant__ SkArgs a, int splits) {
+    pdl_begin();
+    const GemmParams &g = a.g;
+    const int m = blockIdx.y, col = blockIdx.x * 256 + threadIdx.x;
+    const size_t plane = (size_t)g.M * g.N;
+    const float *w = a.work + (size_t)m * g.N;
+    if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
+        if (col >= g.N / 2) return;
+        const int gr = sk_gate_row(col, g.glu_group), ur = gr + g.glu_group;
+        float gate = 0.0f, up = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            gate += w[s * plane + gr];
+            up += w[s * plane + ur];
+        }
+        sk_store_glu(g, m, col, gate, up);
     } else {
-        __syncthreads();
+        if (col >= g.N) return;
+        float v = 0.0f;
+        for (int s = 0; s < splits; s++) v += w[s * plane + col];
+        sk_store1<EPI>(g, m, col, v);
     }
-    /* unit u: X row u / 16, W rows 4 (u % 16) .. + 3 of the tile; this CTA's units split, split + S, ... (rounds of
-     * 128, one per thread) */
-    for (int u = split * 128 + tid; u < SK_BM * SK_BN / 4; u += S * 128) {
-        const int m = m0 + (u >> 4), n = n0 + 4 * (u & 15);
-        if (m >= g.M || n >= g.N) continue;
-        const float *p = red + (u >> 4) * SK_RLD + 4 * (u & 15);
-        float4 v = sk_part(p, S, 0);
-        for (int q = 1; q < S; q++) {
-            const float4 w = sk_part(p, S, q);
-            v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+}
+
+/* The residual GEMMs of the decode rows (EPI_ADD_F32, N = D) with the next RMSNorm fused. One CTA per row of
+ * 64 NC threads: thread (k, l) = (tid / 32, tid % 32) owns float4 slot k of lane l in rmsnorm_f32_rows_bf16_v8's
+ * layout (columns 8 (l + 32 (k / 2)) + 4 (k % 2) .. + 3): it adds the splits in order, y = bf16(x + bf16(sum)) goes
+ * back to x and to shared memory. Warp 0 then forms lane l's sum of squares over its slots k = 0 .. 2 NC - 1 in that
+ * kernel's order and the same warp_sum, so h = norm(y) is bitwise the separate reduction followed by that norm, with
+ * every partial load of the row in flight at once. grid M. */
+template <int NC>
+__global__ void __launch_bounds__(64 * NC)
+    gemm_skinny_reduce_norm(const __grid_constant__ SkArgs a, int splits, const __grid_constant__ SkNorm nm) {
+    __shared__ float4 sv[2 * NC][32];
+    __shared__ float sr;
+    const GemmParams &g = a.g;
+    const int row = blockIdx.x, l = threadIdx.x & 31, k = threadIdx.x >> 5, n8 = g.N / 8;
+    const int i = l + 32 * (k >> 1), c4 = 2 * i + (k & 1);
+    float4 gw = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n8) gw = __ldg((const float4 *)nm.w + c4);
+    pdl_wait();
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n8) {
+        float4 *x = (float4 *)((float *)g.y + (size_t)row * g.ldy);
+        const size_t plane4 = (size_t)g.M * g.N / 4;
+        const float4 *part = (const float4 *)(a.work + (size_t)row * g.N);
+        float4 acc = part[c4];
+        for (int sp = 1; sp < splits; sp++) {
+            const float4 q = part[sp * plane4 + c4];
+            acc.x += q.x, acc.y += q.y, acc.z += q.z, acc.w += q.w;
         }
-        if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) { /* glu_group 1: W rows 2i, 2i + 1 are gate_i, up_i */
-            sk_store_glu(g, m, n >> 1, v.x, v.y);
-            sk_store_glu(g, m, (n >> 1) + 1, v.z, v.w); /* N % 8 == 0: the whole unit is inside N */
-        } else {
-            sk_store1<EPI>(g, m, n, v.x);
-            sk_store1<EPI>(g, m, n + 1, v.y);
-            sk_store1<EPI>(g, m, n + 2, v.z);
-            sk_store1<EPI>(g, m, n + 3, v.w);
+        const float4 old = __ldcg(x + c4);
+        v = make_float4(rbf(old.x + rbf(acc.x)), rbf(old.y + rbf(acc.y)), rbf(old.z + rbf(acc.z)),
+                        rbf(old.w + rbf(acc.w)));
+        x[c4] = v;
+    }
+    sv[k][l] = v;
+    __syncthreads();
+    if (k == 0) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2 * NC; j++) {
+            const float4 q = sv[j][l];
+            ss += q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
         }
+        ss = warp_sum(ss);
+        if (l == 0) sr = rsqrtf(ss / (float)g.N + nm.eps);
     }
-    if (S > 1) { /* no CTA leaves while another may still read its sums */
-        cluster_arrive_relaxed();
-        cluster_wait();
+    __syncthreads();
+    pdl_trigger();
+    if (i < n8) {
+        const float r = sr;
+        uint2 o;
+        o.x = pack_bf16(norm_apply(v.x, r, gw.x, nm.mode), norm_apply(v.y, r, gw.y, nm.mode));
+        o.y = pack_bf16(norm_apply(v.z, r, gw.z, nm.mode), norm_apply(v.w, r, gw.w, nm.mode));
+        ((uint2 *)(nm.h + (size_t)row * g.N))[c4] = o;
     }
+}
+
+extern "C" size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, int glu_group) {
+    int kc = 0;
+    const int s = sk_plan(N, K, n_sm, &kc);
+    if (epi == GEMM_EPI_ADD_F32_NORM) return (size_t)s * M * N;
+    return s > 1 || (epi == GEMM_EPI_SWIGLU_BF16 && glu_group != 1) ? (size_t)s * M * N : 0;
 }
 
 /* Allows gemm_skinny_k<EPI, F8> SK_SMEM bytes of dynamic shared memory (the larger format's: either launch fits),
@@ -342,14 +415,20 @@ static int sk_attr(void) {
 }
 
 template <int EPI, bool F8>
-static int sk_launch(const SkArgs &a, const CudaLaunch *l) {
+static int sk_launch(const SkArgs &a, int splits, const CudaLaunch *l) {
     const GemmParams &g = a.g;
-    const int rc = sk_attr<EPI, F8>();
-    if (rc) return rc;
-    const dim3 grid((unsigned)(a.splits * ((g.M + SK_BM - 1) / SK_BM)), (unsigned)((g.N + SK_BN - 1) / SK_BN));
     const int smem = F8 ? SK_F8_SMEM : SK_SMEM;
-    if (a.splits > 1) return launch_cluster(gemm_skinny_k<EPI, F8>, grid, dim3(128), smem, (unsigned)a.splits, l, a);
-    return launch_kernel(gemm_skinny_k<EPI, F8>, grid, dim3(128), smem, l, a);
+    int rc = sk_attr<-1, F8>();
+    if (!rc) rc = sk_attr<EPI, F8>();
+    if (rc) return rc;
+    const dim3 grid((unsigned)((g.M + SK_BM - 1) / SK_BM), (unsigned)((g.N + SK_BN - 1) / SK_BN), (unsigned)splits);
+    const bool partial = splits > 1 || (EPI == GEMM_EPI_SWIGLU_BF16 && g.glu_group != 1);
+    if (!partial) return launch_kernel(gemm_skinny_k<EPI, F8>, grid, dim3(128), smem, l, a);
+    rc = launch_kernel(gemm_skinny_k<-1, F8>, grid, dim3(128), smem, l, a);
+    if (rc) return rc;
+    const int cols = EPI == GEMM_EPI_SWIGLU_BF16 ? g.N / 2 : g.N;
+    return launch_ex(gemm_skinny_reduce<EPI>, dim3((unsigned)((cols + 255) / 256), (unsigned)g.M), dim3(256), 0, 0, l,
+                     a, splits);
 }
 
 /* The weight arguments: exactly one of w (bf16) and w8 (FP8, with w8_scale, K and ldw multiples of 16, 16-byte
@@ -359,30 +438,61 @@ static bool sk_weights_ok(const GemmParams *g) {
     return !g->w8 || (g->w8_scale && g->K % 16 == 0 && g->ldw % 16 == 0 && !((uintptr_t)g->w8 & 15));
 }
 
-extern "C" int cuda_gemm_skinny(const GemmParams *g, int n_sm, const CudaLaunch *l) {
+extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_floats, int n_sm, const CudaLaunch *l) {
     if (!g || !l || !g->x || !sk_weights_ok(g) || !g->y || g->M < 1 || g->M > 65535 || g->N < 8 || g->K < 8 ||
-        g->N % 8 || g->K % 8 || g->ldx % 8 || g->ldw % 8 || g->ldx < g->K || g->ldw < g->K || n_sm < 1 ||
-        (g->N + SK_BN - 1) / SK_BN > 65535)
+        g->N % 8 || g->K % 8 || g->ldx % 8 || g->ldw % 8 || g->ldx < g->K || g->ldw < g->K || n_sm < 1)
         return (int)cudaErrorInvalidValue;
-    if (g->epi == GEMM_EPI_SWIGLU_BF16 && (g->glu_group != 1 || g->ldy < g->N / 2))
+    if (g->epi == GEMM_EPI_SWIGLU_BF16 && (g->glu_group < 1 || g->N % (2 * g->glu_group) || g->ldy < g->N / 2))
         return (int)cudaErrorInvalidValue;
     if (g->epi != GEMM_EPI_SWIGLU_BF16 && g->ldy < g->N) return (int)cudaErrorInvalidValue;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-        return (int)cudaGetLastError();
     SkArgs a;
     a.g = *g;
+    a.work = work;
     a.nchunks = (g->K + SK_BK - 1) / SK_BK;
-    a.splits = sk_plan(g->N, g->K, n_sm, major >= 9, &a.kc);
+    const int splits = sk_plan(g->N, g->K, n_sm, &a.kc);
+    if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) > work_floats ||
+        (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) && !work))
+        return (int)cudaErrorInvalidValue;
     const bool f8 = g->w8 != NULL;
     switch (g->epi) {
-    case GEMM_EPI_BF16: return f8 ? sk_launch<GEMM_EPI_BF16, true>(a, l) : sk_launch<GEMM_EPI_BF16, false>(a, l);
-    case GEMM_EPI_F32: return f8 ? sk_launch<GEMM_EPI_F32, true>(a, l) : sk_launch<GEMM_EPI_F32, false>(a, l);
+    case GEMM_EPI_BF16:
+        return f8 ? sk_launch<GEMM_EPI_BF16, true>(a, splits, l) : sk_launch<GEMM_EPI_BF16, false>(a, splits, l);
+    case GEMM_EPI_F32:
+        return f8 ? sk_launch<GEMM_EPI_F32, true>(a, splits, l) : sk_launch<GEMM_EPI_F32, false>(a, splits, l);
     case GEMM_EPI_ADD_F32:
-        return f8 ? sk_launch<GEMM_EPI_ADD_F32, true>(a, l) : sk_launch<GEMM_EPI_ADD_F32, false>(a, l);
+        return f8 ? sk_launch<GEMM_EPI_ADD_F32, true>(a, splits, l) : sk_launch<GEMM_EPI_ADD_F32, false>(a, splits, l);
     case GEMM_EPI_SWIGLU_BF16:
-        return f8 ? sk_launch<GEMM_EPI_SWIGLU_BF16, true>(a, l) : sk_launch<GEMM_EPI_SWIGLU_BF16, false>(a, l);
+        return f8 ? sk_launch<GEMM_EPI_SWIGLU_BF16, true>(a, splits, l)
+                  : sk_launch<GEMM_EPI_SWIGLU_BF16, false>(a, splits, l);
     default: return (int)cudaErrorInvalidValue;
     }
+}
+
+extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mode, float eps, uint16_t *h,
+                                     float *work, size_t work_floats, int n_sm, const CudaLaunch *l) {
+    if (!g || !l || !g->x || !sk_weights_ok(g) || !g->y || !norm_w || !h || !work || g->epi != GEMM_EPI_ADD_F32 ||
+        g->M < 1 || g->M > 65535 || g->N % 8 || g->N > 2048 || g->K < 8 || g->K % 8 || g->ldx % 8 || g->ldw % 8 ||
+        g->ldx < g->K || g->ldw < g->K || g->ldy < g->N || g->ldy % 4 || ((uintptr_t)g->y & 15) ||
+        ((uintptr_t)norm_w & 15) || ((uintptr_t)h & 15) || n_sm < 1 ||
+        (norm_mode != NORM_ZC && norm_mode != NORM_PLAIN))
+        return (int)cudaErrorInvalidValue;
+    SkArgs a;
+    a.g = *g;
+    a.work = work;
+    a.nchunks = (g->K + SK_BK - 1) / SK_BK;
+    const int splits = sk_plan(g->N, g->K, n_sm, &a.kc);
+    if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats)
+        return (int)cudaErrorInvalidValue;
+    const bool f8 = g->w8 != NULL;
+    int rc = f8 ? sk_attr<-1, true>() : sk_attr<-1, false>();
+    if (rc) return rc;
+    const dim3 grid((unsigned)((g->M + SK_BM - 1) / SK_BM), (unsigned)((g->N + SK_BN - 1) / SK_BN), (unsigned)splits);
+    rc = f8 ? launch_kernel(gemm_skinny_k<-1, true>, grid, dim3(128), SK_F8_SMEM, l, a)
+            : launch_kernel(gemm_skinny_k<-1, false>, grid, dim3(128), SK_SMEM, l, a);
+    if (rc) return rc;
+    const SkNorm nm = {norm_w, h, norm_mode, eps};
+    const dim3 rg((unsigned)g->M);
+    if (g->N <= 512) return launch_ex(gemm_skinny_reduce_norm<2>, rg, dim3(128), 0, 0, l, a, splits, nm);
+    if (g->N <= 1024) return launch_ex(gemm_skinny_reduce_norm<4>, rg, dim3(256), 0, 0, l, a, splits, nm);
+    return launch_ex(gemm_skinny_reduce_norm<8>, rg, dim3(512), 0, 0, l, a, splits, nm);
 }

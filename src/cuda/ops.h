@@ -515,10 +515,18 @@ enum {
  * for the WGMMA and TMA algorithms on a device other than sm_90). */
 int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l);
 /* The same product for few rows (the batched decode step, gemm_skinny.cu): 64 W rows x 64 X rows per CTA with a
- * split of K chosen from (N, K, n_sm, the device) alone, the splits' sums added in split order inside a thread-block
- * cluster, so a row's result never depends on M. M <= 65535, N and K multiples of 8, SWIGLU only with glu_group 1,
- * any algo field (ignored). */
-int cuda_gemm_skinny(const GemmParams *g, int n_sm, const CudaLaunch *l);
+ * split of K chosen from (N, K, n_sm) alone, partial sums added in split order, so a row's result never depends on
+ * M. work: fp32 scratch of cuda_gemm_skinny_work(M, N, K, n_sm, epi, glu_group) floats (0: none needed). M <= 65535,
+ * N and K multiples of 8, any algo field (ignored). */
+size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, int glu_group);
+int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_floats, int n_sm, const CudaLaunch *l);
+/* The residual form (epi GEMM_EPI_ADD_F32, N <= 2048, N % 8 == 0, y and h 16-byte aligned) with the RMSNorm that
+ * follows it fused into the split reduction: y = bf16(y + bf16(X W^T)), then h = norm(y) (rmsnorm_rows' formula and
+ * bits, RmsnormRowsParams' mode and eps, weight norm_w [N]). work: cuda_gemm_skinny_work(.., GEMM_EPI_ADD_F32_NORM,
+ * ..) floats. */
+#define GEMM_EPI_ADD_F32_NORM 16 /* only as cuda_gemm_skinny_work's epi: the workspace of cuda_gemm_skinny_norm */
+int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mode, float eps, uint16_t *h, float *work,
+                          size_t work_floats, int n_sm, const CudaLaunch *l);
 
 /* ---- full attention, prefill (attention_prefill.cu) ---- */
 /* Prepares T tokens at positions pos .. pos+T-1 from the fused projection output qkv:

@@ -13,8 +13,8 @@
  *   MLP:        as prefill.cu
  *   logits:     the rows with logits = 1 gathered, final norm, h lm_head^T (fp32, bf16 values) -> host rows.
  * Batch invariance: every kernel above computes a row (or an item) alone. The decode rows come first in a pass and
- * their GEMMs are the skinny kernel's (gemm_skinny.cu: split-K from the weight's shape alone, the splits' sums added
- * in split order); the prefill chunks' rows are the prefill GEMM's, one tile family whatever M (serve_algo: the 128 x 128 TMA
+ * their GEMMs are the skinny kernel's (gemm_skinny.cu: split-K from the weight's shape alone, partials added in split
+ * order); the prefill chunks' rows are the prefill GEMM's, one tile family whatever M (serve_algo: the 128 x 128 TMA
  * tiles on sm_90, cooperative or ping-pong by size, both m64n128k16 wgmma over K in the same order); the LM head is
  * the skinny kernel's for every row. So a row's sums do not depend on the other rows.
  * Items are packed into passes of at most `tmax` rows; an item longer than tmax is cut into pieces of tmax (as
@@ -58,6 +58,8 @@ struct CudaServe {
     size_t pa_work_n;
     void *am_work; /* cuda_rows_argmax's chunk bests: am_work_bytes */
     size_t am_work_bytes;
+    float *skw; /* cuda_gemm_skinny's split-K partial sums: skw_floats */
+    size_t skw_floats;
     int32_t
         *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables, then [tmax] argmax ids */
     int32_t *ints_host;
@@ -113,6 +115,24 @@ static void *sv_carve(SvArena *a, size_t bytes) {
     return a->base ? a->base + o : NULL;
 }
 
+/* The skinny GEMMs' workspace for SV_MAX_PIECES decode rows (deterministic mode: every row of a pass): the largest
+ * any layer's projection asks for. */
+static size_t skinny_work(const CudaCtx *ctx, const CudaServe *sv) {
+    const PrefillDims *d = &sv->d;
+    const int M = sv->det || SV_MAX_PIECES > sv->tmax ? sv->tmax : SV_MAX_PIECES, ns = sv->n_sm > 0 ? sv->n_sm : 1;
+    size_t w = 0;
+    for (int l = 0; l < ctx->c->num_hidden_layers; l++) {
+        const CudaLayer *ly = &ctx->layers[l];
+        const size_t v[4] = {cuda_gemm_skinny_work(M, ly->in_rows, d->D, ns, GEMM_EPI_BF16, 1),
+                             cuda_gemm_skinny_work(M, d->D, ly->out_cols, ns, GEMM_EPI_ADD_F32_NORM, 1),
+                             cuda_gemm_skinny_work(M, 2 * d->F, d->D, ns, GEMM_EPI_SWIGLU_BF16, d->glu_group),
+                             cuda_gemm_skinny_work(M, d->D, d->F, ns, GEMM_EPI_ADD_F32_NORM, 1)};
+        for (int i = 0; i < 4; i++) w = v[i] > w ? v[i] : w;
+    }
+    const size_t lm = cuda_gemm_skinny_work(sv->lm_rows, ctx->c->vocab_size, d->D, ns, GEMM_EPI_F32, 1);
+    return lm > w ? lm : w;
+}
+
 static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_tables) {
     size_t nh, nproj, nq, nact, nscr;
     const int T = sv->tmax, D = sv->d.D;
@@ -138,6 +158,8 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->pa_work = (float *)sv_carve(a, sizeof(float) * sv->pa_work_n);
     sv->am_work_bytes = rows_argmax_work_bytes(T, ctx->c->vocab_size);
     sv->am_work = sv_carve(a, sv->am_work_bytes);
+    sv->skw_floats = skinny_work(ctx, sv);
+    sv->skw = (float *)sv_carve(a, sizeof(float) * (sv->skw_floats ? sv->skw_floats : 1));
     sv->smp = (StepParams *)sv_carve(a, sizeof(StepParams) * (size_t)sv->lm_rows);
     sv->smp_scratch_bytes = cuda_sample_scratch_bytes(sv->n_sm) * (size_t)sv->lm_rows;
     sv->smp_scratch = sv_carve(a, sv->smp_scratch_bytes);
@@ -364,7 +386,8 @@ static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, co
  * row's family depends only on its own piece (a decode token or a prefill chunk), so batching stays invariant. Outside
  * deterministic mode, a pass of >= 128 decode rows whose 128 x 128 tiles fill half the GPU takes the prefill GEMM for all
  * its rows (tensor-core bound there; a row's bits then depend on the pass's row count, within rounding).
- * norm_w (residual GEMMs): the RMSNorm that follows, h = norm(y) for every row.
+ * norm_w (residual GEMMs): the RMSNorm that follows, h = norm(y) for every row, fused into the skinny kernel's
+ * reduction for its rows.
  * A driver that cannot encode tensor maps (cudaErrorNotSupported) moves every later prefill GEMM of the session to
  * mma.sync (one family again: the decision comes at the first GEMM, before any row is computed). */
 /* ly (NULL: g.w as given, the LM head): the weight is layer ly's projection `which` (cuda_layer_gemm_w). FP8: the
@@ -381,7 +404,9 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
         s.M = sk;
         const int tail = ly && which == CW_IN && ly->w_ba ? ly->in_rows - ly->in8_rows : 0;
         s.N -= tail;
-        rc = cuda_gemm_skinny(&s, sv->n_sm, lc);
+        rc = norm_w ? cuda_gemm_skinny_norm(&s, norm_w, sv->d.norm_mode, sv->d.eps, sv->h, sv->skw, sv->skw_floats,
+                                            sv->n_sm, lc)
+                    : cuda_gemm_skinny(&s, sv->skw, sv->skw_floats, sv->n_sm, lc);
         if (!rc && tail) {
             GemmParams t = s;
             t.w = ly->w_ba;
@@ -389,34 +414,33 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
             t.w8_scale = NULL;
             t.N = tail;
             t.y = (uint16_t *)s.y + s.N;
-            rc = cuda_gemm_skinny(&t, sv->n_sm, lc);
+            rc = cuda_gemm_skinny(&t, sv->skw, sv->skw_floats, sv->n_sm, lc);
         }
         if (rc) return sv_fail(rc, what, layer, err);
+    }
+    if (g.M <= sk) return 0;
+    if (g.w8) {
+        const uint16_t *w = NULL;
+        if ((rc = cuda_layer_w_bf16(ctx, ly, which, lc, &w, NULL))) return sv_fail(rc, "fp8_to_bf16", layer, err);
+        g.w = w;
+        g.w8 = NULL;
+        g.w8_scale = NULL;
     }
     const int T = g.M;
     float *y0 = (float *)g.y;
-    if (T > sk) {
-        if (g.w8) {
-            const uint16_t *w = NULL;
-            if ((rc = cuda_layer_w_bf16(ctx, ly, which, lc, &w, NULL)))
-                return sv_fail(rc, "fp8_to_bf16", layer, err);
-            g.w = w;
-            g.w8 = NULL;
-            g.w8_scale = NULL;
-        }
-        g.x += (size_t)sk * g.ldx;
-        g.y = (char *)g.y + (size_t)sk * g.ldy * ysz;
-        g.M -= sk;
-        g.algo = serve_algo(sv, g.M, g.N);
+    g.x += (size_t)sk * g.ldx;
+    g.y = (char *)g.y + (size_t)sk * g.ldy * ysz;
+    g.M -= sk;
+    g.algo = serve_algo(sv, g.M, g.N);
+    rc = cuda_gemm_bf16(&g, lc);
+    if (rc == (int)cudaErrorNotSupported && sv->major == 9) {
+        sv->major = 0;
+        g.algo = GEMM_ALGO_MMA;
         rc = cuda_gemm_bf16(&g, lc);
-        if (rc == (int)cudaErrorNotSupported && sv->major == 9) {
-            sv->major = 0;
-            g.algo = GEMM_ALGO_MMA;
-            rc = cuda_gemm_bf16(&g, lc);
-        }
-        if (rc) return sv_fail(rc, what, layer, err);
     }
-    return norm_w ? sv_norm(sv, lc, y0, norm_w, sv->h, T, layer, err) : 0;
+    if (rc) return sv_fail(rc, what, layer, err);
+    if (!norm_w) return 0;
+    return sv_norm(sv, lc, y0 + (size_t)sk * g.ldy, norm_w, sv->h + (size_t)sk * sv->d.D, T - sk, layer, err);
 }
 
 /* The picks of logits rows lm [rows][V] (device): their argmax ids and log-softmax there into the tail of sv->ints,
@@ -494,7 +518,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         const int n = ly->in_rows, no = ly->out_cols;
-        if (l == 0 && (rc = sv_norm(sv, &lc, sv->x, ly->ln1, sv->h, T, l, err))) return rc; /* later: after gemm_down */
+        if (l == 0 && (rc = sv_norm(sv, &lc, sv->x, ly->ln1, sv->h, T, l, err))) return rc; /* later: fused below */
         GemmParams in = {sv->h, NULL, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
         if ((rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, NULL, l, "gemm_in", err))) return rc;
         if (ly->type == LAYER_FULL_ATTN) {

@@ -284,16 +284,6 @@ static inline float ld_dsmem(const float *local, unsigned rank) {
     memcpy(&v, E.smem[rank].data() + off, 4);
     return v;
 }
-static inline float4 ld_dsmem4(const float *local, unsigned rank) {
-    const size_t off = (const uint8_t *)local - emu_smem();
-    if (off % 16) {
-        fprintf(stderr, "emu: ld.shared::cluster.v4 offset %zu not 16-byte aligned\n", off);
-        exit(2);
-    }
-    float4 v;
-    memcpy(&v, E.smem[rank].data() + off, 16);
-    return v;
-}
 
 static inline uint32_t cluster_rank(void) { return (uint32_t)me().cta; }
 static inline void pdl_begin(void) {} /* one kernel at a time */

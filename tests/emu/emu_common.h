@@ -1,5 +1,5 @@
 /* emu_common.h — what src/cuda/common.cuh (the device helpers a decode kernel uses, its step-trace stamps,
- * launch_ex / launch_kernel / launch_cluster) and the CUDA runtime calls of a launcher provide on the GPU, for the host
+ * launch_ex / launch_kernel) and the CUDA runtime calls of a launcher provide on the GPU, for the host
  * emulation of emu.h. Include after emu.h and cuda/ops.h. The reds are plain adds (one CTA runs at a time);
  * a launch checks its shared memory against what cudaFuncSetAttribute allowed and counts the CTAs it runs. */
 #pragma once
@@ -38,18 +38,10 @@ inline long emu_ctas; /* CTAs launched (all launches) */
 template <class... KArgs, class... Args>
 static int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x, const CudaLaunch *,
                      Args... args) {
-    const unsigned cl = cluster_x > 1 ? cluster_x : 1;
-    if ((int)smem > emu_max_smem || cl > 8 || grid.x % cl || block.x * block.y * block.z > 1024)
-        return (int)cudaErrorInvalidValue;
+    if ((int)smem > emu_max_smem || cluster_x > 1 || block.x * block.y * block.z > 1024) return (int)cudaErrorInvalidValue;
     emu_ctas += (long)grid.x * grid.y * grid.z;
-    emu_launch(grid, (int)(block.x * block.y * block.z), smem, (int)cl, [&] { kern(args...); });
+    emu_launch(grid, (int)(block.x * block.y * block.z), smem, 1, [&] { kern(args...); });
     return 0;
-}
-/* cluster.cuh's launcher: clusters of cluster_x CTAs along x (at most 8, the portable size) */
-template <typename A>
-static int launch_cluster(void (*kern)(A), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
-                          const CudaLaunch *l, const A &a) {
-    return launch_ex(kern, grid, block, smem, cluster_x, l, a);
 }
 template <typename P>
 static int launch_kernel(void (*kern)(P), dim3 grid, dim3 block, size_t smem, const CudaLaunch *l, const P &p) {

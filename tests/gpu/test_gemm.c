@@ -4,8 +4,8 @@
  * all four epilogues, NaN-poisoned outputs and guard rows/columns that must stay untouched. The skinny GEMM also
  * with FP8 weights (GemmParams.w8 / w8_scale: random e4m3 bytes without the NaN codes, random positive scales per
  * row and 128-column block spread over 2^10, rows of ldw >= K with NaN codes in the gap) against the double product
- * on the dequantized weights, at M = 1, 7, 64, 65, 130 on ragged and decode shapes, every epilogue, and its refused
- * arguments (SwiGLU with glu_group other than 1 included).
+ * on the dequantized weights, at M = 1, 7, 64, 65, 130 on ragged and decode shapes, every epilogue, the fused
+ * residual + norm (bitwise its two-step form), and its refused arguments.
  * Large shapes are checked on a random subset of rows. Ends with a timing table (TFLOP/s) for
  * the Qwen3.5-0.8B prefill shapes at M = 2048 (and the decode-step shapes at M = 1, 64, 256 for the
  * skinny kernel and the TMA kernel side by side, with the weight bytes per second). Every algorithm (mma.sync; on sm_90 also the
@@ -49,14 +49,18 @@ static const char *const algo_name[GEMM_ALGO_COUNT + 1] = {"auto",    "mma",    
                                                            "tmaC256", "tmaC128", "tmaP128", "tmaP256", "skinny"};
 static int n_sm = 1;
 
-/* cuda_gemm_bf16, or for ALGO_SKINNY cuda_gemm_skinny */
+/* cuda_gemm_bf16, or for ALGO_SKINNY cuda_gemm_skinny with a workspace of the size it asks for */
 static int gemm_run(GemmParams *p, int algo) {
     if (algo != ALGO_SKINNY) {
         p->algo = algo;
         return cuda_gemm_bf16(p, &L0);
     }
-    const int rc = cuda_gemm_skinny(p, n_sm, &L0);
+    const size_t wf = cuda_gemm_skinny_work(p->M, p->N, p->K, n_sm, p->epi, p->glu_group);
+    float *work = NULL;
+    if (wf) CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
+    const int rc = cuda_gemm_skinny(p, work, wf, n_sm, &L0);
     CUDA_OK(cudaDeviceSynchronize());
+    if (work) CUDA_OK(cudaFree(work));
     return rc;
 }
 
@@ -289,6 +293,80 @@ static void run_case(int M, int N, int K, int epi, int G, int ldy_extra) {
     run_case_fmt(M, N, K, epi, G, ldy_extra, 0, 0);
 }
 
+/* cuda_gemm_skinny_norm against its two-step form on the GPU: cuda_gemm_skinny (residual epilogue) then
+ * cuda_rmsnorm_rows_bf16 of the new rows; x and h must be bitwise equal. f8: FP8 weights (rand_fp8, ldw = K). */
+static void test_skinny_norm_fmt(int M, int N, int K, int mode, int f8) {
+    uint16_t *x = rand_bf16((size_t)M * K, 1.0f), *w = f8 ? NULL : rand_bf16((size_t)N * K, 1.0f / sqrtf((float)K));
+    uint8_t *q = NULL, *dq = NULL;
+    float *sc = NULL, *dsc = NULL;
+    double *wd = NULL;
+    if (f8) {
+        rand_fp8(N, K, K, &q, &sc, &wd);
+        dq = dcopy(q, (size_t)N * K), dsc = dcopy(sc, (size_t)((K + 127) / 128) * N * sizeof(float));
+    }
+    float *y0 = malloc((size_t)M * N * 4), *nw = malloc((size_t)N * 4);
+    for (size_t i = 0; i < (size_t)M * N; i++) y0[i] = round_bf16(rng_normal(&rng));
+    for (int i = 0; i < N; i++) nw[i] = mode == NORM_ZC ? 0.1f * rng_normal(&rng) : 1.0f + 0.1f * rng_normal(&rng);
+    uint16_t *dx = dcopy(x, (size_t)M * K * 2), *dw = f8 ? NULL : dcopy(w, (size_t)N * K * 2);
+    float *dy1 = dcopy(y0, (size_t)M * N * 4), *dy2 = dcopy(y0, (size_t)M * N * 4), *dn = dcopy(nw, (size_t)N * 4);
+    uint16_t *dh1 = NULL, *dh2 = NULL;
+    CUDA_OK(cudaMalloc((void **)&dh1, (size_t)M * N * 2));
+    CUDA_OK(cudaMalloc((void **)&dh2, (size_t)M * N * 2));
+    CUDA_OK(cudaMemset(dh1, 0xff, (size_t)M * N * 2));
+    CUDA_OK(cudaMemset(dh2, 0xff, (size_t)M * N * 2));
+    const size_t wf = cuda_gemm_skinny_work(M, N, K, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
+    float *work = NULL;
+    CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
+    GemmParams p1 = {dx, dw, dy1, M, N, K, K, K, N, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL};
+    p1.w8 = dq, p1.w8_scale = dsc;
+    GemmParams p2 = p1;
+    p2.y = dy2;
+    RmsnormRowsParams np = {dy1, dn, dh1, M, N, mode, 1e-6f};
+    int rc = cuda_gemm_skinny(&p1, work, wf, n_sm, &L0);
+    rc |= cuda_rmsnorm_rows_bf16(&np, &L0);
+    rc |= cuda_gemm_skinny_norm(&p2, dn, mode, 1e-6f, dh2, work, wf, n_sm, &L0);
+    CUDA_OK(cudaDeviceSynchronize());
+    float *y1 = malloc((size_t)M * N * 4), *y2 = malloc((size_t)M * N * 4);
+    uint16_t *h1 = malloc((size_t)M * N * 2), *h2 = malloc((size_t)M * N * 2);
+    CUDA_OK(cudaMemcpy(y1, dy1, (size_t)M * N * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(y2, dy2, (size_t)M * N * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h1, dh1, (size_t)M * N * 2, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h2, dh2, (size_t)M * N * 2, cudaMemcpyDeviceToHost));
+    const int xs = memcmp(y1, y2, (size_t)M * N * 4) == 0, hs = memcmp(h1, h2, (size_t)M * N * 2) == 0;
+    /* x against the double product (the residual epilogue's bound, as in check_algo) */
+    long xbad = 0;
+    double *ref = malloc((size_t)N * sizeof(double)), *sabs = malloc((size_t)N * sizeof(double));
+    for (int m = 0; m < M; m++) {
+        ref_row(x, w, wd, m, N, K, ref, sabs);
+        for (int n = 0; n < N; n++) {
+            const double f0 = y0[(size_t)m * N + n], want = f0 + round_bf16((float)ref[n]), got = y2[(size_t)m * N + n];
+            const double tol = ldexp(fabs(f0) + fabs(ref[n]), -7) + bf16_ulp(want) + 1e-5 * sabs[n] + 1e-30;
+            xbad += !(fabs(got - want) <= tol);
+        }
+    }
+    free(ref), free(sabs);
+    const char *fmt = f8 ? "fp8" : "bf16";
+    CHECK(rc == 0, "skinny norm %s M=%d N=%d K=%d: launch", fmt, M, N, K);
+    CHECK(xs && hs, "skinny norm %s M=%d N=%d K=%d mode=%d: x %s, h %s the two-step form", fmt, M, N, K, mode,
+          xs ? "equals" : "differs from", hs ? "equals" : "differs from");
+    CHECK(xbad == 0, "skinny norm %s M=%d N=%d K=%d: %ld of x out of tolerance", fmt, M, N, K, xbad);
+    printf("  skinny+norm %-4s M=%4d N=%5d K=%5d mode=%d: x and h %s, x %ld out of tolerance\n", fmt, M, N, K, mode,
+           xs && hs ? "bitwise equal to skinny + rmsnorm_rows" : "DIFFER", xbad);
+    free(x), free(w), free(y0), free(nw), free(y1), free(y2), free(h1), free(h2), free(q), free(sc), free(wd);
+    CUDA_OK(cudaFree(dx));
+    if (dw) CUDA_OK(cudaFree(dw));
+    if (dq) CUDA_OK(cudaFree(dq));
+    if (dsc) CUDA_OK(cudaFree(dsc));
+    CUDA_OK(cudaFree(dy1));
+    CUDA_OK(cudaFree(dy2));
+    CUDA_OK(cudaFree(dn));
+    CUDA_OK(cudaFree(dh1));
+    CUDA_OK(cudaFree(dh2));
+    CUDA_OK(cudaFree(work));
+}
+
+static void test_skinny_norm(int M, int N, int K, int mode) { test_skinny_norm_fmt(M, N, K, mode, 0); }
+
 static int rand_mult8(int lo, int hi) { return 8 * (lo / 8 + (int)(rng_u64(&rng) % (uint64_t)((hi - lo) / 8 + 1))); }
 
 static void test_shapes(void) {
@@ -305,13 +383,13 @@ static void test_shapes(void) {
     static const int glu[][3] = {{2048, 7168, 1024}, {65, 256, 64}, {1, 192, 40}, {300, 1024, 520}, {777, 2112, 200}};
     for (size_t i = 0; i < sizeof glu / sizeof glu[0]; i++)
         for (int G = 1; G <= 32; G = G == 1 ? 8 : 2 * G)
-            if (G == 1 || !(algo_lo <= 1 && 1 < algo_hi)) /* the skinny GEMM takes glu_group 1 only */
-                run_case(glu[i][0], glu[i][1], glu[i][2], GEMM_EPI_SWIGLU_BF16, G, 0);
+            run_case(glu[i][0], glu[i][1], glu[i][2], GEMM_EPI_SWIGLU_BF16, G, 0);
 }
 
 /* The skinny GEMM on FP8 weights: a ragged shape (N = 200: N % 64 = 8; K = 336: 3 scale blocks, the last 80 wide,
- * 5.25 chunks) with every epilogue and row strides ldw > K, and the decode shapes of Qwen3.5-0.8B (in_proj, MLP
- * gate+up, MLP down, out_proj), at M = 1, 7, 64, 65, 130; random shapes. */
+ * 5.25 chunks; N = 208 for SwiGLU G = 8) with every epilogue and row strides ldw > K, and the decode shapes of
+ * Qwen3.5-0.8B (in_proj, MLP gate+up, MLP down, out_proj), at M = 1, 7, 64, 65, 130; random shapes; the fused
+ * residual + norm. */
 static void test_skinny_fp8(void) {
     static const int Ms[] = {1, 7, 64, 65, 130};
     for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
@@ -320,6 +398,7 @@ static void test_skinny_fp8(void) {
         run_case_fmt(M, 200, 336, GEMM_EPI_F32, 0, 6, 1, 32);
         run_case_fmt(M, 200, 336, GEMM_EPI_ADD_F32, 0, 0, 1, 16);
         run_case_fmt(M, 200, 336, GEMM_EPI_SWIGLU_BF16, 1, 0, 1, 0);
+        run_case_fmt(M, 208, 336, GEMM_EPI_SWIGLU_BF16, 8, 0, 1, 0);
         run_case_fmt(M, 8224, 1024, GEMM_EPI_BF16, 0, 0, 1, 0);        /* DeltaNet in_proj */
         run_case_fmt(M, 7168, 1024, GEMM_EPI_SWIGLU_BF16, 1, 0, 1, 0); /* MLP gate+up */
         run_case_fmt(M, 1024, 3584, GEMM_EPI_ADD_F32, 0, 0, 1, 0);     /* MLP down */
@@ -331,10 +410,14 @@ static void test_skinny_fp8(void) {
         run_case_fmt(M, N, K, epi, epi == GEMM_EPI_SWIGLU_BF16 ? 1 : 0, (int)(rng_u64(&rng) % 3) * 2, 1,
                      16 * (int)(rng_u64(&rng) % 3));
     }
+    test_skinny_norm_fmt(64, 1024, 3584, NORM_ZC, 1);
+    test_skinny_norm_fmt(7, 1024, 2048, NORM_PLAIN, 1);
+    test_skinny_norm_fmt(130, 200, 336, NORM_ZC, 1);
+    test_skinny_norm_fmt(1, 512, 1024, NORM_PLAIN, 1);
 }
 
-/* The argument checks: a valid FP8 call runs and gives the exact product (K products 1 * 1 * 0.5), each bad one is
- * refused and writes nothing. */
+/* The FP8 form's argument checks: a valid call runs and gives the exact product (K products 1 * 1 * 0.5), each bad
+ * one is refused and writes nothing. */
 static void test_skinny_fp8_bad_args(void) {
     const int M = 4, N = 16, K = 32;
     uint16_t hx[4 * 64], hw[16 * 64];
@@ -345,22 +428,36 @@ static void test_skinny_fp8_bad_args(void) {
     memset(hq, 0x38, sizeof hq); /* e4m3 1.0 */
     for (int i = 0; i < 16; i++) hs[i] = 0.5f;
     for (int i = 0; i < M * N; i++) hy[i] = NAN;
-    uint16_t *dx = dcopy(hx, sizeof hx), *dw = dcopy(hw, sizeof hw);
+    uint16_t *dx = dcopy(hx, sizeof hx), *dw = dcopy(hw, sizeof hw), *dh = NULL;
     uint8_t *dq = dcopy(hq, sizeof hq);
-    float *ds = dcopy(hs, sizeof hs), *dy = dcopy(hy, sizeof hy);
+    float *ds = dcopy(hs, sizeof hs), *dy = dcopy(hy, sizeof hy), *dnw = NULL, *work = NULL;
+    CUDA_OK(cudaMalloc((void **)&dh, (size_t)M * N * 2));
+    CUDA_OK(cudaMalloc((void **)&dnw, (size_t)N * 4));
+    CUDA_OK(cudaMemset(dnw, 0, (size_t)N * 4));
+    const size_t wf = (size_t)1 << 16;
+    CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
     GemmParams ok = {dx, NULL, dy, M, N, K, K, K, N, GEMM_EPI_F32, 1, 0, NULL, NULL};
     ok.w8 = dq, ok.w8_scale = ds;
-    CHECK(cuda_gemm_skinny(&ok, n_sm, &L0) == 0, "skinny fp8: a valid 4 x 16 x 32 problem refused");
+    CHECK(cuda_gemm_skinny(&ok, work, wf, n_sm, &L0) == 0, "skinny fp8: a valid 4 x 16 x 32 problem refused");
     CUDA_OK(cudaDeviceSynchronize());
     float y[4 * 16];
     CUDA_OK(cudaMemcpy(y, dy, sizeof y, cudaMemcpyDeviceToHost));
     int exact = 1;
     for (int i = 0; i < M * N; i++) exact &= y[i] == 0.5f * K;
     CHECK(exact, "skinny fp8: the valid problem gives y[0] = %g, want %g", y[0], 0.5 * K);
-    GemmParams bad[8];
-    const char *what[8] = {"w and w8 both set", "neither w nor w8",  "w8_scale without w8",    "w8 without w8_scale",
-                           "fp8 K % 16 != 0",   "fp8 ldw % 16 != 0", "w8 not 16-byte aligned", "SwiGLU glu_group 8"};
-    for (int i = 0; i < 8; i++) bad[i] = ok;
+    GemmParams okn = ok;
+    okn.epi = GEMM_EPI_ADD_F32;
+    CHECK(cuda_gemm_skinny_norm(&okn, dnw, NORM_ZC, 1e-6f, dh, work, wf, n_sm, &L0) == 0,
+          "skinny fp8 norm: a valid problem refused");
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(y, dy, sizeof y, cudaMemcpyDeviceToHost));
+    exact = 1;
+    for (int i = 0; i < M * N; i++) exact &= y[i] == 0.5f * K * 2;
+    CHECK(exact, "skinny fp8 norm: the valid problem gives y[0] = %g, want %g", y[0], 0.5 * K * 2);
+    GemmParams bad[7];
+    const char *what[7] = {"w and w8 both set", "neither w nor w8",  "w8_scale without w8",   "w8 without w8_scale",
+                           "fp8 K % 16 != 0",   "fp8 ldw % 16 != 0", "w8 not 16-byte aligned"};
+    for (int i = 0; i < 7; i++) bad[i] = ok;
     bad[0].w = dw;
     bad[1].w8 = NULL, bad[1].w8_scale = NULL;
     bad[2].w8 = NULL;
@@ -368,25 +465,34 @@ static void test_skinny_fp8_bad_args(void) {
     bad[4].K = 40, bad[4].ldx = 40, bad[4].ldw = 48;
     bad[5].ldw = 40;
     bad[6].w8 = dq + 8;
-    bad[7].epi = GEMM_EPI_SWIGLU_BF16, bad[7].glu_group = 8, bad[7].ldy = N / 2;
     int refused = 0;
-    for (int i = 0; i < 8; i++) {
-        GemmParams g = bad[i];
-        const int rc = cuda_gemm_skinny(&g, n_sm, &L0);
-        CUDA_OK(cudaDeviceSynchronize());
-        float y2[4 * 16];
-        CUDA_OK(cudaMemcpy(y2, dy, sizeof y2, cudaMemcpyDeviceToHost));
-        const int same = memcmp(y, y2, sizeof y) == 0;
-        CHECK(rc == (int)cudaErrorInvalidValue && same, "cuda_gemm_skinny: %s: rc %d, y %s", what[i], rc,
-              same ? "untouched" : "written");
-        refused += rc == (int)cudaErrorInvalidValue && same;
-    }
-    printf("  skinny arguments: the valid FP8 call %s, %d of 8 bad ones refused\n", exact ? "exact" : "WRONG", refused);
+    for (int v = 0; v < 2; v++)
+        for (int i = 0; i < 7; i++) {
+            GemmParams g = bad[i];
+            int rc;
+            if (v == 0) {
+                rc = cuda_gemm_skinny(&g, work, wf, n_sm, &L0);
+            } else {
+                g.epi = GEMM_EPI_ADD_F32;
+                rc = cuda_gemm_skinny_norm(&g, dnw, NORM_ZC, 1e-6f, dh, work, wf, n_sm, &L0);
+            }
+            CUDA_OK(cudaDeviceSynchronize());
+            float y2[4 * 16];
+            CUDA_OK(cudaMemcpy(y2, dy, sizeof y2, cudaMemcpyDeviceToHost));
+            const int same = memcmp(y, y2, sizeof y) == 0;
+            CHECK(rc == (int)cudaErrorInvalidValue && same, "%s: %s: rc %d, y %s",
+                  v ? "cuda_gemm_skinny_norm" : "cuda_gemm_skinny", what[i], rc, same ? "untouched" : "written");
+            refused += rc == (int)cudaErrorInvalidValue && same;
+        }
+    printf("  skinny fp8 arguments: 2 valid calls %s, %d of 14 bad ones refused\n", exact ? "exact" : "WRONG", refused);
     CUDA_OK(cudaFree(dx));
     CUDA_OK(cudaFree(dw));
     CUDA_OK(cudaFree(dq));
     CUDA_OK(cudaFree(ds));
     CUDA_OK(cudaFree(dy));
+    CUDA_OK(cudaFree(dh));
+    CUDA_OK(cudaFree(dnw));
+    CUDA_OK(cudaFree(work));
 }
 
 static void test_bad_args(void) {
@@ -442,7 +548,10 @@ static void bench_fmt(const char *name, int M, int N, int K, int epi, int algo, 
     CUDA_OK(cudaMemset(dy, 0, (size_t)M * ycols * 4));
     GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 1, algo, NULL, NULL};
     p.w8 = dq, p.w8_scale = dsc;
-#define BENCH_LAUNCH() (algo == ALGO_SKINNY ? cuda_gemm_skinny(&p, n_sm, &L0) : cuda_gemm_bf16(&p, &L0))
+    const size_t wf = algo == ALGO_SKINNY ? cuda_gemm_skinny_work(M, N, K, n_sm, epi, 1) : 0;
+    float *work = NULL;
+    if (wf) CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
+#define BENCH_LAUNCH() (algo == ALGO_SKINNY ? cuda_gemm_skinny(&p, work, wf, n_sm, &L0) : cuda_gemm_bf16(&p, &L0))
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
@@ -462,6 +571,7 @@ static void bench_fmt(const char *name, int M, int N, int K, int epi, int algo, 
     printf("  %-6s %-4s %-34s [%d x %d] x [%d x %d]^T  %8.1f us  %6.1f TFLOP/s  weights %6.0f GB/s\n", algo_name[algo],
            f8 ? "fp8" : "bf16", name, M, K, N, K, ms[10] * 1e3, flop / (ms[10] * 1e-3) / 1e12,
            wbytes / (ms[10] * 1e-3) / 1e9);
+    if (work) CUDA_OK(cudaFree(work));
 #undef BENCH_LAUNCH
     CUDA_OK(cudaEventDestroy(e0));
     CUDA_OK(cudaEventDestroy(e1));
@@ -494,6 +604,10 @@ static int run_algo(int a, uint64_t seed) {
     if (a == 0) test_bad_args();
     test_shapes();
     if (algo_of[a] == ALGO_SKINNY) {
+        test_skinny_norm(64, 1024, 3584, NORM_ZC);
+        test_skinny_norm(7, 1024, 2048, NORM_PLAIN);
+        test_skinny_norm(200, 2048, 1000, NORM_ZC);
+        test_skinny_norm(3, 512, 72, NORM_PLAIN);
         test_skinny_fp8_bad_args();
         test_skinny_fp8();
     }
