@@ -306,12 +306,14 @@ extern "C" int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l
  * once per row and head instead of once per column split:
  *   dn_batch_prep  grid (Hk, nd): conv over the ring + the new proj row, ring write, q^/k^ with their L2 norms, v,
  *                  beta / decay / k^.q^ -> the row's fp32 workspace (dn_ws_ld floats, layout in serve_ops.h);
- *   dn_batch_state grid (splits / NG, Hv, nd): the state slice S[dk][NG cols] of one head, the step's dots, delta,
- *                  o and the update.
- * Both use the launch shape of the decode step (deltanet.cuh dn_shape): prep runs with its thread count so that the
- * norm sums are the step's own (same per-thread fmaf chains and block_sum3 tree), and the state pass keeps its
- * thread / row / column mapping (DN_RPT rows x VEC columns per thread, tpr threads per row), so o and S are those of
- * the single-sequence decode step (deltanet.cu: same formulas, sums and fmaf order) bit for bit. */
+ *   the state pass: the dots, delta, o and the update of one head's state per CTA (dn_batch_state_head, dv = 128
+ *                  and dk <= 128: every Qwen3.5 size), else of a column slice S[dk][NG cols] (dn_batch_state).
+ * prep runs with the decode step's thread count (deltanet.cuh dn_shape), so that the norm sums are the step's own
+ * (same per-thread fmaf chains and block_sum3 tree). The whole-head pass reads each state row as one 512-byte warp
+ * load and sums over rows in its own order; the column-slice pass keeps the decode step's thread / row / column
+ * mapping (DN_RPT rows x VEC columns per thread, tpr threads per row), so its o and S are those of the
+ * single-sequence decode step (deltanet.cu: same formulas, sums and fmaf order) bit for bit. Either way a row's
+ * sums depend on that row alone. */
 
 /* floats per workspace row: q^ [Hk dk], k^ [Hk dk], v [Hv dv], beta [Hv], decay [Hv], kq [Hv]; a multiple of 4 */
 static __host__ __device__ __forceinline__ int dn_ws_ld(int Hk, int Hv, int dk, int dv) {
@@ -481,6 +483,68 @@ __global__ void dn_batch_state(const __grid_constant__ SbArgs args) {
     }
 }
 
+/* The whole-head state pass (dv = 128, dk <= 128): grid (Hv, nd), 256 threads. CTA (j, i): S[dk][128] of head j of
+ * row rows[i] on slot slot[i]. Lane l of warp w holds columns 4 l .. 4 l + 3 of rows w + 8 m (m < 16, rows past dk
+ * zero): each warp load is one whole 512-byte state row, and the 64 KiB of the head are in flight before the wait.
+ *   mem = S^T k^, sq = S^T q^ (each lane over its rows in order of m, then the 8 warps in order through shared memory),
+ *   delta = beta (v - decay mem), o = bf16(decay sq + delta kq) (= S_new^T q^), S <- decay S + k^ delta^T.
+ * The state is this CTA's only read before the wait (PDL contract 1: state rows of earlier tokens). */
+__global__ void __launch_bounds__(256) dn_batch_state_head(const __grid_constant__ DnBatchParams p) {
+    __shared__ float4 red_m[8][32], red_s[8][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, dk = p.dk;
+    const int j = blockIdx.x, n = j / (p.Hv / p.Hk), i = blockIdx.y;
+    float *Sh = (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * dk * 128;
+    float4 s[16];
+#pragma unroll
+    for (int m = 0; m < 16; m++)
+        s[m] = w + 8 * m < dk ? *(const float4 *)(Sh + (size_t)(w + 8 * m) * 128 + 4 * lane)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    pdl_begin();
+    const int key_dim = p.Hk * dk, value_dim = p.Hv * 128;
+    const float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, p.Hv, dk, 128);
+    const float *wq = ws + n * dk, *wk = ws + key_dim + n * dk, *wv = ws + 2 * key_dim + j * 128;
+    const float *wg = ws + 2 * key_dim + value_dim;
+    float kd[16];
+    float4 mm = make_float4(0.0f, 0.0f, 0.0f, 0.0f), qq = mm;
+#pragma unroll
+    for (int m = 0; m < 16; m++) {
+        const int d = w + 8 * m;
+        const float k = d < dk ? wk[d] : 0.0f, q = d < dk ? wq[d] : 0.0f;
+        kd[m] = k;
+        mm = make_float4(fmaf(s[m].x, k, mm.x), fmaf(s[m].y, k, mm.y), fmaf(s[m].z, k, mm.z), fmaf(s[m].w, k, mm.w));
+        qq = make_float4(fmaf(s[m].x, q, qq.x), fmaf(s[m].y, q, qq.y), fmaf(s[m].z, q, qq.z), fmaf(s[m].w, q, qq.w));
+    }
+    red_m[w][lane] = mm;
+    red_s[w][lane] = qq;
+    __syncthreads();
+    mm = red_m[0][lane], qq = red_s[0][lane];
+#pragma unroll
+    for (int u = 1; u < 8; u++) {
+        const float4 a = red_m[u][lane], b = red_s[u][lane];
+        mm = make_float4(mm.x + a.x, mm.y + a.y, mm.z + a.z, mm.w + a.w);
+        qq = make_float4(qq.x + b.x, qq.y + b.y, qq.z + b.z, qq.w + b.w);
+    }
+    const float beta = wg[j], decay = wg[p.Hv + j], kq = wg[2 * p.Hv + j];
+    const float4 v = *(const float4 *)(wv + 4 * lane);
+    const float4 dl = make_float4(beta * (v.x - decay * mm.x), beta * (v.y - decay * mm.y), beta * (v.z - decay * mm.z),
+                                  beta * (v.w - decay * mm.w));
+    if (w == 0) {
+        uint16_t *orow = p.o + (size_t)p.rows[i] * value_dim + (size_t)j * 128 + 4 * lane;
+        orow[0] = bf16_bits(fmaf(dl.x, kq, decay * qq.x));
+        orow[1] = bf16_bits(fmaf(dl.y, kq, decay * qq.y));
+        orow[2] = bf16_bits(fmaf(dl.z, kq, decay * qq.z));
+        orow[3] = bf16_bits(fmaf(dl.w, kq, decay * qq.w));
+    }
+#pragma unroll
+    for (int m = 0; m < 16; m++) {
+        const float k = kd[m];
+        if (w + 8 * m < dk)
+            *(float4 *)(Sh + (size_t)(w + 8 * m) * 128 + 4 * lane) =
+                make_float4(fmaf(k, dl.x, decay * s[m].x), fmaf(k, dl.y, decay * s[m].y), fmaf(k, dl.z, decay * s[m].z),
+                            fmaf(k, dl.w, decay * s[m].w));
+    }
+}
+
 extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->A_log || !p->dt_bias || !p->S0 || !p->ring0 || !p->rows || !p->slot ||
@@ -490,6 +554,8 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     const dim3 block((unsigned)sh.threads, 1, 1);
     int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, 0, l, *p);
     if (rc) return rc;
+    if (p->dv == 128 && p->dk <= 128)
+        return launch_kernel(dn_batch_state_head, dim3((unsigned)p->Hv, (unsigned)p->nd), dim3(256), 0, l, *p);
     SbArgs a;
     a.p = *p;
     a.tpr = sh.tpr;

@@ -83,12 +83,12 @@ typedef struct PagedGatherParams {
 } PagedGatherParams;
 int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l);
 
-/* The DeltaNet decode step (cuda_deltanet_step with gated_out: the same formulas and per-lane sums) for nd rows, each
+/* The DeltaNet decode step (cuda_deltanet_step with gated_out: the same formulas) for nd rows, each
  * on its own state slot: row rows[i] of proj (bf16 [T][ld_proj], [m | z | b | a]) at position pos[rows[i]], slot
  * slot[i] whose S is (float *)((char *)S0 + slot * stride) and conv ring (uint16_t *)((char *)ring0 + slot * stride)
  * (S0, ring0: slot 0's S and ring of this layer). Writes o[rows[i]] = bf16(o) (bf16 [T][Hv dv]). Two launches: the
- * conv / norms / gates of each (row, k-head), grid (Hk, nd), into ws; then the state pass, grid (column splits, Hv,
- * nd). ws: fp32, cuda_dn_batch_ws_bytes(nd, ...) bytes, 16-byte aligned; row i holds q^ [Hk dk], k^ [Hk dk],
+ * conv / norms / gates of each (row, k-head), grid (Hk, nd), into ws; then the state pass, grid (Hv, nd) with one
+ * head per CTA for dv = 128 and dk <= 128, else (column splits, Hv, nd) with the decode step's per-lane sums. ws: fp32, cuda_dn_batch_ws_bytes(nd, ...) bytes, 16-byte aligned; row i holds q^ [Hk dk], k^ [Hk dk],
  * v [Hv dv] (after conv + SiLU), beta [Hv], decay [Hv], k^.q^ [Hv] (its content is scratch for the caller). */
 typedef struct DnBatchParams {
     const uint16_t *proj;

@@ -9,7 +9,7 @@
  *     error fails); and over several splits (rows of 1 .. 1100 positions, block sizes 7 and 16, hd 96 / 128 / 256),
  *     each row also bit for bit equal to the same row computed alone (batch invariance); a too small workspace is
  *     refused;
- *   dn_batch_step (prep + state pass) + gated norm: o, S and y of four decode rows on their slots (one new at
+ *   dn_batch_step (prep + either state pass) + gated norm: o, S and y of four decode rows on their slots (one new at
  *     position 0, three with history) within bounds of a double reference; the ring row written bitwise; the
  *     fifth slot and the other rows untouched;
  *   gather: bitwise;
@@ -545,7 +545,9 @@ int main(int argc, char **argv) {
     split_case(256, 8, 2, 1, 16, 1100);    /* the 0.8B shape: G = 4, 8 dims per lane */
     split_case(128, 16, 2, 0, 7, 1030);    /* G = 8, a block of 7 */
     split_case(96, 4, 1, 1, 16, 300);      /* hd 96: 3 of 4 dims per lane */
-    dn_case(1, 2, 128, 128);               /* 16 columns per split, two splits per state CTA */
+    dn_case(1, 2, 128, 128);               /* the whole-head state pass (Qwen3.5's heads) */
+    dn_case(2, 2, 72, 128);                /* the whole-head pass with rows past dk */
+    dn_case(1, 1, 128, 64);                /* 16 columns per split, two splits per column-slice CTA */
     dn_case(2, 4, 32, 48);                 /* 6 splits of 8 columns: 3 state CTAs per head */
     dn_case(1, 1, 64, 36);                 /* 5 splits of 8 columns: one per state CTA, the last one half empty */
     dn_case(1, 2, 16, 30);                 /* dv % 4 != 0: one column per thread */
