@@ -307,7 +307,7 @@ extern "C" int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l
  *   dn_batch_prep  grid (Hk, nd): conv over the ring + the new proj row, ring write, q^/k^ with their L2 norms, v,
  *                  beta / decay / k^.q^ -> the row's fp32 workspace (dn_ws_ld floats, layout in serve_ops.h);
  *   the state pass: the dots, delta, o and the update of one head's state per CTA (dn_batch_state_head, dv = 128
- *                  and dk <= 128: every Qwen3.5 size), else of a column slice S[dk][NG cols] (dn_batch_state).
+ *                  and an even dk <= 128: every Qwen3.5 size), else of a column slice S[dk][NG cols] (dn_batch_state).
  * prep runs with the decode step's thread count (deltanet.cuh dn_shape), so that the norm sums are the step's own
  * (same per-thread fmaf chains and block_sum3 tree). The whole-head pass reads each state row as one 512-byte warp
  * load and sums over rows in its own order; the column-slice pass keeps the decode step's thread / row / column
@@ -483,7 +483,7 @@ __global__ void dn_batch_state(const __grid_constant__ SbArgs args) {
     }
 }
 
-/* The whole-head state pass (dv = 128, dk <= 128): grid (Hv, nd), 256 threads. CTA (j, i): S[dk][128] of head j of
+/* The whole-head state pass (dv = 128, dk <= 128 and even): grid (Hv, nd), 256 threads. CTA (j, i): S[dk][128] of head j of
  * row rows[i] on slot slot[i]. Lane l of warp w holds columns 4 l .. 4 l + 3 of rows w + 8 m (m < 16, rows past dk
  * zero): each warp load is one whole 512-byte state row, and the 64 KiB of the head are in flight before the wait.
  *   mem = S^T k^, sq = S^T q^ (each lane over its rows in order of m, then the 8 warps in order through shared memory),
@@ -554,7 +554,7 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     const dim3 block((unsigned)sh.threads, 1, 1);
     int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, 0, l, *p);
     if (rc) return rc;
-    if (p->dv == 128 && p->dk <= 128)
+    if (p->dv == 128 && p->dk <= 128 && p->dk % 2 == 0) /* dk even: v's float4 loads are aligned */
         return launch_kernel(dn_batch_state_head, dim3((unsigned)p->Hv, (unsigned)p->nd), dim3(256), 0, l, *p);
     SbArgs a;
     a.p = *p;

@@ -548,6 +548,7 @@ int main(int argc, char **argv) {
     dn_case(1, 2, 128, 128);               /* the whole-head state pass (Qwen3.5's heads) */
     dn_case(2, 2, 72, 128);                /* the whole-head pass with rows past dk */
     dn_case(1, 1, 128, 64);                /* 16 columns per split, two splits per column-slice CTA */
+    dn_case(1, 1, 65, 128);                /* odd dk: the column-slice pass */
     dn_case(2, 4, 32, 48);                 /* 6 splits of 8 columns: 3 state CTAs per head */
     dn_case(1, 1, 64, 36);                 /* 5 splits of 8 columns: one per state CTA, the last one half empty */
     dn_case(1, 2, 16, 30);                 /* dv % 4 != 0: one column per thread */
