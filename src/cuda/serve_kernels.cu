@@ -483,9 +483,9 @@ __global__ void dn_batch_state(const __grid_constant__ SbArgs args) {
     }
 }
 
-/* The whole-head state pass (dv = 128, dk <= 128 and even): grid (Hv, nd), 256 threads. CTA (j, i): S[dk][128] of head j of
- * row rows[i] on slot slot[i]. Lane l of warp w holds columns 4 l .. 4 l + 3 of rows w + 8 m (m < 16, rows past dk
- * zero): each warp load is one whole 512-byte state row, and the 64 KiB of the head are in flight before the wait.
+/* The whole-head state pass (dv = 128, dk <= 128 and even): grid (Hv, nd), 256 threads. CTA (j, i): S[dk][128] of
+ * head j of row rows[i] on slot slot[i]. Lane l of warp w holds columns 4 l .. 4 l + 3 of rows w + 8 m (m < 16, rows
+ * past dk zero): each warp load is one whole 512-byte state row, and the head's 64 KiB are in flight before the wait.
  *   mem = S^T k^, sq = S^T q^ (each lane over its rows in order of m, then the 8 warps in order through shared memory),
  *   delta = beta (v - decay mem), o = bf16(decay sq + delta kq) (= S_new^T q^), S <- decay S + k^ delta^T.
  * The state is this CTA's only read before the wait (PDL contract 1: state rows of earlier tokens). */
