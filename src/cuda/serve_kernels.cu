@@ -488,8 +488,9 @@ __global__ void dn_batch_state(const __grid_constant__ SbArgs args) {
  * past dk zero): each warp load is one whole 512-byte state row, and the head's 64 KiB are in flight before the wait.
  *   mem = S^T k^, sq = S^T q^ (each lane over its rows in order of m, then the 8 warps in order through shared memory),
  *   delta = beta (v - decay mem), o = bf16(decay sq + delta kq) (= S_new^T q^), S <- decay S + k^ delta^T.
- * The state is this CTA's only read before the wait (PDL contract 1: state rows of earlier tokens). */
-__global__ void __launch_bounds__(256) dn_batch_state_head(const __grid_constant__ DnBatchParams p) {
+ * The state is this CTA's only read before the wait (PDL contract 1: state rows of earlier tokens). Two CTAs per SM
+ * (at most 128 registers, no spills): one CTA's compute and stores overlap the other's loads. */
+__global__ void __launch_bounds__(256, 2) dn_batch_state_head(const __grid_constant__ DnBatchParams p) {
     __shared__ float4 red_m[8][32], red_s[8][32];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, dk = p.dk;
     const int j = blockIdx.x, n = j / (p.Hv / p.Hk), i = blockIdx.y;
