@@ -179,15 +179,22 @@ static void layout(CudaCtx *ctx, Arena *a) {
         else if (ctx->mlp_fused)
             CARVE(a, ctx->layers[l].w_dT, (size_t)F * D);
     }
+    /* the KV caches, zeroed once at open: no kernel reads a row at or past n_past unmasked (a masked row's weight is
+     * exactly 0 and its old values are finite), so a new sequence needs no clear of max_seq rows */
+    a->off = (a->off + 255) & ~(size_t)255;
+    ctx->kv_off = a->off;
+    for (int l = 0; l < L; l++) {
+        CudaLayer *ly = &ctx->layers[l];
+        if (ly->type != LAYER_FULL_ATTN) continue;
+        CARVE(a, ly->Kc, (size_t)c->num_key_value_heads * ctx->max_seq * hd);
+        CARVE(a, ly->Vc, (size_t)c->num_key_value_heads * ctx->max_seq * hd);
+    }
     /* sequence state: one contiguous range, cleared by reset */
     a->off = (a->off + 255) & ~(size_t)255;
     ctx->state_off = a->off;
     for (int l = 0; l < L; l++) {
         CudaLayer *ly = &ctx->layers[l];
-        if (ly->type == LAYER_FULL_ATTN) {
-            CARVE(a, ly->Kc, (size_t)c->num_key_value_heads * ctx->max_seq * hd);
-            CARVE(a, ly->Vc, (size_t)c->num_key_value_heads * ctx->max_seq * hd);
-        } else {
+        if (ly->type != LAYER_FULL_ATTN) {
             CARVE(a, ly->S, (size_t)Hv * c->linear_key_head_dim * c->linear_value_head_dim);
             ly->conv_ring =
                 (uint16_t *)carve(a, cuda_deltanet_conv_ring_bytes(c->linear_num_key_heads, Hv, c->linear_key_head_dim,
@@ -666,7 +673,8 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         a.base = (char *)ctx->arena;
         a.off = 0;
         layout(ctx, &a);
-        if ((e = cudaMemset((char *)ctx->arena + ctx->state_off, 0, ctx->state_bytes)) != cudaSuccess) {
+        if ((e = cudaMemset((char *)ctx->arena + ctx->kv_off, 0, ctx->state_off + ctx->state_bytes - ctx->kv_off)) !=
+            cudaSuccess) {
             rc = cfail(e, "state clear", err);
             goto fail;
         }

@@ -127,7 +127,8 @@ typedef struct CudaCtx {
     float *logits_host;              /* (V) */
     float *probe_buf;                /* host scratch for probes (probe mode only) */
     float *probe_dev;                /* device scratch: DeltaNet o / final norm for probes */
-    size_t state_off, state_bytes;   /* arena range of S, conv rings and KV (zeroed by reset) */
+    size_t kv_off;                   /* arena offset of the KV caches (zeroed at open; state_off follows them) */
+    size_t state_off, state_bytes;   /* arena range of S, conv rings and scratch counters (zeroed by reset) */
     /* graphs: [0] greedy, [1] sampling; captured lazily with the current pdl/deterministic */
     cudaGraphExec_t graph[8]; /* [cuda_graph_index()]: sample + 2 short + 4 screen when captured */
     int graph_kernels[8];     /* kernel nodes in each graph */
