@@ -254,6 +254,8 @@ typedef struct Q35BenchPrefill {
     int tokens;
     double ms;       /* median over runs, device events around the whole prefill */
     double ms_nopdl; /* the same, kernels launched without programmatic dependent launch */
+    double ms_graph; /* the same launches captured once into a CUDA graph and replayed (CUDA; 0 if capture fails):
+                      * the device time alone, without the host's launch work */
     double tflop;    /* useful work: linear layers, causal attention, chunked DeltaNet, conv, LM head (1 row) */
 } Q35BenchPrefill;
 
