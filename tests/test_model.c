@@ -574,13 +574,15 @@ static void test_model_dummy_real(uint64_t seed) {
     sd = stdev(&m.w.norm, &mean);
     CHECK(sd > 0.08 && sd < 0.12 && fabs(mean) < 0.02, "zero-centred final norm mean %g std %g", mean, sd);
     sd = stdev(&L0->linear_norm, &mean);
-    CHECK(L0->linear_norm.dtype == DT_F32 && fabs(mean - 1.0) < 0.03 && sd < 0.13, "gated norm 1+small: %g", mean);
+    /* 128 values of 1 + 0.1 n: the mean's standard deviation is 0.0088, so 0.05 is 5.7 of them (0.03 failed at 3.7) */
+    CHECK(L0->linear_norm.dtype == DT_F32 && fabs(mean - 1.0) < 0.05 && sd < 0.13, "gated norm 1+small: %g", mean);
     const float *al = L0->A_log.data;
     int ok = L0->A_log.dtype == DT_F32;
     for (int i = 0; i < 16; i++) ok &= al[i] >= 0.0f && al[i] <= logf(16.0f) + 0.01f && al[i] == round_bf16(al[i]);
     CHECK(ok, "A_log in [0, log 16], bf16-representable");
     sd = stdev(&m.w.layers[6].dt_bias, &mean);
-    CHECK(sd > 0.2 && sd < 0.8, "dt_bias std %g", sd);
+    /* 16 values of 0.5 n: the sample std stays in [0.15, 0.9] but about once in 10^5 seeds */
+    CHECK(sd > 0.15 && sd < 0.9, "dt_bias std %g", sd);
     /* Embedding: a sample of rows, std ~0.15, all finite. */
     Tensor e = m.w.embed_tokens;
     e.numel = 1024 * 4096;
