@@ -6,8 +6,13 @@
  * tensor-core M side (m16n8k16: a 16-row W strip is the A operand, 8 X rows the B operand), a CTA owns 64 W rows and
  * a range of K (split-K), and the grid (m-blocks of 64 X rows, N / 64, splits) fills the machine whatever M is.
  *   CTA: 4 warps; warp w computes W rows n0 + 16 w .. + 15 against X rows m0 .. m0 + 63 (8 n8 tiles), k in chunks of
- *   64 through a ring of SK_STAGES stages (W chunk [64][64] + X chunk [64][64] bf16, swizzled as mma.cuh's swz<8>).
- *   Out-of-range W rows, X rows and k columns are zero-filled, so they add exact zeros.
+ *   64 through a ring of SK_STAGES stages (W chunk [64][64] + X chunk [64][64] bf16, swizzled as mma.cuh's swz<8>,
+ *   stages 1024-byte aligned). Out-of-range W rows, X rows and k columns are zero-filled, so they add exact zeros.
+ *   On sm_90a a chunk is four wgmma m64n64k16 of the warpgroup (A = the W tile, B = the X tile, both K-major with
+ *   the 128-byte swizzle that swz<8> is): the tensor cores read each tile from shared memory once per chunk, where
+ *   mma.sync has every warp load the whole X tile through ldmatrix (40 KB of shared-memory reads per 16 KB chunk,
+ *   near the shared-memory bandwidth at the rate the weights stream). The accumulator layout is the mma.sync one, so
+ *   the epilogues are shared. Other devices (the compute_80 PTX) run mma.sync m16n8k16 on ldmatrix fragments.
  * The grid's x is the m-block: CTAs that share a W slice run side by side and read it once from HBM.
  *
  * Split-K and batch invariance: splits = sk_plan(N, K, n_sm) depends on the shape only, never on M. With one split
@@ -32,10 +37,10 @@
 #define SK_BK          64 /* k per stage */
 #define SK_STAGES      4
 #define SK_STAGE_BYTES ((SK_BN + SK_BM) * SK_BK * 2)
-#define SK_SMEM        (SK_STAGES * SK_STAGE_BYTES)
+#define SK_SMEM        (SK_STAGES * SK_STAGE_BYTES + 1024) /* + slack to align the ring to 1024 B */
 /* FP8: a stage is the e4m3 W chunk [64][64] then the X chunk; after the stages, the bf16 W tile [64][64] */
 #define SK_F8_STAGE_BYTES (SK_BN * SK_BK + SK_BM * SK_BK * 2)
-#define SK_F8_SMEM        (SK_STAGES * SK_F8_STAGE_BYTES + SK_BN * SK_BK * 2)
+#define SK_F8_SMEM        (SK_STAGES * SK_F8_STAGE_BYTES + SK_BN * SK_BK * 2 + 1024)
 static_assert(SK_F8_SMEM <= SK_SMEM, "the launchers allow SK_SMEM for both weight formats");
 
 /* The fused norm of gemm_skinny_reduce_norm: h bf16 [M][N] = norm(y) with weight w [N], mode, eps. */
@@ -87,10 +92,39 @@ __device__ __forceinline__ void sk_store_glu(const GemmParams &g, int m, int i, 
 /* The W row of SwiGLU output column i and its partner: gate row (i / G) 2G + i % G, up row that + G. */
 __device__ __forceinline__ int sk_gate_row(int i, int G) { return (i / G) * 2 * G + i % G; }
 
-/* One 64-column chunk: acc += W tile (bf16 [64][64] at shared address sw, swz<8>) rows 16 warp .. + 15 times the X
- * tile (bf16 [64][64] at sx) rows 0 .. mvalid - 1 (n8 tiles past mvalid skipped: their X rows are zero) */
+/* Before the barrier that publishes a stage: this thread's shared-memory writes (cp.async, st.shared) made visible to
+ * the async proxy that wgmma reads through (sm_90a; nothing to do for mma.sync). */
+__device__ __forceinline__ void sk_stage_fence(void) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    fence_proxy_async();
+#endif
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* Keeps the compiler from moving accumulator reads and writes across the asynchronous wgmmas. */
+__device__ __forceinline__ void sk_acc_fence(float (&acc)[8][4]) {
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) reg_fence(acc[t][e]);
+}
+#endif
+
+/* One 64-column chunk: acc += W tile (bf16 [64][64] at shared address sw, swz<8>, 1024-byte aligned) rows 16 warp ..
+ * + 15 times the X tile (bf16 [64][64] at sx) rows 0 .. 63. mma.sync skips the n8 tiles past mvalid (their X rows are
+ * zero); wgmma computes them (exact zeros). Returns with the chunk's products in acc (the wgmmas waited for). */
 __device__ __forceinline__ void sk_chunk_mma(uint32_t sw, uint32_t sx, int warp, int lane, int mvalid,
                                              float (&acc)[8][4]) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    (void)warp, (void)lane, (void)mvalid;
+    sk_acc_fence(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < SK_BK / 16; kk++) wgmma_m64n64k16(acc, wgmma_desc(sw + kk * 32), wgmma_desc(sx + kk * 32));
+    wgmma_commit();
+    wgmma_wait<0>();
+    sk_acc_fence(acc);
+#else
 #pragma unroll
     for (int kk = 0; kk < SK_BK / 16; kk++) {
         uint32_t af[4];
@@ -104,6 +138,7 @@ __device__ __forceinline__ void sk_chunk_mma(uint32_t sw, uint32_t sx, int warp,
             mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
         }
     }
+#endif
 }
 
 /* Chunk c of the X rows m0 .. m0 + 63 (k in [64 c, 64 c + 64)) into the stage's X tile at shared address sx: 512
@@ -140,11 +175,11 @@ __device__ __forceinline__ void e4m3x16_bf16(uint4 v, uint4 &lo, uint4 &hi) {
  * the conversion of chunk c into the bf16 tile, the second barrier, the MMAs into chunk sums, the fold. The
  * prologue issues the W of the first SK_STAGES chunks (into cp.async group 0) and the X of the first SK_STAGES - 1;
  * SK_STAGES - 1 chunks stay in flight behind the one computed, as in the bf16 loop. */
-__device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], uint8_t *smem, int m0, int n0,
-                                           int c0, int nch, int mvalid) {
+__device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], uint8_t *sm, int m0, int n0, int c0,
+                                           int nch, int mvalid) {
     const GemmParams &g = a.g;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const uint32_t sbase = smem_addr(smem), swt = sbase + SK_STAGES * SK_F8_STAGE_BYTES;
+    const uint32_t sbase = smem_addr(sm), swt = sbase + SK_STAGES * SK_F8_STAGE_BYTES;
     const uint8_t *W8 = g.w8;
 
     /* chunk c's W into stage st: 256 16-byte pieces (row p / 4, columns 16 (p % 4) ..), thread tid takes tid and
@@ -158,9 +193,7 @@ __device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], 
             cp_async16(sw + p * 16, ok ? W8 + (size_t)n * g.ldw + k : W8, ok);
         }
     };
-    auto load_x = [&](int c, int st) {
-        sk_load_x(g, sbase + st * SK_F8_STAGE_BYTES + SK_BN * SK_BK, m0, c0 + c, tid);
-    };
+    auto load_x = [&](int c, int st) { sk_load_x(g, sbase + st * SK_F8_STAGE_BYTES + SK_BN * SK_BK, m0, c0 + c, tid); };
 
     /* the weights are immutable: the first SK_STAGES chunks of W go out before the wait for the previous kernel */
 #pragma unroll
@@ -188,15 +221,16 @@ __device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], 
         const float s_lo = n < g.N ? __ldg(sc + n) : 0.0f, s_hi = n + 8 < g.N ? __ldg(sc + n + 8) : 0.0f;
 
         const int st = c % SK_STAGES;
-        const uint8_t *w8s = smem + st * SK_F8_STAGE_BYTES;
+        const uint8_t *w8s = sm + st * SK_F8_STAGE_BYTES;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int p = tid + 128 * i, r = p >> 2, q = p & 3;
             uint4 lo, hi;
             e4m3x16_bf16(*(const uint4 *)(w8s + p * 16), lo, hi);
-            *(uint4 *)(smem + SK_STAGES * SK_F8_STAGE_BYTES + swz<8>(r, 2 * q) * 16) = lo;
-            *(uint4 *)(smem + SK_STAGES * SK_F8_STAGE_BYTES + swz<8>(r, 2 * q + 1) * 16) = hi;
+            *(uint4 *)(sm + SK_STAGES * SK_F8_STAGE_BYTES + swz<8>(r, 2 * q) * 16) = lo;
+            *(uint4 *)(sm + SK_STAGES * SK_F8_STAGE_BYTES + swz<8>(r, 2 * q + 1) * 16) = hi;
         }
+        sk_stage_fence(); /* the converted tile (and this thread's landed cp.async) for wgmma */
         __syncthreads();
 
         const uint32_t sx = sbase + st * SK_F8_STAGE_BYTES + SK_BN * SK_BK;
@@ -220,6 +254,7 @@ __device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], 
 template <int EPI, bool F8>
 __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkArgs a) {
     extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t *sm = smem + (((smem_addr(smem) + 1023u) & ~1023u) - smem_addr(smem)); /* the ring, 1024-byte aligned */
     const GemmParams &g = a.g;
     const int m0 = blockIdx.x * SK_BM, n0 = blockIdx.y * SK_BN, split = blockIdx.z;
     const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
@@ -231,9 +266,9 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
         for (int t = 0; t < 8; t++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
-        sk_main_f8(a, acc, smem, m0, n0, c0, nch, mvalid);
+        sk_main_f8(a, acc, sm, m0, n0, c0, nch, mvalid);
     } else {
-        const uint32_t sbase = smem_addr(smem);
+        const uint32_t sbase = smem_addr(sm);
         const uint16_t *W = g.w;
 
         /* Loads of chunk c into stage st: 512 16-byte pieces of W and 512 of X; thread tid takes pieces tid + 128 i. */
@@ -269,6 +304,7 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
 
         for (int c = 0; c < nch; c++) {
             cp_async_wait<SK_STAGES - 1>();
+            sk_stage_fence();
             __syncthreads();
             const int st = c % SK_STAGES;
             const uint32_t sw = sbase + st * SK_STAGE_BYTES, sx = sw + SK_BN * SK_BK * 2;

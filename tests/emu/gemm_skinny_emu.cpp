@@ -2,7 +2,8 @@
  * sk_kernels.inc by run_gemm_skinny.sh) under the host emulation of emu.h (one CTA at a time, shared memory starting
  * as garbage), against a double-precision product of the same inputs: bf16 weights, and FP8 weights (random e4m3
  * bytes, NaN codes left out, with random positive scales per row and 128-column block spread over 2^10, so a scale of
- * the wrong row or block shows) taken as e4m3 value times scale (src/util.c's decoder). Cases: ragged M, N, K
+ * the wrong row or block shows) taken as e4m3 value times scale (src/util.c's decoder). Built twice by
+ * run_gemm_skinny.sh: the mma.sync path, and with __CUDA_ARCH_FEAT_SM90_ALL the wgmma path (emu_wgmma.h). Cases: ragged M, N, K
  * (zero-filled tails; FP8: N and K not multiples of 128, K down to 16, row stride ldw > K with NaN codes in the gap),
  * one split and many (n_sm chosen small and large), every epilogue, SwiGLU with glu_group 1 (the direct epilogue
  * through lane pairs, and through the split reduction) and 8; the fused residual + norm; NaN-poisoned outputs, guard
@@ -24,6 +25,10 @@ static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
 // clang-format off
 #define __ldg(p) (*(p))
 #include "sk_mma.inc"     /* swz, ldsm_addr_* from src/cuda/mma.cuh */
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+#include "emu_wgmma.h"    /* the sm_90a path: wgmma m64n64k16 on the shared-memory tiles */
+#include "sk_desc.inc"    /* wgmma_desc from src/cuda/mma.cuh */
+#endif
 #include "sk_common.inc"  /* warp_sum, norm_apply from src/cuda/common.cuh */
 #include "sk_kernels.inc" /* src/cuda/gemm_skinny.cu */
 // clang-format on
@@ -327,7 +332,12 @@ static void bad_args(void) {
 int main(int argc, char **argv) {
     if (argc > 1) emu_rs ^= 0x9e3779b97f4a7c15ull * (uint64_t)(atoi(argv[1]) + 1);
     emu_max_smem = 48 * 1024;
-    printf("skinny GEMM (src/cuda/gemm_skinny.cu) under the CUDA emulation:\n");
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+    emu_wg_install();
+    printf("skinny GEMM (src/cuda/gemm_skinny.cu), the sm_90a path (wgmma), under the CUDA emulation:\n");
+#else
+    printf("skinny GEMM (src/cuda/gemm_skinny.cu), the mma.sync path, under the CUDA emulation:\n");
+#endif
     run_case(5, 72, 200, GEMM_EPI_BF16, 1, 132, 2);         /* K tail inside a chunk; many splits */
     run_case(70, 136, 328, GEMM_EPI_ADD_F32, 1, 4, 9);      /* two m-blocks, N tail, few splits */
     run_case(1, 64, 64, GEMM_EPI_F32, 1, 132, 0);           /* one chunk, one split: the direct epilogue */
