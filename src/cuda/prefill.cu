@@ -25,10 +25,11 @@
 
 #include "cuda/backend.cuh"
 
-#define PF_TMAX     2048               /* default tokens per piece */
-#define PF_LM_BYTES ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
-#define PF_MAX_OPS  512                /* launches recorded for the bench breakdown */
-#define PF_DN_C     64                 /* DeltaNet chunk length (FLOP count) */
+#define PF_TMAX        2048               /* default tokens per piece */
+#define PF_LM_BYTES    ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
+#define PF_MAX_OPS     512                /* launches recorded for the bench breakdown */
+#define PF_SKINNY_ROWS 128 /* pieces of at most this many tokens: narrow projections on the skinny GEMM */
+#define PF_DN_C        64  /* DeltaNet chunk length (FLOP count) */
 #define PF_DN_FUSE_OUT                                                                                                 \
     1 /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (H200,
                                       T=2048, per layer: 222 us vs 230 for the separate output kernel) */
@@ -45,6 +46,9 @@ struct CudaPrefill {
     void *scratch;  /* DeltaNet scratch for tmax tokens */
     float *lm;      /* fp32 [lm_rows][V] */
     int32_t *tok;   /* [max_seq] token ids of the current call */
+    float *skw;     /* the skinny GEMM's split-K partial sums (pf_gemm), skw_floats */
+    size_t skw_floats;
+    int n_sm;
     /* bench: an event before every launch */
     int rec, n_ops, ev_ready;
     cudaEvent_t ev[PF_MAX_OPS + 1];
@@ -102,6 +106,15 @@ static void pf_layout(CudaCtx *ctx, CudaPrefill *pf, PfArena *a) {
     pf->scratch = pf_carve(a, nscr > 0 ? nscr : 1);
     pf->lm = (float *)pf_carve(a, sizeof(float) * (size_t)pf->lm_rows * ctx->c->vocab_size);
     pf->tok = (int32_t *)pf_carve(a, sizeof(int32_t) * (size_t)ctx->max_seq);
+    /* pf_gemm's skinny projections: N = D, K = F, Hq hd or Hv dv, at most PF_SKINNY_ROWS rows */
+    const PrefillDims *d = &pf->d;
+    const int M = pf->tmax < PF_SKINNY_ROWS ? pf->tmax : PF_SKINNY_ROWS, ks[3] = {d->F, d->Hq * d->hd, d->Hv * d->dv};
+    pf->skw_floats = 0;
+    for (int i = 0; i < 3; i++) {
+        const size_t w = ks[i] > 0 ? cuda_gemm_skinny_work(M, d->D, ks[i], pf->n_sm, GEMM_EPI_ADD_F32, 1) : 0;
+        pf->skw_floats = w > pf->skw_floats ? w : pf->skw_floats;
+    }
+    pf->skw = (float *)pf_carve(a, sizeof(float) * (pf->skw_floats > 0 ? pf->skw_floats : 1));
 }
 
 void cuda_prefill_dims(const CudaCtx *ctx, PrefillDims *d) {
@@ -140,6 +153,7 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
     const size_t lm = PF_LM_BYTES / row_bytes;
     pf->lm_rows = lm < 1 ? 1 : lm > (size_t)pf->tmax ? pf->tmax : (int)lm;
     cuda_prefill_dims(ctx, &pf->d);
+    pf->n_sm = ctx->n_sm;
     PfArena a = {NULL, 0};
     pf_layout(ctx, pf, &a);
     cudaError_t e = cudaMalloc(&pf->buf, a.off);
@@ -186,12 +200,19 @@ static int op_end(CudaPrefill *pf, int rc, int layer, const char *what, double f
     return 0;
 }
 
+/* A short piece's narrow residual projections (down, out_proj, o_proj: N = D) go to the skinny GEMM: the tiled GEMM
+ * gives them N / 128 CTAs (8 on 0.8B), each streaming a 128-row slice of W alone, where the skinny GEMM splits K over
+ * the whole GPU. The wide ones (>= n_sm / 4 tiles) keep the tiled GEMM. */
 static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, int layer, const char *what, Err *err) {
     const int swiglu = g->epi == GEMM_EPI_SWIGLU_BF16, ycols = swiglu ? g->N / 2 : g->N;
     const double yb = g->epi == GEMM_EPI_ADD_F32 ? 8.0 : g->epi == GEMM_EPI_F32 ? 4.0 : 2.0;
     const double bytes = 2.0 * ((double)g->M * g->K + (double)g->N * g->K) + yb * g->M * ycols;
+    const int tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128);
+    const int skinny = g->epi == GEMM_EPI_ADD_F32 && g->M <= PF_SKINNY_ROWS && 4 * tiles < pf->n_sm &&
+                       cuda_gemm_skinny_work(g->M, g->N, g->K, pf->n_sm, g->epi, 1) <= pf->skw_floats;
     op_begin(pf, lc->stream);
-    return op_end(pf, cuda_gemm_bf16(g, lc), layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
+    const int rc = skinny ? cuda_gemm_skinny(g, pf->skw, pf->skw_floats, pf->n_sm, lc) : cuda_gemm_bf16(g, lc);
+    return op_end(pf, rc, layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
 }
 
 /* The bf16 matrix of layer ly's projection `which` for a prefill GEMM: the weight itself, or an FP8 one dequantized
