@@ -601,7 +601,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                 DnBatchParams bp = {
                     sv->proj, n,     ly->conv_w, ly->A_log, ly->dt_bias,          S0, ring0, sv->slot_bytes,
                     dnr,      dns,   pos,        sv->o,     (float *)sv->scratch, nd, d->Hk, d->Hv,
-                    d->dk,    d->dv, d->K};
+                    d->dk,    d->dv, d->K,       ctx->n_sm};
                 if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
             }
             for (int i = 0; i < np && sv->det; i++) /* a chunk's tokens in order, each on its slot */
@@ -610,7 +610,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                     DnBatchParams bp = {
                         sv->proj, n,       ly->conv_w, ly->A_log, ly->dt_bias,          S0, ring0, sv->slot_bytes,
                         dnr + r,  dns + r, pos,        sv->o,     (float *)sv->scratch, 1,  d->Hk, d->Hv,
-                        d->dk,    d->dv,   d->K};
+                        d->dk,    d->dv,   d->K,       ctx->n_sm};
                     if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
                 }
             if (nr) {

@@ -4,8 +4,10 @@
  * depend on the other rows of the step (batch invariance). */
 #include <limits.h>
 
+#include "cuda/async.cuh"
 #include "cuda/common.cuh"
 #include "cuda/deltanet.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/serve_ops.h"
 
 /* ---- paged prep ------------------------------------------------------------------------------------------------ */
@@ -483,80 +485,124 @@ __global__ void dn_batch_state(const __grid_constant__ SbArgs args) {
     }
 }
 
-/* The whole-head state pass (dv = 128, dk <= 128 and even): grid (Hv, nd), 256 threads. CTA (j, i): S[dk][128] of
- * head j of row rows[i] on slot slot[i]. Lane l of warp w holds columns 4 l .. 4 l + 3 of rows w + 8 m (m < 16, rows
- * past dk zero): each warp load is one whole 512-byte state row, and the head's 64 KiB are in flight before the wait.
+/* The whole-head state pass (sm_90; dv = 128, dk <= 128 and even): a persistent grid of min(Hv nd, p.n_sm) CTAs, 256
+ * threads, one CTA per SM. Item t is head j = t % Hv of row rows[i], i = t / Hv (so the CTAs side by side stream
+ * neighbouring heads of a slot); CTA b takes items b, b + grid, ... Thread 0 keeps the states S[dk][128] of its next
+ * DN_SP_STAGES items in flight as bulk copies (dk x 512 B each) into a ring in shared memory, so the loads of later
+ * heads overlap the arithmetic and stores of this one. Per item, lane l of warp w takes columns 4 l .. 4 l + 3 of
+ * rows w + 8 m (m < 16, rows past dk zero) from the ring:
  *   mem = S^T k^, sq = S^T q^ (each lane over its rows in order of m, then the 8 warps in order through shared memory),
- *   delta = beta (v - decay mem), o = bf16(decay sq + delta kq) (= S_new^T q^), S <- decay S + k^ delta^T.
- * The state is this CTA's only read before the wait (PDL contract 1: state rows of earlier tokens). Two CTAs per SM
- * (at most 128 registers, no spills): one CTA's compute and stores overlap the other's loads. */
-__global__ void __launch_bounds__(256, 2) dn_batch_state_head(const __grid_constant__ DnBatchParams p) {
+ *   delta = beta (v - decay mem), o = bf16(decay sq + delta kq) (= S_new^T q^), S <- decay S + k^ delta^T,
+ * the new S stored from registers. A stage is refilled once every thread has read it (the barrier before the cross-warp
+ * sums). The first DN_SP_STAGES states are the only reads before the wait (PDL contract 1: state rows of earlier
+ * tokens). A row's sums depend on that row alone, whatever the grid. */
+#define DN_SP_STAGES 3
+static int dn_sp_smem(int dk) { return DN_SP_STAGES * (dk * 512 + 8); } /* the ring, then one mbarrier per stage */
+
+__global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_constant__ DnBatchParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float sm[];
     __shared__ float4 red_m[8][32], red_s[8][32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, dk = p.dk;
-    const int j = blockIdx.x, n = j / (p.Hv / p.Hk), i = blockIdx.y;
-    float *Sh = (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * dk * 128;
-    float4 s[16];
-#pragma unroll
-    for (int m = 0; m < 16; m++)
-        s[m] = w + 8 * m < dk ? *(const float4 *)(Sh + (size_t)(w + 8 * m) * 128 + 4 * lane)
-                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    pdl_begin();
-    const int key_dim = p.Hk * dk, value_dim = p.Hv * 128;
-    const float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, p.Hv, dk, 128);
-    const float *wq = ws + n * dk, *wk = ws + key_dim + n * dk, *wv = ws + 2 * key_dim + j * 128;
-    const float *wg = ws + 2 * key_dim + value_dim;
-    float kd[16];
-    float4 mm = make_float4(0.0f, 0.0f, 0.0f, 0.0f), qq = mm;
-#pragma unroll
-    for (int m = 0; m < 16; m++) {
-        const int d = w + 8 * m;
-        const float k = d < dk ? wk[d] : 0.0f, q = d < dk ? wq[d] : 0.0f;
-        kd[m] = k;
-        mm = make_float4(fmaf(s[m].x, k, mm.x), fmaf(s[m].y, k, mm.y), fmaf(s[m].z, k, mm.z), fmaf(s[m].w, k, mm.w));
-        qq = make_float4(fmaf(s[m].x, q, qq.x), fmaf(s[m].y, q, qq.y), fmaf(s[m].z, q, qq.z), fmaf(s[m].w, q, qq.w));
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, dk = p.dk, tid = threadIdx.x;
+    const int items = p.Hv * p.nd, G = gridDim.x, key_dim = p.Hk * dk, value_dim = p.Hv * 128;
+    const uint32_t bytes = (uint32_t)dk * 512u, sbase = smem_addr(sm), fbar = sbase + DN_SP_STAGES * bytes;
+    auto head = [&](int t) {
+        const int i = t / p.Hv, j = t - i * p.Hv;
+        return (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * dk * 128;
+    };
+    auto fetch = [&](int t, int st) {
+        mbar_arrive_expect_tx(fbar + 8 * st, bytes);
+        bulk_g2s(sbase + st * bytes, head(t), bytes, fbar + 8 * st);
+    };
+    if (tid == 0) {
+        for (int st = 0; st < DN_SP_STAGES; st++) mbar_init(fbar + 8 * st, 1);
+        mbar_init_fence();
+        for (int st = 0; st < DN_SP_STAGES; st++)
+            if (blockIdx.x + st * G < items) fetch(blockIdx.x + st * G, st);
     }
-    red_m[w][lane] = mm;
-    red_s[w][lane] = qq;
     __syncthreads();
-    mm = red_m[0][lane], qq = red_s[0][lane];
+    pdl_begin();
+    for (int k = 0, t = blockIdx.x; t < items; k++, t += G) {
+        const int st = k % DN_SP_STAGES, i = t / p.Hv, j = t - i * p.Hv, n = j / (p.Hv / p.Hk);
+        mbar_wait(fbar + 8 * st, (uint32_t)(k / DN_SP_STAGES) & 1u);
+        const float *stage = sm + (size_t)st * dk * 128;
+        float4 s[16];
 #pragma unroll
-    for (int u = 1; u < 8; u++) {
-        const float4 a = red_m[u][lane], b = red_s[u][lane];
-        mm = make_float4(mm.x + a.x, mm.y + a.y, mm.z + a.z, mm.w + a.w);
-        qq = make_float4(qq.x + b.x, qq.y + b.y, qq.z + b.z, qq.w + b.w);
-    }
-    const float beta = wg[j], decay = wg[p.Hv + j], kq = wg[2 * p.Hv + j];
-    const float4 v = *(const float4 *)(wv + 4 * lane);
-    const float4 dl = make_float4(beta * (v.x - decay * mm.x), beta * (v.y - decay * mm.y), beta * (v.z - decay * mm.z),
-                                  beta * (v.w - decay * mm.w));
-    if (w == 0) {
-        uint16_t *orow = p.o + (size_t)p.rows[i] * value_dim + (size_t)j * 128 + 4 * lane;
-        orow[0] = bf16_bits(fmaf(dl.x, kq, decay * qq.x));
-        orow[1] = bf16_bits(fmaf(dl.y, kq, decay * qq.y));
-        orow[2] = bf16_bits(fmaf(dl.z, kq, decay * qq.z));
-        orow[3] = bf16_bits(fmaf(dl.w, kq, decay * qq.w));
-    }
+        for (int m = 0; m < 16; m++)
+            s[m] = w + 8 * m < dk ? *(const float4 *)(stage + (w + 8 * m) * 128 + 4 * lane)
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, p.Hv, dk, 128);
+        const float *wq = ws + n * dk, *wk = ws + key_dim + n * dk, *wv = ws + 2 * key_dim + j * 128;
+        const float *wg = ws + 2 * key_dim + value_dim;
+        float kd[16];
+        float4 mm = make_float4(0.0f, 0.0f, 0.0f, 0.0f), qq = mm;
 #pragma unroll
-    for (int m = 0; m < 16; m++) {
-        const float k = kd[m];
-        if (w + 8 * m < dk)
-            *(float4 *)(Sh + (size_t)(w + 8 * m) * 128 + 4 * lane) =
-                make_float4(fmaf(k, dl.x, decay * s[m].x), fmaf(k, dl.y, decay * s[m].y), fmaf(k, dl.z, decay * s[m].z),
-                            fmaf(k, dl.w, decay * s[m].w));
+        for (int m = 0; m < 16; m++) {
+            const int d = w + 8 * m;
+            const float kv = d < dk ? wk[d] : 0.0f, q = d < dk ? wq[d] : 0.0f;
+            kd[m] = kv;
+            mm = make_float4(fmaf(s[m].x, kv, mm.x), fmaf(s[m].y, kv, mm.y), fmaf(s[m].z, kv, mm.z),
+                             fmaf(s[m].w, kv, mm.w));
+            qq =
+                make_float4(fmaf(s[m].x, q, qq.x), fmaf(s[m].y, q, qq.y), fmaf(s[m].z, q, qq.z), fmaf(s[m].w, q, qq.w));
+        }
+        red_m[w][lane] = mm;
+        red_s[w][lane] = qq;
+        __syncthreads(); /* every thread has read stage st */
+        if (tid == 0 && t + DN_SP_STAGES * G < items) fetch(t + DN_SP_STAGES * G, st);
+        mm = red_m[0][lane], qq = red_s[0][lane];
+#pragma unroll
+        for (int u = 1; u < 8; u++) {
+            const float4 a = red_m[u][lane], b = red_s[u][lane];
+            mm = make_float4(mm.x + a.x, mm.y + a.y, mm.z + a.z, mm.w + a.w);
+            qq = make_float4(qq.x + b.x, qq.y + b.y, qq.z + b.z, qq.w + b.w);
+        }
+        const float beta = wg[j], decay = wg[p.Hv + j], kq = wg[2 * p.Hv + j];
+        const float4 v = *(const float4 *)(wv + 4 * lane);
+        const float4 dl = make_float4(beta * (v.x - decay * mm.x), beta * (v.y - decay * mm.y),
+                                      beta * (v.z - decay * mm.z), beta * (v.w - decay * mm.w));
+        if (w == 0) {
+            uint16_t *orow = p.o + (size_t)p.rows[i] * value_dim + (size_t)j * 128 + 4 * lane;
+            orow[0] = bf16_bits(fmaf(dl.x, kq, decay * qq.x));
+            orow[1] = bf16_bits(fmaf(dl.y, kq, decay * qq.y));
+            orow[2] = bf16_bits(fmaf(dl.z, kq, decay * qq.z));
+            orow[3] = bf16_bits(fmaf(dl.w, kq, decay * qq.w));
+        }
+        float *Sh = head(t);
+#pragma unroll
+        for (int m = 0; m < 16; m++) {
+            const float kv = kd[m];
+            if (w + 8 * m < dk)
+                *(float4 *)(Sh + (size_t)(w + 8 * m) * 128 + 4 * lane) =
+                    make_float4(fmaf(kv, dl.x, decay * s[m].x), fmaf(kv, dl.y, decay * s[m].y),
+                                fmaf(kv, dl.z, decay * s[m].z), fmaf(kv, dl.w, decay * s[m].w));
+        }
+        __syncthreads(); /* red_m / red_s are rewritten by the next item */
     }
+#else
+    (void)p;
+    __trap(); /* built without sm_90a: the backend runs only on sm_90 devices */
+#endif
 }
 
 extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->A_log || !p->dt_bias || !p->S0 || !p->ring0 || !p->rows || !p->slot ||
         !p->pos || !p->o || !p->ws || ((uintptr_t)p->ws & 15) || p->nd < 1 || p->nd > 65535 || p->Hk < 1 || p->Hv < 1 ||
-        p->Hv % p->Hk || p->K < 1 || p->Hk > 65535 || p->Hv > 65535 || dn_shape(p->dk, p->dv, &sh))
+        p->Hv % p->Hk || p->K < 1 || p->Hk > 65535 || p->Hv > 65535 || p->n_sm < 1 || dn_shape(p->dk, p->dv, &sh))
         return (int)cudaErrorInvalidValue;
     const dim3 block((unsigned)sh.threads, 1, 1);
     int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, 0, l, *p);
     if (rc) return rc;
     if (p->dv == 128 && p->dk <= 128 && p->dk % 2 == 0) /* dk even: v's float4 loads are aligned */
-        return launch_kernel(dn_batch_state_head, dim3((unsigned)p->Hv, (unsigned)p->nd), dim3(256), 0, l, *p);
+    {
+        const int smem = dn_sp_smem(p->dk), items = p->Hv * p->nd;
+        const cudaError_t e =
+            cudaFuncSetAttribute(dn_batch_state_head, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return (int)e;
+        return launch_kernel(dn_batch_state_head, dim3((unsigned)(items < p->n_sm ? items : p->n_sm)), dim3(256), smem,
+                             l, *p);
+    }
     SbArgs a;
     a.p = *p;
     a.tpr = sh.tpr;

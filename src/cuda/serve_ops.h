@@ -87,9 +87,9 @@ int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l);
  * on its own state slot: row rows[i] of proj (bf16 [T][ld_proj], [m | z | b | a]) at position pos[rows[i]], slot
  * slot[i] whose S is (float *)((char *)S0 + slot * stride) and conv ring (uint16_t *)((char *)ring0 + slot * stride)
  * (S0, ring0: slot 0's S and ring of this layer). Writes o[rows[i]] = bf16(o) (bf16 [T][Hv dv]). Two launches: the
- * conv / norms / gates of each (row, k-head), grid (Hk, nd), into ws; then the state pass, grid (Hv, nd) with one
- * head per CTA for dv = 128 and an even dk <= 128, else (column splits, Hv, nd) with the decode step's per-lane
- * sums. ws: fp32, cuda_dn_batch_ws_bytes(nd, ...) bytes, 16-byte aligned; row i holds q^ [Hk dk], k^ [Hk dk],
+ * conv / norms / gates of each (row, k-head), grid (Hk, nd), into ws; then the state pass, a persistent grid of
+ * n_sm CTAs streaming whole heads for dv = 128 and an even dk <= 128 (sm_90), else (column splits, Hv, nd) with the
+ * decode step's per-lane sums. ws: fp32, cuda_dn_batch_ws_bytes(nd, ...) bytes, 16-byte aligned; row i holds q^ [Hk dk], k^ [Hk dk],
  * v [Hv dv] (after conv + SiLU), beta [Hv], decay [Hv], k^.q^ [Hv] (its content is scratch for the caller). */
 typedef struct DnBatchParams {
     const uint16_t *proj;
@@ -102,6 +102,7 @@ typedef struct DnBatchParams {
     uint16_t *o;
     float *ws;
     int nd, Hk, Hv, dk, dv, K;
+    int n_sm; /* CTAs of the whole-head state pass (one per multiprocessor: a persistent stream of heads) */
 } DnBatchParams;
 size_t cuda_dn_batch_ws_bytes(int nd, int Hk, int Hv, int dk, int dv);
 int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l);

@@ -366,6 +366,18 @@ static inline void tma_load_2d(uint32_t dst, const CUtensorMap *m, int c0, int c
 static inline void tma_load_3d(uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, uint32_t bar) {
     emu_tma(me().cta, dst, m, c0, c1, c2, bar);
 }
+/* the bulk copy global -> shared of async.cuh (bulk_g2s): the bytes land at once, then count on the mbarrier */
+static inline void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    const int cta = me().cta;
+    if ((dst & 15) || (bytes & 15) || ((uintptr_t)src & 15) || (size_t)dst + bytes > E.smem[cta].size() - 16) {
+        fprintf(stderr, "emu: bulk copy of %u bytes to %u: misaligned or past the end of shared memory\n", bytes, dst);
+        exit(2);
+    }
+    memcpy(E.smem[cta].data() + dst, src, bytes);
+    EmuBar *b = emu_bar(cta, bar);
+    b->tx -= (int32_t)bytes;
+    emu_bar_check(b);
+}
 
 /* runs kern over grid in clusters of cl CTAs along x; emu_hook_begin(cl) / emu_hook_end() (optional,
  * emu_wgmma.h) run before and after each cluster */

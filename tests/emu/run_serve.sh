@@ -18,6 +18,6 @@ grep -q 'emu_smem()' "$B/sv_kernels.inc" && ! grep -q '__shared__\|asm' "$B/sv_k
     grep -q 'conv_history' "$B/sv_deltanet.inc" ||
     { echo "run_serve.sh: the sed edits no longer match src/cuda/serve_kernels.cu / deltanet.cuh"; exit 1; }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-g++ -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -Wno-unused-function -Isrc -I"$B" -Itests/emu \
+g++ -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -Wno-unused-function -D__CUDA_ARCH_FEAT_SM90_ALL -Isrc -I"$B" -Itests/emu \
     -I"$CUDA_HOME/include" -o "$B/serve_emu" tests/emu/serve_emu.cpp -lm
 "$B/serve_emu" "$@"

@@ -9,7 +9,8 @@
  *     error fails); and over several splits (rows of 1 .. 1100 positions, block sizes 7 and 16, hd 96 / 128 / 256),
  *     each row also bit for bit equal to the same row computed alone (batch invariance); a too small workspace is
  *     refused;
- *   dn_batch_step (prep + either state pass) + gated norm: o, S and y of four decode rows on their slots (one new at
+ *   dn_batch_step (prep + either state pass; the whole-head pass with 1, 2 and 64 CTAs streaming the heads through
+ *     its ring of bulk copies) + gated norm: o, S and y of four decode rows on their slots (one new at
  *     position 0, three with history) within bounds of a double reference; the ring row written bitwise; the
  *     fifth slot and the other rows untouched;
  *   gather: bitwise;
@@ -317,7 +318,7 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
 /* Four decode rows (of six) on four of five slots: a new sequence at position 0 on a zeroed slot, one at position 2
  * (the ring's oldest row is from position -1: the kernel reads it as it is, so does the reference), two with long
  * histories; slot 1 and rows 0, 2 must stay untouched. */
-static void dn_case(int Hk, int Hv, int dk, int dv) {
+static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2) {
     const int K = 4, T = 6, n_slots = 5, nd = 4;
     const int key_dim = Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
     const int ld = conv_dim + value_dim + 2 * Hv + 8;
@@ -346,6 +347,7 @@ static void dn_case(int Hk, int Hv, int dk, int dv) {
     DnBatchParams bp = {
         proj, ld, conv_w, A_log, dt_bias, (float *)slots, (uint16_t *)(slots + S_b), stride, rows, slot, pos, o, ws, nd,
         Hk,   Hv, dk,     dv,    K};
+    bp.n_sm = n_sm;
     check(cuda_dn_batch_step(&bp, &lc) == 0, "dn_batch_step launch");
     DnGatedNormParams gp = {o, proj, ld, conv_dim, nw, y, rows, nd, Hv, dv, 1e-6f};
     check(cuda_dn_gated_norm_rows(&gp, &lc) == 0, "dn_gated_norm launch");
@@ -545,7 +547,9 @@ int main(int argc, char **argv) {
     split_case(256, 8, 2, 1, 16, 1100);    /* the 0.8B shape: G = 4, 8 dims per lane */
     split_case(128, 16, 2, 0, 7, 1030);    /* G = 8, a block of 7 */
     split_case(96, 4, 1, 1, 16, 300);      /* hd 96: 3 of 4 dims per lane */
-    dn_case(1, 2, 128, 128);               /* the whole-head state pass (Qwen3.5's heads) */
+    dn_case(1, 2, 128, 128);               /* the whole-head state pass (Qwen3.5's heads): 8 heads on 2 CTAs */
+    dn_case(1, 2, 128, 128, 1);            /* one CTA streams all 8 heads: its 3-stage ring wraps twice */
+    dn_case(1, 2, 128, 128, 64);           /* more CTAs than heads: one each */
     dn_case(2, 2, 72, 128);                /* the whole-head pass with rows past dk */
     dn_case(1, 1, 128, 64);                /* 16 columns per split, two splits per column-slice CTA */
     dn_case(1, 1, 65, 128);                /* odd dk: the column-slice pass */
