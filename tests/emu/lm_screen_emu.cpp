@@ -87,7 +87,6 @@ static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 /* the ring kernel's TMA pieces (declared for its template; only the register kernel runs here) */
 static inline unsigned __cvta_generic_to_shared(const void *) { abort(); }
 static inline void mbar_arrive(uint32_t) { abort(); }
-static inline void bulk_g2s(uint32_t, const void *, uint32_t, uint32_t) { abort(); }
 static inline uint64_t l2_evict_first_policy(void) { abort(); }
 static inline void bulk_g2s_ef(uint32_t, const void *, uint32_t, uint32_t, uint64_t) { abort(); }
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar(); }
