@@ -59,9 +59,8 @@ typedef struct SkArgs {
 } SkArgs;
 
 /* Splits for an N x K weight on n_sm multiprocessors: enough CTAs per m-block for one on every multiprocessor, else
- * one split (each split's partial sums cost a write and a read in the reduction; more CTAs per m-block, two or
- * three per multiprocessor, measured slower). Returns the split count s and chunks per split *kc (s * *kc covers
- * K). */
+ * one split (each split's partial sums cost a write and a read in the reduction; docs/EXPERIMENTS.md has the other
+ * targets). Returns the split count s and chunks per split *kc (s * *kc covers K). */
 static int sk_plan(int N, int K, int n_sm, int *kc) {
     const int tiles = (N + SK_BN - 1) / SK_BN, chunks = (K + SK_BK - 1) / SK_BK;
     int s = tiles >= n_sm ? 1 : (n_sm + tiles - 1) / tiles;

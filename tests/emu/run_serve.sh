@@ -4,7 +4,8 @@
 # the host emulation of tests/emu/emu.h, against a double-precision reference (tests/emu/serve_emu.cpp). The kernels
 # and the device helpers they share with the decode step (src/cuda/deltanet.cuh, common.cuh) are compiled unchanged
 # except for the shared-memory declarations (sed below). Needs nvcc's headers (cuda_runtime_api.h, for the vector
-# types). Usage: tests/emu/run_serve.sh [seed]; B=DIR puts the objects there (default build/emu).
+# types). Usage: tests/emu/run_serve.sh [seed]; B=DIR puts the objects there (default build/emu). Built with
+# __CUDA_ARCH_FEAT_SM90_ALL: the whole-head state pass (bulk copies, mbarriers) is sm_90a code.
 set -e
 cd "$(dirname "$0")/../.."
 B=${B:-build/emu}
@@ -18,6 +19,6 @@ grep -q 'emu_smem()' "$B/sv_kernels.inc" && ! grep -q '__shared__\|asm' "$B/sv_k
     grep -q 'conv_history' "$B/sv_deltanet.inc" ||
     { echo "run_serve.sh: the sed edits no longer match src/cuda/serve_kernels.cu / deltanet.cuh"; exit 1; }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-g++ -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -Wno-unused-function -D__CUDA_ARCH_FEAT_SM90_ALL -Isrc -I"$B" -Itests/emu \
-    -I"$CUDA_HOME/include" -o "$B/serve_emu" tests/emu/serve_emu.cpp -lm
+g++ -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -Wno-unused-function -D__CUDA_ARCH_FEAT_SM90_ALL -Isrc -I"$B" \
+    -Itests/emu -I"$CUDA_HOME/include" -o "$B/serve_emu" tests/emu/serve_emu.cpp -lm
 "$B/serve_emu" "$@"
