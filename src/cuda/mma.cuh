@@ -29,6 +29,11 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
+/* Two 8x8 bf16 matrices; lanes 0-15 give the addresses (row l%8 of matrix l/8): the A fragment's a0, a2 of rows
+ * 0-7 (matrix 0: columns k0 .. k0 + 7, matrix 1: k0 + 8 .. k0 + 15) when rows 8-15 are zero. */
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t r[2]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
 /* Two 8x8 bf16 matrices, transposed; lanes 0-15 give the addresses (row l%8 of matrix l/8): with
  * ldsm_addr_bk, the B fragment b0, b1 of one n8 tile. */
 __device__ __forceinline__ void ldsm_x2_t(uint32_t addr, uint32_t r[2]) {

@@ -88,135 +88,183 @@ extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
 
 /* ---- paged attention ------------------------------------------------------------------------------------------- */
 
-#define PA_NW 8 /* warps per CTA of the split kernel */
+#define PA_NW   4            /* warps per CTA of the split kernel */
+#define PA_TILE (16 * PA_NW) /* positions per shared-memory tile: 16 per warp */
+#define PA_GB   8            /* query heads per CTA at most (rows of the mma's 16-row A operand) */
 
-/* NE bf16 values of one lane (dims lane*epl .. + epl - 1 of a row; epl <= NE, NE = 1, 2, 4, 8) as (NE + 1) / 2 packed
- * words, zero past epl: one vector load when epl == NE, else element by element (hd not a power of two). */
-template <int NE>
-__device__ __forceinline__ void pa_ld_row(const uint16_t *p, uint32_t *w, int epl) {
-    if (epl == NE) {
-        if (NE == 8) {
-            const uint4 t = *reinterpret_cast<const uint4 *>(p);
-            w[0] = t.x, w[1] = t.y, w[2] = t.z, w[3] = t.w;
-        } else if (NE == 4) {
-            const uint2 t = *reinterpret_cast<const uint2 *>(p);
-            w[0] = t.x, w[1] = t.y;
-        } else if (NE == 2) {
-            w[0] = *reinterpret_cast<const uint32_t *>(p);
-        } else {
-            w[0] = p[0];
-        }
-        return;
-    }
-#pragma unroll
-    for (int i = 0; i < (NE + 1) / 2; i++) w[i] = 0u;
-#pragma unroll
-    for (int i = 0; i < NE; i++)
-        if (i < epl) w[i >> 1] |= (uint32_t)p[i] << (16 * (i & 1));
-}
+/* A tile row (one position's K or V, hd bf16) takes nchp 16-byte chunks of shared memory: hd / 8 rounded up to a
+ * multiple of 8, so that chunk c of row r can sit at c ^ (r % 8) (ldmatrix's 8 rows hit 8 different bank groups). */
+static __host__ __device__ __forceinline__ int pa_nchp(int hd) { return (hd / 8 + 7) / 8 * 8; }
+/* the K tile, the V tile, then the CTA's PA_GB query rows */
+static size_t pa_smem_bytes(int hd) { return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16; }
+__device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint32_t)(r * nchp + (c ^ (r & 7))) * 16u; }
 
-/* Split kernel: grid (Hq / G, T, PA_MAX_SPLIT), PA_NW warps. CTA (x, i, s) takes query heads j0 .. j0 + G - 1
- * (j0 = G x; G divides Hq / Hkv and G NE <= 32) of row t = rows[i], all reading kv head j0 / (Hq / Hkv), over positions
- * [s chunk, min(len, (s + 1) chunk)), chunk = pa_chunk(len), len = pos[t] + 1 (a CTA past the row's last split exits).
- * Lane l holds dims l epl .. + epl - 1 (epl = hd / 32 <= NE) of the G query heads (pre-scaled by scale log2(e): scores in
- * base 2) and of their running o. Warp w takes the U consecutive positions tb .. tb + U - 1 for tb = s0 + U w, then
- * tb + U PA_NW, ...: the U K rows and U V rows are loaded together (U 512-byte reads in flight per warp at hd 256),
- * then U G warp sums, one online-softmax update per head per U positions. The warps merge in order w = 0 .. 7 through
- * shared memory into (o = sum 2^(d - M) V unnormalised, M, L = sum 2^(d - M)) per head, written to
- * work[i][j][s][0 .. hd + 1]. */
-template <int G, int NE>
-__global__ void __launch_bounds__(PA_NW * 32, 2) paged_attn_split(const __grid_constant__ PagedAttnParams p) {
-    constexpr int W = (NE + 1) / 2, U = G * NE <= 4 ? 8 : G * NE <= 16 ? 4 : G <= 4 ? 4 : 2;
-    __shared__ float sm_o[PA_NW][G * NE * 32];
-    __shared__ float sm_m[PA_NW][G], sm_l[PA_NW][G];
-    pdl_begin();
+/* Split kernel: grid (Hq / GB, T, PA_MAX_SPLIT), PA_NW warps. CTA (x, i, s) takes the GB query heads j0 = GB x ..
+ * j0 + GB - 1 (GB divides G = Hq / Hkv, GB <= PA_GB), all reading kv head j0 / G, of row t = rows[i], over positions
+ * [s chunk, min(len, (s + 1) chunk)), chunk = pa_chunk(len), len = pos[t] + 1 (a CTA past the row's last split
+ * exits). The split's positions go through shared memory PA_TILE at a time (cp.async, rows past the split
+ * zero-filled); warp w takes rows 16 w .. 16 w + 15 of each tile, on the tensor cores (mma m16n8k16, mma.cuh's
+ * fragment layouts, g = lane / 4, t = lane % 4):
+ *   scores   S[h][u] = q_h . K_u                A = q (rows h < GB, the rest zero; staged in shared memory), B = K
+ *            tile rows
+ *            (fp32 sums of exact bf16 products), then x = S scale log2(e): base-2 scores, -inf past the split;
+ *   softmax  per head over the warp's 16 positions: m' = max(m, max_u x), alpha = 2^(m - m'), p_u = 2^(x_u - m'),
+ *            l = alpha l + sum_u p_u (fp32; m' = -inf counts as 0, so a warp without positions keeps o = l = 0);
+ *   values   O^T[d][h] = alpha O^T[d][h] + sum_u V_u[d] p_u[h]   A = V^T (ldmatrix.trans of the V tile rows), B =
+ *            p^T: the scores' C fragment is p's B fragment as it stands. p enters as two bf16 terms,
+ *            p = hi + lo (hi = bf16(p), lo = bf16(p - hi)), so the products carry ~16 bits of p.
+ * The warps then merge in order w = 0 .. PA_NW - 1 through shared memory into (o = sum 2^(d - M) V unnormalised, M,
+ * L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1]. With p.early (decode rows: the positions
+ * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
+ * kernel that appends position pos[t] (paged_prep_rows) and writes q. */
+__global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_constant__ PagedAttnParams p, int GB) {
+    extern __shared__ float sm[];
+    uint8_t *pa_sm = (uint8_t *)sm;
     const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, len = p.pos[t] + 1, chunk = pa_chunk(len);
     const int s0 = blockIdx.z * chunk, s1 = min(len, s0 + chunk);
     if (s0 >= len) return;
-    const int j0 = blockIdx.x * G, kvh = j0 / (p.Hq / p.Hkv), hd = p.hd, epl = hd / 32, block = p.block;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j0 = blockIdx.x * GB, kvh = j0 / (p.Hq / p.Hkv), hd = p.hd, block = p.block;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+    const int nch = hd / 8, nchp = pa_nchp(hd), nks = hd / 16;
+    const uint32_t sk = smem_addr(pa_sm), sv = sk + PA_TILE * nchp * 16, sq = sv + PA_TILE * nchp * 16;
     const int32_t *table = p.tables + p.tab[t];
+
+    /* tile rows tb .. tb + PA_TILE - 1, as (row, 16-byte chunk) pairs idx = tid + PA_NW 32 k, each a K and a V copy:
+     * first every pair's pool row (its block-table lookup) into registers, then the copies, so that the lookups are
+     * not serialised behind the copies; early: all but the row of position len - 1 (before the wait). */
+    auto load_tile = [&](int tb, bool early) {
+        constexpr int KH = PA_TILE * 32 / (PA_NW * 32) / 2; /* half the pairs per thread at hd 256 */
+        const int n = PA_TILE * nch;
+        for (int k0 = 0; k0 < 2 * KH; k0 += KH) {
+            uint32_t rid[KH]; /* pool row (block, kv head, position in block), or ~0: past the split */
+#pragma unroll
+            for (int k = 0; k < KH; k++) {
+                const int idx = tid + PA_NW * 32 * (k0 + k), ps = tb + idx / nch;
+                rid[k] = idx < n && ps < s1 ? (uint32_t)(((size_t)table[ps / block] * p.Hkv + kvh) * block + ps % block)
+                                            : ~0u;
+            }
+#pragma unroll
+            for (int k = 0; k < KH; k++) {
+                const int idx = tid + PA_NW * 32 * (k0 + k);
+                if (idx >= n) break;
+                const int r = idx / nch, c = idx - r * nch, ps = tb + r;
+                if (early && ps == len - 1) continue;
+                const bool ok = rid[k] != ~0u;
+                const size_t off = ok ? (size_t)rid[k] * hd + c * 8 : 0;
+                cp_async16(sk + pa_sw(r, c, nchp), p.k_pool + off, ok);
+                cp_async16(sv + pa_sw(r, c, nchp), p.v_pool + off, ok);
+            }
+        }
+    };
+    if (p.early) load_tile(s0, true);
+    pdl_wait();
+    if (!p.early) {
+        load_tile(s0, false);
+    } else if (len - 1 - s0 < PA_TILE) { /* the row of position len - 1 */
+        const int r = len - 1 - s0;
+        const size_t row = ((size_t)table[(len - 1) / block] * p.Hkv + kvh) * block + (len - 1) % block;
+        for (int c = tid; c < nch; c += PA_NW * 32) {
+            cp_async16(sk + pa_sw(r, c, nchp), p.k_pool + row * hd + c * 8, true);
+            cp_async16(sv + pa_sw(r, c, nchp), p.v_pool + row * hd + c * 8, true);
+        }
+    }
+    for (int idx = tid; idx < PA_GB * nch; idx += PA_NW * 32) { /* q rows j0 .. j0 + GB - 1, zeros up to PA_GB */
+        const int h = idx / nch, c = idx - h * nch;
+        const bool ok = h < GB;
+        cp_async16(sq + pa_sw(h, c, nchp), ok ? p.q + ((size_t)t * p.Hq + j0 + h) * hd + c * 8 : p.q, ok);
+    }
+    cp_async_commit();
     const float qscale = p.scale * 1.4426950408889634f;
-    float q[G][NE], o[G][NE], m[G], l[G];
+    float o[16][4], m = -INFINITY, l = 0.0f; /* m, l: head g's; o: O^T[16 mt + g (+ 8)][heads 2 tq, 2 tq + 1] */
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-        uint32_t qw[W];
-        pa_ld_row<NE>(p.q + ((size_t)t * p.Hq + j0 + g) * hd + lane * epl, qw, epl);
-#pragma unroll
-        for (int e = 0; e < NE; e++) q[g][e] = bf_at(qw, e) * qscale, o[g][e] = 0.0f;
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-    }
-    for (int tb = s0 + warp * U; tb < s1; tb += PA_NW * U) {
-        uint32_t kr[U][W], vr[U][W];
-        int b = tb / block, r = tb - b * block; /* position tb + u: row r of block table[b] */
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (tb + u < s1) {
-                const size_t off = (((size_t)table[b] * p.Hkv + kvh) * block + r) * hd + (size_t)lane * epl;
-                pa_ld_row<NE>(p.k_pool + off, kr[u], epl);
-                pa_ld_row<NE>(p.v_pool + off, vr[u], epl);
-            } else {
-#pragma unroll
-                for (int e = 0; e < W; e++) kr[u][e] = vr[u][e] = 0u;
-            }
-            if (++r == block) r = 0, b++;
+    for (int mt = 0; mt < 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+
+    for (int tb = s0; tb < s1; tb += PA_TILE) {
+        if (tb > s0) {
+            __syncthreads(); /* every warp is done with the previous tile */
+            load_tile(tb, false);
+            cp_async_commit();
         }
-        float sc[U][G];
+        cp_async_wait<0>();
+        __syncthreads();
+        const int r0 = 16 * warp;
+        float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-        for (int u = 0; u < U; u++)
+        for (int ks = 0; ks < 16; ks++) {
+            if (ks >= nks) break;
+            uint32_t kb[4], qa[2];
+            ldsm_x4(sk + pa_sw(r0 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1), nchp), kb);
+            ldsm_x2(sq + pa_sw(lane & 7, 2 * ks + ((lane >> 3) & 1), nchp), qa);
+            const uint32_t a[4] = {qa[0], 0u, qa[1], 0u}; /* q rows 8 .. 15: zero */
+            mma_bf16(sc[0], a, kb[0], kb[1]);
+            mma_bf16(sc[1], a, kb[2], kb[3]);
+        }
+        float x[4], mx = -INFINITY; /* positions tb + r0 + 8 nt + 2 tq + e, as x[2 nt + e] */
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                float d = 0.0f;
+        for (int e = 0; e < 4; e++) {
+            const int ps = tb + r0 + 8 * (e >> 1) + 2 * tq + (e & 1);
+            x[e] = ps < s1 ? sc[e >> 1][e & 1] * qscale : -INFINITY;
+            mx = fmaxf(mx, x[e]);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m, mx), mu = mn == -INFINITY ? 0.0f : mn, alpha = exp2f(m - mu);
+        m = mn;
+        float pr[4], ps = 0.0f;
 #pragma unroll
-                for (int e = 0; e < NE; e++) d = fmaf(q[g][e], bf_at(kr[u], e), d);
-                d = warp_sum(d);
-                sc[u][g] = tb + u < s1 ? d : -INFINITY;
-            }
+        for (int e = 0; e < 4; e++) ps += (pr[e] = exp2f(x[e] - mu));
+        l = fmaf(l, alpha, ps);
+        uint32_t bh[2], bl[2];
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            float mx = m[g];
+        for (int nt = 0; nt < 2; nt++) {
+            bh[nt] = pack_bf16(pr[2 * nt], pr[2 * nt + 1]);
+            bl[nt] = pack_bf16(pr[2 * nt] - bf_lo(bh[nt]), pr[2 * nt + 1] - bf_hi(bh[nt]));
+        }
+        const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * tq), a1 = __shfl_sync(0xffffffffu, alpha, 8 * tq + 4);
 #pragma unroll
-            for (int u = 0; u < U; u++) mx = fmaxf(mx, sc[u][g]);
-            const float alpha = exp2f(m[g] - mx); /* 0 on the first batch (m = -inf) */
-            l[g] *= alpha;
-#pragma unroll
-            for (int e = 0; e < NE; e++) o[g][e] *= alpha;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const float pu = exp2f(sc[u][g] - mx);
-                l[g] += pu;
-#pragma unroll
-                for (int e = 0; e < NE; e++) o[g][e] = fmaf(pu, bf_at(vr[u], e), o[g][e]);
-            }
-            m[g] = mx;
+        for (int mt = 0; mt < 16; mt++) {
+            if (mt >= nks) break;
+            o[mt][0] *= a0, o[mt][1] *= a1, o[mt][2] *= a0, o[mt][3] *= a1;
+            uint32_t va[4];
+            ldsm_x4_t(sv + pa_sw(r0 + (lane & 7) + ((lane >> 4) << 3), 2 * mt + ((lane >> 3) & 1), nchp), va);
+            mma_bf16(o[mt], va, bh[0], bh[1]);
+            mma_bf16(o[mt], va, bl[0], bl[1]);
         }
     }
-    /* a warp without positions keeps m = -inf, l = 0, o = 0: weight 0 below (warp 0 always has positions) */
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+    /* the warps' (o, m, l) through shared memory (the tiles' space): o [PA_NW][GB][hd], then m, l [PA_NW][PA_GB] */
+    __syncthreads();
+    float *so = (float *)pa_sm, *smm = so + PA_NW * GB * hd, *sml = smm + PA_NW * PA_GB;
 #pragma unroll
-    for (int g = 0; g < G; g++) {
+    for (int mt = 0; mt < 16; mt++) {
+        if (mt >= nks) break;
 #pragma unroll
-        for (int e = 0; e < NE; e++)
-            if (e < epl) sm_o[warp][g * hd + lane * epl + e] = o[g][e];
-        if (lane == 0) sm_m[warp][g] = m[g], sm_l[warp][g] = l[g];
+        for (int e = 0; e < 4; e++) {
+            const int h = 2 * tq + (e & 1), d = 16 * mt + g + 8 * (e >> 1);
+            if (h < GB) so[(warp * GB + h) * hd + d] = o[mt][e];
+        }
     }
+    if (tq == 0 && g < GB) smm[warp * PA_GB + g] = m, sml[warp * PA_GB + g] = l;
     __syncthreads();
     const size_t ld = (size_t)hd + 2;
     float *ws = p.work + (((size_t)i * p.Hq + j0) * PA_MAX_SPLIT + blockIdx.z) * ld;
-    for (int idx = threadIdx.x; idx < G * hd; idx += PA_NW * 32) {
-        const int g = idx / hd, d = idx - g * hd;
-        float M = sm_m[0][g];
-        for (int w = 1; w < PA_NW; w++) M = fmaxf(M, sm_m[w][g]);
+    for (int idx = tid; idx < GB * hd; idx += PA_NW * 32) {
+        const int h = idx / hd, d = idx - h * hd;
+        float M = smm[h];
+        for (int w = 1; w < PA_NW; w++) M = fmaxf(M, smm[w * PA_GB + h]);
         float L = 0.0f, acc = 0.0f;
         for (int w = 0; w < PA_NW; w++) {
-            const float f = exp2f(sm_m[w][g] - M);
-            L = fmaf(sm_l[w][g], f, L);
-            acc = fmaf(sm_o[w][idx], f, acc);
+            const float f = exp2f(smm[w * PA_GB + h] - M);
+            L = fmaf(sml[w * PA_GB + h], f, L);
+            acc = fmaf(so[(w * GB + h) * hd + d], f, acc);
         }
-        float *wg = ws + (size_t)g * PA_MAX_SPLIT * ld;
+        float *wg = ws + (size_t)h * PA_MAX_SPLIT * ld;
         wg[d] = acc;
         if (d == 0) wg[hd] = M, wg[hd + 1] = L;
     }
+    pdl_trigger(); /* late: the merge's blocks would take registers from this grid's while they wait */
 }
 
 /* Merge kernel: grid (Hq, T), hd threads: head j of row t = rows[i] from its n = ceil(len / chunk) splits, in order:
@@ -241,40 +289,23 @@ __global__ void __launch_bounds__(256) paged_attn_merge(const __grid_constant__ 
     p.out[(size_t)t * p.Hq * hd + (size_t)j * hd + d] = bf16_bits(y);
 }
 
-#define PA_CASE(GG, EE)                                                                                                \
-    case GG * 16 + EE: rc = launch_kernel(paged_attn_split<GG, EE>, grid, dim3(PA_NW * 32), 0, l, *p); break
-
 extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->hd % 32 || p->hd < 32 || p->hd > 256 || p->Hq < 1 || p->Hkv < 1 || p->Hq % p->Hkv ||
         p->block < 1 || p->T > 65535 || !p->work || p->work_floats < paged_attn_work_floats(p->T, p->Hq, p->hd))
         return (int)cudaErrorInvalidValue;
-    const int Gq = p->Hq / p->Hkv, epl = p->hd / 32, NE = epl <= 1 ? 1 : epl <= 2 ? 2 : epl <= 4 ? 4 : 8;
-    int G = 1;
-    for (int g = 8; g > 1; g >>= 1)
-        if (Gq % g == 0 && g * NE <= 32) {
-            G = g;
-            break;
-        }
-    const dim3 grid((unsigned)(p->Hq / G), (unsigned)p->T, PA_MAX_SPLIT);
-    int rc;
-    switch (G * 16 + NE) {
-        PA_CASE(8, 4);
-        PA_CASE(8, 2);
-        PA_CASE(8, 1);
-        PA_CASE(4, 8);
-        PA_CASE(4, 4);
-        PA_CASE(4, 2);
-        PA_CASE(4, 1);
-        PA_CASE(2, 8);
-        PA_CASE(2, 4);
-        PA_CASE(2, 2);
-        PA_CASE(2, 1);
-        PA_CASE(1, 8);
-        PA_CASE(1, 4);
-        PA_CASE(1, 2);
-        PA_CASE(1, 1);
-    default: return (int)cudaErrorInvalidValue;
+    const int G = p->Hq / p->Hkv;
+    int GB = PA_GB;
+    while (G % GB) GB--; /* the largest divisor of G up to PA_GB */
+    const size_t smem = pa_smem_bytes(p->hd);
+    static bool attr_done = false;
+    if (!attr_done) {
+        const cudaError_t e = cudaFuncSetAttribute(paged_attn_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)pa_smem_bytes(256));
+        if (e != cudaSuccess) return (int)e;
+        attr_done = true;
     }
+    int rc = launch_ex(paged_attn_split, dim3((unsigned)(p->Hq / GB), (unsigned)p->T, PA_MAX_SPLIT), dim3(PA_NW * 32),
+                       smem, 0, l, *p, GB);
     if (rc) return rc;
     return launch_kernel(paged_attn_merge, dim3((unsigned)p->Hq, (unsigned)p->T), dim3((unsigned)p->hd), 0, l, *p);
 }

@@ -33,9 +33,10 @@ int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l);
 /* Attention of every row over its own sequence's positions 0 .. pos[t] (causal; its K/V already in the pools):
  *   o = sum_s softmax_s(q . K_s * scale) V_s       (fp32 scores, softmax and sums)
  *   out[t][j hd + d] = bf16(o) (gate NULL) or bf16(bf16(o) bf16(sigmoid(gate))).
- * Flash-decoding in two kernels. 1: grid (Hq / G, T, PA_MAX_SPLIT): a CTA takes G query heads of one kv head (each
- * K / V row loaded once for them) of one row over one split of its positions, and writes that split's (o unnormalised,
- * max, sum) to work. 2: grid (Hq, T), hd threads: merges the row's splits in order s = 0 .. n-1 and writes out.
+ * Flash-decoding in two kernels. 1: grid (Hq / GB, T, PA_MAX_SPLIT): a CTA takes GB <= 8 query heads of one kv head
+ * (each K / V row loaded once for them) of one row over one split of its positions, on the tensor cores, and writes
+ * that split's (o unnormalised, max, sum) to work. 2: grid (Hq, T), hd threads: merges the row's splits in order
+ * s = 0 .. n-1 and writes out.
  * A row of len = pos + 1 positions has n = ceil(len / chunk) splits of chunk = pa_chunk(len) positions: a function of
  * len alone, and every sum runs in a fixed order, so a row's bits never depend on the other rows of the launch (batch
  * invariance). hd % 32 == 0, hd <= 256; work holds paged_attn_work_floats(T, Hq, hd) floats (else
@@ -67,6 +68,9 @@ typedef struct PagedAttnParams {
     float scale;
     float *work;        /* the splits' partials (above) */
     size_t work_floats; /* its capacity */
+    int early; /* 1: every row's positions before pos[t] were in the pools before this launch's predecessors ran (the
+                * rows are one token each of distinct sequences), so their copies may go out before the wait on the
+                * kernel before; 0: only after it */
 } PagedAttnParams;
 int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l);
 

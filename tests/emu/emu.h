@@ -231,6 +231,11 @@ static inline void emu_ldsm(uint32_t addr, uint32_t r[4], bool trans, int nmat =
 }
 static inline void ldsm_x4(uint32_t addr, uint32_t r[4]) { emu_ldsm(addr, r, false); }
 static inline void ldsm_x4_t(uint32_t addr, uint32_t r[4]) { emu_ldsm(addr, r, true); }
+static inline void ldsm_x2(uint32_t addr, uint32_t r[2]) {
+    uint32_t q[4];
+    emu_ldsm(addr, q, false, 2);
+    r[0] = q[0], r[1] = q[1];
+}
 static inline void ldsm_x2_t(uint32_t addr, uint32_t r[2]) {
     uint32_t q[4];
     emu_ldsm(addr, q, true, 2);

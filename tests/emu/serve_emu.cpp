@@ -6,7 +6,7 @@
  *     every other pool entry unchanged (bitwise);
  *   paged_attn: each row over its own positions 0 .. pos through its block table, within 2e-4 max |o| + 1.5 bf16
  *     steps of a double reference, gated and not, with 1, 2, 4 and 8 query heads per kv head (a 1 % score scale
- *     error fails); and over several splits (rows of 1 .. 1100 positions, block sizes 7 and 16, hd 96 / 128 / 256),
+ *     error fails, and so do probabilities rounded to bf16 without their lo term); and over several splits (rows of 1 .. 1100 positions, block sizes 7 and 16, hd 96 / 128 / 256),
  *     each row also bit for bit equal to the same row computed alone (batch invariance); a too small workspace is
  *     refused;
  *   dn_batch_step (prep + either state pass; the whole-head pass with 1, 2 and 64 CTAs streaming the heads through
@@ -259,7 +259,8 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
                           block,
                           1.0f / sqrtf((float)hd),
                           work.data(),
-                          work.size()};
+                          work.size(),
+                          1}; /* early: one row per sequence, its earlier positions written before */
     check(cuda_paged_attn(&ap, &lc) == 0, "paged_attn (splits) launch");
     int bad_o = 0, bad_inv = 0, bad_other = 0;
     double worst = 0;
