@@ -51,6 +51,7 @@ struct Sched {
     Q35StepItem *items;
     Q35StepOut *outs;
     Req **item_req;
+    double step_ms; /* the last engine step's duration */
 };
 
 static double now_s(void) {
@@ -306,10 +307,13 @@ static void add_logprobs(Sched *s, Req *r, const Q35StepOut *o) {
 static void log_request(const Sched *s, const Req *r, double t_end) {
     if (s->cfg.quiet) return;
     double gen_s = r->t_first >= 0 ? t_end - r->t_first : 0;
-    fprintf(stderr, "qwen35 serve: %s prompt %d completion %d ttft %.1f ms %.1f tok/s finish %s cached %d\n", r->id,
-            r->n_prompt, r->n_generated, r->t_first >= 0 ? 1e3 * (r->t_first - r->t_arrival) : 0.0,
+    fprintf(stderr,
+            "qwen35 serve: %s prompt %d completion %d ttft %.1f ms %.1f tok/s finish %s cached %d queue %.1f ms "
+            "step %.1f ms\n",
+            r->id, r->n_prompt, r->n_generated, r->t_first >= 0 ? 1e3 * (r->t_first - r->t_arrival) : 0.0,
             gen_s > 0 && r->n_generated > 1 ? (r->n_generated - 1) / gen_s : 0.0,
-            r->error.status ? "error" : r->finish_reason, r->n_cached);
+            r->error.status ? "error" : r->finish_reason, r->n_cached,
+            r->admitted ? 1e3 * (r->t_admit - r->t_arrival) : 0.0, r->step1_ms);
 }
 
 /* The prefix-cache snapshot of r's sequence at its current length (scheduler thread). */
@@ -363,10 +367,12 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
     double t = now_s();
     int id = o->id;
     r->toks[r->n_toks++] = id;
-    if (r->t_first < 0)
+    if (r->t_first < 0) {
         r->t_first = t;
-    else
+        r->step1_ms = s->step_ms;
+    } else {
         metrics_itl(s->metrics, t - r->t_last);
+    }
     r->t_last = t;
     int is_stop_id = 0;
     for (int i = 0; i < s->n_stop_ids && !r->rq.ignore_eos; i++) is_stop_id |= id == s->stop_ids[i];
@@ -531,9 +537,12 @@ static void share_points(Sched *s) {
     }
 }
 
-/* Prefix-cache snapshot points of r's prompt after `from` (q35_chat_prefix_points, the last SCHED_MAX_SNAPS). */
+/* Prefix-cache snapshot points of r's prompt after `from` (q35_chat_prefix_points, the last SCHED_MAX_SNAPS); none
+ * without the cache (a chunk ends at each point, and the last one, n_prompt - 1, costs a step of its own). */
 static void snap_points(const Sched *s, Req *r, int from, int matched) {
-    r->n_snap_at = q35_chat_prefix_points(&s->marks, r->toks, r->n_prompt, from, matched, r->snap_at, SCHED_MAX_SNAPS);
+    r->n_snap_at = s->info.prefix_bytes > 0 ? q35_chat_prefix_points(&s->marks, r->toks, r->n_prompt, from, matched,
+                                                                     r->snap_at, SCHED_MAX_SNAPS)
+                                            : 0;
     r->i_snap = 0;
 }
 
@@ -633,6 +642,7 @@ static void step(Sched *s) {
                 if (c) snap_add(r, c);
             }
         metrics_prefix(s->metrics, r->n_prompt, r->n_cached);
+        r->t_admit = now_s();
         pthread_mutex_lock(&s->mu);
         r->admitted = 1;
         s->n_admitted++;
@@ -648,7 +658,9 @@ static void step(Sched *s) {
     }
     if (n_items == 0) return;
     Q35Err err = {0};
+    const double t0 = now_s();
     int rc = q35_step(s->e, s->items, n_items, s->outs, &err);
+    s->step_ms = 1e3 * (now_s() - t0);
     if (rc == Q35_ERR_OOM && s->n_running > 1) { /* nothing changed: make room and plan again */
         preempt_newest(s);
         return;

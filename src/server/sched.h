@@ -63,6 +63,8 @@ typedef struct Req {
     TextBuf pend[2]; /* decoded content not yet released (a stop string may start in it); [1] unused */
     Q35Detok *detok;
     double t_first, t_last;
+    double t_admit;  /* admitted (given a sequence) */
+    double step1_ms; /* the engine step that produced the first token, its duration */
 
     /* shared (sched_lock) */
     pthread_cond_t cv;
