@@ -600,24 +600,20 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             uint16_t *ring0 = (uint16_t *)(sv->slots + sv->ring_off[l]);
             if (nd) {
                 DnBatchParams bp = {
-                    sv->proj, n,     ly->conv_w, ly->A_log, ly->dt_bias,          S0, ring0, sv->slot_bytes,
-                    dnr,      dns,   pos,        sv->o,     (float *)sv->scratch, nd, d->Hk, d->Hv,
-                    d->dk,    d->dv, d->K,       ctx->n_sm};
+                    sv->proj, n,     ly->conv_w, ly->A_log, ly->dt_bias,          S0,      ring0, sv->slot_bytes,
+                    dnr,      dns,   pos,        sv->o,     (float *)sv->scratch, nd,      d->Hk, d->Hv,
+                    d->dk,    d->dv, d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
                 if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
             }
             for (int i = 0; i < np && sv->det; i++) /* a chunk's tokens in order, each on its slot */
                 for (int t = 0; t < pc[i].n && pc[i].n > 1; t++) {
                     const int r = prow[i] + t;
                     DnBatchParams bp = {
-                        sv->proj, n,       ly->conv_w, ly->A_log, ly->dt_bias,          S0, ring0, sv->slot_bytes,
-                        dnr + r,  dns + r, pos,        sv->o,     (float *)sv->scratch, 1,  d->Hk, d->Hv,
-                        d->dk,    d->dv,   d->K,       ctx->n_sm};
+                        sv->proj, n,       ly->conv_w, ly->A_log, ly->dt_bias,          S0,      ring0, sv->slot_bytes,
+                        dnr + r,  dns + r, pos,        sv->o,     (float *)sv->scratch, 1,       d->Hk, d->Hv,
+                        d->dk,    d->dv,   d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
                     if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
                 }
-            if (nr) {
-                DnGatedNormParams gp = {sv->o, sv->proj, n, cd, ly->lin_norm, sv->act, dnr, nr, d->Hv, d->dv, d->eps};
-                if ((rc = cuda_dn_gated_norm_rows(&gp, &lc))) return sv_fail(rc, "gated norm", l, err);
-            }
             for (int i = 0; i < np && !sv->det; i++) {
                 if (pc[i].n == 1) continue;
                 const int r0 = prow[i];

@@ -516,6 +516,11 @@ __global__ void dn_batch_state(const __grid_constant__ SbArgs args) {
     }
 }
 
+/* One output of the gated RMSNorm (DnGatedNormParams): bf16(bf16(w bf16(o rstd)) silu(z)), o and z bf16 values. */
+__device__ __forceinline__ uint16_t dn_gated_y(float o, float rstd, float w, float z) {
+    return bf16_bits(rbf(w * rbf(o * rstd)) * silu_acc(z));
+}
+
 /* The whole-head state pass (sm_90; dv = 128, dk <= 128 and even): a persistent grid of min(Hv nd, p.n_sm) CTAs, 256
  * threads, one CTA per SM. Item t is head j = t % Hv of row rows[i], i = t / Hv (so the CTAs side by side stream
  * neighbouring heads of a slot); CTA b takes items b, b + grid, ... Thread 0 keeps the states S[dk][128] of its next
@@ -525,8 +530,10 @@ __global__ void dn_batch_state(const __grid_constant__ SbArgs args) {
  *   mem = S^T k^, sq = S^T q^ (each lane over its rows in order of m, then the 8 warps in order through shared memory),
  *   delta = beta (v - decay mem), o = bf16(decay sq + delta kq) (= S_new^T q^), S <- decay S + k^ delta^T,
  * the new S stored from registers. A stage is refilled once every thread has read it (the barrier before the cross-warp
- * sums). The first DN_SP_STAGES states are the only reads before the wait (PDL contract 1: state rows of earlier
- * tokens). A row's sums depend on that row alone, whatever the grid. */
+ * sums). With p.y, warp 0 (which holds the head's 128 o values, 4 per lane) also applies the gated norm: the sum of
+ * o^2 over its lanes (each lane's 4 in order, then warp_sum), y = dn_gated_y(o, rstd, w, z). The first DN_SP_STAGES
+ * states are the only reads before the wait (PDL contract 1: state rows of earlier tokens). A row's sums depend on
+ * that row alone, whatever the grid. */
 #define DN_SP_STAGES 3
 static int dn_sp_smem(int dk) { return DN_SP_STAGES * (dk * 512 + 8); } /* the ring, then one mbarrier per stage */
 
@@ -552,6 +559,7 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
             if (blockIdx.x + st * G < items) fetch(blockIdx.x + st * G, st);
     }
     __syncthreads();
+    const float4 nw = p.y && w == 0 ? *(const float4 *)(p.norm_w + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     pdl_begin();
     for (int k = 0, t = blockIdx.x; t < items; k++, t += G) {
         const int st = k % DN_SP_STAGES, i = t / p.Hv, j = t - i * p.Hv, n = j / (p.Hv / p.Hk);
@@ -593,11 +601,24 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
         const float4 dl = make_float4(beta * (v.x - decay * mm.x), beta * (v.y - decay * mm.y),
                                       beta * (v.z - decay * mm.z), beta * (v.w - decay * mm.w));
         if (w == 0) {
-            uint16_t *orow = p.o + (size_t)p.rows[i] * value_dim + (size_t)j * 128 + 4 * lane;
-            orow[0] = bf16_bits(fmaf(dl.x, kq, decay * qq.x));
-            orow[1] = bf16_bits(fmaf(dl.y, kq, decay * qq.y));
-            orow[2] = bf16_bits(fmaf(dl.z, kq, decay * qq.z));
-            orow[3] = bf16_bits(fmaf(dl.w, kq, decay * qq.w));
+            const size_t row = (size_t)p.rows[i];
+            uint16_t *orow = p.o + row * value_dim + (size_t)j * 128 + 4 * lane;
+            const float o0 = rbf(fmaf(dl.x, kq, decay * qq.x)), o1 = rbf(fmaf(dl.y, kq, decay * qq.y)),
+                        o2 = rbf(fmaf(dl.z, kq, decay * qq.z)), o3 = rbf(fmaf(dl.w, kq, decay * qq.w));
+            orow[0] = bf16_bits(o0);
+            orow[1] = bf16_bits(o1);
+            orow[2] = bf16_bits(o2);
+            orow[3] = bf16_bits(o3);
+            if (p.y) {
+                const float ss = warp_sum(fmaf(o3, o3, fmaf(o2, o2, fmaf(o1, o1, o0 * o0))));
+                const float rstd = rsqrtf(ss / 128.0f + p.eps);
+                const uint2 zw = *(const uint2 *)(p.proj + row * p.ld_proj + p.z_off + (size_t)j * 128 + 4 * lane);
+                uint16_t *yrow = p.y + row * value_dim + (size_t)j * 128 + 4 * lane;
+                yrow[0] = dn_gated_y(o0, rstd, nw.x, bf_lo(zw.x));
+                yrow[1] = dn_gated_y(o1, rstd, nw.y, bf_hi(zw.x));
+                yrow[2] = dn_gated_y(o2, rstd, nw.z, bf_lo(zw.y));
+                yrow[3] = dn_gated_y(o3, rstd, nw.w, bf_hi(zw.y));
+            }
         }
         float *Sh = head(t);
 #pragma unroll
@@ -620,33 +641,47 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->A_log || !p->dt_bias || !p->S0 || !p->ring0 || !p->rows || !p->slot ||
         !p->pos || !p->o || !p->ws || ((uintptr_t)p->ws & 15) || p->nd < 1 || p->nd > 65535 || p->Hk < 1 || p->Hv < 1 ||
-        p->Hv % p->Hk || p->K < 1 || p->Hk > 65535 || p->Hv > 65535 || p->n_sm < 1 || dn_shape(p->dk, p->dv, &sh))
+        p->Hv % p->Hk || p->K < 1 || p->Hk > 65535 || p->Hv > 65535 || p->n_sm < 1 || dn_shape(p->dk, p->dv, &sh) ||
+        (p->y && (!p->norm_w || p->z_off < 0)))
         return (int)cudaErrorInvalidValue;
     const dim3 block((unsigned)sh.threads, 1, 1);
     int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, 0, l, *p);
     if (rc) return rc;
-    if (p->dv == 128 && p->dk <= 128 && p->dk % 2 == 0) /* dk even: v's float4 loads are aligned */
-    {
+    /* the whole-head pass (dk even: v's float4 loads are aligned) applies the gated norm itself where its z and weight
+     * loads are aligned; otherwise dn_gated_norm_rows runs after the state pass */
+    const bool whole = p->dv == 128 && p->dk <= 128 && p->dk % 2 == 0;
+    const bool fuse = whole && p->y && !((uintptr_t)p->norm_w & 15) && !((uintptr_t)p->proj & 7) &&
+                      p->ld_proj % 4 == 0 && p->z_off % 4 == 0;
+    DnBatchParams q = *p;
+    if (!fuse) q.y = NULL;
+    if (whole) {
         const int smem = dn_sp_smem(p->dk), items = p->Hv * p->nd;
         const cudaError_t e =
             cudaFuncSetAttribute(dn_batch_state_head, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return (int)e;
-        return launch_kernel(dn_batch_state_head, dim3((unsigned)(items < p->n_sm ? items : p->n_sm)), dim3(256), smem,
-                             l, *p);
+        rc = launch_kernel(dn_batch_state_head, dim3((unsigned)(items < p->n_sm ? items : p->n_sm)), dim3(256), smem, l,
+                           q);
+    } else {
+        SbArgs a;
+        a.p = q;
+        a.tpr = sh.tpr;
+        a.cols = sh.cols;
+        /* two column groups per CTA when the splits pair up: half the CTAs, twice the state loads in flight per
+         * thread */
+        const int ng = sh.splits % 2 == 0 ? 2 : 1;
+        const dim3 grid((unsigned)(sh.splits / ng), (unsigned)p->Hv, (unsigned)p->nd);
+        const size_t smem = sb_smem_bytes(&sh, ng);
+        if (sh.vec == 4)
+            rc = ng == 2 ? launch_kernel(dn_batch_state<4, 2>, grid, block, smem, l, a)
+                         : launch_kernel(dn_batch_state<4, 1>, grid, block, smem, l, a);
+        else
+            rc = ng == 2 ? launch_kernel(dn_batch_state<1, 2>, grid, block, smem, l, a)
+                         : launch_kernel(dn_batch_state<1, 1>, grid, block, smem, l, a);
     }
-    SbArgs a;
-    a.p = *p;
-    a.tpr = sh.tpr;
-    a.cols = sh.cols;
-    /* two column groups per CTA when the splits pair up: half the CTAs, twice the state loads in flight per thread */
-    const int ng = sh.splits % 2 == 0 ? 2 : 1;
-    const dim3 grid((unsigned)(sh.splits / ng), (unsigned)p->Hv, (unsigned)p->nd);
-    const size_t smem = sb_smem_bytes(&sh, ng);
-    if (sh.vec == 4)
-        return ng == 2 ? launch_kernel(dn_batch_state<4, 2>, grid, block, smem, l, a)
-                       : launch_kernel(dn_batch_state<4, 1>, grid, block, smem, l, a);
-    return ng == 2 ? launch_kernel(dn_batch_state<1, 2>, grid, block, smem, l, a)
-                   : launch_kernel(dn_batch_state<1, 1>, grid, block, smem, l, a);
+    if (rc || !p->y || fuse) return rc;
+    const DnGatedNormParams gp = {p->o,    p->proj, p->ld_proj, p->z_off, p->norm_w, p->y,
+                                  p->rows, p->nd,   p->Hv,      p->dv,    p->eps};
+    return cuda_dn_gated_norm_rows(&gp, l);
 }
 
 /* grid (Hv, nd), 128 threads. */
@@ -661,10 +696,7 @@ __global__ void __launch_bounds__(128) dn_gated_norm_rows(const __grid_constant_
     ss = block_sum(ss, red);
     const float rstd = rsqrtf(ss / (float)dv + p.eps);
     uint16_t *y = p.y + (size_t)row * p.Hv * dv + (size_t)j * dv;
-    for (int c = threadIdx.x; c < dv; c += 128) {
-        const float u = rbf(bf16u(o[c]) * rstd), wu = rbf(p.norm_w[c] * u);
-        y[c] = bf16_bits(wu * silu_acc(bf16u(z[c])));
-    }
+    for (int c = threadIdx.x; c < dv; c += 128) y[c] = dn_gated_y(bf16u(o[c]), rstd, p.norm_w[c], bf16u(z[c]));
 }
 
 extern "C" int cuda_dn_gated_norm_rows(const DnGatedNormParams *p, const CudaLaunch *l) {

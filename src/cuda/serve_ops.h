@@ -107,6 +107,12 @@ typedef struct DnBatchParams {
     float *ws;
     int nd, Hk, Hv, dk, dv, K;
     int n_sm; /* CTAs of the whole-head state pass (one per multiprocessor: a persistent stream of heads) */
+    /* y != NULL: also the gated RMSNorm of the rows' o into y (cuda_dn_gated_norm_rows' formula, z at proj[row][z_off
+     * + j dv + c], weight norm_w [dv]); the whole-head pass applies it as each head's o is done */
+    const float *norm_w;
+    uint16_t *y;
+    int z_off;
+    float eps;
 } DnBatchParams;
 size_t cuda_dn_batch_ws_bytes(int nd, int Hk, int Hv, int dk, int dv);
 int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l);

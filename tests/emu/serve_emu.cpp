@@ -349,9 +349,8 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2) {
         proj, ld, conv_w, A_log, dt_bias, (float *)slots, (uint16_t *)(slots + S_b), stride, rows, slot, pos, o, ws, nd,
         Hk,   Hv, dk,     dv,    K};
     bp.n_sm = n_sm;
+    bp.norm_w = nw, bp.y = y, bp.z_off = conv_dim, bp.eps = 1e-6f; /* the gated norm too (in the pass, or after it) */
     check(cuda_dn_batch_step(&bp, &lc) == 0, "dn_batch_step launch");
-    DnGatedNormParams gp = {o, proj, ld, conv_dim, nw, y, rows, nd, Hv, dv, 1e-6f};
-    check(cuda_dn_gated_norm_rows(&gp, &lc) == 0, "dn_gated_norm launch");
 
     int bad_o = 0, bad_S = 0, bad_y = 0, bad_ring = 0, bad_other = 0;
     double err_o = 0, err_S = 0, err_y = 0; /* max |got - ref| / max |ref| of the head */
