@@ -122,6 +122,8 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     uint8_t *pa_sm = (uint8_t *)sm;
     const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, len = p.pos[t] + 1, chunk = pa_chunk(len);
     const int s0 = blockIdx.z * chunk, s1 = min(len, s0 + chunk);
+    /* past the row's last split: out without a wait (split 0 of every row waits, so the grid still completes only
+     * after the kernel before it, which is what PDL contract 2 guards) */
     if (s0 >= len) return;
     const int j0 = blockIdx.x * GB, kvh = j0 / (p.Hq / p.Hkv), hd = p.hd, block = p.block;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
