@@ -58,12 +58,14 @@ typedef struct SkArgs {
     int nchunks; /* ceil(K / SK_BK) */
 } SkArgs;
 
-/* Splits for an N x K weight on n_sm multiprocessors: enough CTAs per m-block for one on every multiprocessor, else
- * one split (each split's partial sums cost a write and a read in the reduction; docs/EXPERIMENTS.md has the other
- * targets). Returns the split count s and chunks per split *kc (s * *kc covers K). */
+/* Splits for an N x K weight on n_sm multiprocessors: enough CTAs per m-block for one on every multiprocessor, but
+ * one split when the tiles alone fill half of them (on 0.8B the DeltaNet in_proj, gate_up and the attention qkv: 129,
+ * 112 and 80 tiles on 132 SMs), since a second split costs a reduction launch and a write and a read of the partial
+ * sums (docs/SERVE_ENGINE.md has the measurement, docs/EXPERIMENTS.md the other targets). Returns the split count s
+ * and chunks per split *kc (s * *kc covers K). */
 static int sk_plan(int N, int K, int n_sm, int *kc) {
     const int tiles = (N + SK_BN - 1) / SK_BN, chunks = (K + SK_BK - 1) / SK_BK;
-    int s = tiles >= n_sm ? 1 : (n_sm + tiles - 1) / tiles;
+    int s = 2 * tiles >= n_sm ? 1 : (n_sm + tiles - 1) / tiles;
     if (s > chunks) s = chunks;
     if (s < 1) s = 1;
     *kc = (chunks + s - 1) / s;

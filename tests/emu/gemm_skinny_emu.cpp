@@ -339,7 +339,7 @@ int main(int argc, char **argv) {
     printf("skinny GEMM (src/cuda/gemm_skinny.cu), the mma.sync path, under the CUDA emulation:\n");
 #endif
     run_case(5, 72, 200, GEMM_EPI_BF16, 1, 132, 2);         /* K tail inside a chunk; many splits */
-    run_case(70, 136, 328, GEMM_EPI_ADD_F32, 1, 4, 9);      /* two m-blocks, N tail, few splits */
+    run_case(70, 136, 328, GEMM_EPI_ADD_F32, 1, 8, 9);      /* two m-blocks, N tail, few splits */
     run_case(1, 64, 64, GEMM_EPI_F32, 1, 132, 0);           /* one chunk, one split: the direct epilogue */
     run_case(17, 200, 520, GEMM_EPI_F32, 1, 1, 16);         /* n_sm 1: one split over 9 chunks (ring reuse) */
     run_case(33, 128, 456, GEMM_EPI_SWIGLU_BF16, 1, 1, 7);  /* SwiGLU G = 1, one split: lane-pair epilogue */
@@ -351,16 +351,16 @@ int main(int argc, char **argv) {
      * chunks); M = 1, 7, 64, 65, 130 */
     run_case(1, 200, 336, GEMM_EPI_BF16, 1, 132, 0, true);          /* 6 splits of one chunk */
     run_case(7, 200, 336, GEMM_EPI_F32, 1, 1, 3, true, 32);         /* one split over 6 chunks (ring reuse), ldw > K */
-    run_case(64, 200, 336, GEMM_EPI_ADD_F32, 1, 4, 33, true);       /* 2 splits of 3 chunks */
+    run_case(64, 200, 336, GEMM_EPI_ADD_F32, 1, 12, 33, true);      /* 3 splits of 2 chunks */
     run_case(65, 200, 336, GEMM_EPI_SWIGLU_BF16, 1, 1, 64, true);   /* SwiGLU G = 1, one split: lane pairs */
     run_case(130, 200, 336, GEMM_EPI_BF16, 1, 1, 64, true, 16);     /* three m-blocks, one split */
     run_case(130, 200, 336, GEMM_EPI_SWIGLU_BF16, 1, 132, 2, true); /* G = 1 through the reduction */
     run_case(64, 208, 336, GEMM_EPI_SWIGLU_BF16, 8, 3, 7, true);    /* G = 8 */
     run_case(7, 200, 336, GEMM_EPI_ADD_F32, 1, 132, 6, true);
-    run_case(65, 200, 336, GEMM_EPI_F32, 1, 5, 1, true); /* 3 splits */
-    run_case(5, 72, 16, GEMM_EPI_BF16, 1, 132, 2, true); /* K = 16: one chunk, 16 columns */
-    run_case(1, 64, 64, GEMM_EPI_F32, 1, 132, 0, true);  /* one chunk, one split: the direct epilogue */
-    run_case(7, 136, 1040, GEMM_EPI_F32, 1, 1, 2, true); /* 17 chunks, 9 scale blocks, one split */
+    run_case(65, 200, 336, GEMM_EPI_F32, 1, 12, 1, true); /* 3 splits */
+    run_case(5, 72, 16, GEMM_EPI_BF16, 1, 132, 2, true);  /* K = 16: one chunk, 16 columns */
+    run_case(1, 64, 64, GEMM_EPI_F32, 1, 132, 0, true);   /* one chunk, one split: the direct epilogue */
+    run_case(7, 136, 1040, GEMM_EPI_F32, 1, 1, 2, true);  /* 17 chunks, 9 scale blocks, one split */
     norm_case(7, 200, 336, NORM_ZC, 132, true, 3);
     norm_case(65, 264, 336, NORM_PLAIN, 4, true, 64);
     norm_case(7, 1024, 3584, NORM_ZC, 132, true); /* the MLP down projection (x checked) + the next layer's norm */
