@@ -130,6 +130,12 @@ $(BUILD)/bench/gemm_lab: bench/kernels/gemm_lab.cu bench/kernels/lab.cuh $(GEMM_
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc \
 	    --expt-relaxed-constexpr $< $(GEMM_SRC) -o $@ -lcublas
+# FP8 (W8A8) GEMM lab (bench/kernels/gemm_fp8_lab.cu, sm_90a): e4m3 wgmma against the bf16 TMA GEMM; see its top.
+$(BUILD)/bench/gemm_fp8_lab: bench/kernels/gemm_fp8_lab.cu bench/kernels/lab.cuh $(GEMM_SRC) src/cuda/gemm.cuh \
+                             src/cuda/mma.cuh src/cuda/async.cuh src/cuda/common.cuh src/cuda/ops.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc \
+	    --expt-relaxed-constexpr $< $(GEMM_SRC) -o $@
 # batched decode through the serve API (issue 28 benchmark): build/bench/serve_step [--ctx 1024] [B ...]
 $(BUILD)/bench/serve_step: bench/serve_step.c $(LIB)
 	@mkdir -p $(dir $@)
