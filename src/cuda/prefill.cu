@@ -29,6 +29,7 @@
 #define PF_LM_BYTES    ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
 #define PF_MAX_OPS     512                /* launches recorded for the bench breakdown */
 #define PF_SKINNY_ROWS 128 /* pieces of at most this many tokens: narrow projections on the skinny GEMM */
+#define PF_SKINNY_WIDE 64  /* ... and at most this many (one skinny m-block): every projection on it */
 #define PF_DN_C        64  /* DeltaNet chunk length (FLOP count) */
 #define PF_DN_FUSE_OUT                                                                                                 \
     1 /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (H200,
@@ -202,13 +203,16 @@ static int op_end(CudaPrefill *pf, int rc, int layer, const char *what, double f
 
 /* A short piece's narrow residual projections (down, out_proj, o_proj: N = D) go to the skinny GEMM: the tiled GEMM
  * gives them N / 128 CTAs (8 on 0.8B), each streaming a 128-row slice of W alone, where the skinny GEMM splits K over
- * the whole GPU. The wide ones (>= n_sm / 4 tiles) keep the tiled GEMM. */
+ * the whole GPU. The wide ones (>= n_sm / 4 tiles: in_proj, gate_up, qkv, the LM head) go there too while the piece
+ * is one skinny m-block (<= 64 tokens: each weight streamed once, with one split and no reduction since c1d0443);
+ * longer pieces keep them on the tiled GEMM, which reads each weight once for 128 rows. */
 static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, int layer, const char *what, Err *err) {
     const int swiglu = g->epi == GEMM_EPI_SWIGLU_BF16, ycols = swiglu ? g->N / 2 : g->N;
     const double yb = g->epi == GEMM_EPI_ADD_F32 ? 8.0 : g->epi == GEMM_EPI_F32 ? 4.0 : 2.0;
     const double bytes = 2.0 * ((double)g->M * g->K + (double)g->N * g->K) + yb * g->M * ycols;
-    const int tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128);
-    const int skinny = g->epi == GEMM_EPI_ADD_F32 && g->M <= PF_SKINNY_ROWS && 4 * tiles < pf->n_sm &&
+    const int tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128), narrow = 4 * tiles < pf->n_sm;
+    const int skinny = (g->M <= PF_SKINNY_WIDE || (g->M <= PF_SKINNY_ROWS && narrow)) &&
+                       (g->epi != GEMM_EPI_ADD_F32 || narrow) &&
                        cuda_gemm_skinny_work(g->M, g->N, g->K, pf->n_sm, g->epi, 1) <= pf->skw_floats;
     op_begin(pf, lc->stream);
     const int rc = skinny ? cuda_gemm_skinny(g, pf->skw, pf->skw_floats, pf->n_sm, lc) : cuda_gemm_bf16(g, lc);
