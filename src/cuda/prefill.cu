@@ -204,8 +204,8 @@ static int op_end(CudaPrefill *pf, int rc, int layer, const char *what, double f
 /* A short piece's narrow residual projections (down, out_proj, o_proj: N = D) go to the skinny GEMM: the tiled GEMM
  * gives them N / 128 CTAs (8 on 0.8B), each streaming a 128-row slice of W alone, where the skinny GEMM splits K over
  * the whole GPU. The wide ones (>= n_sm / 4 tiles: in_proj, gate_up, qkv, the LM head) go there too while the piece
- * is one skinny m-block (<= 64 tokens: each weight streamed once, with one split and no reduction since c1d0443);
- * longer pieces keep them on the tiled GEMM, which reads each weight once for 128 rows. */
+ * is one skinny m-block (<= 64 tokens): each weight is streamed once, and sk_plan gives wide weights one split, so
+ * no reduction. Longer pieces keep them on the tiled GEMM, which reads each weight once per 128 rows. */
 static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, int layer, const char *what, Err *err) {
     const int swiglu = g->epi == GEMM_EPI_SWIGLU_BF16, ycols = swiglu ? g->N / 2 : g->N;
     const double yb = g->epi == GEMM_EPI_ADD_F32 ? 8.0 : g->epi == GEMM_EPI_F32 ? 4.0 : 2.0;
