@@ -518,7 +518,7 @@ __global__ void dn_batch_state(const __grid_constant__ SbArgs args) {
     }
 }
 
-/* One output of the gated RMSNorm (DnGatedNormParams): bf16(bf16(w bf16(o rstd)) silu(z)), o and z bf16 values. */
+/* One output of the gated RMSNorm (DnBatchParams.y): bf16(bf16(w bf16(o rstd)) silu(z)), o and z bf16 values. */
 __device__ __forceinline__ uint16_t dn_gated_y(float o, float rstd, float w, float z) {
     return bf16_bits(rbf(w * rbf(o * rstd)) * silu_acc(z));
 }
@@ -639,6 +639,21 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
 #endif
 }
 
+/* The gated norm after a column-slice state pass (DnBatchParams.y): grid (Hv, nd), 128 threads. */
+__global__ void __launch_bounds__(128) dn_gated_norm_rows(const __grid_constant__ DnBatchParams p) {
+    pdl_begin();
+    __shared__ float red[32];
+    const int j = blockIdx.x, row = p.rows[blockIdx.y], dv = p.dv;
+    const uint16_t *o = p.o + (size_t)row * p.Hv * dv + (size_t)j * dv;
+    const uint16_t *z = p.proj + (size_t)row * p.ld_proj + p.z_off + (size_t)j * dv;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < dv; c += 128) ss = fmaf(bf16u(o[c]), bf16u(o[c]), ss);
+    ss = block_sum(ss, red);
+    const float rstd = rsqrtf(ss / (float)dv + p.eps);
+    uint16_t *y = p.y + (size_t)row * p.Hv * dv + (size_t)j * dv;
+    for (int c = threadIdx.x; c < dv; c += 128) y[c] = dn_gated_y(bf16u(o[c]), rstd, p.norm_w[c], bf16u(z[c]));
+}
+
 extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     DnShape sh;
     if (!p || !l || !p->proj || !p->conv_w || !p->A_log || !p->dt_bias || !p->S0 || !p->ring0 || !p->rows || !p->slot ||
@@ -681,28 +696,6 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
                          : launch_kernel(dn_batch_state<1, 1>, grid, block, smem, l, a);
     }
     if (rc || !p->y || fuse) return rc;
-    const DnGatedNormParams gp = {p->o,    p->proj, p->ld_proj, p->z_off, p->norm_w, p->y,
-                                  p->rows, p->nd,   p->Hv,      p->dv,    p->eps};
-    return cuda_dn_gated_norm_rows(&gp, l);
-}
-
-/* grid (Hv, nd), 128 threads. */
-__global__ void __launch_bounds__(128) dn_gated_norm_rows(const __grid_constant__ DnGatedNormParams p) {
-    pdl_begin();
-    __shared__ float red[32];
-    const int j = blockIdx.x, row = p.rows[blockIdx.y], dv = p.dv;
-    const uint16_t *o = p.o + (size_t)row * p.Hv * dv + (size_t)j * dv;
-    const uint16_t *z = p.proj + (size_t)row * p.ld_proj + p.z_off + (size_t)j * dv;
-    float ss = 0.0f;
-    for (int c = threadIdx.x; c < dv; c += 128) ss = fmaf(bf16u(o[c]), bf16u(o[c]), ss);
-    ss = block_sum(ss, red);
-    const float rstd = rsqrtf(ss / (float)dv + p.eps);
-    uint16_t *y = p.y + (size_t)row * p.Hv * dv + (size_t)j * dv;
-    for (int c = threadIdx.x; c < dv; c += 128) y[c] = dn_gated_y(bf16u(o[c]), rstd, p.norm_w[c], bf16u(z[c]));
-}
-
-extern "C" int cuda_dn_gated_norm_rows(const DnGatedNormParams *p, const CudaLaunch *l) {
-    if (p->nd < 1 || p->nd > 65535 || p->Hv < 1 || p->dv < 1) return (int)cudaErrorInvalidValue;
     return launch_kernel(dn_gated_norm_rows, dim3((unsigned)p->Hv, (unsigned)p->nd), dim3(128), 0, l, *p);
 }
 

@@ -107,8 +107,10 @@ typedef struct DnBatchParams {
     float *ws;
     int nd, Hk, Hv, dk, dv, K;
     int n_sm; /* CTAs of the whole-head state pass (one per multiprocessor: a persistent stream of heads) */
-    /* y != NULL: also the gated RMSNorm of the rows' o into y (cuda_dn_gated_norm_rows' formula, z at proj[row][z_off
-     * + j dv + c], weight norm_w [dv]); the whole-head pass applies it as each head's o is done */
+    /* y != NULL: also the gated RMSNorm of the rows' o into y (MV_IN_GATED's formula): per v-head j of row r,
+     *   y[r][j dv + c] = bf16( bf16( norm_w[c] bf16(o_c rsqrt(mean_dv o^2 + eps)) ) silu(z_c) ),
+     *   z = proj[r][z_off + j dv + c];
+     * the whole-head pass applies it as each head's o is done, other shapes in a kernel after their state pass */
     const float *norm_w;
     uint16_t *y;
     int z_off;
@@ -116,21 +118,6 @@ typedef struct DnBatchParams {
 } DnBatchParams;
 size_t cuda_dn_batch_ws_bytes(int nd, int Hk, int Hv, int dk, int dv);
 int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l);
-
-/* The gated RMSNorm of those rows (MV_IN_GATED's formula): per v-head j of row r = rows[i],
- *   y[r][j dv + c] = bf16( bf16( w[c] bf16(o_c rsqrt(mean_dv o^2 + eps)) ) silu(z_c) ),  z = proj[r][z_off + j dv + c].
- * Grid (Hv, nd), 128 threads. */
-typedef struct DnGatedNormParams {
-    const uint16_t *o;    /* bf16 [T][Hv dv] */
-    const uint16_t *proj; /* bf16 [T][ld_proj] */
-    int ld_proj, z_off;
-    const float *norm_w; /* [dv] */
-    uint16_t *y;         /* bf16 [T][Hv dv] */
-    const int32_t *rows;
-    int nd, Hv, dv;
-    float eps;
-} DnGatedNormParams;
-int cuda_dn_gated_norm_rows(const DnGatedNormParams *p, const CudaLaunch *l);
 
 /* y[i][:] = x[rows[i]][:] (fp32 [.][D]), i < n. */
 typedef struct GatherRowsParams {

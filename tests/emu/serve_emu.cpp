@@ -6,9 +6,9 @@
  *     every other pool entry unchanged (bitwise);
  *   paged_attn: each row over its own positions 0 .. pos through its block table, within 2e-4 max |o| + 1.5 bf16
  *     steps of a double reference, gated and not, with 1, 2, 4 and 8 query heads per kv head (a 1 % score scale
- *     error fails, and so do probabilities rounded to bf16 without their lo term); and over several splits (rows of 1 .. 1100 positions, block sizes 7 and 16, hd 96 / 128 / 256),
- *     each row also bit for bit equal to the same row computed alone (batch invariance); a too small workspace is
- *     refused;
+ *     error fails, and so do probabilities rounded to bf16 without their lo term); and over several splits (rows of
+ *     1 .. 1100 positions, block sizes 7 and 16, hd 96 / 128 / 256), each row also bit for bit equal to the same row
+ *     computed alone (batch invariance); a too small workspace is refused;
  *   dn_batch_step (prep + either state pass; the whole-head pass with 1, 2 and 64 CTAs streaming the heads through
  *     its ring of bulk copies) + gated norm: o, S and y of four decode rows on their slots (one new at
  *     position 0, three with history) within bounds of a double reference; the ring row written bitwise; the
