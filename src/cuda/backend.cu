@@ -409,8 +409,8 @@ static int upload_weights(CudaCtx *ctx, Err *err) {
                 rc = upload_rows(ctx, stage, ly->w_in, &L->q_proj, c->q_proj_rows, D, 0, 1, err);
                 if (!rc) rc = upload_rows(ctx, stage, ly->w_in, &L->k_proj, c->kv_dim, D, c->q_proj_rows, 1, err);
                 if (!rc)
-                    rc = upload_rows(ctx, stage, ly->w_in, &L->v_proj, c->kv_dim, D, c->q_proj_rows + c->kv_dim, 1,
-                                     err);
+                    rc =
+                        upload_rows(ctx, stage, ly->w_in, &L->v_proj, c->kv_dim, D, c->q_proj_rows + c->kv_dim, 1, err);
             }
             if (!rc) rc = upload_vec(ly->q_norm, &L->q_norm, c->head_dim, err);
             if (!rc) rc = upload_vec(ly->k_norm, &L->k_norm, c->head_dim, err);
@@ -527,19 +527,22 @@ int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLa
 
 int cuda_describe(void *p, char *buf, size_t n) {
     const CudaCtx *ctx = (const CudaCtx *)p;
-    return snprintf(buf, n,
-                    "decode schedule: %sMLP %s; DeltaNet mixer %s, gated norm in %s; attention + o_proj in one kernel "
-                    "up to %d positions; LM head argmax %s; DeltaNet state in L2 for %d layers\n",
-                    ctx->fp8 ? "FP8 weights (e4m3, per-row scales; prefill GEMMs on bf16 copies); " : "",
-                    ctx->mlp_fused ? "fused (one kernel)" : "gate_up + down GEMVs",
-                    ctx->dn_fused == 2   ? "one kernel (cluster exchange)"
-                    : ctx->dn_fused == 1 ? "one kernel (tagged global exchange)"
-                                         : "in_proj + step + out_proj",
-                    ctx->dn_gn ? "out_proj" : "the step", ctx->attn_short,
-                    ctx->lm_screen == 1   ? "through the 6-bit screen (ring kernel)"
-                    : ctx->lm_screen == 2 ? "through the int8 screen (register kernel)"
-                                          : "over the full bf16 head",
-                    ctx->l2_state_layers);
+    return snprintf(
+        buf, n,
+        "decode schedule: %sMLP %s; DeltaNet mixer %s, gated norm in %s; attention + o_proj in one kernel "
+        "up to %d positions; LM head argmax %s; DeltaNet state in L2 for %d layers\n",
+        ctx->fp8
+            ? "FP8 weights (e4m3, per-row scales; prefill: as e4m3 on the skinny GEMM, bf16 copies on the tiled one); "
+            : "",
+        ctx->mlp_fused ? "fused (one kernel)" : "gate_up + down GEMVs",
+        ctx->dn_fused == 2   ? "one kernel (cluster exchange)"
+        : ctx->dn_fused == 1 ? "one kernel (tagged global exchange)"
+                             : "in_proj + step + out_proj",
+        ctx->dn_gn ? "out_proj" : "the step", ctx->attn_short,
+        ctx->lm_screen == 1   ? "through the 6-bit screen (ring kernel)"
+        : ctx->lm_screen == 2 ? "through the int8 screen (register kernel)"
+                              : "over the full bf16 head",
+        ctx->l2_state_layers);
 }
 
 /* ---- open / close ------------------------------------------------------------------------------ */
@@ -650,8 +653,8 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
             ly->type = c->layer_types[l];
             ly->splits_out = is8(full ? &L->o_proj : &L->out_proj) ? cuda_matvec_splits_fp8(D, oc, ctx->n_sm)
                                                                    : cuda_matvec_splits(D, oc, ctx->n_sm);
-            ly->splits_down = is8(&L->down_proj) ? cuda_matvec_splits_fp8(D, F, ctx->n_sm)
-                                                 : cuda_matvec_splits(D, F, ctx->n_sm);
+            ly->splits_down =
+                is8(&L->down_proj) ? cuda_matvec_splits_fp8(D, F, ctx->n_sm) : cuda_matvec_splits(D, F, ctx->n_sm);
             ctx->max_splits = imax(ctx->max_splits, imax(ly->splits_out, ly->splits_down));
         }
         ctx->lm_blocks = cuda_matvec_blocks(V, D, 1, ctx->n_sm);

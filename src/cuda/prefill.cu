@@ -206,16 +206,24 @@ static int op_end(CudaPrefill *pf, int rc, int layer, const char *what, double f
  * the whole GPU. The wide ones (>= n_sm / 4 tiles: in_proj, gate_up, qkv, the LM head) go there too while the piece
  * is one skinny m-block (<= 64 tokens): each weight is streamed once, and sk_plan gives wide weights one split, so
  * no reduction. Longer pieces keep them on the tiled GEMM, which reads each weight once per 128 rows. */
+static int pf_skinny(const CudaPrefill *pf, const GemmParams *g) {
+    const int tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128), narrow = 4 * tiles < pf->n_sm;
+    const int shape = g->N >= 8 && g->N % 8 == 0 && (!g->w8 || (g->K % 16 == 0 && g->ldw % 16 == 0)); /* the kernel's */
+    return shape && (g->M <= PF_SKINNY_WIDE || (g->M <= PF_SKINNY_ROWS && narrow)) &&
+           (g->epi != GEMM_EPI_ADD_F32 || narrow) &&
+           cuda_gemm_skinny_work(g->M, g->N, g->K, pf->n_sm, g->epi, 1) <= pf->skw_floats;
+}
+
+/* Y = X W^T with g's weight: bf16 (g->w), or FP8 (g->w8: only where pf_skinny takes it) */
 static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, int layer, const char *what, Err *err) {
     const int swiglu = g->epi == GEMM_EPI_SWIGLU_BF16, ycols = swiglu ? g->N / 2 : g->N;
     const double yb = g->epi == GEMM_EPI_ADD_F32 ? 8.0 : g->epi == GEMM_EPI_F32 ? 4.0 : 2.0;
-    const double bytes = 2.0 * ((double)g->M * g->K + (double)g->N * g->K) + yb * g->M * ycols;
-    const int tiles = ((g->M + 127) / 128) * ((g->N + 127) / 128), narrow = 4 * tiles < pf->n_sm;
-    const int skinny = (g->M <= PF_SKINNY_WIDE || (g->M <= PF_SKINNY_ROWS && narrow)) &&
-                       (g->epi != GEMM_EPI_ADD_F32 || narrow) &&
-                       cuda_gemm_skinny_work(g->M, g->N, g->K, pf->n_sm, g->epi, 1) <= pf->skw_floats;
+    const double bytes = 2.0 * g->M * g->K + (g->w8 ? 1.0 : 2.0) * g->N * g->K + yb * g->M * ycols;
+    const int skinny = pf_skinny(pf, g);
     op_begin(pf, lc->stream);
-    const int rc = skinny ? cuda_gemm_skinny(g, pf->skw, pf->skw_floats, pf->n_sm, lc) : cuda_gemm_bf16(g, lc);
+    const int rc = skinny  ? cuda_gemm_skinny(g, pf->skw, pf->skw_floats, pf->n_sm, lc)
+                   : g->w8 ? (int)cudaErrorInvalidValue
+                           : cuda_gemm_bf16(g, lc);
     return op_end(pf, rc, layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
 }
 
@@ -236,6 +244,36 @@ static int pf_w(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, const CudaL
     return op_end(pf, rc, layer, "fp8_to_bf16", 0.0, 3.0 * n, err);
 }
 
+/* pf_gemm with layer ly's projection `which` as the weight (g's x, y, shape and epilogue given). An FP8 weight goes
+ * to the skinny GEMM as it is where that takes the piece (as in the batched step: the FP8 DeltaNet in_proj's bf16
+ * b / a rows as a second skinny GEMM into the columns after its FP8 rows); the tiled GEMM reads a bf16 copy. */
+static int pf_proj(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, GemmParams g, const CudaLayer *ly, int which,
+                   int layer, const char *what, Err *err) {
+    cuda_layer_gemm_w(ly, which, g.K, &g);
+    if (g.w8) {
+        const int tail = which == CW_IN && ly->w_ba ? ly->in_rows - ly->in8_rows : 0;
+        GemmParams s = g, t = g;
+        s.N -= tail;
+        t.w = ly->w_ba;
+        t.w8 = NULL;
+        t.w8_scale = NULL;
+        t.N = tail;
+        t.y = (uint16_t *)g.y + s.N; /* in_proj: bf16 output */
+        if (pf_skinny(pf, &s) && (!tail || pf_skinny(pf, &t))) {
+            int rc = pf_gemm(pf, lc, &s, layer, what, err);
+            if (!rc && tail) rc = pf_gemm(pf, lc, &t, layer, "gemm_ba", err);
+            return rc;
+        }
+        const uint16_t *w = NULL;
+        const int rc = pf_w(ctx, pf, lc, ly, which, layer, &w, err);
+        if (rc) return rc;
+        g.w = w;
+        g.w8 = NULL;
+        g.w8_scale = NULL;
+    }
+    return pf_gemm(pf, lc, &g, layer, what, err);
+}
+
 /* h = bf16 norm of rows [0, T) of x (fp32 [T][D]). The row norm kernels read only the (immutable)
  * weights before pdl_wait(), so with PDL they may start while the kernel that wrote x drains (48
  * launches of ~8 us, launch-bound: 5.5 us back to back). */
@@ -249,27 +287,22 @@ static int pf_norm(CudaPrefill *pf, const CudaLaunch *lc, const float *x, const 
 /* x += down(SwiGLU(gate_up(norm(x, ln2)))) */
 static int pf_mlp(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, const CudaLayer *ly, int T, int l, Err *err) {
     const int D = pf->d.D, F = pf->d.F, algo = pf->d.gemm_algo;
-    const uint16_t *w;
     int rc = pf_norm(pf, lc, pf->x, ly->ln2, T, l, "norm", err);
-    if (!rc) rc = pf_w(ctx, pf, lc, ly, CW_GU, l, &w, err);
     if (rc) return rc;
-    GemmParams gu = {pf->h, w, pf->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, algo};
-    if ((rc = pf_gemm(pf, lc, &gu, l, "gemm_gate_up", err))) return rc;
-    if ((rc = pf_w(ctx, pf, lc, ly, CW_DOWN, l, &w, err))) return rc;
-    GemmParams dn = {pf->act, w, pf->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, algo};
-    return pf_gemm(pf, lc, &dn, l, "gemm_down", err);
+    const GemmParams gu = {pf->h, NULL, pf->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, algo};
+    if ((rc = pf_proj(ctx, pf, lc, gu, ly, CW_GU, l, "gemm_gate_up", err))) return rc;
+    const GemmParams dn = {pf->act, NULL, pf->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, algo};
+    return pf_proj(ctx, pf, lc, dn, ly, CW_DOWN, l, "gemm_down", err);
 }
 
 static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int l, int T, int P, Err *err) {
     const PrefillDims *d = &pf->d;
     const CudaLayer *ly = &ctx->layers[l];
     const int D = d->D, hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1), n = ly->in_rows, no = ly->out_cols;
-    const uint16_t *w;
     int rc = pf_norm(pf, lc, pf->x, ly->ln1, T, l, "norm", err);
-    if (!rc) rc = pf_w(ctx, pf, lc, ly, CW_IN, l, &w, err);
     if (rc) return rc;
-    GemmParams qkv = {pf->h, w, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    if ((rc = pf_gemm(pf, lc, &qkv, l, "gemm_qkv", err))) return rc;
+    const GemmParams qkv = {pf->h, NULL, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
+    if ((rc = pf_proj(ctx, pf, lc, qkv, ly, CW_IN, l, "gemm_qkv", err))) return rc;
     AttnPrepParams pp = {pf->proj,
                          n,
                          d->attn_gate ? 2 * hd : hd,
@@ -306,9 +339,8 @@ static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, in
     rc = op_end(pf, cuda_attn_prefill(&ap, lc), l, "attn_flash", 4.0 * d->Hq * hd * pairs,
                 2.0 * T * d->Hq * hd * 3 + 4.0 * d->Hkv * (double)(P + T) * hd, err);
     if (rc) return rc;
-    if ((rc = pf_w(ctx, pf, lc, ly, CW_OUT, l, &w, err))) return rc;
-    GemmParams o = {pf->act, w, pf->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    if ((rc = pf_gemm(pf, lc, &o, l, "gemm_o", err))) return rc;
+    const GemmParams o = {pf->act, NULL, pf->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
+    if ((rc = pf_proj(ctx, pf, lc, o, ly, CW_OUT, l, "gemm_o", err))) return rc;
     return pf_mlp(ctx, pf, lc, ly, T, l, err);
 }
 
@@ -323,12 +355,10 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     const PrefillDims *d = &pf->d;
     const CudaLayer *ly = &ctx->layers[l];
     const int D = d->D, vd = d->Hv * d->dv, cd = 2 * d->Hk * d->dk + vd, n = ly->in_rows;
-    const uint16_t *w;
     int rc = pf_norm(pf, lc, pf->x, ly->ln1, T, l, "norm", err);
-    if (!rc) rc = pf_w(ctx, pf, lc, ly, CW_IN, l, &w, err);
     if (rc) return rc;
-    GemmParams in = {pf->h, w, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    if ((rc = pf_gemm(pf, lc, &in, l, "gemm_qkvzba", err))) return rc;
+    const GemmParams in = {pf->h, NULL, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
+    if ((rc = pf_proj(ctx, pf, lc, in, ly, CW_IN, l, "gemm_qkvzba", err))) return rc;
     DeltaNetPrefillParams dp;
     memset(&dp, 0, sizeof dp);
     dp.proj = pf->proj;
@@ -358,9 +388,8 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     rc = op_end(pf, cuda_deltanet_prefill(&dp, lc), l, "deltanet", dn_flops(d, cd, T),
                 2.0 * T * n + 2.0 * T * vd + 2.0 * scr + 8.0 * d->Hv * d->dk * d->dv, err);
     if (rc) return rc;
-    if ((rc = pf_w(ctx, pf, lc, ly, CW_OUT, l, &w, err))) return rc;
-    GemmParams o = {pf->act, w, pf->x, T, D, vd, vd, vd, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    if ((rc = pf_gemm(pf, lc, &o, l, "gemm_out", err))) return rc;
+    const GemmParams o = {pf->act, NULL, pf->x, T, D, vd, vd, vd, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
+    if ((rc = pf_proj(ctx, pf, lc, o, ly, CW_OUT, l, "gemm_out", err))) return rc;
     return pf_mlp(ctx, pf, lc, ly, T, l, err);
 }
 

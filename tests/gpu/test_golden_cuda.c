@@ -109,7 +109,8 @@ static void run_fixture(const char *root, const char *name, const char *gold_fil
         if (!l32 || !l16) continue;
         const float *ref = l32->data;
         for (int64_t i = 0; i < (int64_t)n * V; i++)
-            bf[i] = l16->dtype == DT_F32 ? ((const float *)l16->data)[i] : bf16_to_f32(((const uint16_t *)l16->data)[i]);
+            bf[i] =
+                l16->dtype == DT_F32 ? ((const float *)l16->data)[i] : bf16_to_f32(((const uint16_t *)l16->data)[i]);
         for (int prefill = 0; prefill < 2; prefill++) {
             for (int64_t i = 0; i < (int64_t)n * V; i++) buf[i] = NAN;
             rc = decode_all(&cuda_backend, ctx[0], ids->data, n, prefill, buf, V, &err);
@@ -174,8 +175,8 @@ int main(int argc, char **argv) {
     }
     if (d) closedir(d);
     CHECK(found >= 4, "expected the 4 golden fixtures under %s, found %d", root, found);
-    /* the official-format FP8 checkpoint (tools/make_fp8_fixture.py, docs/FP8.md): FP8 GEMVs in decode, bf16 copies of
-     * the FP8 weights in prefill */
+    /* the official-format FP8 checkpoint (tools/make_fp8_fixture.py, docs/FP8.md): FP8 GEMVs in decode; in prefill the
+     * FP8 weights on the skinny GEMM for short pieces (these prompts), bf16 copies for the tiled GEMM */
     char p8[2048];
     snprintf(p8, sizeof p8, "%s/qwen35_fp8/golden_fp8.safetensors", root);
     CHECK(file_exists(p8), "the FP8 fixture %s is missing", p8);

@@ -19,7 +19,8 @@
  *   - bad items (a slot outside the layout, a block outside the pool), snapshots and blocks are refused with
  *     Q35_ERR_ARG;
  *   - all of it again on the Qwen3.5-like model quantized to FP8 (model_quantize_fp8: FP8 GEMVs and skinny GEMMs,
- *     bf16 copies in the prefill GEMMs, the CPU on the dequantized weights).
+ *     the FP8 weights also on the skinny GEMM of short prefill pieces, bf16 copies in the tiled prefill GEMMs, the CPU
+ *     on the dequantized weights).
  * Usage: test_serve_cuda [seed]. Skips (exit 0, "no GPU") without a GPU. */
 #include "backend.h"
 #include "sampler.h"
