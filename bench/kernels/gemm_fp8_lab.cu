@@ -13,6 +13,9 @@
  *     128-byte swizzle row) whose scales come into the slot by two bulk copies; each consumer runs four m64n128k32
  *     e4m3 wgmmas into a fresh partial, waits, and adds partial * sx[row] * sw[col] into fp32 (the FP8 tensor core
  *     accumulates with fewer bits than fp32: promoted every 128 K); gemm.cuh's staged epilogues;
+ *   - timing bounds of that kernel (gemm_fp8_tma MODE 2-4): without the promotion (scales ignored), without the
+ *     stores as well, and with the stores overlapped with the next tile by the producer warpgroup's idle warps
+ *     (checked bit for bit against the bound's output);
  *   - peak: back-to-back wgmmas on shared-memory operands, no loads, 2 warpgroups per SM: m64n128k32 / m64n256k32
  *     e4m3 against m64n128k16 / m64n256k16 bf16, the tensor rate each shape can reach.
  *
@@ -206,11 +209,12 @@ __device__ __forceinline__ void f8_promote(float (&acc)[F8_BN / 8][4], const flo
 }
 
 /* The k-step's four wgmmas into acc itself (accumulate: every one adds; else the first starts it), one commit group:
- * the timing bound's issue (MODE 2 below). */
+ * the timing bounds' issue (MODE >= 2 below; NS ring slots). */
+template <int NS>
 __device__ __forceinline__ void f8_issue_acc(float (&acc)[1][F8_BN / 8][4], uint32_t sbase, int it, int cw,
                                              uint32_t full0, int accumulate) {
-    const int s = it % F8_STAGES;
-    mbar_wait(full0 + 8 * s, (uint32_t)(it / F8_STAGES) & 1u);
+    const int s = it % NS;
+    mbar_wait(full0 + 8 * s, (uint32_t)(it / NS) & 1u);
     __syncwarp();
     const uint32_t sA = sbase + s * F8Cfg::STAGE + (uint32_t)cw * 64u * 128u,
                    sB = sbase + s * F8Cfg::STAGE + F8Cfg::A_BYTES;
@@ -225,17 +229,24 @@ __device__ __forceinline__ void f8_issue_acc(float (&acc)[1][F8_BN / 8][4], uint
 /* MODE 0: each k-step waited for and promoted; 1: the next k-step issued before the promotion (pipe); 2: timing
  * bound only, results NOT scaled (one fp32 accumulator over all of K, no promotion, the scales ignored): what the
  * same loads and wgmmas cost without the per-k-step promotion; 3: mode 2 without the epilogue (nothing stored):
- * what the tile's stores cost on top. */
+ * what the tile's stores cost on top; 4: mode 2 (bf16 output) with the stores overlapped: the consumers put the
+ * tile's bf16 values into a staging buffer in shared memory and go on with the next tile, while the producer
+ * warpgroup's three idle warps copy it out (named barriers: 1 staging full, 2 staging free; 5 ring slots to make
+ * room). Mode 4's output must equal mode 2's bit for bit. */
+#define F8_SLD   272 /* bytes per staged bf16 row (mode 4): 256 + 16, so the 8 rows of a quad group hit 8 bank groups */
+#define F8_S4    5   /* mode 4's ring slots */
+#define F8_SMEM4 (1024 + F8_S4 * F8Cfg::STAGE + 2 * F8_S4 * 8 + F8_TM * F8_SLD)
 template <int EPI, int MODE>
 __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F8Args a) {
     constexpr bool PIPE = MODE == 1;
+    constexpr int NS = MODE == 4 ? F8_S4 : F8_STAGES;
     pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = F8Cfg;
     const GemmParams &p = a.p;
     extern __shared__ __align__(1024) uint8_t smem[];
     const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u;
-    const uint32_t full0 = sbase + F8_STAGES * C::STAGE, empty0 = full0 + F8_STAGES * 8;
+    const uint32_t full0 = sbase + NS * C::STAGE, empty0 = full0 + NS * 8;
     uint8_t *sgen = smem + (sbase - smem_addr(smem)); /* the generic pointer of sbase */
     const int tid = threadIdx.x, wg = tid >> 7;
     const int tiles = ((p.M + F8_TM - 1) / F8_TM) * ((p.N + F8_BN - 1) / F8_BN), ktiles = (p.K + F8_BK - 1) / F8_BK;
@@ -243,7 +254,7 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
     const int kpad = PIPE ? (ktiles + 1) & ~1 : ktiles; /* k-steps through the ring per tile */
 
     if (tid == 0) {
-        for (int s = 0; s < F8_STAGES; s++) {
+        for (int s = 0; s < NS; s++) {
             mbar_init(full0 + 8 * s, 1);
             mbar_init(empty0 + 8 * s, 8); /* the 8 consumer warps */
         }
@@ -252,8 +263,29 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
     }
     __syncthreads();
 
-    if (wg == 0) { /* producer */
-        regs_dec<40>();
+    uint8_t *stg = sgen + NS * C::STAGE + 2 * NS * 8; /* mode 4: bf16 [F8_TM][F8_SLD bytes] */
+    if (wg == 0) {                                    /* producer */
+        regs_dec<MODE == 4 ? 56 : 40>();              /* mode 4: the storer warps need a few more */
+        if constexpr (MODE == 4) {
+            if (tid >= 32) { /* storers: staging -> y, 16 bytes a thread at a time */
+                bar_arrive(2, 352);
+                bool first = true;
+                for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                    int m0, n0;
+                    gemm_tile_coords_at<F8_TM, F8_BN>(p, tile, m0, n0);
+                    if (!first) bar_arrive(2, 352);
+                    first = false;
+                    bar_sync(1, 352);
+                    for (int q = tid - 32; q < F8_TM * F8_BN / 8; q += 96) {
+                        const int r = q / (F8_BN / 8), c = 8 * (q % (F8_BN / 8));
+                        const uint4 v = *reinterpret_cast<const uint4 *>(stg + r * F8_SLD + 2 * c);
+                        if (m0 + r < p.M && n0 + c + 8 <= p.N)
+                            *reinterpret_cast<uint4 *>((uint16_t *)p.y + (size_t)(m0 + r) * p.ldy + n0 + c) = v;
+                    }
+                }
+                return;
+            }
+        }
         if (tid != 0) return;
         int it = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -263,8 +295,8 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
              * columns past M or N, which are never stored */
             const int nx = min(F8_TM, ldsx - m0), nw = min(F8_BN, ldsw - n0);
             for (int kt = 0; kt < kpad; kt++, it++) {
-                const int s = it % F8_STAGES;
-                const uint32_t ph = (uint32_t)(it / F8_STAGES) & 1u, full = full0 + 8 * s;
+                const int s = it % NS;
+                const uint32_t ph = (uint32_t)(it / NS) & 1u, full = full0 + 8 * s;
                 const uint32_t sA = sbase + s * C::STAGE;
                 const bool real = kt < ktiles; /* the pad step: boxes past K (zeros), no scales */
                 mbar_wait(empty0 + 8 * s, ph ^ 1u);
@@ -281,7 +313,7 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
     }
 
     /* consumers: warpgroup cw takes rows cw * 64 .. + 63 of every tile */
-    regs_inc<232>();
+    regs_inc<MODE == 4 ? 224 : 232>();
     const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int rr = cw * 64 + wq * 16 + g; /* this thread's first row in the tile (the second is rr + 8) */
     int it = 0;                           /* ring uses so far */
@@ -296,10 +328,10 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
         const int it0 = it;
         if constexpr (MODE >= 2) {
             for (int kt = 0; kt < ktiles; kt++) {
-                f8_issue_acc(p0, sbase, it0 + kt, cw, full0, kt > 0);
+                f8_issue_acc<NS>(p0, sbase, it0 + kt, cw, full0, kt > 0);
                 wgmma_wait<1>();
                 __syncwarp();
-                if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it0 + kt - 1) % F8_STAGES));
+                if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it0 + kt - 1) % NS));
             }
             wgmma_wait<0>();
             reg_fence_acc(p0);
@@ -308,7 +340,7 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[n8][e] = p0[0][n8][e];
             __syncwarp();
-            if (lane == 0) mbar_arrive(empty0 + 8 * ((it0 + ktiles - 1) % F8_STAGES));
+            if (lane == 0) mbar_arrive(empty0 + 8 * ((it0 + ktiles - 1) % NS));
         } else if constexpr (!PIPE) {
             for (int kt = 0; kt < ktiles; kt++) {
                 f8_issue(p0, sbase, it0 + kt, cw, full0);
@@ -344,7 +376,17 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
         it += kpad;
         const int row0 = m0 + cw * 64 + wq * 16;
         float *st = reinterpret_cast<float *>(sgen + C::STAGE_OFF) + (cw * 4 + wq) * GEMM_STAGE_FLOATS;
-        if constexpr (MODE == 3) { /* no epilogue: one word per thread, so the sums stay live */
+        if constexpr (MODE == 4) { /* the tile's bf16 values into the staging buffer for the storers */
+            bar_sync(2, 352);
+#pragma unroll
+            for (int n8 = 0; n8 < F8_BN / 8; n8++) {
+                *reinterpret_cast<uint32_t *>(stg + rr * F8_SLD + 2 * (8 * n8 + 2 * t)) =
+                    pack_bf16(acc[n8][0], acc[n8][1]);
+                *reinterpret_cast<uint32_t *>(stg + (rr + 8) * F8_SLD + 2 * (8 * n8 + 2 * t)) =
+                    pack_bf16(acc[n8][2], acc[n8][3]);
+            }
+            bar_arrive(1, 352);
+        } else if constexpr (MODE == 3) { /* no epilogue: one word per thread, so the sums stay live */
             if (acc[0][0] == 12345.0f && acc[1][1] == 54321.0f) ((float *)p.y)[0] = acc[2][2];
         } else {
             gemm_store_staged<EPI, F8_BN / 8>(p, acc, row0, n0, lane, st);
@@ -388,12 +430,13 @@ static int gemm_fp8(const GemmParams *p, const uint8_t *x8, int ldx, const float
     if (rc) return rc;
     const int tiles = ((p->M + F8_TM - 1) / F8_TM) * ((p->N + F8_BN - 1) / F8_BN), grid = std::min(tiles, n_sm);
     const CudaLaunch l = {0, 0, NULL, 0};
-    auto run = [&](auto kern) {
-        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, F8Cfg::SMEM));
-        return launch_ex(kern, dim3(grid), dim3(384), F8Cfg::SMEM, 0, &l, a);
+    auto run = [&](auto kern, int smem = F8Cfg::SMEM) {
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        return launch_ex(kern, dim3(grid), dim3(384), smem, 0, &l, a);
     };
     if (mode == 2) return run(gemm_fp8_tma<GEMM_EPI_BF16, 2>); /* timing only */
     if (mode == 3) return run(gemm_fp8_tma<GEMM_EPI_BF16, 3>);
+    if (mode == 4) return run(gemm_fp8_tma<GEMM_EPI_BF16, 4>, F8_SMEM4);
     if (mode == 1) switch (p->epi) {
         case GEMM_EPI_BF16: return run(gemm_fp8_tma<GEMM_EPI_BF16, 1>);
         case GEMM_EPI_F32: return run(gemm_fp8_tma<GEMM_EPI_F32, 1>);
@@ -736,11 +779,23 @@ static void bench(const char *name, int M, int N, int K, int epi) {
     gu.y = du, gu.ldy = N, gu.epi = GEMM_EPI_BF16;
     const double tu = time_us([&] { return gemm_fp8(&gu, dx8, K, dsx, dw8, dsw, 2); });
     const double tn = time_us([&] { return gemm_fp8(&gu, dx8, K, dsx, dw8, dsw, 3); });
+    const double to = time_us([&] { return gemm_fp8(&gu, dx8, K, dsx, dw8, dsw, 4); });
+    /* mode 4's overlapped stores write what mode 2's epilogue writes */
+    std::vector<uint16_t> y2((size_t)M * N), y4((size_t)M * N);
+    CK(cudaMemset(du, 0xff, (size_t)M * N * 2));
+    CK((cudaError_t)gemm_fp8(&gu, dx8, K, dsx, dw8, dsw, 2));
+    CK(cudaMemcpy(y2.data(), du, y2.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemset(du, 0xff, (size_t)M * N * 2));
+    CK((cudaError_t)gemm_fp8(&gu, dx8, K, dsx, dw8, dsw, 4));
+    CK(cudaMemcpy(y4.data(), du, y4.size() * 2, cudaMemcpyDeviceToHost));
+    const bool same = !memcmp(y2.data(), y4.data(), y2.size() * 2);
+    fails += !same;
     const double tf = 2.0 * M * N * K / 1e12;
     printf("  %-32s M=%5d N=%5d K=%5d  bf16 %6.1f us (%4.0f TFLOP/s)  fp8 %6.1f us (%4.0f)  fp8 pipe %6.1f us (%4.0f)"
-           "  unscaled bound %6.1f us (%4.0f)  no stores %6.1f us (%4.0f)  quant %5.1f us\n",
+           "  unscaled bound %6.1f us (%4.0f)  no stores %6.1f us (%4.0f)  overlapped stores %6.1f us (%4.0f, %s)"
+           "  quant %5.1f us\n",
            name, M, N, K, tb, tf / (tb * 1e-6), t8, tf / (t8 * 1e-6), tp, tf / (tp * 1e-6), tu, tf / (tu * 1e-6), tn,
-           tf / (tn * 1e-6), tq);
+           tf / (tn * 1e-6), to, tf / (to * 1e-6), same ? "= bound's output" : "OUTPUT DIFFERS", tq);
     CK(cudaFree(du));
     CK(cudaFree(dx));
     CK(cudaFree(dw));
