@@ -171,11 +171,14 @@ struct F8Args {
     const float *sx, *sw; /* scales [ceil(K/128)][(M + 3) & ~3], [ceil(K/128)][(N + 3) & ~3] */
 };
 
-/* Consumer side of ring use `it`: waits for its slot, then issues the k-step's four m64n128k32 wgmmas of this
- * warpgroup's 64 rows into p (p = A B, the first with scale-d = 0) as one commit group. */
-__device__ __forceinline__ void f8_issue(float (&p)[1][F8_BN / 8][4], uint32_t sbase, int it, int cw, uint32_t full0) {
-    const int s = it % F8_STAGES;
-    mbar_wait(full0 + 8 * s, (uint32_t)(it / F8_STAGES) & 1u);
+/* Consumer side of ring use `it` (NS slots): waits for its slot, then issues the k-step's four m64n128k32 wgmmas of
+ * this warpgroup's 64 rows into p as one commit group: p = A B (the first with scale-d = 0), or p += A B with
+ * accumulate (the timing bounds, MODE >= 2 below). */
+template <int NS = F8_STAGES>
+__device__ __forceinline__ void f8_issue(float (&p)[1][F8_BN / 8][4], uint32_t sbase, int it, int cw, uint32_t full0,
+                                         int accumulate = 0) {
+    const int s = it % NS;
+    mbar_wait(full0 + 8 * s, (uint32_t)(it / NS) & 1u);
     __syncwarp(); /* wgmma.*.sync.aligned need the warp converged after the per-thread spin */
     const uint32_t sA = sbase + s * F8Cfg::STAGE + (uint32_t)cw * 64u * 128u,
                    sB = sbase + s * F8Cfg::STAGE + F8Cfg::A_BYTES;
@@ -183,7 +186,7 @@ __device__ __forceinline__ void f8_issue(float (&p)[1][F8_BN / 8][4], uint32_t s
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < F8_BK / 32; kk++)
-        wgmma_m64n128k32_e4m3(p[0], wgmma_desc(sA + kk * 32), wgmma_desc(sB + kk * 32), kk);
+        wgmma_m64n128k32_e4m3(p[0], wgmma_desc(sA + kk * 32), wgmma_desc(sB + kk * 32), kk | accumulate);
     wgmma_commit();
 }
 
@@ -206,24 +209,6 @@ __device__ __forceinline__ void f8_promote(float (&acc)[F8_BN / 8][4], const flo
     }
     __syncwarp(); /* every lane has read the slot's scales */
     if (lane == 0) mbar_arrive(empty0 + 8 * s);
-}
-
-/* The k-step's four wgmmas into acc itself (accumulate: every one adds; else the first starts it), one commit group:
- * the timing bounds' issue (MODE >= 2 below; NS ring slots). */
-template <int NS>
-__device__ __forceinline__ void f8_issue_acc(float (&acc)[1][F8_BN / 8][4], uint32_t sbase, int it, int cw,
-                                             uint32_t full0, int accumulate) {
-    const int s = it % NS;
-    mbar_wait(full0 + 8 * s, (uint32_t)(it / NS) & 1u);
-    __syncwarp();
-    const uint32_t sA = sbase + s * F8Cfg::STAGE + (uint32_t)cw * 64u * 128u,
-                   sB = sbase + s * F8Cfg::STAGE + F8Cfg::A_BYTES;
-    reg_fence_acc(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < F8_BK / 32; kk++)
-        wgmma_m64n128k32_e4m3(acc[0], wgmma_desc(sA + kk * 32), wgmma_desc(sB + kk * 32), kk | accumulate);
-    wgmma_commit();
 }
 
 /* MODE 0: each k-step waited for and promoted; 1: the next k-step issued before the promotion (pipe); 2: timing
@@ -328,7 +313,7 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
         const int it0 = it;
         if constexpr (MODE >= 2) {
             for (int kt = 0; kt < ktiles; kt++) {
-                f8_issue_acc<NS>(p0, sbase, it0 + kt, cw, full0, kt > 0);
+                f8_issue<NS>(p0, sbase, it0 + kt, cw, full0, kt > 0);
                 wgmma_wait<1>();
                 __syncwarp();
                 if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it0 + kt - 1) % NS));
