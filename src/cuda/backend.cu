@@ -505,6 +505,19 @@ void cuda_layer_gemm_w(const CudaLayer *ly, int which, int cols, GemmParams *g) 
     g->ldw = cols;
 }
 
+int cuda_layer_gemm_tail(const CudaLayer *ly, int which, GemmParams *g, GemmParams *t) {
+    const int tail = which == CW_IN && ly->w_ba && g->w8 ? ly->in_rows - ly->in8_rows : 0;
+    if (!tail) return 0;
+    g->N -= tail;
+    *t = *g;
+    t->w = ly->w_ba;
+    t->w8 = NULL;
+    t->w8_scale = NULL;
+    t->N = tail;
+    t->y = (uint16_t *)g->y + g->N; /* in_proj: bf16 output */
+    return tail;
+}
+
 int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, const uint16_t **w,
                       size_t *elems) {
     GemmParams g;

@@ -116,8 +116,8 @@ typedef struct CudaCtx {
     float *out_max;
     void *sample_scratch;
     int lm_blocks, max_splits;
-    int fp8;          /* some layer matrix is FP8: the fused decode kernels (bf16 only) are off */
-    uint16_t *w_tmp;  /* FP8: bf16 scratch for one layer matrix (cuda_layer_w_bf16), else NULL */
+    int fp8;         /* some layer matrix is FP8: the fused decode kernels (bf16 only) are off */
+    uint16_t *w_tmp; /* FP8: bf16 scratch for one layer matrix (cuda_layer_w_bf16), else NULL */
     size_t w_tmp_elems;
     StepParams *step_dev; /* device StepParams */
     /* pinned host */
@@ -147,6 +147,10 @@ enum { CW_IN = 0, CW_OUT = 1, CW_GU = 2, CW_DOWN = 3 };
 /* backend.cu: layer ly's projection `which` as a GEMM weight: g->w (bf16; ldw = its cols) or g->w8 + g->w8_scale
  * (FP8; the FP8 DeltaNet in_proj: its first in8_rows rows, w_ba the rest). Sets w, w8, w8_scale, ldw only. */
 void cuda_layer_gemm_w(const CudaLayer *ly, int which, int cols, GemmParams *g);
+/* The FP8 DeltaNet in_proj keeps its b / a rows bf16 (w_ba, after its in8_rows FP8 rows): for g as set by
+ * cuda_layer_gemm_w (bf16 output y), narrows g to the FP8 rows and sets *t to the GEMM of the w_ba rows into the
+ * columns after them. Returns that tail's row count; 0 (g unchanged, *t untouched) for every other weight. */
+int cuda_layer_gemm_tail(const CudaLayer *ly, int which, GemmParams *g, GemmParams *t);
 /* The same projection as one bf16 matrix on the device: the bf16 weight itself, or the FP8 one dequantized
  * (cuda_fp8_to_bf16, w_ba copied after it) into ctx->w_tmp on l's stream (valid until the next call). *w = the matrix;
  * elems (may be NULL): its rows x cols. */

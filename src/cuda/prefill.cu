@@ -251,14 +251,8 @@ static int pf_proj(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, GemmPara
                    int layer, const char *what, Err *err) {
     cuda_layer_gemm_w(ly, which, g.K, &g);
     if (g.w8) {
-        const int tail = which == CW_IN && ly->w_ba ? ly->in_rows - ly->in8_rows : 0;
-        GemmParams s = g, t = g;
-        s.N -= tail;
-        t.w = ly->w_ba;
-        t.w8 = NULL;
-        t.w8_scale = NULL;
-        t.N = tail;
-        t.y = (uint16_t *)g.y + s.N; /* in_proj: bf16 output */
+        GemmParams s = g, t;
+        const int tail = cuda_layer_gemm_tail(ly, which, &s, &t);
         if (pf_skinny(pf, &s) && (!tail || pf_skinny(pf, &t))) {
             int rc = pf_gemm(pf, lc, &s, layer, what, err);
             if (!rc && tail) rc = pf_gemm(pf, lc, &t, layer, "gemm_ba", err);

@@ -400,22 +400,13 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
     if (ly) cuda_layer_gemm_w(ly, which, g.K, &g);
     if (!sv->det && nd >= 128 && sv->major == 9 && 2 * ((nd + 127) / 128) * ((g.N + 127) / 128) >= sv->n_sm) sk = 0;
     if (sk > 0) {
-        GemmParams s = g;
+        GemmParams s = g, t;
         s.M = sk;
-        const int tail = ly && which == CW_IN && ly->w_ba ? ly->in_rows - ly->in8_rows : 0;
-        s.N -= tail;
+        const int tail = ly ? cuda_layer_gemm_tail(ly, which, &s, &t) : 0;
         rc = norm_w ? cuda_gemm_skinny_norm(&s, norm_w, sv->d.norm_mode, sv->d.eps, sv->h, sv->skw, sv->skw_floats,
                                             sv->n_sm, lc)
                     : cuda_gemm_skinny(&s, sv->skw, sv->skw_floats, sv->n_sm, lc);
-        if (!rc && tail) {
-            GemmParams t = s;
-            t.w = ly->w_ba;
-            t.w8 = NULL;
-            t.w8_scale = NULL;
-            t.N = tail;
-            t.y = (uint16_t *)s.y + s.N;
-            rc = cuda_gemm_skinny(&t, sv->skw, sv->skw_floats, sv->n_sm, lc);
-        }
+        if (!rc && tail) rc = cuda_gemm_skinny(&t, sv->skw, sv->skw_floats, sv->n_sm, lc);
         if (rc) return sv_fail(rc, what, layer, err);
     }
     if (g.M <= sk) return 0;
