@@ -3,6 +3,7 @@
  * emulation of emu.h. Include after emu.h and cuda/ops.h. The reds are plain adds (one CTA runs at a time);
  * a launch checks its shared memory against what cudaFuncSetAttribute allowed and counts the CTAs it runs. */
 #pragma once
+#include <map>
 
 #define __ldcg(p) (*(p))
 static inline float __shfl_down_sync(unsigned, float v, int d) {
@@ -19,26 +20,32 @@ static inline void red_add4(float *y, float a, float b, float c, float d) {
     }
     y[0] += a, y[1] += b, y[2] += c, y[3] += d;
 }
-#define Q35_TRACE_T0 (void)0 /* common.cuh's step-trace stamps: off, as in the default build */
-#define Q35_TRACE_T1 (void)0
+#define Q35_TRACE_T0       (void)0 /* common.cuh's step-trace stamps: off, as in the default build */
+#define Q35_TRACE_T1       (void)0
 #define Q35_TRACE_T1_AT(n) (void)0
 #define Q35_TRACE_PROBE(n) (void)0
 #define Q35_TRACE_END(kid) (void)0
 #define Q35_TRACE_FETCH_FN(fname)
 
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-inline int emu_max_smem; /* what cudaFuncSetAttribute allowed */
+/* what cudaFuncSetAttribute allowed each kernel (48 KiB without it, as on the device) */
+inline std::map<const void *, int> emu_max_smem;
 template <class F>
-static cudaError_t cudaFuncSetAttribute(F *, cudaFuncAttribute attr, int v) {
+static cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute attr, int v) {
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || v > 227 * 1024) return cudaErrorInvalidValue;
-    emu_max_smem = v;
+    emu_max_smem[(const void *)f] = v;
     return cudaSuccess;
+}
+static int emu_smem_allowed(const void *f) {
+    const auto it = emu_max_smem.find(f);
+    return it == emu_max_smem.end() ? 48 * 1024 : it->second;
 }
 inline long emu_ctas; /* CTAs launched (all launches) */
 template <class... KArgs, class... Args>
 static int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x, const CudaLaunch *,
                      Args... args) {
-    if ((int)smem > emu_max_smem || cluster_x > 1 || block.x * block.y * block.z > 1024) return (int)cudaErrorInvalidValue;
+    if ((int)smem > emu_smem_allowed((const void *)kern) || cluster_x > 1 || block.x * block.y * block.z > 1024)
+        return (int)cudaErrorInvalidValue;
     emu_ctas += (long)grid.x * grid.y * grid.z;
     emu_launch(grid, (int)(block.x * block.y * block.z), smem, 1, [&] { kern(args...); });
     return 0;

@@ -331,7 +331,7 @@ static void bad_args(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1) emu_rs ^= 0x9e3779b97f4a7c15ull * (uint64_t)(atoi(argv[1]) + 1);
-    emu_max_smem = 48 * 1024;
+    emu_max_smem.clear();
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
     emu_wg_install();
     printf("skinny GEMM (src/cuda/gemm_skinny.cu), the sm_90a path (wgmma), under the CUDA emulation:\n");

@@ -339,7 +339,7 @@ static void check_refusals(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1) emu_rs ^= (uint64_t)strtoull(argv[1], NULL, 10) * 0x9e3779b97f4a7c15ull;
-    emu_max_smem = 48 * 1024;
+    emu_max_smem.clear();
     printf("GEMV kernels (src/cuda/gemv.cu, bf16 and fp8 e4m3 weights) under the CUDA emulation:\n");
     check_decode();
     check_refusals();

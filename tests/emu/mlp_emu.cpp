@@ -173,7 +173,7 @@ static void run_case(bool fp8, int D, int F, int G, int norm_mode, int n_parts) 
     const size_t smem = fp8 ? cuda_mlp_fused_smem_bytes_fp8(D, F, G) : cuda_mlp_fused_smem_bytes(D, F, G);
     const bool via_launcher = smem + 1024 <= 227 * 1024;
     if (via_launcher) {
-        emu_max_smem = 48 * 1024; /* the default limit, raised by the launcher's cudaFuncSetAttribute above 40 KiB */
+        emu_max_smem.clear(); /* the default limit, raised by the launcher's cudaFuncSetAttribute above 40 KiB */
         const CudaLaunch l = {0, 1, NULL, 0};
         const long ctas0 = emu_ctas;
         const int rc = cuda_mlp_fused(&p, &l);
@@ -286,7 +286,7 @@ static void test_rejects(void) {
     memset(buf, 0, 1 << 16);
     const uint8_t *b8 = (const uint8_t *)buf;
     const CudaLaunch l = {0, 0, NULL, 0};
-    emu_max_smem = 48 * 1024;
+    emu_max_smem.clear();
     MlpFusedParams p, q;
     memset(&p, 0, sizeof p);
     p.D = 32, p.F = 8, p.blocks = 1, p.x = buf, p.norm_w = buf, p.norm_mode = NORM_ZC, p.eps = 1e-6f, p.y = buf + 1024;

@@ -538,7 +538,7 @@ static void argmax_case(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1) srand((unsigned)atoi(argv[1]));
-    emu_max_smem = 48 * 1024; /* dynamic shared memory a launch may take without the attribute */
+    emu_max_smem.clear(); /* dynamic shared memory a launch may take without the attribute */
     printf("batched-step kernels (src/cuda/serve_kernels.cu) under the CUDA emulation:\n");
     attn_case(256, 1, NORM_ZC, 0, 8, 2);   /* 4 query heads per kv head: G = 4 per CTA */
     attn_case(64, 0, NORM_PLAIN, 0, 4, 4); /* G = 1 */
