@@ -192,10 +192,11 @@ __device__ __forceinline__ void f8_issue(float (&p)[1][F8_BN / 8][4], uint32_t s
 
 /* acc += p * sx[row] * sw[col] with ring use `it`'s scales (this thread's rows rr, rr + 8 of the tile, columns
  * 8 n8 + 2t, + 1), then the slot goes back to the producer (one arrival per warp). p's wgmmas must be complete. */
+template <int NS = F8_STAGES>
 __device__ __forceinline__ void f8_promote(float (&acc)[F8_BN / 8][4], const float (&p)[1][F8_BN / 8][4],
                                            const uint8_t *sgen, int it, int rr, int t, int lane, uint32_t empty0,
                                            bool live = true) {
-    const int s = it % F8_STAGES;
+    const int s = it % NS;
     const float *sx = reinterpret_cast<const float *>(sgen + s * F8Cfg::STAGE + F8Cfg::SX_OFF);
     const float *sw = reinterpret_cast<const float *>(sgen + s * F8Cfg::STAGE + F8Cfg::SW_OFF);
     const float x0 = sx[rr], x1 = sx[rr + 8];
@@ -211,20 +212,58 @@ __device__ __forceinline__ void f8_promote(float (&acc)[F8_BN / 8][4], const flo
     if (lane == 0) mbar_arrive(empty0 + 8 * s);
 }
 
+#define F8_SLD                                                                                                         \
+    272 /* bytes per staged bf16 row (modes 4, 5): 256 + 16, so the 8 rows of a quad group hit 8 bank groups */
+#define F8_S4    5 /* ring slots of modes 4, 5 */
+#define F8_SMEM4 (1024 + F8_S4 * F8Cfg::STAGE + 2 * F8_S4 * 8 + F8_TM * F8_SLD)
+
+/* The storers' epilogue for staged row r, columns c .. c + 7 of the tile at (m0, n0): from the bf16 sums (every
+ * epilogue rounds the sum to bf16 first, so the staging buffer holds all it needs) the stores of gemm_store_staged:
+ * bf16 y, fp32 y = bf16(sum), y = bf16(y + bf16(sum)), or SwiGLU of the (gate, up) column pairs (glu_group 1). */
+template <int EPI>
+__device__ __forceinline__ void f8_store8(const GemmParams &p, const uint8_t *stg, int m0, int n0, int r, int c) {
+    const int m = m0 + r, n = n0 + c;
+    if (m >= p.M || n >= p.N) return;
+    const uint4 v = *reinterpret_cast<const uint4 *>(stg + r * F8_SLD + 2 * c);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    float b[8];
+#pragma unroll
+    for (int e = 0; e < 4; e++) b[2 * e] = bf_lo(w[e]), b[2 * e + 1] = bf_hi(w[e]);
+    const bool full = n + 8 <= p.N;
+    if constexpr (EPI == GEMM_EPI_BF16) {
+        uint16_t *y = (uint16_t *)p.y + (size_t)m * p.ldy + n;
+        if (full && !((uintptr_t)y & 15)) {
+            *reinterpret_cast<uint4 *>(y) = v;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                if (n + e < p.N) y[e] = bf16_bits(b[e]);
+        }
+    } else if constexpr (EPI == GEMM_EPI_F32 || EPI == GEMM_EPI_ADD_F32) {
+        float *y = (float *)p.y + (size_t)m * p.ldy + n;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            if (n + e < p.N) y[e] = EPI == GEMM_EPI_F32 ? b[e] : rbf(y[e] + b[e]);
+    } else { /* SwiGLU: output column (n + 2k) / 2 from gate column n + 2k and up column n + 2k + 1 */
+        uint16_t *y = (uint16_t *)p.y + (size_t)m * p.ldy + n / 2;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (n + 2 * k + 1 < p.N) y[k] = bf16_bits(rbf(silu_f(b[2 * k])) * b[2 * k + 1]);
+    }
+}
+
 /* MODE 0: each k-step waited for and promoted; 1: the next k-step issued before the promotion (pipe); 2: timing
  * bound only, results NOT scaled (one fp32 accumulator over all of K, no promotion, the scales ignored): what the
  * same loads and wgmmas cost without the per-k-step promotion; 3: mode 2 without the epilogue (nothing stored):
  * what the tile's stores cost on top; 4: mode 2 (bf16 output) with the stores overlapped: the consumers put the
  * tile's bf16 values into a staging buffer in shared memory and go on with the next tile, while the producer
  * warpgroup's three idle warps copy it out (named barriers: 1 staging full, 2 staging free; 5 ring slots to make
- * room). Mode 4's output must equal mode 2's bit for bit. */
-#define F8_SLD   272 /* bytes per staged bf16 row (mode 4): 256 + 16, so the 8 rows of a quad group hit 8 bank groups */
-#define F8_S4    5   /* mode 4's ring slots */
-#define F8_SMEM4 (1024 + F8_S4 * F8Cfg::STAGE + 2 * F8_S4 * 8 + F8_TM * F8_SLD)
+ * room). Mode 4's output must equal mode 2's bit for bit. 5: mode 1 (scaled, every epilogue) with mode 4's
+ * overlapped stores (f8_store8), checked against the double reference like modes 0 and 1. */
 template <int EPI, int MODE>
 __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F8Args a) {
-    constexpr bool PIPE = MODE == 1;
-    constexpr int NS = MODE == 4 ? F8_S4 : F8_STAGES;
+    constexpr bool PIPE = MODE == 1 || MODE == 5, OVL = MODE == 4 || MODE == 5; /* OVL: the storer warps */
+    constexpr int NS = OVL ? F8_S4 : F8_STAGES;
     pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = F8Cfg;
@@ -250,8 +289,8 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
 
     uint8_t *stg = sgen + NS * C::STAGE + 2 * NS * 8; /* mode 4: bf16 [F8_TM][F8_SLD bytes] */
     if (wg == 0) {                                    /* producer */
-        regs_dec<MODE == 4 ? 56 : 40>();              /* mode 4: the storer warps need a few more */
-        if constexpr (MODE == 4) {
+        regs_dec<OVL ? 56 : 40>();                    /* the storer warps need a few more */
+        if constexpr (OVL) {
             if (tid >= 32) { /* storers: staging -> y, 16 bytes a thread at a time */
                 bar_arrive(2, 352);
                 bool first = true;
@@ -261,12 +300,8 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
                     if (!first) bar_arrive(2, 352);
                     first = false;
                     bar_sync(1, 352);
-                    for (int q = tid - 32; q < F8_TM * F8_BN / 8; q += 96) {
-                        const int r = q / (F8_BN / 8), c = 8 * (q % (F8_BN / 8));
-                        const uint4 v = *reinterpret_cast<const uint4 *>(stg + r * F8_SLD + 2 * c);
-                        if (m0 + r < p.M && n0 + c + 8 <= p.N)
-                            *reinterpret_cast<uint4 *>((uint16_t *)p.y + (size_t)(m0 + r) * p.ldy + n0 + c) = v;
-                    }
+                    for (int q = tid - 32; q < F8_TM * F8_BN / 8; q += 96)
+                        f8_store8<EPI>(p, stg, m0, n0, q / (F8_BN / 8), 8 * (q % (F8_BN / 8)));
                 }
                 return;
             }
@@ -298,7 +333,7 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
     }
 
     /* consumers: warpgroup cw takes rows cw * 64 .. + 63 of every tile */
-    regs_inc<MODE == 4 ? 224 : 232>();
+    regs_inc<OVL ? 224 : 232>();
     const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int rr = cw * 64 + wq * 16 + g; /* this thread's first row in the tile (the second is rr + 8) */
     int it = 0;                           /* ring uses so far */
@@ -311,7 +346,7 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
         /* k-step j's wgmmas go into p0 (j even) or p1 (j odd); step j + 1's are issued before step j is waited for
          * and promoted, so the tensor core always has this warpgroup's next products queued */
         const int it0 = it;
-        if constexpr (MODE >= 2) {
+        if constexpr (MODE >= 2 && MODE <= 4) { /* the unscaled bounds */
             for (int kt = 0; kt < ktiles; kt++) {
                 f8_issue<NS>(p0, sbase, it0 + kt, cw, full0, kt > 0);
                 wgmma_wait<1>();
@@ -338,30 +373,30 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
              * branch (ptxas serialises every wgmma of a kernel with one on a divergent path): the producer pads the
              * k-steps to an even count with an all-zero step (a TMA box past K reads zeros), whose promotion alone
              * is skipped. */
-            f8_issue(p0, sbase, it0, cw, full0);
+            f8_issue<NS>(p0, sbase, it0, cw, full0);
             int kt = 0;
             for (; kt + 2 < kpad; kt += 2) {
-                f8_issue(p1, sbase, it0 + kt + 1, cw, full0);
+                f8_issue<NS>(p1, sbase, it0 + kt + 1, cw, full0);
                 wgmma_wait<1>();
                 reg_fence_acc(p0);
-                f8_promote(acc, p0, sgen, it0 + kt, rr, t, lane, empty0, true);
-                f8_issue(p0, sbase, it0 + kt + 2, cw, full0);
+                f8_promote<NS>(acc, p0, sgen, it0 + kt, rr, t, lane, empty0, true);
+                f8_issue<NS>(p0, sbase, it0 + kt + 2, cw, full0);
                 wgmma_wait<1>();
                 reg_fence_acc(p1);
-                f8_promote(acc, p1, sgen, it0 + kt + 1, rr, t, lane, empty0, true);
+                f8_promote<NS>(acc, p1, sgen, it0 + kt + 1, rr, t, lane, empty0, true);
             }
-            f8_issue(p1, sbase, it0 + kt + 1, cw, full0);
+            f8_issue<NS>(p1, sbase, it0 + kt + 1, cw, full0);
             wgmma_wait<1>();
             reg_fence_acc(p0);
-            f8_promote(acc, p0, sgen, it0 + kt, rr, t, lane, empty0, true);
+            f8_promote<NS>(acc, p0, sgen, it0 + kt, rr, t, lane, empty0, true);
             wgmma_wait<0>();
             reg_fence_acc(p1);
-            f8_promote(acc, p1, sgen, it0 + kt + 1, rr, t, lane, empty0, kt + 1 < ktiles);
+            f8_promote<NS>(acc, p1, sgen, it0 + kt + 1, rr, t, lane, empty0, kt + 1 < ktiles);
         }
         it += kpad;
         const int row0 = m0 + cw * 64 + wq * 16;
         float *st = reinterpret_cast<float *>(sgen + C::STAGE_OFF) + (cw * 4 + wq) * GEMM_STAGE_FLOATS;
-        if constexpr (MODE == 4) { /* the tile's bf16 values into the staging buffer for the storers */
+        if constexpr (OVL) { /* the tile's bf16 values into the staging buffer for the storers */
             bar_sync(2, 352);
 #pragma unroll
             for (int n8 = 0; n8 < F8_BN / 8; n8++) {
@@ -422,6 +457,12 @@ static int gemm_fp8(const GemmParams *p, const uint8_t *x8, int ldx, const float
     if (mode == 2) return run(gemm_fp8_tma<GEMM_EPI_BF16, 2>); /* timing only */
     if (mode == 3) return run(gemm_fp8_tma<GEMM_EPI_BF16, 3>);
     if (mode == 4) return run(gemm_fp8_tma<GEMM_EPI_BF16, 4>, F8_SMEM4);
+    if (mode == 5) switch (p->epi) {
+        case GEMM_EPI_BF16: return run(gemm_fp8_tma<GEMM_EPI_BF16, 5>, F8_SMEM4);
+        case GEMM_EPI_F32: return run(gemm_fp8_tma<GEMM_EPI_F32, 5>, F8_SMEM4);
+        case GEMM_EPI_ADD_F32: return run(gemm_fp8_tma<GEMM_EPI_ADD_F32, 5>, F8_SMEM4);
+        default: return run(gemm_fp8_tma<GEMM_EPI_SWIGLU_BF16, 5>, F8_SMEM4);
+        }
     if (mode == 1) switch (p->epi) {
         case GEMM_EPI_BF16: return run(gemm_fp8_tma<GEMM_EPI_BF16, 1>);
         case GEMM_EPI_F32: return run(gemm_fp8_tma<GEMM_EPI_F32, 1>);
@@ -633,7 +674,9 @@ static void gemm_case(int M, int N, int K, int epi) {
             memcpy(&y0[i * 2], &v, 2);
         }
     }
-    for (int pipe = 0; pipe < 2; pipe++) {
+    const int modes[3] = {0, 1, 5}; /* wait, pipe, pipe with the overlapped stores */
+    for (int mi = 0; mi < 3; mi++) {
+        const int pipe = modes[mi];
         unsigned char *dy = dput(y0);
         GemmParams p;
         memset(&p, 0, sizeof p);
@@ -704,7 +747,10 @@ static void gemm_case(int M, int N, int K, int epi) {
                     touched += memcmp(&y0[((size_t)r * ldy + c) * esz], &y1[((size_t)r * ldy + c) * esz], esz) != 0;
         printf("  gemm %s M=%5d N=%5d K=%5d epi=%d: %ld checked, %ld out of tolerance, worst err/tol %.3f, %ld guard "
                "elements written\n",
-               pipe ? "pipe" : "wait", M, N, K, epi, checked, bad, worst, touched);
+               pipe == 0   ? "wait"
+               : pipe == 1 ? "pipe"
+                           : "pipe+ovl",
+               M, N, K, epi, checked, bad, worst, touched);
         fails += bad != 0 || touched != 0;
         CK(cudaFree(dy));
     }
@@ -759,6 +805,7 @@ static void bench(const char *name, int M, int N, int K, int epi) {
     const double tq = time_us([&] { return quant_rows(&qa, &l); });
     const double t8 = time_us([&] { return gemm_fp8(&g8, dx8, K, dsx, dw8, dsw, 0); });
     const double tp = time_us([&] { return gemm_fp8(&g8, dx8, K, dsx, dw8, dsw, 1); });
+    const double tv = time_us([&] { return gemm_fp8(&g8, dx8, K, dsx, dw8, dsw, 5); });
     GemmParams gu = g8; /* the unscaled bound writes bf16 rows of N columns */
     unsigned char *du = dput(std::vector<unsigned char>((size_t)M * N * 2));
     gu.y = du, gu.ldy = N, gu.epi = GEMM_EPI_BF16;
@@ -777,10 +824,12 @@ static void bench(const char *name, int M, int N, int K, int epi) {
     fails += !same;
     const double tf = 2.0 * M * N * K / 1e12;
     printf("  %-32s M=%5d N=%5d K=%5d  bf16 %6.1f us (%4.0f TFLOP/s)  fp8 %6.1f us (%4.0f)  fp8 pipe %6.1f us (%4.0f)"
+           "  fp8 pipe+ovl %6.1f us (%4.0f)"
            "  unscaled bound %6.1f us (%4.0f)  no stores %6.1f us (%4.0f)  overlapped stores %6.1f us (%4.0f, %s)"
            "  quant %5.1f us\n",
-           name, M, N, K, tb, tf / (tb * 1e-6), t8, tf / (t8 * 1e-6), tp, tf / (tp * 1e-6), tu, tf / (tu * 1e-6), tn,
-           tf / (tn * 1e-6), to, tf / (to * 1e-6), same ? "= bound's output" : "OUTPUT DIFFERS", tq);
+           name, M, N, K, tb, tf / (tb * 1e-6), t8, tf / (t8 * 1e-6), tp, tf / (tp * 1e-6), tv, tf / (tv * 1e-6), tu,
+           tf / (tu * 1e-6), tn, tf / (tn * 1e-6), to, tf / (to * 1e-6), same ? "= bound's output" : "OUTPUT DIFFERS",
+           tq);
     CK(cudaFree(du));
     CK(cudaFree(dx));
     CK(cudaFree(dw));
