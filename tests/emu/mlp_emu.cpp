@@ -24,7 +24,7 @@
 #include "cuda/ops.h"
 // clang-format on
 
-#include "emu_common.h" /* common.cuh's helpers and trace stamps, as on the GPU */
+#include "emu_common.h"   /* common.cuh's helpers and trace stamps, as on the GPU */
 static float emu_red[32]; /* the kernel's __shared__ red[32] (one CTA at a time) */
 // clang-format off
 #include "mlp_common.inc" /* bf_lo .. stage_norm_row from src/cuda/common.cuh (e4m3x2_f32, dot16_e4m3 with them) */
