@@ -11,8 +11,11 @@
  *   On sm_90a a chunk is four wgmma m64n64k16 of the warpgroup (A = the W tile, B = the X tile, both K-major with
  *   the 128-byte swizzle that swz<8> is): the tensor cores read each tile from shared memory once per chunk, where
  *   mma.sync has every warp load the whole X tile through ldmatrix (40 KB of shared-memory reads per 16 KB chunk,
- *   near the shared-memory bandwidth at the rate the weights stream). The accumulator layout is the mma.sync one, so
- *   the epilogues are shared. Other devices (the compute_80 PTX) run mma.sync m16n8k16 on ldmatrix fragments.
+ *   near the shared-memory bandwidth at the rate the weights stream). A chunk's wgmmas run while the warps wait for
+ *   the next chunk and refill the ring (sk_main_wg): at one CTA per SM (the layer shapes at M <= 64) the per-chunk
+ *   chain of wait, barrier, load issue and MMA is what bounds the rate, not the bytes in flight. The accumulator
+ *   layout is the mma.sync one, so the epilogues are shared. Other devices (the compute_80 PTX) run mma.sync
+ *   m16n8k16 on ldmatrix fragments.
  * The grid's x is the m-block: CTAs that share a W slice run side by side and read it once from HBM.
  *
  * Split-K and batch invariance: splits = sk_plan(N, K, n_sm) depends on the shape only, never on M. With one split
@@ -35,12 +38,15 @@
 #define SK_BN          64 /* W rows per CTA */
 #define SK_BM          64 /* X rows per CTA */
 #define SK_BK          64 /* k per stage */
-#define SK_STAGES      4
+#define SK_STAGES      4  /* the mma.sync ring */
+#define SK_WG_STAGES   6  /* the sm_90a ring: SK_WG_STAGES - 2 chunks in flight behind the one in the tensor cores */
 #define SK_STAGE_BYTES ((SK_BN + SK_BM) * SK_BK * 2)
-#define SK_SMEM        (SK_STAGES * SK_STAGE_BYTES + 1024) /* + slack to align the ring to 1024 B */
-/* FP8: a stage is the e4m3 W chunk [64][64] then the X chunk; after the stages, the bf16 W tile [64][64] */
+#define SK_SMEM        (SK_WG_STAGES * SK_STAGE_BYTES + 1024) /* + slack to align the ring to 1024 B */
+/* FP8: a stage is the e4m3 W chunk [64][64] then the X chunk; after the stages, the bf16 W tile [64][64] (two on
+ * sm_90a: a chunk is converted while the previous one is in the tensor cores) */
 #define SK_F8_STAGE_BYTES (SK_BN * SK_BK + SK_BM * SK_BK * 2)
-#define SK_F8_SMEM        (SK_STAGES * SK_F8_STAGE_BYTES + SK_BN * SK_BK * 2 + 1024)
+#define SK_F8_SMEM        (SK_WG_STAGES * SK_F8_STAGE_BYTES + 2 * SK_BN * SK_BK * 2 + 1024)
+static_assert(SK_STAGES <= SK_WG_STAGES, "the launchers size the ring for the larger path");
 static_assert(SK_F8_SMEM <= SK_SMEM, "the launchers allow SK_SMEM for both weight formats");
 
 /* The fused norm of gemm_skinny_reduce_norm: h bf16 [M][N] = norm(y) with weight w [N], mode, eps. */
@@ -102,47 +108,6 @@ __device__ __forceinline__ void sk_stage_fence(void) {
 #endif
 }
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* Keeps the compiler from moving accumulator reads and writes across the asynchronous wgmmas. */
-__device__ __forceinline__ void sk_acc_fence(float (&acc)[8][4]) {
-#pragma unroll
-    for (int t = 0; t < 8; t++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) reg_fence(acc[t][e]);
-}
-#endif
-
-/* One 64-column chunk: acc += W tile (bf16 [64][64] at shared address sw, swz<8>, 1024-byte aligned) rows 16 warp ..
- * + 15 times the X tile (bf16 [64][64] at sx) rows 0 .. 63. mma.sync skips the n8 tiles past mvalid (their X rows are
- * zero); wgmma computes them (exact zeros). Returns with the chunk's products in acc (the wgmmas waited for). */
-__device__ __forceinline__ void sk_chunk_mma(uint32_t sw, uint32_t sx, int warp, int lane, int mvalid,
-                                             float (&acc)[8][4]) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    (void)warp, (void)lane, (void)mvalid;
-    sk_acc_fence(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < SK_BK / 16; kk++) wgmma_m64n64k16(acc, wgmma_desc(sw + kk * 32), wgmma_desc(sx + kk * 32));
-    wgmma_commit();
-    wgmma_wait<0>();
-    sk_acc_fence(acc);
-#else
-#pragma unroll
-    for (int kk = 0; kk < SK_BK / 16; kk++) {
-        uint32_t af[4];
-        ldsm_x4(ldsm_addr_a<8>(sw, warp * 16, kk * 16, lane), af);
-#pragma unroll
-        for (int np = 0; np < 4; np++) {
-            if (np * 16 >= mvalid) break;
-            uint32_t b[4];
-            ldsm_x4(ldsm_addr_bt<8>(sx, np * 16, kk * 16, lane), b);
-            mma_bf16(acc[2 * np], af, b[0], b[1]);
-            mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
-        }
-    }
-#endif
-}
-
 /* Chunk c of the X rows m0 .. m0 + 63 (k in [64 c, 64 c + 64)) into the stage's X tile at shared address sx: 512
  * 16-byte pieces, thread tid takes pieces tid + 128 i, swizzled as mma.cuh's swz<8>; rows past M and k past K are
  * zero-filled. */
@@ -152,6 +117,29 @@ __device__ __forceinline__ void sk_load_x(const GemmParams &g, uint32_t sx, int 
         const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = c * SK_BK + ch * 8, m = m0 + r;
         const bool ok = m < g.M && k < g.K;
         cp_async16(sx + swz<8>(r, ch) * 16, ok ? g.x + (size_t)m * g.ldx + k : g.x, ok);
+    }
+}
+
+/* Chunk c of the W rows n0 .. n0 + 63 into the stage's W part at shared address sw. bf16: the tile [64][64], 512
+ * 16-byte pieces swizzled as swz<8>; FP8: the e4m3 chunk [64][64] row by row, 256 pieces (row p / 4, columns
+ * 16 (p % 4) ..; K % 16 == 0, so a piece is all inside K or all past it). Thread tid takes pieces tid + 128 i; rows
+ * past N and k past K are zero-filled. */
+template <bool F8>
+__device__ __forceinline__ void sk_load_w(const GemmParams &g, uint32_t sw, int n0, int c, int tid) {
+    if constexpr (F8) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int p = tid + 128 * i, n = n0 + (p >> 2), k = c * SK_BK + (p & 3) * 16;
+            const bool ok = n < g.N && k < g.K;
+            cp_async16(sw + p * 16, ok ? g.w8 + (size_t)n * g.ldw + k : g.w8, ok);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = c * SK_BK + ch * 8, n = n0 + r;
+            const bool ok = n < g.N && k < g.K;
+            cp_async16(sw + swz<8>(r, ch) * 16, ok ? g.w + (size_t)n * g.ldw + k : g.w, ok);
+        }
     }
 }
 
@@ -171,88 +159,199 @@ __device__ __forceinline__ void e4m3x16_bf16(uint4 v, uint4 &lo, uint4 &hi) {
     hi = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
-/* The FP8 main loop of gemm_skinny_k (its names): chunks c0 .. c0 + nch - 1 of this CTA into acc. Ring of SK_STAGES
- * stages (e4m3 W chunk, X chunk) with one barrier pair per chunk: after the wait for chunk c, the barrier (every
- * thread is past chunk c - 1's conversion and MMAs) frees stage (c - 1) % SK_STAGES for chunk c + SK_STAGES - 1, then
- * the conversion of chunk c into the bf16 tile, the second barrier, the MMAs into chunk sums, the fold. The
- * prologue issues the W of the first SK_STAGES chunks (into cp.async group 0) and the X of the first SK_STAGES - 1;
- * SK_STAGES - 1 chunks stay in flight behind the one computed, as in the bf16 loop. */
-__device__ __forceinline__ void sk_main_f8(const SkArgs &a, float (&acc)[8][4], uint8_t *sm, int m0, int n0, int c0,
-                                           int nch, int mvalid) {
-    const GemmParams &g = a.g;
+/* The landed e4m3 chunk at w8s (sk_load_w<true>'s layout) as the bf16 tile [64][64] at tile (swz<8>): thread tid
+ * converts the pieces it loaded, tid and tid + 128. */
+__device__ __forceinline__ void sk_convert_w8(const uint8_t *w8s, uint8_t *tile, int tid) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int p = tid + 128 * i, r = p >> 2, q = p & 3;
+        uint4 lo, hi;
+        e4m3x16_bf16(*(const uint4 *)(w8s + p * 16), lo, hi);
+        *(uint4 *)(tile + swz<8>(r, 2 * q) * 16) = lo;
+        *(uint4 *)(tile + swz<8>(r, 2 * q + 1) * 16) = hi;
+    }
+}
+
+/* acc += scale_lo / scale_hi * cacc: the fold of one FP8 chunk's sums (rows n, n + 8 of the accumulator layout) */
+__device__ __forceinline__ void sk_fold(float (&acc)[8][4], const float (&cacc)[8][4], float s_lo, float s_hi,
+                                        int mvalid) {
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        if ((t >> 1) * 16 >= mvalid) break;
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[t][e] = fmaf(e < 2 ? s_lo : s_hi, cacc[t][e], acc[t][e]);
+    }
+}
+
+/* The scales of accumulator rows n and n + 8 for chunk c (its 128-column block); rows past N get 0 (never stored) */
+__device__ __forceinline__ void sk_scales(const GemmParams &g, int c, int n, float &s_lo, float &s_hi) {
+    const float *sc = g.w8_scale + (size_t)(c * SK_BK / 128) * g.N;
+    s_lo = n < g.N ? __ldg(sc + n) : 0.0f;
+    s_hi = n + 8 < g.N ? __ldg(sc + n + 8) : 0.0f;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* Keeps the compiler from moving accumulator reads and writes across the asynchronous wgmmas. */
+__device__ __forceinline__ void sk_acc_fence(float (&acc)[8][4]) {
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) reg_fence(acc[t][e]);
+}
+
+/* The sm_90a main loop of gemm_skinny_k (its names): chunks c0 .. c0 + nch - 1 of this CTA into acc. A chunk is four
+ * wgmma m64n64k16 of the warpgroup (A = the W tile, B = the X tile, both K-major with the 128-byte swizzle that
+ * swz<8> is), left running while the warps wait for the next chunk, refill the ring and (FP8) convert it. Ring of
+ * S = SK_WG_STAGES stages; iteration c:
+ *   wait for chunk c's loads, barrier; refill the stage of chunk c - 2 with chunk c + S - 2;
+ *   bf16: issue chunk c's wgmmas into acc (one chain, k in order); wait until only they are in flight;
+ *   FP8: convert chunk c into bf16 tile c % 2, barrier; wait for chunk c - 1's wgmmas and fold its sums as
+ *        acc = fma(scale_n, chunk_acc, acc) (the mma.sync loop's sums, in chunk order); issue chunk c's into fresh
+ *        sums.
+ * Chunk c - 2 is complete in every warp before iteration c's barrier, so the stage and the bf16 tile it read are free
+ * when they are refilled; S - 2 chunks are in flight behind the one in the tensor cores. */
+template <bool F8>
+__device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0, int c0,
+                                           int nch) {
+    constexpr int S = SK_WG_STAGES;
+    constexpr int WB = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2; /* the W part of a stage */
+    constexpr int SB = F8 ? SK_F8_STAGE_BYTES : SK_STAGE_BYTES;
+    constexpr int TB = SK_BN * SK_BK * 2; /* a bf16 W tile (FP8: two after the stages) */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const uint32_t sbase = smem_addr(sm), swt = sbase + SK_STAGES * SK_F8_STAGE_BYTES;
-    const uint8_t *W8 = g.w8;
+    const uint32_t sbase = smem_addr(sm);
 
-    /* chunk c's W into stage st: 256 16-byte pieces (row p / 4, columns 16 (p % 4) ..), thread tid takes tid and
-     * tid + 128; K % 16 == 0, so a piece is all inside K or all past it (zero-filled) */
-    auto load_w = [&](int c, int st) {
-        const uint32_t sw = sbase + st * SK_F8_STAGE_BYTES;
+    /* the weights are immutable: the first chunks' W go out before the wait for the previous kernel */
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int p = tid + 128 * i, n = n0 + (p >> 2), k = (c0 + c) * SK_BK + (p & 3) * 16;
-            const bool ok = n < g.N && k < g.K;
-            cp_async16(sw + p * 16, ok ? W8 + (size_t)n * g.ldw + k : W8, ok);
-        }
-    };
-    auto load_x = [&](int c, int st) { sk_load_x(g, sbase + st * SK_F8_STAGE_BYTES + SK_BN * SK_BK, m0, c0 + c, tid); };
-
-    /* the weights are immutable: the first SK_STAGES chunks of W go out before the wait for the previous kernel */
-#pragma unroll
-    for (int st = 0; st < SK_STAGES; st++)
-        if (st < nch) load_w(st, st);
+    for (int st = 0; st < S - 2; st++)
+        if (st < nch) sk_load_w<F8>(g, sbase + st * SB, n0, c0 + st, tid);
     pdl_begin();
 #pragma unroll
-    for (int st = 0; st < SK_STAGES - 1; st++) {
-        if (st < nch) load_x(st, st);
+    for (int st = 0; st < S - 2; st++) {
+        if (st < nch) sk_load_x(g, sbase + st * SB + WB, m0, c0 + st, tid);
         cp_async_commit();
     }
 
-    /* this thread's accumulator rows n (e < 2) and n + 8 (e >= 2); rows past N get scale 0 (never stored) */
-    const int n = n0 + warp * 16 + (lane >> 2);
+    const int n = n0 + warp * 16 + (lane >> 2); /* this thread's accumulator rows n (e < 2) and n + 8 (e >= 2) */
+    float cacc[8][4];                           /* FP8: the sums of the chunk in the tensor cores */
+    float s_lo = 0.0f, s_hi = 0.0f;             /* FP8: its scales */
     for (int c = 0; c < nch; c++) {
-        cp_async_wait<SK_STAGES - 2>();
+        cp_async_wait<S - 3>();
+        if constexpr (!F8) sk_stage_fence();
         __syncthreads();
-        const int j = c + SK_STAGES - 1;
+        const int j = c + S - 2;
         if (j < nch) {
-            if (j >= SK_STAGES) load_w(j, j % SK_STAGES);
-            load_x(j, j % SK_STAGES);
+            sk_load_w<F8>(g, sbase + (j % S) * SB, n0, c0 + j, tid);
+            sk_load_x(g, sbase + (j % S) * SB + WB, m0, c0 + j, tid);
         }
         cp_async_commit();
-        const float *sc = g.w8_scale + (size_t)((c0 + c) * SK_BK / 128) * g.N;
-        const float s_lo = n < g.N ? __ldg(sc + n) : 0.0f, s_hi = n + 8 < g.N ? __ldg(sc + n + 8) : 0.0f;
 
-        const int st = c % SK_STAGES;
-        const uint8_t *w8s = sm + st * SK_F8_STAGE_BYTES;
+        const uint32_t sst = sbase + (c % S) * SB;
+        uint32_t sw = sst;
+        if constexpr (F8) {
+            sk_convert_w8(sm + (c % S) * SB, sm + S * SB + (c % 2) * TB, tid);
+            sk_stage_fence(); /* the converted tile and this thread's landed cp.async, for wgmma */
+            __syncthreads();
+            sw = sbase + S * SB + (c % 2) * TB;
+            wgmma_wait<0>(); /* chunk c - 1 */
+            sk_acc_fence(cacc);
+            if (c > 0) sk_fold(acc, cacc, s_lo, s_hi, SK_BM);
+            sk_scales(g, c0 + c, n, s_lo, s_hi);
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int p = tid + 128 * i, r = p >> 2, q = p & 3;
-            uint4 lo, hi;
-            e4m3x16_bf16(*(const uint4 *)(w8s + p * 16), lo, hi);
-            *(uint4 *)(sm + SK_STAGES * SK_F8_STAGE_BYTES + swz<8>(r, 2 * q) * 16) = lo;
-            *(uint4 *)(sm + SK_STAGES * SK_F8_STAGE_BYTES + swz<8>(r, 2 * q + 1) * 16) = hi;
+            for (int t = 0; t < 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
         }
-        sk_stage_fence(); /* the converted tile (and this thread's landed cp.async) for wgmma */
-        __syncthreads();
-
-        const uint32_t sx = sbase + st * SK_F8_STAGE_BYTES + SK_BN * SK_BK;
-        float cacc[8][4];
+        float(&d)[8][4] = F8 ? cacc : acc;
+        sk_acc_fence(d);
+        wgmma_fence();
 #pragma unroll
-        for (int t = 0; t < 8; t++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
-        sk_chunk_mma(swt, sx, warp, lane, mvalid, cacc);
-#pragma unroll
-        for (int t = 0; t < 8; t++) {
-            if ((t >> 1) * 16 >= mvalid) break;
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[t][e] = fmaf(e < 2 ? s_lo : s_hi, cacc[t][e], acc[t][e]);
-        }
+        for (int kk = 0; kk < SK_BK / 16; kk++)
+            wgmma_m64n64k16(d, wgmma_desc(sw + kk * 32), wgmma_desc(sst + WB + kk * 32));
+        wgmma_commit();
+        if constexpr (!F8) wgmma_wait<1>(); /* chunk c - 1 */
+    }
+    wgmma_wait<0>();
+    sk_acc_fence(acc);
+    if constexpr (F8) {
+        sk_acc_fence(cacc);
+        if (nch > 0) sk_fold(acc, cacc, s_lo, s_hi, SK_BM);
     }
     cp_async_wait<0>();
 }
+#else
+/* One 64-column chunk on mma.sync m16n8k16: acc += W tile (bf16 [64][64] at shared address sw, swz<8>) rows
+ * 16 warp .. + 15 times the X tile (bf16 [64][64] at sx) rows 0 .. 63, every warp loading the X tile through ldmatrix;
+ * the n8 tiles past mvalid (their X rows are zero) are skipped. */
+__device__ __forceinline__ void sk_chunk_mma(uint32_t sw, uint32_t sx, int warp, int lane, int mvalid,
+                                             float (&acc)[8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < SK_BK / 16; kk++) {
+        uint32_t af[4];
+        ldsm_x4(ldsm_addr_a<8>(sw, warp * 16, kk * 16, lane), af);
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            if (np * 16 >= mvalid) break;
+            uint32_t b[4];
+            ldsm_x4(ldsm_addr_bt<8>(sx, np * 16, kk * 16, lane), b);
+            mma_bf16(acc[2 * np], af, b[0], b[1]);
+            mma_bf16(acc[2 * np + 1], af, b[2], b[3]);
+        }
+    }
+}
 
-/* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights (sk_main_f8). */
+/* The mma.sync main loop of gemm_skinny_k (its names): chunks c0 .. c0 + nch - 1 of this CTA into acc. Ring of
+ * SK_STAGES stages; iteration c: wait for chunk c, barrier, [FP8: convert it into the bf16 tile, barrier,] the MMAs
+ * [FP8: into chunk sums folded as acc = fma(scale_n, chunk_acc, acc)], barrier, refill the stage with chunk
+ * c + SK_STAGES. The W of the first SK_STAGES chunks goes out before the wait for the previous kernel. */
+template <bool F8>
+__device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0,
+                                            int c0, int nch) {
+    constexpr int WB = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2, SB = F8 ? SK_F8_STAGE_BYTES : SK_STAGE_BYTES;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int mvalid = min(SK_BM, g.M - m0); /* n8 tiles past it hold zeros: skipped */
+    const uint32_t sbase = smem_addr(sm), stile = sbase + SK_STAGES * SB;
+#pragma unroll
+    for (int st = 0; st < SK_STAGES; st++)
+        if (st < nch) sk_load_w<F8>(g, sbase + st * SB, n0, c0 + st, tid);
+    pdl_begin();
+#pragma unroll
+    for (int st = 0; st < SK_STAGES; st++) {
+        if (st < nch) sk_load_x(g, sbase + st * SB + WB, m0, c0 + st, tid);
+        cp_async_commit();
+    }
+    const int n = n0 + warp * 16 + (lane >> 2);
+    for (int c = 0; c < nch; c++) {
+        cp_async_wait<SK_STAGES - 1>();
+        __syncthreads();
+        const int st = c % SK_STAGES;
+        const uint32_t sx = sbase + st * SB + WB;
+        if constexpr (F8) {
+            float s_lo, s_hi;
+            sk_scales(g, c0 + c, n, s_lo, s_hi);
+            sk_convert_w8(sm + st * SB, sm + SK_STAGES * SB, tid);
+            __syncthreads();
+            float cacc[8][4];
+#pragma unroll
+            for (int t = 0; t < 8; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
+            sk_chunk_mma(stile, sx, warp, lane, mvalid, cacc);
+            sk_fold(acc, cacc, s_lo, s_hi, mvalid);
+        } else {
+            sk_chunk_mma(sbase + st * SB, sx, warp, lane, mvalid, acc);
+        }
+        __syncthreads(); /* stage st (and the bf16 tile) is refilled next */
+        if (c + SK_STAGES < nch) {
+            sk_load_w<F8>(g, sbase + st * SB, n0, c0 + c + SK_STAGES, tid);
+            sk_load_x(g, sbase + st * SB + WB, m0, c0 + c + SK_STAGES, tid);
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<0>();
+}
+#endif
+
+/* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights. */
 template <int EPI, bool F8>
 __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkArgs a) {
     extern __shared__ __align__(1024) uint8_t smem[];
@@ -260,66 +359,17 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
     const GemmParams &g = a.g;
     const int m0 = blockIdx.x * SK_BM, n0 = blockIdx.y * SK_BN, split = blockIdx.z;
     const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float acc[8][4];
-    if constexpr (F8) {
-        const int mvalid = min(SK_BM, g.M - m0); /* n8 tiles past it hold zeros: skipped */
 #pragma unroll
-        for (int t = 0; t < 8; t++)
+    for (int t = 0; t < 8; t++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
-        sk_main_f8(a, acc, sm, m0, n0, c0, nch, mvalid);
-    } else {
-        const uint32_t sbase = smem_addr(sm);
-        const uint16_t *W = g.w;
-
-        /* Loads of chunk c into stage st: 512 16-byte pieces of W and 512 of X; thread tid takes pieces tid + 128 i. */
-        auto load_w = [&](int c, int st) {
-            const uint32_t sw = sbase + st * SK_STAGE_BYTES;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = (c0 + c) * SK_BK + ch * 8, n = n0 + r;
-                const bool ok = n < g.N && k < g.K;
-                cp_async16(sw + swz<8>(r, ch) * 16, ok ? W + (size_t)n * g.ldw + k : W, ok);
-            }
-        };
-        auto load_x = [&](int c, int st) {
-            sk_load_x(g, sbase + st * SK_STAGE_BYTES + SK_BN * SK_BK * 2, m0, c0 + c, tid);
-        };
-
-        /* the weights are immutable: their first stages go out before the wait for the previous kernel */
-#pragma unroll
-        for (int st = 0; st < SK_STAGES; st++)
-            if (st < nch) load_w(st, st);
-        pdl_begin();
-#pragma unroll
-        for (int st = 0; st < SK_STAGES; st++) {
-            if (st < nch) load_x(st, st);
-            cp_async_commit();
-        }
-
-        const int mvalid = min(SK_BM, g.M - m0); /* n8 tiles past it hold zeros: skipped */
-#pragma unroll
-        for (int t = 0; t < 8; t++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
-
-        for (int c = 0; c < nch; c++) {
-            cp_async_wait<SK_STAGES - 1>();
-            sk_stage_fence();
-            __syncthreads();
-            const int st = c % SK_STAGES;
-            const uint32_t sw = sbase + st * SK_STAGE_BYTES, sx = sw + SK_BN * SK_BK * 2;
-            sk_chunk_mma(sw, sx, warp, lane, mvalid, acc);
-            __syncthreads(); /* stage st is refilled next */
-            if (c + SK_STAGES < nch) {
-                load_w(c + SK_STAGES, st);
-                load_x(c + SK_STAGES, st);
-            }
-            cp_async_commit();
-        }
-        cp_async_wait<0>();
-    }
+        for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    sk_main_wg<F8>(g, acc, sm, m0, n0, c0, nch);
+#else
+    sk_main_mma<F8>(g, acc, sm, m0, n0, c0, nch);
+#endif
 
     /* accumulator (t, e): W row n0 + 16 warp + lane / 4 (+ 8 for e >= 2), X row m0 + 8 t + 2 (lane % 4) + e % 2 */
     const int nr = n0 + warp * 16 + (lane >> 2), mc = m0 + 2 * (lane & 3);
