@@ -6,8 +6,9 @@
  * tensor-core M side (m16n8k16: a 16-row W strip is the A operand, 8 X rows the B operand), a CTA owns 64 W rows and
  * a range of K (split-K), and the grid (m-blocks of 64 X rows, N / 64, splits) fills the machine whatever M is.
  *   CTA: 4 warps; warp w computes W rows n0 + 16 w .. + 15 against X rows m0 .. m0 + 63 (8 n8 tiles), k in chunks of
- *   64 through a ring of SK_STAGES stages (W chunk [64][64] + X chunk [64][64] bf16, swizzled as mma.cuh's swz<8>,
- *   stages 1024-byte aligned). Out-of-range W rows, X rows and k columns are zero-filled, so they add exact zeros.
+ *   64 through a ring of stages (SK_STAGES for mma.sync, SK_WG_STAGES on sm_90a; W chunk [64][64] + X chunk [64][64]
+ *   bf16, swizzled as mma.cuh's swz<8>, stages 1024-byte aligned). Out-of-range W rows, X rows and k columns are
+ *   zero-filled, so they add exact zeros.
  *   On sm_90a a chunk is four wgmma m64n64k16 of the warpgroup (A = the W tile, B = the X tile, both K-major with
  *   the 128-byte swizzle that swz<8> is): the tensor cores read each tile from shared memory once per chunk, where
  *   mma.sync has every warp load the whole X tile through ldmatrix (40 KB of shared-memory reads per 16 KB chunk,
@@ -27,7 +28,8 @@
  * FP8 weights (w8, w8_scale; GemmParams in ops.h): W[n][k] = e4m3(w8[n ldw + k]) * w8_scale[k / 128][n]. Every e4m3
  * value is a bf16 value, so the same bf16 mma.sync path runs on bf16(e4m3): a stage holds the 64 x 64 e4m3 chunk
  * (4 KiB, cp.async, rows of 4 16-byte pieces) and the X chunk; once the chunk has landed, each thread converts two
- * 16-byte pieces into the one bf16 W tile (swizzled as above) that the warps read with ldmatrix. Each chunk's sums
+ * 16-byte pieces into a bf16 W tile (swizzled as above) that the MMAs read (one tile for mma.sync; two on sm_90a,
+ * alternating, so a chunk is converted while the previous one is in the tensor cores). Each chunk's sums
  * start from zero and fold into the accumulator as acc = fma(scale_n, chunk_acc, acc) with the scale of the
  * accumulator's W row n for the chunk's 128-column block (a 64-column chunk lies in one block). Same splits, order of
  * splits and epilogues as bf16, so batch invariance holds the same way. */
