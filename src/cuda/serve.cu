@@ -41,10 +41,12 @@ struct CudaServe {
     ServeLayout lay; /* the pools hold one slot and one block more: the spare ones of padded graph rows */
     int tmax, lm_rows, major, n_sm;
     PrefillDims d;
-    size_t slot_bytes;
-    size_t *S_off, *ring_off; /* [L]: byte offsets of layer l's S and ring inside a slot (DeltaNet layers) */
+    size_t slot_bytes;        /* one slot: n_dn layer pieces of lstride bytes */
+    size_t lstride;           /* one slot's piece of one DeltaNet layer: its S, then its conv ring */
+    int n_dn;                 /* DeltaNet layers */
+    size_t *S_off, *ring_off; /* [L]: byte offsets of slot 0's S and ring of layer l in sv->slots (DeltaNet layers) */
     size_t pool_bytes;        /* one K (or V) pool of one full-attention layer */
-    char *slots;              /* n_slots * slot_bytes */
+    char *slots;              /* layer-major (slot_layout): (n_slots + 1) * slot_bytes */
     char *snaps;              /* n_snaps * slot_bytes: prefix-cache snapshots of slots (NULL when none) */
     char *host_snaps;         /* n_host_snaps * slot_bytes, pinned host memory: the cache's host tier (NULL: none) */
     char *kv;                 /* per full-attention layer (in layer order) its K pool, then its V pool */
@@ -85,18 +87,36 @@ static int sv_fail(int rc, const char *what, int layer, Err *err) {
 
 static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-static void slot_layout(const Config *c, size_t *S_off, size_t *ring_off, size_t *slot_bytes) {
-    size_t off = 0;
+/* The DeltaNet slots, layer-major: layer piece q (the q-th DeltaNet layer) of slot s at (q n_tot + s) lstride, n_tot
+ * slots in all (the spare included), a piece being the layer's S then its conv ring. A layer's state pass then streams
+ * one region of n_tot pieces, not one piece out of every slot's whole state (at 256 slots that spread one layer's
+ * 268 MB over 5 GB of addresses). A snapshot is a slot's pieces one after the other (slot_bytes), so slots and
+ * snapshots copy as 2-D copies of n_dn rows of lstride bytes. Offsets of slot 0 into S_off / ring_off (may be
+ * NULL). */
+static void slot_layout(const Config *c, int n_tot, size_t *S_off, size_t *ring_off, size_t *slot_bytes,
+                        size_t *lstride, int *n_dn) {
     const size_t S = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
-    const size_t ring = (size_t)c->linear_conv_kernel_dim * c->conv_dim * 2;
+    const size_t ring = (size_t)c->linear_conv_kernel_dim * c->conv_dim * 2, ls = al256(S) + al256(ring);
+    int q = 0;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         if (c->layer_types[l] == LAYER_FULL_ATTN) continue;
-        if (S_off) S_off[l] = off;
-        off += al256(S);
-        if (ring_off) ring_off[l] = off;
-        off += al256(ring);
+        if (S_off) S_off[l] = (size_t)q * n_tot * ls;
+        if (ring_off) ring_off[l] = (size_t)q * n_tot * ls + al256(S);
+        q++;
     }
-    *slot_bytes = off;
+    *slot_bytes = (size_t)q * ls;
+    if (lstride) *lstride = ls;
+    if (n_dn) *n_dn = q;
+}
+
+/* Slot `slot`'s pieces to or from `other`, which holds them one after the other (a snapshot); to_slot picks the
+ * direction. */
+static cudaError_t slot_copy(const CudaServe *sv, int slot, char *other, int to_slot, cudaStream_t st) {
+    char *a = sv->slots + (size_t)slot * sv->lstride;
+    const size_t pitch = (size_t)(sv->lay.n_slots + 1) * sv->lstride;
+    return to_slot
+               ? cudaMemcpy2DAsync(a, pitch, other, sv->lstride, sv->lstride, (size_t)sv->n_dn, cudaMemcpyDefault, st)
+               : cudaMemcpy2DAsync(other, sv->lstride, a, pitch, sv->lstride, (size_t)sv->n_dn, cudaMemcpyDefault, st);
 }
 
 static size_t block_bytes_of(const Config *c, int block) {
@@ -188,7 +208,7 @@ extern "C" int cuda_serve_sizes(void *p, int block, ServeSizes *s, Err *err) {
     if (block < 1) return err_set(err, Q35_ERR_ARG, "cuda serve: block of %d tokens", block);
     memset(s, 0, sizeof *s);
     s->block_bytes = block_bytes_of(ctx->c, block);
-    slot_layout(ctx->c, NULL, NULL, &s->slot_bytes);
+    slot_layout(ctx->c, 1, NULL, NULL, &s->slot_bytes, NULL, NULL);
     /* the activations of one pass come out of the same memory (sized here with room for 4096 table entries) */
     CudaServe tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -259,7 +279,7 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
         cuda_serve_close(ctx);
         return err_set(err, Q35_ERR_OOM, "cuda serve: out of host memory");
     }
-    slot_layout(c, sv->S_off, sv->ring_off, &sv->slot_bytes);
+    slot_layout(c, l->n_slots + 1, sv->S_off, sv->ring_off, &sv->slot_bytes, &sv->lstride, &sv->n_dn);
     for (int i = 0, k = 0; i < L; i++) sv->kv_index[i] = c->layer_types[i] == LAYER_FULL_ATTN ? k++ : -1;
     const int n_tables = l->n_slots * l->max_blocks + 1; /* each slot at most once per step, and the spare block */
     SvArena a = {NULL, 0};
@@ -326,8 +346,7 @@ static int snap_copy(CudaCtx *ctx, int slot, int snap, int save, Err *err) {
         return err_set(err, Q35_ERR_ARG, "cuda snapshot: slot %d / snapshot %d outside [0, %d) / [0, %d)", slot, snap,
                        sv->lay.n_slots, n_snaps);
     if (!sv->slot_bytes) return 0;
-    char *a = sv->slots + (size_t)slot * sv->slot_bytes, *b = snap_at(sv, snap);
-    const cudaError_t e = cudaMemcpyAsync(save ? b : a, save ? a : b, sv->slot_bytes, cudaMemcpyDefault, ctx->stream);
+    const cudaError_t e = slot_copy(sv, slot, snap_at(sv, snap), !save, ctx->stream);
     return e == cudaSuccess ? 0 : sv_fail((int)e, "snapshot copy", -1, err);
 }
 extern "C" int cuda_snap_copy(void *p, int src, int dst, Err *err) {
@@ -591,7 +610,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             uint16_t *ring0 = (uint16_t *)(sv->slots + sv->ring_off[l]);
             if (nd) {
                 DnBatchParams bp = {
-                    sv->proj, n,     ly->conv_w, ly->A_log, ly->dt_bias,          S0,      ring0, sv->slot_bytes,
+                    sv->proj, n,     ly->conv_w, ly->A_log, ly->dt_bias,          S0,      ring0, sv->lstride,
                     dnr,      dns,   pos,        sv->o,     (float *)sv->scratch, nd,      d->Hk, d->Hv,
                     d->dk,    d->dv, d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
                 if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
@@ -600,7 +619,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                 for (int t = 0; t < pc[i].n && pc[i].n > 1; t++) {
                     const int r = prow[i] + t;
                     DnBatchParams bp = {
-                        sv->proj, n,       ly->conv_w, ly->A_log, ly->dt_bias,          S0,      ring0, sv->slot_bytes,
+                        sv->proj, n,       ly->conv_w, ly->A_log, ly->dt_bias,          S0,      ring0, sv->lstride,
                         dnr + r,  dns + r, pos,        sv->o,     (float *)sv->scratch, 1,       d->Hk, d->Hv,
                         d->dk,    d->dv,   d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
                     if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
@@ -608,7 +627,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             for (int i = 0; i < np && !sv->det; i++) {
                 if (pc[i].n == 1) continue;
                 const int r0 = prow[i];
-                const size_t so = (size_t)pc[i].it->slot * sv->slot_bytes;
+                const size_t so = (size_t)pc[i].it->slot * sv->lstride;
                 DeltaNetPrefillParams dp;
                 memset(&dp, 0, sizeof dp);
                 dp.proj = sv->proj + (size_t)r0 * n;
@@ -777,8 +796,9 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         /* a new sequence starts from zero DeltaNet state */
         for (int i = 0; i < np && sv->slot_bytes; i++)
             if (pc[i].pos == 0) {
-                e = cudaMemsetAsync(sv->slots + (size_t)pc[i].it->slot * sv->slot_bytes, 0, sv->slot_bytes,
-                                    ctx->stream);
+                e = cudaMemset2DAsync(sv->slots + (size_t)pc[i].it->slot * sv->lstride,
+                                      (size_t)(sv->lay.n_slots + 1) * sv->lstride, 0, sv->lstride, (size_t)sv->n_dn,
+                                      ctx->stream);
                 if (e != cudaSuccess) return sv_fail((int)e, "slot clear", -1, err);
             }
         if ((rc = sv_layers(ctx, sv, pc, np, prow, ptab, T, nd, n_out, any_am, any_smp, err))) return rc;
@@ -830,7 +850,7 @@ static int solo_copy_state(CudaCtx *ctx, CudaServe *sv, int slot, int to_slot, E
     const Config *c = ctx->c;
     const size_t S_bytes = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
     const size_t ring_bytes = (size_t)c->linear_conv_kernel_dim * c->conv_dim * 2;
-    char *base = sv->slots + (size_t)slot * sv->slot_bytes;
+    char *base = sv->slots + (size_t)slot * sv->lstride;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         if (ly->type == LAYER_FULL_ATTN) continue;
