@@ -526,84 +526,124 @@ __device__ __forceinline__ uint16_t dn_gated_y(float o, float rstd, float w, flo
 /* The whole-head state pass (sm_90; dv = 128, dk <= 128 and even): a persistent grid of min(Hv nd, p.n_sm) CTAs, 256
  * threads, one CTA per SM. Item t is head j = t % Hv of row rows[i], i = t / Hv (so the CTAs side by side stream
  * neighbouring heads of a slot); CTA b takes items b, b + grid, ... Thread 0 keeps the states S[dk][128] of its next
- * DN_SP_STAGES items in flight as bulk copies (dk x 512 B each) into a ring in shared memory, so the loads of later
- * heads overlap the arithmetic and stores of this one. Per item, lane l of warp w takes columns 4 l .. 4 l + 3 of
- * rows w + 8 m (m < 16, rows past dk zero) from the ring:
+ * DN_SP_STAGES items in flight as bulk copies (dk x 512 B each) into a ring in shared memory. Per item, lane l of warp
+ * w takes columns 4 l .. 4 l + 3 of rows w + 8 m (m < 16, rows past dk zero):
  *   mem = S^T k^, sq = S^T q^ (each lane over its rows in order of m, then the 8 warps in order through shared memory),
- *   delta = beta (v - decay mem), o = bf16(decay sq + delta kq) (= S_new^T q^), S <- decay S + k^ delta^T,
- * the new S stored from registers. A stage is refilled once every thread has read it (the barrier before the cross-warp
- * sums). With p.y, warp 0 (which holds the head's 128 o values, 4 per lane) also applies the gated norm: the sum of
- * o^2 over its lanes (each lane's 4 in order, then warp_sum), y = dn_gated_y(o, rstd, w, z). The first DN_SP_STAGES
- * states are the only reads before the wait (PDL contract 1: state rows of earlier tokens). A row's sums depend on
- * that row alone, whatever the grid. */
+ *   delta = beta (v - decay mem), o = bf16(decay sq + delta kq) (= S_new^T q^), S <- decay S + k^ delta^T.
+ * The new S is stored from registers row by row, each store followed by the load of the same row of the next item from
+ * the ring and its share of that item's dots, so an SM's stores drain while it computes the next item (a CTA that
+ * stored everything before reading on would leave DRAM idle for its compute, the ring being full). One barrier per
+ * item: after it every thread has read the item's stage (refilled then) and written its dots (the cross-warp sums
+ * alternate between two buffers, so the next item's writes cannot overtake this item's reads). With p.y, warp 0
+ * (which holds the head's 128 o values, 4 per lane) also applies the gated norm: the sum of o^2 over its lanes (each
+ * lane's 4 in order, then warp_sum), y = dn_gated_y(o, rstd, w, z). The first DN_SP_STAGES states are the only reads
+ * before the wait (PDL contract 1: state rows of earlier tokens). A row's sums depend on that row alone, whatever the
+ * grid. */
 #define DN_SP_STAGES 3
 static int dn_sp_smem(int dk) { return DN_SP_STAGES * (dk * 512 + 8); } /* the ring, then one mbarrier per stage */
+
+/* The small operands of item t for lane `lane` of warp w (see dn_batch_state_head): kq_lane = k^ at row w + 8 lane
+ * (lanes 0-15) or q^ at row w + 8 (lane - 16) (lanes 16-31), zero past dk, read back by shuffles; v at columns
+ * 4 lane .. 4 lane + 3; beta / decay / kq; the item's output row and state; z at those columns (warp 0, with the
+ * gated norm). Loaded an item ahead, so that their L2 round trips are not on the item's path. */
+typedef struct DnSpItem {
+    float kq_lane;
+    float4 v;
+    float beta, decay, kq;
+    uint2 z;
+    int row;
+    float *S;
+} DnSpItem;
+
+__device__ __forceinline__ void dn_sp_operands(const DnBatchParams &p, int t, int w, int lane, DnSpItem *it) {
+    const int dk = p.dk, i = t / p.Hv, j = t - i * p.Hv, n = j / (p.Hv / p.Hk), key_dim = p.Hk * dk;
+    const float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, p.Hv, dk, 128);
+    const float *wg = ws + 2 * key_dim + p.Hv * 128;
+    const int d = w + 8 * (lane & 15);
+    it->kq_lane = d < dk ? ws[(lane < 16 ? key_dim : 0) + n * dk + d] : 0.0f;
+    it->v = *(const float4 *)(ws + 2 * key_dim + j * 128 + 4 * lane);
+    it->beta = wg[j];
+    it->decay = wg[p.Hv + j];
+    it->kq = wg[2 * p.Hv + j];
+    it->row = p.rows[i];
+    it->z = p.y && w == 0
+                ? *(const uint2 *)(p.proj + (size_t)it->row * p.ld_proj + p.z_off + (size_t)j * 128 + 4 * lane)
+                : make_uint2(0u, 0u);
+    it->S = (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * dk * 128;
+}
+
+/* s[m] = this lane's row w + 8 m of the state in ring stage `stage` (zero past dk), and its dots with k^ and q^
+ * (kq_lane of DnSpItem) added to *mm, *qq in order of m; before each row is overwritten, `store` is called with m
+ * (the previous item's row m goes out there). */
+template <typename Store>
+__device__ __forceinline__ void dn_sp_rows(const float *stage, int dk, int w, int lane, float kq_lane, float4 (&s)[16],
+                                           float4 *mm, float4 *qq, Store store) {
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+#pragma unroll
+    for (int m = 0; m < 16; m++) {
+        store(m);
+        s[m] = w + 8 * m < dk ? *(const float4 *)(stage + (w + 8 * m) * 128 + 4 * lane)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float kv = __shfl_sync(0xffffffffu, kq_lane, m), q = __shfl_sync(0xffffffffu, kq_lane, 16 + m);
+        a = make_float4(fmaf(s[m].x, kv, a.x), fmaf(s[m].y, kv, a.y), fmaf(s[m].z, kv, a.z), fmaf(s[m].w, kv, a.w));
+        b = make_float4(fmaf(s[m].x, q, b.x), fmaf(s[m].y, q, b.y), fmaf(s[m].z, q, b.z), fmaf(s[m].w, q, b.w));
+    }
+    *mm = a;
+    *qq = b;
+}
 
 __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_constant__ DnBatchParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float sm[];
-    __shared__ float4 red_m[8][32], red_s[8][32];
+    __shared__ float4 red_m[2][8][32], red_s[2][8][32];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, dk = p.dk, tid = threadIdx.x;
-    const int items = p.Hv * p.nd, G = gridDim.x, key_dim = p.Hk * dk, value_dim = p.Hv * 128;
+    const int items = p.Hv * p.nd, G = gridDim.x, value_dim = p.Hv * 128;
     const uint32_t bytes = (uint32_t)dk * 512u, sbase = smem_addr(sm), fbar = sbase + DN_SP_STAGES * bytes;
-    auto head = [&](int t) {
-        const int i = t / p.Hv, j = t - i * p.Hv;
-        return (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * dk * 128;
-    };
     auto fetch = [&](int t, int st) {
+        const int i = t / p.Hv, j = t - i * p.Hv;
         mbar_arrive_expect_tx(fbar + 8 * st, bytes);
-        bulk_g2s(sbase + st * bytes, head(t), bytes, fbar + 8 * st);
+        bulk_g2s(sbase + st * bytes, (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * dk * 128,
+                 bytes, fbar + 8 * st);
+    };
+    auto stage = [&](int k) {
+        mbar_wait(fbar + 8 * (k % DN_SP_STAGES), (uint32_t)(k / DN_SP_STAGES) & 1u);
+        return sm + (size_t)(k % DN_SP_STAGES) * dk * 128;
     };
     if (tid == 0) {
         for (int st = 0; st < DN_SP_STAGES; st++) mbar_init(fbar + 8 * st, 1);
         mbar_init_fence();
         for (int st = 0; st < DN_SP_STAGES; st++)
-            if (blockIdx.x + st * G < items) fetch(blockIdx.x + st * G, st);
+            if ((int)blockIdx.x + st * G < items) fetch(blockIdx.x + st * G, st);
     }
     __syncthreads();
     const float4 nw = p.y && w == 0 ? *(const float4 *)(p.norm_w + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     pdl_begin();
+    DnSpItem cu;
+    dn_sp_operands(p, blockIdx.x, w, lane, &cu);
+    float4 s[16], mm, qq;
+    dn_sp_rows(stage(0), dk, w, lane, cu.kq_lane, s, &mm, &qq, [](int) {});
     for (int k = 0, t = blockIdx.x; t < items; k++, t += G) {
-        const int st = k % DN_SP_STAGES, i = t / p.Hv, j = t - i * p.Hv, n = j / (p.Hv / p.Hk);
-        mbar_wait(fbar + 8 * st, (uint32_t)(k / DN_SP_STAGES) & 1u);
-        const float *stage = sm + (size_t)st * dk * 128;
-        float4 s[16];
-#pragma unroll
-        for (int m = 0; m < 16; m++)
-            s[m] = w + 8 * m < dk ? *(const float4 *)(stage + (w + 8 * m) * 128 + 4 * lane)
-                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        const float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, p.Hv, dk, 128);
-        const float *wq = ws + n * dk, *wk = ws + key_dim + n * dk, *wv = ws + 2 * key_dim + j * 128;
-        const float *wg = ws + 2 * key_dim + value_dim;
-        float kd[16];
-        float4 mm = make_float4(0.0f, 0.0f, 0.0f, 0.0f), qq = mm;
-#pragma unroll
-        for (int m = 0; m < 16; m++) {
-            const int d = w + 8 * m;
-            const float kv = d < dk ? wk[d] : 0.0f, q = d < dk ? wq[d] : 0.0f;
-            kd[m] = kv;
-            mm = make_float4(fmaf(s[m].x, kv, mm.x), fmaf(s[m].y, kv, mm.y), fmaf(s[m].z, kv, mm.z),
-                             fmaf(s[m].w, kv, mm.w));
-            qq =
-                make_float4(fmaf(s[m].x, q, qq.x), fmaf(s[m].y, q, qq.y), fmaf(s[m].z, q, qq.z), fmaf(s[m].w, q, qq.w));
-        }
-        red_m[w][lane] = mm;
-        red_s[w][lane] = qq;
-        __syncthreads(); /* every thread has read stage st */
-        if (tid == 0 && t + DN_SP_STAGES * G < items) fetch(t + DN_SP_STAGES * G, st);
-        mm = red_m[0][lane], qq = red_s[0][lane];
+        const bool more = t + G < items;
+        DnSpItem nx;
+        if (more) dn_sp_operands(p, t + G, w, lane, &nx);
+        red_m[k & 1][w][lane] = mm;
+        red_s[k & 1][w][lane] = qq;
+        __syncthreads(); /* every thread has read stage k and written its dots */
+        if (tid == 0 && t + DN_SP_STAGES * G < items) fetch(t + DN_SP_STAGES * G, k % DN_SP_STAGES);
+        mm = red_m[k & 1][0][lane], qq = red_s[k & 1][0][lane];
 #pragma unroll
         for (int u = 1; u < 8; u++) {
-            const float4 a = red_m[u][lane], b = red_s[u][lane];
+            const float4 a = red_m[k & 1][u][lane], b = red_s[k & 1][u][lane];
             mm = make_float4(mm.x + a.x, mm.y + a.y, mm.z + a.z, mm.w + a.w);
             qq = make_float4(qq.x + b.x, qq.y + b.y, qq.z + b.z, qq.w + b.w);
         }
-        const float beta = wg[j], decay = wg[p.Hv + j], kq = wg[2 * p.Hv + j];
-        const float4 v = *(const float4 *)(wv + 4 * lane);
+        const float beta = cu.beta, decay = cu.decay, kq = cu.kq;
+        const float4 v = cu.v;
         const float4 dl = make_float4(beta * (v.x - decay * mm.x), beta * (v.y - decay * mm.y),
                                       beta * (v.z - decay * mm.z), beta * (v.w - decay * mm.w));
+        const int j = t % p.Hv;
         if (w == 0) {
-            const size_t row = (size_t)p.rows[i];
+            const size_t row = (size_t)cu.row;
             uint16_t *orow = p.o + row * value_dim + (size_t)j * 128 + 4 * lane;
             const float o0 = rbf(fmaf(dl.x, kq, decay * qq.x)), o1 = rbf(fmaf(dl.y, kq, decay * qq.y)),
                         o2 = rbf(fmaf(dl.z, kq, decay * qq.z)), o3 = rbf(fmaf(dl.w, kq, decay * qq.w));
@@ -614,24 +654,30 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
             if (p.y) {
                 const float ss = warp_sum(fmaf(o3, o3, fmaf(o2, o2, fmaf(o1, o1, o0 * o0))));
                 const float rstd = rsqrtf(ss / 128.0f + p.eps);
-                const uint2 zw = *(const uint2 *)(p.proj + row * p.ld_proj + p.z_off + (size_t)j * 128 + 4 * lane);
                 uint16_t *yrow = p.y + row * value_dim + (size_t)j * 128 + 4 * lane;
-                yrow[0] = dn_gated_y(o0, rstd, nw.x, bf_lo(zw.x));
-                yrow[1] = dn_gated_y(o1, rstd, nw.y, bf_hi(zw.x));
-                yrow[2] = dn_gated_y(o2, rstd, nw.z, bf_lo(zw.y));
-                yrow[3] = dn_gated_y(o3, rstd, nw.w, bf_hi(zw.y));
+                yrow[0] = dn_gated_y(o0, rstd, nw.x, bf_lo(cu.z.x));
+                yrow[1] = dn_gated_y(o1, rstd, nw.y, bf_hi(cu.z.x));
+                yrow[2] = dn_gated_y(o2, rstd, nw.z, bf_lo(cu.z.y));
+                yrow[3] = dn_gated_y(o3, rstd, nw.w, bf_hi(cu.z.y));
             }
         }
-        float *Sh = head(t);
-#pragma unroll
-        for (int m = 0; m < 16; m++) {
-            const float kv = kd[m];
+        float *Sh = cu.S;
+        const float kql = cu.kq_lane;
+        /* row w + 8 m of this item's new state */
+        auto store = [&](int m) {
+            const float kv = __shfl_sync(0xffffffffu, kql, m);
             if (w + 8 * m < dk)
                 *(float4 *)(Sh + (size_t)(w + 8 * m) * 128 + 4 * lane) =
                     make_float4(fmaf(kv, dl.x, decay * s[m].x), fmaf(kv, dl.y, decay * s[m].y),
                                 fmaf(kv, dl.z, decay * s[m].z), fmaf(kv, dl.w, decay * s[m].w));
+        };
+        if (more) {
+            dn_sp_rows(stage(k + 1), dk, w, lane, nx.kq_lane, s, &mm, &qq, store);
+            cu = nx;
+        } else {
+#pragma unroll
+            for (int m = 0; m < 16; m++) store(m);
         }
-        __syncthreads(); /* red_m / red_s are rewritten by the next item */
     }
 #else
     (void)p;
