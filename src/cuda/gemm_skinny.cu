@@ -5,51 +5,56 @@
  * 128-row slice of W alone, so the weights are read at a fraction of the bandwidth. Here the weight rows are the
  * tensor-core M side (m16n8k16: a 16-row W strip is the A operand, 8 X rows the B operand), a CTA owns 64 W rows and
  * a range of K (split-K), and the grid (m-blocks of 64 X rows, N / 64, splits) fills the machine whatever M is.
- *   CTA: 4 warps; warp w computes W rows n0 + 16 w .. + 15 against X rows m0 .. m0 + 63 (8 n8 tiles), k in chunks of
- *   64 through a ring of stages (SK_STAGES for mma.sync, SK_WG_STAGES on sm_90a; W chunk [64][64] + X chunk [64][64]
- *   bf16, swizzled as mma.cuh's swz<8>, stages 1024-byte aligned). Out-of-range W rows, X rows and k columns are
- *   zero-filled, so they add exact zeros.
+ *   CTA: 4 warps; warp w computes W rows n0 + 16 w .. + 15 against X rows m0 .. m0 + 63 (8 n8 tiles), k in chunks
+ *   through a ring of stages (mma.sync: 64 columns, SK_STAGES; sm_90a: 64 or 128 columns, SK_WG_STAGES(KW); a stage
+ *   holds the W and X chunks as 64-column pieces [64][64] bf16, swizzled as mma.cuh's swz<8>, stages 1024-byte
+ *   aligned). Out-of-range W rows, X rows and k columns are zero-filled, so they add exact zeros.
  *   On sm_90a a chunk is four wgmma m64n64k16 of the warpgroup (A = the W tile, B = the X tile, both K-major with
  *   the 128-byte swizzle that swz<8> is): the tensor cores read each tile from shared memory once per chunk, where
  *   mma.sync has every warp load the whole X tile through ldmatrix (40 KB of shared-memory reads per 16 KB chunk,
  *   near the shared-memory bandwidth at the rate the weights stream). A chunk's wgmmas run while the warps wait for
  *   the next chunk and refill the ring (sk_main_wg): at one CTA per SM (the layer shapes at M <= 64) the per-chunk
- *   chain of wait, barrier, load issue and MMA is what bounds the rate, not the bytes in flight. The accumulator
+ *   chain of wait, barrier, load issue and MMA is what bounds the rate, not the bytes in flight, so a grid of one
+ *   wave takes 128-column chunks (half the chains; 129 KB of ring, one CTA per SM) and larger grids 64-column ones
+ *   (99 KB, two CTAs per SM: the LM head, M > 64). The accumulator
  *   layout is the mma.sync one, so the epilogues are shared. Other devices (the compute_80 PTX) run mma.sync
  *   m16n8k16 on ldmatrix fragments.
  * The grid's x is the m-block: CTAs that share a W slice run side by side and read it once from HBM.
  *
- * Split-K and batch invariance: splits = sk_plan(N, K, n_sm) depends on the shape only, never on M. With one split
- * the epilogue runs from the accumulators; with several, each split writes its fp32 partial sums to work
- * [split][M][N] and gemm_skinny_reduce adds them in split order 0, 1, ... and applies the same epilogue. So every
- * y[m][n] is the same sum in the same order whatever M and the other rows are: a row's result depends on that row
- * alone.
+ * Split-K and batch invariance: splits = sk_plan(N, K, n_sm) depends on the shape only, never on M, and its
+ * boundaries are whole 128-column units. With one split the epilogue runs from the accumulators; with several, each
+ * split writes its fp32 partial sums to work [split][M][N] and gemm_skinny_reduce adds them in split order 0, 1, ...
+ * and applies the same epilogue. Either chunk width issues the same k16 steps into the same sums in the same order.
+ * So every y[m][n] is the same sum in the same order whatever M and the other rows are: a row's result depends on
+ * that row alone.
  *
  * FP8 weights (w8, w8_scale; GemmParams in ops.h): W[n][k] = e4m3(w8[n ldw + k]) * w8_scale[k / 128][n]. Every e4m3
  * value is a bf16 value, so the same bf16 mma.sync path runs on bf16(e4m3): a stage holds the 64 x 64 e4m3 chunk
  * (4 KiB, cp.async, rows of 4 16-byte pieces) and the X chunk; once the chunk has landed, each thread converts two
  * 16-byte pieces into a bf16 W tile (swizzled as above) that the MMAs read (one tile for mma.sync; two on sm_90a,
- * alternating, so a chunk is converted while the previous one is in the tensor cores). Each chunk's sums
- * start from zero and fold into the accumulator as acc = fma(scale_n, chunk_acc, acc) with the scale of the
- * accumulator's W row n for the chunk's 128-column block (a 64-column chunk lies in one block). Same splits, order of
- * splits and epilogues as bf16, so batch invariance holds the same way. */
+ * alternating, so a chunk is converted while the previous one is in the tensor cores). The sums of each 128-column
+ * scale block start from zero and fold into the accumulator as acc = fma(scale_n, block_acc, acc) with the scale of
+ * the accumulator's W row n for that block (whatever the chunk width: one 128-column chunk or two 64-column ones).
+ * Same splits, order of splits and epilogues as bf16, so batch invariance holds the same way. */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 
-#define SK_BN          64 /* W rows per CTA */
-#define SK_BM          64 /* X rows per CTA */
-#define SK_BK          64 /* k per stage */
-#define SK_STAGES      4  /* the mma.sync ring */
-#define SK_WG_STAGES   6  /* the sm_90a ring: SK_WG_STAGES - 2 chunks in flight behind the one in the tensor cores */
-#define SK_STAGE_BYTES ((SK_BN + SK_BM) * SK_BK * 2)
-#define SK_SMEM        (SK_WG_STAGES * SK_STAGE_BYTES + 1024) /* + slack to align the ring to 1024 B */
-/* FP8: a stage is the e4m3 W chunk [64][64] then the X chunk; after the stages, the bf16 W tile [64][64] (two on
- * sm_90a: a chunk is converted while the previous one is in the tensor cores) */
-#define SK_F8_STAGE_BYTES (SK_BN * SK_BK + SK_BM * SK_BK * 2)
-#define SK_F8_SMEM        (SK_WG_STAGES * SK_F8_STAGE_BYTES + 2 * SK_BN * SK_BK * 2 + 1024)
-static_assert(SK_STAGES <= SK_WG_STAGES, "the launchers size the ring for the larger path");
-static_assert(SK_F8_SMEM <= SK_SMEM, "the launchers allow SK_SMEM for both weight formats");
+#define SK_BN     64  /* W rows per CTA */
+#define SK_BM     64  /* X rows per CTA */
+#define SK_BK     64  /* k per 64-column piece of a tile (a chunk of the mma.sync loop) */
+#define SK_KU     128 /* k per unit of the split plan (split boundaries are multiples of it: one FP8 scale block) */
+#define SK_STAGES 4   /* the mma.sync ring */
+/* The sm_90a ring for chunks of KW = 64 or 128 columns: SK_WG_STAGES(KW) - 2 chunks in flight behind the one in the
+ * tensor cores. 64-column chunks: 6 stages, 99 KB, two CTAs per SM; 128-column chunks: 4 stages, 129 KB, one. */
+#define SK_WG_STAGES(KW) ((KW) == 64 ? 6 : 4)
+/* a stage: the W chunk [64][KW] then the X chunk [64][KW] (64-column pieces one after the other; FP8: W e4m3) */
+#define SK_STAGE_BYTES(KW, F8) ((F8) ? (SK_BN * (KW) + SK_BM * (KW)*2) : (SK_BN + SK_BM) * (KW)*2)
+/* the dynamic shared memory of a ring of S stages, + slack to align it to 1024 B; FP8 adds bf16 W tiles [64][KW]
+ * after the stages (two on sm_90a: a chunk is converted while the previous one is in the tensor cores) */
+#define SK_RING_SMEM(S, KW, F8, TILES) ((S)*SK_STAGE_BYTES(KW, F8) + ((F8) ? (TILES)*SK_BN * (KW)*2 : 0) + 1024)
+#define SK_MMA_SMEM(F8)                SK_RING_SMEM(SK_STAGES, SK_BK, F8, 1)
+#define SK_WG_SMEM(KW, F8)             SK_RING_SMEM(SK_WG_STAGES(KW), KW, F8, 2)
 
 /* The fused norm of gemm_skinny_reduce_norm: h bf16 [M][N] = norm(y) with weight w [N], mode, eps. */
 typedef struct SkNorm {
@@ -62,22 +67,24 @@ typedef struct SkNorm {
 typedef struct SkArgs {
     GemmParams g;
     float *work; /* [splits][M][N] fp32 partial sums (splits > 1) */
-    int kc;      /* chunks of SK_BK per split */
+    int kc;      /* 64-column pieces per split (a multiple of SK_KU / SK_BK) */
     int nchunks; /* ceil(K / SK_BK) */
 } SkArgs;
 
 /* Splits for an N x K weight on n_sm multiprocessors: enough CTAs per m-block for one on every multiprocessor, but
  * one split when the tiles alone fill half of them (on 0.8B the DeltaNet in_proj, gate_up and the attention qkv: 129,
  * 112 and 80 tiles on 132 SMs), since a second split costs a reduction launch and a write and a read of the partial
- * sums (docs/SERVE_ENGINE.md has the measurement, docs/EXPERIMENTS.md the other targets). Returns the split count s
- * and chunks per split *kc (s * *kc covers K). */
+ * sums (docs/SERVE_ENGINE.md has the measurement, docs/EXPERIMENTS.md the other targets). Split boundaries are whole
+ * SK_KU units, so that either chunk width (sk_main_wg) sums the same pieces. Returns the split count s and 64-column
+ * pieces per split *kc (s * *kc covers K). */
 static int sk_plan(int N, int K, int n_sm, int *kc) {
-    const int tiles = (N + SK_BN - 1) / SK_BN, chunks = (K + SK_BK - 1) / SK_BK;
+    const int tiles = (N + SK_BN - 1) / SK_BN, units = (K + SK_KU - 1) / SK_KU;
     int s = 2 * tiles >= n_sm ? 1 : (n_sm + tiles - 1) / tiles;
-    if (s > chunks) s = chunks;
+    if (s > units) s = units;
     if (s < 1) s = 1;
-    *kc = (chunks + s - 1) / s;
-    return (chunks + *kc - 1) / *kc;
+    const int ku = (units + s - 1) / s;
+    *kc = ku * (SK_KU / SK_BK);
+    return (units + ku - 1) / ku;
 }
 
 /* y[m][n] of the non-SwiGLU epilogues from its finished sum v (rounded where gemm_store rounds) */
@@ -201,74 +208,96 @@ __device__ __forceinline__ void sk_acc_fence(float (&acc)[8][4]) {
         for (int e = 0; e < 4; e++) reg_fence(acc[t][e]);
 }
 
-/* The sm_90a main loop of gemm_skinny_k (its names): chunks c0 .. c0 + nch - 1 of this CTA into acc. A chunk is four
- * wgmma m64n64k16 of the warpgroup (A = the W tile, B = the X tile, both K-major with the 128-byte swizzle that
- * swz<8> is), left running while the warps wait for the next chunk, refill the ring and (FP8) convert it. Ring of
- * S = SK_WG_STAGES stages; iteration c:
+/* The sm_90a main loop of gemm_skinny_k (its names): the 64-column pieces p0 .. p0 + np - 1 of this CTA into acc, in
+ * chunks of KW = 64 or 128 columns (one or two pieces of each tile; the launcher takes 128 where the grid is one wave,
+ * since half the chunks halve the per-chunk chain, and 64 elsewhere, where the smaller ring lets two CTAs share an
+ * SM). A chunk is KW / 16 wgmma m64n64k16 of the warpgroup (A = the W tile, B = the X tile, both K-major with the
+ * 128-byte swizzle that swz<8> is, piece after piece), left running while the warps wait for the next chunk, refill
+ * the ring and (FP8) convert it. Ring of S = SK_WG_STAGES(KW) stages; iteration c:
  *   wait for chunk c's loads, barrier; refill the stage of chunk c - 2 with chunk c + S - 2;
  *   bf16: issue chunk c's wgmmas into acc (one chain, k in order); wait until only they are in flight;
- *   FP8: convert chunk c into bf16 tile c % 2, barrier; wait for chunk c - 1's wgmmas and fold its sums as
- *        acc = fma(scale_n, chunk_acc, acc) (the mma.sync loop's sums, in chunk order); issue chunk c's into fresh
- *        sums.
- * Chunk c - 2 is complete in every warp before iteration c's barrier, so the stage and the bf16 tile it read are free
- * when they are refilled; S - 2 chunks are in flight behind the one in the tensor cores. */
-template <bool F8>
-__device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0, int c0,
-                                           int nch) {
-    constexpr int S = SK_WG_STAGES;
-    constexpr int WB = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2; /* the W part of a stage */
-    constexpr int SB = F8 ? SK_F8_STAGE_BYTES : SK_STAGE_BYTES;
-    constexpr int TB = SK_BN * SK_BK * 2; /* a bf16 W tile (FP8: two after the stages) */
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+ *   FP8: convert chunk c into bf16 tile c % 2, barrier; wait for chunk c - 1's wgmmas; where chunk c starts a
+ *        128-column scale block, fold the previous block's sums as acc = fma(scale_n, block_acc, acc) and start
+ *        fresh ones; issue chunk c's into the block sums.
+ * Either width issues the same wgmmas into the same sums in the same order (splits are whole 128-column blocks), so
+ * a row's result does not depend on which width ran. Chunk c - 2 is complete in every warp before iteration c's
+ * barrier, so the stage and the bf16 tile it read are free when they are refilled. */
+template <bool F8, int KW>
+__device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0, int p0,
+                                           int np) {
+    constexpr int S = SK_WG_STAGES(KW), P = KW / SK_BK;
+    constexpr int WP = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2; /* a 64-column W piece in a stage */
+    constexpr int XP = SK_BM * SK_BK * 2;                      /* a 64-column X piece */
+    constexpr int SB = SK_STAGE_BYTES(KW, F8);
+    constexpr int TP = SK_BN * SK_BK * 2; /* a 64-column piece of a bf16 W tile */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nch = (np + P - 1) / P;
     const uint32_t sbase = smem_addr(sm);
+    auto load_w = [&](int c) {
+#pragma unroll
+        for (int q = 0; q < P; q++) sk_load_w<F8>(g, sbase + (c % S) * SB + q * WP, n0, p0 + c * P + q, tid);
+    };
+    auto load_x = [&](int c) {
+#pragma unroll
+        for (int q = 0; q < P; q++) sk_load_x(g, sbase + (c % S) * SB + P * WP + q * XP, m0, p0 + c * P + q, tid);
+    };
 
     /* the weights are immutable: the first chunks' W go out before the wait for the previous kernel */
 #pragma unroll
-    for (int st = 0; st < S - 2; st++)
-        if (st < nch) sk_load_w<F8>(g, sbase + st * SB, n0, c0 + st, tid);
+    for (int c = 0; c < S - 2; c++)
+        if (c < nch) load_w(c);
     pdl_begin();
 #pragma unroll
-    for (int st = 0; st < S - 2; st++) {
-        if (st < nch) sk_load_x(g, sbase + st * SB + WB, m0, c0 + st, tid);
+    for (int c = 0; c < S - 2; c++) {
+        if (c < nch) load_x(c);
         cp_async_commit();
     }
 
     const int n = n0 + warp * 16 + (lane >> 2); /* this thread's accumulator rows n (e < 2) and n + 8 (e >= 2) */
-    float cacc[8][4];                           /* FP8: the sums of the chunk in the tensor cores */
+    float cacc[8][4];                           /* FP8: the sums of the current 128-column block */
     float s_lo = 0.0f, s_hi = 0.0f;             /* FP8: its scales */
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
     for (int c = 0; c < nch; c++) {
         cp_async_wait<S - 3>();
         if constexpr (!F8) sk_stage_fence();
         __syncthreads();
-        const int j = c + S - 2;
-        if (j < nch) {
-            sk_load_w<F8>(g, sbase + (j % S) * SB, n0, c0 + j, tid);
-            sk_load_x(g, sbase + (j % S) * SB + WB, m0, c0 + j, tid);
+        if (c + S - 2 < nch) {
+            load_w(c + S - 2);
+            load_x(c + S - 2);
         }
         cp_async_commit();
 
         const uint32_t sst = sbase + (c % S) * SB;
         uint32_t sw = sst;
         if constexpr (F8) {
-            sk_convert_w8(sm + (c % S) * SB, sm + S * SB + (c % 2) * TB, tid);
+            uint8_t *tile = sm + S * SB + (c % 2) * P * TP;
+#pragma unroll
+            for (int q = 0; q < P; q++) sk_convert_w8(sm + (c % S) * SB + q * WP, tile + q * TP, tid);
             sk_stage_fence(); /* the converted tile and this thread's landed cp.async, for wgmma */
             __syncthreads();
-            sw = sbase + S * SB + (c % 2) * TB;
+            sw = smem_addr(tile);
             wgmma_wait<0>(); /* chunk c - 1 */
             sk_acc_fence(cacc);
-            if (c > 0) sk_fold(acc, cacc, s_lo, s_hi, SK_BM);
-            sk_scales(g, c0 + c, n, s_lo, s_hi);
+            if (P == 2 || ((p0 + c) & 1) == 0) { /* chunk c starts a scale block */
+                if (c > 0) {
+                    sk_fold(acc, cacc, s_lo, s_hi, SK_BM);
 #pragma unroll
-            for (int t = 0; t < 8; t++)
+                    for (int t = 0; t < 8; t++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
+                        for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
+                }
+                sk_scales(g, p0 + c * P, n, s_lo, s_hi);
+            }
         }
         float(&d)[8][4] = F8 ? cacc : acc;
         sk_acc_fence(d);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < SK_BK / 16; kk++)
-            wgmma_m64n64k16(d, wgmma_desc(sw + kk * 32), wgmma_desc(sst + WB + kk * 32));
+        for (int kk = 0; kk < KW / 16; kk++)
+            wgmma_m64n64k16(d, wgmma_desc(sw + (kk >> 2) * TP + (kk & 3) * 32),
+                            wgmma_desc(sst + P * WP + (kk >> 2) * XP + (kk & 3) * 32));
         wgmma_commit();
         if constexpr (!F8) wgmma_wait<1>(); /* chunk c - 1 */
     }
@@ -301,14 +330,15 @@ __device__ __forceinline__ void sk_chunk_mma(uint32_t sw, uint32_t sx, int warp,
     }
 }
 
-/* The mma.sync main loop of gemm_skinny_k (its names): chunks c0 .. c0 + nch - 1 of this CTA into acc. Ring of
- * SK_STAGES stages; iteration c: wait for chunk c, barrier, [FP8: convert it into the bf16 tile, barrier,] the MMAs
- * [FP8: into chunk sums folded as acc = fma(scale_n, chunk_acc, acc)], barrier, refill the stage with chunk
+/* The mma.sync main loop of gemm_skinny_k (its names): 64-column chunks c0 .. c0 + nch - 1 of this CTA into acc
+ * (c0 even: splits are whole 128-column blocks). Ring of SK_STAGES stages; iteration c: wait for chunk c, barrier,
+ * [FP8: convert it into the bf16 tile, barrier,] the MMAs [FP8: into the sums of the chunk's 128-column scale block,
+ * folded as acc = fma(scale_n, block_acc, acc) when the next block starts], barrier, refill the stage with chunk
  * c + SK_STAGES. The W of the first SK_STAGES chunks goes out before the wait for the previous kernel. */
 template <bool F8>
 __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0,
                                             int c0, int nch) {
-    constexpr int WB = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2, SB = F8 ? SK_F8_STAGE_BYTES : SK_STAGE_BYTES;
+    constexpr int WB = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2, SB = SK_STAGE_BYTES(SK_BK, F8);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int mvalid = min(SK_BM, g.M - m0); /* n8 tiles past it hold zeros: skipped */
     const uint32_t sbase = smem_addr(sm), stile = sbase + SK_STAGES * SB;
@@ -322,23 +352,31 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
         cp_async_commit();
     }
     const int n = n0 + warp * 16 + (lane >> 2);
+    float cacc[8][4]; /* FP8: the sums of the current 128-column block, and its scales */
+    float s_lo = 0.0f, s_hi = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
     for (int c = 0; c < nch; c++) {
         cp_async_wait<SK_STAGES - 1>();
         __syncthreads();
         const int st = c % SK_STAGES;
         const uint32_t sx = sbase + st * SB + WB;
         if constexpr (F8) {
-            float s_lo, s_hi;
-            sk_scales(g, c0 + c, n, s_lo, s_hi);
+            if (((c0 + c) & 1) == 0) { /* chunk c starts a scale block */
+                if (c > 0) {
+                    sk_fold(acc, cacc, s_lo, s_hi, mvalid);
+#pragma unroll
+                    for (int t = 0; t < 8; t++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
+                }
+                sk_scales(g, c0 + c, n, s_lo, s_hi);
+            }
             sk_convert_w8(sm + st * SB, sm + SK_STAGES * SB, tid);
             __syncthreads();
-            float cacc[8][4];
-#pragma unroll
-            for (int t = 0; t < 8; t++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
             sk_chunk_mma(stile, sx, warp, lane, mvalid, cacc);
-            sk_fold(acc, cacc, s_lo, s_hi, mvalid);
         } else {
             sk_chunk_mma(sbase + st * SB, sx, warp, lane, mvalid, acc);
         }
@@ -349,12 +387,14 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
         }
         cp_async_commit();
     }
+    if (F8 && nch > 0) sk_fold(acc, cacc, s_lo, s_hi, mvalid);
     cp_async_wait<0>();
 }
 #endif
 
-/* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights. */
-template <int EPI, bool F8>
+/* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights. KW: the chunk width of the sm_90a loop (the
+ * mma.sync loop always takes 64). */
+template <int EPI, bool F8, int KW>
 __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkArgs a) {
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t *sm = smem + (((smem_addr(smem) + 1023u) & ~1023u) - smem_addr(smem)); /* the ring, 1024-byte aligned */
@@ -368,7 +408,7 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    sk_main_wg<F8>(g, acc, sm, m0, n0, c0, nch);
+    sk_main_wg<F8, KW>(g, acc, sm, m0, n0, c0, nch);
 #else
     sk_main_mma<F8>(g, acc, sm, m0, n0, c0, nch);
 #endif
@@ -491,30 +531,51 @@ extern "C" size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, 
     return s > 1 || (epi == GEMM_EPI_SWIGLU_BF16 && glu_group != 1) ? (size_t)s * M * N : 0;
 }
 
-/* Allows gemm_skinny_k<EPI, F8> SK_SMEM bytes of dynamic shared memory (the larger format's: either launch fits),
- * once per instantiation. */
-template <int EPI, bool F8>
-static int sk_attr(void) {
-    static bool done = false;
-    if (done) return 0;
+/* Whether gemm_skinny_k runs its sm_90a code on this device (the sm_90a binary, not the compute_80 PTX): -1 on a CUDA
+ * error. Asked once. */
+static int sk_wg(void) {
+    static int wg = -1;
+    if (wg >= 0) return wg;
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, gemm_skinny_k<-1, false, 64>) != cudaSuccess) return -1;
+    wg = fa.binaryVersion == 90 && fa.ptxVersion == 90;
+    return wg;
+}
+
+/* The dynamic shared memory of gemm_skinny_k<EPI, F8, KW> on this device, its attribute set once per instantiation:
+ * the bytes, or minus a CUDA error. */
+template <int EPI, bool F8, int KW>
+static int sk_smem(void) {
+    static int bytes = 0;
+    if (bytes) return bytes;
+    const int wg = sk_wg();
+    if (wg < 0) return -(int)cudaErrorInvalidValue;
+    const int b = wg ? SK_WG_SMEM(KW, F8) : SK_MMA_SMEM(F8);
     const cudaError_t e =
-        cudaFuncSetAttribute(gemm_skinny_k<EPI, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize, SK_SMEM);
-    if (e != cudaSuccess) return (int)e;
-    done = true;
-    return 0;
+        cudaFuncSetAttribute(gemm_skinny_k<EPI, F8, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize, b);
+    if (e != cudaSuccess) return -(int)e;
+    bytes = b;
+    return bytes;
+}
+
+/* gemm_skinny_k<EPI, F8> on `grid`: 128-column chunks where the sm_90a loop runs and the grid is one wave at one CTA
+ * per SM, else 64 (sk_main_wg). */
+template <int EPI, bool F8>
+static int sk_launch_k(const SkArgs &a, dim3 grid, int n_sm, const CudaLaunch *l) {
+    const bool wide = sk_wg() == 1 && (long)grid.x * grid.y * grid.z <= n_sm;
+    const int smem = wide ? sk_smem<EPI, F8, 128>() : sk_smem<EPI, F8, 64>();
+    if (smem < 0) return -smem;
+    return wide ? launch_kernel(gemm_skinny_k<EPI, F8, 128>, grid, dim3(128), smem, l, a)
+                : launch_kernel(gemm_skinny_k<EPI, F8, 64>, grid, dim3(128), smem, l, a);
 }
 
 template <int EPI, bool F8>
-static int sk_launch(const SkArgs &a, int splits, const CudaLaunch *l) {
+static int sk_launch(const SkArgs &a, int splits, int n_sm, const CudaLaunch *l) {
     const GemmParams &g = a.g;
-    const int smem = F8 ? SK_F8_SMEM : SK_SMEM;
-    int rc = sk_attr<-1, F8>();
-    if (!rc) rc = sk_attr<EPI, F8>();
-    if (rc) return rc;
     const dim3 grid((unsigned)((g.M + SK_BM - 1) / SK_BM), (unsigned)((g.N + SK_BN - 1) / SK_BN), (unsigned)splits);
     const bool partial = splits > 1 || (EPI == GEMM_EPI_SWIGLU_BF16 && g.glu_group != 1);
-    if (!partial) return launch_kernel(gemm_skinny_k<EPI, F8>, grid, dim3(128), smem, l, a);
-    rc = launch_kernel(gemm_skinny_k<-1, F8>, grid, dim3(128), smem, l, a);
+    if (!partial) return sk_launch_k<EPI, F8>(a, grid, n_sm, l);
+    const int rc = sk_launch_k<-1, F8>(a, grid, n_sm, l);
     if (rc) return rc;
     const int cols = EPI == GEMM_EPI_SWIGLU_BF16 ? g.N / 2 : g.N;
     return launch_ex(gemm_skinny_reduce<EPI>, dim3((unsigned)((cols + 255) / 256), (unsigned)g.M), dim3(256), 0, 0, l,
@@ -546,14 +607,17 @@ extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_fl
     const bool f8 = g->w8 != NULL;
     switch (g->epi) {
     case GEMM_EPI_BF16:
-        return f8 ? sk_launch<GEMM_EPI_BF16, true>(a, splits, l) : sk_launch<GEMM_EPI_BF16, false>(a, splits, l);
+        return f8 ? sk_launch<GEMM_EPI_BF16, true>(a, splits, n_sm, l)
+                  : sk_launch<GEMM_EPI_BF16, false>(a, splits, n_sm, l);
     case GEMM_EPI_F32:
-        return f8 ? sk_launch<GEMM_EPI_F32, true>(a, splits, l) : sk_launch<GEMM_EPI_F32, false>(a, splits, l);
+        return f8 ? sk_launch<GEMM_EPI_F32, true>(a, splits, n_sm, l)
+                  : sk_launch<GEMM_EPI_F32, false>(a, splits, n_sm, l);
     case GEMM_EPI_ADD_F32:
-        return f8 ? sk_launch<GEMM_EPI_ADD_F32, true>(a, splits, l) : sk_launch<GEMM_EPI_ADD_F32, false>(a, splits, l);
+        return f8 ? sk_launch<GEMM_EPI_ADD_F32, true>(a, splits, n_sm, l)
+                  : sk_launch<GEMM_EPI_ADD_F32, false>(a, splits, n_sm, l);
     case GEMM_EPI_SWIGLU_BF16:
-        return f8 ? sk_launch<GEMM_EPI_SWIGLU_BF16, true>(a, splits, l)
-                  : sk_launch<GEMM_EPI_SWIGLU_BF16, false>(a, splits, l);
+        return f8 ? sk_launch<GEMM_EPI_SWIGLU_BF16, true>(a, splits, n_sm, l)
+                  : sk_launch<GEMM_EPI_SWIGLU_BF16, false>(a, splits, n_sm, l);
     default: return (int)cudaErrorInvalidValue;
     }
 }
@@ -573,12 +637,8 @@ extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, i
     const int splits = sk_plan(g->N, g->K, n_sm, &a.kc);
     if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats)
         return (int)cudaErrorInvalidValue;
-    const bool f8 = g->w8 != NULL;
-    int rc = f8 ? sk_attr<-1, true>() : sk_attr<-1, false>();
-    if (rc) return rc;
     const dim3 grid((unsigned)((g->M + SK_BM - 1) / SK_BM), (unsigned)((g->N + SK_BN - 1) / SK_BN), (unsigned)splits);
-    rc = f8 ? launch_kernel(gemm_skinny_k<-1, true>, grid, dim3(128), SK_F8_SMEM, l, a)
-            : launch_kernel(gemm_skinny_k<-1, false>, grid, dim3(128), SK_SMEM, l, a);
+    const int rc = g->w8 ? sk_launch_k<-1, true>(a, grid, n_sm, l) : sk_launch_k<-1, false>(a, grid, n_sm, l);
     if (rc) return rc;
     const SkNorm nm = {norm_w, h, norm_mode, eps};
     const dim3 rg((unsigned)g->M);

@@ -36,6 +36,16 @@ static cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute attr, int v) {
     emu_max_smem[(const void *)f] = v;
     return cudaSuccess;
 }
+/* the code a kernel runs: the sm_90a SASS (binaryVersion and ptxVersion 90) when built with the wgmma path */
+template <class F>
+static cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F *) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    a->binaryVersion = a->ptxVersion = 90;
+#else
+    a->binaryVersion = a->ptxVersion = 80;
+#endif
+    return cudaSuccess;
+}
 static int emu_smem_allowed(const void *f) {
     const auto it = emu_max_smem.find(f);
     return it == emu_max_smem.end() ? 48 * 1024 : it->second;

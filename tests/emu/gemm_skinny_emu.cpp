@@ -348,6 +348,10 @@ int main(int argc, char **argv) {
     run_case(12, 256, 96, GEMM_EPI_SWIGLU_BF16, 8, 132, 5); /* G = 8 */
     norm_case(10, 256, 200, NORM_ZC, 132);
     norm_case(70, 512, 328, NORM_PLAIN, 8);
+    /* sm_90a: the rows alone make a one-wave grid (128-column chunks), all rows two m-blocks (64-column chunks) */
+    run_case(70, 136, 328, GEMM_EPI_ADD_F32, 1, 9, 9);     /* 3 splits */
+    run_case(70, 128, 456, GEMM_EPI_SWIGLU_BF16, 1, 2, 7); /* one split */
+    norm_case(70, 512, 328, NORM_PLAIN, 8, false, 60);
     /* FP8 weights: N = 200 (N % 64 = 8: a half-empty last W tile), K = 336 (3 scale blocks, the last 80 wide; 5.25
      * chunks); M = 1, 7, 64, 65, 130 */
     run_case(1, 200, 336, GEMM_EPI_BF16, 1, 132, 0, true);          /* 6 splits of one chunk */
@@ -358,7 +362,7 @@ int main(int argc, char **argv) {
     run_case(130, 200, 336, GEMM_EPI_SWIGLU_BF16, 1, 132, 2, true); /* G = 1 through the reduction */
     run_case(64, 208, 336, GEMM_EPI_SWIGLU_BF16, 8, 3, 7, true);    /* G = 8 */
     run_case(7, 200, 336, GEMM_EPI_ADD_F32, 1, 132, 6, true);
-    run_case(65, 200, 336, GEMM_EPI_F32, 1, 12, 1, true); /* 3 splits */
+    run_case(65, 200, 336, GEMM_EPI_F32, 1, 12, 1, true); /* 3 splits; the row alone on 128-column chunks */
     run_case(5, 72, 16, GEMM_EPI_BF16, 1, 132, 2, true);  /* K = 16: one chunk, 16 columns */
     run_case(1, 64, 64, GEMM_EPI_F32, 1, 132, 0, true);   /* one chunk, one split: the direct epilogue */
     run_case(7, 136, 1040, GEMM_EPI_F32, 1, 1, 2, true);  /* 17 chunks, 9 scale blocks, one split */
