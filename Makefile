@@ -116,6 +116,11 @@ $(BUILD)/bench/step_lab: bench/kernels/step_lab.cu bench/kernels/lab.cuh src/cud
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc $< -o $@
 
+# State-pass lab (bench/kernels/state_lab.cu, sm_90a): the batched DeltaNet state traffic in several shapes.
+$(BUILD)/bench/state_lab: bench/kernels/state_lab.cu bench/kernels/lab.cuh src/cuda/async.cuh src/cuda/mma.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -lineinfo -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall -Isrc $< -o $@
+
 # Skinny GEMM lab (bench/kernels/skinny_lab.cu, sm_90a): the batched step's GEMM at few rows, library vs variants.
 $(BUILD)/bench/skinny_lab: bench/kernels/skinny_lab.cu bench/kernels/lab.cuh src/cuda/gemm_skinny.cu src/cuda/mma.cuh \
                            src/cuda/common.cuh src/cuda/ops.h
