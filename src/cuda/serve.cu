@@ -88,11 +88,10 @@ static int sv_fail(int rc, const char *what, int layer, Err *err) {
 static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 /* The DeltaNet slots, layer-major: layer piece q (the q-th DeltaNet layer) of slot s at (q n_tot + s) lstride, n_tot
- * slots in all (the spare included), a piece being the layer's S then its conv ring. A layer's state pass then streams
- * one region of n_tot pieces, not one piece out of every slot's whole state (at 256 slots that spread one layer's
- * 268 MB over 5 GB of addresses). A snapshot is a slot's pieces one after the other (slot_bytes), so slots and
- * snapshots copy as 2-D copies of n_dn rows of lstride bytes. Offsets of slot 0 into S_off / ring_off (may be
- * NULL). */
+ * slots in all (the spare included), a piece being the layer's S then its conv ring. A layer's pass over the slots
+ * (the batched state pass, one layer at a time) reads one region of n_tot pieces instead of one piece out of every
+ * slot. A snapshot is a slot's pieces one after the other (slot_bytes), so slots and snapshots copy as 2-D copies of
+ * n_dn rows of lstride bytes. Offsets of slot 0 into S_off / ring_off (may be NULL). */
 static void slot_layout(const Config *c, int n_tot, size_t *S_off, size_t *ring_off, size_t *slot_bytes,
                         size_t *lstride, int *n_dn) {
     const size_t S = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;

@@ -555,6 +555,12 @@ typedef struct DnSpItem {
     float *S;
 } DnSpItem;
 
+/* The state S[dk][128] of item t: head t % Hv of slot slot[t / Hv] */
+__device__ __forceinline__ float *dn_sp_state(const DnBatchParams &p, int t) {
+    const int i = t / p.Hv, j = t - i * p.Hv;
+    return (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * p.dk * 128;
+}
+
 __device__ __forceinline__ void dn_sp_operands(const DnBatchParams &p, int t, int w, int lane, DnSpItem *it) {
     const int dk = p.dk, i = t / p.Hv, j = t - i * p.Hv, n = j / (p.Hv / p.Hk), key_dim = p.Hk * dk;
     const float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, p.Hv, dk, 128);
@@ -569,7 +575,7 @@ __device__ __forceinline__ void dn_sp_operands(const DnBatchParams &p, int t, in
     it->z = p.y && w == 0
                 ? *(const uint2 *)(p.proj + (size_t)it->row * p.ld_proj + p.z_off + (size_t)j * 128 + 4 * lane)
                 : make_uint2(0u, 0u);
-    it->S = (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * dk * 128;
+    it->S = dn_sp_state(p, t);
 }
 
 /* s[m] = this lane's row w + 8 m of the state in ring stage `stage` (zero past dk), and its dots with k^ and q^
@@ -600,10 +606,8 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
     const int items = p.Hv * p.nd, G = gridDim.x, value_dim = p.Hv * 128;
     const uint32_t bytes = (uint32_t)dk * 512u, sbase = smem_addr(sm), fbar = sbase + DN_SP_STAGES * bytes;
     auto fetch = [&](int t, int st) {
-        const int i = t / p.Hv, j = t - i * p.Hv;
         mbar_arrive_expect_tx(fbar + 8 * st, bytes);
-        bulk_g2s(sbase + st * bytes, (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * dk * 128,
-                 bytes, fbar + 8 * st);
+        bulk_g2s(sbase + st * bytes, dn_sp_state(p, t), bytes, fbar + 8 * st);
     };
     auto stage = [&](int k) {
         mbar_wait(fbar + 8 * (k % DN_SP_STAGES), (uint32_t)(k / DN_SP_STAGES) & 1u);
