@@ -199,6 +199,24 @@ __device__ __forceinline__ void sk_scales(const GemmParams &g, int c, int n, flo
     s_hi = n + 8 < g.N ? __ldg(sc + n + 8) : 0.0f;
 }
 
+__device__ __forceinline__ void sk_zero(float (&a)[8][4]) {
+#pragma unroll
+    for (int t = 0; t < 8; t++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) a[t][e] = 0.0f;
+}
+
+/* FP8, at a chunk that starts a 128-column scale block (its first 64-column piece p): the previous block's sums
+ * folded into acc and cleared (fold: there is one), then this block's scales */
+__device__ __forceinline__ void sk_block_start(const GemmParams &g, float (&acc)[8][4], float (&cacc)[8][4], bool fold,
+                                               int p, int n, int mvalid, float &s_lo, float &s_hi) {
+    if (fold) {
+        sk_fold(acc, cacc, s_lo, s_hi, mvalid);
+        sk_zero(cacc);
+    }
+    sk_scales(g, p, n, s_lo, s_hi);
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* Keeps the compiler from moving accumulator reads and writes across the asynchronous wgmmas. */
 __device__ __forceinline__ void sk_acc_fence(float (&acc)[8][4]) {
@@ -255,10 +273,7 @@ __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][
     const int n = n0 + warp * 16 + (lane >> 2); /* this thread's accumulator rows n (e < 2) and n + 8 (e >= 2) */
     float cacc[8][4];                           /* FP8: the sums of the current 128-column block */
     float s_lo = 0.0f, s_hi = 0.0f;             /* FP8: its scales */
-#pragma unroll
-    for (int t = 0; t < 8; t++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
+    sk_zero(cacc);
     for (int c = 0; c < nch; c++) {
         cp_async_wait<S - 3>();
         if constexpr (!F8) sk_stage_fence();
@@ -280,16 +295,7 @@ __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][
             sw = smem_addr(tile);
             wgmma_wait<0>(); /* chunk c - 1 */
             sk_acc_fence(cacc);
-            if (P == 2 || ((p0 + c) & 1) == 0) { /* chunk c starts a scale block */
-                if (c > 0) {
-                    sk_fold(acc, cacc, s_lo, s_hi, SK_BM);
-#pragma unroll
-                    for (int t = 0; t < 8; t++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
-                }
-                sk_scales(g, p0 + c * P, n, s_lo, s_hi);
-            }
+            if (P == 2 || ((p0 + c) & 1) == 0) sk_block_start(g, acc, cacc, c > 0, p0 + c * P, n, SK_BM, s_lo, s_hi);
         }
         float(&d)[8][4] = F8 ? cacc : acc;
         sk_acc_fence(d);
@@ -354,26 +360,14 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
     const int n = n0 + warp * 16 + (lane >> 2);
     float cacc[8][4]; /* FP8: the sums of the current 128-column block, and its scales */
     float s_lo = 0.0f, s_hi = 0.0f;
-#pragma unroll
-    for (int t = 0; t < 8; t++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
+    sk_zero(cacc);
     for (int c = 0; c < nch; c++) {
         cp_async_wait<SK_STAGES - 1>();
         __syncthreads();
         const int st = c % SK_STAGES;
         const uint32_t sx = sbase + st * SB + WB;
         if constexpr (F8) {
-            if (((c0 + c) & 1) == 0) { /* chunk c starts a scale block */
-                if (c > 0) {
-                    sk_fold(acc, cacc, s_lo, s_hi, mvalid);
-#pragma unroll
-                    for (int t = 0; t < 8; t++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) cacc[t][e] = 0.0f;
-                }
-                sk_scales(g, c0 + c, n, s_lo, s_hi);
-            }
+            if (((c0 + c) & 1) == 0) sk_block_start(g, acc, cacc, c > 0, c0 + c, n, mvalid, s_lo, s_hi);
             sk_convert_w8(sm + st * SB, sm + SK_STAGES * SB, tid);
             __syncthreads();
             sk_chunk_mma(stile, sx, warp, lane, mvalid, cacc);
@@ -403,10 +397,7 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
     const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float acc[8][4];
-#pragma unroll
-    for (int t = 0; t < 8; t++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[t][e] = 0.0f;
+    sk_zero(acc);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     sk_main_wg<F8, KW>(g, acc, sm, m0, n0, c0, nch);
 #else
