@@ -152,7 +152,7 @@ static void put_value(StrBuf *s, const char *ty, const char *v, size_t n) {
         cJSON *j;
         Err err;
         if (!pyjson_parse(v, n, "value", &j, &err)) {
-            pyjson_dump(s, j);
+            pyjson_dump_strict(s, j);
             cJSON_Delete(j);
             return;
         }
@@ -262,7 +262,7 @@ static int json_call(Q35ChatParser *p, const char *h, size_t n, int closed) {
     if (ok) {
         StrBuf s = {0};
         if (a)
-            pyjson_dump(&s, a);
+            pyjson_dump_strict(&s, a);
         else
             sb_puts(&s, "{}");
         emit_start(p, name->valuestring, strlen(name->valuestring));

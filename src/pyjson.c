@@ -132,7 +132,8 @@ static int int_literal(const char *lit) {
     return 1;
 }
 
-static void dump_number(StrBuf *s, const cJSON *v, int as_str) {
+/* as_str: str(x) (inf / nan); strict: valid JSON, so a float beyond a double's range keeps its literal. */
+static void dump_number(StrBuf *s, const cJSON *v, int as_str, int strict) {
     const char *lit = v->valuestring;
     if (lit && int_literal(lit)) {
         const char *d = lit + (*lit == '-' || *lit == '+');
@@ -146,6 +147,10 @@ static void dump_number(StrBuf *s, const cJSON *v, int as_str) {
         char b[32];
         snprintf(b, sizeof b, "%.0f", x);
         sb_puts(s, b);
+        return;
+    }
+    if (strict && lit && (isinf(x) || isnan(x))) {
+        sb_puts(s, lit);
         return;
     }
     if (!as_str && (isinf(x) || isnan(x))) {
@@ -199,11 +204,11 @@ int pyjson_key_shadowed(const cJSON *first, const cJSON *v) {
     return 0;
 }
 
-void pyjson_dump(StrBuf *s, const cJSON *v) {
+static void dump(StrBuf *s, const cJSON *v, int strict) {
     if (cJSON_IsString(v)) {
         pyjson_dump_string(s, v->valuestring, strlen(v->valuestring));
     } else if (cJSON_IsNumber(v)) {
-        dump_number(s, v, 0);
+        dump_number(s, v, 0, strict);
     } else if (cJSON_IsTrue(v)) {
         sb_puts(s, "true");
     } else if (cJSON_IsFalse(v)) {
@@ -211,7 +216,7 @@ void pyjson_dump(StrBuf *s, const cJSON *v) {
     } else if (cJSON_IsArray(v)) {
         sb_putc(s, '[');
         for (const cJSON *c = v->child; c; c = c->next) {
-            pyjson_dump(s, c);
+            dump(s, c, strict);
             if (c->next) sb_puts(s, ", ");
         }
         sb_putc(s, ']');
@@ -223,7 +228,7 @@ void pyjson_dump(StrBuf *s, const cJSON *v) {
             if (k++) sb_puts(s, ", ");
             pyjson_dump_string(s, c->string, strlen(c->string));
             sb_puts(s, ": ");
-            pyjson_dump(s, pyjson_key_value(c));
+            dump(s, pyjson_key_value(c), strict);
         }
         sb_putc(s, '}');
     } else {
@@ -231,11 +236,14 @@ void pyjson_dump(StrBuf *s, const cJSON *v) {
     }
 }
 
+void pyjson_dump(StrBuf *s, const cJSON *v) { dump(s, v, 0); }
+void pyjson_dump_strict(StrBuf *s, const cJSON *v) { dump(s, v, 1); }
+
 void pyjson_str(StrBuf *s, const cJSON *v) {
     if (cJSON_IsString(v))
         sb_puts(s, v->valuestring);
     else if (cJSON_IsNumber(v))
-        dump_number(s, v, 1);
+        dump_number(s, v, 1, 0);
     else if (cJSON_IsTrue(v))
         sb_puts(s, "True");
     else if (cJSON_IsFalse(v))

@@ -21,6 +21,9 @@ int pyjson_key_shadowed(const cJSON *first, const cJSON *c);
 const cJSON *pyjson_key_value(const cJSON *c);
 /* json.dumps(v, ensure_ascii=False) appended to s. */
 void pyjson_dump(StrBuf *s, const cJSON *v);
+/* As pyjson_dump, but always valid JSON (RFC 8259), for text a client parses (a tool call's arguments): a
+ * float literal beyond a double's range, which json.dumps would write as Infinity, keeps its literal. */
+void pyjson_dump_strict(StrBuf *s, const cJSON *v);
 /* A JSON string literal of the bytes x[0..n) as json.dumps writes it (\" \\ \n \r \t \b \f, other
  * bytes below 0x20 as \u00xx, everything else raw). */
 void pyjson_dump_string(StrBuf *s, const char *x, size_t n);

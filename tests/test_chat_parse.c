@@ -151,6 +151,10 @@ static void check_qwen35(void) {
            (Want){.calls = "search_docs({\"max_results\": \"ten\", \"exact\": \"maybe\", \"filters\": \"{bad\", "
                            "\"threshold\": null, \"query\": \"null\"})|",
                   .n_calls = 1});
+    expect("numbers beyond a double keep their literals", Q35, 0, TOOLS, AUTO,
+           "<tool_call>\n<function=search_docs>\n<parameter=threshold>\n1e999\n</parameter>\n<parameter=filters>\n"
+           "{\"a\": [-1e400]}\n</parameter>\n</function>\n</tool_call>",
+           (Want){.calls = "search_docs({\"threshold\": 1e999, \"filters\": {\"a\": [-1e400]}})|", .n_calls = 1});
     expect("</parameter> inside a value", Q35, 0, TOOLS, AUTO,
            "<tool_call>\n<function=get_weather>\n<parameter=location>\na\n</parameter> b\n</parameter>\n</function>\n"
            "</tool_call>",
@@ -217,6 +221,9 @@ static void check_qwen3(void) {
            (Want){.content = "<tool_call>\n{\"name\": \"a\", \"arguments\": {\n</tool_call>"});
     expect("Qwen3 unfinished call: content", Q3, 0, TOOLS, AUTO, "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n",
            (Want){.content = "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n"});
+    expect("Qwen3 number beyond a double: its literal, valid JSON", Q3, 0, TOOLS, AUTO,
+           "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": {\"y\": -1e400}, \"z\": 1E+999}}\n</tool_call>",
+           (Want){.calls = "a({\"x\": {\"y\": -1e400}, \"z\": 1E+999})|", .n_calls = 1});
     expect("Qwen3 thinking and a call", Q3, 1, TOOLS, AUTO,
            "<think>\nplan\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>",
            (Want){.reasoning = "plan", .calls = "get_weather({})|", .n_calls = 1});

@@ -167,6 +167,16 @@ static void check_pyjson(void) {
     expect_dump("0.1", "0.1", "0.1");
     expect_dump("123456789012345678.0", "1.2345678901234568e+17", "1.2345678901234568e+17");
     expect_dump("1e400", "Infinity", "inf");
+    StrBuf strict = {0};
+    cJSON *big;
+    Err perr;
+    if (!pyjson_parse("[1e400, -1E+999, 1.5]", 21, "test", &big, &perr)) {
+        pyjson_dump_strict(&strict, big);
+        cJSON_Delete(big);
+    }
+    CHECK(strict.p && !strcmp(strict.p, "[1e400, -1E+999, 1.5]"), "strict dump keeps out-of-range literals: [%s]",
+          strict.p);
+    sb_free(&strict);
     expect_dump("12345678901234567890", "12345678901234567890", "12345678901234567890");
     expect_dump("true", "true", "True");
     expect_dump("null", "null", "None");
