@@ -213,7 +213,7 @@ fuzz-request: $(BUILD)/fuzz_request
 # (new inputs go to $(BUILD)/fuzz/corpus/, the seeds stay as committed). Run from the repo root.
 FUZZ_CC      = clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc \
                -D_GNU_SOURCE
-FUZZ_TARGETS = config genconfig safetensors tokenizer_json chat_template chat_parse
+FUZZ_TARGETS = config genconfig safetensors tokenizer_json chat_template chat_parse schema
 FUZZ_CFG_SRC = src/config.c src/json.c src/util.c
 FUZZ_TOK_SRC = src/tokenizer.c src/tokenizer_encode.c src/chat.c src/chat_tools.c src/pyjson.c src/strbuf.c src/json.c \
                src/util.c
@@ -224,6 +224,7 @@ $(BUILD)/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c src/model.c src/sa
 $(BUILD)/fuzz/fuzz_tokenizer_json: tests/fuzz/fuzz_tokenizer_json.c $(FUZZ_TOK_SRC)
 $(BUILD)/fuzz/fuzz_chat_template: tests/fuzz/fuzz_chat_template.c $(FUZZ_TOK_SRC)
 $(BUILD)/fuzz/fuzz_chat_parse: tests/fuzz/fuzz_chat_parse.c src/chat_parse.c $(FUZZ_TOK_SRC)
+$(BUILD)/fuzz/fuzz_schema: tests/fuzz/fuzz_schema.c src/chat_schema.c src/pyjson.c src/strbuf.c src/util.c
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(filter %.c,$^) -o $@ -lcjson -lpcre2-8 -lutf8proc -lm

@@ -361,7 +361,7 @@ int q35_chat_render(const Q35Tokenizer *t, const Q35ChatMessage *msgs, int n, in
                     char **out, Q35Err *err);
 
 /* OpenAI tool_choice. NONE: the prompt keeps the tools (as vLLM does; pass tools = NULL to drop them) and
- * the parser returns all text as content; REQUIRED / FUNCTION: see Q35ToolGuide. */
+ * the parser returns all text as content; REQUIRED / FUNCTION: see Q35Guide. */
 enum { Q35_TOOL_CHOICE_AUTO = 0, Q35_TOOL_CHOICE_NONE = 1, Q35_TOOL_CHOICE_REQUIRED = 2, Q35_TOOL_CHOICE_FUNCTION = 3 };
 typedef struct Q35ChatRequest {
     const Q35ChatMessage *messages;
@@ -374,6 +374,9 @@ typedef struct Q35ChatRequest {
     int add_generation_prompt;
     int thinking; /* Q35_THINK_* */
     int family;   /* 0: the tokenizer's template; Q35_TOK_QWEN3 / Q35_TOK_QWEN35 force one (t may then be NULL) */
+    const char *response_schema; /* OpenAI response_format: the reply (after any reasoning) is one JSON value valid
+                                    under this JSON Schema (its text; "{\"type\": \"object\"}" for json_object),
+                                    NULL: free text. Not rendered into the prompt; see Q35Guide */
 } Q35ChatRequest;
 /* Renders the conversation and the tools byte for byte as the official template does (Qwen3.5: XML tool
  * calls, tools in the system turn; Qwen3: JSON tool calls). Errors (Q35_ERR_ARG / Q35_ERR_FORMAT, one line):
@@ -429,26 +432,31 @@ int q35_chat_parser_push(Q35ChatParser *p, const char *text, size_t len, Q35Chat
 int q35_chat_parser_finish(Q35ChatParser *p, Q35ChatEventFn fn, void *user, int *n_tool_calls, Q35Err *err);
 void q35_chat_parser_close(Q35ChatParser *p);
 
-/* tool_choice "required" / a named function (src/chat_guide.c): a byte-level automaton over the output
- * shape a sampler can constrain generation with. Allowed output: [thinking: reasoning, "</think>", "\n\n"]
+/* Guided generation (src/chat_guide.c): a byte-level automaton over the output shape a sampler can constrain
+ * generation with, for tool_choice "required" / a named function, or for a response_schema (then tool_choice must
+ * be auto or none: the reply is the JSON value, with no calls).
+ * response_schema: [thinking: reasoning, "</think>", "\n\n"] then one JSON value the schema accepts, nothing
+ * after it (src/chat_schema.h lists the keywords enforced; a schema with an assertion it cannot enforce, such as
+ * "pattern" or "minimum", fails q35_guide_open with Q35_ERR_ARG naming the keyword).
+ * Tool calls: [thinking: reasoning, "</think>", "\n\n"]
  * then one or more calls (FUNCTION: exactly one, of that name) in the family's form, nothing after the last.
  * Qwen3.5: "<tool_call>\n<function=NAME>\n" {"<parameter=P>\n" VALUE "\n</parameter>\n"} "</function>\n
  * </tool_call>" with NAME among the tools, P among its declared properties, each at most once, all
  * "required" ones before "</function>"; calls joined by "\n". Qwen3: "<tool_call>\n{\"name\": \"NAME\",
  * \"arguments\": " a balanced JSON object "}\n</tool_call>". */
-typedef struct Q35ToolGuide Q35ToolGuide;
-int q35_tool_guide_open(Q35ToolGuide **out, const Q35Tokenizer *t, const Q35ChatRequest *rq, Q35Err *err);
+typedef struct Q35Guide Q35Guide;
+int q35_guide_open(Q35Guide **out, const Q35Tokenizer *t, const Q35ChatRequest *rq, Q35Err *err);
 /* 1 if the output so far followed by x[0..n) is still a prefix of an allowed output, else 0 (no change). */
-int q35_tool_guide_allows(const Q35ToolGuide *g, const char *x, size_t n);
+int q35_guide_allows(const Q35Guide *g, const char *x, size_t n);
 /* Advances over x (Q35_ERR_ARG, state unchanged, if not allowed). */
-int q35_tool_guide_push(Q35ToolGuide *g, const char *x, size_t n, Q35Err *err);
+int q35_guide_push(Q35Guide *g, const char *x, size_t n, Q35Err *err);
 /* 1 when the output may end here (allow the stop token). */
-int q35_tool_guide_can_stop(const Q35ToolGuide *g);
+int q35_guide_can_stop(const Q35Guide *g);
 /* The bytes every allowed continuation starts with (e.g. "<tool_call>\n<function=get_weather>\n"), "" if
  * there is a choice: a server may append them to the prompt instead of sampling them. Valid until the next
  * call on g. */
-const char *q35_tool_guide_forced(const Q35ToolGuide *g);
-void q35_tool_guide_close(Q35ToolGuide *g);
+const char *q35_guide_forced(const Q35Guide *g);
+void q35_guide_close(Q35Guide *g);
 /* ---- end of tokenizer extensions ---- */
 
 const char *q35_strerror(int code);

@@ -1,19 +1,23 @@
-/* chat_guide.c — tool_choice "required" / a named function as a byte-level automaton over the output
- * (qwen35.h q35_tool_guide_*). A sampler asks whether the bytes of a candidate token keep the output a prefix
- * of an allowed one; the guide never looks at token ids. Modes:
+/* chat_guide.c — guided generation as a byte-level automaton over the output (qwen35.h q35_guide_*): tool_choice
+ * "required" / a named function, or a response_format JSON Schema. A sampler asks whether the bytes of a candidate
+ * token keep the output a prefix of an allowed one; the guide never looks at token ids.
+ * response_format: [thinking: any bytes until "</think>", then "\n\n"] then one JSON value that the schema's reader
+ * (chat_schema.c) accepts, nothing after it. Tool-call modes:
  *   THINK   (thinking on) any bytes until "</think>", then the literal "\n\n"
  *   LIT     a fixed literal, then the mode stored in `after`
  *   NAME    bytes that are a prefix of one candidate function's "NAME>\n" (Qwen3: "NAME\", \"arguments\": ")
  *   ITEM    Qwen3.5: "<parameter=P>\n" for a declared P not given yet (any P when the function declares no
  *           properties), or "</function>\n</tool_call>" once every required P was given
  *   VALUE   any bytes until "\n</parameter>\n"
- *   JSON    Qwen3: a JSON object by the RFC 8259 grammar (json_step), then "}\n</tool_call>"
+ *   JSON    Qwen3: a JSON object (the schema reader of chat_schema.c with {"type": "object"}), then
+ *           "}\n</tool_call>"
  *   AFTER   a call is complete: stop, or (required) "\n<tool_call>\n..." for the next call
  * Values are not typed here: the parser types them, and a value that does not read as its type stays a
  * string. */
 #include <stdlib.h>
 
 #include "chat.h"
+#include "chat_schema.h"
 
 enum { G_THINK, G_LIT, G_NAME, G_ITEM, G_VALUE, G_JSON, G_AFTER };
 
@@ -25,124 +29,6 @@ typedef struct GFunc {
     uint64_t required; /* bit i: props[i] is required (first 64) */
 } GFunc;
 
-/* A JSON prefix recognizer (RFC 8259 grammar, byte by byte) for Qwen3's arguments object. stack bit d:
- * the container at depth d is an object. */
-enum { J_VALUE, J_KEY_OR_END, J_KEY, J_COLON, J_AFTER, J_VALUE_OR_END, J_STR, J_ESC, J_HEX, J_NUM, J_LIT };
-enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
-typedef struct JState {
-    int mode, num, hex, key, depth;
-    const char *rest; /* J_LIT: the literal's remaining bytes */
-    uint64_t stack;
-} JState;
-
-static int j_ws(unsigned c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
-static int j_digit(unsigned c) { return c >= '0' && c <= '9'; }
-
-/* 0: refused; 1: taken; 2: taken and the top-level object closed. */
-static int json_step(JState *j, unsigned c) {
-    switch (j->mode) {
-    case J_NUM: {
-        int n = j->num, next = -1;
-        if (n == N_MINUS)
-            next = c == '0' ? N_ZERO : j_digit(c) ? N_INT : -1;
-        else if (n == N_INT && j_digit(c))
-            next = N_INT;
-        else if ((n == N_ZERO || n == N_INT) && c == '.')
-            next = N_DOT;
-        else if ((n == N_DOT || n == N_FRAC) && j_digit(c))
-            next = N_FRAC;
-        else if ((n == N_ZERO || n == N_INT || n == N_FRAC) && (c == 'e' || c == 'E'))
-            next = N_E;
-        else if (n == N_E && (c == '+' || c == '-'))
-            next = N_ESIGN;
-        else if ((n == N_E || n == N_ESIGN || n == N_EXP) && j_digit(c))
-            next = N_EXP;
-        if (next >= 0) {
-            j->num = next;
-            return 1;
-        }
-        if (n != N_ZERO && n != N_INT && n != N_FRAC && n != N_EXP) return 0;
-        j->mode = J_AFTER; /* the number ended: c belongs to what follows */
-        return json_step(j, c);
-    }
-    case J_LIT:
-        if (c != (unsigned char)*j->rest) return 0;
-        if (!*++j->rest) j->mode = J_AFTER;
-        return 1;
-    case J_STR:
-        if (c < 0x20) return 0;
-        if (c == '\\')
-            j->mode = J_ESC;
-        else if (c == '"')
-            j->mode = j->key ? J_COLON : J_AFTER;
-        return 1;
-    case J_ESC:
-        if (c == 'u') {
-            j->mode = J_HEX;
-            j->hex = 4;
-            return 1;
-        }
-        if (!strchr("\"\\/bfnrt", (int)c) || !c) return 0;
-        j->mode = J_STR;
-        return 1;
-    case J_HEX:
-        if (!j_digit(c) && !(c >= 'a' && c <= 'f') && !(c >= 'A' && c <= 'F')) return 0;
-        if (--j->hex == 0) j->mode = J_STR;
-        return 1;
-    }
-    if (j_ws(c)) return 1;
-    int obj = j->depth > 0 && j->depth <= 64 && (j->stack >> (j->depth - 1) & 1);
-    switch (j->mode) {
-    case J_KEY_OR_END:
-    case J_KEY:
-        if (c == '"') {
-            j->mode = J_STR;
-            j->key = 1;
-            return 1;
-        }
-        if (c != '}' || j->mode == J_KEY) return 0;
-        break; /* close below */
-    case J_COLON:
-        if (c != ':') return 0;
-        j->mode = J_VALUE;
-        return 1;
-    case J_AFTER:
-        if (c == ',') {
-            j->mode = obj ? J_KEY : J_VALUE;
-            return 1;
-        }
-        if (c != (obj ? '}' : ']')) return 0;
-        break;
-    case J_VALUE_OR_END:
-        if (c == ']') break;
-        /* fall through */
-    case J_VALUE:
-        if (j->depth == 0 && c != '{') return 0; /* the arguments are an object */
-        j->key = 0;
-        if (c == '{' || c == '[') {
-            if (j->depth >= 64) return 0;
-            j->stack = (j->stack & ~(1ull << j->depth)) | (uint64_t)(c == '{') << j->depth;
-            j->depth++;
-            j->mode = c == '{' ? J_KEY_OR_END : J_VALUE_OR_END;
-        } else if (c == '"') {
-            j->mode = J_STR;
-        } else if (c == '-' || j_digit(c)) {
-            j->mode = J_NUM;
-            j->num = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
-        } else if (c == 't' || c == 'f' || c == 'n') {
-            j->mode = J_LIT;
-            j->rest = c == 't' ? "rue" : c == 'f' ? "alse" : "ull";
-        } else {
-            return 0;
-        }
-        return 1;
-    default: return 0;
-    }
-    j->depth--; /* c closed the container at the top */
-    j->mode = J_AFTER;
-    return j->depth == 0 ? 2 : 1;
-}
-
 typedef struct GState {
     int mode, after; /* after: the mode once the literal is done */
     const char *lit; /* LIT: the literal; pos: bytes matched */
@@ -153,11 +39,21 @@ typedef struct GState {
     uint64_t seen; /* parameters given */
     int tail;      /* THINK / VALUE: bytes of the closing tag matched */
     int tc;        /* VALUE / JSON: bytes of "</tool_call>" matched (it may not occur: the parser ends there) */
-    JState js;     /* JSON: the arguments object */
+    SchemaState js; /* JSON: the arguments object */
     int calls;
 } GState;
 
-struct Q35ToolGuide {
+/* response_format: the reply's state */
+enum { R_THINK, R_LIT, R_VALUE };
+typedef struct RState {
+    int mode, tail, pos; /* THINK: bytes of "</think>" matched; LIT: bytes of "\n\n" matched */
+    SchemaState v;
+} RState;
+
+struct Q35Guide {
+    Schema *schema; /* response_format (then st is unused), else NULL */
+    Schema *args;   /* Qwen3 calls: the arguments, any JSON object */
+    RState rs;
     int q35, named;
     ChatTools tools;
     GFunc *fns;
@@ -186,7 +82,7 @@ static int prefix(const char *b, int n, const char *x) {
 }
 
 /* NAME: candidate functions; *which = the function when b is complete. */
-static int name_ok(const Q35ToolGuide *g, const char *b, int n, int *which) {
+static int name_ok(const Q35Guide *g, const char *b, int n, int *which) {
     int any = 0;
     for (int i = 0; i < g->n_fns; i++) {
         if (g->named >= 0 && i != g->named) continue;
@@ -267,7 +163,7 @@ static int no_end_call(GState *s, unsigned char c) {
 }
 
 /* Advances s over byte c; 0 if c is not allowed (s is then garbage: callers work on copies). */
-static int step(const Q35ToolGuide *g, GState *s, unsigned char c) {
+static int step(const Q35Guide *g, GState *s, unsigned char c) {
     switch (s->mode) {
     case G_THINK:
         s->tail = c == (unsigned char)END_THINK[s->tail] ? s->tail + 1 : c == '<';
@@ -291,7 +187,7 @@ static int step(const Q35ToolGuide *g, GState *s, unsigned char c) {
             s->nbuf = 0;
             s->mode = g->q35 ? G_ITEM : G_JSON;
             s->seen = 0;
-            s->js = (JState){.mode = J_VALUE};
+            if (!g->q35) schema_start(g->args, &s->js);
             s->tc = 0;
         }
         return r != 0;
@@ -327,7 +223,7 @@ static int step(const Q35ToolGuide *g, GState *s, unsigned char c) {
         return 1;
     case G_JSON: {
         if (!no_end_call(s, c)) return 0;
-        int r = json_step(&s->js, c);
+        int r = schema_step(g->args, &s->js, c);
         if (r == 2) {
             s->calls++;
             lit(s, Q3_END, G_AFTER);
@@ -342,24 +238,44 @@ static int step(const Q35ToolGuide *g, GState *s, unsigned char c) {
     return 0;
 }
 
-int q35_tool_guide_open(Q35ToolGuide **out, const Q35Tokenizer *t, const Q35ChatRequest *rq, Q35Err *err) {
+int q35_guide_open(Q35Guide **out, const Q35Tokenizer *t, const Q35ChatRequest *rq, Q35Err *err) {
     *out = NULL;
     ChatFormat f;
     int rc = chat_format_for(t, rq->family, &f, err);
     if (rc) return rc;
-    if (rq->tool_choice != Q35_TOOL_CHOICE_REQUIRED && rq->tool_choice != Q35_TOOL_CHOICE_FUNCTION)
-        return err_set(err, Q35_ERR_ARG, "tool guide: tool_choice must be required or a named function");
-    Q35ToolGuide *g = calloc(1, sizeof *g);
+    const int tools = rq->tool_choice == Q35_TOOL_CHOICE_REQUIRED || rq->tool_choice == Q35_TOOL_CHOICE_FUNCTION;
+    if (tools == (rq->response_schema != NULL))
+        return err_set(err, Q35_ERR_ARG, "guide: %s",
+                       tools ? "tool_choice required / a named function does not go with a response format"
+                             : "needs tool_choice required / a named function, or a response format");
+    const int thinking = rq->thinking == Q35_THINK_DEFAULT ? f.default_thinking : rq->thinking;
+    Q35Guide *g = calloc(1, sizeof *g);
     if (!g) return err_set(err, Q35_ERR_OOM, "out of memory");
+    if (!tools) {
+        if ((rc = schema_compile(rq->response_schema, strlen(rq->response_schema), "response_format", &g->schema,
+                                 err))) {
+            free(g);
+            return rc;
+        }
+        g->rs.mode = thinking ? R_THINK : R_VALUE;
+        schema_start(g->schema, &g->rs.v);
+        *out = g;
+        return 0;
+    }
     if ((rc = chat_tools_parse(&g->tools, rq->tools, err))) {
         free(g);
         return rc;
     }
     g->q35 = f.family == Q35_TOK_QWEN35;
     g->named = -1;
+    static const char OBJECT[] = "{\"type\": \"object\"}";
+    if (!g->q35 && (rc = schema_compile(OBJECT, sizeof OBJECT - 1, "arguments", &g->args, err))) {
+        q35_guide_close(g);
+        return rc;
+    }
     g->fns = calloc((size_t)g->tools.n + 1, sizeof *g->fns);
     if (!g->fns) {
-        q35_tool_guide_close(g);
+        q35_guide_close(g);
         return err_set(err, Q35_ERR_OOM, "out of memory");
     }
     for (int i = 0; i < g->tools.n; i++) {
@@ -373,7 +289,7 @@ int q35_tool_guide_open(Q35ToolGuide **out, const Q35Tokenizer *t, const Q35Chat
         int np = cJSON_IsObject(props) ? cJSON_GetArraySize(props) : 0;
         gf->props = calloc((size_t)np + 1, sizeof *gf->props);
         if (!gf->props) {
-            q35_tool_guide_close(g);
+            q35_guide_close(g);
             return err_set(err, Q35_ERR_OOM, "out of memory");
         }
         for (const cJSON *p = np ? props->child : NULL; p; p = p->next) gf->props[gf->n_props++] = p->string;
@@ -389,10 +305,9 @@ int q35_tool_guide_open(Q35ToolGuide **out, const Q35Tokenizer *t, const Q35Chat
     }
     if (g->n_fns == 0 || (rq->tool_choice == Q35_TOOL_CHOICE_FUNCTION && g->named < 0)) {
         const char *why = g->n_fns ? "tool_choice names no function in tools" : "no named function in tools";
-        q35_tool_guide_close(g);
-        return err_set(err, Q35_ERR_ARG, "tool guide: %s", why);
+        q35_guide_close(g);
+        return err_set(err, Q35_ERR_ARG, "guide: %s", why);
     }
-    int thinking = rq->thinking == Q35_THINK_DEFAULT ? f.default_thinking : rq->thinking;
     if (thinking)
         g->st.mode = G_THINK;
     else
@@ -401,29 +316,66 @@ int q35_tool_guide_open(Q35ToolGuide **out, const Q35Tokenizer *t, const Q35Chat
     return 0;
 }
 
-int q35_tool_guide_allows(const Q35ToolGuide *g, const char *x, size_t n) {
+/* response_format: advances r over byte c; 0 if c is not allowed (r is then garbage) */
+static int rstep(const Q35Guide *g, RState *r, unsigned char c) {
+    static const char sep[] = "\n\n";
+    switch (r->mode) {
+    case R_THINK:
+        r->tail = c == (unsigned char)END_THINK[r->tail] ? r->tail + 1 : c == '<';
+        if (r->tail == 8) {
+            r->mode = R_LIT;
+            r->pos = 0;
+        }
+        return 1;
+    case R_LIT:
+        if (c != (unsigned char)sep[r->pos]) return 0;
+        if (!sep[++r->pos]) r->mode = R_VALUE;
+        return 1;
+    default: return schema_step(g->schema, &r->v, c) != 0;
+    }
+}
+
+int q35_guide_allows(const Q35Guide *g, const char *x, size_t n) {
+    if (g->schema) {
+        RState r = g->rs;
+        for (size_t i = 0; i < n; i++)
+            if (!rstep(g, &r, (unsigned char)x[i])) return 0;
+        return 1;
+    }
     GState s = g->st;
     for (size_t i = 0; i < n; i++)
         if (!step(g, &s, (unsigned char)x[i])) return 0;
     return 1;
 }
 
-int q35_tool_guide_push(Q35ToolGuide *g, const char *x, size_t n, Q35Err *err) {
+int q35_guide_push(Q35Guide *g, const char *x, size_t n, Q35Err *err) {
+    if (g->schema) {
+        RState r = g->rs;
+        for (size_t i = 0; i < n; i++)
+            if (!rstep(g, &r, (unsigned char)x[i]))
+                return err_set(err, Q35_ERR_ARG, "guide: byte %zu (0x%02x) is not allowed here", i,
+                               (unsigned char)x[i]);
+        g->rs = r;
+        return 0;
+    }
     GState s = g->st;
     for (size_t i = 0; i < n; i++)
         if (!step(g, &s, (unsigned char)x[i]))
-            return err_set(err, Q35_ERR_ARG, "tool guide: byte %zu (0x%02x) is not allowed here", i,
-                           (unsigned char)x[i]);
+            return err_set(err, Q35_ERR_ARG, "guide: byte %zu (0x%02x) is not allowed here", i, (unsigned char)x[i]);
     g->st = s;
     return 0;
 }
 
-int q35_tool_guide_can_stop(const Q35ToolGuide *g) { return g->st.mode == G_AFTER; }
+int q35_guide_can_stop(const Q35Guide *g) {
+    if (g->schema) return g->rs.mode == R_VALUE && schema_done(g->schema, &g->rs.v);
+    return g->st.mode == G_AFTER;
+}
 
-const char *q35_tool_guide_forced(const Q35ToolGuide *g) {
-    Q35ToolGuide *m = (Q35ToolGuide *)g; /* the forced-text buffer is scratch */
+const char *q35_guide_forced(const Q35Guide *g) {
+    Q35Guide *m = (Q35Guide *)g; /* the forced-text buffer is scratch */
     m->forced.n = 0;
     sb_put(&m->forced, "", 0);
+    if (g->schema) return m->forced.oom ? "" : m->forced.p; /* a reply's shape is the model's to choose */
     GState s = g->st;
     while (s.mode != G_AFTER && s.mode != G_THINK && s.mode != G_VALUE && s.mode != G_JSON) {
         int only = -1, count = 0;
@@ -441,8 +393,10 @@ const char *q35_tool_guide_forced(const Q35ToolGuide *g) {
     return m->forced.oom ? "" : m->forced.p;
 }
 
-void q35_tool_guide_close(Q35ToolGuide *g) {
+void q35_guide_close(Q35Guide *g) {
     if (!g) return;
+    schema_free(g->schema);
+    schema_free(g->args);
     for (int i = 0; g->fns && i < g->n_fns; i++) free(g->fns[i].props);
     free(g->fns);
     chat_tools_free(&g->tools);

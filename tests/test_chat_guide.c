@@ -16,84 +16,83 @@ static const char *TOOLS =
     "[\"location\"]}}}, {\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"parameters\": {\"type\": "
     "\"object\", \"properties\": {}}}}, {\"type\": \"function\", \"function\": {\"name\": \"free\"}}]";
 
-static Q35ToolGuide *open_guide(int family, int choice, const char *name, int thinking) {
+static Q35Guide *open_guide(int family, int choice, const char *name, int thinking) {
     Q35ChatRequest rq = {
         .tools = TOOLS, .tool_choice = choice, .tool_choice_name = name, .thinking = thinking, .family = family};
-    Q35ToolGuide *g;
+    Q35Guide *g;
     Err err;
-    int rc = q35_tool_guide_open(&g, NULL, &rq, &err);
+    int rc = q35_guide_open(&g, NULL, &rq, &err);
     CHECK(rc == 0, "guide open: %s", err.msg);
     return rc ? NULL : g;
 }
 
-static int push(Q35ToolGuide *g, const char *x) {
+static int push(Q35Guide *g, const char *x) {
     Err err;
-    return q35_tool_guide_push(g, x, strlen(x), &err);
+    return q35_guide_push(g, x, strlen(x), &err);
 }
 
 static const char *CALL = "<tool_call>\n<function=get_weather>\n<parameter=unit>\nC\n</parameter>\n"
                           "<parameter=location>\nParis\n</parameter>\n</function>\n</tool_call>";
 
 static void check_qwen35(void) {
-    Q35ToolGuide *g = open_guide(Q35_TOK_QWEN35, Q35_TOOL_CHOICE_FUNCTION, "get_weather", Q35_THINK_OFF);
+    Q35Guide *g = open_guide(Q35_TOK_QWEN35, Q35_TOOL_CHOICE_FUNCTION, "get_weather", Q35_THINK_OFF);
     if (!g) return;
-    CHECK(!strcmp(q35_tool_guide_forced(g), "<tool_call>\n<function=get_weather>\n<parameter="), "forced: [%s]",
-          q35_tool_guide_forced(g));
-    CHECK(!q35_tool_guide_allows(g, "Sure", 4), "no text before the call");
-    CHECK(!q35_tool_guide_allows(g, "<tool_call>\n<function=get_time>", 32), "named: another function refused");
-    CHECK(!q35_tool_guide_allows(g, "<tool_call>\n<function=get_weather>\n</function>", 46),
+    CHECK(!strcmp(q35_guide_forced(g), "<tool_call>\n<function=get_weather>\n<parameter="), "forced: [%s]",
+          q35_guide_forced(g));
+    CHECK(!q35_guide_allows(g, "Sure", 4), "no text before the call");
+    CHECK(!q35_guide_allows(g, "<tool_call>\n<function=get_time>", 32), "named: another function refused");
+    CHECK(!q35_guide_allows(g, "<tool_call>\n<function=get_weather>\n</function>", 46),
           "a required parameter missing: no </function>");
-    CHECK(!q35_tool_guide_allows(g, "<tool_call>\n<function=get_weather>\n<parameter=city>", 51),
+    CHECK(!q35_guide_allows(g, "<tool_call>\n<function=get_weather>\n<parameter=city>", 51),
           "an undeclared parameter refused");
-    CHECK(!q35_tool_guide_can_stop(g), "no stop before the call");
+    CHECK(!q35_guide_can_stop(g), "no stop before the call");
     for (const char *p = CALL; *p; p++)
-        CHECK(q35_tool_guide_allows(g, p, 1) && push(g, (char[]){*p, 0}) == 0, "byte %ld", (long)(p - CALL));
-    CHECK(q35_tool_guide_can_stop(g), "stop after the call");
-    CHECK(!q35_tool_guide_allows(g, "\n", 1), "named: one call only");
-    q35_tool_guide_close(g);
+        CHECK(q35_guide_allows(g, p, 1) && push(g, (char[]){*p, 0}) == 0, "byte %ld", (long)(p - CALL));
+    CHECK(q35_guide_can_stop(g), "stop after the call");
+    CHECK(!q35_guide_allows(g, "\n", 1), "named: one call only");
+    q35_guide_close(g);
 
     g = open_guide(Q35_TOK_QWEN35, Q35_TOOL_CHOICE_REQUIRED, NULL, Q35_THINK_OFF);
-    CHECK(!strcmp(q35_tool_guide_forced(g), "<tool_call>\n<function="), "required: forced [%s]",
-          q35_tool_guide_forced(g));
+    CHECK(!strcmp(q35_guide_forced(g), "<tool_call>\n<function="), "required: forced [%s]", q35_guide_forced(g));
     CHECK(push(g, "<tool_call>\n<function=get_weather>\n<parameter=location>\nA\n</parameter>\n") == 0, "partial");
-    CHECK(!q35_tool_guide_allows(g, "<parameter=location>", 20), "a parameter twice refused");
-    CHECK(push(g, "</function>\n</tool_call>") == 0 && q35_tool_guide_can_stop(g), "first call");
+    CHECK(!q35_guide_allows(g, "<parameter=location>", 20), "a parameter twice refused");
+    CHECK(push(g, "</function>\n</tool_call>") == 0 && q35_guide_can_stop(g), "first call");
     CHECK(push(g, "\n<tool_call>\n<function=free>\n<parameter=anything>\nx\n</parameter>\n</function>\n</tool_call>") ==
               0,
           "second call; a function without properties takes any name");
     CHECK(push(g, "\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>") == 0, "third call, no parameters");
-    CHECK(push(g, "x") != 0 && q35_tool_guide_can_stop(g), "text after a call refused, state kept");
-    q35_tool_guide_close(g);
+    CHECK(push(g, "x") != 0 && q35_guide_can_stop(g), "text after a call refused, state kept");
+    q35_guide_close(g);
 
     g = open_guide(Q35_TOK_QWEN35, Q35_TOOL_CHOICE_FUNCTION, "get_time", Q35_THINK_ON);
-    CHECK(!strcmp(q35_tool_guide_forced(g), ""), "thinking: nothing forced yet");
-    CHECK(push(g, "I think </thi <tool_call> anything\n") == 0 && !q35_tool_guide_can_stop(g), "reasoning is free");
+    CHECK(!strcmp(q35_guide_forced(g), ""), "thinking: nothing forced yet");
+    CHECK(push(g, "I think </thi <tool_call> anything\n") == 0 && !q35_guide_can_stop(g), "reasoning is free");
     CHECK(push(g, "</think>") == 0, "end of thinking");
-    CHECK(!strcmp(q35_tool_guide_forced(g), "\n\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>"),
-          "after thinking: [%s]", q35_tool_guide_forced(g));
-    q35_tool_guide_close(g);
+    CHECK(!strcmp(q35_guide_forced(g), "\n\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>"),
+          "after thinking: [%s]", q35_guide_forced(g));
+    q35_guide_close(g);
 
     Q35ChatRequest rq = {
         .tools = TOOLS, .tool_choice = Q35_TOOL_CHOICE_FUNCTION, .tool_choice_name = "nope", .family = Q35_TOK_QWEN35};
     Err err;
-    CHECK(q35_tool_guide_open(&g, NULL, &rq, &err) == Q35_ERR_ARG, "unknown named function refused");
+    CHECK(q35_guide_open(&g, NULL, &rq, &err) == Q35_ERR_ARG, "unknown named function refused");
     rq.tool_choice = Q35_TOOL_CHOICE_AUTO;
-    CHECK(q35_tool_guide_open(&g, NULL, &rq, &err) == Q35_ERR_ARG, "auto needs no guide");
+    CHECK(q35_guide_open(&g, NULL, &rq, &err) == Q35_ERR_ARG, "auto needs no guide");
 }
 
 static void check_qwen3(void) {
-    Q35ToolGuide *g = open_guide(Q35_TOK_QWEN3, Q35_TOOL_CHOICE_FUNCTION, "get_weather", Q35_THINK_OFF);
+    Q35Guide *g = open_guide(Q35_TOK_QWEN3, Q35_TOOL_CHOICE_FUNCTION, "get_weather", Q35_THINK_OFF);
     if (!g) return;
-    CHECK(!strcmp(q35_tool_guide_forced(g), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "),
-          "Qwen3 forced: [%s]", q35_tool_guide_forced(g));
-    CHECK(!q35_tool_guide_allows(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": [", 51),
+    CHECK(!strcmp(q35_guide_forced(g), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "),
+          "Qwen3 forced: [%s]", q35_guide_forced(g));
+    CHECK(!q35_guide_allows(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": [", 51),
           "arguments must be an object");
     CHECK(push(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"a}\\\"]\", \"x\": [{}]}") ==
               0,
           "JSON with braces in strings");
-    CHECK(!strcmp(q35_tool_guide_forced(g), "}\n</tool_call>"), "closing forced: [%s]", q35_tool_guide_forced(g));
-    CHECK(push(g, "}\n</tool_call>") == 0 && q35_tool_guide_can_stop(g), "Qwen3 call complete");
-    q35_tool_guide_close(g);
+    CHECK(!strcmp(q35_guide_forced(g), "}\n</tool_call>"), "closing forced: [%s]", q35_guide_forced(g));
+    CHECK(push(g, "}\n</tool_call>") == 0 && q35_guide_can_stop(g), "Qwen3 call complete");
+    q35_guide_close(g);
 }
 
 /* Each event of a parse, flattened. */
@@ -139,29 +138,29 @@ static void check_sampler(int family, int choice, const char *name) {
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     int bad = 0, done = 0;
     for (int trial = 0; trial < 300; trial++) {
-        Q35ToolGuide *g = open_guide(family, choice, name, Q35_THINK_OFF);
+        Q35Guide *g = open_guide(family, choice, name, Q35_THINK_OFF);
         if (!g) return;
         char out[4096];
         size_t n = 0;
         int ok = 1;
         for (int step = 0; step < 1000 && ok; step++) {
-            if (q35_tool_guide_can_stop(g) && rnd(&seed) % 3 == 0) break;
+            if (q35_guide_can_stop(g) && rnd(&seed) % 3 == 0) break;
             int picked = -1;
             for (int k = 0; k < 8 && picked < 0; k++) { /* a few random candidates, then the forced bytes */
                 int v = (int)(rnd(&seed) % (uint64_t)nv);
-                if (q35_tool_guide_allows(g, vocab[v], strlen(vocab[v]))) picked = v;
+                if (q35_guide_allows(g, vocab[v], strlen(vocab[v]))) picked = v;
             }
             const char *piece = picked >= 0 ? vocab[picked] : NULL;
             char one[2] = {0, 0};
             if (!piece) {
-                const char *f = q35_tool_guide_forced(g);
+                const char *f = q35_guide_forced(g);
                 if (!*f) { /* a free position: any piece the guide takes, else one byte */
                     int v0 = (int)(rnd(&seed) % (uint64_t)nv);
                     for (int k = 0; k < nv && !*f; k++)
-                        if (q35_tool_guide_allows(g, vocab[(v0 + k) % nv], strlen(vocab[(v0 + k) % nv])))
+                        if (q35_guide_allows(g, vocab[(v0 + k) % nv], strlen(vocab[(v0 + k) % nv])))
                             f = vocab[(v0 + k) % nv];
                     for (const char *c = "az\"}]:,0\n"; !*f && *c; c++)
-                        if (q35_tool_guide_allows(g, c, 1)) {
+                        if (q35_guide_allows(g, c, 1)) {
                             one[0] = *c;
                             f = one;
                         }
@@ -171,12 +170,12 @@ static void check_sampler(int family, int choice, const char *name) {
             size_t k = strlen(piece);
             if (!k || n + k >= sizeof out) break;
             Err err;
-            ok = q35_tool_guide_push(g, piece, k, &err) == 0;
+            ok = q35_guide_push(g, piece, k, &err) == 0;
             memcpy(out + n, piece, k);
             n += k;
         }
-        if (!q35_tool_guide_can_stop(g)) {
-            q35_tool_guide_close(g);
+        if (!q35_guide_can_stop(g)) {
+            q35_guide_close(g);
             continue; /* ran out of steps */
         }
         done++;
@@ -193,7 +192,7 @@ static void check_sampler(int family, int choice, const char *name) {
         if (!good && bad++ < 3)
             fprintf(stderr, "sampler output not parsed as calls (%d, content %d): [%.*s]\n", nc, f.content, (int)n,
                     out);
-        q35_tool_guide_close(g);
+        q35_guide_close(g);
     }
     CHECK(done >= 50 && bad == 0, "guided sampler (family %d, choice %d): %d complete, %d bad", family, choice, done,
           bad);

@@ -1,5 +1,5 @@
-/* guided.c — host sampling under a tool guide (guided.h). Per guided token: one q35_tool_guide_allows per id
- * with text (the byte automaton over the id's bytes), then over the allowed ids
+/* guided.c — host sampling under a guide (guided.h: tool_choice required / named, response_format). Per guided
+ * token: one q35_guide_allows per id with text (the byte automaton over the id's bytes), then over the allowed ids
  *   p_i = softmax(l_i / T), cut to the top_k largest, to p_i >= min_p * max p, to the smallest prefix (largest
  *   first) whose sum reaches top_p, renormalized, one uniform draw;
  * logprob(id) = l_id - logsumexp(l) over all ids (raw logits, as q35_step reports logprobs). */
@@ -52,7 +52,7 @@ int guide_vocab_open(GuideVocab **out, const Q35Tokenizer *t, int vocab, Q35Err 
 oom:
     guide_vocab_close(v);
     err->code = Q35_ERR_OOM;
-    snprintf(err->msg, sizeof err->msg, "out of memory (tool guide vocabulary)");
+    snprintf(err->msg, sizeof err->msg, "out of memory (guide vocabulary)");
     return Q35_ERR_OOM;
 }
 
@@ -155,16 +155,16 @@ static int blank(const GuideVocab *v, int id) {
     return 1;
 }
 
-int guide_sample(const GuideVocab *v, Q35ToolGuide *g, const float *logits, int prev, const Q35Sampling *sp,
-                 uint64_t *rng, int top_logprobs, const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o) {
+int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35Sampling *sp, uint64_t *rng,
+                 int top_logprobs, const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o) {
     memset(o, 0, sizeof *o);
     o->id = -1;
     Cand *c = malloc(sizeof *c * (size_t)v->vocab);
     if (!c) return -1;
-    int n = 0, n_blank = 0, can_stop = stop_ok && q35_tool_guide_can_stop(g), after_blank = blank(v, prev);
+    int n = 0, n_blank = 0, can_stop = stop_ok && q35_guide_can_stop(g), after_blank = blank(v, prev);
     for (int id = 0; id < v->vocab; id++) {
         size_t a = v->off[id], b = v->off[id + 1];
-        int ok = is_stop(id, stop_ids, n_stop) ? can_stop : b > a && q35_tool_guide_allows(g, v->text + a, b - a);
+        int ok = is_stop(id, stop_ids, n_stop) ? can_stop : b > a && q35_guide_allows(g, v->text + a, b - a);
         if (!ok || !isfinite(logits[id])) continue;
         if (after_blank && blank(v, id)) { /* kept at the end, used only if nothing else is allowed */
             n_blank++;
@@ -182,7 +182,7 @@ int guide_sample(const GuideVocab *v, Q35ToolGuide *g, const float *logits, int 
     o->id = id;
     if (!is_stop(id, stop_ids, n_stop)) {
         Q35Err err;
-        q35_tool_guide_push(g, v->text + v->off[id], v->off[id + 1] - v->off[id], &err);
+        q35_guide_push(g, v->text + v->off[id], v->off[id + 1] - v->off[id], &err);
     }
     if (top_logprobs >= 0) fill_logprobs(logits, v->vocab, id, top_logprobs, o);
     return 0;

@@ -1,6 +1,6 @@
-/* guided.h — tool_choice "required" / named function in the server: the next token of a guided request is
- * sampled on the host from the step's raw logits (Q35StepItem.logits, no engine sample), restricted to the ids
- * whose text q35_tool_guide_allows, with the stop ids allowed only where the guide may end. */
+/* guided.h — tool_choice "required" / named function and response_format in the server: the next token of a
+ * guided request is sampled on the host from the step's raw logits (Q35StepItem.logits, no engine sample),
+ * restricted to the ids whose text q35_guide_allows, with the stop ids allowed only where the guide may end. */
 #ifndef Q35_SERVER_GUIDED_H
 #define Q35_SERVER_GUIDED_H
 #include <stdint.h>
@@ -20,7 +20,7 @@ void guide_vocab_close(GuideVocab *v);
  * applied. o: id, logprob (log softmax of the raw logits, as q35_step reports it) and top_logprobs alternatives
  * (over all ids). stop_ok: the stop ids may be chosen (not ignore_eos). Returns 0, or -1 when no id is allowed
  * (o->id = -1). */
-int guide_sample(const GuideVocab *v, Q35ToolGuide *g, const float *logits, int prev, const Q35Sampling *sp,
-                 uint64_t *rng, int top_logprobs, const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o);
+int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35Sampling *sp, uint64_t *rng,
+                 int top_logprobs, const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o);
 
 #endif

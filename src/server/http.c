@@ -113,8 +113,20 @@ static int client_gone(const Conn *c) {
 
 /* ---- prompt ---- */
 
+/* The request's guide (tool_choice required / named, or response_format) for rq, and what guided sampling needs:
+ * the logits row and the host sampler's state. A guide that cannot be made is a 400 naming param. */
+static int open_guide(Http *h, Req *r, const Q35ChatRequest *rq, const char *param, OaiError *e) {
+    Q35Err err = {0};
+    if (q35_guide_open(&r->guide, h->tok, rq, &err))
+        return oai_fail(e, 400, "invalid_request_error", NULL, param, "%s", err.msg);
+    if (!(r->logits = malloc(sizeof(float) * (size_t)q35_vocab_size(h->e))))
+        return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    r->rng = r->params.sampling.seed;
+    return 0;
+}
+
 /* Chat: renders the conversation and tools (q35_chat_render_request) into *text and opens the request's output
- * parser, plus its tool guide for tool_choice required / named. */
+ * parser, plus its guide for tool_choice required / named or a response_format. */
 static int chat_prompt(Http *h, Req *r, char **text, OaiError *e) {
     const OaiRequest *q = &r->rq;
     Q35Err err = {0};
@@ -146,22 +158,19 @@ static int chat_prompt(Http *h, Req *r, char **text, OaiError *e) {
                          .tool_choice = q->tool_choice,
                          .tool_choice_name = q->tool_choice_name,
                          .add_generation_prompt = 1,
-                         .thinking = think};
+                         .thinking = think,
+                         .response_schema = q->response_schema};
     int rc = q35_chat_render_request(h->tok, &cr, text, &err);
     if (rc) oai_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
+    /* a response_format reply is content only: a "<tool_call>" inside one of its strings is text */
     Q35ChatParseOptions po = {.thinking = think,
                               .tools = q->tools,
-                              .tool_choice = q->tool_choice,
+                              .tool_choice = q->response_schema ? Q35_TOOL_CHOICE_NONE : q->tool_choice,
                               .id_seed = r->params.sampling.seed ^ 0xC0FFEE5EEDull};
     if (!rc && (rc = q35_chat_parser_open(&r->parser, h->tok, &po, &err)))
         oai_fail(e, 500, "server_error", NULL, NULL, "%s", err.msg);
-    if (!rc && q->tool_choice >= Q35_TOOL_CHOICE_REQUIRED) {
-        if ((rc = q35_tool_guide_open(&r->guide, h->tok, &cr, &err)))
-            oai_fail(e, 400, "invalid_request_error", NULL, "tool_choice", "%s", err.msg);
-        else if (!(r->logits = malloc(sizeof(float) * (size_t)q35_vocab_size(h->e))))
-            rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        r->rng = r->params.sampling.seed;
-    }
+    if (!rc && (q->tool_choice >= Q35_TOOL_CHOICE_REQUIRED || q->response_schema))
+        rc = open_guide(h, r, &cr, q->response_schema ? "response_format" : "tool_choice", e);
     free(m);
     free(tc);
     if (rc && *text) {
@@ -191,6 +200,15 @@ static int build_prompt(Http *h, Req *r, OaiError *e) {
         ids = malloc(sizeof(int) * (size_t)n);
         if (!ids) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         memcpy(ids, q->prompt_ids, sizeof(int) * (size_t)n);
+    }
+    if (q->kind == OAI_COMPLETION && q->response_schema) { /* the completion is the JSON value, no reasoning */
+        const Q35ChatRequest cr = {.thinking = Q35_THINK_OFF, .response_schema = q->response_schema};
+        if (!h->tok || open_guide(h, r, &cr, "response_format", e)) {
+            free(ids);
+            return h->tok ? -1
+                          : oai_fail(e, 400, "invalid_request_error", NULL, "response_format",
+                                     "the model has no tokenizer.json: no guided output");
+        }
     }
     const char *pp = q->kind == OAI_CHAT ? "messages" : "prompt";
     int ctx = sched_max_context(h->s);

@@ -350,6 +350,33 @@ static int parse_tools(const cJSON *root, OaiRequest *r, OaiError *e) {
     return 0;
 }
 
+/* response_format: {"type": "text"} | {"type": "json_object"} | {"type": "json_schema", "json_schema": {"name",
+ * "schema", "strict"}} (no schema: any JSON value). The schema itself is checked where the guide compiles it. */
+static int parse_response_format(const cJSON *root, OaiRequest *r, OaiError *e) {
+    const cJSON *rf = field(root, "response_format");
+    if (!rf) return 0;
+    const cJSON *type = field(rf, "type");
+    if (!cJSON_IsObject(rf) || !cJSON_IsString(type))
+        return bad(e, "response_format", "must be an object with a 'type'");
+    const char *t = type->valuestring;
+    if (!strcmp(t, "text")) return 0;
+    if (!strcmp(t, "json_object")) {
+        if (!(r->response_schema = strdup("{\"type\": \"object\"}"))) return oom(e);
+        return 0;
+    }
+    if (strcmp(t, "json_schema"))
+        return bad(e, "response_format.type", "must be \"text\", \"json_object\" or \"json_schema\"");
+    const cJSON *js = field(rf, "json_schema");
+    if (!cJSON_IsObject(js)) return bad(e, "response_format.json_schema", "must be an object");
+    const cJSON *name = field(js, "name"), *schema = field(js, "schema"), *strict = field(js, "strict");
+    if (name && !cJSON_IsString(name)) return bad(e, "response_format.json_schema.name", "must be a string");
+    if (strict && !cJSON_IsBool(strict)) return bad(e, "response_format.json_schema.strict", "must be a boolean");
+    if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return bad(e, "response_format.json_schema.schema", "must be a JSON Schema (an object)");
+    if (!(r->response_schema = schema ? cJSON_PrintUnformatted(schema) : strdup("true"))) return oom(e);
+    return 0;
+}
+
 static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e) {
     const cJSON *model = field(root, "model");
     if (model) {
@@ -382,7 +409,9 @@ static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e
     int echo = 0;
     if (get_bool(root, "echo", &echo, e) < 0) return -1;
     if (echo) return bad(e, "echo", "is not supported");
-    if (parse_tools(root, r, e)) return -1;
+    if (parse_tools(root, r, e) || parse_response_format(root, r, e)) return -1;
+    if (r->response_schema && r->tool_choice >= Q35_TOOL_CHOICE_REQUIRED)
+        return bad(e, "response_format", "does not go with tool_choice \"required\" or a named function");
     const cJSON *kw = field(root, "chat_template_kwargs");
     if (kw) {
         if (!cJSON_IsObject(kw)) return bad(e, "chat_template_kwargs", "must be an object");
@@ -429,6 +458,7 @@ void oai_request_free(OaiRequest *r) {
     }
     free(r->tools);
     free(r->tool_choice_name);
+    free(r->response_schema);
     free(r->messages);
     free(r->model);
     free(r->prompt);

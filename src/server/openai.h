@@ -74,6 +74,8 @@ typedef struct OaiRequest {
     int n_tools;
     int tool_choice;        /* Q35_TOOL_CHOICE_* (auto when absent) */
     char *tool_choice_name; /* Q35_TOOL_CHOICE_FUNCTION: the function's name (one of tools) */
+    char *response_schema;  /* response_format json_object / json_schema: the JSON Schema of the reply (text;
+                               {"type": "object"} for json_object), NULL for text */
 } OaiRequest;
 
 /* Parses body[0..len) as a kind request. vocab: ids in a token prompt must be below it. 0 on success (free r

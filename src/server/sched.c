@@ -11,7 +11,8 @@
  * Generated text goes through the streaming detokenizer and, for chat, the chat parser (q35_chat_parser_*: reasoning,
  * content and tool calls); stop strings apply to the content (completions: all text): text that could still be the
  * start of a stop string is held back, a matched stop string and what follows are never released. A request with a
- * tool guide (tool_choice required / named) gets raw logits from the step and its token is sampled by guided.c. */
+ * guide (tool_choice required / named, response_format) gets raw logits from the step and its token is sampled by
+ * guided.c. */
 #include "server/sched.h"
 
 #include "server/guided.h"
@@ -122,7 +123,7 @@ static void req_free(Req *r) {
     }
     free(r->calls);
     q35_chat_parser_close(r->parser);
-    q35_tool_guide_close(r->guide);
+    q35_guide_close(r->guide);
     free(r->logits);
     if (r->detok) q35_detok_close(r->detok);
     pthread_cond_destroy(&r->cv);

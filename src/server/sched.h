@@ -46,7 +46,7 @@ typedef struct Req {
     int reasoning;         /* the output starts inside <think>: text before </think> is reasoning_content */
     double t_arrival;      /* monotonic seconds */
     Q35ChatParser *parser; /* chat: splits the text into reasoning / content / tool calls; NULL: all content */
-    Q35ToolGuide *guide;   /* tool_choice required / named: tokens are sampled on the host under it (guided.h) */
+    Q35Guide *guide;       /* tool_choice required / named, response_format: tokens sampled on the host (guided.h) */
     float *logits;         /* guide: [q35_vocab_size] the step's raw logits */
     uint64_t rng;          /* guide: the host sampler's state (from the request's seed) */
 

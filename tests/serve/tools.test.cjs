@@ -3,7 +3,8 @@
 // (tools, assistant tool_calls, tool results, reasoning_content) is checked by a three-round tool loop that the server
 // must render and answer, the response side by tool_choice "required" / a named function, where the server samples
 // under the tool guide, so a well-formed call comes out whatever the weights. Every response and stream chunk is
-// checked against OpenAI's documented shapes (a small JSON-schema check below).
+// checked against OpenAI's documented shapes (a small JSON-schema check below). response_format (json_object,
+// json_schema) is sampled under the schema's reader the same way: every reply that stops parses and validates.
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
 const { spawn } = require("node:child_process");
@@ -253,4 +254,70 @@ test("tool requests: 400s name the field", async () => {
     await bad({ messages: [user, { role: "tool", content: "1", tool_call_id: 5 }] }, "messages[1].tool_call_id");
     await assert.rejects(client.completions.create({ model: MODEL, prompt: "x", tools: TOOLS }),
         (e) => e.status === 400 && e.param === "tools");
+});
+
+// ---- response_format: the reply is sampled under the schema's reader, so it validates whatever the weights ----
+const ANSWER = { type: "object", properties: { ok: { type: "boolean" },
+    color: { enum: ["red", "green", "blue"] }, tags: { type: "array", items: { enum: ["a", "b"] }, maxItems: 2 } },
+required: ["ok", "color"], additionalProperties: false };
+
+test("response_format json_schema: every reply parses and validates; streamed the same", async () => {
+    for (let seed = 1; seed <= 3; seed++) {
+        const p = { model: MODEL, messages: [user], max_tokens: 200, temperature: 1, seed, ...NO_THINK,
+            response_format: { type: "json_schema", json_schema: { name: "answer", schema: ANSWER, strict: true } } };
+        const r = await ask(p);
+        const c = r.choices[0];
+        assert.equal(c.finish_reason, "stop", JSON.stringify(r));
+        check(JSON.parse(c.message.content), ANSWER);
+        assert.equal(c.message.tool_calls, undefined);
+        const s = await askStream(p);
+        assert.equal(s.content, c.message.content);
+        assert.equal(s.finish, "stop");
+        assert.equal(s.usage.completion_tokens, r.usage.completion_tokens);
+    }
+    // tools in auto mode do not turn the reply into calls
+    const r = await ask({ model: MODEL, messages: [user], tools: TOOLS, max_tokens: 200, seed: 7, ...NO_THINK,
+        response_format: { type: "json_schema", json_schema: { name: "answer", schema: ANSWER } } });
+    check(JSON.parse(r.choices[0].message.content), ANSWER);
+});
+
+test("response_format json_object: the reply opens an object; when it stops, it is one", async () => {
+    for (let seed = 1; seed <= 3; seed++) {
+        const r = await ask({ model: MODEL, messages: [user], max_tokens: 48, temperature: 1, seed, ...NO_THINK,
+            response_format: { type: "json_object" } });
+        const c = r.choices[0];
+        assert.match(c.message.content, /^\s*\{/);
+        if (c.finish_reason === "stop") {
+            const v = JSON.parse(c.message.content);
+            assert.ok(v !== null && typeof v === "object" && !Array.isArray(v));
+        } else assert.equal(c.finish_reason, "length");
+    }
+});
+
+test("response_format on /v1/completions: an enum schema gives one of its values", async () => {
+    for (let seed = 1; seed <= 3; seed++) {
+        const r = await client.completions.create({ model: MODEL, prompt: "Answer:", max_tokens: 16, seed,
+            temperature: 1, response_format: { type: "json_schema", json_schema: { name: "yn",
+                schema: { enum: ["yes", "no", 42] } } } });
+        assert.equal(r.choices[0].finish_reason, "stop");
+        assert.ok(["yes", "no", 42].includes(JSON.parse(r.choices[0].text)), r.choices[0].text);
+    }
+});
+
+test("response_format: 400s name the field", async () => {
+    const p = { model: MODEL, messages: [user], max_tokens: 4 };
+    const bad = async (extra, param, msg) => assert.rejects(client.chat.completions.create({ ...p, ...extra }),
+        (e) => e.status === 400 && e.param === param && (!msg || e.message.includes(msg)), JSON.stringify(extra));
+    await bad({ response_format: "json" }, "response_format");
+    await bad({ response_format: { type: "xml" } }, "response_format.type");
+    await bad({ response_format: { type: "json_schema" } }, "response_format.json_schema");
+    await bad({ response_format: { type: "json_schema", json_schema: { name: "x", schema: 3 } } },
+        "response_format.json_schema.schema");
+    await bad({ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string",
+        pattern: "^a" } } } }, "response_format", "'pattern' is not supported");
+    await bad({ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object",
+        properties: { n: { type: "integer", minimum: 0 } } } } } }, "response_format", "properties.n: 'minimum'");
+    await bad({ tools: TOOLS, tool_choice: "required", response_format: { type: "json_object" } }, "response_format");
+    const ok = await ask({ ...p, response_format: { type: "text" } });
+    assert.equal(ok.choices[0].finish_reason, "length");
 });
