@@ -157,6 +157,11 @@ typedef struct Q35SeqParams {
     Q35Sampling sampling;    /* temperature / top-k / top-p / min-p / presence + repetition penalty / seed */
     float frequency_penalty; /* OpenAI: logit -= f * count(id in generated ids); 0 = off */
     int top_logprobs;        /* -1: no logprobs; 0..20: the chosen id's logprob and this many top alternatives */
+    /* OpenAI logit_bias: logit[bias_ids[k]] += bias[k] for k < n_bias, before the penalties and the temperature; ids
+     * in [0, vocab) and finite values (else Q35_ERR_ARG); copied by q35_seq_open. Logprobs stay the raw logits'. */
+    const int *bias_ids;
+    const float *bias;
+    int n_bias;
 } Q35SeqParams;
 
 /* One sequence's part of a step: ids appended at its end (a prompt chunk, or the id sampled last step). */

@@ -37,7 +37,30 @@ int sampler_set_frequency(Sampler *s, float f, Err *err) {
     return 0;
 }
 
+int sampler_set_bias(Sampler *s, const int *ids, const float *bias, int n, Err *err) {
+    if (n < 0 || (n > 0 && (!ids || !bias))) return err_set(err, Q35_ERR_ARG, "logit bias: %d entries", n);
+    for (int k = 0; k < n; k++)
+        if (ids[k] < 0 || ids[k] >= s->n_vocab || !isfinite(bias[k]))
+            return err_set(err, Q35_ERR_ARG, "logit bias: id %d (vocabulary %d) bias %g", ids[k], s->n_vocab,
+                           (double)bias[k]);
+    free(s->bias_id);
+    free(s->bias);
+    s->bias_id = NULL;
+    s->bias = NULL;
+    s->n_bias = 0;
+    if (!n) return 0;
+    s->bias_id = malloc(sizeof(int) * (size_t)n);
+    s->bias = malloc(sizeof(float) * (size_t)n);
+    if (!s->bias_id || !s->bias) return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
+    memcpy(s->bias_id, ids, sizeof(int) * (size_t)n);
+    memcpy(s->bias, bias, sizeof(float) * (size_t)n);
+    s->n_bias = n;
+    return 0;
+}
+
 void sampler_free(Sampler *s) {
+    free(s->bias_id);
+    free(s->bias);
     free(s->count);
     free(s->seen);
     free(s->cand);
@@ -105,6 +128,7 @@ static void sort_prob_desc(int *cand, int *tmp, int m, const float *prob) {
 static int sample_u(Sampler *s, float *logits, const float *u) {
     const Q35Sampling *c = &s->cfg;
     int n = s->n_valid;
+    for (int k = 0; k < s->n_bias; k++) logits[s->bias_id[k]] += s->bias[k];
     if (c->repetition_penalty != 1.0f || c->presence_penalty != 0.0f || s->frequency != 0.0f) {
         for (int i = 0; i < n; i++) {
             if (!s->seen[i]) continue;

@@ -1,8 +1,8 @@
-/* sampler.h — host-side sampling over one row of logits: penalties, temperature, top-k,
- * top-p, min-p, then a draw from the Sampler's own RNG (seeded per request).
- * Order (as HF's logits processors): repetition penalty (ids seen in prompt + output),
- * presence penalty (ids generated so far, vLLM-style), frequency penalty (OpenAI: f times the
- * count of the id among the generated ids), temperature, top-k, top-p, min-p.
+/* sampler.h — host-side sampling over one row of logits: logit bias, penalties, temperature, top-k, top-p, min-p,
+ * then a draw from the Sampler's own RNG (seeded per request).
+ * Order (as HF's logits processors): the logit bias (OpenAI logit_bias), repetition penalty (ids seen in prompt +
+ * output), presence penalty (ids generated so far, vLLM-style), frequency penalty (OpenAI: f times the count of the
+ * id among the generated ids), temperature, top-k, top-p, min-p.
  * Ids >= n_valid (embedding padding past the tokenizer) are never sampled. */
 #ifndef Q35_SAMPLER_H
 #define Q35_SAMPLER_H
@@ -17,14 +17,19 @@ typedef struct Sampler {
     unsigned char *seen; /* [n_vocab] bit 0: in prompt or output; bit 1: generated */
     float frequency;     /* frequency penalty; 0 = off */
     int *count;          /* [n_vocab] times each id was generated (only when frequency != 0) */
-    int *cand;           /* [n_vocab] scratch: candidate ids */
-    float *prob;         /* [n_vocab] scratch: candidate probabilities */
+    int *bias_id;        /* logit_bias: logit[bias_id[k]] += bias[k], k < n_bias */
+    float *bias;
+    int n_bias;
+    int *cand;   /* [n_vocab] scratch: candidate ids */
+    float *prob; /* [n_vocab] scratch: candidate probabilities */
 } Sampler;
 
 int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err);
 void sampler_free(Sampler *s);
 /* Turns on the frequency penalty: logit[id] -= f * (times id was generated). Call before observing. */
 int sampler_set_frequency(Sampler *s, float f, Err *err);
+/* Sets the logit bias (copied): n ids in [0, n_vocab) with finite values; Q35_ERR_ARG otherwise. */
+int sampler_set_bias(Sampler *s, const int *ids, const float *bias, int n, Err *err);
 /* Records an id of the context: generated = 0 for prompt ids, 1 for sampled ones. */
 void sampler_observe(Sampler *s, int id, int generated);
 /* Picks the next id from logits [n_vocab] (modified in place), u from the Sampler's RNG. */

@@ -77,6 +77,43 @@ int main(void) {
     CHECK(sampler_sample(&s, g) == 1, "greedy");
     sampler_free(&s);
 
+    /* logit bias: added before the penalties; -100 bans the argmax, +100 forces an id at any temperature; ids out of
+     * the vocabulary and non-finite values refused */
+    c = base();
+    c.repetition_penalty = 2.0f;
+    sampler_init(&s, &c, 8, 6, &err);
+    sampler_observe(&s, 1, 0);
+    const int bid[2] = {1, 4};
+    const float bv[2] = {3.0f, -100.0f};
+    CHECK(sampler_set_bias(&s, bid, bv, 2, &err) == 0, "%s", err.msg);
+    memcpy(g, l, sizeof g);
+    const int pick = sampler_sample(&s, g);
+    CHECK(fabsf(g[1] - 3.0f) < 1e-6f && fabsf(g[4] + 101.0f) < 1e-6f && pick == 1,
+          "bias then repetition penalty: (3 + 3) / 2 = %g, %g, id %d", g[1], g[4], pick);
+    const int ban[1] = {1};
+    const float bv2[1] = {-100.0f};
+    sampler_set_bias(&s, ban, bv2, 1, &err);
+    memcpy(g, l, sizeof g);
+    CHECK(sampler_sample(&s, g) == 2, "the banned argmax gives way to id 2");
+    const int bad_id[1] = {8};
+    const float nan1[1] = {NAN};
+    CHECK(sampler_set_bias(&s, bad_id, bv2, 1, &err) == Q35_ERR_ARG, "id past the vocabulary refused");
+    CHECK(sampler_set_bias(&s, ban, nan1, 1, &err) == Q35_ERR_ARG, "NaN bias refused");
+    sampler_free(&s);
+    c = base();
+    c.temperature = 1.5f;
+    sampler_init(&s, &c, 8, 6, &err);
+    const int force[1] = {3};
+    const float up[1] = {100.0f};
+    sampler_set_bias(&s, force, up, 1, &err);
+    int forced = 0;
+    for (int t = 0; t < 200; t++) {
+        memcpy(g, l, sizeof g);
+        forced += sampler_sample(&s, g) == 3;
+    }
+    CHECK(forced == 200, "+100 forces id 3 at temperature 1.5: %d / 200", forced);
+    sampler_free(&s);
+
     /* repetition penalty (HF: divide positive, multiply negative) and presence penalty */
     c = base();
     c.repetition_penalty = 2.0f;

@@ -155,35 +155,47 @@ static int blank(const GuideVocab *v, int id) {
     return 1;
 }
 
-int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35Sampling *sp, uint64_t *rng,
-                 int top_logprobs, const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o) {
+int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35SeqParams *sp, uint64_t *rng,
+                 const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o) {
     memset(o, 0, sizeof *o);
     o->id = -1;
     Cand *c = malloc(sizeof *c * (size_t)v->vocab);
-    if (!c) return -1;
+    float *x = sp->n_bias ? malloc(sizeof *x * (size_t)v->vocab) : NULL; /* the logits plus the bias */
+    if (!c || (sp->n_bias && !x)) {
+        free(c);
+        free(x);
+        return -1;
+    }
+    if (x) {
+        memcpy(x, logits, sizeof *x * (size_t)v->vocab);
+        for (int k = 0; k < sp->n_bias; k++)
+            if (sp->bias_ids[k] < v->vocab) x[sp->bias_ids[k]] += sp->bias[k];
+    }
+    const float *xl = x ? x : logits;
     int n = 0, n_blank = 0, can_stop = stop_ok && q35_guide_can_stop(g), after_blank = blank(v, prev);
     for (int id = 0; id < v->vocab; id++) {
         size_t a = v->off[id], b = v->off[id + 1];
         int ok = is_stop(id, stop_ids, n_stop) ? can_stop : b > a && q35_guide_allows(g, v->text + a, b - a);
-        if (!ok || !isfinite(logits[id])) continue;
+        if (!ok || !isfinite(xl[id])) continue;
         if (after_blank && blank(v, id)) { /* kept at the end, used only if nothing else is allowed */
             n_blank++;
-            c[v->vocab - n_blank] = (Cand){logits[id], id};
+            c[v->vocab - n_blank] = (Cand){xl[id], id};
         } else
-            c[n++] = (Cand){logits[id], id};
+            c[n++] = (Cand){xl[id], id};
     }
     if (n == 0 && n_blank > 0) {
         memmove(c, c + v->vocab - n_blank, sizeof *c * (size_t)n_blank);
         n = n_blank;
     }
-    int id = n ? draw(c, n, sp, rng) : -1;
+    int id = n ? draw(c, n, &sp->sampling, rng) : -1;
     free(c);
+    free(x);
     if (id < 0) return -1;
     o->id = id;
     if (!is_stop(id, stop_ids, n_stop)) {
         Q35Err err;
         q35_guide_push(g, v->text + v->off[id], v->off[id + 1] - v->off[id], &err);
     }
-    if (top_logprobs >= 0) fill_logprobs(logits, v->vocab, id, top_logprobs, o);
+    if (sp->top_logprobs >= 0) fill_logprobs(logits, v->vocab, id, sp->top_logprobs, o);
     return 0;
 }

@@ -249,6 +249,9 @@ static void seq_params(Http *h, Req *r, unsigned long n) {
     p->sampling.seed = q->set & OAI_SET_SEED ? q->seed : ((uint64_t)h->started << 20 ^ n) * 0x9E3779B97F4A7C15ull;
     p->frequency_penalty = q->frequency_penalty;
     p->top_logprobs = q->top_logprobs;
+    p->bias_ids = q->bias_ids;
+    p->bias = q->bias;
+    p->n_bias = q->n_bias;
 }
 
 /* ---- streaming ---- */

@@ -350,6 +350,37 @@ static int parse_tools(const cJSON *root, OaiRequest *r, OaiError *e) {
     return 0;
 }
 
+/* logit_bias: {"ID": bias, ...} with ID a token id (decimal, < vocab) and bias in [-100, 100] (OpenAI's range: -100
+ * bans the id, 100 all but forces it), at most 1024 entries. */
+static int parse_logit_bias(const cJSON *root, int vocab, OaiRequest *r, OaiError *e) {
+    const cJSON *lb = field(root, "logit_bias"), *it;
+    if (!lb) return 0;
+    if (!cJSON_IsObject(lb)) return bad(e, "logit_bias", "must be an object of token ids to biases");
+    const int n = cJSON_GetArraySize(lb);
+    if (n > 1024) return bad(e, "logit_bias", "has more than 1024 entries");
+    if (!n) return 0;
+    r->bias_ids = malloc(sizeof(int) * (size_t)n);
+    r->bias = malloc(sizeof(float) * (size_t)n);
+    if (!r->bias_ids || !r->bias) return oom(e);
+    cJSON_ArrayForEach(it, lb) {
+        const char *key = it->string;
+        size_t nd = strspn(key, "0123456789");
+        long id = nd && nd <= 9 && !key[nd] ? strtol(key, NULL, 10) : -1; /* decimal digits only */
+        if (id < 0 || id >= vocab)
+            return oai_fail(e, 400, "invalid_request_error", NULL, "logit_bias",
+                            "'logit_bias' key '%.40s' is not a token id in [0, %d)", key, vocab);
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= -100 && it->valuedouble <= 100))
+            return oai_fail(e, 400, "invalid_request_error", NULL, "logit_bias",
+                            "'logit_bias' value for %ld must be a number in [-100, 100]", id);
+        int k = 0; /* an id given twice ("5", "05"): the last value, as a JSON object read into a dict keeps */
+        while (k < r->n_bias && r->bias_ids[k] != (int)id) k++;
+        r->bias_ids[k] = (int)id;
+        r->bias[k] = (float)it->valuedouble;
+        r->n_bias += k == r->n_bias;
+    }
+    return 0;
+}
+
 /* response_format: {"type": "text"} | {"type": "json_object"} | {"type": "json_schema", "json_schema": {"name",
  * "schema", "strict"}} (no schema: any JSON value). The schema itself is checked where the guide compiles it. */
 static int parse_response_format(const cJSON *root, OaiRequest *r, OaiError *e) {
@@ -406,10 +437,15 @@ static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e
     if (k) r->max_tokens = (int)v;
     if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_logprobs(root, r, e)) return -1;
     if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
+    int parallel = 1;
+    if (get_bool(root, "parallel_tool_calls", &parallel, e) < 0) return -1;
+    r->one_call = !parallel;
     int echo = 0;
     if (get_bool(root, "echo", &echo, e) < 0) return -1;
     if (echo) return bad(e, "echo", "is not supported");
-    if (parse_tools(root, r, e) || parse_response_format(root, r, e)) return -1;
+    const cJSON *suffix = field(root, "suffix"); /* completions: text after the insertion (fill-in-the-middle) */
+    if (suffix && (!cJSON_IsString(suffix) || suffix->valuestring[0])) return bad(e, "suffix", "is not supported");
+    if (parse_tools(root, r, e) || parse_response_format(root, r, e) || parse_logit_bias(root, vocab, r, e)) return -1;
     if (r->response_schema && r->tool_choice >= Q35_TOOL_CHOICE_REQUIRED)
         return bad(e, "response_format", "does not go with tool_choice \"required\" or a named function");
     const cJSON *kw = field(root, "chat_template_kwargs");
@@ -459,6 +495,8 @@ void oai_request_free(OaiRequest *r) {
     free(r->tools);
     free(r->tool_choice_name);
     free(r->response_schema);
+    free(r->bias_ids);
+    free(r->bias);
     free(r->messages);
     free(r->model);
     free(r->prompt);

@@ -70,11 +70,15 @@ typedef struct OaiRequest {
     int top_logprobs; /* -1: no logprobs; else the alternatives per token (0..Q35_MAX_TOP_LOGPROBS) */
     int thinking;     /* Q35_THINK_DEFAULT | OFF | ON (chat_template_kwargs.enable_thinking) */
     int ignore_eos;   /* vLLM extension: keep going past the stop ids */
+    int one_call;     /* parallel_tool_calls false: the reply ends with its first complete call */
     char *tools;      /* chat: the "tools" array re-printed by cJSON (key order kept), or NULL (absent or []) */
     int n_tools;
     int tool_choice;        /* Q35_TOOL_CHOICE_* (auto when absent) */
     char *tool_choice_name; /* Q35_TOOL_CHOICE_FUNCTION: the function's name (one of tools) */
-    char *response_schema;  /* response_format json_object / json_schema: the JSON Schema of the reply (text;
+    int *bias_ids;          /* logit_bias: n_bias ids (< vocab) and their biases in [-100, 100] */
+    float *bias;
+    int n_bias;
+    char *response_schema; /* response_format json_object / json_schema: the JSON Schema of the reply (text;
                                {"type": "object"} for json_object), NULL for text */
 } OaiRequest;
 

@@ -269,13 +269,14 @@ static int on_event(void *user, const Q35ChatEvent *ev) {
 }
 
 /* Generated text of r (mu held): through the parser (chat) or straight to the content; 1 when a stop string
- * matched. */
+ * matched, or (parallel_tool_calls false) the first call is complete: the reply ends there, nothing after it. */
 static int emit(Req *r, const char *text, size_t len) {
-    if (r->stop_matched) return 1;
+    if (r->stop_matched || r->calls_done) return 1;
     if (!r->parser) return channel_put(NULL, r, 0, text, len);
     Q35Err err;
     q35_chat_parser_push(r->parser, text, len, on_event, r, &err);
-    return r->stop_matched;
+    r->calls_done = r->rq.one_call && r->n_calls > 0;
+    return r->stop_matched || r->calls_done;
 }
 
 static char *token_text(Sched *s, int id) {
@@ -337,7 +338,8 @@ static void finish(Sched *s, Req *r, const char *reason) {
         if (len) emit(r, text, len);
         int n_calls = 0;
         Q35Err err;
-        if (r->parser && !r->stop_matched) q35_chat_parser_finish(r->parser, on_event, r, &n_calls, &err);
+        if (r->parser && !r->stop_matched && !r->calls_done)
+            q35_chat_parser_finish(r->parser, on_event, r, &n_calls, &err);
         if (!r->stop_matched) release(s, r, 0, r->pend[0].n);
     }
     r->finish_reason = r->n_calls > 0 && !strcmp(reason, "stop") ? "tool_calls" : reason; /* metrics: "stop" */
@@ -409,8 +411,8 @@ static const Q35StepOut *guided_token(Sched *s, Req *r, Q35StepOut *o) {
         return NULL;
     }
     int prev = r->n_toks > r->n_prompt ? r->toks[r->n_toks - 1] : -1;
-    if (guide_sample(s->gv, r->guide, r->logits, prev, &r->params.sampling, &r->rng, r->rq.top_logprobs, s->stop_ids,
-                     s->n_stop_ids, !r->rq.ignore_eos, o)) {
+    if (guide_sample(s->gv, r->guide, r->logits, prev, &r->params, &r->rng, s->stop_ids, s->n_stop_ids,
+                     !r->rq.ignore_eos, o)) {
         finish(s, r, "stop");
         return NULL;
     }

@@ -61,6 +61,19 @@ static void check_accepted(const OaiRequest *r, int kind) {
     REQUIRE(r->n_stop >= 0 && r->n_stop <= OAI_MAX_STOP);
     for (int i = 0; i < r->n_stop; i++) REQUIRE(r->stop[i] && r->stop[i][0]);
     REQUIRE(!r->include_usage || r->stream);
+    /* logit_bias: distinct ids in the vocabulary, biases in [-100, 100] */
+    REQUIRE(r->n_bias >= 0 && r->n_bias <= 1024 && (!r->n_bias || (r->bias_ids && r->bias)));
+    for (int i = 0; i < r->n_bias; i++) {
+        REQUIRE(r->bias_ids[i] >= 0 && r->bias_ids[i] < VOCAB && r->bias[i] >= -100 && r->bias[i] <= 100);
+        for (int k = 0; k < i; k++) REQUIRE(r->bias_ids[k] != r->bias_ids[i]);
+    }
+    /* response_format: a schema that cJSON reads back, never with a forced tool call */
+    if (r->response_schema) {
+        cJSON *sc = cJSON_Parse(r->response_schema);
+        REQUIRE(sc && (cJSON_IsObject(sc) || cJSON_IsBool(sc)));
+        cJSON_Delete(sc);
+        REQUIRE(r->tool_choice < Q35_TOOL_CHOICE_REQUIRED);
+    }
     /* the request's own text goes back out through the response writer */
     OaiMeta m = {"id-0", 1, r->model ? r->model : "m"};
     OaiTokenLogprob lp = {r->n_stop ? r->stop[0] : "x", -0.5f, 1, {{"y", -1.0f}}};
@@ -92,7 +105,7 @@ static void check_accepted(const OaiRequest *r, int kind) {
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (size < 1) return 0;
-    int kind = data[0] & 1 ? OAI_COMPLETION : OAI_CHAT;
+    int kind = data[0] & 1 ? OAI_CHAT : OAI_COMPLETION; /* the seeds: "c..." chat, "d..." completions */
     OaiRequest r;
     OaiError e;
     memset(&e, 0, sizeof e);

@@ -140,6 +140,46 @@ test("logprobs: one entry per token, top alternatives sorted, chosen token among
     assert.equal(lp.map((t) => t.token).join(""), r.choices[0].message.content);
 });
 
+test("logit_bias: +100 forces an id, the larger bias wins, -100 bans the greedy id; streamed alike", async () => {
+    const ids = (t) => require("node:child_process").execFileSync(process.env.QWEN35_BIN,
+        ["tokenize", "--model", process.env.SERVE_MODEL, "--text", t]).toString().trim().split(/\s+/).map(Number);
+    const [paris] = ids(" Paris"), [tokyo] = ids(" Tokyo");
+    const one = async (extra) => (await client.completions.create({ model: "serve-model", prompt: "The capital is",
+        max_tokens: 3, seed: 5, temperature: 1, ...extra })).choices[0].text;
+    assert.equal(await one({ logit_bias: { [paris]: 100 } }), " Paris Paris Paris");
+    assert.equal(await one({ logit_bias: { [paris]: 90, [tokyo]: 100 } }), " Tokyo Tokyo Tokyo");
+    const st = await client.completions.create({ model: "serve-model", prompt: "The capital is", max_tokens: 3,
+        seed: 5, temperature: 1, logit_bias: { [tokyo]: 100 }, stream: true });
+    let text = "";
+    for await (const ch of st) for (const c of ch.choices) text += c.text;
+    assert.equal(text, " Tokyo Tokyo Tokyo");
+    // -100 on the greedy token: the next most likely one comes instead (the greedy token's id by the CLI tokenizer;
+    // with the top-2 logprobs the replacement is known)
+    const greedy = async (extra) => (await client.completions.create({ model: "serve-model", prompt: "The capital is",
+        max_tokens: 1, temperature: 0, logprobs: 2, ...extra })).choices[0];
+    const g0 = await greedy({});
+    const gid = ids(g0.text);
+    assert.equal(gid.length, 1, `the greedy token ${JSON.stringify(g0.text)} re-tokenizes to one id`);
+    const banned = await greedy({ logit_bias: { [gid[0]]: -100 } });
+    assert.equal(banned.text, Object.keys(g0.logprobs.top_logprobs[0])[1]);
+    // chat: the same bias, and logprobs of the raw logits
+    const g = await client.chat.completions.create(chatReq({ temperature: 0, max_tokens: 2, logprobs: true }));
+    const b = await client.chat.completions.create(chatReq({ temperature: 0, max_tokens: 2, logprobs: true,
+        logit_bias: { [paris]: 100 } }));
+    assert.equal(b.choices[0].message.content, " Paris Paris");
+    assert.notEqual(g.choices[0].message.content, " Paris Paris");
+    assert.ok(b.choices[0].logprobs.content[0].logprob < -1, "logprobs are of the raw logits, not the biased ones");
+    const bad = async (lb) => assert.rejects(client.completions.create({ model: "serve-model", prompt: "x",
+        max_tokens: 1, logit_bias: lb }), (e) => e.status === 400 && e.param === "logit_bias", JSON.stringify(lb));
+    await bad({ "x": 1 });
+    await bad({ "-1": 1 });
+    await bad({ " 5": 1 });
+    await bad({ "999999999": 1 });
+    await bad({ [paris]: 101 });
+    await bad({ [paris]: "1" });
+    await bad([1, 2]);
+});
+
 test("errors: bad JSON, bad field, unknown model, context, n, auth, route, method, size", async () => {
     const post = (path, body, key = KEY) => fetch(base + path, { method: "POST", body,
         headers: { "Content-Type": "application/json", ...(key ? { Authorization: `Bearer ${key}` } : {}) } });
@@ -156,6 +196,8 @@ test("errors: bad JSON, bad field, unknown model, context, n, auth, route, metho
     await assert.rejects(client.chat.completions.create(chatReq({ max_tokens: CTX + 1 })),
         (err) => err.status === 400 && err.code === "context_length_exceeded" && err.param === "max_tokens");
     await assert.rejects(client.chat.completions.create(chatReq({ n: 2 })), (err) => err.status === 400 && err.param === "n");
+    await assert.rejects(client.completions.create({ model: MODEL, prompt: "x", max_tokens: 1, suffix: "y" }),
+        (err) => err.status === 400 && err.param === "suffix");
     const noKey = new OpenAI({ apiKey: "wrong", baseURL: base + "/v1", maxRetries: 0 });
     await assert.rejects(noKey.chat.completions.create(chatReq()), (err) => err.status === 401);
     r = await post("/v1/completions", JSON.stringify({ model: MODEL, prompt: "x" }), null);

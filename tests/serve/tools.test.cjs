@@ -321,3 +321,31 @@ test("response_format: 400s name the field", async () => {
     const ok = await ask({ ...p, response_format: { type: "text" } });
     assert.equal(ok.choices[0].finish_reason, "length");
 });
+
+test("parallel_tool_calls false: one call, and the reply ends with it", async () => {
+    // greedy, with logit_bias steering the random model: "{}" / " {}" close the arguments at once, the stop ids are
+    // banned, so after a call the guide leaves only another call: parallel replies run to max_tokens with several
+    const ids = (t) => require("node:child_process").execFileSync(process.env.QWEN35_BIN,
+        ["tokenize", "--model", process.env.SERVE_MODEL, "--text", t]).toString().trim().split(/\s+/).map(Number);
+    const bias = {};
+    for (const t of ["{}", " {}"]) bias[ids(t)[0]] = 100;
+    for (const t of ["<|im_end|>", "<|endoftext|>"]) bias[ids(t)[0]] = -100;
+    const p = { model: MODEL, messages: [user], tool_choice: "required", max_tokens: 80, temperature: 0, seed: 3,
+        logit_bias: bias, ...NO_THINK, tools: [{ type: "function", function: { name: "ping",
+            parameters: { type: "object", properties: {} } } }] };
+    const many = await ask(p);
+    assert.equal(many.choices[0].finish_reason, "length");
+    assert.ok(many.choices[0].message.tool_calls.length >= 2, JSON.stringify(many.choices[0].message));
+    const one = await ask({ ...p, parallel_tool_calls: false });
+    const c = one.choices[0];
+    assert.equal(c.finish_reason, "tool_calls");
+    assert.deepEqual(c.message.tool_calls.map((t) => t.function), [many.choices[0].message.tool_calls[0].function]);
+    assert.equal(c.message.content, null);
+    assert.ok(one.usage.completion_tokens < 40, `ended with the call: ${one.usage.completion_tokens} tokens`);
+    const s = await askStream({ ...p, parallel_tool_calls: false });
+    assert.deepEqual(s.calls, c.message.tool_calls);
+    assert.equal(s.finish, "tool_calls");
+    assert.equal(s.usage.completion_tokens, one.usage.completion_tokens);
+    await assert.rejects(client.chat.completions.create({ model: MODEL, messages: [user], max_tokens: 2,
+        parallel_tool_calls: "no" }), (e) => e.status === 400 && e.param === "parallel_tool_calls");
+});
