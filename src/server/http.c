@@ -450,6 +450,61 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
     return reply(mc, 200, "application/json", body);
 }
 
+/* POST /tokenize and /detokenize (vLLM's): the ids of a prompt or of a rendered chat (as generation would see
+ * them, generation prompt included), and the text of ids. */
+static enum MHD_Result tokens(Conn *c, struct MHD_Connection *mc, const char *url, int detok) {
+    Http *h = c->h;
+    OaiError e = {0};
+    const char *body = c->body.p ? c->body.p : "";
+    if (c->too_large)
+        oai_fail(&e, 413, "invalid_request_error", NULL, NULL,
+                 "the request body is over the server's limit of %zu bytes", h->cfg.max_body);
+    else if (!h->tok)
+        oai_fail(&e, 400, "invalid_request_error", NULL, NULL, "the model has no tokenizer.json");
+    if (e.status) return reply_error(c, mc, url, &e);
+    Q35Err err = {0};
+    if (detok) {
+        int *ids, n;
+        char *text = NULL;
+        if (oai_parse_detokenize(body, c->body.n, h->vocab, &ids, &n, &e)) return reply_error(c, mc, url, &e);
+        int rc = q35_detokenize(h->tok, ids, n, 0, &text, &err);
+        free(ids);
+        if (rc) {
+            oai_fail(&e, 400, "invalid_request_error", NULL, "tokens", "%s", err.msg);
+            return reply_error(c, mc, url, &e);
+        }
+        char *json = oai_detokenize_json(text);
+        free(text);
+        return reply(mc, 200, "application/json", json);
+    }
+    int kind;
+    Req *r = NULL;
+    if (oai_tokenize_kind(body, c->body.n, &kind, &e)) return reply_error(c, mc, url, &e);
+    if (!(r = sched_req_new())) {
+        oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        return reply_error(c, mc, url, &e);
+    }
+    c->req = r;
+    if (oai_parse_request(body, c->body.n, kind, h->vocab, &r->rq, &e)) return reply_error(c, mc, url, &e);
+    int *ids = NULL, n = 0;
+    if (kind == OAI_COMPLETION && !r->rq.prompt) { /* ids already */
+        n = r->rq.n_prompt_ids;
+        ids = r->rq.prompt_ids;
+    } else {
+        char *text = r->rq.prompt;
+        if (kind == OAI_CHAT && chat_prompt(h, r, &text, &e)) return reply_error(c, mc, url, &e);
+        int rc = q35_tokenize(h->tok, text, strlen(text), &ids, &n, &err);
+        if (text != r->rq.prompt) free(text);
+        if (rc) {
+            oai_fail(&e, 400, "invalid_request_error", NULL, kind == OAI_CHAT ? "messages" : "prompt", "%s", err.msg);
+            return reply_error(c, mc, url, &e);
+        }
+    }
+    char *json = oai_tokenize_json(ids, n, sched_max_context(h->s));
+    if (ids != r->rq.prompt_ids) free(ids);
+    return reply(mc, 200, "application/json", json);
+}
+
 /* ---- routing ---- */
 
 static int authorized(Http *h, struct MHD_Connection *mc) {
@@ -465,8 +520,8 @@ static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url
     static const struct {
         const char *path;
         int post; /* 1: POST route, 0: GET route */
-    } routes[] = {
-        {"/health", 0}, {"/metrics", 0}, {"/v1/models", 0}, {"/v1/chat/completions", 1}, {"/v1/completions", 1}};
+    } routes[] = {{"/health", 0},         {"/metrics", 0},  {"/v1/models", 0}, {"/v1/chat/completions", 1},
+                  {"/v1/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
         if (!strcmp(url, routes[i].path)) k = i;
@@ -479,7 +534,7 @@ static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url
                  routes[k].post ? "POST" : "GET");
         return reply_error(c, mc, url, &e);
     }
-    if (!strncmp(url, "/v1/", 4) && !authorized(h, mc)) {
+    if ((!strncmp(url, "/v1/", 4) || routes[k].post) && !authorized(h, mc)) {
         oai_fail(&e, 401, "authentication_error", "invalid_api_key", NULL,
                  "missing or wrong API key: send 'Authorization: Bearer KEY'");
         return reply_error(c, mc, url, &e);
@@ -495,7 +550,8 @@ static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url
     case 2:
         return reply(mc, 200, "application/json", oai_models_json(h->cfg.model, h->started, sched_max_context(h->s)));
     case 3: return generate(c, mc, url, OAI_CHAT);
-    default: return generate(c, mc, url, OAI_COMPLETION);
+    case 4: return generate(c, mc, url, OAI_COMPLETION);
+    default: return tokens(c, mc, url, k == 6);
     }
 }
 

@@ -701,3 +701,55 @@ char *oai_models_json(const char *model, long created, int max_model_len) {
     cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), m);
     return print(root);
 }
+
+int oai_tokenize_kind(const char *body, size_t len, int *kind, OaiError *e) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON");
+    *kind = field(root, "messages") ? OAI_CHAT : OAI_COMPLETION;
+    cJSON_Delete(root);
+    return 0;
+}
+
+char *oai_tokenize_json(const int *ids, int n, int max_model_len) {
+    cJSON *root = cJSON_CreateObject(), *t = NULL;
+    cJSON_AddNumberToObject(root, "count", n);
+    cJSON_AddNumberToObject(root, "max_model_len", max_model_len);
+    if (!(t = cJSON_CreateIntArray(ids, n))) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    cJSON_AddItemToObject(root, "tokens", t);
+    return print(root);
+}
+
+int oai_parse_detokenize(const char *body, size_t len, int vocab, int **ids, int *n, OaiError *e) {
+    *ids = NULL;
+    *n = 0;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON");
+    const cJSON *t = field(root, "tokens"), *v;
+    int rc = 0;
+    if (!cJSON_IsArray(t)) rc = bad(e, "tokens", "must be an array of token ids");
+    if (!rc && !(*ids = malloc(sizeof(int) * ((size_t)cJSON_GetArraySize(t) + 1)))) rc = oom(e);
+    for (v = rc ? NULL : t->child; v; v = v->next) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < vocab) ||
+            v->valuedouble != floor(v->valuedouble)) {
+            rc = oai_fail(e, 400, "invalid_request_error", NULL, "tokens", "'tokens' must hold ids in [0, %d)", vocab);
+            break;
+        }
+        (*ids)[(*n)++] = (int)v->valuedouble;
+    }
+    cJSON_Delete(root);
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+char *oai_detokenize_json(const char *text) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "prompt", text);
+    return print(root);
+}

@@ -140,5 +140,12 @@ char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, const Oa
 char *oai_chunk_json(int kind, const OaiMeta *m, const OaiOutput *o, int first, const OaiUsage *u, int with_usage);
 /* GET /v1/models */
 char *oai_models_json(const char *model, long created, int max_model_len);
+/* POST /tokenize (vLLM's): a request is a completions one ("prompt") or a chat one ("messages", rendered with the
+ * generation prompt); *kind says which, from the body. The answer: {"count", "max_model_len", "tokens"}. */
+int oai_tokenize_kind(const char *body, size_t len, int *kind, OaiError *e);
+char *oai_tokenize_json(const int *ids, int n, int max_model_len);
+/* POST /detokenize (vLLM's): {"tokens": [ids < vocab]} -> *ids (malloc'ed), *n; the answer {"prompt": text}. */
+int oai_parse_detokenize(const char *body, size_t len, int vocab, int **ids, int *n, OaiError *e);
+char *oai_detokenize_json(const char *text);
 
 #endif

@@ -180,6 +180,30 @@ test("logit_bias: +100 forces an id, the larger bias wins, -100 bans the greedy 
     await bad([1, 2]);
 });
 
+test("/tokenize and /detokenize: the CLI tokenizer's ids, a chat's ids as generation counts them, round trip", async () => {
+    const post = async (path, body, key = KEY) => {
+        const r = await fetch(base + path, { method: "POST", body: JSON.stringify(body),
+            headers: { "Content-Type": "application/json", ...(key ? { Authorization: `Bearer ${key}` } : {}) } });
+        return { status: r.status, json: await r.json() };
+    };
+    const text = "The capital of France is Paris.";
+    const cli = require("node:child_process").execFileSync(process.env.QWEN35_BIN, ["tokenize", "--model",
+        process.env.SERVE_MODEL, "--text", text]).toString().trim().split(/\s+/).map(Number);
+    const t = await post("/tokenize", { model: MODEL, prompt: text });
+    assert.equal(t.status, 200);
+    assert.deepEqual(t.json, { count: cli.length, max_model_len: CTX, tokens: cli });
+    const d = await post("/detokenize", { model: MODEL, tokens: cli });
+    assert.deepEqual(d, { status: 200, json: { prompt: text } });
+    const msgs = chatReq({}).messages;
+    const c = await post("/tokenize", { model: MODEL, messages: msgs });
+    const r = await client.chat.completions.create(chatReq({ max_tokens: 1 }));
+    assert.equal(c.json.count, r.usage.prompt_tokens);
+    assert.equal((await post("/tokenize", { prompt: text }, null)).status, 401);
+    assert.equal((await post("/detokenize", { tokens: [-1] })).json.error.param, "tokens");
+    assert.equal((await post("/detokenize", { tokens: "1" })).status, 400);
+    assert.equal((await post("/tokenize", { prompt: 5 })).json.error.param, "prompt");
+});
+
 test("errors: bad JSON, bad field, unknown model, context, n, auth, route, method, size", async () => {
     const post = (path, body, key = KEY) => fetch(base + path, { method: "POST", body,
         headers: { "Content-Type": "application/json", ...(key ? { Authorization: `Bearer ${key}` } : {}) } });
