@@ -30,20 +30,28 @@ struct Http {
     atomic_int stopping;
 };
 
-typedef struct Conn {
-    Http *h;
-    TextBuf body;
-    int too_large;
-    int fd;
+/* One choice of a request: its scheduler request and what of it was streamed. */
+typedef struct Choice {
     Req *req;
-    OaiMeta meta;
-    /* streaming */
-    int role_sent, end_sent;
+    int role_sent, done;
     size_t sent[2];   /* bytes of out[0] (content) / out[1] (reasoning) sent */
     int calls_sent;   /* tool calls whose first delta (index, id, name) went out */
     size_t args_sent; /* bytes of calls[calls_sent - 1].args sent */
     int lps_sent;
     size_t text_offset;
+} Choice;
+
+typedef struct Conn {
+    Http *h;
+    TextBuf body;
+    int too_large;
+    int fd;
+    Choice ch[OAI_MAX_N]; /* n choices (rq.n); ch[0].req is the request (its cv wakes this connection) */
+    int n_ch;
+    Req *req; /* a /tokenize request (not scheduled) */
+    OaiMeta meta;
+    /* streaming */
+    int end_sent;
     char *ev; /* SSE bytes ready to write */
     size_t ev_n, ev_off, ev_cap;
 } Conn;
@@ -267,76 +275,83 @@ static void ev_data(Conn *c, char *json) {
 /* Tool-call deltas not sent yet (mu held): per new call one delta with index, id, name and "" arguments, then one
  * with the arguments (a call arrives complete from the parser, so its arguments are one fragment). Strings are
  * copies; returns the count (at most cap, the rest waits for the next collect). */
-static int collect_calls(Conn *c, OaiCallOut *d, int cap) {
-    const Req *r = c->req;
+static int collect_calls(Choice *k, OaiCallOut *d, int cap) {
+    const Req *r = k->req;
     int n = 0;
     while (n + 2 <= cap) {
-        int i = c->calls_sent - 1;
-        if (i >= 0 && r->calls[i].args.n > c->args_sent) {
+        int i = k->calls_sent - 1;
+        if (i >= 0 && r->calls[i].args.n > k->args_sent) {
             d[n++] = (OaiCallOut){i, NULL, NULL,
-                                  strndup(r->calls[i].args.p + c->args_sent, r->calls[i].args.n - c->args_sent)};
-            c->args_sent = r->calls[i].args.n;
-        } else if (c->calls_sent < r->n_calls) {
-            i = c->calls_sent++;
+                                  strndup(r->calls[i].args.p + k->args_sent, r->calls[i].args.n - k->args_sent)};
+            k->args_sent = r->calls[i].args.n;
+        } else if (k->calls_sent < r->n_calls) {
+            i = k->calls_sent++;
             d[n++] = (OaiCallOut){i, strdup(r->calls[i].id), strdup(r->calls[i].name), strdup("")};
-            c->args_sent = 0;
+            k->args_sent = 0;
         } else
             break;
     }
     return n;
 }
 
-/* Turns what the request has produced since the last call into SSE events; 1 if any were made. */
-static int stream_collect(Conn *c) {
+static void cancel_all(Conn *c) {
+    for (int i = 0; i < c->n_ch; i++) sched_cancel(c->h->s, c->ch[i].req);
+}
+
+/* What choice `index` produced since the last call, as SSE events (sched_lock not held). *err: its error once it
+ * ended with one. Sets k->done once its end went out. */
+static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
     Http *h = c->h;
-    Req *r = c->req;
+    Req *r = k->req;
     int kind = r->rq.kind, usage = r->rq.include_usage, want_lp = r->rq.top_logprobs >= 0;
     sched_lock(h->s);
     char *text[2] = {NULL, NULL};
     for (int ch = 0; ch < 2; ch++)
-        if (r->out[ch].n > c->sent[ch]) {
-            text[ch] = strndup(r->out[ch].p + c->sent[ch], r->out[ch].n - c->sent[ch]);
-            c->sent[ch] = r->out[ch].n;
+        if (r->out[ch].n > k->sent[ch]) {
+            text[ch] = strndup(r->out[ch].p + k->sent[ch], r->out[ch].n - k->sent[ch]);
+            k->sent[ch] = r->out[ch].n;
         }
-    int n_lp = r->n_lps - c->lps_sent;
+    int n_lp = r->n_lps - k->lps_sent;
     OaiTokenLogprob *lps = n_lp > 0 ? malloc(sizeof *lps * (size_t)n_lp) : NULL;
     if (lps)
-        memcpy(lps, r->lps + c->lps_sent, sizeof *lps * (size_t)n_lp);
+        memcpy(lps, r->lps + k->lps_sent, sizeof *lps * (size_t)n_lp);
     else
         n_lp = 0;
-    c->lps_sent += n_lp;
+    k->lps_sent += n_lp;
     OaiCallOut calls[16];
-    int n_calls = collect_calls(c, calls, 16);
+    int n_calls = collect_calls(k, calls, 16);
     int done =
-        r->done && c->calls_sent == r->n_calls && (!r->n_calls || c->args_sent == r->calls[r->n_calls - 1].args.n);
+        r->done && k->calls_sent == r->n_calls && (!r->n_calls || k->args_sent == r->calls[r->n_calls - 1].args.n);
     const char *reason = r->finish_reason;
-    OaiError err = r->error;
-    OaiUsage u = {r->n_prompt, r->n_generated, r->n_cached};
+    if (done) *err = r->error;
     sched_unlock(h->s);
 
-    size_t before = c->ev_n;
-    if (!c->role_sent && kind == OAI_CHAT) {
-        OaiOutput o = {.content = "", .want_logprobs = 0};
+    if (!k->role_sent && kind == OAI_CHAT) {
+        OaiOutput o = {.index = index, .content = "", .want_logprobs = 0};
         ev_data(c, oai_chunk_json(kind, &c->meta, &o, 1, NULL, usage));
-        c->role_sent = 1;
+        k->role_sent = 1;
     }
-    if (done && err.status) {
-        ev_data(c, oai_error_json(&err));
+    if (done && err->status) {
+        ev_data(c, oai_error_json(err));
     } else {
         if (text[0] || text[1] || n_lp || (done && !n_calls)) {
-            OaiOutput o = {.content = text[0],
+            OaiOutput o = {.index = index,
+                           .content = text[0],
                            .reasoning = text[1],
                            .logprobs = lps,
                            .n_logprobs = n_lp,
                            .want_logprobs = want_lp,
-                           .text_offset = c->text_offset,
+                           .text_offset = k->text_offset,
                            .finish_reason = done && !n_calls ? reason : NULL};
             if (kind == OAI_COMPLETION && !o.content) o.content = "";
             ev_data(c, oai_chunk_json(kind, &c->meta, &o, 0, NULL, usage));
-            c->text_offset += text[0] ? strlen(text[0]) : 0;
+            k->text_offset += text[0] ? strlen(text[0]) : 0;
         }
         for (int i = 0; i < n_calls; i++) { /* one tool-call delta per chunk; the last carries finish_reason */
-            OaiOutput o = {.calls = &calls[i], .n_calls = 1, .finish_reason = done && i == n_calls - 1 ? reason : NULL};
+            OaiOutput o = {.index = index,
+                           .calls = &calls[i],
+                           .n_calls = 1,
+                           .finish_reason = done && i == n_calls - 1 ? reason : NULL};
             ev_data(c, oai_chunk_json(kind, &c->meta, &o, 0, NULL, usage));
         }
     }
@@ -345,15 +360,57 @@ static int stream_collect(Conn *c) {
         free((char *)calls[i].name);
         free((char *)calls[i].arguments);
     }
-    if (done) {
-        if (usage && !err.status) ev_data(c, oai_chunk_json(kind, &c->meta, NULL, 0, &u, 1));
-        buf_put(&c->ev, &c->ev_n, &c->ev_cap, "data: [DONE]\n\n", 14);
-        c->end_sent = 1;
-    }
+    k->done = done;
     free(text[0]);
     free(text[1]);
     free(lps);
+}
+
+/* The usage of all choices: the prompt once, the completions summed. */
+static OaiUsage usage_of(Conn *c) {
+    const Req *r0 = c->ch[0].req;
+    OaiUsage u = {r0->n_prompt, 0, r0->n_cached};
+    for (int i = 0; i < c->n_ch; i++) u.completion_tokens += c->ch[i].req->n_generated;
+    return u;
+}
+
+/* Turns what the choices have produced since the last call into SSE events; 1 if any were made. After the last
+ * choice's end: the usage chunk (include_usage, no error) and [DONE]. */
+static int stream_collect(Conn *c) {
+    size_t before = c->ev_n;
+    int all = 1, failed = 0;
+    for (int i = 0; i < c->n_ch; i++) {
+        OaiError err = {0};
+        if (!c->ch[i].done) choice_collect(c, &c->ch[i], i, &err);
+        all &= c->ch[i].done;
+        failed |= err.status != 0;
+    }
+    if (failed) cancel_all(c); /* an error ends the stream: the other choices stop */
+    if (all || failed) {
+        const Req *r0 = c->ch[0].req;
+        if (r0->rq.include_usage && !failed) {
+            sched_lock(c->h->s);
+            OaiUsage u = usage_of(c);
+            sched_unlock(c->h->s);
+            ev_data(c, oai_chunk_json(r0->rq.kind, &c->meta, NULL, 0, &u, 1));
+        }
+        buf_put(&c->ev, &c->ev_n, &c->ev_cap, "data: [DONE]\n\n", 14);
+        c->end_sent = 1;
+    }
     return c->ev_n > before;
+}
+
+/* 1 when no choice has anything new to stream (sched_lock held). */
+static int nothing_new(const Conn *c) {
+    for (int i = 0; i < c->n_ch; i++) {
+        const Choice *k = &c->ch[i];
+        const Req *r = k->req;
+        if (k->done) continue;
+        if (r->done || r->out[0].n != k->sent[0] || r->out[1].n != k->sent[1] || r->n_lps != k->lps_sent ||
+            r->n_calls != k->calls_sent)
+            return 0;
+    }
+    return 1;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -364,13 +421,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         c->ev_n = c->ev_off = 0;
         if (stream_collect(c)) break;
         if (client_gone(c)) {
-            sched_cancel(c->h->s, c->req);
+            cancel_all(c);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         sched_lock(c->h->s);
-        if (!c->req->done && c->req->out[0].n == c->sent[0] && c->req->out[1].n == c->sent[1] &&
-            c->req->n_lps == c->lps_sent && c->req->n_calls == c->calls_sent)
-            sched_wait(c->h->s, c->req, 20);
+        if (nothing_new(c)) sched_wait(c->h->s, c->ch[0].req, 20);
         sched_unlock(c->h->s);
     }
     size_t k = c->ev_n - c->ev_off < max ? c->ev_n - c->ev_off : max;
@@ -381,6 +436,28 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 /* ---- completions ---- */
 
+/* Choice i of the request in c->body: a scheduler request of its own (the body parsed again, its own sampler seed,
+ * its own prompt ids), in choice 0's group. */
+static int new_choice(Conn *c, int i, int kind, unsigned long id, OaiError *e) {
+    Http *h = c->h;
+    Req *r = sched_req_new();
+    if (!r) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    c->ch[c->n_ch++].req = r;
+    if (i > 0) sched_req_group(r, c->ch[0].req);
+    if (oai_parse_request(c->body.p ? c->body.p : "", c->body.n, kind, h->vocab, &r->rq, e)) return -1;
+    if (r->rq.model && strcmp(r->rq.model, h->cfg.model))
+        return oai_fail(e, 404, "invalid_request_error", "model_not_found", "model",
+                        "The model '%s' does not exist (this server serves '%s').", r->rq.model, h->cfg.model);
+    seq_params(h, r, id);
+    if (i > 0) /* another draw of the same request: a seed of its own, derived from the request's */
+        r->params.sampling.seed =
+            (r->params.sampling.seed ^ (uint64_t)i * 0xD1B54A32D192ED03ull) * 0x9E3779B97F4A7C15ull;
+    if (build_prompt(h, r, e)) return -1;
+    snprintf(r->id, sizeof r->id, "%s-%lx%06lx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)h->started, id);
+    r->t_arrival = now_s();
+    return 0;
+}
+
 static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *url, int kind) {
     Http *h = c->h;
     OaiError e = {0};
@@ -389,28 +466,19 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
                  "the request body is over the server's limit of %zu bytes", h->cfg.max_body);
         return reply_error(c, mc, url, &e);
     }
-    Req *r = sched_req_new();
-    if (!r) {
-        oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
-        return reply_error(c, mc, url, &e);
-    }
-    c->req = r;
-    if (oai_parse_request(c->body.p ? c->body.p : "", c->body.n, kind, h->vocab, &r->rq, &e))
-        return reply_error(c, mc, url, &e);
-    if (r->rq.model && strcmp(r->rq.model, h->cfg.model)) {
-        oai_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
-                 "The model '%s' does not exist (this server serves '%s').", r->rq.model, h->cfg.model);
-        return reply_error(c, mc, url, &e);
-    }
-    unsigned long n = atomic_fetch_add(&h->next_id, 1);
-    seq_params(h, r, n);
-    if (build_prompt(h, r, &e)) return reply_error(c, mc, url, &e);
-    snprintf(r->id, sizeof r->id, "%s-%lx%06lx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)h->started, n);
-    r->t_arrival = now_s();
+    unsigned long id = atomic_fetch_add(&h->next_id, 1);
+    if (new_choice(c, 0, kind, id, &e)) return reply_error(c, mc, url, &e);
+    for (int i = 1; i < c->ch[0].req->rq.n; i++)
+        if (new_choice(c, i, kind, id, &e)) return reply_error(c, mc, url, &e);
+    Req *r = c->ch[0].req;
     c->meta.id = r->id;
     c->meta.created = (long)time(NULL);
     c->meta.model = h->cfg.model;
-    if (sched_submit(h->s, r, &e)) return reply_error(c, mc, url, &e);
+    for (int i = 0; i < c->n_ch; i++)
+        if (sched_submit(h->s, c->ch[i].req, &e)) {
+            cancel_all(c);
+            return reply_error(c, mc, url, &e);
+        }
 
     if (r->rq.stream) {
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, c, NULL);
@@ -422,31 +490,40 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
         return rc;
     }
     sched_lock(h->s);
-    while (!r->done) {
-        sched_unlock(h->s);
-        if (client_gone(c)) {
-            sched_cancel(h->s, r);
-            return MHD_NO;
+    for (int i = 0; i < c->n_ch; i++)
+        while (!c->ch[i].req->done) {
+            sched_unlock(h->s);
+            if (client_gone(c)) {
+                cancel_all(c);
+                return MHD_NO;
+            }
+            sched_lock(h->s);
+            if (!c->ch[i].req->done) sched_wait(h->s, r, 20);
         }
-        sched_lock(h->s);
-        if (!r->done) sched_wait(h->s, r, 20);
+    sched_unlock(h->s); /* done: the scheduler no longer writes the choices */
+    for (int i = 0; i < c->n_ch; i++)
+        if (c->ch[i].req->error.status) return reply_error(c, mc, url, &c->ch[i].req->error);
+    OaiOutput o[OAI_MAX_N];
+    OaiCallOut *calls[OAI_MAX_N] = {NULL};
+    for (int i = 0; i < c->n_ch; i++) {
+        const Req *q = c->ch[i].req;
+        calls[i] = q->n_calls ? calloc((size_t)q->n_calls, sizeof *calls[i]) : NULL;
+        for (int k = 0; calls[i] && k < q->n_calls; k++)
+            calls[i][k] =
+                (OaiCallOut){k, q->calls[k].id, q->calls[k].name, q->calls[k].args.p ? q->calls[k].args.p : "{}"};
+        o[i] = (OaiOutput){.index = i,
+                           .content = q->out[0].p ? q->out[0].p : "",
+                           .reasoning = q->reasoning ? (q->out[1].p ? q->out[1].p : "") : NULL,
+                           .calls = calls[i],
+                           .n_calls = calls[i] ? q->n_calls : 0,
+                           .logprobs = q->lps,
+                           .n_logprobs = q->n_lps,
+                           .want_logprobs = q->rq.top_logprobs >= 0,
+                           .finish_reason = q->finish_reason};
     }
-    sched_unlock(h->s); /* done: the scheduler no longer writes r */
-    if (r->error.status) return reply_error(c, mc, url, &r->error);
-    OaiCallOut *calls = r->n_calls ? calloc((size_t)r->n_calls, sizeof *calls) : NULL;
-    for (int i = 0; calls && i < r->n_calls; i++)
-        calls[i] = (OaiCallOut){i, r->calls[i].id, r->calls[i].name, r->calls[i].args.p ? r->calls[i].args.p : "{}"};
-    OaiOutput o = {.content = r->out[0].p ? r->out[0].p : "",
-                   .reasoning = r->reasoning ? (r->out[1].p ? r->out[1].p : "") : NULL,
-                   .calls = calls,
-                   .n_calls = calls ? r->n_calls : 0,
-                   .logprobs = r->lps,
-                   .n_logprobs = r->n_lps,
-                   .want_logprobs = r->rq.top_logprobs >= 0,
-                   .finish_reason = r->finish_reason};
-    OaiUsage u = {r->n_prompt, r->n_generated, r->n_cached};
-    char *body = oai_response_json(kind, &c->meta, &o, &u);
-    free(calls);
+    OaiUsage u = usage_of(c);
+    char *body = oai_response_json(kind, &c->meta, o, c->n_ch, &u);
+    for (int i = 0; i < c->n_ch; i++) free(calls[i]);
     return reply(mc, 200, "application/json", body);
 }
 
@@ -593,6 +670,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
     Http *h = cls;
     Conn *c = *ctx;
     if (!c) return;
+    for (int i = 0; i < c->n_ch; i++) sched_release(h->s, c->ch[i].req);
     if (c->req) sched_release(h->s, c->req);
     free(c->body.p);
     free(c->ev);

@@ -428,9 +428,11 @@ static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e
     }
     int64_t v;
     int k;
-    if (get_int(root, "n", 1, 1, &v, e) < 0)
-        return oai_fail(e, 400, "invalid_request_error", NULL, "n", "'n' must be 1 (one choice per request)");
-    if (get_int(root, "best_of", 1, 1, &v, e) < 0) return -1;
+    r->n = 1;
+    if ((k = get_int(root, "n", 1, OAI_MAX_N, &v, e)) < 0) return -1;
+    if (k) r->n = (int)v;
+    if ((k = get_int(root, "best_of", 1, OAI_MAX_N, &v, e)) < 0) return -1;
+    if (k && v != r->n) return bad(e, "best_of", "must equal 'n' (the best of more drawn choices is not supported)");
     if ((k = get_int(root, "max_completion_tokens", 1, 2147483647.0, &v, e)) < 0) return -1;
     if (k) r->max_tokens = (int)v;
     if ((k = get_int(root, "max_tokens", 1, 2147483647.0, &v, e)) < 0) return -1;
@@ -624,10 +626,10 @@ static cJSON *calls_json(const OaiOutput *o, int delta) {
     return a;
 }
 
-char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, const OaiUsage *u) {
-    cJSON *root = envelope(kind, m, kind == OAI_CHAT ? "chat.completion" : "text_completion");
+/* One choice of a non-streamed response. */
+static cJSON *choice_json(int kind, const OaiOutput *o) {
     cJSON *choice = cJSON_CreateObject();
-    cJSON_AddNumberToObject(choice, "index", 0);
+    cJSON_AddNumberToObject(choice, "index", o->index);
     if (kind == OAI_CHAT) {
         cJSON *msg = cJSON_AddObjectToObject(choice, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
@@ -649,7 +651,13 @@ char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, const Oa
             cJSON_AddNullToObject(choice, "logprobs");
     }
     finish(choice, o);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), choice);
+    return choice;
+}
+
+char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, int n_choices, const OaiUsage *u) {
+    cJSON *root = envelope(kind, m, kind == OAI_CHAT ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    for (int i = 0; i < n_choices; i++) cJSON_AddItemToArray(choices, choice_json(kind, &o[i]));
     cJSON_AddItemToObject(root, "usage", usage_json(u));
     return print(root);
 }
@@ -659,7 +667,7 @@ char *oai_chunk_json(int kind, const OaiMeta *m, const OaiOutput *o, int first, 
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
     if (o) {
         cJSON *choice = cJSON_CreateObject();
-        cJSON_AddNumberToObject(choice, "index", 0);
+        cJSON_AddNumberToObject(choice, "index", o->index);
         if (kind == OAI_CHAT) {
             cJSON *d = cJSON_AddObjectToObject(choice, "delta");
             if (first) cJSON_AddStringToObject(d, "role", "assistant");

@@ -51,6 +51,7 @@ enum {
 };
 
 #define OAI_MAX_STOP 16
+#define OAI_MAX_N    16 /* choices per request (n) */
 typedef struct OaiRequest {
     int kind;    /* OAI_CHAT | OAI_COMPLETION */
     char *model; /* NULL when absent */
@@ -61,6 +62,7 @@ typedef struct OaiRequest {
     int n_prompt_ids;
     int stream, include_usage;
     int max_tokens; /* -1: up to the context */
+    int n;          /* choices, 1 .. OAI_MAX_N: n sequences of the same prompt, each its own draws */
     int set;        /* OAI_SET_* */
     float temperature, top_p, min_p, presence_penalty, frequency_penalty, repetition_penalty;
     int top_k; /* 0 = off (-1 in the request means off too) */
@@ -109,6 +111,7 @@ typedef struct OaiCallOut {
 
 /* The text of one response, or of one stream chunk's delta. */
 typedef struct OaiOutput {
+    int index;               /* the choice (0 .. n - 1) */
     const char *content;     /* NULL: no content field in a delta (a response with tool calls: "content": null) */
     const char *reasoning;   /* NULL: none */
     const OaiCallOut *calls; /* chat: message.tool_calls / delta.tool_calls */
@@ -134,7 +137,7 @@ typedef struct OaiMeta {
 /* Each returns a malloc'ed NUL-terminated JSON text, or NULL when out of memory. */
 char *oai_error_json(const OaiError *e);
 /* Non-streamed chat.completion / text_completion. */
-char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, const OaiUsage *u);
+char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, int n_choices, const OaiUsage *u);
 /* One stream chunk. o: the choice's delta (NULL: a usage-only chunk with "choices": []); first: the chat delta
  * carries "role": "assistant"; u: NULL or the usage (include_usage: null on every chunk but the last). */
 char *oai_chunk_json(int kind, const OaiMeta *m, const OaiOutput *o, int first, const OaiUsage *u, int with_usage);

@@ -104,6 +104,8 @@ Req *sched_req_new(void) {
     return r;
 }
 
+static void unref(Req *r);
+
 static void req_free(Req *r) {
     oai_request_free(&r->rq);
     free(r->toks);
@@ -127,7 +129,9 @@ static void req_free(Req *r) {
     free(r->logits);
     if (r->detok) q35_detok_close(r->detok);
     pthread_cond_destroy(&r->cv);
+    Req *g = r->group;
     free(r);
+    if (g) unref(g);
 }
 
 void sched_lock(Sched *s) { pthread_mutex_lock(&s->mu); }
@@ -147,6 +151,14 @@ int sched_max_context(const Sched *s) { return s->max_ctx; }
 /* Drops one reference (mu held); frees on the last. */
 static void unref(Req *r) {
     if (--r->refs == 0) req_free(r);
+}
+
+/* The condition variable the client of r waits on: its own, or its group's first choice's (n > 1). */
+static void wake(Req *r) { pthread_cond_broadcast(&(r->group ? r->group : r)->cv); }
+
+void sched_req_group(Req *r, Req *first) {
+    r->group = first;
+    first->refs++;
 }
 
 void sched_cancel(Sched *s, Req *r) {
@@ -345,7 +357,7 @@ static void finish(Sched *s, Req *r, const char *reason) {
     r->finish_reason = r->n_calls > 0 && !strcmp(reason, "stop") ? "tool_calls" : reason; /* metrics: "stop" */
     r->done = 1;
     if (r->admitted) s->n_admitted--;
-    pthread_cond_broadcast(&r->cv);
+    wake(r);
     pthread_mutex_unlock(&s->mu);
     if (r->snap_due) take_snapshot(s, r);
     if (r->seq >= 0) q35_seq_close(s->e, r->seq);
@@ -387,7 +399,7 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
     size_t len;
     Q35Err err;
     if (!is_stop_id && s->tok && !q35_detok_push(r->detok, id, &text, &len, &err)) stopped = emit(r, text, len);
-    pthread_cond_broadcast(&r->cv);
+    wake(r);
     pthread_mutex_unlock(&s->mu);
     if (is_stop_id || stopped) {
         finish(s, r, "stop");

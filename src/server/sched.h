@@ -69,8 +69,9 @@ typedef struct Req {
 
     /* shared (sched_lock) */
     pthread_cond_t cv;
-    TextBuf out[2]; /* released text per channel: 0 content, 1 reasoning */
-    ReqCall *calls; /* tool calls parsed so far */
+    struct Req *group; /* n > 1: the request's first choice, whose cv wakes the client of every choice (a reference) */
+    TextBuf out[2];    /* released text per channel: 0 content, 1 reasoning */
+    ReqCall *calls;    /* tool calls parsed so far */
     int n_calls, cap_calls;
     OaiTokenLogprob *lps; /* one per generated token when rq.top_logprobs >= 0; strings owned */
     int n_lps, cap_lps;
@@ -96,6 +97,9 @@ void sched_cancel(Sched *s, Req *r);
 
 void sched_lock(Sched *s);
 void sched_unlock(Sched *s);
+/* Choice r of a request with n > 1 choices joins the first one's group (before either is submitted): the client
+ * waits on first's cv for all of them, and r holds a reference to first. */
+void sched_req_group(Req *r, Req *first);
 /* Waits on r->cv (sched_lock held) for at most ms milliseconds. */
 void sched_wait(Sched *s, Req *r, int ms);
 

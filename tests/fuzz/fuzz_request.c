@@ -61,6 +61,7 @@ static void check_accepted(const OaiRequest *r, int kind) {
     REQUIRE(r->n_stop >= 0 && r->n_stop <= OAI_MAX_STOP);
     for (int i = 0; i < r->n_stop; i++) REQUIRE(r->stop[i] && r->stop[i][0]);
     REQUIRE(!r->include_usage || r->stream);
+    REQUIRE(r->n >= 1 && r->n <= OAI_MAX_N);
     /* logit_bias: distinct ids in the vocabulary, biases in [-100, 100] */
     REQUIRE(r->n_bias >= 0 && r->n_bias <= 1024 && (!r->n_bias || (r->bias_ids && r->bias)));
     for (int i = 0; i < r->n_bias; i++) {
@@ -91,7 +92,7 @@ static void check_accepted(const OaiRequest *r, int kind) {
                    .want_logprobs = 1,
                    .finish_reason = n_calls ? "tool_calls" : "stop"};
     OaiUsage u = {1, 2};
-    char *s = oai_response_json(kind, &m, &o, &u);
+    char *s = oai_response_json(kind, &m, &o, 1, &u);
     REQUIRE(s);
     cJSON *back = cJSON_Parse(s);
     REQUIRE(back);

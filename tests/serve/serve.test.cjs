@@ -180,6 +180,36 @@ test("logit_bias: +100 forces an id, the larger bias wins, -100 bans the greedy 
     await bad([1, 2]);
 });
 
+test("n choices: each its own draws, choice 0 as the request alone, streamed alike, usage summed", async () => {
+    const p = chatReq({ temperature: 2, seed: 11, max_tokens: 6 });
+    const solo = await client.chat.completions.create(p);
+    const r = await client.chat.completions.create({ ...p, n: 3 });
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+    assert.equal(r.choices[0].message.content, solo.choices[0].message.content);
+    const texts = r.choices.map((c) => c.message.content);
+    // the random model's rows are peaked, so two draws may agree; with this seed they do not all agree
+    assert.ok(new Set(texts).size >= 2, `different draws: ${JSON.stringify(texts)}`);
+    assert.equal(r.usage.prompt_tokens, solo.usage.prompt_tokens);
+    assert.equal(r.usage.completion_tokens, 3 * solo.usage.completion_tokens);
+    const st = await client.chat.completions.create({ ...p, n: 3, stream: true, stream_options: { include_usage: true } });
+    const got = ["", "", ""], fin = [null, null, null];
+    let usage = null;
+    for await (const ch of st) {
+        if (ch.usage) usage = ch.usage;
+        for (const c of ch.choices) {
+            got[c.index] += c.delta.content ?? "";
+            if (c.finish_reason) { assert.equal(fin[c.index], null); fin[c.index] = c.finish_reason; }
+        }
+    }
+    assert.deepEqual(got, texts);
+    assert.deepEqual(fin, r.choices.map((c) => c.finish_reason));
+    assert.deepEqual(usage, r.usage);
+    const cr = await client.completions.create({ model: MODEL, prompt: "The capital is", max_tokens: 4, n: 3,
+        best_of: 3, seed: 3, temperature: 2 });
+    assert.deepEqual(cr.choices.map((c) => c.index), [0, 1, 2]);
+    assert.ok(new Set(cr.choices.map((c) => c.text)).size >= 2, JSON.stringify(cr.choices));
+});
+
 test("/tokenize and /detokenize: the CLI tokenizer's ids, a chat's ids as generation counts them, round trip", async () => {
     const post = async (path, body, key = KEY) => {
         const r = await fetch(base + path, { method: "POST", body: JSON.stringify(body),
@@ -219,7 +249,9 @@ test("errors: bad JSON, bad field, unknown model, context, n, auth, route, metho
         (err) => err.status === 404 && err.code === "model_not_found");
     await assert.rejects(client.chat.completions.create(chatReq({ max_tokens: CTX + 1 })),
         (err) => err.status === 400 && err.code === "context_length_exceeded" && err.param === "max_tokens");
-    await assert.rejects(client.chat.completions.create(chatReq({ n: 2 })), (err) => err.status === 400 && err.param === "n");
+    await assert.rejects(client.chat.completions.create(chatReq({ n: 17 })), (err) => err.status === 400 && err.param === "n");
+    await assert.rejects(client.chat.completions.create(chatReq({ n: 1, best_of: 2 })),
+        (err) => err.status === 400 && err.param === "best_of");
     await assert.rejects(client.completions.create({ model: MODEL, prompt: "x", max_tokens: 1, suffix: "y" }),
         (err) => err.status === 400 && err.param === "suffix");
     const noKey = new OpenAI({ apiKey: "wrong", baseURL: base + "/v1", maxRetries: 0 });
