@@ -140,7 +140,8 @@ static int chat_prompt(Http *h, Req *r, char **text, OaiError *e) {
     Q35Err err = {0};
     int n_calls = 0;
     for (int i = 0; i < q->n_messages; i++) n_calls += q->messages[i].n_tool_calls;
-    Q35ChatMessage *m = calloc((size_t)q->n_messages, sizeof *m);
+    const size_t nm = q->n_messages > 0 ? (size_t)q->n_messages : 0; /* a parsed chat request has at least one */
+    Q35ChatMessage *m = calloc(nm + 1, sizeof *m);
     Q35ChatToolCall *tc = calloc((size_t)n_calls + 1, sizeof *tc);
     if (!m || !tc) {
         free(m);
