@@ -234,6 +234,23 @@ static int parse_stop(const cJSON *root, OaiRequest *r, OaiError *e) {
     return 0;
 }
 
+/* stop_token_ids (vLLM's): up to OAI_MAX_STOP ids in [0, vocab). */
+static int parse_stop_ids(const cJSON *root, int vocab, OaiRequest *r, OaiError *e) {
+    const cJSON *s = field(root, "stop_token_ids"), *x;
+    if (!s) return 0;
+    if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) > OAI_MAX_STOP)
+        return oai_fail(e, 400, "invalid_request_error", NULL, "stop_token_ids",
+                        "'stop_token_ids' must be an array of at most %d token ids", OAI_MAX_STOP);
+    cJSON_ArrayForEach(x, s) {
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < vocab) ||
+            x->valuedouble != floor(x->valuedouble))
+            return oai_fail(e, 400, "invalid_request_error", NULL, "stop_token_ids",
+                            "'stop_token_ids' must hold token ids in [0, %d)", vocab);
+        r->stop_ids[r->n_stop_ids++] = (int)x->valuedouble;
+    }
+    return 0;
+}
+
 static int parse_sampling(const cJSON *root, OaiRequest *r, OaiError *e) {
     static const struct {
         const char *name;
@@ -437,7 +454,9 @@ static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e
     if (k) r->max_tokens = (int)v;
     if ((k = get_int(root, "max_tokens", 1, 2147483647.0, &v, e)) < 0) return -1;
     if (k) r->max_tokens = (int)v;
-    if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_logprobs(root, r, e)) return -1;
+    if (parse_sampling(root, r, e) || parse_stop(root, r, e) || parse_stop_ids(root, vocab, r, e) ||
+        parse_logprobs(root, r, e))
+        return -1;
     if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
     int parallel = 1;
     if (get_bool(root, "parallel_tool_calls", &parallel, e) < 0) return -1;

@@ -391,6 +391,7 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
     r->t_last = t;
     int is_stop_id = 0;
     for (int i = 0; i < s->n_stop_ids && !r->rq.ignore_eos; i++) is_stop_id |= id == s->stop_ids[i];
+    for (int i = 0; i < r->rq.n_stop_ids; i++) is_stop_id |= id == r->rq.stop_ids[i]; /* even with ignore_eos */
     pthread_mutex_lock(&s->mu);
     r->n_generated++;
     if (r->rq.top_logprobs >= 0) add_logprobs(s, r, o);

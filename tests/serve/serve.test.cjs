@@ -210,6 +210,24 @@ test("n choices: each its own draws, choice 0 as the request alone, streamed ali
     assert.ok(new Set(cr.choices.map((c) => c.text)).size >= 2, JSON.stringify(cr.choices));
 });
 
+test("stop_token_ids: the greedy token's id ends the completion at once, without its text", async () => {
+    const ids = (t) => require("node:child_process").execFileSync(process.env.QWEN35_BIN,
+        ["tokenize", "--model", process.env.SERVE_MODEL, "--text", t]).toString().trim().split(/\s+/).map(Number);
+    const req = { model: MODEL, prompt: "The capital is", max_tokens: 4, temperature: 0 };
+    const g = (await client.completions.create(req)).choices[0];
+    const first = await client.completions.create({ ...req, max_tokens: 1 });
+    const id = ids(first.choices[0].text);
+    assert.equal(id.length, 1, JSON.stringify(first.choices[0].text));
+    const r = await client.completions.create({ ...req, stop_token_ids: id, ignore_eos: true });
+    assert.deepEqual([r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens], ["", "stop", 1]);
+    const other = await client.completions.create({ ...req, stop_token_ids: [id[0] === 0 ? 1 : 0] });
+    assert.equal(other.choices[0].text, g.text);
+    await assert.rejects(client.completions.create({ ...req, stop_token_ids: [-1] }),
+        (e) => e.status === 400 && e.param === "stop_token_ids");
+    await assert.rejects(client.completions.create({ ...req, stop_token_ids: "5" }),
+        (e) => e.status === 400 && e.param === "stop_token_ids");
+});
+
 test("/tokenize and /detokenize: the CLI tokenizer's ids, a chat's ids as generation counts them, round trip", async () => {
     const post = async (path, body, key = KEY) => {
         const r = await fetch(base + path, { method: "POST", body: JSON.stringify(body),
