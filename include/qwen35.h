@@ -162,6 +162,11 @@ typedef struct Q35SeqParams {
     const int *bias_ids;
     const float *bias;
     int n_bias;
+    /* vLLM's min_tokens: the n_min_ids ids (the stop ids: the model's and the request's) are not sampled before
+     * min_tokens ids were generated; copied by q35_seq_open. */
+    int min_tokens;
+    const int *min_ids;
+    int n_min_ids;
 } Q35SeqParams;
 
 /* One sequence's part of a step: ids appended at its end (a prompt chunk, or the id sampled last step). */

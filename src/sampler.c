@@ -58,7 +58,27 @@ int sampler_set_bias(Sampler *s, const int *ids, const float *bias, int n, Err *
     return 0;
 }
 
+int sampler_set_ban(Sampler *s, const int *ids, int n, int min_tokens, Err *err) {
+    if (n < 0 || min_tokens < 0 || (n > 0 && !ids))
+        return err_set(err, Q35_ERR_ARG, "min_tokens %d with %d ids", min_tokens, n);
+    for (int k = 0; k < n; k++)
+        if (ids[k] < 0 || ids[k] >= s->n_vocab)
+            return err_set(err, Q35_ERR_ARG, "min_tokens: id %d (vocabulary %d)", ids[k], s->n_vocab);
+    free(s->ban_id);
+    s->ban_id = NULL;
+    s->n_ban = 0;
+    s->ban_left = 0;
+    if (!n || !min_tokens) return 0;
+    if (!(s->ban_id = malloc(sizeof(int) * (size_t)n)))
+        return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
+    memcpy(s->ban_id, ids, sizeof(int) * (size_t)n);
+    s->n_ban = n;
+    s->ban_left = min_tokens;
+    return 0;
+}
+
 void sampler_free(Sampler *s) {
+    free(s->ban_id);
     free(s->bias_id);
     free(s->bias);
     free(s->count);
@@ -72,6 +92,7 @@ void sampler_observe(Sampler *s, int id, int generated) {
     if (id < 0 || id >= s->n_vocab) return;
     s->seen[id] |= (unsigned char)(1 | (generated ? 2 : 0));
     if (generated && s->count) s->count[id]++;
+    if (generated && s->ban_left > 0) s->ban_left--;
 }
 
 int sampler_needs_history(const Q35Sampling *cfg) {
@@ -129,6 +150,7 @@ static int sample_u(Sampler *s, float *logits, const float *u) {
     const Q35Sampling *c = &s->cfg;
     int n = s->n_valid;
     for (int k = 0; k < s->n_bias; k++) logits[s->bias_id[k]] += s->bias[k];
+    for (int k = 0; k < s->n_ban && s->ban_left > 0; k++) logits[s->ban_id[k]] = -INFINITY;
     if (c->repetition_penalty != 1.0f || c->presence_penalty != 0.0f || s->frequency != 0.0f) {
         for (int i = 0; i < n; i++) {
             if (!s->seen[i]) continue;

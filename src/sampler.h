@@ -20,8 +20,11 @@ typedef struct Sampler {
     int *bias_id;        /* logit_bias: logit[bias_id[k]] += bias[k], k < n_bias */
     float *bias;
     int n_bias;
-    int *cand;   /* [n_vocab] scratch: candidate ids */
-    float *prob; /* [n_vocab] scratch: candidate probabilities */
+    int *ban_id; /* min_tokens: these ids (the stop ids) are never drawn while ban_left > 0 */
+    int n_ban;
+    int ban_left; /* generated ids still to observe before they may be drawn */
+    int *cand;    /* [n_vocab] scratch: candidate ids */
+    float *prob;  /* [n_vocab] scratch: candidate probabilities */
 } Sampler;
 
 int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err);
@@ -30,6 +33,9 @@ void sampler_free(Sampler *s);
 int sampler_set_frequency(Sampler *s, float f, Err *err);
 /* Sets the logit bias (copied): n ids in [0, n_vocab) with finite values; Q35_ERR_ARG otherwise. */
 int sampler_set_bias(Sampler *s, const int *ids, const float *bias, int n, Err *err);
+/* min_tokens: the n ids (copied) are not drawn until min_tokens ids were observed as generated. Q35_ERR_ARG for an
+ * id outside the vocabulary or min_tokens < 0. */
+int sampler_set_ban(Sampler *s, const int *ids, int n, int min_tokens, Err *err);
 /* Records an id of the context: generated = 0 for prompt ids, 1 for sampled ones. */
 void sampler_observe(Sampler *s, int id, int generated);
 /* Picks the next id from logits [n_vocab] (modified in place), u from the Sampler's RNG. */

@@ -275,6 +275,7 @@ int q35_seq_open(Q35Engine *e, const Q35SeqParams *p, int *seq, Q35Err *err) {
     int rc = sampler_init(&r->sm, &p->sampling, e->model.config.vocab_size, e->n_valid, err);
     if (!rc) rc = sampler_set_frequency(&r->sm, p->frequency_penalty, err);
     if (!rc) rc = sampler_set_bias(&r->sm, p->bias_ids, p->bias, p->n_bias, err);
+    if (!rc) rc = sampler_set_ban(&r->sm, p->min_ids, p->n_min_ids, p->min_tokens, err);
     if (rc) {
         sampler_free(&r->sm);
         return rc;
@@ -484,13 +485,13 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
                                   .pos = r->len,
                                   .blocks = r->table,
                                   .logits = want};
-        /* a pick without penalties or bias needs no row on the host: the backend may return the argmax or (counter_rng)
+        /* a pick without penalties, bias or a min_tokens ban needs no row on the host: the backend may return the argmax or (counter_rng)
          * the drawn id instead, and with it the logprob when only the chosen id's is asked for */
         const Q35Sampling *c = &r->sm.cfg;
         s->pick[i] = -1;
         s->lp[i] = NAN;
         if (items[i].sample && !items[i].logits && r->top_logprobs <= 0 && c->repetition_penalty == 1.0f &&
-            c->presence_penalty == 0.0f && r->sm.frequency == 0.0f && !r->sm.n_bias &&
+            c->presence_penalty == 0.0f && r->sm.frequency == 0.0f && !r->sm.n_bias && !r->sm.ban_left &&
             (c->temperature <= 0.0f || s->counter_rng)) {
             s->items[i].pick = &s->pick[i];
             if (r->top_logprobs == 0) s->items[i].logprob = &s->lp[i];

@@ -114,6 +114,24 @@ int main(void) {
     CHECK(forced == 200, "+100 forces id 3 at temperature 1.5: %d / 200", forced);
     sampler_free(&s);
 
+    /* min_tokens: the banned ids are not drawn until that many generated ids were observed (prompt ids do not
+     * count); id 6 is the best of the valid ids [0, 6) plus padding, so l[1] = 3 is the argmax after the ban */
+    c = base();
+    sampler_init(&s, &c, 8, 6, &err);
+    const int stop1[1] = {1};
+    CHECK(sampler_set_ban(&s, stop1, 1, 2, &err) == 0, "%s", err.msg);
+    sampler_observe(&s, 0, 0); /* a prompt id */
+    int seq[3];
+    for (int t = 0; t < 3; t++) {
+        memcpy(g, l, sizeof g);
+        seq[t] = sampler_sample(&s, g);
+        sampler_observe(&s, seq[t], 1);
+    }
+    CHECK(seq[0] == 2 && seq[1] == 2 && seq[2] == 1, "banned twice, then drawn: %d %d %d", seq[0], seq[1], seq[2]);
+    const int bad_ban[1] = {9};
+    CHECK(sampler_set_ban(&s, bad_ban, 1, 1, &err) == Q35_ERR_ARG, "a ban outside the vocabulary refused");
+    sampler_free(&s);
+
     /* repetition penalty (HF: divide positive, multiply negative) and presence penalty */
     c = base();
     c.repetition_penalty = 2.0f;

@@ -261,6 +261,15 @@ static void seq_params(Http *h, Req *r, unsigned long n) {
     p->bias_ids = q->bias_ids;
     p->bias = q->bias;
     p->n_bias = q->n_bias;
+    if (q->min_tokens > 0) { /* no stop id, the model's or the request's, before min_tokens */
+        const int *ids = NULL;
+        int n_model = h->tok ? q35_tokenizer_stop_ids(h->tok, &ids) : 0, n = 0;
+        for (int i = 0; i < n_model && n < 16; i++) r->min_ids[n++] = ids[i];
+        for (int i = 0; i < q->n_stop_ids; i++) r->min_ids[n++] = q->stop_ids[i];
+        p->min_tokens = q->min_tokens;
+        p->min_ids = r->min_ids;
+        p->n_min_ids = n;
+    }
 }
 
 /* ---- streaming ---- */

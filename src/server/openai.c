@@ -458,6 +458,10 @@ static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e
         parse_logprobs(root, r, e))
         return -1;
     if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
+    if ((k = get_int(root, "min_tokens", 0, 2147483647.0, &v, e)) < 0) return -1;
+    if (k) r->min_tokens = (int)v;
+    if (r->max_tokens > 0 && r->min_tokens > r->max_tokens)
+        return bad(e, "min_tokens", "must not be more than max_tokens");
     int parallel = 1;
     if (get_bool(root, "parallel_tool_calls", &parallel, e) < 0) return -1;
     r->one_call = !parallel;

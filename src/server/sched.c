@@ -425,7 +425,7 @@ static const Q35StepOut *guided_token(Sched *s, Req *r, Q35StepOut *o) {
     }
     int prev = r->n_toks > r->n_prompt ? r->toks[r->n_toks - 1] : -1;
     if (guide_sample(s->gv, r->guide, r->logits, prev, &r->params, &r->rng, s->stop_ids, s->n_stop_ids,
-                     !r->rq.ignore_eos, o)) {
+                     !r->rq.ignore_eos && r->n_generated >= r->rq.min_tokens, o)) {
         finish(s, r, "stop");
         return NULL;
     }

@@ -43,12 +43,13 @@ typedef struct Req {
     int n_prompt;
     int max_tokens; /* completion tokens at most */
     Q35SeqParams params;
-    int reasoning;         /* the output starts inside <think>: text before </think> is reasoning_content */
-    double t_arrival;      /* monotonic seconds */
-    Q35ChatParser *parser; /* chat: splits the text into reasoning / content / tool calls; NULL: all content */
-    Q35Guide *guide;       /* tool_choice required / named, response_format: tokens sampled on the host (guided.h) */
-    float *logits;         /* guide: [q35_vocab_size] the step's raw logits */
-    uint64_t rng;          /* guide: the host sampler's state (from the request's seed) */
+    int min_ids[OAI_MAX_STOP + 16]; /* params.min_ids: the model's stop ids and the request's stop_token_ids */
+    int reasoning;                  /* the output starts inside <think>: text before </think> is reasoning_content */
+    double t_arrival;               /* monotonic seconds */
+    Q35ChatParser *parser;          /* chat: splits the text into reasoning / content / tool calls; NULL: all content */
+    Q35Guide *guide; /* tool_choice required / named, response_format: tokens sampled on the host (guided.h) */
+    float *logits;   /* guide: [q35_vocab_size] the step's raw logits */
+    uint64_t rng;    /* guide: the host sampler's state (from the request's seed) */
 
     /* scheduler */
     int seq;          /* engine sequence, -1 when not open */

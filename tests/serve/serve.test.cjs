@@ -210,7 +210,7 @@ test("n choices: each its own draws, choice 0 as the request alone, streamed ali
     assert.ok(new Set(cr.choices.map((c) => c.text)).size >= 2, JSON.stringify(cr.choices));
 });
 
-test("stop_token_ids: the greedy token's id ends the completion at once, without its text", async () => {
+test("stop_token_ids and min_tokens: the greedy token's id ends the completion, not before min_tokens", async () => {
     const ids = (t) => require("node:child_process").execFileSync(process.env.QWEN35_BIN,
         ["tokenize", "--model", process.env.SERVE_MODEL, "--text", t]).toString().trim().split(/\s+/).map(Number);
     const req = { model: MODEL, prompt: "The capital is", max_tokens: 4, temperature: 0 };
@@ -222,6 +222,19 @@ test("stop_token_ids: the greedy token's id ends the completion at once, without
     assert.deepEqual([r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens], ["", "stop", 1]);
     const other = await client.completions.create({ ...req, stop_token_ids: [id[0] === 0 ? 1 : 0] });
     assert.equal(other.choices[0].text, g.text);
+    // min_tokens: the stop ids (here the request's) are not sampled before that many tokens
+    const m = await client.completions.create({ ...req, stop_token_ids: id, logit_bias: { [id[0]]: 100 },
+        min_tokens: 3, max_tokens: 8 });
+    assert.deepEqual([m.choices[0].finish_reason, m.usage.completion_tokens], ["stop", 4]);
+    const m0 = await client.completions.create({ ...req, stop_token_ids: id, logit_bias: { [id[0]]: 100 }, max_tokens: 8 });
+    assert.equal(m0.usage.completion_tokens, 1);
+    const eos = {};
+    for (const t of ["<|im_end|>", "<|endoftext|>"]) eos[ids(t)[0]] = 100; // the model's stop ids, favoured
+    const e0 = await client.completions.create({ ...req, logit_bias: eos, max_tokens: 8 });
+    const e3 = await client.completions.create({ ...req, logit_bias: eos, max_tokens: 8, min_tokens: 3 });
+    assert.deepEqual([e0.usage.completion_tokens, e3.usage.completion_tokens, e3.choices[0].finish_reason], [1, 4, "stop"]);
+    await assert.rejects(client.completions.create({ ...req, min_tokens: 5 }),
+        (e) => e.status === 400 && e.param === "min_tokens");
     await assert.rejects(client.completions.create({ ...req, stop_token_ids: [-1] }),
         (e) => e.status === 400 && e.param === "stop_token_ids");
     await assert.rejects(client.completions.create({ ...req, stop_token_ids: "5" }),
