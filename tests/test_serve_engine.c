@@ -416,6 +416,22 @@ static void test_accounting(const char *dir) {
           in.kv_block, in.max_context);
     Q35SeqParams p = greedy_params(-1);
     int s1, s2, s3;
+    const int big_id = 1 << 30;
+    const float one = 1.0f;
+    Q35SeqParams badp = p;
+    badp.bias_ids = &big_id;
+    badp.bias = &one;
+    badp.n_bias = 1;
+    CHECK(q35_seq_open(e, &badp, &s1, &err) == Q35_ERR_ARG && strstr(err.msg, "logit bias"), "bias id refused: %s",
+          err.msg);
+    badp = p;
+    badp.min_tokens = 2;
+    badp.min_ids = &big_id;
+    badp.n_min_ids = 1;
+    CHECK(q35_seq_open(e, &badp, &s1, &err) == Q35_ERR_ARG && strstr(err.msg, "min_tokens"), "ban id refused: %s",
+          err.msg);
+    q35_serve_info(e, &in);
+    CHECK(in.open_seqs == 0, "a refused open takes no slot");
     CHECK(q35_seq_open(e, &p, &s1, &err) == 0 && q35_seq_open(e, &p, &s2, &err) == 0, "two sequences open");
     CHECK(q35_seq_open(e, &p, &s3, &err) == Q35_ERR_OOM && strstr(err.msg, "slots"), "no third slot: %s", err.msg);
     CHECK(q35_seq_blocks_needed(e, s1, 1) == 1 && q35_seq_blocks_needed(e, s1, 16) == 1 &&
