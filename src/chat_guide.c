@@ -35,10 +35,10 @@ typedef struct GState {
     int pos;
     char buf[512]; /* NAME / ITEM: bytes of the current token */
     int nbuf;
-    int fn;        /* the chosen function */
-    uint64_t seen; /* parameters given */
-    int tail;      /* THINK / VALUE: bytes of the closing tag matched */
-    int tc;        /* VALUE / JSON: bytes of "</tool_call>" matched (it may not occur: the parser ends there) */
+    int fn;         /* the chosen function */
+    uint64_t seen;  /* parameters given */
+    int tail;       /* THINK / VALUE: bytes of the closing tag matched */
+    int tc;         /* VALUE / JSON: bytes of "</tool_call>" matched (it may not occur: the parser ends there) */
     SchemaState js; /* JSON: the arguments object */
     int calls;
 } GState;
@@ -335,7 +335,47 @@ static int rstep(const Q35Guide *g, RState *r, unsigned char c) {
     }
 }
 
+enum { P_LT = 1, P_NL = 2, P_JSON = 4 }; /* plain()'s refusals: '<'; '\n'; '"', '\\' and bytes below 0x20 */
+
+/* Whether x[0..n) holds none of the bytes that the flags name; *chars: its characters (first bytes of UTF-8
+ * sequences). */
+static int plain(const char *x, size_t n, int flags, int *chars) {
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)x[i];
+        if (c <= '<' && (((flags & P_LT) && c == '<') || ((flags & P_NL) && c == '\n') ||
+                         ((flags & P_JSON) && (c < 0x20 || c == '"'))))
+            return 0;
+        if (c == '\\' && (flags & P_JSON)) return 0;
+        k += c < 0x80 || c >= 0xC0;
+    }
+    *chars = k;
+    return 1;
+}
+
+/* The allows() answers that need no copy of the state (most of the vocabulary, in the free-text parts): free
+ * reasoning without '<' (no "</think>" can start), a JSON string's inside without '"', '\\' or control bytes (and,
+ * in a Qwen3 call, without '<'), a Qwen3.5 parameter value without '\n' or '<'. -1: not decided here. */
+static int allows_fast(const Q35Guide *g, const char *x, size_t n) {
+    int chars, left;
+    if (g->schema) {
+        if (g->rs.mode == R_THINK) return g->rs.tail == 0 && plain(x, n, P_LT, &chars) ? 1 : -1;
+        if (g->rs.mode == R_VALUE && schema_in_string(g->schema, &g->rs.v, &left) && plain(x, n, P_JSON, &chars))
+            return left < 0 || chars <= left;
+        return -1;
+    }
+    const GState *s = &g->st;
+    if (s->mode == G_THINK) return s->tail == 0 && plain(x, n, P_LT, &chars) ? 1 : -1;
+    if (s->mode == G_VALUE) return s->tail == 0 && s->tc == 0 && plain(x, n, P_NL | P_LT, &chars) ? 1 : -1;
+    if (s->mode == G_JSON && s->tc == 0 && schema_in_string(g->args, &s->js, &left) &&
+        plain(x, n, P_JSON | P_LT, &chars))
+        return 1;
+    return -1;
+}
+
 int q35_guide_allows(const Q35Guide *g, const char *x, size_t n) {
+    const int fast = allows_fast(g, x, n);
+    if (fast >= 0) return fast;
     if (g->schema) {
         RState r = g->rs;
         for (size_t i = 0; i < n; i++)

@@ -668,6 +668,18 @@ int schema_step(const Schema *s, SchemaState *st, unsigned c) {
     return start_value(s, st, n->items, c);
 }
 
+int schema_in_string(const Schema *s, const SchemaState *st, int *left) {
+    if (st->esc || st->hi) return 0;
+    if (st->mode == M_KEY && !st->alive && st->key_other) { /* a key that can only be an undeclared one */
+        *left = -1;
+        return 1;
+    }
+    if (st->mode != M_STR) return 0;
+    const int max = s->n[st->node].max_len;
+    *left = max < 0 ? -1 : max - st->len;
+    return 1;
+}
+
 int schema_done(const Schema *s, const SchemaState *st) {
     if (st->mode == M_DONE) return 1;
     if (st->depth) return 0;

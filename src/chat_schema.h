@@ -52,6 +52,10 @@ void schema_start(const Schema *s, SchemaState *st);
 /* Advances st over byte c: 0 = not allowed (st is then garbage: callers step a copy), 1 = taken, 2 = taken and the
  * value is complete (an object, array, string or literal closed at the top). */
 int schema_step(const Schema *s, SchemaState *st, unsigned c);
+/* 1 when the reader is inside a string value, or a key that cannot be a declared property, and not in an escape:
+ * then bytes other than '"', '\\' and those below 0x20 are taken as they come, while *left characters remain
+ * allowed (-1: no maxLength). A fast path for a guide. */
+int schema_in_string(const Schema *s, const SchemaState *st, int *left);
 /* 1 when the value read so far is complete (also a top-level number or enum value that more digits could extend). */
 int schema_done(const Schema *s, const SchemaState *st);
 

@@ -1,5 +1,6 @@
 /* guided.c — host sampling under a guide (guided.h: tool_choice required / named, response_format). Per guided
- * token: one q35_guide_allows per id with text (the byte automaton over the id's bytes), then over the allowed ids
+ * token: one q35_guide_allows per id with text whose first byte the guide takes here (over the OpenMP threads), then
+ * over the allowed ids
  *   p_i = softmax(l_i / T), cut to the top_k largest, to p_i >= min_p * max p, to the smallest prefix (largest
  *   first) whose sum reaches top_p, renormalized, one uniform draw;
  * logprob(id) = l_id - logsumexp(l) over all ids (raw logits, as q35_step reports logprobs). */
@@ -86,7 +87,34 @@ static int is_stop(int id, const int *stop_ids, int n_stop) {
     return 0;
 }
 
-/* Draws from the allowed candidates c[0, n) (n >= 1) by the request's sampling parameters. */
+/* Moves the k first candidates of cand_desc's order to c[0, k) (in no order): quickselect, O(n). */
+static void select_top(Cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const Cand pivot = c[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cand_desc(&c[i], &pivot) < 0) i++;
+            while (cand_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                const Cand t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+/* Draws from the allowed candidates c[0, n) (n >= 1) by the request's sampling parameters: softmax(x / T) over the
+ * top_k largest, then those at least min_p of the largest, then the smallest prefix (largest first) whose mass
+ * reaches top_p. Only top_p needs the candidates in order: without it they are drawn from as they lie, so a near-flat
+ * row over the whole vocabulary costs no sort. */
 static int draw(Cand *c, int n, const Q35Sampling *sp, uint64_t *rng) {
     if (sp->temperature <= 0 || n == 1) {
         int best = 0;
@@ -95,18 +123,27 @@ static int draw(Cand *c, int n, const Q35Sampling *sp, uint64_t *rng) {
         return c[best].id;
     }
     for (int i = 0; i < n; i++) c[i].x /= sp->temperature;
-    qsort(c, (size_t)n, sizeof *c, cand_desc);
-    if (sp->top_k > 0 && sp->top_k < n) n = sp->top_k;
+    if (sp->top_k > 0 && sp->top_k < n) {
+        select_top(c, n, sp->top_k);
+        n = sp->top_k;
+    }
+    const int ordered = sp->top_p > 0 && sp->top_p < 1;
+    if (ordered) qsort(c, (size_t)n, sizeof *c, cand_desc);
+    float mx = c[0].x;
+    for (int i = 1; i < n; i++) mx = c[i].x > mx ? c[i].x : mx;
     double sum = 0;
     int keep = 0;
     for (int i = 0; i < n; i++) {
-        double p = exp((double)c[i].x - c[0].x);
-        if (p < sp->min_p) break; /* p / p_max < min_p */
-        c[i].x = (float)p;
+        double p = exp((double)c[i].x - mx);
+        if (p < sp->min_p) { /* p / p_max < min_p: in order, the rest are smaller too */
+            if (ordered) break;
+            continue;
+        }
+        c[keep].x = (float)p;
+        c[keep++].id = c[i].id;
         sum += p;
-        keep++;
     }
-    if (sp->top_p > 0 && sp->top_p < 1) {
+    if (ordered) {
         double acc = 0;
         for (int i = 0; i < keep; i++)
             if ((acc += c[i].x) >= sp->top_p * sum) {
@@ -160,9 +197,11 @@ int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev
     memset(o, 0, sizeof *o);
     o->id = -1;
     Cand *c = malloc(sizeof *c * (size_t)v->vocab);
+    unsigned char *ok = malloc((size_t)v->vocab);                        /* the ids the guide allows */
     float *x = sp->n_bias ? malloc(sizeof *x * (size_t)v->vocab) : NULL; /* the logits plus the bias */
-    if (!c || (sp->n_bias && !x)) {
+    if (!c || !ok || (sp->n_bias && !x)) {
         free(c);
+        free(ok);
         free(x);
         return -1;
     }
@@ -172,11 +211,19 @@ int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev
             if (sp->bias_ids[k] < v->vocab) x[sp->bias_ids[k]] += sp->bias[k];
     }
     const float *xl = x ? x : logits;
+    /* the bytes a token may start with here: most ids are refused by their first byte without a walk */
+    unsigned char first[256];
+    for (int c = 0; c < 256; c++) first[c] = (unsigned char)q35_guide_allows(g, (const char[]){(char)c}, 1);
+        /* the allowed ids, over the threads (the guide is only read) */
+#pragma omp parallel for schedule(static, 2048)
+    for (int id = 0; id < v->vocab; id++) {
+        const size_t a = v->off[id], b = v->off[id + 1];
+        ok[id] = (unsigned char)(b > a && first[(unsigned char)v->text[a]] && q35_guide_allows(g, v->text + a, b - a));
+    }
     int n = 0, n_blank = 0, can_stop = stop_ok && q35_guide_can_stop(g), after_blank = blank(v, prev);
     for (int id = 0; id < v->vocab; id++) {
-        size_t a = v->off[id], b = v->off[id + 1];
-        int ok = is_stop(id, stop_ids, n_stop) ? can_stop : b > a && q35_guide_allows(g, v->text + a, b - a);
-        if (!ok || !isfinite(xl[id])) continue;
+        const int allowed = is_stop(id, stop_ids, n_stop) ? can_stop : ok[id];
+        if (!allowed || !isfinite(xl[id])) continue;
         if (after_blank && blank(v, id)) { /* kept at the end, used only if nothing else is allowed */
             n_blank++;
             c[v->vocab - n_blank] = (Cand){xl[id], id};
@@ -189,6 +236,7 @@ int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev
     }
     int id = n ? draw(c, n, &sp->sampling, rng) : -1;
     free(c);
+    free(ok);
     free(x);
     if (id < 0) return -1;
     o->id = id;
