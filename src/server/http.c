@@ -33,6 +33,7 @@ struct Http {
 /* One choice of a request: its scheduler request and what of it was streamed. */
 typedef struct Choice {
     Req *req;
+    char *echo; /* completions with echo: the prompt's text, sent before the completion */
     int role_sent, done;
     size_t sent[2];   /* bytes of out[0] (content) / out[1] (reasoning) sent */
     int calls_sent;   /* tool calls whose first delta (index, id, name) went out */
@@ -341,6 +342,11 @@ static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
         ev_data(c, oai_chunk_json(kind, &c->meta, &o, 1, NULL, usage));
         k->role_sent = 1;
     }
+    if (!k->role_sent && k->echo) { /* completions: the prompt first */
+        OaiOutput o = {.index = index, .content = k->echo};
+        ev_data(c, oai_chunk_json(kind, &c->meta, &o, 0, NULL, usage));
+        k->role_sent = 1;
+    }
     if (done && err->status) {
         ev_data(c, oai_error_json(err));
     } else {
@@ -463,6 +469,16 @@ static int new_choice(Conn *c, int i, int kind, unsigned long id, OaiError *e) {
         r->params.sampling.seed =
             (r->params.sampling.seed ^ (uint64_t)i * 0xD1B54A32D192ED03ull) * 0x9E3779B97F4A7C15ull;
     if (build_prompt(h, r, e)) return -1;
+    if (r->rq.echo) {
+        Q35Err err = {0};
+        Choice *k = &c->ch[c->n_ch - 1];
+        if (r->rq.prompt)
+            k->echo = strdup(r->rq.prompt);
+        else if (!h->tok || q35_detokenize(h->tok, r->rq.prompt_ids, r->rq.n_prompt_ids, 0, &k->echo, &err))
+            return oai_fail(e, 400, "invalid_request_error", NULL, "echo", "%s",
+                            h->tok ? err.msg : "echo of token ids needs the model's tokenizer.json");
+        if (!k->echo) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
     snprintf(r->id, sizeof r->id, "%s-%lx%06lx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)h->started, id);
     r->t_arrival = now_s();
     return 0;
@@ -515,14 +531,19 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
         if (c->ch[i].req->error.status) return reply_error(c, mc, url, &c->ch[i].req->error);
     OaiOutput o[OAI_MAX_N];
     OaiCallOut *calls[OAI_MAX_N] = {NULL};
+    char *echoed[OAI_MAX_N] = {NULL}; /* echo: the prompt's text, then the completion */
     for (int i = 0; i < c->n_ch; i++) {
         const Req *q = c->ch[i].req;
+        if (c->ch[i].echo && asprintf(&echoed[i], "%s%s", c->ch[i].echo, q->out[0].p ? q->out[0].p : "") < 0)
+            echoed[i] = NULL;
         calls[i] = q->n_calls ? calloc((size_t)q->n_calls, sizeof *calls[i]) : NULL;
         for (int k = 0; calls[i] && k < q->n_calls; k++)
             calls[i][k] =
                 (OaiCallOut){k, q->calls[k].id, q->calls[k].name, q->calls[k].args.p ? q->calls[k].args.p : "{}"};
         o[i] = (OaiOutput){.index = i,
-                           .content = q->out[0].p ? q->out[0].p : "",
+                           .content = echoed[i]     ? echoed[i]
+                                      : q->out[0].p ? q->out[0].p
+                                                    : "",
                            .reasoning = q->reasoning ? (q->out[1].p ? q->out[1].p : "") : NULL,
                            .calls = calls[i],
                            .n_calls = calls[i] ? q->n_calls : 0,
@@ -533,7 +554,10 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
     }
     OaiUsage u = usage_of(c);
     char *body = oai_response_json(kind, &c->meta, o, c->n_ch, &u);
-    for (int i = 0; i < c->n_ch; i++) free(calls[i]);
+    for (int i = 0; i < c->n_ch; i++) {
+        free(calls[i]);
+        free(echoed[i]);
+    }
     return reply(mc, 200, "application/json", body);
 }
 
@@ -680,7 +704,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
     Http *h = cls;
     Conn *c = *ctx;
     if (!c) return;
-    for (int i = 0; i < c->n_ch; i++) sched_release(h->s, c->ch[i].req);
+    for (int i = 0; i < c->n_ch; i++) {
+        sched_release(h->s, c->ch[i].req);
+        free(c->ch[i].echo);
+    }
     if (c->req) sched_release(h->s, c->req);
     free(c->body.p);
     free(c->ev);

@@ -465,9 +465,10 @@ static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e
     int parallel = 1;
     if (get_bool(root, "parallel_tool_calls", &parallel, e) < 0) return -1;
     r->one_call = !parallel;
-    int echo = 0;
-    if (get_bool(root, "echo", &echo, e) < 0) return -1;
-    if (echo) return bad(e, "echo", "is not supported");
+    if (get_bool(root, "echo", &r->echo, e) < 0) return -1;
+    if (r->echo && r->kind == OAI_CHAT) return bad(e, "echo", "is for completions only");
+    if (r->echo && r->top_logprobs >= 0)
+        return bad(e, "echo", "with logprobs is not supported (no log-probabilities of prompt tokens)");
     const cJSON *suffix = field(root, "suffix"); /* completions: text after the insertion (fill-in-the-middle) */
     if (suffix && (!cJSON_IsString(suffix) || suffix->valuestring[0])) return bad(e, "suffix", "is not supported");
     if (parse_tools(root, r, e) || parse_response_format(root, r, e) || parse_logit_bias(root, vocab, r, e)) return -1;

@@ -76,6 +76,7 @@ typedef struct OaiRequest {
     int thinking;     /* Q35_THINK_DEFAULT | OFF | ON (chat_template_kwargs.enable_thinking) */
     int ignore_eos;   /* vLLM extension: keep going past the stop ids */
     int one_call;     /* parallel_tool_calls false: the reply ends with its first complete call */
+    int echo;         /* completions: the text starts with the prompt (as text; ids detokenized) */
     int min_tokens;   /* vLLM's: no stop id before this many completion tokens (0: off) */
     char *tools;      /* chat: the "tools" array re-printed by cJSON (key order kept), or NULL (absent or []) */
     int n_tools;

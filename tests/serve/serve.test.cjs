@@ -241,6 +241,24 @@ test("stop_token_ids and min_tokens: the greedy token's id ends the completion, 
         (e) => e.status === 400 && e.param === "stop_token_ids");
 });
 
+test("echo: the completion's text starts with the prompt, streamed alike; not with logprobs, not for chat", async () => {
+    const req = { model: MODEL, prompt: "The capital is", max_tokens: 4, temperature: 1, seed: 9 };
+    const plain = (await client.completions.create(req)).choices[0].text;
+    const r = await client.completions.create({ ...req, echo: true, n: 2 });
+    assert.equal(r.choices[0].text, req.prompt + plain);
+    assert.ok(r.choices[1].text.startsWith(req.prompt));
+    const st = await client.completions.create({ ...req, echo: true, stream: true });
+    let text = "";
+    for await (const ch of st) for (const c of ch.choices) text += c.text;
+    assert.equal(text, req.prompt + plain);
+    const ids = await client.completions.create({ model: MODEL, prompt: [785, 6722], max_tokens: 1, echo: true });
+    assert.ok(ids.choices[0].text.startsWith("The capital"), ids.choices[0].text);
+    await assert.rejects(client.completions.create({ ...req, echo: true, logprobs: 1 }),
+        (e) => e.status === 400 && e.param === "echo");
+    await assert.rejects(client.chat.completions.create(chatReq({ echo: true })),
+        (e) => e.status === 400 && e.param === "echo");
+});
+
 test("/tokenize and /detokenize: the CLI tokenizer's ids, a chat's ids as generation counts them, round trip", async () => {
     const post = async (path, body, key = KEY) => {
         const r = await fetch(base + path, { method: "POST", body: JSON.stringify(body),
