@@ -485,8 +485,8 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
                                   .pos = r->len,
                                   .blocks = r->table,
                                   .logits = want};
-        /* a pick without penalties, bias or a min_tokens ban needs no row on the host: the backend may return the argmax or (counter_rng)
-         * the drawn id instead, and with it the logprob when only the chosen id's is asked for */
+        /* a pick without penalties, bias or a min_tokens ban needs no row on the host: the backend may return the
+         * argmax or (counter_rng) the drawn id instead, and with it the logprob when only the chosen id's is asked for */
         const Q35Sampling *c = &r->sm.cfg;
         s->pick[i] = -1;
         s->lp[i] = NAN;
