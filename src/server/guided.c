@@ -11,10 +11,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct Cand {
+    float x; /* logit / T */
+    int id;
+} Cand;
+
 struct GuideVocab {
     int vocab;
     size_t *off; /* [vocab + 1]: text of id i is text[off[i], off[i+1]); empty: never offered */
     char *text;
+    /* guide_sample's scratch, reused token after token (one scheduler thread samples): */
+    Cand *cand;        /* [vocab] the allowed candidates */
+    unsigned char *ok; /* [vocab] the ids the guide allows */
+    float *biased;     /* [vocab] the logits plus a request's logit bias */
 };
 
 int guide_vocab_open(GuideVocab **out, const Q35Tokenizer *t, int vocab, Q35Err *err) {
@@ -23,8 +32,11 @@ int guide_vocab_open(GuideVocab **out, const Q35Tokenizer *t, int vocab, Q35Err 
     if (v) {
         v->off = malloc(sizeof *v->off * ((size_t)vocab + 1));
         v->text = malloc(cap);
+        v->cand = malloc(sizeof *v->cand * (size_t)vocab);
+        v->ok = malloc((size_t)vocab);
+        v->biased = malloc(sizeof *v->biased * (size_t)vocab);
     }
-    if (!v || !v->off || !v->text) goto oom;
+    if (!v || !v->off || !v->text || !v->cand || !v->ok || !v->biased) goto oom;
     v->vocab = vocab;
     int n_tok = q35_tokenizer_size(t);
     for (int id = 0; id < vocab; id++) {
@@ -61,13 +73,11 @@ void guide_vocab_close(GuideVocab *v) {
     if (!v) return;
     free(v->off);
     free(v->text);
+    free(v->cand);
+    free(v->ok);
+    free(v->biased);
     free(v);
 }
-
-typedef struct Cand {
-    float x; /* logit / T */
-    int id;
-} Cand;
 
 static int cand_desc(const void *a, const void *b) {
     float x = ((const Cand *)a)->x, y = ((const Cand *)b)->x;
@@ -192,19 +202,13 @@ static int blank(const GuideVocab *v, int id) {
     return 1;
 }
 
-int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35SeqParams *sp, uint64_t *rng,
+int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35SeqParams *sp, uint64_t *rng,
                  const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o) {
     memset(o, 0, sizeof *o);
     o->id = -1;
-    Cand *c = malloc(sizeof *c * (size_t)v->vocab);
-    unsigned char *ok = malloc((size_t)v->vocab);                        /* the ids the guide allows */
-    float *x = sp->n_bias ? malloc(sizeof *x * (size_t)v->vocab) : NULL; /* the logits plus the bias */
-    if (!c || !ok || (sp->n_bias && !x)) {
-        free(c);
-        free(ok);
-        free(x);
-        return -1;
-    }
+    Cand *c = v->cand;
+    unsigned char *ok = v->ok;
+    float *x = sp->n_bias ? v->biased : NULL;
     if (x) {
         memcpy(x, logits, sizeof *x * (size_t)v->vocab);
         for (int k = 0; k < sp->n_bias; k++)
@@ -235,9 +239,6 @@ int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev
         n = n_blank;
     }
     int id = n ? draw(c, n, &sp->sampling, rng) : -1;
-    free(c);
-    free(ok);
-    free(x);
     if (id < 0) return -1;
     o->id = id;
     if (!is_stop(id, stop_ids, n_stop)) {

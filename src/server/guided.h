@@ -19,8 +19,8 @@ void guide_vocab_close(GuideVocab *v);
  * the logits plus sp's logit bias; temperature 0 = argmax; else softmax(logit / T) cut by top_k, min_p, top_p, drawn
  * with *rng. Penalties are not applied. o: id, logprob (log softmax of the raw logits, as q35_step reports it) and
  * sp->top_logprobs alternatives (over all ids). stop_ok: the stop ids may be chosen (not ignore_eos). Returns 0, or
- * -1 when no id is allowed (o->id = -1). */
-int guide_sample(const GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35SeqParams *sp, uint64_t *rng,
+ * -1 when no id is allowed (o->id = -1). v holds the scratch: one thread samples with it at a time. */
+int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35SeqParams *sp, uint64_t *rng,
                  const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o);
 
 #endif

@@ -190,7 +190,9 @@ static int chat_prompt(Http *h, Req *r, char **text, OaiError *e) {
     return rc ? -1 : 0;
 }
 
-static int build_prompt(Http *h, Req *r, OaiError *e) {
+/* r's prompt ids (and, for chat, its parser and guide). same: choice 0 of the same request (n > 1), whose ids are
+ * taken instead of tokenizing the same text again; NULL otherwise. */
+static int build_prompt(Http *h, Req *r, const Req *same, OaiError *e) {
     const OaiRequest *q = &r->rq;
     Q35Err err = {0};
     int *ids = NULL, n = 0;
@@ -200,8 +202,16 @@ static int build_prompt(Http *h, Req *r, OaiError *e) {
                             "the model has no tokenizer.json: send token ids");
         char *text = q->prompt;
         if (q->kind == OAI_CHAT && chat_prompt(h, r, &text, e)) return -1;
-        int rc = q35_tokenize(h->tok, text, strlen(text), &ids, &n, &err);
+        int rc = 0;
+        if (same) {
+            n = same->n_prompt;
+            if (!(ids = malloc(sizeof(int) * (size_t)n))) rc = Q35_ERR_OOM;
+            if (ids) memcpy(ids, same->toks, sizeof(int) * (size_t)n);
+        } else {
+            rc = q35_tokenize(h->tok, text, strlen(text), &ids, &n, &err);
+        }
         if (text != q->prompt) free(text);
+        if (rc == Q35_ERR_OOM && same) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         if (rc)
             return oai_fail(e, 400, "invalid_request_error", NULL, q->kind == OAI_CHAT ? "messages" : "prompt", "%s",
                             err.msg);
@@ -468,7 +478,7 @@ static int new_choice(Conn *c, int i, int kind, unsigned long id, OaiError *e) {
     if (i > 0) /* another draw of the same request: a seed of its own, derived from the request's */
         r->params.sampling.seed =
             (r->params.sampling.seed ^ (uint64_t)i * 0xD1B54A32D192ED03ull) * 0x9E3779B97F4A7C15ull;
-    if (build_prompt(h, r, e)) return -1;
+    if (build_prompt(h, r, i > 0 ? c->ch[0].req : NULL, e)) return -1;
     if (r->rq.echo) {
         Q35Err err = {0};
         Choice *k = &c->ch[c->n_ch - 1];
