@@ -4,10 +4,13 @@
  * around q35_step, which includes the host sampling and the logits readback). Prints per B the median step time,
  * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
  * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic]
- * [--weights auto|fp8] [B ...]
+ * [--weights auto|fp8] [--prompt N] [--kv-memory GB] [B ...]
  * (--deterministic: the engine's deterministic mode, for what batch invariance costs; --temperature, --top-p,
  * --logprobs K: every sequence samples / asks for logprobs, the host's share of a step)
- * (default B: 1 8 32 64 128 256). A benchmark, not a test: nothing is asserted. */
+ * (default B: 1 8 32 64 128 256). --prompt N instead times a lone N-token prompt on the idle engine: open a
+ * sequence, one q35_step of the N ids with a greedy pick (the server's first step of a request, no HTTP), close;
+ * `steps` rounds after 3 warm-up ones, the median. --kv-memory GB sizes the KV blocks and slots (default: 0.9 of the
+ * free device memory; a profiler that saves and restores device memory between replays wants it small). A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,56 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static size_t g_kv_bytes; /* --kv-memory GB (0: the engine's default share of free memory) */
+
+/* A lone prompt of n ids: the median wall time of open + one step (prefill and pick) + close over `steps` rounds. */
+static int run_prompt(Q35Engine *e, int n, int steps) {
+    Q35Err err = {0};
+    Q35ServeOptions so;
+    memset(&so, 0, sizeof so);
+    so.max_seqs = 64;
+    so.no_prefix_cache = 1;
+    so.kv_bytes = g_kv_bytes;
+    int rc = q35_serve_open(e, &so, &err);
+    if (rc) {
+        fprintf(stderr, "prompt %d: serve open: %s\n", n, err.msg);
+        return rc;
+    }
+    const int V = q35_vocab_size(e), nv = V < 50000 ? V : 50000, rounds = steps > 0 ? steps : 1;
+    int *ids = malloc(sizeof(int) * (size_t)n);
+    double *t = malloc(sizeof(double) * (size_t)rounds), *ts = malloc(sizeof(double) * (size_t)rounds);
+    Q35SeqParams sp;
+    memset(&sp, 0, sizeof sp);
+    sp.sampling.top_p = 1.0f;
+    sp.sampling.repetition_penalty = 1.0f;
+    sp.sampling.seed = 1;
+    sp.top_logprobs = -1;
+    for (int r = -3; r < rounds && !rc; r++) {
+        for (int i = 0; i < n; i++) ids[i] = (int)((1103515245u * (unsigned)(i + 7 * (r + 3)) + 12345u) % (unsigned)nv);
+        int seq = -1;
+        Q35StepOut out;
+        const double t0 = now_s();
+        rc = q35_seq_open(e, &sp, &seq, &err);
+        Q35StepItem it = {.seq = seq, .ids = ids, .n = n, .sample = 1};
+        const double ta = now_s();
+        if (!rc) rc = q35_step(e, &it, 1, &out, &err);
+        const double t1 = now_s();
+        if (seq >= 0) q35_seq_close(e, seq);
+        if (r >= 0) t[r] = t1 - t0, ts[r] = t1 - ta;
+    }
+    if (rc) {
+        fprintf(stderr, "prompt %d: %s\n", n, err.msg);
+    } else {
+        qsort(t, (size_t)rounds, sizeof t[0], cmp_double);
+        qsort(ts, (size_t)rounds, sizeof ts[0], cmp_double);
+        printf("prompt %5d  open + step %8.3f ms (min %.3f, max %.3f)  step %.3f ms\n", n, 1e3 * t[rounds / 2],
+               1e3 * t[0], 1e3 * t[rounds - 1], 1e3 * ts[rounds / 2]);
+    }
+    q35_serve_close(e);
+    free(ids), free(t), free(ts);
+    return rc;
+}
+
 /* One batch size: returns 0 or an error code (message printed). */
 /* What every sequence asks for: greedy by default; --temperature / --top-p / --logprobs for the host paths. */
 static float g_temp = 0.0f, g_top_p = 1.0f;
@@ -37,6 +90,7 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     memset(&so, 0, sizeof so);
     so.max_seqs = B;
     so.no_prefix_cache = 1;
+    so.kv_bytes = g_kv_bytes;
     int rc = q35_serve_open(e, &so, &err);
     if (rc) {
         fprintf(stderr, "B %d: serve open: %s\n", B, err.msg);
@@ -110,7 +164,7 @@ int main(int argc, char **argv) {
     q35_options_init(&o);
     o.dummy = "qwen3.5-0.8b";
     o.backend = "cuda";
-    int ctx = 1024, steps = 20, bs[16], nb = 0;
+    int ctx = 1024, steps = 20, bs[16], nb = 0, prompt = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dummy") && i + 1 < argc)
             o.dummy = argv[++i];
@@ -130,12 +184,17 @@ int main(int argc, char **argv) {
             g_top_p = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--logprobs") && i + 1 < argc)
             g_logprobs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prompt") && i + 1 < argc)
+            prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-memory") && i + 1 < argc)
+            g_kv_bytes = (size_t)(atof(argv[++i]) * 1e9);
         else if (nb < 16 && atoi(argv[i]) > 0)
             bs[nb++] = atoi(argv[i]);
         else {
             fprintf(stderr,
                     "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
-                    "[--weights auto|fp8] [--temperature T] [--top-p P] [--logprobs K] [B ...]\n");
+                    "[--weights auto|fp8] [--temperature T] [--top-p P] [--logprobs K] [--prompt N] [--kv-memory GB] "
+                    "[B ...]\n");
             return 2;
         }
     }
@@ -152,7 +211,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     int fails = 0;
-    for (int i = 0; i < nb; i++) fails += run_b(e, bs[i], ctx, steps) != 0;
+    if (prompt > 0)
+        fails += run_prompt(e, prompt, steps) != 0;
+    else
+        for (int i = 0; i < nb; i++) fails += run_b(e, bs[i], ctx, steps) != 0;
     q35_engine_close(e);
     return fails ? 1 : 0;
 }

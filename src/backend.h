@@ -102,6 +102,10 @@ typedef struct Backend {
      * items, their order or the thread count (batch invariance; with QWEN35_DETERMINISTIC / deterministic on GPUs).
      * On error the items' slots and blocks hold undefined state (core closes those sequences). */
     int (*step_batch)(void *ctx, const BatchItem *items, int n, float *logits, Err *err);
+    /* Optional: the sequence in `slot` was closed or preempted. Its blocks are already given back and a later
+     * sequence in the slot starts at position 0, so whatever the backend still holds for it (the CUDA backend's solo
+     * state, not yet written back to the slot and pages) may be dropped instead of written back. */
+    void (*seq_end)(void *ctx, int slot);
     /* Optional prefix-cache hooks (src/prefix.c; all three or none: NULL means no cache hits, never wrong output).
      * snap_save copies slot's DeltaNet state (S and conv window of every DeltaNet layer) into snapshot snap
      * ([0, ServeLayout.n_snaps + n_host_snaps): either tier); snap_load copies it back into slot. block_copy copies

@@ -361,6 +361,7 @@ void q35_seq_close(Q35Engine *e, int seq) {
     SeqRec *r = find(s, seq);
     if (!r) return;
     release_blocks(s, r);
+    if (s->batched && e->be->seq_end) e->be->seq_end(e->bctx, (int)(r - s->seqs));
     sampler_free(&r->sm);
     r->handle = -1;
     s->n_open--;
@@ -371,6 +372,7 @@ int q35_seq_preempt(Q35Engine *e, int seq, Q35Err *err) {
     SeqRec *r = find(s, seq);
     if (!r) return err_set(err, Q35_ERR_ARG, "sequence %d is not open", seq);
     release_blocks(s, r);
+    if (s->batched && e->be->seq_end) e->be->seq_end(e->bctx, (int)(r - s->seqs));
     r->len = 0;
     r->broken = 0;
     return 0;

@@ -203,6 +203,7 @@ extern "C" int cuda_serve_sizes(void *ctx, int block, ServeSizes *s, Err *err);
 extern "C" int cuda_serve_open(void *ctx, const ServeLayout *l, Err *err);
 extern "C" void cuda_serve_close(void *ctx);
 extern "C" int cuda_step_batch(void *ctx, const BatchItem *items, int n, float *logits, Err *err);
+extern "C" void cuda_seq_end(void *ctx, int slot);
 extern "C" int cuda_snap_save(void *ctx, int slot, int snap, Err *err);
 extern "C" int cuda_snap_load(void *ctx, int snap, int slot, Err *err);
 extern "C" int cuda_block_copy(void *ctx, int src, int dst, Err *err);

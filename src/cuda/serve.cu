@@ -842,7 +842,10 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
  * into the contiguous caches (a new sequence starts from the reset state instead); later lone steps of the same slot
  * at the next position continue there. Anything else
  * (another step, a prefix-cache hook, serve_close) first flushes: the state goes back to the slot and the KV rows the
- * solo steps wrote go back to the sequence's pages (its table as of the last solo step). Every way a slot gets a new
+ * solo steps wrote go back to the sequence's pages (its table as of the last solo step). A sequence that ended
+ * (closed or preempted: cuda_seq_end) is dropped instead: its blocks are given back, and the prefix cache holds only
+ * rows up to a snapshot, which flushed first. So the next request on an idle server does not first write back the
+ * last one's state (20 MB of a 0.8B). Every way a slot gets a new
  * sequence passes through one of those (a step at position 0, or snap_load), so a continuation is recognised by
  * (slot, position) alone. Deterministic mode never enters: its rows must be the batched step's bits. */
 static int solo_copy_state(CudaCtx *ctx, CudaServe *sv, int slot, int to_slot, Err *err) {
@@ -900,6 +903,12 @@ static int solo_flush(CudaCtx *ctx, CudaServe *sv, Err *err) {
     int rc = solo_copy_state(ctx, sv, slot, 1, err);
     if (!rc) rc = solo_copy_kv(ctx, sv, sv->solo_start, sv->solo_len, 1, err);
     return rc;
+}
+
+/* The sequence in `slot` ended (Backend.seq_end): a solo state it left is dropped, not written back. */
+extern "C" void cuda_seq_end(void *p, int slot) {
+    CudaServe *sv = ((CudaCtx *)p)->sv;
+    if (sv && sv->solo_slot == slot) sv->solo_slot = -1;
 }
 
 /* A lone item's pick and logprob (BatchItem.pick, .logprob, .sample) from its logits row on the device. */
