@@ -21,8 +21,9 @@
  *   m16n8k16 on ldmatrix fragments.
  * The grid's x is the m-block: CTAs that share a W slice run side by side and read it once from HBM.
  *
- * Split-K and batch invariance: splits = sk_plan(N, K, n_sm) depends on the shape only, never on M, and its
- * boundaries are whole 128-column units. With one split the epilogue runs from the accumulators; with several, each
+ * Split-K and batch invariance: splits = sk_plan(N, K, 1, n_sm) depends on the shape only, never on M, and its
+ * boundaries are whole 128-column units (with GemmParams.split_m, outside deterministic mode, the plan also counts
+ * the m-blocks: a pass of many rows takes fewer, longer splits, and a row's sums then depend on M). With one split the epilogue runs from the accumulators; with several, each
  * split writes its fp32 partial sums to work [split][M][N] and gemm_skinny_reduce adds them in split order 0, 1, ...
  * and applies the same epilogue. Either chunk width issues the same k16 steps into the same sums in the same order.
  * So every y[m][n] is the same sum in the same order whatever M and the other rows are: a row's result depends on
@@ -71,21 +72,27 @@ typedef struct SkArgs {
     int nchunks; /* ceil(K / SK_BK) */
 } SkArgs;
 
-/* Splits for an N x K weight on n_sm multiprocessors: enough CTAs per m-block for one on every multiprocessor, but
- * one split when the tiles alone fill half of them (on 0.8B the DeltaNet in_proj, gate_up and the attention qkv: 129,
- * 112 and 80 tiles on 132 SMs), since a second split costs a reduction launch and a write and a read of the partial
- * sums (docs/SERVE_ENGINE.md has the measurement, docs/EXPERIMENTS.md the other targets). Split boundaries are whole
- * SK_KU units, so that either chunk width (sk_main_wg) sums the same pieces. Returns the split count s and 64-column
- * pieces per split *kc (s * *kc covers K). */
-static int sk_plan(int N, int K, int n_sm, int *kc) {
-    const int tiles = (N + SK_BN - 1) / SK_BN, units = (K + SK_KU - 1) / SK_KU;
-    int s = 2 * tiles >= n_sm ? 1 : (n_sm + tiles - 1) / tiles;
+/* Splits for an N x K weight on n_sm multiprocessors, for mb blocks of 64 X rows (1 unless GemmParams.split_m):
+ * enough CTAs for one on every multiprocessor, but one split when the tiles alone fill half of them (on 0.8B the
+ * DeltaNet in_proj, gate_up and the attention qkv: 129, 112 and 80 tiles on 132 SMs), since a second split costs a
+ * reduction launch and a write and a read of the partial sums (docs/SERVE_ENGINE.md has the measurement,
+ * docs/EXPERIMENTS.md the other targets). With mb > 1 the count rounds down instead, so that the grid stays one wave
+ * (128-column chunks, sk_launch_k): the residual GEMMs at 256 rows take 2 splits of 64 CTAs where the shape alone
+ * asks for 8 splits of 16 tiles. Split boundaries are whole SK_KU units, so that either chunk width (sk_main_wg)
+ * sums the same pieces. Returns the split count s and 64-column pieces per split *kc (s * *kc covers K); s never
+ * grows with mb, so the workspace of mb = 1 covers any M. */
+static int sk_plan(int N, int K, int mb, int n_sm, int *kc) {
+    const int tiles = (N + SK_BN - 1) / SK_BN * mb, units = (K + SK_KU - 1) / SK_KU;
+    int s = 2 * tiles >= n_sm ? 1 : mb > 1 ? n_sm / tiles : (n_sm + tiles - 1) / tiles;
     if (s > units) s = units;
     if (s < 1) s = 1;
     const int ku = (units + s - 1) / s;
     *kc = ku * (SK_KU / SK_BK);
     return (units + ku - 1) / ku;
 }
+
+/* sk_plan's mb for g: its 64-row blocks where split_m allows, else 1 */
+static int sk_mb(const GemmParams *g) { return g->split_m ? (g->M + SK_BM - 1) / SK_BM : 1; }
 
 /* y[m][n] of the non-SwiGLU epilogues from its finished sum v (rounded where gemm_store rounds) */
 template <int EPI>
@@ -517,7 +524,7 @@ __global__ void __launch_bounds__(64 * NC)
 
 extern "C" size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, int glu_group) {
     int kc = 0;
-    const int s = sk_plan(N, K, n_sm, &kc);
+    const int s = sk_plan(N, K, 1, n_sm, &kc);
     if (epi == GEMM_EPI_ADD_F32_NORM) return (size_t)s * M * N;
     return s > 1 || (epi == GEMM_EPI_SWIGLU_BF16 && glu_group != 1) ? (size_t)s * M * N : 0;
 }
@@ -591,7 +598,7 @@ extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_fl
     a.g = *g;
     a.work = work;
     a.nchunks = (g->K + SK_BK - 1) / SK_BK;
-    const int splits = sk_plan(g->N, g->K, n_sm, &a.kc);
+    const int splits = sk_plan(g->N, g->K, sk_mb(g), n_sm, &a.kc);
     if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) > work_floats ||
         (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) && !work))
         return (int)cudaErrorInvalidValue;
@@ -625,7 +632,7 @@ extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, i
     a.g = *g;
     a.work = work;
     a.nchunks = (g->K + SK_BK - 1) / SK_BK;
-    const int splits = sk_plan(g->N, g->K, n_sm, &a.kc);
+    const int splits = sk_plan(g->N, g->K, sk_mb(g), n_sm, &a.kc);
     if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats)
         return (int)cudaErrorInvalidValue;
     const dim3 grid((unsigned)((g->M + SK_BM - 1) / SK_BM), (unsigned)((g->N + SK_BN - 1) / SK_BN), (unsigned)splits);

@@ -489,6 +489,10 @@ typedef struct GemmParams {
      * (FP8_SCALES_DOC; N % 8 == 0, so the row stride is N), K % 16 == 0 */
     const uint8_t *w8;
     const float *w8_scale;
+    /* cuda_gemm_skinny / _norm: 1 lets the split count follow M as well (fewer splits where several 64-row blocks
+     * already fill the GPU), so a row's sums then depend on M; 0 (deterministic mode, batch invariance): the shape's
+     * plan alone */
+    int split_m;
 } GemmParams;
 /* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue).
  * TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer

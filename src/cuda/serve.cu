@@ -403,7 +403,9 @@ static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, co
  * rows (nd .. T - 1) through the prefill GEMM. Each family's sums for a row do not depend on the other rows, and a
  * row's family depends only on its own piece (a decode token or a prefill chunk), so batching stays invariant. Outside
  * deterministic mode, a pass of >= 128 decode rows whose 128 x 128 tiles fill half the GPU takes the prefill GEMM for all
- * its rows (tensor-core bound there; a row's bits then depend on the pass's row count, within rounding).
+ * its rows (tensor-core bound there; a row's bits then depend on the pass's row count, within rounding), and the
+ * skinny GEMM's split plan counts the pass's 64-row blocks (GemmParams.split_m: fewer splits where several blocks
+ * fill the GPU, with the same effect on a row's bits).
  * norm_w (residual GEMMs): the RMSNorm that follows, h = norm(y) for every row, fused into the skinny kernel's
  * reduction for its rows.
  * A driver that cannot encode tensor maps (cudaErrorNotSupported) moves every later prefill GEMM of the session to
@@ -420,6 +422,7 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
     if (sk > 0) {
         GemmParams s = g, t;
         s.M = sk;
+        s.split_m = !sv->det;
         const int tail = ly ? cuda_layer_gemm_tail(ly, which, &s, &t) : 0;
         rc = norm_w ? cuda_gemm_skinny_norm(&s, norm_w, sv->d.norm_mode, sv->d.eps, sv->h, sv->skw, sv->skw_floats,
                                             sv->n_sm, lc)

@@ -98,6 +98,9 @@ static double add_tol(double f0, double ref, double want, double sabs) {
     return ldexp(fabs(f0) + fabs(ref), -7) + ldexp(fabs(want), -7) + 1e-5 * sabs + 1e-30;
 }
 
+/* GemmParams.split_m of every launch (the split plan counts the m-blocks; cases then pass M2 = 0) */
+static int g_split_m;
+
 /* One product: returns after checking; M2 > 0 also runs the first M2 rows alone and compares bitwise. */
 static void run_case(int M, int N, int K, int epi, int G, int n_sm, int M2, bool f8 = false, int ldw_extra = 0) {
     const int ycols = epi == GEMM_EPI_SWIGLU_BF16 ? N / 2 : N, ldy = ycols + 4, guard = 2;
@@ -121,6 +124,7 @@ static void run_case(int M, int N, int K, int epi, int G, int n_sm, int M2, bool
         y = y0;
         GemmParams g = {x.data(), NULL, y.data(), m, N, K, K, K, ldy, epi, G, 0};
         set_weights(g, W);
+        g.split_m = g_split_m;
         const size_t wf = cuda_gemm_skinny_work(m, N, K, n_sm, epi, G);
         std::vector<float> work(wf ? wf : 1, NAN);
         CudaLaunch l = {0, 0, NULL, 0};
@@ -189,7 +193,7 @@ static void run_case(int M, int N, int K, int epi, int G, int n_sm, int M2, bool
             diff += memcmp(&y[(size_t)r * ldy * esz], &y2[(size_t)r * ldy * esz], (size_t)ycols * esz) != 0;
     }
     int kc = 0;
-    const int splits = sk_plan(N, K, n_sm, &kc);
+    const int splits = sk_plan(N, K, g_split_m ? (M + SK_BM - 1) / SK_BM : 1, n_sm, &kc);
     printf("  %s M=%3d N=%4d K=%4d ldw=%4d epi=%d G=%d splits=%2d: worst err/tol %.3f, %ld bad, %ld guard written, "
            "%ld of %d rows differ alone\n",
            f8 ? "fp8 " : "bf16", M, N, K, W.ldw, epi, G, splits, worst, bad, touched, diff, M2);
@@ -211,6 +215,7 @@ static void norm_case(int M, int N, int K, int mode, int n_sm, bool f8 = false, 
     CudaLaunch l = {0, 0, NULL, 0};
     GemmParams g1 = {x.data(), NULL, y1.data(), M, N, K, K, K, N, GEMM_EPI_ADD_F32, 1, 0};
     set_weights(g1, W);
+    g1.split_m = g_split_m;
     GemmParams g2 = g1;
     g2.y = y2.data();
     const int rc1 = cuda_gemm_skinny(&g1, work.data(), wf, n_sm, &l);
@@ -369,6 +374,11 @@ int main(int argc, char **argv) {
     norm_case(7, 200, 336, NORM_ZC, 132, true, 3);
     norm_case(65, 264, 336, NORM_PLAIN, 4, true, 64);
     norm_case(7, 1024, 3584, NORM_ZC, 132, true); /* the MLP down projection (x checked) + the next layer's norm */
+    g_split_m = 1; /* three m-blocks of 3 tiles on 24 SMs: 2 splits where the shape alone takes 3 */
+    run_case(130, 136, 328, GEMM_EPI_ADD_F32, 1, 24, 0);
+    run_case(130, 136, 336, GEMM_EPI_BF16, 1, 24, 0, true);
+    norm_case(130, 136, 336, NORM_ZC, 24, true);
+    g_split_m = 0;
     bad_args();
     printf("gemm_skinny_emu: %s\n", fails ? "FAILED" : "all bounds met");
     return fails ? 1 : 0;
