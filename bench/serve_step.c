@@ -10,7 +10,8 @@
  * (default B: 1 8 32 64 128 256). --prompt N instead times a lone N-token prompt on the idle engine: open a
  * sequence, one q35_step of the N ids with a greedy pick (the server's first step of a request, no HTTP), close;
  * `steps` rounds after 3 warm-up ones, the median. --kv-memory GB sizes the KV blocks and slots (default: 0.9 of the
- * free device memory; a profiler that saves and restores device memory between replays wants it small). A benchmark, not a test: nothing is asserted. */
+ * free device memory; a profiler that saves and restores device memory between replays wants it small).
+ * A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
