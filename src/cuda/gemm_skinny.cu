@@ -23,11 +23,11 @@
  *
  * Split-K and batch invariance: splits = sk_plan(N, K, 1, n_sm) depends on the shape only, never on M, and its
  * boundaries are whole 128-column units (with GemmParams.split_m, outside deterministic mode, the plan also counts
- * the m-blocks: a pass of many rows takes fewer, longer splits, and a row's sums then depend on M). With one split the epilogue runs from the accumulators; with several, each
- * split writes its fp32 partial sums to work [split][M][N] and gemm_skinny_reduce adds them in split order 0, 1, ...
- * and applies the same epilogue. Either chunk width issues the same k16 steps into the same sums in the same order.
- * So every y[m][n] is the same sum in the same order whatever M and the other rows are: a row's result depends on
- * that row alone.
+ * the m-blocks: a pass of many rows takes fewer, longer splits, and a row's sums then depend on M). With one split
+ * the epilogue runs from the accumulators; with several, each split writes its fp32 partial sums to work
+ * [split][M][N] and gemm_skinny_reduce adds them in split order 0, 1, ... and applies the same epilogue. Either chunk
+ * width issues the same k16 steps into the same sums in the same order. So (without split_m) every y[m][n] is the
+ * same sum in the same order whatever M and the other rows are: a row's result depends on that row alone.
  *
  * FP8 weights (w8, w8_scale; GemmParams in ops.h): W[n][k] = e4m3(w8[n ldw + k]) * w8_scale[k / 128][n]. Every e4m3
  * value is a bf16 value, so the same bf16 mma.sync path runs on bf16(e4m3): a stage holds the 64 x 64 e4m3 chunk

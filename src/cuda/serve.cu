@@ -848,9 +848,9 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
  * solo steps wrote go back to the sequence's pages (its table as of the last solo step). A sequence that ended
  * (closed or preempted: cuda_seq_end) is dropped instead: its blocks are given back, and the prefix cache holds only
  * rows up to a snapshot, which flushed first. So the next request on an idle server does not first write back the
- * last one's state (20 MB of a 0.8B). Every way a slot gets a new
- * sequence passes through one of those (a step at position 0, or snap_load), so a continuation is recognised by
- * (slot, position) alone. Deterministic mode never enters: its rows must be the batched step's bits. */
+ * last one's state (20 MB of a 0.8B). Every way a slot gets a new sequence passes through one of those (a step at
+ * position 0, or snap_load), so a continuation is recognised by (slot, position) alone. Deterministic mode never
+ * enters: its rows must be the batched step's bits. */
 static int solo_copy_state(CudaCtx *ctx, CudaServe *sv, int slot, int to_slot, Err *err) {
     const Config *c = ctx->c;
     const size_t S_bytes = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
