@@ -134,8 +134,9 @@ static int open_guide(Http *h, Req *r, const Q35ChatRequest *rq, const char *par
     return 0;
 }
 
-/* Chat: renders the conversation and tools (q35_chat_render_request) into *text and opens the request's output
- * parser, plus its guide for tool_choice required / named or a response_format. */
+/* Chat: renders the conversation and tools (q35_chat_render_request) into *text (text NULL: no rendering, for a
+ * choice that takes choice 0's ids) and opens the request's output parser, plus its guide for tool_choice required /
+ * named or a response_format. */
 static int chat_prompt(Http *h, Req *r, char **text, OaiError *e) {
     const OaiRequest *q = &r->rq;
     Q35Err err = {0};
@@ -170,7 +171,7 @@ static int chat_prompt(Http *h, Req *r, char **text, OaiError *e) {
                          .add_generation_prompt = 1,
                          .thinking = think,
                          .response_schema = q->response_schema};
-    int rc = q35_chat_render_request(h->tok, &cr, text, &err);
+    int rc = text ? q35_chat_render_request(h->tok, &cr, text, &err) : 0;
     if (rc) oai_fail(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
     /* a response_format reply is content only: a "<tool_call>" inside one of its strings is text */
     Q35ChatParseOptions po = {.thinking = think,
@@ -183,7 +184,7 @@ static int chat_prompt(Http *h, Req *r, char **text, OaiError *e) {
         rc = open_guide(h, r, &cr, q->response_schema ? "response_format" : "tool_choice", e);
     free(m);
     free(tc);
-    if (rc && *text) {
+    if (rc && text && *text) {
         free(*text);
         *text = NULL;
     }
@@ -201,7 +202,7 @@ static int build_prompt(Http *h, Req *r, const Req *same, OaiError *e) {
             return oai_fail(e, 400, "invalid_request_error", NULL, NULL,
                             "the model has no tokenizer.json: send token ids");
         char *text = q->prompt;
-        if (q->kind == OAI_CHAT && chat_prompt(h, r, &text, e)) return -1;
+        if (q->kind == OAI_CHAT && chat_prompt(h, r, same ? NULL : &text, e)) return -1;
         int rc = 0;
         if (same) {
             n = same->n_prompt;
@@ -525,20 +526,27 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
         MHD_destroy_response(resp);
         return rc;
     }
+    int failed = -1; /* a choice that ended with an error: the reply is that error, the others stop */
     sched_lock(h->s);
-    for (int i = 0; i < c->n_ch; i++)
-        while (!c->ch[i].req->done) {
+    for (int i = 0; i < c->n_ch && failed < 0; i++)
+        while (failed < 0 && !c->ch[i].req->done) {
             sched_unlock(h->s);
             if (client_gone(c)) {
                 cancel_all(c);
                 return MHD_NO;
             }
             sched_lock(h->s);
-            if (!c->ch[i].req->done) sched_wait(h->s, r, 20);
+            for (int j = 0; j < c->n_ch && failed < 0; j++)
+                if (c->ch[j].req->done && c->ch[j].req->error.status) failed = j;
+            if (failed < 0 && !c->ch[i].req->done) sched_wait(h->s, r, 20);
         }
-    sched_unlock(h->s); /* done: the scheduler no longer writes the choices */
-    for (int i = 0; i < c->n_ch; i++)
-        if (c->ch[i].req->error.status) return reply_error(c, mc, url, &c->ch[i].req->error);
+    for (int j = 0; j < c->n_ch && failed < 0; j++)
+        if (c->ch[j].req->error.status) failed = j;
+    sched_unlock(h->s); /* a finished choice is no longer written by the scheduler */
+    if (failed >= 0) {
+        cancel_all(c);
+        return reply_error(c, mc, url, &c->ch[failed].req->error);
+    }
     OaiOutput o[OAI_MAX_N];
     OaiCallOut *calls[OAI_MAX_N] = {NULL};
     char *echoed[OAI_MAX_N] = {NULL}; /* echo: the prompt's text, then the completion */

@@ -69,8 +69,8 @@ typedef struct OaiRequest {
     uint64_t seed;
     char *stop[OAI_MAX_STOP];
     int n_stop;
-    int stop_ids
-        [OAI_MAX_STOP]; /* vLLM's stop_token_ids: ids that end the completion (not returned), with the model's */
+    /* vLLM's stop_token_ids: ids that end the completion (not returned), beside the model's */
+    int stop_ids[OAI_MAX_STOP];
     int n_stop_ids;
     int top_logprobs; /* -1: no logprobs; else the alternatives per token (0..Q35_MAX_TOP_LOGPROBS) */
     int thinking;     /* Q35_THINK_DEFAULT | OFF | ON (chat_template_kwargs.enable_thinking) */
