@@ -91,10 +91,16 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-static int is_stop(int id, const int *stop_ids, int n_stop) {
-    for (int i = 0; i < n_stop; i++)
-        if (stop_ids[i] == id) return 1;
-    return 0;
+/* -1 when id is in none of the stop sets, else whether a set holding it may end the completion now (0 / 1) */
+static int stop_state(int id, const GuideStops *st, int n_st) {
+    int found = 0;
+    for (int k = 0; k < n_st; k++)
+        for (int i = 0; i < st[k].n; i++)
+            if (st[k].ids[i] == id) {
+                if (st[k].ok) return 1;
+                found = 1;
+            }
+    return found ? 0 : -1;
 }
 
 /* Moves the k first candidates of cand_desc's order to c[0, k) (in no order): quickselect, O(n). */
@@ -203,7 +209,7 @@ static int blank(const GuideVocab *v, int id) {
 }
 
 int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35SeqParams *sp, uint64_t *rng,
-                 const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o) {
+                 const GuideStops *stops, int n_stops, Q35StepOut *o) {
     memset(o, 0, sizeof *o);
     o->id = -1;
     Cand *c = v->cand;
@@ -224,9 +230,9 @@ int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, int prev, cons
         const size_t a = v->off[id], b = v->off[id + 1];
         ok[id] = (unsigned char)(b > a && first[(unsigned char)v->text[a]] && q35_guide_allows(g, v->text + a, b - a));
     }
-    int n = 0, n_blank = 0, can_stop = stop_ok && q35_guide_can_stop(g), after_blank = blank(v, prev);
+    int n = 0, n_blank = 0, can_stop = q35_guide_can_stop(g), after_blank = blank(v, prev);
     for (int id = 0; id < v->vocab; id++) {
-        const int allowed = is_stop(id, stop_ids, n_stop) ? can_stop : ok[id];
+        const int st = stop_state(id, stops, n_stops), allowed = st >= 0 ? st && can_stop : ok[id];
         if (!allowed || !isfinite(xl[id])) continue;
         if (after_blank && blank(v, id)) { /* kept at the end, used only if nothing else is allowed */
             n_blank++;
@@ -241,7 +247,7 @@ int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, int prev, cons
     int id = n ? draw(c, n, &sp->sampling, rng) : -1;
     if (id < 0) return -1;
     o->id = id;
-    if (!is_stop(id, stop_ids, n_stop)) {
+    if (stop_state(id, stops, n_stops) < 0) {
         Q35Err err;
         q35_guide_push(g, v->text + v->off[id], v->off[id + 1] - v->off[id], &err);
     }

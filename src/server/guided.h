@@ -18,9 +18,16 @@ void guide_vocab_close(GuideVocab *v);
  * XML shapes allow unbounded whitespace, where a random or weak model can stay forever). Sampling over the allowed ids:
  * the logits plus sp's logit bias; temperature 0 = argmax; else softmax(logit / T) cut by top_k, min_p, top_p, drawn
  * with *rng. Penalties are not applied. o: id, logprob (log softmax of the raw logits, as q35_step reports it) and
- * sp->top_logprobs alternatives (over all ids). stop_ok: the stop ids may be chosen (not ignore_eos). Returns 0, or
- * -1 when no id is allowed (o->id = -1). v holds the scratch: one thread samples with it at a time. */
+ * sp->top_logprobs alternatives (over all ids). stops[0, n_stops): sets of ids that end the completion (the model's,
+ * the request's stop_token_ids); an id of a set is chosen only where the guide may end and the set is ok (the model's
+ * not under ignore_eos, neither before min_tokens), never as text. Returns 0, or -1 when no id is allowed
+ * (o->id = -1). v holds the scratch: one thread samples with it at a time. */
+typedef struct GuideStops {
+    const int *ids;
+    int n;
+    int ok;
+} GuideStops;
 int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35SeqParams *sp, uint64_t *rng,
-                 const int *stop_ids, int n_stop, int stop_ok, Q35StepOut *o);
+                 const GuideStops *stops, int n_stops, Q35StepOut *o);
 
 #endif

@@ -424,8 +424,10 @@ static const Q35StepOut *guided_token(Sched *s, Req *r, Q35StepOut *o) {
         return NULL;
     }
     int prev = r->n_toks > r->n_prompt ? r->toks[r->n_toks - 1] : -1;
-    if (guide_sample(s->gv, r->guide, r->logits, prev, &r->params, &r->rng, s->stop_ids, s->n_stop_ids,
-                     !r->rq.ignore_eos && r->n_generated >= r->rq.min_tokens, o)) {
+    const int past_min = r->n_generated >= r->rq.min_tokens;
+    const GuideStops st[2] = {{s->stop_ids, s->n_stop_ids, past_min && !r->rq.ignore_eos},
+                              {r->rq.stop_ids, r->rq.n_stop_ids, past_min}};
+    if (guide_sample(s->gv, r->guide, r->logits, prev, &r->params, &r->rng, st, 2, o)) {
         finish(s, r, "stop");
         return NULL;
     }

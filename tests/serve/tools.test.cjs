@@ -295,6 +295,23 @@ test("response_format json_object: the reply opens an object; when it stops, it 
     }
 });
 
+test("response_format with stop_token_ids: a request's stop id ends the reply only where it may end", async () => {
+    const brace = require("node:child_process").execFileSync(process.env.QWEN35_BIN, ["tokenize", "--model",
+        process.env.SERVE_MODEL, "--text", "{"]).toString().trim().split(/\s+/).map(Number);
+    assert.equal(brace.length, 1);
+    // "{" favoured and a stop id: never drawn as the object's opening text, only once the object is complete
+    for (let seed = 1; seed <= 2; seed++) {
+        const r = await ask({ model: MODEL, messages: [user], max_tokens: 48, temperature: 1, seed, ...NO_THINK,
+            response_format: { type: "json_object" }, stop_token_ids: brace, logit_bias: { [brace[0]]: 100 } });
+        const c = r.choices[0];
+        assert.match(c.message.content, /^\s*\{/, JSON.stringify(r));
+        if (c.finish_reason === "stop") {
+            const v = JSON.parse(c.message.content);
+            assert.ok(v !== null && typeof v === "object" && !Array.isArray(v));
+        } else assert.equal(c.finish_reason, "length");
+    }
+});
+
 test("response_format on /v1/completions: an enum schema gives one of its values", async () => {
     for (let seed = 1; seed <= 3; seed++) {
         const r = await client.completions.create({ model: MODEL, prompt: "Answer:", max_tokens: 16, seed,
