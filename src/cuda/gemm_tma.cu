@@ -7,7 +7,9 @@
  *     (64 wide) and, for each, waits for ring slot s to be empty, arms full[s] with the stage's
  *     byte count and issues two cp.async.bulk.tensor loads (X box 64 x TM, W box 64 x BN; the
  *     tensor maps' 128-byte swizzle is the layout wgmma_desc describes; boxes reaching past M, N
- *     or K are zero-filled by the TMA unit, so ragged shapes need no special path).
+ *     or K are zero-filled by the TMA unit, so ragged shapes need no special path). The W boxes
+ *     of the first STAGES k-steps go out before the PDL wait (weights are immutable), so they
+ *     stream while the previous kernel drains.
  *   warpgroups 1, 2, the consumers (setmaxnreg 232): wait full[s], issue the wgmmas of the
  *     k-step, keep one wgmma group in flight and release the previous slot (one arrive per warp
  *     on empty[s]), then run the epilogue from the accumulators through each warp's shared-memory
@@ -58,7 +60,6 @@ struct TmaCfg {
 /* DBG: GEMM_TMA_DBG_* bits (0 in production), to tell apart the ingredients when a variant faults. */
 template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG>
 __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ GemmTmaArgs a) {
-    pdl_begin();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = TmaCfg<TM, BN, STAGES, PP>;
     const GemmParams &p = a.p;
@@ -84,6 +85,19 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
     if (wg == 0) { /* producer */
         if constexpr ((DBG & GEMM_TMA_DBG_NOREG) == 0) regs_dec<40>();
         if (tid != 0) return;
+        /* the weights are immutable: the W boxes of the first tile's first STAGES k-steps go out before the wait
+         * for the previous kernel, the X boxes (its output) after */
+        const int pre = (int)blockIdx.x < tiles ? min(STAGES, ktiles) : 0;
+        if (pre) {
+            int m0, n0;
+            gemm_tile_coords_at<TM, BN>(p, blockIdx.x, m0, n0);
+            for (int kt = 0; kt < pre; kt++) {
+                mbar_arrive_expect_tx(full0 + 8 * kt, C::STAGE);
+                tma_load_2d(sbase + kt * C::STAGE + C::A_BYTES, map_b, kt * GEMM_BK, n0, full0 + 8 * kt);
+            }
+        }
+        pdl_wait();
+        pdl_trigger();
         int it = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             int m0, n0;
@@ -92,6 +106,10 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
                 const int s = it % STAGES;
                 const uint32_t ph = (uint32_t)(it / STAGES) & 1u, full = full0 + 8 * s;
                 const uint32_t sA = sbase + s * C::STAGE;
+                if (it < pre) { /* armed, its W in flight */
+                    tma_load_2d(sA, map_a, kt * GEMM_BK, m0, full);
+                    continue;
+                }
                 mbar_wait(empty0 + 8 * s, ph ^ 1u);
                 mbar_arrive_expect_tx(full, C::STAGE);
                 tma_load_2d(sA, map_a, kt * GEMM_BK, m0, full);
@@ -103,6 +121,8 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
 
     /* consumers */
     if constexpr ((DBG & GEMM_TMA_DBG_NOREG) == 0) regs_inc<232>();
+    pdl_wait(); /* before the epilogue's reads and writes of the previous kernels' buffers */
+    pdl_trigger();
     const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31;
     const uint32_t a_off = PP ? 0u : (uint32_t)cw * 64u * 128u; /* cooperative: this consumer's 64 rows */
     int j = 0;                                                  /* the CTA's local tile index */
@@ -164,6 +184,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
     }
 #else
     (void)a;
+    pdl_begin();
     __trap(); /* built without sm_90a: the launcher never selects this kernel then */
 #endif
 }

@@ -291,7 +291,9 @@ static inline float ld_dsmem(const float *local, unsigned rank) {
 }
 
 static inline uint32_t cluster_rank(void) { return (uint32_t)me().cta; }
-static inline void pdl_begin(void) {} /* one kernel at a time */
+static inline void pdl_begin(void) {} /* one kernel at a time: the PDL wait and trigger have nothing to do */
+static inline void pdl_wait(void) {}
+static inline void pdl_trigger(void) {}
 /* named barriers (async.cuh): bar_sync(id, n) waits until n threads of the CTA have arrived at id */
 static inline void bar_sync(int id, int n) {
     const int b = me().cta * 16 + id, g = E.nb_gen[b];

@@ -11,8 +11,6 @@ static inline float __shfl_down_sync(unsigned, float v, int d) {
     return emu_shfl(v, lane + d < 32 ? lane + d : lane);
 }
 static inline uint4 ld_stream(const uint4 *p) { return *p; }
-static inline void pdl_wait(void) {}
-static inline void pdl_trigger(void) {}
 static inline void red_add4(float *y, float a, float b, float c, float d) {
     if ((uintptr_t)y % 16) {
         fprintf(stderr, "emu: red.v4 address %p not 16-byte aligned\n", (void *)y);

@@ -63,8 +63,6 @@ template <typename T>
 static inline T __ldcg(const T *p) {
     return *p;
 }
-static inline void pdl_wait(void) {}
-static inline void pdl_trigger(void) {}
 #undef __shared__
 #define __shared__ static /* one CTA runs at a time: a function's statics are its shared memory */
 
