@@ -195,6 +195,8 @@ int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int al
 /* The same without logits on the host: the last token's fp32 logits [V] stay on the device at *dev_row (valid until
  * the next prefill). */
 int cuda_prefill_forward_dev(CudaCtx *ctx, const int *tokens, int n, int pos, const float **dev_row, Err *err);
+/* the prefill's last row as its greedy id through the LM head screen (ctx->lm_screen), no logits */
+int cuda_prefill_forward_greedy(CudaCtx *ctx, const int *tokens, int n, int pos, int *id, Err *err);
 int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
 
 /* ---- many sequences (serve.cu): the Backend's serve_sizes / serve_open / serve_close / step_batch and the prefix

@@ -28,6 +28,7 @@
 #define PF_TMAX        2048               /* default tokens per piece */
 #define PF_LM_BYTES    ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
 #define PF_MAX_OPS     512                /* launches recorded for the bench breakdown */
+enum { PF_LM_NONE, PF_LM_ROW, PF_LM_SCREEN }; /* pf_run's lm */
 #define PF_SKINNY_ROWS 128 /* pieces of at most this many tokens: narrow projections on the skinny GEMM */
 #define PF_SKINNY_WIDE 64  /* ... and at most this many (one skinny m-block): every projection on it */
 #define PF_DN_C        64  /* DeltaNet chunk length (FLOP count) */
@@ -50,6 +51,7 @@ struct CudaPrefill {
     float *skw;     /* the skinny GEMM's split-K partial sums (pf_gemm), skw_floats */
     size_t skw_floats;
     int n_sm;
+    int split_m; /* GemmParams.split_m of the skinny GEMMs: outside deterministic mode */
     /* bench: an event before every launch */
     int rec, n_ops, ev_ready;
     cudaEvent_t ev[PF_MAX_OPS + 1];
@@ -155,6 +157,7 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
     pf->lm_rows = lm < 1 ? 1 : lm > (size_t)pf->tmax ? pf->tmax : (int)lm;
     cuda_prefill_dims(ctx, &pf->d);
     pf->n_sm = ctx->n_sm;
+    pf->split_m = !ctx->deterministic;
     PfArena a = {NULL, 0};
     pf_layout(ctx, pf, &a);
     cudaError_t e = cudaMalloc(&pf->buf, a.off);
@@ -220,8 +223,10 @@ static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, i
     const double yb = g->epi == GEMM_EPI_ADD_F32 ? 8.0 : g->epi == GEMM_EPI_F32 ? 4.0 : 2.0;
     const double bytes = 2.0 * g->M * g->K + (g->w8 ? 1.0 : 2.0) * g->N * g->K + yb * g->M * ycols;
     const int skinny = pf_skinny(pf, g);
+    GemmParams sg = *g;
+    sg.split_m = pf->split_m;
     op_begin(pf, lc->stream);
-    const int rc = skinny  ? cuda_gemm_skinny(g, pf->skw, pf->skw_floats, pf->n_sm, lc)
+    const int rc = skinny  ? cuda_gemm_skinny(&sg, pf->skw, pf->skw_floats, pf->n_sm, lc)
                    : g->w8 ? (int)cudaErrorInvalidValue
                            : cuda_gemm_bf16(g, lc);
     return op_end(pf, rc, layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
@@ -400,15 +405,55 @@ static int pf_logits(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int r0
     return e == cudaSuccess ? 0 : pf_fail((int)e, "logits readback", -1, err);
 }
 
+/* The greedy id of row r of the piece: the final norm and the LM head's argmax through the quantized screen
+ * (lm_screen.cu), the decode step's kernel, into *ctx->lm_key (cuda_lm_key_id). The screen reads the 6-bit head (~195
+ * MB at the 0.8B shape) instead of the bf16 one (509 MB); its id is the bf16 GEMV's argmax of the row, bit for bit
+ * (the full head's GEMM sums the row in another order, so a near-tie may fall the other way). */
+static int pf_screen(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int r, Err *err) {
+    const int D = pf->d.D, V = ctx->c->vocab_size;
+    LmScreenParams ls;
+    memset(&ls, 0, sizeof ls);
+    ls.head.W = ctx->lm_head;
+    ls.head.rows = V;
+    ls.head.cols = D;
+    ls.head.splits = 1;
+    ls.head.blocks = ctx->lm_blocks;
+    ls.head.in_mode = MV_IN_RESIDUAL; /* no parts: the row of x itself, normed in the prologue */
+    ls.head.x = pf->x + (size_t)r * D;
+    ls.head.norm_w = ctx->final_norm;
+    ls.head.norm_mode = pf->d.norm_mode;
+    ls.head.eps = pf->d.eps;
+    ls.head.out_mode = MV_OUT_ARGMAX;
+    ls.head.step = ctx->step_dev;
+    ls.head.n_valid = ctx->n_valid;
+    ls.Wq = ctx->lm_q;
+    ls.Wp = ctx->lm_p;
+    ls.meta = ctx->lm_meta;
+    ls.stats = ctx->lm_stats;
+    ls.reg = ctx->lm_screen == 2;
+    ls.key = ctx->lm_key;
+    ls.gmax = &ctx->step_dev->lm_gmax;
+    const double qb = ctx->lm_p ? 0.75 * V * D : (double)V * D;
+    op_begin(pf, lc->stream);
+    return op_end(pf, cuda_lm_screen(&ls, lc), -1, "lm_screen", 2.0 * V * D, qb + 16.0 * V, err);
+}
+
 /* The whole prefill of pf->tok[0 .. n) at positions pos .. pos+n-1, enqueued on ctx->stream.
- * logits: NULL, [V] or [n][V] (all_logits); lm: run the LM head on the last row even when logits
- * is NULL (bench). Does not synchronise at the end. */
+ * logits: NULL, [V] or [n][V] (all_logits); lm: PF_LM_ROW runs the LM head on the last row even when logits is NULL
+ * (bench), PF_LM_SCREEN (logits NULL) its greedy id through the screen instead (pf_screen). Does not synchronise at
+ * the end. */
 static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, int lm, Err *err) {
     CudaPrefill *pf = ctx->pf;
     const Config *c = ctx->c;
     const int V = c->vocab_size, D = c->hidden_size;
     const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0}; /* every prefill kernel starts with pdl_begin() */
     int rc = 0;
+    if (lm == PF_LM_SCREEN) { /* the screen's key and running max start from 0 (a decode step's params copy resets
+                                 them there); zeroed here, so that no copy stands between the last layer and it */
+        cudaError_t e = cudaMemsetAsync(&ctx->step_dev->lm_key, 0, sizeof ctx->step_dev->lm_key, lc.stream);
+        if (e == cudaSuccess) e = cudaMemsetAsync(&ctx->step_dev->lm_gmax, 0, sizeof ctx->step_dev->lm_gmax, lc.stream);
+        if (e != cudaSuccess) return pf_fail((int)e, "screen reset", -1, err);
+    }
     for (int p0 = 0; p0 < n && !rc; p0 += pf->tmax) {
         const int T = n - p0 < pf->tmax ? n - p0 : pf->tmax, P = pos + p0;
         EmbedRowsParams ep = {pf->tok + p0, ctx->embed, pf->x, T, D, V};
@@ -423,6 +468,8 @@ static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, i
                 const int m = T - r0 < pf->lm_rows ? T - r0 : pf->lm_rows;
                 rc = pf_logits(ctx, pf, &lc, r0, m, logits + (size_t)(p0 + r0) * V, err);
             }
+        } else if (lm == PF_LM_SCREEN && !logits && p0 + T == n) {
+            rc = pf_screen(ctx, pf, &lc, T - 1, err);
         } else if ((logits || lm) && p0 + T == n) {
             rc = pf_logits(ctx, pf, &lc, T - 1, 1, logits, err);
         }
@@ -438,10 +485,10 @@ static int pf_upload_tokens(CudaCtx *ctx, const int *tokens, int n, Err *err) {
     return e == cudaSuccess ? 0 : pf_fail((int)e, "token upload", -1, err);
 }
 
-/* cuda_prefill_forward, and with dev_row the last row's logits left on the device (*dev_row, fp32 [V], valid until
- * the next prefill) instead of copied to logits */
+/* cuda_prefill_forward, with dev_row the last row's logits left on the device (*dev_row, fp32 [V], valid until the
+ * next prefill) instead of copied to logits, with id (and no logits) the last row's greedy id through the screen */
 static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits,
-                      const float **dev_row, Err *err) {
+                      const float **dev_row, int *id, Err *err) {
     const int V = ctx->c->vocab_size;
     if (pos != ctx->n_past)
         return err_set(err, Q35_ERR_ARG, "cuda forward: pos %d but the sequence holds %d tokens (reset to restart)",
@@ -453,21 +500,32 @@ static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_l
         if (tokens[i] < 0 || tokens[i] >= V)
             return err_set(err, Q35_ERR_ARG, "cuda forward: token id %d at index %d outside [0, %d)", tokens[i], i, V);
     int rc = pf_upload_tokens(ctx, tokens, n, err);
-    if (!rc) rc = pf_run(ctx, n, pos, all_logits, logits, dev_row != NULL, err);
+    if (!rc) rc = pf_run(ctx, n, pos, all_logits, logits, id ? PF_LM_SCREEN : dev_row ? PF_LM_ROW : PF_LM_NONE, err);
+    if (!rc && id) {
+        const cudaError_t k = cudaMemcpyAsync(ctx->key_host, ctx->lm_key, sizeof *ctx->key_host,
+                                              cudaMemcpyDeviceToHost, ctx->stream);
+        if (k != cudaSuccess) rc = pf_fail((int)k, "id readback", -1, err);
+    }
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (rc) return rc;
     if (e != cudaSuccess) return pf_fail((int)e, "prefill", -1, err);
     ctx->n_past += n;
     if (dev_row) *dev_row = ctx->pf->lm;
+    if (id) *id = cuda_lm_key_id(*ctx->key_host, NULL);
     return 0;
 }
 
 int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err) {
-    return pf_forward(ctx, tokens, n, pos, all_logits, logits, NULL, err);
+    return pf_forward(ctx, tokens, n, pos, all_logits, logits, NULL, NULL, err);
 }
 
 int cuda_prefill_forward_dev(CudaCtx *ctx, const int *tokens, int n, int pos, const float **dev_row, Err *err) {
-    return pf_forward(ctx, tokens, n, pos, 0, NULL, dev_row, err);
+    return pf_forward(ctx, tokens, n, pos, 0, NULL, dev_row, NULL, err);
+}
+
+int cuda_prefill_forward_greedy(CudaCtx *ctx, const int *tokens, int n, int pos, int *id, Err *err) {
+    if (!ctx->lm_screen || !ctx->lm_key) return err_set(err, Q35_ERR_ARG, "cuda prefill: no LM head screen");
+    return pf_forward(ctx, tokens, n, pos, 0, NULL, NULL, id, err);
 }
 
 /* ---- bench ------------------------------------------------------------------------------------- */
@@ -549,7 +607,7 @@ static int time_prefill(CudaCtx *ctx, int n, cudaEvent_t a, cudaEvent_t b, doubl
     int rc = clear_state(ctx, err);
     if (rc) return rc;
     cudaEventRecord(a, ctx->stream);
-    rc = pf_run(ctx, n, 0, 0, NULL, 1, err);
+    rc = pf_run(ctx, n, 0, 0, NULL, PF_LM_ROW, err);
     cudaEventRecord(b, ctx->stream);
     cudaError_t e = cudaEventSynchronize(b);
     if (rc) return rc;
@@ -571,7 +629,7 @@ static int time_prefill_graph(CudaCtx *ctx, int n, int runs, cudaEvent_t a, cuda
         return 0;
     }
     Err cap = {0};
-    const int rc = pf_run(ctx, n, 0, 0, NULL, 1, &cap);
+    const int rc = pf_run(ctx, n, 0, 0, NULL, PF_LM_ROW, &cap);
     const cudaError_t e = cudaStreamEndCapture(ctx->stream, &g);
     if (rc || e != cudaSuccess || cudaGraphInstantiate(&x, g, 0) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -675,7 +733,7 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
         if (!rc) {
             pf->rec = 1;
             pf->n_ops = 0;
-            rc = pf_run(ctx, n, 0, 0, NULL, 1, err);
+            rc = pf_run(ctx, n, 0, 0, NULL, PF_LM_ROW, err);
             pf->rec = 0;
             cudaError_t e = cudaStreamSynchronize(ctx->stream);
             if (!rc && e != cudaSuccess) rc = pf_fail((int)e, "prefill", -1, err);

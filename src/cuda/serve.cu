@@ -963,6 +963,9 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
         ds.top_p = 1.0f;
         if (it->sample) ds = *it->sample;
         rc = cuda_backend.decode_sample(ctx, it->tokens[0], it->pos, &ds, it->pick, err);
+    } else if (it->logits && it->pick && !it->logprob && (!it->sample || !(it->sample->temperature > 0)) &&
+               ctx->lm_screen) { /* a prompt's greedy id: the LM head through the screen, as a greedy decode step */
+        rc = cuda_prefill_forward_greedy(ctx, it->tokens, it->n, it->pos, it->pick, err);
     } else if (it->logits && it->pick) { /* the row stays on the device for its pick and logprob */
         const float *row = NULL;
         if (it->n > 1) {

@@ -13,7 +13,10 @@
  *     cut into chunks of 5, and resumed from a snapshot and block copies at 1, 7, 16, 17 and 23 ids (every token's
  *     bits independent of the chunking: a cache hit can resume anywhere, issue 29);
  *   - in the default mode (lone decode rows on the single-sequence step, serve.cu solo_step), A alone, among others,
- *     from a snapshot, and alone and then joined by others, each within the forward() bound;
+ *     from a snapshot, alone and then joined by others, and alone while other sequences' ends are announced
+ *     (Backend.seq_end drops only that slot's solo state), each within the forward() bound;
+ *   - a lone prompt's greedy pick (the LM head screen outside deterministic mode) is its logits row's argmax within
+ *     one bf16 rounding;
  *   - device sampling (BatchItem.sample): a prompt chunk's and decode rows' draws equal the host sampler's on the
  *     same rows with the same u, with their logprobs; top_k 1 is the argmax; in deterministic mode alone = among;
  *   - bad items (a slot outside the layout, a block outside the pool), snapshots and blocks are refused with
@@ -212,6 +215,30 @@ static int run_resume(void *ctx, const int *idsA, int L, float *out, int V, Err 
     return rc;
 }
 
+/* Backend.seq_end between solo steps: a lone step of sequence D in slot 5; then A alone in slot 4 (its prompt chunk,
+ * then its decode steps), with D's end announced before every step of A (A's solo state must stay); halfway a lone
+ * step of sequence C in slot 6 (A's state goes back to its slot) whose end is announced before A goes on. Logits rows
+ * [N_STEPS][V] to out. */
+static int run_ended(void *ctx, const int *idsA, float *out, int V, Err *err) {
+    int tA[MAX_SEQ / BLOCK], tC[MAX_SEQ / BLOCK], other[5] = {1, 2, 3, 4, 5};
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) tA[b] = 48 + b, tC[b] = 56 + b;
+    BatchItem d = {.slot = 5, .tokens = other, .n = 5, .pos = 0, .blocks = tC, .logits = 0};
+    int rc = cuda_backend.step_batch(ctx, &d, 1, NULL, err);
+    BatchItem it = {.slot = 4, .tokens = idsA, .n = CHUNK_A, .pos = 0, .blocks = tA, .logits = 1};
+    if (!rc) rc = cuda_backend.step_batch(ctx, &it, 1, out, err);
+    for (int t = CHUNK_A; t < LA && !rc; t++) {
+        cuda_backend.seq_end(ctx, 5);
+        if (t == (CHUNK_A + LA) / 2) {
+            BatchItem c = {.slot = 6, .tokens = other, .n = 5, .pos = 0, .blocks = tC, .logits = 0};
+            if ((rc = cuda_backend.step_batch(ctx, &c, 1, NULL, err))) break;
+            cuda_backend.seq_end(ctx, 6);
+        }
+        BatchItem a = {.slot = 4, .tokens = idsA + t, .n = 1, .pos = t, .blocks = tA, .logits = 1};
+        rc = cuda_backend.step_batch(ctx, &a, 1, out + (size_t)(1 + t - CHUNK_A) * V, err);
+    }
+    return rc;
+}
+
 /* BatchItem.pick: the same chunk in slots 1 and 2 (other blocks), slot 1's row asked for as its argmax, slot 2's
  * whole: the device argmax equals the host argmax (sampler_argmax's rule) of slot 2's row, which is slot 1's row
  * (batch invariance, checked above); slot 1's place in the output is left alone. Returns the mismatch count. */
@@ -234,6 +261,30 @@ static int check_argmax(void *ctx, const int *ids, int n_valid, int V, Err *err)
         const double want = -log(sum); /* the argmax's log-softmax, as core's host logprobs */
         bad = (am != best) + (lg[0] != -7.0f) + !(fabs(lp - want) <= 1e-4 + 1e-5 * fabs(want));
         printf("  device argmax %d, host argmax of the same row %d; logprob %.6f, host %.6f\n", am, best, lp, want);
+    }
+    free(lg);
+    return bad;
+}
+
+/* A lone prompt's greedy pick (BatchItem.pick, no logprob: outside deterministic mode the prefill ends in the LM
+ * head screen, serve.cu solo_step) against the logits row of the same prompt fed alone in another slot: the pick's
+ * logit is the row's largest within one bf16 rounding (the screen sums a row as the decode GEMV does, the prefill's
+ * head GEMM in another order). Returns 1 on a mismatch. */
+static int check_greedy_prompt(void *ctx, const int *ids, int n_valid, int V, Err *err) {
+    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK], am = -1;
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 8 + b, t2[b] = 24 + b;
+    float *lg = malloc(sizeof(float) * V);
+    BatchItem a = {.slot = 1, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t1, .logits = 1, .pick = &am};
+    BatchItem b = {.slot = 2, .tokens = ids, .n = CHUNK_A, .pos = 0, .blocks = t2, .logits = 1};
+    int bad = 1;
+    if (!cuda_backend.step_batch(ctx, &a, 1, lg, err) && !cuda_backend.step_batch(ctx, &b, 1, lg, err)) {
+        int best = 0;
+        for (int i = 1; i < n_valid; i++)
+            if (lg[i] > lg[best]) best = i;
+        const double ulp = ldexp(1.0, ilogb(fabs(lg[best]) > 0 ? fabs(lg[best]) : 1.0) - 7); /* bf16: 8 bits */
+        bad = !(am >= 0 && am < n_valid && lg[am] >= lg[best] - ulp);
+        printf("  greedy prompt pick %d (logit %.5f), argmax of the same prompt's row %d (%.5f)\n", am,
+               am >= 0 && am < V ? lg[am] : NAN, best, lg[best]);
     }
     free(lg);
     return bad;
@@ -456,6 +507,12 @@ static void test_model(int qwen35, int det, int fp8) {
         rc = run_steps(ctx, ids, 1, N_STEPS / 2, among, V, &err);
         CHECK(rc == 0 && rows_near(among, fwd, N_STEPS, V, &w_join),
               "%s: alone then joined by others vs forward(): worst rel L2 %.4f (%s)", name, w_join, rc ? err.msg : "");
+        double w_end = 0;
+        CHECK(cuda_backend.seq_end != NULL, "%s: no seq_end hook", name);
+        rc = cuda_backend.seq_end ? run_ended(ctx, ids, among, V, &err) : -1;
+        CHECK(rc == 0 && rows_near(among, fwd, N_STEPS, V, &w_end),
+              "%s: other sequences' ends announced between A's solo steps vs forward(): worst rel L2 %.4f (%s)", name,
+              w_end, rc > 0 ? err.msg : "");
     }
     if (det) { /* deterministic mode: a token's bits do not depend on the chunking of its prompt (prefix-cache hits) */
         int diff_chunk = -1;
@@ -483,6 +540,8 @@ static void test_model(int qwen35, int det, int fp8) {
     CHECK(cuda_backend.block_copy(ctx, 0, N_BLOCKS, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
     CHECK(check_argmax(ctx, ids, V, V, &err) == 0, "%s: the device argmax of a row differs from the host's (%s)", name,
           err.msg);
+    CHECK(check_greedy_prompt(ctx, ids, V, V, &err) == 0, "%s: a lone prompt's greedy pick is not its row's argmax (%s)",
+          name, err.msg);
     CHECK(check_sampled(ctx, ids, det, V, &err) == 0, "%s: device sampling in the batched step (%s)", name, err.msg);
     /* bad items */
     int blocks[MAX_SEQ / BLOCK] = {0};
