@@ -8,7 +8,9 @@ Three modes:
                 reports request throughput, output / total tokens/s, TTFT / TPOT / ITL mean, p50, p90, p99,
                 errors by kind.
   ttft          TTFT of a --input-len-token prompt on an idle server: sequential requests (max_tokens 1),
-                p50 / p90 / p99 over --num-prompts (issue 28: 128-token prompt <= 1.5 ms).
+                p50 / p90 / p99 over --num-prompts (issue 28: 128-token prompt <= 1.5 ms). A model without a
+                tokenizer (--dummy) needs no --logprobs here: a request whose one token came with no text
+                event is timed by its finish chunk, which leaves in the step that made the token.
   interference  --streams long-running streams; their inter-token latency in a steady window, then while
                 requests with --inject-input-len-token prompts arrive at --inject-rate; p50 / p99 of both
                 windows and the ratio (issue 28: p99 during injection <= 3 x steady p99).
@@ -134,12 +136,12 @@ class Result:
     """What one request saw. t_* are time.monotonic() seconds; tok_t holds one entry per token event
     (time, tokens in it)."""
 
-    __slots__ = ("tag", "t_send", "t_first", "t_end", "events", "prompt_tokens", "completion_tokens",
+    __slots__ = ("tag", "t_send", "t_first", "t_end", "t_finish", "events", "prompt_tokens", "completion_tokens",
                  "finish_reason", "error", "ids", "models", "text", "lps", "got_done", "multi", "status")
 
     def __init__(self, tag=None):
         self.tag = tag
-        self.t_send = self.t_first = self.t_end = None
+        self.t_send = self.t_first = self.t_end = self.t_finish = None  # t_finish: the finish_reason chunk
         self.events = []  # (t, n_tokens)
         self.prompt_tokens = self.completion_tokens = None
         self.finish_reason = None
@@ -267,6 +269,7 @@ async def stream_request(session, url, payload, res, timeout=None, headers=None,
                     if ended_finish and strict is not None:
                         strict.append("two chunks with finish_reason")
                     res.finish_reason = chs[0]["finish_reason"]
+                    res.t_finish = t
                     ended_finish = True
                 elif chs and ended_finish and strict is not None:
                     strict.append("choice chunk after finish_reason")
@@ -524,6 +527,9 @@ async def ttft_run(args, snaps):
             r = await stream_request(session, url, p, Result(i), args.request_timeout, hdr)
             if i < args.warmup:
                 continue
+            if r.t_first is None and r.completion_tokens == 1 and r.t_finish is not None:
+                r.t_first = r.t_finish  # a token without text (no tokenizer, no logprobs): with max_tokens 1 its
+                # finish chunk leaves in the step that made it
             if r.error or r.t_first is None:
                 k = r.error or "no_token"
                 errs[k] = errs.get(k, 0) + 1
