@@ -518,8 +518,8 @@ int cuda_layer_gemm_tail(const CudaLayer *ly, int which, GemmParams *g, GemmPara
     return tail;
 }
 
-int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, const uint16_t **w,
-                      size_t *elems) {
+int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, uint16_t *dst,
+                      const uint16_t **w, size_t *elems) {
     GemmParams g;
     memset(&g, 0, sizeof g);
     int rows, rows8, cols;
@@ -528,13 +528,14 @@ int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLa
     cuda_layer_gemm_w(ly, which, cols, &g);
     *w = g.w;
     if (!g.w8) return 0;
-    if (!ctx->w_tmp || (size_t)rows * cols > ctx->w_tmp_elems) return (int)cudaErrorInvalidValue;
-    const Fp8ToBf16Params p = {g.w8, g.w8_scale, ctx->w_tmp, rows8, cols, cols};
+    if (!dst) dst = ctx->w_tmp;
+    if (!dst || (size_t)rows * cols > ctx->w_tmp_elems) return (int)cudaErrorInvalidValue;
+    const Fp8ToBf16Params p = {g.w8, g.w8_scale, dst, rows8, cols, cols};
     int rc = cuda_fp8_to_bf16(&p, l);
     if (!rc && rows8 < rows) /* the FP8 DeltaNet in_proj's bf16 b / a rows */
-        rc = (int)cudaMemcpyAsync(ctx->w_tmp + (size_t)rows8 * cols, ly->w_ba, sizeof(uint16_t) * (rows - rows8) * cols,
+        rc = (int)cudaMemcpyAsync(dst + (size_t)rows8 * cols, ly->w_ba, sizeof(uint16_t) * (rows - rows8) * cols,
                                   cudaMemcpyDeviceToDevice, l->stream);
-    *w = ctx->w_tmp;
+    *w = dst;
     return rc;
 }
 

@@ -152,10 +152,10 @@ void cuda_layer_gemm_w(const CudaLayer *ly, int which, int cols, GemmParams *g);
  * columns after them. Returns that tail's row count; 0 (g unchanged, *t untouched) for every other weight. */
 int cuda_layer_gemm_tail(const CudaLayer *ly, int which, GemmParams *g, GemmParams *t);
 /* The same projection as one bf16 matrix on the device: the bf16 weight itself, or the FP8 one dequantized
- * (cuda_fp8_to_bf16, w_ba copied after it) into ctx->w_tmp on l's stream (valid until the next call). *w = the matrix;
- * elems (may be NULL): its rows x cols. */
-int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, const uint16_t **w,
-                      size_t *elems);
+ * (cuda_fp8_to_bf16, w_ba copied after it) into dst (w_tmp_elems elements; NULL: ctx->w_tmp) on l's stream (valid
+ * until the next call). *w = the matrix; elems (may be NULL): its rows x cols. */
+int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, uint16_t *dst,
+                      const uint16_t **w, size_t *elems);
 
 /* Enqueues one decode step on ctx->stream: the StepParams copy from step_host, then every
  * kernel (sample = 1 adds the sampling kernels). With probes set it runs eagerly, syncing to

@@ -52,6 +52,15 @@ struct CudaPrefill {
     size_t skw_floats;
     int n_sm;
     int split_m; /* GemmParams.split_m of the skinny GEMMs: outside deterministic mode */
+    /* FP8: the tiled GEMMs read bf16 copies of the weights, dequantized a layer ahead on a side stream (pf_copy_*):
+     * the copies of the piece's j-th layer with any (copy_mask[l]: bits 1 << CW_*) go to set j % 2 (wset, set_elems
+     * each) once the GEMMs of layer j - 2 are done, while the main stream runs the layer before; the main stream
+     * waits once per such layer, before its first kernel (a wait is a PDL boundary lost) */
+    cudaStream_t side;
+    cudaEvent_t fork, ready[2], freed[2];
+    uint16_t *wset[2], *cur[4]; /* cur: the running layer's copies by CW_* */
+    size_t set_elems;
+    int *copy_mask, *copy_layers, n_copy_layers, c_used;
     /* bench: an event before every launch */
     int rec, n_ops, ev_ready;
     cudaEvent_t ev[PF_MAX_OPS + 1];
@@ -98,6 +107,8 @@ static void *pf_carve(PfArena *a, size_t bytes) {
     return a->base ? a->base + o : NULL;
 }
 
+static GemmParams pf_proj_shape(const CudaPrefill *pf, const CudaLayer *ly, int which, int T);
+
 static void pf_layout(CudaCtx *ctx, CudaPrefill *pf, PfArena *a) {
     size_t nh, nproj, nq, nact, nscr;
     cuda_prefill_buffer_sizes(&pf->d, pf->tmax, &nh, &nproj, &nq, &nact, &nscr);
@@ -118,6 +129,16 @@ static void pf_layout(CudaCtx *ctx, CudaPrefill *pf, PfArena *a) {
         pf->skw_floats = w > pf->skw_floats ? w : pf->skw_floats;
     }
     pf->skw = (float *)pf_carve(a, sizeof(float) * (pf->skw_floats > 0 ? pf->skw_floats : 1));
+    pf->set_elems = 0;
+    for (int l = 0; ctx->fp8 && l < ctx->c->num_hidden_layers; l++) { /* the largest layer's FP8 projections */
+        size_t n = 0;
+        for (int w = CW_IN; w <= CW_DOWN; w++) {
+            const GemmParams g = pf_proj_shape(pf, &ctx->layers[l], w, 1);
+            if (g.w8) n += (size_t)g.N * g.K;
+        }
+        pf->set_elems = n > pf->set_elems ? n : pf->set_elems;
+    }
+    for (int i = 0; i < 2; i++) pf->wset[i] = pf->set_elems ? (uint16_t *)pf_carve(a, 2 * pf->set_elems) : NULL;
 }
 
 void cuda_prefill_dims(const CudaCtx *ctx, PrefillDims *d) {
@@ -171,6 +192,19 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
     a.off = 0;
     pf_layout(ctx, pf, &a);
     ctx->pf = pf;
+    if (pf->set_elems) { /* the side stream of the weight copies */
+        pf->copy_mask = (int *)calloc((size_t)c->num_hidden_layers, sizeof(int));
+        pf->copy_layers = (int *)calloc((size_t)c->num_hidden_layers, sizeof(int));
+        e = pf->copy_mask && pf->copy_layers ? cudaStreamCreateWithFlags(&pf->side, cudaStreamNonBlocking)
+                                             : cudaErrorMemoryAllocation;
+        cudaEvent_t *ev[5] = {&pf->fork, &pf->ready[0], &pf->ready[1], &pf->freed[0], &pf->freed[1]};
+        for (int i = 0; i < 5 && e == cudaSuccess; i++) e = cudaEventCreateWithFlags(ev[i], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            cuda_prefill_close(ctx);
+            return err_set(err, Q35_ERR_CUDA, "cuda prefill: the weight copies' stream: %s", cudaGetErrorString(e));
+        }
+    }
     return 0;
 }
 
@@ -179,6 +213,12 @@ void cuda_prefill_close(CudaCtx *ctx) {
     if (!pf) return;
     for (int i = 0; i <= PF_MAX_OPS && pf->ev_ready; i++)
         if (pf->ev[i]) cudaEventDestroy(pf->ev[i]);
+    const cudaEvent_t ev[5] = {pf->fork, pf->ready[0], pf->ready[1], pf->freed[0], pf->freed[1]};
+    for (int i = 0; i < 5; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    if (pf->side) cudaStreamDestroy(pf->side);
+    free(pf->copy_mask);
+    free(pf->copy_layers);
     if (pf->buf) cudaFree(pf->buf);
     free(pf);
     ctx->pf = NULL;
@@ -232,21 +272,104 @@ static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, i
     return op_end(pf, rc, layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
 }
 
-/* The bf16 matrix of layer ly's projection `which` for a prefill GEMM: the weight itself, or an FP8 one dequantized
- * into ctx->w_tmp first (cuda_layer_w_bf16; one write and one L2-resident read of a bf16 copy per GEMM). */
-static int pf_w(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, const CudaLayer *ly, int which, int layer,
-                const uint16_t **w, Err *err) {
+/* ---- FP8: the tiled GEMMs' bf16 weight copies, dequantized ahead on a side stream ---------------------------- */
+
+/* The GEMM pf_proj runs for layer ly's projection `which` on a T-row piece: shape, epilogue and weight (x, y unset) */
+static GemmParams pf_proj_shape(const CudaPrefill *pf, const CudaLayer *ly, int which, int T) {
+    const PrefillDims *d = &pf->d;
     GemmParams g;
     memset(&g, 0, sizeof g);
-    cuda_layer_gemm_w(ly, which, 0, &g);
-    if (!g.w8) {
-        *w = g.w;
-        return 0;
+    g.M = T;
+    g.N = which == CW_IN ? ly->in_rows : which == CW_GU ? 2 * d->F : d->D;
+    g.K = which == CW_OUT ? ly->out_cols : which == CW_DOWN ? d->F : d->D;
+    g.ldx = g.K;
+    g.ldy = which == CW_GU ? d->F : g.N;
+    g.epi = which == CW_IN    ? GEMM_EPI_BF16
+            : which == CW_GU ? GEMM_EPI_SWIGLU_BF16
+                             : GEMM_EPI_ADD_F32;
+    g.glu_group = which == CW_GU;
+    g.algo = d->gemm_algo;
+    cuda_layer_gemm_w(ly, which, g.K, &g);
+    return g;
+}
+
+/* 1 when the FP8 weight g (pf_proj's, cuda_layer_gemm_w applied) runs on the skinny GEMM as it is */
+static int pf_fp8_skinny(const CudaPrefill *pf, const CudaLayer *ly, int which, const GemmParams *g) {
+    GemmParams s = *g, t;
+    const int tail = cuda_layer_gemm_tail(ly, which, &s, &t);
+    return pf_skinny(pf, &s) && (!tail || pf_skinny(pf, &t));
+}
+
+/* The copies of layer l (copy_mask[l]) into set j % 2 on the side stream, after the GEMMs of the layer that used
+ * the set before (j - 2). */
+static int pf_copy_issue(CudaCtx *ctx, CudaPrefill *pf, int j, Err *err) {
+    const int b = j % 2, l = pf->copy_layers[j];
+    cudaError_t e = j >= 2 ? cudaStreamWaitEvent(pf->side, pf->freed[b], 0) : cudaSuccess;
+    if (e != cudaSuccess) return pf_fail((int)e, "weight copy wait", l, err);
+    const CudaLaunch ls = {pf->side, 0, NULL, 0};
+    size_t off = 0;
+    int rc = 0;
+    for (int w = CW_IN; w <= CW_DOWN && !rc; w++) {
+        if (!(pf->copy_mask[l] & (1 << w))) continue;
+        const GemmParams g = pf_proj_shape(pf, &ctx->layers[l], w, 1); /* the offsets pf_copy_enter hands out */
+        const uint16_t *m = NULL;
+        size_t n = 0;
+        rc = cuda_layer_w_bf16(ctx, &ctx->layers[l], w, &ls, pf->wset[b] + off, &m, &n);
+        if (!rc && n != (size_t)g.N * g.K) rc = (int)cudaErrorInvalidValue;
+        off += (size_t)g.N * g.K;
     }
-    size_t n = 0; /* elements: each 1 byte read (e4m3) and 2 written (bf16) */
-    op_begin(pf, lc->stream);
-    const int rc = cuda_layer_w_bf16(ctx, ly, which, lc, w, &n);
-    return op_end(pf, rc, layer, "fp8_to_bf16", 0.0, 3.0 * n, err);
+    if (!rc) rc = (int)cudaEventRecord(pf->ready[b], pf->side);
+    return rc ? pf_fail(rc, "fp8_to_bf16", l, err) : 0;
+}
+
+/* At the start of a T-row piece: which projections of which layers its GEMMs read as copies, the side stream
+ * ordered after what the main stream holds, the first two layers' copies issued. */
+static int pf_copy_start(CudaCtx *ctx, CudaPrefill *pf, int T, cudaStream_t main, Err *err) {
+    pf->n_copy_layers = pf->c_used = 0;
+    if (!pf->side) return 0;
+    for (int l = 0; l < ctx->c->num_hidden_layers; l++) {
+        pf->copy_mask[l] = 0;
+        for (int w = CW_IN; w <= CW_DOWN; w++) {
+            const GemmParams g = pf_proj_shape(pf, &ctx->layers[l], w, T);
+            if (g.w8 && !pf_fp8_skinny(pf, &ctx->layers[l], w, &g)) pf->copy_mask[l] |= 1 << w;
+        }
+        if (pf->copy_mask[l]) pf->copy_layers[pf->n_copy_layers++] = l;
+    }
+    if (!pf->n_copy_layers) return 0;
+    cudaError_t e = cudaEventRecord(pf->fork, main);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(pf->side, pf->fork, 0);
+    if (e != cudaSuccess) return pf_fail((int)e, "weight copy stream", -1, err);
+    int rc = 0;
+    for (int j = 0; j < 2 && j < pf->n_copy_layers && !rc; j++) rc = pf_copy_issue(ctx, pf, j, err);
+    return rc;
+}
+
+/* Before layer l's first kernel: the main stream waits for its copies; cur[] points at them. */
+static int pf_copy_enter(CudaCtx *ctx, CudaPrefill *pf, int l, cudaStream_t main, Err *err) {
+    if (!pf->n_copy_layers || !pf->copy_mask[l]) return 0;
+    const int j = pf->c_used;
+    if (j >= pf->n_copy_layers || pf->copy_layers[j] != l)
+        return err_set(err, Q35_ERR_CUDA, "cuda prefill: weight copies of layer %d out of order", l);
+    const cudaError_t e = cudaStreamWaitEvent(main, pf->ready[j % 2], 0);
+    if (e != cudaSuccess) return pf_fail((int)e, "weight copy wait", l, err);
+    size_t off = 0;
+    for (int w = CW_IN; w <= CW_DOWN; w++) {
+        pf->cur[w] = NULL;
+        if (!(pf->copy_mask[l] & (1 << w))) continue;
+        const GemmParams g = pf_proj_shape(pf, &ctx->layers[l], w, 1);
+        pf->cur[w] = pf->wset[j % 2] + off;
+        off += (size_t)g.N * g.K;
+    }
+    return 0;
+}
+
+/* After layer l's last kernel: its set is free for the copies two layers ahead. */
+static int pf_copy_leave(CudaCtx *ctx, CudaPrefill *pf, int l, cudaStream_t main, Err *err) {
+    if (!pf->n_copy_layers || !pf->copy_mask[l]) return 0;
+    const int j = pf->c_used++;
+    const cudaError_t e = cudaEventRecord(pf->freed[j % 2], main);
+    if (e != cudaSuccess) return pf_fail((int)e, "weight copy", l, err);
+    return j + 2 < pf->n_copy_layers ? pf_copy_issue(ctx, pf, j + 2, err) : 0;
 }
 
 /* pf_gemm with layer ly's projection `which` as the weight (g's x, y, shape and epilogue given). An FP8 weight goes
@@ -256,17 +379,16 @@ static int pf_proj(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, GemmPara
                    int layer, const char *what, Err *err) {
     cuda_layer_gemm_w(ly, which, g.K, &g);
     if (g.w8) {
-        GemmParams s = g, t;
-        const int tail = cuda_layer_gemm_tail(ly, which, &s, &t);
-        if (pf_skinny(pf, &s) && (!tail || pf_skinny(pf, &t))) {
+        if (pf_fp8_skinny(pf, ly, which, &g)) {
+            GemmParams s = g, t;
+            const int tail = cuda_layer_gemm_tail(ly, which, &s, &t);
             int rc = pf_gemm(pf, lc, &s, layer, what, err);
             if (!rc && tail) rc = pf_gemm(pf, lc, &t, layer, "gemm_ba", err);
             return rc;
         }
-        const uint16_t *w = NULL;
-        const int rc = pf_w(ctx, pf, lc, ly, which, layer, &w, err);
-        if (rc) return rc;
-        g.w = w;
+        if (!pf->n_copy_layers || !(pf->copy_mask[layer] & (1 << which)) || !pf->cur[which])
+            return err_set(err, Q35_ERR_CUDA, "cuda prefill: no bf16 copy of layer %d's projection %d", layer, which);
+        g.w = pf->cur[which];
         g.w8 = NULL;
         g.w8_scale = NULL;
     }
@@ -456,12 +578,16 @@ static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, i
     }
     for (int p0 = 0; p0 < n && !rc; p0 += pf->tmax) {
         const int T = n - p0 < pf->tmax ? n - p0 : pf->tmax, P = pos + p0;
+        if ((rc = pf_copy_start(ctx, pf, T, lc.stream, err))) break;
         EmbedRowsParams ep = {pf->tok + p0, ctx->embed, pf->x, T, D, V};
         op_begin(pf, lc.stream);
         if ((rc = op_end(pf, cuda_embed_rows(&ep, &lc), -1, "embed", 0.0, 6.0 * T * D, err))) break;
-        for (int l = 0; l < c->num_hidden_layers && !rc; l++)
+        for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
+            if ((rc = pf_copy_enter(ctx, pf, l, lc.stream, err))) break;
             rc = ctx->layers[l].type == LAYER_FULL_ATTN ? pf_attn_layer(ctx, pf, &lc, l, T, P, err)
                                                         : pf_dn_layer(ctx, pf, &lc, l, T, P, err);
+            if (!rc) rc = pf_copy_leave(ctx, pf, l, lc.stream, err);
+        }
         if (rc) break;
         if (logits && all_logits) {
             for (int r0 = 0; r0 < T && !rc; r0 += pf->lm_rows) {

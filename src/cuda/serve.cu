@@ -433,7 +433,7 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
     if (g.M <= sk) return 0;
     if (g.w8) {
         const uint16_t *w = NULL;
-        if ((rc = cuda_layer_w_bf16(ctx, ly, which, lc, &w, NULL))) return sv_fail(rc, "fp8_to_bf16", layer, err);
+        if ((rc = cuda_layer_w_bf16(ctx, ly, which, lc, NULL, &w, NULL))) return sv_fail(rc, "fp8_to_bf16", layer, err);
         g.w = w;
         g.w8 = NULL;
         g.w8_scale = NULL;

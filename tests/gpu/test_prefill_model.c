@@ -17,7 +17,10 @@
  *       2 x (the decode loop's misses) + 1 rows;
  *     - forward(T) with last-row logits only equals the all_logits call's last row (rel L2 <= 1e-2);
  *     - 3 decode steps after the prefill vs the CPU, same bounds;
- *   and a prefill continuing a prefill (65 then 70 tokens), then one decode step.
+ *   and a prefill continuing a prefill (65 then 70 tokens), then one decode step. The hybrid model again with its
+ *   projections in FP8 (model_quantize_fp8; the CPU on the dequantized weights): the decode loop on FP8 GEMVs, the
+ *   prefill on the skinny GEMM's FP8 path for short pieces and on bf16 copies made ahead on a side stream for the
+ *   tiled GEMM (T = 65, 130, and pieces of 100).
  *   The 0.8B shapes (model_dummy "qwen3.5-0.8b"; no CPU reference, 2048 fp32 CPU tokens are too
  *   slow): prefill(2048) last-row logits vs the decode loop over the same 2048 ids: rel L2 <= 0.2 and
  *   the same greedy id; then one decode step after each. 0.2: measured 8.7-9 % between the two
@@ -330,6 +333,11 @@ int main(int argc, char **argv) {
         }
         for (int p = 0; p < 3; p++)
             if (p == 0 || models[k].pieces[p]) run_small(models[k].name, &m, models[k].pieces[p]);
+        if (models[k].hybrid) { /* FP8 weights: the tiled GEMMs' bf16 copies, made ahead on a side stream */
+            CHECK(model_quantize_fp8(&m, &err) == 0, "model_quantize_fp8: %s", err.msg);
+            run_small("hybrid, FP8 weights", &m, 0);
+            run_small("hybrid, FP8 weights", &m, 100);
+        }
         model_free(&m);
     }
     if (big) run_big(seed);
