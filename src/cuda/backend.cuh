@@ -170,6 +170,9 @@ int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err);
 int cuda_graph_index(const CudaCtx *ctx, int sample);
 /* decode.cu: 1 when this step (step_host->pos) takes the short attention kernel */
 int cuda_step_short(const CudaCtx *ctx);
+/* decode.cu: the LM head screen's parameters for head (MV_OUT_ARGMAX): the context's quantized head, key and running
+ * max (the decode step's screen and the prefill's greedy last row) */
+LmScreenParams cuda_lm_screen_params(const CudaCtx *ctx, const MatvecParams *head);
 /* decode.cu: 1 when this step's LM head is the quantized screen (lm_screen, greedy, no logits written, no probes) */
 int cuda_step_screen(const CudaCtx *ctx, int sample);
 void cuda_graphs_drop(CudaCtx *ctx);

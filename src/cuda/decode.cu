@@ -391,6 +391,20 @@ int cuda_step_short(const CudaCtx *ctx) {
            ctx->step_host->pos + 1 <= ctx->attn_short;
 }
 
+LmScreenParams cuda_lm_screen_params(const CudaCtx *ctx, const MatvecParams *head) {
+    LmScreenParams ls;
+    memset(&ls, 0, sizeof ls);
+    ls.head = *head;
+    ls.Wq = ctx->lm_q;
+    ls.Wp = ctx->lm_p;
+    ls.meta = ctx->lm_meta;
+    ls.stats = ctx->lm_stats;
+    ls.reg = ctx->lm_screen == 2;
+    ls.key = ctx->lm_key;
+    ls.gmax = &ctx->step_dev->lm_gmax;
+    return ls;
+}
+
 int cuda_step_screen(const CudaCtx *ctx, int sample) {
     return ctx->lm_screen && !sample && !ctx->step_host->write_logits && !ctx->probe.dir;
 }
@@ -605,16 +619,7 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
     mv.out_id = ctx->out_id;
     mv.out_max = ctx->out_max;
     if (cuda_step_screen(ctx, sample)) { /* the argmax through the quantized screen (lm_screen.cu): same id and value */
-        LmScreenParams ls;
-        memset(&ls, 0, sizeof ls);
-        ls.head = mv;
-        ls.Wq = ctx->lm_q;
-        ls.Wp = ctx->lm_p;
-        ls.meta = ctx->lm_meta;
-        ls.stats = ctx->lm_stats;
-        ls.reg = ctx->lm_screen == 2;
-        ls.key = ctx->lm_key;
-        ls.gmax = &ctx->step_dev->lm_gmax;
+        LmScreenParams ls = cuda_lm_screen_params(ctx, &mv);
         ls.head.logits = NULL;
         ls.head.work = NULL;
         ls.head.work_tail = 0;

@@ -28,13 +28,14 @@
 #define PF_TMAX        2048               /* default tokens per piece */
 #define PF_LM_BYTES    ((size_t)64 << 20) /* fp32 logits rows per LM-head GEMM: at most this many bytes */
 #define PF_MAX_OPS     512                /* launches recorded for the bench breakdown */
-enum { PF_LM_NONE, PF_LM_ROW, PF_LM_SCREEN }; /* pf_run's lm */
 #define PF_SKINNY_ROWS 128 /* pieces of at most this many tokens: narrow projections on the skinny GEMM */
 #define PF_SKINNY_WIDE 64  /* ... and at most this many (one skinny m-block): every projection on it */
 #define PF_DN_C        64  /* DeltaNet chunk length (FLOP count) */
 #define PF_DN_FUSE_OUT                                                                                                 \
     1 /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (H200,
                                       T=2048, per layer: 222 us vs 230 for the separate output kernel) */
+
+enum { PF_LM_NONE, PF_LM_ROW, PF_LM_SCREEN }; /* pf_run's lm */
 
 struct CudaPrefill {
     int tmax, lm_rows;
@@ -284,9 +285,7 @@ static GemmParams pf_proj_shape(const CudaPrefill *pf, const CudaLayer *ly, int 
     g.K = which == CW_OUT ? ly->out_cols : which == CW_DOWN ? d->F : d->D;
     g.ldx = g.K;
     g.ldy = which == CW_GU ? d->F : g.N;
-    g.epi = which == CW_IN    ? GEMM_EPI_BF16
-            : which == CW_GU ? GEMM_EPI_SWIGLU_BF16
-                             : GEMM_EPI_ADD_F32;
+    g.epi = which == CW_IN ? GEMM_EPI_BF16 : which == CW_GU ? GEMM_EPI_SWIGLU_BF16 : GEMM_EPI_ADD_F32;
     g.glu_group = which == CW_GU;
     g.algo = d->gemm_algo;
     cuda_layer_gemm_w(ly, which, g.K, &g);
@@ -533,28 +532,22 @@ static int pf_logits(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int r0
  * (the full head's GEMM sums the row in another order, so a near-tie may fall the other way). */
 static int pf_screen(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int r, Err *err) {
     const int D = pf->d.D, V = ctx->c->vocab_size;
-    LmScreenParams ls;
-    memset(&ls, 0, sizeof ls);
-    ls.head.W = ctx->lm_head;
-    ls.head.rows = V;
-    ls.head.cols = D;
-    ls.head.splits = 1;
-    ls.head.blocks = ctx->lm_blocks;
-    ls.head.in_mode = MV_IN_RESIDUAL; /* no parts: the row of x itself, normed in the prologue */
-    ls.head.x = pf->x + (size_t)r * D;
-    ls.head.norm_w = ctx->final_norm;
-    ls.head.norm_mode = pf->d.norm_mode;
-    ls.head.eps = pf->d.eps;
-    ls.head.out_mode = MV_OUT_ARGMAX;
-    ls.head.step = ctx->step_dev;
-    ls.head.n_valid = ctx->n_valid;
-    ls.Wq = ctx->lm_q;
-    ls.Wp = ctx->lm_p;
-    ls.meta = ctx->lm_meta;
-    ls.stats = ctx->lm_stats;
-    ls.reg = ctx->lm_screen == 2;
-    ls.key = ctx->lm_key;
-    ls.gmax = &ctx->step_dev->lm_gmax;
+    MatvecParams head;
+    memset(&head, 0, sizeof head);
+    head.W = ctx->lm_head;
+    head.rows = V;
+    head.cols = D;
+    head.splits = 1;
+    head.blocks = ctx->lm_blocks;
+    head.in_mode = MV_IN_RESIDUAL; /* no parts: the row of x itself, normed in the prologue */
+    head.x = pf->x + (size_t)r * D;
+    head.norm_w = ctx->final_norm;
+    head.norm_mode = pf->d.norm_mode;
+    head.eps = pf->d.eps;
+    head.out_mode = MV_OUT_ARGMAX;
+    head.step = ctx->step_dev;
+    head.n_valid = ctx->n_valid;
+    const LmScreenParams ls = cuda_lm_screen_params(ctx, &head);
     const double qb = ctx->lm_p ? 0.75 * V * D : (double)V * D;
     op_begin(pf, lc->stream);
     return op_end(pf, cuda_lm_screen(&ls, lc), -1, "lm_screen", 2.0 * V * D, qb + 16.0 * V, err);
@@ -628,8 +621,8 @@ static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_l
     int rc = pf_upload_tokens(ctx, tokens, n, err);
     if (!rc) rc = pf_run(ctx, n, pos, all_logits, logits, id ? PF_LM_SCREEN : dev_row ? PF_LM_ROW : PF_LM_NONE, err);
     if (!rc && id) {
-        const cudaError_t k = cudaMemcpyAsync(ctx->key_host, ctx->lm_key, sizeof *ctx->key_host,
-                                              cudaMemcpyDeviceToHost, ctx->stream);
+        const cudaError_t k =
+            cudaMemcpyAsync(ctx->key_host, ctx->lm_key, sizeof *ctx->key_host, cudaMemcpyDeviceToHost, ctx->stream);
         if (k != cudaSuccess) rc = pf_fail((int)k, "id readback", -1, err);
     }
     cudaError_t e = cudaStreamSynchronize(ctx->stream);

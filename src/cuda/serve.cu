@@ -73,6 +73,8 @@ struct CudaServe {
     cudaGraphExec_t graph[2][SV_N_BUCKETS]; /* decode passes by bucket, [1]: with sampled rows; captured at first use */
     int no_graph;                           /* a capture failed: eager passes from then on */
     int det;                                /* deterministic mode: the skinny GEMM for every decode row */
+    char *ctx_dn;                           /* the context's DeltaNet states as n_dn pieces of lstride bytes (the
+                                             * first layer's S), or NULL when its layout differs: per-layer copies */
     int solo_slot, solo_start, solo_len;    /* the slot the context's own state hosts (solo_step), or -1; positions
                                           * solo_start .. solo_len - 1 are in its contiguous caches only */
     int32_t *solo_tab;                      /* [max_blocks] that sequence's block table as of its last solo step */
@@ -106,6 +108,25 @@ static void slot_layout(const Config *c, int n_tot, size_t *S_off, size_t *ring_
     *slot_bytes = (size_t)q * ls;
     if (lstride) *lstride = ls;
     if (n_dn) *n_dn = q;
+}
+
+/* The context's own DeltaNet states (backend.cu's layout: each layer's S then its conv ring, 256-byte aligned, one
+ * layer after the other) as a snapshot lays a slot out: n_dn pieces of lstride bytes from the first layer's S; NULL
+ * when they are not laid out so. */
+static char *ctx_dn_region(const CudaCtx *ctx, const CudaServe *sv) {
+    const Config *c = ctx->c;
+    const size_t S = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
+    char *base = NULL;
+    int q = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const CudaLayer *ly = &ctx->layers[l];
+        if (ly->type == LAYER_FULL_ATTN) continue;
+        char *st = (char *)ly->S;
+        if (!base) base = st;
+        if (st != base + (size_t)q * sv->lstride || (char *)ly->conv_ring != st + al256(S)) return NULL;
+        q++;
+    }
+    return q == sv->n_dn && q > 0 ? base : NULL;
 }
 
 /* Slot `slot`'s pieces to or from `other`, which holds them one after the other (a snapshot); to_slot picks the
@@ -279,6 +300,7 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
         return err_set(err, Q35_ERR_OOM, "cuda serve: out of host memory");
     }
     slot_layout(c, l->n_slots + 1, sv->S_off, sv->ring_off, &sv->slot_bytes, &sv->lstride, &sv->n_dn);
+    sv->ctx_dn = ctx_dn_region(ctx, sv);
     for (int i = 0, k = 0; i < L; i++) sv->kv_index[i] = c->layer_types[i] == LAYER_FULL_ATTN ? k++ : -1;
     const int n_tables = l->n_slots * l->max_blocks + 1; /* each slot at most once per step, and the spare block */
     SvArena a = {NULL, 0};
@@ -328,6 +350,7 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
  * [n_snaps, n_snaps + n_host_snaps) pinned host memory (sv->host_snaps, the host tier): copies between the tiers go
  * over PCIe (cudaMemcpyDefault picks the direction). All copies in stream order with step_batch. */
 static int solo_flush(CudaCtx *ctx, CudaServe *sv, Err *err);
+static int solo_copy_kv(CudaCtx *ctx, CudaServe *sv, int from, int to, int scatter, Err *err);
 
 /* Snapshot id snap's bytes (the id in range, slot_bytes > 0). */
 static char *snap_at(const CudaServe *sv, int snap) {
@@ -348,6 +371,21 @@ static int snap_copy(CudaCtx *ctx, int slot, int snap, int save, Err *err) {
     const cudaError_t e = slot_copy(sv, slot, snap_at(sv, snap), !save, ctx->stream);
     return e == cudaSuccess ? 0 : sv_fail((int)e, "snapshot copy", -1, err);
 }
+
+/* The snapshot of the sequence the context hosts (solo), taken without handing it back: its new KV rows go to its
+ * pages (the cache shares them) and its state from the context straight to the snapshot, so the next lone step
+ * continues in place instead of copying the state back in. Returns 1 when it did (0: not solo or no 2-D layout). */
+static int snap_save_solo(CudaCtx *ctx, CudaServe *sv, int slot, int snap, Err *err, int *rc) {
+    *rc = 0;
+    if (slot != sv->solo_slot || !sv->ctx_dn || snap < 0 || snap >= sv->lay.n_snaps + sv->lay.n_host_snaps) return 0;
+    if ((*rc = solo_copy_kv(ctx, sv, sv->solo_start, sv->solo_len, 1, err))) return 1;
+    sv->solo_start = sv->solo_len;
+    if (!sv->slot_bytes) return 1;
+    const cudaError_t e =
+        cudaMemcpyAsync(snap_at(sv, snap), sv->ctx_dn, sv->slot_bytes, cudaMemcpyDefault, ctx->stream);
+    if (e != cudaSuccess) *rc = sv_fail((int)e, "snapshot copy", -1, err);
+    return 1;
+}
 extern "C" int cuda_snap_copy(void *p, int src, int dst, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
     CudaServe *sv = ctx->sv;
@@ -361,7 +399,10 @@ extern "C" int cuda_snap_copy(void *p, int src, int dst, Err *err) {
     return e == cudaSuccess ? 0 : sv_fail((int)e, "snapshot copy", -1, err);
 }
 extern "C" int cuda_snap_save(void *p, int slot, int snap, Err *err) {
-    return snap_copy((CudaCtx *)p, slot, snap, 1, err);
+    CudaCtx *ctx = (CudaCtx *)p;
+    int rc = 0;
+    if (ctx->sv && snap_save_solo(ctx, ctx->sv, slot, snap, err, &rc)) return rc;
+    return snap_copy(ctx, slot, snap, 1, err);
 }
 extern "C" int cuda_snap_load(void *p, int snap, int slot, Err *err) {
     return snap_copy((CudaCtx *)p, slot, snap, 0, err);
@@ -840,19 +881,24 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
 /* ---- solo: one running sequence on the single-sequence decode step ------------------------------------------------
  * Outside deterministic mode, a step of one item runs forward() on the context's own state (a decode row: its fused
  * kernels and sampler, one graph replay; a prompt chunk: its prefill path; a pick with a logprob from the row on the
- * device, solo_pick), which then hosts that sequence: entering copies the
- * slot's DeltaNet state (S, conv ring) into the context's layers and gathers positions 0 .. pos - 1 of its KV pages
- * into the contiguous caches (a new sequence starts from the reset state instead); later lone steps of the same slot
- * at the next position continue there. Anything else
- * (another step, a prefix-cache hook, serve_close) first flushes: the state goes back to the slot and the KV rows the
- * solo steps wrote go back to the sequence's pages (its table as of the last solo step). A sequence that ended
- * (closed or preempted: cuda_seq_end) is dropped instead: its blocks are given back, and the prefix cache holds only
- * rows up to a snapshot, which flushed first. So the next request on an idle server does not first write back the
- * last one's state (20 MB of a 0.8B). Every way a slot gets a new sequence passes through one of those (a step at
- * position 0, or snap_load), so a continuation is recognised by (slot, position) alone. Deterministic mode never
- * enters: its rows must be the batched step's bits. */
+ * device, solo_pick), which then hosts that sequence: entering copies the slot's DeltaNet state (S, conv ring) into
+ * the context's layers and gathers positions 0 .. pos - 1 of its KV pages into the contiguous caches (a new sequence
+ * starts from the reset state instead); later lone steps of the same slot at the next position continue there. A
+ * snapshot of that sequence (snap_save of its slot) is taken from the context in place: its new KV rows go to its
+ * pages and its state straight to the snapshot, and it stays hosted. Anything else (another step, another prefix-cache
+ * hook, serve_close) first flushes: the state goes back to the slot and the KV rows the solo steps wrote go back to
+ * the sequence's pages (its table as of the last solo step). A sequence that ended (closed or preempted: cuda_seq_end)
+ * is dropped instead: its blocks are given back, and the prefix cache holds only rows up to a snapshot, and taking one
+ * writes the rows before it to the pages. So the next request on an idle server does not first write back the last
+ * one's state (20 MB of a 0.8B). Every way a slot gets a new sequence passes through one of those (a step at position
+ * 0, or snap_load), so a continuation is recognised by (slot, position) alone. Deterministic mode never enters: its
+ * rows must be the batched step's bits. */
 static int solo_copy_state(CudaCtx *ctx, CudaServe *sv, int slot, int to_slot, Err *err) {
     const Config *c = ctx->c;
+    if (sv->ctx_dn) { /* one 2-D copy: the context's pieces one after the other, the slot's one region apart */
+        const cudaError_t e = slot_copy(sv, slot, sv->ctx_dn, to_slot, ctx->stream);
+        return e == cudaSuccess ? 0 : sv_fail((int)e, "solo state copy", -1, err);
+    }
     const size_t S_bytes = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
     const size_t ring_bytes = (size_t)c->linear_conv_kernel_dim * c->conv_dim * 2;
     char *base = sv->slots + (size_t)slot * sv->lstride;

@@ -540,8 +540,8 @@ static void test_model(int qwen35, int det, int fp8) {
     CHECK(cuda_backend.block_copy(ctx, 0, N_BLOCKS, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
     CHECK(check_argmax(ctx, ids, V, V, &err) == 0, "%s: the device argmax of a row differs from the host's (%s)", name,
           err.msg);
-    CHECK(check_greedy_prompt(ctx, ids, V, V, &err) == 0, "%s: a lone prompt's greedy pick is not its row's argmax (%s)",
-          name, err.msg);
+    CHECK(check_greedy_prompt(ctx, ids, V, V, &err) == 0,
+          "%s: a lone prompt's greedy pick is not its row's argmax (%s)", name, err.msg);
     CHECK(check_sampled(ctx, ids, det, V, &err) == 0, "%s: device sampling in the batched step (%s)", name, err.msg);
     /* bad items */
     int blocks[MAX_SEQ / BLOCK] = {0};
