@@ -56,7 +56,8 @@ struct CudaPrefill {
     /* FP8: the tiled GEMMs read bf16 copies of the weights, dequantized a layer ahead on a side stream (pf_copy_*):
      * the copies of the piece's j-th layer with any (copy_mask[l]: bits 1 << CW_*) go to set j % 2 (wset, set_elems
      * each) once the GEMMs of layer j - 2 are done, while the main stream runs the layer before; the main stream
-     * waits once per such layer, before its first kernel (a wait is a PDL boundary lost) */
+     * waits once per such layer, before its first kernel (a wait is a PDL boundary lost), so the layer's GEMMs, which
+     * load weights before their PDL wait, start only after its copies are complete */
     cudaStream_t side;
     cudaEvent_t fork, ready[2], freed[2];
     uint16_t *wset[2], *cur[4]; /* cur: the running layer's copies by CW_* */
