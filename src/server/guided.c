@@ -230,10 +230,16 @@ int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, int prev, cons
         const size_t a = v->off[id], b = v->off[id + 1];
         ok[id] = (unsigned char)(b > a && first[(unsigned char)v->text[a]] && q35_guide_allows(g, v->text + a, b - a));
     }
-    int n = 0, n_blank = 0, can_stop = q35_guide_can_stop(g), after_blank = blank(v, prev);
+    /* the stop ids: never as text, only where the guide may end and a set holding them is ok */
+    const int can_stop = q35_guide_can_stop(g);
+    for (int k = 0; k < n_stops; k++)
+        for (int i = 0; i < stops[k].n; i++) {
+            const int id = stops[k].ids[i];
+            if (id >= 0 && id < v->vocab) ok[id] = (unsigned char)(can_stop && stop_state(id, stops, n_stops) == 1);
+        }
+    int n = 0, n_blank = 0, after_blank = blank(v, prev);
     for (int id = 0; id < v->vocab; id++) {
-        const int st = stop_state(id, stops, n_stops), allowed = st >= 0 ? st && can_stop : ok[id];
-        if (!allowed || !isfinite(xl[id])) continue;
+        if (!ok[id] || !isfinite(xl[id])) continue;
         if (after_blank && blank(v, id)) { /* kept at the end, used only if nothing else is allowed */
             n_blank++;
             c[v->vocab - n_blank] = (Cand){xl[id], id};
