@@ -177,7 +177,14 @@ typedef struct Q35StepItem {
     int sample;    /* 1: sample the token that follows ids[n-1] into the matching Q35StepOut */
     float *logits; /* NULL, or [q35_vocab_size]: receives the raw logits of the token after ids[n-1] (with or
                      * without sample; tests and teacher-forced comparisons) */
+    /* Prefix-cache snapshots taken inside the step: positions p (ascending, q35_seq_length < p < q35_seq_length + n,
+     * at most Q35_MAX_STEP_SNAPS) after which the sequence's ids [0, p) are recorded with their DeltaNet state, as
+     * if the step were cut at p and q35_seq_snapshot called there, without cutting it (one pass over the ids). Ignored
+     * when the cache is off. */
+    const int *snap_at;
+    int n_snap_at;
 } Q35StepItem;
+#define Q35_MAX_STEP_SNAPS 8
 
 #define Q35_MAX_TOP_LOGPROBS 20
 typedef struct Q35StepOut {
@@ -232,7 +239,8 @@ int q35_seq_open_cached(Q35Engine *e, const Q35SeqParams *p, const int *prompt, 
                         Q35Err *err);
 /* Records the sequence's ids [0, q35_seq_length) with its current DeltaNet state in the cache, so later sequences
  * that start with those ids resume there. May evict least-recently-used entries; a no-op when the cache is off or
- * already holds that snapshot. Call it between steps, at the positions where requests are expected to diverge. */
+ * already holds that snapshot. Call it between steps, at the positions where requests are expected to diverge (a
+ * position inside a step: Q35StepItem.snap_at). */
 int q35_seq_snapshot(Q35Engine *e, int seq, Q35Err *err);
 
 /* ---- decode benchmark (backends with a device timer: CUDA) ---- */

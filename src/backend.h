@@ -77,6 +77,11 @@ typedef struct BatchItem {
     float *logprob;    /* optional, with pick: a backend that writes *pick writes here the row's log-softmax at it (raw
                      * logits over the valid ids: l - log sum exp(l)); one that cannot leaves *pick -1 */
     const DeviceSampling *sample; /* optional, with pick: the row's sampling settings (no penalties) */
+    int n_snaps;                  /* prefix-cache snapshots inside the item (Q35StepItem.snap_at; a backend with the
+                                   * snapshot hooks must take them): the slot's state after the first snap_off[k] tokens
+                                   * (ascending, in (0, n)), as snap_save would copy it, into snapshot snap_id[k] (a
+                                   * device-tier id; -1: none, skip it) */
+    const int *snap_off, *snap_id;
 } BatchItem;
 
 typedef struct Backend {

@@ -51,6 +51,7 @@ struct Serve {
                          * host and the device draw alike */
     const float **rows; /* [n_slots] a step's items' logits rows in s->logits */
     float *lp;          /* [n_slots] BatchItem.logprob targets */
+    int *snap_off, *snap_id; /* [n_slots * Q35_MAX_STEP_SNAPS] the items' BatchItem.snap_off / snap_id */
 };
 
 static int blocks_for(const Serve *s, int64_t len) { return (int)((len + s->block - 1) / s->block); }
@@ -91,6 +92,8 @@ void q35_serve_close(Q35Engine *e) {
     free(s->ds);
     free(s->rows);
     free(s->lp);
+    free(s->snap_off);
+    free(s->snap_id);
     free(s);
     e->serve = NULL;
 }
@@ -209,8 +212,10 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
     s->ds = malloc(sizeof(DeviceSampling) * (size_t)s->n_slots);
     s->rows = malloc(sizeof(float *) * (size_t)s->n_slots);
     s->lp = malloc(sizeof(float) * (size_t)s->n_slots);
+    s->snap_off = malloc(sizeof(int) * Q35_MAX_STEP_SNAPS * (size_t)s->n_slots);
+    s->snap_id = malloc(sizeof(int) * Q35_MAX_STEP_SNAPS * (size_t)s->n_slots);
     int failed = !s->seqs || !s->pool.free_stack || !s->pool.ref || !s->pool.cref || !s->logits || !s->row ||
-                 !s->items || !s->pick || !s->ds || !s->rows || !s->lp;
+                 !s->items || !s->pick || !s->ds || !s->rows || !s->lp || !s->snap_off || !s->snap_id;
     for (int i = 0; !failed && i < s->n_slots; i++) {
         SeqRec *r = &s->seqs[i];
         r->handle = -1;
@@ -454,6 +459,15 @@ static int check_step(Q35Engine *e, const Q35StepItem *items, int n, const Q35St
         if (it->sample && r->len + it->n < r->n_hist)
             return err_set(err, Q35_ERR_ARG, "step item %d samples inside the history (position %d of %d)", i,
                            r->len + it->n, r->n_hist);
+        if (it->n_snap_at < 0 || it->n_snap_at > Q35_MAX_STEP_SNAPS || (it->n_snap_at && !it->snap_at))
+            return err_set(err, Q35_ERR_ARG, "step item %d: %d snapshot points (at most %d)", i, it->n_snap_at,
+                           Q35_MAX_STEP_SNAPS);
+        for (int k = 0; k < it->n_snap_at; k++)
+            if (it->snap_at[k] <= (k ? it->snap_at[k - 1] : r->len) || it->snap_at[k] >= r->len + it->n)
+                return err_set(err, Q35_ERR_ARG,
+                               "step item %d: snapshot point %d is not inside the step's positions (%d, %d) in "
+                               "ascending order",
+                               i, it->snap_at[k], r->len, r->len + it->n);
     }
     for (int i = 0; i < n; i++) {
         const SeqRec *r = find(s, items[i].seq);
@@ -504,14 +518,43 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
         }
         n_out += want;
     }
-    if (s->batched) {
+    /* snapshots inside the step: recorded in the cache now, filled by the step (on its stream after any demotion) */
+    int n_snaps = 0;
+    for (int i = 0; i < n && s->pc && !rc; i++) {
+        SeqRec *r = find(s, items[i].seq);
+        s->items[i].snap_off = s->snap_off + n_snaps;
+        s->items[i].snap_id = s->snap_id + n_snaps;
+        for (int k = 0; k < items[i].n_snap_at && !rc; k++) {
+            const int p = items[i].snap_at[k];
+            for (int j = r->n_hist; j < p; j++) r->hist[j] = items[i].ids[j - r->len]; /* ids [0, p) to record */
+            SnapMove mv;
+            const int snap = prefix_insert(s->pc, r->hist, p, r->table, &mv);
+            if (snap < 0) continue;
+            int reused = 0; /* an earlier point of this step lost its id (evicted or demoted): it is not filled */
+            for (int q = 0; q < n_snaps; q++)
+                if (s->snap_id[q] == snap) s->snap_id[q] = -1, reused = 1;
+            if (mv.from >= 0 && reused) { /* the demoted copy would be of a snapshot not filled yet */
+                prefix_forget(s->pc, mv.to);
+            } else if (mv.from >= 0 && (rc = e->be->snap_copy(e->bctx, mv.from, mv.to, err))) {
+                prefix_forget(s->pc, mv.to);
+                prefix_forget(s->pc, snap);
+                break;
+            }
+            s->snap_off[n_snaps] = p - r->len;
+            s->snap_id[n_snaps++] = snap;
+            s->items[i].n_snaps++;
+        }
+    }
+    if (!rc && s->batched) {
         rc = e->be->step_batch(e->bctx, s->items, n, n_out ? s->logits : NULL, err);
-    } else { /* one slot, so one item */
+    } else if (!rc) { /* one slot, so one item (no prefix cache) */
         if (s->items[0].pos == 0) rc = e->be->reset(e->bctx, err);
         if (!rc)
             rc = e->be->forward(e->bctx, items[0].ids, items[0].n, s->items[0].pos, 0, n_out ? s->logits : NULL, err);
     }
     if (rc) {
+        for (int k = 0; k < n_snaps; k++)
+            if (s->snap_id[k] >= 0) prefix_forget(s->pc, s->snap_id[k]);
         for (int i = 0; i < n; i++) find(s, items[i].seq)->broken = 1;
         return rc;
     }

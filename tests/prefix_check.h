@@ -50,10 +50,11 @@ typedef struct PrefixOut {
 static const Q35SeqParams prefix_greedy = {.sampling = {.top_p = 1.0f, .repetition_penalty = 1.0f}, .top_logprobs = 5};
 
 /* One request with parameters p (NULL: prefix_greedy): open (from the cache or not), feed prompt[cached, n) in chunks
- * of `chunk` (recording a snapshot when the fed length reaches one of snaps[]), then PREFIX_GEN sampled tokens (at
- * most 5 top logprobs kept). 0 on success. */
-static int prefix_request(Q35Engine *e, const Q35SeqParams *p, const int *prompt, int n, int cached, int chunk,
-                          const int *snaps, int n_snaps, PrefixOut *o) {
+ * of `chunk` (recording a snapshot at each of snaps[]: a chunk ends there and q35_seq_snapshot follows, or with
+ * in_step the chunk's step takes it, Q35StepItem.snap_at), then PREFIX_GEN sampled tokens (at most 5 top logprobs
+ * kept). 0 on success. */
+static int prefix_request_x(Q35Engine *e, const Q35SeqParams *p, const int *prompt, int n, int cached, int chunk,
+                            const int *snaps, int n_snaps, int in_step, PrefixOut *o) {
     memset(o, 0, sizeof *o);
     if (!p) p = &prefix_greedy;
     Q35Err err = {0};
@@ -69,10 +70,15 @@ static int prefix_request(Q35Engine *e, const Q35SeqParams *p, const int *prompt
     int pos = hit.cached, tok = -1;
     for (int g = 0; g < PREFIX_GEN && !rc;) {
         Q35StepItem it = {.seq = seq};
+        int inside[Q35_MAX_STEP_SNAPS];
         if (pos < n) {
             int end = n - pos > chunk ? pos + chunk : n;
-            for (int i = 0; i < n_snaps; i++)
+            for (int i = 0; i < n_snaps && !in_step; i++)
                 if (snaps[i] > pos && snaps[i] < end) end = snaps[i];
+            for (int i = 0; i < n_snaps && in_step; i++) /* snaps[] ascending */
+                if (snaps[i] > pos && snaps[i] < end && it.n_snap_at < Q35_MAX_STEP_SNAPS)
+                    inside[it.n_snap_at++] = snaps[i];
+            it.snap_at = inside;
             it.ids = prompt + pos;
             it.n = end - pos;
             it.sample = end == n;
@@ -101,6 +107,11 @@ static int prefix_request(Q35Engine *e, const Q35SeqParams *p, const int *prompt
     return rc;
 }
 
+static int prefix_request(Q35Engine *e, const Q35SeqParams *p, const int *prompt, int n, int cached, int chunk,
+                          const int *snaps, int n_snaps, PrefixOut *o) {
+    return prefix_request_x(e, p, prompt, n, cached, chunk, snaps, n_snaps, 0, o);
+}
+
 /* the sampled ids, their logprobs and the top-5 ids and logprobs are bitwise equal */
 static int prefix_same(const PrefixOut *a, const PrefixOut *b) {
     return !memcmp(a->ids, b->ids, sizeof a->ids) && !memcmp(a->lp, b->lp, sizeof a->lp) &&
@@ -115,14 +126,15 @@ typedef struct PrefixExact {
     const int *lens;     /* prefix lengths L; L + PREFIX_TAIL + PREFIX_GEN must fit the engines' context */
     int n_lens;
     const Q35SeqParams *params; /* NULL: prefix_greedy */
+    int in_step;                /* 1: request B's snapshot at L is taken inside a step (Q35StepItem.snap_at) */
 } PrefixExact;
 
 /* The check described at the top, for each of x->lens; serves cold and warm (not serving yet) for its duration. */
 static void prefix_check_exact(Q35Engine *cold, Q35Engine *warm, const PrefixExact *x) {
     const Q35SeqParams *sp = x->params ? x->params : &prefix_greedy;
     char how[64];
-    snprintf(how, sizeof how, "%s, %d top logprobs", sp->sampling.temperature > 0 ? "sampled" : "greedy",
-             sp->top_logprobs);
+    snprintf(how, sizeof how, "%s, %d top logprobs%s", sp->sampling.temperature > 0 ? "sampled" : "greedy",
+             sp->top_logprobs, x->in_step ? ", snapshot inside a step" : "");
     if (prefix_serve(cold, x->block, 1, x->kv_bytes, 0) ||
         prefix_serve(warm, x->block, 0, x->kv_bytes, x->prefix_bytes)) {
         CHECK(0, "%s block %d: serving", x->name, x->block);
@@ -142,7 +154,7 @@ static void prefix_check_exact(Q35Engine *cold, Q35Engine *warm, const PrefixExa
         if (b[L] == a[L]) b[L] = a[L] % 499 + 1;
         PrefixOut ref, first, hit;
         int rc = prefix_request(cold, sp, a, n, 0, n, NULL, 0, &ref);
-        rc |= prefix_request(warm, sp, b, n, 1, 100, &L, 1, &first); /* records a snapshot at L */
+        rc |= prefix_request_x(warm, sp, b, n, 1, 100, &L, 1, x->in_step, &first); /* records a snapshot at L */
         rc |= prefix_request(warm, sp, a, n, 1, 300, NULL, 0, &hit);
         CHECK(!rc, "%s block %d %s L %d: requests ran", x->name, x->block, how, L);
         CHECK(first.cached == 0 || first.cached < L, "%s L %d: the first request found %d cached", x->name, L,

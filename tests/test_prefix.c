@@ -1,7 +1,8 @@
 /* test_prefix.c — the prefix cache (q35_seq_open_cached / q35_seq_snapshot) on the CPU backend in deterministic
  * mode, on the golden fixtures (Qwen3.5 hybrid and Qwen3 dense):
  *   (a) exactness (tests/prefix_check.h, which tests/gpu/test_prefix_cuda.c runs on CUDA): a request resumed from a
- *       snapshot recorded at L ids of another request (which diverges right there) gives greedy ids, logprobs and
+ *       snapshot recorded at L ids of another request (which diverges right there; the snapshot taken between steps,
+ *       and again inside a step: Q35StepItem.snap_at) gives greedy ids, logprobs and
  *       top ids / logprobs bitwise equal to the same request fed cold on an engine without a cache, for L = 1, 63, 64,
  *       65, 527, 529, 4096 (blocks of 16 and of 64 tokens on the hybrid, 16 on the dense model); sampled with a seed
  *       (blocks of 16, L <= 529) likewise;
@@ -61,15 +62,16 @@ static void test_exact(const char *dir, const int *blocks, int n_blocks) {
     CHECK(ok, "%s: a copy with a longer context in %s", dir, tmp);
     Q35Engine *cold = ok ? open_engine(tmp, EXACT_CTX) : NULL, *warm = ok ? open_engine(tmp, EXACT_CTX) : NULL;
     CHECK(cold && warm, "engines for %s", dir);
-    for (int i = 0; cold && warm && i < n_blocks; i++) {
-        const PrefixExact x = {dir, blocks[i], 0, 0, lens, (int)(sizeof lens / sizeof lens[0]), NULL};
-        prefix_check_exact(cold, warm, &x);
-    }
+    for (int i = 0; cold && warm && i < n_blocks; i++)
+        for (int in_step = 0; in_step < 2; in_step++) {
+            const PrefixExact x = {dir, blocks[i], 0, 0, lens, (int)(sizeof lens / sizeof lens[0]), NULL, in_step};
+            prefix_check_exact(cold, warm, &x);
+        }
     /* sampled with a seed, blocks of 16, L <= 529 */
     const Q35SeqParams sampled = {
         .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repetition_penalty = 1.0f, .seed = 77},
         .top_logprobs = 5};
-    const PrefixExact xs = {dir, 16, 0, 0, lens, (int)(sizeof lens / sizeof lens[0]) - 1, &sampled};
+    const PrefixExact xs = {dir, 16, 0, 0, lens, (int)(sizeof lens / sizeof lens[0]) - 1, &sampled, 1};
     if (cold && warm) prefix_check_exact(cold, warm, &xs);
     q35_engine_close(cold);
     q35_engine_close(warm);
@@ -244,7 +246,7 @@ static void test_host_tier(const char *dir) {
     Q35Engine *cold = open_engine(dir, CTX), *warm = open_engine(dir, CTX);
     CHECK(cold && warm, "engines for %s", dir);
     if (cold && warm) {
-        const PrefixExact x = {dir, 16, 0, 0, lens, (int)(sizeof lens / sizeof lens[0]), NULL};
+        const PrefixExact x = {dir, 16, 0, 0, lens, (int)(sizeof lens / sizeof lens[0]), NULL, 0};
         prefix_check_host(cold, warm, &x, 4);
         prefix_check_host(cold, warm, &x, 0);
         prefix_check_promote(cold, warm, dir, 16);

@@ -263,13 +263,16 @@ static int chat_turn(Q35Engine *e, const Q35Tokenizer *t, const Q35ChatMarks *mk
     if (!*reply) rc = err_set(err, Q35_ERR_OOM, "out of memory");
     Q35StepOut out;
     const double t0 = now_s();
-    while (!rc && fed < n) {
-        int end = n - fed > 2048 ? fed + 2048 : n;
+    while (!rc && fed < n) { /* chunks of 2048 ids; the snapshot points inside a chunk are taken by its step */
+        const int end = n - fed > 2048 ? fed + 2048 : n;
         while (ip < np && pts[ip] <= fed) ip++;
-        if (ip < np && pts[ip] < end) end = pts[ip];
-        Q35StepItem it = {.seq = seq, .ids = ids + fed, .n = end - fed, .sample = end == n};
+        int k = ip;
+        while (k < np && pts[k] < end) k++;
+        Q35StepItem it = {
+            .seq = seq, .ids = ids + fed, .n = end - fed, .sample = end == n, .snap_at = pts + ip, .n_snap_at = k - ip};
         if ((rc = q35_step(e, &it, 1, &out, err))) break;
         fed = end;
+        ip = k;
         if (ip < np && pts[ip] == fed) rc = q35_seq_snapshot(e, seq, err);
     }
     const double t1 = now_s();

@@ -287,7 +287,19 @@ int cpu_step_batch(CpuCtx *ctx, const BatchItem *items, int n, float *logits, Er
                 memset(sq->S[l], 0, (size_t)S_n * sizeof(float));
             }
         }
-        run_tokens(ctx, sq, it->tokens, it->n, it->pos, 0, it->logits ? row : NULL);
+        int done = 0; /* the item in runs cut at its snapshot points, each snapshot taken after its run */
+        for (int k = 0; k < it->n_snaps; k++) {
+            const int to = it->snap_off[k];
+            if (to <= done || to >= it->n) continue;
+            run_tokens(ctx, sq, it->tokens + done, to - done, it->pos + done, 0, NULL);
+            done = to;
+            const int rc = it->snap_id[k] >= 0 ? cpu_snap_copy(ctx, it->slot, it->snap_id[k], 1, err) : 0;
+            if (rc) {
+                omp_set_num_threads(prev_threads);
+                return rc;
+            }
+        }
+        run_tokens(ctx, sq, it->tokens + done, it->n - done, it->pos + done, 0, it->logits ? row : NULL);
         if (it->logits) row += c->vocab_size;
     }
     omp_set_num_threads(prev_threads);

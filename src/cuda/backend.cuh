@@ -138,9 +138,23 @@ typedef struct CudaCtx {
     CudaOp ops[CUDA_MAX_OPS];
     cudaEvent_t ev[CUDA_MAX_OPS + 1];
     int ev_ready;
-    struct CudaPrefill *pf; /* prefill buffers (prefill.cu); NULL: forward(n > 1) runs n decode steps */
-    struct CudaServe *sv;   /* the batched step's pools and buffers (serve.cu); NULL until serve_open */
+    struct CudaPrefill *pf;         /* prefill buffers (prefill.cu); NULL: forward(n > 1) runs n decode steps */
+    struct CudaServe *sv;           /* the batched step's pools and buffers (serve.cu); NULL until serve_open */
+    const struct DnSnaps *pf_snaps; /* snapshots the next prefill takes inside it (serve.cu's lone prompt steps), or
+                                     * NULL */
 } CudaCtx;
+
+/* Prefix-cache snapshots taken inside a prefill (BatchItem.snap_off): the state after the sequence's first at[i]
+ * tokens, each DeltaNet layer's S to base[i] + q lstride and its conv ring ring_off bytes further, q the layer's
+ * DeltaNet ordinal (serve.cu's snapshot layout). */
+typedef struct DnSnaps {
+    int n;
+    int at[DN_MAX_PTS];
+    char *base[DN_MAX_PTS];
+    size_t lstride, ring_off;
+} DnSnaps;
+/* dp's points (DeltaNetPrefillParams.n_pts ..): those of ps at [dp->pos, dp->pos + dp->T), for DeltaNet ordinal q. */
+void cuda_dn_snap_points(DeltaNetPrefillParams *dp, const DnSnaps *ps, int q);
 
 /* The projections of a layer (CudaLayer's w_in, w_out, w_gu, w_down). */
 enum { CW_IN = 0, CW_OUT = 1, CW_GU = 2, CW_DOWN = 3 };

@@ -19,7 +19,9 @@
  * output is small are sensitive to q^ k^ rounding); split q^/k^ too 1e-5 / 2e-5.
  * Applying T2 to the residual R inside the scan (instead of storing U and W from the chunk-local
  * kernel) also keeps the scan's per-chunk loads small (T2 is 64x64, W 64x128).
- * Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0. */
+ * Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0.
+ * Snapshots inside the call (n_pts, the prefix cache's points; fused path only): kernel 1 copies each point's K
+ * pre-conv rows (its conv window), kernel 3 the state at each point from the chunk that holds it (dn_scan_point). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,11 +84,11 @@ __device__ __forceinline__ float dn_gamma_at(float y0, float y1, int r) {
 }
 
 /* gamma_L = gamma[63] and gamma[r0], gamma[r0 + 8] of chunk c from the log-decays gn0, gn1 (lane l: rows
- * 2l, 2l+1) the warp loaded one chunk ahead; loads chunk c+1's into gn0, gn1 (all lanes must call). */
+ * 2l, 2l+1) the warp loaded one chunk ahead; loads chunk c+1's into gn0, gn1 (all lanes must call). y0, y1: the
+ * scan registers (dn_gamma_at). */
 __device__ __forceinline__ void dn_chunk_gamma(const DeltaNetPrefillParams &p, const DeltaNetScratch &sc, int c, int nc,
-                                               int j, int lane, int r0, float &gn0, float &gn1, float &gL,
-                                               float gr[2]) {
-    float y0, y1;
+                                               int j, int lane, int r0, float &gn0, float &gn1, float &gL, float gr[2],
+                                               float &y0, float &y1) {
     dn_gamma_scan(gn0, gn1, lane, y0, y1);
     gL = __shfl_sync(0xffffffffu, y1, 31);
     if (c + 1 < nc) {
@@ -190,6 +192,24 @@ __global__ void __launch_bounds__(128)
             *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
         }
     }
+    if (blockIdx.x == 0) /* the snapshots' conv windows: the K pre-conv rows before each point, this unit's channels */
+        for (int i = 0; i < p.n_pts; i++)
+            for (int j = 0; j < KC; j++) {
+                const int u = p.pt_off[i] - KC + j, q = p.pos + u; /* u < pt_off[i] < T */
+                uint32_t r0 = 0, r1 = 0;
+                if (u >= 0) {
+                    const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
+                    r0 = *(const uint32_t *)row;
+                    r1 = *(const uint32_t *)(row + 64);
+                } else if (q >= 0) { /* the ring is rewritten only by dn_local_chunk, after this kernel */
+                    const uint16_t *row = p.conv_ring + (size_t)(q % KC) * cd + ch0 + 2 * lane;
+                    r0 = *(const uint32_t *)row;
+                    r1 = *(const uint32_t *)(row + 64);
+                }
+                uint16_t *dst = p.pt_ring[i] + (size_t)((q % KC + KC) % KC) * cd + ch0 + 2 * lane;
+                *(uint32_t *)dst = r0;
+                *(uint32_t *)(dst + 64) = r1;
+            }
     if (kind == 2 && lane < DN_TPW) { /* gates of the warp's tokens, one lane per token */
         const int t = t0 + lane;
         float beta = 0.0f, g = 0.0f;
@@ -485,7 +505,8 @@ __global__ void __launch_bounds__(256)
         cp_async_commit();
         const uint32_t st = sb + (c & 1) * L::STAGE;
         float gL, gr[2]; /* gamma_L, gamma of this thread's two tile rows wm*16 + g (+8) */
-        dn_chunk_gamma(p, sc, c, nc, j, lane, wm * 16 + g, gn0, gn1, gL, gr);
+        float y0, y1;
+        dn_chunk_gamma(p, sc, c, nc, j, lane, wm * 16 + g, gn0, gn1, gL, gr, y0, y1);
 
         /* S entering the chunk -> split tiles (smem) and the copy kernel 4 reads */
         uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
@@ -635,8 +656,13 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     if (p->T < 1 || p->pos < 0 || !p->conv_ring || !p->state || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 ||
         p->Hv < 1 || p->Hv % p->Hk || p->K < 2 || p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) ||
         p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) ||
-        ((uintptr_t)p->conv_ring & 3) || ((uintptr_t)p->state & 7))
+        ((uintptr_t)p->conv_ring & 3) || ((uintptr_t)p->state & 7) || p->n_pts < 0 || p->n_pts > DN_MAX_PTS ||
+        (p->n_pts && !p->fuse_out))
         return (int)cudaErrorInvalidValue;
+    for (int i = 0; i < p->n_pts; i++)
+        if (p->pt_off[i] < (i ? p->pt_off[i - 1] + 1 : 0) || p->pt_off[i] >= p->T || ((uintptr_t)p->pt_state[i] & 7) ||
+            ((uintptr_t)p->pt_ring[i] & 3) || !p->pt_state[i] || !p->pt_ring[i])
+            return (int)cudaErrorInvalidValue;
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
     const int nc = (p->T + DN_C - 1) / DN_C;

@@ -57,6 +57,54 @@ __device__ __forceinline__ void dn_scan_load_v(const DeltaNetPrefillParams &p, c
     }
 }
 
+/* Warps 0-7 of dn_scan_fo in phase 3 of chunk c (S = S_c, v = V', the R tiles free): the state after the first m =
+ * pt_off[i] - 64 c rows of the chunk, the chunk-end update cut at row m - 1:
+ *   S_pt = e^gamma[m-1] S_c + K^T X,  X[r] = V'[r] e^(gamma[m-1] - gamma[r]) for r < m, 0 below
+ * (V' of the first m rows is theirs alone: T2 is lower triangular), X through the R tiles, stored to pt_state[i]. */
+__device__ __forceinline__ void dn_scan_point(const DeltaNetPrefillParams &p, uint8_t *smem, uint32_t st_off,
+                                              const float S[2][4], const float v[4], const float gr[2], float y0,
+                                              float y1, int i, int c, int j, int e0, int wm, int wn, int sr, int g,
+                                              int t, int lane) {
+    using L = DnScanSmem<true>;
+    const int m = p.pt_off[i] - c * DN_C;
+    const float gp = m > 0 ? dn_gamma_at(y0, y1, m - 1) : 0.0f; /* m is warp-uniform */
+    float x[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) x[e] = wm * 16 + g + 8 * (e >> 1) < m ? v[e] * expf(gp - gr[e >> 1]) : 0.0f;
+    bar_sync(9, 256); /* the X tiles of an earlier point are read */
+    dn_store_split16(smem + L::R, L::LO_R, x, wm * 16, wn * 8, g, t);
+    bar_sync(9, 256);
+    const float ep = expf(gp);
+    float sh[2][4], sl[2][4] = {}, sm[2][4] = {};
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) sh[nt][e] = S[nt][e] * ep;
+    const uint32_t sb = smem_addr(smem), st = sb + st_off;
+#pragma unroll
+    for (int kk = 0; kk < DN_C / 16; kk++) {
+        uint32_t a[4], al[4], b[4], bl[4];
+        ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, kk * 16, sr, lane), a);
+        ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, DN_C + kk * 16, sr, lane), al);
+        ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R, kk * 16, 0, lane), b);
+        ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R + L::LO_R, kk * 16, 0, lane), bl);
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            mma_bf16(sl[nt], a, bl[2 * nt], bl[2 * nt + 1]);
+            mma_bf16(sm[nt], al, b[2 * nt], b[2 * nt + 1]);
+            mma_bf16(sh[nt], a, b[2 * nt], b[2 * nt + 1]);
+        }
+    }
+    float *dst = p.pt_state[i] + (size_t)j * DN_D * DN_D;
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            *(float2 *)(dst + (sr + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t) =
+                make_float2(sh[nt][2 * h] + (sl[nt][2 * h] + sm[nt][2 * h]),
+                            sh[nt][2 * h + 1] + (sl[nt][2 * h + 1] + sm[nt][2 * h + 1]));
+}
+
 /* grid (dv/16, Hv) (the column slices of one head along x), 512 threads, one CTA
  * per SM (~217 KB of shared memory: DnScanSmem<true> with K, Q in the SWZ_TMA16 layout, + 2
  * mbarriers). The CTA owns S[:, e0 .. e0+15] of head j: warp w < 8 holds rows 16 w (both n8 tiles)
@@ -115,9 +163,9 @@ __global__ void __launch_bounds__(512, 1)
         const uint32_t st = sb + (c & 1) * L::STAGE;
         mbar_wait(full + (c & 1) * 8, (c >> 1) & 1);
         cp_async_wait<0>();
-        __syncthreads(); /* chunk c landed, S_c in smem; everyone is done with chunk c-1 */
-        float gL, gr[2]; /* gamma_L, gamma of this thread's two tile rows wm*16 + g (+8) */
-        dn_chunk_gamma(p, sc, c, nc, j, lane, wm * 16 + g, gn0, gn1, gL, gr);
+        __syncthreads();         /* chunk c landed, S_c in smem; everyone is done with chunk c-1 */
+        float gL, gr[2], y0, y1; /* gamma_L, gamma of this thread's two tile rows wm*16 + g (+8), the scan */
+        dn_chunk_gamma(p, sc, c, nc, j, lane, wm * 16 + g, gn0, gn1, gL, gr, y0, y1);
 
         /* phase 1: X = K S (A = K) or the Q S half of O (A = Q), 64 x 16; k = dk. Warp (wm, wn)
          * takes rows 16 wm, both n8 tiles, k half wn; the pair (wm, 0), (wm, 1) then swaps the halves
@@ -175,6 +223,7 @@ __global__ void __launch_bounds__(512, 1)
 
         /* phase 2: V' = T2 R (64 x 16; k = the chunk's 64 rows; T2 is lower triangular), warp (wm, wn):
          * rows 16 wm, n8 tile wn */
+        float v[4]; /* warps 0-7: V' of the rows and columns above (the snapshot points in phase 3 read it too) */
         if (xw) {
             float vh[4] = {}, vl[4] = {}, vm[4] = {};
 #pragma unroll
@@ -189,7 +238,7 @@ __global__ void __launch_bounds__(512, 1)
                 mma_bf16(vl, ah, bl[0], bl[1]);
                 mma_bf16(vm, al, b[0], b[1]);
             }
-            float v[4], x[4];
+            float x[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 v[e] = vh[e] + (vl[e] + vm[e]);
@@ -207,6 +256,9 @@ __global__ void __launch_bounds__(512, 1)
 
         if (xw) { /* phase 3, warps 0-7: S <- e^gamma_L S + K^T Vs for rows sr (k = the chunk's 64 rows;
                    * hi x hi into S, the two lo terms into their own accumulators), then the snapshot */
+            for (int i = 0; i < p.n_pts; i++)
+                if (p.pt_off[i] / DN_C == c)
+                    dn_scan_point(p, smem, st - sb, S, v, gr, y0, y1, i, c, j, e0, wm, wn, sr, g, t, lane);
             const float eL = expf(gL);
             float sl[2][4] = {}, sm[2][4] = {};
 #pragma unroll

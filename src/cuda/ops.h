@@ -597,6 +597,7 @@ typedef struct DeltaNetScratch {
  * (256-byte aligned). */
 size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base, int T, int Hk, int Hv, int dk, int dv);
 
+#define DN_MAX_PTS 8 /* snapshots one DeltaNet prefill call may take inside it */
 typedef struct DeltaNetPrefillParams {
     const uint16_t *proj; /* bf16 [T][ld_proj]: q k v at columns [0, conv_dim), z at z_off, b at b_off, a at a_off */
     int ld_proj, z_off, b_off, a_off;
@@ -614,6 +615,14 @@ typedef struct DeltaNetPrefillParams {
     cudaEvent_t *ev; /* optional (timing): 5 events recorded before, between and after the 4 kernels */
     int fuse_out;    /* 0: state scan, then the chunk-parallel output kernel; 1: the output computed inside
                               the state scan, then a row norm kernel (fewer bytes, longer serial loop) */
+    /* Snapshots inside the call (fuse_out = 1 only): the state after the first pt_off[i] tokens, pt_off ascending in
+     * [0, T), into pt_state[i] (fp32 [Hv][dk][dv], the state's layout) and pt_ring[i] (bf16 [K][conv_dim], the conv
+     * ring's layout: row q % K holds position q, for the K positions before pos + pt_off[i]). The prefix cache's
+     * snapshot points, taken without cutting the prefill there. */
+    int n_pts;
+    int pt_off[DN_MAX_PTS];
+    float *pt_state[DN_MAX_PTS];
+    uint16_t *pt_ring[DN_MAX_PTS];
 } DeltaNetPrefillParams;
 /* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
 int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);

@@ -472,6 +472,17 @@ static double dn_flops(const PrefillDims *d, int conv_dim, double T) {
     return d->Hv * T * (6 * C * dk + 4 * C * dv + 6 * dk * dv) + 2.0 * d->K * conv_dim * T;
 }
 
+void cuda_dn_snap_points(DeltaNetPrefillParams *dp, const DnSnaps *ps, int q) {
+    dp->n_pts = 0;
+    for (int i = 0; ps && i < ps->n; i++) {
+        if (ps->at[i] < dp->pos || ps->at[i] >= dp->pos + dp->T) continue;
+        char *S = ps->base[i] + (size_t)q * ps->lstride;
+        dp->pt_off[dp->n_pts] = ps->at[i] - dp->pos;
+        dp->pt_state[dp->n_pts] = (float *)S;
+        dp->pt_ring[dp->n_pts++] = (uint16_t *)(S + ps->ring_off);
+    }
+}
+
 static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int l, int T, int P, Err *err) {
     const PrefillDims *d = &pf->d;
     const CudaLayer *ly = &ctx->layers[l];
@@ -504,6 +515,11 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     dp.K = d->K;
     dp.eps = d->eps;
     dp.fuse_out = PF_DN_FUSE_OUT;
+    if (ctx->pf_snaps) {
+        int q = 0; /* the layer's DeltaNet ordinal */
+        for (int k = 0; k < l; k++) q += ctx->layers[k].type != LAYER_FULL_ATTN;
+        cuda_dn_snap_points(&dp, ctx->pf_snaps, q);
+    }
     const double scr = (double)cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
     op_begin(pf, lc->stream);
     rc = op_end(pf, cuda_deltanet_prefill(&dp, lc), l, "deltanet", dn_flops(d, cd, T),

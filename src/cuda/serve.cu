@@ -358,6 +358,16 @@ static char *snap_at(const CudaServe *sv, int snap) {
                                   : sv->host_snaps + (size_t)(snap - sv->lay.n_snaps) * sv->slot_bytes;
 }
 
+/* Appends to ps the snapshot snap (-1: none) of the state after the sequence's first `at` tokens. */
+static void snaps_add(const CudaServe *sv, DnSnaps *ps, int at, int snap) {
+    if (snap < 0 || !sv->slot_bytes) return;
+    ps->at[ps->n] = at;
+    ps->base[ps->n] = snap_at(sv, snap);
+    ps->lstride = sv->lstride;
+    ps->ring_off = al256((size_t)sv->d.Hv * sv->d.dk * sv->d.dv * 4); /* slot_layout's piece: S, then the ring */
+    ps->n++;
+}
+
 static int snap_copy(CudaCtx *ctx, int slot, int snap, int save, Err *err) {
     CudaServe *sv = ctx->sv;
     if (!sv) return err_set(err, Q35_ERR_ARG, "cuda snapshot: serving is not open");
@@ -540,7 +550,13 @@ typedef struct SvPiece {
     const BatchItem *it;
     int off, n, pos, logits; /* tokens it->tokens[off .. off+n) at positions pos .. pos+n-1 */
     int *pick;               /* with logits: BatchItem.pick (the row's pick instead of the row), else NULL */
+    DnSnaps snaps;           /* the item's snapshots inside the piece: at in (pos, pos + n) */
 } SvPiece;
+
+/* The DeltaNet ordinal of layer l (its piece in a slot or a snapshot). */
+static int dn_ordinal(const CudaServe *sv, int l) {
+    return (int)(sv->S_off[l] / ((size_t)(sv->lay.n_slots + 1) * sv->lstride));
+}
 
 /* Entries of a piece's block table the step uses: positions 0 .. pos + n - 1. */
 static int tab_len(const SvPiece *q, int block) { return (q->pos + q->n - 1) / block + 1; }
@@ -666,6 +682,15 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                         dnr + r,  dns + r, pos,        sv->o,     (float *)sv->scratch, 1,       d->Hk, d->Hv,
                         d->dk,    d->dv,   d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
                     if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
+                    const DnSnaps *ps = &pc[i].snaps; /* a snapshot after this token: the slot's piece of the layer */
+                    for (int k = 0; k < ps->n; k++) {
+                        if (ps->at[k] != pc[i].pos + t + 1) continue;
+                        const cudaError_t e =
+                            cudaMemcpyAsync(ps->base[k] + (size_t)dn_ordinal(sv, l) * sv->lstride,
+                                            sv->slots + sv->S_off[l] + (size_t)pc[i].it->slot * sv->lstride,
+                                            sv->lstride, cudaMemcpyDeviceToDevice, ctx->stream);
+                        if (e != cudaSuccess) return sv_fail((int)e, "snapshot copy", l, err);
+                    }
                 }
             for (int i = 0; i < np && !sv->det; i++) {
                 if (pc[i].n == 1) continue;
@@ -695,6 +720,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                 dp.K = d->K;
                 dp.eps = d->eps;
                 dp.fuse_out = 1;
+                cuda_dn_snap_points(&dp, &pc[i].snaps, dn_ordinal(sv, l));
                 if ((rc = cuda_deltanet_prefill(&dp, &lc))) return sv_fail(rc, "deltanet prefill", l, err);
             }
         }
@@ -1003,6 +1029,10 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
         ctx->n_past = it->pos;
     }
     memcpy(sv->solo_tab, it->blocks, sizeof(int32_t) * (size_t)nb);
+    DnSnaps ps; /* snapshots inside the prompt chunk: its prefill takes them (n > 1 there) */
+    ps.n = 0;
+    for (int k = 0; k < it->n_snaps; k++) snaps_add(sv, &ps, it->pos + it->snap_off[k], it->snap_id[k]);
+    ctx->pf_snaps = ps.n ? &ps : NULL;
     if (it->n == 1 && it->logits && it->pick && !it->logprob) { /* the screen or the sampler gives the id */
         DeviceSampling ds;
         memset(&ds, 0, sizeof ds);
@@ -1030,11 +1060,18 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
     } else { /* the host picks from the logits row */
         rc = cuda_backend.forward(ctx, it->tokens, it->n, it->pos, 0, it->logits ? logits : NULL, err);
     }
+    ctx->pf_snaps = NULL;
+    sv->solo_len = it->pos + it->n;
+    if (!rc && it->n_snaps) { /* the cache shares the rows before its snapshots: they go to the pages now (a sequence
+                               * that ends while hosted is dropped, not written back) */
+        const int last = it->pos + it->snap_off[it->n_snaps - 1];
+        rc = solo_copy_kv(ctx, sv, sv->solo_start, last, 1, err);
+        sv->solo_start = last;
+    }
     if (rc) {
         sv->solo_slot = -1;
         return rc;
     }
-    sv->solo_len = it->pos + it->n;
     return 0;
 }
 
@@ -1061,8 +1098,16 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
         for (int k = 0; k < i; k++)
             if (items[k].slot == it->slot)
                 return err_set(err, Q35_ERR_ARG, "cuda step: slot %d twice in one step", it->slot);
+        if (it->n_snaps < 0 || it->n_snaps > DN_MAX_PTS || (it->n_snaps && (!it->snap_off || !it->snap_id)))
+            return err_set(err, Q35_ERR_ARG, "cuda step: item %d: %d snapshots", i, it->n_snaps);
+        for (int k = 0; k < it->n_snaps; k++)
+            if (it->snap_off[k] <= (k ? it->snap_off[k - 1] : 0) || it->snap_off[k] >= it->n || it->snap_id[k] < -1 ||
+                it->snap_id[k] >= sv->lay.n_snaps)
+                return err_set(err, Q35_ERR_ARG, "cuda step: item %d: snapshot %d after %d tokens is not in the step",
+                               i, it->snap_id[k], it->snap_off[k]);
     }
-    if (!sv->det && n == 1) return solo_step(ctx, sv, &items[0], logits, err);
+    /* a lone item on the context's own prefill (which takes its snapshots inside), or its decode step */
+    if (!sv->det && n == 1 && (ctx->pf || !items[0].n_snaps)) return solo_step(ctx, sv, &items[0], logits, err);
     int rc = solo_flush(ctx, sv, err);
     if (rc) return rc;
     /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */
@@ -1088,6 +1133,17 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
             pc[np].pos = it->pos + off;
             pc[np].logits = it->logits && off + m == it->n && logits;
             pc[np].pick = pc[np].logits ? it->pick : NULL;
+            pc[np].snaps.n = 0;
+            for (int k = 0; k < it->n_snaps && !rc; k++) {
+                if (it->snap_off[k] == off && it->snap_id[k] >= 0) { /* at the piece's start: the slot as it is now
+                                                                      * (after the item's earlier pieces' passes) */
+                    const cudaError_t e = slot_copy(sv, it->slot, snap_at(sv, it->snap_id[k]), 0, ctx->stream);
+                    if (e != cudaSuccess) rc = sv_fail((int)e, "snapshot copy", -1, err);
+                } else if (it->snap_off[k] > off && it->snap_off[k] < off + m) {
+                    snaps_add(sv, &pc[np].snaps, it->pos + it->snap_off[k], it->snap_id[k]);
+                }
+            }
+            if (rc) break;
             np++;
             rows += m;
         }

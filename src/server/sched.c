@@ -478,9 +478,16 @@ static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
     int pending = r->n_toks - r->n_fed;
     int n = pending < budget ? pending : budget;
     if (n <= 0) return 0;
-    if (r->i_snap < r->n_snap_at && r->snap_at[r->i_snap] > r->n_fed && r->n_fed + n > r->snap_at[r->i_snap])
-        n = r->snap_at[r->i_snap] - r->n_fed; /* the chunk ends at the next snapshot point */
-    s->items[*n_items] = (Q35StepItem){.seq = r->seq, .ids = r->toks + r->n_fed, .n = n, .sample = n == pending};
+    int k0 = r->i_snap; /* the snapshot points inside the chunk [k0, k1): taken by the step itself */
+    while (k0 < r->n_snap_at && r->snap_at[k0] <= r->n_fed) k0++;
+    int k1 = k0;
+    while (k1 < r->n_snap_at && r->snap_at[k1] < r->n_fed + n && k1 - k0 < Q35_MAX_STEP_SNAPS) k1++;
+    s->items[*n_items] = (Q35StepItem){.seq = r->seq,
+                                       .ids = r->toks + r->n_fed,
+                                       .n = n,
+                                       .sample = n == pending,
+                                       .snap_at = r->snap_at + k0,
+                                       .n_snap_at = k1 - k0};
     if (r->guide && n == pending) { /* guided: raw logits, sampled in guided_token */
         s->items[*n_items].sample = 0;
         s->items[*n_items].logits = r->logits;
@@ -556,7 +563,8 @@ static void share_points(Sched *s) {
 }
 
 /* Prefix-cache snapshot points of r's prompt after `from` (q35_chat_prefix_points, the last SCHED_MAX_SNAPS); none
- * without the cache (a chunk ends at each point, and the last one, n_prompt - 1, costs a step of its own). */
+ * without the cache. The step whose chunk holds a point takes its snapshot (Q35StepItem.snap_at); a point at a
+ * chunk's end is taken after that step. */
 static void snap_points(const Sched *s, Req *r, int from, int matched) {
     r->n_snap_at = s->info.prefix_bytes > 0 ? q35_chat_prefix_points(&s->marks, r->toks, r->n_prompt, from, matched,
                                                                      r->snap_at, SCHED_MAX_SNAPS)

@@ -99,6 +99,22 @@ int main(int argc, char **argv) {
         p.conv_w = convw, p.A_log = Alog, p.dt_bias = dt, p.norm_w = nw, p.conv_ring = ring, p.state = Sg, p.y = y;
         p.scratch = scratch, p.T = T, p.pos = pos, p.Hk = Hk, p.Hv = Hv, p.dk = dk, p.dv = dv, p.K = K, p.eps = eps;
         p.fuse_out = fuse;
+        /* snapshot points inside the call (fused path): chunk starts, the first rows, the last one, mid-chunk */
+        const int pts130[] = {0, 1, 5, 63, 64, 100, 129}, pts65[] = {2, 64};
+        const int *pts = T == 130 ? pts130 : T == 65 ? pts65 : NULL;
+        const int npt = !fuse ? 0 : T == 130 ? 7 : T == 65 ? 2 : 0;
+        float *pst[DN_MAX_PTS] = {}, *Sown0 = fv(sn);
+        uint16_t *pring[DN_MAX_PTS] = {}, *ring0 = (uint16_t *)malloc((size_t)K * cd * 2);
+        memcpy(Sown0, Sown, sn * 4);
+        memcpy(ring0, ring, (size_t)K * cd * 2);
+        p.n_pts = npt;
+        for (int i = 0; i < npt; i++) {
+            pst[i] = fv(sn);
+            pring[i] = (uint16_t *)malloc((size_t)K * cd * 2);
+            for (size_t e = 0; e < sn; e++) pst[i][e] = NAN;
+            memset(pring[i], 0xff, (size_t)K * cd * 2);
+            p.pt_off[i] = pts[i], p.pt_state[i] = pst[i], p.pt_ring[i] = pring[i];
+        }
         emu_prefill(&p);
         /* CPU fp32 reference */
         float *m = cols(proj, T, ld, 0, cd), *c = fv((size_t)T * cd);
@@ -154,6 +170,29 @@ int main(int argc, char **argv) {
                rel(Sg, S, sn), rel(Sg, Sown, sn), rel(gq, qs, (size_t)T * kd), rel(gk, k, (size_t)T * kd), ringbad);
         fails += !(rel(yg, y2, (size_t)T * vd) <= 6e-3 && worst2 <= 2e-2 && rel(Sg, Sown, sn) <= 2e-4 &&
                    rel(yg, yr, (size_t)T * vd) <= 1e-2 && ringbad == 0);
+        /* each point: the state vs the chunked reference over the call's first pt_off rows (own conv outputs and
+         * gates, from the state before the call), the window rows exact (from proj, the ring before the call, or 0) */
+        for (int i = 0; i < npt; i++) {
+            const int off = pts[i];
+            float *Sp = fv(sn), *op = fv((size_t)(off ? off : 1) * vd);
+            memcpy(Sp, Sown0, sn * 4);
+            if (off) cpu_deltanet_chunked(op, Sp, gq, gk, gv, sc.g, sc.beta, off, Hk, Hv, dk, dv, cscr);
+            long bad = 0;
+            for (int jr = 0; jr < K; jr++) {
+                const int qq = pos + off - K + jr, u = qq - pos;
+                for (int ch = 0; ch < cd; ch++) {
+                    const uint16_t want = u >= 0    ? projb[(size_t)u * ld + ch]
+                                          : qq >= 0 ? ring0[(size_t)(qq % K) * cd + ch]
+                                                    : 0;
+                    bad += pring[i][(size_t)((qq % K + K) % K) * cd + ch] != want;
+                }
+            }
+            const double e = rel(pst[i], Sp, sn);
+            printf("  point %d (after %d of %d): state %.2e | window bad %ld\n", i, off, T, e, bad);
+            fails += !(e <= 2e-4 && bad == 0);
+            free(Sp), free(op), free(pst[i]), free(pring[i]);
+        }
+        free(Sown0), free(ring0);
         pos += T;
     }
     printf("%s\n", fails ? "FAIL" : "ok");

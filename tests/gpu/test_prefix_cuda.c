@@ -7,7 +7,10 @@
  *     logprob (the id and its logprob picked on the device) and sampled with a seed (temperature 0.8, top-k 40,
  *     top-p 0.95), both with 5 top logprobs (drawn on the host from the logits row) and with only the chosen id's
  *     logprob (drawn on the device where the backend samples there);
- *   - Qwen3 dense at the 0.6B shapes (KV blocks only): greedy with 5 top logprobs, blocks of 16;
+ *     with blocks of 16 again greedy with 5 top logprobs and sampled with only the chosen id's logprob, the snapshot at
+ *     L taken inside a step (Q35StepItem.snap_at: in deterministic mode a copy of the slot's layer after that token);
+ *   - Qwen3 dense at the 0.6B shapes (KV blocks only): greedy with 5 top logprobs, blocks of 16, the snapshot inside
+ *     a step;
  *   - the host tier (pinned host memory) on the hybrid, greedy with 5 top logprobs, blocks of 16: a snapshot moved
  *     out of the full device tier (device -> host copy) gives hits at exactly L (host -> slot copy) bitwise equal to
  *     cold, with a host tier of 4 snapshots (evicting its own) and none (misses); a host snapshot hit while a device
@@ -44,16 +47,18 @@ static Q35Engine *open_dummy(const char *name, uint64_t seed) {
 }
 
 /* The check for each parameter set ps[i] with blocks of blocks[i] tokens, on one pair of engines of the dummy `name`. */
-static void test_model(const char *name, uint64_t seed, const Q35SeqParams *const *ps, const int *blocks, int n) {
+static void test_model(const char *name, uint64_t seed, const Q35SeqParams *const *ps, const int *blocks,
+                       const int *in_step, int n) {
     Q35Engine *cold = open_dummy(name, seed), *warm = open_dummy(name, seed);
     CHECK(cold && warm, "%s: two CUDA engines", name);
     for (int i = 0; cold && warm && i < n; i++) {
         const Q35SeqParams *p = ps[i] ? ps[i] : &prefix_greedy;
-        const PrefixExact x = {name, blocks[i], KV_BYTES, PFX_BYTES, LENS, N_LENS, p};
+        const PrefixExact x = {name, blocks[i], KV_BYTES, PFX_BYTES, LENS, N_LENS, p, in_step[i]};
         const double t0 = now_s();
         prefix_check_exact(cold, warm, &x);
-        printf("  %s, blocks of %d, %s, %d top logprobs: %.1f s\n", name, blocks[i],
-               p->sampling.temperature > 0 ? "sampled" : "greedy", p->top_logprobs, now_s() - t0);
+        printf("  %s, blocks of %d, %s, %d top logprobs%s: %.1f s\n", name, blocks[i],
+               p->sampling.temperature > 0 ? "sampled" : "greedy", p->top_logprobs,
+               in_step[i] ? ", snapshot inside a step" : "", now_s() - t0);
     }
     q35_engine_close(cold);
     q35_engine_close(warm);
@@ -64,7 +69,7 @@ static void test_host(uint64_t seed) {
     Q35Engine *cold = open_dummy("qwen3.5-0.8b", seed), *warm = open_dummy("qwen3.5-0.8b", seed);
     CHECK(cold && warm, "qwen3.5-0.8b: two CUDA engines");
     if (cold && warm) {
-        const PrefixExact x = {"qwen3.5-0.8b", 16, KV_BYTES, 0, LENS, N_LENS, NULL};
+        const PrefixExact x = {"qwen3.5-0.8b", 16, KV_BYTES, 0, LENS, N_LENS, NULL, 0};
         const double t0 = now_s();
         prefix_check_host(cold, warm, &x, 4);
         prefix_check_host(cold, warm, &x, 0);
@@ -83,10 +88,11 @@ int main(int argc, char **argv) {
         .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .repetition_penalty = 1.0f, .seed = seed ^ 0x5eed};
     const Q35SeqParams g0 = {.sampling = greedy, .top_logprobs = 0}, s5 = {.sampling = sampled, .top_logprobs = 5},
                        s0 = {.sampling = sampled, .top_logprobs = 0};
-    const Q35SeqParams *hybrid[] = {NULL, NULL, &g0, &s5, &s0}, *dense[] = {NULL};
-    const int hybrid_blocks[] = {16, 64, 16, 16, 16}, dense_blocks[] = {16};
-    test_model("qwen3.5-0.8b", seed, hybrid, hybrid_blocks, 5);
-    test_model("qwen3-0.6b", seed, dense, dense_blocks, 1);
+    const Q35SeqParams *hybrid[] = {NULL, NULL, &g0, &s5, &s0, NULL, &s0}, *dense[] = {NULL};
+    const int hybrid_blocks[] = {16, 64, 16, 16, 16, 16, 16}, dense_blocks[] = {16};
+    const int hybrid_in_step[] = {0, 0, 0, 0, 0, 1, 1}, dense_in_step[] = {1};
+    test_model("qwen3.5-0.8b", seed, hybrid, hybrid_blocks, hybrid_in_step, 7);
+    test_model("qwen3-0.6b", seed, dense, dense_blocks, dense_in_step, 1);
     test_host(seed);
     return TEST_SUMMARY("prefix_cuda");
 }

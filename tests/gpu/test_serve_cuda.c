@@ -12,6 +12,9 @@
  *     KV blocks (the originals overwritten) gives bitwise the rows of A alone; in deterministic mode also A's prompt
  *     cut into chunks of 5, and resumed from a snapshot and block copies at 1, 7, 16, 17 and 23 ids (every token's
  *     bits independent of the chunking: a cache hit can resume anywhere, issue 29);
+ *   - snapshots taken inside a step (BatchItem.snap_off, after 1 .. 23 of the prompt's 24 tokens; alone and beside
+ *     another sequence): A resumed from one gives bitwise the rows of A alone in deterministic mode, and rows within
+ *     the forward() bound in the default mode (the DeltaNet prefill's point states: solo and batched);
  *   - in the default mode (lone decode rows on the single-sequence step, serve.cu solo_step), A alone, among others,
  *     from a snapshot, alone and then joined by others, and alone while other sequences' ends are announced
  *     (Backend.seq_end drops only that slot's solo state), each within the forward() bound;
@@ -206,6 +209,40 @@ static int run_resume(void *ctx, const int *idsA, int L, float *out, int V, Err 
     if (!rc) rc = cuda_backend.snap_save(ctx, 2, 0, err);
     if (!rc) rc = cuda_backend.snap_load(ctx, 0, 7, err);
     for (int b = 0; b <= (L - 1) / BLOCK && !rc; b++) rc = cuda_backend.block_copy(ctx, t1[b], t2[b], err);
+    BatchItem rest = {.slot = 7, .tokens = idsA + L, .n = CHUNK_A - L, .pos = L, .blocks = t2, .logits = 1};
+    if (!rc) rc = cuda_backend.step_batch(ctx, &rest, 1, out, err);
+    for (int t = CHUNK_A; t < LA && !rc; t++) {
+        BatchItem d = {.slot = 7, .tokens = idsA + t, .n = 1, .pos = t, .blocks = t2, .logits = 1};
+        rc = cuda_backend.step_batch(ctx, &d, 1, out + (size_t)(1 + t - CHUNK_A) * V, err);
+    }
+    return rc;
+}
+
+/* A resumed from a snapshot taken inside a step (BatchItem.snap_off): its whole prompt chunk in slot 2 (blocks 16 ..)
+ * with the snapshot after its first L tokens (alone: the context's own prefill, solo; with_other: beside a sequence
+ * in slot 5, a batched pass), then its end announced (seq_end: a sequence the context hosts is dropped, so the KV
+ * rows before L must be in the pages by then); the snapshot loaded into slot 7 and the blocks holding positions < L
+ * copied to 32 .., slot 2 and block 16 overwritten by another sequence; then as run_resume. */
+static int run_resume_in_step(void *ctx, const int *idsA, int L, int with_other, float *out, int V, Err *err) {
+    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK], t3[MAX_SEQ / BLOCK], other[5] = {1, 2, 3, 4, 5};
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 16 + b, t2[b] = 32 + b, t3[b] = 56 + b;
+    const int off = L, snap = 0;
+    const BatchItem it[2] = {{.slot = 2,
+                              .tokens = idsA,
+                              .n = CHUNK_A,
+                              .pos = 0,
+                              .blocks = t1,
+                              .logits = 0,
+                              .n_snaps = 1,
+                              .snap_off = &off,
+                              .snap_id = &snap},
+                             {.slot = 5, .tokens = other, .n = 5, .pos = 0, .blocks = t3, .logits = 0}};
+    int rc = cuda_backend.step_batch(ctx, it, with_other ? 2 : 1, NULL, err);
+    cuda_backend.seq_end(ctx, 2);
+    if (!rc) rc = cuda_backend.snap_load(ctx, 0, 7, err);
+    for (int b = 0; b <= (L - 1) / BLOCK && !rc; b++) rc = cuda_backend.block_copy(ctx, t1[b], t2[b], err);
+    BatchItem ov = {.slot = 2, .tokens = other, .n = 5, .pos = 0, .blocks = t1, .logits = 0};
+    if (!rc) rc = cuda_backend.step_batch(ctx, &ov, 1, NULL, err);
     BatchItem rest = {.slot = 7, .tokens = idsA + L, .n = CHUNK_A - L, .pos = L, .blocks = t2, .logits = 1};
     if (!rc) rc = cuda_backend.step_batch(ctx, &rest, 1, out, err);
     for (int t = CHUNK_A; t < LA && !rc; t++) {
@@ -513,6 +550,14 @@ static void test_model(int qwen35, int det, int fp8) {
         CHECK(rc == 0 && rows_near(among, fwd, N_STEPS, V, &w_end),
               "%s: other sequences' ends announced between A's solo steps vs forward(): worst rel L2 %.4f (%s)", name,
               w_end, rc > 0 ? err.msg : "");
+        for (int L = 1; L < CHUNK_A; L += 6) /* 1, 7, 13, 19: snapshots inside the prefill's chunk */
+            for (int wo = 0; wo < 2; wo++) {
+                double w_in = 0;
+                rc = run_resume_in_step(ctx, ids, L, wo, among, V, &err);
+                CHECK(rc == 0 && rows_near(among, fwd, N_STEPS, V, &w_in),
+                      "%s: resumed at %d ids from a snapshot inside a step (%s) vs forward(): worst rel L2 %.4f (%s)",
+                      name, L, wo ? "batched" : "solo", w_in, rc ? err.msg : "");
+            }
     }
     if (det) { /* deterministic mode: a token's bits do not depend on the chunking of its prompt (prefix-cache hits) */
         int diff_chunk = -1;
@@ -534,6 +579,16 @@ static void test_model(int qwen35, int det, int fp8) {
             }
             CHECK(diff_res == 0, "%s: resumed at %d ids: %d of %d rows differ from cold (%s)", name, Ls[k], diff_res,
                   N_STEPS, rc ? err.msg : "");
+            for (int wo = 0; wo < 2; wo++) { /* the snapshot taken inside the step: the slot after that token */
+                diff_res = -1;
+                if ((rc = run_resume_in_step(ctx, ids, Ls[k], wo, among, V, &err)) == 0) {
+                    diff_res = 0;
+                    for (int t = 0; t < N_STEPS; t++)
+                        diff_res += memcmp(alone + (size_t)t * V, among + (size_t)t * V, 4 * V) != 0;
+                }
+                CHECK(diff_res == 0, "%s: resumed at %d ids from a snapshot inside a step%s: %d of %d rows differ (%s)",
+                      name, Ls[k], wo ? " beside another" : "", diff_res, N_STEPS, rc ? err.msg : "");
+            }
         }
     }
     CHECK(cuda_backend.snap_save(ctx, 0, 1, &err) == Q35_ERR_ARG, "%s: snapshot 1 of 1 not refused", name);
