@@ -77,7 +77,9 @@ struct CudaServe {
                                              * first layer's S), or NULL when its layout differs: per-layer copies */
     int solo_slot, solo_start, solo_len;    /* the slot the context's own state hosts (solo_step), or -1; positions
                                           * solo_start .. solo_len - 1 are in its contiguous caches only */
-    int32_t *solo_tab;                      /* [max_blocks] that sequence's block table as of its last solo step */
+    int solo_keep; /* positions below it are shared by the prefix cache (snapshots taken inside its steps): they go to
+                    * the pages even when the hosted sequence ends (cuda_seq_end) */
+    int32_t *solo_tab; /* [max_blocks] that sequence's block table as of its last solo step */
 };
 
 static int sv_fail(int rc, const char *what, int layer, Err *err) {
@@ -980,10 +982,17 @@ static int solo_flush(CudaCtx *ctx, CudaServe *sv, Err *err) {
     return rc;
 }
 
-/* The sequence in `slot` ended (Backend.seq_end): a solo state it left is dropped, not written back. */
+/* The sequence in `slot` ended (Backend.seq_end): a solo state it left is dropped, not written back, but for the KV
+ * rows the prefix cache shares (below solo_keep). */
 extern "C" void cuda_seq_end(void *p, int slot) {
     CudaServe *sv = ((CudaCtx *)p)->sv;
-    if (sv && sv->solo_slot == slot) sv->solo_slot = -1;
+    if (!sv || sv->solo_slot != slot) return;
+    if (sv->solo_keep > sv->solo_start) { /* the steps' own arguments: only a broken context fails, and its next call
+                                           * reports that */
+        Err err = {0};
+        solo_copy_kv((CudaCtx *)p, sv, sv->solo_start, sv->solo_keep, 1, &err);
+    }
+    sv->solo_slot = -1;
 }
 
 /* A lone item's pick and logprob (BatchItem.pick, .logprob, .sample) from its logits row on the device. */
@@ -1025,7 +1034,7 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
             if ((rc = solo_copy_kv(ctx, sv, 0, it->pos, 0, err))) return rc;
         }
         sv->solo_slot = it->slot;
-        sv->solo_start = sv->solo_len = it->pos;
+        sv->solo_start = sv->solo_len = sv->solo_keep = it->pos;
         ctx->n_past = it->pos;
     }
     memcpy(sv->solo_tab, it->blocks, sizeof(int32_t) * (size_t)nb);
@@ -1062,12 +1071,7 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
     }
     ctx->pf_snaps = NULL;
     sv->solo_len = it->pos + it->n;
-    if (!rc && it->n_snaps) { /* the cache shares the rows before its snapshots: they go to the pages now (a sequence
-                               * that ends while hosted is dropped, not written back) */
-        const int last = it->pos + it->snap_off[it->n_snaps - 1];
-        rc = solo_copy_kv(ctx, sv, sv->solo_start, last, 1, err);
-        sv->solo_start = last;
-    }
+    if (it->n_snaps) sv->solo_keep = it->pos + it->snap_off[it->n_snaps - 1]; /* written back later, not now */
     if (rc) {
         sv->solo_slot = -1;
         return rc;
