@@ -57,6 +57,27 @@ __device__ __forceinline__ void dn_scan_load_v(const DeltaNetPrefillParams &p, c
     }
 }
 
+/* Warps 0-7 of dn_scan_fo in phase 3: h, l, m (rows sr of S, both n8 tiles) += K^T B, k = the chunk's 64 rows, B the
+ * split tile pair at b ([64][16] hi, lo LO_R bytes after): hi x hi into h, hi x lo into l, lo x hi into m. */
+__device__ __forceinline__ void dn_kt_mma(uint32_t st, uint32_t b, int sr, int lane, float h[2][4], float l[2][4],
+                                          float m[2][4]) {
+    using L = DnScanSmem<true>;
+#pragma unroll
+    for (int kk = 0; kk < DN_C / 16; kk++) {
+        uint32_t a[4], al[4], bh[4], bl[4];
+        ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, kk * 16, sr, lane), a);
+        ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, DN_C + kk * 16, sr, lane), al);
+        ldsm_x4_t(ldsm_addr_bk<2>(b, kk * 16, 0, lane), bh);
+        ldsm_x4_t(ldsm_addr_bk<2>(b + L::LO_R, kk * 16, 0, lane), bl);
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) {
+            mma_bf16(l[nt], a, bl[2 * nt], bl[2 * nt + 1]);
+            mma_bf16(m[nt], al, bh[2 * nt], bh[2 * nt + 1]);
+            mma_bf16(h[nt], a, bh[2 * nt], bh[2 * nt + 1]);
+        }
+    }
+}
+
 /* Warps 0-7 of dn_scan_fo in phase 3 of chunk c (S = S_c, v = V', the R tiles free): the state after the first m =
  * pt_off[i] - 64 c rows of the chunk, the chunk-end update cut at row m - 1:
  *   S_pt = e^gamma[m-1] S_c + K^T X,  X[r] = V'[r] e^(gamma[m-1] - gamma[r]) for r < m, 0 below
@@ -81,20 +102,7 @@ __device__ __forceinline__ void dn_scan_point(const DeltaNetPrefillParams &p, ui
 #pragma unroll
         for (int e = 0; e < 4; e++) sh[nt][e] = S[nt][e] * ep;
     const uint32_t sb = smem_addr(smem), st = sb + st_off;
-#pragma unroll
-    for (int kk = 0; kk < DN_C / 16; kk++) {
-        uint32_t a[4], al[4], b[4], bl[4];
-        ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, kk * 16, sr, lane), a);
-        ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, DN_C + kk * 16, sr, lane), al);
-        ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R, kk * 16, 0, lane), b);
-        ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R + L::LO_R, kk * 16, 0, lane), bl);
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
-            mma_bf16(sl[nt], a, bl[2 * nt], bl[2 * nt + 1]);
-            mma_bf16(sm[nt], al, b[2 * nt], b[2 * nt + 1]);
-            mma_bf16(sh[nt], a, b[2 * nt], b[2 * nt + 1]);
-        }
-    }
+    dn_kt_mma(st, sb + L::R, sr, lane, sh, sl, sm);
     float *dst = p.pt_state[i] + (size_t)j * DN_D * DN_D;
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
@@ -265,20 +273,7 @@ __global__ void __launch_bounds__(512, 1)
             for (int nt = 0; nt < 2; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) S[nt][e] *= eL;
-#pragma unroll
-            for (int kk = 0; kk < DN_C / 16; kk++) {
-                uint32_t a[4], al[4], b[4], bl[4];
-                ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, kk * 16, sr, lane), a);
-                ldsm_x4_t(ldsm_addr_at<SWZ_TMA16>(st + L::K, DN_C + kk * 16, sr, lane), al);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS, kk * 16, 0, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS + L::LO_R, kk * 16, 0, lane), bl);
-#pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
-                    mma_bf16(sl[nt], a, bl[2 * nt], bl[2 * nt + 1]);
-                    mma_bf16(sm[nt], al, b[2 * nt], b[2 * nt + 1]);
-                    mma_bf16(S[nt], a, b[2 * nt], b[2 * nt + 1]);
-                }
-            }
+            dn_kt_mma(st, sb + L::VS, sr, lane, S, sl, sm);
 #pragma unroll
             for (int nt = 0; nt < 2; nt++) {
 #pragma unroll
