@@ -6,13 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
-    memset(s, 0, sizeof *s);
+static int check_cfg(const Q35Sampling *cfg, Err *err) {
     if (cfg->temperature < 0 || cfg->top_k < 0 || cfg->top_p <= 0 || cfg->top_p > 1 || cfg->min_p < 0 ||
         cfg->min_p > 1 || cfg->repetition_penalty <= 0 || !isfinite(cfg->presence_penalty))
         return err_set(err, Q35_ERR_ARG,
                        "bad sampling settings: temperature %g top_k %d top_p %g min_p %g repetition_penalty %g",
                        cfg->temperature, cfg->top_k, cfg->top_p, cfg->min_p, cfg->repetition_penalty);
+    return 0;
+}
+
+int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
+    memset(s, 0, sizeof *s);
+    const int rc = check_cfg(cfg, err);
+    if (rc) return rc;
     s->cfg = *cfg;
     s->n_vocab = n_vocab;
     s->n_valid = n_valid < n_vocab ? n_valid : n_vocab;
@@ -24,6 +30,31 @@ int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, E
         sampler_free(s);
         return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
     }
+    return 0;
+}
+
+int sampler_reset(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
+    if (!s->seen || !s->cand || !s->prob || s->n_vocab != n_vocab) {
+        sampler_free(s);
+        return sampler_init(s, cfg, n_vocab, n_valid, err);
+    }
+    const int rc = check_cfg(cfg, err);
+    if (rc) return rc;
+    unsigned char *seen = s->seen;
+    int *cand = s->cand;
+    float *prob = s->prob;
+    s->seen = NULL;
+    s->cand = NULL;
+    s->prob = NULL;
+    sampler_free(s); /* the small parts; then as sampler_init, the three buffers kept */
+    memset(seen, 0, (size_t)n_vocab);
+    s->cfg = *cfg;
+    s->n_vocab = n_vocab;
+    s->n_valid = n_valid < n_vocab ? n_valid : n_vocab;
+    rng_seed(&s->rng, cfg->seed);
+    s->seen = seen;
+    s->cand = cand;
+    s->prob = prob;
     return 0;
 }
 

@@ -28,6 +28,9 @@ typedef struct Sampler {
 } Sampler;
 
 int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err);
+/* sampler_init for a sampler that was initialised before (or zeroed): its vocabulary-sized buffers are kept (`seen`
+ * cleared) when n_vocab is the same, so that a new sequence costs no allocation and no first-touch page faults. */
+int sampler_reset(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err);
 void sampler_free(Sampler *s);
 /* Turns on the frequency penalty: logit[id] -= f * (times id was generated). Call before observing. */
 int sampler_set_frequency(Sampler *s, float f, Err *err);

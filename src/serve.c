@@ -277,7 +277,7 @@ int q35_seq_open(Q35Engine *e, const Q35SeqParams *p, int *seq, Q35Err *err) {
     while (slot < s->n_slots && s->seqs[slot].handle >= 0) slot++;
     if (slot == s->n_slots) return err_set(err, Q35_ERR_OOM, "all %d sequence slots are taken", s->n_slots);
     SeqRec *r = &s->seqs[slot];
-    int rc = sampler_init(&r->sm, &p->sampling, e->model.config.vocab_size, e->n_valid, err);
+    int rc = sampler_reset(&r->sm, &p->sampling, e->model.config.vocab_size, e->n_valid, err);
     if (!rc) rc = sampler_set_frequency(&r->sm, p->frequency_penalty, err);
     if (!rc) rc = sampler_set_bias(&r->sm, p->bias_ids, p->bias, p->n_bias, err);
     if (!rc) rc = sampler_set_ban(&r->sm, p->min_ids, p->n_min_ids, p->min_tokens, err);
@@ -367,8 +367,7 @@ void q35_seq_close(Q35Engine *e, int seq) {
     if (!r) return;
     release_blocks(s, r);
     if (s->batched && e->be->seq_end) e->be->seq_end(e->bctx, (int)(r - s->seqs));
-    sampler_free(&r->sm);
-    r->handle = -1;
+    r->handle = -1; /* its sampler's buffers stay for the slot's next sequence (sampler_reset) */
     s->n_open--;
 }
 

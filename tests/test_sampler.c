@@ -291,5 +291,44 @@ int main(void) {
     c.top_p = 0;
     CHECK(sampler_init(&s, &c, 8, 6, &err) == Q35_ERR_ARG && strstr(err.msg, "top_p"), "bad top_p rejected: %s",
           err.msg);
+
+    /* sampler_reset: a sampler used with penalties, bias, a ban and a frequency penalty, then reset to plain settings
+     * with a seed, keeps its buffers and draws as a fresh one does (nothing seen, no bias / ban / counts); a bad
+     * setting is refused; another vocabulary size allocates anew */
+    {
+        Sampler a, f;
+        c = base();
+        c.repetition_penalty = 2.0f, c.presence_penalty = 1.0f;
+        sampler_init(&a, &c, 8, 6, &err);
+        const int bid[1] = {2}, stop[1] = {1};
+        const float bv[1] = {-50.0f};
+        sampler_set_bias(&a, bid, bv, 1, &err);
+        sampler_set_ban(&a, stop, 1, 3, &err);
+        sampler_set_frequency(&a, 1.0f, &err);
+        for (int i = 0; i < 6; i++) sampler_observe(&a, i, i & 1);
+        const unsigned char *kept = a.seen;
+        c = base();
+        c.temperature = 0.9f, c.seed = 11;
+        CHECK(sampler_reset(&a, &c, 8, 6, &err) == 0 && a.seen == kept && !a.count && !a.n_bias && !a.n_ban,
+              "reset keeps the buffers, drops bias / ban / counts: %s", err.msg);
+        int seen_left = 0;
+        for (int i = 0; i < 8; i++) seen_left += a.seen[i] != 0;
+        CHECK(seen_left == 0, "reset clears what was seen (%d ids left)", seen_left);
+        sampler_init(&f, &c, 8, 6, &err);
+        int same = 1;
+        for (int t = 0; t < 50; t++) {
+            float w1[8], w2[8];
+            memcpy(w1, l, sizeof w1);
+            memcpy(w2, l, sizeof w2);
+            same &= sampler_sample(&a, w1) == sampler_sample(&f, w2);
+        }
+        CHECK(same, "a reset sampler draws as a fresh one");
+        c.top_p = 0;
+        CHECK(sampler_reset(&a, &c, 8, 6, &err) == Q35_ERR_ARG, "reset refuses a bad setting");
+        c = base();
+        CHECK(sampler_reset(&a, &c, 16, 16, &err) == 0 && a.n_vocab == 16, "reset to another vocabulary: %s", err.msg);
+        sampler_free(&a);
+        sampler_free(&f);
+    }
     return TEST_SUMMARY("sampler");
 }
