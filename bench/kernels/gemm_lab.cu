@@ -50,13 +50,13 @@
 
 #define WARM 5
 
-#define CKB(call)                                                                          \
-    do {                                                                                   \
-        cublasStatus_t s_ = (call);                                                        \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-            fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #call, (int)s_); \
-            exit(2);                                                                       \
-        }                                                                                  \
+#define CKB(call)                                                                                                      \
+    do {                                                                                                               \
+        cublasStatus_t s_ = (call);                                                                                    \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                             \
+            fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #call, (int)s_);                      \
+            exit(2);                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 struct Shape {
@@ -85,7 +85,7 @@ struct Variant {
 static const Variant VARIANTS[] = {
     {"wgmma", GEMM_ALGO_WGMMA},      {"wgmmaP", GEMM_ALGO_WGMMA_P},   {"tma(pick)", GEMM_ALGO_TMA},
     {"tmaC256", GEMM_ALGO_TMA_C256}, {"tmaC128", GEMM_ALGO_TMA_C128}, {"tmaP128", GEMM_ALGO_TMA_P128},
-    {"tmaP256", GEMM_ALGO_TMA_P256}, {"cublas*", -1},
+    {"tmaP256", GEMM_ALGO_TMA_P256}, {"tmaC64", GEMM_ALGO_TMA_C64},   {"cublas*", -1},
 };
 #define N_VARIANTS ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 
@@ -99,10 +99,13 @@ __device__ __forceinline__ uint32_t hash32(uint32_t x) {
 __global__ void fill_normal(uint16_t *b, float *f, size_t n, uint32_t seed, float scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
-        for (int j = 0; j < 4; j++) s += (float)(hash32(seed ^ hash32((uint32_t)(4 * i + j) * 2654435761U)) >> 8) * (1.0f / 16777216.0f);
+        for (int j = 0; j < 4; j++)
+            s += (float)(hash32(seed ^ hash32((uint32_t)(4 * i + j) * 2654435761U)) >> 8) * (1.0f / 16777216.0f);
         const float v = rbf((s - 2.0f) * 1.7320508f * scale);
-        if (f) f[i] = v;
-        else b[i] = (uint16_t)(__float_as_uint(v) >> 16);
+        if (f)
+            f[i] = v;
+        else
+            b[i] = (uint16_t)(__float_as_uint(v) >> 16);
     }
 }
 __global__ void fill_u16(uint16_t *b, size_t n, uint16_t v) {
@@ -147,13 +150,16 @@ __global__ void check_out(const float *ref, const void *y, const float *y0, cons
             if (rbf(got) != got) got = NAN;
         }
         const float err = fabsf(got - want);
-        if (!(err <= tol)) nbad++;
-        else ratio = fmaxf(ratio, err / tol), maxerr = fmaxf(maxerr, err);
+        if (!(err <= tol))
+            nbad++;
+        else
+            ratio = fmaxf(ratio, err / tol), maxerr = fmaxf(maxerr, err);
         maxw = fmaxf(maxw, fabsf(want));
         ndiff += diff;
     }
     /* one atomic per warp and statistic */
-    const unsigned r0 = __reduce_max_sync(~0u, __float_as_uint(ratio)), r1 = __reduce_max_sync(~0u, __float_as_uint(maxerr));
+    const unsigned r0 = __reduce_max_sync(~0u, __float_as_uint(ratio)),
+                   r1 = __reduce_max_sync(~0u, __float_as_uint(maxerr));
     const unsigned r2 = __reduce_max_sync(~0u, __float_as_uint(maxw)), r3 = __reduce_add_sync(~0u, nbad);
     const unsigned r4 = __reduce_add_sync(~0u, ndiff);
     if ((threadIdx.x & 31) == 0) {
@@ -237,9 +243,12 @@ static bool run_variant(Bufs &b, const Shape &sh, int vi, int dbg, const char *l
     R.vi = vi, R.ran = R.ok = false, R.us = 0;
     GemmParams p = {b.dx, b.dw, b.dy, M, N, K, K, K, ycols, epi, G, v.algo};
     if (dbg >= 0) p.algo = v.algo;
-    if (epi == GEMM_EPI_ADD_F32) CK(cudaMemcpy(b.dy, b.dy0, ybytes, cudaMemcpyDeviceToDevice));
-    else if (epi == GEMM_EPI_F32) CK(cudaMemset(b.dy, 0xff, ybytes));
-    else fill_u16<<<1024, 256>>>((uint16_t *)b.dy, ny, 0x7fc1);
+    if (epi == GEMM_EPI_ADD_F32)
+        CK(cudaMemcpy(b.dy, b.dy0, ybytes, cudaMemcpyDeviceToDevice));
+    else if (epi == GEMM_EPI_F32)
+        CK(cudaMemset(b.dy, 0xff, ybytes));
+    else
+        fill_u16<<<1024, 256>>>((uint16_t *)b.dy, ny, 0x7fc1);
     CK(cudaDeviceSynchronize());
     int rc = launch(b, p, v.algo, dbg, o.sms);
     cudaError_t se = cudaDeviceSynchronize();
@@ -268,7 +277,8 @@ static bool run_variant(Bufs &b, const Shape &sh, int vi, int dbg, const char *l
     memcpy(&maxw, &st[2], 4);
     const float absrel = maxw > 0 ? maxerr / maxw : 0;
     if (!timed) {
-        printf("  %-22s %-18s err/tol %.3f |err|/max %.2e%s\n", label, sh.name, ratio, absrel, R.ok ? "  ok" : "  FAIL");
+        printf("  %-22s %-18s err/tol %.3f |err|/max %.2e%s\n", label, sh.name, ratio, absrel,
+               R.ok ? "  ok" : "  FAIL");
         fflush(stdout);
         return true;
     }
@@ -329,8 +339,8 @@ static int job_shape(int si, const std::vector<int> &vis, const Opts &o, int wfd
     }
     for (int vi : vis) {
         Result R;
-        const bool alive = run_variant(b, sh, vi, -1, VARIANTS[vi].name, o, have_base && vi != 0, vi == 0, true, R,
-                                       &failures);
+        const bool alive =
+            run_variant(b, sh, vi, -1, VARIANTS[vi].name, o, have_base && vi != 0, vi == 0, true, R, &failures);
         if (vi == 0 && R.ok) have_base = true;
         if (write(wfd, &R, sizeof R) != (ssize_t)sizeof R) return 2;
         if (!alive) return 1;
@@ -386,7 +396,8 @@ static int job_probe(int flags) {
         CK(cudaMemset(dout, 0xff, 64 * 64 * 2));
         const int rc = gemm_tma_probe(dx, rows, cols, ld, k0, m0, dout, flags, 0);
         if (rc != 0) {
-            printf("FAIL tma probe flags=%d box (k0 %d, m0 %d): %s\n", flags, k0, m0, cudaGetErrorString((cudaError_t)rc));
+            printf("FAIL tma probe flags=%d box (k0 %d, m0 %d): %s\n", flags, k0, m0,
+                   cudaGetErrorString((cudaError_t)rc));
             fflush(stdout);
             return 1;
         }
@@ -399,8 +410,8 @@ static int job_probe(int flags) {
                 const int pos = r * 64 + (((col >> 3) ^ (r & 7)) << 3) + (col & 7);
                 bad += out[pos] != want;
             }
-        printf("  tma probe flags=%d box (k0 %3d, m0 %3d): %s (%d of 4096 wrong)\n", flags, k0, m0,
-               bad ? "FAIL" : "ok", bad);
+        printf("  tma probe flags=%d box (k0 %3d, m0 %3d): %s (%d of 4096 wrong)\n", flags, k0, m0, bad ? "FAIL" : "ok",
+               bad);
         bad_total += bad;
     }
     fflush(stdout);
@@ -464,11 +475,16 @@ int main(int argc, char **argv) {
     int small = 0;
     std::vector<const char *> skip;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seed") && i + 1 < argc) o.seed = (unsigned)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--cold")) o.cold = 1;
-        else if (!strcmp(argv[i], "--small")) small = 1;
-        else if (!strcmp(argv[i], "--skip") && i + 1 < argc) skip.push_back(argv[++i]);
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            o.seed = (unsigned)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            o.reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cold"))
+            o.cold = 1;
+        else if (!strcmp(argv[i], "--small"))
+            small = 1;
+        else if (!strcmp(argv[i], "--skip") && i + 1 < argc)
+            skip.push_back(argv[++i]);
         else {
             fprintf(stderr, "usage: gemm_lab [--small] [--seed N] [--reps N] [--cold] [--skip VARIANT]...\n");
             return 2;
@@ -523,8 +539,10 @@ int main(int argc, char **argv) {
             bool sk = false;
             for (const char *k : skip) sk |= !strcmp(k, VARIANTS[vi].name);
             if (sk) continue;
-            if (VARIANTS[vi].algo >= GEMM_ALGO_TMA) jobs.push_back({vi});
-            else jobs[0].push_back(vi);
+            if (VARIANTS[vi].algo >= GEMM_ALGO_TMA)
+                jobs.push_back({vi});
+            else
+                jobs[0].push_back(vi);
         }
         for (const auto &vis : jobs) {
             if (vis.empty()) continue;
@@ -556,8 +574,10 @@ int main(int argc, char **argv) {
         for (int vi = 0; vi < N_VARIANTS; vi++) {
             const Result &R = res[si][vi];
             if (sh.per_prefill) {
-                if (R.ran && R.ok) tot_v[vi] += sh.per_prefill * R.us * 1e-3;
-                else tot_ok[vi] = false;
+                if (R.ran && R.ok)
+                    tot_v[vi] += sh.per_prefill * R.us * 1e-3;
+                else
+                    tot_ok[vi] = false;
             }
             if (VARIANTS[vi].algo < 0 || !R.ran || !R.ok) continue;
             if (best < 0 || R.us < res[si][best].us) best = vi;

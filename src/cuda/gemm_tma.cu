@@ -51,7 +51,7 @@ struct TmaCfg {
     static constexpr int EMPTY_ARRIVALS = PP ? 4 : 8;                 /* consumer warps that read each stage */
     static constexpr int STAGE_OFF = STAGES * STAGE + 2 * STAGES * 8; /* epilogue staging, after ring + barriers */
     static constexpr int SMEM = 1024 + STAGE_OFF + 8 * GEMM_STAGE_FLOATS * 4; /* + align slack; 8 consumer warps */
-    static_assert(WG_ROWS % 64 == 0 && MW >= 1 && (BN == 128 || BN == 256), "tile shape");
+    static_assert(WG_ROWS % 64 == 0 && MW >= 1 && (BN == 64 || BN == 128 || BN == 256), "tile shape");
     static_assert(TM <= 256 && BN <= 256, "TMA box rows <= 256");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages keep 1024-byte alignment");
     static_assert(SMEM <= 227 * 1024, "shared memory");
@@ -158,8 +158,10 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
                     const uint64_t da = wgmma_desc(sA + mw * 64 * 128 + kk * 32);
                     if constexpr (BN == 256)
                         wgmma_m64n256k16(acc[mw], da, db);
-                    else
+                    else if constexpr (BN == 128)
                         wgmma_m64n128k16(acc[mw], da, db);
+                    else
+                        wgmma_m64n64k16(acc[mw], da, db);
                 }
             }
             wgmma_commit();
@@ -300,14 +302,16 @@ static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
     return rc;
 }
 
-/* The variant GEMM_ALGO_TMA takes: one wave of 128 x 128 tiles or less -> cooperative 128 x 128
- * (both warpgroups on each tile); more tiles -> ping-pong (epilogues hidden behind the other
+/* The variant GEMM_ALGO_TMA takes: half a wave of 128 x 128 tiles or less (a short prefill piece's wide
+ * projections: 40-65 tiles at <= 128 rows) -> cooperative 128 x 64, twice the CTAs streaming the weights; one wave
+ * or less -> cooperative 128 x 128 (both warpgroups on each tile); more tiles -> ping-pong (epilogues hidden behind the other
  * warpgroup's main loop), 64 x 256 per warpgroup when N is a multiple of 256 (no ragged column
  * tile), else 128 x 128. gemm_lab, M = 2048 (session 4): gate_up 63.7 us (P256) vs 65.3 (P128),
  * attention qkv 39.9 vs 42.9; qkvzba (N = 8224) 61.7 with P128. Edit after reading
  * bench/kernels/gemm_lab.cu's WINNERS table. */
 static int tma_pick(const GemmParams *p, int sms) {
     const int tiles128 = ((p->M + 127) / 128) * ((p->N + 127) / 128);
+    if (2 * tiles128 <= sms) return GEMM_ALGO_TMA_C64;
     if (tiles128 <= sms) return GEMM_ALGO_TMA_C128;
     return p->N % 256 == 0 ? GEMM_ALGO_TMA_P256 : GEMM_ALGO_TMA_P128;
 }
@@ -317,6 +321,7 @@ static int tma_variant(const GemmParams *p, int algo, int sms, const CudaLaunch 
     switch (algo) {
     case GEMM_ALGO_TMA_C256: return tma_launch<128, 256, 4, false, EPI>(p, sms, l);
     case GEMM_ALGO_TMA_C128: return tma_launch<128, 128, 6, false, EPI>(p, sms, l);
+    case GEMM_ALGO_TMA_C64: return tma_launch<128, 64, 8, false, EPI>(p, sms, l);
     case GEMM_ALGO_TMA_P128: return tma_launch<128, 128, 6, true, EPI>(p, sms, l);
     case GEMM_ALGO_TMA_P256: return tma_launch<64, 256, 5, true, EPI>(p, sms, l);
     default: return (int)cudaErrorInvalidValue;

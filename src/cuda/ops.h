@@ -497,7 +497,7 @@ typedef struct GemmParams {
 /* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue).
  * TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer
  * warpgroups (gemm_tma.cu). TMA picks the variant by shape; the others force one:
- *   C256 / C128: "cooperative", both warpgroups on one 128 x 256 / 128 x 128 tile (64 rows each);
+ *   C256 / C128 / C64: "cooperative", both warpgroups on one 128 x 256 / 128 x 128 / 128 x 64 tile (64 rows each);
  *   P128 / P256: "ping-pong", each warpgroup owns a whole 128 x 128 / 64 x 256 tile, so one's
  *   epilogue overlaps the other's main loop.
  * AUTO is TMA on sm_90, MMA elsewhere; the others are chosen explicitly (tests, bench/kernels/gemm_lab.cu). */
@@ -511,7 +511,8 @@ enum {
     GEMM_ALGO_TMA_C128 = 6,
     GEMM_ALGO_TMA_P128 = 7,
     GEMM_ALGO_TMA_P256 = 8,
-    GEMM_ALGO_COUNT = 9
+    GEMM_ALGO_TMA_C64 = 9,
+    GEMM_ALGO_COUNT = 10
 };
 /* Tensor-core GEMM: Hopper wgmma (sm_90a) or mma.sync m16n8k16 (sm_80+), both fed by a cp.async
  * multi-stage shared-memory pipeline, tiles walked in L2-friendly groups. x, w 16-byte aligned.

@@ -49,7 +49,12 @@ static void *alloc(size_t bytes) { return aligned_alloc(64, ((bytes + 63) / 64) 
 
 static int fails;
 static const char *algo_name(int a) {
-    return a == GEMM_ALGO_TMA_C256 ? "C256" : a == GEMM_ALGO_TMA_C128 ? "C128" : a == GEMM_ALGO_TMA_P128 ? "P128" : a == GEMM_ALGO_TMA_P256 ? "P256" : "TMA(auto)";
+    return a == GEMM_ALGO_TMA_C256   ? "C256"
+           : a == GEMM_ALGO_TMA_C128 ? "C128"
+           : a == GEMM_ALGO_TMA_P128 ? "P128"
+           : a == GEMM_ALGO_TMA_P256 ? "P256"
+           : a == GEMM_ALGO_TMA_C64  ? "C64"
+                                     : "TMA(auto)";
 }
 static const char *epi_name(int e) {
     return e == GEMM_EPI_BF16 ? "bf16" : e == GEMM_EPI_F32 ? "f32" : e == GEMM_EPI_ADD_F32 ? "add_f32" : "swiglu1";
@@ -70,8 +75,10 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
     float *y0 = (float *)alloc(ny * 4);
     for (size_t i = 0; i < ny; i++) {
         y0[i] = epi == GEMM_EPI_ADD_F32 || (int)(i % ldy) >= ycols ? rbf(nrm()) : NAN;
-        if (f32) ((float *)y)[i] = y0[i];
-        else ((uint16_t *)y)[i] = emu_bf(y0[i]);
+        if (f32)
+            ((float *)y)[i] = y0[i];
+        else
+            ((uint16_t *)y)[i] = emu_bf(y0[i]);
     }
     GemmParams p;
     memset(&p, 0, sizeof p);
@@ -159,11 +166,18 @@ static void st_place(uint8_t *s, uint32_t base, const uint16_t *v /* [mn][16] */
         for (int k = 0; k < 16; k++) {
             uint32_t off;
             if (!mn_major) {
-                if (W == 0) *lbo = 128 * (uint32_t)(nmn / 8), *sbo = 128, off = (uint32_t)(k / 8) * *lbo + (mn / 8) * 128 + (mn % 8) * 16 + (k % 8) * 2;
-                else *lbo = 16, *sbo = 8 * W, off = (uint32_t)(mn / 8) * *sbo + (mn % 8) * W + k * 2;
+                if (W == 0)
+                    *lbo = 128 * (uint32_t)(nmn / 8), *sbo = 128,
+                    off = (uint32_t)(k / 8) * *lbo + (mn / 8) * 128 + (mn % 8) * 16 + (k % 8) * 2;
+                else
+                    *lbo = 16, *sbo = 8 * W, off = (uint32_t)(mn / 8) * *sbo + (mn % 8) * W + k * 2;
             } else {
-                if (W == 0) *sbo = 128, *lbo = 128 * (uint32_t)(nmn / 8), off = (uint32_t)(mn / 8) * 128 + (k / 8) * *lbo + (k % 8) * 16 + (mn % 8) * 2;
-                else *sbo = 8 * W, *lbo = 16 * W, off = (uint32_t)(mn / (W / 2)) * *lbo + (k / 8) * *sbo + (k % 8) * W + (mn % (W / 2)) * 2;
+                if (W == 0)
+                    *sbo = 128, *lbo = 128 * (uint32_t)(nmn / 8),
+                    off = (uint32_t)(mn / 8) * 128 + (k / 8) * *lbo + (k % 8) * 16 + (mn % 8) * 2;
+                else
+                    *sbo = 8 * W, *lbo = 16 * W,
+                    off = (uint32_t)(mn / (W / 2)) * *lbo + (k / 8) * *sbo + (k % 8) * W + (mn % (W / 2)) * 2;
             }
             uint32_t a = base + off;
             if (W) a ^= ((a >> 7) & (W / 16 - 1)) << 4;
@@ -187,16 +201,21 @@ static void wgmma_selftest(void) {
                 st_place(s, 8192, B, 32, b_mn, W, &lb, &sbo);
             }
             __syncthreads();
-            if (W == 0) /* what st_place chose (all threads need them) */ la = 128 * 8, sa = 128, lb = 128 * 4, sbo = 128;
-            else la = 16, sa = 8 * W, lb = b_mn ? 16 * W : 16, sbo = 8 * W;
+            if (W == 0) /* what st_place chose (all threads need them) */
+                la = 128 * 8, sa = 128, lb = 128 * 4, sbo = 128;
+            else
+                la = 16, sa = 8 * W, lb = b_mn ? 16 * W : 16, sbo = 8 * W;
             const int tid = threadIdx.x, r = (tid >> 5) * 16 + ((tid & 31) >> 2), c = 2 * (tid & 3);
-            uint32_t a[4] = {A[r * 16 + c] | (uint32_t)A[r * 16 + c + 1] << 16, A[(r + 8) * 16 + c] | (uint32_t)A[(r + 8) * 16 + c + 1] << 16,
-                             A[r * 16 + c + 8] | (uint32_t)A[r * 16 + c + 9] << 16, A[(r + 8) * 16 + c + 8] | (uint32_t)A[(r + 8) * 16 + c + 9] << 16};
+            uint32_t a[4] = {A[r * 16 + c] | (uint32_t)A[r * 16 + c + 1] << 16,
+                             A[(r + 8) * 16 + c] | (uint32_t)A[(r + 8) * 16 + c + 1] << 16,
+                             A[r * 16 + c + 8] | (uint32_t)A[r * 16 + c + 9] << 16,
+                             A[(r + 8) * 16 + c + 8] | (uint32_t)A[(r + 8) * 16 + c + 9] << 16};
             float d[4][4];
             for (int n8 = 0; n8 < 4; n8++)
                 for (int e = 0; e < 4; e++) d[n8][e] = form == 9 ? NAN : 1.0f;
             wgmma_fence();
-            emu_wgmma(32, d, st_desc(0, la, sa, sb), rs ? a : nullptr, st_desc(8192, lb, sbo, sb), form == 9 ? 0 : 1, 0, b_mn);
+            emu_wgmma(32, d, st_desc(0, la, sa, sb), rs ? a : nullptr, st_desc(8192, lb, sbo, sb), form == 9 ? 0 : 1, 0,
+                      b_mn);
             wgmma_commit();
             wgmma_wait<0>();
             for (int n8 = 0; n8 < 4; n8++)
@@ -206,16 +225,19 @@ static void wgmma_selftest(void) {
         for (int m = 0; m < 64; m++)
             for (int n = 0; n < 32; n++) {
                 double ref = form == 9 ? 0.0 : 1.0, aa = 1;
-                for (int k = 0; k < 16; k++) ref += bff(A[m * 16 + k]) * bff(B[n * 16 + k]), aa += fabs(bff(A[m * 16 + k]) * bff(B[n * 16 + k]));
+                for (int k = 0; k < 16; k++)
+                    ref += bff(A[m * 16 + k]) * bff(B[n * 16 + k]), aa += fabs(bff(A[m * 16 + k]) * bff(B[n * 16 + k]));
                 const double err = fabs(D[m][n] - ref) / (1e-6 * aa);
                 worst = err > worst || !(err == err) ? (err == err ? err : INFINITY) : worst;
             }
         if (!(worst <= 1.0)) {
-            printf("  FAIL: wgmma self-test form %d (swizzle %d B, %s, %s): error %.3g of bound\n", form, W, b_mn ? "B MN-major" : "K-major", rs ? "A in registers" : "A in smem", worst);
+            printf("  FAIL: wgmma self-test form %d (swizzle %d B, %s, %s): error %.3g of bound\n", form, W,
+                   b_mn ? "B MN-major" : "K-major", rs ? "A in registers" : "A in smem", worst);
             fails++;
         }
     }
-    printf("  wgmma self-test (SS K-major / B MN-major for each swizzle width, RS, scale-d 0): %s\n", fails ? "FAILED" : "ok");
+    printf("  wgmma self-test (SS K-major / B MN-major for each swizzle width, RS, scale-d 0): %s\n",
+           fails ? "FAILED" : "ok");
 }
 
 int main(int argc, char **argv) {
@@ -225,9 +247,10 @@ int main(int argc, char **argv) {
     emu_wg_install();
     printf("TMA + wgmma GEMM (src/cuda/gemm_tma.cu) under the CUDA emulation, seed %llu:\n", (unsigned long long)seed);
     wgmma_selftest();
-    const int algos[4] = {GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256};
+    const int algos[5] = {GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256,
+                          GEMM_ALGO_TMA_C64};
     for (int epi = 0; epi < 4; epi++)
-        for (int a = 0; a < 4; a++) {
+        for (int a = 0; a < 5; a++) {
             run_case(70, 200, 104, 2, 132, algos[a], epi);  /* ragged M, N, K; scalar stores (ldy % 8 != 0) */
             run_case(128, 256, 192, 8, 132, algos[a], epi); /* whole tiles, 3 k-steps */
             run_case(200, 512, 320, 0, 2, algos[a], epi);   /* 2 CTAs, 2-4 tiles each, the ring wraps */
