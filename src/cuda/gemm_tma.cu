@@ -302,13 +302,14 @@ static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
     return rc;
 }
 
-/* The variant GEMM_ALGO_TMA takes: half a wave of 128 x 128 tiles or less (a short prefill piece's wide
- * projections: 40-65 tiles at <= 128 rows) -> cooperative 128 x 64, twice the CTAs streaming the weights; one wave
- * or less -> cooperative 128 x 128 (both warpgroups on each tile); more tiles -> ping-pong (epilogues hidden behind the other
- * warpgroup's main loop), 64 x 256 per warpgroup when N is a multiple of 256 (no ragged column
- * tile), else 128 x 128. gemm_lab, M = 2048 (session 4): gate_up 63.7 us (P256) vs 65.3 (P128),
- * attention qkv 39.9 vs 42.9; qkvzba (N = 8224) 61.7 with P128. Edit after reading
- * bench/kernels/gemm_lab.cu's WINNERS table. */
+/* The variant GEMM_ALGO_TMA takes:
+ *   half a wave of 128 x 128 tiles or less (the 1024-wide residual projections of pieces up to 1024 tokens, the wide
+ *   ones up to 128) -> cooperative 128 x 64: twice the CTAs streaming the weights;
+ *   one wave or less -> cooperative 128 x 128 (both warpgroups on each tile);
+ *   more tiles -> ping-pong (epilogues hidden behind the other warpgroup's main loop), 64 x 256 per warpgroup when N
+ *   is a multiple of 256 (no ragged column tile), else 128 x 128. gemm_lab, M = 2048: gate_up 63.7 us (P256) vs 65.3
+ *   (P128), attention qkv 39.9 vs 42.9; qkvzba (N = 8224) 61.7 with P128. Edit after reading
+ *   bench/kernels/gemm_lab.cu's WINNERS table. */
 static int tma_pick(const GemmParams *p, int sms) {
     const int tiles128 = ((p->M + 127) / 128) * ((p->N + 127) / 128);
     if (2 * tiles128 <= sms) return GEMM_ALGO_TMA_C64;
