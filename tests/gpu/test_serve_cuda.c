@@ -197,18 +197,17 @@ static int run_chunked(void *ctx, const int *idsA, int chunk, float *out, int V,
     return rc;
 }
 
-/* A resumed at an arbitrary position, as a prefix-cache hit does: its first L tokens in slot 2 (blocks 16 ..), the
- * slot's state saved to snapshot 0 and loaded into slot 7, the blocks holding positions < L copied to 32 ..; then
- * the rest of the prompt from L as one chunk and A's decode steps on slot 7 and the copies. Logits rows [N_STEPS][V]
- * to out. */
-static int run_resume(void *ctx, const int *idsA, int L, float *out, int V, Err *err) {
-    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK];
+/* The rest of a resume at L once snapshot 0 holds A's state after L tokens in slot 2 (blocks 16 ..): the snapshot
+ * loaded into slot 7, the blocks holding positions < L copied to 32 .., slot 2 and block 16 overwritten by another
+ * sequence; then the rest of the prompt from L as one chunk and A's decode steps on slot 7 and the copies. Logits rows
+ * [N_STEPS][V] to out. */
+static int resume_from_snapshot(void *ctx, const int *idsA, int L, float *out, int V, Err *err) {
+    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK], other[5] = {1, 2, 3, 4, 5};
     for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 16 + b, t2[b] = 32 + b;
-    BatchItem it = {.slot = 2, .tokens = idsA, .n = L, .pos = 0, .blocks = t1, .logits = 0};
-    int rc = cuda_backend.step_batch(ctx, &it, 1, NULL, err);
-    if (!rc) rc = cuda_backend.snap_save(ctx, 2, 0, err);
-    if (!rc) rc = cuda_backend.snap_load(ctx, 0, 7, err);
+    int rc = cuda_backend.snap_load(ctx, 0, 7, err);
     for (int b = 0; b <= (L - 1) / BLOCK && !rc; b++) rc = cuda_backend.block_copy(ctx, t1[b], t2[b], err);
+    BatchItem ov = {.slot = 2, .tokens = other, .n = 5, .pos = 0, .blocks = t1, .logits = 0};
+    if (!rc) rc = cuda_backend.step_batch(ctx, &ov, 1, NULL, err);
     BatchItem rest = {.slot = 7, .tokens = idsA + L, .n = CHUNK_A - L, .pos = L, .blocks = t2, .logits = 1};
     if (!rc) rc = cuda_backend.step_batch(ctx, &rest, 1, out, err);
     for (int t = CHUNK_A; t < LA && !rc; t++) {
@@ -218,14 +217,24 @@ static int run_resume(void *ctx, const int *idsA, int L, float *out, int V, Err 
     return rc;
 }
 
+/* A resumed at an arbitrary position, as a prefix-cache hit does: its first L tokens in slot 2 (blocks 16 ..), the
+ * slot's state saved to snapshot 0; then resume_from_snapshot. */
+static int run_resume(void *ctx, const int *idsA, int L, float *out, int V, Err *err) {
+    int t1[MAX_SEQ / BLOCK];
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 16 + b;
+    BatchItem it = {.slot = 2, .tokens = idsA, .n = L, .pos = 0, .blocks = t1, .logits = 0};
+    int rc = cuda_backend.step_batch(ctx, &it, 1, NULL, err);
+    if (!rc) rc = cuda_backend.snap_save(ctx, 2, 0, err);
+    return rc ? rc : resume_from_snapshot(ctx, idsA, L, out, V, err);
+}
+
 /* A resumed from a snapshot taken inside a step (BatchItem.snap_off): its whole prompt chunk in slot 2 (blocks 16 ..)
  * with the snapshot after its first L tokens (alone: the context's own prefill, solo; with_other: beside a sequence
  * in slot 5, a batched pass), then its end announced (seq_end: a sequence the context hosts is dropped, so the KV
- * rows before L must be in the pages by then); the snapshot loaded into slot 7 and the blocks holding positions < L
- * copied to 32 .., slot 2 and block 16 overwritten by another sequence; then as run_resume. */
+ * rows before L must be in the pages by then); then resume_from_snapshot. */
 static int run_resume_in_step(void *ctx, const int *idsA, int L, int with_other, float *out, int V, Err *err) {
-    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK], t3[MAX_SEQ / BLOCK], other[5] = {1, 2, 3, 4, 5};
-    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 16 + b, t2[b] = 32 + b, t3[b] = 56 + b;
+    int t1[MAX_SEQ / BLOCK], t3[MAX_SEQ / BLOCK], other[5] = {1, 2, 3, 4, 5};
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 16 + b, t3[b] = 56 + b;
     const int off = L, snap = 0;
     const BatchItem it[2] = {{.slot = 2,
                               .tokens = idsA,
@@ -239,17 +248,7 @@ static int run_resume_in_step(void *ctx, const int *idsA, int L, int with_other,
                              {.slot = 5, .tokens = other, .n = 5, .pos = 0, .blocks = t3, .logits = 0}};
     int rc = cuda_backend.step_batch(ctx, it, with_other ? 2 : 1, NULL, err);
     cuda_backend.seq_end(ctx, 2);
-    if (!rc) rc = cuda_backend.snap_load(ctx, 0, 7, err);
-    for (int b = 0; b <= (L - 1) / BLOCK && !rc; b++) rc = cuda_backend.block_copy(ctx, t1[b], t2[b], err);
-    BatchItem ov = {.slot = 2, .tokens = other, .n = 5, .pos = 0, .blocks = t1, .logits = 0};
-    if (!rc) rc = cuda_backend.step_batch(ctx, &ov, 1, NULL, err);
-    BatchItem rest = {.slot = 7, .tokens = idsA + L, .n = CHUNK_A - L, .pos = L, .blocks = t2, .logits = 1};
-    if (!rc) rc = cuda_backend.step_batch(ctx, &rest, 1, out, err);
-    for (int t = CHUNK_A; t < LA && !rc; t++) {
-        BatchItem d = {.slot = 7, .tokens = idsA + t, .n = 1, .pos = t, .blocks = t2, .logits = 1};
-        rc = cuda_backend.step_batch(ctx, &d, 1, out + (size_t)(1 + t - CHUNK_A) * V, err);
-    }
-    return rc;
+    return rc ? rc : resume_from_snapshot(ctx, idsA, L, out, V, err);
 }
 
 /* Backend.seq_end between solo steps: a lone step of sequence D in slot 5; then A alone in slot 4 (its prompt chunk,
