@@ -72,9 +72,6 @@ static const Shape SHAPES[] = {
     {"attn qkv (bf16)", 2048, 5120, 1024, GEMM_EPI_BF16, 6},
     {"o_proj   (+= x)", 2048, 1024, 2048, GEMM_EPI_ADD_F32, 6},
     {"gate_up  M=128", 128, 7168, 1024, GEMM_EPI_SWIGLU_BF16, 0},
-    {"qkvzba   M=128", 128, 8224, 1024, GEMM_EPI_BF16, 0},
-    {"down     M=256", 256, 1024, 3584, GEMM_EPI_ADD_F32, 0},
-    {"qkvzba   M=512", 512, 8224, 1024, GEMM_EPI_BF16, 0},
     {"gate_up  M=512", 512, 7168, 1024, GEMM_EPI_SWIGLU_BF16, 0},
     {"gate_up  M=8192", 8192, 7168, 1024, GEMM_EPI_SWIGLU_BF16, 0},
 };
@@ -86,19 +83,9 @@ struct Variant {
 };
 /* index 0 is the current kernel: the speedup and bit-difference baseline */
 static const Variant VARIANTS[] = {
-    {"wgmma", GEMM_ALGO_WGMMA},
-    {"wgmmaP", GEMM_ALGO_WGMMA_P},
-    {"tma(pick)", GEMM_ALGO_TMA},
-    {"tmaC256", GEMM_ALGO_TMA_C256},
-    {"tmaC128", GEMM_ALGO_TMA_C128},
-    {"tmaP128", GEMM_ALGO_TMA_P128},
-    {"tmaP256", GEMM_ALGO_TMA_P256},
-    {"tmaC64", GEMM_ALGO_TMA_C64},
-    {"tmaC64X", GEMM_ALGO_TMA_C64X},
-    {"tmaC128X", GEMM_ALGO_TMA_C128X},
-    {"tmaP128W", GEMM_ALGO_TMA_P128W},
-    {"tmaP256W", GEMM_ALGO_TMA_P256W},
-    {"cublas*", -1},
+    {"wgmma", GEMM_ALGO_WGMMA},      {"wgmmaP", GEMM_ALGO_WGMMA_P},   {"tma(pick)", GEMM_ALGO_TMA},
+    {"tmaC256", GEMM_ALGO_TMA_C256}, {"tmaC128", GEMM_ALGO_TMA_C128}, {"tmaP128", GEMM_ALGO_TMA_P128},
+    {"tmaP256", GEMM_ALGO_TMA_P256}, {"tmaC64", GEMM_ALGO_TMA_C64},   {"cublas*", -1},
 };
 #define N_VARIANTS ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 

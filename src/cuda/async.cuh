@@ -44,14 +44,6 @@ __device__ __forceinline__ void mbar_init_fence(void) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-/* Arrives (count 1) on the mbarrier at offset bar in the shared memory of cluster CTA `rank` (the default
- * release at CTA scope, as CUTLASS's ClusterBarrier::arrive: `.release.cluster` measured 2-2.6x slower GEMMs). */
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-                 "r"(rank)
-                 : "memory");
-}
 /* Arrives (count 1) and adds `bytes` to the transaction count the current phase waits for. */
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
@@ -102,15 +94,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         "[%4];\n" ::"r"(dst),
         "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
-}
-/* tma_load_2d multicast to the CTAs of the cluster in cta_mask (bit r: rank r): the box lands at the same
- * shared-memory offset dst in each of them and completes its bytes on the mbarrier at offset bar of each. */
-__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
-                                               uint16_t cta_mask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
-                 : "memory");
 }
 /* 3-D tiled TMA load of the box at (c0, c1, c2) (cuda_tma_map_bf16_3d). */
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,

@@ -30,7 +30,6 @@
 
 #include "cuda/gemm.cuh"
 #include "cuda/async.cuh"
-#include "cuda/cluster.cuh"
 
 /* ---- kernel --------------------------------------------------------------------------------- */
 
@@ -42,64 +41,33 @@ struct GemmTmaArgs {
     const CUtensorMap *gmaps;
 };
 
-/* How a cluster of two CTAs shares a box (MC template argument): TMA_MC_NONE, no cluster; TMA_MC_X, the pair
- * takes two neighbouring column tiles of one row tile and each CTA loads half of the X box for both (multicast);
- * TMA_MC_W, two neighbouring row tiles of one column tile, each loading half of the W box for both. Either way a
- * CTA reads 3/4 of the k-step's bytes from L2 when the two boxes are equal (C128: 24 of 32 KB) and 2/3 for C64's X
- * (16 of 24 KB), P256's W (24 of 40 KB). */
-#define TMA_MC_NONE 0
-#define TMA_MC_X    1
-#define TMA_MC_W    2
-
-/* Tile TM x BN, STAGES-deep ring, cooperative or ping-pong (PP), cluster sharing MC. */
-template <int TM, int BN, int STAGES, bool PP, int MC = TMA_MC_NONE>
+/* Tile TM x BN, STAGES-deep ring, cooperative or ping-pong (PP). */
+template <int TM, int BN, int STAGES, bool PP>
 struct TmaCfg {
     static constexpr int WG_ROWS = PP ? TM : TM / 2; /* rows of the tile one consumer computes */
     static constexpr int MW = WG_ROWS / 64;          /* m64 wgmma blocks per consumer */
     static constexpr int A_BYTES = TM * GEMM_BK * 2, B_BYTES = BN * GEMM_BK * 2;
     static constexpr int STAGE = A_BYTES + B_BYTES;
-    static constexpr int CL = MC == TMA_MC_NONE ? 1 : 2;                                       /* CTAs per cluster */
-    static constexpr int UM = MC == TMA_MC_W ? 2 * TM : TM, UN = MC == TMA_MC_X ? 2 * BN : BN; /* a cluster's tile */
-    static constexpr int XBOX = MC == TMA_MC_X ? TM / 2 : TM, WBOX = MC == TMA_MC_W ? BN / 2 : BN; /* box rows */
-    static constexpr int EMPTY_ARRIVALS = (PP ? 4 : 8) * CL; /* consumer warps (of the cluster) that read a stage */
+    static constexpr int EMPTY_ARRIVALS = PP ? 4 : 8;                 /* consumer warps that read each stage */
     static constexpr int STAGE_OFF = STAGES * STAGE + 2 * STAGES * 8; /* epilogue staging, after ring + barriers */
     static constexpr int SMEM = 1024 + STAGE_OFF + 8 * GEMM_STAGE_FLOATS * 4; /* + align slack; 8 consumer warps */
     static_assert(WG_ROWS % 64 == 0 && MW >= 1 && (BN == 64 || BN == 128 || BN == 256), "tile shape");
     static_assert(TM <= 256 && BN <= 256, "TMA box rows <= 256");
     static_assert(A_BYTES % 1024 == 0 && B_BYTES % 1024 == 0, "stages keep 1024-byte alignment");
-    static_assert(XBOX * 128 % 1024 == 0 && WBOX * 128 % 1024 == 0, "half boxes keep the swizzle's 1024-byte atoms");
     static_assert(SMEM <= 227 * 1024, "shared memory");
 };
 
-/* Where a CTA's tile of cluster tile u lies (rank: the CTA's rank in its cluster, 0 without one). */
-template <class C, int TM, int BN, int MC>
-__device__ __forceinline__ void tma_tile_at(const GemmParams &p, int u, int rank, int &m0, int &n0) {
-    gemm_tile_coords_at<C::UM, C::UN>(p, u, m0, n0);
-    if constexpr (MC == TMA_MC_W) m0 += rank * TM;
-    if constexpr (MC == TMA_MC_X) n0 += rank * BN;
-}
-
-/* DBG: GEMM_TMA_DBG_* bits (0 in production), to tell apart the ingredients when a variant faults.
- * MC != TMA_MC_NONE: launched in clusters of two along x. Both CTAs of a cluster walk the same cluster tiles
- * (u = cluster, cluster + clusters, ...) and k-steps, so their rings advance together: ring slot s of k-step it
- * is filled by both producers (each its own box and its half of the shared one) and its empty barrier counts
- * the consumer warps of both CTAs (a consumer releases the slot in its own CTA and in the other), so no
- * producer writes into a slot the other CTA still reads. A CTA's tile that lies past M or N is computed on the
- * zero-filled boxes and never stored. At the end each producer waits until both CTAs' consumers have released
- * its last slots: no arrival then targets a CTA that has exited. */
-template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG, int MC = TMA_MC_NONE>
+/* DBG: GEMM_TMA_DBG_* bits (0 in production), to tell apart the ingredients when a variant faults. */
+template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG>
 __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ GemmTmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using C = TmaCfg<TM, BN, STAGES, PP, MC>;
+    using C = TmaCfg<TM, BN, STAGES, PP>;
     const GemmParams &p = a.p;
     extern __shared__ __align__(1024) uint8_t smem[];
     const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t full0 = sbase + STAGES * C::STAGE, empty0 = full0 + STAGES * 8;
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int tiles = ((p.M + C::UM - 1) / C::UM) * ((p.N + C::UN - 1) / C::UN); /* cluster tiles */
-    const int ktiles = (p.K + GEMM_BK - 1) / GEMM_BK;
-    const int rank = C::CL == 2 ? (int)(blockIdx.x & 1) : 0, unit = (int)blockIdx.x / C::CL;
-    const int units = (int)gridDim.x / C::CL;
+    const int tiles = ((p.M + TM - 1) / TM) * ((p.N + BN - 1) / BN), ktiles = (p.K + GEMM_BK - 1) / GEMM_BK;
     const CUtensorMap *map_a = (DBG & GEMM_TMA_DBG_GMAP) ? a.gmaps : &a.ta;
     const CUtensorMap *map_b = (DBG & GEMM_TMA_DBG_GMAP) ? a.gmaps + 1 : &a.tb;
 
@@ -112,63 +80,42 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
         if constexpr ((DBG & GEMM_TMA_DBG_GMAP) != 0) tma_map_acquire(map_a), tma_map_acquire(map_b);
         if constexpr ((DBG & GEMM_TMA_DBG_NOPREFETCH) == 0) tma_prefetch_map(map_a), tma_prefetch_map(map_b);
     }
-    if constexpr (C::CL == 2) { /* both CTAs' barriers initialised before the first multicast or remote arrive */
-        cluster_arrive_release();
-        cluster_wait();
-    } else {
-        __syncthreads();
-    }
-    /* this CTA's loads of a k-step: its own box and its half of the shared one (multicast to both CTAs) */
-    const auto load_x = [&](uint32_t sA, int kt, int m0, uint32_t full) {
-        if constexpr (MC == TMA_MC_X)
-            tma_load_2d_mc(sA + rank * C::XBOX * 128, map_a, kt * GEMM_BK, m0 + rank * C::XBOX, full, 3);
-        else
-            tma_load_2d(sA, map_a, kt * GEMM_BK, m0, full);
-    };
-    const auto load_w = [&](uint32_t sA, int kt, int n0, uint32_t full) {
-        if constexpr (MC == TMA_MC_W)
-            tma_load_2d_mc(sA + C::A_BYTES + rank * C::WBOX * 128, map_b, kt * GEMM_BK, n0 + rank * C::WBOX, full, 3);
-        else
-            tma_load_2d(sA + C::A_BYTES, map_b, kt * GEMM_BK, n0, full);
-    };
+    __syncthreads();
 
     if (wg == 0) { /* producer */
         if constexpr ((DBG & GEMM_TMA_DBG_NOREG) == 0) regs_dec<40>();
         if (tid != 0) return;
         /* the weights are immutable: the W boxes of the first tile's first STAGES k-steps go out before the wait
          * for the previous kernel, the X boxes (its output) after */
-        const int pre = unit < tiles ? min(STAGES, ktiles) : 0;
+        const int pre = (int)blockIdx.x < tiles ? min(STAGES, ktiles) : 0;
         if (pre) {
             int m0, n0;
-            tma_tile_at<C, TM, BN, MC>(p, unit, rank, m0, n0);
+            gemm_tile_coords_at<TM, BN>(p, blockIdx.x, m0, n0);
             for (int kt = 0; kt < pre; kt++) {
                 mbar_arrive_expect_tx(full0 + 8 * kt, C::STAGE);
-                load_w(sbase + kt * C::STAGE, kt, n0, full0 + 8 * kt);
+                tma_load_2d(sbase + kt * C::STAGE + C::A_BYTES, map_b, kt * GEMM_BK, n0, full0 + 8 * kt);
             }
         }
         pdl_wait();
         pdl_trigger();
         int it = 0;
-        for (int tile = unit; tile < tiles; tile += units) {
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
             int m0, n0;
-            tma_tile_at<C, TM, BN, MC>(p, tile, rank, m0, n0);
+            gemm_tile_coords_at<TM, BN>(p, tile, m0, n0);
             for (int kt = 0; kt < ktiles; kt++, it++) {
                 const int s = it % STAGES;
                 const uint32_t ph = (uint32_t)(it / STAGES) & 1u, full = full0 + 8 * s;
                 const uint32_t sA = sbase + s * C::STAGE;
                 if (it < pre) { /* armed, its W in flight */
-                    load_x(sA, kt, m0, full);
+                    tma_load_2d(sA, map_a, kt * GEMM_BK, m0, full);
                     continue;
                 }
                 mbar_wait(empty0 + 8 * s, ph ^ 1u);
                 mbar_arrive_expect_tx(full, C::STAGE);
-                load_x(sA, kt, m0, full);
-                load_w(sA, kt, n0, full);
+                tma_load_2d(sA, map_a, kt * GEMM_BK, m0, full);
+                tma_load_2d(sA + C::A_BYTES, map_b, kt * GEMM_BK, n0, full);
             }
         }
-        if constexpr (C::CL == 2) /* the last slots released by both CTAs' consumers (see above) */
-            for (int i = 0; i < STAGES; i++, it++)
-                mbar_wait(empty0 + 8 * (it % STAGES), ((uint32_t)(it / STAGES) & 1u) ^ 1u);
         return;
     }
 
@@ -179,15 +126,10 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
     const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31;
     const uint32_t a_off = PP ? 0u : (uint32_t)cw * 64u * 128u; /* cooperative: this consumer's 64 rows */
     int j = 0;                                                  /* the CTA's local tile index */
-    /* a consumer warp's release of ring slot s: in its CTA and, in a cluster, in the other one */
-    const auto release = [&](int s) {
-        if (lane == 0) mbar_arrive(empty0 + 8 * s);
-        if (C::CL == 2 && lane == 1) mbar_arrive_cluster(empty0 + 8 * s, (uint32_t)rank ^ 1u);
-    };
-    for (int tile = unit; tile < tiles; tile += units, j++) {
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
         if (PP && (j & 1) != cw) continue;
         int m0, n0;
-        tma_tile_at<C, TM, BN, MC>(p, tile, rank, m0, n0);
+        gemm_tile_coords_at<TM, BN>(p, tile, m0, n0);
         float acc[C::MW][BN / 8][4];
 #pragma unroll
         for (int mw = 0; mw < C::MW; mw++)
@@ -225,12 +167,12 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
             wgmma_commit();
             wgmma_wait<1>(); /* the wgmmas of k-step it - 1 are done: its slot may be refilled */
             reg_fence_acc(acc);
-            if (kt > 0) release((it - 1) % STAGES);
+            if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
         }
-        if (PP && tile + units < tiles) bar_arrive(1 + (j & 1), 256); /* the other consumer may start */
+        if (PP && tile + (int)gridDim.x < tiles) bar_arrive(1 + (j & 1), 256); /* the other consumer may start */
         wgmma_wait<0>();
         reg_fence_acc(acc);
-        release((it0 + ktiles - 1) % STAGES);
+        if (lane == 0) mbar_arrive(empty0 + 8 * ((it0 + ktiles - 1) % STAGES));
 
         const int row0 = m0 + (PP ? 0 : cw * 64) + wq * 16;
         float *st = (float *)(smem + (sbase - smem_addr(smem)) + C::STAGE_OFF) + (cw * 4 + wq) * GEMM_STAGE_FLOATS;
@@ -334,53 +276,24 @@ static int tma_gmaps(GemmTmaArgs *a, void **buf, cudaStream_t st) {
     return (int)e;
 }
 
-/* The clusters of two that can be resident at once for kern (one CTA per SM; a GPC with an odd number of free
- * SMs leaves one idle), 0 when the runtime cannot tell. A persistent grid of more would run its last clusters in
- * a second wave. */
-template <typename K>
-static int tma_cluster_cap(K kern, int smem, int sms, cudaStream_t st) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(2 * (sms / 2)), cfg.blockDim = dim3(384), cfg.dynamicSmemBytes = smem, cfg.stream = st;
-    cfg.attrs = &attr, cfg.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess || n < 1) {
-        (void)cudaGetLastError();
-        n = 0;
-    }
-    return n;
-}
-
-template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG = 0, int MC = TMA_MC_NONE>
+template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG = 0>
 static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
-    using C = TmaCfg<TM, BN, STAGES, PP, MC>;
+    using C = TmaCfg<TM, BN, STAGES, PP>;
     GemmTmaArgs a;
     memset(&a, 0, sizeof a);
     a.p = *p;
-    int rc = cuda_tma_map_bf16(&a.ta, p->x, p->M, p->K, p->ldx, C::XBOX);
-    if (rc == 0) rc = cuda_tma_map_bf16(&a.tb, p->w, p->N, p->K, p->ldw, C::WBOX);
+    int rc = cuda_tma_map_bf16(&a.ta, p->x, p->M, p->K, p->ldx, TM);
+    if (rc == 0) rc = cuda_tma_map_bf16(&a.tb, p->w, p->N, p->K, p->ldw, BN);
     if (rc != 0) return rc;
     void *gbuf = nullptr;
     if constexpr ((DBG & GEMM_TMA_DBG_GMAP) != 0) {
         rc = tma_gmaps(&a, &gbuf, l->stream);
         if (rc != 0) return rc;
     }
-    auto kern = gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG, MC>;
+    const int tiles = ((p->M + TM - 1) / TM) * ((p->N + BN - 1) / BN), grid = tiles < sms ? tiles : sms;
+    auto kern = gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-    if (e != cudaSuccess) return (int)e;
-    const int tiles = ((p->M + C::UM - 1) / C::UM) * ((p->N + C::UN - 1) / C::UN); /* cluster tiles */
-    int grid;
-    if constexpr (C::CL == 2) {
-        static int occ = -1; /* per instantiation: the process drives one device */
-        if (occ < 0) occ = tma_cluster_cap(kern, C::SMEM, sms, l->stream);
-        const int cap = occ > 0 && occ < sms / 2 ? occ : sms / 2 > 0 ? sms / 2 : 1;
-        grid = 2 * (tiles < cap ? tiles : cap);
-    } else {
-        grid = tiles < sms ? tiles : sms;
-    }
-    rc = launch_ex(kern, dim3(grid), dim3(384), C::SMEM, C::CL == 2 ? 2u : 0u, l, a);
+    rc = e == cudaSuccess ? launch_ex(kern, dim3(grid), dim3(384), C::SMEM, 0, l, a) : (int)e;
     if (gbuf) {
         const cudaError_t se = cudaStreamSynchronize(l->stream);
         cudaFree(gbuf);
@@ -412,10 +325,6 @@ static int tma_variant(const GemmParams *p, int algo, int sms, const CudaLaunch 
     case GEMM_ALGO_TMA_C64: return tma_launch<128, 64, 8, false, EPI>(p, sms, l);
     case GEMM_ALGO_TMA_P128: return tma_launch<128, 128, 6, true, EPI>(p, sms, l);
     case GEMM_ALGO_TMA_P256: return tma_launch<64, 256, 5, true, EPI>(p, sms, l);
-    case GEMM_ALGO_TMA_C64X: return tma_launch<128, 64, 8, false, EPI, 0, TMA_MC_X>(p, sms, l);
-    case GEMM_ALGO_TMA_C128X: return tma_launch<128, 128, 6, false, EPI, 0, TMA_MC_X>(p, sms, l);
-    case GEMM_ALGO_TMA_P128W: return tma_launch<128, 128, 6, true, EPI, 0, TMA_MC_W>(p, sms, l);
-    case GEMM_ALGO_TMA_P256W: return tma_launch<64, 256, 5, true, EPI, 0, TMA_MC_W>(p, sms, l);
     default: return (int)cudaErrorInvalidValue;
     }
 }

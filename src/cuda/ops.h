@@ -500,8 +500,6 @@ typedef struct GemmParams {
  *   C256 / C128 / C64: "cooperative", both warpgroups on one 128 x 256 / 128 x 128 / 128 x 64 tile (64 rows each);
  *   P128 / P256: "ping-pong", each warpgroup owns a whole 128 x 128 / 64 x 256 tile, so one's
  *   epilogue overlaps the other's main loop.
- *   C64X / C128X / P128W / P256W: C64 / C128 / P128 / P256 in clusters of two CTAs that share the X box
- *   (neighbouring column tiles) or the W box (neighbouring row tiles) through TMA multicast, each loading half.
  * AUTO is TMA on sm_90, MMA elsewhere; the others are chosen explicitly (tests, bench/kernels/gemm_lab.cu). */
 enum {
     GEMM_ALGO_AUTO = 0,
@@ -514,11 +512,7 @@ enum {
     GEMM_ALGO_TMA_P128 = 7,
     GEMM_ALGO_TMA_P256 = 8,
     GEMM_ALGO_TMA_C64 = 9,
-    GEMM_ALGO_TMA_C64X = 10,
-    GEMM_ALGO_TMA_C128X = 11,
-    GEMM_ALGO_TMA_P128W = 12,
-    GEMM_ALGO_TMA_P256W = 13,
-    GEMM_ALGO_COUNT = 14
+    GEMM_ALGO_COUNT = 10
 };
 /* Tensor-core GEMM: Hopper wgmma (sm_90a) or mma.sync m16n8k16 (sm_80+), both fed by a cp.async
  * multi-stage shared-memory pipeline, tiles walked in L2-friendly groups. x, w 16-byte aligned.

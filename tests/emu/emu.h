@@ -370,15 +370,6 @@ static inline void emu_tma(int cta, uint32_t dst, const CUtensorMap *m, int c0, 
 static inline void tma_load_2d(uint32_t dst, const CUtensorMap *m, int c0, int c1, uint32_t bar) {
     emu_tma(me().cta, dst, m, c0, c1, 0, bar);
 }
-/* multicast: the box lands in every CTA of the cluster whose bit is set, each completing on its own barrier */
-static inline void tma_load_2d_mc(uint32_t dst, const CUtensorMap *m, int c0, int c1, uint32_t bar, uint16_t mask) {
-    if (mask == 0 || (mask >> E.ncta) != 0) {
-        fprintf(stderr, "emu: TMA multicast mask 0x%x outside the cluster of %d\n", mask, E.ncta);
-        exit(2);
-    }
-    for (int c = 0; c < E.ncta; c++)
-        if (mask & (1u << c)) emu_tma(c, dst, m, c0, c1, 0, bar);
-}
 static inline void tma_load_3d(uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, uint32_t bar) {
     emu_tma(me().cta, dst, m, c0, c1, c2, bar);
 }
@@ -398,10 +389,6 @@ static inline void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint3
 /* runs kern over grid in clusters of cl CTAs along x; emu_hook_begin(cl) / emu_hook_end() (optional,
  * emu_wgmma.h) run before and after each cluster */
 static std::function<void()> emu_kern;
-/* > 1: the first CTA of a cluster gets emu_skew rounds of turns per scheduler sweep, the others one, so it runs
- * ahead of them and a cross-CTA ordering a kernel forgot (a slot of another CTA refilled before all its readers
- * released it) shows up as wrong data or a deadlock */
-static int emu_skew = 1;
 static void (*emu_hook_begin)(int ncta) = nullptr;
 static void (*emu_hook_end)(void) = nullptr;
 static void emu_entry() {
@@ -447,15 +434,13 @@ static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::
                 for (bool any = true; any;) {
                     any = false;
                     const long prog0 = emu_progress;
-                    for (int c = 0; c < cl; c++)
-                        for (int r = 0; r < (c == 0 ? emu_skew : 1); r++)
-                            for (int i = c * nthreads; i < (c + 1) * nthreads; i++) {
-                                if (E.th[i].done)
-                                    continue;
-                                any = true;
-                                E.cur = i;
-                                swapcontext(&E.sched, &E.th[i].ctx);
-                            }
+                    for (int i = 0; i < n; i++) {
+                        if (E.th[i].done)
+                            continue;
+                        any = true;
+                        E.cur = i;
+                        swapcontext(&E.sched, &E.th[i].ctx);
+                    }
                     if (any && emu_progress == prog0) {
                         fprintf(stderr, "emu: deadlock in CTA(s) %u.. (every live thread waits on a barrier)\n", x0);
                         exit(3);

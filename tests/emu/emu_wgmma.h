@@ -52,20 +52,6 @@ static inline void mbar_arrive(uint32_t bar) {
     b->pend--;
     emu_bar_check(b);
 }
-/* mbarrier.arrive on the barrier at offset bar of cluster CTA `rank` (mapa + shared::cluster) */
-static inline void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
-    if ((int)rank >= E.ncta) {
-        fprintf(stderr, "emu: remote mbarrier arrive at rank %u of a cluster of %d\n", rank, E.ncta);
-        exit(2);
-    }
-    EmuBar *b = emu_bar((int)rank, bar);
-    if (b->pend == 0) {
-        fprintf(stderr, "emu: mbarrier at %u of CTA %u: more arrivals than its count\n", bar, rank);
-        exit(2);
-    }
-    b->pend--;
-    emu_bar_check(b);
-}
 /* bar.arrive: counts toward the barrier's n without waiting */
 static inline void bar_arrive(int id, int n) {
     const int b = me().cta * 16 + id;

@@ -40,15 +40,13 @@ static const CudaLaunch L0 = {0, 0, NULL, 0}; /* default stream, no PDL */
 static int algo_lo = 0, algo_hi = 1;          /* this process tests algo_of[algo_lo .. algo_hi - 1] */
 /* ALGO_SKINNY: cuda_gemm_skinny (the batched decode step's GEMM for few rows), tested on every GPU */
 #define ALGO_SKINNY GEMM_ALGO_COUNT
-static const int algo_of[] = {GEMM_ALGO_MMA,       ALGO_SKINNY,        GEMM_ALGO_WGMMA,    GEMM_ALGO_WGMMA_P,
-                              GEMM_ALGO_TMA,       GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128,
-                              GEMM_ALGO_TMA_P256,  GEMM_ALGO_TMA_C64,  GEMM_ALGO_TMA_C64X, GEMM_ALGO_TMA_C128X,
-                              GEMM_ALGO_TMA_P128W, GEMM_ALGO_TMA_P256W};
+static const int algo_of[] = {GEMM_ALGO_MMA,      ALGO_SKINNY,        GEMM_ALGO_WGMMA,    GEMM_ALGO_WGMMA_P,
+                              GEMM_ALGO_TMA,      GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128,
+                              GEMM_ALGO_TMA_P256, GEMM_ALGO_TMA_C64};
 #define N_ALGOS_SM90 ((int)(sizeof algo_of / sizeof algo_of[0]))
 #define N_ALGOS_ANY  2 /* algo_of[0 .. 1] run on any GPU, the rest on sm_90 */
-static const char *const algo_name[GEMM_ALGO_COUNT + 1] = {"auto",    "mma",      "wgmma",    "wgmmaP",   "tma",
-                                                           "tmaC256", "tmaC128",  "tmaP128",  "tmaP256",  "tmaC64",
-                                                           "tmaC64X", "tmaC128X", "tmaP128W", "tmaP256W", "skinny"};
+static const char *const algo_name[GEMM_ALGO_COUNT + 1] = {
+    "auto", "mma", "wgmma", "wgmmaP", "tma", "tmaC256", "tmaC128", "tmaP128", "tmaP256", "tmaC64", "skinny"};
 static int n_sm = 1;
 
 /* cuda_gemm_bf16, or for ALGO_SKINNY cuda_gemm_skinny with a workspace of the size it asks for */
@@ -237,27 +235,6 @@ static void check_algo(const Case *cs, int algo) {
             diff += memcmp(y1 + (size_t)r * ldy * esz, y2 + (size_t)r * ldy * esz, (size_t)ycols * esz) != 0;
         CHECK(diff == 0, "skinny %s M=%d N=%d K=%d epi=%d: %ld of the first %d rows differ from the M=%d run", fmt, M2,
               N, K, epi, diff, M2, M);
-        free(y2);
-        CUDA_OK(cudaFree(dy2));
-    }
-    /* a cluster variant shares boxes between its two CTAs, nothing else: bitwise its single-CTA twin's output */
-    const int twin = algo == GEMM_ALGO_TMA_C64X    ? GEMM_ALGO_TMA_C64
-                     : algo == GEMM_ALGO_TMA_C128X ? GEMM_ALGO_TMA_C128
-                     : algo == GEMM_ALGO_TMA_P128W ? GEMM_ALGO_TMA_P128
-                     : algo == GEMM_ALGO_TMA_P256W ? GEMM_ALGO_TMA_P256
-                                                   : -1;
-    if (twin >= 0) {
-        unsigned char *y2 = malloc(ybytes);
-        void *dy2 = dcopy(cs->y0, ybytes);
-        GemmParams p2 = p;
-        p2.y = dy2, p2.algo = twin;
-        CHECK(gemm_run(&p2, twin) == 0, "launch %s M=%d twin %s", fmt, M, algo_name[twin]);
-        CUDA_OK(cudaMemcpy(y2, dy2, ybytes, cudaMemcpyDeviceToHost));
-        long diff = 0;
-        for (int r = 0; r < M; r++)
-            diff += memcmp(y1 + (size_t)r * ldy * esz, y2 + (size_t)r * ldy * esz, (size_t)ycols * esz) != 0;
-        CHECK(diff == 0, "%s M=%d N=%d K=%d epi=%d: %ld rows of %s differ from %s", fmt, M, N, K, epi, diff,
-              algo_name[algo], algo_name[twin]);
         free(y2);
         CUDA_OK(cudaFree(dy2));
     }
