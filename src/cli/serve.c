@@ -42,7 +42,7 @@ int cmd_serve(int argc, char **argv) {
     cli_model_init(&m);
     const char *host = "127.0.0.1", *api_key = NULL, *kv_memory = NULL, *name = NULL, *prefix_memory = NULL;
     const char *host_memory = NULL;
-    int port = 8000, max_seqs = 0, max_queue = 256, max_body_kb = 4096, step_tokens = 512, think = 0, quiet = 0;
+    int port = 8000, max_seqs = 0, max_queue = 256, max_body_kb = 4096, step_tokens = 2048, think = 0, quiet = 0;
     int device = 0, kv_block = 0;
     float kv_fraction = 0;
     const CliFlag own[] = {
@@ -71,7 +71,7 @@ int cmd_serve(int argc, char **argv) {
         {"--max-body-kb", NULL, CLI_INT, &max_body_kb, .lo = 1, .hi = 1 << 20, .arg = "N",
          .help = "largest request body in KiB before 413 (default 4096)"},
         {"--step-tokens", NULL, CLI_INT, &step_tokens, .lo = 1, .hi = 1 << 20, .arg = "N",
-         .help = "tokens per engine step: prompt chunks + decodes (default 512)"},
+         .help = "tokens per engine step: prompt chunks + decodes (default 2048)"},
         {"--think", NULL, CLI_BOOL, &think,
          .help = "chat requests think by default (else only with chat_template_kwargs.enable_thinking)"},
         {"--quiet", NULL, CLI_BOOL, &quiet, .help = "no log line per request"},
