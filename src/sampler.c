@@ -15,22 +15,27 @@ static int check_cfg(const Q35Sampling *cfg, Err *err) {
     return 0;
 }
 
-int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
-    memset(s, 0, sizeof *s);
-    const int rc = check_cfg(cfg, err);
-    if (rc) return rc;
+/* The settings and the vocabulary-sized buffers of a sampler whose other fields are zero; buffers already there (kept
+ * by sampler_reset) are used as they are. */
+static int setup(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
     s->cfg = *cfg;
     s->n_vocab = n_vocab;
     s->n_valid = n_valid < n_vocab ? n_valid : n_vocab;
     rng_seed(&s->rng, cfg->seed);
-    s->seen = calloc((size_t)n_vocab, 1);
-    s->cand = malloc(sizeof(int) * (size_t)n_vocab);
-    s->prob = malloc(sizeof(float) * (size_t)n_vocab);
+    if (!s->seen) s->seen = calloc((size_t)n_vocab, 1);
+    if (!s->cand) s->cand = malloc(sizeof(int) * (size_t)n_vocab);
+    if (!s->prob) s->prob = malloc(sizeof(float) * (size_t)n_vocab);
     if (!s->seen || !s->cand || !s->prob) {
         sampler_free(s);
         return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
     }
     return 0;
+}
+
+int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
+    memset(s, 0, sizeof *s);
+    const int rc = check_cfg(cfg, err);
+    return rc ? rc : setup(s, cfg, n_vocab, n_valid, err);
 }
 
 int sampler_reset(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
@@ -43,19 +48,11 @@ int sampler_reset(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, 
     unsigned char *seen = s->seen;
     int *cand = s->cand;
     float *prob = s->prob;
-    s->seen = NULL;
-    s->cand = NULL;
-    s->prob = NULL;
-    sampler_free(s); /* the small parts; then as sampler_init, the three buffers kept */
+    s->seen = NULL, s->cand = NULL, s->prob = NULL;
+    sampler_free(s); /* the small parts (bias, ban, counts); the three buffers stay */
     memset(seen, 0, (size_t)n_vocab);
-    s->cfg = *cfg;
-    s->n_vocab = n_vocab;
-    s->n_valid = n_valid < n_vocab ? n_valid : n_vocab;
-    rng_seed(&s->rng, cfg->seed);
-    s->seen = seen;
-    s->cand = cand;
-    s->prob = prob;
-    return 0;
+    s->seen = seen, s->cand = cand, s->prob = prob;
+    return setup(s, cfg, n_vocab, n_valid, err);
 }
 
 int sampler_set_frequency(Sampler *s, float f, Err *err) {

@@ -55,6 +55,19 @@ static int ref_sample(Sampler *s, const float *logits) {
     return s->cand[m - 1];
 }
 
+/* Whether samplers a and b (vocabularies of at most 8) draw the same ids for `steps` draws, each from its own copy of
+ * the n logits (the sampler may change the row it is given). */
+static int same_draws(Sampler *a, Sampler *b, const float *logits, int n, int steps) {
+    int same = 1;
+    for (int t = 0; t < steps; t++) {
+        float w1[8] = {0}, w2[8] = {0};
+        memcpy(w1, logits, sizeof(float) * (size_t)n);
+        memcpy(w2, logits, sizeof(float) * (size_t)n);
+        same &= sampler_sample(a, w1) == sampler_sample(b, w2);
+    }
+    return same;
+}
+
 static Q35Sampling base(void) {
     Q35Sampling s;
     memset(&s, 0, sizeof s);
@@ -205,14 +218,7 @@ int main(void) {
     Sampler a, b;
     sampler_init(&a, &c, 8, 6, &err);
     sampler_init(&b, &c, 8, 6, &err);
-    int same = 1;
-    for (int t = 0; t < 100; t++) {
-        float w1[8], w2[8];
-        memcpy(w1, z, sizeof z);
-        memcpy(w2, z, sizeof z);
-        same &= sampler_sample(&a, w1) == sampler_sample(&b, w2);
-    }
-    CHECK(same, "same seed gives the same ids");
+    CHECK(same_draws(&a, &b, z, 6, 100), "same seed gives the same ids");
     sampler_free(&a);
     sampler_free(&b);
 
@@ -315,14 +321,7 @@ int main(void) {
         for (int i = 0; i < 8; i++) seen_left += a.seen[i] != 0;
         CHECK(seen_left == 0, "reset clears what was seen (%d ids left)", seen_left);
         sampler_init(&f, &c, 8, 6, &err);
-        int same = 1;
-        for (int t = 0; t < 50; t++) {
-            float w1[8], w2[8];
-            memcpy(w1, l, sizeof w1);
-            memcpy(w2, l, sizeof w2);
-            same &= sampler_sample(&a, w1) == sampler_sample(&f, w2);
-        }
-        CHECK(same, "a reset sampler draws as a fresh one");
+        CHECK(same_draws(&a, &f, l, 8, 50), "a reset sampler draws as a fresh one");
         c.top_p = 0;
         CHECK(sampler_reset(&a, &c, 8, 6, &err) == Q35_ERR_ARG, "reset refuses a bad setting");
         c = base();
