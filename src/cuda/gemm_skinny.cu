@@ -483,7 +483,7 @@ __global__ void __launch_bounds__(64 * NC)
     const int i = l + 32 * (k >> 1), c4 = 2 * i + (k & 1);
     float4 gw = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (i < n8) gw = __ldg((const float4 *)nm.w + c4);
-    pdl_wait();
+    pdl_begin(); /* the next kernel may start now and stream its weights while the rows are reduced */
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (i < n8) {
         float4 *x = (float4 *)((float *)g.y + (size_t)row * g.ldy);
@@ -512,7 +512,6 @@ __global__ void __launch_bounds__(64 * NC)
         if (l == 0) sr = rsqrtf(ss / (float)g.N + nm.eps);
     }
     __syncthreads();
-    pdl_trigger();
     if (i < n8) {
         const float r = sr;
         uint2 o;

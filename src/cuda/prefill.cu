@@ -53,6 +53,10 @@ struct CudaPrefill {
     size_t skw_floats;
     int n_sm;
     int split_m; /* GemmParams.split_m of the skinny GEMMs: outside deterministic mode */
+    /* h holds norm(x rows [0, h_rows)) with weight h_norm_w: a residual GEMM's reduction computed it (pf_gemm), so the
+     * pf_norm that asks for exactly that launches nothing; NULL when h holds anything else */
+    const float *h_norm_w;
+    int h_rows;
     /* FP8: the tiled GEMMs read bf16 copies of the weights, dequantized a layer ahead on a side stream (pf_copy_*):
      * the copies of the piece's j-th layer with any (copy_mask[l]: bits 1 << CW_*) go to set j % 2 (wset, set_elems
      * each) once the GEMMs of layer j - 2 are done, while the main stream runs the layer before; the main stream
@@ -127,8 +131,11 @@ static void pf_layout(CudaCtx *ctx, CudaPrefill *pf, PfArena *a) {
     const int M = pf->tmax < PF_SKINNY_ROWS ? pf->tmax : PF_SKINNY_ROWS, ks[3] = {d->F, d->Hq * d->hd, d->Hv * d->dv};
     pf->skw_floats = 0;
     for (int i = 0; i < 3; i++) {
-        const size_t w = ks[i] > 0 ? cuda_gemm_skinny_work(M, d->D, ks[i], pf->n_sm, GEMM_EPI_ADD_F32, 1) : 0;
+        if (ks[i] <= 0) continue;
+        const size_t w = cuda_gemm_skinny_work(M, d->D, ks[i], pf->n_sm, GEMM_EPI_ADD_F32, 1),
+                     wn = cuda_gemm_skinny_work(M, d->D, ks[i], pf->n_sm, GEMM_EPI_ADD_F32_NORM, 1);
         pf->skw_floats = w > pf->skw_floats ? w : pf->skw_floats;
+        pf->skw_floats = wn > pf->skw_floats ? wn : pf->skw_floats;
     }
     pf->skw = (float *)pf_carve(a, sizeof(float) * (pf->skw_floats > 0 ? pf->skw_floats : 1));
     pf->set_elems = 0;
@@ -259,18 +266,28 @@ static int pf_skinny(const CudaPrefill *pf, const GemmParams *g) {
            cuda_gemm_skinny_work(g->M, g->N, g->K, pf->n_sm, g->epi, 1) <= pf->skw_floats;
 }
 
-/* Y = X W^T with g's weight: bf16 (g->w), or FP8 (g->w8: only where pf_skinny takes it) */
-static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, int layer, const char *what, Err *err) {
+/* Y = X W^T with g's weight: bf16 (g->w), or FP8 (g->w8: only where pf_skinny takes it). norm_w (a residual GEMM,
+ * y = x + X W^T with x the residual stream): the RMSNorm that comes next, h = norm(y) with that weight, fused into the
+ * skinny GEMM's split reduction where pf_skinny takes the GEMM (bitwise the separate norm kernel; one launch fewer). */
+static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, const float *norm_w, int layer,
+                   const char *what, Err *err) {
     const int swiglu = g->epi == GEMM_EPI_SWIGLU_BF16, ycols = swiglu ? g->N / 2 : g->N;
     const double yb = g->epi == GEMM_EPI_ADD_F32 ? 8.0 : g->epi == GEMM_EPI_F32 ? 4.0 : 2.0;
     const double bytes = 2.0 * g->M * g->K + (g->w8 ? 1.0 : 2.0) * g->N * g->K + yb * g->M * ycols;
-    const int skinny = pf_skinny(pf, g);
+    const int skinny = pf_skinny(pf, g),
+              fuse = skinny && norm_w && g->epi == GEMM_EPI_ADD_F32 && g->y == pf->x && g->N == pf->d.D &&
+                     g->N <= 2048 &&
+                     cuda_gemm_skinny_work(g->M, g->N, g->K, pf->n_sm, GEMM_EPI_ADD_F32_NORM, 1) <= pf->skw_floats;
     GemmParams sg = *g;
     sg.split_m = pf->split_m;
+    pf->h_norm_w = NULL; /* h is about to be rewritten, or x (whose norm it holds) */
     op_begin(pf, lc->stream);
-    const int rc = skinny  ? cuda_gemm_skinny(&sg, pf->skw, pf->skw_floats, pf->n_sm, lc)
-                   : g->w8 ? (int)cudaErrorInvalidValue
-                           : cuda_gemm_bf16(g, lc);
+    const int rc = fuse ? cuda_gemm_skinny_norm(&sg, norm_w, pf->d.norm_mode, pf->d.eps, pf->h, pf->skw, pf->skw_floats,
+                                                pf->n_sm, lc)
+                   : skinny ? cuda_gemm_skinny(&sg, pf->skw, pf->skw_floats, pf->n_sm, lc)
+                   : g->w8  ? (int)cudaErrorInvalidValue
+                            : cuda_gemm_bf16(g, lc);
+    if (!rc && fuse) pf->h_norm_w = norm_w, pf->h_rows = g->M;
     return op_end(pf, rc, layer, what, 2.0 * g->M * (double)g->N * g->K, bytes, err);
 }
 
@@ -376,14 +393,14 @@ static int pf_copy_leave(CudaCtx *ctx, CudaPrefill *pf, int l, cudaStream_t main
  * to the skinny GEMM as it is where that takes the piece (as in the batched step: the FP8 DeltaNet in_proj's bf16
  * b / a rows as a second skinny GEMM into the columns after its FP8 rows); the tiled GEMM reads a bf16 copy. */
 static int pf_proj(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, GemmParams g, const CudaLayer *ly, int which,
-                   int layer, const char *what, Err *err) {
+                   const float *norm_w, int layer, const char *what, Err *err) {
     cuda_layer_gemm_w(ly, which, g.K, &g);
     if (g.w8) {
         if (pf_fp8_skinny(pf, ly, which, &g)) {
             GemmParams s = g, t;
             const int tail = cuda_layer_gemm_tail(ly, which, &s, &t);
-            int rc = pf_gemm(pf, lc, &s, layer, what, err);
-            if (!rc && tail) rc = pf_gemm(pf, lc, &t, layer, "gemm_ba", err);
+            int rc = pf_gemm(pf, lc, &s, tail ? NULL : norm_w, layer, what, err);
+            if (!rc && tail) rc = pf_gemm(pf, lc, &t, NULL, layer, "gemm_ba", err);
             return rc;
         }
         if (!pf->n_copy_layers || !(pf->copy_mask[layer] & (1 << which)) || !pf->cur[which])
@@ -392,14 +409,18 @@ static int pf_proj(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, GemmPara
         g.w8 = NULL;
         g.w8_scale = NULL;
     }
-    return pf_gemm(pf, lc, &g, layer, what, err);
+    return pf_gemm(pf, lc, &g, norm_w, layer, what, err);
 }
 
-/* h = bf16 norm of rows [0, T) of x (fp32 [T][D]). The row norm kernels read only the (immutable)
- * weights before pdl_wait(), so with PDL they may start while the kernel that wrote x drains (48
- * launches of ~8 us, launch-bound: 5.5 us back to back). */
+/* h = bf16 norm of rows [0, T) of x (fp32 [T][D]); no launch where the residual GEMM that wrote x computed exactly
+ * that in its reduction (pf_gemm's norm_w). The row norm kernels read only the (immutable) weights before pdl_wait(),
+ * so with PDL they may start while the kernel that wrote x drains. */
 static int pf_norm(CudaPrefill *pf, const CudaLaunch *lc, const float *x, const float *w, int T, int layer,
                    const char *what, Err *err) {
+    if (pf->h_norm_w && pf->h_norm_w == w && x == pf->x && T == pf->h_rows) {
+        pf->h_norm_w = NULL;
+        return 0; /* the residual GEMM's reduction wrote it */
+    }
     RmsnormRowsParams np = {x, w, pf->h, T, pf->d.D, pf->d.norm_mode, pf->d.eps};
     op_begin(pf, lc->stream);
     return op_end(pf, cuda_rmsnorm_rows_bf16(&np, lc), layer, what, 4.0 * T * pf->d.D, 6.0 * T * pf->d.D, err);
@@ -411,9 +432,10 @@ static int pf_mlp(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, const Cud
     int rc = pf_norm(pf, lc, pf->x, ly->ln2, T, l, "norm", err);
     if (rc) return rc;
     const GemmParams gu = {pf->h, NULL, pf->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, algo};
-    if ((rc = pf_proj(ctx, pf, lc, gu, ly, CW_GU, l, "gemm_gate_up", err))) return rc;
+    if ((rc = pf_proj(ctx, pf, lc, gu, ly, CW_GU, NULL, l, "gemm_gate_up", err))) return rc;
     const GemmParams dn = {pf->act, NULL, pf->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, algo};
-    return pf_proj(ctx, pf, lc, dn, ly, CW_DOWN, l, "gemm_down", err);
+    const float *next = l + 1 < ctx->c->num_hidden_layers ? ctx->layers[l + 1].ln1 : NULL; /* the next layer's norm */
+    return pf_proj(ctx, pf, lc, dn, ly, CW_DOWN, next, l, "gemm_down", err);
 }
 
 static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int l, int T, int P, Err *err) {
@@ -423,7 +445,7 @@ static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, in
     int rc = pf_norm(pf, lc, pf->x, ly->ln1, T, l, "norm", err);
     if (rc) return rc;
     const GemmParams qkv = {pf->h, NULL, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    if ((rc = pf_proj(ctx, pf, lc, qkv, ly, CW_IN, l, "gemm_qkv", err))) return rc;
+    if ((rc = pf_proj(ctx, pf, lc, qkv, ly, CW_IN, NULL, l, "gemm_qkv", err))) return rc;
     AttnPrepParams pp = {pf->proj,
                          n,
                          d->attn_gate ? 2 * hd : hd,
@@ -461,7 +483,7 @@ static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, in
                 2.0 * T * d->Hq * hd * 3 + 4.0 * d->Hkv * (double)(P + T) * hd, err);
     if (rc) return rc;
     const GemmParams o = {pf->act, NULL, pf->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    if ((rc = pf_proj(ctx, pf, lc, o, ly, CW_OUT, l, "gemm_o", err))) return rc;
+    if ((rc = pf_proj(ctx, pf, lc, o, ly, CW_OUT, ly->ln2, l, "gemm_o", err))) return rc;
     return pf_mlp(ctx, pf, lc, ly, T, l, err);
 }
 
@@ -490,7 +512,7 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     int rc = pf_norm(pf, lc, pf->x, ly->ln1, T, l, "norm", err);
     if (rc) return rc;
     const GemmParams in = {pf->h, NULL, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    if ((rc = pf_proj(ctx, pf, lc, in, ly, CW_IN, l, "gemm_qkvzba", err))) return rc;
+    if ((rc = pf_proj(ctx, pf, lc, in, ly, CW_IN, NULL, l, "gemm_qkvzba", err))) return rc;
     DeltaNetPrefillParams dp;
     memset(&dp, 0, sizeof dp);
     dp.proj = pf->proj;
@@ -526,7 +548,7 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
                 2.0 * T * n + 2.0 * T * vd + 2.0 * scr + 8.0 * d->Hv * d->dk * d->dv, err);
     if (rc) return rc;
     const GemmParams o = {pf->act, NULL, pf->x, T, D, vd, vd, vd, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    if ((rc = pf_proj(ctx, pf, lc, o, ly, CW_OUT, l, "gemm_out", err))) return rc;
+    if ((rc = pf_proj(ctx, pf, lc, o, ly, CW_OUT, ly->ln2, l, "gemm_out", err))) return rc;
     return pf_mlp(ctx, pf, lc, ly, T, l, err);
 }
 
@@ -536,7 +558,7 @@ static int pf_logits(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int r0
     int rc = pf_norm(pf, lc, pf->x + (size_t)r0 * D, ctx->final_norm, m, -1, "final_norm", err);
     if (rc) return rc;
     GemmParams g = {pf->h, ctx->lm_head, pf->lm, m, V, D, D, D, V, GEMM_EPI_F32, 0, pf->d.gemm_algo};
-    if ((rc = pf_gemm(pf, lc, &g, -1, "gemm_lm_head", err))) return rc;
+    if ((rc = pf_gemm(pf, lc, &g, NULL, -1, "gemm_lm_head", err))) return rc;
     if (!host) return 0;
     /* pageable destination: returns once the copy is done, so pf->lm is free again */
     cudaError_t e = cudaMemcpyAsync(host, pf->lm, sizeof(float) * (size_t)m * V, cudaMemcpyDeviceToHost, lc->stream);
@@ -590,6 +612,7 @@ static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, i
         const int T = n - p0 < pf->tmax ? n - p0 : pf->tmax, P = pos + p0;
         if ((rc = pf_copy_start(ctx, pf, T, lc.stream, err))) break;
         EmbedRowsParams ep = {pf->tok + p0, ctx->embed, pf->x, T, D, V};
+        pf->h_norm_w = NULL;
         op_begin(pf, lc.stream);
         if ((rc = op_end(pf, cuda_embed_rows(&ep, &lc), -1, "embed", 0.0, 6.0 * T * D, err))) break;
         for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
