@@ -284,7 +284,7 @@ template <int HD, int BKV>
 static int attn_launch(const AttnPrefillParams *p, const CudaLaunch *l) {
     using S = AttnShape<HD, BKV>;
     void (*kern)(const AttnPrefillParams, int) = attn_prefill_bf16_flash<HD, BKV>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+    const cudaError_t e = smem_attr<attn_prefill_bf16_flash<HD, BKV>>(S::SMEM);
     if (e != cudaSuccess) return (int)e;
     int dev = 0, sms = 132, per_sm = 1;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);

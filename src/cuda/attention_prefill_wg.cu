@@ -232,7 +232,7 @@ extern "C" int cuda_attn_prefill_wg(const AttnPrefillParams *p, const CudaLaunch
     int rc = cuda_tma_map_bf16_3d(&a.k, p->k_cache, AW_HD, kv_total, p->Hkv, AW_HD, ld2, AW_BK);
     if (rc == 0) rc = cuda_tma_map_bf16_3d(&a.v, p->v_cache, AW_HD, kv_total, p->Hkv, AW_HD, ld2, AW_BK);
     if (rc != 0) return rc;
-    cudaError_t e = cudaFuncSetAttribute(attn_prefill_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, AwSmem::BYTES);
+    const cudaError_t e = smem_attr<attn_prefill_wg>(AwSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
     return launch_ex(attn_prefill_wg, dim3((unsigned)(a.n_qt * p->Hq)), dim3(256), AwSmem::BYTES, 0, l, a);
 }

@@ -22,6 +22,7 @@
 #include <limits.h>
 #include <math.h>
 #include <cuda_runtime.h>
+#include <atomic>
 #include <stdint.h>
 
 #include "cuda/ops.h"
@@ -106,6 +107,18 @@ __device__ __forceinline__ void pdl_trigger(void) {
 __device__ __forceinline__ void pdl_begin(void) {
     pdl_wait();
     pdl_trigger();
+}
+
+/* cudaFuncSetAttribute(KERN, MaxDynamicSharedMemorySize, bytes), called only when a larger size than any set before
+ * is asked for: the attribute stays set, and the call is host time on every launch, which an eager prefill of a
+ * short piece (~150 launches) pays in full. The engine drives one device per process. */
+template <auto KERN>
+static inline cudaError_t smem_attr(int bytes) {
+    static std::atomic<int> set{0};
+    if (set.load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
+    const cudaError_t e = cudaFuncSetAttribute(KERN, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess) set.store(bytes, std::memory_order_relaxed);
+    return e;
 }
 
 /* One cp.async.bulk.prefetch.L2 of [p, p + bytes) (p and bytes multiples of 16): fire and forget, a no-op before

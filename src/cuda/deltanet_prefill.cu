@@ -633,7 +633,7 @@ static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch 
 
 static int dn_launch_scan_fo_maps(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, const DnScanMaps &m,
                                   const CudaLaunch *l) {
-    cudaError_t e = cudaFuncSetAttribute(dn_scan_fo, cudaFuncAttributeMaxDynamicSharedMemorySize, DN_SCAN_FO_SMEM);
+    const cudaError_t e = smem_attr<dn_scan_fo>(DN_SCAN_FO_SMEM);
     if (e != cudaSuccess) return (int)e;
     return launch_ex(dn_scan_fo, dim3(DN_D / DN_DVS, p->Hv), dim3(512), DN_SCAN_FO_SMEM, 0, l, *p, sc, m);
 }
@@ -673,8 +673,7 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     if (rc) return rc;
     if (p->ev) cudaEventRecord(p->ev[1], l->stream);
 
-    cudaError_t e =
-        cudaFuncSetAttribute(dn_local_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnLocalSmem::BYTES);
+    cudaError_t e = smem_attr<dn_local_chunk>(DnLocalSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
     if ((rc = launch_ex(dn_local_chunk, dim3(nc, p->Hv), dim3(256), DnLocalSmem::BYTES, 0, l, *p, sc))) return rc;
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);
@@ -686,13 +685,13 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
         if (p->ev) cudaEventRecord(p->ev[4], l->stream);
         return rc;
     }
-    e = cudaFuncSetAttribute(dn_scan_split, cudaFuncAttributeMaxDynamicSharedMemorySize, DnScanSmem<false>::BYTES);
+    e = smem_attr<dn_scan_split>(DnScanSmem<false>::BYTES);
     if (e != cudaSuccess) return (int)e;
     if ((rc = launch_ex(dn_scan_split, dim3(p->Hv, DN_D / DN_DVS), dim3(256), DnScanSmem<false>::BYTES, 0, l, *p, sc)))
         return rc;
     if (p->ev) cudaEventRecord(p->ev[3], l->stream);
 
-    e = cudaFuncSetAttribute(dn_out_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, DnOutSmem::BYTES);
+    e = smem_attr<dn_out_chunk>(DnOutSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
     rc = launch_ex(dn_out_chunk, dim3(2 * nc, p->Hv), dim3(256), DnOutSmem::BYTES, 2, l, *p, sc);
     if (p->ev) cudaEventRecord(p->ev[4], l->stream);

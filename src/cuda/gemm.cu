@@ -245,11 +245,11 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma_persist(const __grid_c
 
 /* ---- launch ---------------------------------------------------------------------------- */
 
-template <typename KernelPtr>
-static int gemm_run(KernelPtr kern, int smem, int threads, int tiles, const GemmParams *p, const CudaLaunch *l) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+template <auto KERN>
+static int gemm_run(int smem, int threads, int tiles, const GemmParams *p, const CudaLaunch *l) {
+    const cudaError_t e = smem_attr<KERN>(smem);
     if (e != cudaSuccess) return (int)e;
-    return launch_ex(kern, dim3(tiles), dim3(threads), smem, 0, l, *p);
+    return launch_ex(KERN, dim3(tiles), dim3(threads), smem, 0, l, *p);
 }
 
 static int tiles_of(const GemmParams *p, int bm, int bn) { return ((p->M + bm - 1) / bm) * ((p->N + bn - 1) / bn); }
@@ -262,18 +262,18 @@ static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, const Cuda
     const int wide = tiles_of(p, 128, 256) >= sms;
     if (use_wgmma == 2) {
         const int t = wide ? tiles_of(p, 128, 256) : tiles_of(p, 128, 128), grid = t < sms ? t : sms;
-        if (wide) return gemm_run(gemm_bf16_wgmma_persist<256, EPI>, WgShape<256>::SMEM, 256, grid, p, l);
-        return gemm_run(gemm_bf16_wgmma_persist<128, EPI>, WgShape<128>::SMEM, 256, grid, p, l);
+        if (wide) return gemm_run<gemm_bf16_wgmma_persist<256, EPI>>(WgShape<256>::SMEM, 256, grid, p, l);
+        return gemm_run<gemm_bf16_wgmma_persist<128, EPI>>(WgShape<128>::SMEM, 256, grid, p, l);
     }
     if (use_wgmma) {
-        if (wide) return gemm_run(gemm_bf16_wgmma<256, EPI>, WgShape<256>::SMEM, 256, tiles_of(p, 128, 256), p, l);
-        return gemm_run(gemm_bf16_wgmma<128, EPI>, WgShape<128>::SMEM, 256, tiles_of(p, 128, 128), p, l);
+        if (wide) return gemm_run<gemm_bf16_wgmma<256, EPI>>(WgShape<256>::SMEM, 256, tiles_of(p, 128, 256), p, l);
+        return gemm_run<gemm_bf16_wgmma<128, EPI>>(WgShape<128>::SMEM, 256, tiles_of(p, 128, 128), p, l);
     }
     if (wide)
-        return gemm_run(gemm_bf16_mma<128, 256, 3, EPI>, GemmShape<128, 256, 3, 256>::SMEM, 256, tiles_of(p, 128, 256),
-                        p, l);
-    return gemm_run(gemm_bf16_mma<128, 128, 4, EPI>, GemmShape<128, 128, 4, 128>::SMEM, 128, tiles_of(p, 128, 128), p,
-                    l);
+        return gemm_run<gemm_bf16_mma<128, 256, 3, EPI>>(GemmShape<128, 256, 3, 256>::SMEM, 256, tiles_of(p, 128, 256),
+                                                         p, l);
+    return gemm_run<gemm_bf16_mma<128, 128, 4, EPI>>(GemmShape<128, 128, 4, 128>::SMEM, 128, tiles_of(p, 128, 128), p,
+                                                     l);
 }
 
 /* The algorithm AUTO means on a device of compute capability major `major`: on sm_90 the TMA path (gemm_tma.cu;

@@ -292,7 +292,7 @@ static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
     }
     const int tiles = ((p->M + TM - 1) / TM) * ((p->N + BN - 1) / BN), grid = tiles < sms ? tiles : sms;
     auto kern = gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    const cudaError_t e = smem_attr<gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG>>(C::SMEM);
     rc = e == cudaSuccess ? launch_ex(kern, dim3(grid), dim3(384), C::SMEM, 0, l, a) : (int)e;
     if (gbuf) {
         const cudaError_t se = cudaStreamSynchronize(l->stream);

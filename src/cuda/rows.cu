@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(256) rmsnorm_f32_rows_bf16_v8(const __grid_con
         g[2 * k] = i < n8 ? __ldg(w + 2 * i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         g[2 * k + 1] = i < n8 ? __ldg(w + 2 * i + 1) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    pdl_wait();
+    pdl_begin(); /* the next kernel (a GEMM streaming its weights first) may start now */
     if (row >= p.T) return;
     const float4 *x = (const float4 *)(p.x + (size_t)row * p.D);
     uint4 *y = (uint4 *)(p.y + (size_t)row * p.D);
@@ -70,7 +70,6 @@ __global__ void __launch_bounds__(256) rmsnorm_f32_rows_bf16_v8(const __grid_con
 #pragma unroll
     for (int k = 0; k < 2 * NC; k++) ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
     ss = warp_sum(ss);
-    pdl_trigger();
     const float r = rsqrtf(ss / (float)p.D + p.eps);
 #pragma unroll
     for (int k = 0; k < NC; k++) {
