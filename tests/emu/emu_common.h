@@ -34,6 +34,11 @@ static cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute attr, int v) {
     emu_max_smem[(const void *)f] = v;
     return cudaSuccess;
 }
+/* common.cuh's smem_attr: here every call sets it (a test may clear emu_max_smem between launches) */
+template <auto KERN>
+static cudaError_t smem_attr(int bytes) {
+    return cudaFuncSetAttribute(KERN, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
 /* the code a kernel runs: the sm_90a SASS (binaryVersion and ptxVersion 90) when built with the wgmma path */
 template <class F>
 static cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F *) {
