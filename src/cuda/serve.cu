@@ -640,7 +640,6 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                                       sv->pa_work,
                                       sv->pa_work_n};
                 ap.early = !sv->det; /* else the rows of a prefill chunk read positions appended in this pass */
-                ap.ctas = 3 * sv->n_sm;
                 if ((rc = cuda_paged_attn(&ap, &lc))) return sv_fail(rc, "paged_attn", l, err);
             }
             /* prefill chunks: the sequence gathered into the single-sequence layout, then the prefill flash kernel

@@ -95,27 +95,16 @@ extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
 /* A tile row (one position's K or V, hd bf16) takes nchp 16-byte chunks of shared memory: hd / 8 rounded up to a
  * multiple of 8, so that chunk c of row r can sit at c ^ (r % 8) (ldmatrix's 8 rows hit 8 different bank groups). */
 static __host__ __device__ __forceinline__ int pa_nchp(int hd) { return (hd / 8 + 7) / 8 * 8; }
-/* the K tile, the V tile, the CTA's PA_GB query rows, the warps' m and l at a merge, the rows' item counts and
- * (t, len, tab[t]) */
-static __host__ __device__ __forceinline__ int pa_smem_bytes(int hd) {
-    return (2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16 + 2 * PA_NW * PA_GB * 4 + (4 * PA_ROWS + 1) * 4;
-}
+/* the K tile, the V tile, then the CTA's PA_GB query rows */
+static size_t pa_smem_bytes(int hd) { return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16; }
 __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint32_t)(r * nchp + (c ^ (r & 7))) * 16u; }
 
-/* Where a split kernel's CTA is: item (row i of the launch, t = rows[i], head group x, split s) and its tile of
- * positions [tb, tb + PA_TILE) within the split's [s0, s1). */
-struct PaAt {
-    int i, t, len, tab, x, s, s0, s1, tb;
-};
-
-/* Split kernel: grid p.ctas (persistent), PA_NW warps, rows row0 .. row0 + n - 1 of the launch (n <= PA_ROWS). Row i
- * of len = pos[t] + 1 positions has n_i = ceil(len / chunk) splits, chunk = pa_chunk(len), and Hq / GB head groups
- * (GB divides G = Hq / Hkv, GB <= PA_GB): items (i, x, s), numbered row by row (x, then s); CTA b takes items b,
- * b + grid, ... An item is what one CTA of the former grid (Hq / GB, T, PA_MAX_SPLIT) computed: the GB query heads
- * j0 = GB x .. j0 + GB - 1, all reading kv head j0 / G, of row t over positions [s chunk, min(len, (s + 1) chunk)),
- * its partial to work[i][j][s]. The split's positions go through shared memory PA_TILE at a time (cp.async, rows
- * past the split zero-filled); warp w takes rows 16 w .. 16 w + 15 of each tile, on the tensor cores (mma m16n8k16,
- * mma.cuh's fragment layouts, g = lane / 4, t = lane % 4):
+/* Split kernel: grid (Hq / GB, T, PA_MAX_SPLIT), PA_NW warps. CTA (x, i, s) takes the GB query heads j0 = GB x ..
+ * j0 + GB - 1 (GB divides G = Hq / Hkv, GB <= PA_GB), all reading kv head j0 / G, of row t = rows[i], over positions
+ * [s chunk, min(len, (s + 1) chunk)), chunk = pa_chunk(len), len = pos[t] + 1 (a CTA past the row's last split
+ * exits). The split's positions go through shared memory PA_TILE at a time (cp.async, rows past the split
+ * zero-filled); warp w takes rows 16 w .. 16 w + 15 of each tile, on the tensor cores (mma m16n8k16, mma.cuh's
+ * fragment layouts, g = lane / 4, t = lane % 4):
  *   scores   S[h][u] = q_h . K_u                A = q (rows h < GB, the rest zero; staged in shared memory), B = K
  *            tile rows
  *            (fp32 sums of exact bf16 products), then x = S scale log2(e): base-2 scores, -inf past the split;
@@ -124,159 +113,82 @@ struct PaAt {
  *   values   O^T[d][h] = alpha O^T[d][h] + sum_u V_u[d] p_u[h]   A = V^T (ldmatrix.trans of the V tile rows), B =
  *            p^T: the scores' C fragment is p's B fragment as it stands. p enters as two bf16 terms,
  *            p = hi + lo (hi = bf16(p), lo = bf16(p - hi)), so the products carry ~16 bits of p.
- * At an item's last tile the warps merge in order w = 0 .. PA_NW - 1 through shared memory (the V tile's space) into
- * (o = sum 2^(d - M) V unnormalised, M, L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1].
- * The tiles flow through the CTA as one stream: the K and V tiles have their own buffers, the next tile's K copies
- * (with its item's q where it starts one) go out once every warp is done with this tile's scores, its V copies once
- * every warp is done with this tile's values (and the merge), and its pool rows (block-table lookups) are read at the
- * start of this tile: each tile's loads overlap the tile before. An item's sums are those it had alone, so a row's
- * bits never depend on the other rows of the launch or on the grid.
- * With p.early (decode rows: the positions before pos[t] were written by earlier steps), the first tile's copies of
- * those rows go out before the wait on the kernel that appends position pos[t] (paged_prep_rows) and writes q; the
- * items' numbering reads only rows and pos (written before the step's kernels), also before the wait. */
-__global__ void __launch_bounds__(PA_NW * 32, 3)
-    paged_attn_split(const __grid_constant__ PagedAttnParams p, int GB, int row0, int n) {
+ * The warps then merge in order w = 0 .. PA_NW - 1 through shared memory into (o = sum 2^(d - M) V unnormalised, M,
+ * L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1]. With p.early (decode rows: the positions
+ * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
+ * kernel that appends position pos[t] (paged_prep_rows) and writes q. */
+__global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_constant__ PagedAttnParams p, int GB) {
     extern __shared__ float sm[];
     uint8_t *pa_sm = (uint8_t *)sm;
-    const int hd = p.hd, block = p.block, nx = p.Hq / GB, G = p.Hq / p.Hkv;
+    const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, len = p.pos[t] + 1, chunk = pa_chunk(len);
+    const int s0 = blockIdx.z * chunk, s1 = min(len, s0 + chunk);
+    /* past the row's last split: out without a wait (split 0 of every row waits, so the grid still completes only
+     * after the kernel before it, which is what PDL contract 2 guards) */
+    if (s0 >= len) return;
+    const int j0 = blockIdx.x * GB, kvh = j0 / (p.Hq / p.Hkv), hd = p.hd, block = p.block;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int nch = hd / 8, nchp = pa_nchp(hd), nks = hd / 16;
     const uint32_t sk = smem_addr(pa_sm), sv = sk + PA_TILE * nchp * 16, sq = sv + PA_TILE * nchp * 16;
-    float *smm = (float *)(pa_sm + (2 * PA_TILE + PA_GB) * nchp * 16), *sml = smm + PA_NW * PA_GB;
-    int *cum = (int *)(sml + PA_NW * PA_GB); /* [PA_ROWS + 1]: items of rows 0 .. i - 1 of the launch's n */
-    int *srow = cum + PA_ROWS + 1, *slen = srow + PA_ROWS, *stab = slen + PA_ROWS; /* t, len, tab[t] of row i */
-    __shared__ int wtot[PA_NW];
+    const int32_t *table = p.tables + p.tab[t];
 
-    /* the items: each row's count, then an exclusive scan (lanes, then the warps' totals in order) */
-    {
-        constexpr int RT = PA_ROWS / (PA_NW * 32); /* rows per thread: tid RT .. tid RT + RT - 1 */
-        int cnt[RT], tot = 0;
+    /* tile rows tb .. tb + PA_TILE - 1, as (row, 16-byte chunk) pairs idx = tid + PA_NW 32 k, each a K and a V copy:
+     * first every pair's pool row (its block-table lookup) into registers, then the copies, so that the lookups are
+     * not serialised behind the copies; early: all but the row of position len - 1 (before the wait). */
+    auto load_tile = [&](int tb, bool early) {
+        constexpr int KH = PA_TILE * 32 / (PA_NW * 32) / 2; /* half the pairs per thread at hd 256 */
+        const int n = PA_TILE * nch;
+        for (int k0 = 0; k0 < 2 * KH; k0 += KH) {
+            uint32_t rid[KH]; /* pool row (block, kv head, position in block), or ~0: past the split */
 #pragma unroll
-        for (int k = 0; k < RT; k++) {
-            const int i = tid * RT + k;
-            cnt[k] = 0;
-            if (i < n) {
-                const int t = p.rows ? p.rows[row0 + i] : row0 + i, len = p.pos[t] + 1, ch = pa_chunk(len);
-                srow[i] = t, slen[i] = len, stab[i] = p.tab[t];
-                cnt[k] = nx * ((len + ch - 1) / ch);
+            for (int k = 0; k < KH; k++) {
+                const int idx = tid + PA_NW * 32 * (k0 + k), ps = tb + idx / nch;
+                rid[k] = idx < n && ps < s1 ? (uint32_t)(((size_t)table[ps / block] * p.Hkv + kvh) * block + ps % block)
+                                            : ~0u;
             }
-            tot += cnt[k];
-        }
-        int inc = tot;
 #pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int v = __shfl_up_sync(0xffffffffu, inc, o);
-            if (lane >= o) inc += v;
-        }
-        if (lane == 31) wtot[warp] = inc;
-        __syncthreads();
-        int run = inc - tot;
-        for (int w = 0; w < warp; w++) run += wtot[w];
-#pragma unroll
-        for (int k = 0; k < RT; k++) {
-            cum[tid * RT + k] = run;
-            run += cnt[k];
-        }
-        if (tid == PA_NW * 32 - 1) cum[PA_ROWS] = run;
-        __syncthreads();
-    }
-    const int n_items = cum[PA_ROWS];
-
-    /* item -> where its first tile is (shared memory only); false past the last item */
-    auto locate = [&](int item, PaAt &a) -> bool {
-        if (item >= n_items) return false;
-        int lo = 0, hi = PA_ROWS; /* the row: the last i with cum[i] <= item (rows past n hold the total) */
-        while (hi - lo > 1) {
-            const int mid = (lo + hi) >> 1;
-            if (cum[mid] <= item)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        const int r = item - cum[lo];
-        a.i = row0 + lo;
-        a.t = srow[lo];
-        a.len = slen[lo];
-        a.tab = stab[lo];
-        const int chunk = pa_chunk(a.len), ns = (a.len + chunk - 1) / chunk;
-        a.x = r / ns;
-        a.s = r - a.x * ns;
-        a.s0 = a.s * chunk;
-        a.s1 = min(a.len, a.s0 + chunk);
-        a.tb = a.s0;
-        return true;
-    };
-    /* tile rows a.tb .. a.tb + PA_TILE - 1, as (row, 16-byte chunk) pairs idx = tid + PA_NW 32 k: the block-table
-     * entry of each pair's row (read here, used by copy_tile: the loads fly meanwhile), or -1 past the split */
-    constexpr int KP = PA_TILE * 32 / (PA_NW * 32); /* pairs per thread at hd 256 */
-    auto rows_of = [&](const PaAt &a, int(&blk)[KP]) {
-        const int np = PA_TILE * nch;
-#pragma unroll
-        for (int k = 0; k < KP; k++) {
-            const int idx = tid + PA_NW * 32 * k, ps = a.tb + idx / nch;
-            blk[k] = idx < np && ps < a.s1 ? p.tables[a.tab + ps / block] : -1;
+            for (int k = 0; k < KH; k++) {
+                const int idx = tid + PA_NW * 32 * (k0 + k);
+                if (idx >= n) break;
+                const int r = idx / nch, c = idx - r * nch, ps = tb + r;
+                if (early && ps == len - 1) continue;
+                const bool ok = rid[k] != ~0u;
+                const size_t off = ok ? (size_t)rid[k] * hd + c * 8 : 0;
+                cp_async16(sk + pa_sw(r, c, nchp), p.k_pool + off, ok);
+                cp_async16(sv + pa_sw(r, c, nchp), p.v_pool + off, ok);
+            }
         }
     };
-    /* the copies of one tile into buffer dst (K: k_pool, V: v_pool); skip_last: all but the row of position len - 1 */
-    auto copy_tile = [&](const PaAt &a, const int(&blk)[KP], uint32_t dst, const uint16_t *pool, bool skip_last) {
-        const int np = PA_TILE * nch, kvh = a.x * GB / G;
-#pragma unroll
-        for (int k = 0; k < KP; k++) {
-            const int idx = tid + PA_NW * 32 * k;
-            if (idx >= np) break;
-            const int r = idx / nch, c = idx - r * nch, ps = a.tb + r;
-            if (skip_last && ps == a.len - 1) continue;
-            const bool ok = blk[k] >= 0;
-            const size_t row = ok ? ((size_t)blk[k] * p.Hkv + kvh) * block + ps % block : 0;
-            cp_async16(dst + pa_sw(r, c, nchp), pool + (ok ? row * hd + c * 8 : 0), ok);
-        }
-    };
-    auto copy_q = [&](const PaAt &a) { /* q rows j0 .. j0 + GB - 1, zeros up to PA_GB */
-                                       const int j0 = a.x * GB;
-                                       for (int idx = tid; idx < PA_GB * nch; idx += PA_NW * 32) {
-                                           const int h = idx / nch, c = idx - h * nch;
-                                           const bool ok = h < GB;
-                                           cp_async16(sq + pa_sw(h, c, nchp),
-                                                      ok ? p.q + ((size_t)a.t * p.Hq + j0 + h) * hd + c * 8 : p.q, ok);
-                                       }
-    };
-
-    PaAt cur, nxt;
-    if (!locate(blockIdx.x, cur))
-        return; /* no item: out without a wait (CTA 0 has one, so the grid still completes
-                                           * only after the kernel before it, which is what PDL contract 2 guards) */
-    int rid[KP];
-    rows_of(cur, rid);
-    if (p.early) copy_tile(cur, rid, sk, p.k_pool, true), copy_tile(cur, rid, sv, p.v_pool, true);
+    if (p.early) load_tile(s0, true);
     pdl_wait();
     if (!p.early) {
-        copy_tile(cur, rid, sk, p.k_pool, false), copy_tile(cur, rid, sv, p.v_pool, false);
-    } else if (cur.len - 1 - cur.tb < PA_TILE) { /* the row of position len - 1 */
-        const int r = cur.len - 1 - cur.tb, kvh = cur.x * GB / G;
-        const size_t row =
-            ((size_t)p.tables[cur.tab + (cur.len - 1) / block] * p.Hkv + kvh) * block + (cur.len - 1) % block;
+        load_tile(s0, false);
+    } else if (len - 1 - s0 < PA_TILE) { /* the row of position len - 1 */
+        const int r = len - 1 - s0;
+        const size_t row = ((size_t)table[(len - 1) / block] * p.Hkv + kvh) * block + (len - 1) % block;
         for (int c = tid; c < nch; c += PA_NW * 32) {
             cp_async16(sk + pa_sw(r, c, nchp), p.k_pool + row * hd + c * 8, true);
             cp_async16(sv + pa_sw(r, c, nchp), p.v_pool + row * hd + c * 8, true);
         }
     }
-    copy_q(cur);
+    for (int idx = tid; idx < PA_GB * nch; idx += PA_NW * 32) { /* q rows j0 .. j0 + GB - 1, zeros up to PA_GB */
+        const int h = idx / nch, c = idx - h * nch;
+        const bool ok = h < GB;
+        cp_async16(sq + pa_sw(h, c, nchp), ok ? p.q + ((size_t)t * p.Hq + j0 + h) * hd + c * 8 : p.q, ok);
+    }
     cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-
     const float qscale = p.scale * 1.4426950408889634f;
     float o[16][4], m = -INFINITY, l = 0.0f; /* m, l: head g's; o: O^T[16 mt + g (+ 8)][heads 2 tq, 2 tq + 1] */
 #pragma unroll
     for (int mt = 0; mt < 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
-    int item = blockIdx.x;
-    for (;;) {
-        /* the next tile: this item's, else the CTA's next item's first; its pool rows now, while this one computes */
-        nxt = cur;
-        nxt.tb += PA_TILE;
-        const bool last = nxt.tb >= cur.s1, more = last ? locate(item + gridDim.x, nxt) : true;
-        if (more) rows_of(nxt, rid);
 
+    for (int tb = s0; tb < s1; tb += PA_TILE) {
+        if (tb > s0) {
+            __syncthreads(); /* every warp is done with the previous tile */
+            load_tile(tb, false);
+            cp_async_commit();
+        }
+        cp_async_wait<0>();
+        __syncthreads();
         const int r0 = 16 * warp;
         float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
@@ -292,16 +204,10 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
         float x[4], mx = -INFINITY; /* positions tb + r0 + 8 nt + 2 tq + e, as x[2 nt + e] */
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const int ps = cur.tb + r0 + 8 * (e >> 1) + 2 * tq + (e & 1);
-            x[e] = ps < cur.s1 ? sc[e >> 1][e & 1] * qscale : -INFINITY;
+            const int ps = tb + r0 + 8 * (e >> 1) + 2 * tq + (e & 1);
+            x[e] = ps < s1 ? sc[e >> 1][e & 1] * qscale : -INFINITY;
             mx = fmaxf(mx, x[e]);
         }
-        __syncthreads(); /* every warp is done with the K tile and q: the next tile's go out */
-        if (more) {
-            copy_tile(nxt, rid, sk, p.k_pool, false);
-            if (last) copy_q(nxt);
-        }
-        cp_async_commit();
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mn = fmaxf(m, mx), mu = mn == -INFINITY ? 0.0f : mn, alpha = exp2f(m - mu);
@@ -317,8 +223,6 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
             bl[nt] = pack_bf16(pr[2 * nt] - bf_lo(bh[nt]), pr[2 * nt + 1] - bf_hi(bh[nt]));
         }
         const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * tq), a1 = __shfl_sync(0xffffffffu, alpha, 8 * tq + 4);
-        cp_async_wait<1>(); /* this tile's V (the K copies just issued may still fly) */
-        __syncthreads();
 #pragma unroll
         for (int mt = 0; mt < 16; mt++) {
             if (mt >= nks) break;
@@ -328,52 +232,39 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
             mma_bf16(o[mt], va, bh[0], bh[1]);
             mma_bf16(o[mt], va, bl[0], bl[1]);
         }
-        __syncthreads(); /* every warp is done with the V tile */
-        if (last) {      /* the item's merge, through the V tile's space: o [PA_NW][GB][hd], m and l apart */
-            float lt = l;
-            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-            float *so = (float *)(pa_sm + PA_TILE * nchp * 16);
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+    /* the warps' (o, m, l) through shared memory (the tiles' space): o [PA_NW][GB][hd], then m, l [PA_NW][PA_GB] */
+    __syncthreads();
+    float *so = (float *)pa_sm, *smm = so + PA_NW * GB * hd, *sml = smm + PA_NW * PA_GB;
 #pragma unroll
-            for (int mt = 0; mt < 16; mt++) {
-                if (mt >= nks) break;
+    for (int mt = 0; mt < 16; mt++) {
+        if (mt >= nks) break;
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int h = 2 * tq + (e & 1), d = 16 * mt + g + 8 * (e >> 1);
-                    if (h < GB) so[(warp * GB + h) * hd + d] = o[mt][e];
-                }
-            }
-            if (tq == 0 && g < GB) smm[warp * PA_GB + g] = m, sml[warp * PA_GB + g] = lt;
-            __syncthreads();
-            const size_t ld = (size_t)hd + 2;
-            const int j0 = cur.x * GB;
-            float *ws = p.work + (((size_t)cur.i * p.Hq + j0) * PA_MAX_SPLIT + cur.s) * ld;
-            for (int idx = tid; idx < GB * hd; idx += PA_NW * 32) {
-                const int h = idx / hd, d = idx - h * hd;
-                float M = smm[h];
-                for (int w = 1; w < PA_NW; w++) M = fmaxf(M, smm[w * PA_GB + h]);
-                float L = 0.0f, acc = 0.0f;
-                for (int w = 0; w < PA_NW; w++) {
-                    const float f = exp2f(smm[w * PA_GB + h] - M);
-                    L = fmaf(sml[w * PA_GB + h], f, L);
-                    acc = fmaf(so[(w * GB + h) * hd + d], f, acc);
-                }
-                float *wg = ws + (size_t)h * PA_MAX_SPLIT * ld;
-                wg[d] = acc;
-                if (d == 0) wg[hd] = M, wg[hd + 1] = L;
-            }
-            __syncthreads(); /* the V tile's space is free again */
-            m = -INFINITY, l = 0.0f;
-#pragma unroll
-            for (int mt = 0; mt < 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+        for (int e = 0; e < 4; e++) {
+            const int h = 2 * tq + (e & 1), d = 16 * mt + g + 8 * (e >> 1);
+            if (h < GB) so[(warp * GB + h) * hd + d] = o[mt][e];
         }
-        if (more) copy_tile(nxt, rid, sv, p.v_pool, false);
-        cp_async_commit();
-        if (!more) break;
-        cp_async_wait<1>(); /* the next tile's K and q (its V may still fly) */
-        __syncthreads();
-        if (last) item += gridDim.x;
-        cur = nxt;
+    }
+    if (tq == 0 && g < GB) smm[warp * PA_GB + g] = m, sml[warp * PA_GB + g] = l;
+    __syncthreads();
+    const size_t ld = (size_t)hd + 2;
+    float *ws = p.work + (((size_t)i * p.Hq + j0) * PA_MAX_SPLIT + blockIdx.z) * ld;
+    for (int idx = tid; idx < GB * hd; idx += PA_NW * 32) {
+        const int h = idx / hd, d = idx - h * hd;
+        float M = smm[h];
+        for (int w = 1; w < PA_NW; w++) M = fmaxf(M, smm[w * PA_GB + h]);
+        float L = 0.0f, acc = 0.0f;
+        for (int w = 0; w < PA_NW; w++) {
+            const float f = exp2f(smm[w * PA_GB + h] - M);
+            L = fmaf(sml[w * PA_GB + h], f, L);
+            acc = fmaf(so[(w * GB + h) * hd + d], f, acc);
+        }
+        float *wg = ws + (size_t)h * PA_MAX_SPLIT * ld;
+        wg[d] = acc;
+        if (d == 0) wg[hd] = M, wg[hd + 1] = L;
     }
     pdl_trigger(); /* late: the merge's blocks would take registers from this grid's while they wait */
 }
@@ -402,8 +293,7 @@ __global__ void __launch_bounds__(256) paged_attn_merge(const __grid_constant__ 
 
 extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->hd % 32 || p->hd < 32 || p->hd > 256 || p->Hq < 1 || p->Hkv < 1 || p->Hq % p->Hkv ||
-        p->block < 1 || p->T > 65535 || !p->work || p->work_floats < paged_attn_work_floats(p->T, p->Hq, p->hd) ||
-        p->ctas < 1)
+        p->block < 1 || p->T > 65535 || !p->work || p->work_floats < paged_attn_work_floats(p->T, p->Hq, p->hd))
         return (int)cudaErrorInvalidValue;
     const int G = p->Hq / p->Hkv;
     int GB = PA_GB;
@@ -416,12 +306,9 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
         if (e != cudaSuccess) return (int)e;
         attr_done = true;
     }
-    for (int r0 = 0; r0 < p->T; r0 += PA_ROWS) { /* PA_ROWS rows per launch: the numbering of their items */
-        const int n = p->T - r0 < PA_ROWS ? p->T - r0 : PA_ROWS, items = n * (p->Hq / GB) * PA_MAX_SPLIT;
-        const int rc = launch_ex(paged_attn_split, dim3((unsigned)(p->ctas < items ? p->ctas : items)),
-                                 dim3(PA_NW * 32), smem, 0, l, *p, GB, r0, n);
-        if (rc) return rc;
-    }
+    int rc = launch_ex(paged_attn_split, dim3((unsigned)(p->Hq / GB), (unsigned)p->T, PA_MAX_SPLIT), dim3(PA_NW * 32),
+                       smem, 0, l, *p, GB);
+    if (rc) return rc;
     return launch_kernel(paged_attn_merge, dim3((unsigned)p->Hq, (unsigned)p->T), dim3((unsigned)p->hd), 0, l, *p);
 }
 

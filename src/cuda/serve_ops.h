@@ -33,10 +33,10 @@ int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l);
 /* Attention of every row over its own sequence's positions 0 .. pos[t] (causal; its K/V already in the pools):
  *   o = sum_s softmax_s(q . K_s * scale) V_s       (fp32 scores, softmax and sums)
  *   out[t][j hd + d] = bf16(o) (gate NULL) or bf16(bf16(o) bf16(sigmoid(gate))).
- * Flash-decoding in two kernels. 1: ctas persistent CTAs over the items: an item is GB <= 8 query heads of one kv
- * head (each K / V row loaded once for them) of one row over one split of its positions, on the tensor cores, and
- * writes that split's (o unnormalised, max, sum) to work. 2: grid (Hq, T), hd threads: merges the row's splits in
- * order s = 0 .. n-1 and writes out.
+ * Flash-decoding in two kernels. 1: grid (Hq / GB, T, PA_MAX_SPLIT): a CTA takes GB <= 8 query heads of one kv head
+ * (each K / V row loaded once for them) of one row over one split of its positions, on the tensor cores, and writes
+ * that split's (o unnormalised, max, sum) to work. 2: grid (Hq, T), hd threads: merges the row's splits in order
+ * s = 0 .. n-1 and writes out.
  * A row of len = pos + 1 positions has n = ceil(len / chunk) splits of chunk = pa_chunk(len) positions: a function of
  * len alone, and every sum runs in a fixed order, so a row's bits never depend on the other rows of the launch (batch
  * invariance). hd % 32 == 0, hd <= 256; work holds paged_attn_work_floats(T, Hq, hd) floats (else
@@ -46,9 +46,8 @@ int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l);
 #else
 #define SV_HD
 #endif
-#define PA_MAX_SPLIT 16  /* splits per row at most */
-#define PA_UNIT      64  /* a split's chunk is a multiple of this many positions */
-#define PA_ROWS      256 /* rows per launch of the split kernel at most (a larger T takes several) */
+#define PA_MAX_SPLIT 16 /* splits per row at most */
+#define PA_UNIT      64 /* a split's chunk is a multiple of this many positions */
 SV_HD static inline int pa_chunk(int len) {
     const int units = (len + PA_UNIT - 1) / PA_UNIT;
     return PA_UNIT * ((units + PA_MAX_SPLIT - 1) / PA_MAX_SPLIT);
@@ -72,7 +71,6 @@ typedef struct PagedAttnParams {
     int early; /* 1: every row's positions before pos[t] were in the pools before this launch's predecessors ran (the
                 * rows are one token each of distinct sequences), so their copies may go out before the wait on the
                 * kernel before; 0: only after it */
-    int ctas;  /* CTAs of the split kernel (persistent over its items; 3 per SM fill the device), >= 1 */
 } PagedAttnParams;
 int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l);
 
