@@ -322,8 +322,8 @@ static void log_request(const Sched *s, const Req *r, double t_end) {
     if (s->cfg.quiet) return;
     double gen_s = r->t_first >= 0 ? t_end - r->t_first : 0;
     fprintf(stderr,
-            "qwen35 serve: %s prompt %d completion %d ttft %.1f ms %.1f tok/s finish %s cached %d queue %.1f ms "
-            "step %.1f ms\n",
+            "qwen35 serve: %s prompt %d completion %d ttft %.2f ms %.1f tok/s finish %s cached %d queue %.2f ms "
+            "step %.2f ms\n",
             r->id, r->n_prompt, r->n_generated, r->t_first >= 0 ? 1e3 * (r->t_first - r->t_arrival) : 0.0,
             gen_s > 0 && r->n_generated > 1 ? (r->n_generated - 1) / gen_s : 0.0,
             r->error.status ? "error" : r->finish_reason, r->n_cached,
