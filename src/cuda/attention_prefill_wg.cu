@@ -13,8 +13,9 @@
  * thread, S 32) and ptxas gives every thread of the launch the same budget, 168 with a 9th warp or a
  * producer warpgroup (3 warps on one SM sub-partition), where it spilled. Instead the last warp to
  * finish with a stage (a shared counter per stage) issues the TMA loads of the tile two ahead into
- * it; tiles 0 and 1 are issued by thread 0 at the start. Shared memory (1024-aligned): Q [2][4 boxes] (consumers load their 64 rows themselves
- * with cp.async: q is [T][Hq][hd], one head's rows are not a TMA box), then a 2-stage ring of K and V
+ * it; tiles 0 and 1 are issued by thread 0 at the start. Shared memory (1024-aligned): Q [2][4 boxes]
+ * (consumers load their 64 rows themselves with cp.async: q is [T][Hq][hd], one head's rows are not a
+ * TMA box), then a 2-stage ring of K and V
  * tiles of 64 keys, each 4 boxes of [64 keys][64 dims] (TMA, 128-byte swizzle: 16-byte chunk c of row
  * r at chunk c ^ (r & 7)), then the full/empty mbarriers. Keys >= pos + T are zero (the tensor maps
  * end there) and masked.
