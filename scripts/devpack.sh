@@ -2,7 +2,8 @@
 # Packs what the GPU machine needs into .devpack/pack.txz (ignored by git; carry ".devpack"):
 # the binaries (host debug info stripped; the device code and its line info stay), the shared libraries
 # they need (scripts/pack-devlib.sh) and the Qwen3 tokenizer data; `devpack.sh trace` adds
-# build-trace/qwen35 (gpu-check.sh trace); build-base/qwen35, an older build, when present (gpu-check.sh identity, ab.sh). The carry limit is 64 MiB in all, working tree included: xz
+# build-trace/qwen35 (gpu-check.sh trace); build-base/qwen35 and build-base/serve_step, an older build, when present
+# (gpu-check.sh identity, ab.sh, ab-serve.sh). The carry limit is 64 MiB in all, working tree included: xz
 # keeps the whole set near 35 MB where gzip needed ~60 (DEVPACK_GZ=1: .devpack/pack.tgz, faster to make).
 set -e
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ mkdir -p .devpack
 rm -f .devpack/pack.txz .devpack/pack.tgz
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-for f in build/qwen35 build/tests/gpu/test_* $(ls build/bench/* 2>/dev/null) $(ls build-base/qwen35 2>/dev/null) \
+for f in build/qwen35 build/tests/gpu/test_* $(ls build/bench/* 2>/dev/null) $(ls build-base/qwen35 build-base/serve_step 2>/dev/null) \
          $([ "${1:-}" = trace ] && ls build-trace/qwen35 2>/dev/null); do
     case $f in *.d | *.o) continue ;; esac
     [ -f "$f" ] || continue
