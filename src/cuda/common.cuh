@@ -110,8 +110,8 @@ __device__ __forceinline__ void pdl_begin(void) {
 }
 
 /* cudaFuncSetAttribute(KERN, MaxDynamicSharedMemorySize, bytes), called only when a larger size than any set before
- * is asked for: the attribute stays set, and the call is host time on every launch, which an eager prefill of a
- * short piece (~150 launches) pays in full. The engine drives one device per process. */
+ * is asked for: the attribute stays set, so the launchers need not repeat the call on every launch. The engine drives
+ * one device per process. */
 template <auto KERN>
 static inline cudaError_t smem_attr(int bytes) {
     static std::atomic<int> set{0};
