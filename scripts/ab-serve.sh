@@ -38,7 +38,7 @@ for r in $(seq 1 "$rounds"); do
                 > "$OUT/ab-serve-$label-$r.log" 2>&1 || echo "$label round $r: bench exit $?"
             awk -F'|' -v want="$plist" -v l="$label" '
                 BEGIN { n = split(want, c, ","); for (i = 1; i <= n; i++) ok[c[i]] = 1 }
-                /^\| Prefill|^\| tokens/ { on = 1 }
+                /^\| tokens/ { on = 1 }
                 on && /^\| [0-9]+ \| [0-9.]+ \|/ { k = $2 + 0; if ((k in ok) && !seen[k]++)
                     printf "%s\tprefill %d eager ms\t%s\n%s\tprefill %d graph ms\t%s\n", l, k, $3 + 0, l, k, $(NF - 1) + 0 }' \
                 "$OUT/ab-serve-$label-$r.log" >> "$run"
@@ -50,7 +50,8 @@ for r in $(seq 1 "$rounds"); do
         fi
         if [ -n "$blist" ]; then
             timeout 300 "$ss" --dummy qwen3.5-0.8b --ctx 1024 --kv-memory 40 $blist 2>&1 |
-                awk -v l="$label" '/^B / { for (i = 2; i <= NF; i++) if ($i == "tokens/s") printf "%s\tB %d tokens/s\t%s\n", l, $2, $(i - 1) }' >> "$run"
+                awk -v l="$label" '/^B / { for (i = 2; i <= NF; i++)
+                    if ($i == "tokens/s") printf "%s\tB %d tokens/s\t%s\n", l, $2, $(i - 1) }' >> "$run"
         fi
         echo "$label round $r: $(awk -F'\t' '{ s = s $2 " " $3 "; " } END { print s }' "$run")"
         cat "$run" >> "$tsv"
