@@ -1,14 +1,14 @@
-/* deltanet_prefill.cu — the Gated DeltaNet mixer for T > 1 tokens (MODEL.md §3.3, §3.4), as four
+/* deltanet_prefill.cu — the Gated DeltaNet mixer for T > 1 tokens (MODEL.md §3.3, §3.4), as two
  * kernels over chunks of C = 64 tokens (dk = dv = 128; head j of Hv reads k-head n = j/(Hv/Hk)):
- *   1. dn_conv_bf16_tok  (16-token groups x head units): causal conv + SiLU, l2norm of q/k (fp32), gates.
- *   2. dn_local_chunk    (chunks x Hv, all chunks in parallel), with gamma = cumsum(g):
+ *   1. dn_conv_local (chunks x Hv, all chunks in parallel): the chunk's causal conv + SiLU, l2norm of
+ *        q/k (fp32) and gates, then, with gamma = cumsum(g):
  *        A[r][s] = beta_r (k_r . k_s) e^(gamma_r - gamma_s) (s < r), T = (I + A)^-1 (fp32, 16x16
  *        blocks) -> T2 = T diag(beta);  P = (Q K^T) o Gamma dk^-1/2 (s <= r).
- *   3. dn_scan_split / dn_scan_fo (Hv x dv/16 = 128 CTAs at 16 heads; sequential over chunks), per chunk:
- *        store S, R = V - diag(e^gamma) K S, V' = T2 R (= U - W S with U = T2 V,
- *        W = T2 diag(e^gamma) K), S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'.
- *   4. dn_out_chunk      (2 column halves x chunks x Hv, clusters of 2): O = diag(e^gamma) Q S dk^-1/2
- *        + P V', o = bf16(O), then the gated RMSNorm with z.
+ *   2. dn_scan (Hv x dv/16 = 128 CTAs at 16 heads, clusters of the 8 column slices of a head;
+ *        sequential over chunks), per chunk:
+ *        R = V - diag(e^gamma) K S, V' = T2 R (= U - W S with U = T2 V, W = T2 diag(e^gamma) K),
+ *        O = diag(e^gamma) Q S dk^-1/2 + P V', S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V',
+ *        then the gated RMSNorm of bf16(O) with z, its row sums of squares added across the cluster.
  * Matrix products run on mma.sync (bf16 in, fp32 out). v is a bf16 value (HF's conv output); every
  * fp32 operand is "split bf16" (x = hi + lo, hi = bf16(x), lo = bf16(x - hi), ~16 mantissa bits):
  * q^, k^, S, T2, R, V', P; a product of two split operands takes 3 mma (hi hi + hi lo + lo hi), one
@@ -20,8 +20,10 @@
  * Applying T2 to the residual R inside the scan (instead of storing U and W from the chunk-local
  * kernel) also keeps the scan's per-chunk loads small (T2 is 64x64, W 64x128).
  * Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0.
- * Snapshots inside the call (n_pts, the prefix cache's points; fused path only): kernel 1 copies each point's K
- * pre-conv rows (its conv window), kernel 3 the state at each point from the chunk that holds it (dn_scan_point). */
+ * The conv ring: kernel 1 reads the rows before the call; kernel 2, which starts after kernel 1 has
+ * finished, writes the call's last K rows.
+ * Snapshots inside the call (n_pts, the prefix cache's points): kernel 1 copies each point's K pre-conv rows (its conv
+ * window), kernel 2 the state at each point from the chunk that holds it (dn_scan_point). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,8 +36,9 @@
 #define DN_C      64                   /* chunk length */
 #define DN_D      128                  /* dk = dv */
 #define DN_DVS    16                   /* value columns per CTA in the state scan */
+#define DN_NSL    (DN_D / DN_DVS)      /* column slices of a head: the scan's cluster */
 #define DN_LD     (DN_C + 4)           /* fp32 row stride of dn_local's A and T tiles (16-byte aligned rows) */
-#define DN_OH     64                   /* output columns per block of dn_out_chunk (a cluster of 2 covers dv) */
+#define DN_TPW    8                    /* tokens per warp in kernel 1's conv: 8 warps cover a chunk */
 #define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to Q K^T and Q S in fp32 */
 
 static size_t dn_align(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -44,9 +47,9 @@ extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base,
                                                 int dv) {
     const size_t Tp = (size_t)(T + DN_C - 1) / DN_C * DN_C, nc = Tp / DN_C;
     const size_t qk = Tp * Hk * dk * 2, vv = Tp * Hv * dv * 2, gate = Tp * Hv * 4, cc = nc * Hv * 2 * DN_C * DN_C * 2;
-    const size_t sz[12] = {qk, qk, qk, qk, vv, gate, gate, cc, cc, vv, vv, nc * Hv * 2 * dk * dv * 2};
-    size_t off[12], total = 0;
-    for (int i = 0; i < 12; i++) off[i] = total, total += dn_align(sz[i]);
+    const size_t sz[9] = {qk, qk, qk, qk, vv, gate, gate, cc, cc};
+    size_t off[9], total = 0;
+    for (int i = 0; i < 9; i++) off[i] = total, total += dn_align(sz[i]);
     if (sc && base) {
         char *b = (char *)base;
         sc->q = (uint16_t *)(b + off[0]);
@@ -58,9 +61,6 @@ extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base,
         sc->g = (float *)(b + off[6]);
         sc->t = (uint16_t *)(b + off[7]);
         sc->p = (uint16_t *)(b + off[8]);
-        sc->u = (uint16_t *)(b + off[9]);
-        sc->u_lo = (uint16_t *)(b + off[10]);
-        sc->s = (uint16_t *)(b + off[11]);
     }
     return total;
 }
@@ -99,7 +99,7 @@ __device__ __forceinline__ void dn_chunk_gamma(const DeltaNetPrefillParams &p, c
     for (int h = 0; h < 2; h++) gr[h] = dn_gamma_at(y0, y1, r0 + 8 * h);
 }
 
-/* ---- 1. conv + SiLU + l2norm + gates --------------------------------------------------- */
+/* ---- 1. conv + SiLU + l2norm + gates, then the chunk-local transform ------------------------ */
 
 /* l2norm of one 128-channel q/k head in fp32 (MODEL.md §4.1; emulating a bf16 l2norm moved our
  * logits further from HF's on the golden fixtures, see docs/MODEL_NOTES.md). v[4] are the lane's 4
@@ -115,44 +115,35 @@ __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
     for (int i = 0; i < 4; i++) v[i] *= inv;
 }
 
-/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW = 8 consecutive tokens of one
- * head unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
- * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (11 rows for
- * 8 tokens; from proj, or from the conv ring for rows before the call: row q % K holds position q,
- * positions < 0 are 0) and then works from registers; tokens are independent, so all warps run in
- * parallel. Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_local (it runs
- * after this kernel has read the old rows). q and k are stored l2-normalised (split hi + lo)
- * WITHOUT the dk^-1/2 scale (applied in fp32 to Q K^T in dn_local and to Q S in dn_out). */
-#ifndef DN_TPW   /* tokens per warp (a -D override for experiments) */
-#define DN_TPW 8 /* H200, T = 2048: 2048-token prefill 8.02 ms at 8, 8.12 at 16, 8.36 at 32 */
-#endif
+/* Pre-conv row u (relative to the call) of the lane's channels ch, ch + 1, ch + 64, ch + 65: from proj, or from the
+ * conv ring for rows before the call (row q % K holds position q; positions < 0 and rows u >= T read as 0). */
 template <int KC>
-__global__ void __launch_bounds__(128)
-    dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
-    pdl_begin();
-    constexpr int NR = KC - 1 + DN_TPW; /* rows t0 - (KC-1) .. t0 + DN_TPW - 1 */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int unit = blockIdx.y * 4 + warp, t0 = blockIdx.x * DN_TPW;
-    if (unit >= 2 * p.Hk + p.Hv) return;
-    const int kind = unit < p.Hk ? 0 : unit < 2 * p.Hk ? 1 : 2; /* q, k, v */
-    const int head = kind == 0 ? unit : kind == 1 ? unit - p.Hk : unit - 2 * p.Hk;
-    const int ch0 = kind == 2 ? 2 * p.Hk * DN_D + head * DN_D : (kind * p.Hk + head) * DN_D;
-    const int cd = (2 * p.Hk + p.Hv) * DN_D; /* conv_dim */
+__device__ __forceinline__ void dn_pre_row(const DeltaNetPrefillParams &p, int u, int ch, uint32_t &r0, uint32_t &r1) {
+    const int q = p.pos + u;
+    r0 = r1 = 0;
+    if (u >= 0 && u < p.T) {
+        const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch;
+        r0 = *(const uint32_t *)row;
+        r1 = *(const uint32_t *)(row + 64);
+    } else if (u < 0 && q >= 0) {
+        const uint16_t *row = p.conv_ring + (size_t)(q % KC) * ((2 * p.Hk + p.Hv) * DN_D) + ch;
+        r0 = *(const uint32_t *)row;
+        r1 = *(const uint32_t *)(row + 64);
+    }
+}
 
+/* Causal conv + SiLU of one 128-channel head unit (q, k or v; first channel ch0) for the DN_TPW tokens t0 ..: the
+ * warp loads the K-1 + DN_TPW pre-conv rows it needs at once and then works from registers. Lane l holds channels
+ * 2l, 2l + 1, 64 + 2l, 65 + 2l of the unit; c[tt] are bf16 values, 0 for tokens t >= T. */
+template <int KC>
+__device__ __forceinline__ void dn_conv_unit(const DeltaNetPrefillParams &p, int ch0, int t0, int lane,
+                                             float c[DN_TPW][4]) {
+    constexpr int NR = KC - 1 + DN_TPW; /* rows t0 - (KC-1) .. t0 + DN_TPW - 1 */
     float x[NR][4];
 #pragma unroll
     for (int j = 0; j < NR; j++) {
-        const int u = t0 - (KC - 1) + j, q = p.pos + u;
-        uint32_t r0 = 0, r1 = 0;
-        if (u >= 0 && u < p.T) {
-            const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
-            r0 = *(const uint32_t *)row;
-            r1 = *(const uint32_t *)(row + 64);
-        } else if (u < 0 && q >= 0) {
-            const uint16_t *row = p.conv_ring + (size_t)(q % KC) * cd + ch0 + 2 * lane;
-            r0 = *(const uint32_t *)row;
-            r1 = *(const uint32_t *)(row + 64);
-        }
+        uint32_t r0, r1;
+        dn_pre_row<KC>(p, t0 - (KC - 1) + j, ch0 + 2 * lane, r0, r1);
         x[j][0] = __uint_as_float(r0 << 16);
         x[j][1] = __uint_as_float(r0 & 0xffff0000u);
         x[j][2] = __uint_as_float(r1 << 16);
@@ -167,65 +158,17 @@ __global__ void __launch_bounds__(128)
     }
 #pragma unroll
     for (int tt = 0; tt < DN_TPW; tt++) {
-        const int t = t0 + tt;
-        const bool real = t < p.T;
-        float c[4];
+        const bool real = t0 + tt < p.T;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             float acc = w[i][KC - 1] * x[tt + KC - 1][i];
 #pragma unroll
             for (int j = 0; j < KC - 1; j++) acc += w[i][j] * x[tt + j][i];
             const float a = rbf(acc);
-            c[i] = real ? rbf(silu_f(a)) : 0.0f; /* fast form: the exact one was half the kernel's instructions */
+            c[tt][i] = real ? rbf(silu_f(a)) : 0.0f; /* fast form: the exact one was half the conv's instructions */
         }
-        if (kind < 2) {
-            dn_l2norm_f32(c);
-            const size_t o = ((size_t)t * p.Hk + head) * DN_D + 2 * lane;
-            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + o, *dlo = (kind == 0 ? sc.q_lo : sc.k_lo) + o;
-            *(uint32_t *)dst = pack_bf16(c[0], c[1]);
-            *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
-            *(uint32_t *)dlo = pack_bf16(c[0] - rbf(c[0]), c[1] - rbf(c[1]));
-            *(uint32_t *)(dlo + 64) = pack_bf16(c[2] - rbf(c[2]), c[3] - rbf(c[3]));
-        } else {
-            uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D + 2 * lane;
-            *(uint32_t *)dst = pack_bf16(c[0], c[1]);
-            *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
-        }
-    }
-    if (blockIdx.x == 0) /* the snapshots' conv windows: the K pre-conv rows before each point, this unit's channels */
-        for (int i = 0; i < p.n_pts; i++)
-            for (int j = 0; j < KC; j++) {
-                const int u = p.pt_off[i] - KC + j, q = p.pos + u; /* u < pt_off[i] < T */
-                uint32_t r0 = 0, r1 = 0;
-                if (u >= 0) {
-                    const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
-                    r0 = *(const uint32_t *)row;
-                    r1 = *(const uint32_t *)(row + 64);
-                } else if (q >= 0) { /* the ring is rewritten only by dn_local_chunk, after this kernel */
-                    const uint16_t *row = p.conv_ring + (size_t)(q % KC) * cd + ch0 + 2 * lane;
-                    r0 = *(const uint32_t *)row;
-                    r1 = *(const uint32_t *)(row + 64);
-                }
-                uint16_t *dst = p.pt_ring[i] + (size_t)((q % KC + KC) % KC) * cd + ch0 + 2 * lane;
-                *(uint32_t *)dst = r0;
-                *(uint32_t *)(dst + 64) = r1;
-            }
-    if (kind == 2 && lane < DN_TPW) { /* gates of the warp's tokens, one lane per token */
-        const int t = t0 + lane;
-        float beta = 0.0f, g = 0.0f;
-        if (t < p.T) {
-            const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
-            const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
-            beta = rbf(sigmoid_acc(b));
-            const float xx = a + p.dt_bias[head];
-            g = -expf(p.A_log[head]) * (xx > 20.0f ? xx : log1pf(expf(xx)));
-        }
-        sc.beta[(size_t)t * p.Hv + head] = beta;
-        sc.g[(size_t)t * p.Hv + head] = g;
     }
 }
-
-/* ---- 2. chunk-local transform ---------------------------------------------------------- */
 
 struct DnLocalSmem {
     static constexpr int K = 0;                       /* bf16 [128][128]: k^ hi rows 0..63, lo rows 64..127 */
@@ -237,11 +180,17 @@ struct DnLocalSmem {
     static constexpr int BYTES = VEC + 2 * DN_C * 4;
 };
 
-/* grid (Tp/64, Hv), 256 threads, ~100 KB of shared memory (2 blocks per SM). Writes, for chunk c
- * and head j, T2 = (I + A)^-1 diag(beta) and P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) as split bf16
- * planes (hi [64][64] row-major, then lo). */
+/* grid (Tp/64, Hv), 256 threads, ~100 KB of shared memory (2 blocks per SM); chunk c, head j.
+ * 1. Warp w: tokens c 64 + 8w .. + 7 of the three head units it needs, q and k of head n, v of head j
+ *    (dn_conv_unit). q and k are l2-normalised, WITHOUT the dk^-1/2 scale (applied in fp32 to Q K^T here and to
+ *    Q S in dn_scan), and stored split (hi + lo) into shared memory for step 2 and into the scratch for dn_scan
+ *    (by the first head j of each k-head only, when Hv > Hk); v into the scratch. Warp 0 computes the gates of the
+ *    chunk's 64 tokens (lane l: tokens 2l, 2l + 1) and gamma = cumsum(g). Rows t in [T, Tp) are zeros.
+ * 2. T2 = (I + A)^-1 diag(beta) and P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) as split bf16 planes (hi [64][64]
+ *    row-major, then lo) into the scratch. */
+template <int KC>
 __global__ void __launch_bounds__(256, 2)
-    dn_local_chunk(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
+    dn_conv_local(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
     pdl_begin();
     using L = DnLocalSmem;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -250,34 +199,77 @@ __global__ void __launch_bounds__(256, 2)
     float *sbeta = (float *)(smem + L::VEC), *sgam = sbeta + DN_C;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int c = blockIdx.x, j = blockIdx.y, n = j / (p.Hv / p.Hk), t0 = c * DN_C;
+    const bool qk_out = j % (p.Hv / p.Hk) == 0; /* this block stores k-head n's q^, k^ rows */
 
-    if (c == 0) { /* conv ring <- pre-conv rows of the last min(T, K) positions (dn_conv has read the old rows) */
-        const int cd = (2 * p.Hk + p.Hv) * DN_D, nr = p.T < p.K ? p.T : p.K;
-        for (int i = tid + j * 256; i < nr * cd; i += 256 * (int)gridDim.y) {
-            const int r = i / cd, ch = i - r * cd, u = p.T - nr + r;
-            p.conv_ring[(size_t)((p.pos + u) % p.K) * cd + ch] = p.proj[(size_t)u * p.ld_proj + ch];
+#pragma unroll 1
+    for (int u = 0; u < 3; u++) { /* q, k of head n; v of head j */
+        const int tw = t0 + warp * DN_TPW;
+        float cv[DN_TPW][4];
+        dn_conv_unit<KC>(p, u == 2 ? (2 * p.Hk + j) * DN_D : (u * p.Hk + n) * DN_D, tw, lane, cv);
+#pragma unroll
+        for (int tt = 0; tt < DN_TPW; tt++) {
+            const int r = warp * DN_TPW + tt, tok = tw + tt;
+            if (u == 2) {
+                uint16_t *dst = sc.v + ((size_t)tok * p.Hv + j) * DN_D + 2 * lane;
+                *(uint32_t *)dst = pack_bf16(cv[tt][0], cv[tt][1]);
+                *(uint32_t *)(dst + 64) = pack_bf16(cv[tt][2], cv[tt][3]);
+                continue;
+            }
+            dn_l2norm_f32(cv[tt]);
+            const uint32_t h0 = pack_bf16(cv[tt][0], cv[tt][1]), h1 = pack_bf16(cv[tt][2], cv[tt][3]);
+            const uint32_t l0 = pack_bf16(cv[tt][0] - rbf(cv[tt][0]), cv[tt][1] - rbf(cv[tt][1]));
+            const uint32_t l1 = pack_bf16(cv[tt][2] - rbf(cv[tt][2]), cv[tt][3] - rbf(cv[tt][3]));
+            uint8_t *tile = smem + (u == 0 ? L::Q : L::K);
+            *(uint32_t *)(tile + swz_off<16>(r, 2 * lane)) = h0;
+            *(uint32_t *)(tile + swz_off<16>(r, 64 + 2 * lane)) = h1;
+            *(uint32_t *)(tile + swz_off<16>(DN_C + r, 2 * lane)) = l0;
+            *(uint32_t *)(tile + swz_off<16>(DN_C + r, 64 + 2 * lane)) = l1;
+            if (qk_out) {
+                const size_t o = ((size_t)tok * p.Hk + n) * DN_D + 2 * lane;
+                uint16_t *dst = (u == 0 ? sc.q : sc.k) + o, *dlo = (u == 0 ? sc.q_lo : sc.k_lo) + o;
+                *(uint32_t *)dst = h0;
+                *(uint32_t *)(dst + 64) = h1;
+                *(uint32_t *)dlo = l0;
+                *(uint32_t *)(dlo + 64) = l1;
+            }
         }
     }
-#pragma unroll
-    for (int jj = 0; jj < 2 * DN_C * 16 / 256; jj++) { /* rows 0..63 hi, 64..127 lo */
-        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        const size_t o = ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8;
-        cp_async16(sb + L::K + swz<16>(r, ch) * 16, (r < DN_C ? sc.k : sc.k_lo) + o, true);
-        cp_async16(sb + L::Q + swz<16>(r, ch) * 16, (r < DN_C ? sc.q : sc.q_lo) + o, true);
-    }
-    cp_async_commit();
+    if (c == 0) /* the snapshots' conv windows: the K pre-conv rows before each point, this block's head units */
+        for (int i = tid; i < p.n_pts * KC * 3 * 32; i += 256) {
+            const int ln = i & 31, u = (i >> 5) % 3, jr = (i >> 5) / 3 % KC, pt = (i >> 5) / 3 / KC;
+            if (u < 2 && !qk_out) continue;
+            const int ch = (u == 2 ? (2 * p.Hk + j) * DN_D : (u * p.Hk + n) * DN_D) + 2 * ln;
+            const int uu = p.pt_off[pt] - KC + jr, q = p.pos + uu; /* uu < pt_off < T */
+            uint32_t r0, r1;
+            dn_pre_row<KC>(p, uu, ch, r0, r1);
+            uint16_t *dst = p.pt_ring[pt] + (size_t)((q % KC + KC) % KC) * ((2 * p.Hk + p.Hv) * DN_D) + ch;
+            *(uint32_t *)dst = r0;
+            *(uint32_t *)(dst + 64) = r1;
+        }
     for (int i = tid; i < DN_C * DN_LD; i += 256) sTi[i] = 0.0f;
-    if (warp == 0) {
-        const float g0 = sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], g1 = sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
+    if (warp == 0) { /* gates of tokens t0 + 2 lane + e, then gamma */
+        float gg[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int tok = t0 + 2 * lane + e;
+            float beta = 0.0f, gv = 0.0f;
+            if (tok < p.T) {
+                const float b = __uint_as_float((uint32_t)p.proj[(size_t)tok * p.ld_proj + p.b_off + j] << 16);
+                const float a = __uint_as_float((uint32_t)p.proj[(size_t)tok * p.ld_proj + p.a_off + j] << 16);
+                beta = rbf(sigmoid_acc(b));
+                const float xx = a + p.dt_bias[j];
+                gv = -expf(p.A_log[j]) * (xx > 20.0f ? xx : log1pf(expf(xx)));
+            }
+            sc.beta[(size_t)tok * p.Hv + j] = beta;
+            sc.g[(size_t)tok * p.Hv + j] = gv;
+            sbeta[2 * lane + e] = beta;
+            gg[e] = gv;
+        }
         float y0, y1;
-        dn_gamma_scan(g0, g1, lane, y0, y1);
+        dn_gamma_scan(gg[0], gg[1], lane, y0, y1);
         sgam[2 * lane] = y0, sgam[2 * lane + 1] = y1;
-        sbeta[2 * lane] = sc.beta[(size_t)(t0 + 2 * lane) * p.Hv + j];
-        sbeta[2 * lane + 1] = sc.beta[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
     }
-    cp_async_wait<0>();
     __syncthreads();
-
     /* A = (diag(beta) K K^T) o Gamma (strictly lower) and P = (Q K^T) o Gamma * dk^-1/2 (s <= r, split
      * -> global): warp -> rows 16 (w%4), cols 32 (w/4); q^, k^ split: 3 mma per product */
     {
@@ -407,238 +399,24 @@ __global__ void __launch_bounds__(256, 2)
     }
 }
 
-/* ---- 3. sequential state scan ---------------------------------------------------------- */
+/* ---- 2. sequential state scan with the output and its gated norm ------------------------ */
 
-template <bool FO>
-struct DnScanSmem {
-    /* one stage (double-buffered): K bf16 [128][128] (k^ hi rows 0..63, lo rows 64..127), V slice bf16
-     * [64][16], T2 hi, lo bf16 [64][64]; with FO also Q [128][128] (q^ hi, lo) and P [128][64] (hi, lo) */
-    static constexpr int K = 0, V = K + 2 * DN_C * DN_D * 2, TH = V + DN_C * DN_DVS * 2, TL = TH + DN_C * DN_C * 2;
-    static constexpr int Q = TL + DN_C * DN_C * 2, P = Q + 2 * DN_C * DN_D * 2;
-    static constexpr int STAGE = FO ? P + 2 * DN_C * DN_C * 2 : Q;
-    static constexpr int S = 2 * STAGE;                   /* bf16 [2][128][16]: S = hi + lo */
-    static constexpr int R = S + 2 * DN_D * DN_DVS * 2;   /* bf16 [2][64][16]:  R = V - diag(e^gamma) K S, hi + lo */
-    static constexpr int VS = R + 2 * DN_C * DN_DVS * 2;  /* bf16 [2][64][16]:  diag(e^(gamma_L - gamma)) V', hi + lo */
-    static constexpr int VP = VS + 2 * DN_C * DN_DVS * 2; /* bf16 [2][64][16]:  V', hi + lo (FO) */
-    static constexpr int BYTES = FO ? VP + 2 * DN_C * DN_DVS * 2 : VP;
-    static constexpr int LO_S = DN_D * DN_DVS * 2, LO_R = DN_C * DN_DVS * 2; /* byte offsets of the lo halves */
-};
-static_assert(DN_DVS == 16, "the scan's tiles are [rows][16]: 2 swizzled 16-byte chunks per row");
-
-template <bool FO>
-__device__ __forceinline__ void dn_scan_load(const DeltaNetPrefillParams &p, const DeltaNetScratch &sc, uint32_t st,
-                                             int c, int j, int n, int e0, int tid) {
-    using L = DnScanSmem<FO>;
-    const int t0 = c * DN_C;
-    const uint16_t *tg = sc.t + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C;
-#pragma unroll
-    for (int jj = 0; jj < 2 * DN_C * 16 / 256; jj++) {
-        const int i = tid + jj * 256, r = i >> 4, ch = i & 15;
-        const size_t o = ((size_t)(t0 + (r & 63)) * p.Hk + n) * DN_D + ch * 8;
-        cp_async16(st + L::K + swz<16>(r, ch) * 16, (r < DN_C ? sc.k : sc.k_lo) + o, true);
-        if (FO) cp_async16(st + L::Q + swz<16>(r, ch) * 16, (r < DN_C ? sc.q : sc.q_lo) + o, true);
-    }
-#pragma unroll
-    for (int jj = 0; jj < 2 * DN_C * 8 / 256; jj++) {
-        const int i = tid + jj * 256;
-        const int pl = i >> 9, r2 = (i >> 3) & 63, ch2 = i & 7; /* T2 plane (hi, lo), row, chunk */
-        cp_async16(st + L::TH + pl * (DN_C * DN_C * 2) + swz<8>(r2, ch2) * 16,
-                   tg + pl * DN_C * DN_C + r2 * DN_C + ch2 * 8, true);
-        if (FO) /* P row i >> 3 of [hi; lo] */
-            cp_async16(st + L::P + swz<8>(i >> 3, ch2) * 16, sc.p + ((size_t)c * p.Hv + j) * 2 * DN_C * DN_C + i * 8,
-                       true);
-    }
-    if (tid < DN_C * 2) {
-        const int r = tid >> 1, ch = tid & 1;
-        cp_async16(st + L::V + swz<2>(r, ch) * 16, sc.v + ((size_t)(t0 + r) * p.Hv + j) * DN_D + e0 + ch * 8, true);
-    }
-}
-
-/* b0, b1 of n8 tile `hi_half` (0: columns 0-7, 1: 8-15) out of an ldsm_addr_bk x4.trans load */
-__device__ __forceinline__ uint32_t dn_pick(const uint32_t b[4], int half, int i) { return half ? b[2 + i] : b[i]; }
-
-/* One k-step of a split product into three accumulators, in this order: hh += a_hi b_hi,
- * hl += a_hi b_lo, lh += a_lo b_hi (b: the warp's half `wn` of an x4 fragment pair). */
-__device__ __forceinline__ void dn_mma3(float hh[4], float hl[4], float lh[4], const uint32_t a[4],
-                                        const uint32_t al[4], const uint32_t b[4], const uint32_t bl[4], int wn) {
-    mma_bf16(hh, a, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
-    mma_bf16(hl, a, dn_pick(bl, wn, 0), dn_pick(bl, wn, 1));
-    mma_bf16(lh, al, dn_pick(b, wn, 0), dn_pick(b, wn, 1));
-}
-
-/* grid (Hv, dv/16), 256 threads. The CTA owns S[:, e0 .. e0+15] of head j in fp32 registers: warp
- * w holds rows 16w .. 16w+15 as the accumulators of 2 n8 tiles. Per chunk (warp (wm, wn) = (w%4,
- * w/4) owns rows 16 wm and columns 8 wn of the 64 x 16 tiles X, R, V'):
- *   snapshot S -> smem + global (split);  X = K S;  R = V - diag(e^gamma) X;  V' = T2 R (lower
- *   triangular: k-blocks <= wm);  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V'
- *   (every product split x split: 3 mma).
- * The separate-output path (fuse_out = 0): S snapshots and V' go to global memory for dn_out_chunk;
- * the fused path is dn_scan_fo (deltanet_prefill_scan.cuh). */
-__global__ void __launch_bounds__(256)
-    dn_scan_split(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
-    pdl_begin();
-    using L = DnScanSmem<false>;
-    extern __shared__ __align__(128) uint8_t smem[];
-    const uint32_t sb = smem_addr(smem);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int wm = warp & 3, wn = warp >> 2;
-    const int j = blockIdx.x, e0 = blockIdx.y * DN_DVS, n = j / (p.Hv / p.Hk);
-    const int nc = (p.T + DN_C - 1) / DN_C;
-    float *state = p.state + (size_t)j * DN_D * DN_D;
-
-    float S[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float2 v = *(const float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
-            S[nt][2 * h] = v.x, S[nt][2 * h + 1] = v.y;
-        }
-    dn_scan_load<false>(p, sc, sb, 0, j, n, e0, tid);
-    cp_async_commit();
-    float gn0 = sc.g[(size_t)(2 * lane) * p.Hv + j], gn1 = sc.g[(size_t)(2 * lane + 1) * p.Hv + j];
-
-    for (int c = 0; c < nc; c++) {
-        cp_async_wait<0>();
-        __syncthreads(); /* chunk c landed; everyone is done with chunk c-1 */
-        if (c + 1 < nc) dn_scan_load<false>(p, sc, sb + ((c + 1) & 1) * L::STAGE, c + 1, j, n, e0, tid);
-        cp_async_commit();
-        const uint32_t st = sb + (c & 1) * L::STAGE;
-        float gL, gr[2]; /* gamma_L, gamma of this thread's two tile rows wm*16 + g (+8) */
-        float y0, y1;
-        dn_chunk_gamma(p, sc, c, nc, j, lane, wm * 16 + g, gn0, gn1, gL, gr, y0, y1);
-
-        /* S entering the chunk -> split tiles (smem) and the copy kernel 4 reads */
-        uint16_t *Sg = sc.s + ((size_t)c * p.Hv + j) * 2 * DN_D * DN_D;
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = warp * 16 + g + 8 * h, col = nt * 8 + 2 * t;
-                const float x0 = S[nt][2 * h], x1 = S[nt][2 * h + 1];
-                const uint32_t hi = pack_bf16(x0, x1), lo = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
-                *(uint32_t *)(smem + L::S + swz_off<2>(r, col)) = hi;
-                *(uint32_t *)(smem + L::S + L::LO_S + swz_off<2>(r, col)) = lo;
-                *(uint32_t *)(Sg + (size_t)r * DN_D + e0 + col) = hi;
-                *(uint32_t *)(Sg + DN_D * DN_D + (size_t)r * DN_D + e0 + col) = lo;
-            }
-        __syncthreads();
-
-        /* X = K S (64 x 16; k = dk), one accumulator per product term (shorter mma dependency
-         * chains); then R = V - diag(e^gamma) X -> split tiles */
-        {
-            float xh[4] = {}, xl[4] = {}, xm[4] = {};
-#pragma unroll
-            for (int kk = 0; kk < DN_D / 16; kk++) {
-                uint32_t a[4], al[4], b[4], bl[4];
-                ldsm_x4(ldsm_addr_a<16>(st + L::K, wm * 16, kk * 16, lane), a);
-                ldsm_x4(ldsm_addr_a<16>(st + L::K, DN_C + wm * 16, kk * 16, lane), al);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S, kk * 16, 0, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::S + L::LO_S, kk * 16, 0, lane), bl);
-                dn_mma3(xh, xl, xm, a, al, b, bl, wn);
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
-                const float eg = expf(gr[h]);
-                const uint32_t vv = *(const uint32_t *)(smem + (st - sb) + L::V + swz_off<2>(r, col));
-                const float r0 = __uint_as_float(vv << 16) - eg * (xh[2 * h] + (xl[2 * h] + xm[2 * h]));
-                const float r1 =
-                    __uint_as_float(vv & 0xffff0000u) - eg * (xh[2 * h + 1] + (xl[2 * h + 1] + xm[2 * h + 1]));
-                *(uint32_t *)(smem + L::R + swz_off<2>(r, col)) = pack_bf16(r0, r1);
-                *(uint32_t *)(smem + L::R + L::LO_R + swz_off<2>(r, col)) = pack_bf16(r0 - rbf(r0), r1 - rbf(r1));
-            }
-        }
-        __syncthreads();
-
-        /* V' = T2 R (64 x 16; k = the chunk's 64 rows; T2 is lower triangular) -> global (split, for
-         * kernel 4) and diag(e^(gamma_L - gamma)) V' -> split tiles for the state update */
-        {
-            float vh[4] = {}, vl[4] = {}, vm[4] = {};
-#pragma unroll
-            for (int kk = 0; kk < DN_C / 16; kk++) {
-                if (kk > wm) break; /* warp-uniform */
-                uint32_t ah[4], al[4], b[4], bl[4];
-                ldsm_x4(ldsm_addr_a<8>(st + L::TH, wm * 16, kk * 16, lane), ah);
-                ldsm_x4(ldsm_addr_a<8>(st + L::TL, wm * 16, kk * 16, lane), al);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R, kk * 16, 0, lane), b);
-                ldsm_x4_t(ldsm_addr_bk<2>(sb + L::R + L::LO_R, kk * 16, 0, lane), bl);
-                dn_mma3(vh, vl, vm, ah, al, b, bl, wn);
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
-                const float dec = expf(gL - gr[h]);
-                const float v0 = vh[2 * h] + (vl[2 * h] + vm[2 * h]);
-                const float v1 = vh[2 * h + 1] + (vl[2 * h + 1] + vm[2 * h + 1]);
-                const uint32_t vhi = pack_bf16(v0, v1), vlo = pack_bf16(v0 - rbf(v0), v1 - rbf(v1));
-                const size_t o = ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col;
-                *(uint32_t *)(sc.u + o) = vhi;
-                *(uint32_t *)(sc.u_lo + o) = vlo;
-                const float x0 = v0 * dec, x1 = v1 * dec;
-                *(uint32_t *)(smem + L::VS + swz_off<2>(r, col)) = pack_bf16(x0, x1);
-                *(uint32_t *)(smem + L::VS + L::LO_R + swz_off<2>(r, col)) = pack_bf16(x0 - rbf(x0), x1 - rbf(x1));
-            }
-        }
-        __syncthreads();
-
-        /* S <- e^gamma_L S + K^T Vs: warp -> dk rows 16w, 2 n8 tiles; k = the chunk's 64 rows */
-        /* (hi x hi into S, the two lo terms into their own accumulators: dependency chains of 4) */
-        const float eL = expf(gL);
-        float sl[2][4] = {}, sm[2][4] = {};
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) S[nt][e] *= eL;
-#pragma unroll
-        for (int kk = 0; kk < DN_C / 16; kk++) {
-            uint32_t a[4], al[4], b[4], bl[4];
-            ldsm_x4_t(ldsm_addr_at<16>(st + L::K, kk * 16, warp * 16, lane), a);
-            ldsm_x4_t(ldsm_addr_at<16>(st + L::K, DN_C + kk * 16, warp * 16, lane), al);
-            ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS, kk * 16, 0, lane), b);
-            ldsm_x4_t(ldsm_addr_bk<2>(sb + L::VS + L::LO_R, kk * 16, 0, lane), bl);
-            mma_bf16(sl[0], a, bl[0], bl[1]);
-            mma_bf16(sl[1], a, bl[2], bl[3]);
-            mma_bf16(sm[0], al, b[0], b[1]);
-            mma_bf16(sm[1], al, b[2], b[3]);
-            mma_bf16(S[0], a, b[0], b[1]);
-            mma_bf16(S[1], a, b[2], b[3]);
-        }
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) S[nt][e] += sl[nt][e] + sm[nt][e];
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            *(float2 *)(state + (warp * 16 + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t) =
-                make_float2(S[nt][2 * h], S[nt][2 * h + 1]);
-}
-
-#include "cuda/deltanet_prefill_out.cuh"
 #include "cuda/deltanet_prefill_scan.cuh"
 
 /* ---- launcher -------------------------------------------------------------------------- */
 
 template <int KC>
-static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
-    dim3 grid(nc * DN_C / DN_TPW, (2 * p->Hk + p->Hv + 3) / 4);
-    return launch_ex(dn_conv_bf16_tok<KC>, grid, dim3(128), 0, 0, l, *p, sc);
-}
-
-/* Shared memory of dn_scan_fo: the layout, its two mbarriers and slack for the 1024-byte alignment. */
-#define DN_SCAN_FO_SMEM (DnScanSmem<true>::BYTES + 16 + 1024)
-
-static int dn_launch_scan_fo_maps(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, const DnScanMaps &m,
-                                  const CudaLaunch *l) {
-    const cudaError_t e = smem_attr<dn_scan_fo>(DN_SCAN_FO_SMEM);
+static int dn_launch_conv_local(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc,
+                                const CudaLaunch *l) {
+    const cudaError_t e = smem_attr<dn_conv_local<KC>>(DnLocalSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    return launch_ex(dn_scan_fo, dim3(DN_D / DN_DVS, p->Hv), dim3(512), DN_SCAN_FO_SMEM, 0, l, *p, sc, m);
+    return launch_ex(dn_conv_local<KC>, dim3(nc, p->Hv), dim3(256), DnLocalSmem::BYTES, 0, l, *p, sc);
 }
 
-static int dn_launch_scan_fo(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
+/* Shared memory of dn_scan: the layout, its two mbarriers and slack for the 1024-byte alignment. */
+#define DN_SCAN_SMEM (DnScanSmem::BYTES + 16 + 1024)
+
+static int dn_launch_scan(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
     const int Tp = nc * DN_C, rows_tp = nc * p->Hv * 2 * DN_C;
     DnScanMaps m;
     memset(&m, 0, sizeof m);
@@ -649,15 +427,16 @@ static int dn_launch_scan_fo(const DeltaNetPrefillParams *p, const DeltaNetScrat
     if (!rc) rc = cuda_tma_map_bf16(&m.t, sc.t, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (!rc) rc = cuda_tma_map_bf16(&m.p, sc.p, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (rc) return rc;
-    return dn_launch_scan_fo_maps(p, sc, m, l);
+    const cudaError_t e = smem_attr<dn_scan>(DN_SCAN_SMEM);
+    if (e != cudaSuccess) return (int)e;
+    return launch_ex(dn_scan, dim3(DN_NSL, p->Hv), dim3(512), DN_SCAN_SMEM, DN_NSL, l, *p, sc, m);
 }
 
 extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->pos < 0 || !p->conv_ring || !p->state || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 ||
         p->Hv < 1 || p->Hv % p->Hk || p->K < 2 || p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) ||
         p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) ||
-        ((uintptr_t)p->conv_ring & 3) || ((uintptr_t)p->state & 7) || p->n_pts < 0 || p->n_pts > DN_MAX_PTS ||
-        (p->n_pts && !p->fuse_out))
+        ((uintptr_t)p->conv_ring & 3) || ((uintptr_t)p->state & 7) || p->n_pts < 0 || p->n_pts > DN_MAX_PTS)
         return (int)cudaErrorInvalidValue;
     for (int i = 0; i < p->n_pts; i++)
         if (p->pt_off[i] < (i ? p->pt_off[i - 1] + 1 : 0) || p->pt_off[i] >= p->T || ((uintptr_t)p->pt_state[i] & 7) ||
@@ -667,33 +446,12 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
     const int nc = (p->T + DN_C - 1) / DN_C;
     if (p->ev) cudaEventRecord(p->ev[0], l->stream);
-    int rc = p->K == 4   ? dn_launch_conv<4>(p, sc, nc, l)
-             : p->K == 3 ? dn_launch_conv<3>(p, sc, nc, l)
-                         : dn_launch_conv<2>(p, sc, nc, l);
+    int rc = p->K == 4   ? dn_launch_conv_local<4>(p, sc, nc, l)
+             : p->K == 3 ? dn_launch_conv_local<3>(p, sc, nc, l)
+                         : dn_launch_conv_local<2>(p, sc, nc, l);
     if (rc) return rc;
     if (p->ev) cudaEventRecord(p->ev[1], l->stream);
-
-    cudaError_t e = smem_attr<dn_local_chunk>(DnLocalSmem::BYTES);
-    if (e != cudaSuccess) return (int)e;
-    if ((rc = launch_ex(dn_local_chunk, dim3(nc, p->Hv), dim3(256), DnLocalSmem::BYTES, 0, l, *p, sc))) return rc;
+    rc = dn_launch_scan(p, sc, nc, l);
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);
-
-    if (p->fuse_out) {
-        if ((rc = dn_launch_scan_fo(p, sc, nc, l))) return rc;
-        if (p->ev) cudaEventRecord(p->ev[3], l->stream);
-        rc = launch_ex(dn_norm_out, dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), dim3(256), 0, 0, l, *p, sc);
-        if (p->ev) cudaEventRecord(p->ev[4], l->stream);
-        return rc;
-    }
-    e = smem_attr<dn_scan_split>(DnScanSmem<false>::BYTES);
-    if (e != cudaSuccess) return (int)e;
-    if ((rc = launch_ex(dn_scan_split, dim3(p->Hv, DN_D / DN_DVS), dim3(256), DnScanSmem<false>::BYTES, 0, l, *p, sc)))
-        return rc;
-    if (p->ev) cudaEventRecord(p->ev[3], l->stream);
-
-    e = smem_attr<dn_out_chunk>(DnOutSmem::BYTES);
-    if (e != cudaSuccess) return (int)e;
-    rc = launch_ex(dn_out_chunk, dim3(2 * nc, p->Hv), dim3(256), DnOutSmem::BYTES, 2, l, *p, sc);
-    if (p->ev) cudaEventRecord(p->ev[4], l->stream);
     return rc;
 }

@@ -1,8 +1,25 @@
-/* deltanet_prefill_scan.cuh — kernel 3 of the chunked DeltaNet prefill with the output fused in
- * (DeltaNetPrefillParams.fuse_out): the state scan that also computes the chunk outputs, 16 warps.
- * Included by deltanet_prefill.cu only (one translation unit: device code needs no -rdc). */
+/* deltanet_prefill_scan.cuh — kernel 2 of the chunked DeltaNet prefill: the state scan that also computes the chunk
+ * outputs and their gated RMSNorm, 16 warps. Included by deltanet_prefill.cu only (one translation unit: device code
+ * needs no -rdc). */
 #ifndef Q35_CUDA_DELTANET_PREFILL_SCAN_CUH
 #define Q35_CUDA_DELTANET_PREFILL_SCAN_CUH
+
+/* Shared memory of dn_scan. One stage (double-buffered): K bf16 [128][128] (k^ hi rows 0..63, lo rows 64..127), V
+ * slice bf16 [64][16], T2 hi, lo bf16 [64][64], Q [128][128] (q^ hi, lo) and P [128][64] (hi, lo). */
+struct DnScanSmem {
+    static constexpr int K = 0, V = K + 2 * DN_C * DN_D * 2, TH = V + DN_C * DN_DVS * 2, TL = TH + DN_C * DN_C * 2;
+    static constexpr int Q = TL + DN_C * DN_C * 2, P = Q + 2 * DN_C * DN_D * 2;
+    static constexpr int STAGE = P + 2 * DN_C * DN_C * 2;
+    static constexpr int S = 2 * STAGE;                   /* bf16 [2][128][16]: S = hi + lo */
+    static constexpr int R = S + 2 * DN_D * DN_DVS * 2;   /* bf16 [2][64][16]:  R = V - diag(e^gamma) K S, hi + lo */
+    static constexpr int VS = R + 2 * DN_C * DN_DVS * 2;  /* bf16 [2][64][16]:  diag(e^(gamma_L - gamma)) V', hi + lo */
+    static constexpr int VP = VS + 2 * DN_C * DN_DVS * 2; /* bf16 [2][64][16]:  V', hi + lo */
+    static constexpr int SS = VP + 2 * DN_C * DN_DVS * 2; /* fp32 [2][2][64]: per chunk parity and n8 tile, the rows'
+                                                           * sums of squares of bf16(O) over the tile's 8 columns */
+    static constexpr int BYTES = SS + 2 * 2 * DN_C * 4;
+    static constexpr int LO_S = DN_D * DN_DVS * 2, LO_R = DN_C * DN_DVS * 2; /* byte offsets of the lo halves */
+};
+static_assert(DN_DVS == 16, "the scan's tiles are [rows][16]: 2 swizzled 16-byte chunks per row");
 
 /* split (hi, lo) store of one m16n8 fp32 accumulator tile (rows r0 + g (+8), columns col0 + 2t)
  * into a [rows][16] bf16 tile pair at `base` (lo half `lo` bytes after hi) */
@@ -29,7 +46,7 @@ struct DnScanMaps {
  * block's barrier for the whole stage. */
 __device__ __forceinline__ void dn_scan_issue(const DnScanMaps &m, uint32_t st, uint32_t bar, int c, int Hv, int j,
                                               int n) {
-    using L = DnScanSmem<true>;
+    using L = DnScanSmem;
     mbar_arrive_expect_tx(bar, DN_SCAN_TX);
     for (int b = 0; b < 10; b++) {
         const CUtensorMap *mp;
@@ -52,16 +69,16 @@ __device__ __forceinline__ void dn_scan_load_v(const DeltaNetPrefillParams &p, c
                                                int c, int j, int e0, int tid) {
     if (tid < DN_C * 2) {
         const int r = tid >> 1, ch = tid & 1;
-        cp_async16(st + DnScanSmem<true>::V + swz<2>(r, ch) * 16,
+        cp_async16(st + DnScanSmem::V + swz<2>(r, ch) * 16,
                    sc.v + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + ch * 8, true);
     }
 }
 
-/* Warps 0-7 of dn_scan_fo in phase 3: h, l, m (rows sr of S, both n8 tiles) += K^T B, k = the chunk's 64 rows, B the
+/* Warps 0-7 of dn_scan in phase 3: h, l, m (rows sr of S, both n8 tiles) += K^T B, k = the chunk's 64 rows, B the
  * split tile pair at b ([64][16] hi, lo LO_R bytes after): hi x hi into h, hi x lo into l, lo x hi into m. */
 __device__ __forceinline__ void dn_kt_mma(uint32_t st, uint32_t b, int sr, int lane, float h[2][4], float l[2][4],
                                           float m[2][4]) {
-    using L = DnScanSmem<true>;
+    using L = DnScanSmem;
 #pragma unroll
     for (int kk = 0; kk < DN_C / 16; kk++) {
         uint32_t a[4], al[4], bh[4], bl[4];
@@ -78,7 +95,7 @@ __device__ __forceinline__ void dn_kt_mma(uint32_t st, uint32_t b, int sr, int l
     }
 }
 
-/* Warps 0-7 of dn_scan_fo in phase 3 of chunk c (S = S_c, v = V', the R tiles free): the state after the first m =
+/* Warps 0-7 of dn_scan in phase 3 of chunk c (S = S_c, v = V', the R tiles free): the state after the first m =
  * pt_off[i] - 64 c rows of the chunk, the chunk-end update cut at row m - 1:
  *   S_pt = e^gamma[m-1] S_c + K^T X,  X[r] = V'[r] e^(gamma[m-1] - gamma[r]) for r < m, 0 below
  * (V' of the first m rows is theirs alone: T2 is lower triangular), X through the R tiles, stored to pt_state[i]. */
@@ -86,7 +103,7 @@ __device__ __forceinline__ void dn_scan_point(const DeltaNetPrefillParams &p, ui
                                               const float S[2][4], const float v[4], const float gr[2], float y0,
                                               float y1, int i, int c, int j, int e0, int wm, int wn, int sr, int g,
                                               int t, int lane) {
-    using L = DnScanSmem<true>;
+    using L = DnScanSmem;
     const int m = p.pt_off[i] - c * DN_C;
     const float gp = m > 0 ? dn_gamma_at(y0, y1, m - 1) : 0.0f; /* m is warp-uniform */
     float x[4];
@@ -113,27 +130,56 @@ __device__ __forceinline__ void dn_scan_point(const DeltaNetPrefillParams &p, ui
                             sh[nt][2 * h + 1] + (sl[nt][2 * h + 1] + sm[nt][2 * h + 1]));
 }
 
-/* grid (dv/16, Hv) (the column slices of one head along x), 512 threads, one CTA
- * per SM (~217 KB of shared memory: DnScanSmem<true> with K, Q in the SWZ_TMA16 layout, + 2
+/* Warps 8-15 of dn_scan: the gated RMSNorm of chunk c's rows r0, r0 + 8 once the cluster barrier of that chunk
+ * has passed. ob: the thread's bf16(O) values (columns col, col + 1 of the block's slice, both rows), zz: z of the
+ * same, ssum: this block's [2][64] sums of squares of chunk c (read from all DN_NSL blocks of the cluster):
+ *   y = bf16(w bf16(o rsqrt(mean(o^2) + eps))) silu(z)  over the head's 128 columns. */
+__device__ __forceinline__ void dn_scan_norm(const DeltaNetPrefillParams &p, const float *ssum, const float ob[4],
+                                             const uint32_t zz[2], const float nw[2], int c, int j, int r0, int col) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h, tok = c * DN_C + r;
+        if (tok >= p.T) continue;
+        float tot = 0.0f;
+#pragma unroll
+        for (int rank = 0; rank < DN_NSL; rank++) tot += ld_dsmem(ssum + r, rank) + ld_dsmem(ssum + DN_C + r, rank);
+        const float inv = rsqrtf(tot / (float)DN_D + p.eps);
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float z = __uint_as_float(e ? (zz[h] & 0xffff0000u) : (zz[h] << 16));
+            v[e] = rbf(nw[e] * rbf(ob[2 * h + e] * inv)) * silu_f(z);
+        }
+        *(uint32_t *)(p.y + ((size_t)tok * p.Hv + j) * DN_D + col) = pack_bf16(v[0], v[1]);
+    }
+}
+
+/* grid (dv/16, Hv) (the column slices of one head along x, a cluster per head), 512 threads, one CTA
+ * per SM (~218 KB of shared memory: DnScanSmem with K, Q in the SWZ_TMA16 layout, + 2
  * mbarriers). The CTA owns S[:, e0 .. e0+15] of head j: warp w < 8 holds rows 16 w (both n8 tiles)
- * in fp32 registers. Same algebra as dn_scan_split, with the work of a chunk spread over 16 warps
- * in three phases (three block barriers per chunk) so that the serial chain S_c -> S_c+1 is short:
+ * in fp32 registers. The work of a chunk is spread over 16 warps in three phases (three block
+ * barriers per chunk) so that the serial chain S_c -> S_c+1 is short:
  *   1. warps 0-7:  X = K S, R = V - diag(e^gamma) X -> split tiles
  *      warps 8-15: the Q S half of O = diag(e^gamma) Q S dk^-1/2 + P V' (kept in registers)
  *      (warp (wm, wn) = (w%4, w/4 % 2): rows 16 wm, k half wn, then n8 tile wn after a swap of
  *      partial sums with its partner: every A element is read from shared memory once)
  *   2. warps 0-7:  V' = T2 R -> diag(e^(gamma_L - gamma)) V' and V' as split tiles (rows 16 wm,
  *                  n8 tile wn)
- *      warps 8-15: the next chunk's loads (one thread: TMA; V: cp.async)
+ *      warps 8-15: the next chunk's loads (one thread: TMA; V: cp.async), then the gated norm of the
+ *                  previous chunk's O (dn_scan_norm)
  *   3. warps 0-7:  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V', snapshot -> split tiles
- *      warps 8-15: O += P V', store bf16(O) in sc.u
- * Shared-memory reads per chunk (ldmatrix): ~230 KB, was ~460 with the 8 x 8 warp tiling of
- * dn_scan_split (ncu: the scan is bound by ldmatrix throughput and latency, not by its loads). */
+ *      warps 8-15: O += P V', bf16(O) kept in registers, its rows' sums of squares over the block's 16 columns
+ *                  into shared memory; then every thread arrives at the cluster barrier of the chunk
+ * Warps 0-7 wait for the cluster barrier of chunk c - 1 just before they arrive for chunk c, so the norm
+ * never holds up the state chain. Shared-memory reads per chunk (ldmatrix): ~230 KB, half of what an
+ * 8 x 8 warp tiling of the same work reads (ncu: the scan is bound by ldmatrix throughput and
+ * latency, not by its loads). Before the first chunk the blocks write the call's last K pre-conv rows
+ * into the conv ring (dn_conv_local, which read the old rows, has finished). */
 __global__ void __launch_bounds__(512, 1)
-    dn_scan_fo(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc,
-               const __grid_constant__ DnScanMaps maps) {
+    dn_scan(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc,
+            const __grid_constant__ DnScanMaps maps) {
     pdl_begin();
-    using L = DnScanSmem<true>;
+    using L = DnScanSmem;
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); /* TMA swizzle: 1024-aligned */
     const uint32_t sb = smem_addr(smem), full = sb + L::BYTES;                 /* full[2]: mbarriers */
@@ -144,6 +190,20 @@ __global__ void __launch_bounds__(512, 1)
     const int j = blockIdx.y, e0 = blockIdx.x * DN_DVS, n = j / (p.Hv / p.Hk);
     const int nc = (p.T + DN_C - 1) / DN_C;
     float *state = p.state + (size_t)j * DN_D * DN_D;
+    float *ssum = (float *)(smem + L::SS);
+
+    { /* conv ring <- the pre-conv rows of the call's last min(T, K) positions, 2 channels per thread */
+        const int cd = (2 * p.Hk + p.Hv) * DN_D, nr = p.T < p.K ? p.T : p.K, n2 = nr * cd / 2;
+        for (int i = (blockIdx.y * gridDim.x + blockIdx.x) * 512 + tid; i < n2; i += gridDim.x * gridDim.y * 512) {
+            const int r = i / (cd / 2), ch = 2 * i - r * cd, u = p.T - nr + r;
+            *(uint32_t *)(p.conv_ring + (size_t)((p.pos + u) % p.K) * cd + ch) =
+                *(const uint32_t *)(p.proj + (size_t)u * p.ld_proj + ch);
+        }
+    }
+    const int ocol = e0 + wn * 8 + 2 * t; /* warps 8-15: the first of their two output columns */
+    const float nw[2] = {p.norm_w[ocol], p.norm_w[ocol + 1]};
+    float ob[4] = {};    /* warps 8-15: bf16(O) of the last chunk, rows wm 16 + g (+8), columns ocol, ocol + 1 */
+    uint32_t zz[2] = {}; /* ... and its z */
 
     if (tid == 0) {
         mbar_init(full, 1), mbar_init(full + 8, 1);
@@ -254,10 +314,16 @@ __global__ void __launch_bounds__(512, 1)
             }
             dn_store_split16(smem + L::VP, L::LO_R, v, wm * 16, wn * 8, g, t);
             dn_store_split16(smem + L::VS, L::LO_R, x, wm * 16, wn * 8, g, t);
-        } else if (c + 1 < nc) {
-            const uint32_t nst = sb + ((c + 1) & 1) * L::STAGE;
-            if (tid == 256) dn_scan_issue(maps, nst, full + ((c + 1) & 1) * 8, c + 1, p.Hv, j, n);
-            dn_scan_load_v(p, sc, nst, c + 1, j, e0, tid - 256);
+        } else {
+            if (c + 1 < nc) {
+                const uint32_t nst = sb + ((c + 1) & 1) * L::STAGE;
+                if (tid == 256) dn_scan_issue(maps, nst, full + ((c + 1) & 1) * 8, c + 1, p.Hv, j, n);
+                dn_scan_load_v(p, sc, nst, c + 1, j, e0, tid - 256);
+            }
+            if (c > 0) { /* the norm of chunk c - 1 (its cluster barrier, waited on here) */
+                cluster_wait();
+                dn_scan_norm(p, ssum + ((c - 1) & 1) * 2 * DN_C, ob, zz, nw, c - 1, j, wm * 16 + g, ocol);
+            }
         }
         cp_async_commit();
         __syncthreads();
@@ -281,7 +347,9 @@ __global__ void __launch_bounds__(512, 1)
                 /* S_c+1 -> split tiles (everyone read S_c before the second barrier) */
                 dn_store_split16(smem + L::S, L::LO_S, S[nt], sr, nt * 8, g, t);
             }
-        } else { /* phase 3, warps 8-15: O += P V' (P lower triangular) -> bf16 in sc.u */
+            if (c > 0) cluster_wait(); /* the barrier of chunk c - 1 (long passed) */
+            cluster_arrive_relaxed();
+        } else { /* phase 3, warps 8-15: O += P V' (P lower triangular) -> bf16(O), its sums of squares */
             float ph[4] = {}, pl[4] = {}, pm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
@@ -295,15 +363,27 @@ __global__ void __launch_bounds__(512, 1)
                 mma_bf16(pl, a, bl[0], bl[1]);
                 mma_bf16(pm, al, b[0], b[1]);
             }
+            float ss[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
-                const float o0 = o[2 * h] + (ph[2 * h] + (pl[2 * h] + pm[2 * h]));
-                const float o1 = o[2 * h + 1] + (ph[2 * h + 1] + (pl[2 * h + 1] + pm[2 * h + 1]));
-                *(uint32_t *)(sc.u + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col) = pack_bf16(o0, o1);
+                const int tok = c * DN_C + wm * 16 + g + 8 * h;
+                ob[2 * h] = rbf(o[2 * h] + (ph[2 * h] + (pl[2 * h] + pm[2 * h])));
+                ob[2 * h + 1] = rbf(o[2 * h + 1] + (ph[2 * h + 1] + (pl[2 * h + 1] + pm[2 * h + 1])));
+                ss[h] = ob[2 * h] * ob[2 * h] + ob[2 * h + 1] * ob[2 * h + 1];
+                zz[h] =
+                    tok < p.T ? *(const uint32_t *)(p.proj + (size_t)tok * p.ld_proj + p.z_off + j * DN_D + ocol) : 0;
+                ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 1);
+                ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 2);
+                if (t == 0) ssum[(c & 1) * 2 * DN_C + wn * DN_C + wm * 16 + g + 8 * h] = ss[h];
             }
+            cluster_arrive_release(); /* publishes ssum of chunk c to the cluster */
         }
     }
+    /* the last chunk's norm; then no block exits while another may still read its sums */
+    cluster_wait();
+    if (!xw) dn_scan_norm(p, ssum + ((nc - 1) & 1) * 2 * DN_C, ob, zz, nw, nc - 1, j, wm * 16 + g, ocol);
+    cluster_arrive_relaxed();
+    cluster_wait();
     if (xw) {
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)

@@ -591,8 +591,6 @@ typedef struct DeltaNetScratch {
     float *beta, *g;               /* fp32 [Tp][Hv] */
     uint16_t *t; /* bf16 [Tp/64][Hv][2][64][64]  T2 = (I + A)^-1 diag(beta) per chunk, split: hi plane, lo plane */
     uint16_t *p; /* bf16 [Tp/64][Hv][2][64][64]  P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) per chunk, split */
-    uint16_t *u, *u_lo; /* bf16 [Tp][Hv][dv] each: V' = T2 (V - diag(e^gamma) K S) per chunk, split hi + lo */
-    uint16_t *s;        /* bf16 [Tp/64][Hv][2][dk][dv]  state entering each chunk, split S = hi + lo */
 } DeltaNetScratch;
 /* Bytes of scratch for T tokens; with base != NULL also fills *sc with the regions carved from base
  * (256-byte aligned). */
@@ -613,10 +611,8 @@ typedef struct DeltaNetPrefillParams {
     int T, pos;                   /* tokens, absolute position of the first */
     int Hk, Hv, dk, dv, K;
     float eps;       /* rms_norm_eps of the gated norm */
-    cudaEvent_t *ev; /* optional (timing): 5 events recorded before, between and after the 4 kernels */
-    int fuse_out;    /* 0: state scan, then the chunk-parallel output kernel; 1: the output computed inside
-                              the state scan, then a row norm kernel (fewer bytes, longer serial loop) */
-    /* Snapshots inside the call (fuse_out = 1 only): the state after the first pt_off[i] tokens, pt_off ascending in
+    cudaEvent_t *ev; /* optional (timing): 3 events recorded before, between and after the 2 kernels */
+    /* Snapshots inside the call: the state after the first pt_off[i] tokens, pt_off ascending in
      * [0, T), into pt_state[i] (fp32 [Hv][dk][dv], the state's layout) and pt_ring[i] (bf16 [K][conv_dim], the conv
      * ring's layout: row q % K holds position q, for the K positions before pos + pt_off[i]). The prefix cache's
      * snapshot points, taken without cutting the prefill there. */
@@ -625,7 +621,7 @@ typedef struct DeltaNetPrefillParams {
     float *pt_state[DN_MAX_PTS];
     uint16_t *pt_ring[DN_MAX_PTS];
 } DeltaNetPrefillParams;
-/* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
+/* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 2 kernels on s. */
 int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);
 
 /* ---- row ops and whole layers (rows.cu) ---- */

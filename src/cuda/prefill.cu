@@ -31,9 +31,6 @@
 #define PF_SKINNY_ROWS 128 /* pieces of at most this many tokens: narrow projections on the skinny GEMM */
 #define PF_SKINNY_WIDE 64  /* ... and at most this many (one skinny m-block): every projection on it */
 #define PF_DN_C        64  /* DeltaNet chunk length (FLOP count) */
-#define PF_DN_FUSE_OUT                                                                                                 \
-    1 /* DeltaNetPrefillParams.fuse_out: 1 = output inside the state scan (H200,
-                                      T=2048, per layer: 222 us vs 230 for the separate output kernel) */
 
 enum { PF_LM_NONE, PF_LM_ROW, PF_LM_SCREEN }; /* pf_run's lm */
 
@@ -536,7 +533,6 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     dp.dv = d->dv;
     dp.K = d->K;
     dp.eps = d->eps;
-    dp.fuse_out = PF_DN_FUSE_OUT;
     if (ctx->pf_snaps) {
         int q = 0; /* the layer's DeltaNet ordinal */
         for (int k = 0; k < l; k++) q += ctx->layers[k].type != LAYER_FULL_ATTN;

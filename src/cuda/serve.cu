@@ -721,7 +721,6 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                 dp.dv = d->dv;
                 dp.K = d->K;
                 dp.eps = d->eps;
-                dp.fuse_out = 1;
                 cuda_dn_snap_points(&dp, &pc[i].snaps, dn_ordinal(sv, l));
                 if ((rc = cuda_deltanet_prefill(&dp, &lc))) return sv_fail(rc, "deltanet prefill", l, err);
             }

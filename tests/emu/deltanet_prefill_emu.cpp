@@ -1,4 +1,4 @@
-/* deltanet_prefill_emu.cpp — the four DeltaNet prefill kernels (src/cuda/deltanet_prefill.cu, pulled in
+/* deltanet_prefill_emu.cpp — the two DeltaNet prefill kernels (src/cuda/deltanet_prefill.cu, pulled in
  * as dn.inc by run.sh) run under the host emulation of emu.h, against the fp32 CPU reference:
  * calls of 130, 65 and 1 tokens (state and conv ring carried), Hk/Hv from argv, random or repeating
  * rows (keys repeating every 5 tokens, beta ~0.98, g ~0). Per call: y vs the fp32 reference (bound
@@ -44,32 +44,21 @@ static float *cols(const float *x, int T, int ld, int c0, int w) {
 static void emu_prefill(const DeltaNetPrefillParams *p) {
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
-    const int nc = (p->T + 63) / 64;
+    const int nc = (p->T + 63) / 64, Tp = nc * 64, rows = nc * p->Hv * 128;
     const DeltaNetPrefillParams P = *p;
-    emu_launch(dim3(nc * 64 / DN_TPW, (2 * p->Hk + p->Hv + 3) / 4), 128, 0, 1, [&] { dn_conv_bf16_tok<4>(P, sc); });
-    emu_launch(dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, 1, [&] { dn_local_chunk(P, sc); });
-    if (p->fuse_out) {
-        const int Tp = nc * 64, rows = nc * p->Hv * 128;
-        DnScanMaps m;
-        cuda_tma_map_bf16(&m.k, sc.k, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
-        cuda_tma_map_bf16(&m.kl, sc.k_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
-        cuda_tma_map_bf16(&m.q, sc.q, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
-        cuda_tma_map_bf16(&m.ql, sc.q_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
-        cuda_tma_map_bf16(&m.t, sc.t, rows, 64, 64, 128);
-        cuda_tma_map_bf16(&m.p, sc.p, rows, 64, 64, 128);
-        const size_t sm = DnScanSmem<true>::BYTES + 16 + 1024;
-        const dim3 grid(DN_D / DN_DVS, p->Hv);
-        emu_launch(grid, 512, sm, 1, [&] { dn_scan_fo(P, sc, m); });
-        emu_launch(dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), 256, 0, 1, [&] { dn_norm_out(P, sc); });
-        return;
-    }
-    emu_launch(dim3(p->Hv, DN_D / DN_DVS), 256, DnScanSmem<false>::BYTES, 1, [&] { dn_scan_split(P, sc); });
-    emu_launch(dim3(2 * nc, p->Hv), 256, DnOutSmem::BYTES, 2, [&] { dn_out_chunk(P, sc); });
+    emu_launch(dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, 1, [&] { dn_conv_local<4>(P, sc); });
+    DnScanMaps m;
+    cuda_tma_map_bf16(&m.k, sc.k, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
+    cuda_tma_map_bf16(&m.kl, sc.k_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
+    cuda_tma_map_bf16(&m.q, sc.q, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
+    cuda_tma_map_bf16(&m.ql, sc.q_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
+    cuda_tma_map_bf16(&m.t, sc.t, rows, 64, 64, 128);
+    cuda_tma_map_bf16(&m.p, sc.p, rows, 64, 64, 128);
+    emu_launch(dim3(DN_NSL, p->Hv), 512, DnScanSmem::BYTES + 16 + 1024, DN_NSL, [&] { dn_scan(P, sc, m); });
 }
 
 int main(int argc, char **argv) {
-    const int Hk = argc > 1 ? atoi(argv[1]) : 1, Hv = argc > 2 ? atoi(argv[2]) : 2, rep = argc > 3 ? atoi(argv[3]) : 0,
-              fuse = argc > 4 ? atoi(argv[4]) : 0;
+    const int Hk = argc > 1 ? atoi(argv[1]) : 1, Hv = argc > 2 ? atoi(argv[2]) : 2, rep = argc > 3 ? atoi(argv[3]) : 0;
     const int dk = 128, dv = 128, K = 4, kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd, n = cd + vd + 2 * Hv, ld = n + 8;
     const int calls[] = {130, 65, 1};
     const float eps = 1e-6f;
@@ -98,11 +87,10 @@ int main(int argc, char **argv) {
         p.proj = projb, p.ld_proj = ld, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + Hv;
         p.conv_w = convw, p.A_log = Alog, p.dt_bias = dt, p.norm_w = nw, p.conv_ring = ring, p.state = Sg, p.y = y;
         p.scratch = scratch, p.T = T, p.pos = pos, p.Hk = Hk, p.Hv = Hv, p.dk = dk, p.dv = dv, p.K = K, p.eps = eps;
-        p.fuse_out = fuse;
-        /* snapshot points inside the call (fused path): chunk starts, the first rows, the last one, mid-chunk */
+        /* snapshot points inside the call: chunk starts, the first rows, the last one, mid-chunk */
         const int pts130[] = {0, 1, 5, 63, 64, 100, 129}, pts65[] = {2, 64};
         const int *pts = T == 130 ? pts130 : T == 65 ? pts65 : NULL;
-        const int npt = !fuse ? 0 : T == 130 ? 7 : T == 65 ? 2 : 0;
+        const int npt = T == 130 ? 7 : T == 65 ? 2 : 0;
         float *pst[DN_MAX_PTS] = {}, *Sown0 = fv(sn);
         uint16_t *pring[DN_MAX_PTS] = {}, *ring0 = (uint16_t *)malloc((size_t)K * cd * 2);
         memcpy(Sown0, Sown, sn * 4);

@@ -5,7 +5,7 @@
 # carving and the chunk algebra, not speed. The kernel file is compiled unchanged except for three
 # mechanical edits (sed below: the cuda/ includes, the extern __shared__ declaration, the launcher).
 # Needs nvcc's headers (cuda_runtime_api.h, for the vector types) and build/src/{cpu/ops,util}.o
-# (any `make` build). Usage: tests/emu/run.sh [Hk Hv repeating fuse_out]  (default 1 2 0 0; ~30 s per run).
+# (any `make` build). Usage: tests/emu/run.sh [Hk Hv repeating]  (default 1 2 0; ~40 s per run).
 set -e
 cd "$(dirname "$0")/../.."
 B=build/emu
@@ -14,8 +14,7 @@ make -s build/src/cpu/ops.o build/src/util.o
 sed -n '/^#define SWZ_TMA16/,/^\/\* ---- Hopper wgmma/p' src/cuda/mma.cuh | sed '$d' > "$B/helpers.inc"
 sed -e '/#include "cuda\//d' -e 's/extern __shared__ __align__(128) uint8_t smem\[\];/uint8_t *smem = emu_smem();/' \
     -e '/^\/\* ---- launcher/,$d' src/cuda/deltanet_prefill.cu > "$B/dn.inc"
-sed -e '/#include "cuda\//d' -e 's/extern __shared__ __align__(128) uint8_t smem\[\];/uint8_t *smem = emu_smem();/' src/cuda/deltanet_prefill_out.cuh >> "$B/dn.inc" # kernel 4 (included by the .cu)
-sed -e '/#include "cuda\//d' -e 's/extern __shared__ __align__(1024) uint8_t smem_raw\[\];/uint8_t *smem_raw = emu_smem();/' src/cuda/deltanet_prefill_scan.cuh >> "$B/dn.inc" # fused scan
+sed -e '/#include "cuda\//d' -e 's/extern __shared__ __align__(1024) uint8_t smem_raw\[\];/uint8_t *smem_raw = emu_smem();/' src/cuda/deltanet_prefill_scan.cuh >> "$B/dn.inc" # kernel 2
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 g++ -std=c++17 -O1 -g -fopenmp -Wall -Wno-unknown-pragmas -Wno-unused-function -Isrc -I"$B" -Itests/emu \
     -I"$CUDA_HOME/include" -o "$B/deltanet_prefill_emu" tests/emu/deltanet_prefill_emu.cpp build/src/cpu/ops.o \

@@ -411,9 +411,8 @@ static float *proj_repeating(int T, int ld, int b_off, int a_off, int Hv) {
  * rows are sensitive to that: ~1.5 % in a scalar model); vs the CPU chunked reference run on the
  * GPU's own conv outputs and gates: y <= 6e-3, worst row <= 2e-2, final state <= 5e-4. (The bf16
  * roundings of o and of the gated norm alone give rows at 3.2e-3 on average and 9.9e-3 at worst
- * over 500k random rows in a scalar model.)
- * fuse_out: DeltaNetPrefillParams.fuse_out (output computed in the state scan). */
-static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, int repeating, int fuse_out) {
+ * over 500k random rows in a scalar model.) */
+static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, int repeating) {
     const int kd = d->Hk * d->dk, vd = d->Hv * d->dv, cd = 2 * kd + vd, n = cd + vd + 2 * d->Hv, ld = n + 8;
     const size_t sn = (size_t)d->Hv * d->dk * d->dv, csn = (size_t)(d->K - 1) * cd;
     int Tmax = 0;
@@ -449,7 +448,7 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
         p.proj = d_proj, p.ld_proj = ld, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + d->Hv;
         p.conv_w = d_convw, p.A_log = d_Alog, p.dt_bias = d_dt, p.norm_w = d_nw, p.conv_ring = d_ring;
         p.state = d_S, p.y = d_y, p.scratch = d_scr, p.T = T, p.pos = pos;
-        p.Hk = d->Hk, p.Hv = d->Hv, p.dk = d->dk, p.dv = d->dv, p.K = d->K, p.eps = d->eps, p.fuse_out = fuse_out;
+        p.Hk = d->Hk, p.Hv = d->Hv, p.dk = d->dk, p.dv = d->dv, p.K = d->K, p.eps = d->eps;
         const int rc = cuda_deltanet_prefill(&p, &L0);
         CHECK(rc == 0, "deltanet_prefill launch: %s", cudaGetErrorString((cudaError_t)rc));
         CUDA_OK(cudaDeviceSynchronize());
@@ -476,10 +475,10 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
         const double eg = rel_l2(g_g, io.g, (size_t)T * d->Hv);
         int wat;
         const double ew = worst_row(g_y, r_y, T, d->Hv, d->dv, &wat);
-        printf("  deltanet%s%s Hk=%d Hv=%d call %d T=%4d pos=%4d: rel L2 q %.1e k %.1e v %.1e beta %.1e g %.1e | "
+        printf("  deltanet%s Hk=%d Hv=%d call %d T=%4d pos=%4d: rel L2 q %.1e k %.1e v %.1e beta %.1e g %.1e | "
                "y %.2e (worst row %.2e at t=%d) state %.2e\n",
-               fuse_out ? " fused-out" : "", repeating ? " (repeating rows)" : "", d->Hk, d->Hv, call, T, pos - T, eq,
-               ek, ev, eb, eg, ey, ew, wat, eS);
+               repeating ? " (repeating rows)" : "", d->Hk, d->Hv, call, T, pos - T, eq, ek, ev, eb, eg, ey, ew, wat,
+               eS);
         /* the chunk algebra alone: the CPU chunked reference (fp32) on the GPU's own conv outputs and
          * gates, state S_own carried the same way. What is left is the GPU's bf16 rounding of o and
          * of the gated norm (HF's), ~3.4e-3 overall, rows up to ~1e-2; bf16 chunk products gave ~1e-2
@@ -499,8 +498,8 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
          * whole-model rows are checked in test_prefill_model). */
         (void)ew;
         CHECK(ey2 <= 0.6 * TOL && ew2 <= 2 * TOL,
-              "deltanet chunk algebra: y rel L2 %.3e, worst row %.3e at t=%d (call %d, T=%d%s, fuse_out %d)", ey2, ew2,
-              wat2, call, T, repeating ? ", repeating rows" : "", fuse_out);
+              "deltanet chunk algebra: y rel L2 %.3e, worst row %.3e at t=%d (call %d, T=%d%s)", ey2, ew2, wat2, call,
+              T, repeating ? ", repeating rows" : "");
         CHECK(eS2 <= 5e-4, "deltanet chunk algebra: state rel L2 %.3e (call %d, T=%d)", eS2, call, T);
         free(qs), free(o2), free(y2), free(z);
         CHECK(eq <= TOL && ek <= TOL && ev <= TOL, "deltanet conv/l2norm: q %.2e k %.2e v %.2e", eq, ek, ev);
@@ -547,10 +546,9 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
 }
 
-/* Device time of the 4 DeltaNet prefill kernels (events around each; 0.8B shape, 16/16 heads), at
- * T = 2048 and T = 128 (a fixed cost would show at 128), for both output paths (fuse_out 0: scan, then
- * the output kernel; 1: output inside the scan, then the row norm). Prints only. */
-static void time_deltanet(int T, int fuse_out) {
+/* Device time of the 2 DeltaNet prefill kernels (events around each; 0.8B shape, 16/16 heads), at
+ * T = 2048 and T = 128 (a fixed cost would show at 128). Prints only. */
+static void time_deltanet(int T) {
     const DnDims d = {16, 16, 128, 128, 4, 1e-6f};
     const int kd = d.Hk * d.dk, vd = d.Hv * d.dv, cd = 2 * kd + vd, ld = cd + vd + 2 * d.Hv;
     DnWeights w = dn_weights(&d);
@@ -563,30 +561,30 @@ static void time_deltanet(int T, int fuse_out) {
     void *d_scr = dmalloc(cuda_deltanet_prefill_scratch(NULL, NULL, T, d.Hk, d.Hv, d.dk, d.dv));
     CUDA_OK(cudaMemset(d_ring, 0, (size_t)d.K * cd * 2));
     CUDA_OK(cudaMemset(d_S, 0, (size_t)d.Hv * d.dk * d.dv * 4));
-    cudaEvent_t ev[5];
-    for (int i = 0; i < 5; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+    cudaEvent_t ev[3];
+    for (int i = 0; i < 3; i++) CUDA_OK(cudaEventCreate(&ev[i]));
     DeltaNetPrefillParams p = {0};
     p.proj = d_proj, p.ld_proj = ld, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + d.Hv;
     p.conv_w = d_convw, p.A_log = d_Alog, p.dt_bias = d_dt, p.norm_w = d_nw, p.conv_ring = d_ring;
     p.state = d_S, p.y = d_y, p.scratch = d_scr, p.T = T, p.pos = 0;
-    p.Hk = d.Hk, p.Hv = d.Hv, p.dk = d.dk, p.dv = d.dv, p.K = d.K, p.eps = d.eps, p.ev = ev, p.fuse_out = fuse_out;
-    double us[4] = {0, 0, 0, 0};
+    p.Hk = d.Hk, p.Hv = d.Hv, p.dk = d.dk, p.dv = d.dv, p.K = d.K, p.eps = d.eps, p.ev = ev;
+    double us[2] = {0, 0};
     const int reps = 20;
     for (int r = -3; r < reps; r++) {
         const int rc = cuda_deltanet_prefill(&p, &L0);
         CHECK(rc == 0, "deltanet_prefill (timing) launch: %s", cudaGetErrorString((cudaError_t)rc));
         if (rc) break;
-        CUDA_OK(cudaEventSynchronize(ev[4]));
-        for (int i = 0; i < 4 && r >= 0; i++) {
+        CUDA_OK(cudaEventSynchronize(ev[2]));
+        for (int i = 0; i < 2 && r >= 0; i++) {
             float ms = 0;
             CUDA_OK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
             us[i] += 1e3 * ms / reps;
         }
     }
-    printf("timing: deltanet prefill 16/16 heads T=%4d%s: conv %.1f us, local %.1f, %s %.1f, %s %.1f; total %.1f us\n",
-           T, fuse_out ? " fused-out" : "", us[0], us[1], fuse_out ? "scan+out" : "scan", us[2],
-           fuse_out ? "norm" : "out", us[3], us[0] + us[1] + us[2] + us[3]);
-    for (int i = 0; i < 5; i++) CUDA_OK(cudaEventDestroy(ev[i]));
+    printf(
+        "timing: deltanet prefill 16/16 heads T=%4d: conv + chunk-local %.1f us, scan + output %.1f; total %.1f us\n",
+        T, us[0], us[1], us[0] + us[1]);
+    for (int i = 0; i < 3; i++) CUDA_OK(cudaEventDestroy(ev[i]));
     free(proj), free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w);
     void *dev[] = {d_proj, d_ring, d_y, d_convw, d_Alog, d_dt, d_nw, d_S, d_scr};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
@@ -775,18 +773,12 @@ int main(int argc, char **argv) {
     const AttnDims q35 = {8, 2, 256, 64, 1, 1, 0, 1e7f, 1e-6f}, q3 = {16, 8, 128, 128, 0, 0, 0, 1e6f, 1e-6f};
     static const int attn_cases[][2] = {{1, 0},    {63, 0},    {64, 0},   {65, 0}, {130, 0}, {700, 0},
                                         {2048, 0}, {300, 450}, {64, 129}, {1, 77}, {127, 1}, {200, 3000}};
-    /* head_dim 256: the mma.sync kernel (QWEN35_ATTN=mma), then the wgmma one (the default; on devices
-     * without sm_90 the launcher falls back to mma.sync, so the second pass repeats the first) */
-    for (int wgm = 0; wgm < 2; wgm++) {
-        setenv("QWEN35_ATTN", wgm ? "wgmma" : "mma", 1);
-        printf("attention cases, kernel %s (failures below name this pass)\n", wgm ? "wgmma" : "mma.sync");
-        for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
-            AttnDims a = q35;
-            a.max_seq = attn_cases[i][0] + attn_cases[i][1] + 3;
-            test_attn(&a, attn_cases[i][0], attn_cases[i][1]);
-        }
+    /* head_dim 256: the wgmma kernel on sm_90 (the mma.sync one elsewhere) */
+    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
+        AttnDims a = q35;
+        a.max_seq = attn_cases[i][0] + attn_cases[i][1] + 3;
+        test_attn(&a, attn_cases[i][0], attn_cases[i][1]);
     }
-    unsetenv("QWEN35_ATTN");
     {
         AttnDims a = q3;
         a.max_seq = 500;
@@ -818,24 +810,20 @@ int main(int argc, char **argv) {
     const DnDims dn = {16, 16, 128, 128, 4, 1e-6f}, dn2 = {4, 8, 128, 128, 4, 1e-6f};
     const int calls_a[] = {300, 70, 2}, calls_b[] = {64, 1, 2, 129}, calls_c[] = {2048};
     const int calls_d[] = {1, 63, 65, 130}, calls_e[] = {130, 64};
-    for (int fuse = 0; fuse < 2; fuse++) { /* both output paths of the DeltaNet prefill */
-        test_deltanet(&dn, calls_a, 3, 0, 0, fuse);
-        test_deltanet(&dn2, calls_b, 4, 5, 0, fuse);
-        test_deltanet(&dn, calls_c, 1, 1, 0, fuse);
-        test_deltanet(&dn2, calls_d, 4, 0, 0, fuse);
-        test_deltanet(&dn, calls_e, 2, 0, 1, fuse);
-        test_deltanet(&dn2, calls_d, 4, 3, 1, fuse);
-    }
+    test_deltanet(&dn, calls_a, 3, 0, 0);
+    test_deltanet(&dn2, calls_b, 4, 5, 0);
+    test_deltanet(&dn, calls_c, 1, 1, 0);
+    test_deltanet(&dn2, calls_d, 4, 0, 0);
+    test_deltanet(&dn, calls_e, 2, 0, 1);
+    test_deltanet(&dn2, calls_d, 4, 3, 1);
+    const DnDims dn3 = {2, 6, 128, 128, 3, 1e-6f}; /* 3 v-heads per k-head, K = 3 */
+    const int calls_f[] = {200, 5, 64};
+    test_deltanet(&dn3, calls_f, 3, 2, 0);
 
-    for (int fuse = 0; fuse < 2; fuse++) time_deltanet(2048, fuse), time_deltanet(128, fuse);
-    for (int wgm = 0; wgm < 2; wgm++) {
-        setenv("QWEN35_ATTN", wgm ? "wgmma" : "mma", 1);
-        printf("timing: attention kernel %s\n", wgm ? "wgmma (default)" : "mma.sync");
-        time_attn(2048, 0);
-        time_attn(128, 0);
-        time_attn(512, 1536);
-    }
-    unsetenv("QWEN35_ATTN");
+    time_deltanet(2048), time_deltanet(128);
+    time_attn(2048, 0);
+    time_attn(128, 0);
+    time_attn(512, 1536);
 
     const int layer_calls[] = {100, 37};
     test_layers(layer_calls, 2);
