@@ -1,6 +1,5 @@
-/* deltanet_prefill_scan.cuh — kernel 2 of the chunked DeltaNet prefill: the state scan that also computes the chunk
- * outputs and their gated RMSNorm, 16 warps. Included by deltanet_prefill.cu only (one translation unit: device code
- * needs no -rdc). */
+/* deltanet_prefill_scan.cuh — kernel 3 of the chunked DeltaNet prefill: the state scan that also computes the chunk
+ * outputs, 16 warps. Included by deltanet_prefill.cu only (one translation unit: device code needs no -rdc). */
 #ifndef Q35_CUDA_DELTANET_PREFILL_SCAN_CUH
 #define Q35_CUDA_DELTANET_PREFILL_SCAN_CUH
 
@@ -14,9 +13,7 @@ struct DnScanSmem {
     static constexpr int R = S + 2 * DN_D * DN_DVS * 2;   /* bf16 [2][64][16]:  R = V - diag(e^gamma) K S, hi + lo */
     static constexpr int VS = R + 2 * DN_C * DN_DVS * 2;  /* bf16 [2][64][16]:  diag(e^(gamma_L - gamma)) V', hi + lo */
     static constexpr int VP = VS + 2 * DN_C * DN_DVS * 2; /* bf16 [2][64][16]:  V', hi + lo */
-    static constexpr int SS = VP + 2 * DN_C * DN_DVS * 2; /* fp32 [2][2][64]: per chunk parity and n8 tile, the rows'
-                                                           * sums of squares of bf16(O) over the tile's 8 columns */
-    static constexpr int BYTES = SS + 2 * 2 * DN_C * 4;
+    static constexpr int BYTES = VP + 2 * DN_C * DN_DVS * 2;
     static constexpr int LO_S = DN_D * DN_DVS * 2, LO_R = DN_C * DN_DVS * 2; /* byte offsets of the lo halves */
 };
 static_assert(DN_DVS == 16, "the scan's tiles are [rows][16]: 2 swizzled 16-byte chunks per row");
@@ -130,51 +127,23 @@ __device__ __forceinline__ void dn_scan_point(const DeltaNetPrefillParams &p, ui
                             sh[nt][2 * h + 1] + (sl[nt][2 * h + 1] + sm[nt][2 * h + 1]));
 }
 
-/* Warps 8-15 of dn_scan: the gated RMSNorm of chunk c's rows r0, r0 + 8 once the cluster barrier of that chunk
- * has passed. ob: the thread's bf16(O) values (columns col, col + 1 of the block's slice, both rows), zz: z of the
- * same, ssum: this block's [2][64] sums of squares of chunk c (read from all DN_NSL blocks of the cluster):
- *   y = bf16(w bf16(o rsqrt(mean(o^2) + eps))) silu(z)  over the head's 128 columns. */
-__device__ __forceinline__ void dn_scan_norm(const DeltaNetPrefillParams &p, const float *ssum, const float ob[4],
-                                             const uint32_t zz[2], const float nw[2], int c, int j, int r0, int col) {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = r0 + 8 * h, tok = c * DN_C + r;
-        if (tok >= p.T) continue;
-        float tot = 0.0f;
-#pragma unroll
-        for (int rank = 0; rank < DN_NSL; rank++) tot += ld_dsmem(ssum + r, rank) + ld_dsmem(ssum + DN_C + r, rank);
-        const float inv = rsqrtf(tot / (float)DN_D + p.eps);
-        float v[2];
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const float z = __uint_as_float(e ? (zz[h] & 0xffff0000u) : (zz[h] << 16));
-            v[e] = rbf(nw[e] * rbf(ob[2 * h + e] * inv)) * silu_f(z);
-        }
-        *(uint32_t *)(p.y + ((size_t)tok * p.Hv + j) * DN_D + col) = pack_bf16(v[0], v[1]);
-    }
-}
-
-/* grid (dv/16, Hv) (the column slices of one head along x, a cluster per head), 512 threads, one CTA
- * per SM (~218 KB of shared memory: DnScanSmem with K, Q in the SWZ_TMA16 layout, + 2
+/* grid (dv/16, Hv) (the column slices of one head along x), 512 threads, one CTA
+ * per SM (~217 KB of shared memory: DnScanSmem with K, Q in the SWZ_TMA16 layout, + 2
  * mbarriers). The CTA owns S[:, e0 .. e0+15] of head j: warp w < 8 holds rows 16 w (both n8 tiles)
- * in fp32 registers. The work of a chunk is spread over 16 warps in three phases (three block
- * barriers per chunk) so that the serial chain S_c -> S_c+1 is short:
+ * in fp32 registers. The work of a chunk is spread over 16 warps in three phases (three block barriers per chunk) so that the serial chain S_c -> S_c+1 is short:
  *   1. warps 0-7:  X = K S, R = V - diag(e^gamma) X -> split tiles
  *      warps 8-15: the Q S half of O = diag(e^gamma) Q S dk^-1/2 + P V' (kept in registers)
  *      (warp (wm, wn) = (w%4, w/4 % 2): rows 16 wm, k half wn, then n8 tile wn after a swap of
  *      partial sums with its partner: every A element is read from shared memory once)
  *   2. warps 0-7:  V' = T2 R -> diag(e^(gamma_L - gamma)) V' and V' as split tiles (rows 16 wm,
  *                  n8 tile wn)
- *      warps 8-15: the next chunk's loads (one thread: TMA; V: cp.async), then the gated norm of the
- *                  previous chunk's O (dn_scan_norm)
+ *      warps 8-15: the next chunk's loads (one thread: TMA; V: cp.async)
  *   3. warps 0-7:  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V', snapshot -> split tiles
- *      warps 8-15: O += P V', bf16(O) kept in registers, its rows' sums of squares over the block's 16 columns
- *                  into shared memory; then every thread arrives at the cluster barrier of the chunk
- * Warps 0-7 wait for the cluster barrier of chunk c - 1 just before they arrive for chunk c, so the norm
- * never holds up the state chain. Shared-memory reads per chunk (ldmatrix): ~230 KB, half of what an
- * 8 x 8 warp tiling of the same work reads (ncu: the scan is bound by ldmatrix throughput and
- * latency, not by its loads). Before the first chunk the blocks write the call's last K pre-conv rows
- * into the conv ring (dn_conv_local, which read the old rows, has finished). */
+ *      warps 8-15: O += P V', store bf16(O) in sc.o
+ * Shared-memory reads per chunk (ldmatrix): ~230 KB, half of what an 8 x 8 warp tiling of the same
+ * work reads (ncu: the scan is bound by ldmatrix throughput and latency, not by its loads). Before the
+ * first chunk the blocks write the call's last K pre-conv rows into the conv ring (dn_conv_bf16_tok,
+ * which read the old rows, has finished). */
 __global__ void __launch_bounds__(512, 1)
     dn_scan(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc,
             const __grid_constant__ DnScanMaps maps) {
@@ -190,7 +159,6 @@ __global__ void __launch_bounds__(512, 1)
     const int j = blockIdx.y, e0 = blockIdx.x * DN_DVS, n = j / (p.Hv / p.Hk);
     const int nc = (p.T + DN_C - 1) / DN_C;
     float *state = p.state + (size_t)j * DN_D * DN_D;
-    float *ssum = (float *)(smem + L::SS);
 
     { /* conv ring <- the pre-conv rows of the call's last min(T, K) positions, 2 channels per thread */
         const int cd = (2 * p.Hk + p.Hv) * DN_D, nr = p.T < p.K ? p.T : p.K, n2 = nr * cd / 2;
@@ -200,11 +168,6 @@ __global__ void __launch_bounds__(512, 1)
                 *(const uint32_t *)(p.proj + (size_t)u * p.ld_proj + ch);
         }
     }
-    const int ocol = e0 + wn * 8 + 2 * t; /* warps 8-15: the first of their two output columns */
-    const float nw[2] = {p.norm_w[ocol], p.norm_w[ocol + 1]};
-    float ob[4] = {};    /* warps 8-15: bf16(O) of the last chunk, rows wm 16 + g (+8), columns ocol, ocol + 1 */
-    uint32_t zz[2] = {}; /* ... and its z */
-
     if (tid == 0) {
         mbar_init(full, 1), mbar_init(full + 8, 1);
         mbar_init_fence();
@@ -314,16 +277,10 @@ __global__ void __launch_bounds__(512, 1)
             }
             dn_store_split16(smem + L::VP, L::LO_R, v, wm * 16, wn * 8, g, t);
             dn_store_split16(smem + L::VS, L::LO_R, x, wm * 16, wn * 8, g, t);
-        } else {
-            if (c + 1 < nc) {
-                const uint32_t nst = sb + ((c + 1) & 1) * L::STAGE;
-                if (tid == 256) dn_scan_issue(maps, nst, full + ((c + 1) & 1) * 8, c + 1, p.Hv, j, n);
-                dn_scan_load_v(p, sc, nst, c + 1, j, e0, tid - 256);
-            }
-            if (c > 0) { /* the norm of chunk c - 1 (its cluster barrier, waited on here) */
-                cluster_wait();
-                dn_scan_norm(p, ssum + ((c - 1) & 1) * 2 * DN_C, ob, zz, nw, c - 1, j, wm * 16 + g, ocol);
-            }
+        } else if (c + 1 < nc) {
+            const uint32_t nst = sb + ((c + 1) & 1) * L::STAGE;
+            if (tid == 256) dn_scan_issue(maps, nst, full + ((c + 1) & 1) * 8, c + 1, p.Hv, j, n);
+            dn_scan_load_v(p, sc, nst, c + 1, j, e0, tid - 256);
         }
         cp_async_commit();
         __syncthreads();
@@ -347,9 +304,7 @@ __global__ void __launch_bounds__(512, 1)
                 /* S_c+1 -> split tiles (everyone read S_c before the second barrier) */
                 dn_store_split16(smem + L::S, L::LO_S, S[nt], sr, nt * 8, g, t);
             }
-            if (c > 0) cluster_wait(); /* the barrier of chunk c - 1 (long passed) */
-            cluster_arrive_relaxed();
-        } else { /* phase 3, warps 8-15: O += P V' (P lower triangular) -> bf16(O), its sums of squares */
+        } else { /* phase 3, warps 8-15: O += P V' (P lower triangular) -> bf16 in sc.o */
             float ph[4] = {}, pl[4] = {}, pm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
@@ -363,27 +318,15 @@ __global__ void __launch_bounds__(512, 1)
                 mma_bf16(pl, a, bl[0], bl[1]);
                 mma_bf16(pm, al, b[0], b[1]);
             }
-            float ss[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int tok = c * DN_C + wm * 16 + g + 8 * h;
-                ob[2 * h] = rbf(o[2 * h] + (ph[2 * h] + (pl[2 * h] + pm[2 * h])));
-                ob[2 * h + 1] = rbf(o[2 * h + 1] + (ph[2 * h + 1] + (pl[2 * h + 1] + pm[2 * h + 1])));
-                ss[h] = ob[2 * h] * ob[2 * h] + ob[2 * h + 1] * ob[2 * h + 1];
-                zz[h] =
-                    tok < p.T ? *(const uint32_t *)(p.proj + (size_t)tok * p.ld_proj + p.z_off + j * DN_D + ocol) : 0;
-                ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 1);
-                ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 2);
-                if (t == 0) ssum[(c & 1) * 2 * DN_C + wn * DN_C + wm * 16 + g + 8 * h] = ss[h];
+                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
+                const float o0 = o[2 * h] + (ph[2 * h] + (pl[2 * h] + pm[2 * h]));
+                const float o1 = o[2 * h + 1] + (ph[2 * h + 1] + (pl[2 * h + 1] + pm[2 * h + 1]));
+                *(uint32_t *)(sc.o + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col) = pack_bf16(o0, o1);
             }
-            cluster_arrive_release(); /* publishes ssum of chunk c to the cluster */
         }
     }
-    /* the last chunk's norm; then no block exits while another may still read its sums */
-    cluster_wait();
-    if (!xw) dn_scan_norm(p, ssum + ((nc - 1) & 1) * 2 * DN_C, ob, zz, nw, nc - 1, j, wm * 16 + g, ocol);
-    cluster_arrive_relaxed();
-    cluster_wait();
     if (xw) {
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)

@@ -591,6 +591,7 @@ typedef struct DeltaNetScratch {
     float *beta, *g;               /* fp32 [Tp][Hv] */
     uint16_t *t; /* bf16 [Tp/64][Hv][2][64][64]  T2 = (I + A)^-1 diag(beta) per chunk, split: hi plane, lo plane */
     uint16_t *p; /* bf16 [Tp/64][Hv][2][64][64]  P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) per chunk, split */
+    uint16_t *o; /* bf16 [Tp][Hv][dv]  the scan's output O, before the gated norm */
 } DeltaNetScratch;
 /* Bytes of scratch for T tokens; with base != NULL also fills *sc with the regions carved from base
  * (256-byte aligned). */
@@ -611,7 +612,7 @@ typedef struct DeltaNetPrefillParams {
     int T, pos;                   /* tokens, absolute position of the first */
     int Hk, Hv, dk, dv, K;
     float eps;       /* rms_norm_eps of the gated norm */
-    cudaEvent_t *ev; /* optional (timing): 3 events recorded before, between and after the 2 kernels */
+    cudaEvent_t *ev; /* optional (timing): 5 events recorded before, between and after the 4 kernels */
     /* Snapshots inside the call: the state after the first pt_off[i] tokens, pt_off ascending in
      * [0, T), into pt_state[i] (fp32 [Hv][dk][dv], the state's layout) and pt_ring[i] (bf16 [K][conv_dim], the conv
      * ring's layout: row q % K holds position q, for the K positions before pos + pt_off[i]). The prefix cache's
@@ -621,7 +622,7 @@ typedef struct DeltaNetPrefillParams {
     float *pt_state[DN_MAX_PTS];
     uint16_t *pt_ring[DN_MAX_PTS];
 } DeltaNetPrefillParams;
-/* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 2 kernels on s. */
+/* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
 int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);
 
 /* ---- row ops and whole layers (rows.cu) ---- */

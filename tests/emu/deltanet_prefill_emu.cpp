@@ -1,4 +1,4 @@
-/* deltanet_prefill_emu.cpp — the two DeltaNet prefill kernels (src/cuda/deltanet_prefill.cu, pulled in
+/* deltanet_prefill_emu.cpp — the four DeltaNet prefill kernels (src/cuda/deltanet_prefill.cu, pulled in
  * as dn.inc by run.sh) run under the host emulation of emu.h, against the fp32 CPU reference:
  * calls of 130, 65 and 1 tokens (state and conv ring carried), Hk/Hv from argv, random or repeating
  * rows (keys repeating every 5 tokens, beta ~0.98, g ~0). Per call: y vs the fp32 reference (bound
@@ -46,7 +46,8 @@ static void emu_prefill(const DeltaNetPrefillParams *p) {
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
     const int nc = (p->T + 63) / 64, Tp = nc * 64, rows = nc * p->Hv * 128;
     const DeltaNetPrefillParams P = *p;
-    emu_launch(dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, 1, [&] { dn_conv_local<4>(P, sc); });
+    emu_launch(dim3(nc * 64 / DN_TPW, (2 * p->Hk + p->Hv + 3) / 4), 128, 0, 1, [&] { dn_conv_bf16_tok<4>(P, sc); });
+    emu_launch(dim3(nc, p->Hv), 256, DnLocalSmem::BYTES, 1, [&] { dn_local_chunk(P, sc); });
     DnScanMaps m;
     cuda_tma_map_bf16(&m.k, sc.k, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
     cuda_tma_map_bf16(&m.kl, sc.k_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
@@ -54,7 +55,8 @@ static void emu_prefill(const DeltaNetPrefillParams *p) {
     cuda_tma_map_bf16(&m.ql, sc.q_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
     cuda_tma_map_bf16(&m.t, sc.t, rows, 64, 64, 128);
     cuda_tma_map_bf16(&m.p, sc.p, rows, 64, 64, 128);
-    emu_launch(dim3(DN_NSL, p->Hv), 512, DnScanSmem::BYTES + 16 + 1024, DN_NSL, [&] { dn_scan(P, sc, m); });
+    emu_launch(dim3(DN_D / DN_DVS, p->Hv), 512, DnScanSmem::BYTES + 16 + 1024, 1, [&] { dn_scan(P, sc, m); });
+    emu_launch(dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), 256, 0, 1, [&] { dn_norm_out(P, sc); });
 }
 
 int main(int argc, char **argv) {

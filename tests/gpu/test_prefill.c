@@ -546,7 +546,7 @@ static void test_deltanet(const DnDims *d, const int *Ts, int ncalls, int pos0, 
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
 }
 
-/* Device time of the 2 DeltaNet prefill kernels (events around each; 0.8B shape, 16/16 heads), at
+/* Device time of the 4 DeltaNet prefill kernels (events around each; 0.8B shape, 16/16 heads), at
  * T = 2048 and T = 128 (a fixed cost would show at 128). Prints only. */
 static void time_deltanet(int T) {
     const DnDims d = {16, 16, 128, 128, 4, 1e-6f};
@@ -561,30 +561,30 @@ static void time_deltanet(int T) {
     void *d_scr = dmalloc(cuda_deltanet_prefill_scratch(NULL, NULL, T, d.Hk, d.Hv, d.dk, d.dv));
     CUDA_OK(cudaMemset(d_ring, 0, (size_t)d.K * cd * 2));
     CUDA_OK(cudaMemset(d_S, 0, (size_t)d.Hv * d.dk * d.dv * 4));
-    cudaEvent_t ev[3];
-    for (int i = 0; i < 3; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+    cudaEvent_t ev[5];
+    for (int i = 0; i < 5; i++) CUDA_OK(cudaEventCreate(&ev[i]));
     DeltaNetPrefillParams p = {0};
     p.proj = d_proj, p.ld_proj = ld, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + d.Hv;
     p.conv_w = d_convw, p.A_log = d_Alog, p.dt_bias = d_dt, p.norm_w = d_nw, p.conv_ring = d_ring;
     p.state = d_S, p.y = d_y, p.scratch = d_scr, p.T = T, p.pos = 0;
     p.Hk = d.Hk, p.Hv = d.Hv, p.dk = d.dk, p.dv = d.dv, p.K = d.K, p.eps = d.eps, p.ev = ev;
-    double us[2] = {0, 0};
+    double us[4] = {0, 0, 0, 0};
     const int reps = 20;
     for (int r = -3; r < reps; r++) {
         const int rc = cuda_deltanet_prefill(&p, &L0);
         CHECK(rc == 0, "deltanet_prefill (timing) launch: %s", cudaGetErrorString((cudaError_t)rc));
         if (rc) break;
-        CUDA_OK(cudaEventSynchronize(ev[2]));
-        for (int i = 0; i < 2 && r >= 0; i++) {
+        CUDA_OK(cudaEventSynchronize(ev[4]));
+        for (int i = 0; i < 4 && r >= 0; i++) {
             float ms = 0;
             CUDA_OK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
             us[i] += 1e3 * ms / reps;
         }
     }
     printf(
-        "timing: deltanet prefill 16/16 heads T=%4d: conv + chunk-local %.1f us, scan + output %.1f; total %.1f us\n",
-        T, us[0], us[1], us[0] + us[1]);
-    for (int i = 0; i < 3; i++) CUDA_OK(cudaEventDestroy(ev[i]));
+        "timing: deltanet prefill 16/16 heads T=%4d: conv %.1f us, local %.1f, scan %.1f, norm %.1f; total %.1f us\n",
+        T, us[0], us[1], us[2], us[3], us[0] + us[1] + us[2] + us[3]);
+    for (int i = 0; i < 5; i++) CUDA_OK(cudaEventDestroy(ev[i]));
     free(proj), free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w);
     void *dev[] = {d_proj, d_ring, d_y, d_convw, d_Alog, d_dt, d_nw, d_S, d_scr};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
