@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 rm -rf .devlib && sh scripts/pack-devlib.sh >/dev/null
 mkdir -p .devpack
 rm -f .devpack/pack.txz .devpack/pack.tgz
+for f in $(ls build/bench/* 2>/dev/null); do # `make` alone does not build them: refresh any that are stale
+    case $f in *.d | *.o) continue ;; esac
+    make -s "$f"
+done
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 for f in build/qwen35 build/tests/gpu/test_* $(ls build/bench/* 2>/dev/null) $(ls build-base/qwen35 build-base/serve_step 2>/dev/null) \

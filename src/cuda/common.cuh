@@ -557,6 +557,23 @@ __device__ __forceinline__ bool argmax_publish(ArgMax best, float *am_val, int *
     return true;
 }
 
+/* Waits until the counter *cnt (int, global memory) reaches n: an acquire at gpu scope, so what the adders wrote
+ * before their release (__threadfence, then the atomicAdd) is visible after it. 2 s without: trap, do not hang. Safe
+ * only when every block that adds to it is resident at once (or has finished). */
+static __device__ __forceinline__ void wait_count_geq(const int *cnt, int n) {
+    unsigned long long t0 = 0, t;
+    for (int it = 0;; it++) {
+        int v;
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(cnt) : "memory");
+        if (v >= n) return;
+        if ((it & 255) == 255) {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            if (!t0) t0 = t;
+            if (t - t0 > 2000000000ull) __trap();
+        }
+    }
+}
+
 /* Tagged words (the exchanges of deltanet_layer.cu and attention.cu attn_qs): a value stored with its round's epoch as
  * one 64-bit word (epoch << 32 | float bits; st/ld.relaxed.gpu: single-copy atomic, so a reader that sees the
  * epoch sees the value stored with it). */

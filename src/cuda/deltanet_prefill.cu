@@ -34,6 +34,7 @@
 #define DN_C      64                   /* chunk length */
 #define DN_D      128                  /* dk = dv */
 #define DN_DVS    16                   /* value columns per CTA in the state scan */
+#define DN_NSL    (DN_D / DN_DVS)      /* the scan blocks of a head (its column slices) */
 #define DN_LD     (DN_C + 4)           /* fp32 row stride of dn_local's A and T tiles (16-byte aligned rows) */
 #define DN_QSCALE 0.08838834764831845f /* dk^-1/2 in fp32, applied to Q K^T and Q S in fp32 */
 
@@ -43,9 +44,10 @@ extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base,
                                                 int dv) {
     const size_t Tp = (size_t)(T + DN_C - 1) / DN_C * DN_C, nc = Tp / DN_C;
     const size_t qk = Tp * Hk * dk * 2, vv = Tp * Hv * dv * 2, gate = Tp * Hv * 4, cc = nc * Hv * 2 * DN_C * DN_C * 2;
-    const size_t sz[10] = {qk, qk, qk, qk, vv, gate, gate, cc, cc, vv};
-    size_t off[10], total = 0;
-    for (int i = 0; i < 10; i++) off[i] = total, total += dn_align(sz[i]);
+    const size_t part = nc * Hv * 2 * DN_NSL * DN_C * 4, cnt = nc * Hv * 4;
+    const size_t sz[12] = {qk, qk, qk, qk, vv, gate, gate, cc, cc, vv, part, cnt};
+    size_t off[12], total = 0;
+    for (int i = 0; i < 12; i++) off[i] = total, total += dn_align(sz[i]);
     if (sc && base) {
         char *b = (char *)base;
         sc->q = (uint16_t *)(b + off[0]);
@@ -58,6 +60,8 @@ extern "C" size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base,
         sc->t = (uint16_t *)(b + off[7]);
         sc->p = (uint16_t *)(b + off[8]);
         sc->o = (uint16_t *)(b + off[9]);
+        sc->part = (float *)(b + off[10]);
+        sc->cnt = (int *)(b + off[11]);
     }
     return total;
 }
@@ -256,6 +260,7 @@ __global__ void __launch_bounds__(256, 2)
         cp_async16(sb + L::Q + swz<16>(r, ch) * 16, (r < DN_C ? sc.q : sc.q_lo) + o, true);
     }
     cp_async_commit();
+    if (tid == 0) sc.cnt[c * p.Hv + j] = 0; /* dn_scan's count of this chunk and head starts here */
     for (int i = tid; i < DN_C * DN_LD; i += 256) sTi[i] = 0.0f;
     if (warp == 0) {
         const float g0 = sc.g[(size_t)(t0 + 2 * lane) * p.Hv + j], g1 = sc.g[(size_t)(t0 + 2 * lane + 1) * p.Hv + j];
@@ -397,16 +402,30 @@ __global__ void __launch_bounds__(256, 2)
     }
 }
 
+/* ---- the gated RMSNorm (MODEL.md: the norm of bf16(O) over a head's dv columns, gated by silu(z)) -------------- */
+
+/* rsqrt(mean(o^2) + eps) of row r of a chunk from dn_scan<true>'s sums of squares part [2 DN_NSL][64] (slot
+ * 2 x + wn: columns 16 x + 8 wn .. + 7 of the head), added in slot order. */
+__device__ __forceinline__ float dn_norm_inv(const float *part, int r, float eps) {
+    float tot = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 2 * DN_NSL; s++) tot += __ldcg(part + s * DN_C + r);
+    return rsqrtf(tot / (float)DN_D + eps);
+}
+/* y = bf16(w bf16(o inv)) silu(z), rounded to bf16 by its store */
+__device__ __forceinline__ float dn_gate_out(float o, float inv, float w, float z) {
+    return rbf(w * rbf(o * inv)) * silu_f(z);
+}
+
 /* ---- 3. sequential state scan with the output ------------------------------------------ */
 
 #include "cuda/deltanet_prefill_scan.cuh"
 
-/* ---- 4. gated RMSNorm ------------------------------------------------------------------ */
+/* ---- 4. the gated RMSNorm where dn_scan does not apply it ----------------------------------- */
 
-/* grid (ceil(T Hv / (8 DN_NR))), 256 threads, after the scan: warp = DN_NR (token, head) rows of
- * bf16(O) (sc.o), y = bf16(w bf16(o rsqrt(mean(o^2) + eps))) silu(z); lane holds columns 2 lane, 2 lane + 1,
- * 64 + 2 lane, 65 + 2 lane. All the warp's loads are issued before the first reduction (one row per
- * warp, 4096 blocks at T = 2048: 10 us per layer for ~24 MB). */
+/* grid (ceil(T Hv / (8 DN_NR))), 256 threads, after dn_scan<false>: warp = DN_NR (token, head) rows of bf16(O)
+ * (sc.o) and z; lane holds columns 2 lane, 2 lane + 1, 64 + 2 lane, 65 + 2 lane. All the warp's loads are issued
+ * before the first reduction. */
 #define DN_NR 4
 __global__ void __launch_bounds__(256)
     dn_norm_out(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
@@ -446,7 +465,7 @@ __global__ void __launch_bounds__(256)
                 const int col = 64 * h + 2 * lane + e;
                 const float x = __uint_as_float(e ? (ou[k][h] & 0xffff0000u) : (ou[k][h] << 16));
                 const float zz = __uint_as_float(e ? (zu[k][h] & 0xffff0000u) : (zu[k][h] << 16));
-                v[e] = rbf(p.norm_w[col] * rbf(x * inv)) * silu_f(zz);
+                v[e] = dn_gate_out(x, inv, p.norm_w[col], zz);
             }
             *(uint32_t *)(p.y + (size_t)row * DN_D + 64 * h + 2 * lane) = pack_bf16(v[0], v[1]);
         }
@@ -464,6 +483,28 @@ static int dn_launch_conv(const DeltaNetPrefillParams *p, const DeltaNetScratch 
 /* Shared memory of dn_scan: the layout, its two mbarriers and slack for the 1024-byte alignment. */
 #define DN_SCAN_SMEM (DnScanSmem::BYTES + 16 + 1024)
 
+/* Whether dn_scan applies the gated norm itself (dn_scan<true>) for nc chunks: where it replaces a launch at the end
+ * of a short call (nc <= DN_SCAN_NORM_CHUNKS; over more chunks its per-chunk wait for the head's other blocks
+ * lengthens the chain), and when every block of the grid is resident at once (its blocks wait for each other);
+ * else dn_scan<false> and dn_norm_out. Sets both instances' shared-memory limit; 0 on a CUDA error too (the launch
+ * then reports it). */
+#define DN_SCAN_NORM_CHUNKS 2
+static int dn_scan_norms(int Hv, int nc) {
+    static int blocks = -1; /* resident dn_scan<true> blocks on the device */
+    if (blocks < 0) {
+        int dev = 0, n_sm = 0, per_sm = 0;
+        if (smem_attr<dn_scan<true>>(DN_SCAN_SMEM) != cudaSuccess ||
+            smem_attr<dn_scan<false>>(DN_SCAN_SMEM) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dn_scan<true>, 512, DN_SCAN_SMEM) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        blocks = n_sm * per_sm;
+    }
+    return nc <= DN_SCAN_NORM_CHUNKS && blocks >= DN_NSL * Hv;
+}
+
 static int dn_launch_scan(const DeltaNetPrefillParams *p, const DeltaNetScratch &sc, int nc, const CudaLaunch *l) {
     const int Tp = nc * DN_C, rows_tp = nc * p->Hv * 2 * DN_C;
     DnScanMaps m;
@@ -475,9 +516,9 @@ static int dn_launch_scan(const DeltaNetPrefillParams *p, const DeltaNetScratch 
     if (!rc) rc = cuda_tma_map_bf16(&m.t, sc.t, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (!rc) rc = cuda_tma_map_bf16(&m.p, sc.p, rows_tp, DN_C, DN_C, 2 * DN_C);
     if (rc) return rc;
-    const cudaError_t e = smem_attr<dn_scan>(DN_SCAN_SMEM);
-    if (e != cudaSuccess) return (int)e;
-    return launch_ex(dn_scan, dim3(DN_D / DN_DVS, p->Hv), dim3(512), DN_SCAN_SMEM, 0, l, *p, sc, m);
+    const dim3 grid(DN_NSL, p->Hv);
+    return dn_scan_norms(p->Hv, nc) ? launch_ex(dn_scan<true>, grid, dim3(512), DN_SCAN_SMEM, 0, l, *p, sc, m)
+                                    : launch_ex(dn_scan<false>, grid, dim3(512), DN_SCAN_SMEM, 0, l, *p, sc, m);
 }
 
 extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l) {
@@ -505,7 +546,8 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);
     if ((rc = dn_launch_scan(p, sc, nc, l))) return rc;
     if (p->ev) cudaEventRecord(p->ev[3], l->stream);
-    rc = launch_ex(dn_norm_out, dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), dim3(256), 0, 0, l, *p, sc);
+    if (!dn_scan_norms(p->Hv, nc))
+        rc = launch_ex(dn_norm_out, dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), dim3(256), 0, 0, l, *p, sc);
     if (p->ev) cudaEventRecord(p->ev[4], l->stream);
     return rc;
 }

@@ -127,6 +127,25 @@ __device__ __forceinline__ void dn_scan_point(const DeltaNetPrefillParams &p, ui
                             sh[nt][2 * h + 1] + (sl[nt][2 * h + 1] + sm[nt][2 * h + 1]));
 }
 
+/* Warps 8-15 of dn_scan<true>: the gated norm of chunk c's rows r0, r0 + 8 (ob: the thread's bf16(O) there, columns
+ * col, col + 1 of the head; zz: z of the same) once the head's DN_NSL blocks have all written their sums. */
+__device__ __forceinline__ void dn_scan_norm(const DeltaNetPrefillParams &p, const DeltaNetScratch &sc,
+                                             const float ob[4], const uint32_t zz[2], const float nw[2], int c, int j,
+                                             int r0, int col, int tid) {
+    if (tid == 256) wait_count_geq(sc.cnt + c * p.Hv + j, DN_NSL);
+    bar_sync(11, 256);
+    const float *part = sc.part + (size_t)(c * p.Hv + j) * 2 * DN_NSL * DN_C;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h, tok = c * DN_C + r;
+        if (tok >= p.T) continue;
+        const float inv = dn_norm_inv(part, r, p.eps);
+        const float z0 = __uint_as_float(zz[h] << 16), z1 = __uint_as_float(zz[h] & 0xffff0000u);
+        *(uint32_t *)(p.y + ((size_t)tok * p.Hv + j) * DN_D + col) =
+            pack_bf16(dn_gate_out(ob[2 * h], inv, nw[0], z0), dn_gate_out(ob[2 * h + 1], inv, nw[1], z1));
+    }
+}
+
 /* grid (dv/16, Hv) (the column slices of one head along x), 512 threads, one CTA
  * per SM (~217 KB of shared memory: DnScanSmem with K, Q in the SWZ_TMA16 layout, + 2
  * mbarriers). The CTA owns S[:, e0 .. e0+15] of head j: warp w < 8 holds rows 16 w (both n8 tiles)
@@ -137,13 +156,18 @@ __device__ __forceinline__ void dn_scan_point(const DeltaNetPrefillParams &p, ui
  *      partial sums with its partner: every A element is read from shared memory once)
  *   2. warps 0-7:  V' = T2 R -> diag(e^(gamma_L - gamma)) V' and V' as split tiles (rows 16 wm,
  *                  n8 tile wn)
- *      warps 8-15: the next chunk's loads (one thread: TMA; V: cp.async)
+ *      warps 8-15: the next chunk's loads (one thread: TMA; V: cp.async); NORM: then the gated norm of the
+ *                  previous chunk (dn_scan_norm), once the head's other blocks have written their sums
  *   3. warps 0-7:  S <- e^gamma_L S + K^T diag(e^(gamma_L - gamma)) V', snapshot -> split tiles
- *      warps 8-15: O += P V', store bf16(O) in sc.o
+ *      warps 8-15: O += P V', bf16(O): NORM: its rows' sums of squares over each warp's 8 columns into sc.part,
+ *                  and the count of the head's blocks that have written theirs up by one; else bf16(O) into sc.o
+ *                  for dn_norm_out
+ * NORM needs every block of the grid resident at once (dn_scan_norms): a block waits for the others of its head.
  * Shared-memory reads per chunk (ldmatrix): ~230 KB, half of what an 8 x 8 warp tiling of the same
  * work reads (ncu: the scan is bound by ldmatrix throughput and latency, not by its loads). Before the
  * first chunk the blocks write the call's last K pre-conv rows into the conv ring (dn_conv_bf16_tok,
  * which read the old rows, has finished). */
+template <bool NORM>
 __global__ void __launch_bounds__(512, 1)
     dn_scan(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc,
             const __grid_constant__ DnScanMaps maps) {
@@ -159,6 +183,10 @@ __global__ void __launch_bounds__(512, 1)
     const int j = blockIdx.y, e0 = blockIdx.x * DN_DVS, n = j / (p.Hv / p.Hk);
     const int nc = (p.T + DN_C - 1) / DN_C;
     float *state = p.state + (size_t)j * DN_D * DN_D;
+    const int ocol = e0 + wn * 8 + 2 * t;                     /* warps 8-15: the first of their two output columns */
+    const float nw[2] = {p.norm_w[ocol], p.norm_w[ocol + 1]}; /* ... and the norm's weights there */
+    float ob[4] = {};    /* warps 8-15: bf16(O) of the last chunk, rows wm 16 + g (+8), columns ocol, ocol + 1 */
+    uint32_t zz[2] = {}; /* ... and its z (NORM) */
 
     { /* conv ring <- the pre-conv rows of the call's last min(T, K) positions, 2 channels per thread */
         const int cd = (2 * p.Hk + p.Hv) * DN_D, nr = p.T < p.K ? p.T : p.K, n2 = nr * cd / 2;
@@ -277,10 +305,13 @@ __global__ void __launch_bounds__(512, 1)
             }
             dn_store_split16(smem + L::VP, L::LO_R, v, wm * 16, wn * 8, g, t);
             dn_store_split16(smem + L::VS, L::LO_R, x, wm * 16, wn * 8, g, t);
-        } else if (c + 1 < nc) {
-            const uint32_t nst = sb + ((c + 1) & 1) * L::STAGE;
-            if (tid == 256) dn_scan_issue(maps, nst, full + ((c + 1) & 1) * 8, c + 1, p.Hv, j, n);
-            dn_scan_load_v(p, sc, nst, c + 1, j, e0, tid - 256);
+        } else {
+            if (c + 1 < nc) {
+                const uint32_t nst = sb + ((c + 1) & 1) * L::STAGE;
+                if (tid == 256) dn_scan_issue(maps, nst, full + ((c + 1) & 1) * 8, c + 1, p.Hv, j, n);
+                dn_scan_load_v(p, sc, nst, c + 1, j, e0, tid - 256);
+            }
+            if (NORM && c > 0) dn_scan_norm(p, sc, ob, zz, nw, c - 1, j, wm * 16 + g, ocol, tid);
         }
         cp_async_commit();
         __syncthreads();
@@ -304,7 +335,7 @@ __global__ void __launch_bounds__(512, 1)
                 /* S_c+1 -> split tiles (everyone read S_c before the second barrier) */
                 dn_store_split16(smem + L::S, L::LO_S, S[nt], sr, nt * 8, g, t);
             }
-        } else { /* phase 3, warps 8-15: O += P V' (P lower triangular) -> bf16 in sc.o */
+        } else { /* phase 3, warps 8-15: O += P V' (P lower triangular) -> bf16(O), its sums of squares */
             float ph[4] = {}, pl[4] = {}, pm[4] = {};
 #pragma unroll
             for (int kk = 0; kk < DN_C / 16; kk++) {
@@ -318,15 +349,31 @@ __global__ void __launch_bounds__(512, 1)
                 mma_bf16(pl, a, bl[0], bl[1]);
                 mma_bf16(pm, al, b[0], b[1]);
             }
+            float *part = sc.part + ((size_t)(c * p.Hv + j) * 2 * DN_NSL + 2 * blockIdx.x + wn) * DN_C;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int r = wm * 16 + g + 8 * h, col = wn * 8 + 2 * t;
-                const float o0 = o[2 * h] + (ph[2 * h] + (pl[2 * h] + pm[2 * h]));
-                const float o1 = o[2 * h + 1] + (ph[2 * h + 1] + (pl[2 * h + 1] + pm[2 * h + 1]));
-                *(uint32_t *)(sc.o + ((size_t)(c * DN_C + r) * p.Hv + j) * DN_D + e0 + col) = pack_bf16(o0, o1);
+                const int r = wm * 16 + g + 8 * h, tok = c * DN_C + r;
+                ob[2 * h] = rbf(o[2 * h] + (ph[2 * h] + (pl[2 * h] + pm[2 * h])));
+                ob[2 * h + 1] = rbf(o[2 * h + 1] + (ph[2 * h + 1] + (pl[2 * h + 1] + pm[2 * h + 1])));
+                if (!NORM) {
+                    *(uint32_t *)(sc.o + ((size_t)tok * p.Hv + j) * DN_D + ocol) = pack_bf16(ob[2 * h], ob[2 * h + 1]);
+                    continue;
+                }
+                float ss = ob[2 * h] * ob[2 * h] + ob[2 * h + 1] * ob[2 * h + 1];
+                ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+                ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+                if (t == 0) part[r] = ss;
+                if (tok < p.T)
+                    zz[h] = *(const uint32_t *)(p.proj + (size_t)tok * p.ld_proj + p.z_off + j * DN_D + ocol);
+            }
+            if (NORM) { /* release the sums: each writer's fence, then one add for the block */
+                __threadfence();
+                bar_sync(10, 256);
+                if (tid == 256) atomicAdd(sc.cnt + c * p.Hv + j, 1);
             }
         }
     }
+    if (NORM && !xw) dn_scan_norm(p, sc, ob, zz, nw, nc - 1, j, wm * 16 + g, ocol, tid);
     if (xw) {
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)

@@ -591,7 +591,10 @@ typedef struct DeltaNetScratch {
     float *beta, *g;               /* fp32 [Tp][Hv] */
     uint16_t *t; /* bf16 [Tp/64][Hv][2][64][64]  T2 = (I + A)^-1 diag(beta) per chunk, split: hi plane, lo plane */
     uint16_t *p; /* bf16 [Tp/64][Hv][2][64][64]  P = (Q^ K^T) o Gamma * dk^-1/2 (s <= r) per chunk, split */
-    uint16_t *o; /* bf16 [Tp][Hv][dv]  the scan's output O, before the gated norm */
+    uint16_t *o; /* bf16 [Tp][Hv][dv]  the scan's output O, before the gated norm (when a separate kernel applies it) */
+    float *part; /* fp32 [Tp/64][Hv][16][64]  per chunk and head: sums of squares of bf16(O) over 8 columns, by row
+                  * (when the scan applies the gated norm) */
+    int *cnt;    /* [Tp/64][Hv]  the scan blocks of the head that have written their sums of the chunk */
 } DeltaNetScratch;
 /* Bytes of scratch for T tokens; with base != NULL also fills *sc with the regions carved from base
  * (256-byte aligned). */

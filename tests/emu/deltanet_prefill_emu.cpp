@@ -1,4 +1,4 @@
-/* deltanet_prefill_emu.cpp — the four DeltaNet prefill kernels (src/cuda/deltanet_prefill.cu, pulled in
+/* deltanet_prefill_emu.cpp — the DeltaNet prefill kernels (src/cuda/deltanet_prefill.cu, pulled in
  * as dn.inc by run.sh) run under the host emulation of emu.h, against the fp32 CPU reference:
  * calls of 130, 65 and 1 tokens (state and conv ring carried), Hk/Hv from argv, random or repeating
  * rows (keys repeating every 5 tokens, beta ~0.98, g ~0). Per call: y vs the fp32 reference (bound
@@ -41,6 +41,7 @@ static float *cols(const float *x, int T, int ld, int c0, int w) {
     return y;
 }
 
+static int scan_norms = 1; /* dn_scan<true> (the gated norm in the scan), else dn_scan<false> + dn_norm_out */
 static void emu_prefill(const DeltaNetPrefillParams *p) {
     DeltaNetScratch sc;
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
@@ -55,12 +56,18 @@ static void emu_prefill(const DeltaNetPrefillParams *p) {
     cuda_tma_map_bf16(&m.ql, sc.q_lo, Tp, p->Hk * DN_D, p->Hk * DN_D, 64);
     cuda_tma_map_bf16(&m.t, sc.t, rows, 64, 64, 128);
     cuda_tma_map_bf16(&m.p, sc.p, rows, 64, 64, 128);
-    emu_launch(dim3(DN_D / DN_DVS, p->Hv), 512, DnScanSmem::BYTES + 16 + 1024, 1, [&] { dn_scan(P, sc, m); });
+    const dim3 sg(DN_NSL, p->Hv);
+    if (scan_norms) { /* the head's blocks wait for each other: they run together, as one emulated cluster */
+        emu_launch(sg, 512, DnScanSmem::BYTES + 16 + 1024, DN_NSL, [&] { dn_scan<true>(P, sc, m); });
+        return;
+    }
+    emu_launch(sg, 512, DnScanSmem::BYTES + 16 + 1024, 1, [&] { dn_scan<false>(P, sc, m); });
     emu_launch(dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), 256, 0, 1, [&] { dn_norm_out(P, sc); });
 }
 
 int main(int argc, char **argv) {
     const int Hk = argc > 1 ? atoi(argv[1]) : 1, Hv = argc > 2 ? atoi(argv[2]) : 2, rep = argc > 3 ? atoi(argv[3]) : 0;
+    scan_norms = argc > 4 ? atoi(argv[4]) : 1;
     const int dk = 128, dv = 128, K = 4, kd = Hk * dk, vd = Hv * dv, cd = 2 * kd + vd, n = cd + vd + 2 * Hv, ld = n + 8;
     const int calls[] = {130, 65, 1};
     const float eps = 1e-6f;

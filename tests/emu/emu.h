@@ -83,11 +83,10 @@ static inline EmuThread &me() { return E.th[E.cur]; }
 static inline void emu_yield() { swapcontext(&E.th[E.cur].ctx, &E.sched); }
 /* every wait: a scheduler sweep in which no thread gets past one (nor starts or ends) is a deadlock */
 static long emu_progress;
-#define EMU_WAIT(cond)          \
-    do {                        \
-        while (cond)            \
-            emu_yield();        \
-        emu_progress++;         \
+#define EMU_WAIT(cond)                                                                                                 \
+    do {                                                                                                               \
+        while (cond) emu_yield();                                                                                      \
+        emu_progress++;                                                                                                \
     } while (0)
 
 struct EmuIdx {
@@ -95,23 +94,23 @@ struct EmuIdx {
 };
 static inline uint3 emu_tidx() { return make_uint3(me().tid, 0, 0); }
 #define threadIdx (emu_tidx())
-#define blockIdx (E.bidx[me().cta])
-#define gridDim (E.grid)
-#define blockDim (E.block)
+#define blockIdx  (E.bidx[me().cta])
+#define gridDim   (E.grid)
+#define blockDim  (E.block)
 
 static inline void __syncthreads() {
     const int c = me().cta, g = E.cta_gen[c];
-    if (++E.cta_cnt[c] == E.nthreads)
-        E.cta_cnt[c] = 0, E.cta_gen[c]++;
+    if (++E.cta_cnt[c] == E.nthreads) E.cta_cnt[c] = 0, E.cta_gen[c]++;
     EMU_WAIT(E.cta_gen[c] == g);
 }
 static inline void emu_warp_bar() {
     const int w = me().cta * 32 + me().tid / 32, g = E.warp_gen[w];
-    if (++E.warp_cnt[w] == 32)
-        E.warp_cnt[w] = 0, E.warp_gen[w]++;
+    if (++E.warp_cnt[w] == 32) E.warp_cnt[w] = 0, E.warp_gen[w]++;
     EMU_WAIT(E.warp_gen[w] == g);
 }
-static inline uint32_t *emu_slot(int lane) { return &E.slot[((size_t)(me().cta * 32 + me().tid / 32) * 32 + lane) * 8]; }
+static inline uint32_t *emu_slot(int lane) {
+    return &E.slot[((size_t)(me().cta * 32 + me().tid / 32) * 32 + lane) * 8];
+}
 
 static inline float __uint_as_float(uint32_t u) {
     float f;
@@ -124,15 +123,14 @@ static inline uint32_t __float_as_uint(float f) {
     return u;
 }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
-#define __expf(x) expf(x)            /* glibc declares an __expf of its own */
+#define __expf(x)        expf(x)     /* glibc declares an __expf of its own */
 #define __fdividef(a, b) ((a) / (b)) /* the fast CUDA forms, exact here (the same to ~2 ulp) */
 #ifndef EMU_NO_SILU                  /* mlp_emu.cpp takes silu_f from common.cuh itself */
 static inline float silu_f(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
 #endif
 static inline uint16_t emu_bf(float x) {
     uint32_t u = __float_as_uint(x);
-    if ((u & 0x7fffffff) > 0x7f800000)
-        return 0x7fc0;
+    if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0;
     u += 0x7fff + ((u >> 16) & 1);
     return (uint16_t)(u >> 16);
 }
@@ -185,9 +183,11 @@ static inline void cp_async16(uint32_t dst, const void *src, bool pred) {
 /* async.cuh's generic-pointer form: global -> shared at once (one fiber runs at a time) */
 static inline void cp_async16(void *dst, const void *src) { memcpy(dst, src, 16); }
 static inline void cp_async_commit(void) {}
-template <int N> static inline void cp_async_wait(void) {}
+template <int N>
+static inline void cp_async_wait(void) {}
 /* atomics: one fiber runs at a time, so plain read-modify-writes (shared or global memory alike); any element type */
-template <typename T, typename U> static inline T atomicAdd(T *p, U v) {
+template <typename T, typename U>
+static inline T atomicAdd(T *p, U v) {
     const T old = *p;
     *p = old + (T)v;
     return old;
@@ -199,7 +199,13 @@ static inline int atomicExch(int *p, int v) {
 }
 /* the memory-order and integer intrinsics the kernels use; fences are no-ops (one fiber runs at a time) */
 static inline void __threadfence(void) {}
-template <typename T> static inline T __ldg(const T *p) { return *p; }
+#define __ldcg(p) (*(p))
+/* common.cuh's wait_count_geq: the adders are CTAs of the running cluster */
+static inline void wait_count_geq(const int *cnt, int n) { EMU_WAIT(*(volatile const int *)cnt < n); }
+template <typename T>
+static inline T __ldg(const T *p) {
+    return *p;
+}
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 /* byte n of the result = byte s[4n + 2 .. 4n] of the 8 bytes {y (bytes 4-7), x (bytes 0-3)} */
 static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
@@ -247,8 +253,7 @@ static inline float emu_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u)
 static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     const int lane = me().tid & 31;
     uint32_t *sl = emu_slot(lane);
-    for (int i = 0; i < 4; i++)
-        sl[i] = a[i];
+    for (int i = 0; i < 4; i++) sl[i] = a[i];
     sl[4] = b0, sl[5] = b1;
     emu_warp_bar();
     float A[16][16], B[16][8];
@@ -267,8 +272,7 @@ static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32
     for (int e = 0; e < 4; e++) {
         const int r = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         float s = c[e];
-        for (int k = 0; k < 16; k++)
-            s += A[r][k] * B[k][col];
+        for (int k = 0; k < 16; k++) s += A[r][k] * B[k][col];
         c[e] = s;
     }
 }
@@ -276,13 +280,10 @@ static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32
 /* clusters */
 static inline void cluster_arrive_release(void) {
     E.cl_my[E.cur] = E.cl_gen;
-    if (++E.cl_cnt == E.nthreads * E.ncta)
-        E.cl_cnt = 0, E.cl_gen++;
+    if (++E.cl_cnt == E.nthreads * E.ncta) E.cl_cnt = 0, E.cl_gen++;
 }
 static inline void cluster_arrive_relaxed(void) { cluster_arrive_release(); }
-static inline void cluster_wait(void) {
-    EMU_WAIT(E.cl_gen == E.cl_my[E.cur]);
-}
+static inline void cluster_wait(void) { EMU_WAIT(E.cl_gen == E.cl_my[E.cur]); }
 static inline float ld_dsmem(const float *local, unsigned rank) {
     const size_t off = (const uint8_t *)local - emu_smem();
     float v;
@@ -297,20 +298,18 @@ static inline void pdl_trigger(void) {}
 /* named barriers (async.cuh): bar_sync(id, n) waits until n threads of the CTA have arrived at id */
 static inline void bar_sync(int id, int n) {
     const int b = me().cta * 16 + id, g = E.nb_gen[b];
-    if (++E.nb_cnt[b] == n)
-        E.nb_cnt[b] = 0, E.nb_gen[b]++;
+    if (++E.nb_cnt[b] == n) E.nb_cnt[b] = 0, E.nb_gen[b]++;
     EMU_WAIT(E.nb_gen[b] == g);
 }
 
 /* mbarriers (async.cuh): the 8 bytes at the barrier's offset hold the emulated state */
 struct EmuBar {
-    int32_t tx;                 /* transaction bytes still expected (may go negative) */
+    int32_t tx;                    /* transaction bytes still expected (may go negative) */
     uint8_t pend, cnt, phase, pad; /* arrivals still expected, arrival count, phase parity */
 };
 static inline EmuBar *emu_bar(int cta, uint32_t bar) { return (EmuBar *)(E.smem[cta].data() + bar); }
 static inline void emu_bar_check(EmuBar *b) {
-    if (b->pend == 0 && b->tx == 0)
-        b->phase ^= 1, b->pend = b->cnt;
+    if (b->pend == 0 && b->tx == 0) b->phase ^= 1, b->pend = b->cnt;
 }
 static inline void mbar_init(uint32_t bar, uint32_t count) {
     EmuBar *b = emu_bar(me().cta, bar);
@@ -322,9 +321,7 @@ static inline void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
     b->tx += (int32_t)bytes, b->pend--;
     emu_bar_check(b);
 }
-static inline void mbar_wait(uint32_t bar, uint32_t parity) {
-    EMU_WAIT(emu_bar(me().cta, bar)->phase == parity);
-}
+static inline void mbar_wait(uint32_t bar, uint32_t parity) { EMU_WAIT(emu_bar(me().cta, bar)->phase == parity); }
 /* tensor maps (cuda_tma_map_bf16, cuda_tma_map_bf16_3d): a bf16 [n3][rows][cols] tensor, element
  * (c, r, h) at base[h * ld2 + r * ld + c], read in boxes of 64 columns x box_rows rows x 1 (2-D: n3 1) */
 struct EmuTensorMap {
@@ -339,8 +336,8 @@ static inline int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int ro
 }
 static inline int cuda_tma_map_bf16_3d(CUtensorMap *m, const uint16_t *base, int cols, int rows, int n3, long long ld,
                                        long long ld2, int box_rows) {
-    if (cols < 1 || rows < 1 || n3 < 1 || ld < cols || ld2 < ld * rows || box_rows < 1 || box_rows > 256 || ((uintptr_t)base & 15) ||
-        (ld * 2) % 16 || (ld2 * 2) % 16)
+    if (cols < 1 || rows < 1 || n3 < 1 || ld < cols || ld2 < ld * rows || box_rows < 1 || box_rows > 256 ||
+        ((uintptr_t)base & 15) || (ld * 2) % 16 || (ld2 * 2) % 16)
         return (int)cudaErrorInvalidValue; /* what cuTensorMapEncodeTiled refuses (and ld2 overlapping rows) */
     m->base = base, m->rows = rows, m->cols = cols, m->n3 = n3, m->ld = ld, m->ld2 = ld2, m->box_rows = box_rows;
     return 0;
@@ -349,7 +346,10 @@ static inline int cuda_tma_map_bf16_3d(CUtensorMap *m, const uint16_t *base, int
  * elements outside the tensor (any coordinate) read as 0. */
 static inline void emu_tma(int cta, uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, uint32_t bar) {
     uint8_t *s = E.smem[cta].data();
-    if (dst & 1023) { fprintf(stderr, "emu: TMA destination %u not 1024-byte aligned\n", dst); exit(2); }
+    if (dst & 1023) {
+        fprintf(stderr, "emu: TMA destination %u not 1024-byte aligned\n", dst);
+        exit(2);
+    }
     if ((size_t)dst + (size_t)m->box_rows * 128 > E.smem[cta].size() - 16) {
         fprintf(stderr, "emu: TMA box at %u (%d rows) past the end of shared memory\n", dst, m->box_rows);
         exit(2);
@@ -408,11 +408,9 @@ static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::
                 E.th.assign(n, EmuThread());
                 E.smem.assign(cl, std::vector<uint8_t>(smem_bytes + 16));
                 for (int c = 0; c < cl; c++) /* garbage in shared memory */
-                    for (size_t i = 0; i < smem_bytes; i++)
-                        E.smem[c][i] = (uint8_t)(0x7f + i * 37);
+                    for (size_t i = 0; i < smem_bytes; i++) E.smem[c][i] = (uint8_t)(0x7f + i * 37);
                 E.bidx.assign(cl, make_uint3(0, 0, 0));
-                for (int c = 0; c < cl; c++)
-                    E.bidx[c] = make_uint3(x0 + c, y, z);
+                for (int c = 0; c < cl; c++) E.bidx[c] = make_uint3(x0 + c, y, z);
                 E.cta_cnt.assign(cl, 0), E.cta_gen.assign(cl, 0);
                 E.warp_cnt.assign(cl * 32, 0), E.warp_gen.assign(cl * 32, 0); /* up to 1024 threads */
                 E.cl_cnt = 0, E.cl_gen = 0, E.cl_my.assign(n, 0);
@@ -429,14 +427,12 @@ static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::
                     t.ctx.uc_link = &E.sched;
                     makecontext(&t.ctx, emu_entry, 0);
                 }
-                if (emu_hook_begin)
-                    emu_hook_begin(cl);
+                if (emu_hook_begin) emu_hook_begin(cl);
                 for (bool any = true; any;) {
                     any = false;
                     const long prog0 = emu_progress;
                     for (int i = 0; i < n; i++) {
-                        if (E.th[i].done)
-                            continue;
+                        if (E.th[i].done) continue;
                         any = true;
                         E.cur = i;
                         swapcontext(&E.sched, &E.th[i].ctx);
@@ -446,7 +442,6 @@ static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::
                         exit(3);
                     }
                 }
-                if (emu_hook_end)
-                    emu_hook_end();
+                if (emu_hook_end) emu_hook_end();
             }
 }

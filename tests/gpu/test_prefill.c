@@ -819,6 +819,10 @@ int main(int argc, char **argv) {
     const DnDims dn3 = {2, 6, 128, 128, 3, 1e-6f}; /* 3 v-heads per k-head, K = 3 */
     const int calls_f[] = {200, 5, 64};
     test_deltanet(&dn3, calls_f, 3, 2, 0);
+    /* 32 v-heads: 256 scan blocks, more than an H200 holds at once, so the gated norm is the separate kernel's */
+    const DnDims dn4 = {16, 32, 128, 128, 4, 1e-6f};
+    const int calls_g[] = {130, 64};
+    test_deltanet(&dn4, calls_g, 2, 0, 0);
 
     time_deltanet(2048), time_deltanet(128);
     time_attn(2048, 0);
