@@ -124,9 +124,7 @@ __device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
  * parallel. Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_scan (it runs
  * after this kernel has read the old rows). q and k are stored l2-normalised (split hi + lo)
  * WITHOUT the dk^-1/2 scale (applied in fp32 to Q K^T in dn_local and to Q S in dn_scan). */
-#ifndef DN_TPW   /* tokens per warp (a -D override for experiments) */
-#define DN_TPW 8 /* H200, T = 2048: 2048-token prefill 8.02 ms at 8, 8.12 at 16, 8.36 at 32 */
-#endif
+#define DN_TPW 8 /* tokens per warp */
 template <int KC>
 __global__ void __launch_bounds__(128)
     dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
