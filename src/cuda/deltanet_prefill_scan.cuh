@@ -147,9 +147,10 @@ __device__ __forceinline__ void dn_scan_norm(const DeltaNetPrefillParams &p, con
 }
 
 /* grid (dv/16, Hv) (the column slices of one head along x), 512 threads, one CTA
- * per SM (~217 KB of shared memory: DnScanSmem with K, Q in the SWZ_TMA16 layout, + 2
+ * per SM (~218 KB of shared memory: DnScanSmem with K, Q in the SWZ_TMA16 layout, + 2
  * mbarriers). The CTA owns S[:, e0 .. e0+15] of head j: warp w < 8 holds rows 16 w (both n8 tiles)
- * in fp32 registers. The work of a chunk is spread over 16 warps in three phases (three block barriers per chunk) so that the serial chain S_c -> S_c+1 is short:
+ * in fp32 registers. The work of a chunk is spread over 16 warps in three phases (three block
+ * barriers per chunk) so that the serial chain S_c -> S_c+1 is short:
  *   1. warps 0-7:  X = K S, R = V - diag(e^gamma) X -> split tiles
  *      warps 8-15: the Q S half of O = diag(e^gamma) Q S dk^-1/2 + P V' (kept in registers)
  *      (warp (wm, wn) = (w%4, w/4 % 2): rows 16 wm, k half wn, then n8 tile wn after a swap of

@@ -62,7 +62,8 @@ static inline size_t fp8_scale_count(int rows, int cols) { return (size_t)((cols
  *   MV_IN_VEC       x[cols] as given (bf16-valued).
  *   MV_IN_EMBED     x = E[step->token] (bf16 table [V][cols]).
  *   MV_IN_GATED     (MV_OUT_SPLITK only; the DeltaNet out_proj when the step leaves its gated norm
- *                   to it, the default where the shapes allow) x = o [cols] in groups of `group` (the heads), gate = z [cols]:
+ *                   to it, the default where the shapes allow) x = o [cols] in groups of `group` (the heads),
+ *                   gate = z [cols]:
  *                   x_i = bf16( bf16( norm_w[i % group] bf16(o_i r_g) ) silu(z_i) ), r_g = rsqrt(mean_g o^2
  *                   + eps) over i's group; every split holds whole groups (at most 32).
  *   MV_IN_RESIDUAL  x = bf16( res[i] + bf16( sum_{s < n_parts} parts[s*cols + i] ) )   (residual add;

@@ -186,7 +186,8 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->q = (uint16_t *)sv_carve(a, 2 * (nq > 0 ? nq : 1));
     sv->act = (uint16_t *)sv_carve(a, 2 * nact);
     sv->o = (uint16_t *)sv_carve(a, 2 * (size_t)T * (sv->d.Hv * sv->d.dv > 0 ? sv->d.Hv * sv->d.dv : 1));
-    /* scratch: the prefill chunks' DeltaNet scratch, and the decode rows' workspace of cuda_dn_batch_step before them */
+    /* scratch: the prefill chunks' DeltaNet scratch, and the decode rows' workspace of cuda_dn_batch_step before
+     * them */
     const size_t nws = cuda_dn_batch_ws_bytes(T, sv->d.Hk, sv->d.Hv, sv->d.dk, sv->d.dv);
     sv->scratch = sv_carve(a, nscr > nws ? nscr : nws > 0 ? nws : 1);
     const size_t kvn = ctx->c->n_full_layers ? (size_t)sv->d.Hkv * ctx->max_seq * sv->d.hd : 1;
@@ -455,8 +456,8 @@ static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, co
 /* Y = X W^T over the pass's T rows: the nd decode rows (rows 0 .. nd - 1) through the skinny GEMM, the prefill
  * rows (nd .. T - 1) through the prefill GEMM. Each family's sums for a row do not depend on the other rows, and a
  * row's family depends only on its own piece (a decode token or a prefill chunk), so batching stays invariant. Outside
- * deterministic mode, a pass of >= 128 decode rows whose 128 x 128 tiles fill half the GPU takes the prefill GEMM for all
- * its rows (tensor-core bound there; a row's bits then depend on the pass's row count, within rounding), and the
+ * deterministic mode, a pass of >= 128 decode rows whose 128 x 128 tiles fill half the GPU takes the prefill GEMM for
+ * all its rows (tensor-core bound there; a row's bits then depend on the pass's row count, within rounding), and the
  * skinny GEMM's split plan counts the pass's 64-row blocks (GemmParams.split_m: fewer splits where several blocks
  * fill the GPU, with the same effect on a row's bits).
  * norm_w (residual GEMMs): the RMSNorm that follows, h = norm(y) for every row, fused into the skinny kernel's
