@@ -11,6 +11,7 @@
 extern "C" {
 #include "cpu/ops.h"
 }
+template <typename T> static inline T __ldcg(const T *p) { return *p; } /* bypasses L1 on the GPU */
 #include "helpers.inc" /* swz, ldsm_addr_* from src/cuda/mma.cuh */
 #include "dn.inc"      /* the kernels */
 // clang-format on
