@@ -3,24 +3,29 @@
 # .devpack/pack.txz / .tgz if present). Each round runs every build once, in the order given:
 #   qwen35 bench --prefill-list P: prefill ms per length, eager and graph;
 #   serve_step --prompt N: a lone N-token prompt's open + step + pick (the server's first step of a request);
-#   serve_step --ctx 1024 B ...: batched greedy decode, tokens/s.
+#   serve_step --ctx 1024 B ...: batched greedy decode, tokens/s;
+#   qwen35 serve + tools/bench_serve.py --mode ttft (-t N): an idle server's TTFT of 40 greedy N-token prompts
+#     (prefix cache off): the server's medians of its logged ttft and step, the client's p50.
 # Prints one line per run and measurement, then the median per build over the rounds.
-#   usage: scripts/ab-serve.sh [-r ROUNDS] [-p PREFILL_LIST] [-n PROMPT] [-b "B ..."] LABEL:DIR ...
+#   usage: scripts/ab-serve.sh [-r ROUNDS] [-p PREFILL_LIST] [-n PROMPT] [-b "B ..."] [-t N] LABEL:DIR ...
 #   DIR holds qwen35 and serve_step (DIR/serve_step, else DIR/bench/serve_step), e.g. base:build-base new:build
-#   (defaults: -r 2 -p 16,128,2048 -n 128 -b "64 256"; -b "" or -n 0 skips that part)
+#   (defaults: -r 2 -p 16,128,2048 -n 128 -b "64 256" -t 0; -b "", -n 0 or -t 0 skips that part;
+#   AB_SERVE_MODEL: the server's model arguments, default "--dummy qwen3.5-0.8b --backend cuda --ctx 8192")
 set -u
-rounds=2 plist=16,128,2048 prompt=128 blist="64 256"
-while getopts "r:p:n:b:" o; do
+rounds=2 plist=16,128,2048 prompt=128 blist="64 256" ttft=0
+model=${AB_SERVE_MODEL:---dummy qwen3.5-0.8b --backend cuda --ctx 8192}
+while getopts "r:p:n:b:t:" o; do
     case $o in
     r) rounds=$OPTARG ;;
     p) plist=$OPTARG ;;
     n) prompt=$OPTARG ;;
     b) blist=$OPTARG ;;
-    *) sed -n '2,11p' "$0"; exit 2 ;;
+    t) ttft=$OPTARG ;;
+    *) sed -n '2,14p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,11p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,14p' "$0"; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 if [ -f .devpack/pack.txz ]; then tar xJf .devpack/pack.txz; elif [ -f .devpack/pack.tgz ]; then tar xzf .devpack/pack.tgz; fi
@@ -52,6 +57,29 @@ for r in $(seq 1 "$rounds"); do
             timeout 300 "$ss" --dummy qwen3.5-0.8b --ctx 1024 --kv-memory 40 $blist 2>&1 |
                 awk -v l="$label" '/^B / { for (i = 2; i <= NF; i++)
                     if ($i == "tokens/s") printf "%s\tB %d tokens/s\t%s\n", l, $2, $(i - 1) }' >> "$run"
+        fi
+        if [ "$ttft" != 0 ]; then # the server logs "... ttft X ms ... step Y ms" per request
+            slog="$OUT/ab-serve-$label-$r-serve.log"
+            # shellcheck disable=SC2086 # $model: several arguments
+            "$dir/qwen35" serve $model --max-seqs 64 --port 8111 --prefix-cache-memory 0 > "$slog" 2>&1 &
+            pid=$!
+            for _ in $(seq 240); do
+                python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8111/health', timeout=1)" \
+                    2>/dev/null && break
+                sleep 0.5
+            done
+            timeout 300 python3 tools/bench_serve.py --base-url http://127.0.0.1:8111 --mode ttft --input-len "$ttft" \
+                --num-prompts 40 --warmup 5 > "$OUT/ab-serve-$label-$r-client.log" 2>&1 ||
+                echo "$label round $r: bench_serve exit $?"
+            kill -INT $pid
+            wait $pid
+            for m in ttft step; do
+                v=$(grep -o " $m [0-9.]* ms" "$slog" | awk '{ print $2 }' | tail -n 40 | sort -g |
+                    awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
+                [ -n "$v" ] && printf "%s\tserver %s %s ms\t%s\n" "$label" "$ttft" "$m" "$v" >> "$run"
+            done
+            awk -v l="$label" -v n="$ttft" '/^TTFT/ { for (i = 1; i < NF; i++) if ($i == "p50")
+                printf "%s\tserver %s client p50 ms\t%s\n", l, n, $(i + 1) }' "$OUT/ab-serve-$label-$r-client.log" >> "$run"
         fi
         echo "$label round $r: $(awk -F'\t' '{ s = s $2 " " $3 "; " } END { print s }' "$run")"
         cat "$run" >> "$tsv"
