@@ -160,9 +160,11 @@ test: $(BUILD)/qwen35 $(TEST_BIN) $(BUILD)/tests/gen_serve_model
 	@if [ -f .cache/qwen3-tokenizer/tokenizer.json ]; then BUILD=$(BUILD) sh tests/serve/run.sh; \
 	    else echo "serve tests: SKIPPED (no Qwen3 tokenizer in .cache/qwen3-tokenizer)"; fi
 ifeq ($(CUDA),1)
-	@echo "== DeltaNet prefill kernels on the CPU (tests/emu: Hk 1, Hv 2; ~40 s)"
-	@sh tests/emu/run.sh 1 2 0 > $(BUILD)/emu.log 2>&1 || { tail -n 20 $(BUILD)/emu.log; exit 1; }
+	@echo "== DeltaNet prefill kernels on the CPU (tests/emu: Hk 1, Hv 2, the norm in the scan; Hk 2, Hv 4, repeating rows, the norm kernel; ~70 s)"
+	@sh tests/emu/run.sh 1 2 0 1 > $(BUILD)/emu.log 2>&1 || { tail -n 20 $(BUILD)/emu.log; exit 1; }
 	@tail -n 2 $(BUILD)/emu.log
+	@sh tests/emu/run.sh 2 4 1 0 > $(BUILD)/emu_dn0.log 2>&1 || { tail -n 20 $(BUILD)/emu_dn0.log; exit 1; }
+	@tail -n 1 $(BUILD)/emu_dn0.log
 	@echo "== fused MLP kernel on the CPU (tests/emu/run_mlp.sh: bf16 and fp8 weights; ~30 s)"
 	@B=$(BUILD)/emu sh tests/emu/run_mlp.sh > $(BUILD)/emu_mlp.log 2>&1 || { tail -n 20 $(BUILD)/emu_mlp.log; exit 1; }
 	@tail -n 1 $(BUILD)/emu_mlp.log
