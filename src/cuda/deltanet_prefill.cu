@@ -19,8 +19,6 @@
  * Applying T2 to the residual R inside the scan (instead of storing U and W from the chunk-local
  * kernel) also keeps the scan's per-chunk loads small (T2 is 64x64, W 64x128).
  * Rows past T (the zero padding up to a multiple of 64) have k = v = beta = g = 0.
- * Calls of at most 128 tokens take kernel 1's work into the in_proj GEMM's epilogue where it fits (GemmParams.dn,
- * p.conv_done; the same code, deltanet_conv.cuh), so they run kernels 2-4 only.
  * The conv ring: kernel 1 reads the rows before the call; kernel 3 writes the call's last K rows.
  * Snapshots inside the call (n_pts, the prefix cache's points): kernel 1 copies each point's K pre-conv rows (its conv
  * window), kernel 3 the state at each point from the chunk that holds it (dn_scan_point). */
@@ -29,12 +27,12 @@
 
 #include "cuda/cluster.cuh"
 #include "cuda/common.cuh"
-#include "cuda/deltanet_conv.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
 #include "cuda/async.cuh"
 
 #define DN_C      64                   /* chunk length */
+#define DN_D      128                  /* dk = dv */
 #define DN_DVS    16                   /* value columns per CTA in the state scan */
 #define DN_NSL    (DN_D / DN_DVS)      /* the scan blocks of a head (its column slices) */
 #define DN_LD     (DN_C + 4)           /* fp32 row stride of dn_local's A and T tiles (16-byte aligned rows) */
@@ -104,12 +102,29 @@ __device__ __forceinline__ void dn_chunk_gamma(const DeltaNetPrefillParams &p, c
 
 /* ---- 1. conv + SiLU + l2norm + gates --------------------------------------------------- */
 
-/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW = 8 consecutive tokens of one head unit
- * (deltanet_conv.cuh): it loads the K-1 + DN_TPW pre-conv rows it needs at once (11 rows for 8 tokens; from proj,
- * or from the conv ring for rows before the call) and then works from registers; tokens are independent, so all
- * warps run in parallel. Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_scan (it runs
- * after this kernel has read the old rows). Not launched where the in_proj GEMM's epilogue did this
- * (p.conv_done). */
+/* l2norm of one 128-channel q/k head in fp32 (MODEL.md §4.1; emulating a bf16 l2norm moved our
+ * logits further from HF's on the golden fixtures, see docs/MODEL_NOTES.md). v[4] are the lane's 4
+ * channels; the result is stored split (hi + lo bf16) for the tensor cores. */
+__device__ __forceinline__ void dn_l2norm_f32(float v[4]) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) ss = fmaf(v[i], v[i], ss);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rsqrtf(ss + 1e-6f);
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] *= inv;
+}
+
+/* grid (Tp/DN_TPW, ceil((2Hk + Hv)/4)), 128 threads. Warp = DN_TPW = 8 consecutive tokens of one
+ * head unit (q heads, k heads, v heads of 128 channels; lane holds channels 2 lane, 2 lane + 1,
+ * 64 + 2 lane, 65 + 2 lane): it loads the K-1 + DN_TPW pre-conv rows it needs at once (11 rows for
+ * 8 tokens; from proj, or from the conv ring for rows before the call: row q % K holds position q,
+ * positions < 0 are 0) and then works from registers; tokens are independent, so all warps run in
+ * parallel. Rows t in [T, Tp) write zeros. The ring itself is rewritten later by dn_scan (it runs
+ * after this kernel has read the old rows). q and k are stored l2-normalised (split hi + lo)
+ * WITHOUT the dk^-1/2 scale (applied in fp32 to Q K^T in dn_local and to Q S in dn_scan). */
+#define DN_TPW 8 /* tokens per warp */
 template <int KC>
 __global__ void __launch_bounds__(128)
     dn_conv_bf16_tok(const __grid_constant__ DeltaNetPrefillParams p, const __grid_constant__ DeltaNetScratch sc) {
@@ -118,35 +133,94 @@ __global__ void __launch_bounds__(128)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int unit = blockIdx.y * 4 + warp, t0 = blockIdx.x * DN_TPW;
     if (unit >= 2 * p.Hk + p.Hv) return;
-    const int ch0 = unit * DN_D; /* q heads, k heads, v heads in column order */
-    const auto proj_row = [&](int u, uint32_t &r0, uint32_t &r1) {
-        const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
-        r0 = *(const uint32_t *)row;
-        r1 = *(const uint32_t *)(row + 64);
-    };
+    const int kind = unit < p.Hk ? 0 : unit < 2 * p.Hk ? 1 : 2; /* q, k, v */
+    const int head = kind == 0 ? unit : kind == 1 ? unit - p.Hk : unit - 2 * p.Hk;
+    const int ch0 = kind == 2 ? 2 * p.Hk * DN_D + head * DN_D : (kind * p.Hk + head) * DN_D;
+    const int cd = (2 * p.Hk + p.Hv) * DN_D; /* conv_dim */
+
     float x[NR][4];
 #pragma unroll
     for (int j = 0; j < NR; j++) {
-        const int u = t0 - (KC - 1) + j;
+        const int u = t0 - (KC - 1) + j, q = p.pos + u;
         uint32_t r0 = 0, r1 = 0;
-        if (u >= 0 && u < p.T)
-            proj_row(u, r0, r1);
-        else if (u < 0)
-            dn_ring_row<KC>(p, ch0, u, lane, r0, r1);
-        dn_unpack4(r0, r1, x[j]);
+        if (u >= 0 && u < p.T) {
+            const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
+            r0 = *(const uint32_t *)row;
+            r1 = *(const uint32_t *)(row + 64);
+        } else if (u < 0 && q >= 0) {
+            const uint16_t *row = p.conv_ring + (size_t)(q % KC) * cd + ch0 + 2 * lane;
+            r0 = *(const uint32_t *)row;
+            r1 = *(const uint32_t *)(row + 64);
+        }
+        x[j][0] = __uint_as_float(r0 << 16);
+        x[j][1] = __uint_as_float(r0 & 0xffff0000u);
+        x[j][2] = __uint_as_float(r1 << 16);
+        x[j][3] = __uint_as_float(r1 & 0xffff0000u);
     }
     float w[4][KC];
-    dn_conv_taps<KC>(p, ch0, lane, w);
-    dn_conv_store<KC>(p, sc, unit, t0, x, w, lane);
-    if (blockIdx.x == 0) dn_conv_windows<KC>(p, ch0, lane, proj_row);
-    if (unit >= 2 * p.Hk && lane < DN_TPW) { /* gates of the warp's tokens, one lane per token */
-        const int t = t0 + lane, head = unit - 2 * p.Hk;
-        float b = 0.0f, a = 0.0f;
-        if (t < p.T) {
-            b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
-            a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int ch = ch0 + 2 * lane + (i & 1) + 64 * (i >> 1);
+#pragma unroll
+        for (int j = 0; j < KC; j++) w[i][j] = p.conv_w[(size_t)ch * KC + j];
+    }
+#pragma unroll
+    for (int tt = 0; tt < DN_TPW; tt++) {
+        const int t = t0 + tt;
+        const bool real = t < p.T;
+        float c[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float acc = w[i][KC - 1] * x[tt + KC - 1][i];
+#pragma unroll
+            for (int j = 0; j < KC - 1; j++) acc += w[i][j] * x[tt + j][i];
+            const float a = rbf(acc);
+            c[i] = real ? rbf(silu_f(a)) : 0.0f; /* fast form: the exact one was half the kernel's instructions */
         }
-        dn_gates_store(p, sc, t, head, b, a);
+        if (kind < 2) {
+            dn_l2norm_f32(c);
+            const size_t o = ((size_t)t * p.Hk + head) * DN_D + 2 * lane;
+            uint16_t *dst = (kind == 0 ? sc.q : sc.k) + o, *dlo = (kind == 0 ? sc.q_lo : sc.k_lo) + o;
+            *(uint32_t *)dst = pack_bf16(c[0], c[1]);
+            *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
+            *(uint32_t *)dlo = pack_bf16(c[0] - rbf(c[0]), c[1] - rbf(c[1]));
+            *(uint32_t *)(dlo + 64) = pack_bf16(c[2] - rbf(c[2]), c[3] - rbf(c[3]));
+        } else {
+            uint16_t *dst = sc.v + ((size_t)t * p.Hv + head) * DN_D + 2 * lane;
+            *(uint32_t *)dst = pack_bf16(c[0], c[1]);
+            *(uint32_t *)(dst + 64) = pack_bf16(c[2], c[3]);
+        }
+    }
+    if (blockIdx.x == 0) /* the snapshots' conv windows: the K pre-conv rows before each point, this unit's channels */
+        for (int i = 0; i < p.n_pts; i++)
+            for (int j = 0; j < KC; j++) {
+                const int u = p.pt_off[i] - KC + j, q = p.pos + u; /* u < pt_off[i] < T */
+                uint32_t r0 = 0, r1 = 0;
+                if (u >= 0) {
+                    const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
+                    r0 = *(const uint32_t *)row;
+                    r1 = *(const uint32_t *)(row + 64);
+                } else if (q >= 0) { /* the ring is rewritten only by dn_scan, after this kernel */
+                    const uint16_t *row = p.conv_ring + (size_t)(q % KC) * cd + ch0 + 2 * lane;
+                    r0 = *(const uint32_t *)row;
+                    r1 = *(const uint32_t *)(row + 64);
+                }
+                uint16_t *dst = p.pt_ring[i] + (size_t)((q % KC + KC) % KC) * cd + ch0 + 2 * lane;
+                *(uint32_t *)dst = r0;
+                *(uint32_t *)(dst + 64) = r1;
+            }
+    if (kind == 2 && lane < DN_TPW) { /* gates of the warp's tokens, one lane per token */
+        const int t = t0 + lane;
+        float beta = 0.0f, g = 0.0f;
+        if (t < p.T) {
+            const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
+            const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
+            beta = rbf(sigmoid_acc(b));
+            const float xx = a + p.dt_bias[head];
+            g = -expf(p.A_log[head]) * (xx > 20.0f ? xx : log1pf(expf(xx)));
+        }
+        sc.beta[(size_t)t * p.Hv + head] = beta;
+        sc.g[(size_t)t * p.Hv + head] = g;
     }
 }
 
@@ -459,10 +533,9 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
     const int nc = (p->T + DN_C - 1) / DN_C;
     if (p->ev) cudaEventRecord(p->ev[0], l->stream);
-    int rc = p->conv_done ? 0
-             : p->K == 4  ? dn_launch_conv<4>(p, sc, nc, l)
-             : p->K == 3  ? dn_launch_conv<3>(p, sc, nc, l)
-                          : dn_launch_conv<2>(p, sc, nc, l);
+    int rc = p->K == 4   ? dn_launch_conv<4>(p, sc, nc, l)
+             : p->K == 3 ? dn_launch_conv<3>(p, sc, nc, l)
+                         : dn_launch_conv<2>(p, sc, nc, l);
     if (rc) return rc;
     if (p->ev) cudaEventRecord(p->ev[1], l->stream);
     cudaError_t e = smem_attr<dn_local_chunk>(DnLocalSmem::BYTES);

@@ -297,7 +297,6 @@ extern "C" int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l) {
     if (e != cudaSuccess) return (int)e;
     const int algo = p->algo == GEMM_ALGO_AUTO ? gemm_auto_algo(major) : p->algo;
     if (algo != GEMM_ALGO_MMA && major != 9) return (int)cudaErrorInvalidDeviceFunction;
-    if (p->dn) return algo == GEMM_ALGO_TMA ? gemm_tma_run(p, sms, l) : (int)cudaErrorInvalidValue;
     if (algo >= GEMM_ALGO_TMA) {
         GemmParams q = *p;
         q.algo = algo;

@@ -30,7 +30,6 @@
 
 #include "cuda/gemm.cuh"
 #include "cuda/async.cuh"
-#include "cuda/deltanet_conv.cuh"
 
 /* ---- kernel --------------------------------------------------------------------------------- */
 
@@ -41,16 +40,6 @@ struct GemmTmaArgs {
     GemmParams p;
     const CUtensorMap *gmaps;
 };
-
-/* The DeltaNet call whose first step the epilogue runs (DNK = its conv taps K, 2..4; GemmParams.dn); empty for
- * DNK = 0. */
-template <int DNK>
-struct GemmDnArgs {
-    DeltaNetPrefillParams p;
-    DeltaNetScratch sc;
-};
-template <>
-struct GemmDnArgs<0> {};
 
 /* Tile TM x BN, STAGES-deep ring, cooperative or ping-pong (PP). */
 template <int TM, int BN, int STAGES, bool PP>
@@ -68,69 +57,9 @@ struct TmaCfg {
     static_assert(SMEM <= 227 * 1024, "shared memory");
 };
 
-/* Row stride (bf16) of the DeltaNet epilogue's copy of the tile: 68 words, so a quad's 8 rows of one column pair
- * land in 8 different banks. */
-#define GEMM_DN_XLD 136
-
-/* The DeltaNet epilogue (DNK > 0; cooperative 128 x 128 tile, the CTA's only tile, so the ring is idle): the tile's
- * bf16 values (the pre-conv rows just stored to y) into shared memory x, then each of the 8 consumer warps runs
- * deltanet_conv.cuh on 16 tokens of the tile's head unit (tiles left of the conv's end), or the gates of every
- * token (the tile holding the b and a columns). w: the lane's conv taps of the unit. */
-template <int DNK>
-__device__ __forceinline__ void gemm_dn_epilogue(const GemmDnArgs<DNK> &d, const float (*acc)[4], int n0, int cw,
-                                                 int wq, int lane, uint16_t *x, const float (&w)[4][DNK]) {
-    const DeltaNetPrefillParams &p = d.p;
-    const int cd = (2 * p.Hk + p.Hv) * DN_D, Tp = (p.T + 63) / 64 * 64;
-    const bool conv = n0 < cd, gates = n0 <= p.b_off && p.b_off < n0 + 128;
-    if (!conv && !gates) return;
-    const int g = lane >> 2, t = lane & 3, warp = cw * 4 + wq;
-    bar_sync(3, 256); /* both consumers' wgmmas are done with the ring */
-#pragma unroll
-    for (int n8 = 0; n8 < 16; n8++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = cw * 64 + wq * 16 + g + 8 * h;
-            *(uint32_t *)(x + r * GEMM_DN_XLD + 8 * n8 + 2 * t) = pack_bf16(acc[n8][2 * h], acc[n8][2 * h + 1]);
-        }
-    bar_sync(3, 256); /* the consumers' copy is whole */
-    if (conv) {
-        constexpr int NR = DNK - 1 + DN_TPW;
-        const auto tile_row = [&](int u, uint32_t &r0, uint32_t &r1) {
-            r0 = *(const uint32_t *)(x + u * GEMM_DN_XLD + 2 * lane);
-            r1 = *(const uint32_t *)(x + u * GEMM_DN_XLD + 64 + 2 * lane);
-        };
-#pragma unroll 1
-        for (int t0 = warp * 16; t0 < warp * 16 + 16 && t0 < Tp; t0 += DN_TPW) {
-            float xr[NR][4];
-#pragma unroll
-            for (int j = 0; j < NR; j++) {
-                const int u = t0 - (DNK - 1) + j;
-                uint32_t r0, r1;
-                if (u >= 0)
-                    tile_row(u, r0, r1); /* rows >= T are the TMA's zero fill: they feed only tokens >= T */
-                else
-                    dn_ring_row<DNK>(p, n0, u, lane, r0, r1);
-                dn_unpack4(r0, r1, xr[j]);
-            }
-            dn_conv_store<DNK>(p, d.sc, n0 / DN_D, t0, xr, w, lane);
-        }
-        if (warp == 0) dn_conv_windows<DNK>(p, n0, lane, tile_row);
-    }
-    if (gates)
-        for (int i = warp * 32 + lane; i < Tp * p.Hv; i += 256) {
-            const int tok = i / p.Hv, head = i - tok * p.Hv;
-            const float b = __uint_as_float((uint32_t)x[tok * GEMM_DN_XLD + p.b_off - n0 + head] << 16);
-            const float a = __uint_as_float((uint32_t)x[tok * GEMM_DN_XLD + p.a_off - n0 + head] << 16);
-            dn_gates_store(p, d.sc, tok, head, b, a);
-        }
-}
-
-/* DBG: GEMM_TMA_DBG_* bits (0 in production), to tell apart the ingredients when a variant faults.
- * DNK > 0: the DeltaNet epilogue after the store (gemm_dn_epilogue). */
-template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG, int DNK>
-__global__ void __launch_bounds__(384, 1)
-    gemm_bf16_tma(const __grid_constant__ GemmTmaArgs a, const __grid_constant__ GemmDnArgs<DNK> dn) {
-    static_assert(DNK == 0 || (TM == 128 && BN == 128 && !PP && EPI == GEMM_EPI_BF16), "the DeltaNet epilogue's tile");
+/* DBG: GEMM_TMA_DBG_* bits (0 in production), to tell apart the ingredients when a variant faults. */
+template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG>
+__global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ GemmTmaArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using C = TmaCfg<TM, BN, STAGES, PP>;
     const GemmParams &p = a.p;
@@ -192,15 +121,9 @@ __global__ void __launch_bounds__(384, 1)
 
     /* consumers */
     if constexpr ((DBG & GEMM_TMA_DBG_NOREG) == 0) regs_inc<232>();
-    const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31;
-    float dnw[4][DNK > 0 ? DNK : 1]; /* the DeltaNet epilogue's conv taps (immutable: loaded before the wait) */
-    if constexpr (DNK > 0) {
-        int m0, n0;
-        gemm_tile_coords_at<TM, BN>(p, blockIdx.x, m0, n0);
-        if (n0 < (2 * dn.p.Hk + dn.p.Hv) * DN_D) dn_conv_taps<DNK>(dn.p, n0, lane, dnw);
-    }
     pdl_wait(); /* before the epilogue's reads and writes of the previous kernels' buffers */
     pdl_trigger();
+    const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31;
     const uint32_t a_off = PP ? 0u : (uint32_t)cw * 64u * 128u; /* cooperative: this consumer's 64 rows */
     int j = 0;                                                  /* the CTA's local tile index */
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j++) {
@@ -260,11 +183,9 @@ __global__ void __launch_bounds__(384, 1)
             else
                 gemm_store<EPI, 1, BN / 8>(p, acc + mw, row0 + mw * 64, n0, lane >> 2, lane & 3);
         }
-        if constexpr (DNK > 0)
-            gemm_dn_epilogue<DNK>(dn, acc[0], n0, cw, wq, lane, (uint16_t *)(smem + (sbase - smem_addr(smem))), dnw);
     }
 #else
-    (void)a, (void)dn;
+    (void)a;
     pdl_begin();
     __trap(); /* built without sm_90a: the launcher never selects this kernel then */
 #endif
@@ -355,18 +276,12 @@ static int tma_gmaps(GemmTmaArgs *a, void **buf, cudaStream_t st) {
     return (int)e;
 }
 
-template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG = 0, int DNK = 0>
+template <int TM, int BN, int STAGES, bool PP, int EPI, int DBG = 0>
 static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
     using C = TmaCfg<TM, BN, STAGES, PP>;
     GemmTmaArgs a;
     memset(&a, 0, sizeof a);
     a.p = *p;
-    a.p.dn = NULL;
-    GemmDnArgs<DNK> dn;
-    if constexpr (DNK > 0) {
-        dn.p = *p->dn;
-        cuda_deltanet_prefill_scratch(&dn.sc, dn.p.scratch, dn.p.T, dn.p.Hk, dn.p.Hv, dn.p.dk, dn.p.dv);
-    }
     int rc = cuda_tma_map_bf16(&a.ta, p->x, p->M, p->K, p->ldx, TM);
     if (rc == 0) rc = cuda_tma_map_bf16(&a.tb, p->w, p->N, p->K, p->ldw, BN);
     if (rc != 0) return rc;
@@ -376,9 +291,9 @@ static int tma_launch(const GemmParams *p, int sms, const CudaLaunch *l) {
         if (rc != 0) return rc;
     }
     const int tiles = ((p->M + TM - 1) / TM) * ((p->N + BN - 1) / BN), grid = tiles < sms ? tiles : sms;
-    auto kern = gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG, DNK>;
-    const cudaError_t e = smem_attr<gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG, DNK>>(C::SMEM);
-    rc = e == cudaSuccess ? launch_ex(kern, dim3(grid), dim3(384), C::SMEM, 0, l, a, dn) : (int)e;
+    auto kern = gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG>;
+    const cudaError_t e = smem_attr<gemm_bf16_tma<TM, BN, STAGES, PP, EPI, DBG>>(C::SMEM);
+    rc = e == cudaSuccess ? launch_ex(kern, dim3(grid), dim3(384), C::SMEM, 0, l, a) : (int)e;
     if (gbuf) {
         const cudaError_t se = cudaStreamSynchronize(l->stream);
         cudaFree(gbuf);
@@ -414,24 +329,7 @@ static int tma_variant(const GemmParams *p, int algo, int sms, const CudaLaunch 
     }
 }
 
-/* The DeltaNet epilogue's conditions (cuda_gemm_dn_conv_fits without the device checks). */
-static int tma_dn_fits(const GemmParams *g, const DeltaNetPrefillParams *d, int sms) {
-    const int cd = (2 * d->Hk + d->Hv) * DN_D, tiles = (g->N + 127) / 128;
-    return g->epi == GEMM_EPI_BF16 && (g->algo == GEMM_ALGO_AUTO || g->algo == GEMM_ALGO_TMA) && g->M == d->T &&
-           g->M <= 128 && tiles <= sms && g->y == d->proj && g->ldy == d->ld_proj && d->dk == DN_D && d->dv == DN_D &&
-           d->K >= 2 && d->K <= 4 && d->b_off / 128 == (d->a_off + d->Hv - 1) / 128 && d->b_off >= cd &&
-           d->a_off >= cd && d->a_off + d->Hv <= g->N && d->scratch;
-}
-
 int gemm_tma_run(const GemmParams *p, int sms, const CudaLaunch *l) {
-    if (p->dn) {
-        if (p->epi != GEMM_EPI_BF16 || !tma_dn_fits(p, p->dn, sms)) return (int)cudaErrorInvalidValue;
-        switch (p->dn->K) {
-        case 2: return tma_launch<128, 128, 6, false, GEMM_EPI_BF16, 0, 2>(p, sms, l);
-        case 3: return tma_launch<128, 128, 6, false, GEMM_EPI_BF16, 0, 3>(p, sms, l);
-        default: return tma_launch<128, 128, 6, false, GEMM_EPI_BF16, 0, 4>(p, sms, l);
-        }
-    }
     const int algo = p->algo == GEMM_ALGO_TMA ? tma_pick(p, sms) : p->algo;
     switch (p->epi) {
     case GEMM_EPI_BF16: return tma_variant<GEMM_EPI_BF16>(p, algo, sms, l);
@@ -485,17 +383,6 @@ static int tma_probe_launch(GemmTmaArgs *a, int k0, int m0, uint16_t *out, cudaS
     }
     if (gbuf) cudaFree(gbuf);
     return rc;
-}
-
-extern "C" int cuda_gemm_dn_conv_fits(const GemmParams *g, const DeltaNetPrefillParams *dn) {
-    int dev = 0, sms = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return major == 9 && tma_encoder() && dn && tma_dn_fits(g, dn, sms);
 }
 
 int gemm_tma_probe(const uint16_t *x, int rows, int cols, int ld, int k0, int m0, uint16_t *out, int flags,

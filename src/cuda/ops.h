@@ -494,11 +494,6 @@ typedef struct GemmParams {
      * already fill the GPU), so a row's sums then depend on M; 0 (deterministic mode, batch invariance): the shape's
      * plan alone */
     int split_m;
-    /* cuda_gemm_bf16 with epi GEMM_EPI_BF16, where cuda_gemm_dn_conv_fits says so: y is the DeltaNet in_proj output
-     * of the call dn describes (y == dn->proj), and the GEMM's epilogue also runs that call's first step (conv +
-     * SiLU + l2norm, gates, the snapshots' conv windows: deltanet_conv.cuh) from its tile; the call then runs with
-     * dn->conv_done = 1. NULL: a plain GEMM. */
-    const struct DeltaNetPrefillParams *dn;
 } GemmParams;
 /* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue).
  * TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer
@@ -525,10 +520,6 @@ enum {
  * Returns cudaErrorInvalidValue for shapes outside the contract (and cudaErrorInvalidDeviceFunction
  * for the WGMMA and TMA algorithms on a device other than sm_90). */
 int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l);
-/* 1 when cuda_gemm_bf16 can run g (a DeltaNet in_proj, y == dn->proj) with the DeltaNet call dn's first step in its
- * epilogue (GemmParams.dn): the sm_90 TMA GEMM, one 128-row tile of rows (T <= 128), each CTA one 128-column tile
- * (ceil(N / 128) CTAs at most one per SM), the b and a columns in one tile. 0 otherwise (also on a CUDA error). */
-int cuda_gemm_dn_conv_fits(const GemmParams *g, const struct DeltaNetPrefillParams *dn);
 /* The same product for few rows (the batched decode step, gemm_skinny.cu): 64 W rows x 64 X rows per CTA with a
  * split of K chosen from (N, K, n_sm) alone, partial sums added in split order, so a row's result never depends on
  * M. work: fp32 scratch of cuda_gemm_skinny_work(M, N, K, n_sm, epi, glu_group) floats (0: none needed). M <= 65535,
@@ -626,7 +617,6 @@ typedef struct DeltaNetPrefillParams {
     int Hk, Hv, dk, dv, K;
     float eps;       /* rms_norm_eps of the gated norm */
     cudaEvent_t *ev; /* optional (timing): 5 events recorded before, between and after the 4 kernels */
-    int conv_done;   /* 1: the in_proj GEMM's epilogue has run the first kernel's work (GemmParams.dn) */
     /* Snapshots inside the call: the state after the first pt_off[i] tokens, pt_off ascending in
      * [0, T), into pt_state[i] (fp32 [Hv][dk][dv], the state's layout) and pt_ring[i] (bf16 [K][conv_dim], the conv
      * ring's layout: row q % K holds position q, for the K positions before pos + pt_off[i]). The prefix cache's

@@ -271,9 +271,10 @@ static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, c
     const int swiglu = g->epi == GEMM_EPI_SWIGLU_BF16, ycols = swiglu ? g->N / 2 : g->N;
     const double yb = g->epi == GEMM_EPI_ADD_F32 ? 8.0 : g->epi == GEMM_EPI_F32 ? 4.0 : 2.0;
     const double bytes = 2.0 * g->M * g->K + (g->w8 ? 1.0 : 2.0) * g->N * g->K + yb * g->M * ycols;
-    const int skinny = !g->dn && pf_skinny(pf, g), /* the DeltaNet conv epilogue is the tiled GEMM's */
-        fuse = skinny && norm_w && g->epi == GEMM_EPI_ADD_F32 && g->y == pf->x && g->N == pf->d.D && g->N <= 2048 &&
-               cuda_gemm_skinny_work(g->M, g->N, g->K, pf->n_sm, GEMM_EPI_ADD_F32_NORM, 1) <= pf->skw_floats;
+    const int skinny = pf_skinny(pf, g),
+              fuse = skinny && norm_w && g->epi == GEMM_EPI_ADD_F32 && g->y == pf->x && g->N == pf->d.D &&
+                     g->N <= 2048 &&
+                     cuda_gemm_skinny_work(g->M, g->N, g->K, pf->n_sm, GEMM_EPI_ADD_F32_NORM, 1) <= pf->skw_floats;
     GemmParams sg = *g;
     sg.split_m = pf->split_m;
     pf->h_norm_w = NULL; /* h is about to be rewritten, or x (whose norm it holds) */
@@ -311,12 +312,6 @@ static int pf_fp8_skinny(const CudaPrefill *pf, const CudaLayer *ly, int which, 
     GemmParams s = *g, t;
     const int tail = cuda_layer_gemm_tail(ly, which, &s, &t);
     return pf_skinny(pf, &s) && (!tail || pf_skinny(pf, &t));
-}
-
-/* 1 when pf_proj runs layer ly's projection `which` of a T-row piece on the tiled GEMM */
-static int pf_tiled(const CudaPrefill *pf, const CudaLayer *ly, int which, int T) {
-    const GemmParams g = pf_proj_shape(pf, ly, which, T);
-    return g.w8 ? !pf_fp8_skinny(pf, ly, which, &g) : !pf_skinny(pf, &g);
 }
 
 /* The copies of layer l (copy_mask[l]) into set j % 2 on the side stream, after the GEMMs of the layer that used
@@ -513,6 +508,8 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     const int D = d->D, vd = d->Hv * d->dv, cd = 2 * d->Hk * d->dk + vd, n = ly->in_rows;
     int rc = pf_norm(pf, lc, pf->x, ly->ln1, T, l, "norm", err);
     if (rc) return rc;
+    const GemmParams in = {pf->h, NULL, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
+    if ((rc = pf_proj(ctx, pf, lc, in, ly, CW_IN, NULL, l, "gemm_qkvzba", err))) return rc;
     DeltaNetPrefillParams dp;
     memset(&dp, 0, sizeof dp);
     dp.proj = pf->proj;
@@ -541,12 +538,6 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
         for (int k = 0; k < l; k++) q += ctx->layers[k].type != LAYER_FULL_ATTN;
         cuda_dn_snap_points(&dp, ctx->pf_snaps, q);
     }
-    /* a piece of one 128-row tile on the tiled GEMM runs the mixer's conv step in that GEMM's epilogue */
-    GemmParams in = {pf->h, NULL, pf->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    in.dn = &dp;
-    dp.conv_done = pf_tiled(pf, ly, CW_IN, T) && cuda_gemm_dn_conv_fits(&in, &dp);
-    if (!dp.conv_done) in.dn = NULL;
-    if ((rc = pf_proj(ctx, pf, lc, in, ly, CW_IN, NULL, l, "gemm_qkvzba", err))) return rc;
     const double scr = (double)cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
     op_begin(pf, lc->stream);
     rc = op_end(pf, cuda_deltanet_prefill(&dp, lc), l, "deltanet", dn_flops(d, cd, T),

@@ -194,6 +194,8 @@ extern "C" int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLa
     const int cd = conv_dim(d), vd = d->Hv * d->dv, n = cd + vd + 2 * d->Hv;
     int rc = prefill_norm(d, w->ln1, b, T, l);
     if (rc) return rc;
+    GemmParams in = {b->h, w->qkvzba, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
+    if ((rc = cuda_gemm_bf16(&in, l))) return rc;
     DeltaNetPrefillParams dp = {};
     dp.proj = b->proj;
     dp.ld_proj = n;
@@ -216,11 +218,6 @@ extern "C" int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLa
     dp.dv = d->dv;
     dp.K = d->K;
     dp.eps = d->eps;
-    GemmParams in = {b->h, w->qkvzba, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    in.dn = &dp; /* the conv step in the GEMM's epilogue where it fits, as the prefill does */
-    dp.conv_done = cuda_gemm_dn_conv_fits(&in, &dp);
-    if (!dp.conv_done) in.dn = NULL;
-    if ((rc = cuda_gemm_bf16(&in, l))) return rc;
     if ((rc = cuda_deltanet_prefill(&dp, l))) return rc;
     GemmParams o = {b->act, w->out, b->x, T, d->D, vd, vd, vd, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
     if ((rc = cuda_gemm_bf16(&o, l))) return rc;

@@ -403,115 +403,6 @@ static float *proj_repeating(int T, int ld, int b_off, int a_off, int Hv) {
     return proj;
 }
 
-/* Differing 16-bit words between two device buffers of `bytes` bytes (bitwise comparison). */
-static long dev_diff16(const void *a, const void *b, size_t bytes) {
-    uint16_t *ha = malloc(bytes), *hb = malloc(bytes);
-    CUDA_OK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
-    long n = 0;
-    for (size_t i = 0; i < bytes / 2; i++) n += ha[i] != hb[i];
-    free(ha), free(hb);
-    return n;
-}
-
-/* The conv step in the in_proj GEMM's epilogue (GemmParams.dn, calls of <= 128 tokens) against the conv kernel:
- * the same GEMM (D = 256 inputs) then the mixer, run both ways on the same inputs, calls of lengths Ts carried
- * from pos0 (random ring rows and state before), each way on its own NaN-poisoned scratch; proj, y, the state,
- * the conv ring and the snapshots taken inside the call at pts[] (< T) must be the same bits. On a device where
- * the epilogue does not fit (cuda_gemm_dn_conv_fits 0) the case only checks that calls over 128 tokens are
- * refused. */
-static void test_deltanet_conv_epilogue(const DnDims *d, const int *Ts, int ncalls, int pos0, int npts) {
-    const int kd = d->Hk * d->dk, vd = d->Hv * d->dv, cd = 2 * kd + vd, n = (cd + vd + 2 * d->Hv + 7) / 8 * 8;
-    const int D = 256;
-    const size_t sn = (size_t)d->Hv * d->dk * d->dv, rn = (size_t)d->K * cd;
-    int Tmax = 0;
-    for (int i = 0; i < ncalls; i++) Tmax = Ts[i] > Tmax ? Ts[i] : Tmax;
-    DnWeights w = dn_weights(d);
-    float *W = rand_bf((size_t)n * D, 0.0f, 1.0f / 16.0f), *S0 = fvec(sn), *ring0 = rand_bf(rn, 0.0f, 1.0f);
-    for (size_t i = 0; pos0 > 0 && i < sn; i++) S0[i] = 0.05f * rng_normal(&rng);
-    uint16_t *d_W = up_bf16(W, (size_t)n * D);
-    float *d_convw = up_f32(w.conv_w, (size_t)cd * d->K), *d_Alog = up_f32(w.A_log, d->Hv);
-    float *d_dt = up_f32(w.dt_bias, d->Hv), *d_nw = up_f32(w.norm_w, d->dv);
-    const size_t scr_bytes = cuda_deltanet_prefill_scratch(NULL, NULL, Tmax, d->Hk, d->Hv, d->dk, d->dv);
-    /* way 0: the conv kernel, way 1: the GEMM epilogue */
-    float *d_S[2], *d_pS[2];
-    uint16_t *d_ring[2], *d_proj[2], *d_y[2], *d_pring[2];
-    void *d_scr[2];
-    for (int k = 0; k < 2; k++) {
-        d_S[k] = up_f32(S0, sn);
-        d_ring[k] = up_bf16(ring0, rn);
-        d_proj[k] = dmalloc((size_t)Tmax * n * 2), d_y[k] = dmalloc((size_t)Tmax * vd * 2);
-        d_scr[k] = dmalloc(scr_bytes);
-        poison_bf16(d_scr[k], scr_bytes / 2);
-        d_pS[k] = dmalloc(sn * 4 * (npts ? npts : 1)), d_pring[k] = dmalloc(rn * 2 * (npts ? npts : 1));
-        poison_bf16((uint16_t *)d_pS[k], sn * 2 * (npts ? npts : 1)), poison_bf16(d_pring[k], rn * (npts ? npts : 1));
-    }
-    int pos = pos0;
-    for (int call = 0; call < ncalls; call++) {
-        const int T = Ts[call];
-        float *X = rand_bf((size_t)T * D, 0.0f, 1.0f);
-        uint16_t *d_X = up_bf16(X, (size_t)T * D);
-        int fused = 0;
-        for (int k = 0; k < 2; k++) {
-            DeltaNetPrefillParams p = {0};
-            p.proj = d_proj[k], p.ld_proj = n, p.z_off = cd, p.b_off = cd + vd, p.a_off = cd + vd + d->Hv;
-            p.conv_w = d_convw, p.A_log = d_Alog, p.dt_bias = d_dt, p.norm_w = d_nw, p.conv_ring = d_ring[k];
-            p.state = d_S[k], p.y = d_y[k], p.scratch = d_scr[k], p.T = T, p.pos = pos;
-            p.Hk = d->Hk, p.Hv = d->Hv, p.dk = d->dk, p.dv = d->dv, p.K = d->K, p.eps = d->eps;
-            for (int i = 0; i < npts && i < T - 1; i++) { /* points 1, 1 + (T-1)/npts, ... inside the call */
-                p.pt_off[p.n_pts] = 1 + i * (T - 1) / npts;
-                p.pt_state[p.n_pts] = d_pS[k] + (size_t)i * sn, p.pt_ring[p.n_pts++] = d_pring[k] + (size_t)i * rn;
-            }
-            GemmParams g = {d_X,           d_W, d_proj[k],      T,    n,    D, D,   D, n,
-                            GEMM_EPI_BF16, 0,   GEMM_ALGO_AUTO, NULL, NULL, 0, NULL};
-            g.dn = &p;
-            if (k == 1) {
-                fused = cuda_gemm_dn_conv_fits(&g, &p);
-                CHECK(T <= 128 || !fused, "the GEMM epilogue claims a call of %d tokens", T);
-                if (!fused) break;
-                p.conv_done = 1;
-            } else {
-                g.dn = NULL;
-            }
-            int rc = cuda_gemm_bf16(&g, &L0);
-            CHECK(rc == 0, "in_proj GEMM%s: %s", k ? " with the conv epilogue" : "",
-                  cudaGetErrorString((cudaError_t)rc));
-            rc = cuda_deltanet_prefill(&p, &L0);
-            CHECK(rc == 0, "deltanet_prefill: %s", cudaGetErrorString((cudaError_t)rc));
-        }
-        CUDA_OK(cudaDeviceSynchronize());
-        if (fused) {
-            const long dp = dev_diff16(d_proj[0], d_proj[1], (size_t)T * n * 2);
-            const long dy = dev_diff16(d_y[0], d_y[1], (size_t)T * vd * 2);
-            const long dS = dev_diff16(d_S[0], d_S[1], sn * 4), dr = dev_diff16(d_ring[0], d_ring[1], rn * 2);
-            const int np = npts < T - 1 ? npts : T - 1 > 0 ? T - 1 : 0;
-            const long dpS = np ? dev_diff16(d_pS[0], d_pS[1], sn * 4 * np) : 0;
-            const long dpr = np ? dev_diff16(d_pring[0], d_pring[1], rn * 2 * np) : 0;
-            printf("  deltanet conv in the GEMM epilogue Hk=%d Hv=%d K=%d call %d T=%3d pos=%3d, %d snapshots: "
-                   "differing words proj %ld y %ld state %ld ring %ld snapshot states %ld rings %ld\n",
-                   d->Hk, d->Hv, d->K, call, T, pos, np, dp, dy, dS, dr, dpS, dpr);
-            CHECK(dp == 0 && dy == 0 && dS == 0 && dr == 0 && dpS == 0 && dpr == 0,
-                  "conv epilogue vs conv kernel (T=%d pos=%d): proj %ld y %ld state %ld ring %ld snapshots %ld %ld", T,
-                  pos, dp, dy, dS, dr, dpS, dpr);
-        } else {
-            /* the kernel way ran alone: carry its state and ring into the other way for the next call */
-            CUDA_OK(cudaMemcpy(d_S[1], d_S[0], sn * 4, cudaMemcpyDeviceToDevice));
-            CUDA_OK(cudaMemcpy(d_ring[1], d_ring[0], rn * 2, cudaMemcpyDeviceToDevice));
-            printf("  deltanet conv in the GEMM epilogue: call %d T=%d runs the conv kernel\n", call, T);
-        }
-        pos += T;
-        free(X);
-        CUDA_OK(cudaFree(d_X));
-    }
-    free(W), free(S0), free(ring0), free(w.conv_w), free(w.A_log), free(w.dt_bias), free(w.norm_w);
-    void *dev[] = {d_W, d_convw, d_Alog, d_dt, d_nw};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) CUDA_OK(cudaFree(dev[i]));
-    for (int k = 0; k < 2; k++) {
-        void *dk[] = {d_S[k], d_ring[k], d_proj[k], d_y[k], d_scr[k], d_pS[k], d_pring[k]};
-        for (size_t i = 0; i < sizeof dk / sizeof dk[0]; i++) CUDA_OK(cudaFree(dk[i]));
-    }
-}
-
 /* Runs the calls of lengths Ts[0..ncalls) in sequence (state carried) on GPU and CPU, the first
  * at position pos0 (pos0 > 0: random conv rows and state stand for the earlier tokens). The
  * scratch starts NaN-poisoned (a kernel reading a region no earlier kernel wrote shows as NaN).
@@ -932,14 +823,6 @@ int main(int argc, char **argv) {
     const DnDims dn4 = {16, 32, 128, 128, 4, 1e-6f};
     const int calls_g[] = {130, 64};
     test_deltanet(&dn4, calls_g, 2, 0, 0);
-
-    /* the conv step in the in_proj GEMM's epilogue (<= 128 tokens) against the conv kernel, bitwise */
-    const int calls_h[] = {128, 1, 100, 64, 129, 65}, calls_i[] = {37, 128, 3};
-    test_deltanet_conv_epilogue(&dn, calls_h, 6, 0, 0);
-    test_deltanet_conv_epilogue(&dn, calls_h, 6, 7, 3);
-    test_deltanet_conv_epilogue(&dn3, calls_i, 3, 2, 2);
-    test_deltanet_conv_epilogue(&dn2, calls_i, 3, 0, 1);
-    test_deltanet_conv_epilogue(&dn4, calls_i, 3, 5, 0);
 
     time_deltanet(2048), time_deltanet(128);
     time_attn(2048, 0);
