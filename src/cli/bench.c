@@ -83,9 +83,11 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
 }
 
 /* Prefill timings (device events) at each length, the GEMM rate of the same run, and with ops the
- * per-launch breakdown of one prefill piece grouped by kind. Returns 1 on a hard failure. */
-static int prefill_bench(Q35Engine *e, const int *lens, int n, int ops, Buf *md, Buf *js, Q35BenchResult *r) {
-    Q35BenchRequest rq = {.ops = ops, .n_prefill = n};
+ * per-launch breakdown of one prefill piece grouped by kind; ablate: --ablate's list (its pf.* kinds are left out of
+ * every prefill timed). Returns 1 on a hard failure. */
+static int prefill_bench(Q35Engine *e, const int *lens, int n, int ops, const char *ablate, Buf *md, Buf *js,
+                         Q35BenchResult *r) {
+    Q35BenchRequest rq = {.ops = ops, .n_prefill = n, .ablate = ablate};
     memcpy(rq.prefill_lens, lens, sizeof(int) * (size_t)n);
     Q35Err err = {0};
     if (q35_bench_decode(e, &rq, r, &err)) {
@@ -208,7 +210,8 @@ int cmd_bench(int argc, char **argv) {
         {"--json", NULL, CLI_STR, &json, .arg = "FILE", .help = "write the results as JSON"},
         {"--md", NULL, CLI_STR, &md_path, .arg = "FILE", .help = "write the markdown tables"},
         {"--ablate", NULL, CLI_STR, &ablate, .arg = "LIST",
-         .help = "measurement only (CUDA): launch kinds left out of the step (outputs are garbage)"},
+         .help =
+             "measurement only (CUDA): launch kinds left out of the step, pf.* of the prefill (outputs are garbage)"},
         {"--trace-csv", NULL, CLI_STR, &trace_csv, .arg = "FILE",
          .help = "measurement only (CUDA, TRACE=1 build): per-block timer stamps into FILE"},
         {0}};
@@ -284,11 +287,9 @@ int cmd_bench(int argc, char **argv) {
                 "split-K, deterministic, without PDL, eager (no graph), with the per-token readback, sampling.\n\n",
                 "one CUDA graph per token (`qwen35 info --backend cuda` shows its schedule)");
         if (res->mlp_fused)
-            bprintf(
-                &md,
-                "Fused MLP: ON in every column with atomic "
-                "split-K (not in `deterministic`); the same step with the two MLP GEMVs is listed below the "
-                "table.\n\n");
+            bprintf(&md, "Fused MLP: ON in every column with atomic "
+                         "split-K (not in `deterministic`); the same step with the two MLP GEMVs is listed below the "
+                         "table.\n\n");
         bprintf(&md, "| ctx | ms/token | tok/s | GB/s | %% of read BW | launches | atomic | deterministic | no PDL | "
                      "eager | +readback | sampling |\n"
                      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -300,10 +301,9 @@ int cmd_bench(int argc, char **argv) {
                 goto done;
             }
             const double gbs = res->step_bytes / res->ms_token / 1e6;
-            bprintf(&md,
-                    "| %d | %.4f | %.0f | %.0f | %.1f | %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n",
-                    ctxs[c], res->ms_token, 1e3 / res->ms_token, gbs, 100 * gbs / res->read_gbs, res->launches,
-                    res->ms_atomic, res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample);
+            bprintf(&md, "| %d | %.4f | %.0f | %.0f | %.1f | %d | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |\n", ctxs[c],
+                    res->ms_token, 1e3 / res->ms_token, gbs, 100 * gbs / res->read_gbs, res->launches, res->ms_atomic,
+                    res->ms_det, res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample);
             if (res->lm_screen)
                 bprintf(&sc, "| %d | %.4f | %.4f | %+.1f | %.1f | %.2f |\n", ctxs[c], res->ms_token, res->ms_lm_full,
                         1e3 * (res->ms_token - res->ms_lm_full), res->screen_rows, res->screen_fallback);
@@ -319,8 +319,8 @@ int cmd_bench(int argc, char **argv) {
                 "\"ms_lm_full\":%.5f,\"screen_rows\":%.2f,\"screen_fallback\":%.3f}",
                 c ? "," : "", ctxs[c], res->ms_token, gbs, res->step_bytes, res->launches, res->ms_atomic, res->ms_det,
                 res->ms_nopdl, res->ms_eager, res->ms_sync, res->ms_sample, res->copy_gbs, res->read_gbs,
-                res->mlp_fused, res->ms_mlp_unfused,
-                res->launches_mlp_unfused, res->lm_screen, res->ms_lm_full, res->screen_rows, res->screen_fallback);
+                res->mlp_fused, res->ms_mlp_unfused, res->launches_mlp_unfused, res->lm_screen, res->ms_lm_full,
+                res->screen_rows, res->screen_fallback);
         }
         if (sc.n)
             bprintf(&md,
@@ -347,7 +347,7 @@ int cmd_bench(int argc, char **argv) {
             ops_table(&md, res);
         }
         bprintf(&js, "]");
-        if (prefill_bench(e, plens, n_plen, 1, &md, &js, res)) goto done; /* breakdown always: one prefill */
+        if (prefill_bench(e, plens, n_plen, 1, ablate, &md, &js, res)) goto done; /* breakdown always: one prefill */
         if (q35_reset(e, &err)) {
             cli_fail("bench", &err);
             goto done;
@@ -361,7 +361,7 @@ int cmd_bench(int argc, char **argv) {
 
     if (!dev) {
         if (ablate || trace_csv)
-            fprintf(stderr, "qwen35: bench: note: --ablate / --trace-csv apply to the CUDA decode bench only\n");
+            fprintf(stderr, "qwen35: bench: note: --ablate / --trace-csv apply to the CUDA benches only\n");
         if (cpu_bench(e, ids, ctxs, n_ctx, plens, n_plen, n_gen, logits, &md, &js)) goto done;
     } else { /* the wall-clock q35_forward of one prompt beside the device timings */
         err.code = 0;

@@ -195,6 +195,8 @@ int cuda_run_step(CudaCtx *ctx, int sample, Err *err);
 /* decode.cu: the kinds bench --ablate accepts; 1 when every kind of list is one (else the first unknown in bad) */
 extern const char cuda_ablate_kinds[];
 int cuda_ablate_check(const char *list, char *bad, size_t n);
+/* 1 when the comma-separated list holds kind */
+int cuda_ablate_listed(const char *list, const char *kind);
 
 /* bench.cu: the Backend.bench hook's body (the caller drops graphs and resets afterwards). */
 int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *err);

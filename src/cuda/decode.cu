@@ -122,7 +122,12 @@ static int in_list(const char *list, const char *kind, size_t n) {
 }
 const char cuda_ablate_kinds[] =
     "qkvzba,qkvz,ba,qkv,deltanet,dnlayer,attention,attn_o,out_proj,o_proj,mlp,gate_up,down,"
-    "lm_head";
+    "lm_head,"
+    /* the prefill's launches (prefill.cu; the DeltaNet mixer's four kernels through DeltaNetPrefillParams.skip) */
+    "pf.embed,pf.norm,pf.final_norm,pf.gemm_qkvzba,pf.gemm_ba,pf.dn_conv,pf.dn_local,pf.dn_scan,pf.dn_norm,pf.gemm_out,"
+    "pf.gemm_qkv,pf.attn_prep,pf.attn_flash,pf.gemm_o,pf.gemm_gate_up,pf.gemm_down,pf.gemm_lm_head,pf.lm_screen";
+
+int cuda_ablate_listed(const char *list, const char *kind) { return in_list(list, kind, strlen(kind)); }
 
 /* 1 when every kind in list is known (bench checks its --ablate list with it). */
 int cuda_ablate_check(const char *list, char *bad, size_t n) {

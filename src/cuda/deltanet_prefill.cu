@@ -533,18 +533,23 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     cuda_deltanet_prefill_scratch(&sc, p->scratch, p->T, p->Hk, p->Hv, p->dk, p->dv);
     const int nc = (p->T + DN_C - 1) / DN_C;
     if (p->ev) cudaEventRecord(p->ev[0], l->stream);
-    int rc = p->K == 4   ? dn_launch_conv<4>(p, sc, nc, l)
+    int rc = p->skip & 1 ? 0
+             : p->K == 4 ? dn_launch_conv<4>(p, sc, nc, l)
              : p->K == 3 ? dn_launch_conv<3>(p, sc, nc, l)
                          : dn_launch_conv<2>(p, sc, nc, l);
     if (rc) return rc;
     if (p->ev) cudaEventRecord(p->ev[1], l->stream);
     cudaError_t e = smem_attr<dn_local_chunk>(DnLocalSmem::BYTES);
     if (e != cudaSuccess) return (int)e;
-    if ((rc = launch_ex(dn_local_chunk, dim3(nc, p->Hv), dim3(256), DnLocalSmem::BYTES, 0, l, *p, sc))) return rc;
+    if (p->skip & 2) /* measurement: the scan's counters, which dn_local zeroes, must still start at 0 */
+        rc = (int)cudaMemsetAsync(sc.cnt, 0, sizeof(int) * nc * p->Hv, l->stream);
+    else
+        rc = launch_ex(dn_local_chunk, dim3(nc, p->Hv), dim3(256), DnLocalSmem::BYTES, 0, l, *p, sc);
+    if (rc) return rc;
     if (p->ev) cudaEventRecord(p->ev[2], l->stream);
-    if ((rc = dn_launch_scan(p, sc, nc, l))) return rc;
+    if (!(p->skip & 4) && (rc = dn_launch_scan(p, sc, nc, l))) return rc;
     if (p->ev) cudaEventRecord(p->ev[3], l->stream);
-    if (!dn_scan_norms(p->Hv, nc))
+    if (!(p->skip & 8) && !dn_scan_norms(p->Hv, nc))
         rc = launch_ex(dn_norm_out, dim3((p->T * p->Hv + 8 * DN_NR - 1) / (8 * DN_NR)), dim3(256), 0, 0, l, *p, sc);
     if (p->ev) cudaEventRecord(p->ev[4], l->stream);
     return rc;

@@ -617,6 +617,7 @@ typedef struct DeltaNetPrefillParams {
     int Hk, Hv, dk, dv, K;
     float eps;       /* rms_norm_eps of the gated norm */
     cudaEvent_t *ev; /* optional (timing): 5 events recorded before, between and after the 4 kernels */
+    int skip;        /* measurement only (bench --ablate): bit k leaves kernel k + 1 out; the outputs are garbage */
     /* Snapshots inside the call: the state after the first pt_off[i] tokens, pt_off ascending in
      * [0, T), into pt_state[i] (fp32 [Hv][dk][dv], the state's layout) and pt_ring[i] (bf16 [K][conv_dim], the conv
      * ring's layout: row q % K holds position q, for the K positions before pos + pt_off[i]). The prefix cache's

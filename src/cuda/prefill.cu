@@ -64,8 +64,10 @@ struct CudaPrefill {
     uint16_t *wset[2], *cur[4]; /* cur: the running layer's copies by CW_* */
     size_t set_elems;
     int *copy_mask, *copy_layers, n_copy_layers, c_used;
-    /* bench: an event before every launch */
+    /* bench: an event before every launch; ablate: bench --ablate's list (the "pf." kinds are prefill launches left
+     * out, measurement only: the outputs are garbage then), else NULL */
     int rec, n_ops, ev_ready;
+    const char *ablate;
     cudaEvent_t ev[PF_MAX_OPS + 1];
     BenchOp ops[PF_MAX_OPS];
 };
@@ -232,6 +234,14 @@ void cuda_prefill_close(CudaCtx *ctx) {
 
 /* ---- launches ---------------------------------------------------------------------------------- */
 
+/* 1 when bench --ablate leaves the launch `what` out ("pf." what in its list). */
+static int pf_ablated(const CudaPrefill *pf, const char *what) {
+    if (!pf->ablate) return 0;
+    char kind[40];
+    snprintf(kind, sizeof kind, "pf.%s", what);
+    return cuda_ablate_listed(pf->ablate, kind);
+}
+
 static void op_begin(CudaPrefill *pf, cudaStream_t s) {
     if (pf->rec && pf->n_ops < PF_MAX_OPS) cudaEventRecord(pf->ev[pf->n_ops], s);
 }
@@ -278,6 +288,10 @@ static int pf_gemm(CudaPrefill *pf, const CudaLaunch *lc, const GemmParams *g, c
     GemmParams sg = *g;
     sg.split_m = pf->split_m;
     pf->h_norm_w = NULL; /* h is about to be rewritten, or x (whose norm it holds) */
+    if (pf_ablated(pf, what)) {
+        if (fuse) pf->h_norm_w = norm_w, pf->h_rows = g->M; /* as if it ran: no norm launch in its place */
+        return 0;
+    }
     op_begin(pf, lc->stream);
     const int rc = fuse ? cuda_gemm_skinny_norm(&sg, norm_w, pf->d.norm_mode, pf->d.eps, pf->h, pf->skw, pf->skw_floats,
                                                 pf->n_sm, lc)
@@ -419,6 +433,7 @@ static int pf_norm(CudaPrefill *pf, const CudaLaunch *lc, const float *x, const 
         return 0; /* the residual GEMM's reduction wrote it */
     }
     RmsnormRowsParams np = {x, w, pf->h, T, pf->d.D, pf->d.norm_mode, pf->d.eps};
+    if (pf_ablated(pf, what)) return 0;
     op_begin(pf, lc->stream);
     return op_end(pf, cuda_rmsnorm_rows_bf16(&np, lc), layer, what, 4.0 * T * pf->d.D, 6.0 * T * pf->d.D, err);
 }
@@ -464,8 +479,9 @@ static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, in
                          d->norm_mode,
                          d->eps};
     op_begin(pf, lc->stream);
-    rc = op_end(pf, cuda_attn_prep(&pp, lc), l, "attn_prep", 0.0, 2.0 * T * n + 2.0 * T * (d->Hq + 2 * d->Hkv) * hd,
-                err);
+    rc = pf_ablated(pf, "attn_prep") ? 0
+                                     : op_end(pf, cuda_attn_prep(&pp, lc), l, "attn_prep", 0.0,
+                                              2.0 * T * n + 2.0 * T * (d->Hq + 2 * d->Hkv) * hd, err);
     if (rc) return rc;
     AttnPrefillParams ap = {pf->q,      ly->Kc,
                             ly->Vc,     d->attn_gate ? pf->proj + hd : NULL,
@@ -476,8 +492,10 @@ static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, in
                             d->max_seq, 1.0f / sqrtf((float)hd)};
     const double pairs = (double)T * P + 0.5 * (double)T * (T + 1);
     op_begin(pf, lc->stream);
-    rc = op_end(pf, cuda_attn_prefill(&ap, lc), l, "attn_flash", 4.0 * d->Hq * hd * pairs,
-                2.0 * T * d->Hq * hd * 3 + 4.0 * d->Hkv * (double)(P + T) * hd, err);
+    rc = pf_ablated(pf, "attn_flash")
+             ? 0
+             : op_end(pf, cuda_attn_prefill(&ap, lc), l, "attn_flash", 4.0 * d->Hq * hd * pairs,
+                      2.0 * T * d->Hq * hd * 3 + 4.0 * d->Hkv * (double)(P + T) * hd, err);
     if (rc) return rc;
     const GemmParams o = {pf->act, NULL, pf->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
     if ((rc = pf_proj(ctx, pf, lc, o, ly, CW_OUT, ly->ln2, l, "gemm_o", err))) return rc;
@@ -539,6 +557,8 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
         cuda_dn_snap_points(&dp, ctx->pf_snaps, q);
     }
     const double scr = (double)cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
+    static const char *const dn_kinds[4] = {"dn_conv", "dn_local", "dn_scan", "dn_norm"};
+    for (int k = 0; k < 4; k++) dp.skip |= pf_ablated(pf, dn_kinds[k]) << k;
     op_begin(pf, lc->stream);
     rc = op_end(pf, cuda_deltanet_prefill(&dp, lc), l, "deltanet", dn_flops(d, cd, T),
                 2.0 * T * n + 2.0 * T * vd + 2.0 * scr + 8.0 * d->Hv * d->dk * d->dv, err);
@@ -584,6 +604,7 @@ static int pf_screen(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int r,
     head.n_valid = ctx->n_valid;
     const LmScreenParams ls = cuda_lm_screen_params(ctx, &head);
     const double qb = ctx->lm_p ? 0.75 * V * D : (double)V * D;
+    if (pf_ablated(pf, "lm_screen")) return 0;
     op_begin(pf, lc->stream);
     return op_end(pf, cuda_lm_screen(&ls, lc), -1, "lm_screen", 2.0 * V * D, qb + 16.0 * V, err);
 }
@@ -610,7 +631,9 @@ static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, i
         EmbedRowsParams ep = {pf->tok + p0, ctx->embed, pf->x, T, D, V};
         pf->h_norm_w = NULL;
         op_begin(pf, lc.stream);
-        if ((rc = op_end(pf, cuda_embed_rows(&ep, &lc), -1, "embed", 0.0, 6.0 * T * D, err))) break;
+        if (!pf_ablated(pf, "embed") &&
+            (rc = op_end(pf, cuda_embed_rows(&ep, &lc), -1, "embed", 0.0, 6.0 * T * D, err)))
+            break;
         for (int l = 0; l < c->num_hidden_layers && !rc; l++) {
             if ((rc = pf_copy_enter(ctx, pf, l, lc.stream, err))) break;
             rc = ctx->layers[l].type == LAYER_FULL_ATTN ? pf_attn_layer(ctx, pf, &lc, l, T, P, err)
@@ -834,8 +857,12 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
         snprintf(res->device, sizeof res->device, "%.63s", prop.name);
     res->n_sm = ctx->n_sm;
     res->prefill_piece = pf->tmax;
+    char bad[64];
+    if (rq->ablate && *rq->ablate && !cuda_ablate_check(rq->ablate, bad, sizeof bad))
+        return err_set(err, Q35_ERR_ARG, "bench --ablate: unknown kind '%s' (known: %s)", bad, cuda_ablate_kinds);
     int rc = gemm_rate(ctx, res, err);
     if (rc) return rc;
+    pf->ablate = rq->ablate && *rq->ablate ? rq->ablate : NULL; /* until the end of this call */
 
     /* token ids: the same pseudo-random pattern as `qwen35 bench` */
     const int V = ctx->c->vocab_size, nv = ctx->n_valid < 50000 ? ctx->n_valid : 50000;
@@ -906,5 +933,6 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
+    pf->ablate = NULL;
     return rc;
 }
