@@ -258,7 +258,9 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
             const int col = d * 8 + 2 * t;
             float v0 = rbf(o[d][2 * h] * inv[h]), v1 = rbf(o[d][2 * h + 1] * inv[h]);
             if (gt) {
-                const uint32_t gg = *(const uint32_t *)(gt + col);
+                /* read-only load: it may be issued ahead of the stores before it (a plain load after a store to
+                 * memory that may alias waits for it: one L2 round trip per column pair, ~20 us at T = 128) */
+                const uint32_t gg = __ldg((const unsigned int *)(gt + col));
                 const float g0 = __uint_as_float(gg << 16), g1 = __uint_as_float(gg & 0xffff0000u);
                 v0 *= rbf(sigmoid_f(g0));
                 v1 *= rbf(sigmoid_f(g1));
