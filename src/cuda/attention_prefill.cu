@@ -40,7 +40,13 @@ __global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant
         const int i = unit - p.Hq - p.Hkv;
         const uint16_t *src = row + p.v_off + i * hd;
         uint16_t *dst = p.v_cache + ((size_t)i * p.max_seq + pos) * hd;
-        for (int e = lane; e < hd; e += 32) dst[e] = src[e];
+        uint16_t v[8]; /* every load before the first store: no load-use round trip per element */
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (k < n) v[k] = src[lane + 32 * k];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (k < n) dst[lane + 32 * k] = v[k];
         return;
     }
     const bool is_q = unit < p.Hq;
@@ -67,15 +73,20 @@ __global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant
     uint16_t *dst =
         is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd : p.k_cache + ((size_t)(unit - p.Hq) * p.max_seq + pos) * hd;
     const int half = p.R / 2;
+    float fr[8]; /* the rotary frequencies, loaded before the stores below */
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int e = lane + 32 * i;
+        fr[i] = i < n && e < p.R ? p.inv_freq[e < half ? e : e - half] : 0.0f;
+    }
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         if (i >= n) break;
         const int e = lane + 32 * i;
         float y = x[i];
         if (e < p.R) {
-            const int f = e < half ? e : e - half;
             float sn, cs;
-            sincosf((float)pos * p.inv_freq[f], &sn, &cs);
+            sincosf((float)pos * fr[i], &sn, &cs);
             const float c = rbf(cs), s = rbf(sn);
             y = e < half ? rbf(rbf(x[i] * c) - rbf(buf[warp][e + half] * s))
                          : rbf(rbf(x[i] * c) + rbf(buf[warp][e - half] * s));
@@ -258,8 +269,8 @@ __device__ __forceinline__ void attn_tile(const AttnPrefillParams &p, int j, int
             const int col = d * 8 + 2 * t;
             float v0 = rbf(o[d][2 * h] * inv[h]), v1 = rbf(o[d][2 * h + 1] * inv[h]);
             if (gt) {
-                /* read-only load: it may be issued ahead of the stores before it (a plain load after a store to
-                 * memory that may alias waits for it: one L2 round trip per column pair, ~20 us at T = 128) */
+                /* read-only load: the compiler may issue it ahead of the stores before it (a plain load stays
+                 * behind a store that may alias it, so each column pair would wait one L2 round trip) */
                 const uint32_t gg = __ldg((const unsigned int *)(gt + col));
                 const float g0 = __uint_as_float(gg << 16), g1 = __uint_as_float(gg & 0xffff0000u);
                 v0 *= rbf(sigmoid_f(g0));

@@ -191,8 +191,8 @@ __global__ void __launch_bounds__(256, 1) attn_prefill_wg(const __grid_constant_
         if (tok >= p.T) continue;
         uint16_t *dst = p.out + ((size_t)tok * p.Hq + j) * AW_HD;
         const uint16_t *gt = p.gate ? p.gate + (size_t)tok * p.gate_ld + (size_t)j * p.gate_hs : nullptr;
-        /* the row's gate values all loaded before the first store: loads after a store to memory that may alias
-         * are issued only once it is done, one L2 round trip per column pair (~20 us at T = 128) */
+        /* the row's gate values all loaded before the first store: a load stays behind a store that may alias it,
+         * so loaded in the loop each column pair would wait one L2 round trip */
         uint32_t gg[32];
         if (gt)
 #pragma unroll

@@ -105,7 +105,9 @@ __global__ void __launch_bounds__(128) embed_bf16_rows(const __grid_constant__ E
     const bool ok = tok >= 0 && tok < p.V;
     const uint16_t *e = p.E + (size_t)(ok ? tok : 0) * p.D;
     float *x = p.x + (size_t)t * p.D;
-    for (int i = threadIdx.x; i < p.D; i += 128) x[i] = ok ? __uint_as_float((uint32_t)e[i] << 16) : 0.0f;
+    /* __ldg: the table is read-only, so the compiler may issue its loads ahead of the stores (a plain load stays
+     * behind a store that may alias it: one round trip per element) */
+    for (int i = threadIdx.x; i < p.D; i += 128) x[i] = ok ? __uint_as_float((uint32_t)__ldg(e + i) << 16) : 0.0f;
 }
 
 extern "C" int cuda_embed_rows(const EmbedRowsParams *p, const CudaLaunch *l) {
