@@ -862,7 +862,6 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
         return err_set(err, Q35_ERR_ARG, "bench --ablate: unknown kind '%s' (known: %s)", bad, cuda_ablate_kinds);
     int rc = gemm_rate(ctx, res, err);
     if (rc) return rc;
-    pf->ablate = rq->ablate && *rq->ablate ? rq->ablate : NULL; /* until the end of this call */
 
     /* token ids: the same pseudo-random pattern as `qwen35 bench` */
     const int V = ctx->c->vocab_size, nv = ctx->n_valid < 50000 ? ctx->n_valid : 50000;
@@ -874,6 +873,7 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
     free(ids);
     if (rc) return rc;
 
+    pf->ablate = rq->ablate && *rq->ablate ? rq->ablate : NULL; /* until the end of this call: no return before */
     cudaEvent_t a = NULL, b = NULL;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
