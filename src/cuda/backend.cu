@@ -876,6 +876,12 @@ static int be_reset(void *p, Err *err) {
 
 static int be_bench(void *p, const BenchRequest *rq, BenchResult *res, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
+    if (rq->ablate && *rq->ablate) { /* measurement only: the decode step's kinds and the prefill's pf.* */
+        char bad[64];
+        if (!cuda_ablate_check(rq->ablate, bad, sizeof bad))
+            return err_set(err, Q35_ERR_ARG, "bench --ablate: unknown kind '%s' (known: %s)", bad, cuda_ablate_kinds);
+        fprintf(stderr, "qwen35 bench: --ablate %s: those kernels are left out, outputs are garbage\n", rq->ablate);
+    }
     int rc = rq->n_prefill > 0 ? cuda_prefill_bench(ctx, rq, res, err) : cuda_bench_run(ctx, rq, res, err);
     cuda_graphs_drop(ctx);
     int rc2 = be_reset(ctx, rc ? NULL : err);

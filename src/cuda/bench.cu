@@ -245,12 +245,7 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
     if (ctx->probe.dir) return err_set(err, Q35_ERR_ARG, "cuda bench: not with probes");
     const int iters = rq->iters > 0 ? rq->iters : 200;
     const int det0 = ctx->deterministic, pdl0 = ctx->pdl, ng0 = ctx->no_graph, mf0 = ctx->mlp_fused;
-    char bad[64];
-    if (rq->ablate && *rq->ablate && !cuda_ablate_check(rq->ablate, bad, sizeof bad))
-        return err_set(err, Q35_ERR_ARG, "bench --ablate: unknown kind '%s' (known: %s)", bad, cuda_ablate_kinds);
-    ctx->ablate = rq->ablate && *rq->ablate ? rq->ablate : NULL;
-    if (ctx->ablate)
-        fprintf(stderr, "qwen35 bench: --ablate %s: those kernels are left out, outputs are garbage\n", ctx->ablate);
+    ctx->ablate = rq->ablate && *rq->ablate ? rq->ablate : NULL; /* checked by be_bench */
     cudaDeviceProp prop;
     int dev = 0;
     if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)

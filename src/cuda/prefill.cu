@@ -857,9 +857,6 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
         snprintf(res->device, sizeof res->device, "%.63s", prop.name);
     res->n_sm = ctx->n_sm;
     res->prefill_piece = pf->tmax;
-    char bad[64];
-    if (rq->ablate && *rq->ablate && !cuda_ablate_check(rq->ablate, bad, sizeof bad))
-        return err_set(err, Q35_ERR_ARG, "bench --ablate: unknown kind '%s' (known: %s)", bad, cuda_ablate_kinds);
     int rc = gemm_rate(ctx, res, err);
     if (rc) return rc;
 
@@ -873,7 +870,8 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
     free(ids);
     if (rc) return rc;
 
-    pf->ablate = rq->ablate && *rq->ablate ? rq->ablate : NULL; /* until the end of this call: no return before */
+    pf->ablate = rq->ablate && *rq->ablate ? rq->ablate : NULL; /* checked by be_bench; until the end of this call:
+                                                                  * no return before */
     cudaEvent_t a = NULL, b = NULL;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
