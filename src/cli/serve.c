@@ -43,7 +43,7 @@ int cmd_serve(int argc, char **argv) {
     const char *host = "127.0.0.1", *api_key = NULL, *kv_memory = NULL, *name = NULL, *prefix_memory = NULL;
     const char *host_memory = NULL;
     int port = 8000, max_seqs = 0, max_queue = 256, max_body_kb = 4096, step_tokens = 0, think = 0, quiet = 0;
-    int device = 0, kv_block = 0;
+    int device = 0, kv_block = 0, idle_spin_us = -1;
     float kv_fraction = 0;
     const CliFlag own[] = {
         {"--host", NULL, CLI_STR, &host, .arg = "ADDR", .help = "address to listen on (default 127.0.0.1)"},
@@ -72,6 +72,9 @@ int cmd_serve(int argc, char **argv) {
          .help = "largest request body in KiB before 413 (default 4096)"},
         {"--step-tokens", NULL, CLI_INT, &step_tokens, .lo = 1, .hi = 1 << 20, .arg = "N",
          .help = "tokens per engine step: prompt chunks + decodes (default 2048 on a GPU, 512 on the CPU)"},
+        {"--idle-spin-us", NULL, CLI_INT, &idle_spin_us, .lo = 0, .hi = 1000000, .arg = "N",
+         .help = "an idle scheduler polls for requests this long before it sleeps (default 20000 on a GPU, 0 on "
+                 "the CPU; 0 = sleep at once)"},
         {"--think", NULL, CLI_BOOL, &think,
          .help = "chat requests think by default (else only with chat_template_kwargs.enable_thinking)"},
         {"--quiet", NULL, CLI_BOOL, &quiet, .help = "no log line per request"},
@@ -132,7 +135,8 @@ int cmd_serve(int argc, char **argv) {
     /* Default budget: one pass of the CUDA batched step (2048 rows: a 1k prompt's first token in one step). A CPU
      * step costs seconds per thousand tokens, so there a smaller chunk keeps the running streams moving. */
     if (step_tokens == 0) step_tokens = strcmp(q35_backend_name(e), "cuda") ? 512 : 2048;
-    SchedConfig sc = {.max_queue = max_queue, .step_tokens = step_tokens, .quiet = quiet};
+    if (idle_spin_us < 0) idle_spin_us = strcmp(q35_backend_name(e), "cuda") ? 0 : 20000;
+    SchedConfig sc = {.max_queue = max_queue, .step_tokens = step_tokens, .quiet = quiet, .idle_spin_us = idle_spin_us};
     char msg[256];
     if (sched_open(&s, e, &sc, &metrics, &err)) {
         rc = cli_fail("serve", &err);

@@ -18,6 +18,7 @@
 #include "server/guided.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ struct Sched {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work; /* new request, cancellation or shutdown */
+    atomic_uint kick;    /* bumped with every signal of `work`: what the idle scheduler polls (idle_wait) */
     int stopping;
     Req **incoming; /* submitted, not yet seen by the thread (mu) */
     int n_incoming, cap_incoming;
@@ -54,6 +56,12 @@ struct Sched {
     Req **item_req;
     double step_ms; /* the last engine step's duration */
 };
+
+/* Wakes the scheduler thread (mu held). */
+static void signal_work(Sched *s) {
+    atomic_fetch_add_explicit(&s->kick, 1u, memory_order_release);
+    pthread_cond_signal(&s->work);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -165,7 +173,7 @@ void sched_cancel(Sched *s, Req *r) {
     pthread_mutex_lock(&s->mu);
     if (!r->done && !r->cancelled) {
         r->cancelled = 1;
-        pthread_cond_signal(&s->work);
+        signal_work(s);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -174,7 +182,7 @@ void sched_release(Sched *s, Req *r) {
     pthread_mutex_lock(&s->mu);
     if (!r->done) {
         r->cancelled = 1;
-        pthread_cond_signal(&s->work);
+        signal_work(s);
     }
     unref(r);
     pthread_mutex_unlock(&s->mu);
@@ -193,7 +201,7 @@ int sched_submit(Sched *s, Req *r, OaiError *e) {
     if (!rc) {
         r->refs++;
         s->n_waiting_total++;
-        pthread_cond_signal(&s->work);
+        signal_work(s);
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -727,9 +735,24 @@ static void step(Sched *s) {
     }
 }
 
+/* With nothing to run, polls for new work for cfg.idle_spin_us before the thread sleeps on `work`: a request that
+ * arrives meanwhile starts without the wake-up of a sleeping thread (tens of microseconds of its TTFT). */
+static void idle_wait(Sched *s) {
+    if (s->cfg.idle_spin_us <= 0 || s->n_running > 0 || s->n_waiting > 0) return;
+    const unsigned k0 = atomic_load_explicit(&s->kick, memory_order_acquire);
+    const double t_end = now_s() + 1e-6 * s->cfg.idle_spin_us;
+    for (int i = 0; atomic_load_explicit(&s->kick, memory_order_acquire) == k0; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if ((i & 63) == 63 && now_s() >= t_end) break;
+    }
+}
+
 static void *sched_main(void *arg) {
     Sched *s = arg;
     for (;;) {
+        idle_wait(s);
         pthread_mutex_lock(&s->mu);
         while (!s->stopping && s->n_incoming == 0 && s->n_running == 0 && s->n_waiting == 0)
             pthread_cond_wait(&s->work, &s->mu);
@@ -786,7 +809,7 @@ void sched_close(Sched *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
-    pthread_cond_signal(&s->work);
+    signal_work(s);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
     free(s->incoming);

@@ -16,9 +16,10 @@ typedef struct Sched Sched;
 #define SCHED_MAX_SNAPS 8 /* prefix-cache snapshot points per prompt at most (the last ones are kept) */
 
 typedef struct SchedConfig {
-    int max_queue;   /* requests waiting for a slot before submit answers 429 */
-    int step_tokens; /* tokens fed per step (prompt chunks + one per decode); at least max_seqs */
-    int quiet;       /* no per-request log line */
+    int max_queue;    /* requests waiting for a slot before submit answers 429 */
+    int step_tokens;  /* tokens fed per step (prompt chunks + one per decode); at least max_seqs */
+    int quiet;        /* no per-request log line */
+    int idle_spin_us; /* with nothing to run, poll for new work this long before sleeping (0: sleep at once) */
 } SchedConfig;
 
 /* Text sent to the client so far and waiting to be sent: grows at the end, read from `sent`. */
