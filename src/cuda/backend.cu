@@ -201,6 +201,7 @@ static void layout(CudaCtx *ctx, Arena *a) {
                                                                    c->linear_value_head_dim, K));
         }
     }
+    ctx->scratch_off = a->off;
     /* split-K partials and the argmax/sampling scratch: zero at first use, kept so by the kernels */
     CARVE(a, ctx->pa, (size_t)ctx->max_splits * D);
     CARVE(a, ctx->pb, (size_t)ctx->max_splits * D);
@@ -781,12 +782,11 @@ int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err) {
 
 /* Enqueues one step with the StepParams already in step_host (graph replay or eager). */
 int cuda_run_step(CudaCtx *ctx, int sample, Err *err) {
+    int rc = cuda_state_clean(ctx, err);
+    if (rc) return rc;
     if (ctx->no_graph || ctx->probe.dir) return cuda_step_enqueue(ctx, sample, err);
     const int gi = cuda_graph_index(ctx, sample);
-    if (!ctx->graph[gi]) {
-        int rc = cuda_graph_capture(ctx, sample, err);
-        if (rc) return rc;
-    }
+    if (!ctx->graph[gi] && (rc = cuda_graph_capture(ctx, sample, err))) return rc;
     CK(cudaGraphLaunch(ctx->graph[gi], ctx->stream), "graph launch");
     return 0;
 }
@@ -866,11 +866,22 @@ static int be_decode_sample(void *p, int token, int pos, const DeviceSampling *s
     return 0;
 }
 
+/* A new sequence: the scratch zeroed now, S and the conv rings marked for cuda_state_clean (a prefill from position
+ * 0 needs neither zeroed). Stream-ordered: nothing waits for the host here. */
 static int be_reset(void *p, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
-    CK(cudaMemsetAsync((char *)ctx->arena + ctx->state_off, 0, ctx->state_bytes, ctx->stream), "reset");
-    CK(cudaStreamSynchronize(ctx->stream), "reset");
+    const size_t end = ctx->state_off + ctx->state_bytes;
+    CK(cudaMemsetAsync((char *)ctx->arena + ctx->scratch_off, 0, end - ctx->scratch_off, ctx->stream), "reset");
+    ctx->state_dirty = 1;
     ctx->n_past = 0;
+    return 0;
+}
+
+int cuda_state_clean(CudaCtx *ctx, Err *err) {
+    if (!ctx->state_dirty) return 0;
+    CK(cudaMemsetAsync((char *)ctx->arena + ctx->state_off, 0, ctx->scratch_off - ctx->state_off, ctx->stream),
+       "reset");
+    ctx->state_dirty = 0;
     return 0;
 }
 

@@ -94,7 +94,7 @@ static void bench_sampling(StepParams *sp) {
 static int eager_step(CudaCtx *ctx, int events, int sample, Err *err) {
     ctx->no_graph = 1;
     ctx->rec_ops = events ? 2 : 1;
-    int rc = 0;
+    int rc = cuda_state_clean(ctx, err);
     for (int rep = 0; rep < 2 && !rc; rep++) rc = cuda_step_enqueue(ctx, sample, err); /* second one is timed */
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     ctx->rec_ops = 0;

@@ -136,7 +136,8 @@ __global__ void __launch_bounds__(128)
     const int kind = unit < p.Hk ? 0 : unit < 2 * p.Hk ? 1 : 2; /* q, k, v */
     const int head = kind == 0 ? unit : kind == 1 ? unit - p.Hk : unit - 2 * p.Hk;
     const int ch0 = kind == 2 ? 2 * p.Hk * DN_D + head * DN_D : (kind * p.Hk + head) * DN_D;
-    const int cd = (2 * p.Hk + p.Hv) * DN_D; /* conv_dim */
+    const int cd = (2 * p.Hk + p.Hv) * DN_D;   /* conv_dim */
+    const int Tr = p.t_real ? *p.t_real : p.T; /* rows from Tr on are padding: zeros */
 
     float x[NR][4];
 #pragma unroll
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int tt = 0; tt < DN_TPW; tt++) {
         const int t = t0 + tt;
-        const bool real = t < p.T;
+        const bool real = t < Tr;
         float c[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(128)
     if (kind == 2 && lane < DN_TPW) { /* gates of the warp's tokens, one lane per token */
         const int t = t0 + lane;
         float beta = 0.0f, g = 0.0f;
-        if (t < p.T) {
+        if (t < Tr) {
             const float b = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.b_off + head] << 16);
             const float a = __uint_as_float((uint32_t)p.proj[(size_t)t * p.ld_proj + p.a_off + head] << 16);
             beta = rbf(sigmoid_acc(b));

@@ -189,24 +189,28 @@ __global__ void __launch_bounds__(512, 1)
     float ob[4] = {};    /* warps 8-15: bf16(O) of the last chunk, rows wm 16 + g (+8), columns ocol, ocol + 1 */
     uint32_t zz[2] = {}; /* ... and its z (NORM) */
 
-    { /* conv ring <- the pre-conv rows of the call's last min(T, K) positions, 2 channels per thread */
-        const int cd = (2 * p.Hk + p.Hv) * DN_D, nr = p.T < p.K ? p.T : p.K, n2 = nr * cd / 2;
+    { /* conv ring <- the pre-conv rows of the call's last K real positions u, 2 channels per thread: rows of u >= 0
+       * from proj, rows of positions pos + u < 0 zero (a call from position 0 leaves the whole ring defined), rows of
+       * earlier calls kept */
+        const int Tr = p.t_real ? *p.t_real : p.T;
+        const int cd = (2 * p.Hk + p.Hv) * DN_D, n2 = p.K * cd / 2;
         for (int i = (blockIdx.y * gridDim.x + blockIdx.x) * 512 + tid; i < n2; i += gridDim.x * gridDim.y * 512) {
-            const int r = i / (cd / 2), ch = 2 * i - r * cd, u = p.T - nr + r;
-            *(uint32_t *)(p.conv_ring + (size_t)((p.pos + u) % p.K) * cd + ch) =
-                *(const uint32_t *)(p.proj + (size_t)u * p.ld_proj + ch);
+            const int r = i / (cd / 2), ch = 2 * i - r * cd, u = Tr - p.K + r, q = p.pos + u;
+            if (u < 0 && q >= 0) continue;
+            *(uint32_t *)(p.conv_ring + (size_t)((q % p.K + p.K) % p.K) * cd + ch) =
+                u >= 0 ? *(const uint32_t *)(p.proj + (size_t)u * p.ld_proj + ch) : 0u;
         }
     }
     if (tid == 0) {
         mbar_init(full, 1), mbar_init(full + 8, 1);
         mbar_init_fence();
     }
-    float S[2][4] = {}; /* warps 0-7: rows sr, n8 tiles 0 and 1 */
+    float S[2][4] = {}; /* warps 0-7: rows sr, n8 tiles 0 and 1; a call from position 0 starts from S = 0 */
     if (xw) {
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
+            for (int h = 0; h < 2 && p.pos > 0; h++) {
                 const float2 v = *(const float2 *)(state + (sr + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
                 S[nt][2 * h] = v.x, S[nt][2 * h + 1] = v.y;
             }

@@ -610,7 +610,8 @@ typedef struct DeltaNetPrefillParams {
     const float *norm_w;          /* fp32 [dv] linear_attn.norm.weight (plain weight) */
     uint16_t *conv_ring;          /* bf16 [K][conv_dim], in/out: row p % K holds the pre-conv m of position p (the
                               decode step's ring, cuda_deltanet_step); positions < 0 read as 0 */
-    float *state;                 /* fp32 [Hv][dk][dv] recurrent state, in/out */
+    float *state;                 /* fp32 [Hv][dk][dv] recurrent state, in/out (not read by a call at pos 0: it starts
+                                   * from zero, and then also writes the conv ring's rows of positions < 0 as zero) */
     uint16_t *y;                  /* bf16 [T][Hv*dv] */
     void *scratch;                /* cuda_deltanet_prefill_scratch(NULL, NULL, T, ...) bytes, 256-byte aligned */
     int T, pos;                   /* tokens, absolute position of the first */
@@ -618,6 +619,10 @@ typedef struct DeltaNetPrefillParams {
     float eps;       /* rms_norm_eps of the gated norm */
     cudaEvent_t *ev; /* optional (timing): 5 events recorded before, between and after the 4 kernels */
     int skip;        /* measurement only (bench --ablate): bit k leaves kernel k + 1 out; the outputs are garbage */
+    /* NULL, or a device int Tr <= T: rows [Tr, T) are padding (a prefill graph captured for a bucket of T rows, run on
+     * Tr real ones). They enter the scan as zero q, k, v and gates, so the state and the real rows' outputs are those
+     * of a call of Tr rows, and the conv ring takes the pre-conv rows before Tr. */
+    const int32_t *t_real;
     /* Snapshots inside the call: the state after the first pt_off[i] tokens, pt_off ascending in
      * [0, T), into pt_state[i] (fp32 [Hv][dk][dv], the state's layout) and pt_ring[i] (bf16 [K][conv_dim], the conv
      * ring's layout: row q % K holds position q, for the K positions before pos + pt_off[i]). The prefix cache's
@@ -651,6 +656,10 @@ typedef struct EmbedRowsParams {
     int T, D, V;
 } EmbedRowsParams;
 int cuda_embed_rows(const EmbedRowsParams *p, const CudaLaunch *l);
+
+/* x[T - 1][:] = x[*t_real - 1][:] (fp32 [T][D], D a multiple of 4, 1 <= *t_real <= T on the device): the last real
+ * row of a padded prefill moved to where a graph captured for T rows reads it. */
+int cuda_row_last(float *x, const int32_t *t_real, int T, int D, const CudaLaunch *l);
 
 /* Dimensions of one model for the layer helpers below (Config values). */
 typedef struct PrefillDims {

@@ -31,6 +31,8 @@
 #define PF_SKINNY_ROWS 128 /* pieces of at most this many tokens: narrow projections on the skinny GEMM */
 #define PF_SKINNY_WIDE 64  /* ... and at most this many (one skinny m-block): every projection on it */
 #define PF_DN_C        64  /* DeltaNet chunk length (FLOP count) */
+#define PF_GRAPH_B     5   /* prompt graphs: buckets of 16 << b rows, b < PF_GRAPH_B */
+#define PF_GRAPH_T     (16 << (PF_GRAPH_B - 1)) /* the largest bucket */
 
 enum { PF_LM_NONE, PF_LM_ROW, PF_LM_SCREEN }; /* pf_run's lm */
 
@@ -70,6 +72,14 @@ struct CudaPrefill {
     const char *ablate;
     cudaEvent_t ev[PF_MAX_OPS + 1];
     BenchOp ops[PF_MAX_OPS];
+    /* Short prompts from position 0 (pf_graph): one graph per bucket of 16 << b rows and LM mode (row, screen),
+     * captured at first use, replayed on the prompt's ids padded with id 0 to the bucket. in_dev: [0] the real row
+     * count (DeltaNetPrefillParams.t_real, cuda_row_last), then the ids; in_host: its pinned staging copy. While
+     * pf_run captures one, run_tok and t_real point into in_dev (else run_tok NULL: the ids are tok, t_real NULL). */
+    cudaGraphExec_t gx[PF_GRAPH_B][2];
+    unsigned char g_failed[PF_GRAPH_B][2];
+    int32_t *in_dev, *in_host;
+    const int32_t *run_tok, *t_real;
 };
 
 static int pf_fail(int rc, const char *what, int layer, Err *err) {
@@ -125,6 +135,7 @@ static void pf_layout(CudaCtx *ctx, CudaPrefill *pf, PfArena *a) {
     pf->scratch = pf_carve(a, nscr > 0 ? nscr : 1);
     pf->lm = (float *)pf_carve(a, sizeof(float) * (size_t)pf->lm_rows * ctx->c->vocab_size);
     pf->tok = (int32_t *)pf_carve(a, sizeof(int32_t) * (size_t)ctx->max_seq);
+    pf->in_dev = (int32_t *)pf_carve(a, sizeof(int32_t) * (1 + PF_GRAPH_T));
     /* pf_gemm's skinny projections: N = D, K = F, Hq hd or Hv dv, at most PF_SKINNY_ROWS rows */
     const PrefillDims *d = &pf->d;
     const int M = pf->tmax < PF_SKINNY_ROWS ? pf->tmax : PF_SKINNY_ROWS, ks[3] = {d->F, d->Hq * d->hd, d->Hv * d->dv};
@@ -200,6 +211,10 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
     a.off = 0;
     pf_layout(ctx, pf, &a);
     ctx->pf = pf;
+    if (cudaMallocHost((void **)&pf->in_host, sizeof(int32_t) * (1 + PF_GRAPH_T)) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no prompt graphs: every prompt runs eager */
+        pf->in_host = NULL;
+    }
     if (pf->set_elems) { /* the side stream of the weight copies */
         pf->copy_mask = (int *)calloc((size_t)c->num_hidden_layers, sizeof(int));
         pf->copy_layers = (int *)calloc((size_t)c->num_hidden_layers, sizeof(int));
@@ -225,6 +240,10 @@ void cuda_prefill_close(CudaCtx *ctx) {
     for (int i = 0; i < 5; i++)
         if (ev[i]) cudaEventDestroy(ev[i]);
     if (pf->side) cudaStreamDestroy(pf->side);
+    for (int b = 0; b < PF_GRAPH_B; b++)
+        for (int m = 0; m < 2; m++)
+            if (pf->gx[b][m]) cudaGraphExecDestroy(pf->gx[b][m]);
+    if (pf->in_host) cudaFreeHost(pf->in_host);
     free(pf->copy_mask);
     free(pf->copy_layers);
     if (pf->buf) cudaFree(pf->buf);
@@ -350,9 +369,9 @@ static int pf_copy_issue(CudaCtx *ctx, CudaPrefill *pf, int j, Err *err) {
     return rc ? pf_fail(rc, "fp8_to_bf16", l, err) : 0;
 }
 
-/* At the start of a T-row piece: which projections of which layers its GEMMs read as copies, the side stream
- * ordered after what the main stream holds, the first two layers' copies issued. */
-static int pf_copy_start(CudaCtx *ctx, CudaPrefill *pf, int T, cudaStream_t main, Err *err) {
+/* Which projections of which layers the GEMMs of a T-row piece read as bf16 copies (copy_mask, copy_layers); returns
+ * how many layers have any. */
+static int pf_copy_plan(CudaCtx *ctx, CudaPrefill *pf, int T) {
     pf->n_copy_layers = pf->c_used = 0;
     if (!pf->side) return 0;
     for (int l = 0; l < ctx->c->num_hidden_layers; l++) {
@@ -363,7 +382,13 @@ static int pf_copy_start(CudaCtx *ctx, CudaPrefill *pf, int T, cudaStream_t main
         }
         if (pf->copy_mask[l]) pf->copy_layers[pf->n_copy_layers++] = l;
     }
-    if (!pf->n_copy_layers) return 0;
+    return pf->n_copy_layers;
+}
+
+/* At the start of a T-row piece: which projections of which layers its GEMMs read as copies, the side stream
+ * ordered after what the main stream holds, the first two layers' copies issued. */
+static int pf_copy_start(CudaCtx *ctx, CudaPrefill *pf, int T, cudaStream_t main, Err *err) {
+    if (!pf_copy_plan(ctx, pf, T)) return 0;
     cudaError_t e = cudaEventRecord(pf->fork, main);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(pf->side, pf->fork, 0);
     if (e != cudaSuccess) return pf_fail((int)e, "weight copy stream", -1, err);
@@ -551,6 +576,7 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     dp.dv = d->dv;
     dp.K = d->K;
     dp.eps = d->eps;
+    dp.t_real = pf->t_real;
     if (ctx->pf_snaps) {
         int q = 0; /* the layer's DeltaNet ordinal */
         for (int k = 0; k < l; k++) q += ctx->layers[k].type != LAYER_FULL_ATTN;
@@ -628,7 +654,7 @@ static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, i
     for (int p0 = 0; p0 < n && !rc; p0 += pf->tmax) {
         const int T = n - p0 < pf->tmax ? n - p0 : pf->tmax, P = pos + p0;
         if ((rc = pf_copy_start(ctx, pf, T, lc.stream, err))) break;
-        EmbedRowsParams ep = {pf->tok + p0, ctx->embed, pf->x, T, D, V};
+        EmbedRowsParams ep = {(pf->run_tok ? pf->run_tok : pf->tok) + p0, ctx->embed, pf->x, T, D, V};
         pf->h_norm_w = NULL;
         op_begin(pf, lc.stream);
         if (!pf_ablated(pf, "embed") &&
@@ -641,6 +667,11 @@ static int pf_run(CudaCtx *ctx, int n, int pos, int all_logits, float *logits, i
             if (!rc) rc = pf_copy_leave(ctx, pf, l, lc.stream, err);
         }
         if (rc) break;
+        if (pf->t_real && (logits || lm)) { /* a padded prompt graph: its last real row to row T - 1 */
+            op_begin(pf, lc.stream);
+            if ((rc = op_end(pf, cuda_row_last(pf->x, pf->t_real, T, D, &lc), -1, "row_last", 0.0, 8.0 * D, err)))
+                break;
+        }
         if (logits && all_logits) {
             for (int r0 = 0; r0 < T && !rc; r0 += pf->lm_rows) {
                 const int m = T - r0 < pf->lm_rows ? T - r0 : pf->lm_rows;
@@ -663,6 +694,49 @@ static int pf_upload_tokens(CudaCtx *ctx, const int *tokens, int n, Err *err) {
     return e == cudaSuccess ? 0 : pf_fail((int)e, "token upload", -1, err);
 }
 
+/* The bucket of a prompt of n ids at pos whose prefill can replay a graph (pf_graph), else -1: from position 0, at
+ * most PF_GRAPH_T ids, one piece, its LM head on the last row only (lm PF_LM_ROW or PF_LM_SCREEN, no host logits),
+ * graphs allowed (not --no-graph, deterministic mode, probes, snapshots inside the call, bench timing or ablation),
+ * no FP8 weight copies for the bucket's GEMMs, and the bucket's KV rows within the context. */
+static int pf_graph_bucket(CudaCtx *ctx, CudaPrefill *pf, int n, int pos, int lm) {
+    if (pos != 0 || n < 1 || n > PF_GRAPH_T || (lm != PF_LM_ROW && lm != PF_LM_SCREEN) || !pf->in_host ||
+        ctx->no_graph || ctx->deterministic || ctx->probe.dir || ctx->pf_snaps || pf->rec || pf->ablate)
+        return -1;
+    int b = 0;
+    while ((16 << b) < n) b++;
+    const int Tb = 16 << b;
+    if (Tb > pf->tmax || Tb > ctx->max_seq || pf->g_failed[b][lm == PF_LM_SCREEN] || pf_copy_plan(ctx, pf, Tb))
+        return -1;
+    return b;
+}
+
+/* The prompt graph of bucket b and LM mode lm, captured at first use (pf_run of 16 << b rows on the ids in in_dev);
+ * NULL where the capture failed (the bucket then runs eager from then on). */
+static cudaGraphExec_t pf_graph(CudaCtx *ctx, CudaPrefill *pf, int b, int lm) {
+    const int m = lm == PF_LM_SCREEN;
+    if (pf->gx[b][m] || pf->g_failed[b][m]) return pf->gx[b][m];
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    Err cap = {0};
+    int rc = (int)cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal);
+    if (!rc) {
+        pf->run_tok = pf->in_dev + 1;
+        pf->t_real = pf->in_dev;
+        rc = pf_run(ctx, 16 << b, 0, 0, NULL, lm, &cap);
+        pf->run_tok = pf->t_real = NULL;
+        const cudaError_t e = cudaStreamEndCapture(ctx->stream, &g);
+        if (!rc) rc = (int)e;
+    }
+    if (!rc) rc = (int)cudaGraphInstantiate(&x, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (rc) {
+        (void)cudaGetLastError();
+        pf->g_failed[b][m] = 1;
+        return NULL;
+    }
+    return pf->gx[b][m] = x;
+}
+
 /* cuda_prefill_forward, with dev_row the last row's logits left on the device (*dev_row, fp32 [V], valid until the
  * next prefill) instead of copied to logits, with id (and no logits) the last row's greedy id through the screen */
 static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits,
@@ -677,8 +751,26 @@ static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_l
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= V)
             return err_set(err, Q35_ERR_ARG, "cuda forward: token id %d at index %d outside [0, %d)", tokens[i], i, V);
-    int rc = pf_upload_tokens(ctx, tokens, n, err);
-    if (!rc) rc = pf_run(ctx, n, pos, all_logits, logits, id ? PF_LM_SCREEN : dev_row ? PF_LM_ROW : PF_LM_NONE, err);
+    CudaPrefill *pf = ctx->pf;
+    const int lm = id ? PF_LM_SCREEN : dev_row ? PF_LM_ROW : PF_LM_NONE, b = pf_graph_bucket(ctx, pf, n, pos, lm);
+    int rc = pos > 0 ? cuda_state_clean(ctx, err) : 0;
+    if (rc) return rc;
+    /* the DeltaNet prefill from position 0 reads neither S nor the conv rings, and writes both whole */
+    if (pos == 0) ctx->state_dirty = 0;
+    const cudaGraphExec_t gx = b >= 0 && !logits ? pf_graph(ctx, pf, b, lm) : NULL;
+    if (gx) { /* the ids padded with 0 to the bucket, after the real row count */
+        const int Tb = 16 << b;
+        pf->in_host[0] = n;
+        memcpy(pf->in_host + 1, tokens, sizeof(int32_t) * (size_t)n);
+        memset(pf->in_host + 1 + n, 0, sizeof(int32_t) * (size_t)(Tb - n));
+        cudaError_t e = cudaMemcpyAsync(pf->in_dev, pf->in_host, sizeof(int32_t) * (size_t)(1 + Tb),
+                                        cudaMemcpyHostToDevice, ctx->stream);
+        if (e == cudaSuccess) e = cudaGraphLaunch(gx, ctx->stream);
+        if (e != cudaSuccess) rc = pf_fail((int)e, "prompt graph", -1, err);
+    } else {
+        rc = pf_upload_tokens(ctx, tokens, n, err);
+        if (!rc) rc = pf_run(ctx, n, pos, all_logits, logits, lm, err);
+    }
     if (!rc && id) {
         const cudaError_t k =
             cudaMemcpyAsync(ctx->key_host, ctx->lm_key, sizeof *ctx->key_host, cudaMemcpyDeviceToHost, ctx->stream);

@@ -115,6 +115,19 @@ extern "C" int cuda_embed_rows(const EmbedRowsParams *p, const CudaLaunch *l) {
     return launch_ex(embed_bf16_rows, dim3(p->T), dim3(128), 0, 0, l, *p);
 }
 
+/* grid ceil(D / 1024), 256 threads: one float4 per thread */
+__global__ void __launch_bounds__(256) row_last_f32(float *x, const int32_t *t_real, int T, int D) {
+    pdl_begin();
+    const int r = *t_real - 1, i = 4 * (blockIdx.x * 256 + threadIdx.x);
+    if (r == T - 1 || r < 0 || r >= T || i >= D) return;
+    *(float4 *)(x + (size_t)(T - 1) * D + i) = *(const float4 *)(x + (size_t)r * D + i);
+}
+
+extern "C" int cuda_row_last(float *x, const int32_t *t_real, int T, int D, const CudaLaunch *l) {
+    if (!x || !t_real || T < 1 || D < 4 || D % 4) return (int)cudaErrorInvalidValue;
+    return launch_ex(row_last_f32, dim3((D + 1023) / 1024), dim3(256), 0, 0, l, x, t_real, T, D);
+}
+
 /* ---- layers ---------------------------------------------------------------------------- */
 
 static int imax(int a, int b) { return a > b ? a : b; }

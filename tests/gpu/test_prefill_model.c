@@ -10,8 +10,9 @@
  *   Small random models (model_dummy_config): a Qwen3.5-like hybrid (layers D D A D A; DeltaNet
  *   Hk 2, Hv 4, dk = dv = 128; gated attention 4/1 heads x 256, partial RoPE) and a Qwen3-like
  *   dense model (3 attention layers, 4/2 x 128, plain norms, untied head), each with the default
- *   piece size and with small pieces (so a prompt runs in several pieces). For T = 1, 63, 64, 65,
- *   130 prompt tokens:
+ *   piece size and with small pieces (so a prompt runs in several pieces). For T = 1, 2, 3, 63, 64, 65,
+ *   130 prompt tokens, each after a reset of the sequence that ran before (T < K = 4: the conv ring's rows of
+ *   positions < 0, which the prefill from position 0 writes as zero, not the earlier sequence's):
  *     - every row of forward(T, all_logits) and of the decode loop vs the CPU: the bound above, and
  *       the greedy id equal to the CPU's wherever the CPU's top-2 margin is clear, missing at most
  *       2 x (the decode loop's misses) + 1 rows;
@@ -174,7 +175,7 @@ static void run_small(const char *name, const Model *m, int piece) {
             goto done;
         }
     }
-    static const int Ts[] = {1, 63, 64, 65, 130};
+    static const int Ts[] = {1, 2, 3, 63, 64, 65, 130};
     for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
         const int T = Ts[k];
         fill_nan(got, (size_t)N_REF * V);

@@ -326,6 +326,66 @@ static int check_greedy_prompt(void *ctx, const int *ids, int n_valid, int V, Er
     return bad;
 }
 
+/* One lone prompt of L ids from position 0 on ctx (slot 3: its greedy pick through the screen, *pk; slot 4: its argmax
+ * and logprob from the bf16 head, *pa, *lp), then slot 4's next PG_NEXT ids as a prompt chunk with its last logits row
+ * on the host (row[V]: the prefill kernels, no atomic sums, on the KV rows, conv ring and state the prompt left). */
+#define PG_NEXT 8
+static int prompt_then_chunk(void *ctx, const int *ids, int L, int *pk, int *pa, float *lp, float *row, Err *err) {
+    int t3[MAX_SEQ / BLOCK], t4[MAX_SEQ / BLOCK];
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t3[b] = 40 + b, t4[b] = 48 + b;
+    BatchItem g = {.slot = 3, .tokens = ids, .n = L, .pos = 0, .blocks = t3, .logits = 1, .pick = pk};
+    BatchItem a = {.slot = 4, .tokens = ids, .n = L, .pos = 0, .blocks = t4, .logits = 1, .pick = pa, .logprob = lp};
+    BatchItem c = {.slot = 4, .tokens = ids + L, .n = PG_NEXT, .pos = L, .blocks = t4, .logits = 1};
+    int rc = cuda_backend.step_batch(ctx, &g, 1, row, err);
+    if (!rc) rc = cuda_backend.step_batch(ctx, &a, 1, row, err);
+    if (!rc) rc = cuda_backend.step_batch(ctx, &c, 1, row, err);
+    return rc;
+}
+
+/* The prompt graphs (prefill.cu pf_graph: a lone prompt from position 0 replayed as a graph captured for a bucket of
+ * 16 << b rows, its ids padded with id 0): ctx (graphs on) against ectx (the same model opened with no_graph: the
+ * prompt eager and unpadded), for prompts of 2 .. 120 ids (inside a bucket, on its edge, one past it), each followed
+ * by a chunk of PG_NEXT more ids run eager on both. Up to 64 ids (buckets of one skinny m-block, where every GEMM takes
+ * the path the unpadded prompt takes) all must be bitwise equal: the screen pick, the argmax and its logprob, and the
+ * next chunk's row, since no real row depends on the padding (the kernels compute rows independently; the DeltaNet scan
+ * gets the padding as zero rows, as the unpadded call pads its last chunk) and the state, conv ring and KV rows the
+ * chunk reads are the unpadded prompt's. Longer prompts may take a GEMM path of the bucket's row count (the skinny
+ * GEMM's workspace check), so their chunk rows must agree within 0.02 rel L2 (a bf16 rounding apart; a state or conv
+ * ring of the wrong rows moves them by far more). Returns the failures. */
+static int check_prompt_graphs(const char *name, void *ctx, void *ectx, int V, Err *err) {
+    int ids[MAX_SEQ], bad = 0;
+    for (int i = 0; i < MAX_SEQ; i++) ids[i] = (int)(rng_u64(&rng) % (uint64_t)V);
+    float *row[2] = {malloc(sizeof(float) * V), malloc(sizeof(float) * V)};
+    static const int Ls[] = {2, 5, 16, 17, 24, 63, 64, 65, 100, MAX_SEQ - PG_NEXT};
+    double worst = 0;
+    for (size_t k = 0; k < sizeof Ls / sizeof Ls[0]; k++) {
+        const int L = Ls[k];
+        int pk[2] = {-1, -1}, pa[2] = {-1, -1}, rc = 0;
+        float lp[2] = {NAN, NAN};
+        for (int c = 0; c < 2 && !rc; c++)
+            rc = prompt_then_chunk(c ? ectx : ctx, ids, L, &pk[c], &pa[c], &lp[c], row[c], err);
+        if (rc) {
+            CHECK(0, "%s: prompt graph, %d ids: %s", name, L, err->msg);
+            bad++;
+            continue;
+        }
+        const double e = rel_l2(row[0], row[1], V);
+        worst = L > 64 && e > worst ? e : worst;
+        const int same = pk[0] == pk[1] && pa[0] == pa[1] && memcmp(&lp[0], &lp[1], sizeof(float)) == 0 &&
+                         memcmp(row[0], row[1], sizeof(float) * V) == 0;
+        const int ok = L <= 64 ? same : e <= 0.02;
+        CHECK(ok,
+              "%s: prompt of %d ids, graph vs eager: screen pick %d vs %d, argmax %d vs %d, logprob %.9g vs %.9g, "
+              "the next chunk's row rel L2 %.3g",
+              name, L, pk[0], pk[1], pa[0], pa[1], lp[0], lp[1], e);
+        bad += !ok;
+    }
+    printf("  %s: prompt graphs vs eager: bitwise up to 64 ids, past 64 the next chunk's row within rel L2 %.3g\n",
+           name, worst);
+    free(row[0]), free(row[1]);
+    return bad;
+}
+
 /* Device sampling in the batched step (BatchItem.sample): A's chunk and then N_DRAW decode steps (the same fed ids)
  * in slots 1 and 2, slot 1's rows drawn on the device (temperature 0.8, top-p 0.9, min-p 0.02, step t), slot 2's
  * whole. Each draw must be the host sampler's on slot 2's row with the same u (sampler_sample_at: the same rules in
@@ -597,6 +657,19 @@ static void test_model(int qwen35, int det, int fp8) {
     CHECK(check_greedy_prompt(ctx, ids, V, V, &err) == 0,
           "%s: a lone prompt's greedy pick is not its row's argmax (%s)", name, err.msg);
     CHECK(check_sampled(ctx, ids, det, V, &err) == 0, "%s: device sampling in the batched step (%s)", name, err.msg);
+    if (!det) { /* the prompt graphs against the same prompts eager */
+        void *ectx = NULL;
+        BackendOptions eo = o;
+        eo.no_graph = 1;
+        if (cuda_backend.open(&ectx, &m, &eo, &err) || cuda_backend.serve_open(ectx, &lay, &err))
+            CHECK(0, "%s: cuda open (no_graph): %s", name, err.msg);
+        else
+            check_prompt_graphs(name, ctx, ectx, V, &err);
+        if (ectx) {
+            cuda_backend.serve_close(ectx);
+            cuda_backend.close(ectx);
+        }
+    }
     /* bad items */
     int blocks[MAX_SEQ / BLOCK] = {0};
     BatchItem bad = {.slot = N_SLOTS, .tokens = ids, .n = 1, .pos = 0, .blocks = blocks, .logits = 1};
