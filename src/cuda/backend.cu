@@ -866,23 +866,28 @@ static int be_decode_sample(void *p, int token, int pos, const DeviceSampling *s
     return 0;
 }
 
-/* A new sequence: the scratch zeroed now, S and the conv rings marked for cuda_state_clean (a prefill from position
- * 0 needs neither zeroed). Stream-ordered: nothing waits for the host here. */
+/* A new sequence: S, the conv rings and the scratch are marked to be zeroed (cuda_state_clean) by whatever runs next;
+ * no GPU work here, so a prompt's prefill starts without a memset ahead of it. */
 static int be_reset(void *p, Err *err) {
+    (void)err;
     CudaCtx *ctx = (CudaCtx *)p;
-    const size_t end = ctx->state_off + ctx->state_bytes;
-    CK(cudaMemsetAsync((char *)ctx->arena + ctx->scratch_off, 0, end - ctx->scratch_off, ctx->stream), "reset");
-    ctx->state_dirty = 1;
+    ctx->state_dirty = CUDA_DIRTY_STATE | CUDA_DIRTY_SCRATCH;
     ctx->n_past = 0;
     return 0;
 }
 
-int cuda_state_clean(CudaCtx *ctx, Err *err) {
-    if (!ctx->state_dirty) return 0;
-    CK(cudaMemsetAsync((char *)ctx->arena + ctx->state_off, 0, ctx->scratch_off - ctx->state_off, ctx->stream),
-       "reset");
-    ctx->state_dirty = 0;
+int cuda_state_zero(CudaCtx *ctx, int parts, Err *err) {
+    const size_t end = ctx->state_off + ctx->state_bytes;
+    const size_t from = parts & CUDA_DIRTY_STATE ? ctx->state_off : ctx->scratch_off,
+                 to = parts & CUDA_DIRTY_SCRATCH ? end : ctx->scratch_off;
+    if (to > from) CK(cudaMemsetAsync((char *)ctx->arena + from, 0, to - from, ctx->stream), "reset");
     return 0;
+}
+
+int cuda_state_clean(CudaCtx *ctx, Err *err) {
+    const int rc = ctx->state_dirty ? cuda_state_zero(ctx, ctx->state_dirty, err) : 0;
+    if (!rc) ctx->state_dirty = 0;
+    return rc;
 }
 
 static int be_bench(void *p, const BenchRequest *rq, BenchResult *res, Err *err) {

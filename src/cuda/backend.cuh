@@ -130,8 +130,8 @@ typedef struct CudaCtx {
     size_t kv_off;                   /* arena offset of the KV caches (zeroed at open; state_off follows them) */
     size_t state_off, state_bytes;   /* arena range of S, conv rings and scratch counters (zeroed by reset) */
     size_t scratch_off;              /* [state_off, scratch_off): S and the conv rings; the scratch after them */
-    int state_dirty; /* reset left S and the conv rings to be zeroed: by cuda_state_clean before anything reads them,
-                      * or not at all when a prefill from position 0 comes first (it writes both whole) */
+    int state_dirty; /* CUDA_DIRTY_*: what a reset left to be zeroed (cuda_state_clean) before anything reads it; a
+                      * prefill from position 0 zeroes the scratch and needs no zero S and conv rings (it writes both) */
     /* graphs: [0] greedy, [1] sampling; captured lazily with the current pdl/deterministic */
     cudaGraphExec_t graph[8]; /* [cuda_graph_index()]: sample + 2 short + 4 screen when captured */
     int graph_kernels[8];     /* kernel nodes in each graph */
@@ -194,7 +194,12 @@ LmScreenParams cuda_lm_screen_params(const CudaCtx *ctx, const MatvecParams *hea
 int cuda_step_screen(const CudaCtx *ctx, int sample);
 void cuda_graphs_drop(CudaCtx *ctx);
 int cuda_run_step(CudaCtx *ctx, int sample, Err *err);
-/* S and the conv rings zeroed where a reset left them to be (ctx->state_dirty), stream-ordered; 0 or an error */
+/* The parts of the sequence state range (CUDA_DIRTY_STATE: S and the conv rings; CUDA_DIRTY_SCRATCH: the decode
+ * step's split-K partials, counters and sampling scratch) zeroed, stream-ordered (capturable); ctx->state_dirty as
+ * it was */
+enum { CUDA_DIRTY_STATE = 1, CUDA_DIRTY_SCRATCH = 2 };
+int cuda_state_zero(CudaCtx *ctx, int parts, Err *err);
+/* cuda_state_zero of what a reset left (ctx->state_dirty), which is then 0; 0 or an error */
 int cuda_state_clean(CudaCtx *ctx, Err *err);
 
 /* decode.cu: the kinds bench --ablate accepts; 1 when every kind of list is one (else the first unknown in bad) */

@@ -719,10 +719,14 @@ static cudaGraphExec_t pf_graph(CudaCtx *ctx, CudaPrefill *pf, int b, int lm) {
     cudaGraphExec_t x = NULL;
     Err cap = {0};
     int rc = (int)cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal);
-    if (!rc) {
+    if (!rc) { /* the reset's scratch zeroed, the pinned ids copied in, then the prefill */
+        rc = cuda_state_zero(ctx, CUDA_DIRTY_SCRATCH, &cap);
+        if (!rc)
+            rc = (int)cudaMemcpyAsync(pf->in_dev, pf->in_host, sizeof(int32_t) * (size_t)(1 + (16 << b)),
+                                      cudaMemcpyHostToDevice, ctx->stream);
         pf->run_tok = pf->in_dev + 1;
         pf->t_real = pf->in_dev;
-        rc = pf_run(ctx, 16 << b, 0, 0, NULL, lm, &cap);
+        if (!rc) rc = pf_run(ctx, 16 << b, 0, 0, NULL, lm, &cap);
         pf->run_tok = pf->t_real = NULL;
         const cudaError_t e = cudaStreamEndCapture(ctx->stream, &g);
         if (!rc) rc = (int)e;
@@ -753,24 +757,24 @@ static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_l
             return err_set(err, Q35_ERR_ARG, "cuda forward: token id %d at index %d outside [0, %d)", tokens[i], i, V);
     CudaPrefill *pf = ctx->pf;
     const int lm = id ? PF_LM_SCREEN : dev_row ? PF_LM_ROW : PF_LM_NONE, b = pf_graph_bucket(ctx, pf, n, pos, lm);
+    /* from position 0 the DeltaNet prefill reads neither S nor the conv rings, and writes both whole: a reset's
+     * scratch is zeroed (by the prompt graph itself), S and the rings are not */
     int rc = pos > 0 ? cuda_state_clean(ctx, err) : 0;
     if (rc) return rc;
-    /* the DeltaNet prefill from position 0 reads neither S nor the conv rings, and writes both whole */
-    if (pos == 0) ctx->state_dirty = 0;
     const cudaGraphExec_t gx = b >= 0 && !logits ? pf_graph(ctx, pf, b, lm) : NULL;
-    if (gx) { /* the ids padded with 0 to the bucket, after the real row count */
+    if (gx) { /* the ids padded with 0 to the bucket, after the real row count: the graph copies them in */
         const int Tb = 16 << b;
         pf->in_host[0] = n;
         memcpy(pf->in_host + 1, tokens, sizeof(int32_t) * (size_t)n);
         memset(pf->in_host + 1 + n, 0, sizeof(int32_t) * (size_t)(Tb - n));
-        cudaError_t e = cudaMemcpyAsync(pf->in_dev, pf->in_host, sizeof(int32_t) * (size_t)(1 + Tb),
-                                        cudaMemcpyHostToDevice, ctx->stream);
-        if (e == cudaSuccess) e = cudaGraphLaunch(gx, ctx->stream);
+        const cudaError_t e = cudaGraphLaunch(gx, ctx->stream);
         if (e != cudaSuccess) rc = pf_fail((int)e, "prompt graph", -1, err);
     } else {
-        rc = pf_upload_tokens(ctx, tokens, n, err);
+        if (pos == 0 && (ctx->state_dirty & CUDA_DIRTY_SCRATCH)) rc = cuda_state_zero(ctx, CUDA_DIRTY_SCRATCH, err);
+        if (!rc) rc = pf_upload_tokens(ctx, tokens, n, err);
         if (!rc) rc = pf_run(ctx, n, pos, all_logits, logits, lm, err);
     }
+    if (pos == 0) ctx->state_dirty = 0;
     if (!rc && id) {
         const cudaError_t k =
             cudaMemcpyAsync(ctx->key_host, ctx->lm_key, sizeof *ctx->key_host, cudaMemcpyDeviceToHost, ctx->stream);

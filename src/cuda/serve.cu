@@ -925,7 +925,7 @@ static int solo_copy_state(CudaCtx *ctx, CudaServe *sv, int slot, int to_slot, E
     const Config *c = ctx->c;
     int rc = to_slot ? cuda_state_clean(ctx, err) : 0;
     if (rc) return rc;
-    if (!to_slot) ctx->state_dirty = 0; /* overwritten whole */
+    if (!to_slot) ctx->state_dirty &= ~CUDA_DIRTY_STATE; /* overwritten whole */
     if (sv->ctx_dn) { /* one 2-D copy: the context's pieces one after the other, the slot's one region apart */
         const cudaError_t e = slot_copy(sv, slot, sv->ctx_dn, to_slot, ctx->stream);
         return e == cudaSuccess ? 0 : sv_fail((int)e, "solo state copy", -1, err);
