@@ -100,6 +100,19 @@ __device__ __forceinline__ void dn_chunk_gamma(const DeltaNetPrefillParams &p, c
     for (int h = 0; h < 2; h++) gr[h] = dn_gamma_at(y0, y1, r0 + 8 * h);
 }
 
+/* The call's snapshot points: p.pt_* or, where set, the device table p.pts (DnPtsDev) */
+__device__ __forceinline__ int dn_n_pts(const DeltaNetPrefillParams &p) { return p.pts ? p.pts->n : p.n_pts; }
+__device__ __forceinline__ int dn_pt_off(const DeltaNetPrefillParams &p, int i) {
+    return p.pts ? p.pts->off[i] : p.pt_off[i];
+}
+__device__ __forceinline__ float *dn_pt_state(const DeltaNetPrefillParams &p, int i) {
+    return p.pts ? (float *)(p.pts->base[i] + (unsigned long long)p.pts_q * p.pts->lstride) : p.pt_state[i];
+}
+__device__ __forceinline__ uint16_t *dn_pt_ring(const DeltaNetPrefillParams &p, int i) {
+    return p.pts ? (uint16_t *)(p.pts->base[i] + (unsigned long long)p.pts_q * p.pts->lstride + p.pts->ring_off)
+                 : p.pt_ring[i];
+}
+
 /* ---- 1. conv + SiLU + l2norm + gates --------------------------------------------------- */
 
 /* l2norm of one 128-channel q/k head in fp32 (MODEL.md §4.1; emulating a bf16 l2norm moved our
@@ -193,9 +206,9 @@ __global__ void __launch_bounds__(128)
         }
     }
     if (blockIdx.x == 0) /* the snapshots' conv windows: the K pre-conv rows before each point, this unit's channels */
-        for (int i = 0; i < p.n_pts; i++)
+        for (int i = 0, n_pts = dn_n_pts(p); i < n_pts; i++)
             for (int j = 0; j < KC; j++) {
-                const int u = p.pt_off[i] - KC + j, q = p.pos + u; /* u < pt_off[i] < T */
+                const int u = dn_pt_off(p, i) - KC + j, q = p.pos + u; /* u < pt_off[i] < T */
                 uint32_t r0 = 0, r1 = 0;
                 if (u >= 0) {
                     const uint16_t *row = p.proj + (size_t)u * p.ld_proj + ch0 + 2 * lane;
@@ -206,7 +219,7 @@ __global__ void __launch_bounds__(128)
                     r0 = *(const uint32_t *)row;
                     r1 = *(const uint32_t *)(row + 64);
                 }
-                uint16_t *dst = p.pt_ring[i] + (size_t)((q % KC + KC) % KC) * cd + ch0 + 2 * lane;
+                uint16_t *dst = dn_pt_ring(p, i) + (size_t)((q % KC + KC) % KC) * cd + ch0 + 2 * lane;
                 *(uint32_t *)dst = r0;
                 *(uint32_t *)(dst + 64) = r1;
             }
@@ -524,7 +537,8 @@ extern "C" int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaL
     if (p->T < 1 || p->pos < 0 || !p->conv_ring || !p->state || p->dk != DN_D || p->dv != DN_D || p->Hk < 1 ||
         p->Hv < 1 || p->Hv % p->Hk || p->K < 2 || p->K > 4 || !p->scratch || ((uintptr_t)p->scratch & 255) ||
         p->ld_proj % 2 || p->z_off % 2 || ((uintptr_t)p->proj & 3) || ((uintptr_t)p->y & 3) ||
-        ((uintptr_t)p->conv_ring & 3) || ((uintptr_t)p->state & 7) || p->n_pts < 0 || p->n_pts > DN_MAX_PTS)
+        ((uintptr_t)p->conv_ring & 3) || ((uintptr_t)p->state & 7) || p->n_pts < 0 || p->n_pts > DN_MAX_PTS ||
+        (p->pts && (p->n_pts || p->pts_q < 0)))
         return (int)cudaErrorInvalidValue;
     for (int i = 0; i < p->n_pts; i++)
         if (p->pt_off[i] < (i ? p->pt_off[i - 1] + 1 : 0) || p->pt_off[i] >= p->T || ((uintptr_t)p->pt_state[i] & 7) ||

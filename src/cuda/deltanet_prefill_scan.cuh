@@ -101,7 +101,7 @@ __device__ __forceinline__ void dn_scan_point(const DeltaNetPrefillParams &p, ui
                                               float y1, int i, int c, int j, int e0, int wm, int wn, int sr, int g,
                                               int t, int lane) {
     using L = DnScanSmem;
-    const int m = p.pt_off[i] - c * DN_C;
+    const int m = dn_pt_off(p, i) - c * DN_C;
     const float gp = m > 0 ? dn_gamma_at(y0, y1, m - 1) : 0.0f; /* m is warp-uniform */
     float x[4];
 #pragma unroll
@@ -117,7 +117,7 @@ __device__ __forceinline__ void dn_scan_point(const DeltaNetPrefillParams &p, ui
         for (int e = 0; e < 4; e++) sh[nt][e] = S[nt][e] * ep;
     const uint32_t sb = smem_addr(smem), st = sb + st_off;
     dn_kt_mma(st, sb + L::R, sr, lane, sh, sl, sm);
-    float *dst = p.pt_state[i] + (size_t)j * DN_D * DN_D;
+    float *dst = dn_pt_state(p, i) + (size_t)j * DN_D * DN_D;
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -323,8 +323,8 @@ __global__ void __launch_bounds__(512, 1)
 
         if (xw) { /* phase 3, warps 0-7: S <- e^gamma_L S + K^T Vs for rows sr (k = the chunk's 64 rows;
                    * hi x hi into S, the two lo terms into their own accumulators), then the snapshot */
-            for (int i = 0; i < p.n_pts; i++)
-                if (p.pt_off[i] / DN_C == c)
+            for (int i = 0, n_pts = dn_n_pts(p); i < n_pts; i++)
+                if (dn_pt_off(p, i) / DN_C == c)
                     dn_scan_point(p, smem, st - sb, S, v, gr, y0, y1, i, c, j, e0, wm, wn, sr, g, t, lane);
             const float eL = expf(gL);
             float sl[2][4] = {}, sm[2][4] = {};

@@ -602,6 +602,14 @@ typedef struct DeltaNetScratch {
 size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base, int T, int Hk, int Hv, int dk, int dv);
 
 #define DN_MAX_PTS 8 /* snapshots one DeltaNet prefill call may take inside it */
+/* Snapshot points in device memory (a prefill graph's, written before each replay): n points at call offsets off[i]
+ * (ascending, in [0, the call's real rows)); point i of DeltaNet layer q stores its state at base[i] + q lstride and
+ * its conv ring ring_off bytes after that (the layouts of DeltaNetPrefillParams.pt_state / pt_ring). */
+typedef struct DnPtsDev {
+    int n, pad;
+    int off[DN_MAX_PTS];
+    unsigned long long base[DN_MAX_PTS], lstride, ring_off;
+} DnPtsDev;
 typedef struct DeltaNetPrefillParams {
     const uint16_t *proj; /* bf16 [T][ld_proj]: q k v at columns [0, conv_dim), z at z_off, b at b_off, a at a_off */
     int ld_proj, z_off, b_off, a_off;
@@ -631,6 +639,9 @@ typedef struct DeltaNetPrefillParams {
     int pt_off[DN_MAX_PTS];
     float *pt_state[DN_MAX_PTS];
     uint16_t *pt_ring[DN_MAX_PTS];
+    /* or (n_pts 0) the points of pts, read on the device, this layer being DeltaNet ordinal pts_q */
+    const DnPtsDev *pts;
+    int pts_q;
 } DeltaNetPrefillParams;
 /* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
 int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);

@@ -20,6 +20,7 @@
  * outside {32, 64, 128, 256}, widths not multiples of 8) leave ctx->pf NULL: forward(n > 1) then
  * runs n decode steps (backend.cu). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -35,6 +36,14 @@
 #define PF_GRAPH_T     (16 << (PF_GRAPH_B - 1)) /* the largest bucket */
 
 enum { PF_LM_NONE, PF_LM_ROW, PF_LM_SCREEN }; /* pf_run's lm */
+
+/* A prompt graph's inputs, copied in by the graph from pinned memory (one copy up to ids[bucket rows]): the DeltaNet
+ * snapshot points inside the prompt, its real row count, its ids padded with id 0 */
+typedef struct PfGraphIn {
+    DnPtsDev pts;
+    int32_t t_real;
+    int32_t ids[PF_GRAPH_T];
+} PfGraphIn;
 
 struct CudaPrefill {
     int tmax, lm_rows;
@@ -73,13 +82,15 @@ struct CudaPrefill {
     cudaEvent_t ev[PF_MAX_OPS + 1];
     BenchOp ops[PF_MAX_OPS];
     /* Short prompts from position 0 (pf_graph): one graph per bucket of 16 << b rows and LM mode (row, screen),
-     * captured at first use, replayed on the prompt's ids padded with id 0 to the bucket. in_dev: [0] the real row
-     * count (DeltaNetPrefillParams.t_real, cuda_row_last), then the ids; in_host: its pinned staging copy. While
-     * pf_run captures one, run_tok and t_real point into in_dev (else run_tok NULL: the ids are tok, t_real NULL). */
+     * captured at first use, replayed on in_host's inputs (PfGraphIn: the ids padded with id 0 to the bucket, the
+     * real row count for DeltaNetPrefillParams.t_real and cuda_row_last, the snapshot points), which the graph copies
+     * to in_dev. While pf_run captures one, run_tok, t_real and pts point into in_dev (else run_tok NULL: the ids are
+     * tok; t_real and pts NULL). */
     cudaGraphExec_t gx[PF_GRAPH_B][2];
     unsigned char g_failed[PF_GRAPH_B][2];
-    int32_t *in_dev, *in_host;
+    PfGraphIn *in_dev, *in_host;
     const int32_t *run_tok, *t_real;
+    const DnPtsDev *pts;
 };
 
 static int pf_fail(int rc, const char *what, int layer, Err *err) {
@@ -135,7 +146,7 @@ static void pf_layout(CudaCtx *ctx, CudaPrefill *pf, PfArena *a) {
     pf->scratch = pf_carve(a, nscr > 0 ? nscr : 1);
     pf->lm = (float *)pf_carve(a, sizeof(float) * (size_t)pf->lm_rows * ctx->c->vocab_size);
     pf->tok = (int32_t *)pf_carve(a, sizeof(int32_t) * (size_t)ctx->max_seq);
-    pf->in_dev = (int32_t *)pf_carve(a, sizeof(int32_t) * (1 + PF_GRAPH_T));
+    pf->in_dev = (PfGraphIn *)pf_carve(a, sizeof(PfGraphIn));
     /* pf_gemm's skinny projections: N = D, K = F, Hq hd or Hv dv, at most PF_SKINNY_ROWS rows */
     const PrefillDims *d = &pf->d;
     const int M = pf->tmax < PF_SKINNY_ROWS ? pf->tmax : PF_SKINNY_ROWS, ks[3] = {d->F, d->Hq * d->hd, d->Hv * d->dv};
@@ -211,7 +222,7 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
     a.off = 0;
     pf_layout(ctx, pf, &a);
     ctx->pf = pf;
-    if (cudaMallocHost((void **)&pf->in_host, sizeof(int32_t) * (1 + PF_GRAPH_T)) != cudaSuccess) {
+    if (cudaMallocHost((void **)&pf->in_host, sizeof(PfGraphIn)) != cudaSuccess) {
         (void)cudaGetLastError(); /* no prompt graphs: every prompt runs eager */
         pf->in_host = NULL;
     }
@@ -577,9 +588,12 @@ static int pf_dn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, int 
     dp.K = d->K;
     dp.eps = d->eps;
     dp.t_real = pf->t_real;
-    if (ctx->pf_snaps) {
-        int q = 0; /* the layer's DeltaNet ordinal */
-        for (int k = 0; k < l; k++) q += ctx->layers[k].type != LAYER_FULL_ATTN;
+    int q = 0; /* the layer's DeltaNet ordinal */
+    for (int k = 0; k < l; k++) q += ctx->layers[k].type != LAYER_FULL_ATTN;
+    if (pf->pts) { /* a prompt graph: its points on the device */
+        dp.pts = pf->pts;
+        dp.pts_q = q;
+    } else if (ctx->pf_snaps) {
         cuda_dn_snap_points(&dp, ctx->pf_snaps, q);
     }
     const double scr = (double)cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv);
@@ -696,11 +710,11 @@ static int pf_upload_tokens(CudaCtx *ctx, const int *tokens, int n, Err *err) {
 
 /* The bucket of a prompt of n ids at pos whose prefill can replay a graph (pf_graph), else -1: from position 0, at
  * most PF_GRAPH_T ids, one piece, its LM head on the last row only (lm PF_LM_ROW or PF_LM_SCREEN, no host logits),
- * graphs allowed (not --no-graph, deterministic mode, probes, snapshots inside the call, bench timing or ablation),
- * no FP8 weight copies for the bucket's GEMMs, and the bucket's KV rows within the context. */
+ * graphs allowed (not --no-graph, deterministic mode, probes, bench timing or ablation), no FP8 weight copies for the
+ * bucket's GEMMs, and the bucket's KV rows within the context. */
 static int pf_graph_bucket(CudaCtx *ctx, CudaPrefill *pf, int n, int pos, int lm) {
     if (pos != 0 || n < 1 || n > PF_GRAPH_T || (lm != PF_LM_ROW && lm != PF_LM_SCREEN) || !pf->in_host ||
-        ctx->no_graph || ctx->deterministic || ctx->probe.dir || ctx->pf_snaps || pf->rec || pf->ablate)
+        ctx->no_graph || ctx->deterministic || ctx->probe.dir || pf->rec || pf->ablate)
         return -1;
     int b = 0;
     while ((16 << b) < n) b++;
@@ -710,7 +724,7 @@ static int pf_graph_bucket(CudaCtx *ctx, CudaPrefill *pf, int n, int pos, int lm
     return b;
 }
 
-/* The prompt graph of bucket b and LM mode lm, captured at first use (pf_run of 16 << b rows on the ids in in_dev);
+/* The prompt graph of bucket b and LM mode lm, captured at first use (pf_run of 16 << b rows on the inputs in_dev);
  * NULL where the capture failed (the bucket then runs eager from then on). */
 static cudaGraphExec_t pf_graph(CudaCtx *ctx, CudaPrefill *pf, int b, int lm) {
     const int m = lm == PF_LM_SCREEN;
@@ -722,12 +736,14 @@ static cudaGraphExec_t pf_graph(CudaCtx *ctx, CudaPrefill *pf, int b, int lm) {
     if (!rc) { /* the reset's scratch zeroed, the pinned ids copied in, then the prefill */
         rc = cuda_state_zero(ctx, CUDA_DIRTY_SCRATCH, &cap);
         if (!rc)
-            rc = (int)cudaMemcpyAsync(pf->in_dev, pf->in_host, sizeof(int32_t) * (size_t)(1 + (16 << b)),
+            rc = (int)cudaMemcpyAsync(pf->in_dev, pf->in_host, offsetof(PfGraphIn, ids) + sizeof(int32_t) * (16 << b),
                                       cudaMemcpyHostToDevice, ctx->stream);
-        pf->run_tok = pf->in_dev + 1;
-        pf->t_real = pf->in_dev;
+        pf->run_tok = pf->in_dev->ids;
+        pf->t_real = &pf->in_dev->t_real;
+        pf->pts = &pf->in_dev->pts;
         if (!rc) rc = pf_run(ctx, 16 << b, 0, 0, NULL, lm, &cap);
         pf->run_tok = pf->t_real = NULL;
+        pf->pts = NULL;
         const cudaError_t e = cudaStreamEndCapture(ctx->stream, &g);
         if (!rc) rc = (int)e;
     }
@@ -762,11 +778,21 @@ static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_l
     int rc = pos > 0 ? cuda_state_clean(ctx, err) : 0;
     if (rc) return rc;
     const cudaGraphExec_t gx = b >= 0 && !logits ? pf_graph(ctx, pf, b, lm) : NULL;
-    if (gx) { /* the ids padded with 0 to the bucket, after the real row count: the graph copies them in */
+    if (gx) { /* the graph's inputs (it copies them in): the points inside the prompt, its length, its padded ids */
         const int Tb = 16 << b;
-        pf->in_host[0] = n;
-        memcpy(pf->in_host + 1, tokens, sizeof(int32_t) * (size_t)n);
-        memset(pf->in_host + 1 + n, 0, sizeof(int32_t) * (size_t)(Tb - n));
+        PfGraphIn *in = pf->in_host;
+        const DnSnaps *ps = ctx->pf_snaps;
+        memset(&in->pts, 0, sizeof in->pts);
+        for (int i = 0; ps && i < ps->n; i++) {
+            if (ps->at[i] >= n) continue; /* pos 0: the points in [0, n) */
+            in->pts.off[in->pts.n] = ps->at[i];
+            in->pts.base[in->pts.n++] = (unsigned long long)(uintptr_t)ps->base[i];
+        }
+        in->pts.lstride = ps ? ps->lstride : 0;
+        in->pts.ring_off = ps ? ps->ring_off : 0;
+        in->t_real = n;
+        memcpy(in->ids, tokens, sizeof(int32_t) * (size_t)n);
+        memset(in->ids + n, 0, sizeof(int32_t) * (size_t)(Tb - n));
         const cudaError_t e = cudaGraphLaunch(gx, ctx->stream);
         if (e != cudaSuccess) rc = pf_fail((int)e, "prompt graph", -1, err);
     } else {

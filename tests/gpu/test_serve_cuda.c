@@ -20,6 +20,9 @@
  *     (Backend.seq_end drops only that slot's solo state), each within the forward() bound;
  *   - a lone prompt's greedy pick (the LM head screen outside deterministic mode) is its logits row's argmax within
  *     one bf16 rounding;
+ *   - the prompt graphs (a lone prompt from position 0 replayed as a graph of a bucket of rows, its ids padded):
+ *     against a context opened with no_graph, the picks and the next chunk's row bitwise up to 64 ids, within 0.02
+ *     past that; a snapshot inside a graphed prompt resumed bitwise as the eager prompt's;
  *   - device sampling (BatchItem.sample): a prompt chunk's and decode rows' draws equal the host sampler's on the
  *     same rows with the same u, with their logprobs; top_k 1 is the argmax; in deterministic mode alone = among;
  *   - bad items (a slot outside the layout, a block outside the pool), snapshots and blocks are refused with
@@ -386,6 +389,46 @@ static int check_prompt_graphs(const char *name, void *ctx, void *ectx, int V, E
     return bad;
 }
 
+/* The prompt graphs with a snapshot inside the prompt (DnPtsDev: the points read on the device): A's prompt chunk with
+ * its greedy pick and a snapshot after its first L tokens, on ctx (graphs on) and on ectx (no_graph), each then
+ * resumed from that snapshot (resume_from_snapshot: the rest of the prompt as an eager chunk from L, then decode
+ * steps). The pick and the resumed chunk's row must be bitwise equal (a 24-id prompt: bucket 32, one skinny m-block):
+ * the snapshot's state and conv window are the eager prompt's. Returns the failures. */
+static int check_prompt_graph_snaps(const char *name, void *ctx, void *ectx, int V, Err *err) {
+    int ids[LA], bad = 0, t1[MAX_SEQ / BLOCK];
+    for (int i = 0; i < LA; i++) ids[i] = (int)(rng_u64(&rng) % (uint64_t)V);
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 16 + b;
+    float *out[2] = {malloc(sizeof(float) * N_STEPS * V), malloc(sizeof(float) * N_STEPS * V)};
+    const int Ls[] = {1, 7, 16, CHUNK_A - 1};
+    for (size_t k = 0; k < sizeof Ls / sizeof Ls[0]; k++) {
+        const int off = Ls[k], snap = 0;
+        int pk[2] = {-1, -1}, rc = 0;
+        for (int c = 0; c < 2 && !rc; c++) {
+            void *x = c ? ectx : ctx;
+            const BatchItem it = {.slot = 2,
+                                  .tokens = ids,
+                                  .n = CHUNK_A,
+                                  .pos = 0,
+                                  .blocks = t1,
+                                  .logits = 1,
+                                  .pick = &pk[c],
+                                  .n_snaps = 1,
+                                  .snap_off = &off,
+                                  .snap_id = &snap};
+            rc = cuda_backend.step_batch(x, &it, 1, out[c], err);
+            cuda_backend.seq_end(x, 2);
+            if (!rc) rc = resume_from_snapshot(x, ids, off, out[c], V, err);
+        }
+        const int ok = !rc && pk[0] == pk[1] && memcmp(out[0], out[1], sizeof(float) * V) == 0;
+        CHECK(ok,
+              "%s: prompt graph with a snapshot after %d ids: pick %d vs %d, the resumed chunk's row rel L2 %.3g (%s)",
+              name, off, pk[0], pk[1], rc ? NAN : rel_l2(out[0], out[1], V), rc ? err->msg : "");
+        bad += !ok;
+    }
+    free(out[0]), free(out[1]);
+    return bad;
+}
+
 /* Device sampling in the batched step (BatchItem.sample): A's chunk and then N_DRAW decode steps (the same fed ids)
  * in slots 1 and 2, slot 1's rows drawn on the device (temperature 0.8, top-p 0.9, min-p 0.02, step t), slot 2's
  * whole. Each draw must be the host sampler's on slot 2's row with the same u (sampler_sample_at: the same rules in
@@ -663,8 +706,8 @@ static void test_model(int qwen35, int det, int fp8) {
         eo.no_graph = 1;
         if (cuda_backend.open(&ectx, &m, &eo, &err) || cuda_backend.serve_open(ectx, &lay, &err))
             CHECK(0, "%s: cuda open (no_graph): %s", name, err.msg);
-        else
-            check_prompt_graphs(name, ctx, ectx, V, &err);
+        else if (!check_prompt_graphs(name, ctx, ectx, V, &err))
+            check_prompt_graph_snaps(name, ctx, ectx, V, &err);
         if (ectx) {
             cuda_backend.serve_close(ectx);
             cuda_backend.close(ectx);
