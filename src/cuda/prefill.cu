@@ -158,6 +158,18 @@ static void pf_layout(CudaCtx *ctx, CudaPrefill *pf, PfArena *a) {
         pf->skw_floats = w > pf->skw_floats ? w : pf->skw_floats;
         pf->skw_floats = wn > pf->skw_floats ? wn : pf->skw_floats;
     }
+    /* ... and every projection that pf_skinny may give the skinny GEMM at <= M rows, so that the check of its work
+     * against skw_floats never depends on the row count (a prompt graph's bucket takes the paths of its prompt) */
+    for (int l = 0; l < ctx->c->num_hidden_layers; l++)
+        for (int w = CW_IN; w <= CW_DOWN; w++) {
+            GemmParams g = pf_proj_shape(pf, &ctx->layers[l], w, M), t;
+            const int parts = cuda_layer_gemm_tail(&ctx->layers[l], w, &g, &t) ? 2 : 1;
+            for (int k = 0; k < parts; k++) {
+                const GemmParams *x = k ? &t : &g;
+                const size_t wk = cuda_gemm_skinny_work(M, x->N, x->K, pf->n_sm, x->epi, x->glu_group);
+                pf->skw_floats = wk > pf->skw_floats ? wk : pf->skw_floats;
+            }
+        }
     pf->skw = (float *)pf_carve(a, sizeof(float) * (pf->skw_floats > 0 ? pf->skw_floats : 1));
     pf->set_elems = 0;
     for (int l = 0; ctx->fp8 && l < ctx->c->num_hidden_layers; l++) { /* the largest layer's FP8 projections */
@@ -709,7 +721,7 @@ static int pf_upload_tokens(CudaCtx *ctx, const int *tokens, int n, Err *err) {
 }
 
 /* The bucket of a prompt of n ids at pos whose prefill can replay a graph (pf_graph), else -1: from position 0, at
- * most PF_GRAPH_T ids, one piece, its LM head on the last row only (lm PF_LM_ROW or PF_LM_SCREEN, no host logits),
+ * most PF_GRAPH_T ids, one piece, its LM head on the last row only (lm PF_LM_ROW or PF_LM_SCREEN),
  * graphs allowed (not --no-graph, deterministic mode, probes, bench timing or ablation), no FP8 weight copies for the
  * bucket's GEMMs, and the bucket's KV rows within the context. */
 static int pf_graph_bucket(CudaCtx *ctx, CudaPrefill *pf, int n, int pos, int lm) {
@@ -772,12 +784,14 @@ static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_l
         if (tokens[i] < 0 || tokens[i] >= V)
             return err_set(err, Q35_ERR_ARG, "cuda forward: token id %d at index %d outside [0, %d)", tokens[i], i, V);
     CudaPrefill *pf = ctx->pf;
-    const int lm = id ? PF_LM_SCREEN : dev_row ? PF_LM_ROW : PF_LM_NONE, b = pf_graph_bucket(ctx, pf, n, pos, lm);
+    const int lm = id ? PF_LM_SCREEN : dev_row ? PF_LM_ROW : PF_LM_NONE;
+    /* the last row's logits to the host: as a graph, its row on the device, then copied */
+    const int b = pf_graph_bucket(ctx, pf, n, pos, lm != PF_LM_NONE ? lm : logits && !all_logits ? PF_LM_ROW : lm);
     /* from position 0 the DeltaNet prefill reads neither S nor the conv rings, and writes both whole: a reset's
      * scratch is zeroed (by the prompt graph itself), S and the rings are not */
     int rc = pos > 0 ? cuda_state_clean(ctx, err) : 0;
     if (rc) return rc;
-    const cudaGraphExec_t gx = b >= 0 && !logits ? pf_graph(ctx, pf, b, lm) : NULL;
+    const cudaGraphExec_t gx = b >= 0 ? pf_graph(ctx, pf, b, lm != PF_LM_NONE ? lm : PF_LM_ROW) : NULL;
     if (gx) { /* the graph's inputs (it copies them in): the points inside the prompt, its length, its padded ids */
         const int Tb = 16 << b;
         PfGraphIn *in = pf->in_host;
@@ -793,7 +807,9 @@ static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_l
         in->t_real = n;
         memcpy(in->ids, tokens, sizeof(int32_t) * (size_t)n);
         memset(in->ids + n, 0, sizeof(int32_t) * (size_t)(Tb - n));
-        const cudaError_t e = cudaGraphLaunch(gx, ctx->stream);
+        cudaError_t e = cudaGraphLaunch(gx, ctx->stream);
+        if (e == cudaSuccess && logits) /* pageable destination: returns once the copy is done */
+            e = cudaMemcpyAsync(logits, pf->lm, sizeof(float) * (size_t)V, cudaMemcpyDeviceToHost, ctx->stream);
         if (e != cudaSuccess) rc = pf_fail((int)e, "prompt graph", -1, err);
     } else {
         if (pos == 0 && (ctx->state_dirty & CUDA_DIRTY_SCRATCH)) rc = cuda_state_zero(ctx, CUDA_DIRTY_SCRATCH, err);
