@@ -785,13 +785,14 @@ static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_l
             return err_set(err, Q35_ERR_ARG, "cuda forward: token id %d at index %d outside [0, %d)", tokens[i], i, V);
     CudaPrefill *pf = ctx->pf;
     const int lm = id ? PF_LM_SCREEN : dev_row ? PF_LM_ROW : PF_LM_NONE;
-    /* the last row's logits to the host: as a graph, its row on the device, then copied */
-    const int b = pf_graph_bucket(ctx, pf, n, pos, lm != PF_LM_NONE ? lm : logits && !all_logits ? PF_LM_ROW : lm);
+    /* as a graph, the last row's logits for the host are the row graph's, then copied */
+    const int glm = lm != PF_LM_NONE ? lm : logits && !all_logits ? PF_LM_ROW : PF_LM_NONE;
+    const int b = pf_graph_bucket(ctx, pf, n, pos, glm);
     /* from position 0 the DeltaNet prefill reads neither S nor the conv rings, and writes both whole: a reset's
      * scratch is zeroed (by the prompt graph itself), S and the rings are not */
     int rc = pos > 0 ? cuda_state_clean(ctx, err) : 0;
     if (rc) return rc;
-    const cudaGraphExec_t gx = b >= 0 ? pf_graph(ctx, pf, b, lm != PF_LM_NONE ? lm : PF_LM_ROW) : NULL;
+    const cudaGraphExec_t gx = b >= 0 ? pf_graph(ctx, pf, b, glm) : NULL;
     if (gx) { /* the graph's inputs (it copies them in): the points inside the prompt, its length, its padded ids */
         const int Tb = 16 << b;
         PfGraphIn *in = pf->in_host;
