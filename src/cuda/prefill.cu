@@ -722,8 +722,9 @@ static int pf_upload_tokens(CudaCtx *ctx, const int *tokens, int n, Err *err) {
 
 /* The bucket of a prompt of n ids at pos whose prefill can replay a graph (pf_graph), else -1: from position 0, at
  * most PF_GRAPH_T ids, one piece, its LM head on the last row only (lm PF_LM_ROW or PF_LM_SCREEN),
- * graphs allowed (not --no-graph, deterministic mode, probes, bench timing or ablation), no FP8 weight copies for the
- * bucket's GEMMs, and the bucket's KV rows within the context. */
+ * graphs allowed (not --no-graph, deterministic mode, probes, bench timing or ablation), and the bucket's KV rows
+ * within the context. An FP8 model's bf16 weight copies (pf_copy_*) are captured with the rest: the side stream
+ * forks from the capturing stream at pf_copy_start and every copy is joined back by the layer that waits for it. */
 static int pf_graph_bucket(CudaCtx *ctx, CudaPrefill *pf, int n, int pos, int lm) {
     if (pos != 0 || n < 1 || n > PF_GRAPH_T || (lm != PF_LM_ROW && lm != PF_LM_SCREEN) || !pf->in_host ||
         ctx->no_graph || ctx->deterministic || ctx->probe.dir || pf->rec || pf->ablate)
@@ -731,8 +732,7 @@ static int pf_graph_bucket(CudaCtx *ctx, CudaPrefill *pf, int n, int pos, int lm
     int b = 0;
     while ((16 << b) < n) b++;
     const int Tb = 16 << b;
-    if (Tb > pf->tmax || Tb > ctx->max_seq || pf->g_failed[b][lm == PF_LM_SCREEN] || pf_copy_plan(ctx, pf, Tb))
-        return -1;
+    if (Tb > pf->tmax || Tb > ctx->max_seq || pf->g_failed[b][lm == PF_LM_SCREEN]) return -1;
     return b;
 }
 
@@ -761,9 +761,13 @@ static cudaGraphExec_t pf_graph(CudaCtx *ctx, CudaPrefill *pf, int b, int lm) {
     }
     if (!rc) rc = (int)cudaGraphInstantiate(&x, g, 0);
     if (g) cudaGraphDestroy(g);
-    if (rc) {
+    if (rc) { /* a slower path, not an error: said once per bucket and mode */
         (void)cudaGetLastError();
         pf->g_failed[b][m] = 1;
+        fprintf(stderr,
+                "warning: cuda prefill: the prompt graph of %d rows could not be captured (%s); such prompts run "
+                "eager\n",
+                16 << b, cap.msg[0] ? cap.msg : cudaGetErrorString((cudaError_t)rc));
         return NULL;
     }
     return pf->gx[b][m] = x;
