@@ -466,13 +466,28 @@ static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, co
  * mma.sync (one family again: the decision comes at the first GEMM, before any row is computed). */
 /* ly (NULL: g.w as given, the LM head): the weight is layer ly's projection `which` (cuda_layer_gemm_w). FP8: the
  * skinny GEMM reads it as is (an FP8 DeltaNet in_proj's bf16 b / a rows as a second skinny GEMM into the columns
- * after its FP8 rows); the prefill GEMM reads a bf16 copy (cuda_layer_w_bf16). */
+ * after its FP8 rows, or with no_tail not at all: the DeltaNet prep computes them, sv_ba_prep); the prefill GEMM
+ * reads a bf16 copy (cuda_layer_w_bf16). */
+/* The rows [0, returned) of an N-column GEMM over nd per-row rows that sv_gemm gives the skinny GEMM */
+static int sv_skinny_rows(const CudaServe *sv, int nd, int N) {
+    return !sv->det && nd >= 128 && sv->major == 9 && 2 * ((nd + 127) / 128) * ((N + 127) / 128) >= sv->n_sm ? 0 : nd;
+}
+
+/* 1 when the DeltaNet prep computes the per-row rows' b / a values of layer ly's FP8 in_proj (DnBatchParams.ba_w)
+ * instead of the skinny GEMM's second launch for its bf16 b / a rows (sv_gemm's no_tail): those rows are on the skinny
+ * GEMM and the shape fits prep (cuda_dn_batch_step's conditions). */
+static int sv_ba_prep(const CudaServe *sv, const CudaLayer *ly, int nr) {
+    return ly->type != LAYER_FULL_ATTN && ly->w_ba && ly->in8_rows < ly->in_rows &&
+           sv_skinny_rows(sv, nr, ly->in_rows) > 0 && sv->d.Hv / sv->d.Hk <= DN_BA_MAX_R && sv->d.D % 8 == 0 &&
+           !((uintptr_t)ly->w_ba & 15) && !((uintptr_t)sv->h & 15);
+}
+
 static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams g, const CudaLayer *ly, int which,
-                   int nd, const float *norm_w, int layer, const char *what, Err *err) {
+                   int nd, int no_tail, const float *norm_w, int layer, const char *what, Err *err) {
     const size_t ysz = g.epi == GEMM_EPI_F32 || g.epi == GEMM_EPI_ADD_F32 ? 4 : 2;
-    int sk = nd, rc = 0;
+    int rc = 0;
     if (ly) cuda_layer_gemm_w(ly, which, g.K, &g);
-    if (!sv->det && nd >= 128 && sv->major == 9 && 2 * ((nd + 127) / 128) * ((g.N + 127) / 128) >= sv->n_sm) sk = 0;
+    const int sk = sv_skinny_rows(sv, nd, g.N);
     if (sk > 0) {
         GemmParams s = g, t;
         s.M = sk;
@@ -481,7 +496,7 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
         rc = norm_w ? cuda_gemm_skinny_norm(&s, norm_w, sv->d.norm_mode, sv->d.eps, sv->h, sv->skw, sv->skw_floats,
                                             sv->n_sm, lc)
                     : cuda_gemm_skinny(&s, sv->skw, sv->skw_floats, sv->n_sm, lc);
-        if (!rc && tail) rc = cuda_gemm_skinny(&t, sv->skw, sv->skw_floats, sv->n_sm, lc);
+        if (!rc && tail && !no_tail) rc = cuda_gemm_skinny(&t, sv->skw, sv->skw_floats, sv->n_sm, lc);
         if (rc) return sv_fail(rc, what, layer, err);
     }
     if (g.M <= sk) return 0;
@@ -592,7 +607,8 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
         const int n = ly->in_rows, no = ly->out_cols;
         if (l == 0 && (rc = sv_norm(sv, &lc, sv->x, ly->ln1, sv->h, T, l, err))) return rc; /* later: fused below */
         GemmParams in = {sv->h, NULL, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
-        if ((rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, NULL, l, "gemm_in", err))) return rc;
+        const int ba = sv_ba_prep(sv, ly, nr);
+        if ((rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, ba, NULL, l, "gemm_in", err))) return rc;
         if (ly->type == LAYER_FULL_ATTN) {
             const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
             uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
@@ -675,6 +691,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                     sv->proj, n,     ly->conv_w, ly->A_log, ly->dt_bias,          S0,      ring0, sv->lstride,
                     dnr,      dns,   pos,        sv->o,     (float *)sv->scratch, nd,      d->Hk, d->Hv,
                     d->dk,    d->dv, d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
+                if (ba) bp.ba_w = ly->w_ba, bp.ba_x = sv->h, bp.ba_k = D;
                 if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
             }
             for (int i = 0; i < np && sv->det; i++) /* a chunk's tokens in order, each on its slot */
@@ -684,6 +701,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                         sv->proj, n,       ly->conv_w, ly->A_log, ly->dt_bias,          S0,      ring0, sv->lstride,
                         dnr + r,  dns + r, pos,        sv->o,     (float *)sv->scratch, 1,       d->Hk, d->Hv,
                         d->dk,    d->dv,   d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
+                    if (ba) bp.ba_w = ly->w_ba, bp.ba_x = sv->h, bp.ba_k = D;
                     if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
                     const DnSnaps *ps = &pc[i].snaps; /* a snapshot after this token: the slot's piece of the layer */
                     for (int k = 0; k < ps->n; k++) {
@@ -727,20 +745,20 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             }
         }
         GemmParams o = {sv->act, NULL, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
-        if ((rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, ly->ln2, l, "gemm_out", err))) return rc;
+        if ((rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, 0, ly->ln2, l, "gemm_out", err))) return rc;
         const int F = d->F;
         GemmParams gu = {sv->h, NULL, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        if ((rc = sv_gemm(ctx, sv, &lc, gu, ly, CW_GU, nr, NULL, l, "gemm_gate_up", err))) return rc;
+        if ((rc = sv_gemm(ctx, sv, &lc, gu, ly, CW_GU, nr, 0, NULL, l, "gemm_gate_up", err))) return rc;
         GemmParams dn = {sv->act, NULL, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
         const float *next_ln = l + 1 < c->num_hidden_layers ? ctx->layers[l + 1].ln1 : NULL;
-        if ((rc = sv_gemm(ctx, sv, &lc, dn, ly, CW_DOWN, nr, next_ln, l, "gemm_down", err))) return rc;
+        if ((rc = sv_gemm(ctx, sv, &lc, dn, ly, CW_DOWN, nr, 0, next_ln, l, "gemm_down", err))) return rc;
     }
     if (n_out > 0) {
         GatherRowsParams gp = {sv->x, orow, sv->xg, n_out, D};
         if ((rc = cuda_gather_rows(&gp, &lc))) return sv_fail(rc, "gather", -1, err);
         if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, sv->h, n_out, -1, err))) return rc;
         GemmParams g = {sv->h, ctx->lm_head, sv->lm, n_out, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
-        if ((rc = sv_gemm(ctx, sv, &lc, g, NULL, 0, n_out, NULL, -1, "gemm_lm_head", err))) return rc;
+        if ((rc = sv_gemm(ctx, sv, &lc, g, NULL, 0, n_out, 0, NULL, -1, "gemm_lm_head", err))) return rc;
         if (any_am) return sv_picks(ctx, sv, &lc, sv->lm, n_out, any_smp, err);
     }
     return 0;

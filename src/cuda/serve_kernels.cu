@@ -371,11 +371,13 @@ typedef struct SbConv {
  *   c = bf16(silu(bf16(sum_{j<K-1} w[ch][j] m_{pos-K+1+j} + w[ch][K-1] m_pos)))
  * (conv_history + conv_finish), and the ring row pos % K gets m_pos. Then
  *   q^ = q rsqrt(sum q^2 + 1e-6) / sqrt(dk),  k^ = k rsqrt(sum k^2 + 1e-6),  kq = (sum q k) rq rk,
- * and dn_gates per v-head. Every channel is read and written by one thread only, and the history rows
- * (positions pos-K+1 .. pos-1) never include row pos % K, so the ring needs no ordering inside the grid. */
+ * and dn_gates per v-head (its b and a from proj, or with ba_w computed here: DnBatchParams). Every channel is read
+ * and written by one thread only, and the history rows (positions pos-K+1 .. pos-1) never include row pos % K, so
+ * the ring needs no ordering inside the grid. */
 __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
     pdl_begin();
     __shared__ float red3[96];
+    __shared__ float ba[2 * DN_BA_MAX_R];
     const int dk = p.dk, dv = p.dv, Hv = p.Hv, r = Hv / p.Hk, tid = threadIdx.x, nt = blockDim.x;
     const int n = blockIdx.x, i = blockIdx.y;
     const int key_dim = p.Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
@@ -407,6 +409,29 @@ __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
         wv[c] = conv_finish(hv, tv, bf16u(proj[vch0 + c]));
         ring_row[vch0 + c] = proj[vch0 + c];
     }
+    if (p.ba_w) { /* the r b and a values of this CTA's v-heads, one warp per dot, into ba[q] (q < r: b,
+                   * else a), published by block_sum3's barrier */
+        const uint16_t *h = p.ba_x + (size_t)row * p.ba_k;
+        const int lane = tid & 31;
+        for (int q = tid >> 5; q < 2 * r; q += nt >> 5) {
+            const int wr = q < r ? n * r + q : Hv + n * r + q - r;
+            const uint16_t *w = p.ba_w + (size_t)wr * p.ba_k;
+            float acc = 0.0f;
+            for (int c = 8 * lane; c < p.ba_k; c += 256) {
+                const uint4 hv = *(const uint4 *)(h + c), wv = *(const uint4 *)(w + c);
+                acc = fmaf(bf_lo(hv.x), bf_lo(wv.x), acc);
+                acc = fmaf(bf_hi(hv.x), bf_hi(wv.x), acc);
+                acc = fmaf(bf_lo(hv.y), bf_lo(wv.y), acc);
+                acc = fmaf(bf_hi(hv.y), bf_hi(wv.y), acc);
+                acc = fmaf(bf_lo(hv.z), bf_lo(wv.z), acc);
+                acc = fmaf(bf_hi(hv.z), bf_hi(wv.z), acc);
+                acc = fmaf(bf_lo(hv.w), bf_lo(wv.w), acc);
+                acc = fmaf(bf_hi(hv.w), bf_hi(wv.w), acc);
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) ba[q] = rbf(acc);
+        }
+    }
     block_sum3(&ssq, &ssk, &sqk, red3);
 
     const float rq = rsqrtf(ssq + 1e-6f) * (1.0f / sqrtf((float)dk)), rk = rsqrtf(ssk + 1e-6f);
@@ -418,7 +443,8 @@ __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
     float *wg = ws + 2 * key_dim + value_dim; /* beta [Hv], decay [Hv], kq [Hv] */
     for (int jj = tid; jj < r; jj += nt) {
         const int j = n * r + jj;
-        dn_gates(bf16u(tail[j]), bf16u(tail[Hv + j]), p.dt_bias[j], p.A_log[j], &wg[j], &wg[Hv + j]);
+        const float b = p.ba_w ? ba[jj] : bf16u(tail[j]), a = p.ba_w ? ba[r + jj] : bf16u(tail[Hv + j]);
+        dn_gates(b, a, p.dt_bias[j], p.A_log[j], &wg[j], &wg[Hv + j]);
         wg[2 * Hv + j] = sqk * rq * rk;
     }
 }
@@ -709,7 +735,9 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     if (!p || !l || !p->proj || !p->conv_w || !p->A_log || !p->dt_bias || !p->S0 || !p->ring0 || !p->rows || !p->slot ||
         !p->pos || !p->o || !p->ws || ((uintptr_t)p->ws & 15) || p->nd < 1 || p->nd > 65535 || p->Hk < 1 || p->Hv < 1 ||
         p->Hv % p->Hk || p->K < 1 || p->Hk > 65535 || p->Hv > 65535 || p->n_sm < 1 || dn_shape(p->dk, p->dv, &sh) ||
-        (p->y && (!p->norm_w || p->z_off < 0)))
+        (p->y && (!p->norm_w || p->z_off < 0)) ||
+        (p->ba_w && (!p->ba_x || p->Hv / p->Hk > DN_BA_MAX_R || p->ba_k < 8 || p->ba_k % 8 ||
+                     ((uintptr_t)p->ba_w & 15) || ((uintptr_t)p->ba_x & 15))))
         return (int)cudaErrorInvalidValue;
     const dim3 block((unsigned)sh.threads, 1, 1);
     int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, 0, l, *p);

@@ -115,7 +115,14 @@ typedef struct DnBatchParams {
     uint16_t *y;
     int z_off;
     float eps;
+    /* ba_w != NULL: the rows' b and a columns of proj are not written (an FP8 in_proj's bf16 b / a rows, which the
+     * skinny GEMM would take as a GEMM of their own): prep computes them from the rows' normed input h,
+     *   b_j = bf16(h . ba_w[j]),  a_j = bf16(h . ba_w[Hv + j]),  h = ba_x[rows[i]][0 .. ba_k)  (ld ba_k),
+     * each dot by one warp (lanes over 8-element pieces in order, then the warp's tree). */
+    const uint16_t *ba_w, *ba_x;
+    int ba_k; /* a multiple of 8; ba_w and ba_x 16-byte aligned; Hv / Hk <= DN_BA_MAX_R */
 } DnBatchParams;
+enum { DN_BA_MAX_R = 8 };
 size_t cuda_dn_batch_ws_bytes(int nd, int Hk, int Hv, int dk, int dv);
 int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l);
 

@@ -318,15 +318,34 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
 
 /* Four decode rows (of six) on four of five slots: a new sequence at position 0 on a zeroed slot, one at position 2
  * (the ring's oldest row is from position -1: the kernel reads it as it is, so does the reference), two with long
- * histories; slot 1 and rows 0, 2 must stay untouched. */
-static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2) {
+ * histories; slot 1 and rows 0, 2 must stay untouched. ba_k > 0: prep computes b and a from rows h [T][ba_k] and
+ * weights [2 Hv][ba_k] (DnBatchParams.ba_w), proj's b / a columns NaN; h and w are multiples of 1/4 and 1/8 up to 2
+ * and 1/4, so every sum is exact in any order and the reference's b / a are the kernel's bit for bit (a wrong row,
+ * head or weight row moves beta and decay by far more than o's bound). */
+static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0) {
     const int K = 4, T = 6, n_slots = 5, nd = 4;
     const int key_dim = Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
     const int ld = conv_dim + value_dim + 2 * Hv + 8;
     const size_t S_n = (size_t)Hv * dk * dv, S_b = ((S_n * 4 + 255) / 256) * 256, ring_n = (size_t)K * conv_dim;
     const size_t stride = S_b + ((ring_n * 2 + 255) / 256) * 256;
     const int rows[nd] = {1, 3, 4, 5}, slot[nd] = {2, 0, 4, 3}, pos[T] = {-1, 5, -1, 0, 2, 9};
-    uint16_t *proj = bfv((size_t)T * ld, 1.0f);
+    uint16_t *proj = bfv((size_t)T * ld, 1.0f), *projr = (uint16_t *)malloc((size_t)T * ld * 2); /* the reference's */
+    memcpy(projr, proj, (size_t)T * ld * 2);
+    uint16_t *hx = NULL, *wba = NULL;
+    if (ba_k > 0) {
+        hx = (uint16_t *)aligned_alloc(64, ((size_t)T * ba_k * 2 + 63) / 64 * 64);
+        wba = (uint16_t *)aligned_alloc(64, ((size_t)2 * Hv * ba_k * 2 + 63) / 64 * 64);
+        for (size_t i = 0; i < (size_t)T * ba_k; i++) hx[i] = emu_bf((float)(rand() % 17 - 8) / 4.0f);
+        for (size_t i = 0; i < (size_t)2 * Hv * ba_k; i++) wba[i] = emu_bf((float)(rand() % 5 - 2) / 8.0f);
+        for (int r = 0; r < T; r++)
+            for (int j = 0; j < 2 * Hv; j++) {
+                double d = 0;
+                for (int c = 0; c < ba_k; c++)
+                    d += (double)bff(hx[(size_t)r * ba_k + c]) * bff(wba[(size_t)j * ba_k + c]);
+                projr[(size_t)r * ld + conv_dim + value_dim + j] = emu_bf((float)d);
+                proj[(size_t)r * ld + conv_dim + value_dim + j] = 0x7fc0; /* NaN: prep must not read them */
+            }
+    }
     float *conv_w = fv((size_t)conv_dim * K, 0.0f, 0.5f), *A_log = fv(Hv, 0.0f, 0.5f), *dt_bias = fv(Hv, 0.0f, 0.5f);
     float *nw = fv(dv, 1.0f, 0.2f);
     char *slots = (char *)aligned_alloc(256, stride * n_slots);
@@ -350,13 +369,14 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2) {
         Hk,   Hv, dk,     dv,    K};
     bp.n_sm = n_sm;
     bp.norm_w = nw, bp.y = y, bp.z_off = conv_dim, bp.eps = 1e-6f; /* the gated norm too (in the pass, or after it) */
+    if (ba_k > 0) bp.ba_w = wba, bp.ba_x = hx, bp.ba_k = ba_k;
     check(cuda_dn_batch_step(&bp, &lc) == 0, "dn_batch_step launch");
 
     int bad_o = 0, bad_S = 0, bad_y = 0, bad_ring = 0, bad_other = 0;
     double err_o = 0, err_S = 0, err_y = 0; /* max |got - ref| / max |ref| of the head */
     for (int i = 0; i < nd; i++) {
         const int r = rows[i], p = pos[r], rc = p % K;
-        const uint16_t *m = proj + (size_t)r * ld;
+        const uint16_t *m = projr + (size_t)r * ld;
         const float *S0 = (const float *)(slots0 + slot[i] * stride);
         const uint16_t *ring0 = (const uint16_t *)(slots0 + slot[i] * stride + S_b);
         const float *S1 = (const float *)(slots + slot[i] * stride);
@@ -453,9 +473,11 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2) {
     check(bad_ring == 0, "dn step conv ring");
     check(bad_other == 0, "dn step touched another slot or row");
     printf(
-        "  deltanet Hk %d Hv %d dk %3d dv %3d, %d rows: o %d, S %d, y %d, ring %d, other %d bad (max err / max |ref| "
+        "  deltanet Hk %d Hv %d dk %3d dv %3d, %d rows%s: o %d, S %d, y %d, ring %d, other %d bad (max err / max |ref| "
         "o %.2e, S %.2e, y %.2e)\n",
-        Hk, Hv, dk, dv, nd, bad_o, bad_S, bad_y, bad_ring, bad_other, err_o, err_S, err_y);
+        Hk, Hv, dk, dv, nd, ba_k > 0 ? ", b / a in prep" : "", bad_o, bad_S, bad_y, bad_ring, bad_other, err_o, err_S,
+        err_y);
+    free(projr), free(hx), free(wba);
     free(proj), free(conv_w), free(A_log), free(dt_bias), free(nw), free(slots), free(slots0), free(o), free(y);
     free(ws);
 }
@@ -550,6 +572,8 @@ int main(int argc, char **argv) {
     dn_case(1, 2, 128, 128);               /* the whole-head state pass (Qwen3.5's heads): 8 heads on 2 CTAs */
     dn_case(1, 2, 128, 128, 1);            /* one CTA streams all 8 heads: its 3-stage ring wraps twice */
     dn_case(1, 2, 128, 128, 64);           /* more CTAs than heads: one each */
+    dn_case(1, 2, 128, 128, 2, 264);       /* b / a in prep (an FP8 in_proj): r = 2, lanes past the 256-wide round */
+    dn_case(2, 2, 72, 128, 2, 40);         /* the same with r = 1 */
     dn_case(2, 2, 72, 128);                /* the whole-head pass with rows past dk */
     dn_case(1, 1, 128, 64);                /* 16 columns per split, two splits per column-slice CTA */
     dn_case(1, 1, 65, 128);                /* odd dk: the column-slice pass */
