@@ -93,8 +93,9 @@ int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l);
  * (S0, ring0: slot 0's S and ring of this layer). Writes o[rows[i]] = bf16(o) (bf16 [T][Hv dv]). Two launches: the
  * conv / norms / gates of each (row, k-head), grid (Hk, nd), into ws; then the state pass, a persistent grid of
  * n_sm CTAs streaming whole heads for dv = 128 and an even dk <= 128 (sm_90), else (column splits, Hv, nd) with the
- * decode step's per-lane sums. ws: fp32, cuda_dn_batch_ws_bytes(nd, ...) bytes, 16-byte aligned; row i holds q^ [Hk dk], k^ [Hk dk],
- * v [Hv dv] (after conv + SiLU), beta [Hv], decay [Hv], k^.q^ [Hv] (its content is scratch for the caller). */
+ * decode step's per-lane sums. ws: fp32, cuda_dn_batch_ws_bytes(nd, ...) bytes, 16-byte aligned; row i holds
+ * q^ [Hk dk], k^ [Hk dk], v [Hv dv] (after conv + SiLU), beta [Hv], decay [Hv], k^.q^ [Hv] (its content is scratch
+ * for the caller). */
 typedef struct DnBatchParams {
     const uint16_t *proj;
     int ld_proj;

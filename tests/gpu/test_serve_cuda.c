@@ -5,9 +5,9 @@
  *   - A alone through step_batch vs the single-sequence forward() (prefill + decode steps) and vs the CPU backend's
  *     fp32 logits, per logits row within the bound test_decode uses (bf16 activations: worst < 0.06, or one
  *     ill-conditioned row < 0.15 with the rest < 0.06);
- *   - in deterministic mode, batch invariance: A among 7 other sequences (other slots, other lengths, prefill chunks and decode rows mixed
- *     in the same steps, A at a rotating place in the item list, A's KV in other blocks) gives bitwise the same
- *     logits rows as A alone;
+ *   - in deterministic mode, batch invariance: A among 7 other sequences (other slots, other lengths, prefill chunks
+ *     and decode rows mixed in the same steps, A at a rotating place in the item list, A's KV in other blocks) gives
+ *     bitwise the same logits rows as A alone;
  *   - the prefix-cache hooks: A continued from a snapshot of its state loaded into another slot and from copies of its
  *     KV blocks (the originals overwritten) gives bitwise the rows of A alone; in deterministic mode also A's prompt
  *     cut into chunks of 5, and resumed from a snapshot and block copies at 1, 7, 16, 17 and 23 ids (every token's
