@@ -453,6 +453,20 @@ static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, co
     return rc ? sv_fail(rc, "norm", layer, err) : 0;
 }
 
+/* The rows [0, returned) of an N-column GEMM over nd per-row rows that sv_gemm gives the skinny GEMM */
+static int sv_skinny_rows(const CudaServe *sv, int nd, int N) {
+    return !sv->det && nd >= 128 && sv->major == 9 && 2 * ((nd + 127) / 128) * ((N + 127) / 128) >= sv->n_sm ? 0 : nd;
+}
+
+/* 1 when the DeltaNet prep computes the b / a values of layer ly's FP8 in_proj for the nr rows of the per-row kernels
+ * (DnBatchParams.ba_w) instead of the skinny GEMM's second launch for its bf16 b / a rows (sv_gemm's no_tail): those
+ * rows are on the skinny GEMM and the shape fits prep (cuda_dn_batch_step's conditions). */
+static int sv_ba_prep(const CudaServe *sv, const CudaLayer *ly, int nr) {
+    return ly->type != LAYER_FULL_ATTN && ly->w_ba && ly->in8_rows < ly->in_rows &&
+           sv_skinny_rows(sv, nr, ly->in_rows) > 0 && sv->d.Hv / sv->d.Hk <= DN_BA_MAX_R && sv->d.D % 8 == 0 &&
+           !((uintptr_t)ly->w_ba & 15) && !((uintptr_t)sv->h & 15);
+}
+
 /* Y = X W^T over the pass's T rows: the nd decode rows (rows 0 .. nd - 1) through the skinny GEMM, the prefill
  * rows (nd .. T - 1) through the prefill GEMM. Each family's sums for a row do not depend on the other rows, and a
  * row's family depends only on its own piece (a decode token or a prefill chunk), so batching stays invariant. Outside
@@ -468,20 +482,6 @@ static int sv_norm(const CudaServe *sv, const CudaLaunch *lc, const float *x, co
  * skinny GEMM reads it as is (an FP8 DeltaNet in_proj's bf16 b / a rows as a second skinny GEMM into the columns
  * after its FP8 rows, or with no_tail not at all: the DeltaNet prep computes them, sv_ba_prep); the prefill GEMM
  * reads a bf16 copy (cuda_layer_w_bf16). */
-/* The rows [0, returned) of an N-column GEMM over nd per-row rows that sv_gemm gives the skinny GEMM */
-static int sv_skinny_rows(const CudaServe *sv, int nd, int N) {
-    return !sv->det && nd >= 128 && sv->major == 9 && 2 * ((nd + 127) / 128) * ((N + 127) / 128) >= sv->n_sm ? 0 : nd;
-}
-
-/* 1 when the DeltaNet prep computes the per-row rows' b / a values of layer ly's FP8 in_proj (DnBatchParams.ba_w)
- * instead of the skinny GEMM's second launch for its bf16 b / a rows (sv_gemm's no_tail): those rows are on the skinny
- * GEMM and the shape fits prep (cuda_dn_batch_step's conditions). */
-static int sv_ba_prep(const CudaServe *sv, const CudaLayer *ly, int nr) {
-    return ly->type != LAYER_FULL_ATTN && ly->w_ba && ly->in8_rows < ly->in_rows &&
-           sv_skinny_rows(sv, nr, ly->in_rows) > 0 && sv->d.Hv / sv->d.Hk <= DN_BA_MAX_R && sv->d.D % 8 == 0 &&
-           !((uintptr_t)ly->w_ba & 15) && !((uintptr_t)sv->h & 15);
-}
-
 static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams g, const CudaLayer *ly, int which,
                    int nd, int no_tail, const float *norm_w, int layer, const char *what, Err *err) {
     const size_t ysz = g.epi == GEMM_EPI_F32 || g.epi == GEMM_EPI_ADD_F32 ? 4 : 2;
