@@ -533,6 +533,22 @@ int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_floats, int n
 #define GEMM_EPI_ADD_F32_NORM 16 /* only as cuda_gemm_skinny_work's epi: the workspace of cuda_gemm_skinny_norm */
 int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mode, float eps, uint16_t *h, float *work,
                           size_t work_floats, int n_sm, const CudaLaunch *l);
+/* A layer's tail after its mixer for at most 64 rows, in one persistent launch (gemm_skinny.cu): out (the residual
+ * GEMM, EPI_ADD_F32 into the residual rows y) and h = norm(y, norm_out); gu (SwiGLU, glu_group 1) on h; down
+ * (EPI_ADD_F32 into the same y) and h = norm(y, norm_down). Bitwise cuda_gemm_skinny_norm(out), cuda_gemm_skinny(gu),
+ * cuda_gemm_skinny_norm(down) with the shape's split plans. bar: 2 ints of device memory, zero before the first
+ * launch (the launches leave them so; one launch at a time per bar). work: cuda_gemm_skinny_work(.., ADD_F32_NORM, ..)
+ * of out and of down. cudaErrorNotSupported where the tail does not apply (not sm_90a, FP8 weights, M > 64, K not a
+ * multiple of 128, gate_up split): the caller launches the three GEMMs. */
+typedef struct SkTailParams {
+    GemmParams out, gu, down;
+    const float *norm_out, *norm_down;
+    uint16_t *h;
+    int norm_mode;
+    float eps;
+    int *bar;
+} SkTailParams;
+int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t work_floats, int n_sm, const CudaLaunch *l);
 
 /* ---- full attention, prefill (attention_prefill.cu) ---- */
 /* Prepares T tokens at positions pos .. pos+T-1 from the fused projection output qkv:

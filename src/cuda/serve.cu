@@ -62,6 +62,7 @@ struct CudaServe {
     size_t am_work_bytes;
     float *skw; /* cuda_gemm_skinny's split-K partial sums: skw_floats */
     size_t skw_floats;
+    int *tail_bar; /* cuda_gemm_skinny_tail's grid barrier (2 words), zeroed at open */
     int32_t
         *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables, then [tmax] argmax ids */
     int32_t *ints_host;
@@ -203,6 +204,7 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->am_work = sv_carve(a, sv->am_work_bytes);
     sv->skw_floats = skinny_work(ctx, sv);
     sv->skw = (float *)sv_carve(a, sizeof(float) * (sv->skw_floats ? sv->skw_floats : 1));
+    sv->tail_bar = (int *)sv_carve(a, 2 * sizeof(int));
     sv->smp = (StepParams *)sv_carve(a, sizeof(StepParams) * (size_t)sv->lm_rows);
     sv->smp_scratch_bytes = cuda_sample_scratch_bytes(sv->n_sm) * (size_t)sv->lm_rows;
     sv->smp_scratch = sv_carve(a, sv->smp_scratch_bytes);
@@ -340,6 +342,7 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     a.off = 0;
     sv_layout(ctx, sv, &a, n_tables);
     e = cudaMemset(sv->smp_scratch, 0, sv->smp_scratch_bytes);
+    if (e == cudaSuccess) e = cudaMemset(sv->tail_bar, 0, 2 * sizeof(int));
     if (e != cudaSuccess) {
         cuda_serve_close(ctx);
         return sv_fail((int)e, "sampler scratch", -1, err);
@@ -522,6 +525,26 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
     if (rc) return sv_fail(rc, what, layer, err);
     if (!norm_w) return 0;
     return sv_norm(sv, lc, y0 + (size_t)sk * g.ldy, norm_w, sv->h + (size_t)sk * sv->d.D, T - sk, layer, err);
+}
+
+/* The layer's tail after its mixer (o: out_proj / o_proj, gu, dn: down, next_ln: the next layer's input norm) as one
+ * persistent launch (cuda_gemm_skinny_tail, bitwise the three sv_gemm calls) where every row of the pass is on the
+ * skinny GEMM and fits one 64-row block: 0, cudaErrorNotSupported where it does not apply (the caller runs the three
+ * GEMMs), or a launch error. Only in the measurement build `make SERVE_TAIL=1` until an A/B on the GPU decides
+ * (docs/SERVE_ENGINE.md, "The layer tail"). */
+static int sv_tail(CudaServe *sv, const CudaLaunch *lc, GemmParams o, GemmParams gu, GemmParams dn, const CudaLayer *ly,
+                   const float *next_ln, int nr) {
+#ifdef Q35_SERVE_TAIL
+    if (!next_ln || nr != o.M || o.M > 64 || sv_skinny_rows(sv, nr, gu.N) != nr) return (int)cudaErrorNotSupported;
+    cuda_layer_gemm_w(ly, CW_OUT, o.K, &o);
+    cuda_layer_gemm_w(ly, CW_GU, gu.K, &gu);
+    cuda_layer_gemm_w(ly, CW_DOWN, dn.K, &dn);
+    SkTailParams tp = {o, gu, dn, ly->ln2, next_ln, sv->h, sv->d.norm_mode, sv->d.eps, sv->tail_bar};
+    return cuda_gemm_skinny_tail(&tp, sv->skw, sv->skw_floats, sv->n_sm, lc);
+#else
+    (void)sv, (void)lc, (void)o, (void)gu, (void)dn, (void)ly, (void)next_ln, (void)nr;
+    return (int)cudaErrorNotSupported;
+#endif
 }
 
 /* The picks of logits rows lm [rows][V] (device): their argmax ids and log-softmax there into the tail of sv->ints,
@@ -745,12 +768,14 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             }
         }
         GemmParams o = {sv->act, NULL, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
-        if ((rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, 0, ly->ln2, l, "gemm_out", err))) return rc;
         const int F = d->F;
         GemmParams gu = {sv->h, NULL, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        if ((rc = sv_gemm(ctx, sv, &lc, gu, ly, CW_GU, nr, 0, NULL, l, "gemm_gate_up", err))) return rc;
         GemmParams dn = {sv->act, NULL, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
         const float *next_ln = l + 1 < c->num_hidden_layers ? ctx->layers[l + 1].ln1 : NULL;
+        if ((rc = sv_tail(sv, &lc, o, gu, dn, ly, next_ln, nr)) == 0) continue;
+        if (rc != (int)cudaErrorNotSupported) return sv_fail(rc, "layer tail", l, err);
+        if ((rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, 0, ly->ln2, l, "gemm_out", err))) return rc;
+        if ((rc = sv_gemm(ctx, sv, &lc, gu, ly, CW_GU, nr, 0, NULL, l, "gemm_gate_up", err))) return rc;
         if ((rc = sv_gemm(ctx, sv, &lc, dn, ly, CW_DOWN, nr, 0, next_ln, l, "gemm_down", err))) return rc;
     }
     if (n_out > 0) {

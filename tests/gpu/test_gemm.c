@@ -407,6 +407,147 @@ static void test_skinny_split_m(void) {
     g_split_m = 0;
 }
 
+/* cuda_gemm_skinny_tail (a layer's residual GEMM, norm, gate_up, down and next norm in one persistent launch)
+ * against the three launches it replaces, cuda_gemm_skinny_norm(out), cuda_gemm_skinny(gate_up),
+ * cuda_gemm_skinny_norm(down), on the same inputs with the serve step's aliasing (out reads act [M][no], gate_up
+ * writes act [M][F]): x, h and act must be bitwise equal, h (NaN-poisoned) all written. The tail runs twice on fresh
+ * copies (the second launch starts from the barrier state the first left, as graph replays do); both equal. Shapes:
+ * Qwen3.5-0.8B's (D 1024, out_proj / o_proj K 2048, F 3584), a ragged one (D 640: a partial W tile, norm slots past
+ * N), D 2048; M = 1, 13, 64. The cases it refuses (M 65, gate_up with a split, FP8) return cudaErrorNotSupported and
+ * write nothing. */
+static void test_skinny_tail_case(int M, int D, int no, int F, int mode) {
+    const size_t na = (size_t)M * (no > F ? no : F);
+    uint16_t *act0 = rand_bf16(na, 1.0f), *wo = rand_bf16((size_t)D * no, 1.0f / sqrtf((float)no));
+    uint16_t *wgu = rand_bf16((size_t)2 * F * D, 1.0f / sqrtf((float)D)),
+             *wdn = rand_bf16((size_t)D * F, 1.0f / sqrtf((float)F));
+    float *x0 = malloc((size_t)M * D * 4), *n1 = malloc((size_t)D * 4), *n2 = malloc((size_t)D * 4);
+    for (size_t i = 0; i < (size_t)M * D; i++) x0[i] = round_bf16(rng_normal(&rng));
+    for (int i = 0; i < D; i++) {
+        n1[i] = mode == NORM_ZC ? 0.1f * rng_normal(&rng) : 1.0f + 0.1f * rng_normal(&rng);
+        n2[i] = mode == NORM_ZC ? 0.1f * rng_normal(&rng) : 1.0f + 0.1f * rng_normal(&rng);
+    }
+    uint16_t *dwo = dcopy(wo, (size_t)D * no * 2), *dwgu = dcopy(wgu, (size_t)2 * F * D * 2);
+    uint16_t *dwdn = dcopy(wdn, (size_t)D * F * 2);
+    float *dn1 = dcopy(n1, (size_t)D * 4), *dn2 = dcopy(n2, (size_t)D * 4);
+    const size_t wf1 = cuda_gemm_skinny_work(M, D, no, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
+    const size_t wf2 = cuda_gemm_skinny_work(M, D, F, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
+    const size_t wf = wf1 > wf2 ? wf1 : wf2;
+    float *work = NULL;
+    int *bar = NULL;
+    CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
+    CUDA_OK(cudaMalloc((void **)&bar, 2 * sizeof(int)));
+    CUDA_OK(cudaMemset(bar, 0, 2 * sizeof(int)));
+    float *hx[3];
+    uint16_t *hh[3], *ha[3];
+    int rc[3];
+    for (int r = 0; r < 3; r++) { /* r = 0: the three launches; 1, 2: the tail */
+        uint16_t *dact = dcopy(act0, na * 2), *dh = NULL;
+        float *dx = dcopy(x0, (size_t)M * D * 4);
+        CUDA_OK(cudaMalloc((void **)&dh, (size_t)M * D * 2));
+        CUDA_OK(cudaMemset(dh, 0xff, (size_t)M * D * 2));
+        GemmParams o = {dact, dwo, dx, M, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
+        GemmParams gu = {dh, dwgu, dact, M, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0, NULL, NULL, 0};
+        GemmParams dn = {dact, dwdn, dx, M, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
+        if (r == 0) {
+            rc[r] = cuda_gemm_skinny_norm(&o, dn1, mode, 1e-6f, dh, work, wf, n_sm, &L0);
+            rc[r] |= cuda_gemm_skinny(&gu, work, wf, n_sm, &L0);
+            rc[r] |= cuda_gemm_skinny_norm(&dn, dn2, mode, 1e-6f, dh, work, wf, n_sm, &L0);
+        } else {
+            SkTailParams tp = {o, gu, dn, dn1, dn2, dh, mode, 1e-6f, bar};
+            rc[r] = cuda_gemm_skinny_tail(&tp, work, wf, n_sm, &L0);
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        hx[r] = malloc((size_t)M * D * 4), hh[r] = malloc((size_t)M * D * 2), ha[r] = malloc((size_t)M * F * 2);
+        CUDA_OK(cudaMemcpy(hx[r], dx, (size_t)M * D * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(hh[r], dh, (size_t)M * D * 2, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(ha[r], dact, (size_t)M * F * 2, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaFree(dact));
+        CUDA_OK(cudaFree(dx));
+        CUDA_OK(cudaFree(dh));
+    }
+    int hb[2];
+    CUDA_OK(cudaMemcpy(hb, bar, sizeof hb, cudaMemcpyDeviceToHost));
+    long nan_h = 0;
+    for (size_t i = 0; i < (size_t)M * D; i++) nan_h += (hh[0][i] & 0x7fff) > 0x7f80;
+    int same = 1;
+    for (int r = 1; r < 3; r++)
+        same &= !memcmp(hx[0], hx[r], (size_t)M * D * 4) && !memcmp(hh[0], hh[r], (size_t)M * D * 2) &&
+                !memcmp(ha[0], ha[r], (size_t)M * F * 2);
+    CHECK(rc[0] == 0 && rc[1] == 0 && rc[2] == 0, "skinny tail M=%d D=%d no=%d F=%d: launches %d %d %d", M, D, no, F,
+          rc[0], rc[1], rc[2]);
+    CHECK(nan_h == 0, "skinny tail M=%d D=%d: %ld of h not written (NaN)", M, D, nan_h);
+    CHECK(same, "skinny tail M=%d D=%d no=%d F=%d mode=%d: x, h or act differ from the three launches", M, D, no, F,
+          mode);
+    CHECK(hb[0] == 0 && hb[1] == 0, "skinny tail M=%d D=%d: barrier words %d %d after two launches, want 0 0", M, D,
+          hb[0], hb[1]);
+    printf("  skinny tail M=%3d D=%4d no=%4d F=%4d mode=%d: x, h, act %s the three launches (two launches)\n", M, D, no,
+           F, mode, same ? "bitwise equal to" : "DIFFER from");
+    for (int r = 0; r < 3; r++) free(hx[r]), free(hh[r]), free(ha[r]);
+    free(act0), free(wo), free(wgu), free(wdn), free(x0), free(n1), free(n2);
+    CUDA_OK(cudaFree(dwo));
+    CUDA_OK(cudaFree(dwgu));
+    CUDA_OK(cudaFree(dwdn));
+    CUDA_OK(cudaFree(dn1));
+    CUDA_OK(cudaFree(dn2));
+    CUDA_OK(cudaFree(work));
+    CUDA_OK(cudaFree(bar));
+}
+
+/* What the tail refuses: cudaErrorNotSupported, nothing launched (h keeps its poison) */
+static void test_skinny_tail_refused(void) {
+    const int D = 1024, no = 2048, F = 3584;
+    uint16_t *dact = NULL, *dh = NULL, *dw = NULL;
+    float *dx = NULL, *dnw = NULL, *work = NULL;
+    int *bar = NULL;
+    CUDA_OK(cudaMalloc((void **)&dact, (size_t)65 * F * 2));
+    CUDA_OK(cudaMalloc((void **)&dh, (size_t)65 * D * 2));
+    CUDA_OK(cudaMalloc((void **)&dw, (size_t)2 * F * D * 2));
+    CUDA_OK(cudaMalloc((void **)&dx, (size_t)65 * D * 4));
+    CUDA_OK(cudaMalloc((void **)&dnw, (size_t)D * 4));
+    CUDA_OK(cudaMalloc((void **)&work, (size_t)1 << 24));
+    CUDA_OK(cudaMalloc((void **)&bar, 8));
+    CUDA_OK(cudaMemset(bar, 0, 8));
+    CUDA_OK(cudaMemset(dh, 0xff, (size_t)65 * D * 2));
+    GemmParams o = {dact, dw, dx, 64, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
+    GemmParams gu = {dh, dw, dact, 64, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0, NULL, NULL, 0};
+    GemmParams dn = {dact, dw, dx, 64, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
+    const size_t wf = ((size_t)1 << 24) / 4;
+    for (int k = 0; k < 3; k++) {
+        SkTailParams tp = {o, gu, dn, dnw, dnw, dh, NORM_ZC, 1e-6f, bar};
+        const char *what = k == 0 ? "M = 65" : k == 1 ? "gate_up with 2 splits (F = 512)" : "FP8 down";
+        if (k == 0) tp.out.M = tp.gu.M = tp.down.M = 65;
+        if (k == 1) tp.gu.N = 1024, tp.gu.ldy = 512, tp.down.K = tp.down.ldx = tp.down.ldw = 512;
+        if (k == 2) tp.down.w = NULL, tp.down.w8 = (const uint8_t *)dw, tp.down.w8_scale = dnw;
+        CHECK(cuda_gemm_skinny_tail(&tp, work, wf, n_sm, &L0) == (int)cudaErrorNotSupported,
+              "skinny tail: %s not refused as unsupported", what);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    uint16_t h0;
+    CUDA_OK(cudaMemcpy(&h0, dh, 2, cudaMemcpyDeviceToHost));
+    CHECK(h0 == 0xffff, "skinny tail: a refused call wrote h");
+    CUDA_OK(cudaFree(dact));
+    CUDA_OK(cudaFree(dh));
+    CUDA_OK(cudaFree(dw));
+    CUDA_OK(cudaFree(dx));
+    CUDA_OK(cudaFree(dnw));
+    CUDA_OK(cudaFree(work));
+    CUDA_OK(cudaFree(bar));
+}
+
+static void test_skinny_tail(void) {
+    if (cuda_gemm_skinny_tail(NULL, NULL, 0, n_sm, &L0) != (int)cudaErrorInvalidValue) {
+        CHECK(0, "skinny tail: a NULL call not refused");
+        return;
+    }
+    static const int Ms[] = {1, 13, 64};
+    for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
+        test_skinny_tail_case(Ms[i], 1024, 2048, 3584, NORM_ZC);
+        test_skinny_tail_case(Ms[i], 640, 384, 2176, NORM_PLAIN);
+    }
+    test_skinny_tail_case(64, 2048, 1024, 2560, NORM_ZC);
+    test_skinny_tail_refused();
+}
+
 /* The skinny GEMM on FP8 weights: a ragged shape (N = 200: N % 64 = 8; K = 336: 3 scale blocks, the last 80 wide,
  * 5.25 chunks; N = 208 for SwiGLU G = 8) with every epilogue and row strides ldw > K, and the decode shapes of
  * Qwen3.5-0.8B (in_proj, MLP gate+up, MLP down, out_proj), at M = 1, 7, 64, 65, 130; random shapes; the fused
@@ -632,6 +773,7 @@ static int run_algo(int a, uint64_t seed) {
         test_skinny_fp8_bad_args();
         test_skinny_fp8();
         test_skinny_split_m();
+        if (major == 9) test_skinny_tail();
     }
     printf("timing (median of 20):\n");
     const int algo = algo_of[a];
