@@ -10,7 +10,8 @@
 #   usage: scripts/ab-serve.sh [-r ROUNDS] [-p PREFILL_LIST] [-n PROMPT] [-b "B ..."] [-t N] LABEL:DIR ...
 #   DIR holds qwen35 and serve_step (DIR/serve_step, else DIR/bench/serve_step), e.g. base:build-base new:build
 #   (defaults: -r 2 -p 16,128,2048 -n 128 -b "64 256" -t 0; -b "", -n 0 or -t 0 skips that part;
-#   AB_SERVE_MODEL: the server's model arguments, default "--dummy qwen3.5-0.8b --backend cuda --ctx 8192")
+#   AB_SERVE_MODEL: the server's model arguments, default "--dummy qwen3.5-0.8b --backend cuda --ctx 8192";
+#   AB_STEP_ARGS: more serve_step arguments for the batched part, e.g. "--weights fp8")
 set -u
 rounds=2 plist=16,128,2048 prompt=128 blist="64 256" ttft=0
 model=${AB_SERVE_MODEL:---dummy qwen3.5-0.8b --backend cuda --ctx 8192}
@@ -21,11 +22,11 @@ while getopts "r:p:n:b:t:" o; do
     n) prompt=$OPTARG ;;
     b) blist=$OPTARG ;;
     t) ttft=$OPTARG ;;
-    *) sed -n '2,14p' "$0"; exit 2 ;;
+    *) sed -n '2,15p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,14p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 if [ -f .devpack/pack.txz ]; then tar xJf .devpack/pack.txz; elif [ -f .devpack/pack.tgz ]; then tar xzf .devpack/pack.tgz; fi
@@ -54,7 +55,8 @@ for r in $(seq 1 "$rounds"); do
             [ -n "$t" ] && printf "%s\tprompt %s step ms\t%s\n" "$label" "$prompt" "$t" >> "$run"
         fi
         if [ -n "$blist" ]; then
-            timeout 300 "$ss" --dummy qwen3.5-0.8b --ctx 1024 --kv-memory 40 $blist 2>&1 |
+            # shellcheck disable=SC2086 # several arguments
+            timeout 300 "$ss" --dummy qwen3.5-0.8b --ctx 1024 --kv-memory 40 ${AB_STEP_ARGS:-} $blist 2>&1 |
                 awk -v l="$label" '/^B / { for (i = 2; i <= NF; i++)
                     if ($i == "tokens/s") printf "%s\tB %d tokens/s\t%s\n", l, $2, $(i - 1) }' >> "$run"
         fi

@@ -569,15 +569,20 @@ __global__ void __launch_bounds__(64 * NC)
  * already in shared memory or on their way, where the separate kernels start each launch with an empty ring.
  * Consumers (warps 0-3, one warpgroup) load the X chunks (activations, from L2) by cp.async through a ring of SKT_NX
  * stages as sk_main_wg does, run each 128-column chunk as 8 wgmma m64n64k16, store the epilogue, and do the row
- * reductions. Co-residency (every barrier needs all CTAs running): one CTA per SM by shared memory, grid <= n_sm. */
-#define SKT_NW   8                 /* W ring stages */
-#define SKT_NX   4                 /* X ring stages: chunks c + 1, c + 2 in flight while chunk c computes */
-#define SKT_TILE (SK_BN * 128 * 2) /* one stage: a 64 x 128 bf16 chunk, two swz<8> pieces [64][64] */
-#define SKT_SV   (16 * 32 * 16)    /* sk_reduce_norm_row's slots, 2 NC <= 16 */
-#define SKT_SMEM ((SKT_NW + SKT_NX) * SKT_TILE + SKT_SV + 2 * SKT_NW * 8 + 16 + 1024)
+ * reductions. Co-residency (every barrier needs all CTAs running): one CTA per SM by shared memory, grid <= n_sm.
+ * FP8 weights (all three GEMMs): the producer streams the e4m3 chunks (TMA boxes of 64 bytes x 64 rows, no swizzle:
+ * sk_load_w<true>'s layout) through a ring of more, half-size stages; the consumers convert each into one of two bf16
+ * tiles (sk_convert_w8), give the stage back at once, and fold the block sums as sk_main_wg does. */
+#define SKT_NX        4                 /* X ring stages: chunks c + 1, c + 2 in flight while chunk c computes */
+#define SKT_TILE      (SK_BN * 128 * 2) /* a 64 x 128 bf16 chunk, two swz<8> pieces [64][64]: X stage, bf16 tile */
+#define SKT_NW(F8)    ((F8) ? 12 : 8)   /* W ring stages */
+#define SKT_WST(F8)   ((F8) ? SKT_TILE / 2 : SKT_TILE) /* a W stage: the chunk's bf16 or e4m3 bytes */
+#define SKT_SV        (16 * 32 * 16)                   /* sk_reduce_norm_row's slots, 2 NC <= 16 */
+#define SKT_TILES(F8) (SKT_NW(F8) * SKT_WST(F8) + SKT_NX * SKT_TILE + ((F8) ? 2 * SKT_TILE : 0)) /* rings, tiles */
+#define SKT_SMEM(F8)  (SKT_TILES(F8) + SKT_SV + 2 * SKT_NW(F8) * 8 + 16 + 1024)
 
 typedef struct SkTailGemm {
-    CUtensorMap wmap; /* W [N][K], boxes of 64 columns x 64 rows, swz<8> */
+    CUtensorMap wmap; /* W [N][K], boxes of 64 columns x 64 rows: bf16 swz<8>, or e4m3 bytes row after row */
     GemmParams g;
     int kc, splits, ntiles; /* sk_plan's pieces per split and splits; N / 64 tiles */
 } SkTailGemm;
@@ -621,9 +626,11 @@ __device__ __forceinline__ void skt_item(const SkTailGemm &t, int it, int &n0, i
     nch = (min(t.kc, np_total - p0) + 1) / 2;
 }
 
-/* The producer: every W chunk of this CTA's items of the three GEMMs, in the consumers' order, into stage j % SKT_NW
+/* The producer: every W chunk of this CTA's items of the three GEMMs, in the consumers' order, into stage j % NW
  * once the consumers have freed it (empty), completing on full. One thread. */
+template <bool F8>
 __device__ __forceinline__ void skt_produce(const SkTailArgs &a, uint32_t wring, uint32_t full0, uint32_t empty0) {
+    constexpr int NW = SKT_NW(F8), WST = SKT_WST(F8);
     int j = 0;
     for (int p = 0; p < 3; p++) {
         const SkTailGemm &t = a.gm[p];
@@ -631,23 +638,28 @@ __device__ __forceinline__ void skt_produce(const SkTailArgs &a, uint32_t wring,
             int n0, split, p0, nch;
             skt_item(t, it, n0, split, p0, nch);
             for (int c = 0; c < nch; c++, j++) {
-                const int s = j % SKT_NW;
-                if (j >= SKT_NW) mbar_wait(empty0 + 8 * s, ((j / SKT_NW) - 1) & 1);
-                mbar_arrive_expect_tx(full0 + 8 * s, SKT_TILE);
-                tma_load_2d(wring + s * SKT_TILE, &t.wmap, (p0 + 2 * c) * SK_BK, n0, full0 + 8 * s);
-                tma_load_2d(wring + s * SKT_TILE + SKT_TILE / 2, &t.wmap, (p0 + 2 * c + 1) * SK_BK, n0, full0 + 8 * s);
+                const int s = j % NW;
+                if (j >= NW) mbar_wait(empty0 + 8 * s, ((j / NW) - 1) & 1);
+                mbar_arrive_expect_tx(full0 + 8 * s, WST);
+                tma_load_2d(wring + s * WST, &t.wmap, (p0 + 2 * c) * SK_BK, n0, full0 + 8 * s);
+                tma_load_2d(wring + s * WST + WST / 2, &t.wmap, (p0 + 2 * c + 1) * SK_BK, n0, full0 + 8 * s);
             }
         }
     }
 }
 
 /* A GEMM phase for the consumers: this CTA's items of t, each as sk_main_wg's 128-column loop with W from the
- * producer's ring (chunk counter j, shared with skt_produce's order), then sk_epilogue<EPI>. */
-template <int EPI>
-__device__ __forceinline__ void skt_gemm(const SkTailGemm &t, float *work, uint32_t wring, uint32_t xring,
-                                         uint32_t full0, uint32_t empty0, int &j) {
+ * producer's ring (chunk counter j, shared with skt_produce's order), then sk_epilogue<EPI>. FP8: chunk c is
+ * converted into bf16 tile c % 2 (tiles: their generic address; the stage goes back to the producer once every thread
+ * has converted its pieces), then, as in sk_main_wg, chunk c - 1's wgmmas are waited for, the previous 128-column
+ * block's sums folded with their scales, and chunk c issued into fresh block sums. */
+template <int EPI, bool F8>
+__device__ __forceinline__ void skt_gemm(const SkTailGemm &t, float *work, uint8_t *sm, uint32_t xring, uint32_t full0,
+                                         uint32_t empty0, int &j) {
+    constexpr int NW = SKT_NW(F8), WST = SKT_WST(F8);
     const GemmParams &g = t.g;
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const uint32_t wring = smem_addr(sm);
     for (int it = blockIdx.x; it < t.ntiles * t.splits; it += gridDim.x) {
         int n0, split, p0, nch;
         skt_item(t, it, n0, split, p0, nch);
@@ -656,8 +668,11 @@ __device__ __forceinline__ void skt_gemm(const SkTailGemm &t, float *work, uint3
             for (int q = 0; q < 2; q++)
                 sk_load_x(g, xring + (c % SKT_NX) * SKT_TILE + q * (SKT_TILE / 2), 0, p0 + 2 * c + q, tid);
         };
-        float acc[8][4];
+        const int n = n0 + warp * 16 + (lane >> 2); /* FP8: this thread's accumulator rows n, n + 8 */
+        float acc[8][4], cacc[8][4];                /* FP8: cacc, the sums of the current 128-column block */
+        float s_lo = 0.0f, s_hi = 0.0f;             /* FP8: its scales */
         sk_zero(acc);
+        sk_zero(cacc);
 #pragma unroll
         for (int c = 0; c < SKT_NX - 2; c++) {
             if (c < nch) load_x(c);
@@ -669,24 +684,45 @@ __device__ __forceinline__ void skt_gemm(const SkTailGemm &t, float *work, uint3
             bar_sync(1, 128); /* chunk c's X landed in every thread; chunk c - 2's wgmmas are done in every warp */
             if (c + SKT_NX - 2 < nch) load_x(c + SKT_NX - 2);
             cp_async_commit();
-            const int s = j % SKT_NW;
-            mbar_wait(full0 + 8 * s, (j / SKT_NW) & 1);
-            const uint32_t sw = wring + s * SKT_TILE, sx = xring + (c % SKT_NX) * SKT_TILE;
-            sk_acc_fence(acc);
+            const int s = j % NW;
+            mbar_wait(full0 + 8 * s, (j / NW) & 1);
+            uint32_t sw = wring + s * WST;
+            const uint32_t sx = xring + (c % SKT_NX) * SKT_TILE;
+            if constexpr (F8) {
+                uint8_t *tile = sm + SKT_TILES(F8) - 2 * SKT_TILE + (c % 2) * SKT_TILE;
+#pragma unroll
+                for (int q = 0; q < 2; q++) sk_convert_w8(sm + s * WST + q * (WST / 2), tile + q * (SKT_TILE / 2), tid);
+                fence_proxy_async(); /* the converted tile, for wgmma */
+                bar_sync(1, 128);
+                mbar_arrive(empty0 + 8 * s); /* every thread has converted its pieces of the stage */
+                sw = smem_addr(tile);
+                wgmma_wait<0>(); /* chunk c - 1 */
+                sk_acc_fence(cacc);
+                sk_block_start(g, acc, cacc, c > 0, p0 + 2 * c, n, SK_BM, s_lo, s_hi);
+            }
+            float(&d)[8][4] = F8 ? cacc : acc;
+            sk_acc_fence(d);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 8; kk++)
-                wgmma_m64n64k16(acc, wgmma_desc(sw + (kk >> 2) * (SKT_TILE / 2) + (kk & 3) * 32),
+                wgmma_m64n64k16(d, wgmma_desc(sw + (kk >> 2) * (SKT_TILE / 2) + (kk & 3) * 32),
                                 wgmma_desc(sx + (kk >> 2) * (SKT_TILE / 2) + (kk & 3) * 32));
             wgmma_commit();
-            wgmma_wait<1>(); /* chunk c - 1: its W stage goes back to the producer */
-            if (c > 0) mbar_arrive(empty0 + 8 * ((j - 1) % SKT_NW));
+            if constexpr (!F8) {
+                wgmma_wait<1>(); /* chunk c - 1: its W stage goes back to the producer */
+                if (c > 0) mbar_arrive(empty0 + 8 * ((j - 1) % NW));
+            }
         }
         wgmma_wait<0>();
         sk_acc_fence(acc);
-        if (nch > 0) mbar_arrive(empty0 + 8 * ((j - 1) % SKT_NW));
+        if constexpr (F8) {
+            sk_acc_fence(cacc);
+            if (nch > 0) sk_fold(acc, cacc, s_lo, s_hi, SK_BM);
+        } else if (nch > 0) {
+            mbar_arrive(empty0 + 8 * ((j - 1) % NW));
+        }
         cp_async_wait<0>();
-        bar_sync(1, 128); /* every warp's wgmmas are done before the next item refills the X ring */
+        bar_sync(1, 128); /* every warp's wgmmas are done before the next item refills the X ring (and FP8 tiles) */
         sk_epilogue<EPI>(g, work, split, acc, 0, n0);
     }
 }
@@ -703,18 +739,19 @@ __device__ __forceinline__ void skt_reduce(const SkTailGemm &t, const float *wor
 }
 #endif
 
-/* NC: the norms' row width class (N <= 256 NC). 160 threads: the consumer warpgroup, then the producer warp. */
-template <int NC>
+/* NC: the norms' row width class (N <= 256 NC); F8: FP8 weights. 160 threads: the consumer warpgroup, then the
+ * producer warp. */
+template <int NC, bool F8>
 __global__ void __launch_bounds__(160, 1) gemm_skinny_tail_k(const __grid_constant__ SkTailArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) uint8_t smem[];
     uint8_t *sm = smem + (((smem_addr(smem) + 1023u) & ~1023u) - smem_addr(smem));
-    const uint32_t wring = smem_addr(sm), xring = wring + SKT_NW * SKT_TILE;
-    float4(*sv)[32] = (float4(*)[32])(sm + (SKT_NW + SKT_NX) * SKT_TILE);
-    const uint32_t full0 = smem_addr(sm + (SKT_NW + SKT_NX) * SKT_TILE + SKT_SV), empty0 = full0 + 8 * SKT_NW;
-    float *sr = (float *)(sm + (SKT_NW + SKT_NX) * SKT_TILE + SKT_SV + 16 * SKT_NW);
+    const uint32_t wring = smem_addr(sm), xring = wring + SKT_NW(F8) * SKT_WST(F8);
+    float4(*sv)[32] = (float4(*)[32])(sm + SKT_TILES(F8));
+    const uint32_t full0 = smem_addr(sm + SKT_TILES(F8) + SKT_SV), empty0 = full0 + 8 * SKT_NW(F8);
+    float *sr = (float *)(sm + SKT_TILES(F8) + SKT_SV + 16 * SKT_NW(F8));
     if (threadIdx.x == 0) {
-        for (int s = 0; s < SKT_NW; s++) {
+        for (int s = 0; s < SKT_NW(F8); s++) {
             mbar_init(full0 + 8 * s, 1);
             mbar_init(empty0 + 8 * s, 128);
         }
@@ -722,18 +759,18 @@ __global__ void __launch_bounds__(160, 1) gemm_skinny_tail_k(const __grid_consta
     }
     __syncthreads();
     if (threadIdx.x >= 128) { /* the weights are immutable: streamed from the start, before the PDL wait */
-        if (threadIdx.x == 128) skt_produce(a, wring, full0, empty0);
+        if (threadIdx.x == 128) skt_produce<F8>(a, wring, full0, empty0);
         return;
     }
     pdl_begin();
     int j = 0;
-    skt_gemm<-1>(a.gm[0], a.work, wring, xring, full0, empty0, j);
+    skt_gemm<-1, F8>(a.gm[0], a.work, sm, xring, full0, empty0, j);
     skt_grid_sync(a.bar, 1);
     skt_reduce<NC>(a.gm[0], a.work, a.nm[0], sv, sr);
     skt_grid_sync(a.bar, 2);
-    skt_gemm<GEMM_EPI_SWIGLU_BF16>(a.gm[1], a.work, wring, xring, full0, empty0, j);
+    skt_gemm<GEMM_EPI_SWIGLU_BF16, F8>(a.gm[1], a.work, sm, xring, full0, empty0, j);
     skt_grid_sync(a.bar, 3);
-    skt_gemm<-1>(a.gm[2], a.work, wring, xring, full0, empty0, j);
+    skt_gemm<-1, F8>(a.gm[2], a.work, sm, xring, full0, empty0, j);
     skt_grid_sync(a.bar, 4);
     skt_grid_done(a.bar);
     skt_reduce<NC>(a.gm[2], a.work, a.nm[1], sv, sr);
@@ -864,10 +901,17 @@ extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, i
 }
 
 /* One GEMM of the tail: its tensor map and split plan, or cudaErrorNotSupported where the tail does not take it
- * (FP8, K not whole 128-column chunks, a misaligned weight) */
+ * (K not whole 128-column chunks, a misaligned weight) */
 static int skt_gemm_args(SkTailGemm *t, const GemmParams *g, int n_sm) {
-    if (!g->w || g->w8 || g->K % 128 || ((uintptr_t)g->w & 15)) return (int)cudaErrorNotSupported;
-    const int rc = cuda_tma_map_bf16(&t->wmap, g->w, g->N, g->K, g->ldw, SK_BN);
+    if (!g->w == !g->w8 || g->K % 128) return (int)cudaErrorNotSupported;
+    int rc;
+    if (g->w8) {
+        if (!g->w8_scale || g->ldw % 16 || ((uintptr_t)g->w8 & 15)) return (int)cudaErrorNotSupported;
+        rc = cuda_tma_map_u8(&t->wmap, g->w8, g->N, g->K, g->ldw, SK_BN);
+    } else {
+        if ((uintptr_t)g->w & 15) return (int)cudaErrorNotSupported;
+        rc = cuda_tma_map_bf16(&t->wmap, g->w, g->N, g->K, g->ldw, SK_BN);
+    }
     if (rc) return rc;
     t->g = *g;
     t->g.split_m = 0;
@@ -876,11 +920,18 @@ static int skt_gemm_args(SkTailGemm *t, const GemmParams *g, int n_sm) {
     return 0;
 }
 
-template <int NC>
+template <int NC, bool F8>
 static int skt_launch(const SkTailArgs &a, int grid, const CudaLaunch *l) {
-    const cudaError_t e = smem_attr<gemm_skinny_tail_k<NC>>(SKT_SMEM);
+    const cudaError_t e = smem_attr<gemm_skinny_tail_k<NC, F8>>(SKT_SMEM(F8));
     if (e != cudaSuccess) return (int)e;
-    return launch_ex(gemm_skinny_tail_k<NC>, dim3((unsigned)grid), dim3(160), SKT_SMEM, 0, l, a);
+    return launch_ex(gemm_skinny_tail_k<NC, F8>, dim3((unsigned)grid), dim3(160), SKT_SMEM(F8), 0, l, a);
+}
+
+template <bool F8>
+static int skt_launch_nc(const SkTailArgs &a, int N, int grid, const CudaLaunch *l) {
+    if (N <= 512) return skt_launch<2, F8>(a, grid, l);
+    if (N <= 1024) return skt_launch<4, F8>(a, grid, l);
+    return skt_launch<8, F8>(a, grid, l);
 }
 
 extern "C" int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t work_floats, int n_sm,
@@ -908,7 +959,7 @@ extern "C" int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t 
     if (!rc) rc = skt_gemm_args(&a.gm[1], gu, n_sm);
     if (!rc) rc = skt_gemm_args(&a.gm[2], dn, n_sm);
     if (rc) return rc;
-    if (a.gm[1].splits != 1) return (int)cudaErrorNotSupported;
+    if (a.gm[1].splits != 1 || !o->w8 != !gu->w8 || !o->w8 != !dn->w8) return (int)cudaErrorNotSupported;
     if (cuda_gemm_skinny_work(M, N, o->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats ||
         cuda_gemm_skinny_work(M, N, dn->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats)
         return (int)cudaErrorInvalidValue;
@@ -919,7 +970,5 @@ extern "C" int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t 
     int grid = M;
     for (int i = 0; i < 3; i++) grid = max(grid, a.gm[i].ntiles * a.gm[i].splits);
     grid = min(grid, n_sm);
-    if (N <= 512) return skt_launch<2>(a, grid, l);
-    if (N <= 1024) return skt_launch<4>(a, grid, l);
-    return skt_launch<8>(a, grid, l);
+    return o->w8 ? skt_launch_nc<true>(a, N, grid, l) : skt_launch_nc<false>(a, N, grid, l);
 }

@@ -538,8 +538,9 @@ int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mod
  * (EPI_ADD_F32 into the same y) and h = norm(y, norm_down). Bitwise cuda_gemm_skinny_norm(out), cuda_gemm_skinny(gu),
  * cuda_gemm_skinny_norm(down) with the shape's split plans. bar: 2 ints of device memory, zero before the first
  * launch (the launches leave them so; one launch at a time per bar). work: cuda_gemm_skinny_work(.., ADD_F32_NORM, ..)
- * of out and of down. cudaErrorNotSupported where the tail does not apply (not sm_90a, FP8 weights, M > 64, K not a
- * multiple of 128, gate_up split): the caller launches the three GEMMs. */
+ * of out and of down. Weights bf16 or FP8 (GemmParams.w8, all three alike). cudaErrorNotSupported where the tail does
+ * not apply (not sm_90a, M > 64, K not a multiple of 128, a gate_up split, mixed formats): the caller launches the
+ * three GEMMs. */
 typedef struct SkTailParams {
     GemmParams out, gu, down;
     const float *norm_out, *norm_down;

@@ -270,12 +270,12 @@ static void norm_case(int M, int N, int K, int mode, int n_sm, bool f8 = false, 
  * (NaN-poisoned) all written, the barrier words back to zero so that a second launch runs the same. All CTAs of the
  * grid run at once (emu_resident). n_sm picks the split plans and the grid: CTAs that take several items (the W ring
  * wraps many times), residual GEMMs of one and of three splits. The mma.sync build must refuse it as unsupported. */
-static void tail_case(int M, int D, int no, int F, int mode, int n_sm) {
+static void tail_case(int M, int D, int no, int F, int mode, int n_sm, bool f8 = false) {
     const size_t na = (size_t)M * (no > F ? no : F);
     std::vector<uint16_t> act0(na);
     for (auto &v : act0) v = emu_bf(nrm());
-    const Weights Wo = make_weights(D, no, false, no), Wgu = make_weights(2 * F, D, false, D),
-                  Wdn = make_weights(D, F, false, F);
+    const Weights Wo = make_weights(D, no, f8, no), Wgu = make_weights(2 * F, D, f8, D),
+                  Wdn = make_weights(D, F, f8, F);
     std::vector<float> x0((size_t)M * D), n1(D), n2(D);
     for (auto &v : x0) v = rbf(nrm());
     for (int i = 0; i < D; i++) {
@@ -294,9 +294,10 @@ static void tail_case(int M, int D, int no, int F, int mode, int n_sm) {
     for (int r = 0; r < 3; r++) { /* r = 0: the three launches; 1, 2: the tail, twice */
         std::vector<uint16_t> act = act0, h((size_t)M * D, 0x7fc1);
         std::vector<float> x = x0;
-        GemmParams o = {act.data(), Wo.w.data(), x.data(), M, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0};
-        GemmParams gu = {h.data(), Wgu.w.data(), act.data(), M, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        GemmParams dn = {act.data(), Wdn.w.data(), x.data(), M, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0};
+        GemmParams o = {act.data(), NULL, x.data(), M, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0};
+        GemmParams gu = {h.data(), NULL, act.data(), M, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
+        GemmParams dn = {act.data(), NULL, x.data(), M, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0};
+        set_weights(o, Wo), set_weights(gu, Wgu), set_weights(dn, Wdn);
         if (r == 0) {
             rc[r] = cuda_gemm_skinny_norm(&o, n1.data(), mode, 1e-6f, h.data(), work.data(), wf, n_sm, &l);
             rc[r] |= cuda_gemm_skinny(&gu, work.data(), wf, n_sm, &l);
@@ -316,9 +317,10 @@ static void tail_case(int M, int D, int no, int F, int mode, int n_sm) {
     for (int r = 1; r < 3; r++) same = same && xr[r] == xr[0] && hr[r] == hr[0] && ar[r] == ar[0];
     int s1 = 0, s3 = 0, kc = 0;
     s1 = sk_plan(D, no, 1, n_sm, &kc), s3 = sk_plan(D, F, 1, n_sm, &kc);
-    printf("  tail M=%2d D=%3d no=%3d F=%3d mode=%d n_sm=%2d (splits %d, 1, %d): x, h, act %s the three launches, "
+    printf("  %s tail M=%2d D=%3d no=%3d F=%3d mode=%d n_sm=%2d (splits %d, 1, %d): x, h, act %s the three launches, "
            "twice; barrier words %d %d\n",
-           M, D, no, F, mode, n_sm, s1, s3, same ? "bitwise equal to" : "DIFFER from", bar[0], bar[1]);
+           f8 ? "fp8 " : "bf16", M, D, no, F, mode, n_sm, s1, s3, same ? "bitwise equal to" : "DIFFER from", bar[0],
+           bar[1]);
     if (rc[0] || rc[1] || rc[2] || nan_h || !same || bar[0] || bar[1]) {
         fprintf(stderr, "FAIL: tail M=%d D=%d: rc %d %d %d, %ld of h unwritten\n", M, D, rc[0], rc[1], rc[2], nan_h);
         fails++;
@@ -445,9 +447,11 @@ int main(int argc, char **argv) {
     run_case(130, 136, 336, GEMM_EPI_BF16, 1, 24, 0, true);
     norm_case(130, 136, 336, NORM_ZC, 24, true);
     g_split_m = 0;
-    tail_case(21, 256, 768, 640, NORM_ZC, 4);    /* one split each; 4 CTAs: 4-5 items each, the ring wraps */
-    tail_case(13, 256, 768, 640, NORM_PLAIN, 9); /* 3 splits of the residual GEMMs; 9 CTAs for 12-20 items */
-    tail_case(5, 640, 256, 512, NORM_ZC, 6);     /* D 640: norm rows of 4 slots a warp, the last ones past N */
+    tail_case(21, 256, 768, 640, NORM_ZC, 4);          /* one split each; 4 CTAs: 4-5 items each, the ring wraps */
+    tail_case(13, 256, 768, 640, NORM_PLAIN, 9);       /* 3 splits of the residual GEMMs; 9 CTAs for 12-20 items */
+    tail_case(5, 640, 256, 512, NORM_ZC, 6);           /* D 640: norm rows of 4 slots a warp, the last ones past N */
+    tail_case(21, 256, 768, 640, NORM_ZC, 4, true);    /* FP8: the e4m3 ring (12 stages) wraps, block sums folded */
+    tail_case(13, 256, 768, 640, NORM_PLAIN, 9, true); /* FP8, 3 splits */
     bad_args();
     printf("gemm_skinny_emu: %s\n", fails ? "FAILED" : "all bounds met");
     return fails ? 1 : 0;

@@ -407,15 +407,25 @@ static void test_skinny_split_m(void) {
     g_split_m = 0;
 }
 
+/* One FP8 weight of the tail: device e4m3 bytes and scales (rand_fp8, ldw = K) */
+static void tail_fp8(int N, int K, uint8_t **dq, float **dsc) {
+    uint8_t *q = NULL;
+    float *sc = NULL;
+    double *wd = NULL;
+    rand_fp8(N, K, K, &q, &sc, &wd);
+    *dq = dcopy(q, (size_t)N * K), *dsc = dcopy(sc, (size_t)((K + 127) / 128) * N * sizeof(float));
+    free(q), free(sc), free(wd);
+}
+
 /* cuda_gemm_skinny_tail (a layer's residual GEMM, norm, gate_up, down and next norm in one persistent launch)
  * against the three launches it replaces, cuda_gemm_skinny_norm(out), cuda_gemm_skinny(gate_up),
  * cuda_gemm_skinny_norm(down), on the same inputs with the serve step's aliasing (out reads act [M][no], gate_up
  * writes act [M][F]): x, h and act must be bitwise equal, h (NaN-poisoned) all written. The tail runs twice on fresh
  * copies (the second launch starts from the barrier state the first left, as graph replays do); both equal. Shapes:
- * Qwen3.5-0.8B's (D 1024, out_proj / o_proj K 2048, F 3584), a ragged one (D 640: a partial W tile, norm slots past
- * N), D 2048; M = 1, 13, 64. The cases it refuses (M 65, gate_up with a split, FP8) return cudaErrorNotSupported and
- * write nothing. */
-static void test_skinny_tail_case(int M, int D, int no, int F, int mode) {
+ * Qwen3.5-0.8B's (D 1024, out_proj / o_proj K 2048, F 3584), D 640 (norm slots past N), D 2048; M = 1, 13, 64;
+ * bf16 and FP8 weights. The cases it refuses (M 65, gate_up with a split, mixed formats) return
+ * cudaErrorNotSupported and write nothing. */
+static void test_skinny_tail_case(int M, int D, int no, int F, int mode, int f8) {
     const size_t na = (size_t)M * (no > F ? no : F);
     uint16_t *act0 = rand_bf16(na, 1.0f), *wo = rand_bf16((size_t)D * no, 1.0f / sqrtf((float)no));
     uint16_t *wgu = rand_bf16((size_t)2 * F * D, 1.0f / sqrtf((float)D)),
@@ -429,6 +439,9 @@ static void test_skinny_tail_case(int M, int D, int no, int F, int mode) {
     uint16_t *dwo = dcopy(wo, (size_t)D * no * 2), *dwgu = dcopy(wgu, (size_t)2 * F * D * 2);
     uint16_t *dwdn = dcopy(wdn, (size_t)D * F * 2);
     float *dn1 = dcopy(n1, (size_t)D * 4), *dn2 = dcopy(n2, (size_t)D * 4);
+    uint8_t *qo = NULL, *qgu = NULL, *qdn = NULL;
+    float *so = NULL, *sgu = NULL, *sdn = NULL;
+    if (f8) tail_fp8(D, no, &qo, &so), tail_fp8(2 * F, D, &qgu, &sgu), tail_fp8(D, F, &qdn, &sdn);
     const size_t wf1 = cuda_gemm_skinny_work(M, D, no, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
     const size_t wf2 = cuda_gemm_skinny_work(M, D, F, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
     const size_t wf = wf1 > wf2 ? wf1 : wf2;
@@ -448,6 +461,10 @@ static void test_skinny_tail_case(int M, int D, int no, int F, int mode) {
         GemmParams o = {dact, dwo, dx, M, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
         GemmParams gu = {dh, dwgu, dact, M, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0, NULL, NULL, 0};
         GemmParams dn = {dact, dwdn, dx, M, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
+        if (f8) {
+            o.w = gu.w = dn.w = NULL;
+            o.w8 = qo, o.w8_scale = so, gu.w8 = qgu, gu.w8_scale = sgu, dn.w8 = qdn, dn.w8_scale = sdn;
+        }
         if (r == 0) {
             rc[r] = cuda_gemm_skinny_norm(&o, dn1, mode, 1e-6f, dh, work, wf, n_sm, &L0);
             rc[r] |= cuda_gemm_skinny(&gu, work, wf, n_sm, &L0);
@@ -480,13 +497,21 @@ static void test_skinny_tail_case(int M, int D, int no, int F, int mode) {
           mode);
     CHECK(hb[0] == 0 && hb[1] == 0, "skinny tail M=%d D=%d: barrier words %d %d after two launches, want 0 0", M, D,
           hb[0], hb[1]);
-    printf("  skinny tail M=%3d D=%4d no=%4d F=%4d mode=%d: x, h, act %s the three launches (two launches)\n", M, D, no,
-           F, mode, same ? "bitwise equal to" : "DIFFER from");
+    printf("  skinny tail %-4s M=%3d D=%4d no=%4d F=%4d mode=%d: x, h, act %s the three launches (two launches)\n",
+           f8 ? "fp8" : "bf16", M, D, no, F, mode, same ? "bitwise equal to" : "DIFFER from");
     for (int r = 0; r < 3; r++) free(hx[r]), free(hh[r]), free(ha[r]);
     free(act0), free(wo), free(wgu), free(wdn), free(x0), free(n1), free(n2);
     CUDA_OK(cudaFree(dwo));
     CUDA_OK(cudaFree(dwgu));
     CUDA_OK(cudaFree(dwdn));
+    if (f8) {
+        CUDA_OK(cudaFree(qo));
+        CUDA_OK(cudaFree(qgu));
+        CUDA_OK(cudaFree(qdn));
+        CUDA_OK(cudaFree(so));
+        CUDA_OK(cudaFree(sgu));
+        CUDA_OK(cudaFree(sdn));
+    }
     CUDA_OK(cudaFree(dn1));
     CUDA_OK(cudaFree(dn2));
     CUDA_OK(cudaFree(work));
@@ -514,7 +539,7 @@ static void test_skinny_tail_refused(void) {
     const size_t wf = ((size_t)1 << 24) / 4;
     for (int k = 0; k < 3; k++) {
         SkTailParams tp = {o, gu, dn, dnw, dnw, dh, NORM_ZC, 1e-6f, bar};
-        const char *what = k == 0 ? "M = 65" : k == 1 ? "gate_up with 2 splits (F = 512)" : "FP8 down";
+        const char *what = k == 0 ? "M = 65" : k == 1 ? "gate_up with 2 splits (F = 512)" : "FP8 down, bf16 others";
         if (k == 0) tp.out.M = tp.gu.M = tp.down.M = 65;
         if (k == 1) tp.gu.N = 1024, tp.gu.ldy = 512, tp.down.K = tp.down.ldx = tp.down.ldw = 512;
         if (k == 2) tp.down.w = NULL, tp.down.w8 = (const uint8_t *)dw, tp.down.w8_scale = dnw;
@@ -540,11 +565,12 @@ static void test_skinny_tail(void) {
         return;
     }
     static const int Ms[] = {1, 13, 64};
-    for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
-        test_skinny_tail_case(Ms[i], 1024, 2048, 3584, NORM_ZC);
-        test_skinny_tail_case(Ms[i], 640, 384, 2176, NORM_PLAIN);
-    }
-    test_skinny_tail_case(64, 2048, 1024, 2560, NORM_ZC);
+    for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
+        for (int f8 = 0; f8 < 2; f8++) {
+            test_skinny_tail_case(Ms[i], 1024, 2048, 3584, NORM_ZC, f8);
+            test_skinny_tail_case(Ms[i], 640, 384, 2176, NORM_PLAIN, f8);
+        }
+    test_skinny_tail_case(64, 2048, 1024, 2560, NORM_ZC, 0);
     test_skinny_tail_refused();
 }
 
