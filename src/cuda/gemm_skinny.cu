@@ -588,22 +588,27 @@ typedef struct SkTailGemm {
 } SkTailGemm;
 
 typedef struct SkTailArgs {
-    SkTailGemm gm[3]; /* the residual GEMM (partial sums), gate_up (SwiGLU, one split), down (partial sums) */
-    SkNorm nm[2];     /* the norms after the residual GEMM and after down */
-    float *work;      /* partial sums [splits][M][N] of the residual GEMM, then of down */
-    int *bar;         /* the grid barrier: arrivals, CTAs done */
+    SkTailGemm gm[4]; /* the residual GEMM (partial sums), gate_up (SwiGLU, one split), down (partial sums), and
+                       * with n_gemm 4 the next layer's in_proj (EPI_BF16, one split) */
+    int n_gemm;
+    SkNorm nm[2]; /* the norms after the residual GEMM and after down */
+    float *work;  /* partial sums [splits][M][N] of the residual GEMM, then of down */
+    int *bar;     /* the grid barrier: arrivals, CTAs done */
 } SkTailArgs;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* Grid-wide barrier k (1, 2, ..) of a tail launch, for its consumers (all CTAs resident): thread 0 of each CTA adds
  * one to bar[0] (release) and waits until all gridDim.x CTAs have added k times (acquire; wait_count_geq traps after
- * 2 s instead of hanging). skt_grid_done resets the count for the next launch. */
+ * 2 s instead of hanging), the pattern of cooperative groups' grid sync. The fence after the wait matters: the same
+ * CTA reads the work rows again in a later phase with plain loads, and must not see lines an earlier phase left in
+ * its L1. skt_grid_done resets the count for the next launch. */
 __device__ __forceinline__ void skt_grid_sync(int *bar, int k) {
     bar_sync(1, 128);
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(bar, 1);
         wait_count_geq(bar, k * (int)gridDim.x);
+        __threadfence();
     }
     bar_sync(1, 128);
 }
@@ -632,7 +637,7 @@ template <bool F8>
 __device__ __forceinline__ void skt_produce(const SkTailArgs &a, uint32_t wring, uint32_t full0, uint32_t empty0) {
     constexpr int NW = SKT_NW(F8), WST = SKT_WST(F8);
     int j = 0;
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < a.n_gemm; p++) {
         const SkTailGemm &t = a.gm[p];
         for (int it = blockIdx.x; it < t.ntiles * t.splits; it += gridDim.x) {
             int n0, split, p0, nch;
@@ -772,8 +777,13 @@ __global__ void __launch_bounds__(160, 1) gemm_skinny_tail_k(const __grid_consta
     skt_grid_sync(a.bar, 3);
     skt_gemm<-1, F8>(a.gm[2], a.work, sm, xring, full0, empty0, j);
     skt_grid_sync(a.bar, 4);
-    skt_grid_done(a.bar);
+    if (a.n_gemm == 3) skt_grid_done(a.bar);
     skt_reduce<NC>(a.gm[2], a.work, a.nm[1], sv, sr);
+    if (a.n_gemm == 4) { /* the next layer's in_proj on the h just normed */
+        skt_grid_sync(a.bar, 5);
+        skt_grid_done(a.bar);
+        skt_gemm<GEMM_EPI_BF16, F8>(a.gm[3], a.work, sm, xring, full0, empty0, j);
+    }
 #endif
 }
 
@@ -938,14 +948,15 @@ extern "C" int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t 
                                      const CudaLaunch *l) {
     if (!p || !l || !work || !p->bar || !p->h || !p->norm_out || !p->norm_down || n_sm < 1)
         return (int)cudaErrorInvalidValue;
-    const GemmParams *o = &p->out, *gu = &p->gu, *dn = &p->down;
-    const int M = o->M, N = o->N;
+    const GemmParams *o = &p->out, *gu = &p->gu, *dn = &p->down, *in = &p->next_in;
+    const int M = o->M, N = o->N, n_gemm = in->M > 0 ? 4 : 3;
     if (sk_wg() != 1 || M < 1 || M > SK_BM || gu->M != M || dn->M != M || dn->N != N || N > 2048 ||
         o->epi != GEMM_EPI_ADD_F32 || dn->epi != GEMM_EPI_ADD_F32 || gu->epi != GEMM_EPI_SWIGLU_BF16 ||
-        gu->glu_group != 1 || o->y != dn->y || o->ldy != dn->ldy)
+        gu->glu_group != 1 || o->y != dn->y || o->ldy != dn->ldy ||
+        (n_gemm == 4 && (in->M != M || in->epi != GEMM_EPI_BF16 || in->K != N || in->x != p->h || in->ldx != N)))
         return (int)cudaErrorNotSupported;
-    for (int i = 0; i < 3; i++) {
-        const GemmParams *g = i == 0 ? o : i == 1 ? gu : dn;
+    for (int i = 0; i < n_gemm; i++) {
+        const GemmParams *g = i == 0 ? o : i == 1 ? gu : i == 2 ? dn : in;
         if (!g->x || !g->y || g->N < 8 || g->N % 8 || g->K < 8 || g->ldx % 8 || g->ldw % 8 || g->ldx < g->K ||
             g->ldw < g->K || (i == 1 ? g->ldy < g->N / 2 || g->N % 2 : g->ldy < g->N || g->ldy % 4))
             return (int)cudaErrorInvalidValue;
@@ -958,8 +969,11 @@ extern "C" int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t 
     int rc = skt_gemm_args(&a.gm[0], o, n_sm);
     if (!rc) rc = skt_gemm_args(&a.gm[1], gu, n_sm);
     if (!rc) rc = skt_gemm_args(&a.gm[2], dn, n_sm);
+    if (!rc && n_gemm == 4) rc = skt_gemm_args(&a.gm[3], in, n_sm);
     if (rc) return rc;
-    if (a.gm[1].splits != 1 || !o->w8 != !gu->w8 || !o->w8 != !dn->w8) return (int)cudaErrorNotSupported;
+    if (a.gm[1].splits != 1 || !o->w8 != !gu->w8 || !o->w8 != !dn->w8 ||
+        (n_gemm == 4 && (a.gm[3].splits != 1 || !o->w8 != !in->w8)))
+        return (int)cudaErrorNotSupported;
     if (cuda_gemm_skinny_work(M, N, o->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats ||
         cuda_gemm_skinny_work(M, N, dn->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats)
         return (int)cudaErrorInvalidValue;
@@ -967,8 +981,9 @@ extern "C" int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t 
     a.nm[1] = SkNorm{p->norm_down, p->h, p->norm_mode, p->eps};
     a.work = work;
     a.bar = p->bar;
+    a.n_gemm = n_gemm;
     int grid = M;
-    for (int i = 0; i < 3; i++) grid = max(grid, a.gm[i].ntiles * a.gm[i].splits);
+    for (int i = 0; i < n_gemm; i++) grid = max(grid, a.gm[i].ntiles * a.gm[i].splits);
     grid = min(grid, n_sm);
     return o->w8 ? skt_launch_nc<true>(a, N, grid, l) : skt_launch_nc<false>(a, N, grid, l);
 }

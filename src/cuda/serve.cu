@@ -527,22 +527,37 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
     return sv_norm(sv, lc, y0 + (size_t)sk * g.ldy, norm_w, sv->h + (size_t)sk * sv->d.D, T - sk, layer, err);
 }
 
-/* The layer's tail after its mixer (o: out_proj / o_proj, gu, dn: down, next_ln: the next layer's input norm) as one
- * persistent launch (cuda_gemm_skinny_tail, bitwise the three sv_gemm calls) where every row of the pass is on the
- * skinny GEMM and fits one 64-row block: 0, cudaErrorNotSupported where it does not apply (the caller runs the three
- * GEMMs), or a launch error. Only in the measurement build `make SERVE_TAIL=1` until an A/B on the GPU decides
- * (docs/SERVE_ENGINE.md, "The layer tail"). */
+/* The layer's tail after its mixer (o: out_proj / o_proj, gu, dn: down; next: the next layer, NULL for the last) as
+ * one persistent launch (cuda_gemm_skinny_tail, bitwise the sv_gemm calls it replaces) where every row of the pass is
+ * on the skinny GEMM and fits one 64-row block: the next layer's input norm and, where its in_proj is one skinny GEMM
+ * (bf16 rows alone, or FP8 rows whose b / a the DeltaNet prep computes), that in_proj into sv->proj too (*in_done
+ * = 1). Returns 0, cudaErrorNotSupported where the tail does not apply (the caller runs the GEMMs), or a launch error.
+ * Only in the measurement build `make SERVE_TAIL=1` until an A/B on the GPU decides (docs/SERVE_ENGINE.md, "The layer
+ * tail"). */
 static int sv_tail(CudaServe *sv, const CudaLaunch *lc, GemmParams o, GemmParams gu, GemmParams dn, const CudaLayer *ly,
-                   const float *next_ln, int nr) {
+                   const CudaLayer *next, int nr, int *in_done) {
+    *in_done = 0;
 #ifdef Q35_SERVE_TAIL
-    if (!next_ln || nr != o.M || o.M > 64 || sv_skinny_rows(sv, nr, gu.N) != nr) return (int)cudaErrorNotSupported;
+    if (!next || nr != o.M || o.M > 64 || sv_skinny_rows(sv, nr, gu.N) != nr) return (int)cudaErrorNotSupported;
     cuda_layer_gemm_w(ly, CW_OUT, o.K, &o);
     cuda_layer_gemm_w(ly, CW_GU, gu.K, &gu);
     cuda_layer_gemm_w(ly, CW_DOWN, dn.K, &dn);
-    SkTailParams tp = {o, gu, dn, ly->ln2, next_ln, sv->h, sv->d.norm_mode, sv->d.eps, sv->tail_bar};
+    const int D = sv->d.D;
+    GemmParams in = {sv->h, NULL, sv->proj, o.M, next->in_rows, D, D, D, next->in_rows, GEMM_EPI_BF16, 0, 0};
+    cuda_layer_gemm_w(next, CW_IN, D, &in);
+    GemmParams ba;
+    if (cuda_layer_gemm_tail(next, CW_IN, &in, &ba) && !sv_ba_prep(sv, next, nr)) in.M = 0;
+    SkTailParams tp = {o, gu, dn, in, ly->ln2, next->ln1, sv->h, sv->d.norm_mode, sv->d.eps, sv->tail_bar};
+    int rc = in.M ? cuda_gemm_skinny_tail(&tp, sv->skw, sv->skw_floats, sv->n_sm, lc) : (int)cudaErrorNotSupported;
+    if (rc == 0) {
+        *in_done = 1;
+        return 0;
+    }
+    if (rc != (int)cudaErrorNotSupported) return rc;
+    tp.next_in.M = 0;
     return cuda_gemm_skinny_tail(&tp, sv->skw, sv->skw_floats, sv->n_sm, lc);
 #else
-    (void)sv, (void)lc, (void)o, (void)gu, (void)dn, (void)ly, (void)next_ln, (void)nr;
+    (void)sv, (void)lc, (void)o, (void)gu, (void)dn, (void)ly, (void)next, (void)nr;
     return (int)cudaErrorNotSupported;
 #endif
 }
@@ -625,13 +640,14 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
      * deterministic mode every row, the prefill chunks' tokens stepping the DeltaNet one by one, so that a token's
      * bits never depend on how its sequence was cut into chunks (a prefix-cache hit resumes anywhere) */
     const int nr = sv->det ? T : nd;
+    int in_done = 0; /* the previous layer's tail computed this layer's in_proj */
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         const int n = ly->in_rows, no = ly->out_cols;
         if (l == 0 && (rc = sv_norm(sv, &lc, sv->x, ly->ln1, sv->h, T, l, err))) return rc; /* later: fused below */
         GemmParams in = {sv->h, NULL, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
         const int ba = sv_ba_prep(sv, ly, nr);
-        if ((rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, ba, NULL, l, "gemm_in", err))) return rc;
+        if (!in_done && (rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, ba, NULL, l, "gemm_in", err))) return rc;
         if (ly->type == LAYER_FULL_ATTN) {
             const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
             uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
@@ -771,8 +787,9 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
         const int F = d->F;
         GemmParams gu = {sv->h, NULL, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
         GemmParams dn = {sv->act, NULL, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
-        const float *next_ln = l + 1 < c->num_hidden_layers ? ctx->layers[l + 1].ln1 : NULL;
-        if ((rc = sv_tail(sv, &lc, o, gu, dn, ly, next_ln, nr)) == 0) continue;
+        const CudaLayer *next = l + 1 < c->num_hidden_layers ? &ctx->layers[l + 1] : NULL;
+        const float *next_ln = next ? next->ln1 : NULL;
+        if ((rc = sv_tail(sv, &lc, o, gu, dn, ly, next, nr, &in_done)) == 0) continue;
         if (rc != (int)cudaErrorNotSupported) return sv_fail(rc, "layer tail", l, err);
         if ((rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, 0, ly->ln2, l, "gemm_out", err))) return rc;
         if ((rc = sv_gemm(ctx, sv, &lc, gu, ly, CW_GU, nr, 0, NULL, l, "gemm_gate_up", err))) return rc;

@@ -417,19 +417,21 @@ static void tail_fp8(int N, int K, uint8_t **dq, float **dsc) {
     free(q), free(sc), free(wd);
 }
 
-/* cuda_gemm_skinny_tail (a layer's residual GEMM, norm, gate_up, down and next norm in one persistent launch)
- * against the three launches it replaces, cuda_gemm_skinny_norm(out), cuda_gemm_skinny(gate_up),
- * cuda_gemm_skinny_norm(down), on the same inputs with the serve step's aliasing (out reads act [M][no], gate_up
- * writes act [M][F]): x, h and act must be bitwise equal, h (NaN-poisoned) all written. The tail runs twice on fresh
- * copies (the second launch starts from the barrier state the first left, as graph replays do); both equal. Shapes:
- * Qwen3.5-0.8B's (D 1024, out_proj / o_proj K 2048, F 3584), D 640 (norm slots past N), D 2048; M = 1, 13, 64;
- * bf16 and FP8 weights. The cases it refuses (M 65, gate_up with a split, mixed formats) return
- * cudaErrorNotSupported and write nothing. */
-static void test_skinny_tail_case(int M, int D, int no, int F, int mode, int f8) {
+/* cuda_gemm_skinny_tail (a layer's residual GEMM, norm, gate_up, down and next norm in one persistent launch, with
+ * nin > 0 also the next layer's in_proj of nin rows) against the launches it replaces, cuda_gemm_skinny_norm(out),
+ * cuda_gemm_skinny(gate_up), cuda_gemm_skinny_norm(down) [, cuda_gemm_skinny(in_proj)], on the same inputs with the
+ * serve step's aliasing (out reads act [M][no], gate_up writes act [M][F]): x, h, act and proj must be bitwise equal,
+ * h and proj (NaN-poisoned) all written. The tail runs twice on fresh copies (the second launch starts from the
+ * barrier state the first left, as graph replays do); both equal. Shapes: Qwen3.5-0.8B's (D 1024, out_proj / o_proj
+ * K 2048, F 3584, the DeltaNet in_proj's 8224 rows, FP8 8192), D 640 (norm slots past N) with 5120 in_proj rows,
+ * D 2048; M = 1, 13, 64; bf16 and FP8 weights. The cases it refuses (M 65, gate_up with a split, mixed formats)
+ * return cudaErrorNotSupported and write nothing. */
+static void test_skinny_tail_case(int M, int D, int no, int F, int nin, int mode, int f8) {
     const size_t na = (size_t)M * (no > F ? no : F);
     uint16_t *act0 = rand_bf16(na, 1.0f), *wo = rand_bf16((size_t)D * no, 1.0f / sqrtf((float)no));
     uint16_t *wgu = rand_bf16((size_t)2 * F * D, 1.0f / sqrtf((float)D)),
-             *wdn = rand_bf16((size_t)D * F, 1.0f / sqrtf((float)F));
+             *wdn = rand_bf16((size_t)D * F, 1.0f / sqrtf((float)F)),
+             *win = rand_bf16((size_t)(nin ? nin : 8) * D, 1.0f / sqrtf((float)D));
     float *x0 = malloc((size_t)M * D * 4), *n1 = malloc((size_t)D * 4), *n2 = malloc((size_t)D * 4);
     for (size_t i = 0; i < (size_t)M * D; i++) x0[i] = round_bf16(rng_normal(&rng));
     for (int i = 0; i < D; i++) {
@@ -437,11 +439,14 @@ static void test_skinny_tail_case(int M, int D, int no, int F, int mode, int f8)
         n2[i] = mode == NORM_ZC ? 0.1f * rng_normal(&rng) : 1.0f + 0.1f * rng_normal(&rng);
     }
     uint16_t *dwo = dcopy(wo, (size_t)D * no * 2), *dwgu = dcopy(wgu, (size_t)2 * F * D * 2);
-    uint16_t *dwdn = dcopy(wdn, (size_t)D * F * 2);
+    uint16_t *dwdn = dcopy(wdn, (size_t)D * F * 2), *dwin = dcopy(win, (size_t)(nin ? nin : 8) * D * 2);
     float *dn1 = dcopy(n1, (size_t)D * 4), *dn2 = dcopy(n2, (size_t)D * 4);
-    uint8_t *qo = NULL, *qgu = NULL, *qdn = NULL;
-    float *so = NULL, *sgu = NULL, *sdn = NULL;
-    if (f8) tail_fp8(D, no, &qo, &so), tail_fp8(2 * F, D, &qgu, &sgu), tail_fp8(D, F, &qdn, &sdn);
+    uint8_t *qo = NULL, *qgu = NULL, *qdn = NULL, *qin = NULL;
+    float *so = NULL, *sgu = NULL, *sdn = NULL, *sin = NULL;
+    if (f8) {
+        tail_fp8(D, no, &qo, &so), tail_fp8(2 * F, D, &qgu, &sgu), tail_fp8(D, F, &qdn, &sdn);
+        tail_fp8(nin ? nin : 8, D, &qin, &sin);
+    }
     const size_t wf1 = cuda_gemm_skinny_work(M, D, no, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
     const size_t wf2 = cuda_gemm_skinny_work(M, D, F, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
     const size_t wf = wf1 > wf2 ? wf1 : wf2;
@@ -451,30 +456,40 @@ static void test_skinny_tail_case(int M, int D, int no, int F, int mode, int f8)
     CUDA_OK(cudaMalloc((void **)&bar, 2 * sizeof(int)));
     CUDA_OK(cudaMemset(bar, 0, 2 * sizeof(int)));
     float *hx[3];
-    uint16_t *hh[3], *ha[3];
+    uint16_t *hh[3], *ha[3], *hp[3];
+    const size_t np = (size_t)M * (nin ? nin : 8);
     int rc[3];
     for (int r = 0; r < 3; r++) { /* r = 0: the three launches; 1, 2: the tail */
         uint16_t *dact = dcopy(act0, na * 2), *dh = NULL;
         float *dx = dcopy(x0, (size_t)M * D * 4);
+        uint16_t *dproj = NULL;
         CUDA_OK(cudaMalloc((void **)&dh, (size_t)M * D * 2));
         CUDA_OK(cudaMemset(dh, 0xff, (size_t)M * D * 2));
+        CUDA_OK(cudaMalloc((void **)&dproj, np * 2));
+        CUDA_OK(cudaMemset(dproj, 0xff, np * 2));
         GemmParams o = {dact, dwo, dx, M, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
         GemmParams gu = {dh, dwgu, dact, M, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0, NULL, NULL, 0};
         GemmParams dn = {dact, dwdn, dx, M, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
+        GemmParams in = {dh, dwin, dproj, nin ? M : 0, nin, D, D, D, nin, GEMM_EPI_BF16, 1, 0, NULL, NULL, 0};
         if (f8) {
-            o.w = gu.w = dn.w = NULL;
+            o.w = gu.w = dn.w = in.w = NULL;
             o.w8 = qo, o.w8_scale = so, gu.w8 = qgu, gu.w8_scale = sgu, dn.w8 = qdn, dn.w8_scale = sdn;
+            in.w8 = qin, in.w8_scale = sin;
         }
         if (r == 0) {
             rc[r] = cuda_gemm_skinny_norm(&o, dn1, mode, 1e-6f, dh, work, wf, n_sm, &L0);
             rc[r] |= cuda_gemm_skinny(&gu, work, wf, n_sm, &L0);
             rc[r] |= cuda_gemm_skinny_norm(&dn, dn2, mode, 1e-6f, dh, work, wf, n_sm, &L0);
+            if (nin) rc[r] |= cuda_gemm_skinny(&in, work, wf, n_sm, &L0);
         } else {
-            SkTailParams tp = {o, gu, dn, dn1, dn2, dh, mode, 1e-6f, bar};
+            SkTailParams tp = {o, gu, dn, in, dn1, dn2, dh, mode, 1e-6f, bar};
             rc[r] = cuda_gemm_skinny_tail(&tp, work, wf, n_sm, &L0);
         }
         CUDA_OK(cudaDeviceSynchronize());
         hx[r] = malloc((size_t)M * D * 4), hh[r] = malloc((size_t)M * D * 2), ha[r] = malloc((size_t)M * F * 2);
+        hp[r] = malloc(np * 2);
+        CUDA_OK(cudaMemcpy(hp[r], dproj, np * 2, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaFree(dproj));
         CUDA_OK(cudaMemcpy(hx[r], dx, (size_t)M * D * 4, cudaMemcpyDeviceToHost));
         CUDA_OK(cudaMemcpy(hh[r], dh, (size_t)M * D * 2, cudaMemcpyDeviceToHost));
         CUDA_OK(cudaMemcpy(ha[r], dact, (size_t)M * F * 2, cudaMemcpyDeviceToHost));
@@ -486,21 +501,25 @@ static void test_skinny_tail_case(int M, int D, int no, int F, int mode, int f8)
     CUDA_OK(cudaMemcpy(hb, bar, sizeof hb, cudaMemcpyDeviceToHost));
     long nan_h = 0;
     for (size_t i = 0; i < (size_t)M * D; i++) nan_h += (hh[0][i] & 0x7fff) > 0x7f80;
+    for (size_t i = 0; nin && i < np; i++) nan_h += (hp[0][i] & 0x7fff) > 0x7f80;
     int same = 1;
     for (int r = 1; r < 3; r++)
         same &= !memcmp(hx[0], hx[r], (size_t)M * D * 4) && !memcmp(hh[0], hh[r], (size_t)M * D * 2) &&
-                !memcmp(ha[0], ha[r], (size_t)M * F * 2);
+                !memcmp(ha[0], ha[r], (size_t)M * F * 2) && !memcmp(hp[0], hp[r], np * 2);
     CHECK(rc[0] == 0 && rc[1] == 0 && rc[2] == 0, "skinny tail M=%d D=%d no=%d F=%d: launches %d %d %d", M, D, no, F,
           rc[0], rc[1], rc[2]);
-    CHECK(nan_h == 0, "skinny tail M=%d D=%d: %ld of h not written (NaN)", M, D, nan_h);
-    CHECK(same, "skinny tail M=%d D=%d no=%d F=%d mode=%d: x, h or act differ from the three launches", M, D, no, F,
-          mode);
+    CHECK(nan_h == 0, "skinny tail M=%d D=%d: %ld of h and proj not written (NaN)", M, D, nan_h);
+    CHECK(same,
+          "skinny tail M=%d D=%d no=%d F=%d in_proj N=%d mode=%d: x, h, act or proj differ from the separate launches",
+          M, D, no, F, nin, mode);
     CHECK(hb[0] == 0 && hb[1] == 0, "skinny tail M=%d D=%d: barrier words %d %d after two launches, want 0 0", M, D,
           hb[0], hb[1]);
-    printf("  skinny tail %-4s M=%3d D=%4d no=%4d F=%4d mode=%d: x, h, act %s the three launches (two launches)\n",
-           f8 ? "fp8" : "bf16", M, D, no, F, mode, same ? "bitwise equal to" : "DIFFER from");
-    for (int r = 0; r < 3; r++) free(hx[r]), free(hh[r]), free(ha[r]);
-    free(act0), free(wo), free(wgu), free(wdn), free(x0), free(n1), free(n2);
+    printf("  skinny tail %-4s M=%3d D=%4d no=%4d F=%4d in_proj N=%4d mode=%d: x, h, act, proj %s the separate "
+           "launches (two launches)\n",
+           f8 ? "fp8" : "bf16", M, D, no, F, nin, mode, same ? "bitwise equal to" : "DIFFER from");
+    for (int r = 0; r < 3; r++) free(hx[r]), free(hh[r]), free(ha[r]), free(hp[r]);
+    free(act0), free(wo), free(wgu), free(wdn), free(win), free(x0), free(n1), free(n2);
+    CUDA_OK(cudaFree(dwin));
     CUDA_OK(cudaFree(dwo));
     CUDA_OK(cudaFree(dwgu));
     CUDA_OK(cudaFree(dwdn));
@@ -511,6 +530,8 @@ static void test_skinny_tail_case(int M, int D, int no, int F, int mode, int f8)
         CUDA_OK(cudaFree(so));
         CUDA_OK(cudaFree(sgu));
         CUDA_OK(cudaFree(sdn));
+        CUDA_OK(cudaFree(qin));
+        CUDA_OK(cudaFree(sin));
     }
     CUDA_OK(cudaFree(dn1));
     CUDA_OK(cudaFree(dn2));
@@ -538,7 +559,9 @@ static void test_skinny_tail_refused(void) {
     GemmParams dn = {dact, dw, dx, 64, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
     const size_t wf = ((size_t)1 << 24) / 4;
     for (int k = 0; k < 3; k++) {
-        SkTailParams tp = {o, gu, dn, dnw, dnw, dh, NORM_ZC, 1e-6f, bar};
+        GemmParams none;
+        memset(&none, 0, sizeof none);
+        SkTailParams tp = {o, gu, dn, none, dnw, dnw, dh, NORM_ZC, 1e-6f, bar};
         const char *what = k == 0 ? "M = 65" : k == 1 ? "gate_up with 2 splits (F = 512)" : "FP8 down, bf16 others";
         if (k == 0) tp.out.M = tp.gu.M = tp.down.M = 65;
         if (k == 1) tp.gu.N = 1024, tp.gu.ldy = 512, tp.down.K = tp.down.ldx = tp.down.ldw = 512;
@@ -567,10 +590,11 @@ static void test_skinny_tail(void) {
     static const int Ms[] = {1, 13, 64};
     for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
         for (int f8 = 0; f8 < 2; f8++) {
-            test_skinny_tail_case(Ms[i], 1024, 2048, 3584, NORM_ZC, f8);
-            test_skinny_tail_case(Ms[i], 640, 384, 2176, NORM_PLAIN, f8);
+            test_skinny_tail_case(Ms[i], 1024, 2048, 3584, 0, NORM_ZC, f8);
+            test_skinny_tail_case(Ms[i], 1024, 2048, 3584, f8 ? 8192 : 8224, NORM_ZC, f8); /* + the DeltaNet in_proj */
+            test_skinny_tail_case(Ms[i], 640, 384, 2176, 5120, NORM_PLAIN, f8);
         }
-    test_skinny_tail_case(64, 2048, 1024, 2560, NORM_ZC, 0);
+    test_skinny_tail_case(64, 2048, 1024, 2560, 0, NORM_ZC, 0);
     test_skinny_tail_refused();
 }
 
