@@ -47,13 +47,10 @@ ifeq ($(TRACE),1) # the step trace build (src/cuda/common.cuh): make TRACE=1 BUI
     NVFLAGS += -DQ35_T1_AT=$(T1_AT)
   endif
 endif
-ifeq ($(ATTN_LATE),1) # measurement build: attention decode lets the next kernel launch at its end (src/cuda/attention.cu)
-  NVFLAGS += -DQ35_ATTN_LATE_TRIGGER
-endif
 ifeq ($(SERVE_TAIL),1) # measurement build: the batched step's layer tail in one launch (serve.cu sv_tail)
   NVFLAGS += -DQ35_SERVE_TAIL
 endif
-ifneq ($(NVEXTRA),) # measurement builds: extra nvcc flags (e.g. NVEXTRA=-DQ35_MLP_NWPRE=1), never the default
+ifneq ($(NVEXTRA),) # measurement builds: extra nvcc flags (e.g. NVEXTRA="-Xptxas -v"), never the default
   NVFLAGS += $(NVEXTRA)
 endif
 ifeq ($(DEBUG),1)
