@@ -1,5 +1,6 @@
 /* gemm_skinny.cu — Y[M][N] = X[M][K] W[N][K]^T for few rows (M <= a few hundred: the batched decode step's
- * projections), bf16 in, fp32 accumulation, the epilogues of GemmParams (ops.h).
+ * projections), bf16 in, fp32 accumulation, the epilogues of GemmParams (ops.h); and the layer tail (the same
+ * products of a layer's GEMMs and norms as phases of one persistent launch, further down).
  *
  * Why not the prefill GEMM: its 128 x 128 tiles give N / 128 CTAs at M <= 128 (8 for N = 1024), each streaming a
  * 128-row slice of W alone, so the weights are read at a fraction of the bandwidth. Here the weight rows are the
@@ -556,23 +557,25 @@ __global__ void __launch_bounds__(64 * NC)
                               [] { __syncthreads(); });
 }
 
-/* ---- the layer tail: out_proj / o_proj, its norm, gate_up, down and the next norm in one persistent launch ----
+/* ---- the layer tail: out_proj / o_proj, its norm, gate_up, down, the next norm [and the next in_proj] in one
+ * persistent launch ----
  *
- * For a pass of at most 64 decode rows (one m-block) the five launches after a layer's mixer (the residual GEMM's
- * partial sums, their reduction + residual + norm, gate_up with SwiGLU, down's partial sums, their reduction + the
- * next layer's norm) are five phases of one grid of at most n_sm CTAs, one per SM, separated by grid-wide barriers.
- * Each phase computes what its kernel computes, in the same order (same split plan, same k16 steps into the same
- * sums, sk_epilogue, sk_reduce_norm_row), so every output is bitwise the five launches'. What changes is where the
- * weights come from: a producer warp (warp 4) streams the CTA's W chunks of all three GEMMs, phase after phase, by TMA
- * into a ring of SKT_NW stages that it refills as soon as the consumers free a stage. The weights are immutable, so
- * it never waits for an activation: when a phase's barrier opens, the first SKT_NW chunks of the CTA's next tile are
- * already in shared memory or on their way, where the separate kernels start each launch with an empty ring.
- * Consumers (warps 0-3, one warpgroup) load the X chunks (activations, from L2) by cp.async through a ring of SKT_NX
- * stages as sk_main_wg does, run each 128-column chunk as 8 wgmma m64n64k16, store the epilogue, and do the row
- * reductions. Co-residency (every barrier needs all CTAs running): one CTA per SM by shared memory, grid <= n_sm.
- * FP8 weights (all three GEMMs): the producer streams the e4m3 chunks (TMA boxes of 64 bytes x 64 rows, no swizzle:
- * sk_load_w<true>'s layout) through a ring of more, half-size stages; the consumers convert each into one of two bf16
- * tiles (sk_convert_w8), give the stage back at once, and fold the block sums as sk_main_wg does. */
+ * For a pass of at most 64 decode rows (one m-block) the launches after a layer's mixer (the residual GEMM's partial
+ * sums, their reduction + residual + norm, gate_up with SwiGLU, down's partial sums, their reduction + the next
+ * layer's norm, optionally the next layer's in_proj) are phases of one grid of at most n_sm CTAs, one per SM,
+ * separated by grid-wide barriers. Each phase computes what its kernel computes, in the same order (same split plan,
+ * same k16 steps into the same sums, sk_epilogue, sk_reduce_norm_row), so every output is bitwise the separate
+ * launches'. What changes is where the weights come from: a producer warp (warp 4) streams the CTA's W chunks of all
+ * the GEMMs, phase after phase, by TMA into a ring of SKT_NW stages that it refills as soon as the consumers free a
+ * stage. The weights are immutable, so it never waits for an activation: when a phase's barrier opens, the first
+ * chunks of the CTA's next tile are already in shared memory or on their way, where the separate kernels start each
+ * launch with an empty ring. Consumers (warps 0-3, one warpgroup) load the X chunks (activations, from L2) by cp.async
+ * through a ring of SKT_NX stages as sk_main_wg does, run each 128-column chunk as 8 wgmma m64n64k16, store the
+ * epilogue, and do the row reductions. Co-residency (every barrier needs all CTAs running): one CTA per SM by shared
+ * memory, grid <= n_sm. FP8 weights (all the GEMMs): the producer streams the e4m3 chunks (TMA boxes of 64 bytes x
+ * 64 rows, no swizzle: sk_load_w<true>'s layout) through a ring of more, half-size stages; the consumers convert each
+ * into one of two bf16 tiles (sk_convert_w8), give the stage back at once, and fold the block sums as sk_main_wg
+ * does. */
 #define SKT_NX        4                 /* X ring stages: chunks c + 1, c + 2 in flight while chunk c computes */
 #define SKT_TILE      (SK_BN * 128 * 2) /* a 64 x 128 bf16 chunk, two swz<8> pieces [64][64]: X stage, bf16 tile */
 #define SKT_NW(F8)    ((F8) ? 12 : 8)   /* W ring stages */
@@ -631,7 +634,7 @@ __device__ __forceinline__ void skt_item(const SkTailGemm &t, int it, int &n0, i
     nch = (min(t.kc, np_total - p0) + 1) / 2;
 }
 
-/* The producer: every W chunk of this CTA's items of the three GEMMs, in the consumers' order, into stage j % NW
+/* The producer: every W chunk of this CTA's items of the tail's GEMMs, in the consumers' order, into stage j % NW
  * once the consumers have freed it (empty), completing on full. One thread. */
 template <bool F8>
 __device__ __forceinline__ void skt_produce(const SkTailArgs &a, uint32_t wring, uint32_t full0, uint32_t empty0) {
