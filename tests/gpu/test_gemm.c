@@ -5,10 +5,12 @@
  * with FP8 weights (GemmParams.w8 / w8_scale: random e4m3 bytes without the NaN codes, random positive scales per
  * row and 128-column block spread over 2^10, rows of ldw >= K with NaN codes in the gap) against the double product
  * on the dequantized weights, at M = 1, 7, 64, 65, 130 on ragged and decode shapes, every epilogue, the fused
- * residual + norm (bitwise its two-step form), and its refused arguments.
+ * residual + norm (bitwise its two-step form), and its refused arguments; on sm_90 the layer tail
+ * (cuda_gemm_skinny_tail) bitwise against the launches it replaces.
  * Large shapes are checked on a random subset of rows. Ends with a timing table (TFLOP/s) for
  * the Qwen3.5-0.8B prefill shapes at M = 2048 (and the decode-step shapes at M = 1, 64, 256 for the
- * skinny kernel and the TMA kernel side by side, with the weight bytes per second). Every algorithm (mma.sync; on sm_90 also the
+ * skinny kernel and the TMA kernel side by side, with the weight bytes per second; the layer tail against its
+ * launches as graphs of 24 layers at M = 1, 8, 64). Every algorithm (mma.sync; on sm_90 also the
  * cp.async wgmma kernels and every TMA variant) runs every case on the same inputs; shapes with
  * many tiles per CTA exercise the persistent kernels' ring phases. Each algorithm runs in its own
  * forked child process, so one that faults fails alone and the others still run. Usage:
@@ -796,6 +798,121 @@ static void bench_fmt(const char *name, int M, int N, int K, int epi, int algo, 
 }
 static void bench(const char *name, int M, int N, int K, int epi, int algo) { bench_fmt(name, M, N, K, epi, algo, 0); }
 
+/* Informational (no bound): a layer's GEMMs after its mixer at the Qwen3.5-0.8B shapes, as the batched step launches
+ * them (cuda_gemm_skinny_norm(out_proj), cuda_gemm_skinny(gate_up), cuda_gemm_skinny_norm(down),
+ * cuda_gemm_skinny(next in_proj)) against one cuda_gemm_skinny_tail, each as a CUDA graph of 24 layers (PDL on) over 8
+ * weight sets (344 MB bf16: L2 cannot hold them), median of 20 replays, per layer. f8: FP8 weights. */
+static void bench_tail(int M, int f8) {
+    enum { NW = 8, NL = 24 };
+    const int D = 1024, no = 2048, F = 3584, nin = f8 ? 8192 : 8224;
+    const int rows[4] = {D, 2 * F, D, nin}, cols[4] = {no, D, F, D};
+    void *w[NW][4];
+    float *sc[NW][4];
+    for (int l = 0; l < NW; l++)
+        for (int k = 0; k < 4; k++) {
+            const size_t n = (size_t)rows[k] * cols[k];
+            sc[l][k] = NULL;
+            if (f8) {
+                uint8_t *q = malloc(n);
+                float *s = malloc((size_t)(cols[k] / 128) * rows[k] * sizeof(float));
+                for (size_t i = 0; i < n; i++) q[i] = (uint8_t)(rng_u64(&rng) & 0xbf); /* |e4m3| < 2, no NaN */
+                for (size_t i = 0; i < (size_t)(cols[k] / 128) * rows[k]; i++) s[i] = 0.5f / sqrtf((float)cols[k]);
+                w[l][k] = dcopy(q, n), sc[l][k] = dcopy(s, (size_t)(cols[k] / 128) * rows[k] * sizeof(float));
+                free(q), free(s);
+            } else {
+                uint16_t *h = rand_bf16(n, 1.0f / sqrtf((float)cols[k]));
+                w[l][k] = dcopy(h, n * 2);
+                free(h);
+            }
+        }
+    float *nw = malloc((size_t)D * 4);
+    for (int i = 0; i < D; i++) nw[i] = 0.1f * rng_normal(&rng);
+    float *dnw = dcopy(nw, (size_t)D * 4), *dx = NULL, *work = NULL;
+    uint16_t *act0 = rand_bf16((size_t)M * F, 1.0f), *dact = dcopy(act0, (size_t)M * F * 2), *dh = NULL, *dproj = NULL;
+    int *bar = NULL;
+    const size_t wf = cuda_gemm_skinny_work(M, D, F, n_sm, GEMM_EPI_ADD_F32_NORM, 1) +
+                      cuda_gemm_skinny_work(M, D, no, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
+    CUDA_OK(cudaMalloc((void **)&dx, (size_t)M * D * 4));
+    CUDA_OK(cudaMemset(dx, 0, (size_t)M * D * 4));
+    CUDA_OK(cudaMalloc((void **)&dh, (size_t)M * D * 2));
+    CUDA_OK(cudaMemset(dh, 0, (size_t)M * D * 2));
+    CUDA_OK(cudaMalloc((void **)&dproj, (size_t)M * nin * 2));
+    CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
+    CUDA_OK(cudaMalloc((void **)&bar, 2 * sizeof(int)));
+    CUDA_OK(cudaMemset(bar, 0, 2 * sizeof(int)));
+    cudaStream_t st;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const CudaLaunch lp = {st, 1, NULL, 0};
+    double us[2] = {0, 0};
+    int rc = 0;
+    for (int form = 0; form < 2; form++) { /* 0: the separate launches; 1: the tail */
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < NL; i++) {
+            void *const *lw = w[i % NW];
+            float *const *ls = sc[i % NW];
+            GemmParams g[4] = {{dact, NULL, dx, M, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0},
+                               {dh, NULL, dact, M, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0, NULL, NULL, 0},
+                               {dact, NULL, dx, M, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0},
+                               {dh, NULL, dproj, M, nin, D, D, D, nin, GEMM_EPI_BF16, 1, 0, NULL, NULL, 0}};
+            for (int k = 0; k < 4; k++) {
+                if (f8)
+                    g[k].w8 = (const uint8_t *)lw[k], g[k].w8_scale = ls[k];
+                else
+                    g[k].w = (const uint16_t *)lw[k];
+            }
+            if (form == 0) {
+                rc |= cuda_gemm_skinny_norm(&g[0], dnw, NORM_ZC, 1e-6f, dh, work, wf, n_sm, &lp);
+                rc |= cuda_gemm_skinny(&g[1], work, wf, n_sm, &lp);
+                rc |= cuda_gemm_skinny_norm(&g[2], dnw, NORM_ZC, 1e-6f, dh, work, wf, n_sm, &lp);
+                rc |= cuda_gemm_skinny(&g[3], work, wf, n_sm, &lp);
+            } else {
+                SkTailParams tp = {g[0], g[1], g[2], g[3], dnw, dnw, dh, NORM_ZC, 1e-6f, bar};
+                rc |= cuda_gemm_skinny_tail(&tp, work, wf, n_sm, &lp);
+            }
+        }
+        CUDA_OK(cudaStreamEndCapture(st, &graph));
+        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        cudaEvent_t e0, e1;
+        CUDA_OK(cudaEventCreate(&e0));
+        CUDA_OK(cudaEventCreate(&e1));
+        float ms[20];
+        for (int r = 0; r < 3; r++) CUDA_OK(cudaGraphLaunch(exec, st));
+        for (int r = 0; r < 20; r++) {
+            CUDA_OK(cudaEventRecord(e0, st));
+            CUDA_OK(cudaGraphLaunch(exec, st));
+            CUDA_OK(cudaEventRecord(e1, st));
+            CUDA_OK(cudaEventSynchronize(e1));
+            CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
+        }
+        qsort(ms, 20, sizeof(float), cmp_float);
+        us[form] = ms[10] * 1e3 / NL;
+        CUDA_OK(cudaEventDestroy(e0));
+        CUDA_OK(cudaEventDestroy(e1));
+        CUDA_OK(cudaGraphExecDestroy(exec));
+        CUDA_OK(cudaGraphDestroy(graph));
+    }
+    CHECK(rc == 0, "bench tail M=%d %s: launch", M, f8 ? "fp8" : "bf16");
+    printf("  layer tail M=%3d %-4s: out_proj + norm, gate_up, down + norm, next in_proj: %6.1f us per layer as "
+           "separate launches, %6.1f as one tail launch (graphs of %d layers, PDL)\n",
+           M, f8 ? "fp8" : "bf16", us[0], us[1], NL);
+    CUDA_OK(cudaStreamDestroy(st));
+    for (int l = 0; l < NW; l++)
+        for (int k = 0; k < 4; k++) {
+            CUDA_OK(cudaFree(w[l][k]));
+            if (sc[l][k]) CUDA_OK(cudaFree(sc[l][k]));
+        }
+    CUDA_OK(cudaFree(dnw));
+    CUDA_OK(cudaFree(dx));
+    CUDA_OK(cudaFree(dact));
+    CUDA_OK(cudaFree(dh));
+    CUDA_OK(cudaFree(dproj));
+    CUDA_OK(cudaFree(work));
+    CUDA_OK(cudaFree(bar));
+    free(nw), free(act0);
+}
+
 /* Child process of algorithm index a: every case and the timing table for algo_of[a] alone. Exit code:
  * TEST_SUMMARY's, or 77 when there is nothing to test (no GPU; a >= N_ALGOS_ANY on a GPU other than sm_90). */
 static int run_algo(int a, uint64_t seed) {
@@ -843,6 +960,9 @@ static int run_algo(int a, uint64_t seed) {
                 bench_fmt("LM head (fp32 out)", Mb, 248320, 1024, GEMM_EPI_F32, algo, 1);
             }
         }
+    if (algo == ALGO_SKINNY && major == 9)
+        for (int f8 = 0; f8 < 2; f8++)
+            for (int Mb = 1; Mb <= 64; Mb *= 8) bench_tail(Mb, f8);
     if (algo == ALGO_SKINNY) return TEST_SUMMARY("gemm/skinny");
     bench("DeltaNet in_proj qkvzba (bf16 out)", 2048, 8224, 1024, GEMM_EPI_BF16, algo);
     bench("attention q|gate,k,v (bf16 out)", 2048, 5120, 1024, GEMM_EPI_BF16, algo);
