@@ -800,8 +800,9 @@ static void bench(const char *name, int M, int N, int K, int epi, int algo) { be
 
 /* Informational (no bound): a layer's GEMMs after its mixer at the Qwen3.5-0.8B shapes, as the batched step launches
  * them (cuda_gemm_skinny_norm(out_proj), cuda_gemm_skinny(gate_up), cuda_gemm_skinny_norm(down),
- * cuda_gemm_skinny(next in_proj)) against one cuda_gemm_skinny_tail, each as a CUDA graph of 24 layers (PDL on) over 8
- * weight sets (344 MB bf16: L2 cannot hold them), median of 20 replays, per layer. f8: FP8 weights. */
+ * cuda_gemm_skinny(next in_proj)) against one cuda_gemm_skinny_tail, and against the tail without the in_proj phase
+ * followed by the in_proj's own launch; each as a CUDA graph of 24 layers (PDL on) over 8 weight sets (344 MB bf16:
+ * L2 cannot hold them), median of 20 replays, per layer. f8: FP8 weights. */
 static void bench_tail(int M, int f8) {
     enum { NW = 8, NL = 24 };
     const int D = 1024, no = 2048, F = 3584, nin = f8 ? 8192 : 8224;
@@ -843,9 +844,9 @@ static void bench_tail(int M, int f8) {
     cudaStream_t st;
     CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const CudaLaunch lp = {st, 1, NULL, 0};
-    double us[2] = {0, 0};
+    double us[3] = {0, 0, 0};
     int rc = 0;
-    for (int form = 0; form < 2; form++) { /* 0: the separate launches; 1: the tail */
+    for (int form = 0; form < 3; form++) { /* 0: the separate launches; 1: the tail; 2: the tail, then in_proj */
         cudaGraph_t graph = NULL;
         cudaGraphExec_t exec = NULL;
         CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -869,7 +870,9 @@ static void bench_tail(int M, int f8) {
                 rc |= cuda_gemm_skinny(&g[3], work, wf, n_sm, &lp);
             } else {
                 SkTailParams tp = {g[0], g[1], g[2], g[3], dnw, dnw, dh, NORM_ZC, 1e-6f, bar};
+                if (form == 2) tp.next_in.M = 0;
                 rc |= cuda_gemm_skinny_tail(&tp, work, wf, n_sm, &lp);
+                if (form == 2) rc |= cuda_gemm_skinny(&g[3], work, wf, n_sm, &lp);
             }
         }
         CUDA_OK(cudaStreamEndCapture(st, &graph));
@@ -895,8 +898,9 @@ static void bench_tail(int M, int f8) {
     }
     CHECK(rc == 0, "bench tail M=%d %s: launch", M, f8 ? "fp8" : "bf16");
     printf("  layer tail M=%3d %-4s: out_proj + norm, gate_up, down + norm, next in_proj: %6.1f us per layer as "
-           "separate launches, %6.1f as one tail launch (graphs of %d layers, PDL)\n",
-           M, f8 ? "fp8" : "bf16", us[0], us[1], NL);
+           "separate launches, %6.1f as one tail launch, %6.1f as the tail without in_proj + its launch (graphs of %d "
+           "layers, PDL)\n",
+           M, f8 ? "fp8" : "bf16", us[0], us[1], us[2], NL);
     CUDA_OK(cudaStreamDestroy(st));
     for (int l = 0; l < NW; l++)
         for (int k = 0; k < 4; k++) {
