@@ -888,6 +888,10 @@ extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_fl
     }
 }
 
+/* The row width class NC of sk_reduce_norm_row for N <= 2048 columns (2 NC float4 slots of 32 lanes), the same for
+ * the separate reduction and the tail, which must agree bit for bit */
+static int sk_norm_nc(int N) { return N <= 512 ? 2 : N <= 1024 ? 4 : 8; }
+
 extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mode, float eps, uint16_t *h,
                                      float *work, size_t work_floats, int n_sm, const CudaLaunch *l) {
     if (!g || !l || !g->x || !sk_weights_ok(g) || !g->y || !norm_w || !h || !work || g->epi != GEMM_EPI_ADD_F32 ||
@@ -908,9 +912,11 @@ extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, i
     if (rc) return rc;
     const SkNorm nm = {norm_w, h, norm_mode, eps};
     const dim3 rg((unsigned)g->M);
-    if (g->N <= 512) return launch_ex(gemm_skinny_reduce_norm<2>, rg, dim3(128), 0, 0, l, a, splits, nm);
-    if (g->N <= 1024) return launch_ex(gemm_skinny_reduce_norm<4>, rg, dim3(256), 0, 0, l, a, splits, nm);
-    return launch_ex(gemm_skinny_reduce_norm<8>, rg, dim3(512), 0, 0, l, a, splits, nm);
+    switch (sk_norm_nc(g->N)) {
+    case 2: return launch_ex(gemm_skinny_reduce_norm<2>, rg, dim3(128), 0, 0, l, a, splits, nm);
+    case 4: return launch_ex(gemm_skinny_reduce_norm<4>, rg, dim3(256), 0, 0, l, a, splits, nm);
+    default: return launch_ex(gemm_skinny_reduce_norm<8>, rg, dim3(512), 0, 0, l, a, splits, nm);
+    }
 }
 
 /* One GEMM of the tail: its tensor map and split plan, or cudaErrorNotSupported where the tail does not take it
@@ -942,9 +948,11 @@ static int skt_launch(const SkTailArgs &a, int grid, const CudaLaunch *l) {
 
 template <bool F8>
 static int skt_launch_nc(const SkTailArgs &a, int N, int grid, const CudaLaunch *l) {
-    if (N <= 512) return skt_launch<2, F8>(a, grid, l);
-    if (N <= 1024) return skt_launch<4, F8>(a, grid, l);
-    return skt_launch<8, F8>(a, grid, l);
+    switch (sk_norm_nc(N)) {
+    case 2: return skt_launch<2, F8>(a, grid, l);
+    case 4: return skt_launch<4, F8>(a, grid, l);
+    default: return skt_launch<8, F8>(a, grid, l);
+    }
 }
 
 extern "C" int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t work_floats, int n_sm,
