@@ -288,8 +288,94 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
     __syncthreads();
 
     uint8_t *stg = sgen + NS * C::STAGE + 2 * NS * 8; /* mode 4: bf16 [F8_TM][F8_SLD bytes] */
-    if (wg == 0) {                                    /* producer */
-        regs_dec<OVL ? 56 : 40>();                    /* the storer warps need a few more */
+    /* The consumers' branch comes first. With the producer's first, ptxas 13.0 gave the consumers of mode 5 (where
+     * the producer warpgroup's other warps store) ~173 registers instead of setmaxnreg's 224 and spilled 568 bytes
+     * (checked with -Xptxas -v and scripts/sass.sh); in this order no instantiation spills. */
+    if (wg > 0) {
+        /* consumers: warpgroup cw takes rows cw * 64 .. + 63 of every tile */
+        regs_inc<OVL ? 224 : 232>();
+        const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+        const int rr = cw * 64 + wq * 16 + g; /* this thread's first row in the tile (the second is rr + 8) */
+        int it = 0;                           /* ring uses so far */
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            int m0, n0;
+            gemm_tile_coords_at<F8_TM, F8_BN>(p, tile, m0, n0);
+            float acc[F8_BN / 8][4], p0[1][F8_BN / 8][4], p1[1][F8_BN / 8][4];
+#pragma unroll
+            for (int n8 = 0; n8 < F8_BN / 8; n8++) acc[n8][0] = acc[n8][1] = acc[n8][2] = acc[n8][3] = 0.0f;
+            /* k-step j's wgmmas go into p0 (j even) or p1 (j odd); step j + 1's are issued before step j is waited
+             * for and promoted, so the tensor core always has this warpgroup's next products queued */
+            const int it0 = it;
+            if constexpr (MODE >= 2 && MODE <= 4) { /* the unscaled bounds */
+                for (int kt = 0; kt < ktiles; kt++) {
+                    f8_issue<NS>(p0, sbase, it0 + kt, cw, full0, kt > 0);
+                    wgmma_wait<1>();
+                    __syncwarp();
+                    if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it0 + kt - 1) % NS));
+                }
+                wgmma_wait<0>();
+                reg_fence_acc(p0);
+#pragma unroll
+                for (int n8 = 0; n8 < F8_BN / 8; n8++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[n8][e] = p0[0][n8][e];
+                __syncwarp();
+                if (lane == 0) mbar_arrive(empty0 + 8 * ((it0 + ktiles - 1) % NS));
+            } else if constexpr (!PIPE) {
+                for (int kt = 0; kt < ktiles; kt++) {
+                    f8_issue(p0, sbase, it0 + kt, cw, full0);
+                    wgmma_wait<0>();
+                    reg_fence_acc(p0);
+                    f8_promote(acc, p0, sgen, it0 + kt, rr, t, lane, empty0);
+                }
+            } else {
+                /* k-step kt + 1's wgmmas (into the other partial) run while k-step kt is promoted. No wgmma sits on
+                 * a branch (ptxas serialises every wgmma of a kernel with one on a divergent path): the producer pads
+                 * the k-steps to an even count with an all-zero step (a TMA box past K reads zeros), whose promotion
+                 * alone is skipped. */
+                f8_issue<NS>(p0, sbase, it0, cw, full0);
+                int kt = 0;
+                for (; kt + 2 < kpad; kt += 2) {
+                    f8_issue<NS>(p1, sbase, it0 + kt + 1, cw, full0);
+                    wgmma_wait<1>();
+                    reg_fence_acc(p0);
+                    f8_promote<NS>(acc, p0, sgen, it0 + kt, rr, t, lane, empty0, true);
+                    f8_issue<NS>(p0, sbase, it0 + kt + 2, cw, full0);
+                    wgmma_wait<1>();
+                    reg_fence_acc(p1);
+                    f8_promote<NS>(acc, p1, sgen, it0 + kt + 1, rr, t, lane, empty0, true);
+                }
+                f8_issue<NS>(p1, sbase, it0 + kt + 1, cw, full0);
+                wgmma_wait<1>();
+                reg_fence_acc(p0);
+                f8_promote<NS>(acc, p0, sgen, it0 + kt, rr, t, lane, empty0, true);
+                wgmma_wait<0>();
+                reg_fence_acc(p1);
+                f8_promote<NS>(acc, p1, sgen, it0 + kt + 1, rr, t, lane, empty0, kt + 1 < ktiles);
+            }
+            it += kpad;
+            const int row0 = m0 + cw * 64 + wq * 16;
+            float *st = reinterpret_cast<float *>(sgen + C::STAGE_OFF) + (cw * 4 + wq) * GEMM_STAGE_FLOATS;
+            if constexpr (OVL) { /* the tile's bf16 values into the staging buffer for the storers */
+                bar_sync(2, 352);
+#pragma unroll
+                for (int n8 = 0; n8 < F8_BN / 8; n8++) {
+                    *reinterpret_cast<uint32_t *>(stg + rr * F8_SLD + 2 * (8 * n8 + 2 * t)) =
+                        pack_bf16(acc[n8][0], acc[n8][1]);
+                    *reinterpret_cast<uint32_t *>(stg + (rr + 8) * F8_SLD + 2 * (8 * n8 + 2 * t)) =
+                        pack_bf16(acc[n8][2], acc[n8][3]);
+                }
+                bar_arrive(1, 352);
+            } else if constexpr (MODE == 3) { /* no epilogue: one word per thread, so the sums stay live */
+                if (acc[0][0] == 12345.0f && acc[1][1] == 54321.0f) ((float *)p.y)[0] = acc[2][2];
+            } else {
+                gemm_store_staged<EPI, F8_BN / 8>(p, acc, row0, n0, lane, st);
+            }
+        }
+        return;
+    }
+    if (wg == 0) {                 /* producer */
+        regs_dec<OVL ? 56 : 40>(); /* the storer warps need a few more */
         if constexpr (OVL) {
             if (tid >= 32) { /* storers: staging -> y, 16 bytes a thread at a time */
                 bar_arrive(2, 352);
@@ -332,86 +418,6 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
         return;
     }
 
-    /* consumers: warpgroup cw takes rows cw * 64 .. + 63 of every tile */
-    regs_inc<OVL ? 224 : 232>();
-    const int cw = wg - 1, wq = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int rr = cw * 64 + wq * 16 + g; /* this thread's first row in the tile (the second is rr + 8) */
-    int it = 0;                           /* ring uses so far */
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        int m0, n0;
-        gemm_tile_coords_at<F8_TM, F8_BN>(p, tile, m0, n0);
-        float acc[F8_BN / 8][4], p0[1][F8_BN / 8][4], p1[1][F8_BN / 8][4];
-#pragma unroll
-        for (int n8 = 0; n8 < F8_BN / 8; n8++) acc[n8][0] = acc[n8][1] = acc[n8][2] = acc[n8][3] = 0.0f;
-        /* k-step j's wgmmas go into p0 (j even) or p1 (j odd); step j + 1's are issued before step j is waited for
-         * and promoted, so the tensor core always has this warpgroup's next products queued */
-        const int it0 = it;
-        if constexpr (MODE >= 2 && MODE <= 4) { /* the unscaled bounds */
-            for (int kt = 0; kt < ktiles; kt++) {
-                f8_issue<NS>(p0, sbase, it0 + kt, cw, full0, kt > 0);
-                wgmma_wait<1>();
-                __syncwarp();
-                if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it0 + kt - 1) % NS));
-            }
-            wgmma_wait<0>();
-            reg_fence_acc(p0);
-#pragma unroll
-            for (int n8 = 0; n8 < F8_BN / 8; n8++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[n8][e] = p0[0][n8][e];
-            __syncwarp();
-            if (lane == 0) mbar_arrive(empty0 + 8 * ((it0 + ktiles - 1) % NS));
-        } else if constexpr (!PIPE) {
-            for (int kt = 0; kt < ktiles; kt++) {
-                f8_issue(p0, sbase, it0 + kt, cw, full0);
-                wgmma_wait<0>();
-                reg_fence_acc(p0);
-                f8_promote(acc, p0, sgen, it0 + kt, rr, t, lane, empty0);
-            }
-        } else {
-            /* k-step kt + 1's wgmmas (into the other partial) run while k-step kt is promoted. No wgmma sits on a
-             * branch (ptxas serialises every wgmma of a kernel with one on a divergent path): the producer pads the
-             * k-steps to an even count with an all-zero step (a TMA box past K reads zeros), whose promotion alone
-             * is skipped. */
-            f8_issue<NS>(p0, sbase, it0, cw, full0);
-            int kt = 0;
-            for (; kt + 2 < kpad; kt += 2) {
-                f8_issue<NS>(p1, sbase, it0 + kt + 1, cw, full0);
-                wgmma_wait<1>();
-                reg_fence_acc(p0);
-                f8_promote<NS>(acc, p0, sgen, it0 + kt, rr, t, lane, empty0, true);
-                f8_issue<NS>(p0, sbase, it0 + kt + 2, cw, full0);
-                wgmma_wait<1>();
-                reg_fence_acc(p1);
-                f8_promote<NS>(acc, p1, sgen, it0 + kt + 1, rr, t, lane, empty0, true);
-            }
-            f8_issue<NS>(p1, sbase, it0 + kt + 1, cw, full0);
-            wgmma_wait<1>();
-            reg_fence_acc(p0);
-            f8_promote<NS>(acc, p0, sgen, it0 + kt, rr, t, lane, empty0, true);
-            wgmma_wait<0>();
-            reg_fence_acc(p1);
-            f8_promote<NS>(acc, p1, sgen, it0 + kt + 1, rr, t, lane, empty0, kt + 1 < ktiles);
-        }
-        it += kpad;
-        const int row0 = m0 + cw * 64 + wq * 16;
-        float *st = reinterpret_cast<float *>(sgen + C::STAGE_OFF) + (cw * 4 + wq) * GEMM_STAGE_FLOATS;
-        if constexpr (OVL) { /* the tile's bf16 values into the staging buffer for the storers */
-            bar_sync(2, 352);
-#pragma unroll
-            for (int n8 = 0; n8 < F8_BN / 8; n8++) {
-                *reinterpret_cast<uint32_t *>(stg + rr * F8_SLD + 2 * (8 * n8 + 2 * t)) =
-                    pack_bf16(acc[n8][0], acc[n8][1]);
-                *reinterpret_cast<uint32_t *>(stg + (rr + 8) * F8_SLD + 2 * (8 * n8 + 2 * t)) =
-                    pack_bf16(acc[n8][2], acc[n8][3]);
-            }
-            bar_arrive(1, 352);
-        } else if constexpr (MODE == 3) { /* no epilogue: one word per thread, so the sums stay live */
-            if (acc[0][0] == 12345.0f && acc[1][1] == 54321.0f) ((float *)p.y)[0] = acc[2][2];
-        } else {
-            gemm_store_staged<EPI, F8_BN / 8>(p, acc, row0, n0, lane, st);
-        }
-    }
 #else
     (void)a;
     __trap(); /* built without sm_90a: the launcher refuses other devices */
