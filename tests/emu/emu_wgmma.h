@@ -23,6 +23,9 @@
  * only checks that the warpgroup is converged), the descriptor base offset, the summation order inside
  * a k16 step (fp32 sums in k order here: compare with a tolerance), fp8 / tf32 / integer forms, the
  * memory-proxy rules (fence.proxy.async is a no-op: a missing one goes unnoticed).
+ * e4m3 (emu_wgmma with e4m3 set, the m64nNk32 .e4m3.e4m3 form): A and B K-major in shared memory, one byte an
+ * element, every e4m3 code its exact value (NaN codes as NaN); the products summed in fp32 in k order, where the
+ * tensor core keeps fewer bits (compare with a tolerance).
  * Using it for a new wgmma kernel (run_gemm.sh / gemm_emu.cpp are the worked example):
  *   1. extract the kernel with sed as run_gemm.sh does: drop the "cuda/" includes and <cuda.h>,
  *      turn `extern __shared__ ... smem[]` into `uint8_t *smem = emu_smem();`, replace inline asm
@@ -71,6 +74,7 @@ struct EmuWgOp {
     uint64_t da, db;
     int scale_d;           /* 0: d = A B, 1: d += A B */
     int tnsp_a, tnsp_b;    /* 1: the operand is MN-major */
+    bool e4m3;             /* k32 of e4m3 bytes (A and B K-major) instead of k16 of bf16 */
     bool a_regs;           /* A from registers (a[]) instead of shared memory (da) */
     float (*d[128])[4];    /* each thread's accumulator fragments d[N/8][4] */
     uint32_t a[128][4];    /* A fragments as issued: warp w rows 16 w.., the mma.m16n8k16 A layout */
@@ -154,14 +158,17 @@ static inline EmuDesc emu_desc(uint64_t d) {
  *             k row, k rows W bytes apart, k8 groups SBO apart, W/2-mn blocks LBO apart.
  * Swizzled modes then XOR the 16-byte chunk bits [4, 4 + log2(W/16)) of the address with the bits
  * from 7 up (Swizzle<1|2|3, 4, 3>); absolute address bits, so a tile sits at a W*8-aligned base (the
- * descriptor's base offset, for other bases, is not emulated). Only the K-major 128 B form is checked
+ * descriptor's base offset, for other bases, is not emulated). esz: bytes an element (2, or 1 for e4m3, whose k32 slice
+ * is 32 bytes as bf16's k16 is; K-major only). Only the K-major 128 B form is checked
  * against hardware (gemm_tma.cu passes on the H200); the others follow the table alone. */
-static inline uint32_t emu_desc_addr(const EmuDesc &d, int mn, int k, bool mn_major) {
+static inline uint32_t emu_desc_addr(const EmuDesc &d, int mn, int k, bool mn_major, uint32_t esz = 2) {
     uint32_t a;
     const uint32_t W = d.swz == 1 ? 128 : d.swz == 2 ? 64 : 32;
     if (!mn_major) {
-        if (d.swz == 0) return d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * 16 + (uint32_t)(k >> 3) * d.lbo + (k & 7) * 2;
-        a = d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * W + (uint32_t)k * 2;
+        if (d.swz == 0)
+            return d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * 16 + (uint32_t)k * esz / 16 * d.lbo +
+                   (uint32_t)k * esz % 16;
+        a = d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * W + (uint32_t)k * esz;
     } else {
         if (d.swz == 0) return d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * 2 + (uint32_t)(k & 7) * 16 + (uint32_t)(k >> 3) * d.lbo;
         const int E = (int)W / 2; /* mn elements per swizzled row */
@@ -179,8 +186,42 @@ static inline float emu_smem_bf16(int cta, uint32_t addr) {
     memcpy(&h, E.smem[cta].data() + addr, 2);
     return __uint_as_float((uint32_t)h << 16);
 }
+/* e4m3 code -> its exact value (bias 7, subnormals below 2^-6, 0x7f / 0xff NaN) */
+static inline float emu_e4m3(uint8_t v) {
+    const int e = (v >> 3) & 15, m = v & 7;
+    if (e == 15 && m == 7) return NAN;
+    const float x = e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf(m / 8.0f, -6);
+    return v & 0x80 ? -x : x;
+}
+static inline float emu_smem_e4m3(int cta, uint32_t addr) {
+    if (addr + 1 > E.smem[cta].size() - 16) {
+        fprintf(stderr, "emu: wgmma operand address %u outside shared memory (%zu bytes)\n", addr,
+                E.smem[cta].size() - 16);
+        exit(2);
+    }
+    return emu_e4m3(E.smem[cta][addr]);
+}
+/* One queued m64nNk32 e4m3 wgmma: d (+)= A B, both operands K-major in shared memory. */
+static void emu_wgmma8_exec(int cta, const EmuWgOp &op) {
+    const EmuDesc a = emu_desc(op.da), b = emu_desc(op.db);
+    static float A[64][32], B[256][32];
+    for (int r = 0; r < 64; r++)
+        for (int k = 0; k < 32; k++) A[r][k] = emu_smem_e4m3(cta, emu_desc_addr(a, r, k, false, 1));
+    for (int r = 0; r < op.n; r++)
+        for (int k = 0; k < 32; k++) B[r][k] = emu_smem_e4m3(cta, emu_desc_addr(b, r, k, false, 1));
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < op.n; n++) {
+            float s = 0.0f;
+            for (int k = 0; k < 32; k++) s += A[m][k] * B[n][k]; /* e4m3 x e4m3 is exact in fp32 */
+            const int th = (m >> 4) * 32 + (m & 7) * 4 + ((n & 7) >> 1), e = 2 * ((m >> 3) & 1) + (n & 1);
+            float *dst = &op.d[th][n >> 3][e];
+            *dst = op.scale_d ? *dst + s : s;
+        }
+    emu_wgmma_count++;
+}
 /* Executes one queued wgmma of the warpgroup of CTA cta. */
 static void emu_wgmma_exec(int cta, const EmuWgOp &op) {
+    if (op.e4m3) return emu_wgmma8_exec(cta, op);
     const EmuDesc b = emu_desc(op.db);
     float A[64][16], B[256][16];
     if (op.a_regs) {
@@ -217,9 +258,13 @@ static inline void wgmma_fence(void) { emu_wg_fenced[(size_t)me().cta * E.nthrea
  * not null, from the thread's 4 registers a[] (the mma.m16n8k16 A layout, rows 16 (warp % 4) + ..;
  * their values are taken at issue); B from shared memory (db). tnsp_a / tnsp_b: MN-major operands. */
 static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *a, uint64_t db, int scale_d, int tnsp_a,
-                             int tnsp_b) {
+                             int tnsp_b, bool e4m3 = false) {
     if (n < 8 || n > 256 || n % 8) {
         fprintf(stderr, "emu: wgmma N = %d\n", n);
+        exit(2);
+    }
+    if (e4m3 && (a || tnsp_a || tnsp_b)) {
+        fprintf(stderr, "emu: an e4m3 wgmma takes A and B K-major from shared memory only\n");
         exit(2);
     }
     if (!emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid]) {
@@ -232,9 +277,10 @@ static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *
         [&](EmuWg &w, int t) {
             EmuWgOp &c = w.cur;
             if (w.cnt == 0)
-                c.n = n, c.da = a ? 0 : da, c.db = db, c.scale_d = scale_d, c.tnsp_a = tnsp_a, c.tnsp_b = tnsp_b, c.a_regs = a != nullptr;
+                c.n = n, c.da = a ? 0 : da, c.db = db, c.scale_d = scale_d, c.tnsp_a = tnsp_a, c.tnsp_b = tnsp_b,
+                c.a_regs = a != nullptr, c.e4m3 = e4m3;
             else if (c.n != n || c.da != (a ? 0 : da) || c.db != db || c.scale_d != scale_d || c.tnsp_a != tnsp_a ||
-                     c.tnsp_b != tnsp_b || c.a_regs != (a != nullptr)) {
+                     c.tnsp_b != tnsp_b || c.a_regs != (a != nullptr) || c.e4m3 != e4m3) {
                 fprintf(stderr, "emu: wgmma operands differ within warpgroup (thread %d: desc %#llx %#llx vs %#llx %#llx)\n",
                         me().tid, (unsigned long long)da, (unsigned long long)db, (unsigned long long)c.da,
                         (unsigned long long)c.db);
@@ -286,3 +332,10 @@ static inline void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) { e
 /* attention_prefill_wg.cu: S = Q K^T (both K-major in shared memory), O += P V (P from registers, V MN-major) */
 static inline void wgmma_m64n64k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(64, d, da, nullptr, db, 1, 0, 0); }
 static inline void wgmma_m64n256k16_rt(float (*d)[4], const uint32_t a[4], uint64_t db) { emu_wgmma(256, d, 0, a, db, 1, 0, 1); }
+/* bench/kernels/gemm_fp8_lab.cu: m64n128k32 / m64n256k32 e4m3, A and B K-major in shared memory; acc = 0: d = A B */
+static inline void wgmma_m64n128k32_e4m3(float (*d)[4], uint64_t da, uint64_t db, int acc) {
+    emu_wgmma(128, d, da, nullptr, db, acc != 0, 0, 0, true);
+}
+static inline void wgmma_m64n256k32_e4m3(float (*d)[4], uint64_t da, uint64_t db) {
+    emu_wgmma(256, d, da, nullptr, db, 1, 0, 0, true);
+}
