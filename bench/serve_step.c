@@ -4,13 +4,14 @@
  * around q35_step, which includes the host sampling and the logits readback). Prints per B the median step time,
  * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
  * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic]
- * [--weights auto|fp8] [--prompt N] [--kv-memory GB] [B ...]
+ * [--weights auto|fp8] [--prompt N] [--kv-memory GB] [--kv-block N] [B ...]
  * (--deterministic: the engine's deterministic mode, for what batch invariance costs; --temperature, --top-p,
  * --logprobs K: every sequence samples / asks for logprobs, the host's share of a step)
  * (default B: 1 8 32 64 128 256). --prompt N instead times a lone N-token prompt on the idle engine: open a
  * sequence, one q35_step of the N ids with a greedy pick (the server's first step of a request, no HTTP), close;
  * `steps` rounds after 3 warm-up ones, the median. --kv-memory GB sizes the KV blocks and slots (default: 0.9 of the
- * free device memory; a profiler that saves and restores device memory between replays wants it small).
+ * free device memory; a profiler that saves and restores device memory between replays wants it small); --kv-block N
+ * the tokens per KV block (the server's --kv-block, default 16), for what the paged layout costs attention.
  * A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static size_t g_kv_bytes; /* --kv-memory GB (0: the engine's default share of free memory) */
+static int g_kv_block;    /* --kv-block N (0: the engine's default) */
 
 /* A lone prompt of n ids: the median wall time of open + one step (prefill and pick) + close over `steps` rounds. */
 static int run_prompt(Q35Engine *e, int n, int steps) {
@@ -40,6 +42,7 @@ static int run_prompt(Q35Engine *e, int n, int steps) {
     so.max_seqs = 64;
     so.no_prefix_cache = 1;
     so.kv_bytes = g_kv_bytes;
+    so.kv_block = g_kv_block;
     int rc = q35_serve_open(e, &so, &err);
     if (rc) {
         fprintf(stderr, "prompt %d: serve open: %s\n", n, err.msg);
@@ -92,6 +95,7 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     so.max_seqs = B;
     so.no_prefix_cache = 1;
     so.kv_bytes = g_kv_bytes;
+    so.kv_block = g_kv_block;
     int rc = q35_serve_open(e, &so, &err);
     if (rc) {
         fprintf(stderr, "B %d: serve open: %s\n", B, err.msg);
@@ -189,6 +193,8 @@ int main(int argc, char **argv) {
             prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--kv-memory") && i + 1 < argc)
             g_kv_bytes = (size_t)(atof(argv[++i]) * 1e9);
+        else if (!strcmp(argv[i], "--kv-block") && i + 1 < argc)
+            g_kv_block = atoi(argv[++i]);
         else if (nb < 16 && atoi(argv[i]) > 0)
             bs[nb++] = atoi(argv[i]);
         else {
