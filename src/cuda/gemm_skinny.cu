@@ -600,18 +600,17 @@ typedef struct SkTailArgs {
 } SkTailArgs;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* Grid-wide barrier k (1, 2, ..) of a tail launch, for its consumers (all CTAs resident): thread 0 of each CTA adds
- * one to bar[0] (release) and waits until all gridDim.x CTAs have added k times (acquire; wait_count_geq traps after
- * 2 s instead of hanging), the pattern of cooperative groups' grid sync. The fence after the wait matters: the same
- * CTA reads the work rows again in a later phase with plain loads, and must not see lines an earlier phase left in
- * its L1. skt_grid_done resets the count for the next launch. */
+/* Grid-wide barrier k (1, 2, ..) of a tail launch, for its consumers (all CTAs resident): after the CTA's bar.sync,
+ * thread 0 adds one to bar[0] with a release and waits until all gridDim.x CTAs have added k times with acquire loads
+ * (wait_count_geq, which traps after 2 s instead of hanging), as cooperative groups' grid sync does on sm_70 and later.
+ * The acquire also matters for the CTA's own rereads: a later phase reads the work rows at the addresses an earlier
+ * phase read with plain loads, and the acquire's L1 invalidation keeps it from seeing those lines. skt_grid_done resets
+ * the count for the next launch. */
 __device__ __forceinline__ void skt_grid_sync(int *bar, int k) {
     bar_sync(1, 128);
     if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(bar, 1);
+        count_add_release(bar, 1);
         wait_count_geq(bar, k * (int)gridDim.x);
-        __threadfence();
     }
     bar_sync(1, 128);
 }

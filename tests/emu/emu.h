@@ -199,7 +199,8 @@ static inline int atomicExch(int *p, int v) {
 }
 /* the memory-order and integer intrinsics the kernels use; fences are no-ops (one fiber runs at a time) */
 static inline void __threadfence(void) {}
-/* common.cuh's wait_count_geq: the adders are CTAs of the running cluster */
+/* common.cuh's count_add_release and wait_count_geq: the adders are CTAs of the running cluster */
+static inline void count_add_release(int *cnt, int v) { *cnt += v; }
 static inline void wait_count_geq(const int *cnt, int n) { EMU_WAIT(*(volatile const int *)cnt < n); }
 template <typename T>
 static inline T __ldg(const T *p) {
