@@ -174,7 +174,7 @@ ifeq ($(CUDA),1)
 	@echo "== TMA + wgmma GEMM on the CPU (tests/emu/run_gemm.sh: 4 variants x 4 epilogues; ~12 s)"
 	@sh tests/emu/run_gemm.sh > $(BUILD)/emu_gemm.log 2>&1 || { tail -n 20 $(BUILD)/emu_gemm.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_gemm.log; tail -n 1 $(BUILD)/emu_gemm.log
-	@echo "== FP8 prefill GEMM lab on the CPU (tests/emu/run_gemm_fp8.sh: bench/kernels/gemm_fp8_lab.cu, e4m3 wgmma, modes 0/1/5 x 4 epilogues, bounds 2/4; ~5 s)"
+	@echo "== FP8 prefill GEMM lab on the CPU (tests/emu/run_gemm_fp8.sh: bench/kernels/gemm_fp8_lab.cu, e4m3 wgmma, modes 0/1/5/6 x 4 epilogues, bounds 2/4; ~6 s)"
 	@sh tests/emu/run_gemm_fp8.sh > $(BUILD)/emu_gemm_fp8.log 2>&1 || { tail -n 20 $(BUILD)/emu_gemm_fp8.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_gemm_fp8.log; tail -n 1 $(BUILD)/emu_gemm_fp8.log
 	@echo "== skinny GEMM of the batched decode step on the CPU (tests/emu/run_gemm_skinny.sh: splits, epilogues, batch invariance, bf16 and fp8 weights; ~55 s)"

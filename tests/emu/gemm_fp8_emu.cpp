@@ -3,9 +3,10 @@
  * garbage): Y = X W^T with X [M][K] and W [N][K] e4m3 codes and one fp32 scale per row and 128-column block for each
  * (scale[(k / 128) * ((rows + 3) & ~3) + row]), against a double-precision reference passed through the epilogue's
  * rounding, for
- *   mode 0 (each k-step waited for and promoted), mode 1 (the next k-step issued before the promotion) and mode 5
- *   (mode 1 with the tile's stores overlapped by the producer warpgroup's other warps) with every epilogue (bf16,
- *   fp32, += fp32 residual, SwiGLU of interleaved gate / up rows);
+ *   mode 0 (each k-step waited for and promoted), mode 1 (the next k-step issued before the promotion), mode 5
+ *   (mode 1 with the tile's stores overlapped by the producer warpgroup's other warps) and mode 6 (mode 5 with the
+ *   scales in a ring of their own) with every epilogue (bf16, fp32, += fp32 residual, SwiGLU of interleaved gate /
+ *   up rows);
  *   the timing bounds mode 2 (no scales: one fp32 sum over all of K) against the unscaled product, and mode 4 (mode 2
  *   with the overlapped stores), which must equal mode 2 bit for bit.
  * Shapes: ragged M, N, K (TMA boxes past them zero-filled by the emulated TMA), odd k-step counts (modes 1 and 5 pad
@@ -44,7 +45,8 @@ static uint8_t rand_e4m3(void) {
 
 template <int EPI, int MODE>
 static void launch(const F8Args &a, int grid) {
-    emu_launch(dim3(grid), 384, MODE >= 4 ? F8_SMEM4 : F8Cfg::SMEM, 1, [&] { gemm_fp8_tma<EPI, MODE>(a); });
+    const int smem = MODE == 6 ? F8_SMEM6 : MODE >= 4 ? F8_SMEM4 : F8Cfg::SMEM;
+    emu_launch(dim3(grid), 384, smem, 1, [&] { gemm_fp8_tma<EPI, MODE>(a); });
 }
 static void launch_any(int mode, int epi, const F8Args &a, int grid) {
 #define EPIS(M)                                                                                                        \
@@ -58,6 +60,8 @@ static void launch_any(int mode, int epi, const F8Args &a, int grid) {
         EPIS(1);
     else if (mode == 5)
         EPIS(5);
+    else if (mode == 6)
+        EPIS(6);
     else if (mode == 2)
         launch<GEMM_EPI_BF16, 2>(a, grid);
     else
@@ -96,8 +100,8 @@ static void run_shape(int M, int N, int K, int sms) {
         }
 
     std::vector<uint16_t> y2; /* mode 2's bf16 output, for mode 4 */
-    const int modes[5] = {0, 1, 5, 2, 4};
-    for (int mi = 0; mi < 5; mi++)
+    const int modes[6] = {0, 1, 5, 6, 2, 4};
+    for (int mi = 0; mi < 6; mi++)
         for (int epi = 0; epi < 4; epi++) {
             const int mode = modes[mi];
             if ((mode == 2 || mode == 4) && epi != GEMM_EPI_BF16) continue;

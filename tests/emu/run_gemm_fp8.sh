@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/emu/run_gemm_fp8.sh — runs the FP8 (W8A8) prefill GEMM of the lab bench/kernels/gemm_fp8_lab.cu (e4m3 X and
-# W with per-row, per-128-column scales, TMA + e4m3 wgmma, modes 0 / 1 / 5 with every epilogue, and the timing
+# W with per-row, per-128-column scales, TMA + e4m3 wgmma, modes 0 / 1 / 5 / 6 with every epilogue, and the timing
 # bounds 2 / 4) on the CPU through the host emulation of tests/emu/emu.h + emu_wgmma.h, against a double-precision
 # reference (tests/emu/gemm_fp8_emu.cpp). The lab's GEMM section (its F8 configuration, f8_issue / f8_promote /
 # f8_store8 and the kernel), wgmma_desc (mma.cuh) and gemm.cuh's tile order and epilogues are compiled unchanged except
