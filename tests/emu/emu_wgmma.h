@@ -201,28 +201,34 @@ static inline float emu_smem_e4m3(int cta, uint32_t addr) {
     }
     return emu_e4m3(E.smem[cta][addr]);
 }
-/* One queued m64nNk32 e4m3 wgmma: d (+)= A B, both operands K-major in shared memory. */
-static void emu_wgmma8_exec(int cta, const EmuWgOp &op) {
-    const EmuDesc a = emu_desc(op.da), b = emu_desc(op.db);
-    static float A[64][32], B[256][32];
-    for (int r = 0; r < 64; r++)
-        for (int k = 0; k < 32; k++) A[r][k] = emu_smem_e4m3(cta, emu_desc_addr(a, r, k, false, 1));
-    for (int r = 0; r < op.n; r++)
-        for (int k = 0; k < 32; k++) B[r][k] = emu_smem_e4m3(cta, emu_desc_addr(b, r, k, false, 1));
+/* d (+)= A B^T of a queued wgmma into the threads' accumulator fragments: A [64][KK], B [op.n][KK] (KK = 16 bf16 or 32
+ * e4m3 values; their products are exact in fp32, summed in k order). The owner of (m, n): warp m/16, lane 4 g + t with
+ * g = m % 8, t = (n % 8) / 2; element 2 ((m % 16) / 8) + n % 2. */
+template <int KK>
+static void emu_wgmma_acc(const EmuWgOp &op, const float (*A)[KK], const float (*B)[KK]) {
     for (int m = 0; m < 64; m++)
         for (int n = 0; n < op.n; n++) {
             float s = 0.0f;
-            for (int k = 0; k < 32; k++) s += A[m][k] * B[n][k]; /* e4m3 x e4m3 is exact in fp32 */
+            for (int k = 0; k < KK; k++) s += A[m][k] * B[n][k];
             const int th = (m >> 4) * 32 + (m & 7) * 4 + ((n & 7) >> 1), e = 2 * ((m >> 3) & 1) + (n & 1);
             float *dst = &op.d[th][n >> 3][e];
             *dst = op.scale_d ? *dst + s : s;
         }
     emu_wgmma_count++;
 }
-/* Executes one queued wgmma of the warpgroup of CTA cta. */
+/* Executes one queued wgmma of the warpgroup of CTA cta: m64nNk16 bf16, or m64nNk32 e4m3 (both operands K-major in
+ * shared memory). */
 static void emu_wgmma_exec(int cta, const EmuWgOp &op) {
-    if (op.e4m3) return emu_wgmma8_exec(cta, op);
     const EmuDesc b = emu_desc(op.db);
+    if (op.e4m3) {
+        static float A8[64][32], B8[256][32];
+        const EmuDesc a = emu_desc(op.da);
+        for (int r = 0; r < 64; r++)
+            for (int k = 0; k < 32; k++) A8[r][k] = emu_smem_e4m3(cta, emu_desc_addr(a, r, k, false, 1));
+        for (int r = 0; r < op.n; r++)
+            for (int k = 0; k < 32; k++) B8[r][k] = emu_smem_e4m3(cta, emu_desc_addr(b, r, k, false, 1));
+        return emu_wgmma_acc<32>(op, A8, B8);
+    }
     float A[64][16], B[256][16];
     if (op.a_regs) {
         for (int th = 0; th < 128; th++) {
@@ -240,16 +246,7 @@ static void emu_wgmma_exec(int cta, const EmuWgOp &op) {
     }
     for (int r = 0; r < op.n; r++)
         for (int k = 0; k < 16; k++) B[r][k] = emu_smem_bf16(cta, emu_desc_addr(b, r, k, op.tnsp_b));
-    for (int m = 0; m < 64; m++)
-        for (int n = 0; n < op.n; n++) {
-            float s = 0.0f;
-            for (int k = 0; k < 16; k++) s += A[m][k] * B[n][k]; /* bf16 x bf16 is exact in fp32 */
-            /* owner: warp m/16, lane 4 g + t with g = m % 8, t = (n % 8) / 2; element 2 ((m % 16) / 8) + n % 2 */
-            const int th = (m >> 4) * 32 + (m & 7) * 4 + ((n & 7) >> 1), e = 2 * ((m >> 3) & 1) + (n & 1);
-            float *dst = &op.d[th][n >> 3][e];
-            *dst = op.scale_d ? *dst + s : s;
-        }
-    emu_wgmma_count++;
+    emu_wgmma_acc<16>(op, A, B);
 }
 
 /* ---- the instructions ---- */

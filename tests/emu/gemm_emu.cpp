@@ -23,6 +23,7 @@
 #include "gemm_desc.inc"     /* wgmma_desc from src/cuda/mma.cuh */
 #include "gemm_cuh.inc"      /* src/cuda/gemm.cuh: tile order, epilogues */
 #include "gemm_tma_kern.inc" /* src/cuda/gemm_tma.cu: TmaCfg, the kernel */
+#include "emu_gemm_ref.h"
 #include <time.h>
 // clang-format on
 
@@ -73,13 +74,7 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
     const size_t ny = (size_t)M * ldy;
     void *y = alloc(ny * (f32 ? 4 : 2));
     float *y0 = (float *)alloc(ny * 4);
-    for (size_t i = 0; i < ny; i++) {
-        y0[i] = epi == GEMM_EPI_ADD_F32 || (int)(i % ldy) >= ycols ? rbf(nrm()) : NAN;
-        if (f32)
-            ((float *)y)[i] = y0[i];
-        else
-            ((uint16_t *)y)[i] = emu_bf(y0[i]);
-    }
+    emu_y_init(epi, y, y0, ny, ldy, ycols, f32);
     GemmParams p;
     memset(&p, 0, sizeof p);
     p.x = x, p.w = w, p.y = y, p.M = M, p.N = N, p.K = K, p.ldx = ldx, p.ldw = ldw, p.ldy = ldy;
@@ -100,7 +95,6 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
             s += v, a += fabs(v);
         }
     };
-    const double u = 1.0 / 128;
     for (int m = 0; m < M; m++)
         for (int c = 0; c < ldy; c++) {
             const size_t o = (size_t)m * ldy + c;
@@ -110,27 +104,12 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
                 bad_guard += !same;
                 continue;
             }
-            double ref, tol;
-            if (epi == GEMM_EPI_SWIGLU_BF16) {
-                double g, ag, up, au;
-                dot(m, 2 * c, g, ag), dot(m, 2 * c + 1, up, au);
-                const double eg = (K + 16) * 6e-8 * ag + u * fabs(g), eu = (K + 16) * 6e-8 * au + u * fabs(up);
-                const float act = rbf(silu_f(rbf((float)g)));
-                ref = rbf(act * rbf((float)up));
-                const double dact = 1.1 * eg + u * fabs(act);
-                tol = fabs(up) * dact + fabs(act) * eu + dact * eu + u * fabs(ref) + 1e-30;
-            } else {
-                double s, a;
+            double ref, tol, s, a, up = 0, au = 0;
+            if (epi == GEMM_EPI_SWIGLU_BF16)
+                dot(m, 2 * c, s, a), dot(m, 2 * c + 1, up, au);
+            else
                 dot(m, c, s, a);
-                const double e = (K + 16) * 6e-8 * a;
-                if (epi == GEMM_EPI_ADD_F32) {
-                    ref = rbf(y0[o] + rbf((float)s));
-                    tol = e + u * (fabs(s) + fabs(ref)) + 1e-30;
-                } else {
-                    ref = rbf((float)s);
-                    tol = e + u * fabs(s) + 1e-30;
-                }
-            }
+            emu_epi_ref(epi, K + 16, s, a, up, au, y0[o], &ref, &tol);
             const double err = fabs(got - ref);
             if (!(err <= tol)) {
                 if (bad < 4) fprintf(stderr, "    y[%d][%d]: got %.8g ref %.8g (bound %.3g)\n", m, c, got, ref, tol);

@@ -30,6 +30,7 @@
 static inline float bf_lo(uint32_t u) { return __uint_as_float(u << 16); } /* common.cuh's */
 static inline float bf_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 #include "f8_kern.inc"      /* the lab's GEMM section */
+#include "emu_gemm_ref.h"
 #include <time.h>
 // clang-format on
 
@@ -110,13 +111,7 @@ static void run_shape(int M, int N, int K, int sms) {
             const size_t ny = (size_t)M * ldy;
             void *y = alloc(ny * (f32 ? 4 : 2));
             std::vector<float> y0(ny);
-            for (size_t i = 0; i < ny; i++) {
-                y0[i] = epi == GEMM_EPI_ADD_F32 || (int)(i % ldy) >= ycols ? rbf(nrm()) : NAN;
-                if (f32)
-                    ((float *)y)[i] = y0[i];
-                else
-                    ((uint16_t *)y)[i] = emu_bf(y0[i]);
-            }
+            emu_y_init(epi, y, y0.data(), ny, ldy, ycols, f32);
             F8Args a;
             memset(&a, 0, sizeof a);
             a.p.M = M, a.p.N = N, a.p.K = K, a.p.y = y, a.p.ldy = ldy, a.p.epi = epi, a.p.glu_group = 1;
@@ -130,7 +125,6 @@ static void run_shape(int M, int N, int K, int sms) {
             fflush(stdout); /* names the case if the emulator stops on a deadlock or an emulation error */
             launch_any(mode, epi, a, grid);
 
-            const double u = 1.0 / 128;
             double worst = 0;
             int bad = 0, bad_guard = 0;
             for (int m = 0; m < M; m++)
@@ -144,26 +138,10 @@ static void run_shape(int M, int N, int K, int sms) {
                     }
                     const double *SS = unscaled ? U.data() : S.data(), *AA = unscaled ? UA.data() : A.data();
                     double ref, tol;
-                    if (epi == GEMM_EPI_SWIGLU_BF16) {
-                        const size_t og = (size_t)m * N + 2 * c, ou = og + 1;
-                        const double g = SS[og], up = SS[ou];
-                        const double eg = (K + 64) * 6e-8 * AA[og] + u * fabs(g);
-                        const double eu = (K + 64) * 6e-8 * AA[ou] + u * fabs(up);
-                        const float act = rbf(silu_f(rbf((float)g)));
-                        ref = rbf(act * rbf((float)up));
-                        const double dact = 1.1 * eg + u * fabs(act);
-                        tol = fabs(up) * dact + fabs(act) * eu + dact * eu + u * fabs(ref) + 1e-30;
-                    } else {
-                        const size_t oo = (size_t)m * N + c;
-                        const double s = SS[oo], e = (K + 64) * 6e-8 * AA[oo];
-                        if (epi == GEMM_EPI_ADD_F32) {
-                            ref = rbf(y0[o] + rbf((float)s));
-                            tol = e + u * (fabs(s) + fabs(ref)) + 1e-30;
-                        } else {
-                            ref = rbf((float)s);
-                            tol = e + u * fabs(s) + 1e-30;
-                        }
-                    }
+                    const size_t oo = (size_t)m * N + (epi == GEMM_EPI_SWIGLU_BF16 ? 2 * c : c);
+                    const bool glu = epi == GEMM_EPI_SWIGLU_BF16;
+                    const double up = glu ? SS[oo + 1] : 0, au = glu ? AA[oo + 1] : 0;
+                    emu_epi_ref(epi, K + 64, SS[oo], AA[oo], up, au, y0[o], &ref, &tol);
                     const double err = fabs(got - ref);
                     if (!(err <= tol)) {
                         if (bad < 4)
