@@ -5,6 +5,8 @@
 # build-trace/qwen35 (gpu-check.sh trace); build-base/qwen35 and build-base/serve_step, an older build, when present
 # (gpu-check.sh identity, ab.sh, ab-serve.sh). The carry limit is 64 MiB in all, working tree included: xz
 # keeps the whole set near 35 MB where gzip needed ~60 (DEVPACK_GZ=1: .devpack/pack.tgz, faster to make).
+# DEVPACK_TESTS="gemm serve_cuda": only those build/tests/gpu/test_* (default all); DEVPACK_EXTRA: more files to
+# pack as they are named, e.g. a measurement build's "build-tail/qwen35 build-tail/bench/serve_step".
 set -e
 cd "$(dirname "$0")/.."
 rm -rf .devlib && sh scripts/pack-devlib.sh >/dev/null
@@ -16,8 +18,10 @@ for f in $(ls build/bench/* 2>/dev/null); do # `make` alone does not build them:
 done
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-for f in build/qwen35 build/tests/gpu/test_* $(ls build/bench/* 2>/dev/null) $(ls build-base/qwen35 build-base/serve_step 2>/dev/null) \
-         $([ "${1:-}" = trace ] && ls build-trace/qwen35 2>/dev/null); do
+tests=build/tests/gpu/test_*
+[ -n "${DEVPACK_TESTS:-}" ] && tests=$(for t in $DEVPACK_TESTS; do echo "build/tests/gpu/test_$t"; done)
+for f in build/qwen35 $tests $(ls build/bench/* 2>/dev/null) $(ls build-base/qwen35 build-base/serve_step 2>/dev/null) \
+         $([ "${1:-}" = trace ] && ls build-trace/qwen35 2>/dev/null) ${DEVPACK_EXTRA:-}; do
     case $f in *.d | *.o) continue ;; esac
     [ -f "$f" ] || continue
     mkdir -p "$T/$(dirname "$f")"
