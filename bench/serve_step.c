@@ -4,9 +4,11 @@
  * around q35_step, which includes the host sampling and the logits readback). Prints per B the median step time,
  * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
  * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic]
- * [--weights auto|fp8] [--prompt N] [--kv-memory GB] [--kv-block N] [B ...]
+ * [--weights auto|fp8] [--prompt N] [--kv-memory GB] [--kv-block N] [--temperature T] [--top-p P] [--top-k K]
+ * [--presence-penalty X] [--logprobs K] [B ...]
  * (--deterministic: the engine's deterministic mode, for what batch invariance costs; --temperature, --top-p,
- * --logprobs K: every sequence samples / asks for logprobs, the host's share of a step)
+ * --top-k, --presence-penalty, --logprobs K: every sequence samples / asks for logprobs; a penalty or top logprobs
+ * send the rows to the host sampler, as in the server)
  * (default B: 1 8 32 64 128 256). --prompt N instead times a lone N-token prompt on the idle engine: open a
  * sequence, one q35_step of the N ids with a greedy pick (the server's first step of a request, no HTTP), close;
  * `steps` rounds after 3 warm-up ones, the median. --kv-memory GB sizes the KV blocks and slots (default: 0.9 of the
@@ -85,7 +87,8 @@ static int run_prompt(Q35Engine *e, int n, int steps) {
 
 /* One batch size: returns 0 or an error code (message printed). */
 /* What every sequence asks for: greedy by default; --temperature / --top-p / --logprobs for the host paths. */
-static float g_temp = 0.0f, g_top_p = 1.0f;
+static float g_temp = 0.0f, g_top_p = 1.0f, g_presence = 0.0f;
+static int g_top_k;
 static int g_logprobs = -1;
 
 static int run_b(Q35Engine *e, int B, int ctx, int steps) {
@@ -118,6 +121,8 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     memset(&sp, 0, sizeof sp);
     sp.sampling.temperature = g_temp;
     sp.sampling.top_p = g_top_p;
+    sp.sampling.top_k = g_top_k;
+    sp.sampling.presence_penalty = g_presence;
     sp.sampling.repetition_penalty = 1.0f;
     sp.sampling.seed = 1;
     sp.top_logprobs = g_logprobs;
@@ -187,6 +192,10 @@ int main(int argc, char **argv) {
             g_temp = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--top-p") && i + 1 < argc)
             g_top_p = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--top-k") && i + 1 < argc)
+            g_top_k = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--presence-penalty") && i + 1 < argc)
+            g_presence = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--logprobs") && i + 1 < argc)
             g_logprobs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc)
