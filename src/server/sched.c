@@ -25,10 +25,10 @@
 #include <time.h>
 
 /* The clients' wake-ups, off the scheduler thread. A pthread_cond_broadcast that wakes a waiting client thread costs
- * its caller a futex syscall (3.6 us a token on the 2-core CI machine, measured with the CPU backend and 64 streams:
- * two thirds of the scheduler's own work per token), which would sit between two engine steps, 64 times per decode
- * step at 64 streams. The scheduler queues each step's wake-ups here (one signal) and goes on with the next step. An
- * entry holds a reference to its request (taken under Sched.mu), dropped after the wake-up. */
+ * its caller a futex syscall, most of the scheduler's own work per token (docs/SERVE.md, "Scheduling"), and it would
+ * sit between two engine steps once per stream. The scheduler queues each step's wake-ups here (one signal) and goes
+ * on with the next step. An entry holds a reference to its request (taken under Sched.mu), dropped after the
+ * wake-up. */
 typedef struct Notifier {
     pthread_t thread;
     pthread_mutex_t mu;
