@@ -19,8 +19,8 @@ T=${SASS_TOOLS:-$HOME/.cache/qwen35-sass}
 DIS=$T/x/usr/bin/nvdisasm
 if [ ! -x "$DIS" ]; then
     mkdir -p "$T/lists/partial" "$T/cache/archives/partial" "$T/parts"
-    printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie non-free\n' \
-        > "$T/sources.list"
+    key=/usr/share/keyrings/debian-archive-keyring.gpg
+    printf 'deb [signed-by=%s] http://deb.debian.org/debian trixie non-free\n' "$key" > "$T/sources.list"
     A=(-o Dir::Etc::SourceList="$T/sources.list" -o Dir::Etc::SourceParts="$T/parts" -o Dir::State::Lists="$T/lists"
         -o Dir::Cache="$T/cache" -o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)")
     apt-get "${A[@]}" -qq update >&2
