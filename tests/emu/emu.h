@@ -329,7 +329,7 @@ struct EmuTensorMap {
     int rows, cols, n3, box_rows;
     long long ld, ld2;
     const uint8_t *base8; /* cuda_tma_map_u8: a byte matrix, no swizzle (base unused) */
-    bool sw128;           /* cuda_tma_map_u8_sw128: bytes in boxes of 128 x box_rows with the 128-byte swizzle */
+    bool sw128;           /* emu_tma_map_u8_sw128: bytes in boxes of 128 x box_rows with the 128-byte swizzle */
 };
 typedef EmuTensorMap CUtensorMap;
 static inline int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, int ld, int box_rows) {
@@ -345,9 +345,9 @@ static inline int cuda_tma_map_u8(CUtensorMap *m, const uint8_t *base, int rows,
     m->box_rows = box_rows, m->sw128 = false;
     return 0;
 }
-/* a byte [rows][ld] matrix in boxes of 128 columns x box_rows rows with the 128-byte swizzle (the e4m3 operands of
- * bench/kernels/gemm_fp8_lab.cu): box row r at dst + 128 r, 16-byte chunk ch at chunk ch ^ (r & 7) */
-static inline int cuda_tma_map_u8_sw128(CUtensorMap *m, const uint8_t *base, int rows, int cols, int ld, int box_rows) {
+/* bench/kernels/gemm_fp8_lab.cu's map_u8 (the lab's host code is not emulated): a byte [rows][ld] matrix in boxes of
+ * 128 columns x box_rows rows with the 128-byte swizzle: box row r at dst + 128 r, 16-byte chunk ch at ch ^ (r & 7) */
+static inline int emu_tma_map_u8_sw128(CUtensorMap *m, const uint8_t *base, int rows, int cols, int ld, int box_rows) {
     const int rc = cuda_tma_map_u8(m, base, rows, cols, ld, box_rows);
     m->sw128 = rc == 0;
     return rc;

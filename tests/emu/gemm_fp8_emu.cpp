@@ -116,7 +116,7 @@ static void run_shape(int M, int N, int K, int sms) {
             memset(&a, 0, sizeof a);
             a.p.M = M, a.p.N = N, a.p.K = K, a.p.y = y, a.p.ldy = ldy, a.p.epi = epi, a.p.glu_group = 1;
             a.sx = sx, a.sw = sw;
-            if (cuda_tma_map_u8_sw128(&a.ta, x, M, K, ldx, F8_TM) || cuda_tma_map_u8_sw128(&a.tb, w, N, K, K, F8_BN)) {
+            if (emu_tma_map_u8_sw128(&a.ta, x, M, K, ldx, F8_TM) || emu_tma_map_u8_sw128(&a.tb, w, N, K, K, F8_BN)) {
                 fprintf(stderr, "FAIL: tensor maps refused (M %d N %d K %d)\n", M, N, K);
                 exit(1);
             }
