@@ -47,9 +47,6 @@ ifeq ($(TRACE),1) # the step trace build (src/cuda/common.cuh): make TRACE=1 BUI
     NVFLAGS += -DQ35_T1_AT=$(T1_AT)
   endif
 endif
-ifeq ($(SERVE_TAIL),1) # measurement build: the batched step's layer tail in one launch (serve.cu sv_tail)
-  NVFLAGS += -DQ35_SERVE_TAIL
-endif
 ifneq ($(NVEXTRA),) # measurement builds: extra nvcc flags (e.g. NVEXTRA="-Xptxas -v"), never the default
   NVFLAGS += $(NVEXTRA)
 endif

@@ -6,7 +6,7 @@
 # (gpu-check.sh identity, ab.sh, ab-serve.sh). The carry limit is 64 MiB in all, working tree included: xz
 # keeps the whole set near 35 MB where gzip needed ~60 (DEVPACK_GZ=1: .devpack/pack.tgz, faster to make).
 # DEVPACK_TESTS="gemm serve_cuda": only those build/tests/gpu/test_* (default all); DEVPACK_EXTRA: more files to
-# pack as they are named, e.g. a measurement build's "build-tail/qwen35 build-tail/bench/serve_step".
+# pack as they are named, e.g. "build-exp/qwen35 build-exp/bench/serve_step" of a measurement build (BUILD=build-exp).
 set -e
 cd "$(dirname "$0")/.."
 rm -rf .devlib && sh scripts/pack-devlib.sh >/dev/null

@@ -5,7 +5,7 @@
 # SM number in bits 8-15 of e_flags), so the header is rewritten to the older form first (OS/ABI 0x33, ABI 7,
 # e_flags sm | 0x500 | sm << 16); the instruction stream is not touched. sm_90a's wgmma (HGMMA / QGMMA), TMA and
 # mbarrier (SYNCS.*) instructions disassemble.
-#   usage: scripts/sass.sh [--summary] FILE.cu [nvcc flags, e.g. -DQ35_SERVE_TAIL] > FILE.sass
+#   usage: scripts/sass.sh [--summary] FILE.cu [nvcc flags, e.g. -DQ35_TRACE] > FILE.sass
 #          --summary: per kernel, its instructions and the ones that matter for a wgmma kernel (HGMMA / QGMMA,
 #          WARPGROUP.DEPBAR waits, BAR, local memory LDL / STL) instead of the listing.
 # The tool lands in ${SASS_TOOLS:-$HOME/.cache/qwen35-sass}.

@@ -33,9 +33,6 @@ int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, 
  * x box_rows rows x 1, same swizzle and zero fill (rows >= `rows` read as 0). */
 int cuda_tma_map_bf16_3d(CUtensorMap *m, const uint16_t *base, int cols, int rows, int n3, long long ld, long long ld2,
                          int box_rows);
-/* Tensor map of a byte (e4m3) row-major [rows][ld] matrix read as [rows][cols] in boxes of 64 columns x box_rows rows,
- * no swizzle (box row r lands at 64 r bytes), zero fill outside; base 16-byte aligned, ld a multiple of 16. */
-int cuda_tma_map_u8(CUtensorMap *m, const uint8_t *base, int rows, int cols, int ld, int box_rows);
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");

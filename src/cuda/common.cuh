@@ -557,18 +557,9 @@ __device__ __forceinline__ bool argmax_publish(ArgMax best, float *am_val, int *
     return true;
 }
 
-/* *cnt += v (int, global memory) as a release at gpu scope: what this thread wrote, and what the threads ordered before
- * it wrote (a bar.sync before), is visible to a thread whose acquire (wait_count_geq) reads the sum. Cooperative
- * groups' grid sync arrives this way on sm_70 and later; a __threadfence before a relaxed add is a sequentially
- * consistent fence, stronger than the release needs. */
-static __device__ __forceinline__ void count_add_release(int *cnt, int v) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(cnt), "r"(v) : "memory");
-}
-
 /* Waits until the counter *cnt (int, global memory) reaches n: an acquire at gpu scope, so what the adders wrote
- * before their release (count_add_release, or __threadfence then atomicAdd) is visible after it, to this thread and to
- * the threads it then meets at a bar.sync (the acquire also drops this SM's L1 lines: their later plain loads read L2).
- * 2 s without: trap, do not hang. Safe only when every block that adds to it is resident at once (or has finished). */
+ * before their release (__threadfence, then the atomicAdd) is visible after it. 2 s without: trap, do not hang. Safe
+ * only when every block that adds to it is resident at once (or has finished). */
 static __device__ __forceinline__ void wait_count_geq(const int *cnt, int n) {
     unsigned long long t0 = 0, t;
     for (int it = 0;; it++) {

@@ -1,6 +1,5 @@
 /* gemm_skinny.cu — Y[M][N] = X[M][K] W[N][K]^T for few rows (M <= a few hundred: the batched decode step's
- * projections), bf16 in, fp32 accumulation, the epilogues of GemmParams (ops.h); and the layer tail (the same
- * products of a layer's GEMMs and norms as phases of one persistent launch, further down).
+ * projections), bf16 in, fp32 accumulation, the epilogues of GemmParams (ops.h).
  *
  * Why not the prefill GEMM: its 128 x 128 tiles give N / 128 CTAs at M <= 128 (8 for N = 1024), each streaming a
  * 128-row slice of W alone, so the weights are read at a fraction of the bandwidth. Here the weight rows are the
@@ -394,12 +393,24 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
 }
 #endif
 
-/* The epilogue of a 64 x 64 accumulator tile (W rows n0 .., X rows m0 ..): EPI < 0 writes the partial sums of split
- * `split` to work [split][M][N], the others store through sk_store1 / sk_store_glu. */
-template <int EPI>
-__device__ __forceinline__ void sk_epilogue(const GemmParams &g, float *work, int split, const float (&acc)[8][4],
-                                            int m0, int n0) {
+/* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights. KW: the chunk width of the sm_90a loop (the
+ * mma.sync loop always takes 64). */
+template <int EPI, bool F8, int KW>
+__global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkArgs a) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t *sm = smem + (((smem_addr(smem) + 1023u) & ~1023u) - smem_addr(smem)); /* the ring, 1024-byte aligned */
+    const GemmParams &g = a.g;
+    const int m0 = blockIdx.x * SK_BM, n0 = blockIdx.y * SK_BN, split = blockIdx.z;
+    const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float acc[8][4];
+    sk_zero(acc);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    sk_main_wg<F8, KW>(g, acc, sm, m0, n0, c0, nch);
+#else
+    sk_main_mma<F8>(g, acc, sm, m0, n0, c0, nch);
+#endif
+
     /* accumulator (t, e): W row n0 + 16 warp + lane / 4 (+ 8 for e >= 2), X row m0 + 8 t + 2 (lane % 4) + e % 2 */
     const int nr = n0 + warp * 16 + (lane >> 2), mc = m0 + 2 * (lane & 3);
 #pragma unroll
@@ -409,7 +420,7 @@ __device__ __forceinline__ void sk_epilogue(const GemmParams &g, float *work, in
             const int n = nr + (e >> 1) * 8, m = mc + 8 * t + (e & 1);
             if (n >= g.N || m >= g.M) continue;
             if constexpr (EPI < 0)
-                work[((size_t)split * g.M + m) * g.N + n] = acc[t][e];
+                a.work[((size_t)split * g.M + m) * g.N + n] = acc[t][e];
             else if constexpr (EPI != GEMM_EPI_SWIGLU_BF16)
                 sk_store1<EPI>(g, m, n, acc[t][e]);
         }
@@ -428,25 +439,6 @@ __device__ __forceinline__ void sk_epilogue(const GemmParams &g, float *work, in
             }
         }
     }
-}
-
-/* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights. KW: the chunk width of the sm_90a loop (the
- * mma.sync loop always takes 64). */
-template <int EPI, bool F8, int KW>
-__global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkArgs a) {
-    extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t *sm = smem + (((smem_addr(smem) + 1023u) & ~1023u) - smem_addr(smem)); /* the ring, 1024-byte aligned */
-    const GemmParams &g = a.g;
-    const int m0 = blockIdx.x * SK_BM, n0 = blockIdx.y * SK_BN, split = blockIdx.z;
-    const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
-    float acc[8][4];
-    sk_zero(acc);
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    sk_main_wg<F8, KW>(g, acc, sm, m0, n0, c0, nch);
-#else
-    sk_main_mma<F8>(g, acc, sm, m0, n0, c0, nch);
-#endif
-    sk_epilogue<EPI>(g, a.work, split, acc, m0, n0);
 }
 
 /* grid (ceil(cols / 256), M), 256 threads: y[m][col] for col < cols (N, or N / 2 for SwiGLU) from the splits in
@@ -475,52 +467,41 @@ __global__ void __launch_bounds__(256) gemm_skinny_reduce(const __grid_constant_
     }
 }
 
-/* One row of the residual GEMMs' split reduction with the next RMSNorm fused (EPI_ADD_F32, N = D <= 2048). The row
- * is 2 NC float4 slots of 32 lanes: slot k of lane l holds columns 8 (l + 32 (k / 2)) + 4 (k % 2) .. + 3, the layout of
- * rmsnorm_f32_rows_bf16_v8. The 2 NC / SPW warps that call it (warp = 0 ..) take SPW slots each, k = warp + s (2 NC /
- * SPW): each adds the splits in order, y = bf16(x + bf16(sum)) goes back to x and to shared memory (sv [2 NC][32]);
- * warp 0 then forms lane l's sum of squares over k = 0 .. 2 NC - 1 in that kernel's order and the same warp_sum, so
- * h = norm(y) is bitwise the separate reduction followed by that norm, whatever SPW. gw: the norm weights of the
- * thread's slots (sk_norm_w, loaded before the caller's wait: they are immutable). sync(): a barrier of the calling
- * warps. */
-template <int NC, int SPW>
-__device__ __forceinline__ void sk_norm_w(const GemmParams &g, const SkNorm &nm, int warp, float4 (&gw)[SPW]) {
-    const int l = threadIdx.x & 31;
-#pragma unroll
-    for (int s = 0; s < SPW; s++) {
-        const int k = warp + s * (2 * NC / SPW), i = l + 32 * (k >> 1);
-        gw[s] = i < g.N / 8 ? __ldg((const float4 *)nm.w + 2 * i + (k & 1)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-}
-template <int NC, int SPW, typename Sync>
-__device__ __forceinline__ void sk_reduce_norm_row(const GemmParams &g, const float *work, int splits, const SkNorm &nm,
-                                                   const float4 (&gw)[SPW], int row, int warp, float4 (*sv)[32],
-                                                   float *sr, Sync sync) {
-    constexpr int WARPS = 2 * NC / SPW;
-    const int l = threadIdx.x & 31, n8 = g.N / 8;
-    const size_t plane4 = (size_t)g.M * g.N / 4;
-    const float4 *part = (const float4 *)(work + (size_t)row * g.N);
-    float4 *x = (float4 *)((float *)g.y + (size_t)row * g.ldy);
-    float4 v[SPW];
-#pragma unroll
-    for (int s = 0; s < SPW; s++) {
-        const int k = warp + s * WARPS, i = l + 32 * (k >> 1), c4 = 2 * i + (k & 1);
-        v[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (i < n8) {
-            float4 acc = part[c4];
-            for (int sp = 1; sp < splits; sp++) {
-                const float4 q = part[sp * plane4 + c4];
-                acc.x += q.x, acc.y += q.y, acc.z += q.z, acc.w += q.w;
-            }
-            const float4 old = __ldcg(x + c4);
-            v[s] = make_float4(rbf(old.x + rbf(acc.x)), rbf(old.y + rbf(acc.y)), rbf(old.z + rbf(acc.z)),
-                               rbf(old.w + rbf(acc.w)));
-            x[c4] = v[s];
+/* The residual GEMMs of the decode rows (EPI_ADD_F32, N = D) with the next RMSNorm fused. One CTA per row of
+ * 64 NC threads: thread (k, l) = (tid / 32, tid % 32) owns float4 slot k of lane l in rmsnorm_f32_rows_bf16_v8's
+ * layout (columns 8 (l + 32 (k / 2)) + 4 (k % 2) .. + 3): it adds the splits in order, y = bf16(x + bf16(sum)) goes
+ * back to x and to shared memory. Warp 0 then forms lane l's sum of squares over its slots k = 0 .. 2 NC - 1 in that
+ * kernel's order and the same warp_sum, so h = norm(y) is bitwise the separate reduction followed by that norm, with
+ * every partial load of the row in flight at once. grid M. */
+template <int NC>
+__global__ void __launch_bounds__(64 * NC)
+    gemm_skinny_reduce_norm(const __grid_constant__ SkArgs a, int splits, const __grid_constant__ SkNorm nm) {
+    __shared__ float4 sv[2 * NC][32];
+    __shared__ float sr;
+    const GemmParams &g = a.g;
+    const int row = blockIdx.x, l = threadIdx.x & 31, k = threadIdx.x >> 5, n8 = g.N / 8;
+    const int i = l + 32 * (k >> 1), c4 = 2 * i + (k & 1);
+    float4 gw = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n8) gw = __ldg((const float4 *)nm.w + c4);
+    pdl_begin(); /* the next kernel may start now and stream its weights while the rows are reduced */
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < n8) {
+        float4 *x = (float4 *)((float *)g.y + (size_t)row * g.ldy);
+        const size_t plane4 = (size_t)g.M * g.N / 4;
+        const float4 *part = (const float4 *)(a.work + (size_t)row * g.N);
+        float4 acc = part[c4];
+        for (int sp = 1; sp < splits; sp++) {
+            const float4 q = part[sp * plane4 + c4];
+            acc.x += q.x, acc.y += q.y, acc.z += q.z, acc.w += q.w;
         }
-        sv[k][l] = v[s];
+        const float4 old = __ldcg(x + c4);
+        v = make_float4(rbf(old.x + rbf(acc.x)), rbf(old.y + rbf(acc.y)), rbf(old.z + rbf(acc.z)),
+                        rbf(old.w + rbf(acc.w)));
+        x[c4] = v;
     }
-    sync();
-    if (warp == 0) {
+    sv[k][l] = v;
+    __syncthreads();
+    if (k == 0) {
         float ss = 0.0f;
 #pragma unroll
         for (int j = 0; j < 2 * NC; j++) {
@@ -528,265 +509,16 @@ __device__ __forceinline__ void sk_reduce_norm_row(const GemmParams &g, const fl
             ss += q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
         }
         ss = warp_sum(ss);
-        if (l == 0) *sr = rsqrtf(ss / (float)g.N + nm.eps);
-    }
-    sync();
-    const float r = *sr;
-#pragma unroll
-    for (int s = 0; s < SPW; s++) {
-        const int k = warp + s * WARPS, i = l + 32 * (k >> 1), c4 = 2 * i + (k & 1);
-        if (i >= n8) continue;
-        uint2 o;
-        o.x = pack_bf16(norm_apply(v[s].x, r, gw[s].x, nm.mode), norm_apply(v[s].y, r, gw[s].y, nm.mode));
-        o.y = pack_bf16(norm_apply(v[s].z, r, gw[s].z, nm.mode), norm_apply(v[s].w, r, gw[s].w, nm.mode));
-        ((uint2 *)(nm.h + (size_t)row * g.N))[c4] = o;
-    }
-}
-
-/* The residual GEMMs of the decode rows with the next RMSNorm fused: sk_reduce_norm_row, one CTA of 64 NC threads
- * (a warp per slot) per row. grid M. */
-template <int NC>
-__global__ void __launch_bounds__(64 * NC)
-    gemm_skinny_reduce_norm(const __grid_constant__ SkArgs a, int splits, const __grid_constant__ SkNorm nm) {
-    __shared__ float4 sv[2 * NC][32];
-    __shared__ float sr;
-    float4 gw[1];
-    sk_norm_w<NC, 1>(a.g, nm, threadIdx.x >> 5, gw);
-    pdl_begin(); /* the next kernel may start now and stream its weights while the rows are reduced */
-    sk_reduce_norm_row<NC, 1>(a.g, a.work, splits, nm, gw, blockIdx.x, threadIdx.x >> 5, sv, &sr,
-                              [] { __syncthreads(); });
-}
-
-/* ---- the layer tail: out_proj / o_proj, its norm, gate_up, down, the next norm [and the next in_proj] in one
- * persistent launch ----
- *
- * For a pass of at most 64 decode rows (one m-block) the launches after a layer's mixer (the residual GEMM's partial
- * sums, their reduction + residual + norm, gate_up with SwiGLU, down's partial sums, their reduction + the next
- * layer's norm, optionally the next layer's in_proj) are phases of one grid of at most n_sm CTAs, one per SM,
- * separated by grid-wide barriers. Each phase computes what its kernel computes, in the same order (same split plan,
- * same k16 steps into the same sums, sk_epilogue, sk_reduce_norm_row), so every output is bitwise the separate
- * launches'. What changes is where the weights come from: a producer warp (warp 4) streams the CTA's W chunks of all
- * the GEMMs, phase after phase, by TMA into a ring of SKT_NW stages that it refills as soon as the consumers free a
- * stage. The weights are immutable, so it never waits for an activation: when a phase's barrier opens, the first
- * chunks of the CTA's next tile are already in shared memory or on their way, where the separate kernels start each
- * launch with an empty ring. Consumers (warps 0-3, one warpgroup) load the X chunks (activations, from L2) by cp.async
- * through a ring of SKT_NX stages as sk_main_wg does, run each 128-column chunk as 8 wgmma m64n64k16, store the
- * epilogue, and do the row reductions. Co-residency (every barrier needs all CTAs running): one CTA per SM by shared
- * memory, grid <= n_sm. FP8 weights (all the GEMMs): the producer streams the e4m3 chunks (TMA boxes of 64 bytes x
- * 64 rows, no swizzle: sk_load_w<true>'s layout) through a ring of more, half-size stages; the consumers convert each
- * into one of two bf16 tiles (sk_convert_w8), give the stage back at once, and fold the block sums as sk_main_wg
- * does. */
-#define SKT_NX        4                 /* X ring stages: chunks c + 1, c + 2 in flight while chunk c computes */
-#define SKT_TILE      (SK_BN * 128 * 2) /* a 64 x 128 bf16 chunk, two swz<8> pieces [64][64]: X stage, bf16 tile */
-#define SKT_NW(F8)    ((F8) ? 12 : 8)   /* W ring stages */
-#define SKT_WST(F8)   ((F8) ? SKT_TILE / 2 : SKT_TILE) /* a W stage: the chunk's bf16 or e4m3 bytes */
-#define SKT_SV        (16 * 32 * 16)                   /* sk_reduce_norm_row's slots, 2 NC <= 16 */
-#define SKT_TILES(F8) (SKT_NW(F8) * SKT_WST(F8) + SKT_NX * SKT_TILE + ((F8) ? 2 * SKT_TILE : 0)) /* rings, tiles */
-#define SKT_SMEM(F8)  (SKT_TILES(F8) + SKT_SV + 2 * SKT_NW(F8) * 8 + 16 + 1024)
-
-typedef struct SkTailGemm {
-    CUtensorMap wmap; /* W [N][K], boxes of 64 columns x 64 rows: bf16 swz<8>, or e4m3 bytes row after row */
-    GemmParams g;
-    int kc, splits, ntiles; /* sk_plan's pieces per split and splits; N / 64 tiles */
-} SkTailGemm;
-
-typedef struct SkTailArgs {
-    SkTailGemm gm[4]; /* the residual GEMM (partial sums), gate_up (SwiGLU, one split), down (partial sums), and
-                       * with n_gemm 4 the next layer's in_proj (EPI_BF16, one split) */
-    int n_gemm;
-    SkNorm nm[2]; /* the norms after the residual GEMM and after down */
-    float *work;  /* partial sums [splits][M][N] of the residual GEMM, then of down */
-    int *bar;     /* the grid barrier: arrivals, CTAs done */
-} SkTailArgs;
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* Grid-wide barrier k (1, 2, ..) of a tail launch, for its consumers (all CTAs resident): after the CTA's bar.sync,
- * thread 0 adds one to bar[0] with a release and waits until all gridDim.x CTAs have added k times with acquire loads
- * (wait_count_geq, which traps after 2 s instead of hanging), as cooperative groups' grid sync does on sm_70 and later.
- * The acquire also matters for the CTA's own rereads: a later phase reads the work rows at the addresses an earlier
- * phase read with plain loads, and the acquire's L1 invalidation keeps it from seeing those lines. skt_grid_done resets
- * the count for the next launch. */
-__device__ __forceinline__ void skt_grid_sync(int *bar, int k) {
-    bar_sync(1, 128);
-    if (threadIdx.x == 0) {
-        count_add_release(bar, 1);
-        wait_count_geq(bar, k * (int)gridDim.x);
-    }
-    bar_sync(1, 128);
-}
-
-/* After the launch's last barrier: the CTA that arrives here last (bar[1] counts them) finds every CTA past its last
- * wait on bar[0], so it zeroes both words for the next launch (which reads them only after this grid is complete). */
-__device__ __forceinline__ void skt_grid_done(int *bar) {
-    if (threadIdx.x == 0 && atomicAdd(bar + 1, 1) == (int)gridDim.x - 1) {
-        atomicExch(bar, 0);
-        atomicExch(bar + 1, 0);
-    }
-}
-
-/* Item `it` of GEMM t: its n-tile and split (tiles fastest), first 64-column piece p0 and 128-column chunks nch */
-__device__ __forceinline__ void skt_item(const SkTailGemm &t, int it, int &n0, int &split, int &p0, int &nch) {
-    const int np_total = (t.g.K + SK_BK - 1) / SK_BK;
-    n0 = (it % t.ntiles) * SK_BN;
-    split = it / t.ntiles;
-    p0 = split * t.kc;
-    nch = (min(t.kc, np_total - p0) + 1) / 2;
-}
-
-/* The producer: every W chunk of this CTA's items of the tail's GEMMs, in the consumers' order, into stage j % NW
- * once the consumers have freed it (empty), completing on full. One thread. */
-template <bool F8>
-__device__ __forceinline__ void skt_produce(const SkTailArgs &a, uint32_t wring, uint32_t full0, uint32_t empty0) {
-    constexpr int NW = SKT_NW(F8), WST = SKT_WST(F8);
-    int j = 0;
-    for (int p = 0; p < a.n_gemm; p++) {
-        const SkTailGemm &t = a.gm[p];
-        for (int it = blockIdx.x; it < t.ntiles * t.splits; it += gridDim.x) {
-            int n0, split, p0, nch;
-            skt_item(t, it, n0, split, p0, nch);
-            for (int c = 0; c < nch; c++, j++) {
-                const int s = j % NW;
-                if (j >= NW) mbar_wait(empty0 + 8 * s, ((j / NW) - 1) & 1);
-                mbar_arrive_expect_tx(full0 + 8 * s, WST);
-                tma_load_2d(wring + s * WST, &t.wmap, (p0 + 2 * c) * SK_BK, n0, full0 + 8 * s);
-                tma_load_2d(wring + s * WST + WST / 2, &t.wmap, (p0 + 2 * c + 1) * SK_BK, n0, full0 + 8 * s);
-            }
-        }
-    }
-}
-
-/* A GEMM phase for the consumers: this CTA's items of t, each as sk_main_wg's 128-column loop with W from the
- * producer's ring (chunk counter j, shared with skt_produce's order), then sk_epilogue<EPI>. FP8: chunk c is
- * converted into bf16 tile c % 2 (tiles: their generic address; the stage goes back to the producer once every thread
- * has converted its pieces), then, as in sk_main_wg, chunk c - 1's wgmmas are waited for, the previous 128-column
- * block's sums folded with their scales, and chunk c issued into fresh block sums. */
-template <int EPI, bool F8>
-__device__ __forceinline__ void skt_gemm(const SkTailGemm &t, float *work, uint8_t *sm, uint32_t xring, uint32_t full0,
-                                         uint32_t empty0, int &j) {
-    constexpr int NW = SKT_NW(F8), WST = SKT_WST(F8);
-    const GemmParams &g = t.g;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const uint32_t wring = smem_addr(sm);
-    for (int it = blockIdx.x; it < t.ntiles * t.splits; it += gridDim.x) {
-        int n0, split, p0, nch;
-        skt_item(t, it, n0, split, p0, nch);
-        auto load_x = [&](int c) {
-#pragma unroll
-            for (int q = 0; q < 2; q++)
-                sk_load_x(g, xring + (c % SKT_NX) * SKT_TILE + q * (SKT_TILE / 2), 0, p0 + 2 * c + q, tid);
-        };
-        const int n = n0 + warp * 16 + (lane >> 2); /* FP8: this thread's accumulator rows n, n + 8 */
-        float acc[8][4], cacc[8][4];                /* FP8: cacc, the sums of the current 128-column block */
-        float s_lo = 0.0f, s_hi = 0.0f;             /* FP8: its scales */
-        sk_zero(acc);
-        sk_zero(cacc);
-#pragma unroll
-        for (int c = 0; c < SKT_NX - 2; c++) {
-            if (c < nch) load_x(c);
-            cp_async_commit();
-        }
-        for (int c = 0; c < nch; c++, j++) {
-            cp_async_wait<SKT_NX - 3>();
-            fence_proxy_async();
-            bar_sync(1, 128); /* chunk c's X landed in every thread; chunk c - 2's wgmmas are done in every warp */
-            if (c + SKT_NX - 2 < nch) load_x(c + SKT_NX - 2);
-            cp_async_commit();
-            const int s = j % NW;
-            mbar_wait(full0 + 8 * s, (j / NW) & 1);
-            uint32_t sw = wring + s * WST;
-            const uint32_t sx = xring + (c % SKT_NX) * SKT_TILE;
-            if constexpr (F8) {
-                uint8_t *tile = sm + SKT_TILES(F8) - 2 * SKT_TILE + (c % 2) * SKT_TILE;
-#pragma unroll
-                for (int q = 0; q < 2; q++) sk_convert_w8(sm + s * WST + q * (WST / 2), tile + q * (SKT_TILE / 2), tid);
-                fence_proxy_async(); /* the converted tile, for wgmma */
-                bar_sync(1, 128);
-                mbar_arrive(empty0 + 8 * s); /* every thread has converted its pieces of the stage */
-                sw = smem_addr(tile);
-                wgmma_wait<0>(); /* chunk c - 1 */
-                sk_acc_fence(cacc);
-                sk_block_start(g, acc, cacc, c > 0, p0 + 2 * c, n, SK_BM, s_lo, s_hi);
-            }
-            float(&d)[8][4] = F8 ? cacc : acc;
-            sk_acc_fence(d);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++)
-                wgmma_m64n64k16(d, wgmma_desc(sw + (kk >> 2) * (SKT_TILE / 2) + (kk & 3) * 32),
-                                wgmma_desc(sx + (kk >> 2) * (SKT_TILE / 2) + (kk & 3) * 32));
-            wgmma_commit();
-            if constexpr (!F8) {
-                wgmma_wait<1>(); /* chunk c - 1: its W stage goes back to the producer */
-                if (c > 0) mbar_arrive(empty0 + 8 * ((j - 1) % NW));
-            }
-        }
-        wgmma_wait<0>();
-        sk_acc_fence(acc);
-        if constexpr (F8) {
-            sk_acc_fence(cacc);
-            if (nch > 0) sk_fold(acc, cacc, s_lo, s_hi, SK_BM);
-        } else if (nch > 0) {
-            mbar_arrive(empty0 + 8 * ((j - 1) % NW));
-        }
-        cp_async_wait<0>();
-        bar_sync(1, 128); /* every warp's wgmmas are done before the next item refills the X ring (and FP8 tiles) */
-        sk_epilogue<EPI>(g, work, split, acc, 0, n0);
-    }
-}
-
-/* A reduction phase: rows blockIdx.x, + gridDim.x, .. of the residual GEMM t's partial sums, residual and norm nm */
-template <int NC>
-__device__ __forceinline__ void skt_reduce(const SkTailGemm &t, const float *work, const SkNorm &nm, float4 (*sv)[32],
-                                           float *sr) {
-    float4 gw[NC / 2];
-    sk_norm_w<NC, NC / 2>(t.g, nm, threadIdx.x >> 5, gw);
-    for (int row = blockIdx.x; row < t.g.M; row += gridDim.x)
-        sk_reduce_norm_row<NC, NC / 2>(t.g, work, t.splits, nm, gw, row, threadIdx.x >> 5, sv, sr,
-                                       [] { bar_sync(1, 128); });
-}
-#endif
-
-/* NC: the norms' row width class (N <= 256 NC); F8: FP8 weights. 160 threads: the consumer warpgroup, then the
- * producer warp. */
-template <int NC, bool F8>
-__global__ void __launch_bounds__(160, 1) gemm_skinny_tail_k(const __grid_constant__ SkTailArgs a) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    extern __shared__ __align__(1024) uint8_t smem[];
-    uint8_t *sm = smem + (((smem_addr(smem) + 1023u) & ~1023u) - smem_addr(smem));
-    const uint32_t wring = smem_addr(sm), xring = wring + SKT_NW(F8) * SKT_WST(F8);
-    float4(*sv)[32] = (float4(*)[32])(sm + SKT_TILES(F8));
-    const uint32_t full0 = smem_addr(sm + SKT_TILES(F8) + SKT_SV), empty0 = full0 + 8 * SKT_NW(F8);
-    float *sr = (float *)(sm + SKT_TILES(F8) + SKT_SV + 16 * SKT_NW(F8));
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < SKT_NW(F8); s++) {
-            mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, 128);
-        }
-        mbar_init_fence();
+        if (l == 0) sr = rsqrtf(ss / (float)g.N + nm.eps);
     }
     __syncthreads();
-    if (threadIdx.x >= 128) { /* the weights are immutable: streamed from the start, before the PDL wait */
-        if (threadIdx.x == 128) skt_produce<F8>(a, wring, full0, empty0);
-        return;
+    if (i < n8) {
+        const float r = sr;
+        uint2 o;
+        o.x = pack_bf16(norm_apply(v.x, r, gw.x, nm.mode), norm_apply(v.y, r, gw.y, nm.mode));
+        o.y = pack_bf16(norm_apply(v.z, r, gw.z, nm.mode), norm_apply(v.w, r, gw.w, nm.mode));
+        ((uint2 *)(nm.h + (size_t)row * g.N))[c4] = o;
     }
-    pdl_begin();
-    int j = 0;
-    skt_gemm<-1, F8>(a.gm[0], a.work, sm, xring, full0, empty0, j);
-    skt_grid_sync(a.bar, 1);
-    skt_reduce<NC>(a.gm[0], a.work, a.nm[0], sv, sr);
-    skt_grid_sync(a.bar, 2);
-    skt_gemm<GEMM_EPI_SWIGLU_BF16, F8>(a.gm[1], a.work, sm, xring, full0, empty0, j);
-    skt_grid_sync(a.bar, 3);
-    skt_gemm<-1, F8>(a.gm[2], a.work, sm, xring, full0, empty0, j);
-    skt_grid_sync(a.bar, 4);
-    if (a.n_gemm == 3) skt_grid_done(a.bar);
-    skt_reduce<NC>(a.gm[2], a.work, a.nm[1], sv, sr);
-    if (a.n_gemm == 4) { /* the next layer's in_proj on the h just normed */
-        skt_grid_sync(a.bar, 5);
-        skt_grid_done(a.bar);
-        skt_gemm<GEMM_EPI_BF16, F8>(a.gm[3], a.work, sm, xring, full0, empty0, j);
-    }
-#endif
 }
 
 extern "C" size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, int glu_group) {
@@ -887,10 +619,6 @@ extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_fl
     }
 }
 
-/* The row width class NC of sk_reduce_norm_row for N <= 2048 columns (2 NC float4 slots of 32 lanes), the same for
- * the separate reduction and the tail, which must agree bit for bit */
-static int sk_norm_nc(int N) { return N <= 512 ? 2 : N <= 1024 ? 4 : 8; }
-
 extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mode, float eps, uint16_t *h,
                                      float *work, size_t work_floats, int n_sm, const CudaLaunch *l) {
     if (!g || !l || !g->x || !sk_weights_ok(g) || !g->y || !norm_w || !h || !work || g->epi != GEMM_EPI_ADD_F32 ||
@@ -911,89 +639,7 @@ extern "C" int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, i
     if (rc) return rc;
     const SkNorm nm = {norm_w, h, norm_mode, eps};
     const dim3 rg((unsigned)g->M);
-    switch (sk_norm_nc(g->N)) {
-    case 2: return launch_ex(gemm_skinny_reduce_norm<2>, rg, dim3(128), 0, 0, l, a, splits, nm);
-    case 4: return launch_ex(gemm_skinny_reduce_norm<4>, rg, dim3(256), 0, 0, l, a, splits, nm);
-    default: return launch_ex(gemm_skinny_reduce_norm<8>, rg, dim3(512), 0, 0, l, a, splits, nm);
-    }
-}
-
-/* One GEMM of the tail: its tensor map and split plan, or cudaErrorNotSupported where the tail does not take it
- * (K not whole 128-column chunks, a misaligned weight) */
-static int skt_gemm_args(SkTailGemm *t, const GemmParams *g, int n_sm) {
-    if (!g->w == !g->w8 || g->K % 128) return (int)cudaErrorNotSupported;
-    int rc;
-    if (g->w8) {
-        if (!g->w8_scale || g->ldw % 16 || ((uintptr_t)g->w8 & 15)) return (int)cudaErrorNotSupported;
-        rc = cuda_tma_map_u8(&t->wmap, g->w8, g->N, g->K, g->ldw, SK_BN);
-    } else {
-        if ((uintptr_t)g->w & 15) return (int)cudaErrorNotSupported;
-        rc = cuda_tma_map_bf16(&t->wmap, g->w, g->N, g->K, g->ldw, SK_BN);
-    }
-    if (rc) return rc;
-    t->g = *g;
-    t->g.split_m = 0;
-    t->splits = sk_plan(g->N, g->K, 1, n_sm, &t->kc);
-    t->ntiles = (g->N + SK_BN - 1) / SK_BN;
-    return 0;
-}
-
-template <int NC, bool F8>
-static int skt_launch(const SkTailArgs &a, int grid, const CudaLaunch *l) {
-    const cudaError_t e = smem_attr<gemm_skinny_tail_k<NC, F8>>(SKT_SMEM(F8));
-    if (e != cudaSuccess) return (int)e;
-    return launch_ex(gemm_skinny_tail_k<NC, F8>, dim3((unsigned)grid), dim3(160), SKT_SMEM(F8), 0, l, a);
-}
-
-template <bool F8>
-static int skt_launch_nc(const SkTailArgs &a, int N, int grid, const CudaLaunch *l) {
-    switch (sk_norm_nc(N)) {
-    case 2: return skt_launch<2, F8>(a, grid, l);
-    case 4: return skt_launch<4, F8>(a, grid, l);
-    default: return skt_launch<8, F8>(a, grid, l);
-    }
-}
-
-extern "C" int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t work_floats, int n_sm,
-                                     const CudaLaunch *l) {
-    if (!p || !l || !work || !p->bar || !p->h || !p->norm_out || !p->norm_down || n_sm < 1)
-        return (int)cudaErrorInvalidValue;
-    const GemmParams *o = &p->out, *gu = &p->gu, *dn = &p->down, *in = &p->next_in;
-    const int M = o->M, N = o->N, n_gemm = in->M > 0 ? 4 : 3;
-    if (sk_wg() != 1 || M < 1 || M > SK_BM || gu->M != M || dn->M != M || dn->N != N || N > 2048 ||
-        o->epi != GEMM_EPI_ADD_F32 || dn->epi != GEMM_EPI_ADD_F32 || gu->epi != GEMM_EPI_SWIGLU_BF16 ||
-        gu->glu_group != 1 || o->y != dn->y || o->ldy != dn->ldy ||
-        (n_gemm == 4 && (in->M != M || in->epi != GEMM_EPI_BF16 || in->K != N || in->x != p->h || in->ldx != N)))
-        return (int)cudaErrorNotSupported;
-    for (int i = 0; i < n_gemm; i++) {
-        const GemmParams *g = i == 0 ? o : i == 1 ? gu : i == 2 ? dn : in;
-        if (!g->x || !g->y || g->N < 8 || g->N % 8 || g->K < 8 || g->ldx % 8 || g->ldw % 8 || g->ldx < g->K ||
-            g->ldw < g->K || (i == 1 ? g->ldy < g->N / 2 || g->N % 2 : g->ldy < g->N || g->ldy % 4))
-            return (int)cudaErrorInvalidValue;
-    }
-    if (((uintptr_t)o->y & 15) || ((uintptr_t)p->norm_out & 15) || ((uintptr_t)p->norm_down & 15) ||
-        ((uintptr_t)p->h & 15) || (p->norm_mode != NORM_ZC && p->norm_mode != NORM_PLAIN))
-        return (int)cudaErrorInvalidValue;
-    SkTailArgs a;
-    memset(&a, 0, sizeof a);
-    int rc = skt_gemm_args(&a.gm[0], o, n_sm);
-    if (!rc) rc = skt_gemm_args(&a.gm[1], gu, n_sm);
-    if (!rc) rc = skt_gemm_args(&a.gm[2], dn, n_sm);
-    if (!rc && n_gemm == 4) rc = skt_gemm_args(&a.gm[3], in, n_sm);
-    if (rc) return rc;
-    if (a.gm[1].splits != 1 || !o->w8 != !gu->w8 || !o->w8 != !dn->w8 ||
-        (n_gemm == 4 && (a.gm[3].splits != 1 || !o->w8 != !in->w8)))
-        return (int)cudaErrorNotSupported;
-    if (cuda_gemm_skinny_work(M, N, o->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats ||
-        cuda_gemm_skinny_work(M, N, dn->K, n_sm, GEMM_EPI_ADD_F32_NORM, 1) > work_floats)
-        return (int)cudaErrorInvalidValue;
-    a.nm[0] = SkNorm{p->norm_out, p->h, p->norm_mode, p->eps};
-    a.nm[1] = SkNorm{p->norm_down, p->h, p->norm_mode, p->eps};
-    a.work = work;
-    a.bar = p->bar;
-    a.n_gemm = n_gemm;
-    int grid = M;
-    for (int i = 0; i < n_gemm; i++) grid = max(grid, a.gm[i].ntiles * a.gm[i].splits);
-    grid = min(grid, n_sm);
-    return o->w8 ? skt_launch_nc<true>(a, N, grid, l) : skt_launch_nc<false>(a, N, grid, l);
+    if (g->N <= 512) return launch_ex(gemm_skinny_reduce_norm<2>, rg, dim3(128), 0, 0, l, a, splits, nm);
+    if (g->N <= 1024) return launch_ex(gemm_skinny_reduce_norm<4>, rg, dim3(256), 0, 0, l, a, splits, nm);
+    return launch_ex(gemm_skinny_reduce_norm<8>, rg, dim3(512), 0, 0, l, a, splits, nm);
 }

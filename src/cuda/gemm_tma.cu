@@ -251,17 +251,6 @@ int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, 
     return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
 }
 
-int cuda_tma_map_u8(CUtensorMap *m, const uint8_t *base, int rows, int cols, int ld, int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 enc = tma_encoder();
-    if (!enc) return (int)cudaErrorNotSupported;
-    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
-    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, estr[2] = {1, 1};
-    const CUresult r =
-        enc(m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
-}
-
 int cuda_tma_map_bf16_3d(CUtensorMap *m, const uint16_t *base, int cols, int rows, int n3, long long ld, long long ld2,
                          int box_rows) {
     PFN_cuTensorMapEncodeTiled_v12000 enc = tma_encoder();

@@ -533,24 +533,6 @@ int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_floats, int n
 #define GEMM_EPI_ADD_F32_NORM 16 /* only as cuda_gemm_skinny_work's epi: the workspace of cuda_gemm_skinny_norm */
 int cuda_gemm_skinny_norm(const GemmParams *g, const float *norm_w, int norm_mode, float eps, uint16_t *h, float *work,
                           size_t work_floats, int n_sm, const CudaLaunch *l);
-/* A layer's tail after its mixer for at most 64 rows, in one persistent launch (gemm_skinny.cu): out (the residual
- * GEMM, EPI_ADD_F32 into the residual rows y) and h = norm(y, norm_out); gu (SwiGLU, glu_group 1) on h; down
- * (EPI_ADD_F32 into the same y) and h = norm(y, norm_down); with next_in.M > 0, next_in (the next layer's in_proj:
- * EPI_BF16 on x = h, K = ldx = N) as well. Bitwise cuda_gemm_skinny_norm(out), cuda_gemm_skinny(gu),
- * cuda_gemm_skinny_norm(down) [, cuda_gemm_skinny(next_in)] with the shape's split plans. bar: 2 ints of device
- * memory, zero before the first launch (the launches leave them so; one launch at a time per bar). work:
- * cuda_gemm_skinny_work(.., ADD_F32_NORM, ..) of out and of down. Weights bf16 or FP8 (GemmParams.w8, all alike).
- * cudaErrorNotSupported where the tail does not apply (not sm_90a, M > 64, K not a multiple of 128, a gate_up or
- * next_in split, mixed formats): the caller launches the GEMMs. */
-typedef struct SkTailParams {
-    GemmParams out, gu, down, next_in;
-    const float *norm_out, *norm_down;
-    uint16_t *h;
-    int norm_mode;
-    float eps;
-    int *bar;
-} SkTailParams;
-int cuda_gemm_skinny_tail(const SkTailParams *p, float *work, size_t work_floats, int n_sm, const CudaLaunch *l);
 
 /* ---- full attention, prefill (attention_prefill.cu) ---- */
 /* Prepares T tokens at positions pos .. pos+T-1 from the fused projection output qkv:

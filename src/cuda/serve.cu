@@ -62,7 +62,6 @@ struct CudaServe {
     size_t am_work_bytes;
     float *skw; /* cuda_gemm_skinny's split-K partial sums: skw_floats */
     size_t skw_floats;
-    int *tail_bar; /* cuda_gemm_skinny_tail's grid barrier (2 words), zeroed at open */
     int32_t
         *ints; /* device: tok, pos, tab, dn_row, dn_slot, out_row [tmax] each, then tables, then [tmax] argmax ids */
     int32_t *ints_host;
@@ -204,7 +203,6 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->am_work = sv_carve(a, sv->am_work_bytes);
     sv->skw_floats = skinny_work(ctx, sv);
     sv->skw = (float *)sv_carve(a, sizeof(float) * (sv->skw_floats ? sv->skw_floats : 1));
-    sv->tail_bar = (int *)sv_carve(a, 2 * sizeof(int));
     sv->smp = (StepParams *)sv_carve(a, sizeof(StepParams) * (size_t)sv->lm_rows);
     sv->smp_scratch_bytes = cuda_sample_scratch_bytes(sv->n_sm) * (size_t)sv->lm_rows;
     sv->smp_scratch = sv_carve(a, sv->smp_scratch_bytes);
@@ -342,7 +340,6 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     a.off = 0;
     sv_layout(ctx, sv, &a, n_tables);
     e = cudaMemset(sv->smp_scratch, 0, sv->smp_scratch_bytes);
-    if (e == cudaSuccess) e = cudaMemset(sv->tail_bar, 0, 2 * sizeof(int));
     if (e != cudaSuccess) {
         cuda_serve_close(ctx);
         return sv_fail((int)e, "sampler scratch", -1, err);
@@ -527,41 +524,6 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
     return sv_norm(sv, lc, y0 + (size_t)sk * g.ldy, norm_w, sv->h + (size_t)sk * sv->d.D, T - sk, layer, err);
 }
 
-/* The layer's tail after its mixer (o: out_proj / o_proj, gu, dn: down; next: the next layer, NULL for the last) as
- * one persistent launch (cuda_gemm_skinny_tail, bitwise the sv_gemm calls it replaces) where every row of the pass is
- * on the skinny GEMM and fits one 64-row block: the next layer's input norm and, where its in_proj is one skinny GEMM
- * (bf16 rows alone, or FP8 rows whose b / a the DeltaNet prep computes), that in_proj into sv->proj too (*in_done
- * = 1). Returns 0, cudaErrorNotSupported where the tail does not apply (the caller runs the GEMMs), or a launch error.
- * Only in the measurement build `make SERVE_TAIL=1` until an A/B on the GPU decides (docs/SERVE_ENGINE.md, "The layer
- * tail"). */
-static int sv_tail(CudaServe *sv, const CudaLaunch *lc, GemmParams o, GemmParams gu, GemmParams dn, const CudaLayer *ly,
-                   const CudaLayer *next, int nr, int *in_done) {
-    *in_done = 0;
-#ifdef Q35_SERVE_TAIL
-    if (!next || nr != o.M || o.M > 64 || sv_skinny_rows(sv, nr, gu.N) != nr) return (int)cudaErrorNotSupported;
-    cuda_layer_gemm_w(ly, CW_OUT, o.K, &o);
-    cuda_layer_gemm_w(ly, CW_GU, gu.K, &gu);
-    cuda_layer_gemm_w(ly, CW_DOWN, dn.K, &dn);
-    const int D = sv->d.D;
-    GemmParams in = {sv->h, NULL, sv->proj, o.M, next->in_rows, D, D, D, next->in_rows, GEMM_EPI_BF16, 0, 0};
-    cuda_layer_gemm_w(next, CW_IN, D, &in);
-    GemmParams ba;
-    if (cuda_layer_gemm_tail(next, CW_IN, &in, &ba) && !sv_ba_prep(sv, next, nr)) in.M = 0;
-    SkTailParams tp = {o, gu, dn, in, ly->ln2, next->ln1, sv->h, sv->d.norm_mode, sv->d.eps, sv->tail_bar};
-    int rc = in.M ? cuda_gemm_skinny_tail(&tp, sv->skw, sv->skw_floats, sv->n_sm, lc) : (int)cudaErrorNotSupported;
-    if (rc == 0) {
-        *in_done = 1;
-        return 0;
-    }
-    if (rc != (int)cudaErrorNotSupported) return rc;
-    tp.next_in.M = 0;
-    return cuda_gemm_skinny_tail(&tp, sv->skw, sv->skw_floats, sv->n_sm, lc);
-#else
-    (void)sv, (void)lc, (void)o, (void)gu, (void)dn, (void)ly, (void)next, (void)nr;
-    return (int)cudaErrorNotSupported;
-#endif
-}
-
 /* The picks of logits rows lm [rows][V] (device): their argmax ids and log-softmax there into the tail of sv->ints,
  * then with smp the draws of the rows sv->smp samples in place of their argmax (and the drawn ids' log-softmax). */
 static int sv_picks(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, const float *lm, int rows, int smp, Err *err) {
@@ -640,14 +602,13 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
      * deterministic mode every row, the prefill chunks' tokens stepping the DeltaNet one by one, so that a token's
      * bits never depend on how its sequence was cut into chunks (a prefix-cache hit resumes anywhere) */
     const int nr = sv->det ? T : nd;
-    int in_done = 0; /* the previous layer's tail computed this layer's in_proj */
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         const int n = ly->in_rows, no = ly->out_cols;
         if (l == 0 && (rc = sv_norm(sv, &lc, sv->x, ly->ln1, sv->h, T, l, err))) return rc; /* later: fused below */
         GemmParams in = {sv->h, NULL, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
         const int ba = sv_ba_prep(sv, ly, nr);
-        if (!in_done && (rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, ba, NULL, l, "gemm_in", err))) return rc;
+        if ((rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, ba, NULL, l, "gemm_in", err))) return rc;
         if (ly->type == LAYER_FULL_ATTN) {
             const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
             uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
@@ -784,15 +745,12 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             }
         }
         GemmParams o = {sv->act, NULL, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
+        if ((rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, 0, ly->ln2, l, "gemm_out", err))) return rc;
         const int F = d->F;
         GemmParams gu = {sv->h, NULL, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        GemmParams dn = {sv->act, NULL, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
-        const CudaLayer *next = l + 1 < c->num_hidden_layers ? &ctx->layers[l + 1] : NULL;
-        const float *next_ln = next ? next->ln1 : NULL;
-        if ((rc = sv_tail(sv, &lc, o, gu, dn, ly, next, nr, &in_done)) == 0) continue;
-        if (rc != (int)cudaErrorNotSupported) return sv_fail(rc, "layer tail", l, err);
-        if ((rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, 0, ly->ln2, l, "gemm_out", err))) return rc;
         if ((rc = sv_gemm(ctx, sv, &lc, gu, ly, CW_GU, nr, 0, NULL, l, "gemm_gate_up", err))) return rc;
+        GemmParams dn = {sv->act, NULL, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
+        const float *next_ln = l + 1 < c->num_hidden_layers ? ctx->layers[l + 1].ln1 : NULL;
         if ((rc = sv_gemm(ctx, sv, &lc, dn, ly, CW_DOWN, nr, 0, next_ln, l, "gemm_down", err))) return rc;
     }
     if (n_out > 0) {

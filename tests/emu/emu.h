@@ -199,8 +199,7 @@ static inline int atomicExch(int *p, int v) {
 }
 /* the memory-order and integer intrinsics the kernels use; fences are no-ops (one fiber runs at a time) */
 static inline void __threadfence(void) {}
-/* common.cuh's count_add_release and wait_count_geq: the adders are CTAs of the running cluster */
-static inline void count_add_release(int *cnt, int v) { *cnt += v; }
+/* common.cuh's wait_count_geq: the adders are CTAs of the running cluster */
 static inline void wait_count_geq(const int *cnt, int n) { EMU_WAIT(*(volatile const int *)cnt < n); }
 template <typename T>
 static inline T __ldg(const T *p) {
@@ -328,29 +327,22 @@ struct EmuTensorMap {
     const uint16_t *base;
     int rows, cols, n3, box_rows;
     long long ld, ld2;
-    const uint8_t *base8; /* cuda_tma_map_u8: a byte matrix, no swizzle (base unused) */
-    bool sw128;           /* emu_tma_map_u8_sw128: bytes in boxes of 128 x box_rows with the 128-byte swizzle */
+    const uint8_t *base8; /* emu_tma_map_u8_sw128: a byte matrix, 128-byte swizzle (base unused) */
 };
 typedef EmuTensorMap CUtensorMap;
 static inline int cuda_tma_map_bf16(CUtensorMap *m, const uint16_t *base, int rows, int cols, int ld, int box_rows) {
     m->base = base, m->rows = rows, m->cols = cols, m->n3 = 1, m->ld = ld, m->ld2 = 0, m->box_rows = box_rows;
-    m->base8 = nullptr, m->sw128 = false;
-    return 0;
-}
-/* a byte [rows][ld] matrix in boxes of 64 columns x box_rows rows, box row r at dst + 64 r (no swizzle) */
-static inline int cuda_tma_map_u8(CUtensorMap *m, const uint8_t *base, int rows, int cols, int ld, int box_rows) {
-    if (cols < 1 || rows < 1 || ld < cols || ld % 16 || ((uintptr_t)base & 15) || box_rows < 1 || box_rows > 256)
-        return (int)cudaErrorInvalidValue;
-    m->base = nullptr, m->base8 = base, m->rows = rows, m->cols = cols, m->n3 = 1, m->ld = ld, m->ld2 = 0;
-    m->box_rows = box_rows, m->sw128 = false;
+    m->base8 = nullptr;
     return 0;
 }
 /* bench/kernels/gemm_fp8_lab.cu's map_u8 (the lab's host code is not emulated): a byte [rows][ld] matrix in boxes of
  * 128 columns x box_rows rows with the 128-byte swizzle: box row r at dst + 128 r, 16-byte chunk ch at ch ^ (r & 7) */
 static inline int emu_tma_map_u8_sw128(CUtensorMap *m, const uint8_t *base, int rows, int cols, int ld, int box_rows) {
-    const int rc = cuda_tma_map_u8(m, base, rows, cols, ld, box_rows);
-    m->sw128 = rc == 0;
-    return rc;
+    if (cols < 1 || rows < 1 || ld < cols || ld % 16 || ((uintptr_t)base & 15) || box_rows < 1 || box_rows > 256)
+        return (int)cudaErrorInvalidValue;
+    m->base = nullptr, m->base8 = base, m->rows = rows, m->cols = cols, m->n3 = 1, m->ld = ld, m->ld2 = 0;
+    m->box_rows = box_rows;
+    return 0;
 }
 static inline int cuda_tma_map_bf16_3d(CUtensorMap *m, const uint16_t *base, int cols, int rows, int n3, long long ld,
                                        long long ld2, int box_rows) {
@@ -358,14 +350,14 @@ static inline int cuda_tma_map_bf16_3d(CUtensorMap *m, const uint16_t *base, int
         ((uintptr_t)base & 15) || (ld * 2) % 16 || (ld2 * 2) % 16)
         return (int)cudaErrorInvalidValue; /* what cuTensorMapEncodeTiled refuses (and ld2 overlapping rows) */
     m->base = base, m->rows = rows, m->cols = cols, m->n3 = n3, m->ld = ld, m->ld2 = ld2, m->box_rows = box_rows;
-    m->base8 = nullptr, m->sw128 = false;
+    m->base8 = nullptr;
     return 0;
 }
 /* The box at (c0, c1, c2) lands at dst: box row r at dst + 128 r, 16-byte chunk ch at chunk ch ^ (r & 7);
  * elements outside the tensor (any coordinate) read as 0. */
 static inline void emu_tma(int cta, uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, uint32_t bar) {
     uint8_t *s = E.smem[cta].data();
-    if (m->base8 && m->sw128) { /* bytes, swizzled: byte j of chunk ch of box row r; bytes outside the matrix read 0 */
+    if (m->base8) { /* bytes, swizzled: byte j of chunk ch of box row r; bytes outside the matrix read 0 */
         if ((dst & 1023) || (size_t)dst + (size_t)m->box_rows * 128 > E.smem[cta].size() - 16) {
             fprintf(stderr, "emu: byte TMA destination %u not 1024-byte aligned or past the end of shared memory\n",
                     dst);
@@ -381,25 +373,6 @@ static inline void emu_tma(int cta, uint32_t dst, const CUtensorMap *m, int c0, 
                 }
         EmuBar *b = emu_bar(cta, bar);
         b->tx -= m->box_rows * 128;
-        emu_bar_check(b);
-        return;
-    }
-    if (m->base8) { /* bytes, no swizzle: 16-byte piece q of box row r at dst + 64 r + 16 q */
-        if ((dst & 127) || (size_t)dst + (size_t)m->box_rows * 64 > E.smem[cta].size() - 16) {
-            fprintf(stderr, "emu: byte TMA destination %u misaligned or past the end of shared memory\n", dst);
-            exit(2);
-        }
-        for (int r = 0; r < m->box_rows; r++)
-            for (int q = 0; q < 4; q++) {
-                uint8_t *d = s + dst + r * 64 + q * 16;
-                const int row = c1 + r, col = c0 + q * 16;
-                if (row >= 0 && row < m->rows && col >= 0 && col + 16 <= m->cols)
-                    memcpy(d, m->base8 + (size_t)row * m->ld + col, 16);
-                else
-                    memset(d, 0, 16);
-            }
-        EmuBar *b = emu_bar(cta, bar);
-        b->tx -= m->box_rows * 64;
         emu_bar_check(b);
         return;
     }

@@ -53,16 +53,14 @@ static int emu_smem_allowed(const void *f) {
     const auto it = emu_max_smem.find(f);
     return it == emu_max_smem.end() ? 48 * 1024 : it->second;
 }
-inline long emu_ctas;    /* CTAs launched (all launches) */
-inline int emu_resident; /* 1: launch_ex runs every CTA of grid.x at once (a persistent grid whose CTAs wait on each
-                          * other, as cuda_gemm_skinny_tail's grid barriers do); 0: one CTA at a time */
+inline long emu_ctas; /* CTAs launched (all launches) */
 template <class... KArgs, class... Args>
 static int launch_ex(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x, const CudaLaunch *,
                      Args... args) {
     if ((int)smem > emu_smem_allowed((const void *)kern) || cluster_x > 1 || block.x * block.y * block.z > 1024)
         return (int)cudaErrorInvalidValue;
     emu_ctas += (long)grid.x * grid.y * grid.z;
-    emu_launch(grid, (int)(block.x * block.y * block.z), smem, emu_resident ? (int)grid.x : 1, [&] { kern(args...); });
+    emu_launch(grid, (int)(block.x * block.y * block.z), smem, 1, [&] { kern(args...); });
     return 0;
 }
 template <typename P>

@@ -264,79 +264,6 @@ static void norm_case(int M, int N, int K, int mode, int n_sm, bool f8 = false, 
     if (rc1 || rc2 || xdiff || xbad || bad || diff) fails++;
 }
 
-/* cuda_gemm_skinny_tail (a layer's residual GEMM, norm, gate_up, down and next norm as one persistent grid with
- * grid barriers, a producer warp streaming the weights by TMA) against the three launches it replaces, with the serve
- * step's aliasing (the residual GEMM reads act [M][no], gate_up writes act [M][F]): x, h and act bitwise equal, h
- * (NaN-poisoned) all written, the barrier words back to zero so that a second launch runs the same. All CTAs of the
- * grid run at once (emu_resident). n_sm picks the split plans and the grid: CTAs that take several items (the W ring
- * wraps many times), residual GEMMs of one and of three splits. The mma.sync build must refuse it as unsupported. */
-static void tail_case(int M, int D, int no, int F, int mode, int n_sm, bool f8 = false, int nin = 0) {
-    const size_t na = (size_t)M * (no > F ? no : F);
-    std::vector<uint16_t> act0(na);
-    for (auto &v : act0) v = emu_bf(nrm());
-    const Weights Wo = make_weights(D, no, f8, no), Wgu = make_weights(2 * F, D, f8, D),
-                  Wdn = make_weights(D, F, f8, F), Win = make_weights(nin ? nin : 8, D, f8, D);
-    std::vector<float> x0((size_t)M * D), n1(D), n2(D);
-    for (auto &v : x0) v = rbf(nrm());
-    for (int i = 0; i < D; i++) {
-        n1[i] = mode == NORM_ZC ? 0.1f * nrm() : 1.0f + 0.1f * nrm();
-        n2[i] = mode == NORM_ZC ? 0.1f * nrm() : 1.0f + 0.1f * nrm();
-    }
-    const size_t wf1 = cuda_gemm_skinny_work(M, D, no, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
-    const size_t wf2 = cuda_gemm_skinny_work(M, D, F, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
-    const size_t wf = wf1 > wf2 ? wf1 : wf2;
-    std::vector<float> work(wf, NAN);
-    int bar[2] = {0, 0};
-    CudaLaunch l = {0, 0, NULL, 0};
-    std::vector<float> xr[3];
-    std::vector<uint16_t> hr[3], ar[3], pr[3];
-    int rc[3];
-    for (int r = 0; r < 3; r++) { /* r = 0: the three launches; 1, 2: the tail, twice */
-        std::vector<uint16_t> act = act0, h((size_t)M * D, 0x7fc1);
-        std::vector<float> x = x0;
-        std::vector<uint16_t> proj((size_t)M * (nin ? nin : 8), 0x7fc1);
-        GemmParams o = {act.data(), NULL, x.data(), M, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0};
-        GemmParams gu = {h.data(), NULL, act.data(), M, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        GemmParams dn = {act.data(), NULL, x.data(), M, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0};
-        GemmParams in = {h.data(), NULL, proj.data(), nin ? M : 0, nin, D, D, D, nin, GEMM_EPI_BF16, 1, 0};
-        set_weights(o, Wo), set_weights(gu, Wgu), set_weights(dn, Wdn), set_weights(in, Win);
-        if (r == 0) {
-            rc[r] = cuda_gemm_skinny_norm(&o, n1.data(), mode, 1e-6f, h.data(), work.data(), wf, n_sm, &l);
-            rc[r] |= cuda_gemm_skinny(&gu, work.data(), wf, n_sm, &l);
-            rc[r] |= cuda_gemm_skinny_norm(&dn, n2.data(), mode, 1e-6f, h.data(), work.data(), wf, n_sm, &l);
-            if (nin) rc[r] |= cuda_gemm_skinny(&in, work.data(), wf, n_sm, &l);
-        } else {
-            SkTailParams tp = {o, gu, dn, in, n1.data(), n2.data(), h.data(), mode, 1e-6f, bar};
-            emu_resident = 1;
-            rc[r] = cuda_gemm_skinny_tail(&tp, work.data(), wf, n_sm, &l);
-            emu_resident = 0;
-        }
-        xr[r] = x, hr[r] = h, ar[r] = std::vector<uint16_t>(act.begin(), act.begin() + (size_t)M * F), pr[r] = proj;
-    }
-    long nan_h = 0;
-    for (uint16_t v : hr[0]) nan_h += (v & 0x7fff) > 0x7f80;
-#ifdef __CUDA_ARCH_FEAT_SM90_ALL
-    bool same = true;
-    for (int r = 1; r < 3; r++) same = same && xr[r] == xr[0] && hr[r] == hr[0] && ar[r] == ar[0] && pr[r] == pr[0];
-    long nan_p = 0;
-    for (uint16_t v : pr[0]) nan_p += nin && (v & 0x7fff) > 0x7f80;
-    int s1 = 0, s3 = 0, kc = 0;
-    s1 = sk_plan(D, no, 1, n_sm, &kc), s3 = sk_plan(D, F, 1, n_sm, &kc);
-    printf("  %s tail M=%2d D=%3d no=%3d F=%3d in_proj N=%3d mode=%d n_sm=%2d (splits %d, 1, %d): x, h, act, proj %s "
-           "the separate launches, twice; barrier words %d %d\n",
-           f8 ? "fp8 " : "bf16", M, D, no, F, nin, mode, n_sm, s1, s3, same ? "bitwise equal to" : "DIFFER from",
-           bar[0], bar[1]);
-    if (rc[0] || rc[1] || rc[2] || nan_h || nan_p || !same || bar[0] || bar[1]) {
-        fprintf(stderr, "FAIL: tail M=%d D=%d: rc %d %d %d, %ld of h unwritten\n", M, D, rc[0], rc[1], rc[2], nan_h);
-        fails++;
-    }
-#else
-    const bool refused = rc[1] == (int)cudaErrorNotSupported && rc[2] == (int)cudaErrorNotSupported;
-    printf("  tail M=%2d D=%3d: %s on the mma.sync path\n", M, D, refused ? "refused as unsupported" : "NOT refused");
-    if (rc[0] || nan_h || !refused) fails++;
-#endif
-}
-
 /* The FP8 form's argument checks: a valid call runs (and gives the exact product), each bad one is refused and
  * writes nothing. */
 static void bad_args(void) {
@@ -452,13 +379,6 @@ int main(int argc, char **argv) {
     run_case(130, 136, 336, GEMM_EPI_BF16, 1, 24, 0, true);
     norm_case(130, 136, 336, NORM_ZC, 24, true);
     g_split_m = 0;
-    tail_case(21, 256, 768, 640, NORM_ZC, 4);             /* one split each; 4 CTAs: 4-5 items each, the ring wraps */
-    tail_case(13, 256, 768, 640, NORM_PLAIN, 9);          /* 3 splits of the residual GEMMs; 9 CTAs for 12-20 items */
-    tail_case(5, 640, 256, 512, NORM_ZC, 6);              /* D 640: norm rows of 4 slots a warp, the last ones past N */
-    tail_case(21, 256, 768, 640, NORM_ZC, 4, true);       /* FP8: the e4m3 ring (12 stages) wraps, block sums folded */
-    tail_case(13, 256, 768, 640, NORM_PLAIN, 9, true);    /* FP8, 3 splits */
-    tail_case(21, 256, 768, 640, NORM_ZC, 4, false, 328); /* + the next in_proj (N 328: a partial last W tile) */
-    tail_case(13, 256, 768, 640, NORM_PLAIN, 9, true, 640); /* FP8 + the next in_proj, 10 items on 9 CTAs */
     bad_args();
     printf("gemm_skinny_emu: %s\n", fails ? "FAILED" : "all bounds met");
     return fails ? 1 : 0;

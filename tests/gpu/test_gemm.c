@@ -5,13 +5,11 @@
  * with FP8 weights (GemmParams.w8 / w8_scale: random e4m3 bytes without the NaN codes, random positive scales per
  * row and 128-column block spread over 2^10, rows of ldw >= K with NaN codes in the gap) against the double product
  * on the dequantized weights, at M = 1, 7, 64, 65, 130 on ragged and decode shapes, every epilogue, the fused
- * residual + norm (bitwise its two-step form), and its refused arguments; on sm_90 the layer tail
- * (cuda_gemm_skinny_tail) bitwise against the launches it replaces.
+ * residual + norm (bitwise its two-step form), and its refused arguments.
  * Large shapes are checked on a random subset of rows. Ends with a timing table (TFLOP/s) for
  * the Qwen3.5-0.8B prefill shapes at M = 2048 (and the decode-step shapes at M = 1, 64, 256 for the
- * skinny kernel and the TMA kernel side by side, with the weight bytes per second; the layer tail against its
- * launches as graphs of 24 layers at M = 1, 8, 64). Every algorithm (mma.sync; on sm_90 also the
- * cp.async wgmma kernels and every TMA variant) runs every case on the same inputs; shapes with
+ * skinny kernel and the TMA kernel side by side, with the weight bytes per second). Every algorithm (mma.sync; on
+ * sm_90 also the cp.async wgmma kernels and every TMA variant) runs every case on the same inputs; shapes with
  * many tiles per CTA exercise the persistent kernels' ring phases. Each algorithm runs in its own
  * forked child process, so one that faults fails alone and the others still run. Usage:
  * test_gemm [seed]. */
@@ -409,197 +407,6 @@ static void test_skinny_split_m(void) {
     g_split_m = 0;
 }
 
-/* One FP8 weight of the tail: device e4m3 bytes and scales (rand_fp8, ldw = K) */
-static void tail_fp8(int N, int K, uint8_t **dq, float **dsc) {
-    uint8_t *q = NULL;
-    float *sc = NULL;
-    double *wd = NULL;
-    rand_fp8(N, K, K, &q, &sc, &wd);
-    *dq = dcopy(q, (size_t)N * K), *dsc = dcopy(sc, (size_t)((K + 127) / 128) * N * sizeof(float));
-    free(q), free(sc), free(wd);
-}
-
-/* cuda_gemm_skinny_tail (a layer's residual GEMM, norm, gate_up, down and next norm in one persistent launch, with
- * nin > 0 also the next layer's in_proj of nin rows) against the launches it replaces, cuda_gemm_skinny_norm(out),
- * cuda_gemm_skinny(gate_up), cuda_gemm_skinny_norm(down) [, cuda_gemm_skinny(in_proj)], on the same inputs with the
- * serve step's aliasing (out reads act [M][no], gate_up writes act [M][F]): x, h, act and proj must be bitwise equal,
- * h and proj (NaN-poisoned) all written. The tail runs twice on fresh copies (the second launch starts from the
- * barrier state the first left, as graph replays do); both equal. Shapes: Qwen3.5-0.8B's (D 1024, out_proj / o_proj
- * K 2048, F 3584, the DeltaNet in_proj's 8224 rows, FP8 8192), D 640 (norm slots past N) with 5120 in_proj rows,
- * D 2048; M = 1, 13, 64; bf16 and FP8 weights. The cases it refuses (M 65, gate_up with a split, mixed formats)
- * return cudaErrorNotSupported and write nothing. */
-static void test_skinny_tail_case(int M, int D, int no, int F, int nin, int mode, int f8) {
-    const size_t na = (size_t)M * (no > F ? no : F);
-    uint16_t *act0 = rand_bf16(na, 1.0f), *wo = rand_bf16((size_t)D * no, 1.0f / sqrtf((float)no));
-    uint16_t *wgu = rand_bf16((size_t)2 * F * D, 1.0f / sqrtf((float)D)),
-             *wdn = rand_bf16((size_t)D * F, 1.0f / sqrtf((float)F)),
-             *win = rand_bf16((size_t)(nin ? nin : 8) * D, 1.0f / sqrtf((float)D));
-    float *x0 = malloc((size_t)M * D * 4), *n1 = malloc((size_t)D * 4), *n2 = malloc((size_t)D * 4);
-    for (size_t i = 0; i < (size_t)M * D; i++) x0[i] = round_bf16(rng_normal(&rng));
-    for (int i = 0; i < D; i++) {
-        n1[i] = mode == NORM_ZC ? 0.1f * rng_normal(&rng) : 1.0f + 0.1f * rng_normal(&rng);
-        n2[i] = mode == NORM_ZC ? 0.1f * rng_normal(&rng) : 1.0f + 0.1f * rng_normal(&rng);
-    }
-    uint16_t *dwo = dcopy(wo, (size_t)D * no * 2), *dwgu = dcopy(wgu, (size_t)2 * F * D * 2);
-    uint16_t *dwdn = dcopy(wdn, (size_t)D * F * 2), *dwin = dcopy(win, (size_t)(nin ? nin : 8) * D * 2);
-    float *dn1 = dcopy(n1, (size_t)D * 4), *dn2 = dcopy(n2, (size_t)D * 4);
-    uint8_t *qo = NULL, *qgu = NULL, *qdn = NULL, *qin = NULL;
-    float *so = NULL, *sgu = NULL, *sdn = NULL, *sin = NULL;
-    if (f8) {
-        tail_fp8(D, no, &qo, &so), tail_fp8(2 * F, D, &qgu, &sgu), tail_fp8(D, F, &qdn, &sdn);
-        tail_fp8(nin ? nin : 8, D, &qin, &sin);
-    }
-    const size_t wf1 = cuda_gemm_skinny_work(M, D, no, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
-    const size_t wf2 = cuda_gemm_skinny_work(M, D, F, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
-    const size_t wf = wf1 > wf2 ? wf1 : wf2;
-    float *work = NULL;
-    int *bar = NULL;
-    CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
-    CUDA_OK(cudaMalloc((void **)&bar, 2 * sizeof(int)));
-    CUDA_OK(cudaMemset(bar, 0, 2 * sizeof(int)));
-    float *hx[3];
-    uint16_t *hh[3], *ha[3], *hp[3];
-    const size_t np = (size_t)M * (nin ? nin : 8);
-    int rc[3];
-    for (int r = 0; r < 3; r++) { /* r = 0: the three launches; 1, 2: the tail */
-        uint16_t *dact = dcopy(act0, na * 2), *dh = NULL;
-        float *dx = dcopy(x0, (size_t)M * D * 4);
-        uint16_t *dproj = NULL;
-        CUDA_OK(cudaMalloc((void **)&dh, (size_t)M * D * 2));
-        CUDA_OK(cudaMemset(dh, 0xff, (size_t)M * D * 2));
-        CUDA_OK(cudaMalloc((void **)&dproj, np * 2));
-        CUDA_OK(cudaMemset(dproj, 0xff, np * 2));
-        GemmParams o = {dact, dwo, dx, M, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
-        GemmParams gu = {dh, dwgu, dact, M, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0, NULL, NULL, 0};
-        GemmParams dn = {dact, dwdn, dx, M, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
-        GemmParams in = {dh, dwin, dproj, nin ? M : 0, nin, D, D, D, nin, GEMM_EPI_BF16, 1, 0, NULL, NULL, 0};
-        if (f8) {
-            o.w = gu.w = dn.w = in.w = NULL;
-            o.w8 = qo, o.w8_scale = so, gu.w8 = qgu, gu.w8_scale = sgu, dn.w8 = qdn, dn.w8_scale = sdn;
-            in.w8 = qin, in.w8_scale = sin;
-        }
-        if (r == 0) {
-            rc[r] = cuda_gemm_skinny_norm(&o, dn1, mode, 1e-6f, dh, work, wf, n_sm, &L0);
-            rc[r] |= cuda_gemm_skinny(&gu, work, wf, n_sm, &L0);
-            rc[r] |= cuda_gemm_skinny_norm(&dn, dn2, mode, 1e-6f, dh, work, wf, n_sm, &L0);
-            if (nin) rc[r] |= cuda_gemm_skinny(&in, work, wf, n_sm, &L0);
-        } else {
-            SkTailParams tp = {o, gu, dn, in, dn1, dn2, dh, mode, 1e-6f, bar};
-            rc[r] = cuda_gemm_skinny_tail(&tp, work, wf, n_sm, &L0);
-        }
-        CUDA_OK(cudaDeviceSynchronize());
-        hx[r] = malloc((size_t)M * D * 4), hh[r] = malloc((size_t)M * D * 2), ha[r] = malloc((size_t)M * F * 2);
-        hp[r] = malloc(np * 2);
-        CUDA_OK(cudaMemcpy(hp[r], dproj, np * 2, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaFree(dproj));
-        CUDA_OK(cudaMemcpy(hx[r], dx, (size_t)M * D * 4, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(hh[r], dh, (size_t)M * D * 2, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(ha[r], dact, (size_t)M * F * 2, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaFree(dact));
-        CUDA_OK(cudaFree(dx));
-        CUDA_OK(cudaFree(dh));
-    }
-    int hb[2];
-    CUDA_OK(cudaMemcpy(hb, bar, sizeof hb, cudaMemcpyDeviceToHost));
-    long nan_h = 0;
-    for (size_t i = 0; i < (size_t)M * D; i++) nan_h += (hh[0][i] & 0x7fff) > 0x7f80;
-    for (size_t i = 0; nin && i < np; i++) nan_h += (hp[0][i] & 0x7fff) > 0x7f80;
-    int same = 1;
-    for (int r = 1; r < 3; r++)
-        same &= !memcmp(hx[0], hx[r], (size_t)M * D * 4) && !memcmp(hh[0], hh[r], (size_t)M * D * 2) &&
-                !memcmp(ha[0], ha[r], (size_t)M * F * 2) && !memcmp(hp[0], hp[r], np * 2);
-    CHECK(rc[0] == 0 && rc[1] == 0 && rc[2] == 0, "skinny tail M=%d D=%d no=%d F=%d: launches %d %d %d", M, D, no, F,
-          rc[0], rc[1], rc[2]);
-    CHECK(nan_h == 0, "skinny tail M=%d D=%d: %ld of h and proj not written (NaN)", M, D, nan_h);
-    CHECK(same,
-          "skinny tail M=%d D=%d no=%d F=%d in_proj N=%d mode=%d: x, h, act or proj differ from the separate launches",
-          M, D, no, F, nin, mode);
-    CHECK(hb[0] == 0 && hb[1] == 0, "skinny tail M=%d D=%d: barrier words %d %d after two launches, want 0 0", M, D,
-          hb[0], hb[1]);
-    printf("  skinny tail %-4s M=%3d D=%4d no=%4d F=%4d in_proj N=%4d mode=%d: x, h, act, proj %s the separate "
-           "launches (two launches)\n",
-           f8 ? "fp8" : "bf16", M, D, no, F, nin, mode, same ? "bitwise equal to" : "DIFFER from");
-    for (int r = 0; r < 3; r++) free(hx[r]), free(hh[r]), free(ha[r]), free(hp[r]);
-    free(act0), free(wo), free(wgu), free(wdn), free(win), free(x0), free(n1), free(n2);
-    CUDA_OK(cudaFree(dwin));
-    CUDA_OK(cudaFree(dwo));
-    CUDA_OK(cudaFree(dwgu));
-    CUDA_OK(cudaFree(dwdn));
-    if (f8) {
-        CUDA_OK(cudaFree(qo));
-        CUDA_OK(cudaFree(qgu));
-        CUDA_OK(cudaFree(qdn));
-        CUDA_OK(cudaFree(so));
-        CUDA_OK(cudaFree(sgu));
-        CUDA_OK(cudaFree(sdn));
-        CUDA_OK(cudaFree(qin));
-        CUDA_OK(cudaFree(sin));
-    }
-    CUDA_OK(cudaFree(dn1));
-    CUDA_OK(cudaFree(dn2));
-    CUDA_OK(cudaFree(work));
-    CUDA_OK(cudaFree(bar));
-}
-
-/* What the tail refuses: cudaErrorNotSupported, nothing launched (h keeps its poison) */
-static void test_skinny_tail_refused(void) {
-    const int D = 1024, no = 2048, F = 3584;
-    uint16_t *dact = NULL, *dh = NULL, *dw = NULL;
-    float *dx = NULL, *dnw = NULL, *work = NULL;
-    int *bar = NULL;
-    CUDA_OK(cudaMalloc((void **)&dact, (size_t)65 * F * 2));
-    CUDA_OK(cudaMalloc((void **)&dh, (size_t)65 * D * 2));
-    CUDA_OK(cudaMalloc((void **)&dw, (size_t)2 * F * D * 2));
-    CUDA_OK(cudaMalloc((void **)&dx, (size_t)65 * D * 4));
-    CUDA_OK(cudaMalloc((void **)&dnw, (size_t)D * 4));
-    CUDA_OK(cudaMalloc((void **)&work, (size_t)1 << 24));
-    CUDA_OK(cudaMalloc((void **)&bar, 8));
-    CUDA_OK(cudaMemset(bar, 0, 8));
-    CUDA_OK(cudaMemset(dh, 0xff, (size_t)65 * D * 2));
-    GemmParams o = {dact, dw, dx, 64, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
-    GemmParams gu = {dh, dw, dact, 64, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0, NULL, NULL, 0};
-    GemmParams dn = {dact, dw, dx, 64, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0};
-    const size_t wf = ((size_t)1 << 24) / 4;
-    for (int k = 0; k < 3; k++) {
-        GemmParams none;
-        memset(&none, 0, sizeof none);
-        SkTailParams tp = {o, gu, dn, none, dnw, dnw, dh, NORM_ZC, 1e-6f, bar};
-        const char *what = k == 0 ? "M = 65" : k == 1 ? "gate_up with 2 splits (F = 512)" : "FP8 down, bf16 others";
-        if (k == 0) tp.out.M = tp.gu.M = tp.down.M = 65;
-        if (k == 1) tp.gu.N = 1024, tp.gu.ldy = 512, tp.down.K = tp.down.ldx = tp.down.ldw = 512;
-        if (k == 2) tp.down.w = NULL, tp.down.w8 = (const uint8_t *)dw, tp.down.w8_scale = dnw;
-        CHECK(cuda_gemm_skinny_tail(&tp, work, wf, n_sm, &L0) == (int)cudaErrorNotSupported,
-              "skinny tail: %s not refused as unsupported", what);
-    }
-    CUDA_OK(cudaDeviceSynchronize());
-    uint16_t h0;
-    CUDA_OK(cudaMemcpy(&h0, dh, 2, cudaMemcpyDeviceToHost));
-    CHECK(h0 == 0xffff, "skinny tail: a refused call wrote h");
-    CUDA_OK(cudaFree(dact));
-    CUDA_OK(cudaFree(dh));
-    CUDA_OK(cudaFree(dw));
-    CUDA_OK(cudaFree(dx));
-    CUDA_OK(cudaFree(dnw));
-    CUDA_OK(cudaFree(work));
-    CUDA_OK(cudaFree(bar));
-}
-
-static void test_skinny_tail(void) {
-    if (cuda_gemm_skinny_tail(NULL, NULL, 0, n_sm, &L0) != (int)cudaErrorInvalidValue) {
-        CHECK(0, "skinny tail: a NULL call not refused");
-        return;
-    }
-    static const int Ms[] = {1, 13, 64};
-    for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
-        for (int f8 = 0; f8 < 2; f8++) {
-            test_skinny_tail_case(Ms[i], 1024, 2048, 3584, 0, NORM_ZC, f8);
-            test_skinny_tail_case(Ms[i], 1024, 2048, 3584, f8 ? 8192 : 8224, NORM_ZC, f8); /* + the DeltaNet in_proj */
-            test_skinny_tail_case(Ms[i], 640, 384, 2176, 5120, NORM_PLAIN, f8);
-        }
-    test_skinny_tail_case(64, 2048, 1024, 2560, 0, NORM_ZC, 0);
-    test_skinny_tail_refused();
-}
-
 /* The skinny GEMM on FP8 weights: a ragged shape (N = 200: N % 64 = 8; K = 336: 3 scale blocks, the last 80 wide,
  * 5.25 chunks; N = 208 for SwiGLU G = 8) with every epilogue and row strides ldw > K, and the decode shapes of
  * Qwen3.5-0.8B (in_proj, MLP gate+up, MLP down, out_proj), at M = 1, 7, 64, 65, 130; random shapes; the fused
@@ -798,125 +605,6 @@ static void bench_fmt(const char *name, int M, int N, int K, int epi, int algo, 
 }
 static void bench(const char *name, int M, int N, int K, int epi, int algo) { bench_fmt(name, M, N, K, epi, algo, 0); }
 
-/* Informational (no bound): a layer's GEMMs after its mixer at the Qwen3.5-0.8B shapes, as the batched step launches
- * them (cuda_gemm_skinny_norm(out_proj), cuda_gemm_skinny(gate_up), cuda_gemm_skinny_norm(down),
- * cuda_gemm_skinny(next in_proj)) against one cuda_gemm_skinny_tail, and against the tail without the in_proj phase
- * followed by the in_proj's own launch; each as a CUDA graph of 24 layers (PDL on) over 8 weight sets (344 MB bf16:
- * L2 cannot hold them), median of 20 replays, per layer. f8: FP8 weights. */
-static void bench_tail(int M, int f8) {
-    enum { NW = 8, NL = 24 };
-    const int D = 1024, no = 2048, F = 3584, nin = f8 ? 8192 : 8224;
-    const int rows[4] = {D, 2 * F, D, nin}, cols[4] = {no, D, F, D};
-    void *w[NW][4];
-    float *sc[NW][4];
-    for (int l = 0; l < NW; l++)
-        for (int k = 0; k < 4; k++) {
-            const size_t n = (size_t)rows[k] * cols[k];
-            sc[l][k] = NULL;
-            if (f8) {
-                uint8_t *q = malloc(n);
-                float *s = malloc((size_t)(cols[k] / 128) * rows[k] * sizeof(float));
-                for (size_t i = 0; i < n; i++) q[i] = (uint8_t)(rng_u64(&rng) & 0xbf); /* |e4m3| < 2, no NaN */
-                for (size_t i = 0; i < (size_t)(cols[k] / 128) * rows[k]; i++) s[i] = 0.5f / sqrtf((float)cols[k]);
-                w[l][k] = dcopy(q, n), sc[l][k] = dcopy(s, (size_t)(cols[k] / 128) * rows[k] * sizeof(float));
-                free(q), free(s);
-            } else {
-                uint16_t *h = rand_bf16(n, 1.0f / sqrtf((float)cols[k]));
-                w[l][k] = dcopy(h, n * 2);
-                free(h);
-            }
-        }
-    float *nw = malloc((size_t)D * 4);
-    for (int i = 0; i < D; i++) nw[i] = 0.1f * rng_normal(&rng);
-    float *dnw = dcopy(nw, (size_t)D * 4), *dx = NULL, *work = NULL;
-    uint16_t *act0 = rand_bf16((size_t)M * F, 1.0f), *dact = dcopy(act0, (size_t)M * F * 2), *dh = NULL, *dproj = NULL;
-    int *bar = NULL;
-    const size_t wf = cuda_gemm_skinny_work(M, D, F, n_sm, GEMM_EPI_ADD_F32_NORM, 1) +
-                      cuda_gemm_skinny_work(M, D, no, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
-    CUDA_OK(cudaMalloc((void **)&dx, (size_t)M * D * 4));
-    CUDA_OK(cudaMemset(dx, 0, (size_t)M * D * 4));
-    CUDA_OK(cudaMalloc((void **)&dh, (size_t)M * D * 2));
-    CUDA_OK(cudaMemset(dh, 0, (size_t)M * D * 2));
-    CUDA_OK(cudaMalloc((void **)&dproj, (size_t)M * nin * 2));
-    CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
-    CUDA_OK(cudaMalloc((void **)&bar, 2 * sizeof(int)));
-    CUDA_OK(cudaMemset(bar, 0, 2 * sizeof(int)));
-    cudaStream_t st;
-    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    const CudaLaunch lp = {st, 1, NULL, 0};
-    double us[3] = {0, 0, 0};
-    int rc = 0;
-    for (int form = 0; form < 3; form++) { /* 0: the separate launches; 1: the tail; 2: the tail, then in_proj */
-        cudaGraph_t graph = NULL;
-        cudaGraphExec_t exec = NULL;
-        CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < NL; i++) {
-            void *const *lw = w[i % NW];
-            float *const *ls = sc[i % NW];
-            GemmParams g[4] = {{dact, NULL, dx, M, D, no, no, no, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0},
-                               {dh, NULL, dact, M, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0, NULL, NULL, 0},
-                               {dact, NULL, dx, M, D, F, F, F, D, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, 0},
-                               {dh, NULL, dproj, M, nin, D, D, D, nin, GEMM_EPI_BF16, 1, 0, NULL, NULL, 0}};
-            for (int k = 0; k < 4; k++) {
-                if (f8)
-                    g[k].w8 = (const uint8_t *)lw[k], g[k].w8_scale = ls[k];
-                else
-                    g[k].w = (const uint16_t *)lw[k];
-            }
-            if (form == 0) {
-                rc |= cuda_gemm_skinny_norm(&g[0], dnw, NORM_ZC, 1e-6f, dh, work, wf, n_sm, &lp);
-                rc |= cuda_gemm_skinny(&g[1], work, wf, n_sm, &lp);
-                rc |= cuda_gemm_skinny_norm(&g[2], dnw, NORM_ZC, 1e-6f, dh, work, wf, n_sm, &lp);
-                rc |= cuda_gemm_skinny(&g[3], work, wf, n_sm, &lp);
-            } else {
-                SkTailParams tp = {g[0], g[1], g[2], g[3], dnw, dnw, dh, NORM_ZC, 1e-6f, bar};
-                if (form == 2) tp.next_in.M = 0;
-                rc |= cuda_gemm_skinny_tail(&tp, work, wf, n_sm, &lp);
-                if (form == 2) rc |= cuda_gemm_skinny(&g[3], work, wf, n_sm, &lp);
-            }
-        }
-        CUDA_OK(cudaStreamEndCapture(st, &graph));
-        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-        cudaEvent_t e0, e1;
-        CUDA_OK(cudaEventCreate(&e0));
-        CUDA_OK(cudaEventCreate(&e1));
-        float ms[20];
-        for (int r = 0; r < 3; r++) CUDA_OK(cudaGraphLaunch(exec, st));
-        for (int r = 0; r < 20; r++) {
-            CUDA_OK(cudaEventRecord(e0, st));
-            CUDA_OK(cudaGraphLaunch(exec, st));
-            CUDA_OK(cudaEventRecord(e1, st));
-            CUDA_OK(cudaEventSynchronize(e1));
-            CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
-        }
-        qsort(ms, 20, sizeof(float), cmp_float);
-        us[form] = ms[10] * 1e3 / NL;
-        CUDA_OK(cudaEventDestroy(e0));
-        CUDA_OK(cudaEventDestroy(e1));
-        CUDA_OK(cudaGraphExecDestroy(exec));
-        CUDA_OK(cudaGraphDestroy(graph));
-    }
-    CHECK(rc == 0, "bench tail M=%d %s: launch", M, f8 ? "fp8" : "bf16");
-    printf("  layer tail M=%3d %-4s: out_proj + norm, gate_up, down + norm, next in_proj: %6.1f us per layer as "
-           "separate launches, %6.1f as one tail launch, %6.1f as the tail without in_proj + its launch (graphs of %d "
-           "layers, PDL)\n",
-           M, f8 ? "fp8" : "bf16", us[0], us[1], us[2], NL);
-    CUDA_OK(cudaStreamDestroy(st));
-    for (int l = 0; l < NW; l++)
-        for (int k = 0; k < 4; k++) {
-            CUDA_OK(cudaFree(w[l][k]));
-            if (sc[l][k]) CUDA_OK(cudaFree(sc[l][k]));
-        }
-    CUDA_OK(cudaFree(dnw));
-    CUDA_OK(cudaFree(dx));
-    CUDA_OK(cudaFree(dact));
-    CUDA_OK(cudaFree(dh));
-    CUDA_OK(cudaFree(dproj));
-    CUDA_OK(cudaFree(work));
-    CUDA_OK(cudaFree(bar));
-    free(nw), free(act0);
-}
-
 /* Child process of algorithm index a: every case and the timing table for algo_of[a] alone. Exit code:
  * TEST_SUMMARY's, or 77 when there is nothing to test (no GPU; a >= N_ALGOS_ANY on a GPU other than sm_90). */
 static int run_algo(int a, uint64_t seed) {
@@ -944,7 +632,6 @@ static int run_algo(int a, uint64_t seed) {
         test_skinny_fp8_bad_args();
         test_skinny_fp8();
         test_skinny_split_m();
-        if (major == 9) test_skinny_tail();
     }
     printf("timing (median of 20):\n");
     const int algo = algo_of[a];
@@ -964,9 +651,6 @@ static int run_algo(int a, uint64_t seed) {
                 bench_fmt("LM head (fp32 out)", Mb, 248320, 1024, GEMM_EPI_F32, algo, 1);
             }
         }
-    if (algo == ALGO_SKINNY && major == 9)
-        for (int f8 = 0; f8 < 2; f8++)
-            for (int Mb = 1; Mb <= 64; Mb *= 8) bench_tail(Mb, f8);
     if (algo == ALGO_SKINNY) return TEST_SUMMARY("gemm/skinny");
     bench("DeltaNet in_proj qkvzba (bf16 out)", 2048, 8224, 1024, GEMM_EPI_BF16, algo);
     bench("attention q|gate,k,v (bf16 out)", 2048, 5120, 1024, GEMM_EPI_BF16, algo);
