@@ -4,6 +4,7 @@
 #define Q35_BACKEND_H
 
 #include "model.h"
+#include "sampler.h"
 
 typedef struct BackendOptions {
     int max_seq;
@@ -18,11 +19,16 @@ typedef struct BackendOptions {
     int device;        /* CUDA: device index (0 = the first) */
 } BackendOptions;
 
-/* On-device sampling request (CUDA): temperature 0 = argmax. */
+/* On-device sampling request (CUDA): temperature 0 = argmax. With n_pen > 0 (BatchItem.sample only), the logit
+ * changes pen[0 .. n_pen) (sampler_penalties' list, under the three penalties' values) come first, as sampler.c
+ * applies them; decode_sample takes none. */
 typedef struct DeviceSampling {
     float temperature, top_p, min_p;
     int top_k;
     uint64_t seed, step; /* counter-based RNG: (seed, step) -> uniform */
+    float repetition, presence, frequency;
+    int n_pen;
+    const SamplePenalty *pen;
 } DeviceSampling;
 
 /* Decode benchmark request/result (CUDA backend's bench hook). Times are medians. */
@@ -76,7 +82,8 @@ typedef struct BatchItem {
                      * host when it stays -1 */
     float *logprob;    /* optional, with pick: a backend that writes *pick writes here the row's log-softmax at it (raw
                      * logits over the valid ids: l - log sum exp(l)); one that cannot leaves *pick -1 */
-    const DeviceSampling *sample; /* optional, with pick: the row's sampling settings (no penalties) */
+    const DeviceSampling *sample; /* optional, with pick: the row's sampling settings; a backend that cannot apply its
+                                   * logit changes (n_pen > 0) leaves *pick -1 */
     int n_snaps;                  /* prefix-cache snapshots inside the item (Q35StepItem.snap_at; a backend with the
                                    * snapshot hooks must take them): the slot's state after the first snap_off[k] tokens
                                    * (ascending, in (0, n)), as snap_save would copy it, into snapshot snap_id[k] (a

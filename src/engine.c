@@ -266,6 +266,7 @@ int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, con
     /* with the device's sampler, every draw's u is counter_uniform(seed, index of the id), the first one's too */
     int use_device = e->be->decode_sample && !sampler_needs_history(s);
     int id = rc ? -1 : use_device ? sampler_sample_at(&sm, e->logits, 0) : sampler_sample(&sm, e->logits);
+    if (!rc && id < 0) rc = err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
     t0 = now_s();
     while (rc == 0 && st.n_generated < max_new) {
         st.n_generated++;
@@ -284,12 +285,18 @@ int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, con
             break;
         }
         if (use_device) {
-            DeviceSampling ds = {s->temperature, s->top_p, s->min_p, s->top_k, s->seed, (uint64_t)st.n_generated};
+            const DeviceSampling ds = {.temperature = s->temperature,
+                                       .top_p = s->top_p,
+                                       .min_p = s->min_p,
+                                       .top_k = s->top_k,
+                                       .seed = s->seed,
+                                       .step = (uint64_t)st.n_generated};
             rc = e->be->decode_sample(e->bctx, id, e->pos, &ds, &id, err);
             if (rc == 0) e->pos++;
         } else {
             rc = q35_forward(e, &id, 1, 0, e->logits, err);
-            if (rc == 0) id = sampler_sample(&sm, e->logits);
+            if (rc == 0 && (id = sampler_sample(&sm, e->logits)) < 0)
+                rc = err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
         }
     }
     st.decode_s = now_s() - t0;

@@ -15,6 +15,61 @@ static int check_cfg(const Q35Sampling *cfg, Err *err) {
     return 0;
 }
 
+/* The entry of id in the list of logit changes, made (no changes yet) when it has none; NULL when the list cannot grow
+ * (pen_oom, which sampler_penalties reports). */
+static SamplePenalty *pen_get(Sampler *s, int id) {
+    if (s->pen_at[id]) return &s->pen[s->pen_at[id] - 1];
+    if (s->n_pen == s->pen_cap) {
+        const int cap = s->pen_cap ? 2 * s->pen_cap : 64;
+        SamplePenalty *p = realloc(s->pen, sizeof *p * (size_t)cap);
+        if (!p) {
+            s->pen_oom = 1;
+            return NULL;
+        }
+        s->pen = p;
+        s->pen_cap = cap;
+    }
+    s->pen[s->n_pen] = (SamplePenalty){id, 0, 0.0f, 0};
+    s->pen_at[id] = ++s->n_pen;
+    return &s->pen[s->n_pen - 1];
+}
+
+/* Which observed ids the list holds: every one under a repetition penalty, the generated ones under a presence or
+ * frequency penalty (an id the rules would not change is left out). */
+static int lists_seen(const Sampler *s) { return s->cfg.repetition_penalty != 1.0f; }
+static int lists_generated(const Sampler *s) { return s->cfg.presence_penalty != 0.0f || s->frequency != 0.0f; }
+
+/* One observed id into the list (with pen_at): its flags, and its count when generated. */
+static void pen_observe(Sampler *s, int id, int generated) {
+    if (!lists_seen(s) && !(generated && lists_generated(s))) return;
+    SamplePenalty *e = pen_get(s, id);
+    if (!e) return;
+    e->flags |= PEN_SEEN | (generated ? PEN_GEN : 0);
+    e->count += generated != 0;
+}
+
+/* Turns the list on (when a setting changes logits); ids observed before are listed from `seen` (sampler_set_frequency
+ * refuses to come after them: their counts are not kept). */
+static int pen_track(Sampler *s, Err *err) {
+    if (s->tracking) return 0;
+    if (!s->pen_at && !(s->pen_at = calloc((size_t)s->n_vocab, sizeof(int))))
+        return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
+    s->tracking = 1;
+    for (int i = 0; s->observed && i < s->n_vocab; i++)
+        if (s->seen[i]) pen_observe(s, i, s->seen[i] & 2);
+    return 0;
+}
+
+/* Sets or clears `flag` on the entries of ids[0 .. n) (with pen_at), bias values from `bias` when given. */
+static void pen_flag(Sampler *s, const int *ids, const float *bias, int n, uint32_t flag, int on) {
+    for (int k = 0; k < n; k++) {
+        SamplePenalty *e = on ? pen_get(s, ids[k]) : s->pen_at[ids[k]] ? &s->pen[s->pen_at[ids[k]] - 1] : NULL;
+        if (!e) continue;
+        e->flags = on ? e->flags | flag : e->flags & ~flag;
+        if (on && bias) e->bias = bias[k];
+    }
+}
+
 /* The settings and the vocabulary-sized buffers of a sampler whose other fields are zero; buffers already there (kept
  * by sampler_reset) are used as they are. */
 static int setup(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
@@ -29,7 +84,7 @@ static int setup(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, E
         sampler_free(s);
         return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
     }
-    return 0;
+    return sampler_needs_history(cfg) ? pen_track(s, err) : 0;
 }
 
 int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err) {
@@ -46,31 +101,32 @@ int sampler_reset(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, 
     const int rc = check_cfg(cfg, err);
     if (rc) return rc;
     unsigned char *seen = s->seen;
-    int *cand = s->cand;
+    int *cand = s->cand, *pen_at = s->pen_at, pen_cap = s->pen_cap;
     float *prob = s->prob;
-    s->seen = NULL, s->cand = NULL, s->prob = NULL;
-    sampler_free(s); /* the small parts (bias, ban, counts); the three buffers stay */
+    SamplePenalty *pen = s->pen;
+    for (int k = 0; pen_at && k < s->n_pen; k++) pen_at[pen[k].id] = 0;
+    s->seen = NULL, s->cand = NULL, s->prob = NULL, s->pen_at = NULL, s->pen = NULL;
+    sampler_free(s); /* the small parts (bias, ban); the vocabulary-sized buffers stay */
     memset(seen, 0, (size_t)n_vocab);
-    s->seen = seen, s->cand = cand, s->prob = prob;
+    s->seen = seen, s->cand = cand, s->prob = prob, s->pen = pen, s->pen_cap = pen_cap;
+    s->pen_at = pen_at; /* all zero again */
     return setup(s, cfg, n_vocab, n_valid, err);
 }
 
 int sampler_set_frequency(Sampler *s, float f, Err *err) {
     if (!isfinite(f)) return err_set(err, Q35_ERR_ARG, "bad frequency penalty %g", f);
+    if (f != 0.0f && s->observed)
+        return err_set(err, Q35_ERR_ARG, "the frequency penalty is set after ids were observed");
     s->frequency = f;
-    if (f != 0.0f && !s->count) {
-        s->count = calloc((size_t)s->n_vocab, sizeof(int));
-        if (!s->count) return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
-    }
-    return 0;
+    return f != 0.0f ? pen_track(s, err) : 0;
 }
-
 int sampler_set_bias(Sampler *s, const int *ids, const float *bias, int n, Err *err) {
     if (n < 0 || (n > 0 && (!ids || !bias))) return err_set(err, Q35_ERR_ARG, "logit bias: %d entries", n);
     for (int k = 0; k < n; k++)
         if (ids[k] < 0 || ids[k] >= s->n_vocab || !isfinite(bias[k]))
             return err_set(err, Q35_ERR_ARG, "logit bias: id %d (vocabulary %d) bias %g", ids[k], s->n_vocab,
                            (double)bias[k]);
+    if (s->tracking) pen_flag(s, s->bias_id, NULL, s->n_bias, PEN_BIAS, 0);
     free(s->bias_id);
     free(s->bias);
     s->bias_id = NULL;
@@ -80,10 +136,16 @@ int sampler_set_bias(Sampler *s, const int *ids, const float *bias, int n, Err *
     s->bias_id = malloc(sizeof(int) * (size_t)n);
     s->bias = malloc(sizeof(float) * (size_t)n);
     if (!s->bias_id || !s->bias) return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
-    memcpy(s->bias_id, ids, sizeof(int) * (size_t)n);
-    memcpy(s->bias, bias, sizeof(float) * (size_t)n);
-    s->n_bias = n;
-    return 0;
+    for (int k = 0; k < n; k++) { /* each id once, with its last value */
+        int j = 0;
+        while (j < s->n_bias && s->bias_id[j] != ids[k]) j++;
+        s->bias_id[j] = ids[k];
+        s->bias[j] = bias[k];
+        s->n_bias += j == s->n_bias;
+    }
+    const int rc = pen_track(s, err);
+    if (!rc) pen_flag(s, s->bias_id, s->bias, s->n_bias, PEN_BIAS, 1);
+    return rc;
 }
 
 int sampler_set_ban(Sampler *s, const int *ids, int n, int min_tokens, Err *err) {
@@ -92,6 +154,7 @@ int sampler_set_ban(Sampler *s, const int *ids, int n, int min_tokens, Err *err)
     for (int k = 0; k < n; k++)
         if (ids[k] < 0 || ids[k] >= s->n_vocab)
             return err_set(err, Q35_ERR_ARG, "min_tokens: id %d (vocabulary %d)", ids[k], s->n_vocab);
+    if (s->tracking) pen_flag(s, s->ban_id, NULL, s->n_ban, PEN_BAN, 0);
     free(s->ban_id);
     s->ban_id = NULL;
     s->n_ban = 0;
@@ -99,17 +162,23 @@ int sampler_set_ban(Sampler *s, const int *ids, int n, int min_tokens, Err *err)
     if (!n || !min_tokens) return 0;
     if (!(s->ban_id = malloc(sizeof(int) * (size_t)n)))
         return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
-    memcpy(s->ban_id, ids, sizeof(int) * (size_t)n);
-    s->n_ban = n;
+    for (int k = 0; k < n; k++) { /* each id once */
+        int j = 0;
+        while (j < s->n_ban && s->ban_id[j] != ids[k]) j++;
+        if (j == s->n_ban) s->ban_id[s->n_ban++] = ids[k];
+    }
     s->ban_left = min_tokens;
-    return 0;
+    const int rc = pen_track(s, err);
+    if (!rc) pen_flag(s, s->ban_id, NULL, s->n_ban, PEN_BAN, 1);
+    return rc;
 }
 
 void sampler_free(Sampler *s) {
     free(s->ban_id);
     free(s->bias_id);
     free(s->bias);
-    free(s->count);
+    free(s->pen);
+    free(s->pen_at);
     free(s->seen);
     free(s->cand);
     free(s->prob);
@@ -118,13 +187,34 @@ void sampler_free(Sampler *s) {
 
 void sampler_observe(Sampler *s, int id, int generated) {
     if (id < 0 || id >= s->n_vocab) return;
+    s->observed = 1;
     s->seen[id] |= (unsigned char)(1 | (generated ? 2 : 0));
-    if (generated && s->count) s->count[id]++;
-    if (generated && s->ban_left > 0) s->ban_left--;
+    if (s->tracking) pen_observe(s, id, generated);
+    if (generated && s->ban_left > 0 && --s->ban_left == 0 && s->tracking)
+        pen_flag(s, s->ban_id, NULL, s->n_ban, PEN_BAN, 0);
 }
 
 int sampler_needs_history(const Q35Sampling *cfg) {
     return cfg->repetition_penalty != 1.0f || cfg->presence_penalty != 0.0f;
+}
+
+int sampler_adjusts(const Sampler *s) { return s->n_pen > 0 || s->pen_oom; }
+
+int sampler_penalties(Sampler *s, const SamplePenalty **out) {
+    *out = s->pen;
+    return s->pen_oom ? -1 : s->n_pen;
+}
+
+float sampler_penalize(float l, const SamplePenalty *e, float repetition, float presence, float frequency) {
+    if (!e->flags) return l;
+    if (e->flags & PEN_BIAS) l += e->bias;
+    if (e->flags & PEN_BAN) l = -INFINITY;
+    if (e->flags & PEN_SEEN) {
+        if (repetition != 1.0f) l = l > 0 ? l / repetition : l * repetition;
+        if ((e->flags & PEN_GEN) && presence != 0.0f) l -= presence;
+        if (frequency != 0.0f) l -= frequency * (float)e->count;
+    }
+    return round_bf16(l);
 }
 
 int sampler_argmax(const float *logits, int n_valid) {
@@ -177,16 +267,13 @@ static void sort_prob_desc(int *cand, int *tmp, int m, const float *prob) {
 static int sample_u(Sampler *s, float *logits, const float *u) {
     const Q35Sampling *c = &s->cfg;
     int n = s->n_valid;
-    for (int k = 0; k < s->n_bias; k++) logits[s->bias_id[k]] += s->bias[k];
-    for (int k = 0; k < s->n_ban && s->ban_left > 0; k++) logits[s->ban_id[k]] = -INFINITY;
-    if (c->repetition_penalty != 1.0f || c->presence_penalty != 0.0f || s->frequency != 0.0f) {
-        for (int i = 0; i < n; i++) {
-            if (!s->seen[i]) continue;
-            if (c->repetition_penalty != 1.0f)
-                logits[i] = logits[i] > 0 ? logits[i] / c->repetition_penalty : logits[i] * c->repetition_penalty;
-            if ((s->seen[i] & 2) && c->presence_penalty != 0.0f) logits[i] -= c->presence_penalty;
-            if (s->count && s->frequency != 0.0f) logits[i] -= s->frequency * (float)s->count[i];
-        }
+    if (sampler_adjusts(s)) {
+        const SamplePenalty *pe;
+        const int np = sampler_penalties(s, &pe);
+        if (np < 0) return -1;
+        for (int k = 0; k < np; k++)
+            logits[pe[k].id] =
+                sampler_penalize(logits[pe[k].id], &pe[k], c->repetition_penalty, c->presence_penalty, s->frequency);
     }
     if (c->temperature <= 0.0f) return sampler_argmax(logits, n);
 

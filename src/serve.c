@@ -500,18 +500,39 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
                                   .pos = r->len,
                                   .blocks = r->table,
                                   .logits = want};
-        /* a pick without penalties, bias or a min_tokens ban needs no row on the host: the backend may return the
-         * argmax or (counter_rng) the drawn id instead, and with it the logprob when only the chosen id's is asked for */
+        /* the fed ids join the history (penalties count them) */
+        for (int j = 0; j < items[i].n; j++) {
+            const int p = r->len + j;
+            if (p < r->n_hist) continue; /* the sampled id, or a replay: observed already */
+            r->hist[p] = items[i].ids[j];
+            r->n_hist = p + 1;
+            sampler_observe(&r->sm, items[i].ids[j], 0);
+        }
+        /* a pick needs no row on the host: the backend may return the argmax or (counter_rng) the drawn id instead,
+         * after the logit changes (penalties, bias, a min_tokens ban: their list goes with the item), and with it the
+         * logprob when only the chosen id's is asked for */
         const Q35Sampling *c = &r->sm.cfg;
         s->pick[i] = -1;
         s->lp[i] = NAN;
-        if (items[i].sample && !items[i].logits && r->top_logprobs <= 0 && c->repetition_penalty == 1.0f &&
-            c->presence_penalty == 0.0f && r->sm.frequency == 0.0f && !r->sm.n_bias && !r->sm.ban_left &&
-            (c->temperature <= 0.0f || s->counter_rng)) {
-            s->items[i].pick = &s->pick[i];
-            if (r->top_logprobs == 0) s->items[i].logprob = &s->lp[i];
-            if (c->temperature > 0.0f) {
-                s->ds[i] = (DeviceSampling){c->temperature, c->top_p, c->min_p, c->top_k, c->seed, (uint64_t)r->n_gen};
+        if (items[i].sample && !items[i].logits && r->top_logprobs <= 0 && (c->temperature <= 0.0f || s->counter_rng)) {
+            const SamplePenalty *pen = NULL;
+            const int n_pen = sampler_adjusts(&r->sm) ? sampler_penalties(&r->sm, &pen) : 0;
+            if (n_pen >= 0) { /* out of memory for the list: the host picks (and reports it) */
+                s->items[i].pick = &s->pick[i];
+                if (r->top_logprobs == 0) s->items[i].logprob = &s->lp[i];
+            }
+            if (n_pen >= 0 && (c->temperature > 0.0f || n_pen > 0)) {
+                s->ds[i] = (DeviceSampling){.temperature = c->temperature,
+                                            .top_p = c->top_p,
+                                            .min_p = c->min_p,
+                                            .top_k = c->top_k,
+                                            .seed = c->seed,
+                                            .step = (uint64_t)r->n_gen,
+                                            .repetition = c->repetition_penalty,
+                                            .presence = c->presence_penalty,
+                                            .frequency = r->sm.frequency,
+                                            .n_pen = n_pen,
+                                            .pen = pen};
                 s->items[i].sample = &s->ds[i];
             }
         }
@@ -524,8 +545,7 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
         s->items[i].snap_off = s->snap_off + n_snaps;
         s->items[i].snap_id = s->snap_id + n_snaps;
         for (int k = 0; k < items[i].n_snap_at && !rc; k++) {
-            const int p = items[i].snap_at[k];
-            for (int j = r->n_hist; j < p; j++) r->hist[j] = items[i].ids[j - r->len]; /* ids [0, p) to record */
+            const int p = items[i].snap_at[k]; /* the history holds ids [0, p) (the fed ids joined it) */
             SnapMove mv;
             const int snap = prefix_insert(s->pc, r->hist, p, r->table, &mv);
             if (snap < 0) continue;
@@ -557,20 +577,13 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
         for (int i = 0; i < n; i++) find(s, items[i].seq)->broken = 1;
         return rc;
     }
-    /* the fed ids first (penalties count them), each item's logits row located; then the host picks and logprobs,
-     * in parallel over items: each reads its own row and changes only its own sampler (RNG, scratch) and output, so
-     * no result depends on the thread count; then the picks join the histories */
+    /* each item's logits row located; then the host picks and logprobs, in parallel over items: each reads its own row
+     * and changes only its own sampler (RNG, scratch) and output, so no result depends on the thread count; then the
+     * picks join the histories */
     const float *row = s->logits;
     int n_host = 0;
     for (int i = 0; i < n; i++) {
         SeqRec *r = find(s, items[i].seq);
-        for (int j = 0; j < items[i].n; j++) {
-            const int p = r->len + j;
-            if (p < r->n_hist) continue; /* the sampled id, or a replay: observed already */
-            r->hist[p] = items[i].ids[j];
-            r->n_hist = p + 1;
-            sampler_observe(&r->sm, items[i].ids[j], 0);
-        }
         r->len += items[i].n;
         if (items[i].logits) memcpy(items[i].logits, row, V * sizeof(float));
         s->rows[i] = row;
@@ -599,6 +612,11 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
         }
         if (r->top_logprobs >= 0 && s->pick[i] < 0) logprobs(o, s->rows[i], e->n_valid, r->top_logprobs);
     }
+    for (int i = 0; i < n; i++)
+        if (items[i].sample && out[i].id < 0) {
+            for (int k = 0; k < n; k++) find(s, items[k].seq)->broken = 1;
+            return err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
+        }
     for (int i = 0; i < n; i++) {
         if (!items[i].sample) continue;
         SeqRec *r = find(s, items[i].seq);

@@ -154,7 +154,8 @@ int main(void) {
     sampler_observe(&s, 2, 1); /* generated: both */
     memcpy(g, l, sizeof g);
     int id = sampler_sample(&s, g);
-    CHECK(fabsf(g[1] - 1.5f) < 1e-6f && fabsf(g[2] - 0.9f) < 1e-6f, "penalties: %g %g", g[1], g[2]);
+    CHECK(g[1] == 1.5f && g[2] == round_bf16(1.5f - 0.6f) && g[2] != 1.5f - 0.6f,
+          "penalties, the changed logits bf16-rounded: %.9g %.9g", g[1], g[2]);
     CHECK(id == 5, "after penalties the best is id 5, got %d", id);
     sampler_free(&s);
 
@@ -315,8 +316,9 @@ int main(void) {
         const unsigned char *kept = a.seen;
         c = base();
         c.temperature = 0.9f, c.seed = 11;
-        CHECK(sampler_reset(&a, &c, 8, 6, &err) == 0 && a.seen == kept && !a.count && !a.n_bias && !a.n_ban,
-              "reset keeps the buffers, drops bias / ban / counts: %s", err.msg);
+        CHECK(sampler_reset(&a, &c, 8, 6, &err) == 0 && a.seen == kept && !a.n_pen && !a.tracking && !a.n_bias &&
+                  !a.n_ban,
+              "reset keeps the buffers, drops bias / ban / the list of logit changes: %s", err.msg);
         int seen_left = 0;
         for (int i = 0; i < 8; i++) seen_left += a.seen[i] != 0;
         CHECK(seen_left == 0, "reset clears what was seen (%d ids left)", seen_left);
@@ -328,6 +330,82 @@ int main(void) {
         CHECK(sampler_reset(&a, &c, 16, 16, &err) == 0 && a.n_vocab == 16, "reset to another vocabulary: %s", err.msg);
         sampler_free(&a);
         sampler_free(&f);
+    }
+    /* sampler_penalties: each id once (a seen id with a bias is one entry), flags and counts as observed, the ban only
+     * while it runs, bias duplicates keeping the later value; applying the list is the rule written out per id */
+    {
+        c = base();
+        c.repetition_penalty = 1.3f, c.presence_penalty = 0.7f;
+        const int V = 4000;
+        sampler_init(&s, &c, V, V - 10, &err);
+        sampler_set_frequency(&s, 0.45f, &err);
+        const int bid[3] = {7, 3999, 7}, stop[2] = {5, 5};
+        const float bv[3] = {3.0f, -2.5f, -1.25f};
+        sampler_set_bias(&s, bid, bv, 3, &err);
+        sampler_set_ban(&s, stop, 2, 401, &err); /* one generated id more than the 400 below */
+        uint64_t rs = 99;
+        int gen_count[4000] = {0}, seen[4000] = {0};
+        for (int t = 0; t < 600; t++) {
+            rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+            const int id = (int)((rs >> 33) % 300), g = t >= 200;
+            sampler_observe(&s, id, g);
+            seen[id] |= 1 | (g ? 2 : 0);
+            gen_count[id] += g;
+        }
+        const SamplePenalty *pe;
+        int n = sampler_penalties(&s, &pe), dup = 0, bad = 0, n_seen = 0;
+        for (int i = 0; i < V; i++) n_seen += seen[i] != 0;
+        unsigned char once[4000] = {0};
+        for (int k = 0; k < n; k++) {
+            const SamplePenalty *e = &pe[k];
+            dup += once[e->id]++ != 0;
+            const unsigned want = (seen[e->id] ? PEN_SEEN : 0) | (seen[e->id] & 2 ? PEN_GEN : 0) |
+                                  (e->id == 7 || e->id == 3999 ? PEN_BIAS : 0) | (e->id == 5 ? PEN_BAN : 0);
+            bad += e->flags != want || e->count != gen_count[e->id] || (e->id == 7 && e->bias != -1.25f) ||
+                   (e->id == 3999 && e->bias != -2.5f);
+        }
+        CHECK(n == n_seen + (seen[3999] ? 0 : 1) + (seen[7] ? 0 : 1) + (seen[5] ? 0 : 1) && !dup && !bad,
+              "penalty list: %d entries (%d ids seen), %d twice, %d wrong", n, n_seen, dup, bad);
+        /* the list applied vs the rule per id (fp32 in the host's order, then bf16) on a random row */
+        float *row = malloc(sizeof(float) * V), *want = malloc(sizeof(float) * V);
+        for (int i = 0; i < V; i++) {
+            rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+            row[i] = want[i] = round_bf16((float)((double)(rs >> 11) / 9007199254740992.0 * 20.0 - 10.0));
+        }
+        for (int i = 0; i < V; i++) {
+            float v = want[i];
+            if (!seen[i] && i != 7 && i != 3999 && i != 5) continue;
+            if (i == 7) v += -1.25f;
+            if (i == 3999) v += -2.5f;
+            if (i == 5) v = -INFINITY;
+            if (seen[i]) {
+                v = v > 0 ? v / 1.3f : v * 1.3f;
+                if (seen[i] & 2) v -= 0.7f;
+                v -= 0.45f * (float)gen_count[i];
+            }
+            want[i] = round_bf16(v);
+        }
+        for (int k = 0; k < n; k++) row[pe[k].id] = sampler_penalize(row[pe[k].id], &pe[k], 1.3f, 0.7f, 0.45f);
+        CHECK(!memcmp(row, want, sizeof(float) * V), "the penalty list applied is the rule per id, bitwise");
+        /* the ban ends after min_tokens generated ids: its entry goes (or loses PEN_BAN) */
+        sampler_observe(&s, 11, 1);
+        n = sampler_penalties(&s, &pe);
+        int banned = 0;
+        for (int k = 0; k < n; k++) banned += (pe[k].flags & PEN_BAN) != 0;
+        CHECK(banned == 0, "the ban's entries go when it ends (%d left)", banned);
+        free(row), free(want);
+        /* a presence penalty alone lists the generated ids only (a prompt id changes when generated, not before);
+         * a frequency penalty after an observed id is refused (its counts are not kept) */
+        c = base();
+        c.presence_penalty = 1.0f;
+        sampler_reset(&s, &c, V, V, &err);
+        for (int i = 0; i < 50; i++) sampler_observe(&s, i, 0);
+        sampler_observe(&s, 10, 1), sampler_observe(&s, 60, 1), sampler_observe(&s, 10, 1);
+        n = sampler_penalties(&s, &pe);
+        CHECK(n == 2 && pe[0].id == 10 && pe[0].count == 2 && pe[0].flags == (PEN_SEEN | PEN_GEN) && pe[1].id == 60,
+              "presence alone: %d entries (want ids 10, 60)", n);
+        CHECK(sampler_set_frequency(&s, 0.5f, &err) == Q35_ERR_ARG, "a frequency penalty after observed ids refused");
+        sampler_free(&s);
     }
     return TEST_SUMMARY("sampler");
 }

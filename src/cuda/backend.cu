@@ -835,6 +835,7 @@ static int be_forward(void *p, const int *tokens, int n, int pos, int all_logits
 
 static int be_decode_sample(void *p, int token, int pos, const DeviceSampling *s, int *out_id, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
+    if (s && s->n_pen) return err_set(err, Q35_ERR_ARG, "decode_sample: logit changes are not taken here");
     int rc = check_step(ctx, token, pos, err);
     if (rc) return rc;
     if (!(s->temperature >= 0) || s->top_k < 0 || !(s->top_p > 0 && s->top_p <= 1) || !(s->min_p >= 0 && s->min_p <= 1))

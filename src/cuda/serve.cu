@@ -33,9 +33,10 @@
 #include "cuda/backend.cuh"
 #include "cuda/serve_ops.h"
 
-#define SV_TMAX       2048 /* rows per pass (the prefill piece) */
-#define SV_MAX_PIECES 256  /* pieces per pass: up to 256 decode rows share one read of the weights */
-#define SV_N_BUCKETS  19   /* decode-pass graphs: row counts 1 .. 256 (sv_buckets) */
+#define SV_TMAX       2048      /* rows per pass (the prefill piece) */
+#define SV_MAX_PIECES 256       /* pieces per pass: up to 256 decode rows share one read of the weights */
+#define SV_N_BUCKETS  19        /* decode-pass graphs: row counts 1 .. 256 (sv_buckets) */
+#define SV_PEN_CAP    (1 << 20) /* logit-change entries per pass (at least the vocabulary: a lone row always fits) */
 
 struct CudaServe {
     ServeLayout lay; /* the pools hold one slot and one block more: the spare ones of padded graph rows */
@@ -68,9 +69,14 @@ struct CudaServe {
     size_t n_ints;
     StepParams *smp, *smp_host; /* [lm_rows] the logits rows' sampling settings (temperature 0: argmax), device and
                                  * pinned host */
-    void *smp_scratch;          /* [lm_rows] cuda_sample's scratch, zeroed at open */
+    PenaltyRow *pen_row, *pen_row_host; /* [lm_rows] the rows' logit changes (penalty.cu), device and pinned host */
+    SamplePenalty *pen, *pen_host;      /* [pen_cap] their entries, device and pinned host; a pass uses pen_used */
+    float *pen_raw;                     /* [pen_cap] penalty.cu's raw logits of the entries */
+    int pen_cap, pen_used;
+    void *smp_scratch; /* [lm_rows] cuda_sample's scratch, zeroed at open */
     size_t smp_scratch_bytes;
-    cudaGraphExec_t graph[2][SV_N_BUCKETS]; /* decode passes by bucket, [1]: with sampled rows; captured at first use */
+    cudaGraphExec_t graph[3][SV_N_BUCKETS]; /* decode passes by bucket, [1]: with sampled rows, [2]: and logit changes;
+                                             * captured at first use */
     int no_graph;                           /* a capture failed: eager passes from then on */
     int det;                                /* deterministic mode: the skinny GEMM for every decode row */
     char *ctx_dn;                           /* the context's DeltaNet states as n_dn pieces of lstride bytes (the
@@ -206,6 +212,9 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->smp = (StepParams *)sv_carve(a, sizeof(StepParams) * (size_t)sv->lm_rows);
     sv->smp_scratch_bytes = cuda_sample_scratch_bytes(sv->n_sm) * (size_t)sv->lm_rows;
     sv->smp_scratch = sv_carve(a, sv->smp_scratch_bytes);
+    sv->pen_row = (PenaltyRow *)sv_carve(a, sizeof(PenaltyRow) * (size_t)sv->lm_rows);
+    sv->pen = (SamplePenalty *)sv_carve(a, sizeof(SamplePenalty) * (size_t)sv->pen_cap);
+    sv->pen_raw = (float *)sv_carve(a, sizeof(float) * (size_t)sv->pen_cap);
     sv->n_ints = 8 * (size_t)T + (size_t)n_tables; /* the last 2 T: argmax ids, then their logprobs (float bits) */
     sv->ints = (int32_t *)sv_carve(a, sizeof(int32_t) * sv->n_ints);
 }
@@ -214,6 +223,7 @@ static void sv_dims(const CudaCtx *ctx, CudaServe *sv) {
     cuda_prefill_dims(ctx, &sv->d);
     sv->tmax = SV_TMAX < ctx->max_seq ? SV_TMAX : ctx->max_seq;
     sv->lm_rows = SV_MAX_PIECES < sv->tmax ? SV_MAX_PIECES : sv->tmax; /* a pass's logits rows at most */
+    sv->pen_cap = SV_PEN_CAP > ctx->c->vocab_size ? SV_PEN_CAP : ctx->c->vocab_size;
     int dev = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sv->major, cudaDevAttrComputeCapabilityMajor, dev);
@@ -256,7 +266,7 @@ extern "C" void cuda_serve_close(void *p) {
     CudaServe *sv = ctx ? ctx->sv : NULL;
     if (!sv) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         for (int i = 0; i < SV_N_BUCKETS; i++)
             if (sv->graph[k][i]) cudaGraphExecDestroy(sv->graph[k][i]);
     if (sv->slots) cudaFree(sv->slots);
@@ -266,6 +276,8 @@ extern "C" void cuda_serve_close(void *p) {
     if (sv->buf) cudaFree(sv->buf);
     if (sv->ints_host) cudaFreeHost(sv->ints_host);
     if (sv->smp_host) cudaFreeHost(sv->smp_host);
+    if (sv->pen_row_host) cudaFreeHost(sv->pen_row_host);
+    if (sv->pen_host) cudaFreeHost(sv->pen_host);
     free(sv->S_off);
     free(sv->ring_off);
     free(sv->kv_index);
@@ -317,6 +329,8 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     if (e == cudaSuccess && c->n_full_layers) e = cudaMalloc(&sv->kv, 2 * (size_t)c->n_full_layers * sv->pool_bytes);
     if (e == cudaSuccess) e = cudaMallocHost(&sv->ints_host, sizeof(int32_t) * sv->n_ints);
     if (e == cudaSuccess) e = cudaMallocHost(&sv->smp_host, sizeof(StepParams) * (size_t)sv->lm_rows);
+    if (e == cudaSuccess) e = cudaMallocHost(&sv->pen_row_host, sizeof(PenaltyRow) * (size_t)sv->lm_rows);
+    if (e == cudaSuccess) e = cudaMallocHost(&sv->pen_host, sizeof(SamplePenalty) * (size_t)sv->pen_cap);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         const double mib = (act_bytes + (double)(l->n_slots + (l->n_snaps > 0 ? l->n_snaps : 0)) * sv->slot_bytes +
@@ -525,7 +539,8 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
 }
 
 /* The picks of logits rows lm [rows][V] (device): their argmax ids and log-softmax there into the tail of sv->ints,
- * then with smp the draws of the rows sv->smp samples in place of their argmax (and the drawn ids' log-softmax). */
+ * then with smp the draws of the rows sv->smp samples in place of their argmax (and the drawn ids' log-softmax); smp 2:
+ * the rows' logit changes (sv->pen_row) first, and the log-softmax of the raw row at the pick. */
 static int sv_picks(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, const float *lm, int rows, int smp, Err *err) {
     const int V = ctx->c->vocab_size;
     int32_t *am_dev = sv->ints + sv->n_ints - 2 * (size_t)sv->tmax;
@@ -534,6 +549,8 @@ static int sv_picks(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, const flo
     int rc = cuda_rows_argmax(&ap, lc);
     if (rc) return sv_fail(rc, "argmax", -1, err);
     if (!smp) return 0;
+    PenaltyParams pp = {(float *)lm, rows, ctx->n_valid, (size_t)V, sv->pen_row, sv->pen, sv->pen_raw, am_dev, lp_dev};
+    if (smp == 2 && (rc = cuda_penalty_apply(&pp, lc))) return sv_fail(rc, "penalties", -1, err);
     SampleParams sp;
     memset(&sp, 0, sizeof sp);
     sp.logits = lm;
@@ -544,23 +561,49 @@ static int sv_picks(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, const flo
     sp.scratch = sv->smp_scratch;
     sp.out_id = am_dev;
     sp.lp = lp_dev;
-    rc = cuda_sample(&sp, lc);
-    return rc ? sv_fail(rc, "sample", -1, err) : 0;
+    if ((rc = cuda_sample(&sp, lc))) return sv_fail(rc, "sample", -1, err);
+    if (smp == 2 && (rc = cuda_penalty_finish(&pp, lc))) return sv_fail(rc, "penalties", -1, err);
+    return 0;
 }
 
-/* sv->smp_host[k] from a row's BatchItem.sample (NULL or temperature 0: the argmax); returns 1 when it samples. */
+/* sv->smp_host[k] and sv->pen_row_host[k] from a row's BatchItem.sample (NULL or temperature 0: the argmax), its
+ * entries appended to sv->pen_host; returns 2 when the row has logit changes, else 1 when it samples, else 0, and -1
+ * when its entries do not fit in the pass's (the row goes to the host, which applies them). */
 static int sv_smp_fill(CudaServe *sv, int k, const DeviceSampling *ds) {
     StepParams *sp = &sv->smp_host[k];
     memset(sp, 0, sizeof *sp);
     sp->top_p = 1.0f;
-    if (!ds || !(ds->temperature > 0.0f)) return 0;
+    PenaltyRow *pr = &sv->pen_row_host[k];
+    memset(pr, 0, sizeof *pr);
+    if (ds && ds->n_pen > 0) {
+        if (ds->n_pen > sv->pen_cap - sv->pen_used) return -1;
+        *pr = (PenaltyRow){sv->pen_used, ds->n_pen, ds->repetition, ds->presence, ds->frequency, 0.0f};
+        memcpy(sv->pen_host + sv->pen_used, ds->pen, sizeof(SamplePenalty) * (size_t)ds->n_pen);
+        sv->pen_used += ds->n_pen;
+    }
+    const int pen = pr->n > 0 ? 2 : 0;
+    if (!ds || !(ds->temperature > 0.0f)) return pen;
     sp->temperature = ds->temperature;
     sp->top_k = ds->top_k;
     sp->top_p = ds->top_p;
     sp->min_p = ds->min_p;
     sp->seed = ds->seed;
     sp->step = ds->step;
-    return 1;
+    return pen ? pen : 1;
+}
+
+/* Uploads the first `rows` rows' sampling settings (smp >= 1) and logit changes (smp 2) filled by sv_smp_fill. */
+static cudaError_t sv_smp_upload(CudaServe *sv, int rows, int smp, cudaStream_t st) {
+    cudaError_t e = cudaSuccess;
+    if (smp >= 1)
+        e = cudaMemcpyAsync(sv->smp, sv->smp_host, sizeof(StepParams) * (size_t)rows, cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess && smp == 2)
+        e = cudaMemcpyAsync(sv->pen_row, sv->pen_row_host, sizeof(PenaltyRow) * (size_t)rows, cudaMemcpyHostToDevice,
+                            st);
+    if (e == cudaSuccess && smp == 2 && sv->pen_used)
+        e = cudaMemcpyAsync(sv->pen, sv->pen_host, sizeof(SamplePenalty) * (size_t)sv->pen_used, cudaMemcpyHostToDevice,
+                            st);
+    return e;
 }
 
 /* A piece of an item: the whole item, or (items longer than tmax) tmax of its tokens. */
@@ -806,7 +849,8 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     int32_t *hi = sv->ints_host;
     int32_t *h_tok = hi, *h_pos = hi + tmax, *h_tab = hi + 2 * tmax, *h_dnr = hi + 3 * tmax, *h_dns = hi + 4 * tmax,
             *h_out = hi + 5 * tmax, *h_tables = hi + 6 * tmax;
-    int T = 0, nd = 0, n_out = 0, nt = 0, any_smp = 0;
+    int T = 0, nd = 0, n_out = 0, nt = 0, any_smp = 0; /* any_smp: sv_smp_fill's largest */
+    sv->pen_used = 0;
     int *am_dst[SV_TMAX];   /* out row k: where its argmax goes, or NULL (the row goes to out) */
     float *lp_dst[SV_TMAX]; /* and where its logprob goes, or NULL */
     int32_t *am_host = hi + sv->n_ints - 2 * (size_t)tmax;
@@ -832,7 +876,13 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         if (q->logits) {
             am_dst[n_out] = q->pick;
             lp_dst[n_out] = q->pick ? q->it->logprob : NULL;
-            any_smp |= sv_smp_fill(sv, n_out, q->pick ? q->it->sample : NULL);
+            int smp = sv_smp_fill(sv, n_out, q->pick ? q->it->sample : NULL);
+            if (smp < 0) { /* its logit changes do not fit: its row goes to the host, which picks */
+                am_dst[n_out] = NULL;
+                lp_dst[n_out] = NULL;
+                smp = 0;
+            }
+            any_smp = smp > any_smp ? smp : any_smp;
             h_out[n_out++] = r0 + q->n - 1;
         }
         prow[i] = r0;
@@ -867,9 +917,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     }
     cudaError_t e =
         cudaMemcpyAsync(sv->ints, hi, sizeof(int32_t) * (6 * (size_t)tmax + nt), cudaMemcpyHostToDevice, ctx->stream);
-    if (e == cudaSuccess && any_smp)
-        e = cudaMemcpyAsync(sv->smp, sv->smp_host, sizeof(StepParams) * (size_t)(bi >= 0 ? sv_buckets[bi] : n_out),
-                            cudaMemcpyHostToDevice, ctx->stream);
+    if (e == cudaSuccess) e = sv_smp_upload(sv, bi >= 0 ? sv_buckets[bi] : n_out, any_smp, ctx->stream);
     if (e != cudaSuccess) return sv_fail((int)e, "upload", -1, err);
     int rc = 0;
     if (bi >= 0 && !sv->graph[any_smp][bi] && sv_capture(ctx, sv, bi, any_smp, err)) {
@@ -1019,12 +1067,11 @@ extern "C" void cuda_seq_end(void *p, int slot) {
 /* A lone item's pick and logprob (BatchItem.pick, .logprob, .sample) from its logits row on the device. */
 static int solo_pick(CudaCtx *ctx, CudaServe *sv, const float *row, const BatchItem *it, Err *err) {
     const CudaLaunch lc = {ctx->stream, ctx->pdl, NULL, 0};
-    const int smp = sv_smp_fill(sv, 0, it->sample);
-    if (smp) {
-        const cudaError_t e =
-            cudaMemcpyAsync(sv->smp, sv->smp_host, sizeof(StepParams), cudaMemcpyHostToDevice, ctx->stream);
-        if (e != cudaSuccess) return sv_fail((int)e, "upload", -1, err);
-    }
+    sv->pen_used = 0;
+    const int smp = sv_smp_fill(sv, 0, it->sample); /* a lone row's entries always fit (pen_cap >= the vocabulary) */
+    if (smp < 0) return err_set(err, Q35_ERR_ARG, "cuda step: %d logit changes for one row", it->sample->n_pen);
+    const cudaError_t e0 = sv_smp_upload(sv, 1, smp, ctx->stream);
+    if (e0 != cudaSuccess) return sv_fail((int)e0, "upload", -1, err);
     int rc = sv_picks(ctx, sv, &lc, row, 1, smp, err);
     if (rc) return rc;
     int32_t *am_host = sv->ints_host + sv->n_ints - 2 * (size_t)sv->tmax;
@@ -1063,13 +1110,14 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
     ps.n = 0;
     for (int k = 0; k < it->n_snaps; k++) snaps_add(sv, &ps, it->pos + it->snap_off[k], it->snap_id[k]);
     ctx->pf_snaps = ps.n ? &ps : NULL;
-    if (it->n == 1 && it->logits && it->pick && !it->logprob) { /* the screen or the sampler gives the id */
+    const int pen = it->sample && it->sample->n_pen > 0; /* logit changes: the row's pick goes through solo_pick */
+    if (it->n == 1 && it->logits && it->pick && !it->logprob && !pen) { /* the screen or the sampler gives the id */
         DeviceSampling ds;
         memset(&ds, 0, sizeof ds);
         ds.top_p = 1.0f;
         if (it->sample) ds = *it->sample;
         rc = cuda_backend.decode_sample(ctx, it->tokens[0], it->pos, &ds, it->pick, err);
-    } else if (it->logits && it->pick && !it->logprob && (!it->sample || !(it->sample->temperature > 0)) &&
+    } else if (it->logits && it->pick && !it->logprob && (!it->sample || !(it->sample->temperature > 0)) && !pen &&
                ctx->lm_screen) { /* a prompt's greedy id: the LM head through the screen, as a greedy decode step */
         rc = cuda_prefill_forward_greedy(ctx, it->tokens, it->n, it->pos, it->pick, err);
     } else if (it->logits && it->pick) { /* the row stays on the device for its pick and logprob */

@@ -9,6 +9,7 @@
 #define Q35_CUDA_SERVE_OPS_H
 
 #include "cuda/ops.h"
+#include "sampler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -156,6 +157,30 @@ typedef struct RowsArgmaxParams {
     float *lp; /* [rows] or NULL */
 } RowsArgmaxParams;
 int cuda_rows_argmax(const RowsArgmaxParams *p, const CudaLaunch *l);
+
+/* A logits row's changes before its pick (penalty.cu): entries[off .. off + n) of PenaltyParams.entries, sampler.h's
+ * SamplePenalty list, under the row's three penalty values; n = 0: none. lse is penalty_apply's output. */
+typedef struct PenaltyRow {
+    int off, n;
+    float repetition, presence, frequency;
+    float lse; /* the raw row's log-sum-exp (penalty_apply writes it, penalty_finish reads it) */
+} PenaltyRow;
+
+/* rows logits rows of ld floats (ids [0, n_valid) can be picked). out_id / lp: cuda_rows_argmax's argmax ids and
+ * log-softmax on entry to cuda_penalty_apply, which changes the rows' entries in place and moves out_id to the
+ * changed rows' argmax; cuda_sample then draws; cuda_penalty_finish sets lp to the picked id's raw log-softmax. */
+typedef struct PenaltyParams {
+    float *logits;
+    int rows, n_valid;
+    size_t ld;
+    PenaltyRow *row;              /* [rows] */
+    const SamplePenalty *entries; /* the rows' entries; each id at most once per row */
+    float *raw;                   /* [entries] the entries' raw logits (apply writes, finish reads) */
+    int32_t *out_id;              /* [rows] */
+    float *lp;                    /* [rows] */
+} PenaltyParams;
+int cuda_penalty_apply(const PenaltyParams *p, const CudaLaunch *l);
+int cuda_penalty_finish(const PenaltyParams *p, const CudaLaunch *l);
 
 #ifdef __cplusplus
 }

@@ -187,7 +187,8 @@ static int check_fused(void *gf, const int *ids, int n, int V, int n_valid, cons
     }
     int compared = 0;
     for (int t = 0; t < n; t++) {
-        DeviceSampling s = {0.0f, 1.0f, 0.0f, 0, 1, (uint64_t)t};
+        DeviceSampling s = {
+            .temperature = 0.0f, .top_p = 1.0f, .min_p = 0.0f, .top_k = 0, .seed = 1, .step = (uint64_t)t};
         int id = -1;
         if (cuda_backend.decode_sample(gf, ids[t], t, &s, &id, &err)) {
             CHECK(0, "%s fused decode_sample: %s", name, err.msg);
@@ -354,7 +355,12 @@ static void test_model(int qwen35) {
         printf("  %s: forward(%d) worst rel L2 %.4f; decode after prefill %.4f (vs CPU)\n", name, n, wb, wh);
         CHECK(wh < 0.06, "%s: decode after prefill: logits rel L2 %.4f vs CPU", name, wh);
         for (int smp = 0; smp < 2; smp++) {
-            DeviceSampling s = {smp ? 1.0f : 0.0f, 1.0f, 0.0f, smp ? 5 : 0, 7, 3};
+            DeviceSampling s = {.temperature = smp ? 1.0f : 0.0f,
+                                .top_p = 1.0f,
+                                .min_p = 0.0f,
+                                .top_k = smp ? 5 : 0,
+                                .seed = 7,
+                                .step = 3};
             int id = -1;
             if (cuda_run_batch(gd, ids, n - 1, got, &err) ||
                 cuda_backend.decode_sample(gd, ids[n - 1], n - 1, &s, &id, &err)) {
@@ -378,7 +384,8 @@ static void test_model(int qwen35) {
         goto done;
     }
     for (int t = 0; t < n; t++) {
-        DeviceSampling s = {0.0f, 1.0f, 0.0f, 0, 1, (uint64_t)t};
+        DeviceSampling s = {
+            .temperature = 0.0f, .top_p = 1.0f, .min_p = 0.0f, .top_k = 0, .seed = 1, .step = (uint64_t)t};
         int id = -1;
         if (cuda_backend.decode_sample(gd, ids[t], t, &s, &id, &err)) {
             CHECK(0, "decode_sample: %s", err.msg);
@@ -391,7 +398,8 @@ static void test_model(int qwen35) {
     for (int rep = 0; rep < 2; rep++) {
         if (cuda_backend.reset(gd, &err)) break;
         for (int t = 0; t < n; t++) {
-            DeviceSampling s = {1.0f, 1.0f, 0.0f, 5, 99, (uint64_t)t};
+            DeviceSampling s = {
+                .temperature = 1.0f, .top_p = 1.0f, .min_p = 0.0f, .top_k = 5, .seed = 99, .step = (uint64_t)t};
             int id = -1;
             if (cuda_backend.decode_sample(gd, ids[t], t, &s, &id, &err)) {
                 CHECK(0, "decode_sample: %s", err.msg);

@@ -441,7 +441,8 @@ static int run_draws(void *ctx, const int *ids, int with_other, int top_k, int *
     int rc = 0;
     for (int t = 0; t <= N_DRAW && !rc; t++) {
         const int pos = t ? CHUNK_A + t - 1 : 0, n = t ? 1 : CHUNK_A;
-        DeviceSampling ds = {0.8f, 0.9f, 0.02f, top_k, 1234, (uint64_t)t};
+        DeviceSampling ds = {
+            .temperature = 0.8f, .top_p = 0.9f, .min_p = 0.02f, .top_k = top_k, .seed = 1234, .step = (uint64_t)t};
         BatchItem it[2] = {{.slot = 1,
                             .tokens = ids + pos,
                             .n = n,
@@ -544,6 +545,107 @@ static int check_sampled(void *ctx, const int *ids, int det, int V, Err *err) {
     return rc ? 1
               : (miss > 1) + (lp_bad > 0) + (alone_diff > 0) + (k1_bad > 0) +
                     (solo_miss > solo_noise + (N_DRAW + 1) / 3) + (solo_k1 > 1) + (solo_lp > 0);
+}
+
+/* Logit changes on the device (DeviceSampling.pen, src/cuda/penalty.cu): the run_draws sequence with a repetition,
+ * presence and frequency penalty, a logit bias and a min_tokens ban, the fed ids counted as generated after the
+ * prompt; slot 1 picks on the device (its entries from the host sampler's list), slot 2's raw row comes back. Each pick
+ * must be the host sampler's on that raw row after the same changes (sampler_sample_at), its logprob the raw row's
+ * log-softmax. temp 0 (greedy): every pick exactly, and a bias of -3 on the raw argmax a previous run of the same step
+ * saw (argmax[t], or none when NULL) sends the device through the path where the raw argmax is itself changed; the
+ * picks that differ from the raw argmax are counted in *moved. temp 0.8: one miss in N_DRAW let through, as
+ * run_draws. alone (det): slot 1 without slot 2, picks into pick / lp only. Returns the failures. */
+static int run_penalized(void *ctx, const int *ids, float temp, int alone, const int *argmax, int *pick, float *lp,
+                         int *moved, int *raw_am, int V, Err *err) {
+    int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK];
+    for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 8 + b, t2[b] = 24 + b;
+    Q35Sampling cfg = {0};
+    cfg.temperature = temp, cfg.top_p = 0.9f, cfg.min_p = 0.02f, cfg.repetition_penalty = 1.3f;
+    cfg.presence_penalty = 1.5f, cfg.seed = 1234;
+    Sampler sm;
+    float *row = malloc(sizeof(float) * 2 * V), *w = malloc(sizeof(float) * V);
+    int rc = sampler_init(&sm, &cfg, V, V, err), bad = 0, miss = 0, lp_bad = 0;
+    if (!rc) rc = sampler_set_frequency(&sm, 0.4f, err);
+    const int stop[2] = {ids[CHUNK_A], 3}; /* banned for the first 4 picks: one of them the first fed id */
+    if (!rc) rc = sampler_set_ban(&sm, stop, 2, 4, err);
+    for (int i = 0; i < CHUNK_A; i++) sampler_observe(&sm, ids[i], 0);
+    for (int t = 0; t <= N_DRAW && !rc; t++) {
+        const int pos = t ? CHUNK_A + t - 1 : 0, n = t ? 1 : CHUNK_A;
+        if (t) sampler_observe(&sm, ids[pos], 1);
+        const int bid[3] = {5 + t, 11, argmax ? argmax[t] : 17};
+        const float bv[3] = {2.0f, -1.0f, argmax ? -3.0f : 1.0f};
+        if ((rc = sampler_set_bias(&sm, bid, bv, 3, err))) break;
+        const SamplePenalty *pen;
+        const int n_pen = sampler_penalties(&sm, &pen);
+        DeviceSampling ds = {.temperature = temp,
+                             .top_p = 0.9f,
+                             .min_p = 0.02f,
+                             .seed = 1234,
+                             .step = (uint64_t)t,
+                             .repetition = 1.3f,
+                             .presence = 1.5f,
+                             .frequency = 0.4f,
+                             .n_pen = n_pen,
+                             .pen = pen};
+        BatchItem it[2] = {{.slot = 1,
+                            .tokens = ids + pos,
+                            .n = n,
+                            .pos = pos,
+                            .blocks = t1,
+                            .logits = 1,
+                            .pick = &pick[t],
+                            .logprob = &lp[t],
+                            .sample = &ds},
+                           {.slot = 2, .tokens = ids + pos, .n = n, .pos = pos, .blocks = t2, .logits = 1}};
+        pick[t] = -1;
+        if ((rc = cuda_backend.step_batch(ctx, it, alone ? 1 : 2, row, err)) || alone) continue;
+        const float *raw = row + V; /* slot 2's (slot 1's place in the output stays) */
+        int am = 0;
+        for (int i = 1; i < V; i++) am = raw[i] > raw[am] ? i : am;
+        if (raw_am) raw_am[t] = am;
+        memcpy(w, raw, sizeof(float) * V);
+        const int want = sampler_sample_at(&sm, w, (uint64_t)t);
+        (temp > 0 ? &miss : &bad)[0] += pick[t] != want;
+        *moved += pick[t] != am;
+        double mx = raw[0], sum = 0;
+        for (int i = 1; i < V; i++) mx = raw[i] > mx ? raw[i] : mx;
+        for (int i = 0; i < V; i++) sum += exp((double)raw[i] - mx);
+        const double want_lp = pick[t] >= 0 && pick[t] < V ? raw[pick[t]] - mx - log(sum) : NAN;
+        lp_bad += !(fabs(lp[t] - want_lp) <= 1e-4 + 1e-5 * fabs(want_lp));
+    }
+    sampler_free(&sm);
+    free(row), free(w);
+    if (!alone)
+        printf("  logit changes on the device (temperature %g%s): picks vs the host sampler's %d of %d differ, "
+               "logprobs off %d\n",
+               temp, argmax ? ", the raw argmax biased" : "", temp > 0 ? miss : bad, N_DRAW + 1, lp_bad);
+    return rc ? 1 : bad + (miss > 1) + (lp_bad > 0);
+}
+
+static int check_penalized(void *ctx, const int *ids, int det, int V, Err *err) {
+    int pick[N_DRAW + 1], pick1[N_DRAW + 1], am[N_DRAW + 1], moved = 0, fails = 0;
+    float lp[N_DRAW + 1], lp1[N_DRAW + 1];
+    fails += run_penalized(ctx, ids, 0.8f, 0, NULL, pick, lp, &moved, NULL, V, err);
+    fails += run_penalized(ctx, ids, 0.0f, 0, NULL, pick, lp, &moved, am, V, err);
+    fails += run_penalized(ctx, ids, 0.0f, 0, am, pick, lp, &moved, NULL, V, err);
+    if (det) { /* alone: bitwise the picks and logprobs among the other */
+        int diff = 0;
+        fails += run_penalized(ctx, ids, 0.8f, 0, NULL, pick, lp, &moved, NULL, V, err);
+        fails += run_penalized(ctx, ids, 0.8f, 1, NULL, pick1, lp1, &moved, NULL, V, err);
+        for (int t = 0; t <= N_DRAW; t++) diff += pick1[t] != pick[t] || memcmp(&lp1[t], &lp[t], 4);
+        printf("  logit changes on the device, alone vs among: %d of %d picks or logprobs differ\n", diff, N_DRAW + 1);
+        fails += diff > 0;
+    } else { /* alone (serve.cu solo_pick): greedy picks vs the batched run's, within the solo kernels' noise */
+        int diff = 0;
+        fails += run_penalized(ctx, ids, 0.0f, 0, NULL, pick, lp, &moved, NULL, V, err);
+        fails += run_penalized(ctx, ids, 0.0f, 1, NULL, pick1, lp1, &moved, NULL, V, err);
+        for (int t = 0; t <= N_DRAW; t++) diff += pick1[t] != pick[t];
+        printf("  logit changes on the device, alone (solo) vs among: %d of %d greedy picks differ\n", diff,
+               N_DRAW + 1);
+        fails += diff > 2;
+    }
+    printf("  logit changes on the device: %d greedy picks moved off the raw argmax\n", moved);
+    return fails + (moved == 0);
 }
 
 /* det = 1: deterministic mode, every check bitwise where the issue asks for exactness. det = 0: the default mode, in
@@ -701,6 +803,7 @@ static void test_model(int qwen35, int det, int fp8) {
     CHECK(check_greedy_prompt(ctx, ids, V, V, &err) == 0,
           "%s: a lone prompt's greedy pick is not its row's argmax (%s)", name, err.msg);
     CHECK(check_sampled(ctx, ids, det, V, &err) == 0, "%s: device sampling in the batched step (%s)", name, err.msg);
+    CHECK(check_penalized(ctx, ids, det, V, &err) == 0, "%s: logit changes on the device (%s)", name, err.msg);
     if (!det) { /* the prompt graphs against the same prompts eager */
         void *ectx = NULL;
         BackendOptions eo = o;
