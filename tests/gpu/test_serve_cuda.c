@@ -434,6 +434,21 @@ static int check_prompt_graph_snaps(const char *name, void *ctx, void *ectx, int
  * logprob the row's log-softmax at it; with top_k 1 the draw is the argmax. In deterministic mode slot 1 alone draws
  * bitwise the same ids and logprobs as among the other. Returns the failures; prints the counts. */
 #define N_DRAW 12
+/* The two items of a draw step: slot 1 (its pick, logprob and sampling settings, or NULL: its row comes back) and
+ * slot 2 (its row), both fed ids[pos .. pos + n) on their own block tables. */
+static void draw_items(BatchItem it[2], const int *ids, int pos, int n, const int *t1, const int *t2, int *pick,
+                       float *lp, const DeviceSampling *ds) {
+    it[0] = (BatchItem){.slot = 1,
+                        .tokens = ids + pos,
+                        .n = n,
+                        .pos = pos,
+                        .blocks = t1,
+                        .logits = 1,
+                        .pick = pick,
+                        .logprob = lp,
+                        .sample = ds};
+    it[1] = (BatchItem){.slot = 2, .tokens = ids + pos, .n = n, .pos = pos, .blocks = t2, .logits = 1};
+}
 static int run_draws(void *ctx, const int *ids, int with_other, int top_k, int *pick, float *lp, float *rows, int V,
                      Err *err) { /* pick NULL: slot 1's rows come to the host too */
     int t1[MAX_SEQ / BLOCK], t2[MAX_SEQ / BLOCK];
@@ -443,16 +458,8 @@ static int run_draws(void *ctx, const int *ids, int with_other, int top_k, int *
         const int pos = t ? CHUNK_A + t - 1 : 0, n = t ? 1 : CHUNK_A;
         DeviceSampling ds = {
             .temperature = 0.8f, .top_p = 0.9f, .min_p = 0.02f, .top_k = top_k, .seed = 1234, .step = (uint64_t)t};
-        BatchItem it[2] = {{.slot = 1,
-                            .tokens = ids + pos,
-                            .n = n,
-                            .pos = pos,
-                            .blocks = t1,
-                            .logits = 1,
-                            .pick = pick ? &pick[t] : NULL,
-                            .logprob = pick ? &lp[t] : NULL,
-                            .sample = pick ? &ds : NULL},
-                           {.slot = 2, .tokens = ids + pos, .n = n, .pos = pos, .blocks = t2, .logits = 1}};
+        BatchItem it[2];
+        draw_items(it, ids, pos, n, t1, t2, pick ? &pick[t] : NULL, pick ? &lp[t] : NULL, pick ? &ds : NULL);
         if (pick) pick[t] = -1;
         rc = cuda_backend.step_batch(ctx, it, with_other ? 2 : 1, rows + (size_t)t * 2 * V, err);
     }
@@ -587,16 +594,8 @@ static int run_penalized(void *ctx, const int *ids, float temp, int alone, const
                              .frequency = 0.4f,
                              .n_pen = n_pen,
                              .pen = pen};
-        BatchItem it[2] = {{.slot = 1,
-                            .tokens = ids + pos,
-                            .n = n,
-                            .pos = pos,
-                            .blocks = t1,
-                            .logits = 1,
-                            .pick = &pick[t],
-                            .logprob = &lp[t],
-                            .sample = &ds},
-                           {.slot = 2, .tokens = ids + pos, .n = n, .pos = pos, .blocks = t2, .logits = 1}};
+        BatchItem it[2];
+        draw_items(it, ids, pos, n, t1, t2, &pick[t], &lp[t], &ds);
         pick[t] = -1;
         if ((rc = cuda_backend.step_batch(ctx, it, alone ? 1 : 2, row, err)) || alone) continue;
         const float *raw = row + V; /* slot 2's (slot 1's place in the output stays) */
