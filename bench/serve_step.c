@@ -156,10 +156,7 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     }
     if (rc) {
         fprintf(stderr, "B %d: step: %s\n", B, err.msg);
-    } else if (err.msg[0]) { /* a step that succeeded after a fallback (a graph capture that failed: eager passes) */
-        fprintf(stderr, "B %d: note: %s\n", B, err.msg);
-    }
-    if (!rc && steps > 0) {
+    } else if (steps > 0) {
         qsort(t, (size_t)steps, sizeof t[0], cmp_double);
         const double med = t[steps / 2];
         const double st = (double)B * (2.0 * (double)info.slot_bytes + (double)info.block_bytes / info.kv_block * ctx);

@@ -921,9 +921,14 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     if (e != cudaSuccess) return sv_fail((int)e, "upload", -1, err);
     int rc = 0;
     if (bi >= 0 && !sv->graph[any_smp][bi] && sv_capture(ctx, sv, bi, any_smp, err)) {
-        /* a capture that fails leaves the session on eager passes */
+        /* a capture that fails leaves the session on eager passes: a slower path, not an error, said once */
         (void)cudaGetLastError();
         sv->no_graph = 1;
+        fprintf(stderr,
+                "warning: cuda step: the decode graph of %d rows could not be captured (%s); decode passes run "
+                "eager from now on\n",
+                sv_buckets[bi], err->msg);
+        err->msg[0] = 0;
         bi = -1;
     }
     if (bi >= 0) {
