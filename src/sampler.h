@@ -3,9 +3,9 @@
  * Order (as HF's logits processors): the logit bias (OpenAI logit_bias), repetition penalty (ids seen in prompt +
  * output), presence penalty (ids generated so far, vLLM-style), frequency penalty (OpenAI: f times the count of the
  * id among the generated ids), temperature, top-k, top-p, min-p.
- * A logit the bias, the ban or a penalty changes is rounded to bf16 (round to nearest even) after all of them: the GPU's
- * logits are bf16 values and its sampler sorts by their 16-bit keys (src/cuda/sample.cu), so a changed logit stays on
- * that grid and the device's draws equal the host's (src/cuda/penalty.cu applies the same entries).
+ * A logit the bias, the ban or a penalty changes is rounded to bf16 (to nearest even) after all of them: the GPU's
+ * logits are bf16 values and its sampler sorts by their 16-bit keys (src/cuda/sample.cu), so a changed logit stays
+ * on that grid and the device's draws equal the host's (src/cuda/penalty.cu applies the same entries).
  * Ids >= n_valid (embedding padding past the tokenizer) are never sampled. */
 #ifndef Q35_SAMPLER_H
 #define Q35_SAMPLER_H
