@@ -1,6 +1,7 @@
 /* sample.cu — on-device sampling of one id per row from bf16-valued logits (rules in ops.h, the same
  * as the host sampler in sampler.c). Row r is grid row blockIdx.y, with its own scratch; per row: because logits
- * are bf16 values, the 16-bit order key of a logit identifies its value exactly, so a 65536-bin histogram of counts is an exact sort:
+ * are bf16 values, the 16-bit order key of a logit identifies its value exactly, so a 65536-bin histogram of
+ * counts is an exact sort:
  *   kernel 1 (sample_hist_bf16): candidates (logit >= max - 40 T) -> hist[key16] (integer atomics,
  *     deterministic); the last block goes over the bins from the top (weight of a bin
  *     w = exp((value - max) / T), mass = count w) and finds, as (bin, rank within the bin):
