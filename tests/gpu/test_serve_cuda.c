@@ -604,6 +604,7 @@ static int run_penalized(void *ctx, const int *ids, float temp, int alone, const
         if (raw_am) raw_am[t] = am;
         memcpy(w, raw, sizeof(float) * V);
         const int want = sampler_sample_at(&sm, w, (uint64_t)t);
+        bad += pick[t] < 0; /* the device did not pick (it declined the list): not what this checks */
         (temp > 0 ? &miss : &bad)[0] += pick[t] != want;
         *moved += pick[t] != am;
         double mx = raw[0], sum = 0;
