@@ -95,6 +95,10 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/test.h $(LIB)
 $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)
+# the server's guided sampler is not in the library
+$(BUILD)/tests/test_guided: tests/test_guided.c tests/test.h $(BUILD)/src/server/guided.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/src/server/guided.o $(LIB) -o $@ $(LDLIBS)
 
 # GEMV variant lab (bench/kernels/gemv_lab.cu, sm_90a only): see the comment at its top.
 $(BUILD)/bench/gemv_lab: bench/kernels/gemv_lab.cu bench/kernels/lab.cuh src/cuda/common.cuh src/cuda/ops.h
@@ -148,7 +152,7 @@ $(BUILD)/bench/fp8_quality: bench/fp8_quality.c $(LIB)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS) -lm
 
 # the tests that need Qwen3's tokenizer.json (.cache/qwen3-tokenizer): skipped, with one line, when it cannot be had
-TOK_TESTS = $(addprefix $(BUILD)/tests/,test_tokenizer test_tok_cli test_chat test_chat_tools)
+TOK_TESTS = $(addprefix $(BUILD)/tests/,test_tokenizer test_tok_cli test_chat test_chat_tools test_guided)
 test: $(BUILD)/qwen35 $(TEST_BIN) $(BUILD)/tests/gen_serve_model
 	@if why=$$(sh scripts/fetch_tokenizer.sh 2>&1); then tests="$(TEST_BIN)"; [ -z "$$why" ] || echo "$$why"; else \
 	    echo "SKIPPED $(notdir $(filter $(TOK_TESTS),$(TEST_BIN))): no Qwen3 tokenizer in .cache/qwen3-tokenizer ($$why); online, 'make tokdata' fetches it"; \

@@ -3,13 +3,17 @@
  * over the allowed ids
  *   p_i = softmax(l_i / T), cut to the top_k largest, to p_i >= min_p * max p, to the smallest prefix (largest
  *   first) whose sum reaches top_p, renormalized, one uniform draw;
- * logprob(id) = l_id - logsumexp(l) over all ids (raw logits, as q35_step reports logprobs). */
+ * where l is the raw logits row with the request's logit changes (bias, repetition / presence / frequency penalties:
+ * sampler.h's rule, from the request's ids), and
+ * logprob(id) = r_id - logsumexp(r) over all ids of the raw row r (as q35_step reports logprobs). */
 #include "server/guided.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "sampler.h"
 
 typedef struct Cand {
     float x; /* logit / T */
@@ -21,9 +25,11 @@ struct GuideVocab {
     size_t *off; /* [vocab + 1]: text of id i is text[off[i], off[i+1]); empty: never offered */
     char *text;
     /* guide_sample's scratch, reused token after token (one scheduler thread samples): */
-    Cand *cand;        /* [vocab] the allowed candidates */
-    unsigned char *ok; /* [vocab] the ids the guide allows */
-    float *biased;     /* [vocab] the logits plus a request's logit bias */
+    Cand *cand;         /* [vocab] the allowed candidates */
+    unsigned char *ok;  /* [vocab] the ids the guide allows */
+    float *changed;     /* [vocab] the logits with a request's logit changes */
+    SamplePenalty *pen; /* [vocab] those changes, one entry per id: pen[0, n_pen) */
+    int *pen_at;        /* [vocab] 1 + the entry of an id in pen, 0: none (all 0 between calls) */
 };
 
 int guide_vocab_open(GuideVocab **out, const Q35Tokenizer *t, int vocab, Q35Err *err) {
@@ -34,9 +40,11 @@ int guide_vocab_open(GuideVocab **out, const Q35Tokenizer *t, int vocab, Q35Err 
         v->text = malloc(cap);
         v->cand = malloc(sizeof *v->cand * (size_t)vocab);
         v->ok = malloc((size_t)vocab);
-        v->biased = malloc(sizeof *v->biased * (size_t)vocab);
+        v->changed = malloc(sizeof *v->changed * (size_t)vocab);
+        v->pen = malloc(sizeof *v->pen * (size_t)vocab);
+        v->pen_at = calloc((size_t)vocab, sizeof *v->pen_at);
     }
-    if (!v || !v->off || !v->text || !v->cand || !v->ok || !v->biased) goto oom;
+    if (!v || !v->off || !v->text || !v->cand || !v->ok || !v->changed || !v->pen || !v->pen_at) goto oom;
     v->vocab = vocab;
     int n_tok = q35_tokenizer_size(t);
     for (int id = 0; id < vocab; id++) {
@@ -75,7 +83,9 @@ void guide_vocab_close(GuideVocab *v) {
     free(v->text);
     free(v->cand);
     free(v->ok);
-    free(v->biased);
+    free(v->changed);
+    free(v->pen);
+    free(v->pen_at);
     free(v);
 }
 
@@ -208,19 +218,54 @@ static int blank(const GuideVocab *v, int id) {
     return 1;
 }
 
-int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35SeqParams *sp, uint64_t *rng,
-                 const GuideStops *stops, int n_stops, Q35StepOut *o) {
+/* The entry of id in v->pen, added (no change yet) when it has none. */
+static SamplePenalty *pen_entry(GuideVocab *v, int *n_pen, int id) {
+    if (!v->pen_at[id]) {
+        v->pen[*n_pen] = (SamplePenalty){id, 0, 0.0f, 0};
+        v->pen_at[id] = ++*n_pen;
+    }
+    return &v->pen[v->pen_at[id] - 1];
+}
+
+/* The request's logit changes into v->changed (a copy of logits): the bias ids, every id of the history under a
+ * repetition penalty, the generated ones (h->ids[h->n_prompt, h->n)) under a presence or frequency penalty, each
+ * changed by sampler_penalize. Returns v->changed, or logits when nothing changes. */
+static const float *change_logits(GuideVocab *v, const float *logits, const Q35SeqParams *sp, const GuideHistory *h) {
+    const Q35Sampling *c = &sp->sampling;
+    const int seen = c->repetition_penalty != 1.0f, gen = c->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f;
+    int n_pen = 0;
+    for (int k = 0; k < sp->n_bias; k++)
+        if (sp->bias_ids[k] >= 0 && sp->bias_ids[k] < v->vocab) {
+            SamplePenalty *e = pen_entry(v, &n_pen, sp->bias_ids[k]);
+            e->flags |= PEN_BIAS;
+            e->bias = sp->bias[k]; /* an id given twice: the later value */
+        }
+    for (int i = 0; (seen || gen) && i < h->n; i++) {
+        const int id = h->ids[i], generated = i >= h->n_prompt;
+        if (id < 0 || id >= v->vocab || !(seen || (gen && generated))) continue;
+        SamplePenalty *e = pen_entry(v, &n_pen, id);
+        e->flags |= PEN_SEEN | (generated ? PEN_GEN : 0);
+        e->count += generated;
+    }
+    if (!n_pen) return logits;
+    memcpy(v->changed, logits, sizeof *v->changed * (size_t)v->vocab);
+    for (int k = 0; k < n_pen; k++) {
+        const SamplePenalty *e = &v->pen[k];
+        v->changed[e->id] =
+            sampler_penalize(logits[e->id], e, c->repetition_penalty, c->presence_penalty, sp->frequency_penalty);
+        v->pen_at[e->id] = 0;
+    }
+    return v->changed;
+}
+
+int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, const GuideHistory *h, const Q35SeqParams *sp,
+                 uint64_t *rng, const GuideStops *stops, int n_stops, Q35StepOut *o) {
     memset(o, 0, sizeof *o);
     o->id = -1;
     Cand *c = v->cand;
     unsigned char *ok = v->ok;
-    float *x = sp->n_bias ? v->biased : NULL;
-    if (x) {
-        memcpy(x, logits, sizeof *x * (size_t)v->vocab);
-        for (int k = 0; k < sp->n_bias; k++)
-            if (sp->bias_ids[k] < v->vocab) x[sp->bias_ids[k]] += sp->bias[k];
-    }
-    const float *xl = x ? x : logits;
+    const float *xl = change_logits(v, logits, sp, h);
+    const int prev = h->n > h->n_prompt ? h->ids[h->n - 1] : -1;
     /* the bytes a token may start with here: most ids are refused by their first byte without a walk */
     unsigned char first[256];
     for (int c = 0; c < 256; c++) first[c] = (unsigned char)q35_guide_allows(g, (const char[]){(char)c}, 1);

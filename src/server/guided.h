@@ -13,11 +13,18 @@ typedef struct GuideVocab GuideVocab;
 int guide_vocab_open(GuideVocab **out, const Q35Tokenizer *t, int vocab, Q35Err *err);
 void guide_vocab_close(GuideVocab *v);
 
-/* Chooses the token after logits[vocab] for guide g and pushes its text into g. prev: the id generated last, or -1;
- * after a whitespace-only token, whitespace-only ids are offered only when nothing else is allowed (the JSON and
- * XML shapes allow unbounded whitespace, where a random or weak model can stay forever). Sampling over the allowed ids:
- * the logits plus sp's logit bias; temperature 0 = argmax; else softmax(logit / T) cut by top_k, min_p, top_p, drawn
- * with *rng. Penalties are not applied. o: id, logprob (log softmax of the raw logits, as q35_step reports it) and
+/* The request's ids so far: ids[0, n_prompt) the prompt, ids[n_prompt, n) generated. */
+typedef struct GuideHistory {
+    const int *ids;
+    int n, n_prompt;
+} GuideHistory;
+
+/* Chooses the token after logits[vocab] for guide g and pushes its text into g. After a whitespace-only token (the
+ * last of h's generated ids), whitespace-only ids are offered only when nothing else is allowed (the JSON and XML
+ * shapes allow unbounded whitespace, where a random or weak model can stay forever). Sampling over the allowed ids:
+ * the logits with sp's logit bias and penalties over h (sampler.h's rule: the repetition penalty on every id of h,
+ * presence and frequency on the generated ones); temperature 0 = argmax; else softmax(logit / T) cut by top_k,
+ * min_p, top_p, drawn with *rng. o: id, logprob (log softmax of the raw logits, as q35_step reports it) and
  * sp->top_logprobs alternatives (over all ids). stops[0, n_stops): sets of ids that end the completion (the model's,
  * the request's stop_token_ids); an id of a set is chosen only where the guide may end and the set is ok (the model's
  * not under ignore_eos, neither before min_tokens), never as text. Returns 0, or -1 when no id is allowed
@@ -27,7 +34,7 @@ typedef struct GuideStops {
     int n;
     int ok;
 } GuideStops;
-int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, int prev, const Q35SeqParams *sp, uint64_t *rng,
-                 const GuideStops *stops, int n_stops, Q35StepOut *o);
+int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, const GuideHistory *h, const Q35SeqParams *sp,
+                 uint64_t *rng, const GuideStops *stops, int n_stops, Q35StepOut *o);
 
 #endif

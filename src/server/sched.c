@@ -514,11 +514,11 @@ static const Q35StepOut *guided_token(Sched *s, Req *r, Q35StepOut *o) {
         fail(s, r, err.msg);
         return NULL;
     }
-    int prev = r->n_toks > r->n_prompt ? r->toks[r->n_toks - 1] : -1;
+    const GuideHistory h = {r->toks, r->n_toks, r->n_prompt};
     const int past_min = r->n_generated >= r->rq.min_tokens;
     const GuideStops st[2] = {{s->stop_ids, s->n_stop_ids, past_min && !r->rq.ignore_eos},
                               {r->rq.stop_ids, r->rq.n_stop_ids, past_min}};
-    if (guide_sample(s->gv, r->guide, r->logits, prev, &r->params, &r->rng, st, 2, o)) {
+    if (guide_sample(s->gv, r->guide, r->logits, &h, &r->params, &r->rng, st, 2, o)) {
         finish(s, r, "stop");
         return NULL;
     }

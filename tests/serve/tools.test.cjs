@@ -295,6 +295,18 @@ test("response_format json_object: the reply opens an object; when it stops, it 
     }
 });
 
+test("response_format with penalties: the guided tokens take them (greedy: another reply), still valid", async () => {
+    const p = { model: MODEL, messages: [user], max_tokens: 200, temperature: 0, ...NO_THINK,
+        response_format: { type: "json_schema", json_schema: { name: "answer", schema: ANSWER, strict: true } } };
+    const plain = (await ask(p)).choices[0].message.content;
+    assert.equal((await ask({ ...p, repetition_penalty: 1, presence_penalty: 0 })).choices[0].message.content, plain);
+    for (const pen of [{ repetition_penalty: 100 }, { frequency_penalty: 2, presence_penalty: 2 }]) {
+        const c = (await ask({ ...p, ...pen })).choices[0];
+        check(JSON.parse(c.message.content), ANSWER);
+        assert.notEqual(c.message.content, plain, JSON.stringify(pen));
+    }
+});
+
 test("response_format with stop_token_ids: a request's stop id ends the reply only where it may end", async () => {
     const brace = require("node:child_process").execFileSync(process.env.QWEN35_BIN, ["tokenize", "--model",
         process.env.SERVE_MODEL, "--text", "{"]).toString().trim().split(/\s+/).map(Number);
