@@ -1,5 +1,8 @@
 /* openai.c — OpenAI request JSON -> OaiRequest (validated: every bad field is a 400 naming it) and the
- * response / chunk / error JSON, all through cJSON. Ranges follow OpenAI where it defines one (temperature
+ * response / chunk / error JSON, all through cJSON. The body is read by pyjson_parse (one JSON value, nothing but
+ * blanks after it; each number keeps its literal), so that the parts handed on as JSON text (tools, a tool call's
+ * arguments given as an object, a response_format schema) are written back with their numbers as the client wrote
+ * them: a template's tojson prints 1.0 as "1.0", where cJSON would print "1". Ranges follow OpenAI where it defines one (temperature
  * [0, 2], penalties [-2, 2], top_logprobs [0, 20], n = 1) and vLLM for its extensions (top_k, min_p,
  * repetition_penalty, ignore_eos, chat_template_kwargs). Unknown fields are ignored, as OpenAI's SDKs
  * send fields newer than any server. */
@@ -11,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "pyjson.h"
 
 int oai_fail(OaiError *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
     e->status = status;
@@ -99,6 +104,29 @@ static int content_text(const cJSON *c, const char *param, char **out, OaiError 
 
 static int oom(OaiError *e) { return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
 
+/* The request body as one JSON value (*root; cJSON_Delete frees it): 400 when it is not valid JSON (or has bytes
+ * other than blanks after the value), 500 out of memory. */
+static int parse_body(const char *body, size_t len, cJSON **root, OaiError *e) {
+    Err err;
+    const int rc = pyjson_parse(body, len, "body", root, &err);
+    if (rc == Q35_ERR_OOM) return oom(e);
+    if (rc)
+        return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON (%s)",
+                        err.msg);
+    return 0;
+}
+
+/* v as JSON text (malloc'd; NULL out of memory), its numbers' literals kept (pyjson_parse). */
+static char *json_text(const cJSON *v) {
+    StrBuf b = {0};
+    pyjson_dump_strict(&b, v);
+    if (b.oom || !b.p) {
+        sb_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
 /* One assistant tool_calls[k]: {"id"?, "type"?: "function", "function": {"name", "arguments"}}; arguments is
  * OpenAI's JSON string (kept as sent: the renderer reads it), an object is accepted too (re-printed). */
 static int parse_call(const cJSON *c, const char *param, OaiToolCall *tc, OaiError *e) {
@@ -114,8 +142,7 @@ static int parse_call(const cJSON *c, const char *param, OaiToolCall *tc, OaiErr
         return bad(e, param, "has 'function.arguments' that is neither a JSON string nor an object");
     if (id && !(tc->id = strdup(id->valuestring))) return oom(e);
     if (!(tc->name = strdup(name->valuestring))) return oom(e);
-    if (args && !(tc->arguments = cJSON_IsString(args) ? strdup(args->valuestring) : cJSON_PrintUnformatted(args)))
-        return oom(e);
+    if (args && !(tc->arguments = cJSON_IsString(args) ? strdup(args->valuestring) : json_text(args))) return oom(e);
     return 0;
 }
 
@@ -330,7 +357,7 @@ static int parse_tools(const cJSON *root, OaiRequest *r, OaiError *e) {
                 return bad(e, param, "has 'function.parameters' that is not an object");
         }
         r->n_tools = k;
-        if (k > 0 && !(r->tools = cJSON_PrintUnformatted(tools))) return oom(e);
+        if (k > 0 && !(r->tools = json_text(tools))) return oom(e);
     }
     if (!choice) return 0;
     if (cJSON_IsString(choice)) {
@@ -421,7 +448,7 @@ static int parse_response_format(const cJSON *root, OaiRequest *r, OaiError *e) 
     if (strict && !cJSON_IsBool(strict)) return bad(e, "response_format.json_schema.strict", "must be a boolean");
     if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
         return bad(e, "response_format.json_schema.schema", "must be a JSON Schema (an object)");
-    if (!(r->response_schema = schema ? cJSON_PrintUnformatted(schema) : strdup("true"))) return oom(e);
+    if (!(r->response_schema = schema ? json_text(schema) : strdup("true"))) return oom(e);
     return 0;
 }
 
@@ -494,8 +521,8 @@ int oai_parse_request(const char *body, size_t len, int kind, int vocab, OaiRequ
     r->max_tokens = -1;
     r->top_logprobs = -1;
     r->thinking = Q35_THINK_DEFAULT;
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON");
+    cJSON *root;
+    if (parse_body(body, len, &root, e)) return -1;
     int rc = cJSON_IsObject(root)
                  ? parse_fields(root, vocab, r, e)
                  : oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
@@ -735,8 +762,8 @@ char *oai_models_json(const char *model, long created, int max_model_len) {
 }
 
 int oai_tokenize_kind(const char *body, size_t len, int *kind, OaiError *e) {
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON");
+    cJSON *root;
+    if (parse_body(body, len, &root, e)) return -1;
     *kind = field(root, "messages") ? OAI_CHAT : OAI_COMPLETION;
     cJSON_Delete(root);
     return 0;
@@ -757,8 +784,8 @@ char *oai_tokenize_json(const int *ids, int n, int max_model_len) {
 int oai_parse_detokenize(const char *body, size_t len, int vocab, int **ids, int *n, OaiError *e) {
     *ids = NULL;
     *n = 0;
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON");
+    cJSON *root;
+    if (parse_body(body, len, &root, e)) return -1;
     const cJSON *t = field(root, "tokens"), *v;
     int rc = 0;
     if (!cJSON_IsArray(t)) rc = bad(e, "tokens", "must be an array of token ids");

@@ -242,6 +242,25 @@ test("tool_choice required: calls of the listed functions only", async () => {
     await guided("required", ["get_weather", "get_time"], 4);
 });
 
+test("tools are rendered with their numbers as the client wrote them (a Python client sends 1.0, tojson keeps it)", async () => {
+    // a raw body: JSON.stringify (the npm client's) would write 1.0 as 1
+    const body = `{"model": "${MODEL}", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "number",
+        "default": 1.0, "maximum": 1e100, "minimum": -0.50}, "n": {"type": "integer",
+        "maximum": 12345678901234567890}}}}}]}`;
+    const post = async (path, b) => (await fetch(base + path, { method: "POST", body: b,
+        headers: { "Content-Type": "application/json" } })).json();
+    const t = await post("/tokenize", body);
+    assert.ok(Array.isArray(t.tokens), JSON.stringify(t));
+    const text = (await post("/detokenize", JSON.stringify({ model: MODEL, tokens: t.tokens }))).prompt;
+    for (const lit of ['"default": 1.0', '"maximum": 1e+100', '"minimum": -0.5', '"maximum": 12345678901234567890'])
+        assert.ok(text.includes(lit), `${lit} in the rendered prompt: ${text}`);
+    // a body with bytes after its JSON value is refused
+    const r = await fetch(base + "/v1/chat/completions", { method: "POST", body: body + " x",
+        headers: { "Content-Type": "application/json" } });
+    assert.equal(r.status, 400);
+});
+
 test("tool requests: 400s name the field", async () => {
     const p = { model: MODEL, messages: [user], max_tokens: 4 };
     const bad = async (extra, param) => assert.rejects(client.chat.completions.create({ ...p, ...extra }),
