@@ -224,9 +224,12 @@ __device__ __forceinline__ void f8_promote(float (&acc)[F8_BN / 8][4], const flo
 
 /* The storers' epilogue for staged row r, columns c .. c + 7 of the tile at (m0, n0): from the bf16 sums (every
  * epilogue rounds the sum to bf16 first, so the staging buffer holds all it needs) the stores of gemm_store_staged:
- * bf16 y, fp32 y = bf16(sum), y = bf16(y + bf16(sum)), or SwiGLU of the (gate, up) column pairs (glu_group 1). */
+ * bf16 y, fp32 y = bf16(sum), y = bf16(y + bf16(sum)), or SwiGLU of the (gate, up) column pairs (glu_group 1). One
+ * vector store (16 bytes; SwiGLU's 4 outputs 8) where the 8 columns are inside N and y is aligned, else per element.
+ * res: with the += residual epilogue, y's 8 values loaded already (f8_store_tile), or NULL (loaded here). */
 template <int EPI>
-__device__ __forceinline__ void f8_store8(const GemmParams &p, const uint8_t *stg, int m0, int n0, int r, int c) {
+__device__ __forceinline__ void f8_store8(const GemmParams &p, const uint8_t *stg, int m0, int n0, int r, int c,
+                                          const float4 *res = nullptr) {
     const int m = m0 + r, n = n0 + c;
     if (m >= p.M || n >= p.N) return;
     const uint4 v = *reinterpret_cast<const uint4 *>(stg + r * F8_SLD + 2 * c);
@@ -246,14 +249,63 @@ __device__ __forceinline__ void f8_store8(const GemmParams &p, const uint8_t *st
         }
     } else if constexpr (EPI == GEMM_EPI_F32 || EPI == GEMM_EPI_ADD_F32) {
         float *y = (float *)p.y + (size_t)m * p.ldy + n;
+        if (full && !((uintptr_t)y & 15)) {
+            float4 y0, y1;
+            if constexpr (EPI == GEMM_EPI_ADD_F32) {
+                y0 = res ? res[0] : *reinterpret_cast<const float4 *>(y);
+                y1 = res ? res[1] : *reinterpret_cast<const float4 *>(y + 4);
+                y0 = make_float4(rbf(y0.x + b[0]), rbf(y0.y + b[1]), rbf(y0.z + b[2]), rbf(y0.w + b[3]));
+                y1 = make_float4(rbf(y1.x + b[4]), rbf(y1.y + b[5]), rbf(y1.z + b[6]), rbf(y1.w + b[7]));
+            } else {
+                y0 = make_float4(b[0], b[1], b[2], b[3]), y1 = make_float4(b[4], b[5], b[6], b[7]);
+            }
+            *reinterpret_cast<float4 *>(y) = y0;
+            *reinterpret_cast<float4 *>(y + 4) = y1;
+        } else {
 #pragma unroll
-        for (int e = 0; e < 8; e++)
-            if (n + e < p.N) y[e] = EPI == GEMM_EPI_F32 ? b[e] : rbf(y[e] + b[e]);
+            for (int e = 0; e < 8; e++)
+                if (n + e < p.N) y[e] = EPI == GEMM_EPI_F32 ? b[e] : rbf(y[e] + b[e]);
+        }
     } else { /* SwiGLU: output column (n + 2k) / 2 from gate column n + 2k and up column n + 2k + 1 */
         uint16_t *y = (uint16_t *)p.y + (size_t)m * p.ldy + n / 2;
+        float o[4];
 #pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (n + 2 * k + 1 < p.N) y[k] = bf16_bits(rbf(silu_f(b[2 * k])) * b[2 * k + 1]);
+        for (int k = 0; k < 4; k++) o[k] = rbf(silu_f(b[2 * k])) * b[2 * k + 1];
+        if (full && !((uintptr_t)y & 7)) {
+            *reinterpret_cast<uint2 *>(y) = make_uint2(pack_bf16(o[0], o[1]), pack_bf16(o[2], o[3]));
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (n + 2 * k + 1 < p.N) y[k] = bf16_bits(o[k]);
+        }
+    }
+}
+
+/* One storer thread's share of a staged tile: the 8-column chunks q = first, first + step, ... of the tile's
+ * F8_TM * F8_BN / 8 (row q / (F8_BN / 8), columns 8 (q % (F8_BN / 8)) ...), F8_SU chunks a round. With the +=
+ * residual epilogue a round's y loads are all issued before its stores: a store to y may alias any later load from
+ * it for the compiler, so chunk by chunk each load would wait for the one before it to come back. */
+#define F8_SU 4
+template <int EPI>
+__device__ __forceinline__ void f8_store_tile(const GemmParams &p, const uint8_t *stg, int m0, int n0, int first,
+                                              int step) {
+    constexpr int NQ = F8_TM * F8_BN / 8, QR = F8_BN / 8;
+    for (int q0 = first; q0 < NQ; q0 += F8_SU * step) {
+        float4 res[F8_SU][2];
+        bool pre[F8_SU];
+#pragma unroll
+        for (int u = 0; u < F8_SU; u++) {
+            const int q = q0 + u * step, m = m0 + q / QR, n = n0 + 8 * (q % QR);
+            const float *y = (const float *)p.y + (size_t)m * p.ldy + n;
+            pre[u] = EPI == GEMM_EPI_ADD_F32 && q < NQ && m < p.M && n + 8 <= p.N && !((uintptr_t)y & 15);
+            if (pre[u])
+                res[u][0] = *reinterpret_cast<const float4 *>(y), res[u][1] = *reinterpret_cast<const float4 *>(y + 4);
+        }
+#pragma unroll
+        for (int u = 0; u < F8_SU; u++) {
+            const int q = q0 + u * step;
+            if (q < NQ) f8_store8<EPI>(p, stg, m0, n0, q / QR, 8 * (q % QR), pre[u] ? res[u] : nullptr);
+        }
     }
 }
 
@@ -416,8 +468,7 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
                     if (!first) bar_arrive(2, 352);
                     first = false;
                     bar_sync(1, 352);
-                    for (int q = tid - 32; q < F8_TM * F8_BN / 8; q += 96)
-                        f8_store8<EPI>(p, stg, m0, n0, q / (F8_BN / 8), 8 * (q % (F8_BN / 8)));
+                    f8_store_tile<EPI>(p, stg, m0, n0, tid - 32, 96);
                 }
                 return;
             }

@@ -9,7 +9,8 @@
  *   up rows);
  *   the timing bounds mode 2 (no scales: one fp32 sum over all of K) against the unscaled product, and mode 4 (mode 2
  *   with the overlapped stores), which must equal mode 2 bit for bit.
- * Shapes: ragged M, N, K (TMA boxes past them zero-filled by the emulated TMA), odd k-step counts (modes 1 and 5 pad
+ * Shapes: ragged M, N, K (TMA boxes past them zero-filled by the emulated TMA; an N that is not a multiple of 8, so
+ * that the storers' last chunk of a row and the rows of y that are not 16-byte aligned take the per-element path), odd k-step counts (modes 1 and 5 pad
  * them to an even count) and grids smaller than the tile count (the ring wrapping, the storers' staging handed from
  * tile to tile). X rows carry NaN codes past K, Y starts as NaN (random values for += Y) and its columns past the
  * output are guards that must stay untouched. Bounds per element (e: fp32 accumulation, (K + 64) 6e-8 sum |products|
@@ -173,6 +174,7 @@ int main(int argc, char **argv) {
     run_shape(200, 264, 400, 2); /* ragged everything; 6 tiles on 2 CTAs; 4 k-steps, the last 16 wide */
     run_shape(136, 136, 272, 3); /* 4 tiles on 3 CTAs; 3 k-steps (modes 1, 5: padded to 4) */
     run_shape(64, 392, 144, 2);  /* a partial tile row; 4 tiles on 2 CTAs; 2 k-steps, the second 16 wide */
+    run_shape(72, 130, 160, 1);  /* N not a multiple of 8, rows of y misaligned for vector stores; 2 tiles on 1 CTA */
     printf("%s: %d failed, %ld wgmmas emulated\n", fails ? "FAIL" : "ok", fails, emu_wgmma_count);
     return fails ? 1 : 0;
 }
