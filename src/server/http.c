@@ -2,8 +2,9 @@
  * block on its own request: a non-streamed completion waits for the scheduler in the handler; a streamed one
  * waits in the content reader between SSE events. Both poll the client's socket while they wait, so a client
  * that goes away cancels its request within one step. Request flow: body (at most max_body bytes, else 413)
- * -> route (404 / 405) -> auth (401) -> oai_parse_request (400) -> model (404) -> prompt ids (chat template or
- * tokenizer) -> context check (400) -> sched_submit (429 / 503). */
+ * -> route (404 / 405) -> auth (401) -> oai_parse_request / oai_parse_responses (400) -> model (404) -> prompt ids
+ * (chat template or tokenizer) -> context check (400) -> sched_submit (429 / 503). /v1/responses runs as a chat
+ * request; only its answer differs (responses.h; streamed as typed events, resp_collect). */
 #include "server/http.h"
 
 #include <microhttpd.h>
@@ -16,6 +17,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "server/responses.h"
 
 struct Http {
     HttpConfig cfg;
@@ -42,6 +45,25 @@ typedef struct Choice {
     size_t text_offset;
 } Choice;
 
+/* /v1/responses streaming: the output items in the order they were opened; the last one is open until an item of
+ * another kind (or another call) starts, or the request ends. */
+typedef struct RespRec {
+    int type;    /* OAI_ITEM_* */
+    int call;    /* calls: the index in Req.calls */
+    char id[64]; /* rs_ / msg_ / fc_ + the response's id + its position */
+    char *text;  /* reasoning / message text, or call arguments, streamed so far */
+    size_t len;
+    char *call_id, *name; /* calls: copies (Req.calls may move while the scheduler adds calls) */
+    int done;             /* OaiRespItem.done once closed */
+} RespRec;
+typedef struct RespStream {
+    int seq; /* the next event's sequence_number */
+    RespRec *items;
+    int n, cap;
+    int open;    /* items[n - 1] is open (added, not done) */
+    int started; /* response.created and in_progress went out */
+} RespStream;
+
 typedef struct Conn {
     Http *h;
     TextBuf body;
@@ -51,6 +73,8 @@ typedef struct Conn {
     int n_ch;
     Req *req; /* a /tokenize request (not scheduled) */
     OaiMeta meta;
+    int responses; /* POST /v1/responses */
+    RespStream rs;
     /* streaming */
     int end_sent;
     char *ev; /* SSE bytes ready to write */
@@ -294,6 +318,15 @@ static void ev_data(Conn *c, char *json) {
     free(json);
 }
 
+/* One typed event (the Responses API's SSE form: an event line, then the data). */
+static void ev_event(Conn *c, const char *type, char *json) {
+    if (!json) return;
+    buf_put(&c->ev, &c->ev_n, &c->ev_cap, "event: ", 7);
+    buf_put(&c->ev, &c->ev_n, &c->ev_cap, type, strlen(type));
+    buf_put(&c->ev, &c->ev_n, &c->ev_cap, "\n", 1);
+    ev_data(c, json);
+}
+
 /* Tool-call deltas not sent yet (mu held): per new call one delta with index, id, name and "" arguments, then one
  * with the arguments (a call arrives complete from the parser, so its arguments are one fragment). Strings are
  * copies; returns the count (at most cap, the rest waits for the next collect). */
@@ -401,9 +434,216 @@ static OaiUsage usage_of(Conn *c) {
     return u;
 }
 
+/* ---- /v1/responses ---- */
+
+static OaiRespItem resp_item(const RespRec *x, int done) {
+    return (OaiRespItem){x->type, x->id, x->text ? x->text : "", x->call_id, x->name, done};
+}
+
+/* Ends the open item (done: OaiRespItem.done, 1 or 2): its text's done event, its part's, the item's. */
+static void resp_close(Conn *c, int done) {
+    RespStream *rs = &c->rs;
+    if (!rs->open) return;
+    RespRec *x = &rs->items[rs->n - 1];
+    x->done = done;
+    const OaiRespItem it = resp_item(x, done);
+    const int at = rs->n - 1;
+    static const char *const text_done[3] = {"response.reasoning_text.done", "response.output_text.done",
+                                             "response.function_call_arguments.done"};
+    ev_event(c, text_done[x->type], oai_resp_event_text(text_done[x->type], rs->seq++, at, &it, it.text));
+    if (x->type != OAI_ITEM_CALL)
+        ev_event(c, "response.content_part.done",
+                 oai_resp_event_part("response.content_part.done", rs->seq++, at, &it));
+    ev_event(c, "response.output_item.done", oai_resp_event_item("response.output_item.done", rs->seq++, at, &it));
+    rs->open = 0;
+}
+
+/* Opens an item of this type (a call: Req.calls[call], its id and name) after closing the open one; 0, or -1 out
+ * of memory. */
+static int resp_open(Conn *c, int type, int call, const char *call_id, const char *name) {
+    RespStream *rs = &c->rs;
+    resp_close(c, 1);
+    if (rs->n == rs->cap) {
+        const int cap = rs->cap ? 2 * rs->cap : 4;
+        RespRec *p = realloc(rs->items, sizeof *p * (size_t)cap);
+        if (!p) return -1;
+        rs->items = p, rs->cap = cap;
+    }
+    RespRec *x = &rs->items[rs->n++];
+    static const char *const prefix[3] = {"rs", "msg", "fc"};
+    *x = (RespRec){.type = type, .call = call};
+    if (type == OAI_ITEM_CALL && (!(x->call_id = strdup(call_id)) || !(x->name = strdup(name)))) {
+        free(x->call_id);
+        rs->n--;
+        return -1;
+    }
+    snprintf(x->id, sizeof x->id, "%s_%s_%d", prefix[type], c->ch[0].req->id + 5, rs->n - 1);
+    rs->open = 1;
+    const OaiRespItem it = resp_item(x, 0);
+    ev_event(c, "response.output_item.added",
+             oai_resp_event_item("response.output_item.added", rs->seq++, rs->n - 1, &it));
+    if (type != OAI_ITEM_CALL)
+        ev_event(c, "response.content_part.added",
+                 oai_resp_event_part("response.content_part.added", rs->seq++, rs->n - 1, &it));
+    return 0;
+}
+
+/* Appends delta to the open item and sends it; 0, or -1 out of memory. */
+static int resp_delta(Conn *c, const char *delta, size_t n) {
+    RespStream *rs = &c->rs;
+    RespRec *x = &rs->items[rs->n - 1];
+    char *t = realloc(x->text, x->len + n + 1);
+    if (!t) return -1;
+    memcpy(t + x->len, delta, n);
+    x->len += n;
+    t[x->len] = 0;
+    x->text = t;
+    char *d = strndup(delta, n);
+    static const char *const type[3] = {"response.reasoning_text.delta", "response.output_text.delta",
+                                        "response.function_call_arguments.delta"};
+    const OaiRespItem it = resp_item(x, 0);
+    if (d) ev_event(c, type[x->type], oai_resp_event_text(type[x->type], rs->seq++, rs->n - 1, &it, d));
+    free(d);
+    return d ? 0 : -1;
+}
+
+/* The response's lifecycle event: type "response.created" / "in_progress" (no items, no usage) or its end. */
+static void resp_lifecycle(Conn *c, const char *type, const char *status, const OaiUsage *u, int reasoning_tokens,
+                           const OaiError *err) {
+    RespStream *rs = &c->rs;
+    const Req *r = c->ch[0].req;
+    const int n = u ? rs->n : 0;
+    OaiRespItem *items = n ? malloc(sizeof *items * (size_t)n) : NULL;
+    for (int i = 0; i < n && items; i++) items[i] = resp_item(&rs->items[i], rs->items[i].done);
+    ev_event(c, type,
+             oai_resp_event_response(type, rs->seq++, &c->meta, &r->rq, status, items, items ? n : 0, u,
+                                     reasoning_tokens, err));
+    free(items);
+}
+
+/* A /v1/responses stream: what the request produced since the last call as typed events (reasoning, then text,
+ * then calls, each its own output item); after its end the final response event. 1 if any were made. */
+static int resp_collect(Conn *c) {
+    const size_t before = c->ev_n;
+    Choice *k = &c->ch[0];
+    Req *r = k->req;
+    RespStream *rs = &c->rs;
+    sched_lock(c->h->s);
+    char *text[2] = {NULL, NULL};
+    size_t len[2] = {0, 0};
+    for (int ch = 0; ch < 2; ch++)
+        if (r->out[ch].n > k->sent[ch]) {
+            len[ch] = r->out[ch].n - k->sent[ch];
+            text[ch] = strndup(r->out[ch].p + k->sent[ch], len[ch]);
+            k->sent[ch] = r->out[ch].n;
+        }
+    /* the calls' arguments as far as they are: from the open call (if any) on */
+    const int first =
+        rs->open && rs->items[rs->n - 1].type == OAI_ITEM_CALL ? rs->items[rs->n - 1].call : k->calls_sent;
+    const int n_calls = r->n_calls;
+    /* per call from `first` on: arguments so far, id, name */
+    char **args = n_calls > first ? calloc(3 * (size_t)(n_calls - first), sizeof *args) : NULL;
+    for (int i = first; args && i < n_calls; i++) {
+        const ReqCall *q = &r->calls[i];
+        char **a = args + 3 * (i - first);
+        a[0] = strndup(q->args.p ? q->args.p : "", q->args.n);
+        a[1] = strdup(q->id);
+        a[2] = strdup(q->name);
+    }
+    const int done = r->done;
+    const OaiError err = r->error;
+    const char *reason = r->finish_reason;
+    OaiUsage u = usage_of(c);
+    const int reasoning_tokens = r->n_reasoning;
+    sched_unlock(c->h->s);
+
+    if (!rs->started) {
+        resp_lifecycle(c, "response.created", "in_progress", NULL, 0, NULL);
+        resp_lifecycle(c, "response.in_progress", "in_progress", NULL, 0, NULL);
+        rs->started = 1;
+    }
+    int oom = 0;
+    for (int ch = 1; ch >= 0 && !err.status; ch--) { /* reasoning comes before the text it leads to */
+        if (!text[ch]) continue;
+        const int type = ch ? OAI_ITEM_REASONING : OAI_ITEM_MESSAGE;
+        if (!(rs->open && rs->items[rs->n - 1].type == type) && resp_open(c, type, -1, NULL, NULL)) oom = 1;
+        if (!oom && resp_delta(c, text[ch], len[ch])) oom = 1;
+    }
+    for (int i = first; args && i < n_calls && !oom && !err.status; i++) {
+        char **a = args + 3 * (i - first);
+        if (!a[0] || !a[1] || !a[2]) {
+            oom = 1;
+            break;
+        }
+        if (!(rs->open && rs->items[rs->n - 1].type == OAI_ITEM_CALL && rs->items[rs->n - 1].call == i)) {
+            if (resp_open(c, OAI_ITEM_CALL, i, a[1], a[2])) {
+                oom = 1;
+                break;
+            }
+            k->calls_sent = i + 1;
+        }
+        const RespRec *x = &rs->items[rs->n - 1];
+        const size_t n = strlen(a[0]);
+        if (n > x->len && resp_delta(c, a[0] + x->len, n - x->len)) oom = 1;
+    }
+    for (int i = 0; args && i < 3 * (n_calls - first); i++) free(args[i]);
+    free(args);
+    free(text[0]);
+    free(text[1]);
+    if (oom) {
+        cancel_all(c);
+        OaiError e;
+        oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        resp_lifecycle(c, "response.failed", "failed", &u, reasoning_tokens, &e);
+        c->end_sent = 1;
+    } else if (done) {
+        /* as the non-streamed object: an empty message when nothing else came out (out of memory: none) */
+        if (!err.status && !rs->n) resp_open(c, OAI_ITEM_MESSAGE, -1, NULL, NULL);
+        const char *status = err.status ? "failed" : reason && !strcmp(reason, "length") ? "incomplete" : "completed";
+        if (!err.status) resp_close(c, status[0] == 'i' ? 2 : 1);
+        char type[40];
+        snprintf(type, sizeof type, "response.%s", status);
+        resp_lifecycle(c, type, status, &u, reasoning_tokens, err.status ? &err : NULL);
+        c->end_sent = 1;
+    }
+    return c->ev_n > before;
+}
+
+/* The non-streamed response object of a finished /v1/responses request. */
+static char *resp_body(Conn *c) {
+    const Req *q = c->ch[0].req;
+    OaiRespItem *items = malloc(sizeof *items * (size_t)(q->n_calls + 2));
+    char ids[3][64];
+    int n = 0;
+    if (!items) return NULL;
+    const char *reasoning = q->out[1].p ? q->out[1].p : "", *content = q->out[0].p ? q->out[0].p : "";
+    if (q->reasoning && reasoning[0]) {
+        snprintf(ids[0], sizeof ids[0], "rs_%s_%d", q->id + 5, n);
+        items[n++] = (OaiRespItem){OAI_ITEM_REASONING, ids[0], reasoning, NULL, NULL, 1};
+    }
+    if (content[0] || (!n && !q->n_calls)) { /* an empty message only when nothing else came out */
+        snprintf(ids[1], sizeof ids[1], "msg_%s_%d", q->id + 5, n);
+        items[n++] = (OaiRespItem){OAI_ITEM_MESSAGE, ids[1], content, NULL, NULL, 1};
+    }
+    char(*fc)[64] = q->n_calls ? malloc(sizeof *fc * (size_t)q->n_calls) : NULL;
+    for (int i = 0; fc && i < q->n_calls; i++) {
+        snprintf(fc[i], sizeof fc[i], "fc_%s_%d", q->id + 5, n);
+        const ReqCall *k = &q->calls[i];
+        items[n++] = (OaiRespItem){OAI_ITEM_CALL, fc[i], k->args.p ? k->args.p : "{}", k->id, k->name, 1};
+    }
+    const OaiUsage u = usage_of(c);
+    const char *status = q->finish_reason && !strcmp(q->finish_reason, "length") ? "incomplete" : "completed";
+    if (status[0] == 'i' && n > 0) items[n - 1].done = 2;
+    char *body = q->n_calls && !fc ? NULL : oai_resp_json(&c->meta, &q->rq, status, items, n, &u, q->n_reasoning, NULL);
+    free(fc);
+    free(items);
+    return body;
+}
+
 /* Turns what the choices have produced since the last call into SSE events; 1 if any were made. After the last
  * choice's end: the usage chunk (include_usage, no error) and [DONE]. */
 static int stream_collect(Conn *c) {
+    if (c->responses) return resp_collect(c);
     size_t before = c->ev_n;
     int all = 1, failed = 0;
     for (int i = 0; i < c->n_ch; i++) {
@@ -471,7 +711,10 @@ static int new_choice(Conn *c, int i, int kind, unsigned long id, OaiError *e) {
     if (!r) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     c->ch[c->n_ch++].req = r;
     if (i > 0) sched_req_group(r, c->ch[0].req);
-    if (oai_parse_request(c->body.p ? c->body.p : "", c->body.n, kind, h->vocab, &r->rq, e)) return -1;
+    const char *body = c->body.p ? c->body.p : "";
+    if (kind == OAI_RESPONSES ? oai_parse_responses(body, c->body.n, h->vocab, &r->rq, e)
+                              : oai_parse_request(body, c->body.n, kind, h->vocab, &r->rq, e))
+        return -1;
     if (r->rq.model && strcmp(r->rq.model, h->cfg.model))
         return oai_fail(e, 404, "invalid_request_error", "model_not_found", "model",
                         "The model '%s' does not exist (this server serves '%s').", r->rq.model, h->cfg.model);
@@ -490,7 +733,8 @@ static int new_choice(Conn *c, int i, int kind, unsigned long id, OaiError *e) {
                             h->tok ? err.msg : "echo of token ids needs the model's tokenizer.json");
         if (!k->echo) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
-    snprintf(r->id, sizeof r->id, "%s-%lx%06lx", kind == OAI_CHAT ? "chatcmpl" : "cmpl", (unsigned long)h->started, id);
+    static const char *const prefix[3] = {"chatcmpl-", "cmpl-", "resp_"};
+    snprintf(r->id, sizeof r->id, "%s%lx%06lx", prefix[kind], (unsigned long)h->started, id);
     r->t_arrival = now_s();
     return 0;
 }
@@ -504,6 +748,7 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
         return reply_error(c, mc, url, &e);
     }
     unsigned long id = atomic_fetch_add(&h->next_id, 1);
+    c->responses = kind == OAI_RESPONSES;
     if (new_choice(c, 0, kind, id, &e)) return reply_error(c, mc, url, &e);
     for (int i = 1; i < c->ch[0].req->rq.n; i++)
         if (new_choice(c, i, kind, id, &e)) return reply_error(c, mc, url, &e);
@@ -547,6 +792,7 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
         cancel_all(c);
         return reply_error(c, mc, url, &c->ch[failed].req->error);
     }
+    if (c->responses) return reply(mc, 200, "application/json", resp_body(c));
     OaiOutput o[OAI_MAX_N];
     OaiCallOut *calls[OAI_MAX_N] = {NULL};
     char *echoed[OAI_MAX_N] = {NULL}; /* echo: the prompt's text, then the completion */
@@ -649,8 +895,8 @@ static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url
     static const struct {
         const char *path;
         int post; /* 1: POST route, 0: GET route */
-    } routes[] = {{"/health", 0},         {"/metrics", 0},  {"/v1/models", 0}, {"/v1/chat/completions", 1},
-                  {"/v1/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1}};
+    } routes[] = {{"/health", 0},         {"/metrics", 0},  {"/v1/models", 0},  {"/v1/chat/completions", 1},
+                  {"/v1/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1}, {"/v1/responses", 1}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
         if (!strcmp(url, routes[i].path)) k = i;
@@ -680,6 +926,7 @@ static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url
         return reply(mc, 200, "application/json", oai_models_json(h->cfg.model, h->started, sched_max_context(h->s)));
     case 3: return generate(c, mc, url, OAI_CHAT);
     case 4: return generate(c, mc, url, OAI_COMPLETION);
+    case 7: return generate(c, mc, url, OAI_RESPONSES);
     default: return tokens(c, mc, url, k == 6);
     }
 }
@@ -727,6 +974,12 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
         free(c->ch[i].echo);
     }
     if (c->req) sched_release(h->s, c->req);
+    for (int i = 0; i < c->rs.n; i++) {
+        free(c->rs.items[i].text);
+        free(c->rs.items[i].call_id);
+        free(c->rs.items[i].name);
+    }
+    free(c->rs.items);
     free(c->body.p);
     free(c->ev);
     free(c);

@@ -554,6 +554,7 @@ void oai_request_free(OaiRequest *r) {
     free(r->model);
     free(r->prompt);
     free(r->prompt_ids);
+    free(r->resp_echo);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
 }

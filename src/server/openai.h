@@ -8,7 +8,7 @@
 
 #include "qwen35.h"
 
-enum { OAI_CHAT = 0, OAI_COMPLETION = 1 };
+enum { OAI_CHAT = 0, OAI_COMPLETION = 1, OAI_RESPONSES = 2 /* routing only: parsed into a chat request */ };
 
 /* {"error":{"message","type","param","code"}} with its HTTP status. */
 typedef struct OaiError {
@@ -87,6 +87,8 @@ typedef struct OaiRequest {
     int n_bias;
     char *response_schema; /* response_format json_object / json_schema: the JSON Schema of the reply (text;
                                {"type": "object"} for json_object), NULL for text */
+    int responses;         /* POST /v1/responses (responses.h): a chat request answered as a response object */
+    char *resp_echo;       /* responses: JSON object of the settings the response object echoes */
 } OaiRequest;
 
 /* Parses body[0..len) as a kind request. vocab: ids in a token prompt must be below it. 0 on success (free r

@@ -430,7 +430,9 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
     const char *text;
     size_t len;
     Q35Err err;
+    const size_t reasoned = r->out[1].n;
     if (!is_stop_id && s->tok && !q35_detok_push(r->detok, id, &text, &len, &err)) stopped = emit(r, text, len);
+    r->n_reasoning += r->out[1].n > reasoned;
     Req *w = r->group ? r->group : r; /* the client's wake-up: now, or by the notifier after the step (notify) */
     if (!s->wake_now) w->refs++;
     pthread_mutex_unlock(&s->mu);

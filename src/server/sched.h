@@ -78,6 +78,7 @@ typedef struct Req {
     OaiTokenLogprob *lps; /* one per generated token when rq.top_logprobs >= 0; strings owned */
     int n_lps, cap_lps;
     int n_generated;
+    int n_reasoning;           /* generated tokens whose text went (at least in part) to the reasoning */
     int done;                  /* finished: finish_reason set (or error.status != 0) */
     const char *finish_reason; /* "stop" | "length" | "tool_calls" | "abort" */
     OaiError error;            /* status != 0: the request failed in the engine */

@@ -1,8 +1,9 @@
-/* fuzz_request.c — libFuzzer target for the server's request parser (src/server/openai.c): request JSON ->
- * validated parameters, and the JSON written back (build: make fuzz-request; run: build/fuzz_request
- * -runs=1000000 tests/fuzz/request). The first input byte picks the endpoint (chat or completions), the rest is
- * the body. Accepted requests must hold only values in their documented ranges; rejected ones must carry a 400
- * and an error object that cJSON reads back with the same message. Any violation aborts. */
+/* fuzz_request.c — libFuzzer target for the server's request parsers (src/server/openai.c, responses.c): request
+ * JSON -> validated parameters, and the JSON written back (build: make fuzz-request; run: build/fuzz_request
+ * -runs=1000000 tests/fuzz/request). The first input byte picks the endpoint ("r": /v1/responses, else odd: chat,
+ * even: completions), the rest is the body. Accepted requests must hold only values in their documented ranges;
+ * rejected ones must carry a 400 and an error object that cJSON reads back with the same message. Any violation
+ * aborts. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "server/openai.h"
+#include "server/responses.h"
 
 #define REQUIRE(c)                                                                                                     \
     do {                                                                                                               \
@@ -108,19 +110,53 @@ static void check_accepted(const OaiRequest *r, int kind) {
     free(s);
 }
 
+/* A /v1/responses request is a chat request with the settings to echo; its response object and events are JSON
+ * that cJSON reads back. */
+static void check_responses(const OaiRequest *r) {
+    check_accepted(r, OAI_CHAT);
+    REQUIRE(r->responses && r->resp_echo);
+    cJSON *echo = cJSON_Parse(r->resp_echo);
+    REQUIRE(cJSON_IsObject(echo));
+    cJSON_Delete(echo);
+    const OaiMessage *m = &r->messages[0];
+    const OaiRespItem items[3] = {{OAI_ITEM_REASONING, "rs_0", m->reasoning ? m->reasoning : "", NULL, NULL, 1},
+                                  {OAI_ITEM_MESSAGE, "msg_0", m->content, NULL, NULL, 2},
+                                  {OAI_ITEM_CALL, "fc_0", m->n_tool_calls ? m->tool_calls[0].arguments : "{}", "call_0",
+                                   m->n_tool_calls ? m->tool_calls[0].name : "f", 1}};
+    OaiMeta meta = {"resp_0", 1, r->model ? r->model : "m"};
+    OaiUsage u = {1, 2, 0};
+    char *s[4] = {oai_resp_json(&meta, r, "completed", items, 3, &u, 1, NULL),
+                  oai_resp_event_item("response.output_item.added", 0, 1, &items[1]),
+                  oai_resp_event_part("response.content_part.done", 1, 1, &items[1]),
+                  oai_resp_event_text("response.function_call_arguments.done", 2, 2, &items[2], items[2].text)};
+    for (int i = 0; i < 4; i++) {
+        cJSON *back = s[i] ? cJSON_Parse(s[i]) : NULL;
+        REQUIRE(back);
+        cJSON_Delete(back);
+        free(s[i]);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (size < 1) return 0;
-    int kind = data[0] & 1 ? OAI_CHAT : OAI_COMPLETION; /* the seeds: "c..." chat, "d..." completions */
+    /* the seeds: "c..." chat, "d..." completions, "r..." responses */
+    int kind = data[0] == 'r' ? OAI_RESPONSES : data[0] & 1 ? OAI_CHAT : OAI_COMPLETION;
     OaiRequest r;
     OaiError e;
     memset(&e, 0, sizeof e);
-    if (oai_parse_request((const char *)data + 1, size - 1, kind, VOCAB, &r, &e) == 0) {
-        check_accepted(&r, kind);
+    const int rc = kind == OAI_RESPONSES ? oai_parse_responses((const char *)data + 1, size - 1, VOCAB, &r, &e)
+                                         : oai_parse_request((const char *)data + 1, size - 1, kind, VOCAB, &r, &e);
+    if (rc == 0) {
+        if (kind == OAI_RESPONSES)
+            check_responses(&r);
+        else
+            check_accepted(&r, kind);
         oai_request_free(&r);
         return 0;
     }
     REQUIRE(e.status == 400 && e.type && e.message[0]);
-    REQUIRE(!r.messages && !r.prompt && !r.prompt_ids && !r.model && r.n_stop == 0 && !r.tools && !r.tool_choice_name);
+    REQUIRE(!r.messages && !r.prompt && !r.prompt_ids && !r.model && r.n_stop == 0 && !r.tools && !r.tool_choice_name &&
+            !r.resp_echo);
     char *s = oai_error_json(&e);
     REQUIRE(s);
     cJSON *back = cJSON_Parse(s), *err = cJSON_GetObjectItemCaseSensitive(back, "error");

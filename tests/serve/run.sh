@@ -24,4 +24,4 @@ model="$root/.cache/serve-model"
 "$B/tests/gen_serve_model" "$root/tests/fixtures/qwen35_text/config.json" "$model" || exit 1
 cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$model/"
 QWEN35_BIN="$B/qwen35" SERVE_MODEL="$model" OPENAI_DIR="$npmdir" node --test "$root/tests/serve/serve.test.cjs" "$root/tests/serve/limits.test.cjs" \
-    "$root/tests/serve/tools.test.cjs" "$root/tests/serve/prefix.test.cjs"
+    "$root/tests/serve/tools.test.cjs" "$root/tests/serve/prefix.test.cjs" "$root/tests/serve/responses.test.cjs"
