@@ -429,8 +429,11 @@ static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
 /* The usage of all choices: the prompt once, the completions summed. */
 static OaiUsage usage_of(Conn *c) {
     const Req *r0 = c->ch[0].req;
-    OaiUsage u = {r0->n_prompt, 0, r0->n_cached};
-    for (int i = 0; i < c->n_ch; i++) u.completion_tokens += c->ch[i].req->n_generated;
+    OaiUsage u = {r0->n_prompt, 0, r0->n_cached, 0};
+    for (int i = 0; i < c->n_ch; i++) {
+        u.completion_tokens += c->ch[i].req->n_generated;
+        u.reasoning_tokens += c->ch[i].req->n_reasoning;
+    }
     return u;
 }
 
@@ -508,16 +511,13 @@ static int resp_delta(Conn *c, const char *delta, size_t n) {
 }
 
 /* The response's lifecycle event: type "response.created" / "in_progress" (no items, no usage) or its end. */
-static void resp_lifecycle(Conn *c, const char *type, const char *status, const OaiUsage *u, int reasoning_tokens,
-                           const OaiError *err) {
+static void resp_lifecycle(Conn *c, const char *type, const char *status, const OaiUsage *u, const OaiError *err) {
     RespStream *rs = &c->rs;
     const Req *r = c->ch[0].req;
     const int n = u ? rs->n : 0;
     OaiRespItem *items = n ? malloc(sizeof *items * (size_t)n) : NULL;
     for (int i = 0; i < n && items; i++) items[i] = resp_item(&rs->items[i], rs->items[i].done);
-    ev_event(c, type,
-             oai_resp_event_response(type, rs->seq++, &c->meta, &r->rq, status, items, items ? n : 0, u,
-                                     reasoning_tokens, err));
+    ev_event(c, type, oai_resp_event_response(type, rs->seq++, &c->meta, &r->rq, status, items, items ? n : 0, u, err));
     free(items);
 }
 
@@ -554,12 +554,11 @@ static int resp_collect(Conn *c) {
     const OaiError err = r->error;
     const char *reason = r->finish_reason;
     OaiUsage u = usage_of(c);
-    const int reasoning_tokens = r->n_reasoning;
     sched_unlock(c->h->s);
 
     if (!rs->started) {
-        resp_lifecycle(c, "response.created", "in_progress", NULL, 0, NULL);
-        resp_lifecycle(c, "response.in_progress", "in_progress", NULL, 0, NULL);
+        resp_lifecycle(c, "response.created", "in_progress", NULL, NULL);
+        resp_lifecycle(c, "response.in_progress", "in_progress", NULL, NULL);
         rs->started = 1;
     }
     int oom = 0;
@@ -594,7 +593,7 @@ static int resp_collect(Conn *c) {
         cancel_all(c);
         OaiError e;
         oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
-        resp_lifecycle(c, "response.failed", "failed", &u, reasoning_tokens, &e);
+        resp_lifecycle(c, "response.failed", "failed", &u, &e);
         c->end_sent = 1;
     } else if (done) {
         /* as the non-streamed object: an empty message when nothing else came out (out of memory: none) */
@@ -603,7 +602,7 @@ static int resp_collect(Conn *c) {
         if (!err.status) resp_close(c, status[0] == 'i' ? 2 : 1);
         char type[40];
         snprintf(type, sizeof type, "response.%s", status);
-        resp_lifecycle(c, type, status, &u, reasoning_tokens, err.status ? &err : NULL);
+        resp_lifecycle(c, type, status, &u, err.status ? &err : NULL);
         c->end_sent = 1;
     }
     return c->ev_n > before;
@@ -634,7 +633,7 @@ static char *resp_body(Conn *c) {
     const OaiUsage u = usage_of(c);
     const char *status = q->finish_reason && !strcmp(q->finish_reason, "length") ? "incomplete" : "completed";
     if (status[0] == 'i' && n > 0) items[n - 1].done = 2;
-    char *body = q->n_calls && !fc ? NULL : oai_resp_json(&c->meta, &q->rq, status, items, n, &u, q->n_reasoning, NULL);
+    char *body = q->n_calls && !fc ? NULL : oai_resp_json(&c->meta, &q->rq, status, items, n, &u, NULL);
     free(fc);
     free(items);
     return body;

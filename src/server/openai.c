@@ -638,6 +638,8 @@ static cJSON *usage_json(const OaiUsage *u) {
     cJSON_AddNumberToObject(x, "total_tokens", u->prompt_tokens + u->completion_tokens);
     cJSON *d = cJSON_AddObjectToObject(x, "prompt_tokens_details");
     if (d) cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
+    d = cJSON_AddObjectToObject(x, "completion_tokens_details");
+    if (d) cJSON_AddNumberToObject(d, "reasoning_tokens", u->reasoning_tokens);
     return x;
 }
 

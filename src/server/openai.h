@@ -132,7 +132,8 @@ typedef struct OaiOutput {
 
 typedef struct OaiUsage {
     int prompt_tokens, completion_tokens;
-    int cached_tokens; /* prompt tokens served from the prefix cache: usage.prompt_tokens_details.cached_tokens */
+    int cached_tokens;    /* prompt tokens served from the prefix cache: usage.prompt_tokens_details.cached_tokens */
+    int reasoning_tokens; /* completion tokens whose text went to the reasoning: completion_tokens_details */
 } OaiUsage;
 
 typedef struct OaiMeta {

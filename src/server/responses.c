@@ -487,7 +487,7 @@ static cJSON *item_json(const OaiRespItem *it) {
 }
 
 static cJSON *resp_object(const OaiMeta *m, const OaiRequest *rq, const char *status, const OaiRespItem *items, int n,
-                          const OaiUsage *u, int reasoning_tokens, const OaiError *err) {
+                          const OaiUsage *u, const OaiError *err) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", m->id);
     cJSON_AddStringToObject(o, "object", "response");
@@ -524,7 +524,7 @@ static cJSON *resp_object(const OaiMeta *m, const OaiRequest *rq, const char *st
         cJSON_AddNumberToObject(cJSON_AddObjectToObject(x, "input_tokens_details"), "cached_tokens", u->cached_tokens);
         cJSON_AddNumberToObject(x, "output_tokens", u->completion_tokens);
         cJSON_AddNumberToObject(cJSON_AddObjectToObject(x, "output_tokens_details"), "reasoning_tokens",
-                                reasoning_tokens);
+                                u->reasoning_tokens);
         cJSON_AddNumberToObject(x, "total_tokens", u->prompt_tokens + u->completion_tokens);
     } else {
         cJSON_AddNullToObject(o, "usage");
@@ -539,8 +539,8 @@ static char *print(cJSON *o) {
 }
 
 char *oai_resp_json(const OaiMeta *m, const OaiRequest *rq, const char *status, const OaiRespItem *items, int n,
-                    const OaiUsage *u, int reasoning_tokens, const OaiError *err) {
-    return print(resp_object(m, rq, status, items, n, u, reasoning_tokens, err));
+                    const OaiUsage *u, const OaiError *err) {
+    return print(resp_object(m, rq, status, items, n, u, err));
 }
 
 static cJSON *event(const char *type, int seq) {
@@ -551,10 +551,9 @@ static cJSON *event(const char *type, int seq) {
 }
 
 char *oai_resp_event_response(const char *type, int seq, const OaiMeta *m, const OaiRequest *rq, const char *status,
-                              const OaiRespItem *items, int n, const OaiUsage *u, int reasoning_tokens,
-                              const OaiError *err) {
+                              const OaiRespItem *items, int n, const OaiUsage *u, const OaiError *err) {
     cJSON *o = event(type, seq);
-    cJSON_AddItemToObject(o, "response", resp_object(m, rq, status, items, n, u, reasoning_tokens, err));
+    cJSON_AddItemToObject(o, "response", resp_object(m, rq, status, items, n, u, err));
     return print(o);
 }
 

@@ -25,10 +25,10 @@ typedef struct OaiRespItem {
 } OaiRespItem;
 
 /* The response object. status: "in_progress" | "completed" | "incomplete" (incomplete_details.reason
- * "max_output_tokens") | "failed" (err: its error). u: NULL (usage null) or the usage; reasoning_tokens: the
- * output tokens that carried reasoning text. Each returns malloc'ed JSON text, NULL when out of memory. */
+ * "max_output_tokens") | "failed" (err: its error). u: NULL (usage null) or the usage. Each returns malloc'ed JSON
+ * text, NULL when out of memory. */
 char *oai_resp_json(const OaiMeta *m, const OaiRequest *rq, const char *status, const OaiRespItem *items, int n,
-                    const OaiUsage *u, int reasoning_tokens, const OaiError *err);
+                    const OaiUsage *u, const OaiError *err);
 /* Stream events, each with its type and sequence_number seq:
  *   response.created / in_progress / completed / incomplete / failed: {"response": oai_resp_json's object};
  *   response.output_item.added / done: output_index, item;
@@ -38,8 +38,7 @@ char *oai_resp_json(const OaiMeta *m, const OaiRequest *rq, const char *status, 
  *     content_index 0, delta or text (value);
  *   response.function_call_arguments.delta / done: item_id, output_index, delta or arguments (value). */
 char *oai_resp_event_response(const char *type, int seq, const OaiMeta *m, const OaiRequest *rq, const char *status,
-                              const OaiRespItem *items, int n, const OaiUsage *u, int reasoning_tokens,
-                              const OaiError *err);
+                              const OaiRespItem *items, int n, const OaiUsage *u, const OaiError *err);
 char *oai_resp_event_item(const char *type, int seq, int output_index, const OaiRespItem *item);
 char *oai_resp_event_part(const char *type, int seq, int output_index, const OaiRespItem *item);
 char *oai_resp_event_text(const char *type, int seq, int output_index, const OaiRespItem *item, const char *value);

@@ -97,7 +97,7 @@ static void check_accepted(const OaiRequest *r, int kind) {
                    .n_logprobs = 1,
                    .want_logprobs = 1,
                    .finish_reason = n_calls ? "tool_calls" : "stop"};
-    OaiUsage u = {1, 2};
+    OaiUsage u = {1, 2, 0, 1};
     char *s = oai_response_json(kind, &m, &o, 1, &u);
     REQUIRE(s);
     cJSON *back = cJSON_Parse(s);
@@ -124,8 +124,8 @@ static void check_responses(const OaiRequest *r) {
                                   {OAI_ITEM_CALL, "fc_0", m->n_tool_calls ? m->tool_calls[0].arguments : "{}", "call_0",
                                    m->n_tool_calls ? m->tool_calls[0].name : "f", 1}};
     OaiMeta meta = {"resp_0", 1, r->model ? r->model : "m"};
-    OaiUsage u = {1, 2, 0};
-    char *s[4] = {oai_resp_json(&meta, r, "completed", items, 3, &u, 1, NULL),
+    OaiUsage u = {1, 2, 0, 1};
+    char *s[4] = {oai_resp_json(&meta, r, "completed", items, 3, &u, NULL),
                   oai_resp_event_item("response.output_item.added", 0, 1, &items[1]),
                   oai_resp_event_part("response.content_part.done", 1, 1, &items[1]),
                   oai_resp_event_text("response.function_call_arguments.done", 2, 2, &items[2], items[2].text)};

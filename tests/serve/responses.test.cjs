@@ -111,6 +111,7 @@ test("text in, a message out; streamed: the same response, event by event", asyn
     assert.equal(r.output.at(-1).type, "message");
     assert.equal(r.output_text, r.output.at(-1).content[0].text); // the client's own join of the text parts
     assert.equal(r.max_output_tokens, 12);
+    assert.equal(r.usage.output_tokens_details.reasoning_tokens, 0, "thinking off");
     const { final, types } = await streamed(p);
     checkResponse(final);
     assert.deepEqual(items(final), items(r));

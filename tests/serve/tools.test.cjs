@@ -190,6 +190,8 @@ test("reasoning: thinking on puts the text before </think> into reasoning_conten
         const m = r.choices[0].message;
         const raw = r.choices[0].logprobs.content.map((t) => t.token).join("");
         assert.equal(typeof m.reasoning_content, "string");
+        const rt = r.usage.completion_tokens_details.reasoning_tokens; // the tokens whose text went to reasoning
+        assert.ok(rt <= r.usage.completion_tokens && (!m.reasoning_content || rt > 0), `reasoning_tokens ${rt}`);
         if (!raw.includes("</think>") && !raw.includes("<tool_call>")) { // all reasoning: newlines at its ends dropped
             assert.equal(m.reasoning_content, raw.replace(/^<think>/, "").replace(/^\n+|\n+$/g, ""), JSON.stringify(raw));
             assert.equal(m.content, "");
