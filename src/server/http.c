@@ -899,6 +899,20 @@ static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url
     int k = -1;
     for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
         if (!strcmp(url, routes[i].path)) k = i;
+    if (!strncmp(url, "/v1/models/", 11)) { /* GET /v1/models/{model}: the name may hold '/' (org/name) */
+        if (!get)
+            oai_fail(&e, 405, "invalid_request_error", NULL, NULL, "%s is not allowed on %s (use GET)", method, url);
+        else if (!authorized(h, mc))
+            oai_fail(&e, 401, "authentication_error", "invalid_api_key", NULL,
+                     "missing or wrong API key: send 'Authorization: Bearer KEY'");
+        else if (strcmp(url + 11, h->cfg.model))
+            oai_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                     "The model '%s' does not exist (this server serves '%s').", url + 11, h->cfg.model);
+        else
+            return reply(mc, 200, "application/json",
+                         oai_model_json(h->cfg.model, h->started, sched_max_context(h->s)));
+        return reply_error(c, mc, url, &e);
+    }
     if (k < 0) {
         oai_fail(&e, 404, "not_found_error", NULL, NULL, "no route %s %s", method, url);
         return reply_error(c, mc, url, &e);

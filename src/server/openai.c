@@ -751,17 +751,25 @@ char *oai_chunk_json(int kind, const OaiMeta *m, const OaiOutput *o, int first, 
     return print(root);
 }
 
-char *oai_models_json(const char *model, long created, int max_model_len) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
+static cJSON *model_object(const char *model, long created, int max_model_len) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", model);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)created);
     cJSON_AddStringToObject(m, "owned_by", "qwen35");
     cJSON_AddNumberToObject(m, "max_model_len", max_model_len);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), m);
+    return m;
+}
+
+char *oai_models_json(const char *model, long created, int max_model_len) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), model_object(model, created, max_model_len));
     return print(root);
+}
+
+char *oai_model_json(const char *model, long created, int max_model_len) {
+    return print(model_object(model, created, max_model_len));
 }
 
 int oai_tokenize_kind(const char *body, size_t len, int *kind, OaiError *e) {

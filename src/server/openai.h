@@ -149,8 +149,9 @@ char *oai_response_json(int kind, const OaiMeta *m, const OaiOutput *o, int n_ch
 /* One stream chunk. o: the choice's delta (NULL: a usage-only chunk with "choices": []); first: the chat delta
  * carries "role": "assistant"; u: NULL or the usage (include_usage: null on every chunk but the last). */
 char *oai_chunk_json(int kind, const OaiMeta *m, const OaiOutput *o, int first, const OaiUsage *u, int with_usage);
-/* GET /v1/models */
+/* GET /v1/models, and GET /v1/models/{model}: the model object alone */
 char *oai_models_json(const char *model, long created, int max_model_len);
+char *oai_model_json(const char *model, long created, int max_model_len);
 /* POST /tokenize (vLLM's): a request is a completions one ("prompt") or a chat one ("messages", rendered with the
  * generation prompt); *kind says which, from the body. The answer: {"count", "max_model_len", "tokens"}. */
 int oai_tokenize_kind(const char *body, size_t len, int *kind, OaiError *e);

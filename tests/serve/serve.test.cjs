@@ -61,13 +61,17 @@ async function collectChat(params) {
     return { text, finish, usage, role, chunks };
 }
 
-test("GET /health and /v1/models", async () => {
+test("GET /health, /v1/models and /v1/models/{model}", async () => {
     const h = await fetch(base + "/health");
     assert.equal(h.status, 200);
     const models = await client.models.list();
     assert.equal(models.data.length, 1);
     assert.equal(models.data[0].id, MODEL);
     assert.equal(models.data[0].max_model_len, CTX);
+    const m = await client.models.retrieve(MODEL);
+    assert.deepEqual(m, models.data[0]);
+    await assert.rejects(client.models.retrieve("other"), (e) => e.status === 404 && e.code === "model_not_found");
+    assert.equal((await fetch(base + "/v1/models/" + MODEL)).status, 401, "the key applies");
 });
 
 test("chat: non-streamed, usage and finish_reason length", async () => {
