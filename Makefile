@@ -211,7 +211,7 @@ $(BUILD)/fuzz_tokenizer: tests/fuzz/fuzz_tokenizer.c src/tokenizer.c src/tokeniz
 fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
 # libFuzzer target over the server's request JSON -> parameters: build/fuzz_request -runs=1000000 tests/fuzz/request
 $(BUILD)/fuzz_request: tests/fuzz/fuzz_request.c src/server/openai.c src/server/openai.h src/server/responses.c \
-                       src/server/responses.h src/pyjson.c src/strbuf.c src/util.c
+                       src/server/responses.h src/server/translate.c src/server/anthropic.c src/pyjson.c src/strbuf.c src/util.c
 	@mkdir -p $(dir $@)
 	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -D_GNU_SOURCE $(filter %.c,$^) -o $@ -lcjson -lm
 fuzz-request: $(BUILD)/fuzz_request

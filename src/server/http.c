@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/anthropic.h"
 #include "server/responses.h"
 
 struct Http {
@@ -45,24 +46,43 @@ typedef struct Choice {
     size_t text_offset;
 } Choice;
 
-/* /v1/responses streaming: the output items in the order they were opened; the last one is open until an item of
- * another kind (or another call) starts, or the request ends. */
-typedef struct RespRec {
+/* The output blocks of a /v1/responses or /v1/messages stream: reasoning, text and tool calls (OAI_ITEM_*) in the
+ * order they were opened; the last one is open until one of another kind (or another call) starts, or the end. */
+typedef struct Blk {
     int type;    /* OAI_ITEM_* */
     int call;    /* calls: the index in Req.calls */
-    char id[64]; /* rs_ / msg_ / fc_ + the response's id + its position */
+    char id[64]; /* the API's prefix + the response's id + its position */
     char *text;  /* reasoning / message text, or call arguments, streamed so far */
     size_t len;
     char *call_id, *name; /* calls: copies (Req.calls may move while the scheduler adds calls) */
     int done;             /* OaiRespItem.done once closed */
-} RespRec;
-typedef struct RespStream {
-    int seq; /* the next event's sequence_number */
-    RespRec *items;
+} Blk;
+struct Conn;
+/* How a stream ended: status "completed" / "incomplete" (max tokens) / "failed" (err). */
+typedef struct BlkEnd {
+    const char *status;
+    const OaiError *err;
+    const char *finish_reason; /* the chat path's */
+    const char *stop_sequence; /* the stop string that matched, or NULL */
+    const OaiUsage *u;
+} BlkEnd;
+/* An API's events around the blocks (at: the block's index). */
+typedef struct BlkApi {
+    const char *prefix[3]; /* block ids by type */
+    void (*start)(struct Conn *c, const OaiUsage *u);
+    void (*open)(struct Conn *c, int at, const OaiRespItem *it);
+    void (*delta)(struct Conn *c, int at, const OaiRespItem *it, const char *d);
+    void (*close)(struct Conn *c, int at, const OaiRespItem *it);
+    void (*end)(struct Conn *c, const BlkEnd *e);
+} BlkApi;
+typedef struct BlkStream {
+    const BlkApi *api;
+    int seq; /* the next event's sequence_number (Responses) */
+    Blk *items;
     int n, cap;
-    int open;    /* items[n - 1] is open (added, not done) */
-    int started; /* response.created and in_progress went out */
-} RespStream;
+    int open;    /* items[n - 1] is open */
+    int started; /* the start events went out */
+} BlkStream;
 
 typedef struct Conn {
     Http *h;
@@ -73,8 +93,8 @@ typedef struct Conn {
     int n_ch;
     Req *req; /* a /tokenize request (not scheduled) */
     OaiMeta meta;
-    int responses; /* POST /v1/responses */
-    RespStream rs;
+    int api; /* the route's API: OAI_CHAT, OAI_COMPLETION, OAI_RESPONSES or OAI_MESSAGES */
+    BlkStream bs;
     /* streaming */
     int end_sent;
     char *ev; /* SSE bytes ready to write */
@@ -128,7 +148,7 @@ static enum MHD_Result reply_error(Conn *c, struct MHD_Connection *mc, const cha
     if (!c->h->cfg.quiet)
         fprintf(stderr, "qwen35 serve: %s %d %s%s%s\n", url, e->status, e->message, e->param[0] ? " param " : "",
                 e->param);
-    return reply(mc, e->status, "application/json", oai_error_json(e));
+    return reply(mc, e->status, "application/json", c->api == OAI_MESSAGES ? ant_error_json(e) : oai_error_json(e));
 }
 
 /* ---- waiting on a request ---- */
@@ -437,64 +457,53 @@ static OaiUsage usage_of(Conn *c) {
     return u;
 }
 
-/* ---- /v1/responses ---- */
+/* ---- /v1/responses and /v1/messages: blocks ---- */
 
-static OaiRespItem resp_item(const RespRec *x, int done) {
+static OaiRespItem blk_item(const Blk *x, int done) {
     return (OaiRespItem){x->type, x->id, x->text ? x->text : "", x->call_id, x->name, done};
 }
 
-/* Ends the open item (done: OaiRespItem.done, 1 or 2): its text's done event, its part's, the item's. */
-static void resp_close(Conn *c, int done) {
-    RespStream *rs = &c->rs;
-    if (!rs->open) return;
-    RespRec *x = &rs->items[rs->n - 1];
+/* Ends the open block (done: OaiRespItem.done, 1 or 2). */
+static void blk_close(Conn *c, int done) {
+    BlkStream *bs = &c->bs;
+    if (!bs->open) return;
+    Blk *x = &bs->items[bs->n - 1];
     x->done = done;
-    const OaiRespItem it = resp_item(x, done);
-    const int at = rs->n - 1;
-    static const char *const text_done[3] = {"response.reasoning_text.done", "response.output_text.done",
-                                             "response.function_call_arguments.done"};
-    ev_event(c, text_done[x->type], oai_resp_event_text(text_done[x->type], rs->seq++, at, &it, it.text));
-    if (x->type != OAI_ITEM_CALL)
-        ev_event(c, "response.content_part.done",
-                 oai_resp_event_part("response.content_part.done", rs->seq++, at, &it));
-    ev_event(c, "response.output_item.done", oai_resp_event_item("response.output_item.done", rs->seq++, at, &it));
-    rs->open = 0;
+    const OaiRespItem it = blk_item(x, done);
+    bs->api->close(c, bs->n - 1, &it);
+    bs->open = 0;
 }
 
-/* Opens an item of this type (a call: Req.calls[call], its id and name) after closing the open one; 0, or -1 out
+/* Opens a block of this type (a call: Req.calls[call], its id and name) after closing the open one; 0, or -1 out
  * of memory. */
-static int resp_open(Conn *c, int type, int call, const char *call_id, const char *name) {
-    RespStream *rs = &c->rs;
-    resp_close(c, 1);
-    if (rs->n == rs->cap) {
-        const int cap = rs->cap ? 2 * rs->cap : 4;
-        RespRec *p = realloc(rs->items, sizeof *p * (size_t)cap);
+static int blk_open(Conn *c, int type, int call, const char *call_id, const char *name) {
+    BlkStream *bs = &c->bs;
+    blk_close(c, 1);
+    if (bs->n == bs->cap) {
+        const int cap = bs->cap ? 2 * bs->cap : 4;
+        Blk *p = realloc(bs->items, sizeof *p * (size_t)cap);
         if (!p) return -1;
-        rs->items = p, rs->cap = cap;
+        bs->items = p, bs->cap = cap;
     }
-    RespRec *x = &rs->items[rs->n++];
-    static const char *const prefix[3] = {"rs", "msg", "fc"};
-    *x = (RespRec){.type = type, .call = call};
+    Blk *x = &bs->items[bs->n++];
+    *x = (Blk){.type = type, .call = call};
     if (type == OAI_ITEM_CALL && (!(x->call_id = strdup(call_id)) || !(x->name = strdup(name)))) {
         free(x->call_id);
-        rs->n--;
+        bs->n--;
         return -1;
     }
-    snprintf(x->id, sizeof x->id, "%s_%s_%d", prefix[type], c->ch[0].req->id + 5, rs->n - 1);
-    rs->open = 1;
-    const OaiRespItem it = resp_item(x, 0);
-    ev_event(c, "response.output_item.added",
-             oai_resp_event_item("response.output_item.added", rs->seq++, rs->n - 1, &it));
-    if (type != OAI_ITEM_CALL)
-        ev_event(c, "response.content_part.added",
-                 oai_resp_event_part("response.content_part.added", rs->seq++, rs->n - 1, &it));
+    const char *rid = strchr(c->ch[0].req->id, '_');
+    snprintf(x->id, sizeof x->id, "%s_%s_%d", bs->api->prefix[type], rid ? rid + 1 : c->ch[0].req->id, bs->n - 1);
+    bs->open = 1;
+    const OaiRespItem it = blk_item(x, 0);
+    bs->api->open(c, bs->n - 1, &it);
     return 0;
 }
 
-/* Appends delta to the open item and sends it; 0, or -1 out of memory. */
-static int resp_delta(Conn *c, const char *delta, size_t n) {
-    RespStream *rs = &c->rs;
-    RespRec *x = &rs->items[rs->n - 1];
+/* Appends delta to the open block and sends it; 0, or -1 out of memory. */
+static int blk_delta(Conn *c, const char *delta, size_t n) {
+    BlkStream *bs = &c->bs;
+    Blk *x = &bs->items[bs->n - 1];
     char *t = realloc(x->text, x->len + n + 1);
     if (!t) return -1;
     memcpy(t + x->len, delta, n);
@@ -502,32 +511,20 @@ static int resp_delta(Conn *c, const char *delta, size_t n) {
     t[x->len] = 0;
     x->text = t;
     char *d = strndup(delta, n);
-    static const char *const type[3] = {"response.reasoning_text.delta", "response.output_text.delta",
-                                        "response.function_call_arguments.delta"};
-    const OaiRespItem it = resp_item(x, 0);
-    if (d) ev_event(c, type[x->type], oai_resp_event_text(type[x->type], rs->seq++, rs->n - 1, &it, d));
+    const OaiRespItem it = blk_item(x, 0);
+    if (d) bs->api->delta(c, bs->n - 1, &it, d);
     free(d);
     return d ? 0 : -1;
 }
 
-/* The response's lifecycle event: type "response.created" / "in_progress" (no items, no usage) or its end. */
-static void resp_lifecycle(Conn *c, const char *type, const char *status, const OaiUsage *u, const OaiError *err) {
-    RespStream *rs = &c->rs;
-    const Req *r = c->ch[0].req;
-    const int n = u ? rs->n : 0;
-    OaiRespItem *items = n ? malloc(sizeof *items * (size_t)n) : NULL;
-    for (int i = 0; i < n && items; i++) items[i] = resp_item(&rs->items[i], rs->items[i].done);
-    ev_event(c, type, oai_resp_event_response(type, rs->seq++, &c->meta, &r->rq, status, items, items ? n : 0, u, err));
-    free(items);
-}
-
-/* A /v1/responses stream: what the request produced since the last call as typed events (reasoning, then text,
- * then calls, each its own output item); after its end the final response event. 1 if any were made. */
-static int resp_collect(Conn *c) {
+/* A /v1/responses or /v1/messages stream: what the request produced since the last call as the API's events
+ * (reasoning, then text, then calls, each a block of its own); after its end the API's closing events. 1 if any
+ * were made. */
+static int blk_collect(Conn *c) {
     const size_t before = c->ev_n;
     Choice *k = &c->ch[0];
     Req *r = k->req;
-    RespStream *rs = &c->rs;
+    BlkStream *bs = &c->bs;
     sched_lock(c->h->s);
     char *text[2] = {NULL, NULL};
     size_t len[2] = {0, 0};
@@ -539,7 +536,7 @@ static int resp_collect(Conn *c) {
         }
     /* the calls' arguments as far as they are: from the open call (if any) on */
     const int first =
-        rs->open && rs->items[rs->n - 1].type == OAI_ITEM_CALL ? rs->items[rs->n - 1].call : k->calls_sent;
+        bs->open && bs->items[bs->n - 1].type == OAI_ITEM_CALL ? bs->items[bs->n - 1].call : k->calls_sent;
     const int n_calls = r->n_calls;
     /* per call from `first` on: arguments so far, id, name */
     char **args = n_calls > first ? calloc(3 * (size_t)(n_calls - first), sizeof *args) : NULL;
@@ -552,21 +549,20 @@ static int resp_collect(Conn *c) {
     }
     const int done = r->done;
     const OaiError err = r->error;
-    const char *reason = r->finish_reason;
+    const char *reason = r->finish_reason, *stop = r->stop_matched ? r->rq.stop[r->stop_which] : NULL;
     OaiUsage u = usage_of(c);
     sched_unlock(c->h->s);
 
-    if (!rs->started) {
-        resp_lifecycle(c, "response.created", "in_progress", NULL, NULL);
-        resp_lifecycle(c, "response.in_progress", "in_progress", NULL, NULL);
-        rs->started = 1;
+    if (!bs->started) {
+        bs->api->start(c, &u);
+        bs->started = 1;
     }
     int oom = 0;
     for (int ch = 1; ch >= 0 && !err.status; ch--) { /* reasoning comes before the text it leads to */
         if (!text[ch]) continue;
         const int type = ch ? OAI_ITEM_REASONING : OAI_ITEM_MESSAGE;
-        if (!(rs->open && rs->items[rs->n - 1].type == type) && resp_open(c, type, -1, NULL, NULL)) oom = 1;
-        if (!oom && resp_delta(c, text[ch], len[ch])) oom = 1;
+        if (!(bs->open && bs->items[bs->n - 1].type == type) && blk_open(c, type, -1, NULL, NULL)) oom = 1;
+        if (!oom && blk_delta(c, text[ch], len[ch])) oom = 1;
     }
     for (int i = first; args && i < n_calls && !oom && !err.status; i++) {
         char **a = args + 3 * (i - first);
@@ -574,16 +570,16 @@ static int resp_collect(Conn *c) {
             oom = 1;
             break;
         }
-        if (!(rs->open && rs->items[rs->n - 1].type == OAI_ITEM_CALL && rs->items[rs->n - 1].call == i)) {
-            if (resp_open(c, OAI_ITEM_CALL, i, a[1], a[2])) {
+        if (!(bs->open && bs->items[bs->n - 1].type == OAI_ITEM_CALL && bs->items[bs->n - 1].call == i)) {
+            if (blk_open(c, OAI_ITEM_CALL, i, a[1], a[2])) {
                 oom = 1;
                 break;
             }
             k->calls_sent = i + 1;
         }
-        const RespRec *x = &rs->items[rs->n - 1];
+        const Blk *x = &bs->items[bs->n - 1];
         const size_t n = strlen(a[0]);
-        if (n > x->len && resp_delta(c, a[0] + x->len, n - x->len)) oom = 1;
+        if (n > x->len && blk_delta(c, a[0] + x->len, n - x->len)) oom = 1;
     }
     for (int i = 0; args && i < 3 * (n_calls - first); i++) free(args[i]);
     free(args);
@@ -593,56 +589,136 @@ static int resp_collect(Conn *c) {
         cancel_all(c);
         OaiError e;
         oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
-        resp_lifecycle(c, "response.failed", "failed", &u, &e);
+        bs->api->end(c, &(BlkEnd){"failed", &e, reason, NULL, &u});
         c->end_sent = 1;
     } else if (done) {
-        /* as the non-streamed object: an empty message when nothing else came out (out of memory: none) */
-        if (!err.status && !rs->n) resp_open(c, OAI_ITEM_MESSAGE, -1, NULL, NULL);
+        /* as the non-streamed answer: an empty text block when nothing else came out (out of memory: none) */
+        if (!err.status && !bs->n) blk_open(c, OAI_ITEM_MESSAGE, -1, NULL, NULL);
         const char *status = err.status ? "failed" : reason && !strcmp(reason, "length") ? "incomplete" : "completed";
-        if (!err.status) resp_close(c, status[0] == 'i' ? 2 : 1);
-        char type[40];
-        snprintf(type, sizeof type, "response.%s", status);
-        resp_lifecycle(c, type, status, &u, err.status ? &err : NULL);
+        if (!err.status) blk_close(c, status[0] == 'i' ? 2 : 1);
+        bs->api->end(c, &(BlkEnd){status, err.status ? &err : NULL, reason, stop, &u});
         c->end_sent = 1;
     }
     return c->ev_n > before;
 }
 
-/* The non-streamed response object of a finished /v1/responses request. */
-static char *resp_body(Conn *c) {
+/* The blocks of a finished request as the non-streamed answer lists them: reasoning (with thinking, when any), the
+ * text (when any, or when nothing else came out), the calls. *items and *ids malloc'ed (free both); the count, or
+ * -1 out of memory. */
+static int final_items(Conn *c, OaiRespItem **items, char (**ids)[64]) {
     const Req *q = c->ch[0].req;
-    OaiRespItem *items = malloc(sizeof *items * (size_t)(q->n_calls + 2));
-    char ids[3][64];
+    const char *const *prefix = c->bs.api->prefix, *rid = strchr(q->id, '_');
+    *items = malloc(sizeof **items * (size_t)(q->n_calls + 2));
+    *ids = malloc(sizeof **ids * (size_t)(q->n_calls + 2));
+    if (!*items || !*ids) return -1;
     int n = 0;
-    if (!items) return NULL;
     const char *reasoning = q->out[1].p ? q->out[1].p : "", *content = q->out[0].p ? q->out[0].p : "";
-    if (q->reasoning && reasoning[0]) {
-        snprintf(ids[0], sizeof ids[0], "rs_%s_%d", q->id + 5, n);
-        items[n++] = (OaiRespItem){OAI_ITEM_REASONING, ids[0], reasoning, NULL, NULL, 1};
-    }
-    if (content[0] || (!n && !q->n_calls)) { /* an empty message only when nothing else came out */
-        snprintf(ids[1], sizeof ids[1], "msg_%s_%d", q->id + 5, n);
-        items[n++] = (OaiRespItem){OAI_ITEM_MESSAGE, ids[1], content, NULL, NULL, 1};
-    }
-    char(*fc)[64] = q->n_calls ? malloc(sizeof *fc * (size_t)q->n_calls) : NULL;
-    for (int i = 0; fc && i < q->n_calls; i++) {
-        snprintf(fc[i], sizeof fc[i], "fc_%s_%d", q->id + 5, n);
+    if (q->reasoning && reasoning[0]) (*items)[n++] = (OaiRespItem){OAI_ITEM_REASONING, NULL, reasoning, NULL, NULL, 1};
+    if (content[0] || (!n && !q->n_calls))
+        (*items)[n++] = (OaiRespItem){OAI_ITEM_MESSAGE, NULL, content, NULL, NULL, 1};
+    for (int i = 0; i < q->n_calls; i++) {
         const ReqCall *k = &q->calls[i];
-        items[n++] = (OaiRespItem){OAI_ITEM_CALL, fc[i], k->args.p ? k->args.p : "{}", k->id, k->name, 1};
+        (*items)[n++] = (OaiRespItem){OAI_ITEM_CALL, NULL, k->args.p ? k->args.p : "{}", k->id, k->name, 1};
     }
+    for (int i = 0; i < n; i++) {
+        snprintf((*ids)[i], sizeof(*ids)[i], "%s_%s_%d", prefix[(*items)[i].type], rid ? rid + 1 : q->id, i);
+        (*items)[i].id = (*ids)[i];
+    }
+    if (q->finish_reason && !strcmp(q->finish_reason, "length") && n > 0) (*items)[n - 1].done = 2;
+    return n;
+}
+
+/* The non-streamed answer of a finished /v1/responses or /v1/messages request. */
+static char *blk_body(Conn *c) {
+    const Req *q = c->ch[0].req;
+    OaiRespItem *items = NULL;
+    char(*ids)[64] = NULL;
+    const int n = final_items(c, &items, &ids);
     const OaiUsage u = usage_of(c);
-    const char *status = q->finish_reason && !strcmp(q->finish_reason, "length") ? "incomplete" : "completed";
-    if (status[0] == 'i' && n > 0) items[n - 1].done = 2;
-    char *body = q->n_calls && !fc ? NULL : oai_resp_json(&c->meta, &q->rq, status, items, n, &u, NULL);
-    free(fc);
+    char *body = NULL;
+    if (n >= 0 && c->api == OAI_RESPONSES) {
+        const char *status = q->finish_reason && !strcmp(q->finish_reason, "length") ? "incomplete" : "completed";
+        body = oai_resp_json(&c->meta, &q->rq, status, items, n, &u, NULL);
+    } else if (n >= 0) {
+        const AntStop st = {q->finish_reason, q->stop_matched ? q->rq.stop[q->stop_which] : NULL};
+        body = ant_message_json(&c->meta, items, n, &st, &u);
+    }
     free(items);
+    free(ids);
     return body;
 }
+
+/* The Responses API's events (typed: an event line, then the data; sequence numbers). */
+static void resp_start(Conn *c, const OaiUsage *u) {
+    (void)u;
+    const Req *r = c->ch[0].req;
+    ev_event(
+        c, "response.created",
+        oai_resp_event_response("response.created", c->bs.seq++, &c->meta, &r->rq, "in_progress", NULL, 0, NULL, NULL));
+    ev_event(c, "response.in_progress",
+             oai_resp_event_response("response.in_progress", c->bs.seq++, &c->meta, &r->rq, "in_progress", NULL, 0,
+                                     NULL, NULL));
+}
+static void resp_open(Conn *c, int at, const OaiRespItem *it) {
+    ev_event(c, "response.output_item.added", oai_resp_event_item("response.output_item.added", c->bs.seq++, at, it));
+    if (it->type != OAI_ITEM_CALL)
+        ev_event(c, "response.content_part.added",
+                 oai_resp_event_part("response.content_part.added", c->bs.seq++, at, it));
+}
+static void resp_delta(Conn *c, int at, const OaiRespItem *it, const char *d) {
+    static const char *const type[3] = {"response.reasoning_text.delta", "response.output_text.delta",
+                                        "response.function_call_arguments.delta"};
+    ev_event(c, type[it->type], oai_resp_event_text(type[it->type], c->bs.seq++, at, it, d));
+}
+static void resp_close(Conn *c, int at, const OaiRespItem *it) {
+    static const char *const type[3] = {"response.reasoning_text.done", "response.output_text.done",
+                                        "response.function_call_arguments.done"};
+    ev_event(c, type[it->type], oai_resp_event_text(type[it->type], c->bs.seq++, at, it, it->text));
+    if (it->type != OAI_ITEM_CALL)
+        ev_event(c, "response.content_part.done",
+                 oai_resp_event_part("response.content_part.done", c->bs.seq++, at, it));
+    ev_event(c, "response.output_item.done", oai_resp_event_item("response.output_item.done", c->bs.seq++, at, it));
+}
+static void resp_end(Conn *c, const BlkEnd *e) {
+    BlkStream *bs = &c->bs;
+    OaiRespItem *items = bs->n ? malloc(sizeof *items * (size_t)bs->n) : NULL;
+    for (int i = 0; i < bs->n && items; i++) items[i] = blk_item(&bs->items[i], bs->items[i].done);
+    char type[40];
+    snprintf(type, sizeof type, "response.%s", e->status);
+    ev_event(c, type,
+             oai_resp_event_response(type, bs->seq++, &c->meta, &c->ch[0].req->rq, e->status, items, items ? bs->n : 0,
+                                     e->u, e->err));
+    free(items);
+}
+static const BlkApi RESP_API = {{"rs", "msg", "fc"}, resp_start, resp_open, resp_delta, resp_close, resp_end};
+
+/* Anthropic's Messages API events. */
+static void ant_start(Conn *c, const OaiUsage *u) { ev_event(c, "message_start", ant_event_start(&c->meta, u)); }
+static void ant_open(Conn *c, int at, const OaiRespItem *it) {
+    ev_event(c, "content_block_start", ant_event_block_start(at, it));
+}
+static void ant_delta(Conn *c, int at, const OaiRespItem *it, const char *d) {
+    ev_event(c, "content_block_delta", ant_event_block_delta(at, it, d));
+}
+static void ant_close(Conn *c, int at, const OaiRespItem *it) {
+    (void)it;
+    ev_event(c, "content_block_stop", ant_event_block_stop(at));
+}
+static void ant_end(Conn *c, const BlkEnd *e) {
+    if (e->err) {
+        ev_event(c, "error", ant_error_json(e->err));
+        return;
+    }
+    const AntStop st = {e->finish_reason, e->stop_sequence};
+    ev_event(c, "message_delta", ant_event_delta(&st, e->u));
+    ev_event(c, "message_stop", ant_event_stop());
+}
+static const BlkApi ANT_API = {{"thk", "txt", "toolu"}, ant_start, ant_open, ant_delta, ant_close, ant_end};
 
 /* Turns what the choices have produced since the last call into SSE events; 1 if any were made. After the last
  * choice's end: the usage chunk (include_usage, no error) and [DONE]. */
 static int stream_collect(Conn *c) {
-    if (c->responses) return resp_collect(c);
+    if (c->api >= OAI_RESPONSES) return blk_collect(c);
     size_t before = c->ev_n;
     int all = 1, failed = 0;
     for (int i = 0; i < c->n_ch; i++) {
@@ -711,8 +787,9 @@ static int new_choice(Conn *c, int i, int kind, unsigned long id, OaiError *e) {
     c->ch[c->n_ch++].req = r;
     if (i > 0) sched_req_group(r, c->ch[0].req);
     const char *body = c->body.p ? c->body.p : "";
-    if (kind == OAI_RESPONSES ? oai_parse_responses(body, c->body.n, h->vocab, &r->rq, e)
-                              : oai_parse_request(body, c->body.n, kind, h->vocab, &r->rq, e))
+    if (kind == OAI_RESPONSES  ? oai_parse_responses(body, c->body.n, h->vocab, &r->rq, e)
+        : kind == OAI_MESSAGES ? ant_parse_messages(body, c->body.n, h->vocab, 0, &r->rq, e)
+                               : oai_parse_request(body, c->body.n, kind, h->vocab, &r->rq, e))
         return -1;
     if (r->rq.model && strcmp(r->rq.model, h->cfg.model))
         return oai_fail(e, 404, "invalid_request_error", "model_not_found", "model",
@@ -732,7 +809,7 @@ static int new_choice(Conn *c, int i, int kind, unsigned long id, OaiError *e) {
                             h->tok ? err.msg : "echo of token ids needs the model's tokenizer.json");
         if (!k->echo) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
-    static const char *const prefix[3] = {"chatcmpl-", "cmpl-", "resp_"};
+    static const char *const prefix[4] = {"chatcmpl-", "cmpl-", "resp_", "msg_"};
     snprintf(r->id, sizeof r->id, "%s%lx%06lx", prefix[kind], (unsigned long)h->started, id);
     r->t_arrival = now_s();
     return 0;
@@ -747,7 +824,8 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
         return reply_error(c, mc, url, &e);
     }
     unsigned long id = atomic_fetch_add(&h->next_id, 1);
-    c->responses = kind == OAI_RESPONSES;
+    c->api = kind;
+    c->bs.api = kind == OAI_RESPONSES ? &RESP_API : kind == OAI_MESSAGES ? &ANT_API : NULL;
     if (new_choice(c, 0, kind, id, &e)) return reply_error(c, mc, url, &e);
     for (int i = 1; i < c->ch[0].req->rq.n; i++)
         if (new_choice(c, i, kind, id, &e)) return reply_error(c, mc, url, &e);
@@ -791,7 +869,7 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
         cancel_all(c);
         return reply_error(c, mc, url, &c->ch[failed].req->error);
     }
-    if (c->responses) return reply(mc, 200, "application/json", resp_body(c));
+    if (c->bs.api) return reply(mc, 200, "application/json", blk_body(c));
     OaiOutput o[OAI_MAX_N];
     OaiCallOut *calls[OAI_MAX_N] = {NULL};
     char *echoed[OAI_MAX_N] = {NULL}; /* echo: the prompt's text, then the completion */
@@ -826,7 +904,7 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
 
 /* POST /tokenize and /detokenize (vLLM's): the ids of a prompt or of a rendered chat (as generation would see
  * them, generation prompt included), and the text of ids. */
-static enum MHD_Result tokens(Conn *c, struct MHD_Connection *mc, const char *url, int detok) {
+static enum MHD_Result tokens(Conn *c, struct MHD_Connection *mc, const char *url, int detok, int count) {
     Http *h = c->h;
     OaiError e = {0};
     const char *body = c->body.p ? c->body.p : "";
@@ -851,15 +929,17 @@ static enum MHD_Result tokens(Conn *c, struct MHD_Connection *mc, const char *ur
         free(text);
         return reply(mc, 200, "application/json", json);
     }
-    int kind;
+    int kind = OAI_CHAT;
     Req *r = NULL;
-    if (oai_tokenize_kind(body, c->body.n, &kind, &e)) return reply_error(c, mc, url, &e);
+    if (!count && oai_tokenize_kind(body, c->body.n, &kind, &e)) return reply_error(c, mc, url, &e);
     if (!(r = sched_req_new())) {
         oai_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         return reply_error(c, mc, url, &e);
     }
     c->req = r;
-    if (oai_parse_request(body, c->body.n, kind, h->vocab, &r->rq, &e)) return reply_error(c, mc, url, &e);
+    if (count ? ant_parse_messages(body, c->body.n, h->vocab, 1, &r->rq, &e)
+              : oai_parse_request(body, c->body.n, kind, h->vocab, &r->rq, &e))
+        return reply_error(c, mc, url, &e);
     int *ids = NULL, n = 0;
     if (kind == OAI_COMPLETION && !r->rq.prompt) { /* ids already */
         n = r->rq.n_prompt_ids;
@@ -874,17 +954,19 @@ static enum MHD_Result tokens(Conn *c, struct MHD_Connection *mc, const char *ur
             return reply_error(c, mc, url, &e);
         }
     }
-    char *json = oai_tokenize_json(ids, n, sched_max_context(h->s));
+    char *json = count ? ant_count_json(n) : oai_tokenize_json(ids, n, sched_max_context(h->s));
     if (ids != r->rq.prompt_ids) free(ids);
     return reply(mc, 200, "application/json", json);
 }
 
 /* ---- routing ---- */
 
+/* The key as OpenAI's clients send it (Authorization: Bearer KEY) or Anthropic's (x-api-key: KEY). */
 static int authorized(Http *h, struct MHD_Connection *mc) {
     if (!h->cfg.api_key) return 1;
     const char *a = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, h->cfg.api_key);
+    const char *x = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-api-key");
+    return (a && !strncmp(a, "Bearer ", 7) && !strcmp(a + 7, h->cfg.api_key)) || (x && !strcmp(x, h->cfg.api_key));
 }
 
 static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url, const char *method) {
@@ -894,12 +976,16 @@ static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url
     static const struct {
         const char *path;
         int post; /* 1: POST route, 0: GET route */
-    } routes[] = {{"/health", 0},         {"/metrics", 0},  {"/v1/models", 0},  {"/v1/chat/completions", 1},
-                  {"/v1/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1}, {"/v1/responses", 1}};
+    } routes[] = {{"/health", 0},         {"/metrics", 0},
+                  {"/v1/models", 0},      {"/v1/chat/completions", 1},
+                  {"/v1/completions", 1}, {"/tokenize", 1},
+                  {"/detokenize", 1},     {"/v1/responses", 1},
+                  {"/v1/messages", 1},    {"/v1/messages/count_tokens", 1}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
         if (!strcmp(url, routes[i].path)) k = i;
-    if (!strncmp(url, "/v1/models/", 11)) { /* GET /v1/models/{model}: the name may hold '/' (org/name) */
+    if (k == 8 || k == 9) c->api = OAI_MESSAGES; /* its errors are Anthropic's error objects */
+    if (!strncmp(url, "/v1/models/", 11)) {      /* GET /v1/models/{model}: the name may hold '/' (org/name) */
         if (!get)
             oai_fail(&e, 405, "invalid_request_error", NULL, NULL, "%s is not allowed on %s (use GET)", method, url);
         else if (!authorized(h, mc))
@@ -940,7 +1026,8 @@ static enum MHD_Result route(Conn *c, struct MHD_Connection *mc, const char *url
     case 3: return generate(c, mc, url, OAI_CHAT);
     case 4: return generate(c, mc, url, OAI_COMPLETION);
     case 7: return generate(c, mc, url, OAI_RESPONSES);
-    default: return tokens(c, mc, url, k == 6);
+    case 8: return generate(c, mc, url, OAI_MESSAGES);
+    default: return tokens(c, mc, url, k == 6, k == 9);
     }
 }
 
@@ -987,12 +1074,12 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
         free(c->ch[i].echo);
     }
     if (c->req) sched_release(h->s, c->req);
-    for (int i = 0; i < c->rs.n; i++) {
-        free(c->rs.items[i].text);
-        free(c->rs.items[i].call_id);
-        free(c->rs.items[i].name);
+    for (int i = 0; i < c->bs.n; i++) {
+        free(c->bs.items[i].text);
+        free(c->bs.items[i].call_id);
+        free(c->bs.items[i].name);
     }
-    free(c->rs.items);
+    free(c->bs.items);
     free(c->body.p);
     free(c->ev);
     free(c);

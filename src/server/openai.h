@@ -8,7 +8,8 @@
 
 #include "qwen35.h"
 
-enum { OAI_CHAT = 0, OAI_COMPLETION = 1, OAI_RESPONSES = 2 /* routing only: parsed into a chat request */ };
+/* OAI_RESPONSES and OAI_MESSAGES (Anthropic's) only route: their requests are parsed into chat requests */
+enum { OAI_CHAT = 0, OAI_COMPLETION = 1, OAI_RESPONSES = 2, OAI_MESSAGES = 3 };
 
 /* {"error":{"message","type","param","code"}} with its HTTP status. */
 typedef struct OaiError {
@@ -89,6 +90,7 @@ typedef struct OaiRequest {
                                {"type": "object"} for json_object), NULL for text */
     int responses;         /* POST /v1/responses (responses.h): a chat request answered as a response object */
     char *resp_echo;       /* responses: JSON object of the settings the response object echoes */
+    int anthropic;         /* POST /v1/messages (anthropic.h): a chat request answered as an Anthropic message */
 } OaiRequest;
 
 /* Parses body[0..len) as a kind request. vocab: ids in a token prompt must be below it. 0 on success (free r

@@ -24,82 +24,18 @@
 #include <string.h>
 
 #include "pyjson.h"
-
-static int bad(OaiError *e, const char *param, const char *what) {
-    return oai_fail(e, 400, "invalid_request_error", NULL, param, "'%s' %s", param, what);
-}
-static int oom(OaiError *e) { return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
-
-/* absent and null alike */
-static cJSON *field(const cJSON *o, const char *name) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return cJSON_IsNull(v) ? NULL : v;
-}
-
-/* cJSON_Duplicate copies valuestring too, so the copies keep pyjson_parse's number literals. */
-static cJSON *dup(const cJSON *v) { return cJSON_Duplicate(v, 1); }
-
-/* A copy of v into o under name. 0, or -1 out of memory. */
-static int put(cJSON *o, const char *name, const cJSON *v) {
-    cJSON *c = dup(v);
-    if (!c) return -1;
-    cJSON_AddItemToObject(o, name, c);
-    return 0;
-}
-
-/* Text of a content value: a string, or an array of parts whose types are in `types` (NULL-terminated) with a
- * string "text"; joined. *out malloc'ed. */
-static int parts_text(const cJSON *c, const char *const *types, const char *param, char **out, OaiError *e) {
-    if (cJSON_IsString(c)) return (*out = strdup(c->valuestring)) ? 0 : oom(e);
-    if (!cJSON_IsArray(c)) return bad(e, param, "must be a string or an array of text parts");
-    StrBuf b = {0};
-    sb_puts(&b, "");
-    const cJSON *p;
-    int i = 0;
-    cJSON_ArrayForEach(p, c) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "type"), *x = cJSON_GetObjectItemCaseSensitive(p, "text");
-        int known = 0;
-        for (int k = 0; types[k] && cJSON_IsString(t); k++) known |= !strcmp(t->valuestring, types[k]);
-        if (!cJSON_IsObject(p) || !known || !cJSON_IsString(x)) {
-            char what[160], at[64];
-            snprintf(at, sizeof at, "%s[%d]", param, i);
-            snprintf(what, sizeof what, "must be {\"type\": \"%s\", \"text\": string} (no images, files or audio)",
-                     types[0]);
-            sb_free(&b);
-            return bad(e, at, what);
-        }
-        sb_puts(&b, x->valuestring);
-        i++;
-    }
-    if (b.oom) {
-        sb_free(&b);
-        return oom(e);
-    }
-    *out = b.p;
-    return 0;
-}
+#include "server/translate.h"
 
 static const char *const MSG_PARTS[] = {"input_text", "output_text", "text", NULL};
 static const char *const REASONING_PARTS[] = {"reasoning_text", NULL};
 static const char *const SUMMARY_PARTS[] = {"summary_text", NULL};
 static const char *const OUTPUT_PARTS[] = {"input_text", "output_text", NULL};
 
-/* Appends {"role", "content"} to msgs; returns it (NULL out of memory). */
-static cJSON *add_message(cJSON *msgs, const char *role, const char *content) {
-    cJSON *m = cJSON_CreateObject();
-    if (!m || !cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", content)) {
-        cJSON_Delete(m);
-        return NULL;
-    }
-    cJSON_AddItemToArray(msgs, m);
-    return m;
-}
-
 /* input -> chat messages (after the instructions' system message). */
 static int input_messages(const cJSON *input, cJSON *msgs, OaiError *e) {
-    if (cJSON_IsString(input)) return add_message(msgs, "user", input->valuestring) ? 0 : oom(e);
+    if (cJSON_IsString(input)) return tr_add_message(msgs, "user", input->valuestring) ? 0 : tr_oom(e);
     if (!cJSON_IsArray(input) || cJSON_GetArraySize(input) == 0)
-        return bad(e, "input", "must be a string or a non-empty array of items");
+        return tr_bad(e, "input", "must be a string or a non-empty array of items");
     cJSON *assistant = NULL; /* the assistant message a function_call joins */
     char *reasoning = NULL;  /* a reasoning item's text, for the next assistant message */
     const cJSON *it;
@@ -108,35 +44,35 @@ static int input_messages(const cJSON *input, cJSON *msgs, OaiError *e) {
     cJSON_ArrayForEach(it, input) {
         snprintf(param, sizeof param, "input[%d]", i);
         if (!cJSON_IsObject(it)) {
-            rc = bad(e, param, "must be an object");
+            rc = tr_bad(e, param, "must be an object");
             break;
         }
-        const cJSON *type = field(it, "type");
+        const cJSON *type = tr_field(it, "type");
         const char *t = cJSON_IsString(type) ? type->valuestring : type ? "" : "message";
         char *text = NULL;
         if (!strcmp(t, "message")) {
-            const cJSON *role = field(it, "role");
+            const cJSON *role = tr_field(it, "role");
             snprintf(param, sizeof param, "input[%d].role", i);
             const char *r = cJSON_IsString(role) ? role->valuestring : "";
             if (!strcmp(r, "developer")) r = "system";
             if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "assistant")) {
-                rc = bad(e, param, "must be one of user, system, developer, assistant");
+                rc = tr_bad(e, param, "must be one of user, system, developer, assistant");
                 break;
             }
             snprintf(param, sizeof param, "input[%d].content", i);
-            const cJSON *c = field(it, "content");
+            const cJSON *c = tr_field(it, "content");
             if (!c) {
-                rc = bad(e, param, "is required");
+                rc = tr_bad(e, param, "is required");
                 break;
             }
-            if ((rc = parts_text(c, MSG_PARTS, param, &text, e))) break;
-            cJSON *m = add_message(msgs, r, text);
+            if ((rc = tr_parts_text(c, MSG_PARTS, param, &text, e))) break;
+            cJSON *m = tr_add_message(msgs, r, text);
             if (m && !strcmp(r, "assistant") && reasoning &&
                 !cJSON_AddStringToObject(m, "reasoning_content", reasoning))
                 m = NULL;
             if (!m) {
                 free(text);
-                rc = oom(e);
+                rc = tr_oom(e);
                 break;
             }
             if (!strcmp(r, "assistant")) {
@@ -145,24 +81,24 @@ static int input_messages(const cJSON *input, cJSON *msgs, OaiError *e) {
             }
             assistant = strcmp(r, "assistant") ? NULL : m;
         } else if (!strcmp(t, "function_call")) {
-            const cJSON *id = field(it, "call_id"), *name = field(it, "name"), *args = field(it, "arguments");
+            const cJSON *id = tr_field(it, "call_id"), *name = tr_field(it, "name"), *args = tr_field(it, "arguments");
             const char *f = !cJSON_IsString(id) || !id->valuestring[0]       ? "call_id"
                             : !cJSON_IsString(name) || !name->valuestring[0] ? "name"
                             : !cJSON_IsString(args)                          ? "arguments"
                                                                              : NULL;
             if (f) {
                 snprintf(param, sizeof param, "input[%d].%s", i, f);
-                rc = bad(e, param, "must be a non-empty string (arguments: the call's JSON text)");
+                rc = tr_bad(e, param, "must be a non-empty string (arguments: the call's JSON text)");
                 break;
             }
             if (!assistant) {
-                assistant = add_message(msgs, "assistant", "");
+                assistant = tr_add_message(msgs, "assistant", "");
                 if (assistant && reasoning && !cJSON_AddStringToObject(assistant, "reasoning_content", reasoning))
                     assistant = NULL;
                 free(reasoning);
                 reasoning = NULL;
                 if (!assistant) {
-                    rc = oom(e);
+                    rc = tr_oom(e);
                     break;
                 }
             }
@@ -176,46 +112,46 @@ static int input_messages(const cJSON *input, cJSON *msgs, OaiError *e) {
             if (!calls || !fn || !cJSON_AddStringToObject(fn, "name", name->valuestring) ||
                 !cJSON_AddStringToObject(fn, "arguments", args->valuestring)) {
                 cJSON_Delete(c);
-                rc = oom(e);
+                rc = tr_oom(e);
                 break;
             }
             cJSON_AddItemToArray(calls, c);
         } else if (!strcmp(t, "function_call_output")) {
-            const cJSON *id = field(it, "call_id"), *out = field(it, "output");
+            const cJSON *id = tr_field(it, "call_id"), *out = tr_field(it, "output");
             if (!cJSON_IsString(id) || !id->valuestring[0]) {
                 snprintf(param, sizeof param, "input[%d].call_id", i);
-                rc = bad(e, param, "must be a non-empty string");
+                rc = tr_bad(e, param, "must be a non-empty string");
                 break;
             }
             snprintf(param, sizeof param, "input[%d].output", i);
             if (!out) {
-                rc = bad(e, param, "is required");
+                rc = tr_bad(e, param, "is required");
                 break;
             }
-            if ((rc = parts_text(out, OUTPUT_PARTS, param, &text, e))) break;
-            cJSON *m = add_message(msgs, "tool", text);
+            if ((rc = tr_parts_text(out, OUTPUT_PARTS, param, &text, e))) break;
+            cJSON *m = tr_add_message(msgs, "tool", text);
             if (!m || !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring)) {
                 free(text);
-                rc = oom(e);
+                rc = tr_oom(e);
                 break;
             }
             assistant = NULL;
         } else if (!strcmp(t, "reasoning")) {
-            const cJSON *c = field(it, "content"), *s = field(it, "summary");
+            const cJSON *c = tr_field(it, "content"), *s = tr_field(it, "summary");
             snprintf(param, sizeof param, "input[%d].%s", i, c ? "content" : "summary");
-            if ((rc = c || s ? parts_text(c ? c : s, c ? REASONING_PARTS : SUMMARY_PARTS, param, &text, e)
+            if ((rc = c || s ? tr_parts_text(c ? c : s, c ? REASONING_PARTS : SUMMARY_PARTS, param, &text, e)
                       : (text = strdup("")) ? 0
-                                            : oom(e)))
+                                            : tr_oom(e)))
                 break;
             free(reasoning);
             reasoning = text;
             text = NULL;
         } else {
             snprintf(param, sizeof param, "input[%d].type", i);
-            rc = bad(e, param,
-                     !strcmp(t, "item_reference")
-                         ? "item_reference is not supported (this server stores no items: send them whole)"
-                         : "must be message, function_call, function_call_output or reasoning");
+            rc = tr_bad(e, param,
+                        !strcmp(t, "item_reference")
+                            ? "item_reference is not supported (this server stores no items: send them whole)"
+                            : "must be message, function_call, function_call_output or reasoning");
             break;
         }
         free(text);
@@ -226,33 +162,33 @@ static int input_messages(const cJSON *input, cJSON *msgs, OaiError *e) {
 }
 
 static int translate_tools(const cJSON *tools, cJSON *chat, OaiError *e) {
-    if (!cJSON_IsArray(tools)) return bad(e, "tools", "must be an array of function tools");
+    if (!cJSON_IsArray(tools)) return tr_bad(e, "tools", "must be an array of function tools");
     cJSON *out = cJSON_AddArrayToObject(chat, "tools");
-    if (!out) return oom(e);
+    if (!out) return tr_oom(e);
     const cJSON *t;
     int i = 0;
     cJSON_ArrayForEach(t, tools) {
         char param[48];
         snprintf(param, sizeof param, "tools[%d]", i);
-        const cJSON *type = field(t, "type"), *name = field(t, "name");
+        const cJSON *type = tr_field(t, "type"), *name = tr_field(t, "name");
         if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-            return bad(e, param, "must be {\"type\": \"function\", \"name\", ...} (no built-in tools here)");
+            return tr_bad(e, param, "must be {\"type\": \"function\", \"name\", ...} (no built-in tools here)");
         if (!cJSON_IsString(name) || !name->valuestring[0]) {
             snprintf(param, sizeof param, "tools[%d].name", i);
-            return bad(e, param, "must be a non-empty string");
+            return tr_bad(e, param, "must be a non-empty string");
         }
         cJSON *c = cJSON_CreateObject(); /* "type" first: the template prints the tool with its keys in order */
         cJSON *fn = c && cJSON_AddStringToObject(c, "type", "function") ? cJSON_AddObjectToObject(c, "function") : NULL;
         if (!fn) {
             cJSON_Delete(c);
-            return oom(e);
+            return tr_oom(e);
         }
         cJSON_AddItemToArray(out, c);
         static const char *const keys[] = {"name", "description", "parameters", "strict"};
         for (int k = 0; k < 4; k++) {
-            const cJSON *v = field(t, keys[k]);
-            cJSON *d = v ? dup(v) : NULL;
-            if (v && !d) return oom(e);
+            const cJSON *v = tr_field(t, keys[k]);
+            cJSON *d = v ? cJSON_Duplicate(v, 1) : NULL;
+            if (v && !d) return tr_oom(e);
             if (d) cJSON_AddItemToObject(fn, keys[k], d);
         }
         i++;
@@ -261,57 +197,38 @@ static int translate_tools(const cJSON *tools, cJSON *chat, OaiError *e) {
 }
 
 static int translate_tool_choice(const cJSON *tc, cJSON *chat, OaiError *e) {
-    if (cJSON_IsString(tc)) return put(chat, "tool_choice", tc) ? oom(e) : 0; /* validated by the chat parser */
-    const cJSON *type = field(tc, "type"), *name = field(tc, "name");
+    if (cJSON_IsString(tc)) return tr_put(chat, "tool_choice", tc) ? tr_oom(e) : 0; /* validated by the chat parser */
+    const cJSON *type = tr_field(tc, "type"), *name = tr_field(tc, "name");
     if (!cJSON_IsObject(tc) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name))
-        return bad(e, "tool_choice", "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\"}");
+        return tr_bad(e, "tool_choice",
+                      "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\"}");
     cJSON *c = cJSON_AddObjectToObject(chat, "tool_choice"), *fn = c ? cJSON_AddObjectToObject(c, "function") : NULL;
     if (!fn || !cJSON_AddStringToObject(c, "type", "function") ||
         !cJSON_AddStringToObject(fn, "name", name->valuestring))
-        return oom(e);
+        return tr_oom(e);
     return 0;
 }
 
 static int translate_format(const cJSON *text, cJSON *chat, OaiError *e) {
-    if (!cJSON_IsObject(text)) return bad(e, "text", "must be an object");
-    const cJSON *f = field(text, "format");
+    if (!cJSON_IsObject(text)) return tr_bad(e, "text", "must be an object");
+    const cJSON *f = tr_field(text, "format");
     if (!f) return 0;
-    const cJSON *type = field(f, "type");
-    if (!cJSON_IsObject(f) || !cJSON_IsString(type)) return bad(e, "text.format", "must be an object with a \"type\"");
+    const cJSON *type = tr_field(f, "type");
+    if (!cJSON_IsObject(f) || !cJSON_IsString(type))
+        return tr_bad(e, "text.format", "must be an object with a \"type\"");
     cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
-    if (!rf || !cJSON_AddStringToObject(rf, "type", type->valuestring)) return oom(e);
+    if (!rf || !cJSON_AddStringToObject(rf, "type", type->valuestring)) return tr_oom(e);
     if (strcmp(type->valuestring, "json_schema")) return 0; /* text / json_object; others: the chat parser's 400 */
     cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
-    if (!js) return oom(e);
+    if (!js) return tr_oom(e);
     static const char *const keys[] = {"name", "schema", "strict", "description"};
     for (int k = 0; k < 4; k++) {
-        const cJSON *v = field(f, keys[k]);
-        cJSON *d = v ? dup(v) : NULL;
-        if (v && !d) return oom(e);
+        const cJSON *v = tr_field(f, keys[k]);
+        cJSON *d = v ? cJSON_Duplicate(v, 1) : NULL;
+        if (v && !d) return tr_oom(e);
         if (d) cJSON_AddItemToObject(js, keys[k], d);
     }
     return 0;
-}
-
-/* The chat parser's error params as the Responses API names them. */
-static void rename_param(OaiError *e) {
-    if (!strncmp(e->param, "messages", 8)) { /* its indices are the chat messages', not the input items' */
-        snprintf(e->param, sizeof e->param, "input");
-        return;
-    }
-    static const char *const map[][2] = {{"max_tokens", "max_output_tokens"},
-                                         {"response_format.json_schema", "text.format"},
-                                         {"response_format", "text.format"},
-                                         {"chat_template_kwargs.enable_thinking", "reasoning.effort"}};
-    for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
-        const size_t n = strlen(map[k][0]);
-        if (!strncmp(e->param, map[k][0], n)) {
-            char rest[64];
-            snprintf(rest, sizeof rest, "%s", e->param + n);
-            snprintf(e->param, sizeof e->param, "%s%s", map[k][1], rest);
-            return;
-        }
-    }
 }
 
 /* The settings echoed in the response object: as sent, or their defaults. */
@@ -331,15 +248,15 @@ static cJSON *echo_of(const cJSON *root) {
                                            "{}",
                                            "null"};
     for (int k = 0; o && k < (int)(sizeof keys / sizeof keys[0]); k++) {
-        const cJSON *v = field(root, keys[k]);
-        cJSON *d = v ? dup(v) : cJSON_Parse(defaults[k]);
+        const cJSON *v = tr_field(root, keys[k]);
+        cJSON *d = v ? cJSON_Duplicate(v, 1) : cJSON_Parse(defaults[k]);
         if (!d) {
             cJSON_Delete(o);
             return NULL;
         }
         cJSON_AddItemToObject(o, keys[k], d);
     }
-    const cJSON *ptc = field(root, "parallel_tool_calls");
+    const cJSON *ptc = tr_field(root, "parallel_tool_calls");
     if (o && !cJSON_AddBoolToObject(o, "parallel_tool_calls", !cJSON_IsFalse(ptc))) {
         cJSON_Delete(o);
         return NULL;
@@ -355,43 +272,43 @@ static int translate(const cJSON *root, cJSON **chat, OaiError *e) {
         {"prompt", "(a stored prompt template) is not supported"},
         {"top_logprobs", "is not supported on /v1/responses yet (use /v1/chat/completions for logprobs)"}};
     for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++)
-        if (field(root, refused[k][0])) return bad(e, refused[k][0], refused[k][1]);
-    if (cJSON_IsTrue(field(root, "background"))) return bad(e, "background", "is not supported");
-    const cJSON *tr = field(root, "truncation");
+        if (tr_field(root, refused[k][0])) return tr_bad(e, refused[k][0], refused[k][1]);
+    if (cJSON_IsTrue(tr_field(root, "background"))) return tr_bad(e, "background", "is not supported");
+    const cJSON *tr = tr_field(root, "truncation");
     if (tr && (!cJSON_IsString(tr) || strcmp(tr->valuestring, "disabled")))
-        return bad(e, "truncation", "must be \"disabled\" (a prompt over the context is refused, not truncated)");
-    const cJSON *inc = field(root, "include"), *x;
-    if (inc && !cJSON_IsArray(inc)) return bad(e, "include", "must be an array of strings");
+        return tr_bad(e, "truncation", "must be \"disabled\" (a prompt over the context is refused, not truncated)");
+    const cJSON *inc = tr_field(root, "include"), *x;
+    if (inc && !cJSON_IsArray(inc)) return tr_bad(e, "include", "must be an array of strings");
     cJSON_ArrayForEach(x, inc) {
         if (cJSON_IsString(x) && !strcmp(x->valuestring, "message.output_text.logprobs"))
-            return bad(e, "include",
-                       "message.output_text.logprobs is not supported on /v1/responses yet (use "
-                       "/v1/chat/completions)");
+            return tr_bad(e, "include",
+                          "message.output_text.logprobs is not supported on /v1/responses yet (use "
+                          "/v1/chat/completions)");
     }
 
     cJSON *c = *chat = cJSON_CreateObject();
     cJSON *msgs = c ? cJSON_AddArrayToObject(c, "messages") : NULL;
-    if (!msgs) return oom(e);
-    const cJSON *ins = field(root, "instructions"), *input = field(root, "input");
-    if (ins && !cJSON_IsString(ins)) return bad(e, "instructions", "must be a string");
-    if (ins && !add_message(msgs, "system", ins->valuestring)) return oom(e);
-    if (!input) return bad(e, "input", "is required");
+    if (!msgs) return tr_oom(e);
+    const cJSON *ins = tr_field(root, "instructions"), *input = tr_field(root, "input");
+    if (ins && !cJSON_IsString(ins)) return tr_bad(e, "instructions", "must be a string");
+    if (ins && !tr_add_message(msgs, "system", ins->valuestring)) return tr_oom(e);
+    if (!input) return tr_bad(e, "input", "is required");
     if (input_messages(input, msgs, e)) return -1;
     const cJSON *v;
-    if ((v = field(root, "tools")) && translate_tools(v, c, e)) return -1;
-    if ((v = field(root, "tool_choice")) && translate_tool_choice(v, c, e)) return -1;
-    if ((v = field(root, "text")) && translate_format(v, c, e)) return -1;
-    if ((v = field(root, "reasoning"))) {
-        if (!cJSON_IsObject(v)) return bad(e, "reasoning", "must be an object");
-        const cJSON *eff = field(v, "effort");
-        if (eff && !cJSON_IsString(eff)) return bad(e, "reasoning.effort", "must be a string");
+    if ((v = tr_field(root, "tools")) && translate_tools(v, c, e)) return -1;
+    if ((v = tr_field(root, "tool_choice")) && translate_tool_choice(v, c, e)) return -1;
+    if ((v = tr_field(root, "text")) && translate_format(v, c, e)) return -1;
+    if ((v = tr_field(root, "reasoning"))) {
+        if (!cJSON_IsObject(v)) return tr_bad(e, "reasoning", "must be an object");
+        const cJSON *eff = tr_field(v, "effort");
+        if (eff && !cJSON_IsString(eff)) return tr_bad(e, "reasoning.effort", "must be a string");
         if (eff) {
             const int off = !strcmp(eff->valuestring, "none") || !strcmp(eff->valuestring, "minimal");
             cJSON *kw = cJSON_AddObjectToObject(c, "chat_template_kwargs");
-            if (!kw || !cJSON_AddBoolToObject(kw, "enable_thinking", !off)) return oom(e);
+            if (!kw || !cJSON_AddBoolToObject(kw, "enable_thinking", !off)) return tr_oom(e);
         }
     }
-    if ((v = field(root, "max_output_tokens")) && put(c, "max_tokens", v)) return oom(e);
+    if ((v = tr_field(root, "max_output_tokens")) && tr_put(c, "max_tokens", v)) return tr_oom(e);
     static const char *const same[] = {"model",
                                        "stream",
                                        "temperature",
@@ -409,36 +326,33 @@ static int translate(const cJSON *root, cJSON **chat, OaiError *e) {
                                        "logit_bias",
                                        "parallel_tool_calls"};
     for (size_t k = 0; k < sizeof same / sizeof same[0]; k++)
-        if ((v = field(root, same[k])) && put(c, same[k], v)) return oom(e);
+        if ((v = tr_field(root, same[k])) && tr_put(c, same[k], v)) return tr_oom(e);
     return 0;
 }
 
 int oai_parse_responses(const char *body, size_t len, int vocab, OaiRequest *r, OaiError *e) {
     memset(r, 0, sizeof *r);
     cJSON *root = NULL, *chat = NULL, *echo = NULL;
-    Err perr;
-    int rc = pyjson_parse(body, len, "body", &root, &perr);
-    if (rc == Q35_ERR_OOM) return oom(e);
-    if (rc)
-        return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON (%s)",
-                        perr.msg);
-    rc = !cJSON_IsObject(root)
-             ? oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object")
-             : translate(root, &chat, e);
-    StrBuf text = {0}, et = {0};
+    if (tr_parse_body(body, len, &root, e)) return -1;
+    int rc = translate(root, &chat, e);
+    StrBuf et = {0};
     if (!rc) {
-        pyjson_dump_strict(&text, chat);
         echo = echo_of(root);
         if (echo) pyjson_dump_strict(&et, echo);
-        if (text.oom || !text.p || !echo || et.oom || !et.p) rc = oom(e);
+        if (!echo || et.oom || !et.p) rc = tr_oom(e);
     }
-    if (!rc && (rc = oai_parse_request(text.p, text.n, OAI_CHAT, vocab, r, e))) rename_param(e);
+    /* the chat parser's params as the Responses API names them (messages' indices are not the input items') */
+    static const TrRename names[] = {{"messages", "input", 1},
+                                     {"max_tokens", "max_output_tokens", 0},
+                                     {"response_format.json_schema", "text.format", 0},
+                                     {"response_format", "text.format", 0},
+                                     {"chat_template_kwargs.enable_thinking", "reasoning.effort", 0}};
+    if (!rc) rc = tr_parse_chat(chat, vocab, r, names, sizeof names / sizeof names[0], e);
     if (!rc) {
         r->responses = 1;
         r->resp_echo = et.p;
         et.p = NULL;
     }
-    sb_free(&text);
     sb_free(&et);
     cJSON_Delete(root);
     cJSON_Delete(chat);

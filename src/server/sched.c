@@ -270,14 +270,16 @@ static int channel_put(Sched *s, Req *r, int c, const char *piece, size_t n) {
     TextBuf *p = &r->pend[c];
     if (text_put(p, piece, n)) return 0;
     size_t first = p->n;
+    int which = 0;
     for (int i = 0; i < r->rq.n_stop; i++) {
         const char *hit = memmem(p->p, p->n, r->rq.stop[i], strlen(r->rq.stop[i]));
-        if (hit && (size_t)(hit - p->p) < first) first = (size_t)(hit - p->p);
+        if (hit && (size_t)(hit - p->p) < first) first = (size_t)(hit - p->p), which = i;
     }
     if (first < p->n) {
         release(s, r, c, first);
         p->n = 0;
         r->stop_matched = 1;
+        r->stop_which = which;
         return 1;
     }
     release(s, r, c, p->n - stop_hold(r, p->p, p->n));

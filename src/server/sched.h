@@ -57,6 +57,7 @@ typedef struct Req {
     int n_toks;       /* ids in toks: n_prompt + generated */
     int n_fed;        /* ids of toks the engine holds */
     int stop_matched; /* a stop string matched: nothing more is released */
+    int stop_which;   /* ... which one (rq.stop[stop_which]) */
     int calls_done;   /* parallel_tool_calls false and the first call complete: nothing more is parsed */
     int preempted;    /* was preempted at least once */
     int admitted;     /* holds (or held) a slot: counted in the queue limit's free slots */

@@ -1,7 +1,7 @@
 /* fuzz_request.c — libFuzzer target for the server's request parsers (src/server/openai.c, responses.c): request
  * JSON -> validated parameters, and the JSON written back (build: make fuzz-request; run: build/fuzz_request
- * -runs=1000000 tests/fuzz/request). The first input byte picks the endpoint ("r": /v1/responses, else odd: chat,
- * even: completions), the rest is the body. Accepted requests must hold only values in their documented ranges;
+ * -runs=1000000 tests/fuzz/request). The first input byte picks the endpoint ("r": /v1/responses, "a": /v1/messages,
+ * "A": its count_tokens, else odd: chat, even: completions), the rest is the body. Accepted requests must hold only values in their documented ranges;
  * rejected ones must carry a 400 and an error object that cJSON reads back with the same message. Any violation
  * aborts. */
 #include <cjson/cJSON.h>
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/anthropic.h"
 #include "server/openai.h"
 #include "server/responses.h"
 
@@ -137,18 +138,49 @@ static void check_responses(const OaiRequest *r) {
     }
 }
 
+/* A /v1/messages request is a chat request; its message object and events are JSON that cJSON reads back. */
+static void check_messages(const OaiRequest *r) {
+    check_accepted(r, OAI_CHAT);
+    REQUIRE(r->anthropic);
+    const OaiMessage *m = &r->messages[r->n_messages - 1];
+    const OaiRespItem items[3] = {{OAI_ITEM_REASONING, "thk_0", m->reasoning ? m->reasoning : "", NULL, NULL, 1},
+                                  {OAI_ITEM_MESSAGE, "txt_0", m->content, NULL, NULL, 1},
+                                  {OAI_ITEM_CALL, "toolu_0", m->n_tool_calls ? m->tool_calls[0].arguments : "{}",
+                                   "call_0", m->n_tool_calls ? m->tool_calls[0].name : "f", 1}};
+    OaiMeta meta = {"msg_0", 1, r->model ? r->model : "m"};
+    OaiUsage u = {3, 2, 1, 0};
+    const AntStop st = {"length", r->n_stop ? r->stop[0] : NULL};
+    char *s[4] = {ant_message_json(&meta, items, 3, &st, &u), ant_event_start(&meta, &u),
+                  ant_event_block_delta(2, &items[2], items[2].text), ant_event_delta(&st, &u)};
+    for (int i = 0; i < 4; i++) {
+        cJSON *back = s[i] ? cJSON_Parse(s[i]) : NULL;
+        REQUIRE(back);
+        cJSON_Delete(back);
+        free(s[i]);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (size < 1) return 0;
-    /* the seeds: "c..." chat, "d..." completions, "r..." responses */
-    int kind = data[0] == 'r' ? OAI_RESPONSES : data[0] & 1 ? OAI_CHAT : OAI_COMPLETION;
+    /* the seeds: "c..." chat, "d..." completions, "r..." responses, "a..." messages (Anthropic's), "A..." its
+     * count_tokens */
+    const int count = data[0] == 'A';
+    int kind = data[0] == 'r'                     ? OAI_RESPONSES
+               : data[0] == 'a' || data[0] == 'A' ? OAI_MESSAGES
+               : data[0] & 1                      ? OAI_CHAT
+                                                  : OAI_COMPLETION;
     OaiRequest r;
     OaiError e;
     memset(&e, 0, sizeof e);
-    const int rc = kind == OAI_RESPONSES ? oai_parse_responses((const char *)data + 1, size - 1, VOCAB, &r, &e)
-                                         : oai_parse_request((const char *)data + 1, size - 1, kind, VOCAB, &r, &e);
+    const char *body = (const char *)data + 1;
+    const int rc = kind == OAI_RESPONSES  ? oai_parse_responses(body, size - 1, VOCAB, &r, &e)
+                   : kind == OAI_MESSAGES ? ant_parse_messages(body, size - 1, VOCAB, count, &r, &e)
+                                          : oai_parse_request(body, size - 1, kind, VOCAB, &r, &e);
     if (rc == 0) {
         if (kind == OAI_RESPONSES)
             check_responses(&r);
+        else if (kind == OAI_MESSAGES)
+            check_messages(&r);
         else
             check_accepted(&r, kind);
         oai_request_free(&r);
@@ -157,7 +189,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     REQUIRE(e.status == 400 && e.type && e.message[0]);
     REQUIRE(!r.messages && !r.prompt && !r.prompt_ids && !r.model && r.n_stop == 0 && !r.tools && !r.tool_choice_name &&
             !r.resp_echo);
-    char *s = oai_error_json(&e);
+    char *s = kind == OAI_MESSAGES ? ant_error_json(&e) : oai_error_json(&e);
     REQUIRE(s);
     cJSON *back = cJSON_Parse(s), *err = cJSON_GetObjectItemCaseSensitive(back, "error");
     const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");

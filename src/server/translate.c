@@ -1,0 +1,102 @@
+/* translate.c — the helpers of translate.h. */
+#include "server/translate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pyjson.h"
+
+int tr_bad(OaiError *e, const char *param, const char *what) {
+    return oai_fail(e, 400, "invalid_request_error", NULL, param, "'%s' %s", param, what);
+}
+
+int tr_oom(OaiError *e) { return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
+
+cJSON *tr_field(const cJSON *o, const char *name) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
+int tr_put(cJSON *o, const char *name, const cJSON *v) {
+    cJSON *c = cJSON_Duplicate(v, 1); /* valuestring copied too: pyjson_parse's number literals stay */
+    if (!c) return -1;
+    cJSON_AddItemToObject(o, name, c);
+    return 0;
+}
+
+int tr_parts_text(const cJSON *c, const char *const *types, const char *param, char **out, OaiError *e) {
+    if (cJSON_IsString(c)) return (*out = strdup(c->valuestring)) ? 0 : tr_oom(e);
+    if (!cJSON_IsArray(c)) return tr_bad(e, param, "must be a string or an array of text parts");
+    StrBuf b = {0};
+    sb_puts(&b, "");
+    const cJSON *p;
+    int i = 0;
+    cJSON_ArrayForEach(p, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "type"), *x = cJSON_GetObjectItemCaseSensitive(p, "text");
+        int known = 0;
+        for (int k = 0; types[k] && cJSON_IsString(t); k++) known |= !strcmp(t->valuestring, types[k]);
+        if (!cJSON_IsObject(p) || !known || !cJSON_IsString(x)) {
+            char what[160], at[64];
+            snprintf(at, sizeof at, "%s[%d]", param, i);
+            snprintf(what, sizeof what, "must be {\"type\": \"%s\", \"text\": string} (no images, files or audio)",
+                     types[0]);
+            sb_free(&b);
+            return tr_bad(e, at, what);
+        }
+        sb_puts(&b, x->valuestring);
+        i++;
+    }
+    if (b.oom) {
+        sb_free(&b);
+        return tr_oom(e);
+    }
+    *out = b.p;
+    return 0;
+}
+
+cJSON *tr_add_message(cJSON *msgs, const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", content)) {
+        cJSON_Delete(m);
+        return NULL;
+    }
+    cJSON_AddItemToArray(msgs, m);
+    return m;
+}
+
+int tr_parse_body(const char *body, size_t len, cJSON **root, OaiError *e) {
+    Err perr;
+    const int rc = pyjson_parse(body, len, "body", root, &perr);
+    if (rc == Q35_ERR_OOM) return tr_oom(e);
+    if (rc)
+        return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON (%s)",
+                        perr.msg);
+    if (!cJSON_IsObject(*root)) {
+        cJSON_Delete(*root);
+        *root = NULL;
+        return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+    }
+    return 0;
+}
+
+int tr_parse_chat(const cJSON *chat, int vocab, OaiRequest *r, const TrRename *map, int n, OaiError *e) {
+    StrBuf text = {0};
+    pyjson_dump_strict(&text, chat);
+    if (text.oom || !text.p) {
+        sb_free(&text);
+        memset(r, 0, sizeof *r);
+        return tr_oom(e);
+    }
+    const int rc = oai_parse_request(text.p, text.n, OAI_CHAT, vocab, r, e);
+    sb_free(&text);
+    for (int k = 0; rc && k < n; k++) {
+        const size_t l = strlen(map[k].from);
+        if (strncmp(e->param, map[k].from, l)) continue;
+        char rest[64];
+        snprintf(rest, sizeof rest, "%s", map[k].whole ? "" : e->param + l);
+        snprintf(e->param, sizeof e->param, "%s%s", map[k].to, rest);
+        break;
+    }
+    return rc;
+}
