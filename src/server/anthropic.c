@@ -160,37 +160,10 @@ static int assistant_message(const cJSON *content, int i, cJSON *msgs, OaiError 
 }
 
 static int translate_tools(const cJSON *tools, cJSON *chat, OaiError *e) {
-    if (!cJSON_IsArray(tools)) return tr_bad(e, "tools", "must be an array of tools");
-    cJSON *out = cJSON_AddArrayToObject(chat, "tools");
-    if (!out) return tr_oom(e);
-    const cJSON *t;
-    int i = 0;
-    cJSON_ArrayForEach(t, tools) {
-        char param[48];
-        const cJSON *type = tr_field(t, "type"), *name = tr_field(t, "name");
-        snprintf(param, sizeof param, "tools[%d]", i);
-        if (!cJSON_IsObject(t) || (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "custom"))))
-            return tr_bad(e, param, "must be a client tool {name, description, input_schema} (no server tools here)");
-        if (!cJSON_IsString(name) || !name->valuestring[0]) {
-            snprintf(param, sizeof param, "tools[%d].name", i);
-            return tr_bad(e, param, "must be a non-empty string");
-        }
-        cJSON *c = cJSON_CreateObject(); /* "type" first: the template prints the tool with its keys in order */
-        cJSON *fn = c && cJSON_AddStringToObject(c, "type", "function") ? cJSON_AddObjectToObject(c, "function") : NULL;
-        if (!fn) {
-            cJSON_Delete(c);
-            return tr_oom(e);
-        }
-        cJSON_AddItemToArray(out, c);
-        static const char *const keys[][2] = {
-            {"name", "name"}, {"description", "description"}, {"input_schema", "parameters"}};
-        for (int k = 0; k < 3; k++) {
-            const cJSON *v = tr_field(t, keys[k][0]);
-            if (v && tr_put(fn, keys[k][1], v)) return tr_oom(e);
-        }
-        i++;
-    }
-    return 0;
+    static const char *const keys[][2] = {
+        {"name", "name"}, {"description", "description"}, {"input_schema", "parameters"}};
+    return tr_tools(tools, chat, "custom", 1,
+                    "must be a client tool {name, description, input_schema} (no server tools here)", keys, 3, e);
 }
 
 static int translate_tool_choice(const cJSON *tc, cJSON *chat, OaiError *e) {

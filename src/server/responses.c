@@ -162,38 +162,10 @@ static int input_messages(const cJSON *input, cJSON *msgs, OaiError *e) {
 }
 
 static int translate_tools(const cJSON *tools, cJSON *chat, OaiError *e) {
-    if (!cJSON_IsArray(tools)) return tr_bad(e, "tools", "must be an array of function tools");
-    cJSON *out = cJSON_AddArrayToObject(chat, "tools");
-    if (!out) return tr_oom(e);
-    const cJSON *t;
-    int i = 0;
-    cJSON_ArrayForEach(t, tools) {
-        char param[48];
-        snprintf(param, sizeof param, "tools[%d]", i);
-        const cJSON *type = tr_field(t, "type"), *name = tr_field(t, "name");
-        if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-            return tr_bad(e, param, "must be {\"type\": \"function\", \"name\", ...} (no built-in tools here)");
-        if (!cJSON_IsString(name) || !name->valuestring[0]) {
-            snprintf(param, sizeof param, "tools[%d].name", i);
-            return tr_bad(e, param, "must be a non-empty string");
-        }
-        cJSON *c = cJSON_CreateObject(); /* "type" first: the template prints the tool with its keys in order */
-        cJSON *fn = c && cJSON_AddStringToObject(c, "type", "function") ? cJSON_AddObjectToObject(c, "function") : NULL;
-        if (!fn) {
-            cJSON_Delete(c);
-            return tr_oom(e);
-        }
-        cJSON_AddItemToArray(out, c);
-        static const char *const keys[] = {"name", "description", "parameters", "strict"};
-        for (int k = 0; k < 4; k++) {
-            const cJSON *v = tr_field(t, keys[k]);
-            cJSON *d = v ? cJSON_Duplicate(v, 1) : NULL;
-            if (v && !d) return tr_oom(e);
-            if (d) cJSON_AddItemToObject(fn, keys[k], d);
-        }
-        i++;
-    }
-    return 0;
+    static const char *const keys[][2] = {
+        {"name", "name"}, {"description", "description"}, {"parameters", "parameters"}, {"strict", "strict"}};
+    return tr_tools(tools, chat, "function", 0,
+                    "must be {\"type\": \"function\", \"name\", ...} (no built-in tools here)", keys, 4, e);
 }
 
 static int translate_tool_choice(const cJSON *tc, cJSON *chat, OaiError *e) {

@@ -55,6 +55,39 @@ int tr_parts_text(const cJSON *c, const char *const *types, const char *param, c
     return 0;
 }
 
+int tr_tools(const cJSON *tools, cJSON *chat, const char *type, int type_optional, const char *what,
+             const char *const (*keys)[2], int n, OaiError *e) {
+    if (!cJSON_IsArray(tools)) return tr_bad(e, "tools", "must be an array of tools");
+    cJSON *out = cJSON_AddArrayToObject(chat, "tools");
+    if (!out) return tr_oom(e);
+    const cJSON *t;
+    int i = 0;
+    cJSON_ArrayForEach(t, tools) {
+        char param[48];
+        const cJSON *ty = tr_field(t, "type"), *name = tr_field(t, "name");
+        snprintf(param, sizeof param, "tools[%d]", i);
+        if (!cJSON_IsObject(t) || (ty ? !cJSON_IsString(ty) || strcmp(ty->valuestring, type) : !type_optional))
+            return tr_bad(e, param, what);
+        if (!cJSON_IsString(name) || !name->valuestring[0]) {
+            snprintf(param, sizeof param, "tools[%d].name", i);
+            return tr_bad(e, param, "must be a non-empty string");
+        }
+        cJSON *c = cJSON_CreateObject(); /* "type" first: the template prints the tool with its keys in order */
+        cJSON *fn = c && cJSON_AddStringToObject(c, "type", "function") ? cJSON_AddObjectToObject(c, "function") : NULL;
+        if (!fn) {
+            cJSON_Delete(c);
+            return tr_oom(e);
+        }
+        cJSON_AddItemToArray(out, c);
+        for (int k = 0; k < n; k++) {
+            const cJSON *v = tr_field(t, keys[k][0]);
+            if (v && tr_put(fn, keys[k][1], v)) return tr_oom(e);
+        }
+        i++;
+    }
+    return 0;
+}
+
 cJSON *tr_add_message(cJSON *msgs, const char *role, const char *content) {
     cJSON *m = cJSON_CreateObject();
     if (!m || !cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", content)) {

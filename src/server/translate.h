@@ -18,6 +18,12 @@ int tr_put(cJSON *o, const char *name, const cJSON *v);
 /* Text of a content value: a string, or an array of parts {"type": one of types (NULL-terminated), "text": string},
  * joined into *out (malloc'ed). Another part is a 400 naming param[i]. */
 int tr_parts_text(const cJSON *c, const char *const *types, const char *param, char **out, OaiError *e);
+/* The API's tools array as chat's "tools" in chat: each tool an object whose "type" is `type` (or, with
+ * type_optional, absent) and with a non-empty "name", else a 400 naming tools[i] (what: the form expected) or
+ * tools[i].name; each becomes {"type": "function", "function": {...}} with the tool's members keys[k][0] copied as
+ * keys[k][1] (k < n). */
+int tr_tools(const cJSON *tools, cJSON *chat, const char *type, int type_optional, const char *what,
+             const char *const (*keys)[2], int n, OaiError *e);
 /* Appends {"role", "content"} to msgs; returns it, NULL out of memory. */
 cJSON *tr_add_message(cJSON *msgs, const char *role, const char *content);
 

@@ -5,7 +5,7 @@
 // Streams go through the client's own messages.stream(), whose final message must equal the non-streamed one.
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
-const { spawn } = require("node:child_process");
+const server = require("./server.cjs");
 const OpenAI = require(process.env.OPENAI_DIR + "/node_modules/openai").default;
 const Anthropic = require(process.env.ANTHROPIC_DIR + "/node_modules/@anthropic-ai/sdk").default;
 
@@ -14,28 +14,13 @@ const KEY = "messages-key";
 let srv, base, ant, oai;
 
 before(async () => {
-    srv = await new Promise((resolve, reject) => {
-        const p = spawn(process.env.QWEN35_BIN, ["serve", "--model", process.env.SERVE_MODEL, "--backend", "cpu",
-            "--port", "0", "--ctx", "1024", "--kv-memory", "64M", "--threads", "1", "--deterministic", "--quiet",
-            "--max-seqs", "8", "--api-key", KEY], { stdio: ["ignore", "ignore", "pipe"] });
-        let err = "";
-        p.stderr.on("data", (d) => {
-            err += d;
-            const m = err.match(/listening on http:\/\/[^:]+:(\d+)/);
-            if (m && !p.port) { p.port = Number(m[1]); resolve(p); }
-        });
-        p.on("exit", (code) => { if (!p.port) reject(new Error(`server exited ${code}: ${err}`)); });
-    });
+    srv = await server.start(["--api-key", KEY]);
     base = `http://127.0.0.1:${srv.port}`;
     ant = new Anthropic({ apiKey: KEY, baseURL: base, maxRetries: 0 }); // sends x-api-key
     oai = new OpenAI({ apiKey: KEY, baseURL: base + "/v1", maxRetries: 0 });
 });
 
-after(async () => {
-    if (!srv || srv.exitCode !== null) return;
-    const code = await new Promise((resolve) => { srv.on("exit", (c) => resolve(c)); srv.kill("SIGTERM"); });
-    assert.equal(code, 0, "SIGTERM: exit status 0");
-});
+after(async () => assert.equal(await server.stop(srv), 0, "SIGTERM: exit status 0"));
 
 const TOOLS = [
     { name: "get_weather", description: "Current weather of a city.",

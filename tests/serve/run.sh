@@ -7,30 +7,22 @@
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 B=${BUILD:-build}
-pkg="openai@7.59.0"
-npmdir="$root/.cache/npm-openai"
 command -v node >/dev/null 2>&1 || { echo "serve tests: SKIPPED (node is not installed)"; exit 0; }
-if [ ! -f "$npmdir/node_modules/openai/package.json" ] ||
-    ! grep -q '"version": "7.59.0"' "$npmdir/node_modules/openai/package.json"; then
-    mkdir -p "$npmdir"
-    if ! (cd "$npmdir" && npm install --silent --no-audit --no-fund --no-package-lock --prefix . "$pkg" \
-        >"$npmdir/npm.log" 2>&1); then
-        echo "serve tests: SKIPPED (npm install $pkg failed, offline? $(tail -n 1 "$npmdir/npm.log"))"
-        exit 0
+# pinned NAME VERSION DIR: the npm package NAME at VERSION in DIR (installed unless it is there); offline: skipped
+pinned() {
+    if [ ! -f "$3/node_modules/$1/package.json" ] || ! grep -q "\"version\": \"$2\"" "$3/node_modules/$1/package.json"; then
+        mkdir -p "$3"
+        if ! (cd "$3" && npm install --silent --no-audit --no-fund --no-package-lock --prefix . "$1@$2" \
+            >"$3/npm.log" 2>&1); then
+            echo "serve tests: SKIPPED (npm install $1@$2 failed, offline? $(tail -n 1 "$3/npm.log"))"
+            exit 0
+        fi
     fi
-fi
-# Anthropic's official client for /v1/messages (messages.test.cjs), pinned the same way
-apkg="@anthropic-ai/sdk@1.17.0"
-adir="$root/.cache/npm-anthropic"
-if [ ! -f "$adir/node_modules/@anthropic-ai/sdk/package.json" ] ||
-    ! grep -q '"version": "1.17.0"' "$adir/node_modules/@anthropic-ai/sdk/package.json"; then
-    mkdir -p "$adir"
-    if ! (cd "$adir" && npm install --silent --no-audit --no-fund --no-package-lock --prefix . "$apkg" \
-        >"$adir/npm.log" 2>&1); then
-        echo "serve tests: SKIPPED (npm install $apkg failed, offline? $(tail -n 1 "$adir/npm.log"))"
-        exit 0
-    fi
-fi
+}
+npmdir="$root/.cache/npm-openai"
+pinned openai 7.59.0 "$npmdir"
+adir="$root/.cache/npm-anthropic" # Anthropic's client, for /v1/messages (messages.test.cjs)
+pinned @anthropic-ai/sdk 1.17.0 "$adir"
 tok="$root/.cache/qwen3-tokenizer"
 [ -f "$tok/tokenizer.json" ] || { echo "serve tests: FAILED: no $tok/tokenizer.json (scripts/fetch_tokenizer.sh)"; exit 1; }
 model="$root/.cache/serve-model"

@@ -1,0 +1,26 @@
+// server.cjs — starts `qwen35 serve` for a test file: the CPU backend on a free port with the test model, the given
+// extra arguments; resolves with the process once it prints its address (its port in proc.port). stop() sends
+// SIGTERM and resolves with the exit status.
+const { spawn } = require("node:child_process");
+
+function start(extra) {
+    return new Promise((resolve, reject) => {
+        const p = spawn(process.env.QWEN35_BIN, ["serve", "--model", process.env.SERVE_MODEL, "--backend", "cpu",
+            "--port", "0", "--ctx", "1024", "--kv-memory", "64M", "--threads", "1", "--deterministic", "--quiet",
+            "--max-seqs", "8", ...extra], { stdio: ["ignore", "ignore", "pipe"] });
+        let err = "";
+        p.stderr.on("data", (d) => {
+            err += d;
+            const m = err.match(/listening on http:\/\/[^:]+:(\d+)/);
+            if (m && !p.port) { p.port = Number(m[1]); resolve(p); }
+        });
+        p.on("exit", (code) => { if (!p.port) reject(new Error(`server exited ${code}: ${err}`)); });
+    });
+}
+
+function stop(p) {
+    if (!p || p.exitCode !== null) return Promise.resolve(p ? p.exitCode : 0);
+    return new Promise((resolve) => { p.on("exit", (c) => resolve(c)); p.kill("SIGTERM"); });
+}
+
+module.exports = { start, stop };
