@@ -56,6 +56,8 @@ typedef struct Blk {
     size_t len;
     char *call_id, *name; /* calls: copies (Req.calls may move while the scheduler adds calls) */
     int done;             /* OaiRespItem.done once closed */
+    OaiTokenLogprob *lps; /* text: its tokens' logprobs (copies; their strings are the request's) */
+    int n_lps, cap_lps;
 } Blk;
 struct Conn;
 /* How a stream ended: status "completed" / "incomplete" (max tokens) / "failed" (err). */
@@ -71,7 +73,8 @@ typedef struct BlkApi {
     const char *prefix[3]; /* block ids by type */
     void (*start)(struct Conn *c, const OaiUsage *u);
     void (*open)(struct Conn *c, int at, const OaiRespItem *it);
-    void (*delta)(struct Conn *c, int at, const OaiRespItem *it, const char *d);
+    /* lps[0, n_lps): the logprobs of the text tokens the delta carries */
+    void (*delta)(struct Conn *c, int at, const OaiRespItem *it, const char *d, const OaiTokenLogprob *lps, int n_lps);
     void (*close)(struct Conn *c, int at, const OaiRespItem *it);
     void (*end)(struct Conn *c, const BlkEnd *e);
 } BlkApi;
@@ -80,8 +83,10 @@ typedef struct BlkStream {
     int seq; /* the next event's sequence_number (Responses) */
     Blk *items;
     int n, cap;
-    int open;    /* items[n - 1] is open */
-    int started; /* the start events went out */
+    int open;              /* items[n - 1] is open */
+    int started;           /* the start events went out */
+    OaiTokenLogprob *pend; /* text tokens' logprobs not sent yet with a text delta */
+    int n_pend, cap_pend;
 } BlkStream;
 
 typedef struct Conn {
@@ -460,7 +465,27 @@ static OaiUsage usage_of(Conn *c) {
 /* ---- /v1/responses and /v1/messages: blocks ---- */
 
 static OaiRespItem blk_item(const Blk *x, int done) {
-    return (OaiRespItem){x->type, x->id, x->text ? x->text : "", x->call_id, x->name, done};
+    return (OaiRespItem){.type = x->type,
+                         .id = x->id,
+                         .text = x->text ? x->text : "",
+                         .call_id = x->call_id,
+                         .name = x->name,
+                         .done = done,
+                         .lps = x->lps,
+                         .n_lps = x->n_lps};
+}
+
+/* Appends x[0, k) to the array *a (*n entries, room for *cap); 0, or -1 out of memory. */
+static int lps_append(OaiTokenLogprob **a, int *n, int *cap, const OaiTokenLogprob *x, int k) {
+    if (*n + k > *cap) {
+        const int c = 2 * (*n + k);
+        OaiTokenLogprob *p = realloc(*a, sizeof *p * (size_t)c);
+        if (!p) return -1;
+        *a = p, *cap = c;
+    }
+    if (k) memcpy(*a + *n, x, sizeof *x * (size_t)k);
+    *n += k;
+    return 0;
 }
 
 /* Ends the open block (done: OaiRespItem.done, 1 or 2). */
@@ -469,6 +494,8 @@ static void blk_close(Conn *c, int done) {
     if (!bs->open) return;
     Blk *x = &bs->items[bs->n - 1];
     x->done = done;
+    if (x->type == OAI_ITEM_MESSAGE && !lps_append(&x->lps, &x->n_lps, &x->cap_lps, bs->pend, bs->n_pend))
+        bs->n_pend = 0; /* the text's last tokens' logprobs, if no delta took them */
     const OaiRespItem it = blk_item(x, done);
     bs->api->close(c, bs->n - 1, &it);
     bs->open = 0;
@@ -511,10 +538,16 @@ static int blk_delta(Conn *c, const char *delta, size_t n) {
     t[x->len] = 0;
     x->text = t;
     char *d = strndup(delta, n);
+    const int take = x->type == OAI_ITEM_MESSAGE ? bs->n_pend : 0; /* the logprobs so far go with the text */
+    if (!d || lps_append(&x->lps, &x->n_lps, &x->cap_lps, bs->pend, take)) {
+        free(d);
+        return -1;
+    }
     const OaiRespItem it = blk_item(x, 0);
-    if (d) bs->api->delta(c, bs->n - 1, &it, d);
+    bs->api->delta(c, bs->n - 1, &it, d, x->lps + x->n_lps - take, take);
+    bs->n_pend -= take;
     free(d);
-    return d ? 0 : -1;
+    return 0;
 }
 
 /* A /v1/responses or /v1/messages stream: what the request produced since the last call as the API's events
@@ -547,6 +580,10 @@ static int blk_collect(Conn *c) {
         a[1] = strdup(q->id);
         a[2] = strdup(q->name);
     }
+    int oom = 0;
+    for (; k->lps_sent < r->n_lps && !oom; k->lps_sent++) /* the text tokens' logprobs, for the text deltas */
+        if (r->lps[k->lps_sent].part == OAI_PART_CONTENT)
+            oom = lps_append(&bs->pend, &bs->n_pend, &bs->cap_pend, &r->lps[k->lps_sent], 1);
     const int done = r->done;
     const OaiError err = r->error;
     const char *reason = r->finish_reason, *stop = r->stop_matched ? r->rq.stop[r->stop_which] : NULL;
@@ -557,7 +594,6 @@ static int blk_collect(Conn *c) {
         bs->api->start(c, &u);
         bs->started = 1;
     }
-    int oom = 0;
     for (int ch = 1; ch >= 0 && !err.status; ch--) { /* reasoning comes before the text it leads to */
         if (!text[ch]) continue;
         const int type = ch ? OAI_ITEM_REASONING : OAI_ITEM_MESSAGE;
@@ -613,12 +649,15 @@ static int final_items(Conn *c, OaiRespItem **items, char (**ids)[64]) {
     if (!*items || !*ids) return -1;
     int n = 0;
     const char *reasoning = q->out[1].p ? q->out[1].p : "", *content = q->out[0].p ? q->out[0].p : "";
-    if (q->reasoning && reasoning[0]) (*items)[n++] = (OaiRespItem){OAI_ITEM_REASONING, NULL, reasoning, NULL, NULL, 1};
+    if (q->reasoning && reasoning[0])
+        (*items)[n++] = (OaiRespItem){.type = OAI_ITEM_REASONING, .text = reasoning, .done = 1};
     if (content[0] || (!n && !q->n_calls))
-        (*items)[n++] = (OaiRespItem){OAI_ITEM_MESSAGE, NULL, content, NULL, NULL, 1};
+        (*items)[n++] =
+            (OaiRespItem){.type = OAI_ITEM_MESSAGE, .text = content, .done = 1, .lps = q->lps, .n_lps = q->n_lps};
     for (int i = 0; i < q->n_calls; i++) {
         const ReqCall *k = &q->calls[i];
-        (*items)[n++] = (OaiRespItem){OAI_ITEM_CALL, NULL, k->args.p ? k->args.p : "{}", k->id, k->name, 1};
+        (*items)[n++] = (OaiRespItem){
+            .type = OAI_ITEM_CALL, .text = k->args.p ? k->args.p : "{}", .call_id = k->id, .name = k->name, .done = 1};
     }
     for (int i = 0; i < n; i++) {
         snprintf((*ids)[i], sizeof(*ids)[i], "%s_%s_%d", prefix[(*items)[i].type], rid ? rid + 1 : q->id, i);
@@ -665,15 +704,15 @@ static void resp_open(Conn *c, int at, const OaiRespItem *it) {
         ev_event(c, "response.content_part.added",
                  oai_resp_event_part("response.content_part.added", c->bs.seq++, at, it));
 }
-static void resp_delta(Conn *c, int at, const OaiRespItem *it, const char *d) {
+static void resp_delta(Conn *c, int at, const OaiRespItem *it, const char *d, const OaiTokenLogprob *lps, int n_lps) {
     static const char *const type[3] = {"response.reasoning_text.delta", "response.output_text.delta",
                                         "response.function_call_arguments.delta"};
-    ev_event(c, type[it->type], oai_resp_event_text(type[it->type], c->bs.seq++, at, it, d));
+    ev_event(c, type[it->type], oai_resp_event_text(type[it->type], c->bs.seq++, at, it, d, lps, n_lps));
 }
 static void resp_close(Conn *c, int at, const OaiRespItem *it) {
     static const char *const type[3] = {"response.reasoning_text.done", "response.output_text.done",
                                         "response.function_call_arguments.done"};
-    ev_event(c, type[it->type], oai_resp_event_text(type[it->type], c->bs.seq++, at, it, it->text));
+    ev_event(c, type[it->type], oai_resp_event_text(type[it->type], c->bs.seq++, at, it, it->text, it->lps, it->n_lps));
     if (it->type != OAI_ITEM_CALL)
         ev_event(c, "response.content_part.done",
                  oai_resp_event_part("response.content_part.done", c->bs.seq++, at, it));
@@ -697,7 +736,8 @@ static void ant_start(Conn *c, const OaiUsage *u) { ev_event(c, "message_start",
 static void ant_open(Conn *c, int at, const OaiRespItem *it) {
     ev_event(c, "content_block_start", ant_event_block_start(at, it));
 }
-static void ant_delta(Conn *c, int at, const OaiRespItem *it, const char *d) {
+static void ant_delta(Conn *c, int at, const OaiRespItem *it, const char *d, const OaiTokenLogprob *lps, int n_lps) {
+    (void)lps, (void)n_lps; /* the Messages API has no logprobs */
     ev_event(c, "content_block_delta", ant_event_block_delta(at, it, d));
 }
 static void ant_close(Conn *c, int at, const OaiRespItem *it) {
@@ -1078,8 +1118,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
         free(c->bs.items[i].text);
         free(c->bs.items[i].call_id);
         free(c->bs.items[i].name);
+        free(c->bs.items[i].lps);
     }
     free(c->bs.items);
+    free(c->bs.pend);
     free(c->body.p);
     free(c->ev);
     free(c);

@@ -582,17 +582,18 @@ char *oai_error_json(const OaiError *e) {
     return print(o);
 }
 
-/* Chat: {"content": [{"token","logprob","bytes","top_logprobs":[...]}]}. */
+/* A token's UTF-8 bytes, as numbers. */
 static cJSON *bytes_array(const char *s) {
     cJSON *a = cJSON_CreateArray();
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) cJSON_AddItemToArray(a, cJSON_CreateNumber(*p));
     return a;
 }
 
-static cJSON *chat_logprobs(const OaiOutput *o) {
-    cJSON *lp = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(lp, "content");
-    for (int i = 0; i < o->n_logprobs; i++) {
-        const OaiTokenLogprob *t = &o->logprobs[i];
+cJSON *oai_logprobs_array(const OaiTokenLogprob *lps, int n, int part) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        const OaiTokenLogprob *t = &lps[i];
+        if (part >= 0 && t->part != part) continue;
         cJSON *x = cJSON_CreateObject();
         cJSON_AddStringToObject(x, "token", t->token);
         cJSON_AddNumberToObject(x, "logprob", t->logprob);
@@ -605,8 +606,15 @@ static cJSON *chat_logprobs(const OaiOutput *o) {
             cJSON_AddItemToObject(y, "bytes", bytes_array(t->top[j].token));
             cJSON_AddItemToArray(top, y);
         }
-        cJSON_AddItemToArray(content, x);
+        cJSON_AddItemToArray(a, x);
     }
+    return a;
+}
+
+/* Chat: {"content": [every token's entry]}. */
+static cJSON *chat_logprobs(const OaiOutput *o) {
+    cJSON *lp = cJSON_CreateObject();
+    cJSON_AddItemToObject(lp, "content", oai_logprobs_array(o->logprobs, o->n_logprobs, -1));
     return lp;
 }
 

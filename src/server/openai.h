@@ -103,11 +103,13 @@ typedef struct OaiTopLogprob {
     const char *token;
     float logprob;
 } OaiTopLogprob;
+enum { OAI_PART_CONTENT = 0, OAI_PART_REASONING = 1, OAI_PART_OTHER = 2 };
 typedef struct OaiTokenLogprob {
     const char *token;
     float logprob;
     int n_top;
     OaiTopLogprob top[Q35_MAX_TOP_LOGPROBS];
+    int part; /* OAI_PART_*: where the token's text went (reasoning; content; else a tool call's text, or nothing) */
 } OaiTokenLogprob;
 
 /* A generated tool call, or one stream delta of it: id and name only on its first delta (NULL after). */
@@ -143,6 +145,11 @@ typedef struct OaiMeta {
     long created;   /* unix seconds */
     const char *model;
 } OaiMeta;
+
+/* [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}] of lps[0, n) (part < 0) or of
+ * those with that part: the entries of chat's logprobs.content and of the Responses API's output_text.logprobs. */
+struct cJSON;
+struct cJSON *oai_logprobs_array(const OaiTokenLogprob *lps, int n, int part);
 
 /* Each returns a malloc'ed NUL-terminated JSON text, or NULL when out of memory. */
 char *oai_error_json(const OaiError *e);

@@ -13,9 +13,9 @@
  *   max_output_tokens -> max_tokens; temperature, top_p, parallel_tool_calls, stream, and the chat path's
  *   extensions (top_k, min_p, penalties, seed, stop, ...) as they are.
  * Refused with a 400 naming the field: previous_response_id, conversation, background, a stored prompt,
- * item_reference and non-text items, non-function tools, truncation "auto", and logprobs (top_logprobs, include
- * "message.output_text.logprobs"): this server keeps nothing between requests and does not split logprobs
- * between reasoning and text yet. store, metadata, user and the like are accepted and ignored. */
+ * item_reference and non-text items, non-function tools, truncation "auto": this server keeps nothing between
+ * requests. include "message.output_text.logprobs" turns on the text's logprobs (with top_logprobs alternatives);
+ * store, metadata, user, other includes and the like are accepted and ignored. */
 #include "server/responses.h"
 
 #include <cjson/cJSON.h>
@@ -206,27 +206,25 @@ static int translate_format(const cJSON *text, cJSON *chat, OaiError *e) {
 /* The settings echoed in the response object: as sent, or their defaults. */
 static cJSON *echo_of(const cJSON *root) {
     cJSON *o = cJSON_CreateObject();
-    static const char *const keys[] = {
-        "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
-        "text",         "reasoning",         "metadata",    "user"};
-    static const char *const defaults[] = {"null",
-                                           "null",
-                                           "null",
-                                           "null",
-                                           "[]",
-                                           "\"auto\"",
-                                           "{\"format\": {\"type\": \"text\"}}",
-                                           "{\"effort\": null, \"summary\": null}",
-                                           "{}",
-                                           "null"};
+    static const char *const keys[][2] = {{"instructions", "null"},
+                                          {"max_output_tokens", "null"},
+                                          {"temperature", "null"},
+                                          {"top_p", "null"},
+                                          {"tools", "[]"},
+                                          {"tool_choice", "\"auto\""},
+                                          {"text", "{\"format\": {\"type\": \"text\"}}"},
+                                          {"reasoning", "{\"effort\": null, \"summary\": null}"},
+                                          {"metadata", "{}"},
+                                          {"user", "null"},
+                                          {"top_logprobs", "null"}};
     for (int k = 0; o && k < (int)(sizeof keys / sizeof keys[0]); k++) {
-        const cJSON *v = tr_field(root, keys[k]);
-        cJSON *d = v ? cJSON_Duplicate(v, 1) : cJSON_Parse(defaults[k]);
+        const cJSON *v = tr_field(root, keys[k][0]);
+        cJSON *d = v ? cJSON_Duplicate(v, 1) : cJSON_Parse(keys[k][1]);
         if (!d) {
             cJSON_Delete(o);
             return NULL;
         }
-        cJSON_AddItemToObject(o, keys[k], d);
+        cJSON_AddItemToObject(o, keys[k][0], d);
     }
     const cJSON *ptc = tr_field(root, "parallel_tool_calls");
     if (o && !cJSON_AddBoolToObject(o, "parallel_tool_calls", !cJSON_IsFalse(ptc))) {
@@ -241,8 +239,7 @@ static int translate(const cJSON *root, cJSON **chat, OaiError *e) {
     static const char *const refused[][2] = {
         {"previous_response_id", "is not supported: this server stores no responses (send the conversation as input)"},
         {"conversation", "is not supported: this server stores no conversations (send the conversation as input)"},
-        {"prompt", "(a stored prompt template) is not supported"},
-        {"top_logprobs", "is not supported on /v1/responses yet (use /v1/chat/completions for logprobs)"}};
+        {"prompt", "(a stored prompt template) is not supported"}};
     for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++)
         if (tr_field(root, refused[k][0])) return tr_bad(e, refused[k][0], refused[k][1]);
     if (cJSON_IsTrue(tr_field(root, "background"))) return tr_bad(e, "background", "is not supported");
@@ -251,12 +248,8 @@ static int translate(const cJSON *root, cJSON **chat, OaiError *e) {
         return tr_bad(e, "truncation", "must be \"disabled\" (a prompt over the context is refused, not truncated)");
     const cJSON *inc = tr_field(root, "include"), *x;
     if (inc && !cJSON_IsArray(inc)) return tr_bad(e, "include", "must be an array of strings");
-    cJSON_ArrayForEach(x, inc) {
-        if (cJSON_IsString(x) && !strcmp(x->valuestring, "message.output_text.logprobs"))
-            return tr_bad(e, "include",
-                          "message.output_text.logprobs is not supported on /v1/responses yet (use "
-                          "/v1/chat/completions)");
-    }
+    int logprobs = 0; /* the text's logprobs, with top_logprobs alternatives (0 when absent) */
+    cJSON_ArrayForEach(x, inc) logprobs |= cJSON_IsString(x) && !strcmp(x->valuestring, "message.output_text.logprobs");
 
     cJSON *c = *chat = cJSON_CreateObject();
     cJSON *msgs = c ? cJSON_AddArrayToObject(c, "messages") : NULL;
@@ -281,6 +274,8 @@ static int translate(const cJSON *root, cJSON **chat, OaiError *e) {
         }
     }
     if ((v = tr_field(root, "max_output_tokens")) && tr_put(c, "max_tokens", v)) return tr_oom(e);
+    if (logprobs && !cJSON_AddBoolToObject(c, "logprobs", 1)) return tr_oom(e);
+    if (logprobs && (v = tr_field(root, "top_logprobs")) && tr_put(c, "top_logprobs", v)) return tr_oom(e);
     static const char *const same[] = {"model",
                                        "stream",
                                        "temperature",
@@ -343,7 +338,8 @@ static cJSON *text_part(const OaiRespItem *it) {
     cJSON_AddStringToObject(p, "text", it->done && it->text ? it->text : "");
     if (message) {
         cJSON_AddItemToObject(p, "annotations", cJSON_CreateArray());
-        cJSON_AddItemToObject(p, "logprobs", cJSON_CreateArray());
+        cJSON_AddItemToObject(
+            p, "logprobs", it->done ? oai_logprobs_array(it->lps, it->n_lps, OAI_PART_CONTENT) : cJSON_CreateArray());
     }
     return p;
 }
@@ -459,7 +455,8 @@ char *oai_resp_event_part(const char *type, int seq, int output_index, const Oai
     return print(o);
 }
 
-char *oai_resp_event_text(const char *type, int seq, int output_index, const OaiRespItem *item, const char *value) {
+char *oai_resp_event_text(const char *type, int seq, int output_index, const OaiRespItem *item, const char *value,
+                          const OaiTokenLogprob *lps, int n_lps) {
     cJSON *o = event(type, seq);
     cJSON_AddStringToObject(o, "item_id", item->id);
     cJSON_AddNumberToObject(o, "output_index", output_index);
@@ -468,7 +465,8 @@ char *oai_resp_event_text(const char *type, int seq, int output_index, const Oai
     if (item->type != OAI_ITEM_CALL) {
         cJSON_AddNumberToObject(o, "content_index", 0);
         cJSON_AddStringToObject(o, delta ? "delta" : "text", value);
-        if (item->type == OAI_ITEM_MESSAGE) cJSON_AddItemToObject(o, "logprobs", cJSON_CreateArray());
+        if (item->type == OAI_ITEM_MESSAGE)
+            cJSON_AddItemToObject(o, "logprobs", oai_logprobs_array(lps, n_lps, OAI_PART_CONTENT));
     } else {
         cJSON_AddStringToObject(o, delta ? "delta" : "arguments", value);
         if (!delta) cJSON_AddStringToObject(o, "name", item->name);

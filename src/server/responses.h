@@ -22,6 +22,8 @@ typedef struct OaiRespItem {
     const char *call_id, *name; /* calls */
     int done; /* 0: status "in_progress", its text not yet in the item; 1 "completed"; 2 "incomplete" (cut by
                * max_output_tokens) */
+    const OaiTokenLogprob *lps; /* message: the tokens' logprobs (those of part OAI_PART_CONTENT are its), or NULL */
+    int n_lps;
 } OaiRespItem;
 
 /* The response object. status: "in_progress" | "completed" | "incomplete" (incomplete_details.reason
@@ -41,6 +43,8 @@ char *oai_resp_event_response(const char *type, int seq, const OaiMeta *m, const
                               const OaiRespItem *items, int n, const OaiUsage *u, const OaiError *err);
 char *oai_resp_event_item(const char *type, int seq, int output_index, const OaiRespItem *item);
 char *oai_resp_event_part(const char *type, int seq, int output_index, const OaiRespItem *item);
-char *oai_resp_event_text(const char *type, int seq, int output_index, const OaiRespItem *item, const char *value);
+/* For output_text events, lps[0, n_lps) (the content tokens of a delta; of done: the item's) as its logprobs. */
+char *oai_resp_event_text(const char *type, int seq, int output_index, const OaiRespItem *item, const char *value,
+                          const OaiTokenLogprob *lps, int n_lps);
 
 #endif

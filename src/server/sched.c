@@ -432,9 +432,13 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
     const char *text;
     size_t len;
     Q35Err err;
-    const size_t reasoned = r->out[1].n;
+    const size_t reasoned = r->out[1].n, said = r->out[0].n + r->pend[0].n;
     if (!is_stop_id && s->tok && !q35_detok_push(r->detok, id, &text, &len, &err)) stopped = emit(r, text, len);
     r->n_reasoning += r->out[1].n > reasoned;
+    if (r->rq.top_logprobs >= 0 && r->n_lps > 0 && r->n_lps == r->n_generated) /* this token's entry */
+        r->lps[r->n_lps - 1].part = r->out[1].n > reasoned               ? OAI_PART_REASONING
+                                    : r->out[0].n + r->pend[0].n != said ? OAI_PART_CONTENT
+                                                                         : OAI_PART_OTHER;
     Req *w = r->group ? r->group : r; /* the client's wake-up: now, or by the notifier after the step (notify) */
     if (!s->wake_now) w->refs++;
     pthread_mutex_unlock(&s->mu);

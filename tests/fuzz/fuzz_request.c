@@ -126,10 +126,11 @@ static void check_responses(const OaiRequest *r) {
                                    m->n_tool_calls ? m->tool_calls[0].name : "f", 1}};
     OaiMeta meta = {"resp_0", 1, r->model ? r->model : "m"};
     OaiUsage u = {1, 2, 0, 1};
-    char *s[4] = {oai_resp_json(&meta, r, "completed", items, 3, &u, NULL),
-                  oai_resp_event_item("response.output_item.added", 0, 1, &items[1]),
-                  oai_resp_event_part("response.content_part.done", 1, 1, &items[1]),
-                  oai_resp_event_text("response.function_call_arguments.done", 2, 2, &items[2], items[2].text)};
+    char *s[4] = {
+        oai_resp_json(&meta, r, "completed", items, 3, &u, NULL),
+        oai_resp_event_item("response.output_item.added", 0, 1, &items[1]),
+        oai_resp_event_part("response.content_part.done", 1, 1, &items[1]),
+        oai_resp_event_text("response.function_call_arguments.done", 2, 2, &items[2], items[2].text, NULL, 0)};
     for (int i = 0; i < 4; i++) {
         cJSON *back = s[i] ? cJSON_Parse(s[i]) : NULL;
         REQUIRE(back);

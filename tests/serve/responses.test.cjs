@@ -210,6 +210,35 @@ test("reasoning effort on: a reasoning item first, its tokens counted, as the ch
     assert.ok(seen >= 1, "some reasoning came out");
 });
 
+test("logprobs (include message.output_text.logprobs): the text tokens' entries, as the chat's; streamed the same", async () => {
+    const p = { model: MODEL, input: QUESTION, max_output_tokens: 10, temperature: 1, seed: 4, top_logprobs: 3,
+        include: ["message.output_text.logprobs"], reasoning: { effort: "none" } };
+    const r = await client.responses.create(p);
+    checkResponse(r);
+    assert.equal(r.top_logprobs, 3);
+    const part = r.output.at(-1).content[0];
+    const c = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: QUESTION }],
+        max_tokens: 10, temperature: 1, seed: 4, logprobs: true, top_logprobs: 3,
+        chat_template_kwargs: { enable_thinking: false } });
+    // thinking off, no tools: every generated token is text, so the entries are the chat's one for one
+    assert.deepEqual(part.logprobs, c.choices[0].logprobs.content);
+    assert.equal(part.logprobs.length, r.usage.output_tokens);
+    for (const t of part.logprobs) {
+        assert.equal(t.top_logprobs.length, 3);
+        assert.deepEqual(t.bytes, [...Buffer.from(t.token, "utf8")]);
+    }
+    const { final } = await streamed(p);
+    assert.deepEqual(final.output.at(-1).content[0].logprobs, part.logprobs);
+    // without the include: none
+    const { include, ...plain } = p;
+    assert.deepEqual((await client.responses.create(plain)).output.at(-1).content[0].logprobs, []);
+    // with thinking: the reasoning's tokens are not the text's
+    const t = await client.responses.create({ ...p, reasoning: { effort: "high" }, temperature: 2,
+        logit_bias: { 198: -100, 271: -100 } });
+    const rs = t.output.find((it) => it.type === "reasoning"), msg = t.output.find((it) => it.type === "message");
+    if (rs) assert.ok((msg ? msg.content[0].logprobs.length : 0) < t.usage.output_tokens);
+});
+
 test("text.format json_schema: the reply validates", async () => {
     const schema = { type: "object", properties: { ok: { type: "boolean" }, color: { enum: ["red", "blue"] } },
         required: ["ok", "color"], additionalProperties: false };
@@ -236,7 +265,7 @@ test("errors name the Responses API's fields", async () => {
     await bad({ input: [{ type: "function_call", name: "f", arguments: "{}" }] }, "input[0].call_id");
     await bad({ input: [] }, "input");
     await bad({ max_output_tokens: 0 }, "max_output_tokens");
-    await bad({ top_logprobs: 2 }, "top_logprobs");
+    await bad({ top_logprobs: 21, include: ["message.output_text.logprobs"] }, "top_logprobs");
     await bad({ truncation: "auto" }, "truncation");
     await bad({ text: { format: { type: "xml" } } }, "text.format.type");
     await bad({ tool_choice: "required" }, "tool_choice");
