@@ -2,10 +2,10 @@
  * response / chunk / error JSON, all through cJSON. The body is read by pyjson_parse (one JSON value, nothing but
  * blanks after it; each number keeps its literal), so that the parts handed on as JSON text (tools, a tool call's
  * arguments given as an object, a response_format schema) are written back with their numbers as the client wrote
- * them: a template's tojson prints 1.0 as "1.0", where cJSON would print "1". Ranges follow OpenAI where it defines one (temperature
- * [0, 2], penalties [-2, 2], top_logprobs [0, 20], n = 1) and vLLM for its extensions (top_k, min_p,
- * repetition_penalty, ignore_eos, chat_template_kwargs). Unknown fields are ignored, as OpenAI's SDKs
- * send fields newer than any server. */
+ * them: a template's tojson prints 1.0 as "1.0", where cJSON would print "1". Ranges follow OpenAI where it defines
+ * one (temperature [0, 2], penalties [-2, 2], top_logprobs [0, 20], n = 1) and vLLM for its extensions (top_k,
+ * min_p, repetition_penalty, ignore_eos, chat_template_kwargs). Unknown fields are ignored, as OpenAI's SDKs send
+ * fields newer than any server. */
 #include "server/openai.h"
 
 #include <cjson/cJSON.h>

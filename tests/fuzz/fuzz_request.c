@@ -1,9 +1,9 @@
-/* fuzz_request.c — libFuzzer target for the server's request parsers (src/server/openai.c, responses.c): request
- * JSON -> validated parameters, and the JSON written back (build: make fuzz-request; run: build/fuzz_request
- * -runs=1000000 tests/fuzz/request). The first input byte picks the endpoint ("r": /v1/responses, "a": /v1/messages,
- * "A": its count_tokens, else odd: chat, even: completions), the rest is the body. Accepted requests must hold only values in their documented ranges;
- * rejected ones must carry a 400 and an error object that cJSON reads back with the same message. Any violation
- * aborts. */
+/* fuzz_request.c — libFuzzer target for the server's request parsers (src/server/openai.c, responses.c,
+ * anthropic.c): request JSON -> validated parameters, and the JSON written back (build: make fuzz-request; run:
+ * build/fuzz_request -runs=1000000 DIR, DIR a copy of tests/fuzz/request). The first input byte picks the endpoint
+ * ("r": /v1/responses, "a": /v1/messages, "A": its count_tokens, else odd: chat, even: completions), the rest is the
+ * body. Accepted requests must hold only values in their documented ranges; rejected ones must carry a 400 and an
+ * error object that cJSON reads back with the same message. Any violation aborts. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
