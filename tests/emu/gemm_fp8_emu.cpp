@@ -10,12 +10,12 @@
  *   the timing bounds mode 2 (no scales: one fp32 sum over all of K) against the unscaled product, and mode 4 (mode 2
  *   with the overlapped stores), which must equal mode 2 bit for bit.
  * Shapes: ragged M, N, K (TMA boxes past them zero-filled by the emulated TMA; an N that is not a multiple of 8, so
- * that the storers' last chunk of a row and the rows of y that are not 16-byte aligned take the per-element path),
- * odd k-step counts (modes 1 and 5 pad them to an even count) and grids smaller than the tile count (the ring
- * wrapping, the storers' staging handed from tile to tile). X rows carry NaN codes past K, Y starts as NaN (random
- * values for += Y) and its columns past the output are guards that must stay untouched. Bounds per element (e: fp32 accumulation, (K + 64) 6e-8 sum |products|
- * scaled): bf16 / fp32: |y - bf16(S)| <= e + 2^-7 |S|; += fp32: <= e + 2^-7 (|S| + |y|); SwiGLU: the same propagated
- * through bf16(bf16(silu(bf16 g)) bf16(u)).
+ * that the storers' last chunk of a row and the rows of y that are not 16-byte aligned take the per-element path), odd
+ * k-step counts (modes 1 and 5 pad them to an even count) and grids smaller than the tile count (the ring wrapping, the
+ * storers' staging handed from tile to tile). X rows carry NaN codes past K, Y starts as NaN (random values for += Y)
+ * and its columns past the output are guards that must stay untouched. Bounds per element (e: fp32 accumulation, (K +
+ * 64) 6e-8 sum |products| scaled): bf16 / fp32: |y - bf16(S)| <= e + 2^-7 |S|; += fp32: <= e + 2^-7 (|S| + |y|);
+ * SwiGLU: the same propagated through bf16(bf16(silu(bf16 g)) bf16(u)).
  * Prints each case's largest error / bound; exit 1 on a failed bound, 2/3 on an emulation error or a deadlock.
  * Usage: gemm_fp8_emu [seed]. Not emulated: the tensor core's FP8 accumulation keeps fewer bits than the fp32 sums here
  * (the lab's GPU check bounds that). */
