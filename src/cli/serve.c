@@ -182,8 +182,10 @@ int cmd_serve(int argc, char **argv) {
     http_quiesce(h);
     rc = 0;
 done:
-    sched_close(s); /* cancels what runs: every handler waiting on a request returns */
+    sched_stop(s);       /* cancels what runs: every handler waiting on a request returns */
+    http_drain(h, 2000); /* ... and writes its end (a stream its last events) before the connections close */
     http_stop(h);
+    sched_close(s); /* after the last request was released */
     metrics_free(&metrics);
     q35_serve_close(e);
     q35_engine_close(e);

@@ -32,6 +32,7 @@ struct Http {
     long started;
     atomic_ulong next_id;
     atomic_int stopping;
+    atomic_int active; /* requests (Conn) not completed yet */
 };
 
 /* One choice of a request: its scheduler request and what of it was streamed. */
@@ -585,8 +586,10 @@ static int blk_collect(Conn *c) {
         if (r->lps[k->lps_sent].part == OAI_PART_CONTENT)
             oom = lps_append(&bs->pend, &bs->n_pend, &bs->cap_pend, &r->lps[k->lps_sent], 1);
     const int done = r->done;
-    const OaiError err = r->error;
+    OaiError err = r->error;
     const char *reason = r->finish_reason, *stop = r->stop_matched ? r->rq.stop[r->stop_which] : NULL;
+    if (done && !err.status && reason && !strcmp(reason, "abort")) /* these APIs have no such end: an error */
+        oai_fail(&err, 503, "server_error", NULL, NULL, "the request was aborted (the server is shutting down)");
     OaiUsage u = usage_of(c);
     sched_unlock(c->h->s);
 
@@ -909,6 +912,10 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
         cancel_all(c);
         return reply_error(c, mc, url, &c->ch[failed].req->error);
     }
+    if (c->bs.api && r->finish_reason && !strcmp(r->finish_reason, "abort")) { /* no such end in these APIs */
+        oai_fail(&e, 503, "server_error", NULL, NULL, "the request was aborted (the server is shutting down)");
+        return reply_error(c, mc, url, &e);
+    }
     if (c->bs.api) return reply(mc, 200, "application/json", blk_body(c));
     OaiOutput o[OAI_MAX_N];
     OaiCallOut *calls[OAI_MAX_N] = {NULL};
@@ -1078,6 +1085,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     Conn *c = *ctx;
     if (!c) { /* first call: headers only */
         if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+        atomic_fetch_add(&h->active, 1);
         c->h = h;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
         c->fd = ci ? ci->connect_fd : -1;
@@ -1126,6 +1134,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
     free(c->ev);
     free(c);
     *ctx = NULL;
+    atomic_fetch_sub(&h->active, 1);
 }
 
 int http_start(Http **out, const HttpConfig *cfg, Q35Engine *e, Sched *s, Metrics *m, char *err, size_t n) {
@@ -1175,6 +1184,10 @@ void http_quiesce(Http *h) {
     atomic_store(&h->stopping, 1);
     MHD_socket fd = MHD_quiesce_daemon(h->d);
     if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+void http_drain(Http *h, int ms) {
+    for (int t = 0; h && t < ms && atomic_load(&h->active) > 0; t += 2) usleep(2000);
 }
 
 void http_stop(Http *h) {

@@ -27,7 +27,10 @@ int http_start(Http **out, const HttpConfig *cfg, Q35Engine *e, Sched *s, Metric
 int http_port(const Http *h);
 /* Stops accepting connections (the ones open keep being served). */
 void http_quiesce(Http *h);
-/* Closes every connection and frees h (call after sched_close, so no handler waits on a request). */
+/* Closes every connection and frees h (call after sched_stop, so no handler waits on a request, and after
+ * http_drain, so that the replies went out; sched_close after it: the connections release their requests). */
+/* Waits (at most ms) until every request taken in has completed: its reply or its stream's end written. */
+void http_drain(Http *h, int ms);
 void http_stop(Http *h);
 
 #endif

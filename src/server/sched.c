@@ -54,6 +54,7 @@ struct Sched {
     Q35ChatMarks marks; /* the template's turn marks, for the prefix cache's snapshot points */
 
     pthread_t thread;
+    int joined; /* sched_stop ran: the threads are gone */
     pthread_mutex_t mu;
     pthread_cond_t work; /* new request, cancellation or shutdown */
     atomic_uint kick;    /* bumped with every signal of `work`: what the idle scheduler polls (idle_wait) */
@@ -916,8 +917,8 @@ int sched_open(Sched **out, Q35Engine *e, const SchedConfig *cfg, Metrics *m, Q3
     return 0;
 }
 
-void sched_close(Sched *s) {
-    if (!s) return;
+void sched_stop(Sched *s) {
+    if (!s || s->joined) return;
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     signal_work(s);
@@ -928,6 +929,12 @@ void sched_close(Sched *s) {
     pthread_cond_signal(&s->nt.cv);
     pthread_mutex_unlock(&s->nt.mu);
     pthread_join(s->nt.thread, NULL);
+    s->joined = 1;
+}
+
+void sched_close(Sched *s) {
+    if (!s) return;
+    sched_stop(s);
     free(s->nt.q);
     pthread_cond_destroy(&s->nt.cv);
     pthread_mutex_destroy(&s->nt.mu);

@@ -88,7 +88,10 @@ typedef struct Req {
 } Req;
 
 int sched_open(Sched **out, Q35Engine *e, const SchedConfig *cfg, Metrics *m, Q35Err *err);
-/* Cancels what runs and waits, then stops the thread. The engine stays open. */
+/* Cancels what runs and waits, then stops the threads; the requests stay readable and releasable (the HTTP side
+ * can still write their ends and let go of them). The engine stays open. */
+void sched_stop(Sched *s);
+/* sched_stop (if not done), then frees the scheduler: after every request was released. */
 void sched_close(Sched *s);
 
 /* Makes a request with refs = 1 (the caller's); fill it, then sched_submit. NULL when out of memory. */

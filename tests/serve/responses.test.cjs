@@ -254,6 +254,30 @@ test("text.format json_schema: the reply validates", async () => {
     }
 });
 
+test("SIGTERM mid-stream: the stream ends with response.failed, the server exits 0", async () => {
+    const own = await server.start([]);
+    const res = await fetch(`http://127.0.0.1:${own.port}/v1/responses`, { method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ model: MODEL, input: QUESTION, max_output_tokens: 900, stream: true, ignore_eos: true,
+            reasoning: { effort: "none" } }) });
+    const reader = res.body.getReader(), dec = new TextDecoder();
+    let text = "", killed = null;
+    for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value, { stream: true });
+        if (!killed && text.includes("response.output_text.delta")) killed = server.stop(own);
+    }
+    assert.ok(killed, "deltas came before the end");
+    assert.equal(await killed, 0);
+    const events = text.trim().split("\n\n").map((e) => JSON.parse(e.split("\n").find((l) => l.startsWith("data: ")).slice(6)));
+    const last = events.at(-1);
+    assert.equal(last.type, "response.failed", JSON.stringify(last).slice(0, 300));
+    assert.equal(last.response.status, "failed");
+    assert.match(last.response.error.message, /aborted/);
+    events.forEach((e, i) => assert.equal(e.sequence_number, i));
+});
+
 test("errors name the Responses API's fields", async () => {
     const bad = (extra, param) => assert.rejects(client.responses.create({ model: MODEL, input: "x", ...extra }),
         (e) => e.status === 400 && e.param === param, param);
