@@ -95,7 +95,8 @@ typedef struct Conn {
     TextBuf body;
     int too_large;
     int fd;
-    Choice ch[OAI_MAX_N]; /* n choices (rq.n); ch[0].req is the request (its cv wakes this connection) */
+    Choice ch[OAI_MAX_CHOICES]; /* n choices (rq.n) per prompt (rq.n_prompts), prompt by prompt; ch[0].req is the
+                                 * request (its cv wakes this connection) */
     int n_ch;
     Req *req; /* a /tokenize request (not scheduled) */
     OaiMeta meta;
@@ -241,7 +242,7 @@ static int chat_prompt(Http *h, Req *r, char **text, OaiError *e) {
     return rc ? -1 : 0;
 }
 
-/* r's prompt ids (and, for chat, its parser and guide). same: choice 0 of the same request (n > 1), whose ids are
+/* r's prompt ids (and, for chat, its parser and guide). same: the first draw of the same prompt (n > 1), whose ids are
  * taken instead of tokenizing the same text again; NULL otherwise. */
 static int build_prompt(Http *h, Req *r, const Req *same, OaiError *e) {
     const OaiRequest *q = &r->rq;
@@ -452,10 +453,13 @@ static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
     free(lps);
 }
 
-/* The usage of all choices: the prompt once, the completions summed. */
+/* The usage of all choices: each prompt once, the completions summed. */
 static OaiUsage usage_of(Conn *c) {
-    const Req *r0 = c->ch[0].req;
-    OaiUsage u = {r0->n_prompt, 0, r0->n_cached, 0};
+    OaiUsage u = {0, 0, 0, 0};
+    for (int i = 0; i < c->n_ch; i += c->ch[0].req->rq.n) { /* each prompt once */
+        u.prompt_tokens += c->ch[i].req->n_prompt;
+        u.cached_tokens += c->ch[i].req->n_cached;
+    }
     for (int i = 0; i < c->n_ch; i++) {
         u.completion_tokens += c->ch[i].req->n_generated;
         u.reasoning_tokens += c->ch[i].req->n_reasoning;
@@ -821,27 +825,29 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 /* ---- completions ---- */
 
-/* Choice i of the request in c->body: a scheduler request of its own (the body parsed again, its own sampler seed,
- * its own prompt ids), in choice 0's group. */
+/* Choice i of the request in c->body (draw i % n of prompt i / n; n: choice 0's rq.n, 1 for choice 0 itself): a
+ * scheduler request of its own (the body parsed again, its own sampler seed, its own prompt ids), in choice 0's
+ * group. */
 static int new_choice(Conn *c, int i, int kind, unsigned long id, OaiError *e) {
     Http *h = c->h;
     Req *r = sched_req_new();
     if (!r) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     c->ch[c->n_ch++].req = r;
     if (i > 0) sched_req_group(r, c->ch[0].req);
+    const int n = i > 0 ? c->ch[0].req->rq.n : 1, draw = i % n;
     const char *body = c->body.p ? c->body.p : "";
     if (kind == OAI_RESPONSES  ? oai_parse_responses(body, c->body.n, h->vocab, &r->rq, e)
         : kind == OAI_MESSAGES ? ant_parse_messages(body, c->body.n, h->vocab, 0, &r->rq, e)
-                               : oai_parse_request(body, c->body.n, kind, h->vocab, &r->rq, e))
+                               : oai_parse_request_at(body, c->body.n, kind, h->vocab, i / n, &r->rq, e))
         return -1;
     if (r->rq.model && strcmp(r->rq.model, h->cfg.model))
         return oai_fail(e, 404, "invalid_request_error", "model_not_found", "model",
                         "The model '%s' does not exist (this server serves '%s').", r->rq.model, h->cfg.model);
     seq_params(h, r, id);
-    if (i > 0) /* another draw of the same request: a seed of its own, derived from the request's */
+    if (draw > 0) /* another draw of the same prompt: a seed of its own, derived from the request's */
         r->params.sampling.seed =
-            (r->params.sampling.seed ^ (uint64_t)i * 0xD1B54A32D192ED03ull) * 0x9E3779B97F4A7C15ull;
-    if (build_prompt(h, r, i > 0 ? c->ch[0].req : NULL, e)) return -1;
+            (r->params.sampling.seed ^ (uint64_t)draw * 0xD1B54A32D192ED03ull) * 0x9E3779B97F4A7C15ull;
+    if (build_prompt(h, r, draw > 0 ? c->ch[i - draw].req : NULL, e)) return -1;
     if (r->rq.echo) {
         Q35Err err = {0};
         Choice *k = &c->ch[c->n_ch - 1];
@@ -870,7 +876,7 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
     c->api = kind;
     c->bs.api = kind == OAI_RESPONSES ? &RESP_API : kind == OAI_MESSAGES ? &ANT_API : NULL;
     if (new_choice(c, 0, kind, id, &e)) return reply_error(c, mc, url, &e);
-    for (int i = 1; i < c->ch[0].req->rq.n; i++)
+    for (int i = 1; i < c->ch[0].req->rq.n * c->ch[0].req->rq.n_prompts; i++)
         if (new_choice(c, i, kind, id, &e)) return reply_error(c, mc, url, &e);
     Req *r = c->ch[0].req;
     c->meta.id = r->id;
@@ -917,9 +923,9 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
         return reply_error(c, mc, url, &e);
     }
     if (c->bs.api) return reply(mc, 200, "application/json", blk_body(c));
-    OaiOutput o[OAI_MAX_N];
-    OaiCallOut *calls[OAI_MAX_N] = {NULL};
-    char *echoed[OAI_MAX_N] = {NULL}; /* echo: the prompt's text, then the completion */
+    OaiOutput o[OAI_MAX_CHOICES];
+    OaiCallOut *calls[OAI_MAX_CHOICES] = {NULL};
+    char *echoed[OAI_MAX_CHOICES] = {NULL}; /* echo: the prompt's text, then the completion */
     for (int i = 0; i < c->n_ch; i++) {
         const Req *q = c->ch[i].req;
         if (c->ch[i].echo && asprintf(&echoed[i], "%s%s", c->ch[i].echo, q->out[0].p ? q->out[0].p : "") < 0)

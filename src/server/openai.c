@@ -210,31 +210,49 @@ static int parse_messages(const cJSON *root, OaiRequest *r, OaiError *e) {
 }
 
 /* prompt: a string, an array of ids, or a one-element array of either (batches of prompts are not served). */
-static int parse_prompt(const cJSON *root, int vocab, OaiRequest *r, OaiError *e) {
-    const cJSON *p = field(root, "prompt");
-    if (!p) return bad(e, "prompt", "is required");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
-        p = cJSON_GetArrayItem(p, 0);
-    if (cJSON_IsString(p)) {
-        if (!(r->prompt = strdup(p->valuestring))) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        return 0;
-    }
+/* Token ids of p (a non-empty array of ids below vocab) into *ids (malloc'ed; NULL: only checked). */
+static int prompt_ids(const cJSON *p, int vocab, const char *param, int **ids, int *n, OaiError *e) {
     if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
-        return bad(e, "prompt", "must be a string or a non-empty array of token ids (one prompt per request)");
-    int n = cJSON_GetArraySize(p);
-    if (!(r->prompt_ids = malloc(sizeof(int) * (size_t)n)))
+        return bad(e, param, "must be a string, a non-empty array of token ids, or an array of those");
+    if (ids && !(*ids = malloc(sizeof(int) * (size_t)cJSON_GetArraySize(p))))
         return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     const cJSON *x;
+    int k = 0;
     cJSON_ArrayForEach(x, p) {
         double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
         if (!isfinite(d) || d != floor(d) || d < 0 || d >= vocab) {
             char what[96];
-            snprintf(what, sizeof what, "must hold token ids in [0, %d) (one prompt per request)", vocab);
-            return bad(e, "prompt", what);
+            snprintf(what, sizeof what, "must hold token ids in [0, %d)", vocab);
+            return bad(e, param, what);
         }
-        r->prompt_ids[r->n_prompt_ids++] = (int)d;
+        if (ids) (*ids)[k] = (int)d;
+        k++;
     }
+    if (n) *n = k;
     return 0;
+}
+
+/* prompt: a string, an array of ids, or (a list of prompts) an array of strings or of id arrays; prompt `at` of the
+ * list into r (all of them checked), their count into r->n_prompts. */
+static int parse_prompt(const cJSON *root, int vocab, int at, OaiRequest *r, OaiError *e) {
+    const cJSON *p = field(root, "prompt");
+    if (!p) return bad(e, "prompt", "is required");
+    const int list = cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0));
+    r->n_prompts = list ? cJSON_GetArraySize(p) : 1;
+    const cJSON *x, *all = list ? p : NULL;
+    int i = 0;
+    cJSON_ArrayForEach(x, all) { /* every prompt of a list: one kind, each well-formed */
+        char param[32];
+        snprintf(param, sizeof param, "prompt[%d]", i++);
+        if (cJSON_IsString(x) != cJSON_IsString(cJSON_GetArrayItem(p, 0)))
+            return bad(e, param, "is not of the first prompt's kind (all strings, or all arrays of token ids)");
+        if (!cJSON_IsString(x) && prompt_ids(x, vocab, param, NULL, NULL, e)) return -1;
+    }
+    if (list) p = cJSON_GetArrayItem(p, at);
+    if (!p) return bad(e, "prompt", "has fewer prompts than asked for");
+    if (cJSON_IsString(p))
+        return (r->prompt = strdup(p->valuestring)) ? 0 : oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    return prompt_ids(p, vocab, "prompt", &r->prompt_ids, &r->n_prompt_ids, e);
 }
 
 static int parse_stop(const cJSON *root, OaiRequest *r, OaiError *e) {
@@ -452,14 +470,15 @@ static int parse_response_format(const cJSON *root, OaiRequest *r, OaiError *e) 
     return 0;
 }
 
-static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e) {
+static int parse_fields(const cJSON *root, int vocab, int at, OaiRequest *r, OaiError *e) {
     const cJSON *model = field(root, "model");
     if (model) {
         if (!cJSON_IsString(model)) return bad(e, "model", "must be a string");
         if (!(r->model = strdup(model->valuestring)))
             return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
-    if (r->kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, vocab, r, e)) return -1;
+    r->n_prompts = 1;
+    if (r->kind == OAI_CHAT ? parse_messages(root, r, e) : parse_prompt(root, vocab, at, r, e)) return -1;
     if (get_bool(root, "stream", &r->stream, e) < 0) return -1;
     const cJSON *so = field(root, "stream_options");
     if (so) {
@@ -475,6 +494,11 @@ static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e
     r->n = 1;
     if ((k = get_int(root, "n", 1, OAI_MAX_N, &v, e)) < 0) return -1;
     if (k) r->n = (int)v;
+    if (r->n * r->n_prompts > OAI_MAX_CHOICES) {
+        char what[96];
+        snprintf(what, sizeof what, "times the %d prompts must be at most %d choices", r->n_prompts, OAI_MAX_CHOICES);
+        return bad(e, "n", what);
+    }
     if ((k = get_int(root, "best_of", 1, OAI_MAX_N, &v, e)) < 0) return -1;
     if (k && v != r->n) return bad(e, "best_of", "must equal 'n' (the best of more drawn choices is not supported)");
     if ((k = get_int(root, "max_completion_tokens", 1, 2147483647.0, &v, e)) < 0) return -1;
@@ -516,6 +540,10 @@ static int parse_fields(const cJSON *root, int vocab, OaiRequest *r, OaiError *e
 }
 
 int oai_parse_request(const char *body, size_t len, int kind, int vocab, OaiRequest *r, OaiError *e) {
+    return oai_parse_request_at(body, len, kind, vocab, 0, r, e);
+}
+
+int oai_parse_request_at(const char *body, size_t len, int kind, int vocab, int at, OaiRequest *r, OaiError *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
     r->max_tokens = -1;
@@ -524,7 +552,7 @@ int oai_parse_request(const char *body, size_t len, int kind, int vocab, OaiRequ
     cJSON *root;
     if (parse_body(body, len, &root, e)) return -1;
     int rc = cJSON_IsObject(root)
-                 ? parse_fields(root, vocab, r, e)
+                 ? parse_fields(root, vocab, at, r, e)
                  : oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
     cJSON_Delete(root);
     if (rc) oai_request_free(r);

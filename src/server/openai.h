@@ -51,8 +51,9 @@ enum {
     OAI_SET_SEED = 1 << 6,
 };
 
-#define OAI_MAX_STOP 16
-#define OAI_MAX_N    16 /* choices per request (n) */
+#define OAI_MAX_STOP    16
+#define OAI_MAX_N       16 /* choices per prompt (n) */
+#define OAI_MAX_CHOICES 64 /* choices per request: prompts x n (completions with a list of prompts) */
 typedef struct OaiRequest {
     int kind;    /* OAI_CHAT | OAI_COMPLETION */
     char *model; /* NULL when absent */
@@ -61,6 +62,8 @@ typedef struct OaiRequest {
     char *prompt; /* completions: text prompt, or NULL when given as ids */
     int *prompt_ids;
     int n_prompt_ids;
+    int n_prompts; /* completions: the prompts of the request (a list of strings or of id lists; else 1); prompt /
+                      prompt_ids hold the one oai_parse_request_at was asked for */
     int stream, include_usage;
     int max_tokens; /* -1: up to the context */
     int n;          /* choices, 1 .. OAI_MAX_N: n sequences of the same prompt, each its own draws */
@@ -96,6 +99,8 @@ typedef struct OaiRequest {
 /* Parses body[0..len) as a kind request. vocab: ids in a token prompt must be below it. 0 on success (free r
  * with oai_request_free), else -1 with e filled (status 400) and r holding nothing. */
 int oai_parse_request(const char *body, size_t len, int kind, int vocab, OaiRequest *r, OaiError *e);
+/* The same with prompt `at` of a completions request's list of prompts (every one validated; at < n_prompts). */
+int oai_parse_request_at(const char *body, size_t len, int kind, int vocab, int at, OaiRequest *r, OaiError *e);
 void oai_request_free(OaiRequest *r);
 
 /* One alternative / chosen token for logprobs: its text (detokenized alone) and log-probability. */

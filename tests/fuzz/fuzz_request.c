@@ -65,6 +65,8 @@ static void check_accepted(const OaiRequest *r, int kind) {
     for (int i = 0; i < r->n_stop; i++) REQUIRE(r->stop[i] && r->stop[i][0]);
     REQUIRE(!r->include_usage || r->stream);
     REQUIRE(r->n >= 1 && r->n <= OAI_MAX_N);
+    REQUIRE(r->n_prompts >= 1 && r->n * r->n_prompts <= OAI_MAX_CHOICES &&
+            (kind == OAI_COMPLETION || r->n_prompts == 1));
     REQUIRE(!r->echo || (kind == OAI_COMPLETION && r->top_logprobs < 0));
     REQUIRE(r->min_tokens >= 0 && (r->max_tokens < 0 || r->min_tokens <= r->max_tokens));
     REQUIRE(r->n_stop_ids >= 0 && r->n_stop_ids <= OAI_MAX_STOP);

@@ -214,6 +214,31 @@ test("n choices: each its own draws, choice 0 as the request alone, streamed ali
     assert.ok(new Set(cr.choices.map((c) => c.text)).size >= 2, JSON.stringify(cr.choices));
 });
 
+test("completions with a list of prompts: choice p * n + j is draw j of prompt p, as that prompt alone", async () => {
+    const prompts = ["The capital of France is", "Once upon a time", "1, 2, 3,"];
+    const p = { model: MODEL, max_tokens: 5, temperature: 2, seed: 7 };
+    const solo = await Promise.all(prompts.map((prompt) => client.completions.create({ ...p, prompt, n: 2 })));
+    const r = await client.completions.create({ ...p, prompt: prompts, n: 2 });
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3, 4, 5]);
+    assert.deepEqual(r.choices.map((c) => c.text), solo.flatMap((s) => s.choices.map((c) => c.text)));
+    assert.equal(r.usage.prompt_tokens, solo.reduce((a, s) => a + s.usage.prompt_tokens, 0));
+    assert.equal(r.usage.completion_tokens, solo.reduce((a, s) => a + s.usage.completion_tokens, 0));
+    const st = await client.completions.create({ ...p, prompt: prompts, n: 2, stream: true });
+    const got = Array(6).fill("");
+    for await (const ch of st) for (const c of ch.choices) got[c.index] += c.text;
+    assert.deepEqual(got, r.choices.map((c) => c.text));
+    // token-id prompts, as lists
+    const ids = (t) => require("node:child_process").execFileSync(process.env.QWEN35_BIN, ["tokenize", "--model",
+        process.env.SERVE_MODEL, "--text", t]).toString().trim().split(/\s+/).map(Number);
+    const byIds = await client.completions.create({ ...p, prompt: prompts.map(ids), n: 2 });
+    assert.deepEqual(byIds.choices.map((c) => c.text), r.choices.map((c) => c.text));
+    // one kind per list; at most 64 choices
+    await assert.rejects(client.completions.create({ ...p, prompt: ["a", [1, 2]] }),
+        (e) => e.status === 400 && e.param === "prompt[1]");
+    await assert.rejects(client.completions.create({ ...p, prompt: Array(33).fill("a"), n: 2 }),
+        (e) => e.status === 400 && e.param === "n");
+});
+
 test("stop_token_ids and min_tokens: the greedy token's id ends the completion, not before min_tokens", async () => {
     const ids = (t) => require("node:child_process").execFileSync(process.env.QWEN35_BIN,
         ["tokenize", "--model", process.env.SERVE_MODEL, "--text", t]).toString().trim().split(/\s+/).map(Number);
