@@ -7,6 +7,7 @@
  * request; only its answer differs (responses.h; streamed as typed events, resp_collect). */
 #include "server/http.h"
 
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -406,6 +407,14 @@ static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
         r->done && k->calls_sent == r->n_calls && (!r->n_calls || k->args_sent == r->calls[r->n_calls - 1].args.n);
     const char *reason = r->finish_reason;
     if (done) *err = r->error;
+    /* echo with logprobs: the prompt goes out with its entries, once they are all known (or the request ended) */
+    const int echo_ready = !r->plps || r->done || r->plp_done >= r->n_prompt - 1;
+    int n_plp = k->echo && !k->role_sent && r->plps && echo_ready ? r->plp_done + 1 : 0;
+    OaiTokenLogprob *plps = n_plp ? malloc(sizeof *plps * (size_t)n_plp) : NULL;
+    if (plps)
+        memcpy(plps, r->plps, sizeof *plps * (size_t)n_plp);
+    else
+        n_plp = 0;
     sched_unlock(h->s);
 
     if (!k->role_sent && kind == OAI_CHAT) {
@@ -413,11 +422,14 @@ static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
         ev_data(c, oai_chunk_json(kind, &c->meta, &o, 1, NULL, usage));
         k->role_sent = 1;
     }
-    if (!k->role_sent && k->echo) { /* completions: the prompt first */
-        OaiOutput o = {.index = index, .content = k->echo};
+    if (!k->role_sent && k->echo && echo_ready) { /* completions: the prompt first */
+        OaiOutput o = {
+            .index = index, .content = k->echo, .logprobs = plps, .n_logprobs = n_plp, .want_logprobs = want_lp};
         ev_data(c, oai_chunk_json(kind, &c->meta, &o, 0, NULL, usage));
         k->role_sent = 1;
+        k->text_offset = strlen(k->echo); /* the completion's offsets count the prompt's text */
     }
+    free(plps);
     if (done && err->status) {
         ev_data(c, oai_error_json(err));
     } else {
@@ -857,6 +869,14 @@ static int new_choice(Conn *c, int i, int kind, unsigned long id, OaiError *e) {
             return oai_fail(e, 400, "invalid_request_error", NULL, "echo", "%s",
                             h->tok ? err.msg : "echo of token ids needs the model's tokenizer.json");
         if (!k->echo) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        if (r->rq.top_logprobs >= 0) { /* with logprobs: the prompt's too (sched.h: plps), its first has none */
+            char *t0 = NULL;
+            r->plps = calloc((size_t)r->n_prompt, sizeof *r->plps);
+            r->logits = r->logits ? r->logits : malloc(sizeof(float) * (size_t)q35_vocab_size(h->e));
+            if (!r->plps || !r->logits || q35_detokenize(h->tok, r->toks, 1, 0, &t0, &err))
+                return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            r->plps[0] = (OaiTokenLogprob){.token = t0, .logprob = NAN, .part = OAI_PART_OTHER};
+        }
     }
     static const char *const prefix[4] = {"chatcmpl-", "cmpl-", "resp_", "msg_"};
     snprintf(r->id, sizeof r->id, "%s%lx%06lx", prefix[kind], (unsigned long)h->started, id);
@@ -925,7 +945,8 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
     if (c->bs.api) return reply(mc, 200, "application/json", blk_body(c));
     OaiOutput o[OAI_MAX_CHOICES];
     OaiCallOut *calls[OAI_MAX_CHOICES] = {NULL};
-    char *echoed[OAI_MAX_CHOICES] = {NULL}; /* echo: the prompt's text, then the completion */
+    char *echoed[OAI_MAX_CHOICES] = {NULL};          /* echo: the prompt's text, then the completion */
+    OaiTokenLogprob *both[OAI_MAX_CHOICES] = {NULL}; /* echo with logprobs: the prompt's entries, then the rest */
     for (int i = 0; i < c->n_ch; i++) {
         const Req *q = c->ch[i].req;
         if (c->ch[i].echo && asprintf(&echoed[i], "%s%s", c->ch[i].echo, q->out[0].p ? q->out[0].p : "") < 0)
@@ -945,12 +966,20 @@ static enum MHD_Result generate(Conn *c, struct MHD_Connection *mc, const char *
                            .n_logprobs = q->n_lps,
                            .want_logprobs = q->rq.top_logprobs >= 0,
                            .finish_reason = q->finish_reason};
+        const int n_plp = q->plps ? q->plp_done + 1 : 0;
+        if (n_plp && (both[i] = malloc(sizeof *both[i] * (size_t)(n_plp + q->n_lps)))) {
+            memcpy(both[i], q->plps, sizeof *both[i] * (size_t)n_plp);
+            if (q->n_lps) memcpy(both[i] + n_plp, q->lps, sizeof *both[i] * (size_t)q->n_lps);
+            o[i].logprobs = both[i];
+            o[i].n_logprobs = n_plp + q->n_lps;
+        }
     }
     OaiUsage u = usage_of(c);
     char *body = oai_response_json(kind, &c->meta, o, c->n_ch, &u);
     for (int i = 0; i < c->n_ch; i++) {
         free(calls[i]);
         free(echoed[i]);
+        free(both[i]);
     }
     return reply(mc, 200, "application/json", body);
 }

@@ -518,8 +518,6 @@ static int parse_fields(const cJSON *root, int vocab, int at, OaiRequest *r, Oai
     r->one_call = !parallel;
     if (get_bool(root, "echo", &r->echo, e) < 0) return -1;
     if (r->echo && r->kind == OAI_CHAT) return bad(e, "echo", "is for completions only");
-    if (r->echo && r->top_logprobs >= 0)
-        return bad(e, "echo", "with logprobs is not supported (no log-probabilities of prompt tokens)");
     const cJSON *suffix = field(root, "suffix"); /* completions: text after the insertion (fill-in-the-middle) */
     if (suffix && (!cJSON_IsString(suffix) || suffix->valuestring[0])) return bad(e, "suffix", "is not supported");
     if (parse_tools(root, r, e) || parse_response_format(root, r, e) || parse_logit_bias(root, vocab, r, e)) return -1;
@@ -646,7 +644,8 @@ static cJSON *chat_logprobs(const OaiOutput *o) {
     return lp;
 }
 
-/* Completions (legacy): {"tokens","token_logprobs","top_logprobs":[{tok: lp}],"text_offset"}; text_offset counts
+/* Completions (legacy): {"tokens","token_logprobs","top_logprobs":[{tok: lp}],"text_offset"} (an entry with a NAN
+ * logprob, an echoed prompt's first token, has null for both); text_offset counts
  * bytes from the start of this choice's text (offset: bytes already sent before this chunk). */
 static cJSON *completion_logprobs(const OaiOutput *o, size_t offset) {
     cJSON *lp = cJSON_CreateObject();
@@ -655,6 +654,13 @@ static cJSON *completion_logprobs(const OaiOutput *o, size_t offset) {
     for (int i = 0; i < o->n_logprobs; i++) {
         const OaiTokenLogprob *t = &o->logprobs[i];
         cJSON_AddItemToArray(toks, cJSON_CreateString(t->token));
+        if (isnan(t->logprob)) { /* a prompt's first token (echo): no logprob, no alternatives */
+            cJSON_AddItemToArray(lps, cJSON_CreateNull());
+            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
+            offset += strlen(t->token);
+            continue;
+        }
         cJSON_AddItemToArray(lps, cJSON_CreateNumber(t->logprob));
         cJSON *top = cJSON_CreateObject();
         for (int j = 0; j < t->n_top; j++)

@@ -18,6 +18,7 @@
 #include "server/guided.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,11 @@ static void req_free(Req *r) {
         for (int j = 0; j < r->lps[i].n_top; j++) free((char *)r->lps[i].top[j].token);
     }
     free(r->lps);
+    for (int i = 0; r->plps && i < r->n_prompt; i++) {
+        free((char *)r->plps[i].token);
+        for (int j = 0; j < r->plps[i].n_top; j++) free((char *)r->plps[i].top[j].token);
+    }
+    free(r->plps);
     for (int i = 0; i < r->n_calls; i++) {
         free(r->calls[i].id);
         free(r->calls[i].name);
@@ -578,6 +584,10 @@ static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
     int pending = r->n_toks - r->n_fed;
     int n = pending < budget ? pending : budget;
     if (n <= 0) return 0;
+    /* prompt logprobs: up to the positions known (after a preemption) in a chunk, then a token a step */
+    const int plp = r->plps && r->n_fed + 1 < r->n_prompt && r->n_fed >= r->plp_done;
+    if (r->plps && r->n_fed < r->plp_done && n > r->plp_done - r->n_fed) n = r->plp_done - r->n_fed;
+    if (plp) n = 1;
     int k0 = r->i_snap; /* the snapshot points inside the chunk [k0, k1): taken by the step itself */
     while (k0 < r->n_snap_at && r->snap_at[k0] <= r->n_fed) k0++;
     int k1 = k0;
@@ -588,8 +598,8 @@ static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
                                        .sample = n == pending,
                                        .snap_at = r->snap_at + k0,
                                        .n_snap_at = k1 - k0};
-    if (r->guide && n == pending) { /* guided: raw logits, sampled in guided_token */
-        s->items[*n_items].sample = 0;
+    if ((r->guide && n == pending) || plp) { /* guided: raw logits, sampled in guided_token; prompt logprobs */
+        s->items[*n_items].sample = r->guide && n == pending ? 0 : s->items[*n_items].sample;
         s->items[*n_items].logits = r->logits;
     }
     s->item_req[(*n_items)++] = r;
@@ -675,7 +685,8 @@ static void snap_points(const Sched *s, Req *r, int from, int matched) {
 /* Opens a sequence for the waiting request r, resumed from the prefix cache where it can; 0 or a Q35_ERR_*. */
 static int admit(Sched *s, Req *r, Q35Err *err) {
     Q35PrefixHit hit = {0};
-    int rc = q35_seq_open_cached(s->e, &r->params, r->toks, r->n_prompt, &r->seq, &hit, err);
+    int rc = r->plps ? q35_seq_open(s->e, &r->params, &r->seq, err) /* every position's logits are needed */
+                     : q35_seq_open_cached(s->e, &r->params, r->toks, r->n_prompt, &r->seq, &hit, err);
     if (rc) return rc;
     r->n_fed = r->n_cached = hit.cached;
     snap_points(s, r, hit.cached, hit.matched);
@@ -720,6 +731,44 @@ static int drop_item(Sched *s, int n_items, const Req *r) {
             s->item_req[k++] = s->item_req[i];
         }
     return k;
+}
+
+/* plps[at] from r->logits, the raw logits after prompt position at - 1: log softmax over the tokenizer's ids at the
+ * prompt's token there, and the request's top_logprobs alternatives. */
+static void prompt_logprob(Sched *s, Req *r, int at) {
+    if (at <= r->plp_done) return;
+    const float *l = r->logits;
+    int valid = q35_vocab_size(s->e);
+    if (s->tok && q35_tokenizer_size(s->tok) < valid) valid = q35_tokenizer_size(s->tok);
+    float mx = l[0];
+    for (int i = 1; i < valid; i++) mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < valid; i++) sum += exp((double)l[i] - mx);
+    const double lse = mx + log(sum);
+    const int id = r->toks[at],
+              k = r->rq.top_logprobs < Q35_MAX_TOP_LOGPROBS ? r->rq.top_logprobs : Q35_MAX_TOP_LOGPROBS;
+    int top[Q35_MAX_TOP_LOGPROBS], n_top = 0;
+    for (int i = 0; i < valid && k > 0; i++) { /* insertion into the sorted top list */
+        int j;
+        if (n_top < k)
+            j = n_top++;
+        else if (l[i] > l[top[k - 1]])
+            j = k - 1;
+        else
+            continue;
+        while (j > 0 && l[top[j - 1]] < l[i]) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = i;
+    }
+    OaiTokenLogprob t = {.token = token_text(s, id), .logprob = (float)(l[id] - lse), .part = OAI_PART_OTHER};
+    for (int j = 0; j < n_top; j++) t.top[j] = (OaiTopLogprob){token_text(s, top[j]), (float)(l[top[j]] - lse)};
+    t.n_top = n_top;
+    pthread_mutex_lock(&s->mu);
+    r->plps[at] = t;
+    r->plp_done = at;
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void step(Sched *s) {
@@ -812,6 +861,10 @@ static void step(Sched *s) {
             if (r->snap_at[r->i_snap] == r->n_fed) r->snap_due = 1;
         if (r->snap_due && !s->items[i].sample) take_snapshot(s, r);
         const Q35StepOut *o = &s->outs[i];
+        if (r->plps && s->items[i].logits && r->n_fed < r->n_prompt) { /* the entry of prompt position n_fed */
+            prompt_logprob(s, r, r->n_fed);
+            continue;
+        }
         if (r->guide && s->items[i].logits) {
             o = guided_token(s, r, &s->outs[i]);
             if (!o) {

@@ -49,8 +49,13 @@ typedef struct Req {
     double t_arrival;               /* monotonic seconds */
     Q35ChatParser *parser;          /* chat: splits the text into reasoning / content / tool calls; NULL: all content */
     Q35Guide *guide; /* tool_choice required / named, response_format: tokens sampled on the host (guided.h) */
-    float *logits;   /* guide: [q35_vocab_size] the step's raw logits */
-    uint64_t rng;    /* guide: the host sampler's state (from the request's seed) */
+    float *logits;   /* guide, plps: [q35_vocab_size] the step's raw logits */
+    /* completions with echo and logprobs: the prompt's entries, plps[i] for prompt position i (1 <= i < n_prompt;
+     * plps[0].logprob NAN: a first token has none), known up to plp_done. The prompt is fed a token a step from
+     * plp_done on (the logits of its last token give the next position's entry), without the prefix cache. */
+    OaiTokenLogprob *plps;
+    int plp_done;
+    uint64_t rng; /* guide: the host sampler's state (from the request's seed) */
 
     /* scheduler */
     int seq;          /* engine sequence, -1 when not open */

@@ -270,7 +270,7 @@ test("stop_token_ids and min_tokens: the greedy token's id ends the completion, 
         (e) => e.status === 400 && e.param === "stop_token_ids");
 });
 
-test("echo: the completion's text starts with the prompt, streamed alike; not with logprobs, not for chat", async () => {
+test("echo: the completion's text starts with the prompt, streamed alike; not for chat", async () => {
     const req = { model: MODEL, prompt: "The capital is", max_tokens: 4, temperature: 1, seed: 9 };
     const plain = (await client.completions.create(req)).choices[0].text;
     const r = await client.completions.create({ ...req, echo: true, n: 2 });
@@ -282,10 +282,47 @@ test("echo: the completion's text starts with the prompt, streamed alike; not wi
     assert.equal(text, req.prompt + plain);
     const ids = await client.completions.create({ model: MODEL, prompt: [785, 6722], max_tokens: 1, echo: true });
     assert.ok(ids.choices[0].text.startsWith("The capital"), ids.choices[0].text);
-    await assert.rejects(client.completions.create({ ...req, echo: true, logprobs: 1 }),
-        (e) => e.status === 400 && e.param === "echo");
     await assert.rejects(client.chat.completions.create(chatReq({ echo: true })),
         (e) => e.status === 400 && e.param === "echo");
+});
+
+// lm-evaluation-harness scores a continuation this way (echo, logprobs, max_tokens 1, temperature 0)
+test("echo with logprobs: the prompt's tokens and logprobs first (the first null), each as if it were generated", async () => {
+    const prompt = "The capital of France is Paris";
+    const ids = require("node:child_process").execFileSync(process.env.QWEN35_BIN, ["tokenize", "--model",
+        process.env.SERVE_MODEL, "--text", prompt]).toString().trim().split(/\s+/).map(Number);
+    const req = { model: MODEL, prompt, max_tokens: 1, temperature: 0, echo: true, logprobs: 2 };
+    const r = await client.completions.create(req);
+    const lp = r.choices[0].logprobs;
+    assert.equal(lp.tokens.length, ids.length + 1);
+    assert.equal(lp.tokens.slice(0, ids.length).join(""), prompt);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    assert.equal(r.choices[0].text, prompt + lp.tokens.at(-1));
+    // position i's logprob is the one generation reports for token i after the prompt's first i tokens (forced by
+    // a logit bias: logprobs are the raw logits'); a shifted or wrong row gives another number
+    for (let i = 1; i < ids.length; i++) {
+        const g = await client.completions.create({ model: MODEL, prompt: ids.slice(0, i), max_tokens: 1,
+            temperature: 0, logprobs: 2, logit_bias: { [ids[i]]: 100 } });
+        assert.ok(Math.abs(g.choices[0].logprobs.token_logprobs[0] - lp.token_logprobs[i]) < 2e-3,
+            `position ${i}: ${lp.token_logprobs[i]} vs ${g.choices[0].logprobs.token_logprobs[0]}`);
+        assert.equal(Object.keys(lp.top_logprobs[i]).length, 2);
+        assert.ok(lp.token_logprobs[i] <= 0);
+    }
+    // streamed: the prompt's chunk carries its entries; the same numbers; offsets count the whole text
+    const st = await client.completions.create({ ...req, stream: true });
+    const toks = [], lps = [], offs = [];
+    for await (const ch of st)
+        for (const c of ch.choices)
+            if (c.logprobs) toks.push(...c.logprobs.tokens), lps.push(...c.logprobs.token_logprobs),
+                offs.push(...c.logprobs.text_offset);
+    assert.deepEqual(toks, lp.tokens);
+    assert.deepEqual(lps, lp.token_logprobs);
+    assert.deepEqual(offs, lp.text_offset);
+    // two prompts, two choices each: every choice has its prompt's entries
+    const two = await client.completions.create({ ...req, prompt: [prompt, "1, 2, 3"], n: 2, temperature: 1, seed: 2 });
+    assert.deepEqual(two.choices[1].logprobs.token_logprobs.slice(0, ids.length), lp.token_logprobs.slice(0, ids.length));
+    assert.equal(two.choices[2].logprobs.token_logprobs[0], null);
 });
 
 test("/tokenize and /detokenize: the CLI tokenizer's ids, a chat's ids as generation counts them, round trip", async () => {
