@@ -67,7 +67,7 @@ static void check_accepted(const OaiRequest *r, int kind) {
     REQUIRE(r->n >= 1 && r->n <= OAI_MAX_N);
     REQUIRE(r->n_prompts >= 1 && r->n * r->n_prompts <= OAI_MAX_CHOICES &&
             (kind == OAI_COMPLETION || r->n_prompts == 1));
-    REQUIRE(!r->echo || (kind == OAI_COMPLETION && r->top_logprobs < 0));
+    REQUIRE(!r->echo || kind == OAI_COMPLETION);
     REQUIRE(r->min_tokens >= 0 && (r->max_tokens < 0 || r->min_tokens <= r->max_tokens));
     REQUIRE(r->n_stop_ids >= 0 && r->n_stop_ids <= OAI_MAX_STOP);
     for (int i = 0; i < r->n_stop_ids; i++) REQUIRE(r->stop_ids[i] >= 0 && r->stop_ids[i] < VOCAB);
