@@ -228,24 +228,7 @@ static int translate(const cJSON *root, int count, cJSON **chat, OaiError *e) {
         if (!cJSON_IsArray(v)) return tr_bad(e, "stop_sequences", "must be an array of strings");
         if (tr_put(c, "stop", v)) return tr_oom(e);
     }
-    /* the API's sampling fields, and the chat path's extensions (seed, min_p, penalties, logit_bias, ...) */
-    static const char *const same[] = {"model",
-                                       "stream",
-                                       "temperature",
-                                       "top_p",
-                                       "top_k",
-                                       "min_p",
-                                       "seed",
-                                       "presence_penalty",
-                                       "frequency_penalty",
-                                       "repetition_penalty",
-                                       "stop_token_ids",
-                                       "ignore_eos",
-                                       "min_tokens",
-                                       "logit_bias"};
-    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++)
-        if ((v = tr_field(root, same[k])) && tr_put(c, same[k], v)) return tr_oom(e);
-    return 0;
+    return tr_chat_fields(root, c, e); /* the sampling fields, and the chat path's extensions */
 }
 
 int ant_parse_messages(const char *body, size_t len, int vocab, int count, OaiRequest *r, OaiError *e) {

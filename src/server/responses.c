@@ -276,25 +276,10 @@ static int translate(const cJSON *root, cJSON **chat, OaiError *e) {
     if ((v = tr_field(root, "max_output_tokens")) && tr_put(c, "max_tokens", v)) return tr_oom(e);
     if (logprobs && !cJSON_AddBoolToObject(c, "logprobs", 1)) return tr_oom(e);
     if (logprobs && (v = tr_field(root, "top_logprobs")) && tr_put(c, "top_logprobs", v)) return tr_oom(e);
-    static const char *const same[] = {"model",
-                                       "stream",
-                                       "temperature",
-                                       "top_p",
-                                       "top_k",
-                                       "min_p",
-                                       "seed",
-                                       "presence_penalty",
-                                       "frequency_penalty",
-                                       "repetition_penalty",
-                                       "stop",
-                                       "stop_token_ids",
-                                       "ignore_eos",
-                                       "min_tokens",
-                                       "logit_bias",
-                                       "parallel_tool_calls"};
-    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++)
-        if ((v = tr_field(root, same[k])) && tr_put(c, same[k], v)) return tr_oom(e);
-    return 0;
+    if (((v = tr_field(root, "stop")) && tr_put(c, "stop", v)) ||
+        ((v = tr_field(root, "parallel_tool_calls")) && tr_put(c, "parallel_tool_calls", v)))
+        return tr_oom(e);
+    return tr_chat_fields(root, c, e); /* the sampling fields, and the chat path's extensions */
 }
 
 int oai_parse_responses(const char *body, size_t len, int vocab, OaiRequest *r, OaiError *e) {

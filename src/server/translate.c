@@ -88,6 +88,28 @@ int tr_tools(const cJSON *tools, cJSON *chat, const char *type, int type_optiona
     return 0;
 }
 
+int tr_chat_fields(const cJSON *root, cJSON *chat, OaiError *e) {
+    static const char *const same[] = {"model",
+                                       "stream",
+                                       "temperature",
+                                       "top_p",
+                                       "top_k",
+                                       "min_p",
+                                       "seed",
+                                       "presence_penalty",
+                                       "frequency_penalty",
+                                       "repetition_penalty",
+                                       "stop_token_ids",
+                                       "ignore_eos",
+                                       "min_tokens",
+                                       "logit_bias"};
+    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+        const cJSON *v = tr_field(root, same[k]);
+        if (v && tr_put(chat, same[k], v)) return tr_oom(e);
+    }
+    return 0;
+}
+
 cJSON *tr_add_message(cJSON *msgs, const char *role, const char *content) {
     cJSON *m = cJSON_CreateObject();
     if (!m || !cJSON_AddStringToObject(m, "role", role) || !cJSON_AddStringToObject(m, "content", content)) {

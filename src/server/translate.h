@@ -24,6 +24,9 @@ int tr_parts_text(const cJSON *c, const char *const *types, const char *param, c
  * keys[k][1] (k < n). */
 int tr_tools(const cJSON *tools, cJSON *chat, const char *type, int type_optional, const char *what,
              const char *const (*keys)[2], int n, OaiError *e);
+/* Copies into chat what the APIs share with a chat request as it is: model, stream, temperature, top_p, and the chat
+ * path's extensions (top_k, min_p, seed, penalties, stop_token_ids, ignore_eos, min_tokens, logit_bias). */
+int tr_chat_fields(const cJSON *root, cJSON *chat, OaiError *e);
 /* Appends {"role", "content"} to msgs; returns it, NULL out of memory. */
 cJSON *tr_add_message(cJSON *msgs, const char *role, const char *content);
 

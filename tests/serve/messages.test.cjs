@@ -30,7 +30,7 @@ const TOOLS = [
 ];
 const CHAT_TOOLS = TOOLS.map(({ name, description, input_schema }) =>
     ({ type: "function", function: { name, description, parameters: input_schema } }));
-const QUESTION = "What is the weather in Paris and the time in Tokyo?";
+const QUESTION = server.QUESTION;
 const STOP = { end_turn: "stop", max_tokens: "length", tool_use: "tool_calls", stop_sequence: "stop" };
 
 // The message object's documented shape (https://docs.anthropic.com/en/api/messages), the parts this server fills.
@@ -103,15 +103,7 @@ test("a tool conversation (thinking, tool_use, tool_result blocks) renders as th
             { type: "tool_result", tool_use_id: "call_a2", content: [{ type: "text", text: "09:30" }] },
             { type: "text", text: "Thanks!" }] },
     ];
-    const chat = [
-        { role: "user", content: QUESTION },
-        { role: "assistant", content: "", reasoning_content: "Weather first.", tool_calls: [
-            { id: "call_a1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } },
-            { id: "call_a2", type: "function", function: { name: "get_time", arguments: '{"tz": "Asia/Tokyo"}' } }] },
-        { role: "tool", tool_call_id: "call_a1", content: '{"temperature": 21}' },
-        { role: "tool", tool_call_id: "call_a2", content: "09:30" },
-        { role: "user", content: "Thanks!" },
-    ];
+    const chat = [...server.TOOL_ROUND, { role: "user", content: "Thanks!" }];
     const m = await ant.messages.create({ model: MODEL, max_tokens: 8, temperature: 1, seed: 9, messages, tools: TOOLS,
         thinking: { type: "disabled" } });
     checkMessage(m);

@@ -27,7 +27,7 @@ const TOOLS = [
         parameters: { type: "object", properties: { tz: { type: "string" } }, required: ["tz"] } },
 ];
 const CHAT_TOOLS = TOOLS.map(({ type, ...f }) => ({ type, function: f }));
-const QUESTION = "What is the weather in Paris and the time in Tokyo?";
+const QUESTION = server.QUESTION;
 
 // The response object's documented shape (https://platform.openai.com/docs/api-reference/responses/object), the
 // parts this server fills.
@@ -125,17 +125,8 @@ test("a tool conversation as input items renders as the chat messages do", async
         { role: "assistant", content: [{ type: "output_text", text: "Clear, 21 degrees; 09:30 in Tokyo." }] },
         { role: "user", content: "Thanks!" },
     ];
-    const messages = [
-        { role: "system", content: "Be brief." },
-        { role: "user", content: QUESTION },
-        { role: "assistant", content: "", reasoning_content: "Weather first.", tool_calls: [
-            { id: "call_a1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } },
-            { id: "call_a2", type: "function", function: { name: "get_time", arguments: '{"tz": "Asia/Tokyo"}' } }] },
-        { role: "tool", tool_call_id: "call_a1", content: '{"temperature": 21}' },
-        { role: "tool", tool_call_id: "call_a2", content: "09:30" },
-        { role: "assistant", content: "Clear, 21 degrees; 09:30 in Tokyo." },
-        { role: "user", content: "Thanks!" },
-    ];
+    const messages = [{ role: "system", content: "Be brief." }, ...server.TOOL_ROUND,
+        { role: "assistant", content: "Clear, 21 degrees; 09:30 in Tokyo." }, { role: "user", content: "Thanks!" }];
     const common = { model: MODEL, temperature: 1, seed: 9 };
     const r = await client.responses.create({ ...common, instructions: "Be brief.", input, tools: TOOLS,
         max_output_tokens: 8, reasoning: { effort: "minimal" } });

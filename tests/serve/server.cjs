@@ -23,4 +23,16 @@ function stop(p) {
     return new Promise((resolve) => { p.on("exit", (c) => resolve(c)); p.kill("SIGTERM"); });
 }
 
-module.exports = { start, stop };
+// The question of the tool tests, and its first tool round as chat messages (a reasoning, two calls, their results):
+// what the Responses and Messages tests' input items and blocks must render as.
+const QUESTION = "What is the weather in Paris and the time in Tokyo?";
+const TOOL_ROUND = [
+    { role: "user", content: QUESTION },
+    { role: "assistant", content: "", reasoning_content: "Weather first.", tool_calls: [
+        { id: "call_a1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } },
+        { id: "call_a2", type: "function", function: { name: "get_time", arguments: '{"tz": "Asia/Tokyo"}' } }] },
+    { role: "tool", tool_call_id: "call_a1", content: '{"temperature": 21}' },
+    { role: "tool", tool_call_id: "call_a2", content: "09:30" },
+];
+
+module.exports = { start, stop, QUESTION, TOOL_ROUND };
