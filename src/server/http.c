@@ -2,9 +2,11 @@
  * block on its own request: a non-streamed completion waits for the scheduler in the handler; a streamed one
  * waits in the content reader between SSE events. Both poll the client's socket while they wait, so a client
  * that goes away cancels its request within one step. Request flow: body (at most max_body bytes, else 413)
- * -> route (404 / 405) -> auth (401) -> oai_parse_request / oai_parse_responses (400) -> model (404) -> prompt ids
- * (chat template or tokenizer) -> context check (400) -> sched_submit (429 / 503). /v1/responses runs as a chat
- * request; only its answer differs (responses.h; streamed as typed events, resp_collect). */
+ * -> route (404 / 405) -> auth (401) -> oai_parse_request / oai_parse_responses / ant_parse_messages (400) ->
+ * model (404) -> prompt ids (chat template or tokenizer) -> context check (400) -> sched_submit (429 / 503).
+ * /v1/responses and /v1/messages run as chat requests; only their answers differ (responses.h, anthropic.h: the
+ * blocks of blk_collect, each API's events from its BlkApi). Shutdown: http_quiesce, sched_stop, http_drain,
+ * http_stop, sched_close. */
 #include "server/http.h"
 
 #include <math.h>
