@@ -223,6 +223,10 @@ int q35_seq_preempt(Q35Engine *e, int seq, Q35Err *err);
  * others); may be NULL when no item samples. Initialise Q35StepItem with designated initialisers or {0}: fields may
  * be added at its end. */
 int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35Err *err);
+/* The logprobs q35_step reports, for a logits row [q35_vocab_size] the caller holds (a guided request's, a prompt
+ * position's): o->logprob of o->id and the top (<= Q35_MAX_TOP_LOGPROBS) alternatives, a log softmax of the raw
+ * logits over the tokenizer's ids. */
+void q35_logprobs(const Q35Engine *e, const float *logits, int top, Q35StepOut *o);
 
 /* ---- prefix cache (docs/SERVE_ENGINE.md "Prefix cache") ----
  * A radix tree over the ids of recorded sequences: their KV blocks (shared read-only; a resumed sequence copies its

@@ -404,6 +404,7 @@ int q35_seq_blocks_needed(const Q35Engine *e, int seq, int n) {
 
 /* Raw-logit log softmax over [0, n_valid): the chosen id's logprob and the k largest (ties: smaller id first). */
 static void logprobs(Q35StepOut *o, const float *l, int n_valid, int k) {
+    if (k > Q35_MAX_TOP_LOGPROBS) k = Q35_MAX_TOP_LOGPROBS;
     float mx = l[0];
     for (int i = 1; i < n_valid; i++)
         if (l[i] > mx) mx = l[i];
@@ -423,6 +424,10 @@ static void logprobs(Q35StepOut *o, const float *l, int n_valid, int k) {
     }
     for (int j = 0; j < m; j++) o->top_logprob[j] = (float)((double)l[o->top_id[j]] - lse);
     o->n_top = m;
+}
+
+void q35_logprobs(const Q35Engine *e, const float *logits, int top, Q35StepOut *o) {
+    logprobs(o, logits, e->n_valid, top);
 }
 
 /* Every check before anything changes: a failed step leaves all sequences as they were. */

@@ -2,8 +2,7 @@
  * guide, over crafted logits (two allowed ids A and B near the top, every other id far below), the request's logit
  * bias and its repetition / presence / frequency penalties move the pick as sampler.h's rule says, from the ids of
  * the request's history (the prompt's counting for the repetition penalty only); the sampled path (temperature 1,
- * top_k 1) sees the changed logits too; logprobs stay the raw row's. */
-#include <math.h>
+ * top_k 1) sees the changed logits too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,16 +91,12 @@ int main(void) {
         CHECK(id == (cases[k].want_b ? B : A), "%s: picked %d (A %d, B %d)", cases[k].what, id, A, B);
     }
 
-    /* sampled: top_k 1 keeps the largest changed logit; the logprob is the raw row's */
+    /* sampled: top_k 1 keeps the largest changed logit */
     Q35Sampling drawn = presence;
     drawn.temperature = 1.0f, drawn.top_k = 1;
     Case c = {"drawn", {.sampling = drawn, .top_logprobs = 0}, {X, A}, 2, 1, 1};
     Q35StepOut o;
     CHECK(pick(v, logits, &c, &o) == B, "drawn, top_k 1, presence on A: picked %d (B %d)", o.id, B);
-    double s = 0;
-    for (int i = 0; i < vocab; i++) s += exp((double)logits[i] - 6.0);
-    const double want = 4.5 - (6.0 + log(s));
-    CHECK(fabs(o.logprob - want) < 1e-4, "logprob %g, raw row's %g", o.logprob, want);
     c.sp.sampling.presence_penalty = 0;
     CHECK(pick(v, logits, &c, &o) == A, "drawn, top_k 1, no penalty: picked %d (A %d)", o.id, A);
 

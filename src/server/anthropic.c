@@ -234,7 +234,7 @@ static int translate(const cJSON *root, int count, cJSON **chat, OaiError *e) {
 int ant_parse_messages(const char *body, size_t len, int vocab, int count, OaiRequest *r, OaiError *e) {
     memset(r, 0, sizeof *r);
     cJSON *root = NULL, *chat = NULL;
-    if (tr_parse_body(body, len, &root, e)) return -1;
+    if (oai_parse_body(body, len, &root, e)) return -1;
     static const TrRename names[] = {{"stop", "stop_sequences", 0},
                                      {"chat_template_kwargs.enable_thinking", "thinking", 1},
                                      {"parallel_tool_calls", "tool_choice.disable_parallel_tool_use", 1}};

@@ -4,8 +4,7 @@
  *   p_i = softmax(l_i / T), cut to the top_k largest, to p_i >= min_p * max p, to the smallest prefix (largest
  *   first) whose sum reaches top_p, renormalized, one uniform draw;
  * where l is the raw logits row with the request's logit changes (bias, repetition / presence / frequency penalties:
- * sampler.h's rule, from the request's ids), and
- * logprob(id) = r_id - logsumexp(r) over all ids of the raw row r (as q35_step reports logprobs). */
+ * sampler.h's rule, from the request's ids). (The token's logprobs are the caller's: q35_logprobs of the raw row.) */
 #include "server/guided.h"
 
 #include <math.h>
@@ -184,32 +183,6 @@ static int draw(Cand *c, int n, const Q35Sampling *sp, uint64_t *rng) {
     return c[keep - 1].id;
 }
 
-/* o's logprob and top alternatives from the raw logits. */
-static void fill_logprobs(const float *l, int vocab, int id, int top, Q35StepOut *o) {
-    float mx = l[0];
-    for (int i = 1; i < vocab; i++) mx = l[i] > mx ? l[i] : mx;
-    double s = 0;
-    for (int i = 0; i < vocab; i++) s += exp((double)l[i] - mx);
-    double lse = mx + log(s);
-    o->logprob = (float)(l[id] - lse);
-    o->n_top = 0;
-    for (int i = 0; i < vocab && top > 0; i++) { /* insertion into the sorted top list */
-        int k;
-        if (o->n_top < top)
-            k = o->n_top++;
-        else if (l[i] > l[o->top_id[top - 1]])
-            k = top - 1;
-        else
-            continue;
-        while (k > 0 && l[o->top_id[k - 1]] < l[i]) {
-            o->top_id[k] = o->top_id[k - 1];
-            k--;
-        }
-        o->top_id[k] = i;
-    }
-    for (int j = 0; j < o->n_top; j++) o->top_logprob[j] = (float)(l[o->top_id[j]] - lse);
-}
-
 /* 1 if id has text and all of it is blanks / newlines. */
 static int blank(const GuideVocab *v, int id) {
     if (id < 0 || id >= v->vocab || v->off[id] == v->off[id + 1]) return 0;
@@ -302,6 +275,5 @@ int guide_sample(GuideVocab *v, Q35Guide *g, const float *logits, const GuideHis
         Q35Err err;
         q35_guide_push(g, v->text + v->off[id], v->off[id + 1] - v->off[id], &err);
     }
-    if (sp->top_logprobs >= 0) fill_logprobs(logits, v->vocab, id, sp->top_logprobs, o);
     return 0;
 }

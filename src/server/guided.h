@@ -24,8 +24,8 @@ typedef struct GuideHistory {
  * shapes allow unbounded whitespace, where a random or weak model can stay forever). Sampling over the allowed ids:
  * the logits with sp's logit bias and penalties over h (sampler.h's rule: the repetition penalty on every id of h,
  * presence and frequency on the generated ones); temperature 0 = argmax; else softmax(logit / T) cut by top_k,
- * min_p, top_p, drawn with *rng. o: id, logprob (log softmax of the raw logits, as q35_step reports it) and
- * sp->top_logprobs alternatives (over all ids). stops[0, n_stops): sets of ids that end the completion (the model's,
+ * min_p, top_p, drawn with *rng. o: the id (its logprobs are the caller's: q35_logprobs of the raw row).
+ * stops[0, n_stops): sets of ids that end the completion (the model's,
  * the request's stop_token_ids); an id of a set is chosen only where the guide may end and the set is ok (the model's
  * not under ignore_eos, neither before min_tokens), never as text. Returns 0, or -1 when no id is allowed
  * (o->id = -1). v holds the scratch: one thread samples with it at a time. */

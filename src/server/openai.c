@@ -104,15 +104,18 @@ static int content_text(const cJSON *c, const char *param, char **out, OaiError 
 
 static int oom(OaiError *e) { return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory"); }
 
-/* The request body as one JSON value (*root; cJSON_Delete frees it): 400 when it is not valid JSON (or has bytes
- * other than blanks after the value), 500 out of memory. */
-static int parse_body(const char *body, size_t len, cJSON **root, OaiError *e) {
+int oai_parse_body(const char *body, size_t len, cJSON **root, OaiError *e) {
     Err err;
     const int rc = pyjson_parse(body, len, "body", root, &err);
     if (rc == Q35_ERR_OOM) return oom(e);
     if (rc)
         return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON (%s)",
                         err.msg);
+    if (!cJSON_IsObject(*root)) {
+        cJSON_Delete(*root);
+        *root = NULL;
+        return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+    }
     return 0;
 }
 
@@ -548,10 +551,8 @@ int oai_parse_request_at(const char *body, size_t len, int kind, int vocab, int 
     r->top_logprobs = -1;
     r->thinking = Q35_THINK_DEFAULT;
     cJSON *root;
-    if (parse_body(body, len, &root, e)) return -1;
-    int rc = cJSON_IsObject(root)
-                 ? parse_fields(root, vocab, at, r, e)
-                 : oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+    if (oai_parse_body(body, len, &root, e)) return -1;
+    int rc = parse_fields(root, vocab, at, r, e);
     cJSON_Delete(root);
     if (rc) oai_request_free(r);
     return rc;
@@ -816,7 +817,7 @@ char *oai_model_json(const char *model, long created, int max_model_len) {
 
 int oai_tokenize_kind(const char *body, size_t len, int *kind, OaiError *e) {
     cJSON *root;
-    if (parse_body(body, len, &root, e)) return -1;
+    if (oai_parse_body(body, len, &root, e)) return -1;
     *kind = field(root, "messages") ? OAI_CHAT : OAI_COMPLETION;
     cJSON_Delete(root);
     return 0;
@@ -838,7 +839,7 @@ int oai_parse_detokenize(const char *body, size_t len, int vocab, int **ids, int
     *ids = NULL;
     *n = 0;
     cJSON *root;
-    if (parse_body(body, len, &root, e)) return -1;
+    if (oai_parse_body(body, len, &root, e)) return -1;
     const cJSON *t = field(root, "tokens"), *v;
     int rc = 0;
     if (!cJSON_IsArray(t)) rc = bad(e, "tokens", "must be an array of token ids");

@@ -96,6 +96,11 @@ typedef struct OaiRequest {
     int anthropic;         /* POST /v1/messages (anthropic.h): a chat request answered as an Anthropic message */
 } OaiRequest;
 
+/* The request body as one JSON object (*root; cJSON_Delete frees it), read by pyjson_parse (number literals kept):
+ * 400 when it is not valid JSON, has bytes other than blanks after the value, or is not an object; 500 out of
+ * memory. */
+struct cJSON;
+int oai_parse_body(const char *body, size_t len, struct cJSON **root, OaiError *e);
 /* Parses body[0..len) as a kind request. vocab: ids in a token prompt must be below it. 0 on success (free r
  * with oai_request_free), else -1 with e filled (status 400) and r holding nothing. */
 int oai_parse_request(const char *body, size_t len, int kind, int vocab, OaiRequest *r, OaiError *e);
@@ -153,7 +158,6 @@ typedef struct OaiMeta {
 
 /* [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}] of lps[0, n) (part < 0) or of
  * those with that part: the entries of chat's logprobs.content and of the Responses API's output_text.logprobs. */
-struct cJSON;
 struct cJSON *oai_logprobs_array(const OaiTokenLogprob *lps, int n, int part);
 
 /* Each returns a malloc'ed NUL-terminated JSON text, or NULL when out of memory. */

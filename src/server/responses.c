@@ -285,7 +285,7 @@ static int translate(const cJSON *root, cJSON **chat, OaiError *e) {
 int oai_parse_responses(const char *body, size_t len, int vocab, OaiRequest *r, OaiError *e) {
     memset(r, 0, sizeof *r);
     cJSON *root = NULL, *chat = NULL, *echo = NULL;
-    if (tr_parse_body(body, len, &root, e)) return -1;
+    if (oai_parse_body(body, len, &root, e)) return -1;
     int rc = translate(root, &chat, e);
     StrBuf et = {0};
     if (!rc) {

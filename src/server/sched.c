@@ -18,7 +18,6 @@
 #include "server/guided.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -336,6 +335,15 @@ static char *token_text(Sched *s, int id) {
     return t;
 }
 
+/* o's id and alternatives as an entry (token texts owned by it), at most the request's top_logprobs of them. */
+static OaiTokenLogprob logprob_entry(Sched *s, const Req *r, const Q35StepOut *o) {
+    OaiTokenLogprob t = {.token = token_text(s, o->id), .logprob = o->logprob, .part = OAI_PART_OTHER};
+    int k = o->n_top < r->rq.top_logprobs ? o->n_top : r->rq.top_logprobs;
+    for (int j = 0; j < k; j++) t.top[j] = (OaiTopLogprob){token_text(s, o->top_id[j]), o->top_logprob[j]};
+    t.n_top = k;
+    return t;
+}
+
 static void add_logprobs(Sched *s, Req *r, const Q35StepOut *o) {
     if (r->n_lps == r->cap_lps) {
         int c = r->cap_lps ? 2 * r->cap_lps : 64;
@@ -344,16 +352,7 @@ static void add_logprobs(Sched *s, Req *r, const Q35StepOut *o) {
         r->lps = p;
         r->cap_lps = c;
     }
-    OaiTokenLogprob *t = &r->lps[r->n_lps++];
-    memset(t, 0, sizeof *t);
-    t->token = token_text(s, o->id);
-    t->logprob = o->logprob;
-    int k = o->n_top < r->rq.top_logprobs ? o->n_top : r->rq.top_logprobs;
-    for (int j = 0; j < k; j++) {
-        t->top[j].token = token_text(s, o->top_id[j]);
-        t->top[j].logprob = o->top_logprob[j];
-    }
-    t->n_top = k;
+    r->lps[r->n_lps++] = logprob_entry(s, r, o);
 }
 
 static void log_request(const Sched *s, const Req *r, double t_end) {
@@ -537,6 +536,7 @@ static const Q35StepOut *guided_token(Sched *s, Req *r, Q35StepOut *o) {
         finish(s, r, "stop");
         return NULL;
     }
+    if (r->rq.top_logprobs >= 0) q35_logprobs(s->e, r->logits, r->rq.top_logprobs, o); /* of the raw row */
     return o;
 }
 
@@ -598,10 +598,8 @@ static int plan_item(Sched *s, Req *r, int *n_items, int budget) {
                                        .sample = n == pending,
                                        .snap_at = r->snap_at + k0,
                                        .n_snap_at = k1 - k0};
-    if ((r->guide && n == pending) || plp) { /* guided: raw logits, sampled in guided_token; prompt logprobs */
-        s->items[*n_items].sample = r->guide && n == pending ? 0 : s->items[*n_items].sample;
-        s->items[*n_items].logits = r->logits;
-    }
+    if (r->guide && n == pending) s->items[*n_items].sample = 0;                  /* guided: sampled in guided_token */
+    if ((r->guide && n == pending) || plp) s->items[*n_items].logits = r->logits; /* guided, prompt logprobs */
     s->item_req[(*n_items)++] = r;
     return n;
 }
@@ -733,38 +731,13 @@ static int drop_item(Sched *s, int n_items, const Req *r) {
     return k;
 }
 
-/* plps[at] from r->logits, the raw logits after prompt position at - 1: log softmax over the tokenizer's ids at the
- * prompt's token there, and the request's top_logprobs alternatives. */
+/* plps[at] from r->logits, the raw logits after prompt position at - 1: the logprob of the prompt's token there and
+ * the request's top_logprobs alternatives, as generation reports them. */
 static void prompt_logprob(Sched *s, Req *r, int at) {
     if (at <= r->plp_done) return;
-    const float *l = r->logits;
-    int valid = q35_vocab_size(s->e);
-    if (s->tok && q35_tokenizer_size(s->tok) < valid) valid = q35_tokenizer_size(s->tok);
-    float mx = l[0];
-    for (int i = 1; i < valid; i++) mx = l[i] > mx ? l[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < valid; i++) sum += exp((double)l[i] - mx);
-    const double lse = mx + log(sum);
-    const int id = r->toks[at],
-              k = r->rq.top_logprobs < Q35_MAX_TOP_LOGPROBS ? r->rq.top_logprobs : Q35_MAX_TOP_LOGPROBS;
-    int top[Q35_MAX_TOP_LOGPROBS], n_top = 0;
-    for (int i = 0; i < valid && k > 0; i++) { /* insertion into the sorted top list */
-        int j;
-        if (n_top < k)
-            j = n_top++;
-        else if (l[i] > l[top[k - 1]])
-            j = k - 1;
-        else
-            continue;
-        while (j > 0 && l[top[j - 1]] < l[i]) {
-            top[j] = top[j - 1];
-            j--;
-        }
-        top[j] = i;
-    }
-    OaiTokenLogprob t = {.token = token_text(s, id), .logprob = (float)(l[id] - lse), .part = OAI_PART_OTHER};
-    for (int j = 0; j < n_top; j++) t.top[j] = (OaiTopLogprob){token_text(s, top[j]), (float)(l[top[j]] - lse)};
-    t.n_top = n_top;
+    Q35StepOut o = {.id = r->toks[at]};
+    q35_logprobs(s->e, r->logits, r->rq.top_logprobs, &o);
+    const OaiTokenLogprob t = logprob_entry(s, r, &o);
     pthread_mutex_lock(&s->mu);
     r->plps[at] = t;
     r->plp_done = at;

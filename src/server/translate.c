@@ -120,21 +120,6 @@ cJSON *tr_add_message(cJSON *msgs, const char *role, const char *content) {
     return m;
 }
 
-int tr_parse_body(const char *body, size_t len, cJSON **root, OaiError *e) {
-    Err perr;
-    const int rc = pyjson_parse(body, len, "body", root, &perr);
-    if (rc == Q35_ERR_OOM) return tr_oom(e);
-    if (rc)
-        return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body is not valid JSON (%s)",
-                        perr.msg);
-    if (!cJSON_IsObject(*root)) {
-        cJSON_Delete(*root);
-        *root = NULL;
-        return oai_fail(e, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
-    }
-    return 0;
-}
-
 int tr_parse_chat(const cJSON *chat, int vocab, OaiRequest *r, const TrRename *map, int n, OaiError *e) {
     StrBuf text = {0};
     pyjson_dump_strict(&text, chat);

@@ -1,6 +1,6 @@
 /* translate.h — what the Responses and Messages APIs share to become chat requests (responses.c, anthropic.c):
- * the body read with its number literals kept, field lookups, copies, text parts joined, and the last step: the
- * chat request printed and read by oai_parse_request, its error params renamed to the API's fields. */
+ * field lookups, copies, text parts joined, tools, and the last step: the chat request printed and read by
+ * oai_parse_request, its error params renamed to the API's fields. (Their bodies are read by oai_parse_body.) */
 #ifndef Q35_SERVER_TRANSLATE_H
 #define Q35_SERVER_TRANSLATE_H
 #include <cjson/cJSON.h>
@@ -30,8 +30,6 @@ int tr_chat_fields(const cJSON *root, cJSON *chat, OaiError *e);
 /* Appends {"role", "content"} to msgs; returns it, NULL out of memory. */
 cJSON *tr_add_message(cJSON *msgs, const char *role, const char *content);
 
-/* The body (one JSON object) into *root with its number literals (pyjson_parse); 400 when it is not one. */
-int tr_parse_body(const char *body, size_t len, cJSON **root, OaiError *e);
 /* A param rename: an error param starting with from becomes to + the rest, or (whole) to alone. */
 typedef struct TrRename {
     const char *from, *to;

@@ -299,6 +299,17 @@ test("response_format json_object: the reply opens an object; when it stops, it 
             assert.ok(v !== null && typeof v === "object" && !Array.isArray(v));
         } else assert.equal(c.finish_reason, "length");
     }
+    // logprobs of guided tokens: one entry per token, of the raw row (the guide may pick below the row's best)
+    const r = await ask({ model: MODEL, messages: [user], max_tokens: 12, temperature: 1, seed: 1, ...NO_THINK,
+        response_format: { type: "json_object" }, logprobs: true, top_logprobs: 2 });
+    const lp = r.choices[0].logprobs.content;
+    assert.equal(lp.length, r.usage.completion_tokens);
+    for (const t of lp) {
+        assert.equal(t.top_logprobs.length, 2);
+        assert.ok(t.logprob <= t.top_logprobs[0].logprob + 1e-6 && t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob);
+        const same = t.top_logprobs.find((x) => x.token === t.token);
+        if (same) assert.ok(Math.abs(same.logprob - t.logprob) < 1e-6);
+    }
 });
 
 test("response_format with penalties: the guided tokens take them (greedy: another reply), still valid", async () => {
@@ -327,6 +338,17 @@ test("response_format with stop_token_ids: a request's stop id ends the reply on
             const v = JSON.parse(c.message.content);
             assert.ok(v !== null && typeof v === "object" && !Array.isArray(v));
         } else assert.equal(c.finish_reason, "length");
+    }
+    // logprobs of guided tokens: one entry per token, of the raw row (the guide may pick below the row's best)
+    const r = await ask({ model: MODEL, messages: [user], max_tokens: 12, temperature: 1, seed: 1, ...NO_THINK,
+        response_format: { type: "json_object" }, logprobs: true, top_logprobs: 2 });
+    const lp = r.choices[0].logprobs.content;
+    assert.equal(lp.length, r.usage.completion_tokens);
+    for (const t of lp) {
+        assert.equal(t.top_logprobs.length, 2);
+        assert.ok(t.logprob <= t.top_logprobs[0].logprob + 1e-6 && t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob);
+        const same = t.top_logprobs.find((x) => x.token === t.token);
+        if (same) assert.ok(Math.abs(same.logprob - t.logprob) < 1e-6);
     }
 });
 
