@@ -672,7 +672,7 @@ int cuda_embed_rows(const EmbedRowsParams *p, const CudaLaunch *l);
  * row of a padded prefill moved to where a graph captured for T rows reads it. */
 int cuda_row_last(float *x, const int32_t *t_real, int T, int D, const CudaLaunch *l);
 
-/* Dimensions of one model for the layer helpers below (Config values). */
+/* Dimensions of one model for the prefill path (Config values). */
 typedef struct PrefillDims {
     int D, F;              /* hidden_size, intermediate_size */
     int Hq, Hkv, hd, R;    /* attention heads, head_dim, rotary dims */
@@ -685,48 +685,11 @@ typedef struct PrefillDims {
     float eps;     /* rms_norm_eps */
 } PrefillDims;
 
-/* Weights of one layer on the device (bf16 matrices row-major [out][in], small vectors fp32). */
-typedef struct PrefillLayerWeights {
-    const float *ln1, *ln2;  /* [D] input_layernorm, post_attention_layernorm */
-    const uint16_t *gate_up; /* [2F][D]: groups of glu_group gate rows, then glu_group up rows */
-    const uint16_t *down;    /* [D][F] */
-    /* full attention */
-    const uint16_t *qkv;          /* [Hq*hd*(attn_gate ? 2 : 1) + 2*Hkv*hd][D]: q_proj; k_proj; v_proj */
-    const float *q_norm, *k_norm; /* [hd] */
-    const uint16_t *o;            /* [D][Hq*hd] */
-    const float *inv_freq;        /* [R/2] */
-    uint16_t *k_cache, *v_cache;  /* [Hkv][max_seq][hd] of this layer */
-    /* DeltaNet */
-    const uint16_t *qkvzba;       /* [2*Hk*dk + 2*Hv*dv + 2*Hv][D]: in_proj_qkv; in_proj_z; in_proj_b; in_proj_a */
-    const float *conv_w;          /* [conv_dim][K] */
-    const float *A_log, *dt_bias; /* [Hv] */
-    const float *norm_w;          /* [dv] */
-    const uint16_t *out;          /* [D][Hv*dv] */
-    uint16_t *conv_ring;          /* bf16 [K][conv_dim] of this layer (row p % K = position p) */
-    float *state;                 /* [Hv][dk][dv] of this layer */
-} PrefillLayerWeights;
-
-/* Activation buffers for T tokens (sizes in elements; see cuda_prefill_buffer_sizes). */
-typedef struct PrefillBuffers {
-    float *x;       /* fp32 [T][D] residual stream, in/out */
-    uint16_t *h;    /* bf16 [T][D] normed input of a projection */
-    uint16_t *proj; /* bf16 [T][n_proj]: fused q/k/v or q/k/v/z/b/a projection output */
-    uint16_t *q;    /* bf16 [T][Hq*hd] attention queries after norm + RoPE */
-    uint16_t *act;  /* bf16 [T][max(F, Hq*hd, Hv*dv)]: mixer output, then the SwiGLU product */
-    void *scratch;  /* cuda_deltanet_prefill_scratch(NULL, NULL, T, ...) bytes, 256-byte aligned */
-} PrefillBuffers;
-/* Element counts per token of h, proj, q, act, and the DeltaNet scratch bytes for T tokens. */
+/* Element counts of the prefill's activation buffers for T tokens: h bf16 [T][D] (a projection's normed input), proj
+ * bf16 [T][n_proj] (the stacked q/k/v or q/k/v/z/b/a projection), q bf16 [T][Hq hd] (queries after norm and RoPE),
+ * act bf16 [T][max(F, Hq hd, Hv dv)] (mixer output, then the SwiGLU product); and the DeltaNet scratch bytes. */
 void cuda_prefill_buffer_sizes(const PrefillDims *d, int T, size_t *h, size_t *proj, size_t *q, size_t *act,
                                size_t *scratch_bytes);
-
-/* One whole layer on T tokens at positions pos .. pos+T-1, updating x in place:
- *   x = bf16(x + mixer(norm(x, ln1)));  x = bf16(x + down(bf16(silu(gate) up)(norm(x, ln2)))).
- * attn: K/V of the new tokens are appended to the layer's cache; DeltaNet: the conv ring and the
- * state are read and left after the last token. */
-int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T, int pos,
-                            const CudaLaunch *l);
-int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
-                                int pos, const CudaLaunch *l);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,5 @@
-/* rows.cu — row ops of the prefill path (RMSNorm to bf16, embedding rows) and the launch
- * sequence of one whole layer for T tokens, so the backend calls one function per layer:
- *   attention: rmsnorm -> GEMM [q|gate,k,v] -> attn_prep -> flash attention -> GEMM o (+= x)
- *   DeltaNet:  rmsnorm -> GEMM [qkv,z,b,a]  -> deltanet_prefill            -> GEMM out (+= x)
- *   then MLP:  rmsnorm -> GEMM gate_up with SwiGLU -> GEMM down (+= x)
- * (MODEL.md §3.7; the residual adds and roundings happen in the GEMM epilogues). */
+/* rows.cu — row ops of the prefill path (RMSNorm to bf16, embedding rows, the last real row) and the prefill's
+ * buffer sizes. */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
@@ -128,7 +124,7 @@ extern "C" int cuda_row_last(float *x, const int32_t *t_real, int T, int D, cons
     return launch_ex(row_last_f32, dim3((D + 1023) / 1024), dim3(256), 0, 0, l, x, t_real, T, D);
 }
 
-/* ---- layers ---------------------------------------------------------------------------- */
+/* ---- buffers --------------------------------------------------------------------------- */
 
 static int imax(int a, int b) { return a > b ? a : b; }
 static int q_rows(const PrefillDims *d) { return d->Hq * d->hd * (d->attn_gate ? 2 : 1); }
@@ -143,98 +139,4 @@ extern "C" void cuda_prefill_buffer_sizes(const PrefillDims *d, int T, size_t *h
     *q = (size_t)T * d->Hq * d->hd;
     *act = (size_t)T * imax(d->F, imax(d->Hq * d->hd, d->Hv * d->dv));
     *scratch_bytes = d->Hk > 0 ? cuda_deltanet_prefill_scratch(NULL, NULL, T, d->Hk, d->Hv, d->dk, d->dv) : 0;
-}
-
-static int prefill_norm(const PrefillDims *d, const float *w, const PrefillBuffers *b, int T, const CudaLaunch *l) {
-    RmsnormRowsParams np = {b->x, w, b->h, T, d->D, d->norm_mode, d->eps};
-    return cuda_rmsnorm_rows_bf16(&np, l);
-}
-
-/* x += down(SwiGLU(gate_up(norm(x, ln2)))) */
-static int prefill_mlp(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
-                       const CudaLaunch *l) {
-    int rc = prefill_norm(d, w->ln2, b, T, l);
-    if (rc) return rc;
-    GemmParams gu = {b->h, w->gate_up,           b->act,       T,           2 * d->F, d->D, d->D, d->D,
-                     d->F, GEMM_EPI_SWIGLU_BF16, d->glu_group, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&gu, l))) return rc;
-    GemmParams dn = {b->act, w->down, b->x, T, d->D, d->F, d->F, d->F, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    return cuda_gemm_bf16(&dn, l);
-}
-
-extern "C" int cuda_prefill_layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b,
-                                       int T, int pos, const CudaLaunch *l) {
-    const int hd = d->hd, nq = q_rows(d), n = nq + 2 * d->Hkv * hd;
-    int rc = prefill_norm(d, w->ln1, b, T, l);
-    if (rc) return rc;
-    GemmParams qkv = {b->h, w->qkv, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&qkv, l))) return rc;
-    AttnPrepParams pp = {b->proj,
-                         n,
-                         d->attn_gate ? 2 * hd : hd,
-                         nq,
-                         nq + d->Hkv * hd,
-                         w->q_norm,
-                         w->k_norm,
-                         w->inv_freq,
-                         b->q,
-                         w->k_cache,
-                         w->v_cache,
-                         T,
-                         pos,
-                         d->Hq,
-                         d->Hkv,
-                         hd,
-                         d->R,
-                         d->max_seq,
-                         d->norm_mode,
-                         d->eps};
-    if ((rc = cuda_attn_prep(&pp, l))) return rc;
-    AttnPrefillParams ap = {b->q,       w->k_cache,
-                            w->v_cache, d->attn_gate ? b->proj + hd : NULL,
-                            n,          2 * hd,
-                            b->act,     T,
-                            pos,        d->Hq,
-                            d->Hkv,     hd,
-                            d->max_seq, 1.0f / sqrtf((float)hd)};
-    if ((rc = cuda_attn_prefill(&ap, l))) return rc;
-    const int no = d->Hq * hd;
-    GemmParams o = {b->act, w->o, b->x, T, d->D, no, no, no, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&o, l))) return rc;
-    return prefill_mlp(d, w, b, T, l);
-}
-
-extern "C" int cuda_prefill_layer_deltanet(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b,
-                                           int T, int pos, const CudaLaunch *l) {
-    const int cd = conv_dim(d), vd = d->Hv * d->dv, n = cd + vd + 2 * d->Hv;
-    int rc = prefill_norm(d, w->ln1, b, T, l);
-    if (rc) return rc;
-    GemmParams in = {b->h, w->qkvzba, b->proj, T, n, d->D, d->D, d->D, n, GEMM_EPI_BF16, 0, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&in, l))) return rc;
-    DeltaNetPrefillParams dp = {};
-    dp.proj = b->proj;
-    dp.ld_proj = n;
-    dp.z_off = cd;
-    dp.b_off = cd + vd;
-    dp.a_off = cd + vd + d->Hv;
-    dp.conv_w = w->conv_w;
-    dp.A_log = w->A_log;
-    dp.dt_bias = w->dt_bias;
-    dp.norm_w = w->norm_w;
-    dp.conv_ring = w->conv_ring;
-    dp.state = w->state;
-    dp.y = b->act;
-    dp.scratch = b->scratch;
-    dp.T = T;
-    dp.pos = pos;
-    dp.Hk = d->Hk;
-    dp.Hv = d->Hv;
-    dp.dk = d->dk;
-    dp.dv = d->dv;
-    dp.K = d->K;
-    dp.eps = d->eps;
-    if ((rc = cuda_deltanet_prefill(&dp, l))) return rc;
-    GemmParams o = {b->act, w->out, b->x, T, d->D, vd, vd, vd, d->D, GEMM_EPI_ADD_F32, 0, d->gemm_algo};
-    if ((rc = cuda_gemm_bf16(&o, l))) return rc;
-    return prefill_mlp(d, w, b, T, l);
 }

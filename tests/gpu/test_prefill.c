@@ -624,6 +624,151 @@ static void ref_mlp(const PrefillDims *d, const float *ln2, const float *Wgu, co
     free(h), free(act), free(gu);
 }
 
+/* ---- the whole-layer sequences: the prefill kernels composed as a layer, on T tokens at positions pos ..
+ * pos + T - 1, updating x in place:
+ *   x = bf16(x + mixer(norm(x, ln1)));  x = bf16(x + down(bf16(silu(gate) up)(norm(x, ln2))))
+ *   attention: rmsnorm -> GEMM [q|gate,k,v] -> attn_prep -> flash attention -> GEMM o (+= x)
+ *   DeltaNet:  rmsnorm -> GEMM [qkv,z,b,a]  -> deltanet_prefill            -> GEMM out (+= x)
+ *   then MLP:  rmsnorm -> GEMM gate_up with SwiGLU -> GEMM down (+= x)
+ * (MODEL.md §3.7; the residual adds and roundings happen in the GEMM epilogues). attn: K/V of the new tokens are
+ * appended to the layer's cache; DeltaNet: the conv ring and the state are read and left after the last token. ---- */
+
+/* Weights of one layer on the device (bf16 matrices row-major [out][in], small vectors fp32). */
+typedef struct PrefillLayerWeights {
+    const float *ln1, *ln2;  /* [D] input_layernorm, post_attention_layernorm */
+    const uint16_t *gate_up; /* [2F][D]: groups of glu_group gate rows, then glu_group up rows */
+    const uint16_t *down;    /* [D][F] */
+    /* full attention */
+    const uint16_t *qkv;          /* [Hq*hd*(attn_gate ? 2 : 1) + 2*Hkv*hd][D]: q_proj; k_proj; v_proj */
+    const float *q_norm, *k_norm; /* [hd] */
+    const uint16_t *o;            /* [D][Hq*hd] */
+    const float *inv_freq;        /* [R/2] */
+    uint16_t *k_cache, *v_cache;  /* [Hkv][max_seq][hd] of this layer */
+    /* DeltaNet */
+    const uint16_t *qkvzba;       /* [2*Hk*dk + 2*Hv*dv + 2*Hv][D]: in_proj_qkv; in_proj_z; in_proj_b; in_proj_a */
+    const float *conv_w;          /* [conv_dim][K] */
+    const float *A_log, *dt_bias; /* [Hv] */
+    const float *norm_w;          /* [dv] */
+    const uint16_t *out;          /* [D][Hv*dv] */
+    uint16_t *conv_ring;          /* bf16 [K][conv_dim] of this layer (row p % K = position p) */
+    float *state;                 /* [Hv][dk][dv] of this layer */
+} PrefillLayerWeights;
+
+/* Activation buffers for T tokens (sizes in elements; see cuda_prefill_buffer_sizes). */
+typedef struct PrefillBuffers {
+    float *x;       /* fp32 [T][D] residual stream, in/out */
+    uint16_t *h;    /* bf16 [T][D] normed input of a projection */
+    uint16_t *proj; /* bf16 [T][n_proj]: fused q/k/v or q/k/v/z/b/a projection output */
+    uint16_t *q;    /* bf16 [T][Hq*hd] attention queries after norm + RoPE */
+    uint16_t *act;  /* bf16 [T][max(F, Hq*hd, Hv*dv)]: mixer output, then the SwiGLU product */
+    void *scratch;  /* cuda_deltanet_prefill_scratch(NULL, NULL, T, ...) bytes, 256-byte aligned */
+} PrefillBuffers;
+
+/* h = norm(x, w) as bf16 rows */
+static int layer_norm(const PrefillDims *d, const float *w, const PrefillBuffers *b, int T, const CudaLaunch *l) {
+    RmsnormRowsParams np = {b->x, w, b->h, T, d->D, d->norm_mode, d->eps};
+    return cuda_rmsnorm_rows_bf16(&np, l);
+}
+
+/* y = x W^T over T rows (ldx = ldw = K), through the prefill GEMM */
+static int layer_gemm(const PrefillDims *d, const uint16_t *x, const uint16_t *w, void *y, int T, int N, int K, int ldy,
+                      int epi, int glu_group, const CudaLaunch *l) {
+    GemmParams g;
+    memset(&g, 0, sizeof g);
+    g.x = x, g.w = w, g.y = y, g.M = T, g.N = N, g.K = K, g.ldx = K, g.ldw = K, g.ldy = ldy;
+    g.epi = epi, g.glu_group = glu_group, g.algo = d->gemm_algo;
+    return cuda_gemm_bf16(&g, l);
+}
+
+/* x += down(SwiGLU(gate_up(norm(x, ln2)))) */
+static int layer_mlp(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T,
+                     const CudaLaunch *l) {
+    int rc = layer_norm(d, w->ln2, b, T, l);
+    if (rc) return rc;
+    if ((rc = layer_gemm(d, b->h, w->gate_up, b->act, T, 2 * d->F, d->D, d->F, GEMM_EPI_SWIGLU_BF16, d->glu_group, l)))
+        return rc;
+    return layer_gemm(d, b->act, w->down, b->x, T, d->D, d->F, d->D, GEMM_EPI_ADD_F32, 0, l);
+}
+
+static int layer_attn(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T, int pos,
+                      const CudaLaunch *l) {
+    const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1), n = nq + 2 * d->Hkv * hd;
+    int rc = layer_norm(d, w->ln1, b, T, l);
+    if (rc) return rc;
+    if ((rc = layer_gemm(d, b->h, w->qkv, b->proj, T, n, d->D, n, GEMM_EPI_BF16, 0, l))) return rc;
+    const AttnPrepParams pp = {.qkv = b->proj,
+                               .ld = n,
+                               .q_hs = d->attn_gate ? 2 * hd : hd,
+                               .k_off = nq,
+                               .v_off = nq + d->Hkv * hd,
+                               .q_norm = w->q_norm,
+                               .k_norm = w->k_norm,
+                               .inv_freq = w->inv_freq,
+                               .q_out = b->q,
+                               .k_cache = w->k_cache,
+                               .v_cache = w->v_cache,
+                               .T = T,
+                               .pos = pos,
+                               .Hq = d->Hq,
+                               .Hkv = d->Hkv,
+                               .hd = hd,
+                               .R = d->R,
+                               .max_seq = d->max_seq,
+                               .norm_mode = d->norm_mode,
+                               .eps = d->eps};
+    if ((rc = cuda_attn_prep(&pp, l))) return rc;
+    const AttnPrefillParams ap = {.q = b->q,
+                                  .k_cache = w->k_cache,
+                                  .v_cache = w->v_cache,
+                                  .gate = d->attn_gate ? b->proj + hd : NULL,
+                                  .gate_ld = n,
+                                  .gate_hs = 2 * hd,
+                                  .out = b->act,
+                                  .T = T,
+                                  .pos = pos,
+                                  .Hq = d->Hq,
+                                  .Hkv = d->Hkv,
+                                  .hd = hd,
+                                  .max_seq = d->max_seq,
+                                  .scale = 1.0f / sqrtf((float)hd)};
+    if ((rc = cuda_attn_prefill(&ap, l))) return rc;
+    const int no = d->Hq * hd;
+    if ((rc = layer_gemm(d, b->act, w->o, b->x, T, d->D, no, d->D, GEMM_EPI_ADD_F32, 0, l))) return rc;
+    return layer_mlp(d, w, b, T, l);
+}
+
+static int layer_deltanet(const PrefillDims *d, const PrefillLayerWeights *w, const PrefillBuffers *b, int T, int pos,
+                          const CudaLaunch *l) {
+    const int vd = d->Hv * d->dv, cd = 2 * d->Hk * d->dk + vd, n = cd + vd + 2 * d->Hv;
+    int rc = layer_norm(d, w->ln1, b, T, l);
+    if (rc) return rc;
+    if ((rc = layer_gemm(d, b->h, w->qkvzba, b->proj, T, n, d->D, n, GEMM_EPI_BF16, 0, l))) return rc;
+    const DeltaNetPrefillParams dp = {.proj = b->proj,
+                                      .ld_proj = n,
+                                      .z_off = cd,
+                                      .b_off = cd + vd,
+                                      .a_off = cd + vd + d->Hv,
+                                      .conv_w = w->conv_w,
+                                      .A_log = w->A_log,
+                                      .dt_bias = w->dt_bias,
+                                      .norm_w = w->norm_w,
+                                      .conv_ring = w->conv_ring,
+                                      .state = w->state,
+                                      .y = b->act,
+                                      .scratch = b->scratch,
+                                      .T = T,
+                                      .pos = pos,
+                                      .Hk = d->Hk,
+                                      .Hv = d->Hv,
+                                      .dk = d->dk,
+                                      .dv = d->dv,
+                                      .K = d->K,
+                                      .eps = d->eps};
+    if ((rc = cuda_deltanet_prefill(&dp, l))) return rc;
+    if ((rc = layer_gemm(d, b->act, w->out, b->x, T, d->D, vd, d->D, GEMM_EPI_ADD_F32, 0, l))) return rc;
+    return layer_mlp(d, w, b, T, l);
+}
+
 static void test_layers(const int *Ts, int ncalls) {
     PrefillDims d = {1024, 3584, 8, 2, 256, 64, 1, NORM_ZC, 16, 16, 128, 128, 4, 1, 0, GEMM_ALGO_AUTO, 1e-6f};
     const int D = d.D, F = d.F, hd = d.hd, nq = 2 * d.Hq * hd, kvd = d.Hkv * hd, na = nq + 2 * kvd;
@@ -677,12 +822,12 @@ static void test_layers(const int *Ts, int ncalls) {
         memcpy(xr, x, (size_t)T * D * 4);
         CUDA_OK(cudaMemcpy(b.x, x, (size_t)T * D * 4, cudaMemcpyHostToDevice));
         /* GPU: attention layer then DeltaNet layer on the same stream */
-        int rc = cuda_prefill_layer_attn(&d, &w, &b, T, pos, &L0);
-        CHECK(rc == 0, "cuda_prefill_layer_attn: %s", cudaGetErrorString((cudaError_t)rc));
+        int rc = layer_attn(&d, &w, &b, T, pos, &L0);
+        CHECK(rc == 0, "layer_attn: %s", cudaGetErrorString((cudaError_t)rc));
         CUDA_OK(cudaDeviceSynchronize());
         float *g_x1 = down_f32(b.x, (size_t)T * D);
-        rc = cuda_prefill_layer_deltanet(&d, &w, &b, T, pos, &L0);
-        CHECK(rc == 0, "cuda_prefill_layer_deltanet: %s", cudaGetErrorString((cudaError_t)rc));
+        rc = layer_deltanet(&d, &w, &b, T, pos, &L0);
+        CHECK(rc == 0, "layer_deltanet: %s", cudaGetErrorString((cudaError_t)rc));
         CUDA_OK(cudaDeviceSynchronize());
         float *g_x2 = down_f32(b.x, (size_t)T * D);
         /* CPU */
