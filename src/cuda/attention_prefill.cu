@@ -18,6 +18,7 @@
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/attention_softmax.cuh"
+#include "cuda/attn_prep.cuh"
 #include "cuda/ops.h"
 
 #define ATTN_BQ      64
@@ -27,72 +28,23 @@
 /* ---- prep: norm + RoPE + cache append --------------------------------------------------- */
 
 /* grid (T, ceil((Hq + 2 Hkv) / 4)), 128 threads: warp w handles head unit blockIdx.y*4 + w
- * (q heads, then k heads, then v heads) of token blockIdx.x; element e = lane + 32 i. */
+ * (q heads, then k heads, then v heads) of token blockIdx.x (attn_prep.cuh). */
 __global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant__ AttnPrepParams p) {
     pdl_begin();
     __shared__ float buf[4][256];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int unit = blockIdx.y * 4 + warp, t = blockIdx.x, hd = p.hd, n = hd / 32;
+    const int warp = threadIdx.x >> 5, unit = blockIdx.y * 4 + warp, t = blockIdx.x, hd = p.hd, pos = p.pos + t;
     if (unit >= p.Hq + 2 * p.Hkv) return;
     const uint16_t *row = p.qkv + (size_t)t * p.ld;
-    const int pos = p.pos + t;
-    if (unit >= p.Hq + p.Hkv) { /* v: copied as projected */
+    if (unit >= p.Hq + p.Hkv) { /* v */
         const int i = unit - p.Hq - p.Hkv;
-        const uint16_t *src = row + p.v_off + i * hd;
-        uint16_t *dst = p.v_cache + ((size_t)i * p.max_seq + pos) * hd;
-        uint16_t v[8]; /* every load before the first store: no load-use round trip per element */
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (k < n) v[k] = src[lane + 32 * k];
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (k < n) dst[lane + 32 * k] = v[k];
+        head_copy(row + p.v_off + i * hd, p.v_cache + ((size_t)i * p.max_seq + pos) * hd, hd);
         return;
     }
     const bool is_q = unit < p.Hq;
-    const uint16_t *src = is_q ? row + unit * p.q_hs : row + p.k_off + (unit - p.Hq) * hd;
-    const float *w = is_q ? p.q_norm : p.k_norm;
-    float x[8];
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        x[i] = i < n ? __uint_as_float((uint32_t)src[lane + 32 * i] << 16) : 0.0f;
-        ss += x[i] * x[i];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float r = rsqrtf(ss / (float)hd + p.eps);
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        if (i >= n) break;
-        const int e = lane + 32 * i;
-        x[i] = norm_apply(x[i], r, w[e], p.norm_mode);
-        buf[warp][e] = x[i];
-    }
-    __syncwarp();
-    uint16_t *dst =
-        is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd : p.k_cache + ((size_t)(unit - p.Hq) * p.max_seq + pos) * hd;
-    const int half = p.R / 2;
-    float fr[8]; /* the rotary frequencies, loaded before the stores below */
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int e = lane + 32 * i;
-        fr[i] = i < n && e < p.R ? p.inv_freq[e < half ? e : e - half] : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        if (i >= n) break;
-        const int e = lane + 32 * i;
-        float y = x[i];
-        if (e < p.R) {
-            float sn, cs;
-            sincosf((float)pos * fr[i], &sn, &cs);
-            const float c = rbf(cs), s = rbf(sn);
-            y = e < half ? rbf(rbf(x[i] * c) - rbf(buf[warp][e + half] * s))
-                         : rbf(rbf(x[i] * c) + rbf(buf[warp][e - half] * s));
-        }
-        dst[e] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
-    }
+    head_norm_rope(is_q ? row + unit * p.q_hs : row + p.k_off + (unit - p.Hq) * hd, is_q ? p.q_norm : p.k_norm, hd,
+                   p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
+                   is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd
+                        : p.k_cache + ((size_t)(unit - p.Hq) * p.max_seq + pos) * hd);
 }
 
 extern "C" int cuda_attn_prep(const AttnPrepParams *p, const CudaLaunch *l) {

@@ -5,6 +5,7 @@
 #include <limits.h>
 
 #include "cuda/async.cuh"
+#include "cuda/attn_prep.cuh"
 #include "cuda/common.cuh"
 #include "cuda/deltanet.cuh"
 #include "cuda/mma.cuh"
@@ -20,61 +21,24 @@ __device__ __forceinline__ size_t paged_off(const int32_t *tables, int tab, int 
 }
 
 /* grid (T, ceil((Hq + 2 Hkv) / 4)), 128 threads: warp w handles head unit blockIdx.y*4 + w (q heads, k heads, v
- * heads) of row blockIdx.x; element e = lane + 32 i (attention_prefill.cu attn_prep_bf16_rows, per-row position). */
+ * heads) of row blockIdx.x, at the row's own position and pages (attn_prep.cuh). */
 __global__ void __launch_bounds__(128) paged_prep_rows(const __grid_constant__ PagedPrepParams p) {
     pdl_begin();
     __shared__ float buf[4][256];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int unit = blockIdx.y * 4 + warp, t = blockIdx.x, hd = p.hd, n = hd / 32;
+    const int warp = threadIdx.x >> 5, unit = blockIdx.y * 4 + warp, t = blockIdx.x, hd = p.hd;
     if (unit >= p.Hq + 2 * p.Hkv) return;
     const uint16_t *row = p.qkv + (size_t)t * p.ld;
     const int pos = p.pos[t], tab = p.tab[t];
-    if (unit >= p.Hq + p.Hkv) { /* v: copied as projected */
+    if (unit >= p.Hq + p.Hkv) { /* v */
         const int i = unit - p.Hq - p.Hkv;
-        const uint16_t *src = row + p.v_off + i * hd;
-        uint16_t *dst = p.v_pool + paged_off(p.tables, tab, pos, i, p.Hkv, p.block, hd);
-        for (int e = lane; e < hd; e += 32) dst[e] = src[e];
+        head_copy(row + p.v_off + i * hd, p.v_pool + paged_off(p.tables, tab, pos, i, p.Hkv, p.block, hd), hd);
         return;
     }
     const bool is_q = unit < p.Hq;
-    const uint16_t *src = is_q ? row + unit * p.q_hs : row + p.k_off + (unit - p.Hq) * hd;
-    const float *w = is_q ? p.q_norm : p.k_norm;
-    float x[8];
-    float ss = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        x[i] = i < n ? bf16u(src[lane + 32 * i]) : 0.0f;
-        ss += x[i] * x[i];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float r = rsqrtf(ss / (float)hd + p.eps);
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        if (i >= n) break;
-        const int e = lane + 32 * i;
-        x[i] = norm_apply(x[i], r, w[e], p.norm_mode);
-        buf[warp][e] = x[i];
-    }
-    __syncwarp();
-    uint16_t *dst = is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd
-                         : p.k_pool + paged_off(p.tables, tab, pos, unit - p.Hq, p.Hkv, p.block, hd);
-    const int half = p.R / 2;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        if (i >= n) break;
-        const int e = lane + 32 * i;
-        float y = x[i];
-        if (e < p.R) {
-            const int f = e < half ? e : e - half;
-            float sn, cs;
-            sincosf((float)pos * p.inv_freq[f], &sn, &cs);
-            const float c = rbf(cs), s = rbf(sn);
-            y = e < half ? rbf(rbf(x[i] * c) - rbf(buf[warp][e + half] * s))
-                         : rbf(rbf(x[i] * c) + rbf(buf[warp][e - half] * s));
-        }
-        dst[e] = bf16_bits(y);
-    }
+    head_norm_rope(is_q ? row + unit * p.q_hs : row + p.k_off + (unit - p.Hq) * hd, is_q ? p.q_norm : p.k_norm, hd,
+                   p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
+                   is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd
+                        : p.k_pool + paged_off(p.tables, tab, pos, unit - p.Hq, p.Hkv, p.block, hd));
 }
 
 extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {

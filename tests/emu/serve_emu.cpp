@@ -32,6 +32,7 @@ static inline int __shfl_xor_sync(unsigned, int v, int m) { /* the int form (war
 // clang-format off
 #include "sv_common.inc"   /* bf_lo .. ceil_div from src/cuda/common.cuh */
 #include "sv_deltanet.inc" /* src/cuda/deltanet.cuh */
+#include "sv_attn_prep.inc" /* src/cuda/attn_prep.cuh */
 #include "sv_kernels.inc"  /* src/cuda/serve_kernels.cu */
 // clang-format on
 
