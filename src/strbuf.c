@@ -4,15 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-void sb_put(StrBuf *s, const char *x, size_t n) {
-    if (s->oom) return;
+int sb_put(StrBuf *s, const char *x, size_t n) {
+    if (s->oom) return -1;
     if (s->n + n + 1 > s->cap) {
         size_t cap = s->cap ? s->cap : 256;
         while (cap < s->n + n + 1) cap *= 2;
         char *p = realloc(s->p, cap);
         if (!p) {
             s->oom = 1;
-            return;
+            return -1;
         }
         s->p = p;
         s->cap = cap;
@@ -20,6 +20,7 @@ void sb_put(StrBuf *s, const char *x, size_t n) {
     if (n) memcpy(s->p + s->n, x, n);
     s->n += n;
     s->p[s->n] = 0;
+    return 0;
 }
 
 void sb_puts(StrBuf *s, const char *x) { sb_put(s, x, strlen(x)); }

@@ -1,5 +1,6 @@
-/* strbuf.h — a growable NUL-terminated byte string for the chat renderer and parser. An allocation
- * failure sets oom and turns later appends into no-ops; the owner checks oom once at the end. */
+/* strbuf.h — a growable NUL-terminated byte string (the chat renderer and parser, the detokenizer, the server's
+ * request bodies, output text and events). An allocation failure sets oom and turns later appends into no-ops; the
+ * owner checks oom once at the end, or each append's result. */
 #ifndef Q35_STRBUF_H
 #define Q35_STRBUF_H
 
@@ -11,7 +12,8 @@ typedef struct StrBuf {
     int oom;
 } StrBuf;
 
-void sb_put(StrBuf *s, const char *x, size_t n);
+/* Appends x[0 .. n) (n may be 0: the string then exists, \"\" at least); 0, or -1 once oom is set. */
+int sb_put(StrBuf *s, const char *x, size_t n);
 void sb_puts(StrBuf *s, const char *x);
 void sb_putc(StrBuf *s, char c);
 /* Drops the first n bytes (n <= s->n). */

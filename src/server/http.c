@@ -95,7 +95,7 @@ typedef struct BlkStream {
 
 typedef struct Conn {
     Http *h;
-    TextBuf body;
+    StrBuf body;
     int too_large;
     int fd;
     Choice ch[OAI_MAX_CHOICES]; /* n choices (rq.n) per prompt (rq.n_prompts), prompt by prompt; ch[0].req is the
@@ -107,29 +107,14 @@ typedef struct Conn {
     BlkStream bs;
     /* streaming */
     int end_sent;
-    char *ev; /* SSE bytes ready to write */
-    size_t ev_n, ev_off, ev_cap;
+    StrBuf ev; /* SSE bytes ready to write, from ev_off on */
+    size_t ev_off;
 } Conn;
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int buf_put(char **p, size_t *n, size_t *cap, const char *s, size_t k) {
-    if (*n + k + 1 > *cap) {
-        size_t c = *cap ? *cap : 1024;
-        while (c < *n + k + 1) c *= 2;
-        char *q = realloc(*p, c);
-        if (!q) return -1;
-        *p = q;
-        *cap = c;
-    }
-    memcpy(*p + *n, s, k);
-    *n += k;
-    (*p)[*n] = 0;
-    return 0;
 }
 
 /* ---- replies ---- */
@@ -342,18 +327,18 @@ static void seq_params(Http *h, Req *r, unsigned long n) {
 
 static void ev_data(Conn *c, char *json) {
     if (!json) return;
-    buf_put(&c->ev, &c->ev_n, &c->ev_cap, "data: ", 6);
-    buf_put(&c->ev, &c->ev_n, &c->ev_cap, json, strlen(json));
-    buf_put(&c->ev, &c->ev_n, &c->ev_cap, "\n\n", 2);
+    sb_put(&c->ev, "data: ", 6);
+    sb_put(&c->ev, json, strlen(json));
+    sb_put(&c->ev, "\n\n", 2);
     free(json);
 }
 
 /* One typed event (the Responses API's SSE form: an event line, then the data). */
 static void ev_event(Conn *c, const char *type, char *json) {
     if (!json) return;
-    buf_put(&c->ev, &c->ev_n, &c->ev_cap, "event: ", 7);
-    buf_put(&c->ev, &c->ev_n, &c->ev_cap, type, strlen(type));
-    buf_put(&c->ev, &c->ev_n, &c->ev_cap, "\n", 1);
+    sb_put(&c->ev, "event: ", 7);
+    sb_put(&c->ev, type, strlen(type));
+    sb_put(&c->ev, "\n", 1);
     ev_data(c, json);
 }
 
@@ -573,7 +558,7 @@ static int blk_delta(Conn *c, const char *delta, size_t n) {
  * (reasoning, then text, then calls, each a block of its own); after its end the API's closing events. 1 if any
  * were made. */
 static int blk_collect(Conn *c) {
-    const size_t before = c->ev_n;
+    const size_t before = c->ev.n;
     Choice *k = &c->ch[0];
     Req *r = k->req;
     BlkStream *bs = &c->bs;
@@ -656,7 +641,7 @@ static int blk_collect(Conn *c) {
         bs->api->end(c, &(BlkEnd){status, err.status ? &err : NULL, reason, stop, &u});
         c->end_sent = 1;
     }
-    return c->ev_n > before;
+    return c->ev.n > before;
 }
 
 /* The blocks of a finished request as the non-streamed answer lists them: reasoning (with thinking, when any), the
@@ -780,7 +765,7 @@ static const BlkApi ANT_API = {{"thk", "txt", "toolu"}, ant_start, ant_open, ant
  * choice's end: the usage chunk (include_usage, no error) and [DONE]. */
 static int stream_collect(Conn *c) {
     if (c->api >= OAI_RESPONSES) return blk_collect(c);
-    size_t before = c->ev_n;
+    size_t before = c->ev.n;
     int all = 1, failed = 0;
     for (int i = 0; i < c->n_ch; i++) {
         OaiError err = {0};
@@ -797,10 +782,10 @@ static int stream_collect(Conn *c) {
             sched_unlock(c->h->s);
             ev_data(c, oai_chunk_json(r0->rq.kind, &c->meta, NULL, 0, &u, 1));
         }
-        buf_put(&c->ev, &c->ev_n, &c->ev_cap, "data: [DONE]\n\n", 14);
+        sb_put(&c->ev, "data: [DONE]\n\n", 14);
         c->end_sent = 1;
     }
-    return c->ev_n > before;
+    return c->ev.n > before;
 }
 
 /* 1 when no choice has anything new to stream (sched_lock held). */
@@ -819,9 +804,13 @@ static int nothing_new(const Conn *c) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     Conn *c = cls;
-    while (c->ev_off == c->ev_n) {
+    while (c->ev_off == c->ev.n) {
+        if (c->ev.oom) { /* an event could not be written whole: end the stream as broken, not cut silently */
+            cancel_all(c);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         if (c->end_sent) return MHD_CONTENT_READER_END_OF_STREAM;
-        c->ev_n = c->ev_off = 0;
+        c->ev.n = c->ev_off = 0;
         if (stream_collect(c)) break;
         if (client_gone(c)) {
             cancel_all(c);
@@ -831,8 +820,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (nothing_new(c)) sched_wait(c->h->s, c->ch[0].req, 20);
         sched_unlock(c->h->s);
     }
-    size_t k = c->ev_n - c->ev_off < max ? c->ev_n - c->ev_off : max;
-    memcpy(buf, c->ev + c->ev_off, k);
+    size_t k = c->ev.n - c->ev_off < max ? c->ev.n - c->ev_off : max;
+    memcpy(buf, c->ev.p + c->ev_off, k);
     c->ev_off += k;
     return (ssize_t)k;
 }
@@ -1140,7 +1129,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (*upload_size) {
         if (c->body.n + *upload_size > h->cfg.max_body)
             c->too_large = 1;
-        else if (buf_put(&c->body.p, &c->body.n, &c->body.cap, upload, *upload_size))
+        else if (sb_put(&c->body, upload, *upload_size))
             return MHD_NO;
         *upload_size = 0;
         return MHD_YES;
@@ -1167,8 +1156,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
     }
     free(c->bs.items);
     free(c->bs.pend);
-    free(c->body.p);
-    free(c->ev);
+    sb_free(&c->body);
+    sb_free(&c->ev);
     free(c);
     *ctx = NULL;
     atomic_fetch_sub(&h->active, 1);

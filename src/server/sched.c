@@ -91,27 +91,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int text_put(TextBuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-static void text_drop_front(TextBuf *b, size_t n) {
-    memmove(b->p, b->p + n, b->n - n);
-    b->n -= n;
-    b->p[b->n] = 0;
-}
-
 static int push(Req ***a, int *n, int *cap, Req *r) {
     if (*n == *cap) {
         int c = *cap ? *cap * 2 : 16;
@@ -140,8 +119,8 @@ static void req_free(Req *r) {
     oai_request_free(&r->rq);
     free(r->toks);
     for (int c = 0; c < 2; c++) {
-        free(r->pend[c].p);
-        free(r->out[c].p);
+        sb_free(&r->pend[c]);
+        sb_free(&r->out[c]);
     }
     for (int i = 0; i < r->n_lps; i++) {
         free((char *)r->lps[i].token);
@@ -156,7 +135,7 @@ static void req_free(Req *r) {
     for (int i = 0; i < r->n_calls; i++) {
         free(r->calls[i].id);
         free(r->calls[i].name);
-        free(r->calls[i].args.p);
+        sb_free(&r->calls[i].args);
     }
     free(r->calls);
     q35_chat_parser_close(r->parser);
@@ -265,16 +244,16 @@ static size_t stop_hold(const Req *r, const char *t, size_t n) {
 static void release(Sched *s, Req *r, int c, size_t n) {
     (void)s;
     if (!n) return;
-    TextBuf *p = &r->pend[c];
-    text_put(&r->out[c], p->p, n);
-    text_drop_front(p, n);
+    StrBuf *p = &r->pend[c];
+    sb_put(&r->out[c], p->p, n);
+    sb_drop(p, n);
 }
 
 /* Appends piece to channel c and releases what no stop string can claim; returns 1 when a stop string matched
  * (the text before it is released, the rest dropped). mu held. */
 static int channel_put(Sched *s, Req *r, int c, const char *piece, size_t n) {
-    TextBuf *p = &r->pend[c];
-    if (text_put(p, piece, n)) return 0;
+    StrBuf *p = &r->pend[c];
+    if (sb_put(p, piece, n)) return 0;
     size_t first = p->n;
     int which = 0;
     for (int i = 0; i < r->rq.n_stop; i++) {
@@ -297,7 +276,7 @@ static int channel_put(Sched *s, Req *r, int c, const char *piece, size_t n) {
 static int on_event(void *user, const Q35ChatEvent *ev) {
     Req *r = user;
     switch (ev->type) {
-    case Q35_CHAT_EV_REASONING: text_put(&r->out[1], ev->text, ev->len); return 0;
+    case Q35_CHAT_EV_REASONING: sb_put(&r->out[1], ev->text, ev->len); return 0;
     case Q35_CHAT_EV_CONTENT: return channel_put(NULL, r, 0, ev->text, ev->len);
     case Q35_CHAT_EV_TOOL_START:
         if (r->n_calls == r->cap_calls) {
@@ -311,7 +290,7 @@ static int on_event(void *user, const Q35ChatEvent *ev) {
         if (r->calls[r->n_calls].id && r->calls[r->n_calls].name) r->n_calls++;
         return 0;
     case Q35_CHAT_EV_TOOL_ARGS:
-        if (r->n_calls > 0 && ev->index == r->n_calls - 1) text_put(&r->calls[r->n_calls - 1].args, ev->text, ev->len);
+        if (r->n_calls > 0 && ev->index == r->n_calls - 1) sb_put(&r->calls[r->n_calls - 1].args, ev->text, ev->len);
         return 0;
     }
     return 0;

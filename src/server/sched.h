@@ -10,6 +10,7 @@
 #include "qwen35.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "strbuf.h"
 
 typedef struct Sched Sched;
 
@@ -22,16 +23,10 @@ typedef struct SchedConfig {
     int idle_spin_us; /* with nothing to run, poll for new work this long before sleeping (0: sleep at once) */
 } SchedConfig;
 
-/* Text sent to the client so far and waiting to be sent: grows at the end, read from `sent`. */
-typedef struct TextBuf {
-    char *p;
-    size_t n, cap;
-} TextBuf;
-
 /* A tool call the chat parser emitted: complete, its arguments JSON text (streamed out in pieces). */
 typedef struct ReqCall {
     char *id, *name;
-    TextBuf args;
+    StrBuf args; /* grows at the end; the HTTP side reads it from what it sent */
 } ReqCall;
 
 /* One request. The HTTP side fills the fields above `seq` before sched_submit and reads the output
@@ -68,8 +63,8 @@ typedef struct Req {
     int admitted;     /* holds (or held) a slot: counted in the queue limit's free slots */
     int n_cached;     /* prompt ids taken from the prefix cache at admission (usage.prompt_tokens_details) */
     int snap_at[SCHED_MAX_SNAPS], n_snap_at, i_snap; /* prefix-cache snapshot points of the prompt; next one */
-    int snap_due;    /* a snapshot point was reached in this step: taken once the step's token is out */
-    TextBuf pend[2]; /* decoded content not yet released (a stop string may start in it); [1] unused */
+    int snap_due;   /* a snapshot point was reached in this step: taken once the step's token is out */
+    StrBuf pend[2]; /* decoded content not yet released (a stop string may start in it); [1] unused */
     Q35Detok *detok;
     double t_first, t_last;
     double t_admit;  /* admitted (given a sequence) */
@@ -78,7 +73,7 @@ typedef struct Req {
     /* shared (sched_lock) */
     pthread_cond_t cv;
     struct Req *group; /* n > 1: the request's first choice, whose cv wakes the client of every choice (a reference) */
-    TextBuf out[2];    /* released text per channel: 0 content, 1 reasoning */
+    StrBuf out[2];     /* released text per channel: 0 content, 1 reasoning */
     ReqCall *calls;    /* tool calls parsed so far */
     int n_calls, cap_calls;
     OaiTokenLogprob *lps; /* one per generated token when rq.top_logprobs >= 0; strings owned */
