@@ -723,6 +723,15 @@ static cJSON *calls_json(const OaiOutput *o, int delta) {
     return a;
 }
 
+/* A choice's "logprobs": chat's content list or completions' legacy form, null when not asked for. */
+static void add_logprobs(cJSON *choice, int kind, const OaiOutput *o) {
+    if (!o->want_logprobs)
+        cJSON_AddNullToObject(choice, "logprobs");
+    else
+        cJSON_AddItemToObject(choice, "logprobs",
+                              kind == OAI_CHAT ? chat_logprobs(o) : completion_logprobs(o, o->text_offset));
+}
+
 /* One choice of a non-streamed response. */
 static cJSON *choice_json(int kind, const OaiOutput *o) {
     cJSON *choice = cJSON_CreateObject();
@@ -736,17 +745,10 @@ static cJSON *choice_json(int kind, const OaiOutput *o) {
             cJSON_AddStringToObject(msg, "content", o->content ? o->content : "");
         if (o->reasoning) cJSON_AddStringToObject(msg, "reasoning_content", o->reasoning);
         if (o->n_calls) cJSON_AddItemToObject(msg, "tool_calls", calls_json(o, 0));
-        if (o->want_logprobs)
-            cJSON_AddItemToObject(choice, "logprobs", chat_logprobs(o));
-        else
-            cJSON_AddNullToObject(choice, "logprobs");
     } else {
         cJSON_AddStringToObject(choice, "text", o->content ? o->content : "");
-        if (o->want_logprobs)
-            cJSON_AddItemToObject(choice, "logprobs", completion_logprobs(o, o->text_offset));
-        else
-            cJSON_AddNullToObject(choice, "logprobs");
     }
+    add_logprobs(choice, kind, o);
     finish(choice, o);
     return choice;
 }
@@ -771,17 +773,10 @@ char *oai_chunk_json(int kind, const OaiMeta *m, const OaiOutput *o, int first, 
             if (o->reasoning) cJSON_AddStringToObject(d, "reasoning_content", o->reasoning);
             if (o->content) cJSON_AddStringToObject(d, "content", o->content);
             if (o->n_calls) cJSON_AddItemToObject(d, "tool_calls", calls_json(o, 1));
-            if (o->want_logprobs)
-                cJSON_AddItemToObject(choice, "logprobs", chat_logprobs(o));
-            else
-                cJSON_AddNullToObject(choice, "logprobs");
         } else {
             cJSON_AddStringToObject(choice, "text", o->content ? o->content : "");
-            if (o->want_logprobs)
-                cJSON_AddItemToObject(choice, "logprobs", completion_logprobs(o, o->text_offset));
-            else
-                cJSON_AddNullToObject(choice, "logprobs");
         }
+        add_logprobs(choice, kind, o);
         finish(choice, o);
         cJSON_AddItemToArray(choices, choice);
     }
