@@ -37,14 +37,9 @@ static int symbols_to_bytes(const unsigned char *s, const uint16_t *inv, unsigne
     int n = 0;
     while (*s) {
         uint32_t cp;
-        if (s[0] < 0x80) {
-            cp = s[0];
-            s += 1;
-        } else if ((s[0] & 0xE0) == 0xC0 && s[1]) {
-            cp = ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-            s += 2;
-        } else
-            return -1; /* 3- and 4-byte characters are never byte symbols */
+        if (s[0] < 0x80) { cp = s[0]; s += 1; }
+        else if ((s[0] & 0xE0) == 0xC0 && s[1]) { cp = ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F); s += 2; }
+        else return -1; /* 3- and 4-byte characters are never byte symbols */
         if (cp >= 0x144 || !inv[cp]) return -1;
         out[n++] = (unsigned char)(inv[cp] - 1);
     }
@@ -77,8 +72,7 @@ static int strmap_get(const Tokenizer *t, const StrMap *m, const void *s, size_t
         if (!e->meta) return -1;
         if (e->k0 != k0 || e->k1 != k1 || e->meta >> 24 != ln) continue;
         int id = (int)(e->meta & 0xFFFFFF) - 1;
-        if (n <= 12 || (t->len[id] == n && !memcmp(t->arena + t->off[id] + 12, (const char *)s + 12, n - 12)))
-            return id;
+        if (n <= 12 || (t->len[id] == n && !memcmp(t->arena + t->off[id] + 12, (const char *)s + 12, n - 12))) return id;
     }
 }
 static void strmap_put(const Tokenizer *t, StrMap *m, int id) {
@@ -119,9 +113,7 @@ static int check_pipeline(const cJSON *root, const char *what, const char **patt
     } else if (has_string(pre, "type", "ByteLevel")) {
         bl = pre;
     }
-    if (!bl)
-        return err_set(err, Q35_ERR_UNSUPPORTED, "%s: pre_tokenizer must be Sequence[Split, ByteLevel] or ByteLevel",
-                       what);
+    if (!bl) return err_set(err, Q35_ERR_UNSUPPORTED, "%s: pre_tokenizer must be Sequence[Split, ByteLevel] or ByteLevel", what);
     if (!is_off(bl, "add_prefix_space"))
         return err_set(err, Q35_ERR_UNSUPPORTED, "%s: pre_tokenizer ByteLevel add_prefix_space is not supported", what);
     *literal = 0;
@@ -138,20 +130,16 @@ static int check_pipeline(const cJSON *root, const char *what, const char **patt
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(split, "pattern");
     const cJSON *re = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
     const cJSON *str = cJSON_GetObjectItemCaseSensitive(pat, "String");
-    if (cJSON_IsString(re))
-        *pattern = re->valuestring;
-    else if (cJSON_IsString(str)) {
-        *pattern = str->valuestring;
-        *literal = 1;
-    } else
-        return err_set(err, Q35_ERR_FORMAT, "%s: pre_tokenizer Split.pattern has no Regex or String", what);
+    if (cJSON_IsString(re)) *pattern = re->valuestring;
+    else if (cJSON_IsString(str)) { *pattern = str->valuestring; *literal = 1; }
+    else return err_set(err, Q35_ERR_FORMAT, "%s: pre_tokenizer Split.pattern has no Regex or String", what);
     return 0;
 }
 
 static int check_model(const cJSON *model, const char *what, Err *err) {
     if (!has_string(model, "type", "BPE")) return err_set(err, Q35_ERR_UNSUPPORTED, "%s: model.type must be BPE", what);
-    static const char *off_keys[] = {"byte_fallback",      "ignore_merges", "continuing_subword_prefix",
-                                     "end_of_word_suffix", "dropout",       "unk_token"};
+    static const char *off_keys[] = {"byte_fallback", "ignore_merges", "continuing_subword_prefix",
+                                     "end_of_word_suffix", "dropout", "unk_token"};
     for (size_t i = 0; i < sizeof off_keys / sizeof *off_keys; i++)
         if (!is_off(model, off_keys[i]))
             return err_set(err, Q35_ERR_UNSUPPORTED, "%s: model.%s is set; only plain byte-level BPE is supported",
@@ -198,8 +186,8 @@ static int load_strings(Tokenizer *t, const cJSON *vocab, const cJSON *added, co
         return err_set(err, Q35_ERR_OOM, "%s: out of memory", what);
     size_t pos = 0;
     cJSON_ArrayForEach(it, vocab) {
-        int id = it->valueint,
-            n = symbols_to_bytes((const unsigned char *)it->string, inv, (unsigned char *)t->arena + pos);
+        int id = it->valueint, n = symbols_to_bytes((const unsigned char *)it->string, inv,
+                                                     (unsigned char *)t->arena + pos);
         if (t->kind[id]) return err_set(err, Q35_ERR_FORMAT, "%s: model.vocab id %d appears twice", what, id);
         int byte_level = n >= 0;
         if (!byte_level) { /* HF's ByteLevel decoder emits such a token's UTF-8 as is */
@@ -299,8 +287,7 @@ static int load_merges(Tokenizer *t, const cJSON *merges, const uint16_t *inv, c
             sa = it->child->valuestring;
             sb = it->child->next->valuestring;
         } else {
-            return err_set(err, Q35_ERR_FORMAT, "%s: model.merges[%d] is neither \"a b\" nor [\"a\",\"b\"]", what,
-                           rank);
+            return err_set(err, Q35_ERR_FORMAT, "%s: model.merges[%d] is neither \"a b\" nor [\"a\",\"b\"]", what, rank);
         }
         if (strlen(sa) >= sizeof b || strlen(sb) >= sizeof b)
             return err_set(err, Q35_ERR_FORMAT, "%s: model.merges[%d] is too long", what, rank);
@@ -315,10 +302,7 @@ static int load_merges(Tokenizer *t, const cJSON *merges, const uint16_t *inv, c
         int im = strmap_get(t, &t->vocab, a, (size_t)(na + nb));
         if (ia < 0 || ib < 0 || im < 0)
             return err_set(err, Q35_ERR_FORMAT, "%s: model.merges[%d] (\"%s\", \"%s\"): %s not in model.vocab", what,
-                           rank, sa, sb,
-                           ia < 0   ? "left part"
-                           : ib < 0 ? "right part"
-                                    : "merged token");
+                           rank, sa, sb, ia < 0 ? "left part" : ib < 0 ? "right part" : "merged token");
         uint64_t key = tok_pair_key((uint32_t)ia, (uint32_t)ib);
         uint32_t i = tok_pair_slot(key, t->merge_mask);
         while (t->merges[i].key && t->merges[i].key != key) i = (i + 1) & t->merge_mask;
@@ -340,9 +324,8 @@ static int family_of(const Tokenizer *t) {
 int tokenizer_load_json(Tokenizer **out, const char *json, size_t len, const char *what, Err *err) {
     *out = NULL;
     cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root)
-        return err_set(err, Q35_ERR_FORMAT, "%s: not valid JSON (near byte %td)", what,
-                       cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : (ptrdiff_t)0);
+    if (!root) return err_set(err, Q35_ERR_FORMAT, "%s: not valid JSON (near byte %td)", what,
+                              cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : (ptrdiff_t)0);
     Tokenizer *t = calloc(1, sizeof *t);
     int rc = t ? 0 : err_set(err, Q35_ERR_OOM, "out of memory");
     const char *pattern = NULL;
@@ -355,8 +338,7 @@ int tokenizer_load_json(Tokenizer **out, const char *json, size_t len, const cha
     if (!rc) rc = check_model(model, what, err);
     if (!rc && (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges)))
         rc = err_set(err, Q35_ERR_FORMAT, "%s: model.vocab (object) or model.merges (list) missing", what);
-    if (!rc && added && !cJSON_IsArray(added))
-        rc = err_set(err, Q35_ERR_FORMAT, "%s: added_tokens is not a list", what);
+    if (!rc && added && !cJSON_IsArray(added)) rc = err_set(err, Q35_ERR_FORMAT, "%s: added_tokens is not a list", what);
     uint16_t inv[0x144] = {0};
     for (int b = 0; b < 256; b++) inv[byte_to_cp(b)] = (uint16_t)(b + 1);
     if (!rc) rc = load_strings(t, vocab, added, inv, what, err);
@@ -377,16 +359,11 @@ int tokenizer_load_json(Tokenizer **out, const char *json, size_t len, const cha
                 if (strchr("\\^$.|?*+()[]{}", pattern[i])) *p++ = '\\';
                 *p++ = pattern[i];
             }
-            if (q) {
-                *p = 0;
-                rc = tokenizer_compile_regex(t, q, err);
-                free(q);
-            }
+            if (q) { *p = 0; rc = tokenizer_compile_regex(t, q, err); free(q); }
         } else {
             if (t->family == Q35_TOK_QWEN35 && !strcmp(pattern, QWEN3_REGEX)) {
                 snprintf(t->warning, sizeof t->warning,
-                         "%s: Qwen3.5 vocabulary with the stale Qwen3 split regex; using the Qwen3.5 (\\p{M}) regex",
-                         what);
+                         "%s: Qwen3.5 vocabulary with the stale Qwen3 split regex; using the Qwen3.5 (\\p{M}) regex", what);
                 pattern = QWEN35_REGEX;
             }
             rc = tokenizer_compile_regex(t, pattern, err);
@@ -395,10 +372,7 @@ int tokenizer_load_json(Tokenizer **out, const char *json, size_t len, const cha
     cJSON_Delete(root);
     if (!rc) rc = tokenizer_build_nfc_table(t, err);
     if (!rc) rc = tokenizer_build_direct(t, err);
-    if (rc) {
-        q35_tokenizer_free(t);
-        return rc;
-    }
+    if (rc) { q35_tokenizer_free(t); return rc; }
     /* stop ids until a config says otherwise */
     const char *stops[] = {"<|im_end|>", "<|endoftext|>"};
     for (int i = 0; i < 2; i++) {
@@ -496,14 +470,9 @@ int q35_tokenizer_load_file(Q35Tokenizer **out, const char *path, Q35Err *err) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    else
-        snprintf(dir, sizeof dir, ".");
-    if ((rc = tokenizer_load_configs(t, dir, err))) {
-        q35_tokenizer_free(t);
-        return rc;
-    }
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    if ((rc = tokenizer_load_configs(t, dir, err))) { q35_tokenizer_free(t); return rc; }
     *out = t;
     return 0;
 }
@@ -557,10 +526,7 @@ int q35_token_id(const Q35Tokenizer *t, const char *text) {
 size_t utf8_first_invalid(const unsigned char *s, size_t len) {
     size_t i = 0;
     while (i < len) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
+        if (s[i] < 0x80) { i++; continue; }
         int k = utf8_valid_prefix(s + i, len - i);
         int need = s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : 2;
         if (k != need) return i;
@@ -576,18 +542,10 @@ int utf8_valid_prefix(const unsigned char *s, size_t n) {
     if (c < 0x80) return 1;
     int need;
     unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-        need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else
-        return 0;
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { need = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { need = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return 0;
     int k = 1;
     for (; k < need && (size_t)k < n; k++) {
         unsigned char x = s[k];
@@ -603,16 +561,10 @@ static int put_lossy(StrBuf *out, const unsigned char *s, size_t n, int hold, si
     *held = 0;
     if (!n) return sb_put(out, "", 0);
     while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
+        if (s[i] < 0x80) { i++; continue; }
         int need = s[i] >= 0xF0 ? 4 : s[i] >= 0xE0 ? 3 : 2;
         int k = utf8_valid_prefix(s + i, n - i);
-        if (k == need) {
-            i += (size_t)k;
-            continue;
-        }
+        if (k == need) { i += (size_t)k; continue; }
         if (k > 0 && i + (size_t)k == n && hold) { /* incomplete at the end: keep it back */
             *held = (size_t)k;
             break;
@@ -637,8 +589,7 @@ int q35_detokenize(const Q35Tokenizer *t, const int *ids, int n, int skip_specia
     for (int i = 0; i < n && !rc; i++) {
         if ((rc = check_id(t, ids[i], err))) break;
         if (skip_special && t->kind[ids[i]] == 3) continue;
-        if (sb_put(&raw, t->arena + t->off[ids[i]], (size_t)t->len[ids[i]]))
-            rc = err_set(err, Q35_ERR_OOM, "out of memory");
+        if (sb_put(&raw, t->arena + t->off[ids[i]], (size_t)t->len[ids[i]])) rc = err_set(err, Q35_ERR_OOM, "out of memory");
     }
     size_t held;
     if (!rc && (put_lossy(&out, (const unsigned char *)raw.p, raw.n, 0, &held) || sb_put(&out, "", 0)))
@@ -731,10 +682,7 @@ static int hex4(const char *s, uint32_t *v) {
     *v = 0;
     for (int i = 0; i < 4; i++) {
         char c = s[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
         if (d < 0) return -1;
         *v = *v * 16 + (uint32_t)d;
     }
@@ -752,40 +700,16 @@ int tokenizer_json_string(const char *s, char **out, size_t *n, const char **end
         unsigned char c = (unsigned char)*p;
         if (c == '"') break;
         if (c < 0x20) goto bad; /* includes the terminating NUL */
-        if (c != '\\') {
-            o[k++] = c;
-            p++;
-            continue;
-        }
+        if (c != '\\') { o[k++] = c; p++; continue; }
         p++;
         uint32_t u;
         switch (*p) {
-        case '"':
-        case '\\':
-        case '/':
-            o[k++] = (unsigned char)*p;
-            p++;
-            continue;
-        case 'b':
-            o[k++] = '\b';
-            p++;
-            continue;
-        case 'f':
-            o[k++] = '\f';
-            p++;
-            continue;
-        case 'n':
-            o[k++] = '\n';
-            p++;
-            continue;
-        case 'r':
-            o[k++] = '\r';
-            p++;
-            continue;
-        case 't':
-            o[k++] = '\t';
-            p++;
-            continue;
+        case '"': case '\\': case '/': o[k++] = (unsigned char)*p; p++; continue;
+        case 'b': o[k++] = '\b'; p++; continue;
+        case 'f': o[k++] = '\f'; p++; continue;
+        case 'n': o[k++] = '\n'; p++; continue;
+        case 'r': o[k++] = '\r'; p++; continue;
+        case 't': o[k++] = '\t'; p++; continue;
         case 'u':
             if (hex4(p + 1, &u)) goto bad;
             p += 5;
@@ -796,12 +720,9 @@ int tokenizer_json_string(const char *s, char **out, size_t *n, const char **end
                 p += 6;
                 u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
             }
-            if (u < 0x80)
-                o[k++] = (unsigned char)u;
-            else if (u < 0x800) {
-                o[k++] = (unsigned char)(0xC0 | (u >> 6));
-                o[k++] = (unsigned char)(0x80 | (u & 0x3F));
-            } else if (u < 0x10000) {
+            if (u < 0x80) o[k++] = (unsigned char)u;
+            else if (u < 0x800) { o[k++] = (unsigned char)(0xC0 | (u >> 6)); o[k++] = (unsigned char)(0x80 | (u & 0x3F)); }
+            else if (u < 0x10000) {
                 o[k++] = (unsigned char)(0xE0 | (u >> 12));
                 o[k++] = (unsigned char)(0x80 | ((u >> 6) & 0x3F));
                 o[k++] = (unsigned char)(0x80 | (u & 0x3F));
