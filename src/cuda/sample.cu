@@ -1,20 +1,21 @@
-/* sample.cu — on-device sampling of one id per row from bf16-valued logits (rules in ops.h, the same
- * as the host sampler in sampler.c). Row r is grid row blockIdx.y, with its own scratch; per row: because logits
- * are bf16 values, the 16-bit order key of a logit identifies its value exactly, so a 65536-bin histogram of
- * counts is an exact sort:
- *   kernel 1 (sample_hist_bf16): candidates (logit >= max - 40 T) -> hist[key16] (integer atomics,
- *     deterministic); the last block goes over the bins from the top (weight of a bin
- *     w = exp((value - max) / T), mass = count w) and finds, as (bin, rank within the bin):
- *     the top-k cut, the top-p cut (mass >= top_p * kept mass), the min-p cut (w >= min_p), and
- *     the draw r = u * kept mass; then zeroes the bins it used. Two levels: its 16 warps sum the
- *     bins per page of 256 (count, mass, last bin passing min-p); one warp then finds each cut
- *     among the pages and inside the page where it falls (a round of loads per page). Sums in a
- *     fixed order. (Before: one thread per cut walked bins one L2 load at a time, ~85 us per token;
- *     docs/PERF.md);
- *   kernel 2 (sample_pick_bf16): finds the id holding the chosen rank among the ids of that value,
- *     in index order (per-block counts, the last block locates it).
- * Ties inside a value bin are ordered by id, as in the host sort. temperature <= 0: no-op (the
- * LM head's argmax stays in out_id). */
+/* sample.cu — on-device sampling of one id per row from bf16-valued logits (rules in ops.h, the same as the host
+ * sampler in sampler.c). Row r is grid row blockIdx.y, with its own scratch. Because logits are bf16 values, the
+ * 16-bit order key of a logit identifies its value exactly, so a 65536-bin histogram of counts is an exact sort.
+ * Per row:
+ *   kernel 1 (sample_hist_bf16): candidates (logit >= max - 40 T) -> hist[key16] (integer atomics, deterministic):
+ *     each block counts its ids in shared memory first, for the SM_WINDOW keys below the max's, and adds its nonzero
+ *     counts to the row's histogram: one global atomic per block and value, where one per id queues up at L2 on a
+ *     row's popular values; the few keys further down go to the row's histogram directly. The last block goes over
+ *     the bins from the top (weight of a bin w = exp((value - max) / T), mass = count w) and finds, as (bin, rank
+ *     within the bin): the top-k cut, the top-p cut (mass >= top_p * kept mass), the min-p cut (w >= min_p), and the
+ *     draw r = u * kept mass; then zeroes the bins it used. Two levels: its 16 warps sum the bins per page of 256
+ *     (count, mass, last bin passing min-p); one warp then finds each cut among the pages and inside the page where
+ *     it falls (a round of loads per page), not one thread walking bins one L2 load at a time (docs/PERF.md). Sums
+ *     in a fixed order.
+ *   kernel 2 (sample_pick_bf16): finds the id holding the chosen rank among the ids of that value, in index order
+ *     (per-block counts, the last block locates it).
+ * Ties inside a value bin are ordered by id, as in the host sort. temperature <= 0: no-op (the LM head's argmax
+ * stays in out_id). */
 #include <math.h>
 
 #include "cuda/common.cuh"
@@ -24,6 +25,8 @@
 #define SM_BINS       65536
 #define SM_PAGE       256 /* value bins per page of the cut search: 8 per lane */
 #define SM_PAGES      (SM_BINS / SM_PAGE)
+#define SM_WINDOW     32768 /* kernel 1's shared counts: keys key16(max) - d, d < SM_WINDOW (128 KiB) */
+#define SM_PER_THREAD 16    /* the launcher's blocks per row: about this many ids per thread */
 
 typedef struct SampleScratch {
     int hist[SM_BINS];     /* zero between calls */
@@ -179,15 +182,23 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
         p.max_logit ? __ldcg(p.max_logit + blockIdx.y) : __ldcg(row.logits + __ldcg(p.out_id + blockIdx.y));
     const float cut = mx - 40.0f * T;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int i0 = blockIdx.x * blockDim.x; i0 < p.n_valid; i0 += gridDim.x * blockDim.x) {
-        int i = i0 + threadIdx.x, key = -1;
-        if (i < p.n_valid) {
-            float v = __ldcg(row.logits + i);
-            if (v >= cut) key = key16(v);
-        }
-        unsigned peers = __match_any_sync(0xffffffffu, key);
-        if (key >= 0 && lane == __ffs(peers) - 1) atomicAdd(sc->hist + key, __popc(peers));
+    extern __shared__ unsigned s_cnt[]; /* [SM_WINDOW]: this block's count of key key16(mx) - d at d */
+    const int key_top = key16(mx), nwin = min(SM_WINDOW, key_top + 1);
+    for (int d = threadIdx.x; d < nwin; d += blockDim.x) s_cnt[d] = 0;
+    __syncthreads();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n_valid; i += gridDim.x * blockDim.x) {
+        const float v = __ldcg(row.logits + i);
+        if (!(v >= cut)) continue;
+        const int key = key16(v), d = key_top - key;
+        if (d < 0) continue; /* above the max: not a logit of this row's maximum (never, with a true max) */
+        if (d < SM_WINDOW)
+            atomicAdd(s_cnt + d, 1u);
+        else
+            atomicAdd(sc->hist + key, 1);
     }
+    __syncthreads();
+    for (int d = threadIdx.x; d < nwin; d += blockDim.x)
+        if (s_cnt[d]) atomicAdd(sc->hist + key_top - d, (int)s_cnt[d]);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) s_last = atomicAdd(&sc->done1, 1u) == gridDim.x - 1;
@@ -434,12 +445,15 @@ extern "C" int cuda_sample(const SampleParams *p, const CudaLaunch *l) {
         rows > 65535 || p->rows < 0 || (rows > 1 && p->ld < (size_t)p->n_valid) || (p->lp && p->max_logit))
         return (int)cudaErrorInvalidValue;
     int blocks = p->blocks;
-    if (blocks <= 0) {
-        blocks = ceil_div(p->n_valid, SM_THREADS * 4);
-        if (blocks > 264) blocks = 264;
-    }
+    if (blocks <= 0) blocks = min(SM_MAX_BLOCKS, ceil_div(p->n_valid, SM_THREADS * SM_PER_THREAD));
     const dim3 grid((unsigned)blocks, (unsigned)rows);
-    int rc = launch_kernel(sample_hist_bf16, grid, dim3(SM_THREADS), 0, l, *p);
+    const int smem = SM_WINDOW * (int)sizeof(unsigned);
+    const cudaError_t e = cudaFuncSetAttribute(sample_hist_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)e;
+    }
+    int rc = launch_kernel(sample_hist_bf16, grid, dim3(SM_THREADS), (size_t)smem, l, *p);
     if (rc) return rc;
     return launch_kernel(sample_pick_bf16, grid, dim3(SM_THREADS), 0, l, *p);
 }

@@ -91,8 +91,9 @@ static int draw(Dev &d, int n_valid, int blocks) {
     for (int i = 0; i < n_valid; i++) d.mx = d.logits[i] > d.mx || i == 0 ? d.logits[i] : d.mx;
     p.logits = d.logits.data(), p.n_valid = n_valid, p.step = &d.sp, p.max_logit = &d.mx;
     p.scratch = d.scratch.data(), p.out_id = &d.id;
-    if (blocks <= 0) blocks = std::min(264, (n_valid + SM_THREADS * 4 - 1) / (SM_THREADS * 4));
-    emu_launch(dim3(blocks), SM_THREADS, 0, 1, [&] { sample_hist_bf16(p); });
+    if (blocks <= 0)
+        blocks = std::min(SM_MAX_BLOCKS, (n_valid + SM_THREADS * SM_PER_THREAD - 1) / (SM_THREADS * SM_PER_THREAD));
+    emu_launch(dim3(blocks), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
     emu_launch(dim3(blocks), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
     return d.id;
 }
@@ -227,7 +228,7 @@ static void rows_check(void) {
     p.logits = lg.data(), p.n_valid = V, p.rows = R, p.ld = ld, p.step = sp.data(), p.scratch = scratch.data();
     p.out_id = id.data(), p.lp = lp.data();
     const int blocks = 2;
-    emu_launch(dim3(blocks, R), SM_THREADS, 0, 1, [&] { sample_hist_bf16(p); });
+    emu_launch(dim3(blocks, R), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
     emu_launch(dim3(blocks, R), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
     for (int r = 0; r < R; r++) {
         CHECK(id[r] == want[r], "row %d of %d: drew %d, the single-row draw %d", r, R, id[r], want[r]);
