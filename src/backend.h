@@ -19,9 +19,8 @@ typedef struct BackendOptions {
     int device;        /* CUDA: device index (0 = the first) */
 } BackendOptions;
 
-/* On-device sampling request (CUDA): temperature 0 = argmax. With n_pen > 0 (BatchItem.sample only), the logit
- * changes pen[0 .. n_pen) (sampler_penalties' list, under the three penalties' values) come first, as sampler.c
- * applies them; decode_sample takes none. */
+/* On-device sampling request (CUDA): temperature 0 = argmax. With n_pen > 0, the logit changes pen[0 .. n_pen)
+ * (sampler_penalties' list, under the three penalties' values) come first, as sampler.c applies them. */
 typedef struct DeviceSampling {
     float temperature, top_p, min_p;
     int top_k;

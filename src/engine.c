@@ -264,7 +264,7 @@ int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, con
     rc = q35_forward(e, prompt, n_prompt, 0, e->logits, err);
     st.prefill_s = now_s() - t0;
     /* with the device's sampler, every draw's u is counter_uniform(seed, index of the id), the first one's too */
-    int use_device = e->be->decode_sample && !sampler_needs_history(s);
+    int use_device = e->be->decode_sample != NULL;
     int id = rc ? -1 : use_device ? sampler_sample_at(&sm, e->logits, 0) : sampler_sample(&sm, e->logits);
     if (!rc && id < 0) rc = err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
     t0 = now_s();
@@ -284,13 +284,24 @@ int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, con
             st.stop_reason = 3;
             break;
         }
-        if (use_device) {
+        if (use_device) { /* the penalties' list (sampler_penalties) goes with the step */
+            const SamplePenalty *pe = NULL;
+            const int np = sampler_penalties(&sm, &pe);
+            if (np < 0) {
+                rc = err_set(err, Q35_ERR_OOM, "out of memory for the sampler");
+                break;
+            }
             const DeviceSampling ds = {.temperature = s->temperature,
                                        .top_p = s->top_p,
                                        .min_p = s->min_p,
                                        .top_k = s->top_k,
                                        .seed = s->seed,
-                                       .step = (uint64_t)st.n_generated};
+                                       .step = (uint64_t)st.n_generated,
+                                       .repetition = s->repetition_penalty,
+                                       .presence = s->presence_penalty,
+                                       .frequency = sm.frequency,
+                                       .n_pen = np,
+                                       .pen = pe};
             rc = e->be->decode_sample(e->bctx, id, e->pos, &ds, &id, err);
             if (rc == 0) e->pos++;
         } else {

@@ -562,6 +562,20 @@ int cuda_describe(void *p, char *buf, size_t n) {
 
 /* ---- open / close ------------------------------------------------------------------------------ */
 
+/* decode_sample's logit change buffers (pen_upload) */
+static void pen_free(CudaCtx *ctx) {
+    cudaFree(ctx->pen);
+    cudaFree(ctx->pen_row);
+    cudaFree(ctx->pen_raw);
+    cudaFree(ctx->pen_lp);
+    cudaFreeHost(ctx->pen_host);
+    cudaFreeHost(ctx->pen_row_host);
+    ctx->pen = ctx->pen_host = NULL;
+    ctx->pen_row = ctx->pen_row_host = NULL;
+    ctx->pen_raw = ctx->pen_lp = NULL;
+    ctx->pen_cap = 0;
+}
+
 static void be_close(void *p) {
     CudaCtx *ctx = (CudaCtx *)p;
     if (!ctx) return;
@@ -582,6 +596,7 @@ static void be_close(void *p) {
     if (ctx->id_host) cudaFreeHost(ctx->id_host);
     if (ctx->key_host) cudaFreeHost(ctx->key_host);
     if (ctx->logits_host) cudaFreeHost(ctx->logits_host);
+    pen_free(ctx);
     free(ctx->probe_buf);
     free(ctx->layers);
     free(ctx);
@@ -745,10 +760,10 @@ void cuda_graphs_drop(CudaCtx *ctx) {
 }
 
 int cuda_graph_index(const CudaCtx *ctx, int sample) {
-    return sample + 2 * cuda_step_short(ctx) + 4 * cuda_step_screen(ctx, sample);
+    return sample + 3 * cuda_step_short(ctx) + 6 * cuda_step_screen(ctx, sample);
 }
 
-/* Captures the step (sample = 0 greedy, 1 sampling) into ctx->graph[cuda_graph_index()]. */
+/* Captures the step (sample = 0 greedy, 1 sampling, 2 with logit changes) into ctx->graph[cuda_graph_index()]. */
 int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err) {
     const int gi = cuda_graph_index(ctx, sample);
     cudaGraph_t g = NULL;
@@ -833,21 +848,52 @@ static int be_forward(void *p, const int *tokens, int n, int pos, int all_logits
     return 0;
 }
 
+/* The step's logit changes (s->pen [n_pen]) and their row to the device, on ctx->stream ahead of the step; the buffers
+ * are allocated at the first call. */
+static int pen_upload(CudaCtx *ctx, const DeviceSampling *s, Err *err) {
+    const int cap = ctx->c->vocab_size;
+    if (s->n_pen > cap || !s->pen)
+        return err_set(err, Q35_ERR_ARG, "cuda decode: %d logit changes for a vocabulary of %d", s->n_pen, cap);
+    if (!ctx->pen) {
+        cudaError_t e = cudaMalloc((void **)&ctx->pen, sizeof(SamplePenalty) * (size_t)cap);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&ctx->pen_raw, sizeof(float) * (size_t)cap);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&ctx->pen_row, sizeof(PenaltyRow));
+        if (e == cudaSuccess) e = cudaMalloc((void **)&ctx->pen_lp, sizeof(float));
+        if (e == cudaSuccess) e = cudaMallocHost((void **)&ctx->pen_host, sizeof(SamplePenalty) * (size_t)cap);
+        if (e == cudaSuccess) e = cudaMallocHost((void **)&ctx->pen_row_host, sizeof(PenaltyRow));
+        if (e != cudaSuccess) { /* the next call tries again */
+            pen_free(ctx);
+            return err_set(err, Q35_ERR_OOM, "cuda decode: no memory for the logit changes: %s", cudaGetErrorString(e));
+        }
+        ctx->pen_cap = cap;
+        CK(cudaMemset(ctx->pen_lp, 0, sizeof(float)), "logit changes");
+    }
+    memcpy(ctx->pen_host, s->pen, sizeof(SamplePenalty) * (size_t)s->n_pen);
+    *ctx->pen_row_host = (PenaltyRow){0, s->n_pen, s->repetition, s->presence, s->frequency, 0.0f};
+    CK(cudaMemcpyAsync(ctx->pen, ctx->pen_host, sizeof(SamplePenalty) * (size_t)s->n_pen, cudaMemcpyHostToDevice,
+                       ctx->stream),
+       "logit changes upload");
+    CK(cudaMemcpyAsync(ctx->pen_row, ctx->pen_row_host, sizeof(PenaltyRow), cudaMemcpyHostToDevice, ctx->stream),
+       "logit changes upload");
+    return 0;
+}
+
 static int be_decode_sample(void *p, int token, int pos, const DeviceSampling *s, int *out_id, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
-    if (s && s->n_pen) return err_set(err, Q35_ERR_ARG, "decode_sample: logit changes are not taken here");
     int rc = check_step(ctx, token, pos, err);
     if (rc) return rc;
-    if (!(s->temperature >= 0) || s->top_k < 0 || !(s->top_p > 0 && s->top_p <= 1) || !(s->min_p >= 0 && s->min_p <= 1))
+    if (!(s->temperature >= 0) || s->top_k < 0 || !(s->top_p > 0 && s->top_p <= 1) ||
+        !(s->min_p >= 0 && s->min_p <= 1) || s->n_pen < 0)
         return err_set(err, Q35_ERR_ARG,
-                       "cuda decode: bad sampling settings (temperature %g, top_k %d, top_p %g, min_p %g)",
-                       s->temperature, s->top_k, s->top_p, s->min_p);
-    const int sample = s->temperature > 0;
+                       "cuda decode: bad sampling settings (temperature %g, top_k %d, top_p %g, min_p %g, %d changes)",
+                       s->temperature, s->top_k, s->top_p, s->min_p, s->n_pen);
+    if (s->n_pen > 0 && (rc = pen_upload(ctx, s, err))) return rc;
+    const int sample = s->n_pen > 0 ? 2 : s->temperature > 0;
     StepParams *sp = ctx->step_host;
     memset(sp, 0, sizeof *sp);
     sp->token = token;
     sp->pos = pos;
-    sp->write_logits = sample;
+    sp->write_logits = sample != 0;
     sp->temperature = s->temperature;
     sp->top_k = s->top_k;
     sp->top_p = s->top_p;

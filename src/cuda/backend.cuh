@@ -25,6 +25,7 @@
 extern "C" {
 #include "backend.h"
 }
+#include "cuda/serve_ops.h"
 
 #define CUDA_MAX_OPS 512 /* launches per step recorded for the bench */
 typedef struct CudaLayer {
@@ -132,9 +133,17 @@ typedef struct CudaCtx {
     size_t scratch_off;              /* [state_off, scratch_off): S and the conv rings; the scratch after them */
     int state_dirty; /* CUDA_DIRTY_*: what a reset left to be zeroed (cuda_state_clean) before anything reads it; a
                       * prefill from position 0 zeroes the scratch and needs no zero S and conv rings (it writes both) */
-    /* graphs: [0] greedy, [1] sampling; captured lazily with the current pdl/deterministic */
-    cudaGraphExec_t graph[8]; /* [cuda_graph_index()]: sample + 2 short + 4 screen when captured */
-    int graph_kernels[8];     /* kernel nodes in each graph */
+    /* a sampling step's logit changes (decode_sample with DeviceSampling.n_pen > 0; penalty.cu), allocated at the
+     * first such step: the entries [pen_cap = vocab_size] (each id at most once) and the row, device and pinned host,
+     * penalty_apply's raw logits [pen_cap] and its log-softmax slot */
+    SamplePenalty *pen, *pen_host;
+    PenaltyRow *pen_row, *pen_row_host;
+    float *pen_raw, *pen_lp;
+    int pen_cap;
+    /* graphs: captured lazily with the current pdl/deterministic */
+    cudaGraphExec_t graph[12]; /* [cuda_graph_index()]: sample (0 greedy, 1 sampling, 2 with logit changes) + 3 short
+                                * + 6 screen when captured */
+    int graph_kernels[12];     /* kernel nodes in each graph */
     /* bench / op recording (eager only) */
     const char *ablate; /* bench --ablate: launch kinds left out of the step (decode.cu), else NULL */
     int rec_ops, n_ops;
@@ -174,16 +183,16 @@ int cuda_layer_gemm_tail(const CudaLayer *ly, int which, GemmParams *g, GemmPara
 int cuda_layer_w_bf16(CudaCtx *ctx, const CudaLayer *ly, int which, const CudaLaunch *l, uint16_t *dst,
                       const uint16_t **w, size_t *elems);
 
-/* Enqueues one decode step on ctx->stream: the StepParams copy from step_host, then every
- * kernel (sample = 1 adds the sampling kernels). With probes set it runs eagerly, syncing to
+/* Enqueues one decode step on ctx->stream: the StepParams copy from step_host, then every kernel (sample = 1 adds the
+ * sampling kernels, 2 also the logit changes of ctx->pen_row before them). With probes set it runs eagerly, syncing to
  * dump activations. Returns 0 or a Q35_ERR_* with err set. */
 int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err);
 
-/* backend.cu: capture ctx->graph[sample] (records graph_kernels[sample]); drop both graphs
- * (after a mode change); run one step with step_host already filled (graph replay, captured
- * on first use, or eager when no_graph / probing). */
+/* backend.cu: capture ctx->graph[cuda_graph_index()] (records its graph_kernels); drop the graphs (after a mode
+ * change); run one step with step_host already filled (graph replay, captured on first use, or eager when no_graph /
+ * probing). */
 int cuda_graph_capture(CudaCtx *ctx, int sample, Err *err);
-/* The graph a step with the current step_host and modes replays: sample + 2 cuda_step_short() + 4 cuda_step_screen(). */
+/* The graph a step with the current step_host and modes replays: sample + 3 cuda_step_short() + 6 cuda_step_screen(). */
 int cuda_graph_index(const CudaCtx *ctx, int sample);
 /* decode.cu: 1 when this step (step_host->pos) takes the short attention kernel */
 int cuda_step_short(const CudaCtx *ctx);

@@ -641,13 +641,19 @@ int cuda_step_enqueue(CudaCtx *ctx, int sample, Err *err) {
         if ((rc = probe_dev(ctx, "final.norm", ctx->probe_dev, (size_t)D, err))) return rc;
         if (ctx->step_host->write_logits && (rc = probe_dev(ctx, "logits", ctx->logits, (size_t)V, err))) return rc;
     }
+    if (sample == 2) { /* the logit changes (penalty.cu): out_id moves to the changed row's argmax */
+        PenaltyParams pp = {ctx->logits,  1,           ctx->n_valid, (size_t)V, ctx->pen_row, ctx->pen,
+                            ctx->pen_raw, ctx->out_id, ctx->pen_lp};
+        op_begin(ctx);
+        if ((rc = op_end(ctx, cuda_penalty_apply(&pp, &lc), "penalties", 0.0, err))) return rc;
+    }
     if (sample) {
         SampleParams sp;
         memset(&sp, 0, sizeof sp);
         sp.logits = ctx->logits;
         sp.n_valid = ctx->n_valid;
         sp.step = ctx->step_dev;
-        sp.max_logit = ctx->out_max;
+        sp.max_logit = sample == 2 ? NULL : ctx->out_max; /* NULL: the changed row's maximum, l'[out_id] */
         sp.scratch = ctx->sample_scratch;
         sp.out_id = ctx->out_id;
         op_begin(ctx);

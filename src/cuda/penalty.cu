@@ -3,7 +3,8 @@
  * (IEEE operations in the host's order, no contraction, then bf16 rounding: a changed logit stays on the bf16 grid that
  * sample.cu's exact 16-bit-key sort relies on).
  *
- * Between cuda_rows_argmax (the raw row's argmax id and its log-softmax) and cuda_sample, per row with entries:
+ * Between cuda_rows_argmax (the raw row's argmax id and its log-softmax; in the single-sequence decode step, the LM
+ * head's argmax) and cuda_sample, per row with entries:
  *   penalty_apply: remembers the raw log-sum-exp lse = l[argmax] - lp, writes each entry's raw logit to raw[] and its
  *     changed one into the row, and moves out_id to the changed row's argmax (ties: the smallest id, as
  *     sampler_argmax): the best entry against the raw argmax, or, when the raw argmax is itself an entry, a scan of

@@ -11,7 +11,8 @@
  *   - the default atomic-mode step (the fused MLP, and with 128 x 128 DeltaNet heads the fused mixer): logits vs the CPU and the
  *     default path, greedy ids = the default path's where its margin is clear, one launch less per layer
  *     in the bench (and 100 steps vs the CPU in test_long);
- *   - decode_sample: greedy ids = argmax of the logits; sampling ids inside the top-k, reproducible;
+ *   - decode_sample: greedy ids = argmax of the logits; sampling ids inside the top-k, reproducible; with logit
+ *     changes (penalties, a bias), greedy and sampled ids = the host sampler's on the same logits;
  *   - probe dumps: the names both backends write agree within 0.1 (one mixer output within 0.3: an
  *     ill-conditioned layer of the tiny model, compare_probes);
  *   - the bench hook runs and reports; bad positions / ids / overflow give clear errors.
@@ -414,6 +415,60 @@ static void test_model(int qwen35) {
             else
                 CHECK(id == first[t], "%s: sampling not reproducible at %d (%d vs %d)", name, t, first[t], id);
         }
+    }
+
+    /* decode_sample with logit changes (penalty.cu inside the step) = the host sampler on the same logits: presence,
+     * repetition and frequency penalties over ids[0 .. t] (the odd positions generated) and a bias of -3 on every
+     * position's raw argmax, so that the changes move the greedy pick; sampling (top-k 8) and greedy */
+    for (int greedy = 0; greedy < 2; greedy++) {
+        if (cuda_backend.reset(gd, &err)) break;
+        const Q35Sampling q = {.temperature = greedy ? 0.0f : 1.0f,
+                               .top_k = greedy ? 0 : 8,
+                               .top_p = 1.0f,
+                               .presence_penalty = 1.5f,
+                               .repetition_penalty = 1.3f,
+                               .seed = 7};
+        int am[12];
+        float bias[12];
+        for (int t = 0; t < n; t++) am[t] = argmax(det1 + (size_t)t * V, n_valid), bias[t] = -3.0f;
+        Sampler sm;
+        memset(&sm, 0, sizeof sm);
+        if (sampler_init(&sm, &q, V, n_valid, &err) || sampler_set_frequency(&sm, 0.25f, &err) ||
+            sampler_set_bias(&sm, am, bias, n, &err)) {
+            CHECK(0, "%s: sampler: %s", name, err.msg);
+            sampler_free(&sm);
+            goto done;
+        }
+        int moved = 0, same = 0;
+        for (int t = 0; t < n; t++) {
+            sampler_observe(&sm, ids[t], t & 1);
+            const SamplePenalty *pe = NULL;
+            const int np = sampler_penalties(&sm, &pe);
+            const DeviceSampling s = {.temperature = q.temperature,
+                                      .top_p = 1.0f,
+                                      .top_k = q.top_k,
+                                      .seed = q.seed,
+                                      .step = (uint64_t)t,
+                                      .repetition = q.repetition_penalty,
+                                      .presence = q.presence_penalty,
+                                      .frequency = 0.25f,
+                                      .n_pen = np,
+                                      .pen = pe};
+            int id = -1;
+            const int rc = cuda_backend.decode_sample(gd, ids[t], t, &s, &id, &err);
+            CHECK(rc == 0, "%s: decode_sample with %d logit changes: %s", name, np, err.msg);
+            if (rc) break;
+            memcpy(tmp, det1 + (size_t)t * V, sizeof(float) * V);
+            const int want = sampler_sample_at(&sm, tmp, (uint64_t)t);
+            same += id == want;
+            moved += want != am[t];
+            CHECK(id == want, "%s: %s with %d logit changes at %d: device id %d, host %d", name,
+                  greedy ? "greedy" : "sampling", np, t, id, want);
+        }
+        CHECK(!greedy || moved == n, "%s: the changes moved %d of %d greedy picks", name, moved, n);
+        printf("  %s: decode_sample with logit changes (%s): %d / %d ids = the host sampler's\n", name,
+               greedy ? "greedy" : "sampling", same, n);
+        sampler_free(&sm);
     }
 
     /* probes: last token's activations vs the CPU's (token-by-token CPU run) */
