@@ -153,7 +153,7 @@ $(BUILD)/bench/fp8_quality: bench/fp8_quality.c $(LIB)
 
 # the tests that need Qwen3's tokenizer.json (.cache/qwen3-tokenizer): skipped, with one line, when it cannot be had
 TOK_TESTS = $(addprefix $(BUILD)/tests/,test_tokenizer test_tok_cli test_chat test_chat_tools test_guided)
-test: $(BUILD)/qwen35 $(TEST_BIN) $(BUILD)/tests/gen_serve_model
+test: $(BUILD)/qwen35 $(TEST_BIN) $(BUILD)/tests/gen_serve_model $(BUILD)/tests/failalloc.so
 	@if why=$$(sh scripts/fetch_tokenizer.sh 2>&1); then tests="$(TEST_BIN)"; [ -z "$$why" ] || echo "$$why"; else \
 	    echo "SKIPPED $(notdir $(filter $(TOK_TESTS),$(TEST_BIN))): no Qwen3 tokenizer in .cache/qwen3-tokenizer ($$why); online, 'make tokdata' fetches it"; \
 	    tests="$(filter-out $(TOK_TESTS),$(TEST_BIN))"; fi; BUILD=$(BUILD) sh tests/run.sh $$tests
@@ -246,6 +246,10 @@ fuzz-run: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 $(BUILD)/tests/gen_serve_model: tests/serve/gen_model.c tests/st_write.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< -o $@ -lm
+# the serve tests' out-of-memory shim (LD_PRELOAD; oom.test.cjs): no sanitizer flags, it wraps the C library's realloc
+$(BUILD)/tests/failalloc.so: tests/serve/failalloc.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC $< -o $@ -ldl
 $(BUILD)/bench/bench_tokenizer: bench/bench_tokenizer.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(LIB) -o $@ $(LDLIBS)

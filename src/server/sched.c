@@ -282,12 +282,21 @@ static int on_event(void *user, const Q35ChatEvent *ev) {
         if (r->n_calls == r->cap_calls) {
             int c = r->cap_calls ? 2 * r->cap_calls : 4;
             ReqCall *p = realloc(r->calls, sizeof *p * (size_t)c);
-            if (!p) return 0;
+            if (!p) {
+                r->lost = 1;
+                return 0;
+            }
             r->calls = p;
             r->cap_calls = c;
         }
         r->calls[r->n_calls] = (ReqCall){.id = strdup(ev->id), .name = strdup(ev->name)};
-        if (r->calls[r->n_calls].id && r->calls[r->n_calls].name) r->n_calls++;
+        if (r->calls[r->n_calls].id && r->calls[r->n_calls].name) {
+            r->n_calls++;
+        } else {
+            free(r->calls[r->n_calls].id);
+            free(r->calls[r->n_calls].name);
+            r->lost = 1;
+        }
         return 0;
     case Q35_CHAT_EV_TOOL_ARGS:
         if (r->n_calls > 0 && ev->index == r->n_calls - 1) sb_put(&r->calls[r->n_calls - 1].args, ev->text, ev->len);
@@ -305,6 +314,18 @@ static int emit(Req *r, const char *text, size_t len) {
     q35_chat_parser_push(r->parser, text, len, on_event, r, &err);
     r->calls_done = r->rq.one_call && r->n_calls > 0;
     return r->stop_matched || r->calls_done;
+}
+
+/* 1 when part of r's output could not be stored (an append or an allocation failed, mu held): the reply would miss
+ * text, a call or logprobs without saying so, so the request ends with an error instead. */
+static int output_lost(const Req *r) {
+    int lost = r->lost || r->pend[0].oom || r->out[0].oom || r->out[1].oom;
+    for (int i = 0; i < r->n_calls; i++) lost |= r->calls[i].args.oom;
+    return lost;
+}
+
+static void fail_lost(Req *r) {
+    oai_fail(&r->error, 500, "server_error", NULL, NULL, "out of memory: the reply could not be stored whole");
 }
 
 static char *token_text(Sched *s, int id) {
@@ -327,7 +348,10 @@ static void add_logprobs(Sched *s, Req *r, const Q35StepOut *o) {
     if (r->n_lps == r->cap_lps) {
         int c = r->cap_lps ? 2 * r->cap_lps : 64;
         OaiTokenLogprob *p = realloc(r->lps, sizeof *p * (size_t)c);
-        if (!p) return;
+        if (!p) {
+            r->lost = 1;
+            return;
+        }
         r->lps = p;
         r->cap_lps = c;
     }
@@ -369,6 +393,7 @@ static void finish(Sched *s, Req *r, const char *reason) {
         if (r->parser && !r->stop_matched && !r->calls_done)
             q35_chat_parser_finish(r->parser, on_event, r, &n_calls, &err);
         if (!r->stop_matched) release(s, r, 0, r->pend[0].n);
+        if (output_lost(r)) fail_lost(r);
     }
     r->finish_reason = r->n_calls > 0 && !strcmp(reason, "stop") ? "tool_calls" : reason; /* metrics: "stop" */
     r->done = 1;
@@ -424,6 +449,8 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
         r->lps[r->n_lps - 1].part = r->out[1].n > reasoned               ? OAI_PART_REASONING
                                     : r->out[0].n + r->pend[0].n != said ? OAI_PART_CONTENT
                                                                          : OAI_PART_OTHER;
+    const int lost = !r->error.status && output_lost(r);
+    if (lost) fail_lost(r);
     Req *w = r->group ? r->group : r; /* the client's wake-up: now, or by the notifier after the step (notify) */
     if (!s->wake_now) w->refs++;
     pthread_mutex_unlock(&s->mu);
@@ -432,6 +459,10 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
     } else {
         if (s->n_wl == s->info.max_seqs + 1) notify(s); /* not reached: one token per item and step */
         s->wl[s->n_wl++] = w;
+    }
+    if (lost) {
+        finish(s, r, "abort");
+        return 1;
     }
     if (is_stop_id || stopped) {
         finish(s, r, "stop");

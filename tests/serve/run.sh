@@ -28,6 +28,9 @@ tok="$root/.cache/qwen3-tokenizer"
 model="$root/.cache/serve-model"
 "$B/tests/gen_serve_model" "$root/tests/fixtures/qwen35_text/config.json" "$model" || exit 1
 cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$model/"
-QWEN35_BIN="$B/qwen35" SERVE_MODEL="$model" OPENAI_DIR="$npmdir" ANTHROPIC_DIR="$adir" node --test "$root/tests/serve/serve.test.cjs" "$root/tests/serve/limits.test.cjs" \
+# the out-of-memory shim (oom.test.cjs), not under a sanitizer: its runtime must come first in the process
+fail="$B/tests/failalloc.so"
+{ [ -f "$fail" ] && ! ldd "$B/qwen35" | grep -q libasan; } || fail=
+FAILALLOC="$fail" QWEN35_BIN="$B/qwen35" SERVE_MODEL="$model" OPENAI_DIR="$npmdir" ANTHROPIC_DIR="$adir" node --test "$root/tests/serve/serve.test.cjs" "$root/tests/serve/limits.test.cjs" \
     "$root/tests/serve/tools.test.cjs" "$root/tests/serve/prefix.test.cjs" "$root/tests/serve/responses.test.cjs" \
-    "$root/tests/serve/messages.test.cjs"
+    "$root/tests/serve/messages.test.cjs" "$root/tests/serve/oom.test.cjs"

@@ -1,13 +1,13 @@
 // server.cjs — starts `qwen35 serve` for a test file: the CPU backend on a free port with the test model, the given
-// extra arguments; resolves with the process once it prints its address (its port in proc.port). stop() sends
-// SIGTERM and resolves with the exit status.
+// extra arguments and environment variables (env); resolves with the process once it prints its address (its port
+// in proc.port). stop() sends SIGTERM and resolves with the exit status.
 const { spawn } = require("node:child_process");
 
-function start(extra) {
+function start(extra, env) {
     return new Promise((resolve, reject) => {
         const p = spawn(process.env.QWEN35_BIN, ["serve", "--model", process.env.SERVE_MODEL, "--backend", "cpu",
             "--port", "0", "--ctx", "1024", "--kv-memory", "64M", "--threads", "1", "--deterministic", "--quiet",
-            "--max-seqs", "8", ...extra], { stdio: ["ignore", "ignore", "pipe"] });
+            "--max-seqs", "8", ...extra], { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...env } });
         let err = "";
         p.stderr.on("data", (d) => {
             err += d;
