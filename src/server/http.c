@@ -377,10 +377,9 @@ static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
     sched_lock(h->s);
     char *text[2] = {NULL, NULL};
     for (int ch = 0; ch < 2; ch++)
-        if (r->out[ch].n > k->sent[ch]) {
-            text[ch] = strndup(r->out[ch].p + k->sent[ch], r->out[ch].n - k->sent[ch]);
+        if (r->out[ch].n > k->sent[ch] &&
+            (text[ch] = strndup(r->out[ch].p + k->sent[ch], r->out[ch].n - k->sent[ch]))) /* else: next time */
             k->sent[ch] = r->out[ch].n;
-        }
     int n_lp = r->n_lps - k->lps_sent;
     OaiTokenLogprob *lps = n_lp > 0 ? malloc(sizeof *lps * (size_t)n_lp) : NULL;
     if (lps)
@@ -390,8 +389,8 @@ static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
     k->lps_sent += n_lp;
     OaiCallOut calls[16];
     int n_calls = collect_calls(k, calls, 16);
-    int done =
-        r->done && k->calls_sent == r->n_calls && (!r->n_calls || k->args_sent == r->calls[r->n_calls - 1].args.n);
+    int done = r->done && k->sent[0] == r->out[0].n && k->sent[1] == r->out[1].n && k->lps_sent == r->n_lps &&
+               k->calls_sent == r->n_calls && (!r->n_calls || k->args_sent == r->calls[r->n_calls - 1].args.n);
     const char *reason = r->finish_reason;
     if (done) *err = r->error;
     /* echo with logprobs: the prompt goes out with its entries, once they are all known (or the request ended) */
