@@ -418,8 +418,9 @@ static void test_model(int qwen35) {
     }
 
     /* decode_sample with logit changes (penalty.cu inside the step) = the host sampler on the same logits: presence,
-     * repetition and frequency penalties over ids[0 .. t] (the odd positions generated) and a bias of -3 on every
-     * position's raw argmax, so that the changes move the greedy pick; sampling (top-k 8) and greedy */
+     * repetition and frequency penalties over ids[0 .. t] (the odd positions generated) and a bias on every
+     * position's raw argmax that puts it below every logit of its row (one bias for all: an id may be the argmax of
+     * several rows), so that the changes move every greedy pick; sampling (top-k 8) and greedy */
     for (int greedy = 0; greedy < 2; greedy++) {
         if (cuda_backend.reset(gd, &err)) break;
         const Q35Sampling q = {.temperature = greedy ? 0.0f : 1.0f,
@@ -430,7 +431,15 @@ static void test_model(int qwen35) {
                                .seed = 7};
         int am[12];
         float bias[12];
-        for (int t = 0; t < n; t++) am[t] = argmax(det1 + (size_t)t * V, n_valid), bias[t] = -3.0f;
+        float spread = 0.0f; /* the largest max - min of a row */
+        for (int t = 0; t < n; t++) {
+            const float *l = det1 + (size_t)t * V;
+            am[t] = argmax(l, n_valid);
+            float lo = l[0];
+            for (int i = 1; i < n_valid; i++) lo = l[i] < lo ? l[i] : lo;
+            spread = l[am[t]] - lo > spread ? l[am[t]] - lo : spread;
+        }
+        for (int t = 0; t < n; t++) bias[t] = -spread - 1.0f;
         Sampler sm;
         memset(&sm, 0, sizeof sm);
         if (sampler_init(&sm, &q, V, n_valid, &err) || sampler_set_frequency(&sm, 0.25f, &err) ||
