@@ -1,8 +1,9 @@
 // oom.test.cjs — `qwen35 serve` when its output cannot be stored (node --test; started by tests/serve/run.sh, which
 // sets FAILALLOC to the shim tests/serve/failalloc.c, or leaves it unset under sanitizers: skipped). The shim makes
 // the string buffers' reallocs from 2 KB on fail while armed (SIGUSR2 toggles it). A reply whose text outgrows that
-// must end with a 500 error object, streamed or not, never as a 200 with its text cut short; once memory is back the
-// server answers as before.
+// must end with a 500 error object, streamed or not, never as a 200 with its text cut short; a stream whose next
+// event (a chunk with 20 top logprobs, over 1 KB: a 2 KB buffer) cannot be written ends broken, never with the event
+// cut short; once memory is back the server answers as before.
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
 const OpenAI = require(process.env.OPENAI_DIR + "/node_modules/openai").default;
@@ -51,3 +52,22 @@ test("a reply that cannot be stored ends with a 500 error, streamed or not, and 
         assert.equal(again.choices[0].text, full.choices[0].text);
         assert.equal(again.choices[0].finish_reason, "length");
     });
+
+test("a stream whose event cannot be written ends broken, and the server recovers", { skip }, async () => {
+    const q = { model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 3, logprobs: true,
+        top_logprobs: 20, stream: true };
+    const chunks = async () => {
+        const out = [];
+        for await (const c of await client.chat.completions.create(q)) out.push(c);
+        return out;
+    };
+    const whole = await chunks();
+    assert.ok(whole.some((c) => JSON.stringify(c).length > 1100), "a chunk must need a 2 KB event buffer");
+
+    srv.kill("SIGUSR2");
+    await assert.rejects(chunks(), /terminated/);
+    srv.kill("SIGUSR2");
+
+    assert.deepEqual((await chunks()).map((c) => c.choices[0]?.delta?.content ?? null),
+        whole.map((c) => c.choices[0]?.delta?.content ?? null));
+});
