@@ -335,13 +335,21 @@ static char *token_text(Sched *s, int id) {
     return t;
 }
 
-/* o's id and alternatives as an entry (token texts owned by it), at most the request's top_logprobs of them. */
-static OaiTokenLogprob logprob_entry(Sched *s, const Req *r, const Q35StepOut *o) {
-    OaiTokenLogprob t = {.token = token_text(s, o->id), .logprob = o->logprob, .part = OAI_PART_OTHER};
-    int k = o->n_top < r->rq.top_logprobs ? o->n_top : r->rq.top_logprobs;
-    for (int j = 0; j < k; j++) t.top[j] = (OaiTopLogprob){token_text(s, o->top_id[j]), o->top_logprob[j]};
-    t.n_top = k;
-    return t;
+/* o's id and alternatives as *t (token texts owned by it), at most the request's top_logprobs of them; -1 (nothing
+ * kept, r->lost set) when a text could not be had. */
+static int logprob_entry(Sched *s, Req *r, const Q35StepOut *o, OaiTokenLogprob *t) {
+    *t = (OaiTokenLogprob){.token = token_text(s, o->id), .logprob = o->logprob, .part = OAI_PART_OTHER};
+    int k = o->n_top < r->rq.top_logprobs ? o->n_top : r->rq.top_logprobs, ok = t->token != NULL;
+    for (int j = 0; j < k; j++) {
+        t->top[j] = (OaiTopLogprob){token_text(s, o->top_id[j]), o->top_logprob[j]};
+        ok &= t->top[j].token != NULL;
+    }
+    t->n_top = k;
+    if (ok) return 0;
+    free((char *)t->token);
+    for (int j = 0; j < k; j++) free((char *)t->top[j].token);
+    r->lost = 1;
+    return -1;
 }
 
 static void add_logprobs(Sched *s, Req *r, const Q35StepOut *o) {
@@ -355,7 +363,7 @@ static void add_logprobs(Sched *s, Req *r, const Q35StepOut *o) {
         r->lps = p;
         r->cap_lps = c;
     }
-    r->lps[r->n_lps++] = logprob_entry(s, r, o);
+    if (!logprob_entry(s, r, o, &r->lps[r->n_lps])) r->n_lps++;
 }
 
 static void log_request(const Sched *s, const Req *r, double t_end) {
@@ -393,8 +401,8 @@ static void finish(Sched *s, Req *r, const char *reason) {
         if (r->parser && !r->stop_matched && !r->calls_done)
             q35_chat_parser_finish(r->parser, on_event, r, &n_calls, &err);
         if (!r->stop_matched) release(s, r, 0, r->pend[0].n);
-        if (output_lost(r)) fail_lost(r);
     }
+    if (strcmp(reason, "abort") && !r->error.status && output_lost(r)) fail_lost(r);
     r->finish_reason = r->n_calls > 0 && !strcmp(reason, "stop") ? "tool_calls" : reason; /* metrics: "stop" */
     r->done = 1;
     if (r->admitted) s->n_admitted--;
@@ -744,10 +752,11 @@ static int drop_item(Sched *s, int n_items, const Req *r) {
 /* plps[at] from r->logits, the raw logits after prompt position at - 1: the logprob of the prompt's token there and
  * the request's top_logprobs alternatives, as generation reports them. */
 static void prompt_logprob(Sched *s, Req *r, int at) {
-    if (at <= r->plp_done) return;
+    if (at <= r->plp_done || r->lost) return; /* lost: the request fails at its first token (on_token) */
     Q35StepOut o = {.id = r->toks[at]};
     q35_logprobs(s->e, r->logits, r->rq.top_logprobs, &o);
-    const OaiTokenLogprob t = logprob_entry(s, r, &o);
+    OaiTokenLogprob t;
+    if (logprob_entry(s, r, &o, &t)) return;
     pthread_mutex_lock(&s->mu);
     r->plps[at] = t;
     r->plp_done = at;
