@@ -325,8 +325,13 @@ static void seq_params(Http *h, Req *r, unsigned long n) {
 
 /* ---- streaming ---- */
 
+/* One event. json NULL (it could not be made: out of memory) counts as an event that could not be written: the
+ * stream ends broken (stream_read), not with that event left out. */
 static void ev_data(Conn *c, char *json) {
-    if (!json) return;
+    if (!json) {
+        c->ev.oom = 1;
+        return;
+    }
     sb_put(&c->ev, "data: ", 6);
     sb_put(&c->ev, json, strlen(json));
     sb_put(&c->ev, "\n\n", 2);
@@ -335,7 +340,10 @@ static void ev_data(Conn *c, char *json) {
 
 /* One typed event (the Responses API's SSE form: an event line, then the data). */
 static void ev_event(Conn *c, const char *type, char *json) {
-    if (!json) return;
+    if (!json) {
+        c->ev.oom = 1;
+        return;
+    }
     sb_put(&c->ev, "event: ", 7);
     sb_put(&c->ev, type, strlen(type));
     sb_put(&c->ev, "\n", 1);
