@@ -311,7 +311,7 @@ static int emit(Req *r, const char *text, size_t len) {
     if (r->stop_matched || r->calls_done) return 1;
     if (!r->parser) return channel_put(NULL, r, 0, text, len);
     Q35Err err;
-    q35_chat_parser_push(r->parser, text, len, on_event, r, &err);
+    if (q35_chat_parser_push(r->parser, text, len, on_event, r, &err) == Q35_ERR_OOM) r->lost = 1;
     r->calls_done = r->rq.one_call && r->n_calls > 0;
     return r->stop_matched || r->calls_done;
 }
@@ -398,8 +398,9 @@ static void finish(Sched *s, Req *r, const char *reason) {
         if (len) emit(r, text, len);
         int n_calls = 0;
         Q35Err err;
-        if (r->parser && !r->stop_matched && !r->calls_done)
-            q35_chat_parser_finish(r->parser, on_event, r, &n_calls, &err);
+        if (r->parser && !r->stop_matched && !r->calls_done &&
+            q35_chat_parser_finish(r->parser, on_event, r, &n_calls, &err) == Q35_ERR_OOM)
+            r->lost = 1;
         if (!r->stop_matched) release(s, r, 0, r->pend[0].n);
     }
     if (strcmp(reason, "abort") && !r->error.status && output_lost(r)) fail_lost(r);
@@ -451,7 +452,13 @@ static int on_token(Sched *s, Req *r, const Q35StepOut *o) {
     size_t len;
     Q35Err err;
     const size_t reasoned = r->out[1].n, said = r->out[0].n + r->pend[0].n;
-    if (!is_stop_id && s->tok && !q35_detok_push(r->detok, id, &text, &len, &err)) stopped = emit(r, text, len);
+    if (!is_stop_id && s->tok) {
+        const int drc = q35_detok_push(r->detok, id, &text, &len, &err);
+        if (!drc)
+            stopped = emit(r, text, len);
+        else if (drc == Q35_ERR_OOM) /* the token's text would be left out */
+            r->lost = 1;
+    }
     r->n_reasoning += r->out[1].n > reasoned;
     if (r->rq.top_logprobs >= 0 && r->n_lps > 0 && r->n_lps == r->n_generated) /* this token's entry */
         r->lps[r->n_lps - 1].part = r->out[1].n > reasoned               ? OAI_PART_REASONING
