@@ -64,7 +64,7 @@ typedef struct Req {
     int n_cached;     /* prompt ids taken from the prefix cache at admission (usage.prompt_tokens_details) */
     int snap_at[SCHED_MAX_SNAPS], n_snap_at, i_snap; /* prefix-cache snapshot points of the prompt; next one */
     int snap_due;   /* a snapshot point was reached in this step: taken once the step's token is out */
-    int lost;       /* a token's text, a call or a logprob entry could not be stored (out of memory): the request fails */
+    int lost;       /* a token's text, a call or a logprob entry could not be stored (out of memory) */
     StrBuf pend[2]; /* decoded content not yet released (a stop string may start in it); [1] unused */
     Q35Detok *detok;
     double t_first, t_last;
