@@ -64,6 +64,7 @@ typedef struct Q35Sampling {
     float presence_penalty;   /* subtracted from logits of ids already generated; 0 = off */
     float repetition_penalty; /* HF-style: logit/p if >0 else logit*p, for seen ids; 1 = off */
     uint64_t seed;
+    float frequency_penalty; /* OpenAI: logit -= f * (times the id was generated); 0 = off */
 } Q35Sampling;
 
 /* Fills s with the model's defaults (generation_config.json when present, else greedy). */
@@ -154,9 +155,8 @@ typedef struct Q35ServeInfo {
 
 /* Per-sequence generation parameters (fixed for the sequence's life). */
 typedef struct Q35SeqParams {
-    Q35Sampling sampling;    /* temperature / top-k / top-p / min-p / presence + repetition penalty / seed */
-    float frequency_penalty; /* OpenAI: logit -= f * count(id in generated ids); 0 = off */
-    int top_logprobs;        /* -1: no logprobs; 0..20: the chosen id's logprob and this many top alternatives */
+    Q35Sampling sampling; /* temperature / top-k / top-p / min-p / the three penalties / seed */
+    int top_logprobs;     /* -1: no logprobs; 0..20: the chosen id's logprob and this many top alternatives */
     /* OpenAI logit_bias: logit[bias_ids[k]] += bias[k] for k < n_bias, before the penalties and the temperature; ids
      * in [0, vocab) and finite values (else Q35_ERR_ARG); copied by q35_seq_open. Logprobs stay the raw logits'. */
     const int *bias_ids;

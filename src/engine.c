@@ -299,7 +299,7 @@ int q35_generate(Q35Engine *e, const int *prompt, int n_prompt, int max_new, con
                                        .step = (uint64_t)st.n_generated,
                                        .repetition = s->repetition_penalty,
                                        .presence = s->presence_penalty,
-                                       .frequency = sm.frequency,
+                                       .frequency = s->frequency_penalty,
                                        .n_pen = np,
                                        .pen = pe};
             rc = e->be->decode_sample(e->bctx, id, e->pos, &ds, &id, err);

@@ -8,10 +8,13 @@
 
 static int check_cfg(const Q35Sampling *cfg, Err *err) {
     if (cfg->temperature < 0 || cfg->top_k < 0 || cfg->top_p <= 0 || cfg->top_p > 1 || cfg->min_p < 0 ||
-        cfg->min_p > 1 || cfg->repetition_penalty <= 0 || !isfinite(cfg->presence_penalty))
+        cfg->min_p > 1 || cfg->repetition_penalty <= 0 || !isfinite(cfg->presence_penalty) ||
+        !isfinite(cfg->frequency_penalty))
         return err_set(err, Q35_ERR_ARG,
-                       "bad sampling settings: temperature %g top_k %d top_p %g min_p %g repetition_penalty %g",
-                       cfg->temperature, cfg->top_k, cfg->top_p, cfg->min_p, cfg->repetition_penalty);
+                       "bad sampling settings: temperature %g top_k %d top_p %g min_p %g repetition_penalty %g "
+                       "presence_penalty %g frequency_penalty %g",
+                       cfg->temperature, cfg->top_k, cfg->top_p, cfg->min_p, cfg->repetition_penalty,
+                       cfg->presence_penalty, cfg->frequency_penalty);
     return 0;
 }
 
@@ -37,7 +40,9 @@ static SamplePenalty *pen_get(Sampler *s, int id) {
 /* Which observed ids the list holds: every one under a repetition penalty, the generated ones under a presence or
  * frequency penalty (an id the rules would not change is left out). */
 static int lists_seen(const Sampler *s) { return s->cfg.repetition_penalty != 1.0f; }
-static int lists_generated(const Sampler *s) { return s->cfg.presence_penalty != 0.0f || s->frequency != 0.0f; }
+static int lists_generated(const Sampler *s) {
+    return s->cfg.presence_penalty != 0.0f || s->cfg.frequency_penalty != 0.0f;
+}
 
 /* One observed id into the list (with pen_at): its flags, and its count when generated. */
 static void pen_observe(Sampler *s, int id, int generated) {
@@ -48,8 +53,8 @@ static void pen_observe(Sampler *s, int id, int generated) {
     e->count += generated != 0;
 }
 
-/* Turns the list on (when a setting changes logits); ids observed before are listed from `seen` (sampler_set_frequency
- * refuses to come after them: their counts are not kept). */
+/* Turns the list on (when a setting changes logits); ids observed before are listed from `seen` (their counts are not
+ * kept: the frequency penalty comes with the settings, before any id). */
 static int pen_track(Sampler *s, Err *err) {
     if (s->tracking) return 0;
     if (!s->pen_at && !(s->pen_at = calloc((size_t)s->n_vocab, sizeof(int))))
@@ -113,13 +118,6 @@ int sampler_reset(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, 
     return setup(s, cfg, n_vocab, n_valid, err);
 }
 
-int sampler_set_frequency(Sampler *s, float f, Err *err) {
-    if (!isfinite(f)) return err_set(err, Q35_ERR_ARG, "bad frequency penalty %g", f);
-    if (f != 0.0f && s->observed)
-        return err_set(err, Q35_ERR_ARG, "the frequency penalty is set after ids were observed");
-    s->frequency = f;
-    return f != 0.0f ? pen_track(s, err) : 0;
-}
 int sampler_set_bias(Sampler *s, const int *ids, const float *bias, int n, Err *err) {
     if (n < 0 || (n > 0 && (!ids || !bias))) return err_set(err, Q35_ERR_ARG, "logit bias: %d entries", n);
     for (int k = 0; k < n; k++)
@@ -195,7 +193,7 @@ void sampler_observe(Sampler *s, int id, int generated) {
 }
 
 int sampler_needs_history(const Q35Sampling *cfg) {
-    return cfg->repetition_penalty != 1.0f || cfg->presence_penalty != 0.0f;
+    return cfg->repetition_penalty != 1.0f || cfg->presence_penalty != 0.0f || cfg->frequency_penalty != 0.0f;
 }
 
 int sampler_adjusts(const Sampler *s) { return s->n_pen > 0 || s->pen_oom; }
@@ -272,8 +270,8 @@ static int sample_u(Sampler *s, float *logits, const float *u) {
         const int np = sampler_penalties(s, &pe);
         if (np < 0) return -1;
         for (int k = 0; k < np; k++)
-            logits[pe[k].id] =
-                sampler_penalize(logits[pe[k].id], &pe[k], c->repetition_penalty, c->presence_penalty, s->frequency);
+            logits[pe[k].id] = sampler_penalize(logits[pe[k].id], &pe[k], c->repetition_penalty, c->presence_penalty,
+                                                c->frequency_penalty);
     }
     if (c->temperature <= 0.0f) return sampler_argmax(logits, n);
 

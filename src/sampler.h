@@ -30,7 +30,6 @@ typedef struct Sampler {
     int n_valid;         /* ids [0, n_valid) are real tokens */
     unsigned char *seen; /* [n_vocab] bit 0: in prompt or output; bit 1: generated */
     int observed;        /* an id was observed */
-    float frequency;     /* frequency penalty; 0 = off */
     int *bias_id;        /* logit_bias: logit[bias_id[k]] += bias[k], k < n_bias */
     float *bias;
     int n_bias;
@@ -55,8 +54,6 @@ int sampler_init(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, E
  * cleared) when n_vocab is the same, so that a new sequence costs no allocation and no first-touch page faults. */
 int sampler_reset(Sampler *s, const Q35Sampling *cfg, int n_vocab, int n_valid, Err *err);
 void sampler_free(Sampler *s);
-/* Turns on the frequency penalty: logit[id] -= f * (times id was generated). Q35_ERR_ARG after an id was observed. */
-int sampler_set_frequency(Sampler *s, float f, Err *err);
 /* Sets the logit bias (copied): n ids in [0, n_vocab) with finite values; Q35_ERR_ARG otherwise. An id given twice
  * takes the later value (as openai.c reads a JSON object). */
 int sampler_set_bias(Sampler *s, const int *ids, const float *bias, int n, Err *err);

@@ -278,7 +278,6 @@ int q35_seq_open(Q35Engine *e, const Q35SeqParams *p, int *seq, Q35Err *err) {
     if (slot == s->n_slots) return err_set(err, Q35_ERR_OOM, "all %d sequence slots are taken", s->n_slots);
     SeqRec *r = &s->seqs[slot];
     int rc = sampler_reset(&r->sm, &p->sampling, e->model.config.vocab_size, e->n_valid, err);
-    if (!rc) rc = sampler_set_frequency(&r->sm, p->frequency_penalty, err);
     if (!rc) rc = sampler_set_bias(&r->sm, p->bias_ids, p->bias, p->n_bias, err);
     if (!rc) rc = sampler_set_ban(&r->sm, p->min_ids, p->n_min_ids, p->min_tokens, err);
     if (rc) {
@@ -535,7 +534,7 @@ int q35_step(Q35Engine *e, const Q35StepItem *items, int n, Q35StepOut *out, Q35
                                             .step = (uint64_t)r->n_gen,
                                             .repetition = c->repetition_penalty,
                                             .presence = c->presence_penalty,
-                                            .frequency = r->sm.frequency,
+                                            .frequency = r->sm.cfg.frequency_penalty,
                                             .n_pen = n_pen,
                                             .pen = pen};
                 s->items[i].sample = &s->ds[i];

@@ -113,6 +113,10 @@ int main(void) {
     free(o2);
     snprintf(args, sizeof args, "run --model %s --ids 1,2,3 -n 6 --temp 0.9 --top-k 40 --seed 3 --print-ids", fx);
     CHECK(run(args) == 0, "run sampled");
+    snprintf(args, sizeof args, "run --model %s --ids 1,2,3 -n 6 --temp 0 --frequency-penalty 2 --print-ids", fx);
+    CHECK(run(args) == 0, "run with a frequency penalty");
+    snprintf(args, sizeof args, "run --model %s --ids 1,2,3 -n 6 --frequency-penalty 2.5", fx);
+    expect_error(args, "--frequency-penalty");
 
     /* bad input: one line, non-zero exit */
     snprintf(args, sizeof args, "logits --model %s --ids 1,512 --out %s/x.f32", fx, tmp);

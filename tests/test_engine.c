@@ -2,7 +2,8 @@
  * reproducible; a generation continued by a second q35_generate call (its prompt starting with the
  * last, unfed id) equals one longer generation; the callback stops early; a full context stops with
  * stop_reason 3; a prompt past the context is Q35_ERR_CONTEXT; q35_forward's logits agree between one
- * call and token-by-token calls; ids out of range are refused. */
+ * call and token-by-token calls; ids out of range are refused; the frequency penalty moves greedy ids as its rule
+ * says. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,43 @@ int main(void) {
     CHECK(q35_forward(e, bad, 2, 0, l1, &err) == Q35_ERR_ARG && strstr(err.msg, "out of range"), "id %d refused: %s",
           V, err.msg);
     free(l1), free(l2);
+
+    /* the frequency penalty reaches the draw: greedy ids under it are, replayed with q35_forward, the argmax of the
+     * logits minus f times each id's count in the ids generated so far (within bf16 rounding: the sampler rounds a
+     * changed logit), and they differ from plain greedy ids, which repeat on this model */
+    {
+        Q35Sampling g = s, f = s;
+        g.top_p = 1.0f, f.top_p = 1.0f, f.frequency_penalty = 2.0f;
+        Collect plain = {.n = 0}, pen = {.n = 0};
+        q35_reset(e, &err);
+        CHECK(q35_generate(e, prompt, 5, 24, &g, collect, &plain, NULL, &err) == 0 && plain.n == 24, "%s", err.msg);
+        q35_reset(e, &err);
+        CHECK(q35_generate(e, prompt, 5, 24, &f, collect, &pen, NULL, &err) == 0 && pen.n == 24, "%s", err.msg);
+        int repeats = 0, differ = 0, bad = 0;
+        for (int t = 0; t < 24; t++) {
+            differ += plain.ids[t] != pen.ids[t];
+            for (int u = 0; u < t; u++) repeats += plain.ids[u] == plain.ids[t];
+        }
+        int *count = calloc((size_t)V, sizeof(int));
+        float *l = malloc(sizeof(float) * V);
+        q35_reset(e, &err);
+        int rc = q35_forward(e, prompt, 5, 0, l, &err);
+        for (int t = 0; t < 24 && !rc; t++) {
+            int best = 0;
+            for (int i = 0; i < V; i++) {
+                l[i] -= 2.0f * (float)count[i];
+                best = l[i] > l[best] ? i : best;
+            }
+            bad += pen.ids[t] < 0 || pen.ids[t] >= V || l[pen.ids[t]] < l[best] - 0.02f * (1.0f + fabsf(l[best]));
+            count[pen.ids[t]]++;
+            rc = q35_forward(e, &pen.ids[t], 1, 0, l, &err);
+        }
+        CHECK(rc == 0 && bad == 0, "frequency 2: %d of 24 greedy ids are not the penalised argmax %s", bad,
+              rc ? err.msg : "");
+        CHECK(repeats > 0 && differ > 0, "plain greedy repeats ids (%d pairs) and the penalty changes them (%d differ)",
+              repeats, differ);
+        free(count), free(l);
+    }
 
     /* bad sampling settings are refused, not clamped */
     q35_reset(e, &err);

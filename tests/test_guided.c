@@ -61,8 +61,9 @@ int main(void) {
     for (int i = 0; i < vocab; i++) logits[i] = -20.0f;
     logits[A] = 5.0f, logits[B] = 4.5f, logits[X] = 6.0f; /* X: above both, refused by the guide */
     const Q35Sampling greedy = {.temperature = 0, .top_p = 1, .repetition_penalty = 1};
-    Q35Sampling presence = greedy, repetition = greedy;
+    Q35Sampling presence = greedy, repetition = greedy, frequency = greedy;
     presence.presence_penalty = 2.0f;  /* A generated: 5 - 2 = 3 < 4.5 */
+    frequency.frequency_penalty = 0.3f;
     repetition.repetition_penalty = 2; /* A seen: 5 / 2 = 2.5 < 4.5 */
     const int bias_a[1] = {A};
     const float minus_one[1] = {-1.0f}, plus_one[1] = {1.0f};
@@ -72,9 +73,9 @@ int main(void) {
         {"presence, A in the prompt only", {.sampling = presence}, {A, X}, 2, 2, 0},
         {"repetition, A in the prompt", {.sampling = repetition}, {A, X}, 2, 2, 1},
         {"repetition, A generated", {.sampling = repetition}, {X, A}, 2, 1, 1},
-        {"frequency 0.3, A generated once: 4.7", {.sampling = greedy, .frequency_penalty = 0.3f}, {X, A}, 2, 1, 0},
-        {"frequency 0.3, A generated twice: 4.4", {.sampling = greedy, .frequency_penalty = 0.3f}, {A, A}, 2, 0, 1},
-        {"frequency, A in the prompt twice", {.sampling = greedy, .frequency_penalty = 0.3f}, {A, A}, 2, 2, 0},
+        {"frequency 0.3, A generated once: 4.7", {.sampling = frequency}, {X, A}, 2, 1, 0},
+        {"frequency 0.3, A generated twice: 4.4", {.sampling = frequency}, {A, A}, 2, 0, 1},
+        {"frequency, A in the prompt twice", {.sampling = frequency}, {A, A}, 2, 2, 0},
         {"bias -1 on A", {.sampling = greedy, .bias_ids = bias_a, .bias = minus_one, .n_bias = 1}, {X}, 1, 1, 1},
         {"bias +1 on A, presence 2: 4",
          {.sampling = presence, .bias_ids = bias_a, .bias = plus_one, .n_bias = 1},

@@ -291,7 +291,7 @@ static void test_penalties(const char *dir, int single) {
     for (int k = 0; k < 3; k++) {
         Req r;
         req_init(&r, 9, 5u, one, 0, 40, V);
-        r.p.frequency_penalty = fs[k];
+        r.p.sampling.frequency_penalty = fs[k];
         r.p.sampling.presence_penalty = ps[k];
         CHECK(run_together(a, (Req *[]){&r}, 1, 0) == 0 && r.n_ids == 40, "40 ids");
         int count[4096] = {0}, ok = 1;
@@ -324,7 +324,7 @@ static void target_req(Req *r, int V, int n_decode) {
     r->p.sampling.temperature = 0.8f;
     r->p.sampling.top_k = 30;
     r->p.sampling.seed = 99;
-    r->p.frequency_penalty = 0.5f;
+    r->p.sampling.frequency_penalty = 0.5f;
     r->p.top_logprobs = 5;
 }
 

@@ -310,23 +310,25 @@ void cli_note(const char *cmd, const Q35Engine *e) {
 void cli_sampling_init(SamplingFlags *f) {
     memset(f, 0, sizeof *f);
     f->rep = 1;
-    const CliFlag t[] = {{"--temp", NULL, CLI_FLOAT, &f->temp, .lo = 0, .hi = 100, .seen = &f->have_temp, .arg = "T",
-                          .help = "temperature, 0 = greedy (default: the model's generation_config.json)"},
-                         {"--top-k", NULL, CLI_INT, &f->top_k, .lo = 0, .hi = 1 << 24, .seen = &f->have_top_k,
-                          .arg = "K", .help = "keep the K most likely ids, 0 = off"},
-                         {"--top-p", NULL, CLI_FLOAT, &f->top_p, .lo = 0, .hi = 1, .lo_open = 1, .seen = &f->have_top_p,
-                          .arg = "P", .help = "nucleus: the smallest set with probability >= P, 1 = off"},
-                         {"--min-p", NULL, CLI_FLOAT, &f->min_p, .lo = 0, .hi = 1, .seen = &f->have_min_p, .arg = "P",
-                          .help = "drop ids below P x the top probability, 0 = off"},
-                         {"--presence-penalty", NULL, CLI_FLOAT, &f->presence, .lo = -2, .hi = 2,
-                          .seen = &f->have_presence, .arg = "X",
-                          .help = "subtracted from the logits of ids already generated, 0 = off"},
-                         {"--repetition-penalty", NULL, CLI_FLOAT, &f->rep, .lo = 0, .hi = 10, .lo_open = 1,
-                          .seen = &f->have_rep, .arg = "X", .help = "HF-style penalty of ids already seen, 1 = off"},
-                         {"--seed", NULL, CLI_INT, &f->seed, .lo = 0, .hi = 2147483647, .seen = &f->have_seed,
-                          .arg = "S", .help = "sampling seed"},
-                         {"--greedy", NULL, CLI_BOOL, &f->greedy, .help = "same as --temp 0"},
-                         {0}};
+    const CliFlag t[] = {
+        {"--temp", NULL, CLI_FLOAT, &f->temp, .lo = 0, .hi = 100, .seen = &f->have_temp, .arg = "T",
+         .help = "temperature, 0 = greedy (default: the model's generation_config.json)"},
+        {"--top-k", NULL, CLI_INT, &f->top_k, .lo = 0, .hi = 1 << 24, .seen = &f->have_top_k, .arg = "K",
+         .help = "keep the K most likely ids, 0 = off"},
+        {"--top-p", NULL, CLI_FLOAT, &f->top_p, .lo = 0, .hi = 1, .lo_open = 1, .seen = &f->have_top_p, .arg = "P",
+         .help = "nucleus: the smallest set with probability >= P, 1 = off"},
+        {"--min-p", NULL, CLI_FLOAT, &f->min_p, .lo = 0, .hi = 1, .seen = &f->have_min_p, .arg = "P",
+         .help = "drop ids below P x the top probability, 0 = off"},
+        {"--presence-penalty", NULL, CLI_FLOAT, &f->presence, .lo = -2, .hi = 2, .seen = &f->have_presence, .arg = "X",
+         .help = "subtracted from the logits of ids already generated, 0 = off"},
+        {"--frequency-penalty", NULL, CLI_FLOAT, &f->frequency, .lo = -2, .hi = 2, .seen = &f->have_frequency,
+         .arg = "X", .help = "X times an id's count in the generated ids is subtracted from its logit, 0 = off"},
+        {"--repetition-penalty", NULL, CLI_FLOAT, &f->rep, .lo = 0, .hi = 10, .lo_open = 1, .seen = &f->have_rep,
+         .arg = "X", .help = "HF-style penalty of ids already seen, 1 = off"},
+        {"--seed", NULL, CLI_INT, &f->seed, .lo = 0, .hi = 2147483647, .seen = &f->have_seed, .arg = "S",
+         .help = "sampling seed"},
+        {"--greedy", NULL, CLI_BOOL, &f->greedy, .help = "same as --temp 0"},
+        {0}};
     _Static_assert(sizeof t / sizeof t[0] <= sizeof f->flags / sizeof f->flags[0], "SamplingFlags.flags is too small");
     memcpy(f->flags, t, sizeof t);
 }
@@ -339,6 +341,7 @@ void cli_sampling_apply(const SamplingFlags *f, const Q35Engine *e, Q35Sampling 
     if (f->have_top_p) s->top_p = f->top_p;
     if (f->have_min_p) s->min_p = f->min_p;
     if (f->have_presence) s->presence_penalty = f->presence;
+    if (f->have_frequency) s->frequency_penalty = f->frequency;
     if (f->have_rep) s->repetition_penalty = f->rep;
     if (f->have_seed) s->seed = (uint64_t)f->seed;
 }

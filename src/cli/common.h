@@ -114,13 +114,13 @@ int cli_model_check(const char *cmd, CliModel *m);
 int cli_open(const char *cmd, Q35Engine **e, const CliModel *m);
 void cli_note(const char *cmd, const Q35Engine *e);
 
-/* Sampling flags shared by run and chat: --temp --top-k --top-p --min-p --presence-penalty
+/* Sampling flags shared by run and chat: --temp --top-k --top-p --min-p --presence-penalty --frequency-penalty
  * --repetition-penalty --seed --greedy. Flags not given keep the model's defaults. */
 typedef struct SamplingFlags {
-    float temp, top_p, min_p, presence, rep;
+    float temp, top_p, min_p, presence, frequency, rep;
     int top_k, seed, greedy;
-    int have_temp, have_top_p, have_min_p, have_presence, have_rep, have_top_k, have_seed;
-    CliFlag flags[9];
+    int have_temp, have_top_p, have_min_p, have_presence, have_frequency, have_rep, have_top_k, have_seed;
+    CliFlag flags[10];
 } SamplingFlags;
 void cli_sampling_init(SamplingFlags *f);
 /* The model's defaults (q35_sampling_defaults) overridden by the flags that were given. */

@@ -205,7 +205,7 @@ static SamplePenalty *pen_entry(GuideVocab *v, int *n_pen, int id) {
  * changed by sampler_penalize. Returns v->changed, or logits when nothing changes. */
 static const float *change_logits(GuideVocab *v, const float *logits, const Q35SeqParams *sp, const GuideHistory *h) {
     const Q35Sampling *c = &sp->sampling;
-    const int seen = c->repetition_penalty != 1.0f, gen = c->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f;
+    const int seen = c->repetition_penalty != 1.0f, gen = c->presence_penalty != 0.0f || c->frequency_penalty != 0.0f;
     int n_pen = 0;
     for (int k = 0; k < sp->n_bias; k++)
         if (sp->bias_ids[k] >= 0 && sp->bias_ids[k] < v->vocab) {
@@ -225,7 +225,7 @@ static const float *change_logits(GuideVocab *v, const float *logits, const Q35S
     for (int k = 0; k < n_pen; k++) {
         const SamplePenalty *e = &v->pen[k];
         v->changed[e->id] =
-            sampler_penalize(logits[e->id], e, c->repetition_penalty, c->presence_penalty, sp->frequency_penalty);
+            sampler_penalize(logits[e->id], e, c->repetition_penalty, c->presence_penalty, c->frequency_penalty);
         v->pen_at[e->id] = 0;
     }
     return v->changed;

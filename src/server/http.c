@@ -307,7 +307,7 @@ static void seq_params(Http *h, Req *r, unsigned long n) {
     if (q->set & OAI_SET_PRESENCE) p->sampling.presence_penalty = q->presence_penalty;
     if (q->set & OAI_SET_REPETITION) p->sampling.repetition_penalty = q->repetition_penalty;
     p->sampling.seed = q->set & OAI_SET_SEED ? q->seed : ((uint64_t)h->started << 20 ^ n) * 0x9E3779B97F4A7C15ull;
-    p->frequency_penalty = q->frequency_penalty;
+    p->sampling.frequency_penalty = q->frequency_penalty;
     p->top_logprobs = q->top_logprobs;
     p->bias_ids = q->bias_ids;
     p->bias = q->bias;

@@ -428,7 +428,8 @@ static void test_model(int qwen35) {
                                .top_p = 1.0f,
                                .presence_penalty = 1.5f,
                                .repetition_penalty = 1.3f,
-                               .seed = 7};
+                               .seed = 7,
+                               .frequency_penalty = 0.25f};
         int am[12];
         float bias[12];
         float spread = 0.0f; /* the largest max - min of a row */
@@ -442,8 +443,7 @@ static void test_model(int qwen35) {
         for (int t = 0; t < n; t++) bias[t] = -spread - 1.0f;
         Sampler sm;
         memset(&sm, 0, sizeof sm);
-        if (sampler_init(&sm, &q, V, n_valid, &err) || sampler_set_frequency(&sm, 0.25f, &err) ||
-            sampler_set_bias(&sm, am, bias, n, &err)) {
+        if (sampler_init(&sm, &q, V, n_valid, &err) || sampler_set_bias(&sm, am, bias, n, &err)) {
             CHECK(0, "%s: sampler: %s", name, err.msg);
             sampler_free(&sm);
             goto done;
@@ -460,7 +460,7 @@ static void test_model(int qwen35) {
                                       .step = (uint64_t)t,
                                       .repetition = q.repetition_penalty,
                                       .presence = q.presence_penalty,
-                                      .frequency = 0.25f,
+                                      .frequency = q.frequency_penalty,
                                       .n_pen = np,
                                       .pen = pe};
             int id = -1;

@@ -568,11 +568,10 @@ static int run_penalized(void *ctx, const int *ids, float temp, int alone, const
     for (int b = 0; b < MAX_SEQ / BLOCK; b++) t1[b] = 8 + b, t2[b] = 24 + b;
     Q35Sampling cfg = {0};
     cfg.temperature = temp, cfg.top_p = 0.9f, cfg.min_p = 0.02f, cfg.repetition_penalty = 1.3f;
-    cfg.presence_penalty = 1.5f, cfg.seed = 1234;
+    cfg.presence_penalty = 1.5f, cfg.seed = 1234, cfg.frequency_penalty = 0.4f;
     Sampler sm;
     float *row = malloc(sizeof(float) * 2 * V), *w = malloc(sizeof(float) * V);
     int rc = sampler_init(&sm, &cfg, V, V, err), bad = 0, miss = 0, lp_bad = 0;
-    if (!rc) rc = sampler_set_frequency(&sm, 0.4f, err);
     const int stop[2] = {ids[CHUNK_A], 3}; /* banned for the first 4 picks: one of them the first fed id */
     if (!rc) rc = sampler_set_ban(&sm, stop, 2, 4, err);
     for (int i = 0; i < CHUNK_A; i++) sampler_observe(&sm, ids[i], 0);
