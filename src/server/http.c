@@ -352,8 +352,9 @@ static void ev_event(Conn *c, const char *type, char *json) {
 
 /* Tool-call deltas not sent yet (mu held): per new call one delta with index, id, name and "" arguments, then one
  * with the arguments (a call arrives complete from the parser, so its arguments are one fragment). Strings are
- * copies; returns the count (at most cap, the rest waits for the next collect). */
-static int collect_calls(Choice *k, OaiCallOut *d, int cap) {
+ * copies; returns the count (at most cap, the rest waits for the next collect). A copy that could not be made (out of
+ * memory) sets *oom. */
+static int collect_calls(Choice *k, OaiCallOut *d, int cap, int *oom) {
     const Req *r = k->req;
     int n = 0;
     while (n + 2 <= cap) {
@@ -362,10 +363,12 @@ static int collect_calls(Choice *k, OaiCallOut *d, int cap) {
             d[n++] = (OaiCallOut){i, NULL, NULL,
                                   strndup(r->calls[i].args.p + k->args_sent, r->calls[i].args.n - k->args_sent)};
             k->args_sent = r->calls[i].args.n;
+            *oom |= !d[n - 1].arguments;
         } else if (k->calls_sent < r->n_calls) {
             i = k->calls_sent++;
             d[n++] = (OaiCallOut){i, strdup(r->calls[i].id), strdup(r->calls[i].name), strdup("")};
             k->args_sent = 0;
+            *oom |= !d[n - 1].id || !d[n - 1].name || !d[n - 1].arguments;
         } else
             break;
     }
@@ -383,20 +386,26 @@ static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
     Req *r = k->req;
     int kind = r->rq.kind, usage = r->rq.include_usage, want_lp = r->rq.top_logprobs >= 0;
     sched_lock(h->s);
+    /* a copy that cannot be made (out of memory) ends the stream broken, as an event that cannot be written does
+     * (stream_read), rather than retrying at once, or going on without it */
     char *text[2] = {NULL, NULL};
     for (int ch = 0; ch < 2; ch++)
-        if (r->out[ch].n > k->sent[ch] &&
-            (text[ch] = strndup(r->out[ch].p + k->sent[ch], r->out[ch].n - k->sent[ch]))) /* else: next time */
-            k->sent[ch] = r->out[ch].n;
+        if (r->out[ch].n > k->sent[ch]) {
+            if ((text[ch] = strndup(r->out[ch].p + k->sent[ch], r->out[ch].n - k->sent[ch])))
+                k->sent[ch] = r->out[ch].n;
+            else
+                c->ev.oom = 1;
+        }
     int n_lp = r->n_lps - k->lps_sent;
     OaiTokenLogprob *lps = n_lp > 0 ? malloc(sizeof *lps * (size_t)n_lp) : NULL;
     if (lps)
         memcpy(lps, r->lps + k->lps_sent, sizeof *lps * (size_t)n_lp);
-    else
-        n_lp = 0;
+    else if (n_lp > 0)
+        n_lp = 0, c->ev.oom = 1;
     k->lps_sent += n_lp;
     OaiCallOut calls[16];
-    int n_calls = collect_calls(k, calls, 16);
+    int calls_oom = 0, n_calls = collect_calls(k, calls, 16, &calls_oom);
+    if (calls_oom) c->ev.oom = 1;
     int done = r->done && k->sent[0] == r->out[0].n && k->sent[1] == r->out[1].n && k->lps_sent == r->n_lps &&
                k->calls_sent == r->n_calls && (!r->n_calls || k->args_sent == r->calls[r->n_calls - 1].args.n);
     const char *reason = r->finish_reason;
@@ -407,8 +416,8 @@ static void choice_collect(Conn *c, Choice *k, int index, OaiError *err) {
     OaiTokenLogprob *plps = n_plp ? malloc(sizeof *plps * (size_t)n_plp) : NULL;
     if (plps)
         memcpy(plps, r->plps, sizeof *plps * (size_t)n_plp);
-    else
-        n_plp = 0;
+    else if (n_plp > 0)
+        n_plp = 0, c->ev.oom = 1;
     sched_unlock(h->s);
 
     if (!k->role_sent && kind == OAI_CHAT) {
@@ -572,10 +581,11 @@ static int blk_collect(Conn *c) {
     sched_lock(c->h->s);
     char *text[2] = {NULL, NULL};
     size_t len[2] = {0, 0};
+    int oom = 0; /* a copy or an event could not be made: the stream ends with the API's failure */
     for (int ch = 0; ch < 2; ch++)
         if (r->out[ch].n > k->sent[ch]) {
             len[ch] = r->out[ch].n - k->sent[ch];
-            text[ch] = strndup(r->out[ch].p + k->sent[ch], len[ch]);
+            oom |= !(text[ch] = strndup(r->out[ch].p + k->sent[ch], len[ch]));
             k->sent[ch] = r->out[ch].n;
         }
     /* the calls' arguments as far as they are: from the open call (if any) on */
@@ -584,6 +594,7 @@ static int blk_collect(Conn *c) {
     const int n_calls = r->n_calls;
     /* per call from `first` on: arguments so far, id, name */
     char **args = n_calls > first ? calloc(3 * (size_t)(n_calls - first), sizeof *args) : NULL;
+    oom |= n_calls > first && !args;
     for (int i = first; args && i < n_calls; i++) {
         const ReqCall *q = &r->calls[i];
         char **a = args + 3 * (i - first);
@@ -591,7 +602,6 @@ static int blk_collect(Conn *c) {
         a[1] = strdup(q->id);
         a[2] = strdup(q->name);
     }
-    int oom = 0;
     for (; k->lps_sent < r->n_lps && !oom; k->lps_sent++) /* the text tokens' logprobs, for the text deltas */
         if (r->lps[k->lps_sent].part == OAI_PART_CONTENT)
             oom = lps_append(&bs->pend, &bs->n_pend, &bs->cap_pend, &r->lps[k->lps_sent], 1);
@@ -608,7 +618,7 @@ static int blk_collect(Conn *c) {
         bs->started = 1;
     }
     for (int ch = 1; ch >= 0 && !err.status; ch--) { /* reasoning comes before the text it leads to */
-        if (!text[ch]) continue;
+        if (!text[ch] || oom) continue;
         const int type = ch ? OAI_ITEM_REASONING : OAI_ITEM_MESSAGE;
         if (!(bs->open && bs->items[bs->n - 1].type == type) && blk_open(c, type, -1, NULL, NULL)) oom = 1;
         if (!oom && blk_delta(c, text[ch], len[ch])) oom = 1;
