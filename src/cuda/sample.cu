@@ -3,11 +3,9 @@
  * 16-bit order key of a logit identifies its value exactly, so a 65536-bin histogram of counts is an exact sort.
  * Per row:
  *   kernel 1 (sample_hist_bf16): candidates (logit >= max - 40 T) -> hist[key16] (integer atomics, deterministic):
- *     each block counts its ids in shared memory, for the SM_WINDOW keys below the max's (the few keys further down
- *     go to the row's global histogram directly). With one block per row (the launcher's choice) those counts are
- *     the histogram; with several, each adds its nonzero counts to the row's global histogram and the last block
- *     reads that (most ids have a bin of their own, so that is still about one global atomic per id: the reason
- *     for one block per row). The last (or only) block goes over
+ *     each block counts its ids in shared memory first, for the SM_WINDOW keys below the max's, and adds its nonzero
+ *     counts to the row's histogram: one global atomic per block and value, where one per id queues up at L2 on a
+ *     row's popular values; the few keys further down go to the row's histogram directly. The last block goes over
  *     the bins from the top (weight of a bin w = exp((value - max) / T), mass = count w) and finds, as (bin, rank
  *     within the bin): the top-k cut, the top-p cut (mass >= top_p * kept mass), the min-p cut (w >= min_p), and the
  *     draw r = u * kept mass; then zeroes the bins it used. Two levels: its 16 warps sum the bins per page of 256
@@ -19,7 +17,6 @@
  * Ties inside a value bin are ordered by id, as in the host sort. temperature <= 0: no-op (the LM head's argmax
  * stays in out_id). */
 #include <math.h>
-#include <stdint.h>
 
 #include "cuda/common.cuh"
 
@@ -85,17 +82,14 @@ __device__ int block_incl_scan_i(int v, int *sm, int *total) {
  * (dc, jc) keeps every id of the positions before dc and the first jc ids of position dc. */
 struct Bins {
     const int *hist;
-    const unsigned *win; /* one block per row: positions d < n_win are the block's shared counts win[d] */
-    int n_win;
     int key_hi, nbins;
     float mx, inv_t;
     __device__ float weight(int d) const { return __expf((key_value(key_hi - d) - mx) * inv_t); }
-    __device__ int count(int d) const { return d < n_win ? (int)win[d] : __ldcg(hist + key_hi - d); }
-    /* this lane's 8 counts of page P: one round of loads */
+    /* this lane's 8 counts of page P: one round of L2 loads */
     __device__ void load(int P, int (&c)[8]) const {
         const int d0 = P * SM_PAGE + 8 * (threadIdx.x & 31);
 #pragma unroll
-        for (int e = 0; e < 8; e++) c[e] = d0 + e < nbins ? count(d0 + e) : 0;
+        for (int e = 0; e < 8; e++) c[e] = d0 + e < nbins ? __ldcg(hist + key_hi - d0 - e) : 0;
     }
     /* this lane's kept masses of page P under the cut (dc, jc); kept counts in k */
     __device__ void masses(int P, const int (&c)[8], int dc, int jc, float (&m)[8], int (&k)[8]) const {
@@ -192,57 +186,31 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
     const int key_top = key16(mx), nwin = min(SM_WINDOW, key_top + 1);
     for (int d = threadIdx.x; d < nwin; d += blockDim.x) s_cnt[d] = 0;
     __syncthreads();
-    auto take = [&](float v) {
-        if (!(v >= cut)) return;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n_valid; i += gridDim.x * blockDim.x) {
+        const float v = __ldcg(row.logits + i);
+        if (!(v >= cut)) continue;
         const int key = key16(v), d = key_top - key;
-        if (d < 0) return; /* above the max: not a logit of this row's maximum (never, with a true max) */
+        if (d < 0) continue; /* above the max: not a logit of this row's maximum (never, with a true max) */
         if (d < SM_WINDOW)
             atomicAdd(s_cnt + d, 1u);
         else
             atomicAdd(sc->hist + key, 1);
-    };
-    /* One block per row keeps its counts: the window is the row's histogram, and the cuts below read it from shared
-     * memory. Several blocks per row add their nonzero counts to the row's histogram, and the last one goes on. */
-    const bool single = gridDim.x == 1;
-    const float *lg = row.logits;
-    if (single && !(reinterpret_cast<uintptr_t>(lg) & 15)) { /* four float4 loads in flight per thread */
-        const float4 *l4 = reinterpret_cast<const float4 *>(lg);
-        const int n4 = p.n_valid >> 2, nt = blockDim.x;
-        int i = threadIdx.x;
-        for (; i + 3 * nt < n4; i += 4 * nt) {
-            const float4 a = __ldcg(l4 + i), b = __ldcg(l4 + i + nt), c = __ldcg(l4 + i + 2 * nt),
-                         e = __ldcg(l4 + i + 3 * nt);
-            take(a.x), take(a.y), take(a.z), take(a.w), take(b.x), take(b.y), take(b.z), take(b.w);
-            take(c.x), take(c.y), take(c.z), take(c.w), take(e.x), take(e.y), take(e.z), take(e.w);
-        }
-        for (; i < n4; i += nt) {
-            const float4 a = __ldcg(l4 + i);
-            take(a.x), take(a.y), take(a.z), take(a.w);
-        }
-        for (int j = 4 * n4 + threadIdx.x; j < p.n_valid; j += nt) take(__ldcg(lg + j));
-    } else {
-        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n_valid; i += gridDim.x * blockDim.x)
-            take(__ldcg(lg + i));
     }
     __syncthreads();
-    if (!single) {
-        for (int d = threadIdx.x; d < nwin; d += blockDim.x)
-            if (s_cnt[d]) atomicAdd(sc->hist + key_top - d, (int)s_cnt[d]);
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) s_last = atomicAdd(&sc->done1, 1u) == gridDim.x - 1;
-        __syncthreads();
-        if (!s_last) return;
-        __threadfence();
-    }
+    for (int d = threadIdx.x; d < nwin; d += blockDim.x)
+        if (s_cnt[d]) atomicAdd(sc->hist + key_top - d, (int)s_cnt[d]);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&sc->done1, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
 
     /* ---- the last block: cuts over the bins [key16(cut), key16(mx)], two levels (pages, then the bins of the
      * pages where a cut falls), so that each step is one or two rounds of L2 loads (one thread walking bins
      * one load at a time took ~85 us per token). Every sum has a fixed order: deterministic. ---- */
     Bins bn;
     bn.hist = sc->hist;
-    bn.win = s_cnt;
-    bn.n_win = single ? nwin : 0;
     bn.key_hi = key16(mx);
     int key_lo = isfinite(cut) ? key16(cut) : 0;
     if (key_lo > bn.key_hi) key_lo = bn.key_hi;
@@ -368,7 +336,7 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
             for (int e = 0; e < 8; e++)
                 if (8 * lane + e < npages) dm = max(dm, s_pmin[8 * lane + e]);
             dm = __reduce_max_sync(0xffffffffu, dm);
-            const int cm = dm >= 0 ? s_pminc[dm / SM_PAGE] : bn.count(0);
+            const int cm = dm >= 0 ? s_pminc[dm / SM_PAGE] : __ldcg(bn.hist + bn.key_hi);
             if (dm < 0) dm = 0;
             if (dm < dc) {
                 dc = dm;
@@ -396,8 +364,8 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
             s_rank = dc >= 0 ? jc : 0;
         }
     }
-    __syncthreads(); /* warp 0 has read the bins: zero those of the row's histogram for the next call */
-    for (int d = bn.n_win + threadIdx.x; d < bn.nbins; d += blockDim.x) sc->hist[bn.key_hi - d] = 0;
+    __syncthreads(); /* warp 0 has read the bins: zero them for the next call */
+    for (int d = threadIdx.x; d < bn.nbins; d += blockDim.x) sc->hist[bn.key_hi - d] = 0;
     if (threadIdx.x == 0) {
         sc->key = s_key;
         sc->rank = s_rank;
@@ -476,11 +444,8 @@ extern "C" int cuda_sample(const SampleParams *p, const CudaLaunch *l) {
     if (!p->logits || p->n_valid <= 0 || !p->step || !p->scratch || !p->out_id || p->blocks > SM_MAX_BLOCKS ||
         rows > 65535 || p->rows < 0 || (rows > 1 && p->ld < (size_t)p->n_valid) || (p->lp && p->max_logit))
         return (int)cudaErrorInvalidValue;
-    /* The histogram: one block per row unless p->blocks says otherwise (no global atomic per id: most ids fall in
-     * a bin of their own, so several blocks per row added almost one global atomic per id to the row's histogram);
-     * the pick: about SM_PER_THREAD ids per thread. */
-    const int hist_blocks = p->blocks > 0 ? p->blocks : 1;
-    const int blocks = p->blocks > 0 ? p->blocks : min(SM_MAX_BLOCKS, ceil_div(p->n_valid, SM_THREADS * SM_PER_THREAD));
+    int blocks = p->blocks;
+    if (blocks <= 0) blocks = min(SM_MAX_BLOCKS, ceil_div(p->n_valid, SM_THREADS * SM_PER_THREAD));
     const dim3 grid((unsigned)blocks, (unsigned)rows);
     const int smem = SM_WINDOW * (int)sizeof(unsigned);
     const cudaError_t e = cudaFuncSetAttribute(sample_hist_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -488,8 +453,7 @@ extern "C" int cuda_sample(const SampleParams *p, const CudaLaunch *l) {
         (void)cudaGetLastError();
         return (int)e;
     }
-    int rc = launch_kernel(sample_hist_bf16, dim3((unsigned)hist_blocks, (unsigned)rows), dim3(SM_THREADS), (size_t)smem,
-                           l, *p);
+    int rc = launch_kernel(sample_hist_bf16, grid, dim3(SM_THREADS), (size_t)smem, l, *p);
     if (rc) return rc;
     return launch_kernel(sample_pick_bf16, grid, dim3(SM_THREADS), 0, l, *p);
 }
