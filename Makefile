@@ -166,6 +166,9 @@ ifeq ($(CUDA),1)
 	@tail -n 2 $(BUILD)/emu.log
 	@sh tests/emu/run.sh 2 4 1 0 > $(BUILD)/emu_dn0.log 2>&1 || { tail -n 20 $(BUILD)/emu_dn0.log; exit 1; }
 	@tail -n 1 $(BUILD)/emu_dn0.log
+	@echo "== the same with bf16 states (a serve slot's: --state-dtype bfloat16; Hk 1, Hv 2; ~50 s)"
+	@sh tests/emu/run.sh 1 2 0 1 1 > $(BUILD)/emu_dn_bf16.log 2>&1 || { tail -n 20 $(BUILD)/emu_dn_bf16.log; exit 1; }
+	@tail -n 1 $(BUILD)/emu_dn_bf16.log
 	@echo "== fused MLP kernel on the CPU (tests/emu/run_mlp.sh: bf16 and fp8 weights; ~30 s)"
 	@B=$(BUILD)/emu sh tests/emu/run_mlp.sh > $(BUILD)/emu_mlp.log 2>&1 || { tail -n 20 $(BUILD)/emu_mlp.log; exit 1; }
 	@tail -n 1 $(BUILD)/emu_mlp.log

@@ -5,7 +5,7 @@
  * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
  * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic]
  * [--weights auto|fp8] [--prompt N] [--kv-memory GB] [--kv-block N] [--temperature T] [--top-p P] [--top-k K]
- * [--presence-penalty X] [--logprobs K] [B ...]
+ * [--presence-penalty X] [--logprobs K] [--state-dtype float32|bfloat16] [B ...]
  * (--deterministic: the engine's deterministic mode, for what batch invariance costs; --temperature, --top-p,
  * --top-k, --presence-penalty, --logprobs K: every sequence samples / asks for logprobs; a penalty or top logprobs
  * send the rows to the host sampler, as in the server)
@@ -13,7 +13,8 @@
  * sequence, one q35_step of the N ids with a greedy pick (the server's first step of a request, no HTTP), close;
  * `steps` rounds after 3 warm-up ones, the median. --kv-memory GB sizes the KV blocks and slots (default: 0.9 of the
  * free device memory; a profiler that saves and restores device memory between replays wants it small); --kv-block N
- * the tokens per KV block (the server's --kv-block, default 16), for what the paged layout costs attention.
+ * the tokens per KV block (the server's --kv-block, default 16), for what the paged layout costs attention;
+ * --state-dtype the served DeltaNet states' type (the server's flag).
  * A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ static int cmp_double(const void *a, const void *b) {
 
 static size_t g_kv_bytes; /* --kv-memory GB (0: the engine's default share of free memory) */
 static int g_kv_block;    /* --kv-block N (0: the engine's default) */
+static int g_state_bf16;  /* --state-dtype bfloat16 (the server's flag) */
 
 /* A lone prompt of n ids: the median wall time of open + one step (prefill and pick) + close over `steps` rounds. */
 static int run_prompt(Q35Engine *e, int n, int steps) {
@@ -45,6 +47,7 @@ static int run_prompt(Q35Engine *e, int n, int steps) {
     so.no_prefix_cache = 1;
     so.kv_bytes = g_kv_bytes;
     so.kv_block = g_kv_block;
+    so.state_bf16 = g_state_bf16;
     int rc = q35_serve_open(e, &so, &err);
     if (rc) {
         fprintf(stderr, "prompt %d: serve open: %s\n", n, err.msg);
@@ -99,6 +102,7 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     so.no_prefix_cache = 1;
     so.kv_bytes = g_kv_bytes;
     so.kv_block = g_kv_block;
+    so.state_bf16 = g_state_bf16;
     int rc = q35_serve_open(e, &so, &err);
     if (rc) {
         fprintf(stderr, "B %d: serve open: %s\n", B, err.msg);
@@ -204,13 +208,16 @@ int main(int argc, char **argv) {
             g_kv_bytes = (size_t)(atof(argv[++i]) * 1e9);
         else if (!strcmp(argv[i], "--kv-block") && i + 1 < argc)
             g_kv_block = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--state-dtype") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "float32") || !strcmp(argv[i + 1], "bfloat16")))
+            g_state_bf16 = !strcmp(argv[++i], "bfloat16");
         else if (nb < 16 && atoi(argv[i]) > 0)
             bs[nb++] = atoi(argv[i]);
         else {
             fprintf(stderr,
                     "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
                     "[--weights auto|fp8] [--temperature T] [--top-p P] [--logprobs K] [--prompt N] [--kv-memory GB] "
-                    "[B ...]\n");
+                    "[--state-dtype float32|bfloat16] [B ...]\n");
             return 2;
         }
     }

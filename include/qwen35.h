@@ -133,6 +133,12 @@ typedef struct Q35ServeOptions {
                                * the full device tier instead of evicted; 0 = min(4 GiB, a quarter of physical
                                * memory) on a GPU (left out if it cannot be had), none on the CPU backend */
     int no_prefix_host;       /* 1: no host tier */
+    /* 1: the DeltaNet recurrent states S of the served sequences (slots and prefix-cache snapshots) are kept in bf16
+     * instead of fp32 (vLLM's --mamba-ssm-cache-dtype bfloat16): half the bytes a decode step reads and writes for
+     * them, and twice the sequences in the same memory. Each step computes in fp32 from the stored state and rounds
+     * the new state to bf16 where it stores it (after every token of a decode step or of the per-token path of
+     * deterministic mode, at the end of a prefill chunk otherwise). Needs a backend with a batched step. */
+    int state_bf16;
 } Q35ServeOptions;
 
 typedef struct Q35ServeInfo {
@@ -143,6 +149,7 @@ typedef struct Q35ServeInfo {
     int open_seqs;      /* sequences open now */
     int max_context;    /* longest sequence the engine accepts (q35_context_size) */
     size_t slot_bytes;  /* memory of one slot's DeltaNet state */
+    int state_bf16;     /* the states S are bf16 (Q35ServeOptions.state_bf16) */
     size_t block_bytes; /* memory of one KV block (all full-attention layers) */
     /* prefix cache (all 0 when it is off); free_blocks above counts the blocks only the cache holds as free */
     size_t prefix_bytes;                 /* its budget */

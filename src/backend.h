@@ -62,6 +62,7 @@ typedef struct ServeLayout {
                      * with snap_save / snap_load / block_copy is given any), ids [0, n_snaps) */
     int n_host_snaps; /* more snapshots in host memory (pinned on a GPU), ids [n_snaps, n_snaps + n_host_snaps); only
                        * a backend with snap_copy is given any */
+    int state_bf16;   /* 1: the slots' (and snapshots') recurrent states S are bf16 (Q35ServeOptions.state_bf16) */
 } ServeLayout;
 
 /* One sequence's part of a batched step: n tokens at positions pos .. pos+n-1 of the sequence in `slot`. */
@@ -102,10 +103,10 @@ typedef struct Backend {
     /* Optional (NULL if absent): decode timings at rq->ctx_len. Clobbers the sequence (reset after). */
     int (*bench)(void *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
     /* Optional batched step (NULL: core's one-sequence fallback). serve_sizes reports the bytes of one block of
-     * `block` tokens and of one slot, and the memory they may come from. serve_open allocates the pools for layout l
+     * `block` tokens and of one slot (its states S in bf16 when state_bf16), and the memory they may come from. serve_open allocates the pools for layout l
      * (a second call replaces them); serve_close frees them. The single-sequence forward() keeps working beside
      * them (its own state), though core does not mix the two. */
-    int (*serve_sizes)(void *ctx, int block, ServeSizes *s, Err *err);
+    int (*serve_sizes)(void *ctx, int block, int state_bf16, ServeSizes *s, Err *err);
     int (*serve_open)(void *ctx, const ServeLayout *l, Err *err);
     void (*serve_close)(void *ctx);
     /* Runs the n items in one step. logits: [n_out][V] with n_out = the items with logits = 1, rows in item order

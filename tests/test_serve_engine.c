@@ -9,12 +9,19 @@
  *   (d) sampling: a sequence with its own seed equals q35_generate with that seed (alone and among neighbours);
  *       frequency / presence penalties move the greedy choice exactly as the host computes it; logprobs sum-check;
  *   (e) bad steps (ids out of range, a sequence twice, a closed sequence, a foreign id after a sample) change
- *       nothing; preemption and recompute give the tokens of an unpreempted run. */
+ *       nothing; preemption and recompute give the tokens of an unpreempted run;
+ *   (f) bf16 DeltaNet states (Q35ServeOptions.state_bf16): after each step every entry of a slot's states is a bf16
+ *       value (per token in deterministic mode and in decode steps, at the end of a chunk otherwise), batch
+ *       invariance holds, the logits move off the fp32-state run's but stay within a bf16 bound of it, and the
+ *       one-sequence fallback refuses the option. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+#include "cpu/forward.h"
+#include "model.h"
 #include "qwen35.h"
 #include "test.h"
 
@@ -537,6 +544,132 @@ static void test_preempt(const char *dir, int single) {
     q35_engine_close(e);
 }
 
+/* rel L2 of a vs b over n */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* (f) the backend: slot states that are bf16 values after every step; exact: deterministic mode (per token) */
+static void check_slot_states_bf16(const char *dir, int exact) {
+    Model m;
+    Err err = {0};
+    ModelLoadOptions lo = {.keep_f32_params = 0, .strict = 0};
+    if (model_load(&m, dir, &lo, &err)) {
+        CHECK(0, "%s: model_load: %s", dir, err.msg);
+        return;
+    }
+    BackendOptions bo = {.max_seq = CTX, .threads = 1, .deterministic = exact};
+    void *ctx = NULL;
+    ServeLayout lay = {.n_slots = 2, .n_blocks = 2 * CTX / 16, .block = 16, .max_blocks = CTX / 16, .state_bf16 = 1};
+    if (cpu_backend.open(&ctx, &m, &bo, &err) || cpu_backend.serve_open(ctx, &lay, &err)) {
+        CHECK(0, "%s: cpu backend: %s", dir, err.msg);
+        if (ctx) cpu_backend.close(ctx);
+        model_free(&m);
+        return;
+    }
+    const CpuCtx *cx = ctx;
+    const Config *c = &m.config;
+    const int64_t S_n = (int64_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
+    int prompt[24], blocks[CTX / 16], all_bf16 = 1, nonzero = 0, steps_ok = 1;
+    make_prompt(prompt, 24, 5u);
+    for (int b = 0; b < CTX / 16; b++) blocks[b] = b;
+    float *lg = malloc(sizeof(float) * (size_t)c->vocab_size);
+    for (int s = 0; s < 4 && steps_ok; s++) { /* a 21-token chunk, then 3 decode tokens */
+        BatchItem it = {.slot = 1,
+                        .tokens = prompt + (s ? 20 + s : 0),
+                        .n = s ? 1 : 21,
+                        .pos = s ? 20 + s : 0,
+                        .blocks = blocks,
+                        .logits = 1};
+        steps_ok = cpu_backend.step_batch(ctx, &it, 1, lg, &err) == 0;
+        for (int l = 0; l < c->num_hidden_layers; l++) {
+            if (c->layer_types[l] == LAYER_FULL_ATTN) continue;
+            const float *S = cx->layers[l].S_slots + S_n;
+            for (int64_t i = 0; i < S_n; i++) {
+                all_bf16 &= S[i] == round_bf16(S[i]);
+                nonzero += S[i] != 0.0f;
+            }
+        }
+    }
+    CHECK(steps_ok, "%s: step_batch: %s", dir, err.msg);
+    CHECK(all_bf16 && nonzero > 0, "%s%s: the slot's states are bf16 values after each step (%d nonzero entries)", dir,
+          exact ? " (deterministic)" : "", nonzero);
+    free(lg);
+    cpu_backend.serve_close(ctx);
+    cpu_backend.close(ctx);
+    model_free(&m);
+}
+
+static int serve_bf16(Q35Engine *e, int single) {
+    Q35ServeOptions so = {.single_seq = single, .max_seqs = 24, .kv_bytes = (size_t)64 << 20, .state_bf16 = 1};
+    Q35Err err = {0};
+    const int rc = q35_serve_open(e, &so, &err);
+    if (rc && !single) fprintf(stderr, "serve_open: %s\n", err.msg);
+    return rc;
+}
+
+/* (f) through the engine: batch invariance with bf16 states, and their distance from the fp32-state run */
+static void test_state_bf16(const char *dir) {
+    check_slot_states_bf16(dir, 0);
+    check_slot_states_bf16(dir, 1);
+    Q35Engine *a = open_engine(dir, 1), *b = open_engine(dir, 1);
+    if (!a || !b || serve_bf16(a, 0)) {
+        CHECK(0, "%s: engines open", dir);
+        if (a) q35_engine_close(a);
+        if (b) q35_engine_close(b);
+        return;
+    }
+    Q35ServeInfo in;
+    q35_serve_info(a, &in);
+    CHECK(in.state_bf16 == 1, "%s: serve info says bf16 states", dir);
+    const int V = q35_vocab_size(a);
+    Req alone, t, others[7];
+    target_req(&alone, V, 10);
+    CHECK(run_together(a, (Req *[]){&alone}, 1, 0) == 0 && alone.n_ids == 10, "%s: bf16: the target alone", dir);
+    Req *list[8];
+    int m = 0;
+    target_req(&t, V, 10);
+    for (int i = 0; i < 7; i++) {
+        const int chunks[] = {1 + i % 5, 2 + (7 * i) % 13, 16};
+        req_init(&others[i], 3 + 11 * i % 70, 200u + (unsigned)i, chunks, 1 + i % 3, 1 + (5 * i) % 14, V);
+        if (i == 3) list[m++] = &t;
+        list[m++] = &others[i];
+    }
+    CHECK(run_together(a, list, m, 1) == 0 && same_req(&t, &alone, V),
+          "%s: bf16 states: among 7 others the target's ids, logprobs and logits are bitwise its own", dir);
+    /* the fp32 states of the single-sequence forward (bitwise the fp32 serving step's, (a)) on the same chunks and
+     * the target's own ids */
+    Q35Err err = {0};
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    double worst = 0;
+    int differ = 0, fed = 0, ok = 1;
+    for (int c = 0; c < alone.n_chunks && ok; c++) {
+        ok = q35_forward(b, alone.prompt + fed, alone.chunks[c], 0, lg, &err) == 0;
+        fed += alone.chunks[c];
+    }
+    for (int k = 0; k < alone.n_ids && ok; k++) {
+        const double e = rel_err(alone.logits + (size_t)k * V, lg, (size_t)V);
+        worst = e > worst ? e : worst;
+        differ += memcmp(alone.logits + (size_t)k * V, lg, sizeof(float) * (size_t)V) != 0;
+        if (k + 1 < alone.n_ids) ok = q35_forward(b, &alone.ids[k], 1, 0, lg, &err) == 0;
+    }
+    CHECK(ok, "%s: the fp32-state run: %s", dir, err.msg);
+    CHECK(differ > 0 && worst < 0.02, "%s: bf16 vs fp32 states: %d of %d logits rows differ, worst rel L2 %.2g", dir,
+          differ, alone.n_ids, worst);
+    printf("  %s: bf16 vs fp32 DeltaNet states: %d of %d rows differ, worst rel L2 %.3g\n", dir, differ, alone.n_ids,
+           worst);
+    free(lg);
+    free(alone.logits), free(t.logits);
+    for (int i = 0; i < 7; i++) free(others[i].logits);
+    q35_engine_close(a);
+    q35_engine_close(b);
+    Q35Engine *s = open_engine(dir, 1);
+    CHECK(s && serve_bf16(s, 1) == Q35_ERR_UNSUPPORTED, "%s: the one-sequence fallback refuses bf16 states", dir);
+    if (s) q35_engine_close(s);
+}
+
 int main(void) {
     for (int single = 0; single <= 1; single++) {
         test_equals_forward("tests/fixtures/qwen35_text", single);
@@ -548,5 +681,6 @@ int main(void) {
     test_batch_invariance("tests/fixtures/qwen35_text");
     test_batch_invariance("tests/fixtures/qwen3_dense");
     test_accounting("tests/fixtures/qwen35_text");
+    test_state_bf16("tests/fixtures/qwen35_text");
     return TEST_SUMMARY("serve_engine");
 }

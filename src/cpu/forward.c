@@ -83,6 +83,11 @@ static void attention_block(CpuCtx *ctx, const CpuSeq *sq, int l, int T, int pos
     probe_l(ctx, l, "attn.out", ctx->out, (int64_t)T * c->hidden_size);
 }
 
+/* S[i] = bf16(S[i]), i < n: the state as a bf16 store keeps it (CpuSeq.state_bf16) */
+static void state_to_bf16(float *S, int64_t n) {
+    for (int64_t i = 0; i < n; i++) S[i] = round_bf16(S[i]);
+}
+
 /* Gated DeltaNet for T tokens; h -> out. chunked: use §3.4 (else the §3.3 recurrence). */
 static void deltanet_block(CpuCtx *ctx, const CpuSeq *sq, int l, int T, int chunked) {
     const Config *c = ctx->c;
@@ -106,14 +111,19 @@ static void deltanet_block(CpuCtx *ctx, const CpuSeq *sq, int l, int T, int chun
     cpu_l2norm(ctx->q, T * Hk, dk, (float)(1.0 / sqrt((double)dk)));
     cpu_l2norm(ctx->k, T * Hk, dk, 1.0f);
     cpu_deltanet_gates(ctx->beta, ctx->g, ctx->b, ctx->a, cl->A_log, cl->dt_bias, T, Hv);
-    if (chunked && !ctx->exact)
+    const int64_t S_n = (int64_t)Hv * dk * dv;
+    if (chunked && !ctx->exact) {
         cpu_deltanet_chunked(ctx->o, sq->S[l], ctx->q, ctx->k, ctx->v, ctx->g, ctx->beta, T, Hk, Hv, dk, dv,
                              ctx->dn_scratch);
-    else
-        for (int t = 0; t < T; t++)
+        if (sq->state_bf16) state_to_bf16(sq->S[l], S_n);
+    } else {
+        for (int t = 0; t < T; t++) {
             cpu_deltanet_step(ctx->o + (int64_t)t * vd, sq->S[l], ctx->q + (int64_t)t * kd, ctx->k + (int64_t)t * kd,
                               ctx->v + (int64_t)t * vd, ctx->g + (int64_t)t * Hv, ctx->beta + (int64_t)t * Hv, Hk, Hv,
                               dk, dv);
+            if (sq->state_bf16) state_to_bf16(sq->S[l], S_n);
+        }
+    }
     probe_l(ctx, l, "delta.core", ctx->o, (int64_t)T * vd);
     cpu_gated_rmsnorm(ctx->o, ctx->o, ctx->gate, cl->lin_norm, T * Hv, dv, c->rms_norm_eps);
     linear(ctx->out, ctx->o, &w->out_proj, T);

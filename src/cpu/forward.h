@@ -41,6 +41,9 @@ typedef struct CpuSeq {
     const int *blocks; /* block table: position p is row p % block of block blocks[p / block] */
     float **K, **V;    /* [L] KV pools (n_blocks, Hkv, block, hd) */
     float **conv, **S; /* [L] (K-1, conv_dim) and (Hv, dk, dv) */
+    int state_bf16;    /* 1 (serve slots, ServeLayout.state_bf16): S is rounded to bf16 wherever a step stores it (after
+                        * each token of the recurrence, at the end of a chunked run), as a bf16 store would; it stays
+                        * in fp32 memory */
 } CpuSeq;
 
 typedef struct CpuCtx {

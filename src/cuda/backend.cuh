@@ -164,6 +164,7 @@ typedef struct DnSnaps {
     int at[DN_MAX_PTS];
     char *base[DN_MAX_PTS];
     size_t lstride, ring_off;
+    int state_bf16; /* the snapshots' states S are bf16 (a serve layout's ServeLayout.state_bf16) */
 } DnSnaps;
 /* dp's points (DeltaNetPrefillParams.n_pts ..): those of ps at [dp->pos, dp->pos + dp->T), for DeltaNet ordinal q. */
 void cuda_dn_snap_points(DeltaNetPrefillParams *dp, const DnSnaps *ps, int q);
@@ -239,7 +240,7 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
 
 /* ---- many sequences (serve.cu): the Backend's serve_sizes / serve_open / serve_close / step_batch and the prefix
  * cache's snap_save / snap_load / block_copy / snap_copy ---- */
-extern "C" int cuda_serve_sizes(void *ctx, int block, ServeSizes *s, Err *err);
+extern "C" int cuda_serve_sizes(void *ctx, int block, int state_bf16, ServeSizes *s, Err *err);
 extern "C" int cuda_serve_open(void *ctx, const ServeLayout *l, Err *err);
 extern "C" void cuda_serve_close(void *ctx);
 extern "C" int cuda_step_batch(void *ctx, const BatchItem *items, int n, float *logits, Err *err);

@@ -113,6 +113,21 @@ __device__ __forceinline__ uint16_t *dn_pt_ring(const DeltaNetPrefillParams &p, 
                  : p.pt_ring[i];
 }
 
+__device__ __forceinline__ bool dn_pt_bf16(const DeltaNetPrefillParams &p) { return p.pts ? p.pts->bf16 : p.pt_bf16; }
+
+/* Entries i, i + 1 of a state (fp32, or bf16 entries) whose first entry is at S */
+__device__ __forceinline__ float2 dn_state_ld2(bool bf16, const float *S, size_t i) {
+    if (!bf16) return *(const float2 *)(S + i);
+    const uint32_t u = *(const uint32_t *)((const uint16_t *)S + i);
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+__device__ __forceinline__ void dn_state_st2(bool bf16, float *S, size_t i, float2 v) {
+    if (bf16)
+        *(uint32_t *)((uint16_t *)S + i) = (uint32_t)bf16_bits(v.x) | (uint32_t)bf16_bits(v.y) << 16;
+    else
+        *(float2 *)(S + i) = v;
+}
+
 /* ---- 1. conv + SiLU + l2norm + gates --------------------------------------------------- */
 
 /* l2norm of one 128-channel q/k head in fp32 (MODEL.md §4.1; emulating a bf16 l2norm moved our

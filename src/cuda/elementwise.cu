@@ -1,6 +1,6 @@
 /* elementwise.cu — small utility kernels: a counter-hash random fill (bench: KV cache contents), an FP8 weight
- * dequantized to bf16 (the prefill GEMMs' operand) and a streaming-read bandwidth probe (bench: the ceiling ops are
- * compared with). */
+ * dequantized to bf16 (the prefill GEMMs' operand), fp32 <-> bf16 copies (a lone sequence's states between a bf16
+ * serve slot and the context) and a streaming-read bandwidth probe (bench: the ceiling ops are compared with). */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh" /* pack_bf16 */
 
@@ -28,6 +28,24 @@ extern "C" int cuda_fill_bf16(const FillParams *p, const CudaLaunch *l) {
     int64_t blocks = (p->n + 255) / 256;
     if (blocks > 4096) blocks = 4096;
     return launch_kernel(fill_bf16_hash, dim3((unsigned)blocks), dim3(256), 0, l, *p);
+}
+
+__global__ void cast_f32_bf16(const __grid_constant__ CastParams p) {
+    pdl_wait();
+    pdl_trigger();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += (int64_t)gridDim.x * blockDim.x)
+        if (p.to_bf16)
+            ((uint16_t *)p.dst)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(((const float *)p.src)[i]));
+        else
+            ((float *)p.dst)[i] = __uint_as_float((uint32_t)((const uint16_t *)p.src)[i] << 16);
+}
+
+extern "C" int cuda_cast_f32_bf16(const CastParams *p, const CudaLaunch *l) {
+    if (!p->src || !p->dst || p->n < 0) return (int)cudaErrorInvalidValue;
+    if (p->n == 0) return 0;
+    int64_t blocks = (p->n + 255) / 256;
+    if (blocks > 1024) blocks = 1024;
+    return launch_kernel(cast_f32_bf16, dim3((unsigned)blocks), dim3(256), 0, l, *p);
 }
 
 /* Reads src once with 16-byte streaming loads (4 in flight per thread), XOR-folds the words

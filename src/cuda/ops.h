@@ -260,6 +260,17 @@ typedef struct Fp8ToBf16Params {
 } Fp8ToBf16Params;
 int cuda_fp8_to_bf16(const Fp8ToBf16Params *p, const CudaLaunch *l);
 
+/* dst[i] = src[i], i < n, between fp32 and bf16 storage: to_bf16 = 1 rounds fp32 src to nearest even into bf16 dst,
+ * 0 widens bf16 src into fp32 dst (exact). A lone sequence's DeltaNet states between a bf16 serve slot and the
+ * context's fp32 layers. Grid-stride. */
+typedef struct CastParams {
+    const void *src;
+    void *dst;
+    int64_t n;
+    int to_bf16;
+} CastParams;
+int cuda_cast_f32_bf16(const CastParams *p, const CudaLaunch *l);
+
 /* Bandwidth probe: reads src[n_u4] (16-byte words) once, writes one word per block to sink. */
 typedef struct ReadBwParams {
     const void *src;
@@ -604,9 +615,10 @@ size_t cuda_deltanet_prefill_scratch(DeltaNetScratch *sc, void *base, int T, int
 #define DN_MAX_PTS 8 /* snapshots one DeltaNet prefill call may take inside it */
 /* Snapshot points in device memory (a prefill graph's, written before each replay): n points at call offsets off[i]
  * (ascending, in [0, the call's real rows)); point i of DeltaNet layer q stores its state at base[i] + q lstride and
- * its conv ring ring_off bytes after that (the layouts of DeltaNetPrefillParams.pt_state / pt_ring). */
+ * its conv ring ring_off bytes after that (the layouts of DeltaNetPrefillParams.pt_state / pt_ring); bf16: the
+ * states are stored as bf16 (DeltaNetPrefillParams.pt_bf16). */
 typedef struct DnPtsDev {
-    int n, pad;
+    int n, bf16;
     int off[DN_MAX_PTS];
     unsigned long long base[DN_MAX_PTS], lstride, ring_off;
 } DnPtsDev;
@@ -642,6 +654,10 @@ typedef struct DeltaNetPrefillParams {
     /* or (n_pts 0) the points of pts, read on the device, this layer being DeltaNet ordinal pts_q */
     const DnPtsDev *pts;
     int pts_q;
+    /* 1: state holds bf16 entries (a serve slot with bf16 states, ServeLayout.state_bf16): read exactly, the scan in
+     * fp32, the final state stored rounded to nearest even. pt_bf16: the same for the point states of pt_state (with
+     * pts: pts->bf16), which a context's fp32 state may write into bf16 snapshots. */
+    int state_bf16, pt_bf16;
 } DeltaNetPrefillParams;
 /* dk = dv = 128, Hv a multiple of Hk, 2 <= K <= 4. Launches 4 kernels on s. */
 int cuda_deltanet_prefill(const DeltaNetPrefillParams *p, const CudaLaunch *l);

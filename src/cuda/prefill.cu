@@ -559,6 +559,7 @@ static double dn_flops(const PrefillDims *d, int conv_dim, double T) {
 
 void cuda_dn_snap_points(DeltaNetPrefillParams *dp, const DnSnaps *ps, int q) {
     dp->n_pts = 0;
+    dp->pt_bf16 = ps ? ps->state_bf16 : 0;
     for (int i = 0; ps && i < ps->n; i++) {
         if (ps->at[i] < dp->pos || ps->at[i] >= dp->pos + dp->T) continue;
         char *S = ps->base[i] + (size_t)q * ps->lstride;
@@ -809,6 +810,7 @@ static int pf_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_l
         }
         in->pts.lstride = ps ? ps->lstride : 0;
         in->pts.ring_off = ps ? ps->ring_off : 0;
+        in->pts.bf16 = ps ? ps->state_bf16 : 0;
         in->t_real = n;
         memcpy(in->ids, tokens, sizeof(int32_t) * (size_t)n);
         memset(in->ids + n, 0, sizeof(int32_t) * (size_t)(Tb - n));

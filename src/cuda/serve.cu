@@ -101,10 +101,12 @@ static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
  * slots in all (the spare included), a piece being the layer's S then its conv ring. A layer's pass over the slots
  * (the batched state pass, one layer at a time) reads one region of n_tot pieces instead of one piece out of every
  * slot. A snapshot is a slot's pieces one after the other (slot_bytes), so slots and snapshots copy as 2-D copies of
- * n_dn rows of lstride bytes. Offsets of slot 0 into S_off / ring_off (may be NULL). */
-static void slot_layout(const Config *c, int n_tot, size_t *S_off, size_t *ring_off, size_t *slot_bytes,
-                        size_t *lstride, int *n_dn) {
-    const size_t S = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
+ * n_dn rows of lstride bytes. Offsets of slot 0 into S_off / ring_off (may be NULL). S is fp32, or bf16 with
+ * state_bf16 (ServeLayout.state_bf16). */
+static void slot_layout(const Config *c, int n_tot, int state_bf16, size_t *S_off, size_t *ring_off,
+                        size_t *slot_bytes, size_t *lstride, int *n_dn) {
+    const size_t S =
+        (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * (state_bf16 ? 2 : 4);
     const size_t ring = (size_t)c->linear_conv_kernel_dim * c->conv_dim * 2, ls = al256(S) + al256(ring);
     int q = 0;
     for (int l = 0; l < c->num_hidden_layers; l++) {
@@ -232,7 +234,7 @@ static void sv_dims(const CudaCtx *ctx, CudaServe *sv) {
 
 /* ---- Backend hooks --------------------------------------------------------------------------------------------- */
 
-extern "C" int cuda_serve_sizes(void *p, int block, ServeSizes *s, Err *err) {
+extern "C" int cuda_serve_sizes(void *p, int block, int state_bf16, ServeSizes *s, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
     if (!ctx->pf)
         return err_set(
@@ -241,7 +243,7 @@ extern "C" int cuda_serve_sizes(void *p, int block, ServeSizes *s, Err *err) {
     if (block < 1) return err_set(err, Q35_ERR_ARG, "cuda serve: block of %d tokens", block);
     memset(s, 0, sizeof *s);
     s->block_bytes = block_bytes_of(ctx->c, block);
-    slot_layout(ctx->c, 1, NULL, NULL, &s->slot_bytes, NULL, NULL);
+    slot_layout(ctx->c, 1, state_bf16, NULL, NULL, &s->slot_bytes, NULL, NULL);
     /* the activations of one pass come out of the same memory (sized here with room for 4096 table entries) */
     CudaServe tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -314,8 +316,8 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
         cuda_serve_close(ctx);
         return err_set(err, Q35_ERR_OOM, "cuda serve: out of host memory");
     }
-    slot_layout(c, l->n_slots + 1, sv->S_off, sv->ring_off, &sv->slot_bytes, &sv->lstride, &sv->n_dn);
-    sv->ctx_dn = ctx_dn_region(ctx, sv);
+    slot_layout(c, l->n_slots + 1, l->state_bf16, sv->S_off, sv->ring_off, &sv->slot_bytes, &sv->lstride, &sv->n_dn);
+    sv->ctx_dn = l->state_bf16 ? NULL : ctx_dn_region(ctx, sv); /* the context's own states are fp32 */
     for (int i = 0, k = 0; i < L; i++) sv->kv_index[i] = c->layer_types[i] == LAYER_FULL_ATTN ? k++ : -1;
     const int n_tables = l->n_slots * l->max_blocks + 1; /* each slot at most once per step, and the spare block */
     SvArena a = {NULL, 0};
@@ -381,7 +383,8 @@ static void snaps_add(const CudaServe *sv, DnSnaps *ps, int at, int snap) {
     ps->at[ps->n] = at;
     ps->base[ps->n] = snap_at(sv, snap);
     ps->lstride = sv->lstride;
-    ps->ring_off = al256((size_t)sv->d.Hv * sv->d.dk * sv->d.dv * 4); /* slot_layout's piece: S, then the ring */
+    ps->ring_off = al256((size_t)sv->d.Hv * sv->d.dk * sv->d.dv * (sv->lay.state_bf16 ? 2 : 4)); /* slot_layout: S, ring */
+    ps->state_bf16 = sv->lay.state_bf16;
     ps->n++;
 }
 
@@ -735,6 +738,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                     dnr,      dns,   pos,        sv->o,     (float *)sv->scratch, nd,      d->Hk, d->Hv,
                     d->dk,    d->dv, d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
                 if (ba) bp.ba_w = ly->w_ba, bp.ba_x = sv->h, bp.ba_k = D;
+                bp.state_bf16 = sv->lay.state_bf16;
                 if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
             }
             for (int i = 0; i < np && sv->det; i++) /* a chunk's tokens in order, each on its slot */
@@ -745,6 +749,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                         dnr + r,  dns + r, pos,        sv->o,     (float *)sv->scratch, 1,       d->Hk, d->Hv,
                         d->dk,    d->dv,   d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
                     if (ba) bp.ba_w = ly->w_ba, bp.ba_x = sv->h, bp.ba_k = D;
+                    bp.state_bf16 = sv->lay.state_bf16;
                     if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
                     const DnSnaps *ps = &pc[i].snaps; /* a snapshot after this token: the slot's piece of the layer */
                     for (int k = 0; k < ps->n; k++) {
@@ -772,7 +777,8 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                 dp.dt_bias = ly->dt_bias;
                 dp.norm_w = ly->lin_norm;
                 dp.conv_ring = (uint16_t *)(sv->slots + so + sv->ring_off[l]);
-                dp.state = (float *)(sv->slots + so + sv->S_off[l]);
+                dp.state = (float *)(sv->slots + so + sv->S_off[l]); /* bf16 entries with state_bf16 */
+                dp.state_bf16 = sv->lay.state_bf16;
                 dp.y = sv->act + (size_t)r0 * vd;
                 dp.scratch = sv->scratch;
                 dp.T = pc[i].n;
@@ -991,7 +997,9 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
  * writes the rows before it to the pages. So the next request on an idle server does not first write back the last
  * one's state (20 MB of a 0.8B). Every way a slot gets a new sequence passes through one of those (a step at position
  * 0, or snap_load), so a continuation is recognised by (slot, position) alone. Deterministic mode never enters: its
- * rows must be the batched step's bits. */
+ * rows must be the batched step's bits. With bf16 slots (ServeLayout.state_bf16) the state is widened to the
+ * context's fp32 entering and rounded to bf16 leaving, so a hosted sequence steps in fp32 until it leaves; a snapshot
+ * of it hands it back first (ctx_dn is NULL: the layouts differ). */
 static int solo_copy_state(CudaCtx *ctx, CudaServe *sv, int slot, int to_slot, Err *err) {
     const Config *c = ctx->c;
     int rc = to_slot ? cuda_state_clean(ctx, err) : 0;
@@ -1001,15 +1009,24 @@ static int solo_copy_state(CudaCtx *ctx, CudaServe *sv, int slot, int to_slot, E
         const cudaError_t e = slot_copy(sv, slot, sv->ctx_dn, to_slot, ctx->stream);
         return e == cudaSuccess ? 0 : sv_fail((int)e, "solo state copy", -1, err);
     }
-    const size_t S_bytes = (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * 4;
+    const int64_t S_n = (int64_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim;
     const size_t ring_bytes = (size_t)c->linear_conv_kernel_dim * c->conv_dim * 2;
+    const CudaLaunch lc = {ctx->stream, 0, NULL, 0};
     char *base = sv->slots + (size_t)slot * sv->lstride;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         if (ly->type == LAYER_FULL_ATTN) continue;
         char *s = base + sv->S_off[l], *r = base + sv->ring_off[l];
-        cudaError_t e = cudaMemcpyAsync(to_slot ? (void *)s : (void *)ly->S, to_slot ? (void *)ly->S : (void *)s,
-                                        S_bytes, cudaMemcpyDeviceToDevice, ctx->stream);
+        cudaError_t e = cudaSuccess;
+        if (sv->lay.state_bf16) { /* bf16 slot <-> the context's fp32 state: widened entering, rounded leaving */
+            const CastParams cp = {to_slot ? (const void *)ly->S : (const void *)s, to_slot ? (void *)s : (void *)ly->S,
+                                   S_n, to_slot};
+            const int crc = cuda_cast_f32_bf16(&cp, &lc);
+            if (crc) return sv_fail(crc, "solo state copy", l, err);
+        } else {
+            e = cudaMemcpyAsync(to_slot ? (void *)s : (void *)ly->S, to_slot ? (void *)ly->S : (void *)s,
+                                (size_t)S_n * 4, cudaMemcpyDeviceToDevice, ctx->stream);
+        }
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(to_slot ? (void *)r : (void *)ly->conv_ring,
                                 to_slot ? (void *)ly->conv_ring : (void *)r, ring_bytes, cudaMemcpyDeviceToDevice,
@@ -1113,6 +1130,7 @@ static int solo_step(CudaCtx *ctx, CudaServe *sv, const BatchItem *it, float *lo
     memcpy(sv->solo_tab, it->blocks, sizeof(int32_t) * (size_t)nb);
     DnSnaps ps; /* snapshots inside the prompt chunk: its prefill takes them (n > 1 there) */
     ps.n = 0;
+    ps.state_bf16 = sv->lay.state_bf16;
     for (int k = 0; k < it->n_snaps; k++) snaps_add(sv, &ps, it->pos + it->snap_off[k], it->snap_id[k]);
     ctx->pf_snaps = ps.n ? &ps : NULL;
     const int pen = it->sample && it->sample->n_pen > 0; /* logit changes: the row's pick goes through solo_pick */
@@ -1212,6 +1230,7 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
             pc[np].logits = it->logits && off + m == it->n && logits;
             pc[np].pick = pc[np].logits ? it->pick : NULL;
             pc[np].snaps.n = 0;
+            pc[np].snaps.state_bf16 = sv->lay.state_bf16;
             for (int k = 0; k < it->n_snaps && !rc; k++) {
                 if (it->snap_off[k] == off && it->snap_id[k] >= 0) { /* at the piece's start: the slot as it is now
                                                                       * (after the item's earlier pieces' passes) */

@@ -530,28 +530,43 @@ __device__ __forceinline__ uint16_t dn_gated_y(float o, float rstd, float w, flo
  * before the wait (PDL contract 1: state rows of earlier tokens). A row's sums depend on that row alone, whatever the
  * grid. */
 #define DN_SP_STAGES 3
-static int dn_sp_smem(int dk) { return DN_SP_STAGES * (dk * 512 + 8); } /* the ring, then one mbarrier per stage */
+/* the ring (one head's state S[dk][128] of es-byte entries per stage), then one mbarrier per stage */
+static int dn_sp_smem(int dk, int es) { return DN_SP_STAGES * (dk * 128 * es + 8); }
+
+/* A state entry as the slots store it: fp32, or bf16 (DnBatchParams.state_bf16). Four consecutive columns are one
+ * float4 or one uint2; a bf16 store rounds to nearest even. */
+__device__ __forceinline__ float4 dn_sp_ld4(const float *s) { return *(const float4 *)s; }
+__device__ __forceinline__ float4 dn_sp_ld4(const uint16_t *s) {
+    const uint2 u = *(const uint2 *)s;
+    return make_float4(bf_lo(u.x), bf_hi(u.x), bf_lo(u.y), bf_hi(u.y));
+}
+__device__ __forceinline__ void dn_sp_st4(float *s, float4 v) { *(float4 *)s = v; }
+__device__ __forceinline__ void dn_sp_st4(uint16_t *s, float4 v) {
+    *(uint2 *)s = make_uint2((uint32_t)bf16_bits(v.x) | (uint32_t)bf16_bits(v.y) << 16,
+                             (uint32_t)bf16_bits(v.z) | (uint32_t)bf16_bits(v.w) << 16);
+}
 
 /* The small operands of item t for lane `lane` of warp w (see dn_batch_state_head): kq_lane = k^ at row w + 8 lane
  * (lanes 0-15) or q^ at row w + 8 (lane - 16) (lanes 16-31), zero past dk, read back by shuffles; v at columns
  * 4 lane .. 4 lane + 3; beta / decay / kq; the item's output row and state; z at those columns (warp 0, with the
  * gated norm). Loaded an item ahead, so that their L2 round trips are not on the item's path. */
-typedef struct DnSpItem {
+template <typename T> struct DnSpItem {
     float kq_lane;
     float4 v;
     float beta, decay, kq;
     uint2 z;
     int row;
-    float *S;
-} DnSpItem;
+    T *S;
+};
 
 /* The state S[dk][128] of item t: head t % Hv of slot slot[t / Hv] */
-__device__ __forceinline__ float *dn_sp_state(const DnBatchParams &p, int t) {
+template <typename T> __device__ __forceinline__ T *dn_sp_state(const DnBatchParams &p, int t) {
     const int i = t / p.Hv, j = t - i * p.Hv;
-    return (float *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * p.dk * 128;
+    return (T *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * p.dk * 128;
 }
 
-__device__ __forceinline__ void dn_sp_operands(const DnBatchParams &p, int t, int w, int lane, DnSpItem *it) {
+template <typename T>
+__device__ __forceinline__ void dn_sp_operands(const DnBatchParams &p, int t, int w, int lane, DnSpItem<T> *it) {
     const int dk = p.dk, i = t / p.Hv, j = t - i * p.Hv, n = j / (p.Hv / p.Hk), key_dim = p.Hk * dk;
     const float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, p.Hv, dk, 128);
     const float *wg = ws + 2 * key_dim + p.Hv * 128;
@@ -565,21 +580,20 @@ __device__ __forceinline__ void dn_sp_operands(const DnBatchParams &p, int t, in
     it->z = p.y && w == 0
                 ? *(const uint2 *)(p.proj + (size_t)it->row * p.ld_proj + p.z_off + (size_t)j * 128 + 4 * lane)
                 : make_uint2(0u, 0u);
-    it->S = dn_sp_state(p, t);
+    it->S = dn_sp_state<T>(p, t);
 }
 
 /* s[m] = this lane's row w + 8 m of the state in ring stage `stage` (zero past dk), and its dots with k^ and q^
  * (kq_lane of DnSpItem) added to *mm, *qq in order of m; before each row is overwritten, `store` is called with m
  * (the previous item's row m goes out there). */
-template <typename Store>
-__device__ __forceinline__ void dn_sp_rows(const float *stage, int dk, int w, int lane, float kq_lane, float4 (&s)[16],
+template <typename T, typename Store>
+__device__ __forceinline__ void dn_sp_rows(const T *stage, int dk, int w, int lane, float kq_lane, float4 (&s)[16],
                                            float4 *mm, float4 *qq, Store store) {
     float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
 #pragma unroll
     for (int m = 0; m < 16; m++) {
         store(m);
-        s[m] = w + 8 * m < dk ? *(const float4 *)(stage + (w + 8 * m) * 128 + 4 * lane)
-                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        s[m] = w + 8 * m < dk ? dn_sp_ld4(stage + (w + 8 * m) * 128 + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float kv = __shfl_sync(0xffffffffu, kq_lane, m), q = __shfl_sync(0xffffffffu, kq_lane, 16 + m);
         a = make_float4(fmaf(s[m].x, kv, a.x), fmaf(s[m].y, kv, a.y), fmaf(s[m].z, kv, a.z), fmaf(s[m].w, kv, a.w));
         b = make_float4(fmaf(s[m].x, q, b.x), fmaf(s[m].y, q, b.y), fmaf(s[m].z, q, b.z), fmaf(s[m].w, q, b.w));
@@ -588,20 +602,21 @@ __device__ __forceinline__ void dn_sp_rows(const float *stage, int dk, int w, in
     *qq = b;
 }
 
+template <typename T>
 __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_constant__ DnBatchParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float sm[];
     __shared__ float4 red_m[2][8][32], red_s[2][8][32];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, dk = p.dk, tid = threadIdx.x;
     const int items = p.Hv * p.nd, G = gridDim.x, value_dim = p.Hv * 128;
-    const uint32_t bytes = (uint32_t)dk * 512u, sbase = smem_addr(sm), fbar = sbase + DN_SP_STAGES * bytes;
+    const uint32_t bytes = (uint32_t)dk * 128u * (uint32_t)sizeof(T), sbase = smem_addr(sm), fbar = sbase + DN_SP_STAGES * bytes;
     auto fetch = [&](int t, int st) {
         mbar_arrive_expect_tx(fbar + 8 * st, bytes);
-        bulk_g2s(sbase + st * bytes, dn_sp_state(p, t), bytes, fbar + 8 * st);
+        bulk_g2s(sbase + st * bytes, dn_sp_state<T>(p, t), bytes, fbar + 8 * st);
     };
     auto stage = [&](int k) {
         mbar_wait(fbar + 8 * (k % DN_SP_STAGES), (uint32_t)(k / DN_SP_STAGES) & 1u);
-        return sm + (size_t)(k % DN_SP_STAGES) * dk * 128;
+        return (const T *)sm + (size_t)(k % DN_SP_STAGES) * dk * 128;
     };
     if (tid == 0) {
         for (int st = 0; st < DN_SP_STAGES; st++) mbar_init(fbar + 8 * st, 1);
@@ -612,13 +627,13 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
     __syncthreads();
     const float4 nw = p.y && w == 0 ? *(const float4 *)(p.norm_w + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     pdl_begin();
-    DnSpItem cu;
+    DnSpItem<T> cu;
     dn_sp_operands(p, blockIdx.x, w, lane, &cu);
     float4 s[16], mm, qq;
     dn_sp_rows(stage(0), dk, w, lane, cu.kq_lane, s, &mm, &qq, [](int) {});
     for (int k = 0, t = blockIdx.x; t < items; k++, t += G) {
         const bool more = t + G < items;
-        DnSpItem nx;
+        DnSpItem<T> nx;
         if (more) dn_sp_operands(p, t + G, w, lane, &nx);
         red_m[k & 1][w][lane] = mm;
         red_s[k & 1][w][lane] = qq;
@@ -655,15 +670,15 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
                 yrow[3] = dn_gated_y(o3, rstd, nw.w, bf_hi(cu.z.y));
             }
         }
-        float *Sh = cu.S;
+        T *Sh = cu.S;
         const float kql = cu.kq_lane;
         /* row w + 8 m of this item's new state */
         auto store = [&](int m) {
             const float kv = __shfl_sync(0xffffffffu, kql, m);
             if (w + 8 * m < dk)
-                *(float4 *)(Sh + (size_t)(w + 8 * m) * 128 + 4 * lane) =
-                    make_float4(fmaf(kv, dl.x, decay * s[m].x), fmaf(kv, dl.y, decay * s[m].y),
-                                fmaf(kv, dl.z, decay * s[m].z), fmaf(kv, dl.w, decay * s[m].w));
+                dn_sp_st4(Sh + (size_t)(w + 8 * m) * 128 + 4 * lane,
+                          make_float4(fmaf(kv, dl.x, decay * s[m].x), fmaf(kv, dl.y, decay * s[m].y),
+                                      fmaf(kv, dl.z, decay * s[m].z), fmaf(kv, dl.w, decay * s[m].w)));
         };
         if (more) {
             dn_sp_rows(stage(k + 1), dk, w, lane, nx.kq_lane, s, &mm, &qq, store);
@@ -709,17 +724,20 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     /* the whole-head pass (dk even: v's float4 loads are aligned) applies the gated norm itself where its z and weight
      * loads are aligned; otherwise dn_gated_norm_rows runs after the state pass */
     const bool whole = p->dv == 128 && p->dk <= 128 && p->dk % 2 == 0;
+    if (p->state_bf16 && !whole) return (int)cudaErrorInvalidValue;
     const bool fuse = whole && p->y && !((uintptr_t)p->norm_w & 15) && !((uintptr_t)p->proj & 7) &&
                       p->ld_proj % 4 == 0 && p->z_off % 4 == 0;
     DnBatchParams q = *p;
     if (!fuse) q.y = NULL;
     if (whole) {
-        const int smem = dn_sp_smem(p->dk), items = p->Hv * p->nd;
-        const cudaError_t e =
-            cudaFuncSetAttribute(dn_batch_state_head, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        const int smem = dn_sp_smem(p->dk, p->state_bf16 ? 2 : 4), items = p->Hv * p->nd;
+        const dim3 grid((unsigned)(items < p->n_sm ? items : p->n_sm));
+        const cudaError_t e = cudaFuncSetAttribute(p->state_bf16 ? dn_batch_state_head<uint16_t>
+                                                                 : dn_batch_state_head<float>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return (int)e;
-        rc = launch_kernel(dn_batch_state_head, dim3((unsigned)(items < p->n_sm ? items : p->n_sm)), dim3(256), smem, l,
-                           q);
+        rc = p->state_bf16 ? launch_kernel(dn_batch_state_head<uint16_t>, grid, dim3(256), smem, l, q)
+                           : launch_kernel(dn_batch_state_head<float>, grid, dim3(256), smem, l, q);
     } else {
         SbArgs a;
         a.p = q;

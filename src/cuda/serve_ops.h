@@ -123,6 +123,8 @@ typedef struct DnBatchParams {
      * each dot by one warp (lanes over 8-element pieces in order, then the warp's tree). */
     const uint16_t *ba_w, *ba_x;
     int ba_k; /* a multiple of 8; ba_w and ba_x 16-byte aligned; Hv / Hk <= DN_BA_MAX_R */
+    int state_bf16; /* 1: the slots' states are bf16 (S0 then points at bf16 entries; the whole-head pass only): each
+                     * step reads them exactly, computes in fp32 and stores its new state rounded to nearest even */
 } DnBatchParams;
 enum { DN_BA_MAX_R = 8 };
 size_t cuda_dn_batch_ws_bytes(int nd, int Hk, int Hv, int dk, int dv);

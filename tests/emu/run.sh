@@ -5,7 +5,7 @@
 # carving and the chunk algebra, not speed. The kernel file is compiled unchanged except for three
 # mechanical edits (sed below: the cuda/ includes, the extern __shared__ declaration, the launcher).
 # Needs nvcc's headers (cuda_runtime_api.h, for the vector types) and build/src/{cpu/ops,util}.o
-# (any `make` build). Usage: tests/emu/run.sh [Hk Hv repeating scan_norms]  (default 1 2 0 1; ~40 s per run;
+# (any `make` build). Usage: tests/emu/run.sh [Hk Hv repeating scan_norms bf16]  (default 1 2 0 1 0; ~40 s per run;
 # scan_norms 0: dn_scan<false> + dn_norm_out).
 set -e
 cd "$(dirname "$0")/../.."

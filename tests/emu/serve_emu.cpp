@@ -12,7 +12,7 @@
  *   dn_batch_step (prep + either state pass; the whole-head pass with 1, 2 and 64 CTAs streaming the heads through
  *     its ring of bulk copies) + gated norm: o, S and y of four decode rows on their slots (one new at
  *     position 0, three with history) within bounds of a double reference; the ring row written bitwise; the
- *     fifth slot and the other rows untouched;
+ *     fifth slot and the other rows untouched; the same with bf16 states (the whole-head pass; refused on others);
  *   gather: bitwise;
  *   rows_argmax: over 3 chunks, ties within and across chunks (the smallest index), past n_valid ignored, all NaN: 0.
  * Exit 1 on a failed bound. Usage: serve_emu [seed]. */
@@ -322,12 +322,16 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
  * histories; slot 1 and rows 0, 2 must stay untouched. ba_k > 0: prep computes b and a from rows h [T][ba_k] and
  * weights [2 Hv][ba_k] (DnBatchParams.ba_w), proj's b / a columns NaN; h and w are multiples of 1/4 and 1/8 up to 2
  * and 1/4, so every sum is exact in any order and the reference's b / a are the kernel's bit for bit (a wrong row,
- * head or weight row moves beta and decay by far more than o's bound). */
-static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0) {
+ * head or weight row moves beta and decay by far more than o's bound). bf16: the slots' states are bf16
+ * (DnBatchParams.state_bf16; the whole-head pass only, other shapes refused): read exactly, the new state within
+ * one rounding to nearest of the reference (|err| <= |ref| / 256 plus fp32 slack, where truncation may be off by
+ * |ref| / 128). */
+static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0, bool bf16 = false) {
     const int K = 4, T = 6, n_slots = 5, nd = 4;
     const int key_dim = Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
     const int ld = conv_dim + value_dim + 2 * Hv + 8;
-    const size_t S_n = (size_t)Hv * dk * dv, S_b = ((S_n * 4 + 255) / 256) * 256, ring_n = (size_t)K * conv_dim;
+    const size_t es = bf16 ? 2 : 4; /* bytes per state entry */
+    const size_t S_n = (size_t)Hv * dk * dv, S_b = ((S_n * es + 255) / 256) * 256, ring_n = (size_t)K * conv_dim;
     const size_t stride = S_b + ((ring_n * 2 + 255) / 256) * 256;
     const int rows[nd] = {1, 3, 4, 5}, slot[nd] = {2, 0, 4, 3}, pos[T] = {-1, 5, -1, 0, 2, 9};
     uint16_t *proj = bfv((size_t)T * ld, 1.0f), *projr = (uint16_t *)malloc((size_t)T * ld * 2); /* the reference's */
@@ -353,7 +357,13 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0) 
     for (int s = 0; s < n_slots; s++) {
         float *S = (float *)(slots + s * stride);
         uint16_t *ring = (uint16_t *)(slots + s * stride + S_b);
-        for (size_t i = 0; i < S_n; i++) S[i] = s == 0 ? 0.0f : 0.1f * nrm();
+        for (size_t i = 0; i < S_n; i++) {
+            const float v = s == 0 ? 0.0f : 0.1f * nrm();
+            if (bf16)
+                ((uint16_t *)S)[i] = emu_bf(v);
+            else
+                S[i] = v;
+        }
         for (size_t i = 0; i < ring_n; i++) ring[i] = s == 0 ? 0 : emu_bf(nrm());
     }
     char *slots0 = (char *)malloc(stride * n_slots);
@@ -371,16 +381,29 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0) 
     bp.n_sm = n_sm;
     bp.norm_w = nw, bp.y = y, bp.z_off = conv_dim, bp.eps = 1e-6f; /* the gated norm too (in the pass, or after it) */
     if (ba_k > 0) bp.ba_w = wba, bp.ba_x = hx, bp.ba_k = ba_k;
+    bp.state_bf16 = bf16;
+    if (bf16 && !(dv == 128 && dk <= 128 && dk % 2 == 0)) { /* the column-slice pass keeps fp32 states only */
+        check(cuda_dn_batch_step(&bp, &lc) != 0, "dn_batch_step with bf16 states on a column-slice shape refused");
+        printf("  deltanet Hk %d Hv %d dk %3d dv %3d, bf16 states: refused\n", Hk, Hv, dk, dv);
+        free(projr), free(hx), free(wba);
+        free(proj), free(conv_w), free(A_log), free(dt_bias), free(nw), free(slots), free(slots0), free(o), free(y);
+        free(ws);
+        return;
+    }
     check(cuda_dn_batch_step(&bp, &lc) == 0, "dn_batch_step launch");
+    /* entry k of the state at base (fp32, or bf16 with bf16) */
+    auto sv = [&](const char *base, size_t k) -> double {
+        return bf16 ? (double)bff(((const uint16_t *)base)[k]) : (double)((const float *)base)[k];
+    };
 
     int bad_o = 0, bad_S = 0, bad_y = 0, bad_ring = 0, bad_other = 0;
     double err_o = 0, err_S = 0, err_y = 0; /* max |got - ref| / max |ref| of the head */
     for (int i = 0; i < nd; i++) {
         const int r = rows[i], p = pos[r], rc = p % K;
         const uint16_t *m = projr + (size_t)r * ld;
-        const float *S0 = (const float *)(slots0 + slot[i] * stride);
+        const char *S0 = slots0 + slot[i] * stride;
         const uint16_t *ring0 = (const uint16_t *)(slots0 + slot[i] * stride + S_b);
-        const float *S1 = (const float *)(slots + slot[i] * stride);
+        const char *S1 = slots + slot[i] * stride;
         const uint16_t *ring1 = (const uint16_t *)(slots + slot[i] * stride + S_b);
         std::vector<double> c(conv_dim);
         for (int ch = 0; ch < conv_dim; ch++) {
@@ -409,7 +432,7 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0) 
             for (int e = 0; e < dv; e++) {
                 double mem = 0, qs = 0;
                 for (int d = 0; d < dk; d++) {
-                    const double s = S0[((size_t)j * dk + d) * dv + e];
+                    const double s = sv(S0, ((size_t)j * dk + d) * dv + e);
                     mem += s * c[key_dim + n * dk + d] * rk;
                     qs += s * c[n * dk + d] * rq;
                 }
@@ -421,7 +444,7 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0) 
                 omax = fmax(omax, fabs(ov[e]));
                 for (int d = 0; d < dk; d++) {
                     Sn[(size_t)d * dv + e] =
-                        decay * S0[((size_t)j * dk + d) * dv + e] + c[key_dim + n * dk + d] * rk * delta;
+                        decay * sv(S0, ((size_t)j * dk + d) * dv + e) + c[key_dim + n * dk + d] * rk * delta;
                     smax = fmax(smax, fabs(Sn[(size_t)d * dv + e]));
                 }
             }
@@ -434,9 +457,9 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0) 
                 }
                 ss += got * got;
                 for (int d = 0; d < dk; d++) {
-                    const double ds = fabs(S1[((size_t)j * dk + d) * dv + e] - Sn[(size_t)d * dv + e]);
+                    const double ref = Sn[(size_t)d * dv + e], ds = fabs(sv(S1, ((size_t)j * dk + d) * dv + e) - ref);
                     es = fmax(es, ds);
-                    bad_S += !(ds <= 1e-5 * smax + 1e-7);
+                    bad_S += !(ds <= 1e-5 * smax + 1e-7 + (bf16 ? fabs(ref) / 250 : 0.0));
                 }
             }
             err_o = fmax(err_o, eo / omax), err_S = fmax(err_S, es / smax);
@@ -473,11 +496,11 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0) 
     check(bad_y == 0, "dn gated norm y");
     check(bad_ring == 0, "dn step conv ring");
     check(bad_other == 0, "dn step touched another slot or row");
-    printf(
-        "  deltanet Hk %d Hv %d dk %3d dv %3d, %d rows%s: o %d, S %d, y %d, ring %d, other %d bad (max err / max |ref| "
-        "o %.2e, S %.2e, y %.2e)\n",
-        Hk, Hv, dk, dv, nd, ba_k > 0 ? ", b / a in prep" : "", bad_o, bad_S, bad_y, bad_ring, bad_other, err_o, err_S,
-        err_y);
+    printf("  deltanet Hk %d Hv %d dk %3d dv %3d, %d rows%s%s: o %d, S %d, y %d, ring %d, other %d bad (max err / max "
+           "|ref| "
+           "o %.2e, S %.2e, y %.2e)\n",
+           Hk, Hv, dk, dv, nd, ba_k > 0 ? ", b / a in prep" : "", bf16 ? ", bf16 states" : "", bad_o, bad_S, bad_y,
+           bad_ring, bad_other, err_o, err_S, err_y);
     free(projr), free(hx), free(wba);
     free(proj), free(conv_w), free(A_log), free(dt_bias), free(nw), free(slots), free(slots0), free(o), free(y);
     free(ws);
@@ -581,6 +604,10 @@ int main(int argc, char **argv) {
     dn_case(2, 4, 32, 48);                 /* 6 splits of 8 columns: 3 state CTAs per head */
     dn_case(1, 1, 64, 36);                 /* 5 splits of 8 columns: one per state CTA, the last one half empty */
     dn_case(1, 2, 16, 30);                 /* dv % 4 != 0: one column per thread */
+    dn_case(1, 2, 128, 128, 2, 0, true);   /* bf16 states: the whole-head pass */
+    dn_case(1, 2, 128, 128, 1, 0, true);   /* ... one CTA, the ring wrapping */
+    dn_case(2, 2, 72, 128, 2, 40, true);   /* ... rows past dk, b / a in prep */
+    dn_case(1, 1, 65, 128, 2, 0, true);    /* ... refused on the column-slice pass */
     gather_case();
     argmax_case();
     printf("serve_emu: %s\n", fails ? "FAILED" : "all bounds met");

@@ -29,7 +29,10 @@
  *     Q35_ERR_ARG;
  *   - all of it again on the Qwen3.5-like model quantized to FP8 (model_quantize_fp8: FP8 GEMVs and skinny GEMMs,
  *     the FP8 weights also on the skinny GEMM of short prefill pieces, bf16 copies in the tiled prefill GEMMs, the CPU
- *     on the dequantized weights).
+ *     on the dequantized weights);
+ *   - and with bf16 DeltaNet states (ServeLayout.state_bf16: slots and snapshots of half the state bytes, the CPU
+ *     reference serving with bf16 states too and its rows moved off its fp32-state rows; a lone sequence on the
+ *     single-sequence step entering from and leaving to a bf16 slot).
  * Usage: test_serve_cuda [seed]. Skips (exit 0, "no GPU") without a GPU. */
 #include "backend.h"
 #include "sampler.h"
@@ -105,9 +108,10 @@ typedef struct Seq {
     int slot, len, prompt, ids[MAX_SEQ], table[MAX_SEQ / BLOCK];
 } Seq;
 
-/* A's schedule, alone (others 0) or among N_OTHER others, who join from step `join` on (A alone until then); A's
- * logits rows [N_STEPS][V] to outA. */
-static int run_steps(void *ctx, const int *idsA, int others, int join, float *outA, int V, Err *err) {
+/* A's schedule on backend be, alone (others 0) or among N_OTHER others, who join from step `join` on (A alone until
+ * then); A's logits rows [N_STEPS][V] to outA. */
+static int run_steps(const Backend *be, void *ctx, const int *idsA, int others, int join, float *outA, int V,
+                     Err *err) {
     Seq s[1 + N_OTHER];
     int perm[N_BLOCKS];
     for (int i = 0; i < N_BLOCKS; i++) perm[i] = i;
@@ -155,7 +159,7 @@ static int run_steps(void *ctx, const int *idsA, int others, int join, float *ou
             if (items[i].slot == s[0].slot) a_row = n_out;
             n_out += items[i].logits;
         }
-        rc = cuda_backend.step_batch(ctx, items, n, lg, err);
+        rc = be->step_batch(ctx, items, n, lg, err);
         if (!rc) memcpy(outA + (size_t)step * V, lg + (size_t)a_row * V, sizeof(float) * V);
     }
     free(lg);
@@ -651,9 +655,10 @@ static int check_penalized(void *ctx, const int *ids, int det, int V, Err *err) 
  * which a lone decode row runs the single-sequence step on the context's own state (serve.cu solo_step): alone,
  * among others, from a snapshot, and alone and then joined by others (the solo state and KV rows handed back to the
  * slot and pages), each within the bound against forward(). */
-static void test_model(int qwen35, int det, int fp8) {
+static void test_model(int qwen35, int det, int fp8, int bf16) {
     char name[64];
-    snprintf(name, sizeof name, "%s%s%s", qwen35 ? "qwen3.5-like" : "qwen3-like", fp8 ? " fp8" : "", det ? " det" : "");
+    snprintf(name, sizeof name, "%s%s%s%s", qwen35 ? "qwen3.5-like" : "qwen3-like", fp8 ? " fp8" : "",
+             bf16 ? " bf16-states" : "", det ? " det" : "");
     Model m;
     small_model(&m, qwen35);
     if (fp8) { /* --weights fp8: FP8 projections (the DeltaNet in_proj's b / a rows stay bf16), the CPU dequantizes */
@@ -684,22 +689,41 @@ static void test_model(int qwen35, int det, int fp8) {
     }
     CHECK(cuda_backend.serve_sizes && cuda_backend.serve_open && cuda_backend.step_batch, "no batched step");
     ServeSizes z;
-    if (cuda_backend.serve_sizes(ctx, BLOCK, &z, &err)) {
+    ServeSizes z32;
+    if (cuda_backend.serve_sizes(ctx, BLOCK, bf16, &z, &err) || cuda_backend.serve_sizes(ctx, BLOCK, 0, &z32, &err)) {
         CHECK(0, "%s: serve_sizes: %s", name, err.msg);
         goto done;
     }
     const Config *c = &m.config;
     const size_t want_block = (size_t)c->n_full_layers * 2 * c->num_key_value_heads * BLOCK * c->head_dim * 2;
     CHECK(z.block_bytes == want_block, "%s: block_bytes %zu, expected %zu", name, z.block_bytes, want_block);
-    CHECK(qwen35 ? z.slot_bytes >= (size_t)c->n_linear_layers * 2 * 128 * 128 * 4 : z.slot_bytes == 0,
+    CHECK(qwen35 ? z.slot_bytes >= (size_t)c->n_linear_layers * 4 * 128 * 128 * (bf16 ? 2 : 4) : z.slot_bytes == 0,
           "%s: slot_bytes %zu", name, z.slot_bytes);
+    CHECK(!bf16 || z.slot_bytes + (size_t)c->n_linear_layers * 4 * 128 * 128 * 2 <= z32.slot_bytes,
+          "%s: bf16 slots of %zu bytes against fp32 ones of %zu", name, z.slot_bytes, z32.slot_bytes);
     CHECK(z.mem_bytes > 0 && z.mem_fraction > 0 && z.mem_fraction <= 1, "%s: mem %zu fraction %g", name, z.mem_bytes,
           z.mem_fraction);
-    ServeLayout lay = {
-        .n_slots = N_SLOTS, .n_blocks = N_BLOCKS, .block = BLOCK, .max_blocks = MAX_SEQ / BLOCK, .n_snaps = 1};
+    ServeLayout lay = {.n_slots = N_SLOTS,
+                       .n_blocks = N_BLOCKS,
+                       .block = BLOCK,
+                       .max_blocks = MAX_SEQ / BLOCK,
+                       .n_snaps = 1,
+                       .state_bf16 = bf16};
     if (cuda_backend.serve_open(ctx, &lay, &err)) {
         CHECK(0, "%s: serve_open: %s", name, err.msg);
         goto done;
+    }
+    double w_cpu32 = 0; /* bf16 states: the CPU's fp32-state rows against the CPU's own bf16-state serve */
+    if (bf16) {
+        memcpy(among, cpu, sizeof(float) * N_STEPS * V);
+        if (cpu_backend.serve_open(cctx, &lay, &err) || run_steps(&cpu_backend, cctx, ids, 0, 0, cpu, V, &err)) {
+            CHECK(0, "%s: the CPU's bf16-state serve: %s", name, err.msg);
+            goto done;
+        }
+        rows_near(among, cpu, N_STEPS, V, &w_cpu32);
+        int same = 0;
+        for (int t = 0; t < N_STEPS; t++) same += !memcmp(among + (size_t)t * V, cpu + (size_t)t * V, 4 * V);
+        CHECK(same < N_STEPS, "%s: the CPU's bf16 states change nothing", name);
     }
     /* forward(): the single sequence beside the pools */
     int rc = cuda_backend.reset(ctx, &err);
@@ -707,14 +731,14 @@ static void test_model(int qwen35, int det, int fp8) {
     for (int t = CHUNK_A; t < LA && !rc; t++)
         rc = cuda_backend.forward(ctx, ids + t, 1, t, 0, fwd + (size_t)(1 + t - CHUNK_A) * V, &err);
     CHECK(rc == 0, "%s: forward: %s", name, err.msg);
-    if ((rc = run_steps(ctx, ids, 0, 0, alone, V, &err))) {
+    if ((rc = run_steps(&cuda_backend, ctx, ids, 0, 0, alone, V, &err))) {
         CHECK(0, "%s: step_batch alone: %s", name, err.msg);
         goto done;
     }
     double w_fwd = 0, w_cpu = 0;
     CHECK(rows_near(alone, fwd, N_STEPS, V, &w_fwd), "%s: step_batch vs forward(): worst rel L2 %.4f", name, w_fwd);
     CHECK(rows_near(alone, cpu, N_STEPS, V, &w_cpu), "%s: step_batch vs the CPU: worst rel L2 %.4f", name, w_cpu);
-    if ((rc = run_steps(ctx, ids, 1, 0, among, V, &err))) {
+    if ((rc = run_steps(&cuda_backend, ctx, ids, 1, 0, among, V, &err))) {
         CHECK(0, "%s: step_batch among others: %s", name, err.msg);
         goto done;
     }
@@ -729,7 +753,7 @@ static void test_model(int qwen35, int det, int fp8) {
         CHECK(rows_near(among, fwd, N_STEPS, V, &w_among), "%s: among others vs forward(): worst rel L2 %.4f", name,
               w_among);
     /* and once more alone: run to run */
-    if (det && (rc = run_steps(ctx, ids, 0, 0, among, V, &err)) == 0)
+    if (det && (rc = run_steps(&cuda_backend, ctx, ids, 0, 0, among, V, &err)) == 0)
         CHECK(memcmp(alone, among, sizeof(float) * N_STEPS * V) == 0, "%s: step_batch differs run to run", name);
     /* prefix-cache hooks: continuing from a loaded snapshot and copied blocks */
     int diff_snap = -1;
@@ -745,7 +769,7 @@ static void test_model(int qwen35, int det, int fp8) {
               "%s: from a snapshot and copied blocks vs forward(): worst rel L2 %.4f (%s)", name, w_snap,
               rc ? err.msg : "");
     if (!det) { /* A alone (solo steps) for half its decode steps, then the others join (a batched step hands A back) */
-        rc = run_steps(ctx, ids, 1, N_STEPS / 2, among, V, &err);
+        rc = run_steps(&cuda_backend, ctx, ids, 1, N_STEPS / 2, among, V, &err);
         CHECK(rc == 0 && rows_near(among, fwd, N_STEPS, V, &w_join),
               "%s: alone then joined by others vs forward(): worst rel L2 %.4f (%s)", name, w_join, rc ? err.msg : "");
         double w_end = 0;
@@ -823,6 +847,7 @@ static void test_model(int qwen35, int det, int fp8) {
     bad.slot = 0;
     blocks[0] = N_BLOCKS;
     CHECK(cuda_backend.step_batch(ctx, &bad, 1, fwd, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
+    if (bf16) printf("  %s: the CPU's rows with fp32 vs bf16 states: worst rel L2 %.4f\n", name, w_cpu32);
     if (det)
         printf("  %s: step_batch vs forward() worst rel L2 %.4f, vs CPU %.4f; alone vs among %d others: %d of %d rows "
                "differ\n",
@@ -834,7 +859,10 @@ static void test_model(int qwen35, int det, int fp8) {
     cuda_backend.serve_close(ctx);
 done:
     if (ctx) cuda_backend.close(ctx);
-    if (cctx) cpu_backend.close(cctx);
+    if (cctx) {
+        cpu_backend.serve_close(cctx);
+        cpu_backend.close(cctx);
+    }
     free(alone), free(among), free(fwd), free(cpu_all), free(cpu);
 }
 
@@ -842,9 +870,10 @@ int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("serve_cuda");
     rng_seed(&rng, test_seed(argc, argv, "test_serve_cuda"));
     for (int det = 1; det >= 0; det--) {
-        test_model(1, det, 0);
-        test_model(0, det, 0);
-        test_model(1, det, 1);
+        test_model(1, det, 0, 0);
+        test_model(0, det, 0, 0);
+        test_model(1, det, 1, 0);
+        test_model(1, det, 0, 1); /* bf16 DeltaNet states (ServeLayout.state_bf16) */
     }
     tt_free_all();
     return TEST_SUMMARY("serve_cuda");
