@@ -1,6 +1,6 @@
 // server.cjs — starts `qwen35 serve` for a test file: the CPU backend on a free port with the test model, the given
 // extra arguments and environment variables (env); resolves with the process once it prints its address (its port
-// in proc.port). stop() sends SIGTERM and resolves with the exit status.
+// in proc.port, what it printed so far in proc.log). stop() sends SIGTERM and resolves with the exit status.
 const { spawn } = require("node:child_process");
 
 function start(extra, env) {
@@ -11,6 +11,7 @@ function start(extra, env) {
         let err = "";
         p.stderr.on("data", (d) => {
             err += d;
+            p.log = err;
             const m = err.match(/listening on http:\/\/[^:]+:(\d+)/);
             if (m && !p.port) { p.port = Number(m[1]); resolve(p); }
         });
