@@ -103,9 +103,10 @@ typedef struct Backend {
     /* Optional (NULL if absent): decode timings at rq->ctx_len. Clobbers the sequence (reset after). */
     int (*bench)(void *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
     /* Optional batched step (NULL: core's one-sequence fallback). serve_sizes reports the bytes of one block of
-     * `block` tokens and of one slot (its states S in bf16 when state_bf16), and the memory they may come from. serve_open allocates the pools for layout l
-     * (a second call replaces them); serve_close frees them. The single-sequence forward() keeps working beside
-     * them (its own state), though core does not mix the two. */
+     * `block` tokens and of one slot as the backend stores it (state_bf16: with bf16 states S, where it keeps them
+     * so), and the memory they may come from. serve_open allocates the pools for layout l (a second call replaces
+     * them); serve_close frees them. The single-sequence forward() keeps working beside them (its own state), though
+     * core does not mix the two. */
     int (*serve_sizes)(void *ctx, int block, int state_bf16, ServeSizes *s, Err *err);
     int (*serve_open)(void *ctx, const ServeLayout *l, Err *err);
     void (*serve_close)(void *ctx);

@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(512, 1)
     const int sr = q8 * 16; /* warps 0-7: the S rows they hold */
     const int j = blockIdx.y, e0 = blockIdx.x * DN_DVS, n = j / (p.Hv / p.Hk);
     const int nc = (p.T + DN_C - 1) / DN_C;
-    const size_t s0 = (size_t)j * DN_D * DN_D; /* this head's state: entries s0 .. of p.state */
+    const size_t s0 = (size_t)j * DN_D * DN_D;                /* this head's state: entries s0 .. of p.state */
     const int ocol = e0 + wn * 8 + 2 * t;                     /* warps 8-15: the first of their two output columns */
     const float nw[2] = {p.norm_w[ocol], p.norm_w[ocol + 1]}; /* ... and the norm's weights there */
     float ob[4] = {};    /* warps 8-15: bf16(O) of the last chunk, rows wm 16 + g (+8), columns ocol, ocol + 1 */
@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(512, 1)
         for (int nt = 0; nt < 2; nt++) {
 #pragma unroll
             for (int h = 0; h < 2 && p.pos > 0; h++) {
-                const float2 v = dn_state_ld2(p.state_bf16, p.state, s0 + (sr + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
+                const float2 v =
+                    dn_state_ld2(p.state_bf16, p.state, s0 + (sr + g + 8 * h) * DN_D + e0 + nt * 8 + 2 * t);
                 S[nt][2 * h] = v.x, S[nt][2 * h + 1] = v.y;
             }
             dn_store_split16(smem + L::S, L::LO_S, S[nt], sr, nt * 8, g, t);

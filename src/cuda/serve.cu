@@ -103,8 +103,8 @@ static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
  * slot. A snapshot is a slot's pieces one after the other (slot_bytes), so slots and snapshots copy as 2-D copies of
  * n_dn rows of lstride bytes. Offsets of slot 0 into S_off / ring_off (may be NULL). S is fp32, or bf16 with
  * state_bf16 (ServeLayout.state_bf16). */
-static void slot_layout(const Config *c, int n_tot, int state_bf16, size_t *S_off, size_t *ring_off,
-                        size_t *slot_bytes, size_t *lstride, int *n_dn) {
+static void slot_layout(const Config *c, int n_tot, int state_bf16, size_t *S_off, size_t *ring_off, size_t *slot_bytes,
+                        size_t *lstride, int *n_dn) {
     const size_t S =
         (size_t)c->linear_num_value_heads * c->linear_key_head_dim * c->linear_value_head_dim * (state_bf16 ? 2 : 4);
     const size_t ring = (size_t)c->linear_conv_kernel_dim * c->conv_dim * 2, ls = al256(S) + al256(ring);
@@ -383,7 +383,8 @@ static void snaps_add(const CudaServe *sv, DnSnaps *ps, int at, int snap) {
     ps->at[ps->n] = at;
     ps->base[ps->n] = snap_at(sv, snap);
     ps->lstride = sv->lstride;
-    ps->ring_off = al256((size_t)sv->d.Hv * sv->d.dk * sv->d.dv * (sv->lay.state_bf16 ? 2 : 4)); /* slot_layout: S, ring */
+    /* slot_layout's piece: S, then the ring */
+    ps->ring_off = al256((size_t)sv->d.Hv * sv->d.dk * sv->d.dv * (sv->lay.state_bf16 ? 2 : 4));
     ps->state_bf16 = sv->lay.state_bf16;
     ps->n++;
 }

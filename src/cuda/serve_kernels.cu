@@ -550,7 +550,8 @@ __device__ __forceinline__ void dn_sp_st4(uint16_t *s, float4 v) {
  * (lanes 0-15) or q^ at row w + 8 (lane - 16) (lanes 16-31), zero past dk, read back by shuffles; v at columns
  * 4 lane .. 4 lane + 3; beta / decay / kq; the item's output row and state; z at those columns (warp 0, with the
  * gated norm). Loaded an item ahead, so that their L2 round trips are not on the item's path. */
-template <typename T> struct DnSpItem {
+template <typename T>
+struct DnSpItem {
     float kq_lane;
     float4 v;
     float beta, decay, kq;
@@ -560,7 +561,8 @@ template <typename T> struct DnSpItem {
 };
 
 /* The state S[dk][128] of item t: head t % Hv of slot slot[t / Hv] */
-template <typename T> __device__ __forceinline__ T *dn_sp_state(const DnBatchParams &p, int t) {
+template <typename T>
+__device__ __forceinline__ T *dn_sp_state(const DnBatchParams &p, int t) {
     const int i = t / p.Hv, j = t - i * p.Hv;
     return (T *)((char *)p.S0 + (size_t)p.slot[i] * p.stride) + (size_t)j * p.dk * 128;
 }
@@ -609,7 +611,8 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
     __shared__ float4 red_m[2][8][32], red_s[2][8][32];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, dk = p.dk, tid = threadIdx.x;
     const int items = p.Hv * p.nd, G = gridDim.x, value_dim = p.Hv * 128;
-    const uint32_t bytes = (uint32_t)dk * 128u * (uint32_t)sizeof(T), sbase = smem_addr(sm), fbar = sbase + DN_SP_STAGES * bytes;
+    const uint32_t bytes = (uint32_t)dk * 128u * (uint32_t)sizeof(T), sbase = smem_addr(sm),
+                   fbar = sbase + DN_SP_STAGES * bytes;
     auto fetch = [&](int t, int st) {
         mbar_arrive_expect_tx(fbar + 8 * st, bytes);
         bulk_g2s(sbase + st * bytes, dn_sp_state<T>(p, t), bytes, fbar + 8 * st);
@@ -732,9 +735,9 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     if (whole) {
         const int smem = dn_sp_smem(p->dk, p->state_bf16 ? 2 : 4), items = p->Hv * p->nd;
         const dim3 grid((unsigned)(items < p->n_sm ? items : p->n_sm));
-        const cudaError_t e = cudaFuncSetAttribute(p->state_bf16 ? dn_batch_state_head<uint16_t>
-                                                                 : dn_batch_state_head<float>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        const cudaError_t e =
+            cudaFuncSetAttribute(p->state_bf16 ? dn_batch_state_head<uint16_t> : dn_batch_state_head<float>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return (int)e;
         rc = p->state_bf16 ? launch_kernel(dn_batch_state_head<uint16_t>, grid, dim3(256), smem, l, q)
                            : launch_kernel(dn_batch_state_head<float>, grid, dim3(256), smem, l, q);
