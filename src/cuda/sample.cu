@@ -447,13 +447,18 @@ extern "C" int cuda_sample(const SampleParams *p, const CudaLaunch *l) {
     int blocks = p->blocks;
     if (blocks <= 0) blocks = min(SM_MAX_BLOCKS, ceil_div(p->n_valid, SM_THREADS * SM_PER_THREAD));
     const dim3 grid((unsigned)blocks, (unsigned)rows);
+    /* The histogram of a pass of >= 16 rows: about 256 blocks in all, at least 2 per row. Each block sends its
+     * nonzero shared counts to the row's histogram, one global atomic per value it saw (most ids have a value of
+     * their own), so fewer, longer blocks per row send fewer; below 16 rows the grid would not fill the GPU. */
+    const int hist_blocks = p->blocks > 0 || rows < 16 ? blocks : max(2, min(blocks, 256 / rows));
     const int smem = SM_WINDOW * (int)sizeof(unsigned);
     const cudaError_t e = cudaFuncSetAttribute(sample_hist_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return (int)e;
     }
-    int rc = launch_kernel(sample_hist_bf16, grid, dim3(SM_THREADS), (size_t)smem, l, *p);
+    int rc = launch_kernel(sample_hist_bf16, dim3((unsigned)hist_blocks, (unsigned)rows), dim3(SM_THREADS),
+                           (size_t)smem, l, *p);
     if (rc) return rc;
     return launch_kernel(sample_pick_bf16, grid, dim3(SM_THREADS), 0, l, *p);
 }

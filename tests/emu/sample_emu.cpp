@@ -195,7 +195,8 @@ static void rules(Dev &d, int V, int n_valid, int kind, int blocks, int n_combo)
 }
 
 /* Several rows in one launch (the batched step's use): rows with their own configs, max_logit NULL (out_id holds each
- * row's argmax on entry) and lp (the argmax's log-softmax on entry). Each row's draw must be the single-row draw of
+ * row's argmax on entry) and lp (the argmax's log-softmax on entry), the histogram on 3 blocks per row and the pick
+ * on 2. Each row's draw must be the single-row draw of
  * the same row (the result depends on the row alone), a temperature-0 row keeps its argmax and lp, and a sampled
  * row's lp becomes its id's log-softmax. */
 static void rows_check(void) {
@@ -227,9 +228,9 @@ static void rows_check(void) {
     memset(&p, 0, sizeof p);
     p.logits = lg.data(), p.n_valid = V, p.rows = R, p.ld = ld, p.step = sp.data(), p.scratch = scratch.data();
     p.out_id = id.data(), p.lp = lp.data();
-    const int blocks = 2;
-    emu_launch(dim3(blocks, R), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
-    emu_launch(dim3(blocks, R), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
+    /* the histogram on more blocks than the pick (the launcher gives them different counts for many rows) */
+    emu_launch(dim3(3, R), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
+    emu_launch(dim3(2, R), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
     for (int r = 0; r < R; r++) {
         CHECK(id[r] == want[r], "row %d of %d: drew %d, the single-row draw %d", r, R, id[r], want[r]);
         const float l = id[r] >= 0 && id[r] < V ? lg[(size_t)r * ld + id[r]] : NAN;
