@@ -309,7 +309,7 @@ extern "C" int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l
  *                  and an even dk <= 128: every Qwen3.5 size), else of a column slice S[dk][NG cols] (dn_batch_state).
  * prep runs with the decode step's thread count (deltanet.cuh dn_shape), so that the norm sums are the step's own
  * (same per-thread fmaf chains and block_sum3 tree). The whole-head pass reads each state row as one 512-byte warp
- * load and sums over rows in its own order; the column-slice pass keeps the decode step's thread / row / column
+ * load (256 with bf16 states) and sums over rows in its own order; the column-slice pass keeps the decode step's thread / row / column
  * mapping (DN_RPT rows x VEC columns per thread, tpr threads per row), so its o and S are those of the
  * single-sequence decode step (deltanet.cu: same formulas, sums and fmaf order) bit for bit. Either way a row's
  * sums depend on that row alone. */
@@ -516,7 +516,8 @@ __device__ __forceinline__ uint16_t dn_gated_y(float o, float rstd, float w, flo
 /* The whole-head state pass (sm_90; dv = 128, dk <= 128 and even): a persistent grid of min(Hv nd, p.n_sm) CTAs, 256
  * threads, one CTA per SM. Item t is head j = t % Hv of row rows[i], i = t / Hv (so the CTAs side by side stream
  * neighbouring heads of a slot); CTA b takes items b, b + grid, ... Thread 0 keeps the states S[dk][128] of its next
- * DN_SP_STAGES items in flight as bulk copies (dk x 512 B each) into a ring in shared memory. Per item, lane l of warp
+ * DN_SP_STAGES items in flight as bulk copies (dk x 512 B each; dk x 256 B with bf16 states, read and stored through
+ * dn_sp_ld4 / dn_sp_st4) into a ring in shared memory. Per item, lane l of warp
  * w takes columns 4 l .. 4 l + 3 of rows w + 8 m (m < 16, rows past dk zero):
  *   mem = S^T k^, sq = S^T q^ (each lane over its rows in order of m, then the 8 warps in order through shared memory),
  *   delta = beta (v - decay mem), o = bf16(decay sq + delta kq) (= S_new^T q^), S <- decay S + k^ delta^T.
