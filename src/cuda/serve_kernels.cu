@@ -307,12 +307,12 @@ extern "C" int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l
  *                  beta / decay / k^.q^ -> the row's fp32 workspace (dn_ws_ld floats, layout in serve_ops.h);
  *   the state pass: the dots, delta, o and the update of one head's state per CTA (dn_batch_state_head, dv = 128
  *                  and an even dk <= 128: every Qwen3.5 size), else of a column slice S[dk][NG cols] (dn_batch_state).
- * prep runs with the decode step's thread count (deltanet.cuh dn_shape), so that the norm sums are the step's own
- * (same per-thread fmaf chains and block_sum3 tree). The whole-head pass reads each state row as one 512-byte warp
- * load (256 with bf16 states) and sums over rows in its own order; the column-slice pass keeps the decode step's thread / row / column
- * mapping (DN_RPT rows x VEC columns per thread, tpr threads per row), so its o and S are those of the
- * single-sequence decode step (deltanet.cu: same formulas, sums and fmaf order) bit for bit. Either way a row's
- * sums depend on that row alone. */
+ * prep runs with the decode step's thread count (deltanet.cuh dn_shape), so that the norm sums are the step's own (same
+ * per-thread fmaf chains and block_sum3 tree). The whole-head pass reads each state row as one 512-byte warp load (256
+ * with bf16 states) and sums over rows in its own order; the column-slice pass keeps the decode step's thread / row /
+ * column mapping (DN_RPT rows x VEC columns per thread, tpr threads per row), so its o and S are those of the
+ * single-sequence decode step (deltanet.cu: same formulas, sums and fmaf order) bit for bit. Either way a row's sums
+ * depend on that row alone. */
 
 /* floats per workspace row: q^ [Hk dk], k^ [Hk dk], v [Hv dv], beta [Hv], decay [Hv], kq [Hv]; a multiple of 4 */
 static __host__ __device__ __forceinline__ int dn_ws_ld(int Hk, int Hv, int dk, int dv) {
