@@ -2,6 +2,10 @@
  * sampler in sampler.c). Row r is grid row blockIdx.y, with its own scratch. Because logits are bf16 values, the
  * 16-bit order key of a logit identifies its value exactly, so a 65536-bin histogram of counts is an exact sort.
  * Per row:
+ *   kernel 0 (sample_count_bf16), rows with top-k: counts the candidates within windows of SM_WIN0 4^j value bins
+ *     below the max's (j < SM_NWIN). The smallest window holding top_k candidates holds the top-k cut, and with it
+ *     every bin the cuts and the draw below read, so kernel 1 counts only that window's ids: the same bins, the same
+ *     sums, the same draw as the full histogram, for a fraction of its atomics, flushes and bins to search;
  *   kernel 1 (sample_hist_bf16): candidates (logit >= max - 40 T) -> hist[key16] (integer atomics, deterministic):
  *     each block counts its ids in shared memory first, for the SM_WINDOW keys below the max's, and adds its nonzero
  *     counts to the row's histogram: one global atomic per block and value, where one per id queues up at L2 on a
@@ -11,9 +15,10 @@
  *     draw r = u * kept mass; then zeroes the bins it used. Two levels: its 16 warps sum the bins per page of 256
  *     (count, mass, last bin passing min-p); one warp then finds each cut among the pages and inside the page where
  *     it falls (a round of loads per page), not one thread walking bins one L2 load at a time (docs/PERF.md). Sums
- *     in a fixed order.
- *   kernel 2 (sample_pick_bf16): finds the id holding the chosen rank among the ids of that value, in index order
- *     (per-block counts, the last block locates it).
+ *     in a fixed order. A window of at most SM_LIST candidates is also listed (id, key) for kernel 2;
+ *   kernel 2 (sample_pick_bf16): finds the id holding the chosen rank among the ids of that value, in index order:
+ *     from the list where there is one (one block), else from the row (per-block counts, the last block locates it).
+ * Every kernel reads the row with 16-byte loads, four in flight per thread.
  * Ties inside a value bin are ordered by id, as in the host sort. temperature <= 0: no-op (the LM head's argmax
  * stays in out_id). */
 #include <math.h>
@@ -27,13 +32,19 @@
 #define SM_PAGES      (SM_BINS / SM_PAGE)
 #define SM_WINDOW     32768 /* kernel 1's shared counts: keys key16(max) - d, d < SM_WINDOW (128 KiB) */
 #define SM_PER_THREAD 16    /* the launcher's blocks per row: about this many ids per thread */
+#define SM_WIN0       16    /* kernel 0's windows: SM_WIN0 4^j value bins below the max's, j < SM_NWIN */
+#define SM_NWIN       6     /* the largest, 16384 bins, fits kernel 1's shared counts */
+#define SM_LIST       2048  /* a window of at most this many candidates lists them for kernel 2 */
 
 typedef struct SampleScratch {
     int hist[SM_BINS];     /* zero between calls */
     unsigned done1, done2; /* last-block counters, zero between calls */
     int key, rank;         /* kernel 1 -> kernel 2: chosen value key and rank among its ids */
-    int pad[12];
+    int win[SM_NWIN];      /* kernel 0 -> kernel 1: candidates within each window; zero between calls */
+    int n_list;            /* kernel 1 -> kernel 2: entries in list (0: kernel 2 scans the row); zero between calls */
+    int pad[5];
     int blk[SM_MAX_BLOCKS];
+    int2 list[SM_LIST]; /* (id, key16) of every candidate of a listed window, in no order */
 } SampleScratch;
 
 /* Order-preserving 16-bit key of a bf16 value (larger value -> larger key); -0 counts as +0. */
@@ -166,6 +177,78 @@ struct SampleRow {
           sc(reinterpret_cast<SampleScratch *>(p.scratch) + blockIdx.y) {}
 };
 
+/* f(i, x[i]) for every i in [beg, end), spread over the block's threads in no particular order: 16-byte loads, four
+ * of them in flight per thread before any f (a row is one pass over 1 MB at the 0.8B's vocabulary), where x and beg
+ * allow (x 16-byte aligned, beg a multiple of 4); single loads for the rest. */
+template <typename F>
+__device__ __forceinline__ void for_ids(const float *x, int beg, int end, F &&f) {
+    const int nt = blockDim.x;
+    int i = beg + 4 * (int)threadIdx.x; /* this thread's first group of 4 */
+    if (!((uintptr_t)x & 15) && !(beg & 3)) {
+        const int end4 = beg + (end - beg) / 4 * 4;
+        for (; i + 12 * nt < end4; i += 16 * nt) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) v[u] = __ldcg(reinterpret_cast<const float4 *>(x + i + 4 * u * nt));
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int j = i + 4 * u * nt;
+                f(j, v[u].x), f(j + 1, v[u].y), f(j + 2, v[u].z), f(j + 3, v[u].w);
+            }
+        }
+        for (; i < end4; i += 4 * nt) {
+            const float4 v = __ldcg(reinterpret_cast<const float4 *>(x + i));
+            f(i, v.x), f(i + 1, v.y), f(i + 2, v.z), f(i + 3, v.w);
+        }
+        for (i = end4 + threadIdx.x; i < end; i += nt) f(i, __ldcg(x + i));
+    } else {
+        for (i = beg + threadIdx.x; i < end; i += nt) f(i, __ldcg(x + i));
+    }
+}
+
+/* This block's share of the row's ids for a grid of gridDim.x blocks per row: slices of a multiple of 4 ids. */
+__device__ __forceinline__ int slice_ids(int n) { return (n + 4 * (int)gridDim.x - 1) / (4 * (int)gridDim.x) * 4; }
+
+/* The candidates' threshold and the max's key of row blockIdx.y: candidates are the ids with logit >= mx - 40 T. */
+__device__ __forceinline__ float row_max(const SampleParams &p, const SampleRow &row) {
+    return p.max_logit ? __ldcg(p.max_logit + blockIdx.y) : __ldcg(row.logits + __ldcg(p.out_id + blockIdx.y));
+}
+
+/* Kernel 0: rows with temperature > 0 and top_k > 0 add to win[j] their candidates at positions d = key16(max) -
+ * key16(logit) < SM_WIN0 4^j (integer atomics: deterministic). grid (blocks, rows), block 512. */
+__global__ void __launch_bounds__(SM_THREADS) sample_count_bf16(const __grid_constant__ SampleParams p) {
+    const SampleRow row(p);
+    __shared__ int s_c[SM_THREADS / 32][SM_NWIN];
+    pdl_wait();
+    pdl_trigger();
+    const float T = row.step->temperature;
+    if (!(T > 0.0f) || row.step->top_k <= 0) return;
+    const float mx = row_max(p, row), cut = mx - 40.0f * T;
+    const int key_top = key16(mx), slice = slice_ids(p.n_valid);
+    const int beg = min(p.n_valid, (int)blockIdx.x * slice), end = min(p.n_valid, beg + slice);
+    int c[SM_NWIN];
+#pragma unroll
+    for (int j = 0; j < SM_NWIN; j++) c[j] = 0;
+    for_ids(row.logits, beg, end, [&](int, float v) {
+        if (!(v >= cut)) return;
+        const int d = key_top - key16(v);
+#pragma unroll
+        for (int j = 0; j < SM_NWIN; j++) c[j] += d >= 0 && d < (SM_WIN0 << 2 * j);
+    });
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int j = 0; j < SM_NWIN; j++) {
+        const int n = __reduce_add_sync(0xffffffffu, c[j]);
+        if (lane == 0) s_c[warp][j] = n;
+    }
+    __syncthreads();
+    if (threadIdx.x < SM_NWIN) {
+        int n = 0;
+        for (int w = 0; w < SM_THREADS / 32; w++) n += s_c[w][threadIdx.x];
+        if (n) atomicAdd(row.sc->win + threadIdx.x, n);
+    }
+}
+
 /* Kernel 1: histogram + cut finding. grid (blocks, rows), block 512. */
 __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_constant__ SampleParams p) {
     const SampleRow row(p);
@@ -178,24 +261,33 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
     pdl_wait();
     pdl_trigger();
     if (!(T > 0.0f)) return;
-    const float mx =
-        p.max_logit ? __ldcg(p.max_logit + blockIdx.y) : __ldcg(row.logits + __ldcg(p.out_id + blockIdx.y));
-    const float cut = mx - 40.0f * T;
+    const float mx = row_max(p, row), cut = mx - 40.0f * T;
+    /* the positions counted: the smallest of kernel 0's windows holding top_k candidates, else all; a window of at
+     * most SM_LIST candidates also lists them */
+    int W = SM_BINS, n_win = 0;
+    if (step->top_k > 0)
+        for (int j = SM_NWIN - 1; j >= 0; j--) {
+            const int n = __ldcg(sc->win + j);
+            if (n >= step->top_k) W = SM_WIN0 << 2 * j, n_win = n;
+        }
+    const bool listed = n_win > 0 && n_win <= SM_LIST;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     extern __shared__ unsigned s_cnt[]; /* [SM_WINDOW]: this block's count of key key16(mx) - d at d */
-    const int key_top = key16(mx), nwin = min(SM_WINDOW, key_top + 1);
+    const int key_top = key16(mx), nwin = min(min(SM_WINDOW, W), key_top + 1);
     for (int d = threadIdx.x; d < nwin; d += blockDim.x) s_cnt[d] = 0;
     __syncthreads();
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.n_valid; i += gridDim.x * blockDim.x) {
-        const float v = __ldcg(row.logits + i);
-        if (!(v >= cut)) continue;
+    const int slice = slice_ids(p.n_valid), beg = min(p.n_valid, (int)blockIdx.x * slice);
+    for_ids(row.logits, beg, min(p.n_valid, beg + slice), [&](int i, float v) {
+        if (!(v >= cut)) return;
         const int key = key16(v), d = key_top - key;
-        if (d < 0) continue; /* above the max: not a logit of this row's maximum (never, with a true max) */
+        /* d < 0: above the max, not a logit of this row's maximum (never, with a true max) */
+        if (d < 0 || d >= W) return;
+        if (listed) sc->list[atomicAdd(&sc->n_list, 1)] = make_int2(i, key);
         if (d < SM_WINDOW)
             atomicAdd(s_cnt + d, 1u);
         else
             atomicAdd(sc->hist + key, 1);
-    }
+    });
     __syncthreads();
     for (int d = threadIdx.x; d < nwin; d += blockDim.x)
         if (s_cnt[d]) atomicAdd(sc->hist + key_top - d, (int)s_cnt[d]);
@@ -214,7 +306,7 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
     bn.key_hi = key16(mx);
     int key_lo = isfinite(cut) ? key16(cut) : 0;
     if (key_lo > bn.key_hi) key_lo = bn.key_hi;
-    bn.nbins = bn.key_hi - key_lo + 1;
+    bn.nbins = min(bn.key_hi - key_lo + 1, W);
     bn.mx = mx;
     bn.inv_t = 1.0f / T;
     const int npages = (bn.nbins + SM_PAGE - 1) / SM_PAGE;
@@ -366,10 +458,41 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
     }
     __syncthreads(); /* warp 0 has read the bins: zero them for the next call */
     for (int d = threadIdx.x; d < bn.nbins; d += blockDim.x) sc->hist[bn.key_hi - d] = 0;
+    if (threadIdx.x < SM_NWIN) sc->win[threadIdx.x] = 0; /* every block of the row read them before its done1 add */
     if (threadIdx.x == 0) {
         sc->key = s_key;
         sc->rank = s_rank;
         sc->done1 = 0u;
+    }
+}
+
+/* Kernel 2 of a listed window, one block: the ids of the list with key `key` into shared memory (block scan), then
+ * the one with `rank` smaller ids among them (ids are distinct). */
+__device__ void pick_listed(const SampleParams &p, const SampleRow &row, int key, int rank, int n) {
+    __shared__ int s_ids[SM_LIST], s_i[32];
+    SampleScratch *sc = row.sc;
+    int nm = 0;
+    for (int e0 = 0; e0 < n; e0 += blockDim.x) { /* block-uniform loop */
+        const int e = e0 + threadIdx.x;
+        const int2 it = e < n ? __ldcg(sc->list + e) : make_int2(0, -1);
+        const int m = it.y == key;
+        int tot;
+        const int at = nm + block_incl_scan_i(m, s_i, &tot) - 1;
+        if (m) s_ids[at] = it.x;
+        nm += tot;
+    }
+    __syncthreads();
+    float lse = 0.0f; /* as the scan below: the row's log-sum-exp from the argmax's log-softmax */
+    if (p.lp && !p.max_logit) lse = __ldcg(row.logits + __ldcg(p.out_id + blockIdx.y)) - __ldcg(p.lp + blockIdx.y);
+    __syncthreads();
+    for (int j = threadIdx.x; j < nm; j += blockDim.x) {
+        const int id = s_ids[j];
+        int r = 0;
+        for (int k = 0; k < nm; k++) r += s_ids[k] < id;
+        if (r == rank) {
+            p.out_id[blockIdx.y] = id;
+            if (p.lp && !p.max_logit) p.lp[blockIdx.y] = row.logits[id] - lse;
+        }
     }
 }
 
@@ -383,11 +506,20 @@ __global__ void __launch_bounds__(SM_THREADS) sample_pick_bf16(const __grid_cons
     pdl_wait();
     pdl_trigger();
     if (!(T > 0.0f)) return;
-    const int key = __ldcg(&sc->key), rank = __ldcg(&sc->rank);
-    const int slice = (p.n_valid + gridDim.x - 1) / gridDim.x;
+    const int key = __ldcg(&sc->key), rank = __ldcg(&sc->rank), n_list = __ldcg(&sc->n_list);
+    if (n_list > 0) { /* kernel 1 listed every candidate of its window: block 0 picks from the list */
+        if (blockIdx.x == 0) pick_listed(p, row, key, rank, n_list);
+        __syncthreads();
+        if (threadIdx.x == 0) { /* the last block to have read n_list zeroes it */
+            __threadfence();
+            if (atomicAdd(&sc->done2, 1u) == gridDim.x - 1) sc->n_list = 0, sc->done2 = 0u;
+        }
+        return;
+    }
+    const int slice = slice_ids(p.n_valid);
     const int beg = min(p.n_valid, (int)blockIdx.x * slice), end = min(p.n_valid, beg + slice);
     int cnt = 0;
-    for (int i = beg + threadIdx.x; i < end; i += blockDim.x) cnt += key16(__ldcg(row.logits + i)) == key;
+    for_ids(row.logits, beg, end, [&](int, float v) { cnt += key16(v) == key; });
     int tot;
     block_incl_scan_i(cnt, s_i, &tot);
     if (threadIdx.x == 0) {
@@ -447,18 +579,21 @@ extern "C" int cuda_sample(const SampleParams *p, const CudaLaunch *l) {
     int blocks = p->blocks;
     if (blocks <= 0) blocks = min(SM_MAX_BLOCKS, ceil_div(p->n_valid, SM_THREADS * SM_PER_THREAD));
     const dim3 grid((unsigned)blocks, (unsigned)rows);
-    /* The histogram of a pass of >= 16 rows: about 256 blocks in all, at least 2 per row. Each block sends its
-     * nonzero shared counts to the row's histogram, one global atomic per value it saw (most ids have a value of
-     * their own), so fewer, longer blocks per row send fewer; below 16 rows the grid would not fill the GPU. */
-    const int hist_blocks = p->blocks > 0 || rows < 16 ? blocks : max(2, min(blocks, 256 / rows));
+    /* The histogram of a pass of >= 16 rows: about 256 blocks in all, at least 2 per row (at most the pick's).
+     * Each block sends its nonzero shared counts to the row's histogram, one global atomic per value it saw (most ids
+     * have a value of their own), so fewer, longer blocks per row send fewer; below 16 rows the grid would not fill
+     * the GPU. */
+    const int hist_blocks = p->blocks > 0 || rows < 16 ? blocks : min(blocks, max(2, 256 / rows));
     const int smem = SM_WINDOW * (int)sizeof(unsigned);
     const cudaError_t e = cudaFuncSetAttribute(sample_hist_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return (int)e;
     }
-    int rc = launch_kernel(sample_hist_bf16, dim3((unsigned)hist_blocks, (unsigned)rows), dim3(SM_THREADS),
-                           (size_t)smem, l, *p);
+    int rc = launch_kernel(sample_count_bf16, grid, dim3(SM_THREADS), 0, l, *p);
+    if (rc) return rc;
+    rc = launch_kernel(sample_hist_bf16, dim3((unsigned)hist_blocks, (unsigned)rows), dim3(SM_THREADS), (size_t)smem, l,
+                       *p);
     if (rc) return rc;
     return launch_kernel(sample_pick_bf16, grid, dim3(SM_THREADS), 0, l, *p);
 }

@@ -385,7 +385,6 @@ static void snaps_add(const CudaServe *sv, DnSnaps *ps, int at, int snap) {
     ps->lstride = sv->lstride;
     /* slot_layout's piece: S, then the ring */
     ps->ring_off = al256((size_t)sv->d.Hv * sv->d.dk * sv->d.dv * (sv->lay.state_bf16 ? 2 : 4));
-    ps->state_bf16 = sv->lay.state_bf16;
     ps->n++;
 }
 

@@ -16,6 +16,11 @@ static inline uint2 make_uint2(unsigned x, unsigned y) {
     v.x = x, v.y = y;
     return v;
 }
+static inline int2 make_int2(int x, int y) {
+    int2 v;
+    v.x = x, v.y = y;
+    return v;
+}
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
     uint4 r;
     r.x = x, r.y = y, r.z = z, r.w = w;

@@ -84,7 +84,8 @@ struct Dev {
     int id;
 };
 
-static int draw(Dev &d, int n_valid, int blocks) {
+/* count: run kernel 0 first (as the launcher does); without it every row takes the full histogram */
+static int draw(Dev &d, int n_valid, int blocks, bool count = true) {
     SampleParams p;
     memset(&p, 0, sizeof p);
     d.mx = -INFINITY;
@@ -93,6 +94,7 @@ static int draw(Dev &d, int n_valid, int blocks) {
     p.scratch = d.scratch.data(), p.out_id = &d.id;
     if (blocks <= 0)
         blocks = std::min(SM_MAX_BLOCKS, (n_valid + SM_THREADS * SM_PER_THREAD - 1) / (SM_THREADS * SM_PER_THREAD));
+    if (count) emu_launch(dim3(blocks), SM_THREADS, 0, 1, [&] { sample_count_bf16(p); });
     emu_launch(dim3(blocks), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
     emu_launch(dim3(blocks), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
     return d.id;
@@ -170,18 +172,20 @@ static void fill(Dev &d, int V, int kind) {
 
 static void rules(Dev &d, int V, int n_valid, int kind, int blocks, int n_combo) {
     static const float temps[] = {0.3f, 1.0f, 2.5f};
-    static const int ks[] = {0, 1, 5, 50};
+    static const int ks[] = {0, 1, 5, 50, 2000}; /* 2000 on smooth logits: no window holds it (the full histogram) */
     static const float ps[] = {1.0f, 0.9f, 0.5f};
     static const float mps[] = {0.0f, 0.05f, 0.3f};
     fill(d, V, kind);
     for (int i = n_valid; i < V; i++) d.logits[i] = 1e4f; /* padding: larger than any valid logit */
-    int bad = 0, pad = 0;
+    int bad = 0, pad = 0, differ = 0;
     for (int c = 0; c < n_combo; c++) {
-        const int t = (int)(rnd() % 3), k = (int)(rnd() % 4), pp = (int)(rnd() % 3), mp = (int)(rnd() % 3);
+        const int t = (int)(rnd() % 3), k = (int)(rnd() % 5), pp = (int)(rnd() % 3), mp = (int)(rnd() % 3);
         memset(&d.sp, 0, sizeof d.sp);
         d.sp.temperature = temps[t], d.sp.top_k = ks[k], d.sp.top_p = ps[pp], d.sp.min_p = mps[mp];
         d.sp.seed = rnd(), d.sp.step = (uint64_t)c;
         const int id = draw(d, n_valid, blocks);
+        /* top-k rows count one of kernel 0's windows only: the draw must be the full histogram's */
+        differ += draw(d, n_valid, blocks, false) != id;
         if (id < 0 || id >= n_valid) {
             pad++;
             continue;
@@ -192,6 +196,42 @@ static void rules(Dev &d, int V, int n_valid, int kind, int blocks, int n_combo)
     }
     CHECK(bad == 0, "V %d kind %d blocks %d: %d of %d draws break the rules", V, kind, blocks, bad, n_combo);
     CHECK(pad == 0, "V %d: %d draws outside [0, n_valid)", V, pad);
+    CHECK(differ == 0, "V %d kind %d: %d of %d windowed draws differ from the full histogram's", V, kind, differ,
+          n_combo);
+}
+
+/* Kernel 0's counts against the host's: the candidates of each window SM_WIN0 4^j below the max's value bin (d =
+ * key16(max) - key16(logit) counts bf16 values). Then the draw's kernels zero them for the next call. */
+static void window_counts(Dev &d) {
+    fill(d, 5000, 0);
+    memset(&d.sp, 0, sizeof d.sp);
+    d.sp.temperature = 0.7f, d.sp.top_k = 20, d.sp.top_p = 1.0f, d.sp.seed = 11;
+    SampleParams p;
+    memset(&p, 0, sizeof p);
+    d.mx = *std::max_element(d.logits.begin(), d.logits.end());
+    p.logits = d.logits.data(), p.n_valid = 5000, p.step = &d.sp, p.max_logit = &d.mx;
+    p.scratch = d.scratch.data(), p.out_id = &d.id;
+    emu_launch(dim3(3), SM_THREADS, 0, 1, [&] { sample_count_bf16(p); });
+    const SampleScratch *sc = (const SampleScratch *)d.scratch.data();
+    int bad = 0, top = key16(d.mx);
+    for (int j = 0; j < SM_NWIN; j++) {
+        int n = 0;
+        for (float v : d.logits) n += v >= d.mx - 40.0f * 0.7f && top - key16(v) < (SM_WIN0 << 2 * j);
+        bad += sc->win[j] != n;
+        if (sc->win[j] != n) fprintf(stderr, "  window %d: %d candidates counted, %d there\n", j, sc->win[j], n);
+    }
+    CHECK(bad == 0 && sc->win[0] < 20 && sc->win[SM_NWIN - 1] >= 20, "kernel 0's window counts");
+    int listed = 0; /* the smallest window holding top_k: kernel 1 lists its candidates */
+    for (int j = SM_NWIN - 1; j >= 0; j--)
+        if (sc->win[j] >= 20) listed = sc->win[j];
+    emu_launch(dim3(3), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
+    CHECK(listed <= SM_LIST && sc->n_list == listed, "kernel 1 listed %d candidates, the window holds %d", sc->n_list,
+          listed);
+    emu_launch(dim3(3), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
+    CHECK(check_draw(d.logits, 5000, d.sp, d.id, "windowed"), "windowed draw");
+    int nz = sc->n_list != 0 || sc->done2 != 0;
+    for (int j = 0; j < SM_NWIN; j++) nz += sc->win[j] != 0;
+    CHECK(nz == 0, "%d window counts or list counters left non-zero", nz);
 }
 
 /* Several rows in one launch (the batched step's use): rows with their own configs, max_logit NULL (out_id holds each
@@ -229,6 +269,7 @@ static void rows_check(void) {
     p.logits = lg.data(), p.n_valid = V, p.rows = R, p.ld = ld, p.step = sp.data(), p.scratch = scratch.data();
     p.out_id = id.data(), p.lp = lp.data();
     /* the histogram on more blocks than the pick (the launcher gives them different counts for many rows) */
+    emu_launch(dim3(2, R), SM_THREADS, 0, 1, [&] { sample_count_bf16(p); });
     emu_launch(dim3(3, R), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
     emu_launch(dim3(2, R), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
     for (int r = 0; r < R; r++) {
@@ -297,6 +338,7 @@ int main(int argc, char **argv) {
     int nz = 0;
     for (int i = 0; i < SM_BINS; i++) nz += sc->hist[i] != 0;
     CHECK(nz == 0, "%d histogram bins left non-zero", nz);
+    window_counts(d);
     rows_check();
     printf("sample_emu: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
