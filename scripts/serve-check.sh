@@ -14,6 +14,7 @@
 #   usage: scripts/serve-check.sh [bench] [soak SECONDS] [nobench] [prefix]
 #   env:   QWEN35_BIN (build/qwen35, unpacked from .devpack; when set, nothing is unpacked), SERVE_MODEL_ARGS ("--dummy qwen3.5-0.8b --backend cuda"),
 #          SERVE_ARGS ("--max-seqs 256 --ctx 8192"), PYTHON (python3), BENCH_LOGPROBS (0; "" for none),
+#          BENCH_ARGS (more bench_serve.py flags for every run, e.g. "--temperature 1 --top-k 20"),
 #          SMALL=1 (tiny sizes: to try the script against a CPU server), PREFIX_ARGS (more bench_prefix.py flags,
 #          e.g. "--conversations 32": they override the defaults)
 set -u
@@ -105,8 +106,9 @@ fi
 run() {
     local name=$1 t=$2; shift 2
     echo "== $name"
+    # shellcheck disable=SC2086 # BENCH_ARGS is a list of flags
     timeout -k 10 "$t" "$PY" tools/bench_serve.py --base-url "$base" ${LP:+--logprobs $LP} --label "$name" \
-        --json "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
+        --json "$OUT/$name.json" ${BENCH_ARGS:-} "$@" > "$OUT/$name.log" 2>&1
     local rc=$?
     cat "$OUT/$name.log"
     [ $rc -eq 124 ] && note "$name: TIMED OUT after $t s"

@@ -316,6 +316,10 @@ def make_payload(args, rng, in_len, out_len, seed=None):
         p["ignore_eos"] = True
     if args.temperature is not None:
         p["temperature"] = args.temperature
+    if args.top_k is not None:
+        p["top_k"] = args.top_k
+    if args.top_p is not None:
+        p["top_p"] = args.top_p
     if args.logprobs is not None:
         if args.endpoint == "chat":
             p["logprobs"] = True
@@ -728,6 +732,8 @@ def main(argv=None):
     ap.add_argument("--output-len", type=int, help="fixed max_tokens (overrides --random-output-len)")
     ap.add_argument("--ignore-eos", action="store_true", help="send ignore_eos: true (exact output lengths)")
     ap.add_argument("--temperature", type=float)
+    ap.add_argument("--top-k", type=int, help="sent as top_k (vllm bench serve's --top-k)")
+    ap.add_argument("--top-p", type=float)
     ap.add_argument("--logprobs", type=int,
                     help="ask for logprobs (completions: the number of alternatives): one SSE event per token even "
                          "when the model has no tokenizer")
