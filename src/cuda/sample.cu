@@ -41,7 +41,7 @@ typedef struct SampleScratch {
     unsigned done1, done2; /* last-block counters, zero between calls */
     int key, rank;         /* kernel 1 -> kernel 2: chosen value key and rank among its ids */
     int win[SM_NWIN];      /* kernel 0 -> kernel 1: candidates within each window; zero between calls */
-    int n_list;            /* kernel 1 -> kernel 2: entries in list (0: kernel 2 scans the row); zero between calls */
+    int n_list;            /* kernel 1 -> kernel 2: entries in list (0: kernel 2 scans the row); kernel 0 zeroes it */
     int pad[5];
     int blk[SM_MAX_BLOCKS];
     int2 list[SM_LIST]; /* (id, key16) of every candidate of a listed window, in no order */
@@ -177,21 +177,21 @@ struct SampleRow {
           sc(reinterpret_cast<SampleScratch *>(p.scratch) + blockIdx.y) {}
 };
 
-/* f(i, x[i]) for every i in [beg, end), spread over the block's threads in no particular order: 16-byte loads, four
+/* f(i, x[i]) for every i in [beg, end), spread over the block's threads in no particular order: 16-byte loads, U
  * of them in flight per thread before any f (a row is one pass over 1 MB at the 0.8B's vocabulary), where x and beg
  * allow (x 16-byte aligned, beg a multiple of 4); single loads for the rest. */
-template <typename F>
+template <int U = 4, typename F>
 __device__ __forceinline__ void for_ids(const float *x, int beg, int end, F &&f) {
     const int nt = blockDim.x;
     int i = beg + 4 * (int)threadIdx.x; /* this thread's first group of 4 */
     if (!((uintptr_t)x & 15) && !(beg & 3)) {
         const int end4 = beg + (end - beg) / 4 * 4;
-        for (; i + 12 * nt < end4; i += 16 * nt) {
-            float4 v[4];
+        for (; i + 4 * (U - 1) * nt < end4; i += 4 * U * nt) {
+            float4 v[U];
 #pragma unroll
-            for (int u = 0; u < 4; u++) v[u] = __ldcg(reinterpret_cast<const float4 *>(x + i + 4 * u * nt));
+            for (int u = 0; u < U; u++) v[u] = __ldcg(reinterpret_cast<const float4 *>(x + i + 4 * u * nt));
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < U; u++) {
                 const int j = i + 4 * u * nt;
                 f(j, v[u].x), f(j + 1, v[u].y), f(j + 2, v[u].z), f(j + 3, v[u].w);
             }
@@ -214,15 +214,18 @@ __device__ __forceinline__ float row_max(const SampleParams &p, const SampleRow 
     return p.max_logit ? __ldcg(p.max_logit + blockIdx.y) : __ldcg(row.logits + __ldcg(p.out_id + blockIdx.y));
 }
 
-/* Kernel 0: rows with temperature > 0 and top_k > 0 add to win[j] their candidates at positions d = key16(max) -
- * key16(logit) < SM_WIN0 4^j (integer atomics: deterministic). grid (blocks, rows), block 512. */
+/* Kernel 0: rows with temperature > 0 zero n_list; with top_k > 0 too, they add to win[j] their candidates at
+ * positions d = key16(max) - key16(logit) < SM_WIN0 4^j (integer atomics: deterministic). grid (blocks, rows), block
+ * 512. */
 __global__ void __launch_bounds__(SM_THREADS) sample_count_bf16(const __grid_constant__ SampleParams p) {
     const SampleRow row(p);
     __shared__ int s_c[SM_THREADS / 32][SM_NWIN];
     pdl_wait();
     pdl_trigger();
     const float T = row.step->temperature;
-    if (!(T > 0.0f) || row.step->top_k <= 0) return;
+    if (!(T > 0.0f)) return;
+    if (blockIdx.x == 0 && threadIdx.x == 0) row.sc->n_list = 0; /* kernel 1 appends to it after this grid */
+    if (row.step->top_k <= 0) return;
     const float mx = row_max(p, row), cut = mx - 40.0f * T;
     const int key_top = key16(mx), slice = slice_ids(p.n_valid);
     const int beg = min(p.n_valid, (int)blockIdx.x * slice), end = min(p.n_valid, beg + slice);
@@ -277,7 +280,8 @@ __global__ void __launch_bounds__(SM_THREADS) sample_hist_bf16(const __grid_cons
     for (int d = threadIdx.x; d < nwin; d += blockDim.x) s_cnt[d] = 0;
     __syncthreads();
     const int slice = slice_ids(p.n_valid), beg = min(p.n_valid, (int)blockIdx.x * slice);
-    for_ids(row.logits, beg, min(p.n_valid, beg + slice), [&](int i, float v) {
+    /* one block per SM (its shared counts): 8 loads in flight per thread */
+    for_ids<8>(row.logits, beg, min(p.n_valid, beg + slice), [&](int i, float v) {
         if (!(v >= cut)) return;
         const int key = key16(v), d = key_top - key;
         /* d < 0: above the max, not a logit of this row's maximum (never, with a true max) */
@@ -509,11 +513,6 @@ __global__ void __launch_bounds__(SM_THREADS) sample_pick_bf16(const __grid_cons
     const int key = __ldcg(&sc->key), rank = __ldcg(&sc->rank), n_list = __ldcg(&sc->n_list);
     if (n_list > 0) { /* kernel 1 listed every candidate of its window: block 0 picks from the list */
         if (blockIdx.x == 0) pick_listed(p, row, key, rank, n_list);
-        __syncthreads();
-        if (threadIdx.x == 0) { /* the last block to have read n_list zeroes it */
-            __threadfence();
-            if (atomicAdd(&sc->done2, 1u) == gridDim.x - 1) sc->n_list = 0, sc->done2 = 0u;
-        }
         return;
     }
     const int slice = slice_ids(p.n_valid);

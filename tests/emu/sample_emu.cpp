@@ -94,7 +94,10 @@ static int draw(Dev &d, int n_valid, int blocks, bool count = true) {
     p.scratch = d.scratch.data(), p.out_id = &d.id;
     if (blocks <= 0)
         blocks = std::min(SM_MAX_BLOCKS, (n_valid + SM_THREADS * SM_PER_THREAD - 1) / (SM_THREADS * SM_PER_THREAD));
-    if (count) emu_launch(dim3(blocks), SM_THREADS, 0, 1, [&] { sample_count_bf16(p); });
+    if (count)
+        emu_launch(dim3(blocks), SM_THREADS, 0, 1, [&] { sample_count_bf16(p); });
+    else /* what kernel 0 does for a row without top-k */
+        ((SampleScratch *)d.scratch.data())->n_list = 0;
     emu_launch(dim3(blocks), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
     emu_launch(dim3(blocks), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
     return d.id;
@@ -224,14 +227,20 @@ static void window_counts(Dev &d) {
     int listed = 0; /* the smallest window holding top_k: kernel 1 lists its candidates */
     for (int j = SM_NWIN - 1; j >= 0; j--)
         if (sc->win[j] >= 20) listed = sc->win[j];
-    emu_launch(dim3(3), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
-    CHECK(listed <= SM_LIST && sc->n_list == listed, "kernel 1 listed %d candidates, the window holds %d", sc->n_list,
-          listed);
-    emu_launch(dim3(3), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
-    CHECK(check_draw(d.logits, 5000, d.sp, d.id, "windowed"), "windowed draw");
-    int nz = sc->n_list != 0 || sc->done2 != 0;
+    int first = -1;
+    for (int rep = 0; rep < 2; rep++) { /* twice: the second call's list must not keep the first's */
+        if (rep) emu_launch(dim3(3), SM_THREADS, 0, 1, [&] { sample_count_bf16(p); });
+        emu_launch(dim3(3), SM_THREADS, SM_WINDOW * 4, 1, [&] { sample_hist_bf16(p); });
+        CHECK(listed <= SM_LIST && sc->n_list == listed, "call %d: kernel 1 listed %d candidates, the window holds %d",
+              rep, sc->n_list, listed);
+        emu_launch(dim3(3), SM_THREADS, 0, 1, [&] { sample_pick_bf16(p); });
+        CHECK(check_draw(d.logits, 5000, d.sp, d.id, "windowed"), "windowed draw");
+        CHECK(rep == 0 || d.id == first, "the same draw twice gave %d and %d", first, d.id);
+        first = d.id;
+    }
+    int nz = sc->done2 != 0;
     for (int j = 0; j < SM_NWIN; j++) nz += sc->win[j] != 0;
-    CHECK(nz == 0, "%d window counts or list counters left non-zero", nz);
+    CHECK(nz == 0, "%d window counts or counters left non-zero", nz);
 }
 
 /* Several rows in one launch (the batched step's use): rows with their own configs, max_logit NULL (out_id holds each
