@@ -5,7 +5,7 @@
  * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
  * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic]
  * [--weights auto|fp8] [--prompt N] [--kv-memory GB] [--kv-block N] [--temperature T] [--top-p P] [--top-k K]
- * [--presence-penalty X] [--logprobs K] [--state-dtype float32|bfloat16] [B ...]
+ * [--presence-penalty X] [--logprobs K] [--state-dtype float32|bfloat16] [--kv-cache-dtype bfloat16|fp8] [B ...]
  * (--deterministic: the engine's deterministic mode, for what batch invariance costs; --temperature, --top-p,
  * --top-k, --presence-penalty, --logprobs K: every sequence samples / asks for logprobs; a penalty or top logprobs
  * send the rows to the host sampler, as in the server)
@@ -14,7 +14,7 @@
  * `steps` rounds after 3 warm-up ones, the median. --kv-memory GB sizes the KV blocks and slots (default: 0.9 of the
  * free device memory; a profiler that saves and restores device memory between replays wants it small); --kv-block N
  * the tokens per KV block (the server's --kv-block, default 16), for what the paged layout costs attention;
- * --state-dtype the served DeltaNet states' type (the server's flag).
+ * --state-dtype the served DeltaNet states' type, --kv-cache-dtype the KV cache's (the server's flags).
  * A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +37,7 @@ static int cmp_double(const void *a, const void *b) {
 static size_t g_kv_bytes; /* --kv-memory GB (0: the engine's default share of free memory) */
 static int g_kv_block;    /* --kv-block N (0: the engine's default) */
 static int g_state_bf16;  /* --state-dtype bfloat16 (the server's flag) */
+static int g_kv_fp8;      /* --kv-cache-dtype fp8 (the server's flag) */
 
 /* A lone prompt of n ids: the median wall time of open + one step (prefill and pick) + close over `steps` rounds. */
 static int run_prompt(Q35Engine *e, int n, int steps) {
@@ -48,6 +49,7 @@ static int run_prompt(Q35Engine *e, int n, int steps) {
     so.kv_bytes = g_kv_bytes;
     so.kv_block = g_kv_block;
     so.state_bf16 = g_state_bf16;
+    so.kv_fp8 = g_kv_fp8;
     int rc = q35_serve_open(e, &so, &err);
     if (rc) {
         fprintf(stderr, "prompt %d: serve open: %s\n", n, err.msg);
@@ -103,6 +105,7 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     so.kv_bytes = g_kv_bytes;
     so.kv_block = g_kv_block;
     so.state_bf16 = g_state_bf16;
+    so.kv_fp8 = g_kv_fp8;
     int rc = q35_serve_open(e, &so, &err);
     if (rc) {
         fprintf(stderr, "B %d: serve open: %s\n", B, err.msg);
@@ -211,13 +214,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--state-dtype") && i + 1 < argc &&
                  (!strcmp(argv[i + 1], "float32") || !strcmp(argv[i + 1], "bfloat16")))
             g_state_bf16 = !strcmp(argv[++i], "bfloat16");
+        else if (!strcmp(argv[i], "--kv-cache-dtype") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "bfloat16") || !strcmp(argv[i + 1], "fp8")))
+            g_kv_fp8 = !strcmp(argv[++i], "fp8");
         else if (nb < 16 && atoi(argv[i]) > 0)
             bs[nb++] = atoi(argv[i]);
         else {
             fprintf(stderr,
                     "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
-                    "[--weights auto|fp8] [--temperature T] [--top-p P] [--logprobs K] [--prompt N] [--kv-memory GB] "
-                    "[--state-dtype float32|bfloat16] [B ...]\n");
+                    "[--weights auto|fp8] [--temperature T] [--top-p P] [--top-k K] [--presence-penalty X] "
+                    "[--logprobs K] [--prompt N] [--kv-memory GB] [--kv-block N] [--state-dtype float32|bfloat16] "
+                    "[--kv-cache-dtype bfloat16|fp8] [B ...]\n");
             return 2;
         }
     }

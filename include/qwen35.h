@@ -139,6 +139,12 @@ typedef struct Q35ServeOptions {
      * the new state to bf16 where it stores it (after every token of a decode step or of the per-token path of
      * deterministic mode, at the end of a prefill chunk otherwise). Needs a backend with a batched step. */
     int state_bf16;
+    /* 1: the served sequences' K and V (the paged KV cache of the full-attention layers) are stored as FP8 e4m3
+     * values, rounded to nearest even with no scale and saturated at +-448 (vLLM's --kv-cache-dtype fp8 with its
+     * default scales of 1): half the bytes attention reads per token and twice the tokens in the same memory, for
+     * the precision of a 3-bit mantissa. Attention reads the stored values. Needs a backend with a batched step; a
+     * lone sequence then takes the batched step too (the single-sequence step keeps bf16). */
+    int kv_fp8;
 } Q35ServeOptions;
 
 typedef struct Q35ServeInfo {
@@ -150,6 +156,7 @@ typedef struct Q35ServeInfo {
     int max_context;    /* longest sequence the engine accepts (q35_context_size) */
     size_t slot_bytes;  /* memory of one slot's DeltaNet state */
     int state_bf16;     /* the states S are bf16 (Q35ServeOptions.state_bf16) */
+    int kv_fp8;         /* K and V are stored as e4m3 (Q35ServeOptions.kv_fp8) */
     size_t block_bytes; /* memory of one KV block (all full-attention layers) */
     /* prefix cache (all 0 when it is off); free_blocks above counts the blocks only the cache holds as free */
     size_t prefix_bytes;                 /* its budget */

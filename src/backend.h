@@ -63,6 +63,7 @@ typedef struct ServeLayout {
     int n_host_snaps; /* more snapshots in host memory (pinned on a GPU), ids [n_snaps, n_snaps + n_host_snaps); only
                        * a backend with snap_copy is given any */
     int state_bf16;   /* 1: the slots' (and snapshots') recurrent states S are bf16 (Q35ServeOptions.state_bf16) */
+    int kv_fp8;       /* 1: K and V are stored as e4m3 values (Q35ServeOptions.kv_fp8) */
 } ServeLayout;
 
 /* One sequence's part of a batched step: n tokens at positions pos .. pos+n-1 of the sequence in `slot`. */
@@ -103,11 +104,11 @@ typedef struct Backend {
     /* Optional (NULL if absent): decode timings at rq->ctx_len. Clobbers the sequence (reset after). */
     int (*bench)(void *ctx, const BenchRequest *rq, BenchResult *res, Err *err);
     /* Optional batched step (NULL: core's one-sequence fallback). serve_sizes reports the bytes of one block of
-     * `block` tokens and of one slot as the backend stores it (state_bf16: with bf16 states S, where it keeps them
-     * so), and the memory they may come from. serve_open allocates the pools for layout l (a second call replaces
-     * them); serve_close frees them. The single-sequence forward() keeps working beside them (its own state), though
-     * core does not mix the two. */
-    int (*serve_sizes)(void *ctx, int block, int state_bf16, ServeSizes *s, Err *err);
+     * `block` tokens and of one slot as the backend stores it (state_bf16: with bf16 states S, kv_fp8: with e4m3 K
+     * and V, where it keeps them so), and the memory they may come from. serve_open allocates the pools for layout l
+     * (a second call replaces them); serve_close frees them. The single-sequence forward() keeps working beside them
+     * (its own state), though core does not mix the two. */
+    int (*serve_sizes)(void *ctx, int block, int state_bf16, int kv_fp8, ServeSizes *s, Err *err);
     int (*serve_open)(void *ctx, const ServeLayout *l, Err *err);
     void (*serve_close)(void *ctx);
     /* Runs the n items in one step. logits: [n_out][V] with n_out = the items with logits = 1, rows in item order

@@ -35,6 +35,7 @@ struct Serve {
     int n_slots, block, n_blocks, max_blocks, batched;
     size_t slot_bytes, block_bytes;
     int state_bf16;  /* Q35ServeOptions.state_bf16 */
+    int kv_fp8;      /* Q35ServeOptions.kv_fp8 */
     SeqRec *seqs;    /* [n_slots] */
     BlockPool pool;  /* reference counts and the free stack of the KV blocks */
     PrefixCache *pc; /* NULL: no prefix cache (turned off, or a backend without the snapshot hooks) */
@@ -105,7 +106,7 @@ static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
  * as leave room for that one sequence's blocks), then the rest in blocks (never more than the slots can hold). */
 static int size_pools(const Q35Engine *e, const Q35ServeOptions *o, Serve *s, Err *err) {
     ServeSizes z = {0};
-    int rc = e->be->serve_sizes(e->bctx, s->block, o->state_bf16, &z, err);
+    int rc = e->be->serve_sizes(e->bctx, s->block, o->state_bf16, o->kv_fp8, &z, err);
     if (rc) return rc;
     double frac = o->kv_fraction > 0 ? o->kv_fraction : z.mem_fraction;
     size_t budget = o->kv_bytes ? o->kv_bytes : (size_t)(frac * (double)z.mem_bytes);
@@ -184,11 +185,16 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
         rc = err_set(err, Q35_ERR_UNSUPPORTED, "bf16 DeltaNet states need a backend with a batched step");
         goto fail;
     }
+    if (o->kv_fp8 && !s->batched) {
+        rc = err_set(err, Q35_ERR_UNSUPPORTED, "an fp8 KV cache needs a backend with a batched step");
+        goto fail;
+    }
     s->state_bf16 = !!o->state_bf16;
+    s->kv_fp8 = !!o->kv_fp8;
     if (s->batched) {
         if ((rc = size_pools(e, o, s, err))) goto fail;
-        ServeLayout l = {s->n_slots, s->n_blocks,     s->block,       s->max_blocks,
-                         s->n_snaps, s->n_host_snaps, !!o->state_bf16};
+        ServeLayout l = {s->n_slots, s->n_blocks,     s->block,        s->max_blocks,
+                         s->n_snaps, s->n_host_snaps, !!o->state_bf16, !!o->kv_fp8};
         rc = e->be->serve_open(e->bctx, &l, err);
         if (rc == Q35_ERR_OOM && l.n_host_snaps && !o->prefix_host_bytes) { /* a default host tier that does not fit */
             l.n_host_snaps = s->n_host_snaps = 0;                           /* (pinned memory) is left out */
@@ -259,6 +265,7 @@ void q35_serve_info(const Q35Engine *e, Q35ServeInfo *info) {
     info->open_seqs = s->n_open;
     info->slot_bytes = s->slot_bytes;
     info->state_bf16 = s->state_bf16;
+    info->kv_fp8 = s->kv_fp8;
     info->block_bytes = s->block_bytes;
     if (s->pc) {
         PrefixStats st;

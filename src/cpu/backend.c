@@ -109,8 +109,8 @@ int cpu_ctx_open(CpuCtx *ctx, const Model *m, const BackendOptions *o, Err *err)
     }
     if (!failed) {
         float **p = ctx->seq_ptrs;
-        ctx->solo = (CpuSeq){max_seq, &ctx->solo_block, p, p + L, p + 2 * L, p + 3 * L, 0};
-        ctx->slot = (CpuSeq){0, NULL, p + 4 * L, p + 5 * L, p + 6 * L, p + 7 * L, 0};
+        ctx->solo = (CpuSeq){max_seq, &ctx->solo_block, p, p + L, p + 2 * L, p + 3 * L, 0, 0};
+        ctx->slot = (CpuSeq){0, NULL, p + 4 * L, p + 5 * L, p + 6 * L, p + 7 * L, 0, 0};
     }
     ctx->final_norm = f32_copy(&m->w.norm, D, &failed);
     ctx->inv_freq = falloc(c->rotary_dim / 2, &failed);
@@ -198,7 +198,7 @@ void cpu_serve_close(CpuCtx *ctx) {
         cl->Kp = cl->Vp = cl->conv_slots = cl->S_slots = cl->conv_snaps = cl->S_snaps = NULL;
     }
     ctx->n_slots = ctx->n_blocks = ctx->block = ctx->n_snaps = 0;
-    ctx->slot.state_bf16 = 0;
+    ctx->slot.state_bf16 = ctx->slot.kv_fp8 = 0;
 }
 
 int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
@@ -237,6 +237,7 @@ int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
     }
     ctx->n_slots = lay->n_slots;
     ctx->slot.state_bf16 = !!lay->state_bf16;
+    ctx->slot.kv_fp8 = !!lay->kv_fp8;
     ctx->n_snaps = n_snaps;
     ctx->n_blocks = lay->n_blocks;
     ctx->block = ctx->slot.block = lay->block;
@@ -273,10 +274,12 @@ static void be_close(void *ctx) {
     free(ctx);
 }
 
-/* state_bf16: the slots keep bf16-rounded states in fp32 memory (CpuSeq.state_bf16), so the sizes are the same */
-static int be_serve_sizes(void *ctx, int block, int state_bf16, ServeSizes *s, Err *err) {
+/* state_bf16, kv_fp8: the slots keep bf16-rounded states and the pools e4m3-rounded K / V in fp32 memory
+ * (CpuSeq.state_bf16, kv_fp8), so the sizes are the same */
+static int be_serve_sizes(void *ctx, int block, int state_bf16, int kv_fp8, ServeSizes *s, Err *err) {
     (void)err;
     (void)state_bf16;
+    (void)kv_fp8;
     const CpuCtx *cx = ctx;
     serve_sizes_of(cx->c, block, &s->block_bytes, &s->slot_bytes);
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

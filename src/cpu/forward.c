@@ -73,6 +73,11 @@ static void attention_block(CpuCtx *ctx, const CpuSeq *sq, int l, int T, int pos
             const int64_t src = ((int64_t)t * Hkv + i) * hd;
             memcpy(sq->K[l] + dst, ctx->k + src, (size_t)hd * sizeof(float));
             memcpy(sq->V[l] + dst, ctx->v + src, (size_t)hd * sizeof(float));
+            if (sq->kv_fp8)
+                for (int e = 0; e < hd; e++) {
+                    sq->K[l][dst + e] = fp8_e4m3_to_f32(f32_to_fp8_e4m3(sq->K[l][dst + e]));
+                    sq->V[l][dst + e] = fp8_e4m3_to_f32(f32_to_fp8_e4m3(sq->V[l][dst + e]));
+                }
         }
     }
     const float scale = (float)(1.0 / sqrt((double)hd));

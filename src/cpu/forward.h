@@ -44,6 +44,8 @@ typedef struct CpuSeq {
     int state_bf16;    /* 1 (serve slots, ServeLayout.state_bf16): S is rounded to bf16 wherever a step stores it (after
                         * each token of the recurrence, at the end of a chunked run), as a bf16 store would; it stays
                         * in fp32 memory */
+    int kv_fp8;        /* 1 (serve slots, ServeLayout.kv_fp8): K and V are rounded to e4m3 (f32_to_fp8_e4m3: nearest
+                        * even, saturated at +-448) where they are appended to the pools, as an fp8 store would */
 } CpuSeq;
 
 typedef struct CpuCtx {

@@ -6,8 +6,18 @@
 
 #include "cuda/common.cuh"
 
-/* v: copied as projected; every load before the first store (no load-use round trip per element) */
-__device__ __forceinline__ void head_copy(const uint16_t *src, uint16_t *dst, int hd) {
+/* Element e of a head as its destination stores the bf16 value y: bf16 bits, or (the serve step's fp8 KV pools) its
+ * e4m3 code (f32_e4m3: exact where y is an e4m3 value, else rounded to nearest even, saturated at +-448). */
+__device__ __forceinline__ void kv_store(uint16_t *dst, int e, float y) { dst[e] = bf16_bits(y); }
+__device__ __forceinline__ void kv_store(uint8_t *dst, int e, float y) { dst[e] = (uint8_t)f32_e4m3(y); }
+/* the same for a value given as its bf16 bits (copied as they are into bf16) */
+__device__ __forceinline__ void kv_store_bits(uint16_t *dst, int e, uint16_t b) { dst[e] = b; }
+__device__ __forceinline__ void kv_store_bits(uint8_t *dst, int e, uint16_t b) { dst[e] = (uint8_t)f32_e4m3(bf16u(b)); }
+
+/* v: copied as projected (bf16 bits, or their e4m3 codes); every load before the first store (no load-use round trip
+ * per element) */
+template <typename D>
+__device__ __forceinline__ void head_copy(const uint16_t *src, D *dst, int hd) {
     const int lane = threadIdx.x & 31, n = hd / 32;
     uint16_t v[8];
 #pragma unroll
@@ -15,16 +25,17 @@ __device__ __forceinline__ void head_copy(const uint16_t *src, uint16_t *dst, in
         if (k < n) v[k] = src[lane + 32 * k];
 #pragma unroll
     for (int k = 0; k < 8; k++)
-        if (k < n) dst[lane + 32 * k] = v[k];
+        if (k < n) kv_store_bits(dst, lane + 32 * k, v[k]);
 }
 
 /* q or k: x = RMSNorm(src) with weight w (norm_apply's mode), then partial NeoX RoPE of the first R elements at
  * position pos with HF's bf16 rounding points:
  *   e < R/2:  y = bf16(bf16(x_e c) - bf16(x_{e+R/2} s)),  e >= R/2 (e < R):  y = bf16(bf16(x_e c) + bf16(x_{e-R/2} s)),
  * c, s = bf16(cos, sin)(pos inv_freq[e mod R/2]); elements past R pass as bf16(x). buf: the warp's 256 floats (the
- * normed head, read across lanes for the rotation). dst: bf16 [hd]. */
+ * normed head, read across lanes for the rotation). dst: [hd], bf16 (or kv_store's e4m3 codes of the bf16 values). */
+template <typename D>
 __device__ __forceinline__ void head_norm_rope(const uint16_t *src, const float *w, int hd, float eps, int norm_mode,
-                                               const float *inv_freq, int R, int pos, float *buf, uint16_t *dst) {
+                                               const float *inv_freq, int R, int pos, float *buf, D *dst) {
     const int lane = threadIdx.x & 31, n = hd / 32;
     float x[8];
     float ss = 0.0f;
@@ -62,7 +73,7 @@ __device__ __forceinline__ void head_norm_rope(const uint16_t *src, const float 
             const float c = rbf(cs), s = rbf(sn);
             y = e < half ? rbf(rbf(x[i] * c) - rbf(buf[e + half] * s)) : rbf(rbf(x[i] * c) + rbf(buf[e - half] * s));
         }
-        dst[e] = bf16_bits(y);
+        kv_store(dst, e, y);
     }
 }
 

@@ -240,7 +240,7 @@ int cuda_prefill_bench(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, E
 
 /* ---- many sequences (serve.cu): the Backend's serve_sizes / serve_open / serve_close / step_batch and the prefix
  * cache's snap_save / snap_load / block_copy / snap_copy ---- */
-extern "C" int cuda_serve_sizes(void *ctx, int block, int state_bf16, ServeSizes *s, Err *err);
+extern "C" int cuda_serve_sizes(void *ctx, int block, int state_bf16, int kv_fp8, ServeSizes *s, Err *err);
 extern "C" int cuda_serve_open(void *ctx, const ServeLayout *l, Err *err);
 extern "C" void cuda_serve_close(void *ctx);
 extern "C" int cuda_step_batch(void *ctx, const BatchItem *items, int n, float *logits, Err *err);

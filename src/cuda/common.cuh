@@ -282,6 +282,21 @@ __device__ __forceinline__ float2 e4m3x2_f32(uint32_t v) {
 #endif
 }
 
+/* x as an e4m3 code: rounded to nearest even, |x| >= 448 (and inf) saturated to +-448, NaN to 0x7f (satfinite); the
+ * host's f32_to_fp8_e4m3 (util.c) bit for bit, in integer operations on every target. */
+__device__ __forceinline__ uint32_t f32_e4m3(float x) {
+    const uint32_t u = __float_as_uint(x), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7fu;
+    if (a >= 0x43e00000u) return sign | 0x7eu;
+    const int e = (int)(a >> 23) - 127 + 7; /* the e4m3 biased exponent */
+    if (e < -10) return sign;
+    const uint32_t man = (a & 0x7fffffu) | 0x800000u, shift = e >= 1 ? 20u : (uint32_t)(21 - e);
+    const uint32_t half = 1u << (shift - 1), rest = man & ((1u << shift) - 1);
+    uint32_t r = e >= 1 ? ((uint32_t)e << 3 | ((man >> 20) & 7u)) : man >> shift;
+    if (rest > half || (rest == half && (r & 1u))) r++; /* a carry into the exponent is the right result */
+    return sign | r;
+}
+
 /* Dot product of 16 e4m3 codes (one uint4, byte j = column j) with 16 fp32 values, summed from 0 in column order. */
 __device__ __forceinline__ float dot16_e4m3(uint4 w, const float *x) {
     const uint32_t q[4] = {w.x, w.y, w.z, w.w};

@@ -149,8 +149,9 @@ static cudaError_t slot_copy(const CudaServe *sv, int slot, char *other, int to_
                : cudaMemcpy2DAsync(other, sv->lstride, a, pitch, sv->lstride, (size_t)sv->n_dn, cudaMemcpyDefault, st);
 }
 
-static size_t block_bytes_of(const Config *c, int block) {
-    return (size_t)c->n_full_layers * 2 * c->num_key_value_heads * (size_t)block * c->head_dim * 2;
+/* kv_fp8: the pools hold e4m3 codes, one byte an element (serve_ops.h) */
+static size_t block_bytes_of(const Config *c, int block, int kv_fp8) {
+    return (size_t)c->n_full_layers * 2 * c->num_key_value_heads * (size_t)block * c->head_dim * (kv_fp8 ? 1 : 2);
 }
 
 /* ---- activations ----------------------------------------------------------------------------------------------- */
@@ -234,7 +235,7 @@ static void sv_dims(const CudaCtx *ctx, CudaServe *sv) {
 
 /* ---- Backend hooks --------------------------------------------------------------------------------------------- */
 
-extern "C" int cuda_serve_sizes(void *p, int block, int state_bf16, ServeSizes *s, Err *err) {
+extern "C" int cuda_serve_sizes(void *p, int block, int state_bf16, int kv_fp8, ServeSizes *s, Err *err) {
     CudaCtx *ctx = (CudaCtx *)p;
     if (!ctx->pf)
         return err_set(
@@ -242,7 +243,7 @@ extern "C" int cuda_serve_sizes(void *p, int block, int state_bf16, ServeSizes *
             "cuda serve: the batched step needs the prefill kernels, which do not cover this model's shapes");
     if (block < 1) return err_set(err, Q35_ERR_ARG, "cuda serve: block of %d tokens", block);
     memset(s, 0, sizeof *s);
-    s->block_bytes = block_bytes_of(ctx->c, block);
+    s->block_bytes = block_bytes_of(ctx->c, block, kv_fp8);
     slot_layout(ctx->c, 1, state_bf16, NULL, NULL, &s->slot_bytes, NULL, NULL);
     /* the activations of one pass come out of the same memory (sized here with room for 4096 table entries) */
     CudaServe tmp;
@@ -323,7 +324,8 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     SvArena a = {NULL, 0};
     sv_layout(ctx, sv, &a, n_tables);
     const size_t act_bytes = a.off;
-    sv->pool_bytes = (size_t)(l->n_blocks + 1) * c->num_key_value_heads * (size_t)l->block * c->head_dim * 2;
+    sv->pool_bytes =
+        (size_t)(l->n_blocks + 1) * c->num_key_value_heads * (size_t)l->block * c->head_dim * (l->kv_fp8 ? 1 : 2);
     cudaError_t e = cudaMalloc(&sv->buf, act_bytes);
     if (e == cudaSuccess && sv->slot_bytes) e = cudaMalloc(&sv->slots, (size_t)(l->n_slots + 1) * sv->slot_bytes);
     if (e == cudaSuccess && sv->slot_bytes && l->n_snaps > 0)
@@ -657,8 +659,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
         if ((rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, ba, NULL, l, "gemm_in", err))) return rc;
         if (ly->type == LAYER_FULL_ATTN) {
             const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
-            uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
-            uint16_t *vp = (uint16_t *)((char *)kp + sv->pool_bytes);
+            char *kp = sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes, *vp = kp + sv->pool_bytes;
             PagedPrepParams pp = {sv->proj,
                                   n,
                                   d->attn_gate ? 2 * hd : hd,
@@ -680,7 +681,8 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                                   d->R,
                                   block,
                                   d->norm_mode,
-                                  d->eps};
+                                  d->eps,
+                                  sv->lay.kv_fp8};
             if ((rc = cuda_paged_prep(&pp, &lc))) return sv_fail(rc, "paged_prep", l, err);
             if (nr) { /* decode rows: each over its own pages */
                 PagedAttnParams ap = {sv->q,
@@ -703,6 +705,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                                       sv->pa_work,
                                       sv->pa_work_n};
                 ap.early = !sv->det; /* else the rows of a prefill chunk read positions appended in this pass */
+                ap.kv_fp8 = sv->lay.kv_fp8;
                 if ((rc = cuda_paged_attn(&ap, &lc))) return sv_fail(rc, "paged_attn", l, err);
             }
             /* prefill chunks: the sequence gathered into the single-sequence layout, then the prefill flash kernel
@@ -711,7 +714,8 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                 if (pc[i].n == 1) continue;
                 const int r0 = prow[i], t0 = ptab[i];
                 const int len = pc[i].pos + pc[i].n;
-                PagedGatherParams gp = {kp, vp, tables + t0, sv->kc, sv->vc, len, ctx->max_seq, d->Hkv, hd, block};
+                PagedGatherParams gp = {kp,     vp, tables + t0, sv->kc, sv->vc, len,           ctx->max_seq,
+                                        d->Hkv, hd, block,       0,      0,      sv->lay.kv_fp8};
                 if ((rc = cuda_paged_gather(&gp, &lc))) return sv_fail(rc, "paged_gather", l, err);
                 AttnPrefillParams ap = {sv->q + (size_t)r0 * d->Hq * hd,
                                         sv->kc,
@@ -1051,11 +1055,20 @@ static int solo_copy_kv(CudaCtx *ctx, CudaServe *sv, int from, int to, int scatt
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const CudaLayer *ly = &ctx->layers[l];
         if (ly->type != LAYER_FULL_ATTN) continue;
-        uint16_t *kp = (uint16_t *)(sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes);
-        uint16_t *vp = (uint16_t *)((char *)kp + sv->pool_bytes);
-        PagedGatherParams gp = {
-            kp,   vp,     sv->ints + 6 * (size_t)sv->tmax, ly->Kc, ly->Vc, to, ctx->max_seq, sv->d.Hkv, sv->d.hd, block,
-            from, scatter};
+        char *kp = sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes, *vp = kp + sv->pool_bytes;
+        PagedGatherParams gp = {kp,
+                                vp,
+                                sv->ints + 6 * (size_t)sv->tmax,
+                                ly->Kc,
+                                ly->Vc,
+                                to,
+                                ctx->max_seq,
+                                sv->d.Hkv,
+                                sv->d.hd,
+                                block,
+                                from,
+                                scatter,
+                                sv->lay.kv_fp8};
         const int rc = cuda_paged_gather(&gp, &lc);
         if (rc) return sv_fail(rc, scatter ? "solo kv scatter" : "solo kv gather", l, err);
     }
@@ -1202,8 +1215,10 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
                 return err_set(err, Q35_ERR_ARG, "cuda step: item %d: snapshot %d after %d tokens is not in the step",
                                i, it->snap_id[k], it->snap_off[k]);
     }
-    /* a lone item on the context's own prefill (which takes its snapshots inside), or its decode step */
-    if (!sv->det && n == 1 && (ctx->pf || !items[0].n_snaps)) return solo_step(ctx, sv, &items[0], logits, err);
+    /* a lone item on the context's own prefill (which takes its snapshots inside), or its decode step; not with fp8
+     * KV pools, whose rounding the context's bf16 caches would not have within a step */
+    if (!sv->det && !sv->lay.kv_fp8 && n == 1 && (ctx->pf || !items[0].n_snaps))
+        return solo_step(ctx, sv, &items[0], logits, err);
     int rc = solo_flush(ctx, sv, err);
     if (rc) return rc;
     /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */

@@ -31,14 +31,25 @@ __global__ void __launch_bounds__(128) paged_prep_rows(const __grid_constant__ P
     const int pos = p.pos[t], tab = p.tab[t];
     if (unit >= p.Hq + p.Hkv) { /* v */
         const int i = unit - p.Hq - p.Hkv;
-        head_copy(row + p.v_off + i * hd, p.v_pool + paged_off(p.tables, tab, pos, i, p.Hkv, p.block, hd), hd);
+        const size_t off = paged_off(p.tables, tab, pos, i, p.Hkv, p.block, hd);
+        if (p.kv_fp8)
+            head_copy(row + p.v_off + i * hd, (uint8_t *)p.v_pool + off, hd);
+        else
+            head_copy(row + p.v_off + i * hd, (uint16_t *)p.v_pool + off, hd);
         return;
     }
-    const bool is_q = unit < p.Hq;
-    head_norm_rope(is_q ? row + unit * p.q_hs : row + p.k_off + (unit - p.Hq) * hd, is_q ? p.q_norm : p.k_norm, hd,
-                   p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
-                   is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd
-                        : p.k_pool + paged_off(p.tables, tab, pos, unit - p.Hq, p.Hkv, p.block, hd));
+    if (unit < p.Hq) {
+        head_norm_rope(row + unit * p.q_hs, p.q_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
+                       p.q_out + ((size_t)t * p.Hq + unit) * hd);
+        return;
+    }
+    const uint16_t *k = row + p.k_off + (unit - p.Hq) * hd;
+    const size_t off = paged_off(p.tables, tab, pos, unit - p.Hq, p.Hkv, p.block, hd);
+    if (p.kv_fp8)
+        head_norm_rope(k, p.k_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp], (uint8_t *)p.k_pool + off);
+    else
+        head_norm_rope(k, p.k_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
+                       (uint16_t *)p.k_pool + off);
 }
 
 extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
@@ -59,8 +70,11 @@ extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
 /* A tile row (one position's K or V, hd bf16) takes nchp 16-byte chunks of shared memory: hd / 8 rounded up to a
  * multiple of 8, so that chunk c of row r can sit at c ^ (r % 8) (ldmatrix's 8 rows hit 8 different bank groups). */
 static __host__ __device__ __forceinline__ int pa_nchp(int hd) { return (hd / 8 + 7) / 8 * 8; }
-/* the K tile, the V tile, then the CTA's PA_GB query rows */
-static size_t pa_smem_bytes(int hd) { return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16; }
+/* the K tile, the V tile, the CTA's PA_GB query rows, then with fp8 pools the tiles' e4m3 rows as copied (K, V:
+ * PA_TILE x hd bytes each) */
+static size_t pa_smem_bytes(int hd, int kv_fp8) {
+    return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16 + (kv_fp8 ? (size_t)2 * PA_TILE * hd : 0);
+}
 __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint32_t)(r * nchp + (c ^ (r & 7))) * 16u; }
 
 /* Split kernel: grid (Hq / GB, T, PA_MAX_SPLIT), PA_NW warps. CTA (x, i, s) takes the GB query heads j0 = GB x ..
@@ -77,6 +91,8 @@ __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint
  *   values   O^T[d][h] = alpha O^T[d][h] + sum_u V_u[d] p_u[h]   A = V^T (ldmatrix.trans of the V tile rows), B =
  *            p^T: the scores' C fragment is p's B fragment as it stands. p enters as two bf16 terms,
  *            p = hi + lo (hi = bf16(p), lo = bf16(p - hi)), so the products carry ~16 bits of p.
+ * With kv_fp8 the tile rows come as e4m3 codes into a staging area (hd bytes a row, zero-filled past the split) and
+ * every thread widens its 16-byte pieces exactly into the bf16 tiles before the tensor cores read them.
  * The warps then merge in order w = 0 .. PA_NW - 1 through shared memory into (o = sum 2^(d - M) V unnormalised, M,
  * L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1]. With p.early (decode rows: the positions
  * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
@@ -94,18 +110,25 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     const int nch = hd / 8, nchp = pa_nchp(hd), nks = hd / 16;
     const uint32_t sk = smem_addr(pa_sm), sv = sk + PA_TILE * nchp * 16, sq = sv + PA_TILE * nchp * 16;
     const int32_t *table = p.tables + p.tab[t];
+    /* the pools' rows: hd elements of esz bytes, nrc 16-byte copies; with fp8 they land in the staging area
+     * (K rows at s8k, V rows PA_TILE hd bytes further), else in the tiles */
+    const int esz = p.kv_fp8 ? 1 : 2, nrc = hd * esz / 16;
+    const char *kpool = (const char *)p.k_pool, *vpool = (const char *)p.v_pool;
+    const uint32_t s8k = sq + PA_GB * nchp * 16, s8v = s8k + PA_TILE * hd;
+    auto dst_k = [&](int r, int c) { return p.kv_fp8 ? s8k + (uint32_t)(r * hd + 16 * c) : sk + pa_sw(r, c, nchp); };
+    auto dst_v = [&](int r, int c) { return p.kv_fp8 ? s8v + (uint32_t)(r * hd + 16 * c) : sv + pa_sw(r, c, nchp); };
 
     /* tile rows tb .. tb + PA_TILE - 1, as (row, 16-byte chunk) pairs idx = tid + PA_NW 32 k, each a K and a V copy:
      * first every pair's pool row (its block-table lookup) into registers, then the copies, so that the lookups are
      * not serialised behind the copies; early: all but the row of position len - 1 (before the wait). */
     auto load_tile = [&](int tb, bool early) {
-        constexpr int KH = PA_TILE * 32 / (PA_NW * 32) / 2; /* half the pairs per thread at hd 256 */
-        const int n = PA_TILE * nch;
+        constexpr int KH = PA_TILE * 32 / (PA_NW * 32) / 2; /* half the pairs per thread at hd 256 (bf16) */
+        const int n = PA_TILE * nrc;
         for (int k0 = 0; k0 < 2 * KH; k0 += KH) {
             uint32_t rid[KH]; /* pool row (block, kv head, position in block), or ~0: past the split */
 #pragma unroll
             for (int k = 0; k < KH; k++) {
-                const int idx = tid + PA_NW * 32 * (k0 + k), ps = tb + idx / nch;
+                const int idx = tid + PA_NW * 32 * (k0 + k), ps = tb + idx / nrc;
                 rid[k] = idx < n && ps < s1 ? (uint32_t)(((size_t)table[ps / block] * p.Hkv + kvh) * block + ps % block)
                                             : ~0u;
             }
@@ -113,12 +136,12 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
             for (int k = 0; k < KH; k++) {
                 const int idx = tid + PA_NW * 32 * (k0 + k);
                 if (idx >= n) break;
-                const int r = idx / nch, c = idx - r * nch, ps = tb + r;
+                const int r = idx / nrc, c = idx - r * nrc, ps = tb + r;
                 if (early && ps == len - 1) continue;
                 const bool ok = rid[k] != ~0u;
-                const size_t off = ok ? (size_t)rid[k] * hd + c * 8 : 0;
-                cp_async16(sk + pa_sw(r, c, nchp), p.k_pool + off, ok);
-                cp_async16(sv + pa_sw(r, c, nchp), p.v_pool + off, ok);
+                const size_t off = ok ? ((size_t)rid[k] * hd) * esz + c * 16 : 0;
+                cp_async16(dst_k(r, c), kpool + off, ok);
+                cp_async16(dst_v(r, c), vpool + off, ok);
             }
         }
     };
@@ -129,9 +152,9 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     } else if (len - 1 - s0 < PA_TILE) { /* the row of position len - 1 */
         const int r = len - 1 - s0;
         const size_t row = ((size_t)table[(len - 1) / block] * p.Hkv + kvh) * block + (len - 1) % block;
-        for (int c = tid; c < nch; c += PA_NW * 32) {
-            cp_async16(sk + pa_sw(r, c, nchp), p.k_pool + row * hd + c * 8, true);
-            cp_async16(sv + pa_sw(r, c, nchp), p.v_pool + row * hd + c * 8, true);
+        for (int c = tid; c < nrc; c += PA_NW * 32) {
+            cp_async16(dst_k(r, c), kpool + row * hd * esz + c * 16, true);
+            cp_async16(dst_v(r, c), vpool + row * hd * esz + c * 16, true);
         }
     }
     for (int idx = tid; idx < PA_GB * nch; idx += PA_NW * 32) { /* q rows j0 .. j0 + GB - 1, zeros up to PA_GB */
@@ -153,6 +176,23 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
         }
         cp_async_wait<0>();
         __syncthreads();
+        if (p.kv_fp8) { /* the staged e4m3 rows widened into the bf16 tiles: 16 codes -> two 16-byte chunks */
+            for (int idx = tid; idx < 2 * PA_TILE * nrc; idx += PA_NW * 32) {
+                const int v = idx >= PA_TILE * nrc, j = idx - v * PA_TILE * nrc, r = j / nrc, c = j - r * nrc;
+                const uint4 w = *(const uint4 *)(pa_sm + (v ? s8v : s8k) - sk + r * hd + 16 * c);
+                const uint32_t q[4] = {w.x, w.y, w.z, w.w};
+                uint32_t b[8];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float2 lo = e4m3x2_f32(q[e]), hi = e4m3x2_f32(q[e] >> 16);
+                    b[2 * e] = pack_bf16(lo.x, lo.y), b[2 * e + 1] = pack_bf16(hi.x, hi.y);
+                }
+                uint8_t *tile = pa_sm + (v ? sv : sk) - sk;
+                *(uint4 *)(tile + pa_sw(r, 2 * c, nchp)) = make_uint4(b[0], b[1], b[2], b[3]);
+                *(uint4 *)(tile + pa_sw(r, 2 * c + 1, nchp)) = make_uint4(b[4], b[5], b[6], b[7]);
+            }
+            __syncthreads();
+        }
         const int r0 = 16 * warp;
         float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
@@ -262,11 +302,11 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     const int G = p->Hq / p->Hkv;
     int GB = PA_GB;
     while (G % GB) GB--; /* the largest divisor of G up to PA_GB */
-    const size_t smem = pa_smem_bytes(p->hd);
+    const size_t smem = pa_smem_bytes(p->hd, p->kv_fp8);
     static bool attr_done = false;
     if (!attr_done) {
         const cudaError_t e = cudaFuncSetAttribute(paged_attn_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)pa_smem_bytes(256));
+                                                   (int)pa_smem_bytes(256, 1));
         if (e != cudaSuccess) return (int)e;
         attr_done = true;
     }
@@ -278,13 +318,35 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
 
 /* ---- paged -> contiguous ---------------------------------------------------------------------------------------- */
 
-/* grid (len, Hkv, 2), hd / 8 threads: 16 bytes each. */
+/* grid (len, Hkv, 2), hd / 8 threads: 8 elements each (16 bytes of bf16, 8 of e4m3). */
 __global__ void paged_gather_rows(const __grid_constant__ PagedGatherParams p) {
     pdl_begin();
     const int s = p.start + blockIdx.x, i = blockIdx.y, hd = p.hd;
-    uint16_t *pool = blockIdx.z ? p.v_pool : p.k_pool, *out = blockIdx.z ? p.v_out : p.k_out;
-    uint4 *pg = (uint4 *)(pool + paged_off(p.table, 0, s, i, p.Hkv, p.block, hd));
+    char *pool = (char *)(blockIdx.z ? p.v_pool : p.k_pool);
+    uint16_t *out = blockIdx.z ? p.v_out : p.k_out;
+    const size_t po = paged_off(p.table, 0, s, i, p.Hkv, p.block, hd);
     uint4 *ct = (uint4 *)(out + ((size_t)i * p.stride + s) * hd);
+    if (p.kv_fp8) {
+        uint2 *pg = (uint2 *)(pool + po);
+        for (int e = threadIdx.x; e < hd / 8; e += blockDim.x) {
+            if (p.scatter) {
+                const uint4 b = ct[e];
+                const uint32_t w[4] = {b.x, b.y, b.z, b.w};
+                uint32_t q[2] = {0u, 0u};
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    q[j >> 2] |= f32_e4m3(bf16u((uint16_t)(w[j >> 1] >> (16 * (j & 1))))) << (8 * (j & 3));
+                pg[e] = make_uint2(q[0], q[1]);
+            } else {
+                const uint2 q = pg[e];
+                const float2 a = e4m3x2_f32(q.x), b = e4m3x2_f32(q.x >> 16), c = e4m3x2_f32(q.y),
+                             d = e4m3x2_f32(q.y >> 16);
+                ct[e] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(b.x, b.y), pack_bf16(c.x, c.y), pack_bf16(d.x, d.y));
+            }
+        }
+        return;
+    }
+    uint4 *pg = (uint4 *)(pool + 2 * po);
     uint4 *dst = p.scatter ? pg : ct;
     const uint4 *src = p.scatter ? ct : pg;
     for (int e = threadIdx.x; e < hd / 8; e += blockDim.x) dst[e] = src[e];

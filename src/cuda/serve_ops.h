@@ -3,8 +3,10 @@
  * pos[t] of its sequence. Conventions as ops.h: bf16 buffers are uint16_t bit patterns, small vectors fp32, every
  * launcher returns 0 or a cudaError_t value.
  *
- * Paged KV pool of one full-attention layer: bf16 [n_blocks][Hkv][block][hd] for K and the same for V. Row t's
- * block table is tables[tab[t] ..]: position p lives in row p % block of block tables[tab[t] + p / block]. */
+ * Paged KV pool of one full-attention layer: bf16 [n_blocks][Hkv][block][hd] for K and the same for V, or with
+ * kv_fp8 e4m3 codes in the same layout (one byte each: the value rounded to nearest even, saturated at +-448, no
+ * scale: vLLM's --kv-cache-dtype fp8 with its default scales of 1). Row t's block table is tables[tab[t] ..]:
+ * position p lives in row p % block of block tables[tab[t] + p / block]. */
 #ifndef Q35_CUDA_SERVE_OPS_H
 #define Q35_CUDA_SERVE_OPS_H
 
@@ -21,13 +23,14 @@ typedef struct PagedPrepParams {
     const uint16_t *qkv;        /* bf16 [T][ld]: as AttnPrepParams */
     int ld, q_hs, k_off, v_off; /* as AttnPrepParams */
     const float *q_norm, *k_norm, *inv_freq;
-    uint16_t *q_out;           /* bf16 [T][Hq][hd] */
-    uint16_t *k_pool, *v_pool; /* bf16 [n_blocks][Hkv][block][hd] */
-    const int32_t *pos, *tab;  /* [T] */
-    const int32_t *tables;     /* block tables (see above) */
+    uint16_t *q_out;          /* bf16 [T][Hq][hd] */
+    void *k_pool, *v_pool;    /* bf16 (or kv_fp8: e4m3) [n_blocks][Hkv][block][hd] */
+    const int32_t *pos, *tab; /* [T] */
+    const int32_t *tables;    /* block tables (see above) */
     int T, Hq, Hkv, hd, R, block;
     int norm_mode;
     float eps;
+    int kv_fp8; /* 1: the pools hold e4m3 codes: K and V are stored as e4m3(y) of the bf16 values y above */
 } PagedPrepParams;
 int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l);
 
@@ -58,8 +61,8 @@ static inline size_t paged_attn_work_floats(int T, int Hq, int hd) {
     return (size_t)T * Hq * PA_MAX_SPLIT * ((size_t)hd + 2);
 }
 typedef struct PagedAttnParams {
-    const uint16_t *q;               /* bf16 [T][Hq][hd] */
-    const uint16_t *k_pool, *v_pool; /* as PagedPrepParams */
+    const uint16_t *q;           /* bf16 [T][Hq][hd] */
+    const void *k_pool, *v_pool; /* as PagedPrepParams */
     const uint16_t *gate; /* bf16, gate of row t, head j, dim d at gate[t gate_ld + j gate_hs + d]; or NULL */
     int gate_ld, gate_hs;
     uint16_t *out; /* bf16 [T][Hq hd] */
@@ -72,19 +75,22 @@ typedef struct PagedAttnParams {
     int early; /* 1: every row's positions before pos[t] were in the pools before this launch's predecessors ran (the
                 * rows are one token each of distinct sequences), so their copies may go out before the wait on the
                 * kernel before; 0: only after it */
+    int kv_fp8; /* 1: the pools hold e4m3 codes, widened exactly to bf16 in shared memory before the tensor cores */
 } PagedAttnParams;
 int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l);
 
 /* Copies positions start .. len-1 of one sequence from the paged pools into contiguous caches k_out, v_out bf16
  * [Hkv][stride][hd] (the single-sequence layout cuda_attn_prefill and the decode step read), or with scatter = 1 the
- * other way (the caches' rows back into the pages). table: the sequence's block table. hd % 8 == 0. Grid
- * (len - start, Hkv, 2), hd / 8 threads. */
+ * other way (the caches' rows back into the pages). table: the sequence's block table. hd % 8 == 0. With kv_fp8 the
+ * pools hold e4m3 codes: widened exactly into the caches, rounded to nearest even (saturated) back into the pools.
+ * Grid (len - start, Hkv, 2), hd / 8 threads. */
 typedef struct PagedGatherParams {
-    uint16_t *k_pool, *v_pool;
+    void *k_pool, *v_pool;
     const int32_t *table;
     uint16_t *k_out, *v_out;
     int len, stride, Hkv, hd, block;
     int start, scatter;
+    int kv_fp8;
 } PagedGatherParams;
 int cuda_paged_gather(const PagedGatherParams *p, const CudaLaunch *l);
 

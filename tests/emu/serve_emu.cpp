@@ -55,6 +55,29 @@ static float *fv(size_t n, float mean, float sc) {
 }
 static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 
+/* e4m3 (fp8 KV pools), independently of the kernels' bit manipulation: the value of a code, and the code nearest to x
+ * by a search over every finite code (ties: the even code, i.e. even mantissa), |x| beyond 448 saturated */
+static float e4m3_val(uint8_t c) {
+    const int e = (c >> 3) & 15, m = c & 7;
+    const float v = e ? ldexpf((float)(8 + m), e - 10) : ldexpf((float)m, -9);
+    return (c & 0x80) ? -v : v;
+}
+static uint8_t e4m3_nearest(float x) {
+    const float a = fabsf(x);
+    int best = 0;
+    for (int c = 1; c <= 0x7e; c++) {
+        const float d = fabsf(e4m3_val((uint8_t)c) - a), db = fabsf(e4m3_val((uint8_t)best) - a);
+        if (d < db || (d == db && !(c & 1))) best = c;
+    }
+    return (uint8_t)((x < 0 ? 0x80 : 0) | best);
+}
+/* n random finite e4m3 codes of values within +-sc (roughly) */
+static uint8_t *e4v(size_t n, float sc) {
+    uint8_t *p = (uint8_t *)aligned_alloc(64, ((n + 63) / 64) * 64);
+    for (size_t i = 0; i < n; i++) p[i] = e4m3_nearest(sc * nrm());
+    return p;
+}
+
 /* ---- attention ------------------------------------------------------------------------------------------------- */
 
 static void attn_case(int hd, int gated, int norm_mode, int sub, int Hq, int Hkv) {
@@ -147,6 +170,57 @@ static void attn_case(int hd, int gated, int norm_mode, int sub, int Hq, int Hkv
     }
     check(bad_g == 0, "paged_gather rows");
 
+    /* fp8 pools (PagedPrepParams.kv_fp8): the same prep into e4m3 pools stores e4m3(the bf16 path's K / V) and q as
+     * before; gather widens them exactly into bf16 caches; scatter rounds a cache's bf16 values to nearest even */
+    int bad8 = 0;
+    {
+        uint8_t *kp8 = (uint8_t *)aligned_alloc(64, (pool_n + 63) / 64 * 64),
+                *vp8 = (uint8_t *)aligned_alloc(64, (pool_n + 63) / 64 * 64);
+        memset(kp8, 0x5a, pool_n), memset(vp8, 0x5a, pool_n);
+        std::vector<uint16_t> qo1(qo, qo + (size_t)T * Hq * hd);
+        PagedPrepParams p8 = pp;
+        p8.k_pool = kp8, p8.v_pool = vp8, p8.kv_fp8 = 1;
+        check(cuda_paged_prep(&p8, &lc) == 0, "paged_prep (fp8) launch");
+        bad8 += memcmp(qo1.data(), qo, qo1.size() * 2) != 0;
+        for (size_t i = 0; i < pool_n; i++) {
+            if (!written[i]) {
+                bad8 += kp8[i] != 0x5a || vp8[i] != 0x5a;
+                continue;
+            }
+            bad8 += kp8[i] != e4m3_nearest(bff(kp[i])) || vp8[i] != e4m3_nearest(bff(vp[i]));
+        }
+        check(bad8 == 0, "paged_prep (fp8) codes");
+        const int len = 8, stride = 12;
+        uint16_t *kc = (uint16_t *)aligned_alloc(64, (size_t)Hkv * stride * hd * 2);
+        uint16_t *vc = (uint16_t *)aligned_alloc(64, (size_t)Hkv * stride * hd * 2);
+        for (size_t i = 0; i < pool_n; i++) /* every code finite: the rows gathered are all in the pools */
+            if (!written[i]) kp8[i] = e4m3_nearest(nrm()), vp8[i] = e4m3_nearest(nrm());
+        PagedGatherParams g8 = {kp8, vp8, tables, kc, vc, len, stride, Hkv, hd, block, 0, 0, 1};
+        check(cuda_paged_gather(&g8, &lc) == 0, "paged_gather (fp8) launch");
+        int bad_g8 = 0;
+        for (int i = 0; i < Hkv; i++)
+            for (int s2 = 0; s2 < len; s2++)
+                for (int e = 0; e < hd; e++) {
+                    const size_t off = (((size_t)tables[s2 / block] * Hkv + i) * block + s2 % block) * hd + e;
+                    const size_t co = ((size_t)i * stride + s2) * hd + e;
+                    bad_g8 += bff(kc[co]) != e4m3_val(kp8[off]) || bff(vc[co]) != e4m3_val(vp8[off]);
+                }
+        /* scatter: positions 3 .. len-1 of caches holding arbitrary bf16 values (some past 448: saturated) */
+        for (size_t i = 0; i < (size_t)Hkv * stride * hd; i++) kc[i] = emu_bf(300.0f * nrm()), vc[i] = emu_bf(nrm());
+        g8.start = 3, g8.scatter = 1;
+        check(cuda_paged_gather(&g8, &lc) == 0, "paged_gather (fp8 scatter) launch");
+        for (int i = 0; i < Hkv; i++)
+            for (int s2 = 3; s2 < len; s2++)
+                for (int e = 0; e < hd; e++) {
+                    const size_t off = (((size_t)tables[s2 / block] * Hkv + i) * block + s2 % block) * hd + e;
+                    const size_t co = ((size_t)i * stride + s2) * hd + e;
+                    bad_g8 += kp8[off] != e4m3_nearest(bff(kc[co])) || vp8[off] != e4m3_nearest(bff(vc[co]));
+                }
+        check(bad_g8 == 0, "paged_gather (fp8) rows");
+        bad8 += bad_g8;
+        free(kp8), free(vp8), free(kc), free(vc);
+    }
+
     /* sub: only rows 4, 1, 3 (a row list); the others must stay untouched */
     const int sub_rows[3] = {4, 1, 3};
     PagedAttnParams ap = {qo,
@@ -217,8 +291,9 @@ static void attn_case(int hd, int gated, int norm_mode, int sub, int Hq, int Hkv
     check(bad_o == 0, "paged_attn values");
     printf("  attention hd %3d Hq %2d Hkv %d gate %d norm %d rows %s: prep q %d k %d v %d pool %d gather %d bad; attn "
            "%d bad (worst "
-           "%.2e of max |o|)\n",
-           hd, Hq, Hkv, gated, norm_mode, sub ? "4,1,3" : "all", bad_q, bad_k, bad_v, bad_pool, bad_g, bad_o, worst);
+           "%.2e of max |o|); fp8 pools %d bad\n",
+           hd, Hq, Hkv, gated, norm_mode, sub ? "4,1,3" : "all", bad_q, bad_k, bad_v, bad_pool, bad_g, bad_o, worst,
+           bad8);
     free(qkv), free(kp), free(vp), free(k0), free(v0), free(qn), free(kn), free(inv), free(qo), free(out);
 }
 
@@ -226,7 +301,7 @@ static void attn_case(int hd, int gated, int norm_mode, int sub, int Hq, int Hkv
  * 64: chunk 128, 9 splits) on their own shuffled block tables, computed through a row list that skips row 4; each row
  * checked against a double reference (bound as attn_case) and, for batch invariance, bit for bit against the same row
  * computed alone (T = 1, rows = {r}). */
-static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_len) {
+static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_len, bool kv8 = false) {
     const int T = 6, lens[T] = {1, 64, 65, 200, 30, long_len}, list[5] = {5, 0, 3, 1, 2}, nl = 5;
     int pos[T], tab[T], nt = 0;
     for (int t = 0; t < T; t++) pos[t] = lens[t] - 1, tab[t] = nt, nt += (lens[t] + block - 1) / block;
@@ -237,6 +312,10 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
     const size_t pool_n = (size_t)n_blocks * Hkv * block * hd;
     const int gate_ld = Hq * 2 * hd;
     uint16_t *kp = bfv(pool_n, 1.0f), *vp = bfv(pool_n, 1.0f), *q = bfv((size_t)T * Hq * hd, 2.0f);
+    /* kv8: the pools as e4m3 codes (PagedAttnParams.kv_fp8); the reference reads their values */
+    uint8_t *kp8 = kv8 ? e4v(pool_n, 1.0f) : NULL, *vp8 = kv8 ? e4v(pool_n, 1.0f) : NULL;
+    auto kval = [&](size_t i) { return kv8 ? (double)e4m3_val(kp8[i]) : (double)bff(kp[i]); };
+    auto vval = [&](size_t i) { return kv8 ? (double)e4m3_val(vp8[i]) : (double)bff(vp[i]); };
     uint16_t *gate = bfv((size_t)T * gate_ld, 1.0f);
     const size_t on = (size_t)T * Hq * hd;
     std::vector<uint16_t> out(on, 0xffff), out1(on, 0xffff);
@@ -262,6 +341,7 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
                           work.data(),
                           work.size(),
                           1}; /* early: one row per sequence, its earlier positions written before */
+    if (kv8) ap.k_pool = kp8, ap.v_pool = vp8, ap.kv_fp8 = 1;
     check(cuda_paged_attn(&ap, &lc) == 0, "paged_attn (splits) launch");
     int bad_o = 0, bad_inv = 0, bad_other = 0;
     double worst = 0;
@@ -282,14 +362,14 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
             for (int s = 0; s < n; s++) {
                 const size_t off = (((size_t)tables[tab[t] + s / block] * Hkv + kvh) * block + s % block) * hd;
                 double d = 0;
-                for (int e = 0; e < hd; e++) d += (double)bff(q[((size_t)t * Hq + j) * hd + e]) * bff(kp[off + e]);
+                for (int e = 0; e < hd; e++) d += (double)bff(q[((size_t)t * Hq + j) * hd + e]) * kval(off + e);
                 sc[s] = d / sqrt((double)hd);
                 mx = fmax(mx, sc[s]);
             }
             for (int s = 0; s < n; s++) l += exp(sc[s] - mx);
             for (int s = 0; s < n; s++) {
                 const size_t off = (((size_t)tables[tab[t] + s / block] * Hkv + kvh) * block + s % block) * hd;
-                for (int e = 0; e < hd; e++) o[e] += exp(sc[s] - mx) / l * bff(vp[off + e]);
+                for (int e = 0; e < hd; e++) o[e] += exp(sc[s] - mx) / l * vval(off + e);
             }
             for (int e = 0; e < hd; e++) omax = fmax(omax, fabs(o[e]));
             for (int e = 0; e < hd; e++) {
@@ -309,10 +389,10 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
     check(bad_o == 0, "paged_attn (splits) values");
     check(bad_inv == 0, "paged_attn row alone != row in the batch");
     check(bad_other == 0, "paged_attn (splits) wrote a row outside its list");
-    printf("  attention splits hd %3d Hq %2d Hkv %d gate %d block %2d lens 1,64,65,200,%d: %d bad (worst %.2e of max "
-           "|o|), %d rows differ alone, %d other\n",
-           hd, Hq, Hkv, gated, block, long_len, bad_o, worst, bad_inv, bad_other);
-    free(kp), free(vp), free(q), free(gate);
+    printf("  attention splits%s hd %3d Hq %2d Hkv %d gate %d block %2d lens 1,64,65,200,%d: %d bad (worst %.2e of "
+           "max |o|), %d rows differ alone, %d other\n",
+           kv8 ? " (fp8 pools)" : "", hd, Hq, Hkv, gated, block, long_len, bad_o, worst, bad_inv, bad_other);
+    free(kp), free(vp), free(q), free(gate), free(kp8), free(vp8);
 }
 
 /* ---- DeltaNet step over slots ---------------------------------------------------------------------------------- */
@@ -593,6 +673,9 @@ int main(int argc, char **argv) {
     split_case(256, 8, 2, 1, 16, 1100);    /* the 0.8B shape: G = 4, 8 dims per lane */
     split_case(128, 16, 2, 0, 7, 1030);    /* G = 8, a block of 7 */
     split_case(96, 4, 1, 1, 16, 300);      /* hd 96: 3 of 4 dims per lane */
+    split_case(256, 8, 2, 1, 16, 1100, true); /* fp8 pools: the 0.8B shape */
+    split_case(128, 16, 2, 0, 7, 300, true);  /* fp8 pools: a block of 7, G = 8 */
+    split_case(96, 4, 1, 1, 16, 150, true);   /* fp8 pools: hd 96 (6 pieces of 16 codes a row) */
     dn_case(1, 2, 128, 128);               /* the whole-head state pass (Qwen3.5's heads): 8 heads on 2 CTAs */
     dn_case(1, 2, 128, 128, 1);            /* one CTA streams all 8 heads: its 3-stage ring wraps twice */
     dn_case(1, 2, 128, 128, 64);           /* more CTAs than heads: one each */

@@ -32,7 +32,9 @@
  *     on the dequantized weights);
  *   - and with bf16 DeltaNet states (ServeLayout.state_bf16: slots and snapshots of half the state bytes, the CPU
  *     reference serving with bf16 states too and its rows moved off its fp32-state rows; a lone sequence on the
- *     single-sequence step entering from and leaving to a bf16 slot).
+ *     single-sequence step entering from and leaving to a bf16 slot);
+ *   - and with an fp8 KV cache (ServeLayout.kv_fp8: e4m3 pools of half the bytes; the reference of every "vs forward()"
+ *     check is the CPU serving with e4m3-rounded K / V, and lone sequences take the batched step).
  * Usage: test_serve_cuda [seed]. Skips (exit 0, "no GPU") without a GPU. */
 #include "backend.h"
 #include "sampler.h"
@@ -655,10 +657,10 @@ static int check_penalized(void *ctx, const int *ids, int det, int V, Err *err) 
  * which a lone decode row runs the single-sequence step on the context's own state (serve.cu solo_step): alone,
  * among others, from a snapshot, and alone and then joined by others (the solo state and KV rows handed back to the
  * slot and pages), each within the bound against forward(). */
-static void test_model(int qwen35, int det, int fp8, int bf16) {
+static void test_model(int qwen35, int det, int fp8, int bf16, int kv8) {
     char name[64];
-    snprintf(name, sizeof name, "%s%s%s%s", qwen35 ? "qwen3.5-like" : "qwen3-like", fp8 ? " fp8" : "",
-             bf16 ? " bf16-states" : "", det ? " det" : "");
+    snprintf(name, sizeof name, "%s%s%s%s%s", qwen35 ? "qwen3.5-like" : "qwen3-like", fp8 ? " fp8" : "",
+             bf16 ? " bf16-states" : "", kv8 ? " fp8-kv" : "", det ? " det" : "");
     Model m;
     small_model(&m, qwen35);
     if (fp8) { /* --weights fp8: FP8 projections (the DeltaNet in_proj's b / a rows stay bf16), the CPU dequantizes */
@@ -690,12 +692,14 @@ static void test_model(int qwen35, int det, int fp8, int bf16) {
     CHECK(cuda_backend.serve_sizes && cuda_backend.serve_open && cuda_backend.step_batch, "no batched step");
     ServeSizes z;
     ServeSizes z32;
-    if (cuda_backend.serve_sizes(ctx, BLOCK, bf16, &z, &err) || cuda_backend.serve_sizes(ctx, BLOCK, 0, &z32, &err)) {
+    if (cuda_backend.serve_sizes(ctx, BLOCK, bf16, kv8, &z, &err) ||
+        cuda_backend.serve_sizes(ctx, BLOCK, 0, 0, &z32, &err)) {
         CHECK(0, "%s: serve_sizes: %s", name, err.msg);
         goto done;
     }
     const Config *c = &m.config;
-    const size_t want_block = (size_t)c->n_full_layers * 2 * c->num_key_value_heads * BLOCK * c->head_dim * 2;
+    const size_t want_block =
+        (size_t)c->n_full_layers * 2 * c->num_key_value_heads * BLOCK * c->head_dim * (kv8 ? 1 : 2);
     CHECK(z.block_bytes == want_block, "%s: block_bytes %zu, expected %zu", name, z.block_bytes, want_block);
     CHECK(qwen35 ? z.slot_bytes >= (size_t)c->n_linear_layers * 4 * 128 * 128 * (bf16 ? 2 : 4) : z.slot_bytes == 0,
           "%s: slot_bytes %zu", name, z.slot_bytes);
@@ -708,13 +712,14 @@ static void test_model(int qwen35, int det, int fp8, int bf16) {
                        .block = BLOCK,
                        .max_blocks = MAX_SEQ / BLOCK,
                        .n_snaps = 1,
-                       .state_bf16 = bf16};
+                       .state_bf16 = bf16,
+                       .kv_fp8 = kv8};
     if (cuda_backend.serve_open(ctx, &lay, &err)) {
         CHECK(0, "%s: serve_open: %s", name, err.msg);
         goto done;
     }
-    double w_cpu32 = 0; /* bf16 states: the CPU's fp32-state rows against the CPU's own bf16-state serve */
-    if (bf16) {
+    double w_cpu32 = 0; /* bf16 states / fp8 KV: the CPU's default rows against the CPU's own serve with them */
+    if (bf16 || kv8) {
         memcpy(among, cpu, sizeof(float) * N_STEPS * V);
         if (cpu_backend.serve_open(cctx, &lay, &err) || run_steps(&cpu_backend, cctx, ids, 0, 0, cpu, V, &err)) {
             CHECK(0, "%s: the CPU's bf16-state serve: %s", name, err.msg);
@@ -723,7 +728,7 @@ static void test_model(int qwen35, int det, int fp8, int bf16) {
         rows_near(among, cpu, N_STEPS, V, &w_cpu32);
         int same = 0;
         for (int t = 0; t < N_STEPS; t++) same += !memcmp(among + (size_t)t * V, cpu + (size_t)t * V, 4 * V);
-        CHECK(same < N_STEPS, "%s: the CPU's bf16 states change nothing", name);
+        CHECK(same < N_STEPS, "%s: the CPU's bf16 states / fp8 KV change nothing", name);
     }
     /* forward(): the single sequence beside the pools */
     int rc = cuda_backend.reset(ctx, &err);
@@ -731,6 +736,9 @@ static void test_model(int qwen35, int det, int fp8, int bf16) {
     for (int t = CHUNK_A; t < LA && !rc; t++)
         rc = cuda_backend.forward(ctx, ids + t, 1, t, 0, fwd + (size_t)(1 + t - CHUNK_A) * V, &err);
     CHECK(rc == 0, "%s: forward: %s", name, err.msg);
+    /* fp8 KV: forward() keeps bf16 K / V; the reference of every "vs forward()" check below is the CPU serving with
+     * e4m3 K / V instead */
+    if (kv8) memcpy(fwd, cpu, sizeof(float) * N_STEPS * V);
     if ((rc = run_steps(&cuda_backend, ctx, ids, 0, 0, alone, V, &err))) {
         CHECK(0, "%s: step_batch alone: %s", name, err.msg);
         goto done;
@@ -847,7 +855,9 @@ static void test_model(int qwen35, int det, int fp8, int bf16) {
     bad.slot = 0;
     blocks[0] = N_BLOCKS;
     CHECK(cuda_backend.step_batch(ctx, &bad, 1, fwd, &err) == Q35_ERR_ARG, "%s: block %d not refused", name, N_BLOCKS);
-    if (bf16) printf("  %s: the CPU's rows with fp32 vs bf16 states: worst rel L2 %.4f\n", name, w_cpu32);
+    if (bf16 || kv8)
+        printf("  %s: the CPU's rows with %s: worst rel L2 %.4f\n", name,
+               kv8 ? "bf16 vs fp8 K / V" : "fp32 vs bf16 states", w_cpu32);
     if (det)
         printf("  %s: step_batch vs forward() worst rel L2 %.4f, vs CPU %.4f; alone vs among %d others: %d of %d rows "
                "differ\n",
@@ -870,10 +880,12 @@ int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("serve_cuda");
     rng_seed(&rng, test_seed(argc, argv, "test_serve_cuda"));
     for (int det = 1; det >= 0; det--) {
-        test_model(1, det, 0, 0);
-        test_model(0, det, 0, 0);
-        test_model(1, det, 1, 0);
-        test_model(1, det, 0, 1); /* bf16 DeltaNet states (ServeLayout.state_bf16) */
+        test_model(1, det, 0, 0, 0);
+        test_model(0, det, 0, 0, 0);
+        test_model(1, det, 1, 0, 0);
+        test_model(1, det, 0, 1, 0); /* bf16 DeltaNet states (ServeLayout.state_bf16) */
+        test_model(1, det, 0, 0, 1); /* fp8 KV cache (ServeLayout.kv_fp8) */
+        test_model(0, det, 0, 0, 1);
     }
     tt_free_all();
     return TEST_SUMMARY("serve_cuda");

@@ -33,4 +33,4 @@ fail="$B/tests/failalloc.so"
 { [ -f "$fail" ] && ! ldd "$B/qwen35" | grep -q libasan; } || fail=
 FAILALLOC="$fail" QWEN35_BIN="$B/qwen35" SERVE_MODEL="$model" OPENAI_DIR="$npmdir" ANTHROPIC_DIR="$adir" node --test "$root/tests/serve/serve.test.cjs" "$root/tests/serve/limits.test.cjs" \
     "$root/tests/serve/tools.test.cjs" "$root/tests/serve/prefix.test.cjs" "$root/tests/serve/responses.test.cjs" \
-    "$root/tests/serve/messages.test.cjs" "$root/tests/serve/oom.test.cjs" "$root/tests/serve/state.test.cjs"
+    "$root/tests/serve/messages.test.cjs" "$root/tests/serve/oom.test.cjs" "$root/tests/serve/state.test.cjs" "$root/tests/serve/kvcache.test.cjs"
