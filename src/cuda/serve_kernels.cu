@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
         if (p.kv_fp8) { /* the staged e4m3 rows widened into the bf16 tiles: 16 codes -> two 16-byte chunks */
             for (int idx = tid; idx < 2 * PA_TILE * nrc; idx += PA_NW * 32) {
                 const int v = idx >= PA_TILE * nrc, j = idx - v * PA_TILE * nrc, r = j / nrc, c = j - r * nrc;
-                const uint4 w = *(const uint4 *)(pa_sm + (v ? s8v : s8k) - sk + r * hd + 16 * c);
+                const uint4 w = *(const uint4 *)(pa_sm + ((v ? s8v : s8k) - sk) + r * hd + 16 * c);
                 const uint32_t q[4] = {w.x, w.y, w.z, w.w};
                 uint32_t b[8];
 #pragma unroll
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
                     const float2 lo = e4m3x2_f32(q[e]), hi = e4m3x2_f32(q[e] >> 16);
                     b[2 * e] = pack_bf16(lo.x, lo.y), b[2 * e + 1] = pack_bf16(hi.x, hi.y);
                 }
-                uint8_t *tile = pa_sm + (v ? sv : sk) - sk;
+                uint8_t *tile = pa_sm + ((v ? sv : sk) - sk);
                 *(uint4 *)(tile + pa_sw(r, 2 * c, nchp)) = make_uint4(b[0], b[1], b[2], b[3]);
                 *(uint4 *)(tile + pa_sw(r, 2 * c + 1, nchp)) = make_uint4(b[4], b[5], b[6], b[7]);
             }

@@ -1,56 +1,11 @@
-// kvcache.test.cjs — `qwen35 serve --kv-cache-dtype fp8` (the served sequences' K and V kept as e4m3 values) with the
-// official `openai` client (node --test; started by tests/serve/run.sh) on the CPU backend in deterministic mode: the
-// server says what it keeps, a sampled request gives the same text alone and among concurrent others (batch
-// invariance with fp8 K / V), a repeated prompt (a prefix-cache hit: its fp8 blocks reused) gives its first text, and
-// a value the flag does not know is a usage error.
-const { test, before, after } = require("node:test");
-const assert = require("node:assert/strict");
-const { spawn } = require("node:child_process");
-const { start, stop } = require("./server.cjs");
-const OpenAI = require(process.env.OPENAI_DIR + "/node_modules/openai").default;
+// kvcache.test.cjs — `qwen35 serve --kv-cache-dtype fp8` (the served sequences' K and V kept as e4m3 values): the
+// checks of stored.cjs (node --test; started by tests/serve/run.sh).
+const { storedTests } = require("./stored.cjs");
 
-let srv, client;
-const MODEL = "serve-model";
-
-before(async () => {
-    srv = await start(["--kv-cache-dtype", "fp8"]);
-    client = new OpenAI({ apiKey: "none", baseURL: `http://127.0.0.1:${srv.port}/v1`, maxRetries: 0 });
-});
-
-after(async () => {
-    assert.equal(await stop(srv), 0, "SIGTERM: exit status 0");
-});
-
-test("the server says its KV cache is fp8", () => {
-    assert.match(srv.log, /KV cache fp8 e4m3; DeltaNet states float32/);
-});
-
-test("a sampled request: the same text alone and among three concurrent others", async () => {
-    const q = { model: MODEL, prompt: "Once upon a time", max_tokens: 40, temperature: 1, seed: 11 };
-    const alone = await client.completions.create(q);
-    assert.equal(alone.usage.completion_tokens, 40);
-    const others = [1, 2, 3].map((i) => client.completions.create({ model: MODEL, prompt: `Other prompt ${i}: ` +
-        "word ".repeat(5 * i), max_tokens: 10 + 7 * i, temperature: 0.7, seed: i }));
-    const [again, ...rest] = await Promise.all([client.completions.create(q), ...others]);
-    assert.equal(again.choices[0].text, alone.choices[0].text);
-    rest.forEach((r, i) => assert.equal(r.usage.completion_tokens, 17 + 7 * i));
-});
-
-test("a repeated chat prompt (prefix-cache hit) gives its first text", async () => {
-    const q = { model: MODEL, messages: [{ role: "system", content: "You are terse. ".repeat(30) },
-        { role: "user", content: "Name a color." }], max_tokens: 20, temperature: 0 };
-    const a = await client.chat.completions.create(q), b = await client.chat.completions.create(q);
-    assert.equal(b.choices[0].message.content, a.choices[0].message.content);
-    assert.equal(b.usage.prompt_tokens, a.usage.prompt_tokens);
-    assert.ok(b.usage.prompt_tokens_details.cached_tokens > 0, "the second request hits the prefix cache");
-});
-
-test("--kv-cache-dtype with an unknown type is a usage error", async () => {
-    const p = spawn(process.env.QWEN35_BIN, ["serve", "--model", process.env.SERVE_MODEL, "--backend", "cpu",
-        "--kv-cache-dtype", "fp16"], { stdio: ["ignore", "ignore", "pipe"] });
-    let err = "";
-    p.stderr.on("data", (d) => { err += d; });
-    const code = await new Promise((resolve) => p.on("exit", (c) => resolve(c)));
-    assert.equal(code, 2);
-    assert.match(err, /--kv-cache-dtype: 'fp16' is not auto, bfloat16, fp8 or fp8_e4m3/);
+storedTests({
+    args: ["--kv-cache-dtype", "fp8"],
+    says: /KV cache fp8 e4m3; DeltaNet states float32/,
+    flag: "--kv-cache-dtype",
+    bad: "fp16",
+    badMessage: /--kv-cache-dtype: 'fp16' is not auto, bfloat16, fp8 or fp8_e4m3/,
 });
