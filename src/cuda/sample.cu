@@ -18,7 +18,7 @@
  *     in a fixed order. A window of at most SM_LIST candidates is also listed (id, key) for kernel 2;
  *   kernel 2 (sample_pick_bf16): finds the id holding the chosen rank among the ids of that value, in index order:
  *     from the list where there is one (one block), else from the row (per-block counts, the last block locates it).
- * Every kernel reads the row with 16-byte loads, four in flight per thread.
+ * Every kernel reads the row with 16-byte loads, four in flight per thread (kernel 1, one block per SM: eight).
  * Ties inside a value bin are ordered by id, as in the host sort. temperature <= 0: no-op (the LM head's argmax
  * stays in out_id). */
 #include <math.h>
@@ -209,7 +209,7 @@ __device__ __forceinline__ void for_ids(const float *x, int beg, int end, F &&f)
 /* This block's share of the row's ids for a grid of gridDim.x blocks per row: slices of a multiple of 4 ids. */
 __device__ __forceinline__ int slice_ids(int n) { return (n + 4 * (int)gridDim.x - 1) / (4 * (int)gridDim.x) * 4; }
 
-/* The candidates' threshold and the max's key of row blockIdx.y: candidates are the ids with logit >= mx - 40 T. */
+/* Row blockIdx.y's max logit (given, or the logit at its argmax out_id); candidates are the ids >= max - 40 T. */
 __device__ __forceinline__ float row_max(const SampleParams &p, const SampleRow &row) {
     return p.max_logit ? __ldcg(p.max_logit + blockIdx.y) : __ldcg(row.logits + __ldcg(p.out_id + blockIdx.y));
 }
