@@ -92,7 +92,8 @@ __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint
  *            p^T: the scores' C fragment is p's B fragment as it stands. p enters as two bf16 terms,
  *            p = hi + lo (hi = bf16(p), lo = bf16(p - hi)), so the products carry ~16 bits of p.
  * With kv_fp8 the tile rows come as e4m3 codes into a staging area (hd bytes a row, zero-filled past the split) and
- * every thread widens its 16-byte pieces exactly into the bf16 tiles before the tensor cores read them.
+ * every thread widens its 16-byte pieces exactly into the bf16 tiles before the tensor cores read them; the next
+ * tile's copies then go into the freed staging area while the tensor cores work on this one.
  * The warps then merge in order w = 0 .. PA_NW - 1 through shared memory into (o = sum 2^(d - M) V unnormalised, M,
  * L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1]. With p.early (decode rows: the positions
  * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
@@ -169,17 +170,21 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     for (int mt = 0; mt < 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
 
     for (int tb = s0; tb < s1; tb += PA_TILE) {
-        if (tb > s0) {
+        if (tb > s0 && !p.kv_fp8) {
             __syncthreads(); /* every warp is done with the previous tile */
             load_tile(tb, false);
             cp_async_commit();
         }
         cp_async_wait<0>();
-        __syncthreads();
-        if (p.kv_fp8) { /* the staged e4m3 rows widened into the bf16 tiles: 16 codes -> two 16-byte chunks */
-            for (int idx = tid; idx < 2 * PA_TILE * nrc; idx += PA_NW * 32) {
-                const int v = idx >= PA_TILE * nrc, j = idx - v * PA_TILE * nrc, r = j / nrc, c = j - r * nrc;
-                const uint4 w = *(const uint4 *)(pa_sm + ((v ? s8v : s8k) - sk) + r * hd + 16 * c);
+        __syncthreads(); /* the tile's copies landed; every warp is done with the previous tile */
+        if (p.kv_fp8) {
+            /* the staged e4m3 rows widened into the bf16 tiles: 16 codes -> two 16-byte chunks; the staging area is
+             * then free, so the next tile's copies go out before this tile's tensor-core work */
+            const int n = PA_TILE * nrc, dr = PA_NW * 32 / nrc, dc = PA_NW * 32 - dr * nrc;
+            int r = tid / nrc, c = tid - r * nrc; /* (row, chunk) of idx = tid + PA_NW 32 k within K, then V */
+            for (int idx = tid; idx < 2 * n; idx += PA_NW * 32) {
+                const int v = idx >= n, rr = r - v * PA_TILE;
+                const uint4 w = *(const uint4 *)(pa_sm + (s8k - sk) + v * PA_TILE * hd + rr * hd + 16 * c);
                 const uint32_t q[4] = {w.x, w.y, w.z, w.w};
                 uint32_t b[8];
 #pragma unroll
@@ -188,10 +193,16 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
                     b[2 * e] = pack_bf16(lo.x, lo.y), b[2 * e + 1] = pack_bf16(hi.x, hi.y);
                 }
                 uint8_t *tile = pa_sm + ((v ? sv : sk) - sk);
-                *(uint4 *)(tile + pa_sw(r, 2 * c, nchp)) = make_uint4(b[0], b[1], b[2], b[3]);
-                *(uint4 *)(tile + pa_sw(r, 2 * c + 1, nchp)) = make_uint4(b[4], b[5], b[6], b[7]);
+                *(uint4 *)(tile + pa_sw(rr, 2 * c, nchp)) = make_uint4(b[0], b[1], b[2], b[3]);
+                *(uint4 *)(tile + pa_sw(rr, 2 * c + 1, nchp)) = make_uint4(b[4], b[5], b[6], b[7]);
+                r += dr, c += dc;
+                if (c >= nrc) c -= nrc, r++;
             }
             __syncthreads();
+            if (tb + PA_TILE < s1) {
+                load_tile(tb + PA_TILE, false);
+                cp_async_commit();
+            }
         }
         const int r0 = 16 * warp;
         float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
