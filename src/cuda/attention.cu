@@ -347,8 +347,8 @@ __global__ void __launch_bounds__(ATT_NT, 2) attn_decode_f32_cluster(const __gri
             head_norm_rope<HD>(p.qkv + q_rows + (size_t)h * HD, p.k_norm_w, qs[GB], cs, sn, p, lane);
             const float *v = p.qkv + q_rows + (size_t)(p.Hkv + h) * HD;
             for (int d = lane; d < HD; d += 32) {
-                Kh[(size_t)pos * HD + d] = bf16_bits(qs[GB][d]);
-                Vh[(size_t)pos * HD + d] = bf16_bits(v[d]);
+                Kh[(size_t)pos * HD + d] = kv_bits(qs[GB][d], p.kv_e4m3);
+                Vh[(size_t)pos * HD + d] = kv_bits(v[d], p.kv_e4m3);
             }
         }
     }
@@ -560,12 +560,12 @@ __global__ void __launch_bounds__(AS_NT, 1) attn_short_oproj(const __grid_consta
     cp_async_wait<0>();
     __syncthreads();
     /* row pos of K and V as the cache stores them, here and (the kv head's first query head) in the cache */
-    for (int d = tid; d < HD; d += AS_NT) ks[(size_t)pos * HD + d] = bf16_bits(kn[d]);
+    for (int d = tid; d < HD; d += AS_NT) ks[(size_t)pos * HD + d] = kv_bits(kn[d], a.kv_e4m3);
     if (tid < AS_SL) {
-        vs[(size_t)pos * AS_SL + tid] = bf16_bits(vn[tid]);
+        vs[(size_t)pos * AS_SL + tid] = kv_bits(vn[tid], a.kv_e4m3);
         if (h % G == 0) {
-            Kh[(size_t)pos * HD + d0 + tid] = bf16_bits(kn[d0 + tid]);
-            Vh[(size_t)pos * HD + d0 + tid] = bf16_bits(vn[tid]);
+            Kh[(size_t)pos * HD + d0 + tid] = kv_bits(kn[d0 + tid], a.kv_e4m3);
+            Vh[(size_t)pos * HD + d0 + tid] = kv_bits(vn[tid], a.kv_e4m3);
         }
     }
     if (a.q_out && s == 0)

@@ -37,14 +37,24 @@ __global__ void __launch_bounds__(128) attn_prep_bf16_rows(const __grid_constant
     const uint16_t *row = p.qkv + (size_t)t * p.ld;
     if (unit >= p.Hq + p.Hkv) { /* v */
         const int i = unit - p.Hq - p.Hkv;
-        head_copy(row + p.v_off + i * hd, p.v_cache + ((size_t)i * p.max_seq + pos) * hd, hd);
+        uint16_t *dst = p.v_cache + ((size_t)i * p.max_seq + pos) * hd;
+        if (p.kv_e4m3)
+            head_copy(row + p.v_off + i * hd, (KvE4m3Bf16 *)dst, hd);
+        else
+            head_copy(row + p.v_off + i * hd, dst, hd);
         return;
     }
-    const bool is_q = unit < p.Hq;
-    head_norm_rope(is_q ? row + unit * p.q_hs : row + p.k_off + (unit - p.Hq) * hd, is_q ? p.q_norm : p.k_norm, hd,
-                   p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
-                   is_q ? p.q_out + ((size_t)t * p.Hq + unit) * hd
-                        : p.k_cache + ((size_t)(unit - p.Hq) * p.max_seq + pos) * hd);
+    if (unit < p.Hq) {
+        head_norm_rope(row + unit * p.q_hs, p.q_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
+                       p.q_out + ((size_t)t * p.Hq + unit) * hd);
+        return;
+    }
+    const uint16_t *k = row + p.k_off + (unit - p.Hq) * hd;
+    uint16_t *dst = p.k_cache + ((size_t)(unit - p.Hq) * p.max_seq + pos) * hd;
+    if (p.kv_e4m3)
+        head_norm_rope(k, p.k_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp], (KvE4m3Bf16 *)dst);
+    else
+        head_norm_rope(k, p.k_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp], dst);
 }
 
 extern "C" int cuda_attn_prep(const AttnPrepParams *p, const CudaLaunch *l) {

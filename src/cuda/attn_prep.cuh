@@ -13,6 +13,14 @@ __device__ __forceinline__ void kv_store(uint8_t *dst, int e, float y) { dst[e] 
 /* the same for a value given as its bf16 bits (copied as they are into bf16) */
 __device__ __forceinline__ void kv_store_bits(uint16_t *dst, int e, uint16_t b) { dst[e] = b; }
 __device__ __forceinline__ void kv_store_bits(uint8_t *dst, int e, uint16_t b) { dst[e] = (uint8_t)f32_e4m3(bf16u(b)); }
+/* a bf16 cache holding e4m3 values (kv_bits with e4m3: the prefill of a lone served sequence over fp8 KV pools) */
+struct KvE4m3Bf16 {
+    uint16_t bits;
+};
+__device__ __forceinline__ void kv_store(KvE4m3Bf16 *dst, int e, float y) { dst[e].bits = kv_bits(y, 1); }
+__device__ __forceinline__ void kv_store_bits(KvE4m3Bf16 *dst, int e, uint16_t b) {
+    dst[e].bits = kv_bits(bf16u(b), 1);
+}
 
 /* v: copied as projected (bf16 bits, or their e4m3 codes); every load before the first store (no load-use round trip
  * per element) */

@@ -66,6 +66,8 @@ typedef struct CudaCtx {
     const Config *c;
     int max_seq, n_past, n_sm, n_valid;
     int deterministic, no_graph, pdl;
+    int kv_e4m3; /* the context's K/V caches hold e4m3 values (AttnDecodeParams.kv_e4m3): serving over fp8 KV pools,
+                  * whose lone sequence runs on the context's own step (serve.cu's solo step) */
     /* the decode schedule (backend.cu cuda_schedule_choose: from the model's shapes and the device) */
     int mlp_fused; /* the MLP as one kernel (mlp.cu) in atomic mode; w_dT uploaded */
     int dn_gn;     /* the DeltaNet step without its cluster and gated norm; out_proj computes the norm
@@ -230,6 +232,8 @@ int cuda_bench_run(CudaCtx *ctx, const BenchRequest *rq, BenchResult *res, Err *
 int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err);
 void cuda_prefill_dims(const CudaCtx *ctx, PrefillDims *d); /* the model's prefill shapes (also the batched step's) */
 void cuda_prefill_close(CudaCtx *ctx);
+/* drops the prompt graphs (captured again at their next use: after ctx->kv_e4m3 changed) */
+void cuda_prefill_graphs_drop(CudaCtx *ctx);
 int cuda_prefill_forward(CudaCtx *ctx, const int *tokens, int n, int pos, int all_logits, float *logits, Err *err);
 /* The same without logits on the host: the last token's fp32 logits [V] stay on the device at *dev_row (valid until
  * the next prefill). */

@@ -297,6 +297,14 @@ __device__ __forceinline__ uint32_t f32_e4m3(float x) {
     return sign | r;
 }
 
+/* bf16 bits of x as a contiguous KV cache stores it: bf16(x), or with e4m3 (a lone served sequence over fp8 KV
+ * pools: serve.cu's solo step) the e4m3 value of bf16(x) (f32_e4m3), which bf16 holds exactly, so the cache holds
+ * what the pools would and its rows go back to them unchanged. */
+__device__ __forceinline__ uint16_t kv_bits(float x, int e4m3) {
+    const float y = rbf(x);
+    return bf16_bits(e4m3 ? e4m3x2_f32(f32_e4m3(y)).x : y);
+}
+
 /* Dot product of 16 e4m3 codes (one uint4, byte j = column j) with 16 fp32 values, summed from 0 in column order. */
 __device__ __forceinline__ float dot16_e4m3(uint4 w, const float *x) {
     const uint32_t q[4] = {w.x, w.y, w.z, w.w};

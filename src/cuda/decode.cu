@@ -230,6 +230,7 @@ static void attn_params(CudaCtx *ctx, int l, AttnDecodeParams *p) {
     p->gated = c->attn_output_gate;
     p->norm_mode = c->family == FAMILY_QWEN35 ? NORM_ZC : NORM_PLAIN;
     p->eps = c->rms_norm_eps;
+    p->kv_e4m3 = ctx->kv_e4m3;
 }
 
 /* Short contexts (cuda_step_short): the attention and o_proj of layer l as one kernel, y = pa (+=), zeroing

@@ -439,6 +439,7 @@ typedef struct AttnDecodeParams {
     int gated;     /* 1: Qwen3.5 interleaved q|gate rows + sigmoid output gate */
     int norm_mode; /* NORM_ZC or NORM_PLAIN */
     float eps;     /* rms_norm_eps */
+    int kv_e4m3;   /* 1: K/V[pos] stored as the e4m3 values of their bf16 (common.cuh kv_bits) */
 } AttnDecodeParams;
 int cuda_attn_decode(const AttnDecodeParams *p, const CudaLaunch *l);
 /* n_split (blocks per kv head and query group) for a cache of max_seq positions, for G <= 8 at hd <= 128
@@ -561,6 +562,7 @@ typedef struct AttnPrepParams {
     int T, pos, Hq, Hkv, hd, R, max_seq;
     int norm_mode; /* NORM_ZC: y = bf16(x r (1+w)) (Qwen3.5); NORM_PLAIN: y = bf16(w bf16(x r)) (Qwen3) */
     float eps;
+    int kv_e4m3; /* 1: the cache rows stored as the e4m3 values of their bf16 (common.cuh kv_bits) */
 } AttnPrepParams;
 /* hd a multiple of 32 and <= 256, R even and <= hd, pos + T <= max_seq. */
 int cuda_attn_prep(const AttnPrepParams *p, const CudaLaunch *l);

@@ -254,6 +254,16 @@ int cuda_prefill_open(CudaCtx *ctx, int piece, Err *err) {
     return 0;
 }
 
+void cuda_prefill_graphs_drop(CudaCtx *ctx) {
+    CudaPrefill *pf = ctx ? ctx->pf : NULL;
+    if (!pf) return;
+    for (int b = 0; b < PF_GRAPH_B; b++)
+        for (int m = 0; m < 2; m++) {
+            if (pf->gx[b][m]) cudaGraphExecDestroy(pf->gx[b][m]);
+            pf->gx[b][m] = NULL;
+        }
+}
+
 void cuda_prefill_close(CudaCtx *ctx) {
     CudaPrefill *pf = ctx ? ctx->pf : NULL;
     if (!pf) return;
@@ -525,7 +535,8 @@ static int pf_attn_layer(CudaCtx *ctx, CudaPrefill *pf, const CudaLaunch *lc, in
                          d->R,
                          d->max_seq,
                          d->norm_mode,
-                         d->eps};
+                         d->eps,
+                         ctx->kv_e4m3};
     op_begin(pf, lc->stream);
     rc = pf_ablated(pf, "attn_prep") ? 0
                                      : op_end(pf, cuda_attn_prep(&pp, lc), l, "attn_prep", 0.0,

@@ -264,11 +264,21 @@ extern "C" int cuda_serve_sizes(void *p, int block, int state_bf16, int kv_fp8, 
     return 0;
 }
 
+/* The context's own caches hold e4m3 values while it serves over fp8 KV pools: its captured steps then store
+ * different K/V, so they are captured again. */
+static void ctx_kv_e4m3(CudaCtx *ctx, int on) {
+    if (ctx->kv_e4m3 == on) return;
+    ctx->kv_e4m3 = on;
+    cuda_graphs_drop(ctx);
+    cuda_prefill_graphs_drop(ctx);
+}
+
 extern "C" void cuda_serve_close(void *p) {
     CudaCtx *ctx = (CudaCtx *)p;
     CudaServe *sv = ctx ? ctx->sv : NULL;
     if (!sv) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    ctx_kv_e4m3(ctx, 0);
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < SV_N_BUCKETS; i++)
             if (sv->graph[k][i]) cudaGraphExecDestroy(sv->graph[k][i]);
@@ -362,6 +372,7 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
         cuda_serve_close(ctx);
         return sv_fail((int)e, "sampler scratch", -1, err);
     }
+    ctx_kv_e4m3(ctx, l->kv_fp8);
     return 0;
 }
 
@@ -1215,10 +1226,9 @@ extern "C" int cuda_step_batch(void *p, const BatchItem *items, int n, float *lo
                 return err_set(err, Q35_ERR_ARG, "cuda step: item %d: snapshot %d after %d tokens is not in the step",
                                i, it->snap_id[k], it->snap_off[k]);
     }
-    /* a lone item on the context's own prefill (which takes its snapshots inside), or its decode step; not with fp8
-     * KV pools, whose rounding the context's bf16 caches would not have within a step */
-    if (!sv->det && !sv->lay.kv_fp8 && n == 1 && (ctx->pf || !items[0].n_snaps))
-        return solo_step(ctx, sv, &items[0], logits, err);
+    /* a lone item on the context's own prefill (which takes its snapshots inside), or its decode step (with fp8 KV
+     * pools its caches hold the e4m3 values: ctx->kv_e4m3) */
+    if (!sv->det && n == 1 && (ctx->pf || !items[0].n_snaps)) return solo_step(ctx, sv, &items[0], logits, err);
     int rc = solo_flush(ctx, sv, err);
     if (rc) return rc;
     /* passes of at most tmax rows; an item longer than tmax in pieces of tmax, each its own pass */

@@ -12,7 +12,9 @@
  * and Qwen3 shapes at several contexts (graphs over enough caches that L2 cannot hold them). Usage:
  * test_attention [seed] [--no-timing]. Without a GPU only the two CPU references are cross-checked.
  * Where cuda_attn_short serves the step (hd 64/128/256, kv_len <= 256): attention + o_proj in one kernel at the
- * same step, y against W_o times cuda_attn_decode's output and times refbf (check_short). */
+ * same step, y against W_o times cuda_attn_decode's output and times refbf (check_short). Every step again with
+ * kv_e4m3 (a lone served sequence over fp8 KV pools): K/V[pos] must be the e4m3 values of the bf16 step's rows, bit
+ * for bit, and out must match refbf over those rows (check_e4m3). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -76,7 +78,7 @@ static void norm_rope_bf(float *y, const float *x, const float *w, const AtCase 
 #define SH_D 516
 static void check_short(const AtCase *c, int pos, int max_len, float *d_qkv, float *d_qw, float *d_kw, float *d_if,
                         uint16_t *d_K, uint16_t *d_V, StepParams *d_step, const float *out_gpu, const float *obf,
-                        const float *qout_gpu, const uint16_t *Kh, const uint16_t *Vh) {
+                        const float *qout_gpu, const uint16_t *Kh, const uint16_t *Vh, int e4m3) {
     const int hd = c->hd, n_in = c->Hq * hd, D = SH_D, n_zero = 700;
     const int64_t n_cache = (int64_t)c->Hkv * c->max_seq * hd;
     uint16_t *w = malloc((size_t)D * n_in * 2), *Kg = malloc((size_t)n_cache * 2), *Vg = malloc((size_t)n_cache * 2);
@@ -104,8 +106,8 @@ static void check_short(const AtCase *c, int pos, int max_len, float *d_qkv, flo
     CU(cudaMemset(d_q, 0xff, (size_t)n_in * 4));
     AttnShortParams p;
     memset(&p, 0, sizeof p);
-    AttnDecodeParams a = {d_qkv,  d_qw,  d_kw,   d_if, d_K,  d_V,        NULL,     NULL,         d_q,
-                          d_step, c->Hq, c->Hkv, hd,   c->R, c->max_seq, c->gated, c->norm_mode, 1e-6f};
+    AttnDecodeParams a = {d_qkv, d_qw,   d_kw, d_if, d_K,        d_V,      NULL,         NULL,  d_q, d_step,
+                          c->Hq, c->Hkv, hd,   c->R, c->max_seq, c->gated, c->norm_mode, 1e-6f, e4m3};
     p.a = a, p.w_o = d_w, p.y = d_y, p.zero = d_z, p.n_zero = n_zero, p.D = D, p.max_len = max_len;
     CudaLaunch l = {stream, pos & 1, NULL, 0};
     int rc = cuda_attn_short(&p, &l);
@@ -130,13 +132,87 @@ static void check_short(const AtCase *c, int pos, int max_len, float *d_qkv, flo
               c->name, pos);
         CHECK(memcmp(q, qout_gpu, (size_t)n_in * 4) == 0, "%s pos %d short: q_out differs from cuda_attn_decode's",
               c->name, pos);
-        printf("   pos %5d short (attention + o_proj, D %d, max_len %d): y vs W_o out %.1e (max %.1e), vs W_o "
+        printf("   pos %5d short%s (attention + o_proj, D %d, max_len %d): y vs W_o out %.1e (max %.1e), vs W_o "
                "refbf %.1e\n",
-               pos, D, max_len, ty, my, by);
+               pos, e4m3 ? " e4m3" : "", D, max_len, ty, my, by);
     }
 done:
     cudaFree(d_w), cudaFree(d_y), cudaFree(d_z), cudaFree(d_q);
     free(w), free(Kg), free(Vg), free(wf), free(y), free(yr), free(yb), free(zg), free(q);
+}
+
+/* refbf's output from q, K and V (bf16 values) and the gate: out = bf16(attention), then the gated product. */
+static void ref_out(const AtCase *c, int pos, const float *qbf, const float *Kbf, const float *V, const float *gate,
+                    float *obf) {
+    const int n_out = c->Hq * c->hd;
+    cpu_attention(obf, qbf, Kbf, V, 1, pos, c->Hq, c->Hkv, c->hd, c->max_seq, 1.0f / sqrtf((float)c->hd));
+    for (int i = 0; i < n_out; i++) {
+        obf[i] = rbf(obf[i]);
+        if (c->gated) obf[i] = rbf(obf[i] * rbf(1.0f / (1.0f + expf(-gate[i]))));
+    }
+}
+
+static uint16_t e4m3_bits(uint16_t b) { return f32_to_bf16(fp8_e4m3_to_f32(f32_to_fp8_e4m3(bf16_to_f32(b)))); }
+
+/* The step at pos again with kv_e4m3, on the caches Kh / Vh as the bf16 step left them (its rows at pos included):
+ * every cache row bitwise Kh / Vh but the rows at pos, which must be the e4m3 values of theirs; out against refbf
+ * over those rows (Kbf / V with the rows at pos rounded); then the short kernel the same way. The device caches are
+ * given back as Kh / Vh. */
+static void check_e4m3(const AtCase *c, int pos, int max_len, float *d_qkv, float *d_qw, float *d_kw, float *d_if,
+                       uint16_t *d_K, uint16_t *d_V, float *d_out, float *d_work, float *d_qout, StepParams *d_step,
+                       const float *qbf, float *Kbf, float *V, const float *gate, const uint16_t *Kh,
+                       const uint16_t *Vh) {
+    const int hd = c->hd, n_out = c->Hq * hd;
+    const int64_t n_cache = (int64_t)c->Hkv * c->max_seq * hd;
+    const size_t work_b = cuda_attn_decode_work_bytes(c->Hq, c->Hkv, hd, c->max_seq);
+    uint16_t *Ke = malloc((size_t)n_cache * 2), *Ve = malloc((size_t)n_cache * 2);
+    uint16_t *Kg = malloc((size_t)n_cache * 2), *Vg = malloc((size_t)n_cache * 2);
+    float *out = falloc(n_out), *qout = falloc(n_out), *obf = falloc(n_out), *keep = falloc(2 * (int64_t)hd * c->Hkv);
+    memcpy(Ke, Kh, (size_t)n_cache * 2), memcpy(Ve, Vh, (size_t)n_cache * 2);
+    for (int h = 0; h < c->Hkv; h++) { /* the rounded rows, into the reference too (kept, given back below) */
+        const int64_t at = ((int64_t)h * c->max_seq + pos) * hd;
+        for (int d = 0; d < hd; d++) {
+            Ke[at + d] = e4m3_bits(Kh[at + d]), Ve[at + d] = e4m3_bits(Vh[at + d]);
+            keep[2 * h * hd + d] = Kbf[at + d], keep[(2 * h + 1) * hd + d] = V[at + d];
+            Kbf[at + d] = bf16_to_f32(Ke[at + d]), V[at + d] = bf16_to_f32(Ve[at + d]);
+        }
+    }
+    ref_out(c, pos, qbf, Kbf, V, gate, obf);
+    CU(cudaMemset(d_out, 0xff, (size_t)n_out * 4));
+    CU(cudaMemset(d_qout, 0xff, (size_t)n_out * 4));
+    CU(cudaMemset(d_work, 0xff, work_b));
+    AttnDecodeParams p = {d_qkv, d_qw,   d_kw, d_if, d_K,        d_V,      d_out,        d_work, d_qout, d_step,
+                          c->Hq, c->Hkv, hd,   c->R, c->max_seq, c->gated, c->norm_mode, 1e-6f,  1};
+    CudaLaunch l = {stream, pos & 1, NULL, 0};
+    const int rc = cuda_attn_decode(&p, &l);
+    CHECK(rc == 0, "%s pos %d e4m3: launch -> %d (%s)", c->name, pos, rc, cudaGetErrorString((cudaError_t)rc));
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(out, d_out, (size_t)n_out * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(qout, d_qout, (size_t)n_out * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(Kg, d_K, (size_t)n_cache * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(Vg, d_V, (size_t)n_cache * 2, cudaMemcpyDeviceToHost));
+    {
+        const double to = rel_l2(out, obf, n_out), mo = rel_max(out, obf, n_out);
+        CHECK(to <= 5e-3 && mo <= 3e-2, "%s pos %d e4m3: out vs refbf rel_l2 %.2e rel_max %.2e", c->name, pos, to, mo);
+        CHECK(memcmp(Kg, Ke, (size_t)n_cache * 2) == 0, "%s pos %d e4m3: K cache is not the bf16 step's, rounded",
+              c->name, pos);
+        CHECK(memcmp(Vg, Ve, (size_t)n_cache * 2) == 0, "%s pos %d e4m3: V cache is not the bf16 step's, rounded",
+              c->name, pos);
+        printf("   pos %5d e4m3: out rel_l2 vs refbf %.1e (max %.1e), K/V[pos] the e4m3 values of the bf16 step's\n",
+               pos, to, mo);
+    }
+    if (pos < max_len)
+        check_short(c, pos, max_len, d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_step, out, obf, qout, Ke, Ve, 1);
+done:
+    for (int h = 0; h < c->Hkv; h++) {
+        const int64_t at = ((int64_t)h * c->max_seq + pos) * hd;
+        for (int d = 0; d < hd; d++) Kbf[at + d] = keep[2 * h * hd + d], V[at + d] = keep[(2 * h + 1) * hd + d];
+    }
+    if (have_gpu) {
+        cudaMemcpy(d_K, Kh, (size_t)n_cache * 2, cudaMemcpyHostToDevice);
+        cudaMemcpy(d_V, Vh, (size_t)n_cache * 2, cudaMemcpyHostToDevice);
+    }
+    free(Ke), free(Ve), free(Kg), free(Vg), free(out), free(qout), free(obf), free(keep);
 }
 
 static void run_case(const AtCase *c) {
@@ -206,11 +282,7 @@ cpu_only:
             cpu_rope(K32 + at, 1, 1, hd, c->R, pos, inv_freq);
             memcpy(V + at, qkv + q_rows + (int64_t)(c->Hkv + h) * hd, (size_t)hd * 4);
         }
-        cpu_attention(obf, qbf, Kbf, V, 1, pos, c->Hq, c->Hkv, hd, c->max_seq, scale);
-        for (int i = 0; i < n_out; i++) {
-            obf[i] = rbf(obf[i]);
-            if (c->gated) obf[i] = rbf(obf[i] * rbf(1.0f / (1.0f + expf(-gate[i]))));
-        }
+        ref_out(c, pos, qbf, Kbf, V, gate, obf);
         /* ref32 */
         cpu_rmsnorm(q32, q32, qw, c->Hq, hd, eps, c->norm_mode == NORM_ZC);
         cpu_rope(q32, 1, c->Hq, hd, c->R, pos, inv_freq);
@@ -231,8 +303,8 @@ cpu_only:
         CU(cudaMemset(d_out, 0xff, (size_t)n_out * 4));
         CU(cudaMemset(d_qout, 0xff, (size_t)n_out * 4));
         CU(cudaMemset(d_work, 0xff, work_b));
-        AttnDecodeParams p = {d_qkv,  d_qw,  d_kw,   d_if, d_K,  d_V,        d_out,    d_work,       d_qout,
-                              d_step, c->Hq, c->Hkv, hd,   c->R, c->max_seq, c->gated, c->norm_mode, eps};
+        AttnDecodeParams p = {d_qkv, d_qw,   d_kw, d_if, d_K,        d_V,      d_out,        d_work, d_qout, d_step,
+                              c->Hq, c->Hkv, hd,   c->R, c->max_seq, c->gated, c->norm_mode, eps,    0};
         CudaLaunch l = {stream, t & 1, NULL, 0};
         const int rc = cuda_attn_decode(&p, &l);
         CHECK(rc == 0, "%s pos %d: launch -> %d (%s)", c->name, pos, rc, cudaGetErrorString((cudaError_t)rc));
@@ -263,7 +335,9 @@ cpu_only:
         printf("   pos %5d: out rel_l2 vs refbf %.1e (max %.1e), vs ref32 %.1e; q_out vs refbf %.1e\n", pos, to, mo, lo,
                tq);
         if (pos < max_len)
-            check_short(c, pos, max_len, d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_step, out_gpu, obf, qout_gpu, Kh, Vh);
+            check_short(c, pos, max_len, d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_step, out_gpu, obf, qout_gpu, Kh, Vh, 0);
+        check_e4m3(c, pos, max_len, d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_out, d_work, d_qout, d_step, qbf, Kbf, V, gate,
+                   Kh, Vh);
     }
 done:
     cudaFree(d_qkv), cudaFree(d_qw), cudaFree(d_kw), cudaFree(d_if), cudaFree(d_out), cudaFree(d_qout);
@@ -296,8 +370,8 @@ static void test_misc(void) {
     CU(cudaMemset(d_V, 0x3f, cache_b));
     CU(cudaMalloc((void **)&d_step, sizeof sp));
     CU(cudaMemcpy(d_step, &sp, sizeof sp, cudaMemcpyHostToDevice));
-    AttnDecodeParams p = {d_qkv,  d_w, d_w, d_w + hd, d_K, d_V,     d_out, d_work,  NULL,
-                          d_step, Hq,  Hkv, hd,       R,   max_seq, 1,     NORM_ZC, 1e-6f};
+    AttnDecodeParams p = {d_qkv, d_w, d_w, d_w + hd, d_K,     d_V, d_out,   d_work, NULL, d_step,
+                          Hq,    Hkv, hd,  R,        max_seq, 1,   NORM_ZC, 1e-6f,  0};
     CudaLaunch l = {stream, 1, NULL, 0};
     for (int rep = 0; rep < 2; rep++) {
         CU(cudaMemset(d_out, 0xff, (size_t)Hq * hd * 4));
@@ -393,7 +467,8 @@ static void time_ctx(int Hq, int Hkv, int hd, int R, int gated, int ctx) {
                               ctx,
                               gated,
                               gated ? NORM_ZC : NORM_PLAIN,
-                              1e-6f};
+                              1e-6f,
+                              0};
         CudaLaunch l = {st, 1, NULL, 0};
         if (cuda_attn_decode(&p, &l)) break;
     }

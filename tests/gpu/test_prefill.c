@@ -217,7 +217,8 @@ static void test_attn(const AttnDims *a, int T, int pos) {
                          a->R,
                          ms,
                          a->uo ? NORM_ZC : NORM_PLAIN,
-                         a->eps};
+                         a->eps,
+                         0};
     int rc = cuda_attn_prep(&pp, &L0);
     CHECK(rc == 0, "attn_prep launch: %s", cudaGetErrorString((cudaError_t)rc));
     AttnPrefillParams ap = {d_q,    d_K, d_V, a->gate ? d_qkv + hd : NULL, ld, 2 * hd, d_out, T, pos, a->Hq,
@@ -266,6 +267,35 @@ static void test_attn(const AttnDims *a, int T, int pos) {
     CHECK(tail_bad == 0, "attn cache rows past pos+T written in %ld places", tail_bad);
     CHECK(eo2 <= TOL, "flash attention vs CPU on the same q/K/V: rel L2 %.3e (T=%d pos=%d hd=%d)", eo2, T, pos, hd);
     CHECK(eo <= TOL, "attention output: rel L2 %.3e (T=%d pos=%d hd=%d)", eo, T, pos, hd);
+
+    /* kv_e4m3 (a lone served sequence over fp8 KV pools): the same rows as their e4m3 values, q unchanged; then the
+     * bf16 rows again for what follows */
+    {
+        poison_bf16(d_q, qn_);
+        pp.kv_e4m3 = 1;
+        rc = cuda_attn_prep(&pp, &L0);
+        CHECK(rc == 0, "attn_prep e4m3 launch: %s", cudaGetErrorString((cudaError_t)rc));
+        CUDA_OK(cudaDeviceSynchronize());
+        float *e_q = down_bf16(d_q, qn_), *e_K = down_bf16(d_K, cache_n), *e_V = down_bf16(d_V, cache_n);
+        long bad = 0, n_round = 0;
+        for (size_t o = 0; o < cache_n; o++) {
+            const size_t p = o / hd % ms;
+            const int in = p >= (size_t)pos && p < (size_t)(pos + T);
+            const float k = in ? fp8_e4m3_to_f32(f32_to_fp8_e4m3(g_K[o])) : g_K[o];
+            const float v = in ? fp8_e4m3_to_f32(f32_to_fp8_e4m3(g_V[o])) : g_V[o];
+            n_round += in && (k != g_K[o] || v != g_V[o]);
+            bad += memcmp(&k, &e_K[o], 4) != 0 || memcmp(&v, &e_V[o], 4) != 0;
+        }
+        CHECK(bad == 0, "attn_prep e4m3: %ld cache values are not the bf16 rows' e4m3 values (T=%d pos=%d hd=%d)", bad,
+              T, pos, hd);
+        CHECK(n_round > 0, "attn_prep e4m3: no row value needed rounding (the check would not see a plain copy)");
+        CHECK(memcmp(e_q, g_q, qn_ * 4) == 0, "attn_prep e4m3: q changed");
+        free(e_q), free(e_K), free(e_V);
+        pp.kv_e4m3 = 0;
+        rc = cuda_attn_prep(&pp, &L0);
+        CHECK(rc == 0, "attn_prep launch: %s", cudaGetErrorString((cudaError_t)rc));
+        CUDA_OK(cudaDeviceSynchronize());
+    }
 
     /* prefill -> decode handoff: the decode kernel (attention.cu) reads the cache the prefill wrote */
     if (pos + T < ms) {
@@ -321,8 +351,8 @@ static void time_attn(int T, int pos) {
     uint16_t *d_qkv = up_bf16(qkv, (size_t)T * n), *d_K = up_bf16(cache, cache_n), *d_V = up_bf16(cache, cache_n);
     float *d_qn = up_f32(qn, hd), *d_kn = up_f32(kn, hd), *d_if = up_f32(inv_freq, a.R / 2);
     uint16_t *d_q = dmalloc(qn_ * 2), *d_out = dmalloc(qn_ * 2);
-    AttnPrepParams pp = {d_qkv, n, qhs, nq,   nq + kvd, d_qn, d_kn, d_if, d_q,     d_K,
-                         d_V,   T, pos, a.Hq, a.Hkv,    hd,   a.R,  ms,   NORM_ZC, a.eps};
+    AttnPrepParams pp = {d_qkv, n,   qhs,  nq,    nq + kvd, d_qn, d_kn, d_if,    d_q,   d_K, d_V,
+                         T,     pos, a.Hq, a.Hkv, hd,       a.R,  ms,   NORM_ZC, a.eps, 0};
     AttnPrefillParams ap = {d_q, d_K, d_V,  d_qkv + hd, n,  2 * hd, d_out,
                             T,   pos, a.Hq, a.Hkv,      hd, ms,     1.0f / sqrtf((float)hd)};
     cudaEvent_t ev[3];
