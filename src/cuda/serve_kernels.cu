@@ -70,8 +70,11 @@ extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
 /* A tile row (one position's K or V, hd bf16) takes nchp 16-byte chunks of shared memory: hd / 8 rounded up to a
  * multiple of 8, so that chunk c of row r can sit at c ^ (r % 8) (ldmatrix's 8 rows hit 8 different bank groups). */
 static __host__ __device__ __forceinline__ int pa_nchp(int hd) { return (hd / 8 + 7) / 8 * 8; }
-/* the K tile, the V tile, the CTA's PA_GB query rows */
-static size_t pa_smem_bytes(int hd) { return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16; }
+/* the K tile, the V tile, the CTA's PA_GB query rows, then with fp8 pools the tiles' e4m3 rows as copied (K, V:
+ * PA_TILE x hd bytes each) */
+static size_t pa_smem_bytes(int hd, int kv_fp8) {
+    return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16 + (kv_fp8 ? (size_t)2 * PA_TILE * hd : 0);
+}
 __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint32_t)(r * nchp + (c ^ (r & 7))) * 16u; }
 
 /* Split kernel: grid (Hq / GB, T, PA_MAX_SPLIT), PA_NW warps. CTA (x, i, s) takes the GB query heads j0 = GB x ..
@@ -88,9 +91,9 @@ __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint
  *   values   O^T[d][h] = alpha O^T[d][h] + sum_u V_u[d] p_u[h]   A = V^T (ldmatrix.trans of the V tile rows), B =
  *            p^T: the scores' C fragment is p's B fragment as it stands. p enters as two bf16 terms,
  *            p = hi + lo (hi = bf16(p), lo = bf16(p - hi)), so the products carry ~16 bits of p.
- * With kv_fp8 the tile rows come as e4m3 codes into registers (16-byte pieces, zero past the split), which every
- * thread widens exactly into the bf16 tiles before the tensor cores read them (so the shared memory is the bf16
- * path's, and three CTAs share an SM either way).
+ * With kv_fp8 the tile rows come as e4m3 codes into a staging area (hd bytes a row, zero-filled past the split) and
+ * every thread widens its 16-byte pieces exactly into the bf16 tiles before the tensor cores read them; the next
+ * tile's copies then go into the freed staging area while the tensor cores work on this one.
  * The warps then merge in order w = 0 .. PA_NW - 1 through shared memory into (o = sum 2^(d - M) V unnormalised, M,
  * L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1]. With p.early (decode rows: the positions
  * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
@@ -108,13 +111,17 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     const int nch = hd / 8, nchp = pa_nchp(hd), nks = hd / 16;
     const uint32_t sk = smem_addr(pa_sm), sv = sk + PA_TILE * nchp * 16, sq = sv + PA_TILE * nchp * 16;
     const int32_t *table = p.tables + p.tab[t];
+    /* the pools' rows: hd elements of esz bytes, nrc 16-byte copies; with fp8 they land in the staging area
+     * (K rows at s8k, V rows PA_TILE hd bytes further), else in the tiles */
+    const int esz = p.kv_fp8 ? 1 : 2, nrc = hd * esz / 16;
     const char *kpool = (const char *)p.k_pool, *vpool = (const char *)p.v_pool;
+    const uint32_t s8k = sq + PA_GB * nchp * 16, s8v = s8k + PA_TILE * hd;
+    auto dst_k = [&](int r, int c) { return p.kv_fp8 ? s8k + (uint32_t)(r * hd + 16 * c) : sk + pa_sw(r, c, nchp); };
+    auto dst_v = [&](int r, int c) { return p.kv_fp8 ? s8v + (uint32_t)(r * hd + 16 * c) : sv + pa_sw(r, c, nchp); };
 
-    /* bf16 pools: tile rows tb .. tb + PA_TILE - 1 copied into the tiles, as (row, 16-byte chunk) pairs idx = tid +
-     * PA_NW 32 k, each a K and a V copy: first every pair's pool row (its block-table lookup) into registers, then
-     * the copies, so that the lookups are not serialised behind the copies; early: all but the row of position
-     * len - 1 (before the wait). */
-    const int nrc = p.kv_fp8 ? hd / 16 : hd / 8; /* 16-byte pieces of a pool row */
+    /* tile rows tb .. tb + PA_TILE - 1, as (row, 16-byte chunk) pairs idx = tid + PA_NW 32 k, each a K and a V copy:
+     * first every pair's pool row (its block-table lookup) into registers, then the copies, so that the lookups are
+     * not serialised behind the copies; early: all but the row of position len - 1 (before the wait). */
     auto load_tile = [&](int tb, bool early) {
         constexpr int KH = PA_TILE * 32 / (PA_NW * 32) / 2; /* half the pairs per thread at hd 256 (bf16) */
         const int n = PA_TILE * nrc;
@@ -133,71 +140,22 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
                 const int r = idx / nrc, c = idx - r * nrc, ps = tb + r;
                 if (early && ps == len - 1) continue;
                 const bool ok = rid[k] != ~0u;
-                const size_t off = ok ? ((size_t)rid[k] * hd) * 2 + c * 16 : 0;
-                cp_async16(sk + pa_sw(r, c, nchp), kpool + off, ok);
-                cp_async16(sv + pa_sw(r, c, nchp), vpool + off, ok);
+                const size_t off = ok ? ((size_t)rid[k] * hd) * esz + c * 16 : 0;
+                cp_async16(dst_k(r, c), kpool + off, ok);
+                cp_async16(dst_v(r, c), vpool + off, ok);
             }
         }
     };
-    /* fp8 pools: a tile's pieces (16 e4m3 codes) into registers, piece idx = tid + PA_NW 32 k of K and of V (zero past
-     * the split; through L2 only: a row written by the kernel before is read after the wait, and with hd < 128 it
-     * shares a line with rows read before it); mode 0 every row, 1 all but the row of position len - 1, 2 that row */
-    constexpr int KF = PA_TILE * 16 / (PA_NW * 32); /* pieces per thread at hd 256 */
-    uint4 k8[KF], v8[KF];
-    auto fetch8 = [&](int tb, int mode) {
-        const int n = PA_TILE * nrc;
-#pragma unroll
-        for (int k = 0; k < KF; k++) {
-            const int idx = tid + PA_NW * 32 * k, r = idx / nrc, c = idx - r * nrc, ps = tb + r;
-            if (idx >= n || (mode == 1 && ps == len - 1) || (mode == 2 && ps != len - 1)) continue;
-            if (ps < s1) {
-                const size_t off = (((size_t)table[ps / block] * p.Hkv + kvh) * block + ps % block) * hd + c * 16;
-                k8[k] = __ldcg((const uint4 *)(kpool + off));
-                v8[k] = __ldcg((const uint4 *)(vpool + off));
-            } else {
-                k8[k] = v8[k] = make_uint4(0u, 0u, 0u, 0u);
-            }
-        }
-    };
-    /* ... and widened exactly into the bf16 tiles: piece (r, c) -> chunks 2c, 2c + 1 of row r */
-    auto widen8 = [&]() {
-        const int n = PA_TILE * nrc;
-#pragma unroll
-        for (int k = 0; k < KF; k++) {
-            const int idx = tid + PA_NW * 32 * k, r = idx / nrc, c = idx - r * nrc;
-            if (idx >= n) break;
-#pragma unroll
-            for (int v = 0; v < 2; v++) {
-                const uint4 w = v ? v8[k] : k8[k];
-                const uint32_t q[4] = {w.x, w.y, w.z, w.w};
-                uint32_t b[8];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float2 lo = e4m3x2_f32(q[e]), hi = e4m3x2_f32(q[e] >> 16);
-                    b[2 * e] = pack_bf16(lo.x, lo.y), b[2 * e + 1] = pack_bf16(hi.x, hi.y);
-                }
-                uint8_t *tile = pa_sm + (v ? sv - sk : 0);
-                *(uint4 *)(tile + pa_sw(r, 2 * c, nchp)) = make_uint4(b[0], b[1], b[2], b[3]);
-                *(uint4 *)(tile + pa_sw(r, 2 * c + 1, nchp)) = make_uint4(b[4], b[5], b[6], b[7]);
-            }
-        }
-    };
-    if (p.kv_fp8) {
-        if (p.early) fetch8(s0, 1);
-        pdl_wait();
-        fetch8(s0, p.early ? 2 : 0);
-    } else {
-        if (p.early) load_tile(s0, true);
-        pdl_wait();
-        if (!p.early) {
-            load_tile(s0, false);
-        } else if (len - 1 - s0 < PA_TILE) { /* the row of position len - 1 */
-            const int r = len - 1 - s0;
-            const size_t row = ((size_t)table[(len - 1) / block] * p.Hkv + kvh) * block + (len - 1) % block;
-            for (int c = tid; c < nrc; c += PA_NW * 32) {
-                cp_async16(sk + pa_sw(r, c, nchp), kpool + row * hd * 2 + c * 16, true);
-                cp_async16(sv + pa_sw(r, c, nchp), vpool + row * hd * 2 + c * 16, true);
-            }
+    if (p.early) load_tile(s0, true);
+    pdl_wait();
+    if (!p.early) {
+        load_tile(s0, false);
+    } else if (len - 1 - s0 < PA_TILE) { /* the row of position len - 1 */
+        const int r = len - 1 - s0;
+        const size_t row = ((size_t)table[(len - 1) / block] * p.Hkv + kvh) * block + (len - 1) % block;
+        for (int c = tid; c < nrc; c += PA_NW * 32) {
+            cp_async16(dst_k(r, c), kpool + row * hd * esz + c * 16, true);
+            cp_async16(dst_v(r, c), vpool + row * hd * esz + c * 16, true);
         }
     }
     for (int idx = tid; idx < PA_GB * nch; idx += PA_NW * 32) { /* q rows j0 .. j0 + GB - 1, zeros up to PA_GB */
@@ -212,18 +170,40 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     for (int mt = 0; mt < 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
 
     for (int tb = s0; tb < s1; tb += PA_TILE) {
-        if (tb > s0) {
+        if (tb > s0 && !p.kv_fp8) {
             __syncthreads(); /* every warp is done with the previous tile */
-            if (p.kv_fp8) {
-                fetch8(tb, 0);
-            } else {
-                load_tile(tb, false);
+            load_tile(tb, false);
+            cp_async_commit();
+        }
+        cp_async_wait<0>();
+        __syncthreads(); /* the tile's copies landed; every warp is done with the previous tile */
+        if (p.kv_fp8) {
+            /* the staged e4m3 rows widened into the bf16 tiles: 16 codes -> two 16-byte chunks; the staging area is
+             * then free, so the next tile's copies go out before this tile's tensor-core work */
+            const int n = PA_TILE * nrc, dr = PA_NW * 32 / nrc, dc = PA_NW * 32 - dr * nrc;
+            int r = tid / nrc, c = tid - r * nrc; /* (row, chunk) of idx = tid + PA_NW 32 k within K, then V */
+            for (int idx = tid; idx < 2 * n; idx += PA_NW * 32) {
+                const int v = idx >= n, rr = r - v * PA_TILE;
+                const uint4 w = *(const uint4 *)(pa_sm + (s8k - sk) + v * PA_TILE * hd + rr * hd + 16 * c);
+                const uint32_t q[4] = {w.x, w.y, w.z, w.w};
+                uint32_t b[8];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float2 lo = e4m3x2_f32(q[e]), hi = e4m3x2_f32(q[e] >> 16);
+                    b[2 * e] = pack_bf16(lo.x, lo.y), b[2 * e + 1] = pack_bf16(hi.x, hi.y);
+                }
+                uint8_t *tile = pa_sm + ((v ? sv : sk) - sk);
+                *(uint4 *)(tile + pa_sw(rr, 2 * c, nchp)) = make_uint4(b[0], b[1], b[2], b[3]);
+                *(uint4 *)(tile + pa_sw(rr, 2 * c + 1, nchp)) = make_uint4(b[4], b[5], b[6], b[7]);
+                r += dr, c += dc;
+                if (c >= nrc) c -= nrc, r++;
+            }
+            __syncthreads();
+            if (tb + PA_TILE < s1) {
+                load_tile(tb + PA_TILE, false);
                 cp_async_commit();
             }
         }
-        if (p.kv_fp8) widen8();
-        cp_async_wait<0>();
-        __syncthreads();
         const int r0 = 16 * warp;
         float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
@@ -333,11 +313,11 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     const int G = p->Hq / p->Hkv;
     int GB = PA_GB;
     while (G % GB) GB--; /* the largest divisor of G up to PA_GB */
-    const size_t smem = pa_smem_bytes(p->hd);
+    const size_t smem = pa_smem_bytes(p->hd, p->kv_fp8);
     static bool attr_done = false;
     if (!attr_done) {
         const cudaError_t e = cudaFuncSetAttribute(paged_attn_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)pa_smem_bytes(256));
+                                                   (int)pa_smem_bytes(256, 1));
         if (e != cudaSuccess) return (int)e;
         attr_done = true;
     }
