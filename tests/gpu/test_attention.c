@@ -154,43 +154,62 @@ static void ref_out(const AtCase *c, int pos, const float *qbf, const float *Kbf
 
 static uint16_t e4m3_bits(uint16_t b) { return f32_to_bf16(fp8_e4m3_to_f32(f32_to_fp8_e4m3(bf16_to_f32(b)))); }
 
+/* A case's device buffers (run_case) */
+typedef struct AtDev {
+    float *qkv, *qw, *kw, *inv_freq, *out, *work, *qout;
+    uint16_t *K, *V;
+    StepParams *step;
+} AtDev;
+
+/* cuda_attn_decode at the uploaded step, out / q_out / work poisoned first (kv_e4m3 as given); out, q_out and both
+ * caches copied back into out, qout, Kg, Vg. Returns 0, or -1 after a failed check. */
+static int decode_at(const AtCase *c, int pos, int pdl, float eps, int e4m3, const AtDev *d, float *out, float *qout,
+                     uint16_t *Kg, uint16_t *Vg) {
+    const int n_out = c->Hq * c->hd;
+    const size_t cache_b = (size_t)c->Hkv * c->max_seq * c->hd * 2;
+    CU(cudaMemset(d->out, 0xff, (size_t)n_out * 4));
+    CU(cudaMemset(d->qout, 0xff, (size_t)n_out * 4));
+    CU(cudaMemset(d->work, 0xff, cuda_attn_decode_work_bytes(c->Hq, c->Hkv, c->hd, c->max_seq)));
+    AttnDecodeParams p = {d->qkv,     d->qw,    d->kw,        d->inv_freq, d->K,   d->V,  d->out,
+                          d->work,    d->qout,  d->step,      c->Hq,       c->Hkv, c->hd, c->R,
+                          c->max_seq, c->gated, c->norm_mode, eps,         e4m3};
+    CudaLaunch l = {stream, pdl, NULL, 0};
+    const int rc = cuda_attn_decode(&p, &l);
+    CHECK(rc == 0, "%s pos %d%s: launch -> %d (%s)", c->name, pos, e4m3 ? " e4m3" : "", rc,
+          cudaGetErrorString((cudaError_t)rc));
+    if (rc) return -1;
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(out, d->out, (size_t)n_out * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(qout, d->qout, (size_t)n_out * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(Kg, d->K, cache_b, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(Vg, d->V, cache_b, cudaMemcpyDeviceToHost));
+    return 0;
+done:
+    return -1;
+}
+
 /* The step at pos again with kv_e4m3, on the caches Kh / Vh as the bf16 step left them (its rows at pos included):
  * every cache row bitwise Kh / Vh but the rows at pos, which must be the e4m3 values of theirs; out against refbf
  * over those rows (Kbf / V with the rows at pos rounded); then the short kernel the same way. The device caches are
  * given back as Kh / Vh. */
-static void check_e4m3(const AtCase *c, int pos, int max_len, float *d_qkv, float *d_qw, float *d_kw, float *d_if,
-                       uint16_t *d_K, uint16_t *d_V, float *d_out, float *d_work, float *d_qout, StepParams *d_step,
-                       const float *qbf, float *Kbf, float *V, const float *gate, const uint16_t *Kh,
-                       const uint16_t *Vh) {
+static void check_e4m3(const AtCase *c, int pos, int max_len, const AtDev *d, const float *qbf, float *Kbf, float *V,
+                       const float *gate, const uint16_t *Kh, const uint16_t *Vh) {
     const int hd = c->hd, n_out = c->Hq * hd;
     const int64_t n_cache = (int64_t)c->Hkv * c->max_seq * hd;
-    const size_t work_b = cuda_attn_decode_work_bytes(c->Hq, c->Hkv, hd, c->max_seq);
     uint16_t *Ke = malloc((size_t)n_cache * 2), *Ve = malloc((size_t)n_cache * 2);
     uint16_t *Kg = malloc((size_t)n_cache * 2), *Vg = malloc((size_t)n_cache * 2);
     float *out = falloc(n_out), *qout = falloc(n_out), *obf = falloc(n_out), *keep = falloc(2 * (int64_t)hd * c->Hkv);
     memcpy(Ke, Kh, (size_t)n_cache * 2), memcpy(Ve, Vh, (size_t)n_cache * 2);
     for (int h = 0; h < c->Hkv; h++) { /* the rounded rows, into the reference too (kept, given back below) */
         const int64_t at = ((int64_t)h * c->max_seq + pos) * hd;
-        for (int d = 0; d < hd; d++) {
-            Ke[at + d] = e4m3_bits(Kh[at + d]), Ve[at + d] = e4m3_bits(Vh[at + d]);
-            keep[2 * h * hd + d] = Kbf[at + d], keep[(2 * h + 1) * hd + d] = V[at + d];
-            Kbf[at + d] = bf16_to_f32(Ke[at + d]), V[at + d] = bf16_to_f32(Ve[at + d]);
+        for (int e = 0; e < hd; e++) {
+            Ke[at + e] = e4m3_bits(Kh[at + e]), Ve[at + e] = e4m3_bits(Vh[at + e]);
+            keep[2 * h * hd + e] = Kbf[at + e], keep[(2 * h + 1) * hd + e] = V[at + e];
+            Kbf[at + e] = bf16_to_f32(Ke[at + e]), V[at + e] = bf16_to_f32(Ve[at + e]);
         }
     }
     ref_out(c, pos, qbf, Kbf, V, gate, obf);
-    CU(cudaMemset(d_out, 0xff, (size_t)n_out * 4));
-    CU(cudaMemset(d_qout, 0xff, (size_t)n_out * 4));
-    CU(cudaMemset(d_work, 0xff, work_b));
-    AttnDecodeParams p = {d_qkv, d_qw,   d_kw, d_if, d_K,        d_V,      d_out,        d_work, d_qout, d_step,
-                          c->Hq, c->Hkv, hd,   c->R, c->max_seq, c->gated, c->norm_mode, 1e-6f,  1};
-    CudaLaunch l = {stream, pos & 1, NULL, 0};
-    const int rc = cuda_attn_decode(&p, &l);
-    CHECK(rc == 0, "%s pos %d e4m3: launch -> %d (%s)", c->name, pos, rc, cudaGetErrorString((cudaError_t)rc));
-    CU(cudaDeviceSynchronize());
-    CU(cudaMemcpy(out, d_out, (size_t)n_out * 4, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(qout, d_qout, (size_t)n_out * 4, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(Kg, d_K, (size_t)n_cache * 2, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(Vg, d_V, (size_t)n_cache * 2, cudaMemcpyDeviceToHost));
+    if (decode_at(c, pos, pos & 1, 1e-6f, 1, d, out, qout, Kg, Vg)) goto done;
     {
         const double to = rel_l2(out, obf, n_out), mo = rel_max(out, obf, n_out);
         CHECK(to <= 5e-3 && mo <= 3e-2, "%s pos %d e4m3: out vs refbf rel_l2 %.2e rel_max %.2e", c->name, pos, to, mo);
@@ -202,15 +221,15 @@ static void check_e4m3(const AtCase *c, int pos, int max_len, float *d_qkv, floa
                pos, to, mo);
     }
     if (pos < max_len)
-        check_short(c, pos, max_len, d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_step, out, obf, qout, Ke, Ve, 1);
+        check_short(c, pos, max_len, d->qkv, d->qw, d->kw, d->inv_freq, d->K, d->V, d->step, out, obf, qout, Ke, Ve, 1);
 done:
     for (int h = 0; h < c->Hkv; h++) {
         const int64_t at = ((int64_t)h * c->max_seq + pos) * hd;
-        for (int d = 0; d < hd; d++) Kbf[at + d] = keep[2 * h * hd + d], V[at + d] = keep[(2 * h + 1) * hd + d];
+        for (int e = 0; e < hd; e++) Kbf[at + e] = keep[2 * h * hd + e], V[at + e] = keep[(2 * h + 1) * hd + e];
     }
     if (have_gpu) {
-        cudaMemcpy(d_K, Kh, (size_t)n_cache * 2, cudaMemcpyHostToDevice);
-        cudaMemcpy(d_V, Vh, (size_t)n_cache * 2, cudaMemcpyHostToDevice);
+        cudaMemcpy(d->K, Kh, (size_t)n_cache * 2, cudaMemcpyHostToDevice);
+        cudaMemcpy(d->V, Vh, (size_t)n_cache * 2, cudaMemcpyHostToDevice);
     }
     free(Ke), free(Ve), free(Kg), free(Vg), free(out), free(qout), free(obf), free(keep);
 }
@@ -300,19 +319,8 @@ cpu_only:
         sp.pos = pos;
         CU(cudaMemcpy(d_step, &sp, sizeof sp, cudaMemcpyHostToDevice));
         CU(cudaMemcpy(d_qkv, qkv, (size_t)n_qkv * 4, cudaMemcpyHostToDevice));
-        CU(cudaMemset(d_out, 0xff, (size_t)n_out * 4));
-        CU(cudaMemset(d_qout, 0xff, (size_t)n_out * 4));
-        CU(cudaMemset(d_work, 0xff, work_b));
-        AttnDecodeParams p = {d_qkv, d_qw,   d_kw, d_if, d_K,        d_V,      d_out,        d_work, d_qout, d_step,
-                              c->Hq, c->Hkv, hd,   c->R, c->max_seq, c->gated, c->norm_mode, eps,    0};
-        CudaLaunch l = {stream, t & 1, NULL, 0};
-        const int rc = cuda_attn_decode(&p, &l);
-        CHECK(rc == 0, "%s pos %d: launch -> %d (%s)", c->name, pos, rc, cudaGetErrorString((cudaError_t)rc));
-        CU(cudaDeviceSynchronize());
-        CU(cudaMemcpy(out_gpu, d_out, (size_t)n_out * 4, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(qout_gpu, d_qout, (size_t)n_out * 4, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(Kg, d_K, (size_t)n_cache * 2, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(Vg, d_V, (size_t)n_cache * 2, cudaMemcpyDeviceToHost));
+        const AtDev dv = {d_qkv, d_qw, d_kw, d_if, d_out, d_work, d_qout, d_K, d_V, d_step};
+        if (decode_at(c, pos, t & 1, eps, 0, &dv, out_gpu, qout_gpu, Kg, Vg)) goto done;
 
         const double to = rel_l2(out_gpu, obf, n_out), mo = rel_max(out_gpu, obf, n_out);
         const double lo = rel_l2(out_gpu, o32, n_out), tq = rel_l2(qout_gpu, qbf, n_out);
@@ -336,8 +344,7 @@ cpu_only:
                tq);
         if (pos < max_len)
             check_short(c, pos, max_len, d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_step, out_gpu, obf, qout_gpu, Kh, Vh, 0);
-        check_e4m3(c, pos, max_len, d_qkv, d_qw, d_kw, d_if, d_K, d_V, d_out, d_work, d_qout, d_step, qbf, Kbf, V, gate,
-                   Kh, Vh);
+        check_e4m3(c, pos, max_len, &dv, qbf, Kbf, V, gate, Kh, Vh);
     }
 done:
     cudaFree(d_qkv), cudaFree(d_qw), cudaFree(d_kw), cudaFree(d_if), cudaFree(d_out), cudaFree(d_qout);
