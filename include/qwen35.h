@@ -142,8 +142,8 @@ typedef struct Q35ServeOptions {
     /* 1: the served sequences' K and V (the paged KV cache of the full-attention layers) are stored as FP8 e4m3
      * values, rounded to nearest even with no scale and saturated at +-448 (vLLM's --kv-cache-dtype fp8 with its
      * default scales of 1): half the bytes attention reads per token and twice the tokens in the same memory, for
-     * the precision of a 3-bit mantissa. Attention reads the stored values. Needs a backend with a batched step; a
-     * lone sequence then takes the batched step too (the single-sequence step keeps bf16). */
+     * the precision of a 3-bit mantissa. Attention reads the stored values (a lone sequence's single-sequence step
+     * too: its caches then hold the same e4m3 values). Needs a backend with a batched step. */
     int kv_fp8;
 } Q35ServeOptions;
 

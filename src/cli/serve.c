@@ -71,7 +71,7 @@ int cmd_serve(int argc, char **argv) {
                  "faster large batches, slightly different numerics)"},
         {"--kv-cache-dtype", NULL, CLI_STR, &kv_dtype, .arg = "auto|bfloat16|fp8",
          .help = "K and V of the served sequences (default auto = bfloat16; fp8 (or fp8_e4m3): e4m3 values, no scale, "
-                 "half the bytes: twice the tokens, faster attention, coarser numerics)"},
+                 "half the bytes: twice the tokens in the same memory, coarser numerics)"},
         {"--max-queue", NULL, CLI_INT, &max_queue, .lo = 1, .hi = 1 << 20, .arg = "N",
          .help = "requests waiting for a slot before 429 (default 256)"},
         {"--max-body-kb", NULL, CLI_INT, &max_body_kb, .lo = 1, .hi = 1 << 20, .arg = "N",

@@ -200,14 +200,17 @@ static void check_e4m3(const AtCase *c, int pos, int max_len, const AtDev *d, co
     uint16_t *Kg = malloc((size_t)n_cache * 2), *Vg = malloc((size_t)n_cache * 2);
     float *out = falloc(n_out), *qout = falloc(n_out), *obf = falloc(n_out), *keep = falloc(2 * (int64_t)hd * c->Hkv);
     memcpy(Ke, Kh, (size_t)n_cache * 2), memcpy(Ve, Vh, (size_t)n_cache * 2);
+    int n_round = 0; /* values the rounding changed: without any, a plain bf16 store would pass the checks below */
     for (int h = 0; h < c->Hkv; h++) { /* the rounded rows, into the reference too (kept, given back below) */
         const int64_t at = ((int64_t)h * c->max_seq + pos) * hd;
         for (int e = 0; e < hd; e++) {
             Ke[at + e] = e4m3_bits(Kh[at + e]), Ve[at + e] = e4m3_bits(Vh[at + e]);
+            n_round += Ke[at + e] != Kh[at + e] || Ve[at + e] != Vh[at + e];
             keep[2 * h * hd + e] = Kbf[at + e], keep[(2 * h + 1) * hd + e] = V[at + e];
             Kbf[at + e] = bf16_to_f32(Ke[at + e]), V[at + e] = bf16_to_f32(Ve[at + e]);
         }
     }
+    CHECK(n_round > 0, "%s pos %d e4m3: no K/V value at pos needs rounding", c->name, pos);
     ref_out(c, pos, qbf, Kbf, V, gate, obf);
     if (decode_at(c, pos, pos & 1, 1e-6f, 1, d, out, qout, Kg, Vg)) goto done;
     {
