@@ -159,22 +159,6 @@ __device__ __forceinline__ void sk_load_w(const GemmParams &g, uint32_t sw, int 
     }
 }
 
-/* 16 e4m3 codes (byte j = column j) as 16 bf16, exact: columns 0-7 in lo, 8-15 in hi (two bf16 a word, the lower
- * column in the low half). e4m3x2_f32 gives exact fp32 values whose low 16 bits are zero, so the bf16 is the high
- * half of each: one byte_perm packs two. */
-__device__ __forceinline__ void e4m3x16_bf16(uint4 v, uint4 &lo, uint4 &hi) {
-    const uint32_t q[4] = {v.x, v.y, v.z, v.w};
-    uint32_t o[8];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 a = e4m3x2_f32(q[i]), b = e4m3x2_f32(q[i] >> 16);
-        o[2 * i] = __byte_perm(__float_as_uint(a.x), __float_as_uint(a.y), 0x7632);
-        o[2 * i + 1] = __byte_perm(__float_as_uint(b.x), __float_as_uint(b.y), 0x7632);
-    }
-    lo = make_uint4(o[0], o[1], o[2], o[3]);
-    hi = make_uint4(o[4], o[5], o[6], o[7]);
-}
-
 /* The landed e4m3 chunk at w8s (sk_load_w<true>'s layout) as the bf16 tile [64][64] at tile (swz<8>): thread tid
  * converts the pieces it loaded, tid and tid + 128. */
 __device__ __forceinline__ void sk_convert_w8(const uint8_t *w8s, uint8_t *tile, int tid) {

@@ -70,12 +70,15 @@ extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
 /* A tile row (one position's K or V, hd bf16) takes nchp 16-byte chunks of shared memory: hd / 8 rounded up to a
  * multiple of 8, so that chunk c of row r can sit at c ^ (r % 8) (ldmatrix's 8 rows hit 8 different bank groups). */
 static __host__ __device__ __forceinline__ int pa_nchp(int hd) { return (hd / 8 + 7) / 8 * 8; }
-/* the K tile, the V tile, the CTA's PA_GB query rows, then with fp8 pools the tiles' e4m3 rows as copied (K, V:
- * PA_TILE x hd bytes each) */
-static size_t pa_smem_bytes(int hd, int kv_fp8) {
-    return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16 + (kv_fp8 ? (size_t)2 * PA_TILE * hd : 0);
-}
+/* the K tile, the V tile, the CTA's PA_GB query rows; with fp8 pools the K tile's space holds the tiles' e4m3 rows
+ * as copied instead (K, then V: PA_TILE x hd bytes each, which fit: nchp 16 >= 2 hd) */
+static size_t pa_smem_bytes(int hd) { return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16; }
 __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint32_t)(r * nchp + (c ^ (r & 7))) * 16u; }
+/* An e4m3 K row's 16-byte piece c (nrc = hd / 16 pieces) sits at piece (c + r % 8) % nrc of row r: the 8 rows a
+ * warp's fragment loads read together (r % 8 = g) then hit 8 different bank groups. */
+__device__ __forceinline__ uint32_t pa_rot8(int r, int c, int nrc) {
+    return (uint32_t)(r * nrc * 16 + (c + (r & 7)) % nrc * 16);
+}
 
 /* Split kernel: grid (Hq / GB, T, PA_MAX_SPLIT), PA_NW warps. CTA (x, i, s) takes the GB query heads j0 = GB x ..
  * j0 + GB - 1 (GB divides G = Hq / Hkv, GB <= PA_GB), all reading kv head j0 / G, of row t = rows[i], over positions
@@ -91,9 +94,9 @@ __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint
  *   values   O^T[d][h] = alpha O^T[d][h] + sum_u V_u[d] p_u[h]   A = V^T (ldmatrix.trans of the V tile rows), B =
  *            p^T: the scores' C fragment is p's B fragment as it stands. p enters as two bf16 terms,
  *            p = hi + lo (hi = bf16(p), lo = bf16(p - hi)), so the products carry ~16 bits of p.
- * With kv_fp8 the tile rows come as e4m3 codes into a staging area (hd bytes a row, zero-filled past the split) and
- * every thread widens its 16-byte pieces exactly into the bf16 tiles before the tensor cores read them; the next
- * tile's copies then go into the freed staging area while the tensor cores work on this one.
+ * With kv_fp8 the tile rows come as e4m3 codes (hd bytes a row, zero-filled past the split) into the K tile's space:
+ * the scores read the K codes there (exact bf16 values in the B fragments), and the V codes are first widened exactly
+ * into the bf16 V tile, which ldmatrix.trans reads; the shared memory per CTA is the bf16 kernel's (three CTAs an SM).
  * The warps then merge in order w = 0 .. PA_NW - 1 through shared memory into (o = sum 2^(d - M) V unnormalised, M,
  * L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1]. With p.early (decode rows: the positions
  * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
@@ -112,11 +115,11 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     const uint32_t sk = smem_addr(pa_sm), sv = sk + PA_TILE * nchp * 16, sq = sv + PA_TILE * nchp * 16;
     const int32_t *table = p.tables + p.tab[t];
     /* the pools' rows: hd elements of esz bytes, nrc 16-byte copies; with fp8 they land in the staging area
-     * (K rows at s8k, V rows PA_TILE hd bytes further), else in the tiles */
+     * (the K tile's space: K rows at s8k, pa_rot8's piece order, V rows PA_TILE hd bytes further), else in the tiles */
     const int esz = p.kv_fp8 ? 1 : 2, nrc = hd * esz / 16;
     const char *kpool = (const char *)p.k_pool, *vpool = (const char *)p.v_pool;
-    const uint32_t s8k = sq + PA_GB * nchp * 16, s8v = s8k + PA_TILE * hd;
-    auto dst_k = [&](int r, int c) { return p.kv_fp8 ? s8k + (uint32_t)(r * hd + 16 * c) : sk + pa_sw(r, c, nchp); };
+    const uint32_t s8k = sk, s8v = s8k + PA_TILE * hd;
+    auto dst_k = [&](int r, int c) { return p.kv_fp8 ? s8k + pa_rot8(r, c, nrc) : sk + pa_sw(r, c, nchp); };
     auto dst_v = [&](int r, int c) { return p.kv_fp8 ? s8v + (uint32_t)(r * hd + 16 * c) : sv + pa_sw(r, c, nchp); };
 
     /* tile rows tb .. tb + PA_TILE - 1, as (row, 16-byte chunk) pairs idx = tid + PA_NW 32 k, each a K and a V copy:
@@ -178,43 +181,58 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
         cp_async_wait<0>();
         __syncthreads(); /* the tile's copies landed; every warp is done with the previous tile */
         if (p.kv_fp8) {
-            /* the staged e4m3 rows widened into the bf16 tiles: 16 codes -> two 16-byte chunks; the staging area is
-             * then free, so the next tile's copies go out before this tile's tensor-core work */
+            /* the staged e4m3 V rows widened into the bf16 V tile (ldmatrix.trans reads it): 16 codes -> two 16-byte
+             * chunks. The scores read the e4m3 K rows where they landed (below). */
             const int n = PA_TILE * nrc, dr = PA_NW * 32 / nrc, dc = PA_NW * 32 - dr * nrc;
-            int r = tid / nrc, c = tid - r * nrc; /* (row, chunk) of idx = tid + PA_NW 32 k within K, then V */
-            for (int idx = tid; idx < 2 * n; idx += PA_NW * 32) {
-                const int v = idx >= n, rr = r - v * PA_TILE;
-                const uint4 w = *(const uint4 *)(pa_sm + (s8k - sk) + v * PA_TILE * hd + rr * hd + 16 * c);
-                const uint32_t q[4] = {w.x, w.y, w.z, w.w};
-                uint32_t b[8];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float2 lo = e4m3x2_f32(q[e]), hi = e4m3x2_f32(q[e] >> 16);
-                    b[2 * e] = pack_bf16(lo.x, lo.y), b[2 * e + 1] = pack_bf16(hi.x, hi.y);
-                }
-                uint8_t *tile = pa_sm + ((v ? sv : sk) - sk);
-                *(uint4 *)(tile + pa_sw(rr, 2 * c, nchp)) = make_uint4(b[0], b[1], b[2], b[3]);
-                *(uint4 *)(tile + pa_sw(rr, 2 * c + 1, nchp)) = make_uint4(b[4], b[5], b[6], b[7]);
+            int r = tid / nrc, c = tid - r * nrc; /* (row, chunk) of idx = tid + PA_NW 32 k */
+            for (int idx = tid; idx < n; idx += PA_NW * 32) {
+                uint4 lo, hi;
+                e4m3x16_bf16(*(const uint4 *)(pa_sm + (s8v - sk) + r * hd + 16 * c), lo, hi);
+                *(uint4 *)(pa_sm + (sv - sk) + pa_sw(r, 2 * c, nchp)) = lo;
+                *(uint4 *)(pa_sm + (sv - sk) + pa_sw(r, 2 * c + 1, nchp)) = hi;
                 r += dr, c += dc;
                 if (c >= nrc) c -= nrc, r++;
             }
             __syncthreads();
-            if (tb + PA_TILE < s1) {
-                load_tile(tb + PA_TILE, false);
-                cp_async_commit();
-            }
         }
         const int r0 = 16 * warp;
         float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        if (p.kv_fp8) {
+            /* The e4m3 K rows straight from where they landed, with the mma's k index permuted: thread tq's k slots
+             * 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9 of step ks take dims 16 ks + 4 tq .. 16 ks + 4 tq + 3, in q's A
+             * fragment (one 8-byte load of row g) and in K's B fragment (one 4-byte load of position row g) alike,
+             * so each product is the same and only the order the mma sums them in changes. */
+            const uint8_t *k8 = pa_sm + (s8k - sk) + (size_t)(r0 + g) * hd + 4 * tq;
+            int pc = g % nrc; /* piece ks of row r0 + 8 nt + g sits at piece (ks + g) % nrc */
+            for (int ks = 0; ks < nks; ks++) {
+                const uint2 qq =
+                    *(const uint2 *)(pa_sm + (sq - sk) + pa_sw(g, 2 * ks + (tq >> 1), nchp) + 8 * (tq & 1));
+                const uint32_t a[4] = {qq.x, 0u, qq.y, 0u}; /* q rows 8 .. 15: zero */
 #pragma unroll
-        for (int ks = 0; ks < 16; ks++) {
-            if (ks >= nks) break;
-            uint32_t kb[4], qa[2];
-            ldsm_x4(sk + pa_sw(r0 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1), nchp), kb);
-            ldsm_x2(sq + pa_sw(lane & 7, 2 * ks + ((lane >> 3) & 1), nchp), qa);
-            const uint32_t a[4] = {qa[0], 0u, qa[1], 0u}; /* q rows 8 .. 15: zero */
-            mma_bf16(sc[0], a, kb[0], kb[1]);
-            mma_bf16(sc[1], a, kb[2], kb[3]);
+                for (int nt = 0; nt < 2; nt++) {
+                    const uint32_t w = *(const uint32_t *)(k8 + 8 * nt * hd + 16 * pc);
+                    mma_bf16(sc[nt], a, e4m3x2_bf16x2(w), e4m3x2_bf16x2(w >> 16));
+                }
+                if (++pc == nrc) pc = 0;
+            }
+            /* the e4m3 rows are read (V widened, K scored): the next tile's copies go out while this one's softmax
+             * and values run */
+            if (tb + PA_TILE < s1) {
+                __syncthreads();
+                load_tile(tb + PA_TILE, false);
+                cp_async_commit();
+            }
+        } else {
+#pragma unroll
+            for (int ks = 0; ks < 16; ks++) {
+                if (ks >= nks) break;
+                uint32_t kb[4], qa[2];
+                ldsm_x4(sk + pa_sw(r0 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1), nchp), kb);
+                ldsm_x2(sq + pa_sw(lane & 7, 2 * ks + ((lane >> 3) & 1), nchp), qa);
+                const uint32_t a[4] = {qa[0], 0u, qa[1], 0u}; /* q rows 8 .. 15: zero */
+                mma_bf16(sc[0], a, kb[0], kb[1]);
+                mma_bf16(sc[1], a, kb[2], kb[3]);
+            }
         }
         float x[4], mx = -INFINITY; /* positions tb + r0 + 8 nt + 2 tq + e, as x[2 nt + e] */
 #pragma unroll
@@ -313,11 +331,11 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     const int G = p->Hq / p->Hkv;
     int GB = PA_GB;
     while (G % GB) GB--; /* the largest divisor of G up to PA_GB */
-    const size_t smem = pa_smem_bytes(p->hd, p->kv_fp8);
+    const size_t smem = pa_smem_bytes(p->hd);
     static bool attr_done = false;
     if (!attr_done) {
         const cudaError_t e = cudaFuncSetAttribute(paged_attn_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)pa_smem_bytes(256, 1));
+                                                   (int)pa_smem_bytes(256));
         if (e != cudaSuccess) return (int)e;
         attr_done = true;
     }
@@ -350,9 +368,8 @@ __global__ void paged_gather_rows(const __grid_constant__ PagedGatherParams p) {
                 pg[e] = make_uint2(q[0], q[1]);
             } else {
                 const uint2 q = pg[e];
-                const float2 a = e4m3x2_f32(q.x), b = e4m3x2_f32(q.x >> 16), c = e4m3x2_f32(q.y),
-                             d = e4m3x2_f32(q.y >> 16);
-                ct[e] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(b.x, b.y), pack_bf16(c.x, c.y), pack_bf16(d.x, d.y));
+                ct[e] = make_uint4(e4m3x2_bf16x2(q.x), e4m3x2_bf16x2(q.x >> 16), e4m3x2_bf16x2(q.y),
+                                   e4m3x2_bf16x2(q.y >> 16));
             }
         }
         return;
