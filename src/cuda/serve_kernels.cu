@@ -74,8 +74,8 @@ static __host__ __device__ __forceinline__ int pa_nchp(int hd) { return (hd / 8 
  * as copied instead (K, then V: PA_TILE x hd bytes each, which fit: nchp 16 >= 2 hd) */
 static size_t pa_smem_bytes(int hd) { return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16; }
 __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint32_t)(r * nchp + (c ^ (r & 7))) * 16u; }
-/* An e4m3 K or V row's 16-byte piece c (nrc = hd / 16 pieces) sits at piece (c + r % 8) % nrc of row r: the 8 K
- * rows a warp's fragment loads read together (r % 8 = g) then hit 8 different bank groups. */
+/* An e4m3 K row's 16-byte piece c (nrc = hd / 16 pieces) sits at piece (c + r % 8) % nrc of row r: the 8 rows a
+ * warp's fragment loads read together (r % 8 = g) then hit 8 different bank groups. */
 __device__ __forceinline__ uint32_t pa_rot8(int r, int c, int nrc) {
     return (uint32_t)(r * nrc * 16 + (c + (r & 7)) % nrc * 16);
 }
@@ -115,46 +115,37 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     const uint32_t sk = smem_addr(pa_sm), sv = sk + PA_TILE * nchp * 16, sq = sv + PA_TILE * nchp * 16;
     const int32_t *table = p.tables + p.tab[t];
     /* the pools' rows: hd elements of esz bytes, nrc 16-byte copies; with fp8 they land in the staging area
-     * (the K tile's space: K rows at s8k in pa_rot8's piece order, V rows so from s8v), else in the tiles */
+     * (the K tile's space: K rows at s8k, pa_rot8's piece order, V rows PA_TILE hd bytes further), else in the tiles */
     const int esz = p.kv_fp8 ? 1 : 2, nrc = hd * esz / 16;
     const char *kpool = (const char *)p.k_pool, *vpool = (const char *)p.v_pool;
     const uint32_t s8k = sk, s8v = s8k + PA_TILE * hd;
     auto dst_k = [&](int r, int c) { return p.kv_fp8 ? s8k + pa_rot8(r, c, nrc) : sk + pa_sw(r, c, nchp); };
-    const uint32_t dv = p.kv_fp8 ? s8v - s8k : sv - sk; /* a V row's place: its K row's plus dv */
+    auto dst_v = [&](int r, int c) { return p.kv_fp8 ? s8v + (uint32_t)(r * hd + 16 * c) : sv + pa_sw(r, c, nchp); };
 
     /* tile rows tb .. tb + PA_TILE - 1, as (row, 16-byte chunk) pairs idx = tid + PA_NW 32 k, each a K and a V copy:
      * first every pair's pool row (its block-table lookup) into registers, then the copies, so that the lookups are
-     * not serialised behind the copies; early: all but the row of position len - 1 (before the wait). A pair's
-     * (row r, chunk c) and its position's (block, offset) advance by constants from k to k + 1, with no division:
-     * the copies' address arithmetic, not their bytes, was what held this kernel (ncu: most warps stalled on
-     * dependent integer latency, 18 % of the warps active). */
-    const int dr = PA_NW * 32 / nrc, dc = PA_NW * 32 - dr * nrc; /* idx += PA_NW 32: r += dr, c += dc (carry) */
-    const int r_tid = tid / nrc, c_tid = tid - r_tid * nrc;
+     * not serialised behind the copies; early: all but the row of position len - 1 (before the wait). */
     auto load_tile = [&](int tb, bool early) {
-        constexpr int KH = 8; /* pairs per group; a thread has nrc / 2 <= 16 pairs */
-        int r = r_tid, c = c_tid, bi = (tb + r) / block, bo = (tb + r) - bi * block; /* position tb + r */
-        for (int k0 = 0; k0 < PA_TILE * nrc; k0 += KH * PA_NW * 32) {
-            uint32_t rid[KH], rc[KH]; /* pool row (block, kv head, offset) or ~0 past the split; r << 8 | c */
+        constexpr int KH = PA_TILE * 32 / (PA_NW * 32) / 2; /* half the pairs per thread at hd 256 (bf16) */
+        const int n = PA_TILE * nrc;
+        for (int k0 = 0; k0 < 2 * KH; k0 += KH) {
+            uint32_t rid[KH]; /* pool row (block, kv head, position in block), or ~0: past the split */
 #pragma unroll
             for (int k = 0; k < KH; k++) {
-                rid[k] = r < PA_TILE && tb + r < s1
-                             ? ((uint32_t)table[bi] * (uint32_t)p.Hkv + (uint32_t)kvh) * (uint32_t)block + (uint32_t)bo
-                             : ~0u;
-                rc[k] = (uint32_t)(r << 8 | c);
-                r += dr, c += dc, bo += dr;
-                if (c >= nrc) c -= nrc, r++, bo++;
-                while (bo >= block) bo -= block, bi++;
+                const int idx = tid + PA_NW * 32 * (k0 + k), ps = tb + idx / nrc;
+                rid[k] = idx < n && ps < s1 ? (uint32_t)(((size_t)table[ps / block] * p.Hkv + kvh) * block + ps % block)
+                                            : ~0u;
             }
 #pragma unroll
             for (int k = 0; k < KH; k++) {
-                const int rr = (int)(rc[k] >> 8), cc = (int)(rc[k] & 0xffu);
-                if (rr >= PA_TILE) break;
-                if (early && tb + rr == len - 1) continue;
+                const int idx = tid + PA_NW * 32 * (k0 + k);
+                if (idx >= n) break;
+                const int r = idx / nrc, c = idx - r * nrc, ps = tb + r;
+                if (early && ps == len - 1) continue;
                 const bool ok = rid[k] != ~0u;
-                const size_t off = ok ? (size_t)rid[k] * (size_t)(hd * esz) + (size_t)(cc * 16) : 0;
-                const uint32_t d = dst_k(rr, cc);
-                cp_async16(d, kpool + off, ok);
-                cp_async16(d + dv, vpool + off, ok);
+                const size_t off = ok ? ((size_t)rid[k] * hd) * esz + c * 16 : 0;
+                cp_async16(dst_k(r, c), kpool + off, ok);
+                cp_async16(dst_v(r, c), vpool + off, ok);
             }
         }
     };
@@ -167,7 +158,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
         const size_t row = ((size_t)table[(len - 1) / block] * p.Hkv + kvh) * block + (len - 1) % block;
         for (int c = tid; c < nrc; c += PA_NW * 32) {
             cp_async16(dst_k(r, c), kpool + row * hd * esz + c * 16, true);
-            cp_async16(dst_k(r, c) + dv, vpool + row * hd * esz + c * 16, true);
+            cp_async16(dst_v(r, c), vpool + row * hd * esz + c * 16, true);
         }
     }
     for (int idx = tid; idx < PA_GB * nch; idx += PA_NW * 32) { /* q rows j0 .. j0 + GB - 1, zeros up to PA_GB */
@@ -196,7 +187,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
             int r = tid / nrc, c = tid - r * nrc; /* (row, chunk) of idx = tid + PA_NW 32 k */
             for (int idx = tid; idx < n; idx += PA_NW * 32) {
                 uint4 lo, hi;
-                e4m3x16_bf16(*(const uint4 *)(pa_sm + (s8v - sk) + pa_rot8(r, c, nrc)), lo, hi);
+                e4m3x16_bf16(*(const uint4 *)(pa_sm + (s8v - sk) + r * hd + 16 * c), lo, hi);
                 *(uint4 *)(pa_sm + (sv - sk) + pa_sw(r, 2 * c, nchp)) = lo;
                 *(uint4 *)(pa_sm + (sv - sk) + pa_sw(r, 2 * c + 1, nchp)) = hi;
                 r += dr, c += dc;
@@ -292,30 +283,21 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     }
     if (tq == 0 && g < GB) smm[warp * PA_GB + g] = m, sml[warp * PA_GB + g] = l;
     __syncthreads();
-    /* per head h: M = max_w m_w, the warps' factors f_w = 2^(m_w - M) and L = sum_w f_w l_w, once
-     * (sf: f [PA_NW][PA_GB], then M, L [PA_GB]) */
-    float *sf = sml + PA_NW * PA_GB, *sM = sf + PA_NW * PA_GB, *sL = sM + PA_GB;
-    if (tid < GB) {
-        float M = smm[tid], L = 0.0f;
-        for (int w = 1; w < PA_NW; w++) M = fmaxf(M, smm[w * PA_GB + tid]);
-        for (int w = 0; w < PA_NW; w++) {
-            const float f = exp2f(smm[w * PA_GB + tid] - M);
-            L = fmaf(sml[w * PA_GB + tid], f, L);
-            sf[w * PA_GB + tid] = f;
-        }
-        sM[tid] = M, sL[tid] = L;
-    }
-    __syncthreads();
     const size_t ld = (size_t)hd + 2;
     float *ws = p.work + (((size_t)i * p.Hq + j0) * PA_MAX_SPLIT + blockIdx.z) * ld;
-    int h = tid / hd, d = tid - h * hd; /* (head, dim) of idx = tid + PA_NW 32 k */
     for (int idx = tid; idx < GB * hd; idx += PA_NW * 32) {
-        float acc = 0.0f;
-        for (int w = 0; w < PA_NW; w++) acc = fmaf(so[(w * GB + h) * hd + d], sf[w * PA_GB + h], acc);
+        const int h = idx / hd, d = idx - h * hd;
+        float M = smm[h];
+        for (int w = 1; w < PA_NW; w++) M = fmaxf(M, smm[w * PA_GB + h]);
+        float L = 0.0f, acc = 0.0f;
+        for (int w = 0; w < PA_NW; w++) {
+            const float f = exp2f(smm[w * PA_GB + h] - M);
+            L = fmaf(sml[w * PA_GB + h], f, L);
+            acc = fmaf(so[(w * GB + h) * hd + d], f, acc);
+        }
         float *wg = ws + (size_t)h * PA_MAX_SPLIT * ld;
         wg[d] = acc;
-        if (d == 0) wg[hd] = sM[h], wg[hd + 1] = sL[h];
-        for (d += PA_NW * 32; d >= hd; d -= hd) h++;
+        if (d == 0) wg[hd] = M, wg[hd + 1] = L;
     }
     pdl_trigger(); /* late: the merge's blocks would take registers from this grid's while they wait */
 }
