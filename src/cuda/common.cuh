@@ -288,6 +288,35 @@ __device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t v) {
     const float2 f = e4m3x2_f32(v);
     return __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632);
 }
+/* Two e4m3 codes (the low 16 bits of v; byte 0 -> the low half) as an f16 pair, exact: every e4m3 value is an f16
+ * normal or zero. One cvt on sm_89+ (e4m3x2_bf16x2 takes four instructions). */
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)(v & 0xffffu)));
+    return h;
+#else
+    uint32_t h2 = 0;
+    for (int i = 0; i < 2; i++) {
+        const uint32_t a = (v >> (8 * i)) & 0xffu, e = (a >> 3) & 15u, m = a & 7u;
+        uint32_t h = 0; /* the magnitude: exponent field e + 8 (bias 15 for 7), or a subnormal m 2^-9 normalised */
+        if (e) {
+            h = (e + 8u) << 10 | m << 7;
+        } else if (m) {
+            const uint32_t b = m >= 4u ? 2u : m >= 2u ? 1u : 0u; /* m = 2^b (1 + f) */
+            h = (b + 6u) << 10 | (m - (1u << b)) << (10u - b);
+        }
+        h2 |= ((a & 0x80u) << 8 | h) << (16 * i);
+    }
+    return h2;
+#endif
+}
+/* 16 e4m3 codes (byte j = column j) as 16 f16, exact: columns 0-7 in lo, 8-15 in hi (two a word, the lower column
+ * in the low half). */
+__device__ __forceinline__ void e4m3x16_f16(uint4 v, uint4 &lo, uint4 &hi) {
+    lo = make_uint4(e4m3x2_f16x2(v.x), e4m3x2_f16x2(v.x >> 16), e4m3x2_f16x2(v.y), e4m3x2_f16x2(v.y >> 16));
+    hi = make_uint4(e4m3x2_f16x2(v.z), e4m3x2_f16x2(v.z >> 16), e4m3x2_f16x2(v.w), e4m3x2_f16x2(v.w >> 16));
+}
 /* 16 e4m3 codes (byte j = column j) as 16 bf16, exact: columns 0-7 in lo, 8-15 in hi (two bf16 a word, the lower
  * column in the low half). */
 __device__ __forceinline__ void e4m3x16_bf16(uint4 v, uint4 &lo, uint4 &hi) {

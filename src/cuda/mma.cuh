@@ -1,6 +1,6 @@
 /* mma.cuh — tensor-core building blocks of the prefill kernels (gemm.cu, attention_prefill.cu,
  * deltanet_prefill.cu): cp.async with zero fill, ldmatrix (plain and transposed), mma.sync
- * m16n8k16 bf16 x bf16 -> fp32, and the XOR swizzle of 16-byte chunks that keeps ldmatrix free
+ * m16n8k16 bf16 x bf16 -> fp32 (and f16 x f16: the paged attention over fp8 pools), and the XOR swizzle of 16-byte chunks that keeps ldmatrix free
  * of bank conflicts.
  *
  * Fragment layouts of mma.m16n8k16 (g = lane/4, t = lane%4; each u32 holds two bf16, the lower
@@ -15,6 +15,7 @@
 
 #include "cuda/async.cuh"
 #include "cuda/common.cuh"
+#include <cuda_fp16.h>
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -48,6 +49,24 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The same mma on f16 operands (the paged attention's fp8 values: e4m3 codes and the probabilities' hi + lo parts
+ * are f16 values; products exact, fp32 sums). */
+__device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* Two fp32 -> one u32 of two f16 (round to nearest even; lo to the low half), and the halves' values back. */
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+__device__ __forceinline__ float f16_lo(uint32_t u) { return __half2float(__ushort_as_half((unsigned short)u)); }
+__device__ __forceinline__ float f16_hi(uint32_t u) {
+    return __half2float(__ushort_as_half((unsigned short)(u >> 16)));
 }
 
 /* Two fp32 -> one u32 of two bf16 (round to nearest even); lo goes to the low half. */

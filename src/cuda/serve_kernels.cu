@@ -74,8 +74,8 @@ static __host__ __device__ __forceinline__ int pa_nchp(int hd) { return (hd / 8 
  * as copied instead (K, then V: PA_TILE x hd bytes each, which fit: nchp 16 >= 2 hd) */
 static size_t pa_smem_bytes(int hd) { return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16; }
 __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint32_t)(r * nchp + (c ^ (r & 7))) * 16u; }
-/* An e4m3 K row's 16-byte piece c (nrc = hd / 16 pieces) sits at piece (c + r % 8) % nrc of row r: the 8 rows a
- * warp's fragment loads read together (r % 8 = g) then hit 8 different bank groups. */
+/* An e4m3 K or V row's 16-byte piece c (nrc = hd / 16 pieces) sits at piece (c + r % 8) % nrc of row r: the 8 K
+ * rows a warp's fragment loads read together (r % 8 = g) then hit 8 different bank groups. */
 __device__ __forceinline__ uint32_t pa_rot8(int r, int c, int nrc) {
     return (uint32_t)(r * nrc * 16 + (c + (r & 7)) % nrc * 16);
 }
@@ -94,13 +94,16 @@ __device__ __forceinline__ uint32_t pa_rot8(int r, int c, int nrc) {
  *   values   O^T[d][h] = alpha O^T[d][h] + sum_u V_u[d] p_u[h]   A = V^T (ldmatrix.trans of the V tile rows), B =
  *            p^T: the scores' C fragment is p's B fragment as it stands. p enters as two bf16 terms,
  *            p = hi + lo (hi = bf16(p), lo = bf16(p - hi)), so the products carry ~16 bits of p.
- * With kv_fp8 the tile rows come as e4m3 codes (hd bytes a row, zero-filled past the split) into the K tile's space:
- * the scores read the K codes there (exact bf16 values in the B fragments), and the V codes are first widened exactly
- * into the bf16 V tile, which ldmatrix.trans reads; the shared memory per CTA is the bf16 kernel's (three CTAs an SM).
+ * F8 (fp8 pools, PagedAttnParams.kv_fp8): the tile rows come as e4m3 codes (hd bytes a row, zero-filled past the
+ * split) into the K tile's space: the scores read the K codes there (exact bf16 values in the B fragments), and the V
+ * codes are first widened exactly into the V tile as f16, which ldmatrix.trans reads; the values' mma runs on f16
+ * (p = hi + lo as f16 terms: ~22 bits of p, the terms below 2^-24 flushed). The shared memory per CTA is the bf16
+ * kernel's (three CTAs an SM).
  * The warps then merge in order w = 0 .. PA_NW - 1 through shared memory into (o = sum 2^(d - M) V unnormalised, M,
  * L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1]. With p.early (decode rows: the positions
  * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
  * kernel that appends position pos[t] (paged_prep_rows) and writes q. */
+template <bool F8>
 __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_constant__ PagedAttnParams p, int GB) {
     extern __shared__ float sm[];
     uint8_t *pa_sm = (uint8_t *)sm;
@@ -115,37 +118,45 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     const uint32_t sk = smem_addr(pa_sm), sv = sk + PA_TILE * nchp * 16, sq = sv + PA_TILE * nchp * 16;
     const int32_t *table = p.tables + p.tab[t];
     /* the pools' rows: hd elements of esz bytes, nrc 16-byte copies; with fp8 they land in the staging area
-     * (the K tile's space: K rows at s8k, pa_rot8's piece order, V rows PA_TILE hd bytes further), else in the tiles */
-    const int esz = p.kv_fp8 ? 1 : 2, nrc = hd * esz / 16;
+     * (the K tile's space: K rows at s8k in pa_rot8's piece order, V rows so from s8v), else in the tiles */
+    const int esz = F8 ? 1 : 2, nrc = hd * esz / 16;
     const char *kpool = (const char *)p.k_pool, *vpool = (const char *)p.v_pool;
     const uint32_t s8k = sk, s8v = s8k + PA_TILE * hd;
-    auto dst_k = [&](int r, int c) { return p.kv_fp8 ? s8k + pa_rot8(r, c, nrc) : sk + pa_sw(r, c, nchp); };
-    auto dst_v = [&](int r, int c) { return p.kv_fp8 ? s8v + (uint32_t)(r * hd + 16 * c) : sv + pa_sw(r, c, nchp); };
+    auto dst_k = [&](int r, int c) { return F8 ? s8k + pa_rot8(r, c, nrc) : sk + pa_sw(r, c, nchp); };
+    const uint32_t dv = F8 ? s8v - s8k : sv - sk; /* a V row's place: its K row's plus dv */
 
     /* tile rows tb .. tb + PA_TILE - 1, as (row, 16-byte chunk) pairs idx = tid + PA_NW 32 k, each a K and a V copy:
      * first every pair's pool row (its block-table lookup) into registers, then the copies, so that the lookups are
-     * not serialised behind the copies; early: all but the row of position len - 1 (before the wait). */
+     * not serialised behind the copies; early: all but the row of position len - 1 (before the wait). A pair's
+     * (row r, chunk c) and its position's (block, offset) advance by constants from k to k + 1, with no division (the
+     * copies' address arithmetic, more than their bytes, bounds this kernel). */
+    const int dr = PA_NW * 32 / nrc, dc = PA_NW * 32 - dr * nrc; /* idx += PA_NW 32: r += dr, c += dc (carry) */
+    const int r_tid = tid / nrc, c_tid = tid - r_tid * nrc;
     auto load_tile = [&](int tb, bool early) {
-        constexpr int KH = PA_TILE * 32 / (PA_NW * 32) / 2; /* half the pairs per thread at hd 256 (bf16) */
-        const int n = PA_TILE * nrc;
-        for (int k0 = 0; k0 < 2 * KH; k0 += KH) {
-            uint32_t rid[KH]; /* pool row (block, kv head, position in block), or ~0: past the split */
+        constexpr int KH = 8; /* pairs per group; a thread has nrc / 2 <= 16 pairs */
+        int r = r_tid, c = c_tid, bi = (tb + r) / block, bo = (tb + r) - bi * block; /* position tb + r */
+        for (int k0 = 0; k0 < PA_TILE * nrc; k0 += KH * PA_NW * 32) {
+            uint32_t rid[KH], rc[KH]; /* pool row (block, kv head, offset) or ~0 past the split; r << 8 | c */
 #pragma unroll
             for (int k = 0; k < KH; k++) {
-                const int idx = tid + PA_NW * 32 * (k0 + k), ps = tb + idx / nrc;
-                rid[k] = idx < n && ps < s1 ? (uint32_t)(((size_t)table[ps / block] * p.Hkv + kvh) * block + ps % block)
-                                            : ~0u;
+                rid[k] = r < PA_TILE && tb + r < s1
+                             ? ((uint32_t)table[bi] * (uint32_t)p.Hkv + (uint32_t)kvh) * (uint32_t)block + (uint32_t)bo
+                             : ~0u;
+                rc[k] = (uint32_t)(r << 8 | c);
+                r += dr, c += dc, bo += dr;
+                if (c >= nrc) c -= nrc, r++, bo++;
+                while (bo >= block) bo -= block, bi++;
             }
 #pragma unroll
             for (int k = 0; k < KH; k++) {
-                const int idx = tid + PA_NW * 32 * (k0 + k);
-                if (idx >= n) break;
-                const int r = idx / nrc, c = idx - r * nrc, ps = tb + r;
-                if (early && ps == len - 1) continue;
+                const int rr = (int)(rc[k] >> 8), cc = (int)(rc[k] & 0xffu);
+                if (rr >= PA_TILE) break;
+                if (early && tb + rr == len - 1) continue;
                 const bool ok = rid[k] != ~0u;
-                const size_t off = ok ? ((size_t)rid[k] * hd) * esz + c * 16 : 0;
-                cp_async16(dst_k(r, c), kpool + off, ok);
-                cp_async16(dst_v(r, c), vpool + off, ok);
+                const size_t off = ok ? (size_t)rid[k] * (size_t)(hd * esz) + (size_t)(cc * 16) : 0;
+                const uint32_t d = dst_k(rr, cc);
+                cp_async16(d, kpool + off, ok);
+                cp_async16(d + dv, vpool + off, ok);
             }
         }
     };
@@ -158,7 +169,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
         const size_t row = ((size_t)table[(len - 1) / block] * p.Hkv + kvh) * block + (len - 1) % block;
         for (int c = tid; c < nrc; c += PA_NW * 32) {
             cp_async16(dst_k(r, c), kpool + row * hd * esz + c * 16, true);
-            cp_async16(dst_v(r, c), vpool + row * hd * esz + c * 16, true);
+            cp_async16(dst_k(r, c) + dv, vpool + row * hd * esz + c * 16, true);
         }
     }
     for (int idx = tid; idx < PA_GB * nch; idx += PA_NW * 32) { /* q rows j0 .. j0 + GB - 1, zeros up to PA_GB */
@@ -173,21 +184,22 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     for (int mt = 0; mt < 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
 
     for (int tb = s0; tb < s1; tb += PA_TILE) {
-        if (tb > s0 && !p.kv_fp8) {
+        if (tb > s0 && !F8) {
             __syncthreads(); /* every warp is done with the previous tile */
             load_tile(tb, false);
             cp_async_commit();
         }
         cp_async_wait<0>();
         __syncthreads(); /* the tile's copies landed; every warp is done with the previous tile */
-        if (p.kv_fp8) {
-            /* the staged e4m3 V rows widened into the bf16 V tile (ldmatrix.trans reads it): 16 codes -> two 16-byte
-             * chunks. The scores read the e4m3 K rows where they landed (below). */
+        if (F8) {
+            /* the staged e4m3 V rows widened into the V tile as f16 (ldmatrix.trans reads it; the values' mma then
+             * runs on f16, one cvt per two codes): 16 codes -> two 16-byte chunks. The scores read the e4m3 K rows
+             * where they landed (below). */
             const int n = PA_TILE * nrc, dr = PA_NW * 32 / nrc, dc = PA_NW * 32 - dr * nrc;
             int r = tid / nrc, c = tid - r * nrc; /* (row, chunk) of idx = tid + PA_NW 32 k */
             for (int idx = tid; idx < n; idx += PA_NW * 32) {
                 uint4 lo, hi;
-                e4m3x16_bf16(*(const uint4 *)(pa_sm + (s8v - sk) + r * hd + 16 * c), lo, hi);
+                e4m3x16_f16(*(const uint4 *)(pa_sm + (s8v - sk) + pa_rot8(r, c, nrc)), lo, hi);
                 *(uint4 *)(pa_sm + (sv - sk) + pa_sw(r, 2 * c, nchp)) = lo;
                 *(uint4 *)(pa_sm + (sv - sk) + pa_sw(r, 2 * c + 1, nchp)) = hi;
                 r += dr, c += dc;
@@ -197,7 +209,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
         }
         const int r0 = 16 * warp;
         float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-        if (p.kv_fp8) {
+        if (F8) {
             /* The e4m3 K rows straight from where they landed, with the mma's k index permuted: thread tq's k slots
              * 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9 of step ks take dims 16 ks + 4 tq .. 16 ks + 4 tq + 3, in q's A
              * fragment (one 8-byte load of row g) and in K's B fragment (one 4-byte load of position row g) alike,
@@ -249,11 +261,16 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
 #pragma unroll
         for (int e = 0; e < 4; e++) ps += (pr[e] = exp2f(x[e] - mu));
         l = fmaf(l, alpha, ps);
-        uint32_t bh[2], bl[2];
+        uint32_t bh[2], bl[2]; /* p = hi + lo: bf16 terms, or f16 terms (~22 bits of p) against the f16 V tile */
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
-            bh[nt] = pack_bf16(pr[2 * nt], pr[2 * nt + 1]);
-            bl[nt] = pack_bf16(pr[2 * nt] - bf_lo(bh[nt]), pr[2 * nt + 1] - bf_hi(bh[nt]));
+            if (F8) {
+                bh[nt] = pack_f16(pr[2 * nt], pr[2 * nt + 1]);
+                bl[nt] = pack_f16(pr[2 * nt] - f16_lo(bh[nt]), pr[2 * nt + 1] - f16_hi(bh[nt]));
+            } else {
+                bh[nt] = pack_bf16(pr[2 * nt], pr[2 * nt + 1]);
+                bl[nt] = pack_bf16(pr[2 * nt] - bf_lo(bh[nt]), pr[2 * nt + 1] - bf_hi(bh[nt]));
+            }
         }
         const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * tq), a1 = __shfl_sync(0xffffffffu, alpha, 8 * tq + 4);
 #pragma unroll
@@ -262,8 +279,13 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
             o[mt][0] *= a0, o[mt][1] *= a1, o[mt][2] *= a0, o[mt][3] *= a1;
             uint32_t va[4];
             ldsm_x4_t(sv + pa_sw(r0 + (lane & 7) + ((lane >> 4) << 3), 2 * mt + ((lane >> 3) & 1), nchp), va);
-            mma_bf16(o[mt], va, bh[0], bh[1]);
-            mma_bf16(o[mt], va, bl[0], bl[1]);
+            if (F8) {
+                mma_f16(o[mt], va, bh[0], bh[1]);
+                mma_f16(o[mt], va, bl[0], bl[1]);
+            } else {
+                mma_bf16(o[mt], va, bh[0], bh[1]);
+                mma_bf16(o[mt], va, bl[0], bl[1]);
+            }
         }
     }
     l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -283,21 +305,30 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
     }
     if (tq == 0 && g < GB) smm[warp * PA_GB + g] = m, sml[warp * PA_GB + g] = l;
     __syncthreads();
+    /* per head h: M = max_w m_w, the warps' factors f_w = 2^(m_w - M) and L = sum_w f_w l_w, once
+     * (sf: f [PA_NW][PA_GB], then M, L [PA_GB]) */
+    float *sf = sml + PA_NW * PA_GB, *sM = sf + PA_NW * PA_GB, *sL = sM + PA_GB;
+    if (tid < GB) {
+        float M = smm[tid], L = 0.0f;
+        for (int w = 1; w < PA_NW; w++) M = fmaxf(M, smm[w * PA_GB + tid]);
+        for (int w = 0; w < PA_NW; w++) {
+            const float f = exp2f(smm[w * PA_GB + tid] - M);
+            L = fmaf(sml[w * PA_GB + tid], f, L);
+            sf[w * PA_GB + tid] = f;
+        }
+        sM[tid] = M, sL[tid] = L;
+    }
+    __syncthreads();
     const size_t ld = (size_t)hd + 2;
     float *ws = p.work + (((size_t)i * p.Hq + j0) * PA_MAX_SPLIT + blockIdx.z) * ld;
+    int h = tid / hd, d = tid - h * hd; /* (head, dim) of idx = tid + PA_NW 32 k */
     for (int idx = tid; idx < GB * hd; idx += PA_NW * 32) {
-        const int h = idx / hd, d = idx - h * hd;
-        float M = smm[h];
-        for (int w = 1; w < PA_NW; w++) M = fmaxf(M, smm[w * PA_GB + h]);
-        float L = 0.0f, acc = 0.0f;
-        for (int w = 0; w < PA_NW; w++) {
-            const float f = exp2f(smm[w * PA_GB + h] - M);
-            L = fmaf(sml[w * PA_GB + h], f, L);
-            acc = fmaf(so[(w * GB + h) * hd + d], f, acc);
-        }
+        float acc = 0.0f;
+        for (int w = 0; w < PA_NW; w++) acc = fmaf(so[(w * GB + h) * hd + d], sf[w * PA_GB + h], acc);
         float *wg = ws + (size_t)h * PA_MAX_SPLIT * ld;
         wg[d] = acc;
-        if (d == 0) wg[hd] = M, wg[hd + 1] = L;
+        if (d == 0) wg[hd] = sM[h], wg[hd + 1] = sL[h];
+        for (d += PA_NW * 32; d >= hd; d -= hd) h++;
     }
     pdl_trigger(); /* late: the merge's blocks would take registers from this grid's while they wait */
 }
@@ -334,13 +365,17 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     const size_t smem = pa_smem_bytes(p->hd);
     static bool attr_done = false;
     if (!attr_done) {
-        const cudaError_t e = cudaFuncSetAttribute(paged_attn_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)pa_smem_bytes(256));
-        if (e != cudaSuccess) return (int)e;
+        for (int f8 = 0; f8 < 2; f8++) {
+            const cudaError_t e =
+                cudaFuncSetAttribute(f8 ? paged_attn_split<true> : paged_attn_split<false>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pa_smem_bytes(256));
+            if (e != cudaSuccess) return (int)e;
+        }
         attr_done = true;
     }
-    int rc = launch_ex(paged_attn_split, dim3((unsigned)(p->Hq / GB), (unsigned)p->T, PA_MAX_SPLIT), dim3(PA_NW * 32),
-                       smem, 0, l, *p, GB);
+    const dim3 grid((unsigned)(p->Hq / GB), (unsigned)p->T, PA_MAX_SPLIT);
+    int rc = p->kv_fp8 ? launch_ex(paged_attn_split<true>, grid, dim3(PA_NW * 32), smem, 0, l, *p, GB)
+                       : launch_ex(paged_attn_split<false>, grid, dim3(PA_NW * 32), smem, 0, l, *p, GB);
     if (rc) return rc;
     return launch_kernel(paged_attn_merge, dim3((unsigned)p->Hq, (unsigned)p->T), dim3((unsigned)p->hd), 0, l, *p);
 }

@@ -141,6 +141,30 @@ static inline uint16_t emu_bf(float x) {
 }
 static inline float rbf(float x) { return __uint_as_float((uint32_t)emu_bf(x) << 16); }
 static inline uint32_t pack_bf16(float lo, float hi) { return (uint32_t)emu_bf(lo) | ((uint32_t)emu_bf(hi) << 16); }
+/* f16 bits <-> fp32: the value of a code (exact), and fp32 to the nearest f16 (ties to even; subnormals; inf past
+ * the range) */
+static inline float emu_h2f(uint16_t h) {
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexpf((float)(1024 + m), e - 25) : ldexpf((float)m, -24);
+    return h & 0x8000u ? -v : v;
+}
+static inline uint16_t emu_f16(float x) {
+    const uint16_t s = signbit(x) ? 0x8000u : 0u;
+    const float a = fabsf(x);
+    if (isnan(a)) return 0x7e00u;
+    if (a >= 65520.0f) return s | 0x7c00u;
+    if (a == 0.0f) return s;
+    int e;
+    frexpf(a, &e);                             /* a = f 2^e, f in [0.5, 1) */
+    const int q = e - 1 < -14 ? -24 : e - 11;  /* the unit in the last place */
+    const float n = nearbyintf(ldexpf(a, -q)); /* round to nearest even (the default mode) */
+    const uint32_t k = (uint32_t)n;            /* k 2^q */
+    if (q == -24) return s | (uint16_t)k;      /* subnormal (k = 1024 is the smallest normal's bits) */
+    return k >= 2048 ? s | (uint16_t)((q + 1 + 25) << 10 | 0) : s | (uint16_t)((q + 25) << 10 | (k - 1024));
+}
+static inline uint32_t pack_f16(float lo, float hi) { return (uint32_t)emu_f16(lo) | ((uint32_t)emu_f16(hi) << 16); }
+static inline float f16_lo(uint32_t u) { return emu_h2f((uint16_t)u); }
+static inline float f16_hi(uint32_t u) { return emu_h2f((uint16_t)(u >> 16)); }
 /* common.cuh's accurate SiLU / sigmoid and bf16 bits (written once there; the seds take other ranges) */
 static inline float silu_acc(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid_acc(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -270,6 +294,33 @@ static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32
         A[g + 8][2 * t + 8] = emu_lo(q[3]), A[g + 8][2 * t + 9] = emu_hi(q[3]);
         B[2 * t][g] = emu_lo(q[4]), B[2 * t + 1][g] = emu_hi(q[4]);
         B[2 * t + 8][g] = emu_lo(q[5]), B[2 * t + 9][g] = emu_hi(q[5]);
+    }
+    emu_warp_bar();
+    const int g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float s = c[e];
+        for (int k = 0; k < 16; k++) s += A[r][k] * B[k][col];
+        c[e] = s;
+    }
+}
+
+static inline void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    const int lane = me().tid & 31;
+    uint32_t *sl = emu_slot(lane);
+    for (int i = 0; i < 4; i++) sl[i] = a[i];
+    sl[4] = b0, sl[5] = b1;
+    emu_warp_bar();
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        const uint32_t *q = emu_slot(l);
+        const int g = l >> 2, t = l & 3;
+        A[g][2 * t] = f16_lo(q[0]), A[g][2 * t + 1] = f16_hi(q[0]);
+        A[g + 8][2 * t] = f16_lo(q[1]), A[g + 8][2 * t + 1] = f16_hi(q[1]);
+        A[g][2 * t + 8] = f16_lo(q[2]), A[g][2 * t + 9] = f16_hi(q[2]);
+        A[g + 8][2 * t + 8] = f16_lo(q[3]), A[g + 8][2 * t + 9] = f16_hi(q[3]);
+        B[2 * t][g] = f16_lo(q[4]), B[2 * t + 1][g] = f16_hi(q[4]);
+        B[2 * t + 8][g] = f16_lo(q[5]), B[2 * t + 9][g] = f16_hi(q[5]);
     }
     emu_warp_bar();
     const int g = lane >> 2, t = lane & 3;
