@@ -1,7 +1,7 @@
 /* mma.cuh — tensor-core building blocks of the prefill kernels (gemm.cu, attention_prefill.cu,
  * deltanet_prefill.cu): cp.async with zero fill, ldmatrix (plain and transposed), mma.sync
- * m16n8k16 bf16 x bf16 -> fp32 (and f16 x f16: the paged attention over fp8 pools), and the XOR swizzle of 16-byte chunks that keeps ldmatrix free
- * of bank conflicts.
+ * m16n8k16 bf16 x bf16 -> fp32 (f16 x f16 for the paged attention's fp8 values), and the XOR
+ * swizzle of 16-byte chunks that keeps ldmatrix free of bank conflicts.
  *
  * Fragment layouts of mma.m16n8k16 (g = lane/4, t = lane%4; each u32 holds two bf16, the lower
  * column in the low half):

@@ -717,6 +717,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                                       sv->pa_work_n};
                 ap.early = !sv->det; /* else the rows of a prefill chunk read positions appended in this pass */
                 ap.kv_fp8 = sv->lay.kv_fp8;
+                ap.n_sm = sv->det ? 0 : sv->n_sm; /* deterministic: every row's splits by its length alone */
                 if ((rc = cuda_paged_attn(&ap, &lc))) return sv_fail(rc, "paged_attn", l, err);
             }
             /* prefill chunks: the sequence gathered into the single-sequence layout, then the prefill flash kernel

@@ -80,12 +80,12 @@ __device__ __forceinline__ uint32_t pa_rot8(int r, int c, int nrc) {
     return (uint32_t)(r * nrc * 16 + (c + (r & 7)) % nrc * 16);
 }
 
-/* Split kernel: grid (Hq / GB, T, PA_MAX_SPLIT), PA_NW warps. CTA (x, i, s) takes the GB query heads j0 = GB x ..
- * j0 + GB - 1 (GB divides G = Hq / Hkv, GB <= PA_GB), all reading kv head j0 / G, of row t = rows[i], over positions
- * [s chunk, min(len, (s + 1) chunk)), chunk = pa_chunk(len), len = pos[t] + 1 (a CTA past the row's last split
- * exits). The split's positions go through shared memory PA_TILE at a time (cp.async, rows past the split
- * zero-filled); warp w takes rows 16 w .. 16 w + 15 of each tile, on the tensor cores (mma m16n8k16, mma.cuh's
- * fragment layouts, g = lane / 4, t = lane % 4):
+/* Split kernel: grid (Hq / GB, T, ms), ms = the launch's max_split (serve_ops.h), PA_NW warps. CTA (x, i, s) takes
+ * the GB query heads j0 = GB x .. j0 + GB - 1 (GB divides G = Hq / Hkv, GB <= PA_GB), all reading kv head j0 / G, of
+ * row t = rows[i], over positions [s chunk, min(len, (s + 1) chunk)), chunk = pa_chunk(len, ms), len = pos[t] + 1 (a
+ * CTA past the row's last split exits). The split's positions go through shared memory PA_TILE at a time
+ * (cp.async, rows past the split zero-filled); warp w takes rows 16 w .. 16 w + 15 of each tile, on the tensor cores
+ * (mma m16n8k16, mma.cuh's fragment layouts, g = lane / 4, t = lane % 4):
  *   scores   S[h][u] = q_h . K_u                A = q (rows h < GB, the rest zero; staged in shared memory), B = K
  *            tile rows
  *            (fp32 sums of exact bf16 products), then x = S scale log2(e): base-2 scores, -inf past the split;
@@ -104,10 +104,11 @@ __device__ __forceinline__ uint32_t pa_rot8(int r, int c, int nrc) {
  * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
  * kernel that appends position pos[t] (paged_prep_rows) and writes q. */
 template <bool F8>
-__global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_constant__ PagedAttnParams p, int GB) {
+__global__ void __launch_bounds__(PA_NW * 32, 3)
+    paged_attn_split(const __grid_constant__ PagedAttnParams p, int GB, int ms) {
     extern __shared__ float sm[];
     uint8_t *pa_sm = (uint8_t *)sm;
-    const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, len = p.pos[t] + 1, chunk = pa_chunk(len);
+    const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, len = p.pos[t] + 1, chunk = pa_chunk(len, ms);
     const int s0 = blockIdx.z * chunk, s1 = min(len, s0 + chunk);
     /* past the row's last split: out without a wait (split 0 of every row waits, so the grid still completes only
      * after the kernel before it, which is what PDL contract 2 guards) */
@@ -335,10 +336,10 @@ __global__ void __launch_bounds__(PA_NW * 32, 3) paged_attn_split(const __grid_c
 
 /* Merge kernel: grid (Hq, T), hd threads: head j of row t = rows[i] from its n = ceil(len / chunk) splits, in order:
  *   M = max_s M_s, L = sum_s 2^(M_s - M) L_s, o = sum_s 2^(M_s - M) o_s;  out = bf16(o / L), then the gate. */
-__global__ void __launch_bounds__(256) paged_attn_merge(const __grid_constant__ PagedAttnParams p) {
+__global__ void __launch_bounds__(256) paged_attn_merge(const __grid_constant__ PagedAttnParams p, int ms) {
     pdl_begin();
     const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, j = blockIdx.x, d = threadIdx.x, hd = p.hd;
-    const int len = p.pos[t] + 1, chunk = pa_chunk(len), n = (len + chunk - 1) / chunk;
+    const int len = p.pos[t] + 1, chunk = pa_chunk(len, ms), n = (len + chunk - 1) / chunk;
     const size_t ld = (size_t)hd + 2;
     const float *ws = p.work + ((size_t)i * p.Hq + j) * PA_MAX_SPLIT * ld;
     float M = ws[hd];
@@ -357,7 +358,8 @@ __global__ void __launch_bounds__(256) paged_attn_merge(const __grid_constant__ 
 
 extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     if (p->T < 1 || p->hd % 32 || p->hd < 32 || p->hd > 256 || p->Hq < 1 || p->Hkv < 1 || p->Hq % p->Hkv ||
-        p->block < 1 || p->T > 65535 || !p->work || p->work_floats < paged_attn_work_floats(p->T, p->Hq, p->hd))
+        p->block < 1 || p->T > 65535 || p->n_sm < 0 || !p->work ||
+        p->work_floats < paged_attn_work_floats(p->T, p->Hq, p->hd))
         return (int)cudaErrorInvalidValue;
     const int G = p->Hq / p->Hkv;
     int GB = PA_GB;
@@ -373,11 +375,12 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
         }
         attr_done = true;
     }
-    const dim3 grid((unsigned)(p->Hq / GB), (unsigned)p->T, PA_MAX_SPLIT);
-    int rc = p->kv_fp8 ? launch_ex(paged_attn_split<true>, grid, dim3(PA_NW * 32), smem, 0, l, *p, GB)
-                       : launch_ex(paged_attn_split<false>, grid, dim3(PA_NW * 32), smem, 0, l, *p, GB);
+    const int ms = p->n_sm ? pa_max_split(p->T, p->Hq / GB, p->n_sm) : PA_MAX_SPLIT;
+    const dim3 grid((unsigned)(p->Hq / GB), (unsigned)p->T, (unsigned)ms);
+    int rc = p->kv_fp8 ? launch_ex(paged_attn_split<true>, grid, dim3(PA_NW * 32), smem, 0, l, *p, GB, ms)
+                       : launch_ex(paged_attn_split<false>, grid, dim3(PA_NW * 32), smem, 0, l, *p, GB, ms);
     if (rc) return rc;
-    return launch_kernel(paged_attn_merge, dim3((unsigned)p->Hq, (unsigned)p->T), dim3((unsigned)p->hd), 0, l, *p);
+    return launch_ex(paged_attn_merge, dim3((unsigned)p->Hq, (unsigned)p->T), dim3((unsigned)p->hd), 0, 0, l, *p, ms);
 }
 
 /* ---- paged -> contiguous ---------------------------------------------------------------------------------------- */

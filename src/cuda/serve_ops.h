@@ -37,13 +37,15 @@ int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l);
 /* Attention of every row over its own sequence's positions 0 .. pos[t] (causal; its K/V already in the pools):
  *   o = sum_s softmax_s(q . K_s * scale) V_s       (fp32 scores, softmax and sums)
  *   out[t][j hd + d] = bf16(o) (gate NULL) or bf16(bf16(o) bf16(sigmoid(gate))).
- * Flash-decoding in two kernels. 1: grid (Hq / GB, T, PA_MAX_SPLIT): a CTA takes GB <= 8 query heads of one kv head
+ * Flash-decoding in two kernels. 1: grid (Hq / GB, T, max_split): a CTA takes GB <= 8 query heads of one kv head
  * (each K / V row loaded once for them) of one row over one split of its positions, on the tensor cores, and writes
  * that split's (o unnormalised, max, sum) to work. 2: grid (Hq, T), hd threads: merges the row's splits in order
  * s = 0 .. n-1 and writes out.
- * A row of len = pos + 1 positions has n = ceil(len / chunk) splits of chunk = pa_chunk(len) positions: a function of
- * len alone, and every sum runs in a fixed order, so a row's bits never depend on the other rows of the launch (batch
- * invariance). hd % 32 == 0, hd <= 256; work holds paged_attn_work_floats(T, Hq, hd) floats (else
+ * A row of len = pos + 1 positions has n = ceil(len / chunk) splits of chunk = pa_chunk(len, max_split) positions: a
+ * function of len and the launch's max_split alone, and every sum runs in a fixed order, so with a fixed max_split
+ * (n_sm 0: PA_MAX_SPLIT, deterministic mode) a row's bits never depend on the other rows of the launch (batch
+ * invariance). With n_sm set, max_split = pa_max_split(T, ctas_per_row, n_sm): fewer, longer splits where the rows
+ * alone fill the GPU. hd % 32 == 0, hd <= 256; work holds paged_attn_work_floats(T, Hq, hd) floats (else
  * cudaErrorInvalidValue). */
 #ifdef __CUDACC__
 #define SV_HD __host__ __device__
@@ -52,9 +54,18 @@ int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l);
 #endif
 #define PA_MAX_SPLIT 16 /* splits per row at most */
 #define PA_UNIT      64 /* a split's chunk is a multiple of this many positions */
-SV_HD static inline int pa_chunk(int len) {
-    const int units = (len + PA_UNIT - 1) / PA_UNIT;
-    return PA_UNIT * ((units + PA_MAX_SPLIT - 1) / PA_MAX_SPLIT);
+SV_HD static inline int pa_chunk(int len, int max_split) {
+    const int units = (len + PA_UNIT - 1) / PA_UNIT, ms = max_split > 0 ? max_split : PA_MAX_SPLIT;
+    return PA_UNIT * ((units + ms - 1) / ms);
+}
+/* Splits per row at most for T rows of c CTAs per split on n_sm SMs: about PA_CTAS_PER_SM CTAs per SM in all
+ * (three run at once per SM), at least one split, at most PA_MAX_SPLIT. Fewer splits give each CTA more tiles for
+ * its fixed costs (q, the warps' merge, its partials, the merge kernel's reads). */
+#define PA_CTAS_PER_SM 8
+static inline int pa_max_split(int T, int c, int n_sm) {
+    const long long want = (long long)PA_CTAS_PER_SM * n_sm, have = (long long)T * c;
+    const long long s = (want + have - 1) / have;
+    return s < 1 ? 1 : s > PA_MAX_SPLIT ? PA_MAX_SPLIT : (int)s;
 }
 /* work: [T][Hq][PA_MAX_SPLIT][hd + 2] floats (o [hd], max, sum; scores in base 2) */
 static inline size_t paged_attn_work_floats(int T, int Hq, int hd) {
@@ -75,7 +86,8 @@ typedef struct PagedAttnParams {
     int early; /* 1: every row's positions before pos[t] were in the pools before this launch's predecessors ran (the
                 * rows are one token each of distinct sequences), so their copies may go out before the wait on the
                 * kernel before; 0: only after it */
-    int kv_fp8; /* 1: the pools hold e4m3 codes, widened exactly to bf16 in shared memory before the tensor cores */
+    int kv_fp8; /* 1: the pools hold e4m3 codes, widened exactly in shared memory before the tensor cores */
+    int n_sm;   /* 0: max_split = PA_MAX_SPLIT (deterministic mode); else the SM count: max_split = pa_max_split */
 } PagedAttnParams;
 int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l);
 

@@ -300,8 +300,10 @@ static void attn_case(int hd, int gated, int norm_mode, int sub, int Hq, int Hkv
 /* Flash-decoding splits: rows of len 1, 64 (one full split), 65 and 200 (a partial last split), 1100 (> 16 splits of
  * 64: chunk 128, 9 splits) on their own shuffled block tables, computed through a row list that skips row 4; each row
  * checked against a double reference (bound as attn_case) and, for batch invariance, bit for bit against the same row
- * computed alone (T = 1, rows = {r}). */
-static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_len, bool kv8 = false) {
+ * computed alone (T = 1, rows = {r}). n_sm > 0: the launch's splits per row from the row count (pa_max_split: with
+ * n_sm 1 one split a row, every tile of a row in one CTA), checked against the reference only (a row alone then
+ * takes other splits). */
+static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_len, bool kv8 = false, int n_sm = 0) {
     const int T = 6, lens[T] = {1, 64, 65, 200, 30, long_len}, list[5] = {5, 0, 3, 1, 2}, nl = 5;
     int pos[T], tab[T], nt = 0;
     for (int t = 0; t < T; t++) pos[t] = lens[t] - 1, tab[t] = nt, nt += (lens[t] + block - 1) / block;
@@ -342,10 +344,11 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
                           work.size(),
                           1}; /* early: one row per sequence, its earlier positions written before */
     if (kv8) ap.k_pool = kp8, ap.v_pool = vp8, ap.kv_fp8 = 1;
+    ap.n_sm = n_sm;
     check(cuda_paged_attn(&ap, &lc) == 0, "paged_attn (splits) launch");
     int bad_o = 0, bad_inv = 0, bad_other = 0;
     double worst = 0;
-    for (int k = 0; k < nl; k++) { /* the same row alone */
+    for (int k = 0; k < nl && !n_sm; k++) { /* the same row alone */
         PagedAttnParams a1 = ap;
         a1.rows = list + k, a1.T = 1, a1.out = out1.data();
         check(cuda_paged_attn(&a1, &lc) == 0, "paged_attn (one row) launch");
@@ -353,6 +356,8 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
         bad_inv += memcmp(out.data() + o0, out1.data() + o0, (size_t)Hq * hd * 2) != 0;
     }
     for (int e = 0; e < Hq * hd; e++) bad_other += out[(size_t)4 * Hq * hd + e] != 0xffff;
+    int gb = 8; /* the launcher's heads per CTA: the largest divisor of Hq / Hkv up to PA_GB */
+    while ((Hq / Hkv) % gb) gb--;
     for (int k = 0; k < nl; k++) {
         const int t = list[k], n = lens[t];
         for (int j = 0; j < Hq; j++) {
@@ -389,9 +394,11 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
     check(bad_o == 0, "paged_attn (splits) values");
     check(bad_inv == 0, "paged_attn row alone != row in the batch");
     check(bad_other == 0, "paged_attn (splits) wrote a row outside its list");
-    printf("  attention splits%s hd %3d Hq %2d Hkv %d gate %d block %2d lens 1,64,65,200,%d: %d bad (worst %.2e of "
-           "max |o|), %d rows differ alone, %d other\n",
-           kv8 ? " (fp8 pools)" : "", hd, Hq, Hkv, gated, block, long_len, bad_o, worst, bad_inv, bad_other);
+    printf("  attention splits%s hd %3d Hq %2d Hkv %d gate %d block %2d lens 1,64,65,200,%d, %d splits a row at most: "
+           "%d bad (worst %.2e of max |o|), %d rows differ alone%s, %d other\n",
+           kv8 ? " (fp8 pools)" : "", hd, Hq, Hkv, gated, block, long_len,
+           n_sm ? pa_max_split(nl, Hq / gb, n_sm) : PA_MAX_SPLIT, bad_o, worst, bad_inv,
+           n_sm ? " (not compared: alone, a row takes other splits)" : "", bad_other);
     free(kp), free(vp), free(q), free(gate), free(kp8), free(vp8);
 }
 
@@ -676,6 +683,9 @@ int main(int argc, char **argv) {
     split_case(256, 8, 2, 1, 16, 1100, true); /* fp8 pools: the 0.8B shape */
     split_case(128, 16, 2, 0, 7, 300, true);  /* fp8 pools: a block of 7, G = 8 */
     split_case(96, 4, 1, 1, 16, 150, true);   /* fp8 pools: hd 96 (6 pieces of 16 codes a row) */
+    split_case(256, 8, 2, 1, 16, 1100, false, 1); /* splits by the row count: one a row (18 tiles in one CTA) */
+    split_case(256, 8, 2, 1, 16, 1100, true, 1);
+    split_case(128, 16, 2, 0, 7, 1030, true, 3); /* 3 SMs: 24 CTAs wanted, 5 rows x 2 -> 3 splits a row */
     dn_case(1, 2, 128, 128);               /* the whole-head state pass (Qwen3.5's heads): 8 heads on 2 CTAs */
     dn_case(1, 2, 128, 128, 1);            /* one CTA streams all 8 heads: its 3-stage ring wraps twice */
     dn_case(1, 2, 128, 128, 64);           /* more CTAs than heads: one each */
