@@ -278,7 +278,10 @@ static inline void ldsm_x2_t(uint32_t addr, uint32_t r[2]) {
 
 static inline float emu_lo(uint32_t u) { return __uint_as_float(u << 16); }
 static inline float emu_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+/* mma.m16n8k16 with fp32 sums over operands of two 16-bit values a word, lo / hi giving the low / high half's
+ * value (bf16 or f16) */
+static inline void emu_mma16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, float (*lo)(uint32_t),
+                             float (*hi)(uint32_t)) {
     const int lane = me().tid & 31;
     uint32_t *sl = emu_slot(lane);
     for (int i = 0; i < 4; i++) sl[i] = a[i];
@@ -288,12 +291,12 @@ static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32
     for (int l = 0; l < 32; l++) {
         const uint32_t *q = emu_slot(l);
         const int g = l >> 2, t = l & 3;
-        A[g][2 * t] = emu_lo(q[0]), A[g][2 * t + 1] = emu_hi(q[0]);
-        A[g + 8][2 * t] = emu_lo(q[1]), A[g + 8][2 * t + 1] = emu_hi(q[1]);
-        A[g][2 * t + 8] = emu_lo(q[2]), A[g][2 * t + 9] = emu_hi(q[2]);
-        A[g + 8][2 * t + 8] = emu_lo(q[3]), A[g + 8][2 * t + 9] = emu_hi(q[3]);
-        B[2 * t][g] = emu_lo(q[4]), B[2 * t + 1][g] = emu_hi(q[4]);
-        B[2 * t + 8][g] = emu_lo(q[5]), B[2 * t + 9][g] = emu_hi(q[5]);
+        A[g][2 * t] = lo(q[0]), A[g][2 * t + 1] = hi(q[0]);
+        A[g + 8][2 * t] = lo(q[1]), A[g + 8][2 * t + 1] = hi(q[1]);
+        A[g][2 * t + 8] = lo(q[2]), A[g][2 * t + 9] = hi(q[2]);
+        A[g + 8][2 * t + 8] = lo(q[3]), A[g + 8][2 * t + 9] = hi(q[3]);
+        B[2 * t][g] = lo(q[4]), B[2 * t + 1][g] = hi(q[4]);
+        B[2 * t + 8][g] = lo(q[5]), B[2 * t + 9][g] = hi(q[5]);
     }
     emu_warp_bar();
     const int g = lane >> 2, t = lane & 3;
@@ -304,32 +307,11 @@ static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32
         c[e] = s;
     }
 }
-
+static inline void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    emu_mma16(c, a, b0, b1, emu_lo, emu_hi);
+}
 static inline void mma_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    const int lane = me().tid & 31;
-    uint32_t *sl = emu_slot(lane);
-    for (int i = 0; i < 4; i++) sl[i] = a[i];
-    sl[4] = b0, sl[5] = b1;
-    emu_warp_bar();
-    float A[16][16], B[16][8];
-    for (int l = 0; l < 32; l++) {
-        const uint32_t *q = emu_slot(l);
-        const int g = l >> 2, t = l & 3;
-        A[g][2 * t] = f16_lo(q[0]), A[g][2 * t + 1] = f16_hi(q[0]);
-        A[g + 8][2 * t] = f16_lo(q[1]), A[g + 8][2 * t + 1] = f16_hi(q[1]);
-        A[g][2 * t + 8] = f16_lo(q[2]), A[g][2 * t + 9] = f16_hi(q[2]);
-        A[g + 8][2 * t + 8] = f16_lo(q[3]), A[g + 8][2 * t + 9] = f16_hi(q[3]);
-        B[2 * t][g] = f16_lo(q[4]), B[2 * t + 1][g] = f16_hi(q[4]);
-        B[2 * t + 8][g] = f16_lo(q[5]), B[2 * t + 9][g] = f16_hi(q[5]);
-    }
-    emu_warp_bar();
-    const int g = lane >> 2, t = lane & 3;
-    for (int e = 0; e < 4; e++) {
-        const int r = g + 8 * (e >> 1), col = 2 * t + (e & 1);
-        float s = c[e];
-        for (int k = 0; k < 16; k++) s += A[r][k] * B[k][col];
-        c[e] = s;
-    }
+    emu_mma16(c, a, b0, b1, f16_lo, f16_hi);
 }
 
 /* clusters */
