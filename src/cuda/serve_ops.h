@@ -54,9 +54,9 @@ int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l);
 #endif
 #define PA_MAX_SPLIT 16 /* splits per row at most */
 #define PA_UNIT      64 /* a split's chunk is a multiple of this many positions */
-SV_HD static inline int pa_chunk(int len, int max_split) {
-    const int units = (len + PA_UNIT - 1) / PA_UNIT, ms = max_split > 0 ? max_split : PA_MAX_SPLIT;
-    return PA_UNIT * ((units + ms - 1) / ms);
+SV_HD static inline int pa_chunk(int len, int max_split) { /* max_split 1 .. PA_MAX_SPLIT */
+    const int units = (len + PA_UNIT - 1) / PA_UNIT;
+    return PA_UNIT * ((units + max_split - 1) / max_split);
 }
 /* Splits per row at most for T rows of c CTAs per split on n_sm SMs: about PA_CTAS_PER_SM CTAs per SM in all
  * (three run at once per SM), at least one split, at most PA_MAX_SPLIT. Fewer splits give each CTA more tiles for
