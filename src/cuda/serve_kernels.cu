@@ -66,39 +66,55 @@ extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
 #define PA_NW   4            /* warps per CTA of the split kernel */
 #define PA_TILE (16 * PA_NW) /* positions per shared-memory tile: 16 per warp */
 #define PA_GB   8            /* query heads per CTA at most (rows of the mma's 16-row A operand) */
+static_assert(PA_NW * 32 == 2 * PA_TILE, "one thread per K or V row of a tile");
 
-/* A tile row (one position's K or V, hd bf16) takes nchp 16-byte chunks of shared memory: hd / 8 rounded up to a
- * multiple of 8, so that chunk c of row r can sit at c ^ (r % 8) (ldmatrix's 8 rows hit 8 different bank groups). */
+/* The q rows take nchp 16-byte chunks of shared memory: hd / 8 rounded up to a multiple of 8, so that chunk c of row
+ * r can sit at c ^ (r % 8) (ldmatrix's 8 rows hit 8 different bank groups). */
 static __host__ __device__ __forceinline__ int pa_nchp(int hd) { return (hd / 8 + 7) / 8 * 8; }
-/* the K tile, the V tile, the CTA's PA_GB query rows; with fp8 pools the K tile's space holds the tiles' e4m3 rows
- * as copied instead (K, then V: PA_TILE x hd bytes each, which fit: nchp 16 >= 2 hd) */
-static size_t pa_smem_bytes(int hd) { return (size_t)(2 * PA_TILE + PA_GB) * pa_nchp(hd) * 16; }
 __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint32_t)(r * nchp + (c ^ (r & 7))) * 16u; }
-/* An e4m3 K or V row's 16-byte piece c (nrc = hd / 16 pieces) sits at piece (c + r % 8) % nrc of row r: the 8 K
- * rows a warp's fragment loads read together (r % 8 = g) then hit 8 different bank groups. */
-__device__ __forceinline__ uint32_t pa_rot8(int r, int c, int nrc) {
-    return (uint32_t)(r * nrc * 16 + (c + (r & 7)) % nrc * 16);
+/* A tile row of n 16-byte chunks takes n | 1 of them: with an odd stride the 8 rows that an ldmatrix or a fragment
+ * load reads together start in 8 different bank groups, and each row stays one piece, one bulk copy of a pool row. */
+static __host__ __device__ __forceinline__ uint32_t pa_rs(int chunks) { return (uint32_t)(chunks | 1) * 16u; }
+/* Shared memory of the split kernel (byte offsets): the tile's K rows and V rows as copied from the pools (rows of
+ * rs bytes), the V tile the values' mma reads (rows of rsv bytes: the V rows themselves with bf16 pools, their f16
+ * widening with fp8 pools), the PA_GB query rows, the mbarrier of the copies. */
+struct PaLayout {
+    uint32_t rs, rsv, k, v, vt, q, bar, bytes;
+};
+static __host__ __device__ __forceinline__ PaLayout pa_layout(int hd, bool f8) {
+    PaLayout L;
+    L.rsv = pa_rs(hd / 8);
+    L.rs = f8 ? pa_rs(hd / 16) : L.rsv;
+    L.k = 0;
+    L.v = PA_TILE * L.rs;
+    L.vt = f8 ? 2 * PA_TILE * L.rs : L.v;
+    L.q = L.vt + PA_TILE * L.rsv;
+    L.bar = L.q + PA_GB * (uint32_t)pa_nchp(hd) * 16u;
+    L.bytes = L.bar + 8;
+    return L;
 }
 
-/* Split kernel: grid (Hq / GB, T, ms), ms = the launch's max_split (serve_ops.h), PA_NW warps. CTA (x, i, s) takes
- * the GB query heads j0 = GB x .. j0 + GB - 1 (GB divides G = Hq / Hkv, GB <= PA_GB), all reading kv head j0 / G, of
- * row t = rows[i], over positions [s chunk, min(len, (s + 1) chunk)), chunk = pa_chunk(len, ms), len = pos[t] + 1 (a
- * CTA past the row's last split exits). The split's positions go through shared memory PA_TILE at a time
- * (cp.async, rows past the split zero-filled); warp w takes rows 16 w .. 16 w + 15 of each tile, on the tensor cores
+/* Split kernel (sm_90): grid (Hq / GB, T, ms), ms = the launch's max_split (serve_ops.h), PA_NW warps. CTA (x, i, s)
+ * takes the GB query heads j0 = GB x .. j0 + GB - 1 (GB divides G = Hq / Hkv, GB <= PA_GB), all reading kv head
+ * j0 / G, of row t = rows[i], over positions [s chunk, min(len, (s + 1) chunk)), chunk = pa_chunk(len, ms), len =
+ * pos[t] + 1 (a CTA past the row's last split exits). The split's positions go through shared memory PA_TILE at a
+ * time: thread r < PA_TILE copies position tb + r's K row of the pool, thread PA_TILE + r its V row, each one bulk
+ * copy (hd bf16 or e4m3 codes) counted on one mbarrier, a phase per tile; rows past the split are not copied (their
+ * scores are masked, their V rows zeroed). Warp w takes rows 16 w .. 16 w + 15 of each tile, on the tensor cores
  * (mma m16n8k16, mma.cuh's fragment layouts, g = lane / 4, t = lane % 4):
  *   scores   S[h][u] = q_h . K_u                A = q (rows h < GB, the rest zero; staged in shared memory), B = K
  *            tile rows
- *            (fp32 sums of exact bf16 products), then x = S scale log2(e): base-2 scores, -inf past the split;
+ *            (fp32 sums of exact products), then x = S scale log2(e): base-2 scores, -inf past the split;
  *   softmax  per head over the warp's 16 positions: m' = max(m, max_u x), alpha = 2^(m - m'), p_u = 2^(x_u - m'),
  *            l = alpha l + sum_u p_u (fp32; m' = -inf counts as 0, so a warp without positions keeps o = l = 0);
  *   values   O^T[d][h] = alpha O^T[d][h] + sum_u V_u[d] p_u[h]   A = V^T (ldmatrix.trans of the V tile rows), B =
  *            p^T: the scores' C fragment is p's B fragment as it stands. p enters as two bf16 terms,
  *            p = hi + lo (hi = bf16(p), lo = bf16(p - hi)), so the products carry ~16 bits of p.
- * F8 (fp8 pools, PagedAttnParams.kv_fp8): the tile rows come as e4m3 codes (hd bytes a row, zero-filled past the
- * split) into the K tile's space: the scores read the K codes there (exact bf16 values in the B fragments), and the V
+ * F8 (fp8 pools, PagedAttnParams.kv_fp8): the rows come as e4m3 codes (hd bytes a row): the scores read the K codes
+ * where they landed, on f16 (exact f16 values in the B fragments, one cvt per two codes; q staged as f16), and the V
  * codes are first widened exactly into the V tile as f16, which ldmatrix.trans reads; the values' mma runs on f16
- * (p = hi + lo as f16 terms: ~22 bits of p, the terms below 2^-24 flushed). The shared memory per CTA is the bf16
- * kernel's (three CTAs an SM).
+ * (p = hi + lo as f16 terms: ~22 bits of p, the terms below 2^-24 flushed). Once a tile's codes are read, the next
+ * tile's copies go out while its softmax and values run. Three CTAs an SM either way (pa_layout: ~71 KiB at hd 256).
  * The warps then merge in order w = 0 .. PA_NW - 1 through shared memory into (o = sum 2^(d - M) V unnormalised, M,
  * L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1]. With p.early (decode rows: the positions
  * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
@@ -106,6 +122,7 @@ __device__ __forceinline__ uint32_t pa_rot8(int r, int c, int nrc) {
 template <bool F8>
 __global__ void __launch_bounds__(PA_NW * 32, 3)
     paged_attn_split(const __grid_constant__ PagedAttnParams p, int GB, int ms) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float sm[];
     uint8_t *pa_sm = (uint8_t *)sm;
     const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, len = p.pos[t] + 1, chunk = pa_chunk(len, ms);
@@ -116,67 +133,49 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
     const int j0 = blockIdx.x * GB, kvh = j0 / (p.Hq / p.Hkv), hd = p.hd, block = p.block;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int nch = hd / 8, nchp = pa_nchp(hd), nks = hd / 16;
-    const uint32_t sk = smem_addr(pa_sm), sv = sk + PA_TILE * nchp * 16, sq = sv + PA_TILE * nchp * 16;
+    const PaLayout L = pa_layout(hd, F8);
+    const uint32_t base = smem_addr(pa_sm), sk = base + L.k, sv = base + L.vt, sq = base + L.q, bar = base + L.bar;
     const int32_t *table = p.tables + p.tab[t];
-    /* the pools' rows: hd elements of esz bytes, nrc 16-byte copies; with fp8 they land in the staging area
-     * (the K tile's space: K rows at s8k in pa_rot8's piece order, V rows so from s8v), else in the tiles */
-    const int esz = F8 ? 1 : 2, nrc = hd * esz / 16;
-    const char *kpool = (const char *)p.k_pool, *vpool = (const char *)p.v_pool;
-    const uint32_t s8k = sk, s8v = s8k + PA_TILE * hd;
-    auto dst_k = [&](int r, int c) { return F8 ? s8k + pa_rot8(r, c, nrc) : sk + pa_sw(r, c, nchp); };
-    const uint32_t dv = F8 ? s8v - s8k : sv - sk; /* a V row's place: its K row's plus dv */
 
-    /* tile rows tb .. tb + PA_TILE - 1, as (row, 16-byte chunk) pairs idx = tid + PA_NW 32 k, each a K and a V copy:
-     * first every pair's pool row (its block-table lookup) into registers, then the copies, so that the lookups are
-     * not serialised behind the copies; early: all but the row of position len - 1 (before the wait). A pair's
-     * (row r, chunk c) and its position's (block, offset) advance by constants from k to k + 1, with no division (the
-     * copies' address arithmetic, more than their bytes, bounds this kernel). */
-    const int dr = PA_NW * 32 / nrc, dc = PA_NW * 32 - dr * nrc; /* idx += PA_NW 32: r += dr, c += dc (carry) */
-    const int r_tid = tid / nrc, c_tid = tid - r_tid * nrc;
-    auto load_tile = [&](int tb, bool early) {
-        constexpr int KH = 8; /* pairs per group; a thread has nrc / 2 <= 16 pairs */
-        int r = r_tid, c = c_tid, bi = (tb + r) / block, bo = (tb + r) - bi * block; /* position tb + r */
-        for (int k0 = 0; k0 < PA_TILE * nrc; k0 += KH * PA_NW * 32) {
-            uint32_t rid[KH], rc[KH]; /* pool row (block, kv head, offset) or ~0 past the split; r << 8 | c */
-#pragma unroll
-            for (int k = 0; k < KH; k++) {
-                rid[k] = r < PA_TILE && tb + r < s1
-                             ? ((uint32_t)table[bi] * (uint32_t)p.Hkv + (uint32_t)kvh) * (uint32_t)block + (uint32_t)bo
-                             : ~0u;
-                rc[k] = (uint32_t)(r << 8 | c);
-                r += dr, c += dc, bo += dr;
-                if (c >= nrc) c -= nrc, r++, bo++;
-                while (bo >= block) bo -= block, bi++;
-            }
-#pragma unroll
-            for (int k = 0; k < KH; k++) {
-                const int rr = (int)(rc[k] >> 8), cc = (int)(rc[k] & 0xffu);
-                if (rr >= PA_TILE) break;
-                if (early && tb + rr == len - 1) continue;
-                const bool ok = rid[k] != ~0u;
-                const size_t off = ok ? (size_t)rid[k] * (size_t)(hd * esz) + (size_t)(cc * 16) : 0;
-                const uint32_t d = dst_k(rr, cc);
-                cp_async16(d, kpool + off, ok);
-                cp_async16(d + dv, vpool + off, ok);
-            }
+    /* this thread's copy: row cr of the tile, of K (tid < PA_TILE) or of V; rowb bytes a pool row */
+    const uint32_t rowb = (uint32_t)hd * (F8 ? 1u : 2u);
+    const int cr = tid % PA_TILE;
+    const char *pool = (const char *)(tid < PA_TILE ? p.k_pool : p.v_pool);
+    const uint32_t cdst = base + (tid < PA_TILE ? L.k : L.v) + (uint32_t)cr * L.rs;
+    auto copy_row = [&](int tb) {
+        const int ps = tb + cr;
+        if (ps < s1) {
+            const int bi = ps / block;
+            const size_t row = ((size_t)table[bi] * p.Hkv + kvh) * block + (ps - bi * block);
+            bulk_g2s(cdst, pool + row * rowb, rowb, bar);
         }
     };
-    if (p.early) load_tile(s0, true);
-    pdl_wait();
-    if (!p.early) {
-        load_tile(s0, false);
-    } else if (len - 1 - s0 < PA_TILE) { /* the row of position len - 1 */
-        const int r = len - 1 - s0;
-        const size_t row = ((size_t)table[(len - 1) / block] * p.Hkv + kvh) * block + (len - 1) % block;
-        for (int c = tid; c < nrc; c += PA_NW * 32) {
-            cp_async16(dst_k(r, c), kpool + row * hd * esz + c * 16, true);
-            cp_async16(dst_k(r, c) + dv, vpool + row * hd * esz + c * 16, true);
-        }
+    /* the tile's bytes, counted by thread 0 (before or after the copies land: the count may go negative) */
+    auto expect = [&](int tb) {
+        if (tid == 0) mbar_arrive_expect_tx(bar, 2u * rowb * (uint32_t)min(PA_TILE, s1 - tb));
+    };
+    if (tid == 0) {
+        mbar_init(bar, 1);
+        mbar_init_fence();
     }
+    __syncthreads();
+    expect(s0);
+    const bool last = s0 + cr == len - 1; /* position len - 1: appended by the kernel before */
+    if (p.early && !last) copy_row(s0);
+    pdl_wait();
+    if (!p.early || last) copy_row(s0);
     for (int idx = tid; idx < PA_GB * nch; idx += PA_NW * 32) { /* q rows j0 .. j0 + GB - 1, zeros up to PA_GB */
         const int h = idx / nch, c = idx - h * nch;
         const bool ok = h < GB;
-        cp_async16(sq + pa_sw(h, c, nchp), ok ? p.q + ((size_t)t * p.Hq + j0 + h) * hd + c * 8 : p.q, ok);
+        const uint16_t *src = p.q + ((size_t)t * p.Hq + j0 + h) * hd + c * 8;
+        if (F8) { /* as f16, for the scores' f16 mma (exact: a normed q row's entries lie within 2^-17 .. 65504) */
+            const uint4 v = ok ? *(const uint4 *)src : make_uint4(0u, 0u, 0u, 0u);
+            *(uint4 *)(pa_sm + L.q + pa_sw(h, c, nchp)) =
+                make_uint4(pack_f16(bf_lo(v.x), bf_hi(v.x)), pack_f16(bf_lo(v.y), bf_hi(v.y)),
+                           pack_f16(bf_lo(v.z), bf_hi(v.z)), pack_f16(bf_lo(v.w), bf_hi(v.w)));
+        } else {
+            cp_async16(sq + pa_sw(h, c, nchp), ok ? src : p.q, ok);
+        }
     }
     cp_async_commit();
     const float qscale = p.scale * 1.4426950408889634f;
@@ -184,27 +183,33 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
 #pragma unroll
     for (int mt = 0; mt < 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
 
-    for (int tb = s0; tb < s1; tb += PA_TILE) {
+    uint32_t phase = 0;
+    for (int tb = s0; tb < s1; tb += PA_TILE, phase ^= 1u) {
+        const int nv = min(PA_TILE, s1 - tb); /* the tile's rows in the split */
         if (tb > s0 && !F8) {
             __syncthreads(); /* every warp is done with the previous tile */
-            load_tile(tb, false);
-            cp_async_commit();
+            expect(tb);
+            copy_row(tb);
         }
-        cp_async_wait<0>();
-        __syncthreads(); /* the tile's copies landed; every warp is done with the previous tile */
+        if (!F8 && nv < PA_TILE) /* the V rows past the split (not copied: stale bytes) as zeros */
+            for (int idx = tid; idx < (PA_TILE - nv) * nch; idx += PA_NW * 32) {
+                const int r = nv + idx / nch, c = idx - (idx / nch) * nch;
+                *(uint4 *)(pa_sm + L.vt + r * L.rsv + 16 * c) = make_uint4(0u, 0u, 0u, 0u);
+            }
+        cp_async_wait<0>(); /* q (first tile) */
+        mbar_wait(bar, phase);
+        __syncthreads(); /* the tile's copies landed (every thread waited); the zeros are written */
         if (F8) {
-            /* the staged e4m3 V rows widened into the V tile as f16 (ldmatrix.trans reads it; the values' mma then
-             * runs on f16, one cvt per two codes): 16 codes -> two 16-byte chunks. The scores read the e4m3 K rows
-             * where they landed (below). */
-            const int n = PA_TILE * nrc, dr = PA_NW * 32 / nrc, dc = PA_NW * 32 - dr * nrc;
-            int r = tid / nrc, c = tid - r * nrc; /* (row, chunk) of idx = tid + PA_NW 32 k */
-            for (int idx = tid; idx < n; idx += PA_NW * 32) {
-                uint4 lo, hi;
-                e4m3x16_f16(*(const uint4 *)(pa_sm + (s8v - sk) + pa_rot8(r, c, nrc)), lo, hi);
-                *(uint4 *)(pa_sm + (sv - sk) + pa_sw(r, 2 * c, nchp)) = lo;
-                *(uint4 *)(pa_sm + (sv - sk) + pa_sw(r, 2 * c + 1, nchp)) = hi;
-                r += dr, c += dc;
-                if (c >= nrc) c -= nrc, r++;
+            /* the e4m3 V rows widened into the V tile as f16 (ldmatrix.trans reads it; the values' mma then runs on
+             * f16, one cvt per two codes), rows past the split as zeros: 16 codes -> two 16-byte chunks, thread tid
+             * taking row tid % PA_TILE (consecutive threads, consecutive rows: 8 bank groups). The scores read the
+             * e4m3 K rows where they landed (below). */
+            const int r = tid % PA_TILE;
+            for (int c = tid / PA_TILE; c < hd / 16; c += PA_NW * 32 / PA_TILE) {
+                uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
+                if (r < nv) e4m3x16_f16(*(const uint4 *)(pa_sm + L.v + r * L.rs + 16 * c), lo, hi);
+                *(uint4 *)(pa_sm + L.vt + r * L.rsv + 32 * c) = lo;
+                *(uint4 *)(pa_sm + L.vt + r * L.rsv + 32 * c + 16) = hi;
             }
             __syncthreads();
         }
@@ -215,32 +220,29 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
              * 2 tq, 2 tq + 1, 2 tq + 8, 2 tq + 9 of step ks take dims 16 ks + 4 tq .. 16 ks + 4 tq + 3, in q's A
              * fragment (one 8-byte load of row g) and in K's B fragment (one 4-byte load of position row g) alike,
              * so each product is the same and only the order the mma sums them in changes. */
-            const uint8_t *k8 = pa_sm + (s8k - sk) + (size_t)(r0 + g) * hd + 4 * tq;
-            int pc = g % nrc; /* piece ks of row r0 + 8 nt + g sits at piece (ks + g) % nrc */
+            const uint8_t *k8 = pa_sm + L.k + (size_t)(r0 + g) * L.rs + 4 * tq;
             for (int ks = 0; ks < nks; ks++) {
-                const uint2 qq =
-                    *(const uint2 *)(pa_sm + (sq - sk) + pa_sw(g, 2 * ks + (tq >> 1), nchp) + 8 * (tq & 1));
+                const uint2 qq = *(const uint2 *)(pa_sm + L.q + pa_sw(g, 2 * ks + (tq >> 1), nchp) + 8 * (tq & 1));
                 const uint32_t a[4] = {qq.x, 0u, qq.y, 0u}; /* q rows 8 .. 15: zero */
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++) {
-                    const uint32_t w = *(const uint32_t *)(k8 + 8 * nt * hd + 16 * pc);
-                    mma_bf16(sc[nt], a, e4m3x2_bf16x2(w), e4m3x2_bf16x2(w >> 16));
+                    const uint32_t w = *(const uint32_t *)(k8 + 8 * nt * L.rs + 16 * ks);
+                    mma_f16(sc[nt], a, e4m3x2_f16x2(w), e4m3x2_f16x2(w >> 16));
                 }
-                if (++pc == nrc) pc = 0;
             }
             /* the e4m3 rows are read (V widened, K scored): the next tile's copies go out while this one's softmax
              * and values run */
             if (tb + PA_TILE < s1) {
                 __syncthreads();
-                load_tile(tb + PA_TILE, false);
-                cp_async_commit();
+                expect(tb + PA_TILE);
+                copy_row(tb + PA_TILE);
             }
         } else {
 #pragma unroll
             for (int ks = 0; ks < 16; ks++) {
                 if (ks >= nks) break;
                 uint32_t kb[4], qa[2];
-                ldsm_x4(sk + pa_sw(r0 + (lane & 7) + ((lane >> 4) << 3), 2 * ks + ((lane >> 3) & 1), nchp), kb);
+                ldsm_x4(sk + (r0 + (lane & 7) + ((lane >> 4) << 3)) * L.rs + 16 * (2 * ks + ((lane >> 3) & 1)), kb);
                 ldsm_x2(sq + pa_sw(lane & 7, 2 * ks + ((lane >> 3) & 1), nchp), qa);
                 const uint32_t a[4] = {qa[0], 0u, qa[1], 0u}; /* q rows 8 .. 15: zero */
                 mma_bf16(sc[0], a, kb[0], kb[1]);
@@ -279,7 +281,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
             if (mt >= nks) break;
             o[mt][0] *= a0, o[mt][1] *= a1, o[mt][2] *= a0, o[mt][3] *= a1;
             uint32_t va[4];
-            ldsm_x4_t(sv + pa_sw(r0 + (lane & 7) + ((lane >> 4) << 3), 2 * mt + ((lane >> 3) & 1), nchp), va);
+            ldsm_x4_t(sv + (r0 + (lane & 7) + ((lane >> 4) << 3)) * L.rsv + 16 * (2 * mt + ((lane >> 3) & 1)), va);
             if (F8) {
                 mma_f16(o[mt], va, bh[0], bh[1]);
                 mma_f16(o[mt], va, bl[0], bl[1]);
@@ -332,6 +334,10 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
         for (d += PA_NW * 32; d >= hd; d -= hd) h++;
     }
     pdl_trigger(); /* late: the merge's blocks would take registers from this grid's while they wait */
+#else
+    (void)p, (void)GB, (void)ms;
+    __trap(); /* built without sm_90a: the backend opens only on sm_90 devices */
+#endif
 }
 
 /* Merge kernel: grid (Hq, T), hd threads: head j of row t = rows[i] from its n = ceil(len / chunk) splits, in order:
@@ -364,13 +370,13 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     const int G = p->Hq / p->Hkv;
     int GB = PA_GB;
     while (G % GB) GB--; /* the largest divisor of G up to PA_GB */
-    const size_t smem = pa_smem_bytes(p->hd);
+    const size_t smem = pa_layout(p->hd, p->kv_fp8).bytes;
     static bool attr_done = false;
     if (!attr_done) {
         for (int f8 = 0; f8 < 2; f8++) {
             const cudaError_t e =
                 cudaFuncSetAttribute(f8 ? paged_attn_split<true> : paged_attn_split<false>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pa_smem_bytes(256));
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pa_layout(256, f8).bytes);
             if (e != cudaSuccess) return (int)e;
         }
         attr_done = true;

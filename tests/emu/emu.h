@@ -475,8 +475,9 @@ static void emu_launch(dim3 grid, int nthreads, size_t smem_bytes, int cl, std::
                 const int n = nthreads * cl;
                 E.th.assign(n, EmuThread());
                 E.smem.assign(cl, std::vector<uint8_t>(smem_bytes + 16));
-                for (int c = 0; c < cl; c++) /* garbage in shared memory */
-                    for (size_t i = 0; i < smem_bytes; i++) E.smem[c][i] = (uint8_t)(0x7f + i * 37);
+                for (int c = 0; c < cl; c++) /* garbage in shared memory: every other byte 0xff, so bf16 / f16 pairs
+                                              * read from it are often NaN or inf, as stale bytes can be on a GPU */
+                    for (size_t i = 0; i < smem_bytes; i++) E.smem[c][i] = i & 1 ? 0xff : (uint8_t)(0x7f + i * 37);
                 E.bidx.assign(cl, make_uint3(0, 0, 0));
                 for (int c = 0; c < cl; c++) E.bidx[c] = make_uint3(x0 + c, y, z);
                 E.cta_cnt.assign(cl, 0), E.cta_gen.assign(cl, 0);
