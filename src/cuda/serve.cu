@@ -755,6 +755,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                     d->dk,    d->dv, d->K,       ctx->n_sm, ly->lin_norm,         sv->act, cd,    d->eps};
                 if (ba) bp.ba_w = ly->w_ba, bp.ba_x = sv->h, bp.ba_k = D;
                 bp.state_bf16 = sv->lay.state_bf16;
+                bp.early = !sv->det; /* else a chunk's tokens, stepped below in this pass, write their ring rows */
                 if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
             }
             for (int i = 0; i < np && sv->det; i++) /* a chunk's tokens in order, each on its slot */

@@ -464,16 +464,23 @@ typedef struct SbConv {
     int K;
 } SbConv;
 
-/* grid (Hk, nd), dn_shape threads. CTA (n, i): k-head n of row rows[i] and its r = Hv / Hk v-heads n r .. n r + r-1.
+/* grid (Hk, nd), dn_shape threads, dn_prep_smem bytes. CTA (n, i): k-head n of row rows[i] and its r = Hv / Hk
+ * v-heads n r .. n r + r-1.
  * Channels: q n dk + d, k key_dim + n dk + d (d < dk), v 2 key_dim + n r dv + c (c < r dv); each is convolved
  *   c = bf16(silu(bf16(sum_{j<K-1} w[ch][j] m_{pos-K+1+j} + w[ch][K-1] m_pos)))
  * (conv_history + conv_finish), and the ring row pos % K gets m_pos. Then
  *   q^ = q rsqrt(sum q^2 + 1e-6) / sqrt(dk),  k^ = k rsqrt(sum k^2 + 1e-6),  kq = (sum q k) rq rk,
  * and dn_gates per v-head (its b and a from proj, or with ba_w computed here: DnBatchParams). Every channel is read
  * and written by one thread only, and the history rows (positions pos-K+1 .. pos-1) never include row pos % K, so
- * the ring needs no ordering inside the grid. */
+ * the ring needs no ordering inside the grid. With p.early the history sums and taps of the CTA's 2 dk + r dv
+ * channels go into shared memory before the PDL wait (hs: sums, then taps), each read back by the thread that wrote
+ * it. */
+static size_t dn_prep_smem(const DnBatchParams *p) {
+    return p->early ? 2 * sizeof(float) * (size_t)(2 * p->dk + p->Hv / p->Hk * p->dv) : 0;
+}
 __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
-    pdl_begin();
+    extern __shared__ float sm[];
+    float *hs = sm;
     __shared__ float red3[96];
     __shared__ float ba[2 * DN_BA_MAX_R];
     const int dk = p.dk, dv = p.dv, Hv = p.Hv, r = Hv / p.Hk, tid = threadIdx.x, nt = blockDim.x;
@@ -486,12 +493,27 @@ __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
     float *ws = p.ws + (size_t)i * dn_ws_ld(p.Hk, Hv, dk, dv);
     float *wq = ws + n * dk, *wk = ws + key_dim + n * dk, *wv = ws + 2 * key_dim + n * r * dv;
     const int qch0 = n * dk, kch0 = key_dim + n * dk, vch0 = 2 * key_dim + n * r * dv;
+    const int nc = 2 * dk + r * dv; /* the CTA's channels in hs: q, k, v */
+    if (p.early) {                  /* the loops below, their history sums and taps only */
+        for (int d = tid; d < dk; d += nt) {
+            hs[d] = conv_history(cv, conv_dim, qch0 + d, rc, &hs[nc + d]);
+            hs[dk + d] = conv_history(cv, conv_dim, kch0 + d, rc, &hs[nc + dk + d]);
+        }
+        for (int c = tid; c < r * dv; c += nt)
+            hs[2 * dk + c] = conv_history(cv, conv_dim, vch0 + c, rc, &hs[nc + 2 * dk + c]);
+    }
+    pdl_begin();
+    /* the history sum and tap of channel ch, hs entry e (written by this thread above with p.early) */
+    auto hist = [&](int e, int ch, float *tap) {
+        if (!p.early) return conv_history(cv, conv_dim, ch, rc, tap);
+        *tap = hs[nc + e];
+        return hs[e];
+    };
 
     float ssq = 0.0f, ssk = 0.0f, sqk = 0.0f;
     for (int d = tid; d < dk; d += nt) {
         float tq, tk;
-        const float hq = conv_history(cv, conv_dim, qch0 + d, rc, &tq);
-        const float hk = conv_history(cv, conv_dim, kch0 + d, rc, &tk);
+        const float hq = hist(d, qch0 + d, &tq), hk = hist(dk + d, kch0 + d, &tk);
         const float cq = conv_finish(hq, tq, bf16u(proj[qch0 + d])), ck = conv_finish(hk, tk, bf16u(proj[kch0 + d]));
         wq[d] = cq;
         wk[d] = ck;
@@ -503,7 +525,7 @@ __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
     }
     for (int c = tid; c < r * dv; c += nt) {
         float tv;
-        const float hv = conv_history(cv, conv_dim, vch0 + c, rc, &tv);
+        const float hv = hist(2 * dk + c, vch0 + c, &tv);
         wv[c] = conv_finish(hv, tv, bf16u(proj[vch0 + c]));
         ring_row[vch0 + c] = proj[vch0 + c];
     }
@@ -857,7 +879,7 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
                      ((uintptr_t)p->ba_w & 15) || ((uintptr_t)p->ba_x & 15))))
         return (int)cudaErrorInvalidValue;
     const dim3 block((unsigned)sh.threads, 1, 1);
-    int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, 0, l, *p);
+    int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, dn_prep_smem(p), l, *p);
     if (rc) return rc;
     /* the whole-head pass (dk even: v's float4 loads are aligned) applies the gated norm itself where its z and weight
      * loads are aligned; otherwise dn_gated_norm_rows runs after the state pass */

@@ -143,6 +143,8 @@ typedef struct DnBatchParams {
     int ba_k; /* a multiple of 8; ba_w and ba_x 16-byte aligned; Hv / Hk <= DN_BA_MAX_R */
     int state_bf16; /* 1: the slots' states are bf16 (S0 then points at bf16 entries; the whole-head pass only): each
                      * step reads them exactly, computes in fp32 and stores its new state rounded to nearest even */
+    int early;      /* 1: the rows' conv history (their ring rows of earlier positions) was written by earlier passes:
+                     * prep sums it before its PDL wait, while the in_proj GEMM before it still runs */
 } DnBatchParams;
 enum { DN_BA_MAX_R = 8 };
 size_t cuda_dn_batch_ws_bytes(int nd, int Hk, int Hv, int dk, int dv);

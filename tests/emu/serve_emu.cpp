@@ -412,8 +412,8 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
  * head or weight row moves beta and decay by far more than o's bound). bf16: the slots' states are bf16
  * (DnBatchParams.state_bf16; the whole-head pass only, other shapes refused): read exactly, the new state within
  * one rounding to nearest of the reference (|err| <= |ref| / 256 plus fp32 slack, where truncation may be off by
- * |ref| / 128). */
-static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0, bool bf16 = false) {
+ * |ref| / 128). early: prep sums the conv history before its PDL wait (DnBatchParams.early), into shared memory. */
+static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0, bool bf16 = false, bool early = false) {
     const int K = 4, T = 6, n_slots = 5, nd = 4;
     const int key_dim = Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
     const int ld = conv_dim + value_dim + 2 * Hv + 8;
@@ -469,6 +469,7 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0, 
     bp.norm_w = nw, bp.y = y, bp.z_off = conv_dim, bp.eps = 1e-6f; /* the gated norm too (in the pass, or after it) */
     if (ba_k > 0) bp.ba_w = wba, bp.ba_x = hx, bp.ba_k = ba_k;
     bp.state_bf16 = bf16;
+    bp.early = early;
     if (bf16 && !(dv == 128 && dk <= 128 && dk % 2 == 0)) { /* the column-slice pass keeps fp32 states only */
         check(cuda_dn_batch_step(&bp, &lc) != 0, "dn_batch_step with bf16 states on a column-slice shape refused");
         printf("  deltanet Hk %d Hv %d dk %3d dv %3d, bf16 states: refused\n", Hk, Hv, dk, dv);
@@ -583,11 +584,10 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0, 
     check(bad_y == 0, "dn gated norm y");
     check(bad_ring == 0, "dn step conv ring");
     check(bad_other == 0, "dn step touched another slot or row");
-    printf("  deltanet Hk %d Hv %d dk %3d dv %3d, %d rows%s%s: o %d, S %d, y %d, ring %d, other %d bad (max err / max "
-           "|ref| "
-           "o %.2e, S %.2e, y %.2e)\n",
-           Hk, Hv, dk, dv, nd, ba_k > 0 ? ", b / a in prep" : "", bf16 ? ", bf16 states" : "", bad_o, bad_S, bad_y,
-           bad_ring, bad_other, err_o, err_S, err_y);
+    printf("  deltanet Hk %d Hv %d dk %3d dv %3d, %d rows%s%s%s: o %d, S %d, y %d, ring %d, other %d bad (max err / "
+           "max |ref| o %.2e, S %.2e, y %.2e)\n",
+           Hk, Hv, dk, dv, nd, ba_k > 0 ? ", b / a in prep" : "", bf16 ? ", bf16 states" : "",
+           early ? ", history before the wait" : "", bad_o, bad_S, bad_y, bad_ring, bad_other, err_o, err_S, err_y);
     free(projr), free(hx), free(wba);
     free(proj), free(conv_w), free(A_log), free(dt_bias), free(nw), free(slots), free(slots0), free(o), free(y);
     free(ws);
@@ -698,6 +698,9 @@ int main(int argc, char **argv) {
     dn_case(1, 1, 64, 36);                 /* 5 splits of 8 columns: one per state CTA, the last one half empty */
     dn_case(1, 2, 16, 30);                 /* dv % 4 != 0: one column per thread */
     dn_case(1, 2, 128, 128, 2, 0, true);   /* bf16 states: the whole-head pass */
+    dn_case(1, 2, 128, 128, 2, 0, true, true);  /* ... the conv history before the wait */
+    dn_case(2, 2, 72, 128, 2, 40, false, true); /* ... with dk and r dv not multiples of the CTA's threads */
+    dn_case(2, 4, 32, 48, 2, 0, false, true);   /* ... on the column-slice pass */
     dn_case(1, 2, 128, 128, 1, 0, true);   /* ... one CTA, the ring wrapping */
     dn_case(2, 2, 72, 128, 2, 40, true);   /* ... rows past dk, b / a in prep */
     dn_case(1, 1, 65, 128, 2, 0, true);    /* ... refused on the column-slice pass */
