@@ -457,6 +457,8 @@ __global__ void __launch_bounds__(256) gemm_skinny_reduce(const __grid_constant_
  * back to x and to shared memory. Warp 0 then forms lane l's sum of squares over its slots k = 0 .. 2 NC - 1 in that
  * kernel's order and the same warp_sum, so h = norm(y) is bitwise the separate reduction followed by that norm, with
  * every partial load of the row in flight at once. grid M. */
+#define SKR_LOADS                                                                                                      \
+    12 /* partials a thread of gemm_skinny_reduce_norm loads at once (the decode shapes take 2-9 splits) */
 template <int NC>
 __global__ void __launch_bounds__(64 * NC)
     gemm_skinny_reduce_norm(const __grid_constant__ SkArgs a, int splits, const __grid_constant__ SkNorm nm) {
@@ -473,12 +475,20 @@ __global__ void __launch_bounds__(64 * NC)
         float4 *x = (float4 *)((float *)g.y + (size_t)row * g.ldy);
         const size_t plane4 = (size_t)g.M * g.N / 4;
         const float4 *part = (const float4 *)(a.work + (size_t)row * g.N);
-        float4 acc = part[c4];
-        for (int sp = 1; sp < splits; sp++) {
-            const float4 q = part[sp * plane4 + c4];
-            acc.x += q.x, acc.y += q.y, acc.z += q.z, acc.w += q.w;
-        }
+        /* the row's slot and its first SKR_LOADS partials loaded at once (one round trip), then summed in order */
         const float4 old = __ldcg(x + c4);
+        float4 q[SKR_LOADS];
+#pragma unroll
+        for (int sp = 0; sp < SKR_LOADS; sp++)
+            if (sp < splits) q[sp] = part[sp * plane4 + c4];
+        float4 acc = q[0];
+#pragma unroll
+        for (int sp = 1; sp < SKR_LOADS; sp++)
+            if (sp < splits) acc.x += q[sp].x, acc.y += q[sp].y, acc.z += q[sp].z, acc.w += q[sp].w;
+        for (int sp = SKR_LOADS; sp < splits; sp++) {
+            const float4 r = part[sp * plane4 + c4];
+            acc.x += r.x, acc.y += r.y, acc.z += r.z, acc.w += r.w;
+        }
         v = make_float4(rbf(old.x + rbf(acc.x)), rbf(old.y + rbf(acc.y)), rbf(old.z + rbf(acc.z)),
                         rbf(old.w + rbf(acc.w)));
         x[c4] = v;

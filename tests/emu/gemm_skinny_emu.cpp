@@ -353,6 +353,7 @@ int main(int argc, char **argv) {
     run_case(12, 256, 96, GEMM_EPI_SWIGLU_BF16, 8, 132, 5); /* G = 8 */
     norm_case(10, 256, 200, NORM_ZC, 132);
     norm_case(70, 512, 328, NORM_PLAIN, 8);
+    norm_case(5, 128, 2048, NORM_PLAIN, 132); /* 16 splits: past the reduction's 12 partials loaded at once */
     /* sm_90a: the rows alone make a one-wave grid (128-column chunks), all rows two m-blocks (64-column chunks) */
     run_case(70, 136, 328, GEMM_EPI_ADD_F32, 1, 9, 9);     /* 3 splits */
     run_case(70, 128, 456, GEMM_EPI_SWIGLU_BF16, 1, 2, 7); /* one split */
