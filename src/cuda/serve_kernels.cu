@@ -342,32 +342,21 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
 
 /* Merge kernel: grid (Hq, T), hd threads: head j of row t = rows[i] from its n = ceil(len / chunk) splits, in order:
  *   M = max_s M_s, L = sum_s 2^(M_s - M) L_s, o = sum_s 2^(M_s - M) o_s;  out = bf16(o / L), then the gate. */
-static_assert(PA_MAX_SPLIT <= 32, "a split's M and L per lane of a warp");
 __global__ void __launch_bounds__(256) paged_attn_merge(const __grid_constant__ PagedAttnParams p, int ms) {
     pdl_begin();
     const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, j = blockIdx.x, d = threadIdx.x, hd = p.hd;
     const int len = p.pos[t] + 1, chunk = pa_chunk(len, ms), n = (len + chunk - 1) / chunk;
     const size_t ld = (size_t)hd + 2;
     const float *ws = p.work + ((size_t)i * p.Hq + j) * PA_MAX_SPLIT * ld;
-    /* every split's loads at once: lane s < n of each warp loads split s's M and L, each thread its o_s[d] */
-    const int lane = d & 31;
-    float m_l = -INFINITY, l_l = 0.0f, os[PA_MAX_SPLIT];
-    if (lane < n) m_l = ws[lane * ld + hd], l_l = ws[lane * ld + hd + 1];
-#pragma unroll
-    for (int s = 0; s < PA_MAX_SPLIT; s++)
-        if (s < n) os[s] = ws[s * ld + d];
-    float M = m_l;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    const float f_l = lane < n ? exp2f(m_l - M) : 0.0f;
+    float M = ws[hd];
+    for (int s = 1; s < n; s++) M = fmaxf(M, ws[s * ld + hd]);
     float L = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int s = 0; s < PA_MAX_SPLIT; s++)
-        if (s < n) {
-            const float f = __shfl_sync(0xffffffffu, f_l, s);
-            L = fmaf(__shfl_sync(0xffffffffu, l_l, s), f, L);
-            acc = fmaf(os[s], f, acc);
-        }
+#pragma unroll 4
+    for (int s = 0; s < n; s++) {
+        const float f = exp2f(ws[s * ld + hd] - M);
+        L = fmaf(ws[s * ld + hd + 1], f, L);
+        acc = fmaf(ws[s * ld + d], f, acc);
+    }
     float y = rbf(acc * (1.0f / L));
     if (p.gate) y = rbf(y * rbf(sigmoid_acc(bf16u(p.gate[(size_t)t * p.gate_ld + (size_t)j * p.gate_hs + d]))));
     p.out[(size_t)t * p.Hq * hd + (size_t)j * hd + d] = bf16_bits(y);
