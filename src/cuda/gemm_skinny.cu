@@ -451,14 +451,15 @@ __global__ void __launch_bounds__(256) gemm_skinny_reduce(const __grid_constant_
     }
 }
 
+/* partials a thread of gemm_skinny_reduce_norm loads at once (the decode shapes take 2-9 splits) */
+#define SKR_LOADS 12
+
 /* The residual GEMMs of the decode rows (EPI_ADD_F32, N = D) with the next RMSNorm fused. One CTA per row of
  * 64 NC threads: thread (k, l) = (tid / 32, tid % 32) owns float4 slot k of lane l in rmsnorm_f32_rows_bf16_v8's
  * layout (columns 8 (l + 32 (k / 2)) + 4 (k % 2) .. + 3): it adds the splits in order, y = bf16(x + bf16(sum)) goes
  * back to x and to shared memory. Warp 0 then forms lane l's sum of squares over its slots k = 0 .. 2 NC - 1 in that
  * kernel's order and the same warp_sum, so h = norm(y) is bitwise the separate reduction followed by that norm, with
  * every partial load of the row in flight at once. grid M. */
-#define SKR_LOADS                                                                                                      \
-    12 /* partials a thread of gemm_skinny_reduce_norm loads at once (the decode shapes take 2-9 splits) */
 template <int NC>
 __global__ void __launch_bounds__(64 * NC)
     gemm_skinny_reduce_norm(const __grid_constant__ SkArgs a, int splits, const __grid_constant__ SkNorm nm) {

@@ -478,6 +478,7 @@ typedef struct SbConv {
 static size_t dn_prep_smem(const DnBatchParams *p) {
     return p->early ? 2 * sizeof(float) * (size_t)(2 * p->dk + p->Hv / p->Hk * p->dv) : 0;
 }
+enum { DN_PREP_SMEM_MAX = 48 * 1024 }; /* the dynamic shared memory a launch gets without an attribute */
 __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
     extern __shared__ float sm[];
     float *hs = sm;
@@ -879,7 +880,9 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
                      ((uintptr_t)p->ba_w & 15) || ((uintptr_t)p->ba_x & 15))))
         return (int)cudaErrorInvalidValue;
     const dim3 block((unsigned)sh.threads, 1, 1);
-    int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, dn_prep_smem(p), l, *p);
+    DnBatchParams pp = *p;
+    if (dn_prep_smem(&pp) > DN_PREP_SMEM_MAX) pp.early = 0; /* no Qwen3.5 size: the history after the wait */
+    int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, dn_prep_smem(&pp), l, pp);
     if (rc) return rc;
     /* the whole-head pass (dk even: v's float4 loads are aligned) applies the gated norm itself where its z and weight
      * loads are aligned; otherwise dn_gated_norm_rows runs after the state pass */
