@@ -5,10 +5,11 @@
  * the wrong row or block shows) taken as e4m3 value times scale (src/util.c's decoder). Built twice by
  * run_gemm_skinny.sh: the mma.sync path, and with __CUDA_ARCH_FEAT_SM90_ALL the wgmma path (emu_wgmma.h).
  * Cases: ragged M, N, K (zero-filled tails; FP8: N and K not multiples of 128, K down to 16, row stride ldw > K with
- * NaN codes in the gap), one split and many (n_sm chosen small and large), every epilogue, SwiGLU with glu_group 1 (the direct epilogue
- * through lane pairs, and through the split reduction) and 8; the fused residual + norm; NaN-poisoned outputs, guard
- * columns and rows that must stay untouched; batch invariance: the first M2 rows alone give bitwise the same rows as
- * the full product; the refused arguments of the FP8 form. Exit 1 on a failed bound. Usage: gemm_skinny_emu [seed]. */
+ * NaN codes in the gap), one split and many (n_sm chosen small and large), every epilogue, SwiGLU with glu_group 1
+ * (the direct epilogue through lane pairs, and through the split reduction) and 8; the fused residual + norm;
+ * NaN-poisoned outputs, guard columns and rows that must stay untouched; batch invariance: the first M2 rows alone
+ * give bitwise the same rows as the full product; the refused arguments of the FP8 form. Exit 1 on a failed bound.
+ * Usage: gemm_skinny_emu [seed]. */
 // clang-format off
 #define EMU_NO_SILU
 #include "emu.h"
