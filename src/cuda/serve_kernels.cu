@@ -178,6 +178,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
         }
     }
     cp_async_commit();
+    cp_async_wait<0>(); /* q (seen by every thread after the first tile's barrier) */
     const float qscale = p.scale * 1.4426950408889634f;
     float o[16][4], m = -INFINITY, l = 0.0f; /* m, l: head g's; o: O^T[16 mt + g (+ 8)][heads 2 tq, 2 tq + 1] */
 #pragma unroll
@@ -196,7 +197,6 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
                 const int r = nv + idx / nch, c = idx - (idx / nch) * nch;
                 *(uint4 *)(pa_sm + L.vt + r * L.rsv + 16 * c) = make_uint4(0u, 0u, 0u, 0u);
             }
-        cp_async_wait<0>(); /* q (first tile) */
         mbar_wait(bar, phase);
         __syncthreads(); /* the tile's copies landed (every thread waited); the zeros are written */
         if (F8) {

@@ -698,12 +698,12 @@ int main(int argc, char **argv) {
     dn_case(1, 1, 64, 36);                 /* 5 splits of 8 columns: one per state CTA, the last one half empty */
     dn_case(1, 2, 16, 30);                 /* dv % 4 != 0: one column per thread */
     dn_case(1, 2, 128, 128, 2, 0, true);   /* bf16 states: the whole-head pass */
-    dn_case(1, 2, 128, 128, 2, 0, true, true);  /* ... the conv history before the wait */
-    dn_case(2, 2, 72, 128, 2, 40, false, true); /* ... with dk and r dv not multiples of the CTA's threads */
-    dn_case(2, 4, 32, 48, 2, 0, false, true);   /* ... on the column-slice pass */
     dn_case(1, 2, 128, 128, 1, 0, true);   /* ... one CTA, the ring wrapping */
     dn_case(2, 2, 72, 128, 2, 40, true);   /* ... rows past dk, b / a in prep */
     dn_case(1, 1, 65, 128, 2, 0, true);    /* ... refused on the column-slice pass */
+    dn_case(1, 2, 128, 128, 2, 0, true, true);  /* the conv history before prep's wait, bf16 states */
+    dn_case(2, 2, 72, 128, 2, 40, false, true); /* ... dk and r dv not multiples of the CTA's threads */
+    dn_case(2, 4, 32, 48, 2, 0, false, true);   /* ... on the column-slice pass */
     gather_case();
     argmax_case();
     printf("serve_emu: %s\n", fails ? "FAILED" : "all bounds met");
