@@ -5,7 +5,8 @@
  * tokens/s and the state + KV bytes a step must move (weights come on top: ~1.5 GB for qwen3.5-0.8b).
  * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic]
  * [--weights auto|fp8] [--prompt N] [--kv-memory GB] [--kv-block N] [--temperature T] [--top-p P] [--top-k K]
- * [--presence-penalty X] [--logprobs K] [--state-dtype float32|bfloat16] [--kv-cache-dtype bfloat16|fp8] [B ...]
+ * [--presence-penalty X] [--logprobs K] [--state-dtype float32|bfloat16] [--kv-cache-dtype bfloat16|fp8]
+ * [--ablate sv.KIND,...] [B ...]
  * (--deterministic: the engine's deterministic mode, for what batch invariance costs; --temperature, --top-p,
  * --top-k, --presence-penalty, --logprobs K: every sequence samples / asks for logprobs; a penalty or top logprobs
  * send the rows to the host sampler, as in the server)
@@ -15,6 +16,9 @@
  * free device memory; a profiler that saves and restores device memory between replays wants it small); --kv-block N
  * the tokens per KV block (the server's --kv-block, default 16), for what the paged layout costs attention;
  * --state-dtype the served DeltaNet states' type, --kv-cache-dtype the KV cache's (the server's flags).
+ * --ablate leaves those launch kinds out of the batched pass (Q35ServeOptions.ablate: sv.in_proj sv.qkv sv.paged_prep
+ * sv.attn sv.dn_prep sv.dn_state sv.out_proj sv.o_proj sv.gate_up sv.down): the step's time with and without a kind
+ * is what it costs the chain; the outputs are garbage then. B = 1 takes the single-sequence step, which it leaves be.
  * A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +42,7 @@ static size_t g_kv_bytes; /* --kv-memory GB (0: the engine's default share of fr
 static int g_kv_block;    /* --kv-block N (0: the engine's default) */
 static int g_state_bf16;  /* --state-dtype bfloat16 (the server's flag) */
 static int g_kv_fp8;      /* --kv-cache-dtype fp8 (the server's flag) */
+static const char *g_ablate; /* --ablate KINDS (measurement: Q35ServeOptions.ablate) */
 
 /* A lone prompt of n ids: the median wall time of open + one step (prefill and pick) + close over `steps` rounds. */
 static int run_prompt(Q35Engine *e, int n, int steps) {
@@ -50,6 +55,7 @@ static int run_prompt(Q35Engine *e, int n, int steps) {
     so.kv_block = g_kv_block;
     so.state_bf16 = g_state_bf16;
     so.kv_fp8 = g_kv_fp8;
+    so.ablate = g_ablate;
     int rc = q35_serve_open(e, &so, &err);
     if (rc) {
         fprintf(stderr, "prompt %d: serve open: %s\n", n, err.msg);
@@ -106,6 +112,7 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     so.kv_block = g_kv_block;
     so.state_bf16 = g_state_bf16;
     so.kv_fp8 = g_kv_fp8;
+    so.ablate = g_ablate;
     int rc = q35_serve_open(e, &so, &err);
     if (rc) {
         fprintf(stderr, "B %d: serve open: %s\n", B, err.msg);
@@ -217,6 +224,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kv-cache-dtype") && i + 1 < argc &&
                  (!strcmp(argv[i + 1], "bfloat16") || !strcmp(argv[i + 1], "fp8")))
             g_kv_fp8 = !strcmp(argv[++i], "fp8");
+        else if (!strcmp(argv[i], "--ablate") && i + 1 < argc)
+            g_ablate = argv[++i];
         else if (nb < 16 && atoi(argv[i]) > 0)
             bs[nb++] = atoi(argv[i]);
         else {
@@ -224,7 +233,7 @@ int main(int argc, char **argv) {
                     "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
                     "[--weights auto|fp8] [--temperature T] [--top-p P] [--top-k K] [--presence-penalty X] "
                     "[--logprobs K] [--prompt N] [--kv-memory GB] [--kv-block N] [--state-dtype float32|bfloat16] "
-                    "[--kv-cache-dtype bfloat16|fp8] [B ...]\n");
+                    "[--kv-cache-dtype bfloat16|fp8] [--ablate sv.KIND,...] [B ...]\n");
             return 2;
         }
     }

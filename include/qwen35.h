@@ -145,6 +145,11 @@ typedef struct Q35ServeOptions {
      * the precision of a 3-bit mantissa. Attention reads the stored values (a lone sequence's single-sequence step
      * too: its caches then hold the same e4m3 values). Needs a backend with a batched step. */
     int kv_fp8;
+    /* measurement only (serve_step --ablate): comma-separated launch kinds left out of the batched pass (sv.in_proj
+     * sv.qkv sv.paged_prep sv.attn sv.dn_prep sv.dn_state sv.out_proj sv.o_proj sv.gate_up sv.down), so that the
+     * pass's time with and without each says what it costs the chain; the outputs are garbage then (a lone sequence's
+     * single-sequence step is not affected). Backends without it (the CPU) refuse a list. NULL or "" = none */
+    const char *ablate;
 } Q35ServeOptions;
 
 typedef struct Q35ServeInfo {

@@ -64,6 +64,8 @@ typedef struct ServeLayout {
                        * a backend with snap_copy is given any */
     int state_bf16;   /* 1: the slots' (and snapshots') recurrent states S are bf16 (Q35ServeOptions.state_bf16) */
     int kv_fp8;       /* 1: K and V are stored as e4m3 values (Q35ServeOptions.kv_fp8) */
+    const char *ablate; /* measurement only: Q35ServeOptions.ablate (NULL or "" = none; a backend without it refuses
+                         * a list) */
 } ServeLayout;
 
 /* One sequence's part of a batched step: n tokens at positions pos .. pos+n-1 of the sequence in `slot`. */

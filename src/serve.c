@@ -189,12 +189,16 @@ int q35_serve_open(Q35Engine *e, const Q35ServeOptions *o, Q35Err *err) {
         rc = err_set(err, Q35_ERR_UNSUPPORTED, "an fp8 KV cache needs a backend with a batched step");
         goto fail;
     }
+    if (o->ablate && *o->ablate && !s->batched) {
+        rc = err_set(err, Q35_ERR_UNSUPPORTED, "--ablate measures the batched step, which this backend does not have");
+        goto fail;
+    }
     s->state_bf16 = !!o->state_bf16;
     s->kv_fp8 = !!o->kv_fp8;
     if (s->batched) {
         if ((rc = size_pools(e, o, s, err))) goto fail;
-        ServeLayout l = {s->n_slots, s->n_blocks,     s->block,        s->max_blocks,
-                         s->n_snaps, s->n_host_snaps, !!o->state_bf16, !!o->kv_fp8};
+        ServeLayout l = {s->n_slots,      s->n_blocks,     s->block,    s->max_blocks, s->n_snaps,
+                         s->n_host_snaps, !!o->state_bf16, !!o->kv_fp8, o->ablate};
         rc = e->be->serve_open(e->bctx, &l, err);
         if (rc == Q35_ERR_OOM && l.n_host_snaps && !o->prefix_host_bytes) { /* a default host tier that does not fit */
             l.n_host_snaps = s->n_host_snaps = 0;                           /* (pinned memory) is left out */

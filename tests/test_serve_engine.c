@@ -417,6 +417,14 @@ static void test_accounting(const char *dir) {
     Q35Err err = {0};
     CHECK(q35_serve_open(e, &so, &err) == Q35_ERR_OOM && strstr(err.msg, "too small"), "small budget: %s", err.msg);
     so.kv_bytes = 2 * sb + 12 * bb;
+    so.ablate = "sv.attn"; /* a measurement aid of the CUDA step: refused here, batched or not */
+    CHECK(q35_serve_open(e, &so, &err) == Q35_ERR_UNSUPPORTED && strstr(err.msg, "ablate"), "ablate refused: %s",
+          err.msg);
+    so.single_seq = 1;
+    CHECK(q35_serve_open(e, &so, &err) == Q35_ERR_UNSUPPORTED && strstr(err.msg, "ablate"),
+          "ablate refused (one sequence): %s", err.msg);
+    so.single_seq = 0;
+    so.ablate = "";
     CHECK(q35_serve_open(e, &so, &err) == 0, "%s", err.msg);
     q35_serve_info(e, &in);
     CHECK(in.max_seqs == 2 && in.n_blocks == 12 && in.free_blocks == 12 && in.kv_block == 16 && in.max_context == CTX &&

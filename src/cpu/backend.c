@@ -204,6 +204,8 @@ void cpu_serve_close(CpuCtx *ctx) {
 int cpu_serve_open(CpuCtx *ctx, const ServeLayout *lay, Err *err) {
     const Config *c = ctx->c;
     cpu_serve_close(ctx);
+    if (lay->ablate && *lay->ablate)
+        return err_set(err, Q35_ERR_UNSUPPORTED, "cpu backend: no --ablate (a measurement aid of the CUDA step)");
     if (lay->n_slots <= 0 || lay->n_blocks <= 0 || lay->block <= 0)
         return err_set(err, Q35_ERR_ARG, "cpu backend: serve layout of %d slots, %d blocks of %d", lay->n_slots,
                        lay->n_blocks, lay->block);

@@ -123,6 +123,8 @@ static int in_list(const char *list, const char *kind, size_t n) {
 const char cuda_ablate_kinds[] =
     "qkvzba,qkvz,ba,qkv,deltanet,dnlayer,attention,attn_o,out_proj,o_proj,mlp,gate_up,down,"
     "lm_head,"
+    /* the batched step's launches (serve.cu; serve_step --ablate) */
+    "sv.in_proj,sv.qkv,sv.paged_prep,sv.attn,sv.dn_prep,sv.dn_state,sv.out_proj,sv.o_proj,sv.gate_up,sv.down,"
     /* the prefill's launches (prefill.cu; the DeltaNet mixer's four kernels through DeltaNetPrefillParams.skip) */
     "pf.embed,pf.norm,pf.final_norm,pf.gemm_qkvzba,pf.gemm_ba,pf.dn_conv,pf.dn_local,pf.dn_scan,pf.dn_norm,pf.gemm_out,"
     "pf.gemm_qkv,pf.attn_prep,pf.attn_flash,pf.gemm_o,pf.gemm_gate_up,pf.gemm_down,pf.gemm_lm_head,pf.lm_screen";

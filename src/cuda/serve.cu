@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cuda/backend.cuh"
@@ -86,7 +87,13 @@ struct CudaServe {
     int solo_keep; /* positions below it are shared by the prefix cache (snapshots taken inside its steps): they go to
                     * the pages even when the hosted sequence ends (cuda_seq_end) */
     int32_t *solo_tab; /* [max_blocks] that sequence's block table as of its last solo step */
+    char *ablate;      /* measurement only: ServeLayout.ablate's kinds (a copy), or NULL */
 };
+
+/* 1 when serve_step --ablate leaves the launch kind out of the pass (measurement only: outputs are garbage) */
+static int sv_ablated(const CudaServe *sv, const char *kind) {
+    return sv->ablate && cuda_ablate_listed(sv->ablate, kind);
+}
 
 static int sv_fail(int rc, const char *what, int layer, Err *err) {
     if (layer >= 0)
@@ -295,6 +302,7 @@ extern "C" void cuda_serve_close(void *p) {
     free(sv->ring_off);
     free(sv->kv_index);
     free(sv->solo_tab);
+    free(sv->ablate);
     free(sv);
     ctx->sv = NULL;
 }
@@ -315,6 +323,22 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     if (!sv) return err_set(err, Q35_ERR_OOM, "cuda serve: out of host memory");
     ctx->sv = sv;
     sv->lay = *l;
+    sv->lay.ablate = NULL;
+    if (l->ablate && *l->ablate) {
+        char bad[64];
+        int ok = cuda_ablate_check(l->ablate, bad, sizeof bad);
+        for (const char *t = l->ablate; ok && t; t = strchr(t, ',') ? strchr(t, ',') + 1 : NULL)
+            ok = !strncmp(t, "sv.", 3);
+        if (!ok) {
+            cuda_serve_close(ctx);
+            return err_set(err, Q35_ERR_ARG, "cuda serve: --ablate takes the batched step's kinds (sv.*): '%s'",
+                           l->ablate);
+        }
+        if (!(sv->ablate = strdup(l->ablate))) {
+            cuda_serve_close(ctx);
+            return err_set(err, Q35_ERR_OOM, "cuda serve: out of host memory");
+        }
+    }
     sv->det = ctx->deterministic;
     sv->solo_slot = -1;
     sv_dims(ctx, sv);
@@ -667,8 +691,11 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
         if (l == 0 && (rc = sv_norm(sv, &lc, sv->x, ly->ln1, sv->h, T, l, err))) return rc; /* later: fused below */
         GemmParams in = {sv->h, NULL, sv->proj, T, n, D, D, D, n, GEMM_EPI_BF16, 0, 0};
         const int ba = sv_ba_prep(sv, ly, nr);
-        if ((rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, ba, NULL, l, "gemm_in", err))) return rc;
-        if (ly->type == LAYER_FULL_ATTN) {
+        const int attn = ly->type == LAYER_FULL_ATTN;
+        if (!sv_ablated(sv, attn ? "sv.qkv" : "sv.in_proj") &&
+            (rc = sv_gemm(ctx, sv, &lc, in, ly, CW_IN, nr, ba, NULL, l, "gemm_in", err)))
+            return rc;
+        if (attn) {
             const int hd = d->hd, nq = d->Hq * hd * (d->attn_gate ? 2 : 1);
             char *kp = sv->kv + 2 * (size_t)sv->kv_index[l] * sv->pool_bytes, *vp = kp + sv->pool_bytes;
             PagedPrepParams pp = {sv->proj,
@@ -694,8 +721,9 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                                   d->norm_mode,
                                   d->eps,
                                   sv->lay.kv_fp8};
-            if ((rc = cuda_paged_prep(&pp, &lc))) return sv_fail(rc, "paged_prep", l, err);
-            if (nr) { /* decode rows: each over its own pages */
+            if (!sv_ablated(sv, "sv.paged_prep") && (rc = cuda_paged_prep(&pp, &lc)))
+                return sv_fail(rc, "paged_prep", l, err);
+            if (nr && !sv_ablated(sv, "sv.attn")) { /* decode rows: each over its own pages */
                 PagedAttnParams ap = {sv->q,
                                       kp,
                                       vp,
@@ -756,6 +784,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
                 if (ba) bp.ba_w = ly->w_ba, bp.ba_x = sv->h, bp.ba_k = D;
                 bp.state_bf16 = sv->lay.state_bf16;
                 bp.early = !sv->det; /* else a chunk's tokens, stepped below in this pass, write their ring rows */
+                bp.skip = sv_ablated(sv, "sv.dn_prep") | sv_ablated(sv, "sv.dn_state") << 1;
                 if ((rc = cuda_dn_batch_step(&bp, &lc))) return sv_fail(rc, "deltanet step", l, err);
             }
             for (int i = 0; i < np && sv->det; i++) /* a chunk's tokens in order, each on its slot */
@@ -811,13 +840,19 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             }
         }
         GemmParams o = {sv->act, NULL, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
-        if ((rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, 0, ly->ln2, l, "gemm_out", err))) return rc;
+        if (!sv_ablated(sv, attn ? "sv.o_proj" : "sv.out_proj") &&
+            (rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, 0, ly->ln2, l, "gemm_out", err)))
+            return rc;
         const int F = d->F;
         GemmParams gu = {sv->h, NULL, sv->act, T, 2 * F, D, D, D, F, GEMM_EPI_SWIGLU_BF16, 1, 0};
-        if ((rc = sv_gemm(ctx, sv, &lc, gu, ly, CW_GU, nr, 0, NULL, l, "gemm_gate_up", err))) return rc;
+        if (!sv_ablated(sv, "sv.gate_up") &&
+            (rc = sv_gemm(ctx, sv, &lc, gu, ly, CW_GU, nr, 0, NULL, l, "gemm_gate_up", err)))
+            return rc;
         GemmParams dn = {sv->act, NULL, sv->x, T, D, F, F, F, D, GEMM_EPI_ADD_F32, 0, 0};
         const float *next_ln = l + 1 < c->num_hidden_layers ? ctx->layers[l + 1].ln1 : NULL;
-        if ((rc = sv_gemm(ctx, sv, &lc, dn, ly, CW_DOWN, nr, 0, next_ln, l, "gemm_down", err))) return rc;
+        if (!sv_ablated(sv, "sv.down") &&
+            (rc = sv_gemm(ctx, sv, &lc, dn, ly, CW_DOWN, nr, 0, next_ln, l, "gemm_down", err)))
+            return rc;
     }
     if (n_out > 0) {
         GatherRowsParams gp = {sv->x, orow, sv->xg, n_out, D};

@@ -882,8 +882,10 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     const dim3 block((unsigned)sh.threads, 1, 1);
     DnBatchParams pp = *p;
     if (dn_prep_smem(&pp) > DN_PREP_SMEM_MAX) pp.early = 0; /* no Qwen3.5 size: the history after the wait */
-    int rc = launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block, dn_prep_smem(&pp), l, pp);
-    if (rc) return rc;
+    int rc = p->skip & 1 ? 0
+                         : launch_kernel(dn_batch_prep, dim3((unsigned)p->Hk, (unsigned)p->nd), block,
+                                         dn_prep_smem(&pp), l, pp);
+    if (rc || (p->skip & 2)) return rc;
     /* the whole-head pass (dk even: v's float4 loads are aligned) applies the gated norm itself where its z and weight
      * loads are aligned; otherwise dn_gated_norm_rows runs after the state pass */
     const bool whole = p->dv == 128 && p->dk <= 128 && p->dk % 2 == 0;

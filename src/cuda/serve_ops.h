@@ -145,6 +145,8 @@ typedef struct DnBatchParams {
                      * step reads them exactly, computes in fp32 and stores its new state rounded to nearest even */
     int early;      /* 1: the rows' conv history (their ring rows of earlier positions) was written by earlier passes:
                      * prep sums it before its PDL wait, while the in_proj GEMM before it still runs */
+    int skip;       /* measurement only (serve_step --ablate): bit 0 leaves prep out, bit 1 the state pass (with its
+                     * gated norm); the outputs are garbage */
 } DnBatchParams;
 enum { DN_BA_MAX_R = 8 };
 size_t cuda_dn_batch_ws_bytes(int nd, int Hk, int Hv, int dk, int dv);

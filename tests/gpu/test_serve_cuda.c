@@ -714,6 +714,14 @@ static void test_model(int qwen35, int det, int fp8, int bf16, int kv8) {
                        .n_snaps = 1,
                        .state_bf16 = bf16,
                        .kv_fp8 = kv8};
+    /* serve_step --ablate: only the batched step's kinds, each known */
+    const char *bad_ablate[3] = {"sv.nope", "sv.attn,pf.embed", "lm_head"};
+    for (int k = 0; k < 3; k++) {
+        lay.ablate = bad_ablate[k];
+        CHECK(cuda_backend.serve_open(ctx, &lay, &err) == Q35_ERR_ARG && strstr(err.msg, "ablate"),
+              "%s: --ablate %s refused: %s", name, bad_ablate[k], err.msg);
+    }
+    lay.ablate = NULL;
     if (cuda_backend.serve_open(ctx, &lay, &err)) {
         CHECK(0, "%s: serve_open: %s", name, err.msg);
         goto done;
