@@ -29,14 +29,13 @@
  * width issues the same k16 steps into the same sums in the same order. So (without split_m) every y[m][n] is the
  * same sum in the same order whatever M and the other rows are: a row's result depends on that row alone.
  *
- * FP8 weights (w8, w8_scale; GemmParams in ops.h): W[n][k] = e4m3(w8[n ldw + k]) * w8_scale[k / 128][n]. Every e4m3
- * value is a bf16 value, so the same bf16 mma.sync path runs on bf16(e4m3): a stage holds the 64 x 64 e4m3 chunk
- * (4 KiB, cp.async, rows of 4 16-byte pieces) and the X chunk; once the chunk has landed, each thread converts two
- * 16-byte pieces into a bf16 W tile (swizzled as above) that the MMAs read (one tile for mma.sync; two on sm_90a,
- * alternating, so a chunk is converted while the previous one is in the tensor cores). The sums of each 128-column
- * scale block start from zero and fold into the accumulator as acc = fma(scale_n, block_acc, acc) with the scale of
- * the accumulator's W row n for that block (whatever the chunk width: one 128-column chunk or two 64-column ones).
- * Same splits, order of splits and epilogues as bf16, so batch invariance holds the same way. */
+ * FP8 weights (w8, w8_scale; GemmParams in ops.h): W[n][k] = e4m3(w8[n ldw + k]) * w8_scale[k / 128][n], which the
+ * MMAs take as bf16(e4m3 * scale), the values of the tiled GEMM's bf16 copies (fp8_to_bf16_k): a stage holds the
+ * 64 x 64 e4m3 chunk (4 KiB, cp.async, rows of 4 16-byte pieces) and the X chunk; once the chunk has landed, each
+ * thread dequantizes two 16-byte pieces with their rows' scales into a bf16 W tile (swizzled as above) that the MMAs
+ * read (one tile for mma.sync; two on sm_90a, alternating, so a chunk is converted while the previous one is in the
+ * tensor cores), and the bf16 loop runs on it. Same splits, order of splits and epilogues as bf16, so batch
+ * invariance holds the same way. */
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/ops.h"
@@ -159,35 +158,36 @@ __device__ __forceinline__ void sk_load_w(const GemmParams &g, uint32_t sw, int 
     }
 }
 
-/* The landed e4m3 chunk at w8s (sk_load_w<true>'s layout) as the bf16 tile [64][64] at tile (swz<8>): thread tid
- * converts the pieces it loaded, tid and tid + 128. */
-__device__ __forceinline__ void sk_convert_w8(const uint8_t *w8s, uint8_t *tile, int tid) {
+/* The landed e4m3 piece at w8s (sk_load_w<true>'s layout) as the bf16 tile [64][64] at tile (swz<8>), each weight
+ * dequantized with its row's scale, bf16(e4m3 * scale) (fp8_to_bf16_k's values, elementwise.cu): thread tid converts
+ * the pieces it loaded, tid and tid + 128, of rows r = tid / 4 and r + 32, whose scales are sc[0] and sc[1]. */
+__device__ __forceinline__ void sk_convert_w8(const uint8_t *w8s, uint8_t *tile, int tid, const float (&sc)[2]) {
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int p = tid + 128 * i, r = p >> 2, q = p & 3;
-        uint4 lo, hi;
-        e4m3x16_bf16(*(const uint4 *)(w8s + p * 16), lo, hi);
-        *(uint4 *)(tile + swz<8>(r, 2 * q) * 16) = lo;
-        *(uint4 *)(tile + swz<8>(r, 2 * q + 1) * 16) = hi;
+        const uint4 w = *(const uint4 *)(w8s + p * 16);
+        const uint32_t v[4] = {w.x, w.y, w.z, w.w};
+        uint32_t o[8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 a = e4m3x2_f32(v[j]), b = e4m3x2_f32(v[j] >> 16);
+            o[2 * j] = pack_bf16(a.x * sc[i], a.y * sc[i]);
+            o[2 * j + 1] = pack_bf16(b.x * sc[i], b.y * sc[i]);
+        }
+        *(uint4 *)(tile + swz<8>(r, 2 * q) * 16) = make_uint4(o[0], o[1], o[2], o[3]);
+        *(uint4 *)(tile + swz<8>(r, 2 * q + 1) * 16) = make_uint4(o[4], o[5], o[6], o[7]);
     }
 }
 
-/* acc += scale_lo / scale_hi * cacc: the fold of one FP8 chunk's sums (rows n, n + 8 of the accumulator layout) */
-__device__ __forceinline__ void sk_fold(float (&acc)[8][4], const float (&cacc)[8][4], float s_lo, float s_hi,
-                                        int mvalid) {
+/* The scales of the W rows n0 + tid / 4 and n0 + tid / 4 + 32 (sk_convert_w8's) for 64-column piece p (its 128-column
+ * block p / 2); rows past N get 0 (their weights are zero-filled) */
+__device__ __forceinline__ void sk_scales(const GemmParams &g, int p, int n0, int tid, float (&sc)[2]) {
+    const float *b = g.w8_scale + (size_t)(p >> 1) * g.N;
 #pragma unroll
-    for (int t = 0; t < 8; t++) {
-        if ((t >> 1) * 16 >= mvalid) break;
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[t][e] = fmaf(e < 2 ? s_lo : s_hi, cacc[t][e], acc[t][e]);
+    for (int i = 0; i < 2; i++) {
+        const int n = n0 + (tid >> 2) + 32 * i;
+        sc[i] = n < g.N ? __ldg(b + n) : 0.0f;
     }
-}
-
-/* The scales of accumulator rows n and n + 8 for chunk c (its 128-column block); rows past N get 0 (never stored) */
-__device__ __forceinline__ void sk_scales(const GemmParams &g, int c, int n, float &s_lo, float &s_hi) {
-    const float *sc = g.w8_scale + (size_t)(c * SK_BK / 128) * g.N;
-    s_lo = n < g.N ? __ldg(sc + n) : 0.0f;
-    s_hi = n + 8 < g.N ? __ldg(sc + n + 8) : 0.0f;
 }
 
 __device__ __forceinline__ void sk_zero(float (&a)[8][4]) {
@@ -195,17 +195,6 @@ __device__ __forceinline__ void sk_zero(float (&a)[8][4]) {
     for (int t = 0; t < 8; t++)
 #pragma unroll
         for (int e = 0; e < 4; e++) a[t][e] = 0.0f;
-}
-
-/* FP8, at a chunk that starts a 128-column scale block (its first 64-column piece p): the previous block's sums
- * folded into acc and cleared (fold: there is one), then this block's scales */
-__device__ __forceinline__ void sk_block_start(const GemmParams &g, float (&acc)[8][4], float (&cacc)[8][4], bool fold,
-                                               int p, int n, int mvalid, float &s_lo, float &s_hi) {
-    if (fold) {
-        sk_fold(acc, cacc, s_lo, s_hi, mvalid);
-        sk_zero(cacc);
-    }
-    sk_scales(g, p, n, s_lo, s_hi);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -224,12 +213,10 @@ __device__ __forceinline__ void sk_acc_fence(float (&acc)[8][4]) {
  * 128-byte swizzle that swz<8> is, piece after piece), left running while the warps wait for the next chunk, refill
  * the ring and (FP8) convert it. Ring of S = SK_WG_STAGES(KW) stages; iteration c:
  *   wait for chunk c's loads, barrier; refill the stage of chunk c - 2 with chunk c + S - 2;
- *   bf16: issue chunk c's wgmmas into acc (one chain, k in order); wait until only they are in flight;
- *   FP8: convert chunk c into bf16 tile c % 2, barrier; wait for chunk c - 1's wgmmas; where chunk c starts a
- *        128-column scale block, fold the previous block's sums as acc = fma(scale_n, block_acc, acc) and start
- *        fresh ones; issue chunk c's into the block sums.
- * Either width issues the same wgmmas into the same sums in the same order (splits are whole 128-column blocks), so
- * a row's result does not depend on which width ran. Chunk c - 2 is complete in every warp before iteration c's
+ *   FP8: dequantize chunk c into bf16 tile c % 2 (sk_convert_w8, the scales loaded a chunk ahead), barrier;
+ *   issue chunk c's wgmmas into acc (one chain, k in order); wait until only they are in flight.
+ * Either width issues the same wgmmas into the same sums in the same order, so a row's result does not depend on
+ * which width ran. Chunk c - 2 is complete in every warp before iteration c's
  * barrier, so the stage and the bf16 tile it read are free when they are refilled. */
 template <bool F8, int KW>
 __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0, int p0,
@@ -239,7 +226,7 @@ __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][
     constexpr int XP = SK_BM * SK_BK * 2;                      /* a 64-column X piece */
     constexpr int SB = SK_STAGE_BYTES(KW, F8);
     constexpr int TP = SK_BN * SK_BK * 2; /* a 64-column piece of a bf16 W tile */
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, nch = (np + P - 1) / P;
+    const int tid = threadIdx.x, nch = (np + P - 1) / P;
     const uint32_t sbase = smem_addr(sm);
     auto load_w = [&](int c) {
 #pragma unroll
@@ -250,6 +237,8 @@ __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][
         for (int q = 0; q < P; q++) sk_load_x(g, sbase + (c % S) * SB + P * WP + q * XP, m0, p0 + c * P + q, tid);
     };
 
+    sk_acc_fence(acc); /* its zeroing stays before every wgmma stage (without it ptxas 13.0 serialized the FP8
+                        * instantiations' wgmmas: C7515) */
     /* the weights are immutable: the first chunks' W go out before the wait for the previous kernel */
 #pragma unroll
     for (int c = 0; c < S - 2; c++)
@@ -261,10 +250,11 @@ __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][
         cp_async_commit();
     }
 
-    const int n = n0 + warp * 16 + (lane >> 2); /* this thread's accumulator rows n (e < 2) and n + 8 (e >= 2) */
-    float cacc[8][4];                           /* FP8: the sums of the current 128-column block */
-    float s_lo = 0.0f, s_hi = 0.0f;             /* FP8: its scales */
-    sk_zero(cacc);
+    /* FP8: the scales of this thread's two converted rows, for chunk c (sc) and chunk c + 1 (sn), loaded a chunk ahead
+     * (a 128-column chunk is one scale block, a 64-column one half of one) */
+    float sc[2] = {0.0f, 0.0f}, sn[2] = {0.0f, 0.0f};
+    if constexpr (F8)
+        if (nch > 0) sk_scales(g, p0, n0, tid, sn);
     for (int c = 0; c < nch; c++) {
         cp_async_wait<S - 3>();
         if constexpr (!F8) sk_stage_fence();
@@ -278,32 +268,26 @@ __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][
         const uint32_t sst = sbase + (c % S) * SB;
         uint32_t sw = sst;
         if constexpr (F8) {
+            sc[0] = sn[0], sc[1] = sn[1];
+            if (c + 1 < nch) sk_scales(g, p0 + (c + 1) * P, n0, tid, sn);
             uint8_t *tile = sm + S * SB + (c % 2) * P * TP;
 #pragma unroll
-            for (int q = 0; q < P; q++) sk_convert_w8(sm + (c % S) * SB + q * WP, tile + q * TP, tid);
+            for (int q = 0; q < P; q++) sk_convert_w8(sm + (c % S) * SB + q * WP, tile + q * TP, tid, sc);
             sk_stage_fence(); /* the converted tile and this thread's landed cp.async, for wgmma */
             __syncthreads();
             sw = smem_addr(tile);
-            wgmma_wait<0>(); /* chunk c - 1 */
-            sk_acc_fence(cacc);
-            if (P == 2 || ((p0 + c) & 1) == 0) sk_block_start(g, acc, cacc, c > 0, p0 + c * P, n, SK_BM, s_lo, s_hi);
         }
-        float(&d)[8][4] = F8 ? cacc : acc;
-        sk_acc_fence(d);
+        sk_acc_fence(acc);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KW / 16; kk++)
-            wgmma_m64n64k16(d, wgmma_desc(sw + (kk >> 2) * TP + (kk & 3) * 32),
+            wgmma_m64n64k16(acc, wgmma_desc(sw + (kk >> 2) * TP + (kk & 3) * 32),
                             wgmma_desc(sst + P * WP + (kk >> 2) * XP + (kk & 3) * 32));
         wgmma_commit();
-        if constexpr (!F8) wgmma_wait<1>(); /* chunk c - 1 */
+        wgmma_wait<1>(); /* chunk c - 1 */
     }
     wgmma_wait<0>();
     sk_acc_fence(acc);
-    if constexpr (F8) {
-        sk_acc_fence(cacc);
-        if (nch > 0) sk_fold(acc, cacc, s_lo, s_hi, SK_BM);
-    }
     cp_async_wait<0>();
 }
 #else
@@ -348,20 +332,17 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
         if (st < nch) sk_load_x(g, sbase + st * SB + WB, m0, c0 + st, tid);
         cp_async_commit();
     }
-    const int n = n0 + warp * 16 + (lane >> 2);
-    float cacc[8][4]; /* FP8: the sums of the current 128-column block, and its scales */
-    float s_lo = 0.0f, s_hi = 0.0f;
-    sk_zero(cacc);
     for (int c = 0; c < nch; c++) {
         cp_async_wait<SK_STAGES - 1>();
         __syncthreads();
         const int st = c % SK_STAGES;
         const uint32_t sx = sbase + st * SB + WB;
         if constexpr (F8) {
-            if (((c0 + c) & 1) == 0) sk_block_start(g, acc, cacc, c > 0, c0 + c, n, mvalid, s_lo, s_hi);
-            sk_convert_w8(sm + st * SB, sm + SK_STAGES * SB, tid);
+            float sc[2];
+            sk_scales(g, c0 + c, n0, tid, sc);
+            sk_convert_w8(sm + st * SB, sm + SK_STAGES * SB, tid, sc);
             __syncthreads();
-            sk_chunk_mma(stile, sx, warp, lane, mvalid, cacc);
+            sk_chunk_mma(stile, sx, warp, lane, mvalid, acc);
         } else {
             sk_chunk_mma(sbase + st * SB, sx, warp, lane, mvalid, acc);
         }
@@ -372,7 +353,6 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
         }
         cp_async_commit();
     }
-    if (F8 && nch > 0) sk_fold(acc, cacc, s_lo, s_hi, mvalid);
     cp_async_wait<0>();
 }
 #endif

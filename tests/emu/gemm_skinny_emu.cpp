@@ -2,7 +2,7 @@
  * sk_kernels.inc by run_gemm_skinny.sh) under the host emulation of emu.h (one CTA at a time, shared memory starting
  * as garbage), against a double-precision product of the same inputs: bf16 weights, and FP8 weights (random e4m3
  * bytes, NaN codes left out, with random positive scales per row and 128-column block spread over 2^10, so a scale of
- * the wrong row or block shows) taken as e4m3 value times scale (src/util.c's decoder). Built twice by
+ * the wrong row or block shows) taken as bf16(e4m3 value times scale) (src/util.c's decoder). Built twice by
  * run_gemm_skinny.sh: the mma.sync path, and with __CUDA_ARCH_FEAT_SM90_ALL the wgmma path (emu_wgmma.h).
  * Cases: ragged M, N, K (zero-filled tails; FP8: N and K not multiples of 128, K down to 16, row stride ldw > K with
  * NaN codes in the gap), one split and many (n_sm chosen small and large), every epilogue, SwiGLU with glu_group 1
@@ -38,7 +38,7 @@ static int fails;
 static double bfd(uint16_t h) { return (double)__uint_as_float((uint32_t)h << 16); }
 
 /* The weights of a case: bf16 w [N][ldw], or FP8 e4m3 bytes q [N][ldw] with scales s [ceil(K/128)][N]; wd [N][K] the
- * values the kernel must multiply by (bf16 values, or e4m3(q) * s), in double. */
+ * values the kernel must multiply by (bf16 values, or bf16(e4m3(q) * s) with the product in fp32), in double. */
 struct Weights {
     bool f8;
     int ldw;
@@ -70,7 +70,7 @@ static Weights make_weights(int N, int K, bool f8, int ldw) {
             do b = (uint8_t)(urand() * 256);
             while ((b & 0x7f) == 0x7f);
             W.q[(size_t)n * ldw + k] = b;
-            W.wd[(size_t)n * K + k] = (double)fp8_e4m3_to_f32(b) * W.s[(size_t)(k / 128) * N + n];
+            W.wd[(size_t)n * K + k] = bfd(emu_bf(fp8_e4m3_to_f32(b) * W.s[(size_t)(k / 128) * N + n]));
         }
     return W;
 }

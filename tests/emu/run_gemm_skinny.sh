@@ -16,9 +16,7 @@ sed -n '/^#define SWZ_TMA16/,/^\/\* ---- Hopper wgmma/p' src/cuda/mma.cuh | sed 
 sed -n '/^__device__ __forceinline__ uint64_t wgmma_desc(/,/^}/p' src/cuda/mma.cuh > "$B/sk_desc.inc"
 { sed -n '/^__device__ __forceinline__ float warp_sum(float v)/,/^}/p' src/cuda/common.cuh
   sed -n '/^__device__ __forceinline__ float norm_apply/,/^}/p' src/cuda/common.cuh
-  sed -n '/^__device__ __forceinline__ float2 e4m3x2_f32/,/^}/p' src/cuda/common.cuh
-  sed -n '/^__device__ __forceinline__ uint32_t e4m3x2_bf16x2/,/^}/p' src/cuda/common.cuh
-  sed -n '/^__device__ __forceinline__ void e4m3x16_bf16/,/^}/p' src/cuda/common.cuh; } > "$B/sk_common.inc"
+  sed -n '/^__device__ __forceinline__ float2 e4m3x2_f32/,/^}/p' src/cuda/common.cuh; } > "$B/sk_common.inc"
 sed -e '/#include "cuda\//d' \
     -e 's/extern __shared__ __align__(1024) uint8_t smem\[\];/uint8_t *smem = emu_smem();/' \
     -e 's/^    __shared__ /    static /' \

@@ -79,7 +79,8 @@ static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* FP8 weights [N][K] in rows of ldw (ops.h FP8_SCALES_DOC): random e4m3 codes without the NaN codes 0x7f / 0xff (the
  * row gap holds 0x7f: never read), scales [ceil(K/128)][N] random positive over 2^10 (a scale of the wrong row or
- * block shows), wd [N][K] the values e4m3 * scale (exact in double). */
+ * block shows), wd [N][K] the values the skinny GEMM multiplies by, bf16(e4m3 * scale) (the product in fp32, as the
+ * tiled GEMM's bf16 copies). */
 static void rand_fp8(int N, int K, int ldw, uint8_t **q, float **sc, double **wd) {
     const int nb = (K + 127) / 128;
     *q = malloc((size_t)N * ldw), *sc = malloc((size_t)nb * N * sizeof(float)), *wd = malloc((size_t)N * K * 8);
@@ -92,7 +93,7 @@ static void rand_fp8(int N, int K, int ldw, uint8_t **q, float **sc, double **wd
             do b = (uint8_t)(rng_u64(&rng) & 0xff);
             while ((b & 0x7f) == 0x7f);
             (*q)[(size_t)n * ldw + k] = b;
-            (*wd)[(size_t)n * K + k] = (double)fp8_e4m3_to_f32(b) * (*sc)[(size_t)(k / 128) * N + n];
+            (*wd)[(size_t)n * K + k] = round_bf16(fp8_e4m3_to_f32(b) * (*sc)[(size_t)(k / 128) * N + n]);
         }
 }
 
