@@ -6,7 +6,7 @@
  * Usage: serve_step [--dummy qwen3.5-0.8b] [--backend cuda] [--ctx 1024] [--steps 20] [--deterministic]
  * [--weights auto|fp8] [--prompt N] [--kv-memory GB] [--kv-block N] [--temperature T] [--top-p P] [--top-k K]
  * [--presence-penalty X] [--logprobs K] [--state-dtype float32|bfloat16] [--kv-cache-dtype bfloat16|fp8]
- * [--ablate sv.KIND,...] [B ...]
+ * [--ablate sv.KIND,...] [--engines N] [B ...]
  * (--deterministic: the engine's deterministic mode, for what batch invariance costs; --temperature, --top-p,
  * --top-k, --presence-penalty, --logprobs K: every sequence samples / asks for logprobs; a penalty or top logprobs
  * send the rows to the host sampler, as in the server)
@@ -19,11 +19,16 @@
  * --ablate leaves those launch kinds out of the batched pass (Q35ServeOptions.ablate: sv.in_proj sv.qkv sv.paged_prep
  * sv.attn sv.dn_prep sv.dn_state sv.out_proj sv.o_proj sv.gate_up sv.down): the step's time with and without a kind
  * is what it costs the chain; the outputs are garbage then. B = 1 takes the single-sequence step, which it leaves be.
+ * --engines N (measurement): N engines in one process, each with its own weights, B / N of the sequences and a host
+ * thread of its own, stepping side by side on the one GPU (what two batches overlapping each other would give);
+ * prints engine 0's median step and the tokens/s of all of them over the timed steps' wall time.
  * A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <pthread.h>
 
 #include "qwen35.h"
 
@@ -102,7 +107,22 @@ static float g_temp = 0.0f, g_top_p = 1.0f, g_presence = 0.0f;
 static int g_top_k;
 static int g_logprobs = -1;
 
-static int run_b(Q35Engine *e, int B, int ctx, int steps) {
+/* One engine's B sequences, prefilled to ctx tokens and ready for decode steps. */
+typedef struct Run {
+    Q35Engine *e;
+    int B, ctx, steps, rc;
+    int from, to; /* run_steps' steps: from .. to - 1 (< 0: warm-up, untimed) */
+    int *seq, *ids, *next;
+    Q35StepItem *it;
+    Q35StepOut *out;
+    double *t; /* [steps] step wall times */
+    Q35ServeInfo info;
+} Run;
+
+/* Opens the serve state of r->e for r->B sequences and prefills them; returns 0 or an error code (message printed). */
+static int run_open(Run *r) {
+    Q35Engine *e = r->e;
+    const int B = r->B, ctx = r->ctx, steps = r->steps;
     Q35Err err = {0};
     Q35ServeOptions so;
     memset(&so, 0, sizeof so);
@@ -118,19 +138,21 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
         fprintf(stderr, "B %d: serve open: %s\n", B, err.msg);
         return rc;
     }
-    Q35ServeInfo info;
-    q35_serve_info(e, &info);
-    if (info.max_seqs < B) {
-        fprintf(stderr, "B %d: only %d sequences fit\n", B, info.max_seqs);
+    q35_serve_info(e, &r->info);
+    if (r->info.max_seqs < B) {
+        fprintf(stderr, "B %d: only %d sequences fit\n", B, r->info.max_seqs);
         q35_serve_close(e);
         return 1;
     }
     const int V = q35_vocab_size(e), nv = V < 50000 ? V : 50000;
-    int *seq = malloc(sizeof(int) * (size_t)B), *ids = malloc(sizeof(int) * (size_t)ctx),
-        *next = malloc(sizeof(int) * (size_t)B);
-    Q35StepItem *it = malloc(sizeof(Q35StepItem) * (size_t)B);
-    Q35StepOut *out = malloc(sizeof(Q35StepOut) * (size_t)B);
-    double *t = malloc(sizeof(double) * (size_t)(steps > 0 ? steps : 1));
+    r->seq = malloc(sizeof(int) * (size_t)B), r->ids = malloc(sizeof(int) * (size_t)ctx),
+    r->next = malloc(sizeof(int) * (size_t)B);
+    r->it = malloc(sizeof(Q35StepItem) * (size_t)B);
+    r->out = malloc(sizeof(Q35StepOut) * (size_t)B);
+    r->t = malloc(sizeof(double) * (size_t)(steps > 0 ? steps : 1));
+    int *seq = r->seq, *ids = r->ids, *next = r->next;
+    Q35StepItem *it = r->it;
+    Q35StepOut *out = r->out;
     Q35SeqParams sp;
     memset(&sp, 0, sizeof sp);
     sp.sampling.temperature = g_temp;
@@ -141,6 +163,7 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
     sp.sampling.seed = 1;
     sp.top_logprobs = g_logprobs;
     for (int i = 0; i < ctx; i++) ids[i] = (int)((1103515245u * (unsigned)i + 12345u) % (unsigned)nv);
+    for (int b = 0; b < B; b++) seq[b] = -1;
     for (int b = 0; b < B && !rc; b++) rc = q35_seq_open(e, &sp, &seq[b], &err);
     /* prefill: chunks of up to 2048 tokens per step in total */
     const int budget = 2048;
@@ -160,26 +183,72 @@ static int run_b(Q35Engine *e, int B, int ctx, int steps) {
                 for (int b = 0; b < B; b++)
                     if (seq[b] == it[i].seq) next[b] = out[i].id;
     }
-    for (int s = -3; s < steps && !rc; s++) { /* 3 warm-up steps */
-        for (int b = 0; b < B; b++) it[b] = (Q35StepItem){.seq = seq[b], .ids = &next[b], .n = 1, .sample = 1};
+    if (rc) fprintf(stderr, "B %d: prefill: %s\n", B, err.msg);
+    return r->rc = rc;
+}
+
+/* Decode steps r->from .. r->to - 1 of every sequence of r (those >= 0 timed into r->t). */
+static void *run_steps(void *p) {
+    Run *r = p;
+    Q35Err err = {0};
+    for (int s = r->from; s < r->to && !r->rc; s++) {
+        for (int b = 0; b < r->B; b++)
+            r->it[b] = (Q35StepItem){.seq = r->seq[b], .ids = &r->next[b], .n = 1, .sample = 1};
         const double t0 = now_s();
-        rc = q35_step(e, it, B, out, &err);
+        r->rc = q35_step(r->e, r->it, r->B, r->out, &err);
         const double t1 = now_s();
-        if (s >= 0) t[s] = t1 - t0;
-        for (int b = 0; b < B && !rc; b++) next[b] = out[b].id;
+        if (s >= 0) r->t[s] = t1 - t0;
+        for (int b = 0; b < r->B && !r->rc; b++) r->next[b] = r->out[b].id;
     }
-    if (rc) {
-        fprintf(stderr, "B %d: step: %s\n", B, err.msg);
-    } else if (steps > 0) {
-        qsort(t, (size_t)steps, sizeof t[0], cmp_double);
-        const double med = t[steps / 2];
-        const double st = (double)B * (2.0 * (double)info.slot_bytes + (double)info.block_bytes / info.kv_block * ctx);
-        printf("B %4d  ctx %5d  step %8.3f ms (min %.3f)  %9.0f tokens/s  state+KV %.2f GB/step\n", B, ctx, 1e3 * med,
-               1e3 * t[0], B / med, st / 1e9);
+    if (r->rc) fprintf(stderr, "B %d: step: %s\n", r->B, err.msg);
+    return NULL;
+}
+
+static void run_close(Run *r) {
+    for (int b = 0; b < r->B && r->seq; b++)
+        if (r->seq[b] >= 0) q35_seq_close(r->e, r->seq[b]);
+    q35_serve_close(r->e);
+    free(r->seq), free(r->ids), free(r->next), free(r->it), free(r->out), free(r->t);
+}
+
+/* One batch size over the engines e[0 .. ne): each takes B / ne of the sequences and steps them from a thread of its
+ * own, all at once (--engines: what two batches stepping side by side on one GPU give); returns 0 or an error code. */
+static int run_b(Q35Engine **e, int ne, int B, int ctx, int steps) {
+    Run r[8];
+    memset(r, 0, sizeof r);
+    int rc = 0, opened = 0;
+    for (int k = 0; k < ne && !rc; k++, opened++) {
+        r[k] = (Run){.e = e[k], .B = B / ne + (k < B % ne), .ctx = ctx, .steps = steps, .from = -3, .to = 0};
+        rc = run_open(&r[k]);
+        if (!rc) run_steps(&r[k]); /* its 3 warm-up steps, alone */
+        rc = rc ? rc : r[k].rc;
+        r[k].from = 0, r[k].to = steps;
     }
-    for (int b = 0; b < B; b++) q35_seq_close(e, seq[b]);
-    q35_serve_close(e);
-    free(seq), free(ids), free(next), free(it), free(out), free(t);
+    double wall = 0.0;
+    if (!rc) {
+        pthread_t th[8];
+        const double t0 = now_s();
+        for (int k = 1; k < ne; k++) pthread_create(&th[k], NULL, run_steps, &r[k]);
+        run_steps(&r[0]);
+        for (int k = 1; k < ne; k++) pthread_join(th[k], NULL);
+        wall = now_s() - t0;
+        for (int k = 0; k < ne; k++) rc = rc ? rc : r[k].rc;
+    }
+    if (!rc && steps > 0) {
+        qsort(r[0].t, (size_t)steps, sizeof r[0].t[0], cmp_double);
+        const double med = r[0].t[steps / 2];
+        const Q35ServeInfo *info = &r[0].info;
+        const double st =
+            (double)B * (2.0 * (double)info->slot_bytes + (double)info->block_bytes / info->kv_block * ctx);
+        if (ne == 1)
+            printf("B %4d  ctx %5d  step %8.3f ms (min %.3f)  %9.0f tokens/s  state+KV %.2f GB/step\n", B, ctx,
+                   1e3 * med, 1e3 * r[0].t[0], B / med, st / 1e9);
+        else
+            printf("B %4d  ctx %5d  %d engines side by side: engine 0 step %8.3f ms (min %.3f)  %9.0f tokens/s in all "
+                   "(%d steps each in %.3f s)  state+KV %.2f GB/step\n",
+                   B, ctx, ne, 1e3 * med, 1e3 * r[0].t[0], (double)B * steps / wall, steps, wall, st / 1e9);
+    }
+    for (int k = 0; k < opened; k++) run_close(&r[k]);
     return rc;
 }
 
@@ -188,7 +257,7 @@ int main(int argc, char **argv) {
     q35_options_init(&o);
     o.dummy = "qwen3.5-0.8b";
     o.backend = "cuda";
-    int ctx = 1024, steps = 20, bs[16], nb = 0, prompt = 0;
+    int ctx = 1024, steps = 20, bs[16], nb = 0, prompt = 0, ne = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dummy") && i + 1 < argc)
             o.dummy = argv[++i];
@@ -226,6 +295,8 @@ int main(int argc, char **argv) {
             g_kv_fp8 = !strcmp(argv[++i], "fp8");
         else if (!strcmp(argv[i], "--ablate") && i + 1 < argc)
             g_ablate = argv[++i];
+        else if (!strcmp(argv[i], "--engines") && i + 1 < argc && atoi(argv[i + 1]) >= 1 && atoi(argv[i + 1]) <= 8)
+            ne = atoi(argv[++i]);
         else if (nb < 16 && atoi(argv[i]) > 0)
             bs[nb++] = atoi(argv[i]);
         else {
@@ -233,7 +304,7 @@ int main(int argc, char **argv) {
                     "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
                     "[--weights auto|fp8] [--temperature T] [--top-p P] [--top-k K] [--presence-penalty X] "
                     "[--logprobs K] [--prompt N] [--kv-memory GB] [--kv-block N] [--state-dtype float32|bfloat16] "
-                    "[--kv-cache-dtype bfloat16|fp8] [--ablate sv.KIND,...] [B ...]\n");
+                    "[--kv-cache-dtype bfloat16|fp8] [--ablate sv.KIND,...] [--engines N] [B ...]\n");
             return 2;
         }
     }
@@ -243,17 +314,20 @@ int main(int argc, char **argv) {
         for (nb = 0; nb < 6; nb++) bs[nb] = d[nb];
     }
     o.max_seq = ctx + steps + 8;
-    Q35Engine *e = NULL;
+    Q35Engine *e[8] = {NULL};
     Q35Err err = {0};
-    if (q35_engine_open(&e, &o, &err)) {
-        fprintf(stderr, "engine: %s\n", err.msg);
-        return 1;
-    }
     int fails = 0;
-    if (prompt > 0)
-        fails += run_prompt(e, prompt, steps) != 0;
+    for (int k = 0; k < ne && !fails; k++)
+        if (q35_engine_open(&e[k], &o, &err)) {
+            fprintf(stderr, "engine: %s\n", err.msg);
+            fails = 1;
+        }
+    if (fails) {
+    } else if (prompt > 0)
+        fails += run_prompt(e[0], prompt, steps) != 0;
     else
-        for (int i = 0; i < nb; i++) fails += run_b(e, bs[i], ctx, steps) != 0;
-    q35_engine_close(e);
+        for (int i = 0; i < nb; i++) fails += run_b(e, ne, bs[i], ctx, steps) != 0;
+    for (int k = 0; k < ne; k++)
+        if (e[k]) q35_engine_close(e[k]);
     return fails ? 1 : 0;
 }
