@@ -281,12 +281,14 @@ static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, const Cuda
 static int gemm_auto_algo(int major) { return major == 9 ? GEMM_ALGO_TMA : GEMM_ALGO_MMA; }
 
 extern "C" int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l) {
-    const int ycols = p->epi == GEMM_EPI_SWIGLU_BF16 ? p->N / 2 : p->N;
+    const int am = p->epi == GEMM_EPI_ARGMAX; /* no Y rows: ldy unused */
+    const int ycols = am ? 0 : p->epi == GEMM_EPI_SWIGLU_BF16 ? p->N / 2 : p->N;
     const int G = p->glu_group;
     if (p->M < 1 || p->N < 8 || p->K < 8 || p->N % 8 || p->K % 8 || p->ldx < p->K || p->ldw < p->K || p->ldx % 8 ||
         p->ldw % 8 || p->ldy < ycols || p->ldy % 2 || ((uintptr_t)p->x & 15) || ((uintptr_t)p->w & 15) || !p->y ||
-        p->algo < GEMM_ALGO_AUTO || p->algo >= GEMM_ALGO_COUNT || p->epi < GEMM_EPI_BF16 ||
-        p->epi > GEMM_EPI_SWIGLU_BF16)
+        p->algo < GEMM_ALGO_AUTO || p->algo >= GEMM_ALGO_COUNT || p->epi < GEMM_EPI_BF16 || p->epi > GEMM_EPI_ARGMAX)
+        return (int)cudaErrorInvalidValue;
+    if (am && (p->am_cols < 1 || p->am_cols > p->N || (p->algo != GEMM_ALGO_TMA_C128 && p->algo != GEMM_ALGO_TMA_P128)))
         return (int)cudaErrorInvalidValue;
     if (p->epi == GEMM_EPI_SWIGLU_BF16 && ((G != 1 && G != 8 && G != 16 && G != 32) || p->N % (2 * G)))
         return (int)cudaErrorInvalidValue;

@@ -138,6 +138,54 @@ __device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT]
  * before the next (a store may alias the next load): here each lane owns a 64-byte (16-column)
  * row piece, loads all of it at once and writes whole sectors. Values and rounding are gemm_store's
  * (SwiGLU: rows interleaved one by one, glu_group 1, only). */
+/* GEMM_EPI_ARGMAX: (v, i, s) and (v2, i2, s2), each a best value, its column (ties: the smaller) and the sum of
+ * exp(y - best) over a set of columns, as one for their union. A set with no column is (-inf, INT_MAX, 0); a NaN y
+ * makes the sum NaN and never wins (cuda_rows_argmax's rules). */
+__device__ __forceinline__ void gemm_argmax_merge(float &v, int &i, float &s, float v2, int i2, float s2) {
+    if (i2 == INT_MAX && s2 == 0.0f) return; /* the second set is empty */
+    if (i == INT_MAX && s == 0.0f) {
+        v = v2, i = i2, s = s2;
+    } else if (v2 > v) {
+        s = s * expf(v - v2) + s2;
+        v = v2, i = i2;
+    } else {
+        s += s2 * expf(v2 - v);
+        if (v2 == v && i2 < i) i = i2;
+    }
+}
+
+/* GEMM_EPI_ARGMAX: a lane's 16 values y[c .. c + 15] (bf16(acc)) of its row folded into (v, i, s); columns >= cols
+ * take no part */
+__device__ __forceinline__ void gemm_argmax_piece(const float (&y)[16], int c, int cols, float &v, int &i, float &s) {
+    float pv = -INFINITY;
+    int pi = INT_MAX;
+#pragma unroll
+    for (int e = 0; e < 16; e++)
+        if (c + e < cols && rbf(y[e]) > pv) pv = rbf(y[e]), pi = c + e;
+    float ps = 0.0f;
+    int n = 0;
+#pragma unroll
+    for (int e = 0; e < 16; e++)
+        if (c + e < cols) ps += expf(rbf(y[e]) - pv), n++;
+    if (n) gemm_argmax_merge(v, i, s, pv, pi, ps);
+}
+
+/* GEMM_EPI_ARGMAX: lanes 2 j and 2 j + 1 hold the halves of row r's columns of the 128-column chunk at col0 (a warp's
+ * whole strip: BN = 128); the even lane stores the chunk's partials (GEMM_EPI_ARGMAX's layout) */
+__device__ __forceinline__ void gemm_argmax_store(const GemmParams &p, int r, int col0, float v, int i, float s,
+                                                  int half) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, v, 1), s2 = __shfl_xor_sync(0xffffffffu, s, 1);
+    const int i2 = __shfl_xor_sync(0xffffffffu, i, 1);
+    if (half || r >= p.M || col0 >= p.am_cols) return;
+    gemm_argmax_merge(v, i, s, v2, i2, s2);
+    const int nch = (p.am_cols + GEMM_AM_CHUNK - 1) / GEMM_AM_CHUNK, ch = col0 / GEMM_AM_CHUNK;
+    float *val = (float *)p.y;
+    int *idx = (int *)(val + (size_t)p.M * nch);
+    float *sum = (float *)(idx + (size_t)p.M * nch);
+    const size_t o = (size_t)r * nch + ch;
+    val[o] = v, idx[o] = i, sum[o] = s;
+}
+
 #define GEMM_STAGE_LD     40 /* floats per staged row: 32 + 8 (conflict-free float2 writes per half-warp) */
 #define GEMM_STAGE_FLOATS (16 * GEMM_STAGE_LD)
 template <int EPI, int NT>
@@ -148,6 +196,8 @@ __device__ __forceinline__ void gemm_store_staged(const GemmParams &p, const flo
     static_assert(NT % 4 == 0, "32-column pieces");
     const int g = lane >> 2, t = lane & 3, r = row0 + (lane >> 1), half = lane & 1;
     const bool vec = ((uintptr_t)p.y & 15) == 0 && p.ldy % (F32 ? 4 : 8) == 0;
+    float am_v = -INFINITY, am_s = 0.0f; /* GEMM_EPI_ARGMAX: this lane's best value and sum of exp(y - it) so far, */
+    int am_i = INT_MAX;                  /* and the best's column */
 #pragma unroll
     for (int c0 = 0; c0 < NT * 8; c0 += 32) {
 #pragma unroll
@@ -188,7 +238,9 @@ __device__ __forceinline__ void gemm_store_staged(const GemmParams &p, const flo
                 }
                 const int c = cc + 16 * half;
                 const size_t o = (size_t)r * p.ldy + c;
-                if (vec && cc + 32 <= p.N) {
+                if constexpr (EPI == GEMM_EPI_ARGMAX) {
+                    gemm_argmax_piece(v, c, p.am_cols, am_v, am_i, am_s);
+                } else if (vec && cc + 32 <= p.N) {
                     if constexpr (EPI == GEMM_EPI_BF16) {
                         uint4 *y = (uint4 *)((uint16_t *)p.y + o);
                         y[0] = make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]),
@@ -228,6 +280,8 @@ __device__ __forceinline__ void gemm_store_staged(const GemmParams &p, const flo
         }
         __syncwarp();
     }
+    if constexpr (EPI == GEMM_EPI_ARGMAX) /* the row's two halves, lower columns first; then its chunk's partials */
+        gemm_argmax_store(p, r, col0, am_v, am_i, am_s, half);
 }
 
 /* TMA path (gemm_tma.cu, sm_90a): runs p with algo GEMM_ALGO_TMA* (the variant by p->algo; GEMM_ALGO_TMA

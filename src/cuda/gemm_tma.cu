@@ -178,7 +178,9 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
         float *st = (float *)(smem + (sbase - smem_addr(smem)) + C::STAGE_OFF) + (cw * 4 + wq) * GEMM_STAGE_FLOATS;
 #pragma unroll
         for (int mw = 0; mw < C::MW; mw++) {
-            if (EPI != GEMM_EPI_SWIGLU_BF16 || p.glu_group == 1)
+            if constexpr (EPI != GEMM_EPI_SWIGLU_BF16)
+                gemm_store_staged<EPI, BN / 8>(p, acc[mw], row0 + mw * 64, n0, lane, st);
+            else if (p.glu_group == 1)
                 gemm_store_staged<EPI, BN / 8>(p, acc[mw], row0 + mw * 64, n0, lane, st);
             else
                 gemm_store<EPI, 1, BN / 8>(p, acc + mw, row0 + mw * 64, n0, lane >> 2, lane & 3);
@@ -336,6 +338,10 @@ int gemm_tma_run(const GemmParams *p, int sms, const CudaLaunch *l) {
     case GEMM_EPI_F32: return tma_variant<GEMM_EPI_F32>(p, algo, sms, l);
     case GEMM_EPI_ADD_F32: return tma_variant<GEMM_EPI_ADD_F32>(p, algo, sms, l);
     case GEMM_EPI_SWIGLU_BF16: return tma_variant<GEMM_EPI_SWIGLU_BF16>(p, algo, sms, l);
+    case GEMM_EPI_ARGMAX: /* a warp's strip must be one whole GEMM_AM_CHUNK: 128-column tiles only */
+        if (algo == GEMM_ALGO_TMA_C128) return tma_launch<128, 128, 6, false, GEMM_EPI_ARGMAX>(p, sms, l);
+        if (algo == GEMM_ALGO_TMA_P128) return tma_launch<128, 128, 6, true, GEMM_EPI_ARGMAX>(p, sms, l);
+        return (int)cudaErrorInvalidValue;
     default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -488,7 +488,17 @@ enum {
                                  G up rows; y[m][i] = bf16(bf16(silu(bf16(gate_i))) bf16(up_i)) where
                                  gate row i is W row (i/G)*2G + i%G, up row that + G. G = 1 is the
                                  backend's w_gu layout [gate_0; up_0; gate_1; up_1; ...] */
+    GEMM_EPI_ARGMAX = 4,      /* no Y: each row's argmax partials over 128-column chunks of y = bf16(acc), columns
+                                 [0, am_cols) (the greedy pick from the LM head without writing its logits): y is
+                                 [M][nch] float maxima, then [M][nch] int32 indices (ties: the smallest), then [M][nch]
+                                 float sums of exp(y - max), nch = ceil(am_cols / GEMM_AM_CHUNK), a chunk with no
+                                 valid column (-inf, INT_MAX, 0); cuda_rows_argmax_final reduces them. Only the TMA
+                                 kernels of 128-column tiles (GEMM_ALGO_TMA_C128 / _P128, named explicitly) */
 };
+#define GEMM_AM_CHUNK 128
+static inline size_t gemm_argmax_work_bytes(int rows, int am_cols) {
+    return (size_t)rows * ((am_cols + GEMM_AM_CHUNK - 1) / GEMM_AM_CHUNK) * 12;
+}
 typedef struct GemmParams {
     const uint16_t *x; /* bf16 [M][ldx] */
     const uint16_t *w; /* bf16 [N][ldw] */
@@ -506,6 +516,7 @@ typedef struct GemmParams {
      * already fill the GPU), so a row's sums then depend on M; 0 (deterministic mode, batch invariance): the shape's
      * plan alone */
     int split_m;
+    int am_cols; /* GEMM_EPI_ARGMAX: the columns that take part, 1 .. N */
 } GemmParams;
 /* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue).
  * TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer

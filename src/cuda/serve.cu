@@ -38,6 +38,9 @@
 #define SV_MAX_PIECES 256       /* pieces per pass: up to 256 decode rows share one read of the weights */
 #define SV_N_BUCKETS  19        /* decode-pass graphs: row counts 1 .. 256 (sv_buckets) */
 #define SV_PEN_CAP    (1 << 20) /* logit-change entries per pass (at least the vocabulary: a lone row always fits) */
+#define SV_LM_ARGMAX                                                                                                   \
+    3 /* a pass's LM head kind after sv_smp_fill's 0 / 1 / 2: every row greedy, picked in
+                                   the LM head's epilogue (sv_lm_argmax) */
 
 struct CudaServe {
     ServeLayout lay; /* the pools hold one slot and one block more: the spare ones of padded graph rows */
@@ -76,7 +79,8 @@ struct CudaServe {
     int pen_cap, pen_used;
     void *smp_scratch; /* [lm_rows] cuda_sample's scratch, zeroed at open */
     size_t smp_scratch_bytes;
-    cudaGraphExec_t graph[3][SV_N_BUCKETS]; /* decode passes by bucket, [1]: with sampled rows, [2]: and logit changes;
+    cudaGraphExec_t graph[SV_LM_ARGMAX + 1][SV_N_BUCKETS]; /* decode passes by bucket, [1]: with sampled rows, [2]: and
+                                             * logit changes, [SV_LM_ARGMAX]: greedy rows only, picked in the LM head;
                                              * captured at first use */
     int no_graph;                           /* a capture failed: eager passes from then on */
     int det;                                /* deterministic mode: the skinny GEMM for every decode row */
@@ -215,7 +219,9 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     const int pa_rows = sv->det || T < SV_MAX_PIECES ? T : SV_MAX_PIECES;
     sv->pa_work_n = ctx->c->n_full_layers ? paged_attn_work_floats(pa_rows, sv->d.Hq, sv->d.hd) : 1;
     sv->pa_work = (float *)sv_carve(a, sizeof(float) * sv->pa_work_n);
-    sv->am_work_bytes = rows_argmax_work_bytes(T, ctx->c->vocab_size);
+    const size_t amw = rows_argmax_work_bytes(T, ctx->c->vocab_size),
+                 amg = gemm_argmax_work_bytes(sv->lm_rows, ctx->c->vocab_size);
+    sv->am_work_bytes = amw > amg ? amw : amg;
     sv->am_work = sv_carve(a, sv->am_work_bytes);
     sv->skw_floats = skinny_work(ctx, sv);
     sv->skw = (float *)sv_carve(a, sizeof(float) * (sv->skw_floats ? sv->skw_floats : 1));
@@ -286,7 +292,7 @@ extern "C" void cuda_serve_close(void *p) {
     if (!sv) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     ctx_kv_e4m3(ctx, 0);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k <= SV_LM_ARGMAX; k++)
         for (int i = 0; i < SV_N_BUCKETS; i++)
             if (sv->graph[k][i]) cudaGraphExecDestroy(sv->graph[k][i]);
     if (sv->slots) cudaFree(sv->slots);
@@ -578,13 +584,28 @@ static int sv_gemm(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, GemmParams
     return sv_norm(sv, lc, y0 + (size_t)sk * g.ldy, norm_w, sv->h + (size_t)sk * sv->d.D, T - sk, layer, err);
 }
 
+/* Where a pass's picks go on the device: the argmax ids, then their logprobs, in the tail of sv->ints (copied back
+ * by sv_pass). */
+static int32_t *sv_am_dev(const CudaServe *sv) { return sv->ints + sv->n_ints - 2 * (size_t)sv->tmax; }
+static float *sv_lp_dev(const CudaServe *sv) { return (float *)(sv->ints + sv->n_ints - sv->tmax); }
+
+/* Whether a pass whose LM head runs over `rows` rows, every one greedy with its pick on the device (no sampled row,
+ * no row whose logits go to the host), takes the LM head with the argmax epilogue (GEMM_EPI_ARGMAX): the logits are
+ * never written and read back, only each row's partials per 128 columns. Where the prefill GEMM takes the LM head
+ * (outside deterministic mode, >= 128 rows on sm_90: sv_gemm): the TMA kernels of 128-column tiles have the
+ * epilogue. The picks are those of the logits rows (the argmax of the same values, the smallest id among equals); the
+ * logprob sums the same terms in another order. */
+static int sv_lm_argmax(const CudaServe *sv, int rows, int V) {
+    return !sv->det && sv->major == 9 && rows <= sv->lm_rows && sv_skinny_rows(sv, rows, V) == 0;
+}
+
 /* The picks of logits rows lm [rows][V] (device): their argmax ids and log-softmax there into the tail of sv->ints,
  * then with smp the draws of the rows sv->smp samples in place of their argmax (and the drawn ids' log-softmax); smp 2:
  * the rows' logit changes (sv->pen_row) first, and the log-softmax of the raw row at the pick. */
 static int sv_picks(CudaCtx *ctx, CudaServe *sv, const CudaLaunch *lc, const float *lm, int rows, int smp, Err *err) {
     const int V = ctx->c->vocab_size;
-    int32_t *am_dev = sv->ints + sv->n_ints - 2 * (size_t)sv->tmax;
-    float *lp_dev = (float *)(sv->ints + sv->n_ints - sv->tmax);
+    int32_t *am_dev = sv_am_dev(sv);
+    float *lp_dev = sv_lp_dev(sv);
     RowsArgmaxParams ap = {lm, rows, V, ctx->n_valid, am_dev, sv->am_work, sv->am_work_bytes, lp_dev};
     int rc = cuda_rows_argmax(&ap, lc);
     if (rc) return sv_fail(rc, "argmax", -1, err);
@@ -668,7 +689,8 @@ static int tab_len(const SvPiece *q, int block) { return (q->pos + q->n - 1) / b
  * chunks, np = 0 in a captured decode pass; n_out logits rows listed in the out_row ints), after the ints are on the
  * device: embedding, every layer, the final norm and LM head of the logits rows into sv->lm [n_out][V], and their
  * argmax ids and logprobs when any_am, then with any_smp the draws of the rows sv->smp samples (in place of their
- * argmax). No copies to or from the host: a decode pass replays it as a graph. */
+ * argmax); any_smp SV_LM_ARGMAX (sv_pass's kind: every row greedy, sv_lm_argmax): the LM head's epilogue gives the
+ * picks and sv->lm is not written. No copies to or from the host: a decode pass replays it as a graph. */
 static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, const int *prow, const int *ptab, int T,
                      int nd, int n_out, int any_am, int any_smp, Err *err) {
     const Config *c = ctx->c;
@@ -858,8 +880,25 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
         GatherRowsParams gp = {sv->x, orow, sv->xg, n_out, D};
         if ((rc = cuda_gather_rows(&gp, &lc))) return sv_fail(rc, "gather", -1, err);
         if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, sv->h, n_out, -1, err))) return rc;
+        if (any_smp == SV_LM_ARGMAX && sv->major == 9) {
+            GemmParams g = {sv->h, ctx->lm_head, sv->am_work, n_out, V, D, D, D, 0, GEMM_EPI_ARGMAX, 0, 0};
+            g.algo = serve_algo(sv, n_out, V);
+            g.am_cols = ctx->n_valid;
+            rc = cuda_gemm_bf16(&g, &lc);
+            if (rc == (int)cudaErrorNotSupported) { /* no tensor maps: mma.sync from now on (sv_gemm), logits rows */
+                sv->major = 0;
+            } else if (rc) {
+                return sv_fail(rc, "gemm_lm_head", -1, err);
+            } else {
+                RowsArgmaxParams ap = {
+                    NULL, n_out, V, ctx->n_valid, sv_am_dev(sv), sv->am_work, sv->am_work_bytes, sv_lp_dev(sv)};
+                if ((rc = cuda_rows_argmax_final(&ap, &lc))) return sv_fail(rc, "argmax", -1, err);
+                return 0;
+            }
+        }
         GemmParams g = {sv->h, ctx->lm_head, sv->lm, n_out, V, D, D, D, V, GEMM_EPI_F32, 0, 0};
         if ((rc = sv_gemm(ctx, sv, &lc, g, NULL, 0, n_out, 0, NULL, -1, "gemm_lm_head", err))) return rc;
+        if (any_smp == SV_LM_ARGMAX) any_smp = 0;
         if (any_am) return sv_picks(ctx, sv, &lc, sv->lm, n_out, any_smp, err);
     }
     return 0;
@@ -877,7 +916,7 @@ static int sv_bucket(int n) {
 }
 
 /* Captures the decode pass of bucket bi (rows 0 .. sv_buckets[bi] - 1, every one a decode row with logits), with
- * the sampler when smp. */
+ * the sampler when smp is 1 or 2, the picks in the LM head when it is SV_LM_ARGMAX. */
 static int sv_capture(CudaCtx *ctx, CudaServe *sv, int bi, int smp, Err *err) {
     const int Bb = sv_buckets[bi];
     cudaGraph_t g = NULL;
@@ -957,8 +996,11 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         for (int i = 0; i < np && bi >= 0; i++)
             if (pc[i].pos == 0) bi = -1;
     }
-    int any_am = 0;
-    for (int k = 0; k < n_out; k++) any_am |= am_dst[k] != NULL;
+    int any_am = 0, all_am = n_out > 0;
+    for (int k = 0; k < n_out; k++) any_am |= am_dst[k] != NULL, all_am &= am_dst[k] != NULL;
+    /* the pass's LM head kind: sv_smp_fill's, or every row picked in the LM head */
+    const int kind =
+        !any_smp && all_am && sv_lm_argmax(sv, bi >= 0 ? sv_buckets[bi] : n_out, V) ? SV_LM_ARGMAX : any_smp;
     if (bi >= 0) {
         const int Bb = sv_buckets[bi];
         h_tables[nt] = sv->lay.n_blocks; /* the spare block */
@@ -978,7 +1020,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
     if (e == cudaSuccess) e = sv_smp_upload(sv, bi >= 0 ? sv_buckets[bi] : n_out, any_smp, ctx->stream);
     if (e != cudaSuccess) return sv_fail((int)e, "upload", -1, err);
     int rc = 0;
-    if (bi >= 0 && !sv->graph[any_smp][bi] && sv_capture(ctx, sv, bi, any_smp, err)) {
+    if (bi >= 0 && !sv->graph[kind][bi] && sv_capture(ctx, sv, bi, kind, err)) {
         /* a capture that fails leaves the session on eager passes: a slower path, not an error, said once */
         (void)cudaGetLastError();
         sv->no_graph = 1;
@@ -990,7 +1032,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         bi = -1;
     }
     if (bi >= 0) {
-        e = cudaGraphLaunch(sv->graph[any_smp][bi], ctx->stream);
+        e = cudaGraphLaunch(sv->graph[kind][bi], ctx->stream);
         if (e != cudaSuccess) return sv_fail((int)e, "graph launch", -1, err);
     } else {
         /* a new sequence starts from zero DeltaNet state */
@@ -1001,7 +1043,7 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
                                       ctx->stream);
                 if (e != cudaSuccess) return sv_fail((int)e, "slot clear", -1, err);
             }
-        if ((rc = sv_layers(ctx, sv, pc, np, prow, ptab, T, nd, n_out, any_am, any_smp, err))) return rc;
+        if ((rc = sv_layers(ctx, sv, pc, np, prow, ptab, T, nd, n_out, any_am, kind, err))) return rc;
     }
     /* greedy rows: only their argmax comes back (the pinned tail of ints); the other rows whole, in runs. A pageable
      * destination returns once the copy is done. */

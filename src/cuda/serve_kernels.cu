@@ -989,10 +989,10 @@ __global__ void __launch_bounds__(AM_NT) rows_argmax_part(const __grid_constant_
     sums[(size_t)r * nch + blockIdx.x] = sum;
 }
 
-/* grid rows, one warp: the row's chunk bests -> out[r] (INT_MAX, i.e. every value NaN: 0, as sampler_argmax). */
-__global__ void __launch_bounds__(32) rows_argmax_final(const __grid_constant__ RowsArgmaxParams p) {
+/* grid rows, one warp: the row's nch chunk bests -> out[r] (INT_MAX, i.e. every value NaN: 0, as sampler_argmax). */
+__global__ void __launch_bounds__(32) rows_argmax_final(const __grid_constant__ RowsArgmaxParams p, int nch) {
     pdl_wait();
-    const int r = blockIdx.x, nch = (p.n_valid + AM_CHUNK - 1) / AM_CHUNK;
+    const int r = blockIdx.x;
     const float *val = (const float *)p.work;
     const int *idx = (const int *)(val + (size_t)p.rows * nch);
     ArgMax b = {-INFINITY, INT_MAX};
@@ -1019,5 +1019,13 @@ extern "C" int cuda_rows_argmax(const RowsArgmaxParams *p, const CudaLaunch *l) 
     const int nch = (p->n_valid + AM_CHUNK - 1) / AM_CHUNK;
     const int rc = launch_kernel(rows_argmax_part, dim3((unsigned)nch, (unsigned)p->rows), dim3(AM_NT), 0, l, *p);
     if (rc) return rc;
-    return launch_kernel(rows_argmax_final, dim3((unsigned)p->rows), dim3(32), 0, l, *p);
+    return launch_ex(rows_argmax_final, dim3((unsigned)p->rows), dim3(32), 0, 0, l, *p, nch);
+}
+
+extern "C" int cuda_rows_argmax_final(const RowsArgmaxParams *p, const CudaLaunch *l) {
+    if (!p->out || p->rows < 1 || p->rows > 65535 || p->n_valid < 1 || !p->work ||
+        p->work_bytes < gemm_argmax_work_bytes(p->rows, p->n_valid))
+        return (int)cudaErrorInvalidValue;
+    const int nch = (p->n_valid + GEMM_AM_CHUNK - 1) / GEMM_AM_CHUNK;
+    return launch_ex(rows_argmax_final, dim3((unsigned)p->rows), dim3(32), 0, 0, l, *p, nch);
 }

@@ -181,6 +181,9 @@ typedef struct RowsArgmaxParams {
     float *lp; /* [rows] or NULL */
 } RowsArgmaxParams;
 int cuda_rows_argmax(const RowsArgmaxParams *p, const CudaLaunch *l);
+/* The second kernel alone, over the partials a GEMM_EPI_ARGMAX GEMM of rows rows and am_cols = n_valid left in work
+ * (GEMM_AM_CHUNK-column chunks; work_bytes >= gemm_argmax_work_bytes(rows, n_valid)); x and cols unused. */
+int cuda_rows_argmax_final(const RowsArgmaxParams *p, const CudaLaunch *l);
 
 /* A logits row's changes before its pick (penalty.cu): entries[off .. off + n) of PenaltyParams.entries, sampler.h's
  * SamplePenalty list, under the row's three penalty values; n = 0: none. lse is penalty_apply's output. */

@@ -129,6 +129,85 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
     free(x), free(w), free(y), free(y0);
 }
 
+/* GEMM_EPI_ARGMAX against the same GEMM's GEMM_EPI_F32 logits (the same kernel and sums, so the same values): every
+ * row's partials per 128-column chunk below am_cols (work poisoned with NaN first): the chunk's max, its smallest
+ * column, the sum of exp(y - max) within 1e-5; then the row's argmax and logprob as cuda_rows_argmax_final reduces
+ * them (in double here) against the F32 row's. W rows 5 and 300 are equal (tied logits: the smaller id must win),
+ * and scaled up so that they win rows often. */
+static void run_argmax_case(int M, int N, int K, int sms, int algo, int am_cols) {
+    const int ldx = K + 8, ldw = K;
+    uint16_t *x = (uint16_t *)alloc((size_t)M * ldx * 2), *w = (uint16_t *)alloc((size_t)N * ldw * 2);
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < ldx; k++) x[(size_t)m * ldx + k] = k < K ? emu_bf(nrm()) : 0xffc0;
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < ldw; k++) w[(size_t)n * ldw + k] = emu_bf(nrm() / sqrtf((float)K) * (n == 5 ? 3.0f : 1.0f));
+    if (N > 300) memcpy(w + (size_t)300 * ldw, w + (size_t)5 * ldw, (size_t)ldw * 2);
+    float *y = (float *)alloc((size_t)M * N * 4);
+    const int nch = (am_cols + GEMM_AM_CHUNK - 1) / GEMM_AM_CHUNK;
+    const size_t wb = gemm_argmax_work_bytes(M, am_cols);
+    uint8_t *work = (uint8_t *)alloc(wb);
+    for (size_t i = 0; i < wb / 4; i++) ((uint32_t *)work)[i] = 0x7fc00000u; /* NaN */
+    GemmParams p;
+    memset(&p, 0, sizeof p);
+    p.x = x, p.w = w, p.y = y, p.M = M, p.N = N, p.K = K, p.ldx = ldx, p.ldw = ldw, p.ldy = N;
+    p.epi = GEMM_EPI_F32, p.glu_group = 1, p.algo = algo;
+    CudaLaunch l;
+    memset(&l, 0, sizeof l);
+    printf("  %-4s argmax  M %3d N %3d K %3d am_cols %3d: ", algo_name(algo), M, N, K, am_cols);
+    fflush(stdout);
+    int rc = gemm_tma_run(&p, sms, &l);
+    p.epi = GEMM_EPI_ARGMAX, p.y = work, p.ldy = 0, p.am_cols = am_cols;
+    if (!rc) rc = gemm_tma_run(&p, sms, &l);
+    const float *val = (const float *)work;
+    const int *idx = (const int *)(val + (size_t)M * nch);
+    const float *sum = (const float *)(idx + (size_t)M * nch);
+    int bad = 0, ties = 0;
+    double max_lp = 0, max_sum = 0;
+    for (int m = 0; m < M; m++) {
+        const float *r = y + (size_t)m * N;
+        int best = 0;
+        for (int c = 1; c < am_cols; c++)
+            if (r[c] > r[best]) best = c;
+        ties += N > 300 && best == 5 && r[300] == r[5];
+        double lse = 0;
+        for (int c = 0; c < am_cols; c++) lse += exp((double)r[c] - r[best]);
+        double gm = -INFINITY, gs = 0;
+        int gi = INT_MAX;
+        for (int ch = 0; ch < nch; ch++) {
+            const size_t o = (size_t)m * nch + ch;
+            const int c0 = ch * GEMM_AM_CHUNK, c1 = c0 + GEMM_AM_CHUNK < am_cols ? c0 + GEMM_AM_CHUNK : am_cols;
+            int cb = c0;
+            for (int c = c0 + 1; c < c1; c++)
+                if (r[c] > r[cb]) cb = c;
+            double cs = 0;
+            for (int c = c0; c < c1; c++) cs += exp((double)r[c] - r[cb]);
+            const double se = fabs(sum[o] - cs) / cs;
+            if (se > max_sum) max_sum = se;
+            if (!(val[o] == r[cb] && idx[o] == cb && se <= 1e-5)) {
+                if (bad < 4)
+                    fprintf(stderr, "    row %d chunk %d: got (%.8g, %d, %.8g) want (%.8g, %d, %.8g)\n", m, ch, val[o],
+                            idx[o], sum[o], r[cb], cb, cs);
+                bad++;
+            }
+            if (val[o] > gm || (val[o] == gm && idx[o] < gi)) gm = val[o], gi = idx[o];
+        }
+        for (int ch = 0; ch < nch; ch++) gs += sum[(size_t)m * nch + ch] * exp(val[(size_t)m * nch + ch] - gm);
+        const double lp_err = fabs(-log(gs) + log(lse));
+        if (lp_err > max_lp) max_lp = lp_err;
+        if (!(gi == best && lp_err <= 1e-5)) {
+            if (bad < 4) fprintf(stderr, "    row %d: argmax %d want %d, logprob off by %.3g\n", m, gi, best, lp_err);
+            bad++;
+        }
+    }
+    printf("%d rows, %d chunks each, %d won by a tie: sums within %.2g, logprobs within %.2g\n", M, nch, ties, max_sum,
+           max_lp);
+    if (rc || bad) {
+        printf("  FAIL: rc %d, %d partials or rows wrong\n", rc, bad);
+        fails++;
+    }
+    free(x), free(w), free(y), free(work);
+}
+
 /* Self-test of the emulated wgmma forms gemm_tma.cu does not use, one warpgroup: D[64][32] (=/+=) A B
  * with A [64][16] and B [32][16] (B as [n][k]) written into shared memory in each canonical layout by
  * the plain writer below (core matrices of 8 x 16 bytes placed by hand, then the XOR swizzle), A also
@@ -235,6 +314,11 @@ int main(int argc, char **argv) {
             run_case(200, 512, 320, 0, 2, algos[a], epi);   /* 2 CTAs, 2-4 tiles each, the ring wraps */
         }
     run_case(136, 384, 64, 0, 3, GEMM_ALGO_TMA, GEMM_EPI_BF16); /* the launcher's own pick */
+    for (int a = 1; a <= 2; a++) { /* the LM head's greedy pick: ragged rows and columns, several tiles per CTA */
+        run_argmax_case(200, 520, 128, 2, algos[a], 520);
+        run_argmax_case(130, 520, 64, 3, algos[a], 497);
+        run_argmax_case(64, 384, 64, 132, algos[a], 384);
+    }
     printf("gemm_emu: %s\n", fails ? "FAILED" : "all bounds met");
     return fails ? 1 : 0;
 }

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cuda/ops.h"
+#include "cuda/serve_ops.h"
 #include "test.h"
 #include "gpu_common.h"
 #include "util.h"
@@ -144,7 +145,7 @@ static void check_algo(const Case *cs, int algo) {
     const size_t ybytes = (size_t)(M + cs->guard) * ldy * esz;
     unsigned char *y1 = malloc(ybytes);
     void *dy = dcopy(cs->y0, ybytes);
-    GemmParams p = {cs->dx, cs->dw, dy, M, N, K, K, K, ldy, epi, G, algo, NULL, NULL, g_split_m};
+    GemmParams p = {cs->dx, cs->dw, dy, M, N, K, K, K, ldy, epi, G, algo, NULL, NULL, g_split_m, 0};
     set_weights(&p, cs);
     const char *fmt = cs->q ? "fp8" : "bf16";
     const int rc = gemm_run(&p, algo);
@@ -227,7 +228,7 @@ static void check_algo(const Case *cs, int algo) {
         const int M2 = 1 + (int)(rng_u64(&rng) % (uint64_t)(M - 1));
         unsigned char *y2 = malloc(ybytes);
         void *dy2 = dcopy(cs->y0, ybytes);
-        GemmParams p2 = {cs->dx, cs->dw, dy2, M2, N, K, K, K, ldy, epi, G, algo, NULL, NULL, 0};
+        GemmParams p2 = {cs->dx, cs->dw, dy2, M2, N, K, K, K, ldy, epi, G, algo, NULL, NULL, 0, 0};
         set_weights(&p2, cs);
         CHECK(gemm_run(&p2, algo) == 0, "skinny launch %s M=%d", fmt, M2);
         CUDA_OK(cudaMemcpy(y2, dy2, ybytes, cudaMemcpyDeviceToHost));
@@ -324,7 +325,7 @@ static void test_skinny_norm_fmt(int M, int N, int K, int mode, int f8) {
     const size_t wf = cuda_gemm_skinny_work(M, N, K, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
     float *work = NULL;
     CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
-    GemmParams p1 = {dx, dw, dy1, M, N, K, K, K, N, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, g_split_m};
+    GemmParams p1 = {dx, dw, dy1, M, N, K, K, K, N, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, g_split_m, 0};
     p1.w8 = dq, p1.w8_scale = dsc;
     GemmParams p2 = p1;
     p2.y = dy2;
@@ -458,7 +459,7 @@ static void test_skinny_fp8_bad_args(void) {
     CUDA_OK(cudaMemset(dnw, 0, (size_t)N * 4));
     const size_t wf = (size_t)1 << 16;
     CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
-    GemmParams ok = {dx, NULL, dy, M, N, K, K, K, N, GEMM_EPI_F32, 1, 0, NULL, NULL, 0};
+    GemmParams ok = {dx, NULL, dy, M, N, K, K, K, N, GEMM_EPI_F32, 1, 0, NULL, NULL, 0, 0};
     ok.w8 = dq, ok.w8_scale = ds;
     CHECK(cuda_gemm_skinny(&ok, work, wf, n_sm, &L0) == 0, "skinny fp8: a valid 4 x 16 x 32 problem refused");
     CUDA_OK(cudaDeviceSynchronize());
@@ -521,7 +522,7 @@ static void test_bad_args(void) {
     void *buf = NULL;
     CUDA_OK(cudaMalloc(&buf, 4096));
     CUDA_OK(cudaMemset(buf, 0, 4096));
-    GemmParams p = {buf, buf, buf, 4, 16, 16, 16, 16, 16, GEMM_EPI_BF16, 0, GEMM_ALGO_AUTO, NULL, NULL, 0};
+    GemmParams p = {buf, buf, buf, 4, 16, 16, 16, 16, 16, GEMM_EPI_BF16, 0, GEMM_ALGO_AUTO, NULL, NULL, 0, 0};
     CHECK(cuda_gemm_bf16(&p, &L0) == 0, "a valid 4 x 16 x 16 problem must be accepted");
     CUDA_OK(cudaDeviceSynchronize());
     p.N = 12;
@@ -536,9 +537,83 @@ static void test_bad_args(void) {
     CHECK(cuda_gemm_bf16(&p, &L0) != 0, "x not 16-byte aligned must be refused");
     p.x = buf, p.algo = GEMM_ALGO_COUNT;
     CHECK(cuda_gemm_bf16(&p, &L0) != 0, "unknown algo must be refused");
-    p.algo = GEMM_ALGO_AUTO, p.epi = 4;
+    p.algo = GEMM_ALGO_AUTO, p.epi = GEMM_EPI_ARGMAX + 1;
     CHECK(cuda_gemm_bf16(&p, &L0) != 0, "unknown epilogue must be refused");
+    p.epi = GEMM_EPI_ARGMAX, p.am_cols = 16;
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "the argmax epilogue with an algorithm other than TMA C128 / P128 refused");
+    p.algo = GEMM_ALGO_TMA_C128, p.am_cols = 0;
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "the argmax epilogue with am_cols 0 must be refused");
+    p.am_cols = 17;
+    CHECK(cuda_gemm_bf16(&p, &L0) != 0, "the argmax epilogue with am_cols > N must be refused");
     CUDA_OK(cudaFree(buf));
+}
+
+/* GEMM_EPI_ARGMAX (the batched step's greedy LM head, TMA C128 / P128) + cuda_rows_argmax_final against the same
+ * GEMM's GEMM_EPI_F32 logits + cuda_rows_argmax (the logits path): the same ids, logprobs within 2e-5, every partial
+ * of the NaN-poisoned work written. W row 7 is copied to rows 9000 and 248100 (past am_cols: never picked) and scaled
+ * up, so that many rows tie and the smallest id must win. */
+static void test_argmax_epilogue(int M, int N, int K, int am_cols, int algo) {
+    uint16_t *x = rand_bf16((size_t)M * K, 1.0f), *w = rand_bf16((size_t)N * K, 1.0f / sqrtf((float)K));
+    for (int k = 0; k < K; k++) w[7 * (size_t)K + k] = f32_to_bf16(3.0f * bf16_to_f32(w[7 * (size_t)K + k]));
+    memcpy(w + (size_t)9000 * K, w + (size_t)7 * K, 2 * (size_t)K);
+    if (N > 248100) memcpy(w + (size_t)248100 * K, w + (size_t)7 * K, 2 * (size_t)K);
+    uint16_t *dx = dcopy(x, 2 * (size_t)M * K), *dw = dcopy(w, 2 * (size_t)N * K);
+    float *dy = NULL, *dlp = NULL, *dlp2 = NULL;
+    int32_t *did = NULL, *did2 = NULL;
+    void *work = NULL, *work2 = NULL;
+    const size_t wb = gemm_argmax_work_bytes(M, am_cols), wb2 = rows_argmax_work_bytes(M, am_cols);
+    CUDA_OK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)M * N));
+    CUDA_OK(cudaMalloc((void **)&dlp, sizeof(float) * M));
+    CUDA_OK(cudaMalloc((void **)&dlp2, sizeof(float) * M));
+    CUDA_OK(cudaMalloc((void **)&did, sizeof(int32_t) * M));
+    CUDA_OK(cudaMalloc((void **)&did2, sizeof(int32_t) * M));
+    CUDA_OK(cudaMalloc(&work, wb));
+    CUDA_OK(cudaMalloc(&work2, wb2));
+    CUDA_OK(cudaMemset(work, 0xff, wb)); /* NaN */
+    CUDA_OK(cudaMemset(did, 0xff, sizeof(int32_t) * M));
+    GemmParams p = {dx, dw, dy, M, N, K, K, K, N, GEMM_EPI_F32, 1, algo, NULL, NULL, 0, 0};
+    int rc = cuda_gemm_bf16(&p, &L0);
+    RowsArgmaxParams ap = {dy, M, N, am_cols, did2, work2, wb2, dlp2};
+    if (!rc) rc = cuda_rows_argmax(&ap, &L0);
+    p.epi = GEMM_EPI_ARGMAX, p.y = work, p.ldy = 0, p.am_cols = am_cols;
+    if (!rc) rc = cuda_gemm_bf16(&p, &L0);
+    RowsArgmaxParams af = {NULL, M, N, am_cols, did, work, wb, dlp};
+    if (!rc) rc = cuda_rows_argmax_final(&af, &L0);
+    CHECK(rc == 0, "argmax epilogue %s M=%d N=%d: launch %d", algo_name[algo], M, N, rc);
+    CUDA_OK(cudaDeviceSynchronize());
+    int32_t *id = malloc(sizeof(int32_t) * M), *id2 = malloc(sizeof(int32_t) * M);
+    float *lp = malloc(sizeof(float) * M), *lp2 = malloc(sizeof(float) * M), *part = malloc(wb);
+    CUDA_OK(cudaMemcpy(id, did, sizeof(int32_t) * M, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(id2, did2, sizeof(int32_t) * M, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lp, dlp, sizeof(float) * M, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lp2, dlp2, sizeof(float) * M, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(part, work, wb, cudaMemcpyDeviceToHost));
+    int ids_differ = 0, ties = 0, unwritten = 0;
+    double lp_err = 0;
+    for (int m = 0; m < M; m++) {
+        ids_differ += id[m] != id2[m];
+        ties += id[m] == 7;
+        const double e = fabs((double)lp[m] - lp2[m]);
+        if (!(e <= lp_err)) lp_err = e;
+    }
+    for (size_t i = 0; i < wb / 4; i++) unwritten += part[i] != part[i];
+    printf("  argmax epilogue %s M=%d N=%d K=%d am_cols=%d: %d ids differ from the logits path (%d rows picked the "
+           "tied id 7), logprobs within %.2g, %d partials unwritten\n",
+           algo_name[algo], M, N, K, am_cols, ids_differ, ties, lp_err, unwritten);
+    CHECK(ids_differ == 0 && lp_err <= 2e-5 && unwritten == 0,
+          "argmax epilogue %s M=%d: %d ids differ, logprobs off by %.3g, %d partials unwritten", algo_name[algo], M,
+          ids_differ, lp_err, unwritten);
+    CHECK(ties > 0, "argmax epilogue %s M=%d: no row picked the tied id (the test lost its ties)", algo_name[algo], M);
+    free(x), free(w), free(id), free(id2), free(lp), free(lp2), free(part);
+    CUDA_OK(cudaFree(dx));
+    CUDA_OK(cudaFree(dw));
+    CUDA_OK(cudaFree(dy));
+    CUDA_OK(cudaFree(dlp));
+    CUDA_OK(cudaFree(dlp2));
+    CUDA_OK(cudaFree(did));
+    CUDA_OK(cudaFree(did2));
+    CUDA_OK(cudaFree(work));
+    CUDA_OK(cudaFree(work2));
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -568,7 +643,7 @@ static void bench_fmt(const char *name, int M, int N, int K, int epi, int algo, 
     void *dy = NULL;
     CUDA_OK(cudaMalloc(&dy, (size_t)M * ycols * 4));
     CUDA_OK(cudaMemset(dy, 0, (size_t)M * ycols * 4));
-    GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 1, algo, NULL, NULL, 0};
+    GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 1, algo, NULL, NULL, 0, 0};
     p.w8 = dq, p.w8_scale = dsc;
     const size_t wf = algo == ALGO_SKINNY ? cuda_gemm_skinny_work(M, N, K, n_sm, epi, 1) : 0;
     float *work = NULL;
@@ -633,6 +708,10 @@ static int run_algo(int a, uint64_t seed) {
         test_skinny_fp8_bad_args();
         test_skinny_fp8();
         test_skinny_split_m();
+    }
+    if (algo_of[a] == GEMM_ALGO_TMA_C128 || algo_of[a] == GEMM_ALGO_TMA_P128) {
+        test_argmax_epilogue(256, 248320, 1024, 248077, algo_of[a]); /* the 0.8B LM head, ids past n_valid */
+        test_argmax_epilogue(131, 12296, 256, 12296, algo_of[a]);    /* ragged rows and columns */
     }
     printf("timing (median of 20):\n");
     const int algo = algo_of[a];

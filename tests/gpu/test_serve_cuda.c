@@ -52,6 +52,8 @@ static Tensor mk(int64_t rows, int64_t cols, DType dt, float offset, float scale
 
 /* qwen35 = 1: layers D D A D A (D = DeltaNet with Hk = 2, Hv = 4 heads of 128 x 128, A = gated attention with partial
  * RoPE); 0: Qwen3-like, 3 plain attention layers. */
+static int g_vocab; /* small_model's vocabulary when not 0 (test_lm_argmax) */
+
 static void small_model(Model *m, int qwen35) {
     memset(m, 0, sizeof *m);
     Config *c = &m->config;
@@ -61,7 +63,7 @@ static void small_model(Model *m, int qwen35) {
     c->num_hidden_layers = qwen35 ? 5 : 3;
     c->intermediate_size = qwen35 ? 384 : 320;
     c->rms_norm_eps = 1e-6f;
-    c->vocab_size = qwen35 ? 1000 : 800;
+    c->vocab_size = g_vocab ? g_vocab : qwen35 ? 1000 : 800;
     c->tie_word_embeddings = qwen35;
     c->num_attention_heads = 4;
     c->num_key_value_heads = qwen35 ? 2 : 4;
@@ -884,6 +886,83 @@ done:
     free(alone), free(among), free(fwd), free(cpu_all), free(cpu);
 }
 
+/* The greedy LM head with the picks in its epilogue (serve.cu sv_lm_argmax: >= 128 rows, every one greedy with its pick
+ * on the device, a vocabulary wide enough that the prefill GEMM takes the LM head: the Qwen3.5-like model with 16384
+ * ids): LM_SEQS sequences, their prompts of 2-4 ids in one pass, then two decode steps of all of them (a graph of the
+ * 160-row bucket), run twice on fresh contexts: once with every logits row to the host, once with every row picked on
+ * the device. The picks must be the host argmax of the first run's rows (the same layers, the same LM head sums), their
+ * logprobs the rows' log-softmax there within 1e-4; in the prompt pass (eager) and in both decode steps. */
+#define LM_SEQS 130
+static int lm_run(void *ctx, const int *ids, int V, int picked, float *rows, float *scratch, int *pick, float *lp,
+                  Err *err) {
+    static int tables[LM_SEQS];
+    BatchItem it[LM_SEQS];
+    int len[LM_SEQS], rc = 0;
+    for (int step = 0; step < 3 && !rc; step++) {
+        for (int k = 0; k < LM_SEQS; k++) {
+            const int n = step ? 1 : 2 + k % 3;
+            if (!step) len[k] = 0;
+            tables[k] = k;
+            memset(&it[k], 0, sizeof it[k]);
+            it[k].slot = k, it[k].tokens = ids + 8 * k + len[k], it[k].n = n, it[k].pos = len[k];
+            it[k].blocks = &tables[k], it[k].logits = 1;
+            if (picked) it[k].pick = pick + step * LM_SEQS + k, it[k].logprob = lp + step * LM_SEQS + k;
+            if (picked) *it[k].pick = -1;
+            len[k] += n;
+        }
+        rc = cuda_backend.step_batch(ctx, it, LM_SEQS, picked ? scratch : rows + (size_t)step * LM_SEQS * V, err);
+    }
+    return rc;
+}
+
+static void test_lm_argmax(void) {
+    Model m;
+    g_vocab = 16384;
+    small_model(&m, 1);
+    g_vocab = 0;
+    const int V = m.config.vocab_size;
+    int *ids = malloc(sizeof(int) * 8 * LM_SEQS), *pick = malloc(sizeof(int) * 3 * LM_SEQS);
+    float *rows = malloc(sizeof(float) * 3 * LM_SEQS * (size_t)V), *lp = malloc(sizeof(float) * 3 * LM_SEQS);
+    float *scratch = malloc(sizeof(float) * LM_SEQS * (size_t)V); /* the picked run's output (no row is written) */
+    for (int i = 0; i < 8 * LM_SEQS; i++) ids[i] = (int)(rng_u64(&rng) % (uint64_t)V);
+    BackendOptions o;
+    memset(&o, 0, sizeof o);
+    o.max_seq = 512; /* passes of up to 512 rows: all the prompts in one */
+    Err err = {0};
+    int rc = 0, wrong = 0, unpicked = 0;
+    double lp_err = 0;
+    for (int picked = 0; picked < 2 && !rc; picked++) {
+        void *ctx = NULL;
+        ServeLayout lay = {.n_slots = LM_SEQS, .n_blocks = LM_SEQS, .block = BLOCK, .max_blocks = 512 / BLOCK};
+        rc = cuda_backend.open(&ctx, &m, &o, &err);
+        if (!rc) rc = cuda_backend.serve_open(ctx, &lay, &err);
+        if (!rc) rc = lm_run(ctx, ids, V, picked, rows, scratch, pick, lp, &err);
+        if (ctx) {
+            cuda_backend.serve_close(ctx);
+            cuda_backend.close(ctx);
+        }
+    }
+    CHECK(rc == 0, "lm argmax: %s", err.msg);
+    for (int r = 0; r < 3 * LM_SEQS && !rc; r++) {
+        const float *x = rows + (size_t)r * V;
+        int b = 0;
+        for (int i = 1; i < V; i++)
+            if (x[i] > x[b]) b = i;
+        double s = 0;
+        for (int i = 0; i < V; i++) s += exp((double)x[i] - x[b]);
+        unpicked += pick[r] < 0;
+        wrong += pick[r] != b;
+        const double e = fabs(lp[r] + log(s));
+        if (!(e <= lp_err)) lp_err = e;
+    }
+    printf("  qwen3.5-like, %d ids, %d greedy rows a pass: picks in the LM head vs the logits rows' argmax: %d of %d "
+           "differ (%d left to the host), logprobs within %.2g\n",
+           V, LM_SEQS, wrong, 3 * LM_SEQS, unpicked, lp_err);
+    CHECK(!rc && wrong == 0 && lp_err <= 1e-4, "lm argmax: %d of %d picks differ, logprobs off by %.3g", wrong,
+          3 * LM_SEQS, lp_err);
+    free(ids), free(pick), free(rows), free(lp), free(scratch);
+}
+
 int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("serve_cuda");
     rng_seed(&rng, test_seed(argc, argv, "test_serve_cuda"));
@@ -895,6 +974,7 @@ int main(int argc, char **argv) {
         test_model(1, det, 0, 0, 1); /* fp8 KV cache (ServeLayout.kv_fp8) */
         test_model(0, det, 0, 0, 1);
     }
+    test_lm_argmax();
     tt_free_all();
     return TEST_SUMMARY("serve_cuda");
 }
