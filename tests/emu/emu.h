@@ -195,6 +195,15 @@ static inline float emu_shfl(float v, int src) {
 }
 static inline float __shfl_sync(unsigned, float v, int src) { return emu_shfl(v, src & 31); }
 static inline float __shfl_xor_sync(unsigned, float v, int m) { return emu_shfl(v, (me().tid & 31) ^ m); }
+#ifndef EMU_OWN_INT_SHFL /* sample_emu.cpp and lm_screen_emu.cpp bring their own */
+/* int shuffles move the bits (through float they would lose any int past 2^24, INT_MAX included) */
+static inline int __shfl_sync(unsigned, int v, int src) {
+    return (int)__float_as_uint(emu_shfl(__uint_as_float((uint32_t)v), src & 31));
+}
+static inline int __shfl_xor_sync(unsigned, int v, int m) {
+    return (int)__float_as_uint(emu_shfl(__uint_as_float((uint32_t)v), (me().tid & 31) ^ m));
+}
+#endif
 static inline float __shfl_up_sync(unsigned, float v, int d) {
     const int lane = me().tid & 31;
     return emu_shfl(v, lane >= d ? lane - d : lane);

@@ -12,6 +12,7 @@
  * fallback and the key, not speed (the atomics are plain read-modify-writes, one CTA after another). */
 // clang-format off
 #define EMU_NO_SILU /* silu_f comes from common.cuh with the other helpers */
+#define EMU_OWN_INT_SHFL
 #include "emu.h" /* first: its macros replace CUDA's qualifiers */
 #undef __host__
 #define __host__

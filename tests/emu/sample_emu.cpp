@@ -4,6 +4,7 @@
  * and the draw). Cases: smooth and heavily tied logits, padding, temperatures 0.3-2.5 and 1e30 (every bin of the
  * key range), top-k / top-p / min-p on and off, one value bin holding 70000 ids, non-finite max, temperature 0,
  * repeat determinism. Built and run by tests/emu/run_sample.sh. */
+#define EMU_OWN_INT_SHFL
 #include "emu.h"
 
 #include <algorithm>

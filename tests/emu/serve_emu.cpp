@@ -26,9 +26,6 @@
 
 #include "emu_common.h"
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_bar(); }
-static inline int __shfl_xor_sync(unsigned, int v, int m) { /* the int form (warp_argmax's indices), bit exact */
-    return (int)__float_as_uint(emu_shfl(__uint_as_float((uint32_t)v), (me().tid & 31) ^ m));
-}
 // clang-format off
 #include "sv_common.inc"   /* bf_lo .. ceil_div from src/cuda/common.cuh */
 #include "sv_deltanet.inc" /* src/cuda/deltanet.cuh */
