@@ -26,7 +26,8 @@
  *   - device sampling (BatchItem.sample): a prompt chunk's and decode rows' draws equal the host sampler's on the
  *     same rows with the same u, with their logprobs; top_k 1 is the argmax; in deterministic mode alone = among;
  *   - bad items (a slot outside the layout, a block outside the pool), snapshots and blocks are refused with
- *     Q35_ERR_ARG;
+ *     Q35_ERR_ARG; --ablate lists (serve_step's measurement) with unknown kinds are refused, and a valid one opens,
+ *     steps and changes the rows;
  *   - all of it again on the Qwen3.5-like model quantized to FP8 (model_quantize_fp8: FP8 GEMVs and skinny GEMMs,
  *     the FP8 weights also on the skinny GEMM of short prefill pieces, bf16 copies in the tiled prefill GEMMs, the CPU
  *     on the dequantized weights);
@@ -722,6 +723,20 @@ static void test_model(int qwen35, int det, int fp8, int bf16, int kv8) {
         lay.ablate = bad_ablate[k];
         CHECK(cuda_backend.serve_open(ctx, &lay, &err) == Q35_ERR_ARG && strstr(err.msg, "ablate"),
               "%s: --ablate %s refused: %s", name, bad_ablate[k], err.msg);
+    }
+    if (qwen35 && det && !fp8 && !bf16 && !kv8) { /* a valid list opens and steps, and the kinds are left out */
+        float *abl = malloc(sizeof(float) * 2 * N_STEPS * V);
+        int rc = 0;
+        for (int k = 0; k < 2 && !rc; k++) {
+            lay.ablate = k ? NULL : "sv.attn,sv.dn_state,sv.gate_up";
+            rc = cuda_backend.serve_open(ctx, &lay, &err);
+            if (!rc) rc = run_steps(&cuda_backend, ctx, ids, N_OTHER, 0, abl + (size_t)k * N_STEPS * V, V, &err);
+            cuda_backend.serve_close(ctx);
+        }
+        const int same = !rc && !memcmp(abl, abl + (size_t)N_STEPS * V, sizeof(float) * N_STEPS * V);
+        CHECK(rc == 0 && !same, "%s: --ablate sv.attn,sv.dn_state,sv.gate_up: %s", name,
+              rc ? err.msg : "the rows equal those of the full step");
+        free(abl);
     }
     lay.ablate = NULL;
     if (cuda_backend.serve_open(ctx, &lay, &err)) {
