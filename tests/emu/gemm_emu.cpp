@@ -61,6 +61,16 @@ static const char *epi_name(int e) {
     return e == GEMM_EPI_BF16 ? "bf16" : e == GEMM_EPI_F32 ? "f32" : e == GEMM_EPI_ADD_F32 ? "add_f32" : "swiglu1";
 }
 
+/* The problem of one launch (glu_group 1, no FP8) */
+static GemmParams params(const uint16_t *x, const uint16_t *w, void *y, int M, int N, int K, int ldx, int ldw, int ldy,
+                         int epi, int algo) {
+    GemmParams p;
+    memset(&p, 0, sizeof p);
+    p.x = x, p.w = w, p.y = y, p.M = M, p.N = N, p.K = K, p.ldx = ldx, p.ldw = ldw, p.ldy = ldy;
+    p.epi = epi, p.glu_group = 1, p.algo = algo;
+    return p;
+}
+
 /* One GEMM: x [M][ldx] (NaN past K), w [N][ldw]; y [M][ldy] (ycols = N or N/2 used, the rest guards). */
 static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int epi) {
     const int ldx = K + 8, ldw = K + 16 * (N % 16 == 8), ycols = epi == GEMM_EPI_SWIGLU_BF16 ? N / 2 : N;
@@ -75,10 +85,7 @@ static void run_case(int M, int N, int K, int ldy_pad, int sms, int algo, int ep
     void *y = alloc(ny * (f32 ? 4 : 2));
     float *y0 = (float *)alloc(ny * 4);
     emu_y_init(epi, y, y0, ny, ldy, ycols, f32);
-    GemmParams p;
-    memset(&p, 0, sizeof p);
-    p.x = x, p.w = w, p.y = y, p.M = M, p.N = N, p.K = K, p.ldx = ldx, p.ldw = ldw, p.ldy = ldy;
-    p.epi = epi, p.glu_group = 1, p.algo = algo;
+    GemmParams p = params(x, w, y, M, N, K, ldx, ldw, ldy, epi, algo);
     CudaLaunch l;
     memset(&l, 0, sizeof l);
     const long wg0 = emu_wgmma_count;
@@ -147,10 +154,7 @@ static void run_argmax_case(int M, int N, int K, int sms, int algo, int am_cols)
     const size_t wb = gemm_argmax_work_bytes(M, am_cols);
     uint8_t *work = (uint8_t *)alloc(wb);
     for (size_t i = 0; i < wb / 4; i++) ((uint32_t *)work)[i] = 0x7fc00000u; /* NaN */
-    GemmParams p;
-    memset(&p, 0, sizeof p);
-    p.x = x, p.w = w, p.y = y, p.M = M, p.N = N, p.K = K, p.ldx = ldx, p.ldw = ldw, p.ldy = N;
-    p.epi = GEMM_EPI_F32, p.glu_group = 1, p.algo = algo;
+    GemmParams p = params(x, w, y, M, N, K, ldx, ldw, N, GEMM_EPI_F32, algo);
     CudaLaunch l;
     memset(&l, 0, sizeof l);
     printf("  %-4s argmax  M %3d N %3d K %3d am_cols %3d: ", algo_name(algo), M, N, K, am_cols);
