@@ -38,9 +38,9 @@
 #define SV_MAX_PIECES 256       /* pieces per pass: up to 256 decode rows share one read of the weights */
 #define SV_N_BUCKETS  19        /* decode-pass graphs: row counts 1 .. 256 (sv_buckets) */
 #define SV_PEN_CAP    (1 << 20) /* logit-change entries per pass (at least the vocabulary: a lone row always fits) */
-#define SV_LM_ARGMAX                                                                                                   \
-    3 /* a pass's LM head kind after sv_smp_fill's 0 / 1 / 2: every row greedy, picked in
-                                   the LM head's epilogue (sv_lm_argmax) */
+/* a pass's LM head kind after sv_smp_fill's 0 / 1 / 2: every row greedy, picked in the LM head's epilogue
+ * (sv_lm_argmax) */
+#define SV_LM_ARGMAX 3
 
 struct CudaServe {
     ServeLayout lay; /* the pools hold one slot and one block more: the spare ones of padded graph rows */
@@ -79,14 +79,14 @@ struct CudaServe {
     int pen_cap, pen_used;
     void *smp_scratch; /* [lm_rows] cuda_sample's scratch, zeroed at open */
     size_t smp_scratch_bytes;
-    cudaGraphExec_t graph[SV_LM_ARGMAX + 1][SV_N_BUCKETS]; /* decode passes by bucket, [1]: with sampled rows, [2]: and
-                                             * logit changes, [SV_LM_ARGMAX]: greedy rows only, picked in the LM head;
-                                             * captured at first use */
-    int no_graph;                           /* a capture failed: eager passes from then on */
-    int det;                                /* deterministic mode: the skinny GEMM for every decode row */
-    char *ctx_dn;                           /* the context's DeltaNet states as n_dn pieces of lstride bytes (the
-                                             * first layer's S), or NULL when its layout differs: per-layer copies */
-    int solo_slot, solo_start, solo_len;    /* the slot the context's own state hosts (solo_step), or -1; positions
+    /* decode passes by bucket, [1]: with sampled rows, [2]: and logit changes, [SV_LM_ARGMAX]: greedy rows only,
+     * picked in the LM head; captured at first use */
+    cudaGraphExec_t graph[SV_LM_ARGMAX + 1][SV_N_BUCKETS];
+    int no_graph;                        /* a capture failed: eager passes from then on */
+    int det;                             /* deterministic mode: the skinny GEMM for every decode row */
+    char *ctx_dn;                        /* the context's DeltaNet states as n_dn pieces of lstride bytes (the
+                                          * first layer's S), or NULL when its layout differs: per-layer copies */
+    int solo_slot, solo_start, solo_len; /* the slot the context's own state hosts (solo_step), or -1; positions
                                           * solo_start .. solo_len - 1 are in its contiguous caches only */
     int solo_keep; /* positions below it are shared by the prefix cache (snapshots taken inside its steps): they go to
                     * the pages even when the hosted sequence ends (cuda_seq_end) */
