@@ -214,6 +214,10 @@ static void run_close(Run *r) {
 /* One batch size over the engines e[0 .. ne): each takes B / ne of the sequences and steps them from a thread of its
  * own, all at once (--engines: what two batches stepping side by side on one GPU give); returns 0 or an error code. */
 static int run_b(Q35Engine **e, int ne, int B, int ctx, int steps) {
+    if (B < ne) {
+        fprintf(stderr, "B %d: fewer sequences than the %d engines\n", B, ne);
+        return 1;
+    }
     Run r[8];
     memset(r, 0, sizeof r);
     int rc = 0, opened = 0;
@@ -228,9 +232,17 @@ static int run_b(Q35Engine **e, int ne, int B, int ctx, int steps) {
     if (!rc) {
         pthread_t th[8];
         const double t0 = now_s();
-        for (int k = 1; k < ne; k++) pthread_create(&th[k], NULL, run_steps, &r[k]);
+        int started[8] = {0};
+        for (int k = 1; k < ne; k++) started[k] = pthread_create(&th[k], NULL, run_steps, &r[k]) == 0;
         run_steps(&r[0]);
-        for (int k = 1; k < ne; k++) pthread_join(th[k], NULL);
+        for (int k = 1; k < ne; k++) {
+            if (started[k]) {
+                pthread_join(th[k], NULL);
+            } else {
+                fprintf(stderr, "B %d: engine %d: no thread\n", B, k);
+                rc = 1;
+            }
+        }
         wall = now_s() - t0;
         for (int k = 0; k < ne; k++) rc = rc ? rc : r[k].rc;
     }
@@ -317,6 +329,7 @@ int main(int argc, char **argv) {
     Q35Engine *e[8] = {NULL};
     Q35Err err = {0};
     int fails = 0;
+    if (prompt > 0) ne = 1; /* --prompt times one engine */
     for (int k = 0; k < ne && !fails; k++)
         if (q35_engine_open(&e[k], &o, &err)) {
             fprintf(stderr, "engine: %s\n", err.msg);
