@@ -1,10 +1,11 @@
 #!/bin/sh
-# Runs each test binary, then prints the closing line "N passed, N failed" over all checks.
+# Runs each test binary, then prints the closing line "N passed, N failed" over all checks. A binary's
+# failures (test.h's "FAIL file:line: ...", wherever they landed in a line) come first, then its last 40 lines.
 pass=0; fail=0; bad=0
 for t in "$@"; do
     out=$("$t" 2>&1); rc=$?
-    printf '%s\n' "$out" | grep -E '^FAIL' | head -n 20
-    printf '%s\n' "$out" | grep -vE '^FAIL' | tail -n 40
+    printf '%s\n' "$out" | grep -oE 'FAIL [^ ]+:[0-9]+: .*' | head -n 20
+    printf '%s\n' "$out" | grep -vE 'FAIL [^ ]+:[0-9]+: ' | tail -n 40
     line=$(printf '%s\n' "$out" | grep -E '[0-9]+ passed, [0-9]+ failed' | tail -n 1)
     p=$(printf '%s' "$line" | sed -E 's/.* ([0-9]+) passed.*/\1/'); f=$(printf '%s' "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
     [ -n "$p" ] && pass=$((pass + p)); [ -n "$f" ] && fail=$((fail + f))
