@@ -1,4 +1,4 @@
-/* test.h — a tiny test harness: CHECK records failures, TEST_MAIN prints the summary line
+/* test.h — a tiny test harness: CHECK records failures, TEST_SUMMARY prints the summary line
  * "N passed, N failed" and exits non-zero on failure. Each tests/test_<module>.c is a binary.
  * A failure goes to stderr after stdout is flushed: with stdout a pipe (tests/run.sh), a block
  * flushed later would otherwise cut a line in two around the FAIL text. */
