@@ -165,84 +165,6 @@ __global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma(const __grid_constant_
 #endif
 }
 
-/* Persistent form of the same (GEMM_ALGO_WGMMA_P): grid = min(tiles, SMs), CTA b takes tiles
- * b, b + grid, ... After a tile's last wgmma it issues the first WG_STAGES-2 k-tile loads of its
- * next tile and only then runs the epilogue, so the next tile's load latency hides behind the
- * stores (at K = 1024 the per-tile overhead outside the k-loop is ~9 us of ~22 us measured). */
-template <int BN, int EPI>
-__global__ void __launch_bounds__(256, 1) gemm_bf16_wgmma_persist(const __grid_constant__ GemmParams p) {
-    pdl_begin();
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using S = GemmShape<128, BN, WG_STAGES, 256>;
-    extern __shared__ __align__(1024) uint8_t smem[];
-    const uint32_t sbase = (smem_addr(smem) + 1023u) & ~1023u;
-    const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
-    const int tiles = ((p.M + 127) / 128) * ((p.N + BN - 1) / BN), ktiles = (p.K + GEMM_BK - 1) / GEMM_BK;
-    int tile = blockIdx.x, m0, n0;
-    if (tile >= tiles) return;
-    gemm_tile_coords_at<128, BN>(p, tile, m0, n0);
-#pragma unroll
-    for (int s = 0; s < WG_STAGES - 2; s++) {
-        if (s < ktiles) gemm_load_tile<128, BN, 256>(p, sbase + s * S::STAGE_BYTES, s, m0, n0, tid);
-        cp_async_commit();
-    }
-    for (;;) {
-        float acc[1][BN / 8][4];
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.0f;
-        for (int kt = 0; kt < ktiles; kt++) {
-            cp_async_wait<WG_STAGES - 3>();
-            fence_proxy_async();
-            __syncthreads();
-            const int nk = kt + WG_STAGES - 2;
-            if (nk < ktiles)
-                gemm_load_tile<128, BN, 256>(p, sbase + (nk % WG_STAGES) * S::STAGE_BYTES, nk, m0, n0, tid);
-            cp_async_commit();
-
-            const uint32_t sA = sbase + (kt % WG_STAGES) * S::STAGE_BYTES + wg * 64 * 128,
-                           sB = sA - wg * 64 * 128 + S::A_BYTES;
-            reg_fence_acc(acc);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < GEMM_BK / 16; kk++) {
-                const uint64_t da = wgmma_desc(sA + kk * 32), db = wgmma_desc(sB + kk * 32);
-                if constexpr (BN == 256)
-                    wgmma_m64n256k16(acc[0], da, db);
-                else
-                    wgmma_m64n128k16(acc[0], da, db);
-            }
-            wgmma_commit();
-            wgmma_wait<1>();
-            reg_fence_acc(acc);
-        }
-        wgmma_wait<0>();
-        reg_fence_acc(acc);
-        /* every warpgroup's wgmma reads of the ring are complete: slots 0 .. WG_STAGES-3 may be refilled
-         * (the k-loop maps k-tile kt to slot kt % WG_STAGES from kt = 0 again) */
-        __syncthreads();
-        const int next = tile + (int)gridDim.x;
-        int nm0 = 0, nn0 = 0;
-        if (next < tiles) {
-            gemm_tile_coords_at<128, BN>(p, next, nm0, nn0);
-#pragma unroll
-            for (int s = 0; s < WG_STAGES - 2; s++) {
-                if (s < ktiles) gemm_load_tile<128, BN, 256>(p, sbase + s * S::STAGE_BYTES, s, nm0, nn0, tid);
-                cp_async_commit();
-            }
-        }
-        gemm_store<EPI, 1, BN / 8>(p, acc, m0 + wg * 64 + wq * 16, n0, lane >> 2, lane & 3);
-        if (next >= tiles) break;
-        tile = next;
-        m0 = nm0;
-        n0 = nn0;
-    }
-    cp_async_wait<0>();
-#else
-    (void)p;
-    __trap(); /* built without sm_90a: the launcher never selects this kernel then */
-#endif
-}
-
 /* ---- launch ---------------------------------------------------------------------------- */
 
 template <auto KERN>
@@ -260,11 +182,6 @@ static int tiles_of(const GemmParams *p, int bm, int bn) { return ((p->M + bm - 
 template <int EPI>
 static int gemm_dispatch(const GemmParams *p, int use_wgmma, int sms, const CudaLaunch *l) {
     const int wide = tiles_of(p, 128, 256) >= sms;
-    if (use_wgmma == 2) {
-        const int t = wide ? tiles_of(p, 128, 256) : tiles_of(p, 128, 128), grid = t < sms ? t : sms;
-        if (wide) return gemm_run<gemm_bf16_wgmma_persist<256, EPI>>(WgShape<256>::SMEM, 256, grid, p, l);
-        return gemm_run<gemm_bf16_wgmma_persist<128, EPI>>(WgShape<128>::SMEM, 256, grid, p, l);
-    }
     if (use_wgmma) {
         if (wide) return gemm_run<gemm_bf16_wgmma<256, EPI>>(WgShape<256>::SMEM, 256, tiles_of(p, 128, 256), p, l);
         return gemm_run<gemm_bf16_wgmma<128, EPI>>(WgShape<128>::SMEM, 256, tiles_of(p, 128, 128), p, l);
@@ -306,7 +223,7 @@ extern "C" int cuda_gemm_bf16(const GemmParams *p, const CudaLaunch *l) {
         /* AUTO falls back to the cp.async wgmma kernel when the driver cannot encode tensor maps */
         if (rc != (int)cudaErrorNotSupported || p->algo != GEMM_ALGO_AUTO) return rc;
     }
-    const int wg = algo == GEMM_ALGO_WGMMA_P ? 2 : algo != GEMM_ALGO_MMA;
+    const int wg = algo != GEMM_ALGO_MMA;
     switch (p->epi) {
     case GEMM_EPI_BF16: return gemm_dispatch<GEMM_EPI_BF16>(p, wg, sms, l);
     case GEMM_EPI_F32: return gemm_dispatch<GEMM_EPI_F32>(p, wg, sms, l);

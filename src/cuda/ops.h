@@ -518,8 +518,7 @@ typedef struct GemmParams {
     int split_m;
     int am_cols; /* GEMM_EPI_ARGMAX: the columns that take part, 1 .. N */
 } GemmParams;
-/* WGMMA_P: the wgmma kernel made persistent (next tile's first loads overlap the epilogue).
- * TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer
+/* TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer
  * warpgroups (gemm_tma.cu). TMA picks the variant by shape; the others force one:
  *   C256 / C128 / C64: "cooperative", both warpgroups on one 128 x 256 / 128 x 128 / 128 x 64 tile (64 rows each);
  *   P128 / P256: "ping-pong", each warpgroup owns a whole 128 x 128 / 64 x 256 tile, so one's
@@ -529,14 +528,13 @@ enum {
     GEMM_ALGO_AUTO = 0,
     GEMM_ALGO_MMA = 1,
     GEMM_ALGO_WGMMA = 2,
-    GEMM_ALGO_WGMMA_P = 3,
-    GEMM_ALGO_TMA = 4,
-    GEMM_ALGO_TMA_C256 = 5,
-    GEMM_ALGO_TMA_C128 = 6,
-    GEMM_ALGO_TMA_P128 = 7,
-    GEMM_ALGO_TMA_P256 = 8,
-    GEMM_ALGO_TMA_C64 = 9,
-    GEMM_ALGO_COUNT = 10
+    GEMM_ALGO_TMA = 3,
+    GEMM_ALGO_TMA_C256 = 4,
+    GEMM_ALGO_TMA_C128 = 5,
+    GEMM_ALGO_TMA_P128 = 6,
+    GEMM_ALGO_TMA_P256 = 7,
+    GEMM_ALGO_TMA_C64 = 8,
+    GEMM_ALGO_COUNT = 9
 };
 /* Tensor-core GEMM: Hopper wgmma (sm_90a) or mma.sync m16n8k16 (sm_80+), both fed by a cp.async
  * multi-stage shared-memory pipeline, tiles walked in L2-friendly groups. x, w 16-byte aligned.
