@@ -128,6 +128,8 @@ int main(void) {
     BAD(2, "bad id list at ',2'", "logits --model %s --ids 1,,2 --out %s/x", fx, tmp);
     BAD(2, "--ctx-list: bad id list at 'abc'", "bench --model %s --ctx-list abc", fx);
     BAD(2, "--prefill-list: bad id list at '0'", "bench --model %s --prefill-list 0", fx);
+    BAD(2, "--no-decode excludes --ctx-list", "bench --model %s --no-decode --ctx-list 8", fx);
+    BAD(2, "--no-decode excludes --ops", "bench --model %s --no-decode --ops", fx);
     BAD(2, "--backend: unknown backend 'tpu'", "run --model %s --ids 1 --backend tpu", fx);
     BAD(2, "exactly one of --prompt", "run --model %s", fx);
     BAD(2, "give --model DIR or --dummy", "run --ids 1");
@@ -179,6 +181,14 @@ int main(void) {
     out = slurp("out");
     CHECK(rc == 0 && strstr(out, "| 8 |") && strstr(out, "| 16 |") && strstr(out, "| 4 |") && strstr(out, "| 12 |"),
           "bench lists: exit %d, %s", rc, out);
+    free(out);
+    /* --no-decode: the prefill lengths alone, no decode table */
+    snprintf(a, sizeof a, "bench --model %s --backend cpu --no-decode --prefill-list 4,12", fx);
+    rc = run_in(a, NULL);
+    out = slurp("out");
+    CHECK(rc == 0 && strstr(out, "| 4 |") && strstr(out, "| 12 |") && strstr(out, "Prefill on") &&
+              !strstr(out, "Decode"),
+          "bench --no-decode: exit %d, %s", rc, out);
     free(out);
 
     /* a failed download leaves no directory behind */

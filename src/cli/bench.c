@@ -86,7 +86,7 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
  * per-launch breakdown of one prefill piece grouped by kind; ablate: --ablate's list (its pf.* kinds are left out of
  * every prefill timed). Returns 1 on a hard failure. */
 static int prefill_bench(Q35Engine *e, const int *lens, int n, int ops, const char *ablate, Buf *md, Buf *js,
-                         Q35BenchResult *r) {
+                         Q35BenchResult *r, int *unsupported) {
     Q35BenchRequest rq = {.ops = ops, .n_prefill = n, .ablate = ablate};
     memcpy(rq.prefill_lens, lens, sizeof(int) * (size_t)n);
     Q35Err err = {0};
@@ -95,7 +95,10 @@ static int prefill_bench(Q35Engine *e, const int *lens, int n, int ops, const ch
             cli_fail("bench", &err);
             return 1;
         }
-        bprintf(md, "\nPrefill: %s\n", err.msg);
+        if (unsupported)
+            *unsupported = 1;
+        else
+            bprintf(md, "\nPrefill: %s\n", err.msg);
         return 0;
     }
     bprintf(md,
@@ -166,10 +169,11 @@ static int cpu_bench(Q35Engine *e, const int *ids, const int *ctxs, int n_ctx, c
         bprintf(js, "%s{\"tokens\":%d,\"ms\":%.3f}", i ? "," : "", plens[i], 1e3 * t);
     }
     bprintf(js, "],\"decode_wall\":[");
-    bprintf(md,
-            "\nDecode on %s (wall clock, %d greedy steps after a prompt of ctx tokens):\n\n"
-            "| ctx | ms/token | tok/s |\n|---|---|---|\n",
-            q35_backend_name(e), gen);
+    if (n_ctx > 0)
+        bprintf(md,
+                "\nDecode on %s (wall clock, %d greedy steps after a prompt of ctx tokens):\n\n"
+                "| ctx | ms/token | tok/s |\n|---|---|---|\n",
+                q35_backend_name(e), gen);
     for (int c = 0; c < n_ctx; c++) {
         if (q35_reset(e, &err) || q35_forward(e, ids, ctxs[c], 0, logits, &err)) return cli_fail("bench", &err);
         int id = 0;
@@ -190,7 +194,7 @@ static int cpu_bench(Q35Engine *e, const int *ids, const int *ctxs, int n_ctx, c
 int cmd_bench(int argc, char **argv) {
     CliModel m;
     cli_model_init(&m);
-    int n_prompt = 0, n_gen = 16, ops = 0, iters = 0, ctx_seen = 0, plen_seen = 0;
+    int n_prompt = 0, n_gen = 16, ops = 0, iters = 0, ctx_seen = 0, plen_seen = 0, no_decode = 0;
     int ctxs[8] = {128, 2048, 16384}, n_ctx = 3;
     int plens[8] = {128, 512, 2048, 8192, 32768}, n_plen = 5;
     const char *json = NULL, *md_path = NULL, *ablate = NULL, *trace_csv = NULL;
@@ -207,6 +211,9 @@ int cmd_bench(int argc, char **argv) {
         {"--iters", NULL, CLI_INT, &iters, .lo = 1, .hi = 1 << 20, .arg = "N",
          .help = "CUDA: graph replays per timing batch (default 200)"},
         {"--ops", NULL, CLI_BOOL, &ops, .help = "CUDA: per-op breakdown of one eager step"},
+        {"--no-decode", NULL, CLI_BOOL, &no_decode,
+         .help = "measurement: time only the --prefill-list lengths (no decode table; a profiler reaches the prefill "
+                 "kernels sooner)"},
         {"--json", NULL, CLI_STR, &json, .arg = "FILE", .help = "write the results as JSON"},
         {"--md", NULL, CLI_STR, &md_path, .arg = "FILE", .help = "write the markdown tables"},
         {"--ablate", NULL, CLI_STR, &ablate, .arg = "LIST",
@@ -224,12 +231,15 @@ int cmd_bench(int argc, char **argv) {
     int rc = pr == CLI_OK ? cli_model_check("bench", &m) : pr == CLI_HELP ? 0 : CLI_EXIT_USAGE;
     if (pr == CLI_OK && !rc && (ctx_l.n > 8 || plen_l.n > 8))
         rc = cli_usage_error("bench", "%s: at most 8 lengths", ctx_l.n > 8 ? "--ctx-list" : "--prefill-list");
+    if (pr == CLI_OK && !rc && no_decode && (ctx_seen || ops))
+        rc = cli_usage_error("bench", "--no-decode excludes %s", ctx_seen ? "--ctx-list" : "--ops");
     if (pr != CLI_OK || rc) {
         cli_ids_free(&ctx_l), cli_ids_free(&plen_l);
         return rc;
     }
     if (ctx_seen) n_ctx = ctx_l.n, memcpy(ctxs, ctx_l.v, sizeof(int) * (size_t)n_ctx);
     if (plen_seen) n_plen = plen_l.n, memcpy(plens, plen_l.v, sizeof(int) * (size_t)n_plen);
+    if (no_decode) n_ctx = 0, ctx_seen = 1; /* cpu_lists adds none either */
     cli_ids_free(&ctx_l), cli_ids_free(&plen_l);
     Q35Options o = m.o;
     const int cpu = o.backend && !strcmp(o.backend, "cpu");
@@ -276,8 +286,17 @@ int cmd_bench(int argc, char **argv) {
     Q35BenchRequest rq = {0};
     rq.ctx_len = ctxs[0], rq.iters = iters;
     rq.ablate = ablate, rq.trace_csv = trace_csv; /* measurement only */
-    int dev = q35_bench_decode(e, &rq, res, &err) == 0;
-    if (dev) {
+    int dev = 0;
+    if (no_decode) { /* the device's prefill table alone; the CPU's wall-clock prefill below */
+        int unsupported = 0;
+        bprintf(&js, "]");
+        if (prefill_bench(e, plens, n_plen, 1, ablate, &md, &js, res, &unsupported)) goto done;
+        dev = !unsupported;
+        if (dev && q35_reset(e, &err)) {
+            cli_fail("bench", &err);
+            goto done;
+        }
+    } else if ((dev = q35_bench_decode(e, &rq, res, &err) == 0)) {
         bprintf(&md,
                 "Decode on %s (%d SMs); copy %.0f GB/s (read+write), streaming read %.0f GB/s; %.3f GB per step "
                 "at ctx %d\n\n",
@@ -347,7 +366,7 @@ int cmd_bench(int argc, char **argv) {
             ops_table(&md, res);
         }
         bprintf(&js, "]");
-        if (prefill_bench(e, plens, n_plen, 1, ablate, &md, &js, res)) goto done; /* breakdown always: one prefill */
+        if (prefill_bench(e, plens, n_plen, 1, ablate, &md, &js, res, NULL)) goto done; /* breakdown always */
         if (q35_reset(e, &err)) {
             cli_fail("bench", &err);
             goto done;
