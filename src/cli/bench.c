@@ -84,7 +84,8 @@ static void ops_table(Buf *md, const Q35BenchResult *r) {
 
 /* Prefill timings (device events) at each length, the GEMM rate of the same run, and with ops the
  * per-launch breakdown of one prefill piece grouped by kind; ablate: --ablate's list (its pf.* kinds are left out of
- * every prefill timed). Returns 1 on a hard failure. */
+ * every prefill timed). A backend without device timers gets a line saying so, or with unsupported set *unsupported
+ * = 1 and nothing written. Returns 1 on a hard failure. */
 static int prefill_bench(Q35Engine *e, const int *lens, int n, int ops, const char *ablate, Buf *md, Buf *js,
                          Q35BenchResult *r, int *unsupported) {
     Q35BenchRequest rq = {.ops = ops, .n_prefill = n, .ablate = ablate};
