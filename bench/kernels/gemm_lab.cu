@@ -83,10 +83,13 @@ struct Variant {
 };
 /* index 0 is the current kernel: the speedup and bit-difference baseline */
 static const Variant VARIANTS[] = {
-    {"wgmma", GEMM_ALGO_WGMMA},      {"tma(pick)", GEMM_ALGO_TMA},
-    {"tmaC256", GEMM_ALGO_TMA_C256}, {"tmaC128", GEMM_ALGO_TMA_C128},
-    {"tmaP128", GEMM_ALGO_TMA_P128}, {"tmaP256", GEMM_ALGO_TMA_P256},
-    {"tmaC64", GEMM_ALGO_TMA_C64},   {"cublas*", -1},
+    {"wgmma", GEMM_ALGO_WGMMA},
+    {"tma(pick)", GEMM_ALGO_TMA},
+    {"tmaC128", GEMM_ALGO_TMA_C128},
+    {"tmaP128", GEMM_ALGO_TMA_P128},
+    {"tmaP256", GEMM_ALGO_TMA_P256},
+    {"tmaC64", GEMM_ALGO_TMA_C64},
+    {"cublas*", -1},
 };
 #define N_VARIANTS ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 

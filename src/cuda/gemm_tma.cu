@@ -322,7 +322,6 @@ static int tma_pick(const GemmParams *p, int sms) {
 template <int EPI>
 static int tma_variant(const GemmParams *p, int algo, int sms, const CudaLaunch *l) {
     switch (algo) {
-    case GEMM_ALGO_TMA_C256: return tma_launch<128, 256, 4, false, EPI>(p, sms, l);
     case GEMM_ALGO_TMA_C128: return tma_launch<128, 128, 6, false, EPI>(p, sms, l);
     case GEMM_ALGO_TMA_C64: return tma_launch<128, 64, 8, false, EPI>(p, sms, l);
     case GEMM_ALGO_TMA_P128: return tma_launch<128, 128, 6, true, EPI>(p, sms, l);

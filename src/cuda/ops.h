@@ -520,7 +520,7 @@ typedef struct GemmParams {
 } GemmParams;
 /* TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer
  * warpgroups (gemm_tma.cu). TMA picks the variant by shape; the others force one:
- *   C256 / C128 / C64: "cooperative", both warpgroups on one 128 x 256 / 128 x 128 / 128 x 64 tile (64 rows each);
+ *   C128 / C64: "cooperative", both warpgroups on one 128 x 128 / 128 x 64 tile (64 rows each);
  *   P128 / P256: "ping-pong", each warpgroup owns a whole 128 x 128 / 64 x 256 tile, so one's
  *   epilogue overlaps the other's main loop.
  * AUTO is TMA on sm_90, MMA elsewhere; the others are chosen explicitly (tests, bench/kernels/gemm_lab.cu). */
@@ -529,12 +529,11 @@ enum {
     GEMM_ALGO_MMA = 1,
     GEMM_ALGO_WGMMA = 2,
     GEMM_ALGO_TMA = 3,
-    GEMM_ALGO_TMA_C256 = 4,
-    GEMM_ALGO_TMA_C128 = 5,
-    GEMM_ALGO_TMA_P128 = 6,
-    GEMM_ALGO_TMA_P256 = 7,
-    GEMM_ALGO_TMA_C64 = 8,
-    GEMM_ALGO_COUNT = 9
+    GEMM_ALGO_TMA_C128 = 4,
+    GEMM_ALGO_TMA_P128 = 5,
+    GEMM_ALGO_TMA_P256 = 6,
+    GEMM_ALGO_TMA_C64 = 7,
+    GEMM_ALGO_COUNT = 8
 };
 /* Tensor-core GEMM: Hopper wgmma (sm_90a) or mma.sync m16n8k16 (sm_80+), both fed by a cp.async
  * multi-stage shared-memory pipeline, tiles walked in L2-friendly groups. x, w 16-byte aligned.

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/emu/run_gemm.sh — runs the Hopper TMA + wgmma GEMM kernel (src/cuda/gemm_tma.cu, all four
-# variants C256 / C128 / P128 / P256 and all epilogues) on the CPU through the host emulation of
+# variants C128 / P128 / P256 / C64 and all epilogues) on the CPU through the host emulation of
 # tests/emu/emu.h + emu_wgmma.h, against a double-precision reference (tests/emu/gemm_emu.cpp). The
 # kernel, wgmma_desc (mma.cuh), gemm.cuh's epilogues and the launcher's variant table (tma_pick,
 # tma_variant, gemm_tma_run) are compiled unchanged except for mechanical edits (sed below: the

@@ -41,13 +41,12 @@ static const CudaLaunch L0 = {0, 0, NULL, 0}; /* default stream, no PDL */
 static int algo_lo = 0, algo_hi = 1;          /* this process tests algo_of[algo_lo .. algo_hi - 1] */
 /* ALGO_SKINNY: cuda_gemm_skinny (the batched decode step's GEMM for few rows), tested on every GPU */
 #define ALGO_SKINNY GEMM_ALGO_COUNT
-static const int algo_of[] = {GEMM_ALGO_MMA,      ALGO_SKINNY,        GEMM_ALGO_WGMMA,
-                              GEMM_ALGO_TMA,      GEMM_ALGO_TMA_C256, GEMM_ALGO_TMA_C128,
-                              GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256, GEMM_ALGO_TMA_C64};
+static const int algo_of[] = {GEMM_ALGO_MMA,      ALGO_SKINNY,        GEMM_ALGO_WGMMA,    GEMM_ALGO_TMA,
+                              GEMM_ALGO_TMA_C128, GEMM_ALGO_TMA_P128, GEMM_ALGO_TMA_P256, GEMM_ALGO_TMA_C64};
 #define N_ALGOS_SM90 ((int)(sizeof algo_of / sizeof algo_of[0]))
 #define N_ALGOS_ANY  2 /* algo_of[0 .. 1] run on any GPU, the rest on sm_90 */
-static const char *const algo_name[GEMM_ALGO_COUNT + 1] = {"auto",    "mma",     "wgmma",   "tma",    "tmaC256",
-                                                           "tmaC128", "tmaP128", "tmaP256", "tmaC64", "skinny"};
+static const char *const algo_name[GEMM_ALGO_COUNT + 1] = {"auto",    "mma",     "wgmma",  "tma",   "tmaC128",
+                                                           "tmaP128", "tmaP256", "tmaC64", "skinny"};
 static int n_sm = 1;
 
 /* cuda_gemm_bf16, or for ALGO_SKINNY cuda_gemm_skinny with a workspace of the size it asks for */
