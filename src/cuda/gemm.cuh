@@ -136,8 +136,11 @@ __device__ __forceinline__ void gemm_store(const GemmParams &p, float (*acc)[NT]
  * (GEMM_STAGE_FLOATS floats), 32 accumulator columns at a time. gemm_store writes 4-8 bytes per
  * thread and row, half sectors scattered over 8 rows, and its += x epilogue waits for each load
  * before the next (a store may alias the next load): here each lane owns a 64-byte (16-column)
- * row piece, loads all of it at once and writes whole sectors. Values and rounding are gemm_store's
- * (SwiGLU: rows interleaved one by one, glu_group 1, only). */
+ * row piece, loads all of it at once and writes whole sectors. With AHEAD, += x loads the next piece's old x
+ * before it stores this one (the pieces are disjoint), so a strip waits for one round trip, not one per piece
+ * (16 more registers: the cooperative tiles, whose epilogue nothing overlaps; the ping-pong consumers, holding
+ * 128 accumulators, would spill). Values and rounding are gemm_store's (SwiGLU: rows interleaved one by one,
+ * glu_group 1, only). */
 /* GEMM_EPI_ARGMAX: (v, i, s) and (v2, i2, s2), each a best value, its column (ties: the smaller) and the sum of
  * exp(y - best) over a set of columns, as one for their union. A set with no column is (-inf, INT_MAX, 0); a NaN y
  * makes the sum NaN and never wins (cuda_rows_argmax's rules). */
@@ -188,7 +191,7 @@ __device__ __forceinline__ void gemm_argmax_store(const GemmParams &p, int r, in
 
 #define GEMM_STAGE_LD     40 /* floats per staged row: 32 + 8 (conflict-free float2 writes per half-warp) */
 #define GEMM_STAGE_FLOATS (16 * GEMM_STAGE_LD)
-template <int EPI, int NT>
+template <int EPI, int NT, bool AHEAD>
 __device__ __forceinline__ void gemm_store_staged(const GemmParams &p, const float (*acc)[4], int row0, int col0,
                                                   int lane, float *st) {
     constexpr bool GLU = EPI == GEMM_EPI_SWIGLU_BF16, F32 = EPI == GEMM_EPI_F32 || EPI == GEMM_EPI_ADD_F32;
@@ -198,8 +201,27 @@ __device__ __forceinline__ void gemm_store_staged(const GemmParams &p, const flo
     const bool vec = ((uintptr_t)p.y & 15) == 0 && p.ldy % (F32 ? 4 : 8) == 0;
     float am_v = -INFINITY, am_s = 0.0f; /* GEMM_EPI_ARGMAX: this lane's best value and sum of exp(y - it) so far, */
     int am_i = INT_MAX;                  /* and the best's column */
+    /* GEMM_EPI_ADD_F32: old x of this lane's 16 columns of piece c0 (a vector piece only), loaded a piece ahead
+     * (AHEAD) or at the piece */
+    constexpr bool ADD = EPI == GEMM_EPI_ADD_F32;
+    const auto old_vec = [&](int c0) { return vec && r < p.M && col0 + c0 + 32 <= p.N; };
+    const auto old_load = [&](int c0, float4(&o)[4]) {
+        const float4 *y = (const float4 *)((const float *)p.y + (size_t)r * p.ldy + col0 + c0 + 16 * half);
+#pragma unroll
+        for (int q = 0; q < 4; q++) o[q] = y[q];
+    };
+    float4 old_next[4] = {};
+    if constexpr (ADD && AHEAD)
+        if (old_vec(0)) old_load(0, old_next);
 #pragma unroll
     for (int c0 = 0; c0 < NT * 8; c0 += 32) {
+        float4 old[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) old[q] = old_next[q];
+        if constexpr (ADD && AHEAD)
+            if (c0 + 32 < NT * 8 && old_vec(c0 + 32)) old_load(c0 + 32, old_next);
+        if constexpr (ADD && !AHEAD)
+            if (old_vec(c0)) old_load(c0, old); /* all four loads in flight at once */
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const float *a = acc[c0 / 8 + j];
@@ -249,11 +271,6 @@ __device__ __forceinline__ void gemm_store_staged(const GemmParams &p, const flo
                                           pack_bf16(v[14], v[15]));
                     } else {
                         float4 *y = (float4 *)((float *)p.y + o);
-                        float4 old[4];
-                        if constexpr (EPI == GEMM_EPI_ADD_F32) {
-#pragma unroll
-                            for (int q = 0; q < 4; q++) old[q] = y[q]; /* all four loads in flight at once */
-                        }
 #pragma unroll
                         for (int q = 0; q < 4; q++) {
                             const float *u = v + 4 * q;

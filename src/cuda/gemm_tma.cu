@@ -179,9 +179,9 @@ __global__ void __launch_bounds__(384, 1) gemm_bf16_tma(const __grid_constant__ 
 #pragma unroll
         for (int mw = 0; mw < C::MW; mw++) {
             if constexpr (EPI != GEMM_EPI_SWIGLU_BF16)
-                gemm_store_staged<EPI, BN / 8>(p, acc[mw], row0 + mw * 64, n0, lane, st);
+                gemm_store_staged<EPI, BN / 8, !PP>(p, acc[mw], row0 + mw * 64, n0, lane, st);
             else if (p.glu_group == 1)
-                gemm_store_staged<EPI, BN / 8>(p, acc[mw], row0 + mw * 64, n0, lane, st);
+                gemm_store_staged<EPI, BN / 8, !PP>(p, acc[mw], row0 + mw * 64, n0, lane, st);
             else
                 gemm_store<EPI, 1, BN / 8>(p, acc + mw, row0 + mw * 64, n0, lane >> 2, lane & 3);
         }
