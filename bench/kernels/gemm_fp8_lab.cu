@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(384, 1) gemm_fp8_tma(const __grid_constant__ F
             } else if constexpr (MODE == 3) { /* no epilogue: one word per thread, so the sums stay live */
                 if (acc[0][0] == 12345.0f && acc[1][1] == 54321.0f) ((float *)p.y)[0] = acc[2][2];
             } else {
-                gemm_store_staged<EPI, F8_BN / 8>(p, acc, row0, n0, lane, st);
+                gemm_store_staged<EPI, F8_BN / 8, false>(p, acc, row0, n0, lane, st);
             }
         }
         return;
