@@ -75,7 +75,7 @@ GPU_TEST_SRC = $(wildcard tests/gpu/test_*.c)
 GPU_TEST_BIN = $(GPU_TEST_SRC:%.c=$(BUILD)/%)
 BENCH_BIN = $(BUILD)/bench/bench_kernels
 
-.PHONY: all deps deps-fuzz test test-gpu gpu-tests bench debug format loc clean tokdata fuzz fuzz-run fuzz-tokenizer fuzz-request
+.PHONY: all labs deps deps-fuzz test test-gpu gpu-tests bench debug format loc clean tokdata fuzz fuzz-run fuzz-tokenizer fuzz-request
 all: $(BUILD)/qwen35 $(TEST_BIN) $(if $(filter 1,$(CUDA)),$(GPU_TEST_BIN))
 
 $(BUILD)/%.o: %.c
@@ -99,6 +99,11 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 $(BUILD)/tests/test_guided: tests/test_guided.c tests/test.h $(BUILD)/src/server/guided.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/src/server/guided.o $(LIB) -o $@ $(LDLIBS)
+
+# The kernel labs (bench/kernels/, sm_90a; each compiles src/cuda code of its own, so `make labs` in CI keeps them
+# building as src/ changes; they run only on the GPU machine)
+LABS = $(addprefix $(BUILD)/bench/,gemv_lab burst_lab step_lab state_lab skinny_lab gemm_lab gemm_fp8_lab)
+labs: $(LABS)
 
 # GEMV variant lab (bench/kernels/gemv_lab.cu, sm_90a only): see the comment at its top.
 $(BUILD)/bench/gemv_lab: bench/kernels/gemv_lab.cu bench/kernels/lab.cuh src/cuda/common.cuh src/cuda/ops.h

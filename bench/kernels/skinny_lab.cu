@@ -117,7 +117,7 @@ typedef struct Variant {
 /* The direct variant's launch: partials, then the library's split reduction and epilogue. */
 static int skd_run(const GemmParams &g, const Variant &v, float *work, int n_sm, cudaStream_t st) {
     int kc = 0;
-    int S = v.splits ? v.splits : sk_plan(g.N, g.K, n_sm, &kc);
+    int S = v.splits ? v.splits : sk_plan(g.N, g.K, sk_mb(&g), n_sm, &kc);
     const int ks = ((g.K + S - 1) / S + 31) / 32 * 32;
     S = (g.K + ks - 1) / ks;
     const int MT = g.M <= 8 ? 1 : g.M <= 32 ? 4 : 8;
