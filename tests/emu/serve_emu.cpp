@@ -410,14 +410,19 @@ static void split_case(int hd, int Hq, int Hkv, int gated, int block, int long_l
  * (DnBatchParams.state_bf16; the whole-head pass only, other shapes refused): read exactly, the new state within
  * one rounding to nearest of the reference (|err| <= |ref| / 256 plus fp32 slack, where truncation may be off by
  * |ref| / 128). early: prep sums the conv history before its PDL wait (DnBatchParams.early), into shared memory. */
-static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0, bool bf16 = false, bool early = false) {
-    const int K = 4, T = 6, n_slots = 5, nd = 4;
+static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0, bool bf16 = false, bool early = false,
+                    int nd = 4, bool alone = false) {
+    const int K = 4, T = nd + 2, n_slots = nd + 1;
     const int key_dim = Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
     const int ld = conv_dim + value_dim + 2 * Hv + 8;
     const size_t es = bf16 ? 2 : 4; /* bytes per state entry */
     const size_t S_n = (size_t)Hv * dk * dv, S_b = ((S_n * es + 255) / 256) * 256, ring_n = (size_t)K * conv_dim;
     const size_t stride = S_b + ((ring_n * 2 + 255) / 256) * 256;
-    const int rows[nd] = {1, 3, 4, 5}, slot[nd] = {2, 0, 4, 3}, pos[T] = {-1, 5, -1, 0, 2, 9};
+    /* rows 1, 3, 4, 5 on slots 2, 0, 4, 3 as above; rows 6 .. on slots 5 .. at positions 3 .. */
+    std::vector<int> rows(nd), slot(nd), pos(T);
+    const int rows4[4] = {1, 3, 4, 5}, slot4[4] = {2, 0, 4, 3}, pos6[6] = {-1, 5, -1, 0, 2, 9};
+    for (int i = 0; i < nd; i++) rows[i] = i < 4 ? rows4[i] : i + 2, slot[i] = i < 4 ? slot4[i] : i + 1;
+    for (int r = 0; r < T; r++) pos[r] = r < 6 ? pos6[r] : r - 3;
     uint16_t *proj = bfv((size_t)T * ld, 1.0f), *projr = (uint16_t *)malloc((size_t)T * ld * 2); /* the reference's */
     memcpy(projr, proj, (size_t)T * ld * 2);
     uint16_t *hx = NULL, *wba = NULL;
@@ -459,9 +464,25 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0, 
     float *ws = (float *)aligned_alloc(64, (ws_b + 63) / 64 * 64);
     memset(ws, 0xff, ws_b); /* NaN: every value the state pass reads must have been written by the prep pass */
     const CudaLaunch lc = {0, 0, NULL, 0};
-    DnBatchParams bp = {
-        proj, ld, conv_w, A_log, dt_bias, (float *)slots, (uint16_t *)(slots + S_b), stride, rows, slot, pos, o, ws, nd,
-        Hk,   Hv, dk,     dv,    K};
+    DnBatchParams bp = {proj,
+                        ld,
+                        conv_w,
+                        A_log,
+                        dt_bias,
+                        (float *)slots,
+                        (uint16_t *)(slots + S_b),
+                        stride,
+                        rows.data(),
+                        slot.data(),
+                        pos.data(),
+                        o,
+                        ws,
+                        nd,
+                        Hk,
+                        Hv,
+                        dk,
+                        dv,
+                        K};
     bp.n_sm = n_sm;
     bp.norm_w = nw, bp.y = y, bp.z_off = conv_dim, bp.eps = 1e-6f; /* the gated norm too (in the pass, or after it) */
     if (ba_k > 0) bp.ba_w = wba, bp.ba_x = hx, bp.ba_k = ba_k;
@@ -576,15 +597,40 @@ static void dn_case(int Hk, int Hv, int dk, int dv, int n_sm = 2, int ba_k = 0, 
             for (int e = 0; e < value_dim; e++)
                 bad_other += o[(size_t)r * value_dim + e] != 0xffff || y[(size_t)r * value_dim + e] != 0xffff;
     }
+    /* each row alone (from the same slots): its o, y, state and ring bitwise the batch's (batch invariance: a row's
+     * sums must not depend on the rows beside it, nor on which CTA of the state pass takes its heads) */
+    int bad_alone = 0;
+    if (alone) {
+        char *slots_b = (char *)malloc(stride * n_slots);
+        uint16_t *o1 = (uint16_t *)malloc((size_t)T * value_dim * 2),
+                 *y1 = (uint16_t *)malloc((size_t)T * value_dim * 2);
+        memcpy(slots_b, slots, stride * n_slots);
+        memcpy(slots, slots0, stride * n_slots);
+        memcpy(o1, o, (size_t)T * value_dim * 2);
+        memcpy(y1, y, (size_t)T * value_dim * 2);
+        for (int i = 0; i < nd; i++) {
+            DnBatchParams b1 = bp;
+            b1.rows = &rows[i], b1.slot = &slot[i], b1.nd = 1;
+            memset(o + (size_t)rows[i] * value_dim, 0xff, (size_t)value_dim * 2);
+            memset(y + (size_t)rows[i] * value_dim, 0xff, (size_t)value_dim * 2);
+            check(cuda_dn_batch_step(&b1, &lc) == 0, "dn_batch_step launch (a row alone)");
+        }
+        bad_alone = memcmp(slots, slots_b, stride * n_slots) != 0;
+        bad_alone += memcmp(o, o1, (size_t)T * value_dim * 2) != 0;
+        bad_alone += memcmp(y, y1, (size_t)T * value_dim * 2) != 0;
+        free(slots_b), free(o1), free(y1);
+    }
+    check(bad_alone == 0, "dn step: a row alone != the row in the batch");
     check(bad_o == 0, "dn step o");
     check(bad_S == 0, "dn step S");
     check(bad_y == 0, "dn gated norm y");
     check(bad_ring == 0, "dn step conv ring");
     check(bad_other == 0, "dn step touched another slot or row");
     printf("  deltanet Hk %d Hv %d dk %3d dv %3d, %d rows%s%s%s: o %d, S %d, y %d, ring %d, other %d bad (max err / "
-           "max |ref| o %.2e, S %.2e, y %.2e)\n",
+           "max |ref| o %.2e, S %.2e, y %.2e)%s\n",
            Hk, Hv, dk, dv, nd, ba_k > 0 ? ", b / a in prep" : "", bf16 ? ", bf16 states" : "",
-           early ? ", history before the wait" : "", bad_o, bad_S, bad_y, bad_ring, bad_other, err_o, err_S, err_y);
+           early ? ", history before the wait" : "", bad_o, bad_S, bad_y, bad_ring, bad_other, err_o, err_S, err_y,
+           alone ? (bad_alone ? ", rows alone DIFFER" : ", each row alone bitwise the same") : "");
     free(projr), free(hx), free(wba);
     free(proj), free(conv_w), free(A_log), free(dt_bias), free(nw), free(slots), free(slots0), free(o), free(y);
     free(ws);
@@ -701,6 +747,13 @@ int main(int argc, char **argv) {
     dn_case(1, 2, 128, 128, 2, 0, true, true);  /* the conv history before prep's wait, bf16 states */
     dn_case(2, 2, 72, 128, 2, 40, false, true); /* ... dk and r dv not multiples of the CTA's threads */
     dn_case(2, 4, 32, 48, 2, 0, false, true);   /* ... on the column-slice pass */
+    /* more rows than state-pass CTAs: each row alone bitwise the same as in the batch */
+    dn_case(2, 2, 128, 128, 1, 0, false, true, 7, true);
+    dn_case(2, 2, 128, 128, 1, 0, true, false, 7, true);
+    dn_case(2, 2, 72, 128, 1, 40, false, true, 7, true);
+    dn_case(2, 4, 32, 48, 1, 0, false, true, 7, true);
+    dn_case(1, 2, 128, 128, 1, 0, false, true, 6, true);
+    dn_case(2, 2, 128, 128, 3, 0, false, true, 5, true);
     gather_case();
     argmax_case();
     printf("serve_emu: %s\n", fails ? "FAILED" : "all bounds met");
