@@ -294,6 +294,8 @@ def main(argv=None):
     ap.add_argument("--logprobs", type=int, default=0,
                     help="completions logprobs (default 0: one event per token; -1: none)")
     ap.add_argument("--temperature", type=float)
+    ap.add_argument("--top-k", type=int, help="sent as top_k")
+    ap.add_argument("--top-p", type=float, help="sent as top_p")
     ap.add_argument("--id-range", default="1000:100000")
     ap.add_argument("--replay", type=int, default=0, help="replay this many requests at the end (--deterministic)")
     ap.add_argument("--sample-s", type=float, default=10.0)
