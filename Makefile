@@ -165,6 +165,9 @@ test: $(BUILD)/qwen35 $(TEST_BIN) $(BUILD)/tests/gen_serve_model $(BUILD)/tests/
 	@echo "== qwen35 serve driven by the openai npm client (tests/serve: node --test, CPU backend, real port)"
 	@if [ -f .cache/qwen3-tokenizer/tokenizer.json ]; then BUILD=$(BUILD) sh tests/serve/run.sh; \
 	    else echo "serve tests: SKIPPED (no Qwen3 tokenizer in .cache/qwen3-tokenizer)"; fi
+	@echo "== qwen35 serve under tools/soak_serve.py (tests/serve/soak.sh: 8 clients, 15 s a server, ~40 s)"
+	@if [ -f .cache/serve-model/tokenizer.json ]; then BUILD=$(BUILD) sh tests/serve/soak.sh; \
+	    else echo "soak: SKIPPED (no .cache/serve-model: the serve tests write it)"; fi
 ifeq ($(CUDA),1)
 	@echo "== DeltaNet prefill kernels on the CPU (tests/emu: Hk 1, Hv 2, the norm in the scan; Hk 2, Hv 4, repeating rows, the norm kernel; ~70 s)"
 	@sh tests/emu/run.sh 1 2 0 1 > $(BUILD)/emu.log 2>&1 || { tail -n 20 $(BUILD)/emu.log; exit 1; }

@@ -112,8 +112,14 @@ async def client_worker(args, n_clients, t_end, t_drain, wid):
                     st["prompt_tokens"] += r.prompt_tokens or 0
                     st["completion_tokens"] += r.completion_tokens or 0
                     check_stream(args, r, p, problems)
-                    if args.replay and rng.random() < 0.05 and len(st["samples"]) < args.replay:
-                        st["samples"].append({"payload": p, "text": "".join(r.text), "lps": r.lps})
+                    if args.replay:  # a uniform sample of this process's finished requests (reservoir)
+                        smp = {"payload": p, "text": "".join(r.text), "lps": r.lps}
+                        if len(st["samples"]) < args.replay:
+                            st["samples"].append(smp)
+                        else:
+                            j = rng.randrange(st["ok"])
+                            if j < args.replay:
+                                st["samples"][j] = smp
                 st["ids"].extend(sorted(r.ids))
                 for x in problems:
                     if len(st["problems"]) < 50:

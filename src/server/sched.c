@@ -7,7 +7,8 @@
  *   1. every decode (one token each), 2. the prompt chunks of running requests in admission order, 3. new
  *   requests in arrival order while a slot, the step's token budget and free KV blocks allow (no overtaking);
  *   then the KV blocks the step needs are summed (q35_seq_blocks_needed); while they pass the free blocks, the
- *   newest running request is preempted (q35_seq_preempt: blocks back, n_fed = 0, recomputed later).
+ *   prompt chunks wait (newest first), then the newest running request is preempted (q35_seq_preempt: blocks back,
+ *   n_fed = 0, recomputed later, first in line).
  * Generated text goes through the streaming detokenizer and, for chat, the chat parser (q35_chat_parser_*: reasoning,
  * content and tool calls); stop strings apply to the content (completions: all text): text that could still be the
  * start of a stop string is held back, a matched stop string and what follows are never released. A request with a
@@ -824,7 +825,20 @@ static void step(Sched *s) {
         need += more;
         budget -= plan_item(s, r, &n_items, budget);
     }
-    /* Not enough blocks: preempt the newest running requests (they give back their blocks; recomputed later). */
+    /* Not enough blocks. First the prompt chunks wait, the newest first (the decodes and one item at least stay): a
+     * chunk only adds blocks, and preempting a running request to make room for one throws work away. A preempted
+     * request is first in line, so its recompute's chunk would preempt the next newest, whose recompute then
+     * preempts the one after: under a full pool the requests took turns throwing each other out (tests/serve/
+     * soak.sh's 1 MiB pool: 710 preemptions for 28 requests). */
+    for (int i = n_items - 1; i >= 0 && need > in.free_blocks && n_items > 1; i--) {
+        const Req *r = s->item_req[i];
+        if (r->n_toks - r->n_fed > 1) {
+            n_items = drop_item(s, n_items, r);
+            need = blocks_needed(s, n_items);
+        }
+    }
+    /* Still not enough (the decodes' next blocks, or the one chunk left): preempt the newest running requests (they
+     * give back their blocks; recomputed later). */
     for (int tries = s->n_running - 1; need > in.free_blocks && tries > 0; tries--) {
         n_items = drop_item(s, n_items, preempt_newest(s));
         need = blocks_needed(s, n_items);

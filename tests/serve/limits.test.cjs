@@ -60,7 +60,10 @@ test("preemption: two sequences that outgrow the KV pool both finish with their 
         assert.equal(r.usage.completion_tokens, 180);
         assert.equal(r.choices[0].text, solo[i], `request ${i}`);
     });
-    assert.match(stderr, /preempted \(KV blocks full\)/);
+    // one preemption: the preempted request waits for the other's blocks; before, its recompute preempted the
+    // other, whose recompute preempted it back, and so on
+    const n = (stderr.match(/preempted \(KV blocks full\)/g) || []).length;
+    assert.ok(n >= 1 && n <= 2, `${n} preemptions`);
 });
 
 test("queue limit: with the slots busy and one request waiting, the next gets 429", async () => {
