@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1180,6 +1181,19 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx, enum 
     atomic_fetch_sub(&h->active, 1);
 }
 
+/* libmicrohttpd's own messages, one line each with the server's prefix. Left out: the one it writes when a stream
+ * callback ends the response with an error (stream_read), which is a client gone mid-stream (or an event that could
+ * not be stored): the request's own line already says so (finish abort, or its error). */
+static void mhd_log(void *cls, const char *fm, va_list ap) {
+    (void)cls;
+    if (strstr(fm, "application error generating response")) return;
+    char line[512];
+    vsnprintf(line, sizeof line, fm, ap);
+    size_t k = strlen(line);
+    while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r')) line[--k] = 0;
+    fprintf(stderr, "qwen35 serve: libmicrohttpd: %s\n", line);
+}
+
 int http_start(Http **out, const HttpConfig *cfg, Q35Engine *e, Sched *s, Metrics *m, char *err, size_t n) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
     char port[16];
@@ -1207,7 +1221,7 @@ int http_start(Http **out, const HttpConfig *cfg, Q35Engine *e, Sched *s, Metric
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)cfg->max_connections, MHD_OPTION_END);
+                            (unsigned)cfg->max_connections, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
         snprintf(err, n, "cannot listen on %s:%d (address in use or not allowed)", cfg->host, cfg->port);

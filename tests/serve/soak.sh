@@ -7,7 +7,8 @@
 #   2. a KV pool of 1 MiB with sampling (temperature, top-k, top-p): sequences are preempted when the blocks run
 #      out and recomputed later, and every stream must still end complete and consistent with its request.
 # Each must print SOAK PASS (every request ends with its full output or a clean error, ids unique, /health 200 and
-# nothing running, waiting or held in the KV pool afterwards, RSS flat). Needs python3 with aiohttp (Debian
+# nothing running, waiting or held in the KV pool afterwards, RSS flat), and every line of the server's log must
+# carry its prefix. Needs python3 with aiohttp (Debian
 # python3-aiohttp, scripts/deps.sh test): without it, one line, skipped.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -54,11 +55,14 @@ soak() {
     kill -INT $spid 2>/dev/null
     wait $spid
     src=$?
-    if grep -q '^SOAK PASS' "$log/$name.log" && [ $src -eq 0 ]; then
+    # the server's log: one prefixed line per request and event, nothing else (libmicrohttpd's own lines included)
+    stray=$(grep -v '^qwen35 serve: ' "$log/$name.server.log" | head -n 3)
+    if grep -q '^SOAK PASS' "$log/$name.log" && [ $src -eq 0 ] && [ -z "$stray" ]; then
         echo "soak $name: PASS ($(sed -n 's/^requests \([0-9]*\): ok \([0-9]*\), client disconnects \([0-9]*\).*/\1 requests, \2 served, \3 disconnects/p' "$log/$name.log"), $(grep -c ' preempted ' "$log/$name.server.log") preemptions)"
     else
         echo "soak $name: FAILED (server exit $src; $log/$name.log):"
         grep '^FAIL\|Error' "$log/$name.log" | head -n 10
+        [ -z "$stray" ] || printf 'lines of the server log without its prefix:\n%s\n' "$stray"
         rc=1
     fi
 }
