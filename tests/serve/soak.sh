@@ -7,9 +7,9 @@
 #   2. a KV pool of 1 MiB with sampling (temperature, top-k, top-p): sequences are preempted when the blocks run
 #      out and recomputed later, and every stream must still end complete and consistent with its request.
 # Each must print SOAK PASS (every request ends with its full output or a clean error, ids unique, /health 200 and
-# nothing running, waiting or held in the KV pool afterwards, RSS flat), and every line of the server's log must
-# carry its prefix. Needs python3 with aiohttp (Debian
-# python3-aiohttp, scripts/deps.sh test): without it, one line, skipped.
+# nothing running, waiting or held in the KV pool afterwards, RSS flat); the server must exit 0 within 30 s of SIGINT,
+# and every line of its log must carry its prefix. Needs python3 with aiohttp (Debian python3-aiohttp,
+# scripts/deps.sh test): without it, one line, skipped.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 B=${BUILD:-build}
@@ -53,6 +53,9 @@ soak() {
         --prompt-len 16:300 --output-len 1:32 --warmup-s 5 --sample-s 2 --drain-s 60 --max-body-kb 64 --workers 1 \
         --malformed-rate 1 --rss-slack-mb $slack "$@" >"$log/$name.log" 2>&1
     kill -INT $spid 2>/dev/null
+    i=0
+    while kill -0 $spid 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -0 $spid 2>/dev/null && { echo "soak $name: the server did not stop within 30 s of SIGINT"; kill -9 $spid; }
     wait $spid
     src=$?
     # the server's log: one prefixed line per request and event, nothing else (libmicrohttpd's own lines included)
