@@ -828,8 +828,8 @@ static void step(Sched *s) {
     /* Not enough blocks. First the prompt chunks wait, the newest first (the decodes and one item at least stay): a
      * chunk only adds blocks, and preempting a running request to make room for one throws work away. A preempted
      * request is first in line, so its recompute's chunk would preempt the next newest, whose recompute then
-     * preempts the one after: under a full pool the requests took turns throwing each other out (tests/serve/
-     * soak.sh's 1 MiB pool: 710 preemptions for 28 requests). */
+     * preempts the one after: under a full pool the requests took turns throwing each other out (docs/SERVE.md,
+     * "Scheduling"). */
     for (int i = n_items - 1; i >= 0 && need > in.free_blocks && n_items > 1; i--) {
         const Req *r = s->item_req[i];
         if (r->n_toks - r->n_fed > 1) {
