@@ -523,8 +523,10 @@ static int sk_smem(void) {
     const int wg = sk_wg();
     if (wg < 0) return -(int)cudaErrorInvalidValue;
     const int b = wg ? SK_WG_SMEM(KW, F8) : SK_MMA_SMEM(F8);
-    const cudaError_t e =
-        cudaFuncSetAttribute(gemm_skinny_k<EPI, F8, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize, b);
+    cudaError_t e = cudaFuncSetAttribute(gemm_skinny_k<EPI, F8, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize, b);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(gemm_skinny_k<EPI, F8, KW>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess) return -(int)e;
     bytes = b;
     return bytes;
@@ -534,7 +536,7 @@ static int sk_smem(void) {
  * per SM, else 64 (sk_main_wg). */
 template <int EPI, bool F8>
 static int sk_launch_k(const SkArgs &a, dim3 grid, int n_sm, const CudaLaunch *l) {
-    const bool wide = sk_wg() == 1 && (long)grid.x * grid.y * grid.z <= n_sm;
+    const bool wide = sk_wg() == 1 && (long)grid.x * grid.y * grid.z <= n_sm && !a.g.narrow;
     const int smem = wide ? sk_smem<EPI, F8, 128>() : sk_smem<EPI, F8, 64>();
     if (smem < 0) return -smem;
     return wide ? launch_kernel(gemm_skinny_k<EPI, F8, 128>, grid, dim3(128), smem, l, a)

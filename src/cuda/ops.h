@@ -517,6 +517,10 @@ typedef struct GemmParams {
      * plan alone */
     int split_m;
     int am_cols; /* GEMM_EPI_ARGMAX: the columns that take part, 1 .. N */
+    /* cuda_gemm_skinny / _norm on sm_90a: 1 takes the 64-column ring (99 KB of shared memory) even where the grid is
+     * one wave, so that a CTA fits on an SM beside the whole-head state pass with bf16 states (~115 KB) and loads its
+     * weights while that pass runs */
+    int narrow;
 } GemmParams;
 /* TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer
  * warpgroups (gemm_tma.cu). TMA picks the variant by shape; the others force one:

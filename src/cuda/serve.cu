@@ -862,6 +862,7 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
             }
         }
         GemmParams o = {sv->act, NULL, sv->x, T, D, no, no, no, D, GEMM_EPI_ADD_F32, 0, 0};
+        o.narrow = !attn && sv->lay.state_bf16; /* its CTAs beside the state pass's */
         if (!sv_ablated(sv, attn ? "sv.o_proj" : "sv.out_proj") &&
             (rc = sv_gemm(ctx, sv, &lc, o, ly, CW_OUT, nr, 0, ly->ln2, l, "gemm_out", err)))
             return rc;

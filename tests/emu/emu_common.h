@@ -30,6 +30,8 @@ cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 inline std::map<const void *, int> emu_max_smem;
 template <class F>
 static cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute attr, int v) {
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) /* a hint: nothing to emulate */
+        return v >= -1 && v <= 100 ? cudaSuccess : cudaErrorInvalidValue;
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || v > 227 * 1024) return cudaErrorInvalidValue;
     emu_max_smem[(const void *)f] = v;
     return cudaSuccess;
