@@ -16,7 +16,8 @@
  *   the next chunk and refill the ring (sk_main_wg): at one CTA per SM (the layer shapes at M <= 64) the per-chunk
  *   chain of wait, barrier, load issue and MMA is what bounds the rate, not the bytes in flight, so a grid of one
  *   wave takes 128-column chunks (half the chains; 129 KB of ring, one CTA per SM) and larger grids 64-column ones
- *   (99 KB, two CTAs per SM: the LM head, M > 64). The accumulator
+ *   (99 KB, two CTAs per SM: the LM head, M > 64), as does a one-wave grid with GemmParams.narrow (its CTAs then fit
+ *   on an SM beside a kernel that holds ~115 KB, and load their weights while it runs). The accumulator
  *   layout is the mma.sync one, so the epilogues are shared. Other devices (the compute_80 PTX) run mma.sync
  *   m16n8k16 on ldmatrix fragments.
  * The grid's x is the m-block: CTAs that share a W slice run side by side and read it once from HBM.
@@ -532,8 +533,8 @@ static int sk_smem(void) {
     return bytes;
 }
 
-/* gemm_skinny_k<EPI, F8> on `grid`: 128-column chunks where the sm_90a loop runs and the grid is one wave at one CTA
- * per SM, else 64 (sk_main_wg). */
+/* gemm_skinny_k<EPI, F8> on `grid`: 128-column chunks where the sm_90a loop runs, the grid is one wave at one CTA per
+ * SM and GemmParams.narrow is 0, else 64 (sk_main_wg). */
 template <int EPI, bool F8>
 static int sk_launch_k(const SkArgs &a, dim3 grid, int n_sm, const CudaLaunch *l) {
     const bool wide = sk_wg() == 1 && (long)grid.x * grid.y * grid.z <= n_sm && !a.g.narrow;
