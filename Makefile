@@ -43,6 +43,7 @@ ifeq ($(SAN),1)
 endif
 ifeq ($(TRACE),1) # the step trace build (src/cuda/common.cuh): make TRACE=1 BUILD=build-trace build-trace/qwen35
   NVFLAGS += -DQ35_TRACE
+  CFLAGS  += -DQ35_TRACE # bench/serve_step --trace-csv
   ifneq ($(T1_AT),) # t1 at probe point T1_AT (common.cuh Q35_T1_AT; scripts/trace-probes.sh)
     NVFLAGS += -DQ35_T1_AT=$(T1_AT)
   endif

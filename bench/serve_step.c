@@ -22,6 +22,10 @@
  * --engines N (measurement): N engines in one process, each with its own weights, B / N of the sequences and a host
  * thread of its own, stepping side by side on the one GPU (what two batches overlapping each other would give);
  * prints engine 0's median step and the tokens/s of all of them over the timed steps' wall time.
+ * --trace-csv PATH (the trace build only: make TRACE=1 BUILD=build-trace build-trace/bench/serve_step): after each
+ * B's timed steps, 10 more whose kernels' block records (src/cuda/common.cuh "step trace": the skinny GEMMs and their
+ * reductions, the DeltaNet prep and state pass, paged attention; the other kernels are not traced) are appended to
+ * PATH as B,step,id,block,t0,t1,t2; tools/step_trace.py reads them (B in its ctx column). B = 1 is not traced.
  * A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +52,8 @@ static int g_kv_block;    /* --kv-block N (0: the engine's default) */
 static int g_state_bf16;  /* --state-dtype bfloat16 (the server's flag) */
 static int g_kv_fp8;      /* --kv-cache-dtype fp8 (the server's flag) */
 static const char *g_ablate; /* --ablate KINDS (measurement: Q35ServeOptions.ablate) */
+static const char *g_trace_csv; /* --trace-csv PATH (the trace build) */
+#define TRACE_STEPS 10
 
 /* A lone prompt of n ids: the median wall time of open + one step (prefill and pick) + close over `steps` rounds. */
 static int run_prompt(Q35Engine *e, int n, int steps) {
@@ -204,6 +210,47 @@ static void *run_steps(void *p) {
     return NULL;
 }
 
+#ifdef Q35_TRACE
+/* common.cuh's Q35TraceRec and the fetchers of the batched step's kernels (extern "C" in the trace build) */
+typedef struct TraceRec {
+    unsigned long long t0, t1, t2;
+    unsigned id, block;
+} TraceRec;
+int cuda_trace_fetch_skinny(void *dst, int cap);
+int cuda_trace_fetch_serve(void *dst, int cap);
+
+/* TRACE_STEPS more decode steps of r (untimed), each one's block records appended to g_trace_csv */
+static int trace_b(Run *r) {
+    int (*fetch[2])(void *, int) = {cuda_trace_fetch_skinny, cuda_trace_fetch_serve};
+    const int cap = 1 << 16;
+    TraceRec *buf = malloc(sizeof(TraceRec) * (size_t)cap);
+    FILE *f = buf ? fopen(g_trace_csv, "a") : NULL;
+    if (!f) {
+        fprintf(stderr, "B %d: cannot write the trace %s\n", r->B, g_trace_csv);
+        free(buf);
+        return 1;
+    }
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) rc = fetch[k](buf, cap) < 0; /* the timed steps' records: dropped */
+    for (int s = 0; s < TRACE_STEPS && !rc; s++) {
+        r->from = -1, r->to = 0;
+        run_steps(r);
+        rc = r->rc;
+        for (int k = 0; k < 2 && !rc; k++) {
+            const int n = fetch[k](buf, cap);
+            rc = n < 0;
+            for (int i = 0; i < n; i++)
+                fprintf(f, "%d,%d,%u,%u,%llu,%llu,%llu\n", r->B, s, buf[i].id, buf[i].block, buf[i].t0, buf[i].t1,
+                        buf[i].t2);
+        }
+    }
+    if (rc) fprintf(stderr, "B %d: the traced steps failed\n", r->B);
+    fclose(f);
+    free(buf);
+    return rc;
+}
+#endif
+
 static void run_close(Run *r) {
     for (int b = 0; b < r->B && r->seq; b++)
         if (r->seq[b] >= 0) q35_seq_close(r->e, r->seq[b]);
@@ -260,6 +307,9 @@ static int run_b(Q35Engine **e, int ne, int B, int ctx, int steps) {
                    "(%d steps each in %.3f s)  state+KV %.2f GB/step\n",
                    B, ctx, ne, 1e3 * med, 1e3 * r[0].t[0], (double)B * steps / wall, steps, wall, st / 1e9);
     }
+#ifdef Q35_TRACE
+    if (!rc && g_trace_csv && ne == 1 && B > 1) rc = trace_b(&r[0]);
+#endif
     for (int k = 0; k < opened; k++) run_close(&r[k]);
     return rc;
 }
@@ -307,7 +357,15 @@ int main(int argc, char **argv) {
             g_kv_fp8 = !strcmp(argv[++i], "fp8");
         else if (!strcmp(argv[i], "--ablate") && i + 1 < argc)
             g_ablate = argv[++i];
-        else if (!strcmp(argv[i], "--engines") && i + 1 < argc && atoi(argv[i + 1]) >= 1 && atoi(argv[i + 1]) <= 8)
+        else if (!strcmp(argv[i], "--trace-csv") && i + 1 < argc) {
+#ifdef Q35_TRACE
+            g_trace_csv = argv[++i];
+#else
+            fprintf(stderr, "serve_step: --trace-csv needs the trace build (make TRACE=1 BUILD=build-trace "
+                            "build-trace/bench/serve_step)\n");
+            return 2;
+#endif
+        } else if (!strcmp(argv[i], "--engines") && i + 1 < argc && atoi(argv[i + 1]) >= 1 && atoi(argv[i + 1]) <= 8)
             ne = atoi(argv[++i]);
         else if (nb < 16 && atoi(argv[i]) > 0)
             bs[nb++] = atoi(argv[i]);
@@ -316,7 +374,8 @@ int main(int argc, char **argv) {
                     "usage: serve_step [--dummy NAME] [--backend cpu|cuda] [--ctx N] [--steps N] [--deterministic] "
                     "[--weights auto|fp8] [--temperature T] [--top-p P] [--top-k K] [--presence-penalty X] "
                     "[--logprobs K] [--prompt N] [--kv-memory GB] [--kv-block N] [--state-dtype float32|bfloat16] "
-                    "[--kv-cache-dtype bfloat16|fp8] [--ablate sv.KIND,...] [--engines N] [B ...]\n");
+                    "[--kv-cache-dtype bfloat16|fp8] [--ablate sv.KIND,...] [--engines N] [--trace-csv PATH] "
+                    "[B ...]\n");
             return 2;
         }
     }
@@ -325,7 +384,7 @@ int main(int argc, char **argv) {
         const int d[6] = {1, 8, 32, 64, 128, 256};
         for (nb = 0; nb < 6; nb++) bs[nb] = d[nb];
     }
-    o.max_seq = ctx + steps + 8;
+    o.max_seq = ctx + steps + (g_trace_csv ? TRACE_STEPS : 0) + 8;
     Q35Engine *e[8] = {NULL};
     Q35Err err = {0};
     int fails = 0;

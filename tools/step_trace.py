@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Timeline of the CUDA decode step from the trace build's records (src/cuda/common.cuh "step trace").
+"""Timeline of the CUDA decode step from the trace build's records (src/cuda/common.cuh "step trace"); also of the
+batched step's (make TRACE=1 BUILD=build-trace build-trace/bench/serve_step, then serve_step --trace-csv PATH).
 
 Usage (GPU machine):
     make TRACE=1 BUILD=build-trace build-trace/qwen35            # here, then carry build-trace
@@ -32,7 +33,12 @@ import statistics
 import sys
 
 KIND = {10: "in", 11: "gate_up", 12: "out/down", 13: "lm_head", 14: "lm_screen", 20: "deltanet", 30: "attention", 35: "attn_o", 36: "attn_qs",
-        40: "mlp", 50: "dnlayer", 60: "attnlayer"}
+        40: "mlp", 50: "dnlayer", 60: "attnlayer",
+        # the batched step (bench/serve_step --trace-csv; B in the ctx column): the skinny GEMM by epilogue (70 split
+        # partials: out_proj / o_proj / down, named by whether gate_up came before), its reductions, the DeltaNet prep
+        # and state pass, paged attention
+        70: "sk_out/down", 71: "sk_in/qkv", 72: "sk_f32", 73: "sk_add", 74: "sk_gate_up", 78: "reduce_norm",
+        79: "reduce", 90: "dn_prep", 91: "dn_state", 93: "pa_split", 94: "pa_merge"}
 
 
 def launches(recs):
@@ -79,10 +85,10 @@ def main():
                 t1a, t1b = min(r[3] for r in rs), max(r[3] for r in rs)
                 t2 = max(r[4] for r in rs)
                 kind = KIND.get(kid, str(kid))
-                if kid == 11:
+                if kid in (11, 74):
                     seen_gu = True
-                if kid == 12:
-                    kind = "down" if seen_gu else "out"
+                if kid in (12, 70):
+                    kind = ("down" if seen_gu else "out") + ("_sk" if kid == 70 else "")
                     seen_gu = False
                 if prev_end is not None:
                     m = {"lead": (t0 - prev_end) / 1e3, "release": (t1a - prev_end) / 1e3,

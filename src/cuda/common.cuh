@@ -154,7 +154,8 @@ __device__ __forceinline__ void l2_prefetch_share(const void *base, long long by
 
 /* ---- step trace (a separate build: make TRACE=1 BUILD=build-trace) ------------------------ */
 
-/* With -DQ35_TRACE the decode kernels (matvec, deltanet, attention, mlp) record, per block that
+/* With -DQ35_TRACE the decode kernels (matvec, deltanet, attention, mlp) and the batched step's (gemm_skinny.cu,
+ * serve_kernels.cu: bench/serve_step --trace-csv) record, per block that
  * passed its pdl_wait, the global timer (ns) at entry (t0), after the wait (t1) and at the end (t2),
  * with a kernel id, into a buffer per translation unit; cuda_trace_fetch_* (extern "C", one per .cu)
  * copy and clear it. bench then writes them as CSV (src/cuda/bench.cu) and tools/step_trace.py turns
@@ -187,6 +188,9 @@ __device__ __forceinline__ unsigned long long q35_now(void) {
         if (Q35_T1_AT == (n)) q35_t1 = q35_now();                                                                      \
     } while (0)
 #define Q35_TRACE_ARG  , unsigned long long &q35_t1 /* passes t1 to a helper that has probe points */
+/* t1 set where a helper passes its wait (the batched step's skinny GEMM: the wait is inside its main loop) */
+#define Q35_TRACE_T1_DECL unsigned long long q35_t1 = 0ull
+#define Q35_TRACE_T1_SET  q35_t1 = q35_now()
 #define Q35_TRACE_PASS , q35_t1
 /* every thread of the block must reach it */
 #define Q35_TRACE_END(kid)                                                                                             \
@@ -216,6 +220,8 @@ __device__ __forceinline__ unsigned long long q35_now(void) {
 #define Q35_TRACE_PROBE(n) (void)0
 #define Q35_TRACE_ARG
 #define Q35_TRACE_PASS
+#define Q35_TRACE_T1_DECL  (void)0
+#define Q35_TRACE_T1_SET   (void)0
 #define Q35_TRACE_END(kid) (void)0
 #define Q35_TRACE_FETCH_FN(fname)
 #endif

@@ -221,7 +221,7 @@ __device__ __forceinline__ void sk_acc_fence(float (&acc)[8][4]) {
  * barrier, so the stage and the bf16 tile it read are free when they are refilled. */
 template <bool F8, int KW>
 __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0, int p0,
-                                           int np) {
+                                           int np Q35_TRACE_ARG) {
     constexpr int S = SK_WG_STAGES(KW), P = KW / SK_BK;
     constexpr int WP = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2; /* a 64-column W piece in a stage */
     constexpr int XP = SK_BM * SK_BK * 2;                      /* a 64-column X piece */
@@ -245,6 +245,7 @@ __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][
     for (int c = 0; c < S - 2; c++)
         if (c < nch) load_w(c);
     pdl_begin();
+    Q35_TRACE_T1_SET;
 #pragma unroll
     for (int c = 0; c < S - 2; c++) {
         if (c < nch) load_x(c);
@@ -319,7 +320,7 @@ __device__ __forceinline__ void sk_chunk_mma(uint32_t sw, uint32_t sx, int warp,
  * c + SK_STAGES. The W of the first SK_STAGES chunks goes out before the wait for the previous kernel. */
 template <bool F8>
 __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0,
-                                            int c0, int nch) {
+                                            int c0, int nch Q35_TRACE_ARG) {
     constexpr int WB = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2, SB = SK_STAGE_BYTES(SK_BK, F8);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int mvalid = min(SK_BM, g.M - m0); /* n8 tiles past it hold zeros: skipped */
@@ -328,6 +329,7 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
     for (int st = 0; st < SK_STAGES; st++)
         if (st < nch) sk_load_w<F8>(g, sbase + st * SB, n0, c0 + st, tid);
     pdl_begin();
+    Q35_TRACE_T1_SET;
 #pragma unroll
     for (int st = 0; st < SK_STAGES; st++) {
         if (st < nch) sk_load_x(g, sbase + st * SB + WB, m0, c0 + st, tid);
@@ -368,12 +370,14 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
     const int m0 = blockIdx.x * SK_BM, n0 = blockIdx.y * SK_BN, split = blockIdx.z;
     const int c0 = split * a.kc, c1 = min(a.nchunks, c0 + a.kc), nch = c1 - c0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Q35_TRACE_T0;
+    Q35_TRACE_T1_DECL;
     float acc[8][4];
     sk_zero(acc);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    sk_main_wg<F8, KW>(g, acc, sm, m0, n0, c0, nch);
+    sk_main_wg<F8, KW>(g, acc, sm, m0, n0, c0, nch Q35_TRACE_PASS);
 #else
-    sk_main_mma<F8>(g, acc, sm, m0, n0, c0, nch);
+    sk_main_mma<F8>(g, acc, sm, m0, n0, c0, nch Q35_TRACE_PASS);
 #endif
 
     /* accumulator (t, e): W row n0 + 16 warp + lane / 4 (+ 8 for e >= 2), X row m0 + 8 t + 2 (lane % 4) + e % 2 */
@@ -404,32 +408,36 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
             }
         }
     }
+    Q35_TRACE_END(71 + EPI); /* step trace ids: 70 partial sums, 71 + the epilogue */
 }
 
 /* grid (ceil(cols / 256), M), 256 threads: y[m][col] for col < cols (N, or N / 2 for SwiGLU) from the splits in
  * order. */
 template <int EPI>
 __global__ void __launch_bounds__(256) gemm_skinny_reduce(const __grid_constant__ SkArgs a, int splits) {
+    Q35_TRACE_T0;
     pdl_begin();
+    Q35_TRACE_T1;
     const GemmParams &g = a.g;
     const int m = blockIdx.y, col = blockIdx.x * 256 + threadIdx.x;
     const size_t plane = (size_t)g.M * g.N;
     const float *w = a.work + (size_t)m * g.N;
     if constexpr (EPI == GEMM_EPI_SWIGLU_BF16) {
-        if (col >= g.N / 2) return;
-        const int gr = sk_gate_row(col, g.glu_group), ur = gr + g.glu_group;
-        float gate = 0.0f, up = 0.0f;
-        for (int s = 0; s < splits; s++) {
-            gate += w[s * plane + gr];
-            up += w[s * plane + ur];
+        if (col < g.N / 2) {
+            const int gr = sk_gate_row(col, g.glu_group), ur = gr + g.glu_group;
+            float gate = 0.0f, up = 0.0f;
+            for (int s = 0; s < splits; s++) {
+                gate += w[s * plane + gr];
+                up += w[s * plane + ur];
+            }
+            sk_store_glu(g, m, col, gate, up);
         }
-        sk_store_glu(g, m, col, gate, up);
-    } else {
-        if (col >= g.N) return;
+    } else if (col < g.N) {
         float v = 0.0f;
         for (int s = 0; s < splits; s++) v += w[s * plane + col];
         sk_store1<EPI>(g, m, col, v);
     }
+    Q35_TRACE_END(79);
 }
 
 /* partials a thread of gemm_skinny_reduce_norm loads at once (the decode shapes take 2-9 splits) */
@@ -449,9 +457,11 @@ __global__ void __launch_bounds__(64 * NC)
     const GemmParams &g = a.g;
     const int row = blockIdx.x, l = threadIdx.x & 31, k = threadIdx.x >> 5, n8 = g.N / 8;
     const int i = l + 32 * (k >> 1), c4 = 2 * i + (k & 1);
+    Q35_TRACE_T0;
     float4 gw = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (i < n8) gw = __ldg((const float4 *)nm.w + c4);
     pdl_begin(); /* the next kernel may start now and stream its weights while the rows are reduced */
+    Q35_TRACE_T1;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (i < n8) {
         float4 *x = (float4 *)((float *)g.y + (size_t)row * g.ldy);
@@ -495,7 +505,10 @@ __global__ void __launch_bounds__(64 * NC)
         o.y = pack_bf16(norm_apply(v.z, r, gw.z, nm.mode), norm_apply(v.w, r, gw.w, nm.mode));
         ((uint2 *)(nm.h + (size_t)row * g.N))[c4] = o;
     }
+    Q35_TRACE_END(78);
 }
+
+Q35_TRACE_FETCH_FN(cuda_trace_fetch_skinny)
 
 extern "C" size_t cuda_gemm_skinny_work(int M, int N, int K, int n_sm, int epi, int glu_group) {
     int kc = 0;

@@ -123,6 +123,7 @@ template <bool F8>
 __global__ void __launch_bounds__(PA_NW * 32, 3)
     paged_attn_split(const __grid_constant__ PagedAttnParams p, int GB, int ms) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    Q35_TRACE_T0;
     extern __shared__ float sm[];
     uint8_t *pa_sm = (uint8_t *)sm;
     const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, len = p.pos[t] + 1, chunk = pa_chunk(len, ms);
@@ -163,6 +164,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
     const bool last = s0 + cr == len - 1; /* position len - 1: appended by the kernel before */
     if (p.early && !last) copy_row(s0);
     pdl_wait();
+    Q35_TRACE_T1;
     if (!p.early || last) copy_row(s0);
     for (int idx = tid; idx < PA_GB * nch; idx += PA_NW * 32) { /* q rows j0 .. j0 + GB - 1, zeros up to PA_GB */
         const int h = idx / nch, c = idx - h * nch;
@@ -334,6 +336,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
         for (d += PA_NW * 32; d >= hd; d -= hd) h++;
     }
     pdl_trigger(); /* late: the merge's blocks would take registers from this grid's while they wait */
+    Q35_TRACE_END(93); /* step trace ids (tools/step_trace.py): 90-95 the batched step's kernels */
 #else
     (void)p, (void)GB, (void)ms;
     __trap(); /* built without sm_90a: the backend opens only on sm_90 devices */
@@ -343,7 +346,9 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
 /* Merge kernel: grid (Hq, T), hd threads: head j of row t = rows[i] from its n = ceil(len / chunk) splits, in order:
  *   M = max_s M_s, L = sum_s 2^(M_s - M) L_s, o = sum_s 2^(M_s - M) o_s;  out = bf16(o / L), then the gate. */
 __global__ void __launch_bounds__(256) paged_attn_merge(const __grid_constant__ PagedAttnParams p, int ms) {
+    Q35_TRACE_T0;
     pdl_begin();
+    Q35_TRACE_T1;
     const int i = blockIdx.y, t = p.rows ? p.rows[i] : i, j = blockIdx.x, d = threadIdx.x, hd = p.hd;
     const int len = p.pos[t] + 1, chunk = pa_chunk(len, ms), n = (len + chunk - 1) / chunk;
     const size_t ld = (size_t)hd + 2;
@@ -360,6 +365,7 @@ __global__ void __launch_bounds__(256) paged_attn_merge(const __grid_constant__ 
     float y = rbf(acc * (1.0f / L));
     if (p.gate) y = rbf(y * rbf(sigmoid_acc(bf16u(p.gate[(size_t)t * p.gate_ld + (size_t)j * p.gate_hs + d]))));
     p.out[(size_t)t * p.Hq * hd + (size_t)j * hd + d] = bf16_bits(y);
+    Q35_TRACE_END(94);
 }
 
 extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
@@ -480,6 +486,7 @@ static size_t dn_prep_smem(const DnBatchParams *p) {
 }
 enum { DN_PREP_SMEM_MAX = 48 * 1024 }; /* the dynamic shared memory a launch gets without an attribute */
 __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
+    Q35_TRACE_T0;
     extern __shared__ float sm[];
     float *hs = sm;
     __shared__ float red3[96];
@@ -504,6 +511,7 @@ __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
             hs[2 * dk + c] = conv_history(cv, conv_dim, vch0 + c, rc, &hs[nc + 2 * dk + c]);
     }
     pdl_begin();
+    Q35_TRACE_T1;
     /* the history sum and tap of channel ch, hs entry e (written by this thread above with p.early) */
     auto hist = [&](int e, int ch, float *tap) {
         if (!p.early) return conv_history(cv, conv_dim, ch, rc, tap);
@@ -568,6 +576,7 @@ __global__ void dn_batch_prep(const __grid_constant__ DnBatchParams p) {
         dn_gates(b, a, p.dt_bias[j], p.A_log[j], &wg[j], &wg[Hv + j]);
         wg[2 * Hv + j] = sqk * rq * rk;
     }
+    Q35_TRACE_END(90);
 }
 
 typedef struct SbArgs {
@@ -765,6 +774,7 @@ __device__ __forceinline__ void dn_sp_rows(const T *stage, int dk, int w, int la
 template <typename T>
 __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_constant__ DnBatchParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    Q35_TRACE_T0;
     extern __shared__ float sm[];
     __shared__ float4 red_m[2][8][32], red_s[2][8][32];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, dk = p.dk, tid = threadIdx.x;
@@ -788,6 +798,7 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
     __syncthreads();
     const float4 nw = p.y && w == 0 ? *(const float4 *)(p.norm_w + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     pdl_begin();
+    Q35_TRACE_T1;
     DnSpItem<T> cu;
     dn_sp_operands(p, blockIdx.x, w, lane, &cu);
     float4 s[16], mm, qq;
@@ -849,6 +860,7 @@ __global__ void __launch_bounds__(256, 1) dn_batch_state_head(const __grid_const
             for (int m = 0; m < 16; m++) store(m);
         }
     }
+    Q35_TRACE_END(91);
 #else
     (void)p;
     __trap(); /* built without sm_90a: the backend runs only on sm_90 devices */
@@ -1031,3 +1043,5 @@ extern "C" int cuda_rows_argmax_final(const RowsArgmaxParams *p, const CudaLaunc
     const int nch = (p->n_valid + GEMM_AM_CHUNK - 1) / GEMM_AM_CHUNK;
     return launch_ex(rows_argmax_final, dim3((unsigned)p->rows), dim3(32), 0, 0, l, *p, nch);
 }
+
+Q35_TRACE_FETCH_FN(cuda_trace_fetch_serve)

@@ -24,6 +24,12 @@ static inline void red_add4(float *y, float a, float b, float c, float d) {
 #define Q35_TRACE_PROBE(n) (void)0
 #define Q35_TRACE_END(kid) (void)0
 #define Q35_TRACE_FETCH_FN(fname)
+#ifndef Q35_TRACE_ARG
+#define Q35_TRACE_ARG
+#define Q35_TRACE_PASS
+#endif
+#define Q35_TRACE_T1_DECL (void)0
+#define Q35_TRACE_T1_SET  (void)0
 
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 /* what cudaFuncSetAttribute allowed each kernel (48 KiB without it, as on the device) */
