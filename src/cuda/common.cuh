@@ -111,12 +111,15 @@ __device__ __forceinline__ void pdl_begin(void) {
 
 /* cudaFuncSetAttribute(KERN, MaxDynamicSharedMemorySize, bytes), called only when a larger size than any set before
  * is asked for: the attribute stays set, so the launchers need not repeat the call on every launch. The engine drives
- * one device per process. */
-template <auto KERN>
+ * one device per process. MAX_CARVEOUT: also the largest shared-memory carveout (a kernel that wants a neighbour's
+ * CTAs to fit beside its own on an SM). */
+template <auto KERN, bool MAX_CARVEOUT = false>
 static inline cudaError_t smem_attr(int bytes) {
     static std::atomic<int> set{0};
     if (set.load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
-    const cudaError_t e = cudaFuncSetAttribute(KERN, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    cudaError_t e = cudaFuncSetAttribute(KERN, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess && MAX_CARVEOUT)
+        e = cudaFuncSetAttribute(KERN, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (e == cudaSuccess) set.store(bytes, std::memory_order_relaxed);
     return e;
 }

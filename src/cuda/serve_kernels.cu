@@ -909,11 +909,9 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
     if (whole) {
         const int smem = dn_sp_smem(p->dk, p->state_bf16 ? 2 : 4), items = p->Hv * p->nd;
         const dim3 grid((unsigned)(items < p->n_sm ? items : p->n_sm));
-        cudaError_t e = cudaFuncSetAttribute(p->state_bf16 ? dn_batch_state_head<uint16_t> : dn_batch_state_head<float>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e == cudaSuccess) /* the most shared memory: the next kernel's CTAs may fit beside (GemmParams.narrow) */
-            e = cudaFuncSetAttribute(p->state_bf16 ? dn_batch_state_head<uint16_t> : dn_batch_state_head<float>,
-                                     cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+        /* the largest carveout: the next kernel's CTAs may fit beside (GemmParams.narrow) */
+        const cudaError_t e = p->state_bf16 ? smem_attr<dn_batch_state_head<uint16_t>, true>(smem)
+                                            : smem_attr<dn_batch_state_head<float>, true>(smem);
         if (e != cudaSuccess) return (int)e;
         rc = p->state_bf16 ? launch_kernel(dn_batch_state_head<uint16_t>, grid, dim3(256), smem, l, q)
                            : launch_kernel(dn_batch_state_head<float>, grid, dim3(256), smem, l, q);

@@ -24,10 +24,8 @@ static inline void red_add4(float *y, float a, float b, float c, float d) {
 #define Q35_TRACE_PROBE(n) (void)0
 #define Q35_TRACE_END(kid) (void)0
 #define Q35_TRACE_FETCH_FN(fname)
-#ifndef Q35_TRACE_ARG
 #define Q35_TRACE_ARG
 #define Q35_TRACE_PASS
-#endif
 #define Q35_TRACE_T1_DECL (void)0
 #define Q35_TRACE_T1_SET  (void)0
 
@@ -43,7 +41,7 @@ static cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute attr, int v) {
     return cudaSuccess;
 }
 /* common.cuh's smem_attr: here every call sets it (a test may clear emu_max_smem between launches) */
-template <auto KERN>
+template <auto KERN, bool MAX_CARVEOUT = false>
 static cudaError_t smem_attr(int bytes) {
     return cudaFuncSetAttribute(KERN, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
