@@ -76,19 +76,18 @@ __device__ __forceinline__ uint32_t pa_sw(int r, int c, int nchp) { return (uint
  * load reads together start in 8 different bank groups, and each row stays one piece, one bulk copy of a pool row. */
 static __host__ __device__ __forceinline__ uint32_t pa_rs(int chunks) { return (uint32_t)(chunks | 1) * 16u; }
 /* Shared memory of the split kernel (byte offsets): the tile's K rows and V rows as copied from the pools (rows of
- * rs bytes), the V tile the values' mma reads (rows of rsv bytes: the V rows themselves with bf16 pools, their f16
- * widening with fp8 pools), the PA_GB query rows, the mbarrier of the copies. */
+ * rs bytes: hd bf16 values or hd e4m3 codes, padded to an odd number of 16-byte chunks), the PA_GB query rows, the
+ * mbarrier of the copies. hd 256: 71.6 KB with bf16 pools (three CTAs an SM), 38.9 KB with fp8 pools (four: the
+ * registers' limit). */
 struct PaLayout {
-    uint32_t rs, rsv, k, v, vt, q, bar, bytes;
+    uint32_t rs, k, v, q, bar, bytes;
 };
 static __host__ __device__ __forceinline__ PaLayout pa_layout(int hd, bool f8) {
     PaLayout L;
-    L.rsv = pa_rs(hd / 8);
-    L.rs = f8 ? pa_rs(hd / 16) : L.rsv;
+    L.rs = f8 ? pa_rs(hd / 16) : pa_rs(hd / 8);
     L.k = 0;
     L.v = PA_TILE * L.rs;
-    L.vt = f8 ? 2 * PA_TILE * L.rs : L.v;
-    L.q = L.vt + PA_TILE * L.rsv;
+    L.q = 2 * PA_TILE * L.rs;
     L.bar = L.q + PA_GB * (uint32_t)pa_nchp(hd) * 16u;
     L.bytes = L.bar + 8;
     return L;
@@ -111,16 +110,19 @@ static __host__ __device__ __forceinline__ PaLayout pa_layout(int hd, bool f8) {
  *            p^T: the scores' C fragment is p's B fragment as it stands. p enters as two bf16 terms,
  *            p = hi + lo (hi = bf16(p), lo = bf16(p - hi)), so the products carry ~16 bits of p.
  * F8 (fp8 pools, PagedAttnParams.kv_fp8): the rows come as e4m3 codes (hd bytes a row): the scores read the K codes
- * where they landed, on f16 (exact f16 values in the B fragments, one cvt per two codes; q staged as f16), and the V
- * codes are first widened exactly into the V tile as f16, which ldmatrix.trans reads; the values' mma runs on f16
- * (p = hi + lo as f16 terms: ~22 bits of p, the terms below 2^-24 flushed). Once a tile's codes are read, the next
- * tile's copies go out while its softmax and values run. Three CTAs an SM either way (pa_layout: ~71 KiB at hd 256).
+ * where they landed, on f16 (exact f16 values in the B fragments, one cvt per two codes; q staged as f16), and so
+ * do the values: V^T's A fragments are built from 4-byte loads of the V codes (a cvt per two codes and a byte_perm
+ * per fragment register, dims permuted within pairs of 16-dim tiles: see the loop), with no widened V tile, so a CTA
+ * takes 38.9 KB of shared memory at hd 256 and four run on an SM (71.6 KB and three with bf16 pools); the values'
+ * mma runs on f16 (p = hi + lo as f16 terms: ~22 bits of p, the terms below 2^-24 flushed). Each warp reads only its
+ * own 16 rows of a tile, so no barrier comes between a tile's copies landing and its values; the next tile's copies
+ * go out once every warp is done with the tile.
  * The warps then merge in order w = 0 .. PA_NW - 1 through shared memory into (o = sum 2^(d - M) V unnormalised, M,
  * L = sum 2^(d - M)) per head, written to work[i][j][s][0 .. hd + 1]. With p.early (decode rows: the positions
  * before pos[t] were written by earlier steps), the first tile's copies of those rows go out before the wait on the
  * kernel that appends position pos[t] (paged_prep_rows) and writes q. */
 template <bool F8>
-__global__ void __launch_bounds__(PA_NW * 32, 3)
+__global__ void __launch_bounds__(PA_NW * 32, 4)
     paged_attn_split(const __grid_constant__ PagedAttnParams p, int GB, int ms) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     Q35_TRACE_T0;
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
     const int nch = hd / 8, nchp = pa_nchp(hd), nks = hd / 16;
     const PaLayout L = pa_layout(hd, F8);
-    const uint32_t base = smem_addr(pa_sm), sk = base + L.k, sv = base + L.vt, sq = base + L.q, bar = base + L.bar;
+    const uint32_t base = smem_addr(pa_sm), sk = base + L.k, sv = base + L.v, sq = base + L.q, bar = base + L.bar;
     const int32_t *table = p.tables + p.tab[t];
 
     /* this thread's copy: row cr of the tile, of K (tid < PA_TILE) or of V; rowb bytes a pool row */
@@ -180,9 +182,10 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
         }
     }
     cp_async_commit();
-    cp_async_wait<0>(); /* q (seen by every thread after the first tile's barrier) */
+    cp_async_wait<0>();      /* q (bf16: seen by every thread after the first tile's barrier) */
+    if (F8) __syncthreads(); /* q written by plain stores; the F8 tiles have no barrier of their own before use */
     const float qscale = p.scale * 1.4426950408889634f;
-    float o[16][4], m = -INFINITY, l = 0.0f; /* m, l: head g's; o: O^T[16 mt + g (+ 8)][heads 2 tq, 2 tq + 1] */
+    float o[16][4], m = -INFINITY, l = 0.0f; /* m, l: head g's; o: O^T[dim(mt, row)][heads 2 tq, 2 tq + 1] */
 #pragma unroll
     for (int mt = 0; mt < 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
 
@@ -197,24 +200,10 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
         if (!F8 && nv < PA_TILE) /* the V rows past the split (not copied: stale bytes) as zeros */
             for (int idx = tid; idx < (PA_TILE - nv) * nch; idx += PA_NW * 32) {
                 const int r = nv + idx / nch, c = idx - (idx / nch) * nch;
-                *(uint4 *)(pa_sm + L.vt + r * L.rsv + 16 * c) = make_uint4(0u, 0u, 0u, 0u);
+                *(uint4 *)(pa_sm + L.v + r * L.rs + 16 * c) = make_uint4(0u, 0u, 0u, 0u);
             }
         mbar_wait(bar, phase);
-        __syncthreads(); /* the tile's copies landed (every thread waited); the zeros are written */
-        if (F8) {
-            /* the e4m3 V rows widened into the V tile as f16 (ldmatrix.trans reads it; the values' mma then runs on
-             * f16, one cvt per two codes), rows past the split as zeros: 16 codes -> two 16-byte chunks, thread tid
-             * taking row tid % PA_TILE (consecutive threads, consecutive rows: 8 bank groups). The scores read the
-             * e4m3 K rows where they landed (below). */
-            const int r = tid % PA_TILE;
-            for (int c = tid / PA_TILE; c < hd / 16; c += PA_NW * 32 / PA_TILE) {
-                uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
-                if (r < nv) e4m3x16_f16(*(const uint4 *)(pa_sm + L.v + r * L.rs + 16 * c), lo, hi);
-                *(uint4 *)(pa_sm + L.vt + r * L.rsv + 32 * c) = lo;
-                *(uint4 *)(pa_sm + L.vt + r * L.rsv + 32 * c + 16) = hi;
-            }
-            __syncthreads();
-        }
+        if (!F8) __syncthreads(); /* the tile's copies landed (every thread waited); the zeros are written */
         const int r0 = 16 * warp;
         float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
         if (F8) {
@@ -231,13 +220,6 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
                     const uint32_t w = *(const uint32_t *)(k8 + 8 * nt * L.rs + 16 * ks);
                     mma_f16(sc[nt], a, e4m3x2_f16x2(w), e4m3x2_f16x2(w >> 16));
                 }
-            }
-            /* the e4m3 rows are read (V widened, K scored): the next tile's copies go out while this one's softmax
-             * and values run */
-            if (tb + PA_TILE < s1) {
-                __syncthreads();
-                expect(tb + PA_TILE);
-                copy_row(tb + PA_TILE);
             }
         } else {
 #pragma unroll
@@ -266,7 +248,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
 #pragma unroll
         for (int e = 0; e < 4; e++) ps += (pr[e] = exp2f(x[e] - mu));
         l = fmaf(l, alpha, ps);
-        uint32_t bh[2], bl[2]; /* p = hi + lo: bf16 terms, or f16 terms (~22 bits of p) against the f16 V tile */
+        uint32_t bh[2], bl[2]; /* p = hi + lo: bf16 terms, or f16 terms (~22 bits of p) against the f16 V values */
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
             if (F8) {
@@ -278,16 +260,50 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
             }
         }
         const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * tq), a1 = __shfl_sync(0xffffffffu, alpha, 8 * tq + 4);
+        if (F8) {
+            /* The values' A operand V^T straight from the e4m3 V rows, no widened tile: the mma's k slots are the
+             * positions of p's B fragment (rows r0 + 2 tq, + 1, + 8, + 9 of the tile), and its M rows are permuted
+             * dims: for the pair of 16-dim tiles 2 mp, 2 mp + 1, row g of tile 2 mp + hh takes dim 32 mp + 4 g + 2 hh
+             * and row g + 8 dim 32 mp + 4 g + 2 hh + 1. So one 4-byte load per position gives a pair of tiles' dims
+             * (one cvt per two codes, then byte_perm pairs the positions), each product and each sum is what a
+             * widened tile would give, and only the dims' places in o change (the write below maps them back).
+             * Rows past the split read as zero (their bytes are stale). */
+            const uint8_t *v8 = pa_sm + L.v + 4 * g;
+            const int pr0 = r0 + 2 * tq;
+            const bool ok0 = pr0 < nv, ok1 = pr0 + 1 < nv, ok8 = pr0 + 8 < nv, ok9 = pr0 + 9 < nv;
 #pragma unroll
-        for (int mt = 0; mt < 16; mt++) {
-            if (mt >= nks) break;
-            o[mt][0] *= a0, o[mt][1] *= a1, o[mt][2] *= a0, o[mt][3] *= a1;
-            uint32_t va[4];
-            ldsm_x4_t(sv + (r0 + (lane & 7) + ((lane >> 4) << 3)) * L.rsv + 16 * (2 * mt + ((lane >> 3) & 1)), va);
-            if (F8) {
-                mma_f16(o[mt], va, bh[0], bh[1]);
-                mma_f16(o[mt], va, bl[0], bl[1]);
-            } else {
+            for (int mp = 0; mp < 8; mp++) {
+                if (2 * mp >= nks) break;
+                const uint32_t w0 = ok0 ? *(const uint32_t *)(v8 + (size_t)pr0 * L.rs + 32 * mp) : 0u;
+                const uint32_t w1 = ok1 ? *(const uint32_t *)(v8 + (size_t)(pr0 + 1) * L.rs + 32 * mp) : 0u;
+                const uint32_t w8 = ok8 ? *(const uint32_t *)(v8 + (size_t)(pr0 + 8) * L.rs + 32 * mp) : 0u;
+                const uint32_t w9 = ok9 ? *(const uint32_t *)(v8 + (size_t)(pr0 + 9) * L.rs + 32 * mp) : 0u;
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const uint32_t c0 = e4m3x2_f16x2(w0 >> (16 * hh)), c1 = e4m3x2_f16x2(w1 >> (16 * hh)),
+                                   c8 = e4m3x2_f16x2(w8 >> (16 * hh)), c9 = e4m3x2_f16x2(w9 >> (16 * hh));
+                    const uint32_t va[4] = {__byte_perm(c0, c1, 0x5410), __byte_perm(c0, c1, 0x7632),
+                                            __byte_perm(c8, c9, 0x5410), __byte_perm(c8, c9, 0x7632)};
+                    float *om = o[2 * mp + hh];
+                    om[0] *= a0, om[1] *= a1, om[2] *= a0, om[3] *= a1;
+                    mma_f16(om, va, bh[0], bh[1]);
+                    mma_f16(om, va, bl[0], bl[1]);
+                }
+            }
+            /* every warp is done with the tile's K and V rows: the next tile's copies go out (the CTAs beside this
+             * one keep the SM's loads in flight meanwhile) */
+            if (tb + PA_TILE < s1) {
+                __syncthreads();
+                expect(tb + PA_TILE);
+                copy_row(tb + PA_TILE);
+            }
+        } else {
+#pragma unroll
+            for (int mt = 0; mt < 16; mt++) {
+                if (mt >= nks) break;
+                o[mt][0] *= a0, o[mt][1] *= a1, o[mt][2] *= a0, o[mt][3] *= a1;
+                uint32_t va[4];
+                ldsm_x4_t(sv + (r0 + (lane & 7) + ((lane >> 4) << 3)) * L.rs + 16 * (2 * mt + ((lane >> 3) & 1)), va);
                 mma_bf16(o[mt], va, bh[0], bh[1]);
                 mma_bf16(o[mt], va, bl[0], bl[1]);
             }
@@ -304,7 +320,8 @@ __global__ void __launch_bounds__(PA_NW * 32, 3)
         if (mt >= nks) break;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const int h = 2 * tq + (e & 1), d = 16 * mt + g + 8 * (e >> 1);
+            const int h = 2 * tq + (e & 1),
+                      d = F8 ? 32 * (mt >> 1) + 4 * g + 2 * (mt & 1) + (e >> 1) : 16 * mt + g + 8 * (e >> 1);
             if (h < GB) so[(warp * GB + h) * hd + d] = o[mt][e];
         }
     }

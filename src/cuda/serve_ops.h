@@ -59,9 +59,9 @@ SV_HD static inline int pa_chunk(int len, int max_split) { /* max_split 1 .. PA_
     return PA_UNIT * ((units + max_split - 1) / max_split);
 }
 /* Splits per row at most for T rows of c CTAs per split on n_sm SMs: about PA_CTAS_PER_SM CTAs per SM in all
- * (three run at once per SM), at least one split, at most PA_MAX_SPLIT. Fewer splits give each CTA more tiles for
- * its fixed costs (q, the warps' merge, its partials, the merge kernel's reads). */
-#define PA_CTAS_PER_SM 8
+ * (three run at once per SM with bf16 pools, four with fp8 ones), at least one split, at most PA_MAX_SPLIT. Fewer
+ * splits give each CTA more tiles for its fixed costs (q, the warps' merge, its partials, the merge kernel's reads). */
+#define PA_CTAS_PER_SM 4
 static inline int pa_max_split(int T, int c, int n_sm) {
     const long long want = (long long)PA_CTAS_PER_SM * n_sm, have = (long long)T * c;
     const long long s = (want + have - 1) / have;

@@ -728,7 +728,7 @@ int main(int argc, char **argv) {
     split_case(96, 4, 1, 1, 16, 150, true);   /* fp8 pools: hd 96 (6 pieces of 16 codes a row) */
     split_case(256, 8, 2, 1, 16, 1100, false, 1); /* splits by the row count: one a row (18 tiles in one CTA) */
     split_case(256, 8, 2, 1, 16, 1100, true, 1);
-    split_case(128, 16, 2, 0, 7, 1030, true, 3); /* 3 SMs: 24 CTAs wanted, 5 rows x 2 -> 3 splits a row */
+    split_case(128, 16, 2, 0, 7, 1030, true, 3); /* 3 SMs: 12 CTAs wanted, 5 rows x 2 -> 2 splits a row */
     dn_case(1, 2, 128, 128);               /* the whole-head state pass (Qwen3.5's heads): 8 heads on 2 CTAs */
     dn_case(1, 2, 128, 128, 1);            /* one CTA streams all 8 heads: its 3-stage ring wraps twice */
     dn_case(1, 2, 128, 128, 64);           /* more CTAs than heads: one each */
