@@ -320,12 +320,6 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v) {
     return h2;
 #endif
 }
-/* 16 e4m3 codes (byte j = column j) as 16 f16, exact: columns 0-7 in lo, 8-15 in hi (two a word, the lower column
- * in the low half). */
-__device__ __forceinline__ void e4m3x16_f16(uint4 v, uint4 &lo, uint4 &hi) {
-    lo = make_uint4(e4m3x2_f16x2(v.x), e4m3x2_f16x2(v.x >> 16), e4m3x2_f16x2(v.y), e4m3x2_f16x2(v.y >> 16));
-    hi = make_uint4(e4m3x2_f16x2(v.z), e4m3x2_f16x2(v.z >> 16), e4m3x2_f16x2(v.w), e4m3x2_f16x2(v.w >> 16));
-}
 
 /* x as an e4m3 code: rounded to nearest even, |x| >= 448 (and inf) saturated to +-448, NaN to 0x7f (satfinite); the
  * host's f32_to_fp8_e4m3 (util.c) bit for bit, in integer operations on every target. */
