@@ -24,7 +24,8 @@
  * prints engine 0's median step and the tokens/s of all of them over the timed steps' wall time.
  * --trace-csv PATH (the trace build only: make TRACE=1 BUILD=build-trace build-trace/bench/serve_step): after each
  * B's timed steps, 10 more whose kernels' block records (src/cuda/common.cuh "step trace": the skinny GEMMs and their
- * reductions, the DeltaNet prep and state pass, paged attention; the other kernels are not traced) are appended to
+ * reductions, the DeltaNet prep and state pass, paged prep and attention, the LM head rows' gather and greedy picks;
+ * the other kernels (embedding, norms, sampling) are not traced) are appended to
  * PATH as B,step,id,block,t0,t1,t2; tools/step_trace.py reads them (B in its ctx column). B = 1 is not traced.
  * A benchmark, not a test: nothing is asserted. */
 #include <stdio.h>

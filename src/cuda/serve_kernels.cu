@@ -23,33 +23,36 @@ __device__ __forceinline__ size_t paged_off(const int32_t *tables, int tab, int 
 /* grid (T, ceil((Hq + 2 Hkv) / 4)), 128 threads: warp w handles head unit blockIdx.y*4 + w (q heads, k heads, v
  * heads) of row blockIdx.x, at the row's own position and pages (attn_prep.cuh). */
 __global__ void __launch_bounds__(128) paged_prep_rows(const __grid_constant__ PagedPrepParams p) {
+    Q35_TRACE_T0;
     pdl_begin();
+    Q35_TRACE_T1;
     __shared__ float buf[4][256];
     const int warp = threadIdx.x >> 5, unit = blockIdx.y * 4 + warp, t = blockIdx.x, hd = p.hd;
-    if (unit >= p.Hq + 2 * p.Hkv) return;
     const uint16_t *row = p.qkv + (size_t)t * p.ld;
     const int pos = p.pos[t], tab = p.tab[t];
-    if (unit >= p.Hq + p.Hkv) { /* v */
+    if (unit >= p.Hq + 2 * p.Hkv) {
+        /* a warp past the last head unit: nothing (its block's other warps may have one) */
+    } else if (unit >= p.Hq + p.Hkv) { /* v */
         const int i = unit - p.Hq - p.Hkv;
         const size_t off = paged_off(p.tables, tab, pos, i, p.Hkv, p.block, hd);
         if (p.kv_fp8)
             head_copy(row + p.v_off + i * hd, (uint8_t *)p.v_pool + off, hd);
         else
             head_copy(row + p.v_off + i * hd, (uint16_t *)p.v_pool + off, hd);
-        return;
-    }
-    if (unit < p.Hq) {
+    } else if (unit < p.Hq) {
         head_norm_rope(row + unit * p.q_hs, p.q_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
                        p.q_out + ((size_t)t * p.Hq + unit) * hd);
-        return;
+    } else {
+        const uint16_t *k = row + p.k_off + (unit - p.Hq) * hd;
+        const size_t off = paged_off(p.tables, tab, pos, unit - p.Hq, p.Hkv, p.block, hd);
+        if (p.kv_fp8)
+            head_norm_rope(k, p.k_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
+                           (uint8_t *)p.k_pool + off);
+        else
+            head_norm_rope(k, p.k_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
+                           (uint16_t *)p.k_pool + off);
     }
-    const uint16_t *k = row + p.k_off + (unit - p.Hq) * hd;
-    const size_t off = paged_off(p.tables, tab, pos, unit - p.Hq, p.Hkv, p.block, hd);
-    if (p.kv_fp8)
-        head_norm_rope(k, p.k_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp], (uint8_t *)p.k_pool + off);
-    else
-        head_norm_rope(k, p.k_norm, hd, p.eps, p.norm_mode, p.inv_freq, p.R, pos, buf[warp],
-                       (uint16_t *)p.k_pool + off);
+    Q35_TRACE_END(92); /* step trace ids (tools/step_trace.py): 90-99 the batched step's kernels */
 }
 
 extern "C" int cuda_paged_prep(const PagedPrepParams *p, const CudaLaunch *l) {
@@ -353,7 +356,7 @@ __global__ void __launch_bounds__(PA_NW * 32, 4)
         for (d += PA_NW * 32; d >= hd; d -= hd) h++;
     }
     pdl_trigger(); /* late: the merge's blocks would take registers from this grid's while they wait */
-    Q35_TRACE_END(93); /* step trace ids (tools/step_trace.py): 90-95 the batched step's kernels */
+    Q35_TRACE_END(93);
 #else
     (void)p, (void)GB, (void)ms;
     __trap(); /* built without sm_90a: the backend opens only on sm_90 devices */
@@ -955,10 +958,13 @@ extern "C" int cuda_dn_batch_step(const DnBatchParams *p, const CudaLaunch *l) {
 
 /* grid n, 128 threads. */
 __global__ void __launch_bounds__(128) gather_rows_f32(const __grid_constant__ GatherRowsParams p) {
+    Q35_TRACE_T0;
     pdl_begin();
+    Q35_TRACE_T1;
     const float *x = p.x + (size_t)p.rows[blockIdx.x] * p.D;
     float *y = p.y + (size_t)blockIdx.x * p.D;
     for (int i = threadIdx.x; i < p.D; i += 128) y[i] = x[i];
+    Q35_TRACE_END(95);
 }
 
 extern "C" int cuda_gather_rows(const GatherRowsParams *p, const CudaLaunch *l) {
@@ -973,10 +979,12 @@ extern "C" int cuda_gather_rows(const GatherRowsParams *p, const CudaLaunch *l) 
 /* grid (ceil(n_valid / AM_CHUNK), rows), AM_NT threads: chunk c of row r (columns c AM_CHUNK .. + AM_CHUNK - 1 below
  * n_valid) -> its best (value, index) at work [r][c]. */
 __global__ void __launch_bounds__(AM_NT) rows_argmax_part(const __grid_constant__ RowsArgmaxParams p) {
+    Q35_TRACE_T0;
     __shared__ ArgMax am_s[AM_NT / 32];
     const int r = blockIdx.y, nch = gridDim.x, c0 = blockIdx.x * AM_CHUNK, c1 = min(p.n_valid, c0 + AM_CHUNK);
     const float *x = p.x + (size_t)r * p.cols;
     pdl_wait();
+    Q35_TRACE_T1;
     float v[AM_CHUNK / AM_NT];
 #pragma unroll
     for (int k = 0; k < AM_CHUNK / AM_NT; k++) {
@@ -1007,20 +1015,24 @@ __global__ void __launch_bounds__(AM_NT) rows_argmax_part(const __grid_constant_
     if ((threadIdx.x & 31) == 0) es[threadIdx.x >> 5] = e;
     __syncthreads();
     pdl_trigger();
-    if (threadIdx.x != 0) return;
-    float sum = 0.0f;
-    for (int w = 0; w < AM_NT / 32; w++) sum += es[w];
-    float *val = (float *)p.work;
-    int *idx = (int *)(val + (size_t)p.rows * nch);
-    float *sums = (float *)(idx + (size_t)p.rows * nch);
-    val[(size_t)r * nch + blockIdx.x] = b.v;
-    idx[(size_t)r * nch + blockIdx.x] = b.i;
-    sums[(size_t)r * nch + blockIdx.x] = sum;
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int w = 0; w < AM_NT / 32; w++) sum += es[w];
+        float *val = (float *)p.work;
+        int *idx = (int *)(val + (size_t)p.rows * nch);
+        float *sums = (float *)(idx + (size_t)p.rows * nch);
+        val[(size_t)r * nch + blockIdx.x] = b.v;
+        idx[(size_t)r * nch + blockIdx.x] = b.i;
+        sums[(size_t)r * nch + blockIdx.x] = sum;
+    }
+    Q35_TRACE_END(96);
 }
 
 /* grid rows, one warp: the row's nch chunk bests -> out[r] (INT_MAX, i.e. every value NaN: 0, as sampler_argmax). */
 __global__ void __launch_bounds__(32) rows_argmax_final(const __grid_constant__ RowsArgmaxParams p, int nch) {
+    Q35_TRACE_T0;
     pdl_wait();
+    Q35_TRACE_T1;
     const int r = blockIdx.x;
     const float *val = (const float *)p.work;
     const int *idx = (const int *)(val + (size_t)p.rows * nch);
@@ -1039,6 +1051,7 @@ __global__ void __launch_bounds__(32) rows_argmax_final(const __grid_constant__ 
     }
     pdl_trigger();
     if (threadIdx.x == 0) p.out[r] = b.i == INT_MAX ? 0 : b.i;
+    Q35_TRACE_END(97);
 }
 
 extern "C" int cuda_rows_argmax(const RowsArgmaxParams *p, const CudaLaunch *l) {
