@@ -397,16 +397,9 @@ extern "C" int cuda_paged_attn(const PagedAttnParams *p, const CudaLaunch *l) {
     int GB = PA_GB;
     while (G % GB) GB--; /* the largest divisor of G up to PA_GB */
     const size_t smem = pa_layout(p->hd, p->kv_fp8).bytes;
-    static bool attr_done = false;
-    if (!attr_done) {
-        for (int f8 = 0; f8 < 2; f8++) {
-            const cudaError_t e =
-                cudaFuncSetAttribute(f8 ? paged_attn_split<true> : paged_attn_split<false>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pa_layout(256, f8).bytes);
-            if (e != cudaSuccess) return (int)e;
-        }
-        attr_done = true;
-    }
+    const cudaError_t e =
+        p->kv_fp8 ? smem_attr<paged_attn_split<true>>((int)smem) : smem_attr<paged_attn_split<false>>((int)smem);
+    if (e != cudaSuccess) return (int)e;
     const int ms = p->n_sm ? pa_max_split(p->T, p->Hq / GB, p->n_sm) : PA_MAX_SPLIT;
     const dim3 grid((unsigned)(p->Hq / GB), (unsigned)p->T, (unsigned)ms);
     int rc = p->kv_fp8 ? launch_ex(paged_attn_split<true>, grid, dim3(PA_NW * 32), smem, 0, l, *p, GB, ms)
