@@ -142,19 +142,21 @@ __device__ __forceinline__ void sk_load_x(const GemmParams &g, uint32_t sx, int 
  * past N and k past K are zero-filled. */
 template <bool F8>
 __device__ __forceinline__ void sk_load_w(const GemmParams &g, uint32_t sw, int n0, int c, int tid) {
+    /* the W row of output column n (GemmParams.gather) */
+    auto wrow = [&](int n) { return (size_t)(g.gather ? g.gather[n] : n); };
     if constexpr (F8) {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int p = tid + 128 * i, n = n0 + (p >> 2), k = c * SK_BK + (p & 3) * 16;
             const bool ok = n < g.N && k < g.K;
-            cp_async16(sw + p * 16, ok ? g.w8 + (size_t)n * g.ldw + k : g.w8, ok);
+            cp_async16(sw + p * 16, ok ? g.w8 + wrow(n) * g.ldw + k : g.w8, ok);
         }
     } else {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = c * SK_BK + ch * 8, n = n0 + r;
             const bool ok = n < g.N && k < g.K;
-            cp_async16(sw + swz<8>(r, ch) * 16, ok ? g.w + (size_t)n * g.ldw + k : g.w, ok);
+            cp_async16(sw + swz<8>(r, ch) * 16, ok ? g.w + wrow(n) * g.ldw + k : g.w, ok);
         }
     }
 }
@@ -360,6 +362,34 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
 }
 #endif
 
+/* GemmParams.gather (GEMM_EPI_F32, bf16 weights, one split): the CTA's W tiles blockIdx.y, + gridDim.y, ... below
+ * *n_dyn, each as the plain kernel computes its tile (the same loads of the same W rows, the same chunks) */
+template <int KW>
+__device__ __forceinline__ void sk_gather_tiles(const SkArgs &a, uint8_t *sm, int m0 Q35_TRACE_ARG) {
+    pdl_begin(); /* the rows and their count come from the previous kernel */
+    GemmParams g = a.g;
+    g.N = (int)min(*g.n_dyn, (unsigned)g.N);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int n0 = blockIdx.y * SK_BN; n0 < g.N; n0 += gridDim.y * SK_BN) {
+        float acc[8][4];
+        sk_zero(acc);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        sk_main_wg<false, KW>(g, acc, sm, m0, n0, 0, a.nchunks Q35_TRACE_PASS);
+#else
+        sk_main_mma<false>(g, acc, sm, m0, n0, 0, a.nchunks Q35_TRACE_PASS);
+#endif
+        const int nr = n0 + warp * 16 + (lane >> 2), mc = m0 + 2 * (lane & 3);
+#pragma unroll
+        for (int t = 0; t < 8; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int n = nr + (e >> 1) * 8, m = mc + 8 * t + (e & 1);
+                if (n < g.N && m < g.M) sk_store1<GEMM_EPI_F32>(g, m, n, acc[t][e]);
+            }
+        __syncthreads(); /* every warp is done with the ring before the next tile refills it */
+    }
+}
+
 /* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights. KW: the chunk width of the sm_90a loop (the
  * mma.sync loop always takes 64). */
 template <int EPI, bool F8, int KW>
@@ -372,6 +402,12 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     Q35_TRACE_T0;
     Q35_TRACE_T1_DECL;
+    if constexpr (EPI == GEMM_EPI_F32 && !F8)
+        if (g.gather) {
+            sk_gather_tiles<KW>(a, sm, m0 Q35_TRACE_PASS);
+            Q35_TRACE_END(72);
+            return;
+        }
     float acc[8][4];
     sk_zero(acc);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -589,6 +625,13 @@ extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_fl
     a.work = work;
     a.nchunks = (g->K + SK_BK - 1) / SK_BK;
     const int splits = sk_plan(g->N, g->K, sk_mb(g), n_sm, &a.kc);
+    if (g->gather) { /* the plan of N must be one split; a grid of at most two CTAs per SM walks the tiles */
+        if (!g->n_dyn || g->epi != GEMM_EPI_F32 || g->w8 || splits != 1 || g->split_m)
+            return (int)cudaErrorInvalidValue;
+        const int tiles = (g->N + SK_BN - 1) / SK_BN, gy = tiles < 2 * n_sm ? tiles : 2 * n_sm;
+        return sk_launch_k<GEMM_EPI_F32, false>(a, dim3((unsigned)((g->M + SK_BM - 1) / SK_BM), (unsigned)gy, 1),
+                                                n_sm, l);
+    }
     if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) > work_floats ||
         (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) && !work))
         return (int)cudaErrorInvalidValue;

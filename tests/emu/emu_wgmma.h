@@ -21,11 +21,14 @@
  * Not emulated: timing and overlap (the TMA lands at once, a wgmma takes no time; fibers run one
  * at a time, so a race shows only if this schedule happens to expose it), register budgets (setmaxnreg
  * only checks that the warpgroup is converged), the descriptor base offset, the summation order inside
- * a k16 step (fp32 sums in k order here: compare with a tolerance), fp8 / tf32 / integer forms, the
- * memory-proxy rules (fence.proxy.async is a no-op: a missing one goes unnoticed).
+ * a k16 step (fp32 sums in k order here: compare with a tolerance), tf32, u8 and the integer forms other than
+ * s8 x s8, the memory-proxy rules (fence.proxy.async is a no-op: a missing one goes unnoticed).
  * e4m3 (emu_wgmma with e4m3 set, the m64nNk32 .e4m3.e4m3 form): A and B K-major in shared memory, one byte an
  * element, every e4m3 code its exact value (NaN codes as NaN); the products summed in fp32 in k order, where the
  * tensor core keeps fewer bits (compare with a tolerance).
+ * s8 (emu_wgmma with int accumulators di, the m64nNk32 .s32.s8.s8 form): A and B K-major in shared memory, one signed
+ * byte an element, read with the e4m3 form's addressing; the sums exact, accumulated into the int32 accumulators
+ * (the float forms' fragment layout) modulo 2^32, as the instruction without .satfinite does.
  * Using it for a new wgmma kernel (run_gemm.sh / gemm_emu.cpp are the worked example):
  *   1. extract the kernel with sed as run_gemm.sh does: drop the "cuda/" includes and <cuda.h>,
  *      turn `extern __shared__ ... smem[]` into `uint8_t *smem = emu_smem();`, replace inline asm
@@ -67,6 +70,7 @@ static inline void tma_map_acquire(const CUtensorMap *) {}
 template <int M, int N>
 static inline void reg_fence_acc(float (&)[M][N][4]) {}
 static inline void reg_fence(float &) {}
+static inline void reg_fence(int &) {}
 
 /* ---- warpgroup state ---- */
 struct EmuWgOp {
@@ -75,8 +79,10 @@ struct EmuWgOp {
     int scale_d;           /* 0: d = A B, 1: d += A B */
     int tnsp_a, tnsp_b;    /* 1: the operand is MN-major */
     bool e4m3;             /* k32 of e4m3 bytes (A and B K-major) instead of k16 of bf16 */
+    bool s8;               /* k32 of int8 bytes (A and B K-major) into the int accumulators di */
     bool a_regs;           /* A from registers (a[]) instead of shared memory (da) */
     float (*d[128])[4];    /* each thread's accumulator fragments d[N/8][4] */
+    int (*di[128])[4];     /* the same, int32 (s8) */
     uint32_t a[128][4];    /* A fragments as issued: warp w rows 16 w.., the mma.m16n8k16 A layout */
 };
 struct EmuWg {
@@ -158,8 +164,8 @@ static inline EmuDesc emu_desc(uint64_t d) {
  *             k row, k rows W bytes apart, k8 groups SBO apart, W/2-mn blocks LBO apart.
  * Swizzled modes then XOR the 16-byte chunk bits [4, 4 + log2(W/16)) of the address with the bits
  * from 7 up (Swizzle<1|2|3, 4, 3>); absolute address bits, so a tile sits at a W*8-aligned base (the
- * descriptor's base offset, for other bases, is not emulated). esz: bytes an element (2, or 1 for e4m3, whose k32 slice
- * is 32 bytes as bf16's k16 is; K-major only). Only the K-major 128 B form is checked
+ * descriptor's base offset, for other bases, is not emulated). esz: bytes an element (2, or 1 for e4m3 and s8,
+ * whose k32 slice is 32 bytes as bf16's k16 is; K-major only). Only the K-major 128 B form is checked
  * against hardware (gemm_tma.cu passes on the H200); the others follow the table alone. */
 static inline uint32_t emu_desc_addr(const EmuDesc &d, int mn, int k, bool mn_major, uint32_t esz = 2) {
     uint32_t a;
@@ -216,10 +222,40 @@ static void emu_wgmma_acc(const EmuWgOp &op, const float (*A)[KK], const float (
         }
     emu_wgmma_count++;
 }
-/* Executes one queued wgmma of the warpgroup of CTA cta: m64nNk16 bf16, or m64nNk32 e4m3 (both operands K-major in
- * shared memory). */
+static inline int emu_smem_s8(int cta, uint32_t addr) {
+    if (addr + 1 > E.smem[cta].size() - 16) {
+        fprintf(stderr, "emu: wgmma operand address %u outside shared memory (%zu bytes)\n", addr,
+                E.smem[cta].size() - 16);
+        exit(2);
+    }
+    return (int8_t)E.smem[cta][addr];
+}
+/* d (+)= A B^T of a queued s8 wgmma: A [64][32], B [op.n][32] bytes, every sum exact (|sum| <= 32 128^2), added to the
+ * int32 accumulator modulo 2^32 (the owners as in emu_wgmma_acc). */
+static void emu_wgmma_acc_s8(const EmuWgOp &op, const int (*A)[32], const int (*B)[32]) {
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < op.n; n++) {
+            int s = 0;
+            for (int k = 0; k < 32; k++) s += A[m][k] * B[n][k];
+            const int th = (m >> 4) * 32 + (m & 7) * 4 + ((n & 7) >> 1), e = 2 * ((m >> 3) & 1) + (n & 1);
+            int *dst = &op.di[th][n >> 3][e];
+            *dst = op.scale_d ? (int)((uint32_t)*dst + (uint32_t)s) : s;
+        }
+    emu_wgmma_count++;
+}
+/* Executes one queued wgmma of the warpgroup of CTA cta: m64nNk16 bf16, or m64nNk32 e4m3 or s8 (both operands K-major
+ * in shared memory). */
 static void emu_wgmma_exec(int cta, const EmuWgOp &op) {
     const EmuDesc b = emu_desc(op.db);
+    if (op.s8) {
+        static int A8[64][32], B8[256][32];
+        const EmuDesc a = emu_desc(op.da);
+        for (int r = 0; r < 64; r++)
+            for (int k = 0; k < 32; k++) A8[r][k] = emu_smem_s8(cta, emu_desc_addr(a, r, k, false, 1));
+        for (int r = 0; r < op.n; r++)
+            for (int k = 0; k < 32; k++) B8[r][k] = emu_smem_s8(cta, emu_desc_addr(b, r, k, false, 1));
+        return emu_wgmma_acc_s8(op, A8, B8);
+    }
     if (op.e4m3) {
         static float A8[64][32], B8[256][32];
         const EmuDesc a = emu_desc(op.da);
@@ -253,15 +289,17 @@ static void emu_wgmma_exec(int cta, const EmuWgOp &op) {
 static inline void wgmma_fence(void) { emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid] = 1; }
 /* One wgmma.mma_async m64nNk16 (N a multiple of 8 up to 256): A from shared memory (da) or, when a is
  * not null, from the thread's 4 registers a[] (the mma.m16n8k16 A layout, rows 16 (warp % 4) + ..;
- * their values are taken at issue); B from shared memory (db). tnsp_a / tnsp_b: MN-major operands. */
+ * their values are taken at issue); B from shared memory (db). tnsp_a / tnsp_b: MN-major operands.
+ * di not null: the s8 form into the int accumulators di (d unused). */
 static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *a, uint64_t db, int scale_d, int tnsp_a,
-                             int tnsp_b, bool e4m3 = false) {
+                             int tnsp_b, bool e4m3 = false, int (*di)[4] = nullptr) {
+    const bool s8 = di != nullptr;
     if (n < 8 || n > 256 || n % 8) {
         fprintf(stderr, "emu: wgmma N = %d\n", n);
         exit(2);
     }
-    if (e4m3 && (a || tnsp_a || tnsp_b)) {
-        fprintf(stderr, "emu: an e4m3 wgmma takes A and B K-major from shared memory only\n");
+    if ((e4m3 || s8) && (a || tnsp_a || tnsp_b || (e4m3 && s8))) {
+        fprintf(stderr, "emu: an e4m3 or s8 wgmma takes A and B K-major from shared memory only\n");
         exit(2);
     }
     if (!emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid]) {
@@ -275,15 +313,15 @@ static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *
             EmuWgOp &c = w.cur;
             if (w.cnt == 0)
                 c.n = n, c.da = a ? 0 : da, c.db = db, c.scale_d = scale_d, c.tnsp_a = tnsp_a, c.tnsp_b = tnsp_b,
-                c.a_regs = a != nullptr, c.e4m3 = e4m3;
+                c.a_regs = a != nullptr, c.e4m3 = e4m3, c.s8 = s8;
             else if (c.n != n || c.da != (a ? 0 : da) || c.db != db || c.scale_d != scale_d || c.tnsp_a != tnsp_a ||
-                     c.tnsp_b != tnsp_b || c.a_regs != (a != nullptr) || c.e4m3 != e4m3) {
+                     c.tnsp_b != tnsp_b || c.a_regs != (a != nullptr) || c.e4m3 != e4m3 || c.s8 != s8) {
                 fprintf(stderr, "emu: wgmma operands differ within warpgroup (thread %d: desc %#llx %#llx vs %#llx %#llx)\n",
                         me().tid, (unsigned long long)da, (unsigned long long)db, (unsigned long long)c.da,
                         (unsigned long long)c.db);
                 exit(2);
             }
-            c.d[t] = d;
+            c.d[t] = d, c.di[t] = di;
             if (a) memcpy(c.a[t], a, 16);
         },
         [&](EmuWg &w) { w.ops.push_back(w.cur); });
@@ -335,4 +373,8 @@ static inline void wgmma_m64n128k32_e4m3(float (*d)[4], uint64_t da, uint64_t db
 }
 static inline void wgmma_m64n256k32_e4m3(float (*d)[4], uint64_t da, uint64_t db) {
     emu_wgmma(256, d, da, nullptr, db, 1, 0, 0, true);
+}
+/* src/cuda/lm_screen_rows.cu: m64n128k32 s8 x s8 -> s32, A and B K-major in shared memory (int accumulators) */
+static inline void wgmma_m64n128k32_s8(int (*d)[4], uint64_t da, uint64_t db) {
+    emu_wgmma(128, nullptr, da, nullptr, db, 1, 0, 0, false, d);
 }
