@@ -16,7 +16,7 @@
  *           the skinny GEMM's logits (GEMM_EPI_F32) of the same rows, three calls in a row (the union's bits and the
  *           maxima start clean each time), at the 0.8B head and smaller shapes, with outlier channels, ties, near-ties,
  *           a NaN row, a zero row, an infinite weight and all head rows equal (every pair a candidate).
- * Usage: test_lm_screen [seed]. Skips (exit 0, "no GPU") without a GPU. */
+ * Usage: test_lm_screen [seed [rows]] (rows: cuda_lm_rows only). Skips (exit 0, "no GPU") without a GPU. */
 #include "cuda/ops.h"
 #include "test.h"
 #include "gpu_common.h"
@@ -365,6 +365,8 @@ int main(int argc, char **argv) {
     int dev = 0;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
     const int blk = cuda_matvec_blocks(248320, 1024, 1, n_sm);
+    const int rows_only = argc > 2 && strcmp(argv[2], "rows") == 0; /* test_lm_screen SEED rows: cuda_lm_rows only */
+    if (rows_only) goto rows;
     /* the 0.8B head: random, ties, near-ties, residual + norm (both modes) */
     test_screen(248320, 1024, 248077, blk, IN_RES_ZC, H_NONE, 1);
     test_screen(248320, 1024, 248077, blk, IN_VEC, H_NONE, 1);
@@ -385,7 +387,7 @@ int main(int argc, char **argv) {
     /* the hard cases at the 0.8B shape: every block overflows (all rows equal), x = 0 */
     test_screen(248320, 1024, 248077, blk, IN_VEC, H_ALLEQ, 1);
     test_screen(248320, 1024, 248077, blk, IN_RES_ZC, H_ZERO, 1);
-    /* up to 64 rows at once (sm_90a): the 0.8B head, smaller shapes, the hard inputs */
+rows: /* up to 64 rows at once (sm_90a): the 0.8B head, smaller shapes, the hard inputs */
     if (cuda_lm_rows_ok(248320, 1024)) {
         test_rows(248320, 1024, 248077, 64, HR_NONE, 1);
         test_rows(248320, 1024, 248077, 1, HR_NONE, 1);
