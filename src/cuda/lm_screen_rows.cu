@@ -338,8 +338,7 @@ extern "C" size_t cuda_lm_rows_tiles_bytes(int V, int D) { return (size_t)(V + 6
 extern "C" int cuda_lm_rows(const LmRowsParams *p, const CudaLaunch *l) {
     if (!p || !l || !p->h || !p->W || !p->Wt || !p->meta || !p->ws || !p->y || !p->out || p->rows < 1 ||
         p->rows > LSR_ROWS || p->ldh < p->D || p->ldh % 8 || p->n_valid < 1 || p->n_valid > p->V || p->n_sm < 1 ||
-        !cuda_lm_rows_ok(p->V, p->D) || ((uintptr_t)p->Wt & 15) || ((uintptr_t)p->ws & 1023) ||
-        ((uintptr_t)p->meta & 15))
+        !cuda_lm_rows_ok(p->V, p->D) || ((uintptr_t)p->Wt & 15) || ((uintptr_t)p->ws & 15) || ((uintptr_t)p->meta & 15))
         return (int)cudaErrorInvalidValue;
     int rc = launch_kernel(lsr_prep, dim3(LSR_ROWS), dim3(128), 0, l, *p);
     if (rc) return rc;

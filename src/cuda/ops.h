@@ -193,18 +193,18 @@ int cuda_lm_screen_ring(int rows, int cols); /* 1: cuda_lm_screen runs the ring 
 typedef struct LmRowsParams {
     const uint16_t *h; /* bf16 [rows][ldh]: the rows' final-normed hidden states */
     int rows, ldh;
-    const uint16_t *W;    /* bf16 [V][D]: the head */
-    const int8_t *Wt;     /* cuda_lm_quantize's tiles of W */
-    const float *meta;    /* cuda_lm_quantize's meta_rows [V][4] */
-    int V, D, n_valid;    /* n_valid <= V: the ids that take part */
-    void *ws;             /* cuda_lm_rows_ws_bytes(V, D) bytes, zeroed once before the first call */
-    float *y;             /* fp32 [rows][V]: the candidates' exact logits (scratch) */
-    int32_t *out;         /* [rows] */
+    const uint16_t *W; /* bf16 [V][D]: the head */
+    const int8_t *Wt;  /* cuda_lm_quantize's tiles of W */
+    const float *meta; /* cuda_lm_quantize's meta_rows [V][4] */
+    int V, D, n_valid; /* n_valid <= V: the ids that take part */
+    void *ws;          /* cuda_lm_rows_ws_bytes(V, D) bytes, 16-byte aligned, zeroed once before the first call */
+    float *y;          /* fp32 [rows][V]: the candidates' exact logits (scratch) */
+    int32_t *out;      /* [rows] */
     int n_sm;
 } LmRowsParams;
-int cuda_lm_rows_ok(int V, int D);                /* 1: this device and shape take cuda_lm_rows */
-size_t cuda_lm_rows_ws_bytes(int V, int D);       /* the workspace */
-size_t cuda_lm_rows_tiles_bytes(int V, int D);    /* cuda_lm_quantize's Wt */
+int cuda_lm_rows_ok(int V, int D);             /* 1: this device and shape take cuda_lm_rows */
+size_t cuda_lm_rows_ws_bytes(int V, int D);    /* the workspace */
+size_t cuda_lm_rows_tiles_bytes(int V, int D); /* cuda_lm_quantize's Wt */
 int cuda_lm_rows(const LmRowsParams *p, const CudaLaunch *l);
 /* after a call: the rows computed exactly (the screen's candidates of all rows), read back synchronously; -1 on an
  * error */

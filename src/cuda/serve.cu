@@ -244,8 +244,7 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
         const int V = ctx->c->vocab_size;
         sv->lm_wt = (int8_t *)sv_carve(a, cuda_lm_rows_tiles_bytes(V, D));
         sv->lm_meta_rows = (float *)sv_carve(a, sizeof(float) * 4 * (size_t)V);
-        sv->lm_ws = sv_carve(a, cuda_lm_rows_ws_bytes(V, D) + 1024);
-        if (sv->lm_ws) sv->lm_ws = (void *)(((uintptr_t)sv->lm_ws + 1023) & ~(uintptr_t)1023);
+        sv->lm_ws = sv_carve(a, cuda_lm_rows_ws_bytes(V, D));
     }
 }
 
