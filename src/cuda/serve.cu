@@ -257,7 +257,9 @@ static void sv_dims(const CudaCtx *ctx, CudaServe *sv) {
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sv->major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&sv->n_sm, cudaDevAttrMultiProcessorCount, dev);
-    sv->lmr = cuda_lm_rows_ok(ctx->c->vocab_size, sv->d.D);
+    /* the screen's exact sums are the skinny GEMM's in one split (GemmParams.gather): the plan of the head's shape */
+    sv->lmr = cuda_lm_rows_ok(ctx->c->vocab_size, sv->d.D) &&
+              cuda_gemm_skinny_work(1, ctx->c->vocab_size, sv->d.D, sv->n_sm, GEMM_EPI_F32, 1) == 0;
 }
 
 /* ---- Backend hooks --------------------------------------------------------------------------------------------- */

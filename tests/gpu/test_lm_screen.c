@@ -336,7 +336,9 @@ static void test_rows(int V, int D, int n_valid, int rows, int hard, int pdl) {
                       .out = dout,
                       .n_sm = n_sm};
     long cnt[3] = {0, 0, 0};
-    for (int run = 0; run < 3; run++) { /* again: the union's bits and the maxima start clean each call */
+    /* again: the union's bits and the maxima start clean each call (the union's size may differ: it depends on when
+     * each CTA sees the others' maxima) */
+    for (int run = 0; run < 3; run++) {
         CU(cudaMemset(dout, 0xff, sizeof(int32_t) * 64));
         LAUNCH(cuda_lm_rows(&p, &l));
         CU(cudaDeviceSynchronize());
@@ -348,8 +350,6 @@ static void test_rows(int V, int D, int n_valid, int rows, int hard, int pdl) {
         CHECK(diff == 0, "%s run %d: %d of %d picks differ (row %d: %d, full head %d)", what, run, diff, rows, first,
               first >= 0 ? got[first] : 0, first >= 0 ? want[first] : 0);
     }
-    CHECK(cnt[0] == cnt[1] && cnt[1] == cnt[2], "%s: %ld, %ld, %ld rows computed exactly", what, cnt[0], cnt[1],
-          cnt[2]);
     if (hard == HR_NONE && V > 100000)
         CHECK(cnt[0] < 60L * rows + 2000, "%s: %ld rows computed exactly (%d rows)", what, cnt[0], rows);
     printf("  %s: %ld head rows computed exactly per call\n", what, cnt[0]);
@@ -393,7 +393,7 @@ rows: /* up to 64 rows at once (sm_90a): the 0.8B head, smaller shapes, the hard
         test_rows(248320, 1024, 248077, 1, HR_NONE, 1);
         test_rows(248320, 1024, 248077, 8, HR_OUTLIER, 0);
         test_rows(248320, 1024, 248077, 64, HR_TIES, 1);
-        const int rs[][3] = {{5000, 1024, 33}, {3000, 512, 64}, {70000, 256, 7}, {64, 128, 2}};
+        const int rs[][3] = {{5000, 1024, 33}, {4480, 512, 64}, {70000, 256, 7}, {64, 128, 2}};
         for (int s = 0; s < (int)(sizeof rs / sizeof rs[0]); s++)
             for (int hard = HR_NONE; hard <= HR_ALLEQ; hard++)
                 if (hard != HR_ALLEQ || rs[s][0] < 10000)
