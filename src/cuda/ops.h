@@ -189,8 +189,8 @@ int cuda_lm_screen_ring(int rows, int cols); /* 1: cuda_lm_screen runs the ring 
  * (cuda_gemm_skinny, GEMM_EPI_F32; ties: the smaller id; NaN never wins; none: 0), bit for bit, for m < rows <= 64:
  * an int8 copy of W in tiles (cuda_lm_quantize's Wt, meta_rows) bounds every logit of every row, and only the rows
  * whose bound reaches a row's best lower bound are computed exactly, by the skinny GEMM over those rows alone
- * (GemmParams.gather). Needs sm_90a, D % 128 == 0, D <= 1024, and the skinny GEMM's plan of V x D in one split (cuda_gemm_skinny_work
- * 0, as for the 0.8B head); invalid otherwise. Four launches. */
+ * (GemmParams.gather). Needs sm_90a, D % 128 == 0, D <= 1024, and the skinny GEMM's plan of V x D in one split
+ * (cuda_gemm_skinny_work 0, as for the 0.8B head); invalid otherwise. Four launches. */
 typedef struct LmRowsParams {
     const uint16_t *h; /* bf16 [rows][ldh]: the rows' final-normed hidden states */
     int rows, ldh;
