@@ -139,11 +139,10 @@ __device__ __forceinline__ void sk_load_x(const GemmParams &g, uint32_t sx, int 
 /* Chunk c of the W rows n0 .. n0 + 63 into the stage's W part at shared address sw. bf16: the tile [64][64], 512
  * 16-byte pieces swizzled as swz<8>; FP8: the e4m3 chunk [64][64] row by row, 256 pieces (row p / 4, columns
  * 16 (p % 4) ..; K % 16 == 0, so a piece is all inside K or all past it). Thread tid takes pieces tid + 128 i; rows
- * past N and k past K are zero-filled. */
-template <bool F8>
+ * past N and k past K are zero-filled. GATHER: output column n reads W row g.gather[n]. */
+template <bool F8, bool GATHER = false>
 __device__ __forceinline__ void sk_load_w(const GemmParams &g, uint32_t sw, int n0, int c, int tid) {
-    /* the W row of output column n (GemmParams.gather) */
-    auto wrow = [&](int n) { return (size_t)(g.gather ? g.gather[n] : n); };
+    auto wrow = [&](int n) { return GATHER ? (size_t)g.gather[n] : (size_t)n; };
     if constexpr (F8) {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
@@ -221,7 +220,7 @@ __device__ __forceinline__ void sk_acc_fence(float (&acc)[8][4]) {
  * Either width issues the same wgmmas into the same sums in the same order, so a row's result does not depend on
  * which width ran. Chunk c - 2 is complete in every warp before iteration c's
  * barrier, so the stage and the bf16 tile it read are free when they are refilled. */
-template <bool F8, int KW>
+template <bool F8, int KW, bool GATHER = false>
 __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0, int p0,
                                            int np Q35_TRACE_ARG) {
     constexpr int S = SK_WG_STAGES(KW), P = KW / SK_BK;
@@ -233,7 +232,7 @@ __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][
     const uint32_t sbase = smem_addr(sm);
     auto load_w = [&](int c) {
 #pragma unroll
-        for (int q = 0; q < P; q++) sk_load_w<F8>(g, sbase + (c % S) * SB + q * WP, n0, p0 + c * P + q, tid);
+        for (int q = 0; q < P; q++) sk_load_w<F8, GATHER>(g, sbase + (c % S) * SB + q * WP, n0, p0 + c * P + q, tid);
     };
     auto load_x = [&](int c) {
 #pragma unroll
@@ -320,7 +319,7 @@ __device__ __forceinline__ void sk_chunk_mma(uint32_t sw, uint32_t sx, int warp,
  * [FP8: convert it into the bf16 tile, barrier,] the MMAs [FP8: into the sums of the chunk's 128-column scale block,
  * folded as acc = fma(scale_n, block_acc, acc) when the next block starts], barrier, refill the stage with chunk
  * c + SK_STAGES. The W of the first SK_STAGES chunks goes out before the wait for the previous kernel. */
-template <bool F8>
+template <bool F8, bool GATHER = false>
 __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0,
                                             int c0, int nch Q35_TRACE_ARG) {
     constexpr int WB = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2, SB = SK_STAGE_BYTES(SK_BK, F8);
@@ -329,7 +328,7 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
     const uint32_t sbase = smem_addr(sm), stile = sbase + SK_STAGES * SB;
 #pragma unroll
     for (int st = 0; st < SK_STAGES; st++)
-        if (st < nch) sk_load_w<F8>(g, sbase + st * SB, n0, c0 + st, tid);
+        if (st < nch) sk_load_w<F8, GATHER>(g, sbase + st * SB, n0, c0 + st, tid);
     pdl_begin();
     Q35_TRACE_T1_SET;
 #pragma unroll
@@ -353,7 +352,7 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
         }
         __syncthreads(); /* stage st (and the bf16 tile) is refilled next */
         if (c + SK_STAGES < nch) {
-            sk_load_w<F8>(g, sbase + st * SB, n0, c0 + c + SK_STAGES, tid);
+            sk_load_w<F8, GATHER>(g, sbase + st * SB, n0, c0 + c + SK_STAGES, tid);
             sk_load_x(g, sbase + st * SB + WB, m0, c0 + c + SK_STAGES, tid);
         }
         cp_async_commit();
@@ -374,9 +373,9 @@ __device__ __forceinline__ void sk_gather_tiles(const SkArgs &a, uint8_t *sm, in
         float acc[8][4];
         sk_zero(acc);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        sk_main_wg<false, KW>(g, acc, sm, m0, n0, 0, a.nchunks Q35_TRACE_PASS);
+        sk_main_wg<false, KW, true>(g, acc, sm, m0, n0, 0, a.nchunks Q35_TRACE_PASS);
 #else
-        sk_main_mma<false>(g, acc, sm, m0, n0, 0, a.nchunks Q35_TRACE_PASS);
+        sk_main_mma<false, true>(g, acc, sm, m0, n0, 0, a.nchunks Q35_TRACE_PASS);
 #endif
         const int nr = n0 + warp * 16 + (lane >> 2), mc = m0 + 2 * (lane & 3);
 #pragma unroll
@@ -629,8 +628,8 @@ extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_fl
         if (!g->n_dyn || g->epi != GEMM_EPI_F32 || g->w8 || splits != 1 || g->split_m)
             return (int)cudaErrorInvalidValue;
         const int tiles = (g->N + SK_BN - 1) / SK_BN, gy = tiles < 2 * n_sm ? tiles : 2 * n_sm;
-        return sk_launch_k<GEMM_EPI_F32, false>(a, dim3((unsigned)((g->M + SK_BM - 1) / SK_BM), (unsigned)gy, 1),
-                                                n_sm, l);
+        return sk_launch_k<GEMM_EPI_F32, false>(a, dim3((unsigned)((g->M + SK_BM - 1) / SK_BM), (unsigned)gy, 1), n_sm,
+                                                l);
     }
     if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) > work_floats ||
         (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) && !work))

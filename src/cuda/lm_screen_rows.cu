@@ -46,11 +46,17 @@
 #include "cuda/common.cuh"
 #include "cuda/mma.cuh"
 
-#define LSR_ROWS    64   /* rows per call at most (X: hi rows 0 .. 63, lo rows 64 .. 127) */
-#define LSR_NS      8    /* ring slots of one piece (64 head rows x 128 k, 8 KiB) */
-#define LSR_CAP     2048 /* a CTA's list of pairs */
-#define LSR_THREADS 160  /* warps 0-3: the consumer warpgroup; warp 4: the producer */
-#define LSR_PIECE   8192
+#define LSR_ROWS 64   /* rows per call at most */
+#define LSR_CAP  1024 /* a CTA's list of pairs */
+#define LSR_THREADS                                                                                                    \
+    320 /* warps 0-3 and 4-7: consumer warpgroups 0 and 1 (alternate tiles); warps 8, 9: their producers */
+#define LSR_PIECE 8192 /* a ring slot: one piece of a head tile, 64 rows x 128 k */
+
+/* The rows' operand X has 2 NR rows (hi: 0 .. NR - 1, lo: NR .. 2 NR - 1), NR = 16, 32 or 64, the smallest that holds
+ * the call's rows: the wgmma is m64n(2 NR)k32 and the epilogue handles NR rows, so a pass of 8 rows pays for 16, not
+ * 64. Each consumer warpgroup has a ring of its own of lsr_ns(NR) slots (the shared memory X leaves). */
+static __host__ __device__ constexpr int lsr_ns(int NR) { return NR == 64 ? 5 : 8; }
+static __host__ __device__ constexpr int lsr_nr(int rows) { return rows <= 16 ? 16 : rows <= 32 ? 32 : 64; }
 
 /* The workspace: the candidate count, the rows' running maxima (ord_f32), sh and ||h||_2, X, the union's bits and
  * its list. */
@@ -76,13 +82,14 @@ static __host__ __device__ LsrWs lsr_ws(void *ws, int V, int D, size_t *bytes) {
     return w;
 }
 
-/* grid 64, 128 threads: row m of X and its scalars (the header); rows m >= rows zero. */
+/* grid NR, 128 threads: row m of X (hi at operand row m, lo at NR + m) and its scalars (the header); rows m >= rows
+ * zero. */
 __global__ void __launch_bounds__(128) lsr_prep(const __grid_constant__ LmRowsParams p) {
     Q35_TRACE_T0;
     pdl_begin();
     Q35_TRACE_T1;
     __shared__ float red[32];
-    const int m = blockIdx.x, tid = threadIdx.x, D = p.D;
+    const int m = blockIdx.x, NR = gridDim.x, tid = threadIdx.x, D = p.D;
     const LsrWs w = lsr_ws(p.ws, p.V, D, NULL);
     const bool live = m < p.rows;
     const uint16_t *h = p.h + (size_t)(live ? m : 0) * p.ldh;
@@ -102,8 +109,8 @@ __global__ void __launch_bounds__(128) lsr_prep(const __grid_constant__ LmRowsPa
     const float sh = am > 0.0f && am <= FLT_MAX ? am / (float)(hq_max - 1) : 1.0f, ish = 1.0f / sh;
     for (int k = tid; k < D; k += 128) {
         const int hq = live ? __float2int_rn(bf16u(h[k]) * ish) : 0, hi = (hq + 128) >> 8;
-        w.x[swz128_tile_off(m, k, D, 2 * LSR_ROWS)] = (int8_t)hi;
-        w.x[swz128_tile_off(LSR_ROWS + m, k, D, 2 * LSR_ROWS)] = (int8_t)(hq - 256 * hi);
+        w.x[swz128_tile_off(m, k, D, 2 * NR)] = (int8_t)hi;
+        w.x[swz128_tile_off(NR + m, k, D, 2 * NR)] = (int8_t)(hq - 256 * hi);
     }
     if (tid == 0) {
         w.sh[m] = live ? sh : 0.0f;
@@ -120,61 +127,73 @@ __device__ __forceinline__ void lsr_emit(const LsrWs &w, int R) {
     if (!(atomicOr(&w.mask[R >> 5], bit) & bit)) w.list[atomicAdd(w.count, 1u)] = R;
 }
 
-/* grid min(n_sm, tiles), LSR_THREADS threads, lsr_smem bytes (the header). */
-static size_t lsr_smem(int D) { return (size_t)(D / 128) * 16384 + LSR_NS * LSR_PIECE + 8 * (2 * LSR_NS + 1) + 1024; }
+/* grid min(n_sm, tiles), LSR_THREADS threads, lsr_smem bytes (the header). Shared memory: X (D / 128 pieces of
+ * 2 NR x 128 bytes), the two rings, their barriers. */
+static size_t lsr_smem(int D, int NR) {
+    return (size_t)(D / 128) * (256 * NR) + 2 * lsr_ns(NR) * LSR_PIECE + 8 * (4 * lsr_ns(NR) + 1) + 1024;
+}
+template <int NR>
 __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_constant__ LmRowsParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int NS = lsr_ns(NR), J = NR / 8, XP = 256 * NR; /* J: 8-column groups of hi (and of lo) */
     Q35_TRACE_T0;
     extern __shared__ __align__(1024) uint8_t smem[];
-    __shared__ unsigned le[LSR_CAP], s_max[LSR_ROWS], s_g[LSR_ROWS], s_pub[LSR_ROWS], s_n;
-    __shared__ float lu[LSR_CAP], s_sh[LSR_ROWS], s_hn[LSR_ROWS];
+    __shared__ unsigned le[LSR_CAP], s_max[NR], s_g[NR], s_pub[NR], s_n;
+    __shared__ float lu[LSR_CAP], s_sh[NR], s_hn[NR];
     const uint32_t sX = (smem_addr(smem) + 1023u) & ~1023u;
     const int P = p.D >> 7, T = (p.V + 63) >> 6, G = gridDim.x, b = blockIdx.x;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const uint32_t sR = sX + (uint32_t)P * 16384u, sB = sR + LSR_NS * LSR_PIECE;
-    auto full = [&](int s) { return sB + 8u * (uint32_t)s; };
-    auto empty = [&](int s) { return sB + 8u * (uint32_t)(LSR_NS + s); };
-    const uint32_t xbar = sB + 16u * LSR_NS;
-    const int ntiles = b < T ? (T - 1 - b) / G + 1 : 0, nq = ntiles * P;
+    const uint32_t sR = sX + (uint32_t)(P * XP), sB = sR + 2 * NS * LSR_PIECE;
+    /* ring c's slot s, its full and empty barriers */
+    auto slot = [&](int c, int s) { return sR + (uint32_t)(c * NS + s) * LSR_PIECE; };
+    auto full = [&](int c, int s) { return sB + 8u * (uint32_t)(c * NS + s); };
+    auto empty = [&](int c, int s) { return sB + 8u * (uint32_t)(2 * NS + c * NS + s); };
+    const uint32_t xbar = sB + 32u * NS;
+    const int ntiles = b < T ? (T - 1 - b) / G + 1 : 0; /* the CTA's tiles b + G it; warpgroup c takes it = c mod 2 */
     const LsrWs w = lsr_ws(p.ws, p.V, p.D, NULL);
     if (tid == 0) {
-        for (int s = 0; s < LSR_NS; s++) mbar_init(full(s), 1), mbar_init(empty(s), 4);
+        for (int s = 0; s < 2 * NS; s++) mbar_init(sB + 8u * s, 1), mbar_init(sB + 8u * (2 * NS + s), 4);
         mbar_init(xbar, 1);
         mbar_init_fence();
         s_n = 0u;
     }
-    if (tid < LSR_ROWS) s_max[tid] = 0u, s_pub[tid] = 0u;
+    if (tid < NR) s_max[tid] = 0u, s_pub[tid] = 0u;
     __syncthreads();
 
     Q35_TRACE_T1_DECL;
-    if (warp == 4) { /* the producer: piece q = the CTA's tile q / P, its piece q % P, into slot q % NS */
+    if (warp >= 8) { /* producer c: its warpgroup's piece q = tile 2 (q / P) + c of the CTA, piece q % P, slot q % NS */
+        const int c = warp - 8, nq = (ntiles - c + 1) / 2 * P;
         if (lane == 0) {
             auto issue = [&](int q) {
-                const int s = q % LSR_NS, t = b + (q / P) * G;
-                mbar_arrive_expect_tx(full(s), LSR_PIECE);
-                bulk_g2s(sR + (uint32_t)s * LSR_PIECE, p.Wt + ((size_t)t * P + q % P) * LSR_PIECE, LSR_PIECE, full(s));
+                const int s = q % NS, t = b + (2 * (q / P) + c) * G;
+                mbar_arrive_expect_tx(full(c, s), LSR_PIECE);
+                bulk_g2s(slot(c, s), p.Wt + ((size_t)t * P + q % P) * LSR_PIECE, LSR_PIECE, full(c, s));
             };
             int q = 0;
-            for (; q < LSR_NS && q < nq; q++) issue(q); /* the head is immutable: before the wait */
+            for (; q < NS && q < nq; q++) issue(q); /* the head is immutable: before the wait */
             pdl_wait();
-            mbar_arrive_expect_tx(xbar, (uint32_t)P * 16384u);
-            for (int pc = 0; pc < P; pc++) bulk_g2s(sX + pc * 16384u, w.x + (size_t)pc * 16384, 16384u, xbar);
+            if (c == 0) {
+                mbar_arrive_expect_tx(xbar, (uint32_t)(P * XP));
+                for (int pc = 0; pc < P; pc++)
+                    bulk_g2s(sX + (uint32_t)(pc * XP), w.x + (size_t)pc * XP, (uint32_t)XP, xbar);
+            }
             for (; q < nq; q++) {
-                mbar_wait(empty(q % LSR_NS), (uint32_t)(q / LSR_NS - 1) & 1u);
+                mbar_wait(empty(c, q % NS), (uint32_t)(q / NS - 1) & 1u);
                 issue(q);
             }
         } else {
             pdl_wait();
         }
-    } else { /* the consumer warpgroup */
+    } else { /* consumer warpgroup c */
+        const int c = warp >> 2, wt = tid & 127, wq = warp & 3;
         pdl_begin();
         Q35_TRACE_T1_SET;
-        if (tid < LSR_ROWS) {
+        if (tid < NR) {
             s_sh[tid] = w.sh[tid];
             s_hn[tid] = w.hn[tid];
             s_g[tid] = *(volatile unsigned *)&w.gmax[tid];
         }
-        bar_sync(1, 128);
+        bar_sync(1, 256);
         mbar_wait(xbar, 0u);
         volatile unsigned *vmax = s_max, *vg = s_g;
         const int g = lane >> 2, tq = lane & 3;
@@ -186,46 +205,48 @@ __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_consta
                 lsr_emit(w, R);
         };
         int q = 0;
-        for (int it = 0; it < ntiles; it++) {
-            const int t = b + it * G, RA = t * 64 + 16 * warp + g, RB = RA + 8;
+        for (int it = c; it < ntiles; it += 2) {
+            const int t = b + it * G, RA = t * 64 + 16 * wq + g, RB = RA + 8;
+            /* the grid's maxima, read now and taken after this tile's sums: the L2 round trip under the MMAs */
+            const unsigned gnow = wt < NR ? *(volatile unsigned *)&w.gmax[wt] : 0u;
             const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             const float4 mA = RA < p.V ? __ldg((const float4 *)p.meta + RA) : z4,
                          mB = RB < p.V ? __ldg((const float4 *)p.meta + RB) : z4;
-            int acc[16][4];
+            int acc[2 * J][4];
 #pragma unroll
-            for (int j = 0; j < 16; j++)
+            for (int j = 0; j < 2 * J; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[j][e] = 0, reg_fence(acc[j][e]);
             for (int pc = 0; pc < P; pc++, q++) {
-                const int s = q % LSR_NS;
-                mbar_wait(full(s), (uint32_t)(q / LSR_NS) & 1u);
+                const int s = q % NS;
+                mbar_wait(full(c, s), (uint32_t)(q / NS) & 1u);
                 wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++)
-                    wgmma_m64n128k32_s8(acc, wgmma_desc(sR + (uint32_t)s * LSR_PIECE + kk * 32),
-                                        wgmma_desc(sX + (uint32_t)pc * 16384u + kk * 32));
+                    wgmma_s8<2 * NR>(acc, wgmma_desc(slot(c, s) + kk * 32),
+                                     wgmma_desc(sX + (uint32_t)(pc * XP) + kk * 32));
                 wgmma_commit();
                 if (pc > 0) {
                     wgmma_wait<1>(); /* piece q - 1 is done: its slot goes back */
-                    if (lane == 0) mbar_arrive(empty((q - 1) % LSR_NS));
+                    if (lane == 0) mbar_arrive(empty(c, (q - 1) % NS));
                 }
             }
             wgmma_wait<0>();
 #pragma unroll
-            for (int j = 0; j < 16; j++)
+            for (int j = 0; j < 2 * J; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) reg_fence(acc[j][e]);
-            if (lane == 0) mbar_arrive(empty((q - 1) % LSR_NS));
+            if (lane == 0) mbar_arrive(empty(c, (q - 1) % NS));
 
             /* the bounds of the thread's pairs: head rows RA (e < 2) and RB, rows m = 8 j + 2 tq + (e & 1) */
-            float Ls[8][4], Us[8][4];
+            float Ls[J][4], Us[J][4];
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+            for (int j = 0; j < J; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int m = 8 * j + 2 * tq + (e & 1), R = e < 2 ? RA : RB;
                     const float4 mt = e < 2 ? mA : mB;
-                    const int Ti = (int)((unsigned)acc[j][e] * 256u + (unsigned)acc[j + 8][e]);
+                    const int Ti = (int)((unsigned)acc[j][e] * 256u + (unsigned)acc[j + J][e]);
                     const float sh = s_sh[m], a = (float)Ti * (mt.x * sh);
                     const float B = fmaf(s_hn[m], mt.y, (0.51f * sh) * mt.z) * 1.001f + 0x1p-22f * fabsf(a);
                     const bool valid = R < p.n_valid && m < p.rows;
@@ -235,7 +256,7 @@ __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_consta
                 }
                 /* the tile's max of L per row over the warp's 16 head rows -> the CTA's */
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+            for (int j = 0; j < J; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     float l = fmaxf(Ls[j][e], Ls[j][e + 2]);
@@ -244,41 +265,37 @@ __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_consta
                     l = fmaxf(l, __shfl_xor_sync(0xffffffffu, l, 16));
                     if (g == 0) atomicMax(&s_max[8 * j + 2 * tq + e], ord_f32(l));
                 }
-            bar_sync(1, 128);
-            if (tid < LSR_ROWS) { /* publish the CTA's max where it grew, take the grid's */
-                const unsigned cur = vmax[tid];
-                if (cur > s_pub[tid]) {
-                    const unsigned old = atomicMax(&w.gmax[tid], cur);
-                    s_pub[tid] = cur;
-                    vg[tid] = old > cur ? old : cur;
-                } else {
-                    const unsigned gv = *(volatile unsigned *)&w.gmax[tid];
-                    if (gv > vg[tid]) vg[tid] = gv;
+            bar_sync(2 + c, 128);
+            if (wt < NR) { /* publish the CTA's max where it grew (no reply awaited); take the grid's read above */
+                const unsigned cur = vmax[wt];
+                if (cur > s_pub[wt]) {
+                    atomicMax(&w.gmax[wt], cur);
+                    atomicMax(&s_pub[wt], cur);
                 }
+                atomicMax(&s_g[wt], gnow);
             }
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+            for (int j = 0; j < J; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int m = 8 * j + 2 * tq + (e & 1);
-                    const unsigned a = vmax[m], c = vg[m];
-                    if (Us[j][e] != -INFINITY && rbf(Us[j][e]) >= rbf(unord_f32(a > c ? a : c)))
+                    const unsigned a = vmax[m], gm = vg[m];
+                    if (Us[j][e] != -INFINITY && rbf(Us[j][e]) >= rbf(unord_f32(a > gm ? a : gm)))
                         push(e < 2 ? RA : RB, m, Us[j][e]);
                 }
         }
-        pdl_trigger();
         /* the list by the grid's maxima as they stand now -> the union */
-        bar_sync(1, 128);
-        if (tid < LSR_ROWS) {
+        bar_sync(1, 256);
+        if (tid < NR) {
             const unsigned cur = vmax[tid], old = atomicMax(&w.gmax[tid], cur);
             vg[tid] = old > cur ? old : cur;
         }
-        bar_sync(1, 128);
+        bar_sync(1, 256);
         const unsigned n = s_n < LSR_CAP ? s_n : LSR_CAP;
-        for (unsigned i = tid; i < n; i += 128)
+        for (unsigned i = tid; i < n; i += 256)
             if (rbf(lu[i]) >= rbf(unord_f32(vg[le[i] & 63u]))) lsr_emit(w, (int)(le[i] >> 6));
     }
-    Q35_TRACE_END(87); /* the producer warp too: every thread reaches it */
+    Q35_TRACE_END(87); /* the producer warps too: every thread reaches it */
 #else
     (void)p;
     __trap(); /* built without sm_90a: cuda_lm_rows_ok is 0 there */
@@ -318,7 +335,7 @@ static int lsr_wg(void) {
     static int wg = -1;
     if (wg >= 0) return wg;
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, lsr_screen) != cudaSuccess) return 0;
+    if (cudaFuncGetAttributes(&fa, lsr_screen<64>) != cudaSuccess) return 0;
     wg = fa.binaryVersion == 90;
     return wg;
 }
@@ -340,13 +357,21 @@ extern "C" int cuda_lm_rows(const LmRowsParams *p, const CudaLaunch *l) {
         p->rows > LSR_ROWS || p->ldh < p->D || p->ldh % 8 || p->n_valid < 1 || p->n_valid > p->V || p->n_sm < 1 ||
         !cuda_lm_rows_ok(p->V, p->D) || ((uintptr_t)p->Wt & 15) || ((uintptr_t)p->ws & 15) || ((uintptr_t)p->meta & 15))
         return (int)cudaErrorInvalidValue;
-    int rc = launch_kernel(lsr_prep, dim3(LSR_ROWS), dim3(128), 0, l, *p);
+    const int NR = lsr_nr(p->rows), T = (p->V + 63) / 64, smem = (int)lsr_smem(p->D, NR);
+    int rc = launch_kernel(lsr_prep, dim3((unsigned)NR), dim3(128), 0, l, *p);
     if (rc) return rc;
-    const int T = (p->V + 63) / 64, smem = (int)lsr_smem(p->D);
-    const cudaError_t e = smem_attr<lsr_screen>(smem);
-    if (e != cudaSuccess) return (int)e;
-    if ((rc = launch_kernel(lsr_screen, dim3((unsigned)(T < p->n_sm ? T : p->n_sm)), dim3(LSR_THREADS), smem, l, *p)))
-        return rc;
+    const dim3 grid((unsigned)(T < p->n_sm ? T : p->n_sm));
+    if (NR == 16) {
+        const cudaError_t e = smem_attr<lsr_screen<16>>(smem);
+        rc = e != cudaSuccess ? (int)e : launch_kernel(lsr_screen<16>, grid, dim3(LSR_THREADS), smem, l, *p);
+    } else if (NR == 32) {
+        const cudaError_t e = smem_attr<lsr_screen<32>>(smem);
+        rc = e != cudaSuccess ? (int)e : launch_kernel(lsr_screen<32>, grid, dim3(LSR_THREADS), smem, l, *p);
+    } else {
+        const cudaError_t e = smem_attr<lsr_screen<64>>(smem);
+        rc = e != cudaSuccess ? (int)e : launch_kernel(lsr_screen<64>, grid, dim3(LSR_THREADS), smem, l, *p);
+    }
+    if (rc) return rc;
     const LsrWs w = lsr_ws(p->ws, p->V, p->D, NULL);
     GemmParams g;
     memset(&g, 0, sizeof g);

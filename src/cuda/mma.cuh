@@ -223,14 +223,36 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (*d)[4], uint64_t da, uin
                  : "l"(da), "l"(db), "r"(1));
 }
 
-/* d[16][4] += A (64 x 32 s8, smem desc) B (32 x 128 s8, smem desc), both K-major with the 128-byte swizzle (a row of
- * a tile is 128 k values, one byte each; the k-th 32-value slice starts 32 k bytes into the row), exact int32 sums
- * (the accumulator layout of the bf16 forms). */
+/* d[N / 8][4] += A (64 x 32 s8, smem desc) B (32 x N s8, smem desc), N = 32, 64 or 128, both K-major with the 128-byte
+ * swizzle (a row of a tile is 128 k values, one byte each; the k-th 32-value slice starts 32 k bytes into the row),
+ * exact int32 sums (the accumulator layout of the bf16 forms). */
 #define WGMMA_I4(i)     "+r"(d[i][0]), "+r"(d[i][1]), "+r"(d[i][2]), "+r"(d[i][3])
 #define WGMMA_I8ROWS(i) /* rows i .. i+7 */                                                                            \
     WGMMA_I4(i), WGMMA_I4(i + 1), WGMMA_I4(i + 2), WGMMA_I4(i + 3), WGMMA_I4(i + 4), WGMMA_I4(i + 5), WGMMA_I4(i + 6), \
         WGMMA_I4(i + 7)
-__device__ __forceinline__ void wgmma_m64n128k32_s8(int (*d)[4], uint64_t da, uint64_t db) {
+template <int N>
+__device__ __forceinline__ void wgmma_s8(int (*d)[4], uint64_t da, uint64_t db);
+template <>
+__device__ __forceinline__ void wgmma_s8<32>(int (*d)[4], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, %16, %17, p;\n}\n"
+                 : WGMMA_I4(0), WGMMA_I4(1), WGMMA_I4(2), WGMMA_I4(3)
+                 : "l"(da), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_s8<64>(int (*d)[4], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p;\n}\n"
+                 : WGMMA_I8ROWS(0)
+                 : "l"(da), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_s8<128>(int (*d)[4], uint64_t da, uint64_t db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "

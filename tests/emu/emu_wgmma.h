@@ -61,8 +61,7 @@ static inline void mbar_arrive(uint32_t bar) {
 /* bar.arrive: counts toward the barrier's n without waiting */
 static inline void bar_arrive(int id, int n) {
     const int b = me().cta * 16 + id;
-    if (++E.nb_cnt[b] == n)
-        E.nb_cnt[b] = 0, E.nb_gen[b]++;
+    if (++E.nb_cnt[b] == n) E.nb_cnt[b] = 0, E.nb_gen[b]++;
 }
 static inline void fence_proxy_async(void) {}
 static inline void tma_prefetch_map(const CUtensorMap *) {}
@@ -74,23 +73,23 @@ static inline void reg_fence(int &) {}
 
 /* ---- warpgroup state ---- */
 struct EmuWgOp {
-    int n;                 /* N of m64nNk16 */
+    int n; /* N of m64nNk16 */
     uint64_t da, db;
-    int scale_d;           /* 0: d = A B, 1: d += A B */
-    int tnsp_a, tnsp_b;    /* 1: the operand is MN-major */
-    bool e4m3;             /* k32 of e4m3 bytes (A and B K-major) instead of k16 of bf16 */
-    bool s8;               /* k32 of int8 bytes (A and B K-major) into the int accumulators di */
-    bool a_regs;           /* A from registers (a[]) instead of shared memory (da) */
-    float (*d[128])[4];    /* each thread's accumulator fragments d[N/8][4] */
-    int (*di[128])[4];     /* the same, int32 (s8) */
-    uint32_t a[128][4];    /* A fragments as issued: warp w rows 16 w.., the mma.m16n8k16 A layout */
+    int scale_d;        /* 0: d = A B, 1: d += A B */
+    int tnsp_a, tnsp_b; /* 1: the operand is MN-major */
+    bool e4m3;          /* k32 of e4m3 bytes (A and B K-major) instead of k16 of bf16 */
+    bool s8;            /* k32 of int8 bytes (A and B K-major) into the int accumulators di */
+    bool a_regs;        /* A from registers (a[]) instead of shared memory (da) */
+    float (*d[128])[4]; /* each thread's accumulator fragments d[N/8][4] */
+    int (*di[128])[4];  /* the same, int32 (s8) */
+    uint32_t a[128][4]; /* A fragments as issued: warp w rows 16 w.., the mma.m16n8k16 A layout */
 };
 struct EmuWg {
-    int cnt, gen, kind;             /* collective in progress: arrivals, generation, operation */
-    std::vector<EmuWgOp> ops;       /* queued, oldest first */
-    std::vector<size_t> group_end;  /* committed groups: ops[0 .. group_end[0]) is the oldest */
-    EmuWgOp cur;                    /* being collected */
-    int arg;                        /* wait_group N / setmaxnreg count of the collective */
+    int cnt, gen, kind;            /* collective in progress: arrivals, generation, operation */
+    std::vector<EmuWgOp> ops;      /* queued, oldest first */
+    std::vector<size_t> group_end; /* committed groups: ops[0 .. group_end[0]) is the oldest */
+    EmuWgOp cur;                   /* being collected */
+    int arg;                       /* wait_group N / setmaxnreg count of the collective */
 };
 static std::vector<EmuWg> emu_wg;       /* [cta * 8 + warpgroup] */
 static std::vector<char> emu_wg_fenced; /* per thread of the cluster: wgmma.fence since the last wait_group */
@@ -102,8 +101,8 @@ static void emu_wg_begin(int ncta) {
 static void emu_wg_end(void) {
     for (size_t i = 0; i < emu_wg.size(); i++)
         if (!emu_wg[i].ops.empty()) {
-            fprintf(stderr, "emu: warpgroup %zu of CTA %zu ended with %zu wgmmas not retired by wait_group\n", i % 8, i / 8,
-                    emu_wg[i].ops.size());
+            fprintf(stderr, "emu: warpgroup %zu of CTA %zu ended with %zu wgmmas not retired by wait_group\n", i % 8,
+                    i / 8, emu_wg[i].ops.size());
             exit(2);
         }
 }
@@ -111,17 +110,21 @@ static inline void emu_wg_install(void) { emu_hook_begin = emu_wg_begin, emu_hoo
 
 enum { EMU_WG_MMA = 1, EMU_WG_COMMIT, EMU_WG_WAIT, EMU_WG_SETMAXNREG };
 static const char *emu_wg_kind_name(int k) {
-    return k == EMU_WG_MMA ? "wgmma.mma_async" : k == EMU_WG_COMMIT ? "wgmma.commit_group" : k == EMU_WG_WAIT ? "wgmma.wait_group" : "setmaxnreg";
+    return k == EMU_WG_MMA      ? "wgmma.mma_async"
+           : k == EMU_WG_COMMIT ? "wgmma.commit_group"
+           : k == EMU_WG_WAIT   ? "wgmma.wait_group"
+                                : "setmaxnreg";
 }
 /* The 128 threads of this thread's warpgroup meet; `arrive` runs in each thread on arrival, `last` in
  * the last one to arrive (before anyone leaves). */
 template <class A, class L>
 static inline void emu_wg_collective(int kind, A arrive, L last) {
     EmuWg &w = emu_wg[me().cta * 8 + me().tid / 128];
-    if (w.cnt == 0) w.kind = kind;
+    if (w.cnt == 0)
+        w.kind = kind;
     else if (w.kind != kind) {
-        fprintf(stderr, "emu: warpgroup %d of CTA %d diverged: thread %d at %s while others are at %s\n", me().tid / 128,
-                me().cta, me().tid, emu_wg_kind_name(kind), emu_wg_kind_name(w.kind));
+        fprintf(stderr, "emu: warpgroup %d of CTA %d diverged: thread %d at %s while others are at %s\n",
+                me().tid / 128, me().cta, me().tid, emu_wg_kind_name(kind), emu_wg_kind_name(w.kind));
         exit(2);
     }
     arrive(w, me().tid & 127);
@@ -146,7 +149,8 @@ static inline EmuDesc emu_desc(uint64_t d) {
     r.base_off = (uint32_t)((d >> 49) & 7);
     r.swz = (uint32_t)(d >> 62);
     if (r.base_off != 0) {
-        fprintf(stderr, "emu: wgmma descriptor %#llx: base offset %u not emulated\n", (unsigned long long)d, r.base_off);
+        fprintf(stderr, "emu: wgmma descriptor %#llx: base offset %u not emulated\n", (unsigned long long)d,
+                r.base_off);
         exit(2);
     }
     return r;
@@ -176,16 +180,20 @@ static inline uint32_t emu_desc_addr(const EmuDesc &d, int mn, int k, bool mn_ma
                    (uint32_t)k * esz % 16;
         a = d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * W + (uint32_t)k * esz;
     } else {
-        if (d.swz == 0) return d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * 2 + (uint32_t)(k & 7) * 16 + (uint32_t)(k >> 3) * d.lbo;
+        if (d.swz == 0)
+            return d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * 2 + (uint32_t)(k & 7) * 16 +
+                   (uint32_t)(k >> 3) * d.lbo;
         const int E = (int)W / 2; /* mn elements per swizzled row */
-        a = d.start + (uint32_t)(mn / E) * d.lbo + (uint32_t)(mn % E) * 2 + (uint32_t)(k & 7) * W + (uint32_t)(k >> 3) * d.sbo;
+        a = d.start + (uint32_t)(mn / E) * d.lbo + (uint32_t)(mn % E) * 2 + (uint32_t)(k & 7) * W +
+            (uint32_t)(k >> 3) * d.sbo;
     }
     const uint32_t mask = W / 16 - 1; /* chunk bits swizzled: 3 (128 B), 2 (64 B), 1 (32 B) */
     return a ^ (((a >> 7) & mask) << 4);
 }
 static inline float emu_smem_bf16(int cta, uint32_t addr) {
     if (addr + 2 > E.smem[cta].size() - 16) {
-        fprintf(stderr, "emu: wgmma operand address %u outside shared memory (%zu bytes)\n", addr, E.smem[cta].size() - 16);
+        fprintf(stderr, "emu: wgmma operand address %u outside shared memory (%zu bytes)\n", addr,
+                E.smem[cta].size() - 16);
         exit(2);
     }
     uint16_t h;
@@ -303,8 +311,8 @@ static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *
         exit(2);
     }
     if (!emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid]) {
-        fprintf(stderr, "emu: thread %d of CTA %d issues a wgmma with no wgmma.fence since its last wait_group\n", me().tid,
-                me().cta);
+        fprintf(stderr, "emu: thread %d of CTA %d issues a wgmma with no wgmma.fence since its last wait_group\n",
+                me().tid, me().cta);
         exit(2);
     }
     emu_wg_collective(
@@ -316,7 +324,8 @@ static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *
                 c.a_regs = a != nullptr, c.e4m3 = e4m3, c.s8 = s8;
             else if (c.n != n || c.da != (a ? 0 : da) || c.db != db || c.scale_d != scale_d || c.tnsp_a != tnsp_a ||
                      c.tnsp_b != tnsp_b || c.a_regs != (a != nullptr) || c.e4m3 != e4m3 || c.s8 != s8) {
-                fprintf(stderr, "emu: wgmma operands differ within warpgroup (thread %d: desc %#llx %#llx vs %#llx %#llx)\n",
+                fprintf(stderr,
+                        "emu: wgmma operands differ within warpgroup (thread %d: desc %#llx %#llx vs %#llx %#llx)\n",
                         me().tid, (unsigned long long)da, (unsigned long long)db, (unsigned long long)c.da,
                         (unsigned long long)c.db);
                 exit(2);
@@ -327,46 +336,63 @@ static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *
         [&](EmuWg &w) { w.ops.push_back(w.cur); });
 }
 static inline void wgmma_commit(void) {
-    emu_wg_collective(EMU_WG_COMMIT, [](EmuWg &, int) {}, [](EmuWg &w) {
-        const size_t prev = w.group_end.empty() ? 0 : w.group_end.back();
-        if (w.ops.size() > prev) w.group_end.push_back(w.ops.size()); /* an empty group retires at once */
-    });
+    emu_wg_collective(
+        EMU_WG_COMMIT, [](EmuWg &, int) {},
+        [](EmuWg &w) {
+            const size_t prev = w.group_end.empty() ? 0 : w.group_end.back();
+            if (w.ops.size() > prev) w.group_end.push_back(w.ops.size()); /* an empty group retires at once */
+        });
 }
 template <int N>
 static inline void wgmma_wait(void) {
     emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid] = 0;
     const int cta = me().cta;
-    emu_wg_collective(EMU_WG_WAIT, [](EmuWg &, int) {}, [cta](EmuWg &w) {
-        while (w.group_end.size() > (size_t)N) {
-            const size_t e = w.group_end.front();
-            for (size_t i = 0; i < e; i++) emu_wgmma_exec(cta, w.ops[i]);
-            w.ops.erase(w.ops.begin(), w.ops.begin() + (long)e);
-            w.group_end.erase(w.group_end.begin());
-            for (size_t &g : w.group_end) g -= e;
-        }
-    });
+    emu_wg_collective(
+        EMU_WG_WAIT, [](EmuWg &, int) {},
+        [cta](EmuWg &w) {
+            while (w.group_end.size() > (size_t)N) {
+                const size_t e = w.group_end.front();
+                for (size_t i = 0; i < e; i++) emu_wgmma_exec(cta, w.ops[i]);
+                w.ops.erase(w.ops.begin(), w.ops.begin() + (long)e);
+                w.group_end.erase(w.group_end.begin());
+                for (size_t &g : w.group_end) g -= e;
+            }
+        });
 }
 static inline void emu_setmaxnreg(int r) {
     if (r < 24 || r > 256 || r % 8) {
         fprintf(stderr, "emu: setmaxnreg %d outside 24..256 in steps of 8\n", r);
         exit(2);
     }
-    emu_wg_collective(EMU_WG_SETMAXNREG, [](EmuWg &, int) {}, [](EmuWg &) {});
+    emu_wg_collective(
+        EMU_WG_SETMAXNREG, [](EmuWg &, int) {}, [](EmuWg &) {});
 }
 /* the register-budget helpers of src/cuda/async.cuh */
 template <int R>
-static inline void regs_dec(void) { emu_setmaxnreg(R); }
+static inline void regs_dec(void) {
+    emu_setmaxnreg(R);
+}
 template <int R>
-static inline void regs_inc(void) { emu_setmaxnreg(R); }
+static inline void regs_inc(void) {
+    emu_setmaxnreg(R);
+}
 /* the wgmma wrappers of src/cuda/mma.cuh (scale-d 1, no transposes) */
-static inline void wgmma_m64n256k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(256, d, da, nullptr, db, 1, 0, 0); }
-static inline void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(128, d, da, nullptr, db, 1, 0, 0); }
+static inline void wgmma_m64n256k16(float (*d)[4], uint64_t da, uint64_t db) {
+    emu_wgmma(256, d, da, nullptr, db, 1, 0, 0);
+}
+static inline void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) {
+    emu_wgmma(128, d, da, nullptr, db, 1, 0, 0);
+}
 /* For a new kernel: give its wgmma wrappers (other N, scale-d 0, A in registers, transposes) the
  * same names here, each one call of emu_wgmma, e.g. an RS form with B MN-major:
  *   void wgmma_m64n64k16_rs_t(float (*d)[4], const uint32_t a[4], uint64_t db) { emu_wgmma(64, d, 0, a, db, 1, 0, 1); } */
 /* attention_prefill_wg.cu: S = Q K^T (both K-major in shared memory), O += P V (P from registers, V MN-major) */
-static inline void wgmma_m64n64k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(64, d, da, nullptr, db, 1, 0, 0); }
-static inline void wgmma_m64n256k16_rt(float (*d)[4], const uint32_t a[4], uint64_t db) { emu_wgmma(256, d, 0, a, db, 1, 0, 1); }
+static inline void wgmma_m64n64k16(float (*d)[4], uint64_t da, uint64_t db) {
+    emu_wgmma(64, d, da, nullptr, db, 1, 0, 0);
+}
+static inline void wgmma_m64n256k16_rt(float (*d)[4], const uint32_t a[4], uint64_t db) {
+    emu_wgmma(256, d, 0, a, db, 1, 0, 1);
+}
 /* bench/kernels/gemm_fp8_lab.cu: m64n128k32 / m64n256k32 e4m3, A and B K-major in shared memory; acc = 0: d = A B */
 static inline void wgmma_m64n128k32_e4m3(float (*d)[4], uint64_t da, uint64_t db, int acc) {
     emu_wgmma(128, d, da, nullptr, db, acc != 0, 0, 0, true);
@@ -374,7 +400,10 @@ static inline void wgmma_m64n128k32_e4m3(float (*d)[4], uint64_t da, uint64_t db
 static inline void wgmma_m64n256k32_e4m3(float (*d)[4], uint64_t da, uint64_t db) {
     emu_wgmma(256, d, da, nullptr, db, 1, 0, 0, true);
 }
-/* src/cuda/lm_screen_rows.cu: m64n128k32 s8 x s8 -> s32, A and B K-major in shared memory (int accumulators) */
-static inline void wgmma_m64n128k32_s8(int (*d)[4], uint64_t da, uint64_t db) {
-    emu_wgmma(128, nullptr, da, nullptr, db, 1, 0, 0, false, d);
+/* src/cuda/lm_screen_rows.cu: m64nNk32 s8 x s8 -> s32 (N = 32, 64, 128), A and B K-major in shared memory (int
+ * accumulators) */
+template <int N>
+static inline void wgmma_s8(int (*d)[4], uint64_t da, uint64_t db) {
+    static_assert(N == 32 || N == 64 || N == 128, "the s8 forms mma.cuh has");
+    emu_wgmma(N, nullptr, da, nullptr, db, 1, 0, 0, false, d);
 }

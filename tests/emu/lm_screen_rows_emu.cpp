@@ -12,7 +12,8 @@
  *     clear after lsr_pick; against a host model of the bounds (T exact from X's values and the tiles, then the
  *     kernel's own float expressions for a, B, L, U): every head row whose bf16(U) reaches bf16(the final max of L)
  *     for some row is in it (the grid's running maxima only lower the bar), and every head row in it reached, for
- *     some row, the max of L over its own tile and its CTA's first tile (the smallest bar a push can have seen); and,
+ *     some row, the max of L over its own tile and the first tile of its warpgroup (the smallest bar a push can have
+ *     seen: the two consumer warpgroups take alternate tiles, each warpgroup's maxima in shared memory); and,
  *     as the emulation runs the CTAs one after another, a CTA's share of it is exactly what the maxima of the CTAs
  *     so far keep (where its list cannot have overflowed); the bytes past the workspace untouched;
  *   - the answer: for every row the exact argmax over [0, n_valid) of the head's bf16 logits (ties: the smallest id,
@@ -20,8 +21,8 @@
  *     over the union of the y values it was given, and equals the exact argmax;
  *   - the reset: a second call on other rows (stale maxima, count or bits would drop candidates), then the first
  *     rows again: the same picks and the same union as the first time.
- * Cases: V = 64 k and ragged (the last tile padded), n_valid < V, D = 128 .. 1024, rows 1 .. 64, grids of 1-4 CTAs
- * (rings that wrap), and the hard ones: an outlier in every row of h (a coarse sh: most hq are their lo part alone),
+ * Cases: V = 64 k and ragged (the last tile padded), n_valid < V, D = 128 .. 1024, rows 1 .. 64 (X of 16, 32 and 64
+ * rows: the kernel's three forms), grids of 1-4 CTAs (each warpgroup's ring wrapping in each form), and the hard ones: an outlier in every row of h (a coarse sh: most hq are their lo part alone),
  * exact ties (two identical head rows aligned with a row, in different CTAs), a row of h with a NaN (every head row a
  * candidate), a zero row, a head row with an infinite weight (+inf logits), all head rows equal (every pair a
  * candidate: a CTA's list overflows and emits directly). Exit 1 on a failed check, 2 / 3
@@ -213,9 +214,10 @@ static CallResult run_call(const Shape &s, LmRowsParams &p, const uint16_t *h, c
 
     /* lsr_prep: X, sh, ||h|| per row (the dead rows m >= rows: zero) */
     const int hq_lim = (int)(2147483647ll / (127ll * D)); /* |hq| below it: T = sum hq q exact in int32 */
-    std::vector<int> hq((size_t)LSR_ROWS * D, 0);
+    const int NR = lsr_nr(rows);                          /* X's rows: hi 0 .. NR - 1, lo NR .. 2 NR - 1 */
+    std::vector<int> hq((size_t)NR * D, 0);
     int bad_x = 0, bad_s = 0;
-    for (int m = 0; m < LSR_ROWS; m++) {
+    for (int m = 0; m < NR; m++) {
         const bool live = m < rows;
         const uint16_t *hr = h + (size_t)m * p.ldh;
         const float sh = w.sh[m], ish = 1.0f / sh;
@@ -229,15 +231,14 @@ static CallResult run_call(const Shape &s, LmRowsParams &p, const uint16_t *h, c
             bad_s += !(sh == 0.0f && w.hn[m] == 0.0f);
         }
         for (int k = 0; k < D; k++) {
-            const int hi = w.x[swz128_tile_off(m, k, D, 2 * LSR_ROWS)],
-                      lo = w.x[swz128_tile_off(LSR_ROWS + m, k, D, 2 * LSR_ROWS)];
+            const int hi = w.x[swz128_tile_off(m, k, D, 2 * NR)], lo = w.x[swz128_tile_off(NR + m, k, D, 2 * NR)];
             const int v = 256 * hi + lo, want = live ? __float2int_rn(bff(hr[k]) * ish) : 0;
             bad_x += v != want || (v < 0 ? -v : v) >= hq_lim;
             hq[(size_t)m * D + k] = v;
         }
     }
     snprintf(what, sizeof what, "%s: X = hi 256 + lo = rint(h / sh) within the exact range (%d of %d wrong)", tag,
-             bad_x, LSR_ROWS * D);
+             bad_x, NR * D);
     check(bad_x == 0, what);
     snprintf(what, sizeof what, "%s: sh and ||h||_2 of the rows (%d wrong)", tag, bad_s);
     check(bad_s == 0, what);
@@ -274,11 +275,11 @@ static CallResult run_call(const Shape &s, LmRowsParams &p, const uint16_t *h, c
     std::vector<char> exact(nv, 0);
     int must = 0, miss = 0, unjust = 0;
     for (int r = 0; r < nv; r++) {
-        const int t = r / 64, b = t % G;
+        const int t = r / 64, b = t % G, t1 = b + (t / G & 1) * G; /* t1: the first tile of t's warpgroup */
         bool need = false, can = false;
         for (int m = 0; m < rows; m++) {
             const float u = U[(size_t)r * rows + m];
-            const float bar = fmaxf(Lt[(size_t)t * rows + m], Lt[(size_t)b * rows + m]);
+            const float bar = fmaxf(Lt[(size_t)t * rows + m], Lt[(size_t)t1 * rows + m]);
             if (rbf(u) >= rbf(M[m])) need = true, pushed[b]++;
             if (rbf(u) >= rbf(bar)) can = true, can_pairs[b]++;
             if (rbf(u) >= rbf(Mb[(size_t)b * rows + m])) exact[r] = 1;
@@ -443,7 +444,7 @@ static void run_case(const Shape &s) {
         b.rows = 0, refused += cuda_lm_rows(&b, &l) == (int)cudaErrorInvalidValue, b = p;
         b.rows = LSR_ROWS + 1, refused += cuda_lm_rows(&b, &l) == (int)cudaErrorInvalidValue, b = p;
         b.n_valid = V + 1, refused += cuda_lm_rows(&b, &l) == (int)cudaErrorInvalidValue, b = p;
-        b.ws = (char *)ws + 512, refused += cuda_lm_rows(&b, &l) == (int)cudaErrorInvalidValue, b = p;
+        b.ws = (char *)ws + 8, refused += cuda_lm_rows(&b, &l) == (int)cudaErrorInvalidValue, b = p;
         b.D = D + 64, b.ldh = ldh + 64, refused += cuda_lm_rows(&b, &l) == (int)cudaErrorInvalidValue, b = p;
         check(refused == 5 && emu_ctas == ctas, "cuda_lm_rows refuses bad arguments before launching");
     }
@@ -478,10 +479,11 @@ int main(int argc, char **argv) {
      * quantization of 136 head rows */
     const Shape shapes[] = {
         {136, 133, 128, 1, 1, H_RAND, false},   /* one row, a ragged last tile */
-        {136, 129, 512, 7, 1, H_RAND, true},    /* 3 tiles of 4 pieces in one CTA: the ring (8 slots) wraps */
+        {328, 325, 512, 7, 1, H_RAND, true},    /* 6 tiles of 4 pieces in one CTA: each ring (8 slots) wraps */
+        {456, 450, 512, 24, 1, H_RAND, false},  /* X of 32 rows, 8 tiles in one CTA: each ring wraps twice */
         {200, 197, 384, 64, 2, H_RAND, true},   /* 3 pieces a tile */
         {256, 256, 256, 40, 4, H_RAND, false},  /* n_valid = V = 64 k, a tile a CTA */
-        {136, 130, 1024, 64, 2, H_RAND, false}, /* the largest D (T's exact range the tightest); CTA 0's ring wraps */
+        {136, 130, 1024, 64, 2, H_RAND, false}, /* the largest D (T's exact range the tightest); rings of 5 slots wrap */
         {136, 133, 256, 16, 2, H_SPIKE, false},
         {136, 131, 256, 24, 2, H_TIES, false}, /* the tied rows in tiles 0 and 1 (CTAs 0 and 1) */
         {136, 133, 128, 7, 2, H_NAN, false},

@@ -393,7 +393,8 @@ rows: /* up to 64 rows at once (sm_90a): the 0.8B head, smaller shapes, the hard
         test_rows(248320, 1024, 248077, 1, HR_NONE, 1);
         test_rows(248320, 1024, 248077, 8, HR_OUTLIER, 0);
         test_rows(248320, 1024, 248077, 64, HR_TIES, 1);
-        const int rs[][3] = {{5000, 1024, 33}, {4480, 512, 64}, {70000, 256, 7}, {64, 128, 2}};
+        test_rows(248320, 1024, 248077, 32, HR_NEAR, 1); /* the kernel's three forms: 16, 32 and 64 rows of X */
+        const int rs[][3] = {{5000, 1024, 33}, {4480, 512, 64}, {9000, 640, 20}, {70000, 256, 7}, {64, 128, 2}};
         for (int s = 0; s < (int)(sizeof rs / sizeof rs[0]); s++)
             for (int hard = HR_NONE; hard <= HR_ALLEQ; hard++)
                 if (hard != HR_ALLEQ || rs[s][0] < 10000)
