@@ -205,6 +205,9 @@ ifeq ($(CUDA),1)
 	@echo "== LM head screen on the CPU (tests/emu/run_lm_screen.sh: its register kernel vs the full head's argmax, bit for bit; its ring kernel's 6-bit rows; ~25 s)"
 	@sh tests/emu/run_lm_screen.sh > $(BUILD)/emu_lm_screen.log 2>&1 || { tail -n 20 $(BUILD)/emu_lm_screen.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_lm_screen.log; tail -n 1 $(BUILD)/emu_lm_screen.log
+	@echo "== LM head rows screen on the CPU (tests/emu/run_lm_screen_rows.sh: prep, s8 wgmma screen over a bulk-copy ring, pick; the union against a host model of the bounds and the exact argmax, ties, NaN, overflow, reset; ~30 s)"
+	@B=$(BUILD)/emu sh tests/emu/run_lm_screen_rows.sh > $(BUILD)/emu_lm_screen_rows.log 2>&1 || { tail -n 20 $(BUILD)/emu_lm_screen_rows.log; exit 1; }
+	@head -n 1 $(BUILD)/emu_lm_screen_rows.log; tail -n 1 $(BUILD)/emu_lm_screen_rows.log
 	@echo "== batched-step kernels on the CPU (tests/emu/run_serve.sh: paged prep + attention over block tables, DeltaNet step over slots, row argmax; ~35 s)"
 	@B=$(BUILD)/emu sh tests/emu/run_serve.sh > $(BUILD)/emu_serve.log 2>&1 || { tail -n 20 $(BUILD)/emu_serve.log; exit 1; }
 	@head -n 1 $(BUILD)/emu_serve.log; tail -n 1 $(BUILD)/emu_serve.log

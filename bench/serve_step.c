@@ -219,10 +219,11 @@ typedef struct TraceRec {
 } TraceRec;
 int cuda_trace_fetch_skinny(void *dst, int cap);
 int cuda_trace_fetch_serve(void *dst, int cap);
+int cuda_trace_fetch_lm_rows(void *dst, int cap);
 
 /* TRACE_STEPS more decode steps of r (untimed), each one's block records appended to g_trace_csv */
 static int trace_b(Run *r) {
-    int (*fetch[2])(void *, int) = {cuda_trace_fetch_skinny, cuda_trace_fetch_serve};
+    int (*fetch[3])(void *, int) = {cuda_trace_fetch_skinny, cuda_trace_fetch_serve, cuda_trace_fetch_lm_rows};
     const int cap = 1 << 16;
     TraceRec *buf = malloc(sizeof(TraceRec) * (size_t)cap);
     FILE *f = buf ? fopen(g_trace_csv, "a") : NULL;
@@ -232,12 +233,12 @@ static int trace_b(Run *r) {
         return 1;
     }
     int rc = 0;
-    for (int k = 0; k < 2 && !rc; k++) rc = fetch[k](buf, cap) < 0; /* the timed steps' records: dropped */
+    for (int k = 0; k < 3 && !rc; k++) rc = fetch[k](buf, cap) < 0; /* the timed steps' records: dropped */
     for (int s = 0; s < TRACE_STEPS && !rc; s++) {
         r->from = -1, r->to = 0;
         run_steps(r);
         rc = r->rc;
-        for (int k = 0; k < 2 && !rc; k++) {
+        for (int k = 0; k < 3 && !rc; k++) {
             const int n = fetch[k](buf, cap);
             rc = n < 0;
             for (int i = 0; i < n; i++)

@@ -38,7 +38,7 @@ KIND = {10: "in", 11: "gate_up", 12: "out/down", 13: "lm_head", 14: "lm_screen",
         # partials: out_proj / o_proj / down, named by whether gate_up came before), its reductions, the DeltaNet prep
         # and state pass, paged attention
         70: "sk_out/down", 71: "sk_in/qkv", 72: "sk_f32", 73: "sk_add", 74: "sk_gate_up", 78: "reduce_norm",
-        79: "reduce", 90: "dn_prep", 91: "dn_state", 92: "paged_prep", 93: "pa_split", 94: "pa_merge", 95: "gather",
+        79: "reduce", 86: "lmr_prep", 87: "lmr_screen", 88: "lmr_pick", 90: "dn_prep", 91: "dn_state", 92: "paged_prep", 93: "pa_split", 94: "pa_merge", 95: "gather",
         96: "argmax_part", 97: "argmax_final"}
 
 

@@ -714,7 +714,7 @@ static int be_open(void **out, const Model *m, const BackendOptions *o, Err *err
         if ((rc = upload_weights(ctx, err))) goto fail;
         if (ctx->lm_screen) { /* the screen's quantized head from the uploaded bf16 one */
             CudaLaunch lq = {0, 0, NULL, 0};
-            int qe = cuda_lm_quantize(ctx->lm_head, V, D, ctx->lm_q, ctx->lm_p, ctx->lm_meta, &lq);
+            int qe = cuda_lm_quantize(ctx->lm_head, V, D, ctx->lm_q, ctx->lm_p, ctx->lm_meta, NULL, NULL, &lq);
             if (!qe) qe = (int)cudaMemset(ctx->lm_stats, 0, 3 * sizeof(unsigned));
             if (!qe) qe = (int)cudaDeviceSynchronize();
             if (qe) {

@@ -406,6 +406,15 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
     return warp_sum(v);
 }
 
+/* float <-> an unsigned in the same order (0: below every float) */
+__device__ __forceinline__ unsigned ord_f32(float f) {
+    const unsigned u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float unord_f32(unsigned u) {
+    return u == 0u ? -INFINITY : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
 /* (value, index) argmax pair: larger value wins, ties -> smaller index. NaN never wins. */
 struct ArgMax {
     float v;

@@ -139,22 +139,23 @@ __device__ __forceinline__ void sk_load_x(const GemmParams &g, uint32_t sx, int 
 /* Chunk c of the W rows n0 .. n0 + 63 into the stage's W part at shared address sw. bf16: the tile [64][64], 512
  * 16-byte pieces swizzled as swz<8>; FP8: the e4m3 chunk [64][64] row by row, 256 pieces (row p / 4, columns
  * 16 (p % 4) ..; K % 16 == 0, so a piece is all inside K or all past it). Thread tid takes pieces tid + 128 i; rows
- * past N and k past K are zero-filled. */
-template <bool F8>
+ * past N and k past K are zero-filled. GATHER: output column n reads W row g.gather[n]. */
+template <bool F8, bool GATHER = false>
 __device__ __forceinline__ void sk_load_w(const GemmParams &g, uint32_t sw, int n0, int c, int tid) {
+    auto wrow = [&](int n) { return GATHER ? (size_t)g.gather[n] : (size_t)n; };
     if constexpr (F8) {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int p = tid + 128 * i, n = n0 + (p >> 2), k = c * SK_BK + (p & 3) * 16;
             const bool ok = n < g.N && k < g.K;
-            cp_async16(sw + p * 16, ok ? g.w8 + (size_t)n * g.ldw + k : g.w8, ok);
+            cp_async16(sw + p * 16, ok ? g.w8 + wrow(n) * g.ldw + k : g.w8, ok);
         }
     } else {
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int p = tid + 128 * i, r = p >> 3, ch = p & 7, k = c * SK_BK + ch * 8, n = n0 + r;
             const bool ok = n < g.N && k < g.K;
-            cp_async16(sw + swz<8>(r, ch) * 16, ok ? g.w + (size_t)n * g.ldw + k : g.w, ok);
+            cp_async16(sw + swz<8>(r, ch) * 16, ok ? g.w + wrow(n) * g.ldw + k : g.w, ok);
         }
     }
 }
@@ -219,7 +220,7 @@ __device__ __forceinline__ void sk_acc_fence(float (&acc)[8][4]) {
  * Either width issues the same wgmmas into the same sums in the same order, so a row's result does not depend on
  * which width ran. Chunk c - 2 is complete in every warp before iteration c's
  * barrier, so the stage and the bf16 tile it read are free when they are refilled. */
-template <bool F8, int KW>
+template <bool F8, int KW, bool GATHER = false>
 __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0, int p0,
                                            int np Q35_TRACE_ARG) {
     constexpr int S = SK_WG_STAGES(KW), P = KW / SK_BK;
@@ -231,7 +232,7 @@ __device__ __forceinline__ void sk_main_wg(const GemmParams &g, float (&acc)[8][
     const uint32_t sbase = smem_addr(sm);
     auto load_w = [&](int c) {
 #pragma unroll
-        for (int q = 0; q < P; q++) sk_load_w<F8>(g, sbase + (c % S) * SB + q * WP, n0, p0 + c * P + q, tid);
+        for (int q = 0; q < P; q++) sk_load_w<F8, GATHER>(g, sbase + (c % S) * SB + q * WP, n0, p0 + c * P + q, tid);
     };
     auto load_x = [&](int c) {
 #pragma unroll
@@ -318,7 +319,7 @@ __device__ __forceinline__ void sk_chunk_mma(uint32_t sw, uint32_t sx, int warp,
  * [FP8: convert it into the bf16 tile, barrier,] the MMAs [FP8: into the sums of the chunk's 128-column scale block,
  * folded as acc = fma(scale_n, block_acc, acc) when the next block starts], barrier, refill the stage with chunk
  * c + SK_STAGES. The W of the first SK_STAGES chunks goes out before the wait for the previous kernel. */
-template <bool F8>
+template <bool F8, bool GATHER = false>
 __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8][4], uint8_t *sm, int m0, int n0,
                                             int c0, int nch Q35_TRACE_ARG) {
     constexpr int WB = F8 ? SK_BN * SK_BK : SK_BN * SK_BK * 2, SB = SK_STAGE_BYTES(SK_BK, F8);
@@ -327,7 +328,7 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
     const uint32_t sbase = smem_addr(sm), stile = sbase + SK_STAGES * SB;
 #pragma unroll
     for (int st = 0; st < SK_STAGES; st++)
-        if (st < nch) sk_load_w<F8>(g, sbase + st * SB, n0, c0 + st, tid);
+        if (st < nch) sk_load_w<F8, GATHER>(g, sbase + st * SB, n0, c0 + st, tid);
     pdl_begin();
     Q35_TRACE_T1_SET;
 #pragma unroll
@@ -351,7 +352,7 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
         }
         __syncthreads(); /* stage st (and the bf16 tile) is refilled next */
         if (c + SK_STAGES < nch) {
-            sk_load_w<F8>(g, sbase + st * SB, n0, c0 + c + SK_STAGES, tid);
+            sk_load_w<F8, GATHER>(g, sbase + st * SB, n0, c0 + c + SK_STAGES, tid);
             sk_load_x(g, sbase + st * SB + WB, m0, c0 + c + SK_STAGES, tid);
         }
         cp_async_commit();
@@ -359,6 +360,34 @@ __device__ __forceinline__ void sk_main_mma(const GemmParams &g, float (&acc)[8]
     cp_async_wait<0>();
 }
 #endif
+
+/* GemmParams.gather (GEMM_EPI_F32, bf16 weights, one split): the CTA's W tiles blockIdx.y, + gridDim.y, ... below
+ * *n_dyn, each as the plain kernel computes its tile (the same loads of the same W rows, the same chunks) */
+template <int KW>
+__device__ __forceinline__ void sk_gather_tiles(const SkArgs &a, uint8_t *sm, int m0 Q35_TRACE_ARG) {
+    pdl_begin(); /* the rows and their count come from the previous kernel */
+    GemmParams g = a.g;
+    g.N = (int)min(*g.n_dyn, (unsigned)g.N);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int n0 = blockIdx.y * SK_BN; n0 < g.N; n0 += gridDim.y * SK_BN) {
+        float acc[8][4];
+        sk_zero(acc);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        sk_main_wg<false, KW, true>(g, acc, sm, m0, n0, 0, a.nchunks Q35_TRACE_PASS);
+#else
+        sk_main_mma<false, true>(g, acc, sm, m0, n0, 0, a.nchunks Q35_TRACE_PASS);
+#endif
+        const int nr = n0 + warp * 16 + (lane >> 2), mc = m0 + 2 * (lane & 3);
+#pragma unroll
+        for (int t = 0; t < 8; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int n = nr + (e >> 1) * 8, m = mc + 8 * t + (e & 1);
+                if (n < g.N && m < g.M) sk_store1<GEMM_EPI_F32>(g, m, n, acc[t][e]);
+            }
+        __syncthreads(); /* every warp is done with the ring before the next tile refills it */
+    }
+}
 
 /* EPI < 0: write partial sums to work + split * M * N. F8: FP8 weights. KW: the chunk width of the sm_90a loop (the
  * mma.sync loop always takes 64). */
@@ -372,6 +401,12 @@ __global__ void __launch_bounds__(128) gemm_skinny_k(const __grid_constant__ SkA
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     Q35_TRACE_T0;
     Q35_TRACE_T1_DECL;
+    if constexpr (EPI == GEMM_EPI_F32 && !F8)
+        if (g.gather) {
+            sk_gather_tiles<KW>(a, sm, m0 Q35_TRACE_PASS);
+            Q35_TRACE_END(72);
+            return;
+        }
     float acc[8][4];
     sk_zero(acc);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -589,6 +624,13 @@ extern "C" int cuda_gemm_skinny(const GemmParams *g, float *work, size_t work_fl
     a.work = work;
     a.nchunks = (g->K + SK_BK - 1) / SK_BK;
     const int splits = sk_plan(g->N, g->K, sk_mb(g), n_sm, &a.kc);
+    if (g->gather) { /* the plan of N must be one split; a grid of at most two CTAs per SM walks the tiles */
+        if (!g->n_dyn || g->epi != GEMM_EPI_F32 || g->w8 || splits != 1 || g->split_m)
+            return (int)cudaErrorInvalidValue;
+        const int tiles = (g->N + SK_BN - 1) / SK_BN, gy = tiles < 2 * n_sm ? tiles : 2 * n_sm;
+        return sk_launch_k<GEMM_EPI_F32, false>(a, dim3((unsigned)((g->M + SK_BM - 1) / SK_BM), (unsigned)gy, 1), n_sm,
+                                                l);
+    }
     if (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) > work_floats ||
         (cuda_gemm_skinny_work(g->M, g->N, g->K, n_sm, g->epi, g->glu_group) && !work))
         return (int)cudaErrorInvalidValue;

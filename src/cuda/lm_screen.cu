@@ -60,6 +60,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/async.cuh"
+#include "cuda/mma.cuh"
 
 #define LS_THREADS 512
 #define LS_WARPS   (LS_THREADS / 32)
@@ -133,15 +134,6 @@ __device__ __forceinline__ float2 exact_row2(const uint16_t *W, int cols, const 
     for (int r = 0; r < 4; r++) acc[r] = r == (rb & 3) ? c : 0.0f;
     const float sb = warp_sum_rows4(acc, lane);
     return make_float2(__shfl_sync(0xffffffffu, sa, 8 * (ra & 3)), __shfl_sync(0xffffffffu, sb, 8 * (rb & 3)));
-}
-
-/* float <-> an unsigned in the same order (0: below every float) */
-__device__ __forceinline__ unsigned ord_f32(float f) {
-    const unsigned u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float unord_f32(unsigned u) {
-    return u == 0u ? -INFINITY : __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
 }
 
 /* Eight row sums (acc[r]: this lane's partial of row r) over the warp in 9 shuffles: lanes 4j .. 4j+3 hold row j. */
@@ -468,9 +460,11 @@ __global__ void __launch_bounds__(LS_THREADS, 1) lm_screen_bf16(const __grid_con
  * l1 = ||sc q||_1 and c6 = sc ||lo - 1.5||_2 (the header's bounds). A row with a non-finite weight: sc = 0, q = 0,
  * c = inf (always a candidate). Wq: q; Wp: the 6 high bits of u = q + 128, lane l's columns 1024 c + 32 l + 4 j + m
  * (j < 8, m < 4) at row chunk c (768 bytes): nibble j & 1 of byte 16 l + 4 (j / 2) + m = (u >> 2) & 15, bits 2 (j % 4)
- * of byte 512 + 8 l + 4 (j / 4) + m = u >> 6 (lm_screen_bf16's dot32_u6 reads them so). */
-__global__ void __launch_bounds__(256)
-    lm_quantize_bf16(const uint16_t *W, int rows, int cols, int8_t *q, uint8_t *wp, float *meta) {
+ * of byte 512 + 8 l + 4 (j / 4) + m = u >> 6 (lm_screen_bf16's dot32_u6 reads them so). Wt: q in the rows screen's
+ * tiles (swz128_tile_off, 64 rows), with meta_rows = {sc, e + 8 D u (nw + nq), l1, 0}: its exact sums come from
+ * the tensor cores, whose fp32 accumulation order is not the GEMV's, so its bound takes 4 times the rounding term. */
+__global__ void __launch_bounds__(256) lm_quantize_bf16(const uint16_t *W, int rows, int cols, int8_t *q, uint8_t *wp,
+                                                        float *meta, int8_t *wt, float *meta_rows) {
     const int lane = threadIdx.x & 31, row = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (row >= rows) return;
     const uint16_t *wr = W + (size_t)row * cols;
@@ -493,6 +487,7 @@ __global__ void __launch_bounds__(256)
         const float v = bf16u(wr[k]);
         const int qi = quant(k);
         if (q) q[(size_t)row * cols + k] = (int8_t)qi;
+        if (wt) wt[swz128_tile_off(row, k, cols, 64)] = (int8_t)qi;
         if (!bad) {
             const double dq = (double)sc * qi, d = (double)v - dq, dl = (double)((qi + 128) & 3) - 1.5;
             e2 += d * d;
@@ -530,7 +525,10 @@ __global__ void __launch_bounds__(256)
         m.y = bad ? INFINITY : __double2float_ru(c);
         m.z = __double2float_ru(l1);
         m.w = __double2float_ru((double)sc * sqrt(lo2));
-        reinterpret_cast<float4 *>(meta)[row] = m;
+        if (meta) reinterpret_cast<float4 *>(meta)[row] = m;
+        m.y = bad ? INFINITY : __double2float_ru(sqrt(e2) + 8.0 * cols * 0x1p-24 * (sqrt(nw2) + sqrt(nq2)));
+        m.w = 0.0f;
+        if (meta_rows) reinterpret_cast<float4 *>(meta_rows)[row] = m;
     }
 }
 
@@ -557,10 +555,16 @@ static int ring_rp(int cols) {
 extern "C" int cuda_lm_screen_ring(int rows, int cols) { return cuda_lm_screen_ok(rows, cols) && ring_rp(cols) > 0; }
 
 extern "C" int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *q, uint8_t *wp, float *meta,
-                                const CudaLaunch *l) {
-    if (!W || !meta || (!q && !wp) || !cuda_lm_screen_ok(rows, cols) || (wp && cols % 1024))
+                                int8_t *wt, float *meta_rows, const CudaLaunch *l) {
+    if (!W || !cuda_lm_screen_ok(rows, cols) || (!meta && (q || wp)) || (!q && !wp && !wt) || (wp && cols % 1024) ||
+        (!wt != !meta_rows) || (wt && cols % 128))
         return (int)cudaErrorInvalidValue;
-    lm_quantize_bf16<<<(rows + 7) / 8, 256, 0, l->stream>>>(W, rows, cols, q, wp, meta);
+    if (wt && rows % 64) { /* the last tile's rows past the head read as zeros */
+        const size_t tile = (size_t)64 * cols, last = (size_t)(rows / 64) * tile;
+        const cudaError_t e = cudaMemsetAsync(wt + last, 0, tile, l->stream);
+        if (e != cudaSuccess) return (int)e;
+    }
+    lm_quantize_bf16<<<(rows + 7) / 8, 256, 0, l->stream>>>(W, rows, cols, q, wp, meta, wt, meta_rows);
     return launch_status(l->stream);
 }
 

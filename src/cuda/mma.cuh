@@ -75,6 +75,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+/* Byte offset of element (r, k) of an int8 K-major operand of `cols` bytes a row, stored in tiles of R rows: tile
+ * r / R, then its pieces of 128 k one after the other (R x 128 bytes each, swizzled as swz<8>: 16-byte chunk c of
+ * row i at chunk c ^ (i & 7)), then the next tile. A piece copied as it is into 1024-byte aligned shared memory is a
+ * wgmma operand (wgmma_desc; the k-th 32-value slice 32 k bytes into it). cols % 128 == 0. */
+__host__ __device__ __forceinline__ size_t swz128_tile_off(long long r, int k, int cols, int R) {
+    const long long t = r / R;
+    const int i = (int)(r - t * R), c = (k >> 4) & 7;
+    return ((size_t)(t * (cols >> 7) + (k >> 7)) * R + i) * 128 + (size_t)(((c ^ (i & 7)) << 4) + (k & 15));
+}
+
 /* Swizzled position of 16-byte chunk c of row r in a tile whose rows hold NCH chunks
  * (NCH * 8 bf16): the chunk index is XORed with row bits so that the 8 row addresses of one
  * ldmatrix matrix fall into 8 different 16-byte bank groups. Returns the chunk number in the
@@ -212,6 +222,49 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (*d)[4], uint64_t da, uin
                  : WGMMA_D_N128
                  : "l"(da), "l"(db), "r"(1));
 }
+
+/* d[N / 8][4] += A (64 x 32 s8, smem desc) B (32 x N s8, smem desc), N = 32, 64 or 128, both K-major with the 128-byte
+ * swizzle (a row of a tile is 128 k values, one byte each; the k-th 32-value slice starts 32 k bytes into the row),
+ * exact int32 sums (the accumulator layout of the bf16 forms). */
+#define WGMMA_I4(i)     "+r"(d[i][0]), "+r"(d[i][1]), "+r"(d[i][2]), "+r"(d[i][3])
+#define WGMMA_I8ROWS(i) /* rows i .. i+7 */                                                                            \
+    WGMMA_I4(i), WGMMA_I4(i + 1), WGMMA_I4(i + 2), WGMMA_I4(i + 3), WGMMA_I4(i + 4), WGMMA_I4(i + 5), WGMMA_I4(i + 6), \
+        WGMMA_I4(i + 7)
+template <int N>
+__device__ __forceinline__ void wgmma_s8(int (*d)[4], uint64_t da, uint64_t db);
+template <>
+__device__ __forceinline__ void wgmma_s8<32>(int (*d)[4], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, %16, %17, p;\n}\n"
+                 : WGMMA_I4(0), WGMMA_I4(1), WGMMA_I4(2), WGMMA_I4(3)
+                 : "l"(da), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_s8<64>(int (*d)[4], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p;\n}\n"
+                 : WGMMA_I8ROWS(0)
+                 : "l"(da), "l"(db), "r"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_s8<128>(int (*d)[4], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p;\n}\n"
+                 : WGMMA_I8ROWS(0), WGMMA_I8ROWS(8)
+                 : "l"(da), "l"(db), "r"(1));
+}
+/* reg_fence for an int32 accumulator */
+__device__ __forceinline__ void reg_fence(int &x) { asm volatile("" : "+r"(x)::"memory"); }
 
 /* d[8][4] += A (64 x 16, smem desc) B (16 x 64, smem desc), both K-major, 128-byte swizzle. */
 __device__ __forceinline__ void wgmma_m64n64k16(float (*d)[4], uint64_t da, uint64_t db) {

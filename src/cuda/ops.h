@@ -176,9 +176,40 @@ int cuda_lm_screen_ok(int rows, int cols);
 /* *key -> the argmax id (0 if none won, as MV_OUT_ARGMAX), its value in v: larger keys win, ties the smaller id */
 int cuda_lm_key_id(unsigned long long key, float *v);
 int cuda_lm_screen(const LmScreenParams *p, const CudaLaunch *l);
-/* Wq (or NULL), Wp (or NULL; cols % 1024 == 0) and meta from the bf16 head W [rows][cols] (once, at load). */
-int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, uint8_t *Wp, float *meta, const CudaLaunch *l);
+/* Wq (or NULL), Wp (or NULL; cols % 1024 == 0) and meta from the bf16 head W [rows][cols] (once, at load); Wt (or
+ * NULL) and meta_rows: the rows screen's int8 tiles and coefficients (lm_screen_rows.cu; cols % 128 == 0), with
+ * meta then NULL or not. */
+int cuda_lm_quantize(const uint16_t *W, int rows, int cols, int8_t *Wq, uint8_t *Wp, float *meta, int8_t *Wt,
+                     float *meta_rows, const CudaLaunch *l);
 int cuda_lm_screen_ring(int rows, int cols); /* 1: cuda_lm_screen runs the ring kernel (reg = 0; Wp needed) */
+
+/* ---- the LM head's argmax of up to 64 rows through a quantized screen (lm_screen_rows.cu; the batched step's
+ * greedy rows) ----------------------------------------------------------------------------------------------------
+ * out[m] = the argmax over [0, n_valid) of row m's logits y[m][r] = bf16(h_m . W_r) as the skinny GEMM computes them
+ * (cuda_gemm_skinny, GEMM_EPI_F32; ties: the smaller id; NaN never wins; none: 0), bit for bit, for m < rows <= 64:
+ * an int8 copy of W in tiles (cuda_lm_quantize's Wt, meta_rows) bounds every logit of every row, and only the rows
+ * whose bound reaches a row's best lower bound are computed exactly, by the skinny GEMM over those rows alone
+ * (GemmParams.gather). Needs sm_90a, D % 128 == 0, D <= 1024, and the skinny GEMM's plan of V x D in one split
+ * (cuda_gemm_skinny_work 0, as for the 0.8B head); invalid otherwise. Four launches. */
+typedef struct LmRowsParams {
+    const uint16_t *h; /* bf16 [rows][ldh]: the rows' final-normed hidden states */
+    int rows, ldh;
+    const uint16_t *W; /* bf16 [V][D]: the head */
+    const int8_t *Wt;  /* cuda_lm_quantize's tiles of W */
+    const float *meta; /* cuda_lm_quantize's meta_rows [V][4] */
+    int V, D, n_valid; /* n_valid <= V: the ids that take part */
+    void *ws;          /* cuda_lm_rows_ws_bytes(V, D) bytes, 16-byte aligned, zeroed once before the first call */
+    float *y;          /* fp32 [rows][V]: the candidates' exact logits (scratch) */
+    int32_t *out;      /* [rows] */
+    int n_sm;
+} LmRowsParams;
+int cuda_lm_rows_ok(int V, int D);             /* 1: this device and shape take cuda_lm_rows */
+size_t cuda_lm_rows_ws_bytes(int V, int D);    /* the workspace */
+size_t cuda_lm_rows_tiles_bytes(int V, int D); /* cuda_lm_quantize's Wt */
+int cuda_lm_rows(const LmRowsParams *p, const CudaLaunch *l);
+/* after a call: the rows computed exactly (the screen's candidates of all rows), read back synchronously; -1 on an
+ * error */
+long cuda_lm_rows_count(const LmRowsParams *p);
 
 /* ---- fused MLP of one token (mlp.cu; the decode step's MLP in atomic mode) ----------------------------
  * The two MLP GEMVs of the decode step in one kernel (one kernel boundary less per layer):
@@ -521,6 +552,12 @@ typedef struct GemmParams {
      * one wave, so that a CTA fits on an SM beside the whole-head state pass with bf16 states (~115 KB) and loads its
      * weights while that pass runs */
     int narrow;
+    /* cuda_gemm_skinny, GEMM_EPI_F32, bf16 weights, one split (the plan of N): output column n < *n_dyn is W row
+     * gather[n] (the candidates of the LM head's rows screen, lm_screen_rows.cu), each sum bitwise that of the
+     * full product's column gather[n]; columns from *n_dyn on are not written. Both read after the wait on the
+     * previous kernel; NULL: the plain product */
+    const int *gather;
+    const unsigned *n_dyn;
 } GemmParams;
 /* TMA*: sm_90a, persistent, TMA loads into an mbarrier ring filled by a producer warp, two consumer
  * warpgroups (gemm_tma.cu). TMA picks the variant by shape; the others force one:

@@ -39,8 +39,9 @@
 #define SV_N_BUCKETS  19        /* decode-pass graphs: row counts 1 .. 256 (sv_buckets) */
 #define SV_PEN_CAP    (1 << 20) /* logit-change entries per pass (at least the vocabulary: a lone row always fits) */
 /* a pass's LM head kind after sv_smp_fill's 0 / 1 / 2: every row greedy, picked in the LM head's epilogue
- * (sv_lm_argmax) */
+ * (sv_lm_argmax); every row greedy with no logprob, at most 64 rows: picked through the int8 screen (sv_lm_screen) */
 #define SV_LM_ARGMAX 3
+#define SV_LM_SCREEN 4
 
 struct CudaServe {
     ServeLayout lay; /* the pools hold one slot and one block more: the spare ones of padded graph rows */
@@ -80,8 +81,14 @@ struct CudaServe {
     void *smp_scratch; /* [lm_rows] cuda_sample's scratch, zeroed at open */
     size_t smp_scratch_bytes;
     /* decode passes by bucket, [1]: with sampled rows, [2]: and logit changes, [SV_LM_ARGMAX]: greedy rows only,
-     * picked in the LM head; captured at first use */
-    cudaGraphExec_t graph[SV_LM_ARGMAX + 1][SV_N_BUCKETS];
+     * picked in the LM head, [SV_LM_SCREEN]: through the screen; captured at first use */
+    cudaGraphExec_t graph[SV_LM_SCREEN + 1][SV_N_BUCKETS];
+    /* the LM head's int8 screen of greedy rows (lm_screen_rows.cu), when lmr: its tiles and coefficients
+     * (cuda_lm_quantize at open) and its workspace (zeroed at open) */
+    int lmr;
+    int8_t *lm_wt;
+    float *lm_meta_rows;
+    void *lm_ws;
     int no_graph;                        /* a capture failed: eager passes from then on */
     int det;                             /* deterministic mode: the skinny GEMM for every decode row */
     char *ctx_dn;                        /* the context's DeltaNet states as n_dn pieces of lstride bytes (the
@@ -233,6 +240,12 @@ static void sv_layout(const CudaCtx *ctx, CudaServe *sv, SvArena *a, int n_table
     sv->pen_raw = (float *)sv_carve(a, sizeof(float) * (size_t)sv->pen_cap);
     sv->n_ints = 8 * (size_t)T + (size_t)n_tables; /* the last 2 T: argmax ids, then their logprobs (float bits) */
     sv->ints = (int32_t *)sv_carve(a, sizeof(int32_t) * sv->n_ints);
+    if (sv->lmr) {
+        const int V = ctx->c->vocab_size;
+        sv->lm_wt = (int8_t *)sv_carve(a, cuda_lm_rows_tiles_bytes(V, D));
+        sv->lm_meta_rows = (float *)sv_carve(a, sizeof(float) * 4 * (size_t)V);
+        sv->lm_ws = sv_carve(a, cuda_lm_rows_ws_bytes(V, D));
+    }
 }
 
 static void sv_dims(const CudaCtx *ctx, CudaServe *sv) {
@@ -244,6 +257,9 @@ static void sv_dims(const CudaCtx *ctx, CudaServe *sv) {
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sv->major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&sv->n_sm, cudaDevAttrMultiProcessorCount, dev);
+    /* the screen's exact sums are the skinny GEMM's in one split (GemmParams.gather): the plan of the head's shape */
+    sv->lmr = cuda_lm_rows_ok(ctx->c->vocab_size, sv->d.D) &&
+              cuda_gemm_skinny_work(1, ctx->c->vocab_size, sv->d.D, sv->n_sm, GEMM_EPI_F32, 1) == 0;
 }
 
 /* ---- Backend hooks --------------------------------------------------------------------------------------------- */
@@ -292,7 +308,7 @@ extern "C" void cuda_serve_close(void *p) {
     if (!sv) return;
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     ctx_kv_e4m3(ctx, 0);
-    for (int k = 0; k <= SV_LM_ARGMAX; k++)
+    for (int k = 0; k <= SV_LM_SCREEN; k++)
         for (int i = 0; i < SV_N_BUCKETS; i++)
             if (sv->graph[k][i]) cudaGraphExecDestroy(sv->graph[k][i]);
     if (sv->slots) cudaFree(sv->slots);
@@ -401,6 +417,18 @@ extern "C" int cuda_serve_open(void *p, const ServeLayout *l, Err *err) {
     if (e != cudaSuccess) {
         cuda_serve_close(ctx);
         return sv_fail((int)e, "sampler scratch", -1, err);
+    }
+    if (sv->lmr) { /* the screen's int8 head from the bf16 one, its workspace zeroed */
+        const int V = c->vocab_size, D = sv->d.D;
+        const CudaLaunch lq = {ctx->stream, 0, NULL, 0};
+        e = cudaMemsetAsync(sv->lm_ws, 0, cuda_lm_rows_ws_bytes(V, D), ctx->stream);
+        int rc = (int)e;
+        if (!rc) rc = cuda_lm_quantize(ctx->lm_head, V, D, NULL, NULL, NULL, sv->lm_wt, sv->lm_meta_rows, &lq);
+        if (!rc) rc = (int)cudaStreamSynchronize(ctx->stream);
+        if (rc) {
+            cuda_serve_close(ctx);
+            return sv_fail(rc, "LM head screen tiles", -1, err);
+        }
     }
     ctx_kv_e4m3(ctx, l->kv_fp8);
     return 0;
@@ -599,6 +627,14 @@ static int sv_lm_argmax(const CudaServe *sv, int rows, int V) {
     return !sv->det && sv->major == 9 && rows <= sv->lm_rows && sv_skinny_rows(sv, rows, V) == 0;
 }
 
+/* Whether a pass whose LM head runs over `rows` rows, every one greedy with its pick on the device and no logprob
+ * asked, takes the screen (cuda_lm_rows: the int8 head bounds every logit, the skinny GEMM computes the candidates'):
+ * the picks are those of the logits rows, bit for bit, at half the head's bytes. The rows must be the skinny GEMM's
+ * (the candidates' sums are its sums). */
+static int sv_lm_screen(const CudaServe *sv, int rows, int V) {
+    return sv->lmr && rows <= 64 && sv_skinny_rows(sv, rows, V) == rows;
+}
+
 /* The picks of logits rows lm [rows][V] (device): their argmax ids and log-softmax there into the tail of sv->ints,
  * then with smp the draws of the rows sv->smp samples in place of their argmax (and the drawn ids' log-softmax); smp 2:
  * the rows' logit changes (sv->pen_row) first, and the log-softmax of the raw row at the pick. */
@@ -690,7 +726,9 @@ static int tab_len(const SvPiece *q, int block) { return (q->pos + q->n - 1) / b
  * device: embedding, every layer, the final norm and LM head of the logits rows into sv->lm [n_out][V], and their
  * argmax ids and logprobs when any_am, then with any_smp the draws of the rows sv->smp samples (in place of their
  * argmax); any_smp SV_LM_ARGMAX (sv_pass's kind: every row greedy, sv_lm_argmax): the LM head's epilogue gives the
- * picks and sv->lm is not written. No copies to or from the host: a decode pass replays it as a graph. */
+ * picks and sv->lm is not written; SV_LM_SCREEN (every row greedy, no logprob, sv_lm_screen): the screen gives the
+ * picks (no logprobs), sv->lm holds only its candidates' logits. No copies to or from the host: a decode pass replays
+ * it as a graph. */
 static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, const int *prow, const int *ptab, int T,
                      int nd, int n_out, int any_am, int any_smp, Err *err) {
     const Config *c = ctx->c;
@@ -881,6 +919,12 @@ static int sv_layers(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, con
         GatherRowsParams gp = {sv->x, orow, sv->xg, n_out, D};
         if ((rc = cuda_gather_rows(&gp, &lc))) return sv_fail(rc, "gather", -1, err);
         if ((rc = sv_norm(sv, &lc, sv->xg, ctx->final_norm, sv->h, n_out, -1, err))) return rc;
+        if (any_smp == SV_LM_SCREEN) {
+            LmRowsParams lp = {sv->h, n_out,        D,         ctx->lm_head, sv->lm_wt,     sv->lm_meta_rows, V,
+                               D,     ctx->n_valid, sv->lm_ws, sv->lm,       sv_am_dev(sv), sv->n_sm};
+            if ((rc = cuda_lm_rows(&lp, &lc))) return sv_fail(rc, "lm_head screen", -1, err);
+            return 0;
+        }
         if (any_smp == SV_LM_ARGMAX && sv->major == 9) {
             GemmParams g = {sv->h, ctx->lm_head, sv->am_work, n_out, V, D, D, D, 0, GEMM_EPI_ARGMAX, 0, 0};
             g.algo = serve_algo(sv, n_out, V);
@@ -997,11 +1041,15 @@ static int sv_pass(CudaCtx *ctx, CudaServe *sv, const SvPiece *pc, int np, float
         for (int i = 0; i < np && bi >= 0; i++)
             if (pc[i].pos == 0) bi = -1;
     }
-    int any_am = 0, all_am = n_out > 0;
-    for (int k = 0; k < n_out; k++) any_am |= am_dst[k] != NULL, all_am &= am_dst[k] != NULL;
-    /* the pass's LM head kind: sv_smp_fill's, or every row picked in the LM head */
-    const int kind =
-        !any_smp && all_am && sv_lm_argmax(sv, bi >= 0 ? sv_buckets[bi] : n_out, V) ? SV_LM_ARGMAX : any_smp;
+    int any_am = 0, all_am = n_out > 0, any_lp = 0;
+    for (int k = 0; k < n_out; k++)
+        any_am |= am_dst[k] != NULL, all_am &= am_dst[k] != NULL, any_lp |= lp_dst[k] != NULL;
+    /* the pass's LM head kind: sv_smp_fill's, or every row picked in the LM head or through the screen */
+    const int lm_n = bi >= 0 ? sv_buckets[bi] : n_out;
+    const int kind = any_smp || !all_am                     ? any_smp
+                     : !any_lp && sv_lm_screen(sv, lm_n, V) ? SV_LM_SCREEN
+                     : sv_lm_argmax(sv, lm_n, V)            ? SV_LM_ARGMAX
+                                                            : 0;
     if (bi >= 0) {
         const int Bb = sv_buckets[bi];
         h_tables[nt] = sv->lay.n_blocks; /* the spare block */

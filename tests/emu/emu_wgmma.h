@@ -21,11 +21,14 @@
  * Not emulated: timing and overlap (the TMA lands at once, a wgmma takes no time; fibers run one
  * at a time, so a race shows only if this schedule happens to expose it), register budgets (setmaxnreg
  * only checks that the warpgroup is converged), the descriptor base offset, the summation order inside
- * a k16 step (fp32 sums in k order here: compare with a tolerance), fp8 / tf32 / integer forms, the
- * memory-proxy rules (fence.proxy.async is a no-op: a missing one goes unnoticed).
+ * a k16 step (fp32 sums in k order here: compare with a tolerance), tf32, u8 and the integer forms other than
+ * s8 x s8, the memory-proxy rules (fence.proxy.async is a no-op: a missing one goes unnoticed).
  * e4m3 (emu_wgmma with e4m3 set, the m64nNk32 .e4m3.e4m3 form): A and B K-major in shared memory, one byte an
  * element, every e4m3 code its exact value (NaN codes as NaN); the products summed in fp32 in k order, where the
  * tensor core keeps fewer bits (compare with a tolerance).
+ * s8 (emu_wgmma with int accumulators di, the m64nNk32 .s32.s8.s8 form): A and B K-major in shared memory, one signed
+ * byte an element, read with the e4m3 form's addressing; the sums exact, accumulated into the int32 accumulators
+ * (the float forms' fragment layout) modulo 2^32, as the instruction without .satfinite does.
  * Using it for a new wgmma kernel (run_gemm.sh / gemm_emu.cpp are the worked example):
  *   1. extract the kernel with sed as run_gemm.sh does: drop the "cuda/" includes and <cuda.h>,
  *      turn `extern __shared__ ... smem[]` into `uint8_t *smem = emu_smem();`, replace inline asm
@@ -58,8 +61,7 @@ static inline void mbar_arrive(uint32_t bar) {
 /* bar.arrive: counts toward the barrier's n without waiting */
 static inline void bar_arrive(int id, int n) {
     const int b = me().cta * 16 + id;
-    if (++E.nb_cnt[b] == n)
-        E.nb_cnt[b] = 0, E.nb_gen[b]++;
+    if (++E.nb_cnt[b] == n) E.nb_cnt[b] = 0, E.nb_gen[b]++;
 }
 static inline void fence_proxy_async(void) {}
 static inline void tma_prefetch_map(const CUtensorMap *) {}
@@ -67,24 +69,27 @@ static inline void tma_map_acquire(const CUtensorMap *) {}
 template <int M, int N>
 static inline void reg_fence_acc(float (&)[M][N][4]) {}
 static inline void reg_fence(float &) {}
+static inline void reg_fence(int &) {}
 
 /* ---- warpgroup state ---- */
 struct EmuWgOp {
-    int n;                 /* N of m64nNk16 */
+    int n; /* N of m64nNk16 */
     uint64_t da, db;
-    int scale_d;           /* 0: d = A B, 1: d += A B */
-    int tnsp_a, tnsp_b;    /* 1: the operand is MN-major */
-    bool e4m3;             /* k32 of e4m3 bytes (A and B K-major) instead of k16 of bf16 */
-    bool a_regs;           /* A from registers (a[]) instead of shared memory (da) */
-    float (*d[128])[4];    /* each thread's accumulator fragments d[N/8][4] */
-    uint32_t a[128][4];    /* A fragments as issued: warp w rows 16 w.., the mma.m16n8k16 A layout */
+    int scale_d;        /* 0: d = A B, 1: d += A B */
+    int tnsp_a, tnsp_b; /* 1: the operand is MN-major */
+    bool e4m3;          /* k32 of e4m3 bytes (A and B K-major) instead of k16 of bf16 */
+    bool s8;            /* k32 of int8 bytes (A and B K-major) into the int accumulators di */
+    bool a_regs;        /* A from registers (a[]) instead of shared memory (da) */
+    float (*d[128])[4]; /* each thread's accumulator fragments d[N/8][4] */
+    int (*di[128])[4];  /* the same, int32 (s8) */
+    uint32_t a[128][4]; /* A fragments as issued: warp w rows 16 w.., the mma.m16n8k16 A layout */
 };
 struct EmuWg {
-    int cnt, gen, kind;             /* collective in progress: arrivals, generation, operation */
-    std::vector<EmuWgOp> ops;       /* queued, oldest first */
-    std::vector<size_t> group_end;  /* committed groups: ops[0 .. group_end[0]) is the oldest */
-    EmuWgOp cur;                    /* being collected */
-    int arg;                        /* wait_group N / setmaxnreg count of the collective */
+    int cnt, gen, kind;            /* collective in progress: arrivals, generation, operation */
+    std::vector<EmuWgOp> ops;      /* queued, oldest first */
+    std::vector<size_t> group_end; /* committed groups: ops[0 .. group_end[0]) is the oldest */
+    EmuWgOp cur;                   /* being collected */
+    int arg;                       /* wait_group N / setmaxnreg count of the collective */
 };
 static std::vector<EmuWg> emu_wg;       /* [cta * 8 + warpgroup] */
 static std::vector<char> emu_wg_fenced; /* per thread of the cluster: wgmma.fence since the last wait_group */
@@ -96,8 +101,8 @@ static void emu_wg_begin(int ncta) {
 static void emu_wg_end(void) {
     for (size_t i = 0; i < emu_wg.size(); i++)
         if (!emu_wg[i].ops.empty()) {
-            fprintf(stderr, "emu: warpgroup %zu of CTA %zu ended with %zu wgmmas not retired by wait_group\n", i % 8, i / 8,
-                    emu_wg[i].ops.size());
+            fprintf(stderr, "emu: warpgroup %zu of CTA %zu ended with %zu wgmmas not retired by wait_group\n", i % 8,
+                    i / 8, emu_wg[i].ops.size());
             exit(2);
         }
 }
@@ -105,17 +110,21 @@ static inline void emu_wg_install(void) { emu_hook_begin = emu_wg_begin, emu_hoo
 
 enum { EMU_WG_MMA = 1, EMU_WG_COMMIT, EMU_WG_WAIT, EMU_WG_SETMAXNREG };
 static const char *emu_wg_kind_name(int k) {
-    return k == EMU_WG_MMA ? "wgmma.mma_async" : k == EMU_WG_COMMIT ? "wgmma.commit_group" : k == EMU_WG_WAIT ? "wgmma.wait_group" : "setmaxnreg";
+    return k == EMU_WG_MMA      ? "wgmma.mma_async"
+           : k == EMU_WG_COMMIT ? "wgmma.commit_group"
+           : k == EMU_WG_WAIT   ? "wgmma.wait_group"
+                                : "setmaxnreg";
 }
 /* The 128 threads of this thread's warpgroup meet; `arrive` runs in each thread on arrival, `last` in
  * the last one to arrive (before anyone leaves). */
 template <class A, class L>
 static inline void emu_wg_collective(int kind, A arrive, L last) {
     EmuWg &w = emu_wg[me().cta * 8 + me().tid / 128];
-    if (w.cnt == 0) w.kind = kind;
+    if (w.cnt == 0)
+        w.kind = kind;
     else if (w.kind != kind) {
-        fprintf(stderr, "emu: warpgroup %d of CTA %d diverged: thread %d at %s while others are at %s\n", me().tid / 128,
-                me().cta, me().tid, emu_wg_kind_name(kind), emu_wg_kind_name(w.kind));
+        fprintf(stderr, "emu: warpgroup %d of CTA %d diverged: thread %d at %s while others are at %s\n",
+                me().tid / 128, me().cta, me().tid, emu_wg_kind_name(kind), emu_wg_kind_name(w.kind));
         exit(2);
     }
     arrive(w, me().tid & 127);
@@ -140,7 +149,8 @@ static inline EmuDesc emu_desc(uint64_t d) {
     r.base_off = (uint32_t)((d >> 49) & 7);
     r.swz = (uint32_t)(d >> 62);
     if (r.base_off != 0) {
-        fprintf(stderr, "emu: wgmma descriptor %#llx: base offset %u not emulated\n", (unsigned long long)d, r.base_off);
+        fprintf(stderr, "emu: wgmma descriptor %#llx: base offset %u not emulated\n", (unsigned long long)d,
+                r.base_off);
         exit(2);
     }
     return r;
@@ -158,8 +168,8 @@ static inline EmuDesc emu_desc(uint64_t d) {
  *             k row, k rows W bytes apart, k8 groups SBO apart, W/2-mn blocks LBO apart.
  * Swizzled modes then XOR the 16-byte chunk bits [4, 4 + log2(W/16)) of the address with the bits
  * from 7 up (Swizzle<1|2|3, 4, 3>); absolute address bits, so a tile sits at a W*8-aligned base (the
- * descriptor's base offset, for other bases, is not emulated). esz: bytes an element (2, or 1 for e4m3, whose k32 slice
- * is 32 bytes as bf16's k16 is; K-major only). Only the K-major 128 B form is checked
+ * descriptor's base offset, for other bases, is not emulated). esz: bytes an element (2, or 1 for e4m3 and s8,
+ * whose k32 slice is 32 bytes as bf16's k16 is; K-major only). Only the K-major 128 B form is checked
  * against hardware (gemm_tma.cu passes on the H200); the others follow the table alone. */
 static inline uint32_t emu_desc_addr(const EmuDesc &d, int mn, int k, bool mn_major, uint32_t esz = 2) {
     uint32_t a;
@@ -170,16 +180,20 @@ static inline uint32_t emu_desc_addr(const EmuDesc &d, int mn, int k, bool mn_ma
                    (uint32_t)k * esz % 16;
         a = d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * W + (uint32_t)k * esz;
     } else {
-        if (d.swz == 0) return d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * 2 + (uint32_t)(k & 7) * 16 + (uint32_t)(k >> 3) * d.lbo;
+        if (d.swz == 0)
+            return d.start + (uint32_t)(mn >> 3) * d.sbo + (uint32_t)(mn & 7) * 2 + (uint32_t)(k & 7) * 16 +
+                   (uint32_t)(k >> 3) * d.lbo;
         const int E = (int)W / 2; /* mn elements per swizzled row */
-        a = d.start + (uint32_t)(mn / E) * d.lbo + (uint32_t)(mn % E) * 2 + (uint32_t)(k & 7) * W + (uint32_t)(k >> 3) * d.sbo;
+        a = d.start + (uint32_t)(mn / E) * d.lbo + (uint32_t)(mn % E) * 2 + (uint32_t)(k & 7) * W +
+            (uint32_t)(k >> 3) * d.sbo;
     }
     const uint32_t mask = W / 16 - 1; /* chunk bits swizzled: 3 (128 B), 2 (64 B), 1 (32 B) */
     return a ^ (((a >> 7) & mask) << 4);
 }
 static inline float emu_smem_bf16(int cta, uint32_t addr) {
     if (addr + 2 > E.smem[cta].size() - 16) {
-        fprintf(stderr, "emu: wgmma operand address %u outside shared memory (%zu bytes)\n", addr, E.smem[cta].size() - 16);
+        fprintf(stderr, "emu: wgmma operand address %u outside shared memory (%zu bytes)\n", addr,
+                E.smem[cta].size() - 16);
         exit(2);
     }
     uint16_t h;
@@ -216,10 +230,40 @@ static void emu_wgmma_acc(const EmuWgOp &op, const float (*A)[KK], const float (
         }
     emu_wgmma_count++;
 }
-/* Executes one queued wgmma of the warpgroup of CTA cta: m64nNk16 bf16, or m64nNk32 e4m3 (both operands K-major in
- * shared memory). */
+static inline int emu_smem_s8(int cta, uint32_t addr) {
+    if (addr + 1 > E.smem[cta].size() - 16) {
+        fprintf(stderr, "emu: wgmma operand address %u outside shared memory (%zu bytes)\n", addr,
+                E.smem[cta].size() - 16);
+        exit(2);
+    }
+    return (int8_t)E.smem[cta][addr];
+}
+/* d (+)= A B^T of a queued s8 wgmma: A [64][32], B [op.n][32] bytes, every sum exact (|sum| <= 32 128^2), added to the
+ * int32 accumulator modulo 2^32 (the owners as in emu_wgmma_acc). */
+static void emu_wgmma_acc_s8(const EmuWgOp &op, const int (*A)[32], const int (*B)[32]) {
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < op.n; n++) {
+            int s = 0;
+            for (int k = 0; k < 32; k++) s += A[m][k] * B[n][k];
+            const int th = (m >> 4) * 32 + (m & 7) * 4 + ((n & 7) >> 1), e = 2 * ((m >> 3) & 1) + (n & 1);
+            int *dst = &op.di[th][n >> 3][e];
+            *dst = op.scale_d ? (int)((uint32_t)*dst + (uint32_t)s) : s;
+        }
+    emu_wgmma_count++;
+}
+/* Executes one queued wgmma of the warpgroup of CTA cta: m64nNk16 bf16, or m64nNk32 e4m3 or s8 (both operands K-major
+ * in shared memory). */
 static void emu_wgmma_exec(int cta, const EmuWgOp &op) {
     const EmuDesc b = emu_desc(op.db);
+    if (op.s8) {
+        static int A8[64][32], B8[256][32];
+        const EmuDesc a = emu_desc(op.da);
+        for (int r = 0; r < 64; r++)
+            for (int k = 0; k < 32; k++) A8[r][k] = emu_smem_s8(cta, emu_desc_addr(a, r, k, false, 1));
+        for (int r = 0; r < op.n; r++)
+            for (int k = 0; k < 32; k++) B8[r][k] = emu_smem_s8(cta, emu_desc_addr(b, r, k, false, 1));
+        return emu_wgmma_acc_s8(op, A8, B8);
+    }
     if (op.e4m3) {
         static float A8[64][32], B8[256][32];
         const EmuDesc a = emu_desc(op.da);
@@ -253,20 +297,22 @@ static void emu_wgmma_exec(int cta, const EmuWgOp &op) {
 static inline void wgmma_fence(void) { emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid] = 1; }
 /* One wgmma.mma_async m64nNk16 (N a multiple of 8 up to 256): A from shared memory (da) or, when a is
  * not null, from the thread's 4 registers a[] (the mma.m16n8k16 A layout, rows 16 (warp % 4) + ..;
- * their values are taken at issue); B from shared memory (db). tnsp_a / tnsp_b: MN-major operands. */
+ * their values are taken at issue); B from shared memory (db). tnsp_a / tnsp_b: MN-major operands.
+ * di not null: the s8 form into the int accumulators di (d unused). */
 static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *a, uint64_t db, int scale_d, int tnsp_a,
-                             int tnsp_b, bool e4m3 = false) {
+                             int tnsp_b, bool e4m3 = false, int (*di)[4] = nullptr) {
+    const bool s8 = di != nullptr;
     if (n < 8 || n > 256 || n % 8) {
         fprintf(stderr, "emu: wgmma N = %d\n", n);
         exit(2);
     }
-    if (e4m3 && (a || tnsp_a || tnsp_b)) {
-        fprintf(stderr, "emu: an e4m3 wgmma takes A and B K-major from shared memory only\n");
+    if ((e4m3 || s8) && (a || tnsp_a || tnsp_b || (e4m3 && s8))) {
+        fprintf(stderr, "emu: an e4m3 or s8 wgmma takes A and B K-major from shared memory only\n");
         exit(2);
     }
     if (!emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid]) {
-        fprintf(stderr, "emu: thread %d of CTA %d issues a wgmma with no wgmma.fence since its last wait_group\n", me().tid,
-                me().cta);
+        fprintf(stderr, "emu: thread %d of CTA %d issues a wgmma with no wgmma.fence since its last wait_group\n",
+                me().tid, me().cta);
         exit(2);
     }
     emu_wg_collective(
@@ -275,64 +321,89 @@ static inline void emu_wgmma(int n, float (*d)[4], uint64_t da, const uint32_t *
             EmuWgOp &c = w.cur;
             if (w.cnt == 0)
                 c.n = n, c.da = a ? 0 : da, c.db = db, c.scale_d = scale_d, c.tnsp_a = tnsp_a, c.tnsp_b = tnsp_b,
-                c.a_regs = a != nullptr, c.e4m3 = e4m3;
+                c.a_regs = a != nullptr, c.e4m3 = e4m3, c.s8 = s8;
             else if (c.n != n || c.da != (a ? 0 : da) || c.db != db || c.scale_d != scale_d || c.tnsp_a != tnsp_a ||
-                     c.tnsp_b != tnsp_b || c.a_regs != (a != nullptr) || c.e4m3 != e4m3) {
-                fprintf(stderr, "emu: wgmma operands differ within warpgroup (thread %d: desc %#llx %#llx vs %#llx %#llx)\n",
+                     c.tnsp_b != tnsp_b || c.a_regs != (a != nullptr) || c.e4m3 != e4m3 || c.s8 != s8) {
+                fprintf(stderr,
+                        "emu: wgmma operands differ within warpgroup (thread %d: desc %#llx %#llx vs %#llx %#llx)\n",
                         me().tid, (unsigned long long)da, (unsigned long long)db, (unsigned long long)c.da,
                         (unsigned long long)c.db);
                 exit(2);
             }
-            c.d[t] = d;
+            c.d[t] = d, c.di[t] = di;
             if (a) memcpy(c.a[t], a, 16);
         },
         [&](EmuWg &w) { w.ops.push_back(w.cur); });
 }
 static inline void wgmma_commit(void) {
-    emu_wg_collective(EMU_WG_COMMIT, [](EmuWg &, int) {}, [](EmuWg &w) {
-        const size_t prev = w.group_end.empty() ? 0 : w.group_end.back();
-        if (w.ops.size() > prev) w.group_end.push_back(w.ops.size()); /* an empty group retires at once */
-    });
+    emu_wg_collective(
+        EMU_WG_COMMIT, [](EmuWg &, int) {},
+        [](EmuWg &w) {
+            const size_t prev = w.group_end.empty() ? 0 : w.group_end.back();
+            if (w.ops.size() > prev) w.group_end.push_back(w.ops.size()); /* an empty group retires at once */
+        });
 }
 template <int N>
 static inline void wgmma_wait(void) {
     emu_wg_fenced[(size_t)me().cta * E.nthreads + me().tid] = 0;
     const int cta = me().cta;
-    emu_wg_collective(EMU_WG_WAIT, [](EmuWg &, int) {}, [cta](EmuWg &w) {
-        while (w.group_end.size() > (size_t)N) {
-            const size_t e = w.group_end.front();
-            for (size_t i = 0; i < e; i++) emu_wgmma_exec(cta, w.ops[i]);
-            w.ops.erase(w.ops.begin(), w.ops.begin() + (long)e);
-            w.group_end.erase(w.group_end.begin());
-            for (size_t &g : w.group_end) g -= e;
-        }
-    });
+    emu_wg_collective(
+        EMU_WG_WAIT, [](EmuWg &, int) {},
+        [cta](EmuWg &w) {
+            while (w.group_end.size() > (size_t)N) {
+                const size_t e = w.group_end.front();
+                for (size_t i = 0; i < e; i++) emu_wgmma_exec(cta, w.ops[i]);
+                w.ops.erase(w.ops.begin(), w.ops.begin() + (long)e);
+                w.group_end.erase(w.group_end.begin());
+                for (size_t &g : w.group_end) g -= e;
+            }
+        });
 }
 static inline void emu_setmaxnreg(int r) {
     if (r < 24 || r > 256 || r % 8) {
         fprintf(stderr, "emu: setmaxnreg %d outside 24..256 in steps of 8\n", r);
         exit(2);
     }
-    emu_wg_collective(EMU_WG_SETMAXNREG, [](EmuWg &, int) {}, [](EmuWg &) {});
+    emu_wg_collective(
+        EMU_WG_SETMAXNREG, [](EmuWg &, int) {}, [](EmuWg &) {});
 }
 /* the register-budget helpers of src/cuda/async.cuh */
 template <int R>
-static inline void regs_dec(void) { emu_setmaxnreg(R); }
+static inline void regs_dec(void) {
+    emu_setmaxnreg(R);
+}
 template <int R>
-static inline void regs_inc(void) { emu_setmaxnreg(R); }
+static inline void regs_inc(void) {
+    emu_setmaxnreg(R);
+}
 /* the wgmma wrappers of src/cuda/mma.cuh (scale-d 1, no transposes) */
-static inline void wgmma_m64n256k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(256, d, da, nullptr, db, 1, 0, 0); }
-static inline void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(128, d, da, nullptr, db, 1, 0, 0); }
+static inline void wgmma_m64n256k16(float (*d)[4], uint64_t da, uint64_t db) {
+    emu_wgmma(256, d, da, nullptr, db, 1, 0, 0);
+}
+static inline void wgmma_m64n128k16(float (*d)[4], uint64_t da, uint64_t db) {
+    emu_wgmma(128, d, da, nullptr, db, 1, 0, 0);
+}
 /* For a new kernel: give its wgmma wrappers (other N, scale-d 0, A in registers, transposes) the
  * same names here, each one call of emu_wgmma, e.g. an RS form with B MN-major:
  *   void wgmma_m64n64k16_rs_t(float (*d)[4], const uint32_t a[4], uint64_t db) { emu_wgmma(64, d, 0, a, db, 1, 0, 1); } */
 /* attention_prefill_wg.cu: S = Q K^T (both K-major in shared memory), O += P V (P from registers, V MN-major) */
-static inline void wgmma_m64n64k16(float (*d)[4], uint64_t da, uint64_t db) { emu_wgmma(64, d, da, nullptr, db, 1, 0, 0); }
-static inline void wgmma_m64n256k16_rt(float (*d)[4], const uint32_t a[4], uint64_t db) { emu_wgmma(256, d, 0, a, db, 1, 0, 1); }
+static inline void wgmma_m64n64k16(float (*d)[4], uint64_t da, uint64_t db) {
+    emu_wgmma(64, d, da, nullptr, db, 1, 0, 0);
+}
+static inline void wgmma_m64n256k16_rt(float (*d)[4], const uint32_t a[4], uint64_t db) {
+    emu_wgmma(256, d, 0, a, db, 1, 0, 1);
+}
 /* bench/kernels/gemm_fp8_lab.cu: m64n128k32 / m64n256k32 e4m3, A and B K-major in shared memory; acc = 0: d = A B */
 static inline void wgmma_m64n128k32_e4m3(float (*d)[4], uint64_t da, uint64_t db, int acc) {
     emu_wgmma(128, d, da, nullptr, db, acc != 0, 0, 0, true);
 }
 static inline void wgmma_m64n256k32_e4m3(float (*d)[4], uint64_t da, uint64_t db) {
     emu_wgmma(256, d, da, nullptr, db, 1, 0, 0, true);
+}
+/* src/cuda/lm_screen_rows.cu: m64nNk32 s8 x s8 -> s32 (N = 32, 64, 128), A and B K-major in shared memory (int
+ * accumulators) */
+template <int N>
+static inline void wgmma_s8(int (*d)[4], uint64_t da, uint64_t db) {
+    static_assert(N == 32 || N == 64 || N == 128, "the s8 forms mma.cuh has");
+    emu_wgmma(N, nullptr, da, nullptr, db, 1, 0, 0, false, d);
 }

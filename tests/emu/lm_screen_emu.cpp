@@ -236,7 +236,7 @@ static void run_case(int rows, int cols, int n_valid, int blocks, int hard) {
         float *m2 = (float *)aligned_alloc(64, (size_t)rows * 16 + 64);
         const bool planes = cols % 1024 == 0; /* the ring kernel's 6-bit rows too */
         uint8_t *wp = planes ? (uint8_t *)aligned_alloc(64, (nw + 63) / 64 * 64) : NULL;
-        emu_launch(dim3((unsigned)((rows + 7) / 8)), 256, 0, 1, [&] { lm_quantize_bf16(W, rows, cols, q2, wp, m2); });
+        emu_launch(dim3((unsigned)((rows + 7) / 8)), 256, 0, 1, [&] { lm_quantize_bf16(W, rows, cols, q2, wp, m2, nullptr, nullptr); });
         int diff = memcmp(q, q2, nw) != 0;
         for (int r = 0; r < rows; r++)
             diff += meta[4 * r] != m2[4 * r] || !(fabs(m2[4 * r + 1] - meta[4 * r + 1]) <= 1e-6 * meta[4 * r + 1]) ||

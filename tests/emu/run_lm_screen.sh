@@ -11,11 +11,12 @@ B=build/emu
 mkdir -p "$B"
 { sed -n '/^__device__ __forceinline__ float bf_lo/,/^__device__ __forceinline__ float bf16u/p' src/cuda/common.cuh
   sed -n '/^\/\* Dot product of 8 bf16/,/^static inline int ceil_div/p' src/cuda/common.cuh
-  sed -n '/^\/\* The GEMV.s input row/,/^}/p' src/cuda/common.cuh; } > "$B/ls_common.inc"
+  sed -n '/^\/\* The GEMV.s input row/,/^}/p' src/cuda/common.cuh
+  sed -n '/^__host__ __device__ __forceinline__ size_t swz128_tile_off(/,/^}/p' src/cuda/mma.cuh; } > "$B/ls_common.inc"
 sed -e '/^#include /d' \
     -e 's/extern __shared__ __align__(128) unsigned char smem\[\];/unsigned char *smem = emu_smem();/' \
     -e '/^extern "C" int cuda_lm_screen_ok/,$d' src/cuda/lm_screen.cu > "$B/lm_screen.inc"
-grep -q 'gemv_stage_input' "$B/ls_common.inc" && grep -q 'emu_smem()' "$B/lm_screen.inc" &&
+grep -q 'gemv_stage_input' "$B/ls_common.inc" && grep -q 'swz128_tile_off' "$B/ls_common.inc" && grep -q 'emu_smem()' "$B/lm_screen.inc" &&
     grep -q 'lm_quantize_bf16' "$B/lm_screen.inc" ||
     { echo "run_lm_screen.sh: the sed edits no longer match src/cuda/lm_screen.cu / common.cuh"; exit 1; }
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

@@ -144,7 +144,7 @@ static void check_algo(const Case *cs, int algo) {
     const size_t ybytes = (size_t)(M + cs->guard) * ldy * esz;
     unsigned char *y1 = malloc(ybytes);
     void *dy = dcopy(cs->y0, ybytes);
-    GemmParams p = {cs->dx, cs->dw, dy, M, N, K, K, K, ldy, epi, G, algo, NULL, NULL, g_split_m, 0, 0};
+    GemmParams p = {cs->dx, cs->dw, dy, M, N, K, K, K, ldy, epi, G, algo, NULL, NULL, g_split_m, 0, 0, NULL, NULL};
     set_weights(&p, cs);
     const char *fmt = cs->q ? "fp8" : "bf16";
     const int rc = gemm_run(&p, algo);
@@ -228,7 +228,7 @@ static void check_algo(const Case *cs, int algo) {
         const int M2 = 1 + (int)(rng_u64(&rng) % (uint64_t)(M - 1));
         unsigned char *y2 = malloc(ybytes);
         void *dy2 = dcopy(cs->y0, ybytes);
-        GemmParams p2 = {cs->dx, cs->dw, dy2, M2, N, K, K, K, ldy, epi, G, algo, NULL, NULL, 0, 0, M2 & 1};
+        GemmParams p2 = {cs->dx, cs->dw, dy2, M2, N, K, K, K, ldy, epi, G, algo, NULL, NULL, 0, 0, M2 & 1, NULL, NULL};
         set_weights(&p2, cs);
         CHECK(gemm_run(&p2, algo) == 0, "skinny launch %s M=%d", fmt, M2);
         CUDA_OK(cudaMemcpy(y2, dy2, ybytes, cudaMemcpyDeviceToHost));
@@ -325,7 +325,7 @@ static void test_skinny_norm_fmt(int M, int N, int K, int mode, int f8) {
     const size_t wf = cuda_gemm_skinny_work(M, N, K, n_sm, GEMM_EPI_ADD_F32_NORM, 1);
     float *work = NULL;
     CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
-    GemmParams p1 = {dx, dw, dy1, M, N, K, K, K, N, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, g_split_m, 0, 0};
+    GemmParams p1 = {dx, dw, dy1, M, N, K, K, K, N, GEMM_EPI_ADD_F32, 1, 0, NULL, NULL, g_split_m, 0, 0, NULL, NULL};
     p1.w8 = dq, p1.w8_scale = dsc;
     GemmParams p2 = p1;
     p2.y = dy2;
@@ -459,7 +459,7 @@ static void test_skinny_fp8_bad_args(void) {
     CUDA_OK(cudaMemset(dnw, 0, (size_t)N * 4));
     const size_t wf = (size_t)1 << 16;
     CUDA_OK(cudaMalloc((void **)&work, wf * sizeof(float)));
-    GemmParams ok = {dx, NULL, dy, M, N, K, K, K, N, GEMM_EPI_F32, 1, 0, NULL, NULL, 0, 0, 0};
+    GemmParams ok = {dx, NULL, dy, M, N, K, K, K, N, GEMM_EPI_F32, 1, 0, NULL, NULL, 0, 0, 0, NULL, NULL};
     ok.w8 = dq, ok.w8_scale = ds;
     CHECK(cuda_gemm_skinny(&ok, work, wf, n_sm, &L0) == 0, "skinny fp8: a valid 4 x 16 x 32 problem refused");
     CUDA_OK(cudaDeviceSynchronize());
@@ -522,7 +522,7 @@ static void test_bad_args(void) {
     void *buf = NULL;
     CUDA_OK(cudaMalloc(&buf, 4096));
     CUDA_OK(cudaMemset(buf, 0, 4096));
-    GemmParams p = {buf, buf, buf, 4, 16, 16, 16, 16, 16, GEMM_EPI_BF16, 0, GEMM_ALGO_AUTO, NULL, NULL, 0, 0, 0};
+    GemmParams p = {buf, buf, buf, 4, 16, 16, 16, 16, 16, GEMM_EPI_BF16, 0, GEMM_ALGO_AUTO, NULL, NULL, 0, 0, 0, NULL, NULL};
     CHECK(cuda_gemm_bf16(&p, &L0) == 0, "a valid 4 x 16 x 16 problem must be accepted");
     CUDA_OK(cudaDeviceSynchronize());
     p.N = 12;
@@ -571,7 +571,7 @@ static void test_argmax_epilogue(int M, int N, int K, int am_cols, int algo) {
     CUDA_OK(cudaMalloc(&work2, wb2));
     CUDA_OK(cudaMemset(work, 0xff, wb)); /* NaN */
     CUDA_OK(cudaMemset(did, 0xff, sizeof(int32_t) * M));
-    GemmParams p = {dx, dw, dy, M, N, K, K, K, N, GEMM_EPI_F32, 1, algo, NULL, NULL, 0, 0, 0};
+    GemmParams p = {dx, dw, dy, M, N, K, K, K, N, GEMM_EPI_F32, 1, algo, NULL, NULL, 0, 0, 0, NULL, NULL};
     int rc = cuda_gemm_bf16(&p, &L0);
     RowsArgmaxParams ap = {dy, M, N, am_cols, did2, work2, wb2, dlp2};
     if (!rc) rc = cuda_rows_argmax(&ap, &L0);
@@ -643,7 +643,7 @@ static void bench_fmt(const char *name, int M, int N, int K, int epi, int algo, 
     void *dy = NULL;
     CUDA_OK(cudaMalloc(&dy, (size_t)M * ycols * 4));
     CUDA_OK(cudaMemset(dy, 0, (size_t)M * ycols * 4));
-    GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 1, algo, NULL, NULL, 0, 0, 0};
+    GemmParams p = {dx, dw, dy, M, N, K, K, K, ycols, epi, 1, algo, NULL, NULL, 0, 0, 0, NULL, NULL};
     p.w8 = dq, p.w8_scale = dsc;
     const size_t wf = algo == ALGO_SKINNY ? cuda_gemm_skinny_work(M, N, K, n_sm, epi, 1) : 0;
     float *work = NULL;

@@ -11,8 +11,12 @@
  *           computes all its rows), x = 0, NaN in x, a row with an infinite weight;
  *   both kernels (the TMA ring where cols is 1024 or 2048: its stream L2 evict-first twice with the blocks' shared
  *           running max and once without, plain once with it; the register kernel twice), PDL on and off; the rows
- *           recomputed reported.
- * Usage: test_lm_screen [seed]. Skips (exit 0, "no GPU") without a GPU. */
+ *           recomputed reported;
+ *   cuda_lm_rows (sm_90a): the int8 tiles equal to q, then 1 .. 64 rows picked through them equal to the argmax of
+ *           the skinny GEMM's logits (GEMM_EPI_F32) of the same rows, three calls in a row (the union's bits and the
+ *           maxima start clean each time), at the 0.8B head and smaller shapes, with outlier channels, ties, near-ties,
+ *           a NaN row, a zero row, an infinite weight and all head rows equal (every pair a candidate).
+ * Usage: test_lm_screen [seed [rows]] (rows: cuda_lm_rows only). Skips (exit 0, "no GPU") without a GPU. */
 #include "cuda/ops.h"
 #include "test.h"
 #include "gpu_common.h"
@@ -132,7 +136,7 @@ static void test_screen(int rows, int cols, int n_valid, int blocks, int in, int
     }
     CU(cudaMemset(dcnt, 0, 4));
     CU(cudaMemset(dstats, 0, 16));
-    LAUNCH(cuda_lm_quantize(dW, rows, cols, dq, dp, dmeta, &l));
+    LAUNCH(cuda_lm_quantize(dW, rows, cols, dq, dp, dmeta, NULL, NULL, &l));
     CU(cudaDeviceSynchronize());
     CU(cudaMemcpy(q, dq, (size_t)nw, cudaMemcpyDeviceToHost));
     if (ring) CU(cudaMemcpy(wp, dp, (size_t)nw / 4 * 3, cudaMemcpyDeviceToHost));
@@ -218,12 +222,151 @@ done:
     free(W), free(x), free(parts), free(nw_), free(q), free(wp), free(meta);
 }
 
+/* ---- cuda_lm_rows: up to 64 rows through the int8 tiles (lm_screen_rows.cu) against the skinny GEMM's logits ---- */
+
+/* Byte (r, k) of the tiles of 64 rows (mma.cuh swz128_tile_off, rewritten here) */
+static size_t tile_off(int64_t r, int k, int cols) {
+    const int64_t t = r / 64;
+    const int i = (int)(r - t * 64), c = (k >> 4) & 7;
+    return (size_t)((t * (cols / 128) + k / 128) * 64 + i) * 128 + (size_t)(((c ^ (i & 7)) << 4) + (k & 15));
+}
+
+/* row m of y [rows][V]: argmax over [0, n_valid), larger wins, ties the smaller id, NaN never, none 0 */
+static int host_argmax(const float *y, int n_valid) {
+    int best = -1;
+    for (int r = 0; r < n_valid; r++)
+        if (y[r] == y[r] && (best < 0 || y[r] > y[best])) best = r;
+    return best < 0 ? 0 : best;
+}
+
+enum { HR_NONE, HR_OUTLIER, HR_TIES, HR_NEAR, HR_NAN, HR_ZERO, HR_INF, HR_ALLEQ };
+static const char *hr_name[] = {"random",  "outlier channels", "ties",       "near-ties",
+                                "NaN row", "zero row",         "inf weight", "all head rows equal"};
+
+static void test_rows(int V, int D, int n_valid, int rows, int hard, int pdl) {
+    char what[160];
+    snprintf(what, sizeof what, "rows %dx%d valid %d, %d rows, %s, pdl %d", V, D, n_valid, rows, hr_name[hard], pdl);
+    const int64_t nw = (int64_t)V * D;
+    uint16_t *W = bf16_random(&rng, nw, 1.0f / sqrtf((float)D));
+    uint16_t *h = bf16_random(&rng, (int64_t)rows * D, 1.0f);
+    const int a = (int)(rng_u64(&rng) % (uint64_t)(n_valid / 2)),
+              b = n_valid / 2 + (int)(rng_u64(&rng) % (uint64_t)(n_valid - n_valid / 2)), m0 = rows - 1;
+    if (hard == HR_OUTLIER) /* a few channels 40x larger in every row: a coarse hq step */
+        for (int m = 0; m < rows; m++)
+            for (int k = 3; k < D; k += D / 4)
+                h[(size_t)m * D + k] = f32_to_bf16(40.0f * bf16_to_f32(h[(size_t)m * D + k]));
+    if (hard == HR_TIES || hard == HR_NEAR) { /* head rows a < b with row m0's largest logit */
+        for (int k = 0; k < D; k++) {
+            const float v = (k * 7 % 5 == 0 ? 0.75f : 0.5f) / sqrtf((float)D) * 8.0f;
+            W[(size_t)a * D + k] = W[(size_t)b * D + k] = f32_to_bf16(bf16_to_f32(h[(size_t)m0 * D + k]) >= 0 ? v : -v);
+        }
+        if (hard == HR_NEAR) {
+            const int k0 = (int)(rng_u64(&rng) % (uint64_t)D);
+            W[(size_t)b * D + k0] = (uint16_t)(W[(size_t)b * D + k0] + 1);
+        }
+    }
+    if (n_valid < V) /* a larger row in the padding: never the answer */
+        for (int k = 0; k < D; k++) W[(size_t)(V - 1) * D + k] = f32_to_bf16(bf16_to_f32(h[k]) >= 0 ? 2.0f : -2.0f);
+    if (hard == HR_NAN) h[(size_t)m0 * D + D / 3] = 0x7fc0;
+    if (hard == HR_ZERO) memset(h + (size_t)m0 * D, 0, sizeof(uint16_t) * (size_t)D);
+    if (hard == HR_INF) W[(size_t)b * D + D / 2] = 0x7f80;
+    if (hard == HR_ALLEQ)
+        for (int r = 1; r < V; r++) memcpy(&W[(size_t)r * D], W, sizeof(uint16_t) * (size_t)D);
+
+    const size_t wsb = cuda_lm_rows_ws_bytes(V, D), tb = cuda_lm_rows_tiles_bytes(V, D);
+    uint16_t *dW = dev_copy(W, (size_t)nw * 2), *dh = dev_copy(h, sizeof(uint16_t) * (size_t)rows * D);
+    int8_t *dWt = dev_poison(tb);
+    float *dmeta = dev_poison(sizeof(float) * 4 * (size_t)V), *dy = dev_poison(sizeof(float) * (size_t)rows * V);
+    float *dyf = dev_poison(sizeof(float) * (size_t)rows * V);
+    void *dws = NULL;
+    int32_t *dout = dev_poison(sizeof(int32_t) * 64);
+    float *y = malloc(sizeof(float) * (size_t)rows * V);
+    int8_t *wt = malloc(tb);
+    float *meta = malloc(sizeof(float) * 4 * (size_t)V);
+    int want[64], got[64];
+    CudaLaunch l = {0, pdl, NULL, 0};
+    if (!dW || !dh || !dWt || !dmeta || !dy || !dyf || !dout || !y || !wt || !meta ||
+        cudaMalloc(&dws, wsb) != cudaSuccess || cudaMemset(dws, 0, wsb) != cudaSuccess) {
+        CHECK(0, "%s: alloc", what);
+        goto done;
+    }
+    LAUNCH(cuda_lm_quantize(dW, V, D, NULL, NULL, NULL, dWt, dmeta, &l));
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(wt, dWt, tb, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(meta, dmeta, sizeof(float) * 4 * (size_t)V, cudaMemcpyDeviceToHost));
+    { /* the tiles hold q = rint(w / sc) (sc = max |w| / 127, sc 0 and c infinite for a non-finite row), the tail zero */
+        int bad = 0;
+        for (int64_t r = 0; r < (int64_t)(tb / D); r++) {
+            const int check = r < 300 || r >= V - 300 || r == b;
+            if (!check) continue;
+            for (int k = 0; k < D; k++) {
+                int qi = 0;
+                if (r < V && meta[4 * r] > 0.0f) {
+                    qi = (int)rintf(bf16_to_f32(W[(size_t)r * D + k]) / meta[4 * r]);
+                    qi = qi > 127 ? 127 : qi < -127 ? -127 : qi;
+                }
+                bad += wt[tile_off(r, k, D)] != qi;
+            }
+            if (hard == HR_INF && r == b && !(meta[4 * r] == 0.0f && meta[4 * r + 1] == INFINITY)) bad++;
+        }
+        CHECK(bad == 0, "%s: %d tile bytes or rows wrong", what, bad);
+    }
+    { /* the reference: the full head on the skinny GEMM, host argmax */
+        GemmParams g = {
+            .x = dh, .w = dW, .y = dyf, .M = rows, .N = V, .K = D, .ldx = D, .ldw = D, .ldy = V, .epi = GEMM_EPI_F32};
+        LAUNCH(cuda_gemm_skinny(&g, NULL, 0, n_sm, &l));
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(y, dyf, sizeof(float) * (size_t)rows * V, cudaMemcpyDeviceToHost));
+        for (int m = 0; m < rows; m++) want[m] = host_argmax(y + (size_t)m * V, n_valid);
+    }
+    if (hard == HR_TIES)
+        CHECK(want[m0] == a, "%s: the full head chose %d, not the first tied row %d", what, want[m0], a);
+    if (hard == HR_ZERO) CHECK(want[m0] == 0, "%s: the full head chose %d for the zero row", what, want[m0]);
+    LmRowsParams p = {.h = dh,
+                      .rows = rows,
+                      .ldh = D,
+                      .W = dW,
+                      .Wt = dWt,
+                      .meta = dmeta,
+                      .V = V,
+                      .D = D,
+                      .n_valid = n_valid,
+                      .ws = dws,
+                      .y = dy,
+                      .out = dout,
+                      .n_sm = n_sm};
+    long cnt[3] = {0, 0, 0};
+    /* again: the union's bits and the maxima start clean each call (the union's size may differ: it depends on when
+     * each CTA sees the others' maxima) */
+    for (int run = 0; run < 3; run++) {
+        CU(cudaMemset(dout, 0xff, sizeof(int32_t) * 64));
+        LAUNCH(cuda_lm_rows(&p, &l));
+        CU(cudaDeviceSynchronize());
+        cnt[run] = cuda_lm_rows_count(&p);
+        CU(cudaMemcpy(got, dout, sizeof(int32_t) * (size_t)rows, cudaMemcpyDeviceToHost));
+        int diff = 0, first = -1;
+        for (int m = 0; m < rows; m++)
+            if (got[m] != want[m]) diff++, first = first < 0 ? m : first;
+        CHECK(diff == 0, "%s run %d: %d of %d picks differ (row %d: %d, full head %d)", what, run, diff, rows, first,
+              first >= 0 ? got[first] : 0, first >= 0 ? want[first] : 0);
+    }
+    if (hard == HR_NONE && V > 100000)
+        CHECK(cnt[0] < 60L * rows + 2000, "%s: %ld rows computed exactly (%d rows)", what, cnt[0], rows);
+    printf("  %s: %ld head rows computed exactly per call\n", what, cnt[0]);
+done:
+    cudaFree(dW), cudaFree(dh), cudaFree(dWt), cudaFree(dmeta), cudaFree(dy), cudaFree(dyf), cudaFree(dws);
+    cudaFree(dout);
+    free(W), free(h), free(y), free(wt), free(meta);
+}
+
 int main(int argc, char **argv) {
     GPU_TEST_PROLOGUE("test_lm_screen");
     rng_seed(&rng, test_seed(argc, argv, "test_lm_screen"));
     int dev = 0;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
     const int blk = cuda_matvec_blocks(248320, 1024, 1, n_sm);
+    const int rows_only = argc > 2 && strcmp(argv[2], "rows") == 0; /* test_lm_screen SEED rows: cuda_lm_rows only */
+    if (rows_only) goto rows;
     /* the 0.8B head: random, ties, near-ties, residual + norm (both modes) */
     test_screen(248320, 1024, 248077, blk, IN_RES_ZC, H_NONE, 1);
     test_screen(248320, 1024, 248077, blk, IN_VEC, H_NONE, 1);
@@ -244,5 +387,21 @@ int main(int argc, char **argv) {
     /* the hard cases at the 0.8B shape: every block overflows (all rows equal), x = 0 */
     test_screen(248320, 1024, 248077, blk, IN_VEC, H_ALLEQ, 1);
     test_screen(248320, 1024, 248077, blk, IN_RES_ZC, H_ZERO, 1);
+rows: /* up to 64 rows at once (sm_90a): the 0.8B head, smaller shapes, the hard inputs */
+    if (cuda_lm_rows_ok(248320, 1024)) {
+        test_rows(248320, 1024, 248077, 64, HR_NONE, 1);
+        test_rows(248320, 1024, 248077, 1, HR_NONE, 1);
+        test_rows(248320, 1024, 248077, 8, HR_OUTLIER, 0);
+        test_rows(248320, 1024, 248077, 64, HR_TIES, 1);
+        test_rows(248320, 1024, 248077, 32, HR_NEAR, 1); /* the kernel's three forms: 16, 32 and 64 rows of X */
+        const int rs[][3] = {{5000, 1024, 33}, {4480, 512, 64}, {9000, 640, 20}, {70000, 256, 7}, {64, 128, 2}};
+        for (int s = 0; s < (int)(sizeof rs / sizeof rs[0]); s++)
+            for (int hard = HR_NONE; hard <= HR_ALLEQ; hard++)
+                if (hard != HR_ALLEQ || rs[s][0] < 10000)
+                    test_rows(rs[s][0], rs[s][1], rs[s][0] - (hard % 2 && rs[s][0] > 100 ? 5 : 0), rs[s][2], hard,
+                              hard % 2);
+    } else {
+        printf("  cuda_lm_rows: not on this device (sm_90a only)\n");
+    }
     return TEST_SUMMARY("test_lm_screen");
 }

@@ -906,31 +906,35 @@ done:
  * ids): LM_SEQS sequences, their prompts of 2-4 ids in one pass, then two decode steps of all of them (a graph of the
  * 160-row bucket), run twice on fresh contexts: once with every logits row to the host, once with every row picked on
  * the device. The picks must be the host argmax of the first run's rows (the same layers, the same LM head sums), their
- * logprobs the rows' log-softmax there within 1e-4; in the prompt pass (eager) and in both decode steps. */
+ * logprobs the rows' log-softmax there within 1e-4; in the prompt pass (eager) and in both decode steps. The same with
+ * 50 and 7 sequences and no logprob asked: those passes take the int8 screen (sv_lm_screen), whose picks must be the
+ * logits rows' argmax too (decode graphs of the 56- and 8-row buckets). */
 #define LM_SEQS 130
-static int lm_run(void *ctx, const int *ids, int V, int picked, float *rows, float *scratch, int *pick, float *lp,
-                  Err *err) {
+static int lm_run(void *ctx, const int *ids, int V, int ns, int picked, float *rows, float *scratch, int *pick,
+                  float *lp, Err *err) {
     static int tables[LM_SEQS];
     BatchItem it[LM_SEQS];
     int len[LM_SEQS], rc = 0;
     for (int step = 0; step < 3 && !rc; step++) {
-        for (int k = 0; k < LM_SEQS; k++) {
+        for (int k = 0; k < ns; k++) {
             const int n = step ? 1 : 2 + k % 3;
             if (!step) len[k] = 0;
             tables[k] = k;
             memset(&it[k], 0, sizeof it[k]);
             it[k].slot = k, it[k].tokens = ids + 8 * k + len[k], it[k].n = n, it[k].pos = len[k];
             it[k].blocks = &tables[k], it[k].logits = 1;
-            if (picked) it[k].pick = pick + step * LM_SEQS + k, it[k].logprob = lp + step * LM_SEQS + k;
+            if (picked) it[k].pick = pick + step * ns + k, it[k].logprob = lp ? lp + step * ns + k : NULL;
             if (picked) *it[k].pick = -1;
             len[k] += n;
         }
-        rc = cuda_backend.step_batch(ctx, it, LM_SEQS, picked ? scratch : rows + (size_t)step * LM_SEQS * V, err);
+        rc = cuda_backend.step_batch(ctx, it, ns, picked ? scratch : rows + (size_t)step * ns * V, err);
     }
     return rc;
 }
 
-static void test_lm_argmax(void) {
+/* ns sequences; want_lp 0: no logprob asked, so that passes of <= 64 rows take the LM head's int8 screen
+ * (lm_screen_rows.cu) where the device has it */
+static void test_lm_argmax(int ns, int want_lp) {
     Model m;
     g_vocab = 16384;
     small_model(&m, 1);
@@ -951,14 +955,14 @@ static void test_lm_argmax(void) {
         ServeLayout lay = {.n_slots = LM_SEQS, .n_blocks = LM_SEQS, .block = BLOCK, .max_blocks = 512 / BLOCK};
         rc = cuda_backend.open(&ctx, &m, &o, &err);
         if (!rc) rc = cuda_backend.serve_open(ctx, &lay, &err);
-        if (!rc) rc = lm_run(ctx, ids, V, picked, rows, scratch, pick, lp, &err);
+        if (!rc) rc = lm_run(ctx, ids, V, ns, picked, rows, scratch, pick, want_lp ? lp : NULL, &err);
         if (ctx) {
             cuda_backend.serve_close(ctx);
             cuda_backend.close(ctx);
         }
     }
     CHECK(rc == 0, "lm argmax: %s", err.msg);
-    for (int r = 0; r < 3 * LM_SEQS && !rc; r++) {
+    for (int r = 0; r < 3 * ns && !rc; r++) {
         const float *x = rows + (size_t)r * V;
         int b = 0;
         for (int i = 1; i < V; i++)
@@ -967,14 +971,14 @@ static void test_lm_argmax(void) {
         for (int i = 0; i < V; i++) s += exp((double)x[i] - x[b]);
         unpicked += pick[r] < 0;
         wrong += pick[r] != b;
-        const double e = fabs(lp[r] + log(s));
+        const double e = want_lp ? fabs(lp[r] + log(s)) : 0.0;
         if (!(e <= lp_err)) lp_err = e;
     }
-    printf("  qwen3.5-like, %d ids, %d greedy rows a pass: picks in the LM head vs the logits rows' argmax: %d of %d "
+    printf("  qwen3.5-like, %d ids, %d greedy rows a pass%s: picks in the LM head vs the logits rows' argmax: %d of %d "
            "differ (%d left to the host), logprobs within %.2g\n",
-           V, LM_SEQS, wrong, 3 * LM_SEQS, unpicked, lp_err);
-    CHECK(!rc && wrong == 0 && lp_err <= 1e-4, "lm argmax: %d of %d picks differ, logprobs off by %.3g", wrong,
-          3 * LM_SEQS, lp_err);
+           V, ns, want_lp ? "" : " (no logprobs: the screen up to 64 rows)", wrong, 3 * ns, unpicked, lp_err);
+    CHECK(!rc && wrong == 0 && lp_err <= 1e-4, "lm argmax (%d rows): %d of %d picks differ, logprobs off by %.3g", ns,
+          wrong, 3 * ns, lp_err);
     free(ids), free(pick), free(rows), free(lp), free(scratch);
 }
 
@@ -989,7 +993,9 @@ int main(int argc, char **argv) {
         test_model(1, det, 0, 0, 1); /* fp8 KV cache (ServeLayout.kv_fp8) */
         test_model(0, det, 0, 0, 1);
     }
-    test_lm_argmax();
+    test_lm_argmax(LM_SEQS, 1);
+    test_lm_argmax(50, 0);
+    test_lm_argmax(7, 0);
     tt_free_all();
     return TEST_SUMMARY("serve_cuda");
 }
