@@ -15,7 +15,8 @@
  * hq = 256 hi + lo (hi in [-127, 127], lo in [-128, 127]: both int8), so T = 256 sum hi q + sum lo q = sum hq q is
  * exact (the two int32 sums from the tensor cores, combined mod 2^32: T itself fits). With a = fl(fl(T) fl(sc sh)),
  * c_r = e_r + 8 D u (||w_r|| + ||sc q_r||) and l1_r = ||sc q_r||_1 (meta_rows, rounded up):
- *   B = 1.001 (1.001 ||h||_2 c_r + 0.51 sh l1_r) + 4u |a|,  L = a - B <= s <= U = a + B.
+ *   B = fl(1.001 n) c_r + fl(0.5105 sh) l1_r + 4u |a|,  n = 1.001 ||h||_2,  L = a - B <= s <= U = a + B
+ * (the factors 1.001 cover the rounding of B's own few operations many times over).
  * M = any max of L's is at most the winner's s, so every row that can win (ties included) has bf16(U) >= bf16(M):
  * those are the candidates. ~0.6 of the logits' standard deviation wide on random weights.
  *
@@ -121,6 +122,16 @@ __global__ void __launch_bounds__(128) lsr_prep(const __grid_constant__ LmRowsPa
     Q35_TRACE_END(86); /* step trace ids (tools/step_trace.py) */
 }
 
+/* The smallest bf16 value below rbf(b), as a float (-inf for -inf): U >= it for every U with rbf(U) >= rbf(b), so a
+ * push test U >= lsr_thr(bar) keeps every pair the exact test rbf(U) >= rbf(bar) keeps (and a few more). */
+__device__ __forceinline__ float lsr_thr(float b) {
+    const float r = rbf(b);
+    if (r == -INFINITY || r != r) return r;
+    if (r == 0.0f) return -0x1p-133f; /* the smallest bf16 subnormal, negated */
+    const unsigned u = __float_as_uint(r);
+    return __uint_as_float(r > 0.0f ? u - 0x10000u : u + 0x10000u);
+}
+
 /* head row R into the union of candidates (once: its bit) */
 __device__ __forceinline__ void lsr_emit(const LsrWs &w, int R) {
     const unsigned bit = 1u << (R & 31);
@@ -139,7 +150,8 @@ __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_consta
     Q35_TRACE_T0;
     extern __shared__ __align__(1024) uint8_t smem[];
     __shared__ unsigned le[LSR_CAP], s_max[NR], s_g[NR], s_pub[NR], s_n;
-    __shared__ float lu[LSR_CAP], s_sh[NR], s_hn[NR];
+    __shared__ float lu[LSR_CAP], s_thr[2][NR];
+    __shared__ float4 s_row[NR]; /* row m's {sh, fl(1.001 n), fl(0.5105 sh)}; NaN for m >= rows: its L and U NaN */
     const uint32_t sX = (smem_addr(smem) + 1023u) & ~1023u;
     const int P = p.D >> 7, T = (p.V + 63) >> 6, G = gridDim.x, b = blockIdx.x;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -189,8 +201,9 @@ __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_consta
         pdl_begin();
         Q35_TRACE_T1_SET;
         if (tid < NR) {
-            s_sh[tid] = w.sh[tid];
-            s_hn[tid] = w.hn[tid];
+            const float sh = w.sh[tid];
+            s_row[tid] = tid < p.rows ? make_float4(sh, 1.001f * w.hn[tid], 0.5105f * sh, 0.0f)
+                                      : make_float4(NAN, NAN, NAN, NAN);
             s_g[tid] = *(volatile unsigned *)&w.gmax[tid];
         }
         bar_sync(1, 256);
@@ -209,9 +222,10 @@ __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_consta
             const int t = b + it * G, RA = t * 64 + 16 * wq + g, RB = RA + 8;
             /* the grid's maxima, read now and taken after this tile's sums: the L2 round trip under the MMAs */
             const unsigned gnow = wt < NR ? *(volatile unsigned *)&w.gmax[wt] : 0u;
-            const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            const float4 mA = RA < p.V ? __ldg((const float4 *)p.meta + RA) : z4,
-                         mB = RB < p.V ? __ldg((const float4 *)p.meta + RB) : z4;
+            /* the head rows' {sc, c, l1}; NaN past n_valid: their L and U NaN */
+            const float4 n4 = make_float4(NAN, NAN, NAN, NAN);
+            const float4 mA = RA < p.n_valid ? __ldg((const float4 *)p.meta + RA) : n4,
+                         mB = RB < p.n_valid ? __ldg((const float4 *)p.meta + RB) : n4;
             int acc[2 * J][4];
 #pragma unroll
             for (int j = 0; j < 2 * J; j++)
@@ -238,21 +252,20 @@ __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_consta
                 for (int e = 0; e < 4; e++) reg_fence(acc[j][e]);
             if (lane == 0) mbar_arrive(empty(c, (q - 1) % NS));
 
-            /* the bounds of the thread's pairs: head rows RA (e < 2) and RB, rows m = 8 j + 2 tq + (e & 1) */
+            /* the bounds of the thread's pairs: head rows RA (e < 2) and RB, rows m = 8 j + 2 tq + (e & 1); a pair past
+             * the rows or n_valid has L = -inf and U = NaN (never pushed) */
             float Ls[J][4], Us[J][4];
 #pragma unroll
             for (int j = 0; j < J; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int m = 8 * j + 2 * tq + (e & 1), R = e < 2 ? RA : RB;
-                    const float4 mt = e < 2 ? mA : mB;
+                    const float4 rm = s_row[8 * j + 2 * tq + (e & 1)], mt = e < 2 ? mA : mB;
                     const int Ti = (int)((unsigned)acc[j][e] * 256u + (unsigned)acc[j + J][e]);
-                    const float sh = s_sh[m], a = (float)Ti * (mt.x * sh);
-                    const float B = fmaf(s_hn[m], mt.y, (0.51f * sh) * mt.z) * 1.001f + 0x1p-22f * fabsf(a);
-                    const bool valid = R < p.n_valid && m < p.rows;
+                    const float a = (float)Ti * (mt.x * rm.x);
+                    const float B = fmaf(rm.y, mt.y, rm.z * mt.z) + 0x1p-22f * fabsf(a);
                     const float L = a - B;
-                    Ls[j][e] = valid && L == L ? L : -INFINITY;
-                    Us[j][e] = valid ? a + B : -INFINITY;
+                    Ls[j][e] = L == L ? L : -INFINITY;
+                    Us[j][e] = a + B;
                 }
                 /* the tile's max of L per row over the warp's 16 head rows -> the CTA's */
 #pragma unroll
@@ -266,23 +279,23 @@ __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_consta
                     if (g == 0) atomicMax(&s_max[8 * j + 2 * tq + e], ord_f32(l));
                 }
             bar_sync(2 + c, 128);
-            if (wt < NR) { /* publish the CTA's max where it grew (no reply awaited); take the grid's read above */
+            if (wt <
+                NR) { /* publish the CTA's max where it grew (no reply awaited); take the grid's read above; the bar */
                 const unsigned cur = vmax[wt];
                 if (cur > s_pub[wt]) {
                     atomicMax(&w.gmax[wt], cur);
                     atomicMax(&s_pub[wt], cur);
                 }
-                atomicMax(&s_g[wt], gnow);
+                const unsigned gm = max(atomicMax(&s_g[wt], gnow), gnow);
+                s_thr[c][wt] = lsr_thr(unord_f32(max(cur, gm)));
             }
+            bar_sync(2 + c, 128);
 #pragma unroll
             for (int j = 0; j < J; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int m = 8 * j + 2 * tq + (e & 1);
-                    const unsigned a = vmax[m], gm = vg[m];
-                    if (Us[j][e] != -INFINITY && rbf(Us[j][e]) >= rbf(unord_f32(a > gm ? a : gm)))
-                        push(e < 2 ? RA : RB, m, Us[j][e]);
-                }
+                for (int e = 0; e < 4; e++)
+                    if (Us[j][e] >= s_thr[c][8 * j + 2 * tq + (e & 1)])
+                        push(e < 2 ? RA : RB, 8 * j + 2 * tq + (e & 1), Us[j][e]);
         }
         /* the list by the grid's maxima as they stand now -> the union */
         bar_sync(1, 256);

@@ -254,7 +254,7 @@ static CallResult run_call(const Shape &s, LmRowsParams &p, const uint16_t *h, c
             t_range &= t64 >= INT_MIN && t64 <= INT_MAX;
             const float sh = w.sh[m], a = (float)(int)t64 * (meta[4 * r] * sh);
             const float B =
-                fmaf(w.hn[m], meta[4 * r + 1], (0.51f * sh) * meta[4 * r + 2]) * 1.001f + 0x1p-22f * fabsf(a);
+                fmaf(1.001f * w.hn[m], meta[4 * r + 1], (0.5105f * sh) * meta[4 * r + 2]) + 0x1p-22f * fabsf(a);
             const float L = a - B;
             U[(size_t)r * rows + m] = a + B;
             if (L == L)
@@ -281,7 +281,7 @@ static CallResult run_call(const Shape &s, LmRowsParams &p, const uint16_t *h, c
             const float u = U[(size_t)r * rows + m];
             const float bar = fmaxf(Lt[(size_t)t * rows + m], Lt[(size_t)t1 * rows + m]);
             if (rbf(u) >= rbf(M[m])) need = true, pushed[b]++;
-            if (rbf(u) >= rbf(bar)) can = true, can_pairs[b]++;
+            if (u >= lsr_thr(bar)) can = true, can_pairs[b]++; /* the kernel's push test */
             if (rbf(u) >= rbf(Mb[(size_t)b * rows + m])) exact[r] = 1;
         }
         must += need;
@@ -475,6 +475,26 @@ int main(int argc, char **argv) {
            "seed %llu\n",
            (unsigned long long)emu_rs);
     emu_wg_install();
+    { /* the push test U >= lsr_thr(bar) keeps every pair rbf(U) >= rbf(bar) keeps: bars and U near bf16 values,
+       * midpoints, zeros, subnormals, infinities */
+        g_case = "lsr_thr";
+        const float sp[] = {0.0f,  -0.0f,      0x1p-133f,   -0x1p-133f, 0x1p-126f, 1.0f,
+                            -1.0f, 3.3895e38f, -3.3895e38f, INFINITY,   -INFINITY};
+        int bad = 0, n = 0;
+        for (int i = 0; i < 400000; i++) {
+            float bar = i < 121 ? sp[i % 11] : ldexpf(nrm(), (int)(urand() * 60) - 30);
+            float u = i < 121 ? sp[i / 11] : bar;
+            if (i >= 121) { /* U a few float ulps or bf16 half-ulps around bar */
+                const uint32_t ub = __float_as_uint(bar) + (uint32_t)((int)(urand() * 0x20000) - 0x10000);
+                u = urand() < 0.5f ? __uint_as_float(ub) : nextafterf(bar, urand() < 0.5f ? INFINITY : -INFINITY);
+                if (u != u) continue;
+            }
+            const bool keep = rbf(u) >= rbf(bar);
+            n += keep;
+            bad += keep && !(u >= lsr_thr(bar));
+        }
+        check(bad == 0 && n > 1000, "U >= lsr_thr(bar) wherever rbf(U) >= rbf(bar)");
+    }
     /* small: the emulation takes ~1.5 s for a call of 64 rows (prep's 64 CTAs, pick's CTA a row) and ~0.5 s for the
      * quantization of 136 head rows */
     const Shape shapes[] = {
