@@ -20,19 +20,21 @@
  * M = any max of L's is at most the winner's s, so every row that can win (ties included) has bf16(U) >= bf16(M):
  * those are the candidates. ~0.6 of the logits' standard deviation wide on random weights.
  *
- * Four launches:
- *   lsr_prep    grid 64: row m's hq as hi (operand row m) and lo (row 64 + m) in the 128-row int8 operand X of the
+ * Four launches (NR = 16, 32 or 64: the smallest that holds the rows):
+ *   lsr_prep    grid NR: row m's hq as hi (operand row m) and lo (row NR + m) in the 2 NR-row int8 operand X of the
  *               screen (swz128_tile_off), its sh and ||h||_2 (rounded up; infinite where h is not finite: every head
  *               row is then its candidate); resets the running maxima and the candidate count.
- *   lsr_screen  persistent, one CTA per SM: the head in tiles of 64 rows (tile b + G i for CTA b of G), a tile's
- *               8 KB pieces (64 rows x 128 k) streamed by bulk copies into a ring by a producer warp; the consumer
- *               warpgroup keeps X in shared memory (D / 128 pieces of 16 KB, loaded once) and runs, per piece,
- *               four wgmma m64n128k32 s8 (A = the piece, B = X: hi and lo side by side), then per tile the bounds of
- *               its 64 x 64 (head row, row) pairs. Each row's running max of L (the CTA's, in shared memory, and the
- *               grid's, published by atomic max when it grows) sets the bar; a pair whose bf16(U) reaches it goes
- *               into the CTA's list (row, head row, U). After its last tile the CTA filters its list by the grid's
- *               maxima as they then stand and adds the surviving head rows to the union of candidates (a bit per
- *               head row dedupes them; a list full before that adds its pushes to the union at once: a superset).
+ *   lsr_screen  persistent, one CTA per SM: the head in tiles of 64 rows (tile b + G i for CTA b of G); consumer
+ *               warpgroups 0 and 1 take the even and odd i, each fed by a producer warp of its own that streams its
+ *               tiles' 8 KB pieces (64 rows x 128 k) by bulk copies into its own ring. X stays in shared memory
+ *               (D / 128 pieces of 2 NR x 128 bytes, loaded once). Per piece four wgmma m64n(2 NR)k32 s8 (A = the
+ *               piece, B = X: hi and lo side by side), then per tile the bounds of its 64 x NR (head row, row) pairs
+ *               while the other warpgroup runs its MMAs. Each row's running max of L (the CTA's, in shared memory,
+ *               and the grid's, published by atomic max when it grows and read a tile ahead) sets the bar; a pair
+ *               whose U reaches lsr_thr(bar) goes into the CTA's list (row, head row, U). After its last tile the CTA
+ *               filters its list by the grid's maxima as they then stand (bf16(U) >= bf16(bar)) and adds the
+ *               surviving head rows to the union of candidates (a bit per head row dedupes them; a list full before
+ *               that adds its pushes to the union at once: a superset).
  *   the rescoring  cuda_gemm_skinny over the union's head rows (GemmParams.gather): y[m][j] = E of row m at head
  *               row list[j], every row against every candidate.
  *   lsr_pick    grid rows: row m's argmax over the union (argmax_better: the smaller id among equals); clears the
