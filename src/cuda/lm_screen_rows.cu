@@ -367,6 +367,13 @@ extern "C" size_t cuda_lm_rows_ws_bytes(int V, int D) {
 
 extern "C" size_t cuda_lm_rows_tiles_bytes(int V, int D) { return (size_t)(V + 63) / 64 * 64 * (size_t)D; }
 
+/* lsr_screen<NR> on grid with smem bytes of dynamic shared memory */
+template <int NR>
+static int lsr_launch(const LmRowsParams *p, dim3 grid, int smem, const CudaLaunch *l) {
+    const cudaError_t e = smem_attr<lsr_screen<NR>>(smem);
+    return e != cudaSuccess ? (int)e : launch_kernel(lsr_screen<NR>, grid, dim3(LSR_THREADS), smem, l, *p);
+}
+
 extern "C" int cuda_lm_rows(const LmRowsParams *p, const CudaLaunch *l) {
     if (!p || !l || !p->h || !p->W || !p->Wt || !p->meta || !p->ws || !p->y || !p->out || p->rows < 1 ||
         p->rows > LSR_ROWS || p->ldh < p->D || p->ldh % 8 || p->n_valid < 1 || p->n_valid > p->V || p->n_sm < 1 ||
@@ -376,16 +383,9 @@ extern "C" int cuda_lm_rows(const LmRowsParams *p, const CudaLaunch *l) {
     int rc = launch_kernel(lsr_prep, dim3((unsigned)NR), dim3(128), 0, l, *p);
     if (rc) return rc;
     const dim3 grid((unsigned)(T < p->n_sm ? T : p->n_sm));
-    if (NR == 16) {
-        const cudaError_t e = smem_attr<lsr_screen<16>>(smem);
-        rc = e != cudaSuccess ? (int)e : launch_kernel(lsr_screen<16>, grid, dim3(LSR_THREADS), smem, l, *p);
-    } else if (NR == 32) {
-        const cudaError_t e = smem_attr<lsr_screen<32>>(smem);
-        rc = e != cudaSuccess ? (int)e : launch_kernel(lsr_screen<32>, grid, dim3(LSR_THREADS), smem, l, *p);
-    } else {
-        const cudaError_t e = smem_attr<lsr_screen<64>>(smem);
-        rc = e != cudaSuccess ? (int)e : launch_kernel(lsr_screen<64>, grid, dim3(LSR_THREADS), smem, l, *p);
-    }
+    rc = NR == 16   ? lsr_launch<16>(p, grid, smem, l)
+         : NR == 32 ? lsr_launch<32>(p, grid, smem, l)
+                    : lsr_launch<64>(p, grid, smem, l);
     if (rc) return rc;
     const LsrWs w = lsr_ws(p->ws, p->V, p->D, NULL);
     GemmParams g;
