@@ -51,9 +51,9 @@
 
 #define LSR_ROWS 64   /* rows per call at most */
 #define LSR_CAP  1024 /* a CTA's list of pairs */
-#define LSR_THREADS                                                                                                    \
-    320 /* warps 0-3 and 4-7: consumer warpgroups 0 and 1 (alternate tiles); warps 8, 9: their producers */
-#define LSR_PIECE 8192 /* a ring slot: one piece of a head tile, 64 rows x 128 k */
+/* warps 0-3 and 4-7: consumer warpgroups 0 and 1 (alternate tiles); warps 8, 9: their producers */
+#define LSR_THREADS 320
+#define LSR_PIECE   8192 /* a ring slot: one piece of a head tile, 64 rows x 128 k */
 
 /* The rows' operand X has 2 NR rows (hi: 0 .. NR - 1, lo: NR .. 2 NR - 1), NR = 16, 32 or 64, the smallest that holds
  * the call's rows: the wgmma is m64n(2 NR)k32 and the epilogue handles NR rows, so a pass of 8 rows pays for 16, not
@@ -281,8 +281,8 @@ __global__ void __launch_bounds__(LSR_THREADS, 1) lsr_screen(const __grid_consta
                     if (g == 0) atomicMax(&s_max[8 * j + 2 * tq + e], ord_f32(l));
                 }
             bar_sync(2 + c, 128);
-            if (wt <
-                NR) { /* publish the CTA's max where it grew (no reply awaited); take the grid's read above; the bar */
+            /* publish the CTA's max where it grew (no reply awaited); take the grid's read above; the push threshold */
+            if (wt < NR) {
                 const unsigned cur = vmax[wt];
                 if (cur > s_pub[wt]) {
                     atomicMax(&w.gmax[wt], cur);
